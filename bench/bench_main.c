@@ -1,0 +1,35 @@
+/* bench_main.c — `scdb bench <name>` dispatch. */
+#include "bench.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static const struct {
+    const char *name;
+    int (*fn)(int, char **);
+    const char *what;
+} benches[] = {
+    {"store", scdb_bench_store,
+     "trace replay against the store vs bare LMDB: hit rate, ops/s, latency"},
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: scdb bench <name> [options]   (scdb bench <name> --help)\n\n");
+    for (size_t i = 0; i < sizeof benches / sizeof benches[0]; i++)
+        fprintf(f, "  %-10s %s\n", benches[i].name, benches[i].what);
+}
+
+int scdb_bench_main(int argc, char **argv)
+{
+    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    for (size_t i = 0; i < sizeof benches / sizeof benches[0]; i++)
+        if (!strcmp(argv[1], benches[i].name))
+            return benches[i].fn(argc - 1, argv + 1);
+    fprintf(stderr, "scdb bench: unknown benchmark '%s'\n", argv[1]);
+    usage(stderr);
+    return 2;
+}

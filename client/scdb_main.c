@@ -1,0 +1,58 @@
+/* scdb_main.c — the `scdb` command: the front door that dispatches to every
+ * module's subcommand. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench.h"
+#include "scdb_cli.h"
+
+#ifndef SCDB_DATA_DIR
+#define SCDB_DATA_DIR "data"
+#endif
+
+const char *scdb_cli_data_dir(void)
+{
+    const char *e = getenv("SCDB_DATA");
+    return e && *e ? e : SCDB_DATA_DIR;
+}
+
+static const struct {
+    const char *name;
+    int (*fn)(int, char **);
+    const char *what;
+} cmds[] = {
+    {"models", scdb_cmd_models, "held-out bits-per-byte of every bundled model on every domain"},
+    {"bench", scdb_bench_main, "benchmarks: store (more to come); `scdb bench --help`"},
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "scdb — sidecar cache broker for LLM serving\n\n"
+            "usage: scdb <command> [options]     (scdb <command> --help)\n\n"
+            "commands:\n");
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
+        fprintf(f, "  %-10s %s\n", cmds[i].name, cmds[i].what);
+    fprintf(f,
+            "\nenvironment:\n"
+            "  SCDB_DATA   asset directory (models, held-out texts); default %s\n"
+            "  SCDB_LOG    log level: debug, info, warn (default), error, off\n",
+            SCDB_DATA_DIR);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) { usage(stderr); return 2; }
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        usage(stdout);
+        return 0;
+    }
+    if (!strcmp(argv[1], "--version")) { printf("scdb %s\n", SCDB_VERSION); return 0; }
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
+        if (!strcmp(argv[1], cmds[i].name))
+            return cmds[i].fn(argc - 1, argv + 1);
+    fprintf(stderr, "scdb: unknown command '%s'\n\n", argv[1]);
+    usage(stderr);
+    return 2;
+}

@@ -1,0 +1,80 @@
+/* ops.c — GEMM (OpenBLAS), RMSNorm, RoPE, softmax, SwiGLU on the CPU. */
+#include "kernels.h"
+
+#include <cblas.h>
+#include <math.h>
+
+void scdb_k_gemm_cpu(int trans_a, int trans_b, int M, int N, int K, float alpha,
+                     const float *A, int lda, const float *B, int ldb,
+                     float beta, float *C, int ldc)
+{
+    if (M <= 0 || N <= 0) return;
+    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+                trans_b ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda,
+                B, ldb, beta, C, ldc);
+}
+
+void scdb_k_linear_cpu(const float *x, const float *W, int n, int in, int out,
+                       float *y)
+{
+    scdb_k_gemm_cpu(0, 1, n, out, in, 1.0f, x, in, W, in, 0.0f, y, out);
+}
+
+void scdb_k_rmsnorm_cpu(const float *x, const float *w, int n_rows, int dim,
+                        float eps, float *out)
+{
+    for (int r = 0; r < n_rows; r++) {
+        const float *xr = x + (size_t)r * dim;
+        float *o = out + (size_t)r * dim;
+        double ss = 0.0;
+        for (int i = 0; i < dim; i++) ss += (double)xr[i] * xr[i];
+        float inv = 1.0f / sqrtf((float)(ss / dim) + eps);
+        for (int i = 0; i < dim; i++) o[i] = xr[i] * inv * w[i];
+    }
+}
+
+void scdb_k_rope_cpu(float *x, int n_tok, int n_heads, int head_dim,
+                     const int32_t *pos, float theta, int inverse)
+{
+    int half = head_dim / 2;
+    for (int t = 0; t < n_tok; t++) {
+        for (int i = 0; i < half; i++) {
+            /* same formula as the PyTorch reference: theta^(2i/d) in f32 */
+            float inv_freq = 1.0f / powf(theta, (float)(2 * i) / (float)head_dim);
+            float ang = (float)pos[t] * inv_freq;
+            float c = cosf(ang), s = sinf(ang);
+            if (inverse) s = -s;
+            for (int h = 0; h < n_heads; h++) {
+                float *xh = x + ((size_t)t * n_heads + h) * head_dim;
+                float a = xh[i], b = xh[i + half];
+                xh[i] = a * c - b * s;
+                xh[i + half] = a * s + b * c;
+            }
+        }
+    }
+}
+
+void scdb_k_softmax_cpu(float *x, int n_rows, int n)
+{
+    for (int r = 0; r < n_rows; r++) {
+        float *xr = x + (size_t)r * n;
+        float mx = -INFINITY;
+        for (int i = 0; i < n; i++) if (xr[i] > mx) mx = xr[i];
+        if (mx == -INFINITY) {
+            for (int i = 0; i < n; i++) xr[i] = 0.0f;
+            continue;
+        }
+        float sum = 0.0f;
+        for (int i = 0; i < n; i++) { xr[i] = expf(xr[i] - mx); sum += xr[i]; }
+        float inv = 1.0f / sum;
+        for (int i = 0; i < n; i++) xr[i] *= inv;
+    }
+}
+
+void scdb_k_swiglu_cpu(const float *gate, const float *up, size_t n, float *out)
+{
+    for (size_t i = 0; i < n; i++) {
+        float g = gate[i];
+        out[i] = g / (1.0f + expf(-g)) * up[i];
+    }
+}

@@ -1,0 +1,352 @@
+/* model.c — loading the reference transformer and running it over the
+ * slot-indexed KV cache.  Layout and semantics in model.h. */
+#include "model.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "safetensors.h"
+
+struct scdb_model {
+    scdb_model_config cfg;
+    char dir[1024];
+    scdb_st_file *st;
+    const float *tok_embeddings;   /* [vocab, d] */
+    const float *norm;             /* [d] */
+    const float *output;           /* [vocab, d] */
+    scdb_layer_weights *layers;    /* [n_layers] */
+    float **converted;             /* f32 copies of non-F32 tensors */
+    int n_converted;
+};
+
+#define ERRF(...) do { if (errbuf && errlen) snprintf(errbuf, errlen, __VA_ARGS__); } while (0)
+
+/* ------------------------------------------------------------ weights */
+
+static scdb_err bind(scdb_model *m, const char *name, int64_t d0, int64_t d1,
+                     const float **out, char *errbuf, size_t errlen)
+{
+    const scdb_st_tensor *t = scdb_st_find(m->st, name);
+    int64_t shape[2] = {d0, d1};
+    int ndim = d1 > 0 ? 2 : 1;
+
+    if (!t) { ERRF("tensor '%s' missing from model.safetensors", name); return SCDB_ENOTFOUND; }
+    if (t->ndim != ndim || t->shape[0] != shape[0] || (ndim == 2 && t->shape[1] != shape[1])) {
+        ERRF("tensor '%s' has shape [%lld%s%lld], config implies [%lld, %lld]", name,
+             (long long)t->shape[0], t->ndim > 1 ? ", " : "",
+             t->ndim > 1 ? (long long)t->shape[1] : 0LL, (long long)d0, (long long)d1);
+        return SCDB_ESHAPE;
+    }
+    if (t->dtype == SCDB_F32) {
+        *out = t->data;
+        return SCDB_OK;
+    }
+    if (t->dtype != SCDB_F16 && t->dtype != SCDB_BF16) {
+        ERRF("tensor '%s' has dtype %s, want F32, F16 or BF16", name, scdb_dtype_name(t->dtype));
+        return SCDB_EDTYPE;
+    }
+    size_t n = (size_t)d0 * (size_t)(d1 > 0 ? d1 : 1);
+    float *f = malloc(n * sizeof *f);
+    float **grown = realloc(m->converted, (size_t)(m->n_converted + 1) * sizeof *grown);
+    if (!f || !grown) { free(f); if (grown) m->converted = grown; return SCDB_ENOMEM; }
+    m->converted = grown;
+    m->converted[m->n_converted++] = f;
+    if (t->dtype == SCDB_F16) scdb_f16_to_f32_n(t->data, f, n);
+    else scdb_bf16_to_f32_n(t->data, f, n);
+    *out = f;
+    return SCDB_OK;
+}
+
+scdb_err scdb_model_load(const char *dir, scdb_model **out, char *errbuf, size_t errlen)
+{
+    scdb_model *m = NULL;
+    char path[1200], name[128];
+    scdb_err rc;
+
+    *out = NULL;
+    if (!dir) return SCDB_EINVAL;
+    m = calloc(1, sizeof *m);
+    if (!m) return SCDB_ENOMEM;
+    snprintf(m->dir, sizeof m->dir, "%s", dir);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    rc = scdb_model_config_load(path, &m->cfg, errbuf, errlen);
+    if (rc) goto fail;
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    rc = scdb_st_open(path, &m->st, errbuf, errlen);
+    if (rc) goto fail;
+
+    const scdb_model_config *c = &m->cfg;
+    int qd = scdb_model_q_dim(c), kvd = scdb_model_kv_dim(c);
+    if ((rc = bind(m, "tok_embeddings.weight", c->vocab_size, c->d_model, &m->tok_embeddings, errbuf, errlen)) ||
+        (rc = bind(m, "norm.weight", c->d_model, 0, &m->norm, errbuf, errlen)) ||
+        (rc = bind(m, "output.weight", c->vocab_size, c->d_model, &m->output, errbuf, errlen)))
+        goto fail;
+    m->layers = calloc((size_t)c->n_layers, sizeof *m->layers);
+    if (!m->layers) { rc = SCDB_ENOMEM; goto fail; }
+    for (int l = 0; l < c->n_layers; l++) {
+        scdb_layer_weights *w = &m->layers[l];
+        struct { const char *n; int64_t d0, d1; const float **p; } spec[] = {
+            {"attention_norm.weight", c->d_model, 0, &w->attn_norm},
+            {"attention.wq.weight", qd, c->d_model, &w->wq},
+            {"attention.wk.weight", kvd, c->d_model, &w->wk},
+            {"attention.wv.weight", kvd, c->d_model, &w->wv},
+            {"attention.wo.weight", c->d_model, qd, &w->wo},
+            {"ffn_norm.weight", c->d_model, 0, &w->ffn_norm},
+            {"feed_forward.w1.weight", c->d_ff, c->d_model, &w->w1},
+            {"feed_forward.w2.weight", c->d_model, c->d_ff, &w->w2},
+            {"feed_forward.w3.weight", c->d_ff, c->d_model, &w->w3},
+        };
+        for (size_t i = 0; i < SCDB_ARRAY_LEN(spec); i++) {
+            snprintf(name, sizeof name, "layers.%d.%s", l, spec[i].n);
+            if ((rc = bind(m, name, spec[i].d0, spec[i].d1, spec[i].p, errbuf, errlen)))
+                goto fail;
+        }
+    }
+    *out = m;
+    return SCDB_OK;
+fail:
+    scdb_model_free(&m);
+    return rc;
+}
+
+void scdb_model_free(scdb_model **pm)
+{
+    scdb_model *m;
+    if (!pm || !*pm) return;
+    m = *pm;
+    for (int i = 0; i < m->n_converted; i++) free(m->converted[i]);
+    free(m->converted);
+    free(m->layers);
+    scdb_st_close(&m->st);
+    free(m);
+    *pm = NULL;
+}
+
+const scdb_model_config *scdb_model_cfg(const scdb_model *m) { return &m->cfg; }
+const char *scdb_model_dir(const scdb_model *m) { return m->dir; }
+
+const scdb_layer_weights *scdb_model_layer(const scdb_model *m, int layer)
+{
+    if (layer < 0 || layer >= m->cfg.n_layers) return NULL;
+    return &m->layers[layer];
+}
+
+scdb_err scdb_model_cache_new(const scdb_model *m, int capacity, scdb_kv_cache **out)
+{
+    return scdb_kv_cache_new(m->cfg.n_layers, m->cfg.n_kv_heads, m->cfg.head_dim,
+                             capacity, out);
+}
+
+scdb_err scdb_model_cache_check(const scdb_model *m, const scdb_kv_cache *c)
+{
+    if (!c || c->n_layers != m->cfg.n_layers || c->n_kv_heads != m->cfg.n_kv_heads ||
+        c->head_dim != m->cfg.head_dim)
+        return SCDB_ESHAPE;
+    return SCDB_OK;
+}
+
+/* ------------------------------------------------------------ forward */
+
+scdb_err scdb_model_embed(const scdb_model *m, const int32_t *tokens, int n, float *x)
+{
+    int d = m->cfg.d_model;
+    for (int i = 0; i < n; i++) {
+        if (tokens[i] < 0 || tokens[i] >= m->cfg.vocab_size) return SCDB_EINVAL;
+        memcpy(x + (size_t)i * d, m->tok_embeddings + (size_t)tokens[i] * d,
+               (size_t)d * sizeof(float));
+    }
+    return SCDB_OK;
+}
+
+void scdb_model_kv_from_hin(const scdb_model *m, int layer, const float *h_in,
+                            const int32_t *pos, int n, float *k_out, float *v_out)
+{
+    const scdb_model_config *c = &m->cfg;
+    const scdb_layer_weights *w = &m->layers[layer];
+    int kvd = scdb_model_kv_dim(c);
+    scdb_k_linear_cpu(h_in, w->wk, n, c->d_model, kvd, k_out);
+    scdb_k_rope_cpu(k_out, n, c->n_kv_heads, c->head_dim, pos, c->rope_theta, 0);
+    scdb_k_linear_cpu(h_in, w->wv, n, c->d_model, kvd, v_out);
+}
+
+scdb_err scdb_model_layer_forward(const scdb_model *m, int layer, float *x,
+                                  const int32_t *pos, int n, scdb_kv_cache *cache,
+                                  int slot0, scdb_capture *cap, int cap_index)
+{
+    const scdb_model_config *c = &m->cfg;
+    const scdb_layer_weights *w;
+    int d = c->d_model, qd = scdb_model_q_dim(c), kvd = scdb_model_kv_dim(c);
+    int n_slots = slot0 + n;
+    float *h = NULL, *q = NULL, *kk = NULL, *vv = NULL, *att = NULL, *g = NULL,
+          *u = NULL, *probs = NULL;
+    scdb_err rc = SCDB_ENOMEM;
+
+    if (layer < 0 || layer >= c->n_layers || n <= 0 || slot0 < 0) return SCDB_EINVAL;
+    if (scdb_model_cache_check(m, cache)) return SCDB_ESHAPE;
+    if (n_slots > cache->capacity) return SCDB_EFULL;
+    w = &m->layers[layer];
+    int want_probs = cap && cap->probs;
+    if (want_probs && cap->probs_slots < n_slots) return SCDB_EINVAL;
+
+    h = malloc((size_t)n * d * sizeof(float));
+    q = malloc((size_t)n * qd * sizeof(float));
+    kk = malloc((size_t)n * kvd * sizeof(float));
+    vv = malloc((size_t)n * kvd * sizeof(float));
+    att = malloc((size_t)n * qd * sizeof(float));
+    g = malloc((size_t)n * c->d_ff * sizeof(float));
+    u = malloc((size_t)n * c->d_ff * sizeof(float));
+    probs = malloc((size_t)c->n_heads * n * n_slots * sizeof(float));
+    if (!h || !q || !kk || !vv || !att || !g || !u || !probs) goto done;
+
+    size_t li = (size_t)cap_index;
+    if (cap && cap->resid) memcpy(cap->resid + li * n * d, x, (size_t)n * d * sizeof(float));
+
+    /* attention */
+    scdb_k_rmsnorm_cpu(x, w->attn_norm, n, d, c->norm_eps, h);
+    if (cap && cap->h_in) memcpy(cap->h_in + li * n * d, h, (size_t)n * d * sizeof(float));
+    scdb_k_linear_cpu(h, w->wq, n, d, qd, q);
+    scdb_k_linear_cpu(h, w->wk, n, d, kvd, kk);
+    scdb_k_linear_cpu(h, w->wv, n, d, kvd, vv);
+    if (cap && cap->k_pre) memcpy(cap->k_pre + li * n * kvd, kk, (size_t)n * kvd * sizeof(float));
+    scdb_k_rope_cpu(q, n, c->n_heads, c->head_dim, pos, c->rope_theta, 0);
+    scdb_k_rope_cpu(kk, n, c->n_kv_heads, c->head_dim, pos, c->rope_theta, 0);
+    if (cap && cap->k_post) memcpy(cap->k_post + li * n * kvd, kk, (size_t)n * kvd * sizeof(float));
+    if (cap && cap->v) memcpy(cap->v + li * n * kvd, vv, (size_t)n * kvd * sizeof(float));
+    for (int i = 0; i < n; i++) {
+        memcpy(scdb_kv_k(cache, layer, slot0 + i), kk + (size_t)i * kvd, (size_t)kvd * sizeof(float));
+        memcpy(scdb_kv_v(cache, layer, slot0 + i), vv + (size_t)i * kvd, (size_t)kvd * sizeof(float));
+        cache->pos[slot0 + i] = pos[i];
+    }
+    rc = scdb_k_attention_cpu(q, pos, n, c->n_heads, scdb_kv_k(cache, layer, 0),
+                              scdb_kv_v(cache, layer, 0), cache->pos, n_slots,
+                              c->n_kv_heads, c->head_dim, att, probs, NULL);
+    if (rc) goto done;
+    if (want_probs) {
+        for (int hh = 0; hh < c->n_heads; hh++)
+            for (int i = 0; i < n; i++) {
+                float *dst = cap->probs + (((li * c->n_heads + hh) * n + i) * (size_t)cap->probs_slots);
+                memcpy(dst, probs + ((size_t)hh * n + i) * n_slots, (size_t)n_slots * sizeof(float));
+                memset(dst + n_slots, 0, (size_t)(cap->probs_slots - n_slots) * sizeof(float));
+            }
+    }
+    /* x += att Wo^T */
+    scdb_k_gemm_cpu(0, 1, n, d, qd, 1.0f, att, qd, w->wo, qd, 1.0f, x, d);
+
+    /* SwiGLU feed-forward */
+    scdb_k_rmsnorm_cpu(x, w->ffn_norm, n, d, c->norm_eps, h);
+    scdb_k_linear_cpu(h, w->w1, n, d, c->d_ff, g);
+    scdb_k_linear_cpu(h, w->w3, n, d, c->d_ff, u);
+    scdb_k_swiglu_cpu(g, u, (size_t)n * c->d_ff, g);
+    scdb_k_gemm_cpu(0, 1, n, d, c->d_ff, 1.0f, g, c->d_ff, w->w2, c->d_ff, 1.0f, x, d);
+    rc = SCDB_OK;
+done:
+    free(h); free(q); free(kk); free(vv); free(att); free(g); free(u); free(probs);
+    return rc;
+}
+
+scdb_err scdb_model_head(const scdb_model *m, const float *x, int n, float *logits)
+{
+    int d = m->cfg.d_model;
+    float *h = malloc((size_t)n * d * sizeof(float));
+    if (!h) return SCDB_ENOMEM;
+    scdb_k_rmsnorm_cpu(x, m->norm, n, d, m->cfg.norm_eps, h);
+    scdb_k_linear_cpu(h, m->output, n, d, m->cfg.vocab_size, logits);
+    free(h);
+    return SCDB_OK;
+}
+
+scdb_err scdb_model_forward(const scdb_model *m, const int32_t *tokens,
+                            const int32_t *pos, int n, scdb_kv_cache *cache,
+                            float *logits, scdb_capture *cap)
+{
+    const scdb_model_config *c = &m->cfg;
+    int32_t *own_pos = NULL;
+    float *x = NULL;
+    scdb_err rc;
+
+    if (!tokens || n <= 0 || !cache) return SCDB_EINVAL;
+    if ((rc = scdb_model_cache_check(m, cache))) return rc;
+    if (cache->n + n > cache->capacity) return SCDB_EFULL;
+    if (!pos) {
+        own_pos = malloc((size_t)n * sizeof *own_pos);
+        if (!own_pos) return SCDB_ENOMEM;
+        int32_t p0 = cache->n > 0 ? cache->pos[cache->n - 1] + 1 : 0;
+        for (int i = 0; i < n; i++) own_pos[i] = p0 + i;
+        pos = own_pos;
+    }
+    for (int i = 0; i < n; i++)
+        if (pos[i] < 0) { rc = SCDB_EINVAL; goto done; }
+    x = malloc((size_t)n * c->d_model * sizeof(float));
+    if (!x) { rc = SCDB_ENOMEM; goto done; }
+    if ((rc = scdb_model_embed(m, tokens, n, x))) goto done;
+    for (int l = 0; l < c->n_layers; l++)
+        if ((rc = scdb_model_layer_forward(m, l, x, pos, n, cache, cache->n, cap, l)))
+            goto done;
+    if (cap && cap->resid)
+        memcpy(cap->resid + (size_t)c->n_layers * n * c->d_model, x,
+               (size_t)n * c->d_model * sizeof(float));
+    if (logits && (rc = scdb_model_head(m, x, n, logits))) goto done;
+    cache->n += n;
+done:
+    free(x);
+    free(own_pos);
+    return rc;
+}
+
+/* ------------------------------------------------------------ tokens, bpb */
+
+int scdb_tokenize_bytes(const void *text, size_t n, int32_t *tokens)
+{
+    const unsigned char *s = text;
+    for (size_t i = 0; i < n; i++) tokens[i] = s[i];
+    return (int)n;
+}
+
+/* -log p(target) from one row of logits */
+static double nll(const float *row, int vocab, int target)
+{
+    float mx = row[0];
+    double s = 0.0;
+    for (int i = 1; i < vocab; i++) if (row[i] > mx) mx = row[i];
+    for (int i = 0; i < vocab; i++) s += exp((double)row[i] - mx);
+    return log(s) + mx - row[target];
+}
+
+scdb_err scdb_model_bpb(const scdb_model *m, const unsigned char *text, size_t len,
+                        int window, size_t max_bytes, double *bpb_out)
+{
+    const scdb_model_config *c = &m->cfg;
+    scdb_kv_cache *cache = NULL;
+    int32_t *tok = NULL;
+    float *logits = NULL;
+    double total = 0.0;
+    size_t count = 0;
+    scdb_err rc;
+
+    if (len > max_bytes) len = max_bytes;
+    if (len < 2 || window < 2) return SCDB_EINVAL;
+    if (window > c->max_seq_len) window = c->max_seq_len;
+    if ((rc = scdb_model_cache_new(m, window, &cache))) return rc;
+    tok = malloc((size_t)window * sizeof *tok);
+    logits = malloc((size_t)window * c->vocab_size * sizeof *logits);
+    if (!tok || !logits) { rc = SCDB_ENOMEM; goto done; }
+    for (size_t off = 0; off + 1 < len; off += (size_t)window - 1) {
+        int n = (int)((len - off) < (size_t)window ? (len - off) : (size_t)window);
+        if (n < 2) break;
+        scdb_tokenize_bytes(text + off, (size_t)n, tok);
+        cache->n = 0;
+        if ((rc = scdb_model_forward(m, tok, NULL, n, cache, logits, NULL))) goto done;
+        for (int i = 0; i + 1 < n; i++) {
+            total += nll(logits + (size_t)i * c->vocab_size, c->vocab_size, tok[i + 1]);
+            count++;
+        }
+    }
+    *bpb_out = total / (double)count / log(2.0);
+done:
+    free(tok);
+    free(logits);
+    scdb_kv_cache_free(&cache);
+    return rc;
+}

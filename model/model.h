@@ -1,0 +1,148 @@
+/*
+ * model.h — the reference Llama-style transformer scdb measures against.
+ *
+ * A model is a directory with config.json and model.safetensors (written by
+ * tools/train_family.py; names and layout in schema/FORMATS.md).  The
+ * architecture: byte vocabulary, token embedding, n_layers blocks of
+ *
+ *   h_in = RMSNorm(x) * attention_norm             <- captured as H_in
+ *   q = h_in Wq^T, k = h_in Wk^T (K pre-RoPE), v = h_in Wv^T
+ *   q, k = RoPE(q, k) at each token's absolute position (K post-RoPE)
+ *   x += Wo · attention(q, KV cache)               (causal GQA by position)
+ *   x += W2 (silu(W1 RMSNorm(x)) * W3 RMSNorm(x))  (SwiGLU)
+ *
+ * then a final RMSNorm and the output projection to logits.  Weights are f32
+ * in memory (F16/BF16 files are converted at load), mmap'd zero-copy when the
+ * file is F32.
+ *
+ * Forward passes append to a slot-indexed KV cache (kernels.h): prefill is a
+ * forward over n tokens, decode a forward over one.  The new tokens take
+ * slots [cache->n, cache->n + n); their absolute positions are given, or
+ * continue from the last live slot's position + 1.  A capture struct asks for
+ * per-layer states of the new tokens: H_in, K before and after RoPE, V,
+ * attention probabilities, and the residual stream entering each layer.
+ *
+ * Thread safety: a loaded model is read-only and may be shared by threads;
+ * each forward needs its own cache.
+ */
+#ifndef SCDB_MODEL_H
+#define SCDB_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels.h"
+#include "scdb_common.h"
+
+#define SCDB_MODEL_NAME_MAX 64
+
+typedef struct scdb_model_config {
+    char name[SCDB_MODEL_NAME_MAX];
+    char domain[SCDB_MODEL_NAME_MAX];
+    char parent[SCDB_MODEL_NAME_MAX];    /* "" for a model trained from scratch */
+    char finetune[SCDB_MODEL_NAME_MAX];  /* "pretrain", "full", "lora-merged" */
+    int vocab_size, d_model, n_layers, n_heads, n_kv_heads, head_dim, d_ff;
+    int max_seq_len;
+    float rope_theta, norm_eps;
+} scdb_model_config;
+
+/* Parse config.json text.  SCDB_EFORMAT (not JSON, not an object, a required
+ * field missing or of the wrong type), SCDB_ERANGE (a value out of range or
+ * inconsistent: n_heads not a multiple of n_kv_heads, odd head_dim, ...).
+ * errbuf (may be NULL) names the field. */
+scdb_err scdb_model_config_parse(const char *json, size_t len, scdb_model_config *out,
+                                 char *errbuf, size_t errlen);
+/* Load and parse a config.json file: the above plus SCDB_ENOTFOUND, SCDB_EIO,
+ * SCDB_ETOOBIG (over 1 MiB). */
+scdb_err scdb_model_config_load(const char *path, scdb_model_config *out,
+                                char *errbuf, size_t errlen);
+/* 1 if two configs describe the same architecture (names may differ). */
+int scdb_model_config_same_arch(const scdb_model_config *a, const scdb_model_config *b);
+
+typedef struct scdb_layer_weights {
+    const float *attn_norm;   /* [d_model] */
+    const float *wq;          /* [n_heads*head_dim, d_model] */
+    const float *wk;          /* [n_kv_heads*head_dim, d_model] */
+    const float *wv;          /* [n_kv_heads*head_dim, d_model] */
+    const float *wo;          /* [d_model, n_heads*head_dim] */
+    const float *ffn_norm;    /* [d_model] */
+    const float *w1, *w3;     /* [d_ff, d_model]  gate, up */
+    const float *w2;          /* [d_model, d_ff]  down */
+} scdb_layer_weights;
+
+typedef struct scdb_model scdb_model;
+
+/* Load DIR/config.json and DIR/model.safetensors; every tensor's dtype and
+ * shape is checked against the config.  Errors of the config loader and the
+ * safetensors reader, plus SCDB_ENOTFOUND (missing tensor), SCDB_ESHAPE
+ * (wrong shape), SCDB_EDTYPE. */
+scdb_err scdb_model_load(const char *dir, scdb_model **out, char *errbuf, size_t errlen);
+void scdb_model_free(scdb_model **m);
+
+const scdb_model_config *scdb_model_cfg(const scdb_model *m);
+const scdb_layer_weights *scdb_model_layer(const scdb_model *m, int layer);
+const char *scdb_model_dir(const scdb_model *m);
+static inline int scdb_model_kv_dim(const scdb_model_config *c) { return c->n_kv_heads * c->head_dim; }
+static inline int scdb_model_q_dim(const scdb_model_config *c) { return c->n_heads * c->head_dim; }
+
+/* A cache shaped for this model.  SCDB_EINVAL, SCDB_ENOMEM. */
+scdb_err scdb_model_cache_new(const scdb_model *m, int capacity, scdb_kv_cache **out);
+/* SCDB_ESHAPE unless the cache's layers / heads / head_dim fit the model. */
+scdb_err scdb_model_cache_check(const scdb_model *m, const scdb_kv_cache *c);
+
+/* Per-layer states of the n new tokens.  Any pointer may be NULL.
+ *   h_in   [n_layers][n][d_model]
+ *   k_pre  [n_layers][n][kv_dim]      K before RoPE
+ *   k_post [n_layers][n][kv_dim]      K after RoPE (what the cache holds)
+ *   v      [n_layers][n][kv_dim]
+ *   resid  [n_layers + 1][n][d_model] residual stream entering layer l
+ *                                      (index n_layers: after the last)
+ *   probs  [n_layers][n_heads][n][probs_slots]  attention weights over the
+ *          slots [0, cache->n + n); probs_slots >= that count. */
+typedef struct scdb_capture {
+    float *h_in, *k_pre, *k_post, *v, *resid, *probs;
+    int probs_slots;
+} scdb_capture;
+
+/* Forward n tokens, appending them to the cache.
+ *   pos     NULL: continue from the last live slot's position + 1 (0 if
+ *           empty); else [n] absolute positions.
+ *   logits  NULL or [n][vocab_size].
+ * SCDB_EINVAL (token outside the vocabulary, negative position, n <= 0),
+ * SCDB_EFULL (cache capacity), SCDB_ESHAPE (cache shape), SCDB_ENOMEM.
+ * On error the cache is unchanged (n is not advanced). */
+scdb_err scdb_model_forward(const scdb_model *m, const int32_t *tokens,
+                            const int32_t *pos, int n, scdb_kv_cache *cache,
+                            float *logits, scdb_capture *cap);
+
+/* The pieces of a forward pass, for callers that run part of the network
+ * (the codec's patch layers, the DroidSpeak-style baseline):
+ *   embed:  x[n][d_model] = embedding rows of tokens
+ *   layer:  one block on the residual x (in place); writes this layer's K/V
+ *           for the n tokens into slots [slot0, slot0 + n) and attends over
+ *           slots [0, slot0 + n).  Does not change cache->n.
+ *   head:   logits[n][vocab] from the residual x (x is not modified) */
+scdb_err scdb_model_embed(const scdb_model *m, const int32_t *tokens, int n, float *x);
+scdb_err scdb_model_layer_forward(const scdb_model *m, int layer, float *x,
+                                  const int32_t *pos, int n, scdb_kv_cache *cache,
+                                  int slot0, scdb_capture *cap, int cap_index);
+scdb_err scdb_model_head(const scdb_model *m, const float *x, int n, float *logits);
+
+/* K (post-RoPE) and V of layer `layer` from normalised pre-attention input
+ * h_in [n][d_model] at positions pos: what the model itself would cache. */
+void scdb_model_kv_from_hin(const scdb_model *m, int layer, const float *h_in,
+                            const int32_t *pos, int n, float *k_out, float *v_out);
+
+/* ------------------------------------------------------------ byte tokens */
+
+/* tokens[i] = (unsigned char)text[i]; returns n. */
+int scdb_tokenize_bytes(const void *text, size_t n, int32_t *tokens);
+
+/* Bits per byte of text under the model: mean next-byte cross-entropy / ln 2,
+ * over consecutive windows of `window` bytes (each window prefilled from an
+ * empty cache; the first byte of each window is context only).  Texts longer
+ * than max_bytes are cut.  SCDB_EINVAL (text shorter than 2 bytes). */
+scdb_err scdb_model_bpb(const scdb_model *m, const unsigned char *text, size_t len,
+                        int window, size_t max_bytes, double *bpb_out);
+
+#endif /* SCDB_MODEL_H */

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Install the Debian packages scdb needs (idempotent; fast when all present).
+#   scripts/install-deps.sh            build + test + demo dependencies
+#   scripts/install-deps.sh --bench    also what the benchmarks use
+#                                      (redis for `bench broker`, matplotlib for PNGs)
+#   scripts/install-deps.sh --train    also PyTorch, to retrain the model family
+set -euo pipefail
+
+pkgs=(build-essential cmake pkg-config
+      libopenblas-dev libcmocka-dev liblmdb-dev libzmq3-dev
+      libprotobuf-c-dev protobuf-c-compiler libcjson-dev libxxhash-dev libinih-dev)
+for a in "$@"; do
+  case "$a" in
+    --bench) pkgs+=(redis-server redis-tools python3-matplotlib) ;;
+    --train) pkgs+=(python3-torch python3-numpy fortunes manpages manpages-dev doc-debian) ;;
+    -h|--help) sed -n '2,7p' "$0"; exit 0 ;;
+    *) echo "install-deps.sh: unknown option $a" >&2; exit 2 ;;
+  esac
+done
+
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+echo "install-deps: installing ${missing[*]}" >&2
+SUDO=""
+[ "$(id -u)" -ne 0 ] && SUDO="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# The main job: install what is missing, build, and run it.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+"$root/scripts/install-deps.sh"
+"$root/scripts/build.sh"
+exec "$root/build/client/scdb" models "$@"

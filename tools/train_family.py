@@ -1,0 +1,531 @@
+#!/usr/bin/python3
+"""Train scdb's reference model family and export it for the C side.
+
+The family (all the same Llama-style architecture, byte vocabulary):
+
+  base      trained from scratch on general English text
+            (Debian packages: fortunes, doc-debian, base-files' common-licenses)
+  code      base, fully fine-tuned on C headers
+            (Debian packages: libc6-dev, linux-libc-dev: /usr/include)
+  manpages  base, LoRA fine-tuned (merged into the weights) on troff man page
+            sources (Debian packages: manpages, manpages-dev: man2, man3)
+
+Outputs (relative to --out, default data/):
+
+  models/<name>/model.safetensors   f32 weights, names as in schema/FORMATS.md
+  models/<name>/config.json         architecture + provenance
+  models/<name>/reference_logits.safetensors
+                                    tokens and logits of fixed held-out inputs,
+                                    checked by the C model's test
+  heldout/<domain>.txt              held-out text (files never trained on)
+  models/TRAINING.json              corpus files used / held out, losses, timing
+
+Held-out files are chosen by a deterministic hash of their path
+(crc32(path) % 10 == 0), plus named fortune files for English, so anyone can
+recompute the split.  CPU only, fixed seeds.  Run from the repository root:
+
+  /usr/bin/python3 tools/train_family.py            # full family (~60 min)
+  /usr/bin/python3 tools/train_family.py --quick    # smoke run, tiny steps
+"""
+import argparse
+import glob
+import gzip
+import json
+import math
+import os
+import struct
+import subprocess
+import sys
+import time
+import zlib
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+CONFIG = dict(
+    arch="llama",
+    vocab_size=256,
+    d_model=128,
+    n_layers=8,
+    n_heads=4,
+    n_kv_heads=2,
+    head_dim=32,
+    d_ff=384,
+    max_seq_len=512,
+    rope_theta=10000.0,
+    norm_eps=1e-5,
+)
+
+# ---------------------------------------------------------------- corpora
+
+ENGLISH_HELDOUT_FORTUNES = ("wisdom", "literature")
+
+
+def read_any(path):
+    with open(path, "rb") as f:
+        data = f.read()
+    if path.endswith(".gz"):
+        data = gzip.decompress(data)
+    return data
+
+
+def is_heldout(path):
+    return zlib.crc32(path.encode()) % 10 == 0
+
+
+def english_files():
+    """fortunes, base-files (common-licenses), doc-debian"""
+    files = []
+    for p in sorted(glob.glob("/usr/share/games/fortunes/*")):
+        if os.path.isfile(p) and not p.endswith((".dat", ".u8")):
+            files.append(p)
+    files += sorted(p for p in glob.glob("/usr/share/common-licenses/*")
+                    if os.path.isfile(p) and not os.path.islink(p))
+    files += sorted(p for p in glob.glob("/usr/share/doc/debian/*.txt*")
+                    if os.path.isfile(p))
+    held = [p for p in files
+            if os.path.basename(p) in ENGLISH_HELDOUT_FORTUNES or is_heldout(p)]
+    train = [p for p in files if p not in held]
+    return train, held
+
+
+def code_files():
+    """libc6-dev, linux-libc-dev and other -dev packages: /usr/include/**/*.h"""
+    files = sorted(p for p in glob.glob("/usr/include/**/*.h", recursive=True)
+                   if os.path.isfile(p) and not os.path.islink(p))
+    held = [p for p in files if is_heldout(p)]
+    train = [p for p in files if not is_heldout(p)]
+    return train, held
+
+
+def manpage_files():
+    """manpages, manpages-dev: troff sources in /usr/share/man/man2, man3"""
+    files = sorted(p for p in glob.glob("/usr/share/man/man2/*.gz") +
+                   glob.glob("/usr/share/man/man3/*.gz")
+                   if os.path.isfile(p) and not os.path.islink(p))
+    # many man3 pages are one-line ".so" redirects: keep real pages only
+    files = [p for p in files if len(read_any(p)) > 400]
+    held = [p for p in files if is_heldout(p)]
+    train = [p for p in files if not is_heldout(p)]
+    return train, held
+
+
+def load_corpus(paths, limit):
+    parts, total = [], 0
+    for p in paths:
+        d = read_any(p)
+        parts.append(d)
+        total += len(d)
+        if total >= limit:
+            break
+    blob = b"\n".join(parts)[:limit]
+    return torch.frombuffer(bytearray(blob), dtype=torch.uint8).long(), paths[:len(parts)]
+
+
+DOMAINS = {
+    "english": english_files,
+    "code": code_files,
+    "manpages": manpage_files,
+}
+
+# ---------------------------------------------------------------- model
+
+
+def rope_tables(n, head_dim, theta):
+    inv = 1.0 / (theta ** (torch.arange(0, head_dim, 2).float() / head_dim))
+    t = torch.arange(n).float()
+    ang = torch.outer(t, inv)  # [n, head_dim/2]
+    return ang.cos(), ang.sin()
+
+
+def apply_rope(x, cos, sin):
+    # x: [B, H, T, D]; rotate pairs (i, i + D/2)  ("rotate_half" convention)
+    d2 = x.shape[-1] // 2
+    x1, x2 = x[..., :d2], x[..., d2:]
+    return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, d, eps):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(d))
+        self.eps = eps
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+class LoRALinear(nn.Module):
+    """A frozen Linear plus a trainable low-rank update; merge() folds it in."""
+
+    def __init__(self, base, rank, alpha):
+        super().__init__()
+        self.base = base
+        self.base.weight.requires_grad_(False)
+        self.A = nn.Parameter(torch.randn(rank, base.in_features) / math.sqrt(base.in_features))
+        self.B = nn.Parameter(torch.zeros(base.out_features, rank))
+        self.scale = alpha / rank
+
+    def forward(self, x):
+        return self.base(x) + (x @ self.A.t() @ self.B.t()) * self.scale
+
+    def merged(self):
+        lin = nn.Linear(self.base.in_features, self.base.out_features, bias=False)
+        with torch.no_grad():
+            lin.weight.copy_(self.base.weight + self.scale * (self.B @ self.A))
+        return lin
+
+
+class Block(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        d, hd = c["d_model"], c["head_dim"]
+        self.nh, self.nkv, self.hd = c["n_heads"], c["n_kv_heads"], hd
+        self.attention_norm = RMSNorm(d, c["norm_eps"])
+        self.wq = nn.Linear(d, self.nh * hd, bias=False)
+        self.wk = nn.Linear(d, self.nkv * hd, bias=False)
+        self.wv = nn.Linear(d, self.nkv * hd, bias=False)
+        self.wo = nn.Linear(self.nh * hd, d, bias=False)
+        self.ffn_norm = RMSNorm(d, c["norm_eps"])
+        self.w1 = nn.Linear(d, c["d_ff"], bias=False)
+        self.w3 = nn.Linear(d, c["d_ff"], bias=False)
+        self.w2 = nn.Linear(c["d_ff"], d, bias=False)
+
+    def forward(self, x, cos, sin, mask):
+        B, T, _ = x.shape
+        h = self.attention_norm(x)
+        q = self.wq(h).view(B, T, self.nh, self.hd).transpose(1, 2)
+        k = self.wk(h).view(B, T, self.nkv, self.hd).transpose(1, 2)
+        v = self.wv(h).view(B, T, self.nkv, self.hd).transpose(1, 2)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        rep = self.nh // self.nkv
+        k = k.repeat_interleave(rep, dim=1)
+        v = v.repeat_interleave(rep, dim=1)
+        att = (q @ k.transpose(-1, -2)) / math.sqrt(self.hd) + mask
+        o = F.softmax(att, dim=-1) @ v
+        x = x + self.wo(o.transpose(1, 2).reshape(B, T, -1))
+        h = self.ffn_norm(x)
+        return x + self.w2(F.silu(self.w1(h)) * self.w3(h))
+
+
+class Model(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.c = c
+        self.tok_embeddings = nn.Embedding(c["vocab_size"], c["d_model"])
+        self.layers = nn.ModuleList(Block(c) for _ in range(c["n_layers"]))
+        self.norm = RMSNorm(c["d_model"], c["norm_eps"])
+        self.output = nn.Linear(c["d_model"], c["vocab_size"], bias=False)
+        cos, sin = rope_tables(c["max_seq_len"], c["head_dim"], c["rope_theta"])
+        self.register_buffer("cos", cos, persistent=False)
+        self.register_buffer("sin", sin, persistent=False)
+        for m in self.modules():
+            if isinstance(m, nn.Linear):
+                nn.init.normal_(m.weight, std=0.02)
+            elif isinstance(m, nn.Embedding):
+                nn.init.normal_(m.weight, std=0.02)
+        for b in self.layers:  # scaled residual init (GPT-2)
+            nn.init.normal_(b.wo.weight, std=0.02 / math.sqrt(2 * c["n_layers"]))
+            nn.init.normal_(b.w2.weight, std=0.02 / math.sqrt(2 * c["n_layers"]))
+
+    def forward(self, idx):
+        T = idx.shape[1]
+        mask = torch.full((T, T), float("-inf")).triu(1)
+        x = self.tok_embeddings(idx)
+        cos, sin = self.cos[:T], self.sin[:T]
+        for b in self.layers:
+            x = b(x, cos, sin, mask)
+        return self.output(self.norm(x))
+
+
+LINEARS = ("wq", "wk", "wv", "wo", "w1", "w2", "w3")
+
+
+def add_lora(model, rank, alpha):
+    for p in model.parameters():
+        p.requires_grad_(False)
+    for b in model.layers:
+        for n in LINEARS:
+            setattr(b, n, LoRALinear(getattr(b, n), rank, alpha))
+
+
+def merge_lora(model):
+    for b in model.layers:
+        for n in LINEARS:
+            m = getattr(b, n)
+            if isinstance(m, LoRALinear):
+                setattr(b, n, m.merged())
+
+# ---------------------------------------------------------------- export
+
+
+def state_tensors(model):
+    t = {"tok_embeddings.weight": model.tok_embeddings.weight,
+         "norm.weight": model.norm.weight, "output.weight": model.output.weight}
+    for i, b in enumerate(model.layers):
+        p = f"layers.{i}."
+        t[p + "attention_norm.weight"] = b.attention_norm.weight
+        t[p + "ffn_norm.weight"] = b.ffn_norm.weight
+        for n, name in (("wq", "attention.wq"), ("wk", "attention.wk"),
+                        ("wv", "attention.wv"), ("wo", "attention.wo"),
+                        ("w1", "feed_forward.w1"), ("w2", "feed_forward.w2"),
+                        ("w3", "feed_forward.w3")):
+            t[p + name + ".weight"] = getattr(b, n).weight
+    return {k: v.detach().float().contiguous() for k, v in t.items()}
+
+
+def write_safetensors(path, tensors, metadata=None):
+    """Minimal safetensors writer (little-endian, 8-byte aligned header)."""
+    header, blobs, off = {}, [], 0
+    for name in sorted(tensors):
+        t = tensors[name].contiguous()
+        if t.dtype == torch.float32:
+            dt, raw = "F32", t.numpy().astype("<f4").tobytes()
+        elif t.dtype == torch.int32:
+            dt, raw = "I32", t.numpy().astype("<i4").tobytes()
+        else:
+            raise ValueError(f"unsupported dtype {t.dtype}")
+        header[name] = {"dtype": dt, "shape": list(t.shape),
+                        "data_offsets": [off, off + len(raw)]}
+        blobs.append(raw)
+        off += len(raw)
+    if metadata:
+        header["__metadata__"] = {k: str(v) for k, v in metadata.items()}
+    h = json.dumps(header, separators=(",", ":")).encode()
+    h += b" " * (-len(h) % 8)
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(struct.pack("<Q", len(h)))
+        f.write(h)
+        for b in blobs:
+            f.write(b)
+    os.replace(tmp, path)
+
+# ---------------------------------------------------------------- training
+
+
+def batches(data, batch, seq, gen):
+    n = data.numel() - seq - 1
+    while True:
+        ix = torch.randint(0, n, (batch,), generator=gen)
+        x = torch.stack([data[i:i + seq + 1] for i in ix.tolist()])
+        yield x[:, :-1], x[:, 1:]
+
+
+@torch.no_grad()
+def eval_bpb(model, data, seq=512, max_windows=16):
+    model.eval()
+    tot, cnt = 0.0, 0
+    nwin = min(max_windows, (data.numel() - 1) // seq)
+    for w in range(nwin):
+        x = data[w * seq:(w + 1) * seq + 1].unsqueeze(0)
+        logits = model(x[:, :-1])
+        tot += F.cross_entropy(logits.view(-1, 256), x[:, 1:].reshape(-1),
+                               reduction="sum").item()
+        cnt += seq
+    model.train()
+    return tot / cnt / math.log(2)
+
+
+def train(model, data, steps, lr, batch, seq, seed, log, label, warmup=50):
+    """AdamW with warmup + cosine decay.  The first 85% of the steps use
+    sequences of seq/2 tokens (batch*2 of them: cheaper attention, same tokens
+    per step); the last 15% use the full context so every position up to
+    max_seq_len is trained."""
+    gen = torch.Generator().manual_seed(seed)
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.95), weight_decay=0.01)
+    short = batches(data, batch * 2, seq // 2, gen)
+    full = batches(data, batch, seq, gen)
+    long_from = int(steps * 0.85)
+    t0 = time.time()
+    losses = []
+    model.train()
+    for step in range(steps):
+        cur = lr * min(1.0, (step + 1) / warmup) * \
+            (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * step / steps)))
+        for g in opt.param_groups:
+            g["lr"] = cur
+        x, y = next(short if step < long_from else full)
+        loss = F.cross_entropy(model(x).view(-1, 256), y.reshape(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        losses.append(loss.item())
+        if step % 25 == 0 or step == steps - 1:
+            el = time.time() - t0
+            eta = el / (step + 1) * (steps - step - 1)
+            msg = (f"[{label}] step {step + 1}/{steps} loss {loss.item():.4f} "
+                   f"lr {cur:.2e} {el:.0f}s elapsed, eta {eta:.0f}s")
+            print(msg, flush=True)
+            log.append(msg)
+    return losses, time.time() - t0
+
+
+def read_safetensors(path):
+    with open(path, "rb") as f:
+        raw = f.read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    hdr = json.loads(raw[8:8 + n])
+    out = {}
+    for k, v in hdr.items():
+        if k == "__metadata__":
+            continue
+        a, b = v["data_offsets"]
+        buf = bytearray(raw[8 + n + a:8 + n + b])
+        out[k] = torch.frombuffer(buf, dtype=torch.float32).view(v["shape"]).clone()
+    return out
+
+
+def load_exported(model, path):
+    t = read_safetensors(path)
+    sd = {"tok_embeddings.weight": t["tok_embeddings.weight"],
+          "norm.weight": t["norm.weight"], "output.weight": t["output.weight"]}
+    for i in range(model.c["n_layers"]):
+        p = f"layers.{i}."
+        sd[p + "attention_norm.weight"] = t[p + "attention_norm.weight"]
+        sd[p + "ffn_norm.weight"] = t[p + "ffn_norm.weight"]
+        for n, name in (("wq", "attention.wq"), ("wk", "attention.wk"),
+                        ("wv", "attention.wv"), ("wo", "attention.wo"),
+                        ("w1", "feed_forward.w1"), ("w2", "feed_forward.w2"),
+                        ("w3", "feed_forward.w3")):
+            sd[p + n + ".weight"] = t[p + name + ".weight"]
+    model.load_state_dict(sd)
+
+
+def prepare(a):
+    """Load corpora, write held-out texts, return (corpora, held, domain report)."""
+    corpora, held, rep = {}, {}, {}
+    for dom, fn in DOMAINS.items():
+        tr, he = fn()
+        corpora[dom], used = load_corpus(tr, 8 << 20)
+        heldtext = b"\n".join(read_any(p) for p in he)[:96 << 10]
+        held[dom] = torch.frombuffer(bytearray(heldtext), dtype=torch.uint8).long()
+        os.makedirs(os.path.join(a.out, "heldout"), exist_ok=True)
+        with open(os.path.join(a.out, "heldout", dom + ".txt"), "wb") as f:
+            f.write(heldtext)
+        assert not set(used) & set(he), "held-out file in training set"
+        rep[dom] = {"package_paths": fn.__doc__, "train_files": used,
+                    "heldout_files": he, "train_bytes": int(corpora[dom].numel()),
+                    "heldout_bytes": len(heldtext)}
+    return corpora, held, rep
+
+
+def finish(a, name, model, held, extra):
+    d = os.path.join(a.out, "models", name)
+    os.makedirs(d, exist_ok=True)
+    model.eval()
+    write_safetensors(os.path.join(d, "model.safetensors"), state_tensors(model),
+                      {"format": "scdb-model", "name": name})
+    cfg = dict(CONFIG, name=name, **extra)
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+        f.write("\n")
+    # reference logits for the C test: fixed slices of each domain's held-out
+    # text, of lengths 200, 512 (full context) and 77
+    refs = {}
+    with torch.no_grad():
+        for i, (dom, n) in enumerate((("english", 200), ("code", 512), ("manpages", 77))):
+            toks = held[dom][1000:1000 + n].unsqueeze(0)
+            refs[f"tokens.{i}"] = toks[0].to(torch.int32)
+            refs[f"logits.{i}"] = model(toks)[0].float()
+    write_safetensors(os.path.join(d, "reference_logits.safetensors"), refs,
+                      {"format": "scdb-reference-logits", "model": name, "count": 3})
+    bpb = {dom: round(eval_bpb(model, held[dom]), 4) for dom in DOMAINS}
+    print(f"[{name}] held-out bpb (torch): " +
+          ", ".join(f"{k} {v:.3f}" for k, v in bpb.items()), flush=True)
+    with open(os.path.join(d, "training.json"), "w") as f:
+        json.dump(dict(extra, heldout_bpb_torch=bpb), f, indent=1)
+        f.write("\n")
+
+
+def avg_tail(losses):
+    return round(sum(losses[-20:]) / len(losses[-20:]), 4)
+
+
+def stage(a, which):
+    torch.set_num_threads(a.threads)
+    corpora, held, _ = prepare(a)
+    log = []
+    if which == "base":
+        torch.manual_seed(1234)
+        m = Model(CONFIG)
+        print(f"model: {sum(p.numel() for p in m.parameters())} parameters", flush=True)
+        losses, secs = train(m, corpora["english"], a.base_steps, 3e-3, a.batch,
+                             a.seq, 1, log, "base")
+        finish(a, "base", m, held, {"domain": "english", "parent": None,
+               "finetune": "pretrain", "steps": a.base_steps, "lr": 3e-3,
+               "train_seconds": round(secs, 1), "final_loss": avg_tail(losses)})
+        return
+    base_path = os.path.join(a.out, "models", "base", "model.safetensors")
+    torch.manual_seed(1234 + len(which))
+    m = Model(CONFIG)
+    load_exported(m, base_path)
+    if which == "code":
+        # full fine-tune, long and hard so that drift from base is real
+        losses, secs = train(m, corpora["code"], a.code_steps, 3e-3, a.batch,
+                             a.seq, 2, log, "code", warmup=20)
+        finish(a, "code", m, held, {"domain": "code", "parent": "base",
+               "finetune": "full", "steps": a.code_steps, "lr": 3e-3,
+               "train_seconds": round(secs, 1), "final_loss": avg_tail(losses)})
+    else:
+        # LoRA rank 16 on every linear of every layer, merged into the weights
+        add_lora(m, rank=16, alpha=32)
+        losses, secs = train(m, corpora["manpages"], a.lora_steps, 4e-3, a.batch,
+                             a.seq, 3, log, "manpages", warmup=20)
+        merge_lora(m)
+        finish(a, "manpages", m, held, {"domain": "manpages", "parent": "base",
+               "finetune": "lora-merged", "lora_rank": 16, "lora_alpha": 32,
+               "steps": a.lora_steps, "lr": 4e-3,
+               "train_seconds": round(secs, 1), "final_loss": avg_tail(losses)})
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default="data")
+    ap.add_argument("--quick", action="store_true", help="smoke run (few steps)")
+    ap.add_argument("--stage", choices=("all", "base", "code", "manpages"),
+                    default="all", help="all = base, then both specialists in "
+                    "parallel (one process and one core each)")
+    ap.add_argument("--base-steps", type=int, default=600)
+    ap.add_argument("--code-steps", type=int, default=450)
+    ap.add_argument("--lora-steps", type=int, default=450)
+    ap.add_argument("--batch", type=int, default=8, help="sequences of --seq tokens")
+    ap.add_argument("--seq", type=int, default=512)
+    ap.add_argument("--threads", type=int, default=1)
+    a = ap.parse_args()
+    if a.quick:
+        a.base_steps, a.code_steps, a.lora_steps = 4, 4, 4
+    if a.stage != "all":
+        return stage(a, a.stage)
+    t0 = time.time()
+    argv = [sys.executable, os.path.abspath(__file__), "--out", a.out,
+            "--base-steps", str(a.base_steps), "--code-steps", str(a.code_steps),
+            "--lora-steps", str(a.lora_steps), "--batch", str(a.batch),
+            "--seq", str(a.seq), "--threads", str(a.threads)]
+    if subprocess.call(argv + ["--stage", "base"]) != 0:
+        return 1
+    procs = [subprocess.Popen(argv + ["--stage", s]) for s in ("code", "manpages")]
+    if any(p.wait() != 0 for p in procs):
+        return 1
+    _, _, rep = prepare(a)
+    report = {"config": CONFIG, "torch": torch.__version__, "args": vars(a),
+              "domains": rep, "models": {},
+              "heldout_rule": "crc32(path) % 10 == 0, plus fortunes " +
+              " and ".join(ENGLISH_HELDOUT_FORTUNES)}
+    for name in ("base", "code", "manpages"):
+        with open(os.path.join(a.out, "models", name, "training.json")) as f:
+            report["models"][name] = json.load(f)
+    report["total_seconds"] = round(time.time() - t0, 1)
+    with open(os.path.join(a.out, "models", "TRAINING.json"), "w") as f:
+        json.dump(report, f, indent=1)
+        f.write("\n")
+    print(f"done in {report['total_seconds']} s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
