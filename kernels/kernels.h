@@ -129,6 +129,35 @@ scdb_err scdb_k_attention_cpu(const float *q, const int32_t *q_pos, int n_q,
                               int n_kv_heads, int head_dim, float *out,
                               float *probs, float *scratch);
 
+/* ---------------------------------------------------------------- ops (CUDA)
+ * Twins of the CPU ops on device pointers, built when nvcc exists
+ * (kernels/cuda/).  In a build without CUDA they exist and return
+ * SCDB_EUNSUPPORTED, and scdb_k_cuda_device_count() is 0.  Asynchronous on
+ * the default stream; scdb_k_cuda_sync() waits and reports kernel errors. */
+int scdb_k_cuda_device_count(void);
+scdb_err scdb_k_cuda_malloc(size_t bytes, void **out);
+void scdb_k_cuda_free(void *p);
+scdb_err scdb_k_cuda_copy(void *dst, const void *src, size_t bytes, int to_device);
+scdb_err scdb_k_cuda_sync(void);
+scdb_err scdb_k_gemm_cuda(int trans_a, int trans_b, int M, int N, int K, float alpha,
+                          const float *A, int lda, const float *B, int ldb,
+                          float beta, float *C, int ldc);
+scdb_err scdb_k_linear_cuda(const float *x, const float *W, int n, int in, int out,
+                            float *y);
+scdb_err scdb_k_rmsnorm_cuda(const float *x, const float *w, int n_rows, int dim,
+                             float eps, float *out);
+scdb_err scdb_k_rope_cuda(float *x, int n_tok, int n_heads, int head_dim,
+                          const int32_t *pos, float theta, int inverse);
+scdb_err scdb_k_softmax_cuda(float *x, int n_rows, int n);
+scdb_err scdb_k_swiglu_cuda(const float *gate, const float *up, size_t n, float *out);
+scdb_err scdb_k_f32_to_f16_cuda(const float *src, uint16_t *dst, size_t n);
+scdb_err scdb_k_f16_to_f32_cuda(const uint16_t *src, float *dst, size_t n);
+scdb_err scdb_k_attention_cuda(const float *q, const int32_t *q_pos, int n_q,
+                               int n_heads, const float *k, const float *v,
+                               const int32_t *slot_pos, int n_slots,
+                               int n_kv_heads, int head_dim, float *out,
+                               float *probs, float *scratch);
+
 /* ------------------------------------------------------- slot-indexed KV */
 
 typedef struct scdb_kv_cache {
