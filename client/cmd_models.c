@@ -36,7 +36,8 @@ static int list_dir(const char *dir, const char *probe, const char *suffix,
         FILE *f;
         if (e->d_name[0] == '.') continue;
         if (probe) {
-            snprintf(path, sizeof path, "%s/%s/%s", dir, e->d_name, probe);
+            if (snprintf(path, sizeof path, "%s/%s/%s", dir, e->d_name, probe) >= (int)sizeof path)
+                continue;
             if (!(f = fopen(path, "r"))) continue;
             fclose(f);
             names[n++] = strdup(e->d_name);
