@@ -11,6 +11,8 @@ static const struct {
 } benches[] = {
     {"store", scdb_bench_store,
      "trace replay against the store vs bare LMDB: hit rate, ops/s, latency"},
+    {"broker", scdb_bench_broker,
+     "lookup round trips vs Redis GET; get into shared memory vs memcpy"},
 };
 
 static void usage(FILE *f)

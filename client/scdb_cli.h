@@ -7,6 +7,11 @@
 #define SCDB_CLI_H
 
 int scdb_cmd_models(int argc, char **argv);   /* cmd_models.c */
+int scdb_cmd_serve(int argc, char **argv);    /* cmd_broker.c */
+int scdb_cmd_put(int argc, char **argv);
+int scdb_cmd_lookup(int argc, char **argv);
+int scdb_cmd_get(int argc, char **argv);
+int scdb_cmd_stats(int argc, char **argv);
 
 /* Default asset directory (the repository's data/, or $SCDB_DATA). */
 const char *scdb_cli_data_dir(void);

@@ -1,0 +1,530 @@
+/* broker.c — broker setup (store, registry, sockets, threads), the main
+ * event loop, the SIGTERM drain, and teardown. */
+#include "broker_int.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#define DONE_ENDPOINT "inproc://scdb-done"
+#define MAX_BATCH 64         /* messages per socket per loop turn */
+
+/* ------------------------------------------------------------- helpers */
+
+/* mkdir -p; new directories get `mode`. */
+static int mkdir_p(const char *path, mode_t mode)
+{
+    char buf[512];
+    size_t n = strlen(path);
+
+    if (n == 0 || n >= sizeof buf) return -1;
+    memcpy(buf, path, n + 1);
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = 0;
+        if (mkdir(buf, mode) && errno != EEXIST) return -1;
+        *p = '/';
+    }
+    if (mkdir(buf, mode) && errno != EEXIST) return -1;
+    return 0;
+}
+
+/* 1 if something accepts connections on the unix socket at path. */
+static int socket_alive(const char *path)
+{
+    struct sockaddr_un sa;
+    int fd, ok;
+
+    if (strlen(path) >= sizeof sa.sun_path) return 0;
+    fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return 0;
+    memset(&sa, 0, sizeof sa);
+    sa.sun_family = AF_UNIX;
+    memcpy(sa.sun_path, path, strlen(path));
+    ok = connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0;
+    close(fd);
+    return ok;
+}
+
+static scdb_err read_curve_key(const char *path, uint8_t key[32], char *errbuf, size_t errlen)
+{
+    char *text = NULL;
+    size_t len = 0, a = 0, z;
+    struct stat st;
+    scdb_err e = scdb_read_file(path, 4096, &text, &len);
+
+    if (e) {
+        snprintf(errbuf, errlen, "curve_secret_file %s: %s", path, scdb_strerror(e));
+        return SCDB_EINVAL;
+    }
+    if (stat(path, &st) == 0 && (st.st_mode & 077))
+        scdb_warn("curve_secret_file %s is readable by group or others (mode %03o)", path,
+                  (unsigned)(st.st_mode & 0777));
+    while (a < len && (text[a] == ' ' || text[a] == '\n' || text[a] == '\r' || text[a] == '\t'))
+        a++;
+    z = a;
+    while (z < len && text[z] != ' ' && text[z] != '\n' && text[z] != '\r' && text[z] != '\t')
+        z++;
+    text[z] = 0;
+    if (z - a != 40 || !zmq_z85_decode(key, text + a)) {
+        free(text);
+        snprintf(errbuf, errlen, "curve_secret_file %s: expected a 40-character Z85 key", path);
+        return SCDB_EINVAL;
+    }
+    free(text);
+    return SCDB_OK;
+}
+
+static scdb_err check_config(const scdb_broker_config *c, char *errbuf, size_t errlen)
+{
+    const char *path = c->endpoint + 6;
+
+    if (strncmp(c->endpoint, "ipc://", 6) || !*path) {
+        snprintf(errbuf, errlen, "endpoint '%s' must be ipc://PATH", c->endpoint);
+        return SCDB_EINVAL;
+    }
+    if (path[0] == '@') {
+        snprintf(errbuf, errlen,
+                 "endpoint '%s': abstract sockets have no permissions; use a path",
+                 c->endpoint);
+        return SCDB_EINVAL;
+    }
+    if (strlen(path) >= sizeof(((struct sockaddr_un *)0)->sun_path)) {
+        snprintf(errbuf, errlen, "endpoint path '%s' is too long for a unix socket", path);
+        return SCDB_EINVAL;
+    }
+    if (c->socket_mode & ~0660u) {
+        snprintf(errbuf, errlen, "socket_mode %03o is looser than 0660", c->socket_mode);
+        return SCDB_EINVAL;
+    }
+    if (c->tcp_endpoint[0]) {
+        if (strncmp(c->tcp_endpoint, "tcp://", 6)) {
+            snprintf(errbuf, errlen, "tcp_endpoint '%s' must be tcp://HOST:PORT",
+                     c->tcp_endpoint);
+            return SCDB_EINVAL;
+        }
+        if (!c->curve_secret_file[0]) {
+            snprintf(errbuf, errlen,
+                     "refusing plaintext %s: set curve_secret_file (CURVE is required on tcp)",
+                     c->tcp_endpoint);
+            return SCDB_EINVAL;
+        }
+        if (!zmq_has("curve")) {
+            snprintf(errbuf, errlen, "this libzmq has no CURVE support: tcp is unavailable");
+            return SCDB_EUNSUPPORTED;
+        }
+    }
+    if (c->workers < 1) {
+        snprintf(errbuf, errlen, "workers must be at least 1");
+        return SCDB_EINVAL;
+    }
+    if (c->heartbeat_timeout_ms <= c->heartbeat_ms) {
+        snprintf(errbuf, errlen, "heartbeat_timeout_ms (%d) must exceed heartbeat_ms (%d)",
+                 c->heartbeat_timeout_ms, c->heartbeat_ms);
+        return SCDB_EINVAL;
+    }
+    if (c->max_request_bytes < 1024) {
+        snprintf(errbuf, errlen, "max_request_bytes must be at least 1024");
+        return SCDB_EINVAL;
+    }
+    if (!c->data_dir[0]) {
+        snprintf(errbuf, errlen, "data_dir is empty");
+        return SCDB_EINVAL;
+    }
+    return SCDB_OK;
+}
+
+static void *router_new(scdb_broker *b, int *ok)
+{
+    void *s = zmq_socket(b->zctx, ZMQ_ROUTER);
+    int linger = 1000;
+    int64_t hard = (int64_t)(b->cfg.max_request_bytes > (UINT64_MAX >> 3)
+                                 ? INT64_MAX
+                                 : 2 * b->cfg.max_request_bytes + (1 << 20));
+
+    /* frames past max_request_bytes get an error reply; one frame past the
+     * hard limit drops the connection (memory protection) */
+    *ok = s && !zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof linger) &&
+          !zmq_setsockopt(s, ZMQ_MAXMSGSIZE, &hard, sizeof hard);
+    return s;
+}
+
+static scdb_err bind_ipc(scdb_broker *b, char *errbuf, size_t errlen)
+{
+    const char *path = b->cfg.endpoint + 6;
+    char dir[256];
+    char *slash;
+    mode_t old;
+    int ok, rc;
+
+    snprintf(b->ipc_path, sizeof b->ipc_path, "%s", path);
+    snprintf(dir, sizeof dir, "%s", path);
+    slash = strrchr(dir, '/');
+    if (slash && slash != dir) {
+        *slash = 0;
+        if (mkdir_p(dir, 0750)) {
+            snprintf(errbuf, errlen, "cannot create %s: %s", dir, strerror(errno));
+            return SCDB_ESYS;
+        }
+    }
+    if (socket_alive(path)) {
+        snprintf(errbuf, errlen, "another broker is listening on %s", b->cfg.endpoint);
+        return SCDB_EBUSY;
+    }
+    b->router[0] = router_new(b, &ok);
+    if (!ok) goto zfail;
+    b->n_router = 1;
+    old = umask(0177);        /* the socket file is born 0600 ... */
+    rc = zmq_bind(b->router[0], b->cfg.endpoint);
+    umask(old);
+    if (rc) goto zfail;
+    if (chmod(path, b->cfg.socket_mode)) { /* ... then gets exactly socket_mode */
+        snprintf(errbuf, errlen, "chmod %s: %s", path, strerror(errno));
+        return SCDB_ESYS;
+    }
+    return SCDB_OK;
+zfail:
+    snprintf(errbuf, errlen, "cannot bind %s: %s", b->cfg.endpoint, zmq_strerror(zmq_errno()));
+    return SCDB_ESYS;
+}
+
+static scdb_err bind_tcp(scdb_broker *b, char *errbuf, size_t errlen)
+{
+    uint8_t key[32];
+    int one = 1, ok;
+    void *s;
+    scdb_err e = read_curve_key(b->cfg.curve_secret_file, key, errbuf, errlen);
+
+    if (e) return e;
+    s = router_new(b, &ok);
+    if (s) b->router[b->n_router++] = s;
+    if (!ok || zmq_setsockopt(s, ZMQ_CURVE_SERVER, &one, sizeof one) ||
+        zmq_setsockopt(s, ZMQ_CURVE_SECRETKEY, key, sizeof key) ||
+        zmq_bind(s, b->cfg.tcp_endpoint)) {
+        snprintf(errbuf, errlen, "cannot bind %s: %s", b->cfg.tcp_endpoint,
+                 zmq_strerror(zmq_errno()));
+        memset(key, 0, sizeof key);
+        return SCDB_ESYS;
+    }
+    memset(key, 0, sizeof key);
+    return SCDB_OK;
+}
+
+static scdb_err lock_data_dir(scdb_broker *b, char *errbuf, size_t errlen)
+{
+    char path[600];
+
+    if (mkdir_p(b->cfg.data_dir, 0700)) {
+        snprintf(errbuf, errlen, "cannot create data dir %s: %s", b->cfg.data_dir,
+                 strerror(errno));
+        return SCDB_ESYS;
+    }
+    snprintf(path, sizeof path, "%s/broker.lock", b->cfg.data_dir);
+    b->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (b->lock_fd < 0) {
+        snprintf(errbuf, errlen, "cannot open %s: %s", path, strerror(errno));
+        return SCDB_ESYS;
+    }
+    if (flock(b->lock_fd, LOCK_EX | LOCK_NB)) {
+        snprintf(errbuf, errlen, "data dir %s is in use by another broker", b->cfg.data_dir);
+        return SCDB_EBUSY;
+    }
+    return SCDB_OK;
+}
+
+/* ------------------------------------------------------------ lifecycle */
+
+scdb_err scdb_broker_new(const scdb_broker_config *c, scdb_broker **out, char *errbuf,
+                         size_t errlen)
+{
+    scdb_broker *b;
+    scdb_store_opts so;
+    scdb_err e;
+    char dummy[8];
+
+    if (!errbuf) {
+        errbuf = dummy;
+        errlen = sizeof dummy;
+    }
+    *out = NULL;
+    errbuf[0] = 0;
+    e = check_config(c, errbuf, errlen);
+    if (e) return e;
+    b = calloc(1, sizeof *b);
+    if (!b) return SCDB_ENOMEM;
+    b->cfg = *c;
+    b->cfg.models = NULL;
+    b->cfg.codebooks = NULL;
+    b->cfg.pairs = NULL;
+    b->cfg.n_models = b->cfg.n_codebooks = b->cfg.n_pairs = 0;
+    b->lock_fd = -1;
+    b->sigpipe[0] = b->sigpipe[1] = -1;
+    b->t_start = scdb_now();
+
+    e = bk_registry_build(b, c, errbuf, errlen);
+    if (e) goto fail;
+    e = lock_data_dir(b, errbuf, errlen);
+    if (e) goto fail;
+    memset(&so, 0, sizeof so);
+    so.path = c->data_dir;
+    so.block_tokens = c->block_tokens;
+    so.disk_capacity_bytes = c->disk_capacity;
+    so.hot_capacity_bytes = c->hot_capacity;
+    so.map_size = c->map_size;
+    so.max_map_size = c->max_map_size;
+    so.no_sync = c->no_sync;
+    e = scdb_store_open(&so, &b->store);
+    if (e) {
+        snprintf(errbuf, errlen, "cannot open the store in %s: %s", c->data_dir,
+                 scdb_strerror(e));
+        goto fail;
+    }
+    b->block_tokens = scdb_store_block_tokens(b->store);
+    if (getrandom(&b->instance, sizeof b->instance, 0) != sizeof b->instance)
+        b->instance = (uint64_t)scdb_now_ns() ^ ((uint64_t)getpid() << 32);
+
+    b->zctx = zmq_ctx_new();
+    if (!b->zctx) {
+        snprintf(errbuf, errlen, "zmq_ctx_new: %s", zmq_strerror(zmq_errno()));
+        e = SCDB_ESYS;
+        goto fail;
+    }
+    b->done = zmq_socket(b->zctx, ZMQ_PULL);
+    {
+        int hwm = 0;
+        if (!b->done || zmq_setsockopt(b->done, ZMQ_RCVHWM, &hwm, sizeof hwm) ||
+            zmq_bind(b->done, DONE_ENDPOINT)) {
+            snprintf(errbuf, errlen, "inproc bind: %s", zmq_strerror(zmq_errno()));
+            e = SCDB_ESYS;
+            goto fail;
+        }
+    }
+    e = bind_ipc(b, errbuf, errlen);
+    if (e) goto fail;
+    if (c->tcp_endpoint[0]) {
+        e = bind_tcp(b, errbuf, errlen);
+        if (e) goto fail;
+    }
+    if (pipe(b->sigpipe) || fcntl(b->sigpipe[0], F_SETFL, O_NONBLOCK) ||
+        fcntl(b->sigpipe[1], F_SETFL, O_NONBLOCK) || fcntl(b->sigpipe[0], F_SETFD, FD_CLOEXEC) ||
+        fcntl(b->sigpipe[1], F_SETFD, FD_CLOEXEC)) {
+        snprintf(errbuf, errlen, "pipe: %s", strerror(errno));
+        e = SCDB_ESYS;
+        goto fail;
+    }
+    e = bk_threads_start(b);
+    if (e) {
+        snprintf(errbuf, errlen, "cannot start threads");
+        goto fail;
+    }
+    *out = b;
+    return SCDB_OK;
+fail:
+    scdb_broker_free(&b);
+    return e;
+}
+
+void scdb_broker_free(scdb_broker **bp)
+{
+    scdb_broker *b;
+    bk_job *j;
+
+    if (!bp || !*bp) return;
+    b = *bp;
+    bk_threads_stop(b);
+    /* jobs that finished after the loop ended (drain timeout) */
+    while (b->done && zmq_recv(b->done, &j, sizeof j, ZMQ_DONTWAIT) == (int)sizeof j)
+        bk_job_done(b, j);
+    bk_clients_drop_all(b);
+    for (int i = 0; i < b->n_router; i++) zmq_close(b->router[i]);
+    for (int i = b->n_router; i < BK_MAX_ROUTERS; i++)
+        if (b->router[i]) zmq_close(b->router[i]);
+    if (b->done) zmq_close(b->done);
+    if (b->zctx) zmq_ctx_term(b->zctx);
+    if (b->ipc_path[0] && b->n_router > 0 && unlink(b->ipc_path) && errno != ENOENT)
+        scdb_warn("unlink %s: %s", b->ipc_path, strerror(errno));
+    if (b->store) scdb_store_close(&b->store);
+    bk_registry_free(b);
+    if (b->lock_fd >= 0) close(b->lock_fd);
+    if (b->sigpipe[0] >= 0) close(b->sigpipe[0]);
+    if (b->sigpipe[1] >= 0) close(b->sigpipe[1]);
+    free(b);
+    *bp = NULL;
+}
+
+/* ------------------------------------------------------------ event loop */
+
+static int g_sig_fd = -1;
+
+static void on_signal(int sig)
+{
+    int saved = errno;
+    char ch = (char)sig;
+    if (g_sig_fd >= 0) (void)!write(g_sig_fd, &ch, 1);
+    errno = saved;
+}
+
+void scdb_broker_stop(scdb_broker *b)
+{
+    char ch = 0;
+    if (!b) return;
+    b->stopping = 1;
+    if (b->sigpipe[1] >= 0) (void)!write(b->sigpipe[1], &ch, 1);
+}
+
+/* Receive one multipart message from router s and handle it.  1: handled,
+ * 0: nothing waiting, -1: socket error. */
+static int recv_one(scdb_broker *b, int s)
+{
+    zmq_msg_t stack[8], *f = stack;
+    int n = 0, cap = 8, more, too_big = 0, rc = 1;
+    uint64_t total = 0;
+    uint64_t max_frames = 3 + b->cfg.max_tokens / (b->block_tokens ? b->block_tokens : 1);
+
+    do {
+        zmq_msg_t m;
+        zmq_msg_init(&m);
+        if (zmq_msg_recv(&m, b->router[s], n == 0 ? ZMQ_DONTWAIT : 0) < 0) {
+            int err = zmq_errno();
+            zmq_msg_close(&m);
+            if (err == EINTR && n > 0) {
+                more = 1;
+                continue;
+            }
+            if (n == 0 && (err == EAGAIN || err == EINTR)) return 0;
+            scdb_error("receive: %s", zmq_strerror(err));
+            rc = -1;
+            break;
+        }
+        more = zmq_msg_more(&m);
+        if (n >= 1) total += zmq_msg_size(&m);
+        if (n >= 2 && (too_big || total > b->cfg.max_request_bytes || (uint64_t)n >= max_frames)) {
+            too_big = 1;          /* keep identity and request: reply with the id */
+            zmq_msg_close(&m);
+            continue;
+        }
+        if (n == cap) {
+            zmq_msg_t *g = malloc((size_t)cap * 2 * sizeof *g);
+            if (!g) {
+                too_big = 1;
+                zmq_msg_close(&m);
+                continue;
+            }
+            for (int i = 0; i < n; i++) {
+                zmq_msg_init(&g[i]);
+                zmq_msg_move(&g[i], &f[i]);
+                zmq_msg_close(&f[i]);
+            }
+            if (f != stack) free(f);
+            f = g;
+            cap *= 2;
+        }
+        zmq_msg_init(&f[n]);
+        zmq_msg_move(&f[n], &m);
+        zmq_msg_close(&m);
+        n++;
+    } while (more);
+
+    if (rc == 1 && n >= 1) bk_handle(b, s, f, n, too_big, total);
+    for (int i = 0; i < n; i++) zmq_msg_close(&f[i]);
+    if (f != stack) free(f);
+    return rc;
+}
+
+scdb_err scdb_broker_run(scdb_broker *b)
+{
+    struct sigaction sa, old_term, old_int, old_pipe;
+    zmq_pollitem_t items[BK_MAX_ROUTERS + 2];
+    int n_items = 0, i_done, i_sig;
+    double deadline = 0, sweep_every;
+    scdb_err result = SCDB_OK;
+
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    g_sig_fd = b->sigpipe[1];
+    sigaction(SIGTERM, &sa, &old_term);
+    sigaction(SIGINT, &sa, &old_int);
+    sa.sa_handler = SIG_IGN;
+    sigaction(SIGPIPE, &sa, &old_pipe);
+
+    for (int i = 0; i < b->n_router; i++)
+        items[n_items++] = (zmq_pollitem_t){.socket = b->router[i], .events = ZMQ_POLLIN};
+    i_done = n_items;
+    items[n_items++] = (zmq_pollitem_t){.socket = b->done, .events = ZMQ_POLLIN};
+    i_sig = n_items;
+    items[n_items++] = (zmq_pollitem_t){.fd = b->sigpipe[0], .events = ZMQ_POLLIN};
+
+    sweep_every = b->cfg.heartbeat_timeout_ms / 10000.0;
+    if (sweep_every > 0.25) sweep_every = 0.25;
+    b->next_sweep = scdb_now() + sweep_every;
+    scdb_info("scdb-broker %s serving %s%s%s (socket mode %04o), data %s, %u-token blocks, "
+              "%d workers, heartbeat %d ms / timeout %d ms",
+              SCDB_BROKER_VERSION, b->cfg.endpoint, b->n_router > 1 ? " and CURVE " : "",
+              b->n_router > 1 ? b->cfg.tcp_endpoint : "", b->cfg.socket_mode, b->cfg.data_dir,
+              b->block_tokens, b->n_workers, b->cfg.heartbeat_ms, b->cfg.heartbeat_timeout_ms);
+    for (int i = 0; i < b->n_codebooks; i++)
+        scdb_info("codebook %s (%s, producer %s): %llu payload bytes per token",
+                  b->codebooks[i].name, b->codebooks[i].kind, b->codebooks[i].producer->name,
+                  (unsigned long long)b->codebooks[i].token_bytes);
+
+    for (;;) {
+        double now;
+        int rc = zmq_poll(items, n_items, 100);
+
+        if (rc < 0 && zmq_errno() != EINTR) {
+            scdb_error("poll: %s", zmq_strerror(zmq_errno()));
+            result = SCDB_ESYS;
+            break;
+        }
+        if (rc > 0 && (items[i_sig].revents & ZMQ_POLLIN)) {
+            char buf[16];
+            while (read(b->sigpipe[0], buf, sizeof buf) > 0) {}
+            b->stopping = 1;
+        }
+        if (b->stopping && !b->draining) {
+            b->draining = 1;
+            deadline = scdb_now() + b->cfg.drain_timeout_ms / 1000.0;
+            scdb_info("shutting down: draining %d request(s) in flight", b->inflight);
+        }
+        if (rc > 0 && (items[i_done].revents & ZMQ_POLLIN)) {
+            bk_job *j;
+            while (zmq_recv(b->done, &j, sizeof j, ZMQ_DONTWAIT) == (int)sizeof j)
+                bk_job_done(b, j);
+        }
+        for (int s = 0; rc > 0 && s < b->n_router; s++) {
+            if (!(items[s].revents & ZMQ_POLLIN)) continue;
+            for (int k = 0; k < MAX_BATCH; k++) {
+                int got = recv_one(b, s);
+                if (got <= 0) break;
+            }
+        }
+        now = scdb_now();
+        if (now >= b->next_sweep) {
+            bk_clients_sweep(b, now);
+            b->next_sweep = now + sweep_every;
+        }
+        if (b->draining && b->inflight == 0) break;
+        if (b->draining && now > deadline) {
+            scdb_error("drain timed out after %d ms with %d request(s) in flight",
+                       b->cfg.drain_timeout_ms, b->inflight);
+            result = SCDB_ETIMEDOUT;
+            break;
+        }
+    }
+    sigaction(SIGTERM, &old_term, NULL);
+    sigaction(SIGINT, &old_int, NULL);
+    sigaction(SIGPIPE, &old_pipe, NULL);
+    g_sig_fd = -1;
+    if (result == SCDB_OK) scdb_info("drained; %llu requests served", (unsigned long long)b->requests);
+    return result;
+}

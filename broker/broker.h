@@ -1,0 +1,256 @@
+/*
+ * broker.h — the scdb broker: a long-running daemon that keeps prefixes as
+ * codes in the store and decodes them into consumers' shared-memory KV
+ * arenas.  `scdb serve` and the `scdb-broker` executable both run
+ * scdb_broker_main().
+ *
+ * THREADS
+ * -------
+ *
+ *   clients (DEALER)                       broker process
+ *   ----------------+      +-------------------------------------------------+
+ *   libscdb  ipc:// |----->| main thread: ROUTER (ipc, + tcp with CURVE)     |
+ *   libscdb  tcp:// |----->|  parse + validate every frame, reply to errors  |
+ *                   |      |  hello/ping/heartbeat/stats/arenas/lookup inline|
+ *                   |      |  (lookup = in-memory index, no I/O)             |
+ *                   |      |     | get            | put, delete              |
+ *                   |      |     v                v                          |
+ *                   |      |  [job queue]      [write queue]                 |
+ *                   |      |  N workers        1 writer thread               |
+ *                   |      |  acquire blocks   scdb_store_put_batch /        |
+ *                   |      |  (hot tier/LMDB)  scdb_store_delete             |
+ *                   |      |  decode -> arena  (the only LMDB writer)        |
+ *                   |      |     |                |                          |
+ *                   |      |     +--> inproc PUSH/PULL "done" --> main sends |
+ *                   |      |                                   the reply    |
+ *                   |      +-------------------------------------------------+
+ *
+ * Only the main thread touches ZeroMQ's client-facing sockets and the client
+ * and arena tables, so those need no locks; a job carries everything its
+ * thread needs (the unpacked request, its payload frames, a reference on
+ * the arena) and comes back packed as a reply.  A long decode occupies one
+ * worker; lookups, heartbeats and other clients' requests go on.
+ *
+ * CLIENTS, HEARTBEATS, RECLAIM
+ * ----------------------------
+ * Hello registers a client (role, model, codebook) and returns a random
+ * 64-bit token that every later request carries; requests are routed by
+ * token, not by ZeroMQ identity, so a client that reconnects (new socket,
+ * broker restart) keeps working: an unknown token is answered SCDB_ECLOSED
+ * and libscdb says hello again.  Any request renews the client's lease;
+ * libscdb sends a Heartbeat every heartbeat_ms from a thread of its own.  A
+ * client silent for heartbeat_timeout_ms is reclaimed: its arenas are
+ * unlinked and unmapped (once no job uses them) and its live sessions closed.
+ *
+ * ARENAS
+ * ------
+ * Created by the broker per client: shm_open of "/scdb-<32 random hex>"
+ * (getrandom), O_EXCL, mode 0600, sized and reserved with posix_fallocate
+ * (so a full /dev/shm is an error reply, not a SIGBUS), mapped by the
+ * broker.  The client maps it and confirms (ArenaMapped); the broker then
+ * unlinks the name, so nothing outlives the two processes.  Layout: a
+ * 4096-byte header (broker/wire.h) then one slot-indexed KV cache
+ * (kernels.h), where get decodes the consumer's KV directly.
+ *
+ * DECODERS (the codec hook)
+ * -------------------------
+ * A codebook (store namespace) has a kind; each (codebook, consumer model)
+ * pair has an scdb_decoder whose decode() turns one stored block's payload
+ * into the consumer's KV at given slots and absolute positions.  The kinds
+ * live in one table (broker/codec_kinds.c): "raw" is built in — the payload
+ * IS the block's F16/F32 KV in the consumer's own layout (wire.h) — and the
+ * SCD codec plugs in there as one more row (open a codebook file: namespace
+ * id, payload bytes per token; open a pair file: a decoder).  Every model
+ * gets a "raw/<model>" codebook and its identity pair automatically.
+ *
+ * SHUTDOWN
+ * --------
+ * SIGTERM / SIGINT: stop taking work (new requests are answered
+ * SCDB_ECLOSED "shutting down"), finish every job in flight and send its
+ * reply, join the threads, unlink what is left in /dev/shm, close the store
+ * (LMDB) and the sockets (the ipc socket file is removed), exit 0.  After
+ * drain_timeout_ms the drain gives up, logs what it abandons and exits 1.
+ */
+#ifndef SCDB_BROKER_H
+#define SCDB_BROKER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels.h"
+#include "scdb_common.h"
+#include "store.h"
+
+#define SCDB_BROKER_NAME_MAX 128
+
+/* ------------------------------------------------------------- registry */
+
+/* A configured model: the KV geometry its consumers' arenas have. */
+typedef struct scdb_broker_model {
+    char name[SCDB_BROKER_NAME_MAX];
+    int n_layers, n_kv_heads, head_dim, max_seq_len;
+    scdb_dtype raw_dtype;      /* payload dtype of its "raw/<name>" codebook */
+} scdb_broker_model;
+
+/* A codebook = a store namespace with a fixed payload size per token. */
+typedef struct scdb_broker_codebook {
+    char name[SCDB_BROKER_NAME_MAX];   /* what clients name in Hello        */
+    char kind[16];                     /* "raw", ...                        */
+    const scdb_broker_model *producer;
+    scdb_ns ns;
+    uint32_t payload_dtype;
+    uint64_t token_bytes;              /* payload bytes per token           */
+    void *ctx;                         /* the kind's state (loaded codebook) */
+    void (*destroy)(void *ctx);
+} scdb_broker_codebook;
+
+/* One stored block handed to a decoder. */
+typedef struct scdb_decode_block {
+    const void *payload;
+    uint64_t payload_len;
+    uint32_t payload_dtype;
+    const int32_t *tokens;     /* the block's tokens                        */
+    int n_tokens;              /* tokens in the block (block_tokens)        */
+    uint32_t block_index;
+} scdb_decode_block;
+
+/* The decode hook of one (codebook, consumer) pair.  decode() writes the
+ * first n tokens of blk into cache slots [slot0, slot0 + n) with absolute
+ * positions p0 .. p0 + n - 1 (K after RoPE at those positions, V, pos[]),
+ * then sets cache->n = max(cache->n, slot0 + n).  It is called from several
+ * worker threads at once (distinct caches or slots) and must keep no
+ * per-call state in ctx.  Errors: SCDB_ESHAPE (cache geometry or payload
+ * size), SCDB_EINVAL (slots outside the cache, n > blk->n_tokens),
+ * SCDB_ENOMEM, or the codec's own. */
+typedef struct scdb_decoder {
+    const char *name;
+    scdb_err (*decode)(void *ctx, const scdb_decode_block *blk, scdb_kv_cache *cache,
+                       int slot0, int32_t p0, int n);
+    void (*destroy)(void *ctx);
+    void *ctx;
+} scdb_decoder;
+
+/* A codebook kind: how to open a codebook and build a pair's decoder.
+ * open_codebook fills cb->ns, payload_dtype, token_bytes, ctx, destroy
+ * (name, kind and producer are set); `file` and `dtype` come from the
+ * [codebook] section (dtype: for raw).  new_decoder builds the decoder from
+ * the pair's `file` (may be empty).  errbuf says what is wrong. */
+typedef struct scdb_codec_kind {
+    const char *name;
+    scdb_err (*open_codebook)(scdb_broker_codebook *cb, const char *file, scdb_dtype dtype,
+                              char *errbuf, size_t errlen);
+    scdb_err (*new_decoder)(const scdb_broker_codebook *cb, const scdb_broker_model *consumer,
+                            const char *file, scdb_decoder *out, char *errbuf, size_t errlen);
+} scdb_codec_kind;
+
+/* The kinds the broker knows (codec_kinds.c); NULL if unknown. */
+const scdb_codec_kind *scdb_codec_kind_find(const char *name);
+
+/* The built-in raw decoder for consumer geometry m and payload dtype (F16
+ * or F32).  SCDB_EDTYPE, SCDB_ENOMEM. */
+scdb_err scdb_decoder_raw_new(const scdb_broker_model *m, scdb_dtype dtype, scdb_decoder *out);
+
+/* -------------------------------------------------------------- config */
+
+typedef struct scdb_broker_model_cfg {
+    char name[SCDB_BROKER_NAME_MAX];
+    char config[512];          /* config.json path, or empty: dims below     */
+    int n_layers, n_kv_heads, head_dim, max_seq_len;
+    scdb_dtype raw_dtype;
+} scdb_broker_model_cfg;
+
+typedef struct scdb_broker_codebook_cfg {
+    char name[SCDB_BROKER_NAME_MAX];
+    char kind[16];             /* default "raw"                              */
+    char model[SCDB_BROKER_NAME_MAX]; /* producer                            */
+    char file[512];
+    scdb_dtype dtype;          /* raw payload dtype                          */
+} scdb_broker_codebook_cfg;
+
+typedef struct scdb_broker_pair_cfg {
+    char codebook[SCDB_BROKER_NAME_MAX];
+    char consumer[SCDB_BROKER_NAME_MAX];
+    char decoder[16];          /* kind; default: the codebook's kind         */
+    char file[512];
+} scdb_broker_pair_cfg;
+
+typedef struct scdb_broker_config {
+    char endpoint[512];        /* ipc://PATH (default: scdb_default_endpoint) */
+    char tcp_endpoint[512];    /* optional tcp://HOST:PORT; CURVE required    */
+    char curve_secret_file[512]; /* file holding the server's Z85 secret key */
+    char data_dir[512];        /* LMDB directory (default ./scdb-data)        */
+    uint32_t block_tokens;     /* 0 = store default (64)                      */
+    uint64_t map_size, max_map_size, disk_capacity, hot_capacity;
+    int no_sync;
+    int workers;               /* decode / read threads (default 2)           */
+    int heartbeat_ms;          /* advertised client heartbeat interval (1000) */
+    int heartbeat_timeout_ms;  /* reclaim after this much silence (10000)     */
+    uint64_t max_request_bytes;/* all frames of one request (64 MiB)          */
+    uint32_t max_tokens;       /* tokens per request (1 Mi)                   */
+    uint32_t max_arenas_per_client; /* (64)                                   */
+    uint64_t max_arena_bytes;  /* one arena (4 GiB)                           */
+    uint64_t arena_total_bytes;/* all arenas together (0 = unbounded)         */
+    int drain_timeout_ms;      /* SIGTERM drain limit (30000)                 */
+    int max_inflight;          /* queued + running jobs; more: SCDB_EBUSY (1024) */
+    unsigned socket_mode;      /* ipc socket file mode (0660; stricter only)  */
+    scdb_log_level log_level;  /* (info)                                      */
+    scdb_broker_model_cfg *models;
+    int n_models;
+    scdb_broker_codebook_cfg *codebooks;
+    int n_codebooks;
+    scdb_broker_pair_cfg *pairs;
+    int n_pairs;
+} scdb_broker_config;
+
+/* Fill the defaults.  SCDB_OK. */
+void scdb_broker_config_defaults(scdb_broker_config *c);
+/* Free the model/codebook/pair arrays; accepts NULL. */
+void scdb_broker_config_clear(scdb_broker_config *c);
+/* Parse an ini file (libinih) into c (on top of what it holds): a [broker]
+ * section with the scalar keys above (names as the fields), [model NAME],
+ * [codebook NAME] and [pair CODEBOOK CONSUMER] sections.  Unknown sections
+ * or keys and bad values are errors.  SCDB_ENOTFOUND (no such file),
+ * SCDB_EFORMAT (errbuf names the line), SCDB_ENOMEM. */
+scdb_err scdb_broker_config_load(scdb_broker_config *c, const char *path, char *errbuf,
+                                 size_t errlen);
+/* Set one [broker] key ("workers", "heartbeat_timeout_ms", ...; '-' may
+ * replace '_'); sizes accept K/M/G/T and KiB/MiB/GiB/TiB suffixes.
+ * SCDB_ENOTFOUND (unknown key), SCDB_EINVAL (bad value). */
+scdb_err scdb_broker_config_set(scdb_broker_config *c, const char *key, const char *value,
+                                char *errbuf, size_t errlen);
+/* Add a model from a command-line spec "NAME=DIR" (DIR/config.json) or
+ * "NAME:n_layers:n_kv_heads:head_dim[:max_seq_len[:f16|f32]]".
+ * SCDB_EINVAL, SCDB_ENOMEM. */
+scdb_err scdb_broker_config_add_model(scdb_broker_config *c, const char *spec, char *errbuf,
+                                      size_t errlen);
+
+/* -------------------------------------------------------------- broker */
+
+typedef struct scdb_broker scdb_broker;
+
+/* Build the registry, open the store, bind the sockets.  Errors:
+ * SCDB_EINVAL (bad config: plaintext tcp, bad socket mode, unknown model in
+ * a pair, ...), SCDB_EBUSY (another broker holds the data dir or answers on
+ * the endpoint), SCDB_ESYS (bind, mkdir, threads), the store's open errors,
+ * SCDB_ENOMEM.  errbuf says what is wrong. */
+scdb_err scdb_broker_new(const scdb_broker_config *c, scdb_broker **out, char *errbuf,
+                         size_t errlen);
+/* Install a decoder for (codebook, consumer) before run, replacing any the
+ * config made; the broker owns dec->ctx from now on (also on error).
+ * SCDB_ENOTFOUND (unknown codebook or model), SCDB_ENOMEM. */
+scdb_err scdb_broker_add_pair(scdb_broker *b, const char *codebook, const char *consumer,
+                              const scdb_decoder *dec);
+/* Serve until scdb_broker_stop() or SIGTERM/SIGINT (handlers installed
+ * here), then drain.  SCDB_OK after a clean drain, SCDB_ETIMEDOUT if the
+ * drain timed out, SCDB_ESYS on a fatal socket error. */
+scdb_err scdb_broker_run(scdb_broker *b);
+/* Ask run() to drain and return; async-signal-safe. */
+void scdb_broker_stop(scdb_broker *b);
+/* Close everything (store included); NULLs *b; accepts NULL. */
+void scdb_broker_free(scdb_broker **b);
+
+/* `scdb serve` / scdb-broker: argv[0] is the command name.  Exit codes: 0
+ * clean shutdown, 1 runtime failure, 2 usage or configuration error. */
+int scdb_broker_main(int argc, char **argv);
+
+#endif /* SCDB_BROKER_H */

@@ -1,0 +1,178 @@
+/* broker_int.h — the broker's internal structures (see broker.h for the
+ * design).  Everything here except the job queues is owned by the main
+ * thread. */
+#ifndef SCDB_BROKER_INT_H
+#define SCDB_BROKER_INT_H
+
+#include <pthread.h>
+#include <stdint.h>
+#include <zmq.h>
+
+#include "broker.h"
+#include "scdb.pb-c.h"
+#include "wire.h"
+
+/* Request kinds, for dispatch and per-op statistics. */
+typedef enum bk_op {
+    OP_INVALID = 0, OP_HELLO, OP_PING, OP_HEARTBEAT, OP_PUT, OP_LOOKUP, OP_GET, OP_DELETE,
+    OP_STATS, OP_ARENA_CREATE, OP_ARENA_MAPPED, OP_ARENA_FREE, OP_GOODBYE, OP_SESSION,
+    OP_COUNT
+} bk_op;
+
+extern const char *const bk_op_names[OP_COUNT];
+
+typedef struct bk_pair {
+    const scdb_broker_codebook *cb;
+    const scdb_broker_model *consumer;
+    scdb_decoder dec;
+} bk_pair;
+
+/* A shared-memory arena.  refs: one for its owner's list plus one per job
+ * using it; unmapped when the last goes. */
+typedef struct bk_arena {
+    uint64_t id;
+    char shm_name[48];
+    int linked;                 /* the name still exists in /dev/shm       */
+    void *map;
+    size_t size;
+    scdb_arena_header *hdr;
+    scdb_kv_cache *cache;       /* view at map + SCDB_ARENA_HEADER_BYTES    */
+    int refs;
+    int busy;                   /* a get is writing into it                */
+    struct bk_arena *next;      /* owner's list                            */
+} bk_arena;
+
+typedef struct bk_client {
+    uint64_t token;
+    char name[64];
+    uint32_t pid;
+    int role;                   /* SCDB__ROLE__PRODUCER / CONSUMER          */
+    const scdb_broker_model *model;
+    const scdb_broker_codebook *cb;
+    const bk_pair *pair;        /* decoder into model (NULL: none)         */
+    double last_seen;
+    bk_arena *arenas;
+    uint32_t n_arenas;
+    uint64_t arena_bytes;
+    struct bk_client *next;     /* hash chain                              */
+} bk_client;
+
+/* Work handed to the worker pool (get) or the writer (put, delete). */
+typedef struct bk_job {
+    bk_op op;
+    int sock;                   /* router index the request came in on     */
+    zmq_msg_t ident;
+    uint64_t req_id;
+    uint64_t t0_ns;
+    Scdb__Request *req;         /* owned; freed by the main thread         */
+    zmq_msg_t *frames;          /* payload frames (put)                    */
+    int n_frames;
+    const scdb_broker_codebook *cb;
+    const bk_pair *pair;
+    bk_arena *arena;            /* get: referenced                         */
+    uint8_t *reply;             /* packed Reply, set by the thread         */
+    size_t reply_len;
+    scdb_err status;
+    struct bk_job *next;
+} bk_job;
+
+typedef struct bk_queue {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bk_job *head, *tail;
+    int stop;
+} bk_queue;
+
+typedef struct bk_opstat {
+    uint64_t count, errors, total_ns, max_ns;
+} bk_opstat;
+
+#define BK_BUCKETS 1024
+#define BK_MAX_ROUTERS 2
+
+struct scdb_broker {
+    scdb_broker_config cfg;     /* scalars only (arrays not kept)           */
+    scdb_broker_model *models;
+    int n_models;
+    scdb_broker_codebook *codebooks;
+    int n_codebooks;
+    bk_pair *pairs;
+    int n_pairs;
+
+    scdb_store *store;
+    uint32_t block_tokens;
+    int lock_fd;                /* flock on data_dir/broker.lock           */
+
+    void *zctx;
+    void *router[BK_MAX_ROUTERS];
+    int n_router;
+    void *done;                 /* PULL: finished jobs                     */
+    char ipc_path[256];         /* socket file of the ipc endpoint         */
+    int sigpipe[2];
+
+    pthread_t *workers;
+    int n_workers;
+    pthread_t writer;
+    int writer_started;
+    bk_queue jobs, writes;
+
+    bk_client *buckets[BK_BUCKETS];
+    uint64_t n_clients, n_arenas, arena_bytes;
+    uint64_t next_arena_id;
+    uint64_t instance;
+    int inflight;
+    volatile int stopping;      /* set by the signal handler / stop()       */
+    int draining;
+    double t_start, next_sweep;
+
+    uint64_t requests, errors, reclaimed_clients, reclaimed_arenas;
+    bk_opstat ops[OP_COUNT];
+};
+
+/* registry.c */
+scdb_err bk_registry_build(scdb_broker *b, const scdb_broker_config *c, char *errbuf,
+                           size_t errlen);
+void bk_registry_free(scdb_broker *b);
+const scdb_broker_model *bk_model_find(const scdb_broker *b, const char *name);
+const scdb_broker_codebook *bk_codebook_find(const scdb_broker *b, const char *name);
+const bk_pair *bk_pair_find(const scdb_broker *b, const scdb_broker_codebook *cb,
+                            const scdb_broker_model *consumer);
+
+/* clients.c: client table, arenas, reclaim (main thread). */
+bk_client *bk_client_find(scdb_broker *b, uint64_t token);
+scdb_err bk_client_new(scdb_broker *b, bk_client **out);
+void bk_client_drop(scdb_broker *b, bk_client *c, const char *why);
+/* Reclaim clients silent for longer than the heartbeat timeout. */
+void bk_clients_sweep(scdb_broker *b, double now);
+void bk_clients_drop_all(scdb_broker *b);
+scdb_err bk_arena_create(scdb_broker *b, bk_client *c, uint32_t capacity, bk_arena **out,
+                         char *errbuf, size_t errlen);
+bk_arena *bk_arena_find(bk_client *c, uint64_t id);
+void bk_arena_unlink(bk_arena *a);
+/* Remove from its owner and drop the owner's reference. */
+void bk_arena_release(scdb_broker *b, bk_client *c, bk_arena *a);
+void bk_arena_unref(scdb_broker *b, bk_arena *a);
+
+/* handlers.c: one request (frames[0] = identity, frames[1] = request). */
+void bk_handle(scdb_broker *b, int sock, zmq_msg_t *frames, int n_frames, int too_big,
+               uint64_t total_bytes);
+/* A finished job: send its reply, release what it holds. */
+void bk_job_done(scdb_broker *b, bk_job *j);
+/* Pack a reply (status, message, optional body) into a malloc'd buffer. */
+scdb_err bk_pack_reply(uint64_t id, scdb_err status, const char *msg, Scdb__Reply *body_in,
+                       uint8_t **out, size_t *len);
+void bk_job_free(bk_job *j);
+
+/* jobs.c: the worker pool and the writer. */
+scdb_err bk_threads_start(scdb_broker *b);
+void bk_threads_stop(scdb_broker *b);
+void bk_queue_push(bk_queue *q, bk_job *j);
+
+/* decoder_raw.c: the raw kind's entry points (codec_kinds.c). */
+scdb_err scdb_raw_open_codebook(scdb_broker_codebook *cb, const char *file, scdb_dtype dtype,
+                                char *errbuf, size_t errlen);
+scdb_err scdb_raw_new_decoder(const scdb_broker_codebook *cb, const scdb_broker_model *consumer,
+                              const char *file, scdb_decoder *out, char *errbuf,
+                              size_t errlen);
+
+#endif /* SCDB_BROKER_INT_H */

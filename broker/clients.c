@@ -1,0 +1,243 @@
+/* clients.c — registered clients, their shared-memory arenas, and the
+ * reclaim of clients that stopped sending (main thread only). */
+#include "broker_int.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static size_t bucket(uint64_t token) { return (size_t)(token ^ (token >> 29)) % BK_BUCKETS; }
+
+static int random_bytes(void *buf, size_t n)
+{
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = getrandom((char *)buf + got, n - got, 0);
+        if (r < 0) {
+            if (errno == EINTR) continue;
+            return -1;
+        }
+        got += (size_t)r;
+    }
+    return 0;
+}
+
+bk_client *bk_client_find(scdb_broker *b, uint64_t token)
+{
+    for (bk_client *c = b->buckets[bucket(token)]; c; c = c->next)
+        if (c->token == token) return c;
+    return NULL;
+}
+
+scdb_err bk_client_new(scdb_broker *b, bk_client **out)
+{
+    bk_client *c = calloc(1, sizeof *c);
+    uint64_t t;
+
+    if (!c) return SCDB_ENOMEM;
+    do {
+        if (random_bytes(&t, sizeof t)) {
+            free(c);
+            return SCDB_ESYS;
+        }
+    } while (t == 0 || bk_client_find(b, t));
+    c->token = t;
+    c->next = b->buckets[bucket(t)];
+    b->buckets[bucket(t)] = c;
+    b->n_clients++;
+    *out = c;
+    return SCDB_OK;
+}
+
+void bk_client_drop(scdb_broker *b, bk_client *c, const char *why)
+{
+    bk_client **pp = &b->buckets[bucket(c->token)];
+    uint32_t n_arenas = c->n_arenas;
+    uint64_t bytes = c->arena_bytes;
+
+    while (*pp && *pp != c) pp = &(*pp)->next;
+    if (*pp) *pp = c->next;
+    while (c->arenas) bk_arena_release(b, c, c->arenas);
+    if (why)
+        scdb_info("client %s (pid %u) %s: released %u arena(s), %llu bytes", c->name,
+                  (unsigned)c->pid, why, (unsigned)n_arenas, (unsigned long long)bytes);
+    b->n_clients--;
+    free(c);
+}
+
+void bk_clients_sweep(scdb_broker *b, double now)
+{
+    double limit = b->cfg.heartbeat_timeout_ms / 1000.0;
+
+    for (size_t i = 0; i < BK_BUCKETS; i++) {
+        bk_client *c = b->buckets[i];
+        while (c) {
+            bk_client *next = c->next;
+            if (now - c->last_seen > limit) {
+                char why[96];
+                snprintf(why, sizeof why, "reclaimed after %.1f s without a heartbeat",
+                         now - c->last_seen);
+                b->reclaimed_clients++;
+                b->reclaimed_arenas += c->n_arenas;
+                bk_client_drop(b, c, why);
+            }
+            c = next;
+        }
+    }
+}
+
+void bk_clients_drop_all(scdb_broker *b)
+{
+    for (size_t i = 0; i < BK_BUCKETS; i++)
+        while (b->buckets[i]) bk_client_drop(b, b->buckets[i], NULL);
+}
+
+/* ---------------------------------------------------------------- arenas */
+
+bk_arena *bk_arena_find(bk_client *c, uint64_t id)
+{
+    for (bk_arena *a = c->arenas; a; a = a->next)
+        if (a->id == id) return a;
+    return NULL;
+}
+
+void bk_arena_unlink(bk_arena *a)
+{
+    if (!a->linked) return;
+    if (shm_unlink(a->shm_name) && errno != ENOENT)
+        scdb_warn("shm_unlink %s: %s", a->shm_name, strerror(errno));
+    a->linked = 0;
+}
+
+void bk_arena_unref(scdb_broker *b, bk_arena *a)
+{
+    if (--a->refs > 0) return;
+    bk_arena_unlink(a);
+    scdb_kv_cache_free(&a->cache);
+    if (a->map) munmap(a->map, a->size);
+    b->n_arenas--;
+    b->arena_bytes -= a->size;
+    free(a);
+}
+
+void bk_arena_release(scdb_broker *b, bk_client *c, bk_arena *a)
+{
+    bk_arena **pp = &c->arenas;
+
+    while (*pp && *pp != a) pp = &(*pp)->next;
+    if (!*pp) return;
+    *pp = a->next;
+    c->n_arenas--;
+    c->arena_bytes -= a->size;
+    bk_arena_unlink(a);
+    bk_arena_unref(b, a);
+}
+
+scdb_err bk_arena_create(scdb_broker *b, bk_client *c, uint32_t capacity, bk_arena **out,
+                         char *errbuf, size_t errlen)
+{
+    const scdb_broker_model *m = c->model;
+    bk_arena *a = NULL;
+    uint8_t rnd[16];
+    size_t cache_bytes, size;
+    int fd = -1, rc;
+    scdb_err e;
+
+    if (capacity == 0) capacity = (uint32_t)m->max_seq_len;
+    if (capacity > (1u << 26)) {
+        snprintf(errbuf, errlen, "arena capacity %u slots is too large", capacity);
+        return SCDB_ETOOBIG;
+    }
+    if (c->n_arenas >= b->cfg.max_arenas_per_client) {
+        snprintf(errbuf, errlen, "client holds %u arenas (max_arenas_per_client)", c->n_arenas);
+        return SCDB_EFULL;
+    }
+    cache_bytes = scdb_kv_cache_bytes(m->n_layers, m->n_kv_heads, m->head_dim, (int)capacity);
+    size = SCDB_ARENA_HEADER_BYTES + cache_bytes;
+    if (b->cfg.max_arena_bytes && size > b->cfg.max_arena_bytes) {
+        snprintf(errbuf, errlen, "arena of %zu bytes exceeds max_arena_bytes %llu", size,
+                 (unsigned long long)b->cfg.max_arena_bytes);
+        return SCDB_ETOOBIG;
+    }
+    if (b->cfg.arena_total_bytes && b->arena_bytes + size > b->cfg.arena_total_bytes) {
+        snprintf(errbuf, errlen, "arena memory full (%llu of arena_total_bytes %llu in use)",
+                 (unsigned long long)b->arena_bytes,
+                 (unsigned long long)b->cfg.arena_total_bytes);
+        return SCDB_EFULL;
+    }
+    a = calloc(1, sizeof *a);
+    if (!a) return SCDB_ENOMEM;
+    if (random_bytes(rnd, sizeof rnd)) goto sys;
+    {
+        char *p = a->shm_name + sprintf(a->shm_name, "/scdb-");
+        for (size_t i = 0; i < sizeof rnd; i++) p += sprintf(p, "%02x", rnd[i]);
+    }
+    fd = shm_open(a->shm_name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0) goto sys;
+    a->linked = 1;
+    if (fchmod(fd, 0600)) goto sys;
+    /* reserve the pages now: a full /dev/shm is an error reply here rather
+     * than a SIGBUS in a worker later */
+    rc = posix_fallocate(fd, 0, (off_t)size);
+    if (rc) {
+        errno = rc;
+        if (rc == ENOSPC) {
+            snprintf(errbuf, errlen, "no room in /dev/shm for an arena of %zu bytes", size);
+            e = SCDB_EFULL;
+            goto fail;
+        }
+        goto sys;
+    }
+    a->map = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (a->map == MAP_FAILED) {
+        a->map = NULL;
+        goto sys;
+    }
+    close(fd);
+    fd = -1;
+    a->size = size;
+    a->hdr = a->map;
+    memcpy(a->hdr->magic, SCDB_ARENA_MAGIC, 8);
+    a->hdr->version = SCDB_ARENA_VERSION;
+    a->hdr->header_bytes = SCDB_ARENA_HEADER_BYTES;
+    a->id = ++b->next_arena_id;
+    a->hdr->arena_id = a->id;
+    a->hdr->n_layers = (uint32_t)m->n_layers;
+    a->hdr->n_kv_heads = (uint32_t)m->n_kv_heads;
+    a->hdr->head_dim = (uint32_t)m->head_dim;
+    a->hdr->capacity = capacity;
+    a->hdr->dtype = SCDB_F32;
+    a->hdr->cache_offset = SCDB_ARENA_HEADER_BYTES;
+    a->hdr->cache_bytes = cache_bytes;
+    e = scdb_kv_cache_view((char *)a->map + SCDB_ARENA_HEADER_BYTES, cache_bytes, m->n_layers,
+                           m->n_kv_heads, m->head_dim, (int)capacity, &a->cache);
+    if (e) {
+        snprintf(errbuf, errlen, "cannot lay a KV cache over the arena: %s", scdb_strerror(e));
+        goto fail;
+    }
+    a->refs = 1;
+    a->next = c->arenas;
+    c->arenas = a;
+    c->n_arenas++;
+    c->arena_bytes += size;
+    b->n_arenas++;
+    b->arena_bytes += size;
+    *out = a;
+    return SCDB_OK;
+sys:
+    snprintf(errbuf, errlen, "cannot create arena %s: %s", a->shm_name, strerror(errno));
+    scdb_error("%s", errbuf);
+    e = SCDB_ESYS;
+fail:
+    if (fd >= 0) close(fd);
+    if (a->map) munmap(a->map, size);
+    bk_arena_unlink(a);
+    free(a);
+    return e;
+}

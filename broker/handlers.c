@@ -1,0 +1,637 @@
+/* handlers.c — one request at a time on the main thread: parse and check
+ * the frames, answer the cheap requests inline, hand get / put / delete to
+ * the worker pool or the writer.  Every path ends in exactly one reply. */
+#include "broker_int.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char *const bk_op_names[OP_COUNT] = {
+    "invalid", "hello", "ping", "heartbeat", "put", "lookup", "get", "delete",
+    "stats", "arena_create", "arena_mapped", "arena_free", "goodbye", "session",
+};
+
+/* What the reply to the request being handled needs. */
+typedef struct rq {
+    int sock;
+    zmq_msg_t *ident;
+    uint64_t id;
+    bk_op op;
+    uint64_t t0;
+} rq;
+
+scdb_err bk_pack_reply(uint64_t id, scdb_err status, const char *msg, Scdb__Reply *body_in,
+                       uint8_t **out, size_t *len)
+{
+    Scdb__Reply r = SCDB__REPLY__INIT;
+    size_t n;
+
+    if (body_in) r = *body_in;
+    r.version = SCDB_PROTO_VERSION;
+    r.id = id;
+    r.status = (int32_t)status;
+    r.message = (char *)(msg ? msg : "");
+    n = scdb__reply__get_packed_size(&r);
+    *out = malloc(n ? n : 1);
+    if (!*out) return SCDB_ENOMEM;
+    *len = scdb__reply__pack(&r, *out);
+    return SCDB_OK;
+}
+
+static void account(scdb_broker *b, bk_op op, scdb_err status, uint64_t t0)
+{
+    uint64_t dt = scdb_now_ns() - t0;
+    bk_opstat *s = &b->ops[op];
+    s->count++;
+    s->total_ns += dt;
+    if (dt > s->max_ns) s->max_ns = dt;
+    if (status) {
+        s->errors++;
+        b->errors++;
+    }
+}
+
+static void send_reply_bytes(scdb_broker *b, int sock, zmq_msg_t *ident, const void *buf,
+                             size_t len)
+{
+    zmq_msg_t id;
+
+    zmq_msg_init(&id);
+    zmq_msg_copy(&id, ident);
+    if (zmq_msg_send(&id, b->router[sock], ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0) {
+        zmq_msg_close(&id);
+        return;             /* peer gone: ROUTER drops it */
+    }
+    zmq_send(b->router[sock], buf, len, ZMQ_DONTWAIT);
+}
+
+/* Reply with a status, a printf message and an optional body. */
+static void reply(scdb_broker *b, const rq *q, scdb_err status, Scdb__Reply *body,
+                  const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+static void reply(scdb_broker *b, const rq *q, scdb_err status, Scdb__Reply *body,
+                  const char *fmt, ...)
+{
+    char msg[512] = "";
+    uint8_t *buf;
+    size_t len;
+
+    if (fmt) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(msg, sizeof msg, fmt, ap);
+        va_end(ap);
+    }
+    if (status)
+        scdb_debug("%s request %llu: %s: %s", bk_op_names[q->op], (unsigned long long)q->id,
+                   scdb_strerror(status), msg);
+    if (bk_pack_reply(q->id, status, msg, body, &buf, &len) == SCDB_OK) {
+        send_reply_bytes(b, q->sock, q->ident, buf, len);
+        free(buf);
+    }
+    account(b, q->op, status, q->t0);
+}
+
+static bk_op op_of(Scdb__Request__BodyCase c)
+{
+    switch (c) {
+    case SCDB__REQUEST__BODY_HELLO: return OP_HELLO;
+    case SCDB__REQUEST__BODY_PING: return OP_PING;
+    case SCDB__REQUEST__BODY_HEARTBEAT: return OP_HEARTBEAT;
+    case SCDB__REQUEST__BODY_PUT: return OP_PUT;
+    case SCDB__REQUEST__BODY_LOOKUP: return OP_LOOKUP;
+    case SCDB__REQUEST__BODY_GET: return OP_GET;
+    case SCDB__REQUEST__BODY_DEL: return OP_DELETE;
+    case SCDB__REQUEST__BODY_STATS: return OP_STATS;
+    case SCDB__REQUEST__BODY_ARENA_CREATE: return OP_ARENA_CREATE;
+    case SCDB__REQUEST__BODY_ARENA_MAPPED: return OP_ARENA_MAPPED;
+    case SCDB__REQUEST__BODY_ARENA_FREE: return OP_ARENA_FREE;
+    case SCDB__REQUEST__BODY_GOODBYE: return OP_GOODBYE;
+    case SCDB__REQUEST__BODY_SESSION_OPEN:
+    case SCDB__REQUEST__BODY_SESSION_APPEND:
+    case SCDB__REQUEST__BODY_SESSION_ADD_STATS:
+    case SCDB__REQUEST__BODY_SESSION_EVICT:
+    case SCDB__REQUEST__BODY_SESSION_CLOSE: return OP_SESSION;
+    default: return OP_INVALID;
+    }
+}
+
+static const char *role_name(int role)
+{
+    return role == SCDB__ROLE__PRODUCER ? "producer" : role == SCDB__ROLE__CONSUMER ? "consumer"
+                                                                                     : "none";
+}
+
+/* Tokens of a request: count within max_tokens, ids non-negative. */
+static int bad_tokens(scdb_broker *b, const rq *q, const int32_t *t, size_t n)
+{
+    if (n > b->cfg.max_tokens) {
+        reply(b, q, SCDB_ETOOBIG, NULL, "%zu tokens exceed max_tokens %u", n, b->cfg.max_tokens);
+        return 1;
+    }
+    uint32_t any = 0;
+    for (size_t i = 0; i < n; i++) any |= (uint32_t)t[i];     /* vectorises */
+    if (!(any & 0x80000000u)) return 0;
+    for (size_t i = 0; i < n; i++)
+        if (t[i] < 0) {
+            reply(b, q, SCDB_EINVAL, NULL, "token %zu is negative (%d)", i, (int)t[i]);
+            return 1;
+        }
+    return 0;
+}
+
+static void fill_shape(Scdb__ModelShape *s, const scdb_broker_model *m)
+{
+    s->n_layers = (uint32_t)m->n_layers;
+    s->n_kv_heads = (uint32_t)m->n_kv_heads;
+    s->head_dim = (uint32_t)m->head_dim;
+    s->max_seq_len = (uint32_t)m->max_seq_len;
+}
+
+static bk_job *job_new(const rq *q, Scdb__Request *req, bk_op op)
+{
+    bk_job *j = calloc(1, sizeof *j);
+    if (!j) return NULL;
+    j->op = op;
+    j->sock = q->sock;
+    zmq_msg_init(&j->ident);
+    zmq_msg_copy(&j->ident, q->ident);
+    j->req_id = q->id;
+    j->t0_ns = q->t0;
+    j->req = req;
+    return j;
+}
+
+void bk_job_free(bk_job *j)
+{
+    if (!j) return;
+    zmq_msg_close(&j->ident);
+    for (int i = 0; i < j->n_frames; i++) zmq_msg_close(&j->frames[i]);
+    free(j->frames);
+    if (j->req) scdb__request__free_unpacked(j->req, NULL);
+    free(j->reply);
+    free(j);
+}
+
+void bk_job_done(scdb_broker *b, bk_job *j)
+{
+    if (j->reply) send_reply_bytes(b, j->sock, &j->ident, j->reply, j->reply_len);
+    account(b, j->op, j->status, j->t0_ns);
+    if (j->arena) {
+        j->arena->busy = 0;
+        bk_arena_unref(b, j->arena);
+    }
+    b->inflight--;
+    bk_job_free(j);
+}
+
+/* ---------------------------------------------------------------- hello */
+
+static void on_hello(scdb_broker *b, const rq *q, const Scdb__Request *req)
+{
+    const Scdb__Hello *h = req->hello;
+    const scdb_broker_model *m;
+    const scdb_broker_codebook *cb;
+    const bk_pair *pair;
+    char cbname[SCDB_BROKER_NAME_MAX + 8];
+    bk_client *c, *old;
+    Scdb__Reply r = SCDB__REPLY__INIT;
+    Scdb__HelloReply hr = SCDB__HELLO_REPLY__INIT;
+    Scdb__ModelShape shape = SCDB__MODEL_SHAPE__INIT;
+    scdb_err e;
+
+    if (h->role != SCDB__ROLE__PRODUCER && h->role != SCDB__ROLE__CONSUMER) {
+        reply(b, q, SCDB_EINVAL, NULL, "role must be producer or consumer");
+        return;
+    }
+    m = bk_model_find(b, h->model);
+    if (!m) {
+        reply(b, q, SCDB_ENOTFOUND, NULL, "unknown model '%.128s'", h->model);
+        return;
+    }
+    if (h->codebook[0])
+        snprintf(cbname, sizeof cbname, "%s", h->codebook);
+    else
+        snprintf(cbname, sizeof cbname, "raw/%s", m->name);
+    cb = bk_codebook_find(b, cbname);
+    if (!cb) {
+        reply(b, q, SCDB_ENOTFOUND, NULL, "unknown codebook '%.128s'", cbname);
+        return;
+    }
+    pair = bk_pair_find(b, cb, m);
+    if (h->role == SCDB__ROLE__PRODUCER && cb->producer != m) {
+        reply(b, q, SCDB_EMISMATCH, NULL, "codebook %s belongs to producer %s, not %s", cb->name,
+              cb->producer->name, m->name);
+        return;
+    }
+    if (h->role == SCDB__ROLE__CONSUMER && !pair) {
+        reply(b, q, SCDB_ENOTFOUND, NULL, "no pair decodes codebook %s into model %s", cb->name,
+              m->name);
+        return;
+    }
+    /* a hello carrying a live token re-registers: the old state goes */
+    if (req->client && (old = bk_client_find(b, req->client)))
+        bk_client_drop(b, old, "registered again");
+    e = bk_client_new(b, &c);
+    if (e) {
+        reply(b, q, e, NULL, "cannot register client");
+        return;
+    }
+    snprintf(c->name, sizeof c->name, "%s", h->client_name[0] ? h->client_name : "?");
+    c->pid = h->pid;
+    c->role = h->role;
+    c->model = m;
+    c->cb = cb;
+    c->pair = pair;
+    c->last_seen = scdb_now();
+    scdb_info("client %s (pid %u) registered: %s of model %s, codebook %s%s%s", c->name,
+              (unsigned)c->pid, role_name(c->role), m->name, cb->name,
+              pair ? ", decoder " : "", pair ? pair->dec.name : "");
+
+    fill_shape(&shape, m);
+    hr.client = c->token;
+    hr.broker_version = (char *)"scdb-broker " SCDB_BROKER_VERSION;
+    hr.broker_instance = b->instance;
+    hr.heartbeat_ms = (uint32_t)b->cfg.heartbeat_ms;
+    hr.heartbeat_timeout_ms = (uint32_t)b->cfg.heartbeat_timeout_ms;
+    hr.block_tokens = b->block_tokens;
+    hr.block_bytes = (uint64_t)b->block_tokens * cb->token_bytes;
+    hr.max_request_bytes = b->cfg.max_request_bytes;
+    hr.max_tokens = b->cfg.max_tokens;
+    hr.shape = &shape;
+    hr.decoder = (char *)(pair ? pair->dec.name : "");
+    hr.payload_dtype = cb->payload_dtype;
+    hr.codebook_kind = (char *)cb->kind;
+    r.body_case = SCDB__REPLY__BODY_HELLO;
+    r.hello = &hr;
+    reply(b, q, SCDB_OK, &r, NULL);
+}
+
+/* ---------------------------------------------------------------- blocks */
+
+static void on_lookup(scdb_broker *b, const rq *q, bk_client *c, const Scdb__LookupRequest *l)
+{
+    Scdb__Reply r = SCDB__REPLY__INIT;
+    Scdb__LookupReply lr = SCDB__LOOKUP_REPLY__INIT;
+    size_t n_full = 0, n_matched = 0;
+    scdb_err e;
+
+    if (bad_tokens(b, q, l->tokens, l->n_tokens)) return;
+    e = scdb_store_lookup(b->store, &c->cb->ns, l->tokens, l->n_tokens, NULL, 0, &n_full,
+                          &n_matched);
+    if (e) {
+        reply(b, q, e, NULL, "lookup failed");
+        return;
+    }
+    lr.n_full = (uint32_t)n_full;
+    lr.n_matched = (uint32_t)n_matched;
+    lr.matched_tokens = (uint32_t)(n_matched * b->block_tokens);
+    lr.block_tokens = b->block_tokens;
+    r.body_case = SCDB__REPLY__BODY_LOOKUP;
+    r.lookup = &lr;
+    reply(b, q, SCDB_OK, &r, NULL);
+}
+
+/* Returns 1 if the request was taken over by a job (req now owned by it). */
+static int on_put(scdb_broker *b, const rq *q, bk_client *c, Scdb__Request *req,
+                  zmq_msg_t *payload, int n_payload)
+{
+    const Scdb__PutRequest *p = req->put;
+    uint64_t block_bytes = (uint64_t)b->block_tokens * c->cb->token_bytes;
+    size_t n_full;
+    bk_job *j;
+
+    if (c->role != SCDB__ROLE__PRODUCER) {
+        reply(b, q, SCDB_EINVAL, NULL, "only producers put (this client is a %s)",
+              role_name(c->role));
+        return 0;
+    }
+    if (bad_tokens(b, q, p->tokens, p->n_tokens)) return 0;
+    n_full = p->n_tokens / b->block_tokens;
+    if (p->first_block > n_full || p->n_blocks > n_full - p->first_block) {
+        reply(b, q, SCDB_ESHAPE, NULL,
+              "blocks [%u, %u) requested but the %zu tokens hold %zu full blocks of %u",
+              p->first_block, p->first_block + p->n_blocks, p->n_tokens, n_full,
+              b->block_tokens);
+        return 0;
+    }
+    for (int i = 0; i < n_payload; i++)
+        if (zmq_msg_size(&payload[i]) != block_bytes) {
+            reply(b, q, SCDB_ESHAPE, NULL,
+                  "payload frame %d is %zu bytes; a block of codebook %s is %llu bytes", i,
+                  zmq_msg_size(&payload[i]), c->cb->name, (unsigned long long)block_bytes);
+            return 0;
+        }
+    j = job_new(q, req, OP_PUT);
+    if (!j || (n_payload && !(j->frames = calloc((size_t)n_payload, sizeof *j->frames)))) {
+        if (j) j->req = NULL;
+        bk_job_free(j);
+        reply(b, q, SCDB_ENOMEM, NULL, "out of memory");
+        return 0;
+    }
+    for (int i = 0; i < n_payload; i++) {
+        zmq_msg_init(&j->frames[i]);
+        zmq_msg_move(&j->frames[i], &payload[i]);
+    }
+    j->n_frames = n_payload;
+    j->cb = c->cb;
+    b->inflight++;
+    bk_queue_push(&b->writes, j);
+    return 1;
+}
+
+static int on_delete(scdb_broker *b, const rq *q, bk_client *c, Scdb__Request *req)
+{
+    bk_job *j;
+
+    if (c->role != SCDB__ROLE__PRODUCER) {
+        reply(b, q, SCDB_EINVAL, NULL, "only producers delete (this client is a %s)",
+              role_name(c->role));
+        return 0;
+    }
+    if (bad_tokens(b, q, req->del->tokens, req->del->n_tokens)) return 0;
+    j = job_new(q, req, OP_DELETE);
+    if (!j) {
+        reply(b, q, SCDB_ENOMEM, NULL, "out of memory");
+        return 0;
+    }
+    j->cb = c->cb;
+    b->inflight++;
+    bk_queue_push(&b->writes, j);
+    return 1;
+}
+
+static int on_get(scdb_broker *b, const rq *q, bk_client *c, Scdb__Request *req)
+{
+    const Scdb__GetRequest *g = req->get;
+    bk_arena *a;
+    bk_job *j;
+
+    if (!c->pair) {
+        reply(b, q, SCDB_EINVAL, NULL, "no decoder for codebook %s into model %s", c->cb->name,
+              c->model->name);
+        return 0;
+    }
+    a = bk_arena_find(c, g->arena);
+    if (!a) {
+        reply(b, q, SCDB_ENOTFOUND, NULL, "no arena %llu for this client",
+              (unsigned long long)g->arena);
+        return 0;
+    }
+    if (a->busy) {
+        reply(b, q, SCDB_EBUSY, NULL, "arena %llu has a get in progress",
+              (unsigned long long)a->id);
+        return 0;
+    }
+    if (bad_tokens(b, q, g->tokens, g->n_tokens)) return 0;
+    /* geometry from the broker's private view: the client can write the
+     * header in shared memory */
+    if (g->slot0 > (uint32_t)a->cache->capacity) {
+        reply(b, q, SCDB_ERANGE, NULL, "slot0 %u is past the arena's %d slots", g->slot0,
+              a->cache->capacity);
+        return 0;
+    }
+    if (g->pos0 < 0 || (int64_t)g->pos0 + (int64_t)g->n_tokens > INT32_MAX) {
+        reply(b, q, SCDB_ERANGE, NULL, "positions from pos0 %d out of range", (int)g->pos0);
+        return 0;
+    }
+    j = job_new(q, req, OP_GET);
+    if (!j) {
+        reply(b, q, SCDB_ENOMEM, NULL, "out of memory");
+        return 0;
+    }
+    j->cb = c->cb;
+    j->pair = c->pair;
+    j->arena = a;
+    a->refs++;
+    a->busy = 1;
+    b->inflight++;
+    bk_queue_push(&b->jobs, j);
+    return 1;
+}
+
+/* ---------------------------------------------------------------- arenas */
+
+static void on_arena_create(scdb_broker *b, const rq *q, bk_client *c,
+                            const Scdb__ArenaCreate *ac)
+{
+    const scdb_broker_model *m = c->model;
+    Scdb__Reply r = SCDB__REPLY__INIT;
+    Scdb__ArenaCreateReply ar = SCDB__ARENA_CREATE_REPLY__INIT;
+    Scdb__ModelShape shape = SCDB__MODEL_SHAPE__INIT;
+    char err[256] = "";
+    bk_arena *a;
+    scdb_err e;
+
+    if (ac->shape && (ac->shape->n_layers != (uint32_t)m->n_layers ||
+                      ac->shape->n_kv_heads != (uint32_t)m->n_kv_heads ||
+                      ac->shape->head_dim != (uint32_t)m->head_dim)) {
+        reply(b, q, SCDB_ESHAPE, NULL,
+              "arena shape %u layers x %u kv heads x %u does not match model %s "
+              "(%d x %d x %d)",
+              ac->shape->n_layers, ac->shape->n_kv_heads, ac->shape->head_dim, m->name,
+              m->n_layers, m->n_kv_heads, m->head_dim);
+        return;
+    }
+    e = bk_arena_create(b, c, ac->capacity, &a, err, sizeof err);
+    if (e) {
+        reply(b, q, e, NULL, "%s", err);
+        return;
+    }
+    fill_shape(&shape, m);
+    ar.arena = a->id;
+    ar.shm_name = a->shm_name;
+    ar.size = a->size;
+    ar.cache_offset = SCDB_ARENA_HEADER_BYTES;
+    ar.cache_bytes = a->size - SCDB_ARENA_HEADER_BYTES;
+    ar.shape = &shape;
+    ar.capacity = (uint32_t)a->cache->capacity;
+    r.body_case = SCDB__REPLY__BODY_ARENA;
+    r.arena = &ar;
+    reply(b, q, SCDB_OK, &r, NULL);
+}
+
+static void on_arena_mapped(scdb_broker *b, const rq *q, bk_client *c, uint64_t id, int free_it)
+{
+    bk_arena *a = bk_arena_find(c, id);
+
+    if (!a) {
+        reply(b, q, SCDB_ENOTFOUND, NULL, "no arena %llu for this client",
+              (unsigned long long)id);
+        return;
+    }
+    if (free_it)
+        bk_arena_release(b, c, a);   /* a job using it keeps its own reference */
+    else
+        bk_arena_unlink(a);
+    reply(b, q, SCDB_OK, NULL, NULL);
+}
+
+/* ---------------------------------------------------------------- stats */
+
+static void on_stats(scdb_broker *b, const rq *q)
+{
+    Scdb__Reply r = SCDB__REPLY__INIT;
+    Scdb__StatsReply s = SCDB__STATS_REPLY__INIT;
+    Scdb__OpStats ops[OP_COUNT], *opp[OP_COUNT];
+    scdb_store_stat st;
+    size_t n_ops = 0;
+
+    if (scdb_store_stats(b->store, &st) == SCDB_OK) {
+        s.blocks = st.blocks;
+        s.disk_bytes = st.disk_bytes;
+        s.disk_capacity_bytes = st.disk_capacity_bytes;
+        s.hot_blocks = st.hot_blocks;
+        s.hot_bytes = st.hot_bytes;
+        s.hot_capacity_bytes = st.hot_capacity_bytes;
+        s.pinned_blocks = st.pinned_blocks;
+        s.lookups = st.lookups;
+        s.lookup_hit_blocks = st.lookup_hit_blocks;
+        s.lookup_miss_blocks = st.lookup_miss_blocks;
+        s.gets = st.gets;
+        s.get_hot_hits = st.get_hot_hits;
+        s.get_disk_hits = st.get_disk_hits;
+        s.get_misses = st.get_misses;
+        s.puts = st.puts;
+        s.put_existing = st.put_existing;
+        s.evictions = st.evictions;
+        s.checksum_failures = st.checksum_failures;
+    }
+    s.clients = b->n_clients;
+    s.arenas = b->n_arenas;
+    s.arena_bytes = b->arena_bytes;
+    s.sessions = 0;
+    s.inflight = (uint64_t)b->inflight;
+    s.requests = b->requests;
+    s.errors = b->errors;
+    s.reclaimed_clients = b->reclaimed_clients;
+    s.reclaimed_arenas = b->reclaimed_arenas;
+    s.uptime_s = scdb_now() - b->t_start;
+    s.workers = (uint32_t)b->n_workers;
+    s.block_tokens = b->block_tokens;
+    s.broker_instance = b->instance;
+    for (int i = 1; i < OP_COUNT; i++) {
+        if (!b->ops[i].count) continue;
+        scdb__op_stats__init(&ops[n_ops]);
+        ops[n_ops].op = (char *)bk_op_names[i];
+        ops[n_ops].count = b->ops[i].count;
+        ops[n_ops].errors = b->ops[i].errors;
+        ops[n_ops].total_ns = b->ops[i].total_ns;
+        ops[n_ops].max_ns = b->ops[i].max_ns;
+        opp[n_ops] = &ops[n_ops];
+        n_ops++;
+    }
+    s.n_ops = n_ops;
+    s.ops = opp;
+    r.body_case = SCDB__REPLY__BODY_STATS;
+    r.stats = &s;
+    reply(b, q, SCDB_OK, &r, NULL);
+}
+
+/* ---------------------------------------------------------------- entry */
+
+void bk_handle(scdb_broker *b, int sock, zmq_msg_t *frames, int n_frames, int too_big,
+               uint64_t total_bytes)
+{
+    rq q = {.sock = sock, .ident = &frames[0], .id = 0, .op = OP_INVALID,
+            .t0 = scdb_now_ns()};
+    Scdb__Request *req = NULL;
+    bk_client *c;
+    int n_payload = n_frames - 2, owned = 0;
+    uint32_t expect;
+
+    b->requests++;
+    if (n_frames < 2 || zmq_msg_size(&frames[1]) == 0) {
+        reply(b, &q, SCDB_EPROTO, NULL, "empty request frame (expected a scdb.Request)");
+        return;
+    }
+    req = scdb__request__unpack(NULL, zmq_msg_size(&frames[1]), zmq_msg_data(&frames[1]));
+    if (!req) {
+        reply(b, &q, SCDB_EPROTO, NULL,
+              "malformed request: %zu bytes are not a scdb.Request protobuf",
+              zmq_msg_size(&frames[1]));
+        return;
+    }
+    q.id = req->id;
+    q.op = op_of(req->body_case);
+    if (req->version != SCDB_PROTO_VERSION) {
+        reply(b, &q, SCDB_EPROTO, NULL,
+              "protocol version %u is not supported: this broker speaks version %u",
+              req->version, SCDB_PROTO_VERSION);
+        goto done;
+    }
+    if (too_big) {
+        reply(b, &q, SCDB_ETOOBIG, NULL,
+              "request of %llu bytes in %d+ frames exceeds max_request_bytes %llu",
+              (unsigned long long)total_bytes, n_frames, (unsigned long long)b->cfg.max_request_bytes);
+        goto done;
+    }
+    if (q.op == OP_INVALID) {
+        reply(b, &q, SCDB_EPROTO, NULL, "request has no (known) body");
+        goto done;
+    }
+    expect = q.op == OP_PUT ? req->put->n_blocks : 0;
+    if ((uint32_t)n_payload != expect) {
+        reply(b, &q, SCDB_EPROTO, NULL, "a %s request takes %u payload frame(s), got %d",
+              bk_op_names[q.op], expect, n_payload);
+        goto done;
+    }
+    if (b->draining) {
+        reply(b, &q, SCDB_ECLOSED, NULL, "broker is shutting down");
+        goto done;
+    }
+    if (q.op == OP_HELLO) {
+        on_hello(b, &q, req);
+        goto done;
+    }
+    c = bk_client_find(b, req->client);
+    if (!c && req->client == 0 && q.op != OP_PING && q.op != OP_STATS) {
+        reply(b, &q, SCDB_EPROTO, NULL, "no client token: send hello first");
+        goto done;
+    }
+    if (!c && req->client != 0) {
+        reply(b, &q, SCDB_ECLOSED, NULL,
+              "unknown client token (broker restarted or client reclaimed): say hello again");
+        goto done;
+    }
+    if (c) c->last_seen = scdb_now();   /* ping and stats may come anonymously */
+    if ((q.op == OP_PUT || q.op == OP_GET || q.op == OP_DELETE) &&
+        b->inflight >= b->cfg.max_inflight) {
+        reply(b, &q, SCDB_EBUSY, NULL, "broker busy: %d requests in flight (max_inflight)",
+              b->inflight);
+        goto done;
+    }
+    switch (q.op) {
+    case OP_PING: {
+        Scdb__Reply r = SCDB__REPLY__INIT;
+        Scdb__PingReply pr = SCDB__PING_REPLY__INIT;
+        pr.t_ns = req->ping->t_ns;
+        pr.broker_instance = b->instance;
+        r.body_case = SCDB__REPLY__BODY_PING;
+        r.ping = &pr;
+        reply(b, &q, SCDB_OK, &r, NULL);
+        break;
+    }
+    case OP_HEARTBEAT: reply(b, &q, SCDB_OK, NULL, NULL); break;
+    case OP_LOOKUP: on_lookup(b, &q, c, req->lookup); break;
+    case OP_PUT: owned = on_put(b, &q, c, req, frames + 2, n_payload); break;
+    case OP_DELETE: owned = on_delete(b, &q, c, req); break;
+    case OP_GET: owned = on_get(b, &q, c, req); break;
+    case OP_STATS: on_stats(b, &q); break;
+    case OP_ARENA_CREATE: on_arena_create(b, &q, c, req->arena_create); break;
+    case OP_ARENA_MAPPED: on_arena_mapped(b, &q, c, req->arena_mapped->arena, 0); break;
+    case OP_ARENA_FREE: on_arena_mapped(b, &q, c, req->arena_free->arena, 1); break;
+    case OP_GOODBYE:
+        bk_client_drop(b, c, "said goodbye");
+        reply(b, &q, SCDB_OK, NULL, NULL);
+        break;
+    case OP_SESSION:
+        reply(b, &q, SCDB_EUNSUPPORTED, NULL,
+              "live sessions are not implemented yet (message shapes only)");
+        break;
+    default: reply(b, &q, SCDB_EPROTO, NULL, "unexpected request"); break;
+    }
+done:
+    if (!owned) scdb__request__free_unpacked(req, NULL);
+}

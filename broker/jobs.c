@@ -1,0 +1,335 @@
+/* jobs.c — the worker pool (get: read blocks, decode into an arena) and the
+ * single writer thread (put, delete: the store's one LMDB writer).  Each
+ * thread pops jobs from its queue, packs the reply, and hands the job back
+ * to the main thread over an inproc PUSH socket. */
+#include "broker_int.h"
+
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define DONE_ENDPOINT "inproc://scdb-done"
+
+void bk_queue_push(bk_queue *q, bk_job *j)
+{
+    j->next = NULL;
+    pthread_mutex_lock(&q->mu);
+    if (q->tail)
+        q->tail->next = j;
+    else
+        q->head = j;
+    q->tail = j;
+    pthread_cond_signal(&q->cv);
+    pthread_mutex_unlock(&q->mu);
+}
+
+/* Next job, or NULL once the queue is stopped and empty. */
+static bk_job *queue_pop(bk_queue *q)
+{
+    bk_job *j;
+
+    pthread_mutex_lock(&q->mu);
+    while (!q->head && !q->stop) pthread_cond_wait(&q->cv, &q->mu);
+    j = q->head;
+    if (j) {
+        q->head = j->next;
+        if (!q->head) q->tail = NULL;
+    }
+    pthread_mutex_unlock(&q->mu);
+    return j;
+}
+
+static void finish(bk_job *j, scdb_err status, Scdb__Reply *body, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void finish(bk_job *j, scdb_err status, Scdb__Reply *body, const char *fmt, ...)
+{
+    char msg[512] = "";
+
+    if (fmt) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(msg, sizeof msg, fmt, ap);
+        va_end(ap);
+    }
+    j->status = status;
+    if (bk_pack_reply(j->req_id, status, msg, body, &j->reply, &j->reply_len)) j->reply = NULL;
+}
+
+/* ------------------------------------------------------------------ get */
+
+static void run_get(scdb_broker *b, bk_job *j)
+{
+    const Scdb__GetRequest *g = j->req->get;
+    const bk_pair *pair = j->pair;
+    bk_arena *a = j->arena;
+    scdb_kv_cache *cache = a->cache;
+    uint32_t bt = b->block_tokens;
+    size_t n_full = g->n_tokens / bt, n_matched = 0, fit;
+    uint64_t block_bytes = (uint64_t)bt * j->cb->token_bytes, t0;
+    scdb_key *keys = NULL;
+    Scdb__Reply r = SCDB__REPLY__INIT;
+    Scdb__GetReply gr = SCDB__GET_REPLY__INIT;
+    scdb_err e = SCDB_OK;
+    char msg[256] = "";
+    uint32_t written = 0, hdr_n;
+
+    if (n_full && !(keys = malloc(n_full * sizeof *keys))) {
+        finish(j, SCDB_ENOMEM, NULL, "out of memory");
+        return;
+    }
+    e = scdb_store_lookup(b->store, &j->cb->ns, g->tokens, g->n_tokens, keys, n_full, &n_full,
+                          &n_matched);
+    if (e) {
+        free(keys);
+        finish(j, e, NULL, "lookup failed");
+        return;
+    }
+    /* the client may have appended slots itself: its count is the start
+     * (clamped: the header is writable by the client; the geometry used
+     * here is the broker's private view) */
+    hdr_n = __atomic_load_n(&a->hdr->n, __ATOMIC_ACQUIRE);
+    cache->n = hdr_n > (uint32_t)cache->capacity ? cache->capacity : (int)hdr_n;
+    fit = ((size_t)cache->capacity - g->slot0) / bt;
+    if (g->max_tokens && g->max_tokens / bt < fit) fit = g->max_tokens / bt;
+    if (fit > n_matched) fit = n_matched;
+
+    t0 = scdb_now_ns();
+    for (size_t i = 0; i < fit; i++) {
+        scdb_block *blk = NULL;
+        scdb_decode_block db;
+
+        e = scdb_store_acquire(b->store, &keys[i], &blk);
+        if (e == SCDB_ENOTFOUND) { /* evicted since the lookup: a shorter hit */
+            e = SCDB_OK;
+            break;
+        }
+        if (e) {
+            snprintf(msg, sizeof msg, "block %zu: cannot read it", i);
+            break;
+        }
+        if (blk->info.payload_len != block_bytes) {
+            snprintf(msg, sizeof msg, "block %zu holds %llu bytes, codebook %s expects %llu", i,
+                     (unsigned long long)blk->info.payload_len, j->cb->name,
+                     (unsigned long long)block_bytes);
+            scdb_store_release(b->store, &blk);
+            e = SCDB_ESHAPE;
+            break;
+        }
+        db.payload = blk->payload;
+        db.payload_len = blk->info.payload_len;
+        db.payload_dtype = blk->info.payload_dtype;
+        db.tokens = g->tokens + i * bt;
+        db.n_tokens = (int)bt;
+        db.block_index = (uint32_t)i;
+        e = pair->dec.decode(pair->dec.ctx, &db, cache, (int)(g->slot0 + i * bt),
+                             (int32_t)(g->pos0 + (int64_t)(i * bt)), (int)bt);
+        scdb_store_release(b->store, &blk);
+        if (e) {
+            snprintf(msg, sizeof msg, "block %zu: %s decoder failed", i, pair->dec.name);
+            break;
+        }
+        written += bt;
+    }
+    gr.decode_ns = scdb_now_ns() - t0;
+    __atomic_store_n(&a->hdr->n, (uint32_t)cache->n, __ATOMIC_RELEASE);
+    __atomic_add_fetch(&a->hdr->gen, 1, __ATOMIC_RELEASE);
+    free(keys);
+
+    gr.n_full = (uint32_t)n_full;
+    gr.n_matched = (uint32_t)n_matched;
+    gr.tokens_written = written;
+    gr.cache_n = (uint32_t)cache->n;
+    r.body_case = SCDB__REPLY__BODY_GET;
+    r.get = &gr;
+    finish(j, e, &r, "%s", msg);
+}
+
+/* ------------------------------------------------------------- put, delete */
+
+static void run_put(scdb_broker *b, bk_job *j)
+{
+    const Scdb__PutRequest *p = j->req->put;
+    const scdb_broker_codebook *cb = j->cb;
+    uint32_t bt = b->block_tokens;
+    size_t n_full = p->n_tokens / bt, nk = 0, n_stored = 0, nf, nm = 0;
+    scdb_key *keys = NULL;
+    scdb_block_put *puts = NULL;
+    scdb_store_stat before, after;
+    Scdb__Reply r = SCDB__REPLY__INIT;
+    Scdb__PutReply pr = SCDB__PUT_REPLY__INIT;
+    scdb_err e = SCDB_OK;
+
+    if (n_full && !(keys = malloc(n_full * sizeof *keys))) goto nomem;
+    if (p->n_blocks && !(puts = calloc(p->n_blocks, sizeof *puts))) goto nomem;
+    e = scdb_block_key_chain(&cb->ns, p->tokens, p->n_tokens, bt, keys, n_full, &nk);
+    if (e) goto fail;
+    for (uint32_t i = 0; i < p->n_blocks; i++) {
+        uint32_t bi = p->first_block + i;
+        scdb_block_put *u = &puts[i];
+        u->key = keys[bi];
+        if (bi) u->parent = keys[bi - 1];
+        u->block_index = bi;
+        u->payload_dtype = cb->payload_dtype;
+        u->payload = zmq_msg_data(&j->frames[i]);
+        u->payload_len = zmq_msg_size(&j->frames[i]);
+    }
+    scdb_store_stats(b->store, &before);
+    e = scdb_store_put_batch(b->store, &cb->ns, puts, p->n_blocks, &n_stored);
+    scdb_store_stats(b->store, &after);
+    if (scdb_store_lookup(b->store, &cb->ns, p->tokens, p->n_tokens, NULL, 0, &nf, &nm))
+        nm = 0;
+    free(keys);
+    free(puts);
+    pr.n_full = (uint32_t)n_full;
+    pr.n_stored = (uint32_t)nm;
+    pr.n_new = (uint32_t)(after.puts - before.puts);
+    r.body_case = SCDB__REPLY__BODY_PUT;
+    r.put = &pr;
+    if (e == SCDB_ENOTFOUND)
+        finish(j, e, &r, "block %u's parent is not stored: put the blocks before it first",
+               p->first_block);
+    else if (e)
+        finish(j, e, &r, "store refused block %zu of the batch", p->first_block + n_stored);
+    else
+        finish(j, e, &r, NULL);
+    return;
+nomem:
+    e = SCDB_ENOMEM;
+fail:
+    free(keys);
+    free(puts);
+    finish(j, e, NULL, "put failed");
+}
+
+static void run_delete(scdb_broker *b, bk_job *j)
+{
+    const Scdb__DeleteRequest *d = j->req->del;
+    uint32_t bt = b->block_tokens;
+    size_t n_full = d->n_tokens / bt, nm = 0;
+    scdb_key *keys = NULL;
+    Scdb__Reply r = SCDB__REPLY__INIT;
+    Scdb__DeleteReply dr = SCDB__DELETE_REPLY__INIT;
+    uint32_t deleted = 0;
+    scdb_err e;
+
+    if (n_full && !(keys = malloc(n_full * sizeof *keys))) {
+        finish(j, SCDB_ENOMEM, NULL, "out of memory");
+        return;
+    }
+    e = scdb_store_lookup(b->store, &j->cb->ns, d->tokens, d->n_tokens, keys, n_full, &n_full,
+                          &nm);
+    for (size_t i = nm; !e && i > d->from_block; i--) {
+        e = scdb_store_delete(b->store, &keys[i - 1]);
+        if (!e) deleted++;
+    }
+    free(keys);
+    dr.n_matched = (uint32_t)nm;
+    dr.n_deleted = deleted;
+    r.body_case = SCDB__REPLY__BODY_DEL;
+    r.del = &dr;
+    if (e == SCDB_EBUSY)
+        finish(j, e, &r, "block %u is pinned or has stored children", (unsigned)(nm - deleted - 1));
+    else
+        finish(j, e, &r, e ? "delete failed" : NULL);
+}
+
+/* --------------------------------------------------------------- threads */
+
+typedef struct thread_arg {
+    scdb_broker *b;
+    bk_queue *q;
+} thread_arg;
+
+static void *thread_main(void *arg)
+{
+    thread_arg ta = *(thread_arg *)arg;
+    scdb_broker *b = ta.b;
+    void *push = zmq_socket(b->zctx, ZMQ_PUSH);
+    int hwm = 0;
+    bk_job *j;
+
+    free(arg);
+    if (!push || zmq_setsockopt(push, ZMQ_SNDHWM, &hwm, sizeof hwm) ||
+        zmq_connect(push, DONE_ENDPOINT)) {
+        scdb_error("worker: cannot connect %s: %s", DONE_ENDPOINT, zmq_strerror(zmq_errno()));
+        abort();    /* inproc to our own context: a programming error */
+    }
+    while ((j = queue_pop(ta.q))) {
+        switch (j->op) {
+        case OP_GET: run_get(b, j); break;
+        case OP_PUT: run_put(b, j); break;
+        case OP_DELETE: run_delete(b, j); break;
+        default: finish(j, SCDB_EPROTO, NULL, "not a job"); break;
+        }
+        while (zmq_send(push, &j, sizeof j, 0) < 0 && zmq_errno() == EINTR) {}
+    }
+    zmq_close(push);
+    return NULL;
+}
+
+static int start(scdb_broker *b, bk_queue *q, pthread_t *t)
+{
+    thread_arg *a = malloc(sizeof *a);
+    if (!a) return -1;
+    a->b = b;
+    a->q = q;
+    if (pthread_create(t, NULL, thread_main, a)) {
+        free(a);
+        return -1;
+    }
+    return 0;
+}
+
+static void queue_init(bk_queue *q)
+{
+    memset(q, 0, sizeof *q);
+    pthread_mutex_init(&q->mu, NULL);
+    pthread_cond_init(&q->cv, NULL);
+}
+
+scdb_err bk_threads_start(scdb_broker *b)
+{
+    sigset_t all, old;
+
+    queue_init(&b->jobs);
+    queue_init(&b->writes);
+    b->workers = calloc((size_t)b->cfg.workers, sizeof *b->workers);
+    if (!b->workers) return SCDB_ENOMEM;
+    /* threads never take the signals: the main thread does */
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &old);
+    if (start(b, &b->writes, &b->writer) == 0) b->writer_started = 1;
+    for (int i = 0; b->writer_started && i < b->cfg.workers; i++) {
+        if (start(b, &b->jobs, &b->workers[i])) break;
+        b->n_workers++;
+    }
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    return b->writer_started && b->n_workers == b->cfg.workers ? SCDB_OK : SCDB_ESYS;
+}
+
+static void queue_stop(bk_queue *q)
+{
+    pthread_mutex_lock(&q->mu);
+    q->stop = 1;
+    pthread_cond_broadcast(&q->cv);
+    pthread_mutex_unlock(&q->mu);
+}
+
+void bk_threads_stop(scdb_broker *b)
+{
+    if (!b->workers && !b->writer_started) return;
+    queue_stop(&b->jobs);
+    queue_stop(&b->writes);
+    for (int i = 0; i < b->n_workers; i++) pthread_join(b->workers[i], NULL);
+    if (b->writer_started) pthread_join(b->writer, NULL);
+    free(b->workers);
+    b->workers = NULL;
+    b->n_workers = 0;
+    b->writer_started = 0;
+    pthread_mutex_destroy(&b->jobs.mu);
+    pthread_cond_destroy(&b->jobs.cv);
+    pthread_mutex_destroy(&b->writes.mu);
+    pthread_cond_destroy(&b->writes.cv);
+}

@@ -1,0 +1,229 @@
+/* registry.c — the models, codebooks (namespaces) and pairs (decoders) a
+ * broker serves, built once from the configuration. */
+#include "broker_int.h"
+#include "model.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define DEFAULT_MAX_SEQ 2048
+
+const scdb_broker_model *bk_model_find(const scdb_broker *b, const char *name)
+{
+    for (int i = 0; i < b->n_models; i++)
+        if (!strcmp(b->models[i].name, name)) return &b->models[i];
+    return NULL;
+}
+
+const scdb_broker_codebook *bk_codebook_find(const scdb_broker *b, const char *name)
+{
+    for (int i = 0; i < b->n_codebooks; i++)
+        if (!strcmp(b->codebooks[i].name, name)) return &b->codebooks[i];
+    return NULL;
+}
+
+const bk_pair *bk_pair_find(const scdb_broker *b, const scdb_broker_codebook *cb,
+                            const scdb_broker_model *consumer)
+{
+    for (int i = 0; i < b->n_pairs; i++)
+        if (b->pairs[i].cb == cb && b->pairs[i].consumer == consumer) return &b->pairs[i];
+    return NULL;
+}
+
+static scdb_err load_model(const scdb_broker_model_cfg *mc, scdb_broker_model *m, char *errbuf,
+                           size_t errlen)
+{
+    memset(m, 0, sizeof *m);
+    snprintf(m->name, sizeof m->name, "%s", mc->name);
+    m->raw_dtype = mc->raw_dtype;
+    if (mc->config[0]) {
+        scdb_model_config conf;
+        char why[256] = "";
+        scdb_err e = scdb_model_config_load(mc->config, &conf, why, sizeof why);
+        if (e) {
+            snprintf(errbuf, errlen, "model %s: %s: %s %s", mc->name, mc->config,
+                     scdb_strerror(e), why);
+            return e;
+        }
+        m->n_layers = conf.n_layers;
+        m->n_kv_heads = conf.n_kv_heads;
+        m->head_dim = conf.head_dim;
+        m->max_seq_len = conf.max_seq_len;
+        if ((mc->n_layers && mc->n_layers != m->n_layers) ||
+            (mc->n_kv_heads && mc->n_kv_heads != m->n_kv_heads) ||
+            (mc->head_dim && mc->head_dim != m->head_dim)) {
+            snprintf(errbuf, errlen, "model %s: dimensions differ from %s", mc->name,
+                     mc->config);
+            return SCDB_EINVAL;
+        }
+        if (mc->max_seq_len) m->max_seq_len = mc->max_seq_len;
+        return SCDB_OK;
+    }
+    if (mc->n_layers <= 0 || mc->n_kv_heads <= 0 || mc->head_dim <= 0) {
+        snprintf(errbuf, errlen,
+                 "model %s: give config = PATH/config.json or n_layers, n_kv_heads, head_dim",
+                 mc->name);
+        return SCDB_EINVAL;
+    }
+    m->n_layers = mc->n_layers;
+    m->n_kv_heads = mc->n_kv_heads;
+    m->head_dim = mc->head_dim;
+    m->max_seq_len = mc->max_seq_len > 0 ? mc->max_seq_len : DEFAULT_MAX_SEQ;
+    return SCDB_OK;
+}
+
+static scdb_err add_codebook(scdb_broker *b, const char *name, const char *kind_name,
+                             const scdb_broker_model *producer, const char *file,
+                             scdb_dtype dtype, char *errbuf, size_t errlen)
+{
+    const scdb_codec_kind *kind = scdb_codec_kind_find(kind_name);
+    scdb_broker_codebook *cb = &b->codebooks[b->n_codebooks];
+    scdb_err e;
+
+    if (!kind) {
+        snprintf(errbuf, errlen, "codebook %s: unknown kind '%s'", name, kind_name);
+        return SCDB_EINVAL;
+    }
+    memset(cb, 0, sizeof *cb);
+    snprintf(cb->name, sizeof cb->name, "%s", name);
+    snprintf(cb->kind, sizeof cb->kind, "%s", kind->name);
+    cb->producer = producer;
+    e = kind->open_codebook(cb, file, dtype, errbuf, errlen);
+    if (e) return e;
+    b->n_codebooks++;
+    return SCDB_OK;
+}
+
+static scdb_err add_pair(scdb_broker *b, const scdb_broker_codebook *cb,
+                         const scdb_broker_model *consumer, const char *file, char *errbuf,
+                         size_t errlen)
+{
+    const scdb_codec_kind *kind = scdb_codec_kind_find(cb->kind);
+    bk_pair *p = (bk_pair *)bk_pair_find(b, cb, consumer);
+    scdb_decoder dec;
+    scdb_err e;
+
+    e = kind->new_decoder(cb, consumer, file, &dec, errbuf, errlen);
+    if (e) return e;
+    if (p) {                       /* an explicit pair replaces the default */
+        if (p->dec.destroy) p->dec.destroy(p->dec.ctx);
+    } else {
+        p = &b->pairs[b->n_pairs++];
+        p->cb = cb;
+        p->consumer = consumer;
+    }
+    p->dec = dec;
+    return SCDB_OK;
+}
+
+scdb_err bk_registry_build(scdb_broker *b, const scdb_broker_config *c, char *errbuf,
+                           size_t errlen)
+{
+    scdb_err e;
+    int max_cb = c->n_models + c->n_codebooks, max_pairs = c->n_models + c->n_pairs;
+
+    b->models = calloc((size_t)c->n_models + 1, sizeof *b->models);
+    b->codebooks = calloc((size_t)max_cb + 1, sizeof *b->codebooks);
+    b->pairs = calloc((size_t)max_pairs + 1, sizeof *b->pairs);
+    if (!b->models || !b->codebooks || !b->pairs) {
+        snprintf(errbuf, errlen, "out of memory");
+        return SCDB_ENOMEM;
+    }
+    for (int i = 0; i < c->n_models; i++) {
+        e = load_model(&c->models[i], &b->models[i], errbuf, errlen);
+        if (e) return e;
+        b->n_models++;
+    }
+    /* every model's raw codebook, unless configured explicitly */
+    for (int i = 0; i < b->n_models; i++) {
+        char name[SCDB_BROKER_NAME_MAX];
+        int explicit = 0;
+        snprintf(name, sizeof name, "raw/%.120s", b->models[i].name);
+        for (int j = 0; j < c->n_codebooks; j++)
+            if (!strcmp(c->codebooks[j].name, name)) explicit = 1;
+        if (explicit) continue;
+        e = add_codebook(b, name, "raw", &b->models[i], "", b->models[i].raw_dtype, errbuf,
+                         errlen);
+        if (e) return e;
+    }
+    for (int i = 0; i < c->n_codebooks; i++) {
+        const scdb_broker_codebook_cfg *cc = &c->codebooks[i];
+        const scdb_broker_model *m = bk_model_find(b, cc->model);
+        if (!m) {
+            snprintf(errbuf, errlen, "codebook %s: unknown producer model '%s'", cc->name,
+                     cc->model);
+            return SCDB_EINVAL;
+        }
+        e = add_codebook(b, cc->name, cc->kind, m, cc->file, cc->dtype, errbuf, errlen);
+        if (e) return e;
+    }
+    /* identity pairs: a raw codebook decodes into its own producer */
+    for (int i = 0; i < b->n_codebooks; i++) {
+        if (strcmp(b->codebooks[i].kind, "raw")) continue;
+        e = add_pair(b, &b->codebooks[i], b->codebooks[i].producer, "", errbuf, errlen);
+        if (e) return e;
+    }
+    for (int i = 0; i < c->n_pairs; i++) {
+        const scdb_broker_pair_cfg *pc = &c->pairs[i];
+        const scdb_broker_codebook *cb = bk_codebook_find(b, pc->codebook);
+        const scdb_broker_model *m = bk_model_find(b, pc->consumer);
+        if (!cb || !m) {
+            snprintf(errbuf, errlen, "pair %s %s: unknown %s", pc->codebook, pc->consumer,
+                     cb ? "consumer model" : "codebook");
+            return SCDB_EINVAL;
+        }
+        if (pc->decoder[0] && strcmp(pc->decoder, cb->kind)) {
+            snprintf(errbuf, errlen, "pair %s %s: decoder '%s' does not decode %s codes",
+                     pc->codebook, pc->consumer, pc->decoder, cb->kind);
+            return SCDB_EINVAL;
+        }
+        e = add_pair(b, cb, m, pc->file, errbuf, errlen);
+        if (e) return e;
+    }
+    return SCDB_OK;
+}
+
+void bk_registry_free(scdb_broker *b)
+{
+    for (int i = 0; i < b->n_pairs; i++)
+        if (b->pairs[i].dec.destroy) b->pairs[i].dec.destroy(b->pairs[i].dec.ctx);
+    for (int i = 0; i < b->n_codebooks; i++)
+        if (b->codebooks[i].destroy) b->codebooks[i].destroy(b->codebooks[i].ctx);
+    free(b->pairs);
+    free(b->codebooks);
+    free(b->models);
+    b->pairs = NULL;
+    b->codebooks = NULL;
+    b->models = NULL;
+    b->n_pairs = b->n_codebooks = b->n_models = 0;
+}
+
+scdb_err scdb_broker_add_pair(scdb_broker *b, const char *codebook, const char *consumer,
+                              const scdb_decoder *dec)
+{
+    const scdb_broker_codebook *cb = b ? bk_codebook_find(b, codebook) : NULL;
+    const scdb_broker_model *m = b ? bk_model_find(b, consumer) : NULL;
+    bk_pair *p;
+
+    if (!cb || !m) {
+        if (dec && dec->destroy) dec->destroy(dec->ctx);
+        return SCDB_ENOTFOUND;
+    }
+    p = (bk_pair *)bk_pair_find(b, cb, m);
+    if (p) {
+        if (p->dec.destroy) p->dec.destroy(p->dec.ctx);
+    } else {
+        void *q = realloc(b->pairs, ((size_t)b->n_pairs + 1) * sizeof *b->pairs);
+        if (!q) {
+            if (dec->destroy) dec->destroy(dec->ctx);
+            return SCDB_ENOMEM;
+        }
+        b->pairs = q;
+        p = &b->pairs[b->n_pairs++];
+        p->cb = cb;
+        p->consumer = m;
+    }
+    p->dec = *dec;
+    return SCDB_OK;
+}

@@ -1,0 +1,143 @@
+/* serve.c — scdb_broker_main(): `scdb serve` and the scdb-broker executable.
+ * Defaults, then the --config file, then command-line flags in order. */
+#include "broker.h"
+#include "wire.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void usage(FILE *f, const char *prog)
+{
+    char ep[300];
+    fprintf(f,
+"usage: %s [--config FILE] [--model SPEC]... [--KEY VALUE]...\n"
+"\n"
+"Run the scdb broker in the foreground: keep prefixes (as codes) in an LMDB\n"
+"store with a hot tier in RAM, and serve libscdb clients over ZeroMQ: put,\n"
+"lookup, get (decoded straight into the client's shared-memory KV arena),\n"
+"delete, stats.  Logs go to stderr.  SIGTERM or SIGINT drains requests in\n"
+"flight and exits.\n"
+"\n"
+"options (every [broker] key of the config file is also a flag, '-' or '_'):\n"
+"  --config FILE              ini file: [broker] keys as below, [model NAME]\n"
+"                             (config = DIR/config.json, or n_layers, n_kv_heads,\n"
+"                             head_dim, max_seq_len; raw_dtype = f16|f32),\n"
+"                             [codebook NAME] (kind, model, file, dtype) and\n"
+"                             [pair CODEBOOK CONSUMER] (decoder, file)\n"
+"  --model SPEC               add a model: NAME=DIR (reads DIR/config.json) or\n"
+"                             NAME:LAYERS:KV_HEADS:HEAD_DIM[:MAX_SEQ[:f16|f32]];\n"
+"                             each model gets the codebook raw/NAME (raw KV)\n"
+"  --endpoint ipc://PATH      listening socket (default %s;\n"
+"                             $SCDB_ENDPOINT overrides the default)\n"
+"  --socket-mode MODE         socket file mode, 0660 or stricter (default 0660)\n"
+"  --tcp-endpoint tcp://H:P   also listen on TCP; needs --curve-secret-file\n"
+"  --curve-secret-file FILE   the server's CURVE secret key (Z85, 40 chars)\n"
+"  --data-dir DIR             LMDB store directory (default ./scdb-data)\n"
+"  --block-tokens N           tokens per block (default 64; fixed per store)\n"
+"  --map-size SIZE            initial LMDB map (default 256MiB or 2x disk capacity)\n"
+"  --max-map-size SIZE        LMDB map growth limit (default 1TiB)\n"
+"  --disk-capacity SIZE       store bytes on disk, LRU leaves evicted (default 0:\n"
+"                             unbounded)\n"
+"  --hot-capacity SIZE        RAM tier bytes (default 256MiB)\n"
+"  --no-sync BOOL             skip fsync on commit (default 0)\n"
+"  --workers N                decode/read threads (default 2); one writer thread\n"
+"  --heartbeat-ms N           client heartbeat interval (default 1000)\n"
+"  --heartbeat-timeout-ms N   reclaim a silent client's arenas after this\n"
+"                             (default 10000)\n"
+"  --max-request-bytes SIZE   all frames of one request (default 64MiB)\n"
+"  --max-tokens N             tokens in one request (default 1048576)\n"
+"  --max-arenas-per-client N  (default 64)\n"
+"  --max-arena-bytes SIZE     one arena (default 4GiB)\n"
+"  --arena-total-bytes SIZE   all arenas (default 0: unbounded)\n"
+"  --drain-timeout-ms N       shutdown drain limit (default 30000)\n"
+"  --max-inflight N           queued get/put/delete requests before replying\n"
+"                             SCDB_EBUSY (default 1024)\n"
+"  --log-level LEVEL          debug, info, warn, error, off (default info, or\n"
+"                             $SCDB_LOG)\n"
+"  -h, --help                 this text\n"
+"SIZE takes K, M, G, T (or KiB, MiB, ...) suffixes.\n"
+"\n"
+"exit codes: 0 clean shutdown, 1 runtime failure (store, sockets, drain timed\n"
+"out), 2 usage or configuration error (including a plaintext tcp endpoint).\n",
+            prog, scdb_default_endpoint(ep, sizeof ep));
+}
+
+int scdb_broker_main(int argc, char **argv)
+{
+    const char *prog = argc > 0 ? argv[0] : "scdb-broker";
+    scdb_broker_config cfg;
+    scdb_broker *b = NULL;
+    char err[512] = "";
+    scdb_err e;
+    int rc = 2;
+
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            usage(stdout, prog);
+            return 0;
+        }
+    scdb_broker_config_defaults(&cfg);
+    if (getenv("SCDB_LOG")) cfg.log_level = scdb_log_get_level();
+    /* the config file first, whatever its place among the flags */
+    for (int i = 1; i < argc; i++) {
+        const char *v = NULL;
+        if (!strcmp(argv[i], "--config")) {
+            if (i + 1 >= argc) goto missing;
+            v = argv[++i];
+        } else if (!strncmp(argv[i], "--config=", 9)) {
+            v = argv[i] + 9;
+        }
+        if (v && scdb_broker_config_load(&cfg, v, err, sizeof err)) goto bad;
+    }
+    for (int i = 1; i < argc; i++) {
+        char key[64];
+        const char *a = argv[i], *v, *eq;
+
+        if (strncmp(a, "--", 2)) {
+            snprintf(err, sizeof err, "unexpected argument '%s'", a);
+            goto bad;
+        }
+        a += 2;
+        eq = strchr(a, '=');
+        if (eq) {
+            snprintf(key, sizeof key, "%.*s", (int)(eq - a), a);
+            v = eq + 1;
+        } else {
+            snprintf(key, sizeof key, "%s", a);
+            if (i + 1 >= argc) goto missing;
+            v = argv[++i];
+        }
+        if (!strcmp(key, "config")) continue;
+        if (!strcmp(key, "model"))
+            e = scdb_broker_config_add_model(&cfg, v, err, sizeof err);
+        else
+            e = scdb_broker_config_set(&cfg, key, v, err, sizeof err);
+        if (e) goto bad;
+    }
+    scdb_log_set_level(cfg.log_level);
+    if (cfg.n_models == 0)
+        scdb_warn("no models configured (--model or [model NAME]): every hello will fail");
+
+    e = scdb_broker_new(&cfg, &b, err, sizeof err);
+    if (e) {
+        scdb_error("cannot start: %s", err);
+        fprintf(stderr, "%s: %s\n", prog, err);
+        rc = e == SCDB_EINVAL || e == SCDB_EUNSUPPORTED ? 2 : 1;
+        goto out;
+    }
+    e = scdb_broker_run(b);
+    scdb_broker_free(&b);
+    rc = e == SCDB_OK ? 0 : 1;
+    if (rc == 0) scdb_info("clean exit");
+    goto out;
+
+missing:
+    snprintf(err, sizeof err, "option %s needs a value", argv[argc - 1]);
+bad:
+    fprintf(stderr, "%s: %s\n(try %s --help)\n", prog, err, prog);
+    rc = 2;
+out:
+    scdb_broker_config_clear(&cfg);
+    return rc;
+}

@@ -1,0 +1,67 @@
+/* libscdb_int.h — libscdb's internal structures (client/scdb.h is the API). */
+#ifndef SCDB_LIBSCDB_INT_H
+#define SCDB_LIBSCDB_INT_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "scdb.h"
+#include "scdb.pb-c.h"
+#include "wire.h"
+
+struct scdb_arena {
+    scdb *h;
+    uint64_t id;
+    uint32_t gen;                /* handle registration generation          */
+    void *map;
+    size_t size;
+    scdb_arena_header *hdr;
+    scdb_kv_cache *cache;
+    struct scdb_arena *next;
+};
+
+struct scdb {
+    void *zctx;
+    void *sock;
+    char endpoint[512];
+    int curve;                   /* tcp: CURVE keys below are set           */
+    char server_key[41], public_key[41], secret_key[41];
+    int timeout_ms;
+    uint64_t next_id;
+    _Atomic uint64_t token;      /* read by the heartbeat thread            */
+    uint32_t gen;                /* bumped at every successful hello        */
+    char name[64];
+    char err[512];
+
+    int registered;
+    scdb_role role;
+    char model[128], codebook[128];
+    scdb_info info;
+
+    int no_heartbeat;
+    int hb_running;
+    pthread_t hb;
+    int hb_pipe[2];
+    _Atomic int hb_interval_ms;
+
+    scdb_arena *arenas;
+    scdb_arena *scratch;         /* scdb_get_copy's own arena               */
+};
+
+/* Set h->err (printf) and return e. */
+scdb_err lib_fail(scdb *h, scdb_err e, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Send req (version, id, client filled in) with n payload frames and wait
+ * for its reply; re-registers and retries once when the broker no longer
+ * knows us.  On return *rep (may be NULL when the call failed before a
+ * reply) must be freed with scdb__reply__free_unpacked.  Returns the
+ * reply's status (its message in h->err) or a local error. */
+scdb_err lib_request(scdb *h, Scdb__Request *req, const void *const *frames,
+                     const size_t *lens, int n, Scdb__Reply **rep);
+
+/* Map an arena the broker created and confirm it. */
+scdb_err lib_arena_map(scdb *h, const Scdb__ArenaCreateReply *ar, scdb_arena **out);
+
+#endif /* SCDB_LIBSCDB_INT_H */

@@ -1,0 +1,308 @@
+/* libscdb_arena.c — shared-memory arenas (map, confirm, free), get into an
+ * arena (zero copy) or into the caller's cache (copy), and the raw-KV
+ * payload helpers. */
+#include "libscdb_int.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* Tell the broker about an arena (mapped: it may unlink; free: drop it). */
+static scdb_err arena_notify(scdb *h, uint64_t id, int free_it)
+{
+    Scdb__Request req = SCDB__REQUEST__INIT;
+    Scdb__ArenaMapped m = SCDB__ARENA_MAPPED__INIT;
+    Scdb__ArenaFree f = SCDB__ARENA_FREE__INIT;
+    Scdb__Reply *rep = NULL;
+    scdb_err e;
+
+    if (free_it) {
+        f.arena = id;
+        req.body_case = SCDB__REQUEST__BODY_ARENA_FREE;
+        req.arena_free = &f;
+    } else {
+        m.arena = id;
+        req.body_case = SCDB__REQUEST__BODY_ARENA_MAPPED;
+        req.arena_mapped = &m;
+    }
+    e = lib_request(h, &req, NULL, NULL, 0, &rep);
+    if (rep) scdb__reply__free_unpacked(rep, NULL);
+    return e;
+}
+
+scdb_err lib_arena_map(scdb *h, const Scdb__ArenaCreateReply *ar, scdb_arena **out)
+{
+    scdb_arena *a = calloc(1, sizeof *a);
+    const scdb_arena_header *hd;
+    struct stat st;
+    int fd = -1;
+    scdb_err e;
+
+    if (!a) {
+        e = lib_fail(h, SCDB_ENOMEM, "out of memory");
+        goto fail;
+    }
+    fd = shm_open(ar->shm_name, O_RDWR | O_CLOEXEC, 0);
+    if (fd < 0) {
+        e = lib_fail(h, SCDB_ESYS, "cannot open arena %s: %s (is the broker another user?)",
+                     ar->shm_name, strerror(errno));
+        goto fail;
+    }
+    if (fstat(fd, &st) || (uint64_t)st.st_size < ar->size || ar->size < SCDB_ARENA_HEADER_BYTES) {
+        e = lib_fail(h, SCDB_EPROTO, "arena %s is smaller than announced", ar->shm_name);
+        goto fail;
+    }
+    a->map = mmap(NULL, ar->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (a->map == MAP_FAILED) {
+        a->map = NULL;
+        e = lib_fail(h, SCDB_ESYS, "cannot map arena %s: %s", ar->shm_name, strerror(errno));
+        goto fail;
+    }
+    close(fd);
+    fd = -1;
+    a->size = ar->size;
+    a->hdr = a->map;
+    hd = a->hdr;
+    if (memcmp(hd->magic, SCDB_ARENA_MAGIC, 8) || hd->version != SCDB_ARENA_VERSION ||
+        hd->arena_id != ar->arena || hd->cache_offset != ar->cache_offset ||
+        hd->cache_offset % 64 || hd->cache_offset + hd->cache_bytes > ar->size ||
+        (int)hd->n_layers != h->info.n_layers || (int)hd->n_kv_heads != h->info.n_kv_heads ||
+        (int)hd->head_dim != h->info.head_dim || hd->capacity != ar->capacity ||
+        hd->dtype != SCDB_F32 ||
+        hd->cache_bytes != scdb_kv_cache_bytes(h->info.n_layers, h->info.n_kv_heads,
+                                               h->info.head_dim, (int)hd->capacity)) {
+        e = lib_fail(h, SCDB_EPROTO, "arena %s has an unexpected header", ar->shm_name);
+        goto fail;
+    }
+    e = scdb_kv_cache_view((char *)a->map + hd->cache_offset, hd->cache_bytes, h->info.n_layers,
+                           h->info.n_kv_heads, h->info.head_dim, (int)hd->capacity, &a->cache);
+    if (e) {
+        lib_fail(h, e, "cannot view the arena's cache");
+        goto fail;
+    }
+    a->id = ar->arena;
+    a->h = h;
+    a->gen = h->gen;
+    a->cache->n = 0;
+    a->next = h->arenas;
+    h->arenas = a;
+    e = arena_notify(h, a->id, 0);        /* the broker unlinks the name now */
+    if (e) {
+        scdb_arena_free(&a);
+        return e;
+    }
+    *out = a;
+    return SCDB_OK;
+fail:
+    if (fd >= 0) close(fd);
+    if (a && a->map) munmap(a->map, ar->size);
+    free(a);
+    arena_notify(h, ar->arena, 1);        /* best effort: let it go */
+    return e;
+}
+
+scdb_err scdb_arena_new(scdb *h, int capacity, scdb_arena **out)
+{
+    Scdb__Request req = SCDB__REQUEST__INIT;
+    Scdb__ArenaCreate ac = SCDB__ARENA_CREATE__INIT;
+    Scdb__Reply *rep = NULL;
+    scdb_err e;
+
+    if (!h || !out) return SCDB_EINVAL;
+    *out = NULL;
+    if (!h->registered) return lib_fail(h, SCDB_EINVAL, "not registered (scdb_register first)");
+    if (capacity < 0) return lib_fail(h, SCDB_EINVAL, "negative arena capacity");
+    ac.capacity = (uint32_t)capacity;
+    req.body_case = SCDB__REQUEST__BODY_ARENA_CREATE;
+    req.arena_create = &ac;
+    e = lib_request(h, &req, NULL, NULL, 0, &rep);
+    if (!e && (rep->body_case != SCDB__REPLY__BODY_ARENA || !rep->arena->shm_name))
+        e = lib_fail(h, SCDB_EPROTO, "arena reply without a body");
+    if (!e) e = lib_arena_map(h, rep->arena, out);
+    if (rep) scdb__reply__free_unpacked(rep, NULL);
+    return e;
+}
+
+scdb_kv_cache *scdb_arena_cache(scdb_arena *a) { return a ? a->cache : NULL; }
+
+void scdb_arena_free(scdb_arena **ap)
+{
+    scdb_arena *a, **pp;
+    scdb *h;
+
+    if (!ap || !*ap) return;
+    a = *ap;
+    h = a->h;
+    if (h->registered && a->gen == h->gen) arena_notify(h, a->id, 1);
+    for (pp = &h->arenas; *pp && *pp != a; pp = &(*pp)->next) {}
+    if (*pp) *pp = a->next;
+    if (h->scratch == a) h->scratch = NULL;
+    scdb_kv_cache_free(&a->cache);
+    if (a->map) munmap(a->map, a->size);
+    free(a);
+    *ap = NULL;
+}
+
+/* ------------------------------------------------------------------ get */
+
+scdb_err scdb_get(scdb *h, const int32_t *tokens, size_t n_tokens, scdb_arena *a, int slot0,
+                  int32_t pos0, scdb_get_result *out)
+{
+    Scdb__Request req = SCDB__REQUEST__INIT;
+    Scdb__GetRequest g = SCDB__GET_REQUEST__INIT;
+    Scdb__Reply *rep = NULL;
+    scdb_err e;
+
+    if (!h || !a || a->h != h || (!tokens && n_tokens)) return SCDB_EINVAL;
+    if (!h->registered) return lib_fail(h, SCDB_EINVAL, "not registered (scdb_register first)");
+    if (a->gen != h->gen)
+        return lib_fail(h, SCDB_ECLOSED, "arena %llu is from before a broker restart: free it "
+                        "and create a new one", (unsigned long long)a->id);
+    if (slot0 < 0 || pos0 < 0) return lib_fail(h, SCDB_ERANGE, "negative slot0 or pos0");
+    __atomic_store_n(&a->hdr->n, (uint32_t)a->cache->n, __ATOMIC_RELEASE);
+    g.tokens = (int32_t *)tokens;
+    g.n_tokens = n_tokens;
+    g.arena = a->id;
+    g.slot0 = (uint32_t)slot0;
+    g.pos0 = pos0;
+    req.body_case = SCDB__REQUEST__BODY_GET;
+    req.get = &g;
+    e = lib_request(h, &req, NULL, NULL, 0, &rep);
+    if (rep && rep->body_case == SCDB__REPLY__BODY_GET) {
+        uint32_t n = __atomic_load_n(&a->hdr->n, __ATOMIC_ACQUIRE);
+        a->cache->n = n <= a->hdr->capacity ? (int)n : a->cache->n;
+        if (out) {
+            out->n_full = rep->get->n_full;
+            out->n_matched = rep->get->n_matched;
+            out->tokens_written = rep->get->tokens_written;
+            out->cache_n = (uint32_t)a->cache->n;
+            out->decode_ns = rep->get->decode_ns;
+        }
+    } else if (!e) {
+        e = lib_fail(h, SCDB_EPROTO, "get reply without a body");
+    }
+    if (rep) scdb__reply__free_unpacked(rep, NULL);
+    return e;
+}
+
+static int same_geometry(const scdb *h, const scdb_kv_cache *c)
+{
+    return c->n_layers == h->info.n_layers && c->n_kv_heads == h->info.n_kv_heads &&
+           c->head_dim == h->info.head_dim;
+}
+
+scdb_err scdb_get_copy(scdb *h, const int32_t *tokens, size_t n_tokens, scdb_kv_cache *dst,
+                       int slot0, int32_t pos0, scdb_get_result *out)
+{
+    scdb_get_result r = {0};
+    size_t bt, room, n_use, want;
+    scdb_kv_cache *src;
+    scdb_err e;
+
+    if (!h || !dst || (!tokens && n_tokens)) return SCDB_EINVAL;
+    if (!h->registered) return lib_fail(h, SCDB_EINVAL, "not registered (scdb_register first)");
+    if (!same_geometry(h, dst))
+        return lib_fail(h, SCDB_ESHAPE, "destination cache is %dx%dx%d, model is %dx%dx%d",
+                        dst->n_layers, dst->n_kv_heads, dst->head_dim, h->info.n_layers,
+                        h->info.n_kv_heads, h->info.head_dim);
+    if (slot0 < 0 || slot0 > dst->capacity)
+        return lib_fail(h, SCDB_ERANGE, "slot0 %d outside the destination cache", slot0);
+    bt = h->info.block_tokens;
+    room = (size_t)(dst->capacity - slot0) / bt;      /* whole blocks that fit */
+    n_use = n_tokens / bt < room ? n_tokens : room * bt;
+    want = n_use / bt * bt;
+    if (want == 0) want = bt;
+    for (int attempt = 0; attempt < 2; attempt++) {
+        if (h->scratch && (h->scratch->gen != h->gen || (size_t)h->scratch->cache->capacity < want))
+            scdb_arena_free(&h->scratch);
+        if (!h->scratch) {
+            e = scdb_arena_new(h, (int)want, &h->scratch);
+            if (e) return e;
+        }
+        h->scratch->cache->n = 0;
+        e = scdb_get(h, tokens, n_use, h->scratch, 0, pos0, &r);
+        if (e != SCDB_ECLOSED) break;
+    }
+    if (e && !r.tokens_written) return e;
+    src = h->scratch->cache;
+    if (r.tokens_written) {
+        size_t d = (size_t)scdb_kv_dim(dst), w = r.tokens_written;
+        memcpy(dst->pos + slot0, src->pos, w * sizeof *dst->pos);
+        for (int l = 0; l < dst->n_layers; l++) {
+            memcpy(scdb_kv_k(dst, l, slot0), scdb_kv_k(src, l, 0), w * d * sizeof(float));
+            memcpy(scdb_kv_v(dst, l, slot0), scdb_kv_v(src, l, 0), w * d * sizeof(float));
+        }
+        if (dst->n < slot0 + (int)w) dst->n = slot0 + (int)w;
+    }
+    r.cache_n = (uint32_t)dst->n;
+    if (out) *out = r;
+    return e;
+}
+
+/* ------------------------------------------------------------- raw KV */
+
+scdb_err scdb_raw_block(const scdb_kv_cache *c, int slot0, int n_tokens, scdb_dtype dtype,
+                        void *dst, size_t cap)
+{
+    size_t es = scdb_dtype_size(dtype), d, per_layer;
+    char *out = dst;
+
+    if (!c || !dst || n_tokens <= 0 || slot0 < 0 || slot0 > c->capacity - n_tokens)
+        return SCDB_EINVAL;
+    if (dtype != SCDB_F16 && dtype != SCDB_F32) return SCDB_EDTYPE;
+    d = (size_t)scdb_kv_dim(c);
+    per_layer = (size_t)n_tokens * d * es;
+    if (cap < 2 * (size_t)c->n_layers * per_layer) return SCDB_ETOOBIG;
+    for (int kv = 0; kv < 2; kv++)
+        for (int l = 0; l < c->n_layers; l++) {
+            const float *src = kv ? scdb_kv_v(c, l, slot0) : scdb_kv_k(c, l, slot0);
+            char *o = out + ((size_t)kv * c->n_layers + l) * per_layer;
+            if (dtype == SCDB_F32)
+                memcpy(o, src, per_layer);
+            else
+                scdb_f32_to_f16_n(src, (uint16_t *)(void *)o, (size_t)n_tokens * d);
+        }
+    return SCDB_OK;
+}
+
+scdb_err scdb_put_cache(scdb *h, const int32_t *tokens, size_t n_tokens,
+                        const scdb_kv_cache *cache, scdb_put_result *out)
+{
+    size_t bt, n_blocks, bb;
+    char *payload;
+    scdb_err e;
+
+    if (!h || !cache || (!tokens && n_tokens)) return SCDB_EINVAL;
+    if (!h->registered) return lib_fail(h, SCDB_EINVAL, "not registered (scdb_register first)");
+    if (strcmp(h->info.codebook_kind, "raw"))
+        return lib_fail(h, SCDB_EUNSUPPORTED, "codebook kind %s is not raw KV: encode and put",
+                        h->info.codebook_kind);
+    if (!same_geometry(h, cache))
+        return lib_fail(h, SCDB_ESHAPE, "cache is %dx%dx%d, model is %dx%dx%d",
+                        cache->n_layers, cache->n_kv_heads, cache->head_dim, h->info.n_layers,
+                        h->info.n_kv_heads, h->info.head_dim);
+    bt = h->info.block_tokens;
+    bb = h->info.block_bytes;
+    n_blocks = n_tokens / bt;
+    if ((size_t)cache->n < n_blocks * bt)
+        return lib_fail(h, SCDB_ESHAPE, "cache holds %d slots, %zu full blocks need %zu",
+                        cache->n, n_blocks, n_blocks * bt);
+    payload = malloc(n_blocks ? n_blocks * bb : 1);
+    if (!payload) return lib_fail(h, SCDB_ENOMEM, "out of memory");
+    for (size_t i = 0; i < n_blocks; i++) {
+        e = scdb_raw_block(cache, (int)(i * bt), (int)bt, (scdb_dtype)h->info.payload_dtype,
+                           payload + i * bb, bb);
+        if (e) {
+            free(payload);
+            return lib_fail(h, e, "cannot build raw block %zu", i);
+        }
+    }
+    e = scdb_put(h, tokens, n_tokens, 0, payload, n_blocks * bb, out);
+    free(payload);
+    return e;
+}

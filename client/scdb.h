@@ -1,0 +1,271 @@
+/*
+ * scdb.h — libscdb, the C client of the scdb broker.
+ *
+ * A serving process opens a handle on the broker (scdb_connect), registers
+ * as the producer or a consumer of one model and codebook (scdb_register),
+ * and then:
+ *
+ *   producer                                 consumer
+ *   --------                                 --------
+ *   prefill the prompt                        scdb_lookup(tokens)  -> matched
+ *   scdb_put(tokens, block payloads)          scdb_arena_new(capacity)
+ *     (raw KV: scdb_put_cache(tokens, cache)) scdb_get(tokens, arena)
+ *                                              -> KV of the matched prefix
+ *                                                 decoded into the arena
+ *                                             prefill only the suffix, in
+ *                                             place, on scdb_arena_cache()
+ *
+ *            +-----------+  ZeroMQ DEALER   +----------------------------+
+ *   process  | scdb *h   |----------------->| broker (ROUTER)            |
+ *            |  heartbeat|  ipc:// | tcp:// |  store: LMDB + hot tier    |
+ *            |  thread   |  (CURVE on tcp)  |  workers decode blocks ... |
+ *            +-----------+                  +-------------|--------------+
+ *                 | mmap                                  | writes
+ *                 v                                       v
+ *            [ arena: POSIX shm, 4 KiB header + one slot-indexed KV cache ]
+ *
+ * Requests and replies are protobuf messages (schema/scdb.proto); bulk
+ * bytes travel as raw ZeroMQ frames (put) or through the arena (get), never
+ * inside protobuf.  An arena is created by the broker (random name, mode
+ * 0600), mapped here, then unlinked: only the two processes can reach it.
+ * The cache inside it has exactly the layout of kernels.h (scdb_kv_cache),
+ * so the KV a get decodes is where attention reads it: zero copy.
+ * scdb_get_copy() instead copies into a cache the caller owns.
+ *
+ * Payloads.  A put sends, per full block of block_tokens tokens, the
+ * block's payload in the codebook's encoding: for the "raw/<model>"
+ * codebooks that is the block's K and V (broker/wire.h: K [L][T][D] then
+ * V, F16 or F32), which scdb_raw_block() / scdb_put_cache() build from a
+ * KV cache.  The SCD codec's encode will produce codes for other codebooks.
+ *
+ * Errors.  Every call returns an scdb_err; when the broker refused a
+ * request, scdb_last_error() holds its message ("unknown model 'x'", ...).
+ * Common to all calls that talk to the broker: SCDB_ETIMEDOUT (no reply
+ * within the handle's timeout; the socket is reset), SCDB_ECLOSED (the
+ * broker is shutting down), SCDB_EPROTO (a reply that is not a scdb.Reply),
+ * SCDB_ENOMEM, SCDB_EINVAL (NULL handle or argument).
+ *
+ * CAVEATS
+ * -------
+ * Threads.  A handle is not thread-safe: use one handle per thread, or
+ * serialise calls with a mutex.  Handles are independent (each has its own
+ * ZeroMQ context and sockets).  Each registered handle runs one background
+ * thread that sends heartbeats (scdb_opts.no_heartbeat turns it off: then
+ * your own calls must come more often than the broker's heartbeat timeout,
+ * or its arenas are reclaimed).
+ *
+ * Fork.  Do not use a handle across fork(): the child shares the parent's
+ * sockets' state but not its threads.  In a child, call nothing on an
+ * inherited handle (not even scdb_close); connect a new one.  Arena
+ * mappings are inherited by the child like any MAP_SHARED memory.
+ *
+ * Timeouts.  Every call that talks to the broker waits at most the
+ * handle's timeout (scdb_opts.timeout_ms, default 5000 ms; change it with
+ * scdb_set_timeout()).  A get that decodes a long prefix may need more.
+ * After a timeout the request may still be executed by the broker later;
+ * its reply is discarded.  Puts are idempotent, so retrying is safe.
+ *
+ * Broker restarts.  The handle reconnects by itself; the first call after
+ * a restart registers again (same role, model, codebook) and is retried
+ * once, so callers see no error.  Stored prefixes survive (LMDB); arenas do
+ * not: calls on an arena from before the restart return SCDB_ECLOSED and
+ * the arena should be freed and created anew (scdb_get_copy does this by
+ * itself for its internal arena).
+ *
+ * Shared memory.  Arenas need the same user as the broker (mode 0600) and
+ * room in /dev/shm (reserved when the arena is created: a full /dev/shm is
+ * SCDB_EFULL then, never a SIGBUS later).  The broker frees a client's
+ * arenas when the client says goodbye (scdb_close) or stops heartbeating;
+ * a mapping this process holds stays valid memory until scdb_arena_free.
+ */
+#ifndef SCDB_H
+#define SCDB_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels.h"
+#include "scdb_common.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct scdb scdb;
+typedef struct scdb_arena scdb_arena;
+
+typedef enum scdb_role { SCDB_PRODUCER = 1, SCDB_CONSUMER = 2 } scdb_role;
+
+typedef struct scdb_opts {
+    const char *endpoint;          /* NULL: $SCDB_ENDPOINT, else the broker's
+                                      default ipc path (broker/wire.h)      */
+    int timeout_ms;                /* per call; 0 = 5000                    */
+    int no_heartbeat;              /* 1: no heartbeat thread (see Caveats)  */
+    const char *name;              /* shown in broker logs; NULL: "pid N"   */
+    /* tcp:// only (CURVE; all Z85, 40 characters) */
+    const char *curve_server_key;  /* the broker's public key (required)    */
+    const char *curve_public_key;  /* ours; NULL with secret NULL: a fresh  */
+    const char *curve_secret_key;  /* keypair per handle                    */
+} scdb_opts;
+
+/* Open a handle and check that a broker answers (an anonymous ping).
+ * o may be NULL (all defaults).  Errors: SCDB_ETIMEDOUT (no broker
+ * answered), SCDB_EINVAL (bad endpoint or keys), SCDB_ESYS (ZeroMQ),
+ * SCDB_ENOMEM.  On error *out is NULL. */
+scdb_err scdb_connect(const scdb_opts *o, scdb **out);
+
+/* Say goodbye (the broker frees this client's arenas), unmap every arena,
+ * stop the heartbeat thread, close.  NULLs *h; accepts NULL. */
+void scdb_close(scdb **h);
+
+/* Per-call timeout in milliseconds (> 0). */
+void scdb_set_timeout(scdb *h, int timeout_ms);
+
+/* The broker's message for the last failed call, or a local explanation;
+ * "" after a success.  Valid until the next call on h. */
+const char *scdb_last_error(const scdb *h);
+
+/* What the broker told us at registration. */
+typedef struct scdb_info {
+    uint32_t block_tokens;         /* tokens per stored block               */
+    uint64_t block_bytes;          /* payload bytes of one block            */
+    uint32_t payload_dtype;        /* scdb_dtype of payloads (raw: F16/F32) */
+    int n_layers, n_kv_heads, head_dim, max_seq_len; /* our model's KV      */
+    char decoder[32];              /* consumers: "raw", ...                 */
+    char codebook_kind[16];        /* "raw" (payload = KV), ...             */
+    uint32_t max_tokens;           /* per request                           */
+    uint64_t max_request_bytes;
+    uint32_t heartbeat_ms, heartbeat_timeout_ms;
+    uint64_t broker_instance;      /* changes when the broker restarts      */
+} scdb_info;
+
+/* Register as producer or consumer of `model` under `codebook` (NULL or "":
+ * "raw/<model>", the model's raw KV).  A handle holds one registration;
+ * registering again replaces it (and frees the old one's arenas).  info
+ * may be NULL.  Errors: SCDB_ENOTFOUND (unknown model or codebook, or no
+ * pair decodes the codebook into this consumer), SCDB_EMISMATCH (a
+ * producer whose model is not the codebook's producer), SCDB_EPROTO
+ * (protocol version mismatch), plus the common ones. */
+scdb_err scdb_register(scdb *h, scdb_role role, const char *model, const char *codebook,
+                       scdb_info *info);
+/* The registration's info (zeroed before scdb_register). */
+const scdb_info *scdb_get_info(const scdb *h);
+
+/* Round trip to the broker; rtt_us (may be NULL) gets the time in µs. */
+scdb_err scdb_ping(scdb *h, double *rtt_us);
+
+typedef struct scdb_put_result {
+    uint32_t n_full;               /* full blocks in the tokens             */
+    uint32_t n_stored;             /* leading blocks stored after the call  */
+    uint32_t n_new;                /* blocks this call wrote                */
+} scdb_put_result;
+
+/* Store full blocks [first_block, first_block + n) of tokens, where n =
+ * payload_len / block_bytes and payload is their payloads back to back.
+ * Blocks before first_block must be stored already.  Producers only.
+ * out may be NULL.  Errors: SCDB_ESHAPE (payload_len not a multiple of
+ * block_bytes, or more blocks than the tokens hold), SCDB_ETOOBIG (over
+ * max_tokens or max_request_bytes), SCDB_ENOTFOUND (an earlier block is
+ * not stored), SCDB_EFULL (store full of pinned blocks), SCDB_EINVAL (not
+ * registered as a producer; negative token), SCDB_EIO, common ones. */
+scdb_err scdb_put(scdb *h, const int32_t *tokens, size_t n_tokens, uint32_t first_block,
+                  const void *payload, size_t payload_len, scdb_put_result *out);
+
+/* Raw-KV codebooks: put every full block of tokens from a cache whose slots
+ * [0, n_tokens) hold them (as after a prefill).  Errors: those of
+ * scdb_put, SCDB_ESHAPE (cache geometry is not the model's, or it holds
+ * fewer than the full blocks' tokens), SCDB_EUNSUPPORTED (not a raw
+ * codebook: encode with the codec and use scdb_put). */
+scdb_err scdb_put_cache(scdb *h, const int32_t *tokens, size_t n_tokens,
+                        const scdb_kv_cache *cache, scdb_put_result *out);
+
+/* The raw payload of cache slots [slot0, slot0 + n_tokens) in dtype (F16 or
+ * F32): K [n_layers][n_tokens][kv_dim] then V, into dst (cap bytes).
+ * Errors: SCDB_EINVAL (slots outside the cache), SCDB_EDTYPE, SCDB_ETOOBIG
+ * (cap too small). */
+scdb_err scdb_raw_block(const scdb_kv_cache *c, int slot0, int n_tokens, scdb_dtype dtype,
+                        void *dst, size_t cap);
+
+typedef struct scdb_lookup_result {
+    uint32_t n_full;               /* full blocks in the tokens             */
+    uint32_t n_matched;            /* leading blocks stored                 */
+    uint32_t matched_tokens;       /* n_matched * block_tokens              */
+} scdb_lookup_result;
+
+/* Longest stored prefix of tokens under our codebook.  Errors: SCDB_ETOOBIG
+ * (over max_tokens), SCDB_EINVAL (negative token, not registered), common. */
+scdb_err scdb_lookup(scdb *h, const int32_t *tokens, size_t n_tokens, scdb_lookup_result *out);
+
+/* A shared-memory arena holding one KV cache of `capacity` slots (0: the
+ * model's max_seq_len) shaped for our model.  Errors: SCDB_ETOOBIG (over
+ * the broker's max_arena_bytes), SCDB_EFULL (per-client arena count, total
+ * arena bytes, or /dev/shm full), SCDB_ESYS (shm_open / mmap here: the
+ * broker runs as another user?), SCDB_EPROTO (bad arena header), common. */
+scdb_err scdb_arena_new(scdb *h, int capacity, scdb_arena **out);
+/* The arena's cache (slot-indexed, kernels.h).  n is updated by every get;
+ * the caller may append slots itself (prefill the suffix) and move n. */
+scdb_kv_cache *scdb_arena_cache(scdb_arena *a);
+/* Tell the broker, unmap, free.  NULLs *a; accepts NULL.  Must be called
+ * before scdb_close of its handle or not at all (close frees them). */
+void scdb_arena_free(scdb_arena **a);
+
+typedef struct scdb_get_result {
+    uint32_t n_full;               /* full blocks in the tokens             */
+    uint32_t n_matched;            /* leading blocks stored                 */
+    uint32_t tokens_written;       /* slots [slot0, slot0 + this) written   */
+    uint32_t cache_n;              /* the cache's live slots after the get  */
+    uint64_t decode_ns;            /* broker time spent decoding            */
+} scdb_get_result;
+
+/* Decode the longest stored prefix of tokens into the arena: block i goes
+ * to slots slot0 + i*block_tokens .. with absolute positions pos0 +
+ * i*block_tokens ..  Whole blocks only, as many as fit the arena.  The
+ * cache's n becomes max(n, slot0 + tokens_written).  out may be NULL.
+ * Errors: SCDB_ECLOSED (arena from before a broker restart), SCDB_EBUSY
+ * (another get on this arena is in progress), SCDB_ERANGE (slot0 past the
+ * arena, negative pos0), SCDB_ESHAPE / SCDB_ECHECKSUM (a stored block is
+ * damaged: the blocks before it were written), common ones. */
+scdb_err scdb_get(scdb *h, const int32_t *tokens, size_t n_tokens, scdb_arena *a, int slot0,
+                  int32_t pos0, scdb_get_result *out);
+
+/* As scdb_get, through an arena the handle keeps, then copied into dst
+ * (any scdb_kv_cache of our model's geometry) at slots slot0.. .  Errors:
+ * those of scdb_get and scdb_arena_new, SCDB_ESHAPE (dst geometry). */
+scdb_err scdb_get_copy(scdb *h, const int32_t *tokens, size_t n_tokens, scdb_kv_cache *dst,
+                       int slot0, int32_t pos0, scdb_get_result *out);
+
+/* Delete stored blocks [from_block, n_matched) of tokens, last first.
+ * n_deleted may be NULL.  Producers only.  Errors: SCDB_EBUSY (a block is
+ * pinned or has other stored children: the blocks after it were deleted),
+ * SCDB_EINVAL, SCDB_EIO, common. */
+scdb_err scdb_delete(scdb *h, const int32_t *tokens, size_t n_tokens, uint32_t from_block,
+                     uint32_t *n_deleted);
+
+#define SCDB_STAT_MAX_OPS 16
+
+typedef struct scdb_stat {
+    /* store */
+    uint64_t blocks, disk_bytes, disk_capacity_bytes, hot_blocks, hot_bytes,
+        hot_capacity_bytes, pinned_blocks, lookups, lookup_hit_blocks, lookup_miss_blocks,
+        gets, get_hot_hits, get_disk_hits, get_misses, puts, put_existing, evictions,
+        checksum_failures;
+    /* broker */
+    uint64_t clients, arenas, arena_bytes, sessions, inflight, requests, errors,
+        reclaimed_clients, reclaimed_arenas, broker_instance;
+    double uptime_s;
+    uint32_t workers, block_tokens;
+    int n_ops;
+    struct {
+        char op[16];
+        uint64_t count, errors, total_ns, max_ns;
+    } ops[SCDB_STAT_MAX_OPS];
+} scdb_stat;
+
+/* Broker and store counters (works before scdb_register too). */
+scdb_err scdb_stats(scdb *h, scdb_stat *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SCDB_H */

@@ -1,0 +1,1073 @@
+/* test_broker.c — integration tests of the broker daemon and libscdb: a real
+ * scdb-broker process (fork + exec, temp dir config) and real client
+ * processes (tests/broker_client.c), plus raw ZeroMQ sockets for malformed
+ * frames.  Raw-KV codebooks make every byte checkable. */
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include <cmocka.h>
+
+#include "broker_kv.h"
+#include "model.h"
+#include "scdb.h"
+#include "scdb.pb-c.h"
+#include "wire.h"
+
+#define HB_MS 300
+#define HB_TIMEOUT_MS 2000
+#define MAX_REQ (1u << 20)
+#define BT 64
+
+static char dir[128], cfg_path[256], endpoint[300], sock_path[256], log_path[256];
+static pid_t broker_pid = -1;
+static int have_family;       /* data/models/{base,code} present */
+
+/* ---------------------------------------------------------------- helpers */
+
+static void write_file(const char *path, const char *fmt, ...)
+{
+    FILE *f = fopen(path, "w");
+    va_list ap;
+    assert_non_null(f);
+    va_start(ap, fmt);
+    vfprintf(f, fmt, ap);
+    va_end(ap);
+    fclose(f);
+}
+
+static void write_config(const char *path, const char *ep, const char *data, const char *extra)
+{
+    write_file(path,
+               "# test_broker config\n"
+               "[broker]\n"
+               "endpoint = %s\n"
+               "data_dir = %s\n"
+               "workers = 2\n"
+               "heartbeat_ms = %d\n"
+               "heartbeat_timeout_ms = %d\n"
+               "max_request_bytes = %u\n"
+               "hot_capacity = 64MiB\n"
+               "no_sync = 1\n"
+               "drain_timeout_ms = 5000\n"
+               "log_level = info\n"
+               "%s\n"
+               "[model m16]\n"
+               "n_layers = 4\n"
+               "n_kv_heads = 2\n"
+               "head_dim = 16\n"
+               "max_seq_len = 1024\n"
+               "raw_dtype = f16\n"
+               "\n"
+               "[model m32]\n"
+               "n_layers = 2\n"
+               "n_kv_heads = 2\n"
+               "head_dim = 8\n"
+               "raw_dtype = f32\n"
+               "\n"
+               "; another fine-tune of m16's architecture: raw reuse is a pair\n"
+               "[model other]\n"
+               "n_layers = 4\n"
+               "n_kv_heads = 2\n"
+               "head_dim = 16\n"
+               "\n"
+               "[pair raw/m16 other]\n"
+               "decoder = raw\n"
+               "\n"
+               "; a model directory's config.json\n"
+               "[model fromjson]\n"
+               "config = %s/config.json\n"
+               "%s",
+               ep, data, HB_MS, HB_TIMEOUT_MS, MAX_REQ, extra ? extra : "", dir,
+               have_family ? "\n; the reference family: F32 raw KV, and base's KV into code\n"
+                             "[model base]\nconfig = " SCDB_DATA_DIR "/models/base/config.json\n"
+                             "raw_dtype = f32\n"
+                             "[model code]\nconfig = " SCDB_DATA_DIR "/models/code/config.json\n"
+                             "[pair raw/base code]\ndecoder = raw\n"
+                           : "");
+}
+
+/* fork + exec a program with stdout/stderr appended to log_path (stdout to
+ * out_fd if >= 0). */
+static pid_t spawn(const char *const *argv, int out_fd)
+{
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        int fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND, 0600);
+        if (fd >= 0) {
+            dup2(out_fd >= 0 ? out_fd : fd, 1);
+            dup2(fd, 2);
+        }
+        execv(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    return pid;
+}
+
+static int wait_exit(pid_t pid, double timeout_s)
+{
+    double until = scdb_now() + timeout_s;
+    int st;
+    for (;;) {
+        pid_t r = waitpid(pid, &st, WNOHANG);
+        if (r == pid) return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+        if (scdb_now() > until) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &st, 0);
+            return -1;
+        }
+        usleep(10000);
+    }
+}
+
+static scdb *connect_to(const char *ep, int timeout_ms)
+{
+    scdb_opts o = {.endpoint = ep, .timeout_ms = timeout_ms, .name = "test"};
+    scdb *h = NULL;
+    scdb_connect(&o, &h);
+    return h;
+}
+
+static void start_broker(void)
+{
+    const char *argv[] = {SCDB_BROKER_BIN, "--config", cfg_path, NULL};
+    double until = scdb_now() + 20;
+    scdb *h;
+
+    broker_pid = spawn(argv, -1);
+    while (!(h = connect_to(endpoint, 200))) {
+        int st;
+        assert_int_equal(waitpid(broker_pid, &st, WNOHANG), 0); /* still running */
+        assert_true(scdb_now() < until);
+        usleep(20000);
+    }
+    scdb_close(&h);
+}
+
+/* Signal the broker and return its exit status. */
+static int stop_broker(int sig)
+{
+    int rc;
+    kill(broker_pid, sig);
+    rc = wait_exit(broker_pid, 30);
+    broker_pid = -1;
+    return rc;
+}
+
+static int run_client(const char *mode, const char *model, unsigned seed, int ntok,
+                      const char *extra)
+{
+    char s[16], n[16];
+    const char *argv[] = {SCDB_BROKER_CLIENT_BIN, endpoint, mode, model, s, n, extra, NULL};
+    snprintf(s, sizeof s, "%u", seed);
+    snprintf(n, sizeof n, "%d", ntok);
+    return wait_exit(spawn(argv, -1), 60);
+}
+
+static scdb *consumer(const char *model, scdb_info *info)
+{
+    scdb *h = connect_to(endpoint, 5000);
+    assert_non_null(h);
+    assert_int_equal(scdb_register(h, SCDB_CONSUMER, model, NULL, info), SCDB_OK);
+    return h;
+}
+
+static void get_stats(scdb_stat *st)
+{
+    scdb *h = connect_to(endpoint, 5000);
+    assert_non_null(h);
+    assert_int_equal(scdb_stats(h, st), SCDB_OK);
+    scdb_close(&h);
+}
+
+static int shm_exists(const char *name)
+{
+    char p[128];
+    snprintf(p, sizeof p, "/dev/shm%s", name);
+    return access(p, F_OK) == 0;
+}
+
+/* -------------------------------------------------------- raw sockets */
+
+typedef struct raw {
+    void *ctx, *s;
+} raw;
+
+static void raw_open(raw *r)
+{
+    int linger = 0, tmo = 5000;
+    r->ctx = zmq_ctx_new();
+    r->s = zmq_socket(r->ctx, ZMQ_DEALER);
+    zmq_setsockopt(r->s, ZMQ_LINGER, &linger, sizeof linger);
+    zmq_setsockopt(r->s, ZMQ_RCVTIMEO, &tmo, sizeof tmo);
+    assert_int_equal(zmq_connect(r->s, endpoint), 0);
+}
+
+static void raw_close(raw *r)
+{
+    zmq_close(r->s);
+    zmq_ctx_term(r->ctx);
+}
+
+/* Send frames, return the unpacked reply (never NULL: asserts). */
+static Scdb__Reply *raw_send(raw *r, int n, const void *const *f, const size_t *len)
+{
+    zmq_msg_t m;
+    Scdb__Reply *rep;
+    for (int i = 0; i < n; i++)
+        assert_true(zmq_send(r->s, f[i], len[i], i + 1 < n ? ZMQ_SNDMORE : 0) >= 0);
+    zmq_msg_init(&m);
+    assert_true(zmq_msg_recv(&m, r->s, 0) >= 0);
+    assert_false(zmq_msg_more(&m));
+    rep = scdb__reply__unpack(NULL, zmq_msg_size(&m), zmq_msg_data(&m));
+    zmq_msg_close(&m);
+    assert_non_null(rep);
+    assert_int_equal(rep->version, SCDB_PROTO_VERSION);
+    return rep;
+}
+
+/* Pack req (version and id as set) + optional payload frames; reply. */
+static Scdb__Reply *raw_req(raw *r, Scdb__Request *req, int n_payload, const void *const *pl,
+                            const size_t *pl_len)
+{
+    size_t len = scdb__request__get_packed_size(req);
+    uint8_t *buf = malloc(len + 1);
+    const void *f[8];
+    size_t l[8];
+    Scdb__Reply *rep;
+    scdb__request__pack(req, buf);
+    f[0] = buf;
+    l[0] = len;
+    for (int i = 0; i < n_payload; i++) {
+        f[1 + i] = pl[i];
+        l[1 + i] = pl_len[i];
+    }
+    rep = raw_send(r, 1 + n_payload, f, l);
+    free(buf);
+    return rep;
+}
+
+static uint64_t raw_hello(raw *r, const char *model, int role)
+{
+    Scdb__Request req = SCDB__REQUEST__INIT;
+    Scdb__Hello h = SCDB__HELLO__INIT;
+    Scdb__Reply *rep;
+    uint64_t token;
+    req.version = SCDB_PROTO_VERSION;
+    req.id = 7;
+    h.role = role;
+    h.model = (char *)model;
+    h.client_name = (char *)"raw";
+    req.body_case = SCDB__REQUEST__BODY_HELLO;
+    req.hello = &h;
+    rep = raw_req(r, &req, 0, NULL, NULL);
+    assert_int_equal(rep->status, SCDB_OK);
+    assert_int_equal(rep->id, 7);
+    token = rep->hello->client;
+    scdb__reply__free_unpacked(rep, NULL);
+    return token;
+}
+
+/* The broker still serves everyone: a fresh client's ping and lookup work. */
+static void assert_alive(void)
+{
+    scdb_lookup_result lr;
+    int32_t t[BT];
+    scdb *h = consumer("m16", NULL);
+    bkv_tokens(1, t, BT);
+    assert_int_equal(scdb_ping(h, NULL), SCDB_OK);
+    assert_int_equal(scdb_lookup(h, t, BT, &lr), SCDB_OK);
+    scdb_close(&h);
+}
+
+/* ----------------------------------------------------------- fixtures */
+
+static int setup(void **state)
+{
+    char cfg_json[300];
+    (void)state;
+    have_family = access(SCDB_DATA_DIR "/models/base/model.safetensors", R_OK) == 0 &&
+                  access(SCDB_DATA_DIR "/models/code/config.json", R_OK) == 0;
+    snprintf(dir, sizeof dir, "/tmp/test_broker.XXXXXX");
+    if (!mkdtemp(dir)) return -1;
+    snprintf(cfg_path, sizeof cfg_path, "%s/broker.ini", dir);
+    snprintf(sock_path, sizeof sock_path, "%s/run/broker.sock", dir);
+    snprintf(endpoint, sizeof endpoint, "ipc://%s", sock_path);
+    snprintf(log_path, sizeof log_path, "%s/log.txt", dir);
+    {
+        char data[200];
+        snprintf(data, sizeof data, "%s/data", dir);
+        snprintf(cfg_json, sizeof cfg_json, "%s/config.json", dir);
+        write_file(cfg_json,
+                   "{\"name\": \"fromjson\", \"vocab_size\": 256, \"d_model\": 64, "
+                   "\"n_layers\": 3, \"n_heads\": 4, \"n_kv_heads\": 2, \"head_dim\": 16, "
+                   "\"d_ff\": 128, \"max_seq_len\": 320, \"rope_theta\": 10000.0, "
+                   "\"norm_eps\": 1e-5}\n");
+        write_config(cfg_path, endpoint, data, NULL);
+    }
+    start_broker();
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    char cmd[300];
+    (void)state;
+    if (broker_pid > 0) stop_broker(SIGTERM);
+    if (getenv("SCDB_TEST_KEEP")) {
+        fprintf(stderr, "test_broker: kept %s\n", dir);
+        return 0;
+    }
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+/* ------------------------------------------------------------- tests */
+
+static void test_socket_mode(void **state)
+{
+    struct stat st;
+    (void)state;
+    assert_int_equal(stat(sock_path, &st), 0);
+    assert_true(S_ISSOCK(st.st_mode));
+    assert_int_equal(st.st_mode & 0777 & ~0660u, 0);
+}
+
+/* A producer process puts; several consumer processes get, bit-identical. */
+static void test_put_get_processes(void **state)
+{
+    pid_t pids[6];
+    int n = 0;
+    (void)state;
+    assert_int_equal(run_client("put", "m16", 1, 640, NULL), 0);
+    assert_int_equal(run_client("put", "m32", 2, 700, NULL), 0);   /* partial last block */
+    /* 40 blocks of 32 KiB exceed max_request_bytes: libscdb splits the put */
+    assert_int_equal(run_client("put", "m16", 9, 40 * BT, NULL), 0);
+    assert_int_equal(run_client("check", "m16", 9, 40 * BT, NULL), 0);
+    {
+        const char *a1[] = {SCDB_BROKER_CLIENT_BIN, endpoint, "check", "m16", "1", "640", NULL};
+        const char *a2[] = {SCDB_BROKER_CLIENT_BIN, endpoint, "check", "m16", "1", "640", "copy", NULL};
+        const char *a3[] = {SCDB_BROKER_CLIENT_BIN, endpoint, "check", "m32", "2", "700", NULL};
+        const char *a4[] = {SCDB_BROKER_CLIENT_BIN, endpoint, "check", "m32", "2", "700", "copy", NULL};
+        pids[n++] = spawn(a1, -1);
+        pids[n++] = spawn(a2, -1);
+        pids[n++] = spawn(a3, -1);
+        pids[n++] = spawn(a4, -1);
+        pids[n++] = spawn(a1, -1);
+        pids[n++] = spawn(a3, -1);
+    }
+    for (int i = 0; i < n; i++) assert_int_equal(wait_exit(pids[i], 60), 0);
+}
+
+/* Lookup and get semantics in-process: prefixes, partial blocks, positions,
+ * slot offsets, a raw-reuse pair, put of later blocks only. */
+static void test_lookup_get_semantics(void **state)
+{
+    int32_t t[640];
+    scdb_info info;
+    scdb_lookup_result lr;
+    scdb_get_result gr;
+    scdb_arena *a;
+    scdb *h;
+    (void)state;
+
+    bkv_tokens(1, t, 640);      /* stored by test_put_get_processes */
+    h = consumer("m16", &info);
+    assert_int_equal(info.block_tokens, BT);
+    assert_int_equal(info.payload_dtype, SCDB_F16);
+    assert_string_equal(info.decoder, "raw");
+    assert_int_equal(info.block_bytes, (uint64_t)BT * 2 * 4 * 32 * 2);
+    assert_int_equal(scdb_lookup(h, t, 640, &lr), SCDB_OK);
+    assert_int_equal(lr.n_matched, 10);
+    assert_int_equal(scdb_lookup(h, t, 600, &lr), SCDB_OK);      /* partial block: 9 */
+    assert_int_equal(lr.n_full, 9);
+    assert_int_equal(lr.n_matched, 9);
+    t[300] ^= 1;                                                  /* diverge in block 4 */
+    assert_int_equal(scdb_lookup(h, t, 640, &lr), SCDB_OK);
+    assert_int_equal(lr.n_matched, 4);
+    assert_int_equal(lr.matched_tokens, 4 * BT);
+
+    /* get: only the matched blocks, at slot0 / pos0, into a small arena */
+    assert_int_equal(scdb_arena_new(h, 200, &a), SCDB_OK);
+    scdb_arena_cache(a)->n = 5;                 /* the client's own slots */
+    assert_int_equal(scdb_get(h, t, 640, a, 8, 100, &gr), SCDB_OK);
+    assert_int_equal(gr.n_matched, 4);
+    assert_int_equal(gr.tokens_written, 3 * BT);                  /* 8 + 192 <= 200 */
+    assert_int_equal(gr.cache_n, 8 + 3 * BT);
+    assert_int_equal(scdb_arena_cache(a)->n, 8 + 3 * BT);
+    assert_int_equal(bkv_check(1, scdb_arena_cache(a), 8, 0, 3 * BT, 100, 1), 0);
+    /* a second get on the same arena, no match: nothing written */
+    t[0] ^= 1;
+    assert_int_equal(scdb_get(h, t, 640, a, 0, 0, &gr), SCDB_OK);
+    assert_int_equal(gr.tokens_written, 0);
+    assert_int_equal(gr.cache_n, 8 + 3 * BT);
+    t[0] ^= 1;
+    assert_int_equal(scdb_get(h, t, 640, a, 300, 0, &gr), SCDB_ERANGE);   /* slot0 past */
+    assert_int_equal(scdb_get(h, t, 640, a, 0, -1, &gr), SCDB_ERANGE);
+    scdb_arena_free(&a);
+    scdb_close(&h);
+
+    /* raw reuse: m16's KV decoded into "other" (same geometry) */
+    t[300] ^= 1;
+    h = consumer("other", &info);
+    {
+        scdb_kv_cache *c;
+        assert_int_equal(scdb_kv_cache_new(4, 2, 16, 640, &c), SCDB_OK);
+        assert_int_equal(scdb_register(h, SCDB_CONSUMER, "other", "raw/m16", &info), SCDB_OK);
+        assert_int_equal(scdb_get_copy(h, t, 640, c, 0, 0, &gr), SCDB_OK);
+        assert_int_equal(gr.tokens_written, 640);
+        assert_int_equal(bkv_check(1, c, 0, 0, 640, 0, 1), 0);
+        scdb_kv_cache_free(&c);
+    }
+    scdb_close(&h);
+
+    /* a producer extends a stored prefix with later blocks only */
+    {
+        int32_t u[4 * BT];
+        scdb_kv_cache *c;
+        scdb_put_result pr;
+        size_t bb;
+        char *pl;
+        bkv_tokens(77, u, 4 * BT);
+        h = connect_to(endpoint, 5000);
+        assert_int_equal(scdb_register(h, SCDB_PRODUCER, "m16", NULL, &info), SCDB_OK);
+        bb = info.block_bytes;
+        assert_int_equal(scdb_kv_cache_new(4, 2, 16, 4 * BT, &c), SCDB_OK);
+        bkv_fill(77, c, 4 * BT);
+        pl = malloc(4 * bb);
+        for (int i = 0; i < 4; i++)
+            assert_int_equal(scdb_raw_block(c, i * BT, BT, SCDB_F16, pl + i * bb, bb), SCDB_OK);
+        /* block 2 without its parent: refused */
+        assert_int_equal(scdb_put(h, u, 4 * BT, 2, pl + 2 * bb, 2 * bb, &pr), SCDB_ENOTFOUND);
+        assert_int_equal(scdb_put(h, u, 4 * BT, 0, pl, 2 * bb, &pr), SCDB_OK);
+        assert_int_equal(pr.n_stored, 2);
+        assert_int_equal(pr.n_new, 2);
+        assert_int_equal(scdb_put(h, u, 4 * BT, 2, pl + 2 * bb, 2 * bb, &pr), SCDB_OK);
+        assert_int_equal(pr.n_stored, 4);
+        assert_int_equal(pr.n_new, 2);
+        assert_int_equal(scdb_put(h, u, 4 * BT, 0, pl, 4 * bb, &pr), SCDB_OK);  /* idempotent */
+        assert_int_equal(pr.n_new, 0);
+        /* wrong shape caught locally; a consumer may not put */
+        assert_int_equal(scdb_put(h, u, 4 * BT, 0, pl, bb - 2, &pr), SCDB_ESHAPE);
+        /* delete the last block only, then everything */
+        {
+            uint32_t nd;
+            assert_int_equal(scdb_delete(h, u, 4 * BT, 3, &nd), SCDB_OK);
+            assert_int_equal(nd, 1);
+            assert_int_equal(scdb_delete(h, u, 4 * BT, 0, &nd), SCDB_OK);
+            assert_int_equal(nd, 3);
+        }
+        free(pl);
+        scdb_kv_cache_free(&c);
+        scdb_close(&h);
+        h = consumer("m16", &info);
+        assert_int_equal(scdb_put(h, u, 4 * BT, 0, NULL, 0, NULL), SCDB_EINVAL);
+        assert_int_equal(scdb_lookup(h, u, 4 * BT, &lr), SCDB_OK);
+        assert_int_equal(lr.n_matched, 0);
+        scdb_close(&h);
+    }
+}
+
+/* The reference model attends to what get decoded: a producer prefills a
+ * prompt with base and puts its F32 KV; a consumer process's arena then
+ * continues the text with base and gets bit-identical logits to a forward
+ * over its own prefill.  base's KV decoded into code (raw reuse) is
+ * attended too. */
+static void test_reference_model(void **state)
+{
+    enum { N = 256, M = 8 };
+    scdb_model *m = NULL, *mc = NULL;
+    char err[256] = "";
+    int32_t t[N + M];
+    float *ref, *got;
+    scdb_kv_cache *own = NULL;
+    scdb_arena *a;
+    scdb_get_result gr;
+    scdb_info info;
+    scdb *h;
+    const unsigned char *text = (const unsigned char *)
+        "The quick brown fox jumps over the lazy dog, and the dog, not being as lazy as "
+        "everyone says, gets up, shakes itself, and follows the fox into the woods, where "
+        "the two of them spend the afternoon arguing about whose turn it is to be chased. "
+        "By evening neither has won, and they agree to meet again tomorrow at the same ";
+    (void)state;
+
+    if (!have_family) {
+        print_message("skipped: no model family under " SCDB_DATA_DIR "/models\n");
+        skip();
+    }
+    assert_int_equal(scdb_model_load(SCDB_DATA_DIR "/models/base", &m, err, sizeof err), SCDB_OK);
+    assert_true(strlen((const char *)text) >= N + M);
+    scdb_tokenize_bytes(text, N + M, t);
+    ref = malloc(sizeof *ref * M * 256);
+    got = malloc(sizeof *got * M * 256);
+
+    /* producer: prefill N, put the KV; reference: continue on that cache */
+    h = connect_to(endpoint, 10000);
+    assert_int_equal(scdb_register(h, SCDB_PRODUCER, "base", NULL, &info), SCDB_OK);
+    assert_int_equal(info.payload_dtype, SCDB_F32);
+    assert_int_equal(scdb_model_cache_new(m, N + M, &own), SCDB_OK);
+    assert_int_equal(scdb_model_forward(m, t, NULL, N, own, NULL, NULL), SCDB_OK);
+    assert_int_equal(scdb_put_cache(h, t, N, own, NULL), SCDB_OK);
+    assert_int_equal(scdb_model_forward(m, t + N, NULL, M, own, ref, NULL), SCDB_OK);
+    scdb_close(&h);
+
+    /* consumer: get into the arena, continue in place */
+    h = consumer("base", &info);
+    assert_int_equal(scdb_arena_new(h, N + M, &a), SCDB_OK);
+    assert_int_equal(scdb_get(h, t, N + M, a, 0, 0, &gr), SCDB_OK);
+    assert_int_equal(gr.tokens_written, N);
+    assert_int_equal(scdb_model_cache_check(m, scdb_arena_cache(a)), SCDB_OK);
+    assert_int_equal(scdb_model_forward(m, t + N, NULL, M, scdb_arena_cache(a), got, NULL),
+                     SCDB_OK);
+    assert_memory_equal(got, ref, sizeof *ref * M * 256);
+    scdb_arena_free(&a);
+    scdb_close(&h);
+
+    /* raw reuse: base's KV in code's cache runs and differs from code's own */
+    assert_int_equal(scdb_model_load(SCDB_DATA_DIR "/models/code", &mc, err, sizeof err), SCDB_OK);
+    h = consumer("code", NULL);
+    assert_int_equal(scdb_register(h, SCDB_CONSUMER, "code", "raw/base", NULL), SCDB_OK);
+    assert_int_equal(scdb_arena_new(h, N + M, &a), SCDB_OK);
+    assert_int_equal(scdb_get(h, t, N + M, a, 0, 0, &gr), SCDB_OK);
+    assert_int_equal(gr.tokens_written, N);
+    assert_int_equal(scdb_model_forward(mc, t + N, NULL, M, scdb_arena_cache(a), got, NULL),
+                     SCDB_OK);
+    for (int i = 0; i < M * 256; i++) assert_true(got[i] == got[i]);   /* no NaN */
+    scdb_arena_free(&a);
+    scdb_close(&h);
+
+    scdb_kv_cache_free(&own);
+    scdb_model_free(&mc);
+    scdb_model_free(&m);
+    free(ref);
+    free(got);
+}
+
+/* Registration errors come back with the right code. */
+static void test_register_errors(void **state)
+{
+    scdb *h = connect_to(endpoint, 5000);
+    (void)state;
+    assert_non_null(h);
+    assert_int_equal(scdb_register(h, SCDB_CONSUMER, "nope", NULL, NULL), SCDB_ENOTFOUND);
+    assert_non_null(strstr(scdb_last_error(h), "unknown model"));
+    assert_int_equal(scdb_register(h, SCDB_CONSUMER, "m16", "raw/nope", NULL), SCDB_ENOTFOUND);
+    assert_int_equal(scdb_register(h, SCDB_CONSUMER, "m32", "raw/m16", NULL), SCDB_ENOTFOUND);
+    assert_non_null(strstr(scdb_last_error(h), "no pair"));
+    assert_int_equal(scdb_register(h, SCDB_PRODUCER, "other", "raw/m16", NULL), SCDB_EMISMATCH);
+    assert_int_equal(scdb_lookup(h, NULL, 0, NULL), SCDB_EINVAL);     /* not registered */
+    {   /* a model configured from its config.json */
+        scdb_info info;
+        assert_int_equal(scdb_register(h, SCDB_CONSUMER, "fromjson", NULL, &info), SCDB_OK);
+        assert_int_equal(info.n_layers, 3);
+        assert_int_equal(info.n_kv_heads, 2);
+        assert_int_equal(info.head_dim, 16);
+        assert_int_equal(info.max_seq_len, 320);
+    }
+    scdb_close(&h);
+    assert_alive();
+}
+
+/* Malformed and hostile frames: each gets an error reply with the right
+ * code, and the broker keeps serving. */
+static void test_malformed_frames(void **state)
+{
+    raw r;
+    Scdb__Reply *rep;
+    uint64_t tok;
+    (void)state;
+
+    raw_open(&r);
+    {   /* garbage bytes */
+        const char junk[] = "\xff\xff\xff\xff garbage \x01\x02";
+        const void *f[] = {junk};
+        size_t l[] = {sizeof junk};
+        rep = raw_send(&r, 1, f, l);
+        assert_int_equal(rep->status, SCDB_EPROTO);
+        assert_int_equal(rep->id, 0);
+        assert_non_null(strstr(rep->message, "malformed"));
+        scdb__reply__free_unpacked(rep, NULL);
+    }
+    {   /* empty frame */
+        const void *f[] = {""};
+        size_t l[] = {0};
+        rep = raw_send(&r, 1, f, l);
+        assert_int_equal(rep->status, SCDB_EPROTO);
+        scdb__reply__free_unpacked(rep, NULL);
+    }
+    {   /* truncated protobuf: a valid hello cut short */
+        Scdb__Request req = SCDB__REQUEST__INIT;
+        Scdb__Hello h = SCDB__HELLO__INIT;
+        uint8_t buf[256];
+        size_t len;
+        const void *f[] = {buf};
+        size_t l[1];
+        req.version = SCDB_PROTO_VERSION;
+        req.id = 5;
+        h.model = (char *)"m16";
+        h.client_name = (char *)"a-long-enough-client-name";
+        h.role = SCDB__ROLE__CONSUMER;
+        req.body_case = SCDB__REQUEST__BODY_HELLO;
+        req.hello = &h;
+        len = scdb__request__pack(&req, buf);
+        l[0] = len - 5;
+        rep = raw_send(&r, 1, f, l);
+        assert_int_equal(rep->status, SCDB_EPROTO);
+        scdb__reply__free_unpacked(rep, NULL);
+    }
+    {   /* wrong protocol version */
+        Scdb__Request req = SCDB__REQUEST__INIT;
+        Scdb__Ping p = SCDB__PING__INIT;
+        req.version = SCDB_PROTO_VERSION + 98;
+        req.id = 11;
+        req.body_case = SCDB__REQUEST__BODY_PING;
+        req.ping = &p;
+        rep = raw_req(&r, &req, 0, NULL, NULL);
+        assert_int_equal(rep->status, SCDB_EPROTO);
+        assert_int_equal(rep->id, 11);
+        assert_non_null(strstr(rep->message, "version 99"));
+        scdb__reply__free_unpacked(rep, NULL);
+    }
+    {   /* no body */
+        Scdb__Request req = SCDB__REQUEST__INIT;
+        req.version = SCDB_PROTO_VERSION;
+        req.id = 12;
+        rep = raw_req(&r, &req, 0, NULL, NULL);
+        assert_int_equal(rep->status, SCDB_EPROTO);
+        scdb__reply__free_unpacked(rep, NULL);
+    }
+    {   /* unknown model; unknown client token; no token */
+        Scdb__Request req = SCDB__REQUEST__INIT;
+        Scdb__Hello h = SCDB__HELLO__INIT;
+        Scdb__LookupRequest lk = SCDB__LOOKUP_REQUEST__INIT;
+        req.version = SCDB_PROTO_VERSION;
+        req.id = 13;
+        h.model = (char *)"no-such-model";
+        h.role = SCDB__ROLE__PRODUCER;
+        req.body_case = SCDB__REQUEST__BODY_HELLO;
+        req.hello = &h;
+        rep = raw_req(&r, &req, 0, NULL, NULL);
+        assert_int_equal(rep->status, SCDB_ENOTFOUND);
+        assert_non_null(strstr(rep->message, "no-such-model"));
+        scdb__reply__free_unpacked(rep, NULL);
+        h.model = (char *)"m16";
+        h.role = 0;
+        rep = raw_req(&r, &req, 0, NULL, NULL);
+        assert_int_equal(rep->status, SCDB_EINVAL);              /* no role */
+        scdb__reply__free_unpacked(rep, NULL);
+        req.body_case = SCDB__REQUEST__BODY_LOOKUP;
+        req.lookup = &lk;
+        req.client = 0x1234;
+        rep = raw_req(&r, &req, 0, NULL, NULL);
+        assert_int_equal(rep->status, SCDB_ECLOSED);
+        scdb__reply__free_unpacked(rep, NULL);
+        req.client = 0;
+        rep = raw_req(&r, &req, 0, NULL, NULL);
+        assert_int_equal(rep->status, SCDB_EPROTO);
+        scdb__reply__free_unpacked(rep, NULL);
+    }
+
+    tok = raw_hello(&r, "m16", SCDB__ROLE__PRODUCER);
+    {
+        Scdb__Request req = SCDB__REQUEST__INIT;
+        Scdb__PutRequest p = SCDB__PUT_REQUEST__INIT;
+        Scdb__LookupRequest lk = SCDB__LOOKUP_REQUEST__INIT;
+        int32_t t[3 * BT];
+        size_t bb = (size_t)BT * 512;
+        char *blk = calloc(1, 2 * MAX_REQ);
+        const void *pl[3] = {blk, blk, blk};
+        size_t pll[3] = {bb, bb, bb};
+
+        bkv_tokens(900, t, 3 * BT);
+        req.version = SCDB_PROTO_VERSION;
+        req.client = tok;
+        req.id = 20;
+        p.tokens = t;
+        p.n_tokens = 3 * BT;
+        p.n_blocks = 2;
+        req.body_case = SCDB__REQUEST__BODY_PUT;
+        req.put = &p;
+        /* missing payload frame */
+        rep = raw_req(&r, &req, 1, pl, pll);
+        assert_int_equal(rep->status, SCDB_EPROTO);
+        assert_int_equal(rep->id, 20);
+        assert_non_null(strstr(rep->message, "payload frame"));
+        scdb__reply__free_unpacked(rep, NULL);
+        /* extra payload frame */
+        rep = raw_req(&r, &req, 3, pl, pll);
+        assert_int_equal(rep->status, SCDB_EPROTO);
+        scdb__reply__free_unpacked(rep, NULL);
+        /* extra frame after a lookup */
+        req.body_case = SCDB__REQUEST__BODY_LOOKUP;
+        lk.tokens = t;
+        lk.n_tokens = 3 * BT;
+        req.lookup = &lk;
+        rep = raw_req(&r, &req, 1, pl, pll);
+        assert_int_equal(rep->status, SCDB_EPROTO);
+        scdb__reply__free_unpacked(rep, NULL);
+        /* wrong shape: a payload frame of the wrong size */
+        req.body_case = SCDB__REQUEST__BODY_PUT;
+        req.put = &p;
+        pll[1] = bb - 8;
+        rep = raw_req(&r, &req, 2, pl, pll);
+        assert_int_equal(rep->status, SCDB_ESHAPE);
+        scdb__reply__free_unpacked(rep, NULL);
+        /* wrong shape: more blocks than the tokens hold */
+        pll[1] = bb;
+        p.first_block = 2;
+        rep = raw_req(&r, &req, 2, pl, pll);
+        assert_int_equal(rep->status, SCDB_ESHAPE);
+        scdb__reply__free_unpacked(rep, NULL);
+        /* oversize: frames beyond max_request_bytes */
+        p.first_block = 0;
+        p.n_blocks = 1;
+        pll[0] = MAX_REQ + MAX_REQ / 2;
+        rep = raw_req(&r, &req, 1, pl, pll);
+        assert_int_equal(rep->status, SCDB_ETOOBIG);
+        assert_int_equal(rep->id, 20);
+        scdb__reply__free_unpacked(rep, NULL);
+        /* negative token */
+        p.n_blocks = 0;
+        t[3] = -5;
+        rep = raw_req(&r, &req, 0, NULL, NULL);
+        assert_int_equal(rep->status, SCDB_EINVAL);
+        scdb__reply__free_unpacked(rep, NULL);
+        free(blk);
+    }
+    {   /* arena of the wrong shape; unknown arena; session calls */
+        Scdb__Request req = SCDB__REQUEST__INIT;
+        Scdb__ArenaCreate ac = SCDB__ARENA_CREATE__INIT;
+        Scdb__ModelShape sh = SCDB__MODEL_SHAPE__INIT;
+        Scdb__GetRequest g = SCDB__GET_REQUEST__INIT;
+        Scdb__SessionOpen so = SCDB__SESSION_OPEN__INIT;
+        req.version = SCDB_PROTO_VERSION;
+        req.client = tok;
+        req.id = 30;
+        sh.n_layers = 5;
+        sh.n_kv_heads = 2;
+        sh.head_dim = 16;
+        ac.shape = &sh;
+        ac.capacity = 64;
+        req.body_case = SCDB__REQUEST__BODY_ARENA_CREATE;
+        req.arena_create = &ac;
+        rep = raw_req(&r, &req, 0, NULL, NULL);
+        assert_int_equal(rep->status, SCDB_ESHAPE);
+        scdb__reply__free_unpacked(rep, NULL);
+        ac.shape = NULL;
+        ac.capacity = 1u << 30;                      /* over max_arena_bytes */
+        rep = raw_req(&r, &req, 0, NULL, NULL);
+        assert_int_equal(rep->status, SCDB_ETOOBIG);
+        scdb__reply__free_unpacked(rep, NULL);
+        g.arena = 999;
+        req.body_case = SCDB__REQUEST__BODY_GET;
+        req.get = &g;
+        rep = raw_req(&r, &req, 0, NULL, NULL);
+        assert_int_equal(rep->status, SCDB_ENOTFOUND);
+        scdb__reply__free_unpacked(rep, NULL);
+        req.body_case = SCDB__REQUEST__BODY_SESSION_OPEN;
+        req.session_open = &so;
+        rep = raw_req(&r, &req, 0, NULL, NULL);
+        assert_int_equal(rep->status, SCDB_EUNSUPPORTED);
+        scdb__reply__free_unpacked(rep, NULL);
+    }
+    raw_close(&r);
+    assert_alive();
+}
+
+/* A client killed with SIGKILL: its arena is reclaimed within the heartbeat
+ * bound while another client keeps getting; an arena never confirmed is
+ * unlinked from /dev/shm when its silent client is reclaimed. */
+static void test_sigkill_reclaim(void **state)
+{
+    int out[2];
+    char line[32] = "";
+    scdb_stat st0, st;
+    pid_t holder, looper;
+    /* the bound: heartbeat timeout + sweep period, plus slack for a busy machine */
+    double t_kill, bound = HB_TIMEOUT_MS / 1000.0 + 2.5;
+    (void)state;
+
+    assert_int_equal(run_client("put", "m32", 3, 512, NULL), 0);
+    get_stats(&st0);
+    assert_int_equal(pipe(out), 0);
+    {
+        const char *a[] = {SCDB_BROKER_CLIENT_BIN, endpoint, "hold", "m32", NULL};
+        holder = spawn(a, out[1]);
+    }
+    close(out[1]);
+    assert_true(read(out[0], line, sizeof line - 1) > 0);
+    close(out[0]);
+    assert_non_null(strstr(line, "ready"));
+    {
+        const char *a[] = {SCDB_BROKER_CLIENT_BIN, endpoint, "loop", "m32", "3", "512", "5", NULL};
+        looper = spawn(a, -1);
+    }
+    usleep(300000);
+    get_stats(&st);
+    assert_int_equal(st.arenas, st0.arenas + 2);            /* holder + looper */
+    /* the holder stays alive past the timeout: its heartbeats keep it */
+    usleep((HB_TIMEOUT_MS + 500) * 1000);
+    get_stats(&st);
+    assert_int_equal(st.arenas, st0.arenas + 2);
+    kill(holder, SIGKILL);
+    wait_exit(holder, 10);
+    t_kill = scdb_now();
+    for (;;) {
+        get_stats(&st);
+        if (st.arenas == st0.arenas + 1) break;
+        assert_true(scdb_now() - t_kill < bound);
+        usleep(50000);
+    }
+    print_message("killed client's arena reclaimed %.2f s after SIGKILL (timeout %.1f s)\n",
+                  scdb_now() - t_kill, HB_TIMEOUT_MS / 1000.0);
+    assert_true(st.reclaimed_clients >= st0.reclaimed_clients + 1);
+    assert_int_equal(wait_exit(looper, 30), 0);              /* never disturbed */
+    get_stats(&st);
+    assert_int_equal(st.arenas, st0.arenas);
+    assert_int_equal(st.arena_bytes, st0.arena_bytes);
+
+    {   /* an arena created but never mapped: its name goes with its client */
+        raw r;
+        Scdb__Request req = SCDB__REQUEST__INIT;
+        Scdb__ArenaCreate ac = SCDB__ARENA_CREATE__INIT;
+        Scdb__Reply *rep;
+        char name[64];
+        raw_open(&r);
+        req.version = SCDB_PROTO_VERSION;
+        req.client = raw_hello(&r, "m32", SCDB__ROLE__CONSUMER);
+        ac.capacity = 64;
+        req.body_case = SCDB__REQUEST__BODY_ARENA_CREATE;
+        req.arena_create = &ac;
+        rep = raw_req(&r, &req, 0, NULL, NULL);
+        assert_int_equal(rep->status, SCDB_OK);
+        snprintf(name, sizeof name, "%s", rep->arena->shm_name);
+        assert_int_equal(strncmp(name, "/scdb-", 6), 0);
+        assert_int_equal(strlen(name), 6 + 32);
+        scdb__reply__free_unpacked(rep, NULL);
+        {
+            struct stat sst;
+            char p[128];
+            snprintf(p, sizeof p, "/dev/shm%s", name);
+            assert_int_equal(stat(p, &sst), 0);
+            assert_int_equal(sst.st_mode & 0777, 0600);
+        }
+        t_kill = scdb_now();
+        while (shm_exists(name)) {
+            assert_true(scdb_now() - t_kill < bound);
+            usleep(50000);
+        }
+        raw_close(&r);
+    }
+}
+
+/* SIGTERM exits 0 and removes the socket; a restarted broker still has the
+ * prefixes; an open handle reconnects and re-registers by itself. */
+static void test_restart(void **state)
+{
+    int32_t t[640];
+    scdb_info info;
+    scdb_lookup_result lr;
+    scdb_get_result gr;
+    scdb_arena *a, *b2;
+    scdb *h;
+    uint64_t inst;
+    (void)state;
+
+    bkv_tokens(1, t, 640);
+    h = consumer("m16", &info);
+    inst = info.broker_instance;
+    assert_int_equal(scdb_arena_new(h, 640, &a), SCDB_OK);
+    assert_int_equal(stop_broker(SIGTERM), 0);
+    assert_int_equal(access(sock_path, F_OK), -1);
+    start_broker();
+    assert_int_equal(scdb_lookup(h, t, 640, &lr), SCDB_OK);
+    assert_int_equal(lr.n_matched, 10);
+    assert_true(scdb_get_info(h)->broker_instance != inst);
+    /* the old arena died with the old broker */
+    assert_int_equal(scdb_get(h, t, 640, a, 0, 0, &gr), SCDB_ECLOSED);
+    scdb_arena_free(&a);
+    assert_int_equal(scdb_arena_new(h, 640, &b2), SCDB_OK);
+    assert_int_equal(scdb_get(h, t, 640, b2, 0, 0, &gr), SCDB_OK);
+    assert_int_equal(gr.tokens_written, 640);
+    assert_int_equal(bkv_check(1, scdb_arena_cache(b2), 0, 0, 640, 0, 1), 0);
+    scdb_close(&h);
+    /* processes too */
+    assert_int_equal(run_client("check", "m16", 1, 640, NULL), 0);
+    assert_int_equal(run_client("check", "m32", 2, 700, "copy"), 0);
+    /* a broker killed with SIGKILL: its stale socket file and lock do not
+     * stop the next one, and acknowledged puts are there */
+    assert_int_equal(run_client("put", "m16", 5, 256, NULL), 0);
+    kill(broker_pid, SIGKILL);
+    wait_exit(broker_pid, 30);
+    assert_int_equal(access(sock_path, F_OK), 0);
+    start_broker();
+    assert_int_equal(run_client("check", "m16", 5, 256, NULL), 0);
+    assert_int_equal(run_client("check", "m16", 1, 640, NULL), 0);
+}
+
+/* One broker per data dir and per endpoint; plaintext tcp refused; CURVE
+ * tcp works. */
+static void test_refusals_and_curve(void **state)
+{
+    char cfg2[300], data2[300], ep2[300], key[300], extra[900], pub[41], sec[41];
+    pid_t pid;
+    (void)state;
+
+    snprintf(cfg2, sizeof cfg2, "%s/second.ini", dir);
+    snprintf(data2, sizeof data2, "%s/data2", dir);
+    snprintf(ep2, sizeof ep2, "ipc://%s/second.sock", dir);
+    {   /* same data dir, other endpoint: refused (exit 1) */
+        char d1[300];
+        const char *argv[] = {SCDB_BROKER_BIN, "--config", cfg2, NULL};
+        snprintf(d1, sizeof d1, "%s/data", dir);
+        write_config(cfg2, ep2, d1, NULL);
+        assert_int_equal(wait_exit(spawn(argv, -1), 30), 1);
+        /* same endpoint, other data dir: refused */
+        write_config(cfg2, endpoint, data2, NULL);
+        assert_int_equal(wait_exit(spawn(argv, -1), 30), 1);
+        assert_alive();
+        /* plaintext tcp: refused with a configuration error */
+        write_config(cfg2, ep2, data2, "tcp_endpoint = tcp://127.0.0.1:5999");
+        assert_int_equal(wait_exit(spawn(argv, -1), 30), 2);
+        /* socket mode looser than 0660 */
+        write_config(cfg2, ep2, data2, "socket_mode = 0666");
+        assert_int_equal(wait_exit(spawn(argv, -1), 30), 2);
+        /* unknown key */
+        write_config(cfg2, ep2, data2, "no_such_key = 1");
+        assert_int_equal(wait_exit(spawn(argv, -1), 30), 2);
+    }
+    {   /* CURVE over tcp */
+        int port, fd = socket(AF_INET, SOCK_STREAM, 0);
+        struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        socklen_t sl = sizeof sa;
+        const char *argv[] = {SCDB_BROKER_BIN, "--config", cfg2, NULL};
+        char tcp[64];
+        scdb_opts o = {0};
+        scdb *h = NULL;
+        double until = scdb_now() + 20;
+        scdb_err e;
+
+        assert_true(fd >= 0);
+        assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+        assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &sl), 0);
+        port = ntohs(sa.sin_port);
+        close(fd);
+        assert_int_equal(zmq_curve_keypair(pub, sec), 0);
+        snprintf(key, sizeof key, "%s/server.key", dir);
+        write_file(key, "%s\n", sec);
+        chmod(key, 0600);
+        snprintf(tcp, sizeof tcp, "tcp://127.0.0.1:%d", port);
+        snprintf(extra, sizeof extra, "tcp_endpoint = %s\ncurve_secret_file = %s", tcp, key);
+        write_config(cfg2, ep2, data2, extra);
+        pid = spawn(argv, -1);
+        o.endpoint = tcp;
+        o.timeout_ms = 300;
+        o.curve_server_key = pub;
+        while ((e = scdb_connect(&o, &h)) != SCDB_OK) {
+            assert_true(scdb_now() < until);
+            usleep(50000);
+        }
+        assert_int_equal(scdb_register(h, SCDB_CONSUMER, "m16", NULL, NULL), SCDB_OK);
+        assert_int_equal(scdb_ping(h, NULL), SCDB_OK);
+        scdb_close(&h);
+        /* a client with the wrong server key never gets through */
+        {
+            char pub2[41], sec2[41];
+            assert_int_equal(zmq_curve_keypair(pub2, sec2), 0);
+            o.curve_server_key = pub2;
+            assert_int_equal(scdb_connect(&o, &h), SCDB_ETIMEDOUT);
+        }
+        kill(pid, SIGTERM);
+        assert_int_equal(wait_exit(pid, 30), 0);
+    }
+}
+
+/* The CLI subcommands (client/cmd_broker.c) through the broker_cli helper. */
+static void test_cli(void **state)
+{
+    char tokfile[300], plfile[300], outfile[300];
+    (void)state;
+    const char *help[] = {"serve", "put", "lookup", "get", "stats"};
+    for (size_t i = 0; i < SCDB_ARRAY_LEN(help); i++) {
+        const char *argv[] = {SCDB_BROKER_CLI_BIN, help[i], "--help", NULL};
+        assert_int_equal(wait_exit(spawn(argv, -1), 30), 0);
+    }
+    snprintf(tokfile, sizeof tokfile, "%s/prompt.txt", dir);
+    snprintf(plfile, sizeof plfile, "%s/payload.bin", dir);
+    snprintf(outfile, sizeof outfile, "%s/kv.safetensors", dir);
+    {   /* 130 bytes of text = 2 full blocks; a payload of 2 blocks of zeros */
+        FILE *f = fopen(tokfile, "w");
+        for (int i = 0; i < 130; i++) fputc('a' + i % 26, f);
+        fclose(f);
+        f = fopen(plfile, "w");
+        for (size_t i = 0; i < 2 * (size_t)BT * 512; i++) fputc((int)(i % 7), f);
+        fclose(f);
+    }
+    {
+        const char *put[] = {SCDB_BROKER_CLI_BIN, "put", "--endpoint", endpoint, "--model", "m16",
+                             "--text", tokfile, "--payload", plfile, NULL};
+        const char *look[] = {SCDB_BROKER_CLI_BIN, "lookup", "--endpoint", endpoint, "--model",
+                              "m16", "--text", tokfile, NULL};
+        const char *get[] = {SCDB_BROKER_CLI_BIN, "get", "--endpoint", endpoint, "--model", "m16",
+                             "--text", tokfile, "--out", outfile, NULL};
+        const char *stats[] = {SCDB_BROKER_CLI_BIN, "stats", "--endpoint", endpoint, "--json",
+                               NULL};
+        const char *bad_model[] = {SCDB_BROKER_CLI_BIN, "lookup", "--endpoint", endpoint,
+                                   "--model", "zzz", "--text", tokfile, NULL};
+        const char *bad_opt[] = {SCDB_BROKER_CLI_BIN, "lookup", "--frobnicate", NULL};
+        const char *no_broker[] = {SCDB_BROKER_CLI_BIN, "stats", "--endpoint",
+                                   "ipc:///tmp/scdb-test-no-such.sock", "--timeout-ms", "300",
+                                   NULL};
+        struct stat st;
+        assert_int_equal(wait_exit(spawn(put, -1), 30), 0);
+        assert_int_equal(wait_exit(spawn(look, -1), 30), 0);
+        assert_int_equal(wait_exit(spawn(get, -1), 30), 0);
+        assert_int_equal(stat(outfile, &st), 0);
+        assert_true(st.st_size > 2 * BT * 4 * 32 * 4 * 2);
+        assert_int_equal(wait_exit(spawn(stats, -1), 30), 0);
+        assert_int_equal(wait_exit(spawn(bad_model, -1), 30), 1);
+        assert_int_equal(wait_exit(spawn(bad_opt, -1), 30), 2);
+        assert_int_equal(wait_exit(spawn(no_broker, -1), 30), 3);
+    }
+}
+
+/* Last: SIGINT also drains and exits 0. */
+static void test_sigint_exit(void **state)
+{
+    (void)state;
+    assert_int_equal(stop_broker(SIGINT), 0);
+    assert_int_equal(access(sock_path, F_OK), -1);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_socket_mode),
+        cmocka_unit_test(test_put_get_processes),
+        cmocka_unit_test(test_lookup_get_semantics),
+        cmocka_unit_test(test_register_errors),
+        cmocka_unit_test(test_reference_model),
+        cmocka_unit_test(test_malformed_frames),
+        cmocka_unit_test(test_sigkill_reclaim),
+        cmocka_unit_test(test_restart),
+        cmocka_unit_test(test_refusals_and_curve),
+        cmocka_unit_test(test_cli),
+        cmocka_unit_test(test_sigint_exit),
+    };
+    signal(SIGPIPE, SIG_IGN);
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
