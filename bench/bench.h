@@ -17,5 +17,6 @@ int scdb_bench_main(int argc, char **argv);
 /* One entry per benchmark; argv[0] is the benchmark's name. */
 int scdb_bench_store(int argc, char **argv);    /* bench/bench_store.c   */
 int scdb_bench_broker(int argc, char **argv);   /* bench/bench_broker.c  */
+int scdb_bench_quality(int argc, char **argv);  /* bench/bench_quality.c */
 
 #endif

@@ -13,6 +13,8 @@ static const struct {
      "trace replay against the store vs bare LMDB: hit rate, ops/s, latency"},
     {"broker", scdb_bench_broker,
      "lookup round trips vs Redis GET; get into shared memory vs memcpy"},
+    {"quality", scdb_bench_quality,
+     "SCD vs oracle, raw, 4-bit, DroidSpeak-style: ppl, KL, top-1, payload, TTFT"},
 };
 
 static void usage(FILE *f)

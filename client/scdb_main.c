@@ -23,12 +23,13 @@ static const struct {
     const char *what;
 } cmds[] = {
     {"models", scdb_cmd_models, "held-out bits-per-byte of every bundled model on every domain"},
+    {"calibrate", scdb_cmd_calibrate, "fit a producer codebook and per-consumer pairs (SCD)"},
     {"serve", scdb_cmd_serve, "run the broker daemon (foreground; SIGTERM drains)"},
     {"put", scdb_cmd_put, "store a prompt's blocks as a producer"},
     {"lookup", scdb_cmd_lookup, "longest stored prefix of a prompt"},
     {"get", scdb_cmd_get, "decode a stored prefix into a model's KV"},
     {"stats", scdb_cmd_stats, "broker and store counters"},
-    {"bench", scdb_bench_main, "benchmarks (store, broker); `scdb bench --help`"},
+    {"bench", scdb_bench_main, "benchmarks (store, broker, quality); `scdb bench --help`"},
 };
 
 static void usage(FILE *f)

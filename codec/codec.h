@@ -1,0 +1,374 @@
+/*
+ * codec.h — Semantic Cache Distillation (SCD): producer codebooks, per-pair
+ * decoders and patch aligners, encode/decode, and offline calibration.
+ *
+ * One stored prefix, many consumers
+ * ---------------------------------
+ *
+ *   producer (base) prefill                       consumer c (fine-tune)
+ *   H_in[l], (K_post[l]) per layer                 slot-indexed KV cache
+ *          |                                               ^
+ *          | encode: z = (x - mean) E      (codebook)      | decode (pair p->c)
+ *          v                                               |
+ *   codes f16, per-layer     ---- store (opaque) ----->  REUSE layer l:
+ *   sections (depend on the producer                       K = RoPE(z_l Dk + mk)
+ *   only: one copy serves every consumer)                  V = z_l Dv + mv
+ *                                                          (z_l: layer l's code,
+ *                                                           or the whole row z)
+ *                                                        PATCH layer l:
+ *                                                          h = MLP(z_l) (aligner)
+ *                                                          K = RoPE(h Wk_c^T)
+ *                                                          V = h Wv_c^T
+ *                                                        TOKEN layer 0:
+ *                                                          h = RMSNorm(E_c[tok])
+ *                                                          K, V as for PATCH
+ *
+ * Codebook (producer only).  For every layer l it holds up to three linear
+ * encoders, each with the mean of its input:
+ *   K part  rank r_k[l]   input: producer H_in[l] (d_model), or producer
+ *                         K after RoPE (kv_dim) in the post-RoPE ablation
+ *   V part  rank r_v[l]   input: producer H_in[l]
+ *   H part  rank r_h[l]   input: producer H_in[l]   (patch candidates only)
+ * Since K_pre = H_in Wk^T and V = H_in Wv^T, an encoder reading H_in is a
+ * strict generalisation of one reading the producer's own K/V (a PCA of the
+ * producer's K is the encoder Wk^T U).  A layer may instead be a TOKEN layer
+ * (layer 0 only, no code at all): its input H_in[0] = RMSNorm(emb[token]) is
+ * a function of the token alone, so every consumer regenerates it exactly.
+ * The codebook id is a 128-bit XXH3 hash of every tensor and metadata pair
+ * (which include the producer's architecture and weights fingerprint); it is
+ * the store's key namespace, so a refitted codebook never aliases old codes.
+ *
+ * Codes.  The codes of a block of n tokens are IEEE f16, one section per
+ * layer (layer order), each section n rows of the layer's width w[l] =
+ * r_k[l] + r_v[l] + r_h[l], a row being [z_k | z_v | z_h]:
+ *
+ *   | layer 0: n x w0 | layer 1: n x w1 | ... |      (TOKEN layers: w = 0)
+ *   ^ 0               ^ n*off[1]          off[l] = w[0] + ... + w[l-1]
+ *
+ * so the store can keep a block as an opaque F16 payload whose per-layer
+ * sections start at n * off[l] values (schema/FORMATS.md, "Codebook and
+ * pair artifacts"); scdb_codec_slice() cuts a token range out of it.
+ *
+ * Pair (producer -> consumer).  For every coded layer, REUSE decoders map the
+ * layer's code z_l (all its parts) -- or, in an "all" pair, the token's whole
+ * code row z (every layer's code: drift in the consumer's layer l is often
+ * better predicted with the producer's other layers) -- to the consumer's K
+ * (pre-RoPE, or post-RoPE in the ablation) and V by least squares, plus
+ * means; aligners read the same input.  On the
+ * patch candidates it was calibrated for, an aligner MLP
+ *     h = W2 silu(W1 z_l + b1) + b2 + S z_l        (hidden width in metadata)
+ * maps the code to the consumer's own H_in[l], and the consumer's Wk, Wv are
+ * stored so K/V are regenerated in the consumer's space with its RoPE.  The
+ * pair records its aligners in greedy order (most useful first) and a default
+ * patch budget; decode may use any budget from 0 (REUSE everywhere) to all.
+ *
+ * Calibration (calibrate.c, `scdb calibrate`) reads the family's training
+ * files (TRAINING.json) when present, else the FIRST half of each domain's
+ * held-out text; its held-back KL windows come from the end of that first
+ * half; `scdb bench quality` evaluates on the SECOND half only.
+ *
+ * Thread safety: codebooks and pairs are immutable after load/creation and
+ * may be shared by any number of threads; encode/decode keep no state.  A
+ * calibration session is single-threaded.
+ */
+#ifndef SCDB_CODEC_H
+#define SCDB_CODEC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels.h"
+#include "model.h"
+#include "scdb_common.h"
+
+#define SCDB_CODEC_VERSION 1
+#define SCDB_CODEC_MAX_LAYERS 256
+
+/* ------------------------------------------------------------ ids */
+
+typedef struct scdb_codec_id { uint8_t b[16]; } scdb_codec_id;
+
+/* 32 lowercase hex digits + NUL into hex[33]. */
+void scdb_codec_id_hex(const scdb_codec_id *id, char hex[33]);
+/* Parse 32 hex digits.  SCDB_EFORMAT. */
+scdb_err scdb_codec_id_parse(const char *hex, scdb_codec_id *out);
+
+/* Architecture fingerprint of a config (the fields of
+ * scdb_model_config_same_arch) and weights fingerprint of a model directory
+ * (XXH3-64 of model.safetensors), as 16 hex digits + NUL.
+ * scdb_codec_weights_fp: SCDB_ENOTFOUND, SCDB_EIO, SCDB_ENOMEM. */
+void scdb_codec_arch_fp(const scdb_model_config *c, char hex[17]);
+scdb_err scdb_codec_weights_fp(const char *model_dir, char hex[17]);
+
+/* ------------------------------------------------------------ codebooks */
+
+typedef enum scdb_cb_layer_kind {
+    SCDB_CB_CODED = 0,    /* K/V (and maybe H) codes */
+    SCDB_CB_TOKENS = 1,   /* no code: consumers regenerate from tokens (layer 0) */
+} scdb_cb_layer_kind;
+
+typedef struct scdb_cb_layer {
+    scdb_cb_layer_kind kind;
+    int r_k, r_v, r_h;    /* widths of the code parts (0 = part absent) */
+    int offset;           /* first column of this layer in a code row */
+    int width;            /* r_k + r_v + r_h */
+} scdb_cb_layer;
+
+typedef struct scdb_codebook_info {
+    scdb_codec_id id;
+    char id_hex[33];
+    char producer[SCDB_MODEL_NAME_MAX];
+    char producer_fp[17];         /* weights fingerprint */
+    char arch_fp[17];
+    scdb_model_config arch;       /* producer config (name, dims, RoPE) */
+    int n_layers, d_model, kv_dim;
+    int code_dim;                 /* f16 values per token */
+    int k_post_rope;              /* 1: K parts code post-RoPE K (ablation) */
+    char method[16];              /* "rrr" or "pca" */
+    int n_candidates;             /* layers with an H part */
+    int candidates[SCDB_CODEC_MAX_LAYERS];
+    scdb_cb_layer layers[SCDB_CODEC_MAX_LAYERS];
+} scdb_codebook_info;
+
+typedef struct scdb_codebook scdb_codebook;
+
+/* Load and validate a codebook file.  Errors: those of scdb_st_open
+ * (SCDB_ENOTFOUND, SCDB_ETRUNC, SCDB_EFORMAT, ...), SCDB_EFORMAT (not a
+ * codebook, bad or missing metadata, unknown version), SCDB_ESHAPE /
+ * SCDB_EDTYPE / SCDB_ENOTFOUND (a tensor of the wrong shape / dtype /
+ * missing), SCDB_ECHECKSUM (contents do not hash to the stored id: corrupt
+ * or edited), SCDB_ENOMEM.  errbuf (may be NULL) says what is wrong. */
+scdb_err scdb_codebook_load(const char *path, scdb_codebook **out,
+                            char *errbuf, size_t errlen);
+/* Write atomically (safetensors writer).  SCDB_EINVAL, SCDB_EIO,
+ * SCDB_ENOTFOUND (no such directory), SCDB_ENOMEM. */
+scdb_err scdb_codebook_save(const scdb_codebook *cb, const char *path);
+void scdb_codebook_free(scdb_codebook **cb);
+const scdb_codebook_info *scdb_codebook_get_info(const scdb_codebook *cb);
+/* Payload of one token's codes in bytes (2 * code_dim). */
+size_t scdb_codebook_token_bytes(const scdb_codebook *cb);
+/* Check that a loaded producer model is the one the codebook was fitted
+ * for.  SCDB_EMISMATCH (other architecture or other weights). */
+scdb_err scdb_codebook_check_producer(const scdb_codebook *cb, const scdb_model *producer,
+                                      char *errbuf, size_t errlen);
+
+/* Producer states of n tokens, as model.h's capture lays them out:
+ *   h_in    [n_layers][n][d_model]   required
+ *   k_post  [n_layers][n][kv_dim]    required only if k_post_rope */
+typedef struct scdb_codec_states {
+    const float *h_in;
+    const float *k_post;
+} scdb_codec_states;
+
+/* f16 values of the codes of n tokens (n * code_dim), and where layer l's
+ * section starts (n * offset[l]). */
+static inline size_t scdb_codec_codes_len(const scdb_codebook_info *in, int n)
+{ return (size_t)n * (size_t)in->code_dim; }
+static inline size_t scdb_codec_section(const scdb_codebook_info *in, int n, int layer)
+{ return (size_t)n * (size_t)in->layers[layer].offset; }
+/* Copy tokens [t0, t1) of a block of n tokens' codes into out (the codes of
+ * a block of t1 - t0 tokens).  SCDB_EINVAL (range outside [0, n]). */
+scdb_err scdb_codec_slice(const scdb_codebook *cb, const uint16_t *codes, int n, int t0, int t1,
+                          uint16_t *out);
+
+/* Encode n tokens into codes (layout above; f16 bit patterns).
+ * SCDB_EINVAL (NULL, n <= 0, missing k_post), SCDB_ENOMEM. */
+scdb_err scdb_codec_encode(const scdb_codebook *cb, const scdb_codec_states *st, int n,
+                           uint16_t *codes);
+/* Convenience: run the producer over tokens (positions pos or 0..n-1 when
+ * NULL, from an empty context) and encode.  SCDB_EMISMATCH (model is not
+ * the codebook's producer architecture), model errors, SCDB_ENOMEM. */
+scdb_err scdb_codec_encode_tokens(const scdb_codebook *cb, const scdb_model *producer,
+                                  const int32_t *tokens, const int32_t *pos, int n,
+                                  uint16_t *codes);
+
+/* ------------------------------------------------------------ pairs */
+
+typedef struct scdb_pair_info {
+    scdb_codec_id codebook_id;
+    char codebook_hex[33];
+    char producer[SCDB_MODEL_NAME_MAX], consumer[SCDB_MODEL_NAME_MAX];
+    char producer_fp[17], consumer_fp[17], arch_fp[17];
+    int n_layers, d_model, kv_dim, n_kv_heads, head_dim, vocab_size;
+    float rope_theta, norm_eps;
+    int hidden;                              /* aligner hidden width */
+    int n_aligners;                          /* patch-capable layers ... */
+    int patch_order[SCDB_CODEC_MAX_LAYERS];  /* ... in greedy order */
+    int n_patch;                             /* default budget (<= n_aligners) */
+    int has_tokens;                          /* token layer data present */
+    int all_input;                           /* decoders read every layer's code */
+} scdb_pair_info;
+
+typedef struct scdb_pair scdb_pair;
+
+/* Load a pair file and validate it against its codebook: the codebook id
+ * must match (SCDB_EMISMATCH), every tensor's shape must follow from the
+ * codebook and the recorded architecture (SCDB_ESHAPE, SCDB_EDTYPE,
+ * SCDB_ENOTFOUND for a missing one), patch layers must be codebook
+ * candidates (SCDB_EFORMAT), and the contents must match the stored checksum
+ * (SCDB_ECHECKSUM).  Plus the errors of scdb_st_open (SCDB_ETRUNC,
+ * SCDB_EFORMAT, ...).  The pair keeps no reference to cb. */
+scdb_err scdb_pair_load(const char *path, const scdb_codebook *cb, scdb_pair **out,
+                        char *errbuf, size_t errlen);
+scdb_err scdb_pair_save(const scdb_pair *p, const char *path);
+void scdb_pair_free(scdb_pair **p);
+const scdb_pair_info *scdb_pair_get_info(const scdb_pair *p);
+/* Validate against loaded models (either may be NULL to skip): same
+ * architecture as recorded and same weights fingerprint, else
+ * SCDB_EMISMATCH; plus SCDB_ENOTFOUND / SCDB_EIO reading a model's file. */
+scdb_err scdb_pair_check_models(const scdb_pair *p, const scdb_model *producer,
+                                const scdb_model *consumer, char *errbuf, size_t errlen);
+
+/* Decode the codes of a block of n tokens (layout above) into the consumer's cache at
+ * slots [slot0, slot0 + n) with absolute positions pos[0..n): K after RoPE
+ * and V for every layer, exactly where scdb_model_forward reads them; then
+ * cache->n = max(cache->n, slot0 + n).
+ *   n_patch   -1: the pair's default budget; 0: REUSE only; k: the first k
+ *             aligners in greedy order (clamped to n_aligners)
+ *   tokens    [n] token ids; required iff the codebook has a TOKEN layer
+ * SCDB_EINVAL (NULL, n <= 0, slot range outside the cache, missing tokens,
+ * token outside the vocabulary), SCDB_ESHAPE (cache geometry),
+ * SCDB_EMISMATCH (codebook is not the pair's), SCDB_ENOMEM. */
+scdb_err scdb_pair_decode(const scdb_pair *p, const scdb_codebook *cb, const uint16_t *codes,
+                          int n, const int32_t *pos, const int32_t *tokens, int n_patch,
+                          scdb_kv_cache *cache, int slot0);
+
+/* The same for tokens [t0, t0 + n) of a block of block_n tokens' codes (as
+ * the store keeps them), without slicing first; pos and tokens describe the
+ * n decoded tokens.  SCDB_EINVAL also for a range outside [0, block_n). */
+scdb_err scdb_pair_decode_range(const scdb_pair *p, const scdb_codebook *cb, const uint16_t *codes,
+                                int block_n, int t0, int n, const int32_t *pos,
+                                const int32_t *tokens, int n_patch, scdb_kv_cache *cache, int slot0);
+
+/* ------------------------------------------------------------ calibration
+ * Offline, once per codebook / pair (codec/calibrate.c).  A session holds the
+ * producer, the consumers and second-moment statistics of their states on
+ * calibration windows; codebooks and pairs are then fitted from the
+ * statistics (ridge reduced-rank regression or PCA) and from samples
+ * (aligners, Adam), and patch layers are chosen by measured next-token KL on
+ * held-back calibration windows.  Progress goes to stderr when verbose. */
+
+typedef struct scdb_calib scdb_calib;
+
+typedef struct scdb_calib_opts {
+    int window;          /* tokens per statistics window (default 384) */
+    int eval_prefix;     /* held-back KL windows: prefix (default 320) ... */
+    int eval_cont;       /* ... and continuation tokens (default 64) */
+    int n_eval;          /* unused by the library: callers add held-back windows
+                            with scdb_calib_add_eval (the CLI: 6 per consumer) */
+    int sample_stride;   /* keep every k-th token for aligners (default 8) */
+    int verbose;
+} scdb_calib_opts;
+
+/* Start a session.  consumers[0..n_consumers) must share the producer's
+ * architecture (SCDB_EMISMATCH).  Models are borrowed, not owned. */
+scdb_err scdb_calib_new(const scdb_model *producer, const scdb_model *const *consumers,
+                        int n_consumers, const scdb_calib_opts *opts, scdb_calib **out);
+void scdb_calib_free(scdb_calib **c);
+/* Add statistics windows cut from text (consecutive, non-overlapping;
+ * at most max_windows, 0 = all).  Returns the number added in *added. */
+scdb_err scdb_calib_add_text(scdb_calib *c, const unsigned char *text, size_t len,
+                             int max_windows, int *added);
+/* Add a held-back KL evaluation window (eval_prefix + eval_cont + 1 tokens)
+ * for consumer ci (-1: for every consumer). */
+scdb_err scdb_calib_add_eval(scdb_calib *c, int ci, const unsigned char *text, size_t len);
+int scdb_calib_windows(const scdb_calib *c);
+
+typedef struct scdb_cb_fit {
+    int r_k, r_v, r_h;       /* ranks */
+    int n_candidates;        /* H-coded patch candidates (0 = REUSE only) */
+    const int *candidates;   /* NULL: choose by measured KL; else the list */
+    int candidate_kv;        /* 1: candidates keep K/V parts as well */
+    int token_layer0;        /* 1: layer 0 is a TOKEN layer */
+    int pca;                 /* 1: PCA of producer states (ablation) */
+    int k_post_rope;         /* 1: code K after RoPE (ablation) */
+    double ridge;            /* relative ridge (default 1e-3 when 0) */
+    int budget;              /* > 0: code values per token; the K/V ranks of
+                                non-candidate layers are then allocated by
+                                measured KL (calibrate.c), r_k / r_v unused */
+} scdb_cb_fit;
+
+/* Fit a codebook on the session's statistics.  Per-layer figures (drift,
+ * reconstruction error, measured KL criticality when choosing candidates)
+ * go to stderr when verbose.  SCDB_EINVAL (ranks out of range, no windows). */
+scdb_err scdb_calib_fit_codebook(scdb_calib *c, const scdb_cb_fit *f, scdb_codebook **out);
+
+typedef struct scdb_pair_fit {
+    int n_patch;             /* default patch budget */
+    int hidden;              /* aligner hidden width (default 128) */
+    int steps;               /* Adam steps per aligner (default 1500) */
+    int batch;               /* default 256 */
+    float lr;                /* default 2e-3 */
+    int keep_order;          /* 1: keep candidate order (default: greedy by KL) */
+    int no_train;            /* 1: no aligners at all (REUSE-only pair) */
+    int all_layers;          /* 1: decoders and aligners of layer l read the
+                                token's whole code row (every layer's code),
+                                fitted on samples; 0: layer l's code only */
+} scdb_pair_fit;
+
+/* Fit the pair for consumer ci (-1: the producer itself, the identity pair).
+ * Per-aligner loss before/after training and the greedy KL figures go to
+ * stderr when verbose. */
+scdb_err scdb_calib_fit_pair(scdb_calib *c, const scdb_codebook *cb, int ci,
+                             const scdb_pair_fit *f, scdb_pair **out);
+
+/* Measured quality of decode on the session's held-back windows of consumer
+ * ci: mean KL(oracle || decoded) and top-1 agreement over continuations. */
+scdb_err scdb_calib_eval(scdb_calib *c, const scdb_codebook *cb, const scdb_pair *p,
+                         int ci, int n_patch, double *kl, double *top1);
+
+/* Text of a model's domain (config "domain") for calibration or evaluation.
+ * The model family's directory is the parent of the model's directory (it
+ * holds TRAINING.json); held-out texts are in <family>/../heldout/<domain>.txt.
+ *   SCDB_TEXT_TRAIN          the domain's training files listed in
+ *                            TRAINING.json ("train_files"; .gz through
+ *                            gzip -dc), sampled evenly across the list,
+ *                            at most max(max_bytes / 24, 2 KiB) from each file
+ *   SCDB_TEXT_HELDOUT_FIRST  first half of the held-out text
+ *   SCDB_TEXT_HELDOUT_SECOND second half (what the quality bench evaluates on)
+ *   SCDB_TEXT_AUTO           TRAIN when TRAINING.json lists readable files,
+ *                            else HELDOUT_FIRST
+ * At most max_bytes are returned (malloc'd).  desc (may be NULL) says what
+ * was read.  SCDB_ENOTFOUND (no such text), SCDB_EIO, SCDB_ENOMEM. */
+typedef enum scdb_text_source {
+    SCDB_TEXT_AUTO = 0,
+    SCDB_TEXT_TRAIN,
+    SCDB_TEXT_HELDOUT_FIRST,
+    SCDB_TEXT_HELDOUT_SECOND,
+} scdb_text_source;
+
+scdb_err scdb_codec_domain_text(const scdb_model *m, scdb_text_source src, size_t max_bytes,
+                                unsigned char **text, size_t *len, char *desc, size_t desclen);
+/* Read a text file (.gz through gzip -dc), at most max_bytes. */
+scdb_err scdb_codec_read_text(const char *path, size_t max_bytes, unsigned char **text,
+                              size_t *len);
+
+/* ------------------------------------------------------------ aligner
+ * Exposed for tests: train one aligner MLP on (z [n][r], target h [n][d])
+ * samples with Adam on the MSE of the regenerated K and V (h Wk^T, h Wv^T,
+ * each normalised by its variance; Wk/Wv NULL = MSE of h itself).
+ * Every 10th sample is held out for validation (all samples when n < 20);
+ * the parameters with the best validation loss (checked every 100 steps,
+ * the linear start included) are kept.  loss_before / loss_after: validation
+ * loss of the least-squares linear start and of the kept parameters. */
+typedef struct scdb_aligner_train {
+    int hidden, steps, batch;
+    float lr;
+    uint64_t seed;
+    int verbose;
+} scdb_aligner_train;
+
+typedef struct scdb_aligner {
+    int r, hidden, d;
+    float *w1, *b1, *w2, *b2, *skip;  /* [hidden][r] [hidden] [d][hidden] [d] [d][r] */
+} scdb_aligner;
+
+scdb_err scdb_aligner_fit(const float *z, const float *h, int n, int r, int d,
+                          const float *wk, const float *wv, int kv_dim,
+                          const scdb_aligner_train *t, scdb_aligner *out,
+                          double *loss_before, double *loss_after);
+/* h [n][d] = aligner(z [n][r]).  SCDB_ENOMEM. */
+scdb_err scdb_aligner_apply(const scdb_aligner *a, const float *z, int ldz, int n, float *h);
+void scdb_aligner_clear(scdb_aligner *a);
+
+#endif /* SCDB_CODEC_H */

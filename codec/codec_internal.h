@@ -1,0 +1,148 @@
+/*
+ * codec_internal.h — private to codec/: the codebook and pair structs, the
+ * "bundle" (tensors + metadata) that is both hashed and written, and small
+ * dense linear-algebra helpers (Cholesky, Jacobi eigen-decomposition).
+ */
+#ifndef SCDB_CODEC_INTERNAL_H
+#define SCDB_CODEC_INTERNAL_H
+
+#include <stdio.h>
+
+#include "codec.h"
+#include "safetensors.h"
+
+#define CX_ERRF(...) do { if (errbuf && errlen) snprintf(errbuf, errlen, __VA_ARGS__); } while (0)
+
+enum { CX_K = 0, CX_V = 1, CX_H = 2 };
+
+/* One encoder: z[r] = (x - mean) enc^T, x of in_dim values. */
+typedef struct cx_enc {
+    int in_dim, r;
+    float *mean;   /* [in_dim] */
+    float *enc;    /* [r][in_dim] */
+} cx_enc;
+
+struct scdb_codebook {
+    scdb_codebook_info info;
+    cx_enc part[SCDB_CODEC_MAX_LAYERS][3];
+    char notes[1024];             /* calibration provenance (metadata "notes") */
+};
+
+typedef struct cx_player {
+    /* REUSE: K = z dk^T + mk, V = z dv^T + mv (z: the layer's code row) */
+    float *dk, *mk, *dv, *mv;     /* [kv][w] [kv] [kv][w] [kv] */
+    int has_aligner;
+    scdb_aligner al;
+    float *wk, *wv;               /* [kv][d] consumer weights (aligner layers) */
+    double align_loss_before, align_loss_after;
+} cx_player;
+
+struct scdb_pair {
+    scdb_pair_info info;
+    int k_post_rope;
+    int all_input;        /* decoders and aligners read the whole code row */
+    scdb_cb_layer layers[SCDB_CODEC_MAX_LAYERS];   /* copied from the codebook */
+    int code_dim;
+    cx_player L[SCDB_CODEC_MAX_LAYERS];
+    float *emb, *norm0, *wk0, *wv0;   /* token layer: [vocab][d] [d] [kv][d] [kv][d] */
+    char notes[1024];
+};
+
+/* ------------------------------------------------------------ bundle */
+
+typedef struct cx_btensor {
+    char name[96];
+    scdb_dtype dt;
+    int ndim;
+    int64_t shape[2];
+    const void *data;
+} cx_btensor;
+
+typedef struct cx_bmeta {
+    char key[48];
+    char *val;
+} cx_bmeta;
+
+typedef struct cx_bundle {
+    cx_btensor *t;
+    int nt, capt;
+    cx_bmeta *m;
+    int nm, capm;
+    void **owned;
+    int nowned, capowned;
+} cx_bundle;
+
+/* scdb_st_open, with SCDB_ERANGE (a tensor past the end) reported as
+ * SCDB_ETRUNC: codec files are written contiguously to their end. */
+scdb_err cx_open(const char *path, scdb_st_file **f, char *errbuf, size_t errlen);
+void cx_bundle_free(cx_bundle *b);
+/* Add a float tensor stored as dt (F32: data referenced; F16: converted copy
+ * owned by the bundle).  d1 == 0: 1-D. */
+scdb_err cx_bundle_add(cx_bundle *b, scdb_dtype dt, const float *data, int64_t d0,
+                       int64_t d1, const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+scdb_err cx_bundle_meta(cx_bundle *b, const char *key, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* XXH3-128 over metadata (sorted by key, skipping `skip`) and tensors
+ * (sorted by name: name, dtype, shape, bytes). */
+void cx_bundle_hash(const cx_bundle *b, const char *skip, scdb_codec_id *out);
+/* View of a file's tensors and metadata (data points into the file). */
+scdb_err cx_bundle_from_file(const scdb_st_file *f, cx_bundle *b);
+scdb_err cx_bundle_write(const cx_bundle *b, const char *path);
+
+/* Read tensor `name` of exactly [d0] (d1 == 0) or [d0, d1], F32 or F16, as a
+ * malloc'd f32 copy.  SCDB_ENOTFOUND, SCDB_ESHAPE, SCDB_EDTYPE, SCDB_ENOMEM. */
+scdb_err cx_read_f32(const scdb_st_file *f, const char *name, int64_t d0, int64_t d1,
+                     float **out, char *errbuf, size_t errlen);
+
+/* Metadata helpers: integer / list of integers / float.  SCDB_EFORMAT. */
+scdb_err cx_meta_int(const scdb_st_file *f, const char *key, int lo, int hi, int *out,
+                     char *errbuf, size_t errlen);
+scdb_err cx_meta_ints(const scdb_st_file *f, const char *key, int max, int lo, int hi,
+                      int *out, int *count, char *errbuf, size_t errlen);
+scdb_err cx_meta_float(const scdb_st_file *f, const char *key, float *out,
+                       char *errbuf, size_t errlen);
+scdb_err cx_meta_str(const scdb_st_file *f, const char *key, char *dst, size_t cap,
+                     char *errbuf, size_t errlen);
+/* "a,b,c" from ints. */
+void cx_fmt_ints(char *dst, size_t cap, const int *v, int n);
+/* Canonical one-line architecture string of a config. */
+void cx_arch_string(const scdb_model_config *c, char *dst, size_t cap);
+scdb_err cx_arch_parse(const char *s, scdb_model_config *c);
+
+/* Compute offsets / widths / code_dim / candidates of a layer table. */
+void cx_layout(scdb_cb_layer *layers, int n_layers, int *code_dim);
+
+/* ------------------------------------------------------------ codebook / pair internals */
+
+scdb_codebook *cx_codebook_alloc(void);
+scdb_pair *cx_pair_alloc(void);
+/* Set/verify producer identity fields of a codebook from a model. */
+scdb_err cx_codebook_set_producer(scdb_codebook *cb, const scdb_model *m);
+/* Compute the id of an in-memory codebook (builds its bundle). */
+scdb_err cx_codebook_finish(scdb_codebook *cb);
+/* Lay out an in-memory pair and round its f16-stored tensors. */
+scdb_err cx_pair_finish(scdb_pair *p);
+
+/* ------------------------------------------------------------ linear algebra (double) */
+
+/* In place: A [n][n] symmetric positive definite -> lower Cholesky factor.
+ * Returns 0, or -1 if not positive definite. */
+int cx_cholesky(double *A, int n);
+/* Solve (L L^T) X = B for X in place, B [n][m]. */
+void cx_chol_solve(const double *Lf, int n, double *B, int m);
+/* Symmetric eigen-decomposition by cyclic Jacobi: A [n][n] (destroyed),
+ * eigenvalues w[n] descending, eigenvectors as columns of V [n][n]. */
+void cx_sym_eig(double *A, int n, double *w, double *V);
+
+/* Least squares [z 1] -> h (tiny ridge): skip [d][r], b [d].  SCDB_ENOMEM,
+ * SCDB_ERANGE (singular). */
+scdb_err cx_ols(const float *z, const float *h, int n, int r, int d, float *skip, float *b);
+/* Input width of layer l's decoders / aligner in a pair. */
+static inline int cx_in_width(const scdb_pair *p, int l)
+{ return p->all_input ? p->code_dim : p->layers[l].width; }
+
+/* Row-major f32 GEMM shortcut: C[M][N] (+)= A[M][K] B[K][N] */
+void cx_gemm_nn(int M, int N, int K, const float *A, int lda, const float *B, int ldb,
+                float beta, float *C, int ldc);
+
+#endif

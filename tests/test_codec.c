@@ -1,0 +1,783 @@
+/* test_codec.c — SCD codec: ids, encode/decode shapes and round trips, the
+ * identity pair (full rank reconstructs near exactly, lower ranks within a
+ * rank-limited error), aligner training, save/load, refusal of mismatched
+ * and corrupt artifacts with specific errors, and (when present) the shipped
+ * codebooks and pairs under data/ against data/models.
+ *
+ * Fast: tiny random models (2 layers, d_model 16) written to a temp dir,
+ * as tests/test_model.c does. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <dirent.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "codec.h"
+#include "codec_internal.h"
+#include "model.h"
+#include "safetensors.h"
+
+#define CFG_FMT                                                                          \
+    "{\"name\":\"%s\",\"domain\":\"english\",\"arch\":\"llama\",\"vocab_size\":256,\"d_model\":16,"            \
+    "\"n_layers\":%d,\"n_heads\":4,\"n_kv_heads\":2,\"head_dim\":4,\"d_ff\":%d,"        \
+    "\"max_seq_len\":64,\"rope_theta\":10000.0,\"norm_eps\":1e-5,\"parent\":null}"
+
+static char tmpdir[256];
+static scdb_model *prod, *cons, *other;
+static unsigned char *text;
+static size_t text_len;
+
+static uint64_t rng_state;
+static float frand(void)
+{
+    rng_state ^= rng_state << 13; rng_state ^= rng_state >> 7; rng_state ^= rng_state << 17;
+    return (float)((rng_state >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
+}
+
+/* A random model: weights from `seed`, plus `perturb` x noise from seed 77. */
+static void write_model(const char *dir, const char *name, int n_layers, int d_ff, uint64_t seed,
+                        float perturb)
+{
+    char path[512], nm[128];
+    mkdir(dir, 0755);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fprintf(f, CFG_FMT, name, n_layers, d_ff);
+    fclose(f);
+    scdb_st_writer *w;
+    assert_int_equal(scdb_st_writer_new(&w), SCDB_OK);
+    static float store[64][256 * 16];
+    int nb = 0;
+    struct { const char *n; int64_t d0, d1; float scale; } top[] = {
+        {"tok_embeddings.weight", 256, 16, 1.0f}, {"norm.weight", 16, 0, 0.0f},
+        {"output.weight", 256, 16, 0.3f}};
+    struct { const char *n; int64_t d0, d1; float scale; } lay[] = {
+        {"attention_norm.weight", 16, 0, 0.0f}, {"attention.wq.weight", 16, 16, 0.4f},
+        {"attention.wk.weight", 8, 16, 0.4f}, {"attention.wv.weight", 8, 16, 0.4f},
+        {"attention.wo.weight", 16, 16, 0.3f}, {"ffn_norm.weight", 16, 0, 0.0f},
+        {"feed_forward.w1.weight", d_ff, 16, 0.3f}, {"feed_forward.w2.weight", 16, d_ff, 0.3f},
+        {"feed_forward.w3.weight", d_ff, 16, 0.3f}};
+    uint64_t noise = 77;
+    rng_state = seed;
+    for (int l = -1; l < n_layers; l++) {
+        int cnt = l < 0 ? 3 : 9;
+        for (int i = 0; i < cnt; i++) {
+            int64_t shape[2] = {l < 0 ? top[i].d0 : lay[i].d0, l < 0 ? top[i].d1 : lay[i].d1};
+            float scale = l < 0 ? top[i].scale : lay[i].scale;
+            if (l < 0) snprintf(nm, sizeof nm, "%s", top[i].n);
+            else snprintf(nm, sizeof nm, "layers.%d.%s", l, lay[i].n);
+            int ndim = shape[1] > 0 ? 2 : 1;
+            size_t numel = (size_t)shape[0] * (ndim == 2 ? (size_t)shape[1] : 1);
+            for (size_t k = 0; k < numel; k++) {
+                float v = scale == 0.0f ? 1.0f + 0.1f * frand() : scale * frand();
+                uint64_t keep = rng_state;
+                rng_state = noise;
+                v += perturb * (scale == 0.0f ? 0.1f : scale) * frand();
+                noise = rng_state;
+                rng_state = keep;
+                store[nb][k] = v;
+            }
+            assert_int_equal(scdb_st_writer_add(w, nm, SCDB_F32, ndim, shape, store[nb]), SCDB_OK);
+            nb++;
+        }
+    }
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    assert_int_equal(scdb_st_writer_write(w, path), SCDB_OK);
+    scdb_st_writer_free(&w);
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    char d[512];
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/scdb_test_codec_XXXXXX");
+    if (!mkdtemp(tmpdir)) return -1;
+    snprintf(d, sizeof d, "%s/models", tmpdir);
+    mkdir(d, 0755);
+    snprintf(d, sizeof d, "%s/models/prod", tmpdir);
+    write_model(d, "prod", 2, 24, 88172645463325252ull, 0.0f);
+    if (scdb_model_load(d, &prod, NULL, 0)) return -1;
+    snprintf(d, sizeof d, "%s/models/cons", tmpdir);
+    write_model(d, "cons", 2, 24, 88172645463325252ull, 0.25f);
+    if (scdb_model_load(d, &cons, NULL, 0)) return -1;
+    snprintf(d, sizeof d, "%s/models/other", tmpdir);
+    write_model(d, "other", 2, 32, 12345ull, 0.0f);
+    if (scdb_model_load(d, &other, NULL, 0)) return -1;
+    /* calibration text: the repository's held-out English if present */
+    if (scdb_read_file(SCDB_DATA_DIR "/heldout/english.txt", 1 << 24, (char **)&text, &text_len)) {
+        text_len = 20000;
+        text = malloc(text_len);
+        rng_state = 5;
+        for (size_t i = 0; i < text_len; i++) text[i] = (unsigned char)(97 + (int)(13 * (frand() + 1)));
+    }
+    if (text_len > 40000) text_len = 40000;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    char cmd[512];
+    scdb_model_free(&prod);
+    scdb_model_free(&cons);
+    scdb_model_free(&other);
+    free(text);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+static scdb_calib_opts small_opts(void)
+{
+    scdb_calib_opts o = {.window = 48, .eval_prefix = 40, .eval_cont = 12, .sample_stride = 2};
+    return o;
+}
+
+/* A session over producer + consumer with statistics and 2 eval windows. */
+static scdb_calib *session(int with_consumer)
+{
+    scdb_calib *c = NULL;
+    scdb_calib_opts o = small_opts();
+    const scdb_model *cs[1] = {cons};
+    assert_int_equal(scdb_calib_new(prod, cs, with_consumer ? 1 : 0, &o, &c), SCDB_OK);
+    int added = 0;
+    assert_int_equal(scdb_calib_add_text(c, text, text_len / 2, 200, &added), SCDB_OK);
+    assert_true(added >= 100);
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(scdb_calib_add_eval(c, -1, text + text_len / 2 + (size_t)i * 100, 60), SCDB_OK);
+    return c;
+}
+
+/* ------------------------------------------------------------ tests */
+
+static void test_ids(void **state)
+{
+    (void)state;
+    scdb_codec_id a, b;
+    char hex[33];
+    for (int i = 0; i < 16; i++) a.b[i] = (uint8_t)(i * 17 + 3);
+    scdb_codec_id_hex(&a, hex);
+    assert_int_equal(strlen(hex), 32);
+    assert_int_equal(scdb_codec_id_parse(hex, &b), SCDB_OK);
+    assert_memory_equal(&a, &b, sizeof a);
+    assert_int_equal(scdb_codec_id_parse("xyz", &b), SCDB_EFORMAT);
+    assert_int_equal(scdb_codec_id_parse("0123456789abcdef0123456789abcdeg", &b), SCDB_EFORMAT);
+}
+
+/* producer's own cache for tokens */
+static scdb_kv_cache *prefill(const scdb_model *m, const int32_t *tok, int n)
+{
+    scdb_kv_cache *c;
+    assert_int_equal(scdb_model_cache_new(m, n, &c), SCDB_OK);
+    assert_int_equal(scdb_model_forward(m, tok, NULL, n, c, NULL, NULL), SCDB_OK);
+    return c;
+}
+
+/* relative squared error of K and V over all layers */
+static void kv_rel_err(const scdb_kv_cache *a, const scdb_kv_cache *ref, int n, double *ek, double *ev)
+{
+    double nk = 0, dk = 0, nv = 0, dv = 0;
+    int kv = scdb_kv_dim(ref);
+    for (int l = 0; l < ref->n_layers; l++)
+        for (int i = 0; i < n * kv; i++) {
+            double x = scdb_kv_k(a, l, 0)[i], y = scdb_kv_k(ref, l, 0)[i];
+            dk += (x - y) * (x - y); nk += y * y;
+            x = scdb_kv_v(a, l, 0)[i]; y = scdb_kv_v(ref, l, 0)[i];
+            dv += (x - y) * (x - y); nv += y * y;
+        }
+    *ek = dk / nk;
+    *ev = dv / nv;
+}
+
+static void test_encode_decode_shapes(void **state)
+{
+    (void)state;
+    scdb_calib *c = session(1);
+    scdb_codebook *cb = NULL;
+    scdb_pair *p = NULL;
+    int cand[1] = {1};
+    scdb_cb_fit f = {.r_k = 2, .r_v = 3, .r_h = 5, .n_candidates = 1, .candidates = cand};
+    assert_int_equal(scdb_calib_fit_codebook(c, &f, &cb), SCDB_OK);
+    const scdb_codebook_info *ci = scdb_codebook_get_info(cb);
+    /* layer 0: K+V codes; layer 1: candidate, H code only */
+    assert_int_equal(ci->code_dim, 2 + 3 + 5);
+    assert_int_equal(ci->layers[1].r_h, 5);
+    assert_int_equal(ci->layers[1].r_k, 0);
+    assert_int_equal(ci->n_candidates, 1);
+    assert_int_equal(ci->candidates[0], 1);
+    assert_int_equal(scdb_codebook_token_bytes(cb), 20);
+    scdb_pair_fit pf = {.n_patch = 1, .hidden = 16, .steps = 100, .batch = 64, .keep_order = 1};
+    assert_int_equal(scdb_calib_fit_pair(c, cb, 0, &pf, &p), SCDB_OK);
+    const scdb_pair_info *pi = scdb_pair_get_info(p);
+    assert_int_equal(pi->n_aligners, 1);
+    assert_int_equal(pi->patch_order[0], 1);
+    assert_int_equal(pi->n_patch, 1);
+
+    int n = 30;
+    int32_t tok[30], pos[30];
+    uint16_t codes[30 * 10];
+    for (int i = 0; i < n; i++) { tok[i] = text[i]; pos[i] = 5 + i; }
+    assert_int_equal(scdb_codec_encode_tokens(cb, prod, tok, pos, n, codes), SCDB_OK);
+    scdb_kv_cache *cache;
+    assert_int_equal(scdb_model_cache_new(cons, 40, &cache), SCDB_OK);
+    /* bad arguments */
+    assert_int_equal(scdb_pair_decode(p, cb, codes, n, pos, tok, -1, cache, 11), SCDB_EINVAL);
+    assert_int_equal(scdb_pair_decode(p, cb, codes, 0, pos, tok, -1, cache, 0), SCDB_EINVAL);
+    scdb_kv_cache *wrong;
+    assert_int_equal(scdb_kv_cache_new(3, 2, 4, 40, &wrong), SCDB_OK);
+    assert_int_equal(scdb_pair_decode(p, cb, codes, n, pos, tok, -1, wrong, 0), SCDB_ESHAPE);
+    scdb_kv_cache_free(&wrong);
+    /* into slots [3, 33) */
+    assert_int_equal(scdb_pair_decode(p, cb, codes, n, pos, tok, -1, cache, 3), SCDB_OK);
+    assert_int_equal(cache->n, 33);
+    for (int i = 0; i < n; i++) assert_int_equal(cache->pos[3 + i], 5 + i);
+    for (int l = 0; l < 2; l++)
+        for (int i = 0; i < n * 8; i++) {
+            assert_true(isfinite(scdb_kv_k(cache, l, 3)[i]));
+            assert_true(isfinite(scdb_kv_v(cache, l, 3)[i]));
+        }
+    /* the consumer continues from the decoded cache */
+    float logits[256];
+    int32_t next = 'a';
+    cache->n = 33;
+    assert_int_equal(scdb_model_forward(cons, &next, NULL, 1, cache, logits, NULL), SCDB_OK);
+    assert_int_equal(cache->pos[33], 35);
+    for (int v = 0; v < 256; v++) assert_true(isfinite(logits[v]));
+    /* decoding a token range equals the same range of a longer decode */
+    scdb_kv_cache *c2;
+    assert_int_equal(scdb_model_cache_new(cons, 40, &c2), SCDB_OK);
+    uint16_t sub[20 * 10];
+    assert_int_equal(scdb_codec_slice(cb, codes, n, 10, 30, sub), SCDB_OK);
+    assert_int_equal(scdb_codec_slice(cb, codes, n, 10, 31, sub), SCDB_EINVAL);
+    assert_int_equal(scdb_pair_decode(p, cb, sub, 20, pos + 10, tok + 10, -1, c2, 0), SCDB_OK);
+    /* and the range decode reads the same rows straight from the block */
+    scdb_kv_cache *c3;
+    assert_int_equal(scdb_model_cache_new(cons, 40, &c3), SCDB_OK);
+    assert_int_equal(scdb_pair_decode_range(p, cb, codes, n, 10, 20, pos + 10, tok + 10, -1, c3, 0), SCDB_OK);
+    assert_memory_equal(c3->k, c2->k, sizeof(float) * 2 * 40 * 8);
+    assert_memory_equal(c3->v, c2->v, sizeof(float) * 2 * 40 * 8);
+    assert_int_equal(scdb_pair_decode_range(p, cb, codes, n, 11, 20, pos, tok, -1, c3, 0), SCDB_EINVAL);
+    scdb_kv_cache_free(&c3);
+    assert_memory_equal(scdb_kv_k(c2, 1, 0), scdb_kv_k(cache, 1, 13), 20 * 8 * sizeof(float));
+    assert_memory_equal(scdb_kv_v(c2, 0, 0), scdb_kv_v(cache, 0, 13), 20 * 8 * sizeof(float));
+    scdb_kv_cache_free(&c2);
+    scdb_kv_cache_free(&cache);
+    /* patch budget 0 differs from 1 only on the patch layer */
+    scdb_kv_cache *a, *b;
+    assert_int_equal(scdb_model_cache_new(cons, 40, &a), SCDB_OK);
+    assert_int_equal(scdb_model_cache_new(cons, 40, &b), SCDB_OK);
+    assert_int_equal(scdb_pair_decode(p, cb, codes, n, pos, tok, 0, a, 0), SCDB_OK);
+    assert_int_equal(scdb_pair_decode(p, cb, codes, n, pos, tok, 1, b, 0), SCDB_OK);
+    assert_memory_equal(scdb_kv_k(a, 0, 0), scdb_kv_k(b, 0, 0), (size_t)n * 8 * sizeof(float));
+    assert_memory_not_equal(scdb_kv_k(a, 1, 0), scdb_kv_k(b, 1, 0), (size_t)n * 8 * sizeof(float));
+    scdb_kv_cache_free(&a);
+    scdb_kv_cache_free(&b);
+    /* encode errors */
+    scdb_codec_states st = {0};
+    assert_int_equal(scdb_codec_encode(cb, &st, n, codes), SCDB_EINVAL);
+    assert_int_equal(scdb_codec_encode_tokens(cb, other, tok, NULL, n, codes), SCDB_EMISMATCH);
+    scdb_pair_free(&p);
+    scdb_codebook_free(&cb);
+    scdb_calib_free(&c);
+}
+
+static void test_identity_pair(void **state)
+{
+    (void)state;
+    scdb_calib *c = session(0);
+    int n = 40;
+    int32_t tok[40], pos[40];
+    for (int i = 0; i < n; i++) { tok[i] = text[1000 + i]; pos[i] = i; }
+    scdb_kv_cache *ref = prefill(prod, tok, n);
+    double prev_k = 1e9, prev_v = 1e9;
+    int ranks[3] = {2, 4, 8};
+    for (int t = 0; t < 3; t++) {
+        for (int pca = 0; pca < 2; pca++) {
+            scdb_codebook *cb = NULL;
+            scdb_pair *p = NULL;
+            scdb_cb_fit f = {.r_k = ranks[t], .r_v = ranks[t], .pca = pca};
+            assert_int_equal(scdb_calib_fit_codebook(c, &f, &cb), SCDB_OK);
+            scdb_pair_fit pf = {.no_train = 1};
+            assert_int_equal(scdb_calib_fit_pair(c, cb, -1, &pf, &p), SCDB_OK);
+            uint16_t *codes = malloc((size_t)n * scdb_codebook_get_info(cb)->code_dim * 2);
+            assert_int_equal(scdb_codec_encode_tokens(cb, prod, tok, pos, n, codes), SCDB_OK);
+            scdb_kv_cache *dec;
+            assert_int_equal(scdb_model_cache_new(prod, n, &dec), SCDB_OK);
+            assert_int_equal(scdb_pair_decode(p, cb, codes, n, pos, tok, -1, dec, 0), SCDB_OK);
+            double ek, ev;
+            kv_rel_err(dec, ref, n, &ek, &ev);
+            if (ranks[t] == 8) {
+                /* full rank (kv_dim = 8): exact up to f16 codes */
+                assert_true(ek < 1e-5);
+                assert_true(ev < 1e-5);
+            } else {
+                assert_true(ek < 1.0 && ev < 1.0);   /* better than the mean alone */
+                assert_true(ek > 1e-5);              /* and truly rank-limited */
+            }
+            if (!pca) {
+                assert_true(ek <= prev_k * 1.05 + 1e-9);
+                assert_true(ev <= prev_v * 1.05 + 1e-9);
+                prev_k = ek;
+                prev_v = ev;
+            }
+            free(codes);
+            scdb_kv_cache_free(&dec);
+            scdb_pair_free(&p);
+            scdb_codebook_free(&cb);
+        }
+    }
+    /* token layer 0: regenerated exactly from the tokens */
+    scdb_codebook *cb = NULL;
+    scdb_pair *p = NULL;
+    scdb_cb_fit f = {.r_k = 8, .r_v = 8, .token_layer0 = 1};
+    assert_int_equal(scdb_calib_fit_codebook(c, &f, &cb), SCDB_OK);
+    assert_int_equal(scdb_codebook_get_info(cb)->layers[0].kind, SCDB_CB_TOKENS);
+    assert_int_equal(scdb_codebook_get_info(cb)->code_dim, 16);
+    assert_int_equal(scdb_calib_fit_pair(c, cb, -1, NULL, &p), SCDB_OK);
+    uint16_t codes[40 * 16];
+    assert_int_equal(scdb_codec_encode_tokens(cb, prod, tok, pos, n, codes), SCDB_OK);
+    scdb_kv_cache *dec;
+    assert_int_equal(scdb_model_cache_new(prod, n, &dec), SCDB_OK);
+    assert_int_equal(scdb_pair_decode(p, cb, codes, n, pos, NULL, -1, dec, 0), SCDB_EINVAL);
+    assert_int_equal(scdb_pair_decode(p, cb, codes, n, pos, tok, -1, dec, 0), SCDB_OK);
+    for (int i = 0; i < n * 8; i++) {
+        assert_float_equal(scdb_kv_k(dec, 0, 0)[i], scdb_kv_k(ref, 0, 0)[i], 1e-5);
+        assert_float_equal(scdb_kv_v(dec, 0, 0)[i], scdb_kv_v(ref, 0, 0)[i], 1e-5);
+    }
+    scdb_kv_cache_free(&dec);
+    scdb_pair_free(&p);
+    scdb_codebook_free(&cb);
+    scdb_kv_cache_free(&ref);
+    scdb_calib_free(&c);
+}
+
+/* An "all" pair: every layer's decoders read the whole code row. */
+static void test_all_layers_pair(void **state)
+{
+    (void)state;
+    scdb_calib *c = session(1);
+    scdb_codebook *cb = NULL;
+    scdb_pair *p = NULL, *lp = NULL;
+    int cand[1] = {1};
+    scdb_cb_fit f = {.r_k = 2, .r_v = 3, .r_h = 4, .n_candidates = 1, .candidates = cand};
+    assert_int_equal(scdb_calib_fit_codebook(c, &f, &cb), SCDB_OK);
+    scdb_pair_fit pf = {.n_patch = 1, .hidden = 8, .steps = 50, .all_layers = 1};
+    assert_int_equal(scdb_calib_fit_pair(c, cb, 0, &pf, &p), SCDB_OK);
+    assert_int_equal(scdb_pair_get_info(p)->all_input, 1);
+    char path[600], err[256];
+    snprintf(path, sizeof path, "%s/all.safetensors", tmpdir);
+    assert_int_equal(scdb_pair_save(p, path), SCDB_OK);
+    assert_int_equal(scdb_pair_load(path, cb, &lp, err, sizeof err), SCDB_OK);
+    assert_int_equal(scdb_pair_get_info(lp)->all_input, 1);
+    scdb_st_file *sf;
+    assert_int_equal(scdb_st_open(path, &sf, NULL, 0), SCDB_OK);
+    const scdb_st_tensor *t = scdb_st_find(sf, "layers.0.dec_k");
+    assert_non_null(t);
+    assert_int_equal(t->shape[1], 9);   /* code_dim, not layer 0's width 5 */
+    scdb_st_close(&sf);
+    int n = 20;
+    int32_t tok[20], pos[20];
+    uint16_t codes[20 * 9];
+    for (int i = 0; i < n; i++) { tok[i] = text[300 + i]; pos[i] = i; }
+    assert_int_equal(scdb_codec_encode_tokens(cb, prod, tok, pos, n, codes), SCDB_OK);
+    scdb_kv_cache *a, *b;
+    assert_int_equal(scdb_model_cache_new(cons, n, &a), SCDB_OK);
+    assert_int_equal(scdb_model_cache_new(cons, n, &b), SCDB_OK);
+    assert_int_equal(scdb_pair_decode(p, cb, codes, n, pos, tok, -1, a, 0), SCDB_OK);
+    assert_int_equal(scdb_pair_decode(lp, cb, codes, n, pos, tok, -1, b, 0), SCDB_OK);
+    assert_memory_equal(a->k, b->k, (size_t)2 * n * 8 * sizeof(float));
+    assert_memory_equal(a->v, b->v, (size_t)2 * n * 8 * sizeof(float));
+    for (int i = 0; i < 2 * n * 8; i++) assert_true(isfinite(a->k[i]) && isfinite(a->v[i]));
+    scdb_kv_cache_free(&a);
+    scdb_kv_cache_free(&b);
+    scdb_pair_free(&lp);
+    scdb_pair_free(&p);
+    scdb_codebook_free(&cb);
+    scdb_calib_free(&c);
+}
+
+static void test_rank_allocation(void **state)
+{
+    (void)state;
+    scdb_calib *c = session(1);
+    scdb_codebook *cb = NULL;
+    scdb_cb_fit f = {.r_k = 2, .r_v = 2, .budget = 14};
+    assert_int_equal(scdb_calib_fit_codebook(c, &f, &cb), SCDB_OK);
+    const scdb_codebook_info *ci = scdb_codebook_get_info(cb);
+    assert_true(ci->code_dim >= 8 && ci->code_dim <= 14);
+    for (int l = 0; l < 2; l++) {
+        assert_true(ci->layers[l].r_k >= 2 && ci->layers[l].r_k <= 8);
+        assert_true(ci->layers[l].r_v >= 2 && ci->layers[l].r_v <= 8);
+    }
+    scdb_codebook_free(&cb);
+    f.budget = 7;   /* below the minimum of 2 + 2 per layer */
+    assert_int_equal(scdb_calib_fit_codebook(c, &f, &cb), SCDB_EINVAL);
+    scdb_calib_free(&c);
+}
+
+static void test_aligner_training(void **state)
+{
+    (void)state;
+    int n = 2000, r = 4, d = 6;
+    float *z = malloc((size_t)n * r * sizeof *z), *h = malloc((size_t)n * d * sizeof *h);
+    rng_state = 99;
+    for (int i = 0; i < n; i++) {
+        for (int k = 0; k < r; k++) z[i * r + k] = 2.0f * frand();
+        for (int o = 0; o < d; o++) {
+            float a = z[i * r + o % r], b = z[i * r + (o + 1) % r];
+            h[i * d + o] = tanhf(a * b) + 0.5f * a + 0.05f * frand();   /* non-linear */
+        }
+    }
+    scdb_aligner al;
+    double before = 0, after = 0;
+    scdb_aligner_train t = {.hidden = 32, .steps = 800, .batch = 128, .lr = 3e-3f};
+    assert_int_equal(scdb_aligner_fit(z, h, n, r, d, NULL, NULL, 0, &t, &al, &before, &after), SCDB_OK);
+    assert_true(after < 0.6 * before);
+    /* apply reproduces the validation loss (every 10th sample) */
+    float *o = malloc((size_t)n * d * sizeof *o);
+    assert_int_equal(scdb_aligner_apply(&al, z, r, n, o), SCDB_OK);
+    double se = 0, var = 0, mu[6] = {0};
+    for (int i = 0; i < n; i++) for (int k = 0; k < d; k++) mu[k] += h[i * d + k] / n;
+    for (int i = 9; i < n; i += 10)
+        for (int k = 0; k < d; k++) {
+            double e = o[i * d + k] - h[i * d + k];
+            se += e * e;
+        }
+    for (int i = 0; i < n * d; i++) var += (h[i] - mu[i % d]) * (h[i] - mu[i % d]);
+    /* var over all samples, se over the tenth that validates */
+    assert_float_equal(se / (var / 10.0), after, 0.05 * after + 1e-3);
+    assert_int_equal(scdb_aligner_fit(z, h, 1, r, d, NULL, NULL, 0, &t, &al, NULL, NULL), SCDB_EINVAL);
+    scdb_aligner_clear(&al);
+    free(o);
+    free(z);
+    free(h);
+}
+
+/* ------------------------------------------------------------ files */
+
+static char cb_path[600], pair_path[600], cb2_path[600];
+
+static void write_artifacts(scdb_calib *c)
+{
+    scdb_codebook *cb = NULL, *cb2 = NULL;
+    scdb_pair *p = NULL;
+    int cand[1] = {1};
+    scdb_cb_fit f = {.r_k = 2, .r_v = 3, .r_h = 4, .n_candidates = 1, .candidates = cand,
+                     .token_layer0 = 0};
+    assert_int_equal(scdb_calib_fit_codebook(c, &f, &cb), SCDB_OK);
+    scdb_pair_fit pf = {.n_patch = 1, .hidden = 8, .steps = 50, .batch = 32};
+    assert_int_equal(scdb_calib_fit_pair(c, cb, 0, &pf, &p), SCDB_OK);
+    snprintf(cb_path, sizeof cb_path, "%s/cb.safetensors", tmpdir);
+    snprintf(pair_path, sizeof pair_path, "%s/pair.safetensors", tmpdir);
+    snprintf(cb2_path, sizeof cb2_path, "%s/cb2.safetensors", tmpdir);
+    assert_int_equal(scdb_codebook_save(cb, cb_path), SCDB_OK);
+    assert_int_equal(scdb_pair_save(p, pair_path), SCDB_OK);
+    f.r_k = 3;
+    assert_int_equal(scdb_calib_fit_codebook(c, &f, &cb2), SCDB_OK);
+    assert_memory_not_equal(&scdb_codebook_get_info(cb)->id, &scdb_codebook_get_info(cb2)->id, 16);
+    assert_int_equal(scdb_codebook_save(cb2, cb2_path), SCDB_OK);
+
+    /* round trip: loaded artifacts encode / decode exactly like in memory */
+    scdb_codebook *lcb = NULL;
+    scdb_pair *lp = NULL;
+    char err[256];
+    assert_int_equal(scdb_codebook_load(cb_path, &lcb, err, sizeof err), SCDB_OK);
+    assert_memory_equal(&scdb_codebook_get_info(lcb)->id, &scdb_codebook_get_info(cb)->id, 16);
+    assert_int_equal(scdb_pair_load(pair_path, lcb, &lp, err, sizeof err), SCDB_OK);
+    assert_int_equal(scdb_codebook_check_producer(lcb, prod, err, sizeof err), SCDB_OK);
+    assert_int_equal(scdb_pair_check_models(lp, prod, cons, err, sizeof err), SCDB_OK);
+    int n = 24;
+    int32_t tok[24], pos[24];
+    for (int i = 0; i < n; i++) { tok[i] = text[500 + i]; pos[i] = i; }
+    uint16_t c1[24 * 9], c2[24 * 9];
+    assert_int_equal(scdb_codec_encode_tokens(cb, prod, tok, pos, n, c1), SCDB_OK);
+    assert_int_equal(scdb_codec_encode_tokens(lcb, prod, tok, pos, n, c2), SCDB_OK);
+    assert_memory_equal(c1, c2, sizeof c1);
+    scdb_kv_cache *a, *b;
+    assert_int_equal(scdb_model_cache_new(cons, n, &a), SCDB_OK);
+    assert_int_equal(scdb_model_cache_new(cons, n, &b), SCDB_OK);
+    assert_int_equal(scdb_pair_decode(p, cb, c1, n, pos, tok, -1, a, 0), SCDB_OK);
+    assert_int_equal(scdb_pair_decode(lp, lcb, c1, n, pos, tok, -1, b, 0), SCDB_OK);
+    assert_memory_equal(a->k, b->k, (size_t)2 * n * 8 * sizeof(float));
+    assert_memory_equal(a->v, b->v, (size_t)2 * n * 8 * sizeof(float));
+    /* decode refuses another codebook */
+    assert_int_equal(scdb_pair_decode(lp, cb2, c1, n, pos, tok, -1, b, 0), SCDB_EMISMATCH);
+    scdb_kv_cache_free(&a);
+    scdb_kv_cache_free(&b);
+    scdb_pair_free(&lp);
+    scdb_codebook_free(&lcb);
+    scdb_pair_free(&p);
+    scdb_codebook_free(&cb);
+    scdb_codebook_free(&cb2);
+}
+
+static void copy_prefix(const char *src, const char *dst, long keep)
+{
+    char *buf;
+    size_t len;
+    assert_int_equal(scdb_read_file(src, 1 << 26, &buf, &len), SCDB_OK);
+    if (keep < 0) keep = (long)len + keep;
+    FILE *f = fopen(dst, "wb");
+    assert_non_null(f);
+    fwrite(buf, 1, (size_t)keep, f);
+    fclose(f);
+    free(buf);
+}
+
+static void flip_byte(const char *src, const char *dst, long off_from_end)
+{
+    char *buf;
+    size_t len;
+    assert_int_equal(scdb_read_file(src, 1 << 26, &buf, &len), SCDB_OK);
+    buf[len - (size_t)off_from_end] ^= 0x40;
+    FILE *f = fopen(dst, "wb");
+    fwrite(buf, 1, len, f);
+    fclose(f);
+    free(buf);
+}
+
+/* Rewrite a file with one tensor reshaped (same bytes), re-signing its
+ * id/checksum so that the shape check itself is what fails. */
+static void reshape_tensor(const char *src, const char *dst, const char *name, const char *sign_key)
+{
+    scdb_st_file *f;
+    cx_bundle b;
+    assert_int_equal(scdb_st_open(src, &f, NULL, 0), SCDB_OK);
+    assert_int_equal(cx_bundle_from_file(f, &b), SCDB_OK);
+    int found = 0;
+    for (int i = 0; i < b.nt; i++)
+        if (!strcmp(b.t[i].name, name)) {
+            int64_t n = b.t[i].shape[0] * (b.t[i].ndim > 1 ? b.t[i].shape[1] : 1);
+            b.t[i].ndim = 2;
+            b.t[i].shape[0] = 1;
+            b.t[i].shape[1] = n;
+            found = 1;
+        }
+    assert_true(found);
+    scdb_codec_id id;
+    char hex[33];
+    cx_bundle_hash(&b, sign_key, &id);
+    scdb_codec_id_hex(&id, hex);
+    assert_int_equal(cx_bundle_meta(&b, sign_key, "%s", hex), SCDB_OK);
+    assert_int_equal(cx_bundle_write(&b, dst), SCDB_OK);
+    cx_bundle_free(&b);
+    scdb_st_close(&f);
+}
+
+static void test_files_and_refusals(void **state)
+{
+    (void)state;
+    scdb_calib *c = session(1);
+    write_artifacts(c);
+    scdb_calib_free(&c);
+
+    scdb_codebook *cb = NULL, *cb2 = NULL, *bad = NULL;
+    scdb_pair *p = NULL;
+    char err[256], path[700];
+    assert_int_equal(scdb_codebook_load(cb_path, &cb, err, sizeof err), SCDB_OK);
+    assert_int_equal(scdb_codebook_load(cb2_path, &cb2, err, sizeof err), SCDB_OK);
+
+    /* a pair for another codebook */
+    err[0] = 0;
+    assert_int_equal(scdb_pair_load(pair_path, cb2, &p, err, sizeof err), SCDB_EMISMATCH);
+    assert_non_null(strstr(err, "codebook"));
+    assert_null(p);
+    /* other architecture / other weights */
+    assert_int_equal(scdb_pair_load(pair_path, cb, &p, err, sizeof err), SCDB_OK);
+    assert_int_equal(scdb_pair_check_models(p, prod, other, err, sizeof err), SCDB_EMISMATCH);
+    assert_int_equal(scdb_pair_check_models(p, other, NULL, err, sizeof err), SCDB_EMISMATCH);
+    assert_int_equal(scdb_pair_check_models(p, cons, cons, err, sizeof err), SCDB_EMISMATCH);
+    assert_int_equal(scdb_pair_check_models(p, prod, prod, err, sizeof err), SCDB_EMISMATCH);
+    assert_int_equal(scdb_codebook_check_producer(cb, other, err, sizeof err), SCDB_EMISMATCH);
+    assert_int_equal(scdb_codebook_check_producer(cb, cons, err, sizeof err), SCDB_EMISMATCH);
+    scdb_pair_free(&p);
+
+    /* missing, truncated, garbage, corrupt */
+    assert_int_equal(scdb_codebook_load("/nonexistent/cb.safetensors", &bad, NULL, 0), SCDB_ENOTFOUND);
+    snprintf(path, sizeof path, "%s/trunc_hdr", tmpdir);
+    copy_prefix(cb_path, path, 50);
+    assert_int_equal(scdb_codebook_load(path, &bad, NULL, 0), SCDB_ETRUNC);
+    copy_prefix(pair_path, path, 5);
+    assert_int_equal(scdb_pair_load(path, cb, &p, NULL, 0), SCDB_ETRUNC);
+    snprintf(path, sizeof path, "%s/trunc_data", tmpdir);
+    copy_prefix(cb_path, path, -7);
+    assert_int_equal(scdb_codebook_load(path, &bad, err, sizeof err), SCDB_ETRUNC);
+    copy_prefix(pair_path, path, -7);
+    assert_int_equal(scdb_pair_load(path, cb, &p, err, sizeof err), SCDB_ETRUNC);
+    snprintf(path, sizeof path, "%s/garbage", tmpdir);
+    FILE *g = fopen(path, "wb");
+    uint64_t hl = 40;
+    fwrite(&hl, 8, 1, g);
+    fputs("{\"this is\": not json at all ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~", g);
+    fclose(g);
+    assert_int_equal(scdb_codebook_load(path, &bad, NULL, 0), SCDB_EFORMAT);
+    assert_int_equal(scdb_pair_load(path, cb, &p, NULL, 0), SCDB_EFORMAT);
+    snprintf(path, sizeof path, "%s/flipped", tmpdir);
+    flip_byte(cb_path, path, 3);
+    assert_int_equal(scdb_codebook_load(path, &bad, err, sizeof err), SCDB_ECHECKSUM);
+    flip_byte(pair_path, path, 3);
+    assert_int_equal(scdb_pair_load(path, cb, &p, err, sizeof err), SCDB_ECHECKSUM);
+    /* the wrong kind of file */
+    assert_int_equal(scdb_pair_load(cb_path, cb, &p, err, sizeof err), SCDB_EFORMAT);
+    assert_int_equal(scdb_codebook_load(pair_path, &bad, err, sizeof err), SCDB_EFORMAT);
+    /* wrong shapes (correctly signed) */
+    snprintf(path, sizeof path, "%s/reshaped", tmpdir);
+    reshape_tensor(cb_path, path, "layers.1.h.enc", "id");
+    err[0] = 0;
+    assert_int_equal(scdb_codebook_load(path, &bad, err, sizeof err), SCDB_ESHAPE);
+    assert_non_null(strstr(err, "layers.1.h.enc"));
+    reshape_tensor(pair_path, path, "layers.0.dec_k", "checksum");
+    assert_int_equal(scdb_pair_load(path, cb, &p, err, sizeof err), SCDB_ESHAPE);
+    assert_non_null(strstr(err, "layers.0.dec_k"));
+    reshape_tensor(pair_path, path, "layers.1.align.w2", "checksum");
+    assert_int_equal(scdb_pair_load(path, cb, &p, err, sizeof err), SCDB_ESHAPE);
+    assert_null(bad);
+    assert_null(p);
+    scdb_codebook_free(&cb);
+    scdb_codebook_free(&cb2);
+}
+
+/* The shipped artifacts: every data/pairs/<p>__<c>.safetensors loads with
+ * its codebook data/codebooks/<p>.safetensors and validates against
+ * data/models/<p> and data/models/<c>; a short prefix decodes. */
+static void test_shipped_pairs(void **state)
+{
+    (void)state;
+    DIR *dir = opendir(SCDB_DATA_DIR "/pairs");
+    int checked = 0;
+    if (!dir) { skip(); return; }
+    struct dirent *e;
+    while ((e = readdir(dir))) {
+        char prodn[128], consn[128], path[1024];
+        const char *sep = strstr(e->d_name, "__");
+        const char *ext = strstr(e->d_name, ".safetensors");
+        if (!sep || !ext || sep > ext) continue;
+        snprintf(prodn, sizeof prodn, "%.*s", (int)(sep - e->d_name), e->d_name);
+        snprintf(consn, sizeof consn, "%.*s", (int)(ext - sep - 2), sep + 2);
+        scdb_codebook *cb = NULL;
+        scdb_pair *p = NULL;
+        scdb_model *pm = NULL, *cm = NULL;
+        char err[512] = "";
+        snprintf(path, sizeof path, SCDB_DATA_DIR "/codebooks/%s.safetensors", prodn);
+        scdb_err rc = scdb_codebook_load(path, &cb, err, sizeof err);
+        if (rc) fprintf(stderr, "%s: %s\n", path, err);
+        assert_int_equal(rc, SCDB_OK);
+        snprintf(path, sizeof path, SCDB_DATA_DIR "/pairs/%s", e->d_name);
+        rc = scdb_pair_load(path, cb, &p, err, sizeof err);
+        if (rc) fprintf(stderr, "%s: %s\n", path, err);
+        assert_int_equal(rc, SCDB_OK);
+        snprintf(path, sizeof path, SCDB_DATA_DIR "/models/%s", prodn);
+        assert_int_equal(scdb_model_load(path, &pm, err, sizeof err), SCDB_OK);
+        snprintf(path, sizeof path, SCDB_DATA_DIR "/models/%s", consn);
+        assert_int_equal(scdb_model_load(path, &cm, err, sizeof err), SCDB_OK);
+        rc = scdb_codebook_check_producer(cb, pm, err, sizeof err);
+        if (rc) fprintf(stderr, "%s\n", err);
+        assert_int_equal(rc, SCDB_OK);
+        rc = scdb_pair_check_models(p, pm, cm, err, sizeof err);
+        if (rc) fprintf(stderr, "%s\n", err);
+        assert_int_equal(rc, SCDB_OK);
+        int n = 64;
+        int32_t tok[64], pos[64];
+        for (int i = 0; i < n; i++) { tok[i] = "The quick brown fox jumps over the lazy dog. "[i % 45]; pos[i] = i; }
+        uint16_t *codes = malloc((size_t)n * scdb_codebook_token_bytes(cb));
+        assert_int_equal(scdb_codec_encode_tokens(cb, pm, tok, pos, n, codes), SCDB_OK);
+        scdb_kv_cache *cache;
+        assert_int_equal(scdb_model_cache_new(cm, n + 1, &cache), SCDB_OK);
+        assert_int_equal(scdb_pair_decode(p, cb, codes, n, pos, tok, -1, cache, 0), SCDB_OK);
+        float logits[256];
+        int32_t next = 'x';
+        assert_int_equal(scdb_model_forward(cm, &next, NULL, 1, cache, logits, NULL), SCDB_OK);
+        for (int v = 0; v < 256; v++) assert_true(isfinite(logits[v]));
+        free(codes);
+        scdb_kv_cache_free(&cache);
+        scdb_model_free(&pm);
+        scdb_model_free(&cm);
+        scdb_pair_free(&p);
+        scdb_codebook_free(&cb);
+        checked++;
+    }
+    closedir(dir);
+    if (!checked) skip();
+}
+
+static int contains(const unsigned char *t, size_t len, const char *s)
+{
+    size_t n = strlen(s);
+    for (size_t i = 0; i + n <= len; i++)
+        if (!memcmp(t + i, s, n)) return 1;
+    return 0;
+}
+
+/* Where calibration text comes from: TRAINING.json's train_files (plain and
+ * .gz), else the held-out halves. */
+static void test_domain_text(void **state)
+{
+    (void)state;
+    char path[700], cmd[1600];
+    unsigned char *t = NULL;
+    size_t len = 0;
+    char desc[512];
+    /* held-out: <family>/../heldout/<domain>.txt */
+    snprintf(path, sizeof path, "%s/heldout", tmpdir);
+    mkdir(path, 0755);
+    snprintf(path, sizeof path, "%s/heldout/english.txt", tmpdir);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("0123456789abcdefghij", f);   /* 20 bytes */
+    fclose(f);
+    assert_int_equal(scdb_codec_domain_text(prod, SCDB_TEXT_TRAIN, 1000, &t, &len, NULL, 0), SCDB_ENOTFOUND);
+    assert_int_equal(scdb_codec_domain_text(prod, SCDB_TEXT_AUTO, 1000, &t, &len, desc, sizeof desc), SCDB_OK);
+    assert_int_equal(len, 10);
+    assert_memory_equal(t, "0123456789", 10);
+    assert_non_null(strstr(desc, "first half"));
+    free(t);
+    assert_int_equal(scdb_codec_domain_text(prod, SCDB_TEXT_HELDOUT_SECOND, 1000, &t, &len, NULL, 0), SCDB_OK);
+    assert_int_equal(len, 10);
+    assert_memory_equal(t, "abcdefghij", 10);
+    free(t);
+    /* training files, one of them gzipped */
+    snprintf(path, sizeof path, "%s/train1.txt", tmpdir);
+    f = fopen(path, "w");
+    fputs("first training file", f);
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "printf 'second, gzipped' | gzip -c > '%s/train2.txt.gz'", tmpdir);
+    assert_int_equal(system(cmd), 0);
+    snprintf(path, sizeof path, "%s/models/TRAINING.json", tmpdir);
+    f = fopen(path, "w");
+    fprintf(f, "{\"domains\": {\"english\": {\"train_files\": [\"%s/train1.txt\", \"%s/train2.txt.gz\", "
+               "\"/nonexistent/file\"]}}}", tmpdir, tmpdir);
+    fclose(f);
+    assert_int_equal(scdb_codec_domain_text(prod, SCDB_TEXT_AUTO, 1000, &t, &len, desc, sizeof desc), SCDB_OK);
+    assert_non_null(strstr(desc, "2 of the 3 training files"));
+    assert_true(contains(t, len, "first training file"));
+    assert_true(contains(t, len, "second, gzipped"));
+    free(t);
+    assert_int_equal(scdb_codec_domain_text(prod, SCDB_TEXT_TRAIN, 8, &t, &len, NULL, 0), SCDB_OK);
+    assert_true(len <= 8);
+    free(t);
+    unlink(path);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_ids),
+        cmocka_unit_test(test_encode_decode_shapes),
+        cmocka_unit_test(test_identity_pair),
+        cmocka_unit_test(test_all_layers_pair),
+        cmocka_unit_test(test_rank_allocation),
+        cmocka_unit_test(test_aligner_training),
+        cmocka_unit_test(test_files_and_refusals),
+        cmocka_unit_test(test_domain_text),
+        cmocka_unit_test(test_shipped_pairs),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
