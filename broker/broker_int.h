@@ -171,6 +171,10 @@ void bk_queue_push(bk_queue *q, bk_job *j);
 /* decoder_raw.c: the raw kind's entry points (codec_kinds.c). */
 scdb_err scdb_raw_open_codebook(scdb_broker_codebook *cb, const char *file, scdb_dtype dtype,
                                 char *errbuf, size_t errlen);
+scdb_err scdb_scd_open_codebook(scdb_broker_codebook *cb, const char *file, scdb_dtype dtype,
+                                char *errbuf, size_t errlen);
+scdb_err scdb_scd_new_decoder(const scdb_broker_codebook *cb, const scdb_broker_model *consumer,
+                              const char *file, scdb_decoder *out, char *errbuf, size_t errlen);
 scdb_err scdb_raw_new_decoder(const scdb_broker_codebook *cb, const scdb_broker_model *consumer,
                               const char *file, scdb_decoder *out, char *errbuf,
                               size_t errlen);

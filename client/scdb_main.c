@@ -22,6 +22,7 @@ static const struct {
     int (*fn)(int, char **);
     const char *what;
 } cmds[] = {
+    {"demo", scdb_cmd_demo, "the fan-out demo: broker, producer (base), one consumer per specialist"},
     {"models", scdb_cmd_models, "held-out bits-per-byte of every bundled model on every domain"},
     {"calibrate", scdb_cmd_calibrate, "fit a producer codebook and per-consumer pairs (SCD)"},
     {"serve", scdb_cmd_serve, "run the broker daemon (foreground; SIGTERM drains)"},

@@ -19,7 +19,7 @@ grep -q "models" "$tmp/out" && ok "help lists models" || bad "help lists models"
 expect 2 "no command is a usage error" -- "$scdb"
 expect 2 "unknown command is a usage error" -- "$scdb" frobnicate
 grep -q "unknown command" "$tmp/err" && ok "unknown command says so" || bad "unknown command says so"
-for sub in models bench calibrate serve put lookup get stats; do
+for sub in demo models bench calibrate serve put lookup get stats; do
   expect 0 "scdb $sub --help" -- "$scdb" $sub --help
 done
 expect 2 "models: unknown option" -- "$scdb" models --bogus
@@ -41,6 +41,15 @@ for m in d["models"]:
     assert all(0.5 < v < 8.0 for v in m["bpb"].values()), m
 PY
 then ok "models JSON has every model and domain"; else bad "models JSON has every model and domain"; fi
+
+# the fan-out demo end to end: broker, producer, every specialist consumer
+"$scdb" demo >"$tmp/demo" 2>"$tmp/err"
+code=$?
+if [ $code -eq 0 ] && grep -q "^demo: ok" "$tmp/demo" && grep -q "^| code |" "$tmp/demo" \
+   && grep -q "^| manpages |" "$tmp/demo"; then ok "demo runs end to end for every specialist"
+else bad "demo (exit $code)"; cat "$tmp/demo" "$tmp/err"; fi
+ls /tmp | grep -q "^scdb-demo-" && bad "demo left its temp dir" || ok "demo cleaned up"
+expect 2 "demo: bad --prefix" -- "$scdb" demo --prefix 100
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -1,0 +1,121 @@
+/* decoder_scd.c — the "scd" codebook kind: payloads are the producer
+ * codebook's f16 codes (codec/codec.h); each (codebook, consumer) pair file
+ * decodes them into the consumer's own K/V (REUSE layers) or regenerates K/V
+ * through the pair's aligners and the consumer's W_k, W_v and RoPE (PATCH
+ * layers), straight into the consumer's cache or arena. */
+#include "broker_int.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "codec.h"
+
+typedef struct scd_dec {
+    const scdb_codebook *cb;   /* owned by the broker codebook entry */
+    scdb_pair *pair;
+} scd_dec;
+
+static void scd_codebook_destroy(void *ctx)
+{
+    scdb_codebook *cb = ctx;
+    scdb_codebook_free(&cb);
+}
+
+scdb_err scdb_scd_open_codebook(scdb_broker_codebook *cb, const char *file, scdb_dtype dtype,
+                                char *errbuf, size_t errlen)
+{
+    scdb_codebook *book = NULL;
+    const scdb_codebook_info *in;
+    const scdb_broker_model *m = cb->producer;
+    scdb_err rc;
+
+    (void)dtype;
+    if (!file || !*file) {
+        if (errbuf) snprintf(errbuf, errlen, "codebook %s: kind scd needs file = CODEBOOK.safetensors", cb->name);
+        return SCDB_EINVAL;
+    }
+    if ((rc = scdb_codebook_load(file, &book, errbuf, errlen))) return rc;
+    in = scdb_codebook_get_info(book);
+    if (in->n_layers != m->n_layers || in->kv_dim != m->n_kv_heads * m->head_dim) {
+        if (errbuf)
+            snprintf(errbuf, errlen, "codebook %s: fitted for %d layers x %d KV channels, "
+                     "producer %s has %d x %d", cb->name, in->n_layers, in->kv_dim, m->name,
+                     m->n_layers, m->n_kv_heads * m->head_dim);
+        scdb_codebook_free(&book);
+        return SCDB_EMISMATCH;
+    }
+    cb->payload_dtype = (uint32_t)SCDB_F16;
+    cb->token_bytes = scdb_codebook_token_bytes(book);
+    rc = scdb_ns_make(in->id.b, sizeof in->id.b, cb->payload_dtype, SCDB_CODEC_VERSION, &cb->ns);
+    if (rc) { scdb_codebook_free(&book); return rc; }
+    cb->ctx = book;
+    cb->destroy = scd_codebook_destroy;
+    return SCDB_OK;
+}
+
+static scdb_err scd_decode(void *ctx, const scdb_decode_block *blk, scdb_kv_cache *c,
+                           int slot0, int32_t p0, int n)
+{
+    const scd_dec *d = ctx;
+    int32_t pos_small[256], *pos = pos_small;
+    scdb_err rc;
+
+    if (!blk || !c || n <= 0 || n > blk->n_tokens || slot0 < 0 || slot0 > c->capacity - n)
+        return SCDB_EINVAL;
+    if (blk->payload_len != (uint64_t)blk->n_tokens * scdb_codebook_token_bytes(d->cb))
+        return SCDB_ESHAPE;
+    if (n > (int)SCDB_ARRAY_LEN(pos_small) && !(pos = malloc((size_t)n * sizeof *pos)))
+        return SCDB_ENOMEM;
+    for (int i = 0; i < n; i++) pos[i] = p0 + i;
+    rc = scdb_pair_decode_range(d->pair, d->cb, blk->payload, blk->n_tokens, 0, n, pos,
+                                blk->tokens, -1, c, slot0);
+    if (pos != pos_small) free(pos);
+    return rc;
+}
+
+static void scd_destroy(void *ctx)
+{
+    scd_dec *d = ctx;
+    if (!d) return;
+    scdb_pair_free(&d->pair);
+    free(d);
+}
+
+scdb_err scdb_scd_new_decoder(const scdb_broker_codebook *cb, const scdb_broker_model *consumer,
+                              const char *file, scdb_decoder *out, char *errbuf, size_t errlen)
+{
+    const scdb_pair_info *pi;
+    scd_dec *d;
+    scdb_err rc;
+
+    if (!file || !*file) {
+        if (errbuf) snprintf(errbuf, errlen, "pair %s -> %s: decoder scd needs file = PAIR.safetensors",
+                             cb->name, consumer->name);
+        return SCDB_EINVAL;
+    }
+    if (!cb->ctx || strcmp(cb->kind, "scd") != 0) {
+        if (errbuf) snprintf(errbuf, errlen, "pair %s -> %s: codebook is not of kind scd",
+                             cb->name, consumer->name);
+        return SCDB_EMISMATCH;
+    }
+    d = calloc(1, sizeof *d);
+    if (!d) return SCDB_ENOMEM;
+    d->cb = cb->ctx;
+    if ((rc = scdb_pair_load(file, d->cb, &d->pair, errbuf, errlen))) { free(d); return rc; }
+    pi = scdb_pair_get_info(d->pair);
+    if (pi->n_layers != consumer->n_layers || pi->n_kv_heads != consumer->n_kv_heads ||
+        pi->head_dim != consumer->head_dim) {
+        if (errbuf)
+            snprintf(errbuf, errlen, "pair %s -> %s: pair decodes into %d/%d/%d KV, consumer has %d/%d/%d",
+                     cb->name, consumer->name, pi->n_layers, pi->n_kv_heads, pi->head_dim,
+                     consumer->n_layers, consumer->n_kv_heads, consumer->head_dim);
+        scd_destroy(d);
+        return SCDB_EMISMATCH;
+    }
+    out->name = "scd";
+    out->decode = scd_decode;
+    out->destroy = scd_destroy;
+    out->ctx = d;
+    return SCDB_OK;
+}

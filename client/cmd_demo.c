@@ -1,0 +1,393 @@
+/* cmd_demo.c — `scdb demo`: the fan-out demo, end to end on the bundled
+ * model family.
+ *
+ *   1. a broker process (this binary's `serve`) on a private temp dir: ipc
+ *      socket and LMDB store there, the base codebook and one pair per
+ *      specialist loaded from the config the demo writes;
+ *   2. a producer process: `base` prefills a shared prefix, encodes its
+ *      states with the codebook (only codes cross the wire) and puts them;
+ *   3. one consumer process per specialist, one after the other (so their
+ *      timings do not share the two cores): its own prefill of the prefix as
+ *      the reference, then lookup + get of the prefix into a broker-owned
+ *      shared-memory arena (decoded into its own KV space), the last prefix
+ *      token re-run for the first logits, and a greedy continuation from the
+ *      arena; it prints time to first token both ways, payload vs raw KV and
+ *      agreement with its own-prefill continuation;
+ *   4. SIGTERM to the broker, cleanup, exit 0 (1 if any step failed). */
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "codec.h"
+#include "model.h"
+#include "scdb.h"
+#include "scdb_cli.h"
+
+#define MAX_CONSUMERS 8
+
+typedef struct demo {
+    const char *data;
+    char tmp[256], sock[320], cfg[320];
+    const char *consumers[MAX_CONSUMERS];
+    int n_consumers;
+    int prefix, gen;
+    int32_t *tokens;     /* prefix + gen tokens of text (gen only for length) */
+} demo;
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: scdb demo [--data DIR] [--prefix N] [--gen N] [--text FILE]\n\n"
+            "The fan-out demo: starts a broker on a private temp dir, a producer\n"
+            "process (base) that prefills a shared prefix and puts it as SCD codes,\n"
+            "and one consumer process per specialist that gets the prefix decoded\n"
+            "into its own KV space and continues it; prints per consumer the time\n"
+            "to first token via scdb vs its own prefill, payload vs raw f16 KV,\n"
+            "and agreement with its own-prefill continuation; then shuts down.\n\n"
+            "  --data DIR     assets (default %s): models/, codebooks/base.safetensors,\n"
+            "                 pairs/base__<consumer>.safetensors\n"
+            "  --prefix N     prefix tokens, a multiple of 64 (default 384)\n"
+            "  --gen N        tokens each consumer generates (default 32)\n"
+            "  --text FILE    prefix text (default DIR/heldout/manpages.txt, from 48 KiB)\n"
+            "exit status: 0 all steps ran, 1 a step failed, 2 usage error.\n",
+            scdb_cli_data_dir());
+}
+
+/* ------------------------------------------------------------ helpers */
+
+static int argmax(const float *v, int n)
+{
+    int b = 0;
+    for (int i = 1; i < n; i++) if (v[i] > v[b]) b = i;
+    return b;
+}
+
+static scdb_err connect_retry(const char *endpoint, scdb **h)
+{
+    scdb_opts o = {0};
+    o.endpoint = endpoint;
+    o.timeout_ms = 2000;
+    scdb_err rc = SCDB_ETIMEDOUT;
+    for (int i = 0; i < 100; i++) {
+        if ((rc = scdb_connect(&o, h)) == SCDB_OK) return rc;
+        usleep(100 * 1000);
+    }
+    return rc;
+}
+
+/* Greedy continuation of gen tokens from a cache that already holds the
+ * prefix, starting from logits of the last prefix token. */
+static scdb_err generate(const scdb_model *m, scdb_kv_cache *c, float *logits, int gen,
+                         int32_t *out)
+{
+    int V = scdb_model_cfg(m)->vocab_size;
+    for (int i = 0; i < gen; i++) {
+        out[i] = argmax(logits, V);
+        scdb_err rc = scdb_model_forward(m, &out[i], NULL, 1, c, logits, NULL);
+        if (rc) return rc;
+    }
+    return SCDB_OK;
+}
+
+static void show(const int32_t *t, int n, char *buf)
+{
+    int j = 0;
+    for (int i = 0; i < n; i++) {
+        int ch = t[i];
+        buf[j++] = (ch >= 32 && ch < 127) ? (char)ch : (ch == '\n' ? '|' : '.');
+    }
+    buf[j] = '\0';
+}
+
+/* ------------------------------------------------------------ producer */
+
+static int producer(const demo *d)
+{
+    char dir[1024], path[1024], err[512];
+    scdb_model *m = NULL;
+    scdb_codebook *cb = NULL;
+    scdb *h = NULL;
+    uint16_t *codes = NULL;
+    int rc = 1;
+    scdb_err e;
+
+    snprintf(dir, sizeof dir, "%s/models/base", d->data);
+    snprintf(path, sizeof path, "%s/codebooks/base.safetensors", d->data);
+    if ((e = scdb_model_load(dir, &m, err, sizeof err)) ||
+        (e = scdb_codebook_load(path, &cb, err, sizeof err))) {
+        fprintf(stderr, "producer: %s (%s)\n", err, scdb_strerror(e));
+        goto done;
+    }
+    const scdb_codebook_info *in = scdb_codebook_get_info(cb);
+    codes = malloc(scdb_codec_codes_len(in, d->prefix) * sizeof *codes);
+    if (!codes) goto done;
+    double t0 = scdb_now();
+    if ((e = scdb_codec_encode_tokens(cb, m, d->tokens, NULL, d->prefix, codes))) {
+        fprintf(stderr, "producer: encode: %s\n", scdb_strerror(e));
+        goto done;
+    }
+    double t_enc = scdb_now() - t0;
+    if ((e = connect_retry(d->sock, &h)) ||
+        (e = scdb_register(h, SCDB_PRODUCER, "base", "base-scd", NULL))) {
+        fprintf(stderr, "producer: broker: %s (%s)\n", h ? scdb_last_error(h) : "", scdb_strerror(e));
+        goto done;
+    }
+    const scdb_info *info = scdb_get_info(h);
+    int n_blocks = d->prefix / (int)info->block_tokens;
+    /* the codes of a block are the codes of its tokens, so blocks of the
+     * prefix's codes are contiguous slices; payloads back to back */
+    uint16_t *payload = malloc((size_t)n_blocks * info->block_bytes);
+    if (!payload) goto done;
+    for (int b = 0; b < n_blocks; b++)
+        scdb_codec_slice(cb, codes, d->prefix, b * (int)info->block_tokens,
+                         (b + 1) * (int)info->block_tokens,
+                         (uint16_t *)((char *)payload + (size_t)b * info->block_bytes));
+    scdb_put_result pr;
+    t0 = scdb_now();
+    e = scdb_put(h, d->tokens, (size_t)d->prefix, 0, payload,
+                 (size_t)n_blocks * info->block_bytes, &pr);
+    double t_put = scdb_now() - t0;
+    free(payload);
+    if (e) {
+        fprintf(stderr, "producer: put: %s (%s)\n", scdb_last_error(h), scdb_strerror(e));
+        goto done;
+    }
+    printf("producer base: prefilled and encoded %d tokens in %.1f ms (codebook %.8s, %zu B/token); "
+           "put %u blocks of %u tokens in %.1f ms\n",
+           d->prefix, t_enc * 1e3, in->id_hex, scdb_codebook_token_bytes(cb), pr.n_new,
+           info->block_tokens, t_put * 1e3);
+    fflush(stdout);
+    rc = 0;
+done:
+    scdb_close(&h);
+    free(codes);
+    scdb_codebook_free(&cb);
+    scdb_model_free(&m);
+    return rc;
+}
+
+/* ------------------------------------------------------------ consumer */
+
+static int consumer(const demo *d, const char *name)
+{
+    char dir[1024], err[512], a[128], b[128];
+    scdb_model *m = NULL;
+    scdb_kv_cache *own = NULL;
+    scdb *h = NULL;
+    scdb_arena *arena = NULL;
+    float *lg_own = NULL, *lg = NULL;
+    int32_t *gen_own = NULL, *gen_scdb = NULL;
+    int rc = 1;
+    scdb_err e;
+
+    snprintf(dir, sizeof dir, "%s/models/%s", d->data, name);
+    if ((e = scdb_model_load(dir, &m, err, sizeof err))) {
+        fprintf(stderr, "consumer %s: %s (%s)\n", name, err, scdb_strerror(e));
+        goto done;
+    }
+    const scdb_model_config *c = scdb_model_cfg(m);
+    int V = c->vocab_size, cap = d->prefix + d->gen;
+    lg_own = malloc((size_t)d->prefix * V * sizeof *lg_own);
+    lg = malloc((size_t)V * sizeof *lg);
+    gen_own = malloc((size_t)d->gen * sizeof *gen_own);
+    gen_scdb = malloc((size_t)d->gen * sizeof *gen_scdb);
+    if (!lg_own || !lg || !gen_own || !gen_scdb) goto done;
+
+    /* reference: the consumer prefills the prefix itself */
+    if ((e = scdb_model_cache_new(m, cap, &own))) goto done;
+    double t0 = scdb_now();
+    if ((e = scdb_model_forward(m, d->tokens, NULL, d->prefix, own, lg_own, NULL))) goto done;
+    double ttft_own = scdb_now() - t0;
+    memcpy(lg, lg_own + (size_t)(d->prefix - 1) * V, (size_t)V * sizeof *lg);
+    if ((e = generate(m, own, lg, d->gen, gen_own))) goto done;
+
+    /* via scdb: lookup + get into the broker-made arena, then the first
+     * token's logits by re-running the last prefix token over the decoded
+     * cache */
+    if ((e = connect_retry(d->sock, &h)) ||
+        (e = scdb_register(h, SCDB_CONSUMER, name, "base-scd", NULL)) ||
+        (e = scdb_arena_new(h, cap, &arena))) {
+        fprintf(stderr, "consumer %s: broker: %s (%s)\n", name, h ? scdb_last_error(h) : "",
+                scdb_strerror(e));
+        goto done;
+    }
+    scdb_kv_cache *kv = scdb_arena_cache(arena);
+    scdb_lookup_result lr;
+    scdb_get_result gr;
+    t0 = scdb_now();
+    if ((e = scdb_lookup(h, d->tokens, (size_t)d->prefix, &lr)) ||
+        (e = scdb_get(h, d->tokens, (size_t)d->prefix, arena, 0, 0, &gr))) {
+        fprintf(stderr, "consumer %s: get: %s (%s)\n", name, scdb_last_error(h), scdb_strerror(e));
+        goto done;
+    }
+    int have = (int)gr.tokens_written;
+    if (have == 0) { fprintf(stderr, "consumer %s: nothing stored for the prefix\n", name); goto done; }
+    /* keep have-1 slots, re-run token have-1 (and prefill any uncached suffix) */
+    kv->n = have - 1;
+    int rest = d->prefix - (have - 1);
+    float *lg_rest = malloc((size_t)rest * V * sizeof *lg_rest);
+    if (!lg_rest) goto done;
+    e = scdb_model_forward(m, d->tokens + have - 1, NULL, rest, kv, lg_rest, NULL);
+    double ttft_scdb = scdb_now() - t0;
+    memcpy(lg, lg_rest + (size_t)(rest - 1) * V, (size_t)V * sizeof *lg);
+    free(lg_rest);
+    if (e) goto done;
+    if ((e = generate(m, kv, lg, d->gen, gen_scdb))) goto done;
+
+    int same = 0, lead = -1;
+    for (int i = 0; i < d->gen; i++) {
+        if (gen_own[i] == gen_scdb[i]) same++;
+        else if (lead < 0) lead = i;
+    }
+    if (lead < 0) lead = d->gen;
+    double raw_bytes = (double)c->n_layers * 2 * scdb_model_kv_dim(c) * 2;
+    double code_bytes = (double)scdb_get_info(h)->block_bytes / scdb_get_info(h)->block_tokens;
+    show(gen_own, d->gen, a);
+    show(gen_scdb, d->gen, b);
+    printf("| %s | %.1f ms | %.1f ms (decode %.1f ms) | %.1fx | %.0f B vs %.0f B (1/%.1f) | %d/%d | %d |\n",
+           name, ttft_own * 1e3, ttft_scdb * 1e3, (double)gr.decode_ns * 1e-6, ttft_own / ttft_scdb,
+           code_bytes, raw_bytes, raw_bytes / code_bytes, same, d->gen, lead);
+    printf("|   own prefill: `%s` |\n|   via scdb:    `%s` |\n", a, b);
+    fflush(stdout);
+    rc = 0;
+done:
+    scdb_arena_free(&arena);
+    scdb_close(&h);
+    scdb_kv_cache_free(&own);
+    scdb_model_free(&m);
+    free(lg_own); free(lg); free(gen_own); free(gen_scdb);
+    return rc;
+}
+
+/* ------------------------------------------------------------ main */
+
+static int run_child(int (*fn)(const demo *, const char *), const demo *d, const char *arg)
+{
+    fflush(stdout);
+    pid_t p = fork();
+    if (p < 0) return 1;
+    if (p == 0) _exit(fn(d, arg));
+    int st;
+    while (waitpid(p, &st, 0) < 0 && errno == EINTR) {}
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 1;
+}
+
+static int producer_fn(const demo *d, const char *unused) { (void)unused; return producer(d); }
+
+static int write_config(demo *d)
+{
+    FILE *f = fopen(d->cfg, "w");
+    if (!f) return -1;
+    fprintf(f, "[broker]\nendpoint = %s\ndata_dir = %s/store\nblock_tokens = 64\n"
+               "log_level = warn\nheartbeat_timeout_ms = 5000\n\n", d->sock, d->tmp);
+    fprintf(f, "[model base]\nconfig = %s/models/base/config.json\n\n", d->data);
+    for (int i = 0; i < d->n_consumers; i++)
+        fprintf(f, "[model %s]\nconfig = %s/models/%s/config.json\n\n", d->consumers[i], d->data,
+                d->consumers[i]);
+    fprintf(f, "[codebook base-scd]\nkind = scd\nmodel = base\nfile = %s/codebooks/base.safetensors\n\n",
+            d->data);
+    for (int i = 0; i < d->n_consumers; i++)
+        fprintf(f, "[pair base-scd %s]\ndecoder = scd\nfile = %s/pairs/base__%s.safetensors\n\n",
+                d->consumers[i], d->data, d->consumers[i]);
+    return fclose(f);
+}
+
+int scdb_cmd_demo(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"data", required_argument, 0, 'd'}, {"prefix", required_argument, 0, 'p'},
+        {"gen", required_argument, 0, 'g'}, {"text", required_argument, 0, 't'},
+        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+    demo d;
+    const char *text_path = NULL;
+    char path[1024], *text = NULL;
+    size_t len = 0;
+    pid_t broker = -1;
+    int c, rc = 1;
+
+    memset(&d, 0, sizeof d);
+    d.data = scdb_cli_data_dir();
+    d.prefix = 384;
+    d.gen = 32;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'd': d.data = optarg; break;
+        case 'p': d.prefix = atoi(optarg); break;
+        case 'g': d.gen = atoi(optarg); break;
+        case 't': text_path = optarg; break;
+        case 'h': usage(stdout); return 0;
+        default: usage(stderr); return 2;
+        }
+    }
+    if (optind < argc || d.prefix < 64 || d.prefix % 64 || d.gen < 1 || d.prefix + d.gen > 512) {
+        fprintf(stderr, "scdb demo: --prefix must be a positive multiple of 64 and prefix + gen <= 512\n");
+        usage(stderr);
+        return 2;
+    }
+    static const char *specialists[] = {"code", "manpages"};
+    for (size_t i = 0; i < SCDB_ARRAY_LEN(specialists); i++) {
+        snprintf(path, sizeof path, "%s/pairs/base__%s.safetensors", d.data, specialists[i]);
+        if (access(path, R_OK) == 0) d.consumers[d.n_consumers++] = specialists[i];
+    }
+    if (d.n_consumers == 0) { fprintf(stderr, "scdb demo: no pairs under %s/pairs\n", d.data); return 1; }
+
+    if (!text_path) { snprintf(path, sizeof path, "%s/heldout/manpages.txt", d.data); text_path = path; }
+    scdb_err e = scdb_read_file(text_path, 64u << 20, &text, &len);
+    if (e) { fprintf(stderr, "scdb demo: %s: %s\n", text_path, scdb_strerror(e)); return 1; }
+    size_t off = len > (48u << 10) + (size_t)d.prefix ? (48u << 10) : 0;
+    if (len - off < (size_t)d.prefix) { fprintf(stderr, "scdb demo: %s is too short\n", text_path); free(text); return 1; }
+    d.tokens = malloc((size_t)d.prefix * sizeof *d.tokens);
+    scdb_tokenize_bytes(text + off, (size_t)d.prefix, d.tokens);
+    free(text);
+
+    snprintf(d.tmp, sizeof d.tmp, "/tmp/scdb-demo-XXXXXX");
+    if (!mkdtemp(d.tmp)) { perror("scdb demo: mkdtemp"); goto done; }
+    snprintf(d.sock, sizeof d.sock, "ipc://%s/broker.sock", d.tmp);
+    snprintf(d.cfg, sizeof d.cfg, "%s/broker.ini", d.tmp);
+    if (write_config(&d) != 0) { perror("scdb demo: config"); goto done; }
+
+    printf("scdb demo: broker on %s (store %s/store), producer base, consumers:", d.sock, d.tmp);
+    for (int i = 0; i < d.n_consumers; i++) printf(" %s", d.consumers[i]);
+    printf("\nprefix: %d bytes of %s; each consumer generates %d tokens greedily\n\n",
+           d.prefix, text_path, d.gen);
+    fflush(stdout);
+    broker = fork();
+    if (broker < 0) goto done;
+    if (broker == 0) {
+        char *args[] = {"scdb", "serve", "--config", d.cfg, NULL};
+        execv("/proc/self/exe", args);
+        _exit(127);
+    }
+    if (run_child(producer_fn, &d, NULL) != 0) { fprintf(stderr, "scdb demo: producer failed\n"); goto done; }
+    printf("\n| consumer | TTFT own prefill | TTFT via scdb | speed-up | payload/token vs raw f16 KV | same tokens | identical lead |\n"
+           "|---|---|---|---|---|---|---|\n");
+    rc = 0;
+    for (int i = 0; i < d.n_consumers; i++)
+        if (run_child(consumer, &d, d.consumers[i]) != 0) rc = 1;
+    printf("\nTTFT via scdb = lookup + get (broker decodes the stored codes into this consumer's\n"
+           "shared-memory arena) + re-running the last prefix token; own = prefill of the prefix.\n");
+done:
+    if (broker > 0) {
+        int st;
+        kill(broker, SIGTERM);
+        while (waitpid(broker, &st, 0) < 0 && errno == EINTR) {}
+        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+            fprintf(stderr, "scdb demo: broker exited abnormally\n");
+            rc = 1;
+        }
+    }
+    if (d.tmp[0] && strncmp(d.tmp, "/tmp/scdb-demo-", 15) == 0) {
+        char cmd[400];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", d.tmp);
+        if (system(cmd) != 0) fprintf(stderr, "scdb demo: could not remove %s\n", d.tmp);
+    }
+    free(d.tokens);
+    printf("%s\n", rc == 0 ? "demo: ok" : "demo: FAILED");
+    return rc;
+}
