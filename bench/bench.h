@@ -18,5 +18,6 @@ int scdb_bench_main(int argc, char **argv);
 int scdb_bench_store(int argc, char **argv);    /* bench/bench_store.c   */
 int scdb_bench_broker(int argc, char **argv);   /* bench/bench_broker.c  */
 int scdb_bench_quality(int argc, char **argv);  /* bench/bench_quality.c */
+int scdb_bench_evict(int argc, char **argv);    /* bench/bench_evict.c   */
 
 #endif

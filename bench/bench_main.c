@@ -15,6 +15,8 @@ static const struct {
      "lookup round trips vs Redis GET; get into shared memory vs memcpy"},
     {"quality", scdb_bench_quality,
      "SCD vs oracle, raw, 4-bit, DroidSpeak-style: ppl, KL, top-1, payload, TTFT"},
+    {"evict", scdb_bench_evict,
+     "eviction policies vs full cache at 25% / 12.5% budgets: KL, top-1, ppl, overhead"},
 };
 
 static void usage(FILE *f)

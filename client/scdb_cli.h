@@ -14,6 +14,7 @@ int scdb_cmd_get(int argc, char **argv);
 int scdb_cmd_stats(int argc, char **argv);
 int scdb_cmd_calibrate(int argc, char **argv); /* cmd_calibrate.c */
 int scdb_cmd_demo(int argc, char **argv);      /* cmd_demo.c */
+int scdb_cmd_train_policy(int argc, char **argv); /* cmd_train_policy.c */
 
 /* Default asset directory (the repository's data/, or $SCDB_DATA). */
 const char *scdb_cli_data_dir(void);

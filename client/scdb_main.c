@@ -25,12 +25,13 @@ static const struct {
     {"demo", scdb_cmd_demo, "the fan-out demo: broker, producer (base), one consumer per specialist"},
     {"models", scdb_cmd_models, "held-out bits-per-byte of every bundled model on every domain"},
     {"calibrate", scdb_cmd_calibrate, "fit a producer codebook and per-consumer pairs (SCD)"},
+    {"train-policy", scdb_cmd_train_policy, "train the DistillCache eviction policy (REINFORCE)"},
     {"serve", scdb_cmd_serve, "run the broker daemon (foreground; SIGTERM drains)"},
     {"put", scdb_cmd_put, "store a prompt's blocks as a producer"},
     {"lookup", scdb_cmd_lookup, "longest stored prefix of a prompt"},
     {"get", scdb_cmd_get, "decode a stored prefix into a model's KV"},
     {"stats", scdb_cmd_stats, "broker and store counters"},
-    {"bench", scdb_bench_main, "benchmarks (store, broker, quality); `scdb bench --help`"},
+    {"bench", scdb_bench_main, "benchmarks (store, broker, quality, evict); `scdb bench --help`"},
 };
 
 static void usage(FILE *f)

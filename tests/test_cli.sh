@@ -19,7 +19,7 @@ grep -q "models" "$tmp/out" && ok "help lists models" || bad "help lists models"
 expect 2 "no command is a usage error" -- "$scdb"
 expect 2 "unknown command is a usage error" -- "$scdb" frobnicate
 grep -q "unknown command" "$tmp/err" && ok "unknown command says so" || bad "unknown command says so"
-for sub in demo models bench calibrate serve put lookup get stats; do
+for sub in demo models bench calibrate train-policy serve put lookup get stats; do
   expect 0 "scdb $sub --help" -- "$scdb" $sub --help
 done
 expect 2 "models: unknown option" -- "$scdb" models --bogus

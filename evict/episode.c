@@ -1,0 +1,312 @@
+/* episode.c — the teacher / student measurement protocol (evict.h,
+ * "protocol") that both `scdb bench evict` and policy training run: one
+ * prefilled window, its full-cache teacher distributions, and student runs
+ * under a policy (deterministic) or a sampler (training). */
+#include "evict_internal.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model.h"
+
+struct scdb_evict_window {
+    const scdb_model *m;
+    int P, T, cap, V, L, H;
+    int32_t *tok;                   /* [P + T + 1] */
+    scdb_kv_cache *cache0, *cache;  /* after prefill; the student's working copy */
+    scdb_evict_acc *acc0, *acc;
+    float *teacher_lp;              /* [T][V] log-probabilities */
+    int *teacher_top;               /* [T] argmax */
+    double step_s, nll_full;
+    float *probs;                   /* [L][H][1][cap] */
+    float *logits, *lp;             /* [V] */
+    float *scores, *feats, *pert;   /* [cap], [cap][5], [cap] */
+    int *keep, *cand;               /* [cap] */
+};
+
+double scdb_evict_urand(uint64_t *s)
+{
+    *s ^= *s << 13; *s ^= *s >> 7; *s ^= *s << 17;
+    return ((double)(*s >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+}
+
+scdb_err scdb_evict_cache_copy(scdb_kv_cache *dst, const scdb_kv_cache *src)
+{
+    if (!dst || !src) return SCDB_EINVAL;
+    if (dst->n_layers != src->n_layers || dst->n_kv_heads != src->n_kv_heads ||
+        dst->head_dim != src->head_dim || dst->capacity < src->n)
+        return SCDB_ESHAPE;
+    size_t row = (size_t)scdb_kv_dim(src) * sizeof(float) * (size_t)src->n;
+    memcpy(dst->pos, src->pos, (size_t)src->n * sizeof *src->pos);
+    for (int l = 0; l < src->n_layers; l++) {
+        memcpy(scdb_kv_k(dst, l, 0), scdb_kv_k(src, l, 0), row);
+        memcpy(scdb_kv_v(dst, l, 0), scdb_kv_v(src, l, 0), row);
+    }
+    dst->n = src->n;
+    return SCDB_OK;
+}
+
+static void log_softmax(const float *x, int n, float *out)
+{
+    float mx = x[0];
+    double s = 0.0;
+    for (int i = 1; i < n; i++) if (x[i] > mx) mx = x[i];
+    for (int i = 0; i < n; i++) s += exp((double)x[i] - mx);
+    float lz = (float)(log(s) + mx);
+    for (int i = 0; i < n; i++) out[i] = x[i] - lz;
+}
+
+static int argmax(const float *x, int n)
+{
+    int b = 0;
+    for (int i = 1; i < n; i++) if (x[i] > x[b]) b = i;
+    return b;
+}
+
+void scdb_evict_window_free(scdb_evict_window **pw)
+{
+    scdb_evict_window *w;
+    if (!pw || !*pw) return;
+    w = *pw;
+    free(w->tok);
+    scdb_kv_cache_free(&w->cache0);
+    scdb_kv_cache_free(&w->cache);
+    scdb_evict_acc_free(&w->acc0);
+    scdb_evict_acc_free(&w->acc);
+    free(w->teacher_lp);
+    free(w->teacher_top);
+    free(w->probs);
+    free(w->logits);
+    free(w->lp);
+    free(w->scores);
+    free(w->feats);
+    free(w->pert);
+    free(w->keep);
+    free(w->cand);
+    free(w);
+    *pw = NULL;
+}
+
+scdb_err scdb_evict_window_new(const scdb_model *m, const int32_t *tokens, int prefill,
+                               int steps, scdb_evict_window **out)
+{
+    scdb_evict_window *w = NULL;
+    float *pprobs = NULL;
+    scdb_err rc = SCDB_ENOMEM;
+
+    if (!out) return SCDB_EINVAL;
+    *out = NULL;
+    if (!m || !tokens || prefill < 1 || steps < 1) return SCDB_EINVAL;
+    const scdb_model_config *c = scdb_model_cfg(m);
+    if (prefill + steps > c->max_seq_len) return SCDB_ERANGE;
+    if (!(w = calloc(1, sizeof *w))) return SCDB_ENOMEM;
+    w->m = m;
+    w->P = prefill;
+    w->T = steps;
+    w->cap = prefill + steps;
+    w->V = c->vocab_size;
+    w->L = c->n_layers;
+    w->H = c->n_heads;
+    scdb_evict_acc_shape shape = {c->n_layers, c->n_heads, c->n_kv_heads, w->cap, 0};
+    w->tok = malloc((size_t)(w->cap + 1) * sizeof *w->tok);
+    w->teacher_lp = malloc((size_t)steps * w->V * sizeof *w->teacher_lp);
+    w->teacher_top = malloc((size_t)steps * sizeof *w->teacher_top);
+    w->probs = malloc((size_t)w->L * w->H * w->cap * sizeof *w->probs);
+    w->logits = malloc((size_t)w->V * sizeof *w->logits);
+    w->lp = malloc((size_t)w->V * sizeof *w->lp);
+    w->scores = malloc((size_t)w->cap * sizeof *w->scores);
+    w->feats = malloc((size_t)w->cap * SCDB_EVICT_N_FEATURES * sizeof *w->feats);
+    w->pert = malloc((size_t)w->cap * sizeof *w->pert);
+    w->keep = malloc((size_t)w->cap * sizeof *w->keep);
+    w->cand = malloc((size_t)w->cap * sizeof *w->cand);
+    pprobs = malloc((size_t)w->L * w->H * prefill * prefill * sizeof *pprobs);
+    if (!w->tok || !w->teacher_lp || !w->teacher_top || !w->probs || !w->logits || !w->lp ||
+        !w->scores || !w->feats || !w->pert || !w->keep || !w->cand || !pprobs)
+        goto fail;
+    memcpy(w->tok, tokens, (size_t)(w->cap + 1) * sizeof *w->tok);
+    if ((rc = scdb_model_cache_new(m, w->cap, &w->cache0)) ||
+        (rc = scdb_model_cache_new(m, w->cap, &w->cache)) ||
+        (rc = scdb_evict_acc_new(&shape, &w->acc0)) || (rc = scdb_evict_acc_new(&shape, &w->acc)))
+        goto fail;
+
+    scdb_capture cap = {0};
+    cap.probs = pprobs;
+    cap.probs_slots = prefill;
+    if ((rc = scdb_model_forward(m, w->tok, NULL, prefill, w->cache0, NULL, &cap)) ||
+        (rc = scdb_evict_acc_update(w->acc0, w->cache0, pprobs, prefill, prefill)))
+        goto fail;
+
+    /* teacher: the full cache, no capture */
+    if ((rc = scdb_evict_cache_copy(w->cache, w->cache0))) goto fail;
+    double t0 = scdb_now(), nll = 0.0;
+    for (int t = 0; t < steps; t++) {
+        float *lp = w->teacher_lp + (size_t)t * w->V;
+        if ((rc = scdb_model_forward(m, w->tok + prefill + t, NULL, 1, w->cache, w->logits, NULL)))
+            goto fail;
+        log_softmax(w->logits, w->V, lp);
+        w->teacher_top[t] = argmax(lp, w->V);
+        nll -= lp[w->tok[prefill + t + 1]];
+    }
+    w->step_s = (scdb_now() - t0) / steps;
+    w->nll_full = nll / steps;
+    free(pprobs);
+    *out = w;
+    return SCDB_OK;
+fail:
+    free(pprobs);
+    scdb_evict_window_free(&w);
+    return rc;
+}
+
+double scdb_evict_window_step_s(const scdb_evict_window *w) { return w->step_s; }
+double scdb_evict_window_nll_full(const scdb_evict_window *w) { return w->nll_full; }
+const scdb_evict_acc *scdb_evict_window_acc(const scdb_evict_window *w) { return w->acc0; }
+
+/* ------------------------------------------------------------ sampling */
+
+void scdb_evict_sampler_clear(scdb_evict_sampler *s)
+{
+    if (!s) return;
+    for (int i = 0; i < s->n_dec; i++) {
+        free(s->dec[i].x);
+        free(s->dec[i].s);
+        free(s->dec[i].arg);
+        free(s->dec[i].order);
+    }
+    free(s->dec);
+    s->dec = NULL;
+    s->n_dec = s->cap_dec = 0;
+}
+
+static int cmp_int(const void *x, const void *y)
+{
+    int a = *(const int *)x, b = *(const int *)y;
+    return (a > b) - (a < b);
+}
+
+/* Gumbel top-m over the candidates, recorded; fills w->keep. */
+static scdb_err sample_evict(scdb_evict_window *w, scdb_evict_sampler *smp, int budget,
+                             int step, int *n_keep)
+{
+    const scdb_evict_mlp *mlp = smp->mlp;
+    int n = w->cache->n, cap = n < budget ? n : budget, sinks = mlp->sinks, recent = mlp->recent;
+    int nc = 0, m, nk = 0;
+    scdb_evict_decision *d;
+    scdb_err rc;
+
+    if (sinks > cap) sinks = cap;
+    if (recent > cap - sinks) recent = cap - sinks;
+    m = cap - sinks - recent;
+    if (smp->n_dec == smp->cap_dec) {
+        int nc2 = smp->cap_dec ? 2 * smp->cap_dec : 16;
+        scdb_evict_decision *g = realloc(smp->dec, (size_t)nc2 * sizeof *g);
+        if (!g) return SCDB_ENOMEM;
+        smp->dec = g;
+        smp->cap_dec = nc2;
+    }
+    d = &smp->dec[smp->n_dec];
+    memset(d, 0, sizeof *d);
+    d->x = malloc((size_t)n * SCDB_EVICT_N_FEATURES * sizeof *d->x);
+    d->s = malloc((size_t)n * sizeof *d->s);
+    d->order = malloc((size_t)(m > 0 ? m : 1) * sizeof *d->order);
+    if (mlp->pool > 1) d->arg = malloc((size_t)n * sizeof *d->arg);
+    if (!d->x || !d->s || !d->order || (mlp->pool > 1 && !d->arg)) {
+        free(d->x); free(d->s); free(d->order); free(d->arg);
+        return SCDB_ENOMEM;
+    }
+    smp->n_dec++;
+    d->step = step;
+    d->n = n;
+    d->sinks = sinks;
+    d->recent = recent;
+    d->m = m;
+    scdb_evict_features(w->acc, w->feats);
+    if (d->arg) {
+        scdb_evict_mlp_score(mlp, w->feats, n, w->scores, d->x);
+        scdb_evict_maxpool(w->scores, n, mlp->pool, d->s, d->arg);
+    } else {
+        scdb_evict_mlp_score(mlp, w->feats, n, d->s, d->x);
+    }
+    if (smp->tau > 0.0f && smp->tau != 1.0f)
+        for (int j = 0; j < n; j++) d->s[j] /= smp->tau;
+    for (int j = sinks; j < n - recent; j++) {
+        double u = scdb_evict_urand(&smp->rng);
+        w->pert[j] = d->s[j] - (float)log(-log(u));
+        w->cand[nc++] = j;
+    }
+    if ((rc = scdb_evict_rank(w->pert, w->cand, nc))) return rc;
+    memcpy(d->order, w->cand, (size_t)m * sizeof *d->order);
+    for (int j = 0; j < sinks; j++) w->keep[nk++] = j;
+    for (int j = 0; j < m; j++) w->keep[nk++] = w->cand[j];
+    for (int j = n - recent; j < n; j++) w->keep[nk++] = j;
+    qsort(w->keep, (size_t)nk, sizeof *w->keep, cmp_int);
+    *n_keep = nk;
+    return scdb_evict_compact(w->cache, w->acc, w->keep, nk, NULL);
+}
+
+/* ------------------------------------------------------------ student */
+
+scdb_err scdb_evict_window_run(scdb_evict_window *w, const scdb_evict_policy *p,
+                               scdb_evict_sampler *smp, int budget, int every,
+                               float *kl_steps, scdb_evict_eval *out)
+{
+    scdb_err rc;
+    scdb_evict_eval r = {0};
+    int need_acc;
+    double kl = 0.0, nll = 0.0;
+    int agree = 0;
+
+    if (!w || !out || (!p == !smp) || budget < 1 || every < 1) return SCDB_EINVAL;
+    need_acc = smp || scdb_evict_policy_needs_acc(p);
+    if ((rc = scdb_evict_cache_copy(w->cache, w->cache0))) return rc;
+    if (need_acc && (rc = scdb_evict_acc_copy(w->acc, w->acc0))) return rc;
+    scdb_capture cap = {0};
+    cap.probs = w->probs;
+    cap.probs_slots = w->cap;
+
+    for (int t = 0; t < w->T; t++) {
+        if (t % every == 0 && w->cache->n > budget) {
+            uint64_t t0 = scdb_now_ns();
+            int nk, before = w->cache->n;
+            if (smp) rc = sample_evict(w, smp, budget, t, &nk);
+            else rc = scdb_evict_run(p, w->cache, need_acc ? w->acc : NULL, budget, NULL, &nk);
+            if (rc) return rc;
+            r.evictions += nk < before;
+            r.policy_s += (double)(scdb_now_ns() - t0) * 1e-9;
+        }
+        uint64_t t1 = scdb_now_ns();
+        if ((rc = scdb_model_forward(w->m, w->tok + w->P + t, NULL, 1, w->cache, w->logits,
+                                     need_acc ? &cap : NULL)))
+            return rc;
+        uint64_t t2 = scdb_now_ns();
+        r.model_s += (double)(t2 - t1) * 1e-9;
+        if (need_acc) {
+            if ((rc = scdb_evict_acc_update(w->acc, w->cache, w->probs, w->cap, 1))) return rc;
+            r.policy_s += (double)(scdb_now_ns() - t2) * 1e-9;
+        }
+        log_softmax(w->logits, w->V, w->lp);
+        const float *tp = w->teacher_lp + (size_t)t * w->V;
+        double k = 0.0;
+        for (int v = 0; v < w->V; v++) k += exp((double)tp[v]) * ((double)tp[v] - w->lp[v]);
+        if (k < 0.0) k = 0.0;
+        if (kl_steps) kl_steps[t] = (float)k;
+        kl += k;
+        agree += argmax(w->lp, w->V) == w->teacher_top[t];
+        nll -= w->lp[w->tok[w->P + t + 1]];
+    }
+    r.steps = w->T;
+    r.kl = kl / w->T;
+    r.top1 = (double)agree / w->T;
+    r.nll = nll / w->T;
+    r.nll_full = w->nll_full;
+    *out = r;
+    return SCDB_OK;
+}
+
+scdb_err scdb_evict_window_eval(scdb_evict_window *w, const scdb_evict_policy *p,
+                                int budget, int every, float *kl_steps, scdb_evict_eval *out)
+{
+    if (!p) return SCDB_EINVAL;
+    return scdb_evict_window_run(w, p, NULL, budget, every, kl_steps, out);
+}

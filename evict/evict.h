@@ -1,0 +1,425 @@
+/*
+ * evict.h — keeping a live KV cache within budget: per-token feature
+ * accumulators, eviction policies (heuristic baselines and the learned
+ * DistillCache MLP), order-preserving compaction, and policy training.
+ *
+ * The loop a decoder runs (one call each, per step or per eviction):
+ *
+ *   forward one token (model.h) --probs [L][H][1][slots]--> acc_update
+ *        ^                                                     |
+ *        |         cache->n > budget?  score -> select -> compact (cache + acc)
+ *        +-------------------------------------------------------+
+ *
+ * Feature accumulators
+ * --------------------
+ * One flat buffer per live cache, struct-of-arrays, no pointers inside, so a
+ * broker can place it in shared memory and any process can map it anywhere
+ * (schema/FORMATS.md, "Eviction policy file and feature accumulators", has
+ * the byte layout).  Its size is known up front: scdb_evict_acc_bytes().
+ *
+ *   +------------- 64-byte header (scdb_evict_acc) -------------+
+ *   | magic version L H G capacity window n ring_next ring_fill |
+ *   | last_pos n_queries decay bytes                            |
+ *   +-----------------------------------------------------------+
+ *   | pos      i32 [capacity]     original position of the slot |  each array
+ *   | n_obs    f32 [capacity]     EMA_t 1 (weight of the queries|  starts on a
+ *   |                             that have seen the slot)      |  64-byte
+ *   | mass     f32 [capacity]     sum_t mean_(l,h) a            |  boundary
+ *   | rel      f32 [capacity]     EMA_t mean_(l,h) a * nvis_t   |
+ *   | var      f32 [capacity]     EMA_t var_(l,h) (a * nvis_t)  |
+ *   | ent_num  f32 [capacity]     EMA_t sum_(l,h) a * Hn(l,h,t) |
+ *   | ent_den  f32 [capacity]     EMA_t sum_(l,h) a             |
+ *   | vnorm    f32 [capacity]     mean_(l,g) ||V[l][slot][g]||  |
+ *   | last     f32 [capacity]     mean_(l,h) a of the last query|
+ *   | win      f32 [window][G][capacity]  ring of the last      |
+ *   |              `window` queries' attention, mean over       |
+ *   |              layers and the query heads of KV group g     |
+ *   +-----------------------------------------------------------+
+ *
+ * a = a(l,h,t,i) is the softmax weight query t puts on slot i in layer l,
+ * head h; nvis_t the number of slots query t can see (so a * nvis_t is 1 for
+ * uniform attention, which makes the features independent of the cache
+ * size); Hn(l,h,t) the entropy of that attention row divided by
+ * log(nvis_t).  EMA_t x_t means: before each query every EMA array is
+ * multiplied by `decay` (1 - 1/32), then the query's x_t is added, so
+ * "recent" is an exponential window of about 32 queries.  mass (H2O's score)
+ * is a plain running sum.  Slot arrays are indexed like the KV cache and
+ * compacted with the same keep list, so slot i of the accumulators is always
+ * slot i of the cache.
+ *
+ * The five DistillCache features of slot i (scdb_evict_features):
+ *   alpha  rel / n_obs        mean attention mass received, over heads,
+ *                             layers and the recent queries that saw the
+ *                             token, in units of the uniform share 1/nvis
+ *   vnorm  ||v_i||_2          mean over layers and KV heads
+ *   sigma  var / n_obs        variance across the L*H attention heads of the
+ *                             (relative) mass received, mean over the
+ *                             recent queries
+ *   ent    ent_num / ent_den  attention-weighted mean normalised entropy of
+ *                             the recent queries that attend to the token
+ *   pos    (pos_i + 1) / (last_pos + 1)   normalised position, in (0, 1]
+ *
+ * Policies
+ * --------
+ * Every policy is score -> select -> compact.  score fills one float per
+ * live slot (higher = keep); select keeps the protected slots (the first
+ * `sinks` slots and the last `recent` slots) and the top-scoring others up to
+ * the budget (ties: the newer slot wins), returning keep[] ascending;
+ * compact gathers cache and accumulators in place, in order, positions kept.
+ *
+ *   policy     score                                   protected
+ *   full       -                                       everything (no eviction)
+ *   streaming  -                                       4 sinks + budget-4 recent
+ *   h2o        mass (cumulative attention)             budget/2 recent
+ *   snapkv     window attention summed per KV group,   min(window, budget/2)
+ *              max-pooled (kernel 7), groups averaged  recent (observation window)
+ *   tova       last query's attention, heads/layers    the newest token
+ *              averaged
+ *   learned    MLP(5 features), max-pooled if the      sinks/recent from the file
+ *              file says so                            (shipped: 4 + 32)
+ *
+ * One keep set is shared by all layers and heads (as DistillCache's features,
+ * aggregated over heads and layers, suggest; PAPERS.md): compaction is then a
+ * single order-preserving gather per layer and the cache keeps one length.
+ * The per-head (H2O, SnapKV) and per-layer (TOVA) variants of the originals
+ * are reduced to one score by averaging over the heads and layers.
+ *
+ * Learned policy (DistillCache)
+ * -----------------------------
+ * score = MLP(x), x = standardised [log(alpha+1e-3), log(vnorm+1e-6),
+ * log(sigma+1e-6), ent, log(1-pos+1e-3)], two tanh hidden layers, linear
+ * output.  Optionally (the file's `pool`, odd, 1 = off) the scores are then
+ * max-pooled along the slots as SnapKV pools its attention, so that the
+ * neighbours of an important token are kept with it: the five features are
+ * per token, and on this byte-level family whole spans matter (SnapKV loses
+ * a third of its quality without pooling).  Weights, the standardisation,
+ * the pool kernel and the protected counts live in a safetensors file
+ * (FORMATS.md).  Training (scdb_evict_train) is REINFORCE
+ * with Gumbel / Plackett-Luce top-B sampling, reward -KL(full || evicted)
+ * per teacher-forced step, a leave-one-out baseline over K samples and an
+ * entropy bonus; see train.c for the derivation.
+ *
+ * Thread safety: a policy is read-only after load and may be shared; an
+ * accumulator buffer belongs to one cache and is not locked.
+ */
+#ifndef SCDB_EVICT_H
+#define SCDB_EVICT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "kernels.h"
+#include "scdb_common.h"
+
+#define SCDB_EVICT_N_FEATURES 5
+#define SCDB_EVICT_ACC_MAGIC 0x41454353u     /* "SCEA" little-endian */
+#define SCDB_EVICT_ACC_VERSION 1u
+#define SCDB_EVICT_DEFAULT_WINDOW 32         /* SnapKV observation window */
+#define SCDB_EVICT_DECAY (1.0f - 1.0f / 32.0f)
+
+enum { SCDB_EF_ALPHA = 0, SCDB_EF_VNORM, SCDB_EF_SIGMA, SCDB_EF_ENT, SCDB_EF_POS };
+
+/* ------------------------------------------------------------ accumulators */
+
+/* The header at offset 0 of an accumulator buffer (64 bytes).  Read-only
+ * for callers; the arrays follow, reached through the accessors below. */
+typedef struct scdb_evict_acc {
+    uint32_t magic, version;
+    int32_t n_layers, n_heads, n_kv_heads, capacity, window;
+    int32_t n;                 /* live slots, == the cache's n after update */
+    int32_t ring_next;         /* next row of win to write */
+    int32_t ring_fill;         /* rows of win holding a query (<= window) */
+    int32_t last_pos;          /* position of the latest query, -1: none */
+    float decay;               /* EMA decay per query (n_obs rel var ent_num ent_den) */
+    uint64_t n_queries;        /* queries folded in since init */
+    uint64_t bytes;            /* size of the whole buffer */
+} scdb_evict_acc;
+
+typedef struct scdb_evict_acc_shape {
+    int n_layers, n_heads, n_kv_heads, capacity;
+    int window;                /* SnapKV ring rows; 0: SCDB_EVICT_DEFAULT_WINDOW */
+} scdb_evict_acc_shape;
+
+/* Bytes of an accumulator buffer of this shape (0 if the shape is invalid). */
+size_t scdb_evict_acc_bytes(const scdb_evict_acc_shape *shape);
+
+/* Lay an empty accumulator over caller memory (64-byte aligned, at least
+ * scdb_evict_acc_bytes() long, e.g. shared memory); *out points into mem.
+ * SCDB_EINVAL (NULL, misaligned, too short, bad shape). */
+scdb_err scdb_evict_acc_init(void *mem, size_t len, const scdb_evict_acc_shape *shape,
+                             scdb_evict_acc **out);
+/* Validate an accumulator another process initialised in mem.
+ * SCDB_EINVAL (NULL / misaligned), SCDB_EFORMAT (bad magic), SCDB_EUNSUPPORTED
+ * (version), SCDB_ETRUNC (len shorter than the header says), SCDB_ERANGE
+ * (header fields inconsistent). */
+scdb_err scdb_evict_acc_attach(void *mem, size_t len, scdb_evict_acc **out);
+/* malloc'd accumulator; free with scdb_evict_acc_free.  SCDB_EINVAL, SCDB_ENOMEM. */
+scdb_err scdb_evict_acc_new(const scdb_evict_acc_shape *shape, scdb_evict_acc **out);
+void scdb_evict_acc_free(scdb_evict_acc **a);
+/* Forget every slot (n = 0), keep the shape. */
+void scdb_evict_acc_reset(scdb_evict_acc *a);
+/* dst := src (same shape).  SCDB_EINVAL, SCDB_ESHAPE. */
+scdb_err scdb_evict_acc_copy(scdb_evict_acc *dst, const scdb_evict_acc *src);
+
+/* Array accessors (offsets are computed from the header). */
+int32_t *scdb_evict_acc_pos(const scdb_evict_acc *a);
+float *scdb_evict_acc_n_obs(const scdb_evict_acc *a);
+float *scdb_evict_acc_mass(const scdb_evict_acc *a);
+float *scdb_evict_acc_rel(const scdb_evict_acc *a);
+float *scdb_evict_acc_var(const scdb_evict_acc *a);
+float *scdb_evict_acc_ent_num(const scdb_evict_acc *a);
+float *scdb_evict_acc_ent_den(const scdb_evict_acc *a);
+float *scdb_evict_acc_vnorm(const scdb_evict_acc *a);
+float *scdb_evict_acc_last(const scdb_evict_acc *a);
+float *scdb_evict_acc_win(const scdb_evict_acc *a);   /* [window][G][capacity] */
+
+/* Fold in the n_new tokens just appended to the cache (slots
+ * [a->n, a->n + n_new) == [cache->n - n_new, cache->n)): record their
+ * positions and V norms, then, query by query in slot order, their attention
+ * over the slots they can see.  probs is [n_layers][n_heads][n_new][probs_slots]
+ * (scdb_capture.probs of that forward), probs_slots >= cache->n.
+ * One call per step (or per prefill chunk).
+ * SCDB_EINVAL (NULL, n_new <= 0, probs_slots too small, a->n + n_new !=
+ * cache->n), SCDB_ESHAPE (cache / accumulator / model dims differ). */
+scdb_err scdb_evict_acc_update(scdb_evict_acc *a, const scdb_kv_cache *cache,
+                               const float *probs, int probs_slots, int n_new);
+
+/* Gather slots keep[0..n_keep) (strictly increasing, < a->n) to the front,
+ * in order.  SCDB_EINVAL. */
+scdb_err scdb_evict_acc_compact(scdb_evict_acc *a, const int *keep, int n_keep);
+
+/* The five raw features of every live slot: feats[a->n][5] in the order
+ * alpha, vnorm, sigma, ent, pos.  SCDB_EINVAL. */
+scdb_err scdb_evict_features(const scdb_evict_acc *a, float *feats);
+
+/* ------------------------------------------------------------ policies */
+
+typedef enum scdb_evict_kind {
+    SCDB_EVICT_FULL = 0,
+    SCDB_EVICT_STREAMING,
+    SCDB_EVICT_H2O,
+    SCDB_EVICT_SNAPKV,
+    SCDB_EVICT_TOVA,
+    SCDB_EVICT_LEARNED,
+    SCDB_EVICT_KIND_COUNT
+} scdb_evict_kind;
+
+/* "full", "streaming", "h2o", "snapkv", "tova", "learned"; NULL if invalid. */
+const char *scdb_evict_kind_name(scdb_evict_kind k);
+/* SCDB_ENOTFOUND for an unknown name. */
+scdb_err scdb_evict_kind_parse(const char *name, scdb_evict_kind *out);
+
+typedef struct scdb_evict_policy scdb_evict_policy;
+
+/* A heuristic policy (any kind but LEARNED).  SCDB_EINVAL, SCDB_ENOMEM. */
+scdb_err scdb_evict_policy_new(scdb_evict_kind kind, scdb_evict_policy **out);
+/* Load a learned policy file (FORMATS.md).  errbuf names what is wrong.
+ * Errors of scdb_st_open (SCDB_ENOTFOUND no file, SCDB_ETRUNC truncated,
+ * SCDB_EFORMAT garbage, ...), plus: SCDB_EMISMATCH (metadata missing or
+ * naming another format, version or feature set), SCDB_ERANGE (a metadata
+ * number out of range or non-finite weights / std <= 0),
+ * SCDB_ENOTFOUND (a tensor missing), SCDB_ESHAPE (a tensor of the wrong
+ * shape or inconsistent widths), SCDB_EDTYPE (not F32), SCDB_ENOMEM. */
+scdb_err scdb_evict_policy_load(const char *path, scdb_evict_policy **out,
+                                char *errbuf, size_t errlen);
+void scdb_evict_policy_free(scdb_evict_policy **p);
+scdb_evict_kind scdb_evict_policy_kind(const scdb_evict_policy *p);
+/* Name for tables: the kind's name. */
+const char *scdb_evict_policy_name(const scdb_evict_policy *p);
+/* 1 if the policy reads the accumulators (callers may skip updates if 0). */
+int scdb_evict_policy_needs_acc(const scdb_evict_policy *p);
+/* Metadata value of a learned policy's file ("trained_on", ...); NULL if
+ * absent or not learned. */
+const char *scdb_evict_policy_meta(const scdb_evict_policy *p, const char *key);
+
+/* Protected counts for n live slots and a budget: *sinks first slots and
+ * *recent last slots are always kept (sinks + recent <= min(n, budget)).
+ * a (may be NULL) gives SnapKV its observation window (a->window; default
+ * SCDB_EVICT_DEFAULT_WINDOW). */
+void scdb_evict_policy_protect(const scdb_evict_policy *p, const scdb_evict_acc *a, int n,
+                               int budget, int *sinks, int *recent);
+
+/* scores[a->n] (higher = keep).  The full and streaming policies score 0.
+ * SCDB_EINVAL, SCDB_ENOMEM. */
+scdb_err scdb_evict_policy_score(const scdb_evict_policy *p, const scdb_evict_acc *a,
+                                 float *scores);
+
+/* Deterministic top-B with protection: keep[] (ascending) gets
+ * min(n, budget) slots: [0, sinks), [n - recent, n) and the highest-scoring
+ * others (ties: the higher slot).  keep needs room for min(n, budget).
+ * SCDB_EINVAL (NULL, budget < 1, sinks/recent negative), SCDB_ENOMEM. */
+scdb_err scdb_evict_select(const float *scores, int n, int budget, int sinks,
+                           int recent, int *keep, int *n_keep);
+
+/* Compact cache and accumulators (acc may be NULL) with the same keep list;
+ * pos_map (may be NULL, room for n_keep) receives the slot -> original
+ * position map after compaction.  SCDB_EINVAL (keep not increasing / out of
+ * range, acc->n != cache->n). */
+scdb_err scdb_evict_compact(scdb_kv_cache *cache, scdb_evict_acc *acc,
+                            const int *keep, int n_keep, int32_t *pos_map);
+
+/* score -> select -> compact in one call when cache->n > budget (otherwise
+ * nothing changes and *n_keep = cache->n).  acc may be NULL for policies
+ * that do not need it.  pos_map: NULL or room for min(cache->n, budget).
+ * Errors of the three steps. */
+scdb_err scdb_evict_run(const scdb_evict_policy *p, scdb_kv_cache *cache,
+                        scdb_evict_acc *acc, int budget, int32_t *pos_map,
+                        int *n_keep);
+
+/* ------------------------------------------------------------ the MLP */
+
+/* A learned policy's network, for training and tools.  Weights are
+ * row-major [out][in] like nn.Linear. */
+typedef struct scdb_evict_mlp {
+    int hidden;                                /* width of both hidden layers */
+    float *params;                             /* w1 b1 w2 b2 w3 b3, contiguous */
+    size_t n_params;
+    float in_mean[SCDB_EVICT_N_FEATURES], in_std[SCDB_EVICT_N_FEATURES];
+    float *w1, *b1;                            /* [hidden][5], [hidden] */
+    float *w2, *b2;                            /* [hidden][hidden], [hidden] */
+    float *w3, *b3;                            /* [1][hidden], [1] */
+    int sinks, recent;                         /* protected counts */
+    int pool;                                  /* max-pool kernel over slots (odd; 1: none) */
+} scdb_evict_mlp;
+
+/* The fixed input transform of raw features (before standardisation). */
+void scdb_evict_mlp_transform(const float *raw, float *x);
+
+/* Allocate and initialise with a seed (small uniform weights, identity
+ * standardisation).  SCDB_EINVAL (hidden outside 1..1024), SCDB_ENOMEM. */
+scdb_err scdb_evict_mlp_new(int hidden, uint64_t seed, scdb_evict_mlp **out);
+void scdb_evict_mlp_free(scdb_evict_mlp **m);
+scdb_err scdb_evict_mlp_copy(scdb_evict_mlp *dst, const scdb_evict_mlp *src);
+
+/* scores[i] = MLP(standardise(transform(feats[i]))) for n rows of raw
+ * features; x_out (NULL or [n][5]) receives the standardised inputs. */
+void scdb_evict_mlp_score(const scdb_evict_mlp *m, const float *feats, int n,
+                          float *scores, float *x_out);
+
+/* pooled[j] = max of s over slots [j - k/2, j + k/2] within [0, n); arg[j]
+ * (may be NULL) = the slot the maximum came from (ties: the lower slot).
+ * k odd >= 1; pooled must not alias s. */
+void scdb_evict_maxpool(const float *s, int n, int k, float *pooled, int *arg);
+
+/* Write a policy file: the weights plus metadata (format, version, features,
+ * activation, sinks, recent, pool) and the caller's extra pairs (keys[i] -> vals[i],
+ * n_extra of them).  Errors of the safetensors writer. */
+scdb_err scdb_evict_mlp_save(const scdb_evict_mlp *m, const char *path,
+                             const char *const *keys, const char *const *vals,
+                             int n_extra);
+
+/* A learned policy wrapping a copy of m.  SCDB_EINVAL, SCDB_ENOMEM. */
+scdb_err scdb_evict_policy_from_mlp(const scdb_evict_mlp *m, scdb_evict_policy **out);
+/* The network of a learned policy (NULL otherwise). */
+const scdb_evict_mlp *scdb_evict_policy_mlp(const scdb_evict_policy *p);
+
+/* ------------------------------------------------------------ protocol
+ * The measurement protocol shared by training and `scdb bench evict`:
+ *
+ *   tokens t[0 .. P+T]          (P + T + 1 tokens, positions 0 .. P+T-1)
+ *   prefill t[0..P) into an empty cache (the features see all P queries);
+ *   teacher: the full cache decodes t[P], t[P+1], ... t[P+T-1] teacher-forced
+ *            and gives P_t, the next-token distribution after t[P+t];
+ *   student: a copy of the prefilled cache; before step t (t = 0, C, 2C, ...)
+ *            if it holds more than B slots the policy evicts down to B; then
+ *            it decodes t[P+t] the same way and gives Q_t.
+ *   per step: KL(P_t || Q_t) (nats), top-1 agreement argmax P_t == argmax Q_t,
+ *            and -log Q_t(t[P+t+1]) (perplexity = exp of its mean).
+ *
+ * So right after each eviction the cache holds B slots, and it grows by at
+ * most C - 1 before the next one (the query of a step attends over at most
+ * B + C slots, itself included). */
+
+typedef struct scdb_evict_window scdb_evict_window;
+struct scdb_model;   /* model.h */
+
+typedef struct scdb_evict_eval {
+    int steps;           /* T */
+    double kl;           /* mean KL(full || evicted), nats */
+    double top1;         /* fraction of steps whose argmax agrees */
+    double nll;          /* mean -log Q_t(next token) */
+    double nll_full;     /* the same under the full cache */
+    double policy_s;     /* seconds in accumulator updates + score/select/compact */
+    double model_s;      /* seconds in the student's forward passes */
+    int evictions;       /* eviction calls that removed slots */
+} scdb_evict_eval;
+
+/* Prefill tokens[0..prefill) (features accumulated), run the full-cache
+ * teacher over the `steps` continuation tokens and keep its distributions.
+ * tokens has prefill + steps + 1 entries; prefill + steps <= max_seq_len.
+ * SCDB_EINVAL, SCDB_ERANGE (too long for the model), SCDB_ENOMEM, model
+ * errors. */
+scdb_err scdb_evict_window_new(const struct scdb_model *m, const int32_t *tokens,
+                               int prefill, int steps, scdb_evict_window **out);
+void scdb_evict_window_free(scdb_evict_window **w);
+/* Teacher statistics: mean seconds per decode step (full cache, no capture)
+ * and mean NLL of the continuation. */
+double scdb_evict_window_step_s(const scdb_evict_window *w);
+double scdb_evict_window_nll_full(const scdb_evict_window *w);
+
+/* Run the student protocol with policy p at budget B, evicting every
+ * `every` steps.  kl_steps (NULL or [steps]) gets the per-step KL.
+ * SCDB_EINVAL (budget < 1, every < 1), SCDB_ENOMEM, model errors. */
+scdb_err scdb_evict_window_eval(scdb_evict_window *w, const scdb_evict_policy *p,
+                                int budget, int every, float *kl_steps,
+                                scdb_evict_eval *out);
+
+/* ------------------------------------------------------------ training */
+
+/* Starting weights: hidden unit 0 reads alpha (attention prior) or the
+ * log-age (recency prior) and drives the output; or all random. */
+typedef enum scdb_evict_init {
+    SCDB_EVICT_INIT_ATTENTION = 0,
+    SCDB_EVICT_INIT_RECENCY,
+    SCDB_EVICT_INIT_RANDOM
+} scdb_evict_init;
+
+typedef struct scdb_evict_train_opts {
+    const char *model_dir;
+    const unsigned char *text;    /* training text (bytes) */
+    size_t text_len;
+    double budgets[4];            /* fractions of prefill + steps, one drawn per episode */
+    int n_budgets;
+    int episodes;                 /* policy updates */
+    int samples;                  /* K rollouts per episode (>= 2) */
+    int prefill, steps, every;    /* the protocol above */
+    int prefill_min;              /* > 0: each window's prefill drawn from
+                                   * [prefill_min, prefill]; the budget stays
+                                   * a fraction of prefill + steps */
+    float lr, entropy;            /* Adam step size (cosine-decayed to 10%), entropy bonus weight */
+    int hidden;                   /* MLP width */
+    int sinks, recent;            /* protected counts stored in the policy */
+    int pool;                     /* max-pool kernel of the scores (odd, 1: none) */
+    scdb_evict_init init;         /* starting weights */
+    float tau;                    /* Gumbel noise scale (PL temperature), default 1 */
+    int val_windows;              /* validation windows (deterministic top-B) */
+    int val_every;                /* episodes between validations */
+    double max_seconds;           /* stop after this long (0: no limit) */
+    uint64_t seed;
+    FILE *log;                    /* JSONL log, one line per episode / validation; may be NULL */
+    int verbose;                  /* progress lines on stderr */
+} scdb_evict_train_opts;
+
+/* Defaults (what data/policies/distillcache_base was trained with):
+ * budgets {0.25, 0.125}, episodes 400, samples 6, prefill 192..448, steps
+ * 64, every 8, lr 5e-4, entropy 0.01, hidden 32, sinks 4, recent 32, pool 7,
+ * init attention, tau 0.3, val_windows 8, val_every 50, seed 1. */
+void scdb_evict_train_defaults(scdb_evict_train_opts *o);
+
+typedef struct scdb_evict_train_result {
+    int episodes;                  /* run */
+    double first_reward, last_reward;   /* mean sampled reward, first / last 10% of episodes */
+    double val_kl_init, val_kl_best;    /* validation KL (deterministic) */
+    int best_episode;
+    double val_kl_heuristic[SCDB_EVICT_KIND_COUNT];  /* same windows; -1 where not run */
+    double seconds;
+} scdb_evict_train_result;
+
+/* Train a learned policy; *out gets the best network on validation.
+ * SCDB_EINVAL (options), SCDB_ERANGE (text too short for one window),
+ * model load errors, SCDB_ENOMEM. */
+scdb_err scdb_evict_train(const scdb_evict_train_opts *o, scdb_evict_mlp **out,
+                          scdb_evict_train_result *res, char *errbuf, size_t errlen);
+
+#endif /* SCDB_EVICT_H */

@@ -1,0 +1,71 @@
+/* evict_internal.h — what the evict module's files share and nobody else
+ * needs: the policy struct, ranking, cache copies, the MLP's backward pass. */
+#ifndef SCDB_EVICT_INTERNAL_H
+#define SCDB_EVICT_INTERNAL_H
+
+#include "evict.h"
+
+struct scdb_evict_policy {
+    scdb_evict_kind kind;
+    scdb_evict_mlp *mlp;         /* LEARNED only */
+    char **meta_keys, **meta_vals;
+    int n_meta;
+};
+
+/* Sort idx[0..n) by scores[idx], highest first, ties: higher index first.
+ * SCDB_ENOMEM. */
+scdb_err scdb_evict_rank(const float *scores, int *idx, int n);
+
+/* Accumulate into grad (n_params floats) d(sum_i dscore[i] * score_i)/dparams
+ * for n rows of standardised inputs x[n][5]. */
+void scdb_evict_mlp_backward(const scdb_evict_mlp *m, const float *x, int n,
+                             const float *dscore, float *grad);
+
+/* dst := src, slots [0, src->n) of every layer (same shape, dst capacity
+ * large enough).  SCDB_EINVAL, SCDB_ESHAPE. */
+scdb_err scdb_evict_cache_copy(scdb_kv_cache *dst, const scdb_kv_cache *src);
+
+/* One sampled eviction, recorded for the policy gradient. */
+typedef struct scdb_evict_decision {
+    int step;            /* continuation step it preceded */
+    int n;               /* live slots before eviction */
+    int sinks, recent;   /* protected: [0, sinks) and [n - recent, n) */
+    int m;               /* slots drawn from the candidates [sinks, n - recent) */
+    float *x;            /* [n][5] standardised MLP inputs */
+    float *s;            /* [n] scores / tau the draw used (pooled if the MLP pools) */
+    int *arg;            /* [n] slot each pooled score came from; NULL: no pooling */
+    int *order;          /* [m] drawn slots, in draw order */
+} scdb_evict_decision;
+
+/* Training hook for scdb_evict_window_run: Gumbel-perturbed top-B from the
+ * MLP instead of a policy's deterministic top-B, with every decision kept. */
+typedef struct scdb_evict_sampler {
+    const scdb_evict_mlp *mlp;
+    float tau;           /* Gumbel noise scale: draws from PL(scores / tau); 0 = 1 */
+    uint64_t rng;
+    int n_dec, cap_dec;
+    scdb_evict_decision *dec;
+} scdb_evict_sampler;
+
+void scdb_evict_sampler_clear(scdb_evict_sampler *s);   /* frees the decisions */
+
+/* scdb_evict_window_eval with either a policy or a sampler (exactly one). */
+scdb_err scdb_evict_window_run(scdb_evict_window *w, const scdb_evict_policy *p,
+                               scdb_evict_sampler *smp, int budget, int every,
+                               float *kl_steps, scdb_evict_eval *out);
+
+/* Plackett-Luce log-probability of decision d's drawn ordered set and its
+ * gradient: ds[j] += wlp * d log p / d s_j + went * d H / d s_j, where H is
+ * the entropy of the first stage (softmax over the candidates); *ent = H.
+ * scratch_inv: room for d->m doubles; drawn: room for d->n bytes.  Returns
+ * log p.  (train.c) */
+double scdb_evict_pl_grad(const scdb_evict_decision *d, float wlp, float went, float *ds,
+                          double *ent, double *scratch_inv, char *drawn);
+
+/* The prefilled state, for feature statistics. */
+const scdb_evict_acc *scdb_evict_window_acc(const scdb_evict_window *w);
+
+/* Uniform double in [0, 1) from a xorshift state. */
+double scdb_evict_urand(uint64_t *s);
+
+#endif

@@ -1,0 +1,384 @@
+/* mlp.c — the learned policy's network (5 -> hidden -> hidden -> 1, tanh),
+ * its forward / backward pass, and its safetensors file (FORMATS.md,
+ * "Eviction policy file"). */
+#include "evict_internal.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "safetensors.h"
+
+#define NF SCDB_EVICT_N_FEATURES
+#define MAX_HIDDEN 1024
+#define MAX_PROTECT (1 << 20)
+#define MAX_POOL 63
+#define POLICY_FORMAT "scdb-evict-policy"
+#define POLICY_VERSION "1"
+#define POLICY_FEATURES "alpha,vnorm,sigma,ent,pos"
+#define POLICY_ACTIVATION "tanh"
+
+#define ERRF(...) do { if (errbuf && errlen) snprintf(errbuf, errlen, __VA_ARGS__); } while (0)
+
+static size_t count_params(int h) { return (size_t)h * NF + h + (size_t)h * h + h + h + 1; }
+
+static void bind_params(scdb_evict_mlp *m)
+{
+    int h = m->hidden;
+    float *p = m->params;
+    m->w1 = p; p += (size_t)h * NF;
+    m->b1 = p; p += h;
+    m->w2 = p; p += (size_t)h * h;
+    m->b2 = p; p += h;
+    m->w3 = p; p += h;
+    m->b3 = p;
+}
+
+static scdb_err mlp_alloc(int hidden, scdb_evict_mlp **out)
+{
+    scdb_evict_mlp *m;
+    *out = NULL;
+    if (hidden < 1 || hidden > MAX_HIDDEN) return SCDB_EINVAL;
+    if (!(m = calloc(1, sizeof *m))) return SCDB_ENOMEM;
+    m->hidden = hidden;
+    m->n_params = count_params(hidden);
+    if (!(m->params = calloc(m->n_params, sizeof *m->params))) { free(m); return SCDB_ENOMEM; }
+    bind_params(m);
+    m->pool = 1;
+    for (int i = 0; i < NF; i++) { m->in_mean[i] = 0.0f; m->in_std[i] = 1.0f; }
+    *out = m;
+    return SCDB_OK;
+}
+
+static double urand(uint64_t *s)
+{
+    *s ^= *s << 13; *s ^= *s >> 7; *s ^= *s << 17;
+    return (double)(*s >> 11) * (1.0 / 9007199254740992.0);
+}
+
+scdb_err scdb_evict_mlp_new(int hidden, uint64_t seed, scdb_evict_mlp **out)
+{
+    scdb_err rc;
+    uint64_t s = seed * 0x9E3779B97F4A7C15ull + 0x2545F4914F6CDD1Dull;
+    if (!out) return SCDB_EINVAL;
+    if ((rc = mlp_alloc(hidden, out))) return rc;
+    scdb_evict_mlp *m = *out;
+    float a1 = 1.0f / sqrtf((float)NF), a2 = 1.0f / sqrtf((float)hidden);
+    for (int i = 0; i < hidden * NF; i++) m->w1[i] = a1 * (float)(2.0 * urand(&s) - 1.0);
+    for (int i = 0; i < hidden * hidden; i++) m->w2[i] = a2 * (float)(2.0 * urand(&s) - 1.0);
+    for (int i = 0; i < hidden; i++) m->w3[i] = a2 * (float)(2.0 * urand(&s) - 1.0);
+    m->sinks = 4;
+    m->recent = 8;
+    m->pool = 1;
+    return SCDB_OK;
+}
+
+void scdb_evict_mlp_free(scdb_evict_mlp **pm)
+{
+    if (!pm || !*pm) return;
+    free((*pm)->params);
+    free(*pm);
+    *pm = NULL;
+}
+
+scdb_err scdb_evict_mlp_copy(scdb_evict_mlp *dst, const scdb_evict_mlp *src)
+{
+    if (!dst || !src) return SCDB_EINVAL;
+    if (dst->hidden != src->hidden) return SCDB_ESHAPE;
+    memcpy(dst->params, src->params, src->n_params * sizeof *src->params);
+    memcpy(dst->in_mean, src->in_mean, sizeof dst->in_mean);
+    memcpy(dst->in_std, src->in_std, sizeof dst->in_std);
+    dst->sinks = src->sinks;
+    dst->recent = src->recent;
+    dst->pool = src->pool;
+    return SCDB_OK;
+}
+
+void scdb_evict_mlp_transform(const float *raw, float *x)
+{
+    x[SCDB_EF_ALPHA] = logf(fmaxf(raw[SCDB_EF_ALPHA], 0.0f) + 1e-3f);
+    x[SCDB_EF_VNORM] = logf(fmaxf(raw[SCDB_EF_VNORM], 0.0f) + 1e-6f);
+    x[SCDB_EF_SIGMA] = logf(fmaxf(raw[SCDB_EF_SIGMA], 0.0f) + 1e-6f);
+    x[SCDB_EF_ENT] = raw[SCDB_EF_ENT];
+    x[SCDB_EF_POS] = logf(fmaxf(1.0f - raw[SCDB_EF_POS], 0.0f) + 1e-3f);
+}
+
+/* forward of one standardised row; h1, h2 receive the activations */
+static float forward_row(const scdb_evict_mlp *m, const float *x, float *h1, float *h2)
+{
+    int H = m->hidden;
+    for (int j = 0; j < H; j++) {
+        float s = m->b1[j];
+        for (int k = 0; k < NF; k++) s += m->w1[j * NF + k] * x[k];
+        h1[j] = tanhf(s);
+    }
+    float out = m->b3[0];
+    for (int j = 0; j < H; j++) {
+        float s = m->b2[j];
+        const float *w = m->w2 + (size_t)j * H;
+        for (int k = 0; k < H; k++) s += w[k] * h1[k];
+        h2[j] = tanhf(s);
+        out += m->w3[j] * h2[j];
+    }
+    return out;
+}
+
+void scdb_evict_mlp_score(const scdb_evict_mlp *m, const float *feats, int n,
+                          float *scores, float *x_out)
+{
+    float h1[MAX_HIDDEN], h2[MAX_HIDDEN], x[NF];
+    for (int i = 0; i < n; i++) {
+        scdb_evict_mlp_transform(feats + (size_t)i * NF, x);
+        for (int k = 0; k < NF; k++) x[k] = (x[k] - m->in_mean[k]) / m->in_std[k];
+        if (x_out) memcpy(x_out + (size_t)i * NF, x, sizeof x);
+        scores[i] = forward_row(m, x, h1, h2);
+    }
+}
+
+void scdb_evict_maxpool(const float *s, int n, int k, float *pooled, int *arg)
+{
+    int h = k > 1 ? k / 2 : 0;
+    for (int j = 0; j < n; j++) {
+        int lo = j - h < 0 ? 0 : j - h, hi = j + h >= n ? n - 1 : j + h, b = lo;
+        for (int i = lo + 1; i <= hi; i++) if (s[i] > s[b]) b = i;
+        pooled[j] = s[b];
+        if (arg) arg[j] = b;
+    }
+}
+
+void scdb_evict_mlp_backward(const scdb_evict_mlp *m, const float *x, int n,
+                             const float *dscore, float *grad)
+{
+    int H = m->hidden;
+    float h1[MAX_HIDDEN], h2[MAX_HIDDEN], d1[MAX_HIDDEN], d2[MAX_HIDDEN];
+    float *gw1 = grad, *gb1 = gw1 + (size_t)H * NF, *gw2 = gb1 + H, *gb2 = gw2 + (size_t)H * H,
+          *gw3 = gb2 + H, *gb3 = gw3 + H;
+    for (int i = 0; i < n; i++) {
+        float g = dscore[i];
+        const float *xi = x + (size_t)i * NF;
+        if (g == 0.0f) continue;
+        forward_row(m, xi, h1, h2);
+        gb3[0] += g;
+        for (int j = 0; j < H; j++) {
+            gw3[j] += g * h2[j];
+            d2[j] = g * m->w3[j] * (1.0f - h2[j] * h2[j]);
+        }
+        for (int k = 0; k < H; k++) d1[k] = 0.0f;
+        for (int j = 0; j < H; j++) {
+            const float *w = m->w2 + (size_t)j * H;
+            float *gw = gw2 + (size_t)j * H;
+            gb2[j] += d2[j];
+            for (int k = 0; k < H; k++) {
+                gw[k] += d2[j] * h1[k];
+                d1[k] += d2[j] * w[k];
+            }
+        }
+        for (int k = 0; k < H; k++) {
+            float d = d1[k] * (1.0f - h1[k] * h1[k]);
+            gb1[k] += d;
+            for (int f = 0; f < NF; f++) gw1[k * NF + f] += d * xi[f];
+        }
+    }
+}
+
+/* ------------------------------------------------------------ file */
+
+scdb_err scdb_evict_mlp_save(const scdb_evict_mlp *m, const char *path,
+                             const char *const *keys, const char *const *vals, int n_extra)
+{
+    scdb_st_writer *w = NULL;
+    int64_t H = m ? m->hidden : 0;
+    int64_t s5[1] = {NF}, s1[1] = {1}, sh[1] = {H}, sh5[2] = {H, NF}, shh[2] = {H, H},
+            s1h[2] = {1, H};
+    char num[32];
+    scdb_err rc;
+
+    if (!m || !path || (n_extra > 0 && (!keys || !vals))) return SCDB_EINVAL;
+    if ((rc = scdb_st_writer_new(&w))) return rc;
+    if ((rc = scdb_st_writer_meta(w, "format", POLICY_FORMAT)) ||
+        (rc = scdb_st_writer_meta(w, "version", POLICY_VERSION)) ||
+        (rc = scdb_st_writer_meta(w, "features", POLICY_FEATURES)) ||
+        (rc = scdb_st_writer_meta(w, "activation", POLICY_ACTIVATION)))
+        goto done;
+    snprintf(num, sizeof num, "%d", m->sinks);
+    if ((rc = scdb_st_writer_meta(w, "sinks", num))) goto done;
+    snprintf(num, sizeof num, "%d", m->recent);
+    if ((rc = scdb_st_writer_meta(w, "recent", num))) goto done;
+    snprintf(num, sizeof num, "%d", m->pool);
+    if ((rc = scdb_st_writer_meta(w, "pool", num))) goto done;
+    for (int i = 0; i < n_extra; i++)
+        if ((rc = scdb_st_writer_meta(w, keys[i], vals[i]))) goto done;
+    if ((rc = scdb_st_writer_add(w, "input.mean", SCDB_F32, 1, s5, m->in_mean)) ||
+        (rc = scdb_st_writer_add(w, "input.std", SCDB_F32, 1, s5, m->in_std)) ||
+        (rc = scdb_st_writer_add(w, "fc1.weight", SCDB_F32, 2, sh5, m->w1)) ||
+        (rc = scdb_st_writer_add(w, "fc1.bias", SCDB_F32, 1, sh, m->b1)) ||
+        (rc = scdb_st_writer_add(w, "fc2.weight", SCDB_F32, 2, shh, m->w2)) ||
+        (rc = scdb_st_writer_add(w, "fc2.bias", SCDB_F32, 1, sh, m->b2)) ||
+        (rc = scdb_st_writer_add(w, "out.weight", SCDB_F32, 2, s1h, m->w3)) ||
+        (rc = scdb_st_writer_add(w, "out.bias", SCDB_F32, 1, s1, m->b3)))
+        goto done;
+    rc = scdb_st_writer_write(w, path);
+done:
+    scdb_st_writer_free(&w);
+    return rc;
+}
+
+/* Parse a non-negative decimal integer metadata value. */
+static int parse_count(const char *s, int *out)
+{
+    char *end;
+    long v;
+    if (!s || !*s) return -1;
+    errno = 0;
+    v = strtol(s, &end, 10);
+    if (errno || *end || v < 0 || v > MAX_PROTECT) return -1;
+    *out = (int)v;
+    return 0;
+}
+
+static int all_finite(const float *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(p[i])) return 0;
+    return 1;
+}
+
+static scdb_err copy_meta(scdb_evict_policy *p, const scdb_st_file *f)
+{
+    int n = scdb_st_meta_count(f);
+    p->meta_keys = calloc((size_t)(n > 0 ? n : 1), sizeof *p->meta_keys);
+    p->meta_vals = calloc((size_t)(n > 0 ? n : 1), sizeof *p->meta_vals);
+    if (!p->meta_keys || !p->meta_vals) return SCDB_ENOMEM;
+    for (int i = 0; i < n; i++) {
+        const char *k, *v;
+        if (scdb_st_meta_at(f, i, &k, &v)) continue;
+        p->meta_keys[p->n_meta] = strdup(k);
+        p->meta_vals[p->n_meta] = strdup(v);
+        if (!p->meta_keys[p->n_meta] || !p->meta_vals[p->n_meta]) {
+            free(p->meta_keys[p->n_meta]);
+            free(p->meta_vals[p->n_meta]);
+            return SCDB_ENOMEM;
+        }
+        p->n_meta++;
+    }
+    return SCDB_OK;
+}
+
+scdb_err scdb_evict_policy_load(const char *path, scdb_evict_policy **out,
+                                char *errbuf, size_t errlen)
+{
+    scdb_st_file *f = NULL;
+    scdb_evict_policy *p = NULL;
+    const scdb_st_tensor *t;
+    const char *v;
+    int sinks, recent, pool;
+    int64_t H;
+    scdb_err rc;
+
+    if (!out) return SCDB_EINVAL;
+    *out = NULL;
+    if (!path) return SCDB_EINVAL;
+    if ((rc = scdb_st_open(path, &f, errbuf, errlen))) return rc;
+
+    static const struct { const char *key, *want; } fixed[] = {
+        {"format", POLICY_FORMAT}, {"version", POLICY_VERSION},
+        {"features", POLICY_FEATURES}, {"activation", POLICY_ACTIVATION}};
+    for (size_t i = 0; i < SCDB_ARRAY_LEN(fixed); i++) {
+        v = scdb_st_meta(f, fixed[i].key);
+        if (!v || strcmp(v, fixed[i].want)) {
+            ERRF("%s: metadata '%s' is %s%s%s, want \"%s\"", path, fixed[i].key,
+                 v ? "\"" : "missing", v ? v : "", v ? "\"" : "", fixed[i].want);
+            rc = SCDB_EMISMATCH;
+            goto fail;
+        }
+    }
+    if (parse_count(scdb_st_meta(f, "sinks"), &sinks) ||
+        parse_count(scdb_st_meta(f, "recent"), &recent)) {
+        ERRF("%s: metadata 'sinks' and 'recent' must be integers in [0, %d]", path, MAX_PROTECT);
+        rc = SCDB_ERANGE;
+        goto fail;
+    }
+    pool = 1;
+    if (scdb_st_meta(f, "pool") &&
+        (parse_count(scdb_st_meta(f, "pool"), &pool) || pool % 2 == 0 || pool > MAX_POOL)) {
+        ERRF("%s: metadata 'pool' must be an odd integer in [1, %d]", path, MAX_POOL);
+        rc = SCDB_ERANGE;
+        goto fail;
+    }
+
+    if (!(t = scdb_st_find(f, "fc1.weight"))) {
+        ERRF("%s: tensor 'fc1.weight' missing", path);
+        rc = SCDB_ENOTFOUND;
+        goto fail;
+    }
+    if (t->dtype != SCDB_F32) {
+        ERRF("%s: tensor 'fc1.weight' has dtype %s, want F32", path, scdb_dtype_name(t->dtype));
+        rc = SCDB_EDTYPE;
+        goto fail;
+    }
+    if (t->ndim != 2 || t->shape[1] != NF || t->shape[0] < 1 || t->shape[0] > MAX_HIDDEN) {
+        ERRF("%s: tensor 'fc1.weight' must be [hidden <= %d, %d]", path, MAX_HIDDEN, NF);
+        rc = SCDB_ESHAPE;
+        goto fail;
+    }
+    H = t->shape[0];
+    if (!(p = calloc(1, sizeof *p))) { rc = SCDB_ENOMEM; goto fail; }
+    p->kind = SCDB_EVICT_LEARNED;
+    if ((rc = mlp_alloc((int)H, &p->mlp))) goto fail;
+    p->mlp->sinks = sinks;
+    p->mlp->recent = recent;
+    p->mlp->pool = pool;
+    {
+        struct { const char *name; int ndim; int64_t d0, d1; float *dst; } spec[] = {
+            {"input.mean", 1, NF, 0, p->mlp->in_mean}, {"input.std", 1, NF, 0, p->mlp->in_std},
+            {"fc1.weight", 2, H, NF, p->mlp->w1}, {"fc1.bias", 1, H, 0, p->mlp->b1},
+            {"fc2.weight", 2, H, H, p->mlp->w2}, {"fc2.bias", 1, H, 0, p->mlp->b2},
+            {"out.weight", 2, 1, H, p->mlp->w3}, {"out.bias", 1, 1, 0, p->mlp->b3}};
+        for (size_t i = 0; i < SCDB_ARRAY_LEN(spec); i++) {
+            int64_t shape[2] = {spec[i].d0, spec[i].d1};
+            if ((rc = scdb_st_expect(f, spec[i].name, SCDB_F32, spec[i].ndim, shape, &t,
+                                     errbuf, errlen)))
+                goto fail;
+            memcpy(spec[i].dst, t->data, t->nbytes);
+        }
+    }
+    if (!all_finite(p->mlp->params, p->mlp->n_params) || !all_finite(p->mlp->in_mean, NF) ||
+        !all_finite(p->mlp->in_std, NF)) {
+        ERRF("%s: non-finite weights", path);
+        rc = SCDB_ERANGE;
+        goto fail;
+    }
+    for (int i = 0; i < NF; i++)
+        if (!(p->mlp->in_std[i] > 0.0f)) {
+            ERRF("%s: input.std[%d] must be > 0", path, i);
+            rc = SCDB_ERANGE;
+            goto fail;
+        }
+    if ((rc = copy_meta(p, f))) goto fail;
+    scdb_st_close(&f);
+    *out = p;
+    return SCDB_OK;
+fail:
+    scdb_evict_policy_free(&p);
+    scdb_st_close(&f);
+    return rc;
+}
+
+scdb_err scdb_evict_policy_from_mlp(const scdb_evict_mlp *m, scdb_evict_policy **out)
+{
+    scdb_evict_policy *p;
+    scdb_err rc;
+    if (!out) return SCDB_EINVAL;
+    *out = NULL;
+    if (!m) return SCDB_EINVAL;
+    if (!(p = calloc(1, sizeof *p))) return SCDB_ENOMEM;
+    p->kind = SCDB_EVICT_LEARNED;
+    if ((rc = mlp_alloc(m->hidden, &p->mlp)) || (rc = scdb_evict_mlp_copy(p->mlp, m))) {
+        scdb_evict_policy_free(&p);
+        return rc;
+    }
+    *out = p;
+    return SCDB_OK;
+}

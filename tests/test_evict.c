@@ -1,0 +1,904 @@
+/* test_evict.c — live-cache eviction (evict/evict.h): the accumulator
+ * buffer (layout, attach, position independence), each feature against a
+ * hand-computed example, each heuristic's keep set on a constructed
+ * attention pattern, selection rules, compaction order and the slot ->
+ * position map, the policy file's validation, the MLP and Plackett-Luce
+ * gradients against finite differences, and a short training run on a tiny
+ * random model. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "evict.h"
+#include "evict_internal.h"
+#include "model.h"
+#include "safetensors.h"
+
+static char tmpdir[256];
+
+static int setup_tmp(void **state)
+{
+    (void)state;
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/scdb_test_evict_XXXXXX");
+    return mkdtemp(tmpdir) ? 0 : -1;
+}
+
+static int teardown_tmp(void **state)
+{
+    (void)state;
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+#define NEAR(a, b, tol) assert_true(fabs((double)(a) - (double)(b)) <= (tol))
+
+static uint64_t rng = 0x9E3779B97F4A7C15ull;
+static float frand(void)
+{
+    rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+    return (float)((rng >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
+}
+
+/* ------------------------------------------------------------ accumulator buffer */
+
+static void test_acc_layout_attach(void **state)
+{
+    (void)state;
+    scdb_evict_acc_shape s = {8, 4, 2, 512, 0};
+    size_t n = scdb_evict_acc_bytes(&s);
+    /* 64 header + 9 slot arrays of 2048 + ring 32 x 2 x 512 floats */
+    assert_int_equal(n, 64 + 9 * 2048 + 32 * 2 * 512 * 4);
+    scdb_evict_acc_shape bad = {8, 4, 3, 512, 0};     /* 4 heads, 3 groups */
+    assert_int_equal(scdb_evict_acc_bytes(&bad), 0);
+
+    void *mem = NULL, *mem2 = NULL;
+    assert_int_equal(posix_memalign(&mem, 64, n + 64), 0);
+    assert_int_equal(posix_memalign(&mem2, 64, n), 0);
+    scdb_evict_acc *a = NULL, *b = NULL;
+    assert_int_equal(scdb_evict_acc_init((char *)mem + 8, n, &s, &a), SCDB_EINVAL); /* misaligned */
+    assert_int_equal(scdb_evict_acc_init(mem, n - 1, &s, &a), SCDB_EINVAL);         /* short */
+    assert_int_equal(scdb_evict_acc_init(mem, n, &s, &a), SCDB_OK);
+    assert_ptr_equal(a, mem);
+    assert_int_equal(a->window, SCDB_EVICT_DEFAULT_WINDOW);
+    assert_int_equal(a->last_pos, -1);
+    assert_true((uintptr_t)scdb_evict_acc_win(a) % 64 == 0);
+    scdb_evict_acc_mass(a)[3] = 7.0f;
+    scdb_evict_acc_pos(a)[3] = 42;
+    a->n = 4;
+
+    /* position independent: the bytes copied elsewhere are the same state */
+    memcpy(mem2, mem, n);
+    assert_int_equal(scdb_evict_acc_attach(mem2, n, &b), SCDB_OK);
+    assert_int_equal(b->n, 4);
+    assert_true(scdb_evict_acc_mass(b)[3] == 7.0f);
+    assert_int_equal(scdb_evict_acc_pos(b)[3], 42);
+
+    assert_int_equal(scdb_evict_acc_attach(mem2, n - 1, &b), SCDB_ETRUNC);
+    assert_int_equal(scdb_evict_acc_attach(mem2, 10, &b), SCDB_ETRUNC);
+    ((scdb_evict_acc *)mem2)->n = 513;
+    assert_int_equal(scdb_evict_acc_attach(mem2, n, &b), SCDB_ERANGE);
+    ((scdb_evict_acc *)mem2)->n = 4;
+    ((scdb_evict_acc *)mem2)->capacity = 100;         /* bytes no longer match */
+    assert_int_equal(scdb_evict_acc_attach(mem2, n, &b), SCDB_ERANGE);
+    ((scdb_evict_acc *)mem2)->version = 99;
+    assert_int_equal(scdb_evict_acc_attach(mem2, n, &b), SCDB_EUNSUPPORTED);
+    memset(mem2, 0xAB, 64);
+    assert_int_equal(scdb_evict_acc_attach(mem2, n, &b), SCDB_EFORMAT);
+    assert_null(b);
+    free(mem);
+    free(mem2);
+}
+
+/* ------------------------------------------------------------ features by hand */
+
+/* One layer, one KV head of dim 2, two query heads. */
+static scdb_kv_cache *small_cache(int cap)
+{
+    scdb_kv_cache *c = NULL;
+    assert_int_equal(scdb_kv_cache_new(1, 1, 2, cap, &c), SCDB_OK);
+    return c;
+}
+
+static scdb_evict_acc *small_acc(int cap, int window)
+{
+    scdb_evict_acc_shape s = {1, 2, 1, cap, window};
+    scdb_evict_acc *a = NULL;
+    assert_int_equal(scdb_evict_acc_new(&s, &a), SCDB_OK);
+    return a;
+}
+
+static void test_features_hand(void **state)
+{
+    (void)state;
+    scdb_kv_cache *c = small_cache(8);
+    scdb_evict_acc *a = small_acc(8, 4);
+    float f[3 * SCDB_EVICT_N_FEATURES];
+
+    /* two tokens: V = (3, 4) and (0, 1) */
+    c->pos[0] = 0; c->pos[1] = 1;
+    scdb_kv_v(c, 0, 0)[0] = 3; scdb_kv_v(c, 0, 0)[1] = 4;
+    scdb_kv_v(c, 0, 1)[0] = 0; scdb_kv_v(c, 0, 1)[1] = 1;
+    c->n = 2;
+    /* probs [L=1][H=2][n_q=2][slots=2]:
+     *   query 0 (pos 0) sees slot 0 only: both heads (1, 0)
+     *   query 1 (pos 1): head 0 (0.9, 0.1), head 1 (0.5, 0.5) */
+    float probs[2][2][2] = {{{1, 0}, {0.9f, 0.1f}}, {{1, 0}, {0.5f, 0.5f}}};
+    assert_int_equal(scdb_evict_acc_update(a, c, &probs[0][0][0], 2, 2), SCDB_OK);
+    assert_int_equal(a->n, 2);
+    assert_int_equal(a->last_pos, 1);
+    assert_int_equal(scdb_evict_features(a, f), SCDB_OK);
+
+    /* Every EMA decays by d = 31/32 before each query.  h0, h1: the
+     * normalised entropies of q1's rows, H(0.9, 0.1) / ln 2 and 1. */
+    double d = 31.0 / 32.0, h0 = -(0.9 * log(0.9) + 0.1 * log(0.1)) / log(2.0), h1 = 1.0;
+    /* alpha: EMA-weighted mean over queries of (mean over heads) x nvis.
+     *   slot 0: q0 1 x 1, q1 0.7 x 2 -> (d * 1 + 1.4) / (d + 1)
+     *   slot 1: q1 0.3 x 2 = 0.6 */
+    NEAR(f[0 * 5 + SCDB_EF_ALPHA], (d + 1.4) / (d + 1), 1e-6);
+    NEAR(f[1 * 5 + SCDB_EF_ALPHA], 0.6, 1e-6);
+    NEAR(scdb_evict_acc_n_obs(a)[0], d + 1, 1e-6);
+    /* vnorm: |(3,4)| = 5, |(0,1)| = 1 */
+    NEAR(f[0 * 5 + SCDB_EF_VNORM], 5.0, 1e-6);
+    NEAR(f[1 * 5 + SCDB_EF_VNORM], 1.0, 1e-6);
+    /* sigma: variance across heads of mass x nvis, EMA-mean over queries.
+     *   slot 0: q0 var(1, 1) = 0, q1 var(1.8, 1.0) = 0.16 -> 0.16 / (d + 1)
+     *   slot 1: q1 var(0.2, 1.0) = 0.16 */
+    NEAR(f[0 * 5 + SCDB_EF_SIGMA], 0.16 / (d + 1), 1e-6);
+    NEAR(f[1 * 5 + SCDB_EF_SIGMA], 0.16, 1e-6);
+    /* ent: attention-weighted entropy of the queries (q0's rows see one
+     * slot: entropy 0):
+     *   slot 0: (0.9 h0 + 0.5 h1) / (2 d + 1.4)
+     *   slot 1: (0.1 h0 + 0.5 h1) / 0.6 */
+    NEAR(f[0 * 5 + SCDB_EF_ENT], (0.9 * h0 + 0.5 * h1) / (2 * d + 1.4), 1e-5);
+    NEAR(f[1 * 5 + SCDB_EF_ENT], (0.1 * h0 + 0.5 * h1) / 0.6, 1e-5);
+    /* pos: (pos + 1) / (last_pos + 1) */
+    NEAR(f[0 * 5 + SCDB_EF_POS], 0.5, 1e-6);
+    NEAR(f[1 * 5 + SCDB_EF_POS], 1.0, 1e-6);
+    /* H2O's cumulative mass (plain sum), TOVA's last-query attention and
+     * SnapKV's ring row of q1 (mean over the two heads of the KV group) */
+    NEAR(scdb_evict_acc_mass(a)[0], 1.7, 1e-6);
+    NEAR(scdb_evict_acc_mass(a)[1], 0.3, 1e-6);
+    NEAR(scdb_evict_acc_last(a)[0], 0.7, 1e-6);
+    NEAR(scdb_evict_acc_last(a)[1], 0.3, 1e-6);
+    NEAR(scdb_evict_acc_win(a)[1 * 8 + 1], 0.3, 1e-6);
+
+    /* one decode step: token at pos 2, V = (0, 2), uniform attention in both
+     * heads -> every slot gets 1/3, x nvis = 1; its own features start fresh */
+    c->pos[2] = 2;
+    scdb_kv_v(c, 0, 2)[1] = 2;
+    c->n = 3;
+    float p2[2][1][3] = {{{1 / 3.f, 1 / 3.f, 1 / 3.f}}, {{1 / 3.f, 1 / 3.f, 1 / 3.f}}};
+    assert_int_equal(scdb_evict_acc_update(a, c, &p2[0][0][0], 3, 1), SCDB_OK);
+    assert_int_equal(scdb_evict_features(a, f), SCDB_OK);
+    double w0 = d * (d + 1) + 1;                              /* slot 0's EMA weight */
+    NEAR(scdb_evict_acc_n_obs(a)[0], w0, 1e-6);
+    NEAR(scdb_evict_acc_n_obs(a)[2], 1.0, 1e-6);
+    NEAR(f[0 * 5 + SCDB_EF_ALPHA], (d * (d + 1.4) + 1) / w0, 1e-6);
+    NEAR(f[1 * 5 + SCDB_EF_ALPHA], (d * 0.6 + 1) / (d + 1), 1e-6);
+    NEAR(f[2 * 5 + SCDB_EF_ALPHA], 1.0, 1e-6);
+    NEAR(f[2 * 5 + SCDB_EF_VNORM], 2.0, 1e-6);
+    NEAR(f[0 * 5 + SCDB_EF_SIGMA], d * 0.16 / w0, 1e-6);
+    NEAR(f[2 * 5 + SCDB_EF_SIGMA], 0.0, 1e-6);
+    NEAR(f[2 * 5 + SCDB_EF_ENT], 1.0, 1e-5);                 /* uniform rows: entropy 1 */
+    NEAR(f[1 * 5 + SCDB_EF_ENT], (d * (0.1 * h0 + 0.5 * h1) + 2.0 / 3) / (d * 0.6 + 2.0 / 3), 1e-5);
+    NEAR(f[0 * 5 + SCDB_EF_POS], 1.0 / 3, 1e-6);
+    NEAR(scdb_evict_acc_mass(a)[0], 1.7 + 1.0 / 3, 1e-6);
+    NEAR(scdb_evict_acc_last(a)[0], 1.0 / 3, 1e-6);
+    assert_int_equal(a->ring_fill, 3);
+    /* ring: the three queries' head-averaged rows */
+    const float *win = scdb_evict_acc_win(a);
+    NEAR(win[0 * 8 + 0], 1.0, 1e-6);
+    NEAR(win[1 * 8 + 0], 0.7, 1e-6);
+    NEAR(win[2 * 8 + 2], 1.0 / 3, 1e-6);
+
+    /* misuse */
+    assert_int_equal(scdb_evict_acc_update(a, c, &p2[0][0][0], 3, 1), SCDB_EINVAL); /* n mismatch */
+    assert_int_equal(scdb_evict_acc_update(a, c, &p2[0][0][0], 2, 0), SCDB_EINVAL);
+    scdb_evict_acc_free(&a);
+    scdb_kv_cache_free(&c);
+}
+
+/* ------------------------------------------------------------ heuristics */
+
+/* 12 tokens; query q at pos q sees slots 0..q with weights
+ *   1 + 20 [j = 5] + 10 [j = 2] + (q = 11 ? 40 [j = 7] : 0), normalised,
+ * identical in both heads. */
+static void pattern(scdb_kv_cache **cp, scdb_evict_acc **ap)
+{
+    enum { N = 12 };
+    scdb_kv_cache *c = small_cache(16);
+    scdb_evict_acc *a = small_acc(16, 32);   /* the ring sees all 12 queries */
+    static float probs[2][N][N];
+    for (int i = 0; i < N; i++) {
+        c->pos[i] = i;
+        scdb_kv_v(c, 0, i)[0] = 1.0f;
+    }
+    c->n = N;
+    memset(probs, 0, sizeof probs);
+    for (int q = 0; q < N; q++) {
+        float w[N], z = 0;
+        for (int j = 0; j <= q; j++) {
+            w[j] = 1.0f + 20.0f * (j == 5) + 10.0f * (j == 2) + (q == 11 ? 40.0f * (j == 7) : 0.0f);
+            z += w[j];
+        }
+        for (int h = 0; h < 2; h++)
+            for (int j = 0; j <= q; j++) probs[h][q][j] = w[j] / z;
+    }
+    assert_int_equal(scdb_evict_acc_update(a, c, &probs[0][0][0], N, N), SCDB_OK);
+    *cp = c;
+    *ap = a;
+}
+
+static void keep_of(scdb_evict_policy *p, int budget, int *keep, int *nk)
+{
+    scdb_kv_cache *c;
+    scdb_evict_acc *a;
+    int32_t map[16];
+    pattern(&c, &a);
+    assert_int_equal(scdb_evict_run(p, c, a, budget, map, nk), SCDB_OK);
+    for (int i = 0; i < *nk; i++) keep[i] = map[i];     /* positions == original slots */
+    assert_int_equal(c->n, *nk);
+    assert_int_equal(a->n, *nk);
+    scdb_evict_acc_free(&a);
+    scdb_kv_cache_free(&c);
+}
+
+static void expect_keep(scdb_evict_kind kind, int budget, const int *want, int n_want)
+{
+    scdb_evict_policy *p = NULL;
+    int keep[16], nk = -1;
+    assert_int_equal(scdb_evict_policy_new(kind, &p), SCDB_OK);
+    keep_of(p, budget, keep, &nk);
+    assert_int_equal(nk, n_want);
+    for (int i = 0; i < nk; i++) {
+        if (keep[i] != want[i]) fprintf(stderr, "%s: keep[%d] = %d, want %d\n",
+                                        scdb_evict_kind_name(kind), i, keep[i], want[i]);
+        assert_int_equal(keep[i], want[i]);
+    }
+    scdb_evict_policy_free(&p);
+}
+
+static void test_heuristic_keep_sets(void **state)
+{
+    (void)state;
+    scdb_kv_cache *c;
+    scdb_evict_acc *a;
+    pattern(&c, &a);
+    const float *mass = scdb_evict_acc_mass(a);
+    /* cumulative attention: slot 2 (early, heavy) > slot 5 > slot 0 > the rest of 0..8 */
+    assert_true(mass[2] > mass[5] && mass[5] > mass[0]);
+    for (int j = 0; j < 9; j++)
+        if (j != 0 && j != 2 && j != 5) assert_true(mass[j] < mass[0]);
+    scdb_evict_acc_free(&a);
+    scdb_kv_cache_free(&c);
+
+    /* full: nothing evicted */
+    const int full[] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11};
+    expect_keep(SCDB_EVICT_FULL, 6, full, 12);
+    /* StreamingLLM: 4 sinks + the 2 most recent */
+    const int streaming[] = {0, 1, 2, 3, 10, 11};
+    expect_keep(SCDB_EVICT_STREAMING, 6, streaming, 6);
+    /* H2O: recent 3 + the 3 heaviest cumulative hitters among 0..8 */
+    const int h2o[] = {0, 2, 5, 9, 10, 11};
+    expect_keep(SCDB_EVICT_H2O, 6, h2o, 6);
+    /* TOVA: the newest token + the top 5 of the last query's attention:
+     * 7 (40), 5 (20), 2 (10), then ties at weight 1 resolved towards the
+     * newer slots 10, 9 */
+    const int tova[] = {2, 5, 7, 9, 10, 11};
+    expect_keep(SCDB_EVICT_TOVA, 6, tova, 6);
+    /* SnapKV: observation window min(32, 6/2) = 3 recent; window attention
+     * max-pooled with kernel 7: slots 0..5 all see slot 2's sum (the
+     * largest), 6..8 slot 5's; ties towards newer slots -> 3, 4, 5 */
+    const int snapkv[] = {3, 4, 5, 9, 10, 11};
+    expect_keep(SCDB_EVICT_SNAPKV, 6, snapkv, 6);
+    /* budget >= n keeps everything for every policy */
+    expect_keep(SCDB_EVICT_H2O, 12, full, 12);
+}
+
+/* A hand-built MLP: score increases with recency (-log(1 - pos + 1e-3)). */
+static scdb_evict_mlp *recency_mlp(int sinks, int recent)
+{
+    scdb_evict_mlp *m = NULL;
+    assert_int_equal(scdb_evict_mlp_new(1, 1, &m), SCDB_OK);
+    memset(m->params, 0, m->n_params * sizeof *m->params);
+    m->w1[SCDB_EF_POS] = -1.0f;
+    m->w2[0] = 1.0f;
+    m->w3[0] = 1.0f;
+    m->sinks = sinks;
+    m->recent = recent;
+    return m;
+}
+
+static void test_learned_keep_set(void **state)
+{
+    (void)state;
+    scdb_evict_mlp *m = recency_mlp(0, 0);
+    scdb_evict_policy *p = NULL;
+    int keep[16], nk;
+    assert_int_equal(scdb_evict_policy_from_mlp(m, &p), SCDB_OK);
+    assert_int_equal(scdb_evict_policy_kind(p), SCDB_EVICT_LEARNED);
+    assert_true(scdb_evict_policy_needs_acc(p));
+    keep_of(p, 6, keep, &nk);
+    const int newest[] = {6, 7, 8, 9, 10, 11};
+    assert_int_equal(nk, 6);
+    assert_memory_equal(keep, newest, sizeof newest);
+    scdb_evict_policy_free(&p);
+    m->sinks = 2;
+    assert_int_equal(scdb_evict_policy_from_mlp(m, &p), SCDB_OK);
+    keep_of(p, 6, keep, &nk);
+    const int sinks[] = {0, 1, 8, 9, 10, 11};
+    assert_memory_equal(keep, sinks, sizeof sinks);
+    scdb_evict_policy_free(&p);
+
+    /* pooling: an MLP increasing in alpha (the EMA attention share, largest
+     * at slot 5) with a kernel of 3 keeps slot 5's neighbours 4 and 6 too */
+    scdb_evict_mlp *q = NULL;
+    assert_int_equal(scdb_evict_mlp_new(1, 1, &q), SCDB_OK);
+    memset(q->params, 0, q->n_params * sizeof *q->params);
+    q->w1[SCDB_EF_ALPHA] = 4.0f;
+    q->w2[0] = 4.0f;
+    q->w3[0] = 1.0f;
+    q->sinks = 0;
+    q->recent = 2;
+    q->pool = 1;
+    assert_int_equal(scdb_evict_policy_from_mlp(q, &p), SCDB_OK);
+    keep_of(p, 5, keep, &nk);
+    scdb_evict_policy_free(&p);
+    q->pool = 3;
+    assert_int_equal(scdb_evict_policy_from_mlp(q, &p), SCDB_OK);
+    int keep3[16], nk3;
+    keep_of(p, 5, keep3, &nk3);
+    const int pooled[] = {4, 5, 6, 10, 11};
+    assert_int_equal(nk3, 5);
+    assert_memory_equal(keep3, pooled, sizeof pooled);
+    assert_true(memcmp(keep, keep3, sizeof pooled) != 0);   /* pooling changed the set */
+    scdb_evict_policy_free(&p);
+    scdb_evict_mlp_free(&q);
+
+    /* the pool itself: values and where each maximum came from */
+    float sv[6] = {0, 5, 1, 1, 7, 2}, pv[6];
+    int av[6];
+    scdb_evict_maxpool(sv, 6, 3, pv, av);
+    const float wantp[6] = {5, 5, 5, 7, 7, 7};
+    const int wanta[6] = {1, 1, 1, 4, 4, 4};
+    assert_memory_equal(pv, wantp, sizeof wantp);
+    assert_memory_equal(av, wanta, sizeof wanta);
+    scdb_evict_maxpool(sv, 6, 1, pv, av);
+    assert_memory_equal(pv, sv, sizeof sv);
+    scdb_evict_mlp_free(&m);
+}
+
+/* ------------------------------------------------------------ select, compact */
+
+static void test_select_rules(void **state)
+{
+    (void)state;
+    float s[10] = {5, 0, 9, 1, 1, 1, 8, 0, 0, 0};
+    int keep[10], nk;
+    /* budget 5, 1 sink, 2 recent: 0, 8, 9 + top 2 of 1..7 = 2, 6 */
+    assert_int_equal(scdb_evict_select(s, 10, 5, 1, 2, keep, &nk), SCDB_OK);
+    const int w1[] = {0, 2, 6, 8, 9};
+    assert_int_equal(nk, 5);
+    assert_memory_equal(keep, w1, sizeof w1);
+    /* ties (1, 1, 1 at slots 3..5): the newer slot wins */
+    assert_int_equal(scdb_evict_select(s, 10, 6, 0, 0, keep, &nk), SCDB_OK);
+    /* top 6 by score: 9 (slot 2), 8 (6), 5 (0), then the 1s: 5, 4, 3 */
+    const int w3[] = {0, 2, 3, 4, 5, 6};
+    assert_memory_equal(keep, w3, sizeof w3);
+    assert_int_equal(scdb_evict_select(s, 10, 4, 0, 0, keep, &nk), SCDB_OK);
+    const int w4[] = {0, 2, 5, 6};            /* 9, 8, 5, then the newest 1 (slot 5) */
+    assert_memory_equal(keep, w4, sizeof w4);
+    /* protection larger than the budget is clipped: sinks first */
+    assert_int_equal(scdb_evict_select(s, 10, 3, 2, 5, keep, &nk), SCDB_OK);
+    const int w5[] = {0, 1, 9};
+    assert_int_equal(nk, 3);
+    assert_memory_equal(keep, w5, sizeof w5);
+    /* n <= budget: everything */
+    assert_int_equal(scdb_evict_select(s, 4, 8, 0, 0, keep, &nk), SCDB_OK);
+    assert_int_equal(nk, 4);
+    assert_int_equal(scdb_evict_select(s, 10, 0, 0, 0, keep, &nk), SCDB_EINVAL);
+    assert_int_equal(scdb_evict_select(s, 10, 3, -1, 0, keep, &nk), SCDB_EINVAL);
+
+    scdb_evict_kind k;
+    assert_int_equal(scdb_evict_kind_parse("snapkv", &k), SCDB_OK);
+    assert_int_equal(k, SCDB_EVICT_SNAPKV);
+    assert_int_equal(scdb_evict_kind_parse("lru", &k), SCDB_ENOTFOUND);
+    scdb_evict_policy *p = NULL;
+    assert_int_equal(scdb_evict_policy_new(SCDB_EVICT_LEARNED, &p), SCDB_EINVAL);
+    assert_null(p);
+}
+
+static void test_compact_order_and_map(void **state)
+{
+    (void)state;
+    scdb_kv_cache *c = NULL;
+    scdb_evict_acc *a = NULL;
+    scdb_evict_acc_shape s = {2, 2, 1, 10, 3};
+    assert_int_equal(scdb_kv_cache_new(2, 1, 2, 10, &c), SCDB_OK);
+    assert_int_equal(scdb_evict_acc_new(&s, &a), SCDB_OK);
+    for (int i = 0; i < 10; i++) {
+        c->pos[i] = 3 * i;
+        scdb_evict_acc_pos(a)[i] = 3 * i;
+        scdb_evict_acc_mass(a)[i] = (float)i;
+        scdb_evict_acc_vnorm(a)[i] = 10.0f + i;
+        for (int l = 0; l < 2; l++) {
+            scdb_kv_k(c, l, i)[0] = 100.0f * l + i;
+            scdb_kv_v(c, l, i)[1] = -100.0f * l - i;
+        }
+        for (int r = 0; r < 3; r++) scdb_evict_acc_win(a)[r * 10 + i] = 100.0f * r + i;
+    }
+    c->n = 10;
+    a->n = 10;
+    const int keep[] = {0, 2, 3, 7, 9};
+    int32_t map[5];
+    assert_int_equal(scdb_evict_compact(c, a, keep, 5, map), SCDB_OK);
+    const int32_t want_map[] = {0, 6, 9, 21, 27};
+    assert_memory_equal(map, want_map, sizeof want_map);
+    assert_int_equal(c->n, 5);
+    assert_int_equal(a->n, 5);
+    for (int i = 0; i < 5; i++) {
+        assert_int_equal(c->pos[i], 3 * keep[i]);
+        assert_int_equal(scdb_evict_acc_pos(a)[i], 3 * keep[i]);
+        assert_true(scdb_evict_acc_mass(a)[i] == (float)keep[i]);
+        assert_true(scdb_evict_acc_vnorm(a)[i] == 10.0f + keep[i]);
+        for (int l = 0; l < 2; l++) {
+            assert_true(scdb_kv_k(c, l, i)[0] == 100.0f * l + keep[i]);
+            assert_true(scdb_kv_v(c, l, i)[1] == -100.0f * l - keep[i]);
+        }
+        for (int r = 0; r < 3; r++)
+            assert_true(scdb_evict_acc_win(a)[r * 10 + i] == 100.0f * r + keep[i]);
+    }
+    /* bad keep lists change nothing */
+    const int dup[] = {0, 0, 1}, back[] = {2, 1}, out[] = {0, 5};
+    assert_int_equal(scdb_evict_compact(c, a, dup, 3, NULL), SCDB_EINVAL);
+    assert_int_equal(scdb_evict_compact(c, a, back, 2, NULL), SCDB_EINVAL);
+    assert_int_equal(scdb_evict_compact(c, a, out, 2, NULL), SCDB_EINVAL);
+    assert_int_equal(c->n, 5);
+    a->n = 4;                                      /* out of step with the cache */
+    assert_int_equal(scdb_evict_compact(c, a, keep, 2, NULL), SCDB_EINVAL);
+    scdb_evict_acc_free(&a);
+    scdb_kv_cache_free(&c);
+}
+
+/* ------------------------------------------------------------ policy file */
+
+typedef struct {
+    const char *skip, *bad_shape, *i32, *meta_key, *meta_val, *nan_tensor;
+    int drop_meta;
+} variant;
+
+static void write_policy(const char *path, const scdb_evict_mlp *m, variant v)
+{
+    scdb_st_writer *w;
+    int64_t H = m->hidden;
+    struct { const char *n; int nd; int64_t d0, d1; const float *p; } t[] = {
+        {"input.mean", 1, 5, 0, m->in_mean}, {"input.std", 1, 5, 0, m->in_std},
+        {"fc1.weight", 2, H, 5, m->w1}, {"fc1.bias", 1, H, 0, m->b1},
+        {"fc2.weight", 2, H, H, m->w2}, {"fc2.bias", 1, H, 0, m->b2},
+        {"out.weight", 2, 1, H, m->w3}, {"out.bias", 1, 1, 0, m->b3}};
+    static float big[4096], nanbuf[4096];
+    const char *mk[] = {"format", "version", "features", "activation", "sinks", "recent", "pool"};
+    const char *mv[] = {"scdb-evict-policy", "1", "alpha,vnorm,sigma,ent,pos", "tanh", "4", "8", "3"};
+
+    assert_int_equal(scdb_st_writer_new(&w), SCDB_OK);
+    for (int i = 0; i < 7; i++) {
+        const char *val = mv[i];
+        if (v.meta_key && !strcmp(v.meta_key, mk[i])) {
+            if (v.drop_meta) continue;
+            val = v.meta_val;
+        }
+        assert_int_equal(scdb_st_writer_meta(w, mk[i], val), SCDB_OK);
+    }
+    for (size_t i = 0; i < SCDB_ARRAY_LEN(t); i++) {
+        int64_t shape[2] = {t[i].d0, t[i].d1};
+        const float *p = t[i].p;
+        if (v.skip && !strcmp(v.skip, t[i].n)) continue;
+        if (v.bad_shape && !strcmp(v.bad_shape, t[i].n)) { shape[t[i].nd - 1] += 1; p = big; }
+        if (v.nan_tensor && !strcmp(v.nan_tensor, t[i].n)) {
+            size_t n = (size_t)t[i].d0 * (t[i].nd == 2 ? (size_t)t[i].d1 : 1);
+            memcpy(nanbuf, p, n * sizeof *p);
+            nanbuf[0] = NAN;
+            p = nanbuf;
+        }
+        scdb_dtype dt = v.i32 && !strcmp(v.i32, t[i].n) ? SCDB_I32 : SCDB_F32;
+        assert_int_equal(scdb_st_writer_add(w, t[i].n, dt, t[i].nd, shape, p), SCDB_OK);
+    }
+    assert_int_equal(scdb_st_writer_write(w, path), SCDB_OK);
+    scdb_st_writer_free(&w);
+}
+
+static scdb_err load_variant(const scdb_evict_mlp *m, variant v, char *err, size_t errlen)
+{
+    char path[512];
+    scdb_evict_policy *p = (scdb_evict_policy *)1;
+    snprintf(path, sizeof path, "%s/variant.safetensors", tmpdir);
+    write_policy(path, m, v);
+    err[0] = '\0';
+    scdb_err rc = scdb_evict_policy_load(path, &p, err, errlen);
+    if (rc) {
+        assert_null(p);
+        assert_true(err[0] != '\0');
+    }
+    scdb_evict_policy_free(&p);
+    return rc;
+}
+
+static void write_bytes(const char *path, const void *b, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(b, 1, n, f), n);
+    fclose(f);
+}
+
+static void test_policy_file(void **state)
+{
+    (void)state;
+    char path[512], err[512];
+    scdb_evict_mlp *m = NULL;
+    scdb_evict_policy *p = NULL;
+
+    assert_int_equal(scdb_evict_mlp_new(6, 7, &m), SCDB_OK);
+    for (size_t i = 0; i < m->n_params; i++) m->params[i] = frand();
+    for (int i = 0; i < 5; i++) { m->in_mean[i] = 0.1f * i; m->in_std[i] = 1.0f + 0.5f * i; }
+    m->sinks = 3;
+    m->recent = 5;
+    m->pool = 5;
+
+    /* round trip: same scores, protection and metadata */
+    snprintf(path, sizeof path, "%s/good.safetensors", tmpdir);
+    const char *k[] = {"trained_on"}, *v[] = {"base"};
+    assert_int_equal(scdb_evict_mlp_save(m, path, k, v, 1), SCDB_OK);
+    assert_int_equal(scdb_evict_policy_load(path, &p, err, sizeof err), SCDB_OK);
+    assert_string_equal(scdb_evict_policy_meta(p, "trained_on"), "base");
+    assert_null(scdb_evict_policy_meta(p, "nope"));
+    const scdb_evict_mlp *lm = scdb_evict_policy_mlp(p);
+    assert_int_equal(lm->hidden, 6);
+    assert_int_equal(lm->sinks, 3);
+    assert_int_equal(lm->recent, 5);
+    assert_int_equal(lm->pool, 5);
+    float feats[4 * 5], s1[4], s2[4];
+    for (int i = 0; i < 20; i++) feats[i] = 0.5f + 0.4f * frand();
+    scdb_evict_mlp_score(m, feats, 4, s1, NULL);
+    scdb_evict_mlp_score(lm, feats, 4, s2, NULL);
+    assert_memory_equal(s1, s2, sizeof s1);
+    int sk, rc_;
+    scdb_evict_policy_protect(p, NULL, 100, 20, &sk, &rc_);
+    assert_int_equal(sk, 3);
+    assert_int_equal(rc_, 5);
+    scdb_evict_policy_free(&p);
+
+    /* every kind of bad file has its own error, and a message */
+    assert_int_equal(load_variant(m, (variant){0}, err, sizeof err), SCDB_OK);
+    assert_int_equal(load_variant(m, (variant){.skip = "fc2.bias"}, err, sizeof err), SCDB_ENOTFOUND);
+    assert_non_null(strstr(err, "fc2.bias"));
+    assert_int_equal(load_variant(m, (variant){.skip = "fc1.weight"}, err, sizeof err), SCDB_ENOTFOUND);
+    assert_int_equal(load_variant(m, (variant){.bad_shape = "fc2.weight"}, err, sizeof err), SCDB_ESHAPE);
+    assert_non_null(strstr(err, "fc2.weight"));
+    assert_int_equal(load_variant(m, (variant){.bad_shape = "fc1.weight"}, err, sizeof err), SCDB_ESHAPE);
+    assert_int_equal(load_variant(m, (variant){.bad_shape = "input.std"}, err, sizeof err), SCDB_ESHAPE);
+    assert_int_equal(load_variant(m, (variant){.i32 = "out.weight"}, err, sizeof err), SCDB_EDTYPE);
+    assert_int_equal(load_variant(m, (variant){.meta_key = "format", .meta_val = "scdb-codec-pair"},
+                                  err, sizeof err), SCDB_EMISMATCH);
+    assert_non_null(strstr(err, "format"));
+    assert_int_equal(load_variant(m, (variant){.meta_key = "format", .drop_meta = 1}, err, sizeof err),
+                     SCDB_EMISMATCH);
+    assert_int_equal(load_variant(m, (variant){.meta_key = "version", .meta_val = "2"}, err, sizeof err),
+                     SCDB_EMISMATCH);
+    assert_int_equal(load_variant(m, (variant){.meta_key = "features", .meta_val = "alpha,pos"},
+                                  err, sizeof err), SCDB_EMISMATCH);
+    assert_int_equal(load_variant(m, (variant){.meta_key = "sinks", .meta_val = "four"}, err, sizeof err),
+                     SCDB_ERANGE);
+    assert_int_equal(load_variant(m, (variant){.meta_key = "recent", .meta_val = "-1"}, err, sizeof err),
+                     SCDB_ERANGE);
+    assert_int_equal(load_variant(m, (variant){.meta_key = "pool", .meta_val = "4"}, err, sizeof err),
+                     SCDB_ERANGE);
+    assert_int_equal(load_variant(m, (variant){.meta_key = "pool", .drop_meta = 1}, err, sizeof err),
+                     SCDB_OK);                                  /* optional: no pooling */
+    assert_int_equal(load_variant(m, (variant){.nan_tensor = "fc2.weight"}, err, sizeof err), SCDB_ERANGE);
+    m->in_std[2] = 0.0f;
+    assert_int_equal(load_variant(m, (variant){0}, err, sizeof err), SCDB_ERANGE);
+    m->in_std[2] = 1.0f;
+
+    /* truncated and garbage files: the reader's errors */
+    char *buf;
+    size_t len;
+    assert_int_equal(scdb_read_file(path, 1 << 20, &buf, &len), SCDB_OK);
+    uint64_t hl;
+    memcpy(&hl, buf, 8);
+    snprintf(path, sizeof path, "%s/trunc.safetensors", tmpdir);
+    write_bytes(path, buf, 8 + hl / 2);                         /* inside the header */
+    assert_int_equal(scdb_evict_policy_load(path, &p, err, sizeof err), SCDB_ETRUNC);
+    write_bytes(path, buf, 5);
+    assert_int_equal(scdb_evict_policy_load(path, &p, err, sizeof err), SCDB_ETRUNC);
+    write_bytes(path, buf, len - 16);                           /* inside the data */
+    assert_int_equal(scdb_evict_policy_load(path, &p, err, sizeof err), SCDB_ERANGE);
+    free(buf);
+    unsigned char junk[64];
+    memset(junk, 0, sizeof junk);
+    junk[0] = 40;                                               /* plausible length */
+    for (int i = 8; i < 64; i++) junk[i] = (unsigned char)(37 * i + 11);
+    write_bytes(path, junk, sizeof junk);
+    assert_int_equal(scdb_evict_policy_load(path, &p, err, sizeof err), SCDB_EFORMAT);
+    write_bytes(path, "this is not a policy file at all", 32);
+    assert_int_equal(scdb_evict_policy_load(path, &p, err, sizeof err), SCDB_ETOOBIG);
+    assert_int_equal(scdb_evict_policy_load("/nonexistent/p.safetensors", &p, err, sizeof err),
+                     SCDB_ENOTFOUND);
+    assert_null(p);
+    scdb_evict_mlp_free(&m);
+}
+
+/* ------------------------------------------------------------ gradients */
+
+static void test_mlp_backward(void **state)
+{
+    (void)state;
+    enum { N = 3, H = 5 };
+    scdb_evict_mlp *m = NULL;
+    float feats[N * 5], x[N * 5], s[N], c[N] = {0.7f, -1.3f, 0.4f};
+    assert_int_equal(scdb_evict_mlp_new(H, 3, &m), SCDB_OK);
+    for (size_t i = 0; i < m->n_params; i++) m->params[i] = 0.8f * frand();
+    for (int i = 0; i < N * 5; i++) feats[i] = 0.5f + 0.45f * frand();
+    scdb_evict_mlp_score(m, feats, N, s, x);
+    float *g = calloc(m->n_params, sizeof *g);
+    scdb_evict_mlp_backward(m, x, N, c, g);
+    for (size_t i = 0; i < m->n_params; i++) {
+        float keep = m->params[i], eps = 1e-2f;
+        double lp = 0, lm = 0;
+        m->params[i] = keep + eps;
+        scdb_evict_mlp_score(m, feats, N, s, NULL);
+        for (int r = 0; r < N; r++) lp += c[r] * s[r];
+        m->params[i] = keep - eps;
+        scdb_evict_mlp_score(m, feats, N, s, NULL);
+        for (int r = 0; r < N; r++) lm += c[r] * s[r];
+        m->params[i] = keep;
+        double fd = (lp - lm) / (2 * eps);
+        NEAR(g[i], fd, 2e-3 + 1e-2 * fabs(fd));
+    }
+    free(g);
+    scdb_evict_mlp_free(&m);
+}
+
+static void test_plackett_luce_gradient(void **state)
+{
+    (void)state;
+    enum { N = 9 };
+    float sc[N];
+    int order[3] = {6, 2, 4};
+    scdb_evict_decision d = {.step = 0, .n = N, .sinks = 1, .recent = 2, .m = 3,
+                             .x = NULL, .s = sc, .order = order};
+    double inv[N], ent, ent2;
+    char drawn[N];
+    float ds[N], dsh[N];
+    for (int i = 0; i < N; i++) sc[i] = 1.5f * frand();
+    memset(ds, 0, sizeof ds);
+    memset(dsh, 0, sizeof dsh);
+    double lp = scdb_evict_pl_grad(&d, 1.0f, 0.0f, ds, &ent, inv, drawn);
+    scdb_evict_pl_grad(&d, 0.0f, 1.0f, dsh, &ent2, inv, drawn);
+    /* log p by hand: candidates 1..6 */
+    double want = 0.0;
+    int used[N] = {0};
+    for (int k = 0; k < 3; k++) {
+        double z = 0;
+        for (int j = 1; j < N - 2; j++) if (!used[j]) z += exp(sc[j]);
+        want += sc[order[k]] - log(z);
+        used[order[k]] = 1;
+    }
+    NEAR(lp, want, 1e-5);
+    assert_true(ds[0] == 0.0f && ds[7] == 0.0f && ds[8] == 0.0f);   /* protected: no gradient */
+    for (int j = 0; j < N; j++) {
+        float keep = sc[j], eps = 1e-3f;
+        double e1, e2, g1, g2;
+        float tmp[N];
+        sc[j] = keep + eps;
+        memset(tmp, 0, sizeof tmp);
+        g1 = scdb_evict_pl_grad(&d, 1.0f, 0.0f, tmp, &e1, inv, drawn);
+        sc[j] = keep - eps;
+        g2 = scdb_evict_pl_grad(&d, 1.0f, 0.0f, tmp, &e2, inv, drawn);
+        sc[j] = keep;
+        NEAR(ds[j], (g1 - g2) / (2 * eps), 2e-3);
+        NEAR(dsh[j], (e1 - e2) / (2 * eps), 2e-3);
+    }
+    (void)ent2;
+}
+
+/* ------------------------------------------------------------ training smoke */
+
+static const char *TINY_CFG =
+    "{\"name\":\"tiny\",\"arch\":\"llama\",\"vocab_size\":256,\"d_model\":16,"
+    "\"n_layers\":2,\"n_heads\":4,\"n_kv_heads\":2,\"head_dim\":4,\"d_ff\":24,"
+    "\"max_seq_len\":64,\"rope_theta\":10000.0,\"norm_eps\":1e-5,\"parent\":null}";
+
+static void write_tiny(const char *dir)
+{
+    char path[1024], name[128];
+    mkdir(dir, 0755);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(TINY_CFG, f);
+    fclose(f);
+    scdb_st_writer *w;
+    assert_int_equal(scdb_st_writer_new(&w), SCDB_OK);
+    static float buf[32][256 * 16];
+    int nb = 0;
+    struct { const char *n; int64_t d0, d1; float scale; } top[] = {
+        {"tok_embeddings.weight", 256, 16, 1.0f}, {"norm.weight", 16, 0, 0.0f},
+        {"output.weight", 256, 16, 0.5f}};
+    struct { const char *n; int64_t d0, d1; float scale; } lay[] = {
+        {"attention_norm.weight", 16, 0, 0.0f}, {"attention.wq.weight", 16, 16, 0.8f},
+        {"attention.wk.weight", 8, 16, 0.8f}, {"attention.wv.weight", 8, 16, 0.6f},
+        {"attention.wo.weight", 16, 16, 0.5f}, {"ffn_norm.weight", 16, 0, 0.0f},
+        {"feed_forward.w1.weight", 24, 16, 0.3f}, {"feed_forward.w2.weight", 16, 24, 0.3f},
+        {"feed_forward.w3.weight", 24, 16, 0.3f}};
+    for (int l = -1; l < 2; l++) {
+        int cnt = l < 0 ? 3 : 9;
+        for (int i = 0; i < cnt; i++) {
+            const char *n = l < 0 ? top[i].n : lay[i].n;
+            int64_t shape[2] = {l < 0 ? top[i].d0 : lay[i].d0, l < 0 ? top[i].d1 : lay[i].d1};
+            float scale = l < 0 ? top[i].scale : lay[i].scale;
+            if (l < 0) snprintf(name, sizeof name, "%s", n);
+            else snprintf(name, sizeof name, "layers.%d.%s", l, n);
+            int ndim = shape[1] > 0 ? 2 : 1;
+            size_t numel = (size_t)shape[0] * (ndim == 2 ? (size_t)shape[1] : 1);
+            for (size_t k = 0; k < numel; k++)
+                buf[nb][k] = scale == 0.0f ? 1.0f + 0.1f * frand() : scale * frand();
+            assert_int_equal(scdb_st_writer_add(w, name, SCDB_F32, ndim, shape, buf[nb]), SCDB_OK);
+            nb++;
+        }
+    }
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    assert_int_equal(scdb_st_writer_write(w, path), SCDB_OK);
+    scdb_st_writer_free(&w);
+}
+
+static void test_train_smoke(void **state)
+{
+    (void)state;
+    char dir[300], path[512], logp[512], err[256] = "";
+    snprintf(dir, sizeof dir, "%s/tiny", tmpdir);
+    write_tiny(dir);
+    static unsigned char text[4096];
+    const char *src = "the quick brown fox jumps over the lazy dog; "
+                      "pack my box with five dozen liquor jugs. ";
+    for (size_t i = 0; i < sizeof text; i++) text[i] = (unsigned char)src[i % strlen(src)];
+
+    scdb_evict_train_opts o;
+    scdb_evict_train_defaults(&o);
+    o.model_dir = dir;
+    o.text = text;
+    o.text_len = sizeof text;
+    o.budgets[0] = 0.25;
+    o.n_budgets = 1;
+    o.episodes = 40;
+    o.samples = 4;
+    o.prefill = 24;
+    o.prefill_min = 16;            /* prefill drawn from 16..24 */
+    o.steps = 16;
+    o.every = 4;
+    o.hidden = 8;
+    o.sinks = 1;
+    o.recent = 2;
+    o.lr = 0.02f;
+    o.tau = 1.0f;
+    o.pool = 1;                    /* plain per-token scores; pooling below */
+    o.init = SCDB_EVICT_INIT_RANDOM;   /* learn from random weights */
+    o.val_windows = 3;
+    o.val_every = 10;
+    snprintf(logp, sizeof logp, "%s/train.jsonl", tmpdir);
+    o.log = fopen(logp, "w");
+    assert_non_null(o.log);
+
+    scdb_evict_mlp *m = NULL;
+    scdb_evict_train_result r;
+    assert_int_equal(scdb_evict_train(&o, &m, &r, err, sizeof err), SCDB_OK);
+    fclose(o.log);
+    assert_non_null(m);
+    assert_int_equal(r.episodes, 40);
+    assert_true(isfinite(r.first_reward) && isfinite(r.last_reward));
+    assert_true(r.first_reward <= 0.0 && r.last_reward <= 0.0);
+    assert_true(isfinite(r.val_kl_init) && isfinite(r.val_kl_best));
+    assert_true(r.val_kl_best <= r.val_kl_init);
+    for (int k = SCDB_EVICT_STREAMING; k < SCDB_EVICT_LEARNED; k++)
+        assert_true(r.val_kl_heuristic[k] >= 0.0);
+    fprintf(stderr, "  train smoke: sampled KL %.5f -> %.5f, validation KL %.5f -> %.5f "
+            "(heuristics: streaming %.5f h2o %.5f snapkv %.5f tova %.5f)\n",
+            -r.first_reward, -r.last_reward, r.val_kl_init, r.val_kl_best,
+            r.val_kl_heuristic[SCDB_EVICT_STREAMING], r.val_kl_heuristic[SCDB_EVICT_H2O],
+            r.val_kl_heuristic[SCDB_EVICT_SNAPKV], r.val_kl_heuristic[SCDB_EVICT_TOVA]);
+    /* training improved the policy: on validation, and the sampled students'
+     * KL fell from the first to the last 10% of episodes */
+    assert_true(r.val_kl_best < r.val_kl_init);
+    assert_true(r.last_reward > r.first_reward);
+
+    /* the log has one line per episode plus references and validations, all finite */
+    FILE *f = fopen(logp, "r");
+    char line[512];
+    int episodes = 0;
+    assert_non_null(f);
+    while (fgets(line, sizeof line, f)) {
+        assert_null(strstr(line, "nan"));
+        assert_null(strstr(line, "inf"));
+        episodes += strncmp(line, "{\"episode\"", 10) == 0;
+    }
+    fclose(f);
+    assert_int_equal(episodes, 40);
+
+    /* the result saves, loads and runs */
+    snprintf(path, sizeof path, "%s/trained.safetensors", tmpdir);
+    assert_int_equal(scdb_evict_mlp_save(m, path, NULL, NULL, 0), SCDB_OK);
+    scdb_evict_policy *p = NULL;
+    assert_int_equal(scdb_evict_policy_load(path, &p, err, sizeof err), SCDB_OK);
+    scdb_model *model = NULL;
+    assert_int_equal(scdb_model_load(dir, &model, err, sizeof err), SCDB_OK);
+    int32_t tok[41];
+    scdb_tokenize_bytes(text + 100, 41, tok);
+    scdb_evict_window *w = NULL;
+    scdb_evict_eval e;
+    assert_int_equal(scdb_evict_window_new(model, tok, 24, 16, &w), SCDB_OK);
+    assert_int_equal(scdb_evict_window_eval(w, p, 10, 4, NULL, &e), SCDB_OK);
+    assert_true(e.kl >= 0.0 && isfinite(e.kl) && e.top1 >= 0.0 && e.top1 <= 1.0);
+    assert_true(e.evictions > 0);
+    /* the full cache reproduces the teacher exactly */
+    scdb_evict_policy *full = NULL;
+    assert_int_equal(scdb_evict_policy_new(SCDB_EVICT_FULL, &full), SCDB_OK);
+    assert_int_equal(scdb_evict_window_eval(w, full, 10, 4, NULL, &e), SCDB_OK);
+    NEAR(e.kl, 0.0, 1e-9);
+    NEAR(e.top1, 1.0, 0);
+    assert_int_equal(e.evictions, 0);
+    scdb_evict_policy_free(&full);
+    scdb_evict_window_free(&w);
+    scdb_model_free(&model);
+    scdb_evict_policy_free(&p);
+    scdb_evict_mlp_free(&m);
+
+    /* the same with the scores max-pooled over 3 slots (gradient routed
+     * through the pool) */
+    o.pool = 3;
+    o.log = NULL;
+    assert_int_equal(scdb_evict_train(&o, &m, &r, err, sizeof err), SCDB_OK);
+    fprintf(stderr, "  train smoke, pool 3: sampled KL %.5f -> %.5f, validation KL %.5f -> %.5f\n",
+            -r.first_reward, -r.last_reward, r.val_kl_init, r.val_kl_best);
+    assert_int_equal(m->pool, 3);
+    assert_true(isfinite(r.first_reward) && isfinite(r.last_reward));
+    assert_true(r.val_kl_best <= r.val_kl_init);
+    scdb_evict_mlp_free(&m);
+
+    /* bad options */
+    o.pool = 2;
+    assert_int_equal(scdb_evict_train(&o, &m, &r, err, sizeof err), SCDB_EINVAL);
+    o.pool = 3;
+    o.samples = 1;
+    assert_int_equal(scdb_evict_train(&o, &m, &r, err, sizeof err), SCDB_EINVAL);
+    o.samples = 4;
+    o.text_len = 20;
+    assert_int_equal(scdb_evict_train(&o, &m, &r, err, sizeof err), SCDB_ERANGE);
+    assert_null(m);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_acc_layout_attach),
+        cmocka_unit_test(test_features_hand),
+        cmocka_unit_test(test_heuristic_keep_sets),
+        cmocka_unit_test(test_learned_keep_set),
+        cmocka_unit_test(test_select_rules),
+        cmocka_unit_test(test_compact_order_and_map),
+        cmocka_unit_test(test_policy_file),
+        cmocka_unit_test(test_mlp_backward),
+        cmocka_unit_test(test_plackett_luce_gradient),
+        cmocka_unit_test(test_train_smoke),
+    };
+    return cmocka_run_group_tests(tests, setup_tmp, teardown_tmp);
+}
