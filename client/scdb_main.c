@@ -41,7 +41,7 @@ static void usage(FILE *f)
             "usage: scdb <command> [options]     (scdb <command> --help)\n\n"
             "commands:\n");
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
-        fprintf(f, "  %-10s %s\n", cmds[i].name, cmds[i].what);
+        fprintf(f, "  %-13s %s\n", cmds[i].name, cmds[i].what);
     fprintf(f,
             "\nenvironment:\n"
             "  SCDB_DATA   asset directory (models, held-out texts); default %s\n"
