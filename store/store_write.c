@@ -237,14 +237,11 @@ static scdb_err stage_block(scdb_store *s, const scdb_block_put *b, const scdb_k
 }
 
 /* Write block b's value into the txn (outside mu). */
-static int write_value(scdb_store *s, MDB_txn *txn, const scdb_ns *ns,
-                       const scdb_block_put *b, size_t hl)
+/* The header fields of block b (only those the header uses: no 2 KiB memset
+ * of the section table per block). */
+static void fill_info(const scdb_store *s, const scdb_ns *ns, const scdb_block_put *b,
+                      scdb_block_info *info)
 {
-    scdb_block_info *info = s->winfo;
-    MDB_val k = {16, (void *)b->key.b}, v = {hl + (size_t)b->payload_len, NULL};
-    int rc = mdb_put(txn, s->db.blocks, &k, &v, MDB_RESERVE);
-    if (rc) return rc;
-    /* fill only the fields the header uses (no 2 KiB memset per block) */
     info->key = b->key;
     info->parent = b->parent;
     info->ns = *ns;
@@ -255,6 +252,16 @@ static int write_value(scdb_store *s, MDB_txn *txn, const scdb_ns *ns,
     info->payload_len = b->payload_len;
     if (b->n_sections)
         memcpy(info->section_off, b->section_off, sizeof(uint64_t) * b->n_sections);
+}
+
+static int write_value(scdb_store *s, MDB_txn *txn, const scdb_ns *ns,
+                       const scdb_block_put *b, size_t hl)
+{
+    scdb_block_info *info = s->winfo;
+    MDB_val k = {16, (void *)b->key.b}, v = {hl + (size_t)b->payload_len, NULL};
+    int rc = mdb_put(txn, s->db.blocks, &k, &v, MDB_RESERVE);
+    if (rc) return rc;
+    fill_info(s, ns, b, info);
     scdb_block_value_header(info, v.mv_data);
     if (b->payload_len) memcpy((uint8_t *)v.mv_data + hl, b->payload, (size_t)b->payload_len);
     scdb_block_value_seal(v.mv_data, v.mv_size);
@@ -281,16 +288,7 @@ static void hot_after_put(scdb_store *s, const scdb_ns *ns, const scdb_block_put
         hl = scdb_block_header_len(b->n_sections);
         if (b->payload_len + hl > budget) break;
         budget -= b->payload_len + hl;
-        info->key = b->key;
-        info->parent = b->parent;
-        info->ns = *ns;
-        info->block_index = b->block_index;
-        info->token_count = s->block_tokens;
-        info->payload_dtype = b->payload_dtype;
-        info->n_sections = b->n_sections;
-        info->payload_len = b->payload_len;
-        if (b->n_sections)
-            memcpy(info->section_off, b->section_off, sizeof(uint64_t) * b->n_sections);
+        fill_info(s, ns, b, info);
         scdb_block_value_header(info, hdr);
         if (store_hot_fill(s, hdr, hl, b->payload, b->payload_len, &slot, &hcopy)) continue;
         store_lock(s);
