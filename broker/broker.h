@@ -52,6 +52,19 @@
  * 4096-byte header (broker/wire.h) then one slot-indexed KV cache
  * (kernels.h), where get decodes the consumer's KV directly.
  *
+ * LIVE SESSIONS (sessions.c)
+ * -------------
+ * A consumer may keep one of its arenas within a slot budget while it
+ * decodes: SessionOpen(arena, budget, policy, cadence) creates a second
+ * shared-memory object holding the session's feature accumulators
+ * (evict/evict.h), which the client maps and writes every step itself (no
+ * message); SessionEvict runs the policy on a worker — a private, checked
+ * copy of the accumulators, score -> select -> compact of the arena's cache
+ * and the accumulators in place — and replies with the slot -> original
+ * position map.  Policies: the heuristics by kind name and the learned
+ * ones of [policy NAME] sections.  A session ends with SessionClose, with
+ * its arena, or with its client (goodbye or reclaim).
+ *
  * DECODERS (the codec hook)
  * -------------------------
  * A codebook (store namespace) has a kind; each (codebook, consumer model)
@@ -89,6 +102,8 @@
 typedef struct scdb_broker_model {
     char name[SCDB_BROKER_NAME_MAX];
     int n_layers, n_kv_heads, head_dim, max_seq_len;
+    int n_heads;               /* query heads (live-session accumulators);
+                                  0: not configured, the client's is used  */
     scdb_dtype raw_dtype;      /* payload dtype of its "raw/<name>" codebook */
 } scdb_broker_model;
 
@@ -155,7 +170,7 @@ scdb_err scdb_decoder_raw_new(const scdb_broker_model *m, scdb_dtype dtype, scdb
 typedef struct scdb_broker_model_cfg {
     char name[SCDB_BROKER_NAME_MAX];
     char config[512];          /* config.json path, or empty: dims below     */
-    int n_layers, n_kv_heads, head_dim, max_seq_len;
+    int n_layers, n_kv_heads, head_dim, max_seq_len, n_heads;
     scdb_dtype raw_dtype;
 } scdb_broker_model_cfg;
 
@@ -173,6 +188,13 @@ typedef struct scdb_broker_pair_cfg {
     char decoder[16];          /* kind; default: the codebook's kind         */
     char file[512];
 } scdb_broker_pair_cfg;
+
+/* A learned eviction policy file for live sessions (evict/evict.h); the
+ * heuristics (full, streaming, h2o, snapkv, tova) are always available. */
+typedef struct scdb_broker_policy_cfg {
+    char name[SCDB_BROKER_NAME_MAX];
+    char file[512];
+} scdb_broker_policy_cfg;
 
 typedef struct scdb_broker_config {
     char endpoint[512];        /* ipc://PATH (default: scdb_default_endpoint) */
@@ -200,6 +222,8 @@ typedef struct scdb_broker_config {
     int n_codebooks;
     scdb_broker_pair_cfg *pairs;
     int n_pairs;
+    scdb_broker_policy_cfg *policies;
+    int n_policies;
 } scdb_broker_config;
 
 /* Fill the defaults.  SCDB_OK. */
@@ -208,7 +232,7 @@ void scdb_broker_config_defaults(scdb_broker_config *c);
 void scdb_broker_config_clear(scdb_broker_config *c);
 /* Parse an ini file (libinih) into c (on top of what it holds): a [broker]
  * section with the scalar keys above (names as the fields), [model NAME],
- * [codebook NAME] and [pair CODEBOOK CONSUMER] sections.  Unknown sections
+ * [codebook NAME], [pair CODEBOOK CONSUMER] and [policy NAME] sections.  Unknown sections
  * or keys and bad values are errors.  SCDB_ENOTFOUND (no such file),
  * SCDB_EFORMAT (errbuf names the line), SCDB_ENOMEM. */
 scdb_err scdb_broker_config_load(scdb_broker_config *c, const char *path, char *errbuf,

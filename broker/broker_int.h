@@ -9,14 +9,15 @@
 #include <zmq.h>
 
 #include "broker.h"
+#include "evict.h"
 #include "scdb.pb-c.h"
 #include "wire.h"
 
 /* Request kinds, for dispatch and per-op statistics. */
 typedef enum bk_op {
     OP_INVALID = 0, OP_HELLO, OP_PING, OP_HEARTBEAT, OP_PUT, OP_LOOKUP, OP_GET, OP_DELETE,
-    OP_STATS, OP_ARENA_CREATE, OP_ARENA_MAPPED, OP_ARENA_FREE, OP_GOODBYE, OP_SESSION,
-    OP_COUNT
+    OP_STATS, OP_ARENA_CREATE, OP_ARENA_MAPPED, OP_ARENA_FREE, OP_GOODBYE, OP_SESSION_OPEN,
+    OP_SESSION_EVICT, OP_SESSION_CLOSE, OP_COUNT
 } bk_op;
 
 extern const char *const bk_op_names[OP_COUNT];
@@ -27,10 +28,25 @@ typedef struct bk_pair {
     scdb_decoder dec;
 } bk_pair;
 
+/* A named eviction policy (registry.c): the heuristics plus [policy NAME]. */
+typedef struct bk_policy {
+    char name[SCDB_BROKER_NAME_MAX];
+    scdb_evict_policy *policy;
+} bk_policy;
+
+/* What a shared-memory object holds. */
+typedef enum bk_arena_kind {
+    BK_ARENA_KV = 0,            /* arena header + one KV cache              */
+    BK_ARENA_STATS = 1,         /* a live session's feature accumulators    */
+} bk_arena_kind;
+
+struct bk_session;
+
 /* A shared-memory arena.  refs: one for its owner's list plus one per job
  * using it; unmapped when the last goes. */
 typedef struct bk_arena {
     uint64_t id;
+    bk_arena_kind kind;
     char shm_name[48];
     int linked;                 /* the name still exists in /dev/shm       */
     void *map;
@@ -38,7 +54,8 @@ typedef struct bk_arena {
     scdb_arena_header *hdr;
     scdb_kv_cache *cache;       /* view at map + SCDB_ARENA_HEADER_BYTES    */
     int refs;
-    int busy;                   /* a get is writing into it                */
+    int busy;                   /* a get or an eviction is writing into it */
+    struct bk_session *session; /* KV arena: its live session, if any      */
     struct bk_arena *next;      /* owner's list                            */
 } bk_arena;
 
@@ -54,8 +71,26 @@ typedef struct bk_client {
     bk_arena *arenas;
     uint32_t n_arenas;
     uint64_t arena_bytes;
+    struct bk_session *sessions;
+    uint32_t n_sessions;
     struct bk_client *next;     /* hash chain                              */
 } bk_client;
+
+/* A live session (sessions.c): a client's KV arena kept within `budget`
+ * slots by `policy`, with its feature accumulators in a second
+ * shared-memory object (stats, in the owner's arena list).  geom is the
+ * broker's private copy of the accumulator header as created: the client
+ * can write the shared copy, so every eviction checks it against geom. */
+typedef struct bk_session {
+    uint64_t id;
+    bk_arena *kv;               /* referenced; kv->session == this          */
+    bk_arena *stats;            /* referenced                               */
+    const bk_policy *policy;
+    scdb_evict_acc geom;
+    uint32_t budget, cadence;
+    uint64_t evictions, evicted_slots;
+    struct bk_session *next;    /* owner's list                             */
+} bk_session;
 
 /* Work handed to the worker pool (get) or the writer (put, delete). */
 typedef struct bk_job {
@@ -69,7 +104,13 @@ typedef struct bk_job {
     int n_frames;
     const scdb_broker_codebook *cb;
     const bk_pair *pair;
-    bk_arena *arena;            /* get: referenced                         */
+    bk_arena *arena;            /* get, evict: referenced                  */
+    bk_arena *stats;            /* evict: the session's stats, referenced  */
+    const bk_policy *policy;    /* evict                                   */
+    scdb_evict_acc geom;        /* evict: accumulator geometry             */
+    uint32_t budget;            /* evict                                   */
+    uint64_t session, client;   /* evict: for the counters at completion   */
+    uint32_t n_before, n_kept;  /* evict: the result                       */
     uint8_t *reply;             /* packed Reply, set by the thread         */
     size_t reply_len;
     scdb_err status;
@@ -98,6 +139,8 @@ struct scdb_broker {
     int n_codebooks;
     bk_pair *pairs;
     int n_pairs;
+    bk_policy *policies;
+    int n_policies;
 
     scdb_store *store;
     uint32_t block_tokens;
@@ -119,13 +162,14 @@ struct scdb_broker {
     bk_client *buckets[BK_BUCKETS];
     uint64_t n_clients, n_arenas, arena_bytes;
     uint64_t next_arena_id;
+    uint64_t n_sessions, next_session_id;
     uint64_t instance;
     int inflight;
     volatile int stopping;      /* set by the signal handler / stop()       */
     int draining;
     double t_start, next_sweep;
 
-    uint64_t requests, errors, reclaimed_clients, reclaimed_arenas;
+    uint64_t requests, errors, reclaimed_clients, reclaimed_arenas, reclaimed_sessions;
     bk_opstat ops[OP_COUNT];
 };
 
@@ -137,6 +181,7 @@ const scdb_broker_model *bk_model_find(const scdb_broker *b, const char *name);
 const scdb_broker_codebook *bk_codebook_find(const scdb_broker *b, const char *name);
 const bk_pair *bk_pair_find(const scdb_broker *b, const scdb_broker_codebook *cb,
                             const scdb_broker_model *consumer);
+const bk_policy *bk_policy_find(const scdb_broker *b, const char *name);
 
 /* clients.c: client table, arenas, reclaim (main thread). */
 bk_client *bk_client_find(scdb_broker *b, uint64_t token);
@@ -147,6 +192,10 @@ void bk_clients_sweep(scdb_broker *b, double now);
 void bk_clients_drop_all(scdb_broker *b);
 scdb_err bk_arena_create(scdb_broker *b, bk_client *c, uint32_t capacity, bk_arena **out,
                          char *errbuf, size_t errlen);
+/* A plain shared-memory object of `size` bytes (zeroed) in c's arena list,
+ * for the live sessions' accumulators: no header, no cache. */
+scdb_err bk_shm_create(scdb_broker *b, bk_client *c, size_t size, bk_arena_kind kind,
+                       bk_arena **out, char *errbuf, size_t errlen);
 bk_arena *bk_arena_find(bk_client *c, uint64_t id);
 void bk_arena_unlink(bk_arena *a);
 /* Remove from its owner and drop the owner's reference. */
@@ -162,6 +211,24 @@ void bk_job_done(scdb_broker *b, bk_job *j);
 scdb_err bk_pack_reply(uint64_t id, scdb_err status, const char *msg, Scdb__Reply *body_in,
                        uint8_t **out, size_t *len);
 void bk_job_free(bk_job *j);
+
+/* sessions.c: live sessions (main thread, except bk_session_run_evict,
+ * which a worker runs on a job holding references on both arenas). */
+void bk_on_session_open(scdb_broker *b, bk_client *c, const Scdb__SessionOpen *so,
+                        Scdb__Reply *r, Scdb__SessionOpenReply *sr, scdb_err *status,
+                        char *msg, size_t msglen);
+/* Check an eviction request and fill the job with what the worker needs
+ * (references on both arenas, the kv arena marked busy).  On error msg
+ * says why and the job is untouched. */
+scdb_err bk_session_evict_prepare(scdb_broker *b, bk_client *c, const Scdb__SessionEvict *se,
+                                  bk_job *j, char *msg, size_t msglen);
+scdb_err bk_session_close_id(scdb_broker *b, bk_client *c, uint64_t id, char *msg,
+                             size_t msglen);
+/* Close: release both arenas (the stats one leaves c's list), free. */
+void bk_session_close(scdb_broker *b, bk_client *c, bk_session *s);
+void bk_session_run_evict(scdb_broker *b, bk_job *j);
+/* Main thread, when an evict job comes back: update the counters. */
+void bk_session_evict_done(scdb_broker *b, bk_job *j);
 
 /* jobs.c: the worker pool and the writer. */
 scdb_err bk_threads_start(scdb_broker *b);

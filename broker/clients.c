@@ -61,12 +61,16 @@ void bk_client_drop(scdb_broker *b, bk_client *c, const char *why)
     uint32_t n_arenas = c->n_arenas;
     uint64_t bytes = c->arena_bytes;
 
+    uint32_t n_sessions = c->n_sessions;
+
     while (*pp && *pp != c) pp = &(*pp)->next;
     if (*pp) *pp = c->next;
+    while (c->sessions) bk_session_close(b, c, c->sessions);
     while (c->arenas) bk_arena_release(b, c, c->arenas);
     if (why)
-        scdb_info("client %s (pid %u) %s: released %u arena(s), %llu bytes", c->name,
-                  (unsigned)c->pid, why, (unsigned)n_arenas, (unsigned long long)bytes);
+        scdb_info("client %s (pid %u) %s: released %u arena(s), %llu bytes, %u session(s)",
+                  c->name, (unsigned)c->pid, why, (unsigned)n_arenas,
+                  (unsigned long long)bytes, (unsigned)n_sessions);
     b->n_clients--;
     free(c);
 }
@@ -85,6 +89,7 @@ void bk_clients_sweep(scdb_broker *b, double now)
                          now - c->last_seen);
                 b->reclaimed_clients++;
                 b->reclaimed_arenas += c->n_arenas;
+                b->reclaimed_sessions += c->n_sessions;
                 bk_client_drop(b, c, why);
             }
             c = next;
@@ -130,6 +135,7 @@ void bk_arena_release(scdb_broker *b, bk_client *c, bk_arena *a)
 {
     bk_arena **pp = &c->arenas;
 
+    if (a->session) bk_session_close(b, c, a->session);
     while (*pp && *pp != a) pp = &(*pp)->next;
     if (!*pp) return;
     *pp = a->next;
@@ -139,27 +145,18 @@ void bk_arena_release(scdb_broker *b, bk_client *c, bk_arena *a)
     bk_arena_unref(b, a);
 }
 
-scdb_err bk_arena_create(scdb_broker *b, bk_client *c, uint32_t capacity, bk_arena **out,
-                         char *errbuf, size_t errlen)
+scdb_err bk_shm_create(scdb_broker *b, bk_client *c, size_t size, bk_arena_kind kind,
+                       bk_arena **out, char *errbuf, size_t errlen)
 {
-    const scdb_broker_model *m = c->model;
     bk_arena *a = NULL;
     uint8_t rnd[16];
-    size_t cache_bytes, size;
     int fd = -1, rc;
     scdb_err e;
 
-    if (capacity == 0) capacity = (uint32_t)m->max_seq_len;
-    if (capacity > (1u << 26)) {
-        snprintf(errbuf, errlen, "arena capacity %u slots is too large", capacity);
-        return SCDB_ETOOBIG;
-    }
     if (c->n_arenas >= b->cfg.max_arenas_per_client) {
         snprintf(errbuf, errlen, "client holds %u arenas (max_arenas_per_client)", c->n_arenas);
         return SCDB_EFULL;
     }
-    cache_bytes = scdb_kv_cache_bytes(m->n_layers, m->n_kv_heads, m->head_dim, (int)capacity);
-    size = SCDB_ARENA_HEADER_BYTES + cache_bytes;
     if (b->cfg.max_arena_bytes && size > b->cfg.max_arena_bytes) {
         snprintf(errbuf, errlen, "arena of %zu bytes exceeds max_arena_bytes %llu", size,
                  (unsigned long long)b->cfg.max_arena_bytes);
@@ -200,27 +197,9 @@ scdb_err bk_arena_create(scdb_broker *b, bk_client *c, uint32_t capacity, bk_are
         goto sys;
     }
     close(fd);
-    fd = -1;
     a->size = size;
-    a->hdr = a->map;
-    memcpy(a->hdr->magic, SCDB_ARENA_MAGIC, 8);
-    a->hdr->version = SCDB_ARENA_VERSION;
-    a->hdr->header_bytes = SCDB_ARENA_HEADER_BYTES;
+    a->kind = kind;
     a->id = ++b->next_arena_id;
-    a->hdr->arena_id = a->id;
-    a->hdr->n_layers = (uint32_t)m->n_layers;
-    a->hdr->n_kv_heads = (uint32_t)m->n_kv_heads;
-    a->hdr->head_dim = (uint32_t)m->head_dim;
-    a->hdr->capacity = capacity;
-    a->hdr->dtype = SCDB_F32;
-    a->hdr->cache_offset = SCDB_ARENA_HEADER_BYTES;
-    a->hdr->cache_bytes = cache_bytes;
-    e = scdb_kv_cache_view((char *)a->map + SCDB_ARENA_HEADER_BYTES, cache_bytes, m->n_layers,
-                           m->n_kv_heads, m->head_dim, (int)capacity, &a->cache);
-    if (e) {
-        snprintf(errbuf, errlen, "cannot lay a KV cache over the arena: %s", scdb_strerror(e));
-        goto fail;
-    }
     a->refs = 1;
     a->next = c->arenas;
     c->arenas = a;
@@ -236,8 +215,47 @@ sys:
     e = SCDB_ESYS;
 fail:
     if (fd >= 0) close(fd);
-    if (a->map) munmap(a->map, size);
     bk_arena_unlink(a);
     free(a);
     return e;
+}
+
+scdb_err bk_arena_create(scdb_broker *b, bk_client *c, uint32_t capacity, bk_arena **out,
+                         char *errbuf, size_t errlen)
+{
+    const scdb_broker_model *m = c->model;
+    bk_arena *a;
+    size_t cache_bytes;
+    scdb_err e;
+
+    if (capacity == 0) capacity = (uint32_t)m->max_seq_len;
+    if (capacity > (1u << 26)) {
+        snprintf(errbuf, errlen, "arena capacity %u slots is too large", capacity);
+        return SCDB_ETOOBIG;
+    }
+    cache_bytes = scdb_kv_cache_bytes(m->n_layers, m->n_kv_heads, m->head_dim, (int)capacity);
+    e = bk_shm_create(b, c, SCDB_ARENA_HEADER_BYTES + cache_bytes, BK_ARENA_KV, &a, errbuf,
+                      errlen);
+    if (e) return e;
+    a->hdr = a->map;
+    memcpy(a->hdr->magic, SCDB_ARENA_MAGIC, 8);
+    a->hdr->version = SCDB_ARENA_VERSION;
+    a->hdr->header_bytes = SCDB_ARENA_HEADER_BYTES;
+    a->hdr->arena_id = a->id;
+    a->hdr->n_layers = (uint32_t)m->n_layers;
+    a->hdr->n_kv_heads = (uint32_t)m->n_kv_heads;
+    a->hdr->head_dim = (uint32_t)m->head_dim;
+    a->hdr->capacity = capacity;
+    a->hdr->dtype = SCDB_F32;
+    a->hdr->cache_offset = SCDB_ARENA_HEADER_BYTES;
+    a->hdr->cache_bytes = cache_bytes;
+    e = scdb_kv_cache_view((char *)a->map + SCDB_ARENA_HEADER_BYTES, cache_bytes, m->n_layers,
+                           m->n_kv_heads, m->head_dim, (int)capacity, &a->cache);
+    if (e) {
+        snprintf(errbuf, errlen, "cannot lay a KV cache over the arena: %s", scdb_strerror(e));
+        bk_arena_release(b, c, a);
+        return e;
+    }
+    *out = a;
+    return SCDB_OK;
 }

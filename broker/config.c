@@ -36,10 +36,12 @@ void scdb_broker_config_clear(scdb_broker_config *c)
     free(c->models);
     free(c->codebooks);
     free(c->pairs);
+    free(c->policies);
     c->models = NULL;
     c->codebooks = NULL;
     c->pairs = NULL;
-    c->n_models = c->n_codebooks = c->n_pairs = 0;
+    c->policies = NULL;
+    c->n_models = c->n_codebooks = c->n_pairs = c->n_policies = 0;
 }
 
 /* ------------------------------------------------------------ values */
@@ -283,6 +285,20 @@ static scdb_broker_pair_cfg *pair_cfg(scdb_broker_config *c, const char *cb, con
     return q;
 }
 
+static scdb_broker_policy_cfg *policy_cfg(scdb_broker_config *c, const char *name)
+{
+    for (int i = 0; i < c->n_policies; i++)
+        if (!strcmp(c->policies[i].name, name)) return &c->policies[i];
+    if (strlen(name) >= SCDB_BROKER_NAME_MAX) return NULL;
+    void *p = grow(c->policies, c->n_policies, sizeof *c->policies);
+    if (!p) return NULL;
+    c->policies = p;
+    scdb_broker_policy_cfg *q = &c->policies[c->n_policies++];
+    memset(q, 0, sizeof *q);
+    snprintf(q->name, sizeof q->name, "%s", name);
+    return q;
+}
+
 static int model_key(scdb_broker_model_cfg *m, const char *k, const char *v)
 {
     long x;
@@ -293,6 +309,7 @@ static int model_key(scdb_broker_model_cfg *m, const char *k, const char *v)
     else if (!strcmp(k, "n_kv_heads")) m->n_kv_heads = (int)x;
     else if (!strcmp(k, "head_dim")) m->head_dim = (int)x;
     else if (!strcmp(k, "max_seq_len")) m->max_seq_len = (int)x;
+    else if (!strcmp(k, "n_heads")) m->n_heads = (int)x;
     else return -1;
     return 0;
 }
@@ -350,9 +367,15 @@ static int on_ini_line(void *user, const char *section, const char *name, const 
         if (pair_key(p, name, value)) goto bad;
         return 1;
     }
+    if (n == 2 && !strcmp(kind, "policy")) {
+        scdb_broker_policy_cfg *p = policy_cfg(x->c, a);
+        if (!p) goto nomem;
+        if (strcmp(name, "file") || copy_str(p->file, sizeof p->file, value)) goto bad;
+        return 1;
+    }
     snprintf(x->err, sizeof x->err,
-             "unknown section [%s] (expected [broker], [model NAME], [codebook NAME] or "
-             "[pair CODEBOOK CONSUMER])", section);
+             "unknown section [%s] (expected [broker], [model NAME], [codebook NAME], "
+             "[pair CODEBOOK CONSUMER] or [policy NAME])", section);
     return 0;
 bad:
     snprintf(x->err, sizeof x->err, "[%s]: bad key or value: %s = %s", section, name, value);

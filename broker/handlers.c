@@ -10,7 +10,8 @@
 
 const char *const bk_op_names[OP_COUNT] = {
     "invalid", "hello", "ping", "heartbeat", "put", "lookup", "get", "delete",
-    "stats", "arena_create", "arena_mapped", "arena_free", "goodbye", "session",
+    "stats", "arena_create", "arena_mapped", "arena_free", "goodbye", "session_open",
+    "session_evict", "session_close",
 };
 
 /* What the reply to the request being handled needs. */
@@ -108,11 +109,9 @@ static bk_op op_of(Scdb__Request__BodyCase c)
     case SCDB__REQUEST__BODY_ARENA_MAPPED: return OP_ARENA_MAPPED;
     case SCDB__REQUEST__BODY_ARENA_FREE: return OP_ARENA_FREE;
     case SCDB__REQUEST__BODY_GOODBYE: return OP_GOODBYE;
-    case SCDB__REQUEST__BODY_SESSION_OPEN:
-    case SCDB__REQUEST__BODY_SESSION_APPEND:
-    case SCDB__REQUEST__BODY_SESSION_ADD_STATS:
-    case SCDB__REQUEST__BODY_SESSION_EVICT:
-    case SCDB__REQUEST__BODY_SESSION_CLOSE: return OP_SESSION;
+    case SCDB__REQUEST__BODY_SESSION_OPEN: return OP_SESSION_OPEN;
+    case SCDB__REQUEST__BODY_SESSION_EVICT: return OP_SESSION_EVICT;
+    case SCDB__REQUEST__BODY_SESSION_CLOSE: return OP_SESSION_CLOSE;
     default: return OP_INVALID;
     }
 }
@@ -178,6 +177,7 @@ void bk_job_done(scdb_broker *b, bk_job *j)
 {
     if (j->reply) send_reply_bytes(b, j->sock, &j->ident, j->reply, j->reply_len);
     account(b, j->op, j->status, j->t0_ns);
+    if (j->op == OP_SESSION_EVICT) bk_session_evict_done(b, j);
     if (j->arena) {
         j->arena->busy = 0;
         bk_arena_unref(b, j->arena);
@@ -374,7 +374,7 @@ static int on_get(scdb_broker *b, const rq *q, bk_client *c, Scdb__Request *req)
         return 0;
     }
     a = bk_arena_find(c, g->arena);
-    if (!a) {
+    if (!a || a->kind != BK_ARENA_KV) {
         reply(b, q, SCDB_ENOTFOUND, NULL, "no arena %llu for this client",
               (unsigned long long)g->arena);
         return 0;
@@ -461,11 +461,56 @@ static void on_arena_mapped(scdb_broker *b, const rq *q, bk_client *c, uint64_t 
               (unsigned long long)id);
         return;
     }
+    if (free_it && a->kind == BK_ARENA_STATS) {
+        reply(b, q, SCDB_EBUSY, NULL,
+              "arena %llu holds a live session's statistics: close the session instead",
+              (unsigned long long)id);
+        return;
+    }
     if (free_it)
         bk_arena_release(b, c, a);   /* a job using it keeps its own reference */
     else
         bk_arena_unlink(a);
     reply(b, q, SCDB_OK, NULL, NULL);
+}
+
+/* ---------------------------------------------------------------- sessions */
+
+static void on_session_open(scdb_broker *b, const rq *q, bk_client *c,
+                            const Scdb__SessionOpen *so)
+{
+    Scdb__Reply r = SCDB__REPLY__INIT;
+    Scdb__SessionOpenReply sr = SCDB__SESSION_OPEN_REPLY__INIT;
+    char msg[512] = "";
+    scdb_err e = SCDB_OK;
+
+    bk_on_session_open(b, c, so, &r, &sr, &e, msg, sizeof msg);
+    if (e)
+        reply(b, q, e, NULL, "%s", msg);
+    else
+        reply(b, q, SCDB_OK, &r, NULL);
+}
+
+static int on_session_evict(scdb_broker *b, const rq *q, bk_client *c, Scdb__Request *req)
+{
+    char msg[512] = "";
+    bk_job *j = job_new(q, req, OP_SESSION_EVICT);
+    scdb_err e;
+
+    if (!j) {
+        reply(b, q, SCDB_ENOMEM, NULL, "out of memory");
+        return 0;
+    }
+    e = bk_session_evict_prepare(b, c, req->session_evict, j, msg, sizeof msg);
+    if (e) {
+        j->req = NULL;
+        bk_job_free(j);
+        reply(b, q, e, NULL, "%s", msg);
+        return 0;
+    }
+    b->inflight++;
+    bk_queue_push(&b->jobs, j);
+    return 1;
 }
 
 /* ---------------------------------------------------------------- stats */
@@ -501,12 +546,13 @@ static void on_stats(scdb_broker *b, const rq *q)
     s.clients = b->n_clients;
     s.arenas = b->n_arenas;
     s.arena_bytes = b->arena_bytes;
-    s.sessions = 0;
+    s.sessions = b->n_sessions;
     s.inflight = (uint64_t)b->inflight;
     s.requests = b->requests;
     s.errors = b->errors;
     s.reclaimed_clients = b->reclaimed_clients;
     s.reclaimed_arenas = b->reclaimed_arenas;
+    s.reclaimed_sessions = b->reclaimed_sessions;
     s.uptime_s = scdb_now() - b->t_start;
     s.workers = (uint32_t)b->n_workers;
     s.block_tokens = b->block_tokens;
@@ -596,7 +642,7 @@ void bk_handle(scdb_broker *b, int sock, zmq_msg_t *frames, int n_frames, int to
         goto done;
     }
     if (c) c->last_seen = scdb_now();   /* ping and stats may come anonymously */
-    if ((q.op == OP_PUT || q.op == OP_GET || q.op == OP_DELETE) &&
+    if ((q.op == OP_PUT || q.op == OP_GET || q.op == OP_DELETE || q.op == OP_SESSION_EVICT) &&
         b->inflight >= b->cfg.max_inflight) {
         reply(b, &q, SCDB_EBUSY, NULL, "broker busy: %d requests in flight (max_inflight)",
               b->inflight);
@@ -626,10 +672,14 @@ void bk_handle(scdb_broker *b, int sock, zmq_msg_t *frames, int n_frames, int to
         bk_client_drop(b, c, "said goodbye");
         reply(b, &q, SCDB_OK, NULL, NULL);
         break;
-    case OP_SESSION:
-        reply(b, &q, SCDB_EUNSUPPORTED, NULL,
-              "live sessions are not implemented yet (message shapes only)");
+    case OP_SESSION_OPEN: on_session_open(b, &q, c, req->session_open); break;
+    case OP_SESSION_EVICT: owned = on_session_evict(b, &q, c, req); break;
+    case OP_SESSION_CLOSE: {
+        char msg[256] = "";
+        scdb_err e = bk_session_close_id(b, c, req->session_close->session, msg, sizeof msg);
+        reply(b, &q, e, NULL, "%s", msg);
         break;
+    }
     default: reply(b, &q, SCDB_EPROTO, NULL, "unexpected request"); break;
     }
 done:

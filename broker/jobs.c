@@ -261,6 +261,7 @@ static void *thread_main(void *arg)
         case OP_GET: run_get(b, j); break;
         case OP_PUT: run_put(b, j); break;
         case OP_DELETE: run_delete(b, j); break;
+        case OP_SESSION_EVICT: bk_session_run_evict(b, j); break;
         default: finish(j, SCDB_EPROTO, NULL, "not a job"); break;
         }
         while (zmq_send(push, &j, sizeof j, 0) < 0 && zmq_errno() == EINTR) {}

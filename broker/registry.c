@@ -50,7 +50,9 @@ static scdb_err load_model(const scdb_broker_model_cfg *mc, scdb_broker_model *m
         m->n_kv_heads = conf.n_kv_heads;
         m->head_dim = conf.head_dim;
         m->max_seq_len = conf.max_seq_len;
-        if ((mc->n_layers && mc->n_layers != m->n_layers) ||
+        m->n_heads = conf.n_heads;
+        if ((mc->n_heads && mc->n_heads != m->n_heads) ||
+            (mc->n_layers && mc->n_layers != m->n_layers) ||
             (mc->n_kv_heads && mc->n_kv_heads != m->n_kv_heads) ||
             (mc->head_dim && mc->head_dim != m->head_dim)) {
             snprintf(errbuf, errlen, "model %s: dimensions differ from %s", mc->name,
@@ -70,6 +72,12 @@ static scdb_err load_model(const scdb_broker_model_cfg *mc, scdb_broker_model *m
     m->n_kv_heads = mc->n_kv_heads;
     m->head_dim = mc->head_dim;
     m->max_seq_len = mc->max_seq_len > 0 ? mc->max_seq_len : DEFAULT_MAX_SEQ;
+    if (mc->n_heads && mc->n_heads % mc->n_kv_heads) {
+        snprintf(errbuf, errlen, "model %s: n_heads %d is not a multiple of n_kv_heads %d",
+                 mc->name, mc->n_heads, mc->n_kv_heads);
+        return SCDB_EINVAL;
+    }
+    m->n_heads = mc->n_heads;
     return SCDB_OK;
 }
 
@@ -115,6 +123,63 @@ static scdb_err add_pair(scdb_broker *b, const scdb_broker_codebook *cb,
     }
     p->dec = dec;
     return SCDB_OK;
+}
+
+/* Eviction policies for live sessions: every heuristic under its kind's
+ * name, then the configured learned ones (a name may not shadow a
+ * heuristic). */
+static scdb_err load_policies(scdb_broker *b, const scdb_broker_config *c, char *errbuf,
+                              size_t errlen)
+{
+    b->policies = calloc((size_t)SCDB_EVICT_KIND_COUNT + (size_t)c->n_policies,
+                         sizeof *b->policies);
+    if (!b->policies) {
+        snprintf(errbuf, errlen, "out of memory");
+        return SCDB_ENOMEM;
+    }
+    for (int k = 0; k < SCDB_EVICT_KIND_COUNT; k++) {
+        bk_policy *p = &b->policies[b->n_policies];
+        if (k == SCDB_EVICT_LEARNED) continue;
+        snprintf(p->name, sizeof p->name, "%s", scdb_evict_kind_name((scdb_evict_kind)k));
+        if (scdb_evict_policy_new((scdb_evict_kind)k, &p->policy)) {
+            snprintf(errbuf, errlen, "out of memory");
+            return SCDB_ENOMEM;
+        }
+        b->n_policies++;
+    }
+    for (int i = 0; i < c->n_policies; i++) {
+        const scdb_broker_policy_cfg *pc = &c->policies[i];
+        bk_policy *p = &b->policies[b->n_policies];
+        char why[256] = "";
+        scdb_err e;
+
+        if (bk_policy_find(b, pc->name)) {
+            snprintf(errbuf, errlen, "policy %s: the name is taken (a built-in heuristic)",
+                     pc->name);
+            return SCDB_EINVAL;
+        }
+        if (!pc->file[0]) {
+            snprintf(errbuf, errlen, "policy %s: give file = PATH (a learned policy)", pc->name);
+            return SCDB_EINVAL;
+        }
+        e = scdb_evict_policy_load(pc->file, &p->policy, why, sizeof why);
+        if (e) {
+            snprintf(errbuf, errlen, "policy %s: %s: %s: %s", pc->name, pc->file,
+                     scdb_strerror(e), why);
+            return e;
+        }
+        snprintf(p->name, sizeof p->name, "%s", pc->name);
+        b->n_policies++;
+        scdb_info("policy %s: learned, from %s", p->name, pc->file);
+    }
+    return SCDB_OK;
+}
+
+const bk_policy *bk_policy_find(const scdb_broker *b, const char *name)
+{
+    for (int i = 0; i < b->n_policies; i++)
+        if (!strcmp(b->policies[i].name, name)) return &b->policies[i];
+    return NULL;
 }
 
 scdb_err bk_registry_build(scdb_broker *b, const scdb_broker_config *c, char *errbuf,
@@ -181,7 +246,7 @@ scdb_err bk_registry_build(scdb_broker *b, const scdb_broker_config *c, char *er
         e = add_pair(b, cb, m, pc->file, errbuf, errlen);
         if (e) return e;
     }
-    return SCDB_OK;
+    return load_policies(b, c, errbuf, errlen);
 }
 
 void bk_registry_free(scdb_broker *b)
@@ -190,6 +255,10 @@ void bk_registry_free(scdb_broker *b)
         if (b->pairs[i].dec.destroy) b->pairs[i].dec.destroy(b->pairs[i].dec.ctx);
     for (int i = 0; i < b->n_codebooks; i++)
         if (b->codebooks[i].destroy) b->codebooks[i].destroy(b->codebooks[i].ctx);
+    for (int i = 0; i < b->n_policies; i++) scdb_evict_policy_free(&b->policies[i].policy);
+    free(b->policies);
+    b->policies = NULL;
+    b->n_policies = 0;
     free(b->pairs);
     free(b->codebooks);
     free(b->models);

@@ -419,7 +419,7 @@ int scdb_cmd_stats(int argc, char **argv)
                "\"puts\": %llu, \"evictions\": %llu, \"checksum_failures\": %llu, "
                "\"clients\": %llu, \"arenas\": %llu, \"arena_bytes\": %llu, "
                "\"requests\": %llu, \"errors\": %llu, \"reclaimed_clients\": %llu, "
-               "\"uptime_s\": %.3f, \"workers\": %u, \"block_tokens\": %u, \"ops\": {",
+               "\"sessions\": %llu, \"reclaimed_sessions\": %llu, \"uptime_s\": %.3f, \"workers\": %u, \"block_tokens\": %u, \"ops\": {",
                (unsigned long long)s.blocks, (unsigned long long)s.disk_bytes,
                (unsigned long long)s.hot_blocks, (unsigned long long)s.hot_bytes,
                (unsigned long long)s.lookups, (unsigned long long)s.lookup_hit_blocks,
@@ -429,6 +429,7 @@ int scdb_cmd_stats(int argc, char **argv)
                (unsigned long long)s.clients, (unsigned long long)s.arenas,
                (unsigned long long)s.arena_bytes, (unsigned long long)s.requests,
                (unsigned long long)s.errors, (unsigned long long)s.reclaimed_clients,
+               (unsigned long long)s.sessions, (unsigned long long)s.reclaimed_sessions,
                s.uptime_s, s.workers, s.block_tokens);
         for (int i = 0; i < s.n_ops; i++)
             printf("%s\"%s\": {\"count\": %llu, \"errors\": %llu, \"mean_us\": %.1f, "
@@ -460,6 +461,8 @@ int scdb_cmd_stats(int argc, char **argv)
            (unsigned long long)s.reclaimed_clients);
     printf("| arenas | %llu, %llu bytes (%llu reclaimed) |\n", (unsigned long long)s.arenas,
            (unsigned long long)s.arena_bytes, (unsigned long long)s.reclaimed_arenas);
+    printf("| live sessions | %llu (%llu reclaimed) |\n", (unsigned long long)s.sessions,
+           (unsigned long long)s.reclaimed_sessions);
     printf("| requests | %llu (%llu errors, %llu in flight) |\n",
            (unsigned long long)s.requests, (unsigned long long)s.errors,
            (unsigned long long)s.inflight);

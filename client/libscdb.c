@@ -575,7 +575,7 @@ scdb_err scdb_stats(scdb *h, scdb_stat *out)
     C(lookup_miss_blocks); C(gets); C(get_hot_hits); C(get_disk_hits); C(get_misses); C(puts);
     C(put_existing); C(evictions); C(checksum_failures); C(clients); C(arenas);
     C(arena_bytes); C(sessions); C(inflight); C(requests); C(errors); C(reclaimed_clients);
-    C(reclaimed_arenas); C(broker_instance); C(uptime_s); C(workers); C(block_tokens);
+    C(reclaimed_arenas); C(reclaimed_sessions); C(broker_instance); C(uptime_s); C(workers); C(block_tokens);
 #undef C
     for (size_t i = 0; i < s->n_ops && out->n_ops < SCDB_STAT_MAX_OPS; i++) {
         int k = out->n_ops++;

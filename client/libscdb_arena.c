@@ -138,6 +138,8 @@ void scdb_arena_free(scdb_arena **ap)
     if (!ap || !*ap) return;
     a = *ap;
     h = a->h;
+    /* freeing the arena ends its session on the broker too */
+    if (a->session) lib_session_drop(a->session);
     if (h->registered && a->gen == h->gen) arena_notify(h, a->id, 1);
     for (pp = &h->arenas; *pp && *pp != a; pp = &(*pp)->next) {}
     if (*pp) *pp = a->next;

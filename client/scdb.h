@@ -77,6 +77,8 @@
  * SCDB_EFULL then, never a SIGBUS later).  The broker frees a client's
  * arenas when the client says goodbye (scdb_close) or stops heartbeating;
  * a mapping this process holds stays valid memory until scdb_arena_free.
+ *
+ * Live sessions: see the section of that name below.
  */
 #ifndef SCDB_H
 #define SCDB_H
@@ -241,6 +243,101 @@ scdb_err scdb_get_copy(scdb *h, const int32_t *tokens, size_t n_tokens, scdb_kv_
 scdb_err scdb_delete(scdb *h, const int32_t *tokens, size_t n_tokens, uint32_t from_block,
                      uint32_t *n_deleted);
 
+/* ------------------------------------------------------------ live sessions
+ *
+ * A live session keeps an arena's cache within a slot budget while this
+ * process decodes into it, with one of the broker's eviction policies
+ * (evict/evict.h: full, streaming, h2o, snapkv, tova, or a learned
+ * DistillCache policy the broker loaded, e.g. "distillcache").
+ *
+ *   scdb_arena_new + scdb_get          the prefix, decoded into the arena
+ *   scdb_session_open(arena, budget, policy, cadence)
+ *   loop:
+ *     forward one token into scdb_arena_cache(arena) (slot n, n++),
+ *       capturing its attention (model.h: scdb_capture.probs)
+ *     scdb_session_step(s, probs, slots, 1, &ev)
+ *       folds the statistics into shared memory (no message); every
+ *       `cadence` tokens, if n > budget, the broker scores, selects and
+ *       compacts the cache in place (one round trip): ev.evicted, and
+ *       ev.slot_pos[i] = the original position of slot i
+ *   scdb_session_close(&s)
+ *
+ * Compaction keeps order and each slot's original position (cache->pos),
+ * so attention stays causal by position and RoPE'd keys stay valid; the
+ * next token's position is the sequence's, not cache->n.  Do not touch the
+ * cache while an eviction is in flight (the call is synchronous).  Caveats:
+ * a session belongs to its arena; freeing the arena ends it; after a
+ * broker restart, or if an eviction timed out, calls return SCDB_ECLOSED
+ * (close it; the cache's contents are not defined after a timed-out
+ * eviction).  Sessions must be closed before scdb_close or not at all. */
+
+typedef struct scdb_session scdb_session;
+
+typedef struct scdb_session_opts {
+    uint32_t budget;               /* slots to keep (1 .. arena capacity)   */
+    const char *policy;            /* NULL: "streaming"                     */
+    uint32_t cadence;              /* scdb_session_step evicts every this
+                                      many appended tokens; 0: only
+                                      scdb_session_evict                     */
+    int n_heads;                   /* our model's query heads               */
+    int window;                    /* SnapKV observation window; 0: 32      */
+} scdb_session_opts;
+
+typedef struct scdb_session_info {
+    uint64_t id;
+    uint32_t budget, cadence;
+    uint32_t sinks, recent;        /* slots the policy always keeps         */
+    uint64_t stats_bytes;          /* shared accumulators                   */
+} scdb_session_info;
+
+typedef struct scdb_session_evict_result {
+    int evicted;                   /* 1: slots were removed                 */
+    uint32_t n_before, n_kept;     /* live slots before / after             */
+    const int32_t *slot_pos;       /* [n_kept]: slot -> original position;
+                                      valid until the next session call     */
+    uint64_t evict_ns;             /* broker time in the policy            */
+} scdb_session_evict_result;
+
+/* Open a live session on arena a (one per arena).  Errors: SCDB_ENOTFOUND
+ * (unknown policy: the message lists the broker's), SCDB_ERANGE (budget 0
+ * or over the arena's capacity), SCDB_ESHAPE (n_heads not the model's),
+ * SCDB_EBUSY (the arena has a session), SCDB_EFULL (arena limits: the
+ * statistics take one), SCDB_ECLOSED (arena from before a restart),
+ * common ones. */
+scdb_err scdb_session_open(scdb_arena *a, const scdb_session_opts *o, scdb_session **out);
+const scdb_session_info *scdb_session_get_info(const scdb_session *s);
+
+/* Fold the statistics of the n_new newest cache slots (just appended by a
+ * forward) into the shared accumulators: probs is that forward's attention
+ * [n_layers][n_heads][n_new][probs_slots] (probs_slots >= cache n).  Slots
+ * appended before them without statistics (a get) are recorded first with
+ * no attention.  probs NULL with n_new 0 records only those.  No message.
+ * Errors: SCDB_EINVAL (more new slots than the cache grew by, probs_slots
+ * too small), SCDB_ECLOSED. */
+scdb_err scdb_session_add_stats(scdb_session *s, const float *probs, int probs_slots, int n_new);
+
+/* add_stats, then, if `cadence` tokens were appended since the last
+ * eviction and the cache holds more than the budget, scdb_session_evict(s,
+ * 0, out).  out (may be NULL) is zeroed when no eviction ran. */
+scdb_err scdb_session_step(scdb_session *s, const float *probs, int probs_slots, int n_new,
+                           scdb_session_evict_result *out);
+
+/* Evict down to budget (0: the session's) now: the broker scores, selects
+ * and compacts the cache and the accumulators in place; the cache's n
+ * becomes out->n_kept.  Errors: SCDB_EMISMATCH (statistics out of step with
+ * the cache), SCDB_EFORMAT (the shared accumulators were overwritten),
+ * SCDB_EBUSY (a get into the arena is in progress), SCDB_ERANGE, common. */
+scdb_err scdb_session_evict(scdb_session *s, uint32_t budget, scdb_session_evict_result *out);
+
+/* The shared accumulators (layout: schema/FORMATS.md, "Eviction policy
+ * file and feature accumulators"), for a process that computes the
+ * statistics with its own kernels instead of scdb_session_add_stats; bytes
+ * (may be NULL) gets the size.  The broker checks them at every eviction. */
+void *scdb_session_accumulators(scdb_session *s, size_t *bytes);
+
+/* End the session (the arena stays).  NULLs *s; accepts NULL. */
+void scdb_session_close(scdb_session **s);
+
 #define SCDB_STAT_MAX_OPS 16
 
 typedef struct scdb_stat {
@@ -251,7 +348,7 @@ typedef struct scdb_stat {
         checksum_failures;
     /* broker */
     uint64_t clients, arenas, arena_bytes, sessions, inflight, requests, errors,
-        reclaimed_clients, reclaimed_arenas, broker_instance;
+        reclaimed_clients, reclaimed_arenas, reclaimed_sessions, broker_instance;
     double uptime_s;
     uint32_t workers, block_tokens;
     int n_ops;

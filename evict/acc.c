@@ -169,11 +169,11 @@ scdb_err scdb_evict_acc_update(scdb_evict_acc *a, const scdb_kv_cache *c,
     float *ent = NULL, *sum = NULL, *sq = NULL, *grp = NULL;
     scdb_err rc = SCDB_ENOMEM;
 
-    if (!a || !c || !probs || n_new <= 0) return SCDB_EINVAL;
+    if (!a || !c || n_new <= 0) return SCDB_EINVAL;
     if (c->n_layers != L || c->n_kv_heads != G || c->capacity > a->capacity) return SCDB_ESHAPE;
     n = c->n;
     n_old = a->n;
-    if (n_old + n_new != n || probs_slots < n) return SCDB_EINVAL;
+    if (n_old + n_new != n || (probs && probs_slots < n)) return SCDB_EINVAL;
     hd = c->head_dim;
     lh_count = L * H;
 
@@ -206,7 +206,7 @@ scdb_err scdb_evict_acc_update(scdb_evict_acc *a, const scdb_kv_cache *c,
         vnorm[j] = (float)(s / (L * G));
     }
 
-    for (int q = 0; q < n_new; q++) {
+    for (int q = 0; probs && q < n_new; q++) {
         int32_t qp = c->pos[n_old + q];
         int nvis = 0;
         for (int j = 0; j < n; j++) nvis += c->pos[j] <= qp;

@@ -179,7 +179,9 @@ float *scdb_evict_acc_win(const scdb_evict_acc *a);   /* [window][G][capacity] *
  * positions and V norms, then, query by query in slot order, their attention
  * over the slots they can see.  probs is [n_layers][n_heads][n_new][probs_slots]
  * (scdb_capture.probs of that forward), probs_slots >= cache->n.
- * One call per step (or per prefill chunk).
+ * One call per step (or per prefill chunk).  probs NULL records the new
+ * slots (positions, V norms) with no queries: slots whose KV came from
+ * elsewhere (a decoded prefix) before any query has attended to them.
  * SCDB_EINVAL (NULL, n_new <= 0, probs_slots too small, a->n + n_new !=
  * cache->n), SCDB_ESHAPE (cache / accumulator / model dims differ). */
 scdb_err scdb_evict_acc_update(scdb_evict_acc *a, const scdb_kv_cache *cache,

@@ -7,6 +7,8 @@
  *                                                       print "ready", sleep
  *   broker_client ENDPOINT loop  MODEL SEED NTOK SECS   consumer: get + verify
  *                                                       over and over
+ *   broker_client ENDPOINT session MODEL                consumer: an arena with a
+ *                                                       live session, "ready", sleep
  *
  * Exit 0 when everything matched, 1 on a failed call, 3 on wrong bytes. */
 #include <stdio.h>
@@ -132,6 +134,20 @@ int main(int argc, char **argv)
         if (e) return fail("register", e);
         e = scdb_arena_new(h, 256, &a);
         if (e) return fail("arena", e);
+        printf("ready\n");
+        fflush(stdout);
+        for (;;) pause();
+    } else if (!strcmp(mode, "session")) {
+        scdb_arena *a;
+        scdb_session *s;
+        scdb_session_opts so = {.budget = 32, .policy = "h2o", .n_heads = 2 * info.n_kv_heads};
+        e = scdb_register(h, SCDB_CONSUMER, model, NULL, &info);
+        if (e) return fail("register", e);
+        so.n_heads = 2 * info.n_kv_heads;
+        e = scdb_arena_new(h, 128, &a);
+        if (e) return fail("arena", e);
+        e = scdb_session_open(a, &so, &s);
+        if (e) return fail("session", e);
         printf("ready\n");
         fflush(stdout);
         for (;;) pause();

@@ -89,6 +89,9 @@ static void write_config(const char *path, const char *ep, const char *data, con
                "; a model directory's config.json\n"
                "[model fromjson]\n"
                "config = %s/config.json\n"
+               "\n"
+               "[policy distillcache]\n"
+               "file = " SCDB_DATA_DIR "/policies/distillcache_base.safetensors\n"
                "%s",
                ep, data, HB_MS, HB_TIMEOUT_MS, MAX_REQ, extra ? extra : "", dir,
                have_family ? "\n; the reference family: F32 raw KV, and base's KV into code\n"
@@ -781,7 +784,7 @@ static void test_malformed_frames(void **state)
         req.body_case = SCDB__REQUEST__BODY_SESSION_OPEN;
         req.session_open = &so;
         rep = raw_req(&r, &req, 0, NULL, NULL);
-        assert_int_equal(rep->status, SCDB_EUNSUPPORTED);
+        assert_int_equal(rep->status, SCDB_ENOTFOUND);           /* no arena 0 */
         scdb__reply__free_unpacked(rep, NULL);
     }
     raw_close(&r);
@@ -1045,6 +1048,361 @@ static void test_cli(void **state)
     }
 }
 
+/* ---------------------------------------------------------------- live sessions */
+
+/* Attention of one query over n slots: `heavy` slots (pos % 16 == 5) share
+ * most of the mass, the rest get a little; the same for every layer/head. */
+static void fake_probs(const scdb_kv_cache *c, int L, int H, float *probs, int slots)
+{
+    int n = c->n, n_heavy = 0;
+    for (int j = 0; j < n; j++) n_heavy += c->pos[j] % 16 == 5;
+    for (int lh = 0; lh < L * H; lh++) {
+        float *row = probs + (size_t)lh * slots;
+        for (int j = 0; j < n; j++)
+            row[j] = c->pos[j] % 16 == 5 ? 0.5f / (float)n_heavy : 0.5f / (float)(n - n_heavy);
+    }
+}
+
+/* Append one decoded token at slot n with position pos (values of prefix
+ * seed at token index pos, so the test can check them after compaction). */
+static void append_token(uint32_t seed, scdb_kv_cache *c, int32_t pos)
+{
+    int d = scdb_kv_dim(c), s = c->n;
+    for (int l = 0; l < c->n_layers; l++)
+        for (int j = 0; j < d; j++) {
+            scdb_kv_k(c, l, s)[j] = bkv_value(seed, 0, l, pos, j);
+            scdb_kv_v(c, l, s)[j] = bkv_value(seed, 1, l, pos, j);
+        }
+    c->pos[s] = pos;
+    c->n++;
+}
+
+/* Every kept slot holds the KV of its original position, in order. */
+static void check_compacted(uint32_t seed, const scdb_kv_cache *c, const int32_t *map, int n)
+{
+    for (int i = 0; i < n; i++) {
+        assert_int_equal(map[i], c->pos[i]);
+        if (i) assert_true(map[i] > map[i - 1]);
+        assert_int_equal(bkv_check(seed, c, i, map[i], 1, map[i], 0), 0);
+    }
+}
+
+/* Open (with each refusal), fold statistics, evict on cadence and on demand
+ * with h2o, streaming and the learned policy; damaged shared accumulators
+ * are refused and the broker keeps serving; close. */
+static void test_live_sessions(void **state)
+{
+    const int L = 2, H = 4, P = 256;
+    int32_t t[256];
+    float *probs;
+    scdb_info info;
+    scdb_get_result gr;
+    scdb_session_opts so = {.budget = 64, .policy = "h2o", .cadence = 16, .n_heads = H};
+    scdb_session_evict_result ev;
+    scdb_session *s = NULL, *s2 = NULL;
+    scdb_kv_cache *c;
+    scdb_arena *a, *a2;
+    scdb_stat st;
+    scdb *h;
+    (void)state;
+
+    assert_int_equal(run_client("put", "m32", 11, P, NULL), 0);
+    bkv_tokens(11, t, P);
+    h = consumer("m32", &info);
+    assert_int_equal(scdb_arena_new(h, 320, &a), SCDB_OK);
+    c = scdb_arena_cache(a);
+    assert_int_equal(scdb_get(h, t, P, a, 0, 0, &gr), SCDB_OK);
+    assert_int_equal(c->n, P);
+
+    /* refusals, each with its error */
+    so.policy = "nope";
+    assert_int_equal(scdb_session_open(a, &so, &s), SCDB_ENOTFOUND);
+    assert_non_null(strstr(scdb_last_error(h), "distillcache"));   /* lists the known ones */
+    so.policy = "h2o";
+    so.budget = 0;
+    assert_int_equal(scdb_session_open(a, &so, &s), SCDB_ERANGE);
+    so.budget = 321;
+    assert_int_equal(scdb_session_open(a, &so, &s), SCDB_ERANGE);
+    so.budget = 64;
+    so.n_heads = 3;                                    /* not a multiple of 2 KV heads */
+    assert_int_equal(scdb_session_open(a, &so, &s), SCDB_ESHAPE);
+    so.n_heads = H;
+    so.window = 100000;
+    assert_int_equal(scdb_session_open(a, &so, &s), SCDB_ERANGE);
+    so.window = 0;
+    assert_null(s);
+
+    assert_int_equal(scdb_session_open(a, &so, &s), SCDB_OK);
+    assert_int_equal(scdb_session_get_info(s)->budget, 64);
+    assert_int_equal(scdb_session_get_info(s)->recent, 32);        /* h2o: budget / 2 */
+    assert_int_equal(scdb_session_open(a, &so, &s2), SCDB_EBUSY);  /* one per arena */
+    get_stats(&st);
+    assert_int_equal(st.sessions, 1);
+
+    /* decode 8 tokens: statistics only (the first step also records the
+     * 256 slots the get wrote); cadence 16 counts those, so step 1 evicts */
+    probs = calloc((size_t)L * H * 320, sizeof *probs);
+    assert_non_null(probs);
+    append_token(11, c, P);
+    fake_probs(c, L, H, probs, 320);
+    assert_int_equal(scdb_session_step(s, probs, 320, 1, &ev), SCDB_OK);
+    assert_int_equal(ev.evicted, 1);
+    assert_int_equal(ev.n_before, P + 1);
+    assert_int_equal(ev.n_kept, 64);
+    assert_int_equal(c->n, 64);
+    check_compacted(11, c, ev.slot_pos, 64);
+    /* h2o kept the heavy hitters outside its recent window */
+    for (int p = 5; p < P + 1 - 32; p += 16) {
+        int found = 0;
+        for (int i = 0; i < 64; i++) found |= ev.slot_pos[i] == p;
+        assert_true(found);
+    }
+    assert_int_equal(ev.slot_pos[63], P);                          /* newest kept */
+    for (int i = 1; i < 16; i++) {                                 /* no eviction before 16 */
+        append_token(11, c, P + i);
+        fake_probs(c, L, H, probs, 320);
+        assert_int_equal(scdb_session_step(s, probs, 320, 1, &ev), SCDB_OK);
+        assert_int_equal(ev.evicted, 0);
+    }
+    append_token(11, c, P + 16);
+    fake_probs(c, L, H, probs, 320);
+    assert_int_equal(scdb_session_step(s, probs, 320, 1, &ev), SCDB_OK);
+    assert_int_equal(ev.evicted, 1);                               /* the 16th token */
+    assert_int_equal(ev.n_before, 64 + 16);
+    assert_int_equal(c->n, 64);
+    check_compacted(11, c, ev.slot_pos, 64);
+
+    /* on demand, to a smaller budget; then within budget: nothing moves */
+    assert_int_equal(scdb_session_evict(s, 40, &ev), SCDB_OK);
+    assert_int_equal(ev.n_kept, 40);
+    check_compacted(11, c, ev.slot_pos, 40);
+    assert_int_equal(scdb_session_evict(s, 0, &ev), SCDB_OK);
+    assert_int_equal(ev.evicted, 0);
+    assert_int_equal(ev.n_kept, 40);
+
+    /* statistics out of step: more new slots than the cache grew by */
+    append_token(11, c, P + 17);
+    assert_int_equal(scdb_session_add_stats(s, probs, 320, 2), SCDB_EINVAL);
+    assert_int_equal(scdb_session_add_stats(s, probs, 8, 1), SCDB_EINVAL);  /* slots < n */
+    fake_probs(c, L, H, probs, 320);
+    assert_int_equal(scdb_session_add_stats(s, probs, 320, 1), SCDB_OK);
+
+    {   /* the shared accumulators overwritten: refused, broker unharmed */
+        size_t bytes;
+        uint32_t *hdr = scdb_session_accumulators(s, &bytes), keep[16];
+        assert_non_null(hdr);
+        assert_true(bytes > 64);
+        memcpy(keep, hdr, sizeof keep);
+        hdr[0] ^= 0xffffffffu;                                     /* magic */
+        assert_int_equal(scdb_session_evict(s, 8, &ev), SCDB_EFORMAT);
+        memcpy(hdr, keep, sizeof keep);
+        hdr[5] = 1u << 30;                                         /* capacity */
+        assert_int_equal(scdb_session_evict(s, 8, &ev), SCDB_EFORMAT);
+        memcpy(hdr, keep, sizeof keep);
+        hdr[7] = 300;                                              /* n past cache n */
+        assert_int_equal(scdb_session_evict(s, 8, &ev), SCDB_EINVAL);   /* local check */
+        memcpy(hdr, keep, sizeof keep);
+        assert_int_equal(c->n, 41);
+        assert_int_equal(scdb_session_evict(s, 8, &ev), SCDB_OK);
+        assert_int_equal(ev.n_kept, 8);
+        check_compacted(11, c, ev.slot_pos, 8);
+        assert_alive();
+    }
+    /* a get into an arena with a session: allowed (fills more slots) */
+    assert_int_equal(scdb_get(h, t, P, a, 8, 0, &gr), SCDB_OK);
+    assert_int_equal(c->n, 8 + P);
+    scdb_session_close(&s);
+    assert_null(s);
+    get_stats(&st);
+    assert_int_equal(st.sessions, 0);
+
+    /* streaming: 4 sinks + the most recent */
+    c->n = 0;
+    assert_int_equal(scdb_get(h, t, P, a, 0, 0, &gr), SCDB_OK);
+    so.policy = "streaming";
+    so.cadence = 0;
+    so.budget = 40;
+    assert_int_equal(scdb_session_open(a, &so, &s), SCDB_OK);
+    append_token(11, c, P);
+    fake_probs(c, L, H, probs, 320);
+    assert_int_equal(scdb_session_step(s, probs, 320, 1, &ev), SCDB_OK);
+    assert_int_equal(ev.evicted, 0);                                /* cadence 0 */
+    assert_int_equal(scdb_session_evict(s, 0, &ev), SCDB_OK);
+    assert_int_equal(ev.n_kept, 40);
+    for (int i = 0; i < 4; i++) assert_int_equal(ev.slot_pos[i], i);
+    for (int i = 4; i < 40; i++) assert_int_equal(ev.slot_pos[i], P + 1 - 40 + i);
+    check_compacted(11, c, ev.slot_pos, 40);
+    scdb_session_close(&s);
+
+    /* the learned policy the broker loaded, on a second arena; freeing the
+     * arena ends its session */
+    assert_int_equal(scdb_arena_new(h, 320, &a2), SCDB_OK);
+    assert_int_equal(scdb_get(h, t, P, a2, 0, 0, &gr), SCDB_OK);
+    so.policy = "distillcache";
+    so.budget = 64;
+    so.cadence = 8;
+    assert_int_equal(scdb_session_open(a2, &so, &s), SCDB_OK);
+    for (int i = 0; i < 24; i++) {
+        scdb_kv_cache *c2 = scdb_arena_cache(a2);
+        append_token(11, c2, P + i);
+        fake_probs(c2, L, H, probs, 320);
+        assert_int_equal(scdb_session_step(s, probs, 320, 1, &ev), SCDB_OK);
+        assert_true(c2->n <= 64 + 8);
+        if (ev.evicted) check_compacted(11, c2, ev.slot_pos, (int)ev.n_kept);
+    }
+    get_stats(&st);
+    assert_int_equal(st.sessions, 1);
+    scdb_arena_free(&a2);                       /* s is gone with it */
+    get_stats(&st);
+    assert_int_equal(st.sessions, 0);
+    free(probs);
+    scdb_arena_free(&a);
+    scdb_close(&h);
+    assert_alive();
+}
+
+/* Session requests that name what does not exist or is not theirs. */
+static void test_session_refusals(void **state)
+{
+    raw r;
+    Scdb__Request req = SCDB__REQUEST__INIT;
+    Scdb__ArenaCreate ac = SCDB__ARENA_CREATE__INIT;
+    Scdb__SessionOpen so = SCDB__SESSION_OPEN__INIT;
+    Scdb__SessionEvict se = SCDB__SESSION_EVICT__INIT;
+    Scdb__SessionClose sc = SCDB__SESSION_CLOSE__INIT;
+    Scdb__ArenaFree af = SCDB__ARENA_FREE__INIT;
+    Scdb__GetRequest g = SCDB__GET_REQUEST__INIT;
+    Scdb__Reply *rep;
+    uint64_t kv, stats, sess;
+    (void)state;
+
+    raw_open(&r);
+    req.version = SCDB_PROTO_VERSION;
+    req.client = raw_hello(&r, "m32", SCDB__ROLE__CONSUMER);
+    ac.capacity = 128;
+    req.body_case = SCDB__REQUEST__BODY_ARENA_CREATE;
+    req.arena_create = &ac;
+    rep = raw_req(&r, &req, 0, NULL, NULL);
+    assert_int_equal(rep->status, SCDB_OK);
+    kv = rep->arena->arena;
+    scdb__reply__free_unpacked(rep, NULL);
+
+    so.arena = kv;
+    so.budget = 16;
+    so.policy = (char *)"tova";
+    so.n_heads = 2;
+    req.body_case = SCDB__REQUEST__BODY_SESSION_OPEN;
+    req.session_open = &so;
+    rep = raw_req(&r, &req, 0, NULL, NULL);
+    assert_int_equal(rep->status, SCDB_OK);
+    sess = rep->session_open->session;
+    stats = rep->session_open->stats_arena;
+    assert_int_equal(rep->session_open->sinks + rep->session_open->recent <= 16, 1);
+    scdb__reply__free_unpacked(rep, NULL);
+    rep = raw_req(&r, &req, 0, NULL, NULL);                  /* a second one: busy */
+    assert_int_equal(rep->status, SCDB_EBUSY);
+    scdb__reply__free_unpacked(rep, NULL);
+    so.arena = stats;                                        /* not a KV arena */
+    rep = raw_req(&r, &req, 0, NULL, NULL);
+    assert_int_equal(rep->status, SCDB_ENOTFOUND);
+    scdb__reply__free_unpacked(rep, NULL);
+
+    g.arena = stats;                                         /* get into the statistics */
+    req.body_case = SCDB__REQUEST__BODY_GET;
+    req.get = &g;
+    rep = raw_req(&r, &req, 0, NULL, NULL);
+    assert_int_equal(rep->status, SCDB_ENOTFOUND);
+    scdb__reply__free_unpacked(rep, NULL);
+    af.arena = stats;                                        /* free the statistics */
+    req.body_case = SCDB__REQUEST__BODY_ARENA_FREE;
+    req.arena_free = &af;
+    rep = raw_req(&r, &req, 0, NULL, NULL);
+    assert_int_equal(rep->status, SCDB_EBUSY);
+    scdb__reply__free_unpacked(rep, NULL);
+
+    se.session = sess + 1000;                                /* unknown session */
+    req.body_case = SCDB__REQUEST__BODY_SESSION_EVICT;
+    req.session_evict = &se;
+    rep = raw_req(&r, &req, 0, NULL, NULL);
+    assert_int_equal(rep->status, SCDB_ENOTFOUND);
+    scdb__reply__free_unpacked(rep, NULL);
+    se.session = sess;
+    se.budget = 1u << 20;                                    /* over capacity */
+    rep = raw_req(&r, &req, 0, NULL, NULL);
+    assert_int_equal(rep->status, SCDB_ERANGE);
+    scdb__reply__free_unpacked(rep, NULL);
+    se.budget = 0;                                           /* empty cache: nothing */
+    rep = raw_req(&r, &req, 0, NULL, NULL);
+    assert_int_equal(rep->status, SCDB_OK);
+    assert_int_equal(rep->session_evict->n_kept, 0);
+    scdb__reply__free_unpacked(rep, NULL);
+
+    sc.session = sess + 1000;
+    req.body_case = SCDB__REQUEST__BODY_SESSION_CLOSE;
+    req.session_close = &sc;
+    rep = raw_req(&r, &req, 0, NULL, NULL);
+    assert_int_equal(rep->status, SCDB_ENOTFOUND);
+    scdb__reply__free_unpacked(rep, NULL);
+    sc.session = sess;
+    rep = raw_req(&r, &req, 0, NULL, NULL);
+    assert_int_equal(rep->status, SCDB_OK);
+    scdb__reply__free_unpacked(rep, NULL);
+    rep = raw_req(&r, &req, 0, NULL, NULL);                  /* closed twice */
+    assert_int_equal(rep->status, SCDB_ENOTFOUND);
+    scdb__reply__free_unpacked(rep, NULL);
+    {
+        Scdb__Goodbye gb = SCDB__GOODBYE__INIT;
+        req.body_case = SCDB__REQUEST__BODY_GOODBYE;
+        req.goodbye = &gb;
+        rep = raw_req(&r, &req, 0, NULL, NULL);
+        assert_int_equal(rep->status, SCDB_OK);
+        scdb__reply__free_unpacked(rep, NULL);
+    }
+    raw_close(&r);
+    assert_alive();
+}
+
+/* A client killed with an open session: the session and both of its
+ * shared-memory objects are reclaimed within the heartbeat bound. */
+static void test_session_reclaim(void **state)
+{
+    int out[2];
+    char line[32] = "";
+    scdb_stat st0, st;
+    pid_t holder;
+    double t_kill, bound = HB_TIMEOUT_MS / 1000.0 + 2.5;
+    (void)state;
+
+    get_stats(&st0);
+    assert_int_equal(pipe(out), 0);
+    {
+        const char *a[] = {SCDB_BROKER_CLIENT_BIN, endpoint, "session", "m32", NULL};
+        holder = spawn(a, out[1]);
+    }
+    close(out[1]);
+    assert_true(read(out[0], line, sizeof line - 1) > 0);
+    close(out[0]);
+    assert_non_null(strstr(line, "ready"));
+    get_stats(&st);
+    assert_int_equal(st.sessions, st0.sessions + 1);
+    assert_int_equal(st.arenas, st0.arenas + 2);              /* KV + statistics */
+    kill(holder, SIGKILL);
+    wait_exit(holder, 10);
+    t_kill = scdb_now();
+    for (;;) {
+        get_stats(&st);
+        if (st.sessions == st0.sessions) break;
+        assert_true(scdb_now() - t_kill < bound);
+        usleep(50000);
+    }
+    print_message("killed client's session reclaimed %.2f s after SIGKILL\n",
+                  scdb_now() - t_kill);
+    assert_int_equal(st.arenas, st0.arenas);
+    assert_int_equal(st.arena_bytes, st0.arena_bytes);
+    assert_true(st.reclaimed_sessions >= st0.reclaimed_sessions + 1);
+    assert_alive();
+}
+
 /* Last: SIGINT also drains and exits 0. */
 static void test_sigint_exit(void **state)
 {
@@ -1063,6 +1421,9 @@ int main(void)
         cmocka_unit_test(test_reference_model),
         cmocka_unit_test(test_malformed_frames),
         cmocka_unit_test(test_sigkill_reclaim),
+        cmocka_unit_test(test_live_sessions),
+        cmocka_unit_test(test_session_refusals),
+        cmocka_unit_test(test_session_reclaim),
         cmocka_unit_test(test_restart),
         cmocka_unit_test(test_refusals_and_curve),
         cmocka_unit_test(test_cli),

@@ -18,6 +18,7 @@ struct scdb_arena {
     size_t size;
     scdb_arena_header *hdr;
     scdb_kv_cache *cache;
+    scdb_session *session;       /* its live session, if any                */
     struct scdb_arena *next;
 };
 
@@ -60,6 +61,9 @@ scdb_err lib_fail(scdb *h, scdb_err e, const char *fmt, ...)
  * reply's status (its message in h->err) or a local error. */
 scdb_err lib_request(scdb *h, Scdb__Request *req, const void *const *frames,
                      const size_t *lens, int n, Scdb__Reply **rep);
+
+/* Unmap and free a session locally (no message). */
+void lib_session_drop(scdb_session *s);
 
 /* Map an arena the broker created and confirm it. */
 scdb_err lib_arena_map(scdb *h, const Scdb__ArenaCreateReply *ar, scdb_arena **out);

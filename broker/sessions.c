@@ -1,0 +1,351 @@
+/* sessions.c — live sessions: a client's KV arena kept within a slot budget
+ * by an eviction policy (evict/evict.h) while the client decodes into it.
+ *
+ *   client process                          broker
+ *   --------------                          ------
+ *   SessionOpen(arena, budget, policy) ---> shm object for the accumulators
+ *                                   <--- session id, shm name, protected counts
+ *   map it, ArenaMapped(stats)      --->    unlink the name
+ *   per step: forward into the arena's
+ *     cache, fold the step's attention
+ *     into the accumulators (libscdb,
+ *     no message)
+ *   every `cadence` tokens:
+ *   SessionEvict(session)           --->    worker: copy + check the
+ *                                           accumulators, score, select,
+ *                                           compact cache + accumulators
+ *                                   <---    n_kept, slot -> position map
+ *   SessionClose                    --->    free the accumulators
+ *
+ * Trust: the client can write both shared objects at any time.  The
+ * broker therefore never follows a length or offset it did not create: the
+ * cache geometry is its own view, the live-slot count is clamped, and an
+ * eviction works on a private copy of the accumulators, checked against the
+ * geometry recorded at open (geom), and copies the compacted result back.
+ * A damaged header is an error reply (SCDB_EFORMAT), never a crash.
+ *
+ * Threads: open/close and the prepare step run on the main thread; the
+ * eviction itself on a worker, holding references on both arenas and the
+ * KV arena's busy flag (so a get cannot write into it meanwhile). */
+#include "broker_int.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_WINDOW 4096
+#define MAX_HEADS 4096
+
+static bk_session *session_find(bk_client *c, uint64_t id)
+{
+    for (bk_session *s = c->sessions; s; s = s->next)
+        if (s->id == id) return s;
+    return NULL;
+}
+
+void bk_on_session_open(scdb_broker *b, bk_client *c, const Scdb__SessionOpen *so,
+                        Scdb__Reply *r, Scdb__SessionOpenReply *sr, scdb_err *status,
+                        char *msg, size_t msglen)
+{
+    const scdb_broker_model *m = c->model;
+    const bk_policy *pol;
+    scdb_evict_acc_shape shape;
+    scdb_evict_acc *acc = NULL;
+    bk_arena *kv, *st = NULL;
+    bk_session *s;
+    size_t bytes;
+    int sinks, recent;
+    scdb_err e;
+
+    kv = bk_arena_find(c, so->arena);
+    if (!kv || kv->kind != BK_ARENA_KV) {
+        *status = SCDB_ENOTFOUND;
+        snprintf(msg, msglen, "no KV arena %llu for this client", (unsigned long long)so->arena);
+        return;
+    }
+    if (kv->session) {
+        *status = SCDB_EBUSY;
+        snprintf(msg, msglen, "arena %llu already has live session %llu",
+                 (unsigned long long)kv->id, (unsigned long long)kv->session->id);
+        return;
+    }
+    if (so->budget < 1 || so->budget > (uint32_t)kv->cache->capacity) {
+        *status = SCDB_ERANGE;
+        snprintf(msg, msglen, "budget %u slots: give 1 .. the arena's %d", so->budget,
+                 kv->cache->capacity);
+        return;
+    }
+    pol = bk_policy_find(b, so->policy);
+    if (!pol) {
+        char names[512];
+        size_t o = 0;
+        names[0] = 0;
+        for (int i = 0; i < b->n_policies && o < sizeof names; i++)
+            o += (size_t)snprintf(names + o, sizeof names - o, "%s%s", i ? ", " : "",
+                                  b->policies[i].name);
+        *status = SCDB_ENOTFOUND;
+        snprintf(msg, msglen, "unknown eviction policy '%.64s' (this broker has: %s)",
+                 so->policy, names);
+        return;
+    }
+    if (so->n_heads < 1 || so->n_heads > MAX_HEADS || so->n_heads % (uint32_t)m->n_kv_heads ||
+        (m->n_heads && so->n_heads != (uint32_t)m->n_heads)) {
+        *status = SCDB_ESHAPE;
+        if (m->n_heads)
+            snprintf(msg, msglen, "n_heads %u: model %s has %d query heads", so->n_heads,
+                     m->name, m->n_heads);
+        else
+            snprintf(msg, msglen, "n_heads %u must be a positive multiple of model %s's %d KV "
+                     "heads (at most %d)", so->n_heads, m->name, m->n_kv_heads, MAX_HEADS);
+        return;
+    }
+    if (so->window > MAX_WINDOW) {
+        *status = SCDB_ERANGE;
+        snprintf(msg, msglen, "window %u exceeds %d", so->window, MAX_WINDOW);
+        return;
+    }
+    if (c->n_arenas >= b->cfg.max_arenas_per_client) {
+        *status = SCDB_EFULL;
+        snprintf(msg, msglen, "client holds %u arenas (max_arenas_per_client; a session "
+                 "takes one for its statistics)", c->n_arenas);
+        return;
+    }
+    shape = (scdb_evict_acc_shape){m->n_layers, (int)so->n_heads, m->n_kv_heads,
+                                   kv->cache->capacity, (int)so->window};
+    bytes = scdb_evict_acc_bytes(&shape);
+    if (!bytes) {
+        *status = SCDB_ESHAPE;
+        snprintf(msg, msglen, "no accumulator shape for %d layers x %u heads x %d slots",
+                 m->n_layers, so->n_heads, kv->cache->capacity);
+        return;
+    }
+    s = calloc(1, sizeof *s);
+    if (!s) {
+        *status = SCDB_ENOMEM;
+        snprintf(msg, msglen, "out of memory");
+        return;
+    }
+    e = bk_shm_create(b, c, bytes, BK_ARENA_STATS, &st, msg, msglen);
+    if (e) {
+        free(s);
+        *status = e;
+        return;
+    }
+    e = scdb_evict_acc_init(st->map, st->size, &shape, &acc);
+    if (e) {
+        bk_arena_release(b, c, st);
+        free(s);
+        *status = e;
+        snprintf(msg, msglen, "cannot lay out the accumulators: %s", scdb_strerror(e));
+        return;
+    }
+    /* the accumulators follow the cache from its current length: slots
+     * already there (a get) are recorded by the client's first fold */
+    s->id = ++b->next_session_id;
+    s->kv = kv;
+    kv->refs++;
+    kv->session = s;
+    s->stats = st;
+    st->refs++;
+    s->policy = pol;
+    s->geom = *acc;
+    s->budget = so->budget;
+    s->cadence = so->cadence;
+    s->next = c->sessions;
+    c->sessions = s;
+    c->n_sessions++;
+    b->n_sessions++;
+    scdb_evict_policy_protect(pol->policy, acc, (int)so->budget + 1, (int)so->budget, &sinks,
+                              &recent);
+    scdb_debug("client %s: session %llu on arena %llu, policy %s, budget %u, cadence %u",
+               c->name, (unsigned long long)s->id, (unsigned long long)kv->id, pol->name,
+               s->budget, s->cadence);
+
+    sr->session = s->id;
+    sr->stats_shm_name = st->shm_name;
+    sr->stats_size = st->size;
+    sr->stats_arena = st->id;
+    sr->budget = s->budget;
+    sr->cadence = s->cadence;
+    sr->sinks = (uint32_t)sinks;
+    sr->recent = (uint32_t)recent;
+    r->body_case = SCDB__REPLY__BODY_SESSION_OPEN;
+    r->session_open = sr;
+    *status = SCDB_OK;
+}
+
+void bk_session_close(scdb_broker *b, bk_client *c, bk_session *s)
+{
+    bk_session **pp = &c->sessions;
+
+    while (*pp && *pp != s) pp = &(*pp)->next;
+    if (!*pp) return;
+    *pp = s->next;
+    c->n_sessions--;
+    b->n_sessions--;
+    s->kv->session = NULL;
+    scdb_debug("client %s: session %llu closed after %llu eviction(s), %llu slots evicted",
+               c->name, (unsigned long long)s->id, (unsigned long long)s->evictions,
+               (unsigned long long)s->evicted_slots);
+    bk_arena_unref(b, s->kv);
+    bk_arena_release(b, c, s->stats);   /* leaves the client's list */
+    bk_arena_unref(b, s->stats);        /* the session's own reference */
+    free(s);
+}
+
+scdb_err bk_session_close_id(scdb_broker *b, bk_client *c, uint64_t id, char *msg,
+                             size_t msglen)
+{
+    bk_session *s = session_find(c, id);
+
+    if (!s) {
+        snprintf(msg, msglen, "no session %llu for this client", (unsigned long long)id);
+        return SCDB_ENOTFOUND;
+    }
+    bk_session_close(b, c, s);
+    return SCDB_OK;
+}
+
+scdb_err bk_session_evict_prepare(scdb_broker *b, bk_client *c, const Scdb__SessionEvict *se,
+                                  bk_job *j, char *msg, size_t msglen)
+{
+    bk_session *s = session_find(c, se->session);
+
+    (void)b;
+    if (!s) {
+        snprintf(msg, msglen, "no session %llu for this client",
+                 (unsigned long long)se->session);
+        return SCDB_ENOTFOUND;
+    }
+    if (se->budget > (uint32_t)s->kv->cache->capacity) {
+        snprintf(msg, msglen, "budget %u exceeds the arena's %d slots", se->budget,
+                 s->kv->cache->capacity);
+        return SCDB_ERANGE;
+    }
+    if (s->kv->busy) {
+        snprintf(msg, msglen, "arena %llu has a get or an eviction in progress",
+                 (unsigned long long)s->kv->id);
+        return SCDB_EBUSY;
+    }
+    j->arena = s->kv;
+    s->kv->refs++;
+    s->kv->busy = 1;
+    j->stats = s->stats;
+    s->stats->refs++;
+    j->policy = s->policy;
+    j->geom = s->geom;
+    j->budget = se->budget ? se->budget : s->budget;
+    j->session = s->id;
+    j->client = c->token;
+    return SCDB_OK;
+}
+
+/* The shared accumulators match what the broker created (geom)? */
+static int acc_matches(const scdb_evict_acc *a, const scdb_evict_acc *g)
+{
+    return a->n_layers == g->n_layers && a->n_heads == g->n_heads &&
+           a->n_kv_heads == g->n_kv_heads && a->capacity == g->capacity &&
+           a->window == g->window && a->bytes == g->bytes;
+}
+
+static void finish_evict(bk_job *j, scdb_err status, Scdb__Reply *body, const char *msg)
+{
+    j->status = status;
+    if (bk_pack_reply(j->req_id, status, msg, body, &j->reply, &j->reply_len)) j->reply = NULL;
+}
+
+void bk_session_run_evict(scdb_broker *b, bk_job *j)
+{
+    bk_arena *kv = j->arena, *st = j->stats;
+    scdb_kv_cache *cache = kv->cache;
+    const scdb_evict_policy *pol = j->policy->policy;
+    Scdb__Reply r = SCDB__REPLY__INIT;
+    Scdb__SessionEvictReply er = SCDB__SESSION_EVICT_REPLY__INIT;
+    scdb_evict_acc *acc = NULL, *shared = NULL;
+    int32_t *map = NULL;
+    void *copy = NULL;
+    char msg[256] = "";
+    uint32_t hdr_n;
+    int n_keep = 0, before;
+    uint64_t t0;
+    scdb_err e;
+
+    (void)b;
+    /* a private copy: the client cannot change what we validated */
+    if (posix_memalign(&copy, 64, st->size)) {
+        finish_evict(j, SCDB_ENOMEM, NULL, "out of memory");
+        return;
+    }
+    memcpy(copy, st->map, st->size);
+    e = scdb_evict_acc_attach(copy, st->size, &acc);
+    if (e || !acc_matches(acc, &j->geom)) {
+        snprintf(msg, sizeof msg,
+                 "the session's accumulator header was overwritten (%s): close the session",
+                 e ? scdb_strerror(e) : "geometry differs from the one created");
+        e = SCDB_EFORMAT;
+        goto out;
+    }
+    hdr_n = __atomic_load_n(&kv->hdr->n, __ATOMIC_ACQUIRE);
+    if (hdr_n > (uint32_t)cache->capacity) {
+        snprintf(msg, sizeof msg, "arena header says %u live slots; the arena holds %d", hdr_n,
+                 cache->capacity);
+        e = SCDB_ERANGE;
+        goto out;
+    }
+    cache->n = (int)hdr_n;
+    if (acc->n != cache->n) {
+        snprintf(msg, sizeof msg,
+                 "the accumulators cover %d slots but the cache holds %d: fold every appended "
+                 "slot in first (scdb_session_add_stats)", acc->n, cache->n);
+        e = SCDB_EMISMATCH;
+        goto out;
+    }
+    before = cache->n;
+    map = malloc(sizeof *map * (size_t)(before ? before : 1));
+    if (!map) {
+        e = SCDB_ENOMEM;
+        snprintf(msg, sizeof msg, "out of memory");
+        goto out;
+    }
+    t0 = scdb_now_ns();
+    e = scdb_evict_run(pol, cache, acc, (int)j->budget, map, &n_keep);
+    er.evict_ns = scdb_now_ns() - t0;
+    if (e) {
+        snprintf(msg, sizeof msg, "policy %s failed: %s", j->policy->name, scdb_strerror(e));
+        goto out;
+    }
+    if (n_keep == before)      /* within budget: nothing moved */
+        for (int i = 0; i < n_keep; i++) map[i] = cache->pos[i];
+    /* publish: accumulators back (header last), then the cache's count */
+    shared = st->map;
+    memcpy((char *)shared + sizeof *shared, (char *)acc + sizeof *acc,
+           acc->bytes - sizeof *acc);
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+    memcpy(shared, acc, sizeof *acc);
+    __atomic_store_n(&kv->hdr->n, (uint32_t)cache->n, __ATOMIC_RELEASE);
+    __atomic_add_fetch(&kv->hdr->gen, 1, __ATOMIC_RELEASE);
+    j->n_before = (uint32_t)before;
+    j->n_kept = (uint32_t)n_keep;
+    er.n_before = (uint32_t)before;
+    er.n_kept = (uint32_t)n_keep;
+    er.n_slot_pos = (size_t)n_keep;
+    er.slot_pos = map;
+    r.body_case = SCDB__REPLY__BODY_SESSION_EVICT;
+    r.session_evict = &er;
+out:
+    finish_evict(j, e, e ? NULL : &r, msg);
+    free(map);
+    free(copy);
+}
+
+void bk_session_evict_done(scdb_broker *b, bk_job *j)
+{
+    bk_client *c = bk_client_find(b, j->client);
+    bk_session *s = c ? session_find(c, j->session) : NULL;
+
+    if (j->stats) bk_arena_unref(b, j->stats);
+    j->stats = NULL;
+    if (!s || j->status) return;
+    if (j->n_kept < j->n_before) s->evictions++;
+    s->evicted_slots += j->n_before - j->n_kept;
+}
