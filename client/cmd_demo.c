@@ -10,9 +10,12 @@
  *      timings do not share the two cores): its own prefill of the prefix as
  *      the reference, then lookup + get of the prefix into a broker-owned
  *      shared-memory arena (decoded into its own KV space), the last prefix
- *      token re-run for the first logits, and a greedy continuation from the
- *      arena; it prints time to first token both ways, payload vs raw KV and
- *      agreement with its own-prefill continuation;
+ *      token re-run for the first logits, and two greedy continuations: one
+ *      from the whole decoded prefix, one in the arena through a live
+ *      session that keeps it within a slot budget with the learned eviction
+ *      policy (the broker evicts every few tokens); it prints time to first
+ *      token both ways, payload vs raw KV, and each continuation's agreement
+ *      with its own-prefill one;
  *   4. SIGTERM to the broker, cleanup, exit 0 (1 if any step failed). */
 #include <errno.h>
 #include <getopt.h>
@@ -36,13 +39,16 @@ typedef struct demo {
     const char *consumers[MAX_CONSUMERS];
     int n_consumers;
     int prefix, gen;
+    int budget, cadence;  /* live session */
+    const char *policy;
     int32_t *tokens;     /* prefix + gen tokens of text (gen only for length) */
 } demo;
 
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: scdb demo [--data DIR] [--prefix N] [--gen N] [--text FILE]\n\n"
+            "usage: scdb demo [--data DIR] [--prefix N] [--gen N] [--text FILE]\n"
+            "                 [--budget N] [--policy NAME] [--cadence N]\n\n"
             "The fan-out demo: starts a broker on a private temp dir, a producer\n"
             "process (base) that prefills a shared prefix and puts it as SCD codes,\n"
             "and one consumer process per specialist that gets the prefix decoded\n"
@@ -54,6 +60,10 @@ static void usage(FILE *f)
             "  --prefix N     prefix tokens, a multiple of 64 (default 384)\n"
             "  --gen N        tokens each consumer generates (default 32)\n"
             "  --text FILE    prefix text (default DIR/heldout/manpages.txt, from 48 KiB)\n"
+            "  --budget N     live session: slots kept (default prefix / 2)\n"
+            "  --policy NAME  live session: distillcache (DIR/policies/distillcache_base),\n"
+            "                 full, streaming, h2o, snapkv or tova (default distillcache)\n"
+            "  --cadence N    live session: evict every N generated tokens (default 8)\n"
             "exit status: 0 all steps ran, 1 a step failed, 2 usage error.\n",
             scdb_cli_data_dir());
 }
@@ -81,17 +91,38 @@ static scdb_err connect_retry(const char *endpoint, scdb **h)
 }
 
 /* Greedy continuation of gen tokens from a cache that already holds the
- * prefix, starting from logits of the last prefix token. */
+ * prefix, starting from logits of the last prefix token.  With a live
+ * session, each step's attention goes into its statistics and the broker
+ * evicts on the session's cadence; *evictions counts them, *max_n the
+ * largest cache seen, *evict_ns the broker's policy time. */
 static scdb_err generate(const scdb_model *m, scdb_kv_cache *c, float *logits, int gen,
-                         int32_t *out)
+                         int32_t *out, scdb_session *s, int *evictions, int *max_n,
+                         uint64_t *evict_ns)
 {
-    int V = scdb_model_cfg(m)->vocab_size;
+    const scdb_model_config *cf = scdb_model_cfg(m);
+    int V = cf->vocab_size;
+    scdb_capture cap = {0};
+    scdb_err rc = SCDB_OK;
+
+    if (s) {
+        cap.probs_slots = c->capacity;
+        cap.probs = malloc((size_t)cf->n_layers * cf->n_heads * c->capacity * sizeof *cap.probs);
+        if (!cap.probs) return SCDB_ENOMEM;
+    }
     for (int i = 0; i < gen; i++) {
         out[i] = argmax(logits, V);
-        scdb_err rc = scdb_model_forward(m, &out[i], NULL, 1, c, logits, NULL);
-        if (rc) return rc;
+        rc = scdb_model_forward(m, &out[i], NULL, 1, c, logits, s ? &cap : NULL);
+        if (rc) break;
+        if (s) {
+            scdb_session_evict_result ev;
+            if (c->n > *max_n) *max_n = c->n;
+            if ((rc = scdb_session_step(s, cap.probs, cap.probs_slots, 1, &ev))) break;
+            *evictions += ev.evicted;
+            *evict_ns += ev.evict_ns;
+        }
     }
-    return SCDB_OK;
+    free(cap.probs);
+    return rc;
 }
 
 static void show(const int32_t *t, int n, char *buf)
@@ -175,14 +206,17 @@ done:
 
 static int consumer(const demo *d, const char *name)
 {
-    char dir[1024], err[512], a[128], b[128];
+    char dir[1024], err[512], a[128], b[128], l[128];
     scdb_model *m = NULL;
-    scdb_kv_cache *own = NULL;
+    scdb_kv_cache *own = NULL, *full = NULL;
     scdb *h = NULL;
     scdb_arena *arena = NULL;
-    float *lg_own = NULL, *lg = NULL;
-    int32_t *gen_own = NULL, *gen_scdb = NULL;
-    int rc = 1;
+    scdb_session *sess = NULL;
+    scdb_capture cap = {0};
+    float *lg_own = NULL, *lg = NULL, *lg0 = NULL, *lg_rest = NULL;
+    int32_t *gen_own = NULL, *gen_scdb = NULL, *gen_live = NULL;
+    int rc = 1, evictions = 0, max_n = 0;
+    uint64_t evict_ns = 0;
     scdb_err e;
 
     snprintf(dir, sizeof dir, "%s/models/%s", d->data, name);
@@ -191,32 +225,38 @@ static int consumer(const demo *d, const char *name)
         goto done;
     }
     const scdb_model_config *c = scdb_model_cfg(m);
-    int V = c->vocab_size, cap = d->prefix + d->gen;
+    int V = c->vocab_size, cap_slots = d->prefix + d->gen;
     lg_own = malloc((size_t)d->prefix * V * sizeof *lg_own);
     lg = malloc((size_t)V * sizeof *lg);
+    lg0 = malloc((size_t)V * sizeof *lg0);
     gen_own = malloc((size_t)d->gen * sizeof *gen_own);
     gen_scdb = malloc((size_t)d->gen * sizeof *gen_scdb);
-    if (!lg_own || !lg || !gen_own || !gen_scdb) goto done;
+    gen_live = malloc((size_t)d->gen * sizeof *gen_live);
+    if (!lg_own || !lg || !lg0 || !gen_own || !gen_scdb || !gen_live) goto done;
 
     /* reference: the consumer prefills the prefix itself */
-    if ((e = scdb_model_cache_new(m, cap, &own))) goto done;
+    if ((e = scdb_model_cache_new(m, cap_slots, &own))) goto done;
     double t0 = scdb_now();
     if ((e = scdb_model_forward(m, d->tokens, NULL, d->prefix, own, lg_own, NULL))) goto done;
     double ttft_own = scdb_now() - t0;
     memcpy(lg, lg_own + (size_t)(d->prefix - 1) * V, (size_t)V * sizeof *lg);
-    if ((e = generate(m, own, lg, d->gen, gen_own))) goto done;
+    if ((e = generate(m, own, lg, d->gen, gen_own, NULL, NULL, NULL, NULL))) goto done;
 
     /* via scdb: lookup + get into the broker-made arena, then the first
      * token's logits by re-running the last prefix token over the decoded
-     * cache */
+     * cache (its attention kept for the live session's statistics) */
     if ((e = connect_retry(d->sock, &h)) ||
         (e = scdb_register(h, SCDB_CONSUMER, name, "base-scd", NULL)) ||
-        (e = scdb_arena_new(h, cap, &arena))) {
+        (e = scdb_arena_new(h, cap_slots, &arena))) {
         fprintf(stderr, "consumer %s: broker: %s (%s)\n", name, h ? scdb_last_error(h) : "",
                 scdb_strerror(e));
         goto done;
     }
     scdb_kv_cache *kv = scdb_arena_cache(arena);
+    cap.probs_slots = cap_slots;
+    cap.probs = malloc((size_t)c->n_layers * c->n_heads * d->prefix * cap_slots *
+                       sizeof *cap.probs);
+    if (!cap.probs) goto done;
     scdb_lookup_result lr;
     scdb_get_result gr;
     t0 = scdb_now();
@@ -230,37 +270,68 @@ static int consumer(const demo *d, const char *name)
     /* keep have-1 slots, re-run token have-1 (and prefill any uncached suffix) */
     kv->n = have - 1;
     int rest = d->prefix - (have - 1);
-    float *lg_rest = malloc((size_t)rest * V * sizeof *lg_rest);
+    lg_rest = malloc((size_t)rest * V * sizeof *lg_rest);
     if (!lg_rest) goto done;
-    e = scdb_model_forward(m, d->tokens + have - 1, NULL, rest, kv, lg_rest, NULL);
+    e = scdb_model_forward(m, d->tokens + have - 1, NULL, rest, kv, lg_rest, &cap);
     double ttft_scdb = scdb_now() - t0;
-    memcpy(lg, lg_rest + (size_t)(rest - 1) * V, (size_t)V * sizeof *lg);
-    free(lg_rest);
     if (e) goto done;
-    if ((e = generate(m, kv, lg, d->gen, gen_scdb))) goto done;
+    memcpy(lg0, lg_rest + (size_t)(rest - 1) * V, (size_t)V * sizeof *lg0);
 
-    int same = 0, lead = -1;
-    for (int i = 0; i < d->gen; i++) {
-        if (gen_own[i] == gen_scdb[i]) same++;
-        else if (lead < 0) lead = i;
+    /* continuation 1: the whole decoded prefix (a private copy) */
+    if ((e = scdb_model_cache_new(m, cap_slots, &full))) goto done;
+    memcpy(full->mem, kv->mem, scdb_kv_cache_bytes(kv->n_layers, kv->n_kv_heads, kv->head_dim,
+                                                   kv->capacity));
+    full->n = kv->n;
+    memcpy(lg, lg0, (size_t)V * sizeof *lg);
+    if ((e = generate(m, full, lg, d->gen, gen_scdb, NULL, NULL, NULL, NULL))) goto done;
+
+    /* continuation 2: in the arena, through a live session at the budget */
+    scdb_session_opts so = {.budget = (uint32_t)d->budget, .policy = d->policy,
+                            .cadence = (uint32_t)d->cadence, .n_heads = c->n_heads};
+    if ((e = scdb_session_open(arena, &so, &sess)) ||
+        (e = scdb_session_add_stats(sess, cap.probs, cap.probs_slots, rest))) {
+        fprintf(stderr, "consumer %s: live session: %s (%s)\n", name, scdb_last_error(h),
+                scdb_strerror(e));
+        goto done;
     }
-    if (lead < 0) lead = d->gen;
+    max_n = kv->n;
+    memcpy(lg, lg0, (size_t)V * sizeof *lg);
+    if ((e = generate(m, kv, lg, d->gen, gen_live, sess, &evictions, &max_n, &evict_ns))) {
+        fprintf(stderr, "consumer %s: live session: %s (%s)\n", name, scdb_last_error(h),
+                scdb_strerror(e));
+        goto done;
+    }
+
+    int same = 0, same_live = 0;
+    for (int i = 0; i < d->gen; i++) {
+        same += gen_own[i] == gen_scdb[i];
+        same_live += gen_own[i] == gen_live[i];
+    }
     double raw_bytes = (double)c->n_layers * 2 * scdb_model_kv_dim(c) * 2;
     double code_bytes = (double)scdb_get_info(h)->block_bytes / scdb_get_info(h)->block_tokens;
     show(gen_own, d->gen, a);
     show(gen_scdb, d->gen, b);
-    printf("| %s | %.1f ms | %.1f ms (decode %.1f ms) | %.1fx | %.0f B vs %.0f B (1/%.1f) | %d/%d | %d |\n",
-           name, ttft_own * 1e3, ttft_scdb * 1e3, (double)gr.decode_ns * 1e-6, ttft_own / ttft_scdb,
-           code_bytes, raw_bytes, raw_bytes / code_bytes, same, d->gen, lead);
-    printf("|   own prefill: `%s` |\n|   via scdb:    `%s` |\n", a, b);
+    show(gen_live, d->gen, l);
+    printf("| %s | %.1f ms | %.1f ms (decode %.1f ms) | %.1fx | %.0f B vs %.0f B (1/%.1f) | "
+           "%d/%d | %d/%d (%d evictions, <= %d slots, %.0f us each) |\n",
+           name, ttft_own * 1e3, ttft_scdb * 1e3, (double)gr.decode_ns * 1e-6,
+           ttft_own / ttft_scdb, code_bytes, raw_bytes, raw_bytes / code_bytes, same, d->gen,
+           same_live, d->gen, evictions, max_n,
+           evictions ? (double)evict_ns / 1e3 / evictions : 0.0);
+    printf("|   own prefill:  `%s` |\n|   via scdb:     `%s` |\n|   live session: `%s` |\n",
+           a, b, l);
     fflush(stdout);
     rc = 0;
 done:
+    scdb_session_close(&sess);
     scdb_arena_free(&arena);
     scdb_close(&h);
     scdb_kv_cache_free(&own);
+    scdb_kv_cache_free(&full);
     scdb_model_free(&m);
-    free(lg_own); free(lg); free(gen_own); free(gen_scdb);
+    free(cap.probs);
+    free(lg_own); free(lg); free(lg0); free(lg_rest);
+    free(gen_own); free(gen_scdb); free(gen_live);
     return rc;
 }
 
@@ -289,6 +360,8 @@ static int write_config(demo *d)
     for (int i = 0; i < d->n_consumers; i++)
         fprintf(f, "[model %s]\nconfig = %s/models/%s/config.json\n\n", d->consumers[i], d->data,
                 d->consumers[i]);
+    fprintf(f, "[policy distillcache]\nfile = %s/policies/distillcache_base.safetensors\n\n",
+            d->data);
     fprintf(f, "[codebook base-scd]\nkind = scd\nmodel = base\nfile = %s/codebooks/base.safetensors\n\n",
             d->data);
     for (int i = 0; i < d->n_consumers; i++)
@@ -302,6 +375,8 @@ int scdb_cmd_demo(int argc, char **argv)
     static const struct option opts[] = {
         {"data", required_argument, 0, 'd'}, {"prefix", required_argument, 0, 'p'},
         {"gen", required_argument, 0, 'g'}, {"text", required_argument, 0, 't'},
+        {"budget", required_argument, 0, 'b'}, {"policy", required_argument, 0, 'P'},
+        {"cadence", required_argument, 0, 'c'},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     demo d;
     const char *text_path = NULL;
@@ -314,6 +389,9 @@ int scdb_cmd_demo(int argc, char **argv)
     d.data = scdb_cli_data_dir();
     d.prefix = 384;
     d.gen = 32;
+    d.budget = -1;
+    d.cadence = 8;
+    d.policy = "distillcache";
     optind = 1;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
@@ -321,12 +399,21 @@ int scdb_cmd_demo(int argc, char **argv)
         case 'p': d.prefix = atoi(optarg); break;
         case 'g': d.gen = atoi(optarg); break;
         case 't': text_path = optarg; break;
+        case 'b': d.budget = atoi(optarg); break;
+        case 'P': d.policy = optarg; break;
+        case 'c': d.cadence = atoi(optarg); break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
     }
     if (optind < argc || d.prefix < 64 || d.prefix % 64 || d.gen < 1 || d.prefix + d.gen > 512) {
         fprintf(stderr, "scdb demo: --prefix must be a positive multiple of 64 and prefix + gen <= 512\n");
+        usage(stderr);
+        return 2;
+    }
+    if (d.budget < 0) d.budget = d.prefix / 2;
+    if (d.budget < 1 || d.budget > d.prefix + d.gen || d.cadence < 0) {
+        fprintf(stderr, "scdb demo: --budget must be 1 .. prefix + gen, --cadence >= 0\n");
         usage(stderr);
         return 2;
     }
@@ -365,13 +452,17 @@ int scdb_cmd_demo(int argc, char **argv)
         _exit(127);
     }
     if (run_child(producer_fn, &d, NULL) != 0) { fprintf(stderr, "scdb demo: producer failed\n"); goto done; }
-    printf("\n| consumer | TTFT own prefill | TTFT via scdb | speed-up | payload/token vs raw f16 KV | same tokens | identical lead |\n"
-           "|---|---|---|---|---|---|---|\n");
+    printf("\n| consumer | TTFT own prefill | TTFT via scdb | speed-up | payload/token vs raw f16 KV "
+           "| same tokens, whole prefix | same tokens, live session (%s, budget %d, every %d) |\n"
+           "|---|---|---|---|---|---|---|\n", d.policy, d.budget, d.cadence);
     rc = 0;
     for (int i = 0; i < d.n_consumers; i++)
         if (run_child(consumer, &d, d.consumers[i]) != 0) rc = 1;
     printf("\nTTFT via scdb = lookup + get (broker decodes the stored codes into this consumer's\n"
-           "shared-memory arena) + re-running the last prefix token; own = prefill of the prefix.\n");
+           "shared-memory arena) + re-running the last prefix token; own = prefill of the prefix.\n"
+           "same tokens = greedy tokens equal to the own-prefill continuation's, position by\n"
+           "position; the live session generates in the arena while the broker keeps it within\n"
+           "the budget (evicting every --cadence tokens; us = broker time per eviction).\n");
 done:
     if (broker > 0) {
         int st;

@@ -50,6 +50,9 @@ if [ $code -eq 0 ] && grep -q "^demo: ok" "$tmp/demo" && grep -q "^| code |" "$t
 else bad "demo (exit $code)"; cat "$tmp/demo" "$tmp/err"; fi
 ls /tmp | grep -q "^scdb-demo-" && bad "demo left its temp dir" || ok "demo cleaned up"
 expect 2 "demo: bad --prefix" -- "$scdb" demo --prefix 100
+expect 2 "demo: bad --budget" -- "$scdb" demo --budget 0
+grep -Eq "^\| code \|.*\([1-9][0-9]* evictions" "$tmp/demo" && ok "demo consumers decode through a live session that evicts" \
+  || bad "demo shows no live-session evictions"
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
