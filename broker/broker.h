@@ -117,6 +117,13 @@ typedef struct scdb_broker_codebook {
     uint64_t token_bytes;              /* payload bytes per token           */
     void *ctx;                         /* the kind's state (loaded codebook) */
     void (*destroy)(void *ctx);
+    /* Broker-side encode (optional; NULL: producers put payloads): the
+     * payload of tokens [t0, t0 + n) from producer states h_in
+     * [states_layers][rows][states_dim] (f32, t0 + n <= rows) into payload
+     * (n * token_bytes).  Called from the writer thread.  SCDB_ERANGE
+     * (non-finite states), SCDB_ENOMEM. */
+    int states_layers, states_dim;
+    scdb_err (*encode)(void *ctx, const float *h_in, int rows, int t0, int n, void *payload);
 } scdb_broker_codebook;
 
 /* One stored block handed to a decoder. */

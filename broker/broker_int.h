@@ -17,7 +17,7 @@
 typedef enum bk_op {
     OP_INVALID = 0, OP_HELLO, OP_PING, OP_HEARTBEAT, OP_PUT, OP_LOOKUP, OP_GET, OP_DELETE,
     OP_STATS, OP_ARENA_CREATE, OP_ARENA_MAPPED, OP_ARENA_FREE, OP_GOODBYE, OP_SESSION_OPEN,
-    OP_SESSION_EVICT, OP_SESSION_CLOSE, OP_COUNT
+    OP_SESSION_EVICT, OP_SESSION_CLOSE, OP_PUT_STATES, OP_COUNT
 } bk_op;
 
 extern const char *const bk_op_names[OP_COUNT];
@@ -37,7 +37,8 @@ typedef struct bk_policy {
 /* What a shared-memory object holds. */
 typedef enum bk_arena_kind {
     BK_ARENA_KV = 0,            /* arena header + one KV cache              */
-    BK_ARENA_STATS = 1,         /* a live session's feature accumulators    */
+    BK_ARENA_SESSION = 1,       /* a live session's feature accumulators    */
+    BK_ARENA_STATES = 2,        /* header + producer states (put_states)    */
 } bk_arena_kind;
 
 struct bk_session;
@@ -51,6 +52,7 @@ typedef struct bk_arena {
     int linked;                 /* the name still exists in /dev/shm       */
     void *map;
     size_t size;
+    uint32_t capacity;          /* slots (KV) or token rows (states)       */
     scdb_arena_header *hdr;
     scdb_kv_cache *cache;       /* view at map + SCDB_ARENA_HEADER_BYTES    */
     int refs;
@@ -192,6 +194,10 @@ void bk_clients_sweep(scdb_broker *b, double now);
 void bk_clients_drop_all(scdb_broker *b);
 scdb_err bk_arena_create(scdb_broker *b, bk_client *c, uint32_t capacity, bk_arena **out,
                          char *errbuf, size_t errlen);
+/* A producer-states arena: the header (kind SCDB_ARENA_KIND_STATES) then
+ * room for f32 [cb->states_layers][capacity][cb->states_dim]. */
+scdb_err bk_states_arena_create(scdb_broker *b, bk_client *c, uint32_t capacity,
+                                bk_arena **out, char *errbuf, size_t errlen);
 /* A plain shared-memory object of `size` bytes (zeroed) in c's arena list,
  * for the live sessions' accumulators: no header, no cache. */
 scdb_err bk_shm_create(scdb_broker *b, bk_client *c, size_t size, bk_arena_kind kind,

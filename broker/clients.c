@@ -247,8 +247,10 @@ scdb_err bk_arena_create(scdb_broker *b, bk_client *c, uint32_t capacity, bk_are
     a->hdr->head_dim = (uint32_t)m->head_dim;
     a->hdr->capacity = capacity;
     a->hdr->dtype = SCDB_F32;
+    a->hdr->kind = SCDB_ARENA_KIND_KV;
     a->hdr->cache_offset = SCDB_ARENA_HEADER_BYTES;
     a->hdr->cache_bytes = cache_bytes;
+    a->capacity = capacity;
     e = scdb_kv_cache_view((char *)a->map + SCDB_ARENA_HEADER_BYTES, cache_bytes, m->n_layers,
                            m->n_kv_heads, m->head_dim, (int)capacity, &a->cache);
     if (e) {
@@ -256,6 +258,41 @@ scdb_err bk_arena_create(scdb_broker *b, bk_client *c, uint32_t capacity, bk_are
         bk_arena_release(b, c, a);
         return e;
     }
+    *out = a;
+    return SCDB_OK;
+}
+
+scdb_err bk_states_arena_create(scdb_broker *b, bk_client *c, uint32_t capacity,
+                                bk_arena **out, char *errbuf, size_t errlen)
+{
+    const scdb_broker_codebook *cb = c->cb;
+    bk_arena *a;
+    uint64_t bytes;
+    scdb_err e;
+
+    if (capacity == 0) capacity = (uint32_t)c->model->max_seq_len;
+    bytes = 4ull * (uint64_t)cb->states_layers * capacity * (uint64_t)cb->states_dim;
+    if (capacity > (1u << 26) || bytes > (1ull << 40)) {
+        snprintf(errbuf, errlen, "states arena of %u tokens is too large", capacity);
+        return SCDB_ETOOBIG;
+    }
+    e = bk_shm_create(b, c, SCDB_ARENA_HEADER_BYTES + (size_t)bytes, BK_ARENA_STATES, &a,
+                      errbuf, errlen);
+    if (e) return e;
+    a->hdr = a->map;
+    memcpy(a->hdr->magic, SCDB_ARENA_MAGIC, 8);
+    a->hdr->version = SCDB_ARENA_VERSION;
+    a->hdr->header_bytes = SCDB_ARENA_HEADER_BYTES;
+    a->hdr->arena_id = a->id;
+    a->hdr->n_layers = (uint32_t)cb->states_layers;
+    a->hdr->n_kv_heads = 1;
+    a->hdr->head_dim = (uint32_t)cb->states_dim;
+    a->hdr->capacity = capacity;
+    a->hdr->dtype = SCDB_F32;
+    a->hdr->kind = SCDB_ARENA_KIND_STATES;
+    a->hdr->cache_offset = SCDB_ARENA_HEADER_BYTES;
+    a->hdr->cache_bytes = bytes;
+    a->capacity = capacity;
     *out = a;
     return SCDB_OK;
 }

@@ -5,6 +5,7 @@
  * layers), straight into the consumer's cache or arena. */
 #include "broker_int.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +21,38 @@ static void scd_codebook_destroy(void *ctx)
 {
     scdb_codebook *cb = ctx;
     scdb_codebook_free(&cb);
+}
+
+/* Broker-side encode: copy the block's rows out of the producer's states
+ * (checking they are finite: a producer's garbage would otherwise be
+ * stored as NaN codes every consumer decodes) and encode them. */
+static scdb_err scd_encode(void *ctx, const float *h_in, int rows, int t0, int n, void *payload)
+{
+    const scdb_codebook *book = ctx;
+    const scdb_codebook_info *in = scdb_codebook_get_info(book);
+    size_t per = (size_t)n * (size_t)in->d_model;
+    scdb_codec_states st = {0};
+    float *tmp;
+    scdb_err rc;
+
+    if (t0 < 0 || n <= 0 || t0 + n > rows) return SCDB_EINVAL;
+    tmp = malloc(sizeof *tmp * per * (size_t)in->n_layers);
+    if (!tmp) return SCDB_ENOMEM;
+    for (int l = 0; l < in->n_layers; l++) {
+        const float *src = h_in + ((size_t)l * (size_t)rows + (size_t)t0) * (size_t)in->d_model;
+        float *dst = tmp + (size_t)l * per;
+        int bad = 0;
+        memcpy(dst, src, per * sizeof *dst);
+        for (size_t i = 0; i < per; i++) bad |= !isfinite(dst[i]);
+        if (bad) {
+            free(tmp);
+            return SCDB_ERANGE;
+        }
+    }
+    st.h_in = tmp;
+    rc = scdb_codec_encode(book, &st, n, payload);
+    free(tmp);
+    return rc;
 }
 
 scdb_err scdb_scd_open_codebook(scdb_broker_codebook *cb, const char *file, scdb_dtype dtype,
@@ -51,6 +84,11 @@ scdb_err scdb_scd_open_codebook(scdb_broker_codebook *cb, const char *file, scdb
     if (rc) { scdb_codebook_free(&book); return rc; }
     cb->ctx = book;
     cb->destroy = scd_codebook_destroy;
+    if (!in->k_post_rope) {       /* post-RoPE ablation codebooks need K too */
+        cb->states_layers = in->n_layers;
+        cb->states_dim = in->d_model;
+        cb->encode = scd_encode;
+    }
     return SCDB_OK;
 }
 

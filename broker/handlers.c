@@ -11,7 +11,7 @@
 const char *const bk_op_names[OP_COUNT] = {
     "invalid", "hello", "ping", "heartbeat", "put", "lookup", "get", "delete",
     "stats", "arena_create", "arena_mapped", "arena_free", "goodbye", "session_open",
-    "session_evict", "session_close",
+    "session_evict", "session_close", "put_states",
 };
 
 /* What the reply to the request being handled needs. */
@@ -112,6 +112,7 @@ static bk_op op_of(Scdb__Request__BodyCase c)
     case SCDB__REQUEST__BODY_SESSION_OPEN: return OP_SESSION_OPEN;
     case SCDB__REQUEST__BODY_SESSION_EVICT: return OP_SESSION_EVICT;
     case SCDB__REQUEST__BODY_SESSION_CLOSE: return OP_SESSION_CLOSE;
+    case SCDB__REQUEST__BODY_PUT_STATES: return OP_PUT_STATES;
     default: return OP_INVALID;
     }
 }
@@ -263,6 +264,10 @@ static void on_hello(scdb_broker *b, const rq *q, const Scdb__Request *req)
     hr.decoder = (char *)(pair ? pair->dec.name : "");
     hr.payload_dtype = cb->payload_dtype;
     hr.codebook_kind = (char *)cb->kind;
+    if (c->role == SCDB__ROLE__PRODUCER && cb->encode) {
+        hr.states_layers = (uint32_t)cb->states_layers;
+        hr.states_dim = (uint32_t)cb->states_dim;
+    }
     r.body_case = SCDB__REPLY__BODY_HELLO;
     r.hello = &hr;
     reply(b, q, SCDB_OK, &r, NULL);
@@ -336,6 +341,63 @@ static int on_put(scdb_broker *b, const rq *q, bk_client *c, Scdb__Request *req,
     }
     j->n_frames = n_payload;
     j->cb = c->cb;
+    b->inflight++;
+    bk_queue_push(&b->writes, j);
+    return 1;
+}
+
+static int on_put_states(scdb_broker *b, const rq *q, bk_client *c, Scdb__Request *req)
+{
+    const Scdb__PutStatesRequest *p = req->put_states;
+    size_t n_full;
+    bk_arena *a;
+    bk_job *j;
+
+    if (c->role != SCDB__ROLE__PRODUCER) {
+        reply(b, q, SCDB_EINVAL, NULL, "only producers put (this client is a %s)",
+              role_name(c->role));
+        return 0;
+    }
+    if (!c->cb->encode) {
+        reply(b, q, SCDB_EUNSUPPORTED, NULL,
+              "codebook %s (kind %s) is not encoded by the broker: put payloads", c->cb->name,
+              c->cb->kind);
+        return 0;
+    }
+    if (bad_tokens(b, q, p->tokens, p->n_tokens)) return 0;
+    a = bk_arena_find(c, p->arena);
+    if (!a || a->kind != BK_ARENA_STATES) {
+        reply(b, q, SCDB_ENOTFOUND, NULL, "no states arena %llu for this client",
+              (unsigned long long)p->arena);
+        return 0;
+    }
+    if (p->n_tokens > a->capacity) {
+        reply(b, q, SCDB_ERANGE, NULL, "%zu tokens but states arena %llu holds %u", p->n_tokens,
+              (unsigned long long)a->id, a->capacity);
+        return 0;
+    }
+    if (a->busy) {
+        reply(b, q, SCDB_EBUSY, NULL, "states arena %llu is being encoded",
+              (unsigned long long)a->id);
+        return 0;
+    }
+    n_full = p->n_tokens / b->block_tokens;
+    if (p->first_block > n_full || p->n_blocks > n_full - p->first_block) {
+        reply(b, q, SCDB_ESHAPE, NULL,
+              "blocks [%u, %u) requested but the %zu tokens hold %zu full blocks of %u",
+              p->first_block, p->first_block + p->n_blocks, p->n_tokens, n_full,
+              b->block_tokens);
+        return 0;
+    }
+    j = job_new(q, req, OP_PUT_STATES);
+    if (!j) {
+        reply(b, q, SCDB_ENOMEM, NULL, "out of memory");
+        return 0;
+    }
+    j->cb = c->cb;
+    j->arena = a;
+    a->refs++;
+    a->busy = 1;
     b->inflight++;
     bk_queue_push(&b->writes, j);
     return 1;
@@ -434,7 +496,21 @@ static void on_arena_create(scdb_broker *b, const rq *q, bk_client *c,
               m->n_layers, m->n_kv_heads, m->head_dim);
         return;
     }
-    e = bk_arena_create(b, c, ac->capacity, &a, err, sizeof err);
+    if (ac->kind == SCDB__ARENA_KIND__ARENA_STATES) {
+        if (c->role != SCDB__ROLE__PRODUCER || !c->cb->encode) {
+            reply(b, q, SCDB_EUNSUPPORTED, NULL,
+                  "states arenas are for producers of a codebook the broker encodes "
+                  "(codebook %s, kind %s, this client a %s): put payloads instead",
+                  c->cb->name, c->cb->kind, role_name(c->role));
+            return;
+        }
+        e = bk_states_arena_create(b, c, ac->capacity, &a, err, sizeof err);
+    } else if (ac->kind == SCDB__ARENA_KIND__ARENA_KV) {
+        e = bk_arena_create(b, c, ac->capacity, &a, err, sizeof err);
+    } else {
+        reply(b, q, SCDB_EINVAL, NULL, "unknown arena kind %d", (int)ac->kind);
+        return;
+    }
     if (e) {
         reply(b, q, e, NULL, "%s", err);
         return;
@@ -446,7 +522,13 @@ static void on_arena_create(scdb_broker *b, const rq *q, bk_client *c,
     ar.cache_offset = SCDB_ARENA_HEADER_BYTES;
     ar.cache_bytes = a->size - SCDB_ARENA_HEADER_BYTES;
     ar.shape = &shape;
-    ar.capacity = (uint32_t)a->cache->capacity;
+    ar.capacity = a->capacity;
+    ar.kind = a->kind == BK_ARENA_STATES ? SCDB__ARENA_KIND__ARENA_STATES
+                                         : SCDB__ARENA_KIND__ARENA_KV;
+    if (a->kind == BK_ARENA_STATES) {
+        ar.states_layers = (uint32_t)c->cb->states_layers;
+        ar.states_dim = (uint32_t)c->cb->states_dim;
+    }
     r.body_case = SCDB__REPLY__BODY_ARENA;
     r.arena = &ar;
     reply(b, q, SCDB_OK, &r, NULL);
@@ -461,7 +543,7 @@ static void on_arena_mapped(scdb_broker *b, const rq *q, bk_client *c, uint64_t 
               (unsigned long long)id);
         return;
     }
-    if (free_it && a->kind == BK_ARENA_STATS) {
+    if (free_it && a->kind == BK_ARENA_SESSION) {
         reply(b, q, SCDB_EBUSY, NULL,
               "arena %llu holds a live session's statistics: close the session instead",
               (unsigned long long)id);
@@ -642,7 +724,8 @@ void bk_handle(scdb_broker *b, int sock, zmq_msg_t *frames, int n_frames, int to
         goto done;
     }
     if (c) c->last_seen = scdb_now();   /* ping and stats may come anonymously */
-    if ((q.op == OP_PUT || q.op == OP_GET || q.op == OP_DELETE || q.op == OP_SESSION_EVICT) &&
+    if ((q.op == OP_PUT || q.op == OP_GET || q.op == OP_DELETE || q.op == OP_SESSION_EVICT ||
+         q.op == OP_PUT_STATES) &&
         b->inflight >= b->cfg.max_inflight) {
         reply(b, &q, SCDB_EBUSY, NULL, "broker busy: %d requests in flight (max_inflight)",
               b->inflight);
@@ -663,6 +746,7 @@ void bk_handle(scdb_broker *b, int sock, zmq_msg_t *frames, int n_frames, int to
     case OP_LOOKUP: on_lookup(b, &q, c, req->lookup); break;
     case OP_PUT: owned = on_put(b, &q, c, req, frames + 2, n_payload); break;
     case OP_DELETE: owned = on_delete(b, &q, c, req); break;
+    case OP_PUT_STATES: owned = on_put_states(b, &q, c, req); break;
     case OP_GET: owned = on_get(b, &q, c, req); break;
     case OP_STATS: on_stats(b, &q); break;
     case OP_ARENA_CREATE: on_arena_create(b, &q, c, req->arena_create); break;

@@ -148,12 +148,15 @@ static void run_get(scdb_broker *b, bk_job *j)
 
 /* ------------------------------------------------------------- put, delete */
 
-static void run_put(scdb_broker *b, bk_job *j)
+/* Store blocks [first, first + n_blocks) of tokens, block i's payload at
+ * payloads[i] (block_bytes each), and finish the job with a PutReply. */
+static void store_blocks(scdb_broker *b, bk_job *j, const int32_t *tokens, size_t n_tokens,
+                         uint32_t first, uint32_t n_blocks, const void *const *payloads,
+                         uint64_t block_bytes)
 {
-    const Scdb__PutRequest *p = j->req->put;
     const scdb_broker_codebook *cb = j->cb;
     uint32_t bt = b->block_tokens;
-    size_t n_full = p->n_tokens / bt, nk = 0, n_stored = 0, nf, nm = 0;
+    size_t n_full = n_tokens / bt, nk = 0, n_stored = 0, nf, nm = 0;
     scdb_key *keys = NULL;
     scdb_block_put *puts = NULL;
     scdb_store_stat before, after;
@@ -162,24 +165,23 @@ static void run_put(scdb_broker *b, bk_job *j)
     scdb_err e = SCDB_OK;
 
     if (n_full && !(keys = malloc(n_full * sizeof *keys))) goto nomem;
-    if (p->n_blocks && !(puts = calloc(p->n_blocks, sizeof *puts))) goto nomem;
-    e = scdb_block_key_chain(&cb->ns, p->tokens, p->n_tokens, bt, keys, n_full, &nk);
+    if (n_blocks && !(puts = calloc(n_blocks, sizeof *puts))) goto nomem;
+    e = scdb_block_key_chain(&cb->ns, tokens, n_tokens, bt, keys, n_full, &nk);
     if (e) goto fail;
-    for (uint32_t i = 0; i < p->n_blocks; i++) {
-        uint32_t bi = p->first_block + i;
+    for (uint32_t i = 0; i < n_blocks; i++) {
+        uint32_t bi = first + i;
         scdb_block_put *u = &puts[i];
         u->key = keys[bi];
         if (bi) u->parent = keys[bi - 1];
         u->block_index = bi;
         u->payload_dtype = cb->payload_dtype;
-        u->payload = zmq_msg_data(&j->frames[i]);
-        u->payload_len = zmq_msg_size(&j->frames[i]);
+        u->payload = payloads[i];
+        u->payload_len = block_bytes;
     }
     scdb_store_stats(b->store, &before);
-    e = scdb_store_put_batch(b->store, &cb->ns, puts, p->n_blocks, &n_stored);
+    e = scdb_store_put_batch(b->store, &cb->ns, puts, n_blocks, &n_stored);
     scdb_store_stats(b->store, &after);
-    if (scdb_store_lookup(b->store, &cb->ns, p->tokens, p->n_tokens, NULL, 0, &nf, &nm))
-        nm = 0;
+    if (scdb_store_lookup(b->store, &cb->ns, tokens, n_tokens, NULL, 0, &nf, &nm)) nm = 0;
     free(keys);
     free(puts);
     pr.n_full = (uint32_t)n_full;
@@ -189,9 +191,9 @@ static void run_put(scdb_broker *b, bk_job *j)
     r.put = &pr;
     if (e == SCDB_ENOTFOUND)
         finish(j, e, &r, "block %u's parent is not stored: put the blocks before it first",
-               p->first_block);
+               first);
     else if (e)
-        finish(j, e, &r, "store refused block %zu of the batch", p->first_block + n_stored);
+        finish(j, e, &r, "store refused block %zu of the batch", first + n_stored);
     else
         finish(j, e, &r, NULL);
     return;
@@ -201,6 +203,65 @@ fail:
     free(keys);
     free(puts);
     finish(j, e, NULL, "put failed");
+}
+
+static void run_put(scdb_broker *b, bk_job *j)
+{
+    const Scdb__PutRequest *p = j->req->put;
+    const void **pl = NULL;
+
+    if (p->n_blocks && !(pl = malloc(p->n_blocks * sizeof *pl))) {
+        finish(j, SCDB_ENOMEM, NULL, "out of memory");
+        return;
+    }
+    for (uint32_t i = 0; i < p->n_blocks; i++) pl[i] = zmq_msg_data(&j->frames[i]);
+    store_blocks(b, j, p->tokens, p->n_tokens, p->first_block, p->n_blocks, pl,
+                 (uint64_t)b->block_tokens * j->cb->token_bytes);
+    free(pl);
+}
+
+/* Broker-side encode: the codebook encodes each block's rows of the
+ * producer's states arena, then the blocks are stored as a put's. */
+static void run_put_states(scdb_broker *b, bk_job *j)
+{
+    const Scdb__PutStatesRequest *p = j->req->put_states;
+    const scdb_broker_codebook *cb = j->cb;
+    uint32_t bt = b->block_tokens;
+    uint32_t n_blocks = p->n_blocks ? p->n_blocks
+                                    : (uint32_t)(p->n_tokens / bt) - p->first_block;
+    uint64_t block_bytes = (uint64_t)bt * cb->token_bytes;
+    const float *h_in = (const float *)((const char *)j->arena->map + SCDB_ARENA_HEADER_BYTES);
+    const void **pl = NULL;
+    char *buf = NULL;
+    scdb_err e;
+
+    if (n_blocks == 0) {
+        store_blocks(b, j, p->tokens, p->n_tokens, p->first_block, 0, NULL, block_bytes);
+        return;
+    }
+    if (!(pl = malloc(n_blocks * sizeof *pl)) || !(buf = malloc(n_blocks * block_bytes))) {
+        free(pl);
+        finish(j, SCDB_ENOMEM, NULL, "out of memory");
+        return;
+    }
+    for (uint32_t i = 0; i < n_blocks; i++) {
+        int t0 = (int)((p->first_block + i) * bt);
+        pl[i] = buf + i * block_bytes;
+        e = cb->encode(cb->ctx, h_in, (int)p->n_tokens, t0, (int)bt, buf + i * block_bytes);
+        if (e) {
+            if (e == SCDB_ERANGE)
+                finish(j, e, NULL, "block %u: the states of tokens %d..%d are not all finite",
+                       p->first_block + i, t0, t0 + (int)bt - 1);
+            else
+                finish(j, e, NULL, "block %u: encode failed", p->first_block + i);
+            free(pl);
+            free(buf);
+            return;
+        }
+    }
+    store_blocks(b, j, p->tokens, p->n_tokens, p->first_block, n_blocks, pl, block_bytes);
+    free(pl);
+    free(buf);
 }
 
 static void run_delete(scdb_broker *b, bk_job *j)
@@ -260,6 +321,7 @@ static void *thread_main(void *arg)
         switch (j->op) {
         case OP_GET: run_get(b, j); break;
         case OP_PUT: run_put(b, j); break;
+        case OP_PUT_STATES: run_put_states(b, j); break;
         case OP_DELETE: run_delete(b, j); break;
         case OP_SESSION_EVICT: bk_session_run_evict(b, j); break;
         default: finish(j, SCDB_EPROTO, NULL, "not a job"); break;

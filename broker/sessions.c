@@ -125,7 +125,7 @@ void bk_on_session_open(scdb_broker *b, bk_client *c, const Scdb__SessionOpen *s
         snprintf(msg, msglen, "out of memory");
         return;
     }
-    e = bk_shm_create(b, c, bytes, BK_ARENA_STATS, &st, msg, msglen);
+    e = bk_shm_create(b, c, bytes, BK_ARENA_SESSION, &st, msg, msglen);
     if (e) {
         free(s);
         *status = e;

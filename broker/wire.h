@@ -9,8 +9,10 @@
  *   arena (one POSIX shm object, mapped by broker and client)
  *   0                         4096                              size
  *   +-------------------------+---------------------------------+
- *   | scdb_arena_header       | scdb_kv_cache buffer            |
+ *   | scdb_arena_header       | kind 0: scdb_kv_cache buffer    |
  *   | magic, geometry, n, gen | pos | K [L][cap][D] | V [...]   |
+ *   |                         | kind 1: producer states (f32)   |
+ *   |                         | H_in [L][n][d_model], n <= cap  |
  *   +-------------------------+---------------------------------+
  *
  *   raw payload of one block of T tokens (codebook kind "raw"):
@@ -41,13 +43,17 @@ typedef struct scdb_arena_header {
     uint64_t arena_id;
     uint32_t n_layers, n_kv_heads, head_dim, capacity;
     uint32_t dtype;            /* scdb_dtype of K/V: SCDB_F32               */
-    uint32_t reserved0;
+    uint32_t kind;             /* SCDB_ARENA_KIND_KV, SCDB_ARENA_KIND_STATES
+                                  (then n_kv_heads = 1, head_dim = d_model)  */
     uint64_t cache_offset;     /* = header_bytes                            */
     uint64_t cache_bytes;      /* scdb_kv_cache_bytes(...)                  */
     uint32_t n;                /* live slots; the client writes it before a
                                   get, the broker after                      */
     uint32_t gen;              /* bumped by the broker after every get      */
 } scdb_arena_header;
+
+#define SCDB_ARENA_KIND_KV 0u
+#define SCDB_ARENA_KIND_STATES 1u
 
 /* Payload format version of raw-KV namespaces (part of their store
  * namespace id, with the dtype). */

@@ -167,6 +167,8 @@ static void info_from(scdb_info *i, const Scdb__HelloReply *r)
     snprintf(i->decoder, sizeof i->decoder, "%s", r->decoder ? r->decoder : "");
     snprintf(i->codebook_kind, sizeof i->codebook_kind, "%s",
              r->codebook_kind ? r->codebook_kind : "");
+    i->states_layers = (int)r->states_layers;
+    i->states_dim = (int)r->states_dim;
     i->max_tokens = r->max_tokens;
     i->max_request_bytes = r->max_request_bytes;
     i->heartbeat_ms = r->heartbeat_ms;
@@ -503,6 +505,41 @@ scdb_err scdb_put(scdb *h, const int32_t *tokens, size_t n_tokens, uint32_t firs
     } while (done < n_blocks);
     res.n_full = (uint32_t)(n_tokens / h->info.block_tokens);
     if (out) *out = res;
+    return e;
+}
+
+scdb_err scdb_put_states(scdb *h, const int32_t *tokens, size_t n_tokens, uint32_t first_block,
+                         scdb_arena *a, scdb_put_result *out)
+{
+    Scdb__Request req = SCDB__REQUEST__INIT;
+    Scdb__PutStatesRequest p = SCDB__PUT_STATES_REQUEST__INIT;
+    Scdb__Reply *rep = NULL;
+    scdb_err e = need_registered(h);
+
+    if (e) return e;
+    if ((!tokens && n_tokens) || !a || a->h != h) return lib_fail(h, SCDB_EINVAL, "put_states: NULL argument");
+    if (!a->states_dim)
+        return lib_fail(h, SCDB_EINVAL, "put_states: arena %llu is not a states arena",
+                        (unsigned long long)a->id);
+    if (a->gen != h->gen)
+        return lib_fail(h, SCDB_ECLOSED, "arena %llu is from before a broker restart: free it "
+                        "and create a new one", (unsigned long long)a->id);
+    if (n_tokens > a->capacity)
+        return lib_fail(h, SCDB_ERANGE, "put_states: %zu tokens, the arena holds %u", n_tokens,
+                        a->capacity);
+    p.tokens = (int32_t *)tokens;
+    p.n_tokens = n_tokens;
+    p.arena = a->id;
+    p.first_block = first_block;
+    req.body_case = SCDB__REQUEST__BODY_PUT_STATES;
+    req.put_states = &p;
+    e = lib_request(h, &req, NULL, NULL, 0, &rep);
+    if (rep && rep->body_case == SCDB__REPLY__BODY_PUT && out) {
+        out->n_full = rep->put->n_full;
+        out->n_stored = rep->put->n_stored;
+        out->n_new = rep->put->n_new;
+    }
+    if (rep) scdb__reply__free_unpacked(rep, NULL);
     return e;
 }
 

@@ -68,6 +68,23 @@ scdb_err lib_arena_map(scdb *h, const Scdb__ArenaCreateReply *ar, scdb_arena **o
     a->size = ar->size;
     a->hdr = a->map;
     hd = a->hdr;
+    if (ar->kind == SCDB__ARENA_KIND__ARENA_STATES) {
+        if (memcmp(hd->magic, SCDB_ARENA_MAGIC, 8) || hd->version != SCDB_ARENA_VERSION ||
+            hd->arena_id != ar->arena || hd->kind != SCDB_ARENA_KIND_STATES ||
+            hd->cache_offset != ar->cache_offset || hd->cache_offset % 64 ||
+            hd->cache_offset + hd->cache_bytes > ar->size || !ar->states_dim ||
+            (int)hd->n_layers != h->info.states_layers ||
+            (int)hd->head_dim != h->info.states_dim || hd->capacity != ar->capacity ||
+            hd->cache_bytes != 4ull * hd->n_layers * hd->capacity * hd->head_dim) {
+            e = lib_fail(h, SCDB_EPROTO, "states arena %s has an unexpected header",
+                         ar->shm_name);
+            goto fail;
+        }
+        a->states = (float *)((char *)a->map + hd->cache_offset);
+        a->states_layers = (int)hd->n_layers;
+        a->states_dim = (int)hd->head_dim;
+        goto mapped;
+    }
     if (memcmp(hd->magic, SCDB_ARENA_MAGIC, 8) || hd->version != SCDB_ARENA_VERSION ||
         hd->arena_id != ar->arena || hd->cache_offset != ar->cache_offset ||
         hd->cache_offset % 64 || hd->cache_offset + hd->cache_bytes > ar->size ||
@@ -85,10 +102,12 @@ scdb_err lib_arena_map(scdb *h, const Scdb__ArenaCreateReply *ar, scdb_arena **o
         lib_fail(h, e, "cannot view the arena's cache");
         goto fail;
     }
+    a->cache->n = 0;
+mapped:
+    a->capacity = ar->capacity;
     a->id = ar->arena;
     a->h = h;
     a->gen = h->gen;
-    a->cache->n = 0;
     a->next = h->arenas;
     h->arenas = a;
     e = arena_notify(h, a->id, 0);        /* the broker unlinks the name now */
@@ -130,6 +149,43 @@ scdb_err scdb_arena_new(scdb *h, int capacity, scdb_arena **out)
 
 scdb_kv_cache *scdb_arena_cache(scdb_arena *a) { return a ? a->cache : NULL; }
 
+scdb_err scdb_states_arena_new(scdb *h, int capacity, scdb_arena **out)
+{
+    Scdb__Request req = SCDB__REQUEST__INIT;
+    Scdb__ArenaCreate ac = SCDB__ARENA_CREATE__INIT;
+    Scdb__Reply *rep = NULL;
+    scdb_err e;
+
+    if (!h || !out) return SCDB_EINVAL;
+    *out = NULL;
+    if (!h->registered) return lib_fail(h, SCDB_EINVAL, "not registered (scdb_register first)");
+    if (capacity < 0) return lib_fail(h, SCDB_EINVAL, "negative arena capacity");
+    if (!h->info.states_dim)
+        return lib_fail(h, SCDB_EUNSUPPORTED, "the broker does not encode codebook %s for "
+                        "this client (producers of an scd codebook only): put payloads",
+                        h->codebook[0] ? h->codebook : "raw");
+    ac.capacity = (uint32_t)capacity;
+    ac.kind = SCDB__ARENA_KIND__ARENA_STATES;
+    req.body_case = SCDB__REQUEST__BODY_ARENA_CREATE;
+    req.arena_create = &ac;
+    e = lib_request(h, &req, NULL, NULL, 0, &rep);
+    if (!e && (rep->body_case != SCDB__REPLY__BODY_ARENA || !rep->arena->shm_name ||
+               rep->arena->kind != SCDB__ARENA_KIND__ARENA_STATES))
+        e = lib_fail(h, SCDB_EPROTO, "arena reply without a (states) body");
+    if (!e) e = lib_arena_map(h, rep->arena, out);
+    if (rep) scdb__reply__free_unpacked(rep, NULL);
+    return e;
+}
+
+float *scdb_arena_states(scdb_arena *a, int *n_layers, int *dim, int *capacity)
+{
+    if (!a || !a->states) return NULL;
+    if (n_layers) *n_layers = a->states_layers;
+    if (dim) *dim = a->states_dim;
+    if (capacity) *capacity = (int)a->capacity;
+    return a->states;
+}
+
 void scdb_arena_free(scdb_arena **ap)
 {
     scdb_arena *a, **pp;
@@ -165,6 +221,9 @@ scdb_err scdb_get(scdb *h, const int32_t *tokens, size_t n_tokens, scdb_arena *a
     if (a->gen != h->gen)
         return lib_fail(h, SCDB_ECLOSED, "arena %llu is from before a broker restart: free it "
                         "and create a new one", (unsigned long long)a->id);
+    if (!a->cache)
+        return lib_fail(h, SCDB_EINVAL, "arena %llu is a states arena, not a KV cache",
+                        (unsigned long long)a->id);
     if (slot0 < 0 || pos0 < 0) return lib_fail(h, SCDB_ERANGE, "negative slot0 or pos0");
     __atomic_store_n(&a->hdr->n, (uint32_t)a->cache->n, __ATOMIC_RELEASE);
     g.tokens = (int32_t *)tokens;

@@ -64,6 +64,9 @@ scdb_err scdb_session_open(scdb_arena *a, const scdb_session_opts *o, scdb_sessi
     *out = NULL;
     if (!a || !o) return SCDB_EINVAL;
     h = a->h;
+    if (!a->cache)
+        return lib_fail(h, SCDB_EINVAL, "arena %llu is a states arena, not a KV cache",
+                        (unsigned long long)a->id);
     if (a->session)
         return lib_fail(h, SCDB_EBUSY, "arena %llu already has a live session",
                         (unsigned long long)a->id);

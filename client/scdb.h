@@ -36,7 +36,10 @@
  * block's payload in the codebook's encoding: for the "raw/<model>"
  * codebooks that is the block's K and V (broker/wire.h: K [L][T][D] then
  * V, F16 or F32), which scdb_raw_block() / scdb_put_cache() build from a
- * KV cache.  The SCD codec's encode will produce codes for other codebooks.
+ * KV cache.  For "scd" codebooks the payload is the codec's codes: either
+ * the producer encodes them itself (codec/codec.h, scdb_codec_encode) and
+ * calls scdb_put, or it hands its states to the broker through shared
+ * memory and the broker encodes (scdb_put_states).
  *
  * Errors.  Every call returns an scdb_err; when the broker refused a
  * request, scdb_last_error() holds its message ("unknown model 'x'", ...).
@@ -134,7 +137,10 @@ typedef struct scdb_info {
     uint32_t payload_dtype;        /* scdb_dtype of payloads (raw: F16/F32) */
     int n_layers, n_kv_heads, head_dim, max_seq_len; /* our model's KV      */
     char decoder[32];              /* consumers: "raw", ...                 */
-    char codebook_kind[16];        /* "raw" (payload = KV), ...             */
+    char codebook_kind[16];        /* "raw" (payload = KV), "scd" (codes)   */
+    int states_layers, states_dim; /* producers: scdb_put_states takes H_in
+                                      [states_layers][n][states_dim]; 0: the
+                                      broker does not encode this codebook  */
     uint32_t max_tokens;           /* per request                           */
     uint64_t max_request_bytes;
     uint32_t heartbeat_ms, heartbeat_timeout_ms;
@@ -180,6 +186,28 @@ scdb_err scdb_put(scdb *h, const int32_t *tokens, size_t n_tokens, uint32_t firs
  * codebook: encode with the codec and use scdb_put). */
 scdb_err scdb_put_cache(scdb *h, const int32_t *tokens, size_t n_tokens,
                         const scdb_kv_cache *cache, scdb_put_result *out);
+
+/* Broker-side encode (codebooks of kind "scd": info.states_dim > 0).  The
+ * producer writes the states of tokens [0, n) — H_in, the normalised input
+ * of each layer's attention, f32 [states_layers][n][states_dim], exactly
+ * what model.h's scdb_capture.h_in receives from one forward of the n
+ * tokens — into a states arena (pass scdb_arena_states() as capture.h_in:
+ * zero copy), then scdb_put_states has the broker encode every full block
+ * from first_block with the codebook and store it.  Only codes are kept;
+ * no payload crosses the socket.
+ *
+ * scdb_states_arena_new: a states arena for up to `capacity` tokens (0:
+ * the model's max_seq_len).  Errors: SCDB_EUNSUPPORTED (not a producer of
+ * a codebook the broker encodes), those of scdb_arena_new.
+ * scdb_arena_states: its memory (NULL for a KV arena) and shape.
+ * scdb_put_states errors: those of scdb_put, SCDB_ERANGE (more tokens than
+ * the arena holds, or non-finite states in a block), SCDB_EINVAL (not a
+ * states arena), SCDB_EUNSUPPORTED, SCDB_ECLOSED (arena from before a
+ * broker restart).  Free the arena with scdb_arena_free. */
+scdb_err scdb_states_arena_new(scdb *h, int capacity, scdb_arena **out);
+float *scdb_arena_states(scdb_arena *a, int *n_layers, int *dim, int *capacity);
+scdb_err scdb_put_states(scdb *h, const int32_t *tokens, size_t n_tokens, uint32_t first_block,
+                         scdb_arena *a, scdb_put_result *out);
 
 /* The raw payload of cache slots [slot0, slot0 + n_tokens) in dtype (F16 or
  * F32): K [n_layers][n_tokens][kv_dim] then V, into dst (cap bytes).

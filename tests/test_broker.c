@@ -4,6 +4,7 @@
  * frames.  Raw-KV codebooks make every byte checkable. */
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <netinet/in.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -21,6 +22,7 @@
 #include <cmocka.h>
 
 #include "broker_kv.h"
+#include "codec.h"
 #include "model.h"
 #include "scdb.h"
 #include "scdb.pb-c.h"
@@ -99,6 +101,10 @@ static void write_config(const char *path, const char *ep, const char *data, con
                              "raw_dtype = f32\n"
                              "[model code]\nconfig = " SCDB_DATA_DIR "/models/code/config.json\n"
                              "[pair raw/base code]\ndecoder = raw\n"
+                             "[codebook base-scd]\nkind = scd\nmodel = base\n"
+                             "file = " SCDB_DATA_DIR "/codebooks/base.safetensors\n"
+                             "[pair base-scd code]\ndecoder = scd\n"
+                             "file = " SCDB_DATA_DIR "/pairs/base__code.safetensors\n"
                            : "");
 }
 
@@ -558,6 +564,129 @@ static void test_reference_model(void **state)
     scdb_model_free(&m);
     free(ref);
     free(got);
+}
+
+/* Broker-side encode: a producer captures its states into a states arena
+ * and the broker encodes and stores them; a consumer's get then decodes
+ * exactly what a client-side encode + local decode gives.  Refusals: a
+ * consumer or a raw codebook's producer (no encode), non-finite states,
+ * more tokens than the arena holds, a KV arena named as states. */
+static void test_put_states(void **state)
+{
+    enum { N = 192 };
+    scdb_model *m = NULL;
+    scdb_codebook *cb = NULL;
+    scdb_pair *pair = NULL;
+    char err[256] = "";
+    int32_t t[N];
+    uint16_t *codes;
+    float *st;
+    int L, D, cap;
+    scdb_kv_cache *own = NULL, *ref = NULL;
+    scdb_arena *a, *kv;
+    scdb_put_result pr;
+    scdb_get_result gr;
+    scdb_lookup_result lr;
+    scdb_info info;
+    scdb_capture capt = {0};
+    scdb *h;
+    (void)state;
+
+    if (!have_family) {
+        print_message("skipped: no model family under " SCDB_DATA_DIR "/models\n");
+        skip();
+    }
+    assert_int_equal(scdb_model_load(SCDB_DATA_DIR "/models/base", &m, err, sizeof err), SCDB_OK);
+    assert_int_equal(scdb_codebook_load(SCDB_DATA_DIR "/codebooks/base.safetensors", &cb, err,
+                                        sizeof err), SCDB_OK);
+    for (int i = 0; i < N; i++) t[i] = "states through shared memory, encoded by the broker "[i % 52];
+
+    h = connect_to(endpoint, 10000);
+    assert_int_equal(scdb_register(h, SCDB_PRODUCER, "base", "base-scd", &info), SCDB_OK);
+    assert_int_equal(info.states_layers, 8);
+    assert_int_equal(info.states_dim, 128);
+    assert_int_equal(scdb_states_arena_new(h, 256, &a), SCDB_OK);
+    st = scdb_arena_states(a, &L, &D, &cap);
+    assert_non_null(st);
+    assert_int_equal(L, 8);
+    assert_int_equal(D, 128);
+    assert_int_equal(cap, 256);
+    assert_null(scdb_arena_cache(a));
+
+    /* the producer's own prefill writes H_in straight into the arena */
+    assert_int_equal(scdb_model_cache_new(m, N, &own), SCDB_OK);
+    capt.h_in = st;
+    assert_int_equal(scdb_model_forward(m, t, NULL, N, own, NULL, &capt), SCDB_OK);
+    /* a non-finite state in block 1: refused, nothing stored past block 0 */
+    {
+        float keep = st[(size_t)3 * N * D + 70 * D + 5];
+        st[(size_t)3 * N * D + 70 * D + 5] = NAN;
+        assert_int_equal(scdb_put_states(h, t, N, 0, a, &pr), SCDB_ERANGE);
+        assert_non_null(strstr(scdb_last_error(h), "finite"));
+        st[(size_t)3 * N * D + 70 * D + 5] = keep;
+    }
+    assert_int_equal(scdb_put_states(h, t, 300, 0, a, &pr), SCDB_ERANGE);   /* > capacity */
+    assert_int_equal(scdb_put_states(h, t, N, 4, a, &pr), SCDB_ESHAPE);     /* past block 3 */
+    assert_int_equal(scdb_put_states(h, t, N, 0, a, &pr), SCDB_OK);
+    assert_int_equal(pr.n_full, 3);
+    assert_int_equal(pr.n_stored, 3);
+    scdb_arena_free(&a);
+    scdb_close(&h);
+
+    /* reference: client-side encode, local decode into code's KV space */
+    codes = malloc(scdb_codec_codes_len(scdb_codebook_get_info(cb), N) * sizeof *codes);
+    assert_non_null(codes);
+    assert_int_equal(scdb_codec_encode_tokens(cb, m, t, NULL, N, codes), SCDB_OK);
+    assert_int_equal(scdb_pair_load(SCDB_DATA_DIR "/pairs/base__code.safetensors", cb, &pair,
+                                    err, sizeof err), SCDB_OK);
+    assert_int_equal(scdb_kv_cache_new(8, 2, 32, N, &ref), SCDB_OK);
+    {
+        int32_t pos[N];
+        for (int i = 0; i < N; i++) pos[i] = i;
+        assert_int_equal(scdb_pair_decode(pair, cb, codes, N, pos, t, -1, ref, 0), SCDB_OK);
+    }
+
+    h = connect_to(endpoint, 10000);
+    assert_int_equal(scdb_register(h, SCDB_CONSUMER, "code", "base-scd", &info), SCDB_OK);
+    assert_int_equal(info.states_dim, 0);                      /* consumers do not encode */
+    assert_int_equal(scdb_states_arena_new(h, 64, &a), SCDB_EUNSUPPORTED);
+    assert_int_equal(scdb_lookup(h, t, N, &lr), SCDB_OK);
+    assert_int_equal(lr.n_matched, 3);
+    assert_int_equal(scdb_arena_new(h, N, &kv), SCDB_OK);
+    assert_int_equal(scdb_put_states(h, t, N, 0, kv, &pr), SCDB_EINVAL);   /* not states */
+    assert_int_equal(scdb_get(h, t, N, kv, 0, 0, &gr), SCDB_OK);
+    assert_int_equal(gr.tokens_written, N);
+    {
+        const scdb_kv_cache *c = scdb_arena_cache(kv);
+        double worst = 0.0;
+        for (int l = 0; l < 8; l++)
+            for (int i = 0; i < N; i++)
+                for (int j = 0; j < 64; j++) {
+                    double dk = fabs(scdb_kv_k(c, l, i)[j] - scdb_kv_k(ref, l, i)[j]);
+                    double dv = fabs(scdb_kv_v(c, l, i)[j] - scdb_kv_v(ref, l, i)[j]);
+                    if (dk > worst) worst = dk;
+                    if (dv > worst) worst = dv;
+                }
+        print_message("broker-side vs client-side encode: max |K/V diff| %.3g\n", worst);
+        assert_true(worst < 1e-2);
+    }
+    scdb_arena_free(&kv);
+    scdb_close(&h);
+
+    /* a raw codebook's producer: the broker has nothing to encode with */
+    h = connect_to(endpoint, 10000);
+    assert_int_equal(scdb_register(h, SCDB_PRODUCER, "base", NULL, &info), SCDB_OK);
+    assert_int_equal(info.states_dim, 0);
+    assert_int_equal(scdb_states_arena_new(h, 64, &a), SCDB_EUNSUPPORTED);
+    scdb_close(&h);
+
+    scdb_kv_cache_free(&own);
+    scdb_kv_cache_free(&ref);
+    scdb_pair_free(&pair);
+    scdb_codebook_free(&cb);
+    scdb_model_free(&m);
+    free(codes);
+    assert_alive();
 }
 
 /* Registration errors come back with the right code. */
@@ -1419,6 +1548,7 @@ int main(void)
         cmocka_unit_test(test_lookup_get_semantics),
         cmocka_unit_test(test_register_errors),
         cmocka_unit_test(test_reference_model),
+        cmocka_unit_test(test_put_states),
         cmocka_unit_test(test_malformed_frames),
         cmocka_unit_test(test_sigkill_reclaim),
         cmocka_unit_test(test_live_sessions),

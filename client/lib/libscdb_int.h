@@ -17,7 +17,10 @@ struct scdb_arena {
     void *map;
     size_t size;
     scdb_arena_header *hdr;
-    scdb_kv_cache *cache;
+    scdb_kv_cache *cache;        /* KV arenas                               */
+    float *states;               /* states arenas: [layers][n][dim]         */
+    uint32_t capacity;
+    int states_layers, states_dim;
     scdb_session *session;       /* its live session, if any                */
     struct scdb_arena *next;
 };
