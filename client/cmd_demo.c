@@ -4,8 +4,9 @@
  *   1. a broker process (this binary's `serve`) on a private temp dir: ipc
  *      socket and LMDB store there, the base codebook and one pair per
  *      specialist loaded from the config the demo writes;
- *   2. a producer process: `base` prefills a shared prefix, encodes its
- *      states with the codebook (only codes cross the wire) and puts them;
+ *   2. a producer process: `base` prefills a shared prefix, capturing its
+ *      states into a shared-memory arena, and has the broker encode them
+ *      with the codebook and store the codes (scdb_put_states);
  *   3. one consumer process per specialist, one after the other (so their
  *      timings do not share the two cores): its own prefill of the prefix as
  *      the reference, then lookup + get of the prefix into a broker-owned
@@ -139,65 +140,55 @@ static void show(const int32_t *t, int n, char *buf)
 
 static int producer(const demo *d)
 {
-    char dir[1024], path[1024], err[512];
+    char dir[1024], err[512];
     scdb_model *m = NULL;
-    scdb_codebook *cb = NULL;
+    scdb_kv_cache *kv = NULL;
+    scdb_arena *states = NULL;
     scdb *h = NULL;
-    uint16_t *codes = NULL;
+    scdb_capture cap = {0};
     int rc = 1;
     scdb_err e;
 
     snprintf(dir, sizeof dir, "%s/models/base", d->data);
-    snprintf(path, sizeof path, "%s/codebooks/base.safetensors", d->data);
-    if ((e = scdb_model_load(dir, &m, err, sizeof err)) ||
-        (e = scdb_codebook_load(path, &cb, err, sizeof err))) {
+    if ((e = scdb_model_load(dir, &m, err, sizeof err))) {
         fprintf(stderr, "producer: %s (%s)\n", err, scdb_strerror(e));
         goto done;
     }
-    const scdb_codebook_info *in = scdb_codebook_get_info(cb);
-    codes = malloc(scdb_codec_codes_len(in, d->prefix) * sizeof *codes);
-    if (!codes) goto done;
-    double t0 = scdb_now();
-    if ((e = scdb_codec_encode_tokens(cb, m, d->tokens, NULL, d->prefix, codes))) {
-        fprintf(stderr, "producer: encode: %s\n", scdb_strerror(e));
-        goto done;
-    }
-    double t_enc = scdb_now() - t0;
     if ((e = connect_retry(d->sock, &h)) ||
-        (e = scdb_register(h, SCDB_PRODUCER, "base", "base-scd", NULL))) {
+        (e = scdb_register(h, SCDB_PRODUCER, "base", "base-scd", NULL)) ||
+        (e = scdb_states_arena_new(h, d->prefix, &states))) {
         fprintf(stderr, "producer: broker: %s (%s)\n", h ? scdb_last_error(h) : "", scdb_strerror(e));
         goto done;
     }
     const scdb_info *info = scdb_get_info(h);
-    int n_blocks = d->prefix / (int)info->block_tokens;
-    /* the codes of a block are the codes of its tokens, so blocks of the
-     * prefix's codes are contiguous slices; payloads back to back */
-    uint16_t *payload = malloc((size_t)n_blocks * info->block_bytes);
-    if (!payload) goto done;
-    for (int b = 0; b < n_blocks; b++)
-        scdb_codec_slice(cb, codes, d->prefix, b * (int)info->block_tokens,
-                         (b + 1) * (int)info->block_tokens,
-                         (uint16_t *)((char *)payload + (size_t)b * info->block_bytes));
-    scdb_put_result pr;
-    t0 = scdb_now();
-    e = scdb_put(h, d->tokens, (size_t)d->prefix, 0, payload,
-                 (size_t)n_blocks * info->block_bytes, &pr);
-    double t_put = scdb_now() - t0;
-    free(payload);
-    if (e) {
-        fprintf(stderr, "producer: put: %s (%s)\n", scdb_last_error(h), scdb_strerror(e));
+    /* the producer's prefill writes its states (H_in of every layer) straight
+     * into the shared-memory arena; the broker encodes them with the codebook */
+    cap.h_in = scdb_arena_states(states, NULL, NULL, NULL);
+    if ((e = scdb_model_cache_new(m, d->prefix, &kv))) goto done;
+    double t0 = scdb_now();
+    if ((e = scdb_model_forward(m, d->tokens, NULL, d->prefix, kv, NULL, &cap))) {
+        fprintf(stderr, "producer: prefill: %s\n", scdb_strerror(e));
         goto done;
     }
-    printf("producer base: prefilled and encoded %d tokens in %.1f ms (codebook %.8s, %zu B/token); "
-           "put %u blocks of %u tokens in %.1f ms\n",
-           d->prefix, t_enc * 1e3, in->id_hex, scdb_codebook_token_bytes(cb), pr.n_new,
-           info->block_tokens, t_put * 1e3);
+    double t_prefill = scdb_now() - t0;
+    scdb_put_result pr;
+    t0 = scdb_now();
+    e = scdb_put_states(h, d->tokens, (size_t)d->prefix, 0, states, &pr);
+    double t_put = scdb_now() - t0;
+    if (e) {
+        fprintf(stderr, "producer: put_states: %s (%s)\n", scdb_last_error(h), scdb_strerror(e));
+        goto done;
+    }
+    printf("producer base: prefilled %d tokens in %.1f ms (states captured into shared memory); "
+           "broker encoded and stored %u blocks of %u tokens (%llu B/token of codes) in %.1f ms\n",
+           d->prefix, t_prefill * 1e3, pr.n_new, info->block_tokens,
+           (unsigned long long)(info->block_bytes / info->block_tokens), t_put * 1e3);
     fflush(stdout);
     rc = 0;
 done:
+    scdb_arena_free(&states);
     scdb_close(&h);
-    free(codes);
-    scdb_codebook_free(&cb);
+    scdb_kv_cache_free(&kv);
     scdb_model_free(&m);
     return rc;
 }
