@@ -454,6 +454,13 @@ static int on_get(scdb_broker *b, const rq *q, bk_client *c, Scdb__Request *req)
               a->cache->capacity);
         return 0;
     }
+    if (a->session && g->slot0 < __atomic_load_n(&a->hdr->n, __ATOMIC_ACQUIRE)) {
+        reply(b, q, SCDB_EINVAL, NULL,
+              "arena %llu has a live session: a get may only append (slot0 %u is below the "
+              "cache's %u live slots, whose statistics it would invalidate)",
+              (unsigned long long)a->id, g->slot0, a->hdr->n);
+        return 0;
+    }
     if (g->pos0 < 0 || (int64_t)g->pos0 + (int64_t)g->n_tokens > INT32_MAX) {
         reply(b, q, SCDB_ERANGE, NULL, "positions from pos0 %d out of range", (int)g->pos0);
         return 0;

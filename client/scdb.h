@@ -292,7 +292,8 @@ scdb_err scdb_delete(scdb *h, const int32_t *tokens, size_t n_tokens, uint32_t f
  *
  * Compaction keeps order and each slot's original position (cache->pos),
  * so attention stays causal by position and RoPE'd keys stay valid; the
- * next token's position is the sequence's, not cache->n.  Do not touch the
+ * next token's position is the sequence's, not cache->n.  A get into the
+ * arena may only append (slot0 >= n: SCDB_EINVAL otherwise).  Do not touch the
  * cache while an eviction is in flight (the call is synchronous).  Caveats:
  * a session belongs to its arena; freeing the arena ends it; after a
  * broker restart, or if an eviction timed out, calls return SCDB_ECLOSED

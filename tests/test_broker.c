@@ -1337,7 +1337,8 @@ static void test_live_sessions(void **state)
         check_compacted(11, c, ev.slot_pos, 8);
         assert_alive();
     }
-    /* a get into an arena with a session: allowed (fills more slots) */
+    /* a get into an arena with a session may append, not overwrite */
+    assert_int_equal(scdb_get(h, t, P, a, 4, 0, &gr), SCDB_EINVAL);
     assert_int_equal(scdb_get(h, t, P, a, 8, 0, &gr), SCDB_OK);
     assert_int_equal(c->n, 8 + P);
     scdb_session_close(&s);
