@@ -182,6 +182,9 @@ typedef struct scdb_broker_config {
     uint32_t block_tokens;     /* 0 = store default (64)                      */
     uint64_t map_size, max_map_size, disk_capacity, hot_capacity;
     int no_sync;
+    int lookup_index;          /* publish the shared-memory lookup index (1)  */
+    uint32_t lookup_index_entries; /* keys the index is sized for at start,
+                                  at least (0: 16384); it doubles as needed */
     int workers;               /* decode / read threads (default 2)           */
     int heartbeat_ms;          /* advertised client heartbeat interval (1000) */
     int heartbeat_timeout_ms;  /* reclaim after this much silence (10000)     */

@@ -194,7 +194,7 @@ static void on_hello(scdb_broker *b, const rq *q, const Scdb__Request *req)
     const scdb_broker_model *m;
     const scdb_broker_codebook *cb;
     const bk_pair *pair;
-    char cbname[SCDB_BROKER_NAME_MAX + 8];
+    char cbname[SCDB_BROKER_NAME_MAX + 8], lix_name[SCDB_LIX_NAME_MAX];
     bk_client *c, *old;
     Scdb__Reply r = SCDB__REPLY__INIT;
     Scdb__HelloReply hr = SCDB__HELLO_REPLY__INIT;
@@ -263,6 +263,10 @@ static void on_hello(scdb_broker *b, const rq *q, const Scdb__Request *req)
     hr.decoder = (char *)(pair ? pair->dec.name : "");
     hr.payload_dtype = cb->payload_dtype;
     hr.codebook_kind = (char *)cb->kind;
+    bk_lix_name(b, lix_name, sizeof lix_name);
+    hr.lookup_index = lix_name;
+    hr.ns.data = (uint8_t *)cb->ns.b;
+    hr.ns.len = sizeof cb->ns.b;
     r.body_case = SCDB__REPLY__BODY_HELLO;
     r.hello = &hr;
     reply(b, q, SCDB_OK, &r, NULL);

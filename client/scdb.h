@@ -106,6 +106,9 @@ typedef struct scdb_opts {
     const char *curve_server_key;  /* the broker's public key (required)    */
     const char *curve_public_key;  /* ours; NULL with secret NULL: a fresh  */
     const char *curve_secret_key;  /* keypair per handle                    */
+    int no_lookup_index;           /* 1: scdb_lookup always asks the broker
+                                      (also $SCDB_LOOKUP_INDEX=0); see
+                                      Caveats, "Lookups"                    */
 } scdb_opts;
 
 /* Open a handle and check that a broker answers (an anonymous ping).
@@ -259,6 +262,15 @@ typedef struct scdb_stat {
         char op[16];
         uint64_t count, errors, total_ns, max_ns;
     } ops[SCDB_STAT_MAX_OPS];
+    /* this handle (not the broker): how its scdb_lookup calls were answered */
+    uint64_t index_lookups;        /* from the shared-memory lookup index   */
+    uint64_t request_lookups;      /* by a request to the broker            */
+    uint64_t index_fallbacks;      /* index busy or retired: request instead */
+    scdb_err index_error;          /* SCDB_OK while an index is mapped; else
+                                      why not: SCDB_EUNSUPPORTED (none
+                                      offered or turned off), or the error
+                                      that refused it (SCDB_EFORMAT,
+                                      SCDB_ETRUNC, SCDB_EMISMATCH, ...)     */
 } scdb_stat;
 
 /* Broker and store counters (works before scdb_register too). */
