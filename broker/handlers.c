@@ -279,6 +279,7 @@ static void on_lookup(scdb_broker *b, const rq *q, bk_client *c, const Scdb__Loo
     Scdb__Reply r = SCDB__REPLY__INIT;
     Scdb__LookupReply lr = SCDB__LOOKUP_REPLY__INIT;
     size_t n_full = 0, n_matched = 0;
+    char lix_name[SCDB_LIX_NAME_MAX];
     scdb_err e;
 
     if (bad_tokens(b, q, l->tokens, l->n_tokens)) return;
@@ -292,6 +293,8 @@ static void on_lookup(scdb_broker *b, const rq *q, bk_client *c, const Scdb__Loo
     lr.n_matched = (uint32_t)n_matched;
     lr.matched_tokens = (uint32_t)(n_matched * b->block_tokens);
     lr.block_tokens = b->block_tokens;
+    bk_lix_name(b, lix_name, sizeof lix_name);
+    lr.lookup_index = lix_name;
     r.body_case = SCDB__REPLY__BODY_LOOKUP;
     r.lookup = &lr;
     reply(b, q, SCDB_OK, &r, NULL);

@@ -211,7 +211,9 @@ static void lix_map(scdb *h, const char *name)
         next[0] = 0;
         if (e == SCDB_ECLOSED) scdb_lix_retired(ix, next);
         scdb_lix_close(&ix);
-        if (e != SCDB_ECLOSED)
+        if (e == SCDB_ENOTFOUND)        /* replaced meanwhile: a lookup reply names the new one */
+            scdb_debug("libscdb: lookup index %s is gone", cur);
+        else if (e != SCDB_ECLOSED)
             scdb_warn("libscdb: lookup index %s refused (%s): lookups go to the broker", cur,
                       scdb_strerror(e));
         snprintf(cur, sizeof cur, "%s", next);
@@ -659,6 +661,14 @@ scdb_err scdb_lookup(scdb *h, const int32_t *tokens, size_t n_tokens, scdb_looku
         out->n_full = rep->lookup->n_full;
         out->n_matched = rep->lookup->n_matched;
         out->matched_tokens = rep->lookup->matched_tokens;
+    }
+    /* lost our index (replaced twice while we did not look): map the
+     * current one, unless it is the one we tried last */
+    if (!e && !h->lix && !h->no_index && h->have_ns && rep->lookup->lookup_index &&
+        rep->lookup->lookup_index[0] && strlen(rep->lookup->lookup_index) < sizeof h->lix_name &&
+        strcmp(rep->lookup->lookup_index, h->lix_name)) {
+        snprintf(h->lix_name, sizeof h->lix_name, "%s", rep->lookup->lookup_index);
+        lix_map(h, h->lix_name);
     }
     if (rep) scdb__reply__free_unpacked(rep, NULL);
     return e;
