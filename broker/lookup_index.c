@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <sched.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +18,9 @@
 
 _Static_assert(sizeof(scdb_lix_header) <= SCDB_LIX_HEADER_BYTES, "lix header");
 _Static_assert(sizeof(scdb_lix_slot) == SCDB_LIX_SLOT_BYTES, "lix slot");
+_Static_assert(offsetof(scdb_lix_header, seq) == 40 && offsetof(scdb_lix_header, state) == 48 &&
+                   offsetof(scdb_lix_header, next) == 72,
+               "lix header layout (schema/FORMATS.md)");
 _Static_assert(sizeof(_Atomic uint64_t) == 8 && ATOMIC_LLONG_LOCK_FREE == 2,
                "the lookup index needs lock-free 64-bit atomics");
 
