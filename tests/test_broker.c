@@ -34,6 +34,7 @@
 
 static char dir[128], cfg_path[256], endpoint[300], sock_path[256], log_path[256];
 static pid_t broker_pid = -1;
+static pid_t extra_pid = -1;  /* a test's own second broker: teardown stops it */
 static int have_family;       /* data/models/{base,code} present */
 
 /* ---------------------------------------------------------------- helpers */
@@ -328,6 +329,10 @@ static int teardown(void **state)
     char cmd[300];
     (void)state;
     if (broker_pid > 0) stop_broker(SIGTERM);
+    if (extra_pid > 0) {
+        kill(extra_pid, SIGTERM);
+        wait_exit(extra_pid, 30);
+    }
     if (getenv("SCDB_TEST_KEEP")) {
         fprintf(stderr, "test_broker: kept %s\n", dir);
         return 0;
@@ -1193,7 +1198,7 @@ static void test_index_evict_grow_damage(void **state)
     snprintf(data3, sizeof data3, "%s/data3", dir);
     snprintf(ep3, sizeof ep3, "ipc://%s/third.sock", dir);
     write_config(cfg3, ep3, data3, "disk_capacity = 24MiB\nlookup_index_entries = 16\n");
-    pid = spawn(argv, -1);
+    pid = extra_pid = spawn(argv, -1);
     while (!(early = connect_to(ep3, 200))) {
         assert_true(scdb_now() < until);
         usleep(20000);
@@ -1257,6 +1262,7 @@ static void test_index_evict_grow_damage(void **state)
     scdb_close(&rq);
     scdb_close(&p);
     kill(pid, SIGTERM);
+    extra_pid = -1;
     assert_int_equal(wait_exit(pid, 30), 0);
     assert_false(shm_exists(name));
 }
