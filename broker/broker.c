@@ -274,6 +274,9 @@ scdb_err scdb_broker_new(const scdb_broker_config *c, scdb_broker **out, char *e
     if (e) goto fail;
     e = lock_data_dir(b, errbuf, errlen);
     if (e) goto fail;
+    /* before the store can change: clients still mapping a killed
+     * predecessor's lookup index must stop trusting it */
+    bk_lix_cleanup_stale(b);
     memset(&so, 0, sizeof so);
     so.path = c->data_dir;
     so.block_tokens = c->block_tokens;
@@ -282,6 +285,8 @@ scdb_err scdb_broker_new(const scdb_broker_config *c, scdb_broker **out, char *e
     so.map_size = c->map_size;
     so.max_map_size = c->max_map_size;
     so.no_sync = c->no_sync;
+    so.on_visible = bk_lix_on_visible;
+    so.on_visible_ctx = b;
     e = scdb_store_open(&so, &b->store);
     if (e) {
         snprintf(errbuf, errlen, "cannot open the store in %s: %s", c->data_dir,
@@ -291,6 +296,8 @@ scdb_err scdb_broker_new(const scdb_broker_config *c, scdb_broker **out, char *e
     b->block_tokens = scdb_store_block_tokens(b->store);
     if (getrandom(&b->instance, sizeof b->instance, 0) != sizeof b->instance)
         b->instance = (uint64_t)scdb_now_ns() ^ ((uint64_t)getpid() << 32);
+    e = bk_lix_start(b, errbuf, errlen);
+    if (e) goto fail;
 
     b->zctx = zmq_ctx_new();
     if (!b->zctx) {
@@ -345,6 +352,7 @@ void scdb_broker_free(scdb_broker **bp)
     while (b->done && zmq_recv(b->done, &j, sizeof j, ZMQ_DONTWAIT) == (int)sizeof j)
         bk_job_done(b, j);
     bk_clients_drop_all(b);
+    bk_lix_stop(b);
     for (int i = 0; i < b->n_router; i++) zmq_close(b->router[i]);
     for (int i = b->n_router; i < BK_MAX_ROUTERS; i++)
         if (b->router[i]) zmq_close(b->router[i]);

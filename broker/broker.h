@@ -12,7 +12,9 @@
  *   libscdb  ipc:// |----->| main thread: ROUTER (ipc, + tcp with CURVE)     |
  *   libscdb  tcp:// |----->|  parse + validate every frame, reply to errors  |
  *                   |      |  hello/ping/heartbeat/stats/arenas/lookup inline|
- *                   |      |  (lookup = in-memory index, no I/O)             |
+ *                   |      |  (lookup = in-memory index, no I/O; most        |
+ *                   |      |  lookups never come: clients probe the shm      |
+ *                   |      |  lookup index, see LOOKUP INDEX)                |
  *                   |      |     | get            | put, delete              |
  *                   |      |     v                v                          |
  *                   |      |  [job queue]      [write queue]                 |
@@ -41,6 +43,29 @@
  * libscdb sends a Heartbeat every heartbeat_ms from a thread of its own.  A
  * client silent for heartbeat_timeout_ms is reclaimed: its arenas are
  * unlinked and unmapped (once no job uses them) and its live sessions closed.
+ *
+ * LOOKUP INDEX
+ * ------------
+ * Lookups mostly never reach this process: the broker mirrors the keys of
+ * every block the store's lookups match into a shared-memory hash set
+ * (lookup_index.h; schema/FORMATS.md, "Lookup index") that clients map
+ * read-only and probe with keys they derive themselves (store/block_key.c
+ * is compiled into libscdb; HelloReply gives the index name and the
+ * namespace).  The store reports every visibility change (on_visible:
+ * after a put commits; when an eviction or delete is staged; when a read
+ * finds damage), under its lock, from whichever thread made it — the
+ * writer, or a worker — and lookup_publish.c applies it inside a seqlock
+ * writer section, so the table equals the store's matchable set between
+ * sections.  At start the index is filled from the store
+ * (scdb_store_foreach_key) before any thread runs; it doubles into a new
+ * object when half full (the old one is retired, naming its successor).
+ * Sharing model: same user only (0600, unguessable name, readers refuse
+ * anything else); the current name stays linked so new clients can open
+ * it, and every name the broker may leave linked is listed in
+ * DATA/lookup-index.names: a clean stop retires and unlinks its index, and
+ * a broker that finds names there (its predecessor was killed) retires and
+ * unlinks those objects before it opens the store, so no client keeps
+ * trusting a table nobody updates.  lookup_index = 0 turns it off.
  *
  * ARENAS
  * ------
@@ -211,6 +236,9 @@ typedef struct scdb_broker_config {
     uint32_t block_tokens;     /* 0 = store default (64)                      */
     uint64_t map_size, max_map_size, disk_capacity, hot_capacity;
     int no_sync;
+    int lookup_index;          /* publish the shared-memory lookup index (1)  */
+    uint32_t lookup_index_entries; /* keys the index is sized for at start,
+                                  at least (0: 16384); it doubles as needed */
     int workers;               /* decode / read threads (default 2)           */
     int heartbeat_ms;          /* advertised client heartbeat interval (1000) */
     int heartbeat_timeout_ms;  /* reclaim after this much silence (10000)     */

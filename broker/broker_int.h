@@ -10,6 +10,7 @@
 
 #include "broker.h"
 #include "evict.h"
+#include "lookup_index.h"
 #include "scdb.pb-c.h"
 #include "wire.h"
 
@@ -173,6 +174,12 @@ struct scdb_broker {
 
     uint64_t requests, errors, reclaimed_clients, reclaimed_arenas, reclaimed_sessions;
     bk_opstat ops[OP_COUNT];
+
+    /* lookup_publish.c: the shared-memory lookup index.  lix_mu guards lix
+     * (taken inside the store's lock by on_visible, alone by hello). */
+    pthread_mutex_t lix_mu;
+    int lix_mu_init;
+    scdb_lix *lix;              /* NULL: not published                     */
 };
 
 /* registry.c */
@@ -240,6 +247,21 @@ void bk_session_evict_done(scdb_broker *b, bk_job *j);
 scdb_err bk_threads_start(scdb_broker *b);
 void bk_threads_stop(scdb_broker *b);
 void bk_queue_push(bk_queue *q, bk_job *j);
+
+/* lookup_publish.c */
+/* Retire and unlink the index objects a killed predecessor left (listed in
+ * data_dir/lookup-index.names): before the store opens. */
+scdb_err bk_lix_cleanup_stale(scdb_broker *b);
+/* Create the index and fill it from the store (after the store opens,
+ * before any thread starts).  A failure to create it only disables it;
+ * SCDB_ESYS if its name cannot be recorded. */
+scdb_err bk_lix_start(scdb_broker *b, char *errbuf, size_t errlen);
+/* The store's on_visible callback (ctx = the broker). */
+void bk_lix_on_visible(void *ctx, const scdb_key *k, int visible);
+/* The current index name for HelloReply ("" when none). */
+void bk_lix_name(scdb_broker *b, char *buf, size_t len);
+/* Retire the index (clean shutdown). */
+void bk_lix_stop(scdb_broker *b);
 
 /* decoder_raw.c: the raw kind's entry points (codec_kinds.c). */
 scdb_err scdb_raw_open_codebook(scdb_broker_codebook *cb, const char *file, scdb_dtype dtype,

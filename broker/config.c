@@ -27,6 +27,7 @@ void scdb_broker_config_defaults(scdb_broker_config *c)
     c->drain_timeout_ms = 30000;
     c->max_inflight = 1024;
     c->socket_mode = 0660;
+    c->lookup_index = 1;
     c->log_level = SCDB_LOG_INFO;
 }
 
@@ -139,6 +140,8 @@ static const struct key {
     {"disk_capacity", K_U64, F(disk_capacity), 0, 0, 0},
     {"hot_capacity", K_U64, F(hot_capacity), 0, 0, 0},
     {"no_sync", K_BOOL, F(no_sync), 0, 0, 0},
+    {"lookup_index", K_BOOL, F(lookup_index), 0, 0, 0},
+    {"lookup_index_entries", K_U32, F(lookup_index_entries), 0, 0, 1u << 30},
     {"workers", K_INT, F(workers), 0, 1, 256},
     {"heartbeat_ms", K_INT, F(heartbeat_ms), 0, 10, 3600000},
     {"heartbeat_timeout_ms", K_INT, F(heartbeat_timeout_ms), 0, 50, 86400000},

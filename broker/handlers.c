@@ -195,7 +195,7 @@ static void on_hello(scdb_broker *b, const rq *q, const Scdb__Request *req)
     const scdb_broker_model *m;
     const scdb_broker_codebook *cb;
     const bk_pair *pair;
-    char cbname[SCDB_BROKER_NAME_MAX + 8];
+    char cbname[SCDB_BROKER_NAME_MAX + 8], lix_name[SCDB_LIX_NAME_MAX];
     bk_client *c, *old;
     Scdb__Reply r = SCDB__REPLY__INIT;
     Scdb__HelloReply hr = SCDB__HELLO_REPLY__INIT;
@@ -268,6 +268,10 @@ static void on_hello(scdb_broker *b, const rq *q, const Scdb__Request *req)
         hr.states_layers = (uint32_t)cb->states_layers;
         hr.states_dim = (uint32_t)cb->states_dim;
     }
+    bk_lix_name(b, lix_name, sizeof lix_name);
+    hr.lookup_index = lix_name;
+    hr.ns.data = (uint8_t *)cb->ns.b;
+    hr.ns.len = sizeof cb->ns.b;
     r.body_case = SCDB__REPLY__BODY_HELLO;
     r.hello = &hr;
     reply(b, q, SCDB_OK, &r, NULL);
@@ -280,6 +284,7 @@ static void on_lookup(scdb_broker *b, const rq *q, bk_client *c, const Scdb__Loo
     Scdb__Reply r = SCDB__REPLY__INIT;
     Scdb__LookupReply lr = SCDB__LOOKUP_REPLY__INIT;
     size_t n_full = 0, n_matched = 0;
+    char lix_name[SCDB_LIX_NAME_MAX];
     scdb_err e;
 
     if (bad_tokens(b, q, l->tokens, l->n_tokens)) return;
@@ -293,6 +298,8 @@ static void on_lookup(scdb_broker *b, const rq *q, bk_client *c, const Scdb__Loo
     lr.n_matched = (uint32_t)n_matched;
     lr.matched_tokens = (uint32_t)(n_matched * b->block_tokens);
     lr.block_tokens = b->block_tokens;
+    bk_lix_name(b, lix_name, sizeof lix_name);
+    lr.lookup_index = lix_name;
     r.body_case = SCDB__REPLY__BODY_LOOKUP;
     r.lookup = &lr;
     reply(b, q, SCDB_OK, &r, NULL);

@@ -1,6 +1,7 @@
 /* libscdb.c — the handle: sockets, request/reply with timeouts and
- * re-registration, the heartbeat thread, and the block calls (put, lookup,
- * delete, stats, ping).  Arenas and get live in libscdb_arena.c. */
+ * re-registration, the heartbeat thread, the broker's lookup index, and the
+ * block calls (put, lookup, delete, stats, ping).  Arenas and get live in
+ * libscdb_arena.c. */
 #include "libscdb_int.h"
 
 #include <errno.h>
@@ -176,6 +177,124 @@ static void info_from(scdb_info *i, const Scdb__HelloReply *r)
     i->broker_instance = r->broker_instance;
 }
 
+/* ---------------------------------------------------------- lookup index
+ *
+ * The broker names its shared-memory lookup index (broker/lookup_index.h)
+ * in every HelloReply; we map it read-only after each hello (so a broker
+ * restart, which makes a new one, re-maps it too) and answer scdb_lookup
+ * from it: hash the prompt's blocks with our namespace, probe the keys.
+ * Anything unusual — no index, refused at open, retired without a
+ * successor, the writer too busy — sends the lookup down the request path,
+ * which gives the same answer. */
+
+#define LIX_FOLLOW_MAX 4
+
+static void lix_drop(scdb *h, scdb_err why)
+{
+    scdb_lix_close(&h->lix);
+    h->lix_err = why;
+}
+
+/* Map `name` (following retired objects to their successors). */
+static void lix_map(scdb *h, const char *name)
+{
+    char cur[SCDB_LIX_NAME_MAX], next[SCDB_LIX_NAME_MAX];
+    scdb_err e = SCDB_EUNSUPPORTED;
+
+    scdb_lix_close(&h->lix);
+    snprintf(cur, sizeof cur, "%s", name);
+    for (int hop = 0; cur[0] && hop < LIX_FOLLOW_MAX; hop++) {
+        scdb_lix *ix = NULL;
+        e = scdb_lix_open(cur, h->info.broker_instance, h->info.block_tokens, &ix);
+        if (e == SCDB_OK) {
+            h->lix = ix;
+            break;
+        }
+        next[0] = 0;
+        if (e == SCDB_ECLOSED) scdb_lix_retired(ix, next);
+        scdb_lix_close(&ix);
+        if (e == SCDB_ENOTFOUND)        /* replaced meanwhile: a lookup reply names the new one */
+            scdb_debug("libscdb: lookup index %s is gone", cur);
+        else if (e != SCDB_ECLOSED)
+            scdb_warn("libscdb: lookup index %s refused (%s): lookups go to the broker", cur,
+                      scdb_strerror(e));
+        snprintf(cur, sizeof cur, "%s", next);
+    }
+    h->lix_err = h->lix ? SCDB_OK : e;
+}
+
+/* After a hello: map the index it named, unless turned off. */
+static void lix_attach(scdb *h, const Scdb__HelloReply *r)
+{
+    h->have_ns = r->ns.len == sizeof h->ns.b;
+    if (h->have_ns) memcpy(h->ns.b, r->ns.data, sizeof h->ns.b);
+    snprintf(h->lix_name, sizeof h->lix_name, "%s",
+             r->lookup_index && strlen(r->lookup_index) < sizeof h->lix_name ? r->lookup_index
+                                                                            : "");
+    if (h->no_index || !h->have_ns || !h->lix_name[0] || !h->info.block_tokens) {
+        lix_drop(h, SCDB_EUNSUPPORTED);
+        return;
+    }
+    lix_map(h, h->lix_name);
+}
+
+static scdb_err check_tokens(scdb *h, const int32_t *t, size_t n)
+{
+    uint32_t any = 0;
+    if (n > h->info.max_tokens)
+        return lib_fail(h, SCDB_ETOOBIG, "%zu tokens exceed max_tokens %u", n, h->info.max_tokens);
+    for (size_t i = 0; i < n; i++) any |= (uint32_t)t[i];
+    if (!(any & 0x80000000u)) return SCDB_OK;
+    for (size_t i = 0; i < n; i++)
+        if (t[i] < 0) return lib_fail(h, SCDB_EINVAL, "token %zu is negative (%d)", i, (int)t[i]);
+    return SCDB_OK;
+}
+
+/* Answer a lookup from the index.  SCDB_OK with *out filled, an argument
+ * error (as the broker would reply), or SCDB_EAGAIN-like SCDB_EBUSY: use
+ * the request path. */
+static scdb_err lix_lookup(scdb *h, const int32_t *tokens, size_t n_tokens,
+                           scdb_lookup_result *out)
+{
+    enum { CHUNK = 64 };
+    scdb_key keys[CHUNK], prev;
+    uint32_t bt = h->info.block_tokens;
+    size_t full, matched = 0, i = 0;
+    int restarts = 0;
+    scdb_err e = check_tokens(h, tokens, n_tokens);
+
+    if (e) return e;
+    full = n_tokens / bt;
+    while (i < full) {
+        size_t m = full - i < CHUNK ? full - i : CHUNK, k = 0;
+        scdb_block_key_continue(i ? &prev : NULL, &h->ns, tokens + i * bt, m, bt, keys);
+        e = scdb_lix_match(h->lix, keys, m, &k);
+        if (e == SCDB_ECLOSED) {
+            /* retired: a grown successor (same answers), or a stopped broker */
+            char next[SCDB_LIX_NAME_MAX] = "";
+            scdb_lix_retired(h->lix, next);
+            if (next[0]) lix_map(h, next);
+            else lix_drop(h, SCDB_ECLOSED);
+            if (!h->lix || ++restarts > LIX_FOLLOW_MAX) return SCDB_EBUSY;
+            i = 0;                          /* start over on the new table */
+            matched = 0;
+            continue;
+        }
+        if (e) return SCDB_EBUSY;
+        matched += k;
+        if (k < m) break;
+        prev = keys[m - 1];
+        i += m;
+    }
+    if (out) {
+        out->n_full = (uint32_t)full;
+        out->n_matched = (uint32_t)matched;
+        out->matched_tokens = (uint32_t)(matched * bt);
+    }
+    h->err[0] = 0;
+    return SCDB_OK;
+}
+
 static scdb_err hello(scdb *h)
 {
     Scdb__Request req = SCDB__REQUEST__INIT;
@@ -196,6 +315,7 @@ static scdb_err hello(scdb *h)
     if (e == SCDB_OK) {
         atomic_store(&h->token, rep->hello->client);
         info_from(&h->info, rep->hello);
+        lix_attach(h, rep->hello);
         atomic_store(&h->hb_interval_ms, (int)(h->info.heartbeat_ms ? h->info.heartbeat_ms : 1000));
         h->gen++;
     }
@@ -313,6 +433,11 @@ scdb_err scdb_connect(const scdb_opts *o, scdb **out)
     h->hb_pipe[0] = h->hb_pipe[1] = -1;
     h->timeout_ms = o->timeout_ms > 0 ? o->timeout_ms : DEFAULT_TIMEOUT_MS;
     h->no_heartbeat = o->no_heartbeat;
+    {
+        const char *env = getenv("SCDB_LOOKUP_INDEX");
+        h->no_index = o->no_lookup_index || (env && !strcmp(env, "0"));
+        h->lix_err = SCDB_EUNSUPPORTED;
+    }
     if (o->endpoint)
         snprintf(h->endpoint, sizeof h->endpoint, "%s", o->endpoint);
     else
@@ -385,6 +510,7 @@ void scdb_close(scdb **hp)
         scdb_arena *a = h->arenas;
         scdb_arena_free(&a);
     }
+    scdb_lix_close(&h->lix);
     if (h->sock) zmq_close(h->sock);
     if (h->zctx) zmq_ctx_term(h->zctx);
     free(h);
@@ -552,6 +678,15 @@ scdb_err scdb_lookup(scdb *h, const int32_t *tokens, size_t n_tokens, scdb_looku
 
     if (e) return e;
     if (!tokens && n_tokens) return lib_fail(h, SCDB_EINVAL, "lookup: NULL tokens");
+    if (h->lix) {
+        e = lix_lookup(h, tokens, n_tokens, out);
+        if (e != SCDB_EBUSY) {
+            if (!e) h->n_index_lookups++;
+            return e;
+        }
+        h->n_index_fallbacks++;
+    }
+    h->n_request_lookups++;
     l.tokens = (int32_t *)tokens;
     l.n_tokens = n_tokens;
     req.body_case = SCDB__REQUEST__BODY_LOOKUP;
@@ -563,6 +698,14 @@ scdb_err scdb_lookup(scdb *h, const int32_t *tokens, size_t n_tokens, scdb_looku
         out->n_full = rep->lookup->n_full;
         out->n_matched = rep->lookup->n_matched;
         out->matched_tokens = rep->lookup->matched_tokens;
+    }
+    /* lost our index (replaced twice while we did not look): map the
+     * current one, unless it is the one we tried last */
+    if (!e && !h->lix && !h->no_index && h->have_ns && rep->lookup->lookup_index &&
+        rep->lookup->lookup_index[0] && strlen(rep->lookup->lookup_index) < sizeof h->lix_name &&
+        strcmp(rep->lookup->lookup_index, h->lix_name)) {
+        snprintf(h->lix_name, sizeof h->lix_name, "%s", rep->lookup->lookup_index);
+        lix_map(h, h->lix_name);
     }
     if (rep) scdb__reply__free_unpacked(rep, NULL);
     return e;
@@ -622,6 +765,10 @@ scdb_err scdb_stats(scdb *h, scdb_stat *out)
         out->ops[k].total_ns = s->ops[i]->total_ns;
         out->ops[k].max_ns = s->ops[i]->max_ns;
     }
+    out->index_lookups = h->n_index_lookups;
+    out->request_lookups = h->n_request_lookups;
+    out->index_fallbacks = h->n_index_fallbacks;
+    out->index_error = h->lix_err;
 out:
     if (rep) scdb__reply__free_unpacked(rep, NULL);
     return e;

@@ -75,6 +75,25 @@
  * the arena should be freed and created anew (scdb_get_copy does this by
  * itself for its internal arena).
  *
+ * Lookups.  scdb_lookup normally makes no request: the broker publishes a
+ * read-only shared-memory index of the keys of every stored block
+ * (broker/lookup_index.h; schema/FORMATS.md, "Lookup index"), mapped at
+ * each registration; the handle hashes the prompt's blocks itself and
+ * probes the index.  The answer is the broker's: a block is in the index
+ * exactly while the store's lookups match it (added after its put
+ * commits, removed when its eviction or delete is staged), and a put's
+ * blocks are visible to every handle by the time its reply arrives.  If
+ * there is no usable index (the broker runs as another user or with
+ * lookup_index = 0, the object is damaged: scdb_stat.index_error says
+ * why), or the broker is rewriting the table at that instant, or the
+ * broker stopped, the lookup is sent as a request instead — same result.
+ * Index lookups do not make blocks recently used for eviction (gets do),
+ * cost the broker nothing and are not in its counters (scdb_stat has this
+ * handle's own).  scdb_opts.no_lookup_index or $SCDB_LOOKUP_INDEX=0 force
+ * the request path.  A broker restart retires the old index (after a
+ * kill -9, the next broker does it before it serves), so a handle never
+ * answers from a dead broker's table; it re-maps at its next request.
+ *
  * Shared memory.  Arenas need the same user as the broker (mode 0600) and
  * room in /dev/shm (reserved when the arena is created: a full /dev/shm is
  * SCDB_EFULL then, never a SIGBUS later).  The broker frees a client's
@@ -111,6 +130,9 @@ typedef struct scdb_opts {
     const char *curve_server_key;  /* the broker's public key (required)    */
     const char *curve_public_key;  /* ours; NULL with secret NULL: a fresh  */
     const char *curve_secret_key;  /* keypair per handle                    */
+    int no_lookup_index;           /* 1: scdb_lookup always asks the broker
+                                      (also $SCDB_LOOKUP_INDEX=0); see
+                                      Caveats, "Lookups"                    */
 } scdb_opts;
 
 /* Open a handle and check that a broker answers (an anonymous ping).
@@ -222,8 +244,11 @@ typedef struct scdb_lookup_result {
     uint32_t matched_tokens;       /* n_matched * block_tokens              */
 } scdb_lookup_result;
 
-/* Longest stored prefix of tokens under our codebook.  Errors: SCDB_ETOOBIG
- * (over max_tokens), SCDB_EINVAL (negative token, not registered), common. */
+/* Longest stored prefix of tokens under our codebook: from the broker's
+ * shared-memory lookup index when one is mapped (no request), else by a
+ * request; same answer (Caveats, "Lookups").  Errors: SCDB_ETOOBIG (over
+ * max_tokens), SCDB_EINVAL (negative token, not registered), common (only
+ * when a request is made). */
 scdb_err scdb_lookup(scdb *h, const int32_t *tokens, size_t n_tokens, scdb_lookup_result *out);
 
 /* A shared-memory arena holding one KV cache of `capacity` slots (0: the
@@ -385,6 +410,15 @@ typedef struct scdb_stat {
         char op[16];
         uint64_t count, errors, total_ns, max_ns;
     } ops[SCDB_STAT_MAX_OPS];
+    /* this handle (not the broker): how its scdb_lookup calls were answered */
+    uint64_t index_lookups;        /* from the shared-memory lookup index   */
+    uint64_t request_lookups;      /* by a request to the broker            */
+    uint64_t index_fallbacks;      /* index busy or retired: request instead */
+    scdb_err index_error;          /* SCDB_OK while an index is mapped; else
+                                      why not: SCDB_EUNSUPPORTED (none
+                                      offered or turned off), or the error
+                                      that refused it (SCDB_EFORMAT,
+                                      SCDB_ETRUNC, SCDB_EMISMATCH, ...)     */
 } scdb_stat;
 
 /* Broker and store counters (works before scdb_register too). */

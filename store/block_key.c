@@ -1,9 +1,15 @@
-/* block_key.c — chained 128-bit block keys and key namespaces (store.h,
- * "BLOCKS AND KEYS").  Everything hashed is serialised little-endian first,
- * so keys do not depend on the host's byte order or struct layout. */
-#include "store_int.h"
+/* block_key.c — chained 128-bit block keys and key namespaces (block_key.h;
+ * store.h, "BLOCKS AND KEYS").  Everything hashed is serialised
+ * little-endian first, so keys do not depend on the host's byte order or
+ * struct layout.  Compiled into the store and into libscdb: xxHash is
+ * inlined here (its canonical XXH3-128, whatever the SIMD path), so the
+ * installed client library does not link libxxhash. */
+#include "block_key.h"
 
 #include <string.h>
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
 
 #define NS_TAG "scdb.ns1"
 #define BLK_TAG "scdb.blk"
@@ -67,7 +73,7 @@ static void update_tokens(XXH3_state_t *st, const int32_t *t, size_t n)
 }
 
 /* One link of the chain with a caller-owned streaming state. */
-void scdb_block_key_step(XXH3_state_t *st, const uint8_t parent[16],
+static void key_step(XXH3_state_t *st, const uint8_t parent[16],
                       const scdb_ns *ns, const int32_t *tokens, size_t n,
                       scdb_key *out)
 {
@@ -92,7 +98,7 @@ scdb_err scdb_block_key(const scdb_key *parent, const scdb_ns *ns,
     if (!ns || !out || (!tokens && n_tokens) || n_tokens > SCDB_BLOCK_TOKENS_MAX)
         return SCDB_EINVAL;
     XXH3_INITSTATE(&st);
-    scdb_block_key_step(&st, parent ? parent->b : zero, ns, tokens, n_tokens, out);
+    key_step(&st, parent ? parent->b : zero, ns, tokens, n_tokens, out);
     return SCDB_OK;
 }
 
@@ -114,9 +120,27 @@ scdb_err scdb_block_key_chain(const scdb_ns *ns, const int32_t *tokens,
     if (n == 0) return SCDB_OK;
     XXH3_INITSTATE(&st);
     for (size_t i = 0; i < n; i++)
-        scdb_block_key_step(&st, i ? keys_out[i - 1].b : zero, ns,
+        key_step(&st, i ? keys_out[i - 1].b : zero, ns,
                             tokens + i * block_tokens, block_tokens, &keys_out[i]);
     *n_keys = n;
+    return SCDB_OK;
+}
+
+scdb_err scdb_block_key_continue(const scdb_key *parent, const scdb_ns *ns,
+                                 const int32_t *tokens, size_t n_blocks,
+                                 uint32_t block_tokens, scdb_key *keys_out)
+{
+    static const uint8_t zero[16];
+    XXH3_state_t st;
+
+    if (!ns || ((!tokens || !keys_out) && n_blocks) || block_tokens == 0 ||
+        block_tokens > SCDB_BLOCK_TOKENS_MAX)
+        return SCDB_EINVAL;
+    if (n_blocks == 0) return SCDB_OK;
+    XXH3_INITSTATE(&st);
+    for (size_t i = 0; i < n_blocks; i++)
+        key_step(&st, i ? keys_out[i - 1].b : parent ? parent->b : zero, ns,
+                 tokens + i * block_tokens, block_tokens, &keys_out[i]);
     return SCDB_OK;
 }
 

@@ -47,6 +47,11 @@ static bool store_hot_evictable(const scdb_node *n)
     return n->hot_slot && n->pins == 0 && n->state != NODE_EVICTING;
 }
 
+void store_visible(scdb_store *s, uint32_t id, int visible)
+{
+    if (s->on_visible) s->on_visible(s->on_visible_ctx, &s->nodes[id].key, visible);
+}
+
 /* Put node id into exactly the heaps it belongs to now. */
 void store_refresh(scdb_store *s, uint32_t id)
 {
@@ -364,6 +369,8 @@ scdb_err scdb_store_open(const scdb_store_opts *o, scdb_store **out)
     s->hot_on_put = !o->no_hot_on_put;
     s->on_evict = o->on_evict;
     s->on_evict_ctx = o->on_evict_ctx;
+    s->on_visible = o->on_visible;
+    s->on_visible_ctx = o->on_visible_ctx;
     s->lru[LRU_DISK].which = LRU_DISK;
     s->lru[LRU_HOT].which = LRU_HOT;
     pthread_mutex_init(&s->mu, NULL);
@@ -436,6 +443,17 @@ void scdb_store_close(scdb_store **sp)
 uint32_t scdb_store_block_tokens(const scdb_store *s)
 {
     return s ? s->block_tokens : 0;
+}
+
+scdb_err scdb_store_foreach_key(scdb_store *s, void (*fn)(void *ctx, const scdb_key *key),
+                                void *ctx)
+{
+    if (!s || !fn) return SCDB_EINVAL;
+    store_lock(s);
+    for (size_t i = 0; i < s->n_nodes; i++)
+        if (s->nodes[i].state == NODE_STORED) fn(ctx, &s->nodes[i].key);
+    store_unlock(s);
+    return SCDB_OK;
 }
 
 /* ------------------------------------------------------------------ stats */

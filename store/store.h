@@ -100,49 +100,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "block_key.h"
 #include "scdb_common.h"
 
-/* ----------------------------------------------------------------- keys */
-
-/* A 128-bit key, canonical (big-endian XXH3) byte order. */
-typedef struct scdb_key {
-    uint8_t b[16];
-} scdb_key;
-
-/* A key namespace: producer codebook id + payload dtype + format version. */
-typedef struct scdb_ns {
-    uint8_t b[16];
-} scdb_ns;
-
-#define SCDB_BLOCK_TOKENS_DEFAULT 64u
-#define SCDB_BLOCK_TOKENS_MAX (1u << 20)
-
-/* ns = XXH3-128("scdb.ns1" | u32 id_len | id | u32 dtype | u32 fmt_version).
- * `id` is the producer codebook id: a string or a 128-bit id (id_len 16).
- * Errors: SCDB_EINVAL (NULL out, NULL id with id_len > 0, id_len > 4096). */
-scdb_err scdb_ns_make(const void *id, size_t id_len, uint32_t payload_dtype,
-                      uint32_t format_version, scdb_ns *out);
-
-/* One block's key: H(parent, ns, tokens[0..n_tokens)); parent NULL = first
- * block (all-zero parent).
- * Errors: SCDB_EINVAL (NULL ns/out, NULL tokens with n_tokens > 0,
- * n_tokens > SCDB_BLOCK_TOKENS_MAX). */
-scdb_err scdb_block_key(const scdb_key *parent, const scdb_ns *ns,
-                        const int32_t *tokens, size_t n_tokens, scdb_key *out);
-
-/* Keys of the full blocks of tokens[0..n_tokens): writes
- * min(n_tokens / block_tokens, max_keys) keys to keys_out and that count to
- * *n_keys.
- * Errors: SCDB_EINVAL (NULL argument, block_tokens 0 or > max). */
-scdb_err scdb_block_key_chain(const scdb_ns *ns, const int32_t *tokens,
-                              size_t n_tokens, uint32_t block_tokens,
-                              scdb_key *keys_out, size_t max_keys,
-                              size_t *n_keys);
-
-/* 1 if k is all zero (the parent of a first block), else 0. */
-int scdb_key_is_zero(const scdb_key *k);
-/* 32 lowercase hex digits + NUL into buf (>= 33 bytes); returns buf. */
-char *scdb_key_hex(const scdb_key *k, char *buf);
+/* Keys (scdb_key, scdb_ns, scdb_ns_make, scdb_block_key_chain, ...) are in
+ * block_key.h, which libscdb compiles too: clients derive the same keys. */
 
 /* ---------------------------------------------------- block value format */
 
@@ -260,6 +222,18 @@ typedef struct scdb_store_opts {
      * for each block evicted from disk, after its eviction is committed. */
     void (*on_evict)(void *ctx, const scdb_key *key);
     void *on_evict_ctx;
+    /* Called (with the store's lock held: do not call back into the store,
+     * do not block) whenever a block becomes visible to lookups (visible 1:
+     * its put committed, or a block that had failed verification was
+     * rewritten) or stops being visible (visible 0: staged for eviction or
+     * deletion, found damaged by a read).  So between calls the keys
+     * reported visible are exactly the keys scdb_store_lookup matches; an
+     * eviction that is rolled back reports the block visible again.  Keys
+     * visible at open are not reported: list them with
+     * scdb_store_foreach_key.  The broker mirrors this set into its
+     * shared-memory lookup index (broker/lookup_index.h). */
+    void (*on_visible)(void *ctx, const scdb_key *key, int visible);
+    void *on_visible_ctx;
 } scdb_store_opts;
 
 /* Open (or create) a store.
@@ -362,6 +336,14 @@ void scdb_store_release(scdb_store *s, scdb_block **b);
  * is not pinned. */
 scdb_err scdb_store_pin(scdb_store *s, const scdb_key *key);
 scdb_err scdb_store_unpin(scdb_store *s, const scdb_key *key);
+
+/* Call fn(ctx, key) for every block lookups can match now (committed and
+ * not found damaged), with the store's lock held for the whole walk (fn
+ * must not call back into the store).  Together with on_visible this lets
+ * a caller mirror the visible set without missing a change.
+ * Errors: SCDB_EINVAL (NULL s or fn). */
+scdb_err scdb_store_foreach_key(scdb_store *s, void (*fn)(void *ctx, const scdb_key *key),
+                                void *ctx);
 
 /* Delete a stored leaf block.  Writer thread only.
  * Errors: SCDB_EINVAL, SCDB_ENOTFOUND, SCDB_EBUSY (pinned, or has stored

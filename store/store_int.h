@@ -1,7 +1,7 @@
 /*
  * store_int.h — private declarations shared by the files of store/.
  *
- *   block_key.c    chained keys and namespaces
+ *   block_key.c    chained keys and namespaces (block_key.h; also in libscdb)
  *   block_value.c  value header encode/parse/verify
  *   lmdb_env.c     the LMDB environment: open, map growth, reader check
  *   block_index.c  in-memory key -> node hash table
@@ -31,13 +31,6 @@
 #include "store.h"
 
 #define SCDB_NONE UINT32_MAX
-
-/* ------------------------------------------------------------ block_key.c */
-
-/* out = H(parent, ns, tokens) using a caller-owned (XXH3_INITSTATE'd) state. */
-void scdb_block_key_step(XXH3_state_t *st, const uint8_t parent[16],
-                         const scdb_ns *ns, const int32_t *tokens, size_t n,
-                         scdb_key *out);
 
 /* ---------------------------------------------------------- block_value.c */
 
@@ -187,6 +180,8 @@ struct scdb_store {
     bool hot_on_put;
     void (*on_evict)(void *, const scdb_key *);
     void *on_evict_ctx;
+    void (*on_visible)(void *, const scdb_key *, int);
+    void *on_visible_ctx;
 
     pthread_mutex_t mu;
     pthread_mutex_t write_mu;
@@ -228,6 +223,8 @@ void store_node_release(scdb_store *s, uint32_t id);         /* (mu)        */
 /* (mu) node holding k in one of `states` (ST(NODE_x) bits), or SCDB_NONE */
 uint32_t store_find(const scdb_store *s, const scdb_key *k, unsigned states);
 void store_hot_drop(scdb_store *s, uint32_t id);             /* (mu)        */
+/* (mu) tell opts.on_visible that node id's key became (in)visible */
+void store_visible(scdb_store *s, uint32_t id, int visible);
 scdb_err store_hot_attach(scdb_store *s, uint32_t id, void *slot, uint8_t *hdr,
                           uint32_t hdr_len, uint64_t plen);  /* (mu)        */
 scdb_err store_hot_fill(scdb_store *s, const uint8_t *hdr, size_t hdr_len,

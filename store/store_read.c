@@ -13,9 +13,7 @@ scdb_err scdb_store_lookup(scdb_store *s, const scdb_ns *ns,
                            scdb_key *keys_out, size_t max_keys,
                            size_t *n_full, size_t *n_matched)
 {
-    static const uint8_t zero[16];
-    scdb_key chunk[LOOKUP_CHUNK], prev;
-    XXH3_state_t st;
+    scdb_key chunk[LOOKUP_CHUNK], prev = {{0}};
     size_t full, matched = 0, i = 0;
     bool missed = false;
 
@@ -23,17 +21,13 @@ scdb_err scdb_store_lookup(scdb_store *s, const scdb_ns *ns,
         (!keys_out && max_keys))
         return SCDB_EINVAL;
     full = n_tokens / s->block_tokens;
-    XXH3_INITSTATE(&st);
     while (i < full && (!missed || i < max_keys)) {
         size_t m = full - i < LOOKUP_CHUNK ? full - i : LOOKUP_CHUNK;
         /* hash straight into keys_out while it has room */
         scdb_key *dst = i + m <= max_keys ? keys_out + i : chunk;
-        for (size_t j = 0; j < m; j++) {
-            scdb_block_key_step(&st, i + j ? prev.b : zero, ns,
-                                tokens + (i + j) * s->block_tokens, s->block_tokens,
-                                &dst[j]);
-            prev = dst[j];
-        }
+        scdb_block_key_continue(i ? &prev : NULL, ns, tokens + i * s->block_tokens, m,
+                                s->block_tokens, dst);
+        prev = dst[m - 1];
         if (dst == chunk && i < max_keys)
             memcpy(keys_out + i, chunk, (max_keys - i) * sizeof *chunk);
         if (!missed) {
@@ -146,6 +140,7 @@ static scdb_err after_disk(scdb_store *s, uint32_t id, scdb_err e, disk_read *r,
         s->ctr.checksum_failures++;
         if (s->nodes[id].state == NODE_STORED) {
             s->nodes[id].state = NODE_BAD;
+            store_visible(s, id, 0);
             s->nodes[id].tick = 0;        /* first in line for eviction */
             if (s->nodes[id].heap_pos[LRU_DISK] >= 0)
                 scdb_lru_update(&s->lru[LRU_DISK], s->nodes, id);

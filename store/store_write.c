@@ -26,6 +26,7 @@ scdb_err store_evict_one(scdb_store *s, uint32_t v)
     if ((e = store_grow_array((void **)&s->dels, &s->cap_dels, s->n_dels + 1, sizeof *s->dels)))
         return e;
     s->dels[s->n_dels++] = n->key;
+    if (n->state == NODE_STORED) store_visible(s, v, 0);
     n->state = NODE_EVICTING;
     store_refresh(s, v);
     s->disk_used -= n->disk_bytes;
@@ -94,6 +95,7 @@ void store_undo_ops(scdb_store *s, size_t keep)
             break;
         case OP_EVICT:
             n->state = o->old_state;
+            if (n->state == NODE_STORED) store_visible(s, o->id, 1);
             s->disk_used += n->disk_bytes;
             s->n_disk++;
             if (n->parent != SCDB_NONE) {
@@ -121,6 +123,7 @@ void store_commit_ops(scdb_store *s)
             s->ctr.evictions++;
         } else {
             n->state = NODE_STORED;
+            store_visible(s, o->id, 1);
             store_refresh(s, o->id);
             s->ctr.puts++;
         }

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -35,6 +36,7 @@
 
 static char dir[128], cfg_path[256], endpoint[300], sock_path[256], log_path[256];
 static pid_t broker_pid = -1;
+static pid_t extra_pid = -1;  /* a test's own second broker: teardown stops it */
 static int have_family;       /* data/models/{base,code} present */
 
 /* ---------------------------------------------------------------- helpers */
@@ -204,7 +206,7 @@ static void get_stats(scdb_stat *st)
 
 static int shm_exists(const char *name)
 {
-    char p[128];
+    char p[160];
     snprintf(p, sizeof p, "/dev/shm%s", name);
     return access(p, F_OK) == 0;
 }
@@ -336,12 +338,80 @@ static int teardown(void **state)
     char cmd[300];
     (void)state;
     if (broker_pid > 0) stop_broker(SIGTERM);
+    if (extra_pid > 0) {
+        kill(extra_pid, SIGTERM);
+        wait_exit(extra_pid, 30);
+    }
     if (getenv("SCDB_TEST_KEEP")) {
         fprintf(stderr, "test_broker: kept %s\n", dir);
         return 0;
     }
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     return system(cmd) == 0 ? 0 : -1;
+}
+
+/* ------------------------------------------------- lookup index helpers */
+
+/* A registered handle on ep; index 0 forces the request path. */
+static scdb *handle_on(const char *ep, scdb_role role, const char *model, int index)
+{
+    scdb_opts o = {.endpoint = ep, .timeout_ms = 5000, .name = "test",
+                   .no_lookup_index = !index};
+    scdb *h = NULL;
+    assert_int_equal(scdb_connect(&o, &h), SCDB_OK);
+    assert_int_equal(scdb_register(h, role, model, NULL, NULL), SCDB_OK);
+    return h;
+}
+
+static scdb_stat handle_stats(scdb *h)
+{
+    scdb_stat st;
+    assert_int_equal(scdb_stats(h, &st), SCDB_OK);
+    return st;
+}
+
+/* Both handles answer the lookup of t[0..n) identically (status too);
+ * returns n_matched. */
+static uint32_t assert_lookups_agree(scdb *ix, scdb *rq, const int32_t *t, size_t n)
+{
+    scdb_lookup_result a = {9, 9, 9}, b = {9, 9, 9};
+    scdb_err ea = scdb_lookup(ix, t, n, &a), eb = scdb_lookup(rq, t, n, &b);
+    assert_int_equal(ea, eb);
+    if (ea) return 0;
+    assert_int_equal(a.n_full, b.n_full);
+    assert_int_equal(a.n_matched, b.n_matched);
+    assert_int_equal(a.matched_tokens, b.matched_tokens);
+    return a.n_matched;
+}
+
+/* The name of the data dir's current lookup index (its names file). */
+static void index_name(const char *data_dir, char *buf, size_t len)
+{
+    char p[400];
+    FILE *f;
+    snprintf(p, sizeof p, "%s/lookup-index.names", data_dir);
+    f = fopen(p, "r");
+    assert_non_null(f);
+    assert_non_null(fgets(buf, (int)len, f));
+    fclose(f);
+    buf[strcspn(buf, "\n")] = 0;
+    assert_int_equal(strncmp(buf, "/scdb-lix-", 10), 0);
+}
+
+/* Put blocks [0, nb) of prompt seed (ntok tokens) on producer p, payload
+ * bytes all `fill`. */
+static void put_blocks(scdb *p, uint32_t seed, int ntok, int nb)
+{
+    const scdb_info *in = scdb_get_info(p);
+    int32_t *t = malloc(sizeof *t * (size_t)ntok);
+    char *pl = malloc((size_t)nb * in->block_bytes + 1);
+    scdb_put_result pr;
+    bkv_tokens(seed, t, (size_t)ntok);
+    memset(pl, (int)(seed & 0x7f), (size_t)nb * in->block_bytes);
+    assert_int_equal(scdb_put(p, t, (size_t)ntok, 0, pl, (size_t)nb * in->block_bytes, &pr),
+                     SCDB_OK);
+    free(pl);
+    free(t);
 }
 
 /* ------------------------------------------------------------- tests */
@@ -488,6 +558,140 @@ static void test_lookup_get_semantics(void **state)
         assert_int_equal(lr.n_matched, 0);
         scdb_close(&h);
     }
+}
+
+/* Index lookups (client-local, shared memory) agree with request-path
+ * lookups: stored, diverging, partial, deleted and never-stored prompts,
+ * bad arguments; a put is visible to the index once its reply came. */
+static void test_index_agrees(void **state)
+{
+    int32_t t[40 * BT];
+    scdb *ix, *rq, *p;
+    scdb_stat st;
+    uint32_t nd;
+    (void)state;
+
+    ix = handle_on(endpoint, SCDB_CONSUMER, "m16", 1);
+    rq = handle_on(endpoint, SCDB_CONSUMER, "m16", 0);
+    p = handle_on(endpoint, SCDB_PRODUCER, "m16", 1);
+    assert_int_equal(handle_stats(ix).index_error, SCDB_OK);
+    assert_int_equal(handle_stats(rq).index_error, SCDB_EUNSUPPORTED);
+
+    bkv_tokens(1, t, 640);                          /* 10 blocks stored */
+    assert_int_equal(assert_lookups_agree(ix, rq, t, 640), 10);
+    assert_int_equal(assert_lookups_agree(ix, rq, t, 600), 9);
+    assert_int_equal(assert_lookups_agree(ix, rq, t, 63), 0);
+    assert_int_equal(assert_lookups_agree(ix, rq, t, 0), 0);
+    t[300] ^= 1;
+    assert_int_equal(assert_lookups_agree(ix, rq, t, 640), 4);
+    t[0] ^= 1;
+    assert_int_equal(assert_lookups_agree(ix, rq, t, 640), 0);
+    bkv_tokens(9, t, 40 * BT);                      /* 40 blocks, a long chain */
+    assert_int_equal(assert_lookups_agree(ix, rq, t, 40 * BT), 40);
+    bkv_tokens(123456, t, 640);                     /* never stored */
+    assert_int_equal(assert_lookups_agree(ix, rq, t, 640), 0);
+    /* another codebook's keys never match ours: m32's prompt under m16 */
+    bkv_tokens(2, t, 700);
+    assert_int_equal(assert_lookups_agree(ix, rq, t, 700), 0);
+
+    /* put, then look up at once: visible; delete the tail: gone */
+    put_blocks(p, 501, 6 * BT, 6);
+    bkv_tokens(501, t, 6 * BT);
+    assert_int_equal(assert_lookups_agree(ix, rq, t, 6 * BT), 6);
+    assert_int_equal(scdb_delete(p, t, 6 * BT, 2, &nd), SCDB_OK);
+    assert_int_equal(nd, 4);
+    assert_int_equal(assert_lookups_agree(ix, rq, t, 6 * BT), 2);
+    put_blocks(p, 501, 6 * BT, 6);
+    assert_int_equal(assert_lookups_agree(ix, rq, t, 6 * BT), 6);
+    assert_int_equal(scdb_delete(p, t, 6 * BT, 0, &nd), SCDB_OK);
+    assert_int_equal(assert_lookups_agree(ix, rq, t, 6 * BT), 0);
+
+    /* argument errors are the broker's */
+    bkv_tokens(1, t, 640);
+    t[70] = -3;
+    assert_int_equal(scdb_lookup(ix, t, 640, NULL), SCDB_EINVAL);
+    assert_int_equal(scdb_lookup(rq, t, 640, NULL), SCDB_EINVAL);
+    assert_non_null(strstr(scdb_last_error(ix), "negative"));
+    assert_int_equal(scdb_lookup(ix, NULL, 5, NULL), SCDB_EINVAL);
+
+    st = handle_stats(ix);
+    assert_true(st.index_lookups >= 13);
+    assert_int_equal(st.request_lookups, 0);
+    st = handle_stats(rq);
+    assert_int_equal(st.index_lookups, 0);
+    assert_true(st.request_lookups >= 13);
+    scdb_close(&ix);
+    scdb_close(&rq);
+    scdb_close(&p);
+
+    /* $SCDB_LOOKUP_INDEX=0 forces the request path too */
+    setenv("SCDB_LOOKUP_INDEX", "0", 1);
+    ix = handle_on(endpoint, SCDB_CONSUMER, "m16", 1);
+    unsetenv("SCDB_LOOKUP_INDEX");
+    bkv_tokens(1, t, 640);
+    assert_int_equal(scdb_lookup(ix, t, 640, NULL), SCDB_OK);
+    st = handle_stats(ix);
+    assert_int_equal(st.index_error, SCDB_EUNSUPPORTED);
+    assert_int_equal(st.index_lookups, 0);
+    assert_int_equal(st.request_lookups, 1);
+    scdb_close(&ix);
+}
+
+/* A producer puts and deletes while another process looks up through the
+ * index: never an answer outside what the store held (the first 2 blocks
+ * of the churned prompt stay, the other 6 come and go; a stored prompt
+ * always matches whole, a never-stored one never does). */
+static void test_index_concurrent_put(void **state)
+{
+    int32_t churn[8 * BT];
+    scdb *p;
+    pid_t pid;
+    int go[2], st;
+    (void)state;
+
+    p = handle_on(endpoint, SCDB_PRODUCER, "m16", 0);
+    put_blocks(p, 601, 2 * BT, 2);
+    bkv_tokens(601, churn, 8 * BT);
+    assert_int_equal(pipe(go), 0);
+    pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        int32_t stable[640], never[640];
+        long wrong = 0, n = 0;
+        scdb_stat s;
+        scdb_opts o = {.endpoint = endpoint, .timeout_ms = 5000, .name = "reader"};
+        scdb *h = NULL;
+        char c;
+        close(go[1]);
+        if (scdb_connect(&o, &h) || scdb_register(h, SCDB_CONSUMER, "m16", NULL, NULL)) _exit(2);
+        bkv_tokens(1, stable, 640);
+        bkv_tokens(999001, never, 640);
+        if (read(go[0], &c, 1) != 1) _exit(3);
+        for (double until = scdb_now() + 1.5; scdb_now() < until; n++) {
+            scdb_lookup_result r;
+            if (scdb_lookup(h, churn, 8 * BT, &r) || r.n_matched < 2 || r.n_matched > 8) wrong++;
+            if (scdb_lookup(h, stable, 640, &r) || r.n_matched != 10) wrong++;
+            if (scdb_lookup(h, never, 640, &r) || r.n_matched != 0) wrong++;
+        }
+        if (scdb_stats(h, &s) || s.index_lookups == 0) _exit(4);
+        fprintf(stderr, "index reader: %ld rounds, %ld wrong, %llu index / %llu request "
+                "lookups\n", n, wrong, (unsigned long long)s.index_lookups,
+                (unsigned long long)s.request_lookups);
+        scdb_close(&h);
+        _exit(wrong ? 1 : 0);
+    }
+    close(go[0]);
+    assert_int_equal(write(go[1], "g", 1), 1);
+    close(go[1]);
+    for (double until = scdb_now() + 1.6; scdb_now() < until;) {
+        uint32_t nd;
+        put_blocks(p, 601, 8 * BT, 8);
+        assert_int_equal(scdb_delete(p, churn, 8 * BT, 2, &nd), SCDB_OK);
+    }
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
+    scdb_close(&p);
 }
 
 /* The reference model attends to what get decoded: a producer prefills a
@@ -1051,6 +1255,150 @@ static void test_restart(void **state)
     assert_int_equal(run_client("check", "m16", 1, 640, NULL), 0);
 }
 
+/* Broker restarts: a clean stop retires the index (clients re-map the new
+ * one); after a SIGKILL the next broker retires the dead one's index before
+ * it serves, so a client mapping it cannot answer from a stale table. */
+static void test_index_restart(void **state)
+{
+    char data[300], name1[128], name2[128], name3[128];
+    int32_t t[640], u[3 * BT];
+    scdb *ix, *rq, *p;
+    scdb_stat st;
+    uint32_t nd;
+    (void)state;
+
+    snprintf(data, sizeof data, "%s/data", dir);
+    index_name(data, name1, sizeof name1);
+    assert_true(shm_exists(name1));
+    bkv_tokens(1, t, 640);
+    ix = handle_on(endpoint, SCDB_CONSUMER, "m16", 1);
+    rq = handle_on(endpoint, SCDB_CONSUMER, "m16", 0);
+    assert_int_equal(assert_lookups_agree(ix, rq, t, 640), 10);
+    assert_int_equal(stop_broker(SIGTERM), 0);
+    assert_false(shm_exists(name1));
+    start_broker();
+    index_name(data, name2, sizeof name2);
+    assert_string_not_equal(name1, name2);
+    assert_int_equal(assert_lookups_agree(ix, rq, t, 640), 10);
+    st = handle_stats(ix);
+    assert_int_equal(st.index_error, SCDB_OK);
+    assert_true(st.index_fallbacks >= 1);            /* the retired one */
+
+    /* SIGKILL: the index stays linked until the next broker retires it */
+    p = handle_on(endpoint, SCDB_PRODUCER, "m16", 1);
+    put_blocks(p, 701, 3 * BT, 3);
+    bkv_tokens(701, u, 3 * BT);
+    assert_int_equal(assert_lookups_agree(ix, rq, u, 3 * BT), 3);
+    kill(broker_pid, SIGKILL);
+    wait_exit(broker_pid, 30);
+    broker_pid = -1;
+    assert_true(shm_exists(name2));
+    start_broker();
+    assert_false(shm_exists(name2));
+    index_name(data, name3, sizeof name3);
+    assert_true(shm_exists(name3));
+    /* the new broker deletes; the client that mapped the dead broker's
+     * index must see it */
+    assert_int_equal(scdb_delete(p, u, 3 * BT, 0, &nd), SCDB_OK);
+    assert_int_equal(nd, 3);
+    assert_int_equal(assert_lookups_agree(ix, rq, u, 3 * BT), 0);
+    assert_int_equal(assert_lookups_agree(ix, rq, t, 640), 10);
+    assert_int_equal(handle_stats(ix).index_error, SCDB_OK);
+    scdb_close(&ix);
+    scdb_close(&rq);
+    scdb_close(&p);
+}
+
+/* A second broker with a small disk and a tiny lookup index: the index
+ * grows (clients follow it), store evictions leave it, lookups agree with
+ * the request path throughout; a damaged index object is refused with a
+ * specific error and lookups still work (request path). */
+static void test_index_evict_grow_damage(void **state)
+{
+    enum { PROMPTS = 150, NB = 10 };
+    char cfg3[300], data3[300], ep3[300], name[128];
+    const char *argv[] = {SCDB_BROKER_BIN, "--config", cfg3, NULL};
+    int32_t t[NB * BT];
+    scdb *early, *ix, *rq, *p;
+    scdb_stat st;
+    pid_t pid;
+    double until = scdb_now() + 20;
+    uint32_t total = 0;
+    (void)state;
+
+    snprintf(cfg3, sizeof cfg3, "%s/third.ini", dir);
+    snprintf(data3, sizeof data3, "%s/data3", dir);
+    snprintf(ep3, sizeof ep3, "ipc://%s/third.sock", dir);
+    write_config(cfg3, ep3, data3, "disk_capacity = 24MiB\nlookup_index_entries = 16\n");
+    pid = extra_pid = spawn(argv, -1);
+    while (!(early = connect_to(ep3, 200))) {
+        assert_true(scdb_now() < until);
+        usleep(20000);
+    }
+    scdb_close(&early);
+    early = handle_on(ep3, SCDB_CONSUMER, "m32", 1);   /* maps the first, small index */
+    p = handle_on(ep3, SCDB_PRODUCER, "m32", 0);
+    for (uint32_t i = 0; i < PROMPTS; i++) put_blocks(p, 1000 + i, NB * BT, NB);
+    st = handle_stats(p);
+    assert_true(st.evictions > 0);                     /* the disk filled up */
+    assert_true(st.blocks > 1024);                     /* past 2 growths (1024, 2048 slots) */
+    ix = handle_on(ep3, SCDB_CONSUMER, "m32", 1);
+    rq = handle_on(ep3, SCDB_CONSUMER, "m32", 0);
+    for (uint32_t i = 0; i < PROMPTS; i++) {
+        bkv_tokens(1000 + i, t, NB * BT);
+        total += assert_lookups_agree(ix, rq, t, NB * BT);
+        assert_lookups_agree(early, rq, t, NB * BT);
+    }
+    assert_int_equal(total, st.blocks);                /* every stored block, no more */
+    assert_true(total < PROMPTS * NB);
+    assert_int_equal(handle_stats(ix).index_error, SCDB_OK);
+    assert_int_equal(handle_stats(ix).request_lookups, 0);
+    /* early's index was replaced twice: it fell back once, and the lookup
+     * reply named the current index, which it mapped */
+    assert_int_equal(handle_stats(early).index_error, SCDB_OK);
+    assert_true(handle_stats(early).request_lookups <= 1);
+    assert_true(handle_stats(early).index_lookups >= PROMPTS - 1);
+    scdb_close(&early);
+    scdb_close(&ix);
+
+    /* damage the published object (nothing of ours maps it now) */
+    index_name(data3, name, sizeof name);
+    {
+        struct stat sb;
+        int fd = shm_open(name, O_RDWR, 0);
+        uint8_t *m;
+        assert_true(fd >= 0);
+        assert_int_equal(fstat(fd, &sb), 0);
+        m = mmap(NULL, (size_t)sb.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        assert_true(m != MAP_FAILED);
+        m[0] ^= 0xff;                                  /* magic */
+        ix = handle_on(ep3, SCDB_CONSUMER, "m32", 1);
+        assert_int_equal(handle_stats(ix).index_error, SCDB_EFORMAT);
+        bkv_tokens(1000 + PROMPTS - 1, t, NB * BT);
+        assert_lookups_agree(ix, rq, t, NB * BT);
+        assert_true(handle_stats(ix).request_lookups >= 1);
+        scdb_close(&ix);
+        m[0] ^= 0xff;
+        munmap(m, (size_t)sb.st_size);
+        ix = handle_on(ep3, SCDB_CONSUMER, "m32", 1);
+        assert_int_equal(handle_stats(ix).index_error, SCDB_OK);
+        scdb_close(&ix);
+        /* truncated to its header (the broker writes no slot before it stops) */
+        assert_int_equal(ftruncate(fd, 4096), 0);
+        close(fd);
+        ix = handle_on(ep3, SCDB_CONSUMER, "m32", 1);
+        assert_int_equal(handle_stats(ix).index_error, SCDB_ETRUNC);
+        assert_lookups_agree(ix, rq, t, NB * BT);
+        scdb_close(&ix);
+    }
+    scdb_close(&rq);
+    scdb_close(&p);
+    kill(pid, SIGTERM);
+    extra_pid = -1;
+    assert_int_equal(wait_exit(pid, 30), 0);
+    assert_false(shm_exists(name));
+}
+
 /* One broker per data dir and per endpoint; plaintext tcp refused; CURVE
  * tcp works. */
 static void test_refusals_and_curve(void **state)
@@ -1547,6 +1895,8 @@ int main(void)
         cmocka_unit_test(test_socket_mode),
         cmocka_unit_test(test_put_get_processes),
         cmocka_unit_test(test_lookup_get_semantics),
+        cmocka_unit_test(test_index_agrees),
+        cmocka_unit_test(test_index_concurrent_put),
         cmocka_unit_test(test_register_errors),
         cmocka_unit_test(test_reference_model),
         cmocka_unit_test(test_put_states),
@@ -1556,6 +1906,8 @@ int main(void)
         cmocka_unit_test(test_session_refusals),
         cmocka_unit_test(test_session_reclaim),
         cmocka_unit_test(test_restart),
+        cmocka_unit_test(test_index_restart),
+        cmocka_unit_test(test_index_evict_grow_damage),
         cmocka_unit_test(test_refusals_and_curve),
         cmocka_unit_test(test_cli),
         cmocka_unit_test(test_sigint_exit),

@@ -943,6 +943,132 @@ static void test_corruption_on_disk(void **state)
     free(buf);
 }
 
+/* ------------------------------------------ visibility callbacks (on_visible) */
+
+/* What a mirror of on_visible holds (the broker's lookup index does this). */
+typedef struct mirror {
+    scdb_key keys[256];
+    size_t n;
+    int bad;                     /* an add of a present key, a remove of an absent one */
+} mirror;
+
+static long mirror_find(const mirror *m, const scdb_key *k)
+{
+    for (size_t i = 0; i < m->n; i++)
+        if (!memcmp(m->keys[i].b, k->b, 16)) return (long)i;
+    return -1;
+}
+
+static void on_visible(void *ctx, const scdb_key *k, int visible)
+{
+    mirror *m = ctx;
+    long i = mirror_find(m, k);
+    if (visible) {
+        if (i >= 0 || m->n == 256) m->bad++;
+        else m->keys[m->n++] = *k;
+    } else {
+        if (i < 0) m->bad++;
+        else m->keys[i] = m->keys[--m->n];
+    }
+}
+
+static void mirror_fill(void *ctx, const scdb_key *k) { on_visible(ctx, k, 1); }
+
+static scdb_store *open_mirrored(const fixture *f, uint64_t cap, uint64_t hot, mirror *m)
+{
+    scdb_store_opts o = {0};
+    scdb_store *s = NULL;
+    o.path = f->dir;
+    o.block_tokens = BT;
+    o.disk_capacity_bytes = cap;
+    o.hot_capacity_bytes = hot;
+    o.on_visible = on_visible;
+    o.on_visible_ctx = m;
+    assert_int_equal(scdb_store_open(&o, &s), SCDB_OK);
+    m->n = 0;
+    m->bad = 0;
+    assert_int_equal(scdb_store_foreach_key(s, mirror_fill, m), SCDB_OK);
+    return s;
+}
+
+/* The mirror's answer for chain c (leading keys present) equals lookup's. */
+static void assert_mirror_agrees(scdb_store *s, const fixture *f, const mirror *m,
+                                 const chain *c)
+{
+    size_t k = 0;
+    while (k < c->n && mirror_find(m, &c->keys[k]) >= 0) k++;
+    assert_int_equal(k, matched(s, f, c));
+    assert_int_equal(m->bad, 0);
+}
+
+/* Puts, eviction, delete, damage found by a read, healing, reopen: a
+ * mirror fed by on_visible (and foreach_key at open) always answers as
+ * lookup does, and holds nothing else. */
+static void test_visible_mirror(void **state)
+{
+    fixture *f = *state;
+    uint64_t fp = block_footprint(f);
+    mirror *m = calloc(1, sizeof *m), *m2 = calloc(1, sizeof *m2);
+    scdb_store *s = open_mirrored(f, 3 * fp + fp / 2, 0, m);   /* 3 blocks */
+    scdb_store_stat st;
+    chain x, y, z;
+
+    make_chain(f, &x, 2, 20);
+    make_chain(f, &y, 1, 21);
+    make_chain(f, &z, 1, 22);
+    assert_int_equal(m->n, 0);
+    assert_int_equal(put_range(s, f, &x, 0, 2, PLEN, NULL), SCDB_OK);
+    assert_int_equal(put_range(s, f, &y, 0, 1, PLEN, NULL), SCDB_OK);
+    assert_int_equal(m->n, 3);
+    assert_mirror_agrees(s, f, m, &x);
+    assert_mirror_agrees(s, f, m, &y);
+    assert_int_equal(put_range(s, f, &z, 0, 1, PLEN, NULL), SCDB_OK);  /* evicts x1 */
+    assert_int_equal(m->n, 3);
+    assert_mirror_agrees(s, f, m, &x);
+    assert_mirror_agrees(s, f, m, &z);
+    assert_int_equal(scdb_store_delete(s, &z.keys[0]), SCDB_OK);
+    assert_mirror_agrees(s, f, m, &z);
+    assert_int_equal(scdb_store_delete(s, &z.keys[0]), SCDB_ENOTFOUND);
+    assert_int_equal(m->n, 2);
+    /* foreach_key lists exactly the mirror */
+    m2->n = 0;
+    assert_int_equal(scdb_store_foreach_key(s, mirror_fill, m2), SCDB_OK);
+    assert_int_equal(m2->n, m->n);
+    for (size_t i = 0; i < m2->n; i++) assert_true(mirror_find(m, &m2->keys[i]) >= 0);
+    assert_int_equal(scdb_store_foreach_key(NULL, mirror_fill, m2), SCDB_EINVAL);
+    assert_int_equal(scdb_store_foreach_key(s, NULL, m2), SCDB_EINVAL);
+    scdb_store_stats(s, &st);
+    assert_int_equal(st.blocks, m->n);
+    scdb_store_close(&s);
+
+    /* damage found by a read leaves the mirror; a put of it comes back */
+    {
+        chain c;
+        uint8_t *buf = malloc(3 * PLEN);
+        s = open_mirrored(f, 0, 0, m);
+        assert_int_equal(m->n, 2);
+        make_chain(f, &c, 2, 71);
+        put_marked(s, f, &c);
+        scdb_store_close(&s);
+        corrupt_on_disk(f);
+        s = open_mirrored(f, 0, 0, m);
+        assert_int_equal(m->n, 4);
+        assert_mirror_agrees(s, f, m, &c);
+        assert_int_equal(scdb_store_get(s, &c.keys[1], buf, 3 * PLEN, NULL), SCDB_ECHECKSUM);
+        assert_int_equal(m->n, 3);
+        assert_mirror_agrees(s, f, m, &c);
+        put_marked(s, f, &c);
+        assert_int_equal(m->n, 4);
+        assert_mirror_agrees(s, f, m, &c);
+        assert_mirror_agrees(s, f, m, &x);
+        assert_mirror_agrees(s, f, m, &y);
+        scdb_store_close(&s);
+        free(buf);
+    }
+    free(m);
+    free(m2);
+}
+
 /* ------------------------------------------------------- kill -9 durability */
 
 typedef struct acked {
@@ -1265,6 +1391,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_restart_persistence, setup, teardown),
         cmocka_unit_test_setup_teardown(test_map_growth, setup, teardown),
         cmocka_unit_test_setup_teardown(test_corruption_on_disk, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_visible_mirror, setup, teardown),
         cmocka_unit_test_setup_teardown(test_kill9_durability, setup, teardown),
         cmocka_unit_test_setup_teardown(test_concurrent_readers, setup, teardown),
         cmocka_unit_test_setup_teardown(test_allocation_failures, setup, teardown),

@@ -6,6 +6,8 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "block_key.h"
+#include "lookup_index.h"
 #include "scdb.h"
 #include "scdb.pb-c.h"
 #include "wire.h"
@@ -51,6 +53,15 @@ struct scdb {
 
     scdb_arena *arenas;
     scdb_arena *scratch;         /* scdb_get_copy's own arena               */
+
+    /* the broker's lookup index (libscdb.c, "lookup index") */
+    int no_index;                /* opts.no_lookup_index / $SCDB_LOOKUP_INDEX=0 */
+    scdb_lix *lix;               /* mapped, or NULL: the request path       */
+    char lix_name[SCDB_LIX_NAME_MAX]; /* what the last hello named          */
+    scdb_ns ns;                  /* our codebook's namespace (hello)        */
+    int have_ns;
+    scdb_err lix_err;            /* why lix is NULL (SCDB_OK when mapped)   */
+    uint64_t n_index_lookups, n_request_lookups, n_index_fallbacks;
 };
 
 /* Set h->err (printf) and return e. */
