@@ -139,6 +139,8 @@ scdb_err scdb_k_cuda_malloc(size_t bytes, void **out);
 void scdb_k_cuda_free(void *p);
 scdb_err scdb_k_cuda_copy(void *dst, const void *src, size_t bytes, int to_device);
 scdb_err scdb_k_cuda_sync(void);
+/* cudaMemset on device memory (benches: the write-bandwidth ceiling). */
+scdb_err scdb_k_cuda_memset(void *p, int value, size_t bytes);
 scdb_err scdb_k_gemm_cuda(int trans_a, int trans_b, int M, int N, int K, float alpha,
                           const float *A, int lda, const float *B, int ldb,
                           float beta, float *C, int ldc);

@@ -9,6 +9,7 @@ scdb_err scdb_k_cuda_malloc(size_t bytes, void **out) { (void)bytes; *out = NULL
 void scdb_k_cuda_free(void *p) { (void)p; }
 scdb_err scdb_k_cuda_copy(void *d, const void *s, size_t b, int t) { (void)d; (void)s; (void)b; (void)t; return SCDB_EUNSUPPORTED; }
 scdb_err scdb_k_cuda_sync(void) { return SCDB_EUNSUPPORTED; }
+scdb_err scdb_k_cuda_memset(void *p, int v, size_t b) { (void)p; (void)v; (void)b; return SCDB_EUNSUPPORTED; }
 scdb_err scdb_k_gemm_cuda(int ta, int tb, int M, int N, int K, float al, const float *A, int lda,
                           const float *B, int ldb, float be, float *C, int ldc)
 {

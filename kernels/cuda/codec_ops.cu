@@ -17,9 +17,11 @@
  *       dec [128][32] f16  -> shared (rows = output columns: the B operand
  *                                     in column-major form, no transpose)
  *       mma
+ *       (the next k-tile is loaded into registers during the mma)
  *     epilogue: accumulators -> shared f32 [64][128] (aliasing the input
  *     tiles), + mean, RoPE on the pairs (i, i + head_dim/2) of each head
- *     with inv_freq from a per-block table, coalesced f32 stores.
+ *     with inv_freq from a per-block table and a range-reduced hardware
+ *     sin/cos (~4e-7 absolute), coalesced float4 stores where aligned.
  *
  * Other shapes (head_dim > 128 or not dividing 128 with RoPE) take a plain
  * one-thread-per-output-pair kernel.  Scratch buffers the caller does not
@@ -105,17 +107,71 @@ union dec_smem {
     float c[DEC_BM][DEC_LDC];
 };
 
+/* sin and cos of x: x reduced to [-pi, pi] (x - k 2pi, 2pi split into a
+ * float and its error), then the hardware approximations, which are
+ * accurate to 2^-21.4 absolute there -- a tenth of the cost of sincosf. */
+__device__ __forceinline__ void fast_sincos(float x, float *s, float *c)
+{
+    float k = rintf(x * 0.159154943f);
+    float r = fmaf(-k, 6.28318548f, x);       /* 2pi rounded up to a float ... */
+    r = fmaf(k, 1.7484556e-7f, r);            /* ... and what it rounded away */
+    __sincosf(r, s, c);
+}
+
+__device__ __forceinline__ void rope_pair(float *a, float *b, float ang)
+{
+    float s, c;
+    fast_sincos(ang, &s, &c);
+    float x = *a, y = *b;
+    *a = x * c - y * s;
+    *b = x * s + y * c;
+}
+
+/* One thread's share of a k-tile, in registers: 8 code values (token tid/4,
+ * from k (tid%4)*8) and 16 decoder values (column tid/2, from k (tid%2)*16),
+ * zero past n, out and r.  The next tile is loaded while the current one is
+ * multiplied. */
+struct dec_regs { uint4 a, b0, b1; };
+
+template <bool VEC>
+__device__ __forceinline__ void dec_load(dec_regs *t, const __half *z, int ldz, int n, int r,
+                                         const __half *dec, int out, int gr, int gc, int k0)
+{
+    const int tid = threadIdx.x, ka = k0 + (tid % 4) * 8, kb = k0 + (tid % 2) * 16;
+    const __half hz = __float2half(0.0f);
+    if (VEC && gr < n && ka + 8 <= r) {
+        t->a = *(const uint4 *)(z + (size_t)gr * ldz + ka);
+    } else {
+        union { uint4 v; __half h[8]; } u;
+        for (int e = 0; e < 8; e++) u.h[e] = gr < n && ka + e < r ? z[(size_t)gr * ldz + ka + e] : hz;
+        t->a = u.v;
+    }
+    if (VEC && gc < out && kb + 16 <= r) {
+        const uint4 *src = (const uint4 *)(dec + (size_t)gc * r + kb);
+        t->b0 = src[0];
+        t->b1 = src[1];
+    } else {
+        union { uint4 v[2]; __half h[16]; } u;
+        for (int e = 0; e < 16; e++) u.h[e] = gc < out && kb + e < r ? dec[(size_t)gc * r + kb + e] : hz;
+        t->b0 = u.v[0];
+        t->b1 = u.v[1];
+    }
+}
+
+/* vec_out: y rows, mean and the column groups allow float4 stores (see the
+ * launch); otherwise one float at a time. */
 template <bool VEC>
 __global__ void __launch_bounds__(DEC_THREADS)
 decode_wmma_kernel(const __half *z, int ldz, int n, int r, const __half *dec, const float *mean,
-                   int out, const int32_t *pos, int head_dim, float theta, float *y, int ldy)
+                   int out, const int32_t *pos, int head_dim, float theta, float *y, int ldy,
+                   int vec_out)
 {
     __shared__ __align__(128) dec_smem sm;
     __shared__ float inv_freq[DEC_BN / 2];
     const int tid = threadIdx.x, warp = tid / 32;
     const int row0 = blockIdx.y * DEC_BM, col0 = blockIdx.x * DEC_BN;
     const int wm = warp / 4, wn = warp % 4;     /* warp sub-tile: rows wm*32, cols wn*32 */
-    const __half hz = __float2half(0.0f);
+    const int ar = tid / 4, ak = (tid % 4) * 8, br = tid / 2, bk = (tid % 2) * 16;
 
     if (pos && tid < head_dim / 2)
         inv_freq[tid] = 1.0f / powf(theta, (float)(2 * tid) / (float)head_dim);
@@ -124,30 +180,15 @@ decode_wmma_kernel(const __half *z, int ldz, int n, int r, const __half *dec, co
     for (int i = 0; i < 2; i++)
         for (int j = 0; j < 2; j++) wmma::fill_fragment(acc[i][j], 0.0f);
 
+    dec_regs t;
+    dec_load<VEC>(&t, z, ldz, n, r, dec, out, row0 + ar, col0 + br, 0);
     for (int k0 = 0; k0 < r; k0 += DEC_BK) {
-        {   /* codes: thread -> token tid / 4, 8 values from (tid % 4) * 8 */
-            int ar = tid / 4, ak = (tid % 4) * 8, gr = row0 + ar, gk = k0 + ak;
-            __half *dst = &sm.in.a[ar][ak];
-            if (VEC && gr < n && gk + 8 <= r) {
-                *(uint4 *)dst = *(const uint4 *)(z + (size_t)gr * ldz + gk);
-            } else {
-                for (int e = 0; e < 8; e++)
-                    dst[e] = gr < n && gk + e < r ? z[(size_t)gr * ldz + gk + e] : hz;
-            }
-        }
-        {   /* decoder: thread -> output column tid / 2, 16 values from (tid % 2) * 16 */
-            int br = tid / 2, bk = (tid % 2) * 16, gc = col0 + br, gk = k0 + bk;
-            __half *dst = &sm.in.b[br][bk];
-            if (VEC && gc < out && gk + 16 <= r) {
-                const uint4 *src = (const uint4 *)(dec + (size_t)gc * r + gk);
-                ((uint4 *)dst)[0] = src[0];
-                ((uint4 *)dst)[1] = src[1];
-            } else {
-                for (int e = 0; e < 16; e++)
-                    dst[e] = gc < out && gk + e < r ? dec[(size_t)gc * r + gk + e] : hz;
-            }
-        }
+        *(uint4 *)&sm.in.a[ar][ak] = t.a;
+        *(uint4 *)&sm.in.b[br][bk] = t.b0;
+        *(uint4 *)&sm.in.b[br][bk + 8] = t.b1;
         __syncthreads();
+        if (k0 + DEC_BK < r)
+            dec_load<VEC>(&t, z, ldz, n, r, dec, out, row0 + ar, col0 + br, k0 + DEC_BK);
         for (int kk = 0; kk < DEC_BK; kk += 16) {
             wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> fa[2];
             wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::col_major> fb[2];
@@ -158,7 +199,7 @@ decode_wmma_kernel(const __half *z, int ldz, int n, int r, const __half *dec, co
             for (int i = 0; i < 2; i++)
                 for (int j = 0; j < 2; j++) wmma::mma_sync(acc[i][j], fa[i], fb[j], acc[i][j]);
         }
-        __syncthreads();      /* the tiles are reloaded, or reused as sm.c below */
+        __syncthreads();      /* the tiles are refilled, or reused as sm.c below */
     }
     for (int i = 0; i < 2; i++)
         for (int j = 0; j < 2; j++)
@@ -169,24 +210,55 @@ decode_wmma_kernel(const __half *z, int ldz, int n, int r, const __half *dec, co
     if (pos) {
         /* pairs (c, c + half) of each whole head in the tile */
         const int half = head_dim / 2;
-        for (int p = tid; p < DEC_BM * (DEC_BN / 2); p += DEC_THREADS) {
-            int t = p / (DEC_BN / 2), q = p % (DEC_BN / 2);
-            int i = q % half, c = (q / half) * head_dim + i;
-            int gr = row0 + t, gc = col0 + c;
+        if (vec_out) {        /* 4 consecutive pairs of one head per step */
+            for (int p = tid; p < DEC_BM * (DEC_BN / 8); p += DEC_THREADS) {
+                int tt = p / (DEC_BN / 8), q = (p % (DEC_BN / 8)) * 4;
+                int i = q % half, c = (q / half) * head_dim + i, gr = row0 + tt, gc = col0 + c;
+                if (gr >= n || gc >= out) continue;
+                float4 a = *(const float4 *)&sm.c[tt][c], b = *(const float4 *)&sm.c[tt][c + half];
+                if (mean) {
+                    float4 ma = *(const float4 *)(mean + gc), mb = *(const float4 *)(mean + gc + half);
+                    a.x += ma.x; a.y += ma.y; a.z += ma.z; a.w += ma.w;
+                    b.x += mb.x; b.y += mb.y; b.z += mb.z; b.w += mb.w;
+                }
+                float pf = (float)pos[gr];
+                rope_pair(&a.x, &b.x, pf * inv_freq[i]);
+                rope_pair(&a.y, &b.y, pf * inv_freq[i + 1]);
+                rope_pair(&a.z, &b.z, pf * inv_freq[i + 2]);
+                rope_pair(&a.w, &b.w, pf * inv_freq[i + 3]);
+                float *yr = y + (size_t)gr * ldy;
+                *(float4 *)(yr + gc) = a;
+                *(float4 *)(yr + gc + half) = b;
+            }
+        } else {
+            for (int p = tid; p < DEC_BM * (DEC_BN / 2); p += DEC_THREADS) {
+                int tt = p / (DEC_BN / 2), q = p % (DEC_BN / 2);
+                int i = q % half, c = (q / half) * head_dim + i, gr = row0 + tt, gc = col0 + c;
+                if (gr >= n || gc >= out) continue;
+                float a = sm.c[tt][c], b = sm.c[tt][c + half];
+                if (mean) { a += mean[gc]; b += mean[gc + half]; }
+                rope_pair(&a, &b, (float)pos[gr] * inv_freq[i]);
+                float *yr = y + (size_t)gr * ldy;
+                yr[gc] = a;
+                yr[gc + half] = b;
+            }
+        }
+    } else if (vec_out) {
+        for (int p = tid; p < DEC_BM * (DEC_BN / 4); p += DEC_THREADS) {
+            int tt = p / (DEC_BN / 4), c = (p % (DEC_BN / 4)) * 4, gr = row0 + tt, gc = col0 + c;
             if (gr >= n || gc >= out) continue;
-            float a = sm.c[t][c], b = sm.c[t][c + half];
-            if (mean) { a += mean[gc]; b += mean[gc + half]; }
-            float s, co;
-            sincosf((float)pos[gr] * inv_freq[i], &s, &co);
-            float *yr = y + (size_t)gr * ldy;
-            yr[gc] = a * co - b * s;
-            yr[gc + half] = a * s + b * co;
+            float4 v = *(const float4 *)&sm.c[tt][c];
+            if (mean) {
+                float4 m = *(const float4 *)(mean + gc);
+                v.x += m.x; v.y += m.y; v.z += m.z; v.w += m.w;
+            }
+            *(float4 *)(y + (size_t)gr * ldy + gc) = v;
         }
     } else {
         for (int p = tid; p < DEC_BM * DEC_BN; p += DEC_THREADS) {
-            int t = p / DEC_BN, c = p % DEC_BN, gr = row0 + t, gc = col0 + c;
+            int tt = p / DEC_BN, c = p % DEC_BN, gr = row0 + tt, gc = col0 + c;
             if (gr >= n || gc >= out) continue;
-            y[(size_t)gr * ldy + gc] = sm.c[t][c] + (mean ? mean[gc] : 0.0f);
+            y[(size_t)gr * ldy + gc] = sm.c[tt][c] + (mean ? mean[gc] : 0.0f);
         }
     }
 }
@@ -241,12 +313,16 @@ extern "C" scdb_err scdb_k_lowrank_decode_cuda(const uint16_t *z, int ldz, int n
         if (grid.y > 65535) return SCDB_EINVAL;     /* > 4M tokens in one call */
         bool vec = r > 0 && ldz % 8 == 0 && r % 8 == 0 && (uintptr_t)z % 16 == 0 &&
                    (uintptr_t)dec % 16 == 0;
+        /* float4 stores: rows and mean 16-byte aligned, and column groups of
+         * 4 that stay inside one half-head (RoPE) or inside out */
+        int vec_out = ldy % 4 == 0 && (uintptr_t)y % 16 == 0 && (uintptr_t)mean % 16 == 0 &&
+                      (pos ? (head_dim / 2) % 4 == 0 : out % 4 == 0);
         if (vec)
             decode_wmma_kernel<true><<<grid, DEC_THREADS>>>(hz, ldz, n, r, hd, mean, out, pos,
-                                                            head_dim, theta, y, ldy);
+                                                            head_dim, theta, y, ldy, vec_out);
         else
             decode_wmma_kernel<false><<<grid, DEC_THREADS>>>(hz, ldz, n, r, hd, mean, out, pos,
-                                                             head_dim, theta, y, ldy);
+                                                             head_dim, theta, y, ldy, vec_out);
     } else {
         size_t total = (size_t)n * (out / 2);
         decode_plain_kernel<<<scdb_cuda_blocks(total), 256>>>(hz, ldz, n, r, hd, mean, out, pos,

@@ -290,6 +290,12 @@ extern "C" scdb_err scdb_k_attention_cuda(const float *q, const int32_t *q_pos, 
     return SCDB_OK;
 }
 
+extern "C" scdb_err scdb_k_cuda_memset(void *p, int value, size_t bytes)
+{
+    CUDA_CHECK(cudaMemsetAsync(p, value, bytes, 0));
+    return SCDB_OK;
+}
+
 extern "C" scdb_err scdb_k_cuda_sync(void)
 {
     CUDA_CHECK(cudaDeviceSynchronize());
