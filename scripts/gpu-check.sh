@@ -137,6 +137,14 @@ if "$scdb" bench kernels --help >/dev/null 2>&1; then
   else
     verdict "decode bench (CUDA)" ok "$(grep '^goal:' "$work/out.txt")"
   fi
+  # the same at rank 128: half the tensor work per byte written, which
+  # tells a compute-bound decode from a memory-bound one
+  if run "decode throughput, CUDA, rank 128 (diagnostic)" 120 "$scdb" bench kernels --device cuda \
+      --tokens "$tokens" --rank 128 --reps 3 --json "$work/bench_kernels_cuda_r128.json"; then
+    verdict "decode bench (CUDA, rank 128)" ok "(diagnostic) $(grep '^goal:' "$work/out.txt")"
+  else
+    verdict "decode bench (CUDA, rank 128)" fail "exit status above"
+  fi
   if run "decode throughput, CPU (same shapes, 256 tokens)" 120 "$scdb" bench kernels --device cpu \
       --tokens 256 --reps 2 --json "$work/bench_kernels_cpu.json"; then
     verdict "decode bench (CPU)" ok ""
