@@ -139,6 +139,8 @@ scdb_err scdb_k_cuda_malloc(size_t bytes, void **out);
 void scdb_k_cuda_free(void *p);
 scdb_err scdb_k_cuda_copy(void *dst, const void *src, size_t bytes, int to_device);
 scdb_err scdb_k_cuda_sync(void);
+/* cudaMemset on device memory (benches: the write-bandwidth ceiling). */
+scdb_err scdb_k_cuda_memset(void *p, int value, size_t bytes);
 scdb_err scdb_k_gemm_cuda(int trans_a, int trans_b, int M, int N, int K, float alpha,
                           const float *A, int lda, const float *B, int ldb,
                           float beta, float *C, int ldc);
@@ -157,6 +159,172 @@ scdb_err scdb_k_attention_cuda(const float *q, const int32_t *q_pos, int n_q,
                                const int32_t *slot_pos, int n_slots,
                                int n_kv_heads, int head_dim, float *out,
                                float *probs, float *scratch);
+
+/* ------------------------------------------------------------ codec ops
+ * The compute of the SCD codec (codec/) and the 4-bit baseline, as kernels
+ * with a CPU twin and a CUDA twin each.  The CPU twins do exactly what
+ * codec/ does (same operations in the same order: tests/test_codec.c checks
+ * it); the CUDA twins take device pointers.  f16 / bf16 values are carried
+ * as their uint16_t bit patterns.
+ *
+ *   gemm_ex          C = alpha op(A) op(B) + beta C with A, B in F16 or BF16
+ *                    (both the same), f32 accumulate and output (cuBLAS:
+ *                    cublasGemmEx, CUBLAS_COMPUTE_32F).  F32 falls back to
+ *                    the sgemm path.
+ *   lowrank_decode   y[n][out] = RoPE?(z dec^T + mean): a REUSE layer's K
+ *                    (pos != NULL) or V (pos == NULL) from its f16 codes
+ *                    z [n][ldz] (r used columns) and an f16 decoder
+ *                    dec [out][r] (pairs store decoders as f16, so this is
+ *                    exact); mean [out] may be NULL; RoPE as scdb_k_rope_cpu
+ *                    over out / head_dim heads.  The CUDA twin is one fused
+ *                    tensor-core kernel (f16 in, f32 accumulate; bias and
+ *                    RoPE in the epilogue) when head_dim divides 128, so the
+ *                    KV is written exactly once.
+ *   lowrank_encode   z[n][ldz] = f16((x - mean) enc^T), x [n][ldx] (in used
+ *                    columns), enc [r][in]: one codebook part.
+ *   aligner          h[n][d] = W2 silu(W1 z + b1) + b2 + S z (codec.h's
+ *                    aligner MLP; w1 [hidden][r], w2 [d][hidden],
+ *                    skip [d][r]).
+ *   kv_regen         K = RoPE(h Wk^T), V = h Wv^T for n rows of h [n][d]:
+ *                    PATCH and TOKEN layers; K, V are [n][kv].
+ *   q4_encode/decode 4-bit asymmetric uniform quantisation in groups of g
+ *                    values (g even, n a multiple of g): per group f16
+ *                    (min, scale = (max - min) / 15) in ms[2 s], ms[2 s + 1],
+ *                    codes round((x - min) / scale) clamped to 0..15, two per
+ *                    byte, low nibble first -- the bench's quant4 baseline.
+ *
+ * scratch arguments: NULL (allocated and freed inside) or the number of
+ * floats given; pass one to avoid an allocation per call.
+ * Errors: SCDB_EINVAL (sizes, strides, head_dim not even or not dividing
+ * out, g odd), SCDB_EDTYPE (gemm_ex input dtype), SCDB_ENOMEM; the CUDA
+ * twins SCDB_EDEVICE (a CUDA or cuBLAS call failed; logged with file and
+ * line) and SCDB_EUNSUPPORTED (no CUDA backend in this build). */
+scdb_err scdb_k_gemm_ex_cpu(int trans_a, int trans_b, int M, int N, int K, float alpha,
+                            scdb_dtype in_dt, const void *A, int lda, const void *B, int ldb,
+                            float beta, float *C, int ldc);
+scdb_err scdb_k_lowrank_decode_cpu(const uint16_t *z, int ldz, int n, int r,
+                                   const uint16_t *dec, const float *mean, int out,
+                                   const int32_t *pos, int head_dim, float theta,
+                                   float *y, int ldy);
+/* scratch: n * (in + r) floats */
+scdb_err scdb_k_lowrank_encode_cpu(const float *x, int ldx, int n, int in, const float *mean,
+                                   const float *enc, int r, uint16_t *z, int ldz,
+                                   float *scratch);
+/* scratch: n * hidden floats */
+scdb_err scdb_k_aligner_cpu(const float *z, int ldz, int n, int r, int hidden, int d,
+                            const float *w1, const float *b1, const float *w2,
+                            const float *b2, const float *skip, float *h, float *scratch);
+scdb_err scdb_k_kv_regen_cpu(const float *h, int n, int d, const float *wk, const float *wv,
+                             int kv, const int32_t *pos, int head_dim, float theta,
+                             float *k, float *v);
+scdb_err scdb_k_q4_encode_cpu(const float *x, size_t n, int g, uint8_t *q, uint16_t *ms);
+scdb_err scdb_k_q4_decode_cpu(const uint8_t *q, const uint16_t *ms, size_t n, int g, float *x);
+
+scdb_err scdb_k_gemm_ex_cuda(int trans_a, int trans_b, int M, int N, int K, float alpha,
+                             scdb_dtype in_dt, const void *A, int lda, const void *B, int ldb,
+                             float beta, float *C, int ldc);
+scdb_err scdb_k_lowrank_decode_cuda(const uint16_t *z, int ldz, int n, int r,
+                                    const uint16_t *dec, const float *mean, int out,
+                                    const int32_t *pos, int head_dim, float theta,
+                                    float *y, int ldy);
+scdb_err scdb_k_lowrank_encode_cuda(const float *x, int ldx, int n, int in, const float *mean,
+                                    const float *enc, int r, uint16_t *z, int ldz,
+                                    float *scratch);
+scdb_err scdb_k_aligner_cuda(const float *z, int ldz, int n, int r, int hidden, int d,
+                             const float *w1, const float *b1, const float *w2,
+                             const float *b2, const float *skip, float *h, float *scratch);
+scdb_err scdb_k_kv_regen_cuda(const float *h, int n, int d, const float *wk, const float *wv,
+                              int kv, const int32_t *pos, int head_dim, float theta,
+                              float *k, float *v);
+scdb_err scdb_k_q4_encode_cuda(const float *x, size_t n, int g, uint8_t *q, uint16_t *ms);
+scdb_err scdb_k_q4_decode_cuda(const uint8_t *q, const uint16_t *ms, size_t n, int g, float *x);
+scdb_err scdb_k_f32_to_bf16_cuda(const float *src, uint16_t *dst, size_t n);
+scdb_err scdb_k_bf16_to_f32_cuda(const uint16_t *src, float *dst, size_t n);
+
+/* ------------------------------------------------------------ eviction ops
+ * The per-slot compute of evict/ (score -> select -> compact) as kernels.
+ *
+ *   evict_features   the five DistillCache features of slots [0, n) from the
+ *                    accumulator arrays (evict.h: alpha = rel / n_obs,
+ *                    vnorm, sigma = var / n_obs, ent = ent_num / ent_den,
+ *                    pos = (pos + 1) / (last_pos + 1) capped at 1), into
+ *                    feats [n][5]; what scdb_evict_features computes.
+ *   select_topb      scdb_evict_select's deterministic top-B: keep the first
+ *                    `sinks` and last `recent` slots and the highest-scoring
+ *                    others (ties: the higher slot) up to the budget; keep[]
+ *                    ascending, *n_keep = min(n, budget).  n_keep is a host
+ *                    int for both twins (it follows from n and budget);
+ *                    scores and keep are device memory for the CUDA twin.
+ *                    Scores must not be NaN.
+ *   compact_rows     order-preserving in-place gather of rows keep[0..n_keep)
+ *                    (strictly increasing, < n) to rows [0, n_keep) in each
+ *                    of n_mats matrices of rows of row_bytes bytes, matrix m
+ *                    starting at x + m * mat_stride bytes: the KV cache
+ *                    (n_mats = n_layers per K and V, row = kv_dim floats),
+ *                    its pos array and the accumulator slot arrays.  The CPU
+ *                    twin moves rows forward (keep[i] >= i); the CUDA twin
+ *                    gathers each matrix into scratch (NULL or n_keep *
+ *                    row_bytes bytes) and copies it back, and does not
+ *                    check keep[] (device memory): pass what select_topb
+ *                    produced. */
+typedef struct scdb_k_acc_arrays {
+    const int32_t *pos;
+    const float *n_obs, *rel, *var, *ent_num, *ent_den, *vnorm;
+    int32_t last_pos;
+} scdb_k_acc_arrays;
+
+scdb_err scdb_k_evict_features_cpu(const scdb_k_acc_arrays *a, int n, float *feats);
+scdb_err scdb_k_select_topb_cpu(const float *scores, int n, int budget, int sinks,
+                                int recent, int *keep, int *n_keep);
+scdb_err scdb_k_compact_rows_cpu(void *x, int n_mats, size_t mat_stride, size_t row_bytes,
+                                 int n, const int *keep, int n_keep, void *scratch);
+scdb_err scdb_k_evict_features_cuda(const scdb_k_acc_arrays *a, int n, float *feats);
+scdb_err scdb_k_select_topb_cuda(const float *scores, int n, int budget, int sinks,
+                                 int recent, int *keep, int *n_keep);
+scdb_err scdb_k_compact_rows_cuda(void *x, int n_mats, size_t mat_stride, size_t row_bytes,
+                                  int n, const int *keep, int n_keep, void *scratch);
+
+/* ------------------------------------------------------------ devices
+ * Choosing where compute runs (`--device auto|cpu|cuda` of the broker,
+ * calibration, benches and demo):
+ *
+ *   scdb_device_parse("auto" | "cpu" | "cuda")       -> a preference
+ *   scdb_device_resolve(pref) -> the device, logging one line that says
+ *       which device was chosen and why ("auto: CUDA device 0 (NVIDIA
+ *       H200, 139 GiB) answers" / "auto: no CUDA device answers: CPU").
+ *   auto  CUDA when this build has the backend and a device answers, else CPU
+ *   cpu   always the CPU
+ *   cuda  CUDA, or SCDB_EDEVICE (no device answers) / SCDB_EUNSUPPORTED
+ *         (this build has no CUDA backend) -- never a silent fallback. */
+typedef enum scdb_device_pref {
+    SCDB_DEVPREF_AUTO = 0,
+    SCDB_DEVPREF_CPU,
+    SCDB_DEVPREF_CUDA
+} scdb_device_pref;
+
+/* SCDB_EINVAL for anything but "auto", "cpu", "cuda" (NULL included). */
+scdb_err scdb_device_parse(const char *s, scdb_device_pref *out);
+/* "auto", "cpu", "cuda" */
+const char *scdb_device_pref_name(scdb_device_pref p);
+/* "cpu", "cuda" */
+const char *scdb_device_name(scdb_device d);
+/* Resolve a preference; the reason (also logged at info level, prefixed
+ * "device: ") goes to why[whylen] when why is not NULL.  SCDB_EINVAL (bad
+ * preference), SCDB_EDEVICE, SCDB_EUNSUPPORTED (see above). */
+scdb_err scdb_device_resolve(scdb_device_pref pref, scdb_device *out, char *why, size_t whylen);
+
+/* A CUDA device's name and peak memory bandwidth (from the memory clock and
+ * bus width attributes: 2 * clock * width / 8, double data rate), for
+ * benches that report a fraction of it.  SCDB_EDEVICE (no such device),
+ * SCDB_EUNSUPPORTED (no CUDA backend). */
+typedef struct scdb_k_cuda_info {
+    char name[256];
+    int cc_major, cc_minor, sm_count;
+    size_t total_mem;
+    double mem_clock_khz, bus_width_bits;
+    double peak_bw_gbs;        /* GB/s, 1e9 bytes */
+} scdb_k_cuda_info;
+scdb_err scdb_k_cuda_device_info(int dev, scdb_k_cuda_info *out);
 
 /* ------------------------------------------------------- slot-indexed KV */
 

@@ -766,6 +766,102 @@ static void test_domain_text(void **state)
     unlink(path);
 }
 
+/* ------------------------------------------------------------ kernel twins
+ * kernels.h's codec ops (what the CUDA backend is tested against) compute
+ * exactly what the codec does: encode, REUSE decode, TOKEN and PATCH
+ * regeneration, the aligner. */
+
+static void test_kernel_twins(void **state)
+{
+    (void)state;
+    scdb_calib *c = session(1);
+    const int cand[1] = {1};
+    scdb_cb_fit f = {.r_k = 3, .r_v = 3, .r_h = 4, .n_candidates = 1, .candidates = cand,
+                     .candidate_kv = 1, .token_layer0 = 1};
+    scdb_codebook *cb = NULL;
+    scdb_pair *p = NULL;
+    assert_int_equal(scdb_calib_fit_codebook(c, &f, &cb), SCDB_OK);
+    scdb_pair_fit pf = {.n_patch = 1, .hidden = 8, .steps = 30, .batch = 32, .keep_order = 1};
+    assert_int_equal(scdb_calib_fit_pair(c, cb, 0, &pf, &p), SCDB_OK);
+    const scdb_codebook_info *ci = scdb_codebook_get_info(cb);
+    const scdb_pair_info *pi = scdb_pair_get_info(p);
+    assert_int_equal(pi->n_aligners, 1);
+    const scdb_model_config *mc = scdb_model_cfg(prod);
+    int n = 24, d = mc->d_model, kv = scdb_model_kv_dim(mc), L = mc->n_layers, hd = mc->head_dim;
+    int32_t tok[24], pos[24];
+    for (int i = 0; i < n; i++) { tok[i] = text[500 + i]; pos[i] = 3 + i; }
+
+    /* encode: per coded layer and part, one lowrank_encode into its columns */
+    scdb_kv_cache *pc;
+    float *h_in = malloc((size_t)L * n * d * sizeof *h_in);
+    assert_int_equal(scdb_model_cache_new(prod, n, &pc), SCDB_OK);
+    scdb_capture cap = {.h_in = h_in};
+    assert_int_equal(scdb_model_forward(prod, tok, pos, n, pc, NULL, &cap), SCDB_OK);
+    size_t ncodes = scdb_codec_codes_len(ci, n);
+    uint16_t *codes = malloc(ncodes * 2), *codes2 = malloc(ncodes * 2);
+    scdb_codec_states st = {.h_in = h_in};
+    assert_int_equal(scdb_codec_encode(cb, &st, n, codes), SCDB_OK);
+    for (int l = 0; l < L; l++) {
+        const scdb_cb_layer *cl = &ci->layers[l];
+        int col = 0, rr[3] = {cl->r_k, cl->r_v, cl->r_h};
+        for (int q = 0; q < 3; q++) {
+            const cx_enc *e = &cb->part[l][q];
+            if (!rr[q]) continue;
+            assert_int_equal(scdb_k_lowrank_encode_cpu(h_in + (size_t)l * n * d, d, n, d, e->mean, e->enc,
+                                                       rr[q], codes2 + scdb_codec_section(ci, n, l) + col,
+                                                       cl->width, NULL), SCDB_OK);
+            col += rr[q];
+        }
+    }
+    assert_memory_equal(codes, codes2, ncodes * 2);
+
+    /* decode, REUSE (n_patch 0) and PATCH (n_patch 1) on layer 1, TOKEN on layer 0 */
+    const scdb_cb_layer *l1 = &ci->layers[1];
+    int w = l1->width;
+    const uint16_t *z1 = codes + scdb_codec_section(ci, n, 1);
+    float *K = malloc((size_t)n * kv * sizeof *K), *V = malloc((size_t)n * kv * sizeof *V);
+    float *h = malloc((size_t)n * d * sizeof *h), *h2 = malloc((size_t)n * d * sizeof *h2);
+    float *z1f = malloc((size_t)n * w * sizeof *z1f);
+    uint16_t *dk = malloc((size_t)kv * w * 2), *dv = malloc((size_t)kv * w * 2);
+    scdb_f32_to_f16_n(p->L[1].dk, dk, (size_t)kv * w);     /* stored as f16: exact */
+    scdb_f32_to_f16_n(p->L[1].dv, dv, (size_t)kv * w);
+    scdb_f16_to_f32_n(z1, z1f, (size_t)n * w);
+    for (int np = 0; np < 2; np++) {
+        scdb_kv_cache *dc;
+        assert_int_equal(scdb_model_cache_new(cons, n, &dc), SCDB_OK);
+        assert_int_equal(scdb_pair_decode(p, cb, codes, n, pos, tok, np, dc, 0), SCDB_OK);
+        /* layer 0: h = RMSNorm(E[tok]), regenerated */
+        for (int i = 0; i < n; i++) memcpy(h + (size_t)i * d, p->emb + (size_t)tok[i] * d, (size_t)d * sizeof *h);
+        scdb_k_rmsnorm_cpu(h, p->norm0, n, d, pi->norm_eps, h);
+        assert_int_equal(scdb_k_kv_regen_cpu(h, n, d, p->wk0, p->wv0, kv, pos, hd, pi->rope_theta, K, V), SCDB_OK);
+        assert_memory_equal(K, scdb_kv_k(dc, 0, 0), (size_t)n * kv * sizeof *K);
+        assert_memory_equal(V, scdb_kv_v(dc, 0, 0), (size_t)n * kv * sizeof *V);
+        if (np == 0) {
+            assert_int_equal(scdb_k_lowrank_decode_cpu(z1, w, n, w, dk, p->L[1].mk, kv, pos, hd,
+                                                       pi->rope_theta, K, kv), SCDB_OK);
+            assert_int_equal(scdb_k_lowrank_decode_cpu(z1, w, n, w, dv, p->L[1].mv, kv, NULL, hd,
+                                                       pi->rope_theta, V, kv), SCDB_OK);
+        } else {
+            const scdb_aligner *al = &p->L[1].al;
+            assert_int_equal(scdb_aligner_apply(al, z1f, w, n, h), SCDB_OK);
+            assert_int_equal(scdb_k_aligner_cpu(z1f, w, n, al->r, al->hidden, al->d, al->w1, al->b1,
+                                                al->w2, al->b2, al->skip, h2, NULL), SCDB_OK);
+            assert_memory_equal(h, h2, (size_t)n * d * sizeof *h);
+            assert_int_equal(scdb_k_kv_regen_cpu(h2, n, d, p->L[1].wk, p->L[1].wv, kv, pos, hd,
+                                                 pi->rope_theta, K, V), SCDB_OK);
+        }
+        assert_memory_equal(K, scdb_kv_k(dc, 1, 0), (size_t)n * kv * sizeof *K);
+        assert_memory_equal(V, scdb_kv_v(dc, 1, 0), (size_t)n * kv * sizeof *V);
+        scdb_kv_cache_free(&dc);
+    }
+    free(h_in); free(codes); free(codes2); free(K); free(V); free(h); free(h2); free(z1f);
+    free(dk); free(dv);
+    scdb_kv_cache_free(&pc);
+    scdb_pair_free(&p);
+    scdb_codebook_free(&cb);
+    scdb_calib_free(&c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -775,6 +871,7 @@ int main(void)
         cmocka_unit_test(test_all_layers_pair),
         cmocka_unit_test(test_rank_allocation),
         cmocka_unit_test(test_aligner_training),
+        cmocka_unit_test(test_kernel_twins),
         cmocka_unit_test(test_files_and_refusals),
         cmocka_unit_test(test_domain_text),
         cmocka_unit_test(test_shipped_pairs),

@@ -886,6 +886,68 @@ static void test_train_smoke(void **state)
     assert_null(m);
 }
 
+/* ------------------------------------------------------------ kernel twins
+ * kernels.h's eviction ops (what the CUDA backend is tested against) compute
+ * exactly what this module does: same features, same keep sets, same
+ * compacted arrays. */
+
+static void test_kernel_twins(void **state)
+{
+    (void)state;
+    scdb_evict_acc_shape s = {3, 4, 2, 300, 5};
+    scdb_evict_acc *a = NULL, *b = NULL;
+    assert_int_equal(scdb_evict_acc_new(&s, &a), SCDB_OK);
+    assert_int_equal(scdb_evict_acc_new(&s, &b), SCDB_OK);
+    int n = 257;
+    a->n = n;
+    a->last_pos = 2 * n + 3;
+    for (int i = 0; i < n; i++) {
+        scdb_evict_acc_pos(a)[i] = 2 * i + (i % 3);
+        float *arrs[8] = {scdb_evict_acc_n_obs(a), scdb_evict_acc_mass(a), scdb_evict_acc_rel(a),
+                          scdb_evict_acc_var(a), scdb_evict_acc_ent_num(a), scdb_evict_acc_ent_den(a),
+                          scdb_evict_acc_vnorm(a), scdb_evict_acc_last(a)};
+        for (int k = 0; k < 8; k++) arrs[k][i] = i % 11 == 0 ? 0.0f : fabsf(frand()) * 3.0f;
+    }
+    for (int r = 0; r < s.window * s.n_kv_heads; r++)
+        for (int i = 0; i < n; i++) scdb_evict_acc_win(a)[(size_t)r * s.capacity + i] = frand();
+    assert_int_equal(scdb_evict_acc_copy(b, a), SCDB_OK);
+
+    float *f1 = malloc((size_t)n * 5 * sizeof *f1), *f2 = malloc((size_t)n * 5 * sizeof *f2);
+    scdb_k_acc_arrays arr = {scdb_evict_acc_pos(a), scdb_evict_acc_n_obs(a), scdb_evict_acc_rel(a),
+                             scdb_evict_acc_var(a), scdb_evict_acc_ent_num(a),
+                             scdb_evict_acc_ent_den(a), scdb_evict_acc_vnorm(a), a->last_pos};
+    assert_int_equal(scdb_evict_features(a, f1), SCDB_OK);
+    assert_int_equal(scdb_k_evict_features_cpu(&arr, n, f2), SCDB_OK);
+    assert_memory_equal(f1, f2, (size_t)n * 5 * sizeof *f1);
+
+    /* scores on a coarse grid, so ties are common */
+    float *sc = malloc((size_t)n * sizeof *sc);
+    int *k1 = malloc((size_t)n * sizeof *k1), *k2 = malloc((size_t)n * sizeof *k2), nk1, nk2;
+    for (int i = 0; i < n; i++) sc[i] = floorf(frand() * 8.0f);
+    int cases[][3] = {{64, 4, 32}, {10, 0, 0}, {200, 50, 50}, {300, 4, 4}, {5, 4, 8}};
+    for (size_t c = 0; c < SCDB_ARRAY_LEN(cases); c++) {
+        assert_int_equal(scdb_evict_select(sc, n, cases[c][0], cases[c][1], cases[c][2], k1, &nk1), SCDB_OK);
+        assert_int_equal(scdb_k_select_topb_cpu(sc, n, cases[c][0], cases[c][1], cases[c][2], k2, &nk2), SCDB_OK);
+        assert_int_equal(nk1, nk2);
+        assert_memory_equal(k1, k2, (size_t)nk1 * sizeof *k1);
+    }
+
+    /* compaction of every slot array and ring row, with the first keep set */
+    assert_int_equal(scdb_evict_select(sc, n, 64, 4, 32, k1, &nk1), SCDB_OK);
+    assert_int_equal(scdb_evict_acc_compact(a, k1, nk1), SCDB_OK);
+    size_t arr_bytes = ((size_t)s.capacity * 4 + 63) & ~(size_t)63;
+    /* the nine slot arrays are one matrix each, arr_bytes apart */
+    assert_int_equal(scdb_k_compact_rows_cpu(scdb_evict_acc_pos(b), 9, arr_bytes, 4, n, k1, nk1, NULL),
+                     SCDB_OK);
+    assert_int_equal(scdb_k_compact_rows_cpu(scdb_evict_acc_win(b), s.window * s.n_kv_heads,
+                                             (size_t)s.capacity * 4, 4, n, k1, nk1, NULL), SCDB_OK);
+    b->n = nk1;
+    assert_memory_equal(a, b, (size_t)a->bytes);
+    free(f1); free(f2); free(sc); free(k1); free(k2);
+    scdb_evict_acc_free(&a);
+    scdb_evict_acc_free(&b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -895,6 +957,7 @@ int main(void)
         cmocka_unit_test(test_learned_keep_set),
         cmocka_unit_test(test_select_rules),
         cmocka_unit_test(test_compact_order_and_map),
+        cmocka_unit_test(test_kernel_twins),
         cmocka_unit_test(test_policy_file),
         cmocka_unit_test(test_mlp_backward),
         cmocka_unit_test(test_plackett_luce_gradient),

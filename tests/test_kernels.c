@@ -1,6 +1,6 @@
 /* test_kernels.c — every CPU op against a plain-loop reference on random
  * inputs, including odd sizes; f16/bf16 conversion edge cases; the KV cache
- * layout and compaction. */
+ * layout and compaction; the codec and eviction ops; device selection. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -365,6 +365,322 @@ static void test_kv_cache(void **state)
     assert_null(c);
 }
 
+/* ------------------------------------------------------------ codec ops */
+
+static uint16_t *f16_vec(size_t n, float scale)
+{
+    uint16_t *p = malloc((n ? n : 1) * sizeof *p);
+    assert_non_null(p);
+    for (size_t i = 0; i < n; i++) p[i] = scdb_f32_to_f16(frand() * scale);
+    return p;
+}
+
+/* reference RoPE of one row [heads][hd] at position p (double angles) */
+static void ref_rope_row(float *x, int heads, int hd, int32_t p)
+{
+    for (int h = 0; h < heads; h++)
+        for (int i = 0; i < hd / 2; i++) {
+            double f = pow(10000.0, -2.0 * i / hd), ang = p * f;
+            float *o = x + h * hd;
+            double a = o[i], b = o[i + hd / 2];
+            o[i] = (float)(a * cos(ang) - b * sin(ang));
+            o[i + hd / 2] = (float)(a * sin(ang) + b * cos(ang));
+        }
+}
+
+static void test_gemm_ex(void **state)
+{
+    (void)state;
+    int M = 13, N = 17, K = 33;
+    scdb_dtype dts[2] = {SCDB_F16, SCDB_BF16};
+    for (int d = 0; d < 2; d++)
+        for (int ta = 0; ta < 2; ta++)
+            for (int tb = 0; tb < 2; tb++) {
+                int lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 1, ldc = N + 2;
+                size_t na = (size_t)(ta ? K : M) * lda, nb = (size_t)(tb ? N : K) * ldb;
+                uint16_t *A = malloc(na * 2), *B = malloc(nb * 2);
+                float *Af = malloc(na * 4), *Bf = malloc(nb * 4);
+                for (size_t i = 0; i < na; i++) {
+                    A[i] = dts[d] == SCDB_F16 ? scdb_f32_to_f16(frand()) : scdb_f32_to_bf16(frand());
+                    Af[i] = dts[d] == SCDB_F16 ? scdb_f16_to_f32(A[i]) : scdb_bf16_to_f32(A[i]);
+                }
+                for (size_t i = 0; i < nb; i++) {
+                    B[i] = dts[d] == SCDB_F16 ? scdb_f32_to_f16(frand()) : scdb_f32_to_bf16(frand());
+                    Bf[i] = dts[d] == SCDB_F16 ? scdb_f16_to_f32(B[i]) : scdb_bf16_to_f32(B[i]);
+                }
+                float *C = rand_vec((size_t)M * ldc), *R = malloc((size_t)M * ldc * 4);
+                memcpy(R, C, (size_t)M * ldc * 4);
+                assert_int_equal(scdb_k_gemm_ex_cpu(ta, tb, M, N, K, 0.5f, dts[d], A, lda, B, ldb,
+                                                    0.25f, C, ldc), SCDB_OK);
+                ref_gemm(ta, tb, M, N, K, 0.5f, Af, lda, Bf, ldb, 0.25f, R, ldc);
+                assert_close(C, R, (size_t)M * ldc, 1e-5f);
+                free(A); free(B); free(Af); free(Bf); free(C); free(R);
+            }
+    float x[4] = {0};
+    assert_int_equal(scdb_k_gemm_ex_cpu(0, 0, 1, 1, 1, 1, SCDB_I32, x, 1, x, 1, 0, x, 1), SCDB_EDTYPE);
+    assert_int_equal(scdb_k_gemm_ex_cpu(0, 0, 2, 2, 3, 1, SCDB_F16, x, 2, x, 2, 0, x, 2), SCDB_EINVAL);
+}
+
+static void test_lowrank_decode(void **state)
+{
+    (void)state;
+    /* tokens, rank, heads, head_dim, ldz pad, ldy pad, rope */
+    int cases[][7] = {{5, 7, 2, 8, 0, 0, 1}, {9, 16, 3, 14, 5, 3, 1}, {4, 33, 2, 6, 1, 0, 0},
+                      {3, 0, 1, 4, 0, 0, 1}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        int n = cases[c][0], r = cases[c][1], out = cases[c][2] * cases[c][3], hd = cases[c][3];
+        int ldz = r + cases[c][4], ldy = out + cases[c][5], rope = cases[c][6];
+        uint16_t *z = f16_vec((size_t)n * ldz, 2.0f), *dec = f16_vec((size_t)out * r, 0.5f);
+        float *mean = rand_vec(out), *y = malloc((size_t)n * ldy * 4), *ref = malloc((size_t)n * ldy * 4);
+        int32_t pos[16];
+        for (int i = 0; i < n; i++) pos[i] = 3 * i + 1;
+        for (size_t i = 0; i < (size_t)n * ldy; i++) y[i] = ref[i] = 42.0f;   /* padding untouched */
+        for (int t = 0; t < n; t++) {
+            for (int o = 0; o < out; o++) {
+                double s = mean[o];
+                for (int k = 0; k < r; k++)
+                    s += (double)scdb_f16_to_f32(z[(size_t)t * ldz + k]) * scdb_f16_to_f32(dec[(size_t)o * r + k]);
+                ref[(size_t)t * ldy + o] = (float)s;
+            }
+            if (rope) ref_rope_row(ref + (size_t)t * ldy, out / hd, hd, pos[t]);
+        }
+        assert_int_equal(scdb_k_lowrank_decode_cpu(z, ldz, n, r, dec, mean, out, rope ? pos : NULL, hd,
+                                                   10000.0f, y, ldy), SCDB_OK);
+        assert_close(y, ref, (size_t)n * ldy, 1e-4f);
+        /* no mean: zero bias */
+        assert_int_equal(scdb_k_lowrank_decode_cpu(z, ldz, n, r, dec, NULL, out, NULL, hd, 10000.0f,
+                                                   y, ldy), SCDB_OK);
+        for (int o = 0; o < out && r == 0; o++) assert_true(y[o] == 0.0f);
+        free(z); free(dec); free(mean); free(y); free(ref);
+    }
+    uint16_t z[8] = {0};
+    float y[8];
+    int32_t pos[1] = {0};
+    assert_int_equal(scdb_k_lowrank_decode_cpu(z, 2, 1, 2, z, NULL, 6, pos, 3, 1e4f, y, 6), SCDB_EINVAL);
+    assert_int_equal(scdb_k_lowrank_decode_cpu(z, 2, 1, 2, z, NULL, 6, pos, 4, 1e4f, y, 6), SCDB_EINVAL);
+    assert_int_equal(scdb_k_lowrank_decode_cpu(z, 1, 1, 2, z, NULL, 4, NULL, 4, 1e4f, y, 4), SCDB_EINVAL);
+    assert_int_equal(scdb_k_lowrank_decode_cpu(z, 2, 1, 2, z, NULL, 4, NULL, 4, 1e4f, y, 3), SCDB_EINVAL);
+}
+
+static void test_lowrank_encode(void **state)
+{
+    (void)state;
+    int n = 7, in = 19, r = 5, ldx = in + 2, ldz = r + 3;
+    float *x = rand_vec((size_t)n * ldx), *mean = rand_vec(in), *enc = rand_vec((size_t)r * in);
+    uint16_t *z = malloc((size_t)n * ldz * 2);
+    for (size_t i = 0; i < (size_t)n * ldz; i++) z[i] = 0xbeef;
+    assert_int_equal(scdb_k_lowrank_encode_cpu(x, ldx, n, in, mean, enc, r, z, ldz, NULL), SCDB_OK);
+    for (int t = 0; t < n; t++) {
+        for (int k = 0; k < r; k++) {
+            double s = 0;
+            for (int j = 0; j < in; j++) s += ((double)x[t * ldx + j] - mean[j]) * enc[k * in + j];
+            float got = scdb_f16_to_f32(z[t * ldz + k]);
+            assert_true(fabs(got - s) <= 1e-4 + fabs(s) / 1024.0);   /* f16: 2^-11 relative */
+        }
+        for (int k = r; k < ldz; k++) assert_int_equal(z[t * ldz + k], 0xbeef);
+    }
+    /* caller scratch gives the same codes */
+    uint16_t *z2 = malloc((size_t)n * ldz * 2);
+    memcpy(z2, z, (size_t)n * ldz * 2);
+    float *scratch = malloc((size_t)n * (in + r) * 4);
+    assert_int_equal(scdb_k_lowrank_encode_cpu(x, ldx, n, in, mean, enc, r, z2, ldz, scratch), SCDB_OK);
+    assert_memory_equal(z, z2, (size_t)n * ldz * 2);
+    assert_int_equal(scdb_k_lowrank_encode_cpu(x, in - 1, n, in, mean, enc, r, z, ldz, NULL), SCDB_EINVAL);
+    free(x); free(mean); free(enc); free(z); free(z2); free(scratch);
+}
+
+static void test_aligner_kv_regen(void **state)
+{
+    (void)state;
+    int n = 6, r = 9, hidden = 11, d = 10, ldz = 12, kv = 8, hd = 4;
+    float *z = rand_vec((size_t)n * ldz), *w1 = rand_vec((size_t)hidden * r), *b1 = rand_vec(hidden);
+    float *w2 = rand_vec((size_t)d * hidden), *b2 = rand_vec(d), *skip = rand_vec((size_t)d * r);
+    float *h = malloc((size_t)n * d * 4), *ref = malloc((size_t)n * d * 4);
+    for (int t = 0; t < n; t++) {
+        double s[16];
+        for (int j = 0; j < hidden; j++) {
+            double a = b1[j];
+            for (int k = 0; k < r; k++) a += (double)w1[j * r + k] * z[t * ldz + k];
+            s[j] = a / (1.0 + exp(-a));
+        }
+        for (int o = 0; o < d; o++) {
+            double a = b2[o];
+            for (int j = 0; j < hidden; j++) a += w2[o * hidden + j] * s[j];
+            for (int k = 0; k < r; k++) a += (double)skip[o * r + k] * z[t * ldz + k];
+            ref[t * d + o] = (float)a;
+        }
+    }
+    assert_int_equal(scdb_k_aligner_cpu(z, ldz, n, r, hidden, d, w1, b1, w2, b2, skip, h, NULL), SCDB_OK);
+    assert_close(h, ref, (size_t)n * d, 1e-4f);
+    assert_int_equal(scdb_k_aligner_cpu(z, r - 1, n, r, hidden, d, w1, b1, w2, b2, skip, h, NULL),
+                     SCDB_EINVAL);
+
+    /* K = RoPE(h Wk^T), V = h Wv^T */
+    float *wk = rand_vec((size_t)kv * d), *wv = rand_vec((size_t)kv * d);
+    float *k = malloc((size_t)n * kv * 4), *v = malloc((size_t)n * kv * 4);
+    float *rk = malloc((size_t)n * kv * 4), *rv = malloc((size_t)n * kv * 4);
+    int32_t pos[6] = {0, 1, 5, 9, 100, 2000};
+    for (int t = 0; t < n; t++) {
+        for (int o = 0; o < kv; o++) {
+            double a = 0, b = 0;
+            for (int j = 0; j < d; j++) { a += (double)h[t * d + j] * wk[o * d + j]; b += (double)h[t * d + j] * wv[o * d + j]; }
+            rk[t * kv + o] = (float)a;
+            rv[t * kv + o] = (float)b;
+        }
+        ref_rope_row(rk + t * kv, kv / hd, hd, pos[t]);
+    }
+    assert_int_equal(scdb_k_kv_regen_cpu(h, n, d, wk, wv, kv, pos, hd, 10000.0f, k, v), SCDB_OK);
+    assert_close(k, rk, (size_t)n * kv, 1e-4f);
+    assert_close(v, rv, (size_t)n * kv, 1e-4f);
+    assert_int_equal(scdb_k_kv_regen_cpu(h, n, d, wk, wv, kv, pos, 3, 10000.0f, k, v), SCDB_EINVAL);
+    free(z); free(w1); free(b1); free(w2); free(b2); free(skip); free(h); free(ref);
+    free(wk); free(wv); free(k); free(v); free(rk); free(rv);
+}
+
+static void test_q4(void **state)
+{
+    (void)state;
+    int g = 8;
+    size_t n = 64;
+    float *x = rand_vec(n), *y = malloc(n * 4);
+    x[8] = x[9] = x[10] = x[11] = x[12] = x[13] = x[14] = x[15] = 0.5f;   /* a constant group */
+    uint8_t *q = malloc(n / 2);
+    uint16_t *ms = malloc(n / g * 4);
+    assert_int_equal(scdb_k_q4_encode_cpu(x, n, g, q, ms), SCDB_OK);
+    assert_int_equal(scdb_k_q4_decode_cpu(q, ms, n, g, y), SCDB_OK);
+    for (size_t s = 0; s < n / g; s++) {
+        float lo = scdb_f16_to_f32(ms[2 * s]), sc = scdb_f16_to_f32(ms[2 * s + 1]);
+        for (int i = 0; i < g; i++) {
+            size_t idx = s * g + i;
+            int k = idx % 2 ? q[idx / 2] >> 4 : q[idx / 2] & 15;
+            assert_true(y[idx] == lo + sc * (float)k);          /* decode is min + scale * level */
+            /* within half a step (plus the f16 rounding of min and scale) */
+            assert_true(fabsf(y[idx] - x[idx]) <= 0.5f * sc + 1e-3f);
+        }
+    }
+    assert_true(y[9] == 0.5f);                                  /* constant group: exact */
+    assert_int_equal(scdb_k_q4_encode_cpu(x, n, 7, q, ms), SCDB_EINVAL);   /* odd group */
+    assert_int_equal(scdb_k_q4_encode_cpu(x, 60, 8, q, ms), SCDB_EINVAL);  /* not whole groups */
+    assert_int_equal(scdb_k_q4_decode_cpu(q, ms, n, 0, y), SCDB_EINVAL);
+    free(x); free(y); free(q); free(ms);
+}
+
+/* ------------------------------------------------------------ eviction ops */
+
+static void test_evict_ops(void **state)
+{
+    (void)state;
+    /* features from accumulator arrays */
+    int32_t pos[4] = {0, 3, 7, 9};
+    float n_obs[4] = {2, 0, 4, 1}, rel[4] = {1, 5, 2, 3}, var[4] = {0.5f, 1, 2, 0};
+    float en[4] = {1, 1, 3, 0}, ed[4] = {2, 0, 4, 0}, vn[4] = {1.5f, 2, 3, 4};
+    scdb_k_acc_arrays a = {pos, n_obs, rel, var, en, ed, vn, 9};
+    float f[20];
+    assert_int_equal(scdb_k_evict_features_cpu(&a, 4, f), SCDB_OK);
+    float want[20] = {0.5f, 1.5f, 0.25f, 0.5f, 0.1f,   0, 2, 0, 0, 0.4f,
+                      0.5f, 3, 0.5f, 0.75f, 0.8f,      3, 4, 0, 0, 1};
+    assert_close(f, want, 20, 1e-7f);
+    assert_int_equal(scdb_k_evict_features_cpu(NULL, 4, f), SCDB_EINVAL);
+
+    /* top-B: ties go to the higher slot, protected slots always kept */
+    float s[10] = {9, 1, 5, 5, 0, 7, 5, 2, 8, 3};
+    int keep[10], nk;
+    assert_int_equal(scdb_k_select_topb_cpu(s, 10, 6, 1, 2, keep, &nk), SCDB_OK);
+    /* sinks {0}, recent {8, 9}, m = 3 among 1..7: 7 (slot 5), then 5s: slots 6, 3 */
+    int want_keep[6] = {0, 3, 5, 6, 8, 9};
+    assert_int_equal(nk, 6);
+    assert_memory_equal(keep, want_keep, sizeof want_keep);
+    assert_int_equal(scdb_k_select_topb_cpu(s, 10, 12, 1, 2, keep, &nk), SCDB_OK);
+    assert_int_equal(nk, 10);
+    for (int i = 0; i < 10; i++) assert_int_equal(keep[i], i);
+    /* protection larger than the budget shrinks, sinks first */
+    assert_int_equal(scdb_k_select_topb_cpu(s, 10, 3, 2, 5, keep, &nk), SCDB_OK);
+    int want3[3] = {0, 1, 9};
+    assert_int_equal(nk, 3);
+    assert_memory_equal(keep, want3, sizeof want3);
+    assert_int_equal(scdb_k_select_topb_cpu(s, 10, 0, 0, 0, keep, &nk), SCDB_EINVAL);
+
+    /* compaction equals the KV cache's own */
+    scdb_kv_cache *c1, *c2;
+    int L = 2, H = 2, D = 3, cap = 12, n = 10;
+    assert_int_equal(scdb_kv_cache_new(L, H, D, cap, &c1), SCDB_OK);
+    assert_int_equal(scdb_kv_cache_new(L, H, D, cap, &c2), SCDB_OK);
+    c1->n = c2->n = n;
+    for (int i = 0; i < n; i++) c1->pos[i] = c2->pos[i] = 10 * i;
+    for (int l = 0; l < L; l++)
+        for (int i = 0; i < n * H * D; i++)
+            scdb_kv_k(c1, l, 0)[i] = scdb_kv_k(c2, l, 0)[i] = scdb_kv_v(c1, l, 0)[i] =
+                scdb_kv_v(c2, l, 0)[i] = frand();
+    assert_int_equal(scdb_kv_cache_compact(c1, want_keep, 6), SCDB_OK);
+    size_t row = (size_t)H * D * 4, stride = (size_t)cap * row;
+    assert_int_equal(scdb_k_compact_rows_cpu(c2->k, L, stride, row, n, want_keep, 6, NULL), SCDB_OK);
+    assert_int_equal(scdb_k_compact_rows_cpu(c2->v, L, stride, row, n, want_keep, 6, NULL), SCDB_OK);
+    assert_int_equal(scdb_k_compact_rows_cpu(c2->pos, 1, 0, 4, n, want_keep, 6, NULL), SCDB_OK);
+    assert_memory_equal(c1->pos, c2->pos, 6 * 4);
+    assert_memory_equal(c1->k, c2->k, (size_t)L * stride);
+    assert_memory_equal(c1->v, c2->v, (size_t)L * stride);
+    int bad[2] = {3, 3}, far[1] = {10};
+    assert_int_equal(scdb_k_compact_rows_cpu(c2->pos, 1, 0, 4, n, bad, 2, NULL), SCDB_EINVAL);
+    assert_int_equal(scdb_k_compact_rows_cpu(c2->pos, 1, 0, 4, n, far, 1, NULL), SCDB_EINVAL);
+    assert_int_equal(scdb_k_compact_rows_cpu(c2->k, 2, row, row, n, want_keep, 6, NULL), SCDB_EINVAL);
+    scdb_kv_cache_free(&c1);
+    scdb_kv_cache_free(&c2);
+}
+
+/* ------------------------------------------------------------ devices */
+
+static void test_device(void **state)
+{
+    (void)state;
+    scdb_device_pref p;
+    scdb_device d = (scdb_device)-1;
+    char why[256];
+    assert_int_equal(scdb_device_parse("auto", &p), SCDB_OK);
+    assert_int_equal(p, SCDB_DEVPREF_AUTO);
+    assert_int_equal(scdb_device_parse("cpu", &p), SCDB_OK);
+    assert_int_equal(p, SCDB_DEVPREF_CPU);
+    assert_int_equal(scdb_device_parse("cuda", &p), SCDB_OK);
+    assert_int_equal(p, SCDB_DEVPREF_CUDA);
+    assert_int_equal(scdb_device_parse("gpu", &p), SCDB_EINVAL);
+    assert_int_equal(scdb_device_parse("CUDA", &p), SCDB_EINVAL);
+    assert_int_equal(scdb_device_parse(NULL, &p), SCDB_EINVAL);
+    assert_string_equal(scdb_device_pref_name(SCDB_DEVPREF_CUDA), "cuda");
+    assert_string_equal(scdb_device_name(SCDB_DEV_CPU), "cpu");
+
+    assert_int_equal(scdb_device_resolve(SCDB_DEVPREF_CPU, &d, why, sizeof why), SCDB_OK);
+    assert_int_equal(d, SCDB_DEV_CPU);
+    assert_non_null(strstr(why, "CPU"));
+    int have = scdb_k_cuda_device_count() > 0;
+    assert_int_equal(scdb_device_resolve(SCDB_DEVPREF_AUTO, &d, why, sizeof why), SCDB_OK);
+    assert_int_equal(d, have ? SCDB_DEV_CUDA : SCDB_DEV_CPU);
+    assert_non_null(strstr(why, have ? "CUDA" : "CPU"));
+    d = SCDB_DEV_CPU;
+    scdb_err rc = scdb_device_resolve(SCDB_DEVPREF_CUDA, &d, why, sizeof why);
+    if (have) {
+        assert_int_equal(rc, SCDB_OK);
+        assert_int_equal(d, SCDB_DEV_CUDA);
+    } else {
+#ifdef SCDB_HAVE_CUDA
+        assert_int_equal(rc, SCDB_EDEVICE);
+        assert_non_null(strstr(why, "no CUDA device"));
+#else
+        assert_int_equal(rc, SCDB_EUNSUPPORTED);
+        assert_non_null(strstr(why, "no CUDA backend"));
+#endif
+    }
+    assert_int_equal(scdb_device_resolve((scdb_device_pref)7, &d, NULL, 0), SCDB_EINVAL);
+    assert_int_equal(scdb_device_resolve(SCDB_DEVPREF_CPU, NULL, NULL, 0), SCDB_EINVAL);
+    /* the info query agrees with the count */
+    scdb_k_cuda_info info;
+    rc = scdb_k_cuda_device_info(0, &info);
+    if (have) {
+        assert_int_equal(rc, SCDB_OK);
+        assert_true(info.peak_bw_gbs > 0);
+    } else {
+        assert_true(rc == SCDB_EDEVICE || rc == SCDB_EUNSUPPORTED);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -379,6 +695,13 @@ int main(void)
         cmocka_unit_test(test_swiglu),
         cmocka_unit_test(test_attention),
         cmocka_unit_test(test_kv_cache),
+        cmocka_unit_test(test_gemm_ex),
+        cmocka_unit_test(test_lowrank_decode),
+        cmocka_unit_test(test_lowrank_encode),
+        cmocka_unit_test(test_aligner_kv_regen),
+        cmocka_unit_test(test_q4),
+        cmocka_unit_test(test_evict_ops),
+        cmocka_unit_test(test_device),
     };
     return cmocka_run_group_tests_name("kernels", tests, NULL, NULL);
 }

@@ -1,6 +1,8 @@
 /* test_kernels_cuda.c — every CUDA op against its CPU twin on random inputs
- * (odd sizes included).  Exits 77 (CTest: skipped) with a message when the
- * build has no CUDA backend or no device answers. */
+ * (odd sizes included): by ggml-style normalised error where the summation
+ * order differs, bit for bit where it does not (conversions, 4-bit,
+ * selection, compaction).  Exits 77 (CTest: skipped) with a message when
+ * the build has no CUDA backend or no device answers. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -153,6 +155,273 @@ static void test_attention(void **s)
     }
 }
 
+/* ggml-style normalised error: sum (a - b)^2 / sum b^2 */
+static double nmse(const float *a, const float *b, size_t n)
+{
+    double num = 0.0, den = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double d = (double)a[i] - b[i];
+        num += d * d;
+        den += (double)b[i] * b[i];
+    }
+    return den > 0.0 ? num / den : num;
+}
+static void nmse_below(const char *what, const float *a, const float *b, size_t n, double max)
+{
+    double e = nmse(a, b, n);
+    for (size_t i = 0; i < n; i++)
+        if (isnan(a[i]) != isnan(b[i])) fail_msg("%s: element %zu: cuda %g cpu %g", what, i, a[i], b[i]);
+    if (!(e <= max)) fail_msg("%s: normalised error %.3g > %.3g", what, e, max);
+}
+static uint16_t *h16(size_t n, float scale, int bf)
+{
+    uint16_t *p = malloc((n ? n : 1) * 2);
+    for (size_t i = 0; i < n; i++) p[i] = bf ? scdb_f32_to_bf16(frand() * scale) : scdb_f32_to_f16(frand() * scale);
+    return p;
+}
+
+/* Tolerances (normalised error): f32 accumulation on both sides of f16 /
+ * bf16 / f32 inputs differs only in summation order: 1e-10 is ~1000x above
+ * what that gives, and ~1e4x below one wrong element in a hundred. */
+#define NMSE_F32 1e-10
+
+static void test_gemm_ex(void **s)
+{
+    (void)s;
+    int M = 45, N = 31, K = 67;
+    for (int bf = 0; bf < 2; bf++)
+        for (int ta = 0; ta < 2; ta++)
+            for (int tb = 0; tb < 2; tb++) {
+                int lda = ta ? M : K, ldb = tb ? K : N;
+                size_t na = (size_t)M * K, nb = (size_t)K * N, nc = (size_t)M * N;
+                uint16_t *A = h16(na, 1.0f, bf), *B = h16(nb, 1.0f, bf);
+                float *C = rnd(nc), *R = malloc(nc * 4), *G = malloc(nc * 4);
+                memcpy(R, C, nc * 4);
+                void *dA = dev(A, na * 2), *dB = dev(B, nb * 2);
+                float *dC = dev(C, nc * 4);
+                scdb_dtype dt = bf ? SCDB_BF16 : SCDB_F16;
+                assert_int_equal(scdb_k_gemm_ex_cpu(ta, tb, M, N, K, 0.5f, dt, A, lda, B, ldb, 0.25f, R, N), SCDB_OK);
+                assert_int_equal(scdb_k_gemm_ex_cuda(ta, tb, M, N, K, 0.5f, dt, dA, lda, dB, ldb, 0.25f, dC, N), SCDB_OK);
+                back(G, dC, nc * 4);
+                nmse_below(bf ? "gemm_ex bf16" : "gemm_ex f16", G, R, nc, NMSE_F32);
+                scdb_k_cuda_free(dA); scdb_k_cuda_free(dB); scdb_k_cuda_free(dC);
+                free(A); free(B); free(C); free(R); free(G);
+            }
+    assert_int_equal(scdb_k_gemm_ex_cuda(0, 0, 1, 1, 1, 1.0f, SCDB_I32, NULL, 1, NULL, 1, 0.0f, NULL, 1),
+                     SCDB_EDTYPE);
+}
+
+static void test_lowrank_decode(void **s)
+{
+    (void)s;
+    /* n, r, heads, head_dim, ldz pad, ldy pad, rope, mean: covers the fused
+     * tensor-core kernel with vector loads (r, ldz multiples of 8), without
+     * (odd r), partial tiles in both directions, no RoPE, and the plain
+     * kernel (head_dim 14 does not divide 128) */
+    int cases[][8] = {{67, 96, 2, 128, 0, 0, 1, 1}, {130, 256, 8, 128, 0, 0, 1, 1},
+                      {33, 37, 4, 32, 3, 5, 1, 1},  {70, 64, 3, 64, 0, 0, 0, 1},
+                      {19, 40, 5, 40, 8, 0, 0, 0},  {11, 24, 3, 14, 2, 1, 1, 1},
+                      {5, 0, 2, 16, 0, 0, 1, 1}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        int n = cases[c][0], r = cases[c][1], hd = cases[c][3], out = cases[c][2] * hd;
+        int ldz = r + cases[c][4], ldy = out + cases[c][5], rope = cases[c][6], has_mean = cases[c][7];
+        size_t nz = (size_t)n * ldz, nd = (size_t)out * r, ny = (size_t)n * ldy;
+        uint16_t *z = h16(nz, 2.0f, 0), *dec = h16(nd, 0.25f, 0);
+        float *mean = rnd(out), *R = malloc(ny * 4), *G = malloc(ny * 4);
+        int32_t *pos = malloc((size_t)n * 4);
+        for (int i = 0; i < n; i++) pos[i] = 7 * i + (i % 3);
+        for (size_t i = 0; i < ny; i++) R[i] = 42.0f;       /* padding stays 42 */
+        void *dz = dev(z, nz * 2), *dd = dev(dec, nd * 2);
+        float *dm = dev(mean, (size_t)out * 4), *dy = dev(R, ny * 4);
+        int32_t *dp = dev(pos, (size_t)n * 4);
+        assert_int_equal(scdb_k_lowrank_decode_cpu(z, ldz, n, r, dec, has_mean ? mean : NULL, out,
+                                                   rope ? pos : NULL, hd, 10000.0f, R, ldy), SCDB_OK);
+        assert_int_equal(scdb_k_lowrank_decode_cuda(dz, ldz, n, r, dd, has_mean ? dm : NULL, out,
+                                                    rope ? dp : NULL, hd, 10000.0f, dy, ldy), SCDB_OK);
+        back(G, dy, ny * 4);
+        char what[64];
+        snprintf(what, sizeof what, "lowrank_decode case %zu", c);
+        nmse_below(what, G, R, ny, r ? 1e-9 : NMSE_F32);   /* RoPE angles: sincosf vs libm */
+        for (int t = 0; t < n; t++)
+            for (int j = out; j < ldy; j++) assert_true(G[(size_t)t * ldy + j] == 42.0f);
+        scdb_k_cuda_free(dz); scdb_k_cuda_free(dd); scdb_k_cuda_free(dm); scdb_k_cuda_free(dy);
+        scdb_k_cuda_free(dp);
+        free(z); free(dec); free(mean); free(R); free(G); free(pos);
+    }
+}
+
+static void test_lowrank_encode(void **s)
+{
+    (void)s;
+    int n = 53, in = 77, r = 19, ldx = in + 3, ldz = r + 5;
+    size_t nx = (size_t)n * ldx, nz = (size_t)n * ldz;
+    float *x = rnd(nx), *mean = rnd(in), *enc = rnd((size_t)r * in);
+    uint16_t *zc = malloc(nz * 2), *zg = malloc(nz * 2);
+    for (size_t i = 0; i < nz; i++) zc[i] = 0x1234;
+    float *dx = dev(x, nx * 4), *dm = dev(mean, (size_t)in * 4), *de = dev(enc, (size_t)r * in * 4);
+    uint16_t *dz = dev(zc, nz * 2);
+    assert_int_equal(scdb_k_lowrank_encode_cpu(x, ldx, n, in, mean, enc, r, zc, ldz, NULL), SCDB_OK);
+    assert_int_equal(scdb_k_lowrank_encode_cuda(dx, ldx, n, in, dm, de, r, dz, ldz, NULL), SCDB_OK);
+    back(zg, dz, nz * 2);
+    /* f16 codes: equal, or one f16 step apart where the f32 sums straddle
+     * a rounding boundary; the padding untouched */
+    float *fc = malloc(nz * 4), *fg = malloc(nz * 4);
+    scdb_f16_to_f32_n(zc, fc, nz);
+    scdb_f16_to_f32_n(zg, fg, nz);
+    for (int t = 0; t < n; t++)
+        for (int j = 0; j < ldz; j++) {
+            size_t i = (size_t)t * ldz + j;
+            if (j >= r) { assert_int_equal(zg[i], 0x1234); continue; }
+            if (!(fabsf(fg[i] - fc[i]) <= fabsf(fc[i]) / 1024.0f + 1e-7f))
+                fail_msg("lowrank_encode (%d, %d): cuda %g cpu %g", t, j, fg[i], fc[i]);
+        }
+    nmse_below("lowrank_encode", fg, fc, nz, 1e-7);
+    scdb_k_cuda_free(dx); scdb_k_cuda_free(dm); scdb_k_cuda_free(de); scdb_k_cuda_free(dz);
+    free(x); free(mean); free(enc); free(zc); free(zg); free(fc); free(fg);
+}
+
+static void test_aligner_kv_regen(void **s)
+{
+    (void)s;
+    int n = 41, r = 24, hidden = 37, d = 64, ldz = 30, kv = 32, hd = 16;
+    float *z = rnd((size_t)n * ldz), *w1 = rnd((size_t)hidden * r), *b1 = rnd(hidden);
+    float *w2 = rnd((size_t)d * hidden), *b2 = rnd(d), *sk = rnd((size_t)d * r);
+    float *R = malloc((size_t)n * d * 4), *G = malloc((size_t)n * d * 4);
+    float *dz = dev(z, (size_t)n * ldz * 4), *dw1 = dev(w1, (size_t)hidden * r * 4), *db1 = dev(b1, (size_t)hidden * 4);
+    float *dw2 = dev(w2, (size_t)d * hidden * 4), *db2 = dev(b2, (size_t)d * 4), *dsk = dev(sk, (size_t)d * r * 4);
+    float *dh = dev(NULL, (size_t)n * d * 4);
+    assert_int_equal(scdb_k_aligner_cpu(z, ldz, n, r, hidden, d, w1, b1, w2, b2, sk, R, NULL), SCDB_OK);
+    assert_int_equal(scdb_k_aligner_cuda(dz, ldz, n, r, hidden, d, dw1, db1, dw2, db2, dsk, dh, NULL), SCDB_OK);
+    back(G, dh, (size_t)n * d * 4);
+    nmse_below("aligner", G, R, (size_t)n * d, NMSE_F32);
+
+    float *wk = rnd((size_t)kv * d), *wv = rnd((size_t)kv * d);
+    float *K = malloc((size_t)n * kv * 4), *V = malloc((size_t)n * kv * 4);
+    float *KG = malloc((size_t)n * kv * 4), *VG = malloc((size_t)n * kv * 4);
+    int32_t *pos = malloc((size_t)n * 4);
+    for (int i = 0; i < n; i++) pos[i] = 13 * i;
+    float *dwk = dev(wk, (size_t)kv * d * 4), *dwv = dev(wv, (size_t)kv * d * 4);
+    float *dk = dev(NULL, (size_t)n * kv * 4), *dv = dev(NULL, (size_t)n * kv * 4);
+    int32_t *dp = dev(pos, (size_t)n * 4);
+    assert_int_equal(scdb_k_kv_regen_cpu(R, n, d, wk, wv, kv, pos, hd, 10000.0f, K, V), SCDB_OK);
+    assert_int_equal(scdb_k_kv_regen_cuda(dh, n, d, dwk, dwv, kv, dp, hd, 10000.0f, dk, dv), SCDB_OK);
+    back(KG, dk, (size_t)n * kv * 4);
+    back(VG, dv, (size_t)n * kv * 4);
+    nmse_below("kv_regen K", KG, K, (size_t)n * kv, 1e-9);
+    nmse_below("kv_regen V", VG, V, (size_t)n * kv, NMSE_F32);
+    scdb_k_cuda_free(dz); scdb_k_cuda_free(dw1); scdb_k_cuda_free(db1); scdb_k_cuda_free(dw2);
+    scdb_k_cuda_free(db2); scdb_k_cuda_free(dsk); scdb_k_cuda_free(dh); scdb_k_cuda_free(dwk);
+    scdb_k_cuda_free(dwv); scdb_k_cuda_free(dk); scdb_k_cuda_free(dv); scdb_k_cuda_free(dp);
+    free(z); free(w1); free(b1); free(w2); free(b2); free(sk); free(R); free(G);
+    free(wk); free(wv); free(K); free(V); free(KG); free(VG); free(pos);
+}
+
+static void test_q4_bf16(void **s)
+{
+    (void)s;
+    int g = 128;
+    size_t n = (size_t)g * 37;
+    float *x = rnd(n);
+    for (size_t i = 0; i < n; i++) x[i] *= 3.0f;
+    for (int i = 0; i < g; i++) x[5 * g + i] = -1.25f;      /* a constant group */
+    uint8_t *qc = malloc(n / 2), *qg = malloc(n / 2);
+    uint16_t *mc = malloc(n / g * 4), *mg = malloc(n / g * 4);
+    float *yc = malloc(n * 4), *yg = malloc(n * 4);
+    float *dx = dev(x, n * 4), *dy = dev(NULL, n * 4);
+    uint8_t *dq = dev(NULL, n / 2);
+    uint16_t *dms = dev(NULL, n / g * 4);
+    assert_int_equal(scdb_k_q4_encode_cpu(x, n, g, qc, mc), SCDB_OK);
+    assert_int_equal(scdb_k_q4_encode_cuda(dx, n, g, dq, dms), SCDB_OK);
+    back(qg, dq, n / 2);
+    back(mg, dms, n / g * 4);
+    assert_memory_equal(qg, qc, n / 2);            /* bit-exact: same roundings */
+    assert_memory_equal(mg, mc, n / g * 4);
+    assert_int_equal(scdb_k_q4_decode_cpu(qc, mc, n, g, yc), SCDB_OK);
+    assert_int_equal(scdb_k_q4_decode_cuda(dq, dms, n, g, dy), SCDB_OK);
+    back(yg, dy, n * 4);
+    assert_memory_equal(yg, yc, n * 4);
+    assert_int_equal(scdb_k_q4_encode_cuda(dx, n, 7, dq, dms), SCDB_EINVAL);
+
+    /* bf16: bit-exact with the CPU, specials included */
+    x[0] = NAN; x[1] = INFINITY; x[2] = -INFINITY; x[3] = -0.0f; x[4] = 1.0f + 1.0f / 256.0f;
+    x[6] = 3.4e38f; x[7] = 1e-40f;
+    uint16_t *bc = malloc(n * 2), *bg = malloc(n * 2), *db = dev(NULL, n * 2);
+    assert_int_equal(scdb_k_cuda_copy(dx, x, n * 4, 1), SCDB_OK);
+    scdb_f32_to_bf16_n(x, bc, n);
+    assert_int_equal(scdb_k_f32_to_bf16_cuda(dx, db, n), SCDB_OK);
+    back(bg, db, n * 2);
+    assert_memory_equal(bg, bc, n * 2);
+    scdb_bf16_to_f32_n(bc, yc, n);
+    assert_int_equal(scdb_k_bf16_to_f32_cuda(db, dy, n), SCDB_OK);
+    back(yg, dy, n * 4);
+    assert_memory_equal(yg, yc, n * 4);
+    scdb_k_cuda_free(dx); scdb_k_cuda_free(dy); scdb_k_cuda_free(dq); scdb_k_cuda_free(dms);
+    scdb_k_cuda_free(db);
+    free(x); free(qc); free(qg); free(mc); free(mg); free(yc); free(yg); free(bc); free(bg);
+}
+
+static void test_evict_ops(void **s)
+{
+    (void)s;
+    /* features */
+    int n = 1000;
+    int32_t *pos = malloc((size_t)n * 4);
+    float *arr[6];
+    for (int i = 0; i < n; i++) pos[i] = 2 * i;
+    for (int k = 0; k < 6; k++) {
+        arr[k] = rnd((size_t)n);
+        for (int i = 0; i < n; i++) arr[k][i] = fabsf(arr[k][i]) * (i % 17 == 0 ? 0.0f : 1.0f);
+    }
+    scdb_k_acc_arrays ha = {pos, arr[0], arr[1], arr[2], arr[3], arr[4], arr[5], 2 * n - 1};
+    void *darr[6];
+    for (int k = 0; k < 6; k++) darr[k] = dev(arr[k], (size_t)n * 4);
+    int32_t *dpos = dev(pos, (size_t)n * 4);
+    scdb_k_acc_arrays da = {dpos, darr[0], darr[1], darr[2], darr[3], darr[4], darr[5], 2 * n - 1};
+    float *fc = malloc((size_t)n * 20), *fg = malloc((size_t)n * 20), *dfe = dev(NULL, (size_t)n * 20);
+    assert_int_equal(scdb_k_evict_features_cpu(&ha, n, fc), SCDB_OK);
+    assert_int_equal(scdb_k_evict_features_cuda(&da, n, dfe), SCDB_OK);
+    back(fg, dfe, (size_t)n * 20);
+    close_to(fg, fc, (size_t)n * 5, 0.0f, 1e-6f);
+
+    /* top-B: identical keep lists, ties included (scores on a coarse grid) */
+    int sizes[][4] = {{5000, 1250, 4, 32}, {777, 100, 0, 0}, {300, 299, 10, 10},
+                      {64, 100, 4, 4}, {2000, 20, 16, 16}};
+    for (size_t c = 0; c < sizeof sizes / sizeof sizes[0]; c++) {
+        int m = sizes[c][0], budget = sizes[c][1], sinks = sizes[c][2], recent = sizes[c][3];
+        float *sc = rnd((size_t)m);
+        for (int i = 0; i < m; i++) sc[i] = floorf(sc[i] * 20.0f);
+        int *kc = malloc((size_t)m * 4), *kg = malloc((size_t)m * 4), nkc, nkg;
+        float *dsc = dev(sc, (size_t)m * 4);
+        int *dk = dev(NULL, (size_t)m * 4);
+        assert_int_equal(scdb_k_select_topb_cpu(sc, m, budget, sinks, recent, kc, &nkc), SCDB_OK);
+        assert_int_equal(scdb_k_select_topb_cuda(dsc, m, budget, sinks, recent, dk, &nkg), SCDB_OK);
+        assert_int_equal(nkg, nkc);
+        back(kg, dk, (size_t)nkc * 4);
+        assert_memory_equal(kg, kc, (size_t)nkc * 4);
+
+        /* compaction with that keep list: 3 matrices of 40-byte rows (4-byte
+         * words) and of 6-byte rows (bytes) */
+        size_t rbs[2] = {40, 6};
+        for (int b = 0; b < 2; b++) {
+            size_t rb = rbs[b], stride = (size_t)(m + 3) * rb, tot = 3 * stride;
+            unsigned char *xc = malloc(tot), *xg = malloc(tot);
+            for (size_t i = 0; i < tot; i++) xc[i] = (unsigned char)(rng >> (i % 56)), rng += i;
+            void *dx = dev(xc, tot);
+            assert_int_equal(scdb_k_compact_rows_cpu(xc, 3, stride, rb, m, kc, nkc, NULL), SCDB_OK);
+            assert_int_equal(scdb_k_compact_rows_cuda(dx, 3, stride, rb, m, dk, nkc, NULL), SCDB_OK);
+            back(xg, dx, tot);
+            assert_memory_equal(xg, xc, tot);
+            scdb_k_cuda_free(dx);
+            free(xc); free(xg);
+        }
+        scdb_k_cuda_free(dsc); scdb_k_cuda_free(dk);
+        free(sc); free(kc); free(kg);
+    }
+    for (int k = 0; k < 6; k++) { scdb_k_cuda_free(darr[k]); free(arr[k]); }
+    scdb_k_cuda_free(dpos); scdb_k_cuda_free(dfe);
+    free(pos); free(fc); free(fg);
+}
+
 int main(void)
 {
     int n = scdb_k_cuda_device_count();
@@ -171,6 +440,12 @@ int main(void)
         cmocka_unit_test(test_rows),
         cmocka_unit_test(test_rope_half),
         cmocka_unit_test(test_attention),
+        cmocka_unit_test(test_gemm_ex),
+        cmocka_unit_test(test_lowrank_decode),
+        cmocka_unit_test(test_lowrank_encode),
+        cmocka_unit_test(test_aligner_kv_regen),
+        cmocka_unit_test(test_q4_bf16),
+        cmocka_unit_test(test_evict_ops),
     };
     return cmocka_run_group_tests_name("kernels_cuda", tests, NULL, NULL);
 }

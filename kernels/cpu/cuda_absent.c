@@ -2,11 +2,14 @@
  * every op SCDB_EUNSUPPORTED, so callers link and fall back to the CPU. */
 #include "kernels.h"
 
+#include <string.h>
+
 int scdb_k_cuda_device_count(void) { return 0; }
 scdb_err scdb_k_cuda_malloc(size_t bytes, void **out) { (void)bytes; *out = NULL; return SCDB_EUNSUPPORTED; }
 void scdb_k_cuda_free(void *p) { (void)p; }
 scdb_err scdb_k_cuda_copy(void *d, const void *s, size_t b, int t) { (void)d; (void)s; (void)b; (void)t; return SCDB_EUNSUPPORTED; }
 scdb_err scdb_k_cuda_sync(void) { return SCDB_EUNSUPPORTED; }
+scdb_err scdb_k_cuda_memset(void *p, int v, size_t b) { (void)p; (void)v; (void)b; return SCDB_EUNSUPPORTED; }
 scdb_err scdb_k_gemm_cuda(int ta, int tb, int M, int N, int K, float al, const float *A, int lda,
                           const float *B, int ldb, float be, float *C, int ldc)
 {
@@ -44,4 +47,81 @@ scdb_err scdb_k_attention_cuda(const float *q, const int32_t *qp, int nq, int nh
     (void)q; (void)qp; (void)nq; (void)nh; (void)k; (void)v; (void)sp; (void)ns; (void)nkv;
     (void)hd; (void)out; (void)probs; (void)scratch;
     return SCDB_EUNSUPPORTED;
+}
+
+/* the codec and eviction ops (kernels.h) */
+#define ABSENT return SCDB_EUNSUPPORTED
+scdb_err scdb_k_gemm_ex_cuda(int ta, int tb, int M, int N, int K, float al, scdb_dtype dt,
+                             const void *A, int lda, const void *B, int ldb, float be, float *C,
+                             int ldc)
+{
+    (void)ta; (void)tb; (void)M; (void)N; (void)K; (void)al; (void)dt; (void)A; (void)lda;
+    (void)B; (void)ldb; (void)be; (void)C; (void)ldc;
+    ABSENT;
+}
+scdb_err scdb_k_lowrank_decode_cuda(const uint16_t *z, int ldz, int n, int r, const uint16_t *dec,
+                                    const float *mean, int out, const int32_t *pos, int hd,
+                                    float theta, float *y, int ldy)
+{
+    (void)z; (void)ldz; (void)n; (void)r; (void)dec; (void)mean; (void)out; (void)pos; (void)hd;
+    (void)theta; (void)y; (void)ldy;
+    ABSENT;
+}
+scdb_err scdb_k_lowrank_encode_cuda(const float *x, int ldx, int n, int in, const float *mean,
+                                    const float *enc, int r, uint16_t *z, int ldz, float *scratch)
+{
+    (void)x; (void)ldx; (void)n; (void)in; (void)mean; (void)enc; (void)r; (void)z; (void)ldz;
+    (void)scratch;
+    ABSENT;
+}
+scdb_err scdb_k_aligner_cuda(const float *z, int ldz, int n, int r, int hidden, int d,
+                             const float *w1, const float *b1, const float *w2, const float *b2,
+                             const float *skip, float *h, float *scratch)
+{
+    (void)z; (void)ldz; (void)n; (void)r; (void)hidden; (void)d; (void)w1; (void)b1; (void)w2;
+    (void)b2; (void)skip; (void)h; (void)scratch;
+    ABSENT;
+}
+scdb_err scdb_k_kv_regen_cuda(const float *h, int n, int d, const float *wk, const float *wv,
+                              int kv, const int32_t *pos, int hd, float theta, float *k, float *v)
+{
+    (void)h; (void)n; (void)d; (void)wk; (void)wv; (void)kv; (void)pos; (void)hd; (void)theta;
+    (void)k; (void)v;
+    ABSENT;
+}
+scdb_err scdb_k_q4_encode_cuda(const float *x, size_t n, int g, uint8_t *q, uint16_t *ms)
+{
+    (void)x; (void)n; (void)g; (void)q; (void)ms;
+    ABSENT;
+}
+scdb_err scdb_k_q4_decode_cuda(const uint8_t *q, const uint16_t *ms, size_t n, int g, float *x)
+{
+    (void)q; (void)ms; (void)n; (void)g; (void)x;
+    ABSENT;
+}
+scdb_err scdb_k_f32_to_bf16_cuda(const float *s, uint16_t *d, size_t n) { (void)s; (void)d; (void)n; ABSENT; }
+scdb_err scdb_k_bf16_to_f32_cuda(const uint16_t *s, float *d, size_t n) { (void)s; (void)d; (void)n; ABSENT; }
+scdb_err scdb_k_evict_features_cuda(const scdb_k_acc_arrays *a, int n, float *f)
+{
+    (void)a; (void)n; (void)f;
+    ABSENT;
+}
+scdb_err scdb_k_select_topb_cuda(const float *s, int n, int b, int sinks, int recent, int *keep,
+                                 int *n_keep)
+{
+    (void)s; (void)n; (void)b; (void)sinks; (void)recent; (void)keep; (void)n_keep;
+    ABSENT;
+}
+scdb_err scdb_k_compact_rows_cuda(void *x, int n_mats, size_t stride, size_t row_bytes, int n,
+                                  const int *keep, int n_keep, void *scratch)
+{
+    (void)x; (void)n_mats; (void)stride; (void)row_bytes; (void)n; (void)keep; (void)n_keep;
+    (void)scratch;
+    ABSENT;
+}
+scdb_err scdb_k_cuda_device_info(int dev, scdb_k_cuda_info *out)
+{
+    (void)dev;
+    if (out) memset(out, 0, sizeof *out);
+    ABSENT;
 }

@@ -6,27 +6,18 @@
  * (tests/test_kernels_cuda.c compares them op by op).  All pointers passed to
  * *_cuda functions are device pointers.  Errors come back as scdb_err; the
  * checked-call macros log the failing call with file and line. */
-#include <cublas_v2.h>
 #include <cuda_fp16.h>
-#include <cuda_runtime.h>
 #include <math.h>
 #include <pthread.h>
 
-extern "C" {
-#include "kernels.h"
-}
-
-#define CUDA_CHECK(call) do { cudaError_t e_ = (call); if (e_ != cudaSuccess) { \
-    scdb_error("%s failed: %s", #call, cudaGetErrorString(e_)); return SCDB_EDEVICE; } } while (0)
-#define CUBLAS_CHECK(call) do { cublasStatus_t s_ = (call); if (s_ != CUBLAS_STATUS_SUCCESS) { \
-    scdb_error("%s failed: cuBLAS status %d", #call, (int)s_); return SCDB_EDEVICE; } } while (0)
+#include "cuda_internal.h"
 
 static cublasHandle_t g_blas;
 static cublasStatus_t g_blas_status = CUBLAS_STATUS_NOT_INITIALIZED;
 static pthread_once_t g_blas_once = PTHREAD_ONCE_INIT;
 static void blas_init(void) { g_blas_status = cublasCreate(&g_blas); }
 
-static scdb_err blas(cublasHandle_t *h)
+scdb_err scdb_cuda_blas(cublasHandle_t *h)
 {
     pthread_once(&g_blas_once, blas_init);
     if (g_blas_status != CUBLAS_STATUS_SUCCESS) {
@@ -64,7 +55,7 @@ extern "C" scdb_err scdb_k_gemm_cuda(int trans_a, int trans_b, int M, int N, int
                                      float beta, float *C, int ldc)
 {
     cublasHandle_t h;
-    scdb_err rc = blas(&h);
+    scdb_err rc = scdb_cuda_blas(&h);
     if (rc) return rc;
     if (M <= 0 || N <= 0) return SCDB_OK;
     /* row-major C = op(A) op(B)  <=>  column-major C^T = op(B)^T op(A)^T */
@@ -296,6 +287,12 @@ extern "C" scdb_err scdb_k_attention_cuda(const float *q, const int32_t *q_pos, 
     attention_kernel<<<n_q * n_heads, 128, shmem>>>(q, q_pos, n_q, n_heads, k, v, slot_pos,
                                                     n_slots, n_kv_heads, head_dim, out, probs);
     CUDA_CHECK(cudaGetLastError());
+    return SCDB_OK;
+}
+
+extern "C" scdb_err scdb_k_cuda_memset(void *p, int value, size_t bytes)
+{
+    CUDA_CHECK(cudaMemsetAsync(p, value, bytes, 0));
     return SCDB_OK;
 }
 
