@@ -19,5 +19,6 @@ int scdb_bench_store(int argc, char **argv);    /* bench/bench_store.c   */
 int scdb_bench_broker(int argc, char **argv);   /* bench/bench_broker.c  */
 int scdb_bench_quality(int argc, char **argv);  /* bench/bench_quality.c */
 int scdb_bench_evict(int argc, char **argv);    /* bench/bench_evict.c   */
+int scdb_bench_kernels(int argc, char **argv);  /* bench/bench_kernels.c */
 
 #endif

@@ -29,7 +29,6 @@
 #include "bench.h"
 #include "kernels.h"
 
-int scdb_bench_kernels(int argc, char **argv);
 
 #define GOAL_FRACTION 0.60
 

@@ -17,6 +17,8 @@ static const struct {
      "SCD vs oracle, raw, 4-bit, DroidSpeak-style: ppl, KL, top-1, payload, TTFT"},
     {"evict", scdb_bench_evict,
      "eviction policies vs full cache at 25% / 12.5% budgets: KL, top-1, ppl, overhead"},
+    {"kernels", scdb_bench_kernels,
+     "low-rank decode at 7B shapes: GB/s of KV written, fraction of memory bandwidth"},
 };
 
 static void usage(FILE *f)
