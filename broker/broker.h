@@ -309,7 +309,10 @@ void scdb_broker_stop(scdb_broker *b);
 void scdb_broker_free(scdb_broker **b);
 
 /* `scdb serve` / scdb-broker: argv[0] is the command name.  Exit codes: 0
- * clean shutdown, 1 runtime failure, 2 usage or configuration error. */
+ * clean shutdown, 1 runtime failure (data dir or endpoint taken, bind, store
+ * I/O, drain timeout), 2 usage or configuration error (a bad setting, or a
+ * model / codebook / pair / policy file it names that is missing or
+ * invalid). */
 int scdb_broker_main(int argc, char **argv);
 
 #endif /* SCDB_BROKER_H */

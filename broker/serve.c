@@ -16,15 +16,20 @@ static void usage(FILE *f, const char *prog)
 "Run the scdb broker in the foreground: keep prefixes (as codes) in an LMDB\n"
 "store with a hot tier in RAM, and serve libscdb clients over ZeroMQ: put,\n"
 "lookup, get (decoded straight into the client's shared-memory KV arena),\n"
-"delete, stats.  Logs go to stderr.  SIGTERM or SIGINT drains requests in\n"
+"delete, stats, broker-side encode of a producer's states (put_states), and\n"
+"live sessions that keep a consumer's arena within a slot budget with an\n"
+"eviction policy.  Logs go to stderr.  SIGTERM or SIGINT drains requests in\n"
 "flight and exits.\n"
 "\n"
 "options (every [broker] key of the config file is also a flag, '-' or '_'):\n"
 "  --config FILE              ini file: [broker] keys as below, [model NAME]\n"
 "                             (config = DIR/config.json, or n_layers, n_kv_heads,\n"
 "                             head_dim, max_seq_len; raw_dtype = f16|f32),\n"
-"                             [codebook NAME] (kind, model, file, dtype) and\n"
-"                             [pair CODEBOOK CONSUMER] (decoder, file)\n"
+"                             [codebook NAME] (kind, model, file, dtype),\n"
+"                             [pair CODEBOOK CONSUMER] (decoder, file) and\n"
+"                             [policy NAME] (file = a learned eviction policy\n"
+"                             for live sessions; full, streaming, h2o, snapkv\n"
+"                             and tova are built in)\n"
 "  --model SPEC               add a model: NAME=DIR (reads DIR/config.json) or\n"
 "                             NAME:LAYERS:KV_HEADS:HEAD_DIM[:MAX_SEQ[:f16|f32]];\n"
 "                             each model gets the codebook raw/NAME (raw KV)\n"
@@ -60,6 +65,9 @@ static void usage(FILE *f, const char *prog)
 "                             $SCDB_LOG)\n"
 "  -h, --help                 this text\n"
 "SIZE takes K, M, G, T (or KiB, MiB, ...) suffixes.\n"
+"exit status: 0 clean shutdown; 1 runtime failure (data dir or endpoint in\n"
+"use, bind, store I/O, drain timeout); 2 usage or configuration error (a bad\n"
+"setting, or a model/codebook/pair/policy file it names is missing or invalid).\n"
 "\n"
 "exit codes: 0 clean shutdown, 1 runtime failure (store, sockets, drain timed\n"
 "out), 2 usage or configuration error (including a plaintext tcp endpoint).\n",
@@ -126,7 +134,15 @@ int scdb_broker_main(int argc, char **argv)
     if (e) {
         scdb_error("cannot start: %s", err);
         fprintf(stderr, "%s: %s\n", prog, err);
-        rc = e == SCDB_EINVAL || e == SCDB_EUNSUPPORTED ? 2 : 1;
+        /* a bad setting, or a model/codebook/pair/policy file it names that
+         * is missing or invalid: a configuration error; the rest (data dir
+         * or endpoint taken, bind, store I/O) a runtime failure */
+        rc = e == SCDB_EINVAL || e == SCDB_EUNSUPPORTED || e == SCDB_ENOTFOUND ||
+                     e == SCDB_EFORMAT || e == SCDB_ETRUNC || e == SCDB_ESHAPE ||
+                     e == SCDB_EDTYPE || e == SCDB_EMISMATCH || e == SCDB_ECHECKSUM ||
+                     e == SCDB_ERANGE || e == SCDB_ETOOBIG
+                 ? 2
+                 : 1;
         goto out;
     }
     e = scdb_broker_run(b);

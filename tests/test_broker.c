@@ -1429,6 +1429,20 @@ static void test_refusals_and_curve(void **state)
         /* unknown key */
         write_config(cfg2, ep2, data2, "no_such_key = 1");
         assert_int_equal(wait_exit(spawn(argv, -1), 30), 2);
+        /* eviction policies: a missing file, a garbage file, a name that
+         * shadows a heuristic, an unknown key, a section without a file */
+        write_config(cfg2, ep2, data2, "[policy p]\nfile = /nonexistent/p.safetensors");
+        assert_int_equal(wait_exit(spawn(argv, -1), 30), 2);
+        write_config(cfg2, ep2, data2, "[policy p]\nfile = " SCDB_DATA_DIR "/models/base/config.json");
+        assert_int_equal(wait_exit(spawn(argv, -1), 30), 2);
+        write_config(cfg2, ep2, data2, "[policy h2o]\nfile = " SCDB_DATA_DIR
+                                       "/policies/distillcache_base.safetensors");
+        assert_int_equal(wait_exit(spawn(argv, -1), 30), 2);
+        write_config(cfg2, ep2, data2, "[policy p]\nweights = x");
+        assert_int_equal(wait_exit(spawn(argv, -1), 30), 2);
+        write_config(cfg2, ep2, data2, "[model m16]\nn_heads = 3");   /* not a multiple of 2 */
+        assert_int_equal(wait_exit(spawn(argv, -1), 30), 2);
+        assert_alive();
     }
     {   /* CURVE over tcp */
         int port, fd = socket(AF_INET, SOCK_STREAM, 0);
