@@ -1895,6 +1895,90 @@ static void test_session_reclaim(void **state)
     assert_alive();
 }
 
+/* SIGTERM with gets queued and running: every reply that comes back is
+ * complete (a get the broker took is finished and answered, one that came
+ * in after the signal is refused with SCDB_ECLOSED), no id is answered
+ * twice, and the broker exits 0; then it starts again on the same store. */
+static void test_drain_inflight(void **state)
+{
+    enum { NREQ = 48, NARENA = 48 };
+    raw r;
+    Scdb__Request req = SCDB__REQUEST__INIT;
+    Scdb__ArenaCreate ac = SCDB__ARENA_CREATE__INIT;
+    Scdb__GetRequest g = SCDB__GET_REQUEST__INIT;
+    Scdb__Reply *rep;
+    uint64_t arenas[NARENA];
+    int32_t t[640];
+    int seen[NREQ + 1] = {0}, n_ok = 0, n_closed = 0, n_busy = 0, n_replies = 0;
+    (void)state;
+
+    bkv_tokens(1, t, 640);                        /* stored by test_put_get_processes */
+    raw_open(&r);
+    req.version = SCDB_PROTO_VERSION;
+    req.client = raw_hello(&r, "m16", SCDB__ROLE__CONSUMER);
+    ac.capacity = 640;
+    req.body_case = SCDB__REQUEST__BODY_ARENA_CREATE;
+    req.arena_create = &ac;
+    for (int i = 0; i < NARENA; i++) {
+        rep = raw_req(&r, &req, 0, NULL, NULL);
+        assert_int_equal(rep->status, SCDB_OK);
+        arenas[i] = rep->arena->arena;
+        scdb__reply__free_unpacked(rep, NULL);
+    }
+    /* pipeline the gets without waiting, then signal after the first reply */
+    g.tokens = t;
+    g.n_tokens = 640;
+    req.body_case = SCDB__REQUEST__BODY_GET;
+    req.get = &g;
+    for (int i = 1; i <= NREQ; i++) {
+        size_t len;
+        uint8_t buf[4096];
+        req.id = (uint64_t)i;
+        g.arena = arenas[i % NARENA];
+        len = scdb__request__get_packed_size(&req);
+        assert_true(len <= sizeof buf);
+        scdb__request__pack(&req, buf);
+        assert_true(zmq_send(r.s, buf, len, 0) >= 0);
+    }
+    for (;;) {
+        zmq_msg_t m;
+        int tmo = n_replies ? 3000 : 10000;
+        zmq_setsockopt(r.s, ZMQ_RCVTIMEO, &tmo, sizeof tmo);
+        zmq_msg_init(&m);
+        if (zmq_msg_recv(&m, r.s, 0) < 0) {
+            zmq_msg_close(&m);
+            break;
+        }
+        rep = scdb__reply__unpack(NULL, zmq_msg_size(&m), zmq_msg_data(&m));
+        zmq_msg_close(&m);
+        assert_non_null(rep);
+        assert_true(rep->id >= 1 && rep->id <= NREQ);
+        assert_int_equal(seen[rep->id], 0);           /* one reply per request */
+        seen[rep->id] = 1;
+        if (rep->status == SCDB_OK) {
+            assert_int_equal(rep->body_case, SCDB__REPLY__BODY_GET);
+            assert_int_equal(rep->get->tokens_written, 640);   /* complete */
+            n_ok++;
+        } else if (rep->status == SCDB_ECLOSED) {
+            n_closed++;
+        } else {
+            assert_int_equal(rep->status, SCDB_EBUSY);    /* its arena was busy */
+            n_busy++;
+        }
+        scdb__reply__free_unpacked(rep, NULL);
+        if (n_replies++ == 0) kill(broker_pid, SIGTERM);
+    }
+    print_message("drain: %d requests, %d replies: %d complete gets, %d busy, %d refused "
+                  "(shutting down), %d unanswered (not read before exit)\n",
+                  NREQ, n_replies, n_ok, n_busy, n_closed, NREQ - n_replies);
+    assert_true(n_ok >= 1);
+    raw_close(&r);
+    assert_int_equal(wait_exit(broker_pid, 30), 0);
+    broker_pid = -1;
+    start_broker();
+    assert_alive();
+}
+
 /* Last: SIGINT also drains and exits 0. */
 static void test_sigint_exit(void **state)
 {
@@ -1924,6 +2008,7 @@ int main(void)
         cmocka_unit_test(test_index_evict_grow_damage),
         cmocka_unit_test(test_refusals_and_curve),
         cmocka_unit_test(test_cli),
+        cmocka_unit_test(test_drain_inflight),
         cmocka_unit_test(test_sigint_exit),
     };
     signal(SIGPIPE, SIG_IGN);
