@@ -69,13 +69,16 @@
  *
  * ARENAS
  * ------
- * Created by the broker per client: shm_open of "/scdb-<32 random hex>"
- * (getrandom), O_EXCL, mode 0600, sized and reserved with posix_fallocate
- * (so a full /dev/shm is an error reply, not a SIGBUS), mapped by the
- * broker.  The client maps it and confirms (ArenaMapped); the broker then
- * unlinks the name, so nothing outlives the two processes.  Layout: a
- * 4096-byte header (broker/wire.h) then one slot-indexed KV cache
- * (kernels.h), where get decodes the consumer's KV directly.
+ * Created by the broker per client: memfd_create, mode 0600, pages reserved
+ * with posix_fallocate (no memory left is an error reply, not a SIGBUS),
+ * sealed against shrinking and growing (a client can write the arena but
+ * never truncate it under a worker: no SIGBUS in the broker), mapped by the
+ * broker.  The client opens /proc/<broker pid>/fd/<fd> (same user only),
+ * maps it and confirms (ArenaMapped); the broker then closes its fd, so
+ * nothing outlives the two mappings and nothing is left in /dev/shm even
+ * after a SIGKILL.  Layout: a 4096-byte header (broker/wire.h) then one
+ * slot-indexed KV cache (kernels.h), where get decodes the consumer's KV
+ * directly; or, for producers, room for their states (put_states).
  *
  * LIVE SESSIONS (sessions.c)
  * -------------
@@ -105,7 +108,7 @@
  * --------
  * SIGTERM / SIGINT: stop taking work (new requests are answered
  * SCDB_ECLOSED "shutting down"), finish every job in flight and send its
- * reply, join the threads, unlink what is left in /dev/shm, close the store
+ * reply, join the threads, retire and unlink the lookup index, close the store
  * (LMDB) and the sockets (the ipc socket file is removed), exit 0.  After
  * drain_timeout_ms the drain gives up, logs what it abandons and exits 1.
  */

@@ -49,8 +49,10 @@ struct bk_session;
 typedef struct bk_arena {
     uint64_t id;
     bk_arena_kind kind;
-    char shm_name[48];
-    int linked;                 /* the name still exists in /dev/shm       */
+    char shm_name[48];          /* "/proc/<broker pid>/fd/<fd>": how the
+                                   owner opens it until it confirms         */
+    int fd;                     /* the memfd, open while linked            */
+    int linked;                 /* fd still open (unconfirmed)             */
     void *map;
     size_t size;
     uint32_t capacity;          /* slots (KV) or token rows (states)       */
@@ -235,8 +237,9 @@ void bk_on_session_open(scdb_broker *b, bk_client *c, const Scdb__SessionOpen *s
  * says why and the job is untouched. */
 scdb_err bk_session_evict_prepare(scdb_broker *b, bk_client *c, const Scdb__SessionEvict *se,
                                   bk_job *j, char *msg, size_t msglen);
-scdb_err bk_session_close_id(scdb_broker *b, bk_client *c, uint64_t id, char *msg,
-                             size_t msglen);
+/* Close session `id`, or with id 0 the session on KV arena `arena`. */
+scdb_err bk_session_close_id(scdb_broker *b, bk_client *c, uint64_t id, uint64_t arena,
+                             char *msg, size_t msglen);
 /* Close: release both arenas (the stats one leaves c's list), free. */
 void bk_session_close(scdb_broker *b, bk_client *c, bk_session *s);
 void bk_session_run_evict(scdb_broker *b, bk_job *j);

@@ -1,5 +1,7 @@
 /* clients.c — registered clients, their shared-memory arenas, and the
  * reclaim of clients that stopped sending (main thread only). */
+/* memfd_create, file seals */
+#define _GNU_SOURCE
 #include "broker_int.h"
 
 #include <errno.h>
@@ -115,8 +117,8 @@ bk_arena *bk_arena_find(bk_client *c, uint64_t id)
 void bk_arena_unlink(bk_arena *a)
 {
     if (!a->linked) return;
-    if (shm_unlink(a->shm_name) && errno != ENOENT)
-        scdb_warn("shm_unlink %s: %s", a->shm_name, strerror(errno));
+    close(a->fd);               /* only the two mappings keep it now */
+    a->fd = -1;
     a->linked = 0;
 }
 
@@ -149,7 +151,6 @@ scdb_err bk_shm_create(scdb_broker *b, bk_client *c, size_t size, bk_arena_kind 
                        bk_arena **out, char *errbuf, size_t errlen)
 {
     bk_arena *a = NULL;
-    uint8_t rnd[16];
     int fd = -1, rc;
     scdb_err e;
 
@@ -169,34 +170,37 @@ scdb_err bk_shm_create(scdb_broker *b, bk_client *c, size_t size, bk_arena_kind 
         return SCDB_EFULL;
     }
     a = calloc(1, sizeof *a);
-    if (!a) return SCDB_ENOMEM;
-    if (random_bytes(rnd, sizeof rnd)) goto sys;
-    {
-        char *p = a->shm_name + sprintf(a->shm_name, "/scdb-");
-        for (size_t i = 0; i < sizeof rnd; i++) p += sprintf(p, "%02x", rnd[i]);
+    if (!a) {
+        snprintf(errbuf, errlen, "out of memory");
+        return SCDB_ENOMEM;
     }
-    fd = shm_open(a->shm_name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    a->fd = -1;
+    /* an anonymous memory file, sealed against shrinking: a client can
+     * write the arena but never truncate it under the broker (SIGBUS) */
+    fd = memfd_create("scdb-arena", MFD_CLOEXEC | MFD_ALLOW_SEALING);
     if (fd < 0) goto sys;
-    a->linked = 1;
+    snprintf(a->shm_name, sizeof a->shm_name, "/proc/%d/fd/%d", (int)getpid(), fd);
     if (fchmod(fd, 0600)) goto sys;
-    /* reserve the pages now: a full /dev/shm is an error reply here rather
+    /* reserve the pages now: no memory left is an error reply here rather
      * than a SIGBUS in a worker later */
     rc = posix_fallocate(fd, 0, (off_t)size);
     if (rc) {
         errno = rc;
         if (rc == ENOSPC) {
-            snprintf(errbuf, errlen, "no room in /dev/shm for an arena of %zu bytes", size);
+            snprintf(errbuf, errlen, "no memory left for an arena of %zu bytes", size);
             e = SCDB_EFULL;
             goto fail;
         }
         goto sys;
     }
+    if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)) goto sys;
     a->map = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (a->map == MAP_FAILED) {
         a->map = NULL;
         goto sys;
     }
-    close(fd);
+    a->fd = fd;                 /* open until the client confirms its mapping */
+    a->linked = 1;
     a->size = size;
     a->kind = kind;
     a->id = ++b->next_arena_id;
@@ -215,7 +219,6 @@ sys:
     e = SCDB_ESYS;
 fail:
     if (fd >= 0) close(fd);
-    bk_arena_unlink(a);
     free(a);
     return e;
 }

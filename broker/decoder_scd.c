@@ -52,7 +52,14 @@ static scdb_err scd_encode(void *ctx, const float *h_in, int rows, int t0, int n
     st.h_in = tmp;
     rc = scdb_codec_encode(book, &st, n, payload);
     free(tmp);
-    return rc;
+    if (rc) return rc;
+    {   /* finite but huge states overflow f16: no Inf codes either */
+        const uint16_t *c = payload;
+        size_t len = scdb_codec_codes_len(in, n);
+        for (size_t i = 0; i < len; i++)
+            if ((c[i] & 0x7c00u) == 0x7c00u) return SCDB_ERANGE;
+    }
+    return SCDB_OK;
 }
 
 scdb_err scdb_scd_open_codebook(scdb_broker_codebook *cb, const char *file, scdb_dtype dtype,

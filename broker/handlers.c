@@ -461,12 +461,16 @@ static int on_get(scdb_broker *b, const rq *q, bk_client *c, Scdb__Request *req)
               a->cache->capacity);
         return 0;
     }
-    if (a->session && g->slot0 < __atomic_load_n(&a->hdr->n, __ATOMIC_ACQUIRE)) {
-        reply(b, q, SCDB_EINVAL, NULL,
-              "arena %llu has a live session: a get may only append (slot0 %u is below the "
-              "cache's %u live slots, whose statistics it would invalidate)",
-              (unsigned long long)a->id, g->slot0, a->hdr->n);
-        return 0;
+    if (a->session) {
+        uint32_t n = __atomic_load_n(&a->hdr->n, __ATOMIC_ACQUIRE);
+        if (g->slot0 != n) {
+            reply(b, q, SCDB_EINVAL, NULL,
+                  "arena %llu has a live session: a get may only append at slot %u (slot0 %u "
+                  "would %s)", (unsigned long long)a->id, n, g->slot0,
+                  g->slot0 < n ? "overwrite slots whose statistics it holds"
+                               : "leave a gap of stale slots");
+            return 0;
+        }
     }
     if (g->pos0 < 0 || (int64_t)g->pos0 + (int64_t)g->n_tokens > INT32_MAX) {
         reply(b, q, SCDB_ERANGE, NULL, "positions from pos0 %d out of range", (int)g->pos0);
@@ -774,7 +778,8 @@ void bk_handle(scdb_broker *b, int sock, zmq_msg_t *frames, int n_frames, int to
     case OP_SESSION_EVICT: owned = on_session_evict(b, &q, c, req); break;
     case OP_SESSION_CLOSE: {
         char msg[256] = "";
-        scdb_err e = bk_session_close_id(b, c, req->session_close->session, msg, sizeof msg);
+        scdb_err e = bk_session_close_id(b, c, req->session_close->session,
+                                         req->session_close->arena, msg, sizeof msg);
         reply(b, &q, e, NULL, "%s", msg);
         break;
     }

@@ -250,8 +250,8 @@ static void run_put_states(scdb_broker *b, bk_job *j)
         e = cb->encode(cb->ctx, h_in, (int)p->n_tokens, t0, (int)bt, buf + i * block_bytes);
         if (e) {
             if (e == SCDB_ERANGE)
-                finish(j, e, NULL, "block %u: the states of tokens %d..%d are not all finite",
-                       p->first_block + i, t0, t0 + (int)bt - 1);
+                finish(j, e, NULL, "block %u: the states of tokens %d..%d are not all finite "
+                       "(or their codes overflow f16)", p->first_block + i, t0, t0 + (int)bt - 1);
             else
                 finish(j, e, NULL, "block %u: encode failed", p->first_block + i);
             free(pl);

@@ -121,7 +121,9 @@ static scdb_err lix_map(const char *name, int writable, uint64_t instance, uint3
     snprintf(ix->name, sizeof ix->name, "%s", name);
     ix->writable = writable;
     ix->slots = (scdb_lix_slot *)((uint8_t *)ix->map + SCDB_LIX_HEADER_BYTES);
-    ix->mask = ix->hdr->capacity - 1;
+    /* from the mapping's size (checked to equal the header's capacity), never
+     * from the header again: another process could change it since */
+    ix->mask = (ix->size - SCDB_LIX_HEADER_BYTES) / SCDB_LIX_SLOT_BYTES - 1;
     *out = ix;
     return e;
 fail:

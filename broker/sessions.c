@@ -63,6 +63,12 @@ void bk_on_session_open(scdb_broker *b, bk_client *c, const Scdb__SessionOpen *s
         snprintf(msg, msglen, "no KV arena %llu for this client", (unsigned long long)so->arena);
         return;
     }
+    if (kv->busy) {
+        *status = SCDB_EBUSY;
+        snprintf(msg, msglen, "arena %llu has a get or an eviction in progress",
+                 (unsigned long long)kv->id);
+        return;
+    }
     if (kv->session) {
         *status = SCDB_EBUSY;
         snprintf(msg, msglen, "arena %llu already has live session %llu",
@@ -193,12 +199,20 @@ void bk_session_close(scdb_broker *b, bk_client *c, bk_session *s)
     free(s);
 }
 
-scdb_err bk_session_close_id(scdb_broker *b, bk_client *c, uint64_t id, char *msg,
-                             size_t msglen)
+scdb_err bk_session_close_id(scdb_broker *b, bk_client *c, uint64_t id, uint64_t arena,
+                             char *msg, size_t msglen)
 {
-    bk_session *s = session_find(c, id);
+    bk_session *s;
 
-    if (!s) {
+    if (id == 0) {
+        bk_arena *a = bk_arena_find(c, arena);
+        s = a && a->kind == BK_ARENA_KV ? a->session : NULL;
+        if (!s) {
+            snprintf(msg, msglen, "no session on arena %llu of this client",
+                     (unsigned long long)arena);
+            return SCDB_ENOTFOUND;
+        }
+    } else if (!(s = session_find(c, id))) {
         snprintf(msg, msglen, "no session %llu for this client", (unsigned long long)id);
         return SCDB_ENOTFOUND;
     }

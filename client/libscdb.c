@@ -267,7 +267,8 @@ static scdb_err lix_lookup(scdb *h, const int32_t *tokens, size_t n_tokens,
     full = n_tokens / bt;
     while (i < full) {
         size_t m = full - i < CHUNK ? full - i : CHUNK, k = 0;
-        scdb_block_key_continue(i ? &prev : NULL, &h->ns, tokens + i * bt, m, bt, keys);
+        if (scdb_block_key_continue(i ? &prev : NULL, &h->ns, tokens + i * bt, m, bt, keys))
+            return SCDB_EBUSY;              /* keys we cannot derive: ask the broker */
         e = scdb_lix_match(h->lix, keys, m, &k);
         if (e == SCDB_ECLOSED) {
             /* retired: a grown successor (same answers), or a stopped broker */
@@ -335,10 +336,18 @@ scdb_err lib_request(scdb *h, Scdb__Request *req, const void *const *frames,
     *rep = NULL;
     e = hello(h);
     if (e) return e;
-    if (req->body_case == SCDB__REQUEST__BODY_GET ||
-        req->body_case == SCDB__REQUEST__BODY_ARENA_MAPPED ||
-        req->body_case == SCDB__REQUEST__BODY_ARENA_FREE)
+    /* requests naming an arena or a session of the old registration */
+    switch (req->body_case) {
+    case SCDB__REQUEST__BODY_GET:
+    case SCDB__REQUEST__BODY_ARENA_MAPPED:
+    case SCDB__REQUEST__BODY_ARENA_FREE:
+    case SCDB__REQUEST__BODY_PUT_STATES:
+    case SCDB__REQUEST__BODY_SESSION_OPEN:
+    case SCDB__REQUEST__BODY_SESSION_EVICT:
+    case SCDB__REQUEST__BODY_SESSION_CLOSE:
         return lib_fail(h, SCDB_ECLOSED, "the broker restarted: this arena is gone");
+    default: break;
+    }
     return call_once(h, req, frames, lens, n, rep);
 }
 

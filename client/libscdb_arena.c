@@ -12,6 +12,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+int lib_shm_open(const char *name)
+{
+    if (!strncmp(name, "/proc/", 6)) return open(name, O_RDWR | O_CLOEXEC);
+    return shm_open(name, O_RDWR | O_CLOEXEC, 0);
+}
+
 /* Tell the broker about an arena (mapped: it may unlink; free: drop it). */
 static scdb_err arena_notify(scdb *h, uint64_t id, int free_it)
 {
@@ -47,7 +53,7 @@ scdb_err lib_arena_map(scdb *h, const Scdb__ArenaCreateReply *ar, scdb_arena **o
         e = lib_fail(h, SCDB_ENOMEM, "out of memory");
         goto fail;
     }
-    fd = shm_open(ar->shm_name, O_RDWR | O_CLOEXEC, 0);
+    fd = lib_shm_open(ar->shm_name);
     if (fd < 0) {
         e = lib_fail(h, SCDB_ESYS, "cannot open arena %s: %s (is the broker another user?)",
                      ar->shm_name, strerror(errno));

@@ -84,6 +84,21 @@ scdb_err scdb_session_open(scdb_arena *a, const scdb_session_opts *o, scdb_sessi
     req.body_case = SCDB__REQUEST__BODY_SESSION_OPEN;
     req.session_open = &so;
     e = session_request(h, &req, &rep);
+    if (e == SCDB_ETIMEDOUT) {
+        /* the broker may have opened it: close whatever is on the arena
+         * (best effort), so the arena is not left locked */
+        Scdb__Request cr = SCDB__REQUEST__INIT;
+        Scdb__SessionClose sc = SCDB__SESSION_CLOSE__INIT;
+        Scdb__Reply *r2 = NULL;
+        char keep[sizeof h->err];
+        memcpy(keep, h->err, sizeof keep);
+        sc.arena = a->id;
+        cr.body_case = SCDB__REQUEST__BODY_SESSION_CLOSE;
+        cr.session_close = &sc;
+        session_request(h, &cr, &r2);
+        if (r2) scdb__reply__free_unpacked(r2, NULL);
+        memcpy(h->err, keep, sizeof keep);
+    }
     if (e) goto done;
     if (rep->body_case != SCDB__REPLY__BODY_SESSION_OPEN || !rep->session_open->stats_shm_name) {
         e = lib_fail(h, SCDB_EPROTO, "session reply without a body");
@@ -93,7 +108,7 @@ scdb_err scdb_session_open(scdb_arena *a, const scdb_session_opts *o, scdb_sessi
         e = lib_fail(h, SCDB_ENOMEM, "out of memory");
         goto close_it;
     }
-    fd = shm_open(rep->session_open->stats_shm_name, O_RDWR | O_CLOEXEC, 0);
+    fd = lib_shm_open(rep->session_open->stats_shm_name);
     if (fd < 0) {
         e = lib_fail(h, SCDB_ESYS, "cannot open session statistics %s: %s",
                      rep->session_open->stats_shm_name, strerror(errno));

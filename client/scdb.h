@@ -26,8 +26,9 @@
  *
  * Requests and replies are protobuf messages (schema/scdb.proto); bulk
  * bytes travel as raw ZeroMQ frames (put) or through the arena (get), never
- * inside protobuf.  An arena is created by the broker (random name, mode
- * 0600), mapped here, then unlinked: only the two processes can reach it.
+ * inside protobuf.  An arena is created by the broker (a sealed memfd, mode
+ * 0600), mapped here, then closed by the broker: only the two processes can
+ * reach it.
  * The cache inside it has exactly the layout of kernels.h (scdb_kv_cache),
  * so the KV a get decodes is where attention reads it: zero copy.
  * scdb_get_copy() instead copies into a cache the caller owns.
@@ -94,9 +95,10 @@
  * kill -9, the next broker does it before it serves), so a handle never
  * answers from a dead broker's table; it re-maps at its next request.
  *
- * Shared memory.  Arenas need the same user as the broker (mode 0600) and
- * room in /dev/shm (reserved when the arena is created: a full /dev/shm is
- * SCDB_EFULL then, never a SIGBUS later).  The broker frees a client's
+ * Shared memory.  Arenas need the same user as the broker and the same PID
+ * namespace (they are opened through /proc/<broker pid>/fd) and memory
+ * (reserved when the arena is created: none left is SCDB_EFULL then, never a
+ * SIGBUS later).  The broker frees a client's
  * arenas when the client says goodbye (scdb_close) or stops heartbeating;
  * a mapping this process holds stays valid memory until scdb_arena_free.
  *
@@ -254,7 +256,7 @@ scdb_err scdb_lookup(scdb *h, const int32_t *tokens, size_t n_tokens, scdb_looku
 /* A shared-memory arena holding one KV cache of `capacity` slots (0: the
  * model's max_seq_len) shaped for our model.  Errors: SCDB_ETOOBIG (over
  * the broker's max_arena_bytes), SCDB_EFULL (per-client arena count, total
- * arena bytes, or /dev/shm full), SCDB_ESYS (shm_open / mmap here: the
+ * arena bytes, or memory full), SCDB_ESYS (open / mmap here: the
  * broker runs as another user?), SCDB_EPROTO (bad arena header), common. */
 scdb_err scdb_arena_new(scdb *h, int capacity, scdb_arena **out);
 /* The arena's cache (slot-indexed, kernels.h).  n is updated by every get;
@@ -318,7 +320,7 @@ scdb_err scdb_delete(scdb *h, const int32_t *tokens, size_t n_tokens, uint32_t f
  * Compaction keeps order and each slot's original position (cache->pos),
  * so attention stays causal by position and RoPE'd keys stay valid; the
  * next token's position is the sequence's, not cache->n.  A get into the
- * arena may only append (slot0 >= n: SCDB_EINVAL otherwise).  Do not touch the
+ * arena may only append (slot0 == n: SCDB_EINVAL otherwise).  Do not touch the
  * cache while an eviction is in flight (the call is synchronous).  Caveats:
  * a session belongs to its arena; freeing the arena ends it; after a
  * broker restart, or if an eviction timed out, calls return SCDB_ECLOSED

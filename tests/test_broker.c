@@ -204,9 +204,11 @@ static void get_stats(scdb_stat *st)
     scdb_close(&h);
 }
 
+/* A POSIX shm name (the lookup index) or an arena's /proc/PID/fd/N. */
 static int shm_exists(const char *name)
 {
     char p[160];
+    if (!strncmp(name, "/proc/", 6)) return access(name, F_OK) == 0;
     snprintf(p, sizeof p, "/dev/shm%s", name);
     return access(p, F_OK) == 0;
 }
@@ -1176,7 +1178,8 @@ static void test_sigkill_reclaim(void **state)
     assert_int_equal(st.arenas, st0.arenas);
     assert_int_equal(st.arena_bytes, st0.arena_bytes);
 
-    {   /* an arena created but never mapped: its name goes with its client */
+    {   /* an arena created but never mapped: its memfd (sealed, 0600) is
+         * reachable through the broker's /proc/PID/fd until its client goes */
         raw r;
         Scdb__Request req = SCDB__REQUEST__INIT;
         Scdb__ArenaCreate ac = SCDB__ARENA_CREATE__INIT;
@@ -1191,15 +1194,23 @@ static void test_sigkill_reclaim(void **state)
         rep = raw_req(&r, &req, 0, NULL, NULL);
         assert_int_equal(rep->status, SCDB_OK);
         snprintf(name, sizeof name, "%s", rep->arena->shm_name);
-        assert_int_equal(strncmp(name, "/scdb-", 6), 0);
-        assert_int_equal(strlen(name), 6 + 32);
+        {
+            char want[64];
+            snprintf(want, sizeof want, "/proc/%d/fd/", (int)broker_pid);
+            assert_int_equal(strncmp(name, want, strlen(want)), 0);
+        }
         scdb__reply__free_unpacked(rep, NULL);
         {
             struct stat sst;
-            char p[128];
-            snprintf(p, sizeof p, "/dev/shm%s", name);
-            assert_int_equal(stat(p, &sst), 0);
+            int fd;
+            assert_int_equal(stat(name, &sst), 0);
             assert_int_equal(sst.st_mode & 0777, 0600);
+            /* sealed: the client cannot shrink it under the broker */
+            fd = open(name, O_RDWR);
+            assert_true(fd >= 0);
+            assert_int_equal(ftruncate(fd, 0), -1);
+            assert_int_equal(errno, EPERM);
+            close(fd);
         }
         t_kill = scdb_now();
         while (shm_exists(name)) {
@@ -1701,6 +1712,7 @@ static void test_live_sessions(void **state)
     }
     /* a get into an arena with a session may append, not overwrite */
     assert_int_equal(scdb_get(h, t, P, a, 4, 0, &gr), SCDB_EINVAL);
+    assert_int_equal(scdb_get(h, t, P, a, 9, 0, &gr), SCDB_EINVAL);      /* a gap */
     assert_int_equal(scdb_get(h, t, P, a, 8, 0, &gr), SCDB_OK);
     assert_int_equal(c->n, 8 + P);
     scdb_session_close(&s);
@@ -1835,11 +1847,18 @@ static void test_session_refusals(void **state)
     rep = raw_req(&r, &req, 0, NULL, NULL);
     assert_int_equal(rep->status, SCDB_ENOTFOUND);
     scdb__reply__free_unpacked(rep, NULL);
-    sc.session = sess;
+    sc.session = 0;                                          /* by arena: a stats one */
+    sc.arena = stats;
+    rep = raw_req(&r, &req, 0, NULL, NULL);
+    assert_int_equal(rep->status, SCDB_ENOTFOUND);
+    scdb__reply__free_unpacked(rep, NULL);
+    sc.arena = kv;                                           /* by its KV arena */
     rep = raw_req(&r, &req, 0, NULL, NULL);
     assert_int_equal(rep->status, SCDB_OK);
     scdb__reply__free_unpacked(rep, NULL);
-    rep = raw_req(&r, &req, 0, NULL, NULL);                  /* closed twice */
+    sc.session = sess;                                       /* already closed */
+    sc.arena = 0;
+    rep = raw_req(&r, &req, 0, NULL, NULL);
     assert_int_equal(rep->status, SCDB_ENOTFOUND);
     scdb__reply__free_unpacked(rep, NULL);
     {

@@ -76,6 +76,10 @@ scdb_err lib_fail(scdb *h, scdb_err e, const char *fmt, ...)
 scdb_err lib_request(scdb *h, Scdb__Request *req, const void *const *frames,
                      const size_t *lens, int n, Scdb__Reply **rep);
 
+/* Open a shared object the broker named: "/proc/<pid>/fd/<n>" (its memfd,
+ * sealed against shrinking) or a POSIX shm name.  -1 with errno. */
+int lib_shm_open(const char *name);
+
 /* Unmap and free a session locally (no message). */
 void lib_session_drop(scdb_session *s);
 
