@@ -269,6 +269,14 @@ scdb_err scdb_broker_new(const scdb_broker_config *c, scdb_broker **out, char *e
     b->lock_fd = -1;
     b->sigpipe[0] = b->sigpipe[1] = -1;
     b->t_start = scdb_now();
+    {
+        char why[384];
+        e = scdb_device_resolve(c->device, &b->device, why, sizeof why);
+        if (e) {
+            snprintf(errbuf, errlen, "device %s: %s", scdb_device_pref_name(c->device), why);
+            goto fail;
+        }
+    }
 
     e = bk_registry_build(b, c, errbuf, errlen);
     if (e) goto fail;

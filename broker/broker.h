@@ -251,6 +251,8 @@ typedef struct scdb_broker_config {
     int max_inflight;          /* queued + running jobs; more: SCDB_EBUSY (1024) */
     unsigned socket_mode;      /* ipc socket file mode (0660; stricter only)  */
     scdb_log_level log_level;  /* (info)                                      */
+    scdb_device_pref device;   /* auto | cpu | cuda (auto): where gets decode
+                                  into CUDA IPC arenas; see CUDA ARENAS      */
     scdb_broker_model_cfg *models;
     int n_models;
     scdb_broker_codebook_cfg *codebooks;

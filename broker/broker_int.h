@@ -136,6 +136,8 @@ typedef struct bk_opstat {
 
 struct scdb_broker {
     scdb_broker_config cfg;     /* scalars only (arrays not kept)           */
+    scdb_device device;         /* cfg.device resolved at start             */
+    int cuda_ordinal;           /* the CUDA device arenas live on (0)       */
     scdb_broker_model *models;
     int n_models;
     scdb_broker_codebook *codebooks;

@@ -312,6 +312,14 @@ const char *scdb_device_name(scdb_device d);
  * "device: ") goes to why[whylen] when why is not NULL.  SCDB_EINVAL (bad
  * preference), SCDB_EDEVICE, SCDB_EUNSUPPORTED (see above). */
 scdb_err scdb_device_resolve(scdb_device_pref pref, scdb_device *out, char *why, size_t whylen);
+/* The same for a command (`what`, e.g. "scdb calibrate") that has no CUDA
+ * path yet: cpu -> CPU; auto -> CPU, logging why ("auto: scdb calibrate has
+ * no CUDA path yet: CPU"); cuda -> SCDB_EUNSUPPORTED, logged as an error
+ * ("cuda requested but scdb calibrate has no CUDA path yet: use --device cpu
+ * or auto") -- a clear refusal, never a silent fallback.  SCDB_EINVAL (bad
+ * preference or out). */
+scdb_err scdb_device_resolve_cpu_only(scdb_device_pref pref, const char *what, scdb_device *out,
+                                      char *why, size_t whylen);
 
 /* A CUDA device's name and peak memory bandwidth (from the memory clock and
  * bus width attributes: 2 * clock * width / 8, double data rate), for
