@@ -125,3 +125,9 @@ scdb_err scdb_k_cuda_device_info(int dev, scdb_k_cuda_info *out)
     if (out) memset(out, 0, sizeof *out);
     ABSENT;
 }
+
+scdb_err scdb_k_cuda_ipc_handle(void *dev_ptr, uint8_t out[SCDB_CUDA_IPC_HANDLE_BYTES])
+{
+    (void)dev_ptr; (void)out;
+    ABSENT;
+}

@@ -8,6 +8,7 @@
  * checked-call macros log the failing call with file and line. */
 #include <cuda_fp16.h>
 #include <math.h>
+#include <string.h>
 #include <pthread.h>
 
 #include "cuda_internal.h"
@@ -293,6 +294,16 @@ extern "C" scdb_err scdb_k_attention_cuda(const float *q, const int32_t *q_pos, 
 extern "C" scdb_err scdb_k_cuda_memset(void *p, int value, size_t bytes)
 {
     CUDA_CHECK(cudaMemsetAsync(p, value, bytes, 0));
+    return SCDB_OK;
+}
+
+extern "C" scdb_err scdb_k_cuda_ipc_handle(void *dev_ptr, uint8_t out[SCDB_CUDA_IPC_HANDLE_BYTES])
+{
+    cudaIpcMemHandle_t h;
+    static_assert(sizeof h == SCDB_CUDA_IPC_HANDLE_BYTES, "cudaIpcMemHandle_t is 64 bytes");
+    if (!dev_ptr || !out) return SCDB_EINVAL;
+    CUDA_CHECK(cudaIpcGetMemHandle(&h, dev_ptr));
+    memcpy(out, &h, sizeof h);
     return SCDB_OK;
 }
 
