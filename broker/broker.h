@@ -77,6 +77,26 @@
  * 4096-byte header (broker/wire.h) then one slot-indexed KV cache
  * (kernels.h), where get decodes the consumer's KV directly.
  *
+ * CUDA ARENAS (device = auto | cpu | cuda; compile-checked only so far)
+ * -----------
+ * At start the broker resolves its device (kernels.h scdb_device_resolve,
+ * one log line: which and why); cuda without a device is a start error.
+ * On CUDA a client may ask for a CUDA IPC arena (ArenaCreate.cuda): the
+ * header stays in shm (kind SCDB_ARENA_KIND_KV_CUDA, wire.h), the cache --
+ * pos, K, V in kernels.h's layout, pos at its start -- is one zeroed
+ * cudaMalloc on device 0, exported with cudaIpcGetMemHandle; the 64-byte
+ * handle, the device ordinal and its PCI bus id go only in the owner's
+ * ArenaCreateReply.  A get on it calls the pair decoder's decode_dev with
+ * the CUDA ops table (kernels.h): raw uploads the payload (F16 converted on
+ * the device), scd runs codec.h's scdb_pair_dev (the pair's weights are
+ * uploaded at its first device decode, under a mutex); the worker
+ * synchronises before the reply.  The device memory is freed with the
+ * arena's last reference (free, reclaim, shutdown) and counts in the arena
+ * byte limits.  Live sessions stay on host arenas (SCDB_EUNSUPPORTED).
+ * The device path of each decoder is checked on the CPU ops table against
+ * its host decode (test_broker); the IPC path itself by test_cuda_ipc,
+ * which skips without a GPU.
+ *
  * LIVE SESSIONS (sessions.c)
  * -------------
  * A consumer may keep one of its arenas within a slot budget while it
@@ -175,6 +195,14 @@ typedef struct scdb_decoder {
                        int slot0, int32_t p0, int n);
     void (*destroy)(void *ctx);
     void *ctx;
+    /* Optional (NULL: host memory only): the same into a cache whose pos, K
+     * and V live in the memory of ops->device (kernels.h's ops tables; the
+     * broker passes the CUDA table for a CUDA IPC arena), synchronous: the
+     * KV is in place when it returns.  Device state (weights) may be
+     * created on first use, thread-safely, and lives until destroy.  Plus
+     * the table's errors (SCDB_EDEVICE, SCDB_EUNSUPPORTED). */
+    scdb_err (*decode_dev)(void *ctx, const scdb_k_ops *ops, const scdb_decode_block *blk,
+                           scdb_kv_cache *cache, int slot0, int32_t p0, int n);
 } scdb_decoder;
 
 /* A codebook kind: how to open a codebook and build a pair's decoder.

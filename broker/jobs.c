@@ -123,8 +123,15 @@ static void run_get(scdb_broker *b, bk_job *j)
         db.tokens = g->tokens + i * bt;
         db.n_tokens = (int)bt;
         db.block_index = (uint32_t)i;
-        e = pair->dec.decode(pair->dec.ctx, &db, cache, (int)(g->slot0 + i * bt),
-                             (int32_t)(g->pos0 + (int64_t)(i * bt)), (int)bt);
+        if (!a->dev)
+            e = pair->dec.decode(pair->dec.ctx, &db, cache, (int)(g->slot0 + i * bt),
+                                 (int32_t)(g->pos0 + (int64_t)(i * bt)), (int)bt);
+        else if (pair->dec.decode_dev)   /* CUDA IPC arena: the device twins */
+            e = pair->dec.decode_dev(pair->dec.ctx, scdb_k_ops_get(SCDB_DEV_CUDA), &db, cache,
+                                     (int)(g->slot0 + i * bt),
+                                     (int32_t)(g->pos0 + (int64_t)(i * bt)), (int)bt);
+        else
+            e = SCDB_EUNSUPPORTED;
         scdb_store_release(b->store, &blk);
         if (e) {
             snprintf(msg, sizeof msg, "block %zu: %s decoder failed", i, pair->dec.name);

@@ -63,6 +63,12 @@ void bk_on_session_open(scdb_broker *b, bk_client *c, const Scdb__SessionOpen *s
         snprintf(msg, msglen, "no KV arena %llu for this client", (unsigned long long)so->arena);
         return;
     }
+    if (kv->dev) {
+        *status = SCDB_EUNSUPPORTED;
+        snprintf(msg, msglen, "arena %llu is a CUDA IPC arena: live sessions (eviction) run on "
+                 "host arenas only for now", (unsigned long long)kv->id);
+        return;
+    }
     if (kv->session) {
         *status = SCDB_EBUSY;
         snprintf(msg, msglen, "arena %llu already has live session %llu",

@@ -380,6 +380,10 @@ const scdb_k_ops *scdb_k_ops_get(scdb_device d);
  * logged), SCDB_EUNSUPPORTED (no CUDA backend in this build). */
 #define SCDB_CUDA_IPC_HANDLE_BYTES 64
 scdb_err scdb_k_cuda_ipc_handle(void *dev_ptr, uint8_t out[SCDB_CUDA_IPC_HANDLE_BYTES]);
+/* The PCI bus id of CUDA device dev ("0000:3b:00.0") into buf: how another
+ * process finds the same GPU whatever its CUDA_VISIBLE_DEVICES.  Errors as
+ * scdb_k_cuda_ipc_handle. */
+scdb_err scdb_k_cuda_pci_bus_id(int dev, char *buf, size_t len);
 
 /* ------------------------------------------------------- slot-indexed KV */
 

@@ -131,3 +131,8 @@ scdb_err scdb_k_cuda_ipc_handle(void *dev_ptr, uint8_t out[SCDB_CUDA_IPC_HANDLE_
     (void)dev_ptr; (void)out;
     ABSENT;
 }
+scdb_err scdb_k_cuda_pci_bus_id(int dev, char *buf, size_t len)
+{
+    (void)dev; (void)buf; (void)len;
+    ABSENT;
+}

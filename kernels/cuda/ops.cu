@@ -307,6 +307,13 @@ extern "C" scdb_err scdb_k_cuda_ipc_handle(void *dev_ptr, uint8_t out[SCDB_CUDA_
     return SCDB_OK;
 }
 
+extern "C" scdb_err scdb_k_cuda_pci_bus_id(int dev, char *buf, size_t len)
+{
+    if (!buf || len < 2) return SCDB_EINVAL;
+    CUDA_CHECK(cudaDeviceGetPCIBusId(buf, (int)(len > 256 ? 256 : len), dev));
+    return SCDB_OK;
+}
+
 extern "C" scdb_err scdb_k_cuda_sync(void)
 {
     CUDA_CHECK(cudaDeviceSynchronize());
