@@ -97,6 +97,16 @@
  * its host decode (test_broker); the IPC path itself by test_cuda_ipc,
  * which skips without a GPU.
  *
+ * GPU hot tier (gpu_hot_capacity > 0 on a CUDA broker): the store's hot
+ * tier is device memory (device_tier.c over the CUDA ops table) instead of
+ * RAM, same LRU and pinning rules, filled from LMDB on a miss (the store
+ * verifies the value on the host, then uploads the payload).  A get's
+ * acquired block is then a device pointer: into a CUDA IPC arena the
+ * decoder's decode_dev reads it in place (payload_on_device; raw: device
+ * to device copies / conversion, scd: the codes come down, they are
+ * small); into a host arena the worker first copies it down.  On a CPU
+ * broker the key is ignored with a warning.
+ *
  * LIVE SESSIONS (sessions.c)
  * -------------
  * A consumer may keep one of its arenas within a slot budget while it
@@ -179,6 +189,9 @@ typedef struct scdb_decode_block {
     const int32_t *tokens;     /* the block's tokens                        */
     int n_tokens;              /* tokens in the block (block_tokens)        */
     uint32_t block_index;
+    int payload_on_device;     /* payload is device memory (the GPU hot tier):
+                                  only decode_dev is given such a block,
+                                  with the table of that device           */
 } scdb_decode_block;
 
 /* The decode hook of one (codebook, consumer) pair.  decode() writes the
@@ -225,6 +238,17 @@ const scdb_codec_kind *scdb_codec_kind_find(const char *name);
  * or F32).  SCDB_EDTYPE, SCDB_ENOMEM. */
 scdb_err scdb_decoder_raw_new(const scdb_broker_model *m, scdb_dtype dtype, scdb_decoder *out);
 
+/* A store memory tier in a device's memory (store.h "memory tiers";
+ * device_tier.c): the GPU hot tier on SCDB_DEV_CUDA (tier name
+ * SCDB_TIER_CUDA; slots are device pointers), or the same code over host
+ * memory on SCDB_DEV_CPU (SCDB_TIER_DEVICE_CPU: tests).  The store does the
+ * accounting, LRU and pinning as for the host tier.  SCDB_EINVAL,
+ * SCDB_ENOMEM, SCDB_EDEVICE (no CUDA device answers), SCDB_EUNSUPPORTED (no
+ * CUDA backend in this build). */
+#define SCDB_TIER_CUDA "cuda"
+#define SCDB_TIER_DEVICE_CPU "device-cpu"
+scdb_err scdb_tier_device_new(scdb_device dev, uint64_t capacity_bytes, scdb_tier **out);
+
 /* -------------------------------------------------------------- config */
 
 typedef struct scdb_broker_model_cfg {
@@ -263,6 +287,10 @@ typedef struct scdb_broker_config {
     char data_dir[512];        /* LMDB directory (default ./scdb-data)        */
     uint32_t block_tokens;     /* 0 = store default (64)                      */
     uint64_t map_size, max_map_size, disk_capacity, hot_capacity;
+    uint64_t gpu_hot_capacity; /* bytes of CUDA device memory for the hot
+                                  tier, which then replaces the RAM one
+                                  (0: none; ignored, with a warning, when
+                                  the broker runs on the CPU)               */
     int no_sync;
     int lookup_index;          /* publish the shared-memory lookup index (1)  */
     uint32_t lookup_index_entries; /* keys the index is sized for at start,

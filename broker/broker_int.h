@@ -144,6 +144,7 @@ struct scdb_broker {
     scdb_broker_config cfg;     /* scalars only (arrays not kept)           */
     scdb_device device;         /* cfg.device resolved at start             */
     int cuda_ordinal;           /* the CUDA device arenas live on (0)       */
+    int hot_on_device;          /* the store's hot tier is CUDA memory      */
     scdb_broker_model *models;
     int n_models;
     scdb_broker_codebook *codebooks;

@@ -140,6 +140,7 @@ static const struct key {
     {"max_map_size", K_U64, F(max_map_size), 0, 0, 0},
     {"disk_capacity", K_U64, F(disk_capacity), 0, 0, 0},
     {"hot_capacity", K_U64, F(hot_capacity), 0, 0, 0},
+    {"gpu_hot_capacity", K_U64, F(gpu_hot_capacity), 0, 0, 0},
     {"no_sync", K_BOOL, F(no_sync), 0, 0, 0},
     {"lookup_index", K_BOOL, F(lookup_index), 0, 0, 0},
     {"lookup_index_entries", K_U32, F(lookup_index_entries), 0, 0, 1u << 30},

@@ -72,19 +72,24 @@ static scdb_err raw_decode_dev(void *ctx, const scdb_k_ops *ops, const scdb_deco
     if (n > (int)SCDB_ARRAY_LEN(pos_small) && !(pos = malloc((size_t)n * sizeof *pos)))
         return SCDB_ENOMEM;
     for (int i = 0; i < n; i++) pos[i] = p0 + i;
-    if (r->dtype == SCDB_F16) {
+    /* F16 goes up whole into a staging buffer and is converted there; a
+     * payload already on the device (GPU hot tier) is read in place */
+    const char *src = blk->payload;
+    if (r->dtype == SCDB_F16 && !blk->payload_on_device) {
         e = ops->alloc((size_t)blk->payload_len, &stage);
         if (!e) e = ops->upload(stage, blk->payload, (size_t)blk->payload_len);
+        src = stage;
     }
     for (int l = 0; l < r->n_layers && !e; l++)
         for (int kv = 0; kv < 2 && !e; kv++) {
             size_t off = ((size_t)kv * r->n_layers + l) * per_layer;
             float *dst = kv ? scdb_kv_v(c, l, slot0) : scdb_kv_k(c, l, slot0);
-            if (r->dtype == SCDB_F32)
-                e = ops->upload(dst, (const char *)blk->payload + off, (size_t)n * d * sizeof(float));
+            if (r->dtype == SCDB_F16)
+                e = ops->f16_to_f32((const uint16_t *)(const void *)(src + off), dst, (size_t)n * d);
+            else if (blk->payload_on_device)
+                e = ops->dcopy(dst, src + off, (size_t)n * d * sizeof(float));
             else
-                e = ops->f16_to_f32((const uint16_t *)(const void *)((const char *)stage + off),
-                                    dst, (size_t)n * d);
+                e = ops->upload(dst, src + off, (size_t)n * d * sizeof(float));
         }
     if (!e) e = ops->upload(c->pos + slot0, pos, (size_t)n * sizeof *pos);
     {

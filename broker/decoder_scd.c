@@ -146,12 +146,25 @@ static scdb_err scd_decode_dev(void *ctx, const scdb_k_ops *ops, const scdb_deco
     rc = d->dev_err[dv];
     pthread_mutex_unlock(&d->dev_mu);
     if (rc) return rc;
-    if (n > (int)SCDB_ARRAY_LEN(pos_small) && !(pos = malloc((size_t)n * sizeof *pos)))
+    /* the device decode gathers the codes on the host: a block in the GPU
+     * hot tier comes down first (codes are small) */
+    void *codes = (void *)blk->payload;
+    if (blk->payload_on_device) {
+        if (!(codes = malloc((size_t)blk->payload_len))) return SCDB_ENOMEM;
+        if ((rc = ops->download(codes, blk->payload, (size_t)blk->payload_len))) {
+            free(codes);
+            return rc;
+        }
+    }
+    if (n > (int)SCDB_ARRAY_LEN(pos_small) && !(pos = malloc((size_t)n * sizeof *pos))) {
+        if (codes != blk->payload) free(codes);
         return SCDB_ENOMEM;
+    }
     for (int i = 0; i < n; i++) pos[i] = p0 + i;
-    rc = scdb_pair_dev_decode_range(pd, d->cb, blk->payload, blk->n_tokens, 0, n, pos,
-                                    blk->tokens, -1, c, slot0);
+    rc = scdb_pair_dev_decode_range(pd, d->cb, codes, blk->n_tokens, 0, n, pos, blk->tokens, -1,
+                                    c, slot0);
     if (pos != pos_small) free(pos);
+    if (codes != blk->payload) free(codes);
     return rc;
 }
 

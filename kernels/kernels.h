@@ -138,6 +138,8 @@ int scdb_k_cuda_device_count(void);
 scdb_err scdb_k_cuda_malloc(size_t bytes, void **out);
 void scdb_k_cuda_free(void *p);
 scdb_err scdb_k_cuda_copy(void *dst, const void *src, size_t bytes, int to_device);
+/* Device to device (cudaMemcpyDeviceToDevice, synchronous w.r.t. the host). */
+scdb_err scdb_k_cuda_copy_d2d(void *dst, const void *src, size_t bytes);
 scdb_err scdb_k_cuda_sync(void);
 /* cudaMemset on device memory (benches: the write-bandwidth ceiling). */
 scdb_err scdb_k_cuda_memset(void *p, int value, size_t bytes);
@@ -343,7 +345,8 @@ scdb_err scdb_k_cuda_device_info(int dev, scdb_k_cuda_info *out);
  * table and host memory for the CPU one.
  *
  *   alloc / release   device memory (uninitialised) / free it (NULL: no-op)
- *   upload            host -> device; download: device -> host
+ *   upload            host -> device; download: device -> host; dcopy:
+ *                     device -> device
  *   zero              memset 0 (asynchronous on CUDA)
  *   sync              wait for everything queued; reports kernel errors
  *   the ops           the twins of kernels.h (device pointers throughout:
@@ -357,6 +360,7 @@ typedef struct scdb_k_ops {
     void (*release)(void *p);
     scdb_err (*upload)(void *dst, const void *src, size_t bytes);
     scdb_err (*download)(void *dst, const void *src, size_t bytes);
+    scdb_err (*dcopy)(void *dst, const void *src, size_t bytes);
     scdb_err (*zero)(void *p, size_t bytes);
     scdb_err (*sync)(void);
     scdb_err (*f16_to_f32)(const uint16_t *src, float *dst, size_t n);

@@ -24,6 +24,7 @@
 
 #include "broker.h"
 #include "broker_kv.h"
+#include "store.h"
 #include "codec.h"
 #include "model.h"
 #include "scdb.h"
@@ -1928,6 +1929,17 @@ static void decode_both(const scdb_decoder *dec, const scdb_decode_block *blk, i
     assert_int_equal(a->n, slot0 + n);
     assert_int_equal(b->n, a->n);
     assert_memory_equal(a->mem, b->mem, scdb_kv_cache_bytes(L, H, hd, cap));
+    /* a payload already in the device's memory (the GPU hot tier) */
+    {
+        scdb_decode_block on = *blk;
+        scdb_kv_cache *c2;
+        on.payload_on_device = 1;
+        assert_int_equal(scdb_kv_cache_new(L, H, hd, cap, &c2), SCDB_OK);
+        assert_int_equal(dec->decode_dev(dec->ctx, scdb_k_ops_get(SCDB_DEV_CPU), &on, c2, slot0,
+                                         p0, n), SCDB_OK);
+        assert_memory_equal(a->mem, c2->mem, scdb_kv_cache_bytes(L, H, hd, cap));
+        scdb_kv_cache_free(&c2);
+    }
     /* the host decode's argument checks */
     assert_int_equal(dec->decode_dev(dec->ctx, scdb_k_ops_get(SCDB_DEV_CPU), blk, b, cap - n + 1,
                                      p0, n), SCDB_EINVAL);
@@ -2003,6 +2015,79 @@ static void test_decoders_device_path(void **state)
     cb.destroy(cb.ctx);
 }
 
+/* The GPU hot tier's code (device_tier.c) on the CPU table, under a store:
+ * puts land in it, acquire serves its addresses, get copies out through
+ * it, and the store's capacity / LRU / pinning rules hold as for RAM. */
+static void test_device_tier_store(void **state)
+{
+    char path[200];
+    scdb_store *s = NULL;
+    scdb_store_opts o = {0};
+    scdb_tier *t = NULL;
+    scdb_store_stat st;
+    scdb_ns ns;
+    enum { NB = 6, BYTES = 4096 };
+    int32_t tok[NB * BT];
+    scdb_key keys[NB];
+    size_t nk;
+    static unsigned char pl[NB][BYTES];
+    (void)state;
+    if (scdb_k_cuda_device_count() <= 0) {
+        scdb_err e = scdb_tier_device_new(SCDB_DEV_CUDA, 1 << 20, &t);
+        assert_true(e == SCDB_EDEVICE || e == SCDB_EUNSUPPORTED);
+        assert_null(t);
+    }
+    /* room for 3 blocks: a hot block is charged its payload and header */
+    assert_int_equal(scdb_tier_device_new(SCDB_DEV_CPU, 3 * (BYTES + 512), &t), SCDB_OK);
+    assert_string_equal(t->ops->name, SCDB_TIER_DEVICE_CPU);
+    snprintf(path, sizeof path, "%s/devtier", dir);
+    o.path = path;
+    o.block_tokens = BT;
+    o.no_sync = 1;
+    o.hot_tier = t;
+    assert_int_equal(scdb_store_open(&o, &s), SCDB_OK);
+    assert_int_equal(scdb_ns_make("devtier", 7, SCDB_F16, 1, &ns), SCDB_OK);
+    bkv_tokens(4242, tok, NB * BT);
+    assert_int_equal(scdb_block_key_chain(&ns, tok, NB * BT, BT, keys, NB, &nk), SCDB_OK);
+    assert_int_equal(nk, NB);
+    for (int i = 0; i < NB; i++) {
+        scdb_block_put p = {.key = keys[i], .block_index = (uint32_t)i,
+                            .payload_dtype = SCDB_F16, .payload = pl[i], .payload_len = BYTES};
+        size_t ns_stored = 0;
+        for (int j = 0; j < BYTES; j++) pl[i][j] = (unsigned char)bkv_hash((uint32_t)(i * BYTES + j));
+        if (i) p.parent = keys[i - 1];
+        assert_int_equal(scdb_store_put_batch(s, &ns, &p, 1, &ns_stored), SCDB_OK);
+    }
+    assert_int_equal(scdb_store_stats(s, &st), SCDB_OK);
+    assert_true(st.hot_bytes <= 3 * (BYTES + 512)); /* the tier's capacity holds */
+    assert_int_equal(st.hot_blocks, 3);
+    assert_true(st.hot_evictions >= NB - 3);
+    /* acquire: a tier address for every block (loaded from LMDB on a miss) */
+    scdb_block *held[3] = {0};
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(scdb_store_acquire(s, &keys[i], &held[i]), SCDB_OK);
+        assert_string_equal(held[i]->tier, SCDB_TIER_DEVICE_CPU);
+        assert_memory_equal(held[i]->payload, pl[i], BYTES);
+    }
+    /* pinned: the tier is full of held blocks, another acquire cannot fit */
+    {
+        scdb_block *more = NULL;
+        assert_int_equal(scdb_store_acquire(s, &keys[4], &more), SCDB_EFULL);
+        assert_null(more);
+    }
+    for (int i = 0; i < 3; i++) scdb_store_release(s, &held[i]);
+    /* get copies out through the tier */
+    {
+        static unsigned char out[BYTES];
+        scdb_block_info info;
+        for (int i = 0; i < NB; i++) {
+            assert_int_equal(scdb_store_get(s, &keys[i], out, sizeof out, &info), SCDB_OK);
+            assert_memory_equal(out, pl[i], BYTES);
+        }
+    }
+    scdb_store_close(&s);
+}
+
 /* Last: SIGINT also drains and exits 0. */
 static void test_sigint_exit(void **state)
 {
@@ -2034,6 +2119,7 @@ int main(void)
         cmocka_unit_test(test_cli),
         cmocka_unit_test(test_cuda_arena_refused),
         cmocka_unit_test(test_decoders_device_path),
+        cmocka_unit_test(test_device_tier_store),
         cmocka_unit_test(test_sigint_exit),
     };
     signal(SIGPIPE, SIG_IGN);

@@ -46,11 +46,14 @@ expect 1 "demo: --device cuda has no CUDA path" -- "$scdb" demo --device cuda
 grep -q "no CUDA path yet" "$tmp/err" && ok "demo: cuda refusal says why" || bad "demo: cuda refusal says why"
 # serve --device cpu starts, logs its choice, and stops on SIGTERM
 "$scdb" serve --device cpu --data-dir "$tmp/sd" --endpoint "ipc://$tmp/b.sock" \
-  --model m:2:1:8:64 --lookup-index 0 >"$tmp/serve.out" 2>"$tmp/serve.err" &
+  --model m:2:1:8:64 --lookup-index 0 --gpu-hot-capacity 1MiB >"$tmp/serve.out" 2>"$tmp/serve.err" &
 spid=$!
 for _ in $(seq 1 100); do grep -q "device: cpu requested" "$tmp/serve.err" && break; sleep 0.1; done
 grep -q "device: cpu requested" "$tmp/serve.err" && ok "serve --device cpu logs its choice" \
   || { bad "serve --device cpu logs its choice"; cat "$tmp/serve.err"; }
+grep -q "gpu_hot_capacity 1048576 ignored: the broker decodes on the CPU" "$tmp/serve.err" \
+  && ok "serve --device cpu ignores gpu_hot_capacity and says so" \
+  || bad "serve --device cpu ignores gpu_hot_capacity and says so"
 kill -TERM $spid 2>/dev/null; wait $spid; code=$?
 [ $code -eq 0 ] && ok "serve --device cpu stops cleanly" || bad "serve --device cpu (exit $code)"
 if ! nvidia-smi -L >/dev/null 2>&1; then

@@ -4,8 +4,11 @@
  * decoders' device path writes it) must equal the same get into a
  * shared-memory arena: bit for bit for raw KV (F16 and F32 payloads), within
  * the CUDA codec twins' tolerance for the SCD codec (the reference family,
- * when present).  Exits 77 (skipped) when no CUDA device answers: CI has no
- * GPU, and this is the only test that runs the IPC path itself. */
+ * when present).  Two brokers: one with the hot tier in RAM, one with the
+ * GPU hot tier (gpu_hot_capacity), so both the upload path and the
+ * device-resident-payload paths (in place into a CUDA arena, copied down
+ * for a host arena) run.  Exits 77 (skipped) when no CUDA device answers:
+ * CI has no GPU, and this is the only test that runs the IPC path itself. */
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -30,38 +33,35 @@
 
 #define N 256
 
-static char dir[128], cfg_path[256], endpoint[300], log_path[256];
-static pid_t broker_pid = -1;
-static int have_family;
+#define NB 2                     /* brokers: RAM hot tier, GPU hot tier */
+static char dir[128], cfg_path[NB][256], endpoint[NB][300], log_path[NB][256];
+static pid_t broker_pid[NB] = {-1, -1};
+static int have_family, cur;
 
 static scdb *connect_to(int timeout_ms)
 {
-    scdb_opts o = {.endpoint = endpoint, .timeout_ms = timeout_ms, .name = "test_cuda_ipc"};
+    scdb_opts o = {.endpoint = endpoint[cur], .timeout_ms = timeout_ms, .name = "test_cuda_ipc"};
     scdb *h = NULL;
     scdb_connect(&o, &h);
     return h;
 }
 
-static int setup(void **state)
+static int start_broker(int bi)
 {
     FILE *f;
     double until;
     scdb *h;
-    (void)state;
-    have_family = access(SCDB_DATA_DIR "/models/base/model.safetensors", R_OK) == 0 &&
-                  access(SCDB_DATA_DIR "/pairs/base__code.safetensors", R_OK) == 0;
-    snprintf(dir, sizeof dir, "/tmp/test_cuda_ipc.XXXXXX");
-    if (!mkdtemp(dir)) return -1;
-    snprintf(cfg_path, sizeof cfg_path, "%s/broker.ini", dir);
-    snprintf(endpoint, sizeof endpoint, "ipc://%s/broker.sock", dir);
-    snprintf(log_path, sizeof log_path, "%s/log.txt", dir);
-    if (!(f = fopen(cfg_path, "w"))) return -1;
-    fprintf(f, "[broker]\nendpoint = %s\ndata_dir = %s/data\nno_sync = 1\ndevice = cuda\n"
-               "log_level = info\n\n"
+    pid_t pid;
+    snprintf(cfg_path[bi], sizeof cfg_path[bi], "%s/broker%d.ini", dir, bi);
+    snprintf(endpoint[bi], sizeof endpoint[bi], "ipc://%s/broker%d.sock", dir, bi);
+    snprintf(log_path[bi], sizeof log_path[bi], "%s/log%d.txt", dir, bi);
+    if (!(f = fopen(cfg_path[bi], "w"))) return -1;
+    fprintf(f, "[broker]\nendpoint = %s\ndata_dir = %s/data%d\nno_sync = 1\ndevice = cuda\n"
+               "log_level = info\n%s\n"
                "[model m16]\nn_layers = 4\nn_kv_heads = 2\nhead_dim = 16\nmax_seq_len = 1024\n"
                "raw_dtype = f16\n\n"
                "[model m32]\nn_layers = 2\nn_kv_heads = 2\nhead_dim = 8\nraw_dtype = f32\n\n",
-            endpoint, dir);
+            endpoint[bi], dir, bi, bi ? "gpu_hot_capacity = 256MiB\n" : "");
     if (have_family)
         fprintf(f, "[model base]\nconfig = " SCDB_DATA_DIR "/models/base/config.json\n"
                    "[model code]\nconfig = " SCDB_DATA_DIR "/models/code/config.json\n"
@@ -70,20 +70,23 @@ static int setup(void **state)
                    "[pair base-scd code]\ndecoder = scd\n"
                    "file = " SCDB_DATA_DIR "/pairs/base__code.safetensors\n");
     fclose(f);
-    broker_pid = fork();
-    if (broker_pid < 0) return -1;
-    if (broker_pid == 0) {
-        int fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND, 0600);
+    pid = fork();
+    if (pid < 0) return -1;
+    if (pid == 0) {
+        int fd = open(log_path[bi], O_WRONLY | O_CREAT | O_APPEND, 0600);
         if (fd >= 0) { dup2(fd, 1); dup2(fd, 2); }
-        execl(SCDB_BROKER_BIN, SCDB_BROKER_BIN, "--config", cfg_path, (char *)NULL);
+        execl(SCDB_BROKER_BIN, SCDB_BROKER_BIN, "--config", cfg_path[bi], (char *)NULL);
         _exit(127);
     }
+    broker_pid[bi] = pid;
+    cur = bi;
     until = scdb_now() + 60;
     while (!(h = connect_to(200))) {
         int st;
-        if (waitpid(broker_pid, &st, WNOHANG) == broker_pid || scdb_now() > until) {
-            fprintf(stderr, "test_cuda_ipc: the broker did not start (log: %s)\n", log_path);
-            broker_pid = -1;
+        if (waitpid(pid, &st, WNOHANG) == pid || scdb_now() > until) {
+            fprintf(stderr, "test_cuda_ipc: broker %d did not start (log: %s)\n", bi,
+                    log_path[bi]);
+            broker_pid[bi] = -1;
             return -1;
         }
         usleep(20000);
@@ -92,15 +95,28 @@ static int setup(void **state)
     return 0;
 }
 
+static int setup(void **state)
+{
+    (void)state;
+    have_family = access(SCDB_DATA_DIR "/models/base/model.safetensors", R_OK) == 0 &&
+                  access(SCDB_DATA_DIR "/pairs/base__code.safetensors", R_OK) == 0;
+    snprintf(dir, sizeof dir, "/tmp/test_cuda_ipc.XXXXXX");
+    if (!mkdtemp(dir)) return -1;
+    for (int bi = 0; bi < NB; bi++)
+        if (start_broker(bi)) return -1;
+    return 0;
+}
+
 static int teardown(void **state)
 {
     char cmd[300];
     int st;
     (void)state;
-    if (broker_pid > 0) {
-        kill(broker_pid, SIGTERM);
-        waitpid(broker_pid, &st, 0);
-    }
+    for (int bi = 0; bi < NB; bi++)
+        if (broker_pid[bi] > 0) {
+            kill(broker_pid[bi], SIGTERM);
+            waitpid(broker_pid[bi], &st, 0);
+        }
     if (getenv("SCDB_TEST_KEEP")) {
         fprintf(stderr, "test_cuda_ipc: kept %s\n", dir);
         return 0;
@@ -113,7 +129,7 @@ static int teardown(void **state)
 static void *download(const scdb_kv_cache *dc)
 {
     size_t bytes = scdb_kv_cache_bytes(dc->n_layers, dc->n_kv_heads, dc->head_dim, dc->capacity);
-    void *buf = malloc(bytes);
+    void *buf = aligned_alloc(64, (bytes + 63) / 64 * 64);   /* views need 64-byte alignment */
     assert_non_null(buf);
     assert_int_equal(scdb_k_cuda_copy(buf, dc->mem, bytes, 0), SCDB_OK);
     return buf;
@@ -152,7 +168,10 @@ static void test_raw_ipc(void **state)
 {
     const char *models[2] = {"m16", "m32"};
     (void)state;
-    for (int mi = 0; mi < 2; mi++) {
+    for (int run = 0; run < 2 * NB; run++) {
+        int mi = run % 2;
+        cur = run / 2;
+        print_message("raw %s, broker %d (%s hot tier)\n", models[mi], cur, cur ? "GPU" : "RAM");
         uint32_t seed = 700 + (uint32_t)mi;
         int32_t t[N];
         scdb_info info;
@@ -212,7 +231,7 @@ static double close_to(const float *a, const float *b, size_t n, float tol, floa
     return worst;
 }
 
-static void test_scd_ipc(void **state)
+static void scd_ipc_once(void)
 {
     enum { NS = 192 };
     int32_t t[NS];
@@ -224,11 +243,6 @@ static void test_scd_ipc(void **state)
     scdb_kv_cache *own = NULL;
     const scdb_kv_cache *host;
     int L, D, cap;
-    (void)state;
-    if (!have_family) {
-        print_message("skipped: no model family under " SCDB_DATA_DIR "\n");
-        skip();
-    }
     for (int i = 0; i < NS; i++) t[i] = "a prefix decoded on the GPU through CUDA IPC. "[i % 46];
     assert_int_equal(scdb_model_load(SCDB_DATA_DIR "/models/base", &m, err, sizeof err), SCDB_OK);
     scdb *p = connect_to(20000), *c = connect_to(20000);
@@ -269,6 +283,19 @@ static void test_scd_ipc(void **state)
     scdb_model_free(&m);
     scdb_close(&c);
     scdb_close(&p);
+}
+
+static void test_scd_ipc(void **state)
+{
+    (void)state;
+    if (!have_family) {
+        print_message("skipped: no model family under " SCDB_DATA_DIR "\n");
+        skip();
+    }
+    for (cur = 0; cur < NB; cur++) {
+        print_message("scd, broker %d (%s hot tier)\n", cur, cur ? "GPU" : "RAM");
+        scd_ipc_once();
+    }
 }
 
 int main(void)

@@ -136,3 +136,8 @@ scdb_err scdb_k_cuda_pci_bus_id(int dev, char *buf, size_t len)
     (void)dev; (void)buf; (void)len;
     ABSENT;
 }
+scdb_err scdb_k_cuda_copy_d2d(void *dst, const void *src, size_t bytes)
+{
+    (void)dst; (void)src; (void)bytes;
+    ABSENT;
+}

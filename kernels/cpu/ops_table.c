@@ -37,6 +37,7 @@ static const scdb_k_ops cpu_ops = {
     .release = cpu_release,
     .upload = cpu_copy,
     .download = cpu_copy,
+    .dcopy = cpu_copy,
     .zero = cpu_zero,
     .sync = cpu_sync,
     .f16_to_f32 = cpu_f16_to_f32,
@@ -53,6 +54,10 @@ static scdb_err cuda_download(void *dst, const void *src, size_t bytes)
 {
     return bytes ? scdb_k_cuda_copy(dst, src, bytes, 0) : SCDB_OK;
 }
+static scdb_err cuda_dcopy(void *dst, const void *src, size_t bytes)
+{
+    return bytes ? scdb_k_cuda_copy_d2d(dst, src, bytes) : SCDB_OK;
+}
 static scdb_err cuda_zero(void *p, size_t bytes)
 {
     return bytes ? scdb_k_cuda_memset(p, 0, bytes) : SCDB_OK;
@@ -64,6 +69,7 @@ static const scdb_k_ops cuda_ops = {
     .release = scdb_k_cuda_free,
     .upload = cuda_upload,
     .download = cuda_download,
+    .dcopy = cuda_dcopy,
     .zero = cuda_zero,
     .sync = scdb_k_cuda_sync,
     .f16_to_f32 = scdb_k_f16_to_f32_cuda,

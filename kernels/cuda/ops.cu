@@ -51,6 +51,12 @@ extern "C" scdb_err scdb_k_cuda_copy(void *dst, const void *src, size_t bytes, i
     return SCDB_OK;
 }
 
+extern "C" scdb_err scdb_k_cuda_copy_d2d(void *dst, const void *src, size_t bytes)
+{
+    CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice));
+    return SCDB_OK;
+}
+
 extern "C" scdb_err scdb_k_gemm_cuda(int trans_a, int trans_b, int M, int N, int K, float alpha,
                                      const float *A, int lda, const float *B, int ldb,
                                      float beta, float *C, int ldc)
