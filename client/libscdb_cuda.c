@@ -37,7 +37,7 @@ static pthread_once_t rt_once = PTHREAD_ONCE_INIT;
 static void rt_load(void)
 {
     const char *names[] = {getenv("SCDB_CUDART"), "libcudart.so", "libcudart.so.13",
-                           "libcudart.so.12"};
+                           "libcudart.so.12", "/usr/local/cuda/lib64/libcudart.so"};
     for (int pass = 0; pass < 2 && !rt.lib; pass++)
         for (size_t i = 0; i < sizeof names / sizeof *names && !rt.lib; i++)
             if (names[i] && *names[i])

@@ -111,7 +111,8 @@
  *     GPU is found by PCI bus id, so CUDA_VISIBLE_DEVICES may differ.
  *   - libscdb does not link the CUDA runtime: it loads libcudart with
  *     dlopen at the first CUDA arena (one the process already has, else
- *     $SCDB_CUDART, libcudart.so, .so.13, .so.12); none: SCDB_EUNSUPPORTED.
+ *     $SCDB_CUDART, libcudart.so, .so.13, .so.12, then
+ *     /usr/local/cuda/lib64/libcudart.so); none: SCDB_EUNSUPPORTED.
  *   - CUDA context: the memory is opened in the device's primary context
  *     (what the runtime API and most frameworks use); use the pointers of
  *     scdb_arena_cache_device() on that device.  The caller's current
@@ -120,9 +121,11 @@
  *   - fork: CUDA contexts do not survive fork(); a child must not touch an
  *     inherited CUDA arena (nor free it): create its own.
  *   - the handle is only ever sent to the client that created the arena,
- *     in the reply to its ArenaCreate; scdb_arena_free closes our mapping
- *     before the broker frees the device memory; a reclaimed client's
- *     device memory is freed by the broker.
+ *     in the reply to its ArenaCreate; scdb_arena_free and scdb_close
+ *     close our mapping before the broker frees the device memory; a
+ *     reclaimed client's device memory is freed by the broker.  After a
+ *     re-registration or a broker restart the arena is stale (as any
+ *     arena: SCDB_ECLOSED): do not touch its device memory, free it.
  *   - a get writes pos, K and V on the device and is complete when
  *     scdb_get returns (the broker synchronises before replying); the
  *     header (n, gen) stays in shared memory.  Live sessions (eviction)
