@@ -492,6 +492,7 @@ int scdb_bench_quality(int argc, char **argv)
         fprintf(stderr, "bench quality: %s\n", why);
         return 1;
     }
+    fprintf(stderr, "bench quality: device %s (%s)\n", scdb_device_name(dev), why);
     char models[1024], arts[1024], path[2200], err[512];
     snprintf(models, sizeof models, "%s", o.models ? o.models : "");
     if (!o.models) snprintf(models, sizeof models, "%s/models", o.data);

@@ -163,6 +163,7 @@ int scdb_cmd_calibrate(int argc, char **argv)
         fprintf(stderr, "calibrate: %s\n", why);
         return 1;
     }
+    fprintf(stderr, "calibrate: device %s (%s)\n", scdb_device_name(dev), why);
     double t0 = scdb_now();
     if ((rc = scdb_model_load(producer_dir, &prod, err, sizeof err))) {
         fprintf(stderr, "calibrate: %s: %s (%s)\n", producer_dir, err, scdb_strerror(rc));

@@ -427,6 +427,7 @@ int scdb_cmd_demo(int argc, char **argv)
             fprintf(stderr, "scdb demo: %s\n", why);
             return 1;
         }
+        fprintf(stderr, "scdb demo: device %s (%s)\n", scdb_device_name(dev), why);
         d.device = SCDB_DEVPREF_CPU;     /* the broker decodes into CPU arenas */
     }
     static const char *specialists[] = {"code", "manpages"};

@@ -82,6 +82,8 @@ then ok "models JSON has every model and domain"; else bad "models JSON has ever
 # the fan-out demo end to end: broker, producer, every specialist consumer
 "$scdb" demo --device cpu >"$tmp/demo" 2>"$tmp/err"
 code=$?
+grep -q "scdb demo: device cpu (cpu requested" "$tmp/err" && ok "demo --device cpu says which device" \
+  || bad "demo --device cpu says which device"
 if [ $code -eq 0 ] && grep -q "^demo: ok" "$tmp/demo" && grep -q "^| code |" "$tmp/demo" \
    && grep -q "^| manpages |" "$tmp/demo"; then ok "demo runs end to end for every specialist"
 else bad "demo (exit $code)"; cat "$tmp/demo" "$tmp/err"; fi
