@@ -400,7 +400,8 @@ static void usage(FILE *f)
 "usage: scdb bench quality [--text FILE] [--json FILE] [--png FILE] [--prefix N]\n"
 "                          [--cont N] [--windows N] [--reps N] [--ds-layers G]\n"
 "                          [--no-ablations] [--ablation-windows N] [--data DIR]\n"
-"                          [--models DIR] [--artifacts DIR] [--producer NAME] [-q]\n\n"
+"                          [--models DIR] [--artifacts DIR] [--producer NAME]\n"
+"                          [--device D] [-q]\n\n"
 "SCD quality table: oracle, raw, quant4, droidspeak, scd_reuse, scd_full for every\n"
 "calibrated pair (DIR/pairs/<producer>__<consumer>.safetensors), on windows of the\n"
 "SECOND half of each consumer's held-out text (or --text FILE for all consumers).\n"
@@ -410,7 +411,9 @@ static void usage(FILE *f)
 "  --data DIR  assets (default $SCDB_DATA or the repository's data/); --models and\n"
 "              --artifacts (codebooks/, pairs/) override its parts\n"
 "  --png FILE  quality vs payload plot through tools/plot_quality.py (python3 +\n"
-"              matplotlib)\n");
+"              matplotlib)\n"
+"  --device D  auto | cpu | cuda (default auto).  The quality bench has no CUDA\n"
+"              path yet: auto runs on the CPU and logs why, cuda fails (exit 1)\n");
 }
 
 static scdb_err choose_droid(ctx *c, const unsigned char *cal, size_t cal_len, int g, int *best_a,
@@ -450,6 +453,9 @@ int scdb_bench_quality(int argc, char **argv)
                .abl_windows = 48, .ablations = 1, .verbose = 1, .producer = "base"};
     const char *env = getenv("SCDB_DATA");
     o.data = env && *env ? env : SCDB_DATA_DIR;
+    scdb_device_pref dev_pref = SCDB_DEVPREF_AUTO;
+    scdb_device dev;
+    char why[384];
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int more = i + 1 < argc;
@@ -469,12 +475,24 @@ int scdb_bench_quality(int argc, char **argv)
         else if (!strcmp(a, "--artifacts") && more) o.artifacts = argv[++i];
         else if (!strcmp(a, "--producer") && more) o.producer = argv[++i];
         else if (!strcmp(a, "-q")) o.verbose = 0;
+        else if (!strcmp(a, "--device") && more) {
+            if (scdb_device_parse(argv[++i], &dev_pref)) {
+                fprintf(stderr, "bench quality: --device wants auto, cpu or cuda, not '%s'\n\n", argv[i]);
+                usage(stderr);
+                return 2;
+            }
+        }
         else { fprintf(stderr, "bench quality: unknown or incomplete option '%s'\n\n", a); usage(stderr); return 2; }
     }
     if (o.prefix < 1 || o.cont < 1 || o.windows < 1 || o.reps < 1 || o.ds_layers < 1) {
         usage(stderr);
         return 2;
     }
+    if (scdb_device_resolve_cpu_only(dev_pref, "scdb bench quality", &dev, why, sizeof why)) {
+        fprintf(stderr, "bench quality: %s\n", why);
+        return 1;
+    }
+    fprintf(stderr, "bench quality: device %s (%s)\n", scdb_device_name(dev), why);
     char models[1024], arts[1024], path[2200], err[512];
     snprintf(models, sizeof models, "%s", o.models ? o.models : "");
     if (!o.models) snprintf(models, sizeof models, "%s/models", o.data);
@@ -558,6 +576,8 @@ int scdb_bench_quality(int argc, char **argv)
     double scd_bytes = (double)scdb_codebook_token_bytes(cb);
 
     cJSON_AddStringToObject(jcfg, "producer", o.producer);
+    cJSON_AddStringToObject(jcfg, "device", scdb_device_name(dev));
+    cJSON_AddStringToObject(jcfg, "device_choice", why);
     cJSON_AddStringToObject(jcfg, "codebook", ci->id_hex);
     cJSON_AddNumberToObject(jcfg, "prefix", c.P);
     cJSON_AddNumberToObject(jcfg, "cont", c.C);

@@ -269,6 +269,14 @@ scdb_err scdb_broker_new(const scdb_broker_config *c, scdb_broker **out, char *e
     b->lock_fd = -1;
     b->sigpipe[0] = b->sigpipe[1] = -1;
     b->t_start = scdb_now();
+    {
+        char why[384];
+        e = scdb_device_resolve(c->device, &b->device, why, sizeof why);
+        if (e) {
+            snprintf(errbuf, errlen, "device %s: %s", scdb_device_pref_name(c->device), why);
+            goto fail;
+        }
+    }
 
     e = bk_registry_build(b, c, errbuf, errlen);
     if (e) goto fail;
@@ -282,6 +290,20 @@ scdb_err scdb_broker_new(const scdb_broker_config *c, scdb_broker **out, char *e
     so.block_tokens = c->block_tokens;
     so.disk_capacity_bytes = c->disk_capacity;
     so.hot_capacity_bytes = c->hot_capacity;
+    if (c->gpu_hot_capacity && b->device != SCDB_DEV_CUDA) {
+        scdb_warn("gpu_hot_capacity %llu ignored: the broker decodes on the CPU; the hot tier "
+                  "stays in RAM (hot_capacity %llu)", (unsigned long long)c->gpu_hot_capacity,
+                  (unsigned long long)c->hot_capacity);
+    } else if (c->gpu_hot_capacity) {
+        e = scdb_tier_device_new(SCDB_DEV_CUDA, c->gpu_hot_capacity, &so.hot_tier);
+        if (e) {
+            snprintf(errbuf, errlen, "cannot create the GPU hot tier: %s", scdb_strerror(e));
+            goto fail;
+        }
+        b->hot_on_device = 1;
+        scdb_info("hot tier: %llu bytes of CUDA device memory (gpu_hot_capacity), in place of "
+                  "the RAM tier", (unsigned long long)c->gpu_hot_capacity);
+    }
     so.map_size = c->map_size;
     so.max_map_size = c->max_map_size;
     so.no_sync = c->no_sync;

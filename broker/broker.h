@@ -80,6 +80,36 @@
  * slot-indexed KV cache (kernels.h), where get decodes the consumer's KV
  * directly; or, for producers, room for their states (put_states).
  *
+ * CUDA ARENAS (device = auto | cpu | cuda; compile-checked only so far)
+ * -----------
+ * At start the broker resolves its device (kernels.h scdb_device_resolve,
+ * one log line: which and why); cuda without a device is a start error.
+ * On CUDA a client may ask for a CUDA IPC arena (ArenaCreate.cuda): the
+ * header stays in shm (kind SCDB_ARENA_KIND_KV_CUDA, wire.h), the cache --
+ * pos, K, V in kernels.h's layout, pos at its start -- is one zeroed
+ * cudaMalloc on device 0, exported with cudaIpcGetMemHandle; the 64-byte
+ * handle, the device ordinal and its PCI bus id go only in the owner's
+ * ArenaCreateReply.  A get on it calls the pair decoder's decode_dev with
+ * the CUDA ops table (kernels.h): raw uploads the payload (F16 converted on
+ * the device), scd runs codec.h's scdb_pair_dev (the pair's weights are
+ * uploaded at its first device decode, under a mutex); the worker
+ * synchronises before the reply.  The device memory is freed with the
+ * arena's last reference (free, reclaim, shutdown) and counts in the arena
+ * byte limits.  Live sessions stay on host arenas (SCDB_EUNSUPPORTED).
+ * The device path of each decoder is checked on the CPU ops table against
+ * its host decode (test_broker); the IPC path itself by test_cuda_ipc,
+ * which skips without a GPU.
+ *
+ * GPU hot tier (gpu_hot_capacity > 0 on a CUDA broker): the store's hot
+ * tier is device memory (device_tier.c over the CUDA ops table) instead of
+ * RAM, same LRU and pinning rules, filled from LMDB on a miss (the store
+ * verifies the value on the host, then uploads the payload).  A get's
+ * acquired block is then a device pointer: into a CUDA IPC arena the
+ * decoder's decode_dev reads it in place (payload_on_device; raw: device
+ * to device copies / conversion, scd: the codes come down, they are
+ * small); into a host arena the worker first copies it down.  On a CPU
+ * broker the key is ignored with a warning.
+ *
  * LIVE SESSIONS (sessions.c)
  * -------------
  * A consumer may keep one of its arenas within a slot budget while it
@@ -162,6 +192,9 @@ typedef struct scdb_decode_block {
     const int32_t *tokens;     /* the block's tokens                        */
     int n_tokens;              /* tokens in the block (block_tokens)        */
     uint32_t block_index;
+    int payload_on_device;     /* payload is device memory (the GPU hot tier):
+                                  only decode_dev is given such a block,
+                                  with the table of that device           */
 } scdb_decode_block;
 
 /* The decode hook of one (codebook, consumer) pair.  decode() writes the
@@ -178,6 +211,14 @@ typedef struct scdb_decoder {
                        int slot0, int32_t p0, int n);
     void (*destroy)(void *ctx);
     void *ctx;
+    /* Optional (NULL: host memory only): the same into a cache whose pos, K
+     * and V live in the memory of ops->device (kernels.h's ops tables; the
+     * broker passes the CUDA table for a CUDA IPC arena), synchronous: the
+     * KV is in place when it returns.  Device state (weights) may be
+     * created on first use, thread-safely, and lives until destroy.  Plus
+     * the table's errors (SCDB_EDEVICE, SCDB_EUNSUPPORTED). */
+    scdb_err (*decode_dev)(void *ctx, const scdb_k_ops *ops, const scdb_decode_block *blk,
+                           scdb_kv_cache *cache, int slot0, int32_t p0, int n);
 } scdb_decoder;
 
 /* A codebook kind: how to open a codebook and build a pair's decoder.
@@ -199,6 +240,17 @@ const scdb_codec_kind *scdb_codec_kind_find(const char *name);
 /* The built-in raw decoder for consumer geometry m and payload dtype (F16
  * or F32).  SCDB_EDTYPE, SCDB_ENOMEM. */
 scdb_err scdb_decoder_raw_new(const scdb_broker_model *m, scdb_dtype dtype, scdb_decoder *out);
+
+/* A store memory tier in a device's memory (store.h "memory tiers";
+ * device_tier.c): the GPU hot tier on SCDB_DEV_CUDA (tier name
+ * SCDB_TIER_CUDA; slots are device pointers), or the same code over host
+ * memory on SCDB_DEV_CPU (SCDB_TIER_DEVICE_CPU: tests).  The store does the
+ * accounting, LRU and pinning as for the host tier.  SCDB_EINVAL,
+ * SCDB_ENOMEM, SCDB_EDEVICE (no CUDA device answers), SCDB_EUNSUPPORTED (no
+ * CUDA backend in this build). */
+#define SCDB_TIER_CUDA "cuda"
+#define SCDB_TIER_DEVICE_CPU "device-cpu"
+scdb_err scdb_tier_device_new(scdb_device dev, uint64_t capacity_bytes, scdb_tier **out);
 
 /* -------------------------------------------------------------- config */
 
@@ -238,6 +290,10 @@ typedef struct scdb_broker_config {
     char data_dir[512];        /* LMDB directory (default ./scdb-data)        */
     uint32_t block_tokens;     /* 0 = store default (64)                      */
     uint64_t map_size, max_map_size, disk_capacity, hot_capacity;
+    uint64_t gpu_hot_capacity; /* bytes of CUDA device memory for the hot
+                                  tier, which then replaces the RAM one
+                                  (0: none; ignored, with a warning, when
+                                  the broker runs on the CPU)               */
     int no_sync;
     int lookup_index;          /* publish the shared-memory lookup index (1)  */
     uint32_t lookup_index_entries; /* keys the index is sized for at start,
@@ -254,6 +310,8 @@ typedef struct scdb_broker_config {
     int max_inflight;          /* queued + running jobs; more: SCDB_EBUSY (1024) */
     unsigned socket_mode;      /* ipc socket file mode (0660; stricter only)  */
     scdb_log_level log_level;  /* (info)                                      */
+    scdb_device_pref device;   /* auto | cpu | cuda (auto): where gets decode
+                                  into CUDA IPC arenas; see CUDA ARENAS      */
     scdb_broker_model_cfg *models;
     int n_models;
     scdb_broker_codebook_cfg *codebooks;

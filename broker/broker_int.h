@@ -57,7 +57,13 @@ typedef struct bk_arena {
     size_t size;
     uint32_t capacity;          /* slots (KV) or token rows (states)       */
     scdb_arena_header *hdr;
-    scdb_kv_cache *cache;       /* view at map + SCDB_ARENA_HEADER_BYTES    */
+    scdb_kv_cache *cache;       /* view at map + SCDB_ARENA_HEADER_BYTES,
+                                   or over dev (CUDA IPC arenas)           */
+    void *dev;                  /* CUDA IPC arena: the cache's device
+                                   allocation (pos, K, V); NULL otherwise  */
+    size_t dev_bytes;           /* its size, counted in the arena limits   */
+    uint8_t ipc_handle[SCDB_CUDA_IPC_HANDLE_BYTES];
+    char pci_bus_id[64];
     int refs;
     int busy;                   /* a get or an eviction is writing into it */
     struct bk_session *session; /* KV arena: its live session, if any      */
@@ -138,6 +144,9 @@ typedef struct bk_opstat {
 
 struct scdb_broker {
     scdb_broker_config cfg;     /* scalars only (arrays not kept)           */
+    scdb_device device;         /* cfg.device resolved at start             */
+    int cuda_ordinal;           /* the CUDA device arenas live on (0)       */
+    int hot_on_device;          /* the store's hot tier is CUDA memory      */
     scdb_broker_model *models;
     int n_models;
     scdb_broker_codebook *codebooks;
@@ -203,6 +212,12 @@ void bk_clients_sweep(scdb_broker *b, double now);
 void bk_clients_drop_all(scdb_broker *b);
 scdb_err bk_arena_create(scdb_broker *b, bk_client *c, uint32_t capacity, bk_arena **out,
                          char *errbuf, size_t errlen);
+/* A CUDA IPC KV arena: the header in shm (kind SCDB_ARENA_KIND_KV_CUDA),
+ * the cache zeroed in device memory with its IPC handle.  SCDB_EUNSUPPORTED
+ * (the broker is not on a CUDA device, or the client's decoder cannot write
+ * device memory), SCDB_EDEVICE, and bk_arena_create's errors. */
+scdb_err bk_cuda_arena_create(scdb_broker *b, bk_client *c, uint32_t capacity, bk_arena **out,
+                              char *errbuf, size_t errlen);
 /* A producer-states arena: the header (kind SCDB_ARENA_KIND_STATES) then
  * room for f32 [cb->states_layers][capacity][cb->states_dim]. */
 scdb_err bk_states_arena_create(scdb_broker *b, bk_client *c, uint32_t capacity,

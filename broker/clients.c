@@ -128,8 +128,9 @@ void bk_arena_unref(scdb_broker *b, bk_arena *a)
     bk_arena_unlink(a);
     scdb_kv_cache_free(&a->cache);
     if (a->map) munmap(a->map, a->size);
+    if (a->dev) scdb_k_ops_get(SCDB_DEV_CUDA)->release(a->dev);
     b->n_arenas--;
-    b->arena_bytes -= a->size;
+    b->arena_bytes -= a->size + a->dev_bytes;
     free(a);
 }
 
@@ -142,7 +143,7 @@ void bk_arena_release(scdb_broker *b, bk_client *c, bk_arena *a)
     if (!*pp) return;
     *pp = a->next;
     c->n_arenas--;
-    c->arena_bytes -= a->size;
+    c->arena_bytes -= a->size + a->dev_bytes;
     bk_arena_unlink(a);
     bk_arena_unref(b, a);
 }
@@ -263,6 +264,98 @@ scdb_err bk_arena_create(scdb_broker *b, bk_client *c, uint32_t capacity, bk_are
     }
     *out = a;
     return SCDB_OK;
+}
+
+static void fill_kv_header(bk_arena *a, const scdb_broker_model *m, uint32_t capacity,
+                           uint32_t kind, uint64_t cache_offset, uint64_t cache_bytes)
+{
+    a->hdr = a->map;
+    memcpy(a->hdr->magic, SCDB_ARENA_MAGIC, 8);
+    a->hdr->version = SCDB_ARENA_VERSION;
+    a->hdr->header_bytes = SCDB_ARENA_HEADER_BYTES;
+    a->hdr->arena_id = a->id;
+    a->hdr->n_layers = (uint32_t)m->n_layers;
+    a->hdr->n_kv_heads = (uint32_t)m->n_kv_heads;
+    a->hdr->head_dim = (uint32_t)m->head_dim;
+    a->hdr->capacity = capacity;
+    a->hdr->dtype = SCDB_F32;
+    a->hdr->kind = kind;
+    a->hdr->cache_offset = cache_offset;
+    a->hdr->cache_bytes = cache_bytes;
+    a->capacity = capacity;
+}
+
+scdb_err bk_cuda_arena_create(scdb_broker *b, bk_client *c, uint32_t capacity, bk_arena **out,
+                              char *errbuf, size_t errlen)
+{
+    const scdb_broker_model *m = c->model;
+    const scdb_k_ops *ops = scdb_k_ops_get(SCDB_DEV_CUDA);
+    bk_arena *a;
+    size_t cache_bytes;
+    scdb_err e;
+
+    if (b->device != SCDB_DEV_CUDA) {
+        snprintf(errbuf, errlen, "CUDA IPC arenas need a broker on a CUDA device; this one "
+                 "decodes on the CPU (device = %s%s)", scdb_device_pref_name(b->cfg.device),
+                 scdb_k_cuda_device_count() > 0 ? "" : "; no CUDA device answers here");
+        return SCDB_EUNSUPPORTED;
+    }
+    if (!c->pair || !c->pair->dec.decode_dev) {
+        snprintf(errbuf, errlen, "the %s decoder into model %s cannot write device memory",
+                 c->pair ? c->pair->dec.name : "(no)", m->name);
+        return SCDB_EUNSUPPORTED;
+    }
+    if (capacity == 0) capacity = (uint32_t)m->max_seq_len;
+    if (capacity > (1u << 26)) {
+        snprintf(errbuf, errlen, "arena capacity %u slots is too large", capacity);
+        return SCDB_ETOOBIG;
+    }
+    cache_bytes = scdb_kv_cache_bytes(m->n_layers, m->n_kv_heads, m->head_dim, (int)capacity);
+    if (b->cfg.max_arena_bytes && SCDB_ARENA_HEADER_BYTES + cache_bytes > b->cfg.max_arena_bytes) {
+        snprintf(errbuf, errlen, "arena of %zu bytes exceeds max_arena_bytes %llu",
+                 SCDB_ARENA_HEADER_BYTES + cache_bytes,
+                 (unsigned long long)b->cfg.max_arena_bytes);
+        return SCDB_ETOOBIG;
+    }
+    if (b->cfg.arena_total_bytes &&
+        b->arena_bytes + SCDB_ARENA_HEADER_BYTES + cache_bytes > b->cfg.arena_total_bytes) {
+        snprintf(errbuf, errlen, "arena memory full (%llu of arena_total_bytes %llu in use)",
+                 (unsigned long long)b->arena_bytes,
+                 (unsigned long long)b->cfg.arena_total_bytes);
+        return SCDB_EFULL;
+    }
+    e = bk_shm_create(b, c, SCDB_ARENA_HEADER_BYTES, BK_ARENA_KV, &a, errbuf, errlen);
+    if (e) return e;
+    e = ops->alloc(cache_bytes, &a->dev);
+    if (e) {
+        snprintf(errbuf, errlen, "cannot allocate %zu bytes of CUDA device memory: %s",
+                 cache_bytes, scdb_strerror(e));
+        a->dev = NULL;
+        goto fail;
+    }
+    a->dev_bytes = cache_bytes;
+    c->arena_bytes += cache_bytes;
+    b->arena_bytes += cache_bytes;
+    if ((e = ops->zero(a->dev, cache_bytes)) || (e = ops->sync()) ||
+        (e = scdb_k_cuda_ipc_handle(a->dev, a->ipc_handle))) {
+        snprintf(errbuf, errlen, "cannot export the arena's device memory: %s", scdb_strerror(e));
+        goto fail;
+    }
+    if (scdb_k_cuda_pci_bus_id(b->cuda_ordinal, a->pci_bus_id, sizeof a->pci_bus_id))
+        a->pci_bus_id[0] = 0;         /* the client falls back to the ordinal */
+    fill_kv_header(a, m, capacity, SCDB_ARENA_KIND_KV_CUDA, 0, cache_bytes);
+    e = scdb_kv_cache_view(a->dev, cache_bytes, m->n_layers, m->n_kv_heads, m->head_dim,
+                           (int)capacity, &a->cache);
+    if (e) {
+        snprintf(errbuf, errlen, "cannot lay a KV cache over the device memory: %s",
+                 scdb_strerror(e));
+        goto fail;
+    }
+    *out = a;
+    return SCDB_OK;
+fail:
+    bk_arena_release(b, c, a);        /* frees the device memory too */
+    return e;
 }
 
 scdb_err bk_states_arena_create(scdb_broker *b, bk_client *c, uint32_t capacity,

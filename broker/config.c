@@ -29,6 +29,7 @@ void scdb_broker_config_defaults(scdb_broker_config *c)
     c->socket_mode = 0660;
     c->lookup_index = 1;
     c->log_level = SCDB_LOG_INFO;
+    c->device = SCDB_DEVPREF_AUTO;
 }
 
 void scdb_broker_config_clear(scdb_broker_config *c)
@@ -119,7 +120,7 @@ static int copy_str(char *dst, size_t cap, const char *s)
 
 /* ------------------------------------------------------------ [broker] */
 
-enum { K_STR, K_U64, K_U32, K_INT, K_BOOL, K_MODE, K_LEVEL };
+enum { K_STR, K_U64, K_U32, K_INT, K_BOOL, K_MODE, K_LEVEL, K_DEVICE };
 
 static const struct key {
     const char *name;
@@ -139,6 +140,7 @@ static const struct key {
     {"max_map_size", K_U64, F(max_map_size), 0, 0, 0},
     {"disk_capacity", K_U64, F(disk_capacity), 0, 0, 0},
     {"hot_capacity", K_U64, F(hot_capacity), 0, 0, 0},
+    {"gpu_hot_capacity", K_U64, F(gpu_hot_capacity), 0, 0, 0},
     {"no_sync", K_BOOL, F(no_sync), 0, 0, 0},
     {"lookup_index", K_BOOL, F(lookup_index), 0, 0, 0},
     {"lookup_index_entries", K_U32, F(lookup_index_entries), 0, 0, 1u << 30},
@@ -154,6 +156,7 @@ static const struct key {
     {"max_inflight", K_INT, F(max_inflight), 0, 1, 1 << 20},
     {"socket_mode", K_MODE, F(socket_mode), 0, 0, 0},
     {"log_level", K_LEVEL, F(log_level), 0, 0, 0},
+    {"device", K_DEVICE, F(device), 0, 0, 0},
 #undef F
 #undef S
 };
@@ -218,6 +221,16 @@ scdb_err scdb_broker_config_set(scdb_broker_config *c, const char *key, const ch
         scdb_log_level l;
         if (parse_level(value, &l)) goto bad;
         memcpy(p + d->off, &l, sizeof l);
+        break;
+    }
+    case K_DEVICE: {
+        scdb_device_pref dp;
+        if (scdb_device_parse(value, &dp)) {
+            if (errbuf)
+                snprintf(errbuf, errlen, "bad value '%s' for %s (auto, cpu or cuda)", value, key);
+            return SCDB_EINVAL;
+        }
+        memcpy(p + d->off, &dp, sizeof dp);
         break;
     }
     }

@@ -47,6 +47,61 @@ static scdb_err raw_decode(void *ctx, const scdb_decode_block *blk, scdb_kv_cach
     return SCDB_OK;
 }
 
+/* Into device memory: the block's payload goes up once (F32 rows straight
+ * into the cache, F16 into a staging buffer converted on the device), the
+ * positions go up into pos[]. */
+static scdb_err raw_decode_dev(void *ctx, const scdb_k_ops *ops, const scdb_decode_block *blk,
+                               scdb_kv_cache *c, int slot0, int32_t p0, int n)
+{
+    const raw_dec *r = ctx;
+    size_t d, T, per_layer;
+    int32_t pos_small[256], *pos = pos_small;
+    void *stage = NULL;
+    scdb_err e = SCDB_OK;
+
+    if (!ops || !blk || !c || n <= 0 || n > blk->n_tokens || slot0 < 0 ||
+        slot0 > c->capacity - n)
+        return SCDB_EINVAL;
+    if (c->n_layers != r->n_layers || c->n_kv_heads != r->n_kv_heads ||
+        c->head_dim != r->head_dim)
+        return SCDB_ESHAPE;
+    d = (size_t)r->n_kv_heads * r->head_dim;
+    T = (size_t)blk->n_tokens;
+    per_layer = T * d * r->elem;
+    if (blk->payload_len != 2 * (uint64_t)r->n_layers * per_layer) return SCDB_ESHAPE;
+    if (n > (int)SCDB_ARRAY_LEN(pos_small) && !(pos = malloc((size_t)n * sizeof *pos)))
+        return SCDB_ENOMEM;
+    for (int i = 0; i < n; i++) pos[i] = p0 + i;
+    /* F16 goes up whole into a staging buffer and is converted there; a
+     * payload already on the device (GPU hot tier) is read in place */
+    const char *src = blk->payload;
+    if (r->dtype == SCDB_F16 && !blk->payload_on_device) {
+        e = ops->alloc((size_t)blk->payload_len, &stage);
+        if (!e) e = ops->upload(stage, blk->payload, (size_t)blk->payload_len);
+        src = stage;
+    }
+    for (int l = 0; l < r->n_layers && !e; l++)
+        for (int kv = 0; kv < 2 && !e; kv++) {
+            size_t off = ((size_t)kv * r->n_layers + l) * per_layer;
+            float *dst = kv ? scdb_kv_v(c, l, slot0) : scdb_kv_k(c, l, slot0);
+            if (r->dtype == SCDB_F16)
+                e = ops->f16_to_f32((const uint16_t *)(const void *)(src + off), dst, (size_t)n * d);
+            else if (blk->payload_on_device)
+                e = ops->dcopy(dst, src + off, (size_t)n * d * sizeof(float));
+            else
+                e = ops->upload(dst, src + off, (size_t)n * d * sizeof(float));
+        }
+    if (!e) e = ops->upload(c->pos + slot0, pos, (size_t)n * sizeof *pos);
+    {
+        scdb_err s = ops->sync();     /* also before the staging buffer goes */
+        if (!e) e = s;
+    }
+    ops->release(stage);
+    if (pos != pos_small) free(pos);
+    if (!e && c->n < slot0 + n) c->n = slot0 + n;
+    return e;
+}
+
 static void raw_destroy(void *ctx) { free(ctx); }
 
 scdb_err scdb_decoder_raw_new(const scdb_broker_model *m, scdb_dtype dtype, scdb_decoder *out)
@@ -63,6 +118,7 @@ scdb_err scdb_decoder_raw_new(const scdb_broker_model *m, scdb_dtype dtype, scdb
     r->elem = scdb_dtype_size(dtype);
     out->name = "raw";
     out->decode = raw_decode;
+    out->decode_dev = raw_decode_dev;
     out->destroy = raw_destroy;
     out->ctx = r;
     return SCDB_OK;

@@ -6,6 +6,7 @@
 #include "broker_int.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +16,11 @@
 typedef struct scd_dec {
     const scdb_codebook *cb;   /* owned by the broker codebook entry */
     scdb_pair *pair;
+    /* the pair's weights on each device, uploaded at the first decode into
+     * that device's memory (dev_mu guards the pointers and dev_err) */
+    pthread_mutex_t dev_mu;
+    scdb_pair_dev *dev[2];     /* [scdb_device] */
+    scdb_err dev_err[2];       /* a failed upload is not retried */
 } scd_dec;
 
 static void scd_codebook_destroy(void *ctx)
@@ -119,10 +125,62 @@ static scdb_err scd_decode(void *ctx, const scdb_decode_block *blk, scdb_kv_cach
     return rc;
 }
 
+static scdb_err scd_decode_dev(void *ctx, const scdb_k_ops *ops, const scdb_decode_block *blk,
+                               scdb_kv_cache *c, int slot0, int32_t p0, int n)
+{
+    scd_dec *d = ctx;
+    const scdb_pair_dev *pd;
+    int32_t pos_small[256], *pos = pos_small;
+    unsigned dv;
+    scdb_err rc;
+
+    if (!ops || !blk || !c || n <= 0 || n > blk->n_tokens || slot0 < 0 || slot0 > c->capacity - n)
+        return SCDB_EINVAL;
+    if (blk->payload_len != (uint64_t)blk->n_tokens * scdb_codebook_token_bytes(d->cb))
+        return SCDB_ESHAPE;
+    dv = (unsigned)ops->device;
+    if (dv >= SCDB_ARRAY_LEN(d->dev)) return SCDB_EINVAL;
+    pthread_mutex_lock(&d->dev_mu);
+    if (!d->dev[dv] && !d->dev_err[dv]) {
+        d->dev_err[dv] = scdb_pair_dev_new(d->pair, ops->device, &d->dev[dv]);
+        if (d->dev_err[dv])
+            scdb_error("scd decoder: cannot load the pair's weights on %s: %s",
+                       scdb_device_name(ops->device), scdb_strerror(d->dev_err[dv]));
+        else
+            scdb_info("scd decoder: pair weights loaded on %s", scdb_device_name(ops->device));
+    }
+    pd = d->dev[dv];
+    rc = d->dev_err[dv];
+    pthread_mutex_unlock(&d->dev_mu);
+    if (rc) return rc;
+    /* the device decode gathers the codes on the host: a block in the GPU
+     * hot tier comes down first (codes are small) */
+    void *codes = (void *)blk->payload;
+    if (blk->payload_on_device) {
+        if (!(codes = malloc((size_t)blk->payload_len))) return SCDB_ENOMEM;
+        if ((rc = ops->download(codes, blk->payload, (size_t)blk->payload_len))) {
+            free(codes);
+            return rc;
+        }
+    }
+    if (n > (int)SCDB_ARRAY_LEN(pos_small) && !(pos = malloc((size_t)n * sizeof *pos))) {
+        if (codes != blk->payload) free(codes);
+        return SCDB_ENOMEM;
+    }
+    for (int i = 0; i < n; i++) pos[i] = p0 + i;
+    rc = scdb_pair_dev_decode_range(pd, d->cb, codes, blk->n_tokens, 0, n, pos, blk->tokens, -1,
+                                    c, slot0);
+    if (pos != pos_small) free(pos);
+    if (codes != blk->payload) free(codes);
+    return rc;
+}
+
 static void scd_destroy(void *ctx)
 {
     scd_dec *d = ctx;
     if (!d) return;
+    for (size_t i = 0; i < SCDB_ARRAY_LEN(d->dev); i++) scdb_pair_dev_free(&d->dev[i]);
+    pthread_mutex_destroy(&d->dev_mu);
     scdb_pair_free(&d->pair);
     free(d);
 }
@@ -146,8 +204,13 @@ scdb_err scdb_scd_new_decoder(const scdb_broker_codebook *cb, const scdb_broker_
     }
     d = calloc(1, sizeof *d);
     if (!d) return SCDB_ENOMEM;
+    pthread_mutex_init(&d->dev_mu, NULL);
     d->cb = cb->ctx;
-    if ((rc = scdb_pair_load(file, d->cb, &d->pair, errbuf, errlen))) { free(d); return rc; }
+    if ((rc = scdb_pair_load(file, d->cb, &d->pair, errbuf, errlen))) {
+        pthread_mutex_destroy(&d->dev_mu);
+        free(d);
+        return rc;
+    }
     pi = scdb_pair_get_info(d->pair);
     if (pi->n_layers != consumer->n_layers || pi->n_kv_heads != consumer->n_kv_heads ||
         pi->head_dim != consumer->head_dim) {
@@ -160,6 +223,7 @@ scdb_err scdb_scd_new_decoder(const scdb_broker_codebook *cb, const scdb_broker_
     }
     out->name = "scd";
     out->decode = scd_decode;
+    out->decode_dev = scd_decode_dev;
     out->destroy = scd_destroy;
     out->ctx = d;
     return SCDB_OK;

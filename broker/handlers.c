@@ -514,7 +514,13 @@ static void on_arena_create(scdb_broker *b, const rq *q, bk_client *c,
               m->n_layers, m->n_kv_heads, m->head_dim);
         return;
     }
-    if (ac->kind == SCDB__ARENA_KIND__ARENA_STATES) {
+    if (ac->cuda && ac->kind != SCDB__ARENA_KIND__ARENA_KV) {
+        reply(b, q, SCDB_EINVAL, NULL, "only KV arenas can live in CUDA device memory");
+        return;
+    }
+    if (ac->cuda) {
+        e = bk_cuda_arena_create(b, c, ac->capacity, &a, err, sizeof err);
+    } else if (ac->kind == SCDB__ARENA_KIND__ARENA_STATES) {
         if (c->role != SCDB__ROLE__PRODUCER || !c->cb->encode) {
             reply(b, q, SCDB_EUNSUPPORTED, NULL,
                   "states arenas are for producers of a codebook the broker encodes "
@@ -546,6 +552,17 @@ static void on_arena_create(scdb_broker *b, const rq *q, bk_client *c,
     if (a->kind == BK_ARENA_STATES) {
         ar.states_layers = (uint32_t)c->cb->states_layers;
         ar.states_dim = (uint32_t)c->cb->states_dim;
+    }
+    if (a->dev) {
+        /* the handle opens the arena's device memory: it goes in this reply
+         * only, to the client that owns the arena, and in no other message */
+        ar.cuda = 1;
+        ar.cache_offset = 0;
+        ar.cache_bytes = a->dev_bytes;
+        ar.cuda_ipc_handle.data = a->ipc_handle;
+        ar.cuda_ipc_handle.len = sizeof a->ipc_handle;
+        ar.cuda_device = b->cuda_ordinal;
+        ar.cuda_pci_bus_id = a->pci_bus_id;
     }
     r.body_case = SCDB__REPLY__BODY_ARENA;
     r.arena = &ar;

@@ -74,6 +74,7 @@ static void run_get(scdb_broker *b, bk_job *j)
     scdb_err e = SCDB_OK;
     char msg[256] = "";
     uint32_t written = 0, hdr_n;
+    void *host_copy = NULL;     /* a GPU-hot-tier block going to a host arena */
 
     if (n_full && !(keys = malloc(n_full * sizeof *keys))) {
         finish(j, SCDB_ENOMEM, NULL, "out of memory");
@@ -98,7 +99,7 @@ static void run_get(scdb_broker *b, bk_job *j)
     t0 = scdb_now_ns();
     for (size_t i = 0; i < fit; i++) {
         scdb_block *blk = NULL;
-        scdb_decode_block db;
+        scdb_decode_block db = {0};
 
         e = scdb_store_acquire(b->store, &keys[i], &blk);
         if (e == SCDB_ENOTFOUND) { /* evicted since the lookup: a shorter hit */
@@ -120,11 +121,33 @@ static void run_get(scdb_broker *b, bk_job *j)
         db.payload = blk->payload;
         db.payload_len = blk->info.payload_len;
         db.payload_dtype = blk->info.payload_dtype;
+        db.payload_on_device = b->hot_on_device && !strcmp(blk->tier, SCDB_TIER_CUDA);
+        if (db.payload_on_device && (!a->dev || !pair->dec.decode_dev)) {
+            /* host decode of a block the GPU hot tier holds: bring it down */
+            if (!host_copy && !(host_copy = malloc((size_t)block_bytes))) e = SCDB_ENOMEM;
+            if (!e)
+                e = scdb_k_ops_get(SCDB_DEV_CUDA)->download(host_copy, blk->payload,
+                                                            (size_t)block_bytes);
+            if (e) {
+                snprintf(msg, sizeof msg, "block %zu: cannot copy it from the GPU hot tier", i);
+                scdb_store_release(b->store, &blk);
+                break;
+            }
+            db.payload = host_copy;
+            db.payload_on_device = 0;
+        }
         db.tokens = g->tokens + i * bt;
         db.n_tokens = (int)bt;
         db.block_index = (uint32_t)i;
-        e = pair->dec.decode(pair->dec.ctx, &db, cache, (int)(g->slot0 + i * bt),
-                             (int32_t)(g->pos0 + (int64_t)(i * bt)), (int)bt);
+        if (!a->dev)
+            e = pair->dec.decode(pair->dec.ctx, &db, cache, (int)(g->slot0 + i * bt),
+                                 (int32_t)(g->pos0 + (int64_t)(i * bt)), (int)bt);
+        else if (pair->dec.decode_dev)   /* CUDA IPC arena: the device twins */
+            e = pair->dec.decode_dev(pair->dec.ctx, scdb_k_ops_get(SCDB_DEV_CUDA), &db, cache,
+                                     (int)(g->slot0 + i * bt),
+                                     (int32_t)(g->pos0 + (int64_t)(i * bt)), (int)bt);
+        else
+            e = SCDB_EUNSUPPORTED;
         scdb_store_release(b->store, &blk);
         if (e) {
             snprintf(msg, sizeof msg, "block %zu: %s decoder failed", i, pair->dec.name);
@@ -133,6 +156,7 @@ static void run_get(scdb_broker *b, bk_job *j)
         written += bt;
     }
     gr.decode_ns = scdb_now_ns() - t0;
+    free(host_copy);
     __atomic_store_n(&a->hdr->n, (uint32_t)cache->n, __ATOMIC_RELEASE);
     __atomic_add_fetch(&a->hdr->gen, 1, __ATOMIC_RELEASE);
     free(keys);

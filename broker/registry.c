@@ -109,7 +109,7 @@ static scdb_err add_pair(scdb_broker *b, const scdb_broker_codebook *cb,
 {
     const scdb_codec_kind *kind = scdb_codec_kind_find(cb->kind);
     bk_pair *p = (bk_pair *)bk_pair_find(b, cb, consumer);
-    scdb_decoder dec;
+    scdb_decoder dec = {0};
     scdb_err e;
 
     e = kind->new_decoder(cb, consumer, file, &dec, errbuf, errlen);

@@ -69,6 +69,12 @@ void bk_on_session_open(scdb_broker *b, bk_client *c, const Scdb__SessionOpen *s
                  (unsigned long long)kv->id);
         return;
     }
+    if (kv->dev) {
+        *status = SCDB_EUNSUPPORTED;
+        snprintf(msg, msglen, "arena %llu is a CUDA IPC arena: live sessions (eviction) run on "
+                 "host arenas only for now", (unsigned long long)kv->id);
+        return;
+    }
     if (kv->session) {
         *status = SCDB_EBUSY;
         snprintf(msg, msglen, "arena %llu already has live session %llu",

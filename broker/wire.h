@@ -14,6 +14,8 @@
  *   |                         | kind 1: producer states (f32)   |
  *   |                         | H_in [L][n][d_model], n <= cap  |
  *   +-------------------------+---------------------------------+
+ *   kind 2 (CUDA IPC): the header alone in shm; the cache (pos | K | V,
+ *   as kind 0) is one device allocation opened with cudaIpcOpenMemHandle
  *
  *   raw payload of one block of T tokens (codebook kind "raw"):
  *     K [L][T][D] then V [L][T][D], element type F16 or F32, little endian,
@@ -54,6 +56,11 @@ typedef struct scdb_arena_header {
 
 #define SCDB_ARENA_KIND_KV 0u
 #define SCDB_ARENA_KIND_STATES 1u
+/* A KV arena whose cache lives in the broker's CUDA device memory (CUDA IPC):
+ * the shm object is the header alone; cache_offset (0) and cache_bytes are
+ * within the device allocation the ArenaCreateReply's handle opens, laid
+ * out as kind 0's cache (pos, K, V). */
+#define SCDB_ARENA_KIND_KV_CUDA 2u
 
 /* Payload format version of raw-KV namespaces (part of their store
  * namespace id, with the dtype). */

@@ -25,7 +25,7 @@ static void usage(FILE *f)
 "                      [--texts FILE...] [--pca] [--post-rope] [--no-token-layer0]\n"
 "                      [--candidate-kv] [--candidate-layers l1,l2,...] [--windows N]\n"
 "                      [--window T] [--eval-windows N] [--hidden H] [--steps S]\n"
-"                      [--budget B] [--own-layer] [--no-identity]\n\n"
+"                      [--budget B] [--own-layer] [--no-identity] [--device D]\n\n"
 "Fits the producer's SCD codebook jointly for all consumers (ridge reduced-rank\n"
 "regression; --pca: plain PCA of the producer's states, the ablation) and one\n"
 "pair per consumer (least-squares REUSE decoders, Adam-trained patch aligners,\n"
@@ -58,6 +58,9 @@ static void usage(FILE *f)
 "  --post-rope          code K after RoPE (ablation)\n"
 "  --hidden H, --steps S  aligner width (128) and Adam steps (1500)\n"
 "  --no-identity        do not write the producer -> producer pair\n"
+"  --device D           auto | cpu | cuda (default auto).  Calibration has no\n"
+"                       CUDA path yet: auto runs on the CPU and logs why, cuda\n"
+"                       fails (exit 1)\n"
 "  -o OUTDIR            output root (e.g. data)\n");
 }
 
@@ -92,6 +95,9 @@ int scdb_cmd_calibrate(int argc, char **argv)
     int pca = 0, post = 0, token0 = 1, cand_kv = 0, windows = 256, window = 384, n_eval = 6;
     int hidden = 128, steps = 1500, identity = 1, fixed[SCDB_CODEC_MAX_LAYERS], n_fixed = -1;
     int budget = 0, all_layers = 1;
+    scdb_device_pref dev_pref = SCDB_DEVPREF_AUTO;
+    scdb_device dev;
+    char why[384];
     scdb_model *prod = NULL, *cons[MAX_CONS] = {0};
     scdb_calib *cal = NULL;
     scdb_codebook *cb = NULL;
@@ -133,7 +139,13 @@ int scdb_cmd_calibrate(int argc, char **argv)
         else if (!strcmp(a, "--steps") && more) steps = atoi(argv[++i]);
         else if (!strcmp(a, "--no-identity")) identity = 0;
         else if (!strcmp(a, "-o") && more) outdir = argv[++i];
-        else {
+        else if (!strcmp(a, "--device") && more) {
+            if (scdb_device_parse(argv[++i], &dev_pref)) {
+                fprintf(stderr, "calibrate: --device wants auto, cpu or cuda, not '%s'\n\n", argv[i]);
+                usage(stderr);
+                return 2;
+            }
+        } else {
             fprintf(stderr, "calibrate: unknown or incomplete option '%s'\n\n", a);
             usage(stderr);
             return 2;
@@ -147,6 +159,11 @@ int scdb_cmd_calibrate(int argc, char **argv)
         usage(stderr);
         return 2;
     }
+    if (scdb_device_resolve_cpu_only(dev_pref, "scdb calibrate", &dev, why, sizeof why)) {
+        fprintf(stderr, "calibrate: %s\n", why);
+        return 1;
+    }
+    fprintf(stderr, "calibrate: device %s (%s)\n", scdb_device_name(dev), why);
     double t0 = scdb_now();
     if ((rc = scdb_model_load(producer_dir, &prod, err, sizeof err))) {
         fprintf(stderr, "calibrate: %s: %s (%s)\n", producer_dir, err, scdb_strerror(rc));

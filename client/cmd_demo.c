@@ -42,6 +42,7 @@ typedef struct demo {
     int prefix, gen;
     int budget, cadence;  /* live session */
     const char *policy;
+    scdb_device_pref device;  /* what the broker gets (the demo resolves to CPU) */
     int32_t *tokens;     /* prefix + gen tokens of text (gen only for length) */
 } demo;
 
@@ -49,7 +50,7 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: scdb demo [--data DIR] [--prefix N] [--gen N] [--text FILE]\n"
-            "                 [--budget N] [--policy NAME] [--cadence N]\n\n"
+            "                 [--budget N] [--policy NAME] [--cadence N] [--device D]\n\n"
             "The fan-out demo: starts a broker on a private temp dir, a producer\n"
             "process (base) that prefills a shared prefix and puts it as SCD codes,\n"
             "and one consumer process per specialist that gets the prefix decoded\n"
@@ -65,6 +66,9 @@ static void usage(FILE *f)
             "  --policy NAME  live session: distillcache (DIR/policies/distillcache_base),\n"
             "                 full, streaming, h2o, snapkv or tova (default distillcache)\n"
             "  --cadence N    live session: evict every N generated tokens (default 8)\n"
+            "  --device D     auto | cpu | cuda (default auto).  The demo's consumers run\n"
+            "                 their model on the CPU in shared-memory arenas (no CUDA\n"
+            "                 path yet): auto runs on the CPU and logs why, cuda fails\n"
             "exit status: 0 all steps ran, 1 a step failed, 2 usage error.\n",
             scdb_cli_data_dir());
 }
@@ -346,7 +350,8 @@ static int write_config(demo *d)
     FILE *f = fopen(d->cfg, "w");
     if (!f) return -1;
     fprintf(f, "[broker]\nendpoint = %s\ndata_dir = %s/store\nblock_tokens = 64\n"
-               "log_level = warn\nheartbeat_timeout_ms = 5000\n\n", d->sock, d->tmp);
+               "log_level = warn\nheartbeat_timeout_ms = 5000\ndevice = %s\n\n", d->sock, d->tmp,
+            scdb_device_pref_name(d->device));
     fprintf(f, "[model base]\nconfig = %s/models/base/config.json\n\n", d->data);
     for (int i = 0; i < d->n_consumers; i++)
         fprintf(f, "[model %s]\nconfig = %s/models/%s/config.json\n\n", d->consumers[i], d->data,
@@ -367,7 +372,7 @@ int scdb_cmd_demo(int argc, char **argv)
         {"data", required_argument, 0, 'd'}, {"prefix", required_argument, 0, 'p'},
         {"gen", required_argument, 0, 'g'}, {"text", required_argument, 0, 't'},
         {"budget", required_argument, 0, 'b'}, {"policy", required_argument, 0, 'P'},
-        {"cadence", required_argument, 0, 'c'},
+        {"cadence", required_argument, 0, 'c'}, {"device", required_argument, 0, 'D'},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     demo d;
     const char *text_path = NULL;
@@ -393,6 +398,13 @@ int scdb_cmd_demo(int argc, char **argv)
         case 'b': d.budget = atoi(optarg); break;
         case 'P': d.policy = optarg; break;
         case 'c': d.cadence = atoi(optarg); break;
+        case 'D':
+            if (scdb_device_parse(optarg, &d.device)) {
+                fprintf(stderr, "scdb demo: --device wants auto, cpu or cuda, not '%s'\n", optarg);
+                usage(stderr);
+                return 2;
+            }
+            break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -407,6 +419,16 @@ int scdb_cmd_demo(int argc, char **argv)
         fprintf(stderr, "scdb demo: --budget must be 1 .. prefix + gen, --cadence >= 0\n");
         usage(stderr);
         return 2;
+    }
+    {
+        scdb_device dev;
+        char why[384];
+        if (scdb_device_resolve_cpu_only(d.device, "scdb demo", &dev, why, sizeof why)) {
+            fprintf(stderr, "scdb demo: %s\n", why);
+            return 1;
+        }
+        fprintf(stderr, "scdb demo: device %s (%s)\n", scdb_device_name(dev), why);
+        d.device = SCDB_DEVPREF_CPU;     /* the broker decodes into CPU arenas */
     }
     static const char *specialists[] = {"code", "manpages"};
     for (size_t i = 0; i < SCDB_ARRAY_LEN(specialists); i++) {

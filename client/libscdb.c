@@ -501,6 +501,12 @@ void scdb_close(scdb **hp)
     if (!hp || !*hp) return;
     h = *hp;
     hb_stop(h);
+    /* CUDA IPC mappings go before the goodbye lets the broker free them */
+    for (scdb_arena *a = h->arenas; a; a = a->next)
+        if (a->dev) {
+            lib_cuda_close(a->dev, a->cuda_device);
+            a->dev = NULL;
+        }
     if (h->registered && h->sock && atomic_load(&h->token)) {
         Scdb__Request req = SCDB__REQUEST__INIT;
         Scdb__Goodbye gb = SCDB__GOODBYE__INIT;

@@ -91,6 +91,31 @@ scdb_err lib_arena_map(scdb *h, const Scdb__ArenaCreateReply *ar, scdb_arena **o
         a->states_dim = (int)hd->head_dim;
         goto mapped;
     }
+    if (ar->cuda) {
+        /* CUDA IPC: the header here, the cache in the broker's device memory */
+        if (memcmp(hd->magic, SCDB_ARENA_MAGIC, 8) || hd->version != SCDB_ARENA_VERSION ||
+            hd->arena_id != ar->arena || hd->kind != SCDB_ARENA_KIND_KV_CUDA ||
+            hd->cache_offset != 0 || ar->cache_offset != 0 ||
+            hd->cache_bytes != ar->cache_bytes || hd->capacity != ar->capacity ||
+            (int)hd->n_layers != h->info.n_layers || (int)hd->n_kv_heads != h->info.n_kv_heads ||
+            (int)hd->head_dim != h->info.head_dim || hd->dtype != SCDB_F32 ||
+            hd->cache_bytes != scdb_kv_cache_bytes(h->info.n_layers, h->info.n_kv_heads,
+                                                   h->info.head_dim, (int)hd->capacity)) {
+            e = lib_fail(h, SCDB_EPROTO, "CUDA arena %s has an unexpected header", ar->shm_name);
+            goto fail;
+        }
+        e = lib_cuda_open(h, ar->cuda_ipc_handle.data, ar->cuda_ipc_handle.len, ar->cuda_device,
+                          ar->cuda_pci_bus_id, &a->dev, &a->cuda_device);
+        if (e) goto fail;
+        e = scdb_kv_cache_view(a->dev, hd->cache_bytes, h->info.n_layers, h->info.n_kv_heads,
+                               h->info.head_dim, (int)hd->capacity, &a->cache);
+        if (e) {
+            lib_fail(h, e, "cannot view the arena's device memory as a cache");
+            goto fail;
+        }
+        a->cache->n = 0;
+        goto mapped;
+    }
     if (memcmp(hd->magic, SCDB_ARENA_MAGIC, 8) || hd->version != SCDB_ARENA_VERSION ||
         hd->arena_id != ar->arena || hd->cache_offset != ar->cache_offset ||
         hd->cache_offset % 64 || hd->cache_offset + hd->cache_bytes > ar->size ||
@@ -125,6 +150,8 @@ mapped:
     return SCDB_OK;
 fail:
     if (fd >= 0) close(fd);
+    if (a && a->dev) lib_cuda_close(a->dev, a->cuda_device);
+    if (a) scdb_kv_cache_free(&a->cache);
     if (a && a->map) munmap(a->map, ar->size);
     free(a);
     arena_notify(h, ar->arena, 1);        /* best effort: let it go */
@@ -153,7 +180,39 @@ scdb_err scdb_arena_new(scdb *h, int capacity, scdb_arena **out)
     return e;
 }
 
-scdb_kv_cache *scdb_arena_cache(scdb_arena *a) { return a ? a->cache : NULL; }
+scdb_kv_cache *scdb_arena_cache(scdb_arena *a) { return a && !a->dev ? a->cache : NULL; }
+
+scdb_err scdb_arena_new_cuda(scdb *h, int capacity, scdb_arena **out)
+{
+    Scdb__Request req = SCDB__REQUEST__INIT;
+    Scdb__ArenaCreate ac = SCDB__ARENA_CREATE__INIT;
+    Scdb__Reply *rep = NULL;
+    scdb_err e;
+
+    if (!h || !out) return SCDB_EINVAL;
+    *out = NULL;
+    if (!h->registered) return lib_fail(h, SCDB_EINVAL, "not registered (scdb_register first)");
+    if (capacity < 0) return lib_fail(h, SCDB_EINVAL, "negative arena capacity");
+    ac.capacity = (uint32_t)capacity;
+    ac.kind = SCDB__ARENA_KIND__ARENA_KV;
+    ac.cuda = 1;
+    req.body_case = SCDB__REQUEST__BODY_ARENA_CREATE;
+    req.arena_create = &ac;
+    e = lib_request(h, &req, NULL, NULL, 0, &rep);
+    if (!e && (rep->body_case != SCDB__REPLY__BODY_ARENA || !rep->arena->shm_name ||
+               !rep->arena->cuda))
+        e = lib_fail(h, SCDB_EPROTO, "arena reply without a CUDA arena body");
+    if (!e) e = lib_arena_map(h, rep->arena, out);
+    if (rep) scdb__reply__free_unpacked(rep, NULL);
+    return e;
+}
+
+scdb_kv_cache *scdb_arena_cache_device(scdb_arena *a, int *cuda_device)
+{
+    if (!a || !a->dev) return NULL;
+    if (cuda_device) *cuda_device = a->cuda_device;
+    return a->cache;
+}
 
 scdb_err scdb_states_arena_new(scdb *h, int capacity, scdb_arena **out)
 {
@@ -202,6 +261,8 @@ void scdb_arena_free(scdb_arena **ap)
     h = a->h;
     /* freeing the arena ends its session on the broker too */
     if (a->session) lib_session_drop(a->session);
+    /* our mapping of the device memory goes before the broker frees it */
+    if (a->dev) lib_cuda_close(a->dev, a->cuda_device);
     if (h->registered && a->gen == h->gen) arena_notify(h, a->id, 1);
     for (pp = &h->arenas; *pp && *pp != a; pp = &(*pp)->next) {}
     if (*pp) *pp = a->next;

@@ -67,6 +67,9 @@ scdb_err scdb_session_open(scdb_arena *a, const scdb_session_opts *o, scdb_sessi
     if (!a->cache)
         return lib_fail(h, SCDB_EINVAL, "arena %llu is a states arena, not a KV cache",
                         (unsigned long long)a->id);
+    if (a->dev)
+        return lib_fail(h, SCDB_EUNSUPPORTED, "arena %llu is a CUDA IPC arena: live sessions "
+                        "run on host arenas only for now", (unsigned long long)a->id);
     if (a->session)
         return lib_fail(h, SCDB_EBUSY, "arena %llu already has a live session",
                         (unsigned long long)a->id);

@@ -102,6 +102,41 @@
  * arenas when the client says goodbye (scdb_close) or stops heartbeating;
  * a mapping this process holds stays valid memory until scdb_arena_free.
  *
+ * CUDA IPC arenas (scdb_arena_new_cuda).  The KV cache of such an arena
+ * is device memory the broker allocated on its GPU and exported with
+ * cudaIpcGetMemHandle; this library opens the handle (cudaIpcOpenMemHandle)
+ * and the broker's decode kernels write the consumer's KV straight into it,
+ * with no host round-trip.  Conditions and caveats:
+ *   - same host as the broker, and a GPU the broker runs on (it must run
+ *     with device = cuda, or auto on a machine where a device answers);
+ *     otherwise the call fails with SCDB_EUNSUPPORTED and says why.  The
+ *     GPU is found by PCI bus id, so CUDA_VISIBLE_DEVICES may differ.
+ *   - libscdb does not link the CUDA runtime: it loads libcudart with
+ *     dlopen at the first CUDA arena (one the process already has, else
+ *     $SCDB_CUDART, libcudart.so, .so.13, .so.12, then
+ *     /usr/local/cuda/lib64/libcudart.so); none: SCDB_EUNSUPPORTED.
+ *   - CUDA context: the memory is opened in the device's primary context
+ *     (what the runtime API and most frameworks use); use the pointers of
+ *     scdb_arena_cache_device() on that device.  The caller's current
+ *     device is left as it was.  Not in the broker's own process (CUDA
+ *     refuses to open a handle in the process that exported it).
+ *   - fork: CUDA contexts do not survive fork(); a child must not touch an
+ *     inherited CUDA arena (nor free it): create its own.
+ *   - the handle is only ever sent to the client that created the arena,
+ *     in the reply to its ArenaCreate; scdb_arena_free and scdb_close
+ *     close our mapping before the broker frees the device memory; a
+ *     reclaimed client's device memory is freed by the broker.  After a
+ *     re-registration or a broker restart the arena is stale (as any
+ *     arena: SCDB_ECLOSED): do not touch its device memory, free it.
+ *   - a get writes pos, K and V on the device and is complete when
+ *     scdb_get returns (the broker synchronises before replying); the
+ *     header (n, gen) stays in shared memory.  Live sessions (eviction)
+ *     work on host arenas only for now: SCDB_EUNSUPPORTED here.
+ *   - this path is compile-checked only so far: the CUDA twins it runs are
+ *     tested op by op on a GPU (tests/test_kernels_cuda.c), and the decode
+ *     sequence on the CPU twins (test_codec), but the IPC path itself is
+ *     exercised only by tests/test_cuda_ipc.c, which skips without a GPU.
+ *
  * Live sessions: see the section of that name below.
  */
 #ifndef SCDB_H
@@ -260,8 +295,21 @@ scdb_err scdb_lookup(scdb *h, const int32_t *tokens, size_t n_tokens, scdb_looku
  * broker runs as another user?), SCDB_EPROTO (bad arena header), common. */
 scdb_err scdb_arena_new(scdb *h, int capacity, scdb_arena **out);
 /* The arena's cache (slot-indexed, kernels.h).  n is updated by every get;
- * the caller may append slots itself (prefill the suffix) and move n. */
+ * the caller may append slots itself (prefill the suffix) and move n.
+ * NULL for a CUDA IPC arena (its memory is on the GPU). */
 scdb_kv_cache *scdb_arena_cache(scdb_arena *a);
+/* A KV arena whose cache lives in the broker's CUDA device memory, opened
+ * here through CUDA IPC (Caveats, "CUDA IPC arenas"); gets decode into it
+ * on the GPU.  Errors: SCDB_EUNSUPPORTED (the broker does not run on a CUDA
+ * device, its decoder for our pair cannot write device memory, or no CUDA
+ * runtime library here), SCDB_EDEVICE (cudaSetDevice /
+ * cudaIpcOpenMemHandle failed: another host or GPU, ...), and those of
+ * scdb_arena_new. */
+scdb_err scdb_arena_new_cuda(scdb *h, int capacity, scdb_arena **out);
+/* A CUDA IPC arena's cache: pos, k and v are device pointers, valid on CUDA
+ * device *cuda_device (this process's numbering; may be NULL); n is kept on
+ * the host as for scdb_arena_cache.  NULL for a host arena. */
+scdb_kv_cache *scdb_arena_cache_device(scdb_arena *a, int *cuda_device);
 /* Tell the broker, unmap, free.  NULLs *a; accepts NULL.  Must be called
  * before scdb_close of its handle or not at all (close frees them). */
 void scdb_arena_free(scdb_arena **a);

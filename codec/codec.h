@@ -240,6 +240,35 @@ scdb_err scdb_pair_decode_range(const scdb_pair *p, const scdb_codebook *cb, con
                                 int block_n, int t0, int n, const int32_t *pos,
                                 const int32_t *tokens, int n_patch, scdb_kv_cache *cache, int slot0);
 
+/* ------------------------------------------------------------ device decode
+ * A pair's decode weights resident in one device's memory (kernels.h's ops
+ * tables), uploaded once, and a decode that writes a cache whose pos, K and
+ * V live in that device's memory (a CUDA IPC arena) with no host copy of the
+ * KV: the block's f16 codes (and, for a TOKEN layer, RMSNorm(E[tok]) rows,
+ * computed on the host as the CPU decode does) go up, the REUSE layers run
+ * lowrank_decode, the PATCH layers aligner + kv_regen, all on the device.
+ * Per device:
+ *   REUSE   dk, dv as f16 [kv][in] (exact: pairs store them as f16), mk, mv
+ *   PATCH   the aligner (w1, b1, w2, b2, skip) and the consumer's Wk, Wv
+ *   TOKEN   Wk, Wv of layer 0 (E and the norm weight stay on the host)
+ * With the CPU table this is the CPU decode, bit for bit (test_codec checks
+ * it); with the CUDA table it is the CUDA twins' (their tolerance).
+ *
+ * scdb_pair_dev_new: p is borrowed and must outlive the result.
+ * SCDB_EINVAL (NULL, unknown device), SCDB_ENOMEM, the table's errors
+ * (SCDB_EDEVICE, SCDB_EUNSUPPORTED: no CUDA backend).
+ * scdb_pair_dev_decode_range: as scdb_pair_decode_range (codes, pos and
+ * tokens in host memory; cache->pos / k / v in the device's memory; cache->n
+ * is updated on the host struct), plus the table's errors.  Synchronous: the
+ * KV is in place when it returns.  Thread-safe (no state is written). */
+typedef struct scdb_pair_dev scdb_pair_dev;
+scdb_err scdb_pair_dev_new(const scdb_pair *p, scdb_device dev, scdb_pair_dev **out);
+void scdb_pair_dev_free(scdb_pair_dev **d);
+scdb_err scdb_pair_dev_decode_range(const scdb_pair_dev *d, const scdb_codebook *cb,
+                                    const uint16_t *codes, int block_n, int t0, int n,
+                                    const int32_t *pos, const int32_t *tokens, int n_patch,
+                                    scdb_kv_cache *cache, int slot0);
+
 /* ------------------------------------------------------------ calibration
  * Offline, once per codebook / pair (codec/calibrate.c).  A session holds the
  * producer, the consumers and second-moment statistics of their states on

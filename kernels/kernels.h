@@ -138,6 +138,8 @@ int scdb_k_cuda_device_count(void);
 scdb_err scdb_k_cuda_malloc(size_t bytes, void **out);
 void scdb_k_cuda_free(void *p);
 scdb_err scdb_k_cuda_copy(void *dst, const void *src, size_t bytes, int to_device);
+/* Device to device (cudaMemcpyDeviceToDevice, synchronous w.r.t. the host). */
+scdb_err scdb_k_cuda_copy_d2d(void *dst, const void *src, size_t bytes);
 scdb_err scdb_k_cuda_sync(void);
 /* cudaMemset on device memory (benches: the write-bandwidth ceiling). */
 scdb_err scdb_k_cuda_memset(void *p, int value, size_t bytes);
@@ -312,6 +314,14 @@ const char *scdb_device_name(scdb_device d);
  * "device: ") goes to why[whylen] when why is not NULL.  SCDB_EINVAL (bad
  * preference), SCDB_EDEVICE, SCDB_EUNSUPPORTED (see above). */
 scdb_err scdb_device_resolve(scdb_device_pref pref, scdb_device *out, char *why, size_t whylen);
+/* The same for a command (`what`, e.g. "scdb calibrate") that has no CUDA
+ * path yet: cpu -> CPU; auto -> CPU, logging why ("auto: scdb calibrate has
+ * no CUDA path yet: CPU"); cuda -> SCDB_EUNSUPPORTED, logged as an error
+ * ("cuda requested but scdb calibrate has no CUDA path yet: use --device cpu
+ * or auto") -- a clear refusal, never a silent fallback.  SCDB_EINVAL (bad
+ * preference or out). */
+scdb_err scdb_device_resolve_cpu_only(scdb_device_pref pref, const char *what, scdb_device *out,
+                                      char *why, size_t whylen);
 
 /* A CUDA device's name and peak memory bandwidth (from the memory clock and
  * bus width attributes: 2 * clock * width / 8, double data rate), for
@@ -325,6 +335,59 @@ typedef struct scdb_k_cuda_info {
     double peak_bw_gbs;        /* GB/s, 1e9 bytes */
 } scdb_k_cuda_info;
 scdb_err scdb_k_cuda_device_info(int dev, scdb_k_cuda_info *out);
+
+/* ------------------------------------------------------------ ops tables
+ * One device's memory functions and the ops a device decoder drives, behind
+ * one table, so the code that sequences them (the broker's decoders writing
+ * into CUDA IPC arenas, codec.h's scdb_pair_dev) is the same on every device
+ * and is tested on the CPU table -- plain host memory and the CPU twins --
+ * where no GPU is.  Pointers marked "device" are device memory for the CUDA
+ * table and host memory for the CPU one.
+ *
+ *   alloc / release   device memory (uninitialised) / free it (NULL: no-op)
+ *   upload            host -> device; download: device -> host; dcopy:
+ *                     device -> device
+ *   zero              memset 0 (asynchronous on CUDA)
+ *   sync              wait for everything queued; reports kernel errors
+ *   the ops           the twins of kernels.h (device pointers throughout:
+ *                     pos of lowrank_decode / kv_regen too)
+ *
+ * scdb_k_ops_get(SCDB_DEV_CUDA) exists in every build; in one without the
+ * CUDA backend its entries return SCDB_EUNSUPPORTED. */
+typedef struct scdb_k_ops {
+    scdb_device device;
+    scdb_err (*alloc)(size_t bytes, void **out);
+    void (*release)(void *p);
+    scdb_err (*upload)(void *dst, const void *src, size_t bytes);
+    scdb_err (*download)(void *dst, const void *src, size_t bytes);
+    scdb_err (*dcopy)(void *dst, const void *src, size_t bytes);
+    scdb_err (*zero)(void *p, size_t bytes);
+    scdb_err (*sync)(void);
+    scdb_err (*f16_to_f32)(const uint16_t *src, float *dst, size_t n);
+    scdb_err (*lowrank_decode)(const uint16_t *z, int ldz, int n, int r, const uint16_t *dec,
+                               const float *mean, int out, const int32_t *pos, int head_dim,
+                               float theta, float *y, int ldy);
+    scdb_err (*aligner)(const float *z, int ldz, int n, int r, int hidden, int d,
+                        const float *w1, const float *b1, const float *w2, const float *b2,
+                        const float *skip, float *h, float *scratch);
+    scdb_err (*kv_regen)(const float *h, int n, int d, const float *wk, const float *wv, int kv,
+                         const int32_t *pos, int head_dim, float theta, float *k, float *v);
+} scdb_k_ops;
+
+/* The table of a device (never NULL for SCDB_DEV_CPU / SCDB_DEV_CUDA; NULL
+ * for anything else). */
+const scdb_k_ops *scdb_k_ops_get(scdb_device d);
+
+/* CUDA IPC: the 64 bytes of the cudaIpcMemHandle_t of an allocation made by
+ * scdb_k_cuda_malloc (dev_ptr: its base), which another process on the same
+ * host opens with cudaIpcOpenMemHandle.  SCDB_EDEVICE (the call failed,
+ * logged), SCDB_EUNSUPPORTED (no CUDA backend in this build). */
+#define SCDB_CUDA_IPC_HANDLE_BYTES 64
+scdb_err scdb_k_cuda_ipc_handle(void *dev_ptr, uint8_t out[SCDB_CUDA_IPC_HANDLE_BYTES]);
+/* The PCI bus id of CUDA device dev ("0000:3b:00.0") into buf: how another
+ * process finds the same GPU whatever its CUDA_VISIBLE_DEVICES.  Errors as
+ * scdb_k_cuda_ipc_handle. */
+scdb_err scdb_k_cuda_pci_bus_id(int dev, char *buf, size_t len);
 
 /* ------------------------------------------------------- slot-indexed KV */
 

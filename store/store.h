@@ -72,8 +72,9 @@
  *                      [ LMDB: every stored block, bounded bytes  ]
  *
  * Disk (LMDB) is the store of record; a memory tier caches a subset of its
- * payloads (host RAM now; a GPU tier plugs in through the same scdb_tier
- * vtable).  Both have byte capacities (0 = unbounded disk / no hot tier).
+ * payloads (host RAM, or CUDA device memory: the broker's GPU hot tier,
+ * broker/device_tier.c, plugs in through the same scdb_tier vtable; then
+ * acquire hands out device pointers).  Both have byte capacities (0 = unbounded disk / no hot tier).
  * Disk eviction is LRU over LEAVES: a block with a stored child is never
  * evicted before that child, so every stored block's ancestors are stored
  * and a prefix is always matchable from block 0.  The hot tier is plain LRU

@@ -22,7 +22,9 @@
 
 #include <cmocka.h>
 
+#include "broker.h"
 #include "broker_kv.h"
+#include "store.h"
 #include "codec.h"
 #include "model.h"
 #include "scdb.h"
@@ -1998,6 +2000,211 @@ static void test_drain_inflight(void **state)
     assert_alive();
 }
 
+/* ------------------------------------------------------- CUDA IPC arenas
+ * The GPU path itself runs in test_cuda_ipc (skipped without a device).
+ * Here: a broker on the CPU refuses CUDA arenas clearly and keeps nothing,
+ * and the decoders' device path (decode_dev), driven through the CPU ops
+ * table, writes exactly what their host decode writes. */
+
+static void test_cuda_arena_refused(void **state)
+{
+    scdb_stat st0, st1;
+    scdb_arena *a = (scdb_arena *)&st0;
+    (void)state;
+    if (scdb_k_cuda_device_count() > 0) {
+        print_message("skipped: a CUDA device answers (the broker may run on it)\n");
+        skip();
+    }
+    scdb *h = consumer("m16", NULL);
+    get_stats(&st0);
+    assert_int_equal(scdb_arena_new_cuda(h, 128, &a), SCDB_EUNSUPPORTED);
+    assert_null(a);
+    assert_non_null(strstr(scdb_last_error(h), "CUDA IPC arenas need a broker on a CUDA device"));
+    get_stats(&st1);
+    assert_int_equal(st1.arenas, st0.arenas);
+    assert_int_equal(st1.arena_bytes, st0.arena_bytes);
+    /* the handle still works */
+    assert_int_equal(scdb_arena_new(h, 128, &a), SCDB_OK);
+    assert_null(scdb_arena_cache_device(a, NULL));
+    assert_non_null(scdb_arena_cache(a));
+    scdb_arena_free(&a);
+    scdb_close(&h);
+}
+
+/* decode (host) and decode_dev (CPU table) of one block into two caches:
+ * the whole buffers must be equal. */
+static void decode_both(const scdb_decoder *dec, const scdb_decode_block *blk, int L, int H,
+                        int hd, int cap, int slot0, int32_t p0, int n)
+{
+    scdb_kv_cache *a, *b;
+    assert_non_null(dec->decode_dev);
+    assert_int_equal(scdb_kv_cache_new(L, H, hd, cap, &a), SCDB_OK);
+    assert_int_equal(scdb_kv_cache_new(L, H, hd, cap, &b), SCDB_OK);
+    assert_int_equal(dec->decode(dec->ctx, blk, a, slot0, p0, n), SCDB_OK);
+    assert_int_equal(dec->decode_dev(dec->ctx, scdb_k_ops_get(SCDB_DEV_CPU), blk, b, slot0, p0, n),
+                     SCDB_OK);
+    assert_int_equal(a->n, slot0 + n);
+    assert_int_equal(b->n, a->n);
+    assert_memory_equal(a->mem, b->mem, scdb_kv_cache_bytes(L, H, hd, cap));
+    /* a payload already in the device's memory (the GPU hot tier) */
+    {
+        scdb_decode_block on = *blk;
+        scdb_kv_cache *c2;
+        on.payload_on_device = 1;
+        assert_int_equal(scdb_kv_cache_new(L, H, hd, cap, &c2), SCDB_OK);
+        assert_int_equal(dec->decode_dev(dec->ctx, scdb_k_ops_get(SCDB_DEV_CPU), &on, c2, slot0,
+                                         p0, n), SCDB_OK);
+        assert_memory_equal(a->mem, c2->mem, scdb_kv_cache_bytes(L, H, hd, cap));
+        scdb_kv_cache_free(&c2);
+    }
+    /* the host decode's argument checks */
+    assert_int_equal(dec->decode_dev(dec->ctx, scdb_k_ops_get(SCDB_DEV_CPU), blk, b, cap - n + 1,
+                                     p0, n), SCDB_EINVAL);
+    assert_int_equal(dec->decode_dev(dec->ctx, NULL, blk, b, 0, p0, n), SCDB_EINVAL);
+    scdb_kv_cache_free(&a);
+    scdb_kv_cache_free(&b);
+}
+
+static void test_decoders_device_path(void **state)
+{
+    (void)state;
+    /* raw, F16 and F32 payloads: a block of 64 tokens, first 40 decoded */
+    for (int f16 = 0; f16 < 2; f16++) {
+        scdb_broker_model m = {.name = "m", .n_layers = 3, .n_kv_heads = 2, .head_dim = 8,
+                               .max_seq_len = 256};
+        scdb_dtype dt = f16 ? SCDB_F16 : SCDB_F32;
+        scdb_decoder dec = {0};
+        int32_t tok[64];
+        size_t bytes = 64 * scdb_raw_token_bytes(3, 2, 8, scdb_dtype_size(dt));
+        unsigned char *pl = malloc(bytes);
+        scdb_kv_cache *src;
+        assert_int_equal(scdb_kv_cache_new(3, 2, 8, 64, &src), SCDB_OK);
+        bkv_fill(31 + (uint32_t)f16, src, 64);
+        bkv_tokens(31, tok, 64);
+        assert_int_equal(scdb_raw_block(src, 0, 64, dt, pl, bytes), SCDB_OK);
+        assert_int_equal(scdb_decoder_raw_new(&m, dt, &dec), SCDB_OK);
+        scdb_decode_block blk = {.payload = pl, .payload_len = bytes, .payload_dtype = dt,
+                                 .tokens = tok, .n_tokens = 64};
+        decode_both(&dec, &blk, 3, 2, 8, 128, 9, 300, 40);
+        dec.destroy(dec.ctx);
+        scdb_kv_cache_free(&src);
+        free(pl);
+    }
+    if (!have_family) {
+        print_message("skipped the scd part: no model family under " SCDB_DATA_DIR "\n");
+        return;
+    }
+    /* scd: the shipped base codebook and base -> code pair */
+    scdb_model_config pc, cc;
+    char err[256];
+    assert_int_equal(scdb_model_config_load(SCDB_DATA_DIR "/models/base/config.json", &pc, err,
+                                            sizeof err), SCDB_OK);
+    assert_int_equal(scdb_model_config_load(SCDB_DATA_DIR "/models/code/config.json", &cc, err,
+                                            sizeof err), SCDB_OK);
+    scdb_broker_model prod = {.name = "base", .n_layers = pc.n_layers, .n_kv_heads = pc.n_kv_heads,
+                              .head_dim = pc.head_dim, .max_seq_len = pc.max_seq_len};
+    scdb_broker_model cons = {.name = "code", .n_layers = cc.n_layers, .n_kv_heads = cc.n_kv_heads,
+                              .head_dim = cc.head_dim, .max_seq_len = cc.max_seq_len};
+    scdb_broker_codebook cb = {.name = "base-scd", .kind = "scd", .producer = &prod};
+    const scdb_codec_kind *kind = scdb_codec_kind_find("scd");
+    scdb_decoder dec = {0};
+    assert_non_null(kind);
+    assert_int_equal(kind->open_codebook(&cb, SCDB_DATA_DIR "/codebooks/base.safetensors",
+                                         SCDB_F16, err, sizeof err), SCDB_OK);
+    assert_int_equal(kind->new_decoder(&cb, &cons, SCDB_DATA_DIR "/pairs/base__code.safetensors",
+                                       &dec, err, sizeof err), SCDB_OK);
+    {
+        int32_t tok[64];
+        size_t bytes = 64 * cb.token_bytes;
+        uint16_t *codes = malloc(bytes);
+        /* any finite f16 codes decode; small values keep the aligners sane */
+        for (size_t i = 0; i < bytes / 2; i++)
+            codes[i] = scdb_f32_to_f16(((float)(bkv_hash((uint32_t)i) % 2001) - 1000.0f) / 500.0f);
+        for (int i = 0; i < 64; i++) tok[i] = "decode on a device, checked on the CPU table. "[i % 46];
+        scdb_decode_block blk = {.payload = codes, .payload_len = bytes,
+                                 .payload_dtype = SCDB_F16, .tokens = tok, .n_tokens = 64};
+        decode_both(&dec, &blk, cons.n_layers, cons.n_kv_heads, cons.head_dim, 160, 17, 250, 64);
+        /* a second decode reuses the device weights loaded by the first */
+        decode_both(&dec, &blk, cons.n_layers, cons.n_kv_heads, cons.head_dim, 64, 0, 0, 33);
+        free(codes);
+    }
+    dec.destroy(dec.ctx);
+    cb.destroy(cb.ctx);
+}
+
+/* The GPU hot tier's code (device_tier.c) on the CPU table, under a store:
+ * puts land in it, acquire serves its addresses, get copies out through
+ * it, and the store's capacity / LRU / pinning rules hold as for RAM. */
+static void test_device_tier_store(void **state)
+{
+    char path[200];
+    scdb_store *s = NULL;
+    scdb_store_opts o = {0};
+    scdb_tier *t = NULL;
+    scdb_store_stat st;
+    scdb_ns ns;
+    enum { NB = 6, BYTES = 4096 };
+    int32_t tok[NB * BT];
+    scdb_key keys[NB];
+    size_t nk;
+    static unsigned char pl[NB][BYTES];
+    (void)state;
+    if (scdb_k_cuda_device_count() <= 0) {
+        scdb_err e = scdb_tier_device_new(SCDB_DEV_CUDA, 1 << 20, &t);
+        assert_true(e == SCDB_EDEVICE || e == SCDB_EUNSUPPORTED);
+        assert_null(t);
+    }
+    /* room for 3 blocks: a hot block is charged its payload and header */
+    assert_int_equal(scdb_tier_device_new(SCDB_DEV_CPU, 3 * (BYTES + 512), &t), SCDB_OK);
+    assert_string_equal(t->ops->name, SCDB_TIER_DEVICE_CPU);
+    snprintf(path, sizeof path, "%s/devtier", dir);
+    o.path = path;
+    o.block_tokens = BT;
+    o.no_sync = 1;
+    o.hot_tier = t;
+    assert_int_equal(scdb_store_open(&o, &s), SCDB_OK);
+    assert_int_equal(scdb_ns_make("devtier", 7, SCDB_F16, 1, &ns), SCDB_OK);
+    bkv_tokens(4242, tok, NB * BT);
+    assert_int_equal(scdb_block_key_chain(&ns, tok, NB * BT, BT, keys, NB, &nk), SCDB_OK);
+    assert_int_equal(nk, NB);
+    for (int i = 0; i < NB; i++) {
+        scdb_block_put p = {.key = keys[i], .block_index = (uint32_t)i,
+                            .payload_dtype = SCDB_F16, .payload = pl[i], .payload_len = BYTES};
+        size_t ns_stored = 0;
+        for (int j = 0; j < BYTES; j++) pl[i][j] = (unsigned char)bkv_hash((uint32_t)(i * BYTES + j));
+        if (i) p.parent = keys[i - 1];
+        assert_int_equal(scdb_store_put_batch(s, &ns, &p, 1, &ns_stored), SCDB_OK);
+    }
+    assert_int_equal(scdb_store_stats(s, &st), SCDB_OK);
+    assert_true(st.hot_bytes <= 3 * (BYTES + 512)); /* the tier's capacity holds */
+    assert_int_equal(st.hot_blocks, 3);
+    assert_true(st.hot_evictions >= NB - 3);
+    /* acquire: a tier address for every block (loaded from LMDB on a miss) */
+    scdb_block *held[3] = {0};
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(scdb_store_acquire(s, &keys[i], &held[i]), SCDB_OK);
+        assert_string_equal(held[i]->tier, SCDB_TIER_DEVICE_CPU);
+        assert_memory_equal(held[i]->payload, pl[i], BYTES);
+    }
+    /* pinned: the tier is full of held blocks, another acquire cannot fit */
+    {
+        scdb_block *more = NULL;
+        assert_int_equal(scdb_store_acquire(s, &keys[4], &more), SCDB_EFULL);
+        assert_null(more);
+    }
+    for (int i = 0; i < 3; i++) scdb_store_release(s, &held[i]);
+    /* get copies out through the tier */
+    {
+        static unsigned char out[BYTES];
+        scdb_block_info info;
+        for (int i = 0; i < NB; i++) {
+            assert_int_equal(scdb_store_get(s, &keys[i], out, sizeof out, &info), SCDB_OK);
+            assert_memory_equal(out, pl[i], BYTES);
+        }
+    }
+    scdb_store_close(&s);
+}
+
 /* Last: SIGINT also drains and exits 0. */
 static void test_sigint_exit(void **state)
 {
@@ -2028,6 +2235,9 @@ int main(void)
         cmocka_unit_test(test_refusals_and_curve),
         cmocka_unit_test(test_cli),
         cmocka_unit_test(test_drain_inflight),
+        cmocka_unit_test(test_cuda_arena_refused),
+        cmocka_unit_test(test_decoders_device_path),
+        cmocka_unit_test(test_device_tier_store),
         cmocka_unit_test(test_sigint_exit),
     };
     signal(SIGPIPE, SIG_IGN);

@@ -27,6 +27,43 @@ expect 2 "models: bad --max-bytes" -- "$scdb" models --max-bytes 1
 expect 1 "models: missing data dir" -- "$scdb" models --data "$tmp/nothing"
 expect 2 "bench: unknown benchmark" -- "$scdb" bench nosuch
 
+# --device auto|cpu|cuda (issue 7): listed in the help texts, bad values are
+# usage errors, commands without a CUDA path refuse cuda and say why
+for sub in serve calibrate demo "bench quality" "bench kernels"; do
+  "$scdb" $sub --help 2>&1 | grep -q -- "--device" && ok "$sub --help lists --device" \
+    || bad "$sub --help lists --device"
+done
+expect 2 "serve: bad --device" -- "$scdb" serve --device gpu --data-dir "$tmp/sd"
+grep -q "auto, cpu or cuda" "$tmp/err" && ok "serve: bad --device says what is allowed" \
+  || bad "serve: bad --device says what is allowed"
+expect 2 "calibrate: bad --device" -- "$scdb" calibrate --device CUDA
+expect 2 "bench quality: bad --device" -- "$scdb" bench quality --device tpu
+expect 2 "demo: bad --device" -- "$scdb" demo --device 1
+expect 1 "bench quality: --device cuda has no CUDA path" -- "$scdb" bench quality --device cuda
+grep -q "no CUDA path yet" "$tmp/err" && ok "bench quality: cuda refusal says why" \
+  || bad "bench quality: cuda refusal says why"
+expect 1 "demo: --device cuda has no CUDA path" -- "$scdb" demo --device cuda
+grep -q "no CUDA path yet" "$tmp/err" && ok "demo: cuda refusal says why" || bad "demo: cuda refusal says why"
+# serve --device cpu starts, logs its choice, and stops on SIGTERM
+"$scdb" serve --device cpu --data-dir "$tmp/sd" --endpoint "ipc://$tmp/b.sock" \
+  --model m:2:1:8:64 --lookup-index 0 --gpu-hot-capacity 1MiB >"$tmp/serve.out" 2>"$tmp/serve.err" &
+spid=$!
+for _ in $(seq 1 100); do grep -q "device: cpu requested" "$tmp/serve.err" && break; sleep 0.1; done
+grep -q "device: cpu requested" "$tmp/serve.err" && ok "serve --device cpu logs its choice" \
+  || { bad "serve --device cpu logs its choice"; cat "$tmp/serve.err"; }
+grep -q "gpu_hot_capacity 1048576 ignored: the broker decodes on the CPU" "$tmp/serve.err" \
+  && ok "serve --device cpu ignores gpu_hot_capacity and says so" \
+  || bad "serve --device cpu ignores gpu_hot_capacity and says so"
+kill -TERM $spid 2>/dev/null; wait $spid; code=$?
+[ $code -eq 0 ] && ok "serve --device cpu stops cleanly" || bad "serve --device cpu (exit $code)"
+if ! nvidia-smi -L >/dev/null 2>&1; then
+  "$scdb" serve --device cuda --data-dir "$tmp/sd2" --endpoint "ipc://$tmp/b2.sock" \
+    --model m:2:1:8:64 >"$tmp/out" 2>"$tmp/err"; code=$?
+  { [ $code -eq 1 ] || [ $code -eq 2 ]; } && grep -q "cuda requested" "$tmp/err" \
+    && ok "serve --device cuda without a device refuses to start (exit $code)" \
+    || { bad "serve --device cuda without a device (exit $code)"; cat "$tmp/err"; }
+fi
+
 # the family report on a small sample: every model and domain present
 "$scdb" models --max-bytes 4096 --json "$tmp/m.json" >"$tmp/out" 2>"$tmp/err"
 code=$?
@@ -43,8 +80,10 @@ PY
 then ok "models JSON has every model and domain"; else bad "models JSON has every model and domain"; fi
 
 # the fan-out demo end to end: broker, producer, every specialist consumer
-"$scdb" demo >"$tmp/demo" 2>"$tmp/err"
+"$scdb" demo --device cpu >"$tmp/demo" 2>"$tmp/err"
 code=$?
+grep -q "scdb demo: device cpu (cpu requested" "$tmp/err" && ok "demo --device cpu says which device" \
+  || bad "demo --device cpu says which device"
 if [ $code -eq 0 ] && grep -q "^demo: ok" "$tmp/demo" && grep -q "^| code |" "$tmp/demo" \
    && grep -q "^| manpages |" "$tmp/demo"; then ok "demo runs end to end for every specialist"
 else bad "demo (exit $code)"; cat "$tmp/demo" "$tmp/err"; fi

@@ -862,6 +862,94 @@ static void test_kernel_twins(void **state)
     scdb_calib_free(&c);
 }
 
+/* ------------------------------------------------------------ device decode
+ * scdb_pair_dev on the CPU ops table (host memory, CPU twins) is the CPU
+ * decode bit for bit: the same sequence the CUDA table runs on a GPU, with
+ * every offset, stride and layer kind checked here.  Own-layer and
+ * all-layers pairs, TOKEN layer 0, REUSE and PATCH, a range inside a block,
+ * a nonzero slot0. */
+static void check_pair_dev(const scdb_pair *p, const scdb_codebook *cb, int n_patch)
+{
+    const scdb_codebook_info *ci = scdb_codebook_get_info(cb);
+    int block_n = 32, t0 = 5, n = 20, slot0 = 7;
+    int32_t tok[32], pos[20];
+    for (int i = 0; i < block_n; i++) tok[i] = text[900 + i];
+    for (int i = 0; i < n; i++) pos[i] = 11 + 2 * i;
+    /* codes of the block from the producer's states */
+    float *h_in = malloc((size_t)ci->n_layers * block_n * ci->d_model * sizeof *h_in);
+    scdb_kv_cache *pc, *a, *b;
+    scdb_capture cap = {.h_in = h_in};
+    int32_t ppos[32];
+    for (int i = 0; i < block_n; i++) ppos[i] = i;
+    assert_int_equal(scdb_model_cache_new(prod, block_n, &pc), SCDB_OK);
+    assert_int_equal(scdb_model_forward(prod, tok, ppos, block_n, pc, NULL, &cap), SCDB_OK);
+    uint16_t *codes = malloc(scdb_codec_codes_len(ci, block_n) * 2);
+    scdb_codec_states st = {.h_in = h_in};
+    assert_int_equal(scdb_codec_encode(cb, &st, block_n, codes), SCDB_OK);
+
+    scdb_pair_dev *d = NULL;
+    assert_int_equal(scdb_pair_dev_new(p, SCDB_DEV_CPU, &d), SCDB_OK);
+    assert_int_equal(scdb_model_cache_new(cons, 48, &a), SCDB_OK);
+    assert_int_equal(scdb_model_cache_new(cons, 48, &b), SCDB_OK);
+    assert_int_equal(scdb_pair_decode_range(p, cb, codes, block_n, t0, n, pos, tok + t0, n_patch,
+                                            a, slot0), SCDB_OK);
+    assert_int_equal(scdb_pair_dev_decode_range(d, cb, codes, block_n, t0, n, pos, tok + t0,
+                                                n_patch, b, slot0), SCDB_OK);
+    assert_int_equal(a->n, slot0 + n);
+    assert_int_equal(b->n, a->n);
+    assert_memory_equal(a->mem, b->mem,
+                        scdb_kv_cache_bytes(a->n_layers, a->n_kv_heads, a->head_dim, a->capacity));
+    /* the CPU decode's argument checks */
+    assert_int_equal(scdb_pair_dev_decode_range(d, cb, codes, block_n, t0, n, pos, tok + t0,
+                                                n_patch, b, 48 - n + 1), SCDB_EINVAL);
+    assert_int_equal(scdb_pair_dev_decode_range(d, cb, codes, block_n, block_n - n + 1, n, pos,
+                                                tok, n_patch, b, 0), SCDB_EINVAL);
+    scdb_pair_dev_free(&d);
+    assert_null(d);
+    scdb_pair_dev_free(&d);
+    scdb_kv_cache_free(&a);
+    scdb_kv_cache_free(&b);
+    scdb_kv_cache_free(&pc);
+    free(codes);
+    free(h_in);
+}
+
+static void test_pair_dev_cpu(void **state)
+{
+    (void)state;
+    scdb_calib *c = session(1);
+    const int cand[1] = {1};
+    scdb_cb_fit f = {.r_k = 3, .r_v = 3, .r_h = 4, .n_candidates = 1, .candidates = cand,
+                     .token_layer0 = 1};
+    scdb_codebook *cb = NULL;
+    assert_int_equal(scdb_calib_fit_codebook(c, &f, &cb), SCDB_OK);
+    for (int all = 0; all < 2; all++) {
+        scdb_pair *p = NULL;
+        scdb_pair_fit pf = {.n_patch = 1, .hidden = 8, .steps = 20, .batch = 32,
+                            .keep_order = 1, .all_layers = all};
+        assert_int_equal(scdb_calib_fit_pair(c, cb, 0, &pf, &p), SCDB_OK);
+        assert_int_equal(scdb_pair_get_info(p)->all_input, all);
+        assert_true(scdb_pair_get_info(p)->has_tokens);
+        for (int np = 0; np < 2; np++) check_pair_dev(p, cb, np);
+        scdb_pair_free(&p);
+    }
+    /* the CUDA table: a decode needs a device; without one the upload fails
+     * cleanly (no backend: SCDB_EUNSUPPORTED; backend, no device: SCDB_EDEVICE) */
+    if (scdb_k_cuda_device_count() == 0) {
+        scdb_pair *p = NULL;
+        scdb_pair_dev *d = NULL;
+        scdb_pair_fit pf = {.n_patch = 1, .hidden = 8, .steps = 5, .batch = 32, .keep_order = 1};
+        assert_int_equal(scdb_calib_fit_pair(c, cb, 0, &pf, &p), SCDB_OK);
+        scdb_err rc = scdb_pair_dev_new(p, SCDB_DEV_CUDA, &d);
+        assert_true(rc == SCDB_EUNSUPPORTED || rc == SCDB_EDEVICE);
+        assert_null(d);
+        scdb_pair_free(&p);
+    }
+    assert_int_equal(scdb_pair_dev_new(NULL, SCDB_DEV_CPU, &(scdb_pair_dev *){NULL}), SCDB_EINVAL);
+    scdb_codebook_free(&cb);
+    scdb_calib_free(&c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -872,6 +960,7 @@ int main(void)
         cmocka_unit_test(test_rank_allocation),
         cmocka_unit_test(test_aligner_training),
         cmocka_unit_test(test_kernel_twins),
+        cmocka_unit_test(test_pair_dev_cpu),
         cmocka_unit_test(test_files_and_refusals),
         cmocka_unit_test(test_domain_text),
         cmocka_unit_test(test_shipped_pairs),

@@ -670,6 +670,20 @@ static void test_device(void **state)
     }
     assert_int_equal(scdb_device_resolve((scdb_device_pref)7, &d, NULL, 0), SCDB_EINVAL);
     assert_int_equal(scdb_device_resolve(SCDB_DEVPREF_CPU, NULL, NULL, 0), SCDB_EINVAL);
+    /* commands without a CUDA path: auto falls back and says why, cuda refuses */
+    d = SCDB_DEV_CUDA;
+    assert_int_equal(scdb_device_resolve_cpu_only(SCDB_DEVPREF_AUTO, "scdb x", &d, why, sizeof why),
+                     SCDB_OK);
+    assert_int_equal(d, SCDB_DEV_CPU);
+    assert_non_null(strstr(why, "scdb x has no CUDA path"));
+    d = SCDB_DEV_CUDA;
+    assert_int_equal(scdb_device_resolve_cpu_only(SCDB_DEVPREF_CPU, "scdb x", &d, NULL, 0), SCDB_OK);
+    assert_int_equal(d, SCDB_DEV_CPU);
+    d = SCDB_DEV_CPU;
+    assert_int_equal(scdb_device_resolve_cpu_only(SCDB_DEVPREF_CUDA, "scdb x", &d, why, sizeof why),
+                     SCDB_EUNSUPPORTED);
+    assert_non_null(strstr(why, "cuda requested but scdb x has no CUDA path"));
+    assert_int_equal(scdb_device_resolve_cpu_only((scdb_device_pref)9, "x", &d, NULL, 0), SCDB_EINVAL);
     /* the info query agrees with the count */
     scdb_k_cuda_info info;
     rc = scdb_k_cuda_device_info(0, &info);

@@ -19,7 +19,9 @@ struct scdb_arena {
     void *map;
     size_t size;
     scdb_arena_header *hdr;
-    scdb_kv_cache *cache;        /* KV arenas                               */
+    scdb_kv_cache *cache;        /* KV arenas (CUDA: a view over dev)        */
+    void *dev;                   /* CUDA IPC arena: the opened device memory */
+    int cuda_device;             /* ... and its device (our numbering)      */
     float *states;               /* states arenas: [layers][n][dim]         */
     uint32_t capacity;
     int states_layers, states_dim;
@@ -82,6 +84,13 @@ int lib_shm_open(const char *name);
 
 /* Unmap and free a session locally (no message). */
 void lib_session_drop(scdb_session *s);
+
+/* libscdb_cuda.c: open a CUDA IPC handle on the broker's GPU (found by PCI
+ * bus id, else ordinal) / close it.  SCDB_EUNSUPPORTED (no CUDA runtime
+ * here), SCDB_EDEVICE, SCDB_EPROTO (handle size). */
+scdb_err lib_cuda_open(scdb *h, const uint8_t *handle, size_t len, int ordinal, const char *pci,
+                       void **dev_ptr, int *device);
+void lib_cuda_close(void *dev_ptr, int device);
 
 /* Map an arena the broker created and confirm it. */
 scdb_err lib_arena_map(scdb *h, const Scdb__ArenaCreateReply *ar, scdb_arena **out);

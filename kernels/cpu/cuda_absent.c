@@ -125,3 +125,19 @@ scdb_err scdb_k_cuda_device_info(int dev, scdb_k_cuda_info *out)
     if (out) memset(out, 0, sizeof *out);
     ABSENT;
 }
+
+scdb_err scdb_k_cuda_ipc_handle(void *dev_ptr, uint8_t out[SCDB_CUDA_IPC_HANDLE_BYTES])
+{
+    (void)dev_ptr; (void)out;
+    ABSENT;
+}
+scdb_err scdb_k_cuda_pci_bus_id(int dev, char *buf, size_t len)
+{
+    (void)dev; (void)buf; (void)len;
+    ABSENT;
+}
+scdb_err scdb_k_cuda_copy_d2d(void *dst, const void *src, size_t bytes)
+{
+    (void)dst; (void)src; (void)bytes;
+    ABSENT;
+}

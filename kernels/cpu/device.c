@@ -83,3 +83,31 @@ scdb_err scdb_device_resolve(scdb_device_pref pref, scdb_device *out, char *why,
     if (!rc) *out = d;
     return rc;
 }
+
+scdb_err scdb_device_resolve_cpu_only(scdb_device_pref pref, const char *what, scdb_device *out,
+                                      char *why, size_t whylen)
+{
+    char msg[384];
+    scdb_err rc = SCDB_OK;
+
+    if (!out || (unsigned)pref > SCDB_DEVPREF_CUDA) return SCDB_EINVAL;
+    if (!what || !*what) what = "this command";
+    switch (pref) {
+    case SCDB_DEVPREF_CPU:
+        snprintf(msg, sizeof msg, "cpu requested: CPU");
+        break;
+    case SCDB_DEVPREF_AUTO:
+        snprintf(msg, sizeof msg, "auto: %s has no CUDA path yet: CPU", what);
+        break;
+    default:
+        snprintf(msg, sizeof msg, "cuda requested but %s has no CUDA path yet: use --device "
+                                  "cpu or auto", what);
+        rc = SCDB_EUNSUPPORTED;
+        break;
+    }
+    if (rc) scdb_error("device: %s", msg);
+    else scdb_info("device: %s", msg);
+    if (why && whylen) snprintf(why, whylen, "%s", msg);
+    if (!rc) *out = SCDB_DEV_CPU;
+    return rc;
+}

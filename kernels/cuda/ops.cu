@@ -8,6 +8,7 @@
  * checked-call macros log the failing call with file and line. */
 #include <cuda_fp16.h>
 #include <math.h>
+#include <string.h>
 #include <pthread.h>
 
 #include "cuda_internal.h"
@@ -47,6 +48,12 @@ extern "C" void scdb_k_cuda_free(void *p) { if (p) cudaFree(p); }
 extern "C" scdb_err scdb_k_cuda_copy(void *dst, const void *src, size_t bytes, int to_device)
 {
     CUDA_CHECK(cudaMemcpy(dst, src, bytes, to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost));
+    return SCDB_OK;
+}
+
+extern "C" scdb_err scdb_k_cuda_copy_d2d(void *dst, const void *src, size_t bytes)
+{
+    CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice));
     return SCDB_OK;
 }
 
@@ -293,6 +300,23 @@ extern "C" scdb_err scdb_k_attention_cuda(const float *q, const int32_t *q_pos, 
 extern "C" scdb_err scdb_k_cuda_memset(void *p, int value, size_t bytes)
 {
     CUDA_CHECK(cudaMemsetAsync(p, value, bytes, 0));
+    return SCDB_OK;
+}
+
+extern "C" scdb_err scdb_k_cuda_ipc_handle(void *dev_ptr, uint8_t out[SCDB_CUDA_IPC_HANDLE_BYTES])
+{
+    cudaIpcMemHandle_t h;
+    static_assert(sizeof h == SCDB_CUDA_IPC_HANDLE_BYTES, "cudaIpcMemHandle_t is 64 bytes");
+    if (!dev_ptr || !out) return SCDB_EINVAL;
+    CUDA_CHECK(cudaIpcGetMemHandle(&h, dev_ptr));
+    memcpy(out, &h, sizeof h);
+    return SCDB_OK;
+}
+
+extern "C" scdb_err scdb_k_cuda_pci_bus_id(int dev, char *buf, size_t len)
+{
+    if (!buf || len < 2) return SCDB_EINVAL;
+    CUDA_CHECK(cudaDeviceGetPCIBusId(buf, (int)(len > 256 ? 256 : len), dev));
     return SCDB_OK;
 }
 

@@ -1,0 +1,241 @@
+/* pair_dev.c — a pair's decode on a device (codec.h, "device decode"): the
+ * weights uploaded once through a kernels.h ops table, and a decode that
+ * sequences the codec ops on that device straight into the consumer's cache.
+ * It mirrors scdb_pair_decode_range (pair.c) step for step; test_codec runs
+ * it on the CPU table and compares the two bit for bit. */
+#include "codec_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct dev_layer {
+    uint16_t *dk, *dv;            /* f16 [kv][in] */
+    float *mk, *mv;               /* [kv] */
+    float *w1, *b1, *w2, *b2, *skip, *wk, *wv;   /* aligner layers */
+} dev_layer;
+
+struct scdb_pair_dev {
+    const scdb_pair *p;
+    const scdb_k_ops *ops;
+    dev_layer L[SCDB_CODEC_MAX_LAYERS];
+    float *wk0, *wv0;             /* token layer */
+};
+
+static scdb_err up_f32(const scdb_k_ops *ops, const float *src, size_t n, float **out)
+{
+    void *d = NULL;
+    scdb_err rc;
+
+    *out = NULL;
+    if (!src || !n) return SCDB_OK;
+    if ((rc = ops->alloc(n * sizeof(float), &d))) return rc;
+    if ((rc = ops->upload(d, src, n * sizeof(float)))) {
+        ops->release(d);
+        return rc;
+    }
+    *out = d;
+    return SCDB_OK;
+}
+
+/* f32 values that are f16 exactly (pairs store decoders as f16) -> f16 */
+static scdb_err up_f16(const scdb_k_ops *ops, const float *src, size_t n, uint16_t **out)
+{
+    uint16_t *h;
+    void *d = NULL;
+    scdb_err rc;
+
+    *out = NULL;
+    if (!src || !n) return SCDB_OK;
+    if (!(h = malloc(n * sizeof *h))) return SCDB_ENOMEM;
+    scdb_f32_to_f16_n(src, h, n);
+    rc = ops->alloc(n * sizeof *h, &d);
+    if (!rc && (rc = ops->upload(d, h, n * sizeof *h))) {
+        ops->release(d);
+        d = NULL;
+    }
+    free(h);
+    *out = d;
+    return rc;
+}
+
+void scdb_pair_dev_free(scdb_pair_dev **dp)
+{
+    scdb_pair_dev *d;
+
+    if (!dp || !*dp) return;
+    d = *dp;
+    for (int l = 0; l < SCDB_CODEC_MAX_LAYERS; l++) {
+        dev_layer *x = &d->L[l];
+        void *ptrs[] = {x->dk, x->dv, x->mk, x->mv, x->w1, x->b1, x->w2, x->b2, x->skip,
+                        x->wk, x->wv};
+        for (size_t i = 0; i < SCDB_ARRAY_LEN(ptrs); i++) d->ops->release(ptrs[i]);
+    }
+    d->ops->release(d->wk0);
+    d->ops->release(d->wv0);
+    free(d);
+    *dp = NULL;
+}
+
+scdb_err scdb_pair_dev_new(const scdb_pair *p, scdb_device dev, scdb_pair_dev **out)
+{
+    const scdb_k_ops *ops = scdb_k_ops_get(dev);
+    scdb_pair_dev *d;
+    scdb_err rc = SCDB_OK;
+
+    if (!out) return SCDB_EINVAL;
+    *out = NULL;
+    if (!p || !ops) return SCDB_EINVAL;
+    if (!(d = calloc(1, sizeof *d))) return SCDB_ENOMEM;
+    d->p = p;
+    d->ops = ops;
+    const scdb_pair_info *in = &p->info;
+    size_t kv = (size_t)in->kv_dim, dm = (size_t)in->d_model;
+    for (int l = 0; l < in->n_layers && !rc; l++) {
+        const cx_player *L = &p->L[l];
+        dev_layer *x = &d->L[l];
+        size_t iw = (size_t)cx_in_width(p, l);
+        if (p->layers[l].kind == SCDB_CB_TOKENS) continue;
+        if (!rc) rc = up_f16(ops, L->dk, kv * iw, &x->dk);
+        if (!rc) rc = up_f16(ops, L->dv, kv * iw, &x->dv);
+        if (!rc) rc = up_f32(ops, L->mk, kv, &x->mk);
+        if (!rc) rc = up_f32(ops, L->mv, kv, &x->mv);
+        if (!L->has_aligner) continue;
+        const scdb_aligner *a = &L->al;
+        size_t r = (size_t)a->r, hid = (size_t)a->hidden, ad = (size_t)a->d;
+        if (!rc) rc = up_f32(ops, a->w1, hid * r, &x->w1);
+        if (!rc) rc = up_f32(ops, a->b1, hid, &x->b1);
+        if (!rc) rc = up_f32(ops, a->w2, ad * hid, &x->w2);
+        if (!rc) rc = up_f32(ops, a->b2, ad, &x->b2);
+        if (!rc) rc = up_f32(ops, a->skip, ad * r, &x->skip);
+        if (!rc) rc = up_f32(ops, L->wk, kv * dm, &x->wk);
+        if (!rc) rc = up_f32(ops, L->wv, kv * dm, &x->wv);
+    }
+    if (!rc && in->has_tokens) {
+        rc = up_f32(ops, p->wk0, kv * dm, &d->wk0);
+        if (!rc) rc = up_f32(ops, p->wv0, kv * dm, &d->wv0);
+    }
+    if (!rc) rc = ops->sync();
+    if (rc) {
+        scdb_pair_dev_free(&d);
+        return rc;
+    }
+    *out = d;
+    return SCDB_OK;
+}
+
+scdb_err scdb_pair_dev_decode_range(const scdb_pair_dev *d, const scdb_codebook *cb,
+                                    const uint16_t *codes, int block_n, int t0, int n,
+                                    const int32_t *pos, const int32_t *tokens, int n_patch,
+                                    scdb_kv_cache *cache, int slot0)
+{
+    const scdb_pair *p;
+    const scdb_pair_info *in;
+    const scdb_k_ops *ops;
+    unsigned char patch[SCDB_CODEC_MAX_LAYERS] = {0};
+    uint16_t *zh = NULL;              /* host: the range's codes, f16 */
+    float *hh = NULL;                 /* host: token-layer rows */
+    void *zd = NULL, *z32 = NULL, *hd = NULL;   /* device */
+    int any_patch = 0, any_token = 0;
+    scdb_err rc = SCDB_OK;
+
+    if (!d || !cb) return SCDB_EINVAL;
+    p = d->p;
+    ops = d->ops;
+    if ((!codes && p->code_dim > 0) || n <= 0 || !pos || !cache || slot0 < 0 || t0 < 0 ||
+        block_n < n || t0 > block_n - n)
+        return SCDB_EINVAL;
+    in = &p->info;
+    if (memcmp(&in->codebook_id, &cb->info.id, sizeof in->codebook_id)) return SCDB_EMISMATCH;
+    if (cache->n_layers != in->n_layers || cache->n_kv_heads != in->n_kv_heads ||
+        cache->head_dim != in->head_dim)
+        return SCDB_ESHAPE;
+    if (slot0 > cache->capacity - n) return SCDB_EINVAL;
+    if (in->has_tokens) {
+        if (!tokens) return SCDB_EINVAL;
+        for (int i = 0; i < n; i++)
+            if (tokens[i] < 0 || tokens[i] >= in->vocab_size) return SCDB_EINVAL;
+    }
+    for (int i = 0; i < n; i++) if (pos[i] < 0) return SCDB_EINVAL;
+    if (n_patch < 0 || n_patch > in->n_aligners) n_patch = n_patch < 0 ? in->n_patch : in->n_aligners;
+    for (int i = 0; i < n_patch; i++) patch[in->patch_order[i]] = 1;
+    for (int l = 0; l < in->n_layers; l++) {
+        if (p->layers[l].kind == SCDB_CB_TOKENS) any_token = 1;
+        else if (patch[l]) any_patch = 1;
+    }
+
+    int kv = in->kv_dim, dm = in->d_model, D = p->code_dim;
+    int32_t *posd = cache->pos + slot0;   /* the positions' final place is their input */
+    if ((rc = ops->upload(posd, pos, (size_t)n * sizeof *pos))) return rc;
+    if (D > 0) {
+        /* the range's codes as the device reads them: layer sections
+         * [n][width] at n * off[l], or (all_input) token-major rows [n][D] */
+        if (!(zh = malloc((size_t)n * D * sizeof *zh))) { rc = SCDB_ENOMEM; goto done; }
+        for (int l = 0; l < in->n_layers; l++) {
+            const scdb_cb_layer *CL = &p->layers[l];
+            const uint16_t *src = codes + (size_t)block_n * CL->offset + (size_t)t0 * CL->width;
+            if (!CL->width) continue;
+            if (p->all_input)
+                for (int i = 0; i < n; i++)
+                    memcpy(zh + (size_t)i * D + CL->offset, src + (size_t)i * CL->width,
+                           (size_t)CL->width * sizeof *zh);
+            else
+                memcpy(zh + (size_t)n * CL->offset, src, (size_t)n * CL->width * sizeof *zh);
+        }
+        if ((rc = ops->alloc((size_t)n * D * sizeof *zh, &zd))) goto done;
+        if ((rc = ops->upload(zd, zh, (size_t)n * D * sizeof *zh))) goto done;
+        if (any_patch) {
+            if ((rc = ops->alloc((size_t)n * D * sizeof(float), &z32))) goto done;
+            if ((rc = ops->f16_to_f32(zd, z32, (size_t)n * D))) goto done;
+        }
+    }
+    if (any_patch || any_token)
+        if ((rc = ops->alloc((size_t)n * dm * sizeof(float), &hd))) goto done;
+
+    for (int l = 0; l < in->n_layers; l++) {
+        const scdb_cb_layer *CL = &p->layers[l];
+        const dev_layer *X = &d->L[l];
+        float *K = scdb_kv_k(cache, l, slot0), *V = scdb_kv_v(cache, l, slot0);
+        size_t zoff = p->all_input ? 0 : (size_t)n * CL->offset;
+        int iw = cx_in_width(p, l);
+        if (CL->kind == SCDB_CB_TOKENS) {
+            /* h = RMSNorm(E[tok]) on the host, as the CPU decode computes it */
+            if (!hh && !(hh = malloc((size_t)n * dm * sizeof *hh))) { rc = SCDB_ENOMEM; goto done; }
+            for (int i = 0; i < n; i++)
+                memcpy(hh + (size_t)i * dm, p->emb + (size_t)tokens[i] * dm, (size_t)dm * sizeof *hh);
+            scdb_k_rmsnorm_cpu(hh, p->norm0, n, dm, in->norm_eps, hh);
+            if ((rc = ops->upload(hd, hh, (size_t)n * dm * sizeof *hh))) goto done;
+            if ((rc = ops->kv_regen(hd, n, dm, d->wk0, d->wv0, kv, posd, in->head_dim,
+                                    in->rope_theta, K, V)))
+                goto done;
+            continue;
+        }
+        if (patch[l]) {
+            const scdb_aligner *a = &p->L[l].al;
+            if ((rc = ops->aligner((const float *)z32 + zoff, iw, n, a->r, a->hidden, a->d, X->w1,
+                                   X->b1, X->w2, X->b2, X->skip, hd, NULL)))
+                goto done;
+            if ((rc = ops->kv_regen(hd, n, dm, X->wk, X->wv, kv, posd, in->head_dim,
+                                    in->rope_theta, K, V)))
+                goto done;
+            continue;
+        }
+        const uint16_t *zl = iw > 0 ? (const uint16_t *)zd + zoff : NULL;
+        if ((rc = ops->lowrank_decode(zl, iw, n, iw, X->dk, X->mk, kv,
+                                      p->k_post_rope ? NULL : posd, in->head_dim,
+                                      in->rope_theta, K, kv)))
+            goto done;
+        if ((rc = ops->lowrank_decode(zl, iw, n, iw, X->dv, X->mv, kv, NULL, in->head_dim,
+                                      in->rope_theta, V, kv)))
+            goto done;
+    }
+    rc = ops->sync();
+    if (!rc && cache->n < slot0 + n) cache->n = slot0 + n;
+done:
+    if (rc) ops->sync();              /* nothing queued may outlive the buffers */
+    ops->release(zd);
+    ops->release(z32);
+    ops->release(hd);
+    free(zh);
+    free(hh);
+    return rc;
+}
