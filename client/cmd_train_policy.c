@@ -43,11 +43,13 @@ static void usage(FILE *f)
             "  --hidden H        MLP width (default 32)\n"
             "  --sinks N         always-kept first slots (default 4)\n"
             "  --recent N        always-kept last slots (default 32)\n"
+            "  --recent-frac F   ... or more: at least F x the budget, F in [0, 1) (default 0)\n"
             "  --pool K          max-pool the scores over K neighbouring slots, odd\n"
             "                    (default 7; 1: plain per-token DistillCache)\n"
-            "  --init I          attention | recency | random: start with hidden unit 0\n"
-            "                    reading alpha (default) or the log-age and driving the\n"
-            "                    output, the rest random; or all random\n"
+            "  --init I          attention | recency | mixed | random: start with hidden\n"
+            "                    unit 0 reading alpha (default) or the log-age and driving\n"
+            "                    the output, the rest random; mixed: unit 0 alpha and unit 1\n"
+            "                    the cumulative mass (SnapKV + H2O); or all random\n"
             "  --val-windows N   validation windows (default 8)\n"
             "  --val-every N     episodes between validations (default 50)\n"
             "  --minutes M       stop after M minutes (default: no limit)\n"
@@ -87,7 +89,7 @@ int scdb_cmd_train_policy(int argc, char **argv)
 {
     enum { O_MODEL = 256, O_TEXT, O_PART, O_BUDGET, O_EPISODES, O_SAMPLES, O_LR, O_ENTROPY,
            O_PREFILL, O_STEPS, O_EVERY, O_HIDDEN, O_SINKS, O_RECENT, O_VALW, O_VALE,
-           O_MINUTES, O_SEED, O_LOG, O_PREFILL_MIN, O_POOL, O_INIT, O_TAU };
+           O_MINUTES, O_SEED, O_LOG, O_PREFILL_MIN, O_POOL, O_INIT, O_TAU, O_RECENT_FRAC };
     static const struct option opts[] = {
         {"model", required_argument, 0, O_MODEL}, {"text", required_argument, 0, O_TEXT},
         {"part", required_argument, 0, O_PART}, {"budget", required_argument, 0, O_BUDGET},
@@ -101,6 +103,7 @@ int scdb_cmd_train_policy(int argc, char **argv)
         {"log", required_argument, 0, O_LOG}, {"prefill-min", required_argument, 0, O_PREFILL_MIN},
         {"pool", required_argument, 0, O_POOL}, {"init", required_argument, 0, O_INIT},
         {"tau", required_argument, 0, O_TAU},
+        {"recent-frac", required_argument, 0, O_RECENT_FRAC},
         {"out", required_argument, 0, 'o'},
         {"quiet", no_argument, 0, 'q'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     scdb_evict_train_opts o;
@@ -145,11 +148,18 @@ int scdb_cmd_train_policy(int argc, char **argv)
         case O_LOG: snprintf(log_path, sizeof log_path, "%s", optarg); break;
         case O_PREFILL_MIN: bad = parse_int(optarg, 0, 1 << 20, &o.prefill_min); break;
         case O_POOL: bad = parse_int(optarg, 1, 63, &o.pool) || o.pool % 2 == 0; break;
+        case O_RECENT_FRAC: {
+            char *end;
+            o.recent_frac = strtof(optarg, &end);
+            bad = *end || !(o.recent_frac >= 0.0f && o.recent_frac < 1.0f);
+            break;
+        }
         case O_TAU: o.tau = strtof(optarg, NULL); bad = !(o.tau > 0.0f && o.tau <= 100.0f); break;
         case O_INIT:
             if (!strcmp(optarg, "attention")) o.init = SCDB_EVICT_INIT_ATTENTION;
             else if (!strcmp(optarg, "recency")) o.init = SCDB_EVICT_INIT_RECENCY;
             else if (!strcmp(optarg, "random")) o.init = SCDB_EVICT_INIT_RANDOM;
+            else if (!strcmp(optarg, "mixed")) o.init = SCDB_EVICT_INIT_MIXED;
             else bad = 1;
             break;
         case 'o': out_path = optarg; break;
@@ -245,7 +255,8 @@ int scdb_cmd_train_policy(int argc, char **argv)
         const char *vals[] = {model_name, text_desc, budgets, num[0], num[1], num[2], num[3],
                               num[4], num[5], num[6], num[7], num[8], num[9], num[10], num[11],
                               date, o.init == SCDB_EVICT_INIT_ATTENTION ? "attention"
-                                    : o.init == SCDB_EVICT_INIT_RECENCY ? "recency" : "random"};
+                                    : o.init == SCDB_EVICT_INIT_RECENCY ? "recency"
+                                    : o.init == SCDB_EVICT_INIT_MIXED ? "mixed" : "random"};
         if ((rc = scdb_evict_mlp_save(mlp, out_path, keys, vals, (int)SCDB_ARRAY_LEN(keys)))) {
             fprintf(stderr, "train-policy: cannot write %s: %s\n", out_path, scdb_strerror(rc));
             goto done;

@@ -21,7 +21,7 @@ struct scdb_evict_window {
     double step_s, nll_full;
     float *probs;                   /* [L][H][1][cap] */
     float *logits, *lp;             /* [V] */
-    float *scores, *feats, *pert;   /* [cap], [cap][5], [cap] */
+    float *scores, *feats, *pert;   /* [cap], [cap][N_FEATURES], [cap] */
     int *keep, *cand;               /* [cap] */
 };
 
@@ -190,10 +190,12 @@ static scdb_err sample_evict(scdb_evict_window *w, scdb_evict_sampler *smp, int 
                              int step, int *n_keep)
 {
     const scdb_evict_mlp *mlp = smp->mlp;
-    int n = w->cache->n, cap = n < budget ? n : budget, sinks = mlp->sinks, recent = mlp->recent;
+    int n = w->cache->n, cap = n < budget ? n : budget, sinks, recent;
     int nc = 0, m, nk = 0;
     scdb_evict_decision *d;
     scdb_err rc;
+
+    scdb_evict_mlp_protect(mlp, budget, &sinks, &recent);
 
     if (sinks > cap) sinks = cap;
     if (recent > cap - sinks) recent = cap - sinks;

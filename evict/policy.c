@@ -82,7 +82,7 @@ void scdb_evict_policy_protect(const scdb_evict_policy *p, const scdb_evict_acc 
     case SCDB_EVICT_H2O: s = 0; r = budget / 2; break;
     case SCDB_EVICT_SNAPKV: s = 0; r = imin(a ? a->window : SCDB_EVICT_DEFAULT_WINDOW, budget / 2); break;
     case SCDB_EVICT_TOVA: s = 0; r = 1; break;
-    case SCDB_EVICT_LEARNED: s = p->mlp->sinks; r = p->mlp->recent; break;
+    case SCDB_EVICT_LEARNED: scdb_evict_mlp_protect(p->mlp, budget, &s, &r); break;
     default: break;
     }
     if (s < 0) s = 0;

@@ -40,6 +40,7 @@
  *
  * Initialisation: by default hidden unit 0 reads only alpha and drives the
  * output (an "attention prior"; --init recency reads the log-age instead,
+ * --init mixed adds unit 1 reading the cumulative mass, H2O's signal,
  * --init random leaves everything random).  On the bundled byte-level
  * family, REINFORCE from random weights reaches about StreamingLLM's quality
  * in a few hundred episodes but not beyond; from the attention prior it
@@ -218,8 +219,9 @@ scdb_err scdb_evict_train(const scdb_evict_train_opts *o, scdb_evict_mlp **out,
         K < 2 || o->prefill < 2 || o->prefill_min < 0 || o->prefill_min > o->prefill ||
         o->steps < 1 || o->every < 1 || !(o->lr > 0.0f) ||
         o->entropy < 0.0f || o->hidden < 1 || o->hidden > 1024 || o->sinks < 0 ||
-        o->recent < 0 || o->val_windows < 1 || o->val_every < 1 || o->pool < 1 ||
-        o->pool % 2 == 0 || o->pool > 63 || (unsigned)o->init > SCDB_EVICT_INIT_RANDOM) {
+        o->recent < 0 || !(o->recent_frac >= 0.0f && o->recent_frac < 1.0f) ||
+        o->val_windows < 1 || o->val_every < 1 || o->pool < 1 ||
+        o->pool % 2 == 0 || o->pool > 63 || (unsigned)o->init > SCDB_EVICT_INIT_MIXED) {
         ERRF("invalid training options");
         return SCDB_EINVAL;
     }
@@ -275,6 +277,7 @@ scdb_err scdb_evict_train(const scdb_evict_train_opts *o, scdb_evict_mlp **out,
     }
     mlp->sinks = o->sinks;
     mlp->recent = o->recent;
+    mlp->recent_frac = o->recent_frac;
     mlp->pool = o->pool;
     if (o->init != SCDB_EVICT_INIT_RANDOM) {
         /* a prior: hidden unit 0 reads only one standardised input (alpha,
@@ -283,16 +286,24 @@ scdb_err scdb_evict_train(const scdb_evict_train_opts *o, scdb_evict_mlp **out,
          * policy ranks roughly like an attention heuristic (SnapKV-like with
          * the pooling and the protected recent window) or like StreamingLLM,
          * and REINFORCE is free to move away from it */
-        int H = mlp->hidden;
-        for (int k = 0; k < NF; k++) mlp->w1[k] = 0.0f;
+        int H = mlp->hidden, nu = o->init == SCDB_EVICT_INIT_MIXED && H > 1 ? 2 : 1;
+        for (int u = 0; u < nu; u++) {
+            for (int k = 0; k < NF; k++) mlp->w1[u * NF + k] = 0.0f;
+            mlp->b1[u] = 0.0f;
+            for (int j = 0; j < H; j++) mlp->w2[(size_t)j * H + u] = 0.0f;
+            for (int k = 0; k < H; k++) mlp->w2[(size_t)u * H + k] = 0.0f;
+            mlp->w2[(size_t)u * H + u] = 1.5f;
+            mlp->b2[u] = 0.0f;
+        }
         if (o->init == SCDB_EVICT_INIT_RECENCY) mlp->w1[SCDB_EF_POS] = -1.5f;
         else mlp->w1[SCDB_EF_ALPHA] = 1.0f;
-        mlp->b1[0] = 0.0f;
-        for (int j = 0; j < H; j++) mlp->w2[(size_t)j * H] = 0.0f;
-        for (int k = 0; k < H; k++) mlp->w2[k] = 0.0f;
-        mlp->w2[0] = 1.5f;
-        mlp->b2[0] = 0.0f;
         mlp->w3[0] = 4.0f;
+        if (nu == 2) {
+            /* mixed: the cumulative mass (H2O) weighs twice the EMA share */
+            mlp->w1[NF + SCDB_EF_MASS] = 1.0f;
+            mlp->w3[0] = 2.0f;
+            mlp->w3[1] = 4.0f;
+        }
     }
     scdb_evict_mlp_copy(best, mlp);
 
