@@ -209,7 +209,7 @@ static scdb_err sample_evict(scdb_evict_window *w, scdb_evict_sampler *smp, int 
     }
     d = &smp->dec[smp->n_dec];
     memset(d, 0, sizeof *d);
-    d->x = malloc((size_t)n * SCDB_EVICT_N_FEATURES * sizeof *d->x);
+    d->x = malloc((size_t)n * SCDB_EVICT_N_INPUTS * sizeof *d->x);
     d->s = malloc((size_t)n * sizeof *d->s);
     d->order = malloc((size_t)(m > 0 ? m : 1) * sizeof *d->order);
     if (mlp->pool > 1) d->arg = malloc((size_t)n * sizeof *d->arg);
@@ -225,10 +225,10 @@ static scdb_err sample_evict(scdb_evict_window *w, scdb_evict_sampler *smp, int 
     d->m = m;
     scdb_evict_features(w->acc, w->feats);
     if (d->arg) {
-        scdb_evict_mlp_score(mlp, w->feats, n, w->scores, d->x);
+        scdb_evict_mlp_score_budget(mlp, w->feats, n, budget, w->scores, d->x);
         scdb_evict_maxpool(w->scores, n, mlp->pool, d->s, d->arg);
     } else {
-        scdb_evict_mlp_score(mlp, w->feats, n, d->s, d->x);
+        scdb_evict_mlp_score_budget(mlp, w->feats, n, budget, d->s, d->x);
     }
     if (smp->tau > 0.0f && smp->tau != 1.0f)
         for (int j = 0; j < n; j++) d->s[j] /= smp->tau;

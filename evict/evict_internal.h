@@ -35,7 +35,7 @@ typedef struct scdb_evict_decision {
     int n;               /* live slots before eviction */
     int sinks, recent;   /* protected: [0, sinks) and [n - recent, n) */
     int m;               /* slots drawn from the candidates [sinks, n - recent) */
-    float *x;            /* [n][SCDB_EVICT_N_FEATURES] standardised MLP inputs */
+    float *x;            /* [n][SCDB_EVICT_N_INPUTS] standardised MLP inputs */
     float *s;            /* [n] scores / tau the draw used (pooled if the MLP pools) */
     int *arg;            /* [n] slot each pooled score came from; NULL: no pooling */
     int *order;          /* [m] drawn slots, in draw order */

@@ -1,4 +1,4 @@
-/* mlp.c — the learned policy's network (6 -> hidden -> hidden -> 1, tanh),
+/* mlp.c — the learned policy's network (7 -> hidden -> hidden -> 1, tanh),
  * its forward / backward pass, and its safetensors file (FORMATS.md,
  * "Eviction policy file"). */
 #include "evict_internal.h"
@@ -12,25 +12,26 @@
 #include "safetensors.h"
 
 #define NF SCDB_EVICT_N_FEATURES
+#define NI SCDB_EVICT_N_INPUTS
 #define MAX_HIDDEN 1024
 #define MAX_PROTECT (1 << 20)
 #define MAX_POOL 63
 #define POLICY_FORMAT "scdb-evict-policy"
 #define POLICY_VERSION "2"
-#define POLICY_FEATURES "alpha,vnorm,sigma,ent,pos,mass"
+#define POLICY_FEATURES "alpha,vnorm,sigma,ent,pos,mass,budget"
 #define POLICY_FEATURES_V1 "alpha,vnorm,sigma,ent,pos"   /* version 1: no mass */
 #define NF_V1 5
 #define POLICY_ACTIVATION "tanh"
 
 #define ERRF(...) do { if (errbuf && errlen) snprintf(errbuf, errlen, __VA_ARGS__); } while (0)
 
-static size_t count_params(int h) { return (size_t)h * NF + h + (size_t)h * h + h + h + 1; }
+static size_t count_params(int h) { return (size_t)h * NI + h + (size_t)h * h + h + h + 1; }
 
 static void bind_params(scdb_evict_mlp *m)
 {
     int h = m->hidden;
     float *p = m->params;
-    m->w1 = p; p += (size_t)h * NF;
+    m->w1 = p; p += (size_t)h * NI;
     m->b1 = p; p += h;
     m->w2 = p; p += (size_t)h * h;
     m->b2 = p; p += h;
@@ -49,7 +50,7 @@ static scdb_err mlp_alloc(int hidden, scdb_evict_mlp **out)
     if (!(m->params = calloc(m->n_params, sizeof *m->params))) { free(m); return SCDB_ENOMEM; }
     bind_params(m);
     m->pool = 1;
-    for (int i = 0; i < NF; i++) { m->in_mean[i] = 0.0f; m->in_std[i] = 1.0f; }
+    for (int i = 0; i < NI; i++) { m->in_mean[i] = 0.0f; m->in_std[i] = 1.0f; }
     *out = m;
     return SCDB_OK;
 }
@@ -67,8 +68,8 @@ scdb_err scdb_evict_mlp_new(int hidden, uint64_t seed, scdb_evict_mlp **out)
     if (!out) return SCDB_EINVAL;
     if ((rc = mlp_alloc(hidden, out))) return rc;
     scdb_evict_mlp *m = *out;
-    float a1 = 1.0f / sqrtf((float)NF), a2 = 1.0f / sqrtf((float)hidden);
-    for (int i = 0; i < hidden * NF; i++) m->w1[i] = a1 * (float)(2.0 * urand(&s) - 1.0);
+    float a1 = 1.0f / sqrtf((float)NI), a2 = 1.0f / sqrtf((float)hidden);
+    for (int i = 0; i < hidden * NI; i++) m->w1[i] = a1 * (float)(2.0 * urand(&s) - 1.0);
     for (int i = 0; i < hidden * hidden; i++) m->w2[i] = a2 * (float)(2.0 * urand(&s) - 1.0);
     for (int i = 0; i < hidden; i++) m->w3[i] = a2 * (float)(2.0 * urand(&s) - 1.0);
     m->sinks = 4;
@@ -126,7 +127,7 @@ static float forward_row(const scdb_evict_mlp *m, const float *x, float *h1, flo
     int H = m->hidden;
     for (int j = 0; j < H; j++) {
         float s = m->b1[j];
-        for (int k = 0; k < NF; k++) s += m->w1[j * NF + k] * x[k];
+        for (int k = 0; k < NI; k++) s += m->w1[j * NI + k] * x[k];
         h1[j] = tanhf(s);
     }
     float out = m->b3[0];
@@ -140,16 +141,24 @@ static float forward_row(const scdb_evict_mlp *m, const float *x, float *h1, flo
     return out;
 }
 
+void scdb_evict_mlp_score_budget(const scdb_evict_mlp *m, const float *feats, int n, int budget,
+                                 float *scores, float *x_out)
+{
+    float h1[MAX_HIDDEN], h2[MAX_HIDDEN], x[NI];
+    float ls = logf((float)(budget > 1 ? budget : 1));
+    for (int i = 0; i < n; i++) {
+        scdb_evict_mlp_transform(feats + (size_t)i * NF, x);
+        x[SCDB_EVICT_IN_BUDGET] = ls;
+        for (int k = 0; k < NI; k++) x[k] = (x[k] - m->in_mean[k]) / m->in_std[k];
+        if (x_out) memcpy(x_out + (size_t)i * NI, x, sizeof x);
+        scores[i] = forward_row(m, x, h1, h2);
+    }
+}
+
 void scdb_evict_mlp_score(const scdb_evict_mlp *m, const float *feats, int n,
                           float *scores, float *x_out)
 {
-    float h1[MAX_HIDDEN], h2[MAX_HIDDEN], x[NF];
-    for (int i = 0; i < n; i++) {
-        scdb_evict_mlp_transform(feats + (size_t)i * NF, x);
-        for (int k = 0; k < NF; k++) x[k] = (x[k] - m->in_mean[k]) / m->in_std[k];
-        if (x_out) memcpy(x_out + (size_t)i * NF, x, sizeof x);
-        scores[i] = forward_row(m, x, h1, h2);
-    }
+    scdb_evict_mlp_score_budget(m, feats, n, n, scores, x_out);
 }
 
 void scdb_evict_maxpool(const float *s, int n, int k, float *pooled, int *arg)
@@ -168,11 +177,11 @@ void scdb_evict_mlp_backward(const scdb_evict_mlp *m, const float *x, int n,
 {
     int H = m->hidden;
     float h1[MAX_HIDDEN], h2[MAX_HIDDEN], d1[MAX_HIDDEN], d2[MAX_HIDDEN];
-    float *gw1 = grad, *gb1 = gw1 + (size_t)H * NF, *gw2 = gb1 + H, *gb2 = gw2 + (size_t)H * H,
+    float *gw1 = grad, *gb1 = gw1 + (size_t)H * NI, *gw2 = gb1 + H, *gb2 = gw2 + (size_t)H * H,
           *gw3 = gb2 + H, *gb3 = gw3 + H;
     for (int i = 0; i < n; i++) {
         float g = dscore[i];
-        const float *xi = x + (size_t)i * NF;
+        const float *xi = x + (size_t)i * NI;
         if (g == 0.0f) continue;
         forward_row(m, xi, h1, h2);
         gb3[0] += g;
@@ -193,7 +202,7 @@ void scdb_evict_mlp_backward(const scdb_evict_mlp *m, const float *x, int n,
         for (int k = 0; k < H; k++) {
             float d = d1[k] * (1.0f - h1[k] * h1[k]);
             gb1[k] += d;
-            for (int f = 0; f < NF; f++) gw1[k * NF + f] += d * xi[f];
+            for (int f = 0; f < NI; f++) gw1[k * NI + f] += d * xi[f];
         }
     }
 }
@@ -205,7 +214,7 @@ scdb_err scdb_evict_mlp_save(const scdb_evict_mlp *m, const char *path,
 {
     scdb_st_writer *w = NULL;
     int64_t H = m ? m->hidden : 0;
-    int64_t s5[1] = {NF}, s1[1] = {1}, sh[1] = {H}, sh5[2] = {H, NF}, shh[2] = {H, H},
+    int64_t s5[1] = {NI}, s1[1] = {1}, sh[1] = {H}, sh5[2] = {H, NI}, shh[2] = {H, H},
             s1h[2] = {1, H};
     char num[32];
     scdb_err rc;
@@ -330,7 +339,7 @@ scdb_err scdb_evict_policy_load(const char *path, scdb_evict_policy **out,
     /* version 1: five features (no mass); version 2: six */
     v = scdb_st_meta(f, "version");
     if (v && !strcmp(v, "1")) nf = NF_V1, want_features = POLICY_FEATURES_V1;
-    else if (v && !strcmp(v, POLICY_VERSION)) nf = NF, want_features = POLICY_FEATURES;
+    else if (v && !strcmp(v, POLICY_VERSION)) nf = NI, want_features = POLICY_FEATURES;
     else {
         ERRF("%s: metadata 'version' is %s%s%s, want \"1\" or \"%s\"", path,
              v ? "\"" : "missing", v ? v : "", v ? "\"" : "", POLICY_VERSION);
@@ -340,7 +349,7 @@ scdb_err scdb_evict_policy_load(const char *path, scdb_evict_policy **out,
     v = scdb_st_meta(f, "features");
     if (!v || strcmp(v, want_features)) {
         ERRF("%s: metadata 'features' is %s%s%s, want \"%s\" for version %d", path,
-             v ? "\"" : "missing", v ? v : "", v ? "\"" : "", want_features, nf == NF ? 2 : 1);
+             v ? "\"" : "missing", v ? v : "", v ? "\"" : "", want_features, nf == NI ? 2 : 1);
         rc = SCDB_EMISMATCH;
         goto fail;
     }
@@ -388,11 +397,12 @@ scdb_err scdb_evict_policy_load(const char *path, scdb_evict_policy **out,
     p->mlp->recent_frac = recent_frac;
     p->mlp->pool = pool;
     {
-        /* rows of nf inputs land in rows of NF (a version-1 file's missing
-         * mass input: weight 0, mean 0, std 1, so it scores as before) */
+        /* rows of nf inputs land in rows of NI (a version-1 file's missing
+         * mass and budget inputs: weight 0, mean 0, std 1, so it scores as
+         * before) */
         struct { const char *name; int ndim; int64_t d0, d1; float *dst; int dst_row; } spec[] = {
             {"input.mean", 1, nf, 0, p->mlp->in_mean, 0}, {"input.std", 1, nf, 0, p->mlp->in_std, 0},
-            {"fc1.weight", 2, H, nf, p->mlp->w1, NF}, {"fc1.bias", 1, H, 0, p->mlp->b1, 0},
+            {"fc1.weight", 2, H, nf, p->mlp->w1, NI}, {"fc1.bias", 1, H, 0, p->mlp->b1, 0},
             {"fc2.weight", 2, H, H, p->mlp->w2, 0}, {"fc2.bias", 1, H, 0, p->mlp->b2, 0},
             {"out.weight", 2, 1, H, p->mlp->w3, 0}, {"out.bias", 1, 1, 0, p->mlp->b3, 0}};
         for (size_t i = 0; i < SCDB_ARRAY_LEN(spec); i++) {
@@ -410,13 +420,13 @@ scdb_err scdb_evict_policy_load(const char *path, scdb_evict_policy **out,
             }
         }
     }
-    if (!all_finite(p->mlp->params, p->mlp->n_params) || !all_finite(p->mlp->in_mean, NF) ||
-        !all_finite(p->mlp->in_std, NF)) {
+    if (!all_finite(p->mlp->params, p->mlp->n_params) || !all_finite(p->mlp->in_mean, NI) ||
+        !all_finite(p->mlp->in_std, NI)) {
         ERRF("%s: non-finite weights", path);
         rc = SCDB_ERANGE;
         goto fail;
     }
-    for (int i = 0; i < NF; i++)
+    for (int i = 0; i < NI; i++)
         if (!(p->mlp->in_std[i] > 0.0f)) {
             ERRF("%s: input.std[%d] must be > 0", path, i);
             rc = SCDB_ERANGE;

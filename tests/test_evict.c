@@ -42,6 +42,7 @@ static int teardown_tmp(void **state)
 
 #define NEAR(a, b, tol) assert_true(fabs((double)(a) - (double)(b)) <= (tol))
 #define NF SCDB_EVICT_N_FEATURES
+#define NI SCDB_EVICT_N_INPUTS
 
 static uint64_t rng = 0x9E3779B97F4A7C15ull;
 static float frand(void)
@@ -486,10 +487,10 @@ static void write_policy(const char *path, const scdb_evict_mlp *m, variant v)
 {
     scdb_st_writer *w;
     int64_t H = m->hidden;
-    int nf = v.v1 ? 5 : NF;
-    static float w1[1024 * NF];
-    for (int64_t r = 0; r < H; r++)           /* version 1: drop the mass column */
-        memcpy(w1 + r * nf, m->w1 + r * NF, (size_t)nf * sizeof *w1);
+    int nf = v.v1 ? 5 : NI;
+    static float w1[1024 * NI];
+    for (int64_t r = 0; r < H; r++)           /* version 1: drop the mass and budget columns */
+        memcpy(w1 + r * nf, m->w1 + r * NI, (size_t)nf * sizeof *w1);
     struct { const char *n; int nd; int64_t d0, d1; const float *p; } t[] = {
         {"input.mean", 1, nf, 0, m->in_mean}, {"input.std", 1, nf, 0, m->in_std},
         {"fc1.weight", 2, H, nf, w1}, {"fc1.bias", 1, H, 0, m->b1},
@@ -499,7 +500,7 @@ static void write_policy(const char *path, const scdb_evict_mlp *m, variant v)
     const char *mk[] = {"format", "version", "features", "activation", "sinks", "recent", "pool",
                         "recent_frac"};
     const char *mv[] = {"scdb-evict-policy", v.v1 ? "1" : "2",
-                        v.v1 ? "alpha,vnorm,sigma,ent,pos" : "alpha,vnorm,sigma,ent,pos,mass",
+                        v.v1 ? "alpha,vnorm,sigma,ent,pos" : "alpha,vnorm,sigma,ent,pos,mass,budget",
                         "tanh", "4", "8", "3", "0.25"};
 
     assert_int_equal(scdb_st_writer_new(&w), SCDB_OK);
@@ -562,7 +563,7 @@ static void test_policy_file(void **state)
 
     assert_int_equal(scdb_evict_mlp_new(6, 7, &m), SCDB_OK);
     for (size_t i = 0; i < m->n_params; i++) m->params[i] = frand();
-    for (int i = 0; i < NF; i++) { m->in_mean[i] = 0.1f * i; m->in_std[i] = 1.0f + 0.5f * i; }
+    for (int i = 0; i < NI; i++) { m->in_mean[i] = 0.1f * i; m->in_std[i] = 1.0f + 0.5f * i; }
     m->sinks = 3;
     m->recent = 5;
     m->recent_frac = 0.375f;
@@ -592,6 +593,11 @@ static void test_policy_file(void **state)
     scdb_evict_mlp_score(lm, feats, 4, s2, NULL);
     assert_true(memcmp(s1, s2, sizeof s1) != 0);
     for (int i = 0; i < 4; i++) feats[i * NF + SCDB_EF_MASS] /= 3.0f;
+    /* ... and so does the budget; scdb_evict_mlp_score is budget = n */
+    scdb_evict_mlp_score_budget(lm, feats, 4, 64, s2, NULL);
+    assert_true(memcmp(s1, s2, sizeof s1) != 0);
+    scdb_evict_mlp_score_budget(lm, feats, 4, 4, s2, NULL);
+    assert_memory_equal(s1, s2, sizeof s1);
     /* protection: recent = max(5, floor(0.375 budget)) */
     int sk, rc_;
     scdb_evict_policy_protect(p, NULL, 100, 12, &sk, &rc_);
@@ -605,14 +611,17 @@ static void test_policy_file(void **state)
     assert_int_equal(sk + rc_, 10);
     scdb_evict_policy_free(&p);
 
-    /* a version-1 file (five features) still loads: zero weight on mass, so
-     * it scores as the five-feature network did whatever the mass */
+    /* a version-1 file (five features) still loads: zero weights on mass
+     * and budget, so it scores as the five-feature network did whatever the
+     * mass and the budget */
     scdb_evict_mlp *m5 = NULL;
     assert_int_equal(scdb_evict_mlp_new(6, 7, &m5), SCDB_OK);
     assert_int_equal(scdb_evict_mlp_copy(m5, m), SCDB_OK);
-    for (int r = 0; r < m5->hidden; r++) m5->w1[r * NF + SCDB_EF_MASS] = 0.0f;
-    m5->in_mean[SCDB_EF_MASS] = 0.0f;
-    m5->in_std[SCDB_EF_MASS] = 1.0f;
+    for (int r = 0; r < m5->hidden; r++) {
+        m5->w1[r * NI + SCDB_EF_MASS] = 0.0f;
+        m5->w1[r * NI + SCDB_EVICT_IN_BUDGET] = 0.0f;
+    }
+    for (int i = SCDB_EF_MASS; i < NI; i++) { m5->in_mean[i] = 0.0f; m5->in_std[i] = 1.0f; }
     snprintf(path, sizeof path, "%s/v1.safetensors", tmpdir);
     write_policy(path, m5, (variant){.v1 = 1});
     assert_int_equal(scdb_evict_policy_load(path, &p, err, sizeof err), SCDB_OK);
@@ -623,7 +632,7 @@ static void test_policy_file(void **state)
     scdb_evict_mlp_score(lm, feats, 4, s2, NULL);
     assert_memory_equal(s1, s2, sizeof s1);
     for (int i = 0; i < 4; i++) feats[i * NF + SCDB_EF_MASS] *= 3.0f;
-    scdb_evict_mlp_score(lm, feats, 4, s1, NULL);
+    scdb_evict_mlp_score_budget(lm, feats, 4, 100, s1, NULL);
     assert_memory_equal(s1, s2, sizeof s1);
     scdb_evict_policy_free(&p);
     scdb_evict_mlp_free(&m5);
@@ -718,21 +727,21 @@ static void test_mlp_backward(void **state)
     (void)state;
     enum { N = 3, H = 5 };
     scdb_evict_mlp *m = NULL;
-    float feats[N * NF], x[N * NF], s[N], c[N] = {0.7f, -1.3f, 0.4f};
+    float feats[N * NF], x[N * NI], s[N], c[N] = {0.7f, -1.3f, 0.4f};
     assert_int_equal(scdb_evict_mlp_new(H, 3, &m), SCDB_OK);
     for (size_t i = 0; i < m->n_params; i++) m->params[i] = 0.8f * frand();
     for (int i = 0; i < N * NF; i++) feats[i] = 0.5f + 0.45f * frand();
-    scdb_evict_mlp_score(m, feats, N, s, x);
+    scdb_evict_mlp_score_budget(m, feats, N, 7, s, x);
     float *g = calloc(m->n_params, sizeof *g);
     scdb_evict_mlp_backward(m, x, N, c, g);
     for (size_t i = 0; i < m->n_params; i++) {
         float keep = m->params[i], eps = 1e-2f;
         double lp = 0, lm = 0;
         m->params[i] = keep + eps;
-        scdb_evict_mlp_score(m, feats, N, s, NULL);
+        scdb_evict_mlp_score_budget(m, feats, N, 7, s, NULL);
         for (int r = 0; r < N; r++) lp += c[r] * s[r];
         m->params[i] = keep - eps;
-        scdb_evict_mlp_score(m, feats, N, s, NULL);
+        scdb_evict_mlp_score_budget(m, feats, N, 7, s, NULL);
         for (int r = 0; r < N; r++) lm += c[r] * s[r];
         m->params[i] = keep;
         double fd = (lp - lm) / (2 * eps);
@@ -869,8 +878,8 @@ static void test_train_smoke(void **state)
     o.val_windows = 3;
     o.val_every = 10;
     /* the improvement checks below are statistical on a 40-episode run from
-     * random weights: they hold for most seeds (seeds 3..6 of 1..6 with the
-     * six-feature network); the seed is fixed so the test is deterministic */
+     * random weights: they hold for most seeds, not all; the seed is fixed so
+     * the test is deterministic */
     o.seed = 3;
     snprintf(logp, sizeof logp, "%s/train.jsonl", tmpdir);
     o.log = fopen(logp, "w");
