@@ -50,8 +50,9 @@
  * cumulative mass (H2O-like) ranks best at both training budgets (mass
  * wins clearly at 25%, loses clearly at 12.5%), so the default prior
  * (--init mixed) gates between them on the budget input; the
- * gradient then fine-tunes around it (about 1% on validation for the
- * shipped policy, data/policies/README.md).
+ * gradient then fine-tunes around it (for the shipped policy no checkpoint
+ * beat the prior on validation, so the prior was kept; see
+ * data/policies/README.md).
  * Every val_every episodes the deterministic top-B policy is evaluated on
  * fixed validation windows; the best one on validation is returned. */
 #include "evict_internal.h"
