@@ -29,27 +29,32 @@ static void usage(FILE *f)
             "                    (default first; `scdb bench evict` evaluates on the second)\n"
             "  --budget F[,F..]  budget fractions of prefill+steps, one drawn per episode\n"
             "                    (default 0.25,0.125)\n"
-            "  --episodes N      policy updates (default 400)\n"
-            "  --samples K       rollouts per episode, >= 2 (default 6)\n"
+            "  --episodes N      policy updates (default 120)\n"
+            "  --samples K       rollouts per episode, >= 2 (default 4)\n"
             "  --lr X            Adam step size, decayed along a cosine to 10%% (default 5e-4)\n"
             "  --entropy X       entropy bonus weight (default 0.01)\n"
             "  --tau X           Gumbel noise scale: samples from Plackett-Luce(score / X)\n"
             "                    (default 0.3)\n"
-            "  --prefill P       prefill tokens per window (default 448)\n"
-            "  --prefill-min P   draw each window's prefill from [P, --prefill] (default 192;\n"
-            "                    0: fixed); budgets stay fractions of prefill + steps\n"
-            "  --steps T         teacher-forced continuation steps (default 64)\n"
+            "  --prefill P       prefill tokens per window (default 256)\n"
+            "  --prefill-min P   draw each window's prefill from [P, --prefill] (default 0:\n"
+            "                    fixed); budgets stay fractions of prefill + steps\n"
+            "  --steps T         teacher-forced continuation steps (default 256)\n"
             "  --every C         evict every C steps (default 8)\n"
             "  --hidden H        MLP width (default 32)\n"
             "  --sinks N         always-kept first slots (default 4)\n"
             "  --recent N        always-kept last slots (default 32)\n"
+            "  --recent-frac F   ... or more: at least F x the budget, F in [0, 1) (default 0.5)\n"
             "  --pool K          max-pool the scores over K neighbouring slots, odd\n"
-            "                    (default 7; 1: plain per-token DistillCache)\n"
-            "  --init I          attention | recency | random: start with hidden unit 0\n"
-            "                    reading alpha (default) or the log-age and driving the\n"
-            "                    output, the rest random; or all random\n"
+            "                    (default 5; 1: plain per-token DistillCache)\n"
+            "  --init I          mixed | attention | recency | random: start from a prior.\n"
+            "                    mixed (default): unit 0 reads alpha, unit 1 the cumulative\n"
+            "                    mass, gated by the budget (SnapKV-like below --gate slots,\n"
+            "                    H2O-like above); attention / recency: unit 0 reads alpha /\n"
+            "                    the log-age alone; the rest random; or all random\n"
+            "  --gate S          budget in slots where the mixed prior switches from\n"
+            "                    alpha to mass (default 112)\n"
             "  --val-windows N   validation windows (default 8)\n"
-            "  --val-every N     episodes between validations (default 50)\n"
+            "  --val-every N     episodes between validations (default 20)\n"
             "  --minutes M       stop after M minutes (default: no limit)\n"
             "  --seed N          random seed (default 1)\n"
             "  --log FILE        JSONL log (default: FILE with .jsonl instead of .safetensors)\n"
@@ -87,7 +92,7 @@ int scdb_cmd_train_policy(int argc, char **argv)
 {
     enum { O_MODEL = 256, O_TEXT, O_PART, O_BUDGET, O_EPISODES, O_SAMPLES, O_LR, O_ENTROPY,
            O_PREFILL, O_STEPS, O_EVERY, O_HIDDEN, O_SINKS, O_RECENT, O_VALW, O_VALE,
-           O_MINUTES, O_SEED, O_LOG, O_PREFILL_MIN, O_POOL, O_INIT, O_TAU };
+           O_MINUTES, O_SEED, O_LOG, O_PREFILL_MIN, O_POOL, O_INIT, O_TAU, O_RECENT_FRAC, O_GATE };
     static const struct option opts[] = {
         {"model", required_argument, 0, O_MODEL}, {"text", required_argument, 0, O_TEXT},
         {"part", required_argument, 0, O_PART}, {"budget", required_argument, 0, O_BUDGET},
@@ -101,6 +106,8 @@ int scdb_cmd_train_policy(int argc, char **argv)
         {"log", required_argument, 0, O_LOG}, {"prefill-min", required_argument, 0, O_PREFILL_MIN},
         {"pool", required_argument, 0, O_POOL}, {"init", required_argument, 0, O_INIT},
         {"tau", required_argument, 0, O_TAU},
+        {"recent-frac", required_argument, 0, O_RECENT_FRAC},
+        {"gate", required_argument, 0, O_GATE},
         {"out", required_argument, 0, 'o'},
         {"quiet", no_argument, 0, 'q'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     scdb_evict_train_opts o;
@@ -145,11 +152,24 @@ int scdb_cmd_train_policy(int argc, char **argv)
         case O_LOG: snprintf(log_path, sizeof log_path, "%s", optarg); break;
         case O_PREFILL_MIN: bad = parse_int(optarg, 0, 1 << 20, &o.prefill_min); break;
         case O_POOL: bad = parse_int(optarg, 1, 63, &o.pool) || o.pool % 2 == 0; break;
+        case O_RECENT_FRAC: {
+            char *end;
+            o.recent_frac = strtof(optarg, &end);
+            bad = *end || !(o.recent_frac >= 0.0f && o.recent_frac < 1.0f);
+            break;
+        }
+        case O_GATE: {
+            char *end;
+            o.gate = strtof(optarg, &end);
+            bad = *end || !(o.gate >= 1.0f && o.gate <= 1e9f);
+            break;
+        }
         case O_TAU: o.tau = strtof(optarg, NULL); bad = !(o.tau > 0.0f && o.tau <= 100.0f); break;
         case O_INIT:
             if (!strcmp(optarg, "attention")) o.init = SCDB_EVICT_INIT_ATTENTION;
             else if (!strcmp(optarg, "recency")) o.init = SCDB_EVICT_INIT_RECENCY;
             else if (!strcmp(optarg, "random")) o.init = SCDB_EVICT_INIT_RANDOM;
+            else if (!strcmp(optarg, "mixed")) o.init = SCDB_EVICT_INIT_MIXED;
             else bad = 1;
             break;
         case 'o': out_path = optarg; break;
@@ -235,17 +255,22 @@ int scdb_cmd_train_policy(int argc, char **argv)
         snprintf(num[9], sizeof num[9], "%.6f", res.val_kl_heuristic[SCDB_EVICT_SNAPKV]);
         snprintf(num[10], sizeof num[10], "%.6f", res.val_kl_heuristic[SCDB_EVICT_TOVA]);
         snprintf(num[11], sizeof num[11], "%.0f", res.seconds);
+        char gate[32];
+        if (o.init == SCDB_EVICT_INIT_MIXED) snprintf(gate, sizeof gate, "%g", o.gate);
+        else snprintf(gate, sizeof gate, "-");
         char text_desc[1200];
         const char *base = strrchr(text_path, '/');
         snprintf(text_desc, sizeof text_desc, "%s (%s half)", base ? base + 1 : text_path, part);
         const char *keys[] = {"trained_on", "text", "budgets", "episodes", "samples", "lr",
                               "entropy_bonus", "prefill/steps/every", "val_kl_init", "val_kl_best",
                               "val_kl_streaming", "val_kl_h2o", "val_kl_snapkv", "val_kl_tova",
-                              "train_seconds", "created", "init"};
+                              "train_seconds", "created", "init", "gate"};
         const char *vals[] = {model_name, text_desc, budgets, num[0], num[1], num[2], num[3],
                               num[4], num[5], num[6], num[7], num[8], num[9], num[10], num[11],
                               date, o.init == SCDB_EVICT_INIT_ATTENTION ? "attention"
-                                    : o.init == SCDB_EVICT_INIT_RECENCY ? "recency" : "random"};
+                                    : o.init == SCDB_EVICT_INIT_RECENCY ? "recency"
+                                    : o.init == SCDB_EVICT_INIT_MIXED ? "mixed" : "random",
+                              gate};
         if ((rc = scdb_evict_mlp_save(mlp, out_path, keys, vals, (int)SCDB_ARRAY_LEN(keys)))) {
             fprintf(stderr, "train-policy: cannot write %s: %s\n", out_path, scdb_strerror(rc));
             goto done;

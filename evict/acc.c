@@ -309,7 +309,8 @@ scdb_err scdb_evict_features(const scdb_evict_acc *a, float *f)
     const int32_t *pos = scdb_evict_acc_pos(a);
     const float *n_obs = scdb_evict_acc_n_obs(a), *rel = scdb_evict_acc_rel(a),
                 *var = scdb_evict_acc_var(a), *en = scdb_evict_acc_ent_num(a),
-                *ed = scdb_evict_acc_ent_den(a), *vn = scdb_evict_acc_vnorm(a);
+                *ed = scdb_evict_acc_ent_den(a), *vn = scdb_evict_acc_vnorm(a),
+                *mass = scdb_evict_acc_mass(a);
     float denom = (float)(a->last_pos + 1);
     for (int i = 0; i < a->n; i++) {
         float *r = f + (size_t)i * SCDB_EVICT_N_FEATURES;
@@ -319,6 +320,7 @@ scdb_err scdb_evict_features(const scdb_evict_acc *a, float *f)
         r[SCDB_EF_ENT] = ed[i] > 0.0f ? en[i] / ed[i] : 0.0f;
         float p = denom > 0.0f ? (float)(pos[i] + 1) / denom : 1.0f;
         r[SCDB_EF_POS] = p > 1.0f ? 1.0f : p;
+        r[SCDB_EF_MASS] = mass[i];
     }
     return SCDB_OK;
 }

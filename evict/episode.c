@@ -21,7 +21,7 @@ struct scdb_evict_window {
     double step_s, nll_full;
     float *probs;                   /* [L][H][1][cap] */
     float *logits, *lp;             /* [V] */
-    float *scores, *feats, *pert;   /* [cap], [cap][5], [cap] */
+    float *scores, *feats, *pert;   /* [cap], [cap][N_FEATURES], [cap] */
     int *keep, *cand;               /* [cap] */
 };
 
@@ -190,10 +190,12 @@ static scdb_err sample_evict(scdb_evict_window *w, scdb_evict_sampler *smp, int 
                              int step, int *n_keep)
 {
     const scdb_evict_mlp *mlp = smp->mlp;
-    int n = w->cache->n, cap = n < budget ? n : budget, sinks = mlp->sinks, recent = mlp->recent;
+    int n = w->cache->n, cap = n < budget ? n : budget, sinks, recent;
     int nc = 0, m, nk = 0;
     scdb_evict_decision *d;
     scdb_err rc;
+
+    scdb_evict_mlp_protect(mlp, budget, &sinks, &recent);
 
     if (sinks > cap) sinks = cap;
     if (recent > cap - sinks) recent = cap - sinks;
@@ -207,7 +209,7 @@ static scdb_err sample_evict(scdb_evict_window *w, scdb_evict_sampler *smp, int 
     }
     d = &smp->dec[smp->n_dec];
     memset(d, 0, sizeof *d);
-    d->x = malloc((size_t)n * SCDB_EVICT_N_FEATURES * sizeof *d->x);
+    d->x = malloc((size_t)n * SCDB_EVICT_N_INPUTS * sizeof *d->x);
     d->s = malloc((size_t)n * sizeof *d->s);
     d->order = malloc((size_t)(m > 0 ? m : 1) * sizeof *d->order);
     if (mlp->pool > 1) d->arg = malloc((size_t)n * sizeof *d->arg);
@@ -223,10 +225,10 @@ static scdb_err sample_evict(scdb_evict_window *w, scdb_evict_sampler *smp, int 
     d->m = m;
     scdb_evict_features(w->acc, w->feats);
     if (d->arg) {
-        scdb_evict_mlp_score(mlp, w->feats, n, w->scores, d->x);
+        scdb_evict_mlp_score_budget(mlp, w->feats, n, budget, w->scores, d->x);
         scdb_evict_maxpool(w->scores, n, mlp->pool, d->s, d->arg);
     } else {
-        scdb_evict_mlp_score(mlp, w->feats, n, d->s, d->x);
+        scdb_evict_mlp_score_budget(mlp, w->feats, n, budget, d->s, d->x);
     }
     if (smp->tau > 0.0f && smp->tau != 1.0f)
         for (int j = 0; j < n; j++) d->s[j] /= smp->tau;

@@ -47,7 +47,8 @@
  * compacted with the same keep list, so slot i of the accumulators is always
  * slot i of the cache.
  *
- * The five DistillCache features of slot i (scdb_evict_features):
+ * The six policy features of slot i (scdb_evict_features): DistillCache's
+ * five plus the long-term attention mass:
  *   alpha  rel / n_obs        mean attention mass received, over heads,
  *                             layers and the recent queries that saw the
  *                             token, in units of the uniform share 1/nvis
@@ -58,6 +59,9 @@
  *   ent    ent_num / ent_den  attention-weighted mean normalised entropy of
  *                             the recent queries that attend to the token
  *   pos    (pos_i + 1) / (last_pos + 1)   normalised position, in (0, 1]
+ *   mass   mass               cumulative attention (H2O's score): the EMA
+ *                             features forget after ~32 queries, this one
+ *                             remembers every query since the token arrived
  *
  * Policies
  * --------
@@ -75,8 +79,10 @@
  *              max-pooled (kernel 7), groups averaged  recent (observation window)
  *   tova       last query's attention, heads/layers    the newest token
  *              averaged
- *   learned    MLP(5 features), max-pooled if the      sinks/recent from the file
- *              file says so                            (shipped: 4 + 32)
+ *   learned    MLP(6 features, budget), max-pooled if  sinks + max(recent,
+ *              file says so                            recent_frac * budget)
+ *                                                      from the file (shipped:
+ *                                                      see data/policies/README.md)
  *
  * One keep set is shared by all layers and heads (as DistillCache's features,
  * aggregated over heads and layers, suggest; PAPERS.md): compaction is then a
@@ -87,14 +93,22 @@
  * Learned policy (DistillCache)
  * -----------------------------
  * score = MLP(x), x = standardised [log(alpha+1e-3), log(vnorm+1e-6),
- * log(sigma+1e-6), ent, log(1-pos+1e-3)], two tanh hidden layers, linear
- * output.  Optionally (the file's `pool`, odd, 1 = off) the scores are then
+ * log(sigma+1e-6), ent, log(1-pos+1e-3), log(mass+1e-6), log(budget)], two
+ * tanh hidden layers, linear output.  The budget (in slots, the same for
+ * every slot of one eviction) lets one network rank differently under a
+ * loose and a tight budget: on this family the cumulative mass is the
+ * better signal from 128 slots up and the recent attention at 96 and
+ * below (data/policies/README.md).  The protected recent window is
+ * max(recent, floor(recent_frac * budget)) slots, so that it scales with the
+ * budget as H2O's and StreamingLLM's do (recency carries much of the
+ * quality on this family).  Optionally (the file's `pool`, odd, 1 = off) the scores are then
  * max-pooled along the slots as SnapKV pools its attention, so that the
  * neighbours of an important token are kept with it: the five features are
  * per token, and on this byte-level family whole spans matter (SnapKV loses
  * a third of its quality without pooling).  Weights, the standardisation,
  * the pool kernel and the protected counts live in a safetensors file
- * (FORMATS.md).  Training (scdb_evict_train) is REINFORCE
+ * (FORMATS.md; version 2 files have the seven inputs, version 1 files the
+ * first five, loaded with zero weights on mass and budget).  Training (scdb_evict_train) is REINFORCE
  * with Gumbel / Plackett-Luce top-B sampling, reward -KL(full || evicted)
  * per teacher-forced step, a leave-one-out baseline over K samples and an
  * entropy bonus; see train.c for the derivation.
@@ -112,13 +126,15 @@
 #include "kernels.h"
 #include "scdb_common.h"
 
-#define SCDB_EVICT_N_FEATURES 5
+#define SCDB_EVICT_N_FEATURES 6
+#define SCDB_EVICT_N_INPUTS 7                /* the MLP's: the features + log budget */
+#define SCDB_EVICT_IN_BUDGET 6               /* index of log budget among the inputs */
 #define SCDB_EVICT_ACC_MAGIC 0x41454353u     /* "SCEA" little-endian */
 #define SCDB_EVICT_ACC_VERSION 1u
 #define SCDB_EVICT_DEFAULT_WINDOW 32         /* SnapKV observation window */
 #define SCDB_EVICT_DECAY (1.0f - 1.0f / 32.0f)
 
-enum { SCDB_EF_ALPHA = 0, SCDB_EF_VNORM, SCDB_EF_SIGMA, SCDB_EF_ENT, SCDB_EF_POS };
+enum { SCDB_EF_ALPHA = 0, SCDB_EF_VNORM, SCDB_EF_SIGMA, SCDB_EF_ENT, SCDB_EF_POS, SCDB_EF_MASS };
 
 /* ------------------------------------------------------------ accumulators */
 
@@ -191,8 +207,8 @@ scdb_err scdb_evict_acc_update(scdb_evict_acc *a, const scdb_kv_cache *cache,
  * in order.  SCDB_EINVAL. */
 scdb_err scdb_evict_acc_compact(scdb_evict_acc *a, const int *keep, int n_keep);
 
-/* The five raw features of every live slot: feats[a->n][5] in the order
- * alpha, vnorm, sigma, ent, pos.  SCDB_EINVAL. */
+/* The raw features of every live slot: feats[a->n][SCDB_EVICT_N_FEATURES]
+ * in the order alpha, vnorm, sigma, ent, pos, mass.  SCDB_EINVAL. */
 scdb_err scdb_evict_features(const scdb_evict_acc *a, float *feats);
 
 /* ------------------------------------------------------------ policies */
@@ -243,9 +259,13 @@ void scdb_evict_policy_protect(const scdb_evict_policy *p, const scdb_evict_acc 
                                int budget, int *sinks, int *recent);
 
 /* scores[a->n] (higher = keep).  The full and streaming policies score 0.
- * SCDB_EINVAL, SCDB_ENOMEM. */
+ * The learned policy's scores depend on the budget (one of its inputs):
+ * scdb_evict_policy_score scores as if the budget were a->n (what
+ * scdb_evict_run passes is the real budget).  SCDB_EINVAL, SCDB_ENOMEM. */
 scdb_err scdb_evict_policy_score(const scdb_evict_policy *p, const scdb_evict_acc *a,
                                  float *scores);
+scdb_err scdb_evict_policy_score_budget(const scdb_evict_policy *p, const scdb_evict_acc *a,
+                                        int budget, float *scores);
 
 /* Deterministic top-B with protection: keep[] (ascending) gets
  * min(n, budget) slots: [0, sinks), [n - recent, n) and the highest-scoring
@@ -277,16 +297,19 @@ typedef struct scdb_evict_mlp {
     int hidden;                                /* width of both hidden layers */
     float *params;                             /* w1 b1 w2 b2 w3 b3, contiguous */
     size_t n_params;
-    float in_mean[SCDB_EVICT_N_FEATURES], in_std[SCDB_EVICT_N_FEATURES];
-    float *w1, *b1;                            /* [hidden][5], [hidden] */
+    float in_mean[SCDB_EVICT_N_INPUTS], in_std[SCDB_EVICT_N_INPUTS];
+    float *w1, *b1;                            /* [hidden][7], [hidden] */
     float *w2, *b2;                            /* [hidden][hidden], [hidden] */
     float *w3, *b3;                            /* [1][hidden], [1] */
     int sinks, recent;                         /* protected counts */
+    float recent_frac;                         /* recent >= recent_frac * budget, in [0, 1) */
     int pool;                                  /* max-pool kernel over slots (odd; 1: none) */
 } scdb_evict_mlp;
 
-/* The fixed input transform of raw features (before standardisation). */
+/* The fixed input transform of raw features (before standardisation):
+ * x[0..SCDB_EVICT_N_FEATURES) from one row of scdb_evict_features. */
 void scdb_evict_mlp_transform(const float *raw, float *x);
+
 
 /* Allocate and initialise with a seed (small uniform weights, identity
  * standardisation).  SCDB_EINVAL (hidden outside 1..1024), SCDB_ENOMEM. */
@@ -294,8 +317,12 @@ scdb_err scdb_evict_mlp_new(int hidden, uint64_t seed, scdb_evict_mlp **out);
 void scdb_evict_mlp_free(scdb_evict_mlp **m);
 scdb_err scdb_evict_mlp_copy(scdb_evict_mlp *dst, const scdb_evict_mlp *src);
 
-/* scores[i] = MLP(standardise(transform(feats[i]))) for n rows of raw
- * features; x_out (NULL or [n][5]) receives the standardised inputs. */
+/* scores[i] = MLP(standardise([transform(feats[i]), log(max(budget, 1))]))
+ * for n rows of raw features; x_out (NULL or [n][SCDB_EVICT_N_INPUTS])
+ * receives the standardised inputs. */
+void scdb_evict_mlp_score_budget(const scdb_evict_mlp *m, const float *feats, int n,
+                                 int budget, float *scores, float *x_out);
+/* The same with budget = n (a budget that holds every row). */
 void scdb_evict_mlp_score(const scdb_evict_mlp *m, const float *feats, int n,
                           float *scores, float *x_out);
 
@@ -304,8 +331,9 @@ void scdb_evict_mlp_score(const scdb_evict_mlp *m, const float *feats, int n,
  * k odd >= 1; pooled must not alias s. */
 void scdb_evict_maxpool(const float *s, int n, int k, float *pooled, int *arg);
 
-/* Write a policy file: the weights plus metadata (format, version, features,
- * activation, sinks, recent, pool) and the caller's extra pairs (keys[i] -> vals[i],
+/* Write a policy file (version 2): the weights plus metadata (format,
+ * version, features, activation, sinks, recent, recent_frac, pool) and the
+ * caller's extra pairs (keys[i] -> vals[i],
  * n_extra of them).  Errors of the safetensors writer. */
 scdb_err scdb_evict_mlp_save(const scdb_evict_mlp *m, const char *path,
                              const char *const *keys, const char *const *vals,
@@ -370,11 +398,16 @@ scdb_err scdb_evict_window_eval(scdb_evict_window *w, const scdb_evict_policy *p
 /* ------------------------------------------------------------ training */
 
 /* Starting weights: hidden unit 0 reads alpha (attention prior) or the
- * log-age (recency prior) and drives the output; or all random. */
+ * log-age (recency prior) and drives the output; or all random; or
+ * (MIXED) a SnapKV / H2O prior gated by the budget: unit 0 reads alpha,
+ * unit 1 the cumulative mass and unit 2 log(budget); the second layer lets
+ * mass rank where the budget is above `gate` slots and alpha below (see
+ * train.c). */
 typedef enum scdb_evict_init {
     SCDB_EVICT_INIT_ATTENTION = 0,
     SCDB_EVICT_INIT_RECENCY,
-    SCDB_EVICT_INIT_RANDOM
+    SCDB_EVICT_INIT_RANDOM,
+    SCDB_EVICT_INIT_MIXED
 } scdb_evict_init;
 
 typedef struct scdb_evict_train_opts {
@@ -392,6 +425,9 @@ typedef struct scdb_evict_train_opts {
     float lr, entropy;            /* Adam step size (cosine-decayed to 10%), entropy bonus weight */
     int hidden;                   /* MLP width */
     int sinks, recent;            /* protected counts stored in the policy */
+    float recent_frac;            /* protected recent >= this fraction of the budget */
+    float gate;                   /* --init mixed: the budget (slots) where mass
+                                   * takes over from alpha (default 112) */
     int pool;                     /* max-pool kernel of the scores (odd, 1: none) */
     scdb_evict_init init;         /* starting weights */
     float tau;                    /* Gumbel noise scale (PL temperature), default 1 */
@@ -404,9 +440,10 @@ typedef struct scdb_evict_train_opts {
 } scdb_evict_train_opts;
 
 /* Defaults (what data/policies/distillcache_base was trained with):
- * budgets {0.25, 0.125}, episodes 400, samples 6, prefill 192..448, steps
- * 64, every 8, lr 5e-4, entropy 0.01, hidden 32, sinks 4, recent 32, pool 7,
- * init attention, tau 0.3, val_windows 8, val_every 50, seed 1. */
+ * budgets {0.25, 0.125}, episodes 120, samples 4, prefill 256 (fixed),
+ * steps 256, every 8 (the benchmark's protocol), lr 5e-4, entropy 0.01,
+ * hidden 32, sinks 4, recent 32, recent_frac 0.5, pool 5, init mixed, gate
+ * 112, tau 0.3, val_windows 8, val_every 20, seed 1. */
 void scdb_evict_train_defaults(scdb_evict_train_opts *o);
 
 typedef struct scdb_evict_train_result {

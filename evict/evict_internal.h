@@ -12,6 +12,10 @@ struct scdb_evict_policy {
     int n_meta;
 };
 
+/* A learned policy's protected counts at this budget before clamping:
+ * *sinks = m->sinks, *recent = max(m->recent, floor(m->recent_frac * budget)). */
+void scdb_evict_mlp_protect(const scdb_evict_mlp *m, int budget, int *sinks, int *recent);
+
 /* Sort idx[0..n) by scores[idx], highest first, ties: higher index first.
  * SCDB_ENOMEM. */
 scdb_err scdb_evict_rank(const float *scores, int *idx, int n);
@@ -31,7 +35,7 @@ typedef struct scdb_evict_decision {
     int n;               /* live slots before eviction */
     int sinks, recent;   /* protected: [0, sinks) and [n - recent, n) */
     int m;               /* slots drawn from the candidates [sinks, n - recent) */
-    float *x;            /* [n][5] standardised MLP inputs */
+    float *x;            /* [n][SCDB_EVICT_N_INPUTS] standardised MLP inputs */
     float *s;            /* [n] scores / tau the draw used (pooled if the MLP pools) */
     int *arg;            /* [n] slot each pooled score came from; NULL: no pooling */
     int *order;          /* [m] drawn slots, in draw order */

@@ -1,4 +1,4 @@
-/* mlp.c — the learned policy's network (5 -> hidden -> hidden -> 1, tanh),
+/* mlp.c — the learned policy's network (7 -> hidden -> hidden -> 1, tanh),
  * its forward / backward pass, and its safetensors file (FORMATS.md,
  * "Eviction policy file"). */
 #include "evict_internal.h"
@@ -12,23 +12,26 @@
 #include "safetensors.h"
 
 #define NF SCDB_EVICT_N_FEATURES
+#define NI SCDB_EVICT_N_INPUTS
 #define MAX_HIDDEN 1024
 #define MAX_PROTECT (1 << 20)
 #define MAX_POOL 63
 #define POLICY_FORMAT "scdb-evict-policy"
-#define POLICY_VERSION "1"
-#define POLICY_FEATURES "alpha,vnorm,sigma,ent,pos"
+#define POLICY_VERSION "2"
+#define POLICY_FEATURES "alpha,vnorm,sigma,ent,pos,mass,budget"
+#define POLICY_FEATURES_V1 "alpha,vnorm,sigma,ent,pos"   /* version 1: no mass */
+#define NF_V1 5
 #define POLICY_ACTIVATION "tanh"
 
 #define ERRF(...) do { if (errbuf && errlen) snprintf(errbuf, errlen, __VA_ARGS__); } while (0)
 
-static size_t count_params(int h) { return (size_t)h * NF + h + (size_t)h * h + h + h + 1; }
+static size_t count_params(int h) { return (size_t)h * NI + h + (size_t)h * h + h + h + 1; }
 
 static void bind_params(scdb_evict_mlp *m)
 {
     int h = m->hidden;
     float *p = m->params;
-    m->w1 = p; p += (size_t)h * NF;
+    m->w1 = p; p += (size_t)h * NI;
     m->b1 = p; p += h;
     m->w2 = p; p += (size_t)h * h;
     m->b2 = p; p += h;
@@ -47,7 +50,7 @@ static scdb_err mlp_alloc(int hidden, scdb_evict_mlp **out)
     if (!(m->params = calloc(m->n_params, sizeof *m->params))) { free(m); return SCDB_ENOMEM; }
     bind_params(m);
     m->pool = 1;
-    for (int i = 0; i < NF; i++) { m->in_mean[i] = 0.0f; m->in_std[i] = 1.0f; }
+    for (int i = 0; i < NI; i++) { m->in_mean[i] = 0.0f; m->in_std[i] = 1.0f; }
     *out = m;
     return SCDB_OK;
 }
@@ -65,8 +68,8 @@ scdb_err scdb_evict_mlp_new(int hidden, uint64_t seed, scdb_evict_mlp **out)
     if (!out) return SCDB_EINVAL;
     if ((rc = mlp_alloc(hidden, out))) return rc;
     scdb_evict_mlp *m = *out;
-    float a1 = 1.0f / sqrtf((float)NF), a2 = 1.0f / sqrtf((float)hidden);
-    for (int i = 0; i < hidden * NF; i++) m->w1[i] = a1 * (float)(2.0 * urand(&s) - 1.0);
+    float a1 = 1.0f / sqrtf((float)NI), a2 = 1.0f / sqrtf((float)hidden);
+    for (int i = 0; i < hidden * NI; i++) m->w1[i] = a1 * (float)(2.0 * urand(&s) - 1.0);
     for (int i = 0; i < hidden * hidden; i++) m->w2[i] = a2 * (float)(2.0 * urand(&s) - 1.0);
     for (int i = 0; i < hidden; i++) m->w3[i] = a2 * (float)(2.0 * urand(&s) - 1.0);
     m->sinks = 4;
@@ -92,6 +95,7 @@ scdb_err scdb_evict_mlp_copy(scdb_evict_mlp *dst, const scdb_evict_mlp *src)
     memcpy(dst->in_std, src->in_std, sizeof dst->in_std);
     dst->sinks = src->sinks;
     dst->recent = src->recent;
+    dst->recent_frac = src->recent_frac;
     dst->pool = src->pool;
     return SCDB_OK;
 }
@@ -103,6 +107,18 @@ void scdb_evict_mlp_transform(const float *raw, float *x)
     x[SCDB_EF_SIGMA] = logf(fmaxf(raw[SCDB_EF_SIGMA], 0.0f) + 1e-6f);
     x[SCDB_EF_ENT] = raw[SCDB_EF_ENT];
     x[SCDB_EF_POS] = logf(fmaxf(1.0f - raw[SCDB_EF_POS], 0.0f) + 1e-3f);
+    x[SCDB_EF_MASS] = logf(fmaxf(raw[SCDB_EF_MASS], 0.0f) + 1e-6f);
+}
+
+void scdb_evict_mlp_protect(const scdb_evict_mlp *m, int budget, int *sinks, int *recent)
+{
+    int r = m->recent;
+    if (m->recent_frac > 0.0f && budget > 0) {
+        int f = (int)floor((double)m->recent_frac * budget);
+        if (f > r) r = f;
+    }
+    *sinks = m->sinks;
+    *recent = r;
 }
 
 /* forward of one standardised row; h1, h2 receive the activations */
@@ -111,7 +127,7 @@ static float forward_row(const scdb_evict_mlp *m, const float *x, float *h1, flo
     int H = m->hidden;
     for (int j = 0; j < H; j++) {
         float s = m->b1[j];
-        for (int k = 0; k < NF; k++) s += m->w1[j * NF + k] * x[k];
+        for (int k = 0; k < NI; k++) s += m->w1[j * NI + k] * x[k];
         h1[j] = tanhf(s);
     }
     float out = m->b3[0];
@@ -125,16 +141,24 @@ static float forward_row(const scdb_evict_mlp *m, const float *x, float *h1, flo
     return out;
 }
 
+void scdb_evict_mlp_score_budget(const scdb_evict_mlp *m, const float *feats, int n, int budget,
+                                 float *scores, float *x_out)
+{
+    float h1[MAX_HIDDEN], h2[MAX_HIDDEN], x[NI];
+    float ls = logf((float)(budget > 1 ? budget : 1));
+    for (int i = 0; i < n; i++) {
+        scdb_evict_mlp_transform(feats + (size_t)i * NF, x);
+        x[SCDB_EVICT_IN_BUDGET] = ls;
+        for (int k = 0; k < NI; k++) x[k] = (x[k] - m->in_mean[k]) / m->in_std[k];
+        if (x_out) memcpy(x_out + (size_t)i * NI, x, sizeof x);
+        scores[i] = forward_row(m, x, h1, h2);
+    }
+}
+
 void scdb_evict_mlp_score(const scdb_evict_mlp *m, const float *feats, int n,
                           float *scores, float *x_out)
 {
-    float h1[MAX_HIDDEN], h2[MAX_HIDDEN], x[NF];
-    for (int i = 0; i < n; i++) {
-        scdb_evict_mlp_transform(feats + (size_t)i * NF, x);
-        for (int k = 0; k < NF; k++) x[k] = (x[k] - m->in_mean[k]) / m->in_std[k];
-        if (x_out) memcpy(x_out + (size_t)i * NF, x, sizeof x);
-        scores[i] = forward_row(m, x, h1, h2);
-    }
+    scdb_evict_mlp_score_budget(m, feats, n, n, scores, x_out);
 }
 
 void scdb_evict_maxpool(const float *s, int n, int k, float *pooled, int *arg)
@@ -153,11 +177,11 @@ void scdb_evict_mlp_backward(const scdb_evict_mlp *m, const float *x, int n,
 {
     int H = m->hidden;
     float h1[MAX_HIDDEN], h2[MAX_HIDDEN], d1[MAX_HIDDEN], d2[MAX_HIDDEN];
-    float *gw1 = grad, *gb1 = gw1 + (size_t)H * NF, *gw2 = gb1 + H, *gb2 = gw2 + (size_t)H * H,
+    float *gw1 = grad, *gb1 = gw1 + (size_t)H * NI, *gw2 = gb1 + H, *gb2 = gw2 + (size_t)H * H,
           *gw3 = gb2 + H, *gb3 = gw3 + H;
     for (int i = 0; i < n; i++) {
         float g = dscore[i];
-        const float *xi = x + (size_t)i * NF;
+        const float *xi = x + (size_t)i * NI;
         if (g == 0.0f) continue;
         forward_row(m, xi, h1, h2);
         gb3[0] += g;
@@ -178,7 +202,7 @@ void scdb_evict_mlp_backward(const scdb_evict_mlp *m, const float *x, int n,
         for (int k = 0; k < H; k++) {
             float d = d1[k] * (1.0f - h1[k] * h1[k]);
             gb1[k] += d;
-            for (int f = 0; f < NF; f++) gw1[k * NF + f] += d * xi[f];
+            for (int f = 0; f < NI; f++) gw1[k * NI + f] += d * xi[f];
         }
     }
 }
@@ -190,12 +214,14 @@ scdb_err scdb_evict_mlp_save(const scdb_evict_mlp *m, const char *path,
 {
     scdb_st_writer *w = NULL;
     int64_t H = m ? m->hidden : 0;
-    int64_t s5[1] = {NF}, s1[1] = {1}, sh[1] = {H}, sh5[2] = {H, NF}, shh[2] = {H, H},
+    int64_t s5[1] = {NI}, s1[1] = {1}, sh[1] = {H}, sh5[2] = {H, NI}, shh[2] = {H, H},
             s1h[2] = {1, H};
     char num[32];
     scdb_err rc;
 
-    if (!m || !path || (n_extra > 0 && (!keys || !vals))) return SCDB_EINVAL;
+    if (!m || !path || (n_extra > 0 && (!keys || !vals)) || !(m->recent_frac >= 0.0f) ||
+        !(m->recent_frac < 1.0f))
+        return SCDB_EINVAL;
     if ((rc = scdb_st_writer_new(&w))) return rc;
     if ((rc = scdb_st_writer_meta(w, "format", POLICY_FORMAT)) ||
         (rc = scdb_st_writer_meta(w, "version", POLICY_VERSION)) ||
@@ -206,6 +232,8 @@ scdb_err scdb_evict_mlp_save(const scdb_evict_mlp *m, const char *path,
     if ((rc = scdb_st_writer_meta(w, "sinks", num))) goto done;
     snprintf(num, sizeof num, "%d", m->recent);
     if ((rc = scdb_st_writer_meta(w, "recent", num))) goto done;
+    snprintf(num, sizeof num, "%.9g", (double)m->recent_frac);
+    if ((rc = scdb_st_writer_meta(w, "recent_frac", num))) goto done;
     snprintf(num, sizeof num, "%d", m->pool);
     if ((rc = scdb_st_writer_meta(w, "pool", num))) goto done;
     for (int i = 0; i < n_extra; i++)
@@ -235,6 +263,19 @@ static int parse_count(const char *s, int *out)
     v = strtol(s, &end, 10);
     if (errno || *end || v < 0 || v > MAX_PROTECT) return -1;
     *out = (int)v;
+    return 0;
+}
+
+/* Parse a metadata fraction in [0, 1). */
+static int parse_frac(const char *s, float *out)
+{
+    char *end;
+    double v;
+    if (!s || !*s) return -1;
+    errno = 0;
+    v = strtod(s, &end);
+    if (errno || *end || !isfinite(v) || v < 0.0 || v >= 1.0) return -1;
+    *out = (float)v;
     return 0;
 }
 
@@ -273,7 +314,9 @@ scdb_err scdb_evict_policy_load(const char *path, scdb_evict_policy **out,
     scdb_evict_policy *p = NULL;
     const scdb_st_tensor *t;
     const char *v;
-    int sinks, recent, pool;
+    int sinks, recent, pool, nf;
+    float recent_frac;
+    const char *want_features;
     int64_t H;
     scdb_err rc;
 
@@ -283,8 +326,7 @@ scdb_err scdb_evict_policy_load(const char *path, scdb_evict_policy **out,
     if ((rc = scdb_st_open(path, &f, errbuf, errlen))) return rc;
 
     static const struct { const char *key, *want; } fixed[] = {
-        {"format", POLICY_FORMAT}, {"version", POLICY_VERSION},
-        {"features", POLICY_FEATURES}, {"activation", POLICY_ACTIVATION}};
+        {"format", POLICY_FORMAT}, {"activation", POLICY_ACTIVATION}};
     for (size_t i = 0; i < SCDB_ARRAY_LEN(fixed); i++) {
         v = scdb_st_meta(f, fixed[i].key);
         if (!v || strcmp(v, fixed[i].want)) {
@@ -294,9 +336,32 @@ scdb_err scdb_evict_policy_load(const char *path, scdb_evict_policy **out,
             goto fail;
         }
     }
+    /* version 1: five features (no mass); version 2: six */
+    v = scdb_st_meta(f, "version");
+    if (v && !strcmp(v, "1")) nf = NF_V1, want_features = POLICY_FEATURES_V1;
+    else if (v && !strcmp(v, POLICY_VERSION)) nf = NI, want_features = POLICY_FEATURES;
+    else {
+        ERRF("%s: metadata 'version' is %s%s%s, want \"1\" or \"%s\"", path,
+             v ? "\"" : "missing", v ? v : "", v ? "\"" : "", POLICY_VERSION);
+        rc = SCDB_EMISMATCH;
+        goto fail;
+    }
+    v = scdb_st_meta(f, "features");
+    if (!v || strcmp(v, want_features)) {
+        ERRF("%s: metadata 'features' is %s%s%s, want \"%s\" for version %d", path,
+             v ? "\"" : "missing", v ? v : "", v ? "\"" : "", want_features, nf == NI ? 2 : 1);
+        rc = SCDB_EMISMATCH;
+        goto fail;
+    }
     if (parse_count(scdb_st_meta(f, "sinks"), &sinks) ||
         parse_count(scdb_st_meta(f, "recent"), &recent)) {
         ERRF("%s: metadata 'sinks' and 'recent' must be integers in [0, %d]", path, MAX_PROTECT);
+        rc = SCDB_ERANGE;
+        goto fail;
+    }
+    recent_frac = 0.0f;
+    if (scdb_st_meta(f, "recent_frac") && parse_frac(scdb_st_meta(f, "recent_frac"), &recent_frac)) {
+        ERRF("%s: metadata 'recent_frac' must be a number in [0, 1)", path);
         rc = SCDB_ERANGE;
         goto fail;
     }
@@ -318,8 +383,8 @@ scdb_err scdb_evict_policy_load(const char *path, scdb_evict_policy **out,
         rc = SCDB_EDTYPE;
         goto fail;
     }
-    if (t->ndim != 2 || t->shape[1] != NF || t->shape[0] < 1 || t->shape[0] > MAX_HIDDEN) {
-        ERRF("%s: tensor 'fc1.weight' must be [hidden <= %d, %d]", path, MAX_HIDDEN, NF);
+    if (t->ndim != 2 || t->shape[1] != nf || t->shape[0] < 1 || t->shape[0] > MAX_HIDDEN) {
+        ERRF("%s: tensor 'fc1.weight' must be [hidden <= %d, %d]", path, MAX_HIDDEN, nf);
         rc = SCDB_ESHAPE;
         goto fail;
     }
@@ -329,28 +394,39 @@ scdb_err scdb_evict_policy_load(const char *path, scdb_evict_policy **out,
     if ((rc = mlp_alloc((int)H, &p->mlp))) goto fail;
     p->mlp->sinks = sinks;
     p->mlp->recent = recent;
+    p->mlp->recent_frac = recent_frac;
     p->mlp->pool = pool;
     {
-        struct { const char *name; int ndim; int64_t d0, d1; float *dst; } spec[] = {
-            {"input.mean", 1, NF, 0, p->mlp->in_mean}, {"input.std", 1, NF, 0, p->mlp->in_std},
-            {"fc1.weight", 2, H, NF, p->mlp->w1}, {"fc1.bias", 1, H, 0, p->mlp->b1},
-            {"fc2.weight", 2, H, H, p->mlp->w2}, {"fc2.bias", 1, H, 0, p->mlp->b2},
-            {"out.weight", 2, 1, H, p->mlp->w3}, {"out.bias", 1, 1, 0, p->mlp->b3}};
+        /* rows of nf inputs land in rows of NI (a version-1 file's missing
+         * mass and budget inputs: weight 0, mean 0, std 1, so it scores as
+         * before) */
+        struct { const char *name; int ndim; int64_t d0, d1; float *dst; int dst_row; } spec[] = {
+            {"input.mean", 1, nf, 0, p->mlp->in_mean, 0}, {"input.std", 1, nf, 0, p->mlp->in_std, 0},
+            {"fc1.weight", 2, H, nf, p->mlp->w1, NI}, {"fc1.bias", 1, H, 0, p->mlp->b1, 0},
+            {"fc2.weight", 2, H, H, p->mlp->w2, 0}, {"fc2.bias", 1, H, 0, p->mlp->b2, 0},
+            {"out.weight", 2, 1, H, p->mlp->w3, 0}, {"out.bias", 1, 1, 0, p->mlp->b3, 0}};
         for (size_t i = 0; i < SCDB_ARRAY_LEN(spec); i++) {
             int64_t shape[2] = {spec[i].d0, spec[i].d1};
             if ((rc = scdb_st_expect(f, spec[i].name, SCDB_F32, spec[i].ndim, shape, &t,
                                      errbuf, errlen)))
                 goto fail;
-            memcpy(spec[i].dst, t->data, t->nbytes);
+            if (spec[i].dst_row && spec[i].dst_row != spec[i].d1) {
+                const float *src = t->data;
+                for (int64_t r = 0; r < spec[i].d0; r++)
+                    memcpy(spec[i].dst + r * spec[i].dst_row, src + r * spec[i].d1,
+                           (size_t)spec[i].d1 * sizeof *src);
+            } else {
+                memcpy(spec[i].dst, t->data, t->nbytes);
+            }
         }
     }
-    if (!all_finite(p->mlp->params, p->mlp->n_params) || !all_finite(p->mlp->in_mean, NF) ||
-        !all_finite(p->mlp->in_std, NF)) {
+    if (!all_finite(p->mlp->params, p->mlp->n_params) || !all_finite(p->mlp->in_mean, NI) ||
+        !all_finite(p->mlp->in_std, NI)) {
         ERRF("%s: non-finite weights", path);
         rc = SCDB_ERANGE;
         goto fail;
     }
-    for (int i = 0; i < NF; i++)
+    for (int i = 0; i < NI; i++)
         if (!(p->mlp->in_std[i] > 0.0f)) {
             ERRF("%s: input.std[%d] must be > 0", path, i);
             rc = SCDB_ERANGE;

@@ -82,7 +82,7 @@ void scdb_evict_policy_protect(const scdb_evict_policy *p, const scdb_evict_acc 
     case SCDB_EVICT_H2O: s = 0; r = budget / 2; break;
     case SCDB_EVICT_SNAPKV: s = 0; r = imin(a ? a->window : SCDB_EVICT_DEFAULT_WINDOW, budget / 2); break;
     case SCDB_EVICT_TOVA: s = 0; r = 1; break;
-    case SCDB_EVICT_LEARNED: s = p->mlp->sinks; r = p->mlp->recent; break;
+    case SCDB_EVICT_LEARNED: scdb_evict_mlp_protect(p->mlp, budget, &s, &r); break;
     default: break;
     }
     if (s < 0) s = 0;
@@ -122,8 +122,14 @@ static scdb_err score_snapkv(const scdb_evict_acc *a, float *scores)
 scdb_err scdb_evict_policy_score(const scdb_evict_policy *p, const scdb_evict_acc *a,
                                  float *scores)
 {
+    return scdb_evict_policy_score_budget(p, a, a ? a->n : 1, scores);
+}
+
+scdb_err scdb_evict_policy_score_budget(const scdb_evict_policy *p, const scdb_evict_acc *a,
+                                        int budget, float *scores)
+{
     float *f;
-    if (!p || !a || (!scores && a->n > 0)) return SCDB_EINVAL;
+    if (!p || !a || (!scores && a->n > 0) || budget < 1) return SCDB_EINVAL;
     switch (p->kind) {
     case SCDB_EVICT_FULL:
     case SCDB_EVICT_STREAMING:
@@ -142,7 +148,7 @@ scdb_err scdb_evict_policy_score(const scdb_evict_policy *p, const scdb_evict_ac
         if (!f) return SCDB_ENOMEM;
         float *raw = f + (size_t)a->n * SCDB_EVICT_N_FEATURES;
         scdb_evict_features(a, f);
-        scdb_evict_mlp_score(p->mlp, f, a->n, raw, NULL);
+        scdb_evict_mlp_score_budget(p->mlp, f, a->n, budget, raw, NULL);
         if (p->mlp->pool > 1) scdb_evict_maxpool(raw, a->n, p->mlp->pool, scores, NULL);
         else memcpy(scores, raw, (size_t)a->n * sizeof *scores);
         free(f);
@@ -247,7 +253,7 @@ scdb_err scdb_evict_run(const scdb_evict_policy *p, scdb_kv_cache *cache,
     keep = malloc((size_t)cache->n * sizeof *keep);
     if (!scores || !keep) goto done;
     if (scdb_evict_policy_needs_acc(p)) {
-        if ((rc = scdb_evict_policy_score(p, acc, scores))) goto done;
+        if ((rc = scdb_evict_policy_score_budget(p, acc, budget, scores))) goto done;
     } else {
         memset(scores, 0, (size_t)cache->n * sizeof *scores);
     }

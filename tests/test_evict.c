@@ -41,6 +41,8 @@ static int teardown_tmp(void **state)
 }
 
 #define NEAR(a, b, tol) assert_true(fabs((double)(a) - (double)(b)) <= (tol))
+#define NF SCDB_EVICT_N_FEATURES
+#define NI SCDB_EVICT_N_INPUTS
 
 static uint64_t rng = 0x9E3779B97F4A7C15ull;
 static float frand(void)
@@ -144,26 +146,29 @@ static void test_features_hand(void **state)
     /* alpha: EMA-weighted mean over queries of (mean over heads) x nvis.
      *   slot 0: q0 1 x 1, q1 0.7 x 2 -> (d * 1 + 1.4) / (d + 1)
      *   slot 1: q1 0.3 x 2 = 0.6 */
-    NEAR(f[0 * 5 + SCDB_EF_ALPHA], (d + 1.4) / (d + 1), 1e-6);
-    NEAR(f[1 * 5 + SCDB_EF_ALPHA], 0.6, 1e-6);
+    NEAR(f[0 * NF + SCDB_EF_ALPHA], (d + 1.4) / (d + 1), 1e-6);
+    NEAR(f[1 * NF + SCDB_EF_ALPHA], 0.6, 1e-6);
     NEAR(scdb_evict_acc_n_obs(a)[0], d + 1, 1e-6);
     /* vnorm: |(3,4)| = 5, |(0,1)| = 1 */
-    NEAR(f[0 * 5 + SCDB_EF_VNORM], 5.0, 1e-6);
-    NEAR(f[1 * 5 + SCDB_EF_VNORM], 1.0, 1e-6);
+    NEAR(f[0 * NF + SCDB_EF_VNORM], 5.0, 1e-6);
+    NEAR(f[1 * NF + SCDB_EF_VNORM], 1.0, 1e-6);
     /* sigma: variance across heads of mass x nvis, EMA-mean over queries.
      *   slot 0: q0 var(1, 1) = 0, q1 var(1.8, 1.0) = 0.16 -> 0.16 / (d + 1)
      *   slot 1: q1 var(0.2, 1.0) = 0.16 */
-    NEAR(f[0 * 5 + SCDB_EF_SIGMA], 0.16 / (d + 1), 1e-6);
-    NEAR(f[1 * 5 + SCDB_EF_SIGMA], 0.16, 1e-6);
+    NEAR(f[0 * NF + SCDB_EF_SIGMA], 0.16 / (d + 1), 1e-6);
+    NEAR(f[1 * NF + SCDB_EF_SIGMA], 0.16, 1e-6);
     /* ent: attention-weighted entropy of the queries (q0's rows see one
      * slot: entropy 0):
      *   slot 0: (0.9 h0 + 0.5 h1) / (2 d + 1.4)
      *   slot 1: (0.1 h0 + 0.5 h1) / 0.6 */
-    NEAR(f[0 * 5 + SCDB_EF_ENT], (0.9 * h0 + 0.5 * h1) / (2 * d + 1.4), 1e-5);
-    NEAR(f[1 * 5 + SCDB_EF_ENT], (0.1 * h0 + 0.5 * h1) / 0.6, 1e-5);
+    NEAR(f[0 * NF + SCDB_EF_ENT], (0.9 * h0 + 0.5 * h1) / (2 * d + 1.4), 1e-5);
+    NEAR(f[1 * NF + SCDB_EF_ENT], (0.1 * h0 + 0.5 * h1) / 0.6, 1e-5);
     /* pos: (pos + 1) / (last_pos + 1) */
-    NEAR(f[0 * 5 + SCDB_EF_POS], 0.5, 1e-6);
-    NEAR(f[1 * 5 + SCDB_EF_POS], 1.0, 1e-6);
+    NEAR(f[0 * NF + SCDB_EF_POS], 0.5, 1e-6);
+    NEAR(f[1 * NF + SCDB_EF_POS], 1.0, 1e-6);
+    /* the mass feature is H2O's cumulative mass, checked next */
+    NEAR(f[0 * NF + SCDB_EF_MASS], 1.7, 1e-6);
+    NEAR(f[1 * NF + SCDB_EF_MASS], 0.3, 1e-6);
     /* H2O's cumulative mass (plain sum), TOVA's last-query attention and
      * SnapKV's ring row of q1 (mean over the two heads of the KV group) */
     NEAR(scdb_evict_acc_mass(a)[0], 1.7, 1e-6);
@@ -183,15 +188,15 @@ static void test_features_hand(void **state)
     double w0 = d * (d + 1) + 1;                              /* slot 0's EMA weight */
     NEAR(scdb_evict_acc_n_obs(a)[0], w0, 1e-6);
     NEAR(scdb_evict_acc_n_obs(a)[2], 1.0, 1e-6);
-    NEAR(f[0 * 5 + SCDB_EF_ALPHA], (d * (d + 1.4) + 1) / w0, 1e-6);
-    NEAR(f[1 * 5 + SCDB_EF_ALPHA], (d * 0.6 + 1) / (d + 1), 1e-6);
-    NEAR(f[2 * 5 + SCDB_EF_ALPHA], 1.0, 1e-6);
-    NEAR(f[2 * 5 + SCDB_EF_VNORM], 2.0, 1e-6);
-    NEAR(f[0 * 5 + SCDB_EF_SIGMA], d * 0.16 / w0, 1e-6);
-    NEAR(f[2 * 5 + SCDB_EF_SIGMA], 0.0, 1e-6);
-    NEAR(f[2 * 5 + SCDB_EF_ENT], 1.0, 1e-5);                 /* uniform rows: entropy 1 */
-    NEAR(f[1 * 5 + SCDB_EF_ENT], (d * (0.1 * h0 + 0.5 * h1) + 2.0 / 3) / (d * 0.6 + 2.0 / 3), 1e-5);
-    NEAR(f[0 * 5 + SCDB_EF_POS], 1.0 / 3, 1e-6);
+    NEAR(f[0 * NF + SCDB_EF_ALPHA], (d * (d + 1.4) + 1) / w0, 1e-6);
+    NEAR(f[1 * NF + SCDB_EF_ALPHA], (d * 0.6 + 1) / (d + 1), 1e-6);
+    NEAR(f[2 * NF + SCDB_EF_ALPHA], 1.0, 1e-6);
+    NEAR(f[2 * NF + SCDB_EF_VNORM], 2.0, 1e-6);
+    NEAR(f[0 * NF + SCDB_EF_SIGMA], d * 0.16 / w0, 1e-6);
+    NEAR(f[2 * NF + SCDB_EF_SIGMA], 0.0, 1e-6);
+    NEAR(f[2 * NF + SCDB_EF_ENT], 1.0, 1e-5);                 /* uniform rows: entropy 1 */
+    NEAR(f[1 * NF + SCDB_EF_ENT], (d * (0.1 * h0 + 0.5 * h1) + 2.0 / 3) / (d * 0.6 + 2.0 / 3), 1e-5);
+    NEAR(f[0 * NF + SCDB_EF_POS], 1.0 / 3, 1e-6);
     NEAR(scdb_evict_acc_mass(a)[0], 1.7 + 1.0 / 3, 1e-6);
     NEAR(scdb_evict_acc_last(a)[0], 1.0 / 3, 1e-6);
     assert_int_equal(a->ring_fill, 3);
@@ -475,23 +480,31 @@ static void test_compact_order_and_map(void **state)
 typedef struct {
     const char *skip, *bad_shape, *i32, *meta_key, *meta_val, *nan_tensor;
     int drop_meta;
+    int v1;                 /* write a version-1 file: five features, no mass */
 } variant;
 
 static void write_policy(const char *path, const scdb_evict_mlp *m, variant v)
 {
     scdb_st_writer *w;
     int64_t H = m->hidden;
+    int nf = v.v1 ? 5 : NI;
+    static float w1[1024 * NI];
+    for (int64_t r = 0; r < H; r++)           /* version 1: drop the mass and budget columns */
+        memcpy(w1 + r * nf, m->w1 + r * NI, (size_t)nf * sizeof *w1);
     struct { const char *n; int nd; int64_t d0, d1; const float *p; } t[] = {
-        {"input.mean", 1, 5, 0, m->in_mean}, {"input.std", 1, 5, 0, m->in_std},
-        {"fc1.weight", 2, H, 5, m->w1}, {"fc1.bias", 1, H, 0, m->b1},
+        {"input.mean", 1, nf, 0, m->in_mean}, {"input.std", 1, nf, 0, m->in_std},
+        {"fc1.weight", 2, H, nf, w1}, {"fc1.bias", 1, H, 0, m->b1},
         {"fc2.weight", 2, H, H, m->w2}, {"fc2.bias", 1, H, 0, m->b2},
         {"out.weight", 2, 1, H, m->w3}, {"out.bias", 1, 1, 0, m->b3}};
     static float big[4096], nanbuf[4096];
-    const char *mk[] = {"format", "version", "features", "activation", "sinks", "recent", "pool"};
-    const char *mv[] = {"scdb-evict-policy", "1", "alpha,vnorm,sigma,ent,pos", "tanh", "4", "8", "3"};
+    const char *mk[] = {"format", "version", "features", "activation", "sinks", "recent", "pool",
+                        "recent_frac"};
+    const char *mv[] = {"scdb-evict-policy", v.v1 ? "1" : "2",
+                        v.v1 ? "alpha,vnorm,sigma,ent,pos" : "alpha,vnorm,sigma,ent,pos,mass,budget",
+                        "tanh", "4", "8", "3", "0.25"};
 
     assert_int_equal(scdb_st_writer_new(&w), SCDB_OK);
-    for (int i = 0; i < 7; i++) {
+    for (int i = 0; i < (v.v1 ? 7 : 8); i++) {
         const char *val = mv[i];
         if (v.meta_key && !strcmp(v.meta_key, mk[i])) {
             if (v.drop_meta) continue;
@@ -550,9 +563,10 @@ static void test_policy_file(void **state)
 
     assert_int_equal(scdb_evict_mlp_new(6, 7, &m), SCDB_OK);
     for (size_t i = 0; i < m->n_params; i++) m->params[i] = frand();
-    for (int i = 0; i < 5; i++) { m->in_mean[i] = 0.1f * i; m->in_std[i] = 1.0f + 0.5f * i; }
+    for (int i = 0; i < NI; i++) { m->in_mean[i] = 0.1f * i; m->in_std[i] = 1.0f + 0.5f * i; }
     m->sinks = 3;
     m->recent = 5;
+    m->recent_frac = 0.375f;
     m->pool = 5;
 
     /* round trip: same scores, protection and metadata */
@@ -567,16 +581,69 @@ static void test_policy_file(void **state)
     assert_int_equal(lm->sinks, 3);
     assert_int_equal(lm->recent, 5);
     assert_int_equal(lm->pool, 5);
-    float feats[4 * 5], s1[4], s2[4];
-    for (int i = 0; i < 20; i++) feats[i] = 0.5f + 0.4f * frand();
+    assert_true(lm->recent_frac == 0.375f);
+    assert_string_equal(scdb_evict_policy_meta(p, "version"), "2");
+    float feats[4 * NF], s1[4], s2[4];
+    for (int i = 0; i < 4 * NF; i++) feats[i] = 0.5f + 0.4f * frand();
     scdb_evict_mlp_score(m, feats, 4, s1, NULL);
     scdb_evict_mlp_score(lm, feats, 4, s2, NULL);
     assert_memory_equal(s1, s2, sizeof s1);
+    /* the mass feature matters to this network */
+    for (int i = 0; i < 4; i++) feats[i * NF + SCDB_EF_MASS] *= 3.0f;
+    scdb_evict_mlp_score(lm, feats, 4, s2, NULL);
+    assert_true(memcmp(s1, s2, sizeof s1) != 0);
+    for (int i = 0; i < 4; i++) feats[i * NF + SCDB_EF_MASS] /= 3.0f;
+    /* ... and so does the budget; scdb_evict_mlp_score is budget = n */
+    scdb_evict_mlp_score_budget(lm, feats, 4, 64, s2, NULL);
+    assert_true(memcmp(s1, s2, sizeof s1) != 0);
+    scdb_evict_mlp_score_budget(lm, feats, 4, 4, s2, NULL);
+    assert_memory_equal(s1, s2, sizeof s1);
+    /* protection: recent = max(5, floor(0.375 budget)) */
     int sk, rc_;
-    scdb_evict_policy_protect(p, NULL, 100, 20, &sk, &rc_);
+    scdb_evict_policy_protect(p, NULL, 100, 12, &sk, &rc_);
     assert_int_equal(sk, 3);
     assert_int_equal(rc_, 5);
+    scdb_evict_policy_protect(p, NULL, 100, 20, &sk, &rc_);
+    assert_int_equal(rc_, 7);
+    scdb_evict_policy_protect(p, NULL, 100, 64, &sk, &rc_);
+    assert_int_equal(rc_, 24);
+    scdb_evict_policy_protect(p, NULL, 10, 64, &sk, &rc_);   /* clamped to n - sinks */
+    assert_int_equal(sk + rc_, 10);
     scdb_evict_policy_free(&p);
+
+    /* a version-1 file (five features) still loads: zero weights on mass
+     * and budget, so it scores as the five-feature network did whatever the
+     * mass and the budget */
+    scdb_evict_mlp *m5 = NULL;
+    assert_int_equal(scdb_evict_mlp_new(6, 7, &m5), SCDB_OK);
+    assert_int_equal(scdb_evict_mlp_copy(m5, m), SCDB_OK);
+    for (int r = 0; r < m5->hidden; r++) {
+        m5->w1[r * NI + SCDB_EF_MASS] = 0.0f;
+        m5->w1[r * NI + SCDB_EVICT_IN_BUDGET] = 0.0f;
+    }
+    for (int i = SCDB_EF_MASS; i < NI; i++) { m5->in_mean[i] = 0.0f; m5->in_std[i] = 1.0f; }
+    snprintf(path, sizeof path, "%s/v1.safetensors", tmpdir);
+    write_policy(path, m5, (variant){.v1 = 1});
+    assert_int_equal(scdb_evict_policy_load(path, &p, err, sizeof err), SCDB_OK);
+    lm = scdb_evict_policy_mlp(p);
+    assert_true(lm->recent_frac == 0.0f);
+    assert_int_equal(lm->recent, 8);
+    scdb_evict_mlp_score(m5, feats, 4, s1, NULL);
+    scdb_evict_mlp_score(lm, feats, 4, s2, NULL);
+    assert_memory_equal(s1, s2, sizeof s1);
+    for (int i = 0; i < 4; i++) feats[i * NF + SCDB_EF_MASS] *= 3.0f;
+    scdb_evict_mlp_score_budget(lm, feats, 4, 100, s1, NULL);
+    assert_memory_equal(s1, s2, sizeof s1);
+    scdb_evict_policy_free(&p);
+    scdb_evict_mlp_free(&m5);
+    /* version 1 with six-wide tensors, or version 2 with five: refused */
+    assert_int_equal(load_variant(m, (variant){.v1 = 1, .meta_key = "features",
+                                               .meta_val = "alpha,vnorm,sigma,ent,pos,mass"},
+                                  err, sizeof err), SCDB_EMISMATCH);
+    assert_non_null(strstr(err, "features"));
+    assert_int_equal(load_variant(m, (variant){.meta_key = "features",
+                                               .meta_val = "alpha,vnorm,sigma,ent,pos"},
+                                  err, sizeof err), SCDB_EMISMATCH);
 
     /* every kind of bad file has its own error, and a message */
     assert_int_equal(load_variant(m, (variant){0}, err, sizeof err), SCDB_OK);
@@ -593,8 +660,23 @@ static void test_policy_file(void **state)
     assert_non_null(strstr(err, "format"));
     assert_int_equal(load_variant(m, (variant){.meta_key = "format", .drop_meta = 1}, err, sizeof err),
                      SCDB_EMISMATCH);
-    assert_int_equal(load_variant(m, (variant){.meta_key = "version", .meta_val = "2"}, err, sizeof err),
+    assert_int_equal(load_variant(m, (variant){.meta_key = "version", .meta_val = "3"}, err, sizeof err),
                      SCDB_EMISMATCH);
+    assert_non_null(strstr(err, "version"));
+    assert_int_equal(load_variant(m, (variant){.meta_key = "version", .drop_meta = 1}, err, sizeof err),
+                     SCDB_EMISMATCH);
+    assert_int_equal(load_variant(m, (variant){.v1 = 1}, err, sizeof err), SCDB_OK);
+    assert_int_equal(load_variant(m, (variant){.meta_key = "recent_frac", .meta_val = "1"},
+                                  err, sizeof err), SCDB_ERANGE);
+    assert_non_null(strstr(err, "recent_frac"));
+    assert_int_equal(load_variant(m, (variant){.meta_key = "recent_frac", .meta_val = "-0.1"},
+                                  err, sizeof err), SCDB_ERANGE);
+    assert_int_equal(load_variant(m, (variant){.meta_key = "recent_frac", .meta_val = "nan"},
+                                  err, sizeof err), SCDB_ERANGE);
+    assert_int_equal(load_variant(m, (variant){.meta_key = "recent_frac", .meta_val = "0.5x"},
+                                  err, sizeof err), SCDB_ERANGE);
+    assert_int_equal(load_variant(m, (variant){.meta_key = "recent_frac", .drop_meta = 1},
+                                  err, sizeof err), SCDB_OK);   /* optional: 0 */
     assert_int_equal(load_variant(m, (variant){.meta_key = "features", .meta_val = "alpha,pos"},
                                   err, sizeof err), SCDB_EMISMATCH);
     assert_int_equal(load_variant(m, (variant){.meta_key = "sinks", .meta_val = "four"}, err, sizeof err),
@@ -645,21 +727,21 @@ static void test_mlp_backward(void **state)
     (void)state;
     enum { N = 3, H = 5 };
     scdb_evict_mlp *m = NULL;
-    float feats[N * 5], x[N * 5], s[N], c[N] = {0.7f, -1.3f, 0.4f};
+    float feats[N * NF], x[N * NI], s[N], c[N] = {0.7f, -1.3f, 0.4f};
     assert_int_equal(scdb_evict_mlp_new(H, 3, &m), SCDB_OK);
     for (size_t i = 0; i < m->n_params; i++) m->params[i] = 0.8f * frand();
-    for (int i = 0; i < N * 5; i++) feats[i] = 0.5f + 0.45f * frand();
-    scdb_evict_mlp_score(m, feats, N, s, x);
+    for (int i = 0; i < N * NF; i++) feats[i] = 0.5f + 0.45f * frand();
+    scdb_evict_mlp_score_budget(m, feats, N, 7, s, x);
     float *g = calloc(m->n_params, sizeof *g);
     scdb_evict_mlp_backward(m, x, N, c, g);
     for (size_t i = 0; i < m->n_params; i++) {
         float keep = m->params[i], eps = 1e-2f;
         double lp = 0, lm = 0;
         m->params[i] = keep + eps;
-        scdb_evict_mlp_score(m, feats, N, s, NULL);
+        scdb_evict_mlp_score_budget(m, feats, N, 7, s, NULL);
         for (int r = 0; r < N; r++) lp += c[r] * s[r];
         m->params[i] = keep - eps;
-        scdb_evict_mlp_score(m, feats, N, s, NULL);
+        scdb_evict_mlp_score_budget(m, feats, N, 7, s, NULL);
         for (int r = 0; r < N; r++) lm += c[r] * s[r];
         m->params[i] = keep;
         double fd = (lp - lm) / (2 * eps);
@@ -795,6 +877,10 @@ static void test_train_smoke(void **state)
     o.init = SCDB_EVICT_INIT_RANDOM;   /* learn from random weights */
     o.val_windows = 3;
     o.val_every = 10;
+    /* the improvement checks below are statistical on a 40-episode run from
+     * random weights: they hold for most seeds, not all; the seed is fixed so
+     * the test is deterministic */
+    o.seed = 3;
     snprintf(logp, sizeof logp, "%s/train.jsonl", tmpdir);
     o.log = fopen(logp, "w");
     assert_non_null(o.log);
@@ -863,18 +949,29 @@ static void test_train_smoke(void **state)
     scdb_evict_mlp_free(&m);
 
     /* the same with the scores max-pooled over 3 slots (gradient routed
-     * through the pool) */
+     * through the pool), the SnapKV + H2O prior and a recent window of a
+     * quarter of the budget */
     o.pool = 3;
     o.log = NULL;
+    o.init = SCDB_EVICT_INIT_MIXED;
+    o.recent_frac = 0.25f;
     assert_int_equal(scdb_evict_train(&o, &m, &r, err, sizeof err), SCDB_OK);
-    fprintf(stderr, "  train smoke, pool 3: sampled KL %.5f -> %.5f, validation KL %.5f -> %.5f\n",
+    fprintf(stderr, "  train smoke, pool 3, mixed: sampled KL %.5f -> %.5f, validation KL %.5f -> %.5f\n",
             -r.first_reward, -r.last_reward, r.val_kl_init, r.val_kl_best);
     assert_int_equal(m->pool, 3);
+    assert_true(m->recent_frac == 0.25f);
+    assert_int_equal(scdb_evict_mlp_save(m, path, NULL, NULL, 0), SCDB_OK);
+    assert_int_equal(scdb_evict_policy_load(path, &p, err, sizeof err), SCDB_OK);
+    assert_true(scdb_evict_policy_mlp(p)->recent_frac == 0.25f);
+    scdb_evict_policy_free(&p);
     assert_true(isfinite(r.first_reward) && isfinite(r.last_reward));
     assert_true(r.val_kl_best <= r.val_kl_init);
     scdb_evict_mlp_free(&m);
 
     /* bad options */
+    o.recent_frac = 1.0f;
+    assert_int_equal(scdb_evict_train(&o, &m, &r, err, sizeof err), SCDB_EINVAL);
+    o.recent_frac = 0.25f;
     o.pool = 2;
     assert_int_equal(scdb_evict_train(&o, &m, &r, err, sizeof err), SCDB_EINVAL);
     o.pool = 3;
