@@ -246,11 +246,12 @@ scdb_err scdb_k_bf16_to_f32_cuda(const uint16_t *src, float *dst, size_t n);
 /* ------------------------------------------------------------ eviction ops
  * The per-slot compute of evict/ (score -> select -> compact) as kernels.
  *
- *   evict_features   the five DistillCache features of slots [0, n) from the
+ *   evict_features   the six policy features of slots [0, n) from the
  *                    accumulator arrays (evict.h: alpha = rel / n_obs,
  *                    vnorm, sigma = var / n_obs, ent = ent_num / ent_den,
  *                    pos = (pos + 1) / (last_pos + 1) capped at 1), into
- *                    feats [n][5]; what scdb_evict_features computes.
+ *                    feats [n][6] (alpha vnorm sigma ent pos mass); what
+ *                    scdb_evict_features computes.
  *   select_topb      scdb_evict_select's deterministic top-B: keep the first
  *                    `sinks` and last `recent` slots and the highest-scoring
  *                    others (ties: the higher slot) up to the budget; keep[]
@@ -273,7 +274,10 @@ typedef struct scdb_k_acc_arrays {
     const int32_t *pos;
     const float *n_obs, *rel, *var, *ent_num, *ent_den, *vnorm;
     int32_t last_pos;
+    const float *mass;           /* cumulative attention (the sixth feature) */
 } scdb_k_acc_arrays;
+
+#define SCDB_K_EVICT_N_FEATURES 6
 
 scdb_err scdb_k_evict_features_cpu(const scdb_k_acc_arrays *a, int n, float *feats);
 scdb_err scdb_k_select_topb_cpu(const float *scores, int n, int budget, int sinks,

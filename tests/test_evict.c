@@ -1009,13 +1009,16 @@ static void test_kernel_twins(void **state)
         for (int i = 0; i < n; i++) scdb_evict_acc_win(a)[(size_t)r * s.capacity + i] = frand();
     assert_int_equal(scdb_evict_acc_copy(b, a), SCDB_OK);
 
-    float *f1 = malloc((size_t)n * 5 * sizeof *f1), *f2 = malloc((size_t)n * 5 * sizeof *f2);
+    assert_int_equal(SCDB_K_EVICT_N_FEATURES, SCDB_EVICT_N_FEATURES);
+    float *f1 = malloc((size_t)n * SCDB_EVICT_N_FEATURES * sizeof *f1),
+          *f2 = malloc((size_t)n * SCDB_EVICT_N_FEATURES * sizeof *f2);
     scdb_k_acc_arrays arr = {scdb_evict_acc_pos(a), scdb_evict_acc_n_obs(a), scdb_evict_acc_rel(a),
                              scdb_evict_acc_var(a), scdb_evict_acc_ent_num(a),
-                             scdb_evict_acc_ent_den(a), scdb_evict_acc_vnorm(a), a->last_pos};
+                             scdb_evict_acc_ent_den(a), scdb_evict_acc_vnorm(a), a->last_pos,
+                             scdb_evict_acc_mass(a)};
     assert_int_equal(scdb_evict_features(a, f1), SCDB_OK);
     assert_int_equal(scdb_k_evict_features_cpu(&arr, n, f2), SCDB_OK);
-    assert_memory_equal(f1, f2, (size_t)n * 5 * sizeof *f1);
+    assert_memory_equal(f1, f2, (size_t)n * SCDB_EVICT_N_FEATURES * sizeof *f1);
 
     /* scores on a coarse grid, so ties are common */
     float *sc = malloc((size_t)n * sizeof *sc);

@@ -574,13 +574,16 @@ static void test_evict_ops(void **state)
     int32_t pos[4] = {0, 3, 7, 9};
     float n_obs[4] = {2, 0, 4, 1}, rel[4] = {1, 5, 2, 3}, var[4] = {0.5f, 1, 2, 0};
     float en[4] = {1, 1, 3, 0}, ed[4] = {2, 0, 4, 0}, vn[4] = {1.5f, 2, 3, 4};
-    scdb_k_acc_arrays a = {pos, n_obs, rel, var, en, ed, vn, 9};
-    float f[20];
+    float ms[4] = {0.25f, 0, 7, 1};
+    scdb_k_acc_arrays a = {pos, n_obs, rel, var, en, ed, vn, 9, ms};
+    float f[24];
     assert_int_equal(scdb_k_evict_features_cpu(&a, 4, f), SCDB_OK);
-    float want[20] = {0.5f, 1.5f, 0.25f, 0.5f, 0.1f,   0, 2, 0, 0, 0.4f,
-                      0.5f, 3, 0.5f, 0.75f, 0.8f,      3, 4, 0, 0, 1};
-    assert_close(f, want, 20, 1e-7f);
+    float want[24] = {0.5f, 1.5f, 0.25f, 0.5f, 0.1f, 0.25f,   0, 2, 0, 0, 0.4f, 0,
+                      0.5f, 3, 0.5f, 0.75f, 0.8f, 7,          3, 4, 0, 0, 1, 1};
+    assert_close(f, want, 24, 1e-7f);
     assert_int_equal(scdb_k_evict_features_cpu(NULL, 4, f), SCDB_EINVAL);
+    a.mass = NULL;
+    assert_int_equal(scdb_k_evict_features_cpu(&a, 4, f), SCDB_EINVAL);
 
     /* top-B: ties go to the higher slot, protected slots always kept */
     float s[10] = {9, 1, 5, 5, 0, 7, 5, 2, 8, 3};

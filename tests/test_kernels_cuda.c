@@ -366,22 +366,25 @@ static void test_evict_ops(void **s)
     /* features */
     int n = 1000;
     int32_t *pos = malloc((size_t)n * 4);
-    float *arr[6];
+    float *arr[7];
     for (int i = 0; i < n; i++) pos[i] = 2 * i;
-    for (int k = 0; k < 6; k++) {
+    for (int k = 0; k < 7; k++) {
         arr[k] = rnd((size_t)n);
         for (int i = 0; i < n; i++) arr[k][i] = fabsf(arr[k][i]) * (i % 17 == 0 ? 0.0f : 1.0f);
     }
-    scdb_k_acc_arrays ha = {pos, arr[0], arr[1], arr[2], arr[3], arr[4], arr[5], 2 * n - 1};
-    void *darr[6];
-    for (int k = 0; k < 6; k++) darr[k] = dev(arr[k], (size_t)n * 4);
+    scdb_k_acc_arrays ha = {pos, arr[0], arr[1], arr[2], arr[3], arr[4], arr[5], 2 * n - 1,
+                            arr[6]};
+    void *darr[7];
+    for (int k = 0; k < 7; k++) darr[k] = dev(arr[k], (size_t)n * 4);
     int32_t *dpos = dev(pos, (size_t)n * 4);
-    scdb_k_acc_arrays da = {dpos, darr[0], darr[1], darr[2], darr[3], darr[4], darr[5], 2 * n - 1};
-    float *fc = malloc((size_t)n * 20), *fg = malloc((size_t)n * 20), *dfe = dev(NULL, (size_t)n * 20);
+    scdb_k_acc_arrays da = {dpos, darr[0], darr[1], darr[2], darr[3], darr[4], darr[5], 2 * n - 1,
+                            darr[6]};
+    size_t fb = (size_t)n * SCDB_K_EVICT_N_FEATURES * 4;
+    float *fc = malloc(fb), *fg = malloc(fb), *dfe = dev(NULL, fb);
     assert_int_equal(scdb_k_evict_features_cpu(&ha, n, fc), SCDB_OK);
     assert_int_equal(scdb_k_evict_features_cuda(&da, n, dfe), SCDB_OK);
-    back(fg, dfe, (size_t)n * 20);
-    close_to(fg, fc, (size_t)n * 5, 0.0f, 1e-6f);
+    back(fg, dfe, fb);
+    close_to(fg, fc, (size_t)n * SCDB_K_EVICT_N_FEATURES, 0.0f, 1e-6f);
 
     /* top-B: identical keep lists, ties included (scores on a coarse grid) */
     int sizes[][4] = {{5000, 1250, 4, 32}, {777, 100, 0, 0}, {300, 299, 10, 10},

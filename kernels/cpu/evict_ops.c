@@ -1,5 +1,5 @@
-/* evict_ops.c — the eviction module's per-slot compute on the CPU: the five
- * DistillCache features from the accumulator arrays, deterministic top-B
+/* evict_ops.c — the eviction module's per-slot compute on the CPU: the six
+ * policy features from the accumulator arrays, deterministic top-B
  * selection with protected slots, and order-preserving row compaction
  * (contracts in kernels.h; evict/ computes the same, tests/test_evict.c
  * checks it). */
@@ -11,11 +11,11 @@
 scdb_err scdb_k_evict_features_cpu(const scdb_k_acc_arrays *a, int n, float *f)
 {
     if (!a || n < 0 || (n > 0 && (!f || !a->pos || !a->n_obs || !a->rel || !a->var ||
-                                  !a->ent_num || !a->ent_den || !a->vnorm)))
+                                  !a->ent_num || !a->ent_den || !a->vnorm || !a->mass)))
         return SCDB_EINVAL;
     float denom = (float)(a->last_pos + 1);
     for (int i = 0; i < n; i++) {
-        float *r = f + (size_t)i * 5;
+        float *r = f + (size_t)i * SCDB_K_EVICT_N_FEATURES;
         float no = a->n_obs[i];
         r[0] = no > 0.0f ? a->rel[i] / no : 0.0f;
         r[1] = a->vnorm[i];
@@ -23,6 +23,7 @@ scdb_err scdb_k_evict_features_cpu(const scdb_k_acc_arrays *a, int n, float *f)
         r[3] = a->ent_den[i] > 0.0f ? a->ent_num[i] / a->ent_den[i] : 0.0f;
         float p = denom > 0.0f ? (float)(a->pos[i] + 1) / denom : 1.0f;
         r[4] = p > 1.0f ? 1.0f : p;
+        r[5] = a->mass[i];
     }
     return SCDB_OK;
 }

@@ -20,7 +20,7 @@ __global__ void features_kernel(scdb_k_acc_arrays a, int n, float *f)
 {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
-    float *r = f + (size_t)i * 5;
+    float *r = f + (size_t)i * SCDB_K_EVICT_N_FEATURES;
     float no = a.n_obs[i], denom = (float)(a.last_pos + 1);
     r[0] = no > 0.0f ? a.rel[i] / no : 0.0f;
     r[1] = a.vnorm[i];
@@ -28,12 +28,13 @@ __global__ void features_kernel(scdb_k_acc_arrays a, int n, float *f)
     r[3] = a.ent_den[i] > 0.0f ? a.ent_num[i] / a.ent_den[i] : 0.0f;
     float p = denom > 0.0f ? (float)(a.pos[i] + 1) / denom : 1.0f;
     r[4] = p > 1.0f ? 1.0f : p;
+    r[5] = a.mass[i];
 }
 
 extern "C" scdb_err scdb_k_evict_features_cuda(const scdb_k_acc_arrays *a, int n, float *f)
 {
     if (!a || n < 0 || (n > 0 && (!f || !a->pos || !a->n_obs || !a->rel || !a->var ||
-                                  !a->ent_num || !a->ent_den || !a->vnorm)))
+                                  !a->ent_num || !a->ent_den || !a->vnorm || !a->mass)))
         return SCDB_EINVAL;
     if (n == 0) return SCDB_OK;
     features_kernel<<<scdb_cuda_blocks((size_t)n), 256>>>(*a, n, f);
