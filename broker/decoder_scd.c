@@ -109,7 +109,7 @@ static scdb_err scd_decode(void *ctx, const scdb_decode_block *blk, scdb_kv_cach
                            int slot0, int32_t p0, int n)
 {
     const scd_dec *d = ctx;
-    int32_t pos_small[256], *pos = pos_small;
+    int32_t pos_small[256] = {0}, *pos = pos_small;   /* = {0}: gcc -O3 cannot see the fill */
     scdb_err rc;
 
     if (!blk || !c || n <= 0 || n > blk->n_tokens || slot0 < 0 || slot0 > c->capacity - n)
@@ -130,7 +130,7 @@ static scdb_err scd_decode_dev(void *ctx, const scdb_k_ops *ops, const scdb_deco
 {
     scd_dec *d = ctx;
     const scdb_pair_dev *pd;
-    int32_t pos_small[256], *pos = pos_small;
+    int32_t pos_small[256] = {0}, *pos = pos_small;   /* = {0}: gcc -O3 cannot see the fill */
     unsigned dv;
     scdb_err rc;
 

@@ -46,7 +46,8 @@ static float frand(void)
 static void write_model(const char *dir, const char *name, int n_layers, int d_ff, uint64_t seed,
                         float perturb)
 {
-    char path[512], nm[128];
+    char path[600], nm[128];
+    assert_true(strlen(dir) < 512);
     mkdir(dir, 0755);
     snprintf(path, sizeof path, "%s/config.json", dir);
     FILE *f = fopen(path, "w");
