@@ -407,7 +407,10 @@ typedef enum scdb_evict_init {
     SCDB_EVICT_INIT_ATTENTION = 0,
     SCDB_EVICT_INIT_RECENCY,
     SCDB_EVICT_INIT_RANDOM,
-    SCDB_EVICT_INIT_MIXED
+    SCDB_EVICT_INIT_MIXED,
+    SCDB_EVICT_INIT_UNGATED       /* MIXED's wiring with the gate unit's budget
+                                   * weight and bias at 0: starts budget-blind
+                                   * and gradient training learns the gate */
 } scdb_evict_init;
 
 typedef struct scdb_evict_train_opts {
@@ -431,6 +434,15 @@ typedef struct scdb_evict_train_opts {
     int pool;                     /* max-pool kernel of the scores (odd, 1: none) */
     scdb_evict_init init;         /* starting weights */
     float tau;                    /* Gumbel noise scale (PL temperature), default 1 */
+    int draw_evicted;             /* 1: sample the evicted slots, PL(-score / tau),
+                                   * so the log-probability has as many stages
+                                   * as slots evicted (~every) instead of one
+                                   * per kept slot; 0 (default): the kept ones */
+    int train_gate_only;          /* 1: update only the gate unit (hidden unit 2's
+                                   * first-layer weights and bias; --init mixed or
+                                   * ungated), the rest stays at its init */
+    int adv_norm;                 /* advantage scale: 0 (default) a running RMS
+                                   * over episodes, 1 this episode's RMS */
     int val_windows;              /* validation windows (deterministic top-B) */
     int val_every;                /* episodes between validations */
     double max_seconds;           /* stop after this long (0: no limit) */
