@@ -50,20 +50,22 @@
  * cumulative mass (H2O-like) ranks best at both training budgets (mass
  * wins clearly at 25%, loses clearly at 12.5%), so the default prior
  * (--init mixed) gates between them on the budget input; the
- * gradient then fine-tunes around it (for the shipped policy no checkpoint
- * beat the prior on validation, so the prior was kept; see
+ * gradient then fine-tunes around it (the shipped policy is the checkpoint
+ * after 20 episodes, a small correction of the prior; see
  * data/policies/README.md).
- * Options for the estimator and for learning the gate (defaults off; see
- * data/policies/README.md for what they gave): draw_evicted samples the
+ * Options for the estimator and for learning the gate (see
+ * data/policies/README.md for what they gave): draw_evicted (default on)
+ * samples the
  * evicted slots from PL(-score / tau) instead of the kept ones, so the
  * log-probability has one stage per evicted slot (~every) instead of one
  * per kept slot (the order among kept slots, irrelevant to the reward, no
- * longer adds variance); adv_norm = 1 scales advantages by this episode's
+ * longer adds variance); adv_norm = 1 (default) scales advantages by this episode's
  * RMS instead of a running one (the two budgets' KL scales differ by ~2x);
  * --init ungated is the mixed wiring with the gate unit's weights at 0
  * (budget-blind), and train_gate_only restricts the update to that unit's
  * first-layer weights and bias, so REINFORCE alone decides whether and
- * where mass takes over from alpha.
+ * where mass takes over from alpha (off by default: it did not find the
+ * budget gate).
  * Every val_every episodes the deterministic top-B policy is evaluated on
  * fixed validation windows; the best one on validation is returned. */
 #include "evict_internal.h"
@@ -99,7 +101,9 @@ void scdb_evict_train_defaults(scdb_evict_train_opts *o)
     o->init = SCDB_EVICT_INIT_MIXED;
     o->tau = 0.3f;
     o->gate = 112.0f;
-    o->val_windows = 8;
+    o->draw_evicted = 1;
+    o->adv_norm = 1;
+    o->val_windows = 32;
     o->val_every = 20;
     o->seed = 1;
 }

@@ -877,6 +877,8 @@ static void test_train_smoke(void **state)
     o.init = SCDB_EVICT_INIT_RANDOM;   /* learn from random weights */
     o.val_windows = 3;
     o.val_every = 10;
+    o.draw_evicted = 0;            /* the kept-slot draw; the evicted one below */
+    o.adv_norm = 0;
     /* the improvement checks below are statistical on a 40-episode run from
      * random weights: they hold for most seeds, not all; the seed is fixed so
      * the test is deterministic */
