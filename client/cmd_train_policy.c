@@ -17,7 +17,7 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: scdb train-policy [options] -o FILE\n\n"
-            "Train the DistillCache eviction policy (5 features -> MLP -> score) with\n"
+            "Train the DistillCache eviction policy (7 inputs -> MLP -> score) with\n"
             "REINFORCE: teacher = full cache, student = evicted cache, reward per step\n"
             "-KL(teacher || student) over a teacher-forced continuation, Gumbel /\n"
             "Plackett-Luce top-B sampling, leave-one-out baseline over K samples,\n"
@@ -46,14 +46,24 @@ static void usage(FILE *f)
             "  --recent-frac F   ... or more: at least F x the budget, F in [0, 1) (default 0.5)\n"
             "  --pool K          max-pool the scores over K neighbouring slots, odd\n"
             "                    (default 5; 1: plain per-token DistillCache)\n"
-            "  --init I          mixed | attention | recency | random: start from a prior.\n"
+            "  --init I          mixed | ungated | attention | recency | random: start from\n"
+            "                    a prior.  ungated: mixed's wiring with the gate unit's\n"
+            "                    budget weight and bias at 0 (budget-blind blend of alpha\n"
+            "                    and mass; the gate is left to the gradient; --gate unused).\n"
             "                    mixed (default): unit 0 reads alpha, unit 1 the cumulative\n"
             "                    mass, gated by the budget (SnapKV-like below --gate slots,\n"
             "                    H2O-like above); attention / recency: unit 0 reads alpha /\n"
             "                    the log-age alone; the rest random; or all random\n"
             "  --gate S          budget in slots where the mixed prior switches from\n"
             "                    alpha to mass (default 112)\n"
-            "  --val-windows N   validation windows (default 8)\n"
+            "  --draw D          kept | evicted: sample the kept slots from PL(score / tau)\n"
+            "                    or the evicted ones from PL(-score / tau) (default evicted)\n"
+            "  --adv-norm A      running | episode: scale advantages by a running RMS over\n"
+            "                    episodes or by this episode's RMS (default episode)\n"
+            "  --train W         all | gate: which weights the gradient updates; gate: only\n"
+            "                    the gate unit's (hidden unit 2, first layer; --init mixed\n"
+            "                    or ungated) (default all)\n"
+            "  --val-windows N   validation windows (default 32)\n"
             "  --val-every N     episodes between validations (default 20)\n"
             "  --minutes M       stop after M minutes (default: no limit)\n"
             "  --seed N          random seed (default 1)\n"
@@ -92,7 +102,7 @@ int scdb_cmd_train_policy(int argc, char **argv)
 {
     enum { O_MODEL = 256, O_TEXT, O_PART, O_BUDGET, O_EPISODES, O_SAMPLES, O_LR, O_ENTROPY,
            O_PREFILL, O_STEPS, O_EVERY, O_HIDDEN, O_SINKS, O_RECENT, O_VALW, O_VALE,
-           O_MINUTES, O_SEED, O_LOG, O_PREFILL_MIN, O_POOL, O_INIT, O_TAU, O_RECENT_FRAC, O_GATE };
+           O_MINUTES, O_SEED, O_LOG, O_PREFILL_MIN, O_POOL, O_INIT, O_TAU, O_RECENT_FRAC, O_GATE, O_DRAW, O_ADV_NORM, O_TRAIN };
     static const struct option opts[] = {
         {"model", required_argument, 0, O_MODEL}, {"text", required_argument, 0, O_TEXT},
         {"part", required_argument, 0, O_PART}, {"budget", required_argument, 0, O_BUDGET},
@@ -108,6 +118,9 @@ int scdb_cmd_train_policy(int argc, char **argv)
         {"tau", required_argument, 0, O_TAU},
         {"recent-frac", required_argument, 0, O_RECENT_FRAC},
         {"gate", required_argument, 0, O_GATE},
+        {"draw", required_argument, 0, O_DRAW},
+        {"adv-norm", required_argument, 0, O_ADV_NORM},
+        {"train", required_argument, 0, O_TRAIN},
         {"out", required_argument, 0, 'o'},
         {"quiet", no_argument, 0, 'q'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     scdb_evict_train_opts o;
@@ -170,6 +183,22 @@ int scdb_cmd_train_policy(int argc, char **argv)
             else if (!strcmp(optarg, "recency")) o.init = SCDB_EVICT_INIT_RECENCY;
             else if (!strcmp(optarg, "random")) o.init = SCDB_EVICT_INIT_RANDOM;
             else if (!strcmp(optarg, "mixed")) o.init = SCDB_EVICT_INIT_MIXED;
+            else if (!strcmp(optarg, "ungated")) o.init = SCDB_EVICT_INIT_UNGATED;
+            else bad = 1;
+            break;
+        case O_DRAW:
+            if (!strcmp(optarg, "kept")) o.draw_evicted = 0;
+            else if (!strcmp(optarg, "evicted")) o.draw_evicted = 1;
+            else bad = 1;
+            break;
+        case O_ADV_NORM:
+            if (!strcmp(optarg, "running")) o.adv_norm = 0;
+            else if (!strcmp(optarg, "episode")) o.adv_norm = 1;
+            else bad = 1;
+            break;
+        case O_TRAIN:
+            if (!strcmp(optarg, "all")) o.train_gate_only = 0;
+            else if (!strcmp(optarg, "gate")) o.train_gate_only = 1;
             else bad = 1;
             break;
         case 'o': out_path = optarg; break;
@@ -264,13 +293,16 @@ int scdb_cmd_train_policy(int argc, char **argv)
         const char *keys[] = {"trained_on", "text", "budgets", "episodes", "samples", "lr",
                               "entropy_bonus", "prefill/steps/every", "val_kl_init", "val_kl_best",
                               "val_kl_streaming", "val_kl_h2o", "val_kl_snapkv", "val_kl_tova",
-                              "train_seconds", "created", "init", "gate"};
+                              "train_seconds", "created", "init", "gate", "draw", "adv_norm", "trained_weights"};
         const char *vals[] = {model_name, text_desc, budgets, num[0], num[1], num[2], num[3],
                               num[4], num[5], num[6], num[7], num[8], num[9], num[10], num[11],
                               date, o.init == SCDB_EVICT_INIT_ATTENTION ? "attention"
                                     : o.init == SCDB_EVICT_INIT_RECENCY ? "recency"
-                                    : o.init == SCDB_EVICT_INIT_MIXED ? "mixed" : "random",
-                              gate};
+                                    : o.init == SCDB_EVICT_INIT_MIXED ? "mixed"
+                                    : o.init == SCDB_EVICT_INIT_UNGATED ? "ungated" : "random",
+                              gate, o.draw_evicted ? "evicted" : "kept",
+                              o.adv_norm ? "episode" : "running",
+                              o.train_gate_only ? "gate" : "all"};
         if ((rc = scdb_evict_mlp_save(mlp, out_path, keys, vals, (int)SCDB_ARRAY_LEN(keys)))) {
             fprintf(stderr, "train-policy: cannot write %s: %s\n", out_path, scdb_strerror(rc));
             goto done;

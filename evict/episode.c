@@ -200,6 +200,9 @@ static scdb_err sample_evict(scdb_evict_window *w, scdb_evict_sampler *smp, int 
     if (sinks > cap) sinks = cap;
     if (recent > cap - sinks) recent = cap - sinks;
     m = cap - sinks - recent;
+    int nd = m;          /* slots the draw records: kept (m) or evicted */
+    if (smp->draw_evicted) nd = (n - recent - sinks) - m;
+    if (nd < 0) nd = 0;
     if (smp->n_dec == smp->cap_dec) {
         int nc2 = smp->cap_dec ? 2 * smp->cap_dec : 16;
         scdb_evict_decision *g = realloc(smp->dec, (size_t)nc2 * sizeof *g);
@@ -211,7 +214,7 @@ static scdb_err sample_evict(scdb_evict_window *w, scdb_evict_sampler *smp, int 
     memset(d, 0, sizeof *d);
     d->x = malloc((size_t)n * SCDB_EVICT_N_INPUTS * sizeof *d->x);
     d->s = malloc((size_t)n * sizeof *d->s);
-    d->order = malloc((size_t)(m > 0 ? m : 1) * sizeof *d->order);
+    d->order = malloc((size_t)(nd > 0 ? nd : 1) * sizeof *d->order);
     if (mlp->pool > 1) d->arg = malloc((size_t)n * sizeof *d->arg);
     if (!d->x || !d->s || !d->order || (mlp->pool > 1 && !d->arg)) {
         free(d->x); free(d->s); free(d->order); free(d->arg);
@@ -222,7 +225,8 @@ static scdb_err sample_evict(scdb_evict_window *w, scdb_evict_sampler *smp, int 
     d->n = n;
     d->sinks = sinks;
     d->recent = recent;
-    d->m = m;
+    d->m = nd;
+    d->evicted = smp->draw_evicted != 0;
     scdb_evict_features(w->acc, w->feats);
     if (d->arg) {
         scdb_evict_mlp_score_budget(mlp, w->feats, n, budget, w->scores, d->x);
@@ -232,15 +236,19 @@ static scdb_err sample_evict(scdb_evict_window *w, scdb_evict_sampler *smp, int 
     }
     if (smp->tau > 0.0f && smp->tau != 1.0f)
         for (int j = 0; j < n; j++) d->s[j] /= smp->tau;
+    if (d->evicted)
+        for (int j = 0; j < n; j++) d->s[j] = -d->s[j];
     for (int j = sinks; j < n - recent; j++) {
         double u = scdb_evict_urand(&smp->rng);
         w->pert[j] = d->s[j] - (float)log(-log(u));
         w->cand[nc++] = j;
     }
     if ((rc = scdb_evict_rank(w->pert, w->cand, nc))) return rc;
-    memcpy(d->order, w->cand, (size_t)m * sizeof *d->order);
+    /* kept draw: the first m of the perturbed order are kept; evicted draw
+     * (d->s negated): the first nc - m are evicted, the rest kept */
+    memcpy(d->order, w->cand, (size_t)nd * sizeof *d->order);
     for (int j = 0; j < sinks; j++) w->keep[nk++] = j;
-    for (int j = 0; j < m; j++) w->keep[nk++] = w->cand[j];
+    for (int j = 0; j < m; j++) w->keep[nk++] = w->cand[d->evicted ? nc - m + j : j];
     for (int j = n - recent; j < n; j++) w->keep[nk++] = j;
     qsort(w->keep, (size_t)nk, sizeof *w->keep, cmp_int);
     *n_keep = nk;

@@ -407,7 +407,10 @@ typedef enum scdb_evict_init {
     SCDB_EVICT_INIT_ATTENTION = 0,
     SCDB_EVICT_INIT_RECENCY,
     SCDB_EVICT_INIT_RANDOM,
-    SCDB_EVICT_INIT_MIXED
+    SCDB_EVICT_INIT_MIXED,
+    SCDB_EVICT_INIT_UNGATED       /* MIXED's wiring with the gate unit's budget
+                                   * weight and bias at 0: starts budget-blind
+                                   * and gradient training learns the gate */
 } scdb_evict_init;
 
 typedef struct scdb_evict_train_opts {
@@ -431,6 +434,16 @@ typedef struct scdb_evict_train_opts {
     int pool;                     /* max-pool kernel of the scores (odd, 1: none) */
     scdb_evict_init init;         /* starting weights */
     float tau;                    /* Gumbel noise scale (PL temperature), default 1 */
+    int draw_evicted;             /* 1 (default): sample the evicted slots,
+                                   * PL(-score / tau), so the log-probability
+                                   * has as many stages as slots evicted
+                                   * (~every) instead of one per kept slot;
+                                   * 0: the kept ones */
+    int train_gate_only;          /* 1: update only the gate unit (hidden unit 2's
+                                   * first-layer weights and bias; --init mixed or
+                                   * ungated), the rest stays at its init */
+    int adv_norm;                 /* advantage scale: 0 a running RMS over
+                                   * episodes, 1 (default) this episode's RMS */
     int val_windows;              /* validation windows (deterministic top-B) */
     int val_every;                /* episodes between validations */
     double max_seconds;           /* stop after this long (0: no limit) */
@@ -443,7 +456,8 @@ typedef struct scdb_evict_train_opts {
  * budgets {0.25, 0.125}, episodes 120, samples 4, prefill 256 (fixed),
  * steps 256, every 8 (the benchmark's protocol), lr 5e-4, entropy 0.01,
  * hidden 32, sinks 4, recent 32, recent_frac 0.5, pool 5, init mixed, gate
- * 112, tau 0.3, val_windows 8, val_every 20, seed 1. */
+ * 112, tau 0.3, draw_evicted 1, adv_norm 1 (per episode), train_gate_only
+ * 0, val_windows 32, val_every 20, seed 1. */
 void scdb_evict_train_defaults(scdb_evict_train_opts *o);
 
 typedef struct scdb_evict_train_result {

@@ -39,6 +39,8 @@ typedef struct scdb_evict_decision {
     float *s;            /* [n] scores / tau the draw used (pooled if the MLP pools) */
     int *arg;            /* [n] slot each pooled score came from; NULL: no pooling */
     int *order;          /* [m] drawn slots, in draw order */
+    int evicted;         /* 1: s holds -score / tau and order the m slots drawn
+                          * for eviction (the kept ones are the rest) */
 } scdb_evict_decision;
 
 /* Training hook for scdb_evict_window_run: Gumbel-perturbed top-B from the
@@ -47,6 +49,8 @@ typedef struct scdb_evict_sampler {
     const scdb_evict_mlp *mlp;
     float tau;           /* Gumbel noise scale: draws from PL(scores / tau); 0 = 1 */
     uint64_t rng;
+    int draw_evicted;    /* 1: draw the evicted slots from PL(-scores / tau)
+                          * instead of the kept ones from PL(scores / tau) */
     int n_dec, cap_dec;
     scdb_evict_decision *dec;
 } scdb_evict_sampler;

@@ -50,9 +50,22 @@
  * cumulative mass (H2O-like) ranks best at both training budgets (mass
  * wins clearly at 25%, loses clearly at 12.5%), so the default prior
  * (--init mixed) gates between them on the budget input; the
- * gradient then fine-tunes around it (for the shipped policy no checkpoint
- * beat the prior on validation, so the prior was kept; see
+ * gradient then fine-tunes around it (the shipped policy is the checkpoint
+ * after 20 episodes, a small correction of the prior; see
  * data/policies/README.md).
+ * Options for the estimator and for learning the gate (see
+ * data/policies/README.md for what they gave): draw_evicted (default on)
+ * samples the
+ * evicted slots from PL(-score / tau) instead of the kept ones, so the
+ * log-probability has one stage per evicted slot (~every) instead of one
+ * per kept slot (the order among kept slots, irrelevant to the reward, no
+ * longer adds variance); adv_norm = 1 (default) scales advantages by this episode's
+ * RMS instead of a running one (the two budgets' KL scales differ by ~2x);
+ * --init ungated is the mixed wiring with the gate unit's weights at 0
+ * (budget-blind), and train_gate_only restricts the update to that unit's
+ * first-layer weights and bias, so REINFORCE alone decides whether and
+ * where mass takes over from alpha (off by default: it did not find the
+ * budget gate).
  * Every val_every episodes the deterministic top-B policy is evaluated on
  * fixed validation windows; the best one on validation is returned. */
 #include "evict_internal.h"
@@ -88,7 +101,9 @@ void scdb_evict_train_defaults(scdb_evict_train_opts *o)
     o->init = SCDB_EVICT_INIT_MIXED;
     o->tau = 0.3f;
     o->gate = 112.0f;
-    o->val_windows = 8;
+    o->draw_evicted = 1;
+    o->adv_norm = 1;
+    o->val_windows = 32;
     o->val_every = 20;
     o->seed = 1;
 }
@@ -231,7 +246,9 @@ scdb_err scdb_evict_train(const scdb_evict_train_opts *o, scdb_evict_mlp **out,
         o->recent < 0 || !(o->recent_frac >= 0.0f && o->recent_frac < 1.0f) ||
         !(o->gate >= 1.0f && o->gate <= 1e9f) ||
         o->val_windows < 1 || o->val_every < 1 || o->pool < 1 ||
-        o->pool % 2 == 0 || o->pool > 63 || (unsigned)o->init > SCDB_EVICT_INIT_MIXED) {
+        o->pool % 2 == 0 || o->pool > 63 || (unsigned)o->init > SCDB_EVICT_INIT_UNGATED ||
+        (o->train_gate_only && o->init != SCDB_EVICT_INIT_MIXED &&
+         o->init != SCDB_EVICT_INIT_UNGATED) || (o->train_gate_only && o->hidden < 3)) {
         ERRF("invalid training options");
         return SCDB_EINVAL;
     }
@@ -290,6 +307,17 @@ scdb_err scdb_evict_train(const scdb_evict_train_opts *o, scdb_evict_mlp **out,
             ls += log(o->budgets[b] * (o->prefill + o->steps)) / o->n_budgets;
         mlp->in_mean[SCDB_EVICT_IN_BUDGET] = (float)ls;
         mlp->in_std[SCDB_EVICT_IN_BUDGET] = 1.0f;
+        if (o->init == SCDB_EVICT_INIT_UNGATED) {
+            /* the training budgets at about +-1, so that a gate weight of
+             * order 1 separates them */
+            double lo = INFINITY, hi = -INFINITY;
+            for (int b = 0; b < o->n_budgets; b++) {
+                double l = log(o->budgets[b] * (o->prefill + o->steps));
+                if (l < lo) lo = l;
+                if (l > hi) hi = l;
+            }
+            if (hi - lo > 1e-6) mlp->in_std[SCDB_EVICT_IN_BUDGET] = (float)((hi - lo) / 2);
+        }
     }
     mlp->sinks = o->sinks;
     mlp->recent = o->recent;
@@ -302,7 +330,9 @@ scdb_err scdb_evict_train(const scdb_evict_train_opts *o, scdb_evict_mlp **out,
          * policy ranks roughly like an attention heuristic (SnapKV-like with
          * the pooling and the protected recent window) or like StreamingLLM,
          * and REINFORCE is free to move away from it */
-        int H = mlp->hidden, nu = o->init == SCDB_EVICT_INIT_MIXED ? (H >= 3 ? 3 : 0) : 1;
+        int ungated = o->init == SCDB_EVICT_INIT_UNGATED;
+        int H = mlp->hidden,
+            nu = o->init == SCDB_EVICT_INIT_MIXED || ungated ? (H >= 3 ? 3 : 0) : 1;
         for (int u = 0; u < nu; u++) {
             for (int k = 0; k < NI; k++) mlp->w1[u * NI + k] = 0.0f;
             mlp->b1[u] = 0.0f;
@@ -311,7 +341,30 @@ scdb_err scdb_evict_train(const scdb_evict_train_opts *o, scdb_evict_mlp **out,
             mlp->b2[u] = 0.0f;
             mlp->w3[u] = 0.0f;
         }
-        if (o->init == SCDB_EVICT_INIT_MIXED && nu == 3) {
+        if (ungated && nu == 3) {
+            /* the mixed prior's wiring without its gate: unit 2 would read
+             * the budget, but its weight and bias start at 0, so h2 = 0 and
+             * both experts (alpha, mass) sit half-way into saturation (the
+             * offset c/2) whatever the budget: the first policy ranks by a
+             * budget-blind blend of the two.  Raising unit 2 saturates alpha
+             * and opens mass, lowering it does the opposite, so the gradient
+             * on unit 2's budget weight has one sign at both training
+             * budgets if mass helps at the loose one and alpha at the tight
+             * one: whether there is a gate, its direction, steepness and
+             * position (bias) are left to REINFORCE. */
+            const float c = 4.0f;
+            mlp->w1[0 * NI + SCDB_EF_ALPHA] = 1.0f;
+            mlp->w1[1 * NI + SCDB_EF_MASS] = 1.0f;
+            mlp->w2[0 * H + 0] = 1.5f;
+            mlp->w2[0 * H + 2] = c / 2;
+            mlp->b2[0] = c / 2;
+            mlp->w2[1 * H + 1] = 1.5f;
+            mlp->w2[1 * H + 2] = -c / 2;
+            mlp->b2[1] = c / 2;
+            mlp->w3[0] = 4.0f;
+            mlp->w3[1] = 4.0f;
+            for (int j = 3; j < H; j++) mlp->w3[j] *= 0.1f;
+        } else if (o->init == SCDB_EVICT_INIT_MIXED && nu == 3) {
             /* unit 0: alpha, unit 1: mass, unit 2: +-1 as the budget is
              * above or below the gate (in slots; steep).  Second layer: unit 0 passes alpha
              * while the gate is -1 and saturates (a constant) while it is
@@ -346,22 +399,31 @@ scdb_err scdb_evict_train(const scdb_evict_train_opts *o, scdb_evict_mlp **out,
     for (int k = SCDB_EVICT_STREAMING; k < SCDB_EVICT_LEARNED; k++) {
         scdb_evict_policy *h = NULL;
         if ((rc = scdb_evict_policy_new((scdb_evict_kind)k, &h))) goto done;
-        rc = validate(val, nv, o, h, &r.val_kl_heuristic[k], NULL);
+        double hb[4];
+        rc = validate(val, nv, o, h, &r.val_kl_heuristic[k], hb);
         scdb_evict_policy_free(&h);
         if (rc) goto done;
-        if (o->log)
-            fprintf(o->log, "{\"reference\":\"%s\",\"val_kl\":%.6f}\n",
+        if (o->log) {
+            fprintf(o->log, "{\"reference\":\"%s\",\"val_kl\":%.6f,\"by_budget\":[",
                     scdb_evict_kind_name((scdb_evict_kind)k), r.val_kl_heuristic[k]);
+            for (int b = 0; b < o->n_budgets; b++) fprintf(o->log, "%s%.6f", b ? "," : "", hb[b]);
+            fprintf(o->log, "]}\n");
+        }
         if (o->verbose)
             fprintf(stderr, "train-policy: validation KL of %-9s %.5f\n",
                     scdb_evict_kind_name((scdb_evict_kind)k), r.val_kl_heuristic[k]);
     }
     if ((rc = scdb_evict_policy_from_mlp(mlp, &pol))) goto done;
-    rc = validate(val, nv, o, pol, &r.val_kl_init, NULL);
+    double vb0[4];
+    rc = validate(val, nv, o, pol, &r.val_kl_init, vb0);
     scdb_evict_policy_free(&pol);
     if (rc) goto done;
     r.val_kl_best = r.val_kl_init;
-    if (o->log) fprintf(o->log, "{\"validation\":0,\"val_kl\":%.6f,\"best\":true}\n", r.val_kl_init);
+    if (o->log) {
+        fprintf(o->log, "{\"validation\":0,\"val_kl\":%.6f,\"by_budget\":[", r.val_kl_init);
+        for (int b = 0; b < o->n_budgets; b++) fprintf(o->log, "%s%.6f", b ? "," : "", vb0[b]);
+        fprintf(o->log, "],\"best\":true}\n");
+    }
     if (o->verbose) fprintf(stderr, "train-policy: validation KL of the initial MLP %.5f\n", r.val_kl_init);
 
     rc = SCDB_ENOMEM;
@@ -394,6 +456,7 @@ scdb_err scdb_evict_train(const scdb_evict_train_opts *o, scdb_evict_mlp **out,
             scdb_evict_eval e;
             smp[k].mlp = mlp;
             smp[k].tau = tau;
+            smp[k].draw_evicted = o->draw_evicted;
             smp[k].rng = rng ^ (0xA24BAED4963EE407ull * (uint64_t)(k + 1));
             scdb_evict_urand(&rng);
             if ((rc = scdb_evict_window_run(win, NULL, &smp[k], B, o->every,
@@ -428,7 +491,8 @@ scdb_err scdb_evict_train(const scdb_evict_train_opts *o, scdb_evict_mlp **out,
         }
         if (D > 0) {
             a2 /= (double)K * D;
-            adv_ms = ep == 0 || adv_ms == 0.0 ? a2 : 0.95 * adv_ms + 0.05 * a2;
+            if (o->adv_norm) adv_ms = a2;
+            else adv_ms = ep == 0 || adv_ms == 0.0 ? a2 : 0.95 * adv_ms + 0.05 * a2;
         }
         double rms = sqrt(adv_ms) + 1e-8;
 
@@ -447,6 +511,7 @@ scdb_err scdb_evict_train(const scdb_evict_train_opts *o, scdb_evict_mlp **out,
                  * to the slot each maximum came from */
                 float itau = 1.0f / tau;
                 memset(dsr, 0, (size_t)dec->n * sizeof *dsr);
+                if (dec->evicted) itau = -itau;     /* the draw saw -score / tau */
                 for (int j = 0; j < dec->n; j++) dsr[dec->arg ? dec->arg[j] : j] += itau * ds[j];
                 scdb_evict_mlp_backward(mlp, dec->x, dec->n, dsr, grad);
             }
@@ -454,6 +519,12 @@ scdb_err scdb_evict_train(const scdb_evict_train_opts *o, scdb_evict_mlp **out,
         /* cosine decay of the step size to 10% over the run */
         double prog = o->episodes > 1 ? (double)ep / (o->episodes - 1) : 1.0;
         float lr = o->lr * (float)(0.1 + 0.45 * (1.0 + cos(3.14159265358979 * prog)));
+        if (o->train_gate_only) {
+            /* fc1 row 2 and its bias: params[2 * NI .. 3 * NI) and b1[2] */
+            size_t g0 = 2 * NI, gb = (size_t)(mlp->b1 - mlp->params) + 2;
+            for (size_t i = 0; i < mlp->n_params; i++)
+                if (!((i >= g0 && i < g0 + NI) || i == gb)) grad[i] = 0.0f;
+        }
         adam_step(&ad, mlp->params, grad, lr);
 
         if (o->log)
@@ -483,7 +554,15 @@ scdb_err scdb_evict_train(const scdb_evict_train_opts *o, scdb_evict_mlp **out,
                 fprintf(o->log, "{\"validation\":%d,\"val_kl\":%.6f,\"by_budget\":[", ep + 1, vk);
                 for (int b = 0; b < o->n_budgets; b++)
                     fprintf(o->log, "%s%.6f", b ? "," : "", vb[b]);
-                fprintf(o->log, "],\"best\":%s}\n", is_best ? "true" : "false");
+                fprintf(o->log, "],\"best\":%s", is_best ? "true" : "false");
+                if ((o->init == SCDB_EVICT_INIT_MIXED || o->init == SCDB_EVICT_INIT_UNGATED) &&
+                    mlp->hidden >= 3) {
+                    /* the gate unit: fc1 row 2 (7 inputs) and its bias */
+                    fprintf(o->log, ",\"gate_unit\":[");
+                    for (int k = 0; k < NI; k++) fprintf(o->log, "%.4f,", mlp->w1[2 * NI + k]);
+                    fprintf(o->log, "%.4f]", mlp->b1[2]);
+                }
+                fprintf(o->log, "}\n");
                 fflush(o->log);
             }
             if (o->verbose)

@@ -877,6 +877,8 @@ static void test_train_smoke(void **state)
     o.init = SCDB_EVICT_INIT_RANDOM;   /* learn from random weights */
     o.val_windows = 3;
     o.val_every = 10;
+    o.draw_evicted = 0;            /* the kept-slot draw; the evicted one below */
+    o.adv_norm = 0;
     /* the improvement checks below are statistical on a 40-episode run from
      * random weights: they hold for most seeds, not all; the seed is fixed so
      * the test is deterministic */
@@ -967,6 +969,40 @@ static void test_train_smoke(void **state)
     assert_true(isfinite(r.first_reward) && isfinite(r.last_reward));
     assert_true(r.val_kl_best <= r.val_kl_init);
     scdb_evict_mlp_free(&m);
+
+    /* the estimator options and the learnable gate: evicted-slot draws,
+     * per-episode advantage scale, --init ungated with only the gate unit
+     * trained; the returned network differs from the init at most in
+     * hidden unit 2's first-layer row and bias */
+    o.draw_evicted = 1;
+    o.adv_norm = 1;
+    o.init = SCDB_EVICT_INIT_UNGATED;
+    o.train_gate_only = 1;
+    o.lr = 3e-2f;
+    o.val_every = 1;
+    assert_int_equal(scdb_evict_train(&o, &m, &r, err, sizeof err), SCDB_OK);
+    fprintf(stderr, "  train smoke, ungated, gate only, evicted draw: sampled KL %.5f -> %.5f, "
+            "validation KL %.5f -> %.5f\n", -r.first_reward, -r.last_reward, r.val_kl_init,
+            r.val_kl_best);
+    assert_true(isfinite(r.first_reward) && isfinite(r.last_reward));
+    assert_true(r.val_kl_best <= r.val_kl_init);
+    {
+        int H = m->hidden, NIN = SCDB_EVICT_N_INPUTS;
+        /* the experts' wiring as the init left it */
+        assert_true(m->w1[0 * NIN + SCDB_EF_ALPHA] == 1.0f);
+        assert_true(m->w1[1 * NIN + SCDB_EF_MASS] == 1.0f);
+        assert_true(m->w2[0 * H + 2] == 2.0f && m->w2[1 * H + 2] == -2.0f);
+        assert_true(m->b2[0] == 2.0f && m->b2[1] == 2.0f);
+        assert_true(m->w3[0] == 4.0f && m->w3[1] == 4.0f);
+    }
+    scdb_evict_mlp_free(&m);
+    o.init = SCDB_EVICT_INIT_ATTENTION;   /* gate-only needs a gate */
+    assert_int_equal(scdb_evict_train(&o, &m, &r, err, sizeof err), SCDB_EINVAL);
+    o.init = SCDB_EVICT_INIT_MIXED;
+    o.train_gate_only = 0;
+    o.draw_evicted = 0;
+    o.adv_norm = 0;
+    o.lr = 0.02f;
 
     /* bad options */
     o.recent_frac = 1.0f;
