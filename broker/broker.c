@@ -197,6 +197,100 @@ zfail:
     return SCDB_ESYS;
 }
 
+/* The tcp allow-list: one Z85 public key (40 characters) per line; blank
+ * lines and '#' comments are skipped.  SCDB_EFORMAT names the bad line. */
+static scdb_err read_allow_file(scdb_broker *b, const char *path, char *errbuf, size_t errlen)
+{
+    FILE *f = fopen(path, "r");
+    char line[256];
+    int lineno = 0;
+
+    if (!f) {
+        snprintf(errbuf, errlen, "curve_allow_file %s: %s", path, strerror(errno));
+        return SCDB_ENOTFOUND;
+    }
+    while (fgets(line, sizeof line, f)) {
+        char *p = line, *e;
+        void *grown;
+        lineno++;
+        while (*p == ' ' || *p == '\t') p++;
+        for (e = p + strlen(p); e > p && (e[-1] == '\n' || e[-1] == '\r' || e[-1] == ' ' ||
+                                         e[-1] == '\t'); e--) {}
+        *e = 0;
+        if (!*p || *p == '#') continue;
+        grown = realloc(b->allow, ((size_t)b->n_allow + 1) * sizeof *b->allow);
+        if (!grown) {
+            fclose(f);
+            snprintf(errbuf, errlen, "out of memory");
+            return SCDB_ENOMEM;
+        }
+        b->allow = grown;
+        if (strlen(p) != 40 || !zmq_z85_decode(b->allow[b->n_allow], p)) {
+            fclose(f);
+            snprintf(errbuf, errlen, "curve_allow_file %s:%d: expected a 40-character Z85 "
+                     "public key", path, lineno);
+            return SCDB_EFORMAT;
+        }
+        b->n_allow++;
+    }
+    fclose(f);
+    if (b->n_allow == 0) {
+        snprintf(errbuf, errlen, "curve_allow_file %s lists no key: no client could connect",
+                 path);
+        return SCDB_EFORMAT;
+    }
+    return SCDB_OK;
+}
+
+/* Answer one ZAP request (RFC 27): 200 for a CURVE client whose key is on
+ * the allow-list, 400 for anything else. */
+static void zap_answer(scdb_broker *b)
+{
+    zmq_msg_t fr[8];
+    int n = 0, more = 1, ok = 0;
+    const char *status = "400", *text = "client key not allowed";
+
+    while (more && n < 8) {
+        zmq_msg_init(&fr[n]);
+        if (zmq_msg_recv(&fr[n], b->zap, ZMQ_DONTWAIT) < 0) {
+            zmq_msg_close(&fr[n]);
+            break;
+        }
+        more = zmq_msg_more(&fr[n]);
+        n++;
+    }
+    while (more) {                    /* more frames than RFC 27 has: drain */
+        zmq_msg_t x;
+        zmq_msg_init(&x);
+        if (zmq_msg_recv(&x, b->zap, ZMQ_DONTWAIT) < 0) more = 0;
+        else more = zmq_msg_more(&x);
+        zmq_msg_close(&x);
+    }
+    if (n < 2) goto out;              /* cannot even echo version + request id */
+    /* version, request id, domain, address, identity, mechanism, key */
+    if (n >= 7 && zmq_msg_size(&fr[5]) == 5 && !memcmp(zmq_msg_data(&fr[5]), "CURVE", 5) &&
+        zmq_msg_size(&fr[6]) == 32) {
+        for (int i = 0; i < b->n_allow && !ok; i++)
+            ok = !memcmp(b->allow[i], zmq_msg_data(&fr[6]), 32);
+        if (ok) {
+            status = "200";
+            text = "OK";
+        } else {
+            char z[41];
+            zmq_z85_encode(z, zmq_msg_data(&fr[6]), 32);
+            scdb_warn("tcp: refused CURVE client key %s (not in curve_allow_file)", z);
+        }
+    }
+    zmq_send(b->zap, zmq_msg_data(&fr[0]), zmq_msg_size(&fr[0]), ZMQ_SNDMORE);
+    zmq_send(b->zap, zmq_msg_data(&fr[1]), zmq_msg_size(&fr[1]), ZMQ_SNDMORE);
+    zmq_send(b->zap, status, 3, ZMQ_SNDMORE);
+    zmq_send(b->zap, text, strlen(text), ZMQ_SNDMORE);
+    zmq_send(b->zap, "", 0, ZMQ_SNDMORE);          /* user id */
+    zmq_send(b->zap, "", 0, 0);                    /* metadata */
+out:
+    for (int i = 0; i < n; i++) zmq_msg_close(&fr[i]);
+}
+
 static scdb_err bind_tcp(scdb_broker *b, char *errbuf, size_t errlen)
 {
     uint8_t key[32];
@@ -205,6 +299,16 @@ static scdb_err bind_tcp(scdb_broker *b, char *errbuf, size_t errlen)
     scdb_err e = read_curve_key(b->cfg.curve_secret_file, key, errbuf, errlen);
 
     if (e) return e;
+    if (b->cfg.curve_allow_file[0]) {
+        /* the ZAP handler must exist before the first handshake */
+        if ((e = read_allow_file(b, b->cfg.curve_allow_file, errbuf, errlen))) return e;
+        b->zap = zmq_socket(b->zctx, ZMQ_REP);
+        if (!b->zap || zmq_bind(b->zap, "inproc://zeromq.zap.01")) {
+            snprintf(errbuf, errlen, "cannot start the CURVE allow-list handler: %s",
+                     zmq_strerror(zmq_errno()));
+            return SCDB_ESYS;
+        }
+    }
     s = router_new(b, &ok);
     if (s) b->router[b->n_router++] = s;
     if (!ok || zmq_setsockopt(s, ZMQ_CURVE_SERVER, &one, sizeof one) ||
@@ -379,6 +483,8 @@ void scdb_broker_free(scdb_broker **bp)
     for (int i = b->n_router; i < BK_MAX_ROUTERS; i++)
         if (b->router[i]) zmq_close(b->router[i]);
     if (b->done) zmq_close(b->done);
+    if (b->zap) zmq_close(b->zap);
+    free(b->allow);
     if (b->zctx) zmq_ctx_term(b->zctx);
     if (b->ipc_path[0] && b->n_router > 0 && unlink(b->ipc_path) && errno != ENOENT)
         scdb_warn("unlink %s: %s", b->ipc_path, strerror(errno));
@@ -473,8 +579,8 @@ static int recv_one(scdb_broker *b, int s)
 scdb_err scdb_broker_run(scdb_broker *b)
 {
     struct sigaction sa, old_term, old_int, old_pipe;
-    zmq_pollitem_t items[BK_MAX_ROUTERS + 2];
-    int n_items = 0, i_done, i_sig;
+    zmq_pollitem_t items[BK_MAX_ROUTERS + 3];
+    int n_items = 0, i_done, i_sig, i_zap = -1;
     double deadline = 0, sweep_every;
     scdb_err result = SCDB_OK;
 
@@ -493,6 +599,10 @@ scdb_err scdb_broker_run(scdb_broker *b)
     items[n_items++] = (zmq_pollitem_t){.socket = b->done, .events = ZMQ_POLLIN};
     i_sig = n_items;
     items[n_items++] = (zmq_pollitem_t){.fd = b->sigpipe[0], .events = ZMQ_POLLIN};
+    if (b->zap) {
+        i_zap = n_items;
+        items[n_items++] = (zmq_pollitem_t){.socket = b->zap, .events = ZMQ_POLLIN};
+    }
 
     sweep_every = b->cfg.heartbeat_timeout_ms / 10000.0;
     if (sweep_every > 0.25) sweep_every = 0.25;
@@ -502,6 +612,10 @@ scdb_err scdb_broker_run(scdb_broker *b)
               SCDB_BROKER_VERSION, b->cfg.endpoint, b->n_router > 1 ? " and CURVE " : "",
               b->n_router > 1 ? b->cfg.tcp_endpoint : "", b->cfg.socket_mode, b->cfg.data_dir,
               b->block_tokens, b->n_workers, b->cfg.heartbeat_ms, b->cfg.heartbeat_timeout_ms);
+    if (b->n_router > 1)
+        scdb_info("tcp: %s", b->zap ? "only the CURVE client keys of curve_allow_file are let in"
+                                    : "any CURVE client that knows the server's public key is "
+                                      "let in (set curve_allow_file to restrict)");
     for (int i = 0; i < b->n_codebooks; i++)
         scdb_info("codebook %s (%s, producer %s): %llu payload bytes per token",
                   b->codebooks[i].name, b->codebooks[i].kind, b->codebooks[i].producer->name,
@@ -525,6 +639,13 @@ scdb_err scdb_broker_run(scdb_broker *b)
             b->draining = 1;
             deadline = scdb_now() + b->cfg.drain_timeout_ms / 1000.0;
             scdb_info("shutting down: draining %d request(s) in flight", b->inflight);
+        }
+        if (rc > 0 && i_zap >= 0 && (items[i_zap].revents & ZMQ_POLLIN)) {
+            int ev = 0;
+            size_t evl = sizeof ev;
+            do {
+                zap_answer(b);
+            } while (!zmq_getsockopt(b->zap, ZMQ_EVENTS, &ev, &evl) && (ev & ZMQ_POLLIN));
         }
         if (rc > 0 && (items[i_done].revents & ZMQ_POLLIN)) {
             bk_job *j;

@@ -287,6 +287,9 @@ typedef struct scdb_broker_config {
     char endpoint[512];        /* ipc://PATH (default: scdb_default_endpoint) */
     char tcp_endpoint[512];    /* optional tcp://HOST:PORT; CURVE required    */
     char curve_secret_file[512]; /* file holding the server's Z85 secret key */
+    char curve_allow_file[512];  /* client public keys (Z85, one per line)
+                                    allowed on tcp; empty: any CURVE client
+                                    that knows the server's public key       */
     char data_dir[512];        /* LMDB directory (default ./scdb-data)        */
     uint32_t block_tokens;     /* 0 = store default (64)                      */
     uint64_t map_size, max_map_size, disk_capacity, hot_capacity;

@@ -164,6 +164,10 @@ struct scdb_broker {
     void *router[BK_MAX_ROUTERS];
     int n_router;
     void *done;                 /* PULL: finished jobs                     */
+    void *zap;                  /* REP on inproc://zeromq.zap.01 (tcp with
+                                   curve_allow_file): CURVE client allow-list */
+    uint8_t (*allow)[32];       /* allowed client public keys               */
+    int n_allow;
     char ipc_path[256];         /* socket file of the ipc endpoint         */
     int sigpipe[2];
 

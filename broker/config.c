@@ -134,6 +134,7 @@ static const struct key {
     {"endpoint", K_STR, F(endpoint), S(endpoint), 0, 0},
     {"tcp_endpoint", K_STR, F(tcp_endpoint), S(tcp_endpoint), 0, 0},
     {"curve_secret_file", K_STR, F(curve_secret_file), S(curve_secret_file), 0, 0},
+    {"curve_allow_file", K_STR, F(curve_allow_file), S(curve_allow_file), 0, 0},
     {"data_dir", K_STR, F(data_dir), S(data_dir), 0, 0},
     {"block_tokens", K_U32, F(block_tokens), 0, 0, SCDB_BLOCK_TOKENS_MAX},
     {"map_size", K_U64, F(map_size), 0, 0, 0},

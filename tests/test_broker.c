@@ -1500,6 +1500,43 @@ static void test_refusals_and_curve(void **state)
         }
         kill(pid, SIGTERM);
         assert_int_equal(wait_exit(pid, 30), 0);
+
+        /* with an allow-list: a listed client key gets in, another does not */
+        {
+            char apub[41], asec[41], bpub[41], bsec[41], allow[300], extra2[1400];
+            assert_int_equal(zmq_curve_keypair(apub, asec), 0);
+            assert_int_equal(zmq_curve_keypair(bpub, bsec), 0);
+            snprintf(allow, sizeof allow, "%s/clients.keys", dir);
+            write_file(allow, "# serving hosts\n\n  %s  \n", apub);
+            snprintf(extra2, sizeof extra2, "%s\ncurve_allow_file = %s", extra, allow);
+            write_config(cfg2, ep2, data2, extra2);
+            pid = spawn(argv, -1);
+            o.curve_server_key = pub;
+            o.curve_public_key = apub;
+            o.curve_secret_key = asec;
+            until = scdb_now() + 20;
+            while ((e = scdb_connect(&o, &h)) != SCDB_OK) {
+                assert_true(scdb_now() < until);
+                usleep(50000);
+            }
+            assert_int_equal(scdb_register(h, SCDB_CONSUMER, "m16", NULL, NULL), SCDB_OK);
+            scdb_close(&h);
+            o.curve_public_key = bpub;                 /* not on the list */
+            o.curve_secret_key = bsec;
+            assert_int_equal(scdb_connect(&o, &h), SCDB_ETIMEDOUT);
+            o.curve_public_key = NULL;                 /* a fresh keypair */
+            o.curve_secret_key = NULL;
+            assert_int_equal(scdb_connect(&o, &h), SCDB_ETIMEDOUT);
+            kill(pid, SIGTERM);
+            assert_int_equal(wait_exit(pid, 30), 0);
+            /* a bad line, an empty list, a missing file: configuration errors */
+            write_file(allow, "%s\nnot-a-key\n", apub);
+            assert_int_equal(wait_exit(spawn(argv, -1), 30), 2);
+            write_file(allow, "# nobody\n");
+            assert_int_equal(wait_exit(spawn(argv, -1), 30), 2);
+            unlink(allow);
+            assert_int_equal(wait_exit(spawn(argv, -1), 30), 2);
+        }
     }
 }
 
