@@ -224,6 +224,35 @@ fail:
     return e;
 }
 
+/* The arena header every kind starts with (broker/wire.h): for KV kinds the
+ * model's geometry, for states (n_kv_heads 1, head_dim d_model). */
+static void fill_header(bk_arena *a, uint32_t n_layers, uint32_t n_kv_heads, uint32_t head_dim,
+                        uint32_t capacity, uint32_t kind, uint64_t cache_offset,
+                        uint64_t cache_bytes)
+{
+    a->hdr = a->map;
+    memcpy(a->hdr->magic, SCDB_ARENA_MAGIC, 8);
+    a->hdr->version = SCDB_ARENA_VERSION;
+    a->hdr->header_bytes = SCDB_ARENA_HEADER_BYTES;
+    a->hdr->arena_id = a->id;
+    a->hdr->n_layers = n_layers;
+    a->hdr->n_kv_heads = n_kv_heads;
+    a->hdr->head_dim = head_dim;
+    a->hdr->capacity = capacity;
+    a->hdr->dtype = SCDB_F32;
+    a->hdr->kind = kind;
+    a->hdr->cache_offset = cache_offset;
+    a->hdr->cache_bytes = cache_bytes;
+    a->capacity = capacity;
+}
+
+static void fill_kv_header(bk_arena *a, const scdb_broker_model *m, uint32_t capacity,
+                           uint32_t kind, uint64_t cache_offset, uint64_t cache_bytes)
+{
+    fill_header(a, (uint32_t)m->n_layers, (uint32_t)m->n_kv_heads, (uint32_t)m->head_dim,
+                capacity, kind, cache_offset, cache_bytes);
+}
+
 scdb_err bk_arena_create(scdb_broker *b, bk_client *c, uint32_t capacity, bk_arena **out,
                          char *errbuf, size_t errlen)
 {
@@ -241,20 +270,7 @@ scdb_err bk_arena_create(scdb_broker *b, bk_client *c, uint32_t capacity, bk_are
     e = bk_shm_create(b, c, SCDB_ARENA_HEADER_BYTES + cache_bytes, BK_ARENA_KV, &a, errbuf,
                       errlen);
     if (e) return e;
-    a->hdr = a->map;
-    memcpy(a->hdr->magic, SCDB_ARENA_MAGIC, 8);
-    a->hdr->version = SCDB_ARENA_VERSION;
-    a->hdr->header_bytes = SCDB_ARENA_HEADER_BYTES;
-    a->hdr->arena_id = a->id;
-    a->hdr->n_layers = (uint32_t)m->n_layers;
-    a->hdr->n_kv_heads = (uint32_t)m->n_kv_heads;
-    a->hdr->head_dim = (uint32_t)m->head_dim;
-    a->hdr->capacity = capacity;
-    a->hdr->dtype = SCDB_F32;
-    a->hdr->kind = SCDB_ARENA_KIND_KV;
-    a->hdr->cache_offset = SCDB_ARENA_HEADER_BYTES;
-    a->hdr->cache_bytes = cache_bytes;
-    a->capacity = capacity;
+    fill_kv_header(a, m, capacity, SCDB_ARENA_KIND_KV, SCDB_ARENA_HEADER_BYTES, cache_bytes);
     e = scdb_kv_cache_view((char *)a->map + SCDB_ARENA_HEADER_BYTES, cache_bytes, m->n_layers,
                            m->n_kv_heads, m->head_dim, (int)capacity, &a->cache);
     if (e) {
@@ -264,25 +280,6 @@ scdb_err bk_arena_create(scdb_broker *b, bk_client *c, uint32_t capacity, bk_are
     }
     *out = a;
     return SCDB_OK;
-}
-
-static void fill_kv_header(bk_arena *a, const scdb_broker_model *m, uint32_t capacity,
-                           uint32_t kind, uint64_t cache_offset, uint64_t cache_bytes)
-{
-    a->hdr = a->map;
-    memcpy(a->hdr->magic, SCDB_ARENA_MAGIC, 8);
-    a->hdr->version = SCDB_ARENA_VERSION;
-    a->hdr->header_bytes = SCDB_ARENA_HEADER_BYTES;
-    a->hdr->arena_id = a->id;
-    a->hdr->n_layers = (uint32_t)m->n_layers;
-    a->hdr->n_kv_heads = (uint32_t)m->n_kv_heads;
-    a->hdr->head_dim = (uint32_t)m->head_dim;
-    a->hdr->capacity = capacity;
-    a->hdr->dtype = SCDB_F32;
-    a->hdr->kind = kind;
-    a->hdr->cache_offset = cache_offset;
-    a->hdr->cache_bytes = cache_bytes;
-    a->capacity = capacity;
 }
 
 scdb_err bk_cuda_arena_create(scdb_broker *b, bk_client *c, uint32_t capacity, bk_arena **out,
@@ -375,20 +372,8 @@ scdb_err bk_states_arena_create(scdb_broker *b, bk_client *c, uint32_t capacity,
     e = bk_shm_create(b, c, SCDB_ARENA_HEADER_BYTES + (size_t)bytes, BK_ARENA_STATES, &a,
                       errbuf, errlen);
     if (e) return e;
-    a->hdr = a->map;
-    memcpy(a->hdr->magic, SCDB_ARENA_MAGIC, 8);
-    a->hdr->version = SCDB_ARENA_VERSION;
-    a->hdr->header_bytes = SCDB_ARENA_HEADER_BYTES;
-    a->hdr->arena_id = a->id;
-    a->hdr->n_layers = (uint32_t)cb->states_layers;
-    a->hdr->n_kv_heads = 1;
-    a->hdr->head_dim = (uint32_t)cb->states_dim;
-    a->hdr->capacity = capacity;
-    a->hdr->dtype = SCDB_F32;
-    a->hdr->kind = SCDB_ARENA_KIND_STATES;
-    a->hdr->cache_offset = SCDB_ARENA_HEADER_BYTES;
-    a->hdr->cache_bytes = bytes;
-    a->capacity = capacity;
+    fill_header(a, (uint32_t)cb->states_layers, 1, (uint32_t)cb->states_dim, capacity,
+                SCDB_ARENA_KIND_STATES, SCDB_ARENA_HEADER_BYTES, bytes);
     *out = a;
     return SCDB_OK;
 }

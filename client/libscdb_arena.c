@@ -158,7 +158,9 @@ fail:
     return e;
 }
 
-scdb_err scdb_arena_new(scdb *h, int capacity, scdb_arena **out)
+/* Ask the broker for an arena of `kind` (cuda: device memory) and map it. */
+static scdb_err arena_request(scdb *h, int capacity, Scdb__ArenaKind kind, int cuda,
+                              scdb_arena **out)
 {
     Scdb__Request req = SCDB__REQUEST__INIT;
     Scdb__ArenaCreate ac = SCDB__ARENA_CREATE__INIT;
@@ -169,42 +171,34 @@ scdb_err scdb_arena_new(scdb *h, int capacity, scdb_arena **out)
     *out = NULL;
     if (!h->registered) return lib_fail(h, SCDB_EINVAL, "not registered (scdb_register first)");
     if (capacity < 0) return lib_fail(h, SCDB_EINVAL, "negative arena capacity");
+    if (kind == SCDB__ARENA_KIND__ARENA_STATES && !h->info.states_dim)
+        return lib_fail(h, SCDB_EUNSUPPORTED, "the broker does not encode codebook %s for "
+                        "this client (producers of an scd codebook only): put payloads",
+                        h->codebook[0] ? h->codebook : "raw");
     ac.capacity = (uint32_t)capacity;
+    ac.kind = kind;
+    ac.cuda = cuda;
     req.body_case = SCDB__REQUEST__BODY_ARENA_CREATE;
     req.arena_create = &ac;
     e = lib_request(h, &req, NULL, NULL, 0, &rep);
-    if (!e && (rep->body_case != SCDB__REPLY__BODY_ARENA || !rep->arena->shm_name))
-        e = lib_fail(h, SCDB_EPROTO, "arena reply without a body");
+    if (!e && (rep->body_case != SCDB__REPLY__BODY_ARENA || !rep->arena->shm_name ||
+               rep->arena->kind != kind || (cuda && !rep->arena->cuda)))
+        e = lib_fail(h, SCDB_EPROTO, "arena reply without a body of the kind asked for");
     if (!e) e = lib_arena_map(h, rep->arena, out);
     if (rep) scdb__reply__free_unpacked(rep, NULL);
     return e;
+}
+
+scdb_err scdb_arena_new(scdb *h, int capacity, scdb_arena **out)
+{
+    return arena_request(h, capacity, SCDB__ARENA_KIND__ARENA_KV, 0, out);
 }
 
 scdb_kv_cache *scdb_arena_cache(scdb_arena *a) { return a && !a->dev ? a->cache : NULL; }
 
 scdb_err scdb_arena_new_cuda(scdb *h, int capacity, scdb_arena **out)
 {
-    Scdb__Request req = SCDB__REQUEST__INIT;
-    Scdb__ArenaCreate ac = SCDB__ARENA_CREATE__INIT;
-    Scdb__Reply *rep = NULL;
-    scdb_err e;
-
-    if (!h || !out) return SCDB_EINVAL;
-    *out = NULL;
-    if (!h->registered) return lib_fail(h, SCDB_EINVAL, "not registered (scdb_register first)");
-    if (capacity < 0) return lib_fail(h, SCDB_EINVAL, "negative arena capacity");
-    ac.capacity = (uint32_t)capacity;
-    ac.kind = SCDB__ARENA_KIND__ARENA_KV;
-    ac.cuda = 1;
-    req.body_case = SCDB__REQUEST__BODY_ARENA_CREATE;
-    req.arena_create = &ac;
-    e = lib_request(h, &req, NULL, NULL, 0, &rep);
-    if (!e && (rep->body_case != SCDB__REPLY__BODY_ARENA || !rep->arena->shm_name ||
-               !rep->arena->cuda))
-        e = lib_fail(h, SCDB_EPROTO, "arena reply without a CUDA arena body");
-    if (!e) e = lib_arena_map(h, rep->arena, out);
-    if (rep) scdb__reply__free_unpacked(rep, NULL);
-    return e;
+    return arena_request(h, capacity, SCDB__ARENA_KIND__ARENA_KV, 1, out);
 }
 
 scdb_kv_cache *scdb_arena_cache_device(scdb_arena *a, int *cuda_device)
@@ -216,30 +210,7 @@ scdb_kv_cache *scdb_arena_cache_device(scdb_arena *a, int *cuda_device)
 
 scdb_err scdb_states_arena_new(scdb *h, int capacity, scdb_arena **out)
 {
-    Scdb__Request req = SCDB__REQUEST__INIT;
-    Scdb__ArenaCreate ac = SCDB__ARENA_CREATE__INIT;
-    Scdb__Reply *rep = NULL;
-    scdb_err e;
-
-    if (!h || !out) return SCDB_EINVAL;
-    *out = NULL;
-    if (!h->registered) return lib_fail(h, SCDB_EINVAL, "not registered (scdb_register first)");
-    if (capacity < 0) return lib_fail(h, SCDB_EINVAL, "negative arena capacity");
-    if (!h->info.states_dim)
-        return lib_fail(h, SCDB_EUNSUPPORTED, "the broker does not encode codebook %s for "
-                        "this client (producers of an scd codebook only): put payloads",
-                        h->codebook[0] ? h->codebook : "raw");
-    ac.capacity = (uint32_t)capacity;
-    ac.kind = SCDB__ARENA_KIND__ARENA_STATES;
-    req.body_case = SCDB__REQUEST__BODY_ARENA_CREATE;
-    req.arena_create = &ac;
-    e = lib_request(h, &req, NULL, NULL, 0, &rep);
-    if (!e && (rep->body_case != SCDB__REPLY__BODY_ARENA || !rep->arena->shm_name ||
-               rep->arena->kind != SCDB__ARENA_KIND__ARENA_STATES))
-        e = lib_fail(h, SCDB_EPROTO, "arena reply without a (states) body");
-    if (!e) e = lib_arena_map(h, rep->arena, out);
-    if (rep) scdb__reply__free_unpacked(rep, NULL);
-    return e;
+    return arena_request(h, capacity, SCDB__ARENA_KIND__ARENA_STATES, 0, out);
 }
 
 float *scdb_arena_states(scdb_arena *a, int *n_layers, int *dim, int *capacity)

@@ -145,4 +145,13 @@ static inline int cx_in_width(const scdb_pair *p, int l)
 void cx_gemm_nn(int M, int N, int K, const float *A, int lda, const float *B, int ldb,
                 float beta, float *C, int ldc);
 
+/* pair.c: the checks a decode of tokens [t0, t0 + n) runs before touching
+ * anything (codebook, cache shape, slots, tokens, positions), shared by the
+ * host and the device paths; patch[l] = 1 for the layers patched with
+ * n_patch (-1: the pair's default).  SCDB_EMISMATCH, SCDB_ESHAPE,
+ * SCDB_EINVAL. */
+scdb_err scdb_pair_decode_check(const scdb_pair *p, const scdb_codebook *cb, int n,
+                                const int32_t *pos, const int32_t *tokens, int n_patch,
+                                const scdb_kv_cache *cache, int slot0, unsigned char *patch);
+
 #endif

@@ -385,19 +385,12 @@ scdb_err scdb_pair_decode(const scdb_pair *p, const scdb_codebook *cb, const uin
     return scdb_pair_decode_range(p, cb, codes, n, 0, n, pos, tokens, n_patch, cache, slot0);
 }
 
-scdb_err scdb_pair_decode_range(const scdb_pair *p, const scdb_codebook *cb, const uint16_t *codes,
-                                int block_n, int t0, int n, const int32_t *pos,
-                                const int32_t *tokens, int n_patch, scdb_kv_cache *cache, int slot0)
+scdb_err scdb_pair_decode_check(const scdb_pair *p, const scdb_codebook *cb, int n,
+                                const int32_t *pos, const int32_t *tokens, int n_patch,
+                                const scdb_kv_cache *cache, int slot0, unsigned char *patch)
 {
-    const scdb_pair_info *in;
-    float *z = NULL, *h = NULL;
-    unsigned char patch[SCDB_CODEC_MAX_LAYERS] = {0};
-    scdb_err rc = SCDB_OK;
+    const scdb_pair_info *in = &p->info;
 
-    if (!p || !cb || (!codes && p->code_dim > 0) || n <= 0 || !pos || !cache || slot0 < 0 ||
-        t0 < 0 || block_n < n || t0 > block_n - n)
-        return SCDB_EINVAL;
-    in = &p->info;
     if (memcmp(&in->codebook_id, &cb->info.id, sizeof in->codebook_id)) return SCDB_EMISMATCH;
     if (cache->n_layers != in->n_layers || cache->n_kv_heads != in->n_kv_heads ||
         cache->head_dim != in->head_dim)
@@ -411,6 +404,24 @@ scdb_err scdb_pair_decode_range(const scdb_pair *p, const scdb_codebook *cb, con
     for (int i = 0; i < n; i++) if (pos[i] < 0) return SCDB_EINVAL;
     if (n_patch < 0 || n_patch > in->n_aligners) n_patch = n_patch < 0 ? in->n_patch : in->n_aligners;
     for (int i = 0; i < n_patch; i++) patch[in->patch_order[i]] = 1;
+    return SCDB_OK;
+}
+
+scdb_err scdb_pair_decode_range(const scdb_pair *p, const scdb_codebook *cb, const uint16_t *codes,
+                                int block_n, int t0, int n, const int32_t *pos,
+                                const int32_t *tokens, int n_patch, scdb_kv_cache *cache, int slot0)
+{
+    const scdb_pair_info *in;
+    float *z = NULL, *h = NULL;
+    unsigned char patch[SCDB_CODEC_MAX_LAYERS] = {0};
+    scdb_err rc = SCDB_OK;
+
+    if (!p || !cb || (!codes && p->code_dim > 0) || n <= 0 || !pos || !cache || slot0 < 0 ||
+        t0 < 0 || block_n < n || t0 > block_n - n)
+        return SCDB_EINVAL;
+    in = &p->info;
+    if ((rc = scdb_pair_decode_check(p, cb, n, pos, tokens, n_patch, cache, slot0, patch)))
+        return rc;
 
     int kv = in->kv_dim, d = in->d_model, D = p->code_dim;
     z = malloc(((size_t)n * D + 1) * sizeof *z);

@@ -145,19 +145,8 @@ scdb_err scdb_pair_dev_decode_range(const scdb_pair_dev *d, const scdb_codebook 
         block_n < n || t0 > block_n - n)
         return SCDB_EINVAL;
     in = &p->info;
-    if (memcmp(&in->codebook_id, &cb->info.id, sizeof in->codebook_id)) return SCDB_EMISMATCH;
-    if (cache->n_layers != in->n_layers || cache->n_kv_heads != in->n_kv_heads ||
-        cache->head_dim != in->head_dim)
-        return SCDB_ESHAPE;
-    if (slot0 > cache->capacity - n) return SCDB_EINVAL;
-    if (in->has_tokens) {
-        if (!tokens) return SCDB_EINVAL;
-        for (int i = 0; i < n; i++)
-            if (tokens[i] < 0 || tokens[i] >= in->vocab_size) return SCDB_EINVAL;
-    }
-    for (int i = 0; i < n; i++) if (pos[i] < 0) return SCDB_EINVAL;
-    if (n_patch < 0 || n_patch > in->n_aligners) n_patch = n_patch < 0 ? in->n_patch : in->n_aligners;
-    for (int i = 0; i < n_patch; i++) patch[in->patch_order[i]] = 1;
+    if ((rc = scdb_pair_decode_check(p, cb, n, pos, tokens, n_patch, cache, slot0, patch)))
+        return rc;
     for (int l = 0; l < in->n_layers; l++) {
         if (p->layers[l].kind == SCDB_CB_TOKENS) any_token = 1;
         else if (patch[l]) any_patch = 1;
