@@ -159,45 +159,8 @@ static scdb_err b_raw(ctx *c, const qwin *w, void *arg)
     return SCDB_OK;
 }
 
-/* quant4: uint8 pairs of nibbles + f16 (min, scale) per group of `g` values */
-typedef struct q4 { uint8_t *q; uint16_t *ms; int g; } q4;
-
-static void q4_encode(const float *x, size_t n, int g, uint8_t *q, uint16_t *ms)
-{
-    for (size_t s = 0; s < n / (size_t)g; s++) {
-        const float *v = x + s * g;
-        float lo = v[0], hi = v[0];
-        for (int i = 1; i < g; i++) { if (v[i] < lo) lo = v[i]; if (v[i] > hi) hi = v[i]; }
-        uint16_t hlo = scdb_f32_to_f16(lo);
-        float flo = scdb_f16_to_f32(hlo);
-        float sc = (hi - flo) / 15.0f;
-        uint16_t hsc = scdb_f32_to_f16(sc);
-        float fsc = scdb_f16_to_f32(hsc);
-        ms[2 * s] = hlo;
-        ms[2 * s + 1] = hsc;
-        for (int i = 0; i < g; i++) {
-            int k = fsc > 0 ? (int)lrintf((v[i] - flo) / fsc) : 0;
-            if (k < 0) k = 0;
-            if (k > 15) k = 15;
-            size_t idx = s * g + i;
-            if (idx % 2 == 0) q[idx / 2] = (uint8_t)k;
-            else q[idx / 2] |= (uint8_t)(k << 4);
-        }
-    }
-}
-
-static void q4_decode(const uint8_t *q, const uint16_t *ms, size_t n, int g, float *x)
-{
-    for (size_t s = 0; s < n / (size_t)g; s++) {
-        float lo = scdb_f16_to_f32(ms[2 * s]), sc = scdb_f16_to_f32(ms[2 * s + 1]);
-        for (int i = 0; i < g; i++) {
-            size_t idx = s * g + i;
-            int k = idx % 2 == 0 ? q[idx / 2] & 15 : q[idx / 2] >> 4;
-            x[idx] = lo + sc * (float)k;
-        }
-    }
-}
-
+/* quant4: uint8 pairs of nibbles + f16 (min, scale) per group of `g` values
+ * (kernels.h, scdb_k_q4_encode_cpu / scdb_k_q4_decode_cpu) */
 typedef struct q4set { uint8_t *q[2]; uint16_t *ms[2]; } q4set;   /* K, V over all layers */
 
 static scdb_err b_quant4(ctx *c, const qwin *w, void *arg)
@@ -206,8 +169,11 @@ static scdb_err b_quant4(ctx *c, const qwin *w, void *arg)
     int g = scdb_model_cfg(c->cons)->head_dim;
     size_t n = (size_t)c->P * c->kv;
     for (int l = 0; l < c->L; l++) {
-        q4_decode(qs->q[0] + l * n / 2, qs->ms[0] + 2 * (l * n / g), n, g, scdb_kv_k(c->cache, l, 0));
-        q4_decode(qs->q[1] + l * n / 2, qs->ms[1] + 2 * (l * n / g), n, g, scdb_kv_v(c->cache, l, 0));
+        scdb_err e = scdb_k_q4_decode_cpu(qs->q[0] + l * n / 2, qs->ms[0] + 2 * (l * n / g), n, g,
+                                          scdb_kv_k(c->cache, l, 0));
+        if (!e) e = scdb_k_q4_decode_cpu(qs->q[1] + l * n / 2, qs->ms[1] + 2 * (l * n / g), n, g,
+                                         scdb_kv_v(c->cache, l, 0));
+        if (e) return e;
     }
     memcpy(c->cache->pos, w->pcache->pos, (size_t)c->P * sizeof(int32_t));
     c->cache->n = c->P;
@@ -646,8 +612,11 @@ int scdb_bench_quality(int argc, char **argv)
         for (int i = 0; i < c.nw && !rc; i++) {
             qwin *w = &c.w[i];
             for (int l = 0; l < c.L; l++) {
-                q4_encode(scdb_kv_k(w->pcache, l, 0), n, g, qs.q[0] + l * n / 2, qs.ms[0] + 2 * (l * n / g));
-                q4_encode(scdb_kv_v(w->pcache, l, 0), n, g, qs.q[1] + l * n / 2, qs.ms[1] + 2 * (l * n / g));
+                /* g = head_dim: even, divides n (the kernel's requirements) */
+                scdb_k_q4_encode_cpu(scdb_kv_k(w->pcache, l, 0), n, g, qs.q[0] + l * n / 2,
+                                     qs.ms[0] + 2 * (l * n / g));
+                scdb_k_q4_encode_cpu(scdb_kv_v(w->pcache, l, 0), n, g, qs.q[1] + l * n / 2,
+                                     qs.ms[1] + 2 * (l * n / g));
             }
             if ((rc = run_method(&c, w, b_raw, NULL, &a[M_RAW], 1)) ||
                 (rc = run_method(&c, w, b_quant4, &qs, &a[M_QUANT4], 1)) ||
