@@ -141,6 +141,18 @@ static int bad_tokens(scdb_broker *b, const rq *q, const int32_t *t, size_t n)
     return 0;
 }
 
+/* Blocks [first, first + n_blocks) within the full blocks of n_tokens. */
+static int bad_block_range(scdb_broker *b, const rq *q, size_t n_tokens, uint32_t first,
+                           uint32_t n_blocks)
+{
+    size_t n_full = n_tokens / b->block_tokens;
+    if (first <= n_full && n_blocks <= n_full - first) return 0;
+    reply(b, q, SCDB_ESHAPE, NULL,
+          "blocks [%u, %u) requested but the %zu tokens hold %zu full blocks of %u", first,
+          first + n_blocks, n_tokens, n_full, b->block_tokens);
+    return 1;
+}
+
 static void fill_shape(Scdb__ModelShape *s, const scdb_broker_model *m)
 {
     s->n_layers = (uint32_t)m->n_layers;
@@ -161,6 +173,26 @@ static bk_job *job_new(const rq *q, Scdb__Request *req, bk_op op)
     j->t0_ns = q->t0;
     j->req = req;
     return j;
+}
+
+/* Hand a request working on arena a to a queue: the job takes a reference
+ * and marks it busy.  Returns 1 (the job owns req) or 0 after an error reply. */
+static int queue_arena_job(scdb_broker *b, const rq *q, Scdb__Request *req, bk_op op,
+                           bk_client *c, bk_arena *a, bk_queue *queue)
+{
+    bk_job *j = job_new(q, req, op);
+    if (!j) {
+        reply(b, q, SCDB_ENOMEM, NULL, "out of memory");
+        return 0;
+    }
+    j->cb = c->cb;
+    j->pair = c->pair;
+    j->arena = a;
+    a->refs++;
+    a->busy = 1;
+    b->inflight++;
+    bk_queue_push(queue, j);
+    return 1;
 }
 
 void bk_job_free(bk_job *j)
@@ -311,7 +343,6 @@ static int on_put(scdb_broker *b, const rq *q, bk_client *c, Scdb__Request *req,
 {
     const Scdb__PutRequest *p = req->put;
     uint64_t block_bytes = (uint64_t)b->block_tokens * c->cb->token_bytes;
-    size_t n_full;
     bk_job *j;
 
     if (c->role != SCDB__ROLE__PRODUCER) {
@@ -320,14 +351,7 @@ static int on_put(scdb_broker *b, const rq *q, bk_client *c, Scdb__Request *req,
         return 0;
     }
     if (bad_tokens(b, q, p->tokens, p->n_tokens)) return 0;
-    n_full = p->n_tokens / b->block_tokens;
-    if (p->first_block > n_full || p->n_blocks > n_full - p->first_block) {
-        reply(b, q, SCDB_ESHAPE, NULL,
-              "blocks [%u, %u) requested but the %zu tokens hold %zu full blocks of %u",
-              p->first_block, p->first_block + p->n_blocks, p->n_tokens, n_full,
-              b->block_tokens);
-        return 0;
-    }
+    if (bad_block_range(b, q, p->n_tokens, p->first_block, p->n_blocks)) return 0;
     for (int i = 0; i < n_payload; i++)
         if (zmq_msg_size(&payload[i]) != block_bytes) {
             reply(b, q, SCDB_ESHAPE, NULL,
@@ -356,9 +380,7 @@ static int on_put(scdb_broker *b, const rq *q, bk_client *c, Scdb__Request *req,
 static int on_put_states(scdb_broker *b, const rq *q, bk_client *c, Scdb__Request *req)
 {
     const Scdb__PutStatesRequest *p = req->put_states;
-    size_t n_full;
     bk_arena *a;
-    bk_job *j;
 
     if (c->role != SCDB__ROLE__PRODUCER) {
         reply(b, q, SCDB_EINVAL, NULL, "only producers put (this client is a %s)",
@@ -388,26 +410,8 @@ static int on_put_states(scdb_broker *b, const rq *q, bk_client *c, Scdb__Reques
               (unsigned long long)a->id);
         return 0;
     }
-    n_full = p->n_tokens / b->block_tokens;
-    if (p->first_block > n_full || p->n_blocks > n_full - p->first_block) {
-        reply(b, q, SCDB_ESHAPE, NULL,
-              "blocks [%u, %u) requested but the %zu tokens hold %zu full blocks of %u",
-              p->first_block, p->first_block + p->n_blocks, p->n_tokens, n_full,
-              b->block_tokens);
-        return 0;
-    }
-    j = job_new(q, req, OP_PUT_STATES);
-    if (!j) {
-        reply(b, q, SCDB_ENOMEM, NULL, "out of memory");
-        return 0;
-    }
-    j->cb = c->cb;
-    j->arena = a;
-    a->refs++;
-    a->busy = 1;
-    b->inflight++;
-    bk_queue_push(&b->writes, j);
-    return 1;
+    if (bad_block_range(b, q, p->n_tokens, p->first_block, p->n_blocks)) return 0;
+    return queue_arena_job(b, q, req, OP_PUT_STATES, c, a, &b->writes);
 }
 
 static int on_delete(scdb_broker *b, const rq *q, bk_client *c, Scdb__Request *req)
@@ -435,7 +439,6 @@ static int on_get(scdb_broker *b, const rq *q, bk_client *c, Scdb__Request *req)
 {
     const Scdb__GetRequest *g = req->get;
     bk_arena *a;
-    bk_job *j;
 
     if (!c->pair) {
         reply(b, q, SCDB_EINVAL, NULL, "no decoder for codebook %s into model %s", c->cb->name,
@@ -476,19 +479,7 @@ static int on_get(scdb_broker *b, const rq *q, bk_client *c, Scdb__Request *req)
         reply(b, q, SCDB_ERANGE, NULL, "positions from pos0 %d out of range", (int)g->pos0);
         return 0;
     }
-    j = job_new(q, req, OP_GET);
-    if (!j) {
-        reply(b, q, SCDB_ENOMEM, NULL, "out of memory");
-        return 0;
-    }
-    j->cb = c->cb;
-    j->pair = c->pair;
-    j->arena = a;
-    a->refs++;
-    a->busy = 1;
-    b->inflight++;
-    bk_queue_push(&b->jobs, j);
-    return 1;
+    return queue_arena_job(b, q, req, OP_GET, c, a, &b->jobs);
 }
 
 /* ---------------------------------------------------------------- arenas */
