@@ -592,6 +592,14 @@ scdb_err scdb_broker_run(scdb_broker *b)
     sigaction(SIGINT, &sa, &old_int);
     sa.sa_handler = SIG_IGN;
     sigaction(SIGPIPE, &sa, &old_pipe);
+    {   /* a stop signal that arrived during start-up (scdb_broker_main
+         * blocks them) is delivered now, to the handler above */
+        sigset_t stop;
+        sigemptyset(&stop);
+        sigaddset(&stop, SIGTERM);
+        sigaddset(&stop, SIGINT);
+        pthread_sigmask(SIG_UNBLOCK, &stop, NULL);
+    }
 
     for (int i = 0; i < b->n_router; i++)
         items[n_items++] = (zmq_pollitem_t){.socket = b->router[i], .events = ZMQ_POLLIN};

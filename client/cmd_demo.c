@@ -446,7 +446,10 @@ int scdb_cmd_demo(int argc, char **argv)
     scdb_tokenize_bytes(text + off, (size_t)d.prefix, d.tokens);
     free(text);
 
-    snprintf(d.tmp, sizeof d.tmp, "/tmp/scdb-demo-XXXXXX");
+    {
+        const char *td = getenv("TMPDIR");
+        snprintf(d.tmp, sizeof d.tmp, "%s/scdb-demo-XXXXXX", td && *td ? td : "/tmp");
+    }
     if (!mkdtemp(d.tmp)) { perror("scdb demo: mkdtemp"); goto done; }
     snprintf(d.sock, sizeof d.sock, "ipc://%s/broker.sock", d.tmp);
     snprintf(d.cfg, sizeof d.cfg, "%s/broker.ini", d.tmp);
@@ -486,7 +489,7 @@ done:
             rc = 1;
         }
     }
-    if (d.tmp[0] && strncmp(d.tmp, "/tmp/scdb-demo-", 15) == 0) {
+    if (d.tmp[0] && strstr(d.tmp, "/scdb-demo-")) {
         char cmd[400];
         snprintf(cmd, sizeof cmd, "rm -rf '%s'", d.tmp);
         if (system(cmd) != 0) fprintf(stderr, "scdb demo: could not remove %s\n", d.tmp);

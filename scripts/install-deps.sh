@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install the Debian packages scdb needs (idempotent; fast when all present).
-#   scripts/install-deps.sh            build + test + demo dependencies
+#   scripts/install-deps.sh            build + demo dependencies
+#   scripts/install-deps.sh --test     also what the test suite runs
 #   scripts/install-deps.sh --bench    also what the benchmarks use
 #                                      (redis for `bench broker`, matplotlib for PNGs)
 #   scripts/install-deps.sh --train    also PyTorch, to retrain the model family
@@ -11,9 +12,10 @@ pkgs=(build-essential cmake pkg-config
       libprotobuf-c-dev protobuf-c-compiler libcjson-dev libxxhash-dev libinih-dev)
 for a in "$@"; do
   case "$a" in
+    --test) pkgs+=(python3) ;;
     --bench) pkgs+=(redis-server redis-tools python3-matplotlib) ;;
     --train) pkgs+=(python3-torch python3-numpy fortunes manpages manpages-dev doc-debian) ;;
-    -h|--help) sed -n '2,7p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,8p' "$0"; exit 0 ;;
     *) echo "install-deps.sh: unknown option $a" >&2; exit 2 ;;
   esac
 done

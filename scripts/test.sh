@@ -1,8 +1,51 @@
 #!/usr/bin/env bash
-# The test suite: install what is missing, build, run every test with CTest.
+# The test suite: install what is missing, build, run every test.
+#
+#   scripts/test.sh [CTEST ARGS...]
+#
+#   1. the whole suite with CTest, two tests at a time (ctest -j2): no test
+#      may depend on timing or on a port or path another test uses
+#   2. the numeric tests (test_kernels, test_model, test_codec, test_evict)
+#      once more under each OpenBLAS kernel this CPU can run among
+#      Sandybridge, Haswell, Zen and SkylakeX (OPENBLAS_CORETYPE): BLAS gives
+#      different last bits per kernel, and the tests must hold on all of them
+#   3. an ASan + UBSan build of everything (build-asan/, CUDA off) and the
+#      whole suite again in it
+#
+# Extra arguments go to step 1's ctest.  SCDB_BUILD_DIR moves build/;
+# SCDB_TEST_NO_SANITIZE=1 skips step 3 (for a quick local run; CI runs all).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
-"$root/scripts/install-deps.sh"
+build="${SCDB_BUILD_DIR:-$root/build}"
+"$root/scripts/install-deps.sh" --test
 "$root/scripts/build.sh"
-cd "${SCDB_BUILD_DIR:-$root/build}"
-ctest --output-on-failure --timeout 900 "$@"
+t0=$(date +%s)
+
+echo "== 1. the whole suite, ctest -j2"
+ctest --test-dir "$build" -j2 --output-on-failure --timeout 900 "$@"
+
+echo "== 2. numeric tests under each OpenBLAS kernel this CPU supports"
+flags=" $(grep -m1 '^flags' /proc/cpuinfo | cut -d: -f2) "
+has() { for f in "$@"; do [[ "$flags" == *" $f "* ]] || return 1; done; }
+cores=()
+has avx && cores+=(Sandybridge)
+has avx2 fma && cores+=(Haswell Zen)
+has avx512f avx512bw avx512vl avx512dq avx512cd && cores+=(SkylakeX)
+echo "cpu: $(grep -m1 '^model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')"
+echo "OpenBLAS kernels run: ${cores[*]:-none (no AVX: only the default kernel, step 1)}"
+for c in "${cores[@]}"; do
+  echo "-- OPENBLAS_CORETYPE=$c"
+  OPENBLAS_CORETYPE=$c ctest --test-dir "$build" -j2 --output-on-failure --timeout 300 \
+    -R '^test_(kernels|model|codec|evict)$'
+done
+
+if [ "${SCDB_TEST_NO_SANITIZE:-0}" = 1 ]; then
+  echo "== 3. sanitizer build skipped (SCDB_TEST_NO_SANITIZE=1)"
+else
+  echo "== 3. ASan + UBSan build and the whole suite in it"
+  asan="${build}-asan"
+  SCDB_BUILD_DIR="$asan" "$root/scripts/build.sh" -DSCDB_SANITIZE=ON -DSCDB_CUDA=OFF
+  ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    ctest --test-dir "$asan" -j2 --output-on-failure --timeout 900
+fi
+echo "== all steps passed in $(( $(date +%s) - t0 )) s after the build"

@@ -48,7 +48,13 @@ grep -q "no CUDA path yet" "$tmp/err" && ok "demo: cuda refusal says why" || bad
 "$scdb" serve --device cpu --data-dir "$tmp/sd" --endpoint "ipc://$tmp/b.sock" \
   --model m:2:1:8:64 --lookup-index 0 --gpu-hot-capacity 1MiB >"$tmp/serve.out" 2>"$tmp/serve.err" &
 spid=$!
-for _ in $(seq 1 100); do grep -q "device: cpu requested" "$tmp/serve.err" && break; sleep 0.1; done
+# ready = the "serving" line, logged once the event loop takes signals; the
+# bound only catches a broker that never gets there
+for _ in $(seq 1 600); do
+  grep -q "serving ipc://" "$tmp/serve.err" && break
+  kill -0 $spid 2>/dev/null || break
+  sleep 0.1
+done
 grep -q "device: cpu requested" "$tmp/serve.err" && ok "serve --device cpu logs its choice" \
   || { bad "serve --device cpu logs its choice"; cat "$tmp/serve.err"; }
 grep -q "gpu_hot_capacity 1048576 ignored: the broker decodes on the CPU" "$tmp/serve.err" \
@@ -56,6 +62,20 @@ grep -q "gpu_hot_capacity 1048576 ignored: the broker decodes on the CPU" "$tmp/
   || bad "serve --device cpu ignores gpu_hot_capacity and says so"
 kill -TERM $spid 2>/dev/null; wait $spid; code=$?
 [ $code -eq 0 ] && ok "serve --device cpu stops cleanly" || bad "serve --device cpu (exit $code)"
+# SIGTERM during start-up (after its first log line, before "serving"):
+# taken when the event loop is ready, a clean exit 0, never death by the
+# signal (143)
+"$scdb" serve --device cpu --data-dir "$tmp/sd3" --endpoint "ipc://$tmp/b3.sock" \
+  --model m:2:1:8:64 --lookup-index 0 >/dev/null 2>"$tmp/serve3.err" &
+spid=$!
+for _ in $(seq 1 600); do
+  grep -q "device: cpu requested" "$tmp/serve3.err" 2>/dev/null && break
+  kill -0 $spid 2>/dev/null || break
+  sleep 0.01
+done
+kill -TERM $spid 2>/dev/null; wait $spid; code=$?
+[ $code -eq 0 ] && ok "serve: SIGTERM during start-up is a clean stop" \
+  || { bad "serve: SIGTERM during start-up (exit $code)"; cat "$tmp/serve3.err"; }
 if ! nvidia-smi -L >/dev/null 2>&1; then
   "$scdb" serve --device cuda --data-dir "$tmp/sd2" --endpoint "ipc://$tmp/b2.sock" \
     --model m:2:1:8:64 >"$tmp/out" 2>"$tmp/err"; code=$?
@@ -80,14 +100,15 @@ PY
 then ok "models JSON has every model and domain"; else bad "models JSON has every model and domain"; fi
 
 # the fan-out demo end to end: broker, producer, every specialist consumer
-"$scdb" demo --device cpu >"$tmp/demo" 2>"$tmp/err"
+mkdir -p "$tmp/demo-tmp"
+TMPDIR="$tmp/demo-tmp" "$scdb" demo --device cpu >"$tmp/demo" 2>"$tmp/err"
 code=$?
 grep -q "scdb demo: device cpu (cpu requested" "$tmp/err" && ok "demo --device cpu says which device" \
   || bad "demo --device cpu says which device"
 if [ $code -eq 0 ] && grep -q "^demo: ok" "$tmp/demo" && grep -q "^| code |" "$tmp/demo" \
    && grep -q "^| manpages |" "$tmp/demo"; then ok "demo runs end to end for every specialist"
 else bad "demo (exit $code)"; cat "$tmp/demo" "$tmp/err"; fi
-ls /tmp | grep -q "^scdb-demo-" && bad "demo left its temp dir" || ok "demo cleaned up"
+[ -z "$(ls -A "$tmp/demo-tmp")" ] && ok "demo cleaned up" || bad "demo left its temp dir"
 expect 2 "demo: bad --prefix" -- "$scdb" demo --prefix 100
 expect 2 "demo: bad --budget" -- "$scdb" demo --budget 0
 grep -Eq "^\| code \|.*\([1-9][0-9]* evictions" "$tmp/demo" && ok "demo consumers decode through a live session that evicts" \
