@@ -499,14 +499,30 @@ void scdb_broker_free(scdb_broker **bp)
 
 /* ------------------------------------------------------------ event loop */
 
-static int g_sig_fd = -1;
+/* A stop signal sets g_stop_sig (from the start of the process, when
+ * scdb_broker_catch_signals ran) and, once the loop runs, wakes it through
+ * the self-pipe.  Any thread may take the signal (OpenBLAS and ZeroMQ start
+ * their own), so it is caught, never blocked. */
+static volatile sig_atomic_t g_stop_sig;
+static volatile int g_sig_fd = -1;
 
 static void on_signal(int sig)
 {
     int saved = errno;
     char ch = (char)sig;
+    g_stop_sig = sig;
     if (g_sig_fd >= 0) (void)!write(g_sig_fd, &ch, 1);
     errno = saved;
+}
+
+void scdb_broker_catch_signals(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
 }
 
 void scdb_broker_stop(scdb_broker *b)
@@ -592,15 +608,7 @@ scdb_err scdb_broker_run(scdb_broker *b)
     sigaction(SIGINT, &sa, &old_int);
     sa.sa_handler = SIG_IGN;
     sigaction(SIGPIPE, &sa, &old_pipe);
-    {   /* a stop signal that arrived during start-up (scdb_broker_main
-         * blocks them) is delivered now, to the handler above */
-        sigset_t stop;
-        sigemptyset(&stop);
-        sigaddset(&stop, SIGTERM);
-        sigaddset(&stop, SIGINT);
-        pthread_sigmask(SIG_UNBLOCK, &stop, NULL);
-    }
-
+    if (g_stop_sig) scdb_broker_stop(b);  /* caught before the loop was ready */
     for (int i = 0; i < b->n_router; i++)
         items[n_items++] = (zmq_pollitem_t){.socket = b->router[i], .events = ZMQ_POLLIN};
     i_done = n_items;

@@ -369,6 +369,10 @@ scdb_err scdb_broker_add_pair(scdb_broker *b, const char *codebook, const char *
 scdb_err scdb_broker_run(scdb_broker *b);
 /* Ask run() to drain and return; async-signal-safe. */
 void scdb_broker_stop(scdb_broker *b);
+/* Catch SIGTERM/SIGINT from now on (before scdb_broker_new): a stop signal
+ * that arrives during start-up makes the next run() drain at once and
+ * return SCDB_OK instead of the process dying half-started. */
+void scdb_broker_catch_signals(void);
 /* Close everything (store included); NULLs *b; accepts NULL. */
 void scdb_broker_free(scdb_broker **b);
 
