@@ -49,7 +49,7 @@
  * Lookups mostly never reach this process: the broker mirrors the keys of
  * every block the store's lookups match into a shared-memory hash set
  * (lookup_index.h; schema/FORMATS.md, "Lookup index") that clients map
- * read-only and probe with keys they derive themselves (store/block_key.c
+ * read-only and probe with keys they derive themselves (schema/block_key.c
  * is compiled into libscdb; HelloReply gives the index name and the
  * namespace).  The store reports every visibility change (on_visible:
  * after a put commits; when an eviction or delete is staged; when a read
@@ -76,7 +76,7 @@
  * broker.  The client opens /proc/<broker pid>/fd/<fd> (same user only),
  * maps it and confirms (ArenaMapped); the broker then closes its fd, so
  * nothing outlives the two mappings and nothing is left in /dev/shm even
- * after a SIGKILL.  Layout: a 4096-byte header (broker/wire.h) then one
+ * after a SIGKILL.  Layout: a 4096-byte header (schema/wire.h) then one
  * slot-indexed KV cache (kernels.h), where get decodes the consumer's KV
  * directly; or, for producers, room for their states (put_states).
  *

@@ -224,7 +224,7 @@ fail:
     return e;
 }
 
-/* The arena header every kind starts with (broker/wire.h): for KV kinds the
+/* The arena header every kind starts with (schema/wire.h): for KV kinds the
  * model's geometry, for states (n_kv_heads 1, head_dim d_model). */
 static void fill_header(bk_arena *a, uint32_t n_layers, uint32_t n_kv_heads, uint32_t head_dim,
                         uint32_t capacity, uint32_t kind, uint64_t cache_offset,

@@ -57,7 +57,7 @@ static void help(const char *cmd)
                "                [--first-block N] [--codebook ID] [--endpoint URL]\n\n"
                "Store the full blocks of a prompt as a producer: FILE holds the blocks'\n"
                "payloads back to back (for raw/NAME: each block's K then V, F16 or F32 as\n"
-               "the model's raw_dtype, see broker/wire.h), starting at block N (default 0;\n"
+               "the model's raw_dtype, see schema/wire.h), starting at block N (default 0;\n"
                "earlier blocks must be stored).  Prints how many leading blocks are stored.\n\n"
                "options:\n%s", model_help);
         printf("  --payload FILE      block payloads (required)\n"

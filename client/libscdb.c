@@ -179,7 +179,7 @@ static void info_from(scdb_info *i, const Scdb__HelloReply *r)
 
 /* ---------------------------------------------------------- lookup index
  *
- * The broker names its shared-memory lookup index (broker/lookup_index.h)
+ * The broker names its shared-memory lookup index (schema/lookup_index.h)
  * in every HelloReply; we map it read-only after each hello (so a broker
  * restart, which makes a new one, re-maps it too) and answer scdb_lookup
  * from it: hash the prompt's blocks with our namespace, probe the keys.

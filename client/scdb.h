@@ -35,7 +35,7 @@
  *
  * Payloads.  A put sends, per full block of block_tokens tokens, the
  * block's payload in the codebook's encoding: for the "raw/<model>"
- * codebooks that is the block's K and V (broker/wire.h: K [L][T][D] then
+ * codebooks that is the block's K and V (schema/wire.h: K [L][T][D] then
  * V, F16 or F32), which scdb_raw_block() / scdb_put_cache() build from a
  * KV cache.  For "scd" codebooks the payload is the codec's codes: either
  * the producer encodes them itself (codec/codec.h, scdb_codec_encode) and
@@ -78,7 +78,7 @@
  *
  * Lookups.  scdb_lookup normally makes no request: the broker publishes a
  * read-only shared-memory index of the keys of every stored block
- * (broker/lookup_index.h; schema/FORMATS.md, "Lookup index"), mapped at
+ * (schema/lookup_index.h; schema/FORMATS.md, "Lookup index"), mapped at
  * each registration; the handle hashes the prompt's blocks itself and
  * probes the index.  The answer is the broker's: a block is in the index
  * exactly while the store's lookups match it (added after its put
@@ -159,7 +159,7 @@ typedef enum scdb_role { SCDB_PRODUCER = 1, SCDB_CONSUMER = 2 } scdb_role;
 
 typedef struct scdb_opts {
     const char *endpoint;          /* NULL: $SCDB_ENDPOINT, else the broker's
-                                      default ipc path (broker/wire.h)      */
+                                      default ipc path (schema/wire.h)      */
     int timeout_ms;                /* per call; 0 = 5000                    */
     int no_heartbeat;              /* 1: no heartbeat thread (see Caveats)  */
     const char *name;              /* shown in broker logs; NULL: "pid N"   */

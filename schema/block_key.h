@@ -5,7 +5,7 @@
  *
  * One source (block_key.c) computes keys for the store, the broker and
  * libscdb: clients hash their own prompts to look them up in the broker's
- * shared-memory lookup index (broker/lookup_index.h), so they must derive
+ * shared-memory lookup index (schema/lookup_index.h), so they must derive
  * exactly the store's keys.  block_key.c compiles xxHash inline
  * (XXH_INLINE_ALL), so libscdb needs no libxxhash at run time.
  */

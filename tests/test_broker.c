@@ -1,6 +1,6 @@
 /* test_broker.c — integration tests of the broker daemon and libscdb: a real
  * scdb-broker process (fork + exec, temp dir config) and real client
- * processes (tests/broker_client.c), plus raw ZeroMQ sockets for malformed
+ * processes (tests/helpers/broker_client.c), plus raw ZeroMQ sockets for malformed
  * frames.  Raw-KV codebooks make every byte checkable. */
 #include <errno.h>
 #include <fcntl.h>
@@ -1546,14 +1546,14 @@ static void test_refusals_and_curve(void **state)
     }
 }
 
-/* The CLI subcommands (client/cmd_broker.c) through the broker_cli helper. */
+/* The CLI subcommands (cli/cmd_broker.c), through the real scdb command. */
 static void test_cli(void **state)
 {
     char tokfile[300], plfile[300], outfile[300];
     (void)state;
     const char *help[] = {"serve", "put", "lookup", "get", "stats"};
     for (size_t i = 0; i < SCDB_ARRAY_LEN(help); i++) {
-        const char *argv[] = {SCDB_BROKER_CLI_BIN, help[i], "--help", NULL};
+        const char *argv[] = {SCDB_CLI_BIN, help[i], "--help", NULL};
         assert_int_equal(wait_exit(spawn(argv, -1), 30), 0);
     }
     snprintf(tokfile, sizeof tokfile, "%s/prompt.txt", dir);
@@ -1568,18 +1568,18 @@ static void test_cli(void **state)
         fclose(f);
     }
     {
-        const char *put[] = {SCDB_BROKER_CLI_BIN, "put", "--endpoint", endpoint, "--model", "m16",
+        const char *put[] = {SCDB_CLI_BIN, "put", "--endpoint", endpoint, "--model", "m16",
                              "--text", tokfile, "--payload", plfile, NULL};
-        const char *look[] = {SCDB_BROKER_CLI_BIN, "lookup", "--endpoint", endpoint, "--model",
+        const char *look[] = {SCDB_CLI_BIN, "lookup", "--endpoint", endpoint, "--model",
                               "m16", "--text", tokfile, NULL};
-        const char *get[] = {SCDB_BROKER_CLI_BIN, "get", "--endpoint", endpoint, "--model", "m16",
+        const char *get[] = {SCDB_CLI_BIN, "get", "--endpoint", endpoint, "--model", "m16",
                              "--text", tokfile, "--out", outfile, NULL};
-        const char *stats[] = {SCDB_BROKER_CLI_BIN, "stats", "--endpoint", endpoint, "--json",
+        const char *stats[] = {SCDB_CLI_BIN, "stats", "--endpoint", endpoint, "--json",
                                NULL};
-        const char *bad_model[] = {SCDB_BROKER_CLI_BIN, "lookup", "--endpoint", endpoint,
+        const char *bad_model[] = {SCDB_CLI_BIN, "lookup", "--endpoint", endpoint,
                                    "--model", "zzz", "--text", tokfile, NULL};
-        const char *bad_opt[] = {SCDB_BROKER_CLI_BIN, "lookup", "--frobnicate", NULL};
-        const char *no_broker[] = {SCDB_BROKER_CLI_BIN, "stats", "--endpoint",
+        const char *bad_opt[] = {SCDB_CLI_BIN, "lookup", "--frobnicate", NULL};
+        const char *no_broker[] = {SCDB_CLI_BIN, "stats", "--endpoint",
                                    "ipc:///tmp/scdb-test-no-such.sock", "--timeout-ms", "300",
                                    NULL};
         struct stat st;

@@ -1,4 +1,4 @@
-/* test_lookup_index.c — the shared-memory lookup index (broker/lookup_index.h)
+/* test_lookup_index.c — the shared-memory lookup index (schema/lookup_index.h)
  * on its own: writer operations (insert, remove, tombstone purge, grow,
  * retire), the reader's checks on damaged or foreign objects (garbage,
  * truncated, wrong-shaped, wrong broker, loose mode), and a reader process

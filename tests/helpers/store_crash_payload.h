@@ -1,4 +1,4 @@
-/* store_crash_payload.h — what tests/store_crash_writer.c writes, so that
+/* store_crash_payload.h — what tests/helpers/store_crash_writer.c writes, so that
  * test_store.c can check every acknowledged block knowing only its key. */
 #ifndef STORE_CRASH_PAYLOAD_H
 #define STORE_CRASH_PAYLOAD_H
