@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "block_key.h"
+#include "kernels.h"      /* the cache layout and f16 conversions only */
 #include "lookup_index.h"
 #include "scdb.h"
 #include "scdb.pb-c.h"

@@ -29,7 +29,7 @@
  * inside protobuf.  An arena is created by the broker (a sealed memfd, mode
  * 0600), mapped here, then closed by the broker: only the two processes can
  * reach it.
- * The cache inside it has exactly the layout of kernels.h (scdb_kv_cache),
+ * The cache inside it has exactly the layout of kv_cache.h (scdb_kv_cache),
  * so the KV a get decodes is where attention reads it: zero copy.
  * scdb_get_copy() instead copies into a cache the caller owns.
  *
@@ -145,8 +145,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "kernels.h"
-#include "scdb_common.h"
+#include "kv_cache.h"
+#include "scdb_err.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -294,7 +294,7 @@ scdb_err scdb_lookup(scdb *h, const int32_t *tokens, size_t n_tokens, scdb_looku
  * arena bytes, or memory full), SCDB_ESYS (open / mmap here: the
  * broker runs as another user?), SCDB_EPROTO (bad arena header), common. */
 scdb_err scdb_arena_new(scdb *h, int capacity, scdb_arena **out);
-/* The arena's cache (slot-indexed, kernels.h).  n is updated by every get;
+/* The arena's cache (slot-indexed, kv_cache.h).  n is updated by every get;
  * the caller may append slots itself (prefill the suffix) and move n.
  * NULL for a CUDA IPC arena (its memory is on the GPU). */
 scdb_kv_cache *scdb_arena_cache(scdb_arena *a);

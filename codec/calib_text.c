@@ -23,24 +23,13 @@ scdb_err scdb_codec_read_text(const char *path, size_t max_bytes, unsigned char 
         snprintf(cmd, sizeof cmd, "gzip -dc -- '%s' 2>/dev/null", path);
         FILE *f = popen(cmd, "r");
         if (!f) return SCDB_ESYS;
-        size_t cap = 1 << 16, got = 0;
-        unsigned char *buf = malloc(cap);
-        if (!buf) { pclose(f); return SCDB_ENOMEM; }
-        for (;;) {
-            if (got == cap) {
-                unsigned char *q = realloc(buf, cap * 2);
-                if (!q) { free(buf); pclose(f); return SCDB_ENOMEM; }
-                buf = q;
-                cap *= 2;
-            }
-            size_t r = fread(buf + got, 1, cap - got, f);
-            if (r == 0) break;
-            got += r;
-            if (got >= max_bytes) { got = max_bytes; break; }
-        }
+        char *buf;
+        size_t got;
+        scdb_err rc = scdb_read_stream(f, max_bytes, &buf, &got);
         int st = pclose(f);
+        if (rc) return rc;
         if (got == 0 && st != 0) { free(buf); return SCDB_EIO; }
-        *text = buf;
+        *text = (unsigned char *)buf;
         *len = got;
         return SCDB_OK;
     }

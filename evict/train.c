@@ -108,7 +108,6 @@ void scdb_evict_train_defaults(scdb_evict_train_opts *o)
     o->seed = 1;
 }
 
-#define ERRF(...) do { if (errbuf && errlen) snprintf(errbuf, errlen, __VA_ARGS__); } while (0)
 
 typedef struct adam {
     float *m, *v;
@@ -249,17 +248,17 @@ scdb_err scdb_evict_train(const scdb_evict_train_opts *o, scdb_evict_mlp **out,
         o->pool % 2 == 0 || o->pool > 63 || (unsigned)o->init > SCDB_EVICT_INIT_UNGATED ||
         (o->train_gate_only && o->init != SCDB_EVICT_INIT_MIXED &&
          o->init != SCDB_EVICT_INIT_UNGATED) || (o->train_gate_only && o->hidden < 3)) {
-        ERRF("invalid training options");
+        scdb_errf(errbuf, errlen, "invalid training options");
         return SCDB_EINVAL;
     }
     for (int b = 0; b < o->n_budgets; b++)
         if (!(o->budgets[b] > 0.0 && o->budgets[b] < 1.0)) {
-            ERRF("budget %g is not a fraction in (0, 1)", o->budgets[b]);
+            scdb_errf(errbuf, errlen, "budget %g is not a fraction in (0, 1)", o->budgets[b]);
             return SCDB_EINVAL;
         }
     span = (size_t)o->prefill + o->steps + 1;
     if (o->text_len < span) {
-        ERRF("training text has %zu bytes, one window needs %zu", o->text_len, span);
+        scdb_errf(errbuf, errlen, "training text has %zu bytes, one window needs %zu", o->text_len, span);
         return SCDB_ERANGE;
     }
     if ((rc = scdb_model_load(o->model_dir, &model, errbuf, errlen))) return rc;

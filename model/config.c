@@ -7,19 +7,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define ERRF(...) do { if (errbuf && errlen) snprintf(errbuf, errlen, __VA_ARGS__); } while (0)
 
 static scdb_err get_int(const cJSON *o, const char *key, int lo, int hi, int *out,
                         char *errbuf, size_t errlen)
 {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-    if (!v) { ERRF("config: required field '%s' is missing", key); return SCDB_EFORMAT; }
+    if (!v) { scdb_errf(errbuf, errlen, "config: required field '%s' is missing", key); return SCDB_EFORMAT; }
     if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble)) {
-        ERRF("config: field '%s' must be an integer", key);
+        scdb_errf(errbuf, errlen, "config: field '%s' must be an integer", key);
         return SCDB_EFORMAT;
     }
     if (v->valuedouble < lo || v->valuedouble > hi) {
-        ERRF("config: field '%s' = %g is out of range [%d, %d]", key, v->valuedouble, lo, hi);
+        scdb_errf(errbuf, errlen, "config: field '%s' = %g is out of range [%d, %d]", key, v->valuedouble, lo, hi);
         return SCDB_ERANGE;
     }
     *out = (int)v->valuedouble;
@@ -30,10 +29,10 @@ static scdb_err get_float(const cJSON *o, const char *key, double lo, double hi,
                           float *out, char *errbuf, size_t errlen)
 {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-    if (!v) { ERRF("config: required field '%s' is missing", key); return SCDB_EFORMAT; }
-    if (!cJSON_IsNumber(v)) { ERRF("config: field '%s' must be a number", key); return SCDB_EFORMAT; }
+    if (!v) { scdb_errf(errbuf, errlen, "config: required field '%s' is missing", key); return SCDB_EFORMAT; }
+    if (!cJSON_IsNumber(v)) { scdb_errf(errbuf, errlen, "config: field '%s' must be a number", key); return SCDB_EFORMAT; }
     if (!(v->valuedouble >= lo && v->valuedouble <= hi)) {
-        ERRF("config: field '%s' = %g is out of range [%g, %g]", key, v->valuedouble, lo, hi);
+        scdb_errf(errbuf, errlen, "config: field '%s' = %g is out of range [%g, %g]", key, v->valuedouble, lo, hi);
         return SCDB_ERANGE;
     }
     *out = (float)v->valuedouble;
@@ -47,12 +46,12 @@ static scdb_err get_str(const cJSON *o, const char *key, int required, char *dst
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
     dst[0] = '\0';
     if (!v || cJSON_IsNull(v)) {
-        if (required) { ERRF("config: required field '%s' is missing", key); return SCDB_EFORMAT; }
+        if (required) { scdb_errf(errbuf, errlen, "config: required field '%s' is missing", key); return SCDB_EFORMAT; }
         return SCDB_OK;
     }
-    if (!cJSON_IsString(v)) { ERRF("config: field '%s' must be a string", key); return SCDB_EFORMAT; }
+    if (!cJSON_IsString(v)) { scdb_errf(errbuf, errlen, "config: field '%s' must be a string", key); return SCDB_EFORMAT; }
     if (strlen(v->valuestring) >= cap) {
-        ERRF("config: field '%s' is longer than %zu bytes", key, cap - 1);
+        scdb_errf(errbuf, errlen, "config: field '%s' is longer than %zu bytes", key, cap - 1);
         return SCDB_ERANGE;
     }
     memcpy(dst, v->valuestring, strlen(v->valuestring) + 1);
@@ -69,11 +68,11 @@ scdb_err scdb_model_config_parse(const char *json, size_t len, scdb_model_config
     memset(&c, 0, sizeof c);
     if (!json) return SCDB_EINVAL;
     root = cJSON_ParseWithLength(json, len);
-    if (!root) { ERRF("config: not valid JSON"); return SCDB_EFORMAT; }
-    if (!cJSON_IsObject(root)) { ERRF("config: top level is not a JSON object"); rc = SCDB_EFORMAT; goto done; }
+    if (!root) { scdb_errf(errbuf, errlen, "config: not valid JSON"); return SCDB_EFORMAT; }
+    if (!cJSON_IsObject(root)) { scdb_errf(errbuf, errlen, "config: top level is not a JSON object"); rc = SCDB_EFORMAT; goto done; }
     const cJSON *arch = cJSON_GetObjectItemCaseSensitive(root, "arch");
     if (arch && !(cJSON_IsString(arch) && !strcmp(arch->valuestring, "llama"))) {
-        ERRF("config: arch must be \"llama\"");
+        scdb_errf(errbuf, errlen, "config: arch must be \"llama\"");
         rc = SCDB_ERANGE;
         goto done;
     }
@@ -93,12 +92,12 @@ scdb_err scdb_model_config_parse(const char *json, size_t len, scdb_model_config
         (rc = get_float(root, "norm_eps", 1e-12, 1.0, &c.norm_eps, errbuf, errlen)))
         goto done;
     if (c.n_heads % c.n_kv_heads != 0) {
-        ERRF("config: n_heads (%d) is not a multiple of n_kv_heads (%d)", c.n_heads, c.n_kv_heads);
+        scdb_errf(errbuf, errlen, "config: n_heads (%d) is not a multiple of n_kv_heads (%d)", c.n_heads, c.n_kv_heads);
         rc = SCDB_ERANGE;
         goto done;
     }
     if (c.head_dim % 2 != 0) {
-        ERRF("config: head_dim (%d) must be even for RoPE", c.head_dim);
+        scdb_errf(errbuf, errlen, "config: head_dim (%d) must be even for RoPE", c.head_dim);
         rc = SCDB_ERANGE;
         goto done;
     }
@@ -116,7 +115,7 @@ scdb_err scdb_model_config_load(const char *path, scdb_model_config *out,
     size_t len = 0;
     scdb_err rc = scdb_read_file(path, 1 << 20, &buf, &len);
     if (rc) {
-        ERRF("%s: %s", path, scdb_strerror(rc));
+        scdb_errf(errbuf, errlen, "%s: %s", path, scdb_strerror(rc));
         return rc;
     }
     rc = scdb_model_config_parse(buf, len, out, errbuf, errlen);

@@ -21,7 +21,6 @@ struct scdb_model {
     int n_converted;
 };
 
-#define ERRF(...) do { if (errbuf && errlen) snprintf(errbuf, errlen, __VA_ARGS__); } while (0)
 
 /* ------------------------------------------------------------ weights */
 
@@ -32,9 +31,9 @@ static scdb_err bind(scdb_model *m, const char *name, int64_t d0, int64_t d1,
     int64_t shape[2] = {d0, d1};
     int ndim = d1 > 0 ? 2 : 1;
 
-    if (!t) { ERRF("tensor '%s' missing from model.safetensors", name); return SCDB_ENOTFOUND; }
+    if (!t) { scdb_errf(errbuf, errlen, "tensor '%s' missing from model.safetensors", name); return SCDB_ENOTFOUND; }
     if (t->ndim != ndim || t->shape[0] != shape[0] || (ndim == 2 && t->shape[1] != shape[1])) {
-        ERRF("tensor '%s' has shape [%lld%s%lld], config implies [%lld, %lld]", name,
+        scdb_errf(errbuf, errlen, "tensor '%s' has shape [%lld%s%lld], config implies [%lld, %lld]", name,
              (long long)t->shape[0], t->ndim > 1 ? ", " : "",
              t->ndim > 1 ? (long long)t->shape[1] : 0LL, (long long)d0, (long long)d1);
         return SCDB_ESHAPE;
@@ -44,7 +43,7 @@ static scdb_err bind(scdb_model *m, const char *name, int64_t d0, int64_t d1,
         return SCDB_OK;
     }
     if (t->dtype != SCDB_F16 && t->dtype != SCDB_BF16) {
-        ERRF("tensor '%s' has dtype %s, want F32, F16 or BF16", name, scdb_dtype_name(t->dtype));
+        scdb_errf(errbuf, errlen, "tensor '%s' has dtype %s, want F32, F16 or BF16", name, scdb_dtype_name(t->dtype));
         return SCDB_EDTYPE;
     }
     size_t n = (size_t)d0 * (size_t)(d1 > 0 ? d1 : 1);
