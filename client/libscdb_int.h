@@ -67,33 +67,68 @@ struct scdb {
     uint64_t n_index_lookups, n_request_lookups, n_index_fallbacks;
 };
 
-/* Set h->err (printf) and return e. */
-scdb_err lib_fail(scdb *h, scdb_err e, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+/* The library's files, bottom to top: each calls only files listed before
+ * it.  Internal functions are scdb_cl_* and not exported from libscdb.so
+ * (libscdb.map lists what is).
+ *
+ *   util.c     the handle's error message, shm open, shared argument checks
+ *   index.c    the broker's lookup index
+ *   conn.c     sockets, requests, hello and re-registration, heartbeats,
+ *              connect, register, ping
+ *   cuda.c     CUDA IPC handles (libcudart through dlopen)
+ *   session.c  live sessions
+ *   blocks.c   put, put_states, lookup, delete, stats
+ *   raw.c      raw-KV payloads, put of a cache
+ *   arena.c    arenas, get, get_copy
+ *   libscdb.c  scdb_close */
 
+/* util.c */
+/* Set h->err (printf) and return e. */
+scdb_err scdb_cl_fail(scdb *h, scdb_err e, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Open a shared object the broker named: "/proc/<pid>/fd/<n>" (its memfd,
+ * sealed against shrinking) or a POSIX shm name.  -1 with errno. */
+int scdb_cl_shm_open(const char *name);
+/* SCDB_EINVAL (with a message) unless h is registered. */
+scdb_err scdb_cl_need_registered(scdb *h);
+/* Tokens of a request: within max_tokens, non-negative. */
+scdb_err scdb_cl_check_tokens(scdb *h, const int32_t *t, size_t n);
+/* c has our model's geometry. */
+int scdb_cl_same_geometry(const scdb *h, const scdb_kv_cache *c);
+
+/* index.c */
+/* Map the index `name` (following retired objects to their successors). */
+void scdb_cl_lix_map(scdb *h, const char *name);
+/* After a hello: map the index it named, unless turned off. */
+void scdb_cl_lix_attach(scdb *h, const Scdb__HelloReply *r);
+/* Answer a lookup from the index: SCDB_OK with *out filled, an argument
+ * error (as the broker would reply), or SCDB_EBUSY: use the request path. */
+scdb_err scdb_cl_lix_lookup(scdb *h, const int32_t *tokens, size_t n_tokens,
+                            scdb_lookup_result *out);
+
+/* conn.c */
+/* One request and its reply, no retry (see scdb_cl_request). */
+scdb_err scdb_cl_call_once(scdb *h, Scdb__Request *req, const void *const *frames,
+                           const size_t *lens, int n, Scdb__Reply **rep);
 /* Send req (version, id, client filled in) with n payload frames and wait
  * for its reply; re-registers and retries once when the broker no longer
  * knows us.  On return *rep (may be NULL when the call failed before a
  * reply) must be freed with scdb__reply__free_unpacked.  Returns the
  * reply's status (its message in h->err) or a local error. */
-scdb_err lib_request(scdb *h, Scdb__Request *req, const void *const *frames,
-                     const size_t *lens, int n, Scdb__Reply **rep);
+scdb_err scdb_cl_request(scdb *h, Scdb__Request *req, const void *const *frames,
+                         const size_t *lens, int n, Scdb__Reply **rep);
+void scdb_cl_hb_stop(scdb *h);
+/* Close the sockets and free the handle (arenas already gone). */
+void scdb_cl_conn_free(scdb *h);
 
-/* Open a shared object the broker named: "/proc/<pid>/fd/<n>" (its memfd,
- * sealed against shrinking) or a POSIX shm name.  -1 with errno. */
-int lib_shm_open(const char *name);
+/* cuda.c: open a CUDA IPC handle on the broker's GPU (found by PCI bus id,
+ * else ordinal) / close it.  SCDB_EUNSUPPORTED (no CUDA runtime here),
+ * SCDB_EDEVICE, SCDB_EPROTO (handle size). */
+scdb_err scdb_cl_cuda_open(scdb *h, const uint8_t *handle, size_t len, int ordinal,
+                           const char *pci, void **dev_ptr, int *device);
+void scdb_cl_cuda_close(void *dev_ptr, int device);
 
-/* Unmap and free a session locally (no message). */
-void lib_session_drop(scdb_session *s);
-
-/* libscdb_cuda.c: open a CUDA IPC handle on the broker's GPU (found by PCI
- * bus id, else ordinal) / close it.  SCDB_EUNSUPPORTED (no CUDA runtime
- * here), SCDB_EDEVICE, SCDB_EPROTO (handle size). */
-scdb_err lib_cuda_open(scdb *h, const uint8_t *handle, size_t len, int ordinal, const char *pci,
-                       void **dev_ptr, int *device);
-void lib_cuda_close(void *dev_ptr, int device);
-
-/* Map an arena the broker created and confirm it. */
-scdb_err lib_arena_map(scdb *h, const Scdb__ArenaCreateReply *ar, scdb_arena **out);
+/* session.c: unmap and free a session locally (no message). */
+void scdb_cl_session_drop(scdb_session *s);
 
 #endif /* SCDB_LIBSCDB_INT_H */

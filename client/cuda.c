@@ -1,4 +1,4 @@
-/* libscdb_cuda.c — the client end of CUDA IPC arenas: open the broker's
+/* cuda.c — the client end of CUDA IPC arenas: open the broker's
  * cudaIpcMemHandle_t on the same GPU, close it when the arena goes.
  *
  * libscdb does not link the CUDA runtime (the installed library stays
@@ -76,7 +76,7 @@ static int find_device(int ordinal, const char *pci)
     return ordinal;
 }
 
-scdb_err lib_cuda_open(scdb *h, const uint8_t *handle, size_t len, int ordinal, const char *pci,
+scdb_err scdb_cl_cuda_open(scdb *h, const uint8_t *handle, size_t len, int ordinal, const char *pci,
                        void **dev_ptr, int *device)
 {
     ipc_handle ih;
@@ -84,26 +84,26 @@ scdb_err lib_cuda_open(scdb *h, const uint8_t *handle, size_t len, int ordinal, 
     void *p = NULL;
 
     *dev_ptr = NULL;
-    if (len != sizeof ih) return lib_fail(h, SCDB_EPROTO, "CUDA IPC handle of %zu bytes", len);
+    if (len != sizeof ih) return scdb_cl_fail(h, SCDB_EPROTO, "CUDA IPC handle of %zu bytes", len);
     pthread_once(&rt_once, rt_load);
-    if (!rt.lib) return lib_fail(h, SCDB_EUNSUPPORTED, "%s", rt.err);
+    if (!rt.lib) return scdb_cl_fail(h, SCDB_EUNSUPPORTED, "%s", rt.err);
     memcpy(&ih, handle, sizeof ih);
     dev = find_device(ordinal, pci);
     if (rt.get_device(&prev)) prev = -1;
     if ((e = rt.set_device(dev)))
-        return lib_fail(h, SCDB_EDEVICE, "cudaSetDevice(%d) (broker's device %d, %s): %s", dev,
+        return scdb_cl_fail(h, SCDB_EDEVICE, "cudaSetDevice(%d) (broker's device %d, %s): %s", dev,
                         ordinal, pci && *pci ? pci : "no bus id", cuda_str(e));
     e = rt.ipc_open(&p, ih, CUDA_IPC_LAZY_ENABLE_PEER_ACCESS);
     if (prev >= 0 && prev != dev) rt.set_device(prev);
     if (e)
-        return lib_fail(h, SCDB_EDEVICE, "cudaIpcOpenMemHandle on device %d: %s (same host and "
+        return scdb_cl_fail(h, SCDB_EDEVICE, "cudaIpcOpenMemHandle on device %d: %s (same host and "
                         "GPU as the broker? not in the broker's own process?)", dev, cuda_str(e));
     *dev_ptr = p;
     *device = dev;
     return SCDB_OK;
 }
 
-void lib_cuda_close(void *dev_ptr, int device)
+void scdb_cl_cuda_close(void *dev_ptr, int device)
 {
     int prev = -1;
 

@@ -1,4 +1,4 @@
-/* libscdb_session.c — live sessions: an arena kept within a slot budget by
+/* session.c — live sessions: an arena kept within a slot budget by
  * the broker's eviction policy while this process decodes into it (see the
  * "Live sessions" part of scdb.h and broker/sessions.c for the broker's
  * side).  Statistics are folded into the shared accumulators here, with no
@@ -32,7 +32,7 @@ struct scdb_session {
 
 static scdb_err session_request(scdb *h, Scdb__Request *req, Scdb__Reply **rep)
 {
-    return lib_request(h, req, NULL, NULL, 0, rep);
+    return scdb_cl_request(h, req, NULL, NULL, 0, rep);
 }
 
 static scdb_err check_live(scdb_session *s)
@@ -40,10 +40,10 @@ static scdb_err check_live(scdb_session *s)
     scdb *h = s->a->h;
 
     if (s->gen != h->gen || s->a->gen != h->gen)
-        return lib_fail(h, SCDB_ECLOSED, "session %llu is from before a broker restart: close "
+        return scdb_cl_fail(h, SCDB_ECLOSED, "session %llu is from before a broker restart: close "
                         "it and open a new one on a new arena", (unsigned long long)s->id);
     if (s->broken)
-        return lib_fail(h, SCDB_ECLOSED, "session %llu: an eviction timed out or failed "
+        return scdb_cl_fail(h, SCDB_ECLOSED, "session %llu: an eviction timed out or failed "
                         "midway; the cache's state is unknown: close the session",
                         (unsigned long long)s->id);
     return SCDB_OK;
@@ -65,19 +65,19 @@ scdb_err scdb_session_open(scdb_arena *a, const scdb_session_opts *o, scdb_sessi
     if (!a || !o) return SCDB_EINVAL;
     h = a->h;
     if (!a->cache)
-        return lib_fail(h, SCDB_EINVAL, "arena %llu is a states arena, not a KV cache",
+        return scdb_cl_fail(h, SCDB_EINVAL, "arena %llu is a states arena, not a KV cache",
                         (unsigned long long)a->id);
     if (a->dev)
-        return lib_fail(h, SCDB_EUNSUPPORTED, "arena %llu is a CUDA IPC arena: live sessions "
+        return scdb_cl_fail(h, SCDB_EUNSUPPORTED, "arena %llu is a CUDA IPC arena: live sessions "
                         "run on host arenas only for now", (unsigned long long)a->id);
     if (a->session)
-        return lib_fail(h, SCDB_EBUSY, "arena %llu already has a live session",
+        return scdb_cl_fail(h, SCDB_EBUSY, "arena %llu already has a live session",
                         (unsigned long long)a->id);
     if (a->gen != h->gen)
-        return lib_fail(h, SCDB_ECLOSED, "arena %llu is from before a broker restart",
+        return scdb_cl_fail(h, SCDB_ECLOSED, "arena %llu is from before a broker restart",
                         (unsigned long long)a->id);
     if (o->n_heads <= 0 || o->window < 0)
-        return lib_fail(h, SCDB_EINVAL, "session: n_heads must be > 0, window >= 0");
+        return scdb_cl_fail(h, SCDB_EINVAL, "session: n_heads must be > 0, window >= 0");
     so.arena = a->id;
     so.budget = o->budget;
     so.policy = (char *)(o->policy && *o->policy ? o->policy : "streaming");
@@ -104,35 +104,35 @@ scdb_err scdb_session_open(scdb_arena *a, const scdb_session_opts *o, scdb_sessi
     }
     if (e) goto done;
     if (rep->body_case != SCDB__REPLY__BODY_SESSION_OPEN || !rep->session_open->stats_shm_name) {
-        e = lib_fail(h, SCDB_EPROTO, "session reply without a body");
+        e = scdb_cl_fail(h, SCDB_EPROTO, "session reply without a body");
         goto done;
     }
     if (!(s = calloc(1, sizeof *s))) {
-        e = lib_fail(h, SCDB_ENOMEM, "out of memory");
+        e = scdb_cl_fail(h, SCDB_ENOMEM, "out of memory");
         goto close_it;
     }
-    fd = lib_shm_open(rep->session_open->stats_shm_name);
+    fd = scdb_cl_shm_open(rep->session_open->stats_shm_name);
     if (fd < 0) {
-        e = lib_fail(h, SCDB_ESYS, "cannot open session statistics %s: %s",
+        e = scdb_cl_fail(h, SCDB_ESYS, "cannot open session statistics %s: %s",
                      rep->session_open->stats_shm_name, strerror(errno));
         goto close_it;
     }
     if (fstat(fd, &st) || (uint64_t)st.st_size < rep->session_open->stats_size) {
-        e = lib_fail(h, SCDB_EPROTO, "session statistics smaller than announced");
+        e = scdb_cl_fail(h, SCDB_EPROTO, "session statistics smaller than announced");
         goto close_it;
     }
     s->map = mmap(NULL, rep->session_open->stats_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
                   0);
     if (s->map == MAP_FAILED) {
         s->map = NULL;
-        e = lib_fail(h, SCDB_ESYS, "cannot map session statistics: %s", strerror(errno));
+        e = scdb_cl_fail(h, SCDB_ESYS, "cannot map session statistics: %s", strerror(errno));
         goto close_it;
     }
     s->size = rep->session_open->stats_size;
     e = scdb_evict_acc_attach(s->map, s->size, &s->acc);
     if (e || s->acc->n_layers != h->info.n_layers || s->acc->n_kv_heads != h->info.n_kv_heads ||
         s->acc->n_heads != o->n_heads || s->acc->capacity != a->cache->capacity) {
-        e = lib_fail(h, SCDB_EPROTO, "session statistics have an unexpected header (%s)",
+        e = scdb_cl_fail(h, SCDB_EPROTO, "session statistics have an unexpected header (%s)",
                      scdb_strerror(e));
         goto close_it;
     }
@@ -206,22 +206,22 @@ scdb_err scdb_session_add_stats(scdb_session *s, const float *probs, int probs_s
     if ((e = check_live(s))) return e;
     c = s->a->cache;
     if (n_new < 0 || (probs && n_new == 0) || (probs && probs_slots < c->n))
-        return lib_fail(h, SCDB_EINVAL, "add_stats: n_new %d, probs_slots %d for %d slots",
+        return scdb_cl_fail(h, SCDB_EINVAL, "add_stats: n_new %d, probs_slots %d for %d slots",
                         n_new, probs_slots, c->n);
     missing = c->n - s->acc->n;
     if (missing < n_new)
-        return lib_fail(h, SCDB_EINVAL, "add_stats: %d new slots but the cache grew by %d "
+        return scdb_cl_fail(h, SCDB_EINVAL, "add_stats: %d new slots but the cache grew by %d "
                         "since the last fold (append the slots first)", n_new, missing);
     /* slots appended without statistics (a get) come first, unseen */
     if (missing > n_new) {
         view = *c;
         view.n = c->n - n_new;
         e = scdb_evict_acc_update(s->acc, &view, NULL, 0, missing - n_new);
-        if (e) return lib_fail(h, e, "add_stats: cannot record %d slots", missing - n_new);
+        if (e) return scdb_cl_fail(h, e, "add_stats: cannot record %d slots", missing - n_new);
     }
     if (n_new > 0) {
         e = scdb_evict_acc_update(s->acc, c, probs, probs_slots, n_new);
-        if (e) return lib_fail(h, e, "add_stats: accumulator update failed");
+        if (e) return scdb_cl_fail(h, e, "add_stats: accumulator update failed");
     }
     s->since_evict += (uint32_t)missing;
     return SCDB_OK;
@@ -253,7 +253,7 @@ scdb_err scdb_session_evict(scdb_session *s, uint32_t budget, scdb_session_evict
         rep->session_evict->n_slot_pos != rep->session_evict->n_kept ||
         rep->session_evict->n_kept > (uint32_t)c->capacity) {
         s->broken = 1;
-        e = lib_fail(h, SCDB_EPROTO, "eviction reply without a (consistent) body");
+        e = scdb_cl_fail(h, SCDB_EPROTO, "eviction reply without a (consistent) body");
         goto done;
     }
     {
@@ -261,14 +261,14 @@ scdb_err scdb_session_evict(scdb_session *s, uint32_t budget, scdb_session_evict
         int k = (int)rep->session_evict->n_kept;
         if (n != (uint32_t)k) {
             s->broken = 1;
-            e = lib_fail(h, SCDB_EPROTO, "arena holds %u slots after an eviction to %d", n, k);
+            e = scdb_cl_fail(h, SCDB_EPROTO, "arena holds %u slots after an eviction to %d", n, k);
             goto done;
         }
         c->n = k;
         if (k > s->slot_pos_cap) {
             int32_t *p = realloc(s->slot_pos, sizeof *p * (size_t)k);
             if (!p) {
-                e = lib_fail(h, SCDB_ENOMEM, "out of memory");
+                e = scdb_cl_fail(h, SCDB_ENOMEM, "out of memory");
                 goto done;
             }
             s->slot_pos = p;
@@ -303,7 +303,7 @@ scdb_err scdb_session_step(scdb_session *s, const float *probs, int probs_slots,
     return SCDB_OK;
 }
 
-void lib_session_drop(scdb_session *s)
+void scdb_cl_session_drop(scdb_session *s)
 {
     if (!s) return;
     if (s->a) s->a->session = NULL;
@@ -330,6 +330,6 @@ void scdb_session_close(scdb_session **sp)
         session_request(h, &req, &rep);
         if (rep) scdb__reply__free_unpacked(rep, NULL);
     }
-    lib_session_drop(s);
+    scdb_cl_session_drop(s);
     *sp = NULL;
 }

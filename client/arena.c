@@ -1,6 +1,5 @@
-/* libscdb_arena.c — shared-memory arenas (map, confirm, free), get into an
- * arena (zero copy) or into the caller's cache (copy), and the raw-KV
- * payload helpers. */
+/* arena.c — shared-memory arenas (map, confirm, free), get into an arena
+ * (zero copy) or into the caller's cache (copy). */
 #include "libscdb_int.h"
 
 #include <errno.h>
@@ -11,12 +10,6 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-int lib_shm_open(const char *name)
-{
-    if (!strncmp(name, "/proc/", 6)) return open(name, O_RDWR | O_CLOEXEC);
-    return shm_open(name, O_RDWR | O_CLOEXEC, 0);
-}
 
 /* Tell the broker about an arena (mapped: it may unlink; free: drop it). */
 static scdb_err arena_notify(scdb *h, uint64_t id, int free_it)
@@ -36,12 +29,12 @@ static scdb_err arena_notify(scdb *h, uint64_t id, int free_it)
         req.body_case = SCDB__REQUEST__BODY_ARENA_MAPPED;
         req.arena_mapped = &m;
     }
-    e = lib_request(h, &req, NULL, NULL, 0, &rep);
+    e = scdb_cl_request(h, &req, NULL, NULL, 0, &rep);
     if (rep) scdb__reply__free_unpacked(rep, NULL);
     return e;
 }
 
-scdb_err lib_arena_map(scdb *h, const Scdb__ArenaCreateReply *ar, scdb_arena **out)
+static scdb_err arena_map(scdb *h, const Scdb__ArenaCreateReply *ar, scdb_arena **out)
 {
     scdb_arena *a = calloc(1, sizeof *a);
     const scdb_arena_header *hd;
@@ -50,23 +43,23 @@ scdb_err lib_arena_map(scdb *h, const Scdb__ArenaCreateReply *ar, scdb_arena **o
     scdb_err e;
 
     if (!a) {
-        e = lib_fail(h, SCDB_ENOMEM, "out of memory");
+        e = scdb_cl_fail(h, SCDB_ENOMEM, "out of memory");
         goto fail;
     }
-    fd = lib_shm_open(ar->shm_name);
+    fd = scdb_cl_shm_open(ar->shm_name);
     if (fd < 0) {
-        e = lib_fail(h, SCDB_ESYS, "cannot open arena %s: %s (is the broker another user?)",
+        e = scdb_cl_fail(h, SCDB_ESYS, "cannot open arena %s: %s (is the broker another user?)",
                      ar->shm_name, strerror(errno));
         goto fail;
     }
     if (fstat(fd, &st) || (uint64_t)st.st_size < ar->size || ar->size < SCDB_ARENA_HEADER_BYTES) {
-        e = lib_fail(h, SCDB_EPROTO, "arena %s is smaller than announced", ar->shm_name);
+        e = scdb_cl_fail(h, SCDB_EPROTO, "arena %s is smaller than announced", ar->shm_name);
         goto fail;
     }
     a->map = mmap(NULL, ar->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (a->map == MAP_FAILED) {
         a->map = NULL;
-        e = lib_fail(h, SCDB_ESYS, "cannot map arena %s: %s", ar->shm_name, strerror(errno));
+        e = scdb_cl_fail(h, SCDB_ESYS, "cannot map arena %s: %s", ar->shm_name, strerror(errno));
         goto fail;
     }
     close(fd);
@@ -82,7 +75,7 @@ scdb_err lib_arena_map(scdb *h, const Scdb__ArenaCreateReply *ar, scdb_arena **o
             (int)hd->n_layers != h->info.states_layers ||
             (int)hd->head_dim != h->info.states_dim || hd->capacity != ar->capacity ||
             hd->cache_bytes != 4ull * hd->n_layers * hd->capacity * hd->head_dim) {
-            e = lib_fail(h, SCDB_EPROTO, "states arena %s has an unexpected header",
+            e = scdb_cl_fail(h, SCDB_EPROTO, "states arena %s has an unexpected header",
                          ar->shm_name);
             goto fail;
         }
@@ -101,16 +94,16 @@ scdb_err lib_arena_map(scdb *h, const Scdb__ArenaCreateReply *ar, scdb_arena **o
             (int)hd->head_dim != h->info.head_dim || hd->dtype != SCDB_F32 ||
             hd->cache_bytes != scdb_kv_cache_bytes(h->info.n_layers, h->info.n_kv_heads,
                                                    h->info.head_dim, (int)hd->capacity)) {
-            e = lib_fail(h, SCDB_EPROTO, "CUDA arena %s has an unexpected header", ar->shm_name);
+            e = scdb_cl_fail(h, SCDB_EPROTO, "CUDA arena %s has an unexpected header", ar->shm_name);
             goto fail;
         }
-        e = lib_cuda_open(h, ar->cuda_ipc_handle.data, ar->cuda_ipc_handle.len, ar->cuda_device,
+        e = scdb_cl_cuda_open(h, ar->cuda_ipc_handle.data, ar->cuda_ipc_handle.len, ar->cuda_device,
                           ar->cuda_pci_bus_id, &a->dev, &a->cuda_device);
         if (e) goto fail;
         e = scdb_kv_cache_view(a->dev, hd->cache_bytes, h->info.n_layers, h->info.n_kv_heads,
                                h->info.head_dim, (int)hd->capacity, &a->cache);
         if (e) {
-            lib_fail(h, e, "cannot view the arena's device memory as a cache");
+            scdb_cl_fail(h, e, "cannot view the arena's device memory as a cache");
             goto fail;
         }
         a->cache->n = 0;
@@ -124,13 +117,13 @@ scdb_err lib_arena_map(scdb *h, const Scdb__ArenaCreateReply *ar, scdb_arena **o
         hd->dtype != SCDB_F32 ||
         hd->cache_bytes != scdb_kv_cache_bytes(h->info.n_layers, h->info.n_kv_heads,
                                                h->info.head_dim, (int)hd->capacity)) {
-        e = lib_fail(h, SCDB_EPROTO, "arena %s has an unexpected header", ar->shm_name);
+        e = scdb_cl_fail(h, SCDB_EPROTO, "arena %s has an unexpected header", ar->shm_name);
         goto fail;
     }
     e = scdb_kv_cache_view((char *)a->map + hd->cache_offset, hd->cache_bytes, h->info.n_layers,
                            h->info.n_kv_heads, h->info.head_dim, (int)hd->capacity, &a->cache);
     if (e) {
-        lib_fail(h, e, "cannot view the arena's cache");
+        scdb_cl_fail(h, e, "cannot view the arena's cache");
         goto fail;
     }
     a->cache->n = 0;
@@ -150,7 +143,7 @@ mapped:
     return SCDB_OK;
 fail:
     if (fd >= 0) close(fd);
-    if (a && a->dev) lib_cuda_close(a->dev, a->cuda_device);
+    if (a && a->dev) scdb_cl_cuda_close(a->dev, a->cuda_device);
     if (a) scdb_kv_cache_free(&a->cache);
     if (a && a->map) munmap(a->map, ar->size);
     free(a);
@@ -169,10 +162,10 @@ static scdb_err arena_request(scdb *h, int capacity, Scdb__ArenaKind kind, int c
 
     if (!h || !out) return SCDB_EINVAL;
     *out = NULL;
-    if (!h->registered) return lib_fail(h, SCDB_EINVAL, "not registered (scdb_register first)");
-    if (capacity < 0) return lib_fail(h, SCDB_EINVAL, "negative arena capacity");
+    if (!h->registered) return scdb_cl_fail(h, SCDB_EINVAL, "not registered (scdb_register first)");
+    if (capacity < 0) return scdb_cl_fail(h, SCDB_EINVAL, "negative arena capacity");
     if (kind == SCDB__ARENA_KIND__ARENA_STATES && !h->info.states_dim)
-        return lib_fail(h, SCDB_EUNSUPPORTED, "the broker does not encode codebook %s for "
+        return scdb_cl_fail(h, SCDB_EUNSUPPORTED, "the broker does not encode codebook %s for "
                         "this client (producers of an scd codebook only): put payloads",
                         h->codebook[0] ? h->codebook : "raw");
     ac.capacity = (uint32_t)capacity;
@@ -180,11 +173,11 @@ static scdb_err arena_request(scdb *h, int capacity, Scdb__ArenaKind kind, int c
     ac.cuda = cuda;
     req.body_case = SCDB__REQUEST__BODY_ARENA_CREATE;
     req.arena_create = &ac;
-    e = lib_request(h, &req, NULL, NULL, 0, &rep);
+    e = scdb_cl_request(h, &req, NULL, NULL, 0, &rep);
     if (!e && (rep->body_case != SCDB__REPLY__BODY_ARENA || !rep->arena->shm_name ||
                rep->arena->kind != kind || (cuda && !rep->arena->cuda)))
-        e = lib_fail(h, SCDB_EPROTO, "arena reply without a body of the kind asked for");
-    if (!e) e = lib_arena_map(h, rep->arena, out);
+        e = scdb_cl_fail(h, SCDB_EPROTO, "arena reply without a body of the kind asked for");
+    if (!e) e = arena_map(h, rep->arena, out);
     if (rep) scdb__reply__free_unpacked(rep, NULL);
     return e;
 }
@@ -231,9 +224,9 @@ void scdb_arena_free(scdb_arena **ap)
     a = *ap;
     h = a->h;
     /* freeing the arena ends its session on the broker too */
-    if (a->session) lib_session_drop(a->session);
+    if (a->session) scdb_cl_session_drop(a->session);
     /* our mapping of the device memory goes before the broker frees it */
-    if (a->dev) lib_cuda_close(a->dev, a->cuda_device);
+    if (a->dev) scdb_cl_cuda_close(a->dev, a->cuda_device);
     if (h->registered && a->gen == h->gen) arena_notify(h, a->id, 1);
     for (pp = &h->arenas; *pp && *pp != a; pp = &(*pp)->next) {}
     if (*pp) *pp = a->next;
@@ -255,14 +248,14 @@ scdb_err scdb_get(scdb *h, const int32_t *tokens, size_t n_tokens, scdb_arena *a
     scdb_err e;
 
     if (!h || !a || a->h != h || (!tokens && n_tokens)) return SCDB_EINVAL;
-    if (!h->registered) return lib_fail(h, SCDB_EINVAL, "not registered (scdb_register first)");
+    if (!h->registered) return scdb_cl_fail(h, SCDB_EINVAL, "not registered (scdb_register first)");
     if (a->gen != h->gen)
-        return lib_fail(h, SCDB_ECLOSED, "arena %llu is from before a broker restart: free it "
+        return scdb_cl_fail(h, SCDB_ECLOSED, "arena %llu is from before a broker restart: free it "
                         "and create a new one", (unsigned long long)a->id);
     if (!a->cache)
-        return lib_fail(h, SCDB_EINVAL, "arena %llu is a states arena, not a KV cache",
+        return scdb_cl_fail(h, SCDB_EINVAL, "arena %llu is a states arena, not a KV cache",
                         (unsigned long long)a->id);
-    if (slot0 < 0 || pos0 < 0) return lib_fail(h, SCDB_ERANGE, "negative slot0 or pos0");
+    if (slot0 < 0 || pos0 < 0) return scdb_cl_fail(h, SCDB_ERANGE, "negative slot0 or pos0");
     __atomic_store_n(&a->hdr->n, (uint32_t)a->cache->n, __ATOMIC_RELEASE);
     g.tokens = (int32_t *)tokens;
     g.n_tokens = n_tokens;
@@ -271,7 +264,7 @@ scdb_err scdb_get(scdb *h, const int32_t *tokens, size_t n_tokens, scdb_arena *a
     g.pos0 = pos0;
     req.body_case = SCDB__REQUEST__BODY_GET;
     req.get = &g;
-    e = lib_request(h, &req, NULL, NULL, 0, &rep);
+    e = scdb_cl_request(h, &req, NULL, NULL, 0, &rep);
     if (rep && rep->body_case == SCDB__REPLY__BODY_GET) {
         uint32_t n = __atomic_load_n(&a->hdr->n, __ATOMIC_ACQUIRE);
         a->cache->n = n <= a->hdr->capacity ? (int)n : a->cache->n;
@@ -283,16 +276,10 @@ scdb_err scdb_get(scdb *h, const int32_t *tokens, size_t n_tokens, scdb_arena *a
             out->decode_ns = rep->get->decode_ns;
         }
     } else if (!e) {
-        e = lib_fail(h, SCDB_EPROTO, "get reply without a body");
+        e = scdb_cl_fail(h, SCDB_EPROTO, "get reply without a body");
     }
     if (rep) scdb__reply__free_unpacked(rep, NULL);
     return e;
-}
-
-static int same_geometry(const scdb *h, const scdb_kv_cache *c)
-{
-    return c->n_layers == h->info.n_layers && c->n_kv_heads == h->info.n_kv_heads &&
-           c->head_dim == h->info.head_dim;
 }
 
 scdb_err scdb_get_copy(scdb *h, const int32_t *tokens, size_t n_tokens, scdb_kv_cache *dst,
@@ -304,13 +291,13 @@ scdb_err scdb_get_copy(scdb *h, const int32_t *tokens, size_t n_tokens, scdb_kv_
     scdb_err e;
 
     if (!h || !dst || (!tokens && n_tokens)) return SCDB_EINVAL;
-    if (!h->registered) return lib_fail(h, SCDB_EINVAL, "not registered (scdb_register first)");
-    if (!same_geometry(h, dst))
-        return lib_fail(h, SCDB_ESHAPE, "destination cache is %dx%dx%d, model is %dx%dx%d",
+    if (!h->registered) return scdb_cl_fail(h, SCDB_EINVAL, "not registered (scdb_register first)");
+    if (!scdb_cl_same_geometry(h, dst))
+        return scdb_cl_fail(h, SCDB_ESHAPE, "destination cache is %dx%dx%d, model is %dx%dx%d",
                         dst->n_layers, dst->n_kv_heads, dst->head_dim, h->info.n_layers,
                         h->info.n_kv_heads, h->info.head_dim);
     if (slot0 < 0 || slot0 > dst->capacity)
-        return lib_fail(h, SCDB_ERANGE, "slot0 %d outside the destination cache", slot0);
+        return scdb_cl_fail(h, SCDB_ERANGE, "slot0 %d outside the destination cache", slot0);
     bt = h->info.block_tokens;
     room = (size_t)(dst->capacity - slot0) / bt;      /* whole blocks that fit */
     n_use = n_tokens / bt < room ? n_tokens : room * bt;
@@ -343,65 +330,3 @@ scdb_err scdb_get_copy(scdb *h, const int32_t *tokens, size_t n_tokens, scdb_kv_
     return e;
 }
 
-/* ------------------------------------------------------------- raw KV */
-
-scdb_err scdb_raw_block(const scdb_kv_cache *c, int slot0, int n_tokens, scdb_dtype dtype,
-                        void *dst, size_t cap)
-{
-    size_t es = scdb_dtype_size(dtype), d, per_layer;
-    char *out = dst;
-
-    if (!c || !dst || n_tokens <= 0 || slot0 < 0 || slot0 > c->capacity - n_tokens)
-        return SCDB_EINVAL;
-    if (dtype != SCDB_F16 && dtype != SCDB_F32) return SCDB_EDTYPE;
-    d = (size_t)scdb_kv_dim(c);
-    per_layer = (size_t)n_tokens * d * es;
-    if (cap < 2 * (size_t)c->n_layers * per_layer) return SCDB_ETOOBIG;
-    for (int kv = 0; kv < 2; kv++)
-        for (int l = 0; l < c->n_layers; l++) {
-            const float *src = kv ? scdb_kv_v(c, l, slot0) : scdb_kv_k(c, l, slot0);
-            char *o = out + ((size_t)kv * c->n_layers + l) * per_layer;
-            if (dtype == SCDB_F32)
-                memcpy(o, src, per_layer);
-            else
-                scdb_f32_to_f16_n(src, (uint16_t *)(void *)o, (size_t)n_tokens * d);
-        }
-    return SCDB_OK;
-}
-
-scdb_err scdb_put_cache(scdb *h, const int32_t *tokens, size_t n_tokens,
-                        const scdb_kv_cache *cache, scdb_put_result *out)
-{
-    size_t bt, n_blocks, bb;
-    char *payload;
-    scdb_err e;
-
-    if (!h || !cache || (!tokens && n_tokens)) return SCDB_EINVAL;
-    if (!h->registered) return lib_fail(h, SCDB_EINVAL, "not registered (scdb_register first)");
-    if (strcmp(h->info.codebook_kind, "raw"))
-        return lib_fail(h, SCDB_EUNSUPPORTED, "codebook kind %s is not raw KV: encode and put",
-                        h->info.codebook_kind);
-    if (!same_geometry(h, cache))
-        return lib_fail(h, SCDB_ESHAPE, "cache is %dx%dx%d, model is %dx%dx%d",
-                        cache->n_layers, cache->n_kv_heads, cache->head_dim, h->info.n_layers,
-                        h->info.n_kv_heads, h->info.head_dim);
-    bt = h->info.block_tokens;
-    bb = h->info.block_bytes;
-    n_blocks = n_tokens / bt;
-    if ((size_t)cache->n < n_blocks * bt)
-        return lib_fail(h, SCDB_ESHAPE, "cache holds %d slots, %zu full blocks need %zu",
-                        cache->n, n_blocks, n_blocks * bt);
-    payload = malloc(n_blocks ? n_blocks * bb : 1);
-    if (!payload) return lib_fail(h, SCDB_ENOMEM, "out of memory");
-    for (size_t i = 0; i < n_blocks; i++) {
-        e = scdb_raw_block(cache, (int)(i * bt), (int)bt, (scdb_dtype)h->info.payload_dtype,
-                           payload + i * bb, bb);
-        if (e) {
-            free(payload);
-            return lib_fail(h, e, "cannot build raw block %zu", i);
-        }
-    }
-    e = scdb_put(h, tokens, n_tokens, 0, payload, n_blocks * bb, out);
-    free(payload);
-    return e;
-}
