@@ -89,16 +89,6 @@ typedef struct ctx {
 
 /* ------------------------------------------------------------ helpers */
 
-static void log_softmax(const float *x, int n, float *out)
-{
-    float mx = x[0];
-    double s = 0.0;
-    for (int i = 1; i < n; i++) if (x[i] > mx) mx = x[i];
-    for (int i = 0; i < n; i++) s += exp((double)x[i] - mx);
-    float ls = (float)log(s) + mx;
-    for (int i = 0; i < n; i++) out[i] = x[i] - ls;
-}
-
 static int cmp_d(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -116,7 +106,7 @@ static void acc_logits(ctx *c, const qwin *w, acc *a)
 {
     for (int t = 0; t < c->C; t++) {
         const float *o = w->ologp + (size_t)t * c->V;
-        log_softmax(c->logits + (size_t)t * c->V, c->V, c->lp);
+        scdb_k_log_softmax_cpu(c->logits + (size_t)t * c->V, c->V, c->lp);
         double k = 0.0;
         int ao = 0, am = 0;
         for (int v = 0; v < c->V; v++) {
@@ -287,7 +277,7 @@ static scdb_err make_windows(ctx *c, const unsigned char *text, size_t len, int 
         if ((rc = scdb_model_forward(c->cons, w->tok + c->P, NULL, c->C, c->cache, c->logits, NULL)))
             return rc;
         for (int t = 0; t < c->C; t++)
-            log_softmax(c->logits + (size_t)t * c->V, c->V, w->ologp + (size_t)t * c->V);
+            scdb_k_log_softmax_cpu(c->logits + (size_t)t * c->V, c->V, w->ologp + (size_t)t * c->V);
         if (oracle) {
             acc_logits(c, w, oracle);
             double best = INFINITY;

@@ -250,16 +250,6 @@ scdb_err scdb_calib_add_text(scdb_calib *c, const unsigned char *text, size_t le
     return rc;
 }
 
-static void log_softmax(const float *x, int n, float *out)
-{
-    float mx = x[0];
-    double s = 0.0;
-    for (int i = 1; i < n; i++) if (x[i] > mx) mx = x[i];
-    for (int i = 0; i < n; i++) s += exp((double)x[i] - mx);
-    float ls = (float)log(s) + mx;
-    for (int i = 0; i < n; i++) out[i] = x[i] - ls;
-}
-
 static scdb_err add_eval_one(scdb_calib *c, int j, const int32_t *tok)
 {
     const int L = c->L, d = c->d, kv = c->kv, P = c->o.eval_prefix, C = c->o.eval_cont;
@@ -285,7 +275,7 @@ static scdb_err add_eval_one(scdb_calib *c, int j, const int32_t *tok)
     if ((rc = scdb_model_cache_new(c->mod[j], P + C, &full))) goto fail;
     if ((rc = scdb_model_forward(c->mod[j], w.tok, NULL, P, full, NULL, NULL))) goto fail;
     if ((rc = scdb_model_forward(c->mod[j], w.tok + P, NULL, C, full, logits, NULL))) goto fail;
-    for (int i = 0; i < C; i++) log_softmax(logits + (size_t)i * c->V, c->V, w.ologp + (size_t)i * c->V);
+    for (int i = 0; i < C; i++) scdb_k_log_softmax_cpu(logits + (size_t)i * c->V, c->V, w.ologp + (size_t)i * c->V);
     full->n = P;   /* keep only the prefix: that is the oracle prefix cache */
     w.oracle = full;
     full = NULL;
@@ -796,7 +786,7 @@ static scdb_err eval_kl(const scdb_calib *c, int j, build_fn fn, void *ctx, doub
         if ((rc = scdb_model_forward(c->mod[j], w->tok + P, NULL, C, cache, logits, NULL))) goto done;
         for (int t = 0; t < C; t++) {
             const float *o = w->ologp + (size_t)t * V;
-            log_softmax(logits + (size_t)t * V, V, lp);
+            scdb_k_log_softmax_cpu(logits + (size_t)t * V, V, lp);
             double k = 0.0;
             int ao = 0, am = 0;
             for (int v = 0; v < V; v++) {

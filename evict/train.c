@@ -115,18 +115,6 @@ typedef struct adam {
     int t;
 } adam;
 
-static void adam_step(adam *a, float *p, const float *g, float lr)
-{
-    const float b1 = 0.9f, b2 = 0.999f, eps = 1e-8f;
-    a->t++;
-    float c1 = 1.0f - powf(b1, (float)a->t), c2 = 1.0f - powf(b2, (float)a->t);
-    for (size_t i = 0; i < a->n; i++) {
-        a->m[i] = b1 * a->m[i] + (1.0f - b1) * g[i];
-        a->v[i] = b2 * a->v[i] + (1.0f - b2) * g[i] * g[i];
-        p[i] -= lr * (a->m[i] / c1) / (sqrtf(a->v[i] / c2) + eps);
-    }
-}
-
 double scdb_evict_pl_grad(const scdb_evict_decision *d, float wlp, float went, float *ds,
                           double *ent, double *scratch_inv, char *drawn)
 {
@@ -524,7 +512,7 @@ scdb_err scdb_evict_train(const scdb_evict_train_opts *o, scdb_evict_mlp **out,
             for (size_t i = 0; i < mlp->n_params; i++)
                 if (!((i >= g0 && i < g0 + NI) || i == gb)) grad[i] = 0.0f;
         }
-        adam_step(&ad, mlp->params, grad, lr);
+        scdb_k_adam_step_cpu(mlp->params, grad, ad.m, ad.v, ad.n, lr, ++ad.t);
 
         if (o->log)
             fprintf(o->log,

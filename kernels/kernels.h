@@ -94,6 +94,21 @@ void scdb_k_rope_cpu(float *x, int n_tok, int n_heads, int head_dim,
  * -INFINITY entries get probability 0; an all -INFINITY row becomes 0s. */
 void scdb_k_softmax_cpu(float *x, int n_rows, int n);
 
+/* out[i] = x[i] - log(sum_j exp(x[j])) for one row of n logits (max
+ * subtracted first, the sum in double); out may equal x.  The one copy the
+ * codec's calibration, the eviction episodes and the quality bench use. */
+void scdb_k_log_softmax_cpu(const float *x, int n, float *out);
+
+/* One Adam step (beta1 0.9, beta2 0.999, eps 1e-8, bias-corrected) on n
+ * parameters w with gradient g; m and v are the moment estimates (zeroed
+ * before step 1), t is the 1-based step number. */
+void scdb_k_adam_step_cpu(float *w, const float *g, float *m, float *v, size_t n, float lr,
+                          int t);
+
+/* ggml-style normalised error sum (a - b)^2 / sum b^2 (sum (a - b)^2 when b
+ * is all zeros): how twins and benches compare f32 results. */
+double scdb_k_nmse(const float *a, const float *b, size_t n);
+
 /* out = silu(gate) * up, elementwise (SwiGLU); out may equal gate. */
 void scdb_k_swiglu_cpu(const float *gate, const float *up, size_t n, float *out);
 
