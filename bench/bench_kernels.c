@@ -358,14 +358,7 @@ int scdb_bench_kernels(int argc, char **argv)
         cJSON_AddNumberToObject(json, "check_nmse", check_err);
     }
     if (o.json) {
-        char *txt = cJSON_Print(json);
-        FILE *f = txt ? fopen(o.json, "w") : NULL;
-        if (!f || fputs(txt, f) < 0 || fclose(f) != 0) {
-            fprintf(stderr, "scdb bench kernels: cannot write %s\n", o.json);
-            free(txt);
-            goto done;
-        }
-        free(txt);
+        if (scdb_bench_write_json(o.json, json, "scdb bench kernels")) goto done;
         printf("\nwrote %s\n", o.json);
     }
     ret = 0;

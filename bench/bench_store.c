@@ -552,25 +552,6 @@ static void on_evict(void *ctx, const scdb_key *key)
     l->k[l->n++] = *key;
 }
 
-static int rm_cb(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb, (void)flag, (void)ftw;
-    return remove(p);
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double pct(double *v, size_t n, double q)
-{
-    if (!n) return 0;
-    qsort(v, n, sizeof *v, cmp_double);
-    return v[(size_t)((double)(n - 1) * q + 0.5)];
-}
-
 static uint64_t file_size(const char *dir)
 {
     char p[1200];
@@ -785,17 +766,17 @@ static int replay(const bopts *o, const trace *t, const profile *p, double frac,
     out->accounted_bytes = st.disk_bytes;
     out->disk_bytes = st.file_bytes;
     out->lmdb_disk_bytes = env ? file_size(ldir) : 0;
-    out->p50 = pct(lat, p->n_req, 0.50);
-    out->p99 = pct(lat, p->n_req, 0.99);
+    out->p50 = scdb_bench_pct(lat, p->n_req, 0.50);
+    out->p99 = scdb_bench_pct(lat, p->n_req, 0.99);
     if (env) {
-        out->lmdb_p50 = pct(blat, p->n_req, 0.50);
-        out->lmdb_p99 = pct(blat, p->n_req, 0.99);
+        out->lmdb_p50 = scdb_bench_pct(blat, p->n_req, 0.50);
+        out->lmdb_p99 = scdb_bench_pct(blat, p->n_req, 0.99);
     }
     rc = 0;
 out:
     scdb_store_close(&s);
     if (env) mdb_env_close(env);
-    if (base[0]) nftw(base, rm_cb, 8, FTW_DEPTH | FTW_PHYS);
+    if (base[0]) scdb_rm_tree(base);
     free(tokens), free(keys), free(bkeys), free(puts), free(sections), free(payload);
     free(lat), free(blat), free(ev.k);
     out->wall_s = scdb_now() - t_start;
@@ -1031,19 +1012,7 @@ int scdb_bench_store(int argc, char **argv)
         printf("\nhit rate at unbounded capacity == ideal: %s\n", ok ? "yes" : "NO");
         cJSON_AddBoolToObject(json, "unbounded_hit_rate_equals_ideal", ok);
     }
-    if (o.json) {
-        char *txt = cJSON_Print(json);
-        FILE *f = fopen(o.json, "w");
-        if (!f || !txt || fputs(txt, f) < 0) {
-            fprintf(stderr, "scdb bench store: cannot write %s\n", o.json);
-            if (f) fclose(f);
-            free(txt);
-            goto done;
-        }
-        fputc('\n', f);
-        fclose(f);
-        free(txt);
-    }
+    if (o.json && scdb_bench_write_json(o.json, json, "scdb bench store")) goto done;
     rc = 0;
 done:
     cJSON_Delete(json);

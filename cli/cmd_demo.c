@@ -30,6 +30,7 @@
 #include "codec.h"
 #include "model.h"
 #include "scdb.h"
+#include "bench.h"
 #include "scdb_cli.h"
 
 #define MAX_CONSUMERS 8
@@ -84,15 +85,8 @@ static int argmax(const float *v, int n)
 
 static scdb_err connect_retry(const char *endpoint, scdb **h)
 {
-    scdb_opts o = {0};
-    o.endpoint = endpoint;
-    o.timeout_ms = 2000;
-    scdb_err rc = SCDB_ETIMEDOUT;
-    for (int i = 0; i < 100; i++) {
-        if ((rc = scdb_connect(&o, h)) == SCDB_OK) return rc;
-        usleep(100 * 1000);
-    }
-    return rc;
+    scdb_opts o = {.endpoint = endpoint, .timeout_ms = 2000};
+    return scdb_bench_connect(&o, 60, -1, h);
 }
 
 /* Greedy continuation of gen tokens from a cache that already holds the
@@ -437,7 +431,7 @@ int scdb_cmd_demo(int argc, char **argv)
     }
     if (d.n_consumers == 0) { fprintf(stderr, "scdb demo: no pairs under %s/pairs\n", d.data); return 1; }
 
-    if (!text_path) { snprintf(path, sizeof path, "%s/heldout/manpages.txt", d.data); text_path = path; }
+    if (!text_path) text_path = scdb_model_heldout_path(d.data, "manpages", path, sizeof path);
     scdb_err e = scdb_read_file(text_path, 64u << 20, &text, &len);
     if (e) { fprintf(stderr, "scdb demo: %s: %s\n", text_path, scdb_strerror(e)); return 1; }
     size_t off = len > (48u << 10) + (size_t)d.prefix ? (48u << 10) : 0;
@@ -460,13 +454,11 @@ int scdb_cmd_demo(int argc, char **argv)
     printf("\nprefix: %d bytes of %s; each consumer generates %d tokens greedily\n\n",
            d.prefix, text_path, d.gen);
     fflush(stdout);
-    broker = fork();
-    if (broker < 0) goto done;
-    if (broker == 0) {
-        char *args[] = {"scdb", "serve", "--config", d.cfg, NULL};
-        execv("/proc/self/exe", args);
-        _exit(127);
+    {
+        const char *args[] = {"--config", d.cfg, NULL};
+        broker = scdb_bench_start_broker(args, NULL);
     }
+    if (broker < 0) goto done;
     if (run_child(producer_fn, &d, NULL) != 0) { fprintf(stderr, "scdb demo: producer failed\n"); goto done; }
     printf("\n| consumer | TTFT own prefill | TTFT via scdb | speed-up | payload/token vs raw f16 KV "
            "| same tokens, whole prefix | same tokens, live session (%s, budget %d, every %d) |\n"
@@ -480,20 +472,12 @@ int scdb_cmd_demo(int argc, char **argv)
            "position; the live session generates in the arena while the broker keeps it within\n"
            "the budget (evicting every --cadence tokens; us = broker time per eviction).\n");
 done:
-    if (broker > 0) {
-        int st;
-        kill(broker, SIGTERM);
-        while (waitpid(broker, &st, 0) < 0 && errno == EINTR) {}
-        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-            fprintf(stderr, "scdb demo: broker exited abnormally\n");
-            rc = 1;
-        }
+    if (broker > 0 && scdb_bench_stop_broker(broker, SIGTERM) != 0) {
+        fprintf(stderr, "scdb demo: broker exited abnormally\n");
+        rc = 1;
     }
-    if (d.tmp[0] && strstr(d.tmp, "/scdb-demo-")) {
-        char cmd[400];
-        snprintf(cmd, sizeof cmd, "rm -rf '%s'", d.tmp);
-        if (system(cmd) != 0) fprintf(stderr, "scdb demo: could not remove %s\n", d.tmp);
-    }
+    if (d.tmp[0] && strstr(d.tmp, "/scdb-demo-") && scdb_rm_tree(d.tmp))
+        fprintf(stderr, "scdb demo: could not remove %s\n", d.tmp);
     free(d.tokens);
     printf("%s\n", rc == 0 ? "demo: ok" : "demo: FAILED");
     return rc;

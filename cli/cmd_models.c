@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "model.h"
+#include "bench.h"
 #include "scdb_cli.h"
 
 #define MAX_ITEMS 32
@@ -114,7 +115,7 @@ int scdb_cmd_models(int argc, char **argv)
         for (int j = 0; j < nd; j++) {
             char path[2048], *text;
             size_t len;
-            snprintf(path, sizeof path, "%s/heldout/%s.txt", data, domains[j]);
+            scdb_model_heldout_path(data, domains[j], path, sizeof path);
             if ((e = scdb_read_file(path, 1 << 30, &text, &len))) {
                 fprintf(stderr, "scdb models: %s: %s\n", path, scdb_strerror(e));
                 scdb_model_free(&m);
@@ -191,16 +192,9 @@ int scdb_cmd_models(int argc, char **argv)
         }
         cJSON_AddNumberToObject(root, "max_bytes", (double)max_bytes);
         cJSON_AddBoolToObject(root, "specialisation_ok", ok);
-        char *s = cJSON_Print(root);
-        FILE *f = fopen(json_path, "w");
-        if (!f || fputs(s, f) < 0 || fputc('\n', f) < 0 || fclose(f) != 0) {
-            fprintf(stderr, "scdb models: cannot write %s\n", json_path);
-            free(s);
-            cJSON_Delete(root);
-            goto done;
-        }
-        free(s);
+        int bad = scdb_bench_write_json(json_path, root, "scdb models");
         cJSON_Delete(root);
+        if (bad) goto done;
     }
     rc = ok ? 0 : 1;
 done:

@@ -136,7 +136,7 @@ int scdb_cmd_train_policy(int argc, char **argv)
 
     scdb_evict_train_defaults(&o);
     snprintf(model_dir, sizeof model_dir, "%s/models/base", scdb_cli_data_dir());
-    snprintf(text_path, sizeof text_path, "%s/heldout/english.txt", scdb_cli_data_dir());
+    scdb_model_heldout_path(scdb_cli_data_dir(), "english", text_path, sizeof text_path);
     optind = 1;
     while ((c = getopt_long(argc, argv, "o:qh", opts, NULL)) != -1) {
         int bad = 0;

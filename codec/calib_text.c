@@ -121,7 +121,11 @@ scdb_err scdb_codec_domain_text(const scdb_model *m, scdb_text_source src, size_
         src = SCDB_TEXT_HELDOUT_FIRST;
     }
     family_dir(m, fam, sizeof fam);
-    snprintf(path, sizeof path, "%s/../heldout/%s.txt", fam, scdb_model_cfg(m)->domain);
+    {
+        char data[1300];
+        snprintf(data, sizeof data, "%s/..", fam);
+        scdb_model_heldout_path(data, scdb_model_cfg(m)->domain, path, sizeof path);
+    }
     char *buf;
     size_t l;
     scdb_err rc = scdb_read_file(path, (size_t)1 << 30, &buf, &l);

@@ -136,3 +136,10 @@ int scdb_model_config_same_arch(const scdb_model_config *a, const scdb_model_con
            a->d_ff == b->d_ff && a->rope_theta == b->rope_theta &&
            a->norm_eps == b->norm_eps;
 }
+
+const char *scdb_model_heldout_path(const char *data_dir, const char *domain, char *buf,
+                                    size_t len)
+{
+    snprintf(buf, len, "%s/heldout/%s.txt", data_dir, domain && *domain ? domain : "english");
+    return buf;
+}
