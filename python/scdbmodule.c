@@ -491,7 +491,7 @@ static PyMethodDef mod_methods[] = {
 };
 
 PyDoc_STRVAR(mod_doc,
-"scdb — the client of the scdb sidecar cache broker, over libscdb.\n"
+"The client of the scdb sidecar cache broker (a CPython extension over libscdb).\n"
 "\n"
 "A serving process connects to the broker, registers as the producer or a\n"
 "consumer of one model under one codebook, and then:\n"
