@@ -8,20 +8,27 @@
 
 /* ------------------------------------------------------------ call guard */
 
+/* Free one deferred handle; c is busy (ours) meanwhile.  The GIL is let go
+ * (the free is a round trip) except while the interpreter shuts down. */
+static void free_now(int is_session, void *ptr)
+{
+    PyThreadState *ts = py_finalizing() ? NULL : PyEval_SaveThread();
+    if (is_session) {
+        scdb_session *s = ptr;
+        scdb_session_close(&s);
+    } else {
+        scdb_arena *a = ptr;
+        scdb_arena_free(&a);
+    }
+    if (ts) PyEval_RestoreThread(ts);
+}
+
 static void run_pending(py_client *c)
 {
     while (c->n_pending && c->h) {
         py_pending p = c->pending[0];
         memmove(c->pending, c->pending + 1, --c->n_pending * sizeof *c->pending);
-        Py_BEGIN_ALLOW_THREADS
-        if (p.is_session) {
-            scdb_session *s = p.ptr;
-            scdb_session_close(&s);
-        } else {
-            scdb_arena *a = p.ptr;
-            scdb_arena_free(&a);
-        }
-        Py_END_ALLOW_THREADS
+        free_now(p.is_session, p.ptr);
     }
 }
 
@@ -62,15 +69,9 @@ void py_client_defer(py_client *c, int is_session, void *ptr)
 {
     if (!c->h || !ptr) return;                /* scdb_close freed it already */
     if (!c->busy) {
-        Py_BEGIN_ALLOW_THREADS
-        if (is_session) {
-            scdb_session *s = ptr;
-            scdb_session_close(&s);
-        } else {
-            scdb_arena *a = ptr;
-            scdb_arena_free(&a);
-        }
-        Py_END_ALLOW_THREADS
+        c->busy = 1;                  /* no other thread's call meanwhile */
+        free_now(is_session, ptr);
+        c->busy = 0;
         return;
     }
     if (c->n_pending == c->cap_pending) {

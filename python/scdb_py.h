@@ -44,6 +44,12 @@
 
 #include "scdb.h"
 
+#if PY_VERSION_HEX >= 0x030D0000
+#define py_finalizing() Py_IsFinalizing()
+#else
+#define py_finalizing() _Py_IsFinalizing()
+#endif
+
 /* ------------------------------------------------------------- objects */
 
 typedef struct py_pending {

@@ -199,21 +199,30 @@ static int is_int_code(char c)
     return c && strchr("bBhHiIlLqQnN", c) != NULL;
 }
 
-static long long read_int(const char *p, char c)
+/* Element of a native-order integer buffer: itemsize bytes, signed for the
+ * lower-case codes ('=l' is 4 bytes, '@l' 8: the size is the buffer's).
+ * -1 for an unsigned value past LLONG_MAX (out of range either way). */
+static long long read_int(const char *p, char c, Py_ssize_t itemsize)
 {
-    switch (c) {
-    case 'b': return *(const signed char *)p;
-    case 'B': return *(const unsigned char *)p;
-    case 'h': { short v; memcpy(&v, p, sizeof v); return v; }
-    case 'H': { unsigned short v; memcpy(&v, p, sizeof v); return v; }
-    case 'i': { int v; memcpy(&v, p, sizeof v); return v; }
-    case 'I': { unsigned v; memcpy(&v, p, sizeof v); return v; }
-    case 'l': { long v; memcpy(&v, p, sizeof v); return v; }
-    case 'n': { Py_ssize_t v; memcpy(&v, p, sizeof v); return v; }
-    case 'q': { long long v; memcpy(&v, p, sizeof v); return v; }
-    case 'L': { unsigned long v; memcpy(&v, p, sizeof v); return v > (unsigned long)LLONG_MAX ? -1 : (long long)v; }
-    case 'N': { size_t v; memcpy(&v, p, sizeof v); return v > (size_t)LLONG_MAX ? -1 : (long long)v; }
-    case 'Q': { unsigned long long v; memcpy(&v, p, sizeof v); return v > (unsigned long long)LLONG_MAX ? -1 : (long long)v; }
+    int is_signed = c >= 'a' && c <= 'z';
+    switch (itemsize) {
+    case 1: return is_signed ? (long long)*(const int8_t *)p : (long long)*(const uint8_t *)p;
+    case 2: {
+        uint16_t u;
+        memcpy(&u, p, 2);
+        return is_signed ? (long long)(int16_t)u : (long long)u;
+    }
+    case 4: {
+        uint32_t u;
+        memcpy(&u, p, 4);
+        return is_signed ? (long long)(int32_t)u : (long long)u;
+    }
+    case 8: {
+        uint64_t u;
+        memcpy(&u, p, 8);
+        if (is_signed) return (long long)(int64_t)u;
+        return u > (uint64_t)LLONG_MAX ? -1 : (long long)u;
+    }
     default: return -1;
     }
 }
@@ -270,8 +279,9 @@ int py_tokens_get(PyObject *o, py_tokens *t)
             return -1;
         }
         for (size_t i = 0; i < t->n; i++) {
-            long long x = read_int((const char *)v->buf + (Py_ssize_t)i * v->strides[0], c);
-            if (x < 0 && (c == 'L' || c == 'N' || c == 'Q')) x = (long long)INT32_MAX + 1;
+            long long x = read_int((const char *)v->buf + (Py_ssize_t)i * v->strides[0], c,
+                                   v->itemsize);
+            if (x < 0 && c >= 'A' && c <= 'Z') x = (long long)INT32_MAX + 1;   /* huge unsigned */
             if (token_range(i, x)) return -1;
             t->owned[i] = (int32_t)x;
         }
