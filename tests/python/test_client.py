@@ -4,6 +4,7 @@ import gc
 import subprocess
 import sys
 import threading
+import time
 import tracemalloc
 
 import numpy as np
@@ -392,6 +393,44 @@ def test_two_threads_one_client(broker):
     assert c.timeout_ms == 5000
     c.ping()                                             # usable afterwards
     c.close()
+
+
+def test_arena_collected_during_another_threads_call(own_broker):
+    """An Arena collected while another thread is in a call on its Client is
+    freed after that call, not during it (no second call on the handle)."""
+    import os
+    import signal
+    c = scdb.Client(own_broker.endpoint, timeout_ms=1000)
+    c.register("base", "consumer")
+    a, probe = c.arena(64), c.arena(64)
+    arenas = c.stats()["arenas"]
+    t = threading.Thread(target=_ping, args=(c,))
+    os.kill(own_broker.proc.pid, signal.SIGSTOP)
+    try:
+        t.start()
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:           # until the other thread is in
+            try:
+                probe.n = 0
+            except scdb.BusyError:
+                break
+        else:
+            pytest.fail("the other thread never entered its call")
+        del a                                        # deferred: the handle is busy
+        gc.collect()
+    finally:
+        os.kill(own_broker.proc.pid, signal.SIGCONT)
+    t.join()
+    assert c.stats()["arenas"] == arenas - 1
+    probe.close()
+    c.close()
+
+
+def _ping(c):
+    try:
+        c.ping()
+    except scdb.Error:
+        pass
 
 
 def test_threads_with_own_clients(broker, producer, prompt, raw_payload):
