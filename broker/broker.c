@@ -394,6 +394,7 @@ scdb_err scdb_broker_run(scdb_broker *b)
             }
         }
         now = scdb_now();
+        bk_lix_tick(b, scdb_now_ns());
         if (now >= b->next_sweep) {
             bk_clients_sweep(b, now);
             b->next_sweep = now + sweep_every;

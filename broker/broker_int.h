@@ -195,6 +195,7 @@ struct scdb_broker {
     pthread_mutex_t lix_mu;
     int lix_mu_init;
     scdb_lix *lix;              /* NULL: not published                     */
+    uint64_t lix_tick_ns;       /* last liveness refresh (main thread)      */
 };
 
 /* The broker's files, bottom to top: each calls only files listed before
@@ -323,6 +324,9 @@ scdb_err bk_lix_cleanup_stale(scdb_broker *b);
 scdb_err bk_lix_start(scdb_broker *b, char *errbuf, size_t errlen);
 /* The store's on_visible callback (ctx = the broker). */
 void bk_lix_on_visible(void *ctx, const scdb_key *k, int visible);
+/* Refresh the index's liveness word if half its period has passed (main
+ * thread, every loop turn). */
+void bk_lix_tick(scdb_broker *b, uint64_t now_ns);
 /* The current index name for HelloReply ("" when none). */
 void bk_lix_name(scdb_broker *b, char *buf, size_t len);
 /* Retire the index (clean shutdown). */

@@ -219,17 +219,29 @@ scdb_err scdb_cl_request(scdb *h, Scdb__Request *req, const void *const *frames,
 
 /* ------------------------------------------------------------ heartbeat */
 
+/* The heartbeat thread: a heartbeat every hb_interval_ms on its own
+ * socket, and a ZeroMQ monitor on that socket that tells, within
+ * milliseconds, when the broker's connection drops (peer_lost: lookups stop
+ * trusting its index) and when a broker answers again. */
 static void *hb_main(void *arg)
 {
     scdb *h = arg;
-    void *s = socket_new(h, 1);
+    void *s = socket_new(h, 1), *mon = NULL;
     uint8_t buf[256];
+    char mon_ep[64];
     double next = 0;
 
     if (!s) return NULL;
+    snprintf(mon_ep, sizeof mon_ep, "inproc://scdb-hb-monitor-%p", (void *)h);
+    if (zmq_socket_monitor(s, mon_ep, ZMQ_EVENT_CONNECTED | ZMQ_EVENT_DISCONNECTED) == 0 &&
+        (mon = zmq_socket(h->zctx, ZMQ_PAIR)) && zmq_connect(mon, mon_ep)) {
+        zmq_close(mon);
+        mon = NULL;
+    }
     for (;;) {
-        zmq_pollitem_t it[2] = {{.socket = s, .events = ZMQ_POLLIN},
-                                {.fd = h->hb_pipe[0], .events = ZMQ_POLLIN}};
+        zmq_pollitem_t it[3] = {{.socket = s, .events = ZMQ_POLLIN},
+                                {.fd = h->hb_pipe[0], .events = ZMQ_POLLIN},
+                                {.socket = mon, .events = ZMQ_POLLIN}};
         double now = scdb_now();
         uint64_t token = atomic_load(&h->token);
         int rc;
@@ -246,11 +258,30 @@ static void *hb_main(void *arg)
             }
             next = now + atomic_load(&h->hb_interval_ms) / 1000.0;
         }
-        rc = zmq_poll(it, 2, (long)((next - now) * 1000) + 1);
+        rc = zmq_poll(it, mon ? 3 : 2, (long)((next - now) * 1000) + 1);
         if (rc < 0 && zmq_errno() != EINTR) break;
         if (rc > 0 && (it[1].revents & ZMQ_POLLIN)) break;
         if (rc > 0 && (it[0].revents & ZMQ_POLLIN))
             while (zmq_recv(s, buf, sizeof buf, ZMQ_DONTWAIT) >= 0) {}
+        if (rc > 0 && mon && (it[2].revents & ZMQ_POLLIN)) {
+            /* an event: [u16 event, u32 value] then the endpoint */
+            uint8_t ev[6];
+            int more;
+            size_t ml = sizeof more;
+            int got = zmq_recv(mon, ev, sizeof ev, ZMQ_DONTWAIT);
+            if (got >= 2) {
+                uint16_t event;
+                memcpy(&event, ev, sizeof event);
+                if (event == ZMQ_EVENT_DISCONNECTED) atomic_store(&h->peer_lost, 1);
+                if (event == ZMQ_EVENT_CONNECTED) atomic_store(&h->peer_lost, 0);
+            }
+            while (!zmq_getsockopt(mon, ZMQ_RCVMORE, &more, &ml) && more &&
+                   zmq_recv(mon, buf, sizeof buf, ZMQ_DONTWAIT) >= 0) {}
+        }
+    }
+    if (mon) {
+        zmq_socket_monitor(s, NULL, 0);
+        zmq_close(mon);
     }
     zmq_close(s);
     return NULL;

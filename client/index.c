@@ -77,6 +77,10 @@ scdb_err scdb_cl_lix_lookup(scdb *h, const int32_t *tokens, size_t n_tokens,
     scdb_err e = scdb_cl_check_tokens(h, tokens, n_tokens);
 
     if (e) return e;
+    /* the broker's connection dropped (a kill, a crash, a stop): its table
+     * may be a dead broker's; the index's own liveness word catches what
+     * the socket cannot (no heartbeat thread, a hung broker) */
+    if (atomic_load(&h->peer_lost)) return SCDB_EBUSY;
     full = n_tokens / bt;
     while (i < full) {
         size_t m = full - i < CHUNK ? full - i : CHUNK, k = 0;

@@ -53,6 +53,9 @@ struct scdb {
     pthread_t hb;
     int hb_pipe[2];
     _Atomic int hb_interval_ms;
+    _Atomic int peer_lost;       /* the heartbeat socket saw the broker's
+                                    connection drop (and none since): do
+                                    not answer from its lookup index       */
 
     scdb_arena *arenas;
     scdb_arena *scratch;         /* scdb_get_copy's own arena               */

@@ -19,7 +19,8 @@
 _Static_assert(sizeof(scdb_lix_header) <= SCDB_LIX_HEADER_BYTES, "lix header");
 _Static_assert(sizeof(scdb_lix_slot) == SCDB_LIX_SLOT_BYTES, "lix slot");
 _Static_assert(offsetof(scdb_lix_header, seq) == 40 && offsetof(scdb_lix_header, state) == 48 &&
-                   offsetof(scdb_lix_header, next) == 72,
+                   offsetof(scdb_lix_header, next) == 72 &&
+                   offsetof(scdb_lix_header, alive_ns) == 120,
                "lix header layout (schema/FORMATS.md)");
 _Static_assert(sizeof(_Atomic uint64_t) == 8 && ATOMIC_LLONG_LOCK_FREE == 2,
                "the lookup index needs lock-free 64-bit atomics");
@@ -171,6 +172,10 @@ scdb_err scdb_lix_match(const scdb_lix *ix, const scdb_key *keys, size_t n, size
         }
         if (atomic_load_explicit(&h->state, memory_order_relaxed) != SCDB_LIX_LIVE)
             return SCDB_ECLOSED;
+        if (tries == 0) {                   /* is its broker still there? */
+            uint64_t alive = atomic_load_explicit(&h->alive_ns, memory_order_relaxed);
+            if (scdb_now_ns() - alive > SCDB_LIX_STALE_NS) return SCDB_ETIMEDOUT;
+        }
         limit = atomic_load_explicit(&h->max_probe, memory_order_relaxed);
         if (limit > ix->mask) limit = ix->mask;
         while (m < n && probe(ix, key_word(&keys[m], 0), key_word(&keys[m], 1), limit)) m++;
@@ -207,6 +212,12 @@ void scdb_lix_close(scdb_lix **ixp)
 /* ------------------------------------------------------------------ writer */
 
 const char *scdb_lix_name(const scdb_lix *ix) { return ix ? ix->name : ""; }
+
+void scdb_lix_tick(scdb_lix *ix)
+{
+    if (ix && ix->writable)
+        atomic_store_explicit(&ix->hdr->alive_ns, scdb_now_ns(), memory_order_relaxed);
+}
 uint64_t scdb_lix_count(const scdb_lix *ix)
 {
     return ix ? atomic_load_explicit(&ix->hdr->live, memory_order_relaxed) : 0;
@@ -266,6 +277,7 @@ scdb_err scdb_lix_create(uint64_t instance, uint32_t block_tokens, uint64_t entr
     ix->hdr->capacity = cap;
     ix->hdr->instance = instance;
     atomic_store_explicit(&ix->hdr->state, SCDB_LIX_LIVE, memory_order_relaxed);
+    atomic_store_explicit(&ix->hdr->alive_ns, scdb_now_ns(), memory_order_relaxed);
     ix->hdr->magic = SCDB_LIX_MAGIC;
     atomic_thread_fence(memory_order_release);
     *out = ix;

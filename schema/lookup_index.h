@@ -46,7 +46,10 @@
  * with no successor; one that was killed is handled by its successor, which
  * retires (and unlinks) every index named in data_dir/lookup-index.names
  * before it serves.  So a client never keeps answering from a dead broker's
- * table once a new broker can change the store.
+ * table once a new broker can change the store.  Until then (a broker
+ * killed and not restarted, stopped, or hung) the liveness word says so:
+ * the broker refreshes alive_ns from its event loop, and readers refuse a
+ * table it has not refreshed for SCDB_LIX_STALE_NS (SCDB_ETIMEDOUT).
  *
  * SHARING MODEL.  Same user only (as arenas): the object is created 0600
  * with an unguessable name and stays linked while it is current (new
@@ -67,13 +70,20 @@
 #include "scdb_common.h"
 
 #define SCDB_LIX_MAGIC 0x3158494c42444353ull /* "SCDBLIX1" read as LE u64 */
-#define SCDB_LIX_VERSION 1u
+#define SCDB_LIX_VERSION 2u
 #define SCDB_LIX_HEADER_BYTES 4096u
 #define SCDB_LIX_SLOT_BYTES 32u
 #define SCDB_LIX_MIN_CAPACITY 1024u
 #define SCDB_LIX_MAX_CAPACITY (1ull << 32)
 #define SCDB_LIX_NAME_MAX 48
 #define SCDB_LIX_READ_TRIES 64
+/* LIVENESS: the broker refreshes alive_ns at least every
+ * SCDB_LIX_TICK_NS; a reader trusts the index only while its age is under
+ * SCDB_LIX_STALE_NS (a dead, stopped or hung broker's table is not
+ * answered from; the lookup goes to the request path).  Same host, same
+ * monotonic clock: a client in another time namespace never trusts it. */
+#define SCDB_LIX_TICK_NS 100000000ull    /* 100 ms */
+#define SCDB_LIX_STALE_NS 1000000000ull  /* 1 s    */
 
 enum { SCDB_LIX_LIVE = 1, SCDB_LIX_RETIRED = 2 };
 enum { SCDB_LIX_EMPTY = 0, SCDB_LIX_USED = 1, SCDB_LIX_DELETED = 2 };
@@ -93,6 +103,8 @@ typedef struct scdb_lix_header {
     _Atomic uint64_t live;          /* USED slots                            */
     _Atomic uint64_t deleted;       /* DELETED slots (tombstones)            */
     char next[SCDB_LIX_NAME_MAX];   /* successor's name once RETIRED, or ""  */
+    _Atomic uint64_t alive_ns;      /* the broker's CLOCK_MONOTONIC, ns, at
+                                       its last refresh (scdb_lix_tick)      */
 } scdb_lix_header;
 
 typedef struct scdb_lix_slot {
@@ -127,7 +139,8 @@ scdb_err scdb_lix_open(const char *name, uint64_t instance, uint32_t block_token
 /* Leading keys of keys[0..n) that are present, into *n_present, from one
  * consistent view.  SCDB_OK; SCDB_EBUSY (the writer kept changing the table
  * for SCDB_LIX_READ_TRIES tries); SCDB_ECLOSED (retired: *n_present 0);
- * SCDB_EINVAL (NULL argument). */
+ * SCDB_ETIMEDOUT (the broker has not refreshed it for SCDB_LIX_STALE_NS:
+ * gone, stopped or hung; *n_present 0); SCDB_EINVAL (NULL argument). */
 scdb_err scdb_lix_match(const scdb_lix *ix, const scdb_key *keys, size_t n, size_t *n_present);
 
 /* A retired index's successor name ("" if none) into buf (>=
@@ -150,6 +163,10 @@ scdb_err scdb_lix_create(uint64_t instance, uint32_t block_tokens, uint64_t entr
 const char *scdb_lix_name(const scdb_lix *ix);
 uint64_t scdb_lix_count(const scdb_lix *ix);
 uint64_t scdb_lix_capacity(const scdb_lix *ix);
+
+/* Refresh the liveness word (now, CLOCK_MONOTONIC); the broker calls it at
+ * least every SCDB_LIX_TICK_NS. */
+void scdb_lix_tick(scdb_lix *ix);
 
 /* Add a key (no-op if present).  SCDB_EFULL: live entries would pass half
  * the capacity — grow first (scdb_lix_grow); SCDB_ENOMEM (purging
