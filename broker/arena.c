@@ -283,6 +283,15 @@ scdb_err bk_states_arena_create(scdb_broker *b, bk_client *c, uint32_t capacity,
     if (e) return e;
     fill_header(a, (uint32_t)cb->states_layers, 1, (uint32_t)cb->states_dim, capacity,
                 SCDB_ARENA_KIND_STATES, SCDB_ARENA_HEADER_BYTES, bytes);
+    /* NaN until the producer writes a row: a row read but never written (a
+     * wrong layout, a stale arena) is refused, never encoded */
+    bk_states_poison((float *)((char *)a->map + SCDB_ARENA_HEADER_BYTES), (size_t)(bytes / 4));
     *out = a;
     return SCDB_OK;
+}
+
+void bk_states_poison(float *x, size_t n)
+{
+    const uint32_t qnan = 0x7fc00000u;
+    for (size_t i = 0; i < n; i++) memcpy(&x[i], &qnan, sizeof qnan);
 }

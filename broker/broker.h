@@ -162,6 +162,8 @@ typedef struct scdb_broker_model {
     int n_layers, n_kv_heads, head_dim, max_seq_len;
     int n_heads;               /* query heads (live-session accumulators);
                                   0: not configured, the client's is used  */
+    int vocab_size;            /* tokens must be below it (from config.json);
+                                  0: not configured, not checked           */
     scdb_dtype raw_dtype;      /* payload dtype of its "raw/<name>" codebook */
 } scdb_broker_model;
 

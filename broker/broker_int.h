@@ -249,6 +249,9 @@ scdb_err bk_cuda_arena_create(scdb_broker *b, bk_client *c, uint32_t capacity, b
  * room for f32 [cb->states_layers][capacity][cb->states_dim]. */
 scdb_err bk_states_arena_create(scdb_broker *b, bk_client *c, uint32_t capacity,
                                 bk_arena **out, char *errbuf, size_t errlen);
+/* Fill n floats with NaN: a states arena's rows until the producer writes
+ * them, and again once a put_states has consumed them. */
+void bk_states_poison(float *x, size_t n);
 /* A plain shared-memory object of `size` bytes (zeroed) in c's arena list,
  * for the live sessions' accumulators: no header, no cache. */
 scdb_err bk_shm_create(scdb_broker *b, bk_client *c, size_t size, bk_arena_kind kind,

@@ -72,22 +72,40 @@ static const char *role_name(int role)
                                                                                      : "none";
 }
 
-/* Tokens of a request: count within max_tokens, ids non-negative. */
-static int bad_tokens(scdb_broker *b, const rq *q, const int32_t *t, size_t n)
+/* Tokens of a request: count within max_tokens, ids within model m's
+ * vocabulary (when the broker knows it; non-negative always). */
+static int bad_tokens(scdb_broker *b, const rq *q, const scdb_broker_model *m, const int32_t *t,
+                      size_t n)
 {
+    uint32_t vocab = m && m->vocab_size > 0 ? (uint32_t)m->vocab_size : 0x80000000u;
     if (n > b->cfg.max_tokens) {
         reply(b, q, SCDB_ETOOBIG, NULL, "%zu tokens exceed max_tokens %u", n, b->cfg.max_tokens);
         return 1;
     }
-    uint32_t any = 0;
-    for (size_t i = 0; i < n; i++) any |= (uint32_t)t[i];     /* vectorises */
-    if (!(any & 0x80000000u)) return 0;
+    uint32_t top = 0;
+    for (size_t i = 0; i < n; i++) top |= (uint32_t)t[i];     /* vectorises */
+    if (top < vocab) return 0;          /* every token <= their OR: all fine */
     for (size_t i = 0; i < n; i++)
         if (t[i] < 0) {
             reply(b, q, SCDB_EINVAL, NULL, "token %zu is negative (%d)", i, (int)t[i]);
             return 1;
+        } else if ((uint32_t)t[i] >= vocab) {
+            reply(b, q, SCDB_ERANGE, NULL, "token %zu is %d: model %s has a %u-token vocabulary",
+                  i, (int)t[i], m->name, vocab);
+            return 1;
         }
     return 0;
+}
+
+/* A producer's tokens are positions 0 .. n-1 of its model: more than its
+ * context (max_seq_len) cannot be what it prefilled. */
+static int beyond_context(scdb_broker *b, const rq *q, const scdb_broker_model *m, size_t n)
+{
+    if (!m->max_seq_len || n <= (size_t)m->max_seq_len) return 0;
+    reply(b, q, SCDB_ERANGE, NULL,
+          "%zu tokens exceed model %s's context of %d positions (max_seq_len): nothing stored",
+          n, m->name, m->max_seq_len);
+    return 1;
 }
 
 /* Blocks [first, first + n_blocks) within the full blocks of n_tokens. */
@@ -108,6 +126,8 @@ static void fill_shape(Scdb__ModelShape *s, const scdb_broker_model *m)
     s->n_kv_heads = (uint32_t)m->n_kv_heads;
     s->head_dim = (uint32_t)m->head_dim;
     s->max_seq_len = (uint32_t)m->max_seq_len;
+    s->n_heads = (uint32_t)(m->n_heads > 0 ? m->n_heads : 0);
+    s->vocab_size = (uint32_t)(m->vocab_size > 0 ? m->vocab_size : 0);
 }
 
 /* Hand a request working on arena a to a queue: the job takes a reference
@@ -230,7 +250,7 @@ static void on_lookup(scdb_broker *b, const rq *q, bk_client *c, const Scdb__Loo
     char lix_name[SCDB_LIX_NAME_MAX];
     scdb_err e;
 
-    if (bad_tokens(b, q, l->tokens, l->n_tokens)) return;
+    if (bad_tokens(b, q, c->model, l->tokens, l->n_tokens)) return;
     e = scdb_store_lookup(b->store, &c->cb->ns, l->tokens, l->n_tokens, NULL, 0, &n_full,
                           &n_matched);
     if (e) {
@@ -261,7 +281,8 @@ static int on_put(scdb_broker *b, const rq *q, bk_client *c, Scdb__Request *req,
               role_name(c->role));
         return 0;
     }
-    if (bad_tokens(b, q, p->tokens, p->n_tokens)) return 0;
+    if (bad_tokens(b, q, c->model, p->tokens, p->n_tokens)) return 0;
+    if (beyond_context(b, q, c->model, p->n_tokens)) return 0;
     if (bad_block_range(b, q, p->n_tokens, p->first_block, p->n_blocks)) return 0;
     for (int i = 0; i < n_payload; i++)
         if (zmq_msg_size(&payload[i]) != block_bytes) {
@@ -304,7 +325,8 @@ static int on_put_states(scdb_broker *b, const rq *q, bk_client *c, Scdb__Reques
               c->cb->kind);
         return 0;
     }
-    if (bad_tokens(b, q, p->tokens, p->n_tokens)) return 0;
+    if (bad_tokens(b, q, c->model, p->tokens, p->n_tokens)) return 0;
+    if (beyond_context(b, q, c->model, p->n_tokens)) return 0;
     a = bk_arena_find(c, p->arena);
     if (!a || a->kind != BK_ARENA_STATES) {
         reply(b, q, SCDB_ENOTFOUND, NULL, "no states arena %llu for this client",
@@ -334,7 +356,7 @@ static int on_delete(scdb_broker *b, const rq *q, bk_client *c, Scdb__Request *r
               role_name(c->role));
         return 0;
     }
-    if (bad_tokens(b, q, req->del->tokens, req->del->n_tokens)) return 0;
+    if (bad_tokens(b, q, c->model, req->del->tokens, req->del->n_tokens)) return 0;
     j = bk_job_new(q->sock, q->ident, q->id, q->t0, req, OP_DELETE);
     if (!j) {
         reply(b, q, SCDB_ENOMEM, NULL, "out of memory");
@@ -367,7 +389,7 @@ static int on_get(scdb_broker *b, const rq *q, bk_client *c, Scdb__Request *req)
               (unsigned long long)a->id);
         return 0;
     }
-    if (bad_tokens(b, q, g->tokens, g->n_tokens)) return 0;
+    if (bad_tokens(b, q, c->model, g->tokens, g->n_tokens)) return 0;
     /* geometry from the broker's private view: the client can write the
      * header in shared memory */
     if (g->slot0 > (uint32_t)a->cache->capacity) {

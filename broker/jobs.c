@@ -204,7 +204,7 @@ static void run_get(scdb_broker *b, bk_job *j)
  * payloads[i] (block_bytes each), and finish the job with a PutReply. */
 static void store_blocks(scdb_broker *b, bk_job *j, const int32_t *tokens, size_t n_tokens,
                          uint32_t first, uint32_t n_blocks, const void *const *payloads,
-                         uint64_t block_bytes)
+                         uint64_t block_bytes, int replace)
 {
     const scdb_broker_codebook *cb = j->cb;
     uint32_t bt = b->block_tokens;
@@ -229,6 +229,7 @@ static void store_blocks(scdb_broker *b, bk_job *j, const int32_t *tokens, size_
         u->payload_dtype = cb->payload_dtype;
         u->payload = payloads[i];
         u->payload_len = block_bytes;
+        u->replace = replace;
     }
     scdb_store_stats(b->store, &before);
     e = scdb_store_put_batch(b->store, &cb->ns, puts, n_blocks, &n_stored);
@@ -244,6 +245,8 @@ static void store_blocks(scdb_broker *b, bk_job *j, const int32_t *tokens, size_
     if (e == SCDB_ENOTFOUND)
         bk_job_finish(j, e, &r, "block %u's parent is not stored: put the blocks before it first",
                first);
+    else if (e == SCDB_EBUSY && replace)
+        bk_job_finish(j, e, &r, "block %zu is being read: replace it again", first + n_stored);
     else if (e)
         bk_job_finish(j, e, &r, "store refused block %zu of the batch", first + n_stored);
     else
@@ -260,15 +263,30 @@ fail:
 static void run_put(scdb_broker *b, bk_job *j)
 {
     const Scdb__PutRequest *p = j->req->put;
+    uint64_t block_bytes = (uint64_t)b->block_tokens * j->cb->token_bytes;
     const void **pl = NULL;
 
     if (p->n_blocks && !(pl = malloc(p->n_blocks * sizeof *pl))) {
         bk_job_finish(j, SCDB_ENOMEM, NULL, "out of memory");
         return;
     }
-    for (uint32_t i = 0; i < p->n_blocks; i++) pl[i] = zmq_msg_data(&j->frames[i]);
-    store_blocks(b, j, p->tokens, p->n_tokens, p->first_block, p->n_blocks, pl,
-                 (uint64_t)b->block_tokens * j->cb->token_bytes);
+    for (uint32_t i = 0; i < p->n_blocks; i++) {
+        size_t bad;
+        pl[i] = zmq_msg_data(&j->frames[i]);
+        /* a payload of NaN or Inf would be stored and decoded into every
+         * consumer's cache: refused, nothing stored */
+        if (scdb_k_find_nonfinite(pl[i], (size_t)block_bytes, (scdb_dtype)j->cb->payload_dtype,
+                                  &bad)) {
+            bk_job_finish(j, SCDB_ERANGE, NULL,
+                          "block %u's payload is not finite: %s element %zu is NaN or Inf "
+                          "(nothing stored)", p->first_block + i,
+                          scdb_dtype_name((scdb_dtype)j->cb->payload_dtype), bad);
+            free(pl);
+            return;
+        }
+    }
+    store_blocks(b, j, p->tokens, p->n_tokens, p->first_block, p->n_blocks, pl, block_bytes,
+                 p->replace);
     free(pl);
 }
 
@@ -282,13 +300,28 @@ static void run_put_states(scdb_broker *b, bk_job *j)
     uint32_t n_blocks = p->n_blocks ? p->n_blocks
                                     : (uint32_t)(p->n_tokens / bt) - p->first_block;
     uint64_t block_bytes = (uint64_t)bt * cb->token_bytes;
-    const float *h_in = (const float *)((const char *)j->arena->map + SCDB_ARENA_HEADER_BYTES);
+    /* packed: [states_layers][n_tokens][states_dim] (schema/FORMATS.md) */
+    float *h_in = (float *)((char *)j->arena->map + SCDB_ARENA_HEADER_BYTES);
     const void **pl = NULL;
     char *buf = NULL;
     scdb_err e;
 
+    uint32_t first = p->first_block;
+
+    if (!p->replace && n_blocks) {
+        /* blocks stored already are skipped, not encoded: a re-put of a
+         * stored prompt reads no rows (they may be NaN: consumed) */
+        size_t nf = 0, nm = 0;
+        if (scdb_store_lookup(b->store, &cb->ns, p->tokens, p->n_tokens, NULL, 0, &nf, &nm))
+            nm = 0;
+        if (nm > first) {
+            uint32_t skip = (uint32_t)nm - first < n_blocks ? (uint32_t)nm - first : n_blocks;
+            first += skip;
+            n_blocks -= skip;
+        }
+    }
     if (n_blocks == 0) {
-        store_blocks(b, j, p->tokens, p->n_tokens, p->first_block, 0, NULL, block_bytes);
+        store_blocks(b, j, p->tokens, p->n_tokens, first, 0, NULL, block_bytes, p->replace);
         return;
     }
     if (!(pl = malloc(n_blocks * sizeof *pl)) || !(buf = malloc(n_blocks * block_bytes))) {
@@ -297,21 +330,34 @@ static void run_put_states(scdb_broker *b, bk_job *j)
         return;
     }
     for (uint32_t i = 0; i < n_blocks; i++) {
-        int t0 = (int)((p->first_block + i) * bt);
+        int t0 = (int)((first + i) * bt);
         pl[i] = buf + i * block_bytes;
         e = cb->encode(cb->ctx, h_in, (int)p->n_tokens, t0, (int)bt, buf + i * block_bytes);
         if (e) {
             if (e == SCDB_ERANGE)
-                bk_job_finish(j, e, NULL, "block %u: the states of tokens %d..%d are not all finite "
-                       "(or their codes overflow f16)", p->first_block + i, t0, t0 + (int)bt - 1);
+                bk_job_finish(j, e, NULL,
+                              "block %u: the states of tokens %d..%d are not all finite or "
+                              "were not written since the last put_states (NaN), or their "
+                              "codes overflow f16: states are packed, token t of layer l "
+                              "at row l * n_tokens + t (n_tokens = %zu, not the arena's "
+                              "capacity %u); nothing stored", first + i, t0,
+                              t0 + (int)bt - 1, p->n_tokens, j->arena->capacity);
             else
-                bk_job_finish(j, e, NULL, "block %u: encode failed", p->first_block + i);
+                bk_job_finish(j, e, NULL, "block %u: encode failed", first + i);
             free(pl);
             free(buf);
             return;
         }
     }
-    store_blocks(b, j, p->tokens, p->n_tokens, p->first_block, n_blocks, pl, block_bytes);
+    store_blocks(b, j, p->tokens, p->n_tokens, first, n_blocks, pl, block_bytes, p->replace);
+    if (j->status == SCDB_OK) {
+        /* consumed: the encoded rows go back to NaN, so a later put_states
+         * cannot encode them again without the producer writing them */
+        size_t t0 = (size_t)first * bt, rows = (size_t)n_blocks * bt;
+        for (int l = 0; l < cb->states_layers; l++)
+            bk_states_poison(h_in + ((size_t)l * p->n_tokens + t0) * (size_t)cb->states_dim,
+                             rows * (size_t)cb->states_dim);
+    }
     free(pl);
     free(buf);
 }

@@ -51,6 +51,7 @@ static scdb_err load_model(const scdb_broker_model_cfg *mc, scdb_broker_model *m
         m->head_dim = conf.head_dim;
         m->max_seq_len = conf.max_seq_len;
         m->n_heads = conf.n_heads;
+        m->vocab_size = conf.vocab_size;
         if ((mc->n_heads && mc->n_heads != m->n_heads) ||
             (mc->n_layers && mc->n_layers != m->n_layers) ||
             (mc->n_kv_heads && mc->n_kv_heads != m->n_kv_heads) ||

@@ -206,12 +206,12 @@ scdb_err scdb_states_arena_new(scdb *h, int capacity, scdb_arena **out)
     return arena_request(h, capacity, SCDB__ARENA_KIND__ARENA_STATES, 0, out);
 }
 
-float *scdb_arena_states(scdb_arena *a, int *n_layers, int *dim, int *capacity)
+float *scdb_arena_states(scdb_arena *a, int *n_layers, int *dim, int *max_tokens)
 {
     if (!a || !a->states) return NULL;
     if (n_layers) *n_layers = a->states_layers;
     if (dim) *dim = a->states_dim;
-    if (capacity) *capacity = (int)a->capacity;
+    if (max_tokens) *max_tokens = (int)a->capacity;
     return a->states;
 }
 
@@ -274,6 +274,8 @@ scdb_err scdb_get(scdb *h, const int32_t *tokens, size_t n_tokens, scdb_arena *a
             out->tokens_written = rep->get->tokens_written;
             out->cache_n = (uint32_t)a->cache->n;
             out->decode_ns = rep->get->decode_ns;
+            out->partial = rep->get->tokens_written <
+                           (uint64_t)rep->get->n_matched * h->info.block_tokens;
         }
     } else if (!e) {
         e = scdb_cl_fail(h, SCDB_EPROTO, "get reply without a body");

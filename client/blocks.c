@@ -6,8 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-scdb_err scdb_put(scdb *h, const int32_t *tokens, size_t n_tokens, uint32_t first_block,
-                  const void *payload, size_t payload_len, scdb_put_result *out)
+static scdb_err put_blocks(scdb *h, const int32_t *tokens, size_t n_tokens, uint32_t first_block,
+                           const void *payload, size_t payload_len, int replace,
+                           scdb_put_result *out)
 {
     uint64_t bb;
     size_t n_blocks, per_req, done = 0;
@@ -58,6 +59,7 @@ scdb_err scdb_put(scdb *h, const int32_t *tokens, size_t n_tokens, uint32_t firs
         p.n_tokens = nt;
         p.first_block = fb;
         p.n_blocks = (uint32_t)k;
+        p.replace = replace;
         req.body_case = SCDB__REQUEST__BODY_PUT;
         req.put = &p;
         e = scdb_cl_request(h, &req, (const void *const *)frames, lens, (int)k, &rep);
@@ -76,8 +78,20 @@ scdb_err scdb_put(scdb *h, const int32_t *tokens, size_t n_tokens, uint32_t firs
     return e;
 }
 
-scdb_err scdb_put_states(scdb *h, const int32_t *tokens, size_t n_tokens, uint32_t first_block,
-                         scdb_arena *a, scdb_put_result *out)
+scdb_err scdb_put(scdb *h, const int32_t *tokens, size_t n_tokens, uint32_t first_block,
+                  const void *payload, size_t payload_len, scdb_put_result *out)
+{
+    return put_blocks(h, tokens, n_tokens, first_block, payload, payload_len, 0, out);
+}
+
+scdb_err scdb_replace(scdb *h, const int32_t *tokens, size_t n_tokens, uint32_t first_block,
+                      const void *payload, size_t payload_len, scdb_put_result *out)
+{
+    return put_blocks(h, tokens, n_tokens, first_block, payload, payload_len, 1, out);
+}
+
+static scdb_err put_states(scdb *h, const int32_t *tokens, size_t n_tokens, uint32_t first_block,
+                           scdb_arena *a, int replace, scdb_put_result *out)
 {
     Scdb__Request req = SCDB__REQUEST__INIT;
     Scdb__PutStatesRequest p = SCDB__PUT_STATES_REQUEST__INIT;
@@ -99,6 +113,7 @@ scdb_err scdb_put_states(scdb *h, const int32_t *tokens, size_t n_tokens, uint32
     p.n_tokens = n_tokens;
     p.arena = a->id;
     p.first_block = first_block;
+    p.replace = replace;
     req.body_case = SCDB__REQUEST__BODY_PUT_STATES;
     req.put_states = &p;
     e = scdb_cl_request(h, &req, NULL, NULL, 0, &rep);
@@ -109,6 +124,18 @@ scdb_err scdb_put_states(scdb *h, const int32_t *tokens, size_t n_tokens, uint32
     }
     if (rep) scdb__reply__free_unpacked(rep, NULL);
     return e;
+}
+
+scdb_err scdb_put_states(scdb *h, const int32_t *tokens, size_t n_tokens, uint32_t first_block,
+                         scdb_arena *a, scdb_put_result *out)
+{
+    return put_states(h, tokens, n_tokens, first_block, a, 0, out);
+}
+
+scdb_err scdb_replace_states(scdb *h, const int32_t *tokens, size_t n_tokens,
+                             uint32_t first_block, scdb_arena *a, scdb_put_result *out)
+{
+    return put_states(h, tokens, n_tokens, first_block, a, 1, out);
 }
 
 scdb_err scdb_lookup(scdb *h, const int32_t *tokens, size_t n_tokens, scdb_lookup_result *out)

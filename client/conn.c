@@ -149,6 +149,8 @@ static void info_from(scdb_info *i, const Scdb__HelloReply *r)
         i->n_kv_heads = (int)r->shape->n_kv_heads;
         i->head_dim = (int)r->shape->head_dim;
         i->max_seq_len = (int)r->shape->max_seq_len;
+        i->n_heads = (int)r->shape->n_heads;
+        i->vocab_size = (int)r->shape->vocab_size;
     }
     snprintf(i->decoder, sizeof i->decoder, "%s", r->decoder ? r->decoder : "");
     snprintf(i->codebook_kind, sizeof i->codebook_kind, "%s",

@@ -195,11 +195,15 @@ typedef struct scdb_info {
     uint64_t block_bytes;          /* payload bytes of one block            */
     uint32_t payload_dtype;        /* scdb_dtype of payloads (raw: F16/F32) */
     int n_layers, n_kv_heads, head_dim, max_seq_len; /* our model's KV      */
+    int n_heads;                   /* its query heads (0: the broker does not
+                                      know; sessions then take the caller's) */
+    int vocab_size;                /* tokens must be below it (0: not known) */
     char decoder[32];              /* consumers: "raw", ...                 */
     char codebook_kind[16];        /* "raw" (payload = KV), "scd" (codes)   */
-    int states_layers, states_dim; /* producers: scdb_put_states takes H_in
-                                      [states_layers][n][states_dim]; 0: the
-                                      broker does not encode this codebook  */
+    int states_layers, states_dim; /* producers: scdb_put_states of n tokens
+                                      reads H_in [states_layers][n][states_dim]
+                                      (scdb_states_row); 0: the broker does
+                                      not encode this codebook             */
     uint32_t max_tokens;           /* per request                           */
     uint64_t max_request_bytes;
     uint32_t heartbeat_ms, heartbeat_timeout_ms;
@@ -229,14 +233,26 @@ typedef struct scdb_put_result {
 
 /* Store full blocks [first_block, first_block + n) of tokens, where n =
  * payload_len / block_bytes and payload is their payloads back to back.
- * Blocks before first_block must be stored already.  Producers only.
- * out may be NULL.  Errors: SCDB_ESHAPE (payload_len not a multiple of
- * block_bytes, or more blocks than the tokens hold), SCDB_ETOOBIG (over
- * max_tokens or max_request_bytes), SCDB_ENOTFOUND (an earlier block is
- * not stored), SCDB_EFULL (store full of pinned blocks), SCDB_EINVAL (not
- * registered as a producer; negative token), SCDB_EIO, common ones. */
+ * Blocks before first_block must be stored already; blocks stored already
+ * are skipped (out->n_new counts the others).  Producers only.  out may be
+ * NULL.  Errors: SCDB_ESHAPE (payload_len not a multiple of block_bytes, or
+ * more blocks than the tokens hold), SCDB_ETOOBIG (over max_tokens or
+ * max_request_bytes), SCDB_ERANGE (more tokens than the model's max_seq_len,
+ * a token outside its vocabulary, or a payload of F32/F16/BF16 values with
+ * a NaN or an infinity: nothing stored), SCDB_ENOTFOUND (an earlier block
+ * is not stored), SCDB_EFULL (store full of pinned blocks), SCDB_EINVAL
+ * (not registered as a producer; negative token), SCDB_EIO, common ones. */
 scdb_err scdb_put(scdb *h, const int32_t *tokens, size_t n_tokens, uint32_t first_block,
                   const void *payload, size_t payload_len, scdb_put_result *out);
+
+/* As scdb_put, but blocks stored already are overwritten with these
+ * payloads: for a producer that knows what it stored is wrong.  Keys follow
+ * tokens, not values, so stored blocks after them (this prompt's or any
+ * other's) stay valid.  Consumers' later gets decode the new values.
+ * Errors: those of scdb_put, SCDB_EBUSY (a block is being read at this
+ * instant: the blocks before it were replaced; call again). */
+scdb_err scdb_replace(scdb *h, const int32_t *tokens, size_t n_tokens, uint32_t first_block,
+                      const void *payload, size_t payload_len, scdb_put_result *out);
 
 /* Raw-KV codebooks: put every full block of tokens from a cache whose slots
  * [0, n_tokens) hold them (as after a prefill).  Errors: those of
@@ -248,25 +264,47 @@ scdb_err scdb_put_cache(scdb *h, const int32_t *tokens, size_t n_tokens,
 
 /* Broker-side encode (codebooks of kind "scd": info.states_dim > 0).  The
  * producer writes the states of tokens [0, n) — H_in, the normalised input
- * of each layer's attention, f32 [states_layers][n][states_dim], exactly
- * what model.h's scdb_capture.h_in receives from one forward of the n
- * tokens — into a states arena (pass scdb_arena_states() as capture.h_in:
- * zero copy), then scdb_put_states has the broker encode every full block
- * from first_block with the codebook and store it.  Only codes are kept;
- * no payload crosses the socket.
+ * of each layer's attention — into a states arena, then scdb_put_states
+ * has the broker encode every full block from first_block with the codebook
+ * and store it.  Only codes are kept; no payload crosses the socket.
+ *
+ * THE LAYOUT is packed by the put's n, not by the arena's capacity:
+ *
+ *     states of token t, layer l:  states + (l * n + t) * states_dim
+ *                                  (scdb_states_row below)
+ *
+ * f32 [states_layers][n][states_dim], exactly what model.h's
+ * scdb_capture.h_in receives from one forward of the n tokens (pass the
+ * arena's memory as capture.h_in: zero copy).  Every row starts as NaN, and
+ * the rows a put_states encodes go back to NaN once stored, so a row read
+ * but never written since — a producer that used the capacity as the
+ * stride, or re-sent a put without writing its states again — is refused
+ * (SCDB_ERANGE, nothing stored), never encoded.
  *
  * scdb_states_arena_new: a states arena for up to `capacity` tokens (0:
  * the model's max_seq_len).  Errors: SCDB_EUNSUPPORTED (not a producer of
  * a codebook the broker encodes), those of scdb_arena_new.
- * scdb_arena_states: its memory (NULL for a KV arena) and shape.
+ * scdb_arena_states: its memory (NULL for a KV arena), states_layers,
+ * states_dim and the most tokens one put may cover (its capacity).
  * scdb_put_states errors: those of scdb_put, SCDB_ERANGE (more tokens than
- * the arena holds, or non-finite states in a block), SCDB_EINVAL (not a
- * states arena), SCDB_EUNSUPPORTED, SCDB_ECLOSED (arena from before a
- * broker restart).  Free the arena with scdb_arena_free. */
+ * the arena holds; a row of an encoded block not finite or not written:
+ * the message says which tokens), SCDB_EINVAL (not a states arena),
+ * SCDB_EUNSUPPORTED, SCDB_ECLOSED (arena from before a broker restart).
+ * scdb_replace_states: as scdb_put_states, overwriting stored blocks (see
+ * scdb_replace).  Free the arena with scdb_arena_free. */
 scdb_err scdb_states_arena_new(scdb *h, int capacity, scdb_arena **out);
-float *scdb_arena_states(scdb_arena *a, int *n_layers, int *dim, int *capacity);
+float *scdb_arena_states(scdb_arena *a, int *n_layers, int *dim, int *max_tokens);
 scdb_err scdb_put_states(scdb *h, const int32_t *tokens, size_t n_tokens, uint32_t first_block,
                          scdb_arena *a, scdb_put_result *out);
+scdb_err scdb_replace_states(scdb *h, const int32_t *tokens, size_t n_tokens,
+                             uint32_t first_block, scdb_arena *a, scdb_put_result *out);
+/* Where the states of token t of layer `layer` go for a put_states of
+ * n_tokens tokens (dim = states_dim). */
+static inline float *scdb_states_row(float *states, int dim, size_t n_tokens, int layer,
+                                     size_t t)
+{
+    return states + ((size_t)layer * n_tokens + t) * (size_t)dim;
+}
 
 /* The raw payload of cache slots [slot0, slot0 + n_tokens) in dtype (F16 or
  * F32): K [n_layers][n_tokens][kv_dim] then V, into dst (cap bytes).
@@ -284,8 +322,9 @@ typedef struct scdb_lookup_result {
 /* Longest stored prefix of tokens under our codebook: from the broker's
  * shared-memory lookup index when one is mapped (no request), else by a
  * request; same answer (Caveats, "Lookups").  Errors: SCDB_ETOOBIG (over
- * max_tokens), SCDB_EINVAL (negative token, not registered), common (only
- * when a request is made). */
+ * max_tokens), SCDB_ERANGE (a token outside our model's vocabulary),
+ * SCDB_EINVAL (negative token, not registered), common (only when a request
+ * is made). */
 scdb_err scdb_lookup(scdb *h, const int32_t *tokens, size_t n_tokens, scdb_lookup_result *out);
 
 /* A shared-memory arena holding one KV cache of `capacity` slots (0: the
@@ -320,12 +359,20 @@ typedef struct scdb_get_result {
     uint32_t tokens_written;       /* slots [slot0, slot0 + this) written   */
     uint32_t cache_n;              /* the cache's live slots after the get  */
     uint64_t decode_ns;            /* broker time spent decoding            */
+    int partial;                   /* 1: fewer tokens written than matched
+                                      (tokens_written < n_matched x
+                                      block_tokens): the arena had no room
+                                      for the rest; the call still returns
+                                      SCDB_OK                               */
 } scdb_get_result;
 
 /* Decode the longest stored prefix of tokens into the arena: block i goes
  * to slots slot0 + i*block_tokens .. with absolute positions pos0 +
- * i*block_tokens ..  Whole blocks only, as many as fit the arena.  The
- * cache's n becomes max(n, slot0 + tokens_written).  out may be NULL.
+ * i*block_tokens ..  Whole blocks only, as many as fit the arena: a prefix
+ * longer than the room from slot0 is a PARTIAL result (SCDB_OK,
+ * out->partial = 1, tokens_written < the matched tokens), never an error;
+ * prefill the rest yourself.  The cache's n becomes max(n, slot0 +
+ * tokens_written).  out may be NULL.
  * Errors: SCDB_ECLOSED (arena from before a broker restart), SCDB_EBUSY
  * (another get on this arena is in progress), SCDB_ERANGE (slot0 past the
  * arena, negative pos0), SCDB_ESHAPE / SCDB_ECHECKSUM (a stored block is

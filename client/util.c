@@ -36,13 +36,18 @@ scdb_err scdb_cl_need_registered(scdb *h)
 
 scdb_err scdb_cl_check_tokens(scdb *h, const int32_t *t, size_t n)
 {
-    uint32_t any = 0;
+    uint32_t top = 0, vocab = h->info.vocab_size > 0 ? (uint32_t)h->info.vocab_size : 0x80000000u;
     if (n > h->info.max_tokens)
-        return scdb_cl_fail(h, SCDB_ETOOBIG, "%zu tokens exceed max_tokens %u", n, h->info.max_tokens);
-    for (size_t i = 0; i < n; i++) any |= (uint32_t)t[i];
-    if (!(any & 0x80000000u)) return SCDB_OK;
+        return scdb_cl_fail(h, SCDB_ETOOBIG, "%zu tokens exceed max_tokens %u", n,
+                            h->info.max_tokens);
+    for (size_t i = 0; i < n; i++) top |= (uint32_t)t[i];
+    if (top < vocab) return SCDB_OK;              /* every token <= their OR */
     for (size_t i = 0; i < n; i++)
-        if (t[i] < 0) return scdb_cl_fail(h, SCDB_EINVAL, "token %zu is negative (%d)", i, (int)t[i]);
+        if (t[i] < 0)
+            return scdb_cl_fail(h, SCDB_EINVAL, "token %zu is negative (%d)", i, (int)t[i]);
+        else if ((uint32_t)t[i] >= vocab)
+            return scdb_cl_fail(h, SCDB_ERANGE, "token %zu is %d: model %s has a %u-token "
+                                "vocabulary", i, (int)t[i], h->model, vocab);
     return SCDB_OK;
 }
 

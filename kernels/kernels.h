@@ -66,6 +66,11 @@ void scdb_f16_to_f32_n(const uint16_t *src, float *dst, size_t n);
 void scdb_f32_to_bf16_n(const float *src, uint16_t *dst, size_t n);
 void scdb_bf16_to_f32_n(const uint16_t *src, float *dst, size_t n);
 
+/* 1 if the `bytes` of x hold a NaN or an infinity when read as dtype dt
+ * (F32, F16, BF16; integer dtypes never do), its element index in *first;
+ * else 0.  What the broker checks payloads and states with. */
+int scdb_k_find_nonfinite(const void *x, size_t bytes, scdb_dtype dt, size_t *first);
+
 /* ---------------------------------------------------------------- ops (CPU)
  * Shapes are given in elements; pointers must not alias unless stated. */
 

@@ -346,16 +346,18 @@ static int payload_get(py_client *c, PyObject *o, Py_buffer *v, PyObject **joine
 
 static PyObject *client_put(py_client *self, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"tokens", "payloads", "first_block", NULL};
+    static char *kwlist[] = {"tokens", "payloads", "first_block", "replace", NULL};
     PyObject *tok, *pay, *joined = NULL, *out = NULL;
     unsigned int first_block = 0;
+    int replace = 0;
     py_tokens t = {0};
     Py_buffer v;
     int have_v = 0;
     scdb_put_result r = {0};
     scdb_err e;
 
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|I:put", kwlist, &tok, &pay, &first_block))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|Ip:put", kwlist, &tok, &pay, &first_block,
+                                     &replace))
         return NULL;
     if (py_client_enter(self)) return NULL;
     if (!self->registered) {
@@ -365,7 +367,8 @@ static PyObject *client_put(py_client *self, PyObject *args, PyObject *kw)
     if (py_tokens_get(tok, &t) || payload_get(self, pay, &v, &joined)) goto done;
     have_v = 1;
     Py_BEGIN_ALLOW_THREADS
-    e = scdb_put(self->h, t.data, t.n, first_block, v.buf, (size_t)v.len, &r);
+    e = replace ? scdb_replace(self->h, t.data, t.n, first_block, v.buf, (size_t)v.len, &r)
+                : scdb_put(self->h, t.data, t.n, first_block, v.buf, (size_t)v.len, &r);
     Py_END_ALLOW_THREADS
     if (e) py_err_handle(self->h, e);
     else out = put_dict(&r);
@@ -379,23 +382,25 @@ done:
 
 static PyObject *client_put_states(py_client *self, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"tokens", "states", "first_block", NULL};
+    static char *kwlist[] = {"tokens", "states", "first_block", "replace", NULL};
     PyObject *tok, *out = NULL;
     py_arena *sa;
     unsigned int first_block = 0;
+    int replace = 0;
     py_tokens t = {0};
     scdb_put_result r = {0};
     scdb_err e;
 
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO!|I:put_states", kwlist, &tok,
-                                     &py_states_arena_type, &sa, &first_block))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO!|Ip:put_states", kwlist, &tok,
+                                     &py_states_arena_type, &sa, &first_block, &replace))
         return NULL;
     if (sa->client != self) return py_err(SCDB_EINVAL, "that StatesArena belongs to another Client");
     if (py_arena_check(sa)) return NULL;
     if (py_client_enter(self)) return NULL;
     if (py_tokens_get(tok, &t)) goto done;
     Py_BEGIN_ALLOW_THREADS
-    e = scdb_put_states(self->h, t.data, t.n, first_block, sa->a, &r);
+    e = replace ? scdb_replace_states(self->h, t.data, t.n, first_block, sa->a, &r)
+                : scdb_put_states(self->h, t.data, t.n, first_block, sa->a, &r);
     Py_END_ALLOW_THREADS
     if (e) py_err_handle(self->h, e);
     else out = put_dict(&r);
@@ -655,21 +660,24 @@ static PyMethodDef client_methods[] = {
      "Raises RangeError (a token outside 0 .. 2**31-1), TooBigError, InvalidError (not\n"
      "registered)."},
     {"put", FN(client_put), METH_VARARGS | METH_KEYWORDS,
-     "put(tokens, payloads, first_block=0) -> dict\n\n"
-     "Store full blocks first_block.. of tokens (producers).  payloads: the blocks'\n"
+     "put(tokens, payloads, first_block=0, replace=False) -> dict\n\n"
+     "Store full blocks first_block.. of tokens (producers); replace=True overwrites blocks\n"
+     "stored already (a producer that knows they are wrong).  payloads: the blocks'\n"
      "payloads back to back in the codebook's encoding — for raw/<model> each block's K\n"
      "[n_layers][block_tokens][kv_dim] then V, in info['payload_dtype'] — as bytes, a\n"
      "C-contiguous uint8/float16/float32 array, or a list of per-block buffers.  Returns\n"
      "{'n_full', 'n_stored', 'n_new'}.  Raises ShapeError (not whole blocks, more blocks\n"
      "than the tokens hold), DtypeError, NotFoundError (an earlier block is not stored),\n"
-     "TooBigError, FullError."},
+     "TooBigError, FullError, RangeError (more tokens than max_seq_len, a token outside the\n"
+     "vocabulary, a NaN or Inf in the payload)."},
     {"put_states", FN(client_put_states), METH_VARARGS | METH_KEYWORDS,
-     "put_states(tokens, states, first_block=0) -> dict\n\n"
+     "put_states(tokens, states, first_block=0, replace=False) -> dict\n\n"
      "Broker-side encode (producers of an 'scd' codebook): states is a StatesArena whose\n"
      "states(len(tokens)) array holds H_in of tokens [0, n) — the normalised input of every\n"
      "layer's attention — from one forward of them.  The broker encodes every full block\n"
      "from first_block and stores the codes.  Raises RangeError (more tokens than the arena\n"
-     "holds, non-finite states), ClosedError, and put's errors."},
+     "holds, non-finite states or rows not written since the last put_states: every row\n"
+     "starts as NaN and goes back to NaN once encoded), ClosedError, and put's errors."},
     {"arena", FN(client_arena), METH_VARARGS | METH_KEYWORDS,
      "arena(capacity=0) -> Arena\n\nA shared-memory KV arena of capacity slots (0: the model's\n"
      "max_seq_len) shaped for the registered model.  Raises TooBigError, FullError,\n"

@@ -158,7 +158,7 @@ scdb_err store_hot_attach(scdb_store *s, uint32_t id, void *slot, uint8_t *hdr,
     scdb_node *n = &s->nodes[id];
     uint64_t charge = plen + hdr_len, cap = s->hot->capacity_bytes;
 
-    if (n->hot_slot || n->state != NODE_STORED) return SCDB_EBUSY;
+    if (n->hot_slot || n->state != NODE_STORED || n->replacing) return SCDB_EBUSY;
     if (charge > cap) return SCDB_ETOOBIG;
     while (s->hot_used + charge > cap) {
         uint32_t v = scdb_lru_peek(&s->lru[LRU_HOT]);

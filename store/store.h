@@ -259,6 +259,10 @@ typedef struct scdb_block_put {
     const uint64_t *section_off; /* n_sections offsets (may be NULL if 0)   */
     const void *payload;
     uint64_t payload_len;
+    int replace;                 /* 1: a stored block's value is overwritten
+                                    (the producer knows it is wrong); its
+                                    children stay valid: keys follow tokens,
+                                    not values.  0: stored blocks are skipped */
 } scdb_block_put;
 
 /* Store blocks in order, under namespace ns, with token_count =
@@ -371,6 +375,7 @@ typedef struct scdb_store_stat {
     uint64_t get_misses;
     uint64_t puts;               /* blocks written                           */
     uint64_t put_existing;       /* blocks skipped: already stored           */
+    uint64_t put_replaced;       /* stored blocks overwritten (replace)     */
     uint64_t evictions;          /* disk evictions                           */
     uint64_t hot_evictions;
     uint64_t checksum_failures;

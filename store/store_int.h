@@ -115,6 +115,9 @@ typedef struct scdb_node {
     uint32_t block_index;
     int32_t heap_pos[2];      /* position in LRU_DISK / LRU_HOT heap, -1 = out */
     uint8_t state;
+    uint8_t replacing;        /* a replace of its value is staged: readers
+                                 read LMDB (old value until the commit, new
+                                 after), nothing caches it in the hot tier  */
 } scdb_node;
 
 /* ---------------------------------------------------------- block_index.c */
@@ -162,7 +165,7 @@ uint32_t scdb_lru_peek(const scdb_lru *h);
 #define LOOKUP_CHUNK 64
 #define ST(x) (1u << (x))          /* node state bit for store_find */
 
-enum { OP_NEW, OP_REWRITE, OP_EVICT };
+enum { OP_NEW, OP_REWRITE, OP_EVICT, OP_REPLACE };
 
 typedef struct op_rec {
     uint32_t id;

@@ -93,6 +93,12 @@ void store_undo_ops(scdb_store *s, size_t keep)
             n->state = NODE_BAD;
             store_refresh(s, o->id);
             break;
+        case OP_REPLACE:              /* the old value stays in LMDB */
+            s->disk_used = s->disk_used - n->disk_bytes + o->old_bytes;
+            n->disk_bytes = o->old_bytes;
+            n->replacing = 0;
+            store_refresh(s, o->id);
+            break;
         case OP_EVICT:
             n->state = o->old_state;
             if (n->state == NODE_STORED) store_visible(s, o->id, 1);
@@ -121,6 +127,11 @@ void store_commit_ops(scdb_store *s)
             scdb_index_remove(&s->index, s->nodes, o->id);
             store_node_release(s, o->id);
             s->ctr.evictions++;
+        } else if (o->kind == OP_REPLACE) {
+            n->replacing = 0;             /* visible all along */
+            store_refresh(s, o->id);
+            s->ctr.puts++;
+            s->ctr.put_replaced++;
         } else {
             n->state = NODE_STORED;
             store_visible(s, o->id, 1);
@@ -179,6 +190,26 @@ static scdb_err stage_block(scdb_store *s, const scdb_block_put *b, const scdb_k
     scdb_err e;
 
     *skip = false;
+    if (id != SCDB_NONE && b->replace && s->nodes[id].state == NODE_STORED) {
+        /* replace: overwrite the value in place; it stays visible (lookups
+         * match it throughout).  A reader holding it now (pins) may read
+         * its hot copy: refused, try again. */
+        scdb_node *n = &s->nodes[id];
+        uint64_t old = n->disk_bytes;
+        if (n->pins) return SCDB_EBUSY;
+        if (s->disk_cap && fp > s->disk_cap) return SCDB_ETOOBIG;
+        if ((e = store_make_room(s, fp > old ? fp - old : 0))) return e;
+        if ((e = store_log_op(s, OP_REPLACE, id, NODE_STORED, old, blk))) return e;
+        n = &s->nodes[id];
+        store_hot_drop(s, id);
+        n->replacing = 1;
+        n->disk_bytes = fp;
+        s->disk_used = s->disk_used - old + fp;
+        store_touch(s, id);
+        store_refresh(s, id);
+        *id_io = id;
+        return SCDB_OK;
+    }
     if (id != SCDB_NONE && (s->nodes[id].state == NODE_STORED ||
                             s->nodes[id].state == NODE_PENDING)) {
         if (s->nodes[id].state == NODE_STORED) {

@@ -77,13 +77,14 @@ static void write_config(const char *path, const char *ep, const char *data, con
                "n_layers = 4\n"
                "n_kv_heads = 2\n"
                "head_dim = 16\n"
-               "max_seq_len = 1024\n"
+               "max_seq_len = 4096\n"
                "raw_dtype = f16\n"
                "\n"
                "[model m32]\n"
                "n_layers = 2\n"
                "n_kv_heads = 2\n"
                "head_dim = 8\n"
+               "max_seq_len = 1024\n"
                "raw_dtype = f32\n"
                "\n"
                "; another fine-tune of m16's architecture: raw reuse is a pair\n"
@@ -897,6 +898,177 @@ static void test_put_states(void **state)
     scdb_codebook_free(&cb);
     scdb_model_free(&m);
     free(codes);
+    assert_alive();
+}
+
+/* Issue 20, items 2 and 3: the states layout is packed by the put's n and
+ * checked (rows start as NaN, go back to NaN once encoded), a producer can
+ * replace blocks it knows are wrong, and lengths and values are checked:
+ * more tokens than max_seq_len, tokens outside the vocabulary, NaN
+ * payloads; a get longer than the arena is a visible partial result. */
+static double max_diff(const scdb_kv_cache *a, const scdb_kv_cache *b, int n)
+{
+    double worst = 0.0;
+    int d = scdb_kv_dim(a);
+    for (int l = 0; l < a->n_layers; l++)
+        for (int i = 0; i < n; i++)
+            for (int j = 0; j < d; j++) {
+                double dk = fabs(scdb_kv_k(a, l, i)[j] - scdb_kv_k(b, l, i)[j]);
+                double dv = fabs(scdb_kv_v(a, l, i)[j] - scdb_kv_v(b, l, i)[j]);
+                if (dk > worst) worst = dk;
+                if (dv > worst) worst = dv;
+            }
+    return worst;
+}
+
+static void test_states_layout_replace_checks(void **state)
+{
+    enum { N = 192, CAP = 256 };
+    scdb_model *m = NULL;
+    scdb_codebook *cb = NULL;
+    scdb_pair *pair = NULL;
+    char err[256] = "";
+    int32_t t[N], pos[N];
+    uint16_t *codes;
+    float *st, *good;
+    int L, D, cap;
+    scdb_kv_cache *own = NULL, *ref = NULL;
+    scdb_arena *a, *kv;
+    scdb_put_result pr;
+    scdb_get_result gr;
+    scdb_lookup_result lr;
+    scdb_info info;
+    scdb_capture capt = {0};
+    scdb *h, *cons;
+    (void)state;
+
+    if (!have_family) {
+        print_message("skipped: no model family under " SCDB_DATA_DIR "/models\n");
+        skip();
+    }
+    assert_int_equal(scdb_model_load(SCDB_DATA_DIR "/models/base", &m, err, sizeof err), SCDB_OK);
+    assert_int_equal(scdb_codebook_load(SCDB_DATA_DIR "/codebooks/base.safetensors", &cb, err,
+                                        sizeof err), SCDB_OK);
+    assert_int_equal(scdb_pair_load(SCDB_DATA_DIR "/pairs/base__code.safetensors", cb, &pair,
+                                    err, sizeof err), SCDB_OK);
+    for (int i = 0; i < N; i++) {
+        t[i] = "a prompt whose stored blocks the producer gets wrong, then right "[i % 66];
+        pos[i] = i;
+    }
+    h = connect_to(endpoint, 10000);
+    assert_int_equal(scdb_register(h, SCDB_PRODUCER, "base", "base-scd", &info), SCDB_OK);
+    assert_int_equal(info.vocab_size, 256);
+    assert_int_equal(scdb_states_arena_new(h, CAP, &a), SCDB_OK);
+    st = scdb_arena_states(a, &L, &D, &cap);
+    assert_int_equal(cap, CAP);
+    /* the producer's states, kept aside */
+    good = malloc((size_t)L * N * D * sizeof *good);
+    assert_int_equal(scdb_model_cache_new(m, N, &own), SCDB_OK);
+    capt.h_in = good;
+    assert_int_equal(scdb_model_forward(m, t, NULL, N, own, NULL, &capt), SCDB_OK);
+
+    /* 1. every row starts as NaN: a put before writing is refused */
+    assert_true(isnan(st[0]) && isnan(st[(size_t)L * CAP * D - 1]));
+    assert_int_equal(scdb_put_states(h, t, N, 0, a, &pr), SCDB_ERANGE);
+    /* 2. the capacity used as the layer stride: refused, nothing stored */
+    for (int l = 0; l < L; l++)
+        memcpy(st + (size_t)l * CAP * D, good + (size_t)l * N * D, (size_t)N * D * sizeof *st);
+    assert_int_equal(scdb_put_states(h, t, N, 0, a, &pr), SCDB_ERANGE);
+    assert_non_null(strstr(scdb_last_error(h), "packed"));
+    assert_int_equal(scdb_lookup(h, t, N, &lr), SCDB_OK);
+    assert_int_equal(lr.n_matched, 0);
+    /* 3. finite but wrong states (the producer's bug) are stored ... */
+    for (size_t i = 0; i < (size_t)L * N * D; i++) st[i] = 0.5f * good[i];
+    assert_int_equal(scdb_put_states(h, t, N, 0, a, &pr), SCDB_OK);
+    assert_int_equal(pr.n_new, 3);
+    /* ... and consumed: the rows are NaN again; a re-put of the stored
+     * prompt skips its blocks without reading them */
+    assert_true(isnan(st[5]));
+    assert_int_equal(scdb_put_states(h, t, N, 0, a, &pr), SCDB_OK);
+    assert_int_equal(pr.n_new, 0);
+    /* 4. writing the right states and putting again changes nothing (the
+     * blocks exist) ... */
+    memcpy(st, good, (size_t)L * N * D * sizeof *st);
+    assert_int_equal(scdb_put_states(h, t, N, 0, a, &pr), SCDB_OK);
+    assert_int_equal(pr.n_new, 0);
+    /* ... replace does: the consumer then decodes the right KV */
+    cons = connect_to(endpoint, 10000);
+    assert_int_equal(scdb_register(cons, SCDB_CONSUMER, "code", "base-scd", NULL), SCDB_OK);
+    assert_int_equal(scdb_kv_cache_new(8, 2, 32, N, &ref), SCDB_OK);
+    codes = malloc(scdb_codec_codes_len(scdb_codebook_get_info(cb), N) * sizeof *codes);
+    assert_int_equal(scdb_codec_encode_tokens(cb, m, t, NULL, N, codes), SCDB_OK);
+    assert_int_equal(scdb_pair_decode(pair, cb, codes, N, pos, t, -1, ref, 0), SCDB_OK);
+    assert_int_equal(scdb_arena_new(cons, N, &kv), SCDB_OK);
+    assert_int_equal(scdb_get(cons, t, N, kv, 0, 0, &gr), SCDB_OK);
+    double before = max_diff(scdb_arena_cache(kv), ref, N);
+    assert_true(before > 0.05);                       /* the wrong blocks */
+    assert_int_equal(scdb_replace_states(h, t, N, 0, a, &pr), SCDB_OK);
+    assert_int_equal(pr.n_new, 3);
+    scdb_arena_cache(kv)->n = 0;
+    assert_int_equal(scdb_get(cons, t, N, kv, 0, 0, &gr), SCDB_OK);
+    double after = max_diff(scdb_arena_cache(kv), ref, N);
+    print_message("replace: max |K/V diff| to the reference %.3g -> %.3g\n", before, after);
+    assert_true(after < 1e-2);
+    assert_int_equal(gr.partial, 0);
+    /* a get longer than the arena: whole blocks that fit, flagged partial */
+    scdb_arena_free(&kv);
+    assert_int_equal(scdb_arena_new(cons, 128, &kv), SCDB_OK);
+    assert_int_equal(scdb_get(cons, t, N, kv, 0, 0, &gr), SCDB_OK);
+    assert_int_equal(gr.n_matched, 3);
+    assert_int_equal(gr.tokens_written, 128);
+    assert_int_equal(gr.partial, 1);
+    /* lookups: a token outside the vocabulary (index and request paths) */
+    {
+        int32_t bad[N];
+        memcpy(bad, t, sizeof bad);
+        bad[100] = 300;
+        assert_int_equal(scdb_lookup(cons, bad, N, &lr), SCDB_ERANGE);
+        assert_non_null(strstr(scdb_last_error(cons), "vocabulary"));
+    }
+    scdb_arena_free(&kv);
+    scdb_arena_free(&a);
+    scdb_close(&cons);
+    scdb_close(&h);
+
+    /* raw puts: more tokens than the context, a token outside the
+     * vocabulary, a NaN payload -- each refused with nothing stored */
+    h = connect_to(endpoint, 10000);
+    assert_int_equal(scdb_register(h, SCDB_PRODUCER, "base", NULL, &info), SCDB_OK);
+    {
+        enum { LONG = 2000 };
+        int32_t *lt = malloc(LONG * sizeof *lt);
+        size_t nb = LONG / 64, bytes = nb * info.block_bytes;   /* 31 blocks */
+        float *pl = calloc(bytes / 4, 4);
+        assert_int_equal(info.payload_dtype, SCDB_F32);          /* this broker's raw/base */
+        for (int i = 0; i < LONG; i++) lt[i] = 'x' + i % 3;
+        assert_int_equal(scdb_put(h, lt, LONG, 0, pl, bytes, &pr), SCDB_ERANGE);
+        assert_non_null(strstr(scdb_last_error(h), "max_seq_len"));
+        bytes = 2 * info.block_bytes;
+        lt[5] = 300;
+        assert_int_equal(scdb_put(h, lt, 128, 0, pl, bytes, &pr), SCDB_ERANGE);
+        assert_non_null(strstr(scdb_last_error(h), "vocabulary"));
+        lt[5] = 'x';
+        pl[bytes / 4 - 7] = NAN;                       /* in block 1 */
+        assert_int_equal(scdb_put(h, lt, 128, 0, pl, bytes, &pr), SCDB_ERANGE);
+        assert_non_null(strstr(scdb_last_error(h), "not finite"));
+        pl[bytes / 4 - 7] = INFINITY;
+        assert_int_equal(scdb_put(h, lt, 128, 0, pl, bytes, &pr), SCDB_ERANGE);
+        assert_int_equal(scdb_lookup(h, lt, 128, &lr), SCDB_OK);
+        assert_int_equal(lr.n_matched, 0);
+        pl[bytes / 4 - 7] = 0;
+        assert_int_equal(scdb_put(h, lt, 128, 0, pl, bytes, &pr), SCDB_OK);
+        assert_int_equal(pr.n_new, 2);
+        free(lt);
+        free(pl);
+    }
+    scdb_close(&h);
+    scdb_kv_cache_free(&own);
+    scdb_kv_cache_free(&ref);
+    scdb_pair_free(&pair);
+    scdb_codebook_free(&cb);
+    scdb_model_free(&m);
+    free(codes);
+    free(good);
     assert_alive();
 }
 
@@ -2301,6 +2473,7 @@ int main(void)
         cmocka_unit_test(test_register_errors),
         cmocka_unit_test(test_reference_model),
         cmocka_unit_test(test_put_states),
+        cmocka_unit_test(test_states_layout_replace_checks),
         cmocka_unit_test(test_malformed_frames),
         cmocka_unit_test(test_sigkill_reclaim),
         cmocka_unit_test(test_live_sessions),

@@ -280,6 +280,36 @@ static void test_nmse(void **state)
     assert_true(fabs(scdb_k_nmse(a, z, 4) - 30.0) < 1e-12);   /* no reference: absolute */
 }
 
+static void test_find_nonfinite(void **state)
+{
+    float f[5] = {0.0f, -1.5f, 3e38f, 1e-40f, 2.0f};
+    uint16_t h[4] = {0x3c00, 0x7bff, 0xfbff, 0x0001};   /* 1, max, -max, subnormal */
+    uint16_t b[3] = {0x3f80, 0x7f7f, 0x0001};
+    int32_t i32[2] = {0x7fc00000, -1};
+    size_t at = 99;
+    (void)state;
+    assert_int_equal(scdb_k_find_nonfinite(f, sizeof f, SCDB_F32, &at), 0);
+    f[3] = NAN;
+    assert_int_equal(scdb_k_find_nonfinite(f, sizeof f, SCDB_F32, &at), 1);
+    assert_int_equal(at, 3);
+    f[3] = 0.0f;
+    f[4] = -INFINITY;
+    assert_int_equal(scdb_k_find_nonfinite(f, sizeof f, SCDB_F32, &at), 1);
+    assert_int_equal(at, 4);
+    assert_int_equal(scdb_k_find_nonfinite(h, sizeof h, SCDB_F16, &at), 0);
+    h[2] = 0xfc00;                                          /* -Inf */
+    assert_int_equal(scdb_k_find_nonfinite(h, sizeof h, SCDB_F16, &at), 1);
+    assert_int_equal(at, 2);
+    h[2] = 0x7e01;                                          /* NaN */
+    assert_int_equal(scdb_k_find_nonfinite(h, sizeof h, SCDB_F16, NULL), 1);
+    assert_int_equal(scdb_k_find_nonfinite(b, sizeof b, SCDB_BF16, &at), 0);
+    b[1] = 0x7f80;                                          /* +Inf */
+    assert_int_equal(scdb_k_find_nonfinite(b, sizeof b, SCDB_BF16, &at), 1);
+    assert_int_equal(at, 1);
+    assert_int_equal(scdb_k_find_nonfinite(i32, sizeof i32, SCDB_I32, &at), 0);
+    assert_int_equal(scdb_k_find_nonfinite(f, 0, SCDB_F32, &at), 0);
+}
+
 static void test_swiglu(void **state)
 {
     (void)state;
@@ -756,6 +786,7 @@ int main(void)
         cmocka_unit_test(test_log_softmax),
         cmocka_unit_test(test_adam),
         cmocka_unit_test(test_nmse),
+        cmocka_unit_test(test_find_nonfinite),
         cmocka_unit_test(test_swiglu),
         cmocka_unit_test(test_attention),
         cmocka_unit_test(test_kv_cache),

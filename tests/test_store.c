@@ -762,6 +762,85 @@ static void test_hot_tier(void **state)
     scdb_store_close(&s);
 }
 
+/* Replace: a stored block's value is overwritten in place (hot copy too),
+ * its children stay stored and readable, the index sees it throughout; a
+ * block being read is refused (SCDB_EBUSY); replace of an absent block is a
+ * plain put; the new value survives a restart. */
+static void put_one(scdb_store *s, const fixture *f, const chain *c, size_t i, uint8_t fill,
+                    int replace, scdb_err want)
+{
+    uint8_t *buf = malloc(PLEN);
+    scdb_block_put p;
+    memset(&p, 0, sizeof p);
+    memset(buf, fill, PLEN);
+    p.key = c->keys[i];
+    if (i) p.parent = c->keys[i - 1];
+    p.block_index = (uint32_t)i;
+    p.payload_dtype = SCDB_F16;
+    p.payload = buf;
+    p.payload_len = PLEN;
+    p.replace = replace;
+    assert_int_equal(scdb_store_put_batch(s, &f->ns, &p, 1, NULL), want);
+    free(buf);
+}
+
+static void expect_fill(scdb_store *s, const scdb_key *k, uint8_t fill)
+{
+    uint8_t *got = malloc(PLEN);
+    assert_int_equal(scdb_store_get(s, k, got, PLEN, NULL), SCDB_OK);
+    for (size_t i = 0; i < PLEN; i++) assert_int_equal(got[i], fill);
+    free(got);
+}
+
+static void test_replace(void **state)
+{
+    fixture *f = *state;
+    uint64_t charge = PLEN + 112;
+    scdb_store *s = open_store(f, 0, 4 * charge);      /* room for every block hot */
+    scdb_store_stat st0, st;
+    scdb_block *h = NULL;
+    chain c;
+
+    make_chain(f, &c, 3, 77);
+    for (size_t i = 0; i < 3; i++) put_one(s, f, &c, i, (uint8_t)(0x10 + i), 0, SCDB_OK);
+    expect_fill(s, &c.keys[1], 0x11);                  /* a hot copy now */
+    scdb_store_stats(s, &st0);
+    /* without replace a stored block is skipped */
+    put_one(s, f, &c, 1, 0xee, 0, SCDB_OK);
+    expect_fill(s, &c.keys[1], 0x11);
+    /* with replace it is overwritten, hot copy included */
+    put_one(s, f, &c, 1, 0xab, 1, SCDB_OK);
+    expect_fill(s, &c.keys[1], 0xab);
+    scdb_store_stats(s, &st);
+    assert_int_equal(st.put_replaced, st0.put_replaced + 1);
+    assert_int_equal(st.blocks, st0.blocks);
+    assert_int_equal(st.disk_bytes, st0.disk_bytes);
+    assert_int_equal(matched(s, f, &c), 3);             /* children stay */
+    expect_fill(s, &c.keys[2], 0x12);
+    expect_fill(s, &c.keys[0], 0x10);
+    /* a block a reader holds is refused, and is replaced once released */
+    assert_int_equal(scdb_store_acquire(s, &c.keys[2], &h), SCDB_OK);
+    put_one(s, f, &c, 2, 0xcd, 1, SCDB_EBUSY);
+    for (size_t i = 0; i < PLEN; i++) assert_int_equal(((uint8_t *)h->payload)[i], 0x12);
+    scdb_store_release(s, &h);
+    put_one(s, f, &c, 2, 0xcd, 1, SCDB_OK);
+    expect_fill(s, &c.keys[2], 0xcd);
+    /* replace of a block that is not stored is a plain put */
+    {
+        chain d;
+        make_chain(f, &d, 1, 78);
+        put_one(s, f, &d, 0, 0x42, 1, SCDB_OK);
+        expect_fill(s, &d.keys[0], 0x42);
+    }
+    /* the new values are what LMDB holds */
+    scdb_store_close(&s);
+    s = open_store(f, 0, 0);
+    expect_fill(s, &c.keys[1], 0xab);
+    expect_fill(s, &c.keys[2], 0xcd);
+    assert_int_equal(matched(s, f, &c), 3);
+    scdb_store_close(&s);
+}
+
 /* --------------------------------------------------- restart and map growth */
 
 static void test_restart_persistence(void **state)
@@ -1390,6 +1469,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_eviction_lru_order_and_batches, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pinning, setup, teardown),
         cmocka_unit_test_setup_teardown(test_hot_tier, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_replace, setup, teardown),
         cmocka_unit_test_setup_teardown(test_restart_persistence, setup, teardown),
         cmocka_unit_test_setup_teardown(test_map_growth, setup, teardown),
         cmocka_unit_test_setup_teardown(test_corruption_on_disk, setup, teardown),

@@ -1,6 +1,8 @@
-/* half.c — f16 and bf16 <-> f32 conversion (round to nearest even). */
+/* half.c — f16 and bf16 <-> f32 conversion (round to nearest even), and the
+ * finiteness scan of f32/f16/bf16 buffers. */
 #include "kernels.h"
 
+#include <math.h>
 #include <string.h>
 
 static inline uint32_t f2u(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
@@ -78,4 +80,30 @@ void scdb_f32_to_bf16_n(const float *src, uint16_t *dst, size_t n)
 void scdb_bf16_to_f32_n(const uint16_t *src, float *dst, size_t n)
 {
     for (size_t i = 0; i < n; i++) dst[i] = scdb_bf16_to_f32(src[i]);
+}
+
+int scdb_k_find_nonfinite(const void *x, size_t bytes, scdb_dtype dt, size_t *first)
+{
+    size_t n;
+    if (dt == SCDB_F32) {
+        const float *f = x;
+        n = bytes / sizeof *f;
+        for (size_t i = 0; i < n; i++)
+            if (!isfinite(f[i])) {
+                if (first) *first = i;
+                return 1;
+            }
+        return 0;
+    }
+    if (dt == SCDB_F16 || dt == SCDB_BF16) {
+        const uint16_t *h = x;
+        uint16_t exp = dt == SCDB_F16 ? 0x7c00 : 0x7f80;   /* all-ones exponent */
+        n = bytes / sizeof *h;
+        for (size_t i = 0; i < n; i++)
+            if ((h[i] & exp) == exp) {
+                if (first) *first = i;
+                return 1;
+            }
+    }
+    return 0;
 }

@@ -332,6 +332,7 @@ def test_stopped_broker(own_broker, prompt, raw_payload):
     # a new broker on the same store: the handle re-registers by itself, old
     # arenas are stale (ClosedError), stored blocks survive
     own_broker.start()
+    c.timeout_ms = 10000          # short timeouts were for the stopped broker only
     assert c.lookup(toks) == 64
     with pytest.raises(scdb.ClosedError):
         c.get(toks, a)
