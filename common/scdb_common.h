@@ -43,6 +43,7 @@ typedef enum scdb_err {
     SCDB_EDEVICE,    /* no such device / device error (CUDA)                  */
     SCDB_EUNSUPPORTED, /* operation not supported on this backend/build       */
     SCDB_ECLOSED,    /* peer or handle closed                                 */
+    SCDB_EAUTH,      /* credentials refused or missing (e.g. a Redis ACL)     */
     SCDB_ERR_COUNT
 } scdb_err;
 
