@@ -124,7 +124,11 @@ static scdb_err install_map(scdb_rc *rc, const rc_slotmap *m, char *why, size_t 
     for (size_t i = 0; i < rc->n_nodes; i++) rc->nodes[i].master = false;
     for (int s = 0; s < SCDB_RC_SLOTS; s++)
         if (rc->owner[s] >= 0) rc->nodes[rc->owner[s]].master = true;
+    /* a map that still routes to a node known down (a failover under way)
+     * stays stale: refreshed again at the refresh rate, not the backoff's */
     rc->map_stale = false;
+    for (size_t i = 0; i < rc->n_nodes; i++)
+        if (rc->nodes[i].master && rc->nodes[i].down) rc->map_stale = true;
     rc->st.refreshes++;
     if (!rc->map_ok) scdb_info("redis cluster: slot map from %zu ranges", m->n_ranges);
     rc->map_ok = true;
