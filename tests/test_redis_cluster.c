@@ -1342,16 +1342,10 @@ static size_t keys_on(int m, bool *mine)
 
 static void replicate_all(void)
 {
-    for (int i = 0; i < lc_size(g_cluster); i++) {
-        redisReply *r = lc_cmd(g_cluster, i, "ROLE");
-        bool master = r && r->type == REDIS_REPLY_ARRAY && !strcmp(r->element[0]->str, "master");
-        if (r) freeReplyObject(r);
-        if (!master) continue;
-        r = lc_cmd(g_cluster, i, "WAIT 1 5000");
-        assert_non_null(r);
-        assert_int_equal(r->integer, 1);
-        freeReplyObject(r);
-    }
+    char why[256];
+    int r = lc_wait_replicated(g_cluster, 20000, why, sizeof why);
+    if (r != LC_OK) print_message("%s\n", why);
+    assert_int_equal(r, LC_OK);
 }
 
 /* SIGSTOP a master: its commands cost one timeout, then fail at once while
@@ -1425,6 +1419,17 @@ static void test_killed_master_fails_over(void **state)
         double took = now_ms() - c0;
         if (took > worst) worst = took;
         calls++;
+        if (g.missing) { /* who said nil? */
+            char who[64];
+            scdb_rc_slot_node(rc, slot, who, sizeof who);
+            int now_m = lc_master_of_slot(g_cluster, slot);
+            redisReply *r = now_m >= 0 ? lc_cmd(g_cluster, now_m, "DBSIZE") : NULL;
+            print_message("call %d after %.0f ms: %zu missing; client routes slot %u to %s, cluster to "
+                          "port %d (DBSIZE %lld); killed port %d\n", calls, now_ms() - t0, g.missing,
+                          slot, who, now_m >= 0 ? lc_port(g_cluster, now_m) : -1,
+                          r ? r->integer : -1, lc_port(g_cluster, m));
+            if (r) freeReplyObject(r);
+        }
         assert_int_equal(g.wrong, 0);
         assert_int_equal(g.missing, 0);
         if (g.ok == FN) break;

@@ -147,7 +147,8 @@ static void guardian(int rfd, const char *root)
     closedir(d);
     for (int i = 0; i < np; i++) /* let them go before removing their files */
         for (int t = 0; t < 200 && is_redis(pids[i]); t++) nap_ms(10);
-    rm_rf(root);
+    const char *keep = getenv("SCDB_TEST_KEEP_CLUSTER");
+    if (!keep || strcmp(keep, "1")) rm_rf(root);
     _exit(0);
 }
 
@@ -380,7 +381,9 @@ int lc_start(const lc_options *o, lc_cluster **out, char *why, size_t why_len)
     size_t off = 0;
     for (int i = 0; i < c->n; i++) {
         lc_node *nd = &c->nodes[i];
-        snprintf(nd->dir, sizeof nd->dir, "%s/node%d", c->root, i);
+        char dir[sizeof nd->dir]; /* (not straight into nd->dir: same object as c->root) */
+        snprintf(dir, sizeof dir, "%s/node%d", c->root, i);
+        memcpy(nd->dir, dir, sizeof dir);
         if (mkdir(nd->dir, 0755) < 0) {
             why_set(why, why_len, "mkdir %s: %s", nd->dir, strerror(errno));
             goto fail;
@@ -400,8 +403,10 @@ int lc_start(const lc_options *o, lc_cluster **out, char *why, size_t why_len)
             if (r == 1) why_set(why, why_len, "ports kept being taken by others");
             goto fail;
         }
-        off += (size_t)snprintf(c->seeds + off, sizeof c->seeds - off, "%s127.0.0.1:%d",
-                                i ? "," : "", nd->port);
+        char one[32];
+        int w = snprintf(one, sizeof one, "%s127.0.0.1:%d", i ? "," : "", nd->port);
+        memcpy(c->seeds + off, one, (size_t)w + 1);
+        off += (size_t)w;
     }
     /* redis-cli --cluster create 127.0.0.1:p0 ... --cluster-replicas R --cluster-yes */
     char *argv[LC_MAX_NODES + 8];
@@ -443,7 +448,11 @@ void lc_stop(lc_cluster **pc)
             waitpid(c->nodes[i].pid, NULL, 0);
             c->nodes[i].pid = 0;
         }
-    rm_rf(c->root);
+    const char *keep = getenv("SCDB_TEST_KEEP_CLUSTER");
+    if (keep && !strcmp(keep, "1"))
+        fprintf(stderr, "local_cluster: kept %s (SCDB_TEST_KEEP_CLUSTER=1)\n", c->root);
+    else
+        rm_rf(c->root);
     if (c->guard_fd >= 0) close(c->guard_fd); /* the guardian finds nothing left */
     if (c->guard_pid > 0) waitpid(c->guard_pid, NULL, 0);
     free(c);
@@ -574,6 +583,66 @@ int lc_wait_ready(lc_cluster *c, int timeout_ms, char *why, size_t why_len)
             return LC_FAIL;
         }
         nap_ms(20);
+    }
+}
+
+/* ROLE of node i: is it a master (its offset), or a replica (its master's
+ * port and its own processed offset)? */
+static bool role_of(lc_cluster *c, int i, bool *master, long long *offset, int *master_port)
+{
+    redisReply *r = lc_cmd(c, i, "ROLE");
+    bool ok = r && r->type == REDIS_REPLY_ARRAY && r->elements >= 2 &&
+              r->element[0]->type == REDIS_REPLY_STRING;
+    if (ok && !strcmp(r->element[0]->str, "master")) {
+        *master = true;
+        *offset = r->element[1]->integer;
+    } else if (ok && !strcmp(r->element[0]->str, "slave") && r->elements >= 5) {
+        *master = false;
+        *master_port = (int)r->element[2]->integer;
+        *offset = r->element[4]->integer;
+    } else {
+        ok = false;
+    }
+    if (r) freeReplyObject(r);
+    return ok;
+}
+
+int lc_wait_replicated(lc_cluster *c, int timeout_ms, char *why, size_t why_len)
+{
+    long long target[LC_MAX_NODES];
+    double deadline = now_s() + timeout_ms / 1000.0;
+    for (int i = 0; i < c->n; i++) {
+        bool master = false;
+        int mp;
+        target[i] = -1;
+        if (c->nodes[i].pid > 0 && !role_of(c, i, &master, &target[i], &mp)) target[i] = -1;
+        if (!master) target[i] = -1;
+    }
+    for (;;) {
+        bool ok = true;
+        char last[160] = "";
+        for (int i = 0; i < c->n && ok; i++) {
+            bool master = true;
+            long long off = 0;
+            int mp = -1;
+            if (c->nodes[i].pid <= 0) continue;
+            if (!role_of(c, i, &master, &off, &mp)) {
+                ok = false;
+                snprintf(last, sizeof last, "node %d: no ROLE", i);
+            } else if (!master) {
+                int m = lc_index_of_port(c, mp);
+                if (m >= 0 && target[m] >= 0 && off < target[m]) {
+                    ok = false;
+                    snprintf(last, sizeof last, "replica %d at offset %lld of %lld", i, off, target[m]);
+                }
+            }
+        }
+        if (ok) return LC_OK;
+        if (now_s() > deadline) {
+            why_set(why, why_len, "not replicated after %d ms: %s", timeout_ms, last);
+            return LC_FAIL;
+        }
+        nap_ms(10);
     }
 }
 

@@ -20,7 +20,8 @@
  * process die first (crash, ctest timeout, kill -9), a guardian process,
  * started at lc_start in its own session and holding a pipe from the test,
  * sees the pipe close, kills the redis-server pids recorded in node<i>/pid and
- * removes the root.
+ * removes the root.  SCDB_TEST_KEEP_CLUSTER=1 keeps the root (logs,
+ * nodes.conf) for a post-mortem; the nodes are killed all the same.
  *
  * Not thread-safe; fork()s, so start it before creating threads.
  */
@@ -75,6 +76,11 @@ int lc_wait_ready(lc_cluster *c, int timeout_ms, char *why, size_t why_len);
 /* Start redis-cli with argv (argv[0] "redis-cli") in the background, its
  * output to <root>/<log_name>; the caller waitpid()s.  -1 on failure. */
 pid_t lc_spawn_cli(lc_cluster *c, char *const argv[], const char *log_name);
+
+/* Poll until every live replica has processed what its master had written
+ * when this was called (its ROLE offset); WAIT would only wait for the
+ * writes of its own connection.  LC_OK / LC_FAIL. */
+int lc_wait_replicated(lc_cluster *c, int timeout_ms, char *why, size_t why_len);
 
 /* One command on node i over a fresh connection (2 s timeout); hiredis
  * format (%s, %b, %d).  NULL if the node cannot be reached.  freeReplyObject
