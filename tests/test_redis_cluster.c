@@ -8,7 +8,8 @@
  *            in a thread: garbage bytes, malformed slot maps, silence,
  *            MOVED to bad / unknown / dead addresses, redirection loops, ASK
  *            (ASKING before the retried command), wrong reply types, error
- *            replies, dropped connections, unsolicited bytes, big values
+ *            replies, dropped connections, unsolicited bytes, big values;
+ *            the Nth allocation failing, for every N
  *   routing  a real cluster (3 masters + 3 replicas): slots against
  *            CLUSTER KEYSLOT, the map against the cluster's, SET/GET over
  *            thousands of keys on all masters with PX TTLs, the prefix probe,
@@ -52,6 +53,7 @@
 
 #include <hiredis/hiredis.h>
 
+#include "helpers/alloc_fault.h"
 #include "helpers/local_cluster.h"
 #include "redis_cluster.h"
 
@@ -829,6 +831,73 @@ static void test_redirections_and_replies_from_a_fake_node(void **state)
     fake_stop(f);
 }
 
+/* The fake for the allocation sweep: SET and EXISTS answer, GET as scripted. */
+static const char *kv_fn(fake *f, int conn, redisReply *c, size_t *len)
+{
+    if (is_cmd(c, "SET")) return "+OK\r\n";
+    if (is_cmd(c, "EXISTS")) return ":1\r\n";
+    return scripted_get(f, conn, c, len);
+}
+
+static bool ok_or_nomem(scdb_err e) { return e == SCDB_OK || e == SCDB_ENOMEM; }
+
+/* Fail the Nth allocation of open (with a password file) + a batch with an
+ * ASK redirection + a probe + a GET + close, for every N until it runs
+ * clean: every call returns its answer or SCDB_ENOMEM, nothing crashes,
+ * and (ASan build) nothing leaks. */
+static void test_allocation_failures(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/scdb-rc-alloc-XXXXXX", pw[128], seeds[64];
+    assert_non_null(mkdtemp(dir));
+    snprintf(pw, sizeof pw, "%s/pw", dir);
+    write_file(pw, "secret\n");
+    fake *f = fake_start(kv_fn, NULL);
+    snprintf(seeds, sizeof seeds, "127.0.0.1:%d", f->port);
+    scdb_rc_config cfg = {.seeds = seeds, .user = "u", .password_file = pw, .timeout_ms = 2000};
+    long n;
+    for (n = 0; n < 100000; n++) {
+        scdb_rc *rc = NULL;
+        alloc_fault_arm(n);
+        scdb_err e = scdb_rc_open(&cfg, &rc, NULL, 0);
+        assert_true(ok_or_nomem(e));
+        if (e == SCDB_OK) {
+            scdb_rc_op ops[4] = {
+                {.cmd = SCDB_RC_SET, .key = "k", .key_len = 1, .val = "v", .val_len = 1, .ttl_ms = 5},
+                {.cmd = SCDB_RC_GET, .key = "ask-self", .key_len = 8},
+                {.cmd = SCDB_RC_GET, .key = "missing", .key_len = 7},
+                {.cmd = SCDB_RC_EXISTS, .key = "k", .key_len = 1},
+            };
+            scdb_err want[4] = {SCDB_OK, SCDB_OK, SCDB_ENOTFOUND, SCDB_OK};
+            e = scdb_rc_exec(rc, ops, 4);
+            assert_true(ok_or_nomem(e));
+            for (int i = 0; i < 4; i++) {
+                assert_true(ops[i].status == want[i] || ops[i].status == SCDB_ENOMEM);
+                if (ops[i].status == SCDB_OK && i == 1) assert_memory_equal(ops[i].out, "asked", 5);
+                free(ops[i].out);
+            }
+            scdb_rc_key keys[2] = {{"a", 1}, {"b", 1}};
+            size_t np = 9;
+            e = scdb_rc_probe(rc, keys, 2, &np);
+            assert_true(ok_or_nomem(e));
+            if (e == SCDB_OK) assert_int_equal(np, 2);
+            char val[16];
+            e = get_str(rc, "plain", val, sizeof val);
+            assert_true(ok_or_nomem(e));
+            if (e == SCDB_OK) assert_string_equal(val, "plain");
+        }
+        scdb_rc_close(&rc);
+        bool clean = !alloc_fault_fired();
+        alloc_fault_disarm();
+        if (clean) break;
+    }
+    print_message("allocation failures: the sequence ran clean after %ld injected failures\n", n);
+    assert_true(n > 10 && n < 100000);
+    fake_stop(f);
+    unlink(pw);
+    rmdir(dir);
+}
+
 static const struct CMUnitTest unit_tests[] = {
     cmocka_unit_test(test_crc16_and_slot_known_answers),
     cmocka_unit_test(test_keys_spread_over_all_slots),
@@ -838,6 +907,7 @@ static const struct CMUnitTest unit_tests[] = {
     cmocka_unit_test(test_garbage_and_silent_seeds),
     cmocka_unit_test(test_malformed_slot_maps_are_refused),
     cmocka_unit_test(test_redirections_and_replies_from_a_fake_node),
+    cmocka_unit_test(test_allocation_failures),
 };
 
 /* ============================================================ clusters */
