@@ -81,6 +81,13 @@
  * pattern covering the key prefix).  ACLs are per node in Redis Cluster:
  * configure the user on every node (an ACL file).
  *
+ * The cluster side: run it with cluster-require-full-coverage no, so that a
+ * shard without a master (a failover under way) does not stop the others
+ * (with yes, every node answers CLUSTERDOWN until it is over), and with
+ * cluster-preferred-endpoint-type ip (the default).  Reads go to masters
+ * only (no READONLY replica reads): during a failover the keys of that shard
+ * fail fast until the replica is promoted.
+ *
  * Counters (scdb_rc_stats_get): calls, ops, errors, timeouts, redirections,
  * pipelines (round trips), connects, reconnects, failures, backoff skips,
  * refreshes; monotonic over the handle's life.
