@@ -127,6 +127,14 @@ static int dead_port(void)
     return ntohs(a.sin_port);
 }
 
+/* A fresh directory under $TMPDIR (or /tmp). */
+static void make_tmpdir(char *buf, size_t len, const char *name)
+{
+    const char *tmp = getenv("TMPDIR");
+    snprintf(buf, len, "%s/%s-XXXXXX", tmp && *tmp ? tmp : "/tmp", name);
+    assert_non_null(mkdtemp(buf));
+}
+
 static void write_file(const char *path, const char *text)
 {
     FILE *f = fopen(path, "w");
@@ -233,9 +241,9 @@ static void test_open_rejects_bad_config(void **state)
                            .password_file = "/nonexistent/scdb-redis-password"};
     expect_open(&cfg, SCDB_ENOTFOUND, "/nonexistent/scdb-redis-password");
 
-    char dir[] = "/tmp/scdb-rc-unit-XXXXXX";
-    assert_non_null(mkdtemp(dir));
-    char empty[128], big[128];
+    char dir[256];
+    make_tmpdir(dir, sizeof dir, "scdb-rc-unit");
+    char empty[300], big[300];
     snprintf(empty, sizeof empty, "%s/empty", dir);
     snprintf(big, sizeof big, "%s/big", dir);
     write_file(empty, "\n");
@@ -517,12 +525,6 @@ static scdb_err open_fake(const fake *f, int timeout_ms, int max_redirects, scdb
     return scdb_rc_open(&cfg, rc, msg, msg_len);
 }
 
-static const char *say_garbage(fake *f, int conn, redisReply *c, size_t *len)
-{
-    (void)f, (void)conn, (void)c, (void)len;
-    return "hello, this is not RESP\r\n";
-}
-
 static const char *say_nothing(fake *f, int conn, redisReply *c, size_t *len)
 {
     (void)f, (void)conn, (void)c, (void)len;
@@ -564,7 +566,6 @@ static void test_garbage_and_silent_seeds(void **state)
     assert_int_equal(open_fake(f, 500, 0, &rc, msg, sizeof msg), SCDB_EAUTH);
     assert_non_null(strstr(msg, "password_file"));
     fake_stop(f);
-    (void)say_garbage;
 }
 
 static void test_malformed_slot_maps_are_refused(void **state)
@@ -848,8 +849,8 @@ static bool ok_or_nomem(scdb_err e) { return e == SCDB_OK || e == SCDB_ENOMEM; }
 static void test_allocation_failures(void **state)
 {
     (void)state;
-    char dir[] = "/tmp/scdb-rc-alloc-XXXXXX", pw[128], seeds[64];
-    assert_non_null(mkdtemp(dir));
+    char dir[256], pw[300], seeds[64];
+    make_tmpdir(dir, sizeof dir, "scdb-rc-alloc");
     snprintf(pw, sizeof pw, "%s/pw", dir);
     write_file(pw, "secret\n");
     fake *f = fake_start(kv_fn, NULL);
