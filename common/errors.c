@@ -28,6 +28,7 @@ static const char *const err_names[SCDB_ERR_COUNT] = {
     [SCDB_EDEVICE] = "SCDB_EDEVICE: device error",
     [SCDB_EUNSUPPORTED] = "SCDB_EUNSUPPORTED: not supported",
     [SCDB_ECLOSED] = "SCDB_ECLOSED: closed",
+    [SCDB_EAUTH] = "SCDB_EAUTH: authentication refused",
 };
 
 const char *scdb_strerror(scdb_err e)

@@ -5,7 +5,8 @@
  * Every public scdb function returns an scdb_err: SCDB_OK (0) on success, a
  * specific code otherwise; scdb_strerror() names it.  Out parameters come
  * last.  Bad input, I/O errors and allocation failures are returned, never
- * aborted on.
+ * aborted on.  The values are part of the wire protocol (Reply.status):
+ * new codes are appended, never inserted.
  */
 #ifndef SCDB_ERR_H
 #define SCDB_ERR_H
@@ -40,6 +41,7 @@ typedef enum scdb_err {
     SCDB_EDEVICE,    /* no such device / device error (CUDA)                  */
     SCDB_EUNSUPPORTED, /* operation not supported on this backend/build       */
     SCDB_ECLOSED,    /* peer or handle closed                                 */
+    SCDB_EAUTH,      /* credentials refused or missing (e.g. a Redis ACL)     */
     SCDB_ERR_COUNT
 } scdb_err;
 

@@ -64,6 +64,8 @@ static err_family families[] = {
      "states arena for a codebook the broker does not encode, ...)."},
     {"ClosedError", NULL, SCDB_ECLOSED, "SCDB_ECLOSED: closed: this Client, Arena or Session "
      "was closed, its arena is from before a broker restart, or the broker is shutting down."},
+    {"AuthError", &PyExc_PermissionError, SCDB_EAUTH, "SCDB_EAUTH: credentials refused or "
+     "missing.  Also a PermissionError."},
 };
 
 static const err_family *err_of(scdb_err e)
