@@ -106,6 +106,10 @@ scdb_err scdb_broker_new(const scdb_broker_config *c, scdb_broker **out, char *e
 
     e = bk_registry_build(b, c, errbuf, errlen);
     if (e) goto fail;
+    /* before the data dir is created: a broker that cannot serve leaves
+     * nothing behind */
+    e = bk_check_endpoint_free(c, errbuf, errlen);
+    if (e) goto fail;
     e = lock_data_dir(b, errbuf, errlen);
     if (e) goto fail;
     /* before the store can change: clients still mapping a killed

@@ -73,6 +73,7 @@ typedef struct bk_arena {
 typedef struct bk_client {
     uint64_t token;
     char name[64];
+    char label[96];             /* for log lines: "NAME (pid N)" or "pid N" */
     uint32_t pid;
     int role;                   /* SCDB__ROLE__PRODUCER / CONSUMER          */
     const scdb_broker_model *model;
@@ -315,6 +316,9 @@ void bk_handle(scdb_broker *b, int sock, zmq_msg_t *frames, int n_frames, int to
  * one ZAP request. */
 scdb_err bk_check_endpoints(const scdb_broker_config *c, char *errbuf, size_t errlen);
 scdb_err bk_listen(scdb_broker *b, char *errbuf, size_t errlen);
+/* SCDB_EBUSY if a broker answers on the ipc endpoint already: checked
+ * before anything (the data dir) is created. */
+scdb_err bk_check_endpoint_free(const scdb_broker_config *c, char *errbuf, size_t errlen);
 void bk_zap_answer(scdb_broker *b);
 
 /* lookup_publish.c */

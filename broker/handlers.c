@@ -204,13 +204,21 @@ static void on_hello(scdb_broker *b, const rq *q, const Scdb__Request *req)
     }
     snprintf(c->name, sizeof c->name, "%s", h->client_name[0] ? h->client_name : "?");
     c->pid = h->pid;
+    {   /* "NAME (pid N)", or "pid N" when that is the name (libscdb's default) */
+        char pidname[24];
+        snprintf(pidname, sizeof pidname, "pid %u", (unsigned)c->pid);
+        if (!strcmp(c->name, pidname))
+            snprintf(c->label, sizeof c->label, "%s", pidname);
+        else
+            snprintf(c->label, sizeof c->label, "%s (pid %u)", c->name, (unsigned)c->pid);
+    }
     c->role = h->role;
     c->model = m;
     c->cb = cb;
     c->pair = pair;
     c->last_seen = scdb_now();
-    scdb_info("client %s (pid %u) registered: %s of model %s, codebook %s%s%s", c->name,
-              (unsigned)c->pid, role_name(c->role), m->name, cb->name,
+    scdb_info("client %s registered: %s of model %s, codebook %s%s%s", c->label,
+              role_name(c->role), m->name, cb->name,
               pair ? ", decoder " : "", pair ? pair->dec.name : "");
 
     fill_shape(&shape, m);

@@ -281,6 +281,13 @@ static scdb_err bind_tcp(scdb_broker *b, char *errbuf, size_t errlen)
     return SCDB_OK;
 }
 
+scdb_err bk_check_endpoint_free(const scdb_broker_config *c, char *errbuf, size_t errlen)
+{
+    if (!socket_alive(c->endpoint + 6)) return SCDB_OK;
+    snprintf(errbuf, errlen, "another broker is listening on %s", c->endpoint);
+    return SCDB_EBUSY;
+}
+
 scdb_err bk_listen(scdb_broker *b, char *errbuf, size_t errlen)
 {
     scdb_err e = bind_ipc(b, errbuf, errlen);

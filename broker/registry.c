@@ -42,8 +42,12 @@ static scdb_err load_model(const scdb_broker_model_cfg *mc, scdb_broker_model *m
         char why[256] = "";
         scdb_err e = scdb_model_config_load(mc->config, &conf, why, sizeof why);
         if (e) {
-            snprintf(errbuf, errlen, "model %s: %s: %s %s", mc->name, mc->config,
-                     scdb_strerror(e), why);
+            /* why names the file and the problem when the loader gave one */
+            if (why[0])
+                snprintf(errbuf, errlen, "model %s: %s", mc->name, why);
+            else
+                snprintf(errbuf, errlen, "model %s: %s: %s", mc->name, mc->config,
+                         scdb_strerror(e));
             return e;
         }
         m->n_layers = conf.n_layers;
@@ -82,6 +86,18 @@ static scdb_err load_model(const scdb_broker_model_cfg *mc, scdb_broker_model *m
     return SCDB_OK;
 }
 
+/* "what name: " before the message a loader left in errbuf (unless it
+ * starts so already). */
+static void prefix_msg(char *errbuf, size_t errlen, const char *what, const char *name)
+{
+    char tmp[1024], head[160];
+    if (!errbuf || !errlen) return;
+    snprintf(head, sizeof head, "%s %s: ", what, name);
+    if (!strncmp(errbuf, head, strlen(head))) return;
+    snprintf(tmp, sizeof tmp, "%s%s", head, errbuf);
+    snprintf(errbuf, errlen, "%s", tmp);
+}
+
 static scdb_err add_codebook(scdb_broker *b, const char *name, const char *kind_name,
                              const scdb_broker_model *producer, const char *file,
                              scdb_dtype dtype, char *errbuf, size_t errlen)
@@ -99,7 +115,10 @@ static scdb_err add_codebook(scdb_broker *b, const char *name, const char *kind_
     snprintf(cb->kind, sizeof cb->kind, "%s", kind->name);
     cb->producer = producer;
     e = kind->open_codebook(cb, file, dtype, errbuf, errlen);
-    if (e) return e;
+    if (e) {
+        prefix_msg(errbuf, errlen, "codebook", name);
+        return e;
+    }
     b->n_codebooks++;
     return SCDB_OK;
 }
@@ -114,7 +133,12 @@ static scdb_err add_pair(scdb_broker *b, const scdb_broker_codebook *cb,
     scdb_err e;
 
     e = kind->new_decoder(cb, consumer, file, &dec, errbuf, errlen);
-    if (e) return e;
+    if (e) {
+        char what[2 * SCDB_BROKER_NAME_MAX + 8];
+        snprintf(what, sizeof what, "%s -> %s", cb->name, consumer->name);
+        prefix_msg(errbuf, errlen, "pair", what);
+        return e;
+    }
     if (p) {                       /* an explicit pair replaces the default */
         if (p->dec.destroy) p->dec.destroy(p->dec.ctx);
     } else {
@@ -165,8 +189,11 @@ static scdb_err load_policies(scdb_broker *b, const scdb_broker_config *c, char 
         }
         e = scdb_evict_policy_load(pc->file, &p->policy, why, sizeof why);
         if (e) {
-            snprintf(errbuf, errlen, "policy %s: %s: %s: %s", pc->name, pc->file,
-                     scdb_strerror(e), why);
+            if (why[0])       /* names the file and the problem */
+                snprintf(errbuf, errlen, "policy %s: %s", pc->name, why);
+            else
+                snprintf(errbuf, errlen, "policy %s: %s: %s", pc->name, pc->file,
+                         scdb_strerror(e));
             return e;
         }
         snprintf(p->name, sizeof p->name, "%s", pc->name);

@@ -25,8 +25,12 @@ static void usage(FILE *f, const char *prog)
 "  --config FILE              ini file: [broker] keys as below, [model NAME]\n"
 "                             (config = DIR/config.json, or n_layers, n_kv_heads,\n"
 "                             head_dim, max_seq_len; raw_dtype = f16|f32),\n"
-"                             [codebook NAME] (kind, model, file, dtype),\n"
-"                             [pair CODEBOOK CONSUMER] (decoder, file) and\n"
+"                             [codebook NAME] (kind = raw | scd: raw KV of\n"
+"                             `model`, or an SCD codebook `file` fitted on it;\n"
+"                             dtype = f16|f32 for raw), [pair CODEBOOK CONSUMER]\n"
+"                             (decoder = raw | scd, default the codebook's kind:\n"
+"                             raw reuses the producer's KV as it is, scd decodes\n"
+"                             codes with the pair `file`) and\n"
 "                             [policy NAME] (file = a learned eviction policy\n"
 "                             for live sessions; full, streaming, h2o, snapkv\n"
 "                             and tova are built in)\n"
@@ -79,10 +83,8 @@ static void usage(FILE *f, const char *prog)
 "SIZE takes K, M, G, T (or KiB, MiB, ...) suffixes.\n"
 "exit status: 0 clean shutdown; 1 runtime failure (data dir or endpoint in\n"
 "use, bind, store I/O, drain timeout); 2 usage or configuration error (a bad\n"
-"setting, or a model/codebook/pair/policy file it names is missing or invalid).\n"
-"\n"
-"exit codes: 0 clean shutdown, 1 runtime failure (store, sockets, drain timed\n"
-"out), 2 usage or configuration error (including a plaintext tcp endpoint).\n",
+"setting, a plaintext tcp endpoint, or a model/codebook/pair/policy file it\n"
+"names that is missing or invalid).\n",
             prog, scdb_default_endpoint(ep, sizeof ep));
 }
 
@@ -147,8 +149,11 @@ int scdb_broker_main(int argc, char **argv)
     scdb_broker_catch_signals();
     e = scdb_broker_new(&cfg, &b, err, sizeof err);
     if (e) {
-        scdb_error("cannot start: %s", err);
-        fprintf(stderr, "%s: %s\n", prog, err);
+        /* one line: a log line when logging is on, else plain stderr */
+        if (scdb_log_get_level() <= SCDB_LOG_ERROR)
+            scdb_error("%s: cannot start: %s", prog, err);
+        else
+            fprintf(stderr, "%s: cannot start: %s\n", prog, err);
         /* a bad setting, or a model/codebook/pair/policy file it names that
          * is missing or invalid: a configuration error; the rest (data dir
          * or endpoint taken, bind, store I/O) a runtime failure */

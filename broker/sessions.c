@@ -170,7 +170,7 @@ void bk_on_session_open(scdb_broker *b, bk_client *c, const Scdb__SessionOpen *s
     scdb_evict_policy_protect(pol->policy, acc, (int)so->budget + 1, (int)so->budget, &sinks,
                               &recent);
     scdb_debug("client %s: session %llu on arena %llu, policy %s, budget %u, cadence %u",
-               c->name, (unsigned long long)s->id, (unsigned long long)kv->id, pol->name,
+               c->label, (unsigned long long)s->id, (unsigned long long)kv->id, pol->name,
                s->budget, s->cadence);
 
     sr->session = s->id;
@@ -197,7 +197,7 @@ void bk_session_close(scdb_broker *b, bk_client *c, bk_session *s)
     b->n_sessions--;
     s->kv->session = NULL;
     scdb_debug("client %s: session %llu closed after %llu eviction(s), %llu slots evicted",
-               c->name, (unsigned long long)s->id, (unsigned long long)s->evictions,
+               c->label, (unsigned long long)s->id, (unsigned long long)s->evictions,
                (unsigned long long)s->evicted_slots);
     bk_arena_unref(b, s->kv);
     bk_arena_remove(b, c, s->stats);    /* leaves the client's list */

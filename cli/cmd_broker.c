@@ -3,6 +3,7 @@
  * daemon in the foreground.  Exit codes: 0 ok, 1 the broker refused the
  * request or a file could not be used, 2 usage error, 3 no broker answered. */
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -93,10 +94,14 @@ static void help(const char *cmd)
     printf("  -h, --help          this text\n%s", exit_help);
 }
 
-static int usage_error(const cli *c, const char *fmt, const char *arg)
+static int usage_error(const cli *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int usage_error(const cli *c, const char *fmt, ...)
 {
+    va_list ap;
     fprintf(stderr, "scdb %s: ", c->cmd);
-    fprintf(stderr, fmt, arg);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
     fprintf(stderr, "\n(try scdb %s --help)\n", c->cmd);
     return EXIT_USAGE;
 }
@@ -132,8 +137,14 @@ static int parse(cli *c, int argc, char **argv, int need_model)
             *sval = argv[++i];
         } else {
             char *end;
-            long v = strtol(argv[++i], &end, 10);
-            if (*end || v < 0 || v > 1 << 30) return usage_error(c, "bad number '%s'", argv[i]);
+            const char *arg = argv[++i];
+            long v;
+            errno = 0;
+            v = strtol(arg, &end, 10);
+            if (!*arg || *end || errno)
+                return usage_error(c, "%s %s: not a whole number", a, arg);
+            if (v < 0) return usage_error(c, "%s %s: must be 0 or more", a, arg);
+            if (v > 1 << 30) return usage_error(c, "%s %s: at most %d", a, arg, 1 << 30);
             *ival = (int)v;
         }
     }
@@ -145,18 +156,40 @@ static int parse(cli *c, int argc, char **argv, int need_model)
     return -1;
 }
 
+/* A whole input file: a regular file, or anything else that reads to its
+ * end (a pipe, /dev/stdin).  -1 when read, else an exit code with a message
+ * that says what went wrong. */
+static int read_input(const char *cmd, const char *opt, const char *path, char **out,
+                      size_t *len)
+{
+    scdb_err e = scdb_read_file(path, (size_t)1 << 40, out, len);
+    FILE *f;
+
+    if (e == SCDB_OK) return -1;
+    if (e == SCDB_EIO && (f = fopen(path, "rb"))) {   /* not a regular file */
+        e = scdb_read_stream(f, (size_t)1 << 40, out, len);
+        fclose(f);
+        if (e == SCDB_OK) return -1;
+    }
+    if (e == SCDB_ENOTFOUND)
+        fprintf(stderr, "scdb %s: %s %s: no such file\n", cmd, opt, path);
+    else if (e == SCDB_ETOOBIG)
+        fprintf(stderr, "scdb %s: %s %s: larger than 1 TiB\n", cmd, opt, path);
+    else
+        fprintf(stderr, "scdb %s: %s %s: cannot read it: %s (%s)\n", cmd, opt, path,
+                errno ? strerror(errno) : "read error", scdb_strerror(e));
+    return EXIT_REFUSED;
+}
+
 static int read_tokens(const cli *c, int32_t **out, size_t *n)
 {
     const char *path = c->text ? c->text : c->tokens;
     char *buf = NULL;
     size_t len = 0, cap = 0, k = 0;
     int32_t *t = NULL;
-    scdb_err e = scdb_read_file(path, 1u << 30, &buf, &len);
+    int rc = read_input(c->cmd, c->text ? "--text" : "--tokens", path, &buf, &len);
 
-    if (e) {
-        fprintf(stderr, "scdb %s: %s: %s\n", c->cmd, path, scdb_strerror(e));
-        return EXIT_REFUSED;
-    }
+    if (rc >= 0) return rc;
     if (c->text) {
         t = malloc((len ? len : 1) * sizeof *t);
         for (size_t i = 0; t && i < len; i++) t[i] = (unsigned char)buf[i];
@@ -212,10 +245,13 @@ static int open_handle(const cli *c, scdb_role role, scdb **h, scdb_info *info)
     char ep[300];
 
     if (e) {
-        fprintf(stderr, "scdb %s: no broker answered at %s: %s\n", c->cmd,
-                c->endpoint ? c->endpoint : scdb_default_endpoint(ep, sizeof ep),
-                scdb_strerror(e));
-        return e == SCDB_ETIMEDOUT ? EXIT_UNREACHABLE : EXIT_REFUSED;
+        fprintf(stderr, "scdb %s: no broker answered at %s: %s (%s)\n", c->cmd,
+                c->endpoint && *c->endpoint ? c->endpoint
+                                            : scdb_default_endpoint(ep, sizeof ep),
+                scdb_connect_error(), scdb_strerror(e));
+        return e == SCDB_ETIMEDOUT || e == SCDB_ENOTFOUND || e == SCDB_ECLOSED
+                   ? EXIT_UNREACHABLE
+                   : e == SCDB_EINVAL ? EXIT_USAGE : EXIT_REFUSED;
     }
     if (c->model) {
         e = scdb_register(*h, role, c->model, c->codebook, info);
@@ -245,11 +281,14 @@ int scdb_cmd_put(int argc, char **argv)
     if (rc >= 0) return rc;
     if (!c.payload) return usage_error(&c, "%s", "--payload FILE is required");
     if ((rc = read_tokens(&c, &tok, &n)) >= 0) return rc;
-    e = scdb_read_file(c.payload, (size_t)1 << 40, &pl, &plen);
-    if (e) {
-        fprintf(stderr, "scdb put: %s: %s\n", c.payload, scdb_strerror(e));
+    if ((rc = read_input("put", "--payload", c.payload, &pl, &plen)) >= 0) {
         free(tok);
-        return EXIT_REFUSED;
+        return rc;
+    }
+    if (plen == 0) {
+        free(tok);
+        free(pl);
+        return usage_error(&c, "--payload %s is empty: no block to put", c.payload);
     }
     if ((rc = open_handle(&c, SCDB_PRODUCER, &h, &info)) < 0) {
         e = scdb_put(h, tok, n, (uint32_t)c.first_block, pl, plen, &r);

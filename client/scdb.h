@@ -173,10 +173,20 @@ typedef struct scdb_opts {
 } scdb_opts;
 
 /* Open a handle and check that a broker answers (an anonymous ping).
- * o may be NULL (all defaults).  Errors: SCDB_ETIMEDOUT (no broker
- * answered), SCDB_EINVAL (bad endpoint or keys), SCDB_ESYS (ZeroMQ),
- * SCDB_ENOMEM.  On error *out is NULL. */
+ * o may be NULL (all defaults; a NULL or "" endpoint is the default one).
+ * An ipc:// endpoint fails at once, without waiting for the timeout, when
+ * nothing can answer.  Errors: SCDB_ENOTFOUND (no socket file at the ipc
+ * path), SCDB_ECLOSED (a socket file nothing listens on), SCDB_ETIMEDOUT
+ * (no reply within the timeout: a busy or stopped broker, a tcp peer),
+ * SCDB_EINVAL (no known scheme, not a socket, bad or missing CURVE keys),
+ * SCDB_ESYS (permission, ZeroMQ), SCDB_ENOMEM.  On error *out is NULL and
+ * scdb_connect_error() says why. */
 scdb_err scdb_connect(const scdb_opts *o, scdb **out);
+
+/* Why the calling thread's last scdb_connect failed ("" after a success):
+ * what there is to read before there is a handle.  Valid until that
+ * thread's next scdb_connect. */
+const char *scdb_connect_error(void);
 
 /* Say goodbye (the broker frees this client's arenas), unmap every arena,
  * stop the heartbeat thread, close.  NULLs *h; accepts NULL. */

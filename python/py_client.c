@@ -133,17 +133,8 @@ static int client_init(py_client *self, PyObject *args, PyObject *kw)
     e = scdb_connect(&o, &h);
     Py_END_ALLOW_THREADS
     self->busy = 0;
-    if (e == SCDB_ETIMEDOUT) {
-        py_err(e, "no broker answered at %s within %d ms", self->endpoint, timeout_ms);
-        return -1;
-    }
-    if (e == SCDB_EINVAL) {
-        py_err(e, "bad endpoint '%s' (ipc://PATH, or tcp://HOST:PORT with curve_server_key) "
-               "or bad CURVE keys", self->endpoint);
-        return -1;
-    }
-    if (e) {
-        py_err(e, "cannot connect to %s", self->endpoint);
+    if (e) {   /* libscdb's connect-time message (this thread's) */
+        py_err(e, "cannot connect to %s: %s", self->endpoint, scdb_connect_error());
         return -1;
     }
     self->h = h;

@@ -16,6 +16,7 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <zmq.h>
@@ -1070,6 +1071,75 @@ static void test_states_layout_replace_checks(void **state)
     free(codes);
     free(good);
     assert_alive();
+}
+
+/* scdb_connect fails fast, with a message and no handle, when nothing can
+ * answer (issue 20 item 7); "" is the default endpoint. */
+static void test_connect_errors(void **state)
+{
+    scdb_opts o = {.timeout_ms = 60000};      /* a wait would be a minute */
+    scdb *h = (scdb *)0x1;
+    char path[400], ep[420];
+    (void)state;
+
+    o.endpoint = "ipc:///nonexistent-dir/scdb.sock";
+    assert_int_equal(scdb_connect(&o, &h), SCDB_ENOTFOUND);
+    assert_null(h);
+    assert_non_null(strstr(scdb_connect_error(), "no broker socket"));
+    o.endpoint = "/tmp/no-scheme.sock";
+    assert_int_equal(scdb_connect(&o, &h), SCDB_EINVAL);
+    assert_non_null(strstr(scdb_connect_error(), "no known scheme"));
+    assert_null(strstr(scdb_connect_error(), "CURVE"));
+    o.endpoint = "tcp://127.0.0.1:1";
+    assert_int_equal(scdb_connect(&o, &h), SCDB_EINVAL);          /* no server key */
+    assert_non_null(strstr(scdb_connect_error(), "CURVE public key"));
+    /* a regular file, and a socket file nothing listens on */
+    snprintf(path, sizeof path, "%s/not-a-socket", dir);
+    write_file(path, "x");
+    snprintf(ep, sizeof ep, "ipc://%s", path);
+    o.endpoint = ep;
+    assert_int_equal(scdb_connect(&o, &h), SCDB_EINVAL);
+    assert_non_null(strstr(scdb_connect_error(), "not a unix socket"));
+    {
+        struct sockaddr_un sa = {.sun_family = AF_UNIX};
+        int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+        snprintf(path, sizeof path, "%s/stale.sock", dir);
+        assert_true(strlen(path) < sizeof sa.sun_path);
+        memcpy(sa.sun_path, path, strlen(path) + 1);
+        assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+        close(fd);                               /* bound, never listened: stale */
+        snprintf(ep, sizeof ep, "ipc://%s", path);
+        assert_int_equal(scdb_connect(&o, &h), SCDB_ECLOSED);
+        assert_non_null(strstr(scdb_connect_error(), "nothing listens"));
+    }
+    /* "" and NULL: the default endpoint ($SCDB_ENDPOINT here) */
+    setenv("SCDB_ENDPOINT", endpoint, 1);
+    o.endpoint = "";
+    o.timeout_ms = 5000;
+    assert_int_equal(scdb_connect(&o, &h), SCDB_OK);
+    assert_string_equal(scdb_connect_error(), "");
+    scdb_close(&h);
+    o.endpoint = NULL;
+    assert_int_equal(scdb_connect(&o, &h), SCDB_OK);
+    /* a handle with no name is "pid N" in the broker's log, once (issue 20
+     * item 9: it was "client pid N (pid N)") */
+    assert_int_equal(scdb_register(h, SCDB_CONSUMER, "m16", NULL, NULL), SCDB_OK);
+    scdb_close(&h);
+    unsetenv("SCDB_ENDPOINT");
+    {
+        char *logtxt = NULL, want[64];
+        size_t len = 0;
+        snprintf(want, sizeof want, "client pid %d registered", (int)getpid());
+        for (double until = scdb_now() + 30;; usleep(20000)) {   /* the line is logged */
+            free(logtxt);
+            assert_int_equal(scdb_read_file(log_path, 64u << 20, &logtxt, &len), SCDB_OK);
+            if (strstr(logtxt, want) || scdb_now() > until) break;
+        }
+        assert_non_null(strstr(logtxt, want));
+        snprintf(want, sizeof want, "pid %d (pid %d)", (int)getpid(), (int)getpid());
+        assert_null(strstr(logtxt, want));
+        free(logtxt);
+    }
 }
 
 /* Registration errors come back with the right code. */
@@ -2474,6 +2544,7 @@ int main(void)
         cmocka_unit_test(test_reference_model),
         cmocka_unit_test(test_put_states),
         cmocka_unit_test(test_states_layout_replace_checks),
+        cmocka_unit_test(test_connect_errors),
         cmocka_unit_test(test_malformed_frames),
         cmocka_unit_test(test_sigkill_reclaim),
         cmocka_unit_test(test_live_sessions),
