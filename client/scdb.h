@@ -453,6 +453,13 @@ typedef struct scdb_stat {
     /* broker */
     uint64_t clients, arenas, arena_bytes, sessions, inflight, requests, errors,
         reclaimed_clients, reclaimed_arenas, reclaimed_sessions, broker_instance;
+    uint64_t stale_tokens;         /* requests with a token from before a
+                                      broker restart or a reclaim (answered
+                                      SCDB_ECLOSED, libscdb registers again):
+                                      not in errors                         */
+    uint64_t reloads, reload_failures, registry_generation; /* SIGHUP       */
+    uint64_t reported_index_lookups; /* clients' index lookups (heartbeats) */
+    uint64_t hot_evictions;
     double uptime_s;
     uint32_t workers, block_tokens;
     int n_ops;

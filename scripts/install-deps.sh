@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Install the Debian packages scdb needs (idempotent; fast when all present).
 #   scripts/install-deps.sh            build + demo dependencies
-#   scripts/install-deps.sh --test     also what the test suite runs (pytest, PyTorch)
+#   scripts/install-deps.sh --test     also what the test suite runs (pytest, PyTorch,
+#                                      promtool and curl for the metrics test,
+#                                      systemd-analyze for the unit, dpkg tools
+#                                      for the package test)
 #   scripts/install-deps.sh --bench    also what the benchmarks use
 #                                      (redis for `bench broker`, matplotlib for PNGs)
 #   scripts/install-deps.sh --train    also PyTorch, to retrain the model family
@@ -10,13 +13,15 @@ set -euo pipefail
 pkgs=(build-essential cmake pkg-config
       libopenblas-dev libcmocka-dev liblmdb-dev libzmq3-dev
       libprotobuf-c-dev protobuf-c-compiler libcjson-dev libxxhash-dev libinih-dev
+      libmicrohttpd-dev libsystemd-dev
       python3-dev python3-numpy)
 for a in "$@"; do
   case "$a" in
-    --test) pkgs+=(python3 python3-pytest python3-torch) ;;
+    --test) pkgs+=(python3 python3-pytest python3-torch
+                   prometheus curl systemd dpkg-dev fakeroot file) ;;
     --bench) pkgs+=(redis-server redis-tools python3-matplotlib) ;;
     --train) pkgs+=(python3-torch python3-numpy fortunes manpages manpages-dev doc-debian) ;;
-    -h|--help) sed -n '2,8p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
     *) echo "install-deps.sh: unknown option $a" >&2; exit 2 ;;
   esac
 done
