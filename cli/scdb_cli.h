@@ -16,7 +16,8 @@ int scdb_cmd_calibrate(int argc, char **argv); /* cmd_calibrate.c */
 int scdb_cmd_demo(int argc, char **argv);      /* cmd_demo.c */
 int scdb_cmd_train_policy(int argc, char **argv); /* cmd_train_policy.c */
 
-/* Default asset directory (the repository's data/, or $SCDB_DATA). */
+/* The asset directory: $SCDB_DATA, else ../share/scdb beside the program
+ * (scdb_data_dir). */
 const char *scdb_cli_data_dir(void);
 
 #endif
