@@ -30,6 +30,7 @@ set(CPACK_DEBIAN_PACKAGE_DESCRIPTION
  in /usr/share/scdb.")
 set(CPACK_GENERATOR DEB)
 set(CPACK_PACKAGING_INSTALL_PREFIX /usr)
+set(CPACK_INSTALL_PREFIX /usr)          # what CPACK_SET_DESTDIR installs with
 # install with DESTDIR=<staging> and the prefix /usr, so the unit and the
 # configuration written at install time name /usr/bin and /etc (not the
 # staging folder)
