@@ -89,8 +89,10 @@
  * why), or the broker is rewriting the table at that instant, or the
  * broker stopped, the lookup is sent as a request instead — same result.
  * Index lookups do not make blocks recently used for eviction (gets do),
- * cost the broker nothing and are not in its counters (scdb_stat has this
- * handle's own).  scdb_opts.no_lookup_index or $SCDB_LOOKUP_INDEX=0 force
+ * cost the broker nothing; the handle reports how many it answered in its
+ * heartbeats and goodbye, which the broker counts in its metrics
+ * (scdb_stat.reported_index_lookups; scdb_stat also has this handle's
+ * own).  scdb_opts.no_lookup_index or $SCDB_LOOKUP_INDEX=0 force
  * the request path.  A broker restart retires the old index (after a
  * kill -9, the next broker does it before it serves), so a handle never
  * answers from a dead broker's table; it re-maps at its next request.
