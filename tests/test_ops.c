@@ -8,6 +8,9 @@
  *       run-time one applied, the changed model's client keeps the old set
  *       (its decoder stays alive until it leaves); then a bad file (a pair
  *       naming a missing file) keeps everything as it was.
+ *   notify_protocol  started with $NOTIFY_SOCKET (as systemd's Type=notify
+ *       does), the broker sends READY=1 once it serves, RELOADING=1 then
+ *       READY=1 around a SIGHUP reload, STOPPING=1 when SIGTERM drains.
  *   restart_not_errors  a client that survives a broker restart: its first
  *       calls carry the old token and are answered SCDB_ECLOSED (libscdb
  *       registers again and retries); the broker counts them as stale
@@ -24,7 +27,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -324,10 +330,60 @@ static void restart_not_errors(void **state)
     assert_int_equal(stop_broker(), 0);
 }
 
+/* Datagrams on the notify socket until one contains want (bounded);
+ * everything received is appended to got. */
+static int notify_wait(int fd, const char *want, char *got, size_t len)
+{
+    double until = scdb_now() + WAIT_S;
+    while (scdb_now() < until) {
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        char buf[512];
+        ssize_t n;
+        if (poll(&p, 1, 100) <= 0) continue;
+        n = recv(fd, buf, sizeof buf - 1, 0);
+        if (n <= 0) continue;
+        buf[n] = 0;
+        strncat(got, buf, len - strlen(got) - 2);
+        strcat(got, "|");
+        if (strstr(buf, want)) return 1;
+    }
+    return 0;
+}
+
+static void notify_protocol(void **state)
+{
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    char got[4096] = "";
+    int fd;
+
+    (void)state;
+    snprintf(a.sun_path, sizeof a.sun_path, "%.80s/notify.sock", dir);
+    fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    assert_true(fd >= 0);
+    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+    setenv("NOTIFY_SOCKET", a.sun_path, 1);
+    write_config(NULL);
+    start_broker();
+    unsetenv("NOTIFY_SOCKET");
+    if (!notify_wait(fd, "READY=1", got, sizeof got)) fail_msg("no READY=1: %s", got);
+    assert_non_null(strstr(got, "STATUS=serving ipc://"));
+    got[0] = 0;
+    kill(broker_pid, SIGHUP);
+    if (!notify_wait(fd, "READY=1", got, sizeof got)) fail_msg("no READY=1 after reload: %s", got);
+    assert_non_null(strstr(got, "RELOADING=1"));
+    assert_true(strstr(got, "RELOADING=1") < strstr(got, "READY=1"));
+    got[0] = 0;
+    kill(broker_pid, SIGTERM);
+    if (!notify_wait(fd, "STOPPING=1", got, sizeof got)) fail_msg("no STOPPING=1: %s", got);
+    assert_int_equal(stop_broker(), 0);
+    close(fd);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(reload_with_live_clients, setup, teardown),
+        cmocka_unit_test_setup_teardown(notify_protocol, setup, teardown),
         cmocka_unit_test_setup_teardown(restart_not_errors, setup, teardown),
     };
     signal(SIGPIPE, SIG_IGN);
