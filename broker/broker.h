@@ -400,7 +400,9 @@ typedef struct scdb_broker scdb_broker;
 scdb_err scdb_broker_new(const scdb_broker_config *c, scdb_broker **out, char *errbuf,
                          size_t errlen);
 /* Install a decoder for (codebook, consumer) before run, replacing any the
- * config made; the broker owns dec->ctx from now on (also on error).
+ * config made; the broker owns dec->ctx from now on (also on error).  It
+ * lives in the current registry only: a SIGHUP reload builds the new one
+ * from the configuration, without it (clients using it keep it).
  * SCDB_ENOTFOUND (unknown codebook or model), SCDB_ENOMEM. */
 scdb_err scdb_broker_add_pair(scdb_broker *b, const char *codebook, const char *consumer,
                               const scdb_decoder *dec);
