@@ -69,6 +69,7 @@ void bk_client_drop(scdb_broker *b, bk_client *c, const char *why)
                   c->label, why, (unsigned)n_arenas,
                   (unsigned long long)bytes, (unsigned)n_sessions);
     b->n_clients--;
+    bk_registry_unref(c->reg);
     free(c);
 }
 

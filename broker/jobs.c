@@ -24,6 +24,7 @@ void bk_queue_push(bk_queue *q, bk_job *j)
     else
         q->head = j;
     q->tail = j;
+    __atomic_add_fetch(&q->len, 1, __ATOMIC_RELAXED);
     pthread_cond_signal(&q->cv);
     pthread_mutex_unlock(&q->mu);
 }
@@ -39,6 +40,7 @@ static bk_job *queue_pop(bk_queue *q)
     if (j) {
         q->head = j->next;
         if (!q->head) q->tail = NULL;
+        __atomic_sub_fetch(&q->len, 1, __ATOMIC_RELAXED);
     }
     pthread_mutex_unlock(&q->mu);
     return j;
@@ -76,12 +78,14 @@ void bk_job_done(scdb_broker *b, bk_job *j)
 {
     if (j->reply) bk_send_reply(b, j->sock, &j->ident, j->reply, j->reply_len);
     bk_account(b, j->op, j->status, j->t0_ns);
+    bk_metrics_job_done(b, j);
     if (j->op == OP_SESSION_EVICT) bk_session_evict_done(b, bk_client_find(b, j->client), j);
     if (j->arena) {
         j->arena->busy = 0;
         bk_arena_unref(b, j->arena);
     }
     b->inflight--;
+    bk_registry_unref(j->reg);
     bk_job_free(j);
 }
 
@@ -184,6 +188,7 @@ static void run_get(scdb_broker *b, bk_job *j)
         written += bt;
     }
     gr.decode_ns = scdb_now_ns() - t0;
+    j->work_ns = gr.decode_ns;
     free(host_copy);
     __atomic_store_n(&a->hdr->n, (uint32_t)cache->n, __ATOMIC_RELEASE);
     __atomic_add_fetch(&a->hdr->gen, 1, __ATOMIC_RELEASE);

@@ -92,9 +92,9 @@ void bk_on_session_open(scdb_broker *b, bk_client *c, const Scdb__SessionOpen *s
         char names[512];
         size_t o = 0;
         names[0] = 0;
-        for (int i = 0; i < b->n_policies && o < sizeof names; i++)
+        for (int i = 0; i < b->reg->n_policies && o < sizeof names; i++)
             o += (size_t)snprintf(names + o, sizeof names - o, "%s%s", i ? ", " : "",
-                                  b->policies[i].name);
+                                  b->reg->policies[i].name);
         *status = SCDB_ENOTFOUND;
         snprintf(msg, msglen, "unknown eviction policy '%.64s' (this broker has: %s)",
                  so->policy, names);
@@ -160,6 +160,7 @@ void bk_on_session_open(scdb_broker *b, bk_client *c, const Scdb__SessionOpen *s
     s->stats = st;
     st->refs++;
     s->policy = pol;
+    s->reg = bk_registry_ref(b->reg);   /* where pol lives */
     s->geom = *acc;
     s->budget = so->budget;
     s->cadence = so->cadence;
@@ -202,6 +203,7 @@ void bk_session_close(scdb_broker *b, bk_client *c, bk_session *s)
     bk_arena_unref(b, s->kv);
     bk_arena_remove(b, c, s->stats);    /* leaves the client's list */
     bk_arena_unref(b, s->stats);        /* the session's own reference */
+    bk_registry_unref(s->reg);
     free(s);
 }
 
@@ -253,6 +255,7 @@ scdb_err bk_session_evict_prepare(scdb_broker *b, bk_client *c, const Scdb__Sess
     j->stats = s->stats;
     s->stats->refs++;
     j->policy = s->policy;
+    j->reg = bk_registry_ref(s->reg);
     j->geom = s->geom;
     j->budget = se->budget ? se->budget : s->budget;
     j->session = s->id;
@@ -324,6 +327,7 @@ void bk_session_run_evict(scdb_broker *b, bk_job *j)
     t0 = scdb_now_ns();
     e = scdb_evict_run(pol, cache, acc, (int)j->budget, map, &n_keep);
     er.evict_ns = scdb_now_ns() - t0;
+    j->work_ns = er.evict_ns;
     if (e) {
         snprintf(msg, sizeof msg, "policy %s failed: %s", j->policy->name, scdb_strerror(e));
         goto out;

@@ -1,6 +1,6 @@
-/* cmd_broker.c — the broker subcommands of `scdb`: serve, put, lookup, get,
- * stats.  put/lookup/get/stats are thin libscdb clients; serve runs the
- * daemon in the foreground.  Exit codes: 0 ok, 1 the broker refused the
+/* cmd_broker.c — the broker subcommands of `scdb`: serve, put, lookup, get
+ * (stats is cmd_stats.c).  put/lookup/get are thin libscdb clients; serve
+ * runs the daemon in the foreground.  Exit codes: 0 ok, 1 the broker refused the
  * request or a file could not be used, 2 usage error, 3 no broker answered. */
 #include <errno.h>
 #include <stdarg.h>
@@ -11,15 +11,15 @@
 #include "broker.h"
 #include "safetensors.h"
 #include "scdb.h"
+#include "scdb_cli.h"
 #include "wire.h"
 
 int scdb_cmd_serve(int argc, char **argv);
 int scdb_cmd_put(int argc, char **argv);
 int scdb_cmd_lookup(int argc, char **argv);
 int scdb_cmd_get(int argc, char **argv);
-int scdb_cmd_stats(int argc, char **argv);
 
-enum { EXIT_REFUSED = 1, EXIT_USAGE = 2, EXIT_UNREACHABLE = 3 };
+enum { EXIT_REFUSED = SCDB_CLI_REFUSED, EXIT_USAGE = SCDB_CLI_USAGE, EXIT_UNREACHABLE = SCDB_CLI_UNREACHABLE };
 
 int scdb_cmd_serve(int argc, char **argv)
 {
@@ -83,12 +83,6 @@ static void help(const char *cmd)
                "  --copy              copy into a private cache (scdb_get_copy) instead of\n"
                "                      reading the arena in place\n"
                "  --json              print the result as JSON\n");
-    } else {
-        printf("usage: scdb stats [--endpoint URL] [--json]\n\n"
-               "Print the broker's and the store's counters: clients, arenas, blocks, hot\n"
-               "tier, hits and misses, and per-request counts and latencies.\n\n"
-               "options:\n"
-               "  --json              print JSON instead of a table\n");
     }
     printf(common_help, ep);
     printf("  -h, --help          this text\n%s", exit_help);
@@ -241,22 +235,14 @@ static int open_handle(const cli *c, scdb_role role, scdb **h, scdb_info *info)
 {
     scdb_opts o = {.endpoint = c->endpoint, .timeout_ms = c->timeout_ms, .no_heartbeat = 1,
                    .name = c->cmd};
-    scdb_err e = scdb_connect(&o, h);
-    char ep[300];
+    scdb_err e;
+    int rc = scdb_cli_connect(c->cmd, &o, h);
 
-    if (e) {
-        fprintf(stderr, "scdb %s: no broker answered at %s: %s (%s)\n", c->cmd,
-                c->endpoint && *c->endpoint ? c->endpoint
-                                            : scdb_default_endpoint(ep, sizeof ep),
-                scdb_connect_error(), scdb_strerror(e));
-        return e == SCDB_ETIMEDOUT || e == SCDB_ENOTFOUND || e == SCDB_ECLOSED
-                   ? EXIT_UNREACHABLE
-                   : e == SCDB_EINVAL ? EXIT_USAGE : EXIT_REFUSED;
-    }
+    if (rc >= 0) return rc;
     if (c->model) {
         e = scdb_register(*h, role, c->model, c->codebook, info);
         if (e) {
-            int rc = broker_error(c, "register", e, *h);
+            rc = broker_error(c, "register", e, *h);
             scdb_close(h);
             return rc;
         }
@@ -430,86 +416,4 @@ out:
     scdb_close(&h);
     free(tok);
     return rc;
-}
-
-/* -------------------------------------------------------------- stats */
-
-int scdb_cmd_stats(int argc, char **argv)
-{
-    cli c;
-    scdb *h = NULL;
-    scdb_stat s;
-    int rc = parse(&c, argc, argv, 0);
-    scdb_err e;
-
-    if (rc >= 0) return rc;
-    if ((rc = open_handle(&c, SCDB_CONSUMER, &h, NULL)) >= 0) return rc;
-    e = scdb_stats(h, &s);
-    if (e) {
-        rc = broker_error(&c, "stats", e, h);
-        scdb_close(&h);
-        return rc;
-    }
-    scdb_close(&h);
-    if (c.json) {
-        printf("{\"blocks\": %llu, \"disk_bytes\": %llu, \"hot_blocks\": %llu, "
-               "\"hot_bytes\": %llu, \"lookups\": %llu, \"lookup_hit_blocks\": %llu, "
-               "\"gets\": %llu, \"get_hot_hits\": %llu, \"get_disk_hits\": %llu, "
-               "\"puts\": %llu, \"evictions\": %llu, \"checksum_failures\": %llu, "
-               "\"clients\": %llu, \"arenas\": %llu, \"arena_bytes\": %llu, "
-               "\"requests\": %llu, \"errors\": %llu, \"reclaimed_clients\": %llu, "
-               "\"sessions\": %llu, \"reclaimed_sessions\": %llu, \"uptime_s\": %.3f, \"workers\": %u, \"block_tokens\": %u, \"ops\": {",
-               (unsigned long long)s.blocks, (unsigned long long)s.disk_bytes,
-               (unsigned long long)s.hot_blocks, (unsigned long long)s.hot_bytes,
-               (unsigned long long)s.lookups, (unsigned long long)s.lookup_hit_blocks,
-               (unsigned long long)s.gets, (unsigned long long)s.get_hot_hits,
-               (unsigned long long)s.get_disk_hits, (unsigned long long)s.puts,
-               (unsigned long long)s.evictions, (unsigned long long)s.checksum_failures,
-               (unsigned long long)s.clients, (unsigned long long)s.arenas,
-               (unsigned long long)s.arena_bytes, (unsigned long long)s.requests,
-               (unsigned long long)s.errors, (unsigned long long)s.reclaimed_clients,
-               (unsigned long long)s.sessions, (unsigned long long)s.reclaimed_sessions,
-               s.uptime_s, s.workers, s.block_tokens);
-        for (int i = 0; i < s.n_ops; i++)
-            printf("%s\"%s\": {\"count\": %llu, \"errors\": %llu, \"mean_us\": %.1f, "
-                   "\"max_us\": %.1f}", i ? ", " : "", s.ops[i].op,
-                   (unsigned long long)s.ops[i].count, (unsigned long long)s.ops[i].errors,
-                   s.ops[i].count ? s.ops[i].total_ns / 1e3 / (double)s.ops[i].count : 0.0,
-                   s.ops[i].max_ns / 1e3);
-        printf("}}\n");
-        return 0;
-    }
-    printf("| store | |\n|---|---|\n");
-    printf("| blocks | %llu (%llu bytes on disk, capacity %llu) |\n",
-           (unsigned long long)s.blocks, (unsigned long long)s.disk_bytes,
-           (unsigned long long)s.disk_capacity_bytes);
-    printf("| hot tier | %llu blocks, %llu of %llu bytes |\n", (unsigned long long)s.hot_blocks,
-           (unsigned long long)s.hot_bytes, (unsigned long long)s.hot_capacity_bytes);
-    printf("| lookups | %llu (%llu blocks hit, %llu missed) |\n", (unsigned long long)s.lookups,
-           (unsigned long long)s.lookup_hit_blocks, (unsigned long long)s.lookup_miss_blocks);
-    printf("| block reads | %llu (%llu hot, %llu disk, %llu missing) |\n",
-           (unsigned long long)s.gets, (unsigned long long)s.get_hot_hits,
-           (unsigned long long)s.get_disk_hits, (unsigned long long)s.get_misses);
-    printf("| blocks written | %llu (%llu already there), %llu evicted, %llu bad checksums |\n",
-           (unsigned long long)s.puts, (unsigned long long)s.put_existing,
-           (unsigned long long)s.evictions, (unsigned long long)s.checksum_failures);
-    printf("\n| broker | |\n|---|---|\n");
-    printf("| uptime | %.1f s, %u workers, %u-token blocks |\n", s.uptime_s, s.workers,
-           s.block_tokens);
-    printf("| clients | %llu (%llu reclaimed) |\n", (unsigned long long)s.clients,
-           (unsigned long long)s.reclaimed_clients);
-    printf("| arenas | %llu, %llu bytes (%llu reclaimed) |\n", (unsigned long long)s.arenas,
-           (unsigned long long)s.arena_bytes, (unsigned long long)s.reclaimed_arenas);
-    printf("| live sessions | %llu (%llu reclaimed) |\n", (unsigned long long)s.sessions,
-           (unsigned long long)s.reclaimed_sessions);
-    printf("| requests | %llu (%llu errors, %llu in flight) |\n",
-           (unsigned long long)s.requests, (unsigned long long)s.errors,
-           (unsigned long long)s.inflight);
-    printf("\n| request | count | errors | mean µs | max µs |\n|---|---|---|---|---|\n");
-    for (int i = 0; i < s.n_ops; i++)
-        printf("| %s | %llu | %llu | %.1f | %.1f |\n", s.ops[i].op,
-               (unsigned long long)s.ops[i].count, (unsigned long long)s.ops[i].errors,
-               s.ops[i].count ? s.ops[i].total_ns / 1e3 / (double)s.ops[i].count : 0.0,
-               s.ops[i].max_ns / 1e3);
-    return 0;
 }

@@ -150,10 +150,11 @@ scdb_err scdb_lookup(scdb *h, const int32_t *tokens, size_t n_tokens, scdb_looku
     if (h->lix) {
         e = scdb_cl_lix_lookup(h, tokens, n_tokens, out);
         if (e != SCDB_EBUSY) {
-            if (!e) h->n_index_lookups++;
+            /* atomic: the heartbeat thread reports them */
+            if (!e) __atomic_add_fetch(&h->n_index_lookups, 1, __ATOMIC_RELAXED);
             return e;
         }
-        h->n_index_fallbacks++;
+        __atomic_add_fetch(&h->n_index_fallbacks, 1, __ATOMIC_RELAXED);
     }
     h->n_request_lookups++;
     l.tokens = (int32_t *)tokens;
@@ -225,6 +226,8 @@ scdb_err scdb_stats(scdb *h, scdb_stat *out)
     C(put_existing); C(evictions); C(checksum_failures); C(clients); C(arenas);
     C(arena_bytes); C(sessions); C(inflight); C(requests); C(errors); C(reclaimed_clients);
     C(reclaimed_arenas); C(reclaimed_sessions); C(broker_instance); C(uptime_s); C(workers); C(block_tokens);
+    C(stale_tokens); C(reloads); C(reload_failures); C(registry_generation); C(hot_evictions);
+    out->reported_index_lookups = s->index_lookups;
 #undef C
     for (size_t i = 0; i < s->n_ops && out->n_ops < SCDB_STAT_MAX_OPS; i++) {
         int k = out->n_ops++;

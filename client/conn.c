@@ -171,6 +171,7 @@ static scdb_err hello(scdb *h)
 {
     Scdb__Request req = SCDB__REQUEST__INIT;
     Scdb__Hello hl = SCDB__HELLO__INIT;
+    Scdb__LookupCounts lc;
     Scdb__Reply *rep = NULL;
     scdb_err e;
 
@@ -179,6 +180,8 @@ static scdb_err hello(scdb *h)
     hl.role = h->role == SCDB_PRODUCER ? SCDB__ROLE__PRODUCER : SCDB__ROLE__CONSUMER;
     hl.model = h->model;
     hl.codebook = h->codebook;
+    scdb_cl_lookup_counts(h, &lc);
+    hl.lookups = &lc;
     req.body_case = SCDB__REQUEST__BODY_HELLO;
     req.hello = &hl;
     e = scdb_cl_call_once(h, &req, NULL, NULL, 0, &rep);
@@ -224,6 +227,13 @@ scdb_err scdb_cl_request(scdb *h, Scdb__Request *req, const void *const *frames,
 
 /* ------------------------------------------------------------ heartbeat */
 
+void scdb_cl_lookup_counts(scdb *h, Scdb__LookupCounts *lc)
+{
+    scdb__lookup_counts__init(lc);
+    lc->index_lookups = __atomic_load_n(&h->n_index_lookups, __ATOMIC_RELAXED);
+    lc->index_fallbacks = __atomic_load_n(&h->n_index_fallbacks, __ATOMIC_RELAXED);
+}
+
 /* The heartbeat thread: a heartbeat every hb_interval_ms on its own
  * socket, and a ZeroMQ monitor on that socket that tells, within
  * milliseconds, when the broker's connection drops (peer_lost: lookups stop
@@ -255,6 +265,9 @@ static void *hb_main(void *arg)
             if (token) {
                 Scdb__Request r = SCDB__REQUEST__INIT;
                 Scdb__Heartbeat hb = SCDB__HEARTBEAT__INIT;
+                Scdb__LookupCounts lc;
+                scdb_cl_lookup_counts(h, &lc);
+                hb.lookups = &lc;
                 r.version = SCDB_PROTO_VERSION;
                 r.client = token;
                 r.body_case = SCDB__REQUEST__BODY_HEARTBEAT;

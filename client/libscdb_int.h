@@ -67,6 +67,8 @@ struct scdb {
     scdb_ns ns;                  /* our codebook's namespace (hello)        */
     int have_ns;
     scdb_err lix_err;            /* why lix is NULL (SCDB_OK when mapped)   */
+    /* updated atomically (the heartbeat thread reports the index ones:
+     * scdb_cl_lookup_counts) */
     uint64_t n_index_lookups, n_request_lookups, n_index_fallbacks;
 };
 
@@ -121,6 +123,8 @@ scdb_err scdb_cl_call_once(scdb *h, Scdb__Request *req, const void *const *frame
 scdb_err scdb_cl_request(scdb *h, Scdb__Request *req, const void *const *frames,
                          const size_t *lens, int n, Scdb__Reply **rep);
 void scdb_cl_hb_stop(scdb *h);
+/* The handle's lookup counters for a Hello, Heartbeat or Goodbye. */
+void scdb_cl_lookup_counts(scdb *h, Scdb__LookupCounts *lc);
 /* Close the sockets and free the handle (arenas already gone). */
 void scdb_cl_conn_free(scdb *h);
 

@@ -89,8 +89,10 @@
  * why), or the broker is rewriting the table at that instant, or the
  * broker stopped, the lookup is sent as a request instead — same result.
  * Index lookups do not make blocks recently used for eviction (gets do),
- * cost the broker nothing and are not in its counters (scdb_stat has this
- * handle's own).  scdb_opts.no_lookup_index or $SCDB_LOOKUP_INDEX=0 force
+ * cost the broker nothing; the handle reports how many it answered in its
+ * heartbeats and goodbye, which the broker counts in its metrics
+ * (scdb_stat.reported_index_lookups; scdb_stat also has this handle's
+ * own).  scdb_opts.no_lookup_index or $SCDB_LOOKUP_INDEX=0 force
  * the request path.  A broker restart retires the old index (after a
  * kill -9, the next broker does it before it serves), so a handle never
  * answers from a dead broker's table; it re-maps at its next request.
@@ -510,6 +512,13 @@ typedef struct scdb_stat {
     /* broker */
     uint64_t clients, arenas, arena_bytes, sessions, inflight, requests, errors,
         reclaimed_clients, reclaimed_arenas, reclaimed_sessions, broker_instance;
+    uint64_t stale_tokens;         /* requests with a token from before a
+                                      broker restart or a reclaim (answered
+                                      SCDB_ECLOSED, libscdb registers again):
+                                      not in errors                         */
+    uint64_t reloads, reload_failures, registry_generation; /* SIGHUP       */
+    uint64_t reported_index_lookups; /* clients' index lookups (heartbeats) */
+    uint64_t hot_evictions;
     double uptime_s;
     uint32_t workers, block_tokens;
     int n_ops;

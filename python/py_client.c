@@ -525,6 +525,8 @@ static PyObject *client_stats(py_client *self, PyObject *unused)
     U(sessions); U(inflight); U(requests); U(errors); U(reclaimed_clients); U(reclaimed_arenas);
     U(reclaimed_sessions); U(broker_instance); U(workers); U(block_tokens);
     U(index_lookups); U(request_lookups); U(index_fallbacks);
+    U(stale_tokens); U(reloads); U(reload_failures); U(registry_generation);
+    U(reported_index_lookups); U(hot_evictions);
 #undef U
     o = PyFloat_FromDouble(s.uptime_s);
     if (!o || PyDict_SetItemString(d, "uptime_s", o)) { Py_XDECREF(o); goto fail; }
