@@ -93,6 +93,7 @@ scdb_err scdb_broker_new(const scdb_broker_config *c, scdb_broker **out, char *e
     b->cfg.pairs = NULL;
     b->cfg.n_models = b->cfg.n_codebooks = b->cfg.n_pairs = 0;
     b->lock_fd = -1;
+    bk_fd_init(b);
     b->sigpipe[0] = b->sigpipe[1] = -1;
     b->t_start = scdb_now();
     {
@@ -112,9 +113,6 @@ scdb_err scdb_broker_new(const scdb_broker_config *c, scdb_broker **out, char *e
     if (e) goto fail;
     e = lock_data_dir(b, errbuf, errlen);
     if (e) goto fail;
-    /* before the store can change: clients still mapping a killed
-     * predecessor's lookup index must stop trusting it */
-    bk_lix_cleanup_stale(b);
     memset(&so, 0, sizeof so);
     so.path = c->data_dir;
     so.block_tokens = c->block_tokens;
@@ -169,6 +167,8 @@ scdb_err scdb_broker_new(const scdb_broker_config *c, scdb_broker **out, char *e
     }
     e = bk_listen(b, errbuf, errlen);
     if (e) goto fail;
+    e = bk_fd_start(b, errbuf, errlen);
+    if (e) goto fail;
     if (pipe(b->sigpipe) || fcntl(b->sigpipe[0], F_SETFL, O_NONBLOCK) ||
         fcntl(b->sigpipe[1], F_SETFL, O_NONBLOCK) || fcntl(b->sigpipe[0], F_SETFD, FD_CLOEXEC) ||
         fcntl(b->sigpipe[1], F_SETFD, FD_CLOEXEC)) {
@@ -205,6 +205,7 @@ void scdb_broker_free(scdb_broker **bp)
         bk_job_done(b, j);
     bk_clients_drop_all(b);
     bk_lix_stop(b);
+    bk_fd_stop(b);           /* after everything that held a ticket */
     for (int i = 0; i < b->n_router; i++) zmq_close(b->router[i]);
     for (int i = b->n_router; i < BK_MAX_ROUTERS; i++)
         if (b->router[i]) zmq_close(b->router[i]);

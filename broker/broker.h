@@ -59,13 +59,11 @@
  * sections.  At start the index is filled from the store
  * (scdb_store_foreach_key) before any thread runs; it doubles into a new
  * object when half full (the old one is retired, naming its successor).
- * Sharing model: same user only (0600, unguessable name, readers refuse
- * anything else); the current name stays linked so new clients can open
- * it, and every name the broker may leave linked is listed in
- * DATA/lookup-index.names: a clean stop retires and unlinks its index, and
- * a broker that finds names there (its predecessor was killed) retires and
- * unlinks those objects before it opens the store, so no client keeps
- * trusting a table nobody updates.  lookup_index = 0 turns it off.
+ * Sharing model: a memfd sealed read-only for everyone but the broker's
+ * own mapping, handed to registered clients by ticket over the fd socket
+ * (fdpass.c); a clean stop retires it, and a killed broker's table goes
+ * stale within SCDB_LIX_STALE_NS (its liveness word stops), so no client
+ * keeps trusting a table nobody updates.  lookup_index = 0 turns it off.
  *
  * ARENAS
  * ------
@@ -73,10 +71,11 @@
  * with posix_fallocate (no memory left is an error reply, not a SIGBUS),
  * sealed against shrinking and growing (a client can write the arena but
  * never truncate it under a worker: no SIGBUS in the broker), mapped by the
- * broker.  The client opens /proc/<broker pid>/fd/<fd> (same user only),
- * maps it and confirms (ArenaMapped); the broker then closes its fd, so
- * nothing outlives the two mappings and nothing is left in /dev/shm even
- * after a SIGKILL.  Layout: a 4096-byte header (schema/wire.h) then one
+ * broker.  The client fetches the fd by the reply's ticket from the fd
+ * socket (fdpass.c, schema/fd_pass.h: no user or PID namespace in common
+ * needed), maps it and confirms (ArenaMapped); the broker then drops the
+ * ticket and closes its fd, so nothing outlives the two mappings and
+ * nothing is named anywhere, even after a SIGKILL.  Layout: a 4096-byte header (schema/wire.h) then one
  * slot-indexed KV cache (kernels.h), where get decodes the consumer's KV
  * directly; or, for producers, room for their states (put_states).
  *
@@ -347,6 +346,9 @@ typedef struct scdb_broker_config {
     int drain_timeout_ms;      /* SIGTERM drain limit (30000)                 */
     int max_inflight;          /* queued + running jobs; more: SCDB_EBUSY (1024) */
     unsigned socket_mode;      /* ipc socket file mode (0660; stricter only)  */
+    char socket_group[64];     /* group of the ipc and fd sockets ("": the
+                                  broker's): who besides its user may be a
+                                  client                                  */
     scdb_log_level log_level;  /* (info)                                      */
     scdb_device_pref device;   /* auto | cpu | cuda (auto): where gets decode
                                   into CUDA IPC arenas; see CUDA ARENAS      */

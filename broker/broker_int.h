@@ -10,6 +10,7 @@
 
 #include "broker.h"
 #include "evict.h"
+#include "fd_pass.h"
 #include "lookup_index.h"
 #include "scdb.pb-c.h"
 #include "wire.h"
@@ -71,10 +72,9 @@ struct bk_session;
 typedef struct bk_arena {
     uint64_t id;
     bk_arena_kind kind;
-    char shm_name[48];          /* "/proc/<broker pid>/fd/<fd>": how the
-                                   owner opens it until it confirms         */
-    int fd;                     /* the memfd, open while linked            */
-    int linked;                 /* fd still open (unconfirmed)             */
+    uint8_t ticket[SCDB_FD_TICKET_BYTES]; /* what the owner fetches the memfd
+                                   by over the fd socket (fd_pass.h)        */
+    int linked;                 /* ticket registered (unconfirmed)         */
     void *map;
     size_t size;
     uint32_t capacity;          /* slots (KV) or token rows (states)       */
@@ -244,6 +244,17 @@ struct scdb_broker {
     int reload_again;           /* another SIGHUP came during it           */
     uint64_t reloads, reload_failures;
 
+    /* fdpass.c: the fd socket, its tickets and its thread */
+    pthread_mutex_t fd_mu;
+    int fd_mu_init;
+    struct bk_fdent *fds;       /* ticket -> fd (the table owns the fds)    */
+    int n_fds, cap_fds;
+    int fd_listen;              /* -1: not listening                        */
+    int fd_wake[2];             /* stops the thread                         */
+    pthread_t fd_thread;
+    int fd_started;
+    char fd_path[300];          /* the socket file (unlinked at teardown)   */
+
     /* lookup_publish.c: the shared-memory lookup index.  lix_mu guards lix
      * (taken inside the store's lock by on_visible, alone by hello). */
     pthread_mutex_t lix_mu;
@@ -258,6 +269,7 @@ struct scdb_broker {
  *
  *   reply.c     op names, packing and sending replies, per-op counters,
  *               finishing a job
+ *   fdpass.c    the fd socket: tickets -> memfds, handed over by SCM_RIGHTS
  *   arena.c     shared-memory arenas in a client's list
  *   sessions.c  live sessions over a client's arenas
  *   clients.c   the client table; dropping a client closes its sessions
@@ -305,6 +317,24 @@ void bk_account_stale(scdb_broker *b, bk_op op);
 void bk_job_finish(bk_job *j, scdb_err status, Scdb__Reply *body, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
+/* fdpass.c: the fd socket beside the ipc one (schema/fd_pass.h).  Tickets
+ * are added and removed from any thread; the socket's thread answers. */
+/* bk_fd_init: the table (first thing at start); bk_fd_start: the socket
+ * and its thread (once the ipc socket is bound); bk_fd_stop: both, last. */
+void bk_fd_init(scdb_broker *b);
+scdb_err bk_fd_start(scdb_broker *b, char *errbuf, size_t errlen);
+void bk_fd_stop(scdb_broker *b);
+/* Register fd (the table takes it over and closes it at removal) under a
+ * fresh random ticket.  SCDB_ENOMEM, SCDB_ESYS (no randomness). */
+scdb_err bk_fd_add(scdb_broker *b, int fd, uint8_t ticket[SCDB_FD_TICKET_BYTES]);
+/* Register fd under a ticket the caller chose (the lookup index's). */
+scdb_err bk_fd_add_as(scdb_broker *b, int fd, const uint8_t ticket[SCDB_FD_TICKET_BYTES]);
+/* Forget a ticket and close its fd (no-op if unknown). */
+void bk_fd_remove(scdb_broker *b, const uint8_t ticket[SCDB_FD_TICKET_BYTES]);
+/* Apply socket_mode and socket_group to a socket file. */
+scdb_err bk_socket_perms(const scdb_broker_config *c, const char *path, char *errbuf,
+                         size_t errlen);
+
 /* arena.c (main thread) */
 scdb_err bk_arena_create(scdb_broker *b, bk_client *c, uint32_t capacity, bk_arena **out,
                          char *errbuf, size_t errlen);
@@ -326,8 +356,8 @@ void bk_states_poison(float *x, size_t n);
 scdb_err bk_shm_create(scdb_broker *b, bk_client *c, size_t size, bk_arena_kind kind,
                        bk_arena **out, char *errbuf, size_t errlen);
 bk_arena *bk_arena_find(bk_client *c, uint64_t id);
-/* Close the memfd (the client confirmed its mapping). */
-void bk_arena_unlink(bk_arena *a);
+/* Forget its ticket and close the memfd (the client confirmed its mapping). */
+void bk_arena_unlink(scdb_broker *b, bk_arena *a);
 /* Remove from its owner's list and drop the owner's reference (its session,
  * if any, must be closed first: bk_client_free_arena). */
 void bk_arena_remove(scdb_broker *b, bk_client *c, bk_arena *a);
@@ -390,9 +420,6 @@ scdb_err bk_check_endpoint_free(const scdb_broker_config *c, char *errbuf, size_
 void bk_zap_answer(scdb_broker *b);
 
 /* lookup_publish.c */
-/* Retire and unlink the index objects a killed predecessor left (listed in
- * data_dir/lookup-index.names): before the store opens. */
-scdb_err bk_lix_cleanup_stale(scdb_broker *b);
 /* Create the index and fill it from the store (after the store opens,
  * before any thread starts).  A failure to create it only disables it;
  * SCDB_ESYS if its name cannot be recorded. */

@@ -156,6 +156,7 @@ static const struct key {
     {"drain_timeout_ms", K_INT, F(drain_timeout_ms), 0, 0, 3600000},
     {"max_inflight", K_INT, F(max_inflight), 0, 1, 1 << 20},
     {"socket_mode", K_MODE, F(socket_mode), 0, 0, 0},
+    {"socket_group", K_STR, F(socket_group), S(socket_group), 0, 0},
     {"log_level", K_LEVEL, F(log_level), 0, 0, 0},
     {"device", K_DEVICE, F(device), 0, 0, 0},
     {"metrics_listen", K_STR, F(metrics_listen), S(metrics_listen), 0, 0},

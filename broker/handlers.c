@@ -483,7 +483,9 @@ static void on_arena_create(scdb_broker *b, const rq *q, bk_client *c,
     }
     fill_shape(&shape, m);
     ar.arena = a->id;
-    ar.shm_name = a->shm_name;
+    ar.shm_name = (char *)"";
+    ar.fd_ticket.data = a->ticket;
+    ar.fd_ticket.len = sizeof a->ticket;
     ar.size = a->size;
     ar.cache_offset = SCDB_ARENA_HEADER_BYTES;
     ar.cache_bytes = a->size - SCDB_ARENA_HEADER_BYTES;
@@ -529,7 +531,7 @@ static void on_arena_mapped(scdb_broker *b, const rq *q, bk_client *c, uint64_t 
     if (free_it)
         bk_client_free_arena(b, c, a);   /* a job using it keeps its own reference */
     else
-        bk_arena_unlink(a);
+        bk_arena_unlink(b, a);
     reply(b, q, SCDB_OK, NULL, NULL);
 }
 

@@ -145,11 +145,8 @@ static scdb_err bind_ipc(scdb_broker *b, char *errbuf, size_t errlen)
     rc = zmq_bind(b->router[0], b->cfg.endpoint);
     umask(old);
     if (rc) goto zfail;
-    if (chmod(path, b->cfg.socket_mode)) { /* ... then gets exactly socket_mode */
-        snprintf(errbuf, errlen, "chmod %s: %s", path, strerror(errno));
-        return SCDB_ESYS;
-    }
-    return SCDB_OK;
+    /* ... then gets exactly socket_mode (and socket_group) */
+    return bk_socket_perms(&b->cfg, path, errbuf, errlen);
 zfail:
     snprintf(errbuf, errlen, "cannot bind %s: %s", b->cfg.endpoint, zmq_strerror(zmq_errno()));
     return SCDB_ESYS;

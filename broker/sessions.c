@@ -175,7 +175,9 @@ void bk_on_session_open(scdb_broker *b, bk_client *c, const Scdb__SessionOpen *s
                s->budget, s->cadence);
 
     sr->session = s->id;
-    sr->stats_shm_name = st->shm_name;
+    sr->stats_shm_name = (char *)"";
+    sr->stats_fd_ticket.data = st->ticket;
+    sr->stats_fd_ticket.len = sizeof st->ticket;
     sr->stats_size = st->size;
     sr->stats_arena = st->id;
     sr->budget = s->budget;

@@ -446,6 +446,7 @@ scdb_err scdb_connect(const scdb_opts *o, scdb **out)
             goto fail;
         }
         if ((e = ipc_reachable(h->endpoint + 6))) goto fail;
+        scdb_fd_socket_path(h->endpoint + 6, h->fd_path, sizeof h->fd_path);
     } else {
         connect_fail(e = SCDB_EINVAL, "endpoint '%s' has no known scheme: use ipc://PATH or "
                      "tcp://HOST:PORT", h->endpoint);

@@ -84,23 +84,28 @@
  * exactly while the store's lookups match it (added after its put
  * commits, removed when its eviction or delete is staged), and a put's
  * blocks are visible to every handle by the time its reply arrives.  If
- * there is no usable index (the broker runs as another user or with
- * lookup_index = 0, the object is damaged: scdb_stat.index_error says
- * why), or the broker is rewriting the table at that instant, or the
- * broker stopped, the lookup is sent as a request instead — same result.
+ * there is no usable index (lookup_index = 0, a tcp:// endpoint, an
+ * object without its read-only seals: scdb_stat.index_error says why), or
+ * the broker is rewriting the table at that instant, or the broker
+ * stopped or stopped refreshing it, the lookup is sent as a request
+ * instead — same result.
  * Index lookups do not make blocks recently used for eviction (gets do),
  * cost the broker nothing; the handle reports how many it answered in its
  * heartbeats and goodbye, which the broker counts in its metrics
  * (scdb_stat.reported_index_lookups; scdb_stat also has this handle's
  * own).  scdb_opts.no_lookup_index or $SCDB_LOOKUP_INDEX=0 force
- * the request path.  A broker restart retires the old index (after a
- * kill -9, the next broker does it before it serves), so a handle never
- * answers from a dead broker's table; it re-maps at its next request.
+ * the request path.  A clean stop retires the index; a killed broker's
+ * goes stale within a second (and at once for a handle whose heartbeat
+ * socket saw the connection drop), so a handle never answers from a dead
+ * broker's table; it re-maps at its next request.
  *
- * Shared memory.  Arenas need the same user as the broker and the same PID
- * namespace (they are opened through /proc/<broker pid>/fd) and memory
- * (reserved when the arena is created: none left is SCDB_EFULL then, never a
- * SIGBUS later).  The broker frees a client's
+ * Shared memory.  Arenas, session statistics and the lookup index come
+ * from the broker as file descriptors over a Unix socket beside its ipc://
+ * socket (PATH.fd, schema/fd_pass.h), fetched with the ticket in the reply
+ * that created them: the client needs no user, group or PID namespace in
+ * common with the broker, only permission to connect to its sockets (the
+ * broker's socket_group and socket_mode).  Memory is reserved when the
+ * arena is created: none left is SCDB_EFULL then, never a SIGBUS later.  The broker frees a client's
  * arenas when the client says goodbye (scdb_close) or stops heartbeating;
  * a mapping this process holds stays valid memory until scdb_arena_free.
  *
@@ -342,8 +347,9 @@ scdb_err scdb_lookup(scdb *h, const int32_t *tokens, size_t n_tokens, scdb_looku
 /* A shared-memory arena holding one KV cache of `capacity` slots (0: the
  * model's max_seq_len) shaped for our model.  Errors: SCDB_ETOOBIG (over
  * the broker's max_arena_bytes), SCDB_EFULL (per-client arena count, total
- * arena bytes, or memory full), SCDB_ESYS (open / mmap here: the
- * broker runs as another user?), SCDB_EPROTO (bad arena header), common. */
+ * arena bytes, or memory full), SCDB_ESYS (the fd socket refused us —
+ * its path and errno in scdb_last_error — or mmap failed), SCDB_EPROTO
+ * (bad arena header), common. */
 scdb_err scdb_arena_new(scdb *h, int capacity, scdb_arena **out);
 /* The arena's cache (slot-indexed, kv_cache.h).  n is updated by every get;
  * the caller may append slots itself (prefill the suffix) and move n.
