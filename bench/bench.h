@@ -2,14 +2,22 @@
  * bench.h — scdb's benchmark programs, run as `scdb bench <name> [options]`.
  *
  * Each benchmark prints a markdown table on stdout, writes JSON with --json
- * FILE (and a PNG where a picture helps, via tools/plot.py when python3 with
- * matplotlib is present), shows progress on stderr, and compares both sides
- * in the same run so that the ratios it reports survive a noisy machine.
+ * FILE (and a PNG where a picture helps, via tools/plot_*.py when python3
+ * with matplotlib is present), shows progress on stderr, and compares both
+ * sides in the same run so that the ratios it reports survive a noisy
+ * machine.
  * Speed and quality goals are checked here, never by timed assertions in
  * tests.
  */
 #ifndef SCDB_BENCH_H
 #define SCDB_BENCH_H
+
+#include <cjson/cJSON.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+#include "scdb.h"
+#include "scdb_common.h"
 
 /* `scdb bench ...`: dispatches to the entries below.  Returns an exit code. */
 int scdb_bench_main(int argc, char **argv);
@@ -20,5 +28,27 @@ int scdb_bench_broker(int argc, char **argv);   /* bench/bench_broker.c  */
 int scdb_bench_quality(int argc, char **argv);  /* bench/bench_quality.c */
 int scdb_bench_evict(int argc, char **argv);    /* bench/bench_evict.c   */
 int scdb_bench_kernels(int argc, char **argv);  /* bench/bench_kernels.c */
+
+/* ------------------------------------------------- bench_util.c: helpers */
+
+/* Write root as JSON to path (a newline at the end); on failure print
+ * "who: cannot write path: why" and return -1. */
+int scdb_bench_write_json(const char *path, const cJSON *root, const char *who);
+/* Percentile q (0..1, nearest rank) / median of v[0..n) (sorts v in place);
+ * NAN when n is 0. */
+double scdb_bench_pct(double *v, size_t n, double q);
+double scdb_bench_median(double *v, size_t n);
+
+/* Start `scdb serve ARGS...` (NULL-terminated) in a child process, its
+ * stderr appended to log_path (NULL: inherited); returns its pid (-1 on
+ * fork failure).  Benches and the demo run inside the scdb command, so the
+ * child execs /proc/self/exe.  Stop it with scdb_bench_stop_broker (a
+ * signal, then its exit status: 0 clean, 128 + signal if killed by it). */
+pid_t scdb_bench_start_broker(const char *const *args, const char *log_path);
+int scdb_bench_stop_broker(pid_t pid, int sig);
+/* Connect with o, retrying until a broker answers or `seconds` pass
+ * (readiness, never a fixed sleep); SCDB_ECLOSED at once if the broker
+ * process `broker` (> 0) has exited. */
+scdb_err scdb_bench_connect(const scdb_opts *o, double seconds, pid_t broker, scdb **out);
 
 #endif

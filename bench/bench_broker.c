@@ -85,35 +85,26 @@ static void prompt(int32_t *t, int n, int seed)
 static pid_t start_broker(const opts *o)
 {
     char data[200], model[128], big[128];
-    pid_t pid;
 
     snprintf(data, sizeof data, "%s/data", dir);
     snprintf(model, sizeof model, "small:8:2:32:%d:f16", o->tokens);
     /* the get model: 16 layers x 8 KV heads x 128 = 128 KiB of F32 KV per
      * token, scaled so one get moves --get-mb */
     snprintf(big, sizeof big, "big:16:8:128:%d:f32", o->tokens);
-    pid = fork();
-    if (pid == 0) {
-        char *argv[] = {"scdb-broker", "--endpoint", endpoint, "--data-dir", data,
-                        "--model", model, "--model", big, "--workers", "2",
-                        "--no-sync", "1", "--log-level", "warn", "--hot-capacity", "4GiB",
-                        "--max-request-bytes", "1GiB", "--map-size", "4GiB",
-                        "--heartbeat-timeout-ms", "30000", NULL};
-        _exit(scdb_broker_main((int)(sizeof argv / sizeof argv[0]) - 1, argv));
-    }
-    return pid;
+    const char *args[] = {"--endpoint", endpoint, "--data-dir", data,
+                          "--model", model, "--model", big, "--workers", "2",
+                          "--no-sync", "1", "--log-level", "warn", "--hot-capacity", "4GiB",
+                          "--max-request-bytes", "1GiB", "--map-size", "4GiB",
+                          "--heartbeat-timeout-ms", "30000", NULL};
+    return scdb_bench_start_broker(args, NULL);
 }
 
 static scdb *connect_retry(double seconds, int request_path)
 {
     scdb_opts so = {.endpoint = endpoint, .timeout_ms = 200, .name = "bench",
                     .no_lookup_index = request_path};
-    double until = scdb_now() + seconds;
     scdb *h = NULL;
-    while (scdb_connect(&so, &h) != SCDB_OK) {
-        if (scdb_now() > until) return NULL;
-        usleep(20000);
-    }
+    if (scdb_bench_connect(&so, seconds, -1, &h)) return NULL;
     scdb_set_timeout(h, 60000);
     return h;
 }
@@ -594,19 +585,11 @@ int scdb_bench_broker(int argc, char **argv)
         }
     }
 stop:
-    if (broker > 0) {
-        kill(broker, SIGTERM);
-        waitpid(broker, &st, 0);
-        if (!WIFEXITED(st) || WEXITSTATUS(st)) {
-            fprintf(stderr, "bench broker: broker exited badly (%d)\n", st);
-            rc = 1;
-        }
+    if (broker > 0 && (st = scdb_bench_stop_broker(broker, SIGTERM)) != 0) {
+        fprintf(stderr, "bench broker: broker exited badly (%d)\n", st);
+        rc = 1;
     }
-    {
-        char cmd[200];
-        snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-        if (system(cmd)) fprintf(stderr, "bench broker: could not remove %s\n", dir);
-    }
+    if (scdb_rm_tree(dir)) fprintf(stderr, "bench broker: could not remove %s\n", dir);
     return rc;
 bad:
     usage(stderr);

@@ -272,8 +272,7 @@ int scdb_bench_evict(int argc, char **argv)
         const scdb_model_config *cfg = scdb_model_cfg(m);
         const char *part = o.part ? o.part : (o.text ? "all" : "second");
         if (o.text) snprintf(tpath, sizeof tpath, "%s", o.text);
-        else snprintf(tpath, sizeof tpath, "%s/heldout/%s.txt", o.data,
-                      cfg->domain[0] ? cfg->domain : "english");
+        else scdb_model_heldout_path(o.data, cfg->domain, tpath, sizeof tpath);
         if (W > cfg->max_seq_len) {
             fprintf(stderr, "scdb bench evict: prefill + steps = %d exceeds %s's context %d\n",
                     W, cfg->name, cfg->max_seq_len);
@@ -419,14 +418,7 @@ int scdb_bench_evict(int argc, char **argv)
             snprintf(tmpjson, sizeof tmpjson, "/tmp/scdb_bench_evict_%d.json", (int)getpid());
             jpath = tmpjson;
         }
-        char *txt = cJSON_Print(json);
-        FILE *f = txt ? fopen(jpath, "w") : NULL;
-        if (!f || fputs(txt, f) < 0 || fclose(f) != 0) {
-            fprintf(stderr, "scdb bench evict: cannot write %s\n", jpath);
-            free(txt);
-            goto done;
-        }
-        free(txt);
+        if (scdb_bench_write_json(jpath, json, "scdb bench evict")) goto done;
         if (o.json) printf("\nwrote %s\n", o.json);
         if (o.png) {
             char script[1400], cmd[4096];

@@ -156,17 +156,6 @@ static float frand(void)
     return (float)((rng >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
 }
 
-static double nmse(const float *a, const float *b, size_t n)
-{
-    double num = 0.0, den = 0.0;
-    for (size_t i = 0; i < n; i++) {
-        double d = (double)a[i] - b[i];
-        num += d * d;
-        den += (double)b[i] * b[i];
-    }
-    return den > 0.0 ? num / den : num;
-}
-
 typedef struct row {
     const char *op, *what;
     double best_s, mean_s, gbs, tflops;
@@ -299,7 +288,7 @@ int scdb_bench_kernels(int argc, char **argv)
             free(ref); free(mean); free(dh);
             goto fail_dev;
         }
-        check_err = nmse(hf, ref, (size_t)tc * kv);
+        check_err = scdb_k_nmse(hf, ref, (size_t)tc * kv);
         free(ref); free(mean); free(dh);
     }
 
@@ -369,14 +358,7 @@ int scdb_bench_kernels(int argc, char **argv)
         cJSON_AddNumberToObject(json, "check_nmse", check_err);
     }
     if (o.json) {
-        char *txt = cJSON_Print(json);
-        FILE *f = txt ? fopen(o.json, "w") : NULL;
-        if (!f || fputs(txt, f) < 0 || fclose(f) != 0) {
-            fprintf(stderr, "scdb bench kernels: cannot write %s\n", o.json);
-            free(txt);
-            goto done;
-        }
-        free(txt);
+        if (scdb_bench_write_json(o.json, json, "scdb bench kernels")) goto done;
         printf("\nwrote %s\n", o.json);
     }
     ret = 0;

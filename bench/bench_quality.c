@@ -48,6 +48,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "bench.h"
 #include "codec.h"
 #include "model.h"
 
@@ -89,34 +90,11 @@ typedef struct ctx {
 
 /* ------------------------------------------------------------ helpers */
 
-static void log_softmax(const float *x, int n, float *out)
-{
-    float mx = x[0];
-    double s = 0.0;
-    for (int i = 1; i < n; i++) if (x[i] > mx) mx = x[i];
-    for (int i = 0; i < n; i++) s += exp((double)x[i] - mx);
-    float ls = (float)log(s) + mx;
-    for (int i = 0; i < n; i++) out[i] = x[i] - ls;
-}
-
-static int cmp_d(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n)
-{
-    if (n <= 0) return NAN;
-    qsort(v, (size_t)n, sizeof *v, cmp_d);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 static void acc_logits(ctx *c, const qwin *w, acc *a)
 {
     for (int t = 0; t < c->C; t++) {
         const float *o = w->ologp + (size_t)t * c->V;
-        log_softmax(c->logits + (size_t)t * c->V, c->V, c->lp);
+        scdb_k_log_softmax_cpu(c->logits + (size_t)t * c->V, c->V, c->lp);
         double k = 0.0;
         int ao = 0, am = 0;
         for (int v = 0; v < c->V; v++) {
@@ -287,7 +265,7 @@ static scdb_err make_windows(ctx *c, const unsigned char *text, size_t len, int 
         if ((rc = scdb_model_forward(c->cons, w->tok + c->P, NULL, c->C, c->cache, c->logits, NULL)))
             return rc;
         for (int t = 0; t < c->C; t++)
-            log_softmax(c->logits + (size_t)t * c->V, c->V, w->ologp + (size_t)t * c->V);
+            scdb_k_log_softmax_cpu(c->logits + (size_t)t * c->V, c->V, w->ologp + (size_t)t * c->V);
         if (oracle) {
             acc_logits(c, w, oracle);
             double best = INFINITY;
@@ -338,7 +316,7 @@ static cJSON *row(const char *consumer, const char *method, const acc *a, double
     cJSON *r = cJSON_CreateObject();
     double ms[1] = {NAN};
     double *copy = a->nms ? malloc((size_t)a->nms * sizeof *copy) : NULL;
-    if (copy) { memcpy(copy, a->ms, (size_t)a->nms * sizeof *copy); ms[0] = median(copy, a->nms); }
+    if (copy) { memcpy(copy, a->ms, (size_t)a->nms * sizeof *copy); ms[0] = scdb_bench_median(copy, (size_t)a->nms); }
     free(copy);
     cJSON_AddStringToObject(r, "consumer", consumer);
     cJSON_AddStringToObject(r, "method", method);
@@ -818,20 +796,16 @@ int scdb_bench_quality(int argc, char **argv)
                jnum(g, "ttft_speedup"), cJSON_IsTrue(cJSON_GetObjectItem(g, "ttft_speedup_ge_2_65")) ? "yes" : "NO");
     }
 
-    char *js = cJSON_Print(root);
     char tmpjson[256] = "";
     const char *jpath = o.json;
     if (!jpath && o.png) {
         snprintf(tmpjson, sizeof tmpjson, "/tmp/scdb_bench_quality_%d.json", (int)getpid());
         jpath = tmpjson;
     }
-    if (jpath && js) {
-        FILE *f = fopen(jpath, "w");
-        if (!f || fputs(js, f) < 0) { fprintf(stderr, "bench quality: cannot write %s\n", jpath); if (f) fclose(f); free(js); goto done; }
-        fclose(f);
+    if (jpath) {
+        if (scdb_bench_write_json(jpath, root, "bench quality")) goto done;
         if (o.json) fprintf(stderr, "bench quality: wrote %s\n", o.json);
     }
-    free(js);
     if (o.png) {
         char script[1200], cmd[4096];
         struct stat sb;

@@ -35,12 +35,10 @@
  * scaled down and raw KV replays only a leading part of the trace; the
  * output says so on every row.
  */
-#define _XOPEN_SOURCE 700 /* nftw */
 #include "bench.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
-#include <ftw.h>
 #include <getopt.h>
 #include <lmdb.h>
 #include <math.h>
@@ -53,286 +51,8 @@
 
 #include "scdb_common.h"
 #include "store.h"
+#include "trace.h"
 
-#define TRACE_NAME "mooncake_synthetic_trace.jsonl"
-#define MAX_LINE (16u << 20)
-
-/* ------------------------------------------------------------------ trace */
-
-typedef struct trace {
-    int64_t *ids;        /* all requests' hash ids, back to back   */
-    size_t *off;         /* request r: ids[off[r] .. off[r+1])      */
-    size_t n_req, n_ids, cap_ids, cap_req;
-    size_t max_blocks;   /* longest request                         */
-    char source[512];
-} trace;
-
-static int trace_push_id(trace *t, int64_t id)
-{
-    if (t->n_ids == t->cap_ids) {
-        size_t c = t->cap_ids ? 2 * t->cap_ids : 4096;
-        int64_t *p = realloc(t->ids, c * sizeof *p);
-        if (!p) return -1;
-        t->ids = p;
-        t->cap_ids = c;
-    }
-    t->ids[t->n_ids++] = id;
-    return 0;
-}
-
-/* Empty trace with off[0] = 0.  -1 on ENOMEM. */
-static int trace_init(trace *t)
-{
-    memset(t, 0, sizeof *t);
-    if (!(t->off = malloc(1024 * sizeof *t->off))) return -1;
-    t->cap_req = 1024;
-    t->off[0] = 0;
-    return 0;
-}
-
-static int trace_end_req(trace *t)
-{
-    if (t->n_req + 2 > t->cap_req) {
-        size_t c = t->cap_req ? 2 * t->cap_req : 1024;
-        size_t *p = realloc(t->off, c * sizeof *p);
-        if (!p) return -1;
-        t->off = p;
-        t->cap_req = c;
-    }
-    t->off[++t->n_req] = t->n_ids;
-    {
-        size_t len = t->off[t->n_req] - t->off[t->n_req - 1];
-        if (len > t->max_blocks) t->max_blocks = len;
-    }
-    return 0;
-}
-
-static void trace_free(trace *t)
-{
-    free(t->ids);
-    free(t->off);
-    memset(t, 0, sizeof *t);
-}
-
-/* Load a JSONL trace; the first bad line is an error naming it. */
-static int trace_load(const char *path, size_t max_req, trace *t)
-{
-    FILE *f = fopen(path, "r");
-    char *line = NULL;
-    size_t cap = 0, lineno = 0;
-    ssize_t len;
-    int rc = -1;
-
-    if (!f) {
-        fprintf(stderr, "scdb bench store: cannot open trace %s: %s\n", path, strerror(errno));
-        return -1;
-    }
-    if (trace_init(t)) {
-        fclose(f);
-        return -1;
-    }
-    snprintf(t->source, sizeof t->source, "%s", path);
-    while ((len = getline(&line, &cap, f)) >= 0) {
-        cJSON *j, *ids;
-        lineno++;
-        if (max_req && t->n_req >= max_req) break;
-        while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r' || line[len - 1] == ' '))
-            line[--len] = '\0';
-        if (len == 0) continue;
-        if ((size_t)len > MAX_LINE) {
-            fprintf(stderr, "%s:%zu: line longer than %u bytes\n", path, lineno, MAX_LINE);
-            goto out;
-        }
-        j = cJSON_ParseWithLength(line, (size_t)len);
-        if (!j || !cJSON_IsObject(j)) {
-            fprintf(stderr, "%s:%zu: not a valid JSON object\n", path, lineno);
-            cJSON_Delete(j);
-            goto out;
-        }
-        ids = cJSON_GetObjectItemCaseSensitive(j, "hash_ids");
-        if (!cJSON_IsArray(ids)) {
-            fprintf(stderr, "%s:%zu: missing \"hash_ids\" array\n", path, lineno);
-            cJSON_Delete(j);
-            goto out;
-        }
-        {
-            const cJSON *x;
-            size_t k = 0;
-            cJSON_ArrayForEach(x, ids) {
-                double d = cJSON_IsNumber(x) ? x->valuedouble : -1;
-                if (d < 0 || d != floor(d) || d > 9.0e15) {
-                    fprintf(stderr, "%s:%zu: hash_ids[%zu] is not a non-negative integer\n",
-                            path, lineno, k);
-                    cJSON_Delete(j);
-                    goto out;
-                }
-                if (trace_push_id(t, (int64_t)d)) goto oom;
-                k++;
-            }
-        }
-        cJSON_Delete(j);
-        if (trace_end_req(t)) goto oom;
-    }
-    if (t->n_req == 0) {
-        fprintf(stderr, "%s: no requests\n", path);
-        goto out;
-    }
-    rc = 0;
-    goto out;
-oom:
-    fprintf(stderr, "scdb bench store: out of memory reading %s\n", path);
-out:
-    free(line);
-    fclose(f);
-    if (rc) trace_free(t);
-    return rc;
-}
-
-static uint64_t splitmix(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-/* Zipf-ish pick in [0, n): rank ~ u^(1/(1-s)) shaped, s ~ 1.1. */
-static size_t zipf_pick(uint64_t *rng, size_t n)
-{
-    double u = (double)(splitmix(rng) >> 11) / 9007199254740992.0;
-    size_t k = (size_t)(pow((double)n + 1, u)) - 1; /* log-uniform: P(k) ~ 1/(k+1) */
-    return k < n ? k : n - 1;
-}
-
-/* The synthetic trace (--synthetic, or no trace file found).  Seeded, so
- * reproducible.  64 shared system prompts of 2..12 blocks with ~1/rank
- * popularity; 40% of requests open a session (a system prompt + 1..16 user
- * blocks), 60% continue one of the last 256 sessions (its whole previous
- * prompt + 1..6 new blocks: the previous answer and the next user turn);
- * requests are capped at 400 blocks.  Ids are allocated as blocks are
- * created, so equal ids are equal content. */
-static int trace_synthetic(size_t n_req, uint64_t seed, trace *t)
-{
-    enum { N_SYS = 64, N_LIVE = 256, MAX_B = 400 };
-    int64_t next_id = 0, sys[N_SYS][12], *live[N_LIVE];
-    size_t sys_len[N_SYS], live_len[N_LIVE] = {0}, n_live = 0;
-    uint64_t rng = seed * 0x2545F4914F6CDD1Dull + 7;
-    int rc = -1;
-
-    memset(live, 0, sizeof live);
-    if (trace_init(t)) return -1;
-    snprintf(t->source, sizeof t->source, "synthetic (seed %llu, %zu requests)",
-             (unsigned long long)seed, n_req);
-    for (int i = 0; i < N_SYS; i++) {
-        sys_len[i] = 2 + splitmix(&rng) % 11;
-        for (size_t k = 0; k < sys_len[i]; k++) sys[i][k] = next_id++;
-    }
-    for (size_t r = 0; r < n_req; r++) {
-        int64_t *ids;
-        size_t len, slot;
-        if (n_live && splitmix(&rng) % 10 < 6) {
-            slot = splitmix(&rng) % n_live;
-            size_t add = 1 + splitmix(&rng) % 6;
-            len = live_len[slot] + add;
-            if (len > MAX_B) len = MAX_B;
-            ids = realloc(live[slot], len * sizeof *ids);
-            if (!ids) goto out;
-            for (size_t k = live_len[slot]; k < len; k++) ids[k] = next_id++;
-        } else {
-            size_t p = zipf_pick(&rng, N_SYS), user = 1 + splitmix(&rng) % 16;
-            slot = n_live < N_LIVE ? n_live++ : splitmix(&rng) % N_LIVE;
-            free(live[slot]);
-            len = sys_len[p] + user;
-            ids = malloc(len * sizeof *ids);
-            if (!ids) goto out;
-            memcpy(ids, sys[p], sys_len[p] * sizeof *ids);
-            for (size_t k = sys_len[p]; k < len; k++) ids[k] = next_id++;
-        }
-        live[slot] = ids;
-        live_len[slot] = len;
-        for (size_t k = 0; k < len; k++)
-            if (trace_push_id(t, ids[k])) goto out;
-        if (trace_end_req(t)) goto out;
-    }
-    rc = 0;
-out:
-    for (int i = 0; i < N_LIVE; i++) free(live[i]);
-    if (rc) trace_free(t);
-    return rc;
-}
-
-/* ------------------------------------------------------ ideal hit rate */
-
-/* (parent chain id, hash id) -> chain id: exact, open addressing.  Chain
- * ids are 1, 2, ... in order of first appearance; 0 is "no parent". */
-typedef struct chain_ent {
-    uint64_t parent;
-    int64_t hash;
-    uint64_t id;      /* 0 = empty slot */
-} chain_ent;
-
-typedef struct chain_map {
-    chain_ent *e;
-    size_t cap, n;
-} chain_map;
-
-static size_t chain_slot(uint64_t p, int64_t h, size_t cap)
-{
-    uint64_t s = p * 0x9E3779B97F4A7C15ull ^ (uint64_t)h;
-    return (size_t)(splitmix(&s) & (cap - 1));
-}
-
-/* Returns 1 if (p, h) was seen before; its chain id in *id. -1 on ENOMEM. */
-static int chain_map_get_or_add(chain_map *m, uint64_t p, int64_t h, uint64_t *id)
-{
-    size_t j;
-    if (2 * (m->n + 1) > m->cap) {
-        size_t cap = m->cap ? 2 * m->cap : 1 << 16;
-        chain_ent *e = calloc(cap, sizeof *e);
-        if (!e) return -1;
-        for (size_t i = 0; i < m->cap; i++) {
-            if (!m->e[i].id) continue;
-            j = chain_slot(m->e[i].parent, m->e[i].hash, cap);
-            while (e[j].id) j = (j + 1) & (cap - 1);
-            e[j] = m->e[i];
-        }
-        free(m->e);
-        m->e = e;
-        m->cap = cap;
-    }
-    for (j = chain_slot(p, h, m->cap); m->e[j].id; j = (j + 1) & (m->cap - 1))
-        if (m->e[j].parent == p && m->e[j].hash == h) {
-            *id = m->e[j].id;
-            return 1;
-        }
-    m->e[j] = (chain_ent){p, h, ++m->n};
-    *id = m->n;
-    return 0;
-}
-
-/* Ideal hits of the first n_req requests, from the ids alone, and the
- * number of distinct chains (what an unbounded cache ends up storing). */
-static int ideal_hits(const trace *t, size_t n_req, uint64_t *hits, uint64_t *refs,
-                      uint64_t *distinct)
-{
-    chain_map m = {0};
-    *hits = *refs = 0;
-    for (size_t r = 0; r < n_req; r++) {
-        uint64_t parent = 0;
-        for (size_t i = t->off[r]; i < t->off[r + 1]; i++) {
-            int seen = chain_map_get_or_add(&m, parent, t->ids[i], &parent);
-            if (seen < 0) {
-                free(m.e);
-                return -1;
-            }
-            (*refs)++;
-            *hits += (uint64_t)seen;
-        }
-    }
-    *distinct = m.n;
-    free(m.e);
-    return 0;
-}
 
 /* ------------------------------------------------------------------ options */
 
@@ -369,7 +89,7 @@ static void usage(FILE *f)
 "Trace\n"
 "  --trace FILE         JSON lines {\"timestamp\":ms,\"input_length\":n,\n"
 "                       \"output_length\":m,\"hash_ids\":[...]}; each id is one\n"
-"                       block.  Default: " TRACE_NAME " from\n"
+"                       block.  Default: " SCDB_TRACE_NAME " from\n"
 "                       SCDB_SHARED_DATA_DIR or ../shared/data, else --synthetic.\n"
 "  --synthetic          built-in seeded trace: 64 shared system prompts\n"
 "                       (2-12 blocks, ~1/rank popularity), 40%% new sessions\n"
@@ -552,37 +272,12 @@ static void on_evict(void *ctx, const scdb_key *key)
     l->k[l->n++] = *key;
 }
 
-static int rm_cb(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb, (void)flag, (void)ftw;
-    return remove(p);
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double pct(double *v, size_t n, double q)
-{
-    if (!n) return 0;
-    qsort(v, n, sizeof *v, cmp_double);
-    return v[(size_t)((double)(n - 1) * q + 0.5)];
-}
-
 static uint64_t file_size(const char *dir)
 {
     char p[1200];
     struct stat st;
     snprintf(p, sizeof p, "%s/data.mdb", dir);
     return stat(p, &st) ? 0 : (uint64_t)st.st_size;
-}
-
-static void block_tokens_of(int64_t id, uint64_t seed, int32_t *t, uint32_t n)
-{
-    uint64_t s = seed * 0xD1B54A32D192ED03ull ^ (uint64_t)id * 0x9E3779B97F4A7C15ull;
-    for (uint32_t i = 0; i < n; i++) t[i] = (int32_t)(splitmix(&s) % 32000);
 }
 
 #define LMDB_TRY(call, what)                                                   \
@@ -595,7 +290,7 @@ static void block_tokens_of(int64_t id, uint64_t seed, int32_t *t, uint32_t n)
         }                                                                      \
     } while (0)
 
-static int replay(const bopts *o, const trace *t, const profile *p, double frac,
+static int replay(const bopts *o, const scdb_trace *t, const profile *p, double frac,
                   uint64_t capacity, uint64_t map_bytes, row *out)
 {
     char base[1024], sdir[1100], ldir[1100];
@@ -641,7 +336,7 @@ static int replay(const bopts *o, const trace *t, const profile *p, double frac,
     {
         uint64_t r = o->seed ^ 0xC0DE;
         for (uint64_t i = 0; i < 2 * p->block_bytes + 16; i += 8) {
-            uint64_t v = splitmix(&r);
+            uint64_t v = scdb_trace_splitmix(&r);
             memcpy(payload + i, &v, 2 * p->block_bytes + 16 - i < 8 ? 2 * p->block_bytes + 16 - i : 8);
         }
     }
@@ -677,7 +372,7 @@ static int replay(const bopts *o, const trace *t, const profile *p, double frac,
         size_t nb = t->off[r + 1] - t->off[r], full = 0, m = 0, bm = 0, nk = 0;
         size_t n_tok = nb * bt;
         for (size_t i = 0; i < nb; i++)
-            block_tokens_of(t->ids[t->off[r] + i], o->seed, tokens + i * bt, bt);
+            scdb_trace_block_tokens(t->ids[t->off[r] + i], o->seed, tokens + i * bt, bt);
 
         for (int side = 0; side < 2; side++) {
             /* alternate which side goes first */
@@ -785,17 +480,17 @@ static int replay(const bopts *o, const trace *t, const profile *p, double frac,
     out->accounted_bytes = st.disk_bytes;
     out->disk_bytes = st.file_bytes;
     out->lmdb_disk_bytes = env ? file_size(ldir) : 0;
-    out->p50 = pct(lat, p->n_req, 0.50);
-    out->p99 = pct(lat, p->n_req, 0.99);
+    out->p50 = scdb_bench_pct(lat, p->n_req, 0.50);
+    out->p99 = scdb_bench_pct(lat, p->n_req, 0.99);
     if (env) {
-        out->lmdb_p50 = pct(blat, p->n_req, 0.50);
-        out->lmdb_p99 = pct(blat, p->n_req, 0.99);
+        out->lmdb_p50 = scdb_bench_pct(blat, p->n_req, 0.50);
+        out->lmdb_p99 = scdb_bench_pct(blat, p->n_req, 0.99);
     }
     rc = 0;
 out:
     scdb_store_close(&s);
     if (env) mdb_env_close(env);
-    if (base[0]) nftw(base, rm_cb, 8, FTW_DEPTH | FTW_PHYS);
+    if (base[0]) scdb_rm_tree(base);
     free(tokens), free(keys), free(bkeys), free(puts), free(sections), free(payload);
     free(lat), free(blat), free(ev.k);
     out->wall_s = scdb_now() - t_start;
@@ -869,7 +564,7 @@ static cJSON *row_json(const row *w, const profile *p)
 int scdb_bench_store(int argc, char **argv)
 {
     bopts o;
-    trace t = {0};
+    scdb_trace t = {0};
     profile prof[2];
     int n_prof = 0, prc;
     row *rows = NULL;
@@ -884,30 +579,16 @@ int scdb_bench_store(int argc, char **argv)
 
     /* the trace */
     if (!o.synthetic && !o.trace_path) {
-        const char *cands[3] = {getenv("SCDB_SHARED_DATA_DIR"),
-#ifdef SCDB_SHARED_DATA_DIR
-                                SCDB_SHARED_DATA_DIR,
-#else
-                                NULL,
-#endif
-                                "../shared/data"};
-        for (int i = 0; i < 3 && !trace_path[0]; i++) {
-            struct stat st;
-            char c[1200];
-            if (!cands[i]) continue;
-            snprintf(c, sizeof c, "%s/%s", cands[i], TRACE_NAME);
-            if (stat(c, &st) == 0) snprintf(trace_path, sizeof trace_path, "%s", c);
-        }
-        if (!trace_path[0]) {
+        if (scdb_trace_default_path(trace_path, sizeof trace_path)) {
             fprintf(stderr, "scdb bench store: %s not found; using the synthetic trace\n",
-                    TRACE_NAME);
+                    SCDB_TRACE_NAME);
             o.synthetic = true;
         }
     } else if (o.trace_path) {
         snprintf(trace_path, sizeof trace_path, "%s", o.trace_path);
     }
-    if (o.synthetic ? trace_synthetic(o.synth_requests, o.seed, &t)
-                    : trace_load(trace_path, 0, &t))
+    if (o.synthetic ? scdb_trace_synthetic(o.synth_requests, o.seed, &t)
+                    : scdb_trace_load(trace_path, 0, "scdb bench store", &t))
         return 1;
     if (o.requests && o.requests < t.n_req) t.n_req = o.requests;
 
@@ -966,7 +647,7 @@ int scdb_bench_store(int argc, char **argv)
             profile *p = &prof[pi];
             uint64_t hits, refs, distinct, footprint = 0;
             char note[512];
-            if (ideal_hits(&t, p->n_req, &hits, &refs, &distinct)) {
+            if (scdb_trace_ideal_hits(&t, p->n_req, &hits, &refs, &distinct)) {
                 fprintf(stderr, "scdb bench store: out of memory\n");
                 goto done;
             }
@@ -1031,23 +712,11 @@ int scdb_bench_store(int argc, char **argv)
         printf("\nhit rate at unbounded capacity == ideal: %s\n", ok ? "yes" : "NO");
         cJSON_AddBoolToObject(json, "unbounded_hit_rate_equals_ideal", ok);
     }
-    if (o.json) {
-        char *txt = cJSON_Print(json);
-        FILE *f = fopen(o.json, "w");
-        if (!f || !txt || fputs(txt, f) < 0) {
-            fprintf(stderr, "scdb bench store: cannot write %s\n", o.json);
-            if (f) fclose(f);
-            free(txt);
-            goto done;
-        }
-        fputc('\n', f);
-        fclose(f);
-        free(txt);
-    }
+    if (o.json && scdb_bench_write_json(o.json, json, "scdb bench store")) goto done;
     rc = 0;
 done:
     cJSON_Delete(json);
     free(rows);
-    trace_free(&t);
+    scdb_trace_free(&t);
     return rc;
 }

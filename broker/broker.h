@@ -49,7 +49,7 @@
  * Lookups mostly never reach this process: the broker mirrors the keys of
  * every block the store's lookups match into a shared-memory hash set
  * (lookup_index.h; schema/FORMATS.md, "Lookup index") that clients map
- * read-only and probe with keys they derive themselves (store/block_key.c
+ * read-only and probe with keys they derive themselves (schema/block_key.c
  * is compiled into libscdb; HelloReply gives the index name and the
  * namespace).  The store reports every visibility change (on_visible:
  * after a put commits; when an eviction or delete is staged; when a read
@@ -76,7 +76,7 @@
  * broker.  The client opens /proc/<broker pid>/fd/<fd> (same user only),
  * maps it and confirms (ArenaMapped); the broker then closes its fd, so
  * nothing outlives the two mappings and nothing is left in /dev/shm even
- * after a SIGKILL.  Layout: a 4096-byte header (broker/wire.h) then one
+ * after a SIGKILL.  Layout: a 4096-byte header (schema/wire.h) then one
  * slot-indexed KV cache (kernels.h), where get decodes the consumer's KV
  * directly; or, for producers, room for their states (put_states).
  *
@@ -369,6 +369,10 @@ scdb_err scdb_broker_add_pair(scdb_broker *b, const char *codebook, const char *
 scdb_err scdb_broker_run(scdb_broker *b);
 /* Ask run() to drain and return; async-signal-safe. */
 void scdb_broker_stop(scdb_broker *b);
+/* Catch SIGTERM/SIGINT from now on (before scdb_broker_new): a stop signal
+ * that arrives during start-up makes the next run() drain at once and
+ * return SCDB_OK instead of the process dying half-started. */
+void scdb_broker_catch_signals(void);
 /* Close everything (store included); NULLs *b; accepts NULL. */
 void scdb_broker_free(scdb_broker **b);
 

@@ -195,7 +195,23 @@ struct scdb_broker {
     pthread_mutex_t lix_mu;
     int lix_mu_init;
     scdb_lix *lix;              /* NULL: not published                     */
+    uint64_t lix_tick_ns;       /* last liveness refresh (main thread)      */
 };
+
+/* The broker's files, bottom to top: each calls only files listed before
+ * it (registry.c and lookup_publish.c stand apart, called by the handlers
+ * and broker.c):
+ *
+ *   reply.c     op names, packing and sending replies, per-op counters,
+ *               finishing a job
+ *   arena.c     shared-memory arenas in a client's list
+ *   sessions.c  live sessions over a client's arenas
+ *   clients.c   the client table; dropping a client closes its sessions
+ *               and frees its arenas
+ *   jobs.c      jobs, the worker pool and the writer
+ *   handlers.c  one request: checks, inline answers, jobs
+ *   listen.c    the sockets: ipc, tcp with CURVE, the ZAP allow-list
+ *   broker.c    lifecycle and the event loop */
 
 /* registry.c */
 scdb_err bk_registry_build(scdb_broker *b, const scdb_broker_config *c, char *errbuf,
@@ -207,13 +223,20 @@ const bk_pair *bk_pair_find(const scdb_broker *b, const scdb_broker_codebook *cb
                             const scdb_broker_model *consumer);
 const bk_policy *bk_policy_find(const scdb_broker *b, const char *name);
 
-/* clients.c: client table, arenas, reclaim (main thread). */
-bk_client *bk_client_find(scdb_broker *b, uint64_t token);
-scdb_err bk_client_new(scdb_broker *b, bk_client **out);
-void bk_client_drop(scdb_broker *b, bk_client *c, const char *why);
-/* Reclaim clients silent for longer than the heartbeat timeout. */
-void bk_clients_sweep(scdb_broker *b, double now);
-void bk_clients_drop_all(scdb_broker *b);
+/* reply.c */
+/* Pack a reply (status, message, optional body) into a malloc'd buffer. */
+scdb_err bk_pack_reply(uint64_t id, scdb_err status, const char *msg, Scdb__Reply *body_in,
+                       uint8_t **out, size_t *len);
+/* Send packed reply bytes to the peer `ident` on router `sock` (a gone peer:
+ * dropped). */
+void bk_send_reply(scdb_broker *b, int sock, zmq_msg_t *ident, const void *buf, size_t len);
+/* Count one request of kind op that took since t0 (ns) and ended in status. */
+void bk_account(scdb_broker *b, bk_op op, scdb_err status, uint64_t t0);
+/* A thread's end of a job: its status and packed reply (printf message). */
+void bk_job_finish(bk_job *j, scdb_err status, Scdb__Reply *body, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* arena.c (main thread) */
 scdb_err bk_arena_create(scdb_broker *b, bk_client *c, uint32_t capacity, bk_arena **out,
                          char *errbuf, size_t errlen);
 /* A CUDA IPC KV arena: the header in shm (kind SCDB_ARENA_KIND_KV_CUDA),
@@ -231,20 +254,12 @@ scdb_err bk_states_arena_create(scdb_broker *b, bk_client *c, uint32_t capacity,
 scdb_err bk_shm_create(scdb_broker *b, bk_client *c, size_t size, bk_arena_kind kind,
                        bk_arena **out, char *errbuf, size_t errlen);
 bk_arena *bk_arena_find(bk_client *c, uint64_t id);
+/* Close the memfd (the client confirmed its mapping). */
 void bk_arena_unlink(bk_arena *a);
-/* Remove from its owner and drop the owner's reference. */
-void bk_arena_release(scdb_broker *b, bk_client *c, bk_arena *a);
+/* Remove from its owner's list and drop the owner's reference (its session,
+ * if any, must be closed first: bk_client_free_arena). */
+void bk_arena_remove(scdb_broker *b, bk_client *c, bk_arena *a);
 void bk_arena_unref(scdb_broker *b, bk_arena *a);
-
-/* handlers.c: one request (frames[0] = identity, frames[1] = request). */
-void bk_handle(scdb_broker *b, int sock, zmq_msg_t *frames, int n_frames, int too_big,
-               uint64_t total_bytes);
-/* A finished job: send its reply, release what it holds. */
-void bk_job_done(scdb_broker *b, bk_job *j);
-/* Pack a reply (status, message, optional body) into a malloc'd buffer. */
-scdb_err bk_pack_reply(uint64_t id, scdb_err status, const char *msg, Scdb__Reply *body_in,
-                       uint8_t **out, size_t *len);
-void bk_job_free(bk_job *j);
 
 /* sessions.c: live sessions (main thread, except bk_session_run_evict,
  * which a worker runs on a job holding references on both arenas). */
@@ -262,13 +277,42 @@ scdb_err bk_session_close_id(scdb_broker *b, bk_client *c, uint64_t id, uint64_t
 /* Close: release both arenas (the stats one leaves c's list), free. */
 void bk_session_close(scdb_broker *b, bk_client *c, bk_session *s);
 void bk_session_run_evict(scdb_broker *b, bk_job *j);
-/* Main thread, when an evict job comes back: update the counters. */
-void bk_session_evict_done(scdb_broker *b, bk_job *j);
+/* Main thread, when an evict job comes back: drop the job's reference on
+ * the statistics and count the eviction in the session of client c (NULL:
+ * the client is gone). */
+void bk_session_evict_done(scdb_broker *b, bk_client *c, bk_job *j);
 
-/* jobs.c: the worker pool and the writer. */
+/* clients.c: client table, reclaim (main thread). */
+bk_client *bk_client_find(scdb_broker *b, uint64_t token);
+scdb_err bk_client_new(scdb_broker *b, bk_client **out);
+void bk_client_drop(scdb_broker *b, bk_client *c, const char *why);
+/* Reclaim clients silent for longer than the heartbeat timeout. */
+void bk_clients_sweep(scdb_broker *b, double now);
+void bk_clients_drop_all(scdb_broker *b);
+/* Free one of c's arenas, closing its live session first. */
+void bk_client_free_arena(scdb_broker *b, bk_client *c, bk_arena *a);
+
+/* jobs.c */
+bk_job *bk_job_new(int sock, zmq_msg_t *ident, uint64_t req_id, uint64_t t0_ns,
+                   Scdb__Request *req, bk_op op);
+void bk_job_free(bk_job *j);
+/* A finished job back on the main thread: send its reply, release what it
+ * holds, free it. */
+void bk_job_done(scdb_broker *b, bk_job *j);
 scdb_err bk_threads_start(scdb_broker *b);
 void bk_threads_stop(scdb_broker *b);
 void bk_queue_push(bk_queue *q, bk_job *j);
+
+/* handlers.c: one request (frames[0] = identity, frames[1] = request). */
+void bk_handle(scdb_broker *b, int sock, zmq_msg_t *frames, int n_frames, int too_big,
+               uint64_t total_bytes);
+
+/* listen.c: check the endpoints of a config; bind the ipc endpoint (and the
+ * tcp one with CURVE and, with curve_allow_file, the ZAP handler); answer
+ * one ZAP request. */
+scdb_err bk_check_endpoints(const scdb_broker_config *c, char *errbuf, size_t errlen);
+scdb_err bk_listen(scdb_broker *b, char *errbuf, size_t errlen);
+void bk_zap_answer(scdb_broker *b);
 
 /* lookup_publish.c */
 /* Retire and unlink the index objects a killed predecessor left (listed in
@@ -280,6 +324,9 @@ scdb_err bk_lix_cleanup_stale(scdb_broker *b);
 scdb_err bk_lix_start(scdb_broker *b, char *errbuf, size_t errlen);
 /* The store's on_visible callback (ctx = the broker). */
 void bk_lix_on_visible(void *ctx, const scdb_key *k, int visible);
+/* Refresh the index's liveness word if half its period has passed (main
+ * thread, every loop turn). */
+void bk_lix_tick(scdb_broker *b, uint64_t now_ns);
 /* The current index name for HelloReply ("" when none). */
 void bk_lix_name(scdb_broker *b, char *buf, size_t len);
 /* Retire the index (clean shutdown). */

@@ -1,5 +1,5 @@
 /* decoder_raw.c — the built-in "raw" codebook kind: the payload of a block
- * IS its K/V in the consumer's own layout (broker/wire.h), F16 or F32. */
+ * IS its K/V in the consumer's own layout (schema/wire.h), F16 or F32. */
 #include "broker_int.h"
 #include "wire.h"
 

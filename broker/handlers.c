@@ -8,12 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-const char *const bk_op_names[OP_COUNT] = {
-    "invalid", "hello", "ping", "heartbeat", "put", "lookup", "get", "delete",
-    "stats", "arena_create", "arena_mapped", "arena_free", "goodbye", "session_open",
-    "session_evict", "session_close", "put_states",
-};
-
 /* What the reply to the request being handled needs. */
 typedef struct rq {
     int sock;
@@ -22,51 +16,6 @@ typedef struct rq {
     bk_op op;
     uint64_t t0;
 } rq;
-
-scdb_err bk_pack_reply(uint64_t id, scdb_err status, const char *msg, Scdb__Reply *body_in,
-                       uint8_t **out, size_t *len)
-{
-    Scdb__Reply r = SCDB__REPLY__INIT;
-    size_t n;
-
-    if (body_in) r = *body_in;
-    r.version = SCDB_PROTO_VERSION;
-    r.id = id;
-    r.status = (int32_t)status;
-    r.message = (char *)(msg ? msg : "");
-    n = scdb__reply__get_packed_size(&r);
-    *out = malloc(n ? n : 1);
-    if (!*out) return SCDB_ENOMEM;
-    *len = scdb__reply__pack(&r, *out);
-    return SCDB_OK;
-}
-
-static void account(scdb_broker *b, bk_op op, scdb_err status, uint64_t t0)
-{
-    uint64_t dt = scdb_now_ns() - t0;
-    bk_opstat *s = &b->ops[op];
-    s->count++;
-    s->total_ns += dt;
-    if (dt > s->max_ns) s->max_ns = dt;
-    if (status) {
-        s->errors++;
-        b->errors++;
-    }
-}
-
-static void send_reply_bytes(scdb_broker *b, int sock, zmq_msg_t *ident, const void *buf,
-                             size_t len)
-{
-    zmq_msg_t id;
-
-    zmq_msg_init(&id);
-    zmq_msg_copy(&id, ident);
-    if (zmq_msg_send(&id, b->router[sock], ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0) {
-        zmq_msg_close(&id);
-        return;             /* peer gone: ROUTER drops it */
-    }
-    zmq_send(b->router[sock], buf, len, ZMQ_DONTWAIT);
-}
 
 /* Reply with a status, a printf message and an optional body. */
 static void reply(scdb_broker *b, const rq *q, scdb_err status, Scdb__Reply *body,
@@ -88,10 +37,10 @@ static void reply(scdb_broker *b, const rq *q, scdb_err status, Scdb__Reply *bod
         scdb_debug("%s request %llu: %s: %s", bk_op_names[q->op], (unsigned long long)q->id,
                    scdb_strerror(status), msg);
     if (bk_pack_reply(q->id, status, msg, body, &buf, &len) == SCDB_OK) {
-        send_reply_bytes(b, q->sock, q->ident, buf, len);
+        bk_send_reply(b, q->sock, q->ident, buf, len);
         free(buf);
     }
-    account(b, q->op, status, q->t0);
+    bk_account(b, q->op, status, q->t0);
 }
 
 static bk_op op_of(Scdb__Request__BodyCase c)
@@ -161,26 +110,12 @@ static void fill_shape(Scdb__ModelShape *s, const scdb_broker_model *m)
     s->max_seq_len = (uint32_t)m->max_seq_len;
 }
 
-static bk_job *job_new(const rq *q, Scdb__Request *req, bk_op op)
-{
-    bk_job *j = calloc(1, sizeof *j);
-    if (!j) return NULL;
-    j->op = op;
-    j->sock = q->sock;
-    zmq_msg_init(&j->ident);
-    zmq_msg_copy(&j->ident, q->ident);
-    j->req_id = q->id;
-    j->t0_ns = q->t0;
-    j->req = req;
-    return j;
-}
-
 /* Hand a request working on arena a to a queue: the job takes a reference
  * and marks it busy.  Returns 1 (the job owns req) or 0 after an error reply. */
 static int queue_arena_job(scdb_broker *b, const rq *q, Scdb__Request *req, bk_op op,
                            bk_client *c, bk_arena *a, bk_queue *queue)
 {
-    bk_job *j = job_new(q, req, op);
+    bk_job *j = bk_job_new(q->sock, q->ident, q->id, q->t0, req, op);
     if (!j) {
         reply(b, q, SCDB_ENOMEM, NULL, "out of memory");
         return 0;
@@ -193,30 +128,6 @@ static int queue_arena_job(scdb_broker *b, const rq *q, Scdb__Request *req, bk_o
     b->inflight++;
     bk_queue_push(queue, j);
     return 1;
-}
-
-void bk_job_free(bk_job *j)
-{
-    if (!j) return;
-    zmq_msg_close(&j->ident);
-    for (int i = 0; i < j->n_frames; i++) zmq_msg_close(&j->frames[i]);
-    free(j->frames);
-    if (j->req) scdb__request__free_unpacked(j->req, NULL);
-    free(j->reply);
-    free(j);
-}
-
-void bk_job_done(scdb_broker *b, bk_job *j)
-{
-    if (j->reply) send_reply_bytes(b, j->sock, &j->ident, j->reply, j->reply_len);
-    account(b, j->op, j->status, j->t0_ns);
-    if (j->op == OP_SESSION_EVICT) bk_session_evict_done(b, j);
-    if (j->arena) {
-        j->arena->busy = 0;
-        bk_arena_unref(b, j->arena);
-    }
-    b->inflight--;
-    bk_job_free(j);
 }
 
 /* ---------------------------------------------------------------- hello */
@@ -359,7 +270,7 @@ static int on_put(scdb_broker *b, const rq *q, bk_client *c, Scdb__Request *req,
                   zmq_msg_size(&payload[i]), c->cb->name, (unsigned long long)block_bytes);
             return 0;
         }
-    j = job_new(q, req, OP_PUT);
+    j = bk_job_new(q->sock, q->ident, q->id, q->t0, req, OP_PUT);
     if (!j || (n_payload && !(j->frames = calloc((size_t)n_payload, sizeof *j->frames)))) {
         if (j) j->req = NULL;
         bk_job_free(j);
@@ -424,7 +335,7 @@ static int on_delete(scdb_broker *b, const rq *q, bk_client *c, Scdb__Request *r
         return 0;
     }
     if (bad_tokens(b, q, req->del->tokens, req->del->n_tokens)) return 0;
-    j = job_new(q, req, OP_DELETE);
+    j = bk_job_new(q->sock, q->ident, q->id, q->t0, req, OP_DELETE);
     if (!j) {
         reply(b, q, SCDB_ENOMEM, NULL, "out of memory");
         return 0;
@@ -576,7 +487,7 @@ static void on_arena_mapped(scdb_broker *b, const rq *q, bk_client *c, uint64_t 
         return;
     }
     if (free_it)
-        bk_arena_release(b, c, a);   /* a job using it keeps its own reference */
+        bk_client_free_arena(b, c, a);   /* a job using it keeps its own reference */
     else
         bk_arena_unlink(a);
     reply(b, q, SCDB_OK, NULL, NULL);
@@ -602,7 +513,7 @@ static void on_session_open(scdb_broker *b, const rq *q, bk_client *c,
 static int on_session_evict(scdb_broker *b, const rq *q, bk_client *c, Scdb__Request *req)
 {
     char msg[512] = "";
-    bk_job *j = job_new(q, req, OP_SESSION_EVICT);
+    bk_job *j = bk_job_new(q->sock, q->ident, q->id, q->t0, req, OP_SESSION_EVICT);
     scdb_err e;
 
     if (!j) {

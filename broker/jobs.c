@@ -1,7 +1,10 @@
-/* jobs.c — the worker pool (get: read blocks, decode into an arena) and the
- * single writer thread (put, delete: the store's one LMDB writer).  Each
- * thread pops jobs from its queue, packs the reply, and hands the job back
- * to the main thread over an inproc PUSH socket. */
+/* jobs.c — jobs (work a request hands off: made by handlers.c, run by a
+ * thread, done on the main thread), the worker pool (get: read blocks,
+ * decode into an arena; session evictions) and the single writer thread
+ * (put, put_states, delete: the store's one LMDB writer).  Each thread pops
+ * jobs from its queue, packs the reply, and hands the job back to the main
+ * thread over an inproc PUSH socket; bk_job_done sends the reply and
+ * releases what the job held. */
 #include "broker_int.h"
 
 #include <signal.h>
@@ -41,20 +44,45 @@ static bk_job *queue_pop(bk_queue *q)
     return j;
 }
 
-static void finish(bk_job *j, scdb_err status, Scdb__Reply *body, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static void finish(bk_job *j, scdb_err status, Scdb__Reply *body, const char *fmt, ...)
-{
-    char msg[512] = "";
+/* ------------------------------------------------------------------ jobs */
 
-    if (fmt) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(msg, sizeof msg, fmt, ap);
-        va_end(ap);
+bk_job *bk_job_new(int sock, zmq_msg_t *ident, uint64_t req_id, uint64_t t0_ns,
+                   Scdb__Request *req, bk_op op)
+{
+    bk_job *j = calloc(1, sizeof *j);
+    if (!j) return NULL;
+    j->op = op;
+    j->sock = sock;
+    zmq_msg_init(&j->ident);
+    zmq_msg_copy(&j->ident, ident);
+    j->req_id = req_id;
+    j->t0_ns = t0_ns;
+    j->req = req;
+    return j;
+}
+
+void bk_job_free(bk_job *j)
+{
+    if (!j) return;
+    zmq_msg_close(&j->ident);
+    for (int i = 0; i < j->n_frames; i++) zmq_msg_close(&j->frames[i]);
+    free(j->frames);
+    if (j->req) scdb__request__free_unpacked(j->req, NULL);
+    free(j->reply);
+    free(j);
+}
+
+void bk_job_done(scdb_broker *b, bk_job *j)
+{
+    if (j->reply) bk_send_reply(b, j->sock, &j->ident, j->reply, j->reply_len);
+    bk_account(b, j->op, j->status, j->t0_ns);
+    if (j->op == OP_SESSION_EVICT) bk_session_evict_done(b, bk_client_find(b, j->client), j);
+    if (j->arena) {
+        j->arena->busy = 0;
+        bk_arena_unref(b, j->arena);
     }
-    j->status = status;
-    if (bk_pack_reply(j->req_id, status, msg, body, &j->reply, &j->reply_len)) j->reply = NULL;
+    b->inflight--;
+    bk_job_free(j);
 }
 
 /* ------------------------------------------------------------------ get */
@@ -77,14 +105,14 @@ static void run_get(scdb_broker *b, bk_job *j)
     void *host_copy = NULL;     /* a GPU-hot-tier block going to a host arena */
 
     if (n_full && !(keys = malloc(n_full * sizeof *keys))) {
-        finish(j, SCDB_ENOMEM, NULL, "out of memory");
+        bk_job_finish(j, SCDB_ENOMEM, NULL, "out of memory");
         return;
     }
     e = scdb_store_lookup(b->store, &j->cb->ns, g->tokens, g->n_tokens, keys, n_full, &n_full,
                           &n_matched);
     if (e) {
         free(keys);
-        finish(j, e, NULL, "lookup failed");
+        bk_job_finish(j, e, NULL, "lookup failed");
         return;
     }
     /* the client may have appended slots itself: its count is the start
@@ -167,7 +195,7 @@ static void run_get(scdb_broker *b, bk_job *j)
     gr.cache_n = (uint32_t)cache->n;
     r.body_case = SCDB__REPLY__BODY_GET;
     r.get = &gr;
-    finish(j, e, &r, "%s", msg);
+    bk_job_finish(j, e, &r, "%s", msg);
 }
 
 /* ------------------------------------------------------------- put, delete */
@@ -214,19 +242,19 @@ static void store_blocks(scdb_broker *b, bk_job *j, const int32_t *tokens, size_
     r.body_case = SCDB__REPLY__BODY_PUT;
     r.put = &pr;
     if (e == SCDB_ENOTFOUND)
-        finish(j, e, &r, "block %u's parent is not stored: put the blocks before it first",
+        bk_job_finish(j, e, &r, "block %u's parent is not stored: put the blocks before it first",
                first);
     else if (e)
-        finish(j, e, &r, "store refused block %zu of the batch", first + n_stored);
+        bk_job_finish(j, e, &r, "store refused block %zu of the batch", first + n_stored);
     else
-        finish(j, e, &r, NULL);
+        bk_job_finish(j, e, &r, NULL);
     return;
 nomem:
     e = SCDB_ENOMEM;
 fail:
     free(keys);
     free(puts);
-    finish(j, e, NULL, "put failed");
+    bk_job_finish(j, e, NULL, "put failed");
 }
 
 static void run_put(scdb_broker *b, bk_job *j)
@@ -235,7 +263,7 @@ static void run_put(scdb_broker *b, bk_job *j)
     const void **pl = NULL;
 
     if (p->n_blocks && !(pl = malloc(p->n_blocks * sizeof *pl))) {
-        finish(j, SCDB_ENOMEM, NULL, "out of memory");
+        bk_job_finish(j, SCDB_ENOMEM, NULL, "out of memory");
         return;
     }
     for (uint32_t i = 0; i < p->n_blocks; i++) pl[i] = zmq_msg_data(&j->frames[i]);
@@ -265,7 +293,7 @@ static void run_put_states(scdb_broker *b, bk_job *j)
     }
     if (!(pl = malloc(n_blocks * sizeof *pl)) || !(buf = malloc(n_blocks * block_bytes))) {
         free(pl);
-        finish(j, SCDB_ENOMEM, NULL, "out of memory");
+        bk_job_finish(j, SCDB_ENOMEM, NULL, "out of memory");
         return;
     }
     for (uint32_t i = 0; i < n_blocks; i++) {
@@ -274,10 +302,10 @@ static void run_put_states(scdb_broker *b, bk_job *j)
         e = cb->encode(cb->ctx, h_in, (int)p->n_tokens, t0, (int)bt, buf + i * block_bytes);
         if (e) {
             if (e == SCDB_ERANGE)
-                finish(j, e, NULL, "block %u: the states of tokens %d..%d are not all finite "
+                bk_job_finish(j, e, NULL, "block %u: the states of tokens %d..%d are not all finite "
                        "(or their codes overflow f16)", p->first_block + i, t0, t0 + (int)bt - 1);
             else
-                finish(j, e, NULL, "block %u: encode failed", p->first_block + i);
+                bk_job_finish(j, e, NULL, "block %u: encode failed", p->first_block + i);
             free(pl);
             free(buf);
             return;
@@ -300,7 +328,7 @@ static void run_delete(scdb_broker *b, bk_job *j)
     scdb_err e;
 
     if (n_full && !(keys = malloc(n_full * sizeof *keys))) {
-        finish(j, SCDB_ENOMEM, NULL, "out of memory");
+        bk_job_finish(j, SCDB_ENOMEM, NULL, "out of memory");
         return;
     }
     e = scdb_store_lookup(b->store, &j->cb->ns, d->tokens, d->n_tokens, keys, n_full, &n_full,
@@ -315,9 +343,9 @@ static void run_delete(scdb_broker *b, bk_job *j)
     r.body_case = SCDB__REPLY__BODY_DEL;
     r.del = &dr;
     if (e == SCDB_EBUSY)
-        finish(j, e, &r, "block %u is pinned or has stored children", (unsigned)(nm - deleted - 1));
+        bk_job_finish(j, e, &r, "block %u is pinned or has stored children", (unsigned)(nm - deleted - 1));
     else
-        finish(j, e, &r, e ? "delete failed" : NULL);
+        bk_job_finish(j, e, &r, e ? "delete failed" : NULL);
 }
 
 /* --------------------------------------------------------------- threads */
@@ -348,7 +376,7 @@ static void *thread_main(void *arg)
         case OP_PUT_STATES: run_put_states(b, j); break;
         case OP_DELETE: run_delete(b, j); break;
         case OP_SESSION_EVICT: bk_session_run_evict(b, j); break;
-        default: finish(j, SCDB_EPROTO, NULL, "not a job"); break;
+        default: bk_job_finish(j, SCDB_EPROTO, NULL, "not a job"); break;
         }
         while (zmq_send(push, &j, sizeof j, 0) < 0 && zmq_errno() == EINTR) {}
     }

@@ -164,6 +164,15 @@ out:
     pthread_mutex_unlock(&b->lix_mu);
 }
 
+void bk_lix_tick(scdb_broker *b, uint64_t now_ns)
+{
+    if (!b->lix || now_ns - b->lix_tick_ns < SCDB_LIX_TICK_NS / 2) return;
+    b->lix_tick_ns = now_ns;
+    pthread_mutex_lock(&b->lix_mu);
+    scdb_lix_tick(b->lix);
+    pthread_mutex_unlock(&b->lix_mu);
+}
+
 void bk_lix_name(scdb_broker *b, char *buf, size_t len)
 {
     buf[0] = 0;

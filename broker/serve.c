@@ -3,8 +3,6 @@
 #include "broker.h"
 #include "wire.h"
 
-#include <pthread.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -144,16 +142,9 @@ int scdb_broker_main(int argc, char **argv)
     if (cfg.n_models == 0)
         scdb_warn("no models configured (--model or [model NAME]): every hello will fail");
 
-    /* SIGTERM or SIGINT during start-up waits until the event loop takes it
-     * (scdb_broker_run unblocks them once its handlers are in place): then
-     * the broker drains and exits 0 instead of dying half-started */
-    {
-        sigset_t stop;
-        sigemptyset(&stop);
-        sigaddset(&stop, SIGTERM);
-        sigaddset(&stop, SIGINT);
-        pthread_sigmask(SIG_BLOCK, &stop, NULL);
-    }
+    /* a SIGTERM or SIGINT during start-up is kept for the event loop, which
+     * then drains and exits 0, instead of killing a half-started broker */
+    scdb_broker_catch_signals();
     e = scdb_broker_new(&cfg, &b, err, sizeof err);
     if (e) {
         scdb_error("cannot start: %s", err);

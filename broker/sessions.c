@@ -145,7 +145,7 @@ void bk_on_session_open(scdb_broker *b, bk_client *c, const Scdb__SessionOpen *s
     }
     e = scdb_evict_acc_init(st->map, st->size, &shape, &acc);
     if (e) {
-        bk_arena_release(b, c, st);
+        bk_arena_remove(b, c, st);
         free(s);
         *status = e;
         snprintf(msg, msglen, "cannot lay out the accumulators: %s", scdb_strerror(e));
@@ -200,7 +200,7 @@ void bk_session_close(scdb_broker *b, bk_client *c, bk_session *s)
                c->name, (unsigned long long)s->id, (unsigned long long)s->evictions,
                (unsigned long long)s->evicted_slots);
     bk_arena_unref(b, s->kv);
-    bk_arena_release(b, c, s->stats);   /* leaves the client's list */
+    bk_arena_remove(b, c, s->stats);    /* leaves the client's list */
     bk_arena_unref(b, s->stats);        /* the session's own reference */
     free(s);
 }
@@ -268,12 +268,6 @@ static int acc_matches(const scdb_evict_acc *a, const scdb_evict_acc *g)
            a->window == g->window && a->bytes == g->bytes;
 }
 
-static void finish_evict(bk_job *j, scdb_err status, Scdb__Reply *body, const char *msg)
-{
-    j->status = status;
-    if (bk_pack_reply(j->req_id, status, msg, body, &j->reply, &j->reply_len)) j->reply = NULL;
-}
-
 void bk_session_run_evict(scdb_broker *b, bk_job *j)
 {
     bk_arena *kv = j->arena, *st = j->stats;
@@ -293,7 +287,7 @@ void bk_session_run_evict(scdb_broker *b, bk_job *j)
     (void)b;
     /* a private copy: the client cannot change what we validated */
     if (posix_memalign(&copy, 64, st->size)) {
-        finish_evict(j, SCDB_ENOMEM, NULL, "out of memory");
+        bk_job_finish(j, SCDB_ENOMEM, NULL, "out of memory");
         return;
     }
     memcpy(copy, st->map, st->size);
@@ -353,14 +347,13 @@ void bk_session_run_evict(scdb_broker *b, bk_job *j)
     r.body_case = SCDB__REPLY__BODY_SESSION_EVICT;
     r.session_evict = &er;
 out:
-    finish_evict(j, e, e ? NULL : &r, msg);
+    bk_job_finish(j, e, e ? NULL : &r, "%s", msg);
     free(map);
     free(copy);
 }
 
-void bk_session_evict_done(scdb_broker *b, bk_job *j)
+void bk_session_evict_done(scdb_broker *b, bk_client *c, bk_job *j)
 {
-    bk_client *c = bk_client_find(b, j->client);
     bk_session *s = c ? session_find(c, j->session) : NULL;
 
     if (j->stats) bk_arena_unref(b, j->stats);

@@ -29,13 +29,13 @@
  * inside protobuf.  An arena is created by the broker (a sealed memfd, mode
  * 0600), mapped here, then closed by the broker: only the two processes can
  * reach it.
- * The cache inside it has exactly the layout of kernels.h (scdb_kv_cache),
+ * The cache inside it has exactly the layout of kv_cache.h (scdb_kv_cache),
  * so the KV a get decodes is where attention reads it: zero copy.
  * scdb_get_copy() instead copies into a cache the caller owns.
  *
  * Payloads.  A put sends, per full block of block_tokens tokens, the
  * block's payload in the codebook's encoding: for the "raw/<model>"
- * codebooks that is the block's K and V (broker/wire.h: K [L][T][D] then
+ * codebooks that is the block's K and V (schema/wire.h: K [L][T][D] then
  * V, F16 or F32), which scdb_raw_block() / scdb_put_cache() build from a
  * KV cache.  For "scd" codebooks the payload is the codec's codes: either
  * the producer encodes them itself (codec/codec.h, scdb_codec_encode) and
@@ -78,7 +78,7 @@
  *
  * Lookups.  scdb_lookup normally makes no request: the broker publishes a
  * read-only shared-memory index of the keys of every stored block
- * (broker/lookup_index.h; schema/FORMATS.md, "Lookup index"), mapped at
+ * (schema/lookup_index.h; schema/FORMATS.md, "Lookup index"), mapped at
  * each registration; the handle hashes the prompt's blocks itself and
  * probes the index.  The answer is the broker's: a block is in the index
  * exactly while the store's lookups match it (added after its put
@@ -145,8 +145,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "kernels.h"
-#include "scdb_common.h"
+#include "kv_cache.h"
+#include "scdb_err.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -159,7 +159,7 @@ typedef enum scdb_role { SCDB_PRODUCER = 1, SCDB_CONSUMER = 2 } scdb_role;
 
 typedef struct scdb_opts {
     const char *endpoint;          /* NULL: $SCDB_ENDPOINT, else the broker's
-                                      default ipc path (broker/wire.h)      */
+                                      default ipc path (schema/wire.h)      */
     int timeout_ms;                /* per call; 0 = 5000                    */
     int no_heartbeat;              /* 1: no heartbeat thread (see Caveats)  */
     const char *name;              /* shown in broker logs; NULL: "pid N"   */
@@ -294,7 +294,7 @@ scdb_err scdb_lookup(scdb *h, const int32_t *tokens, size_t n_tokens, scdb_looku
  * arena bytes, or memory full), SCDB_ESYS (open / mmap here: the
  * broker runs as another user?), SCDB_EPROTO (bad arena header), common. */
 scdb_err scdb_arena_new(scdb *h, int capacity, scdb_arena **out);
-/* The arena's cache (slot-indexed, kernels.h).  n is updated by every get;
+/* The arena's cache (slot-indexed, kv_cache.h).  n is updated by every get;
  * the caller may append slots itself (prefill the suffix) and move n.
  * NULL for a CUDA IPC arena (its memory is on the GPU). */
 scdb_kv_cache *scdb_arena_cache(scdb_arena *a);

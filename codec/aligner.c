@@ -103,17 +103,6 @@ scdb_err cx_ols(const float *z, const float *h, int n, int r, int d, float *skip
 
 typedef struct adam { float *m, *v; size_t n; } adam;
 
-static void adam_step(float *w, const float *g, adam *a, float lr, int t)
-{
-    const float b1 = 0.9f, b2 = 0.999f, eps = 1e-8f;
-    float c1 = 1.0f - powf(b1, (float)t), c2 = 1.0f - powf(b2, (float)t);
-    for (size_t i = 0; i < a->n; i++) {
-        a->m[i] = b1 * a->m[i] + (1 - b1) * g[i];
-        a->v[i] = b2 * a->v[i] + (1 - b2) * g[i] * g[i];
-        w[i] -= lr * (a->m[i] / c1) / (sqrtf(a->v[i] / c2) + eps);
-    }
-}
-
 scdb_err scdb_aligner_fit(const float *z, const float *h, int n, int r, int d,
                           const float *wk, const float *wv, int kv_dim,
                           const scdb_aligner_train *t, scdb_aligner *out,
@@ -303,11 +292,11 @@ scdb_err scdb_aligner_fit(const float *z, const float *h, int n, int r, int d,
         for (int i = 0; i < B; i++) for (int j = 0; j < H; j++) gb1[j] += gs[(size_t)i * H + j];
         /* cosine-decayed Adam */
         float lr = lr0 * (0.1f + 0.9f * 0.5f * (1.0f + cosf(3.14159265f * (float)step / (float)steps)));
-        adam_step(a.w1, gw1, &ad[0], lr, step);
-        adam_step(a.b1, gb1, &ad[1], lr, step);
-        adam_step(a.w2, gw2, &ad[2], lr, step);
-        adam_step(a.b2, gb2, &ad[3], lr, step);
-        adam_step(a.skip, gsk, &ad[4], lr, step);
+        scdb_k_adam_step_cpu(a.w1, gw1, ad[0].m, ad[0].v, ad[0].n, lr, step);
+        scdb_k_adam_step_cpu(a.b1, gb1, ad[1].m, ad[1].v, ad[1].n, lr, step);
+        scdb_k_adam_step_cpu(a.w2, gw2, ad[2].m, ad[2].v, ad[2].n, lr, step);
+        scdb_k_adam_step_cpu(a.b2, gb2, ad[3].m, ad[3].v, ad[3].n, lr, step);
+        scdb_k_adam_step_cpu(a.skip, gsk, ad[4].m, ad[4].v, ad[4].n, lr, step);
         if (step % 100 == 0 || step == steps) {
             if (scdb_aligner_apply(&a, zv, r, nv, hov)) goto done;
             double vl = weighted_loss(hov, hv, nv, d, M);

@@ -17,7 +17,7 @@ scdb_err cx_open(const char *path, scdb_st_file **f, char *errbuf, size_t errlen
     /* Our writer lays tensors out contiguously up to the end of the file, so
      * a tensor range past the data section means the file was cut short. */
     if (rc == SCDB_ERANGE) {
-        CX_ERRF("%s: truncated (a tensor's byte range runs past the end of the file)", path);
+        scdb_errf(errbuf, errlen, "%s: truncated (a tensor's byte range runs past the end of the file)", path);
         rc = SCDB_ETRUNC;
     }
     return rc;
@@ -198,13 +198,13 @@ scdb_err cx_read_f32(const scdb_st_file *f, const char *name, int64_t d0, int64_
     int ndim = d1 > 0 ? 2 : 1;
     size_t n = (size_t)d0 * (size_t)(d1 > 0 ? d1 : 1);
     *out = NULL;
-    if (!t) { CX_ERRF("tensor '%s' is missing", name); return SCDB_ENOTFOUND; }
+    if (!t) { scdb_errf(errbuf, errlen, "tensor '%s' is missing", name); return SCDB_ENOTFOUND; }
     if (t->dtype != SCDB_F32 && t->dtype != SCDB_F16) {
-        CX_ERRF("tensor '%s' has dtype %s, want F32 or F16", name, scdb_dtype_name(t->dtype));
+        scdb_errf(errbuf, errlen, "tensor '%s' has dtype %s, want F32 or F16", name, scdb_dtype_name(t->dtype));
         return SCDB_EDTYPE;
     }
     if (t->ndim != ndim || t->shape[0] != d0 || (ndim == 2 && t->shape[1] != d1)) {
-        CX_ERRF("tensor '%s' has shape [%lld%s%lld], want [%lld%s%lld]", name,
+        scdb_errf(errbuf, errlen, "tensor '%s' has shape [%lld%s%lld], want [%lld%s%lld]", name,
                 (long long)t->shape[0], t->ndim > 1 ? ", " : "",
                 t->ndim > 1 ? (long long)t->shape[1] : 0LL, (long long)d0,
                 ndim > 1 ? ", " : "", ndim > 1 ? (long long)d1 : 0LL);
@@ -217,7 +217,7 @@ scdb_err cx_read_f32(const scdb_st_file *f, const char *name, int64_t d0, int64_
     for (size_t i = 0; i < n; i++)
         if (!isfinite(p[i])) {
             free(p);
-            CX_ERRF("tensor '%s' holds a non-finite value at %zu", name, i);
+            scdb_errf(errbuf, errlen, "tensor '%s' holds a non-finite value at %zu", name, i);
             return SCDB_EFORMAT;
         }
     *out = p;
@@ -228,8 +228,8 @@ scdb_err cx_meta_str(const scdb_st_file *f, const char *key, char *dst, size_t c
                      char *errbuf, size_t errlen)
 {
     const char *v = scdb_st_meta(f, key);
-    if (!v) { CX_ERRF("metadata '%s' is missing", key); return SCDB_EFORMAT; }
-    if (strlen(v) >= cap) { CX_ERRF("metadata '%s' is too long", key); return SCDB_EFORMAT; }
+    if (!v) { scdb_errf(errbuf, errlen, "metadata '%s' is missing", key); return SCDB_EFORMAT; }
+    if (strlen(v) >= cap) { scdb_errf(errbuf, errlen, "metadata '%s' is too long", key); return SCDB_EFORMAT; }
     memcpy(dst, v, strlen(v) + 1);
     return SCDB_OK;
 }
@@ -249,9 +249,9 @@ scdb_err cx_meta_int(const scdb_st_file *f, const char *key, int lo, int hi, int
     const char *v = scdb_st_meta(f, key);
     char *end;
     long x;
-    if (!v) { CX_ERRF("metadata '%s' is missing", key); return SCDB_EFORMAT; }
+    if (!v) { scdb_errf(errbuf, errlen, "metadata '%s' is missing", key); return SCDB_EFORMAT; }
     if (parse_int(v, &end, &x) || *end || x < lo || x > hi) {
-        CX_ERRF("metadata '%s' = '%s' is not an integer in [%d, %d]", key, v, lo, hi);
+        scdb_errf(errbuf, errlen, "metadata '%s' = '%s' is not an integer in [%d, %d]", key, v, lo, hi);
         return SCDB_EFORMAT;
     }
     *out = (int)x;
@@ -263,20 +263,20 @@ scdb_err cx_meta_ints(const scdb_st_file *f, const char *key, int max, int lo, i
 {
     const char *v = scdb_st_meta(f, key);
     int n = 0;
-    if (!v) { CX_ERRF("metadata '%s' is missing", key); return SCDB_EFORMAT; }
+    if (!v) { scdb_errf(errbuf, errlen, "metadata '%s' is missing", key); return SCDB_EFORMAT; }
     const char *p = v;
     while (*p) {
         char *end;
         long x;
         if (n >= max || parse_int(p, &end, &x) || x < lo || x > hi ||
             (*end && *end != ',')) {
-            CX_ERRF("metadata '%s' = '%.64s' is not a list of at most %d integers in [%d, %d]",
+            scdb_errf(errbuf, errlen, "metadata '%s' = '%.64s' is not a list of at most %d integers in [%d, %d]",
                     key, v, max, lo, hi);
             return SCDB_EFORMAT;
         }
         out[n++] = (int)x;
         p = *end ? end + 1 : end;
-        if (*end && !*p) { CX_ERRF("metadata '%s' ends with a comma", key); return SCDB_EFORMAT; }
+        if (*end && !*p) { scdb_errf(errbuf, errlen, "metadata '%s' ends with a comma", key); return SCDB_EFORMAT; }
     }
     *count = n;
     return SCDB_OK;
@@ -287,11 +287,11 @@ scdb_err cx_meta_float(const scdb_st_file *f, const char *key, float *out,
 {
     const char *v = scdb_st_meta(f, key);
     char *end;
-    if (!v) { CX_ERRF("metadata '%s' is missing", key); return SCDB_EFORMAT; }
+    if (!v) { scdb_errf(errbuf, errlen, "metadata '%s' is missing", key); return SCDB_EFORMAT; }
     errno = 0;
     double x = strtod(v, &end);
     if (errno || end == v || *end || !isfinite(x)) {
-        CX_ERRF("metadata '%s' = '%s' is not a number", key, v);
+        scdb_errf(errbuf, errlen, "metadata '%s' = '%s' is not a number", key, v);
         return SCDB_EFORMAT;
     }
     *out = (float)x;

@@ -23,24 +23,13 @@ scdb_err scdb_codec_read_text(const char *path, size_t max_bytes, unsigned char 
         snprintf(cmd, sizeof cmd, "gzip -dc -- '%s' 2>/dev/null", path);
         FILE *f = popen(cmd, "r");
         if (!f) return SCDB_ESYS;
-        size_t cap = 1 << 16, got = 0;
-        unsigned char *buf = malloc(cap);
-        if (!buf) { pclose(f); return SCDB_ENOMEM; }
-        for (;;) {
-            if (got == cap) {
-                unsigned char *q = realloc(buf, cap * 2);
-                if (!q) { free(buf); pclose(f); return SCDB_ENOMEM; }
-                buf = q;
-                cap *= 2;
-            }
-            size_t r = fread(buf + got, 1, cap - got, f);
-            if (r == 0) break;
-            got += r;
-            if (got >= max_bytes) { got = max_bytes; break; }
-        }
+        char *buf;
+        size_t got;
+        scdb_err rc = scdb_read_stream(f, max_bytes, &buf, &got);
         int st = pclose(f);
+        if (rc) return rc;
         if (got == 0 && st != 0) { free(buf); return SCDB_EIO; }
-        *text = buf;
+        *text = (unsigned char *)buf;
         *len = got;
         return SCDB_OK;
     }
@@ -132,7 +121,11 @@ scdb_err scdb_codec_domain_text(const scdb_model *m, scdb_text_source src, size_
         src = SCDB_TEXT_HELDOUT_FIRST;
     }
     family_dir(m, fam, sizeof fam);
-    snprintf(path, sizeof path, "%s/../heldout/%s.txt", fam, scdb_model_cfg(m)->domain);
+    {
+        char data[1300];
+        snprintf(data, sizeof data, "%s/..", fam);
+        scdb_model_heldout_path(data, scdb_model_cfg(m)->domain, path, sizeof path);
+    }
     char *buf;
     size_t l;
     scdb_err rc = scdb_read_file(path, (size_t)1 << 30, &buf, &l);

@@ -147,14 +147,14 @@ scdb_err scdb_codebook_load(const char *path, scdb_codebook **out, char *errbuf,
 
     const char *fmt = scdb_st_meta(f, "format");
     if (!fmt || strcmp(fmt, "scdb-codebook")) {
-        CX_ERRF("%s: not an scdb codebook (metadata format = '%s')", path, fmt ? fmt : "(none)");
+        scdb_errf(errbuf, errlen, "%s: not an scdb codebook (metadata format = '%s')", path, fmt ? fmt : "(none)");
         rc = SCDB_EFORMAT;
         goto fail;
     }
     int ver;
     if ((rc = cx_meta_int(f, "version", 0, 1 << 30, &ver, errbuf, errlen))) goto fail;
     if (ver != SCDB_CODEC_VERSION) {
-        CX_ERRF("%s: codebook version %d, this build reads %d", path, ver, SCDB_CODEC_VERSION);
+        scdb_errf(errbuf, errlen, "%s: codebook version %d, this build reads %d", path, ver, SCDB_CODEC_VERSION);
         rc = SCDB_EFORMAT;
         goto fail;
     }
@@ -165,7 +165,7 @@ scdb_err scdb_codebook_load(const char *path, scdb_codebook **out, char *errbuf,
         (rc = cx_meta_str(f, "notes", cb->notes, sizeof cb->notes, errbuf, errlen)))
         goto fail;
     if (cx_arch_parse(s, &in->arch)) {
-        CX_ERRF("%s: metadata 'arch' = '%.100s' is malformed", path, s);
+        scdb_errf(errbuf, errlen, "%s: metadata 'arch' = '%.100s' is malformed", path, s);
         rc = SCDB_EFORMAT;
         goto fail;
     }
@@ -175,20 +175,20 @@ scdb_err scdb_codebook_load(const char *path, scdb_codebook **out, char *errbuf,
     in->kv_dim = in->arch.n_kv_heads * in->arch.head_dim;
     const char *ks = scdb_st_meta(f, "k_space");
     if (!ks || (strcmp(ks, "pre_rope") && strcmp(ks, "post_rope"))) {
-        CX_ERRF("%s: metadata 'k_space' must be pre_rope or post_rope", path);
+        scdb_errf(errbuf, errlen, "%s: metadata 'k_space' must be pre_rope or post_rope", path);
         rc = SCDB_EFORMAT;
         goto fail;
     }
     in->k_post_rope = !strcmp(ks, "post_rope");
     if (strcmp(in->method, "rrr") && strcmp(in->method, "pca")) {
-        CX_ERRF("%s: unknown method '%s'", path, in->method);
+        scdb_errf(errbuf, errlen, "%s: unknown method '%s'", path, in->method);
         rc = SCDB_EFORMAT;
         goto fail;
     }
     if ((rc = cx_meta_ints(f, "layer_kind", SCDB_CODEC_MAX_LAYERS, 0, 1, kinds, &cnt, errbuf, errlen)))
         goto fail;
     if (cnt != in->n_layers) {
-        CX_ERRF("%s: layer_kind lists %d layers, arch has %d", path, cnt, in->n_layers);
+        scdb_errf(errbuf, errlen, "%s: layer_kind lists %d layers, arch has %d", path, cnt, in->n_layers);
         rc = SCDB_EFORMAT;
         goto fail;
     }
@@ -198,7 +198,7 @@ scdb_err scdb_codebook_load(const char *path, scdb_codebook **out, char *errbuf,
         if ((rc = cx_meta_ints(f, key, SCDB_CODEC_MAX_LAYERS, 0, 65536, r[p], &cnt, errbuf, errlen)))
             goto fail;
         if (cnt != in->n_layers) {
-            CX_ERRF("%s: %s lists %d layers, arch has %d", path, key, cnt, in->n_layers);
+            scdb_errf(errbuf, errlen, "%s: %s lists %d layers, arch has %d", path, key, cnt, in->n_layers);
             rc = SCDB_EFORMAT;
             goto fail;
         }
@@ -211,14 +211,14 @@ scdb_err scdb_codebook_load(const char *path, scdb_codebook **out, char *errbuf,
         L->r_v = r[1][l];
         L->r_h = r[2][l];
         if (L->kind == SCDB_CB_TOKENS && (l != 0 || L->r_k || L->r_v || L->r_h)) {
-            CX_ERRF("%s: layer %d: only layer 0 may be a token layer, and it has no code", path, l);
+            scdb_errf(errbuf, errlen, "%s: layer %d: only layer 0 may be a token layer, and it has no code", path, l);
             rc = SCDB_EFORMAT;
             goto fail;
         }
         for (int p = 0; p < 3; p++) {
             int rr = part_rank(L, p), id = part_in_dim(in, p);
             if (rr > id) {
-                CX_ERRF("%s: layer %d: rank %d of part %s exceeds its input width %d", path, l,
+                scdb_errf(errbuf, errlen, "%s: layer %d: rank %d of part %s exceeds its input width %d", path, l,
                         rr, PART[p], id);
                 rc = SCDB_EFORMAT;
                 goto fail;
@@ -236,7 +236,7 @@ scdb_err scdb_codebook_load(const char *path, scdb_codebook **out, char *errbuf,
         }
     }
     if (scdb_st_count(f) != expected) {
-        CX_ERRF("%s: %d tensors, the metadata implies %d", path, scdb_st_count(f), expected);
+        scdb_errf(errbuf, errlen, "%s: %d tensors, the metadata implies %d", path, scdb_st_count(f), expected);
         rc = SCDB_EFORMAT;
         goto fail;
     }
@@ -244,14 +244,14 @@ scdb_err scdb_codebook_load(const char *path, scdb_codebook **out, char *errbuf,
     const char *idhex = scdb_st_meta(f, "id");
     scdb_codec_id stored;
     if (!idhex || scdb_codec_id_parse(idhex, &stored)) {
-        CX_ERRF("%s: metadata 'id' missing or not 32 hex digits", path);
+        scdb_errf(errbuf, errlen, "%s: metadata 'id' missing or not 32 hex digits", path);
         rc = SCDB_EFORMAT;
         goto fail;
     }
     if ((rc = cx_bundle_from_file(f, &b))) goto fail;
     cx_bundle_hash(&b, "id", &in->id);
     if (memcmp(&stored, &in->id, sizeof stored)) {
-        CX_ERRF("%s: contents do not hash to the stored id %s (corrupt or edited)", path, idhex);
+        scdb_errf(errbuf, errlen, "%s: contents do not hash to the stored id %s (corrupt or edited)", path, idhex);
         rc = SCDB_ECHECKSUM;
         goto fail;
     }
@@ -260,7 +260,7 @@ scdb_err scdb_codebook_load(const char *path, scdb_codebook **out, char *errbuf,
     scdb_codec_arch_fp(&in->arch, afp);
     if ((rc = cx_meta_str(f, "arch_fp", sfp, sizeof sfp, errbuf, errlen))) goto fail;
     if (strcmp(afp, sfp)) {
-        CX_ERRF("%s: arch_fp %s does not match arch (%s)", path, sfp, afp);
+        scdb_errf(errbuf, errlen, "%s: arch_fp %s does not match arch (%s)", path, sfp, afp);
         rc = SCDB_EFORMAT;
         goto fail;
     }
@@ -288,14 +288,14 @@ scdb_err scdb_codebook_check_producer(const scdb_codebook *cb, const scdb_model 
     if (!cb || !producer) return SCDB_EINVAL;
     c = scdb_model_cfg(producer);
     if (!scdb_model_config_same_arch(c, &cb->info.arch)) {
-        CX_ERRF("codebook %s was fitted for another architecture than model '%s'",
+        scdb_errf(errbuf, errlen, "codebook %s was fitted for another architecture than model '%s'",
                 cb->info.id_hex, c->name);
         return SCDB_EMISMATCH;
     }
     scdb_err rc = scdb_codec_weights_fp(scdb_model_dir(producer), fp);
     if (rc) return rc;
     if (strcmp(fp, cb->info.producer_fp)) {
-        CX_ERRF("codebook %s was fitted for producer weights %s ('%s'), model '%s' has %s",
+        scdb_errf(errbuf, errlen, "codebook %s was fitted for producer weights %s ('%s'), model '%s' has %s",
                 cb->info.id_hex, cb->info.producer_fp, cb->info.producer, c->name, fp);
         return SCDB_EMISMATCH;
     }

@@ -62,7 +62,7 @@
  * pair records its aligners in greedy order (most useful first) and a default
  * patch budget; decode may use any budget from 0 (REUSE everywhere) to all.
  *
- * Calibration (calibrate.c, `scdb calibrate`) reads the family's training
+ * Calibration (calib_*.c, `scdb calibrate`) reads the family's training
  * files (TRAINING.json) when present, else the FIRST half of each domain's
  * held-out text; its held-back KL windows come from the end of that first
  * half; `scdb bench quality` evaluates on the SECOND half only.
@@ -270,7 +270,7 @@ scdb_err scdb_pair_dev_decode_range(const scdb_pair_dev *d, const scdb_codebook 
                                     scdb_kv_cache *cache, int slot0);
 
 /* ------------------------------------------------------------ calibration
- * Offline, once per codebook / pair (codec/calibrate.c).  A session holds the
+ * Offline, once per codebook / pair (codec/calib.h).  A session holds the
  * producer, the consumers and second-moment statistics of their states on
  * calibration windows; codebooks and pairs are then fitted from the
  * statistics (ridge reduced-rank regression or PCA) and from samples
@@ -314,7 +314,7 @@ typedef struct scdb_cb_fit {
     double ridge;            /* relative ridge (default 1e-3 when 0) */
     int budget;              /* > 0: code values per token; the K/V ranks of
                                 non-candidate layers are then allocated by
-                                measured KL (calibrate.c), r_k / r_v unused */
+                                measured KL (calib_codebook.c), r_k / r_v unused */
 } scdb_cb_fit;
 
 /* Fit a codebook on the session's statistics.  Per-layer figures (drift,

@@ -11,7 +11,6 @@
 #include "codec.h"
 #include "safetensors.h"
 
-#define CX_ERRF(...) do { if (errbuf && errlen) snprintf(errbuf, errlen, __VA_ARGS__); } while (0)
 
 enum { CX_K = 0, CX_V = 1, CX_H = 2 };
 

@@ -171,14 +171,14 @@ scdb_err scdb_pair_load(const char *path, const scdb_codebook *cb, scdb_pair **o
 
     const char *fmt = scdb_st_meta(f, "format");
     if (!fmt || strcmp(fmt, "scdb-pair")) {
-        CX_ERRF("%s: not an scdb pair (metadata format = '%s')", path, fmt ? fmt : "(none)");
+        scdb_errf(errbuf, errlen, "%s: not an scdb pair (metadata format = '%s')", path, fmt ? fmt : "(none)");
         rc = SCDB_EFORMAT;
         goto fail;
     }
     int ver;
     if ((rc = cx_meta_int(f, "version", 0, 1 << 30, &ver, errbuf, errlen))) goto fail;
     if (ver != SCDB_CODEC_VERSION) {
-        CX_ERRF("%s: pair version %d, this build reads %d", path, ver, SCDB_CODEC_VERSION);
+        scdb_errf(errbuf, errlen, "%s: pair version %d, this build reads %d", path, ver, SCDB_CODEC_VERSION);
         rc = SCDB_EFORMAT;
         goto fail;
     }
@@ -186,12 +186,12 @@ scdb_err scdb_pair_load(const char *path, const scdb_codebook *cb, scdb_pair **o
     if ((rc = cx_meta_str(f, "codebook_id", in->codebook_hex, sizeof in->codebook_hex, errbuf, errlen)))
         goto fail;
     if (scdb_codec_id_parse(in->codebook_hex, &in->codebook_id)) {
-        CX_ERRF("%s: metadata 'codebook_id' is not 32 hex digits", path);
+        scdb_errf(errbuf, errlen, "%s: metadata 'codebook_id' is not 32 hex digits", path);
         rc = SCDB_EFORMAT;
         goto fail;
     }
     if (memcmp(&in->codebook_id, &ci->id, sizeof ci->id)) {
-        CX_ERRF("%s: pair belongs to codebook %s, not %s", path, in->codebook_hex, ci->id_hex);
+        scdb_errf(errbuf, errlen, "%s: pair belongs to codebook %s, not %s", path, in->codebook_hex, ci->id_hex);
         rc = SCDB_EMISMATCH;
         goto fail;
     }
@@ -199,7 +199,7 @@ scdb_err scdb_pair_load(const char *path, const scdb_codebook *cb, scdb_pair **o
     const char *sumhex = scdb_st_meta(f, "checksum");
     scdb_codec_id stored, sum;
     if (!sumhex || scdb_codec_id_parse(sumhex, &stored)) {
-        CX_ERRF("%s: metadata 'checksum' missing or not 32 hex digits", path);
+        scdb_errf(errbuf, errlen, "%s: metadata 'checksum' missing or not 32 hex digits", path);
         rc = SCDB_EFORMAT;
         goto fail;
     }
@@ -207,7 +207,7 @@ scdb_err scdb_pair_load(const char *path, const scdb_codebook *cb, scdb_pair **o
     cx_bundle_hash(&b, "checksum", &sum);
     cx_bundle_free(&b);
     if (memcmp(&stored, &sum, sizeof sum)) {
-        CX_ERRF("%s: contents do not match the stored checksum (corrupt or edited)", path);
+        scdb_errf(errbuf, errlen, "%s: contents do not match the stored checksum (corrupt or edited)", path);
         rc = SCDB_ECHECKSUM;
         goto fail;
     }
@@ -232,7 +232,7 @@ scdb_err scdb_pair_load(const char *path, const scdb_codebook *cb, scdb_pair **o
     p->k_post_rope = !strcmp(s, "post_rope");
     if ((rc = cx_meta_str(f, "decoder_input", s, sizeof s, errbuf, errlen))) goto fail;
     if (strcmp(s, "all") && strcmp(s, "layer")) {
-        CX_ERRF("%s: metadata 'decoder_input' must be 'layer' or 'all'", path);
+        scdb_errf(errbuf, errlen, "%s: metadata 'decoder_input' must be 'layer' or 'all'", path);
         rc = SCDB_EFORMAT;
         goto fail;
     }
@@ -242,24 +242,24 @@ scdb_err scdb_pair_load(const char *path, const scdb_codebook *cb, scdb_pair **o
         in->n_layers != ci->n_layers || in->d_model != ci->d_model || in->kv_dim != ci->kv_dim ||
         in->head_dim != ci->arch.head_dim || in->vocab_size != ci->arch.vocab_size ||
         p->k_post_rope != ci->k_post_rope) {
-        CX_ERRF("%s: architecture / producer recorded in the pair (%s, %s) differ from codebook %s's",
+        scdb_errf(errbuf, errlen, "%s: architecture / producer recorded in the pair (%s, %s) differ from codebook %s's",
                 path, in->arch_fp, in->producer_fp, ci->id_hex);
         rc = SCDB_EMISMATCH;
         goto fail;
     }
     if ((rc = cx_meta_ints(f, "layer_kind", SCDB_CODEC_MAX_LAYERS, 0, 1, kinds, &cnt, errbuf, errlen)))
         goto fail;
-    if (cnt != in->n_layers) { CX_ERRF("%s: layer_kind has %d entries", path, cnt); rc = SCDB_EFORMAT; goto fail; }
+    if (cnt != in->n_layers) { scdb_errf(errbuf, errlen, "%s: layer_kind has %d entries", path, cnt); rc = SCDB_EFORMAT; goto fail; }
     static const char *rk[3] = {"r_k", "r_v", "r_h"};
     for (int q = 0; q < 3; q++) {
         if ((rc = cx_meta_ints(f, rk[q], SCDB_CODEC_MAX_LAYERS, 0, 65536, r[q], &cnt, errbuf, errlen)))
             goto fail;
-        if (cnt != in->n_layers) { CX_ERRF("%s: %s has %d entries", path, rk[q], cnt); rc = SCDB_EFORMAT; goto fail; }
+        if (cnt != in->n_layers) { scdb_errf(errbuf, errlen, "%s: %s has %d entries", path, rk[q], cnt); rc = SCDB_EFORMAT; goto fail; }
     }
     for (int l = 0; l < in->n_layers; l++) {
         const scdb_cb_layer *C = &ci->layers[l];
         if ((int)C->kind != kinds[l] || C->r_k != r[0][l] || C->r_v != r[1][l] || C->r_h != r[2][l]) {
-            CX_ERRF("%s: layer %d code layout differs from codebook %s's", path, l, ci->id_hex);
+            scdb_errf(errbuf, errlen, "%s: layer %d code layout differs from codebook %s's", path, l, ci->id_hex);
             rc = SCDB_EMISMATCH;
             goto fail;
         }
@@ -271,7 +271,7 @@ scdb_err scdb_pair_load(const char *path, const scdb_codebook *cb, scdb_pair **o
         (rc = cx_meta_int(f, "n_patch", 0, in->n_aligners, &in->n_patch, errbuf, errlen)))
         goto fail;
     if (in->has_tokens != (ci->layers[0].kind == SCDB_CB_TOKENS)) {
-        CX_ERRF("%s: has_tokens = %d but the codebook's layer 0 is %s", path, in->has_tokens,
+        scdb_errf(errbuf, errlen, "%s: has_tokens = %d but the codebook's layer 0 is %s", path, in->has_tokens,
                 ci->layers[0].kind == SCDB_CB_TOKENS ? "a token layer" : "coded");
         rc = SCDB_EFORMAT;
         goto fail;
@@ -281,16 +281,16 @@ scdb_err scdb_pair_load(const char *path, const scdb_codebook *cb, scdb_pair **o
         int l = in->patch_order[i];
         for (int j = 0; j < i; j++)
             if (in->patch_order[j] == l) {
-                CX_ERRF("%s: layer %d appears twice in patch_order", path, l);
+                scdb_errf(errbuf, errlen, "%s: layer %d appears twice in patch_order", path, l);
                 rc = SCDB_EFORMAT;
                 goto fail;
             }
         if (ci->layers[l].r_h == 0) {
-            CX_ERRF("%s: patch layer %d is not a candidate of codebook %s", path, l, ci->id_hex);
+            scdb_errf(errbuf, errlen, "%s: patch layer %d is not a candidate of codebook %s", path, l, ci->id_hex);
             rc = SCDB_EFORMAT;
             goto fail;
         }
-        if (in->hidden < 1) { CX_ERRF("%s: aligners with hidden = 0", path); rc = SCDB_EFORMAT; goto fail; }
+        if (in->hidden < 1) { scdb_errf(errbuf, errlen, "%s: aligners with hidden = 0", path); rc = SCDB_EFORMAT; goto fail; }
     }
     for (int l = 0; l < in->n_layers; l++) {
         cx_player *L = &p->L[l];
@@ -334,7 +334,7 @@ scdb_err scdb_pair_load(const char *path, const scdb_codebook *cb, scdb_pair **o
         expected += 4;
     }
     if (scdb_st_count(f) != expected) {
-        CX_ERRF("%s: %d tensors, the metadata implies %d", path, scdb_st_count(f), expected);
+        scdb_errf(errbuf, errlen, "%s: %d tensors, the metadata implies %d", path, scdb_st_count(f), expected);
         rc = SCDB_EFORMAT;
         goto fail;
     }
@@ -364,13 +364,13 @@ scdb_err scdb_pair_check_models(const scdb_pair *p, const scdb_model *producer,
         const scdb_model_config *c = scdb_model_cfg(ms[i]);
         scdb_codec_arch_fp(c, fp);
         if (strcmp(fp, in->arch_fp)) {
-            CX_ERRF("pair %s -> %s: %s model '%s' has another architecture (%s, pair has %s)",
+            scdb_errf(errbuf, errlen, "pair %s -> %s: %s model '%s' has another architecture (%s, pair has %s)",
                     in->producer, in->consumer, role[i], c->name, fp, in->arch_fp);
             return SCDB_EMISMATCH;
         }
         if ((rc = scdb_codec_weights_fp(scdb_model_dir(ms[i]), fp))) return rc;
         if (strcmp(fp, want[i])) {
-            CX_ERRF("pair %s -> %s: %s model '%s' has weights %s, the pair was fitted on %s",
+            scdb_errf(errbuf, errlen, "pair %s -> %s: %s model '%s' has weights %s, the pair was fitted on %s",
                     in->producer, in->consumer, role[i], c->name, fp, want[i]);
             return SCDB_EMISMATCH;
         }

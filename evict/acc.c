@@ -1,6 +1,9 @@
 /* acc.c — the flat per-slot feature accumulators (layout in evict.h and
- * schema/FORMATS.md): init over caller memory, update from one forward's
- * attention probabilities, compaction, and the five features. */
+ * schema/FORMATS.md): init over caller memory, attach, copy, and the update
+ * from one forward's attention probabilities.  The part of evict/ that
+ * libscdb compiles in (clients fold their statistics themselves);
+ * compaction and the features, which only the broker and the benches run,
+ * are in policy.c on the kernels' eviction twins. */
 #include "evict.h"
 
 #include <math.h>
@@ -8,7 +11,7 @@
 #include <string.h>
 
 #define HDR_BYTES 64
-#define N_SLOT_ARRAYS 9     /* pos n_obs mass rel var ent_num ent_den vnorm last */
+#define N_SLOT_ARRAYS SCDB_EVICT_ACC_SLOT_ARRAYS
 
 _Static_assert(sizeof(scdb_evict_acc) == HDR_BYTES, "accumulator header is 64 bytes");
 
@@ -277,50 +280,4 @@ done:
     free(sq);
     free(grp);
     return rc;
-}
-
-/* ------------------------------------------------------------ compaction */
-
-scdb_err scdb_evict_acc_compact(scdb_evict_acc *a, const int *keep, int n_keep)
-{
-    if (!a || n_keep < 0 || n_keep > a->n || (n_keep > 0 && !keep)) return SCDB_EINVAL;
-    for (int i = 0; i < n_keep; i++)
-        if (keep[i] < 0 || keep[i] >= a->n || (i > 0 && keep[i] <= keep[i - 1]))
-            return SCDB_EINVAL;
-    /* keep[i] >= i: a forward in-place gather never overwrites unread data */
-    for (int k = 0; k < N_SLOT_ARRAYS; k++) {
-        uint32_t *v = arr(a, k);     /* 4-byte elements, i32 or f32 alike */
-        for (int i = 0; i < n_keep; i++) v[i] = v[keep[i]];
-    }
-    float *win = scdb_evict_acc_win(a);
-    for (int r = 0; r < a->window * a->n_kv_heads; r++) {
-        float *v = win + (size_t)r * a->capacity;
-        for (int i = 0; i < n_keep; i++) v[i] = v[keep[i]];
-    }
-    a->n = n_keep;
-    return SCDB_OK;
-}
-
-/* ------------------------------------------------------------ features */
-
-scdb_err scdb_evict_features(const scdb_evict_acc *a, float *f)
-{
-    if (!a || (!f && a->n > 0)) return SCDB_EINVAL;
-    const int32_t *pos = scdb_evict_acc_pos(a);
-    const float *n_obs = scdb_evict_acc_n_obs(a), *rel = scdb_evict_acc_rel(a),
-                *var = scdb_evict_acc_var(a), *en = scdb_evict_acc_ent_num(a),
-                *ed = scdb_evict_acc_ent_den(a), *vn = scdb_evict_acc_vnorm(a),
-                *mass = scdb_evict_acc_mass(a);
-    float denom = (float)(a->last_pos + 1);
-    for (int i = 0; i < a->n; i++) {
-        float *r = f + (size_t)i * SCDB_EVICT_N_FEATURES;
-        r[SCDB_EF_ALPHA] = n_obs[i] > 0.0f ? rel[i] / n_obs[i] : 0.0f;
-        r[SCDB_EF_VNORM] = vn[i];
-        r[SCDB_EF_SIGMA] = n_obs[i] > 0.0f ? var[i] / n_obs[i] : 0.0f;
-        r[SCDB_EF_ENT] = ed[i] > 0.0f ? en[i] / ed[i] : 0.0f;
-        float p = denom > 0.0f ? (float)(pos[i] + 1) / denom : 1.0f;
-        r[SCDB_EF_POS] = p > 1.0f ? 1.0f : p;
-        r[SCDB_EF_MASS] = mass[i];
-    }
-    return SCDB_OK;
 }

@@ -47,16 +47,6 @@ scdb_err scdb_evict_cache_copy(scdb_kv_cache *dst, const scdb_kv_cache *src)
     return SCDB_OK;
 }
 
-static void log_softmax(const float *x, int n, float *out)
-{
-    float mx = x[0];
-    double s = 0.0;
-    for (int i = 1; i < n; i++) if (x[i] > mx) mx = x[i];
-    for (int i = 0; i < n; i++) s += exp((double)x[i] - mx);
-    float lz = (float)(log(s) + mx);
-    for (int i = 0; i < n; i++) out[i] = x[i] - lz;
-}
-
 static int argmax(const float *x, int n)
 {
     int b = 0;
@@ -144,7 +134,7 @@ scdb_err scdb_evict_window_new(const scdb_model *m, const int32_t *tokens, int p
         float *lp = w->teacher_lp + (size_t)t * w->V;
         if ((rc = scdb_model_forward(m, w->tok + prefill + t, NULL, 1, w->cache, w->logits, NULL)))
             goto fail;
-        log_softmax(w->logits, w->V, lp);
+        scdb_k_log_softmax_cpu(w->logits, w->V, lp);
         w->teacher_top[t] = argmax(lp, w->V);
         nll -= lp[w->tok[prefill + t + 1]];
     }
@@ -295,7 +285,7 @@ scdb_err scdb_evict_window_run(scdb_evict_window *w, const scdb_evict_policy *p,
             if ((rc = scdb_evict_acc_update(w->acc, w->cache, w->probs, w->cap, 1))) return rc;
             r.policy_s += (double)(scdb_now_ns() - t2) * 1e-9;
         }
-        log_softmax(w->logits, w->V, w->lp);
+        scdb_k_log_softmax_cpu(w->logits, w->V, w->lp);
         const float *tp = w->teacher_lp + (size_t)t * w->V;
         double k = 0.0;
         for (int v = 0; v < w->V; v++) k += exp((double)tp[v]) * ((double)tp[v] - w->lp[v]);

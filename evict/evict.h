@@ -132,6 +132,7 @@
 #define SCDB_EVICT_ACC_MAGIC 0x41454353u     /* "SCEA" little-endian */
 #define SCDB_EVICT_ACC_VERSION 1u
 #define SCDB_EVICT_DEFAULT_WINDOW 32         /* SnapKV observation window */
+#define SCDB_EVICT_ACC_SLOT_ARRAYS 9         /* pos n_obs mass rel var ent_num ent_den vnorm last */
 #define SCDB_EVICT_DECAY (1.0f - 1.0f / 32.0f)
 
 enum { SCDB_EF_ALPHA = 0, SCDB_EF_VNORM, SCDB_EF_SIGMA, SCDB_EF_ENT, SCDB_EF_POS, SCDB_EF_MASS };

@@ -23,7 +23,6 @@
 #define NF_V1 5
 #define POLICY_ACTIVATION "tanh"
 
-#define ERRF(...) do { if (errbuf && errlen) snprintf(errbuf, errlen, __VA_ARGS__); } while (0)
 
 static size_t count_params(int h) { return (size_t)h * NI + h + (size_t)h * h + h + h + 1; }
 
@@ -330,7 +329,7 @@ scdb_err scdb_evict_policy_load(const char *path, scdb_evict_policy **out,
     for (size_t i = 0; i < SCDB_ARRAY_LEN(fixed); i++) {
         v = scdb_st_meta(f, fixed[i].key);
         if (!v || strcmp(v, fixed[i].want)) {
-            ERRF("%s: metadata '%s' is %s%s%s, want \"%s\"", path, fixed[i].key,
+            scdb_errf(errbuf, errlen, "%s: metadata '%s' is %s%s%s, want \"%s\"", path, fixed[i].key,
                  v ? "\"" : "missing", v ? v : "", v ? "\"" : "", fixed[i].want);
             rc = SCDB_EMISMATCH;
             goto fail;
@@ -341,50 +340,50 @@ scdb_err scdb_evict_policy_load(const char *path, scdb_evict_policy **out,
     if (v && !strcmp(v, "1")) nf = NF_V1, want_features = POLICY_FEATURES_V1;
     else if (v && !strcmp(v, POLICY_VERSION)) nf = NI, want_features = POLICY_FEATURES;
     else {
-        ERRF("%s: metadata 'version' is %s%s%s, want \"1\" or \"%s\"", path,
+        scdb_errf(errbuf, errlen, "%s: metadata 'version' is %s%s%s, want \"1\" or \"%s\"", path,
              v ? "\"" : "missing", v ? v : "", v ? "\"" : "", POLICY_VERSION);
         rc = SCDB_EMISMATCH;
         goto fail;
     }
     v = scdb_st_meta(f, "features");
     if (!v || strcmp(v, want_features)) {
-        ERRF("%s: metadata 'features' is %s%s%s, want \"%s\" for version %d", path,
+        scdb_errf(errbuf, errlen, "%s: metadata 'features' is %s%s%s, want \"%s\" for version %d", path,
              v ? "\"" : "missing", v ? v : "", v ? "\"" : "", want_features, nf == NI ? 2 : 1);
         rc = SCDB_EMISMATCH;
         goto fail;
     }
     if (parse_count(scdb_st_meta(f, "sinks"), &sinks) ||
         parse_count(scdb_st_meta(f, "recent"), &recent)) {
-        ERRF("%s: metadata 'sinks' and 'recent' must be integers in [0, %d]", path, MAX_PROTECT);
+        scdb_errf(errbuf, errlen, "%s: metadata 'sinks' and 'recent' must be integers in [0, %d]", path, MAX_PROTECT);
         rc = SCDB_ERANGE;
         goto fail;
     }
     recent_frac = 0.0f;
     if (scdb_st_meta(f, "recent_frac") && parse_frac(scdb_st_meta(f, "recent_frac"), &recent_frac)) {
-        ERRF("%s: metadata 'recent_frac' must be a number in [0, 1)", path);
+        scdb_errf(errbuf, errlen, "%s: metadata 'recent_frac' must be a number in [0, 1)", path);
         rc = SCDB_ERANGE;
         goto fail;
     }
     pool = 1;
     if (scdb_st_meta(f, "pool") &&
         (parse_count(scdb_st_meta(f, "pool"), &pool) || pool % 2 == 0 || pool > MAX_POOL)) {
-        ERRF("%s: metadata 'pool' must be an odd integer in [1, %d]", path, MAX_POOL);
+        scdb_errf(errbuf, errlen, "%s: metadata 'pool' must be an odd integer in [1, %d]", path, MAX_POOL);
         rc = SCDB_ERANGE;
         goto fail;
     }
 
     if (!(t = scdb_st_find(f, "fc1.weight"))) {
-        ERRF("%s: tensor 'fc1.weight' missing", path);
+        scdb_errf(errbuf, errlen, "%s: tensor 'fc1.weight' missing", path);
         rc = SCDB_ENOTFOUND;
         goto fail;
     }
     if (t->dtype != SCDB_F32) {
-        ERRF("%s: tensor 'fc1.weight' has dtype %s, want F32", path, scdb_dtype_name(t->dtype));
+        scdb_errf(errbuf, errlen, "%s: tensor 'fc1.weight' has dtype %s, want F32", path, scdb_dtype_name(t->dtype));
         rc = SCDB_EDTYPE;
         goto fail;
     }
     if (t->ndim != 2 || t->shape[1] != nf || t->shape[0] < 1 || t->shape[0] > MAX_HIDDEN) {
-        ERRF("%s: tensor 'fc1.weight' must be [hidden <= %d, %d]", path, MAX_HIDDEN, nf);
+        scdb_errf(errbuf, errlen, "%s: tensor 'fc1.weight' must be [hidden <= %d, %d]", path, MAX_HIDDEN, nf);
         rc = SCDB_ESHAPE;
         goto fail;
     }
@@ -422,13 +421,13 @@ scdb_err scdb_evict_policy_load(const char *path, scdb_evict_policy **out,
     }
     if (!all_finite(p->mlp->params, p->mlp->n_params) || !all_finite(p->mlp->in_mean, NI) ||
         !all_finite(p->mlp->in_std, NI)) {
-        ERRF("%s: non-finite weights", path);
+        scdb_errf(errbuf, errlen, "%s: non-finite weights", path);
         rc = SCDB_ERANGE;
         goto fail;
     }
     for (int i = 0; i < NI; i++)
         if (!(p->mlp->in_std[i] > 0.0f)) {
-            ERRF("%s: input.std[%d] must be > 0", path, i);
+            scdb_errf(errbuf, errlen, "%s: input.std[%d] must be > 0", path, i);
             rc = SCDB_ERANGE;
             goto fail;
         }

@@ -188,40 +188,43 @@ scdb_err scdb_evict_rank(const float *scores, int *idx, int n)
     return SCDB_OK;
 }
 
-static int cmp_int(const void *x, const void *y)
-{
-    int a = *(const int *)x, b = *(const int *)y;
-    return (a > b) - (a < b);
-}
-
 scdb_err scdb_evict_select(const float *scores, int n, int budget, int sinks,
                            int recent, int *keep, int *n_keep)
 {
-    int *cand, nc = 0, nk = 0, m;
-    if (!keep || !n_keep || n < 0 || budget < 1 || sinks < 0 || recent < 0 ||
-        (!scores && n > 0))
-        return SCDB_EINVAL;
-    if (n <= budget) {
-        for (int i = 0; i < n; i++) keep[i] = i;
-        *n_keep = n;
-        return SCDB_OK;
-    }
-    if (sinks > budget) sinks = budget;
-    if (recent > budget - sinks) recent = budget - sinks;
-    m = budget - sinks - recent;
-    if (!(cand = malloc((size_t)n * sizeof *cand))) return SCDB_ENOMEM;
-    for (int i = sinks; i < n - recent; i++) cand[nc++] = i;
-    if (scdb_evict_rank(scores, cand, nc)) { free(cand); return SCDB_ENOMEM; }
-    for (int i = 0; i < sinks; i++) keep[nk++] = i;
-    for (int i = 0; i < m; i++) keep[nk++] = cand[i];
-    for (int i = n - recent; i < n; i++) keep[nk++] = i;
-    qsort(keep, (size_t)nk, sizeof *keep, cmp_int);
-    free(cand);
-    *n_keep = nk;
-    return SCDB_OK;
+    /* the kernels' twin: the same order as scdb_evict_rank (ties to the
+     * higher slot), keep[] ascending */
+    return scdb_k_select_topb_cpu(scores, n, budget, sinks, recent, keep, n_keep);
+}
+
+/* ------------------------------------------------------------ features */
+
+scdb_err scdb_evict_features(const scdb_evict_acc *a, float *f)
+{
+    if (!a || (!f && a->n > 0)) return SCDB_EINVAL;
+    scdb_k_acc_arrays arr = {scdb_evict_acc_pos(a), scdb_evict_acc_n_obs(a), scdb_evict_acc_rel(a),
+                             scdb_evict_acc_var(a), scdb_evict_acc_ent_num(a),
+                             scdb_evict_acc_ent_den(a), scdb_evict_acc_vnorm(a), a->last_pos,
+                             scdb_evict_acc_mass(a)};
+    return scdb_k_evict_features_cpu(&arr, a->n, f);
 }
 
 /* ------------------------------------------------------------ compact, run */
+
+scdb_err scdb_evict_acc_compact(scdb_evict_acc *a, const int *keep, int n_keep)
+{
+    scdb_err rc;
+    if (!a || n_keep < 0 || n_keep > a->n || (n_keep > 0 && !keep)) return SCDB_EINVAL;
+    /* the nine slot arrays (pos .. last) are one matrix each, a fixed
+     * stride apart; the query window has window x kv-head rows of capacity */
+    size_t stride = (size_t)((char *)scdb_evict_acc_n_obs(a) - (char *)scdb_evict_acc_pos(a));
+    rc = scdb_k_compact_rows_cpu(scdb_evict_acc_pos(a), SCDB_EVICT_ACC_SLOT_ARRAYS, stride, 4,
+                                 a->n, keep, n_keep, NULL);
+    if (!rc)
+        rc = scdb_k_compact_rows_cpu(scdb_evict_acc_win(a), a->window * a->n_kv_heads,
+                                     (size_t)a->capacity * 4, 4, a->n, keep, n_keep, NULL);
+    if (!rc) a->n = n_keep;
+    return rc;
+}
 
 scdb_err scdb_evict_compact(scdb_kv_cache *cache, scdb_evict_acc *acc,
                             const int *keep, int n_keep, int32_t *pos_map)

@@ -108,25 +108,12 @@ void scdb_evict_train_defaults(scdb_evict_train_opts *o)
     o->seed = 1;
 }
 
-#define ERRF(...) do { if (errbuf && errlen) snprintf(errbuf, errlen, __VA_ARGS__); } while (0)
 
 typedef struct adam {
     float *m, *v;
     size_t n;
     int t;
 } adam;
-
-static void adam_step(adam *a, float *p, const float *g, float lr)
-{
-    const float b1 = 0.9f, b2 = 0.999f, eps = 1e-8f;
-    a->t++;
-    float c1 = 1.0f - powf(b1, (float)a->t), c2 = 1.0f - powf(b2, (float)a->t);
-    for (size_t i = 0; i < a->n; i++) {
-        a->m[i] = b1 * a->m[i] + (1.0f - b1) * g[i];
-        a->v[i] = b2 * a->v[i] + (1.0f - b2) * g[i] * g[i];
-        p[i] -= lr * (a->m[i] / c1) / (sqrtf(a->v[i] / c2) + eps);
-    }
-}
 
 double scdb_evict_pl_grad(const scdb_evict_decision *d, float wlp, float went, float *ds,
                           double *ent, double *scratch_inv, char *drawn)
@@ -249,17 +236,17 @@ scdb_err scdb_evict_train(const scdb_evict_train_opts *o, scdb_evict_mlp **out,
         o->pool % 2 == 0 || o->pool > 63 || (unsigned)o->init > SCDB_EVICT_INIT_UNGATED ||
         (o->train_gate_only && o->init != SCDB_EVICT_INIT_MIXED &&
          o->init != SCDB_EVICT_INIT_UNGATED) || (o->train_gate_only && o->hidden < 3)) {
-        ERRF("invalid training options");
+        scdb_errf(errbuf, errlen, "invalid training options");
         return SCDB_EINVAL;
     }
     for (int b = 0; b < o->n_budgets; b++)
         if (!(o->budgets[b] > 0.0 && o->budgets[b] < 1.0)) {
-            ERRF("budget %g is not a fraction in (0, 1)", o->budgets[b]);
+            scdb_errf(errbuf, errlen, "budget %g is not a fraction in (0, 1)", o->budgets[b]);
             return SCDB_EINVAL;
         }
     span = (size_t)o->prefill + o->steps + 1;
     if (o->text_len < span) {
-        ERRF("training text has %zu bytes, one window needs %zu", o->text_len, span);
+        scdb_errf(errbuf, errlen, "training text has %zu bytes, one window needs %zu", o->text_len, span);
         return SCDB_ERANGE;
     }
     if ((rc = scdb_model_load(o->model_dir, &model, errbuf, errlen))) return rc;
@@ -525,7 +512,7 @@ scdb_err scdb_evict_train(const scdb_evict_train_opts *o, scdb_evict_mlp **out,
             for (size_t i = 0; i < mlp->n_params; i++)
                 if (!((i >= g0 && i < g0 + NI) || i == gb)) grad[i] = 0.0f;
         }
-        adam_step(&ad, mlp->params, grad, lr);
+        scdb_k_adam_step_cpu(mlp->params, grad, ad.m, ad.v, ad.n, lr, ++ad.t);
 
         if (o->log)
             fprintf(o->log,

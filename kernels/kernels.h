@@ -10,25 +10,8 @@
  * (r, c) at r*cols + c.  Weights follow PyTorch's nn.Linear: W is
  * [out_features, in_features] and y = x W^T.
  *
- * The slot-indexed KV cache
- * -------------------------
- * One layout is used everywhere (the reference model, broker arenas, decoded
- * prefixes), so decoded KV lands where attention reads it, with no copy:
- *
- *   pos  int32 [capacity]                  absolute position of each slot
- *   K    f32   [n_layers][capacity][kv_dim] after RoPE at pos[slot]
- *   V    f32   [n_layers][capacity][kv_dim]
- *                                    kv_dim = n_kv_heads * head_dim
- *
- *   slot:   0    1    2    3   ...  n-1 | n ... capacity-1
- *   pos:    0    1    2    7   ...  511 | (free)
- *
- * Slots [0, n) are live.  A query at absolute position p attends to every
- * live slot whose pos <= p (causal by position, not by slot), so a cache that
- * was compacted by eviction — slots gathered in order, original positions
- * kept — is attended exactly like the full one minus the evicted tokens.
- * The buffer can be caller-provided memory (shared memory arenas): see
- * scdb_kv_cache_bytes() and scdb_kv_cache_view().
+ * The slot-indexed KV cache (pos, K, V of every layer in one buffer) is
+ * declared in kv_cache.h, which clients get with scdb.h.
  *
  * Attention probabilities, when requested, are laid out
  *   probs f32 [n_heads][n_q][n_slots]    (0 where a slot is masked)
@@ -39,6 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kv_cache.h"
 #include "scdb_common.h"
 
 /* ---------------------------------------------------------------- tensors */
@@ -109,6 +93,21 @@ void scdb_k_rope_cpu(float *x, int n_tok, int n_heads, int head_dim,
 /* Numerically stable softmax of each row of x [n_rows, n], in place.
  * -INFINITY entries get probability 0; an all -INFINITY row becomes 0s. */
 void scdb_k_softmax_cpu(float *x, int n_rows, int n);
+
+/* out[i] = x[i] - log(sum_j exp(x[j])) for one row of n logits (max
+ * subtracted first, the sum in double); out may equal x.  The one copy the
+ * codec's calibration, the eviction episodes and the quality bench use. */
+void scdb_k_log_softmax_cpu(const float *x, int n, float *out);
+
+/* One Adam step (beta1 0.9, beta2 0.999, eps 1e-8, bias-corrected) on n
+ * parameters w with gradient g; m and v are the moment estimates (zeroed
+ * before step 1), t is the 1-based step number. */
+void scdb_k_adam_step_cpu(float *w, const float *g, float *m, float *v, size_t n, float lr,
+                          int t);
+
+/* ggml-style normalised error sum (a - b)^2 / sum b^2 (sum (a - b)^2 when b
+ * is all zeros): how twins and benches compare f32 results. */
+double scdb_k_nmse(const float *a, const float *b, size_t n);
 
 /* out = silu(gate) * up, elementwise (SwiGLU); out may equal gate. */
 void scdb_k_swiglu_cpu(const float *gate, const float *up, size_t n, float *out);
@@ -392,41 +391,5 @@ scdb_err scdb_k_cuda_ipc_handle(void *dev_ptr, uint8_t out[SCDB_CUDA_IPC_HANDLE_
  * process finds the same GPU whatever its CUDA_VISIBLE_DEVICES.  Errors as
  * scdb_k_cuda_ipc_handle. */
 scdb_err scdb_k_cuda_pci_bus_id(int dev, char *buf, size_t len);
-
-/* ------------------------------------------------------- slot-indexed KV */
-
-typedef struct scdb_kv_cache {
-    int n_layers, n_kv_heads, head_dim, capacity;
-    int n;              /* live slots [0, n) */
-    int32_t *pos;       /* [capacity] */
-    float *k;           /* [n_layers][capacity][kv_dim] */
-    float *v;           /* [n_layers][capacity][kv_dim] */
-    void *mem;          /* the one buffer holding pos, k, v */
-    int owns_mem;
-} scdb_kv_cache;
-
-/* Bytes of one cache buffer (pos, then K, then V; 64-byte aligned parts). */
-size_t scdb_kv_cache_bytes(int n_layers, int n_kv_heads, int head_dim, int capacity);
-/* Allocate a zeroed cache.  SCDB_EINVAL, SCDB_ENOMEM. */
-scdb_err scdb_kv_cache_new(int n_layers, int n_kv_heads, int head_dim,
-                           int capacity, scdb_kv_cache **out);
-/* Lay a cache over caller memory of at least scdb_kv_cache_bytes() bytes
- * (64-byte aligned); n starts at 0.  SCDB_EINVAL. */
-scdb_err scdb_kv_cache_view(void *mem, size_t len, int n_layers, int n_kv_heads,
-                            int head_dim, int capacity, scdb_kv_cache **out);
-void scdb_kv_cache_free(scdb_kv_cache **c);
-static inline int scdb_kv_dim(const scdb_kv_cache *c) { return c->n_kv_heads * c->head_dim; }
-static inline float *scdb_kv_k(const scdb_kv_cache *c, int layer, int slot)
-{
-    return c->k + ((size_t)layer * c->capacity + slot) * (size_t)scdb_kv_dim(c);
-}
-static inline float *scdb_kv_v(const scdb_kv_cache *c, int layer, int slot)
-{
-    return c->v + ((size_t)layer * c->capacity + slot) * (size_t)scdb_kv_dim(c);
-}
-/* Keep only slots keep[0..n_keep) (strictly increasing), gathered in order
- * into [0, n_keep) of every layer; positions travel with their slots.
- * SCDB_EINVAL (not increasing / out of range). */
-scdb_err scdb_kv_cache_compact(scdb_kv_cache *c, const int *keep, int n_keep);
 
 #endif /* SCDB_KERNELS_H */

@@ -9,19 +9,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define ERRF(...) do { if (errbuf && errlen) snprintf(errbuf, errlen, __VA_ARGS__); } while (0)
 
 static scdb_err get_int(const cJSON *o, const char *key, int lo, int hi, int *out,
                         char *errbuf, size_t errlen)
 {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-    if (!v) { ERRF("config: required field '%s' is missing", key); return SCDB_EFORMAT; }
+    if (!v) { scdb_errf(errbuf, errlen, "config: required field '%s' is missing", key); return SCDB_EFORMAT; }
     if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble)) {
-        ERRF("config: field '%s' must be an integer", key);
+        scdb_errf(errbuf, errlen, "config: field '%s' must be an integer", key);
         return SCDB_EFORMAT;
     }
     if (v->valuedouble < lo || v->valuedouble > hi) {
-        ERRF("config: field '%s' = %g is out of range [%d, %d]", key, v->valuedouble, lo, hi);
+        scdb_errf(errbuf, errlen, "config: field '%s' = %g is out of range [%d, %d]", key, v->valuedouble, lo, hi);
         return SCDB_ERANGE;
     }
     *out = (int)v->valuedouble;
@@ -32,10 +31,10 @@ static scdb_err get_float(const cJSON *o, const char *key, double lo, double hi,
                           float *out, char *errbuf, size_t errlen)
 {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-    if (!v) { ERRF("config: required field '%s' is missing", key); return SCDB_EFORMAT; }
-    if (!cJSON_IsNumber(v)) { ERRF("config: field '%s' must be a number", key); return SCDB_EFORMAT; }
+    if (!v) { scdb_errf(errbuf, errlen, "config: required field '%s' is missing", key); return SCDB_EFORMAT; }
+    if (!cJSON_IsNumber(v)) { scdb_errf(errbuf, errlen, "config: field '%s' must be a number", key); return SCDB_EFORMAT; }
     if (!(v->valuedouble >= lo && v->valuedouble <= hi)) {
-        ERRF("config: field '%s' = %g is out of range [%g, %g]", key, v->valuedouble, lo, hi);
+        scdb_errf(errbuf, errlen, "config: field '%s' = %g is out of range [%g, %g]", key, v->valuedouble, lo, hi);
         return SCDB_ERANGE;
     }
     *out = (float)v->valuedouble;
@@ -49,12 +48,12 @@ static scdb_err get_str(const cJSON *o, const char *key, int required, char *dst
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
     dst[0] = '\0';
     if (!v || cJSON_IsNull(v)) {
-        if (required) { ERRF("config: required field '%s' is missing", key); return SCDB_EFORMAT; }
+        if (required) { scdb_errf(errbuf, errlen, "config: required field '%s' is missing", key); return SCDB_EFORMAT; }
         return SCDB_OK;
     }
-    if (!cJSON_IsString(v)) { ERRF("config: field '%s' must be a string", key); return SCDB_EFORMAT; }
+    if (!cJSON_IsString(v)) { scdb_errf(errbuf, errlen, "config: field '%s' must be a string", key); return SCDB_EFORMAT; }
     if (strlen(v->valuestring) >= cap) {
-        ERRF("config: field '%s' is longer than %zu bytes", key, cap - 1);
+        scdb_errf(errbuf, errlen, "config: field '%s' is longer than %zu bytes", key, cap - 1);
         return SCDB_ERANGE;
     }
     memcpy(dst, v->valuestring, strlen(v->valuestring) + 1);
@@ -74,15 +73,15 @@ static scdb_err parse_any(const char *json, size_t len, const char *name_hint,
     memset(&c, 0, sizeof c);
     if (!json) return SCDB_EINVAL;
     root = cJSON_ParseWithLength(json, len);
-    if (!root) { ERRF("config: not valid JSON"); return SCDB_EFORMAT; }
-    if (!cJSON_IsObject(root)) { ERRF("config: top level is not a JSON object"); rc = SCDB_EFORMAT; goto done; }
+    if (!root) { scdb_errf(errbuf, errlen, "config: not valid JSON"); return SCDB_EFORMAT; }
+    if (!cJSON_IsObject(root)) { scdb_errf(errbuf, errlen, "config: top level is not a JSON object"); rc = SCDB_EFORMAT; goto done; }
     if (cJSON_GetObjectItemCaseSensitive(root, "hidden_size")) {
         rc = parse_hf(root, name_hint, out, errbuf, errlen);
         goto done;
     }
     const cJSON *arch = cJSON_GetObjectItemCaseSensitive(root, "arch");
     if (arch && !(cJSON_IsString(arch) && !strcmp(arch->valuestring, "llama"))) {
-        ERRF("config: arch must be \"llama\"");
+        scdb_errf(errbuf, errlen, "config: arch must be \"llama\"");
         rc = SCDB_ERANGE;
         goto done;
     }
@@ -102,12 +101,12 @@ static scdb_err parse_any(const char *json, size_t len, const char *name_hint,
         (rc = get_float(root, "norm_eps", 1e-12, 1.0, &c.norm_eps, errbuf, errlen)))
         goto done;
     if (c.n_heads % c.n_kv_heads != 0) {
-        ERRF("config: n_heads (%d) is not a multiple of n_kv_heads (%d)", c.n_heads, c.n_kv_heads);
+        scdb_errf(errbuf, errlen, "config: n_heads (%d) is not a multiple of n_kv_heads (%d)", c.n_heads, c.n_kv_heads);
         rc = SCDB_ERANGE;
         goto done;
     }
     if (c.head_dim % 2 != 0) {
-        ERRF("config: head_dim (%d) must be even for RoPE", c.head_dim);
+        scdb_errf(errbuf, errlen, "config: head_dim (%d) must be even for RoPE", c.head_dim);
         rc = SCDB_ERANGE;
         goto done;
     }
@@ -125,7 +124,7 @@ scdb_err scdb_model_config_load(const char *path, scdb_model_config *out,
     size_t len = 0;
     scdb_err rc = scdb_read_file(path, 1 << 20, &buf, &len);
     if (rc) {
-        ERRF("%s: %s", path, scdb_strerror(rc));
+        scdb_errf(errbuf, errlen, "%s: %s", path, scdb_strerror(rc));
         return rc;
     }
     /* a Hugging Face config without a name is named after its directory */
@@ -159,6 +158,13 @@ int scdb_model_config_same_arch(const scdb_model_config *a, const scdb_model_con
            a->norm_eps == b->norm_eps;
 }
 
+const char *scdb_model_heldout_path(const char *data_dir, const char *domain, char *buf,
+                                    size_t len)
+{
+    snprintf(buf, len, "%s/heldout/%s.txt", data_dir, domain && *domain ? domain : "english");
+    return buf;
+}
+
 /* ------------------------------------------------------------ Hugging Face */
 
 /* An optional integer: absent or null -> dflt. */
@@ -185,9 +191,9 @@ static scdb_err want_str(const cJSON *o, const char *key, const char *want,
 {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
     if (!v || cJSON_IsNull(v)) return SCDB_OK;
-    if (!cJSON_IsString(v)) { ERRF("config: field '%s' must be a string", key); return SCDB_EFORMAT; }
+    if (!cJSON_IsString(v)) { scdb_errf(errbuf, errlen, "config: field '%s' must be a string", key); return SCDB_EFORMAT; }
     if (strcmp(v->valuestring, want)) {
-        ERRF("config: %s \"%s\" is not supported (only \"%s\")", key, v->valuestring, want);
+        scdb_errf(errbuf, errlen, "config: %s \"%s\" is not supported (only \"%s\")", key, v->valuestring, want);
         return SCDB_EUNSUPPORTED;
     }
     return SCDB_OK;
@@ -198,7 +204,7 @@ static scdb_err get_bool_or(const cJSON *o, const char *key, int dflt, int *out,
 {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
     if (!v || cJSON_IsNull(v)) { *out = dflt; return SCDB_OK; }
-    if (!cJSON_IsBool(v)) { ERRF("config: field '%s' must be true or false", key); return SCDB_EFORMAT; }
+    if (!cJSON_IsBool(v)) { scdb_errf(errbuf, errlen, "config: field '%s' must be true or false", key); return SCDB_EFORMAT; }
     *out = cJSON_IsTrue(v);
     return SCDB_OK;
 }
@@ -234,14 +240,14 @@ static scdb_err parse_hf(const cJSON *root, const char *name_hint, scdb_model_co
         return rc;
     const cJSON *rs = cJSON_GetObjectItemCaseSensitive(root, "rope_scaling");
     if (rs && !cJSON_IsNull(rs)) {
-        ERRF("config: rope_scaling is not supported (plain RoPE only)");
+        scdb_errf(errbuf, errlen, "config: rope_scaling is not supported (plain RoPE only)");
         return SCDB_EUNSUPPORTED;
     }
     static const char *const biases[] = {"attention_bias", "mlp_bias"};
     for (size_t i = 0; i < SCDB_ARRAY_LEN(biases); i++) {
         int on;
         if ((rc = get_bool_or(root, biases[i], 0, &on, errbuf, errlen))) return rc;
-        if (on) { ERRF("config: %s = true is not supported (no biases)", biases[i]); return SCDB_EUNSUPPORTED; }
+        if (on) { scdb_errf(errbuf, errlen, "config: %s = true is not supported (no biases)", biases[i]); return SCDB_EUNSUPPORTED; }
     }
     if ((rc = get_int(root, "hidden_size", 1, 1 << 16, &c.d_model, errbuf, errlen)) ||
         (rc = get_int(root, "num_hidden_layers", 1, 1024, &c.n_layers, errbuf, errlen)) ||
@@ -256,20 +262,20 @@ static scdb_err parse_hf(const cJSON *root, const char *name_hint, scdb_model_co
         (rc = get_bool_or(root, "tie_word_embeddings", 0, &c.tied_embeddings, errbuf, errlen)))
         return rc;
     if (c.n_heads % c.n_kv_heads != 0) {
-        ERRF("config: num_attention_heads (%d) is not a multiple of num_key_value_heads (%d)",
+        scdb_errf(errbuf, errlen, "config: num_attention_heads (%d) is not a multiple of num_key_value_heads (%d)",
              c.n_heads, c.n_kv_heads);
         return SCDB_ERANGE;
     }
     if (!head_dim) {
         if (c.d_model % c.n_heads != 0) {
-            ERRF("config: hidden_size (%d) is not a multiple of num_attention_heads (%d) "
+            scdb_errf(errbuf, errlen, "config: hidden_size (%d) is not a multiple of num_attention_heads (%d) "
                  "and there is no head_dim", c.d_model, c.n_heads);
             return SCDB_ERANGE;
         }
         head_dim = c.d_model / c.n_heads;
     }
     if (head_dim % 2 != 0) {
-        ERRF("config: head_dim (%d) must be even for RoPE", head_dim);
+        scdb_errf(errbuf, errlen, "config: head_dim (%d) must be even for RoPE", head_dim);
         return SCDB_ERANGE;
     }
     c.head_dim = head_dim;
@@ -277,7 +283,7 @@ static scdb_err parse_hf(const cJSON *root, const char *name_hint, scdb_model_co
     /* name: the family's own, else the checkpoint's, else the directory's */
     const cJSON *sc = cJSON_GetObjectItemCaseSensitive(root, "scdb");
     if (sc && !cJSON_IsNull(sc)) {
-        if (!cJSON_IsObject(sc)) { ERRF("config: field 'scdb' must be an object"); return SCDB_EFORMAT; }
+        if (!cJSON_IsObject(sc)) { scdb_errf(errbuf, errlen, "config: field 'scdb' must be an object"); return SCDB_EFORMAT; }
         if ((rc = get_str(sc, "name", 0, c.name, sizeof c.name, errbuf, errlen)) ||
             (rc = get_str(sc, "domain", 0, c.domain, sizeof c.domain, errbuf, errlen)) ||
             (rc = get_str(sc, "parent", 0, c.parent, sizeof c.parent, errbuf, errlen)) ||

@@ -36,7 +36,6 @@
 
 #include "model_internal.h"
 
-#define ERRF SCDB_MODEL_ERRF
 #define INDEX_NAME "model.safetensors.index.json"
 #define MAX_INDEX (64u << 20)   /* an index is a few hundred KiB at most */
 
@@ -67,8 +66,8 @@ static scdb_err open_file(scdb_model *m, const char *name, char *errbuf, size_t 
     scdb_st_file *f = NULL;
     snprintf(path, sizeof path, "%s/%s", m->dir, name);
     scdb_err rc = scdb_st_open(path, &f, msg, sizeof msg);
-    if (rc == SCDB_ENOTFOUND) { ERRF("%s: no such file", path); return rc; }
-    if (rc) { ERRF("%s", msg); return rc; }   /* the reader names the file */
+    if (rc == SCDB_ENOTFOUND) { scdb_errf(errbuf, errlen, "%s: no such file", path); return rc; }
+    if (rc) { scdb_errf(errbuf, errlen, "%s", msg); return rc; }   /* the reader names the file */
     return scdb_model_add_file(m, &f);
 }
 
@@ -80,28 +79,28 @@ static scdb_err read_index(scdb_model *m, hf_src *s, char *errbuf, size_t errlen
 
     snprintf(path, sizeof path, "%s/" INDEX_NAME, m->dir);
     if ((rc = scdb_read_file(path, MAX_INDEX, &buf, &len))) {
-        ERRF("%s: %s", path, scdb_strerror(rc));
+        scdb_errf(errbuf, errlen, "%s: %s", path, scdb_strerror(rc));
         return rc;
     }
     s->index = cJSON_ParseWithLength(buf, len);
     free(buf);
     if (!s->index || !cJSON_IsObject(s->index)) {
-        ERRF("%s: not a JSON object", path);
+        scdb_errf(errbuf, errlen, "%s: not a JSON object", path);
         return SCDB_EFORMAT;
     }
     s->map = cJSON_GetObjectItemCaseSensitive(s->index, "weight_map");
     if (!cJSON_IsObject(s->map)) {
-        ERRF("%s: no \"weight_map\" object", path);
+        scdb_errf(errbuf, errlen, "%s: no \"weight_map\" object", path);
         return SCDB_EFORMAT;
     }
     const cJSON *e;
     cJSON_ArrayForEach(e, s->map) {
         if (!cJSON_IsString(e)) {
-            ERRF("%s: weight_map entry '%s' is not a file name string", INDEX_NAME, e->string);
+            scdb_errf(errbuf, errlen, "%s: weight_map entry '%s' is not a file name string", INDEX_NAME, e->string);
             return SCDB_EFORMAT;
         }
         if (!plain_name(e->valuestring)) {
-            ERRF("%s: weight_map entry '%s' -> '%s' points outside the model directory "
+            scdb_errf(errbuf, errlen, "%s: weight_map entry '%s' -> '%s' points outside the model directory "
                  "(shards must be plain file names in %s)", INDEX_NAME, e->string,
                  e->valuestring, m->dir);
             return SCDB_ERANGE;
@@ -115,7 +114,7 @@ static scdb_err read_index(scdb_model *m, hf_src *s, char *errbuf, size_t errlen
         s->shards[s->n_shards++] = e->valuestring;   /* owned by s->index */
     }
     if (s->n_shards == 0) {
-        ERRF("%s: weight_map is empty", path);
+        scdb_errf(errbuf, errlen, "%s: weight_map is empty", path);
         return SCDB_EFORMAT;
     }
     for (int k = 0; k < s->n_shards; k++) {
@@ -123,7 +122,7 @@ static scdb_err read_index(scdb_model *m, hf_src *s, char *errbuf, size_t errlen
             if (rc == SCDB_ENOTFOUND) {
                 char tmp[512];
                 snprintf(tmp, sizeof tmp, "%s", errbuf ? errbuf : "");
-                ERRF("shard %s named by %s is missing (%s)", s->shards[k], INDEX_NAME, tmp);
+                scdb_errf(errbuf, errlen, "shard %s named by %s is missing (%s)", s->shards[k], INDEX_NAME, tmp);
             }
             return rc;
         }
@@ -140,19 +139,19 @@ static const scdb_st_tensor *find(scdb_model *m, const hf_src *s, const char *na
     if (!s->index) {
         *where = "model.safetensors";
         const scdb_st_tensor *t = scdb_st_find(m->files[0], name);
-        if (!t) ERRF("tensor '%s' missing from model.safetensors", name);
+        if (!t) scdb_errf(errbuf, errlen, "tensor '%s' missing from model.safetensors", name);
         return t;
     }
     const cJSON *e = cJSON_GetObjectItemCaseSensitive(s->map, name);
     if (!e) {
-        ERRF("tensor '%s' missing: %s's weight_map does not name it", name, INDEX_NAME);
+        scdb_errf(errbuf, errlen, "tensor '%s' missing: %s's weight_map does not name it", name, INDEX_NAME);
         return NULL;
     }
     int k = 0;
     while (k < s->n_shards && strcmp(s->shards[k], e->valuestring)) k++;
     *where = s->shards[k];
     const scdb_st_tensor *t = scdb_st_find(m->files[k], name);
-    if (!t) ERRF("tensor '%s' missing: %s maps it to %s, which does not contain it", name,
+    if (!t) scdb_errf(errbuf, errlen, "tensor '%s' missing: %s maps it to %s, which does not contain it", name,
                  INDEX_NAME, s->shards[k]);
     return t;
 }
@@ -170,7 +169,7 @@ scdb_err scdb_hf_load_weights(scdb_model *m, char *errbuf, size_t errlen)
     } else {
         snprintf(path, sizeof path, "%s/" INDEX_NAME, m->dir);
         if (!exists(path)) {
-            ERRF("%s: no model.safetensors and no " INDEX_NAME, m->dir);
+            scdb_errf(errbuf, errlen, "%s: no model.safetensors and no " INDEX_NAME, m->dir);
             rc = SCDB_ENOTFOUND;
             goto done;
         }

@@ -108,6 +108,12 @@ void scdb_model_free(scdb_model **m);
 const scdb_model_config *scdb_model_cfg(const scdb_model *m);
 const scdb_layer_weights *scdb_model_layer(const scdb_model *m, int layer);
 const char *scdb_model_dir(const scdb_model *m);
+
+/* The family's data folder layout: DATA/models/<name>/ holds each model,
+ * DATA/heldout/<domain>.txt each domain's held-out text (never trained on).
+ * Writes DATA/heldout/<domain>.txt into buf; returns buf. */
+const char *scdb_model_heldout_path(const char *data_dir, const char *domain, char *buf,
+                                    size_t len);
 static inline int scdb_model_kv_dim(const scdb_model_config *c) { return c->n_kv_heads * c->head_dim; }
 static inline int scdb_model_q_dim(const scdb_model_config *c) { return c->n_heads * c->head_dim; }
 

@@ -41,9 +41,6 @@ struct scdb_model {
     int n_converted;
 };
 
-#define SCDB_MODEL_ERRF(...) \
-    do { if (errbuf && errlen) snprintf(errbuf, errlen, __VA_ARGS__); } while (0)
-
 /* Bind tensor t (may be NULL: missing) to *out as f32 of shape [d0] (d1 == 0)
  * or [d0, d1].  `name` is the tensor's name in the file, `where` the file
  * named in messages.  F32 data is used in place; F16 / BF16 is converted

@@ -23,12 +23,12 @@ scdb_err scdb_model_bind(scdb_model *m, const scdb_st_tensor *t, const char *nam
     int64_t want[2] = {d0, d1};
     int ndim = d1 > 0 ? 2 : 1;
 
-    if (!t) { SCDB_MODEL_ERRF("tensor '%s' missing from %s", name, where); return SCDB_ENOTFOUND; }
+    if (!t) { scdb_errf(errbuf, errlen, "tensor '%s' missing from %s", name, where); return SCDB_ENOTFOUND; }
     if (t->ndim != ndim || t->shape[0] != want[0] || (ndim == 2 && t->shape[1] != want[1])) {
         char has[128], exp[64];
         shape_str(t->shape, t->ndim, has, sizeof has);
         shape_str(want, ndim, exp, sizeof exp);
-        SCDB_MODEL_ERRF("tensor '%s' in %s has shape %s, config implies %s", name, where, has, exp);
+        scdb_errf(errbuf, errlen, "tensor '%s' in %s has shape %s, config implies %s", name, where, has, exp);
         return SCDB_ESHAPE;
     }
     if (t->dtype == SCDB_F32) {
@@ -36,7 +36,7 @@ scdb_err scdb_model_bind(scdb_model *m, const scdb_st_tensor *t, const char *nam
         return SCDB_OK;
     }
     if (t->dtype != SCDB_F16 && t->dtype != SCDB_BF16) {
-        SCDB_MODEL_ERRF("tensor '%s' in %s has dtype %s, want F32, F16 or BF16", name, where,
+        scdb_errf(errbuf, errlen, "tensor '%s' in %s has dtype %s, want F32, F16 or BF16", name, where,
                         scdb_dtype_name(t->dtype));
         return SCDB_EDTYPE;
     }

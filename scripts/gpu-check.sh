@@ -104,7 +104,7 @@ if ! run "build" 300 cmake --build "$build" -j"$(nproc)"; then
   say ""; say "report: $report"; exit 1
 fi
 verdict "build" ok ""
-scdb="$build/client/scdb"
+scdb="$build/cli/scdb"
 
 # ---------------------------------------------------------------- 3. tests
 run "CUDA-vs-CPU tests (ctest -R cuda)" 240 ctest --test-dir "$build" -R cuda --output-on-failure --timeout 200

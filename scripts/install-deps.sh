@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install the Debian packages scdb needs (idempotent; fast when all present).
 #   scripts/install-deps.sh            build + demo dependencies
-#   scripts/install-deps.sh --test     also what the test suite runs
+#   scripts/install-deps.sh --test     also what the test suite runs (pytest, PyTorch)
 #   scripts/install-deps.sh --bench    also what the benchmarks use
 #                                      (redis for `bench broker`, matplotlib for PNGs)
 #   scripts/install-deps.sh --train    also PyTorch, to retrain the model family
@@ -9,10 +9,11 @@ set -euo pipefail
 
 pkgs=(build-essential cmake pkg-config
       libopenblas-dev libcmocka-dev liblmdb-dev libzmq3-dev
-      libprotobuf-c-dev protobuf-c-compiler libcjson-dev libxxhash-dev libinih-dev)
+      libprotobuf-c-dev protobuf-c-compiler libcjson-dev libxxhash-dev libinih-dev
+      python3-dev python3-numpy)
 for a in "$@"; do
   case "$a" in
-    --test) pkgs+=(python3) ;;
+    --test) pkgs+=(python3 python3-pytest python3-torch) ;;
     --bench) pkgs+=(redis-server redis-tools python3-matplotlib) ;;
     --train) pkgs+=(python3-torch python3-numpy fortunes manpages manpages-dev doc-debian
                     libpython3.11-stdlib) ;;

@@ -4,4 +4,4 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 "$root/scripts/install-deps.sh"
 "$root/scripts/build.sh"
-exec "$root/build/client/scdb" demo "$@"
+exec "$root/build/cli/scdb" demo "$@"

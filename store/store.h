@@ -232,7 +232,7 @@ typedef struct scdb_store_opts {
      * eviction that is rolled back reports the block visible again.  Keys
      * visible at open are not reported: list them with
      * scdb_store_foreach_key.  The broker mirrors this set into its
-     * shared-memory lookup index (broker/lookup_index.h). */
+     * shared-memory lookup index (schema/lookup_index.h). */
     void (*on_visible)(void *ctx, const scdb_key *key, int visible);
     void *on_visible_ctx;
 } scdb_store_opts;

@@ -1,6 +1,6 @@
 /* test_broker.c — integration tests of the broker daemon and libscdb: a real
  * scdb-broker process (fork + exec, temp dir config) and real client
- * processes (tests/broker_client.c), plus raw ZeroMQ sockets for malformed
+ * processes (tests/helpers/broker_client.c), plus raw ZeroMQ sockets for malformed
  * frames.  Raw-KV codebooks make every byte checkable. */
 #include <errno.h>
 #include <fcntl.h>
@@ -22,8 +22,11 @@
 
 #include <cmocka.h>
 
+#include "signal_pid.h"
+
 #include "broker.h"
 #include "broker_kv.h"
+#include "lookup_index.h"
 #include "store.h"
 #include "codec.h"
 #include "model.h"
@@ -138,7 +141,7 @@ static int wait_exit(pid_t pid, double timeout_s)
         pid_t r = waitpid(pid, &st, WNOHANG);
         if (r == pid) return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
         if (scdb_now() > until) {
-            kill(pid, SIGKILL);
+            signal_pid(pid, SIGKILL);
             waitpid(pid, &st, 0);
             return -1;
         }
@@ -174,7 +177,7 @@ static void start_broker(void)
 static int stop_broker(int sig)
 {
     int rc;
-    kill(broker_pid, sig);
+    signal_pid(broker_pid, sig);
     rc = wait_exit(broker_pid, 30);
     broker_pid = -1;
     return rc;
@@ -343,7 +346,7 @@ static int teardown(void **state)
     (void)state;
     if (broker_pid > 0) stop_broker(SIGTERM);
     if (extra_pid > 0) {
-        kill(extra_pid, SIGTERM);
+        signal_pid(extra_pid, SIGTERM);
         wait_exit(extra_pid, 30);
     }
     if (getenv("SCDB_TEST_KEEP")) {
@@ -1169,7 +1172,7 @@ static void test_sigkill_reclaim(void **state)
     usleep((HB_TIMEOUT_MS + 500) * 1000);
     get_stats(&st);
     assert_int_equal(st.arenas, st0.arenas + 2);
-    kill(holder, SIGKILL);
+    signal_pid(holder, SIGKILL);
     wait_exit(holder, 10);
     t_kill = scdb_now();
     for (;;) {
@@ -1266,7 +1269,7 @@ static void test_restart(void **state)
     /* a broker killed with SIGKILL: its stale socket file and lock do not
      * stop the next one, and acknowledged puts are there */
     assert_int_equal(run_client("put", "m16", 5, 256, NULL), 0);
-    kill(broker_pid, SIGKILL);
+    signal_pid(broker_pid, SIGKILL);
     wait_exit(broker_pid, 30);
     assert_int_equal(access(sock_path, F_OK), 0);
     start_broker();
@@ -1281,9 +1284,11 @@ static void test_index_restart(void **state)
 {
     char data[300], name1[128], name2[128], name3[128];
     int32_t t[640], u[3 * BT];
-    scdb *ix, *rq, *p;
+    scdb *ix, *rq, *p, *nohb = NULL;
+    scdb_lookup_result lr;
     scdb_stat st;
     uint32_t nd;
+    double t_kill;
     (void)state;
 
     snprintf(data, sizeof data, "%s/data", dir);
@@ -1308,10 +1313,39 @@ static void test_index_restart(void **state)
     put_blocks(p, 701, 3 * BT, 3);
     bkv_tokens(701, u, 3 * BT);
     assert_int_equal(assert_lookups_agree(ix, rq, u, 3 * BT), 3);
-    kill(broker_pid, SIGKILL);
+    {   /* a handle without heartbeats (no socket monitor): the index's
+         * liveness word alone must stop it */
+        scdb_opts o = {.endpoint = endpoint, .timeout_ms = 5000, .name = "nohb",
+                       .no_heartbeat = 1};
+        assert_int_equal(scdb_connect(&o, &nohb), SCDB_OK);
+        assert_int_equal(scdb_register(nohb, SCDB_CONSUMER, "m16", NULL, NULL), SCDB_OK);
+        assert_int_equal(scdb_lookup(nohb, u, 3 * BT, &lr), SCDB_OK);
+        assert_int_equal(lr.n_matched, 3);
+    }
+    signal_pid(broker_pid, SIGKILL);
     wait_exit(broker_pid, 30);
+    t_kill = scdb_now();
     broker_pid = -1;
     assert_true(shm_exists(name2));
+    /* no broker now: lookups must not answer from the dead broker's table
+     * (issue 20).  The heartbeat thread's socket monitor sees the drop
+     * within milliseconds: once a lookup has failed, none succeeds again;
+     * past SCDB_LIX_STALE_NS even a handle without heartbeats fails. */
+    scdb_set_timeout(ix, 200);
+    scdb_set_timeout(nohb, 200);
+    {
+        int failed = 0;
+        for (double until = scdb_now() + 10; !failed; ) {
+            failed = scdb_lookup(ix, u, 3 * BT, &lr) != SCDB_OK;
+            assert_true(scdb_now() < until);
+        }
+        for (int i = 0; i < 3; i++) assert_int_not_equal(scdb_lookup(ix, u, 3 * BT, &lr), SCDB_OK);
+        while (scdb_now() < t_kill + SCDB_LIX_STALE_NS / 1e9 + 0.2) usleep(20000);
+        assert_int_not_equal(scdb_lookup(nohb, u, 3 * BT, &lr), SCDB_OK);
+        assert_int_not_equal(scdb_lookup(ix, u, 3 * BT, &lr), SCDB_OK);
+    }
+    scdb_close(&nohb);
+    scdb_set_timeout(ix, 5000);
     start_broker();
     assert_false(shm_exists(name2));
     index_name(data, name3, sizeof name3);
@@ -1412,7 +1446,7 @@ static void test_index_evict_grow_damage(void **state)
     }
     scdb_close(&rq);
     scdb_close(&p);
-    kill(pid, SIGTERM);
+    signal_pid(pid, SIGTERM);
     extra_pid = -1;
     assert_int_equal(wait_exit(pid, 30), 0);
     assert_false(shm_exists(name));
@@ -1504,7 +1538,7 @@ static void test_refusals_and_curve(void **state)
             o.curve_server_key = pub2;
             assert_int_equal(scdb_connect(&o, &h), SCDB_ETIMEDOUT);
         }
-        kill(pid, SIGTERM);
+        signal_pid(pid, SIGTERM);
         assert_int_equal(wait_exit(pid, 30), 0);
 
         /* with an allow-list: a listed client key gets in, another does not */
@@ -1533,7 +1567,7 @@ static void test_refusals_and_curve(void **state)
             o.curve_public_key = NULL;                 /* a fresh keypair */
             o.curve_secret_key = NULL;
             assert_int_equal(scdb_connect(&o, &h), SCDB_ETIMEDOUT);
-            kill(pid, SIGTERM);
+            signal_pid(pid, SIGTERM);
             assert_int_equal(wait_exit(pid, 30), 0);
             /* a bad line, an empty list, a missing file: configuration errors */
             write_file(allow, "%s\nnot-a-key\n", apub);
@@ -1546,14 +1580,14 @@ static void test_refusals_and_curve(void **state)
     }
 }
 
-/* The CLI subcommands (client/cmd_broker.c) through the broker_cli helper. */
+/* The CLI subcommands (cli/cmd_broker.c), through the real scdb command. */
 static void test_cli(void **state)
 {
     char tokfile[300], plfile[300], outfile[300];
     (void)state;
     const char *help[] = {"serve", "put", "lookup", "get", "stats"};
     for (size_t i = 0; i < SCDB_ARRAY_LEN(help); i++) {
-        const char *argv[] = {SCDB_BROKER_CLI_BIN, help[i], "--help", NULL};
+        const char *argv[] = {SCDB_CLI_BIN, help[i], "--help", NULL};
         assert_int_equal(wait_exit(spawn(argv, -1), 30), 0);
     }
     snprintf(tokfile, sizeof tokfile, "%s/prompt.txt", dir);
@@ -1568,18 +1602,18 @@ static void test_cli(void **state)
         fclose(f);
     }
     {
-        const char *put[] = {SCDB_BROKER_CLI_BIN, "put", "--endpoint", endpoint, "--model", "m16",
+        const char *put[] = {SCDB_CLI_BIN, "put", "--endpoint", endpoint, "--model", "m16",
                              "--text", tokfile, "--payload", plfile, NULL};
-        const char *look[] = {SCDB_BROKER_CLI_BIN, "lookup", "--endpoint", endpoint, "--model",
+        const char *look[] = {SCDB_CLI_BIN, "lookup", "--endpoint", endpoint, "--model",
                               "m16", "--text", tokfile, NULL};
-        const char *get[] = {SCDB_BROKER_CLI_BIN, "get", "--endpoint", endpoint, "--model", "m16",
+        const char *get[] = {SCDB_CLI_BIN, "get", "--endpoint", endpoint, "--model", "m16",
                              "--text", tokfile, "--out", outfile, NULL};
-        const char *stats[] = {SCDB_BROKER_CLI_BIN, "stats", "--endpoint", endpoint, "--json",
+        const char *stats[] = {SCDB_CLI_BIN, "stats", "--endpoint", endpoint, "--json",
                                NULL};
-        const char *bad_model[] = {SCDB_BROKER_CLI_BIN, "lookup", "--endpoint", endpoint,
+        const char *bad_model[] = {SCDB_CLI_BIN, "lookup", "--endpoint", endpoint,
                                    "--model", "zzz", "--text", tokfile, NULL};
-        const char *bad_opt[] = {SCDB_BROKER_CLI_BIN, "lookup", "--frobnicate", NULL};
-        const char *no_broker[] = {SCDB_BROKER_CLI_BIN, "stats", "--endpoint",
+        const char *bad_opt[] = {SCDB_CLI_BIN, "lookup", "--frobnicate", NULL};
+        const char *no_broker[] = {SCDB_CLI_BIN, "stats", "--endpoint",
                                    "ipc:///tmp/scdb-test-no-such.sock", "--timeout-ms", "300",
                                    NULL};
         struct stat st;
@@ -1942,7 +1976,7 @@ static void test_session_reclaim(void **state)
     get_stats(&st);
     assert_int_equal(st.sessions, st0.sessions + 1);
     assert_int_equal(st.arenas, st0.arenas + 2);              /* KV + statistics */
-    kill(holder, SIGKILL);
+    signal_pid(holder, SIGKILL);
     wait_exit(holder, 10);
     t_kill = scdb_now();
     for (;;) {
@@ -2030,7 +2064,7 @@ static void test_drain_inflight(void **state)
             n_busy++;
         }
         scdb__reply__free_unpacked(rep, NULL);
-        if (n_replies++ == 0) kill(broker_pid, SIGTERM);
+        if (n_replies++ == 0) signal_pid(broker_pid, SIGTERM);
     }
     print_message("drain: %d requests, %d replies: %d complete gets, %d busy, %d refused "
                   "(shutting down), %d unanswered (not read before exit)\n",

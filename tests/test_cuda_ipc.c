@@ -25,6 +25,8 @@
 
 #include <cmocka.h>
 
+#include "signal_pid.h"
+
 #include "broker_kv.h"
 #include "codec.h"
 #include "kernels.h"
@@ -114,7 +116,7 @@ static int teardown(void **state)
     (void)state;
     for (int bi = 0; bi < NB; bi++)
         if (broker_pid[bi] > 0) {
-            kill(broker_pid[bi], SIGTERM);
+            signal_pid(broker_pid[bi], SIGTERM);
             waitpid(broker_pid[bi], &st, 0);
         }
     if (getenv("SCDB_TEST_KEEP")) {

@@ -1020,9 +1020,11 @@ static void test_train_smoke(void **state)
 }
 
 /* ------------------------------------------------------------ kernel twins
- * kernels.h's eviction ops (what the CUDA backend is tested against) compute
- * exactly what this module does: same features, same keep sets, same
- * compacted arrays. */
+ * This module runs its per-slot compute on kernels.h's eviction twins (what
+ * the CUDA backend is tested against).  Checked here against independent
+ * references: features from their definitions, keep sets from
+ * scdb_evict_rank's merge sort (not the twin's qsort), compaction against a
+ * copy gathered slot by slot. */
 
 static void test_kernel_twins(void **state)
 {
@@ -1045,41 +1047,74 @@ static void test_kernel_twins(void **state)
         for (int i = 0; i < n; i++) scdb_evict_acc_win(a)[(size_t)r * s.capacity + i] = frand();
     assert_int_equal(scdb_evict_acc_copy(b, a), SCDB_OK);
 
+    /* features from their definitions (evict.h) */
     assert_int_equal(SCDB_K_EVICT_N_FEATURES, SCDB_EVICT_N_FEATURES);
-    float *f1 = malloc((size_t)n * SCDB_EVICT_N_FEATURES * sizeof *f1),
-          *f2 = malloc((size_t)n * SCDB_EVICT_N_FEATURES * sizeof *f2);
-    scdb_k_acc_arrays arr = {scdb_evict_acc_pos(a), scdb_evict_acc_n_obs(a), scdb_evict_acc_rel(a),
-                             scdb_evict_acc_var(a), scdb_evict_acc_ent_num(a),
-                             scdb_evict_acc_ent_den(a), scdb_evict_acc_vnorm(a), a->last_pos,
-                             scdb_evict_acc_mass(a)};
+    float *f1 = malloc((size_t)n * SCDB_EVICT_N_FEATURES * sizeof *f1);
     assert_int_equal(scdb_evict_features(a, f1), SCDB_OK);
-    assert_int_equal(scdb_k_evict_features_cpu(&arr, n, f2), SCDB_OK);
-    assert_memory_equal(f1, f2, (size_t)n * SCDB_EVICT_N_FEATURES * sizeof *f1);
+    for (int i = 0; i < n; i++) {
+        const float *r = f1 + (size_t)i * SCDB_EVICT_N_FEATURES;
+        float no = scdb_evict_acc_n_obs(a)[i], ed = scdb_evict_acc_ent_den(a)[i];
+        float pos = (float)(scdb_evict_acc_pos(a)[i] + 1) / (float)(a->last_pos + 1);
+        assert_true(r[SCDB_EF_ALPHA] == (no > 0 ? scdb_evict_acc_rel(a)[i] / no : 0.0f));
+        assert_true(r[SCDB_EF_VNORM] == scdb_evict_acc_vnorm(a)[i]);
+        assert_true(r[SCDB_EF_SIGMA] == (no > 0 ? scdb_evict_acc_var(a)[i] / no : 0.0f));
+        assert_true(r[SCDB_EF_ENT] == (ed > 0 ? scdb_evict_acc_ent_num(a)[i] / ed : 0.0f));
+        assert_true(r[SCDB_EF_POS] == (pos > 1.0f ? 1.0f : pos));
+        assert_true(r[SCDB_EF_MASS] == scdb_evict_acc_mass(a)[i]);
+    }
 
-    /* scores on a coarse grid, so ties are common */
+    /* keep sets: scores on a coarse grid, so ties are common */
     float *sc = malloc((size_t)n * sizeof *sc);
-    int *k1 = malloc((size_t)n * sizeof *k1), *k2 = malloc((size_t)n * sizeof *k2), nk1, nk2;
+    int *k1 = malloc((size_t)n * sizeof *k1), *ref = malloc((size_t)n * sizeof *ref), nk1;
+    unsigned char *flag = malloc((size_t)n);
     for (int i = 0; i < n; i++) sc[i] = floorf(frand() * 8.0f);
     int cases[][3] = {{64, 4, 32}, {10, 0, 0}, {200, 50, 50}, {300, 4, 4}, {5, 4, 8}};
     for (size_t c = 0; c < SCDB_ARRAY_LEN(cases); c++) {
-        assert_int_equal(scdb_evict_select(sc, n, cases[c][0], cases[c][1], cases[c][2], k1, &nk1), SCDB_OK);
-        assert_int_equal(scdb_k_select_topb_cpu(sc, n, cases[c][0], cases[c][1], cases[c][2], k2, &nk2), SCDB_OK);
-        assert_int_equal(nk1, nk2);
-        assert_memory_equal(k1, k2, (size_t)nk1 * sizeof *k1);
+        int budget = cases[c][0], sinks = cases[c][1], recent = cases[c][2], nr = 0, nc = 0;
+        assert_int_equal(scdb_evict_select(sc, n, budget, sinks, recent, k1, &nk1), SCDB_OK);
+        if (n <= budget) {
+            for (int i = 0; i < n; i++) ref[nr++] = i;
+        } else {
+            if (sinks > budget) sinks = budget;
+            if (recent > budget - sinks) recent = budget - sinks;
+            int *cand = malloc((size_t)n * sizeof *cand);
+            for (int i = sinks; i < n - recent; i++) cand[nc++] = i;
+            assert_int_equal(scdb_evict_rank(sc, cand, nc), SCDB_OK);
+            memset(flag, 0, (size_t)n);
+            for (int i = 0; i < sinks; i++) flag[i] = 1;
+            for (int i = 0; i < budget - sinks - recent; i++) flag[cand[i]] = 1;
+            for (int i = n - recent; i < n; i++) flag[i] = 1;
+            for (int i = 0; i < n; i++) if (flag[i]) ref[nr++] = i;
+            free(cand);
+        }
+        assert_int_equal(nk1, nr);
+        assert_memory_equal(k1, ref, (size_t)nr * sizeof *ref);
     }
 
-    /* compaction of every slot array and ring row, with the first keep set */
+    /* compaction of every slot array and ring row, with the first keep set,
+     * against b's arrays gathered one slot at a time */
     assert_int_equal(scdb_evict_select(sc, n, 64, 4, 32, k1, &nk1), SCDB_OK);
     assert_int_equal(scdb_evict_acc_compact(a, k1, nk1), SCDB_OK);
-    size_t arr_bytes = ((size_t)s.capacity * 4 + 63) & ~(size_t)63;
-    /* the nine slot arrays are one matrix each, arr_bytes apart */
-    assert_int_equal(scdb_k_compact_rows_cpu(scdb_evict_acc_pos(b), 9, arr_bytes, 4, n, k1, nk1, NULL),
-                     SCDB_OK);
-    assert_int_equal(scdb_k_compact_rows_cpu(scdb_evict_acc_win(b), s.window * s.n_kv_heads,
-                                             (size_t)s.capacity * 4, 4, n, k1, nk1, NULL), SCDB_OK);
-    b->n = nk1;
-    assert_memory_equal(a, b, (size_t)a->bytes);
-    free(f1); free(f2); free(sc); free(k1); free(k2);
+    assert_int_equal(a->n, nk1);
+    for (int i = 0; i < nk1; i++) {
+        int j = k1[i];
+        assert_int_equal(scdb_evict_acc_pos(a)[i], scdb_evict_acc_pos(b)[j]);
+        float *xa[8] = {scdb_evict_acc_n_obs(a), scdb_evict_acc_mass(a), scdb_evict_acc_rel(a),
+                        scdb_evict_acc_var(a), scdb_evict_acc_ent_num(a), scdb_evict_acc_ent_den(a),
+                        scdb_evict_acc_vnorm(a), scdb_evict_acc_last(a)};
+        float *xb[8] = {scdb_evict_acc_n_obs(b), scdb_evict_acc_mass(b), scdb_evict_acc_rel(b),
+                        scdb_evict_acc_var(b), scdb_evict_acc_ent_num(b), scdb_evict_acc_ent_den(b),
+                        scdb_evict_acc_vnorm(b), scdb_evict_acc_last(b)};
+        for (int k = 0; k < 8; k++) assert_true(xa[k][i] == xb[k][j]);
+        for (int r = 0; r < s.window * s.n_kv_heads; r++)
+            assert_true(scdb_evict_acc_win(a)[(size_t)r * s.capacity + i] ==
+                        scdb_evict_acc_win(b)[(size_t)r * s.capacity + j]);
+    }
+    /* bad keep lists are refused and change nothing */
+    int bad[2] = {3, 3};
+    assert_int_equal(scdb_evict_acc_compact(a, bad, 2), SCDB_EINVAL);
+    assert_int_equal(a->n, nk1);
+    free(f1); free(sc); free(k1); free(ref); free(flag);
     scdb_evict_acc_free(&a);
     scdb_evict_acc_free(&b);
 }

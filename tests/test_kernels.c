@@ -236,6 +236,50 @@ static void test_softmax(void **state)
     free(x); free(r);
 }
 
+/* log-softmax: exp sums to 1, differences of logits kept, huge logits stable */
+static void test_log_softmax(void **state)
+{
+    float x[5] = {1.0f, 2.0f, -3.0f, 0.5f, 2.0f}, y[5], big[3] = {1000.0f, 999.0f, -1000.0f};
+    double s = 0;
+    (void)state;
+    scdb_k_log_softmax_cpu(x, 5, y);
+    for (int i = 0; i < 5; i++) s += exp(y[i]);
+    assert_true(fabs(s - 1.0) < 1e-6);
+    assert_true(fabsf((y[1] - y[0]) - 1.0f) < 1e-6f);
+    assert_true(y[1] == y[4]);
+    scdb_k_log_softmax_cpu(big, 3, big);                  /* in place */
+    assert_true(isfinite(big[0]) && big[0] <= 0.0f && big[0] > -1.0f);
+    assert_true(fabsf((big[0] - big[1]) - 1.0f) < 1e-4f);
+}
+
+/* Adam: the first step moves every weight by lr against its gradient's
+ * sign (bias correction), a zero gradient moves nothing; it minimises a
+ * quadratic */
+static void test_adam(void **state)
+{
+    float w[3] = {1.0f, -2.0f, 0.5f}, g[3] = {0.3f, -5.0f, 0.0f}, m[3] = {0}, v[3] = {0};
+    (void)state;
+    scdb_k_adam_step_cpu(w, g, m, v, 3, 0.1f, 1);
+    assert_true(fabsf(w[0] - 0.9f) < 1e-5f);
+    assert_true(fabsf(w[1] - -1.9f) < 1e-5f);
+    assert_true(w[2] == 0.5f);
+    float q = 3.0f, qm = 0, qv = 0;
+    for (int t = 1; t <= 2000; t++) {
+        float gq = 2.0f * (q - 1.25f);                    /* d/dq (q - 1.25)^2 */
+        scdb_k_adam_step_cpu(&q, &gq, &qm, &qv, 1, 0.01f, t);
+    }
+    assert_true(fabsf(q - 1.25f) < 1e-2f);
+}
+
+static void test_nmse(void **state)
+{
+    float a[4] = {1, 2, 3, 4}, b[4] = {1, 2, 3, 5}, z[4] = {0};
+    (void)state;
+    assert_true(scdb_k_nmse(a, a, 4) == 0.0);
+    assert_true(fabs(scdb_k_nmse(a, b, 4) - 1.0 / 39.0) < 1e-12);
+    assert_true(fabs(scdb_k_nmse(a, z, 4) - 30.0) < 1e-12);   /* no reference: absolute */
+}
+
 static void test_swiglu(void **state)
 {
     (void)state;
@@ -709,6 +753,9 @@ int main(void)
         cmocka_unit_test(test_rmsnorm),
         cmocka_unit_test(test_rope),
         cmocka_unit_test(test_softmax),
+        cmocka_unit_test(test_log_softmax),
+        cmocka_unit_test(test_adam),
+        cmocka_unit_test(test_nmse),
         cmocka_unit_test(test_swiglu),
         cmocka_unit_test(test_attention),
         cmocka_unit_test(test_kv_cache),

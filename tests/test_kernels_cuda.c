@@ -155,20 +155,9 @@ static void test_attention(void **s)
     }
 }
 
-/* ggml-style normalised error: sum (a - b)^2 / sum b^2 */
-static double nmse(const float *a, const float *b, size_t n)
-{
-    double num = 0.0, den = 0.0;
-    for (size_t i = 0; i < n; i++) {
-        double d = (double)a[i] - b[i];
-        num += d * d;
-        den += (double)b[i] * b[i];
-    }
-    return den > 0.0 ? num / den : num;
-}
 static void nmse_below(const char *what, const float *a, const float *b, size_t n, double max)
 {
-    double e = nmse(a, b, n);
+    double e = scdb_k_nmse(a, b, n);
     for (size_t i = 0; i < n; i++)
         if (isnan(a[i]) != isnan(b[i])) fail_msg("%s: element %zu: cuda %g cpu %g", what, i, a[i], b[i]);
     if (!(e <= max)) fail_msg("%s: normalised error %.3g > %.3g", what, e, max);

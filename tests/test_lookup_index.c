@@ -1,4 +1,4 @@
-/* test_lookup_index.c — the shared-memory lookup index (broker/lookup_index.h)
+/* test_lookup_index.c — the shared-memory lookup index (schema/lookup_index.h)
  * on its own: writer operations (insert, remove, tombstone purge, grow,
  * retire), the reader's checks on damaged or foreign objects (garbage,
  * truncated, wrong-shaped, wrong broker, loose mode), and a reader process
@@ -232,7 +232,7 @@ static scdb_err open_damaged(bad_kind kind)
     h = raw_map(name, &sz);
     switch (kind) {
     case BAD_MAGIC: h->magic ^= 1; break;
-    case BAD_VERSION: h->version = 2; break;
+    case BAD_VERSION: h->version = SCDB_LIX_VERSION + 1; break;
     case BAD_HEADER_BYTES: h->header_bytes = 2048; break;
     case BAD_SLOT_BYTES: h->slot_bytes = 16; break;
     case BAD_CAP_POW2: h->capacity = 1000; break;
@@ -421,6 +421,7 @@ static void test_reader_process_never_wrong(void **state)
     {
         uint32_t round = 0;
         for (double until = scdb_now() + 1.2; scdb_now() < until; round++) {
+            scdb_lix_tick(w);                  /* the broker's liveness refresh */
             for (uint32_t i = 0; i < CHURN; i++) {
                 scdb_key k = key_of(STABLE + 10 + (round % 7) * CHURN + i);
                 assert_int_equal(scdb_lix_insert(w, &k), SCDB_OK);
@@ -437,6 +438,44 @@ static void test_reader_process_never_wrong(void **state)
     scdb_lix_retire(&w, NULL);
 }
 
+/* Liveness: a table its broker has not refreshed for SCDB_LIX_STALE_NS is
+ * refused (SCDB_ETIMEDOUT: the client asks the broker instead); a refresh
+ * makes it answer again; a reader cannot refresh it. */
+static void test_liveness(void **state)
+{
+    scdb_lix *w = NULL, *r = NULL;
+    scdb_key k = key_of(7);
+    size_t n = 99;
+    (void)state;
+
+    assert_int_equal(scdb_lix_create(INST, BT, 0, &w), SCDB_OK);
+    assert_int_equal(scdb_lix_insert(w, &k), SCDB_OK);
+    assert_int_equal(scdb_lix_open(scdb_lix_name(w), INST, BT, &r), SCDB_OK);
+    assert_int_equal(scdb_lix_match(r, &k, 1, &n), SCDB_OK);
+    assert_int_equal(n, 1);
+    {   /* age the liveness word as a dead broker's would be */
+        int fd = shm_open(scdb_lix_name(w), O_RDWR, 0);
+        assert_true(fd >= 0);
+        scdb_lix_header *h = mmap(NULL, SCDB_LIX_HEADER_BYTES, PROT_READ | PROT_WRITE,
+                                  MAP_SHARED, fd, 0);
+        close(fd);
+        assert_true(h != MAP_FAILED);
+        atomic_store(&h->alive_ns, scdb_now_ns() - 2 * SCDB_LIX_STALE_NS);
+        assert_int_equal(scdb_lix_match(r, &k, 1, &n), SCDB_ETIMEDOUT);
+        assert_int_equal(n, 0);
+        scdb_lix_tick(r);                              /* a reader's tick: no-op */
+        assert_int_equal(scdb_lix_match(r, &k, 1, &n), SCDB_ETIMEDOUT);
+        scdb_lix_tick(w);
+        assert_int_equal(scdb_lix_match(r, &k, 1, &n), SCDB_OK);
+        assert_int_equal(n, 1);
+        atomic_store(&h->alive_ns, 0);                 /* never refreshed */
+        assert_int_equal(scdb_lix_match(r, &k, 1, &n), SCDB_ETIMEDOUT);
+        munmap(h, SCDB_LIX_HEADER_BYTES);
+    }
+    scdb_lix_close(&r);
+    scdb_lix_retire(&w, NULL);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -447,6 +486,7 @@ int main(void)
         cmocka_unit_test(test_garbage_slots),
         cmocka_unit_test(test_retire_name),
         cmocka_unit_test(test_reader_process_never_wrong),
+        cmocka_unit_test(test_liveness),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -606,7 +606,7 @@ static void test_family(void **state)
     if (!d) { print_message("skipped: no family under %s\n", models); skip(); }
     unsigned char *text = NULL;
     size_t tlen = 0;
-    snprintf(path, sizeof path, "%s/heldout/english.txt", SCDB_DATA_DIR);
+    scdb_model_heldout_path(SCDB_DATA_DIR, "english", path, sizeof path);
     assert_int_equal(scdb_read_file(path, 1 << 20, (char **)&text, &tlen), SCDB_OK);
     enum { N = 96 };
     assert_true(tlen > 2000 + N);

@@ -12,6 +12,8 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "signal_pid.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -1168,7 +1170,7 @@ static void test_kill9_durability(void **state)
         while (a.n - before < kill_after && fgets(line, sizeof line, in)) ack_add(&a, line);
         /* land the kill at a random point inside the next batches */
         usleep((useconds_t)(splitmix(&rng) % 20000));
-        kill(pid, SIGKILL);
+        signal_pid(pid, SIGKILL);
         assert_int_equal(waitpid(pid, &status, 0), pid);
         assert_true(WIFSIGNALED(status)); /* it was still writing: a real crash */
         /* lines already in the pipe were acknowledged before the kill */

@@ -1,4 +1,5 @@
-/* ops.c — GEMM (OpenBLAS), RMSNorm, RoPE, softmax, SwiGLU on the CPU. */
+/* ops.c — GEMM (OpenBLAS), RMSNorm, RoPE, softmax and log-softmax, SwiGLU, Adam, the
+ * normalised error, on the CPU. */
 #include "kernels.h"
 
 #include <cblas.h>
@@ -77,4 +78,37 @@ void scdb_k_swiglu_cpu(const float *gate, const float *up, size_t n, float *out)
         float g = gate[i];
         out[i] = g / (1.0f + expf(-g)) * up[i];
     }
+}
+
+void scdb_k_log_softmax_cpu(const float *x, int n, float *out)
+{
+    float mx = x[0];
+    double s = 0.0;
+    for (int i = 1; i < n; i++) if (x[i] > mx) mx = x[i];
+    for (int i = 0; i < n; i++) s += exp((double)x[i] - mx);
+    float lz = (float)(log(s) + mx);
+    for (int i = 0; i < n; i++) out[i] = x[i] - lz;
+}
+
+void scdb_k_adam_step_cpu(float *w, const float *g, float *m, float *v, size_t n, float lr,
+                          int t)
+{
+    const float b1 = 0.9f, b2 = 0.999f, eps = 1e-8f;
+    float c1 = 1.0f - powf(b1, (float)t), c2 = 1.0f - powf(b2, (float)t);
+    for (size_t i = 0; i < n; i++) {
+        m[i] = b1 * m[i] + (1.0f - b1) * g[i];
+        v[i] = b2 * v[i] + (1.0f - b2) * g[i] * g[i];
+        w[i] -= lr * (m[i] / c1) / (sqrtf(v[i] / c2) + eps);
+    }
+}
+
+double scdb_k_nmse(const float *a, const float *b, size_t n)
+{
+    double num = 0.0, den = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double d = (double)a[i] - b[i];
+        num += d * d;
+        den += (double)b[i] * b[i];
+    }
+    return den > 0.0 ? num / den : num;
 }

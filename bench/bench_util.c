@@ -1,0 +1,94 @@
+/* bench_util.c — what several benchmarks (and the demo) share: JSON files,
+ * percentiles, and a broker in a child process with a client that waits
+ * for it to answer. */
+#include "bench.h"
+
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+int scdb_bench_write_json(const char *path, const cJSON *root, const char *who)
+{
+    char *txt = cJSON_Print(root);
+    FILE *f = txt ? fopen(path, "w") : NULL;
+    int bad = !f || fputs(txt, f) < 0 || fputc('\n', f) < 0;
+
+    if (f && fclose(f) != 0) bad = 1;
+    free(txt);
+    if (bad) fprintf(stderr, "%s: cannot write %s: %s\n", who, path, strerror(errno));
+    return bad ? -1 : 0;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+double scdb_bench_pct(double *v, size_t n, double q)
+{
+    if (!n) return NAN;
+    qsort(v, n, sizeof *v, cmp_double);
+    return v[(size_t)((double)(n - 1) * q + 0.5)];
+}
+
+double scdb_bench_median(double *v, size_t n)
+{
+    if (!n) return NAN;
+    qsort(v, n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+pid_t scdb_bench_start_broker(const char *const *args, const char *log_path)
+{
+    const char *argv[64];
+    int n = 0;
+    pid_t pid;
+
+    argv[n++] = "scdb";
+    argv[n++] = "serve";
+    while (args && *args && n < 63) argv[n++] = *args++;
+    argv[n] = NULL;
+    pid = fork();
+    if (pid == 0) {
+        if (log_path) {
+            FILE *f = freopen(log_path, "a", stderr);
+            (void)f;
+        }
+        /* the scdb command itself: benches and the demo run inside it */
+        execv("/proc/self/exe", (char *const *)argv);
+        _exit(127);
+    }
+    return pid;
+}
+
+int scdb_bench_stop_broker(pid_t pid, int sig)
+{
+    int st;
+
+    if (pid <= 0) return -1;
+    kill(pid, sig);
+    while (waitpid(pid, &st, 0) < 0)
+        if (errno != EINTR) return -1;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+scdb_err scdb_bench_connect(const scdb_opts *o, double seconds, pid_t broker, scdb **out)
+{
+    double until = scdb_now() + seconds;
+    scdb_err e;
+
+    for (;;) {
+        int st;
+        e = scdb_connect(o, out);
+        if (e == SCDB_OK) return e;
+        if (broker > 0 && waitpid(broker, &st, WNOHANG) == broker) return SCDB_ECLOSED;
+        if (scdb_now() > until) return e;
+        usleep(20000);
+    }
+}

@@ -1,0 +1,217 @@
+/* blocks.c — the block calls: put, put_states, lookup (index or request),
+ * delete, stats. */
+#include "libscdb_int.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+scdb_err scdb_put(scdb *h, const int32_t *tokens, size_t n_tokens, uint32_t first_block,
+                  const void *payload, size_t payload_len, scdb_put_result *out)
+{
+    uint64_t bb;
+    size_t n_blocks, per_req, done = 0;
+    scdb_put_result res = {0};
+    scdb_err e = scdb_cl_need_registered(h);
+
+    if (e) return e;
+    if ((!tokens && n_tokens) || (!payload && payload_len))
+        return scdb_cl_fail(h, SCDB_EINVAL, "put: NULL tokens or payload");
+    bb = h->info.block_bytes;
+    if (!bb || payload_len % bb)
+        return scdb_cl_fail(h, SCDB_ESHAPE, "put: payload of %zu bytes is not whole blocks of %llu",
+                        payload_len, (unsigned long long)bb);
+    n_blocks = payload_len / bb;
+    if (n_blocks > n_tokens / h->info.block_tokens ||
+        first_block > n_tokens / h->info.block_tokens - n_blocks)
+        return scdb_cl_fail(h, SCDB_ESHAPE, "put: %zu blocks from block %u, but %zu tokens hold %zu",
+                        n_blocks, first_block, n_tokens, n_tokens / h->info.block_tokens);
+    /* split into requests that fit max_request_bytes (tokens cost <= 5 B) */
+    {
+        uint64_t room = h->info.max_request_bytes;
+        uint64_t fixed = 5ull * n_tokens + 256;
+        per_req = room > fixed ? (size_t)((room - fixed) / bb) : 0;
+        if (per_req == 0 && n_blocks)
+            return scdb_cl_fail(h, SCDB_ETOOBIG, "put: one block of %llu bytes exceeds the "
+                            "broker's max_request_bytes %llu", (unsigned long long)bb,
+                            (unsigned long long)room);
+    }
+    do {
+        size_t k = n_blocks - done < per_req ? n_blocks - done : per_req;
+        uint32_t fb = first_block + (uint32_t)done;
+        size_t nt = n_blocks ? (size_t)(fb + k) * h->info.block_tokens : n_tokens;
+        const void **frames = NULL;
+        size_t *lens = NULL;
+        Scdb__Request req = SCDB__REQUEST__INIT;
+        Scdb__PutRequest p = SCDB__PUT_REQUEST__INIT;
+        Scdb__Reply *rep = NULL;
+
+        if (k && (!(frames = malloc(k * sizeof *frames)) || !(lens = malloc(k * sizeof *lens)))) {
+            free(frames);
+            return scdb_cl_fail(h, SCDB_ENOMEM, "out of memory");
+        }
+        for (size_t i = 0; i < k; i++) {
+            frames[i] = (const char *)payload + (done + i) * bb;
+            lens[i] = bb;
+        }
+        p.tokens = (int32_t *)tokens;
+        p.n_tokens = nt;
+        p.first_block = fb;
+        p.n_blocks = (uint32_t)k;
+        req.body_case = SCDB__REQUEST__BODY_PUT;
+        req.put = &p;
+        e = scdb_cl_request(h, &req, (const void *const *)frames, lens, (int)k, &rep);
+        free(frames);
+        free(lens);
+        if (rep && rep->body_case == SCDB__REPLY__BODY_PUT) {
+            res.n_stored = rep->put->n_stored;
+            res.n_new += rep->put->n_new;
+        }
+        if (rep) scdb__reply__free_unpacked(rep, NULL);
+        done += k;
+        if (e) break;
+    } while (done < n_blocks);
+    res.n_full = (uint32_t)(n_tokens / h->info.block_tokens);
+    if (out) *out = res;
+    return e;
+}
+
+scdb_err scdb_put_states(scdb *h, const int32_t *tokens, size_t n_tokens, uint32_t first_block,
+                         scdb_arena *a, scdb_put_result *out)
+{
+    Scdb__Request req = SCDB__REQUEST__INIT;
+    Scdb__PutStatesRequest p = SCDB__PUT_STATES_REQUEST__INIT;
+    Scdb__Reply *rep = NULL;
+    scdb_err e = scdb_cl_need_registered(h);
+
+    if (e) return e;
+    if ((!tokens && n_tokens) || !a || a->h != h) return scdb_cl_fail(h, SCDB_EINVAL, "put_states: NULL argument");
+    if (!a->states_dim)
+        return scdb_cl_fail(h, SCDB_EINVAL, "put_states: arena %llu is not a states arena",
+                        (unsigned long long)a->id);
+    if (a->gen != h->gen)
+        return scdb_cl_fail(h, SCDB_ECLOSED, "arena %llu is from before a broker restart: free it "
+                        "and create a new one", (unsigned long long)a->id);
+    if (n_tokens > a->capacity)
+        return scdb_cl_fail(h, SCDB_ERANGE, "put_states: %zu tokens, the arena holds %u", n_tokens,
+                        a->capacity);
+    p.tokens = (int32_t *)tokens;
+    p.n_tokens = n_tokens;
+    p.arena = a->id;
+    p.first_block = first_block;
+    req.body_case = SCDB__REQUEST__BODY_PUT_STATES;
+    req.put_states = &p;
+    e = scdb_cl_request(h, &req, NULL, NULL, 0, &rep);
+    if (rep && rep->body_case == SCDB__REPLY__BODY_PUT && out) {
+        out->n_full = rep->put->n_full;
+        out->n_stored = rep->put->n_stored;
+        out->n_new = rep->put->n_new;
+    }
+    if (rep) scdb__reply__free_unpacked(rep, NULL);
+    return e;
+}
+
+scdb_err scdb_lookup(scdb *h, const int32_t *tokens, size_t n_tokens, scdb_lookup_result *out)
+{
+    Scdb__Request req = SCDB__REQUEST__INIT;
+    Scdb__LookupRequest l = SCDB__LOOKUP_REQUEST__INIT;
+    Scdb__Reply *rep = NULL;
+    scdb_err e = scdb_cl_need_registered(h);
+
+    if (e) return e;
+    if (!tokens && n_tokens) return scdb_cl_fail(h, SCDB_EINVAL, "lookup: NULL tokens");
+    if (h->lix) {
+        e = scdb_cl_lix_lookup(h, tokens, n_tokens, out);
+        if (e != SCDB_EBUSY) {
+            if (!e) h->n_index_lookups++;
+            return e;
+        }
+        h->n_index_fallbacks++;
+    }
+    h->n_request_lookups++;
+    l.tokens = (int32_t *)tokens;
+    l.n_tokens = n_tokens;
+    req.body_case = SCDB__REQUEST__BODY_LOOKUP;
+    req.lookup = &l;
+    e = scdb_cl_request(h, &req, NULL, NULL, 0, &rep);
+    if (!e && rep->body_case != SCDB__REPLY__BODY_LOOKUP)
+        e = scdb_cl_fail(h, SCDB_EPROTO, "lookup reply without a body");
+    if (!e && out) {
+        out->n_full = rep->lookup->n_full;
+        out->n_matched = rep->lookup->n_matched;
+        out->matched_tokens = rep->lookup->matched_tokens;
+    }
+    /* lost our index (replaced twice while we did not look): map the
+     * current one, unless it is the one we tried last */
+    if (!e && !h->lix && !h->no_index && h->have_ns && rep->lookup->lookup_index &&
+        rep->lookup->lookup_index[0] && strlen(rep->lookup->lookup_index) < sizeof h->lix_name &&
+        strcmp(rep->lookup->lookup_index, h->lix_name)) {
+        snprintf(h->lix_name, sizeof h->lix_name, "%s", rep->lookup->lookup_index);
+        scdb_cl_lix_map(h, h->lix_name);
+    }
+    if (rep) scdb__reply__free_unpacked(rep, NULL);
+    return e;
+}
+
+scdb_err scdb_delete(scdb *h, const int32_t *tokens, size_t n_tokens, uint32_t from_block,
+                     uint32_t *n_deleted)
+{
+    Scdb__Request req = SCDB__REQUEST__INIT;
+    Scdb__DeleteRequest d = SCDB__DELETE_REQUEST__INIT;
+    Scdb__Reply *rep = NULL;
+    scdb_err e = scdb_cl_need_registered(h);
+
+    if (e) return e;
+    if (!tokens && n_tokens) return scdb_cl_fail(h, SCDB_EINVAL, "delete: NULL tokens");
+    d.tokens = (int32_t *)tokens;
+    d.n_tokens = n_tokens;
+    d.from_block = from_block;
+    req.body_case = SCDB__REQUEST__BODY_DEL;
+    req.del = &d;
+    e = scdb_cl_request(h, &req, NULL, NULL, 0, &rep);
+    if (n_deleted) *n_deleted = rep && rep->body_case == SCDB__REPLY__BODY_DEL ? rep->del->n_deleted : 0;
+    if (rep) scdb__reply__free_unpacked(rep, NULL);
+    return e;
+}
+
+scdb_err scdb_stats(scdb *h, scdb_stat *out)
+{
+    Scdb__Request req = SCDB__REQUEST__INIT;
+    Scdb__StatsRequest sr = SCDB__STATS_REQUEST__INIT;
+    Scdb__Reply *rep = NULL;
+    const Scdb__StatsReply *s;
+    scdb_err e;
+
+    if (!h || !out) return SCDB_EINVAL;
+    req.body_case = SCDB__REQUEST__BODY_STATS;
+    req.stats = &sr;
+    e = scdb_cl_request(h, &req, NULL, NULL, 0, &rep);
+    if (!e && rep->body_case != SCDB__REPLY__BODY_STATS)
+        e = scdb_cl_fail(h, SCDB_EPROTO, "stats reply without a body");
+    if (e) goto out;
+    s = rep->stats;
+    memset(out, 0, sizeof *out);
+#define C(f) out->f = s->f
+    C(blocks); C(disk_bytes); C(disk_capacity_bytes); C(hot_blocks); C(hot_bytes);
+    C(hot_capacity_bytes); C(pinned_blocks); C(lookups); C(lookup_hit_blocks);
+    C(lookup_miss_blocks); C(gets); C(get_hot_hits); C(get_disk_hits); C(get_misses); C(puts);
+    C(put_existing); C(evictions); C(checksum_failures); C(clients); C(arenas);
+    C(arena_bytes); C(sessions); C(inflight); C(requests); C(errors); C(reclaimed_clients);
+    C(reclaimed_arenas); C(reclaimed_sessions); C(broker_instance); C(uptime_s); C(workers); C(block_tokens);
+#undef C
+    for (size_t i = 0; i < s->n_ops && out->n_ops < SCDB_STAT_MAX_OPS; i++) {
+        int k = out->n_ops++;
+        snprintf(out->ops[k].op, sizeof out->ops[k].op, "%s", s->ops[i]->op);
+        out->ops[k].count = s->ops[i]->count;
+        out->ops[k].errors = s->ops[i]->errors;
+        out->ops[k].total_ns = s->ops[i]->total_ns;
+        out->ops[k].max_ns = s->ops[i]->max_ns;
+    }
+    out->index_lookups = h->n_index_lookups;
+    out->request_lookups = h->n_request_lookups;
+    out->index_fallbacks = h->n_index_fallbacks;
+    out->index_error = h->lix_err;
+out:
+    if (rep) scdb__reply__free_unpacked(rep, NULL);
+    return e;
+}

@@ -1,0 +1,440 @@
+/* conn.c — the handle's connection: sockets, request/reply with timeouts
+ * and re-registration, the heartbeat thread, connect, register, ping. */
+#include "libscdb_int.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#define DEFAULT_TIMEOUT_MS 5000
+
+void scdb_set_timeout(scdb *h, int timeout_ms)
+{
+    if (h && timeout_ms > 0) {
+        h->timeout_ms = timeout_ms;
+        if (h->sock) zmq_setsockopt(h->sock, ZMQ_SNDTIMEO, &timeout_ms, sizeof timeout_ms);
+    }
+}
+
+const scdb_info *scdb_get_info(const scdb *h) { return h ? &h->info : NULL; }
+
+/* ------------------------------------------------------------- sockets */
+
+static int set_curve(scdb *h, void *s)
+{
+    if (!h->curve) return 0;
+    return zmq_setsockopt(s, ZMQ_CURVE_SERVERKEY, h->server_key, 41) ||
+           zmq_setsockopt(s, ZMQ_CURVE_PUBLICKEY, h->public_key, 41) ||
+           zmq_setsockopt(s, ZMQ_CURVE_SECRETKEY, h->secret_key, 41);
+}
+
+static void *socket_new(scdb *h, int heartbeat)
+{
+    void *s = zmq_socket(h->zctx, ZMQ_DEALER);
+    int zero = 0, ivl = 100, ivl_max = 1000, one = 1, hwm = 4;
+
+    if (!s) return NULL;
+    if (zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof zero) ||
+        zmq_setsockopt(s, ZMQ_RECONNECT_IVL, &ivl, sizeof ivl) ||
+        zmq_setsockopt(s, ZMQ_RECONNECT_IVL_MAX, &ivl_max, sizeof ivl_max) ||
+        zmq_setsockopt(s, ZMQ_SNDTIMEO, &h->timeout_ms, sizeof h->timeout_ms) ||
+        (heartbeat && (zmq_setsockopt(s, ZMQ_IMMEDIATE, &one, sizeof one) ||
+                       zmq_setsockopt(s, ZMQ_SNDHWM, &hwm, sizeof hwm))) ||
+        set_curve(h, s) || zmq_connect(s, h->endpoint)) {
+        zmq_close(s);
+        return NULL;
+    }
+    return s;
+}
+
+/* After a timeout: drop whatever is queued on the old socket. */
+static void socket_reset(scdb *h)
+{
+    if (h->sock) zmq_close(h->sock);
+    h->sock = socket_new(h, 0);
+}
+
+/* --------------------------------------------------------- request/reply */
+
+scdb_err scdb_cl_call_once(scdb *h, Scdb__Request *req, const void *const *frames,
+                          const size_t *lens, int n, Scdb__Reply **rep)
+{
+    uint8_t stackbuf[1024], *buf = stackbuf;
+    size_t len;
+    double deadline;
+    scdb_err e = SCDB_OK;
+
+    *rep = NULL;
+    if (!h->sock) {
+        h->sock = socket_new(h, 0);
+        if (!h->sock) return scdb_cl_fail(h, SCDB_ESYS, "cannot connect %s: %s", h->endpoint,
+                                      zmq_strerror(zmq_errno()));
+    }
+    req->version = SCDB_PROTO_VERSION;
+    req->id = ++h->next_id;
+    req->client = atomic_load(&h->token);
+    len = scdb__request__get_packed_size(req);
+    if (len > sizeof stackbuf && !(buf = malloc(len))) return scdb_cl_fail(h, SCDB_ENOMEM, "out of memory");
+    scdb__request__pack(req, buf);
+    deadline = scdb_now() + h->timeout_ms / 1000.0;
+
+    if (zmq_send(h->sock, buf, len, n ? ZMQ_SNDMORE : 0) < 0) goto send_fail;
+    for (int i = 0; i < n; i++)
+        if (zmq_send(h->sock, frames[i], lens[i], i + 1 < n ? ZMQ_SNDMORE : 0) < 0)
+            goto send_fail;
+    if (buf != stackbuf) free(buf);
+    buf = NULL;
+
+    for (;;) {
+        double left = deadline - scdb_now();
+        int wait_ms = (int)(left * 1000) + 1;
+        zmq_msg_t m;
+        Scdb__Reply *r;
+
+        if (left <= 0) goto timeout;
+        /* a blocking receive bounded by the time left: one call per reply */
+        zmq_setsockopt(h->sock, ZMQ_RCVTIMEO, &wait_ms, sizeof wait_ms);
+        zmq_msg_init(&m);
+        if (zmq_msg_recv(&m, h->sock, 0) < 0) {
+            int err = zmq_errno();
+            zmq_msg_close(&m);
+            if (err == EAGAIN || err == EINTR) continue;
+            return scdb_cl_fail(h, SCDB_ESYS, "receive: %s", zmq_strerror(err));
+        }
+        r = scdb__reply__unpack(NULL, zmq_msg_size(&m), zmq_msg_data(&m));
+        while (zmq_msg_more(&m)) {          /* no reply carries frames yet */
+            zmq_msg_close(&m);
+            zmq_msg_init(&m);
+            if (zmq_msg_recv(&m, h->sock, 0) < 0) break;
+        }
+        zmq_msg_close(&m);
+        if (!r) return scdb_cl_fail(h, SCDB_EPROTO, "broker sent a reply that is not a scdb.Reply");
+        if (r->id != req->id) {             /* a late reply to a timed-out call */
+            scdb__reply__free_unpacked(r, NULL);
+            continue;
+        }
+        *rep = r;
+        e = (r->status >= 0 && r->status < SCDB_ERR_COUNT) ? (scdb_err)r->status : SCDB_EPROTO;
+        if (e)
+            snprintf(h->err, sizeof h->err, "%s", r->message && *r->message ? r->message
+                                                                         : scdb_strerror(e));
+        else
+            h->err[0] = 0;
+        return e;
+    }
+send_fail:
+    if (buf != stackbuf) free(buf);
+    if (zmq_errno() != EAGAIN)
+        return scdb_cl_fail(h, SCDB_ESYS, "send: %s", zmq_strerror(zmq_errno()));
+timeout:
+    socket_reset(h);
+    return scdb_cl_fail(h, SCDB_ETIMEDOUT, "no reply from the broker at %s within %d ms",
+                    h->endpoint, h->timeout_ms);
+}
+
+static void info_from(scdb_info *i, const Scdb__HelloReply *r)
+{
+    memset(i, 0, sizeof *i);
+    i->block_tokens = r->block_tokens;
+    i->block_bytes = r->block_bytes;
+    i->payload_dtype = r->payload_dtype;
+    if (r->shape) {
+        i->n_layers = (int)r->shape->n_layers;
+        i->n_kv_heads = (int)r->shape->n_kv_heads;
+        i->head_dim = (int)r->shape->head_dim;
+        i->max_seq_len = (int)r->shape->max_seq_len;
+    }
+    snprintf(i->decoder, sizeof i->decoder, "%s", r->decoder ? r->decoder : "");
+    snprintf(i->codebook_kind, sizeof i->codebook_kind, "%s",
+             r->codebook_kind ? r->codebook_kind : "");
+    i->states_layers = (int)r->states_layers;
+    i->states_dim = (int)r->states_dim;
+    i->max_tokens = r->max_tokens;
+    i->max_request_bytes = r->max_request_bytes;
+    i->heartbeat_ms = r->heartbeat_ms;
+    i->heartbeat_timeout_ms = r->heartbeat_timeout_ms;
+    i->broker_instance = r->broker_instance;
+}
+
+static scdb_err hello(scdb *h)
+{
+    Scdb__Request req = SCDB__REQUEST__INIT;
+    Scdb__Hello hl = SCDB__HELLO__INIT;
+    Scdb__Reply *rep = NULL;
+    scdb_err e;
+
+    hl.client_name = h->name;
+    hl.pid = (uint32_t)getpid();
+    hl.role = h->role == SCDB_PRODUCER ? SCDB__ROLE__PRODUCER : SCDB__ROLE__CONSUMER;
+    hl.model = h->model;
+    hl.codebook = h->codebook;
+    req.body_case = SCDB__REQUEST__BODY_HELLO;
+    req.hello = &hl;
+    e = scdb_cl_call_once(h, &req, NULL, NULL, 0, &rep);
+    if (e == SCDB_OK && (rep->body_case != SCDB__REPLY__BODY_HELLO || !rep->hello->client))
+        e = scdb_cl_fail(h, SCDB_EPROTO, "hello reply without a client token");
+    if (e == SCDB_OK) {
+        atomic_store(&h->token, rep->hello->client);
+        info_from(&h->info, rep->hello);
+        scdb_cl_lix_attach(h, rep->hello);
+        atomic_store(&h->hb_interval_ms, (int)(h->info.heartbeat_ms ? h->info.heartbeat_ms : 1000));
+        h->gen++;
+    }
+    if (rep) scdb__reply__free_unpacked(rep, NULL);
+    return e;
+}
+
+scdb_err scdb_cl_request(scdb *h, Scdb__Request *req, const void *const *frames,
+                     const size_t *lens, int n, Scdb__Reply **rep)
+{
+    scdb_err e = scdb_cl_call_once(h, req, frames, lens, n, rep);
+
+    if (e != SCDB_ECLOSED || !h->registered || req->body_case == SCDB__REQUEST__BODY_GOODBYE)
+        return e;
+    /* the broker forgot us (restart or reclaim): register again, retry once */
+    if (*rep) scdb__reply__free_unpacked(*rep, NULL);
+    *rep = NULL;
+    e = hello(h);
+    if (e) return e;
+    /* requests naming an arena or a session of the old registration */
+    switch (req->body_case) {
+    case SCDB__REQUEST__BODY_GET:
+    case SCDB__REQUEST__BODY_ARENA_MAPPED:
+    case SCDB__REQUEST__BODY_ARENA_FREE:
+    case SCDB__REQUEST__BODY_PUT_STATES:
+    case SCDB__REQUEST__BODY_SESSION_OPEN:
+    case SCDB__REQUEST__BODY_SESSION_EVICT:
+    case SCDB__REQUEST__BODY_SESSION_CLOSE:
+        return scdb_cl_fail(h, SCDB_ECLOSED, "the broker restarted: this arena is gone");
+    default: break;
+    }
+    return scdb_cl_call_once(h, req, frames, lens, n, rep);
+}
+
+/* ------------------------------------------------------------ heartbeat */
+
+/* The heartbeat thread: a heartbeat every hb_interval_ms on its own
+ * socket, and a ZeroMQ monitor on that socket that tells, within
+ * milliseconds, when the broker's connection drops (peer_lost: lookups stop
+ * trusting its index) and when a broker answers again. */
+static void *hb_main(void *arg)
+{
+    scdb *h = arg;
+    void *s = socket_new(h, 1), *mon = NULL;
+    uint8_t buf[256];
+    char mon_ep[64];
+    double next = 0;
+
+    if (!s) return NULL;
+    snprintf(mon_ep, sizeof mon_ep, "inproc://scdb-hb-monitor-%p", (void *)h);
+    if (zmq_socket_monitor(s, mon_ep, ZMQ_EVENT_CONNECTED | ZMQ_EVENT_DISCONNECTED) == 0 &&
+        (mon = zmq_socket(h->zctx, ZMQ_PAIR)) && zmq_connect(mon, mon_ep)) {
+        zmq_close(mon);
+        mon = NULL;
+    }
+    for (;;) {
+        zmq_pollitem_t it[3] = {{.socket = s, .events = ZMQ_POLLIN},
+                                {.fd = h->hb_pipe[0], .events = ZMQ_POLLIN},
+                                {.socket = mon, .events = ZMQ_POLLIN}};
+        double now = scdb_now();
+        uint64_t token = atomic_load(&h->token);
+        int rc;
+
+        if (now >= next) {
+            if (token) {
+                Scdb__Request r = SCDB__REQUEST__INIT;
+                Scdb__Heartbeat hb = SCDB__HEARTBEAT__INIT;
+                r.version = SCDB_PROTO_VERSION;
+                r.client = token;
+                r.body_case = SCDB__REQUEST__BODY_HEARTBEAT;
+                r.heartbeat = &hb;
+                zmq_send(s, buf, scdb__request__pack(&r, buf), ZMQ_DONTWAIT);
+            }
+            next = now + atomic_load(&h->hb_interval_ms) / 1000.0;
+        }
+        rc = zmq_poll(it, mon ? 3 : 2, (long)((next - now) * 1000) + 1);
+        if (rc < 0 && zmq_errno() != EINTR) break;
+        if (rc > 0 && (it[1].revents & ZMQ_POLLIN)) break;
+        if (rc > 0 && (it[0].revents & ZMQ_POLLIN))
+            while (zmq_recv(s, buf, sizeof buf, ZMQ_DONTWAIT) >= 0) {}
+        if (rc > 0 && mon && (it[2].revents & ZMQ_POLLIN)) {
+            /* an event: [u16 event, u32 value] then the endpoint */
+            uint8_t ev[6];
+            int more;
+            size_t ml = sizeof more;
+            int got = zmq_recv(mon, ev, sizeof ev, ZMQ_DONTWAIT);
+            if (got >= 2) {
+                uint16_t event;
+                memcpy(&event, ev, sizeof event);
+                if (event == ZMQ_EVENT_DISCONNECTED) atomic_store(&h->peer_lost, 1);
+                if (event == ZMQ_EVENT_CONNECTED) atomic_store(&h->peer_lost, 0);
+            }
+            while (!zmq_getsockopt(mon, ZMQ_RCVMORE, &more, &ml) && more &&
+                   zmq_recv(mon, buf, sizeof buf, ZMQ_DONTWAIT) >= 0) {}
+        }
+    }
+    if (mon) {
+        zmq_socket_monitor(s, NULL, 0);
+        zmq_close(mon);
+    }
+    zmq_close(s);
+    return NULL;
+}
+
+static void hb_start(scdb *h)
+{
+    sigset_t all, old;
+
+    if (h->hb_running || h->no_heartbeat) return;
+    if (pipe(h->hb_pipe)) return;
+    fcntl(h->hb_pipe[0], F_SETFD, FD_CLOEXEC);
+    fcntl(h->hb_pipe[1], F_SETFD, FD_CLOEXEC);
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &old);   /* signals stay with the app */
+    h->hb_running = pthread_create(&h->hb, NULL, hb_main, h) == 0;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (!h->hb_running) {
+        close(h->hb_pipe[0]);
+        close(h->hb_pipe[1]);
+    }
+}
+
+void scdb_cl_hb_stop(scdb *h)
+{
+    if (!h->hb_running) return;
+    (void)!write(h->hb_pipe[1], "x", 1);
+    pthread_join(h->hb, NULL);
+    close(h->hb_pipe[0]);
+    close(h->hb_pipe[1]);
+    h->hb_running = 0;
+}
+
+/* ----------------------------------------------------------- lifecycle */
+
+static int z85_key(char dst[41], const char *src)
+{
+    uint8_t bin[32];
+    if (!src || strlen(src) != 40 || !zmq_z85_decode(bin, src)) return -1;
+    memcpy(dst, src, 41);
+    return 0;
+}
+
+scdb_err scdb_connect(const scdb_opts *o, scdb **out)
+{
+    scdb_opts def = {0};
+    scdb *h;
+    scdb_err e;
+
+    if (!out) return SCDB_EINVAL;
+    *out = NULL;
+    if (!o) o = &def;
+    h = calloc(1, sizeof *h);
+    if (!h) return SCDB_ENOMEM;
+    h->hb_pipe[0] = h->hb_pipe[1] = -1;
+    h->timeout_ms = o->timeout_ms > 0 ? o->timeout_ms : DEFAULT_TIMEOUT_MS;
+    h->no_heartbeat = o->no_heartbeat;
+    {
+        const char *env = getenv("SCDB_LOOKUP_INDEX");
+        h->no_index = o->no_lookup_index || (env && !strcmp(env, "0"));
+        h->lix_err = SCDB_EUNSUPPORTED;
+    }
+    if (o->endpoint)
+        snprintf(h->endpoint, sizeof h->endpoint, "%s", o->endpoint);
+    else
+        scdb_default_endpoint(h->endpoint, sizeof h->endpoint);
+    if (o->name)
+        snprintf(h->name, sizeof h->name, "%s", o->name);
+    else
+        snprintf(h->name, sizeof h->name, "pid %d", (int)getpid());
+    e = SCDB_EINVAL;
+    if (!strncmp(h->endpoint, "tcp://", 6)) {
+        if (z85_key(h->server_key, o->curve_server_key)) goto fail;
+        if (o->curve_public_key || o->curve_secret_key) {
+            if (z85_key(h->public_key, o->curve_public_key) ||
+                z85_key(h->secret_key, o->curve_secret_key))
+                goto fail;
+        } else if (zmq_curve_keypair(h->public_key, h->secret_key)) {
+            goto fail;
+        }
+        h->curve = 1;
+    } else if (strncmp(h->endpoint, "ipc://", 6)) {
+        goto fail;
+    }
+    h->zctx = zmq_ctx_new();
+    if (!h->zctx) {
+        e = SCDB_ESYS;
+        goto fail;
+    }
+    zmq_ctx_set(h->zctx, ZMQ_BLOCKY, 0);     /* close never waits on linger */
+    h->sock = socket_new(h, 0);
+    if (!h->sock) {
+        e = SCDB_ESYS;
+        goto fail;
+    }
+    e = scdb_ping(h, NULL);
+    if (e) goto fail;
+    *out = h;
+    return SCDB_OK;
+fail:
+    if (e == SCDB_EINVAL)
+        scdb_warn("scdb_connect: bad endpoint '%s' or CURVE keys (tcp:// needs the server's "
+                  "40-character Z85 public key)", h->endpoint);
+    else
+        scdb_debug("scdb_connect %s: %s", h->endpoint, h->err);
+    scdb_cl_conn_free(h);
+    return e;
+}
+
+/* ------------------------------------------------------------- requests */
+
+scdb_err scdb_register(scdb *h, scdb_role role, const char *model, const char *codebook,
+                       scdb_info *info)
+{
+    scdb_err e;
+
+    if (!h || !model || (role != SCDB_PRODUCER && role != SCDB_CONSUMER))
+        return scdb_cl_fail(h, SCDB_EINVAL, "register: role and model are required");
+    if (strlen(model) >= sizeof h->model || (codebook && strlen(codebook) >= sizeof h->codebook))
+        return scdb_cl_fail(h, SCDB_EINVAL, "register: name too long");
+    h->role = role;
+    snprintf(h->model, sizeof h->model, "%s", model);
+    snprintf(h->codebook, sizeof h->codebook, "%s", codebook ? codebook : "");
+    e = hello(h);
+    if (e) return e;
+    h->registered = 1;
+    hb_start(h);
+    if (info) *info = h->info;
+    return SCDB_OK;
+}
+
+scdb_err scdb_ping(scdb *h, double *rtt_us)
+{
+    Scdb__Request req = SCDB__REQUEST__INIT;
+    Scdb__Ping p = SCDB__PING__INIT;
+    Scdb__Reply *rep = NULL;
+    uint64_t t0 = scdb_now_ns();
+    scdb_err e;
+
+    if (!h) return SCDB_EINVAL;
+    p.t_ns = t0;
+    req.body_case = SCDB__REQUEST__BODY_PING;
+    req.ping = &p;
+    e = scdb_cl_request(h, &req, NULL, NULL, 0, &rep);
+    if (rep) scdb__reply__free_unpacked(rep, NULL);
+    if (!e && rtt_us) *rtt_us = (double)(scdb_now_ns() - t0) / 1e3;
+    return e;
+}
+
+void scdb_cl_conn_free(scdb *h)
+{
+    scdb_lix_close(&h->lix);
+    if (h->sock) zmq_close(h->sock);
+    if (h->zctx) zmq_ctx_term(h->zctx);
+    free(h);
+}

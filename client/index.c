@@ -1,0 +1,115 @@
+/* index.c — the broker's shared-memory lookup index on the client side.
+ *
+ * The broker names its index (schema/lookup_index.h) in every HelloReply;
+ * we map it read-only after each hello (so a broker restart, which makes a
+ * new one, re-maps it too) and answer scdb_lookup from it: hash the
+ * prompt's blocks with our namespace, probe the keys.  Anything unusual --
+ * no index, refused at open, retired without a successor, the writer too
+ * busy -- sends the lookup down the request path, which gives the same
+ * answer. */
+#include "libscdb_int.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#define LIX_FOLLOW_MAX 4
+
+static void lix_drop(scdb *h, scdb_err why)
+{
+    scdb_lix_close(&h->lix);
+    h->lix_err = why;
+}
+
+/* Map `name` (following retired objects to their successors). */
+void scdb_cl_lix_map(scdb *h, const char *name)
+{
+    char cur[SCDB_LIX_NAME_MAX], next[SCDB_LIX_NAME_MAX];
+    scdb_err e = SCDB_EUNSUPPORTED;
+
+    scdb_lix_close(&h->lix);
+    snprintf(cur, sizeof cur, "%s", name);
+    for (int hop = 0; cur[0] && hop < LIX_FOLLOW_MAX; hop++) {
+        scdb_lix *ix = NULL;
+        e = scdb_lix_open(cur, h->info.broker_instance, h->info.block_tokens, &ix);
+        if (e == SCDB_OK) {
+            h->lix = ix;
+            break;
+        }
+        next[0] = 0;
+        if (e == SCDB_ECLOSED) scdb_lix_retired(ix, next);
+        scdb_lix_close(&ix);
+        if (e == SCDB_ENOTFOUND)        /* replaced meanwhile: a lookup reply names the new one */
+            scdb_debug("libscdb: lookup index %s is gone", cur);
+        else if (e != SCDB_ECLOSED)
+            scdb_warn("libscdb: lookup index %s refused (%s): lookups go to the broker", cur,
+                      scdb_strerror(e));
+        snprintf(cur, sizeof cur, "%s", next);
+    }
+    h->lix_err = h->lix ? SCDB_OK : e;
+}
+
+/* After a hello: map the index it named, unless turned off. */
+void scdb_cl_lix_attach(scdb *h, const Scdb__HelloReply *r)
+{
+    h->have_ns = r->ns.len == sizeof h->ns.b;
+    if (h->have_ns) memcpy(h->ns.b, r->ns.data, sizeof h->ns.b);
+    snprintf(h->lix_name, sizeof h->lix_name, "%s",
+             r->lookup_index && strlen(r->lookup_index) < sizeof h->lix_name ? r->lookup_index
+                                                                            : "");
+    if (h->no_index || !h->have_ns || !h->lix_name[0] || !h->info.block_tokens) {
+        lix_drop(h, SCDB_EUNSUPPORTED);
+        return;
+    }
+    scdb_cl_lix_map(h, h->lix_name);
+}
+
+/* Answer a lookup from the index.  SCDB_OK with *out filled, an argument
+ * error (as the broker would reply), or SCDB_EAGAIN-like SCDB_EBUSY: use
+ * the request path. */
+scdb_err scdb_cl_lix_lookup(scdb *h, const int32_t *tokens, size_t n_tokens,
+                           scdb_lookup_result *out)
+{
+    enum { CHUNK = 64 };
+    scdb_key keys[CHUNK], prev;
+    uint32_t bt = h->info.block_tokens;
+    size_t full, matched = 0, i = 0;
+    int restarts = 0;
+    scdb_err e = scdb_cl_check_tokens(h, tokens, n_tokens);
+
+    if (e) return e;
+    /* the broker's connection dropped (a kill, a crash, a stop): its table
+     * may be a dead broker's; the index's own liveness word catches what
+     * the socket cannot (no heartbeat thread, a hung broker) */
+    if (atomic_load(&h->peer_lost)) return SCDB_EBUSY;
+    full = n_tokens / bt;
+    while (i < full) {
+        size_t m = full - i < CHUNK ? full - i : CHUNK, k = 0;
+        if (scdb_block_key_continue(i ? &prev : NULL, &h->ns, tokens + i * bt, m, bt, keys))
+            return SCDB_EBUSY;              /* keys we cannot derive: ask the broker */
+        e = scdb_lix_match(h->lix, keys, m, &k);
+        if (e == SCDB_ECLOSED) {
+            /* retired: a grown successor (same answers), or a stopped broker */
+            char next[SCDB_LIX_NAME_MAX] = "";
+            scdb_lix_retired(h->lix, next);
+            if (next[0]) scdb_cl_lix_map(h, next);
+            else lix_drop(h, SCDB_ECLOSED);
+            if (!h->lix || ++restarts > LIX_FOLLOW_MAX) return SCDB_EBUSY;
+            i = 0;                          /* start over on the new table */
+            matched = 0;
+            continue;
+        }
+        if (e) return SCDB_EBUSY;
+        matched += k;
+        if (k < m) break;
+        prev = keys[m - 1];
+        i += m;
+    }
+    if (out) {
+        out->n_full = (uint32_t)full;
+        out->n_matched = (uint32_t)matched;
+        out->matched_tokens = (uint32_t)(matched * bt);
+    }
+    h->err[0] = 0;
+    return SCDB_OK;
+}
+

@@ -1,0 +1,137 @@
+/* libscdb_int.h — libscdb's internal structures (client/scdb.h is the API). */
+#ifndef SCDB_LIBSCDB_INT_H
+#define SCDB_LIBSCDB_INT_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "block_key.h"
+#include "kernels.h"      /* the cache layout and f16 conversions only */
+#include "lookup_index.h"
+#include "scdb.h"
+#include "scdb.pb-c.h"
+#include "wire.h"
+
+struct scdb_arena {
+    scdb *h;
+    uint64_t id;
+    uint32_t gen;                /* handle registration generation          */
+    void *map;
+    size_t size;
+    scdb_arena_header *hdr;
+    scdb_kv_cache *cache;        /* KV arenas (CUDA: a view over dev)        */
+    void *dev;                   /* CUDA IPC arena: the opened device memory */
+    int cuda_device;             /* ... and its device (our numbering)      */
+    float *states;               /* states arenas: [layers][n][dim]         */
+    uint32_t capacity;
+    int states_layers, states_dim;
+    scdb_session *session;       /* its live session, if any                */
+    struct scdb_arena *next;
+};
+
+struct scdb {
+    void *zctx;
+    void *sock;
+    char endpoint[512];
+    int curve;                   /* tcp: CURVE keys below are set           */
+    char server_key[41], public_key[41], secret_key[41];
+    int timeout_ms;
+    uint64_t next_id;
+    _Atomic uint64_t token;      /* read by the heartbeat thread            */
+    uint32_t gen;                /* bumped at every successful hello        */
+    char name[64];
+    char err[512];
+
+    int registered;
+    scdb_role role;
+    char model[128], codebook[128];
+    scdb_info info;
+
+    int no_heartbeat;
+    int hb_running;
+    pthread_t hb;
+    int hb_pipe[2];
+    _Atomic int hb_interval_ms;
+    _Atomic int peer_lost;       /* the heartbeat socket saw the broker's
+                                    connection drop (and none since): do
+                                    not answer from its lookup index       */
+
+    scdb_arena *arenas;
+    scdb_arena *scratch;         /* scdb_get_copy's own arena               */
+
+    /* the broker's lookup index (libscdb.c, "lookup index") */
+    int no_index;                /* opts.no_lookup_index / $SCDB_LOOKUP_INDEX=0 */
+    scdb_lix *lix;               /* mapped, or NULL: the request path       */
+    char lix_name[SCDB_LIX_NAME_MAX]; /* what the last hello named          */
+    scdb_ns ns;                  /* our codebook's namespace (hello)        */
+    int have_ns;
+    scdb_err lix_err;            /* why lix is NULL (SCDB_OK when mapped)   */
+    uint64_t n_index_lookups, n_request_lookups, n_index_fallbacks;
+};
+
+/* The library's files, bottom to top: each calls only files listed before
+ * it.  Internal functions are scdb_cl_* and not exported from libscdb.so
+ * (libscdb.map lists what is).
+ *
+ *   util.c     the handle's error message, shm open, shared argument checks
+ *   index.c    the broker's lookup index
+ *   conn.c     sockets, requests, hello and re-registration, heartbeats,
+ *              connect, register, ping
+ *   cuda.c     CUDA IPC handles (libcudart through dlopen)
+ *   session.c  live sessions
+ *   blocks.c   put, put_states, lookup, delete, stats
+ *   raw.c      raw-KV payloads, put of a cache
+ *   arena.c    arenas, get, get_copy
+ *   libscdb.c  scdb_close */
+
+/* util.c */
+/* Set h->err (printf) and return e. */
+scdb_err scdb_cl_fail(scdb *h, scdb_err e, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Open a shared object the broker named: "/proc/<pid>/fd/<n>" (its memfd,
+ * sealed against shrinking) or a POSIX shm name.  -1 with errno. */
+int scdb_cl_shm_open(const char *name);
+/* SCDB_EINVAL (with a message) unless h is registered. */
+scdb_err scdb_cl_need_registered(scdb *h);
+/* Tokens of a request: within max_tokens, non-negative. */
+scdb_err scdb_cl_check_tokens(scdb *h, const int32_t *t, size_t n);
+/* c has our model's geometry. */
+int scdb_cl_same_geometry(const scdb *h, const scdb_kv_cache *c);
+
+/* index.c */
+/* Map the index `name` (following retired objects to their successors). */
+void scdb_cl_lix_map(scdb *h, const char *name);
+/* After a hello: map the index it named, unless turned off. */
+void scdb_cl_lix_attach(scdb *h, const Scdb__HelloReply *r);
+/* Answer a lookup from the index: SCDB_OK with *out filled, an argument
+ * error (as the broker would reply), or SCDB_EBUSY: use the request path. */
+scdb_err scdb_cl_lix_lookup(scdb *h, const int32_t *tokens, size_t n_tokens,
+                            scdb_lookup_result *out);
+
+/* conn.c */
+/* One request and its reply, no retry (see scdb_cl_request). */
+scdb_err scdb_cl_call_once(scdb *h, Scdb__Request *req, const void *const *frames,
+                           const size_t *lens, int n, Scdb__Reply **rep);
+/* Send req (version, id, client filled in) with n payload frames and wait
+ * for its reply; re-registers and retries once when the broker no longer
+ * knows us.  On return *rep (may be NULL when the call failed before a
+ * reply) must be freed with scdb__reply__free_unpacked.  Returns the
+ * reply's status (its message in h->err) or a local error. */
+scdb_err scdb_cl_request(scdb *h, Scdb__Request *req, const void *const *frames,
+                         const size_t *lens, int n, Scdb__Reply **rep);
+void scdb_cl_hb_stop(scdb *h);
+/* Close the sockets and free the handle (arenas already gone). */
+void scdb_cl_conn_free(scdb *h);
+
+/* cuda.c: open a CUDA IPC handle on the broker's GPU (found by PCI bus id,
+ * else ordinal) / close it.  SCDB_EUNSUPPORTED (no CUDA runtime here),
+ * SCDB_EDEVICE, SCDB_EPROTO (handle size). */
+scdb_err scdb_cl_cuda_open(scdb *h, const uint8_t *handle, size_t len, int ordinal,
+                           const char *pci, void **dev_ptr, int *device);
+void scdb_cl_cuda_close(void *dev_ptr, int device);
+
+/* session.c: unmap and free a session locally (no message). */
+void scdb_cl_session_drop(scdb_session *s);
+
+#endif /* SCDB_LIBSCDB_INT_H */

@@ -1,0 +1,126 @@
+/* calib.h — private to codec/'s calibration (codec.h, "calibration"): the
+ * session and the functions one stage hands the next.  The stages, one file
+ * each, call one way:
+ *
+ *   calib_stats.c     session, window statistics
+ *   calib_cov.c       covariances from the statistics
+ *   calib_decoders.c  least-squares decoders, pair skeletons
+ *   calib_eval.c      measured KL on held-back windows
+ *   calib_codebook.c  codebook: bases, ranks, candidates
+ *   calib_pair.c      pairs: aligners, patch order
+ *
+ *
+ * Statistics.  For every calibration window the producer (model 0) and each
+ * consumer (models 1..m) run over the same tokens with capture; per layer l
+ * the session accumulates, in double precision,
+ *     sum H_j,  sum H_p^T H_j,  sum H_j^T H_j             (H = H_in, d x d)
+ *     sum K_j,  sum K_p^T K_j,  sum K_j^T K_j             (K after RoPE, for
+ *                                                          the post-RoPE ablation)
+ * Because K_pre = H_in Wk^T and V = H_in Wv^T, every covariance the linear
+ * fits need follows from these exactly (e.g. cov(H_p, K_j) = cov(H_p, H_j) Wk_j^T).
+ * Every `sample_stride`-th token's H_in of every model is also kept, for the
+ * aligners.
+ *
+ * Codebook (reduced-rank regression).  For a part (K, V or H) of layer l,
+ * with X = producer H_in[l] and targets Y_j = the part's state in model j
+ * (producer included, so the identity pair and later consumers are served),
+ * each block weighted to unit total variance:
+ *     B = (S_xx + lambda I)^-1 S_xy          ridge OLS to all targets at once
+ *     S_fit = B^T S_xx B                    covariance of the fitted values
+ *     V_r = top-r eigenvectors of S_fit     (right singular subspace of X B)
+ *     E = B V_r                              encoder: z = (x - mean) E
+ * PCA ablation: E = the top-r principal directions of the producer's own
+ * state (for K: Wk^T U_r, U_r from Wk S_xx Wk^T).
+ *
+ * Decoders: least squares from the layer's whole code to the consumer's K
+ * (pre-RoPE) and V, from the same statistics.
+ *
+ * Candidates and patch layers are chosen by measured next-token KL on
+ * held-back windows (prefix cached, continuation teacher-forced, compared
+ * with the consumer's own prefill):
+ *  - candidates (codebook): the layers whose REUSE decode, substituted alone
+ *    into the consumer's own cache, raises KL the most, summed over the
+ *    consumers ("criticality");
+ *  - patch order (pair): greedy, each step adding the candidate whose
+ *    aligner (trained first) lowers the KL of the full decode the most.
+ */
+#ifndef SCDB_CODEC_CALIB_H
+#define SCDB_CODEC_CALIB_H
+
+#include "codec_internal.h"
+
+
+#define CX_MAXM 9
+
+/* All encoder directions of one (layer, part) for one fitting setting, most
+ * important first: the rank-r encoder is the first r columns. */
+typedef struct cx_basis {
+    int valid, pca, post;
+    double ridge;
+    int in, R;
+    double *E;              /* [in][R] */
+} cx_basis;
+
+typedef struct ewin {
+    int j;                  /* model index of the consumer (0 = producer) */
+    int32_t *tok;           /* P + C + 1 */
+    float *ph, *pk;         /* producer h_in [L][P][d], k_post [L][P][kv] */
+    scdb_kv_cache *oracle;  /* the consumer's own prefix cache */
+    float *ologp;           /* [C][V] oracle log-probabilities */
+} ewin;
+
+struct scdb_calib {
+    const scdb_model *mod[CX_MAXM];
+    int nm;
+    scdb_calib_opts o;
+    int L, d, kv, V;
+    int nwin;
+    long long ntok;
+    double *sh[CX_MAXM], *xh[CX_MAXM], *yh[CX_MAXM];
+    double *sk[CX_MAXM], *xk[CX_MAXM], *yk[CX_MAXM];
+    float **samp[CX_MAXM];  /* [L] -> [scap][d] */
+    int ns, scap;
+    ewin *ev;
+    int nev;
+    cx_basis *basis;        /* [L][3] cached encoder bases */
+};
+
+#define VERB(c, ...) do { if ((c)->o.verbose) fprintf(stderr, __VA_ARGS__); } while (0)
+
+/* ------------------------------------------------------------ across stages */
+
+/* calib_cov.c: covariance of producer H_in with model j's H_in / K (post
+ * RoPE) at layer l, d x d / d x kv; W S W^T; the weight of part p (K or V)
+ * of model j's layer l; the regression statistics of part p of layer l for
+ * target model j (post: K after RoPE). */
+void cx_cal_cov_h(const scdb_calib *c, int j, int l, double *out);
+void cx_cal_cov_k(const scdb_calib *c, int j, int l, double *out);
+void cx_cal_sandwich(const float *W, int o, int b, const double *S, double *out);
+const float *cx_cal_part_w(const scdb_calib *c, int j, int l, int p);
+scdb_err cx_cal_part_stats(const scdb_calib *c, int l, int p, int j, int post, double *sxy,
+                           double *tr_yy);
+
+/* calib_decoders.c: layer l's H encoder as [d][r_h] doubles; a pair for
+ * consumer model j with every layer's decoders fitted (relative errors of K
+ * and V per layer into relk / relv, may be NULL). */
+void cx_cal_layer_enc_h(const scdb_codebook *cb, int l, int d, double *E);
+scdb_err cx_cal_pair_skeleton(const scdb_calib *c, const scdb_codebook *cb, int j,
+                              scdb_pair **out, double *relk, double *relv);
+
+/* calib_eval.c: a cache built for one held-back window; the decode builder
+ * (codes of the window decoded with cb/p, optionally only one layer over
+ * the oracle cache); mean KL and top-1 over model j's windows. */
+typedef scdb_err (*cx_cal_build_fn)(const scdb_calib *c, const ewin *w, void *ctx,
+                                    scdb_kv_cache *cache);
+typedef struct cx_cal_dec_ctx {
+    const scdb_codebook *cb;
+    const scdb_pair *p;
+    int n_patch;
+    int only_layer;   /* >= 0: oracle cache with only this layer decoded */
+} cx_cal_dec_ctx;
+scdb_err cx_cal_build_decode(const scdb_calib *c, const ewin *w, void *vctx,
+                             scdb_kv_cache *cache);
+scdb_err cx_cal_eval_kl(const scdb_calib *c, int j, cx_cal_build_fn fn, void *ctx, double *kl,
+                        double *top1);
+
+#endif

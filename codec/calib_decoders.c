@@ -1,0 +1,192 @@
+/* calib_decoders.c — decoders: least squares from a layer's codes to a consumer's K and V, and a pair's skeleton (decoders of every layer, no aligners yet) (calib.h; the method is described there). */
+#include "calib.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------ decoders */
+
+/* Encoder matrix of layer l restricted to the parts that read H_in (all of
+ * them unless K is post-RoPE): E [d][w] with zero columns for other parts. */
+void cx_cal_layer_enc_h(const scdb_codebook *cb, int l, int d, double *E)
+{
+    const scdb_cb_layer *L = &cb->info.layers[l];
+    int w = L->width, col = 0;
+    memset(E, 0, (size_t)d * (w ? w : 1) * sizeof *E);
+    for (int p = 0; p < 3; p++) {
+        const cx_enc *e = &cb->part[l][p];
+        int r = p == CX_K ? L->r_k : p == CX_V ? L->r_v : L->r_h;
+        if (r && !(p == CX_K && cb->info.k_post_rope))
+            for (int k = 0; k < r; k++)
+                for (int a = 0; a < d; a++) E[(size_t)a * w + col + k] = e->enc[(size_t)k * d + a];
+        col += r;
+    }
+}
+
+/* D = (E^T Sxx E + eps)^-1 E^T Sxy : [w][t]; returns relative error via *rel */
+static scdb_err ls_decode(const double *E, int in, int w, const double *Sxx, const double *Sxy,
+                          int t, double tr_yy, double *D, double *rel)
+{
+    double *SE = malloc((size_t)in * w * sizeof *SE), *A = malloc((size_t)w * w * sizeof *A);
+    double *R = malloc((size_t)w * t * sizeof *R);
+    if (!SE || !A || !R) { free(SE); free(A); free(R); return SCDB_ENOMEM; }
+    for (int a = 0; a < in; a++)
+        for (int k = 0; k < w; k++) {
+            double s = 0.0;
+            for (int b = 0; b < in; b++) s += Sxx[(size_t)a * in + b] * E[(size_t)b * w + k];
+            SE[(size_t)a * w + k] = s;
+        }
+    double tr = 0.0;
+    for (int k = 0; k < w; k++)
+        for (int m = 0; m <= k; m++) {
+            double s = 0.0;
+            for (int a = 0; a < in; a++) s += E[(size_t)a * w + k] * SE[(size_t)a * w + m];
+            A[(size_t)k * w + m] = A[(size_t)m * w + k] = s;
+        }
+    for (int k = 0; k < w; k++) tr += A[(size_t)k * w + k];
+    for (int k = 0; k < w; k++) {
+        int zero = 1;
+        for (int a = 0; a < in; a++) if (E[(size_t)a * w + k] != 0.0) { zero = 0; break; }
+        A[(size_t)k * w + k] += (zero ? 1.0 : 1e-9 * tr / (w ? w : 1)) + 1e-30;
+    }
+    for (int k = 0; k < w; k++)
+        for (int o = 0; o < t; o++) {
+            double s = 0.0;
+            for (int a = 0; a < in; a++) s += E[(size_t)a * w + k] * Sxy[(size_t)a * t + o];
+            R[(size_t)k * t + o] = s;
+        }
+    memcpy(D, R, (size_t)w * t * sizeof *D);
+    if (cx_cholesky(A, w)) { free(SE); free(A); free(R); return SCDB_ERANGE; }
+    cx_chol_solve(A, w, D, t);
+    double expl = 0.0;
+    for (size_t i = 0; i < (size_t)w * t; i++) expl += D[i] * R[i];
+    if (rel) *rel = tr_yy > 0 ? (tr_yy - expl) / tr_yy : 0.0;
+    free(SE); free(A); free(R);
+    return SCDB_OK;
+}
+
+/* Decoders of model j for layer l into pair layer L. */
+static scdb_err fit_decoders(const scdb_calib *c, const scdb_codebook *cb, int j, int l,
+                             cx_player *P, double *relk, double *relv)
+{
+    int d = c->d, kv = c->kv, w = cb->info.layers[l].width;
+    int post = cb->info.k_post_rope;
+    double *E = malloc((size_t)d * (w ? w : 1) * sizeof *E), *Sxx = malloc((size_t)d * d * sizeof *Sxx);
+    double *Sxy = malloc((size_t)d * d * sizeof *Sxy), *D = malloc((size_t)(w ? w : 1) * d * sizeof *D);
+    scdb_err rc = SCDB_ENOMEM;
+    P->mk = calloc((size_t)kv, sizeof(float));
+    P->mv = calloc((size_t)kv, sizeof(float));
+    P->dk = calloc((size_t)kv * (w ? w : 1), sizeof(float));
+    P->dv = calloc((size_t)kv * (w ? w : 1), sizeof(float));
+    if (!E || !Sxx || !Sxy || !D || !P->mk || !P->mv || !P->dk || !P->dv) goto done;
+    /* means */
+    const double *mh = c->sh[j] + (size_t)l * d;
+    for (int pp = 0; pp < 2; pp++) {
+        const float *W = cx_cal_part_w(c, j, l, pp);
+        float *m = pp ? P->mv : P->mk;
+        for (int o = 0; o < kv; o++) {
+            double s = 0.0;
+            if (pp == 0 && post) s = c->sk[j][(size_t)l * kv + o];
+            else for (int a = 0; a < d; a++) s += mh[a] * W[(size_t)o * d + a];
+            m[o] = (float)(s / c->ntok);
+        }
+    }
+    if (w == 0) { rc = SCDB_OK; *relk = *relv = 1.0; goto done; }
+    cx_cal_layer_enc_h(cb, l, d, E);
+    cx_cal_cov_h(c, 0, l, Sxx);
+    for (int pp = 0; pp < 2; pp++) {
+        double tr;
+        float *dst = pp ? P->dv : P->dk;
+        double *rel = pp ? relv : relk;
+        if (pp == 0 && post) {
+            /* K after RoPE: from the K part only (input: producer K post-RoPE) */
+            const scdb_cb_layer *CL = &cb->info.layers[l];
+            int r = CL->r_k;
+            const cx_enc *e = &cb->part[l][CX_K];
+            double *Ek = calloc((size_t)kv * (r ? r : 1), sizeof *Ek), *Skk = malloc((size_t)kv * kv * sizeof *Skk);
+            double *Sky = malloc((size_t)kv * kv * sizeof *Sky), *Dk = malloc((size_t)(r ? r : 1) * kv * sizeof *Dk);
+            if (!Ek || !Skk || !Sky || !Dk) { free(Ek); free(Skk); free(Sky); free(Dk); goto done; }
+            for (int k = 0; k < r; k++) for (int a = 0; a < kv; a++) Ek[(size_t)a * r + k] = e->enc[(size_t)k * kv + a];
+            cx_cal_cov_k(c, 0, l, Skk);
+            if ((rc = cx_cal_part_stats(c, l, CX_K, j, 1, Sky, &tr)) ||
+                (r && (rc = ls_decode(Ek, kv, r, Skk, Sky, kv, tr, Dk, rel)))) {
+                free(Ek); free(Skk); free(Sky); free(Dk);
+                goto done;
+            }
+            if (!r) *rel = 1.0;
+            for (int o = 0; o < kv; o++)
+                for (int k = 0; k < r; k++) dst[(size_t)o * w + k] = (float)Dk[(size_t)k * kv + o];
+            free(Ek); free(Skk); free(Sky); free(Dk);
+            continue;
+        }
+        if ((rc = cx_cal_part_stats(c, l, pp, j, 0, Sxy, &tr))) goto done;
+        if ((rc = ls_decode(E, d, w, Sxx, Sxy, kv, tr, D, rel))) goto done;
+        for (int o = 0; o < kv; o++)
+            for (int k = 0; k < w; k++) dst[(size_t)o * w + k] = (float)D[(size_t)k * kv + o];
+    }
+    rc = SCDB_OK;
+done:
+    free(E); free(Sxx); free(Sxy); free(D);
+    return rc;
+}
+
+/* A pair with decoders only (no aligners) for model j. */
+scdb_err cx_cal_pair_skeleton(const scdb_calib *c, const scdb_codebook *cb, int j, scdb_pair **out,
+                              double *relk, double *relv)
+{
+    const scdb_model *m = c->mod[j];
+    const scdb_model_config *mc = scdb_model_cfg(m);
+    scdb_pair *p = cx_pair_alloc();
+    scdb_err rc;
+    if (!p) return SCDB_ENOMEM;
+    scdb_pair_info *in = &p->info;
+    in->codebook_id = cb->info.id;
+    memcpy(in->codebook_hex, cb->info.id_hex, sizeof in->codebook_hex);
+    snprintf(in->producer, sizeof in->producer, "%s", cb->info.producer);
+    snprintf(in->consumer, sizeof in->consumer, "%s", mc->name);
+    memcpy(in->producer_fp, cb->info.producer_fp, sizeof in->producer_fp);
+    memcpy(in->arch_fp, cb->info.arch_fp, sizeof in->arch_fp);
+    if ((rc = scdb_codec_weights_fp(scdb_model_dir(m), in->consumer_fp))) goto fail;
+    in->n_layers = mc->n_layers;
+    in->d_model = mc->d_model;
+    in->n_kv_heads = mc->n_kv_heads;
+    in->head_dim = mc->head_dim;
+    in->kv_dim = scdb_model_kv_dim(mc);
+    in->vocab_size = mc->vocab_size;
+    in->rope_theta = mc->rope_theta;
+    in->norm_eps = mc->norm_eps;
+    p->k_post_rope = cb->info.k_post_rope;
+    for (int l = 0; l < in->n_layers; l++) p->layers[l] = cb->info.layers[l];
+    p->code_dim = cb->info.code_dim;
+    for (int l = 0; l < in->n_layers; l++) {
+        double rk = 0, rv = 0;
+        if (p->layers[l].kind != SCDB_CB_CODED) continue;
+        if ((rc = fit_decoders(c, cb, j, l, &p->L[l], &rk, &rv))) goto fail;
+        if (relk) relk[l] = rk;
+        if (relv) relv[l] = rv;
+    }
+    if (cb->info.layers[0].kind == SCDB_CB_TOKENS) {
+        /* the token layer: the consumer's embedding, attention norm, Wk, Wv */
+        const scdb_layer_weights *w0 = scdb_model_layer(m, 0);
+        size_t d = (size_t)in->d_model, kv = (size_t)in->kv_dim;
+        in->has_tokens = 1;
+        p->emb = malloc((size_t)in->vocab_size * d * sizeof(float));
+        p->norm0 = malloc(d * sizeof(float));
+        p->wk0 = malloc(kv * d * sizeof(float));
+        p->wv0 = malloc(kv * d * sizeof(float));
+        if (!p->emb || !p->norm0 || !p->wk0 || !p->wv0) { rc = SCDB_ENOMEM; goto fail; }
+        int32_t t;
+        for (t = 0; t < in->vocab_size; t++)
+            if ((rc = scdb_model_embed(m, &t, 1, p->emb + (size_t)t * d))) goto fail;
+        memcpy(p->norm0, w0->attn_norm, d * sizeof(float));
+        memcpy(p->wk0, w0->wk, kv * d * sizeof(float));
+        memcpy(p->wv0, w0->wv, kv * d * sizeof(float));
+    }
+    *out = p;
+    return SCDB_OK;
+fail:
+    scdb_pair_free(&p);
+    return rc;
+}

@@ -1,0 +1,238 @@
+/* calib_stats.c — the calibration session: opening it over a producer and its consumers, and the statistics of every calibration window (and the held-back evaluation windows) (calib.h; the method is described there). */
+#include "calib.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------ session */
+
+scdb_err scdb_calib_new(const scdb_model *producer, const scdb_model *const *consumers,
+                        int n_consumers, const scdb_calib_opts *opts, scdb_calib **out)
+{
+    scdb_calib *c;
+    if (!producer || !out || n_consumers < 0 || n_consumers > CX_MAXM - 1 ||
+        (n_consumers && !consumers))
+        return SCDB_EINVAL;
+    *out = NULL;
+    const scdb_model_config *pc = scdb_model_cfg(producer);
+    if (pc->n_layers > SCDB_CODEC_MAX_LAYERS) return SCDB_ERANGE;
+    for (int i = 0; i < n_consumers; i++)
+        if (!consumers[i] || !scdb_model_config_same_arch(pc, scdb_model_cfg(consumers[i])))
+            return SCDB_EMISMATCH;
+    c = calloc(1, sizeof *c);
+    if (!c) return SCDB_ENOMEM;
+    c->mod[0] = producer;
+    for (int i = 0; i < n_consumers; i++) c->mod[i + 1] = consumers[i];
+    c->nm = n_consumers + 1;
+    if (opts) c->o = *opts;
+    if (c->o.window <= 0) c->o.window = 384;
+    if (c->o.eval_prefix <= 0) c->o.eval_prefix = 320;
+    if (c->o.eval_cont <= 0) c->o.eval_cont = 64;
+    if (c->o.n_eval <= 0) c->o.n_eval = 6;
+    if (c->o.sample_stride <= 0) c->o.sample_stride = 8;
+    if (c->o.window > pc->max_seq_len) c->o.window = pc->max_seq_len;
+    if (c->o.eval_prefix + c->o.eval_cont > pc->max_seq_len) {
+        free(c);
+        return SCDB_EINVAL;
+    }
+    c->L = pc->n_layers;
+    c->d = pc->d_model;
+    c->kv = scdb_model_kv_dim(pc);
+    c->V = pc->vocab_size;
+    size_t L = (size_t)c->L, d = (size_t)c->d, kv = (size_t)c->kv;
+    c->basis = calloc(L * 3, sizeof *c->basis);
+    if (!c->basis) { free(c); return SCDB_ENOMEM; }
+    for (int j = 0; j < c->nm; j++) {
+        c->sh[j] = calloc(L * d, sizeof(double));
+        c->xh[j] = calloc(L * d * d, sizeof(double));
+        c->yh[j] = calloc(L * d * d, sizeof(double));
+        c->sk[j] = calloc(L * kv, sizeof(double));
+        c->xk[j] = calloc(L * kv * kv, sizeof(double));
+        c->yk[j] = calloc(L * kv * kv, sizeof(double));
+        c->samp[j] = calloc(L, sizeof(float *));
+        if (!c->sh[j] || !c->xh[j] || !c->yh[j] || !c->sk[j] || !c->xk[j] || !c->yk[j] ||
+            !c->samp[j]) {
+            scdb_calib_free(&c);
+            return SCDB_ENOMEM;
+        }
+    }
+    *out = c;
+    return SCDB_OK;
+}
+
+void scdb_calib_free(scdb_calib **pc)
+{
+    if (!pc || !*pc) return;
+    scdb_calib *c = *pc;
+    for (int j = 0; j < CX_MAXM; j++) {
+        free(c->sh[j]); free(c->xh[j]); free(c->yh[j]);
+        free(c->sk[j]); free(c->xk[j]); free(c->yk[j]);
+        if (c->samp[j]) for (int l = 0; l < c->L; l++) free(c->samp[j][l]);
+        free(c->samp[j]);
+    }
+    for (int i = 0; i < c->nev; i++) {
+        free(c->ev[i].tok); free(c->ev[i].ph); free(c->ev[i].pk); free(c->ev[i].ologp);
+        scdb_kv_cache_free(&c->ev[i].oracle);
+    }
+    free(c->ev);
+    if (c->basis) for (int i = 0; i < c->L * 3; i++) free(c->basis[i].E);
+    free(c->basis);
+    free(c);
+    *pc = NULL;
+}
+
+int scdb_calib_windows(const scdb_calib *c) { return c ? c->nwin : 0; }
+
+/* acc[a][b] += sum_t X[t][a] Y[t][b] (float GEMM per window, double sum) */
+static void acc_xty(double *acc, const float *X, const float *Y, int n, int a, int b, float *tmp)
+{
+    scdb_k_gemm_cpu(1, 0, a, b, n, 1.0f, X, a, Y, b, 0.0f, tmp, b);
+    for (size_t i = 0; i < (size_t)a * b; i++) acc[i] += tmp[i];
+}
+
+static scdb_err add_window(scdb_calib *c, const int32_t *tok, int n)
+{
+    const int L = c->L, d = c->d, kv = c->kv;
+    float *h[CX_MAXM] = {0}, *k[CX_MAXM] = {0}, *tmp = NULL;
+    scdb_kv_cache *cache = NULL;
+    scdb_err rc = SCDB_ENOMEM;
+
+    tmp = malloc((size_t)d * d * sizeof *tmp);
+    if (!tmp) goto done;
+    if ((rc = scdb_model_cache_new(c->mod[0], n, &cache))) goto done;
+    rc = SCDB_ENOMEM;
+    for (int j = 0; j < c->nm; j++) {
+        h[j] = malloc((size_t)L * n * d * sizeof(float));
+        k[j] = malloc((size_t)L * n * kv * sizeof(float));
+        if (!h[j] || !k[j]) goto done;
+        scdb_capture cap = {.h_in = h[j], .k_post = k[j]};
+        cache->n = 0;
+        if ((rc = scdb_model_forward(c->mod[j], tok, NULL, n, cache, NULL, &cap))) goto done;
+    }
+    /* samples */
+    int take = (n + c->o.sample_stride - 1) / c->o.sample_stride;
+    if (c->ns + take > c->scap) {
+        int nc = c->scap ? c->scap * 2 : 4096;
+        while (nc < c->ns + take) nc *= 2;
+        for (int j = 0; j < c->nm; j++)
+            for (int l = 0; l < L; l++) {
+                float *q = realloc(c->samp[j][l], (size_t)nc * d * sizeof(float));
+                if (!q) { rc = SCDB_ENOMEM; goto done; }
+                c->samp[j][l] = q;
+            }
+        c->scap = nc;
+    }
+    for (int j = 0; j < c->nm; j++)
+        for (int l = 0; l < L; l++)
+            for (int i = 0, s = c->ns; i < n; i += c->o.sample_stride, s++)
+                memcpy(c->samp[j][l] + (size_t)s * d, h[j] + ((size_t)l * n + i) * d,
+                       (size_t)d * sizeof(float));
+    c->ns += take;
+    /* moments */
+    for (int l = 0; l < L; l++) {
+        const float *hp = h[0] + (size_t)l * n * d, *kp = k[0] + (size_t)l * n * kv;
+        for (int j = 0; j < c->nm; j++) {
+            const float *hj = h[j] + (size_t)l * n * d, *kj = k[j] + (size_t)l * n * kv;
+            double *sh = c->sh[j] + (size_t)l * d, *sk = c->sk[j] + (size_t)l * kv;
+            for (int t = 0; t < n; t++) {
+                for (int a = 0; a < d; a++) sh[a] += hj[(size_t)t * d + a];
+                for (int a = 0; a < kv; a++) sk[a] += kj[(size_t)t * kv + a];
+            }
+            acc_xty(c->xh[j] + (size_t)l * d * d, hp, hj, n, d, d, tmp);
+            acc_xty(c->yh[j] + (size_t)l * d * d, hj, hj, n, d, d, tmp);
+            acc_xty(c->xk[j] + (size_t)l * kv * kv, kp, kj, n, kv, kv, tmp);
+            acc_xty(c->yk[j] + (size_t)l * kv * kv, kj, kj, n, kv, kv, tmp);
+        }
+    }
+    c->ntok += n;
+    c->nwin++;
+    rc = SCDB_OK;
+done:
+    for (int j = 0; j < CX_MAXM; j++) { free(h[j]); free(k[j]); }
+    free(tmp);
+    scdb_kv_cache_free(&cache);
+    return rc;
+}
+
+scdb_err scdb_calib_add_text(scdb_calib *c, const unsigned char *text, size_t len,
+                             int max_windows, int *added)
+{
+    int W = c->o.window, n = 0;
+    int32_t *tok;
+    scdb_err rc = SCDB_OK;
+    if (added) *added = 0;
+    if (!c || (!text && len)) return SCDB_EINVAL;
+    tok = malloc((size_t)W * sizeof *tok);
+    if (!tok) return SCDB_ENOMEM;
+    for (size_t off = 0; off + (size_t)W <= len; off += (size_t)W) {
+        if (max_windows > 0 && n >= max_windows) break;
+        scdb_tokenize_bytes(text + off, (size_t)W, tok);
+        if ((rc = add_window(c, tok, W))) break;
+        n++;
+        if (c->o.verbose) fprintf(stderr, "\r  statistics: %d windows (%lld tokens)", c->nwin, c->ntok);
+    }
+    if (c->o.verbose) fprintf(stderr, "\n");
+    free(tok);
+    if (added) *added = n;
+    return rc;
+}
+
+static scdb_err add_eval_one(scdb_calib *c, int j, const int32_t *tok)
+{
+    const int L = c->L, d = c->d, kv = c->kv, P = c->o.eval_prefix, C = c->o.eval_cont;
+    ewin w = {0};
+    scdb_kv_cache *pc = NULL, *full = NULL;
+    float *logits = NULL;
+    scdb_err rc = SCDB_ENOMEM;
+
+    ewin *grown = realloc(c->ev, (size_t)(c->nev + 1) * sizeof *grown);
+    if (!grown) return SCDB_ENOMEM;
+    c->ev = grown;
+    w.j = j;
+    w.tok = malloc((size_t)(P + C + 1) * sizeof *w.tok);
+    w.ph = malloc((size_t)L * P * d * sizeof(float));
+    w.pk = malloc((size_t)L * P * kv * sizeof(float));
+    w.ologp = malloc((size_t)C * c->V * sizeof(float));
+    logits = malloc((size_t)C * c->V * sizeof(float));
+    if (!w.tok || !w.ph || !w.pk || !w.ologp || !logits) goto fail;
+    memcpy(w.tok, tok, (size_t)(P + C + 1) * sizeof *tok);
+    if ((rc = scdb_model_cache_new(c->mod[0], P, &pc))) goto fail;
+    scdb_capture cap = {.h_in = w.ph, .k_post = w.pk};
+    if ((rc = scdb_model_forward(c->mod[0], w.tok, NULL, P, pc, NULL, &cap))) goto fail;
+    if ((rc = scdb_model_cache_new(c->mod[j], P + C, &full))) goto fail;
+    if ((rc = scdb_model_forward(c->mod[j], w.tok, NULL, P, full, NULL, NULL))) goto fail;
+    if ((rc = scdb_model_forward(c->mod[j], w.tok + P, NULL, C, full, logits, NULL))) goto fail;
+    for (int i = 0; i < C; i++) scdb_k_log_softmax_cpu(logits + (size_t)i * c->V, c->V, w.ologp + (size_t)i * c->V);
+    full->n = P;   /* keep only the prefix: that is the oracle prefix cache */
+    w.oracle = full;
+    full = NULL;
+    c->ev[c->nev++] = w;
+    scdb_kv_cache_free(&pc);
+    free(logits);
+    return SCDB_OK;
+fail:
+    free(w.tok); free(w.ph); free(w.pk); free(w.ologp); free(logits);
+    scdb_kv_cache_free(&pc);
+    scdb_kv_cache_free(&full);
+    return rc;
+}
+
+scdb_err scdb_calib_add_eval(scdb_calib *c, int ci, const unsigned char *text, size_t len)
+{
+    int need = c->o.eval_prefix + c->o.eval_cont + 1;
+    int32_t *tok;
+    scdb_err rc = SCDB_OK;
+    if (!c || !text || len < (size_t)need || ci < -1 || ci >= c->nm - 1) return SCDB_EINVAL;
+    tok = malloc((size_t)need * sizeof *tok);
+    if (!tok) return SCDB_ENOMEM;
+    scdb_tokenize_bytes(text, (size_t)need, tok);
+    if (ci >= 0 || c->nm == 1) {
+        rc = add_eval_one(c, ci + 1, tok);
+    } else {
+        for (int j = 1; j < c->nm && !rc; j++) rc = add_eval_one(c, j, tok);
+    }
+    free(tok);
+    return rc;
+}

@@ -1,0 +1,194 @@
+/*
+ * lookup_index.h — the broker's shared-memory lookup index: a read-only
+ * (for clients) open-addressing hash set of the 16-byte keys of every block
+ * the store's lookups can match, so libscdb answers scdb_lookup without a
+ * round trip (schema/FORMATS.md, "Lookup index").
+ *
+ *   broker (one writer at a time: under the store's lock)     clients
+ *   ------------------------------------------------------    ---------------
+ *   store on_visible(key, 1/0) --> insert / remove --+         hash the prompt
+ *   start: scdb_store_foreach_key --> insert         |         (block_key.h),
+ *                                                    v         probe keys
+ *   POSIX shm "/scdb-lix-<32 hex>", 0600, O_EXCL:                   |
+ *   +----------------------------+------------------------------+   |
+ *   | header (4096 B): magic,    | slots: capacity x 32 B        |<--+ mmap
+ *   | version, capacity,         |  [key 16 B | tag 8 | 0 (8)]   |  PROT_READ
+ *   | instance, block_tokens,    |  tag 0 empty, 1 live,         |
+ *   | seq (seqlock), state, ...  |  2 deleted (tombstone)        |
+ *   +----------------------------+------------------------------+
+ *
+ * One table holds every namespace: a key already hashes its namespace (and
+ * its whole prefix), so a client probes with its own keys and cannot match
+ * another codebook's blocks.  Slot = the key's first 8 bytes (as a native
+ * u64) masked by capacity - 1, then linear probing; readers stop at an
+ * empty slot or after max_probe + 1 slots.
+ *
+ * CONSISTENCY.  The broker inserts a key when the store reports the block
+ * visible (after its LMDB commit) and removes it when the store stops
+ * matching it (staged for eviction or deletion — before that commit —, or
+ * found damaged), all under the store's lock: the live keys are, between
+ * two writer sections, exactly what scdb_store_lookup would match.  The
+ * writer brackets every change with a sequence lock: seq odd while it
+ * writes, even after (C11 atomics: relaxed data, release/acquire fences).
+ * A reader probes a run of keys between two reads of seq and keeps the
+ * answer only if seq was even and unchanged; otherwise it retries, and
+ * after SCDB_LIX_READ_TRIES it gives up (SCDB_EBUSY: use the request path).
+ * So an index answer equals the store's at one instant during the call.
+ * Index lookups do not refresh a block's LRU recency (gets do).
+ *
+ * GROWTH AND RETIREMENT.  The mapping size is fixed per object.  When live
+ * entries would pass half the capacity the broker builds a new object of
+ * twice the size, copies the live keys, writes its name into the old
+ * header's `next` and marks the old one RETIRED (then unlinks it); readers
+ * of a retired index follow `next` or fall back to the request path.
+ * Tombstones are purged in place (inside one writer section) when live +
+ * deleted entries pass 3/4.  A broker that stops cleanly retires its index
+ * with no successor; one that was killed is handled by its successor, which
+ * retires (and unlinks) every index named in data_dir/lookup-index.names
+ * before it serves.  So a client never keeps answering from a dead broker's
+ * table once a new broker can change the store.  Until then (a broker
+ * killed and not restarted, stopped, or hung) the liveness word says so:
+ * the broker refreshes alive_ns from its event loop, and readers refuse a
+ * table it has not refreshed for SCDB_LIX_STALE_NS (SCDB_ETIMEDOUT).
+ *
+ * SHARING MODEL.  Same user only (as arenas): the object is created 0600
+ * with an unguessable name and stays linked while it is current (new
+ * clients open it by the name HelloReply gives); a reader refuses an object
+ * owned by another user or open to group/others.  A process of the same
+ * user could still write into it (and make lookups wrong) — it could as
+ * well ptrace the broker.  The object is native-endian: clients on the same
+ * host only (the magic differs on a host of the other byte order).
+ */
+#ifndef SCDB_LOOKUP_INDEX_H
+#define SCDB_LOOKUP_INDEX_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "block_key.h"
+#include "scdb_common.h"
+
+#define SCDB_LIX_MAGIC 0x3158494c42444353ull /* "SCDBLIX1" read as LE u64 */
+#define SCDB_LIX_VERSION 2u
+#define SCDB_LIX_HEADER_BYTES 4096u
+#define SCDB_LIX_SLOT_BYTES 32u
+#define SCDB_LIX_MIN_CAPACITY 1024u
+#define SCDB_LIX_MAX_CAPACITY (1ull << 32)
+#define SCDB_LIX_NAME_MAX 48
+#define SCDB_LIX_READ_TRIES 64
+/* LIVENESS: the broker refreshes alive_ns at least every
+ * SCDB_LIX_TICK_NS; a reader trusts the index only while its age is under
+ * SCDB_LIX_STALE_NS (a dead, stopped or hung broker's table is not
+ * answered from; the lookup goes to the request path).  Same host, same
+ * monotonic clock: a client in another time namespace never trusts it. */
+#define SCDB_LIX_TICK_NS 100000000ull    /* 100 ms */
+#define SCDB_LIX_STALE_NS 1000000000ull  /* 1 s    */
+
+enum { SCDB_LIX_LIVE = 1, SCDB_LIX_RETIRED = 2 };
+enum { SCDB_LIX_EMPTY = 0, SCDB_LIX_USED = 1, SCDB_LIX_DELETED = 2 };
+
+/* The header at offset 0 (schema/FORMATS.md, "Lookup index"). */
+typedef struct scdb_lix_header {
+    uint64_t magic;                 /* SCDB_LIX_MAGIC                        */
+    uint32_t version;               /* SCDB_LIX_VERSION                      */
+    uint32_t header_bytes;          /* SCDB_LIX_HEADER_BYTES                 */
+    uint32_t slot_bytes;            /* SCDB_LIX_SLOT_BYTES                   */
+    uint32_t block_tokens;          /* the store's block size                */
+    uint64_t capacity;              /* slots; a power of two                 */
+    uint64_t instance;              /* broker_instance of its broker         */
+    _Atomic uint64_t seq;           /* sequence lock: odd while written      */
+    _Atomic uint32_t state;         /* SCDB_LIX_LIVE / SCDB_LIX_RETIRED      */
+    _Atomic uint32_t max_probe;     /* longest probe distance of a live key  */
+    _Atomic uint64_t live;          /* USED slots                            */
+    _Atomic uint64_t deleted;       /* DELETED slots (tombstones)            */
+    char next[SCDB_LIX_NAME_MAX];   /* successor's name once RETIRED, or ""  */
+    _Atomic uint64_t alive_ns;      /* the broker's CLOCK_MONOTONIC, ns, at
+                                       its last refresh (scdb_lix_tick)      */
+} scdb_lix_header;
+
+typedef struct scdb_lix_slot {
+    _Atomic uint64_t k0, k1;        /* key bytes 0-7 and 8-15 (memcpy)       */
+    _Atomic uint64_t tag;           /* SCDB_LIX_EMPTY / USED / DELETED       */
+    uint64_t reserved;              /* 0                                     */
+} scdb_lix_slot;
+
+typedef struct scdb_lix scdb_lix;
+
+/* ------------------------------------------------------- reader (libscdb) */
+
+/* Open and map (read-only) the index named `name` ("/scdb-lix-..."),
+ * checking it before any use, in this order:
+ *   SCDB_ENOTFOUND   no such object
+ *   SCDB_ESYS        shm_open / fstat / mmap failed otherwise (errno logged)
+ *   SCDB_EMISMATCH   owned by another user, or open to group/others
+ *   SCDB_ETRUNC      shorter than its header, or than header + slots
+ *   SCDB_EFORMAT     wrong magic, header or slot size, capacity not a power
+ *                    of two in [SCDB_LIX_MIN_CAPACITY, SCDB_LIX_MAX_CAPACITY],
+ *                    longer than header + slots, unknown state
+ *   SCDB_EUNSUPPORTED another version
+ *   SCDB_EMISMATCH   instance or block_tokens differ from the expected ones
+ *                    (0 = do not check)
+ *   SCDB_ECLOSED     retired (scdb_lix_next tells its successor, if any;
+ *                    the handle is returned in *out)
+ *   SCDB_EINVAL      NULL name/out, name too long.
+ * On any error but SCDB_ECLOSED *out is NULL. */
+scdb_err scdb_lix_open(const char *name, uint64_t instance, uint32_t block_tokens,
+                       scdb_lix **out);
+
+/* Leading keys of keys[0..n) that are present, into *n_present, from one
+ * consistent view.  SCDB_OK; SCDB_EBUSY (the writer kept changing the table
+ * for SCDB_LIX_READ_TRIES tries); SCDB_ECLOSED (retired: *n_present 0);
+ * SCDB_ETIMEDOUT (the broker has not refreshed it for SCDB_LIX_STALE_NS:
+ * gone, stopped or hung; *n_present 0); SCDB_EINVAL (NULL argument). */
+scdb_err scdb_lix_match(const scdb_lix *ix, const scdb_key *keys, size_t n, size_t *n_present);
+
+/* A retired index's successor name ("" if none) into buf (>=
+ * SCDB_LIX_NAME_MAX bytes).  Returns 1 if the index is retired, else 0. */
+int scdb_lix_retired(const scdb_lix *ix, char *buf);
+
+/* Unmap and free (the object itself stays); NULLs *ix; accepts NULL. */
+void scdb_lix_close(scdb_lix **ix);
+
+/* ---------------------------------------------------------- writer (broker) */
+
+/* Create a new index object (random name, O_EXCL, mode 0600, reserved with
+ * posix_fallocate) with room for at least `entries` keys, mapped
+ * read-write.  Errors: SCDB_EINVAL, SCDB_ETOOBIG (over the maximum
+ * capacity), SCDB_EFULL (no room in /dev/shm), SCDB_ESYS, SCDB_ENOMEM. */
+scdb_err scdb_lix_create(uint64_t instance, uint32_t block_tokens, uint64_t entries,
+                         scdb_lix **out);
+
+/* The object's name ("/scdb-lix-<32 hex>"). */
+const char *scdb_lix_name(const scdb_lix *ix);
+uint64_t scdb_lix_count(const scdb_lix *ix);
+uint64_t scdb_lix_capacity(const scdb_lix *ix);
+
+/* Refresh the liveness word (now, CLOCK_MONOTONIC); the broker calls it at
+ * least every SCDB_LIX_TICK_NS. */
+void scdb_lix_tick(scdb_lix *ix);
+
+/* Add a key (no-op if present).  SCDB_EFULL: live entries would pass half
+ * the capacity — grow first (scdb_lix_grow); SCDB_ENOMEM (purging
+ * tombstones needs a scratch array); SCDB_EINVAL (read-only handle). */
+scdb_err scdb_lix_insert(scdb_lix *ix, const scdb_key *k);
+/* Remove a key (no-op if absent). */
+void scdb_lix_remove(scdb_lix *ix, const scdb_key *k);
+
+/* A new object of twice the capacity holding ix's live keys (ix is not
+ * changed: retire it with scdb_lix_retire once the new one is published).
+ * Errors: those of scdb_lix_create. */
+scdb_err scdb_lix_grow(const scdb_lix *ix, scdb_lix **out);
+
+/* Mark retired (with successor name `next`, may be NULL), unlink the name,
+ * unmap, free.  NULLs *ix; accepts NULL. */
+void scdb_lix_retire(scdb_lix **ix, const char *next);
+
+/* Retire and unlink the object `name` left by a broker that did not stop
+ * cleanly.  A damaged object of our user (SCDB_ETRUNC, SCDB_EFORMAT,
+ * SCDB_EUNSUPPORTED: returned) is unlinked without marking; another
+ * user's is left alone (SCDB_EMISMATCH).  SCDB_OK (also when it no longer
+ * exists or was retired already), the errors of scdb_lix_open. */
+scdb_err scdb_lix_retire_name(const char *name);
+
+#endif /* SCDB_LOOKUP_INDEX_H */
