@@ -11,7 +11,10 @@
  *   - tools/export_hf.py (when python3 is on PATH) writes checkpoints that
  *     give the same logits as this file's exporter;
  *   - bad input: each case gets its own scdb_err and a message naming the
- *     file, key or tensor at fault. */
+ *     file, key or tensor at fault;
+ *   - running out of memory at any allocation of a load (own layout, one
+ *     HF file, HF shards in bf16) returns an error and leaks nothing (the
+ *     ASan build checks the leaks). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -27,6 +30,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "alloc_fault.h"
 #include "model.h"
 #include "safetensors.h"
 
@@ -677,6 +681,44 @@ static void test_export_tool(void **state)
     }
 }
 
+static void test_alloc_failures(void **state)
+{
+    (void)state;
+    char own[512], dirs[3][512], err[512];
+    snprintf(own, sizeof own, "%s/oom_own", tmpdir);
+    write_tiny_own(own, &TINY);
+    exp_opts single = {.hf = 1, .dtype = SCDB_F32};
+    exp_opts shards = {.hf = 1, .dtype = SCDB_BF16, .shards = 3};
+    snprintf(dirs[0], sizeof dirs[0], "%s", own);
+    snprintf(dirs[1], sizeof dirs[1], "%s/oom_hf", tmpdir);
+    snprintf(dirs[2], sizeof dirs[2], "%s/oom_hf_shards", tmpdir);
+    export_model(own, dirs[1], &single);
+    export_model(own, dirs[2], &shards);
+    alloc_fault_cjson(1);
+    for (int d = 0; d < 3; d++) {
+        long n, injected = 0;
+        for (n = 0; n < 100000; n++) {
+            scdb_model *m = (scdb_model *)1;
+            alloc_fault_arm(n);
+            scdb_err rc = scdb_model_load(dirs[d], &m, err, sizeof err);
+            alloc_fault_disarm();
+            if (!alloc_fault_hit()) {
+                assert_int_equal(rc, SCDB_OK);
+                scdb_model_free(&m);
+                break;
+            }
+            injected++;
+            /* cJSON reports its own allocation failures as parse errors */
+            if (rc != SCDB_ENOMEM && rc != SCDB_EFORMAT)
+                fail_msg("%s: allocation %ld failed: got %s (%s)", dirs[d], n, scdb_strerror(rc), err);
+            assert_null(m);
+        }
+        print_message("%s: %ld allocation points covered\n", strrchr(dirs[d], '/') + 1, injected);
+        assert_true(injected > 5);
+    }
+    alloc_fault_cjson(0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -685,6 +727,7 @@ int main(void)
         cmocka_unit_test(test_bad_inputs),
         cmocka_unit_test(test_family),
         cmocka_unit_test(test_export_tool),
+        cmocka_unit_test(test_alloc_failures),
     };
     return cmocka_run_group_tests_name("model_hf", tests, setup_tmp, teardown_tmp);
 }
