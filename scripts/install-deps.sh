@@ -22,7 +22,8 @@ for a in "$@"; do
                    prometheus curl systemd dpkg-dev fakeroot file
                    redis-server redis-tools) ;;
     --bench) pkgs+=(redis-server redis-tools python3-matplotlib) ;;
-    --train) pkgs+=(python3-torch python3-numpy fortunes manpages manpages-dev doc-debian) ;;
+    --train) pkgs+=(python3-torch python3-numpy fortunes manpages manpages-dev doc-debian
+                    libpython3.11-stdlib) ;;
     -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
     *) echo "install-deps.sh: unknown option $a" >&2; exit 2 ;;
   esac

@@ -128,9 +128,10 @@ if python3 - "$tmp/m.json" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1]))
 names = {m["name"] for m in d["models"]}
-assert {"base", "code", "manpages"} <= names, names
+assert {"base", "code", "manpages", "python"} <= names, names
+assert set(d["domains"]) >= {"english", "code", "manpages", "python"}, d["domains"]
 for m in d["models"]:
-    assert set(m["bpb"]) >= {"english", "code", "manpages"}, m
+    assert set(m["bpb"]) >= {"english", "code", "manpages", "python"}, m
     assert all(0.5 < v < 8.0 for v in m["bpb"].values()), m
 PY
 then ok "models JSON has every model and domain"; else bad "models JSON has every model and domain"; fi
