@@ -15,6 +15,8 @@ int scdb_cmd_stats(int argc, char **argv);
 int scdb_cmd_calibrate(int argc, char **argv); /* cmd_calibrate.c */
 int scdb_cmd_demo(int argc, char **argv);      /* cmd_demo.c */
 int scdb_cmd_train_policy(int argc, char **argv); /* cmd_train_policy.c */
+int scdb_cmd_audit(int argc, char **argv);     /* cmd_audit.c */
+int scdb_cmd_fingerprint(int argc, char **argv);
 
 /* The asset directory: $SCDB_DATA, else ../share/scdb beside the program
  * (scdb_data_dir). */
