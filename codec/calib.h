@@ -83,7 +83,13 @@ struct scdb_calib {
     ewin *ev;
     int nev;
     cx_basis *basis;        /* [L][3] cached encoder bases */
+    scdb_codec_id *fitted;  /* ids of the codebooks fitted in this session */
+    int n_fitted;
 };
+
+/* calib_codebook.c: 1 if the session fitted codebook cb (its pairs are joint
+ * fits), 0 if cb came from elsewhere (a frozen codebook: late-added pairs). */
+int cx_cal_fitted_here(const scdb_calib *c, const scdb_codebook *cb);
 
 #define VERB(c, ...) do { if ((c)->o.verbose) fprintf(stderr, __VA_ARGS__); } while (0)
 

@@ -79,6 +79,7 @@ void scdb_calib_free(scdb_calib **pc)
     free(c->ev);
     if (c->basis) for (int i = 0; i < c->L * 3; i++) free(c->basis[i].E);
     free(c->basis);
+    free(c->fitted);
     free(c);
     *pc = NULL;
 }
