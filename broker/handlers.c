@@ -39,6 +39,9 @@ static void reply(scdb_broker *b, const rq *q, scdb_err status, Scdb__Reply *bod
     if (bk_pack_reply(q->id, status, msg, body, &buf, &len) == SCDB_OK) {
         bk_send_reply(b, q->sock, q->ident, buf, len);
         free(buf);
+    } else {
+        status = SCDB_ENOMEM;
+        bk_send_status(b, q->sock, q->ident, q->id, status, "out of memory (reply)");
     }
     bk_account(b, q->op, status, q->t0);
 }
