@@ -17,15 +17,19 @@ typedef struct rq {
     uint64_t t0;
 } rq;
 
-/* Reply with a status, a printf message and an optional body. */
-static void reply(scdb_broker *b, const rq *q, scdb_err status, Scdb__Reply *body,
-                  const char *fmt, ...) __attribute__((format(printf, 5, 6)));
-static void reply(scdb_broker *b, const rq *q, scdb_err status, Scdb__Reply *body,
-                  const char *fmt, ...)
+/* Reply with a status, a printf message and an optional body.  Returns
+ * SCDB_ENOMEM when the reply could not be packed (the client got a bare
+ * SCDB_ENOMEM instead: what the request made must then be undone), else
+ * SCDB_OK. */
+static scdb_err reply(scdb_broker *b, const rq *q, scdb_err status, Scdb__Reply *body,
+                      const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+static scdb_err reply(scdb_broker *b, const rq *q, scdb_err status, Scdb__Reply *body,
+                      const char *fmt, ...)
 {
     char msg[512] = "";
     uint8_t *buf;
     size_t len;
+    scdb_err sent = SCDB_OK;
 
     if (fmt) {
         va_list ap;
@@ -40,10 +44,11 @@ static void reply(scdb_broker *b, const rq *q, scdb_err status, Scdb__Reply *bod
         bk_send_reply(b, q->sock, q->ident, buf, len);
         free(buf);
     } else {
-        status = SCDB_ENOMEM;
+        status = sent = SCDB_ENOMEM;
         bk_send_status(b, q->sock, q->ident, q->id, status, "out of memory (reply)");
     }
     bk_account(b, q->op, status, q->t0);
+    return sent;
 }
 
 static bk_op op_of(Scdb__Request__BodyCase c)
@@ -220,7 +225,7 @@ static void on_hello(scdb_broker *b, const rq *q, const Scdb__Request *req)
     hr.ns.len = sizeof cb->ns.b;
     r.body_case = SCDB__REPLY__BODY_HELLO;
     r.hello = &hr;
-    reply(b, q, SCDB_OK, &r, NULL);
+    if (reply(b, q, SCDB_OK, &r, NULL)) bk_client_drop(b, c, "not told its token (no memory)");
 }
 
 /* ---------------------------------------------------------------- blocks */
@@ -471,7 +476,7 @@ static void on_arena_create(scdb_broker *b, const rq *q, bk_client *c,
     }
     r.body_case = SCDB__REPLY__BODY_ARENA;
     r.arena = &ar;
-    reply(b, q, SCDB_OK, &r, NULL);
+    if (reply(b, q, SCDB_OK, &r, NULL)) bk_client_free_arena(b, c, a);   /* never named */
 }
 
 static void on_arena_mapped(scdb_broker *b, const rq *q, bk_client *c, uint64_t id, int free_it)
@@ -509,8 +514,8 @@ static void on_session_open(scdb_broker *b, const rq *q, bk_client *c,
     bk_on_session_open(b, c, so, &r, &sr, &e, msg, sizeof msg);
     if (e)
         reply(b, q, e, NULL, "%s", msg);
-    else
-        reply(b, q, SCDB_OK, &r, NULL);
+    else if (reply(b, q, SCDB_OK, &r, NULL))
+        bk_session_close_id(b, c, sr.session, 0, msg, sizeof msg);   /* never named */
 }
 
 static int on_session_evict(scdb_broker *b, const rq *q, bk_client *c, Scdb__Request *req)

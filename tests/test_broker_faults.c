@@ -193,11 +193,14 @@ static long fault_loop(const fault_case *fc)
         Scdb__Request rq = SCDB__REQUEST__INIT;
         packed p = {0};
         Scdb__Reply *r = NULL;
-        uint64_t id;
+        uint64_t id, a_before, s_before, c_before;
         int rc, fired;
 
         fc->build(&rq, &p, fc->ctx);
         id = bi->next_id;
+        a_before = b->n_arenas;
+        s_before = b->n_sessions;
+        c_before = b->n_clients;
         alloc_fault_arm(n);
         rc = bi_call(bi, p.buf, p.len, p.frames, p.flen, p.nf, 10000, &r);
         fired = alloc_fault_fired();
@@ -217,6 +220,16 @@ static long fault_loop(const fault_case *fc)
             if (r->body_case == SCDB__REPLY__BODY_GET) assert_int_equal(r->get->tokens_written, 16);
             if (r->body_case == SCDB__REPLY__BODY_SESSION_EVICT)
                 assert_int_equal(r->session_evict->n_kept, 8);
+        }
+        if (r->status != SCDB_OK) {
+            /* a refusal leaves nothing behind that the client cannot name */
+            if (b->n_arenas > a_before || b->n_sessions > s_before || b->n_clients > c_before)
+                fail_msg("%s, allocation %ld failed: refused (%s) but the broker now holds "
+                         "%llu arenas (%llu before), %llu sessions (%llu), %llu clients (%llu)",
+                         fc->what, n, scdb_strerror((scdb_err)r->status),
+                         (unsigned long long)b->n_arenas, (unsigned long long)a_before,
+                         (unsigned long long)b->n_sessions, (unsigned long long)s_before,
+                         (unsigned long long)b->n_clients, (unsigned long long)c_before);
         }
         if (r->status >= 0 && r->status < 64) statuses[r->status]++;
         scdb__reply__free_unpacked(r, NULL);
