@@ -1,6 +1,7 @@
 /* broker_inproc.c — broker_inproc.h: a broker driven request by request. */
 #include "broker_inproc.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,15 +9,29 @@
 
 #define BI_ID "bi"
 
+/* zmq_poll on one socket for up to timeout_ms, through signals (libFuzzer's
+ * SIGALRM watchdog interrupts it): 1 ready, 0 not within the time. */
+static int poll_in(void *sock, int timeout_ms)
+{
+    double until = scdb_now() + timeout_ms / 1000.0;
+    for (;;) {
+        zmq_pollitem_t it = {.socket = sock, .events = ZMQ_POLLIN};
+        int left = (int)((until - scdb_now()) * 1000.0), rc;
+        if (left < 0) left = 0;
+        rc = zmq_poll(&it, 1, left);
+        if (rc > 0) return 1;
+        if (rc == 0 || zmq_errno() != EINTR || left == 0) return 0;
+    }
+}
+
 /* Finish every job the last request queued, as the event loop does. */
 static int drain_jobs(bi_broker *bi, int timeout_ms)
 {
     scdb_broker *b = bi->b;
 
     while (b->inflight > 0) {
-        zmq_pollitem_t it = {.socket = b->done, .events = ZMQ_POLLIN};
         bk_job *j;
-        if (zmq_poll(&it, 1, timeout_ms) <= 0) return -1;
+        if (!poll_in(b->done, timeout_ms)) return -1;
         while (zmq_recv(b->done, &j, sizeof j, ZMQ_DONTWAIT) == (int)sizeof j) bk_job_done(b, j);
     }
     return 0;
@@ -24,15 +39,15 @@ static int drain_jobs(bi_broker *bi, int timeout_ms)
 
 static int recv_reply(bi_broker *bi, int timeout_ms, Scdb__Reply **reply)
 {
-    zmq_pollitem_t it = {.socket = bi->dealer, .events = ZMQ_POLLIN};
     zmq_msg_t m;
     int got = 0, more;
 
     if (reply) *reply = NULL;
-    if (zmq_poll(&it, 1, timeout_ms) <= 0) return -1;
+    if (!poll_in(bi->dealer, timeout_ms)) return -1;
     do {
         zmq_msg_init(&m);
-        if (zmq_msg_recv(&m, bi->dealer, 0) < 0) {
+        while (zmq_msg_recv(&m, bi->dealer, 0) < 0) {
+            if (zmq_errno() == EINTR) continue;
             zmq_msg_close(&m);
             return -1;
         }
@@ -131,7 +146,6 @@ static int handshake(bi_broker *bi)
 {
     Scdb__Request rq = SCDB__REQUEST__INIT;
     Scdb__Ping p = SCDB__PING__INIT;
-    zmq_pollitem_t it = {.socket = bi->b->router[0], .events = ZMQ_POLLIN};
     zmq_msg_t f[2];
     uint8_t buf[64];
     size_t len;
@@ -143,7 +157,7 @@ static int handshake(bi_broker *bi)
     rq.ping = &p;
     len = scdb__request__pack(&rq, buf);
     if (zmq_send(bi->dealer, buf, len, 0) < 0) return -1;
-    if (zmq_poll(&it, 1, 10000) <= 0) return -1;
+    if (!poll_in(bi->b->router[0], 10000)) return -1;
     while (more && n < 2) {
         zmq_msg_init(&f[n]);
         if (zmq_msg_recv(&f[n], bi->b->router[0], 0) < 0) return -1;
