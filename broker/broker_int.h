@@ -84,6 +84,7 @@ typedef struct bk_client {
     uint64_t arena_bytes;
     struct bk_session *sessions;
     uint32_t n_sessions;
+    int inflight;               /* its jobs queued or running              */
     struct bk_client *next;     /* hash chain                              */
 } bk_client;
 

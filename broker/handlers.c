@@ -610,7 +610,7 @@ void bk_handle(scdb_broker *b, int sock, zmq_msg_t *frames, int n_frames, int to
     rq q = {.sock = sock, .ident = &frames[0], .id = 0, .op = OP_INVALID,
             .t0 = scdb_now_ns()};
     Scdb__Request *req = NULL;
-    bk_client *c;
+    bk_client *c = NULL;
     int n_payload = n_frames - 2, owned = 0;
     uint32_t expect;
 
@@ -676,6 +676,14 @@ void bk_handle(scdb_broker *b, int sock, zmq_msg_t *frames, int n_frames, int to
               b->inflight);
         goto done;
     }
+    if ((q.op == OP_PUT || q.op == OP_GET || q.op == OP_DELETE || q.op == OP_SESSION_EVICT ||
+         q.op == OP_PUT_STATES) &&
+        c && c->inflight >= b->cfg.max_inflight_per_client) {
+        reply(b, &q, SCDB_EBUSY, NULL,
+              "this client has %d requests in flight (max_inflight_per_client): read the "
+              "replies first", c->inflight);
+        goto done;
+    }
     switch (q.op) {
     case OP_PING: {
         Scdb__Reply r = SCDB__REPLY__INIT;
@@ -713,5 +721,6 @@ void bk_handle(scdb_broker *b, int sock, zmq_msg_t *frames, int n_frames, int to
     default: reply(b, &q, SCDB_EPROTO, NULL, "unexpected request"); break;
     }
 done:
+    if (owned && c) c->inflight++;     /* its job's; bk_job_done gives it back */
     if (!owned) scdb__request__free_unpacked(req, NULL);
 }

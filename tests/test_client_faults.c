@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "alloc_fault.h"
+#include "broker_proc.h"
 #include "scdb.h"
 #include "scdb_common.h"
 #include "wire_records.h"
@@ -31,8 +32,8 @@
 #define BT WR_BLOCK_TOKENS
 #define N_TOK 16
 
-static char dir[64], endpoint[128];
-static pid_t broker = -1;
+static bp_broker bp;
+static const char *endpoint = bp.endpoint;
 static scdb *prod, *cons, *sprod, *scons, *watch;
 static int32_t stored[N_TOK];
 static scdb_kv_cache *ref_raw, *ref_scd;   /* clean gets of the stored prefix */
@@ -480,32 +481,14 @@ static void test_session_calls(void **state)
 
 static int setup(void **state)
 {
-    char cfg[128], ini[3072], log[128];
-    FILE *f;
+    char ini[3072];
     scdb_arena *a = NULL;
-    scdb_err e;
-    double until;
     (void)state;
 
-    snprintf(dir, sizeof dir, "/tmp/scdb-client-faults-XXXXXX");
-    if (!mkdtemp(dir)) return -1;
-    snprintf(endpoint, sizeof endpoint, "ipc://%s/s", dir);
-    snprintf(cfg, sizeof cfg, "%s/broker.ini", dir);
-    snprintf(log, sizeof log, "%s/broker.log", dir);
-    snprintf(ini, sizeof ini, WR_CONFIG_FMT, SCDB_FUZZ_SEEDS, SCDB_FUZZ_SEEDS, SCDB_FUZZ_SEEDS);
-    if (!(f = fopen(cfg, "w"))) return -1;
-    fprintf(f, "[broker]\nendpoint = %s\ndata_dir = %s/data\nlog_level = warn\n"
-               "heartbeat_timeout_ms = 600000\n%s", endpoint, dir, ini);
-    fclose(f);
-    broker = fork();
-    if (broker == 0) {
-        if (!freopen(log, "a", stderr)) _exit(127);
-        execl(SCDB_BROKER_BIN, "scdb-broker", "--config", cfg, (char *)NULL);
-        _exit(127);
-    }
-    until = scdb_now() + 30;
-    while ((e = open_handle(0, NULL, NULL, 0, &watch)) && scdb_now() < until) usleep(20000);
-    if (e) return -1;
+    snprintf(ini, sizeof ini, "heartbeat_timeout_ms = 600000\n" WR_CONFIG_FMT, SCDB_FUZZ_SEEDS,
+             SCDB_FUZZ_SEEDS, SCDB_FUZZ_SEEDS);
+    if (bp_start(&bp, SCDB_BROKER_BIN, ini)) return -1;
+    if (open_handle(0, NULL, NULL, 0, &watch)) return -1;
     if (open_handle(SCDB_PRODUCER, "tiny", NULL, 0, &prod) ||
         open_handle(SCDB_CONSUMER, "tiny", NULL, 0, &cons) ||
         open_handle(SCDB_CONSUMER, "tiny", NULL, 1, &cons_req) ||
@@ -545,12 +528,7 @@ static int teardown(void **state)
     scdb_close(&sprod);
     scdb_close(&scons);
     scdb_close(&watch);
-    if (broker > 0) {
-        int st;
-        kill(broker, SIGTERM);
-        waitpid(broker, &st, 0);
-    }
-    scdb_rm_tree(dir);
+    bp_cleanup(&bp);
     return 0;
 }
 

@@ -59,15 +59,14 @@ static int recv_reply(bi_broker *bi, int timeout_ms, Scdb__Reply **reply)
     return 0;
 }
 
-int bi_call(bi_broker *bi, const void *req, size_t len, const void *const *frames,
-            const size_t *frame_lens, int n_frames, int timeout_ms, Scdb__Reply **reply)
+int bi_send(bi_broker *bi, const void *req, size_t len, const void *const *frames,
+            const size_t *frame_lens, int n_frames)
 {
     scdb_broker *b = bi->b;
     zmq_msg_t stack[16], *f = stack;
     uint64_t total = len, max_frames;
-    int n = 0, too_big = 0, rc;
+    int n = 0, too_big = 0;
 
-    if (reply) *reply = NULL;
     /* what recv_one (broker.c) keeps of an oversized request: identity and
      * request frame, with too_big set */
     max_frames = 3 + b->cfg.max_tokens / (b->block_tokens ? b->block_tokens : 1);
@@ -89,7 +88,24 @@ int bi_call(bi_broker *bi, const void *req, size_t len, const void *const *frame
     bk_handle(b, 0, f, n, too_big, total);
     for (int i = 0; i < n; i++) zmq_msg_close(&f[i]);
     if (f != stack) free(f);
-    rc = drain_jobs(bi, timeout_ms);
+    return 0;
+}
+
+int bi_drain(bi_broker *bi, int timeout_ms) { return drain_jobs(bi, timeout_ms); }
+
+int bi_recv(bi_broker *bi, int timeout_ms, Scdb__Reply **reply)
+{
+    return recv_reply(bi, timeout_ms, reply);
+}
+
+int bi_call(bi_broker *bi, const void *req, size_t len, const void *const *frames,
+            const size_t *frame_lens, int n_frames, int timeout_ms, Scdb__Reply **reply)
+{
+    int rc;
+
+    if (reply) *reply = NULL;
+    rc = bi_send(bi, req, len, frames, frame_lens, n_frames);
+    if (rc == 0) rc = drain_jobs(bi, timeout_ms);
     if (rc == 0) rc = recv_reply(bi, timeout_ms, reply);
     return rc;
 }

@@ -53,6 +53,16 @@ void bi_close(bi_broker **bi);
 int bi_call(bi_broker *bi, const void *req, size_t len, const void *const *frames,
             const size_t *frame_lens, int n_frames, int timeout_ms, Scdb__Reply **reply);
 
+/* bi_call in its three steps, for tests that keep jobs in flight: hand
+ * the request to bk_handle (0, -1 out of memory); finish every job in
+ * flight (0, -1 after timeout_ms); receive the next reply (0, -1 none
+ * within timeout_ms).  Replies of requests answered inline arrive at
+ * once, those of jobs only after bi_drain. */
+int bi_send(bi_broker *bi, const void *req, size_t len, const void *const *frames,
+            const size_t *frame_lens, int n_frames);
+int bi_drain(bi_broker *bi, int timeout_ms);
+int bi_recv(bi_broker *bi, int timeout_ms, Scdb__Reply **reply);
+
 /* Pack rq (version and a fresh id set here) and bi_call it.  Returns the
  * reply's status, or -1 (no reply, or SCDB_ENOMEM packing). */
 int bi_request(bi_broker *bi, Scdb__Request *rq, const void *const *frames,
