@@ -9,7 +9,7 @@
 # $SCDB_FUZZ_BUILD_DIR; -DSCDB_FUZZ=ON, CUDA off), starts each from its
 # committed corpus tests/fuzz/corpus/TARGET and keeps what it finds in
 # build-fuzz/corpus/TARGET (the committed corpus is never written).  A crash
-# is saved as build-fuzz/artifacts/TARGET/crash-*: copy it into
+# is saved as build-fuzz/artifacts/TARGET/RUN/crash-*: copy it into
 # tests/fuzz/corpus/TARGET/ as crash-<what> with the fix, so every build
 # replays it (CTest test_fuzz_TARGET).  Prints one line per target and a
 # table (also in build-fuzz/fuzz-summary.md); exit 1 if any target crashed.
@@ -50,7 +50,7 @@ for t in "${targets[@]}"; do
   bin="$build/tests/fuzz/fuzz_$t"
   [ -x "$bin" ] || { echo "fuzz.sh: no target $t" >&2; failed=1; continue; }
   work="$build/corpus/$t"
-  art="$build/artifacts/$t"
+  art="$build/artifacts/$t/$(date +%Y%m%d-%H%M%S)"   # this run's findings only
   mkdir -p "$work" "$art"
   limit=(-max_total_time="$seconds")
   [ -n "$runs" ] && limit=(-runs="$runs")
