@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install the Debian packages scdb needs (idempotent; fast when all present).
 #   scripts/install-deps.sh            build + demo dependencies
-#   scripts/install-deps.sh --test     also what the test suite runs (pytest, PyTorch)
+#   scripts/install-deps.sh --test     also what the test suite runs (pytest, PyTorch,
+#                                      clang + libFuzzer for the fuzz smoke)
 #   scripts/install-deps.sh --bench    also what the benchmarks use
 #                                      (redis for `bench broker`, matplotlib for PNGs)
 #   scripts/install-deps.sh --train    also PyTorch, to retrain the model family
@@ -13,7 +14,7 @@ pkgs=(build-essential cmake pkg-config
       python3-dev python3-numpy)
 for a in "$@"; do
   case "$a" in
-    --test) pkgs+=(python3 python3-pytest python3-torch) ;;
+    --test) pkgs+=(python3 python3-pytest python3-torch clang libclang-rt-14-dev) ;;
     --bench) pkgs+=(redis-server redis-tools python3-matplotlib) ;;
     --train) pkgs+=(python3-torch python3-numpy fortunes manpages manpages-dev doc-debian) ;;
     -h|--help) sed -n '2,8p' "$0"; exit 0 ;;
