@@ -174,7 +174,7 @@ int scdb_bench_chaos(int argc, char **argv)
     uint64_t client_errors = 0, unavailable = 0, acked_blocks = 0, client_wrong = 0;
     uint64_t client_verified = 0, reclaimed_clients = 0, reclaimed_arenas = 0,
              reclaimed_sessions = 0;
-    long rss_base = 0, rss_after = 0;
+    long rss_base = 0, rss_after = 0, part_base[3] = {0}, part_after[3] = {0};
     int left_arenas = -1, left_sessions = -1, left_clients = -1;
     double t0 = scdb_now(), restart_s = 0;
     char first_error[200] = "";
@@ -289,7 +289,7 @@ int scdb_bench_chaos(int argc, char **argv)
         close(ready);
         for (int i = 0; i < clients; i++) waitpid(pids[i], NULL, 0);
         usleep(500000);
-        rss_base = lw_rss_kb(c.env.broker);
+        rss_base = lw_rss_parts(c.env.broker, part_base);
         scdb_stats(c.lookup_raw, &st0);
         c.env.seconds = 60;
         go = lw_spawn(&c.env, 2000, clients, pids, &ready);
@@ -314,7 +314,7 @@ int scdb_bench_chaos(int argc, char **argv)
         reclaimed_arenas = st.reclaimed_arenas - st0.reclaimed_arenas;
         reclaimed_sessions = st.reclaimed_sessions - st0.reclaimed_sessions;
         usleep(500000);
-        rss_after = lw_rss_kb(c.env.broker);
+        rss_after = lw_rss_parts(c.env.broker, part_after);
     }
 
     printf("scdb bench chaos: %d broker kills (kill -9) under load from %d client processes, "
@@ -334,6 +334,8 @@ int scdb_bench_chaos(int argc, char **argv)
            (unsigned long long)reclaimed_arenas, (unsigned long long)reclaimed_sessions,
            left_clients, left_arenas, left_sessions, rss_base, rss_after,
            rss_base > 0 ? 100.0 * (double)(rss_after - rss_base) / (double)rss_base : 0);
+    printf("(anonymous %ld -> %ld kB, file: LMDB's map %ld -> %ld kB, shared memory %ld -> %ld kB)\n",
+           part_base[0], part_after[0], part_base[1], part_after[1], part_base[2], part_after[2]);
     printf("\ngoals: 0 acknowledged blocks lost: %s; 0 wrong bytes: %s; 0 client errors: %s; "
            "reclaimed to nothing: %s; RSS within 5%% of the baseline: %s\n",
            c.lost_acked ? "NOT met" : "met", c.wrong_bytes ? "NOT met" : "met",

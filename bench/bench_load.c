@@ -42,6 +42,7 @@ typedef struct run_stats {
     double ops_s[LW_N_OPS], p50[LW_N_OPS], p99[LW_N_OPS], p999[LW_N_OPS];
     uint64_t count[LW_N_OPS];
     long rss_start, rss_peak, rss_end;
+    long part_start[3], part_peak[3], part_end[3];   /* anon, file, shmem */
     int fds_start, fds_peak, fds_end;
     uint64_t fallbacks;
     char first_error[200];
@@ -75,7 +76,8 @@ static int run(lw_env *env, int n, run_stats *s)
     s->clients = n;
     s->seconds = env->seconds;
     if (!pids) return -1;
-    s->rss_start = s->rss_peak = lw_rss_kb(env->broker);
+    s->rss_start = s->rss_peak = lw_rss_parts(env->broker, s->part_start);
+    memcpy(s->part_peak, s->part_start, sizeof s->part_peak);
     s->fds_start = s->fds_peak = lw_fds(env->broker);
     go = lw_spawn(env, 0, n, pids, &ready);
     if (go < 0) return -1;
@@ -86,9 +88,11 @@ static int run(lw_env *env, int n, run_stats *s)
     close(go);                       /* go */
     t_end = scdb_now() + env->seconds + 60;
     for (int left = n; left > 0 && scdb_now() < t_end;) {
-        long r = lw_rss_kb(env->broker);
+        long parts[3], r = lw_rss_parts(env->broker, parts);
         int fd = lw_fds(env->broker);
         if (r > s->rss_peak) s->rss_peak = r;
+        for (int k = 0; k < 3; k++)
+            if (parts[k] > s->part_peak[k]) s->part_peak[k] = parts[k];
         if (fd > s->fds_peak) s->fds_peak = fd;
         for (int i = 0; i < n; i++) {
             int st;
@@ -109,7 +113,7 @@ static int run(lw_env *env, int n, run_stats *s)
     /* the clients said goodbye: give the broker a moment to let go */
     for (int k = 0; k < 10; k++) {
         usleep(100000);
-        s->rss_end = lw_rss_kb(env->broker);
+        s->rss_end = lw_rss_parts(env->broker, s->part_end);
         s->fds_end = lw_fds(env->broker);
         if (s->fds_end <= s->fds_start) break;
     }
@@ -177,6 +181,10 @@ static void print_run(const run_stats *s)
            s->rss_start, s->rss_peak, s->rss_end,
            s->rss_start > 0 ? 100.0 * (double)(s->rss_end - s->rss_start) / (double)s->rss_start : 0,
            s->fds_start, s->fds_peak, s->fds_end, (unsigned long long)s->fallbacks);
+    printf("of which anonymous (heaps) %ld / %ld / %ld kB, file (LMDB's map) %ld / %ld / %ld kB, "
+           "shared memory (arenas, lookup index) %ld / %ld / %ld kB (start / peak / end)\n",
+           s->part_start[0], s->part_peak[0], s->part_end[0], s->part_start[1], s->part_peak[1],
+           s->part_end[1], s->part_start[2], s->part_peak[2], s->part_end[2]);
 }
 
 static cJSON *run_json(const run_stats *s)
@@ -291,6 +299,11 @@ int scdb_bench_load(int argc, char **argv)
                big->p99[LW_GET] <= 4 * one->p50[LW_GET] ? "met" : "NOT met");
         printf("  broker RSS after the clients left: %.1f%% from its start (goal within 5%%): %s\n",
                rss_pct, rss_pct <= 5 ? "met" : "NOT met");
+        printf("  anonymous RSS (the broker's own heaps): %ld kB at start, %ld kB at end "
+               "(%+.1f%%)\n", big->part_start[0], big->part_end[0],
+               big->part_start[0] > 0
+                   ? 100.0 * (double)(big->part_end[0] - big->part_start[0]) / (double)big->part_start[0]
+                   : 0);
         printf("  open fds: %d at start, %d at end: %s\n", big->fds_start, big->fds_end,
                big->fds_end <= big->fds_start ? "no growth" : "GREW");
     }

@@ -173,17 +173,26 @@ void lw_teardown(lw_env *env, int keep)
 
 long lw_rss_kb(pid_t pid)
 {
+    long parts[3];
+    return lw_rss_parts(pid, parts);
+}
+
+long lw_rss_parts(pid_t pid, long parts[3])
+{
+    static const char *const key[3] = {"RssAnon:", "RssFile:", "RssShmem:"};
     char path[64], line[256];
     long kb = -1;
     FILE *f;
 
+    parts[0] = parts[1] = parts[2] = -1;
     snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
     if (!(f = fopen(path, "r"))) return -1;
-    while (fgets(line, sizeof line, f))
-        if (!strncmp(line, "VmRSS:", 6)) {
-            kb = strtol(line + 6, NULL, 10);
-            break;
-        }
+    while (fgets(line, sizeof line, f)) {
+        if (!strncmp(line, "VmRSS:", 6)) kb = strtol(line + 6, NULL, 10);
+        for (int i = 0; i < 3; i++)
+            if (!strncmp(line, key[i], strlen(key[i])))
+                parts[i] = strtol(line + strlen(key[i]), NULL, 10);
+    }
     fclose(f);
     return kb;
 }

@@ -109,8 +109,11 @@ int lw_wait_ready(int ready_fd, int n, double timeout_s);
 int lw_collect(const lw_env *env, int i, lw_result *r, float **lat, size_t *n_lat,
                size_t *cap_lat);
 
-/* The broker's resident memory (VmRSS, kB) and open descriptors. */
+/* The broker's resident memory (VmRSS, kB) and open descriptors;
+ * lw_rss_parts also splits it into anonymous (heaps), file (LMDB's map)
+ * and shared memory (arenas, the lookup index): parts[0..2], kB. */
 long lw_rss_kb(pid_t pid);
+long lw_rss_parts(pid_t pid, long parts[3]);
 int lw_fds(pid_t pid);
 
 /* The deterministic raw payload (F16 K then V, schema/wire.h) of block b
