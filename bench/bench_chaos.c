@@ -84,7 +84,7 @@ static int open_verifiers(chaos *c)
     return 0;
 }
 
-/* Read back acknowledged raw put i byte for byte. */
+/* Read back an acknowledged raw put (its tokens) byte for byte. */
 static void read_back(chaos *c, const int32_t *t)
 {
     scdb_get_result r;

@@ -232,6 +232,7 @@ typedef struct worker {
     scdb_arena *arena;
     scdb_session *sess;
     float *probs;
+    uint16_t *pay;                /* put: the payload of 2 blocks */
     uint64_t seq;
     int ack_fd;
 } worker;
@@ -399,13 +400,12 @@ static scdb_err one(worker *w, double *us)
         const scdb_info *in = scdb_get_info(w->h);
         int kv = in->n_kv_heads * in->head_dim;
         size_t per = 2 * (size_t)in->n_layers * BT * (size_t)kv;
-        static __thread uint16_t *pay;
         scdb_put_result r;
-        if (!pay && !(pay = malloc(2 * per * sizeof *pay))) return SCDB_ENOMEM;
+        if (!w->pay && !(w->pay = malloc(2 * per * sizeof *w->pay))) return SCDB_ENOMEM;
         fresh_put_tokens(w, tok);
-        for (int b = 0; b < 2; b++) lw_raw_payload(tok, b, in->n_layers, kv, BT, pay + b * per);
+        for (int b = 0; b < 2; b++) lw_raw_payload(tok, b, in->n_layers, kv, BT, w->pay + b * per);
         t0 = scdb_now();
-        e = scdb_put(w->h, tok, LW_PUT_TOKENS, 0, pay, 2 * per * sizeof *pay, &r);
+        e = scdb_put(w->h, tok, LW_PUT_TOKENS, 0, w->pay, 2 * per * sizeof *w->pay, &r);
         *us = (scdb_now() - t0) * 1e6;
         if (!e && w->ack_fd >= 0) {
             /* acknowledged: on record before the next call */
@@ -498,6 +498,7 @@ static void *worker_main(void *arg)
     free_state(w);
     scdb_close(&w->h);
     free(w->probs);
+    free(w->pay);
     return NULL;
 }
 
