@@ -141,3 +141,29 @@ scdb_err scdb_k_cuda_copy_d2d(void *dst, const void *src, size_t bytes)
     (void)dst; (void)src; (void)bytes;
     ABSENT;
 }
+scdb_err scdb_k_acc_update_cuda(const scdb_k_acc_buf *a, int n_old, const scdb_kv_cache *c,
+                                const float *probs, int probs_slots, int n_new, void *scratch,
+                                void *stream)
+{
+    (void)a; (void)n_old; (void)c; (void)probs; (void)probs_slots; (void)n_new; (void)scratch;
+    (void)stream;
+    ABSENT;
+}
+scdb_err scdb_k_snapkv_score_cuda(const float *win, int ring_fill, int n_kv_heads, int capacity,
+                                  int n, int pool, float *scores)
+{
+    (void)win; (void)ring_fill; (void)n_kv_heads; (void)capacity; (void)n; (void)pool; (void)scores;
+    ABSENT;
+}
+scdb_err scdb_k_adam_step_cuda(float *w, const float *g, float *m, float *v, size_t n, float lr,
+                               int t)
+{
+    (void)w; (void)g; (void)m; (void)v; (void)n; (void)lr; (void)t;
+    ABSENT;
+}
+scdb_err scdb_k_cuda_copy2d(void *dst, size_t dpitch, const void *src, size_t spitch,
+                            size_t width, size_t rows)
+{
+    (void)dst; (void)dpitch; (void)src; (void)spitch; (void)width; (void)rows;
+    ABSENT;
+}
