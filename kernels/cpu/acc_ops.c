@@ -20,12 +20,6 @@ static int bad_buf(const scdb_k_acc_buf *a)
            !a->last_pos || !a->n_queries;
 }
 
-size_t scdb_k_acc_update_scratch_bytes(const scdb_k_acc_buf *a)
-{
-    /* the CUDA twin's: the L x H row entropies and the visible count */
-    return a ? ((size_t)a->n_layers * a->n_heads * sizeof(float) + 63) / 64 * 64 + 64 : 0;
-}
-
 /* Zero every per-slot value of slot j (all arrays but pos, every ring row). */
 static void clear_slot(const scdb_k_acc_buf *a, int j)
 {

@@ -16,6 +16,12 @@ static int bad_buf(const scdb_k_acc_buf *a)
            !a->last_pos || !a->n_queries;
 }
 
+size_t scdb_k_acc_update_scratch_bytes(const scdb_k_acc_buf *a)
+{
+    /* the L x H row entropies, then the visible count */
+    return a ? ((size_t)a->n_layers * a->n_heads * sizeof(float) + 63) / 64 * 64 + 64 : 0;
+}
+
 scdb_err scdb_k_acc_update_launch(const scdb_k_acc_buf *a, int n_old, const scdb_kv_cache *c,
                                   const float *probs, int probs_slots, int n_new, void *scratch,
                                   scdb_k_acc_launch_fn launch, void *ctx)
