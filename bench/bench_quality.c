@@ -760,6 +760,7 @@ int scdb_bench_quality(int argc, char **argv)
         scdb_calib_opts co = {.window = 384, .n_eval = 1, .sample_stride = 2, .verbose = 0};
         if (o.verbose) fprintf(stderr, "bench quality: ablation calibration (%d windows)\n", o.abl_windows);
         if ((rc = scdb_calib_new(prod, (const scdb_model *const *)cons, nc, &co, &cal))) goto done;
+        if (dev != SCDB_DEV_CPU && (rc = scdb_calib_set_device(cal, dev))) goto done;
         const scdb_model *dm[MAXC + 1];
         int nd = 0;
         const scdb_model *all[MAXC + 1];

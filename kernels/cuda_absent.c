@@ -167,3 +167,21 @@ scdb_err scdb_k_cuda_copy2d(void *dst, size_t dpitch, const void *src, size_t sp
     (void)dst; (void)dpitch; (void)src; (void)spitch; (void)width; (void)rows;
     ABSENT;
 }
+scdb_err scdb_k_gather_rows_cuda(const float *src, int cols, const int32_t *idx, int n, float *dst)
+{
+    (void)src; (void)cols; (void)idx; (void)n; (void)dst;
+    ABSENT;
+}
+scdb_err scdb_k_bias_rows_cuda(float *dst, const float *b, int rows, int cols)
+{
+    (void)dst; (void)b; (void)rows; (void)cols;
+    ABSENT;
+}
+scdb_err scdb_k_silu_cuda(const float *x, size_t n, float *y) { (void)x; (void)n; (void)y; ABSENT; }
+scdb_err scdb_k_silu_backward_cuda(float *g, const float *x, size_t n) { (void)g; (void)x; (void)n; ABSENT; }
+scdb_err scdb_k_sub_cuda(float *x, const float *y, size_t n) { (void)x; (void)y; (void)n; ABSENT; }
+scdb_err scdb_k_colsum_cuda(const float *x, int rows, int cols, float *out)
+{
+    (void)x; (void)rows; (void)cols; (void)out;
+    ABSENT;
+}

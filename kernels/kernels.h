@@ -365,6 +365,36 @@ scdb_err scdb_k_snapkv_score_cuda(const float *win, int ring_fill, int n_kv_head
 scdb_err scdb_k_adam_step_cuda(float *w, const float *g, float *m, float *v, size_t n, float lr,
                                int t);
 
+/* ------------------------------------------------------------ training ops
+ * The elementwise steps of the codec's aligner training (codec/aligner.c:
+ * a SiLU MLP trained by Adam), so that its loop runs through an ops table
+ * on any device.  The CPU twins are aligner.c's loops as they were, in the
+ * same order; the CUDA twins differ only where expf does (silu,
+ * silu_backward; colsum adds in the same order, bit for bit).
+ *
+ *   gather_rows    dst[i][:] = src[idx[i]][:] for i < n, rows of `cols`
+ *                  floats (idx device memory for the CUDA twin; the indices
+ *                  are the caller's, not checked)
+ *   bias_rows      dst[i][:] = b for i < rows
+ *   silu           y = x sigm(x), sigm(x) = 1 / (1 + exp(-x)); y may be x
+ *   silu_backward  g *= s (1 + x (1 - s)), s = sigm(x): d silu / dx
+ *   sub            x -= y
+ *   colsum         out[j] = sum over rows i (ascending) of x[i][j]
+ * Errors: SCDB_EINVAL (NULL with a non-zero size); the CUDA twins
+ * SCDB_EDEVICE, SCDB_EUNSUPPORTED. */
+scdb_err scdb_k_gather_rows_cpu(const float *src, int cols, const int32_t *idx, int n, float *dst);
+scdb_err scdb_k_bias_rows_cpu(float *dst, const float *b, int rows, int cols);
+scdb_err scdb_k_silu_cpu(const float *x, size_t n, float *y);
+scdb_err scdb_k_silu_backward_cpu(float *g, const float *x, size_t n);
+scdb_err scdb_k_sub_cpu(float *x, const float *y, size_t n);
+scdb_err scdb_k_colsum_cpu(const float *x, int rows, int cols, float *out);
+scdb_err scdb_k_gather_rows_cuda(const float *src, int cols, const int32_t *idx, int n, float *dst);
+scdb_err scdb_k_bias_rows_cuda(float *dst, const float *b, int rows, int cols);
+scdb_err scdb_k_silu_cuda(const float *x, size_t n, float *y);
+scdb_err scdb_k_silu_backward_cuda(float *g, const float *x, size_t n);
+scdb_err scdb_k_sub_cuda(float *x, const float *y, size_t n);
+scdb_err scdb_k_colsum_cuda(const float *x, int rows, int cols, float *out);
+
 /* ------------------------------------------------------------ devices
  * Choosing where compute runs (`--device auto|cpu|cuda` of the broker,
  * calibration, benches and demo):
@@ -471,6 +501,13 @@ typedef struct scdb_k_ops {
                           int n_kv_heads, int head_dim, float *out, float *probs, float *scratch);
     scdb_err (*q4_decode)(const uint8_t *q, const uint16_t *ms, size_t n, int g, float *x);
     scdb_err (*adam_step)(float *w, const float *g, float *m, float *v, size_t n, float lr, int t);
+    /* aligner training */
+    scdb_err (*gather_rows)(const float *src, int cols, const int32_t *idx, int n, float *dst);
+    scdb_err (*bias_rows)(float *dst, const float *b, int rows, int cols);
+    scdb_err (*silu)(const float *x, size_t n, float *y);
+    scdb_err (*silu_backward)(float *g, const float *x, size_t n);
+    scdb_err (*sub)(float *x, const float *y, size_t n);
+    scdb_err (*colsum)(const float *x, int rows, int cols, float *out);
     /* live sessions */
     scdb_err (*evict_features)(const scdb_k_acc_arrays *a, int n, float *feats);
     scdb_err (*select_topb)(const float *scores, int n, int budget, int sinks, int recent,

@@ -589,6 +589,59 @@ static void test_acc_ops(void **s)
     acc_side_free(&gc, 1);
 }
 
+/* The aligner's training ops: gather and bias rows, the column sums and
+ * the subtraction bit for bit, SiLU and its derivative within expf's
+ * ulps. */
+static void test_train_ops(void **s)
+{
+    (void)s;
+    int rows = 257, cols = 37, n = 100;
+    size_t m = (size_t)rows * cols;
+    float *x = rnd(m), *y = rnd(m), *b = rnd((size_t)cols);
+    int32_t idx[100];
+    for (int i = 0; i < n; i++) idx[i] = (i * 37 + 5) % rows;
+    float *rc_ = malloc(m * 4), *rg = malloc(m * 4);
+    float *dx = dev(x, m * 4), *dy = dev(y, m * 4), *db = dev(b, (size_t)cols * 4),
+          *dout = dev(NULL, m * 4);
+    int32_t *didx = dev(idx, sizeof idx);
+    /* gather */
+    assert_int_equal(scdb_k_gather_rows_cpu(x, cols, idx, n, rc_), SCDB_OK);
+    assert_int_equal(scdb_k_gather_rows_cuda(dx, cols, didx, n, dout), SCDB_OK);
+    back(rg, dout, (size_t)n * cols * 4);
+    assert_memory_equal(rg, rc_, (size_t)n * cols * 4);
+    /* bias rows */
+    assert_int_equal(scdb_k_bias_rows_cpu(rc_, b, rows, cols), SCDB_OK);
+    assert_int_equal(scdb_k_bias_rows_cuda(dout, db, rows, cols), SCDB_OK);
+    back(rg, dout, m * 4);
+    assert_memory_equal(rg, rc_, m * 4);
+    /* colsum */
+    assert_int_equal(scdb_k_colsum_cpu(x, rows, cols, rc_), SCDB_OK);
+    assert_int_equal(scdb_k_colsum_cuda(dx, rows, cols, dout), SCDB_OK);
+    back(rg, dout, (size_t)cols * 4);
+    assert_memory_equal(rg, rc_, (size_t)cols * 4);
+    /* silu, silu_backward, sub */
+    for (size_t i = 0; i < m; i++) x[i] *= 6.0f;
+    assert_int_equal(scdb_k_cuda_copy(dx, x, m * 4, 1), SCDB_OK);
+    assert_int_equal(scdb_k_silu_cpu(x, m, rc_), SCDB_OK);
+    assert_int_equal(scdb_k_silu_cuda(dx, m, dout), SCDB_OK);
+    back(rg, dout, m * 4);
+    close_to(rg, rc_, m, 1e-6f, 1e-5f);
+    memcpy(rc_, y, m * 4);
+    assert_int_equal(scdb_k_cuda_copy(dout, y, m * 4, 1), SCDB_OK);
+    assert_int_equal(scdb_k_silu_backward_cpu(rc_, x, m), SCDB_OK);
+    assert_int_equal(scdb_k_silu_backward_cuda(dout, dx, m), SCDB_OK);
+    back(rg, dout, m * 4);
+    close_to(rg, rc_, m, 1e-6f, 1e-5f);
+    assert_int_equal(scdb_k_sub_cpu(rc_, y, m), SCDB_OK);
+    assert_int_equal(scdb_k_sub_cuda(dout, dy, m), SCDB_OK);
+    back(rg, dout, m * 4);
+    close_to(rg, rc_, m, 1e-6f, 1e-5f);
+    assert_int_equal(scdb_k_colsum_cuda(NULL, rows, cols, dout), SCDB_EINVAL);
+    scdb_k_cuda_free(dx); scdb_k_cuda_free(dy); scdb_k_cuda_free(db); scdb_k_cuda_free(dout);
+    scdb_k_cuda_free(didx);
+    free(x); free(y); free(b); free(rc_); free(rg);
+}
+
 int main(void)
 {
     int n = scdb_k_cuda_device_count();
@@ -614,6 +667,7 @@ int main(void)
         cmocka_unit_test(test_q4_bf16),
         cmocka_unit_test(test_evict_ops),
         cmocka_unit_test(test_acc_ops),
+        cmocka_unit_test(test_train_ops),
     };
     return cmocka_run_group_tests_name("kernels_cuda", tests, NULL, NULL);
 }
