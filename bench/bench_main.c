@@ -19,6 +19,8 @@ static const struct {
      "eviction policies vs full cache at 25% / 12.5% budgets: KL, top-1, ppl, overhead"},
     {"kernels", scdb_bench_kernels,
      "low-rank decode at 7B shapes: GB/s of KV written, fraction of memory bandwidth"},
+    {"session", scdb_bench_session,
+     "a live session's fold and eviction per token on a device vs a model step there"},
 };
 
 static void usage(FILE *f)
