@@ -424,7 +424,8 @@ const char *scdb_device_name(scdb_device d);
  * preference), SCDB_EDEVICE, SCDB_EUNSUPPORTED (see above). */
 scdb_err scdb_device_resolve(scdb_device_pref pref, scdb_device *out, char *why, size_t whylen);
 /* The same for a command (`what`, e.g. "scdb calibrate") that has no CUDA
- * path yet: cpu -> CPU; auto -> CPU, logging why ("auto: scdb calibrate has
+ * path yet (none since issue 19: serve, calibrate, the benches and the demo
+ * all have one; kept for a command that comes without): cpu -> CPU; auto -> CPU, logging why ("auto: scdb calibrate has
  * no CUDA path yet: CPU"); cuda -> SCDB_EUNSUPPORTED, logged as an error
  * ("cuda requested but scdb calibrate has no CUDA path yet: use --device cpu
  * or auto") -- a clear refusal, never a silent fallback.  SCDB_EINVAL (bad
