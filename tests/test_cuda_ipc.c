@@ -451,6 +451,25 @@ static void session_ipc_once(const char *policy, uint32_t seed)
     }
     print_message("session %s: %d evictions, GPU and host agree\n", policy, evictions);
     assert_true(evictions >= 4);
+    if (!strcmp(policy, "h2o")) {
+        /* the device header overwritten: refused, the broker keeps serving */
+        size_t db;
+        void *dacc = scdb_session_accumulators(ds, &db);
+        uint32_t keep[16], bad;
+        assert_int_equal(scdb_k_cuda_copy(keep, dacc, sizeof keep, 0), SCDB_OK);
+        bad = keep[0] ^ 0xffffffffu;                                 /* magic */
+        assert_int_equal(scdb_k_cuda_copy(dacc, &bad, sizeof bad, 1), SCDB_OK);
+        assert_int_equal(scdb_session_evict(ds, 8, &de), SCDB_EFORMAT);
+        bad = 1u << 30;                                              /* capacity */
+        assert_int_equal(scdb_k_cuda_copy(dacc, keep, sizeof keep, 1), SCDB_OK);
+        assert_int_equal(scdb_k_cuda_copy((uint32_t *)dacc + 5, &bad, sizeof bad, 1), SCDB_OK);
+        assert_int_equal(scdb_session_evict(ds, 8, &de), SCDB_EFORMAT);
+        assert_int_equal(scdb_k_cuda_copy(dacc, keep, sizeof keep, 1), SCDB_OK);
+        assert_int_equal(scdb_session_evict(ds, 8, &de), SCDB_OK);     /* restored */
+        assert_int_equal(de.n_kept, 8);
+        assert_int_equal(dc->n, 8);
+        assert_int_equal(scdb_ping(c, NULL), SCDB_OK);
+    }
     /* freeing the CUDA arena ends its session and frees its device memory */
     get_stats_of(c, &st0);
     scdb_arena_free(&ca);
