@@ -271,6 +271,12 @@ typedef struct scdb_decoder {
      * the table's errors (SCDB_EDEVICE, SCDB_EUNSUPPORTED). */
     scdb_err (*decode_dev)(void *ctx, const scdb_k_ops *ops, const scdb_decode_block *blk,
                            scdb_kv_cache *cache, int slot0, int32_t p0, int n);
+    /* The weights fingerprint of the consumer the pair was calibrated for
+     * (schema/FORMATS.md, "Weights fingerprint"; 16 hex digits in pairs
+     * written before it), or "" when decoding does not depend on the
+     * consumer's weights (raw).  A consumer registering with another one is
+     * refused (SCDB_EMISMATCH). */
+    char consumer_fp[33];
 } scdb_decoder;
 
 /* A codebook kind: how to open a codebook and build a pair's decoder.

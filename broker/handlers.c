@@ -2,6 +2,7 @@
  * the frames, answer the cheap requests inline, hand get / put / delete to
  * the worker pool or the writer.  Every path ends in exactly one reply. */
 #include "broker_int.h"
+#include "weights_fp.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -205,6 +206,27 @@ static void on_hello(scdb_broker *b, const rq *q, const Scdb__Request *req)
               m->name);
         return;
     }
+    if (h->role == SCDB__ROLE__CONSUMER && h->weights_fp[0]) {
+        /* a stale pair (calibrated for other weights) is refused, never used */
+        if (!scdb_weights_fp_valid(h->weights_fp)) {
+            reply(b, q, SCDB_EINVAL, NULL, "weights_fp '%.64s' is not a weights fingerprint (32 lowercase "
+                  "hex digits, FORMATS.md \"Weights fingerprint\")", h->weights_fp);
+            return;
+        }
+        if (pair->dec.consumer_fp[0] && strcmp(pair->dec.consumer_fp, h->weights_fp)) {
+            scdb_warn("client %s (pid %u) refused: pair %s -> %s was calibrated for consumer weights %s, "
+                      "the client runs %s", h->client_name, (unsigned)h->pid, cb->name, m->name,
+                      pair->dec.consumer_fp, h->weights_fp);
+            reply(b, q, SCDB_EMISMATCH, NULL,
+                  "stale pair: %s -> %s was calibrated for consumer weights %s, this client's weights are "
+                  "%s; calibrate a pair for them (scdb calibrate --codebook%s)", cb->name, m->name,
+                  pair->dec.consumer_fp, h->weights_fp,
+                  strlen(pair->dec.consumer_fp) == 16 ? ", or scdb calibrate --restamp if the pair predates "
+                                                        "tensor fingerprints and the weights did not change"
+                                                      : "");
+            return;
+        }
+    }
     /* a hello carrying a live token re-registers: the old state goes */
     if (req->client && (old = bk_client_find(b, req->client)))
         bk_client_drop(b, old, "registered again");
@@ -227,6 +249,8 @@ static void on_hello(scdb_broker *b, const rq *q, const Scdb__Request *req)
     c->model = m;
     c->cb = cb;
     c->pair = pair;
+    if (c->role == SCDB__ROLE__CONSUMER)
+        snprintf(c->weights_fp, sizeof c->weights_fp, "%s", h->weights_fp);
     c->reg = bk_registry_ref(b->reg);
     if (h->lookups) {           /* the baseline later reports count from */
         c->rep_index_lookups = h->lookups->index_lookups;

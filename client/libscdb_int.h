@@ -48,6 +48,7 @@ struct scdb {
     int registered;
     scdb_role role;
     char model[128], codebook[128];
+    char weights_fp[33];         /* sent with consumer hellos ("" none)     */
     scdb_info info;
 
     int no_heartbeat;
