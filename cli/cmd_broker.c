@@ -85,7 +85,8 @@ static void help(const char *cmd)
     } else {
         printf("usage: scdb stats [--endpoint URL] [--json]\n\n"
                "Print the broker's and the store's counters: clients, arenas, blocks, hot\n"
-               "tier, hits and misses, and per-request counts and latencies.\n\n"
+               "tier, hits and misses, and per-request counts and latencies; per tier (hot,\n"
+               "disk, remote) hits, misses, bytes, errors and remote write-queue drops.\n\n"
                "options:\n"
                "  --json              print JSON instead of a table\n");
     }
@@ -395,6 +396,56 @@ out:
 
 /* -------------------------------------------------------------- stats */
 
+/* Per-tier hits, misses, bytes, errors and queue drops (hot, disk, remote)
+ * as a markdown table or a JSON object ("tiers"). */
+static void print_tiers(const scdb_stat *s, int json)
+{
+    unsigned long long hot_miss = s->gets - s->get_hot_hits;
+    if (json) {
+        printf("\"tiers\": {\"hot\": {\"hits\": %llu, \"misses\": %llu, \"bytes\": %llu}, "
+               "\"disk\": {\"hits\": %llu, \"misses\": %llu, \"bytes\": %llu, "
+               "\"errors\": %llu}", (unsigned long long)s->get_hot_hits, hot_miss,
+               (unsigned long long)s->hot_bytes, (unsigned long long)s->get_disk_hits,
+               (unsigned long long)s->get_misses, (unsigned long long)s->disk_bytes,
+               (unsigned long long)s->checksum_failures);
+        if (s->remote)
+            printf(", \"remote\": {\"up\": %s, \"hits\": %llu, \"misses\": %llu, "
+                   "\"bytes_read\": %llu, \"bytes_written\": %llu, \"writes\": %llu, "
+                   "\"errors\": %llu, \"invalid\": %llu, \"write_errors\": %llu, "
+                   "\"queue_drops\": %llu, \"pending\": %llu, \"probes\": %llu, "
+                   "\"probe_hit_blocks\": %llu, \"kept_locally\": %llu}",
+                   s->remote_up ? "true" : "false", (unsigned long long)s->remote_hits,
+                   (unsigned long long)s->remote_misses, (unsigned long long)s->remote_bytes_read,
+                   (unsigned long long)s->remote_bytes_written,
+                   (unsigned long long)s->remote_writes, (unsigned long long)s->remote_errors,
+                   (unsigned long long)s->remote_invalid,
+                   (unsigned long long)s->remote_write_errors,
+                   (unsigned long long)s->remote_queue_drops,
+                   (unsigned long long)s->remote_pending, (unsigned long long)s->remote_probes,
+                   (unsigned long long)s->remote_probe_hit_blocks,
+                   (unsigned long long)s->remote_inserted);
+        printf("}, ");
+        return;
+    }
+    printf("\n| tier | hits | misses | bytes | errors | queue drops |\n"
+           "|---|---|---|---|---|---|\n");
+    printf("| hot | %llu | %llu | %llu held | | |\n", (unsigned long long)s->get_hot_hits,
+           hot_miss, (unsigned long long)s->hot_bytes);
+    printf("| disk | %llu | %llu | %llu held | %llu bad checksums | |\n",
+           (unsigned long long)s->get_disk_hits, (unsigned long long)s->get_misses,
+           (unsigned long long)s->disk_bytes, (unsigned long long)s->checksum_failures);
+    if (s->remote)
+        printf("| remote (%s) | %llu blocks | %llu blocks | %llu read, %llu written | %llu (%llu "
+               "values refused, %llu writes given up) | %llu (%llu pending) |\n",
+               s->remote_up ? "up" : "DOWN", (unsigned long long)s->remote_hits,
+               (unsigned long long)s->remote_misses, (unsigned long long)s->remote_bytes_read,
+               (unsigned long long)s->remote_bytes_written, (unsigned long long)s->remote_errors,
+               (unsigned long long)s->remote_invalid, (unsigned long long)s->remote_write_errors,
+               (unsigned long long)s->remote_queue_drops, (unsigned long long)s->remote_pending);
+    else
+        printf("| remote | (none: no [remote] section) | | | | |\n");
+}
+
 int scdb_cmd_stats(int argc, char **argv)
 {
     cli c;
@@ -419,7 +470,7 @@ int scdb_cmd_stats(int argc, char **argv)
                "\"puts\": %llu, \"evictions\": %llu, \"checksum_failures\": %llu, "
                "\"clients\": %llu, \"arenas\": %llu, \"arena_bytes\": %llu, "
                "\"requests\": %llu, \"errors\": %llu, \"reclaimed_clients\": %llu, "
-               "\"sessions\": %llu, \"reclaimed_sessions\": %llu, \"uptime_s\": %.3f, \"workers\": %u, \"block_tokens\": %u, \"ops\": {",
+               "\"sessions\": %llu, \"reclaimed_sessions\": %llu, \"uptime_s\": %.3f, \"workers\": %u, \"block_tokens\": %u, ",
                (unsigned long long)s.blocks, (unsigned long long)s.disk_bytes,
                (unsigned long long)s.hot_blocks, (unsigned long long)s.hot_bytes,
                (unsigned long long)s.lookups, (unsigned long long)s.lookup_hit_blocks,
@@ -431,6 +482,8 @@ int scdb_cmd_stats(int argc, char **argv)
                (unsigned long long)s.errors, (unsigned long long)s.reclaimed_clients,
                (unsigned long long)s.sessions, (unsigned long long)s.reclaimed_sessions,
                s.uptime_s, s.workers, s.block_tokens);
+        print_tiers(&s, 1);
+        printf("\"ops\": {");
         for (int i = 0; i < s.n_ops; i++)
             printf("%s\"%s\": {\"count\": %llu, \"errors\": %llu, \"mean_us\": %.1f, "
                    "\"max_us\": %.1f}", i ? ", " : "", s.ops[i].op,
@@ -454,6 +507,7 @@ int scdb_cmd_stats(int argc, char **argv)
     printf("| blocks written | %llu (%llu already there), %llu evicted, %llu bad checksums |\n",
            (unsigned long long)s.puts, (unsigned long long)s.put_existing,
            (unsigned long long)s.evictions, (unsigned long long)s.checksum_failures);
+    print_tiers(&s, 0);
     printf("\n| broker | |\n|---|---|\n");
     printf("| uptime | %.1f s, %u workers, %u-token blocks |\n", s.uptime_s, s.workers,
            s.block_tokens);

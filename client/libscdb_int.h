@@ -68,6 +68,7 @@ struct scdb {
     int have_ns;
     scdb_err lix_err;            /* why lix is NULL (SCDB_OK when mapped)   */
     uint64_t n_index_lookups, n_request_lookups, n_index_fallbacks;
+    uint64_t n_remote_lookups;   /* requests for a remote remainder         */
 };
 
 /* The library's files, bottom to top: each calls only files listed before
