@@ -19,6 +19,8 @@ static const struct {
      "eviction policies vs full cache at 25% / 12.5% budgets: KL, top-1, ppl, overhead"},
     {"kernels", scdb_bench_kernels,
      "low-rank decode at 7B shapes: GB/s of KV written, fraction of memory bandwidth"},
+    {"cluster", scdb_bench_cluster,
+     "a fleet of brokers sharing prefixes through Redis Cluster: hit rate, latency, a master kill"},
 };
 
 static void usage(FILE *f)
