@@ -24,13 +24,18 @@
  *      before the next request (the trace's requests are a median 175 ms
  *      apart; a write takes about a millisecond).  Ideal = one unbounded
  *      cache seeing every request (computed from the trace alone).
- *   2. latency with the bundled family (models that fit: 64-token blocks of
- *      SCD codes, base -> code): one-block prefixes put on broker A (base
- *      prefills, the broker encodes), read by a consumer on broker B, first
- *      as remote hits (fetch + verify + decode into the arena), then as
- *      local hits; and 384-token prefixes: remote-hit time to first token
- *      (lookup + get + the last prefix token re-run) against the consumer's
- *      own prefill of the same prefix, in the same run.
+ *   2. latency with the bundled family (models that fit: 64-token blocks):
+ *      one-block prefixes that base prefilled on broker A, stored there as
+ *      raw KV (raw/base, f16) and as SCD codes (base-scd), read by
+ *      consumers on broker B -- base (raw) and code (SCD) -- first as
+ *      remote hits (fetch + verify + decode into the arena, end to end as
+ *      the client sees it, and the broker's fetch and decode times), then
+ *      as local hits.  The goal's remote_get_* / local_get_* are the raw
+ *      block (its decode is a conversion to f32); scd_* show the codes,
+ *      whose decode dominates.  And 384-token prefixes of SCD codes:
+ *      remote-hit time to first token (lookup + get + the last prefix
+ *      token re-run) against code's own prefill of the same prefix, in the
+ *      same run (medians of 5).
  *   3. a master killed with -9 during a replay (unless --no-kill): client
  *      errors and wrong bytes counted over the whole round.
  *
@@ -397,6 +402,7 @@ typedef struct replay_out {
     uint64_t requests, refs, hits, remote_blocks, client_errors, wrong_bytes, checked_bytes;
     uint64_t settle_timeouts, ideal;
     uint64_t hits_after_kill, remote_after_kill, requests_after_kill;
+    uint64_t per_broker[MAX_BROKERS];   /* requests routed to each broker */
     double wall_s, kill_s;
     scdb_stat remote;           /* the fleet's remote counters at the end */
     char first_error[256];
@@ -497,6 +503,7 @@ static int replay(const replay_ctx *c, replay_out *out)
                 }
         if (k < 0) k = rr++ % c->f->count;
         n = &c->f->n[k];
+        out->per_broker[k]++;
         for (size_t i = 0; i < nb; i++) {
             out->ideal += (seen[ch[i] / 64] >> (ch[i] % 64)) & 1;
             scdb_trace_block_tokens(ids[i], c->seed, tokens + i * bt, bt);
@@ -824,6 +831,11 @@ static cJSON *replay_json(const replay_out *r)
     cJSON_AddNumberToObject(j, "remote_queue_drops", (double)r->remote.remote_queue_drops);
     cJSON_AddNumberToObject(j, "settle_timeouts", (double)r->settle_timeouts);
     cJSON_AddNumberToObject(j, "wall_s", r->wall_s);
+    {
+        cJSON *pb = cJSON_AddArrayToObject(j, "requests_per_broker");
+        for (int i = 0; i < MAX_BROKERS && (i == 0 || r->per_broker[i]); i++)
+            cJSON_AddItemToArray(pb, cJSON_CreateNumber((double)r->per_broker[i]));
+    }
     if (r->first_error[0]) cJSON_AddStringToObject(j, "first_error", r->first_error);
     return j;
 }
@@ -984,6 +996,10 @@ int scdb_bench_cluster(int argc, char **argv)
                (double)remote.remote.remote_bytes_written / 1048576);
         printf("| replay wall time, local / remote | %.0f s / %.0f s |\n", local.wall_s,
                remote.wall_s);
+        printf("| requests per broker |");
+        for (int i = 0; i < o.brokers; i++)
+            printf("%s %llu", i ? " /" : "", (unsigned long long)remote.per_broker[i]);
+        printf(" |\n");
         if (have_family) {
             printf("| get of one 64-token block of raw KV (%llu B), local hit p50 / p99 | %.0f / "
                    "%.0f us |\n", (unsigned long long)fam.raw_block_bytes, fam.raw.local_us[0],

@@ -70,6 +70,11 @@
  *      lookup/get ---> [ hot tier: payload copies, bounded bytes ] (scdb_tier)
  *                                   |  miss: read + verify, promote
  *                      [ LMDB: every stored block, bounded bytes  ]
+ *                                   :  (the broker, beside the store)
+ *                      [ remote tier: a Redis Cluster the fleet shares,
+ *                        remote_tier.h: committed blocks are reported by
+ *                        on_written and queued there; what a local miss
+ *                        finds there comes back as puts with from_remote ]
  *
  * Disk (LMDB) is the store of record; a memory tier caches a subset of its
  * payloads (host RAM, or CUDA device memory: the broker's GPU hot tier,
