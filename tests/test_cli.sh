@@ -26,6 +26,17 @@ expect 2 "models: unknown option" -- "$scdb" models --bogus
 expect 2 "models: bad --max-bytes" -- "$scdb" models --max-bytes 1
 expect 1 "models: missing data dir" -- "$scdb" models --data "$tmp/nothing"
 expect 2 "bench: unknown benchmark" -- "$scdb" bench nosuch
+# the remote tier (issue 12): documented flags, the fleet bench's usage
+"$scdb" serve --help | grep -q -- "--remote-cluster" && ok "serve --help lists [remote]" \
+  || bad "serve --help lists [remote]"
+expect 0 "scdb bench cluster --help" -- "$scdb" bench cluster --help
+grep -q -- "--route rr|session" "$tmp/out" && ok "bench cluster --help lists --route" \
+  || bad "bench cluster --help lists --route"
+expect 2 "bench cluster: bad --route" -- "$scdb" bench cluster --route nearest
+expect 2 "serve: a [remote] prefix with a hash tag" -- "$scdb" serve --data-dir "$tmp/sr" \
+  --endpoint "ipc://$tmp/r.sock" --remote-cluster 127.0.0.1:1 --remote-key-prefix "a{b}"
+grep -q "hash tag" "$tmp/err" && ok "serve: the hash-tag refusal says why" \
+  || bad "serve: the hash-tag refusal says why"
 
 # --device auto|cpu|cuda (issue 7): listed in the help texts, bad values are
 # usage errors, commands without a CUDA path refuse cuda and say why
