@@ -122,7 +122,10 @@
  * remote timeout (timeout_ms, 100 ms by default) until the broker marks
  * it down, then nothing, and the answer is the local one.  A block another
  * broker has only just put may not be in the cluster yet (writes are
- * asynchronous: usually about a millisecond).
+ * asynchronous: usually about a millisecond).  Producers: put from what
+ * the get wrote (tokens_written), not from what a lookup promised; a put
+ * whose earlier blocks only the cluster holds makes the broker fetch them
+ * first, and fails with SCDB_ENOTFOUND if the cluster cannot give them.
  *
  * Shared memory.  Arenas need the same user as the broker and the same PID
  * namespace (they are opened through /proc/<broker pid>/fd) and memory
