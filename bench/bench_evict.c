@@ -24,10 +24,6 @@
 #include "evict.h"
 #include "model.h"
 
-#ifndef SCDB_DATA_DIR
-#define SCDB_DATA_DIR "data"
-#endif
-
 int scdb_bench_evict(int argc, char **argv);
 
 #define MAX_MODELS 8
@@ -49,11 +45,7 @@ typedef struct stat_sum {
     int runs;
 } stat_sum;
 
-static const char *data_dir(void)
-{
-    const char *e = getenv("SCDB_DATA");
-    return e && *e ? e : SCDB_DATA_DIR;
-}
+static const char *data_dir(void) { return scdb_data_dir(); }
 
 static void usage(FILE *f)
 {
@@ -422,7 +414,7 @@ int scdb_bench_evict(int argc, char **argv)
         if (o.json) printf("\nwrote %s\n", o.json);
         if (o.png) {
             char script[1400], cmd[4096];
-            snprintf(script, sizeof script, "%s/../tools/plot_evict.py", SCDB_DATA_DIR);
+            snprintf(script, sizeof script, "%s/tools/plot_evict.py", scdb_share_dir());
             if (access(script, R_OK) || access("/usr/bin/python3", X_OK)) {
                 printf("no PNG: %s or /usr/bin/python3 is missing\n", script);
             } else {

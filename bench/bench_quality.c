@@ -52,10 +52,6 @@
 #include "codec.h"
 #include "model.h"
 
-#ifndef SCDB_DATA_DIR
-#define SCDB_DATA_DIR "data"
-#endif
-
 int scdb_bench_quality(int argc, char **argv);
 
 #define MAXC 8
@@ -352,7 +348,7 @@ static void usage(FILE *f)
 "  --prefix N (384, >= 1)  --cont N (64)  --windows N (8 per consumer)\n"
 "  --reps N   timing repetitions, best kept (3)\n"
 "  --ds-layers G  layers DroidSpeak recomputes (2)\n"
-"  --data DIR  assets (default $SCDB_DATA or the repository's data/); --models and\n"
+"  --data DIR  assets (default $SCDB_DATA, else ../share/scdb beside scdb); --models and\n"
 "              --artifacts (codebooks/, pairs/) override its parts\n"
 "  --png FILE  quality vs payload plot through tools/plot_quality.py (python3 +\n"
 "              matplotlib)\n"
@@ -395,8 +391,7 @@ int scdb_bench_quality(int argc, char **argv)
 {
     qopts o = {.prefix = 384, .cont = 64, .windows = 8, .reps = 3, .ds_layers = 2,
                .abl_windows = 48, .ablations = 1, .verbose = 1, .producer = "base"};
-    const char *env = getenv("SCDB_DATA");
-    o.data = env && *env ? env : SCDB_DATA_DIR;
+    o.data = scdb_data_dir();
     scdb_device_pref dev_pref = SCDB_DEVPREF_AUTO;
     scdb_device dev;
     char why[384];
@@ -809,7 +804,7 @@ int scdb_bench_quality(int argc, char **argv)
     if (o.png) {
         char script[1200], cmd[4096];
         struct stat sb;
-        snprintf(script, sizeof script, "%s/../tools/plot_quality.py", SCDB_DATA_DIR);
+        snprintf(script, sizeof script, "%s/tools/plot_quality.py", scdb_share_dir());
         if (stat(script, &sb) || stat("/usr/bin/python3", &sb)) {
             fprintf(stderr, "bench quality: no PNG: %s or /usr/bin/python3 is missing\n", script);
         } else {

@@ -305,14 +305,8 @@ void scdb_trace_block_tokens(int64_t id, uint64_t seed, int32_t *t, uint32_t n)
 
 int scdb_trace_default_path(char *buf, size_t len)
 {
-    const char *cands[3] = {getenv("SCDB_SHARED_DATA_DIR"),
-#ifdef SCDB_SHARED_DATA_DIR
-                            SCDB_SHARED_DATA_DIR,
-#else
-                            NULL,
-#endif
-                            "../shared/data"};
-    for (int i = 0; i < 3; i++) {
+    const char *cands[2] = {getenv("SCDB_SHARED_DATA_DIR"), "../shared/data"};
+    for (int i = 0; i < 2; i++) {
         struct stat st;
         char c[1200];
         if (!cands[i]) continue;

@@ -24,18 +24,17 @@ bk_arena *bk_arena_find(bk_client *c, uint64_t id)
     return NULL;
 }
 
-void bk_arena_unlink(bk_arena *a)
+void bk_arena_unlink(scdb_broker *b, bk_arena *a)
 {
     if (!a->linked) return;
-    close(a->fd);               /* only the two mappings keep it now */
-    a->fd = -1;
+    bk_fd_remove(b, a->ticket);     /* only the two mappings keep it now */
     a->linked = 0;
 }
 
 void bk_arena_unref(scdb_broker *b, bk_arena *a)
 {
     if (--a->refs > 0) return;
-    bk_arena_unlink(a);
+    bk_arena_unlink(b, a);
     scdb_kv_cache_free(&a->cache);
     if (a->map) munmap(a->map, a->size);
     if (a->dev) scdb_k_ops_get(SCDB_DEV_CUDA)->release(a->dev);
@@ -53,7 +52,7 @@ void bk_arena_remove(scdb_broker *b, bk_client *c, bk_arena *a)
     *pp = a->next;
     c->n_arenas--;
     c->arena_bytes -= a->size + a->dev_bytes;
-    bk_arena_unlink(a);
+    bk_arena_unlink(b, a);
     bk_arena_unref(b, a);
 }
 
@@ -84,13 +83,10 @@ scdb_err bk_shm_create(scdb_broker *b, bk_client *c, size_t size, bk_arena_kind 
         snprintf(errbuf, errlen, "out of memory");
         return SCDB_ENOMEM;
     }
-    a->fd = -1;
     /* an anonymous memory file, sealed against shrinking: a client can
      * write the arena but never truncate it under the broker (SIGBUS) */
     fd = memfd_create("scdb-arena", MFD_CLOEXEC | MFD_ALLOW_SEALING);
     if (fd < 0) goto sys;
-    snprintf(a->shm_name, sizeof a->shm_name, "/proc/%d/fd/%d", (int)getpid(), fd);
-    if (fchmod(fd, 0600)) goto sys;
     /* reserve the pages now: no memory left is an error reply here rather
      * than a SIGBUS in a worker later */
     rc = posix_fallocate(fd, 0, (off_t)size);
@@ -109,7 +105,14 @@ scdb_err bk_shm_create(scdb_broker *b, bk_client *c, size_t size, bk_arena_kind 
         a->map = NULL;
         goto sys;
     }
-    a->fd = fd;                 /* open until the client confirms its mapping */
+    /* the owner fetches it by ticket over the fd socket until it confirms
+     * its mapping (ArenaMapped) */
+    if ((e = bk_fd_add(b, fd, a->ticket))) {
+        snprintf(errbuf, errlen, "cannot register the arena: %s", scdb_strerror(e));
+        munmap(a->map, size);
+        goto fail;
+    }
+    fd = -1;
     a->linked = 1;
     a->size = size;
     a->kind = kind;
@@ -124,7 +127,7 @@ scdb_err bk_shm_create(scdb_broker *b, bk_client *c, size_t size, bk_arena_kind 
     *out = a;
     return SCDB_OK;
 sys:
-    snprintf(errbuf, errlen, "cannot create arena %s: %s", a->shm_name, strerror(errno));
+    snprintf(errbuf, errlen, "cannot create an arena of %zu bytes: %s", size, strerror(errno));
     scdb_error("%s", errbuf);
     e = SCDB_ESYS;
 fail:

@@ -93,6 +93,7 @@ scdb_err scdb_broker_new(const scdb_broker_config *c, scdb_broker **out, char *e
     b->cfg.pairs = NULL;
     b->cfg.n_models = b->cfg.n_codebooks = b->cfg.n_pairs = 0;
     b->lock_fd = -1;
+    bk_fd_init(b);
     b->sigpipe[0] = b->sigpipe[1] = -1;
     b->t_start = scdb_now();
     {
@@ -104,13 +105,14 @@ scdb_err scdb_broker_new(const scdb_broker_config *c, scdb_broker **out, char *e
         }
     }
 
-    e = bk_registry_build(b, c, errbuf, errlen);
+    e = bk_registry_new(c, &b->reg, errbuf, errlen);
+    if (e) goto fail;
+    /* before the data dir is created: a broker that cannot serve leaves
+     * nothing behind */
+    e = bk_check_endpoint_free(c, errbuf, errlen);
     if (e) goto fail;
     e = lock_data_dir(b, errbuf, errlen);
     if (e) goto fail;
-    /* before the store can change: clients still mapping a killed
-     * predecessor's lookup index must stop trusting it */
-    bk_lix_cleanup_stale(b);
     /* before the store, whose commits it takes: a wrong password or a bad
      * [remote] setting stops the start here */
     e = bk_remote_start(b, errbuf, errlen);
@@ -173,6 +175,8 @@ scdb_err scdb_broker_new(const scdb_broker_config *c, scdb_broker **out, char *e
     }
     e = bk_listen(b, errbuf, errlen);
     if (e) goto fail;
+    e = bk_fd_start(b, errbuf, errlen);
+    if (e) goto fail;
     if (pipe(b->sigpipe) || fcntl(b->sigpipe[0], F_SETFL, O_NONBLOCK) ||
         fcntl(b->sigpipe[1], F_SETFL, O_NONBLOCK) || fcntl(b->sigpipe[0], F_SETFD, FD_CLOEXEC) ||
         fcntl(b->sigpipe[1], F_SETFD, FD_CLOEXEC)) {
@@ -185,6 +189,8 @@ scdb_err scdb_broker_new(const scdb_broker_config *c, scdb_broker **out, char *e
         snprintf(errbuf, errlen, "cannot start threads");
         goto fail;
     }
+    e = bk_metrics_start(b, errbuf, errlen);
+    if (e) goto fail;
     *out = b;
     return SCDB_OK;
 fail:
@@ -199,12 +205,15 @@ void scdb_broker_free(scdb_broker **bp)
 
     if (!bp || !*bp) return;
     b = *bp;
+    bk_metrics_stop(b);      /* first: its thread waits on this loop */
+    bk_reload_stop(b);
     bk_threads_stop(b);
     /* jobs that finished after the loop ended (drain timeout) */
     while (b->done && zmq_recv(b->done, &j, sizeof j, ZMQ_DONTWAIT) == (int)sizeof j)
         bk_job_done(b, j);
     bk_clients_drop_all(b);
     bk_lix_stop(b);
+    bk_fd_stop(b);           /* after everything that held a ticket */
     for (int i = 0; i < b->n_router; i++) zmq_close(b->router[i]);
     for (int i = b->n_router; i < BK_MAX_ROUTERS; i++)
         if (b->router[i]) zmq_close(b->router[i]);
@@ -216,7 +225,7 @@ void scdb_broker_free(scdb_broker **bp)
         scdb_warn("unlink %s: %s", b->ipc_path, strerror(errno));
     if (b->store) scdb_store_close(&b->store);
     bk_remote_stop(b);          /* after the threads: sends what it can, ~1 s */
-    bk_registry_free(b);
+    bk_registry_unref(b->reg);
     if (b->lock_fd >= 0) close(b->lock_fd);
     if (b->sigpipe[0] >= 0) close(b->sigpipe[0]);
     if (b->sigpipe[1] >= 0) close(b->sigpipe[1]);
@@ -229,15 +238,21 @@ void scdb_broker_free(scdb_broker **bp)
 /* A stop signal sets g_stop_sig (from the start of the process, when
  * scdb_broker_catch_signals ran) and, once the loop runs, wakes it through
  * the self-pipe.  Any thread may take the signal (OpenBLAS and ZeroMQ start
- * their own), so it is caught, never blocked. */
-static volatile sig_atomic_t g_stop_sig;
+ * their own), so it is caught, never blocked.  SIGHUP sets g_hup instead:
+ * a reload (reload.c), never a stop; one during start-up is taken when the
+ * loop starts.  The pipe only wakes the loop (a metrics scrape and a
+ * finished reload write to it too): the flags say what happened. */
+static volatile sig_atomic_t g_stop_sig, g_hup;
 static volatile int g_sig_fd = -1;
 
 static void on_signal(int sig)
 {
     int saved = errno;
     char ch = (char)sig;
-    g_stop_sig = sig;
+    if (sig == SIGHUP)
+        g_hup = 1;
+    else
+        g_stop_sig = sig;
     if (g_sig_fd >= 0) (void)!write(g_sig_fd, &ch, 1);
     errno = saved;
 }
@@ -250,6 +265,7 @@ void scdb_broker_catch_signals(void)
     sigemptyset(&sa.sa_mask);
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
 }
 
 void scdb_broker_stop(scdb_broker *b)
@@ -258,6 +274,16 @@ void scdb_broker_stop(scdb_broker *b)
     if (!b) return;
     b->stopping = 1;
     if (b->sigpipe[1] >= 0) (void)!write(b->sigpipe[1], &ch, 1);
+}
+
+void scdb_broker_set_reload(scdb_broker *b,
+                            scdb_err (*load)(void *ctx, scdb_broker_config *out,
+                                             char *errbuf, size_t errlen),
+                            void *ctx)
+{
+    if (!b) return;
+    b->reload_fn = load;
+    b->reload_ctx = ctx;
 }
 
 /* Receive one multipart message from router s and handle it.  1: handled,
@@ -321,7 +347,7 @@ static int recv_one(scdb_broker *b, int s)
 
 scdb_err scdb_broker_run(scdb_broker *b)
 {
-    struct sigaction sa, old_term, old_int, old_pipe;
+    struct sigaction sa, old_term, old_int, old_pipe, old_hup;
     zmq_pollitem_t items[BK_MAX_ROUTERS + 3];
     int n_items = 0, i_done, i_sig, i_zap = -1;
     double deadline = 0, sweep_every;
@@ -333,6 +359,7 @@ scdb_err scdb_broker_run(scdb_broker *b)
     g_sig_fd = b->sigpipe[1];
     sigaction(SIGTERM, &sa, &old_term);
     sigaction(SIGINT, &sa, &old_int);
+    sigaction(SIGHUP, &sa, &old_hup);
     sa.sa_handler = SIG_IGN;
     sigaction(SIGPIPE, &sa, &old_pipe);
     if (g_stop_sig) scdb_broker_stop(b);  /* caught before the loop was ready */
@@ -359,10 +386,17 @@ scdb_err scdb_broker_run(scdb_broker *b)
         scdb_info("tcp: %s", b->zap ? "only the CURVE client keys of curve_allow_file are let in"
                                     : "any CURVE client that knows the server's public key is "
                                       "let in (set curve_allow_file to restrict)");
-    for (int i = 0; i < b->n_codebooks; i++)
+    for (int i = 0; i < b->reg->n_codebooks; i++)
         scdb_info("codebook %s (%s, producer %s): %llu payload bytes per token",
-                  b->codebooks[i].name, b->codebooks[i].kind, b->codebooks[i].producer->name,
-                  (unsigned long long)b->codebooks[i].token_bytes);
+                  b->reg->codebooks[i].name, b->reg->codebooks[i].kind,
+                  b->reg->codebooks[i].producer->name,
+                  (unsigned long long)b->reg->codebooks[i].token_bytes);
+    {
+        char st[1100];
+        snprintf(st, sizeof st, "READY=1\nSTATUS=serving %.512s, data %.512s",
+                 b->cfg.endpoint, b->cfg.data_dir);
+        bk_notify(st);
+    }
 
     for (;;) {
         double now;
@@ -374,13 +408,23 @@ scdb_err scdb_broker_run(scdb_broker *b)
             break;
         }
         if (rc > 0 && (items[i_sig].revents & ZMQ_POLLIN)) {
-            char buf[16];
+            char buf[64];
             while (read(b->sigpipe[0], buf, sizeof buf) > 0) {}
-            b->stopping = 1;
         }
+        if (g_stop_sig) b->stopping = 1;
+        if (g_hup) {
+            g_hup = 0;
+            if (b->stopping)
+                scdb_info("SIGHUP ignored: shutting down");
+            else
+                bk_reload_request(b);
+        }
+        bk_reload_poll(b);
+        bk_metrics_poll(b);
         if (b->stopping && !b->draining) {
             b->draining = 1;
             deadline = scdb_now() + b->cfg.drain_timeout_ms / 1000.0;
+            bk_notify("STOPPING=1\nSTATUS=draining");
             scdb_info("shutting down: draining %d request(s) in flight", b->inflight);
         }
         if (rc > 0 && i_zap >= 0 && (items[i_zap].revents & ZMQ_POLLIN)) {
@@ -418,6 +462,7 @@ scdb_err scdb_broker_run(scdb_broker *b)
     }
     sigaction(SIGTERM, &old_term, NULL);
     sigaction(SIGINT, &old_int, NULL);
+    sigaction(SIGHUP, &old_hup, NULL);
     sigaction(SIGPIPE, &old_pipe, NULL);
     g_sig_fd = -1;
     if (result == SCDB_OK) scdb_info("drained; %llu requests served", (unsigned long long)b->requests);

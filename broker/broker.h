@@ -59,13 +59,11 @@
  * sections.  At start the index is filled from the store
  * (scdb_store_foreach_key) before any thread runs; it doubles into a new
  * object when half full (the old one is retired, naming its successor).
- * Sharing model: same user only (0600, unguessable name, readers refuse
- * anything else); the current name stays linked so new clients can open
- * it, and every name the broker may leave linked is listed in
- * DATA/lookup-index.names: a clean stop retires and unlinks its index, and
- * a broker that finds names there (its predecessor was killed) retires and
- * unlinks those objects before it opens the store, so no client keeps
- * trusting a table nobody updates.  lookup_index = 0 turns it off.
+ * Sharing model: a memfd sealed read-only for everyone but the broker's
+ * own mapping, handed to registered clients by ticket over the fd socket
+ * (fdpass.c); a clean stop retires it, and a killed broker's table goes
+ * stale within SCDB_LIX_STALE_NS (its liveness word stops), so no client
+ * keeps trusting a table nobody updates.  lookup_index = 0 turns it off.
  *
  * ARENAS
  * ------
@@ -73,10 +71,11 @@
  * with posix_fallocate (no memory left is an error reply, not a SIGBUS),
  * sealed against shrinking and growing (a client can write the arena but
  * never truncate it under a worker: no SIGBUS in the broker), mapped by the
- * broker.  The client opens /proc/<broker pid>/fd/<fd> (same user only),
- * maps it and confirms (ArenaMapped); the broker then closes its fd, so
- * nothing outlives the two mappings and nothing is left in /dev/shm even
- * after a SIGKILL.  Layout: a 4096-byte header (schema/wire.h) then one
+ * broker.  The client fetches the fd by the reply's ticket from the fd
+ * socket (fdpass.c, schema/fd_pass.h: no user or PID namespace in common
+ * needed), maps it and confirms (ArenaMapped); the broker then drops the
+ * ticket and closes its fd, so nothing outlives the two mappings and
+ * nothing is named anywhere, even after a SIGKILL.  Layout: a 4096-byte header (schema/wire.h) then one
  * slot-indexed KV cache (kernels.h), where get decodes the consumer's KV
  * directly; or, for producers, room for their states (put_states).
  *
@@ -161,6 +160,39 @@
  * SCD codec plugs in there as one more row (open a codebook file: namespace
  * id, payload bytes per token; open a pair file: a decoder).  Every model
  * gets a "raw/<model>" codebook and its identity pair automatically.
+ *
+ * METRICS (metrics.c)
+ * -------
+ * metrics_listen = HOST:PORT serves GET /metrics in the Prometheus text
+ * format (libmicrohttpd, its own thread; loopback unless another address
+ * is written).  The counters belong to the main thread and are never read
+ * by the HTTP thread: a scrape asks the main loop (a byte on the self-pipe)
+ * for a snapshot, the loop copies its counters, the store's and the queue
+ * depths into it under a mutex held for that copy only, and the HTTP
+ * thread formats the copy.  A loop that does not answer within 1 s (it
+ * is stuck in a long call) gets the previous snapshot served, with its age
+ * in scdb_metrics_snapshot_age_seconds.  Clients report how many lookups
+ * their local copy of the lookup index answered in their heartbeats and
+ * goodbye (cumulative per handle, the hello gives the starting point), so
+ * scdb_lookups_total{answered_by="index"} counts what the broker never saw.
+ *
+ * RELOAD (reload.c)
+ * ------
+ * SIGHUP re-reads the configuration (the same file and flags) on a thread
+ * of its own and builds a complete new registry (every model config,
+ * codebook, pair and policy file loaded and checked); the event loop goes
+ * on meanwhile.  A load that fails keeps the running set and logs why.  On
+ * success the main thread swaps registries between two requests: new
+ * hellos use the new set; each registered client moves to it when its
+ * model (same geometry), codebook (same namespace, payload) and pair are
+ * all there, else keeps the old entries until it registers again; a live
+ * session moves to the new policy of its name, if any.  Jobs in flight keep
+ * the set they started with: registries are reference-counted and an old
+ * one is freed with its last user.  Run-time settings (log_level,
+ * heartbeats, request and arena limits, max_inflight, drain timeout) are
+ * applied; the others (endpoint, data_dir, block_tokens, workers, store
+ * sizes, device, metrics_listen, ...) are reported and left as they were.
+ * Under systemd: RELOADING=1, then READY=1 (notify.c).
  *
  * SHUTDOWN
  * --------
@@ -342,9 +374,14 @@ typedef struct scdb_broker_config {
     int drain_timeout_ms;      /* SIGTERM drain limit (30000)                 */
     int max_inflight;          /* queued + running jobs; more: SCDB_EBUSY (1024) */
     unsigned socket_mode;      /* ipc socket file mode (0660; stricter only)  */
+    char socket_group[64];     /* group of the ipc and fd sockets ("": the
+                                  broker's): who besides its user may be a
+                                  client                                  */
     scdb_log_level log_level;  /* (info)                                      */
     scdb_device_pref device;   /* auto | cpu | cuda (auto): where gets decode
                                   into CUDA IPC arenas; see CUDA ARENAS      */
+    char metrics_listen[128];  /* HOST:PORT (or PORT: 127.0.0.1) for GET
+                                  /metrics over HTTP; empty: off (METRICS)   */
     /* [remote]: the fleet's Redis Cluster (see REMOTE TIER); keys
      * remote_<name> as flags.  cluster "" = no remote tier. */
     char remote_cluster[1024];     /* seeds host:port,...                    */
@@ -380,6 +417,12 @@ scdb_err scdb_broker_config_load(scdb_broker_config *c, const char *path, char *
  * SCDB_ENOTFOUND (unknown key), SCDB_EINVAL (bad value). */
 scdb_err scdb_broker_config_set(scdb_broker_config *c, const char *key, const char *value,
                                 char *errbuf, size_t errlen);
+/* The name of [broker] key i (0, 1, ...), NULL past the last. */
+const char *scdb_broker_config_key(int i);
+/* Key `key`'s value in c, formatted as the ini file would give it (sizes
+ * in bytes, modes in octal).  SCDB_ENOTFOUND (unknown key). */
+scdb_err scdb_broker_config_get(const scdb_broker_config *c, const char *key, char *buf,
+                                size_t len);
 /* Add a model from a command-line spec "NAME=DIR" (DIR/config.json) or
  * "NAME:n_layers:n_kv_heads:head_dim[:max_seq_len[:f16|f32]]".
  * SCDB_EINVAL, SCDB_ENOMEM. */
@@ -398,17 +441,27 @@ typedef struct scdb_broker scdb_broker;
 scdb_err scdb_broker_new(const scdb_broker_config *c, scdb_broker **out, char *errbuf,
                          size_t errlen);
 /* Install a decoder for (codebook, consumer) before run, replacing any the
- * config made; the broker owns dec->ctx from now on (also on error).
+ * config made; the broker owns dec->ctx from now on (also on error).  It
+ * lives in the current registry only: a SIGHUP reload builds the new one
+ * from the configuration, without it (clients using it keep it).
  * SCDB_ENOTFOUND (unknown codebook or model), SCDB_ENOMEM. */
 scdb_err scdb_broker_add_pair(scdb_broker *b, const char *codebook, const char *consumer,
                               const scdb_decoder *dec);
+/* How a SIGHUP reloads: load(ctx, out, ...) fills *out with the whole
+ * configuration again (defaults, file, flags: what scdb_broker_new got);
+ * the broker clears it after use.  Without one a SIGHUP is logged and
+ * ignored.  Call before run. */
+void scdb_broker_set_reload(scdb_broker *b,
+                            scdb_err (*load)(void *ctx, scdb_broker_config *out,
+                                             char *errbuf, size_t errlen),
+                            void *ctx);
 /* Serve until scdb_broker_stop() or SIGTERM/SIGINT (handlers installed
  * here), then drain.  SCDB_OK after a clean drain, SCDB_ETIMEDOUT if the
  * drain timed out, SCDB_ESYS on a fatal socket error. */
 scdb_err scdb_broker_run(scdb_broker *b);
 /* Ask run() to drain and return; async-signal-safe. */
 void scdb_broker_stop(scdb_broker *b);
-/* Catch SIGTERM/SIGINT from now on (before scdb_broker_new): a stop signal
+/* Catch SIGTERM/SIGINT (and SIGHUP) from now on (before scdb_broker_new): a stop signal
  * that arrives during start-up makes the next run() drain at once and
  * return SCDB_OK instead of the process dying half-started. */
 void scdb_broker_catch_signals(void);

@@ -10,6 +10,7 @@
 
 #include "broker.h"
 #include "evict.h"
+#include "fd_pass.h"
 #include "lookup_index.h"
 #include "remote_tier.h"
 #include "scdb.pb-c.h"
@@ -32,6 +33,28 @@ typedef struct bk_pair {
     scdb_decoder dec;
 } bk_pair;
 
+struct bk_policy;
+
+/* What a configuration loads (registry.c): models, codebooks, pairs and
+ * policies, pointing only into themselves.  A SIGHUP reload (reload.c)
+ * builds a new one beside the current and swaps it in; whoever keeps
+ * pointers into one holds a reference — the broker on its current one, a
+ * client on the one it registered with (or moved to), a session on its
+ * policy's, a job on what it decodes or encodes with — so an old set is
+ * freed when its last client, session and job let go.  refs: main thread. */
+typedef struct bk_registry {
+    scdb_broker_model *models;
+    int n_models;
+    scdb_broker_codebook *codebooks;
+    int n_codebooks;
+    bk_pair *pairs;
+    int n_pairs;
+    struct bk_policy *policies;
+    int n_policies;
+    uint64_t generation;        /* 1 at start, +1 per successful reload     */
+    int refs;
+} bk_registry;
+
 /* A named eviction policy (registry.c): the heuristics plus [policy NAME]. */
 typedef struct bk_policy {
     char name[SCDB_BROKER_NAME_MAX];
@@ -52,10 +75,9 @@ struct bk_session;
 typedef struct bk_arena {
     uint64_t id;
     bk_arena_kind kind;
-    char shm_name[48];          /* "/proc/<broker pid>/fd/<fd>": how the
-                                   owner opens it until it confirms         */
-    int fd;                     /* the memfd, open while linked            */
-    int linked;                 /* fd still open (unconfirmed)             */
+    uint8_t ticket[SCDB_FD_TICKET_BYTES]; /* what the owner fetches the memfd
+                                   by over the fd socket (fd_pass.h)        */
+    int linked;                 /* ticket registered (unconfirmed)         */
     void *map;
     size_t size;
     uint32_t capacity;          /* slots (KV) or token rows (states)       */
@@ -75,7 +97,9 @@ typedef struct bk_arena {
 
 typedef struct bk_client {
     uint64_t token;
+    bk_registry *reg;           /* referenced: model, cb, pair live there  */
     char name[64];
+    char label[96];             /* for log lines: "NAME (pid N)" or "pid N" */
     uint32_t pid;
     int role;                   /* SCDB__ROLE__PRODUCER / CONSUMER          */
     const scdb_broker_model *model;
@@ -87,6 +111,7 @@ typedef struct bk_client {
     uint64_t arena_bytes;
     struct bk_session *sessions;
     uint32_t n_sessions;
+    uint64_t rep_index_lookups, rep_index_fallbacks; /* its last report    */
     struct bk_client *next;     /* hash chain                              */
 } bk_client;
 
@@ -103,6 +128,7 @@ typedef struct bk_session {
     scdb_evict_acc geom;
     uint32_t budget, cadence;
     uint64_t evictions, evicted_slots;
+    bk_registry *reg;           /* referenced: policy lives there          */
     struct bk_session *next;    /* owner's list                             */
 } bk_session;
 
@@ -125,11 +151,14 @@ typedef struct bk_job {
     uint32_t budget;            /* evict                                   */
     uint64_t session, client;   /* evict: for the counters at completion   */
     uint32_t n_before, n_kept;  /* evict: the result                       */
+    bk_registry *reg;           /* referenced: cb, pair, policy live there */
+    uint64_t work_ns;           /* get: decode time; evict: policy time    */
     uint8_t *reply;             /* packed Reply, set by the thread         */
     size_t reply_len;
     scdb_err status;
     scdb_remote_block *rblocks; /* BK_JOB_REMOTE_INSERT: fetched blocks to
-                                   keep locally (owned)                    */
+                                   keep locally (owned; made by a worker,
+                                   so no registry reference, no cb)        */
     size_t n_rblocks;
     struct bk_job *next;
 } bk_job;
@@ -138,6 +167,7 @@ typedef struct bk_queue {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     bk_job *head, *tail;
+    int len;                    /* queued, not yet taken (atomic reads)    */
     int stop;
 } bk_queue;
 
@@ -148,19 +178,26 @@ typedef struct bk_opstat {
 #define BK_BUCKETS 1024
 #define BK_MAX_ROUTERS 2
 
+/* A latency histogram (metrics.c): per-bucket counts, not cumulative. */
+#define BK_HIST_BUCKETS 20
+typedef struct bk_hist {
+    uint64_t n[BK_HIST_BUCKETS + 1];   /* the last one: above every bound  */
+    uint64_t count, sum_ns;
+} bk_hist;
+
+/* Loads the configuration again for a reload (serve.c gives the one that
+ * re-reads its --config file and flags). */
+typedef scdb_err (*bk_reload_fn)(void *ctx, scdb_broker_config *out, char *errbuf,
+                                 size_t errlen);
+struct bk_metrics;
+struct bk_reload;
+
 struct scdb_broker {
     scdb_broker_config cfg;     /* scalars only (arrays not kept)           */
     scdb_device device;         /* cfg.device resolved at start             */
     int cuda_ordinal;           /* the CUDA device arenas live on (0)       */
     int hot_on_device;          /* the store's hot tier is CUDA memory      */
-    scdb_broker_model *models;
-    int n_models;
-    scdb_broker_codebook *codebooks;
-    int n_codebooks;
-    bk_pair *pairs;
-    int n_pairs;
-    bk_policy *policies;
-    int n_policies;
+    bk_registry *reg;           /* the current one (referenced)            */
 
     scdb_store *store;
     uint32_t block_tokens;
@@ -195,6 +232,35 @@ struct scdb_broker {
 
     uint64_t requests, errors, reclaimed_clients, reclaimed_arenas, reclaimed_sessions;
     bk_opstat ops[OP_COUNT];
+    /* requests that named a token this broker does not know (it restarted,
+     * or reclaimed the client): answered SCDB_ECLOSED so libscdb registers
+     * again, counted here and not in errors */
+    uint64_t stale_tokens;
+
+    /* metrics.c: the counters only it reads (main thread), and its HTTP
+     * endpoint (NULL: metrics_listen unset) */
+    uint64_t status_count[OP_COUNT][SCDB_ERR_COUNT];
+    bk_hist h_get, h_decode, h_evict;
+    uint64_t index_lookups, index_fallbacks; /* reported by clients          */
+    struct bk_metrics *metrics;
+
+    /* reload.c: SIGHUP */
+    bk_reload_fn reload_fn;
+    void *reload_ctx;
+    struct bk_reload *reload;   /* a reload in progress (NULL: none)       */
+    int reload_again;           /* another SIGHUP came during it           */
+    uint64_t reloads, reload_failures;
+
+    /* fdpass.c: the fd socket, its tickets and its thread */
+    pthread_mutex_t fd_mu;
+    int fd_mu_init;
+    struct bk_fdent *fds;       /* ticket -> fd (the table owns the fds)    */
+    int n_fds, cap_fds;
+    int fd_listen;              /* -1: not listening                        */
+    int fd_wake[2];             /* stops the thread                         */
+    pthread_t fd_thread;
+    int fd_started;
+    char fd_path[300];          /* the socket file (unlinked at teardown)   */
 
     /* lookup_publish.c: the shared-memory lookup index.  lix_mu guards lix
      * (taken inside the store's lock by on_visible, alone by hello). */
@@ -214,6 +280,7 @@ struct scdb_broker {
  *
  *   reply.c     op names, packing and sending replies, per-op counters,
  *               finishing a job
+ *   fdpass.c    the fd socket: tickets -> memfds, handed over by SCM_RIGHTS
  *   arena.c     shared-memory arenas in a client's list
  *   sessions.c  live sessions over a client's arenas
  *   clients.c   the client table; dropping a client closes its sessions
@@ -227,9 +294,21 @@ struct scdb_broker {
  * and broker.c, it calls only the store and store/remote_tier.h). */
 
 /* registry.c */
-scdb_err bk_registry_build(scdb_broker *b, const scdb_broker_config *c, char *errbuf,
-                           size_t errlen);
-void bk_registry_free(scdb_broker *b);
+/* Load every model, codebook, pair and policy of c into a new registry
+ * (refs 1).  Nothing else is touched: a reload runs it on a thread of its
+ * own.  Errors as scdb_broker_new's configuration errors; errbuf says why. */
+scdb_err bk_registry_new(const scdb_broker_config *c, bk_registry **out, char *errbuf,
+                         size_t errlen);
+bk_registry *bk_registry_ref(bk_registry *r);
+/* Drop a reference; the last one frees it (decoders, codebooks, policies).
+ * Accepts NULL. */
+void bk_registry_unref(bk_registry *r);
+const scdb_broker_model *bk_reg_model(const bk_registry *r, const char *name);
+const scdb_broker_codebook *bk_reg_codebook(const bk_registry *r, const char *name);
+const bk_pair *bk_reg_pair(const bk_registry *r, const scdb_broker_codebook *cb,
+                           const scdb_broker_model *consumer);
+const struct bk_policy *bk_reg_policy(const bk_registry *r, const char *name);
+/* The same in the broker's current registry. */
 const scdb_broker_model *bk_model_find(const scdb_broker *b, const char *name);
 const scdb_broker_codebook *bk_codebook_find(const scdb_broker *b, const char *name);
 const bk_pair *bk_pair_find(const scdb_broker *b, const scdb_broker_codebook *cb,
@@ -245,9 +324,30 @@ scdb_err bk_pack_reply(uint64_t id, scdb_err status, const char *msg, Scdb__Repl
 void bk_send_reply(scdb_broker *b, int sock, zmq_msg_t *ident, const void *buf, size_t len);
 /* Count one request of kind op that took since t0 (ns) and ended in status. */
 void bk_account(scdb_broker *b, bk_op op, scdb_err status, uint64_t t0);
+/* Count a request answered SCDB_ECLOSED for an unknown token apart from
+ * the errors (after bk_account, which counted it as one). */
+void bk_account_stale(scdb_broker *b, bk_op op);
 /* A thread's end of a job: its status and packed reply (printf message). */
 void bk_job_finish(bk_job *j, scdb_err status, Scdb__Reply *body, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+
+/* fdpass.c: the fd socket beside the ipc one (schema/fd_pass.h).  Tickets
+ * are added and removed from any thread; the socket's thread answers. */
+/* bk_fd_init: the table (first thing at start); bk_fd_start: the socket
+ * and its thread (once the ipc socket is bound); bk_fd_stop: both, last. */
+void bk_fd_init(scdb_broker *b);
+scdb_err bk_fd_start(scdb_broker *b, char *errbuf, size_t errlen);
+void bk_fd_stop(scdb_broker *b);
+/* Register fd (the table takes it over and closes it at removal) under a
+ * fresh random ticket.  SCDB_ENOMEM, SCDB_ESYS (no randomness). */
+scdb_err bk_fd_add(scdb_broker *b, int fd, uint8_t ticket[SCDB_FD_TICKET_BYTES]);
+/* Register fd under a ticket the caller chose (the lookup index's). */
+scdb_err bk_fd_add_as(scdb_broker *b, int fd, const uint8_t ticket[SCDB_FD_TICKET_BYTES]);
+/* Forget a ticket and close its fd (no-op if unknown). */
+void bk_fd_remove(scdb_broker *b, const uint8_t ticket[SCDB_FD_TICKET_BYTES]);
+/* Apply socket_mode and socket_group to a socket file. */
+scdb_err bk_socket_perms(const scdb_broker_config *c, const char *path, char *errbuf,
+                         size_t errlen);
 
 /* arena.c (main thread) */
 scdb_err bk_arena_create(scdb_broker *b, bk_client *c, uint32_t capacity, bk_arena **out,
@@ -270,8 +370,8 @@ void bk_states_poison(float *x, size_t n);
 scdb_err bk_shm_create(scdb_broker *b, bk_client *c, size_t size, bk_arena_kind kind,
                        bk_arena **out, char *errbuf, size_t errlen);
 bk_arena *bk_arena_find(bk_client *c, uint64_t id);
-/* Close the memfd (the client confirmed its mapping). */
-void bk_arena_unlink(bk_arena *a);
+/* Forget its ticket and close the memfd (the client confirmed its mapping). */
+void bk_arena_unlink(scdb_broker *b, bk_arena *a);
 /* Remove from its owner's list and drop the owner's reference (its session,
  * if any, must be closed first: bk_client_free_arena). */
 void bk_arena_remove(scdb_broker *b, bk_client *c, bk_arena *a);
@@ -328,12 +428,12 @@ void bk_handle(scdb_broker *b, int sock, zmq_msg_t *frames, int n_frames, int to
  * one ZAP request. */
 scdb_err bk_check_endpoints(const scdb_broker_config *c, char *errbuf, size_t errlen);
 scdb_err bk_listen(scdb_broker *b, char *errbuf, size_t errlen);
+/* SCDB_EBUSY if a broker answers on the ipc endpoint already: checked
+ * before anything (the data dir) is created. */
+scdb_err bk_check_endpoint_free(const scdb_broker_config *c, char *errbuf, size_t errlen);
 void bk_zap_answer(scdb_broker *b);
 
 /* lookup_publish.c */
-/* Retire and unlink the index objects a killed predecessor left (listed in
- * data_dir/lookup-index.names): before the store opens. */
-scdb_err bk_lix_cleanup_stale(scdb_broker *b);
 /* Create the index and fill it from the store (after the store opens,
  * before any thread starts).  A failure to create it only disables it;
  * SCDB_ESYS if its name cannot be recorded. */
@@ -348,6 +448,31 @@ void bk_lix_name(scdb_broker *b, char *buf, size_t len);
 /* Retire the index (clean shutdown). */
 void bk_lix_stop(scdb_broker *b);
 
+/* metrics.c: counters (main thread) and the HTTP endpoint. */
+/* Count a finished job in the histograms (get latency, decode, eviction). */
+void bk_metrics_job_done(scdb_broker *b, const bk_job *j);
+/* Start serving GET /metrics on cfg.metrics_listen (no-op when empty).
+ * SCDB_EINVAL (bad address), SCDB_ESYS (bind), SCDB_ENOMEM. */
+scdb_err bk_metrics_start(scdb_broker *b, char *errbuf, size_t errlen);
+/* Main thread, every loop turn: publish a fresh snapshot if a scrape
+ * waits for one (cheap when none does). */
+void bk_metrics_poll(scdb_broker *b);
+void bk_metrics_stop(scdb_broker *b);
+/* A client's lookup counters (heartbeat, goodbye: cumulative per handle)
+ * into the broker's totals. */
+void bk_metrics_client_report(scdb_broker *b, bk_client *c, uint64_t index_lookups,
+                              uint64_t index_fallbacks);
+
+/* notify.c: sd_notify(3) when run by systemd (no-op otherwise). */
+void bk_notify(const char *state);
+
+/* reload.c: SIGHUP.  bk_reload_request starts loading the configuration
+ * on a thread (or marks another round when one runs); bk_reload_poll, on
+ * the main thread every loop turn, applies a finished load. */
+void bk_reload_request(scdb_broker *b);
+void bk_reload_poll(scdb_broker *b);
+/* Wait for a reload in progress and discard it (shutdown). */
+void bk_reload_stop(scdb_broker *b);
 /* remote.c: the remote tier (REMOTE TIER in broker.h).  Without [remote]
  * b->remote is NULL and every call below does nothing (returns 0). */
 /* Open it from the config (before the store); SCDB_OK without [remote].
@@ -365,10 +490,10 @@ size_t bk_remote_probe(scdb_broker *b, const scdb_key *keys, size_t n_local, siz
  * *out NULL).  A slow or failing cluster only shortens the answer. */
 size_t bk_remote_fetch(scdb_broker *b, const scdb_broker_codebook *cb, const scdb_key *keys,
                        size_t n_local, size_t n, scdb_remote_block **out);
-/* Store fetched blocks locally (writer thread only): LMDB and the hot tier,
- * from_remote (not written back).  Returns how many are stored. */
-size_t bk_remote_insert(scdb_broker *b, const scdb_broker_codebook *cb,
-                        const scdb_remote_block *blocks, size_t n);
+/* Store fetched blocks of one chain locally (writer thread only): LMDB and
+ * the hot tier, from_remote (not written back), under the namespace they
+ * were verified in.  Returns how many are stored. */
+size_t bk_remote_insert(scdb_broker *b, const scdb_remote_block *blocks, size_t n);
 /* A put whose first block's parent is not stored locally (writer): fetch
  * keys[n_local..first) from the remote tier and keep them.  1 if they are
  * all stored now. */

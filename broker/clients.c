@@ -65,10 +65,11 @@ void bk_client_drop(scdb_broker *b, bk_client *c, const char *why)
     while (c->sessions) bk_session_close(b, c, c->sessions);
     while (c->arenas) bk_client_free_arena(b, c, c->arenas);
     if (why)
-        scdb_info("client %s (pid %u) %s: released %u arena(s), %llu bytes, %u session(s)",
-                  c->name, (unsigned)c->pid, why, (unsigned)n_arenas,
+        scdb_info("client %s %s: released %u arena(s), %llu bytes, %u session(s)",
+                  c->label, why, (unsigned)n_arenas,
                   (unsigned long long)bytes, (unsigned)n_sessions);
     b->n_clients--;
+    bk_registry_unref(c->reg);
     free(c);
 }
 

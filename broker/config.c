@@ -160,8 +160,10 @@ static const struct key {
     {"drain_timeout_ms", K_INT, F(drain_timeout_ms), 0, 0, 3600000},
     {"max_inflight", K_INT, F(max_inflight), 0, 1, 1 << 20},
     {"socket_mode", K_MODE, F(socket_mode), 0, 0, 0},
+    {"socket_group", K_STR, F(socket_group), S(socket_group), 0, 0},
     {"log_level", K_LEVEL, F(log_level), 0, 0, 0},
     {"device", K_DEVICE, F(device), 0, 0, 0},
+    {"metrics_listen", K_STR, F(metrics_listen), S(metrics_listen), 0, 0},
     /* [remote] NAME is remote_NAME here (and --remote-NAME as a flag) */
     {"remote_cluster", K_STR, F(remote_cluster), S(remote_cluster), 0, 0},
     {"remote_user", K_STR, F(remote_user), S(remote_user), 0, 0},
@@ -254,6 +256,64 @@ unknown:
 bad:
     if (errbuf) snprintf(errbuf, errlen, "bad value '%s' for %s", value, key);
     return SCDB_EINVAL;
+}
+
+const char *scdb_broker_config_key(int i)
+{
+    return i >= 0 && (size_t)i < SCDB_ARRAY_LEN(keys) ? keys[i].name : NULL;
+}
+
+scdb_err scdb_broker_config_get(const scdb_broker_config *c, const char *key, char *buf,
+                                size_t len)
+{
+    const char *p = (const char *)c;
+    size_t i;
+
+    for (i = 0; i < SCDB_ARRAY_LEN(keys); i++)
+        if (!strcmp(keys[i].name, key)) break;
+    if (i == SCDB_ARRAY_LEN(keys)) return SCDB_ENOTFOUND;
+    const struct key *d = &keys[i];
+    switch (d->type) {
+    case K_STR: snprintf(buf, len, "%s", p + d->off); break;
+    case K_U64: {
+        uint64_t v;
+        memcpy(&v, p + d->off, sizeof v);
+        snprintf(buf, len, "%llu", (unsigned long long)v);
+        break;
+    }
+    case K_U32: {
+        uint32_t v;
+        memcpy(&v, p + d->off, sizeof v);
+        snprintf(buf, len, "%u", v);
+        break;
+    }
+    case K_INT: case K_BOOL: {
+        int v;
+        memcpy(&v, p + d->off, sizeof v);
+        snprintf(buf, len, "%d", v);
+        break;
+    }
+    case K_MODE: {
+        unsigned v;
+        memcpy(&v, p + d->off, sizeof v);
+        snprintf(buf, len, "%04o", v);
+        break;
+    }
+    case K_LEVEL: {
+        static const char *names[] = {"debug", "info", "warn", "error", "off"};
+        scdb_log_level l;
+        memcpy(&l, p + d->off, sizeof l);
+        snprintf(buf, len, "%s", (unsigned)l < 5 ? names[l] : "?");
+        break;
+    }
+    case K_DEVICE: {
+        scdb_device_pref dp;
+        memcpy(&dp, p + d->off, sizeof dp);
+        snprintf(buf, len, "%s", scdb_device_pref_name(dp));
+        break;
+    }
+    }
+    return SCDB_OK;
 }
 
 /* ------------------------------------------------------ models, pairs */

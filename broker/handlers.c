@@ -15,6 +15,7 @@ typedef struct rq {
     uint64_t id;
     bk_op op;
     uint64_t t0;
+    int stale;                  /* an unknown token: not an error (stats)  */
 } rq;
 
 /* Reply with a status, a printf message and an optional body. */
@@ -41,6 +42,7 @@ static void reply(scdb_broker *b, const rq *q, scdb_err status, Scdb__Reply *bod
         free(buf);
     }
     bk_account(b, q->op, status, q->t0);
+    if (q->stale) bk_account_stale(b, q->op);
 }
 
 static bk_op op_of(Scdb__Request__BodyCase c)
@@ -142,6 +144,7 @@ static int queue_arena_job(scdb_broker *b, const rq *q, Scdb__Request *req, bk_o
     }
     j->cb = c->cb;
     j->pair = c->pair;
+    j->reg = bk_registry_ref(c->reg);
     j->arena = a;
     a->refs++;
     a->busy = 1;
@@ -204,13 +207,26 @@ static void on_hello(scdb_broker *b, const rq *q, const Scdb__Request *req)
     }
     snprintf(c->name, sizeof c->name, "%s", h->client_name[0] ? h->client_name : "?");
     c->pid = h->pid;
+    {   /* "NAME (pid N)", or "pid N" when that is the name (libscdb's default) */
+        char pidname[24];
+        snprintf(pidname, sizeof pidname, "pid %u", (unsigned)c->pid);
+        if (!strcmp(c->name, pidname))
+            snprintf(c->label, sizeof c->label, "%s", pidname);
+        else
+            snprintf(c->label, sizeof c->label, "%s (pid %u)", c->name, (unsigned)c->pid);
+    }
     c->role = h->role;
     c->model = m;
     c->cb = cb;
     c->pair = pair;
+    c->reg = bk_registry_ref(b->reg);
+    if (h->lookups) {           /* the baseline later reports count from */
+        c->rep_index_lookups = h->lookups->index_lookups;
+        c->rep_index_fallbacks = h->lookups->index_fallbacks;
+    }
     c->last_seen = scdb_now();
-    scdb_info("client %s (pid %u) registered: %s of model %s, codebook %s%s%s", c->name,
-              (unsigned)c->pid, role_name(c->role), m->name, cb->name,
+    scdb_info("client %s registered: %s of model %s, codebook %s%s%s", c->label,
+              role_name(c->role), m->name, cb->name,
               pair ? ", decoder " : "", pair ? pair->dec.name : "");
 
     fill_shape(&shape, m);
@@ -266,6 +282,7 @@ static int on_lookup(scdb_broker *b, const rq *q, bk_client *c, Scdb__Request *r
         bk_job *j = bk_job_new(q->sock, q->ident, q->id, q->t0, req, OP_LOOKUP);
         if (j) {
             j->cb = c->cb;
+            j->reg = bk_registry_ref(c->reg);   /* where cb lives */
             b->inflight++;
             bk_queue_push(&b->jobs, j);
             return 1;
@@ -319,6 +336,7 @@ static int on_put(scdb_broker *b, const rq *q, bk_client *c, Scdb__Request *req,
     }
     j->n_frames = n_payload;
     j->cb = c->cb;
+    j->reg = bk_registry_ref(c->reg);
     b->inflight++;
     bk_queue_push(&b->writes, j);
     return 1;
@@ -378,6 +396,7 @@ static int on_delete(scdb_broker *b, const rq *q, bk_client *c, Scdb__Request *r
         return 0;
     }
     j->cb = c->cb;
+    j->reg = bk_registry_ref(c->reg);
     b->inflight++;
     bk_queue_push(&b->writes, j);
     return 1;
@@ -480,7 +499,9 @@ static void on_arena_create(scdb_broker *b, const rq *q, bk_client *c,
     }
     fill_shape(&shape, m);
     ar.arena = a->id;
-    ar.shm_name = a->shm_name;
+    ar.shm_name = (char *)"";
+    ar.fd_ticket.data = a->ticket;
+    ar.fd_ticket.len = sizeof a->ticket;
     ar.size = a->size;
     ar.cache_offset = SCDB_ARENA_HEADER_BYTES;
     ar.cache_bytes = a->size - SCDB_ARENA_HEADER_BYTES;
@@ -526,7 +547,7 @@ static void on_arena_mapped(scdb_broker *b, const rq *q, bk_client *c, uint64_t 
     if (free_it)
         bk_client_free_arena(b, c, a);   /* a job using it keeps its own reference */
     else
-        bk_arena_unlink(a);
+        bk_arena_unlink(b, a);
     reply(b, q, SCDB_OK, NULL, NULL);
 }
 
@@ -576,7 +597,7 @@ static void on_stats(scdb_broker *b, const rq *q)
     Scdb__Reply r = SCDB__REPLY__INIT;
     Scdb__StatsReply s = SCDB__STATS_REPLY__INIT;
     Scdb__OpStats ops[OP_COUNT], *opp[OP_COUNT];
-    scdb_store_stat st;
+    scdb_store_stat st = {0};
     size_t n_ops = 0;
 
     if (scdb_store_stats(b->store, &st) == SCDB_OK) {
@@ -614,6 +635,12 @@ static void on_stats(scdb_broker *b, const rq *q)
     s.workers = (uint32_t)b->n_workers;
     s.block_tokens = b->block_tokens;
     s.broker_instance = b->instance;
+    s.stale_tokens = b->stale_tokens;
+    s.reloads = b->reloads;
+    s.reload_failures = b->reload_failures;
+    s.registry_generation = b->reg->generation;
+    s.index_lookups = b->index_lookups;
+    s.hot_evictions = st.hot_evictions;
     for (int i = 1; i < OP_COUNT; i++) {
         if (!b->ops[i].count) continue;
         scdb__op_stats__init(&ops[n_ops]);
@@ -694,6 +721,7 @@ void bk_handle(scdb_broker *b, int sock, zmq_msg_t *frames, int n_frames, int to
         goto done;
     }
     if (!c && req->client != 0) {
+        q.stale = 1;
         reply(b, &q, SCDB_ECLOSED, NULL,
               "unknown client token (broker restarted or client reclaimed): say hello again");
         goto done;
@@ -717,7 +745,12 @@ void bk_handle(scdb_broker *b, int sock, zmq_msg_t *frames, int n_frames, int to
         reply(b, &q, SCDB_OK, &r, NULL);
         break;
     }
-    case OP_HEARTBEAT: reply(b, &q, SCDB_OK, NULL, NULL); break;
+    case OP_HEARTBEAT:
+        if (req->heartbeat->lookups)
+            bk_metrics_client_report(b, c, req->heartbeat->lookups->index_lookups,
+                                     req->heartbeat->lookups->index_fallbacks);
+        reply(b, &q, SCDB_OK, NULL, NULL);
+        break;
     case OP_LOOKUP: owned = on_lookup(b, &q, c, req); break;
     case OP_PUT: owned = on_put(b, &q, c, req, frames + 2, n_payload); break;
     case OP_DELETE: owned = on_delete(b, &q, c, req); break;
@@ -728,6 +761,9 @@ void bk_handle(scdb_broker *b, int sock, zmq_msg_t *frames, int n_frames, int to
     case OP_ARENA_MAPPED: on_arena_mapped(b, &q, c, req->arena_mapped->arena, 0); break;
     case OP_ARENA_FREE: on_arena_mapped(b, &q, c, req->arena_free->arena, 1); break;
     case OP_GOODBYE:
+        if (req->goodbye->lookups)
+            bk_metrics_client_report(b, c, req->goodbye->lookups->index_lookups,
+                                     req->goodbye->lookups->index_fallbacks);
         bk_client_drop(b, c, "said goodbye");
         reply(b, &q, SCDB_OK, NULL, NULL);
         break;

@@ -27,6 +27,7 @@ void bk_queue_push(bk_queue *q, bk_job *j)
     else
         q->head = j;
     q->tail = j;
+    __atomic_add_fetch(&q->len, 1, __ATOMIC_RELAXED);
     pthread_cond_signal(&q->cv);
     pthread_mutex_unlock(&q->mu);
 }
@@ -42,6 +43,7 @@ static bk_job *queue_pop(bk_queue *q)
     if (j) {
         q->head = j->next;
         if (!q->head) q->tail = NULL;
+        __atomic_sub_fetch(&q->len, 1, __ATOMIC_RELAXED);
     }
     pthread_mutex_unlock(&q->mu);
     return j;
@@ -83,12 +85,14 @@ void bk_job_done(scdb_broker *b, bk_job *j)
 {
     if (j->reply) bk_send_reply(b, j->sock, &j->ident, j->reply, j->reply_len);
     bk_account(b, j->op, j->status, j->t0_ns);
+    bk_metrics_job_done(b, j);
     if (j->op == OP_SESSION_EVICT) bk_session_evict_done(b, bk_client_find(b, j->client), j);
     if (j->arena) {
         j->arena->busy = 0;
         bk_arena_unref(b, j->arena);
     }
     b->inflight--;
+    bk_registry_unref(j->reg);
     bk_job_free(j);
 }
 
@@ -229,6 +233,7 @@ static void run_get(scdb_broker *b, bk_job *j)
         written += bt;
     }
     gr.decode_ns = scdb_now_ns() - t0;
+    j->work_ns = gr.decode_ns;
     free(host_copy);
     if (n_remote && !gap) {
         /* keep them: LMDB and the hot tier, through the writer (a put of
@@ -236,7 +241,6 @@ static void run_get(scdb_broker *b, bk_job *j)
         bk_job *ins = calloc(1, sizeof *ins);
         if (ins) {
             ins->op = BK_JOB_REMOTE_INSERT;
-            ins->cb = j->cb;
             ins->rblocks = rb;
             ins->n_rblocks = n_remote;
             zmq_msg_init(&ins->ident);
@@ -534,7 +538,7 @@ static void *thread_main(void *arg)
     }
     while ((j = queue_pop(ta.q))) {
         if (j->op == BK_JOB_REMOTE_INSERT) {   /* internal: nobody waits for it */
-            bk_remote_insert(b, j->cb, j->rblocks, j->n_rblocks);
+            bk_remote_insert(b, j->rblocks, j->n_rblocks);
             bk_job_free(j);
             continue;
         }

@@ -145,11 +145,8 @@ static scdb_err bind_ipc(scdb_broker *b, char *errbuf, size_t errlen)
     rc = zmq_bind(b->router[0], b->cfg.endpoint);
     umask(old);
     if (rc) goto zfail;
-    if (chmod(path, b->cfg.socket_mode)) { /* ... then gets exactly socket_mode */
-        snprintf(errbuf, errlen, "chmod %s: %s", path, strerror(errno));
-        return SCDB_ESYS;
-    }
-    return SCDB_OK;
+    /* ... then gets exactly socket_mode (and socket_group) */
+    return bk_socket_perms(&b->cfg, path, errbuf, errlen);
 zfail:
     snprintf(errbuf, errlen, "cannot bind %s: %s", b->cfg.endpoint, zmq_strerror(zmq_errno()));
     return SCDB_ESYS;
@@ -279,6 +276,13 @@ static scdb_err bind_tcp(scdb_broker *b, char *errbuf, size_t errlen)
     }
     memset(key, 0, sizeof key);
     return SCDB_OK;
+}
+
+scdb_err bk_check_endpoint_free(const scdb_broker_config *c, char *errbuf, size_t errlen)
+{
+    if (!socket_alive(c->endpoint + 6)) return SCDB_OK;
+    snprintf(errbuf, errlen, "another broker is listening on %s", c->endpoint);
+    return SCDB_EBUSY;
 }
 
 scdb_err bk_listen(scdb_broker *b, char *errbuf, size_t errlen)

@@ -1,77 +1,44 @@
 /* lookup_publish.c — the broker's side of the shared-memory lookup index
- * (lookup_index.h): retire what a killed predecessor left, create and fill
- * the index at start, mirror the store's visibility changes (on_visible,
- * called under the store's lock from whichever thread changed the store),
- * grow it, retire it at shutdown.
- *
- * data_dir/lookup-index.names lists every index object this data dir's
- * broker may have left linked (one name per line; written with rename, so
- * always whole).  A grow lists both names before it retires the old one. */
+ * (lookup_index.h): create and fill the index at start, hand it to clients
+ * by ticket over the fd socket (fdpass.c), mirror the store's visibility
+ * changes (on_visible, called under the store's lock from whichever thread
+ * changed the store), grow it, refresh its liveness word, retire it at
+ * shutdown.  A killed broker leaves nothing to clean: its index is an
+ * anonymous memfd, and its stale liveness word stops clients trusting it. */
 #include "broker_int.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#define NAMES_FILE "lookup-index.names"
-
-static void names_path(const scdb_broker *b, char *buf, size_t len)
+/* Hand ix out by its ticket (a dup of its fd goes into the fd table). */
+static scdb_err publish(scdb_broker *b, const scdb_lix *ix)
 {
-    snprintf(buf, len, "%s/" NAMES_FILE, b->cfg.data_dir);
+    uint8_t t[SCDB_FD_TICKET_BYTES];
+    int fd;
+    scdb_err e;
+
+    if (scdb_fd_ticket_parse(scdb_lix_name(ix), t)) return SCDB_EINVAL;
+    if ((fd = fcntl(scdb_lix_fd(ix), F_DUPFD_CLOEXEC, 0)) < 0) return SCDB_ESYS;
+    if ((e = bk_fd_add_as(b, fd, t))) close(fd);
+    return e;
 }
 
-/* Replace the names file with names[0..n) (n 0: remove it). */
-static int names_write(const scdb_broker *b, const char *const *names, int n)
+static void unpublish(scdb_broker *b, const scdb_lix *ix)
 {
-    char path[600], tmp[620];
-    FILE *f;
-    int bad;
-
-    names_path(b, path, sizeof path);
-    if (n == 0) return unlink(path) && errno != ENOENT ? -1 : 0;
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    if (!(f = fopen(tmp, "w"))) return -1;
-    for (int i = 0; i < n; i++) fprintf(f, "%s\n", names[i]);
-    bad = fflush(f) != 0;
-    bad |= fclose(f) != 0;
-    if (bad || rename(tmp, path)) {
-        unlink(tmp);
-        return -1;
-    }
-    return 0;
+    uint8_t t[SCDB_FD_TICKET_BYTES];
+    if (ix && !scdb_fd_ticket_parse(scdb_lix_name(ix), t)) bk_fd_remove(b, t);
 }
 
 /* Stop publishing (mu held): clients fall back to the request path. */
 static void disable(scdb_broker *b, const char *why)
 {
     scdb_warn("lookup index disabled (%s): clients look up through the broker", why);
+    unpublish(b, b->lix);
     scdb_lix_retire(&b->lix, NULL);
-    names_write(b, NULL, 0);
-}
-
-scdb_err bk_lix_cleanup_stale(scdb_broker *b)
-{
-    char path[600], line[256];
-    FILE *f;
-
-    names_path(b, path, sizeof path);
-    if (!(f = fopen(path, "r"))) return SCDB_OK;
-    while (fgets(line, sizeof line, f)) {
-        scdb_err e;
-        line[strcspn(line, "\r\n")] = 0;
-        if (!line[0]) continue;
-        e = scdb_lix_retire_name(line);
-        if (e)
-            scdb_warn("lookup index %s left by the previous broker: %s (left alone)", line,
-                      scdb_strerror(e));
-        else
-            scdb_info("retired lookup index %s left by the previous broker", line);
-    }
-    fclose(f);
-    names_write(b, NULL, 0);
-    return SCDB_OK;
 }
 
 static void fill_one(void *ctx, const scdb_key *k)
@@ -83,7 +50,6 @@ static void fill_one(void *ctx, const scdb_key *k)
 scdb_err bk_lix_start(scdb_broker *b, char *errbuf, size_t errlen)
 {
     scdb_store_stat st;
-    const char *name;
     uint64_t want;
     scdb_err e;
 
@@ -99,45 +65,40 @@ scdb_err bk_lix_start(scdb_broker *b, char *errbuf, size_t errlen)
                   scdb_strerror(e));
         return SCDB_OK;
     }
-    name = scdb_lix_name(b->lix);
-    if (names_write(b, &name, 1)) {
-        snprintf(errbuf, errlen, "cannot write %s/" NAMES_FILE ": %s", b->cfg.data_dir,
-                 strerror(errno));
+    if ((e = publish(b, b->lix))) {
+        scdb_warn("cannot hand out the lookup index: %s; clients look up through the broker",
+                  scdb_strerror(e));
         scdb_lix_retire(&b->lix, NULL);
-        return SCDB_ESYS;
+        return SCDB_OK;
     }
     /* under the store's lock: no change slips between the walk and the
      * callbacks that follow it */
     scdb_store_foreach_key(b->store, fill_one, b);
     pthread_mutex_lock(&b->lix_mu);
     if (b->lix)
-        scdb_info("lookup index %s: %llu keys, %llu slots", scdb_lix_name(b->lix),
+        scdb_info("lookup index: %llu keys, %llu slots",
                   (unsigned long long)scdb_lix_count(b->lix),
                   (unsigned long long)scdb_lix_capacity(b->lix));
     pthread_mutex_unlock(&b->lix_mu);
     return SCDB_OK;
 }
 
-/* Replace the index by one twice its size (mu held). */
+/* Replace the index by one twice its size (mu held).  The new one is
+ * handed out before the old one names it as its successor. */
 static scdb_err grow(scdb_broker *b)
 {
     scdb_lix *nx = NULL;
-    const char *names[2];
     scdb_err e = scdb_lix_grow(b->lix, &nx);
 
     if (e) return e;
-    names[0] = scdb_lix_name(b->lix);
-    names[1] = scdb_lix_name(nx);
-    if (names_write(b, names, 2)) {
+    if ((e = publish(b, nx))) {
         scdb_lix_retire(&nx, NULL);
-        return SCDB_ESYS;
+        return e;
     }
-    scdb_info("lookup index grows to %llu slots: %s", (unsigned long long)scdb_lix_capacity(nx),
-              names[1]);
-    scdb_lix_retire(&b->lix, names[1]);
+    scdb_info("lookup index grows to %llu slots", (unsigned long long)scdb_lix_capacity(nx));
+    unpublish(b, b->lix);
+    scdb_lix_retire(&b->lix, scdb_lix_name(nx));
     b->lix = nx;
-    names[0] = scdb_lix_name(nx);
-    names_write(b, names, 1);
     return SCDB_OK;
 }
 
@@ -187,8 +148,8 @@ void bk_lix_stop(scdb_broker *b)
     if (!b->lix_mu_init) return;
     pthread_mutex_lock(&b->lix_mu);
     if (b->lix) {
+        unpublish(b, b->lix);
         scdb_lix_retire(&b->lix, NULL);
-        names_write(b, NULL, 0);
     }
     pthread_mutex_unlock(&b->lix_mu);
     pthread_mutex_destroy(&b->lix_mu);

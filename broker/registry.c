@@ -1,5 +1,7 @@
-/* registry.c — the models, codebooks (namespaces) and pairs (decoders) a
- * broker serves, built once from the configuration. */
+/* registry.c — the models, codebooks (namespaces), pairs (decoders) and
+ * eviction policies a broker serves: one bk_registry per loaded
+ * configuration (at start, and at each SIGHUP reload), reference-counted
+ * (broker_int.h). */
 #include "broker_int.h"
 #include "model.h"
 
@@ -9,25 +11,25 @@
 
 #define DEFAULT_MAX_SEQ 2048
 
-const scdb_broker_model *bk_model_find(const scdb_broker *b, const char *name)
+const scdb_broker_model *bk_reg_model(const bk_registry *r, const char *name)
 {
-    for (int i = 0; i < b->n_models; i++)
-        if (!strcmp(b->models[i].name, name)) return &b->models[i];
+    for (int i = 0; i < r->n_models; i++)
+        if (!strcmp(r->models[i].name, name)) return &r->models[i];
     return NULL;
 }
 
-const scdb_broker_codebook *bk_codebook_find(const scdb_broker *b, const char *name)
+const scdb_broker_codebook *bk_reg_codebook(const bk_registry *r, const char *name)
 {
-    for (int i = 0; i < b->n_codebooks; i++)
-        if (!strcmp(b->codebooks[i].name, name)) return &b->codebooks[i];
+    for (int i = 0; i < r->n_codebooks; i++)
+        if (!strcmp(r->codebooks[i].name, name)) return &r->codebooks[i];
     return NULL;
 }
 
-const bk_pair *bk_pair_find(const scdb_broker *b, const scdb_broker_codebook *cb,
-                            const scdb_broker_model *consumer)
+const bk_pair *bk_reg_pair(const bk_registry *r, const scdb_broker_codebook *cb,
+                           const scdb_broker_model *consumer)
 {
-    for (int i = 0; i < b->n_pairs; i++)
-        if (b->pairs[i].cb == cb && b->pairs[i].consumer == consumer) return &b->pairs[i];
+    for (int i = 0; i < r->n_pairs; i++)
+        if (r->pairs[i].cb == cb && r->pairs[i].consumer == consumer) return &r->pairs[i];
     return NULL;
 }
 
@@ -42,8 +44,12 @@ static scdb_err load_model(const scdb_broker_model_cfg *mc, scdb_broker_model *m
         char why[256] = "";
         scdb_err e = scdb_model_config_load(mc->config, &conf, why, sizeof why);
         if (e) {
-            snprintf(errbuf, errlen, "model %s: %s: %s %s", mc->name, mc->config,
-                     scdb_strerror(e), why);
+            /* why names the file and the problem when the loader gave one */
+            if (why[0])
+                snprintf(errbuf, errlen, "model %s: %s", mc->name, why);
+            else
+                snprintf(errbuf, errlen, "model %s: %s: %s", mc->name, mc->config,
+                         scdb_strerror(e));
             return e;
         }
         m->n_layers = conf.n_layers;
@@ -82,12 +88,24 @@ static scdb_err load_model(const scdb_broker_model_cfg *mc, scdb_broker_model *m
     return SCDB_OK;
 }
 
-static scdb_err add_codebook(scdb_broker *b, const char *name, const char *kind_name,
+/* "what name: " before the message a loader left in errbuf (unless it
+ * starts so already). */
+static void prefix_msg(char *errbuf, size_t errlen, const char *what, const char *name)
+{
+    char tmp[1024], head[160];
+    if (!errbuf || !errlen) return;
+    snprintf(head, sizeof head, "%s %s: ", what, name);
+    if (!strncmp(errbuf, head, strlen(head))) return;
+    snprintf(tmp, sizeof tmp, "%s%s", head, errbuf);
+    snprintf(errbuf, errlen, "%s", tmp);
+}
+
+static scdb_err add_codebook(bk_registry *r, const char *name, const char *kind_name,
                              const scdb_broker_model *producer, const char *file,
                              scdb_dtype dtype, char *errbuf, size_t errlen)
 {
     const scdb_codec_kind *kind = scdb_codec_kind_find(kind_name);
-    scdb_broker_codebook *cb = &b->codebooks[b->n_codebooks];
+    scdb_broker_codebook *cb = &r->codebooks[r->n_codebooks];
     scdb_err e;
 
     if (!kind) {
@@ -99,26 +117,34 @@ static scdb_err add_codebook(scdb_broker *b, const char *name, const char *kind_
     snprintf(cb->kind, sizeof cb->kind, "%s", kind->name);
     cb->producer = producer;
     e = kind->open_codebook(cb, file, dtype, errbuf, errlen);
-    if (e) return e;
-    b->n_codebooks++;
+    if (e) {
+        prefix_msg(errbuf, errlen, "codebook", name);
+        return e;
+    }
+    r->n_codebooks++;
     return SCDB_OK;
 }
 
-static scdb_err add_pair(scdb_broker *b, const scdb_broker_codebook *cb,
+static scdb_err add_pair(bk_registry *r, const scdb_broker_codebook *cb,
                          const scdb_broker_model *consumer, const char *file, char *errbuf,
                          size_t errlen)
 {
     const scdb_codec_kind *kind = scdb_codec_kind_find(cb->kind);
-    bk_pair *p = (bk_pair *)bk_pair_find(b, cb, consumer);
+    bk_pair *p = (bk_pair *)bk_reg_pair(r, cb, consumer);
     scdb_decoder dec = {0};
     scdb_err e;
 
     e = kind->new_decoder(cb, consumer, file, &dec, errbuf, errlen);
-    if (e) return e;
+    if (e) {
+        char what[2 * SCDB_BROKER_NAME_MAX + 8];
+        snprintf(what, sizeof what, "%s -> %s", cb->name, consumer->name);
+        prefix_msg(errbuf, errlen, "pair", what);
+        return e;
+    }
     if (p) {                       /* an explicit pair replaces the default */
         if (p->dec.destroy) p->dec.destroy(p->dec.ctx);
     } else {
-        p = &b->pairs[b->n_pairs++];
+        p = &r->pairs[r->n_pairs++];
         p->cb = cb;
         p->consumer = consumer;
     }
@@ -129,32 +155,32 @@ static scdb_err add_pair(scdb_broker *b, const scdb_broker_codebook *cb,
 /* Eviction policies for live sessions: every heuristic under its kind's
  * name, then the configured learned ones (a name may not shadow a
  * heuristic). */
-static scdb_err load_policies(scdb_broker *b, const scdb_broker_config *c, char *errbuf,
+static scdb_err load_policies(bk_registry *r, const scdb_broker_config *c, char *errbuf,
                               size_t errlen)
 {
-    b->policies = calloc((size_t)SCDB_EVICT_KIND_COUNT + (size_t)c->n_policies,
-                         sizeof *b->policies);
-    if (!b->policies) {
+    r->policies = calloc((size_t)SCDB_EVICT_KIND_COUNT + (size_t)c->n_policies,
+                         sizeof *r->policies);
+    if (!r->policies) {
         snprintf(errbuf, errlen, "out of memory");
         return SCDB_ENOMEM;
     }
     for (int k = 0; k < SCDB_EVICT_KIND_COUNT; k++) {
-        bk_policy *p = &b->policies[b->n_policies];
+        bk_policy *p = &r->policies[r->n_policies];
         if (k == SCDB_EVICT_LEARNED) continue;
         snprintf(p->name, sizeof p->name, "%s", scdb_evict_kind_name((scdb_evict_kind)k));
         if (scdb_evict_policy_new((scdb_evict_kind)k, &p->policy)) {
             snprintf(errbuf, errlen, "out of memory");
             return SCDB_ENOMEM;
         }
-        b->n_policies++;
+        r->n_policies++;
     }
     for (int i = 0; i < c->n_policies; i++) {
         const scdb_broker_policy_cfg *pc = &c->policies[i];
-        bk_policy *p = &b->policies[b->n_policies];
+        bk_policy *p = &r->policies[r->n_policies];
         char why[256] = "";
         scdb_err e;
 
-        if (bk_policy_find(b, pc->name)) {
+        if (bk_reg_policy(r, pc->name)) {
             snprintf(errbuf, errlen, "policy %s: the name is taken (a built-in heuristic)",
                      pc->name);
             return SCDB_EINVAL;
@@ -165,75 +191,78 @@ static scdb_err load_policies(scdb_broker *b, const scdb_broker_config *c, char 
         }
         e = scdb_evict_policy_load(pc->file, &p->policy, why, sizeof why);
         if (e) {
-            snprintf(errbuf, errlen, "policy %s: %s: %s: %s", pc->name, pc->file,
-                     scdb_strerror(e), why);
+            if (why[0])       /* names the file and the problem */
+                snprintf(errbuf, errlen, "policy %s: %s", pc->name, why);
+            else
+                snprintf(errbuf, errlen, "policy %s: %s: %s", pc->name, pc->file,
+                         scdb_strerror(e));
             return e;
         }
         snprintf(p->name, sizeof p->name, "%s", pc->name);
-        b->n_policies++;
+        r->n_policies++;
         scdb_info("policy %s: learned, from %s", p->name, pc->file);
     }
     return SCDB_OK;
 }
 
-const bk_policy *bk_policy_find(const scdb_broker *b, const char *name)
+const bk_policy *bk_reg_policy(const bk_registry *r, const char *name)
 {
-    for (int i = 0; i < b->n_policies; i++)
-        if (!strcmp(b->policies[i].name, name)) return &b->policies[i];
+    for (int i = 0; i < r->n_policies; i++)
+        if (!strcmp(r->policies[i].name, name)) return &r->policies[i];
     return NULL;
 }
 
-scdb_err bk_registry_build(scdb_broker *b, const scdb_broker_config *c, char *errbuf,
-                           size_t errlen)
+static scdb_err registry_build(bk_registry *r, const scdb_broker_config *c, char *errbuf,
+                               size_t errlen)
 {
     scdb_err e;
     int max_cb = c->n_models + c->n_codebooks, max_pairs = c->n_models + c->n_pairs;
 
-    b->models = calloc((size_t)c->n_models + 1, sizeof *b->models);
-    b->codebooks = calloc((size_t)max_cb + 1, sizeof *b->codebooks);
-    b->pairs = calloc((size_t)max_pairs + 1, sizeof *b->pairs);
-    if (!b->models || !b->codebooks || !b->pairs) {
+    r->models = calloc((size_t)c->n_models + 1, sizeof *r->models);
+    r->codebooks = calloc((size_t)max_cb + 1, sizeof *r->codebooks);
+    r->pairs = calloc((size_t)max_pairs + 1, sizeof *r->pairs);
+    if (!r->models || !r->codebooks || !r->pairs) {
         snprintf(errbuf, errlen, "out of memory");
         return SCDB_ENOMEM;
     }
     for (int i = 0; i < c->n_models; i++) {
-        e = load_model(&c->models[i], &b->models[i], errbuf, errlen);
+        e = load_model(&c->models[i], &r->models[i], errbuf, errlen);
         if (e) return e;
-        b->n_models++;
+        r->n_models++;
     }
     /* every model's raw codebook, unless configured explicitly */
-    for (int i = 0; i < b->n_models; i++) {
+    for (int i = 0; i < r->n_models; i++) {
         char name[SCDB_BROKER_NAME_MAX];
         int explicit = 0;
-        snprintf(name, sizeof name, "raw/%.120s", b->models[i].name);
+        snprintf(name, sizeof name, "raw/%.120s", r->models[i].name);
         for (int j = 0; j < c->n_codebooks; j++)
             if (!strcmp(c->codebooks[j].name, name)) explicit = 1;
         if (explicit) continue;
-        e = add_codebook(b, name, "raw", &b->models[i], "", b->models[i].raw_dtype, errbuf,
+        e = add_codebook(r, name, "raw", &r->models[i], "", r->models[i].raw_dtype, errbuf,
                          errlen);
         if (e) return e;
     }
     for (int i = 0; i < c->n_codebooks; i++) {
         const scdb_broker_codebook_cfg *cc = &c->codebooks[i];
-        const scdb_broker_model *m = bk_model_find(b, cc->model);
+        const scdb_broker_model *m = bk_reg_model(r, cc->model);
         if (!m) {
             snprintf(errbuf, errlen, "codebook %s: unknown producer model '%s'", cc->name,
                      cc->model);
             return SCDB_EINVAL;
         }
-        e = add_codebook(b, cc->name, cc->kind, m, cc->file, cc->dtype, errbuf, errlen);
+        e = add_codebook(r, cc->name, cc->kind, m, cc->file, cc->dtype, errbuf, errlen);
         if (e) return e;
     }
     /* identity pairs: a raw codebook decodes into its own producer */
-    for (int i = 0; i < b->n_codebooks; i++) {
-        if (strcmp(b->codebooks[i].kind, "raw")) continue;
-        e = add_pair(b, &b->codebooks[i], b->codebooks[i].producer, "", errbuf, errlen);
+    for (int i = 0; i < r->n_codebooks; i++) {
+        if (strcmp(r->codebooks[i].kind, "raw")) continue;
+        e = add_pair(r, &r->codebooks[i], r->codebooks[i].producer, "", errbuf, errlen);
         if (e) return e;
     }
     for (int i = 0; i < c->n_pairs; i++) {
         const scdb_broker_pair_cfg *pc = &c->pairs[i];
-        const scdb_broker_codebook *cb = bk_codebook_find(b, pc->codebook);
-        const scdb_broker_model *m = bk_model_find(b, pc->consumer);
+        const scdb_broker_codebook *cb = bk_reg_codebook(r, pc->codebook);
+        const scdb_broker_model *m = bk_reg_model(r, pc->consumer);
         if (!cb || !m) {
             snprintf(errbuf, errlen, "pair %s %s: unknown %s", pc->codebook, pc->consumer,
                      cb ? "consumer model" : "codebook");
@@ -244,29 +273,84 @@ scdb_err bk_registry_build(scdb_broker *b, const scdb_broker_config *c, char *er
                      pc->codebook, pc->consumer, pc->decoder, cb->kind);
             return SCDB_EINVAL;
         }
-        e = add_pair(b, cb, m, pc->file, errbuf, errlen);
+        e = add_pair(r, cb, m, pc->file, errbuf, errlen);
         if (e) return e;
     }
-    return load_policies(b, c, errbuf, errlen);
+    return load_policies(r, c, errbuf, errlen);
 }
 
-void bk_registry_free(scdb_broker *b)
+static void registry_free(bk_registry *r)
 {
-    for (int i = 0; i < b->n_pairs; i++)
-        if (b->pairs[i].dec.destroy) b->pairs[i].dec.destroy(b->pairs[i].dec.ctx);
-    for (int i = 0; i < b->n_codebooks; i++)
-        if (b->codebooks[i].destroy) b->codebooks[i].destroy(b->codebooks[i].ctx);
-    for (int i = 0; i < b->n_policies; i++) scdb_evict_policy_free(&b->policies[i].policy);
-    free(b->policies);
-    b->policies = NULL;
-    b->n_policies = 0;
-    free(b->pairs);
-    free(b->codebooks);
-    free(b->models);
-    b->pairs = NULL;
-    b->codebooks = NULL;
-    b->models = NULL;
-    b->n_pairs = b->n_codebooks = b->n_models = 0;
+    for (int i = 0; i < r->n_pairs; i++)
+        if (r->pairs[i].dec.destroy) r->pairs[i].dec.destroy(r->pairs[i].dec.ctx);
+    for (int i = 0; i < r->n_codebooks; i++)
+        if (r->codebooks[i].destroy) r->codebooks[i].destroy(r->codebooks[i].ctx);
+    for (int i = 0; i < r->n_policies; i++) scdb_evict_policy_free(&r->policies[i].policy);
+    free(r->policies);
+    r->policies = NULL;
+    r->n_policies = 0;
+    free(r->pairs);
+    free(r->codebooks);
+    free(r->models);
+    r->pairs = NULL;
+    r->codebooks = NULL;
+    r->models = NULL;
+    r->n_pairs = r->n_codebooks = r->n_models = 0;
+    free(r);
+}
+
+scdb_err bk_registry_new(const scdb_broker_config *c, bk_registry **out, char *errbuf,
+                         size_t errlen)
+{
+    bk_registry *r = calloc(1, sizeof *r);
+    scdb_err e;
+
+    *out = NULL;
+    if (!r) {
+        snprintf(errbuf, errlen, "out of memory");
+        return SCDB_ENOMEM;
+    }
+    r->refs = 1;
+    r->generation = 1;
+    e = registry_build(r, c, errbuf, errlen);
+    if (e) {
+        registry_free(r);
+        return e;
+    }
+    *out = r;
+    return SCDB_OK;
+}
+
+bk_registry *bk_registry_ref(bk_registry *r)
+{
+    if (r) r->refs++;
+    return r;
+}
+
+void bk_registry_unref(bk_registry *r)
+{
+    if (r && --r->refs == 0) registry_free(r);
+}
+
+const scdb_broker_model *bk_model_find(const scdb_broker *b, const char *name)
+{
+    return bk_reg_model(b->reg, name);
+}
+
+const scdb_broker_codebook *bk_codebook_find(const scdb_broker *b, const char *name)
+{
+    return bk_reg_codebook(b->reg, name);
+}
+
+const bk_pair *bk_pair_find(const scdb_broker *b, const scdb_broker_codebook *cb,
+                            const scdb_broker_model *consumer)
+{
+    return bk_reg_pair(b->reg, cb, consumer);
+}
+
+const bk_policy *bk_policy_find(const scdb_broker *b, const char *name)
+{
+    return bk_reg_policy(b->reg, name);
 }
 
 scdb_err scdb_broker_add_pair(scdb_broker *b, const char *codebook, const char *consumer,
@@ -284,13 +368,14 @@ scdb_err scdb_broker_add_pair(scdb_broker *b, const char *codebook, const char *
     if (p) {
         if (p->dec.destroy) p->dec.destroy(p->dec.ctx);
     } else {
-        void *q = realloc(b->pairs, ((size_t)b->n_pairs + 1) * sizeof *b->pairs);
+        bk_registry *r = b->reg;
+        void *q = realloc(r->pairs, ((size_t)r->n_pairs + 1) * sizeof *r->pairs);
         if (!q) {
             if (dec->destroy) dec->destroy(dec->ctx);
             return SCDB_ENOMEM;
         }
-        b->pairs = q;
-        p = &b->pairs[b->n_pairs++];
+        r->pairs = q;
+        p = &r->pairs[r->n_pairs++];
         p->cb = cb;
         p->consumer = m;
     }

@@ -87,8 +87,7 @@ size_t bk_remote_fetch(scdb_broker *b, const scdb_broker_codebook *cb, const scd
     return got;
 }
 
-size_t bk_remote_insert(scdb_broker *b, const scdb_broker_codebook *cb,
-                        const scdb_remote_block *blocks, size_t n)
+size_t bk_remote_insert(scdb_broker *b, const scdb_remote_block *blocks, size_t n)
 {
     scdb_block_put *puts;
     size_t stored = 0;
@@ -107,7 +106,9 @@ size_t bk_remote_insert(scdb_broker *b, const scdb_broker_codebook *cb,
         puts[i].payload_len = in->payload_len;
         puts[i].from_remote = 1;
     }
-    e = scdb_store_put_batch(b->store, &cb->ns, puts, n, &stored);
+    /* the namespace is the one they were verified against (no codebook
+     * pointer: a reload may have freed it by the time the writer runs) */
+    e = scdb_store_put_batch(b->store, &blocks[0].info.ns, puts, n, &stored);
     if (e)   /* the parent went meanwhile, no room: they stay remote only */
         scdb_debug("remote tier: kept %zu of %zu fetched blocks locally: %s", stored, n,
                    scdb_strerror(e));
@@ -124,7 +125,7 @@ int bk_remote_fill_parents(scdb_broker *b, const scdb_broker_codebook *cb, const
 
     if (!b->remote || n_local >= first) return 0;
     got = bk_remote_fetch(b, cb, keys, n_local, first, &blocks);
-    if (got == first - n_local) kept = bk_remote_insert(b, cb, blocks, got);
+    if (got == first - n_local) kept = bk_remote_insert(b, blocks, got);
     scdb_remote_blocks_free(blocks, got);
     free(blocks);
     return got == first - n_local && kept == got;

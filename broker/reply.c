@@ -41,10 +41,18 @@ void bk_account(scdb_broker *b, bk_op op, scdb_err status, uint64_t t0)
     s->count++;
     s->total_ns += dt;
     if (dt > s->max_ns) s->max_ns = dt;
+    if ((unsigned)status < SCDB_ERR_COUNT) b->status_count[op][status]++;
     if (status) {
         s->errors++;
         b->errors++;
     }
+}
+
+void bk_account_stale(scdb_broker *b, bk_op op)
+{
+    b->ops[op].errors--;
+    b->errors--;
+    b->stale_tokens++;
 }
 
 void bk_send_reply(scdb_broker *b, int sock, zmq_msg_t *ident, const void *buf,

@@ -19,15 +19,21 @@ static void usage(FILE *f, const char *prog)
 "delete, stats, broker-side encode of a producer's states (put_states), and\n"
 "live sessions that keep a consumer's arena within a slot budget with an\n"
 "eviction policy.  Logs go to stderr.  SIGTERM or SIGINT drains requests in\n"
-"flight and exits.\n"
+"flight and exits; SIGHUP reloads the configuration (models, codebooks, pairs,\n"
+"policies and run-time limits) without dropping clients.  Started by systemd\n"
+"(Type=notify) it reports readiness, reloads and shutdown.\n"
 "\n"
 "options (every [broker] key of the config file is also a flag, '-' or '_';\n"
 "[remote] keys are flags --remote-KEY):\n"
 "  --config FILE              ini file: [broker] keys as below, [model NAME]\n"
 "                             (config = DIR/config.json, or n_layers, n_kv_heads,\n"
 "                             head_dim, max_seq_len; raw_dtype = f16|f32),\n"
-"                             [codebook NAME] (kind, model, file, dtype),\n"
-"                             [pair CODEBOOK CONSUMER] (decoder, file) and\n"
+"                             [codebook NAME] (kind = raw | scd: raw KV of\n"
+"                             `model`, or an SCD codebook `file` fitted on it;\n"
+"                             dtype = f16|f32 for raw), [pair CODEBOOK CONSUMER]\n"
+"                             (decoder = raw | scd, default the codebook's kind:\n"
+"                             raw reuses the producer's KV as it is, scd decodes\n"
+"                             codes with the pair `file`) and\n"
 "                             [policy NAME] (file = a learned eviction policy\n"
 "                             for live sessions; full, streaming, h2o, snapkv\n"
 "                             and tova are built in)\n"
@@ -76,6 +82,10 @@ static void usage(FILE *f, const char *prog)
 "                             by the CUDA kernels); cuda fails to start when no\n"
 "                             device answers (exit 1) or the build has no CUDA\n"
 "                             backend (exit 2)\n"
+"  --metrics-listen ADDR      serve GET /metrics (Prometheus text format) over\n"
+"                             HTTP on HOST:PORT, [IPV6]:PORT or PORT (=\n"
+"                             127.0.0.1:PORT); port 0 picks a free one (logged).\n"
+"                             Default: off\n"
 "\n"
 "remote tier ([remote] section of the config file; each key NAME is also the\n"
 "flag --remote-NAME): blocks shared by a fleet of brokers through a Redis\n"
@@ -100,30 +110,30 @@ static void usage(FILE *f, const char *prog)
 "SIZE takes K, M, G, T (or KiB, MiB, ...) suffixes.\n"
 "exit status: 0 clean shutdown; 1 runtime failure (data dir or endpoint in\n"
 "use, bind, store I/O, drain timeout); 2 usage or configuration error (a bad\n"
-"setting, or a model/codebook/pair/policy file it names is missing or invalid).\n"
-"\n"
-"exit codes: 0 clean shutdown, 1 runtime failure (store, sockets, drain timed\n"
-"out), 2 usage or configuration error (including a plaintext tcp endpoint).\n",
+"setting, a plaintext tcp endpoint, or a model/codebook/pair/policy file it\n"
+"names that is missing or invalid).\n",
             prog, scdb_default_endpoint(ep, sizeof ep));
 }
 
-int scdb_broker_main(int argc, char **argv)
-{
-    const char *prog = argc > 0 ? argv[0] : "scdb-broker";
-    scdb_broker_config cfg;
-    scdb_broker *b = NULL;
-    char err[512] = "";
-    scdb_err e;
-    int rc = 2;
+/* The whole configuration from argv into cfg (defaults filled): the config
+ * file first, whatever its place among the flags, then the flags in order.
+ * At start and again at every SIGHUP (reload).  SCDB_OK, or the error with
+ * err saying why. */
+typedef struct args {
+    int argc;
+    char **argv;
+} args;
 
-    for (int i = 1; i < argc; i++)
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            usage(stdout, prog);
-            return 0;
-        }
-    scdb_broker_config_defaults(&cfg);
-    if (getenv("SCDB_LOG")) cfg.log_level = scdb_log_get_level();
-    /* the config file first, whatever its place among the flags */
+static scdb_err load_args(void *ctx, scdb_broker_config *cfg, char *err, size_t errlen)
+{
+    const args *a0 = ctx;
+    int argc = a0->argc;
+    char **argv = a0->argv;
+    scdb_err e;
+
+    scdb_broker_config_clear(cfg);
+    scdb_broker_config_defaults(cfg);
+    if (getenv("SCDB_LOG")) cfg->log_level = scdb_log_get_level();
     for (int i = 1; i < argc; i++) {
         const char *v = NULL;
         if (!strcmp(argv[i], "--config")) {
@@ -132,15 +142,15 @@ int scdb_broker_main(int argc, char **argv)
         } else if (!strncmp(argv[i], "--config=", 9)) {
             v = argv[i] + 9;
         }
-        if (v && scdb_broker_config_load(&cfg, v, err, sizeof err)) goto bad;
+        if (v && (e = scdb_broker_config_load(cfg, v, err, errlen))) return e;
     }
     for (int i = 1; i < argc; i++) {
         char key[64];
         const char *a = argv[i], *v, *eq;
 
         if (strncmp(a, "--", 2)) {
-            snprintf(err, sizeof err, "unexpected argument '%s'", a);
-            goto bad;
+            snprintf(err, errlen, "unexpected argument '%s'", a);
+            return SCDB_EINVAL;
         }
         a += 2;
         eq = strchr(a, '=');
@@ -154,11 +164,34 @@ int scdb_broker_main(int argc, char **argv)
         }
         if (!strcmp(key, "config")) continue;
         if (!strcmp(key, "model"))
-            e = scdb_broker_config_add_model(&cfg, v, err, sizeof err);
+            e = scdb_broker_config_add_model(cfg, v, err, errlen);
         else
-            e = scdb_broker_config_set(&cfg, key, v, err, sizeof err);
-        if (e) goto bad;
+            e = scdb_broker_config_set(cfg, key, v, err, errlen);
+        if (e) return e;
     }
+    return SCDB_OK;
+missing:
+    snprintf(err, errlen, "option %s needs a value", argv[argc - 1]);
+    return SCDB_EINVAL;
+}
+
+int scdb_broker_main(int argc, char **argv)
+{
+    const char *prog = argc > 0 ? argv[0] : "scdb-broker";
+    args a = {argc, argv};
+    scdb_broker_config cfg;
+    scdb_broker *b = NULL;
+    char err[512] = "";
+    scdb_err e;
+    int rc = 2;
+
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            usage(stdout, prog);
+            return 0;
+        }
+    scdb_broker_config_defaults(&cfg);
+    if (load_args(&a, &cfg, err, sizeof err)) goto bad;
     scdb_log_set_level(cfg.log_level);
     if (cfg.n_models == 0)
         scdb_warn("no models configured (--model or [model NAME]): every hello will fail");
@@ -168,8 +201,11 @@ int scdb_broker_main(int argc, char **argv)
     scdb_broker_catch_signals();
     e = scdb_broker_new(&cfg, &b, err, sizeof err);
     if (e) {
-        scdb_error("cannot start: %s", err);
-        fprintf(stderr, "%s: %s\n", prog, err);
+        /* one line: a log line when logging is on, else plain stderr */
+        if (scdb_log_get_level() <= SCDB_LOG_ERROR)
+            scdb_error("%s: cannot start: %s", prog, err);
+        else
+            fprintf(stderr, "%s: cannot start: %s\n", prog, err);
         /* a bad setting, or a model/codebook/pair/policy file it names that
          * is missing or invalid: a configuration error; the rest (data dir
          * or endpoint taken, bind, store I/O) a runtime failure */
@@ -181,14 +217,13 @@ int scdb_broker_main(int argc, char **argv)
                  : 1;
         goto out;
     }
+    scdb_broker_set_reload(b, load_args, &a);
     e = scdb_broker_run(b);
     scdb_broker_free(&b);
     rc = e == SCDB_OK ? 0 : 1;
     if (rc == 0) scdb_info("clean exit");
     goto out;
 
-missing:
-    snprintf(err, sizeof err, "option %s needs a value", argv[argc - 1]);
 bad:
     fprintf(stderr, "%s: %s\n(try %s --help)\n", prog, err, prog);
     rc = 2;

@@ -92,9 +92,9 @@ void bk_on_session_open(scdb_broker *b, bk_client *c, const Scdb__SessionOpen *s
         char names[512];
         size_t o = 0;
         names[0] = 0;
-        for (int i = 0; i < b->n_policies && o < sizeof names; i++)
+        for (int i = 0; i < b->reg->n_policies && o < sizeof names; i++)
             o += (size_t)snprintf(names + o, sizeof names - o, "%s%s", i ? ", " : "",
-                                  b->policies[i].name);
+                                  b->reg->policies[i].name);
         *status = SCDB_ENOTFOUND;
         snprintf(msg, msglen, "unknown eviction policy '%.64s' (this broker has: %s)",
                  so->policy, names);
@@ -160,6 +160,7 @@ void bk_on_session_open(scdb_broker *b, bk_client *c, const Scdb__SessionOpen *s
     s->stats = st;
     st->refs++;
     s->policy = pol;
+    s->reg = bk_registry_ref(b->reg);   /* where pol lives */
     s->geom = *acc;
     s->budget = so->budget;
     s->cadence = so->cadence;
@@ -170,11 +171,13 @@ void bk_on_session_open(scdb_broker *b, bk_client *c, const Scdb__SessionOpen *s
     scdb_evict_policy_protect(pol->policy, acc, (int)so->budget + 1, (int)so->budget, &sinks,
                               &recent);
     scdb_debug("client %s: session %llu on arena %llu, policy %s, budget %u, cadence %u",
-               c->name, (unsigned long long)s->id, (unsigned long long)kv->id, pol->name,
+               c->label, (unsigned long long)s->id, (unsigned long long)kv->id, pol->name,
                s->budget, s->cadence);
 
     sr->session = s->id;
-    sr->stats_shm_name = st->shm_name;
+    sr->stats_shm_name = (char *)"";
+    sr->stats_fd_ticket.data = st->ticket;
+    sr->stats_fd_ticket.len = sizeof st->ticket;
     sr->stats_size = st->size;
     sr->stats_arena = st->id;
     sr->budget = s->budget;
@@ -197,11 +200,12 @@ void bk_session_close(scdb_broker *b, bk_client *c, bk_session *s)
     b->n_sessions--;
     s->kv->session = NULL;
     scdb_debug("client %s: session %llu closed after %llu eviction(s), %llu slots evicted",
-               c->name, (unsigned long long)s->id, (unsigned long long)s->evictions,
+               c->label, (unsigned long long)s->id, (unsigned long long)s->evictions,
                (unsigned long long)s->evicted_slots);
     bk_arena_unref(b, s->kv);
     bk_arena_remove(b, c, s->stats);    /* leaves the client's list */
     bk_arena_unref(b, s->stats);        /* the session's own reference */
+    bk_registry_unref(s->reg);
     free(s);
 }
 
@@ -253,6 +257,7 @@ scdb_err bk_session_evict_prepare(scdb_broker *b, bk_client *c, const Scdb__Sess
     j->stats = s->stats;
     s->stats->refs++;
     j->policy = s->policy;
+    j->reg = bk_registry_ref(s->reg);
     j->geom = s->geom;
     j->budget = se->budget ? se->budget : s->budget;
     j->session = s->id;
@@ -324,6 +329,7 @@ void bk_session_run_evict(scdb_broker *b, bk_job *j)
     t0 = scdb_now_ns();
     e = scdb_evict_run(pol, cache, acc, (int)j->budget, map, &n_keep);
     er.evict_ns = scdb_now_ns() - t0;
+    j->work_ns = er.evict_ns;
     if (e) {
         snprintf(msg, sizeof msg, "policy %s failed: %s", j->policy->name, scdb_strerror(e));
         goto out;

@@ -1,8 +1,9 @@
-/* cmd_broker.c — the broker subcommands of `scdb`: serve, put, lookup, get,
- * stats.  put/lookup/get/stats are thin libscdb clients; serve runs the
- * daemon in the foreground.  Exit codes: 0 ok, 1 the broker refused the
+/* cmd_broker.c — the broker subcommands of `scdb`: serve, put, lookup, get
+ * (stats is cmd_stats.c).  put/lookup/get are thin libscdb clients; serve
+ * runs the daemon in the foreground.  Exit codes: 0 ok, 1 the broker refused the
  * request or a file could not be used, 2 usage error, 3 no broker answered. */
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,15 +11,15 @@
 #include "broker.h"
 #include "safetensors.h"
 #include "scdb.h"
+#include "scdb_cli.h"
 #include "wire.h"
 
 int scdb_cmd_serve(int argc, char **argv);
 int scdb_cmd_put(int argc, char **argv);
 int scdb_cmd_lookup(int argc, char **argv);
 int scdb_cmd_get(int argc, char **argv);
-int scdb_cmd_stats(int argc, char **argv);
 
-enum { EXIT_REFUSED = 1, EXIT_USAGE = 2, EXIT_UNREACHABLE = 3 };
+enum { EXIT_REFUSED = SCDB_CLI_REFUSED, EXIT_USAGE = SCDB_CLI_USAGE, EXIT_UNREACHABLE = SCDB_CLI_UNREACHABLE };
 
 int scdb_cmd_serve(int argc, char **argv)
 {
@@ -82,22 +83,19 @@ static void help(const char *cmd)
                "  --copy              copy into a private cache (scdb_get_copy) instead of\n"
                "                      reading the arena in place\n"
                "  --json              print the result as JSON\n");
-    } else {
-        printf("usage: scdb stats [--endpoint URL] [--json]\n\n"
-               "Print the broker's and the store's counters: clients, arenas, blocks, hot\n"
-               "tier, hits and misses, and per-request counts and latencies; per tier (hot,\n"
-               "disk, remote) hits, misses, bytes, errors and remote write-queue drops.\n\n"
-               "options:\n"
-               "  --json              print JSON instead of a table\n");
     }
     printf(common_help, ep);
     printf("  -h, --help          this text\n%s", exit_help);
 }
 
-static int usage_error(const cli *c, const char *fmt, const char *arg)
+static int usage_error(const cli *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int usage_error(const cli *c, const char *fmt, ...)
 {
+    va_list ap;
     fprintf(stderr, "scdb %s: ", c->cmd);
-    fprintf(stderr, fmt, arg);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
     fprintf(stderr, "\n(try scdb %s --help)\n", c->cmd);
     return EXIT_USAGE;
 }
@@ -133,8 +131,14 @@ static int parse(cli *c, int argc, char **argv, int need_model)
             *sval = argv[++i];
         } else {
             char *end;
-            long v = strtol(argv[++i], &end, 10);
-            if (*end || v < 0 || v > 1 << 30) return usage_error(c, "bad number '%s'", argv[i]);
+            const char *arg = argv[++i];
+            long v;
+            errno = 0;
+            v = strtol(arg, &end, 10);
+            if (!*arg || *end || errno)
+                return usage_error(c, "%s %s: not a whole number", a, arg);
+            if (v < 0) return usage_error(c, "%s %s: must be 0 or more", a, arg);
+            if (v > 1 << 30) return usage_error(c, "%s %s: at most %d", a, arg, 1 << 30);
             *ival = (int)v;
         }
     }
@@ -146,18 +150,40 @@ static int parse(cli *c, int argc, char **argv, int need_model)
     return -1;
 }
 
+/* A whole input file: a regular file, or anything else that reads to its
+ * end (a pipe, /dev/stdin).  -1 when read, else an exit code with a message
+ * that says what went wrong. */
+static int read_input(const char *cmd, const char *opt, const char *path, char **out,
+                      size_t *len)
+{
+    scdb_err e = scdb_read_file(path, (size_t)1 << 40, out, len);
+    FILE *f;
+
+    if (e == SCDB_OK) return -1;
+    if (e == SCDB_EIO && (f = fopen(path, "rb"))) {   /* not a regular file */
+        e = scdb_read_stream(f, (size_t)1 << 40, out, len);
+        fclose(f);
+        if (e == SCDB_OK) return -1;
+    }
+    if (e == SCDB_ENOTFOUND)
+        fprintf(stderr, "scdb %s: %s %s: no such file\n", cmd, opt, path);
+    else if (e == SCDB_ETOOBIG)
+        fprintf(stderr, "scdb %s: %s %s: larger than 1 TiB\n", cmd, opt, path);
+    else
+        fprintf(stderr, "scdb %s: %s %s: cannot read it: %s (%s)\n", cmd, opt, path,
+                errno ? strerror(errno) : "read error", scdb_strerror(e));
+    return EXIT_REFUSED;
+}
+
 static int read_tokens(const cli *c, int32_t **out, size_t *n)
 {
     const char *path = c->text ? c->text : c->tokens;
     char *buf = NULL;
     size_t len = 0, cap = 0, k = 0;
     int32_t *t = NULL;
-    scdb_err e = scdb_read_file(path, 1u << 30, &buf, &len);
+    int rc = read_input(c->cmd, c->text ? "--text" : "--tokens", path, &buf, &len);
 
-    if (e) {
-        fprintf(stderr, "scdb %s: %s: %s\n", c->cmd, path, scdb_strerror(e));
-        return EXIT_REFUSED;
-    }
+    if (rc >= 0) return rc;
     if (c->text) {
         t = malloc((len ? len : 1) * sizeof *t);
         for (size_t i = 0; t && i < len; i++) t[i] = (unsigned char)buf[i];
@@ -209,19 +235,14 @@ static int open_handle(const cli *c, scdb_role role, scdb **h, scdb_info *info)
 {
     scdb_opts o = {.endpoint = c->endpoint, .timeout_ms = c->timeout_ms, .no_heartbeat = 1,
                    .name = c->cmd};
-    scdb_err e = scdb_connect(&o, h);
-    char ep[300];
+    scdb_err e;
+    int rc = scdb_cli_connect(c->cmd, &o, h);
 
-    if (e) {
-        fprintf(stderr, "scdb %s: no broker answered at %s: %s\n", c->cmd,
-                c->endpoint ? c->endpoint : scdb_default_endpoint(ep, sizeof ep),
-                scdb_strerror(e));
-        return e == SCDB_ETIMEDOUT ? EXIT_UNREACHABLE : EXIT_REFUSED;
-    }
+    if (rc >= 0) return rc;
     if (c->model) {
         e = scdb_register(*h, role, c->model, c->codebook, info);
         if (e) {
-            int rc = broker_error(c, "register", e, *h);
+            rc = broker_error(c, "register", e, *h);
             scdb_close(h);
             return rc;
         }
@@ -246,11 +267,14 @@ int scdb_cmd_put(int argc, char **argv)
     if (rc >= 0) return rc;
     if (!c.payload) return usage_error(&c, "%s", "--payload FILE is required");
     if ((rc = read_tokens(&c, &tok, &n)) >= 0) return rc;
-    e = scdb_read_file(c.payload, (size_t)1 << 40, &pl, &plen);
-    if (e) {
-        fprintf(stderr, "scdb put: %s: %s\n", c.payload, scdb_strerror(e));
+    if ((rc = read_input("put", "--payload", c.payload, &pl, &plen)) >= 0) {
         free(tok);
-        return EXIT_REFUSED;
+        return rc;
+    }
+    if (plen == 0) {
+        free(tok);
+        free(pl);
+        return usage_error(&c, "--payload %s is empty: no block to put", c.payload);
     }
     if ((rc = open_handle(&c, SCDB_PRODUCER, &h, &info)) < 0) {
         e = scdb_put(h, tok, n, (uint32_t)c.first_block, pl, plen, &r);
@@ -392,139 +416,4 @@ out:
     scdb_close(&h);
     free(tok);
     return rc;
-}
-
-/* -------------------------------------------------------------- stats */
-
-/* Per-tier hits, misses, bytes, errors and queue drops (hot, disk, remote)
- * as a markdown table or a JSON object ("tiers"). */
-static void print_tiers(const scdb_stat *s, int json)
-{
-    unsigned long long hot_miss = s->gets - s->get_hot_hits;
-    if (json) {
-        printf("\"tiers\": {\"hot\": {\"hits\": %llu, \"misses\": %llu, \"bytes\": %llu}, "
-               "\"disk\": {\"hits\": %llu, \"misses\": %llu, \"bytes\": %llu, "
-               "\"errors\": %llu}", (unsigned long long)s->get_hot_hits, hot_miss,
-               (unsigned long long)s->hot_bytes, (unsigned long long)s->get_disk_hits,
-               (unsigned long long)s->get_misses, (unsigned long long)s->disk_bytes,
-               (unsigned long long)s->checksum_failures);
-        if (s->remote)
-            printf(", \"remote\": {\"up\": %s, \"hits\": %llu, \"misses\": %llu, "
-                   "\"bytes_read\": %llu, \"bytes_written\": %llu, \"writes\": %llu, "
-                   "\"errors\": %llu, \"invalid\": %llu, \"write_errors\": %llu, "
-                   "\"queue_drops\": %llu, \"pending\": %llu, \"probes\": %llu, "
-                   "\"probe_hit_blocks\": %llu, \"kept_locally\": %llu}",
-                   s->remote_up ? "true" : "false", (unsigned long long)s->remote_hits,
-                   (unsigned long long)s->remote_misses, (unsigned long long)s->remote_bytes_read,
-                   (unsigned long long)s->remote_bytes_written,
-                   (unsigned long long)s->remote_writes, (unsigned long long)s->remote_errors,
-                   (unsigned long long)s->remote_invalid,
-                   (unsigned long long)s->remote_write_errors,
-                   (unsigned long long)s->remote_queue_drops,
-                   (unsigned long long)s->remote_pending, (unsigned long long)s->remote_probes,
-                   (unsigned long long)s->remote_probe_hit_blocks,
-                   (unsigned long long)s->remote_inserted);
-        printf("}, ");
-        return;
-    }
-    printf("\n| tier | hits | misses | bytes | errors | queue drops |\n"
-           "|---|---|---|---|---|---|\n");
-    printf("| hot | %llu | %llu | %llu held | | |\n", (unsigned long long)s->get_hot_hits,
-           hot_miss, (unsigned long long)s->hot_bytes);
-    printf("| disk | %llu | %llu | %llu held | %llu bad checksums | |\n",
-           (unsigned long long)s->get_disk_hits, (unsigned long long)s->get_misses,
-           (unsigned long long)s->disk_bytes, (unsigned long long)s->checksum_failures);
-    if (s->remote)
-        printf("| remote (%s) | %llu blocks | %llu blocks | %llu read, %llu written | %llu (%llu "
-               "values refused, %llu writes given up) | %llu (%llu pending) |\n",
-               s->remote_up ? "up" : "DOWN", (unsigned long long)s->remote_hits,
-               (unsigned long long)s->remote_misses, (unsigned long long)s->remote_bytes_read,
-               (unsigned long long)s->remote_bytes_written, (unsigned long long)s->remote_errors,
-               (unsigned long long)s->remote_invalid, (unsigned long long)s->remote_write_errors,
-               (unsigned long long)s->remote_queue_drops, (unsigned long long)s->remote_pending);
-    else
-        printf("| remote | (none: no [remote] section) | | | | |\n");
-}
-
-int scdb_cmd_stats(int argc, char **argv)
-{
-    cli c;
-    scdb *h = NULL;
-    scdb_stat s;
-    int rc = parse(&c, argc, argv, 0);
-    scdb_err e;
-
-    if (rc >= 0) return rc;
-    if ((rc = open_handle(&c, SCDB_CONSUMER, &h, NULL)) >= 0) return rc;
-    e = scdb_stats(h, &s);
-    if (e) {
-        rc = broker_error(&c, "stats", e, h);
-        scdb_close(&h);
-        return rc;
-    }
-    scdb_close(&h);
-    if (c.json) {
-        printf("{\"blocks\": %llu, \"disk_bytes\": %llu, \"hot_blocks\": %llu, "
-               "\"hot_bytes\": %llu, \"lookups\": %llu, \"lookup_hit_blocks\": %llu, "
-               "\"gets\": %llu, \"get_hot_hits\": %llu, \"get_disk_hits\": %llu, "
-               "\"puts\": %llu, \"evictions\": %llu, \"checksum_failures\": %llu, "
-               "\"clients\": %llu, \"arenas\": %llu, \"arena_bytes\": %llu, "
-               "\"requests\": %llu, \"errors\": %llu, \"reclaimed_clients\": %llu, "
-               "\"sessions\": %llu, \"reclaimed_sessions\": %llu, \"uptime_s\": %.3f, \"workers\": %u, \"block_tokens\": %u, ",
-               (unsigned long long)s.blocks, (unsigned long long)s.disk_bytes,
-               (unsigned long long)s.hot_blocks, (unsigned long long)s.hot_bytes,
-               (unsigned long long)s.lookups, (unsigned long long)s.lookup_hit_blocks,
-               (unsigned long long)s.gets, (unsigned long long)s.get_hot_hits,
-               (unsigned long long)s.get_disk_hits, (unsigned long long)s.puts,
-               (unsigned long long)s.evictions, (unsigned long long)s.checksum_failures,
-               (unsigned long long)s.clients, (unsigned long long)s.arenas,
-               (unsigned long long)s.arena_bytes, (unsigned long long)s.requests,
-               (unsigned long long)s.errors, (unsigned long long)s.reclaimed_clients,
-               (unsigned long long)s.sessions, (unsigned long long)s.reclaimed_sessions,
-               s.uptime_s, s.workers, s.block_tokens);
-        print_tiers(&s, 1);
-        printf("\"ops\": {");
-        for (int i = 0; i < s.n_ops; i++)
-            printf("%s\"%s\": {\"count\": %llu, \"errors\": %llu, \"mean_us\": %.1f, "
-                   "\"max_us\": %.1f}", i ? ", " : "", s.ops[i].op,
-                   (unsigned long long)s.ops[i].count, (unsigned long long)s.ops[i].errors,
-                   s.ops[i].count ? s.ops[i].total_ns / 1e3 / (double)s.ops[i].count : 0.0,
-                   s.ops[i].max_ns / 1e3);
-        printf("}}\n");
-        return 0;
-    }
-    printf("| store | |\n|---|---|\n");
-    printf("| blocks | %llu (%llu bytes on disk, capacity %llu) |\n",
-           (unsigned long long)s.blocks, (unsigned long long)s.disk_bytes,
-           (unsigned long long)s.disk_capacity_bytes);
-    printf("| hot tier | %llu blocks, %llu of %llu bytes |\n", (unsigned long long)s.hot_blocks,
-           (unsigned long long)s.hot_bytes, (unsigned long long)s.hot_capacity_bytes);
-    printf("| lookups | %llu (%llu blocks hit, %llu missed) |\n", (unsigned long long)s.lookups,
-           (unsigned long long)s.lookup_hit_blocks, (unsigned long long)s.lookup_miss_blocks);
-    printf("| block reads | %llu (%llu hot, %llu disk, %llu missing) |\n",
-           (unsigned long long)s.gets, (unsigned long long)s.get_hot_hits,
-           (unsigned long long)s.get_disk_hits, (unsigned long long)s.get_misses);
-    printf("| blocks written | %llu (%llu already there), %llu evicted, %llu bad checksums |\n",
-           (unsigned long long)s.puts, (unsigned long long)s.put_existing,
-           (unsigned long long)s.evictions, (unsigned long long)s.checksum_failures);
-    print_tiers(&s, 0);
-    printf("\n| broker | |\n|---|---|\n");
-    printf("| uptime | %.1f s, %u workers, %u-token blocks |\n", s.uptime_s, s.workers,
-           s.block_tokens);
-    printf("| clients | %llu (%llu reclaimed) |\n", (unsigned long long)s.clients,
-           (unsigned long long)s.reclaimed_clients);
-    printf("| arenas | %llu, %llu bytes (%llu reclaimed) |\n", (unsigned long long)s.arenas,
-           (unsigned long long)s.arena_bytes, (unsigned long long)s.reclaimed_arenas);
-    printf("| live sessions | %llu (%llu reclaimed) |\n", (unsigned long long)s.sessions,
-           (unsigned long long)s.reclaimed_sessions);
-    printf("| requests | %llu (%llu errors, %llu in flight) |\n",
-           (unsigned long long)s.requests, (unsigned long long)s.errors,
-           (unsigned long long)s.inflight);
-    printf("\n| request | count | errors | mean µs | max µs |\n|---|---|---|---|---|\n");
-    for (int i = 0; i < s.n_ops; i++)
-        printf("| %s | %llu | %llu | %.1f | %.1f |\n", s.ops[i].op,
-               (unsigned long long)s.ops[i].count, (unsigned long long)s.ops[i].errors,
-               s.ops[i].count ? s.ops[i].total_ns / 1e3 / (double)s.ops[i].count : 0.0,
-               s.ops[i].max_ns / 1e3);
-    return 0;
 }

@@ -44,7 +44,10 @@ typedef struct demo {
     int budget, cadence;  /* live session */
     const char *policy;
     scdb_device_pref device;  /* what the broker gets (the demo resolves to CPU) */
-    int32_t *tokens;     /* prefix + gen tokens of text (gen only for length) */
+    /* consumer i continues a prefix of its own domain's held-out text (or of
+     * --text): its tokens, where they come from */
+    int32_t *tokens[MAX_CONSUMERS];
+    char source[MAX_CONSUMERS][300];
 } demo;
 
 static void usage(FILE *f)
@@ -62,7 +65,9 @@ static void usage(FILE *f)
             "                 pairs/base__<consumer>.safetensors\n"
             "  --prefix N     prefix tokens, a multiple of 64 (default 384)\n"
             "  --gen N        tokens each consumer generates (default 32)\n"
-            "  --text FILE    prefix text (default DIR/heldout/manpages.txt, from 48 KiB)\n"
+            "  --text FILE    prefix text for every consumer (default: each consumer's\n"
+            "                 own domain, DIR/heldout/<domain>.txt, from 48 KiB on, the\n"
+            "                 first line start whose continuation is mostly not blank)\n"
             "  --budget N     live session: slots kept (default prefix / 2)\n"
             "  --policy NAME  live session: distillcache (DIR/policies/distillcache_base),\n"
             "                 full, streaming, h2o, snapkv or tova (default distillcache)\n"
@@ -134,6 +139,93 @@ static void show(const int32_t *t, int n, char *buf)
     buf[j] = '\0';
 }
 
+/* Is this continuation worth comparing?  At least three quarters printable
+ * non-blank bytes and no run of three blanks: text, not indentation. */
+static int inked(const int32_t *t, int n)
+{
+    int ink = 0, run = 0, longest = 0;
+    for (int i = 0; i < n; i++) {
+        int blank = t[i] == ' ' || t[i] == '\t';
+        ink += t[i] > ' ' && t[i] < 127;
+        run = blank ? run + 1 : 0;
+        if (run > longest) longest = run;
+    }
+    return 4 * ink >= 3 * n && longest < 3;
+}
+
+/* Where consumer `name`'s prefix starts in its text: from 48 KiB on (the
+ * held-out text's second half, which calibration never reads) or 0 for a
+ * short text, the first line start whose next `gen` bytes of text AND the
+ * consumer's own greedy continuation are inked(): agreement over a run of
+ * spaces says nothing.  At most 16 candidates are tried (each a prefill);
+ * then the first line start whose text is inked. */
+static size_t prefix_offset(const demo *d, const char *name, const unsigned char *t, size_t len)
+{
+    size_t need = (size_t)d->prefix + (size_t)d->gen;
+    size_t start = len >= (48u << 10) + need ? 48u << 10 : 0, first = SIZE_MAX;
+    char dir[1024], err[256];
+    scdb_model *m = NULL;
+    scdb_kv_cache *c = NULL;
+    float *lg = NULL;
+    int32_t *tok = NULL, *out = NULL;
+    int tried = 0;
+
+    snprintf(dir, sizeof dir, "%s/models/%s", d->data, name);
+    if (scdb_model_load(dir, &m, err, sizeof err) ||
+        scdb_model_cache_new(m, (int)need, &c)) goto done;
+    lg = malloc((size_t)d->prefix * scdb_model_cfg(m)->vocab_size * sizeof *lg);
+    tok = malloc(need * sizeof *tok);
+    out = malloc((size_t)d->gen * sizeof *out);
+    if (!lg || !tok || !out) goto done;
+    for (size_t p = start; p + need <= len && tried < 16; p++) {
+        if (p > start && t[p - 1] != '\n') continue;
+        scdb_tokenize_bytes(t + p, need, tok);
+        if (!inked(tok + d->prefix, d->gen)) continue;
+        if (first == SIZE_MAX) first = p;
+        tried++;
+        c->n = 0;
+        int V = scdb_model_cfg(m)->vocab_size;
+        if (scdb_model_forward(m, tok, NULL, d->prefix, c, lg, NULL)) break;
+        memmove(lg, lg + (size_t)(d->prefix - 1) * V, (size_t)V * sizeof *lg);
+        if (generate(m, c, lg, d->gen, out, NULL, NULL, NULL, NULL)) break;
+        if (inked(out, d->gen)) {
+            first = p;
+            break;
+        }
+    }
+done:
+    free(lg);
+    free(tok);
+    free(out);
+    scdb_kv_cache_free(&c);
+    scdb_model_free(&m);
+    return first == SIZE_MAX ? start : first;
+}
+
+/* prefix_offset in a child process: the parent forks the broker and the
+ * consumers, so it runs no model (and starts no BLAS threads) itself. */
+static size_t pick_offset(const demo *d, const char *name, const unsigned char *t, size_t len)
+{
+    int fd[2];
+    size_t off = 0;
+    pid_t p;
+
+    if (pipe(fd)) return 0;
+    fflush(stdout);
+    p = fork();
+    if (p == 0) {
+        size_t o = prefix_offset(d, name, t, len);
+        close(fd[0]);
+        _exit(write(fd[1], &o, sizeof o) == (ssize_t)sizeof o ? 0 : 1);
+    }
+    close(fd[1]);
+    if (p > 0 && read(fd[0], &off, sizeof off) != (ssize_t)sizeof off) off = 0;
+    close(fd[0]);
+    if (p > 0)
+        while (waitpid(p, NULL, 0) < 0 && errno == EINTR) {}
+    return off;
+}
+
 /* ------------------------------------------------------------ producer */
 
 static int producer(const demo *d)
@@ -160,27 +252,36 @@ static int producer(const demo *d)
     }
     const scdb_info *info = scdb_get_info(h);
     /* the producer's prefill writes its states (H_in of every layer) straight
-     * into the shared-memory arena; the broker encodes them with the codebook */
+     * into the shared-memory arena; the broker encodes them with the codebook.
+     * One prefix per consumer domain (the same prefix once) */
     cap.h_in = scdb_arena_states(states, NULL, NULL, NULL);
     if ((e = scdb_model_cache_new(m, d->prefix, &kv))) goto done;
-    double t0 = scdb_now();
-    if ((e = scdb_model_forward(m, d->tokens, NULL, d->prefix, kv, NULL, &cap))) {
-        fprintf(stderr, "producer: prefill: %s\n", scdb_strerror(e));
-        goto done;
+    for (int i = 0; i < d->n_consumers; i++) {
+        int dup = 0;
+        for (int j = 0; j < i; j++) dup |= !strcmp(d->source[i], d->source[j]);
+        if (dup) continue;
+        kv->n = 0;
+        double t0 = scdb_now();
+        if ((e = scdb_model_forward(m, d->tokens[i], NULL, d->prefix, kv, NULL, &cap))) {
+            fprintf(stderr, "producer: prefill: %s\n", scdb_strerror(e));
+            goto done;
+        }
+        double t_prefill = scdb_now() - t0;
+        scdb_put_result pr;
+        t0 = scdb_now();
+        e = scdb_put_states(h, d->tokens[i], (size_t)d->prefix, 0, states, &pr);
+        double t_put = scdb_now() - t0;
+        if (e) {
+            fprintf(stderr, "producer: put_states: %s (%s)\n", scdb_last_error(h),
+                    scdb_strerror(e));
+            goto done;
+        }
+        printf("producer base: prefilled %d tokens of %s in %.1f ms (states captured into "
+               "shared memory); broker encoded and stored %u blocks of %u tokens (%llu B/token "
+               "of codes) in %.1f ms\n",
+               d->prefix, d->source[i], t_prefill * 1e3, pr.n_new, info->block_tokens,
+               (unsigned long long)(info->block_bytes / info->block_tokens), t_put * 1e3);
     }
-    double t_prefill = scdb_now() - t0;
-    scdb_put_result pr;
-    t0 = scdb_now();
-    e = scdb_put_states(h, d->tokens, (size_t)d->prefix, 0, states, &pr);
-    double t_put = scdb_now() - t0;
-    if (e) {
-        fprintf(stderr, "producer: put_states: %s (%s)\n", scdb_last_error(h), scdb_strerror(e));
-        goto done;
-    }
-    printf("producer base: prefilled %d tokens in %.1f ms (states captured into shared memory); "
-           "broker encoded and stored %u blocks of %u tokens (%llu B/token of codes) in %.1f ms\n",
-           d->prefix, t_prefill * 1e3, pr.n_new, info->block_tokens,
-           (unsigned long long)(info->block_bytes / info->block_tokens), t_put * 1e3);
     fflush(stdout);
     rc = 0;
 done:
@@ -195,6 +296,9 @@ done:
 
 static int consumer(const demo *d, const char *name)
 {
+    int me = 0;
+    while (me < d->n_consumers - 1 && strcmp(d->consumers[me], name)) me++;
+    const int32_t *tokens = d->tokens[me];
     char dir[1024], err[512], a[128], b[128], l[128];
     scdb_model *m = NULL;
     scdb_kv_cache *own = NULL, *full = NULL;
@@ -226,7 +330,7 @@ static int consumer(const demo *d, const char *name)
     /* reference: the consumer prefills the prefix itself */
     if ((e = scdb_model_cache_new(m, cap_slots, &own))) goto done;
     double t0 = scdb_now();
-    if ((e = scdb_model_forward(m, d->tokens, NULL, d->prefix, own, lg_own, NULL))) goto done;
+    if ((e = scdb_model_forward(m, tokens, NULL, d->prefix, own, lg_own, NULL))) goto done;
     double ttft_own = scdb_now() - t0;
     memcpy(lg, lg_own + (size_t)(d->prefix - 1) * V, (size_t)V * sizeof *lg);
     if ((e = generate(m, own, lg, d->gen, gen_own, NULL, NULL, NULL, NULL))) goto done;
@@ -249,8 +353,8 @@ static int consumer(const demo *d, const char *name)
     scdb_lookup_result lr;
     scdb_get_result gr;
     t0 = scdb_now();
-    if ((e = scdb_lookup(h, d->tokens, (size_t)d->prefix, &lr)) ||
-        (e = scdb_get(h, d->tokens, (size_t)d->prefix, arena, 0, 0, &gr))) {
+    if ((e = scdb_lookup(h, tokens, (size_t)d->prefix, &lr)) ||
+        (e = scdb_get(h, tokens, (size_t)d->prefix, arena, 0, 0, &gr))) {
         fprintf(stderr, "consumer %s: get: %s (%s)\n", name, scdb_last_error(h), scdb_strerror(e));
         goto done;
     }
@@ -261,7 +365,7 @@ static int consumer(const demo *d, const char *name)
     int rest = d->prefix - (have - 1);
     lg_rest = malloc((size_t)rest * V * sizeof *lg_rest);
     if (!lg_rest) goto done;
-    e = scdb_model_forward(m, d->tokens + have - 1, NULL, rest, kv, lg_rest, &cap);
+    e = scdb_model_forward(m, tokens + have - 1, NULL, rest, kv, lg_rest, &cap);
     double ttft_scdb = scdb_now() - t0;
     if (e) goto done;
     memcpy(lg0, lg_rest + (size_t)(rest - 1) * V, (size_t)V * sizeof *lg0);
@@ -431,14 +535,37 @@ int scdb_cmd_demo(int argc, char **argv)
     }
     if (d.n_consumers == 0) { fprintf(stderr, "scdb demo: no pairs under %s/pairs\n", d.data); return 1; }
 
-    if (!text_path) text_path = scdb_model_heldout_path(d.data, "manpages", path, sizeof path);
-    scdb_err e = scdb_read_file(text_path, 64u << 20, &text, &len);
-    if (e) { fprintf(stderr, "scdb demo: %s: %s\n", text_path, scdb_strerror(e)); return 1; }
-    size_t off = len > (48u << 10) + (size_t)d.prefix ? (48u << 10) : 0;
-    if (len - off < (size_t)d.prefix) { fprintf(stderr, "scdb demo: %s is too short\n", text_path); free(text); return 1; }
-    d.tokens = malloc((size_t)d.prefix * sizeof *d.tokens);
-    scdb_tokenize_bytes(text + off, (size_t)d.prefix, d.tokens);
-    free(text);
+    scdb_err e;
+    for (int i = 0; i < d.n_consumers; i++) {
+        char own_path[1100], cfgp[1100];
+        const char *tp = text_path;
+        size_t off;
+        if (!tp) {   /* the consumer's own domain */
+            scdb_model_config mc;
+            snprintf(cfgp, sizeof cfgp, "%s/models/%s/config.json", d.data, d.consumers[i]);
+            if ((e = scdb_model_config_load(cfgp, &mc, NULL, 0))) {
+                fprintf(stderr, "scdb demo: %s: %s\n", cfgp, scdb_strerror(e));
+                goto done;
+            }
+            tp = scdb_model_heldout_path(d.data, mc.domain, own_path, sizeof own_path);
+        }
+        if ((e = scdb_read_file(tp, 64u << 20, &text, &len))) {
+            fprintf(stderr, "scdb demo: %s: %s\n", tp, scdb_strerror(e));
+            goto done;
+        }
+        if (len < (size_t)(d.prefix + d.gen)) {
+            fprintf(stderr, "scdb demo: %s is too short\n", tp);
+            free(text);
+            goto done;
+        }
+        off = pick_offset(&d, d.consumers[i], (const unsigned char *)text, len);
+        d.tokens[i] = malloc((size_t)d.prefix * sizeof *d.tokens[i]);
+        if (!d.tokens[i]) { free(text); goto done; }
+        scdb_tokenize_bytes(text + off, (size_t)d.prefix, d.tokens[i]);
+        snprintf(d.source[i], sizeof d.source[i], "%s from byte %zu", tp, off);
+        free(text);
+        text = NULL;
+    }
 
     {
         const char *td = getenv("TMPDIR");
@@ -451,8 +578,10 @@ int scdb_cmd_demo(int argc, char **argv)
 
     printf("scdb demo: broker on %s (store %s/store), producer base, consumers:", d.sock, d.tmp);
     for (int i = 0; i < d.n_consumers; i++) printf(" %s", d.consumers[i]);
-    printf("\nprefix: %d bytes of %s; each consumer generates %d tokens greedily\n\n",
-           d.prefix, text_path, d.gen);
+    printf("\n");
+    for (int i = 0; i < d.n_consumers; i++)
+        printf("prefix for %s: %d bytes of %s\n", d.consumers[i], d.prefix, d.source[i]);
+    printf("each consumer generates %d tokens greedily\n\n", d.gen);
     fflush(stdout);
     {
         const char *args[] = {"--config", d.cfg, NULL};
@@ -478,7 +607,7 @@ done:
     }
     if (d.tmp[0] && strstr(d.tmp, "/scdb-demo-") && scdb_rm_tree(d.tmp))
         fprintf(stderr, "scdb demo: could not remove %s\n", d.tmp);
-    free(d.tokens);
+    for (int i = 0; i < d.n_consumers; i++) free(d.tokens[i]);
     printf("%s\n", rc == 0 ? "demo: ok" : "demo: FAILED");
     return rc;
 }

@@ -4,7 +4,10 @@
  * held-out bits-per-byte on every domain text under DATA/heldout/<domain>.txt,
  * a markdown table, the specialisation checks (each specialist beats base on
  * its own domain; base beats each specialist on general English), and
- * optional JSON: {"models":[{"name":...,"bpb":{"<domain>":...}}]}. */
+ * optional JSON: {"models":[{"name":...,"bpb":{"<domain>":...}}],
+ * "domains":[...]}.  The family's domains are english, code, manpages and
+ * python (the specialist added later); a model directory in either
+ * checkpoint layout (own or Hugging Face) is scored. */
 #include <cjson/cJSON.h>
 #include <dirent.h>
 #include <getopt.h>
@@ -64,7 +67,8 @@ static void usage(FILE *f)
             "  --data DIR       asset directory (default: %s)\n"
             "  --max-bytes N    bytes of each held-out text to score (default 32768)\n"
             "  --window N       context window in bytes (default: the model's max_seq_len)\n"
-            "  --json FILE      also write {\"models\":[{\"name\":..,\"bpb\":{domain: bpb}}]}\n"
+            "  --json FILE      also write {\"models\":[{\"name\":..,\"bpb\":{domain: bpb}}],\n"
+            "                   \"domains\":[..]}\n"
             "  -h, --help       this text\n",
             scdb_cli_data_dir());
 }
@@ -190,6 +194,8 @@ int scdb_cmd_models(int argc, char **argv)
             for (int j = 0; j < nd; j++) cJSON_AddNumberToObject(b, domains[j], bpb[i][j]);
             cJSON_AddItemToArray(arr, o);
         }
+        cJSON *jd = cJSON_AddArrayToObject(root, "domains");
+        for (int j = 0; j < nd; j++) cJSON_AddItemToArray(jd, cJSON_CreateString(domains[j]));
         cJSON_AddNumberToObject(root, "max_bytes", (double)max_bytes);
         cJSON_AddBoolToObject(root, "specialisation_ok", ok);
         int bad = scdb_bench_write_json(json_path, root, "scdb models");

@@ -16,7 +16,19 @@ int scdb_cmd_calibrate(int argc, char **argv); /* cmd_calibrate.c */
 int scdb_cmd_demo(int argc, char **argv);      /* cmd_demo.c */
 int scdb_cmd_train_policy(int argc, char **argv); /* cmd_train_policy.c */
 
-/* Default asset directory (the repository's data/, or $SCDB_DATA). */
+/* The asset directory: $SCDB_DATA, else ../share/scdb beside the program
+ * (scdb_data_dir). */
 const char *scdb_cli_data_dir(void);
+
+/* Exit codes of the client subcommands (put, lookup, get, stats). */
+enum { SCDB_CLI_REFUSED = 1, SCDB_CLI_USAGE = 2, SCDB_CLI_UNREACHABLE = 3 };
+
+struct scdb_opts;
+struct scdb;
+/* scdb_connect for subcommand `cmd`: -1 with *h connected, else the exit
+ * code after one line on stderr saying why (libscdb's connect-time message):
+ * 3 when no broker answers (no socket, nothing listening, no reply), 2 for
+ * a bad endpoint, 1 otherwise.  cli_util.c */
+int scdb_cli_connect(const char *cmd, const struct scdb_opts *o, struct scdb **h);
 
 #endif

@@ -7,15 +7,9 @@
 #include "bench.h"
 #include "scdb_cli.h"
 
-#ifndef SCDB_DATA_DIR
-#define SCDB_DATA_DIR "data"
-#endif
+#include "scdb_common.h"
 
-const char *scdb_cli_data_dir(void)
-{
-    const char *e = getenv("SCDB_DATA");
-    return e && *e ? e : SCDB_DATA_DIR;
-}
+const char *scdb_cli_data_dir(void) { return scdb_data_dir(); }
 
 static const struct {
     const char *name;
@@ -44,9 +38,10 @@ static void usage(FILE *f)
         fprintf(f, "  %-13s %s\n", cmds[i].name, cmds[i].what);
     fprintf(f,
             "\nenvironment:\n"
-            "  SCDB_DATA   asset directory (models, held-out texts); default %s\n"
+            "  SCDB_DATA   asset directory (models, codebooks, pairs, policies, held-out\n"
+            "              texts); default %s (../share/scdb beside this program)\n"
             "  SCDB_LOG    log level: debug, info, warn (default), error, off\n",
-            SCDB_DATA_DIR);
+            scdb_share_dir());
 }
 
 int main(int argc, char **argv)

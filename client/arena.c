@@ -36,6 +36,7 @@ static scdb_err arena_notify(scdb *h, uint64_t id, int free_it)
 
 static scdb_err arena_map(scdb *h, const Scdb__ArenaCreateReply *ar, scdb_arena **out)
 {
+    char what[48];
     scdb_arena *a = calloc(1, sizeof *a);
     const scdb_arena_header *hd;
     struct stat st;
@@ -46,20 +47,16 @@ static scdb_err arena_map(scdb *h, const Scdb__ArenaCreateReply *ar, scdb_arena 
         e = scdb_cl_fail(h, SCDB_ENOMEM, "out of memory");
         goto fail;
     }
-    fd = scdb_cl_shm_open(ar->shm_name);
-    if (fd < 0) {
-        e = scdb_cl_fail(h, SCDB_ESYS, "cannot open arena %s: %s (is the broker another user?)",
-                     ar->shm_name, strerror(errno));
-        goto fail;
-    }
+    snprintf(what, sizeof what, "arena %llu", (unsigned long long)ar->arena);
+    if ((e = scdb_cl_fetch_fd(h, &ar->fd_ticket, what, &fd))) goto fail;
     if (fstat(fd, &st) || (uint64_t)st.st_size < ar->size || ar->size < SCDB_ARENA_HEADER_BYTES) {
-        e = scdb_cl_fail(h, SCDB_EPROTO, "arena %s is smaller than announced", ar->shm_name);
+        e = scdb_cl_fail(h, SCDB_EPROTO, "%s is smaller than announced", what);
         goto fail;
     }
     a->map = mmap(NULL, ar->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (a->map == MAP_FAILED) {
         a->map = NULL;
-        e = scdb_cl_fail(h, SCDB_ESYS, "cannot map arena %s: %s", ar->shm_name, strerror(errno));
+        e = scdb_cl_fail(h, SCDB_ESYS, "cannot map %s: %s", what, strerror(errno));
         goto fail;
     }
     close(fd);
@@ -75,8 +72,7 @@ static scdb_err arena_map(scdb *h, const Scdb__ArenaCreateReply *ar, scdb_arena 
             (int)hd->n_layers != h->info.states_layers ||
             (int)hd->head_dim != h->info.states_dim || hd->capacity != ar->capacity ||
             hd->cache_bytes != 4ull * hd->n_layers * hd->capacity * hd->head_dim) {
-            e = scdb_cl_fail(h, SCDB_EPROTO, "states arena %s has an unexpected header",
-                         ar->shm_name);
+            e = scdb_cl_fail(h, SCDB_EPROTO, "states %s has an unexpected header", what);
             goto fail;
         }
         a->states = (float *)((char *)a->map + hd->cache_offset);
@@ -94,7 +90,7 @@ static scdb_err arena_map(scdb *h, const Scdb__ArenaCreateReply *ar, scdb_arena 
             (int)hd->head_dim != h->info.head_dim || hd->dtype != SCDB_F32 ||
             hd->cache_bytes != scdb_kv_cache_bytes(h->info.n_layers, h->info.n_kv_heads,
                                                    h->info.head_dim, (int)hd->capacity)) {
-            e = scdb_cl_fail(h, SCDB_EPROTO, "CUDA arena %s has an unexpected header", ar->shm_name);
+            e = scdb_cl_fail(h, SCDB_EPROTO, "CUDA %s has an unexpected header", what);
             goto fail;
         }
         e = scdb_cl_cuda_open(h, ar->cuda_ipc_handle.data, ar->cuda_ipc_handle.len, ar->cuda_device,
@@ -117,7 +113,7 @@ static scdb_err arena_map(scdb *h, const Scdb__ArenaCreateReply *ar, scdb_arena 
         hd->dtype != SCDB_F32 ||
         hd->cache_bytes != scdb_kv_cache_bytes(h->info.n_layers, h->info.n_kv_heads,
                                                h->info.head_dim, (int)hd->capacity)) {
-        e = scdb_cl_fail(h, SCDB_EPROTO, "arena %s has an unexpected header", ar->shm_name);
+        e = scdb_cl_fail(h, SCDB_EPROTO, "%s has an unexpected header", what);
         goto fail;
     }
     e = scdb_kv_cache_view((char *)a->map + hd->cache_offset, hd->cache_bytes, h->info.n_layers,
@@ -174,7 +170,7 @@ static scdb_err arena_request(scdb *h, int capacity, Scdb__ArenaKind kind, int c
     req.body_case = SCDB__REQUEST__BODY_ARENA_CREATE;
     req.arena_create = &ac;
     e = scdb_cl_request(h, &req, NULL, NULL, 0, &rep);
-    if (!e && (rep->body_case != SCDB__REPLY__BODY_ARENA || !rep->arena->shm_name ||
+    if (!e && (rep->body_case != SCDB__REPLY__BODY_ARENA ||
                rep->arena->kind != kind || (cuda && !rep->arena->cuda)))
         e = scdb_cl_fail(h, SCDB_EPROTO, "arena reply without a body of the kind asked for");
     if (!e) e = arena_map(h, rep->arena, out);

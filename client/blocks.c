@@ -152,7 +152,8 @@ scdb_err scdb_lookup(scdb *h, const int32_t *tokens, size_t n_tokens, scdb_looku
         e = scdb_cl_lix_lookup(h, tokens, n_tokens, &ir);
         if (e != SCDB_EBUSY) {
             if (e) return e;
-            h->n_index_lookups++;
+            /* atomic: the heartbeat thread reports them */
+            __atomic_add_fetch(&h->n_index_lookups, 1, __ATOMIC_RELAXED);
             ir.n_remote = 0;
             /* the index knows local blocks only: a prefix that stops short
              * may continue in the broker's remote tier (one request) */
@@ -162,7 +163,7 @@ scdb_err scdb_lookup(scdb *h, const int32_t *tokens, size_t n_tokens, scdb_looku
             }
             h->n_remote_lookups++;
         } else {
-            h->n_index_fallbacks++;
+            __atomic_add_fetch(&h->n_index_fallbacks, 1, __ATOMIC_RELAXED);
         }
     }
     h->n_request_lookups++;
@@ -237,6 +238,8 @@ scdb_err scdb_stats(scdb *h, scdb_stat *out)
     C(put_existing); C(evictions); C(checksum_failures); C(clients); C(arenas);
     C(arena_bytes); C(sessions); C(inflight); C(requests); C(errors); C(reclaimed_clients);
     C(reclaimed_arenas); C(reclaimed_sessions); C(broker_instance); C(uptime_s); C(workers); C(block_tokens);
+    C(stale_tokens); C(reloads); C(reload_failures); C(registry_generation); C(hot_evictions);
+    out->reported_index_lookups = s->index_lookups;
     C(remote); C(remote_up); C(remote_probes); C(remote_probe_hit_blocks); C(remote_fetches);
     C(remote_hits); C(remote_misses); C(remote_bytes_read); C(remote_invalid); C(remote_errors);
     C(remote_writes); C(remote_bytes_written); C(remote_write_errors); C(remote_queue_drops);

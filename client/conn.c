@@ -9,6 +9,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 #include <zmq.h>
 
@@ -169,6 +172,7 @@ static scdb_err hello(scdb *h)
 {
     Scdb__Request req = SCDB__REQUEST__INIT;
     Scdb__Hello hl = SCDB__HELLO__INIT;
+    Scdb__LookupCounts lc;
     Scdb__Reply *rep = NULL;
     scdb_err e;
 
@@ -177,6 +181,8 @@ static scdb_err hello(scdb *h)
     hl.role = h->role == SCDB_PRODUCER ? SCDB__ROLE__PRODUCER : SCDB__ROLE__CONSUMER;
     hl.model = h->model;
     hl.codebook = h->codebook;
+    scdb_cl_lookup_counts(h, &lc);
+    hl.lookups = &lc;
     req.body_case = SCDB__REQUEST__BODY_HELLO;
     req.hello = &hl;
     e = scdb_cl_call_once(h, &req, NULL, NULL, 0, &rep);
@@ -222,6 +228,13 @@ scdb_err scdb_cl_request(scdb *h, Scdb__Request *req, const void *const *frames,
 
 /* ------------------------------------------------------------ heartbeat */
 
+void scdb_cl_lookup_counts(scdb *h, Scdb__LookupCounts *lc)
+{
+    scdb__lookup_counts__init(lc);
+    lc->index_lookups = __atomic_load_n(&h->n_index_lookups, __ATOMIC_RELAXED);
+    lc->index_fallbacks = __atomic_load_n(&h->n_index_fallbacks, __ATOMIC_RELAXED);
+}
+
 /* The heartbeat thread: a heartbeat every hb_interval_ms on its own
  * socket, and a ZeroMQ monitor on that socket that tells, within
  * milliseconds, when the broker's connection drops (peer_lost: lookups stop
@@ -253,6 +266,9 @@ static void *hb_main(void *arg)
             if (token) {
                 Scdb__Request r = SCDB__REQUEST__INIT;
                 Scdb__Heartbeat hb = SCDB__HEARTBEAT__INIT;
+                Scdb__LookupCounts lc;
+                scdb_cl_lookup_counts(h, &lc);
+                hb.lookups = &lc;
                 r.version = SCDB_PROTO_VERSION;
                 r.client = token;
                 r.body_case = SCDB__REQUEST__BODY_HEARTBEAT;
@@ -328,17 +344,68 @@ static int z85_key(char dst[41], const char *src)
     return 0;
 }
 
+/* The calling thread's last scdb_connect failure (scdb_connect_error). */
+static _Thread_local char connect_err[512];
+
+const char *scdb_connect_error(void) { return connect_err; }
+
+static scdb_err connect_fail(scdb_err e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static scdb_err connect_fail(scdb_err e, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(connect_err, sizeof connect_err, fmt, ap);
+    va_end(ap);
+    return e;
+}
+
+/* An ipc:// endpoint fails fast when nothing can answer: no socket file, not
+ * a socket, or nothing listening on it (a broker that stopped uncleanly). */
+static scdb_err ipc_reachable(const char *path)
+{
+    struct sockaddr_un sa;
+    struct stat st;
+    int fd, rc, err;
+
+    if (stat(path, &st)) {
+        if (errno == ENOENT || errno == ENOTDIR)
+            return connect_fail(SCDB_ENOTFOUND, "no broker socket at %s (is a broker running? "
+                                "scdb serve --endpoint ipc://%s)", path, path);
+        return connect_fail(SCDB_ESYS, "cannot reach %s: %s", path, strerror(errno));
+    }
+    if (!S_ISSOCK(st.st_mode))
+        return connect_fail(SCDB_EINVAL, "%s is not a unix socket", path);
+    if (strlen(path) >= sizeof sa.sun_path)
+        return connect_fail(SCDB_EINVAL, "socket path %s is too long", path);
+    if ((fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)) < 0) return SCDB_OK;
+    memset(&sa, 0, sizeof sa);
+    sa.sun_family = AF_UNIX;
+    memcpy(sa.sun_path, path, strlen(path));
+    rc = connect(fd, (struct sockaddr *)&sa, sizeof sa);
+    err = errno;
+    close(fd);
+    if (rc == 0) return SCDB_OK;
+    if (err == ECONNREFUSED)
+        return connect_fail(SCDB_ECLOSED, "nothing listens on %s (a broker that stopped "
+                            "without cleaning up left it)", path);
+    if (err == EACCES)
+        return connect_fail(SCDB_ESYS, "no permission to connect to %s (the broker's "
+                            "socket_mode and group decide who may)", path);
+    return SCDB_OK;          /* anything else: let ZeroMQ try */
+}
+
 scdb_err scdb_connect(const scdb_opts *o, scdb **out)
 {
     scdb_opts def = {0};
     scdb *h;
     scdb_err e;
 
-    if (!out) return SCDB_EINVAL;
+    connect_err[0] = 0;
+    if (!out) return connect_fail(SCDB_EINVAL, "scdb_connect: out is NULL");
     *out = NULL;
     if (!o) o = &def;
     h = calloc(1, sizeof *h);
-    if (!h) return SCDB_ENOMEM;
+    if (!h) return connect_fail(SCDB_ENOMEM, "out of memory");
     h->hb_pipe[0] = h->hb_pipe[1] = -1;
     h->timeout_ms = o->timeout_ms > 0 ? o->timeout_ms : DEFAULT_TIMEOUT_MS;
     h->no_heartbeat = o->no_heartbeat;
@@ -347,54 +414,69 @@ scdb_err scdb_connect(const scdb_opts *o, scdb **out)
         h->no_index = o->no_lookup_index || (env && !strcmp(env, "0"));
         h->lix_err = SCDB_EUNSUPPORTED;
     }
-    if (o->endpoint)
+    if (o->endpoint && *o->endpoint)             /* "" is the default too */
         snprintf(h->endpoint, sizeof h->endpoint, "%s", o->endpoint);
     else
         scdb_default_endpoint(h->endpoint, sizeof h->endpoint);
-    if (o->name)
+    if (o->name && *o->name)
         snprintf(h->name, sizeof h->name, "%s", o->name);
     else
         snprintf(h->name, sizeof h->name, "pid %d", (int)getpid());
-    e = SCDB_EINVAL;
     if (!strncmp(h->endpoint, "tcp://", 6)) {
-        if (z85_key(h->server_key, o->curve_server_key)) goto fail;
+        e = SCDB_EINVAL;
+        if (z85_key(h->server_key, o->curve_server_key)) {
+            connect_fail(e, "%s: tcp:// needs the broker's CURVE public key "
+                         "(scdb_opts.curve_server_key, 40 Z85 characters)", h->endpoint);
+            goto fail;
+        }
         if (o->curve_public_key || o->curve_secret_key) {
             if (z85_key(h->public_key, o->curve_public_key) ||
-                z85_key(h->secret_key, o->curve_secret_key))
+                z85_key(h->secret_key, o->curve_secret_key)) {
+                connect_fail(e, "%s: curve_public_key and curve_secret_key must both be 40 Z85 "
+                             "characters", h->endpoint);
                 goto fail;
+            }
         } else if (zmq_curve_keypair(h->public_key, h->secret_key)) {
+            connect_fail(e = SCDB_EUNSUPPORTED, "this libzmq has no CURVE support");
             goto fail;
         }
         h->curve = 1;
-    } else if (strncmp(h->endpoint, "ipc://", 6)) {
+    } else if (!strncmp(h->endpoint, "ipc://", 6)) {
+        if (!h->endpoint[6]) {
+            connect_fail(e = SCDB_EINVAL, "endpoint ipc:// names no path");
+            goto fail;
+        }
+        if ((e = ipc_reachable(h->endpoint + 6))) goto fail;
+        scdb_fd_socket_path(h->endpoint + 6, h->fd_path, sizeof h->fd_path);
+    } else {
+        connect_fail(e = SCDB_EINVAL, "endpoint '%s' has no known scheme: use ipc://PATH or "
+                     "tcp://HOST:PORT", h->endpoint);
         goto fail;
     }
     h->zctx = zmq_ctx_new();
     if (!h->zctx) {
-        e = SCDB_ESYS;
+        connect_fail(e = SCDB_ESYS, "zmq_ctx_new: %s", zmq_strerror(zmq_errno()));
         goto fail;
     }
     zmq_ctx_set(h->zctx, ZMQ_BLOCKY, 0);     /* close never waits on linger */
     h->sock = socket_new(h, 0);
     if (!h->sock) {
-        e = SCDB_ESYS;
+        connect_fail(e = SCDB_ESYS, "cannot connect %s: %s", h->endpoint,
+                     zmq_strerror(zmq_errno()));
         goto fail;
     }
     e = scdb_ping(h, NULL);
-    if (e) goto fail;
+    if (e) {
+        connect_fail(e, "%s", h->err[0] ? h->err : scdb_strerror(e));
+        goto fail;
+    }
     *out = h;
     return SCDB_OK;
 fail:
-    if (e == SCDB_EINVAL)
-        scdb_warn("scdb_connect: bad endpoint '%s' or CURVE keys (tcp:// needs the server's "
-                  "40-character Z85 public key)", h->endpoint);
-    else
-        scdb_debug("scdb_connect %s: %s", h->endpoint, h->err);
+    scdb_debug("scdb_connect %s: %s", h->endpoint, connect_err);
     scdb_cl_conn_free(h);
     return e;
 }
-
-/* ------------------------------------------------------------- requests */
 
 scdb_err scdb_register(scdb *h, scdb_role role, const char *model, const char *codebook,
                        scdb_info *info)

@@ -11,6 +11,7 @@
 
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #define LIX_FOLLOW_MAX 4
 
@@ -20,7 +21,30 @@ static void lix_drop(scdb *h, scdb_err why)
     h->lix_err = why;
 }
 
-/* Map `name` (following retired objects to their successors). */
+/* Fetch the index with ticket `hex` from the fd socket and map it
+ * read-only. */
+static scdb_err open_ticket(scdb *h, const char *hex, scdb_lix **ix)
+{
+    uint8_t t[SCDB_FD_TICKET_BYTES];
+    char why[400] = "";
+    int fd;
+    scdb_err e;
+
+    *ix = NULL;
+    if (!h->fd_path[0]) return SCDB_EUNSUPPORTED;      /* tcp://: no shared memory */
+    if (scdb_fd_ticket_parse(hex, t)) return SCDB_EPROTO;
+    e = scdb_fd_fetch(h->fd_path, t, h->timeout_ms, &fd, why, sizeof why);
+    if (e) {
+        scdb_debug("libscdb: lookup index: %s", why);
+        return e;
+    }
+    e = scdb_lix_open_fd(fd, h->info.broker_instance, h->info.block_tokens, ix);
+    close(fd);
+    return e;
+}
+
+/* Map the index with ticket `name` (following retired objects to their
+ * successors). */
 void scdb_cl_lix_map(scdb *h, const char *name)
 {
     char cur[SCDB_LIX_NAME_MAX], next[SCDB_LIX_NAME_MAX];
@@ -30,7 +54,7 @@ void scdb_cl_lix_map(scdb *h, const char *name)
     snprintf(cur, sizeof cur, "%s", name);
     for (int hop = 0; cur[0] && hop < LIX_FOLLOW_MAX; hop++) {
         scdb_lix *ix = NULL;
-        e = scdb_lix_open(cur, h->info.broker_instance, h->info.block_tokens, &ix);
+        e = open_ticket(h, cur, &ix);
         if (e == SCDB_OK) {
             h->lix = ix;
             break;

@@ -20,10 +20,13 @@ void scdb_close(scdb **hp)
     if (h->registered && h->sock && atomic_load(&h->token)) {
         Scdb__Request req = SCDB__REQUEST__INIT;
         Scdb__Goodbye gb = SCDB__GOODBYE__INIT;
+        Scdb__LookupCounts lc;
         Scdb__Reply *rep = NULL;
         int t = h->timeout_ms;
         h->timeout_ms = t < 1000 ? t : 1000;
         req.body_case = SCDB__REQUEST__BODY_GOODBYE;
+        scdb_cl_lookup_counts(h, &lc);
+        gb.lookups = &lc;
         req.goodbye = &gb;
         scdb_cl_call_once(h, &req, NULL, NULL, 0, &rep);
         if (rep) scdb__reply__free_unpacked(rep, NULL);

@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "block_key.h"
+#include "fd_pass.h"
 #include "kernels.h"      /* the cache layout and f16 conversions only */
 #include "lookup_index.h"
 #include "scdb.h"
@@ -34,6 +35,7 @@ struct scdb {
     void *zctx;
     void *sock;
     char endpoint[512];
+    char fd_path[520];           /* ipc://: the broker's fd socket, else ""   */
     int curve;                   /* tcp: CURVE keys below are set           */
     char server_key[41], public_key[41], secret_key[41];
     int timeout_ms;
@@ -67,6 +69,8 @@ struct scdb {
     scdb_ns ns;                  /* our codebook's namespace (hello)        */
     int have_ns;
     scdb_err lix_err;            /* why lix is NULL (SCDB_OK when mapped)   */
+    /* updated atomically (the heartbeat thread reports the index ones:
+     * scdb_cl_lookup_counts) */
     uint64_t n_index_lookups, n_request_lookups, n_index_fallbacks;
     uint64_t n_remote_lookups;   /* requests for a remote remainder         */
 };
@@ -90,9 +94,12 @@ struct scdb {
 /* Set h->err (printf) and return e. */
 scdb_err scdb_cl_fail(scdb *h, scdb_err e, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-/* Open a shared object the broker named: "/proc/<pid>/fd/<n>" (its memfd,
- * sealed against shrinking) or a POSIX shm name.  -1 with errno. */
-int scdb_cl_shm_open(const char *name);
+/* The memfd of a shared object the broker created (an arena, a session's
+ * statistics), fetched by its ticket over the fd socket (schema/fd_pass.h);
+ * `what` names it in errors.  SCDB_EUNSUPPORTED (not an ipc:// handle),
+ * SCDB_EPROTO (no ticket), scdb_fd_fetch's errors. */
+scdb_err scdb_cl_fetch_fd(scdb *h, const ProtobufCBinaryData *ticket, const char *what,
+                          int *fd);
 /* SCDB_EINVAL (with a message) unless h is registered. */
 scdb_err scdb_cl_need_registered(scdb *h);
 /* Tokens of a request: within max_tokens, non-negative. */
@@ -122,6 +129,8 @@ scdb_err scdb_cl_call_once(scdb *h, Scdb__Request *req, const void *const *frame
 scdb_err scdb_cl_request(scdb *h, Scdb__Request *req, const void *const *frames,
                          const size_t *lens, int n, Scdb__Reply **rep);
 void scdb_cl_hb_stop(scdb *h);
+/* The handle's lookup counters for a Hello, Heartbeat or Goodbye. */
+void scdb_cl_lookup_counts(scdb *h, Scdb__LookupCounts *lc);
 /* Close the sockets and free the handle (arenas already gone). */
 void scdb_cl_conn_free(scdb *h);
 

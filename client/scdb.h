@@ -84,16 +84,20 @@
  * exactly while the store's lookups match it (added after its put
  * commits, removed when its eviction or delete is staged), and a put's
  * blocks are visible to every handle by the time its reply arrives.  If
- * there is no usable index (the broker runs as another user or with
- * lookup_index = 0, the object is damaged: scdb_stat.index_error says
- * why), or the broker is rewriting the table at that instant, or the
- * broker stopped, the lookup is sent as a request instead — same result.
+ * there is no usable index (lookup_index = 0, a tcp:// endpoint, an
+ * object without its read-only seals: scdb_stat.index_error says why), or
+ * the broker is rewriting the table at that instant, or the broker
+ * stopped or stopped refreshing it, the lookup is sent as a request
+ * instead — same result.
  * Index lookups do not make blocks recently used for eviction (gets do),
- * cost the broker nothing and are not in its counters (scdb_stat has this
- * handle's own).  scdb_opts.no_lookup_index or $SCDB_LOOKUP_INDEX=0 force
- * the request path.  A broker restart retires the old index (after a
- * kill -9, the next broker does it before it serves), so a handle never
- * answers from a dead broker's table; it re-maps at its next request.
+ * cost the broker nothing; the handle reports how many it answered in its
+ * heartbeats and goodbye, which the broker counts in its metrics
+ * (scdb_stat.reported_index_lookups; scdb_stat also has this handle's
+ * own).  scdb_opts.no_lookup_index or $SCDB_LOOKUP_INDEX=0 force
+ * the request path.  A clean stop retires the index; a killed broker's
+ * goes stale within a second (and at once for a handle whose heartbeat
+ * socket saw the connection drop), so a handle never answers from a dead
+ * broker's table; it re-maps at its next request.
  *
  * Remote tier.  A broker of a fleet may share blocks with the others
  * through a Redis Cluster (scdb_info.remote_tier; the broker's [remote]
@@ -127,10 +131,13 @@
  * whose earlier blocks only the cluster holds makes the broker fetch them
  * first, and fails with SCDB_ENOTFOUND if the cluster cannot give them.
  *
- * Shared memory.  Arenas need the same user as the broker and the same PID
- * namespace (they are opened through /proc/<broker pid>/fd) and memory
- * (reserved when the arena is created: none left is SCDB_EFULL then, never a
- * SIGBUS later).  The broker frees a client's
+ * Shared memory.  Arenas, session statistics and the lookup index come
+ * from the broker as file descriptors over a Unix socket beside its ipc://
+ * socket (PATH.fd, schema/fd_pass.h), fetched with the ticket in the reply
+ * that created them: the client needs no user, group or PID namespace in
+ * common with the broker, only permission to connect to its sockets (the
+ * broker's socket_group and socket_mode).  Memory is reserved when the
+ * arena is created: none left is SCDB_EFULL then, never a SIGBUS later.  The broker frees a client's
  * arenas when the client says goodbye (scdb_close) or stops heartbeating;
  * a mapping this process holds stays valid memory until scdb_arena_free.
  *
@@ -205,10 +212,20 @@ typedef struct scdb_opts {
 } scdb_opts;
 
 /* Open a handle and check that a broker answers (an anonymous ping).
- * o may be NULL (all defaults).  Errors: SCDB_ETIMEDOUT (no broker
- * answered), SCDB_EINVAL (bad endpoint or keys), SCDB_ESYS (ZeroMQ),
- * SCDB_ENOMEM.  On error *out is NULL. */
+ * o may be NULL (all defaults; a NULL or "" endpoint is the default one).
+ * An ipc:// endpoint fails at once, without waiting for the timeout, when
+ * nothing can answer.  Errors: SCDB_ENOTFOUND (no socket file at the ipc
+ * path), SCDB_ECLOSED (a socket file nothing listens on), SCDB_ETIMEDOUT
+ * (no reply within the timeout: a busy or stopped broker, a tcp peer),
+ * SCDB_EINVAL (no known scheme, not a socket, bad or missing CURVE keys),
+ * SCDB_ESYS (permission, ZeroMQ), SCDB_ENOMEM.  On error *out is NULL and
+ * scdb_connect_error() says why. */
 scdb_err scdb_connect(const scdb_opts *o, scdb **out);
+
+/* Why the calling thread's last scdb_connect failed ("" after a success):
+ * what there is to read before there is a handle.  Valid until that
+ * thread's next scdb_connect. */
+const char *scdb_connect_error(void);
 
 /* Say goodbye (the broker frees this client's arenas), unmap every arena,
  * stop the heartbeat thread, close.  NULLs *h; accepts NULL. */
@@ -372,8 +389,9 @@ scdb_err scdb_lookup(scdb *h, const int32_t *tokens, size_t n_tokens, scdb_looku
 /* A shared-memory arena holding one KV cache of `capacity` slots (0: the
  * model's max_seq_len) shaped for our model.  Errors: SCDB_ETOOBIG (over
  * the broker's max_arena_bytes), SCDB_EFULL (per-client arena count, total
- * arena bytes, or memory full), SCDB_ESYS (open / mmap here: the
- * broker runs as another user?), SCDB_EPROTO (bad arena header), common. */
+ * arena bytes, or memory full), SCDB_ESYS (the fd socket refused us —
+ * its path and errno in scdb_last_error — or mmap failed), SCDB_EPROTO
+ * (bad arena header), common. */
 scdb_err scdb_arena_new(scdb *h, int capacity, scdb_arena **out);
 /* The arena's cache (slot-indexed, kv_cache.h).  n is updated by every get;
  * the caller may append slots itself (prefill the suffix) and move n.
@@ -547,6 +565,13 @@ typedef struct scdb_stat {
     /* broker */
     uint64_t clients, arenas, arena_bytes, sessions, inflight, requests, errors,
         reclaimed_clients, reclaimed_arenas, reclaimed_sessions, broker_instance;
+    uint64_t stale_tokens;         /* requests with a token from before a
+                                      broker restart or a reclaim (answered
+                                      SCDB_ECLOSED, libscdb registers again):
+                                      not in errors                         */
+    uint64_t reloads, reload_failures, registry_generation; /* SIGHUP       */
+    uint64_t reported_index_lookups; /* clients' index lookups (heartbeats) */
+    uint64_t hot_evictions;
     double uptime_s;
     uint32_t workers, block_tokens;
     /* remote tier (all 0 without one; broker.h, REMOTE TIER) */

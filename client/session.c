@@ -103,7 +103,7 @@ scdb_err scdb_session_open(scdb_arena *a, const scdb_session_opts *o, scdb_sessi
         memcpy(h->err, keep, sizeof keep);
     }
     if (e) goto done;
-    if (rep->body_case != SCDB__REPLY__BODY_SESSION_OPEN || !rep->session_open->stats_shm_name) {
+    if (rep->body_case != SCDB__REPLY__BODY_SESSION_OPEN) {
         e = scdb_cl_fail(h, SCDB_EPROTO, "session reply without a body");
         goto done;
     }
@@ -111,12 +111,9 @@ scdb_err scdb_session_open(scdb_arena *a, const scdb_session_opts *o, scdb_sessi
         e = scdb_cl_fail(h, SCDB_ENOMEM, "out of memory");
         goto close_it;
     }
-    fd = scdb_cl_shm_open(rep->session_open->stats_shm_name);
-    if (fd < 0) {
-        e = scdb_cl_fail(h, SCDB_ESYS, "cannot open session statistics %s: %s",
-                     rep->session_open->stats_shm_name, strerror(errno));
+    if ((e = scdb_cl_fetch_fd(h, &rep->session_open->stats_fd_ticket, "session statistics",
+                              &fd)))
         goto close_it;
-    }
     if (fstat(fd, &st) || (uint64_t)st.st_size < rep->session_open->stats_size) {
         e = scdb_cl_fail(h, SCDB_EPROTO, "session statistics smaller than announced");
         goto close_it;

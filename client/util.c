@@ -21,10 +21,21 @@ scdb_err scdb_cl_fail(scdb *h, scdb_err e, const char *fmt, ...)
 
 const char *scdb_last_error(const scdb *h) { return h ? h->err : "no handle"; }
 
-int scdb_cl_shm_open(const char *name)
+scdb_err scdb_cl_fetch_fd(scdb *h, const ProtobufCBinaryData *ticket, const char *what,
+                          int *fd)
 {
-    if (!strncmp(name, "/proc/", 6)) return open(name, O_RDWR | O_CLOEXEC);
-    return shm_open(name, O_RDWR | O_CLOEXEC, 0);
+    char why[400] = "";
+    scdb_err e;
+
+    *fd = -1;
+    if (!h->fd_path[0])
+        return scdb_cl_fail(h, SCDB_EUNSUPPORTED, "%s: shared memory needs an ipc:// endpoint "
+                            "on the broker's host (this handle uses %s)", what, h->endpoint);
+    if (!ticket || ticket->len != SCDB_FD_TICKET_BYTES)
+        return scdb_cl_fail(h, SCDB_EPROTO, "%s: the broker's reply has no fd ticket", what);
+    e = scdb_fd_fetch(h->fd_path, ticket->data, h->timeout_ms, fd, why, sizeof why);
+    if (e) return scdb_cl_fail(h, e, "%s: %s", what, why);
+    return SCDB_OK;
 }
 
 scdb_err scdb_cl_need_registered(scdb *h)

@@ -71,6 +71,13 @@ int scdb_mkdir_p(const char *path, unsigned mode);
  * is not an error.  0, or -1 with errno. */
 int scdb_rm_tree(const char *path);
 
+/* The running program's share folder, <dir of its executable>/../share/scdb
+ * (/proc/self/exe; the build tree has build/share/scdb), and the asset
+ * folder: $SCDB_DATA, else the share folder.  No path is compiled in.
+ * Static strings, computed on first use (call once before threads). */
+const char *scdb_share_dir(void);
+const char *scdb_data_dir(void);
+
 #define SCDB_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
 #endif /* SCDB_COMMON_H */

@@ -1,4 +1,5 @@
-/* model.c — loading the reference transformer and running it over the
+/* model.c — loading the reference transformer (scdb's own layout here, the
+ * Hugging Face layout in hf_checkpoint.c) and running it over the
  * slot-indexed KV cache.  Layout and semantics in model.h. */
 #include "model.h"
 
@@ -7,83 +8,29 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "safetensors.h"
-
-struct scdb_model {
-    scdb_model_config cfg;
-    char dir[1024];
-    scdb_st_file *st;
-    const float *tok_embeddings;   /* [vocab, d] */
-    const float *norm;             /* [d] */
-    const float *output;           /* [vocab, d] */
-    scdb_layer_weights *layers;    /* [n_layers] */
-    float **converted;             /* f32 copies of non-F32 tensors */
-    int n_converted;
-};
-
+#include "model_internal.h"
 
 /* ------------------------------------------------------------ weights */
 
-static scdb_err bind(scdb_model *m, const char *name, int64_t d0, int64_t d1,
-                     const float **out, char *errbuf, size_t errlen)
+/* scdb's own layout: DIR/model.safetensors with llama.c-style names */
+static scdb_err load_own_weights(scdb_model *m, char *errbuf, size_t errlen)
 {
-    const scdb_st_tensor *t = scdb_st_find(m->st, name);
-    int64_t shape[2] = {d0, d1};
-    int ndim = d1 > 0 ? 2 : 1;
-
-    if (!t) { scdb_errf(errbuf, errlen, "tensor '%s' missing from model.safetensors", name); return SCDB_ENOTFOUND; }
-    if (t->ndim != ndim || t->shape[0] != shape[0] || (ndim == 2 && t->shape[1] != shape[1])) {
-        scdb_errf(errbuf, errlen, "tensor '%s' has shape [%lld%s%lld], config implies [%lld, %lld]", name,
-             (long long)t->shape[0], t->ndim > 1 ? ", " : "",
-             t->ndim > 1 ? (long long)t->shape[1] : 0LL, (long long)d0, (long long)d1);
-        return SCDB_ESHAPE;
-    }
-    if (t->dtype == SCDB_F32) {
-        *out = t->data;
-        return SCDB_OK;
-    }
-    if (t->dtype != SCDB_F16 && t->dtype != SCDB_BF16) {
-        scdb_errf(errbuf, errlen, "tensor '%s' has dtype %s, want F32, F16 or BF16", name, scdb_dtype_name(t->dtype));
-        return SCDB_EDTYPE;
-    }
-    size_t n = (size_t)d0 * (size_t)(d1 > 0 ? d1 : 1);
-    float *f = malloc(n * sizeof *f);
-    float **grown = realloc(m->converted, (size_t)(m->n_converted + 1) * sizeof *grown);
-    if (!f || !grown) { free(f); if (grown) m->converted = grown; return SCDB_ENOMEM; }
-    m->converted = grown;
-    m->converted[m->n_converted++] = f;
-    if (t->dtype == SCDB_F16) scdb_f16_to_f32_n(t->data, f, n);
-    else scdb_bf16_to_f32_n(t->data, f, n);
-    *out = f;
-    return SCDB_OK;
-}
-
-scdb_err scdb_model_load(const char *dir, scdb_model **out, char *errbuf, size_t errlen)
-{
-    scdb_model *m = NULL;
+    const scdb_model_config *c = &m->cfg;
     char path[1200], name[128];
+    scdb_st_file *st = NULL;
     scdb_err rc;
 
-    *out = NULL;
-    if (!dir) return SCDB_EINVAL;
-    m = calloc(1, sizeof *m);
-    if (!m) return SCDB_ENOMEM;
-    snprintf(m->dir, sizeof m->dir, "%s", dir);
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    rc = scdb_model_config_load(path, &m->cfg, errbuf, errlen);
-    if (rc) goto fail;
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    rc = scdb_st_open(path, &m->st, errbuf, errlen);
-    if (rc) goto fail;
-
-    const scdb_model_config *c = &m->cfg;
+    snprintf(path, sizeof path, "%s/model.safetensors", m->dir);
+    if ((rc = scdb_st_open(path, &st, errbuf, errlen)) || (rc = scdb_model_add_file(m, &st)))
+        return rc;
+    st = m->files[0];
     int qd = scdb_model_q_dim(c), kvd = scdb_model_kv_dim(c);
-    if ((rc = bind(m, "tok_embeddings.weight", c->vocab_size, c->d_model, &m->tok_embeddings, errbuf, errlen)) ||
-        (rc = bind(m, "norm.weight", c->d_model, 0, &m->norm, errbuf, errlen)) ||
-        (rc = bind(m, "output.weight", c->vocab_size, c->d_model, &m->output, errbuf, errlen)))
-        goto fail;
-    m->layers = calloc((size_t)c->n_layers, sizeof *m->layers);
-    if (!m->layers) { rc = SCDB_ENOMEM; goto fail; }
+    const char *where = "model.safetensors";
+#define BIND(n, d0, d1, p) scdb_model_bind(m, scdb_st_find(st, n), n, where, d0, d1, p, errbuf, errlen)
+    if ((rc = BIND("tok_embeddings.weight", c->vocab_size, c->d_model, &m->tok_embeddings)) ||
+        (rc = BIND("norm.weight", c->d_model, 0, &m->norm)) ||
+        (rc = BIND("output.weight", c->vocab_size, c->d_model, &m->output)))
+        return rc;
     for (int l = 0; l < c->n_layers; l++) {
         scdb_layer_weights *w = &m->layers[l];
         struct { const char *n; int64_t d0, d1; const float **p; } spec[] = {
@@ -99,10 +46,32 @@ scdb_err scdb_model_load(const char *dir, scdb_model **out, char *errbuf, size_t
         };
         for (size_t i = 0; i < SCDB_ARRAY_LEN(spec); i++) {
             snprintf(name, sizeof name, "layers.%d.%s", l, spec[i].n);
-            if ((rc = bind(m, name, spec[i].d0, spec[i].d1, spec[i].p, errbuf, errlen)))
-                goto fail;
+            if ((rc = BIND(name, spec[i].d0, spec[i].d1, spec[i].p))) return rc;
         }
     }
+#undef BIND
+    return SCDB_OK;
+}
+
+scdb_err scdb_model_load(const char *dir, scdb_model **out, char *errbuf, size_t errlen)
+{
+    scdb_model *m = NULL;
+    char path[1200];
+    scdb_err rc;
+
+    *out = NULL;
+    if (!dir) return SCDB_EINVAL;
+    m = calloc(1, sizeof *m);
+    if (!m) return SCDB_ENOMEM;
+    snprintf(m->dir, sizeof m->dir, "%s", dir);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    rc = scdb_model_config_load(path, &m->cfg, errbuf, errlen);
+    if (rc) goto fail;
+    m->layers = calloc((size_t)m->cfg.n_layers, sizeof *m->layers);
+    if (!m->layers) { rc = SCDB_ENOMEM; goto fail; }
+    rc = m->cfg.layout == SCDB_LAYOUT_HF ? scdb_hf_load_weights(m, errbuf, errlen)
+                                         : load_own_weights(m, errbuf, errlen);
+    if (rc) goto fail;
     *out = m;
     return SCDB_OK;
 fail:
@@ -118,7 +87,8 @@ void scdb_model_free(scdb_model **pm)
     for (int i = 0; i < m->n_converted; i++) free(m->converted[i]);
     free(m->converted);
     free(m->layers);
-    scdb_st_close(&m->st);
+    for (int i = 0; i < m->n_files; i++) scdb_st_close(&m->files[i]);
+    free(m->files);
     free(m);
     *pm = NULL;
 }

@@ -2,8 +2,12 @@
  * model.h — the reference Llama-style transformer scdb measures against.
  *
  * A model is a directory with config.json and model.safetensors (written by
- * tools/train_family.py; names and layout in schema/FORMATS.md).  The
- * architecture: byte vocabulary, token embedding, n_layers blocks of
+ * tools/train_family.py; names and layout in schema/FORMATS.md), or a
+ * Hugging Face Llama checkpoint (config.json with Hugging Face keys, one
+ * model.safetensors or shards listed by model.safetensors.index.json,
+ * transformers' tensor names; tools/export_hf.py writes one from a family
+ * model).  The architecture: token embedding (a byte vocabulary for the
+ * family, any size for Hugging Face checkpoints), n_layers blocks of
  *
  *   h_in = RMSNorm(x) * attention_norm             <- captured as H_in
  *   q = h_in Wq^T, k = h_in Wk^T (K pre-RoPE), v = h_in Wv^T
@@ -36,6 +40,13 @@
 
 #define SCDB_MODEL_NAME_MAX 64
 
+/* Checkpoint layouts a model directory may hold (schema/FORMATS.md). */
+typedef enum scdb_model_layout {
+    SCDB_LAYOUT_SCDB = 0,   /* config.json with d_model, ...; model.safetensors */
+    SCDB_LAYOUT_HF = 1,     /* Hugging Face Llama: config.json with hidden_size,
+                             * ...; model.safetensors or index + shards */
+} scdb_model_layout;
+
 typedef struct scdb_model_config {
     char name[SCDB_MODEL_NAME_MAX];
     char domain[SCDB_MODEL_NAME_MAX];
@@ -44,16 +55,25 @@ typedef struct scdb_model_config {
     int vocab_size, d_model, n_layers, n_heads, n_kv_heads, head_dim, d_ff;
     int max_seq_len;
     float rope_theta, norm_eps;
+    scdb_model_layout layout;            /* which layout config.json was in */
+    int tied_embeddings;                 /* HF tie_word_embeddings: logits use
+                                          * the embedding matrix */
 } scdb_model_config;
 
-/* Parse config.json text.  SCDB_EFORMAT (not JSON, not an object, a required
- * field missing or of the wrong type), SCDB_ERANGE (a value out of range or
- * inconsistent: n_heads not a multiple of n_kv_heads, odd head_dim, ...).
- * errbuf (may be NULL) names the field. */
+/* Parse config.json text, in either layout: a JSON object with
+ * "hidden_size" is a Hugging Face Llama config (keys in schema/FORMATS.md,
+ * "Hugging Face Llama checkpoints"), anything else scdb's own.
+ * SCDB_EFORMAT (not JSON, not an object, a required field missing or of the
+ * wrong type), SCDB_ERANGE (a value out of range or inconsistent: n_heads
+ * not a multiple of n_kv_heads, odd head_dim, hidden_size not divisible by
+ * the head count, ...), SCDB_EUNSUPPORTED (a Hugging Face feature this
+ * model does not implement: another model_type or hidden_act, rope_scaling,
+ * attention or MLP biases).  errbuf (may be NULL) names the field. */
 scdb_err scdb_model_config_parse(const char *json, size_t len, scdb_model_config *out,
                                  char *errbuf, size_t errlen);
 /* Load and parse a config.json file: the above plus SCDB_ENOTFOUND, SCDB_EIO,
- * SCDB_ETOOBIG (over 1 MiB). */
+ * SCDB_ETOOBIG (over 1 MiB).  A Hugging Face config without a name is named
+ * after its directory. */
 scdb_err scdb_model_config_load(const char *path, scdb_model_config *out,
                                 char *errbuf, size_t errlen);
 /* 1 if two configs describe the same architecture (names may differ). */
@@ -72,10 +92,16 @@ typedef struct scdb_layer_weights {
 
 typedef struct scdb_model scdb_model;
 
-/* Load DIR/config.json and DIR/model.safetensors; every tensor's dtype and
- * shape is checked against the config.  Errors of the config loader and the
- * safetensors reader, plus SCDB_ENOTFOUND (missing tensor), SCDB_ESHAPE
- * (wrong shape), SCDB_EDTYPE. */
+/* Load a model directory in either layout (detected from config.json):
+ * scdb's own (DIR/config.json + DIR/model.safetensors) or Hugging Face
+ * (DIR/config.json + DIR/model.safetensors, or the shards that
+ * DIR/model.safetensors.index.json lists).  Every tensor's dtype and shape
+ * is checked against the config.  Errors of the config loader and the
+ * safetensors reader (the message names the file), plus SCDB_ENOTFOUND
+ * (missing tensor, weight file or shard), SCDB_ESHAPE (wrong shape),
+ * SCDB_EDTYPE (not F32 / F16 / BF16), SCDB_EFORMAT (index not JSON, or
+ * without a weight_map of strings), SCDB_ERANGE (an index entry naming a
+ * file outside DIR). */
 scdb_err scdb_model_load(const char *dir, scdb_model **out, char *errbuf, size_t errlen);
 void scdb_model_free(scdb_model **m);
 

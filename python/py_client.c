@@ -133,17 +133,8 @@ static int client_init(py_client *self, PyObject *args, PyObject *kw)
     e = scdb_connect(&o, &h);
     Py_END_ALLOW_THREADS
     self->busy = 0;
-    if (e == SCDB_ETIMEDOUT) {
-        py_err(e, "no broker answered at %s within %d ms", self->endpoint, timeout_ms);
-        return -1;
-    }
-    if (e == SCDB_EINVAL) {
-        py_err(e, "bad endpoint '%s' (ipc://PATH, or tcp://HOST:PORT with curve_server_key) "
-               "or bad CURVE keys", self->endpoint);
-        return -1;
-    }
-    if (e) {
-        py_err(e, "cannot connect to %s", self->endpoint);
+    if (e) {   /* libscdb's connect-time message (this thread's) */
+        py_err(e, "cannot connect to %s: %s", self->endpoint, scdb_connect_error());
         return -1;
     }
     self->h = h;
@@ -534,6 +525,8 @@ static PyObject *client_stats(py_client *self, PyObject *unused)
     U(sessions); U(inflight); U(requests); U(errors); U(reclaimed_clients); U(reclaimed_arenas);
     U(reclaimed_sessions); U(broker_instance); U(workers); U(block_tokens);
     U(index_lookups); U(request_lookups); U(index_fallbacks);
+    U(stale_tokens); U(reloads); U(reload_failures); U(registry_generation);
+    U(reported_index_lookups); U(hot_evictions);
 #undef U
     o = PyFloat_FromDouble(s.uptime_s);
     if (!o || PyDict_SetItemString(d, "uptime_s", o)) { Py_XDECREF(o); goto fail; }

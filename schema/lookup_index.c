@@ -2,6 +2,8 @@
  * broker's writer side (create, insert, remove, purge, grow, retire) and
  * libscdb's reader side (open with checks, seqlocked probes).  Compiled
  * into both. */
+/* memfd_create, file seals */
+#define _GNU_SOURCE
 #include "lookup_index.h"
 
 #include <errno.h>
@@ -26,7 +28,8 @@ _Static_assert(sizeof(_Atomic uint64_t) == 8 && ATOMIC_LLONG_LOCK_FREE == 2,
                "the lookup index needs lock-free 64-bit atomics");
 
 struct scdb_lix {
-    char name[SCDB_LIX_NAME_MAX];
+    char name[SCDB_LIX_NAME_MAX];   /* the ticket, 32 hex (lookup_index.h)  */
+    int fd;                          /* the writer's memfd; -1 for readers   */
     void *map;
     size_t size;
     int writable;
@@ -75,69 +78,52 @@ static scdb_err check_header(const scdb_lix_header *h, size_t size, uint64_t ins
     return state == SCDB_LIX_RETIRED ? SCDB_ECLOSED : SCDB_OK;
 }
 
-static scdb_err lix_map(const char *name, int writable, uint64_t instance, uint32_t block_tokens,
-                        scdb_lix **out)
+#define SCDB_LIX_SEALS (F_SEAL_SHRINK | F_SEAL_GROW)
+
+scdb_err scdb_lix_open_fd(int fd, uint64_t instance, uint32_t block_tokens, scdb_lix **out)
 {
     struct stat st;
     scdb_lix *ix = NULL;
     scdb_err e;
-    int fd;
+    int seals;
 
-    if (!name || !out) return SCDB_EINVAL;
+    if (fd < 0 || !out) return SCDB_EINVAL;
     *out = NULL;
-    if (strlen(name) >= SCDB_LIX_NAME_MAX || name[0] != '/') return SCDB_EINVAL;
-    fd = shm_open(name, (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC, 0);
-    if (fd < 0) {
-        if (errno != ENOENT) scdb_debug("lookup index %s: shm_open: %s", name, strerror(errno));
-        return map_errno(errno);
-    }
-    if (fstat(fd, &st)) {
-        e = map_errno(errno);
-        goto fail;
-    }
-    if (st.st_uid != geteuid() || (st.st_mode & 077)) {
-        e = SCDB_EMISMATCH;
-        goto fail;
-    }
-    if ((uint64_t)st.st_size < SCDB_LIX_HEADER_BYTES) {
-        e = SCDB_ETRUNC;
-        goto fail;
-    }
-    if (!(ix = calloc(1, sizeof *ix))) {
-        e = SCDB_ENOMEM;
-        goto fail;
-    }
+    /* only a sealed object: one that could shrink would SIGBUS the reader,
+     * one still writable through new mappings could be changed by anyone
+     * holding it */
+    seals = fcntl(fd, F_GET_SEALS);
+    if (seals < 0 || (seals & SCDB_LIX_SEALS) != SCDB_LIX_SEALS ||
+        !(seals & (F_SEAL_FUTURE_WRITE | F_SEAL_WRITE)))
+        return SCDB_EMISMATCH;
+    if (fstat(fd, &st)) return map_errno(errno);
+    if ((uint64_t)st.st_size < SCDB_LIX_HEADER_BYTES) return SCDB_ETRUNC;
+    if (!(ix = calloc(1, sizeof *ix))) return SCDB_ENOMEM;
+    ix->fd = -1;
     ix->size = (size_t)st.st_size;
-    ix->map = mmap(NULL, ix->size, PROT_READ | (writable ? PROT_WRITE : 0), MAP_SHARED, fd, 0);
+    ix->map = mmap(NULL, ix->size, PROT_READ, MAP_SHARED, fd, 0);
     if (ix->map == MAP_FAILED) {
         ix->map = NULL;
         e = map_errno(errno);
         goto fail;
     }
-    close(fd);
-    fd = -1;
     ix->hdr = ix->map;
     e = check_header(ix->hdr, ix->size, instance, block_tokens);
     if (e && e != SCDB_ECLOSED) goto fail;
-    snprintf(ix->name, sizeof ix->name, "%s", name);
-    ix->writable = writable;
     ix->slots = (scdb_lix_slot *)((uint8_t *)ix->map + SCDB_LIX_HEADER_BYTES);
     /* from the mapping's size (checked to equal the header's capacity), never
-     * from the header again: another process could change it since */
+     * from the header again */
     ix->mask = (ix->size - SCDB_LIX_HEADER_BYTES) / SCDB_LIX_SLOT_BYTES - 1;
     *out = ix;
     return e;
 fail:
-    if (fd >= 0) close(fd);
     scdb_lix_close(&ix);
     return e;
 }
 
-scdb_err scdb_lix_open(const char *name, uint64_t instance, uint32_t block_tokens,
-                       scdb_lix **out)
-{
-    return lix_map(name, 0, instance, block_tokens, out);
-}
+int scdb_lix_fd(const scdb_lix *ix) { return ix && ix->writable ? ix->fd : -1; }
+
+scdb_lix_header *scdb_lix_writer_header(scdb_lix *ix) { return ix && ix->writable ? ix->hdr : NULL; }
 
 /* 1 if k is a live key, from relaxed loads (validated by the caller's seq
  * check).  Never reads outside the slots, whatever the table holds. */
@@ -205,6 +191,7 @@ void scdb_lix_close(scdb_lix **ixp)
     scdb_lix *ix;
     if (!ixp || !(ix = *ixp)) return;
     if (ix->map) munmap(ix->map, ix->size);
+    if (ix->fd >= 0) close(ix->fd);
     free(ix);
     *ixp = NULL;
 }
@@ -238,33 +225,39 @@ scdb_err scdb_lix_create(uint64_t instance, uint32_t block_tokens, uint64_t entr
     while (cap / 2 < entries + 1 && cap < SCDB_LIX_MAX_CAPACITY) cap *= 2;
     if (cap / 2 < entries + 1) return SCDB_ETOOBIG;
     if (!(ix = calloc(1, sizeof *ix))) return SCDB_ENOMEM;
+    ix->fd = -1;
     if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd) {
         e = SCDB_ESYS;
         goto fail;
     }
-    {
-        int n = snprintf(ix->name, sizeof ix->name, "/scdb-lix-");
-        for (int i = 0; i < 16; i++) n += snprintf(ix->name + n, sizeof ix->name - n, "%02x", rnd[i]);
-    }
-    fd = shm_open(ix->name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    for (int i = 0, n = 0; i < 16; i++) n += snprintf(ix->name + n, sizeof ix->name - n, "%02x", rnd[i]);
+    fd = memfd_create("scdb-lookup-index", MFD_CLOEXEC | MFD_ALLOW_SEALING);
     if (fd < 0) {
-        scdb_error("lookup index: shm_open %s: %s", ix->name, strerror(errno));
+        scdb_error("lookup index: memfd_create: %s", strerror(errno));
         e = SCDB_ESYS;
         goto fail;
     }
     ix->size = SCDB_LIX_HEADER_BYTES + cap * SCDB_LIX_SLOT_BYTES;
     if ((rc = posix_fallocate(fd, 0, (off_t)ix->size))) {
-        scdb_error("lookup index: reserving %zu bytes in /dev/shm: %s", ix->size, strerror(rc));
+        scdb_error("lookup index: reserving %zu bytes: %s", ix->size, strerror(rc));
         e = rc == ENOSPC ? SCDB_EFULL : SCDB_ESYS;
-        goto unlink;
+        goto fail;
     }
     ix->map = mmap(NULL, ix->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (ix->map == MAP_FAILED) {
         ix->map = NULL;
         e = SCDB_ESYS;
-        goto unlink;
+        goto fail;
     }
-    close(fd);
+    /* read-only for everyone else from now on: this mapping stays writable,
+     * no new one can be (F_SEAL_FUTURE_WRITE), and nobody can resize it */
+    if (fcntl(fd, F_ADD_SEALS, SCDB_LIX_SEALS | F_SEAL_FUTURE_WRITE | F_SEAL_SEAL)) {
+        scdb_error("lookup index: sealing: %s", strerror(errno));
+        e = SCDB_ESYS;
+        goto fail;
+    }
+    ix->fd = fd;
+    fd = -1;
     ix->writable = 1;
     ix->hdr = ix->map;
     ix->slots = (scdb_lix_slot *)((uint8_t *)ix->map + SCDB_LIX_HEADER_BYTES);
@@ -282,11 +275,9 @@ scdb_err scdb_lix_create(uint64_t instance, uint32_t block_tokens, uint64_t entr
     atomic_thread_fence(memory_order_release);
     *out = ix;
     return SCDB_OK;
-unlink:
-    close(fd);
-    shm_unlink(ix->name);
 fail:
-    free(ix);
+    if (fd >= 0) close(fd);
+    scdb_lix_close(&ix);
     return e;
 }
 
@@ -446,28 +437,6 @@ void scdb_lix_retire(scdb_lix **ixp, const char *next)
         write_begin(ix);            /* readers in a section retry, then see it */
         atomic_store_explicit(&ix->hdr->state, SCDB_LIX_RETIRED, memory_order_release);
         write_end(ix);
-        if (shm_unlink(ix->name) && errno != ENOENT)
-            scdb_warn("lookup index: shm_unlink %s: %s", ix->name, strerror(errno));
     }
     scdb_lix_close(ixp);
-}
-
-scdb_err scdb_lix_retire_name(const char *name)
-{
-    scdb_lix *ix = NULL;
-    scdb_err e = lix_map(name, 1, 0, 0, &ix);
-
-    if (e == SCDB_ENOTFOUND) return SCDB_OK;
-    if (e == SCDB_OK) {
-        scdb_lix_retire(&ix, NULL);         /* marks it and unlinks it */
-        return SCDB_OK;
-    }
-    scdb_lix_close(&ix);
-    /* already retired, or damaged: the name is still ours to remove (only
-     * an object of our own user could be mapped: lix_map checked that) */
-    if (e == SCDB_ECLOSED || e == SCDB_ETRUNC || e == SCDB_EFORMAT || e == SCDB_EUNSUPPORTED) {
-        shm_unlink(name);
-        return e == SCDB_ECLOSED ? SCDB_OK : e;
-    }
-    return e;
 }

@@ -9,7 +9,8 @@
  *   store on_visible(key, 1/0) --> insert / remove --+         hash the prompt
  *   start: scdb_store_foreach_key --> insert         |         (block_key.h),
  *                                                    v         probe keys
- *   POSIX shm "/scdb-lix-<32 hex>", 0600, O_EXCL:                   |
+ *   a sealed memfd (read-only for all but the broker), handed to   |
+ *   clients over the fd socket (fd_pass.h) by its ticket:          |
  *   +----------------------------+------------------------------+   |
  *   | header (4096 B): magic,    | slots: capacity x 32 B        |<--+ mmap
  *   | version, capacity,         |  [key 16 B | tag 8 | 0 (8)]   |  PROT_READ
@@ -38,26 +39,30 @@
  *
  * GROWTH AND RETIREMENT.  The mapping size is fixed per object.  When live
  * entries would pass half the capacity the broker builds a new object of
- * twice the size, copies the live keys, writes its name into the old
- * header's `next` and marks the old one RETIRED (then unlinks it); readers
- * of a retired index follow `next` or fall back to the request path.
- * Tombstones are purged in place (inside one writer section) when live +
- * deleted entries pass 3/4.  A broker that stops cleanly retires its index
- * with no successor; one that was killed is handled by its successor, which
- * retires (and unlinks) every index named in data_dir/lookup-index.names
- * before it serves.  So a client never keeps answering from a dead broker's
- * table once a new broker can change the store.  Until then (a broker
- * killed and not restarted, stopped, or hung) the liveness word says so:
- * the broker refreshes alive_ns from its event loop, and readers refuse a
- * table it has not refreshed for SCDB_LIX_STALE_NS (SCDB_ETIMEDOUT).
+ * twice the size, copies the live keys, writes the new one's ticket into
+ * the old header's `next` and marks the old one RETIRED (then drops it);
+ * readers of a retired index fetch `next` or fall back to the request
+ * path.  Tombstones are purged in place (inside one writer section) when
+ * live + deleted entries pass 3/4.  A broker that stops cleanly retires its
+ * index with no successor.  A broker that dies cannot retire anything, and
+ * needs not: its index is an anonymous memfd that lives only while clients
+ * map it, and the liveness word (alive_ns, refreshed from the broker's
+ * event loop) goes stale: readers refuse a table not refreshed for
+ * SCDB_LIX_STALE_NS (SCDB_ETIMEDOUT) and ask the broker instead, which
+ * names its new index when it is back.  So a client never keeps answering
+ * from a dead, stopped or hung broker's table.
  *
- * SHARING MODEL.  Same user only (as arenas): the object is created 0600
- * with an unguessable name and stays linked while it is current (new
- * clients open it by the name HelloReply gives); a reader refuses an object
- * owned by another user or open to group/others.  A process of the same
- * user could still write into it (and make lookups wrong) — it could as
- * well ptrace the broker.  The object is native-endian: clients on the same
- * host only (the magic differs on a host of the other byte order).
+ * SHARING MODEL.  Read-only for every client: the object is a memfd sealed
+ * with F_SEAL_FUTURE_WRITE, F_SEAL_SHRINK and F_SEAL_GROW right after the
+ * broker maps it, so the broker's own mapping stays the only writable one;
+ * a client's mmap(PROT_WRITE), mprotect, write or ftruncate fails, and no
+ * client can plant or delete keys others see.  It reaches clients as a
+ * file descriptor over the broker's fd socket (SCM_RIGHTS), given by the
+ * 32-hex ticket HelloReply.lookup_index names, so a broker under its own
+ * user or in its own PID namespace serves clients that share only the
+ * sockets.  Readers refuse an object without those seals.  Native-endian:
+ * clients on the same host only (the magic differs on a host of the other
+ * byte order).
  */
 #ifndef SCDB_LOOKUP_INDEX_H
 #define SCDB_LOOKUP_INDEX_H
@@ -102,7 +107,7 @@ typedef struct scdb_lix_header {
     _Atomic uint32_t max_probe;     /* longest probe distance of a live key  */
     _Atomic uint64_t live;          /* USED slots                            */
     _Atomic uint64_t deleted;       /* DELETED slots (tombstones)            */
-    char next[SCDB_LIX_NAME_MAX];   /* successor's name once RETIRED, or ""  */
+    char next[SCDB_LIX_NAME_MAX];   /* successor's ticket once RETIRED, or "" */
     _Atomic uint64_t alive_ns;      /* the broker's CLOCK_MONOTONIC, ns, at
                                        its last refresh (scdb_lix_tick)      */
 } scdb_lix_header;
@@ -117,11 +122,11 @@ typedef struct scdb_lix scdb_lix;
 
 /* ------------------------------------------------------- reader (libscdb) */
 
-/* Open and map (read-only) the index named `name` ("/scdb-lix-..."),
+/* Map (read-only) the index object fd (the caller keeps and closes fd),
  * checking it before any use, in this order:
- *   SCDB_ENOTFOUND   no such object
- *   SCDB_ESYS        shm_open / fstat / mmap failed otherwise (errno logged)
- *   SCDB_EMISMATCH   owned by another user, or open to group/others
+ *   SCDB_EMISMATCH   not sealed against writes (F_SEAL_FUTURE_WRITE or
+ *                    F_SEAL_WRITE) and resizing (F_SEAL_SHRINK, F_SEAL_GROW)
+ *   SCDB_ESYS        fstat / mmap failed (errno logged)
  *   SCDB_ETRUNC      shorter than its header, or than header + slots
  *   SCDB_EFORMAT     wrong magic, header or slot size, capacity not a power
  *                    of two in [SCDB_LIX_MIN_CAPACITY, SCDB_LIX_MAX_CAPACITY],
@@ -129,12 +134,11 @@ typedef struct scdb_lix scdb_lix;
  *   SCDB_EUNSUPPORTED another version
  *   SCDB_EMISMATCH   instance or block_tokens differ from the expected ones
  *                    (0 = do not check)
- *   SCDB_ECLOSED     retired (scdb_lix_next tells its successor, if any;
- *                    the handle is returned in *out)
- *   SCDB_EINVAL      NULL name/out, name too long.
+ *   SCDB_ECLOSED     retired (scdb_lix_retired tells its successor's ticket,
+ *                    if any; the handle is returned in *out)
+ *   SCDB_EINVAL      fd < 0, NULL out.
  * On any error but SCDB_ECLOSED *out is NULL. */
-scdb_err scdb_lix_open(const char *name, uint64_t instance, uint32_t block_tokens,
-                       scdb_lix **out);
+scdb_err scdb_lix_open_fd(int fd, uint64_t instance, uint32_t block_tokens, scdb_lix **out);
 
 /* Leading keys of keys[0..n) that are present, into *n_present, from one
  * consistent view.  SCDB_OK; SCDB_EBUSY (the writer kept changing the table
@@ -143,24 +147,30 @@ scdb_err scdb_lix_open(const char *name, uint64_t instance, uint32_t block_token
  * gone, stopped or hung; *n_present 0); SCDB_EINVAL (NULL argument). */
 scdb_err scdb_lix_match(const scdb_lix *ix, const scdb_key *keys, size_t n, size_t *n_present);
 
-/* A retired index's successor name ("" if none) into buf (>=
+/* A retired index's successor ticket ("" if none) into buf (>=
  * SCDB_LIX_NAME_MAX bytes).  Returns 1 if the index is retired, else 0. */
 int scdb_lix_retired(const scdb_lix *ix, char *buf);
 
-/* Unmap and free (the object itself stays); NULLs *ix; accepts NULL. */
+/* Unmap, close, free (clients' mappings stay); NULLs *ix; accepts NULL. */
 void scdb_lix_close(scdb_lix **ix);
 
 /* ---------------------------------------------------------- writer (broker) */
 
-/* Create a new index object (random name, O_EXCL, mode 0600, reserved with
- * posix_fallocate) with room for at least `entries` keys, mapped
- * read-write.  Errors: SCDB_EINVAL, SCDB_ETOOBIG (over the maximum
- * capacity), SCDB_EFULL (no room in /dev/shm), SCDB_ESYS, SCDB_ENOMEM. */
+/* Create a new index object (a memfd reserved with posix_fallocate, a
+ * random ticket) with room for at least `entries` keys, mapped read-write
+ * here and sealed read-only for everyone else.  Errors: SCDB_EINVAL,
+ * SCDB_ETOOBIG (over the maximum capacity), SCDB_EFULL (no memory to
+ * reserve), SCDB_ESYS, SCDB_ENOMEM. */
 scdb_err scdb_lix_create(uint64_t instance, uint32_t block_tokens, uint64_t entries,
                          scdb_lix **out);
 
-/* The object's name ("/scdb-lix-<32 hex>"). */
+/* The object's ticket (32 hex digits): what clients fetch it by. */
 const char *scdb_lix_name(const scdb_lix *ix);
+/* The writer's file descriptor of the object (to hand to clients); -1 for a
+ * reader's handle. */
+int scdb_lix_fd(const scdb_lix *ix);
+/* The writer's own (writable) view of the header; NULL for a reader. */
+scdb_lix_header *scdb_lix_writer_header(scdb_lix *ix);
 uint64_t scdb_lix_count(const scdb_lix *ix);
 uint64_t scdb_lix_capacity(const scdb_lix *ix);
 
@@ -180,15 +190,8 @@ void scdb_lix_remove(scdb_lix *ix, const scdb_key *k);
  * Errors: those of scdb_lix_create. */
 scdb_err scdb_lix_grow(const scdb_lix *ix, scdb_lix **out);
 
-/* Mark retired (with successor name `next`, may be NULL), unlink the name,
- * unmap, free.  NULLs *ix; accepts NULL. */
+/* Mark retired (with successor ticket `next`, may be NULL), unmap, close,
+ * free.  NULLs *ix; accepts NULL. */
 void scdb_lix_retire(scdb_lix **ix, const char *next);
-
-/* Retire and unlink the object `name` left by a broker that did not stop
- * cleanly.  A damaged object of our user (SCDB_ETRUNC, SCDB_EFORMAT,
- * SCDB_EUNSUPPORTED: returned) is unlinked without marking; another
- * user's is left alone (SCDB_EMISMATCH).  SCDB_OK (also when it no longer
- * exists or was retired already), the errors of scdb_lix_open. */
-scdb_err scdb_lix_retire_name(const char *name);
 
 #endif /* SCDB_LOOKUP_INDEX_H */

@@ -2,7 +2,10 @@
 # Install the Debian packages scdb needs (idempotent; fast when all present).
 #   scripts/install-deps.sh            build + demo dependencies
 #   scripts/install-deps.sh --test     also what the test suite runs (pytest, PyTorch,
-#                                      redis-server and redis-cli for the Redis Cluster tests)
+#                                      promtool and curl for the metrics test,
+#                                      systemd-analyze for the unit, dpkg tools
+#                                      for the package test, redis-server and
+#                                      redis-cli for the Redis Cluster tests)
 #   scripts/install-deps.sh --bench    also what the benchmarks use
 #                                      (redis for `bench broker`, matplotlib for PNGs)
 #   scripts/install-deps.sh --train    also PyTorch, to retrain the model family
@@ -11,13 +14,17 @@ set -euo pipefail
 pkgs=(build-essential cmake pkg-config
       libopenblas-dev libcmocka-dev liblmdb-dev libzmq3-dev
       libprotobuf-c-dev protobuf-c-compiler libcjson-dev libxxhash-dev libinih-dev
-      python3-dev python3-numpy libhiredis-dev)
+      libmicrohttpd-dev libsystemd-dev libhiredis-dev
+      python3-dev python3-numpy)
 for a in "$@"; do
   case "$a" in
-    --test) pkgs+=(python3 python3-pytest python3-torch redis-server redis-tools) ;;
+    --test) pkgs+=(python3 python3-pytest python3-torch
+                   prometheus curl systemd dpkg-dev fakeroot file
+                   redis-server redis-tools) ;;
     --bench) pkgs+=(redis-server redis-tools python3-matplotlib) ;;
-    --train) pkgs+=(python3-torch python3-numpy fortunes manpages manpages-dev doc-debian) ;;
-    -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
+    --train) pkgs+=(python3-torch python3-numpy fortunes manpages manpages-dev doc-debian
+                    libpython3.11-stdlib) ;;
+    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
     *) echo "install-deps.sh: unknown option $a" >&2; exit 2 ;;
   esac
 done

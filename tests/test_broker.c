@@ -16,7 +16,10 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
+#include <grp.h>
+#include <pwd.h>
 #include <unistd.h>
 #include <zmq.h>
 
@@ -26,6 +29,7 @@
 
 #include "broker.h"
 #include "broker_kv.h"
+#include "fd_pass.h"
 #include "lookup_index.h"
 #include "store.h"
 #include "codec.h"
@@ -210,30 +214,23 @@ static void get_stats(scdb_stat *st)
     scdb_close(&h);
 }
 
-/* A POSIX shm name (the lookup index) or an arena's /proc/PID/fd/N. */
-static int shm_exists(const char *name)
-{
-    char p[160];
-    if (!strncmp(name, "/proc/", 6)) return access(name, F_OK) == 0;
-    snprintf(p, sizeof p, "/dev/shm%s", name);
-    return access(p, F_OK) == 0;
-}
-
 /* -------------------------------------------------------- raw sockets */
 
 typedef struct raw {
     void *ctx, *s;
 } raw;
 
-static void raw_open(raw *r)
+static void raw_open_on(raw *r, const char *ep)
 {
     int linger = 0, tmo = 5000;
     r->ctx = zmq_ctx_new();
     r->s = zmq_socket(r->ctx, ZMQ_DEALER);
     zmq_setsockopt(r->s, ZMQ_LINGER, &linger, sizeof linger);
     zmq_setsockopt(r->s, ZMQ_RCVTIMEO, &tmo, sizeof tmo);
-    assert_int_equal(zmq_connect(r->s, endpoint), 0);
+    assert_int_equal(zmq_connect(r->s, ep), 0);
 }
+
+static void raw_open(raw *r) { raw_open_on(r, endpoint); }
 
 static void raw_close(raw *r)
 {
@@ -392,18 +389,53 @@ static uint32_t assert_lookups_agree(scdb *ix, scdb *rq, const int32_t *t, size_
     return a.n_matched;
 }
 
-/* The name of the data dir's current lookup index (its names file). */
-static void index_name(const char *data_dir, char *buf, size_t len)
+/* The ticket (32 hex digits) of the lookup index the broker at ep
+ * publishes now, as a Hello reply names it. */
+static void index_ticket(const char *ep, char *buf, size_t len)
 {
-    char p[400];
-    FILE *f;
-    snprintf(p, sizeof p, "%s/lookup-index.names", data_dir);
-    f = fopen(p, "r");
-    assert_non_null(f);
-    assert_non_null(fgets(buf, (int)len, f));
-    fclose(f);
-    buf[strcspn(buf, "\n")] = 0;
-    assert_int_equal(strncmp(buf, "/scdb-lix-", 10), 0);
+    raw r;
+    Scdb__Request req = SCDB__REQUEST__INIT;
+    Scdb__Hello h = SCDB__HELLO__INIT;
+    Scdb__Reply *rep;
+    raw_open_on(&r, ep);
+    req.version = SCDB_PROTO_VERSION;
+    h.role = SCDB__ROLE__CONSUMER;
+    h.model = (char *)"m16";
+    h.client_name = (char *)"ticket";
+    req.body_case = SCDB__REQUEST__BODY_HELLO;
+    req.hello = &h;
+    rep = raw_req(&r, &req, 0, NULL, NULL);
+    assert_int_equal(rep->status, SCDB_OK);
+    assert_int_equal(strlen(rep->hello->lookup_index), 2 * SCDB_FD_TICKET_BYTES);
+    snprintf(buf, len, "%s", rep->hello->lookup_index);
+    scdb__reply__free_unpacked(rep, NULL);
+    raw_close(&r);
+}
+
+/* Fetch the object behind a ticket (hex) from the fd socket beside the ipc
+ * socket at ipc_path: the fd (close it), or -1 with *err set. */
+static int fetch_ticket(const char *ipc_path, const char *hex, scdb_err *err)
+{
+    char fdsock[300], msg[200];
+    uint8_t t[SCDB_FD_TICKET_BYTES];
+    int fd = -1;
+    assert_int_equal(scdb_fd_ticket_parse(hex, t), 0);
+    scdb_fd_socket_path(ipc_path, fdsock, sizeof fdsock);
+    *err = scdb_fd_fetch(fdsock, t, 5000, &fd, msg, sizeof msg);
+    return *err ? -1 : fd;
+}
+
+/* The ticket is fetchable (1) or unknown / no socket (0). */
+static int ticket_live(const char *ipc_path, const char *hex)
+{
+    scdb_err e;
+    int fd = fetch_ticket(ipc_path, hex, &e);
+    if (fd >= 0) {
+        close(fd);
+        return 1;
+    }
+    assert_int_equal(e, SCDB_ENOTFOUND);
+    return 0;
 }
 
 /* Put blocks [0, nb) of prompt seed (ntok tokens) on producer p, payload
@@ -1072,6 +1104,75 @@ static void test_states_layout_replace_checks(void **state)
     assert_alive();
 }
 
+/* scdb_connect fails fast, with a message and no handle, when nothing can
+ * answer (issue 20 item 7); "" is the default endpoint. */
+static void test_connect_errors(void **state)
+{
+    scdb_opts o = {.timeout_ms = 60000};      /* a wait would be a minute */
+    scdb *h = (scdb *)0x1;
+    char path[400], ep[420];
+    (void)state;
+
+    o.endpoint = "ipc:///nonexistent-dir/scdb.sock";
+    assert_int_equal(scdb_connect(&o, &h), SCDB_ENOTFOUND);
+    assert_null(h);
+    assert_non_null(strstr(scdb_connect_error(), "no broker socket"));
+    o.endpoint = "/tmp/no-scheme.sock";
+    assert_int_equal(scdb_connect(&o, &h), SCDB_EINVAL);
+    assert_non_null(strstr(scdb_connect_error(), "no known scheme"));
+    assert_null(strstr(scdb_connect_error(), "CURVE"));
+    o.endpoint = "tcp://127.0.0.1:1";
+    assert_int_equal(scdb_connect(&o, &h), SCDB_EINVAL);          /* no server key */
+    assert_non_null(strstr(scdb_connect_error(), "CURVE public key"));
+    /* a regular file, and a socket file nothing listens on */
+    snprintf(path, sizeof path, "%s/not-a-socket", dir);
+    write_file(path, "x");
+    snprintf(ep, sizeof ep, "ipc://%s", path);
+    o.endpoint = ep;
+    assert_int_equal(scdb_connect(&o, &h), SCDB_EINVAL);
+    assert_non_null(strstr(scdb_connect_error(), "not a unix socket"));
+    {
+        struct sockaddr_un sa = {.sun_family = AF_UNIX};
+        int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+        snprintf(path, sizeof path, "%s/stale.sock", dir);
+        assert_true(strlen(path) < sizeof sa.sun_path);
+        memcpy(sa.sun_path, path, strlen(path) + 1);
+        assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+        close(fd);                               /* bound, never listened: stale */
+        snprintf(ep, sizeof ep, "ipc://%s", path);
+        assert_int_equal(scdb_connect(&o, &h), SCDB_ECLOSED);
+        assert_non_null(strstr(scdb_connect_error(), "nothing listens"));
+    }
+    /* "" and NULL: the default endpoint ($SCDB_ENDPOINT here) */
+    setenv("SCDB_ENDPOINT", endpoint, 1);
+    o.endpoint = "";
+    o.timeout_ms = 5000;
+    assert_int_equal(scdb_connect(&o, &h), SCDB_OK);
+    assert_string_equal(scdb_connect_error(), "");
+    scdb_close(&h);
+    o.endpoint = NULL;
+    assert_int_equal(scdb_connect(&o, &h), SCDB_OK);
+    /* a handle with no name is "pid N" in the broker's log, once (issue 20
+     * item 9: it was "client pid N (pid N)") */
+    assert_int_equal(scdb_register(h, SCDB_CONSUMER, "m16", NULL, NULL), SCDB_OK);
+    scdb_close(&h);
+    unsetenv("SCDB_ENDPOINT");
+    {
+        char *logtxt = NULL, want[64];
+        size_t len = 0;
+        snprintf(want, sizeof want, "client pid %d registered", (int)getpid());
+        for (double until = scdb_now() + 30;; usleep(20000)) {   /* the line is logged */
+            free(logtxt);
+            assert_int_equal(scdb_read_file(log_path, 64u << 20, &logtxt, &len), SCDB_OK);
+            if (strstr(logtxt, want) || scdb_now() > until) break;
+        }
+        assert_non_null(strstr(logtxt, want));
+        snprintf(want, sizeof want, "pid %d (pid %d)", (int)getpid(), (int)getpid());
+        assert_null(strstr(logtxt, want));
+        free(logtxt);
+    }
+}
+
 /* Registration errors come back with the right code. */
 static void test_register_errors(void **state)
 {
@@ -1304,8 +1405,9 @@ static void test_malformed_frames(void **state)
 }
 
 /* A client killed with SIGKILL: its arena is reclaimed within the heartbeat
- * bound while another client keeps getting; an arena never confirmed is
- * unlinked from /dev/shm when its silent client is reclaimed. */
+ * bound while another client keeps getting; an arena never confirmed can
+ * be fetched (sealed) by its ticket until its silent client is reclaimed,
+ * then the ticket is unknown. */
 static void test_sigkill_reclaim(void **state)
 {
     int out[2];
@@ -1361,13 +1463,15 @@ static void test_sigkill_reclaim(void **state)
     assert_int_equal(st.arenas, st0.arenas);
     assert_int_equal(st.arena_bytes, st0.arena_bytes);
 
-    {   /* an arena created but never mapped: its memfd (sealed, 0600) is
-         * reachable through the broker's /proc/PID/fd until its client goes */
+    {   /* an arena created but never mapped: its owner fetches the memfd
+         * (sealed against resizing) by ticket until it confirms or goes */
         raw r;
         Scdb__Request req = SCDB__REQUEST__INIT;
         Scdb__ArenaCreate ac = SCDB__ARENA_CREATE__INIT;
         Scdb__Reply *rep;
-        char name[64];
+        char hex[2 * SCDB_FD_TICKET_BYTES + 1];
+        scdb_err e;
+        int fd;
         raw_open(&r);
         req.version = SCDB_PROTO_VERSION;
         req.client = raw_hello(&r, "m32", SCDB__ROLE__CONSUMER);
@@ -1376,31 +1480,39 @@ static void test_sigkill_reclaim(void **state)
         req.arena_create = &ac;
         rep = raw_req(&r, &req, 0, NULL, NULL);
         assert_int_equal(rep->status, SCDB_OK);
-        snprintf(name, sizeof name, "%s", rep->arena->shm_name);
-        {
-            char want[64];
-            snprintf(want, sizeof want, "/proc/%d/fd/", (int)broker_pid);
-            assert_int_equal(strncmp(name, want, strlen(want)), 0);
-        }
+        assert_int_equal(rep->arena->fd_ticket.len, SCDB_FD_TICKET_BYTES);
+        assert_string_equal(rep->arena->shm_name, "");        /* no name anywhere */
+        scdb_fd_ticket_hex(rep->arena->fd_ticket.data, hex);
         scdb__reply__free_unpacked(rep, NULL);
+        fd = fetch_ticket(sock_path, hex, &e);
+        assert_int_equal(e, SCDB_OK);
         {
             struct stat sst;
-            int fd;
-            assert_int_equal(stat(name, &sst), 0);
-            assert_int_equal(sst.st_mode & 0777, 0600);
-            /* sealed: the client cannot shrink it under the broker */
-            fd = open(name, O_RDWR);
-            assert_true(fd >= 0);
+            assert_int_equal(fstat(fd, &sst), 0);
+            assert_true((size_t)sst.st_size >= 64);
+            /* sealed: the client cannot shrink or grow it under the broker */
             assert_int_equal(ftruncate(fd, 0), -1);
+            assert_int_equal(errno, EPERM);
+            assert_int_equal(ftruncate(fd, sst.st_size * 2), -1);
             assert_int_equal(errno, EPERM);
             close(fd);
         }
+        {   /* a made-up ticket is unknown; so is a short request */
+            char bad[sizeof hex];
+            memcpy(bad, hex, sizeof hex);
+            bad[0] = bad[0] == '0' ? '1' : '0';
+            assert_int_equal(ticket_live(sock_path, bad), 0);
+        }
+        /* the raw client sends no heartbeat: once it is reclaimed its
+         * ticket is gone */
         t_kill = scdb_now();
-        while (shm_exists(name)) {
+        while (ticket_live(sock_path, hex)) {
             assert_true(scdb_now() - t_kill < bound);
             usleep(50000);
         }
         raw_close(&r);
+        get_stats(&st);
+        assert_int_equal(st.arenas, st0.arenas);
     }
 }
 
@@ -1450,11 +1562,12 @@ static void test_restart(void **state)
 }
 
 /* Broker restarts: a clean stop retires the index (clients re-map the new
- * one); after a SIGKILL the next broker retires the dead one's index before
- * it serves, so a client mapping it cannot answer from a stale table. */
+ * one, the old ticket is gone); after a SIGKILL a client still mapping the
+ * dead broker's index cannot answer from its stale table, and the next
+ * broker publishes a new one. */
 static void test_index_restart(void **state)
 {
-    char data[300], name1[128], name2[128], name3[128];
+    char name1[64], name2[64], name3[64];
     int32_t t[640], u[3 * BT];
     scdb *ix, *rq, *p, *nohb = NULL;
     scdb_lookup_result lr;
@@ -1463,18 +1576,18 @@ static void test_index_restart(void **state)
     double t_kill;
     (void)state;
 
-    snprintf(data, sizeof data, "%s/data", dir);
-    index_name(data, name1, sizeof name1);
-    assert_true(shm_exists(name1));
+    index_ticket(endpoint, name1, sizeof name1);
+    assert_true(ticket_live(sock_path, name1));
     bkv_tokens(1, t, 640);
     ix = handle_on(endpoint, SCDB_CONSUMER, "m16", 1);
     rq = handle_on(endpoint, SCDB_CONSUMER, "m16", 0);
     assert_int_equal(assert_lookups_agree(ix, rq, t, 640), 10);
     assert_int_equal(stop_broker(SIGTERM), 0);
-    assert_false(shm_exists(name1));
+    assert_false(ticket_live(sock_path, name1));          /* no fd socket */
     start_broker();
-    index_name(data, name2, sizeof name2);
+    index_ticket(endpoint, name2, sizeof name2);
     assert_string_not_equal(name1, name2);
+    assert_false(ticket_live(sock_path, name1));          /* unknown here */
     assert_int_equal(assert_lookups_agree(ix, rq, t, 640), 10);
     st = handle_stats(ix);
     assert_int_equal(st.index_error, SCDB_OK);
@@ -1498,7 +1611,6 @@ static void test_index_restart(void **state)
     wait_exit(broker_pid, 30);
     t_kill = scdb_now();
     broker_pid = -1;
-    assert_true(shm_exists(name2));
     /* no broker now: lookups must not answer from the dead broker's table
      * (issue 20).  The heartbeat thread's socket monitor sees the drop
      * within milliseconds: once a lookup has failed, none succeeds again;
@@ -1519,9 +1631,9 @@ static void test_index_restart(void **state)
     scdb_close(&nohb);
     scdb_set_timeout(ix, 5000);
     start_broker();
-    assert_false(shm_exists(name2));
-    index_name(data, name3, sizeof name3);
-    assert_true(shm_exists(name3));
+    assert_false(ticket_live(sock_path, name2));
+    index_ticket(endpoint, name3, sizeof name3);
+    assert_true(ticket_live(sock_path, name3));
     /* the new broker deletes; the client that mapped the dead broker's
      * index must see it */
     assert_int_equal(scdb_delete(p, u, 3 * BT, 0, &nd), SCDB_OK);
@@ -1536,12 +1648,11 @@ static void test_index_restart(void **state)
 
 /* A second broker with a small disk and a tiny lookup index: the index
  * grows (clients follow it), store evictions leave it, lookups agree with
- * the request path throughout; a damaged index object is refused with a
- * specific error and lookups still work (request path). */
+ * the request path throughout; clients cannot write the published object. */
 static void test_index_evict_grow_damage(void **state)
 {
     enum { PROMPTS = 150, NB = 10 };
-    char cfg3[300], data3[300], ep3[300], name[128];
+    char cfg3[300], data3[300], ep3[300], name[64];
     const char *argv[] = {SCDB_BROKER_BIN, "--config", cfg3, NULL};
     int32_t t[NB * BT];
     scdb *early, *ix, *rq, *p;
@@ -1586,33 +1697,37 @@ static void test_index_evict_grow_damage(void **state)
     scdb_close(&early);
     scdb_close(&ix);
 
-    /* damage the published object (nothing of ours maps it now) */
-    index_name(data3, name, sizeof name);
+    /* the published object is read-only for clients: a fetched fd takes
+     * no writable mapping, no write and no resize (sealed; damaged objects
+     * are refused by the reader: test_lookup_index) */
+    index_ticket(ep3, name, sizeof name);
     {
         struct stat sb;
-        int fd = shm_open(name, O_RDWR, 0);
-        uint8_t *m;
-        assert_true(fd >= 0);
+        scdb_err e;
+        char path[64];
+        int fd = fetch_ticket(ep3 + 6, name, &e), fd2;
+        uint8_t b0 = 0;
+        assert_int_equal(e, SCDB_OK);
         assert_int_equal(fstat(fd, &sb), 0);
-        m = mmap(NULL, (size_t)sb.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-        assert_true(m != MAP_FAILED);
-        m[0] ^= 0xff;                                  /* magic */
-        ix = handle_on(ep3, SCDB_CONSUMER, "m32", 1);
-        assert_int_equal(handle_stats(ix).index_error, SCDB_EFORMAT);
-        bkv_tokens(1000 + PROMPTS - 1, t, NB * BT);
-        assert_lookups_agree(ix, rq, t, NB * BT);
-        assert_true(handle_stats(ix).request_lookups >= 1);
-        scdb_close(&ix);
-        m[0] ^= 0xff;
-        munmap(m, (size_t)sb.st_size);
-        ix = handle_on(ep3, SCDB_CONSUMER, "m32", 1);
-        assert_int_equal(handle_stats(ix).index_error, SCDB_OK);
-        scdb_close(&ix);
-        /* truncated to its header (the broker writes no slot before it stops) */
-        assert_int_equal(ftruncate(fd, 4096), 0);
+        assert_true(mmap(NULL, (size_t)sb.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) ==
+                    MAP_FAILED);
+        assert_int_equal(errno, EPERM);
+        assert_int_equal(pwrite(fd, &b0, 1, 0), -1);
+        assert_int_equal(ftruncate(fd, 4096), -1);
+        assert_int_equal(errno, EPERM);
+        /* nor through a fresh open of the same file */
+        snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+        fd2 = open(path, O_RDWR);
+        if (fd2 >= 0) {
+            assert_true(mmap(NULL, (size_t)sb.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd2,
+                             0) == MAP_FAILED);
+            assert_int_equal(pwrite(fd2, &b0, 1, 0), -1);
+            close(fd2);
+        }
         close(fd);
         ix = handle_on(ep3, SCDB_CONSUMER, "m32", 1);
-        assert_int_equal(handle_stats(ix).index_error, SCDB_ETRUNC);
+        assert_int_equal(handle_stats(ix).index_error, SCDB_OK);
+        bkv_tokens(1000 + PROMPTS - 1, t, NB * BT);
         assert_lookups_agree(ix, rq, t, NB * BT);
         scdb_close(&ix);
     }
@@ -1621,7 +1736,211 @@ static void test_index_evict_grow_damage(void **state)
     signal_pid(pid, SIGTERM);
     extra_pid = -1;
     assert_int_equal(wait_exit(pid, 30), 0);
-    assert_false(shm_exists(name));
+    assert_false(ticket_live(ep3 + 6, name));
+}
+
+/* Send n bytes (then half-close unless hold) to the fd socket; the status
+ * byte it answers (-1: none), and whether an fd came with it. */
+static int fd_socket_say(const void *msg, size_t n, int hold, int *got_fd)
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    char cbuf[CMSG_SPACE(sizeof(int))];
+    uint8_t st = 0xff;
+    struct iovec iov = {.iov_base = &st, .iov_len = 1};
+    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
+                        .msg_controllen = sizeof cbuf};
+    struct timeval tv = {.tv_sec = 5};
+    int s = socket(AF_UNIX, SOCK_STREAM, 0);
+    ssize_t r;
+    assert_true(s >= 0);
+    scdb_fd_socket_path(sock_path, sa.sun_path, sizeof sa.sun_path);
+    assert_int_equal(connect(s, (struct sockaddr *)&sa, sizeof sa), 0);
+    setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    if (n) assert_int_equal(send(s, msg, n, MSG_NOSIGNAL), (ssize_t)n);
+    if (!hold) shutdown(s, SHUT_WR);
+    r = recvmsg(s, &mh, 0);
+    *got_fd = 0;
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); r > 0 && c; c = CMSG_NXTHDR(&mh, c))
+        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+            int fd;
+            memcpy(&fd, CMSG_DATA(c), sizeof fd);
+            close(fd);
+            *got_fd = 1;
+        }
+    close(s);
+    return r == 1 ? st : -1;
+}
+
+/* The fd socket with bad input: truncated, oversized, garbage and silent
+ * requests each get their specific status and no fd; the broker and its
+ * other clients are undisturbed. */
+static void test_fd_socket_garbage(void **state)
+{
+    uint8_t big[4096];
+    char hex[2 * SCDB_FD_TICKET_BYTES + 1];
+    int got;
+    double t0;
+    (void)state;
+
+    memset(big, 0xa5, sizeof big);
+    assert_int_equal(fd_socket_say(big, 0, 0, &got), SCDB_FD_MALFORMED);   /* empty */
+    assert_false(got);
+    assert_int_equal(fd_socket_say(big, 5, 0, &got), SCDB_FD_MALFORMED);   /* truncated */
+    assert_false(got);
+    assert_int_equal(fd_socket_say(big, 16, 0, &got), SCDB_FD_UNKNOWN);    /* garbage */
+    assert_false(got);
+    assert_int_equal(fd_socket_say(big, sizeof big, 0, &got), SCDB_FD_UNKNOWN); /* oversized */
+    assert_false(got);
+    t0 = scdb_now();
+    assert_int_equal(fd_socket_say(big, 3, 1, &got), SCDB_FD_MALFORMED);   /* goes silent */
+    assert_false(got);
+    assert_true(scdb_now() - t0 < 4.5);                                     /* its timeout */
+    /* a real ticket still works, and the broker serves */
+    index_ticket(endpoint, hex, sizeof hex);
+    {
+        uint8_t t[SCDB_FD_TICKET_BYTES];
+        assert_int_equal(scdb_fd_ticket_parse(hex, t), 0);
+        assert_int_equal(fd_socket_say(t, sizeof t, 0, &got), SCDB_FD_OK);
+        assert_true(got);
+    }
+    assert_int_equal(scdb_fd_ticket_parse("0123", (uint8_t[16]){0}), -1);
+    assert_int_equal(scdb_fd_ticket_parse("zz23456789abcdef0123456789abcdef", (uint8_t[16]){0}),
+                     -1);
+    assert_alive();
+}
+
+/* The broker's real PID of a broker started under `unshare --pid --fork`:
+ * the one child of the unshare process (0 while it has none yet). */
+static pid_t child_of(pid_t parent)
+{
+    char p[96];
+    long child = 0;
+    FILE *f;
+    snprintf(p, sizeof p, "/proc/%d/task/%d/children", (int)parent, (int)parent);
+    if (!(f = fopen(p, "r"))) return 0;
+    if (fscanf(f, "%ld", &child) != 1) child = 0;
+    fclose(f);
+    return (pid_t)child;
+}
+
+/* Run broker_client as uid:gid (setpriv) against ep; its exit status, and
+ * its stdout in out. */
+static int run_client_as(const char *ugid, const char *ep, const char *mode, unsigned seed,
+                         int ntok, char *out, size_t outlen)
+{
+    char s[16], n[16], reuid[32], regid[32];
+    int pfd[2], rc;
+    size_t got = 0;
+    ssize_t r;
+    pid_t pid;
+    const char *argv[] = {"/usr/bin/setpriv", reuid, regid, "--clear-groups",
+                          SCDB_BROKER_CLIENT_BIN, ep, mode, "m16", s, n, NULL};
+    snprintf(reuid, sizeof reuid, "--reuid=%.*s", (int)strcspn(ugid, ":"), ugid);
+    snprintf(regid, sizeof regid, "--regid=%s", strchr(ugid, ':') + 1);
+    snprintf(s, sizeof s, "%u", seed);
+    snprintf(n, sizeof n, "%d", ntok);
+    assert_int_equal(pipe(pfd), 0);
+    pid = spawn(argv, pfd[1]);
+    close(pfd[1]);
+    while (got + 1 < outlen && (r = read(pfd[0], out + got, outlen - 1 - got)) > 0)
+        got += (size_t)r;
+    out[got] = 0;
+    close(pfd[0]);
+    rc = wait_exit(pid, 60);
+    return rc;
+}
+
+/* Isolation (issue 15): a broker in its own PID namespace (it is PID 1
+ * there, so no /proc/PID path of its could name its memory for a client)
+ * serves a client of another user that shares only the socket directory:
+ * the socket group and mode decide who may connect; shared memory comes
+ * as file descriptors over the fd socket.  A user outside the group is
+ * refused.  Needs root, unshare and setpriv; skips with a message without. */
+static void test_isolation(void **state)
+{
+    char top[300], run[320], cfg2[400], data2[400], ep2[400], out[512];
+    const char *argv[] = {"/usr/bin/unshare", "--pid", "--fork", SCDB_BROKER_BIN, "--config",
+                          cfg2, NULL};
+    struct group *ng = getgrnam("nogroup");
+    pid_t outer, real = 0;
+    double until;
+    scdb *early;
+    (void)state;
+
+    if (geteuid() != 0 || access("/usr/bin/unshare", X_OK) || access("/usr/bin/setpriv", X_OK) ||
+        !ng || !getpwnam("nobody")) {
+        print_message("isolation test skipped: needs root, unshare, setpriv, user nobody and "
+                      "group nogroup\n");
+        skip();
+    }
+    {   /* can nobody run the client binary from where the build is? */
+        const char *chk[] = {"/usr/bin/setpriv", "--reuid=nobody", "--regid=nogroup",
+                             "--clear-groups", "/usr/bin/test", "-x", SCDB_BROKER_CLIENT_BIN,
+                             NULL};
+        if (wait_exit(spawn(chk, -1), 30) != 0) {
+            print_message("isolation test skipped: user nobody cannot run %s (build folder "
+                          "not readable by others)\n", SCDB_BROKER_CLIENT_BIN);
+            skip();
+        }
+    }
+    {   /* and does this kernel let us make a PID namespace? */
+        const char *chk[] = {"/usr/bin/unshare", "--pid", "--fork", "/bin/true", NULL};
+        if (wait_exit(spawn(chk, -1), 30) != 0) {
+            print_message("isolation test skipped: unshare --pid is not permitted here\n");
+            skip();
+        }
+    }
+    /* only the socket directory is shared: the test dir is searchable,
+     * the run dir belongs to the socket group */
+    snprintf(top, sizeof top, "%s", dir);
+    assert_int_equal(chmod(top, 0711), 0);
+    snprintf(run, sizeof run, "%s/iso-run", dir);
+    assert_int_equal(mkdir(run, 0750), 0);
+    assert_int_equal(chown(run, 0, ng->gr_gid), 0);
+    snprintf(cfg2, sizeof cfg2, "%s/iso.ini", dir);
+    snprintf(data2, sizeof data2, "%s/iso-data", dir);
+    snprintf(ep2, sizeof ep2, "ipc://%s/broker.sock", run);
+    write_config(cfg2, ep2, data2, "socket_group = nogroup\nsocket_mode = 0660\n");
+    outer = extra_pid = spawn(argv, -1);
+    until = scdb_now() + 60;
+    while (!(early = connect_to(ep2, 200))) {
+        assert_true(scdb_now() < until);
+        usleep(20000);
+    }
+    scdb_close(&early);
+    while (!(real = child_of(outer))) {
+        assert_true(scdb_now() < until);
+        usleep(20000);
+    }
+    {   /* the broker is PID 1 in its namespace */
+        char p[64], line[256];
+        FILE *f;
+        int nspid = 0;
+        snprintf(p, sizeof p, "/proc/%d/status", (int)real);
+        f = fopen(p, "r");
+        assert_non_null(f);
+        while (fgets(line, sizeof line, f))
+            if (!strncmp(line, "NSpid:", 6)) {
+                char *last = strrchr(line, '\t');
+                nspid = atoi(last ? last + 1 : line + 6);
+            }
+        fclose(f);
+        assert_int_equal(nspid, 1);
+    }
+    /* nobody:nogroup puts and gets (arena memfd, lookup index memfd) */
+    assert_int_equal(run_client_as("65534:65534", ep2, "put", 41, 640, out, sizeof out), 0);
+    assert_int_equal(run_client_as("65534:65534", ep2, "check", 41, 640, out, sizeof out), 0);
+    print_message("client as nobody: %s", out);
+    assert_non_null(strstr(out, "index_error 0 "));
+    assert_null(strstr(out, "index_lookups 0 "));          /* it used the shared index */
+    /* a user outside the socket group cannot connect at all */
+    assert_int_not_equal(run_client_as("65533:65533", ep2, "check", 41, 640, out, sizeof out),
+                         0);
+    /* stop it from outside its namespace */
+    signal_pid(real, SIGTERM);
+    extra_pid = -1;
+    assert_int_equal(wait_exit(outer, 30), 0);
+    assert_int_equal(chmod(top, 0700), 0);
 }
 
 /* One broker per data dir and per endpoint; plaintext tcp refused; CURVE
@@ -2474,11 +2793,14 @@ int main(void)
         cmocka_unit_test(test_reference_model),
         cmocka_unit_test(test_put_states),
         cmocka_unit_test(test_states_layout_replace_checks),
+        cmocka_unit_test(test_connect_errors),
         cmocka_unit_test(test_malformed_frames),
         cmocka_unit_test(test_sigkill_reclaim),
         cmocka_unit_test(test_live_sessions),
         cmocka_unit_test(test_session_refusals),
         cmocka_unit_test(test_session_reclaim),
+        cmocka_unit_test(test_isolation),
+        cmocka_unit_test(test_fd_socket_garbage),
         cmocka_unit_test(test_restart),
         cmocka_unit_test(test_index_restart),
         cmocka_unit_test(test_index_evict_grow_damage),

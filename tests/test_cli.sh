@@ -95,6 +95,42 @@ if ! nvidia-smi -L >/dev/null 2>&1; then
     || { bad "serve --device cuda without a device (exit $code)"; cat "$tmp/err"; }
 fi
 
+# issue 20 item 9: start-up errors once, not doubled; a start refused for a
+# taken endpoint creates no store; --help lists kinds and decoders, one exit
+# status paragraph; clear messages for an empty payload and a negative number
+printf '[model base]\nconfig = %s/nonexistent/config.json\n' "$tmp" > "$tmp/bad.ini"
+"$scdb" serve --config "$tmp/bad.ini" --data-dir "$tmp/sd4" --endpoint "ipc://$tmp/b4.sock" \
+  >"$tmp/out" 2>"$tmp/err"; code=$?
+[ $code -eq 2 ] && [ "$(grep -c 'cannot start' "$tmp/err")" -eq 1 ] \
+  && [ "$(grep -o 'nonexistent/config.json' "$tmp/err" | wc -l)" -eq 1 ] \
+  && ok "serve: a start-up error is one line, its message once" \
+  || { bad "serve: start-up error (exit $code)"; cat "$tmp/err"; }
+"$scdb" serve --device cpu --data-dir "$tmp/sd5" --endpoint "ipc://$tmp/b5.sock" \
+  --model m:2:1:8:64 --lookup-index 0 >/dev/null 2>"$tmp/serve5.err" &
+spid=$!
+for _ in $(seq 1 600); do
+  grep -q "serving ipc://" "$tmp/serve5.err" && break
+  kill -0 $spid 2>/dev/null || break
+  sleep 0.1
+done
+"$scdb" serve --device cpu --data-dir "$tmp/sd6" --endpoint "ipc://$tmp/b5.sock" \
+  --model m:2:1:8:64 >/dev/null 2>"$tmp/err"; code=$?
+[ $code -eq 1 ] && grep -q "another broker is listening" "$tmp/err" && [ ! -e "$tmp/sd6" ] \
+  && ok "serve: endpoint in use is refused before any store is created" \
+  || { bad "serve: endpoint in use (exit $code, store dir $(ls -d "$tmp/sd6" 2>/dev/null))"; cat "$tmp/err"; }
+kill -TERM $spid 2>/dev/null; wait $spid
+"$scdb" serve --help >"$tmp/out"
+grep -q "kind = raw | scd" "$tmp/out" && grep -q "decoder = raw | scd" "$tmp/out" \
+  && [ "$(grep -ci '^exit \(status\|codes\)' "$tmp/out")" -eq 1 ] \
+  && ok "serve --help: kinds, decoders, one exit status paragraph" \
+  || bad "serve --help: kinds, decoders, one exit status paragraph"
+echo hello > "$tmp/p.txt"
+expect 2 "put: an empty payload is a usage error" -- "$scdb" put --model m --text "$tmp/p.txt" --payload /dev/null
+grep -q "is empty" "$tmp/err" && ok "put: an empty payload says so" || { bad "put: empty payload message"; cat "$tmp/err"; }
+expect 2 "get: --pos0 -1 is a usage error" -- "$scdb" get --model m --text "$tmp/p.txt" --pos0 -1
+grep -q -- "--pos0 -1: must be 0 or more" "$tmp/err" && ok "get: --pos0 -1 says what is allowed" \
+  || { bad "get: --pos0 -1 message"; cat "$tmp/err"; }
+
 # the family report on a small sample: every model and domain present
 "$scdb" models --max-bytes 4096 --json "$tmp/m.json" >"$tmp/out" 2>"$tmp/err"
 code=$?
@@ -103,9 +139,10 @@ if python3 - "$tmp/m.json" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1]))
 names = {m["name"] for m in d["models"]}
-assert {"base", "code", "manpages"} <= names, names
+assert {"base", "code", "manpages", "python"} <= names, names
+assert set(d["domains"]) >= {"english", "code", "manpages", "python"}, d["domains"]
 for m in d["models"]:
-    assert set(m["bpb"]) >= {"english", "code", "manpages"}, m
+    assert set(m["bpb"]) >= {"english", "code", "manpages", "python"}, m
     assert all(0.5 < v < 8.0 for v in m["bpb"].values()), m
 PY
 then ok "models JSON has every model and domain"; else bad "models JSON has every model and domain"; fi
@@ -124,6 +161,21 @@ expect 2 "demo: bad --prefix" -- "$scdb" demo --prefix 100
 expect 2 "demo: bad --budget" -- "$scdb" demo --budget 0
 grep -Eq "^\| code \|.*\([1-9][0-9]* evictions" "$tmp/demo" && ok "demo consumers decode through a live session that evicts" \
   || bad "demo shows no live-session evictions"
+# issue 20 item 10: each consumer continues its own domain's text, and what it
+# generates is text (agreement over a run of spaces says nothing)
+if python3 - "$tmp/demo" <<'PY'
+import sys
+lines = open(sys.argv[1]).read().splitlines()
+src = [l for l in lines if l.startswith("prefix for ")]
+assert any("heldout/code.txt" in l for l in src) and any("heldout/manpages.txt" in l for l in src), src
+own = [l.split("`")[1] for l in lines if l.startswith("|   own prefill:")]
+assert len(own) >= 2, own
+for t in own:
+    ink = sum(33 <= ord(c) < 127 for c in t)
+    assert 4 * ink >= 3 * len(t) and "   " not in t, repr(t)
+PY
+then ok "demo: own-domain prefixes with continuations worth comparing"
+else bad "demo: own-domain prefixes with continuations worth comparing"; fi
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

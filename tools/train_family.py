@@ -9,6 +9,10 @@ The family (all the same Llama-style architecture, byte vocabulary):
             (Debian packages: libc6-dev, linux-libc-dev: /usr/include)
   manpages  base, LoRA fine-tuned (merged into the weights) on troff man page
             sources (Debian packages: manpages, manpages-dev: man2, man3)
+  python    base, fully fine-tuned, long and hard, on Python sources
+            (Debian package libpython3.11-stdlib: /usr/lib/python3.11);
+            added later: `--only python` trains it alone and leaves the
+            other three models' files untouched
 
 Outputs (relative to --out, default data/):
 
@@ -26,6 +30,14 @@ recompute the split.  CPU only, fixed seeds.  Run from the repository root:
 
   /usr/bin/python3 tools/train_family.py            # full family (~60 min)
   /usr/bin/python3 tools/train_family.py --quick    # smoke run, tiny steps
+  /usr/bin/python3 tools/train_family.py --only python
+      # only the python specialist, from the committed base; the held-out
+      # texts of the other domains are read from data/heldout/, and
+      # TRAINING.json gains the python entries (nothing else changes)
+
+Every specialist's raw-reuse cost (perplexity of its continuation when it
+reads base's KV of the prefix instead of its own, vs its own prefill) is
+measured in PyTorch on held-out windows and recorded in its training.json.
 """
 import argparse
 import glob
@@ -111,6 +123,16 @@ def manpage_files():
     return train, held
 
 
+def python_files():
+    """libpython3.11-stdlib: the Python standard library, /usr/lib/python3.11/**/*.py"""
+    files = sorted(p for p in glob.glob("/usr/lib/python3.11/**/*.py", recursive=True)
+                   if os.path.isfile(p) and not os.path.islink(p) and
+                   "-packages/" not in p)
+    held = [p for p in files if is_heldout(p)]
+    train = [p for p in files if not is_heldout(p)]
+    return train, held
+
+
 def load_corpus(paths, limit):
     parts, total = [], 0
     for p in paths:
@@ -127,7 +149,10 @@ DOMAINS = {
     "english": english_files,
     "code": code_files,
     "manpages": manpage_files,
+    "python": python_files,
 }
+
+FAMILY = ("base", "code", "manpages", "python")   # training order
 
 # ---------------------------------------------------------------- model
 
@@ -257,6 +282,78 @@ def merge_lora(model):
             if isinstance(m, LoRALinear):
                 setattr(b, n, m.merged())
 
+# ---------------------------------------------------------------- raw reuse
+
+
+@torch.no_grad()
+def forward_kv(model, idx, past=None):
+    """Forward idx [1, T] after an optional prefix cache past = [(k, v)] per
+    layer (k after RoPE, [1, n_kv_heads, P, head_dim]); returns the logits
+    and this call's (k, v) per layer, the same states the C model caches."""
+    P = past[0][0].shape[2] if past else 0
+    T = idx.shape[1]
+    cos, sin = model.cos[P:P + T], model.sin[P:P + T]
+    mask = torch.full((T, P + T), float("-inf")).triu(P + 1)
+    x = model.tok_embeddings(idx)
+    kvs = []
+    for li, b in enumerate(model.layers):
+        h = b.attention_norm(x)
+        q = b.wq(h).view(1, T, b.nh, b.hd).transpose(1, 2)
+        k = b.wk(h).view(1, T, b.nkv, b.hd).transpose(1, 2)
+        v = b.wv(h).view(1, T, b.nkv, b.hd).transpose(1, 2)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        kvs.append((k, v))
+        if past:
+            k = torch.cat([past[li][0], k], dim=2)
+            v = torch.cat([past[li][1], v], dim=2)
+        rep = b.nh // b.nkv
+        k = k.repeat_interleave(rep, dim=1)
+        v = v.repeat_interleave(rep, dim=1)
+        att = (q @ k.transpose(-1, -2)) / math.sqrt(b.hd) + mask
+        o = F.softmax(att, dim=-1) @ v
+        x = x + b.wo(o.transpose(1, 2).reshape(1, T, -1))
+        h = b.ffn_norm(x)
+        x = x + b.w2(F.silu(b.w1(h)) * b.w3(h))
+    return model.output(model.norm(x)), kvs
+
+
+@torch.no_grad()
+def raw_reuse_cost(base, spec, text, prefixes=(192, 384), cont=64, windows=8):
+    """RAW REUSE, as `scdb bench quality` measures it: windows spread over
+    the SECOND half of the held-out text, PREFIX tokens then CONT tokens (+1
+    target); the specialist continues teacher-forced from (a) its own
+    prefill of the prefix (oracle) and (b) base's KV of the prefix (raw).
+    Returns {prefix: {oracle_ppl, raw_ppl, raw_vs_oracle, kl, top1}}."""
+    base.eval()
+    spec.eval()
+    half = text[text.numel() // 2:]
+    out = {}
+    for P in prefixes:
+        need = P + cont + 1
+        span = half.numel() - need
+        nll = {"oracle": 0.0, "raw": 0.0}
+        kl, top1, n = 0.0, 0, 0
+        for w in range(windows):
+            off = span * w // (windows - 1) if windows > 1 else 0
+            x = half[off:off + need].unsqueeze(0)
+            _, kv_base = forward_kv(base, x[:, :P])
+            _, kv_own = forward_kv(spec, x[:, :P])
+            lo, _ = forward_kv(spec, x[:, P:P + cont], kv_own)
+            lr, _ = forward_kv(spec, x[:, P:P + cont], kv_base)
+            y = x[0, P + 1:P + cont + 1]
+            lpo, lpr = F.log_softmax(lo[0], -1), F.log_softmax(lr[0], -1)
+            nll["oracle"] += F.nll_loss(lpo, y, reduction="sum").item()
+            nll["raw"] += F.nll_loss(lpr, y, reduction="sum").item()
+            kl += (lpo.exp() * (lpo - lpr)).sum().item()
+            top1 += (lpo.argmax(-1) == lpr.argmax(-1)).sum().item()
+            n += cont
+        po, pr = math.exp(nll["oracle"] / n), math.exp(nll["raw"] / n)
+        out[P] = {"oracle_ppl": round(po, 4), "raw_ppl": round(pr, 4),
+                  "raw_vs_oracle": round(pr / po - 1.0, 4),
+                  "kl": round(kl / n, 4), "top1": round(top1 / n, 4)}
+    spec.train()
+    return out
+
 # ---------------------------------------------------------------- export
 
 
@@ -328,14 +425,17 @@ def eval_bpb(model, data, seq=512, max_windows=16):
     return tot / cnt / math.log(2)
 
 
-def train(model, data, steps, lr, batch, seq, seed, log, label, warmup=50):
+def train(model, data, steps, lr, batch, seq, seed, log, label, warmup=50,
+          weight_decay=0.01, probe=None, probe_every=0):
     """AdamW with warmup + cosine decay.  The first 85% of the steps use
     sequences of seq/2 tokens (batch*2 of them: cheaper attention, same tokens
     per step); the last 15% use the full context so every position up to
-    max_seq_len is trained."""
+    max_seq_len is trained.  probe (optional): called every probe_every
+    steps and after the last; what it returns is logged (it must not touch
+    the RNG of the batches)."""
     gen = torch.Generator().manual_seed(seed)
     params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.95), weight_decay=0.01)
+    opt = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.95), weight_decay=weight_decay)
     short = batches(data, batch * 2, seq // 2, gen)
     full = batches(data, batch, seq, gen)
     long_from = int(steps * 0.85)
@@ -359,6 +459,10 @@ def train(model, data, steps, lr, batch, seq, seed, log, label, warmup=50):
             eta = el / (step + 1) * (steps - step - 1)
             msg = (f"[{label}] step {step + 1}/{steps} loss {loss.item():.4f} "
                    f"lr {cur:.2e} {el:.0f}s elapsed, eta {eta:.0f}s")
+            print(msg, flush=True)
+            log.append(msg)
+        if probe and ((probe_every and (step + 1) % probe_every == 0) or step == steps - 1):
+            msg = f"[{label}] step {step + 1}: {probe()}"
             print(msg, flush=True)
             log.append(msg)
     return losses, time.time() - t0
@@ -395,11 +499,22 @@ def load_exported(model, path):
     model.load_state_dict(sd)
 
 
-def prepare(a):
-    """Load corpora, write held-out texts, return (corpora, held, domain report)."""
+def prepare(a, domains=None):
+    """Load corpora, write held-out texts, return (corpora, held, domain report).
+    domains: the domains to build from the Debian files (default all); the
+    held-out texts of the others are read back from OUT/heldout/<domain>.txt
+    as committed, so training one new model never rewrites them."""
     corpora, held, rep = {}, {}, {}
     for dom, fn in DOMAINS.items():
+        if domains is not None and dom not in domains:
+            path = os.path.join(a.out, "heldout", dom + ".txt")
+            with open(path, "rb") as f:
+                held[dom] = torch.frombuffer(bytearray(f.read()), dtype=torch.uint8).long()
+            continue
         tr, he = fn()
+        if not tr or not he:
+            raise SystemExit(f"domain {dom}: no training or held-out files "
+                             f"({fn.__doc__}); run scripts/install-deps.sh --train")
         corpora[dom], used = load_corpus(tr, 8 << 20)
         heldtext = b"\n".join(read_any(p) for p in he)[:96 << 10]
         held[dom] = torch.frombuffer(bytearray(heldtext), dtype=torch.uint8).long()
@@ -413,6 +528,11 @@ def prepare(a):
     return corpora, held, rep
 
 
+# reference logits for the C test: fixed slices of held-out text (domain,
+# length); the python slice exists only where that domain does
+REFERENCE_INPUTS = (("english", 200), ("code", 512), ("manpages", 77), ("python", 128))
+
+
 def finish(a, name, model, held, extra):
     d = os.path.join(a.out, "models", name)
     os.makedirs(d, exist_ok=True)
@@ -423,17 +543,17 @@ def finish(a, name, model, held, extra):
     with open(os.path.join(d, "config.json"), "w") as f:
         json.dump(cfg, f, indent=2)
         f.write("\n")
-    # reference logits for the C test: fixed slices of each domain's held-out
-    # text, of lengths 200, 512 (full context) and 77
     refs = {}
     with torch.no_grad():
-        for i, (dom, n) in enumerate((("english", 200), ("code", 512), ("manpages", 77))):
+        inputs = [(dom, n) for dom, n in REFERENCE_INPUTS if dom in held]
+        for i, (dom, n) in enumerate(inputs):
             toks = held[dom][1000:1000 + n].unsqueeze(0)
             refs[f"tokens.{i}"] = toks[0].to(torch.int32)
             refs[f"logits.{i}"] = model(toks)[0].float()
     write_safetensors(os.path.join(d, "reference_logits.safetensors"), refs,
-                      {"format": "scdb-reference-logits", "model": name, "count": 3})
-    bpb = {dom: round(eval_bpb(model, held[dom]), 4) for dom in DOMAINS}
+                      {"format": "scdb-reference-logits", "model": name,
+                       "count": len(inputs)})
+    bpb = {dom: round(eval_bpb(model, held[dom]), 4) for dom in DOMAINS if dom in held}
     print(f"[{name}] held-out bpb (torch): " +
           ", ".join(f"{k} {v:.3f}" for k, v in bpb.items()), flush=True)
     with open(os.path.join(d, "training.json"), "w") as f:
@@ -445,9 +565,15 @@ def avg_tail(losses):
     return round(sum(losses[-20:]) / len(losses[-20:]), 4)
 
 
+def load_model(path):
+    m = Model(CONFIG)
+    load_exported(m, path)
+    return m
+
+
 def stage(a, which):
     torch.set_num_threads(a.threads)
-    corpora, held, _ = prepare(a)
+    corpora, held, _ = prepare(a, ("python",) if which == "python" else None)
     log = []
     if which == "base":
         torch.manual_seed(1234)
@@ -470,7 +596,7 @@ def stage(a, which):
         finish(a, "code", m, held, {"domain": "code", "parent": "base",
                "finetune": "full", "steps": a.code_steps, "lr": 3e-3,
                "train_seconds": round(secs, 1), "final_loss": avg_tail(losses)})
-    else:
+    elif which == "manpages":
         # LoRA rank 16 on every linear of every layer, merged into the weights
         add_lora(m, rank=16, alpha=32)
         losses, secs = train(m, corpora["manpages"], a.lora_steps, 4e-3, a.batch,
@@ -480,6 +606,97 @@ def stage(a, which):
                "finetune": "lora-merged", "lora_rank": 16, "lora_alpha": 32,
                "steps": a.lora_steps, "lr": 4e-3,
                "train_seconds": round(secs, 1), "final_loss": avg_tail(losses)})
+    else:
+        # full fine-tune, harder than code: a high learning rate, stronger
+        # weight decay, and warm restarts (each pass a fresh AdamW with its
+        # own warmup + cosine): raw reuse of base's KV must cost this
+        # specialist >= +10% perplexity on Python, and the cost grows while
+        # the learning rate is high, then levels off as it decays
+        base = load_model(base_path)
+        probe = lambda: {P: (r["raw_vs_oracle"], r["top1"])
+                         for P, r in raw_reuse_cost(base, m, held["python"], windows=8).items()}
+        passes, secs, done = [], 0.0, []
+        if a.python_resume:
+            # the model a run with the same first passes wrote (weights are
+            # f32 and each pass starts a fresh optimizer and batch stream,
+            # so going on from it is exactly what one run would do)
+            load_exported(m, os.path.join(a.python_resume, "model.safetensors"))
+            with open(os.path.join(a.python_resume, "training.json")) as f:
+                prev = json.load(f)
+            want = [{"steps": n, "lr": lr} for n, lr in a.python_passes]
+            if (prev.get("weight_decay") != a.python_wd or not prev.get("passes") or
+                    prev["passes"] != want[:len(prev["passes"])]):
+                raise SystemExit(f"--python-resume: {a.python_resume} was trained with passes "
+                                 f"{prev.get('passes')}, weight decay {prev.get('weight_decay')}: "
+                                 f"not the first passes of {want}, weight decay {a.python_wd}")
+            done = [dict(p, seconds=t) for p, t in zip(prev["passes"], prev["pass_seconds"])]
+            secs += sum(prev["pass_seconds"])
+            log += prev.get("log", [])
+        for pi, (steps, lr) in enumerate(a.python_passes):
+            if pi < len(done):
+                continue
+            losses, t = train(m, corpora["python"], steps, lr, a.batch, a.seq, 4 + pi, log,
+                              f"python pass {pi + 1}", warmup=20, weight_decay=a.python_wd,
+                              probe=probe, probe_every=a.probe_every)
+            secs += t
+            done.append({"steps": steps, "lr": lr, "seconds": round(t, 1)})
+        finish(a, "python", m, held, {"domain": "python", "parent": "base",
+               "finetune": "full", "steps": sum(p["steps"] for p in done),
+               "lr": max(p["lr"] for p in done), "weight_decay": a.python_wd,
+               "passes": [{"steps": p["steps"], "lr": p["lr"]} for p in done],
+               "pass_seconds": [p["seconds"] for p in done],
+               "resumed_from_pass_1": bool(a.python_resume),
+               "train_seconds": round(secs, 1), "final_loss": avg_tail(losses)})
+    if which != "base":
+        # the figure SCD exists for: what reading base's KV costs this model
+        m.eval()
+        base = load_model(base_path)
+        rr = raw_reuse_cost(base, m, held[which], windows=16)
+        base_bpb = round(eval_bpb(base, held[which]), 4)
+        print(f"[{which}] raw reuse vs oracle: " + ", ".join(
+            f"prefix {P}: {100 * r['raw_vs_oracle']:+.1f}% (KL {r['kl']:.3f}, top-1 "
+            f"{r['top1']:.3f})" for P, r in rr.items()), flush=True)
+        tj = os.path.join(a.out, "models", which, "training.json")
+        with open(tj) as f:
+            info = json.load(f)
+        info["base_heldout_bpb_torch"] = base_bpb
+        info["raw_reuse"] = {"text": f"second half of heldout/{which}.txt",
+                             "windows": 16, "continuation": 64,
+                             "by_prefix": {str(P): r for P, r in rr.items()}}
+        info["log"] = [l for l in log if ": {" in l]
+        with open(tj, "w") as f:
+            json.dump(info, f, indent=1)
+            f.write("\n")
+
+
+def add_python_report(a, t0):
+    """--only python: add the python domain and model to TRAINING.json and
+    leave every other entry as it is."""
+    _, _, rep = prepare(a, ("python",))
+    path = os.path.join(a.out, "models", "TRAINING.json")
+    with open(path) as f:
+        report = json.load(f)
+    report["domains"]["python"] = rep["python"]
+    with open(os.path.join(a.out, "models", "python", "training.json")) as f:
+        report["models"]["python"] = json.load(f)
+    report["models"]["python"]["args"] = {
+        "only": "python", "python_passes": a.python_passes,
+        "python_wd": a.python_wd, "python_resume": a.python_resume, "batch": a.batch, "seq": a.seq, "threads": a.threads,
+        "torch": torch.__version__, "seconds": round(time.time() - t0, 1)}
+    with open(path, "w") as f:
+        json.dump(report, f, indent=1)
+        f.write("\n")
+
+
+def passes_arg(s):
+    """"600:1e-2,500:1e-2" -> [(600, 0.01), (500, 0.01)]"""
+    try:
+        out = [(int(n), float(lr)) for n, lr in (p.split(":") for p in s.split(","))]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"want STEPS:LR[,STEPS:LR...], not {s!r}")
+    if not out or any(n < 1 or lr <= 0 for n, lr in out):
+        raise argparse.ArgumentTypeError(f"steps and learning rates must be positive: {s!r}")
+    return out
 
 
 def main():
@@ -487,36 +704,62 @@ def main():
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="data")
     ap.add_argument("--quick", action="store_true", help="smoke run (few steps)")
-    ap.add_argument("--stage", choices=("all", "base", "code", "manpages"),
-                    default="all", help="all = base, then both specialists in "
-                    "parallel (one process and one core each)")
+    ap.add_argument("--stage", choices=("all",) + FAMILY,
+                    default="all", help="all = base, then code and manpages in "
+                    "parallel (one process and one core each), then python")
+    ap.add_argument("--only", choices=FAMILY[1:], help="train this specialist alone "
+                    "from the committed base and add it to TRAINING.json; no other "
+                    "model's files change (only python so far)")
     ap.add_argument("--base-steps", type=int, default=600)
     ap.add_argument("--code-steps", type=int, default=450)
     ap.add_argument("--lora-steps", type=int, default=450)
+    ap.add_argument("--python-passes", type=passes_arg, default="600:1e-2,600:1e-2",
+                    help="python: STEPS:LR per pass, comma-separated (warm restarts)")
+    ap.add_argument("--python-resume", metavar="DIR",
+                    help="python: go on from the model that a run with the same "
+                    "first passes wrote to DIR (its training.json says which)")
+    ap.add_argument("--python-wd", type=float, default=0.1)
+    ap.add_argument("--probe-every", type=int, default=100,
+                    help="python: log the raw-reuse cost every N steps (0: at the end)")
     ap.add_argument("--batch", type=int, default=8, help="sequences of --seq tokens")
     ap.add_argument("--seq", type=int, default=512)
     ap.add_argument("--threads", type=int, default=1)
     a = ap.parse_args()
     if a.quick:
         a.base_steps, a.code_steps, a.lora_steps = 4, 4, 4
+        a.python_passes = [(4, lr) for _, lr in a.python_passes]
+    if a.only:
+        if a.only != "python":
+            ap.error("--only: only python is trained alone (the others are the "
+                     "original family; retrain it with --stage all)")
+        t0 = time.time()
+        stage(a, "python")
+        add_python_report(a, t0)
+        print(f"done in {time.time() - t0:.1f} s", flush=True)
+        return 0
     if a.stage != "all":
         return stage(a, a.stage)
     t0 = time.time()
     argv = [sys.executable, os.path.abspath(__file__), "--out", a.out,
             "--base-steps", str(a.base_steps), "--code-steps", str(a.code_steps),
-            "--lora-steps", str(a.lora_steps), "--batch", str(a.batch),
+            "--lora-steps", str(a.lora_steps),
+            "--python-passes", ",".join(f"{n}:{lr}" for n, lr in a.python_passes),
+            "--python-wd", str(a.python_wd),
+            "--probe-every", str(a.probe_every), "--batch", str(a.batch),
             "--seq", str(a.seq), "--threads", str(a.threads)]
     if subprocess.call(argv + ["--stage", "base"]) != 0:
         return 1
     procs = [subprocess.Popen(argv + ["--stage", s]) for s in ("code", "manpages")]
     if any(p.wait() != 0 for p in procs):
         return 1
+    if subprocess.call(argv + ["--stage", "python"]) != 0:
+        return 1
     _, _, rep = prepare(a)
     report = {"config": CONFIG, "torch": torch.__version__, "args": vars(a),
               "domains": rep, "models": {},
               "heldout_rule": "crc32(path) % 10 == 0, plus fortunes " +
               " and ".join(ENGLISH_HELDOUT_FORTUNES)}
-    for name in ("base", "code", "manpages"):
+    for name in FAMILY:
         with open(os.path.join(a.out, "models", name, "training.json")) as f:
             report["models"][name] = json.load(f)
     report["total_seconds"] = round(time.time() - t0, 1)

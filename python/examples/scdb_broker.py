@@ -74,7 +74,9 @@ class Broker:
             try:
                 scdb.Client(self.endpoint, timeout_ms=200).close()
                 return
-            except scdb.TimeoutError:
+            except (scdb.TimeoutError, scdb.NotFoundError, scdb.ClosedError):
+                # not up yet: no socket, nothing listening, or no reply yet
+                time.sleep(0.02)
                 if time.monotonic() > deadline:
                     self.stop()
                     raise RuntimeError(f"broker not answering after {ready_s} s: "

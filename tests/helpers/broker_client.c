@@ -126,6 +126,13 @@ int main(int argc, char **argv)
             rc = get_and_check(seed, tok, ntok, a, copy, info.payload_dtype == SCDB_F16, &info);
             rounds++;
         } while (rc == 0 && scdb_now() < until);
+        {   /* how lookups went: the shared index, or the request path */
+            scdb_stat st;
+            if (scdb_stats(h, &st) == SCDB_OK)
+                printf("index_error %d index_lookups %llu request_lookups %llu\n",
+                       (int)st.index_error, (unsigned long long)st.index_lookups,
+                       (unsigned long long)st.request_lookups);
+        }
         printf("rounds %ld\n", rounds);
         scdb_arena_free(&a);
     } else if (!strcmp(mode, "hold")) {

@@ -3,7 +3,8 @@
 # a client against it three ways: pkg-config (shared, found at run time
 # through the .pc file's RPATH, no LD_LIBRARY_PATH), libscdb.a, and CMake
 # find_package(scdb) (scdb::scdb, scdb::scdb_static).  Each program connects
-# to a broker that is not there and expects SCDB_ETIMEDOUT.  Then: the
+# to a broker that is not there and expects SCDB_ENOTFOUND at once, with the
+# connect-time message.  Then: the
 # installed headers are exactly scdb.h, kv_cache.h and scdb_err.h, every
 # function they declare is exported by libscdb.so, and nothing else is.
 set -eu
@@ -13,14 +14,15 @@ trap 'rm -rf "$tmp"' EXIT
 cmake --install "$build" --prefix "$tmp/prefix" >/dev/null
 cat > "$tmp/t.c" <<'C'
 #include <stdio.h>
+#include <string.h>
 #include "scdb.h"
 int main(void)
 {
     scdb_opts o = {.endpoint = "ipc:///nonexistent/scdb-install-test.sock", .timeout_ms = 100};
     scdb *h = NULL;
     scdb_err e = scdb_connect(&o, &h);
-    printf("%s\n", scdb_strerror(e));
-    return e == SCDB_ETIMEDOUT ? 0 : 1;
+    printf("%s: %s\n", scdb_strerror(e), scdb_connect_error());
+    return e == SCDB_ENOTFOUND && strstr(scdb_connect_error(), "no broker socket") ? 0 : 1;
 }
 C
 export PKG_CONFIG_PATH="$tmp/prefix/lib/pkgconfig:$tmp/prefix/lib64/pkgconfig"

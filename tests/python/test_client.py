@@ -327,8 +327,9 @@ def test_stopped_broker(own_broker, prompt, raw_payload):
         with pytest.raises(scdb.TimeoutError) as e:
             call()
         assert "no reply" in e.value.message
-    with pytest.raises(scdb.TimeoutError):
+    with pytest.raises(scdb.NotFoundError) as e:            # fails fast: no socket
         scdb.Client(own_broker.endpoint, timeout_ms=200)
+    assert "no broker socket" in e.value.message
     # a new broker on the same store: the handle re-registers by itself, old
     # arenas are stale (ClosedError), stored blocks survive
     own_broker.start()

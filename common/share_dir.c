@@ -1,0 +1,40 @@
+/* share_dir.c — where the running program's shipped assets are: beside it,
+ * never a path compiled in.  An installed program <prefix>/bin/X reads
+ * <prefix>/share/scdb (the Debian package: /usr/share/scdb); in the build
+ * tree build/cli/scdb reads build/share/scdb, which CMake fills with links
+ * to the source's data/ entries and tools/ at configure time.  $SCDB_DATA
+ * overrides the asset folder (models, codebooks, pairs, policies, held-out
+ * texts); the share folder itself (tools/) stays the program's. */
+#include "scdb_common.h"
+
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static char share[PATH_MAX + 32];
+
+const char *scdb_share_dir(void)
+{
+    char exe[PATH_MAX], joined[PATH_MAX + 32], *slash;
+    ssize_t n;
+
+    if (share[0]) return share;
+    n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0) {
+        snprintf(share, sizeof share, "share/scdb");     /* relative: best effort */
+        return share;
+    }
+    exe[n] = 0;
+    slash = strrchr(exe, '/');
+    if (slash) *slash = 0;                                /* the bin folder */
+    snprintf(joined, sizeof joined, "%s/../share/scdb", exe);
+    if (!realpath(joined, share)) snprintf(share, sizeof share, "%s", joined);
+    return share;
+}
+
+const char *scdb_data_dir(void)
+{
+    const char *e = getenv("SCDB_DATA");
+    return e && *e ? e : scdb_share_dir();
+}

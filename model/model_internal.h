@@ -1,0 +1,62 @@
+/*
+ * model_internal.h — what the files of model/ share and nobody else sees.
+ *
+ * A loaded model is a config plus f32 weight pointers.  The pointers point
+ * into one or more mmap'd safetensors files (zero-copy for F32 tensors) or
+ * into f32 copies made at load (F16 / BF16 tensors).  Two checkpoint
+ * layouts fill the same struct:
+ *
+ *   scdb's own      config.json (d_model, n_layers, ...) + model.safetensors
+ *                   with llama.c-style names            (model.c)
+ *   Hugging Face    config.json (hidden_size, ...) + model.safetensors, or
+ *                   model-0000N-of-0000M.safetensors shards listed by
+ *                   model.safetensors.index.json, with transformers' Llama
+ *                   names                               (hf_checkpoint.c)
+ *
+ * config.c parses config.json in both layouts.  Calls run one way:
+ * model.c calls hf_checkpoint.c for a Hugging Face directory; both call
+ * weights.c, which binds one checked tensor to a weight pointer.
+ * schema/FORMATS.md ("Model directory", "Hugging Face Llama checkpoints")
+ * is the contract.
+ */
+#ifndef SCDB_MODEL_INTERNAL_H
+#define SCDB_MODEL_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model.h"
+#include "safetensors.h"
+
+struct scdb_model {
+    scdb_model_config cfg;
+    char dir[1024];
+    scdb_st_file **files;          /* the open weight files (1 unless sharded) */
+    int n_files;
+    const float *tok_embeddings;   /* [vocab, d] */
+    const float *norm;             /* [d] */
+    const float *output;           /* [vocab, d]; == tok_embeddings when tied */
+    scdb_layer_weights *layers;    /* [n_layers] */
+    float **converted;             /* f32 copies of non-F32 tensors */
+    int n_converted;
+};
+
+/* Bind tensor t (may be NULL: missing) to *out as f32 of shape [d0] (d1 == 0)
+ * or [d0, d1].  `name` is the tensor's name in the file, `where` the file
+ * named in messages.  F32 data is used in place; F16 / BF16 is converted
+ * into a copy the model owns.
+ * SCDB_ENOTFOUND (t NULL), SCDB_ESHAPE, SCDB_EDTYPE (not F32/F16/BF16),
+ * SCDB_ENOMEM. */
+scdb_err scdb_model_bind(scdb_model *m, const scdb_st_tensor *t, const char *name,
+                         const char *where, int64_t d0, int64_t d1,
+                         const float **out, char *errbuf, size_t errlen);
+
+/* Add an open file to m->files (the model closes it).  On SCDB_ENOMEM the
+ * file is closed. */
+scdb_err scdb_model_add_file(scdb_model *m, scdb_st_file **f);
+
+/* Open the Hugging Face weight files of m->dir (m->cfg already parsed) and
+ * bind every tensor.  Errors: see scdb_model_load in model.h. */
+scdb_err scdb_hf_load_weights(scdb_model *m, char *errbuf, size_t errlen);
+
+#endif /* SCDB_MODEL_INTERNAL_H */

@@ -1,0 +1,48 @@
+# scripts/package/package.cmake — what an install adds beyond the programs
+# and the library (their own folders install those, the unit and the
+# service's configuration: broker/, cli/, client/, python/), and the Debian
+# package.
+#
+#   cmake --install build --prefix P     P/bin/scdb finds P/share/scdb
+#   cd build && cpack -G DEB             scdb_<version>_amd64.deb, prefix /usr
+#
+# <prefix>/share/scdb: the bundled model family, held-out texts, codebook,
+# pairs and policy (data/), and the plot scripts the benches call (tools/).
+install(DIRECTORY ${CMAKE_SOURCE_DIR}/data/ DESTINATION ${CMAKE_INSTALL_DATADIR}/scdb
+  PATTERN ".*" EXCLUDE)
+install(FILES ${CMAKE_SOURCE_DIR}/tools/plot_evict.py ${CMAKE_SOURCE_DIR}/tools/plot_quality.py
+  DESTINATION ${CMAKE_INSTALL_DATADIR}/scdb/tools)
+
+set(CPACK_PACKAGE_NAME scdb)
+set(CPACK_PACKAGE_VERSION ${PROJECT_VERSION})
+set(CPACK_PACKAGE_VENDOR "scdb")
+set(CPACK_PACKAGE_CONTACT "scdb maintainers <scdb@localhost>")
+set(CPACK_PACKAGE_DESCRIPTION_SUMMARY
+  "sidecar cache broker for LLM serving (semantic cache distillation, learned KV eviction)")
+set(CPACK_DEBIAN_PACKAGE_DESCRIPTION
+  "scdb keeps long shared prefixes of a producer model as compact semantic codes and
+ decodes them into the KV space of fine-tuned specialists of the same
+ architecture, straight into their shared-memory KV caches; it keeps live
+ caches within a budget with a learned eviction policy.  This package has the
+ scdb command, the scdb-broker daemon with its systemd unit and default
+ configuration, libscdb (shared, static, headers, pkg-config and CMake files),
+ the Python module, and the bundled model family, codebook, pairs and policy
+ in /usr/share/scdb.")
+set(CPACK_GENERATOR DEB)
+set(CPACK_PACKAGING_INSTALL_PREFIX /usr)
+set(CPACK_INSTALL_PREFIX /usr)          # what CPACK_SET_DESTDIR installs with
+# install with DESTDIR=<staging> and the prefix /usr, so the unit and the
+# configuration written at install time name /usr/bin and /etc (not the
+# staging folder)
+set(CPACK_SET_DESTDIR ON)
+set(CPACK_STRIP_FILES ON)
+set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)            # scdb_0.1.0_amd64.deb
+set(CPACK_DEBIAN_PACKAGE_SECTION misc)
+set(CPACK_DEBIAN_PACKAGE_PRIORITY optional)
+set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
+set(CPACK_DEBIAN_PACKAGE_DEPENDS "adduser")
+set(CPACK_DEBIAN_PACKAGE_CONTROL_EXTRA
+  ${CMAKE_CURRENT_LIST_DIR}/conffiles ${CMAKE_CURRENT_LIST_DIR}/postinst
+  ${CMAKE_CURRENT_LIST_DIR}/postrm)
+set(CPACK_DEBIAN_PACKAGE_CONTROL_STRICT_PERMISSION ON)
+include(CPack)

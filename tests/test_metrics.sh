@@ -1,0 +1,177 @@
+#!/usr/bin/env bash
+# test_metrics.sh BROKER SCDB — the broker's Prometheus endpoint and `scdb
+# stats` against a real broker and the real CLI clients:
+#   * GET /metrics scraped while a workload runs: every scrape passes
+#     `promtool check metrics` (Debian's prometheus package; the check is
+#     skipped, saying so, where promtool is missing) and no counter goes down;
+#   * after the workload, the counters say what it did: puts, gets, lookups
+#     answered by the clients' own lookup index (reported in their goodbye)
+#     vs by request, hot-tier hits, blocks written, histograms' counts, a
+#     refused hello by status;
+#   * only GET /metrics is served; a bad metrics_listen is a usage error;
+#   * `scdb stats`: the JSON has every field the table shows (one source),
+#     capacity 0 reads "unbounded", --watch N --count K refreshes K times.
+set -u
+broker="$1" scdb="$2"
+tmp=$(mktemp -d /tmp/test_metrics.XXXXXX)
+bpid=
+cleanup() { [ -n "$bpid" ] && kill -TERM "$bpid" 2>/dev/null && wait "$bpid"; rm -rf "$tmp"; }
+trap cleanup EXIT
+pass=0 fail=0
+ok()  { pass=$((pass + 1)); echo "ok   $*"; }
+bad() { fail=$((fail + 1)); echo "FAIL $*"; }
+check() { if eval "$2"; then ok "$1"; else bad "$1"; fi; }
+
+ep="ipc://$tmp/b.sock"
+"$broker" --endpoint "$ep" --data-dir "$tmp/store" --model m:2:1:8:512 --no-sync 1 \
+  --metrics-listen 127.0.0.1:0 --log-level info >"$tmp/log" 2>&1 &
+bpid=$!
+# ready = its "serving" line (the bound only catches a broker that never gets there)
+for _ in $(seq 1 600); do
+  grep -q "serving ipc://" "$tmp/log" && break
+  kill -0 $bpid 2>/dev/null || break
+  sleep 0.1
+done
+port=$(sed -n 's|.*metrics: http://127\.0\.0\.1:\([0-9]*\)/metrics.*|\1|p' "$tmp/log" | head -1)
+[ -n "$port" ] && ok "broker logs its metrics address (port $port)" \
+  || { bad "no metrics address in the log"; cat "$tmp/log"; exit 1; }
+url="http://127.0.0.1:$port/metrics"
+scrape() { curl -s --max-time 30 -o "$1" -w '%{http_code}' "$url"; }
+# metric FILE 'name{labels}' -> its value (empty when absent)
+metric() { awk -v k="$2" '$1 == k { print $2 }' "$1"; }
+
+have_promtool=0
+if command -v promtool >/dev/null; then have_promtool=1
+else echo "skip promtool checks: promtool not found (scripts/install-deps.sh --test installs prometheus)"; fi
+lint() {  # lint FILE WHAT
+  [ $have_promtool -eq 1 ] || return 0
+  if promtool check metrics <"$1" >"$tmp/lint" 2>&1; then ok "promtool check metrics: $2"
+  else bad "promtool check metrics: $2"; cat "$tmp/lint"; fi
+}
+
+code=$(scrape "$tmp/m0")
+check "GET /metrics answers 200 before any client" '[ "$code" = 200 ]'
+lint "$tmp/m0" "idle broker"
+check "idle: no puts yet" '[ "$(metric "$tmp/m0" "scdb_requests_total{kind=\"put\",status=\"SCDB_OK\"}")" = 0 ]'
+check "idle: lmdb capacity unbounded (+Inf)" \
+  '[ "$(metric "$tmp/m0" "scdb_tier_capacity_bytes{tier=\"lmdb\"}")" = "+Inf" ]'
+
+# -------------------------------------------------------------- workload
+# three prompts of 128 byte tokens (2 blocks of 64), raw f16 payloads of
+# 2 layers x 64 tokens x 8 dims x (K, V) x 2 bytes = 4096 bytes per block
+for p in a b c; do
+  head -c 128 /dev/zero | tr '\0' "$p" >"$tmp/$p.txt"
+done
+head -c 8192 /dev/zero >"$tmp/pay.bin"
+cli() { "$scdb" "$@" --endpoint "$ep" >>"$tmp/cli.out" 2>&1; }
+for p in a b c; do cli put --model m --text "$tmp/$p.txt" --payload "$tmp/pay.bin"; done
+cli put --model m --text "$tmp/a.txt" --payload "$tmp/pay.bin"      # both blocks exist
+for _ in 1 2 3 4; do cli lookup --model m --text "$tmp/b.txt"; done   # the index answers
+SCDB_LOOKUP_INDEX=0 "$scdb" lookup --model m --text "$tmp/c.txt" --endpoint "$ep" \
+  >>"$tmp/cli.out" 2>&1                                             # a request answers
+"$scdb" lookup --model nosuch --text "$tmp/a.txt" --endpoint "$ep" >/dev/null 2>&1  # refused
+
+# during: a consumer getting prompt a over and over while /metrics is scraped
+N_BG=12
+( for _ in $(seq 1 $N_BG); do "$scdb" get --model m --text "$tmp/a.txt" --endpoint "$ep" \
+    >/dev/null 2>>"$tmp/bg.err" || echo fail >>"$tmp/bg.err"; done ) &
+gpid=$!
+prev=0 mono=1 n_scr=0 all_200=1
+while kill -0 $gpid 2>/dev/null && [ $n_scr -lt 50 ]; do
+  n_scr=$((n_scr + 1))
+  code=$(scrape "$tmp/during")
+  [ "$code" = 200 ] || all_200=0
+  cur=$(metric "$tmp/during" "scdb_requests_total{kind=\"get\",status=\"SCDB_OK\"}")
+  [ "${cur:-0}" -ge "$prev" ] || mono=0
+  prev=${cur:-0}
+  [ $n_scr -eq 1 ] && lint "$tmp/during" "during the workload"
+done
+wait $gpid
+check "scrapes during the workload answer 200 ($n_scr scrapes)" '[ $all_200 -eq 1 ]'
+check "get counter never goes down across scrapes" '[ $mono -eq 1 ]'
+check "background gets all succeeded" '[ ! -s "$tmp/bg.err" ]'
+
+code=$(scrape "$tmp/m1")
+lint "$tmp/m1" "after the workload"
+req() { metric "$tmp/m1" "scdb_requests_total{kind=\"$1\",status=\"$2\"}"; }
+check "4 puts answered ok" '[ "$(req put SCDB_OK)" = 4 ]'
+check "6 new blocks, 2 already stored" \
+  '[ "$(metric "$tmp/m1" "scdb_store_blocks_written_total{result=\"new\"}")" = 6 ] &&
+   [ "$(metric "$tmp/m1" "scdb_store_blocks_written_total{result=\"existing\"}")" = 2 ]'
+check "$N_BG gets answered ok" '[ "$(req get SCDB_OK)" = $N_BG ]'
+# every scdb lookup / get process looked up through its mapped index once and
+# reported it in its goodbye; the forced one was a request
+want_index=$((4 + N_BG))
+check "lookups answered by the clients' index: $want_index" \
+  '[ "$(metric "$tmp/m1" "scdb_lookups_total{answered_by=\"index\"}")" = $want_index ]'
+check "lookups answered by request: 1" \
+  '[ "$(metric "$tmp/m1" "scdb_lookups_total{answered_by=\"request\"}")" = 1 ]'
+check "the hello for an unknown model counted by its status" '[ "$(req hello SCDB_ENOTFOUND)" = 1 ]'
+check "hot tier answered every block read (2 per get)" \
+  '[ "$(metric "$tmp/m1" "scdb_tier_hits_total{tier=\"hot\"}")" = $((2 * N_BG)) ] &&
+   [ "$(metric "$tmp/m1" "scdb_tier_misses_total{tier=\"lmdb\"}")" = 0 ]'
+check "get latency and decode histograms counted every get" \
+  '[ "$(metric "$tmp/m1" scdb_get_duration_seconds_count)" = $N_BG ] &&
+   [ "$(metric "$tmp/m1" scdb_decode_duration_seconds_count)" = $N_BG ] &&
+   [ "$(metric "$tmp/m1" "scdb_get_duration_seconds_bucket{le=\"+Inf\"}")" = $N_BG ]'
+check "6 blocks stored in lmdb and hot" \
+  '[ "$(metric "$tmp/m1" "scdb_tier_blocks{tier=\"lmdb\"}")" = 6 ] &&
+   [ "$(metric "$tmp/m1" "scdb_tier_blocks{tier=\"hot\"}")" = 6 ]'
+check "no client, arena or session left live" \
+  '[ "$(metric "$tmp/m1" scdb_clients)" = 0 ] && [ "$(metric "$tmp/m1" scdb_arenas)" = 0 ] &&
+   [ "$(metric "$tmp/m1" scdb_sessions)" = 0 ]'
+check "queues empty" '[ "$(metric "$tmp/m1" "scdb_queue_depth{queue=\"workers\"}")" = 0 ]'
+check "a fresh snapshot (age under 1 s)" \
+  'awk "BEGIN { exit !($(metric "$tmp/m1" scdb_metrics_snapshot_age_seconds) < 1) }"'
+
+code=$(curl -s --max-time 30 -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/")
+check "other paths: 404" '[ "$code" = 404 ]'
+code=$(curl -s --max-time 30 -o /dev/null -w '%{http_code}' -X POST "$url")
+check "other methods: 405" '[ "$code" = 405 ]'
+
+# ------------------------------------------------------------ scdb stats
+"$scdb" stats --endpoint "$ep" >"$tmp/table" 2>"$tmp/err"; c1=$?
+"$scdb" stats --endpoint "$ep" --json >"$tmp/json" 2>>"$tmp/err"; c2=$?
+check "scdb stats and --json exit 0" '[ $c1 -eq 0 ] && [ $c2 -eq 0 ]'
+check "table: disk capacity 0 reads unbounded" 'grep -q "^| disk capacity | unbounded |" "$tmp/table"'
+if python3 - "$tmp/table" "$tmp/json" <<'PY'
+import json, sys
+table = open(sys.argv[1]).read().split("\n\n")
+# every section of fields (store, broker, remote tier), not the requests'
+rows = [l for part in table[:-1] for l in part.splitlines()[2:] if l.startswith("| ")]
+d = json.load(open(sys.argv[2]))
+keys = [k for k in d if k != "ops"]
+# issue 20 item 8: what the table showed and the JSON lacked
+need = {"put_existing", "disk_capacity_bytes", "hot_capacity_bytes", "get_misses",
+        "lookup_miss_blocks", "pinned_blocks", "inflight", "reclaimed_arenas",
+        "broker_instance", "stale_tokens"}
+missing = need - set(keys)
+assert not missing, missing
+assert len(rows) == len(keys), (len(rows), len(keys))
+assert d["puts"] == 6 and d["put_existing"] == 2, d
+assert d["ops"]["get"]["count"] == 12, d["ops"]
+PY
+then ok "stats JSON has every table field (and the same count)"; else bad "stats JSON vs table"; fi
+"$scdb" stats --endpoint "$ep" --json --watch 0.2 --count 3 >"$tmp/watch" 2>>"$tmp/err"; c3=$?
+check "stats --watch 0.2 --count 3: three JSON lines" \
+  '[ $c3 -eq 0 ] && [ "$(wc -l <"$tmp/watch")" -eq 3 ] &&
+   python3 -c "import json,sys; [json.loads(l) for l in open(sys.argv[1])]" "$tmp/watch"'
+"$scdb" stats --endpoint "$ep" --watch 0 >/dev/null 2>&1; c4=$?
+"$scdb" stats --endpoint "$ep" --count 2 >/dev/null 2>&1; c5=$?
+check "stats: bad --watch / --count alone are usage errors" '[ $c4 -eq 2 ] && [ $c5 -eq 2 ]'
+
+# --------------------------------------------------------- bad settings
+"$broker" --endpoint "ipc://$tmp/b2.sock" --data-dir "$tmp/store2" --model m:2:1:8:512 \
+  --metrics-listen 127.0.0.1:notaport >/dev/null 2>"$tmp/err2"; c6=$?
+check "metrics_listen with a bad port: exit 2, says why" \
+  '[ $c6 -eq 2 ] && grep -q "metrics_listen" "$tmp/err2"'
+"$broker" --endpoint "ipc://$tmp/b3.sock" --data-dir "$tmp/store3" --model m:2:1:8:512 \
+  --metrics-listen "127.0.0.1:$port" >/dev/null 2>"$tmp/err3"; c7=$?
+check "metrics_listen on a port in use: exit 1, says why" \
+  '[ $c7 -eq 1 ] && grep -q "cannot listen" "$tmp/err3"'
+
+kill -TERM $bpid; wait $bpid; code=$?; bpid=
+check "broker with metrics stops cleanly on SIGTERM" '[ $code -eq 0 ]'
+
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
