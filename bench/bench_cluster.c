@@ -72,6 +72,15 @@
 #define MAX_BROKERS 16
 #define WHO "scdb bench cluster"
 
+/* SIGINT / SIGTERM: stop at the next request and clean up (brokers, the
+ * cluster, the temp dir) instead of leaving them behind. */
+static volatile sig_atomic_t g_stop;
+static void on_stop(int sig)
+{
+    (void)sig;
+    g_stop = 1;
+}
+
 /* ------------------------------------------------------------------ options */
 
 typedef struct copts {
@@ -355,9 +364,10 @@ static void fleet_stop(fleet *f)
  * -1 on a timeout. */
 static int settle(node *n)
 {
-    for (int k = 0; k < 3000; k++) {
+    for (int k = 0; k < 3000 && !g_stop; k++) {
         scdb_stat st;
-        if (scdb_stats(n->prod, &st) == SCDB_OK && st.remote_pending == 0) return 0;
+        if (scdb_stats(n->prod, &st)) return -1;     /* the broker is gone */
+        if (st.remote_pending == 0) return 0;
         usleep(2000);
     }
     return -1;
@@ -475,6 +485,10 @@ static int replay(const replay_ctx *c, replay_out *out)
     }
     for (size_t r = 0; r < c->n_req; r++) {
         const int64_t *ids = t->ids + t->off[r];
+        if (g_stop) {
+            fprintf(stderr, WHO ": interrupted\n");
+            goto done;
+        }
         const uint64_t *ch = c->chain + t->off[r];
         size_t nb = t->off[r + 1] - t->off[r], served = 0;
         int k = -1;
@@ -512,7 +526,7 @@ static int replay(const replay_ctx *c, replay_out *out)
         /* consumer: lookup, then get what it matched */
         memset(&lr, 0, sizeof lr);
         if ((e = scdb_lookup(n->cons, tokens, nb * bt, &lr))) note_error(out, "lookup", n->cons, e);
-        if (!e && lr.n_matched) {
+        if (!e && lr.n_matched && !g_stop) {
             scdb_get_result gr;
             e = scdb_get(n->cons, tokens, (size_t)lr.n_matched * bt, n->arena, 0, 0, &gr);
             if (e) {
@@ -531,7 +545,7 @@ static int replay(const replay_ctx *c, replay_out *out)
             out->requests_after_kill++;
         }
         /* producer: the blocks that were missing */
-        if (served < nb) {
+        if (served < nb && !g_stop) {
             for (size_t i = served; i < nb; i++)
                 block_payload(ids[i], c->seed, payload + (i - served) * block_elems, block_elems);
             scdb_put_result pr;
@@ -734,6 +748,7 @@ static int family(const copts *o, const char *root, const char *seeds, family_ou
     /* broker B: each one-block prefix a remote hit (B has nothing), then a
      * local one; raw KV and SCD codes */
     for (int i = 0; i < W + S; i++) {
+        if (g_stop) goto done;
         scdb_tokenize_bytes(text + (size_t)i * 64, 64, tok);
         if ((e = sample_get(raw_cons, raw_arena, tok, &xr, i >= W)) ||
             (e = sample_get(f.n[1].cons, f.n[1].arena, tok, &xs, i >= W)))
@@ -859,6 +874,14 @@ int scdb_bench_cluster(int argc, char **argv)
 
     if ((prc = parse_opts(argc, argv, &o))) return prc == 1 ? 0 : prc;
     memset(&f, 0, sizeof f);
+    {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = on_stop;
+        sigemptyset(&sa.sa_mask);
+        sigaction(SIGINT, &sa, NULL);
+        sigaction(SIGTERM, &sa, NULL);
+    }
     memset(&fam, 0, sizeof fam);
     if (!lc_available(why, sizeof why)) {
         fprintf(stderr, WHO ": %s\n", why);
@@ -948,6 +971,7 @@ int scdb_bench_cluster(int argc, char **argv)
     }
     progress(&o, "2. latency and TTFT with the bundled family (%s)\n", o.data);
     have_family = family(&o, root, lc_seeds(lc), &fam) == 0;
+    if (g_stop) goto done;
     if (!o.no_kill) {
         size_t kn = o.kill_requests < n_req ? o.kill_requests : n_req;
         progress(&o, "3. a master killed during a replay of %zu requests\n", kn);
