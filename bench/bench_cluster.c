@@ -65,10 +65,6 @@
 #include "scdb_common.h"
 #include "trace.h"
 
-#ifndef SCDB_DATA_DIR
-#define SCDB_DATA_DIR "data"
-#endif
-
 #define MAX_BROKERS 16
 #define WHO "scdb bench cluster"
 
@@ -135,7 +131,8 @@ static void usage(FILE *f)
 "  --ttft-prefix N      tokens of the TTFT prefixes (default 384, a multiple\n"
 "                       of 64 below the models' 512-token context)\n"
 "  --maxmemory SIZE     per Redis node (default 2GiB)\n"
-"  --data DIR           the model family (default $SCDB_DATA or data/)\n"
+"  --data DIR           the model family (default $SCDB_DATA, else ../share/scdb\n"
+"                       beside scdb)\n"
 "  --dir DIR            where the brokers' and the cluster's files go ($TMPDIR\n"
 "                       or /tmp); removed at the end unless --keep\n"
 "  --seed N             token and payload seed (1)\n"
@@ -159,7 +156,6 @@ static int parse_opts(int argc, char **argv, copts *o)
         {"maxmemory", 1, 0, O_MAXMEM}, {"data", 1, 0, O_DATA}, {"dir", 1, 0, O_DIR},
         {"seed", 1, 0, O_SEED}, {"quiet", 0, 0, O_QUIET}, {"keep", 0, 0, O_KEEP},
         {"help", 0, 0, O_HELP}, {0, 0, 0, 0}};
-    const char *env = getenv("SCDB_DATA");
     int c;
 
     memset(o, 0, sizeof *o);
@@ -172,7 +168,7 @@ static int parse_opts(int argc, char **argv, copts *o)
     o->ttft_prefix = 384;
     o->ttft_reps = 5;
     o->maxmemory = 2ull << 30;
-    o->data = env && *env ? env : SCDB_DATA_DIR;
+    o->data = scdb_data_dir();
     o->seed = 1;
     optind = 0;
     while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
