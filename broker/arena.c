@@ -72,6 +72,12 @@ scdb_err bk_shm_create(scdb_broker *b, bk_client *c, size_t size, bk_arena_kind 
                  (unsigned long long)b->cfg.max_arena_bytes);
         return SCDB_ETOOBIG;
     }
+    if (b->cfg.max_client_arena_bytes && c->arena_bytes + size > b->cfg.max_client_arena_bytes) {
+        snprintf(errbuf, errlen, "client's arenas are full (%llu of max_client_arena_bytes %llu "
+                 "in use)", (unsigned long long)c->arena_bytes,
+                 (unsigned long long)b->cfg.max_client_arena_bytes);
+        return SCDB_EFULL;
+    }
     if (b->cfg.arena_total_bytes && b->arena_bytes + size > b->cfg.arena_total_bytes) {
         snprintf(errbuf, errlen, "arena memory full (%llu of arena_total_bytes %llu in use)",
                  (unsigned long long)b->arena_bytes,
@@ -225,6 +231,13 @@ scdb_err bk_cuda_arena_create(scdb_broker *b, bk_client *c, uint32_t capacity, b
                  SCDB_ARENA_HEADER_BYTES + cache_bytes,
                  (unsigned long long)b->cfg.max_arena_bytes);
         return SCDB_ETOOBIG;
+    }
+    if (b->cfg.max_client_arena_bytes &&
+        c->arena_bytes + SCDB_ARENA_HEADER_BYTES + cache_bytes > b->cfg.max_client_arena_bytes) {
+        snprintf(errbuf, errlen, "client's arenas are full (%llu of max_client_arena_bytes %llu "
+                 "in use)", (unsigned long long)c->arena_bytes,
+                 (unsigned long long)b->cfg.max_client_arena_bytes);
+        return SCDB_EFULL;
     }
     if (b->cfg.arena_total_bytes &&
         b->arena_bytes + SCDB_ARENA_HEADER_BYTES + cache_bytes > b->cfg.arena_total_bytes) {

@@ -44,6 +44,17 @@
  * client silent for heartbeat_timeout_ms is reclaimed: its arenas are
  * unlinked and unmapped (once no job uses them) and its live sessions closed.
  *
+ * QUOTAS.  One client cannot take the others' share: its jobs in flight
+ * (get, put, put_states, delete, session_evict queued or running) are
+ * capped by max_inflight_per_client (SCDB_EBUSY: a client that sends
+ * without reading its replies stops there, the others' requests still find
+ * room under max_inflight), its arenas by max_arenas_per_client and
+ * max_client_arena_bytes, its live sessions by max_sessions_per_client
+ * (SCDB_EFULL); arena_total_bytes bounds all arenas together.  Inline
+ * requests (lookup, stats, ping) cost no job.  The ROUTER fair-queues
+ * incoming messages between peers, and a reply to a peer whose queue is
+ * full is dropped, never waited for.
+ *
  * LOOKUP INDEX
  * ------------
  * Lookups mostly never reach this process: the broker mirrors the keys of
@@ -369,6 +380,16 @@ typedef struct scdb_broker_config {
     uint64_t max_request_bytes;/* all frames of one request (64 MiB)          */
     uint32_t max_tokens;       /* tokens per request (1 Mi)                   */
     uint32_t max_arenas_per_client; /* (64)                                   */
+    uint64_t max_client_arena_bytes; /* all arenas of one client (0 = unbounded):
+                                  over it, arena_create and session_open
+                                  answer SCDB_EFULL                         */
+    uint32_t max_sessions_per_client; /* live sessions of one client (32):
+                                  over it, SCDB_EFULL                       */
+    int max_inflight_per_client; /* one client's queued + running jobs (64);
+                                  more: SCDB_EBUSY, so that a client that
+                                  floods (or never reads its replies)
+                                  cannot take the others' share of
+                                  max_inflight                               */
     uint64_t max_arena_bytes;  /* one arena (4 GiB)                           */
     uint64_t arena_total_bytes;/* all arenas together (0 = unbounded)         */
     int drain_timeout_ms;      /* SIGTERM drain limit (30000)                 */

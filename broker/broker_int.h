@@ -112,6 +112,7 @@ typedef struct bk_client {
     struct bk_session *sessions;
     uint32_t n_sessions;
     uint64_t rep_index_lookups, rep_index_fallbacks; /* its last report    */
+    int inflight;               /* its jobs queued or running              */
     struct bk_client *next;     /* hash chain                              */
 } bk_client;
 
@@ -322,6 +323,11 @@ scdb_err bk_pack_reply(uint64_t id, scdb_err status, const char *msg, Scdb__Repl
 /* Send packed reply bytes to the peer `ident` on router `sock` (a gone peer:
  * dropped). */
 void bk_send_reply(scdb_broker *b, int sock, zmq_msg_t *ident, const void *buf, size_t len);
+/* Send a reply with only a status and a short message, packed without
+ * allocating: the answer when a reply cannot be packed for want of memory,
+ * so that no request goes unanswered. */
+void bk_send_status(scdb_broker *b, int sock, zmq_msg_t *ident, uint64_t id, scdb_err status,
+                    const char *msg);
 /* Count one request of kind op that took since t0 (ns) and ended in status. */
 void bk_account(scdb_broker *b, bk_op op, scdb_err status, uint64_t t0);
 /* Count a request answered SCDB_ECLOSED for an unknown token apart from

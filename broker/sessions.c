@@ -116,6 +116,12 @@ void bk_on_session_open(scdb_broker *b, bk_client *c, const Scdb__SessionOpen *s
         snprintf(msg, msglen, "window %u exceeds %d", so->window, MAX_WINDOW);
         return;
     }
+    if (b->cfg.max_sessions_per_client && c->n_sessions >= b->cfg.max_sessions_per_client) {
+        *status = SCDB_EFULL;
+        snprintf(msg, msglen, "client holds %u live sessions (max_sessions_per_client)",
+                 c->n_sessions);
+        return;
+    }
     if (c->n_arenas >= b->cfg.max_arenas_per_client) {
         *status = SCDB_EFULL;
         snprintf(msg, msglen, "client holds %u arenas (max_arenas_per_client; a session "

@@ -388,10 +388,10 @@ scdb_err scdb_lookup(scdb *h, const int32_t *tokens, size_t n_tokens, scdb_looku
 
 /* A shared-memory arena holding one KV cache of `capacity` slots (0: the
  * model's max_seq_len) shaped for our model.  Errors: SCDB_ETOOBIG (over
- * the broker's max_arena_bytes), SCDB_EFULL (per-client arena count, total
- * arena bytes, or memory full), SCDB_ESYS (the fd socket refused us —
- * its path and errno in scdb_last_error — or mmap failed), SCDB_EPROTO
- * (bad arena header), common. */
+ * the broker's max_arena_bytes), SCDB_EFULL (per-client arena count or
+ * bytes, total arena bytes, or memory full), SCDB_ESYS (the fd socket
+ * refused us — its path and errno in scdb_last_error — or mmap failed),
+ * SCDB_EPROTO (bad arena header), common. */
 scdb_err scdb_arena_new(scdb *h, int capacity, scdb_arena **out);
 /* The arena's cache (slot-indexed, kv_cache.h).  n is updated by every get;
  * the caller may append slots itself (prefill the suffix) and move n.
@@ -518,7 +518,8 @@ typedef struct scdb_session_evict_result {
  * (unknown policy: the message lists the broker's), SCDB_ERANGE (budget 0
  * or over the arena's capacity), SCDB_ESHAPE (n_heads not the model's),
  * SCDB_EBUSY (the arena has a session), SCDB_EFULL (arena limits: the
- * statistics take one), SCDB_ECLOSED (arena from before a restart),
+ * statistics take one; or the broker's max_sessions_per_client),
+ * SCDB_ECLOSED (arena from before a restart),
  * common ones. */
 scdb_err scdb_session_open(scdb_arena *a, const scdb_session_opts *o, scdb_session **out);
 const scdb_session_info *scdb_session_get_info(const scdb_session *s);

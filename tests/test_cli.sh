@@ -26,6 +26,16 @@ expect 2 "models: unknown option" -- "$scdb" models --bogus
 expect 2 "models: bad --max-bytes" -- "$scdb" models --max-bytes 1
 expect 1 "models: missing data dir" -- "$scdb" models --data "$tmp/nothing"
 expect 2 "bench: unknown benchmark" -- "$scdb" bench nosuch
+# bench python (issue 13): its front door; the run itself is a bench
+expect 0 "bench python --help" -- "$scdb" bench python --help
+grep -q "py_lookup_us" "$tmp/out" && ok "bench python --help names its JSON fields" \
+  || bad "bench python --help names its JSON fields"
+expect 2 "bench python: --prefix not whole blocks" -- "$scdb" bench python --prefix 100
+expect 2 "bench python: bad --iters" -- "$scdb" bench python --iters -3
+expect 2 "bench python: stray argument" -- "$scdb" bench python extra
+expect 1 "bench python: no interpreter" -- "$scdb" bench python --python "$tmp/nope"
+grep -q "no interpreter at" "$tmp/err" && ok "bench python: missing interpreter says so" \
+  || bad "bench python: missing interpreter says so"
 # the remote tier (issue 12): documented flags, the fleet bench's usage
 "$scdb" serve --help | grep -q -- "--remote-cluster" && ok "serve --help lists [remote]" \
   || bad "serve --help lists [remote]"

@@ -25,11 +25,7 @@
 #include "model.h"
 #include "safetensors.h"
 #include "helpers/assert_close.h"
-
-#define CFG_FMT                                                                          \
-    "{\"name\":\"%s\",\"domain\":\"english\",\"arch\":\"llama\",\"vocab_size\":256,\"d_model\":16,"            \
-    "\"n_layers\":%d,\"n_heads\":4,\"n_kv_heads\":2,\"head_dim\":4,\"d_ff\":%d,"        \
-    "\"max_seq_len\":64,\"rope_theta\":10000.0,\"norm_eps\":1e-5,\"parent\":null}"
+#include "helpers/tiny_model.h"
 
 static char tmpdir[256];
 static scdb_model *prod, *cons, *other;
@@ -43,58 +39,16 @@ static float frand(void)
     return (float)((rng_state >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
 }
 
-/* A random model: weights from `seed`, plus `perturb` x noise from seed 77. */
+/* A random model: weights from `seed`, plus `perturb` x noise from seed 77
+ * (tiny_model.h). */
 static void write_model(const char *dir, const char *name, int n_layers, int d_ff, uint64_t seed,
                         float perturb)
 {
-    char path[600], nm[128];
-    assert_true(strlen(dir) < 512);
-    mkdir(dir, 0755);
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    FILE *f = fopen(path, "w");
-    assert_non_null(f);
-    fprintf(f, CFG_FMT, name, n_layers, d_ff);
-    fclose(f);
-    scdb_st_writer *w;
-    assert_int_equal(scdb_st_writer_new(&w), SCDB_OK);
-    static float store[64][256 * 16];
-    int nb = 0;
-    struct { const char *n; int64_t d0, d1; float scale; } top[] = {
-        {"tok_embeddings.weight", 256, 16, 1.0f}, {"norm.weight", 16, 0, 0.0f},
-        {"output.weight", 256, 16, 0.3f}};
-    struct { const char *n; int64_t d0, d1; float scale; } lay[] = {
-        {"attention_norm.weight", 16, 0, 0.0f}, {"attention.wq.weight", 16, 16, 0.4f},
-        {"attention.wk.weight", 8, 16, 0.4f}, {"attention.wv.weight", 8, 16, 0.4f},
-        {"attention.wo.weight", 16, 16, 0.3f}, {"ffn_norm.weight", 16, 0, 0.0f},
-        {"feed_forward.w1.weight", d_ff, 16, 0.3f}, {"feed_forward.w2.weight", 16, d_ff, 0.3f},
-        {"feed_forward.w3.weight", d_ff, 16, 0.3f}};
     uint64_t noise = 77;
+    tiny_model t = {.name = name, .domain = "english", .layers = n_layers, .ff = d_ff,
+                    .rng = &rng_state, .perturb = perturb, .noise = &noise};
     rng_state = seed;
-    for (int l = -1; l < n_layers; l++) {
-        int cnt = l < 0 ? 3 : 9;
-        for (int i = 0; i < cnt; i++) {
-            int64_t shape[2] = {l < 0 ? top[i].d0 : lay[i].d0, l < 0 ? top[i].d1 : lay[i].d1};
-            float scale = l < 0 ? top[i].scale : lay[i].scale;
-            if (l < 0) snprintf(nm, sizeof nm, "%s", top[i].n);
-            else snprintf(nm, sizeof nm, "layers.%d.%s", l, lay[i].n);
-            int ndim = shape[1] > 0 ? 2 : 1;
-            size_t numel = (size_t)shape[0] * (ndim == 2 ? (size_t)shape[1] : 1);
-            for (size_t k = 0; k < numel; k++) {
-                float v = scale == 0.0f ? 1.0f + 0.1f * frand() : scale * frand();
-                uint64_t keep = rng_state;
-                rng_state = noise;
-                v += perturb * (scale == 0.0f ? 0.1f : scale) * frand();
-                noise = rng_state;
-                rng_state = keep;
-                store[nb][k] = v;
-            }
-            assert_int_equal(scdb_st_writer_add(w, nm, SCDB_F32, ndim, shape, store[nb]), SCDB_OK);
-            nb++;
-        }
-    }
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    assert_int_equal(scdb_st_writer_write(w, path), SCDB_OK);
-    scdb_st_writer_free(&w);
+    tiny_model_write(dir, &t);
 }
 
 static int setup(void **state)

@@ -22,6 +22,7 @@
 #include "evict_internal.h"
 #include "model.h"
 #include "safetensors.h"
+#include "tiny_model.h"
 
 static char tmpdir[256];
 
@@ -796,52 +797,14 @@ static void test_plackett_luce_gradient(void **state)
 
 /* ------------------------------------------------------------ training smoke */
 
-static const char *TINY_CFG =
-    "{\"name\":\"tiny\",\"arch\":\"llama\",\"vocab_size\":256,\"d_model\":16,"
-    "\"n_layers\":2,\"n_heads\":4,\"n_kv_heads\":2,\"head_dim\":4,\"d_ff\":24,"
-    "\"max_seq_len\":64,\"rope_theta\":10000.0,\"norm_eps\":1e-5,\"parent\":null}";
-
+/* A tiny random model with sharper attention than tiny_model.h's default
+ * scales, so the policy has something to learn. */
 static void write_tiny(const char *dir)
 {
-    char path[1024], name[128];
-    mkdir(dir, 0755);
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    FILE *f = fopen(path, "w");
-    assert_non_null(f);
-    fputs(TINY_CFG, f);
-    fclose(f);
-    scdb_st_writer *w;
-    assert_int_equal(scdb_st_writer_new(&w), SCDB_OK);
-    static float buf[32][256 * 16];
-    int nb = 0;
-    struct { const char *n; int64_t d0, d1; float scale; } top[] = {
-        {"tok_embeddings.weight", 256, 16, 1.0f}, {"norm.weight", 16, 0, 0.0f},
-        {"output.weight", 256, 16, 0.5f}};
-    struct { const char *n; int64_t d0, d1; float scale; } lay[] = {
-        {"attention_norm.weight", 16, 0, 0.0f}, {"attention.wq.weight", 16, 16, 0.8f},
-        {"attention.wk.weight", 8, 16, 0.8f}, {"attention.wv.weight", 8, 16, 0.6f},
-        {"attention.wo.weight", 16, 16, 0.5f}, {"ffn_norm.weight", 16, 0, 0.0f},
-        {"feed_forward.w1.weight", 24, 16, 0.3f}, {"feed_forward.w2.weight", 16, 24, 0.3f},
-        {"feed_forward.w3.weight", 24, 16, 0.3f}};
-    for (int l = -1; l < 2; l++) {
-        int cnt = l < 0 ? 3 : 9;
-        for (int i = 0; i < cnt; i++) {
-            const char *n = l < 0 ? top[i].n : lay[i].n;
-            int64_t shape[2] = {l < 0 ? top[i].d0 : lay[i].d0, l < 0 ? top[i].d1 : lay[i].d1};
-            float scale = l < 0 ? top[i].scale : lay[i].scale;
-            if (l < 0) snprintf(name, sizeof name, "%s", n);
-            else snprintf(name, sizeof name, "layers.%d.%s", l, n);
-            int ndim = shape[1] > 0 ? 2 : 1;
-            size_t numel = (size_t)shape[0] * (ndim == 2 ? (size_t)shape[1] : 1);
-            for (size_t k = 0; k < numel; k++)
-                buf[nb][k] = scale == 0.0f ? 1.0f + 0.1f * frand() : scale * frand();
-            assert_int_equal(scdb_st_writer_add(w, name, SCDB_F32, ndim, shape, buf[nb]), SCDB_OK);
-            nb++;
-        }
-    }
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    assert_int_equal(scdb_st_writer_write(w, path), SCDB_OK);
-    scdb_st_writer_free(&w);
+    static const float scales[TINY_N_SCALES] = {1.0f, 0, 0.5f, 0, 0.8f, 0.8f, 0.6f, 0.5f,
+                                                0,    0.3f, 0.3f, 0.3f};
+    tiny_model t = {.name = "tiny", .scales = scales, .rng = &rng};
+    tiny_model_write(dir, &t);
 }
 
 static void test_train_smoke(void **state)

@@ -18,6 +18,7 @@
 
 #include "model.h"
 #include "safetensors.h"
+#include "tiny_model.h"
 
 static const char *GOOD_CFG =
     "{\"name\":\"tiny\",\"arch\":\"llama\",\"vocab_size\":256,\"d_model\":16,"
@@ -99,60 +100,14 @@ static void test_config_parse(void **state)
 /* ------------------------------------------------------------ a tiny random model */
 
 static uint64_t rng = 88172645463325252ull;
-static float frand(void)
-{
-    rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
-    return (float)((rng >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
-}
 
-/* Writes a random model of GOOD_CFG's shape into dir.  skip: a tensor name to
- * leave out; bad: a tensor name to give the wrong shape; i32: one to give
+/* A random model of GOOD_CFG's shape in dir (tiny_model.h).  skip: a tensor
+ * name to leave out; bad: one to give the wrong shape; i32: one to give
  * dtype I32. */
 static void write_tiny(const char *dir, const char *skip, const char *bad, const char *i32)
 {
-    char path[512], name[128];
-    mkdir(dir, 0755);
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    FILE *f = fopen(path, "w");
-    assert_non_null(f);
-    fputs(GOOD_CFG, f);
-    fclose(f);
-
-    scdb_st_writer *w;
-    assert_int_equal(scdb_st_writer_new(&w), SCDB_OK);
-    static float buf[64][256 * 16];
-    int nb = 0;
-    struct { const char *n; int64_t d0, d1; float scale; } top[] = {
-        {"tok_embeddings.weight", 256, 16, 1.0f}, {"norm.weight", 16, 0, 0.0f},
-        {"output.weight", 256, 16, 0.3f}};
-    struct { const char *n; int64_t d0, d1; float scale; } lay[] = {
-        {"attention_norm.weight", 16, 0, 0.0f}, {"attention.wq.weight", 16, 16, 0.4f},
-        {"attention.wk.weight", 8, 16, 0.4f}, {"attention.wv.weight", 8, 16, 0.4f},
-        {"attention.wo.weight", 16, 16, 0.3f}, {"ffn_norm.weight", 16, 0, 0.0f},
-        {"feed_forward.w1.weight", 24, 16, 0.3f}, {"feed_forward.w2.weight", 16, 24, 0.3f},
-        {"feed_forward.w3.weight", 24, 16, 0.3f}};
-    for (int l = -1; l < 2; l++) {
-        int cnt = l < 0 ? 3 : 9;
-        for (int i = 0; i < cnt; i++) {
-            const char *n = l < 0 ? top[i].n : lay[i].n;
-            int64_t shape[2] = {l < 0 ? top[i].d0 : lay[i].d0, l < 0 ? top[i].d1 : lay[i].d1};
-            float scale = l < 0 ? top[i].scale : lay[i].scale;
-            if (l < 0) snprintf(name, sizeof name, "%s", n);
-            else snprintf(name, sizeof name, "layers.%d.%s", l, n);
-            if (skip && !strcmp(skip, name)) continue;
-            int ndim = shape[1] > 0 ? 2 : 1;
-            size_t numel = (size_t)shape[0] * (ndim == 2 ? (size_t)shape[1] : 1);
-            for (size_t k = 0; k < numel; k++)
-                buf[nb][k] = scale == 0.0f ? 1.0f + 0.1f * frand() : scale * frand();
-            if (bad && !strcmp(bad, name)) shape[0] += 1;
-            scdb_dtype dt = (i32 && !strcmp(i32, name)) ? SCDB_I32 : SCDB_F32;
-            assert_int_equal(scdb_st_writer_add(w, name, dt, ndim, shape, buf[nb]), SCDB_OK);
-            nb++;
-        }
-    }
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    assert_int_equal(scdb_st_writer_write(w, path), SCDB_OK);
-    scdb_st_writer_free(&w);
+    tiny_model t = {.name = "tiny", .rng = &rng, .skip = skip, .bad_shape = bad, .as_i32 = i32};
+    tiny_model_write(dir, &t);
 }
 
 static void test_load_errors(void **state)
