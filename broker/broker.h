@@ -105,7 +105,8 @@
  * uploaded at its first device decode, under a mutex); the worker
  * synchronises before the reply.  The device memory is freed with the
  * arena's last reference (free, reclaim, shutdown) and counts in the arena
- * byte limits.  Live sessions stay on host arenas (SCDB_EUNSUPPORTED).
+ * byte limits.  A live session on it keeps its accumulators in device
+ * memory too (see LIVE SESSIONS).
  * The device path of each decoder is checked on the CPU ops table against
  * its host decode (test_broker); the IPC path itself by test_cuda_ipc,
  * which skips without a GPU.
@@ -159,7 +160,13 @@
  * and the accumulators in place — and replies with the slot -> original
  * position map.  Policies: the heuristics by kind name and the learned
  * ones of [policy NAME] sections.  A session ends with SessionClose, with
- * its arena, or with its client (goodbye or reclaim).
+ * its arena, or with its client (goodbye or reclaim).  On a CUDA IPC arena
+ * the accumulators are a device allocation exported beside the cache (the
+ * handle in the SessionOpen reply only), libscdb folds each step on the
+ * device, and the worker evicts there (evict/evict_dev.c on the CUDA ops
+ * table: only the 64-byte header comes down to be checked; the learned
+ * policy's features come down for its MLP, its scores go up); the same
+ * refusals, limits and reclaim as a host session.
  *
  * DECODERS (the codec hook)
  * -------------------------

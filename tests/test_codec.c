@@ -112,6 +112,21 @@ static scdb_calib *session(int with_consumer)
     return c;
 }
 
+/* The same session with its heavy parts on a device's ops table. */
+static scdb_calib *session_on(scdb_device dev)
+{
+    scdb_calib *c = NULL;
+    scdb_calib_opts o = small_opts();
+    const scdb_model *cs[1] = {cons};
+    assert_int_equal(scdb_calib_new(prod, cs, 1, &o, &c), SCDB_OK);
+    assert_int_equal(scdb_calib_set_device(c, dev), SCDB_OK);
+    int added = 0;
+    assert_int_equal(scdb_calib_add_text(c, text, text_len / 2, 200, &added), SCDB_OK);
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(scdb_calib_add_eval(c, -1, text + text_len / 2 + (size_t)i * 100, 60), SCDB_OK);
+    return c;
+}
+
 /* ------------------------------------------------------------ tests */
 
 static void test_ids(void **state)
@@ -910,6 +925,62 @@ static void test_pair_dev_cpu(void **state)
     scdb_calib_free(&c);
 }
 
+/* Calibration with its statistics, measured KL and aligner training on the
+ * CPU ops table (scdb_calib_set_device) writes the same codebook and pair,
+ * byte for byte, as the host path: candidates chosen by measured KL, two
+ * aligners trained, the patch order chosen greedily by measured KL. */
+static void read_all(const char *path, char **buf, size_t *len)
+{
+    assert_int_equal(scdb_read_file(path, 1 << 26, buf, len), SCDB_OK);
+}
+
+static void test_calib_device(void **state)
+{
+    (void)state;
+    scdb_calib *c[2] = {session(1), session_on(SCDB_DEV_CPU)};
+    char paths[2][2][600];
+    double kl[2], t1[2];
+    for (int k = 0; k < 2; k++) {
+        scdb_codebook *cb = NULL;
+        scdb_pair *p = NULL;
+        scdb_cb_fit f = {.r_k = 2, .r_v = 3, .r_h = 4, .n_candidates = 2, .token_layer0 = 0};
+        scdb_pair_fit pf = {.n_patch = 2, .hidden = 8, .steps = 120, .batch = 32};
+        assert_int_equal(scdb_calib_windows(c[k]), scdb_calib_windows(c[0]));
+        assert_int_equal(scdb_calib_fit_codebook(c[k], &f, &cb), SCDB_OK);
+        assert_int_equal(scdb_calib_fit_pair(c[k], cb, 0, &pf, &p), SCDB_OK);
+        assert_int_equal(scdb_calib_eval(c[k], cb, p, 0, -1, &kl[k], &t1[k]), SCDB_OK);
+        snprintf(paths[k][0], sizeof paths[k][0], "%s/dev%d_cb.safetensors", tmpdir, k);
+        snprintf(paths[k][1], sizeof paths[k][1], "%s/dev%d_pair.safetensors", tmpdir, k);
+        assert_int_equal(scdb_codebook_save(cb, paths[k][0]), SCDB_OK);
+        assert_int_equal(scdb_pair_save(p, paths[k][1]), SCDB_OK);
+        scdb_pair_free(&p);
+        scdb_codebook_free(&cb);
+    }
+    assert_true(kl[1] == kl[0]);
+    assert_true(t1[1] == t1[0]);
+    for (int f = 0; f < 2; f++) {
+        char *a, *b;
+        size_t la, lb;
+        read_all(paths[0][f], &a, &la);
+        read_all(paths[1][f], &b, &lb);
+        assert_int_equal(la, lb);
+        assert_memory_equal(a, b, la);
+        free(a);
+        free(b);
+    }
+    /* refusals: a device after windows were added, a CUDA device that is not there */
+    assert_int_equal(scdb_calib_set_device(c[0], SCDB_DEV_CPU), SCDB_EINVAL);
+    scdb_calib_free(&c[0]);
+    scdb_calib_free(&c[1]);
+    if (scdb_k_cuda_device_count() <= 0) {
+        scdb_calib *x = NULL;
+        scdb_calib_opts o = small_opts();
+        assert_int_equal(scdb_calib_new(prod, NULL, 0, &o, &x), SCDB_OK);
+        assert_int_equal(scdb_calib_set_device(x, SCDB_DEV_CUDA), SCDB_EUNSUPPORTED);
+        scdb_calib_free(&x);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -921,6 +992,7 @@ int main(void)
         cmocka_unit_test(test_aligner_training),
         cmocka_unit_test(test_kernel_twins),
         cmocka_unit_test(test_pair_dev_cpu),
+        cmocka_unit_test(test_calib_device),
         cmocka_unit_test(test_files_and_refusals),
         cmocka_unit_test(test_domain_text),
         cmocka_unit_test(test_shipped_pairs),
