@@ -283,6 +283,7 @@ static void on_hello(scdb_broker *b, const rq *q, const Scdb__Request *req)
     hr.lookup_index = lix_name;
     hr.ns.data = (uint8_t *)cb->ns.b;
     hr.ns.len = sizeof cb->ns.b;
+    hr.remote_tier = b->remote != NULL;
     r.body_case = SCDB__REPLY__BODY_HELLO;
     r.hello = &hr;
     if (reply(b, q, SCDB_OK, &r, NULL)) bk_client_drop(b, c, "not told its token (no memory)");
@@ -290,20 +291,34 @@ static void on_hello(scdb_broker *b, const rq *q, const Scdb__Request *req)
 
 /* ---------------------------------------------------------------- blocks */
 
-static void on_lookup(scdb_broker *b, const rq *q, bk_client *c, const Scdb__LookupRequest *l)
+/* Returns 1 if the request was taken over by a job (a remote remainder). */
+static int on_lookup(scdb_broker *b, const rq *q, bk_client *c, Scdb__Request *req)
 {
+    const Scdb__LookupRequest *l = req->lookup;
     Scdb__Reply r = SCDB__REPLY__INIT;
     Scdb__LookupReply lr = SCDB__LOOKUP_REPLY__INIT;
     size_t n_full = 0, n_matched = 0;
     char lix_name[SCDB_LIX_NAME_MAX];
     scdb_err e;
 
-    if (bad_tokens(b, q, c->model, l->tokens, l->n_tokens)) return;
+    if (bad_tokens(b, q, c->model, l->tokens, l->n_tokens)) return 0;
     e = scdb_store_lookup(b->store, &c->cb->ns, l->tokens, l->n_tokens, NULL, 0, &n_full,
                           &n_matched);
     if (e) {
         reply(b, q, e, NULL, "lookup failed");
-        return;
+        return 0;
+    }
+    /* the rest is asked of the remote tier by a worker (never here: no
+     * Redis I/O on the event loop); too busy: the local answer */
+    if (l->remote && b->remote && n_matched < n_full && b->inflight < b->cfg.max_inflight) {
+        bk_job *j = bk_job_new(q->sock, q->ident, q->id, q->t0, req, OP_LOOKUP);
+        if (j) {
+            j->cb = c->cb;
+            j->reg = bk_registry_ref(c->reg);   /* where cb lives */
+            b->inflight++;
+            bk_queue_push(&b->jobs, j);
+            return 1;
+        }
     }
     lr.n_full = (uint32_t)n_full;
     lr.n_matched = (uint32_t)n_matched;
@@ -314,6 +329,7 @@ static void on_lookup(scdb_broker *b, const rq *q, bk_client *c, const Scdb__Loo
     r.body_case = SCDB__REPLY__BODY_LOOKUP;
     r.lookup = &lr;
     reply(b, q, SCDB_OK, &r, NULL);
+    return 0;
 }
 
 /* Returns 1 if the request was taken over by a job (req now owned by it). */
@@ -636,6 +652,7 @@ static void on_stats(scdb_broker *b, const rq *q)
         s.evictions = st.evictions;
         s.checksum_failures = st.checksum_failures;
     }
+    bk_remote_fill_stats(b, &s);
     s.clients = b->n_clients;
     s.arenas = b->n_arenas;
     s.arena_bytes = b->arena_bytes;
@@ -774,7 +791,7 @@ void bk_handle(scdb_broker *b, int sock, zmq_msg_t *frames, int n_frames, int to
                                      req->heartbeat->lookups->index_fallbacks);
         reply(b, &q, SCDB_OK, NULL, NULL);
         break;
-    case OP_LOOKUP: on_lookup(b, &q, c, req->lookup); break;
+    case OP_LOOKUP: owned = on_lookup(b, &q, c, req); break;
     case OP_PUT: owned = on_put(b, &q, c, req, frames + 2, n_payload); break;
     case OP_DELETE: owned = on_delete(b, &q, c, req); break;
     case OP_PUT_STATES: owned = on_put_states(b, &q, c, req); break;

@@ -166,6 +166,7 @@ static void info_from(scdb_info *i, const Scdb__HelloReply *r)
     i->heartbeat_ms = r->heartbeat_ms;
     i->heartbeat_timeout_ms = r->heartbeat_timeout_ms;
     i->broker_instance = r->broker_instance;
+    i->remote_tier = r->remote_tier;
 }
 
 static scdb_err hello(scdb *h)

@@ -381,7 +381,7 @@ static scdb_stat handle_stats(scdb *h)
  * returns n_matched. */
 static uint32_t assert_lookups_agree(scdb *ix, scdb *rq, const int32_t *t, size_t n)
 {
-    scdb_lookup_result a = {9, 9, 9}, b = {9, 9, 9};
+    scdb_lookup_result a = {9, 9, 9, 9}, b = {9, 9, 9, 9};
     scdb_err ea = scdb_lookup(ix, t, n, &a), eb = scdb_lookup(rq, t, n, &b);
     assert_int_equal(ea, eb);
     if (ea) return 0;

@@ -36,6 +36,17 @@ expect 2 "bench python: stray argument" -- "$scdb" bench python extra
 expect 1 "bench python: no interpreter" -- "$scdb" bench python --python "$tmp/nope"
 grep -q "no interpreter at" "$tmp/err" && ok "bench python: missing interpreter says so" \
   || bad "bench python: missing interpreter says so"
+# the remote tier (issue 12): documented flags, the fleet bench's usage
+"$scdb" serve --help | grep -q -- "--remote-cluster" && ok "serve --help lists [remote]" \
+  || bad "serve --help lists [remote]"
+expect 0 "scdb bench cluster --help" -- "$scdb" bench cluster --help
+grep -q -- "--route rr|session" "$tmp/out" && ok "bench cluster --help lists --route" \
+  || bad "bench cluster --help lists --route"
+expect 2 "bench cluster: bad --route" -- "$scdb" bench cluster --route nearest
+expect 2 "serve: a [remote] prefix with a hash tag" -- "$scdb" serve --data-dir "$tmp/sr" \
+  --endpoint "ipc://$tmp/r.sock" --remote-cluster 127.0.0.1:1 --remote-key-prefix "a{b}"
+grep -q "hash tag" "$tmp/err" && ok "serve: the hash-tag refusal says why" \
+  || bad "serve: the hash-tag refusal says why"
 
 # --device auto|cpu|cuda (issue 7): listed in the help texts, bad values are
 # usage errors, commands without a CUDA path refuse cuda and say why
