@@ -49,8 +49,25 @@ else
   echo "== 3. ASan + UBSan build and the whole suite in it"
   asan="${build}-asan"
   SCDB_BUILD_DIR="$asan" "$root/scripts/build.sh" -DSCDB_SANITIZE=ON -DSCDB_CUDA=OFF
-  ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-    ctest --test-dir "$asan" -j2 --output-on-failure --timeout 900
+  # reports go to files too: a broker that a shell test starts has its
+  # stderr in a temp dir the test removes, so they are printed here
+  reports="$asan/sanitizer-reports"
+  rm -rf "$reports" && mkdir -p "$reports"
+  rc=0
+  ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:log_path="$reports/asan" \
+  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1:log_path="$reports/ubsan" \
+    ctest --test-dir "$asan" -j2 --output-on-failure --timeout 900 || rc=$?
+  if compgen -G "$reports/*" >/dev/null; then
+    echo "-- sanitizer output ($reports):"
+    for f in "$reports"/*; do echo "---- $f"; cat "$f"; done
+    # a finding fails the step; a note alone (LSan's "thread was not
+    # suspended") does not
+    if grep -qlE "ERROR: (Address|Leak)Sanitizer|runtime error:|SUMMARY: " "$reports"/*; then
+      echo "-- a sanitizer reported an error (above)"
+      [ "$rc" -ne 0 ] || rc=1
+    fi
+  fi
+  [ "$rc" -eq 0 ] || { echo "== 3. failed"; exit "$rc"; }
 fi
 if [ "${SCDB_TEST_NO_FUZZ:-0}" = 1 ]; then
   echo "== 4. fuzz smoke skipped (SCDB_TEST_NO_FUZZ=1)"

@@ -44,7 +44,9 @@ static uint64_t seq;
 static scdb_err open_handle(int role, const char *model, const char *codebook, int no_index,
                             scdb **out)
 {
-    scdb_opts o = {.endpoint = endpoint, .timeout_ms = 5000, .no_heartbeat = 1,
+    /* a bound that only catches a broker that never answers (an ASan build
+     * on a loaded machine is slow, never stuck) */
+    scdb_opts o = {.endpoint = endpoint, .timeout_ms = 30000, .no_heartbeat = 1,
                    .name = "faults", .no_lookup_index = no_index};
     scdb_err e = scdb_connect(&o, out);
     if (e || !role) return e;
@@ -479,6 +481,16 @@ static void test_session_calls(void **state)
 
 /* ---------------------------------------------------------------- setup */
 
+#define SETUP_CHECK(what, call)                                                         \
+    do {                                                                                \
+        scdb_err e_ = (call);                                                           \
+        if (e_) {                                                                       \
+            fprintf(stderr, "setup: %s: %s\n", what, scdb_strerror(e_));                \
+            bp_cleanup(&bp);                                                            \
+            return -1;                                                                  \
+        }                                                                               \
+    } while (0)
+
 static int setup(void **state)
 {
     char ini[3072];
@@ -487,32 +499,34 @@ static int setup(void **state)
 
     snprintf(ini, sizeof ini, "heartbeat_timeout_ms = 600000\n" WR_CONFIG_FMT, SCDB_FUZZ_SEEDS,
              SCDB_FUZZ_SEEDS, SCDB_FUZZ_SEEDS);
-    if (bp_start(&bp, SCDB_BROKER_BIN, ini)) return -1;
-    if (open_handle(0, NULL, NULL, 0, &watch)) return -1;
-    if (open_handle(SCDB_PRODUCER, "tiny", NULL, 0, &prod) ||
-        open_handle(SCDB_CONSUMER, "tiny", NULL, 0, &cons) ||
-        open_handle(SCDB_CONSUMER, "tiny", NULL, 1, &cons_req) ||
-        open_handle(SCDB_PRODUCER, "tiny", "tiny-scd", 0, &sprod) ||
-        open_handle(SCDB_CONSUMER, "cons", "tiny-scd", 0, &scons))
+    if (bp_start(&bp, SCDB_BROKER_BIN, ini)) {
+        fprintf(stderr, "setup: the broker did not start (log %s)\n", bp.log);
         return -1;
+    }
+    SETUP_CHECK("watch handle", open_handle(0, NULL, NULL, 0, &watch));
+    SETUP_CHECK("producer", open_handle(SCDB_PRODUCER, "tiny", NULL, 0, &prod));
+    SETUP_CHECK("consumer", open_handle(SCDB_CONSUMER, "tiny", NULL, 0, &cons));
+    SETUP_CHECK("consumer (request path)", open_handle(SCDB_CONSUMER, "tiny", NULL, 1, &cons_req));
+    SETUP_CHECK("states producer", open_handle(SCDB_PRODUCER, "tiny", "tiny-scd", 0, &sprod));
+    SETUP_CHECK("scd consumer", open_handle(SCDB_CONSUMER, "cons", "tiny-scd", 0, &scons));
     fill_payload();
     for (int i = 0; i < N_TOK; i++) stored[i] = (i * 37 + 11) & 0xff;
-    if (scdb_put(prod, stored, N_TOK, 0, payload, sizeof payload, NULL)) return -1;
-    if (scdb_states_arena_new(sprod, N_TOK, &a)) return -1;
+    SETUP_CHECK("put", scdb_put(prod, stored, N_TOK, 0, payload, sizeof payload, NULL));
+    SETUP_CHECK("states arena", scdb_states_arena_new(sprod, N_TOK, &a));
     fill_states(a, N_TOK);
-    if (scdb_put_states(sprod, stored, N_TOK, 0, a, NULL)) return -1;
+    SETUP_CHECK("put_states", scdb_put_states(sprod, stored, N_TOK, 0, a, NULL));
     scdb_arena_free(&a);
     {   /* references: clean gets of the stored prefix */
         const scdb_info *in = scdb_get_info(cons);
-        if (scdb_kv_cache_new(in->n_layers, in->n_kv_heads, in->head_dim, 32, &ref_raw) ||
-            scdb_kv_cache_new(in->n_layers, in->n_kv_heads, in->head_dim, 32, &ref_scd) ||
-            scdb_get_copy(cons, stored, N_TOK, ref_raw, 0, 0, NULL) ||
-            scdb_get_copy(scons, stored, N_TOK, ref_scd, 0, 0, NULL))
-            return -1;
+        SETUP_CHECK("cache", scdb_kv_cache_new(in->n_layers, in->n_kv_heads, in->head_dim, 32,
+                                               &ref_raw));
+        SETUP_CHECK("cache", scdb_kv_cache_new(in->n_layers, in->n_kv_heads, in->head_dim, 32,
+                                               &ref_scd));
+        SETUP_CHECK("raw reference get", scdb_get_copy(cons, stored, N_TOK, ref_raw, 0, 0, NULL));
+        SETUP_CHECK("scd reference get", scdb_get_copy(scons, stored, N_TOK, ref_scd, 0, 0, NULL));
         /* the handles' own get_copy arenas go: the broker starts clean */
-        if (scdb_register(cons, SCDB_CONSUMER, "tiny", NULL, NULL) ||
-            scdb_register(scons, SCDB_CONSUMER, "cons", "tiny-scd", NULL))
-            return -1;
+        SETUP_CHECK("re-register", scdb_register(cons, SCDB_CONSUMER, "tiny", NULL, NULL));
+        SETUP_CHECK("re-register", scdb_register(scons, SCDB_CONSUMER, "cons", "tiny-scd", NULL));
     }
     return 0;
 }

@@ -15,7 +15,12 @@ set -u
 broker="$1" scdb="$2"
 tmp=$(mktemp -d /tmp/test_metrics.XXXXXX)
 bpid=
-cleanup() { [ -n "$bpid" ] && kill -TERM "$bpid" 2>/dev/null && wait "$bpid"; rm -rf "$tmp"; }
+cleanup() {
+  [ -n "$bpid" ] && kill -TERM "$bpid" 2>/dev/null && wait "$bpid"
+  # a failure: the broker's log says what it saw (it goes with $tmp)
+  [ "$fail" -gt 0 ] && { echo "-- broker log:"; cat "$tmp/log"; }
+  rm -rf "$tmp"
+}
 trap cleanup EXIT
 pass=0 fail=0
 ok()  { pass=$((pass + 1)); echo "ok   $*"; }

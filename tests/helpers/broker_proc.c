@@ -72,7 +72,16 @@ int bp_stop(bp_broker *bp, int sig)
 
 void bp_cleanup(bp_broker *bp)
 {
-    if (bp->pid > 0) bp_stop(bp, SIGTERM);
+    if (bp->pid > 0) {
+        int st = bp_stop(bp, SIGTERM);
+        if (st != 0) {      /* it died under the test, or stopped badly: say how */
+            char line[512];
+            FILE *f = fopen(bp->log, "r");
+            fprintf(stderr, "broker_proc: the broker's exit status was %d; its log:\n", st);
+            while (f && fgets(line, sizeof line, f)) fprintf(stderr, "  %s", line);
+            if (f) fclose(f);
+        }
+    }
     if (bp->dir[0]) scdb_rm_tree(bp->dir);
     bp->dir[0] = 0;
 }
