@@ -406,19 +406,21 @@ static void usage(FILE *f)
 "                          [--sweep-ranks rK,rV,rH[;...]] [--sweep-windows N]\n"
 "                          [--sweep-steps S] [--data DIR] [--models DIR]\n"
 "                          [--artifacts DIR] [--producer NAME] [--device D] [-q]\n\n"
-"SCD quality table: oracle, raw, quant4, droidspeak, scd_reuse, scd_full for every\n"
-"calibrated pair (DIR/pairs/<producer>__<consumer>.safetensors), on windows of the\n"
-"SECOND half of each consumer's held-out text (or --text FILE for all consumers).\n"
+"SCD quality table: oracle, raw, quant4, droidspeak, scd_reuse and scd_full (f16 and\n"
+"int8 codes) for every calibrated pair (DIR/pairs/<producer>__<consumer>.safetensors),\n"
+"on windows of the SECOND half of each consumer's held-out text (or --text FILE for\n"
+"all consumers); the patch budget sweep with decode times; ablations.\n"
 "  --prefix N (384, >= 1)  --cont N (64)  --windows N (8 per consumer)\n"
 "  --reps N   timing repetitions, best kept (3)\n"
 "  --ds-layers G  layers DroidSpeak recomputes (2)\n"
 "  --sweep    the rate knob: payload vs quality over code dtype (f16, int8), ranks\n"
-"             and patch budget, from in-process calibrations (a few minutes per\n"
-"             rank point; progress on stderr)\n"
+"             and patch budget, from in-process calibrations (about a minute per\n"
+"             rank point and consumer here; progress on stderr)\n"
 "  --sweep-ranks L  rank points, ';'-separated r_K,r_V,r_H (default\n"
 "             4,8,12;8,10,14;8,12,16)\n"
-"  --sweep-windows N  statistics windows of the sweep's calibration (96)\n"
-"  --sweep-steps S    Adam steps per aligner in the sweep (600)\n"
+"  --sweep-windows N  statistics windows of the sweep's calibration (256, as\n"
+"             scdb calibrate)\n"
+"  --sweep-steps S    Adam steps per aligner in the sweep (1500, as scdb calibrate)\n"
 "  --data DIR  assets (default $SCDB_DATA, else ../share/scdb beside scdb); --models and\n"
 "              --artifacts (codebooks/, pairs/) override its parts\n"
 "  --png FILE  quality vs payload plot through tools/plot_quality.py (python3 +\n"
@@ -682,7 +684,7 @@ int scdb_bench_quality(int argc, char **argv)
 {
     qopts o = {.prefix = 384, .cont = 64, .windows = 8, .reps = 3, .ds_layers = 2,
                .abl_windows = 48, .ablations = 1, .verbose = 1, .producer = "base",
-               .sweep_windows = 96, .sweep_steps = 600};
+               .sweep_windows = 256, .sweep_steps = 1500};
     const char *sweep_ranks = "4,8,12;8,10,14;8,12,16";
     o.data = scdb_data_dir();
     scdb_device_pref dev_pref = SCDB_DEVPREF_AUTO;
