@@ -9,7 +9,7 @@ int8 codes hollow); lines: the REUSE rank sweeps (r_K and r_V varied
 separately) and the patch-budget sweep.
 
 With a rate sweep in the JSON (`--sweep`), a second row of panels: x =
-payload bytes per token (log), y = perplexity vs oracle (%), one colour per
+payload bytes per token (linear), y = perplexity vs oracle (%), one colour per
 codebook (shipped, fit rK,rV,rH), filled f16 / hollow int8, labelled by the
 patch budget; dotted lines at 1/8 and 1/16 of raw f16 KV and at +3% / +5%:
 the operator's menu.
@@ -60,8 +60,7 @@ def plot_sweep(axes, consumers, sweep, data):
                     transform=ax.get_xaxis_transform())
         for y in (3, 5):
             ax.axhline(y, color="gray", ls=":", lw=1)
-        ax.set_xscale("log")
-        ax.set_xlabel("payload bytes per prefix token")
+        ax.set_xlabel("payload bytes per prefix token (linear)")
         ax.set_ylabel("perplexity vs oracle, %")
         ax.set_title("rate sweep, consumer %s (labels: patch layers; red: top-1 < 0.95)" % cons, fontsize=9)
         ax.grid(True, which="both", alpha=0.25)
