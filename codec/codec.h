@@ -83,8 +83,9 @@
  * held-out text; its held-back KL windows come from the end of that first
  * half; `scdb bench quality` evaluates on the SECOND half only.
  *
- * Thread safety: codebooks and pairs are immutable after load/creation and
- * may be shared by any number of threads; encode/decode keep no state.  A
+ * Thread safety: codebooks and pairs are immutable after load/creation (a
+ * codebook's code dtype is chosen before it is shared) and may be shared by
+ * any number of threads; encode/decode keep no state.  A
  * calibration session is single-threaded.
  */
 #ifndef SCDB_CODEC_H
