@@ -28,6 +28,10 @@ int scdb_bench_broker(int argc, char **argv);   /* bench/bench_broker.c  */
 int scdb_bench_quality(int argc, char **argv);  /* bench/bench_quality.c */
 int scdb_bench_evict(int argc, char **argv);    /* bench/bench_evict.c   */
 int scdb_bench_kernels(int argc, char **argv);  /* bench/bench_kernels.c */
+int scdb_bench_python(int argc, char **argv);   /* bench/bench_python.c  */
+int scdb_bench_load(int argc, char **argv);     /* bench/bench_load.c    */
+int scdb_bench_chaos(int argc, char **argv);    /* bench/bench_chaos.c   */
+int scdb_bench_session(int argc, char **argv);  /* bench/bench_session.c */
 
 /* ------------------------------------------------- bench_util.c: helpers */
 

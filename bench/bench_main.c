@@ -19,6 +19,14 @@ static const struct {
      "eviction policies vs full cache at 25% / 12.5% budgets: KL, top-1, ppl, overhead"},
     {"kernels", scdb_bench_kernels,
      "low-rank decode at 7B shapes: GB/s of KV written, fraction of memory bandwidth"},
+    {"python", scdb_bench_python,
+     "the Python module vs libscdb (lookup, get); PyTorch TTFT via scdb vs own prefill"},
+    {"load", scdb_bench_load,
+     "N client processes, mixed workload at a fraction of capacity: ops/s, p99, RSS, fds"},
+    {"chaos", scdb_bench_chaos,
+     "kill -9 the broker (and clients) under load: acknowledged puts kept, no wrong bytes"},
+    {"session", scdb_bench_session,
+     "a live session's fold and eviction per token on a device vs a model step there"},
 };
 
 static void usage(FILE *f)

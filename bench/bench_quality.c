@@ -35,6 +35,15 @@
  * prefill, encoding and any transfer are not included.  Median over
  * windows of the best of --reps runs.
  *
+ * Device (--device): the consumer runs through scdb_model_dev on that
+ * device's ops table (the CPU table is the host forward bit for bit), its
+ * prefix cache lives there, and each method builds it there: raw uploads
+ * the KV, quant4 uploads the codes and dequantises with the q4 twin,
+ * droidspeak uploads the reused layers and the residual and recomputes with
+ * the device's layers, SCD decodes with scdb_pair_dev.  On CUDA the TTFT of
+ * the non-oracle methods therefore includes the upload of the payload from
+ * host memory.  The producer (capture, encoding) runs on the host.
+ *
  * Ablations (JSON "ablations", also printed): patch budget sweep 0..all
  * aligners of the shipped pair, f16 and int8 codes, with the decode time of
  * each budget; and on an in-process calibration (statistics
@@ -98,12 +107,53 @@ typedef struct acc { double nll, kl, agree; long n; double *ms; int nms; } acc;
 typedef struct ctx {
     const qopts *o;
     const scdb_model *prod, *cons;
+    scdb_device dev;
+    scdb_model_dev *cd;      /* the consumer on dev */
+    const scdb_k_ops *ops;   /* dev's table */
     int L, d, kv, V, P, C;
     qwin *w;
     int nw;
-    scdb_kv_cache *cache;    /* consumer cache, P + C slots */
+    scdb_kv_cache *cache;    /* consumer cache, P + C slots, in dev's memory */
+    float *dlogits;          /* [C][V] in dev's memory */
+    void *dscr;              /* payload staging in dev's memory */
+    size_t dscr_bytes;
     float *logits, *lp;
 } ctx;
+
+/* dev's staging buffer of at least `bytes` */
+static scdb_err staging(ctx *c, size_t bytes, void **out)
+{
+    if (bytes > c->dscr_bytes) {
+        void *p = NULL;
+        scdb_err rc = c->ops->alloc(bytes, &p);
+        if (rc) return rc;
+        c->ops->release(c->dscr);
+        c->dscr = p;
+        c->dscr_bytes = bytes;
+    }
+    *out = c->dscr;
+    return SCDB_OK;
+}
+
+/* the consumer's forward on dev, logits back to the host */
+static scdb_err cforward(ctx *c, const int32_t *tok, int n, float *logits)
+{
+    scdb_err rc = scdb_model_dev_forward(c->cd, tok, NULL, n, c->cache, logits ? c->dlogits : NULL,
+                                         NULL);
+    if (!rc && logits) rc = c->ops->download(logits, c->dlogits, (size_t)n * c->V * sizeof(float));
+    return rc;
+}
+
+/* a consumer model and its cache on the context's device */
+static scdb_err ctx_consumer(ctx *c, const scdb_model *cons)
+{
+    scdb_err rc;
+    scdb_model_dev_cache_free(c->cd, &c->cache);
+    scdb_model_dev_free(&c->cd);
+    c->cons = cons;
+    if ((rc = scdb_model_dev_new(cons, c->dev, &c->cd))) return rc;
+    return scdb_model_dev_cache_new(c->cd, c->P + c->C, &c->cache);
+}
 
 /* ------------------------------------------------------------ helpers */
 
@@ -141,17 +191,28 @@ static int acc_ms(acc *a, double ms)
 
 typedef scdb_err (*builder)(ctx *c, const qwin *w, void *arg);
 
+/* the producer's KV of layers [0, L) but [skip0, skip1) into the cache */
+static scdb_err put_kv(ctx *c, const qwin *w, int skip0, int skip1)
+{
+    size_t n = (size_t)c->P * c->kv;
+    scdb_err rc;
+    for (int l = 0; l < c->L; l++) {
+        if (l >= skip0 && l < skip1) continue;
+        if ((rc = c->ops->upload(scdb_kv_k(c->cache, l, 0), scdb_kv_k(w->pcache, l, 0),
+                                 n * sizeof(float))) ||
+            (rc = c->ops->upload(scdb_kv_v(c->cache, l, 0), scdb_kv_v(w->pcache, l, 0),
+                                 n * sizeof(float))))
+            return rc;
+    }
+    return c->ops->upload(c->cache->pos, w->pcache->pos, (size_t)c->P * sizeof(int32_t));
+}
+
 static scdb_err b_raw(ctx *c, const qwin *w, void *arg)
 {
     (void)arg;
-    size_t n = (size_t)c->P * c->kv;
-    for (int l = 0; l < c->L; l++) {
-        memcpy(scdb_kv_k(c->cache, l, 0), scdb_kv_k(w->pcache, l, 0), n * sizeof(float));
-        memcpy(scdb_kv_v(c->cache, l, 0), scdb_kv_v(w->pcache, l, 0), n * sizeof(float));
-    }
-    memcpy(c->cache->pos, w->pcache->pos, (size_t)c->P * sizeof(int32_t));
+    scdb_err rc = put_kv(c, w, 0, 0);
     c->cache->n = c->P;
-    return SCDB_OK;
+    return rc;
 }
 
 /* quant4: uint8 pairs of nibbles + f16 (min, scale) per group of `g` values
@@ -162,15 +223,25 @@ static scdb_err b_quant4(ctx *c, const qwin *w, void *arg)
 {
     const q4set *qs = arg;
     int g = scdb_model_cfg(c->cons)->head_dim;
-    size_t n = (size_t)c->P * c->kv;
+    size_t n = (size_t)c->P * c->kv, qb = (size_t)c->L * n / 2, mb = (size_t)c->L * (n / g) * 4;
+    void *st;
+    scdb_err e;
+    /* the codes up (the payload), dequantised where the cache is */
+    if ((e = staging(c, 2 * (qb + mb), &st))) return e;
+    uint8_t *dq[2] = {st, (uint8_t *)st + qb};
+    uint16_t *dm[2] = {(uint16_t *)((uint8_t *)st + 2 * qb), (uint16_t *)((uint8_t *)st + 2 * qb + mb)};
+    for (int t = 0; t < 2; t++)
+        if ((e = c->ops->upload(dq[t], qs->q[t], qb)) || (e = c->ops->upload(dm[t], qs->ms[t], mb)))
+            return e;
     for (int l = 0; l < c->L; l++) {
-        scdb_err e = scdb_k_q4_decode_cpu(qs->q[0] + l * n / 2, qs->ms[0] + 2 * (l * n / g), n, g,
-                                          scdb_kv_k(c->cache, l, 0));
-        if (!e) e = scdb_k_q4_decode_cpu(qs->q[1] + l * n / 2, qs->ms[1] + 2 * (l * n / g), n, g,
-                                         scdb_kv_v(c->cache, l, 0));
+        e = c->ops->q4_decode(dq[0] + l * n / 2, dm[0] + 2 * (l * n / g), n, g,
+                              scdb_kv_k(c->cache, l, 0));
+        if (!e) e = c->ops->q4_decode(dq[1] + l * n / 2, dm[1] + 2 * (l * n / g), n, g,
+                                      scdb_kv_v(c->cache, l, 0));
         if (e) return e;
     }
-    memcpy(c->cache->pos, w->pcache->pos, (size_t)c->P * sizeof(int32_t));
+    if ((e = c->ops->upload(c->cache->pos, w->pcache->pos, (size_t)c->P * sizeof(int32_t))))
+        return e;
     c->cache->n = c->P;
     return SCDB_OK;
 }
@@ -180,19 +251,16 @@ typedef struct dsarg { int a, g; float *x; } dsarg;
 static scdb_err b_droid(ctx *c, const qwin *w, void *arg)
 {
     dsarg *ds = arg;
-    size_t n = (size_t)c->P * c->kv;
-    for (int l = 0; l < c->L; l++) {
-        if (l >= ds->a && l < ds->a + ds->g) continue;
-        memcpy(scdb_kv_k(c->cache, l, 0), scdb_kv_k(w->pcache, l, 0), n * sizeof(float));
-        memcpy(scdb_kv_v(c->cache, l, 0), scdb_kv_v(w->pcache, l, 0), n * sizeof(float));
-    }
-    memcpy(c->cache->pos, w->pcache->pos, (size_t)c->P * sizeof(int32_t));
+    size_t xb = (size_t)c->P * c->d * sizeof(float);
+    void *dx;
+    scdb_err rc;
+    if ((rc = put_kv(c, w, ds->a, ds->a + ds->g))) return rc;
     /* the producer's residual entering layer a, f16 on the wire */
     const float *r = w->pres + (size_t)ds->a * c->P * c->d;
     for (size_t i = 0; i < (size_t)c->P * c->d; i++) ds->x[i] = scdb_f16_to_f32(scdb_f32_to_f16(r[i]));
+    if ((rc = staging(c, xb, &dx)) || (rc = c->ops->upload(dx, ds->x, xb))) return rc;
     for (int l = ds->a; l < ds->a + ds->g; l++) {
-        scdb_err rc = scdb_model_layer_forward(c->cons, l, ds->x, w->pcache->pos, c->P, c->cache, 0,
-                                               NULL, 0);
+        rc = scdb_model_dev_layer_forward(c->cd, l, dx, w->pcache->pos, c->P, c->cache, 0, NULL, 0);
         if (rc) return rc;
     }
     c->cache->n = c->P;
@@ -202,6 +270,7 @@ static scdb_err b_droid(ctx *c, const qwin *w, void *arg)
 typedef struct scdarg {
     const scdb_codebook *cb;
     const scdb_pair *p;
+    scdb_pair_dev *pd;      /* the pair's weights on the context's device */
     int n_patch;
     void *codes;            /* per window: filled before timing */
 } scdarg;
@@ -209,8 +278,8 @@ typedef struct scdarg {
 static scdb_err b_scd(ctx *c, const qwin *w, void *arg)
 {
     scdarg *s = arg;
-    scdb_err rc = scdb_pair_decode(s->p, s->cb, s->codes, c->P, w->pcache->pos, w->tok, s->n_patch,
-                                   c->cache, 0);
+    scdb_err rc = scdb_pair_dev_decode_range(s->pd, s->cb, s->codes, c->P, 0, c->P, w->pcache->pos,
+                                             w->tok, s->n_patch, c->cache, 0);
     c->cache->n = c->P;
     return rc;
 }
@@ -221,8 +290,7 @@ static scdb_err run_method(ctx *c, const qwin *w, builder fn, void *arg, acc *a,
     scdb_err rc;
     c->cache->n = 0;
     if ((rc = fn(c, w, arg))) return rc;
-    if ((rc = scdb_model_forward(c->cons, w->tok + c->P, NULL, c->C, c->cache, c->logits, NULL)))
-        return rc;
+    if ((rc = cforward(c, w->tok + c->P, c->C, c->logits))) return rc;
     acc_logits(c, w, a);
     if (!timed) return SCDB_OK;
     double best = INFINITY;
@@ -230,8 +298,7 @@ static scdb_err run_method(ctx *c, const qwin *w, builder fn, void *arg, acc *a,
         double t0 = scdb_now();
         c->cache->n = 0;
         if ((rc = fn(c, w, arg))) return rc;
-        if ((rc = scdb_model_forward(c->cons, w->tok + c->P, NULL, 1, c->cache, c->logits, NULL)))
-            return rc;
+        if ((rc = cforward(c, w->tok + c->P, 1, c->logits))) return rc;
         double ms = (scdb_now() - t0) * 1e3;
         if (ms < best) best = ms;
     }
@@ -278,9 +345,8 @@ static scdb_err make_windows(ctx *c, const unsigned char *text, size_t len, int 
         if ((rc = scdb_model_forward(c->prod, w->tok, NULL, c->P, w->pcache, NULL, &cap))) return rc;
         /* oracle quality */
         c->cache->n = 0;
-        if ((rc = scdb_model_forward(c->cons, w->tok, NULL, c->P, c->cache, NULL, NULL))) return rc;
-        if ((rc = scdb_model_forward(c->cons, w->tok + c->P, NULL, c->C, c->cache, c->logits, NULL)))
-            return rc;
+        if ((rc = cforward(c, w->tok, c->P, NULL))) return rc;
+        if ((rc = cforward(c, w->tok + c->P, c->C, c->logits))) return rc;
         for (int t = 0; t < c->C; t++)
             scdb_k_log_softmax_cpu(c->logits + (size_t)t * c->V, c->V, w->ologp + (size_t)t * c->V);
         if (oracle) {
@@ -289,8 +355,8 @@ static scdb_err make_windows(ctx *c, const unsigned char *text, size_t len, int 
             for (int r = 0; r < c->o->reps; r++) {
                 double t0 = scdb_now();
                 c->cache->n = 0;
-                if ((rc = scdb_model_forward(c->cons, w->tok, NULL, c->P, c->cache, NULL, NULL)) ||
-                    (rc = scdb_model_forward(c->cons, w->tok + c->P, NULL, 1, c->cache, c->logits, NULL)))
+                if ((rc = cforward(c, w->tok, c->P, NULL)) ||
+                    (rc = cforward(c, w->tok + c->P, 1, c->logits)))
                     return rc;
                 double ms = (scdb_now() - t0) * 1e3;
                 if (ms < best) best = ms;
@@ -320,9 +386,15 @@ static scdb_err eval_scd(ctx *c, scdb_codebook *cb, scdb_code_dtype dt, const sc
     scdarg s = {.cb = cb, .p = p, .n_patch = n_patch};
     double *ms = decode_ms ? calloc((size_t)c->nw + 1, sizeof *ms) : NULL;
     scdb_err rc = scdb_codebook_set_code_dtype(cb, dt);
-    if (rc) return rc;
+    if (rc) { free(ms); return rc; }
+    if ((rc = scdb_pair_dev_new(p, c->dev, &s.pd))) { free(ms); return rc; }
     s.codes = malloc(scdb_codec_payload_bytes(cb, c->P) + 16);
-    if (!s.codes || (decode_ms && !ms)) { free(s.codes); free(ms); return SCDB_ENOMEM; }
+    if (!s.codes || (decode_ms && !ms)) {
+        free(s.codes);
+        free(ms);
+        scdb_pair_dev_free(&s.pd);
+        return SCDB_ENOMEM;
+    }
     for (int i = 0; i < c->nw && !rc; i++) {
         if ((rc = encode_window(cb, c, &c->w[i], s.codes))) break;
         if ((rc = run_method(c, &c->w[i], b_scd, &s, a, timed))) break;
@@ -339,6 +411,7 @@ static scdb_err eval_scd(ctx *c, scdb_codebook *cb, scdb_code_dtype dt, const sc
     if (ms) *decode_ms = rc ? NAN : scdb_bench_median(ms, (size_t)c->nw);
     free(s.codes);
     free(ms);
+    scdb_pair_dev_free(&s.pd);
     scdb_codebook_set_code_dtype(cb, SCDB_CODES_F16);
     return rc;
 }
@@ -425,8 +498,10 @@ static void usage(FILE *f)
 "              --artifacts (codebooks/, pairs/) override its parts\n"
 "  --png FILE  quality vs payload plot through tools/plot_quality.py (python3 +\n"
 "              matplotlib)\n"
-"  --device D  auto | cpu | cuda (default auto).  The quality bench has no CUDA\n"
-"              path yet: auto runs on the CPU and logs why, cuda fails (exit 1)\n");
+"  --device D  auto | cpu | cuda (default auto: CUDA when a device answers).  The\n"
+"              consumers, their caches and every method's cache build run there\n"
+"              (the producer's capture and encoding on the CPU); on CUDA the TTFT of\n"
+"              the non-oracle methods includes uploading their payload\n");
 }
 
 /* "a,b,c;d,e,f" -> o->ranks; -1 on a malformed list */
@@ -458,6 +533,7 @@ static scdb_err choose_droid(ctx *c, const unsigned char *cal, size_t cal_len, i
     if ((rc = make_windows(&cc, t, cal_len > need ? need : cal_len, 4, NULL))) { free_windows(&cc); return rc; }
     dsarg ds = {.g = g, .x = malloc((size_t)c->P * c->d * sizeof(float))};
     if (!ds.x) { free_windows(&cc); return SCDB_ENOMEM; }
+    /* (cc shares c's device buffers; the staging one is handed back below) */
     double bkl = INFINITY;
     for (int a = 0; a + g <= c->L; a++) {
         acc ac = {0};
@@ -473,6 +549,8 @@ static scdb_err choose_droid(ctx *c, const unsigned char *cal, size_t cal_len, i
     }
     free(ds.x);
     free_windows(&cc);
+    c->dscr = cc.dscr;             /* the staging buffer may have grown */
+    c->dscr_bytes = cc.dscr_bytes;
     return rc;
 }
 
@@ -493,7 +571,7 @@ typedef struct sweep_in {
  * windows split over the distinct domains (training files, else the
  * held-out first half), 6 held-back KL windows per consumer from the end of
  * its held-out first half (greedy patch order). */
-static scdb_err sweep_session(const qopts *o, const sweep_in *in, scdb_calib **out)
+static scdb_err sweep_session(const qopts *o, const sweep_in *in, scdb_device dev, scdb_calib **out)
 {
     scdb_calib_opts co = {.window = 384, .n_eval = 6, .verbose = 0};
     scdb_calib *cal = NULL;
@@ -502,6 +580,7 @@ static scdb_err sweep_session(const qopts *o, const sweep_in *in, scdb_calib **o
     scdb_err rc;
 
     if ((rc = scdb_calib_new(in->prod, (const scdb_model *const *)in->cons, in->nc, &co, &cal))) return rc;
+    if (dev != SCDB_DEV_CPU && (rc = scdb_calib_set_device(cal, dev))) goto fail;
     for (int i = 0; i < in->nc; i++) {
         unsigned char *t;
         size_t len, span = 6 * (size_t)need;
@@ -564,7 +643,7 @@ static scdb_err run_sweep(ctx *c, const sweep_in *in, cJSON *jsweep)
 
     fprintf(stderr, "bench quality: sweep: calibration (%d statistics windows, %d rank points, %d Adam "
             "steps per aligner)\n", o->sweep_windows, o->n_ranks, o->sweep_steps);
-    if ((rc = sweep_session(o, in, &cal))) goto done;
+    if ((rc = sweep_session(o, in, c->dev, &cal))) goto done;
     fprintf(stderr, "bench quality: sweep: %d windows of statistics (%.0f s)\n", scdb_calib_windows(cal),
             scdb_now() - t0);
     for (int q = 0; q < o->n_ranks; q++) {
@@ -581,9 +660,7 @@ static scdb_err run_sweep(ctx *c, const sweep_in *in, cJSON *jsweep)
         size_t tl = 0;
         acc oracle = {0};
         free_windows(c);
-        scdb_kv_cache_free(&c->cache);
-        c->cons = in->cons[k];
-        if ((rc = scdb_model_cache_new(in->cons[k], c->P + c->C, &c->cache))) goto done;
+        if ((rc = ctx_consumer(c, in->cons[k]))) goto done;
         rc = o->text ? scdb_codec_read_text(o->text, (size_t)1 << 30, &text, &tl)
                      : scdb_codec_domain_text(in->cons[k], SCDB_TEXT_HELDOUT_SECOND, (size_t)1 << 30, &text,
                                               &tl, NULL, 0);
@@ -727,7 +804,7 @@ int scdb_bench_quality(int argc, char **argv)
         usage(stderr);
         return 2;
     }
-    if (scdb_device_resolve_cpu_only(dev_pref, "scdb bench quality", &dev, why, sizeof why)) {
+    if (scdb_device_resolve(dev_pref, &dev, why, sizeof why)) {
         fprintf(stderr, "bench quality: %s\n", why);
         return 1;
     }
@@ -801,6 +878,8 @@ int scdb_bench_quality(int argc, char **argv)
     const scdb_codebook_info *ci = scdb_codebook_get_info(cb);
     c.o = &o;
     c.prod = prod;
+    c.dev = dev;
+    c.ops = scdb_k_ops_get(dev);
     c.L = pc->n_layers; c.d = pc->d_model; c.kv = scdb_model_kv_dim(pc); c.V = pc->vocab_size;
     c.P = o.prefix; c.C = o.cont;
     if (c.P + c.C > pc->max_seq_len) {
@@ -811,6 +890,11 @@ int scdb_bench_quality(int argc, char **argv)
     c.logits = malloc((size_t)c.C * c.V * sizeof(float));
     c.lp = malloc((size_t)c.V * sizeof(float));
     if (!c.logits || !c.lp) goto done;
+    {
+        void *dl = NULL;
+        if ((rc = c.ops->alloc((size_t)c.C * c.V * sizeof(float), &dl))) goto done;
+        c.dlogits = dl;
+    }
     double raw_bytes = (double)c.L * 2 * c.kv * 2;
     double q4_bytes = (double)c.L * 2 * (c.kv / 2.0 + 4.0 * c.kv / pc->head_dim);
     double ds_bytes = (double)(c.L - o.ds_layers) * 2 * c.kv * 2 + 2.0 * c.d;
@@ -858,8 +942,11 @@ int scdb_bench_quality(int argc, char **argv)
         unsigned char *text = NULL, *cal_text = NULL;
         size_t tl = 0, cl = 0;
         char desc[600] = "";
-        c.cons = cons[k];
-        if ((rc = scdb_model_cache_new(cons[k], c.P + c.C, &c.cache))) goto done;
+        if ((rc = ctx_consumer(&c, cons[k]))) {
+            fprintf(stderr, "bench quality: %s on the %s: %s\n", cnames[k], scdb_device_name(dev),
+                    scdb_strerror(rc));
+            goto done;
+        }
         if (o.text) {
             rc = scdb_codec_read_text(o.text, (size_t)1 << 30, &text, &tl);
             snprintf(desc, sizeof desc, "%s", o.text);
@@ -985,7 +1072,6 @@ int scdb_bench_quality(int argc, char **argv)
             }
         for (int m = 0; m < M_COUNT; m++) acc_free(&a[m]);
         free_windows(&c);
-        scdb_kv_cache_free(&c.cache);
         fflush(stdout);
     }
 
@@ -1018,6 +1104,7 @@ int scdb_bench_quality(int argc, char **argv)
         scdb_calib_opts co = {.window = 384, .n_eval = 1, .sample_stride = 2, .verbose = 0};
         if (o.verbose) fprintf(stderr, "bench quality: ablation calibration (%d windows)\n", o.abl_windows);
         if ((rc = scdb_calib_new(prod, (const scdb_model *const *)cons, nc, &co, &cal))) goto done;
+        if (dev != SCDB_DEV_CPU && (rc = scdb_calib_set_device(cal, dev))) goto done;
         const scdb_model *dm[MAXC + 1];
         int nd = 0;
         const scdb_model *all[MAXC + 1];
@@ -1071,9 +1158,7 @@ int scdb_bench_quality(int argc, char **argv)
                 unsigned char *text = NULL;
                 size_t tl = 0;
                 free_windows(&c);
-                scdb_kv_cache_free(&c.cache);
-                c.cons = cons[k];
-                if ((rc = scdb_model_cache_new(cons[k], c.P + c.C, &c.cache))) goto done;
+                if ((rc = ctx_consumer(&c, cons[k]))) goto done;
                 rc = o.text ? scdb_codec_read_text(o.text, (size_t)1 << 30, &text, &tl)
                             : scdb_codec_domain_text(cons[k], SCDB_TEXT_HELDOUT_SECOND, (size_t)1 << 30, &text, &tl, NULL, 0);
                 if (rc) goto done;
@@ -1195,7 +1280,12 @@ int scdb_bench_quality(int argc, char **argv)
     ret = 0;
 done:
     free_windows(&c);
-    scdb_kv_cache_free(&c.cache);
+    scdb_model_dev_cache_free(c.cd, &c.cache);
+    scdb_model_dev_free(&c.cd);
+    if (c.ops) {
+        c.ops->release(c.dlogits);
+        c.ops->release(c.dscr);
+    }
     free(c.logits);
     free(c.lp);
     scdb_calib_free(&cal);

@@ -38,6 +38,7 @@ void bk_arena_unref(scdb_broker *b, bk_arena *a)
     scdb_kv_cache_free(&a->cache);
     if (a->map) munmap(a->map, a->size);
     if (a->dev) scdb_k_ops_get(SCDB_DEV_CUDA)->release(a->dev);
+    if (a->dev_scratch) scdb_k_ops_get(SCDB_DEV_CUDA)->release(a->dev_scratch);
     b->n_arenas--;
     b->arena_bytes -= a->size + a->dev_bytes;
     free(a);
@@ -71,6 +72,12 @@ scdb_err bk_shm_create(scdb_broker *b, bk_client *c, size_t size, bk_arena_kind 
         snprintf(errbuf, errlen, "arena of %zu bytes exceeds max_arena_bytes %llu", size,
                  (unsigned long long)b->cfg.max_arena_bytes);
         return SCDB_ETOOBIG;
+    }
+    if (b->cfg.max_client_arena_bytes && c->arena_bytes + size > b->cfg.max_client_arena_bytes) {
+        snprintf(errbuf, errlen, "client's arenas are full (%llu of max_client_arena_bytes %llu "
+                 "in use)", (unsigned long long)c->arena_bytes,
+                 (unsigned long long)b->cfg.max_client_arena_bytes);
+        return SCDB_EFULL;
     }
     if (b->cfg.arena_total_bytes && b->arena_bytes + size > b->cfg.arena_total_bytes) {
         snprintf(errbuf, errlen, "arena memory full (%llu of arena_total_bytes %llu in use)",
@@ -226,6 +233,13 @@ scdb_err bk_cuda_arena_create(scdb_broker *b, bk_client *c, uint32_t capacity, b
                  (unsigned long long)b->cfg.max_arena_bytes);
         return SCDB_ETOOBIG;
     }
+    if (b->cfg.max_client_arena_bytes &&
+        c->arena_bytes + SCDB_ARENA_HEADER_BYTES + cache_bytes > b->cfg.max_client_arena_bytes) {
+        snprintf(errbuf, errlen, "client's arenas are full (%llu of max_client_arena_bytes %llu "
+                 "in use)", (unsigned long long)c->arena_bytes,
+                 (unsigned long long)b->cfg.max_client_arena_bytes);
+        return SCDB_EFULL;
+    }
     if (b->cfg.arena_total_bytes &&
         b->arena_bytes + SCDB_ARENA_HEADER_BYTES + cache_bytes > b->cfg.arena_total_bytes) {
         snprintf(errbuf, errlen, "arena memory full (%llu of arena_total_bytes %llu in use)",
@@ -263,6 +277,92 @@ scdb_err bk_cuda_arena_create(scdb_broker *b, bk_client *c, uint32_t capacity, b
     *out = a;
     return SCDB_OK;
 fail:
+    bk_arena_remove(b, c, a);        /* frees the device memory too */
+    return e;
+}
+
+scdb_err bk_cuda_stats_create(scdb_broker *b, bk_client *c, const scdb_evict_acc_shape *shape,
+                              scdb_evict_acc *hdr_out, bk_arena **out, char *errbuf,
+                              size_t errlen)
+{
+    const scdb_k_ops *ops = scdb_k_ops_get(SCDB_DEV_CUDA);
+    size_t bytes = scdb_evict_acc_bytes(shape), scratch;
+    scdb_evict_acc *hdr = NULL;
+    bk_arena *a;
+    scdb_err e;
+
+    if (b->device != SCDB_DEV_CUDA) {
+        snprintf(errbuf, errlen, "device statistics need a broker on a CUDA device");
+        return SCDB_EUNSUPPORTED;
+    }
+    if (!bytes) {
+        snprintf(errbuf, errlen, "no accumulator shape for %d layers x %d heads x %d slots",
+                 shape->n_layers, shape->n_heads, shape->capacity);
+        return SCDB_ESHAPE;
+    }
+    scratch = scdb_evict_dev_scratch_bytes(shape->capacity);
+    if (c->n_arenas >= b->cfg.max_arenas_per_client) {
+        snprintf(errbuf, errlen, "client holds %u arenas (max_arenas_per_client; a session "
+                 "takes one for its statistics)", c->n_arenas);
+        return SCDB_EFULL;
+    }
+    if (b->cfg.max_arena_bytes && bytes + scratch > b->cfg.max_arena_bytes) {
+        snprintf(errbuf, errlen, "session statistics of %zu bytes exceed max_arena_bytes %llu",
+                 bytes + scratch, (unsigned long long)b->cfg.max_arena_bytes);
+        return SCDB_ETOOBIG;
+    }
+    if (b->cfg.max_client_arena_bytes &&
+        c->arena_bytes + bytes + scratch > b->cfg.max_client_arena_bytes) {
+        snprintf(errbuf, errlen, "client's arenas are full (%llu of max_client_arena_bytes %llu "
+                 "in use)", (unsigned long long)c->arena_bytes,
+                 (unsigned long long)b->cfg.max_client_arena_bytes);
+        return SCDB_EFULL;
+    }
+    if (b->cfg.arena_total_bytes && b->arena_bytes + bytes + scratch > b->cfg.arena_total_bytes) {
+        snprintf(errbuf, errlen, "arena memory full (%llu of arena_total_bytes %llu in use)",
+                 (unsigned long long)b->arena_bytes,
+                 (unsigned long long)b->cfg.arena_total_bytes);
+        return SCDB_EFULL;
+    }
+    if (!(a = calloc(1, sizeof *a))) {
+        snprintf(errbuf, errlen, "out of memory");
+        return SCDB_ENOMEM;
+    }
+    a->kind = BK_ARENA_SESSION;
+    a->id = ++b->next_arena_id;
+    a->refs = 1;
+    a->next = c->arenas;
+    c->arenas = a;
+    c->n_arenas++;
+    b->n_arenas++;
+    if ((e = ops->alloc(bytes, &a->dev)) || (e = ops->alloc(scratch, &a->dev_scratch))) {
+        snprintf(errbuf, errlen, "cannot allocate %zu bytes of CUDA device memory: %s",
+                 bytes + scratch, scdb_strerror(e));
+        goto fail;
+    }
+    a->dev_bytes = bytes + scratch;
+    c->arena_bytes += a->dev_bytes;
+    b->arena_bytes += a->dev_bytes;
+    /* zeroed arrays under the header the client attaches to and the broker
+     * checks at every eviction (the same bytes scdb_evict_acc_init lays) */
+    if ((e = scdb_evict_acc_new(shape, &hdr))) {
+        snprintf(errbuf, errlen, "cannot lay out the accumulators: %s", scdb_strerror(e));
+        goto fail;
+    }
+    if ((e = ops->zero(a->dev, bytes)) || (e = ops->upload(a->dev, hdr, sizeof *hdr)) ||
+        (e = ops->sync()) || (e = scdb_k_cuda_ipc_handle(a->dev, a->ipc_handle))) {
+        snprintf(errbuf, errlen, "cannot export the session's device memory: %s",
+                 scdb_strerror(e));
+        goto fail;
+    }
+    if (scdb_k_cuda_pci_bus_id(b->cuda_ordinal, a->pci_bus_id, sizeof a->pci_bus_id))
+        a->pci_bus_id[0] = 0;
+    *hdr_out = *hdr;
+    scdb_evict_acc_free(&hdr);
+    *out = a;
+    return SCDB_OK;
+fail:
+    scdb_evict_acc_free(&hdr);
     bk_arena_remove(b, c, a);        /* frees the device memory too */
     return e;
 }

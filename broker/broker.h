@@ -44,6 +44,17 @@
  * client silent for heartbeat_timeout_ms is reclaimed: its arenas are
  * unlinked and unmapped (once no job uses them) and its live sessions closed.
  *
+ * QUOTAS.  One client cannot take the others' share: its jobs in flight
+ * (get, put, put_states, delete, session_evict queued or running) are
+ * capped by max_inflight_per_client (SCDB_EBUSY: a client that sends
+ * without reading its replies stops there, the others' requests still find
+ * room under max_inflight), its arenas by max_arenas_per_client and
+ * max_client_arena_bytes, its live sessions by max_sessions_per_client
+ * (SCDB_EFULL); arena_total_bytes bounds all arenas together.  Inline
+ * requests (lookup, stats, ping) cost no job.  The ROUTER fair-queues
+ * incoming messages between peers, and a reply to a peer whose queue is
+ * full is dropped, never waited for.
+ *
  * LOOKUP INDEX
  * ------------
  * Lookups mostly never reach this process: the broker mirrors the keys of
@@ -94,7 +105,8 @@
  * uploaded at its first device decode, under a mutex); the worker
  * synchronises before the reply.  The device memory is freed with the
  * arena's last reference (free, reclaim, shutdown) and counts in the arena
- * byte limits.  Live sessions stay on host arenas (SCDB_EUNSUPPORTED).
+ * byte limits.  A live session on it keeps its accumulators in device
+ * memory too (see LIVE SESSIONS).
  * The device path of each decoder is checked on the CPU ops table against
  * its host decode (test_broker); the IPC path itself by test_cuda_ipc,
  * which skips without a GPU.
@@ -120,7 +132,13 @@
  * and the accumulators in place — and replies with the slot -> original
  * position map.  Policies: the heuristics by kind name and the learned
  * ones of [policy NAME] sections.  A session ends with SessionClose, with
- * its arena, or with its client (goodbye or reclaim).
+ * its arena, or with its client (goodbye or reclaim).  On a CUDA IPC arena
+ * the accumulators are a device allocation exported beside the cache (the
+ * handle in the SessionOpen reply only), libscdb folds each step on the
+ * device, and the worker evicts there (evict/evict_dev.c on the CUDA ops
+ * table: only the 64-byte header comes down to be checked; the learned
+ * policy's features come down for its MLP, its scores go up); the same
+ * refusals, limits and reclaim as a host session.
  *
  * DECODERS (the codec hook)
  * -------------------------
@@ -355,6 +373,16 @@ typedef struct scdb_broker_config {
     uint64_t max_request_bytes;/* all frames of one request (64 MiB)          */
     uint32_t max_tokens;       /* tokens per request (1 Mi)                   */
     uint32_t max_arenas_per_client; /* (64)                                   */
+    uint64_t max_client_arena_bytes; /* all arenas of one client (0 = unbounded):
+                                  over it, arena_create and session_open
+                                  answer SCDB_EFULL                         */
+    uint32_t max_sessions_per_client; /* live sessions of one client (32):
+                                  over it, SCDB_EFULL                       */
+    int max_inflight_per_client; /* one client's queued + running jobs (64);
+                                  more: SCDB_EBUSY, so that a client that
+                                  floods (or never reads its replies)
+                                  cannot take the others' share of
+                                  max_inflight                               */
     uint64_t max_arena_bytes;  /* one arena (4 GiB)                           */
     uint64_t arena_total_bytes;/* all arenas together (0 = unbounded)         */
     int drain_timeout_ms;      /* SIGTERM drain limit (30000)                 */

@@ -82,7 +82,12 @@ typedef struct bk_arena {
     scdb_kv_cache *cache;       /* view at map + SCDB_ARENA_HEADER_BYTES,
                                    or over dev (CUDA IPC arenas)           */
     void *dev;                  /* CUDA IPC arena: the cache's device
-                                   allocation (pos, K, V); NULL otherwise  */
+                                   allocation (pos, K, V); a CUDA session's
+                                   statistics: the accumulators'; NULL
+                                   otherwise                               */
+    void *dev_scratch;          /* a CUDA session's statistics: the
+                                   eviction's private device scratch (never
+                                   exported: scores, keep list, features) */
     size_t dev_bytes;           /* its size, counted in the arena limits   */
     uint8_t ipc_handle[SCDB_CUDA_IPC_HANDLE_BYTES];
     char pci_bus_id[64];
@@ -109,6 +114,7 @@ typedef struct bk_client {
     struct bk_session *sessions;
     uint32_t n_sessions;
     uint64_t rep_index_lookups, rep_index_fallbacks; /* its last report    */
+    int inflight;               /* its jobs queued or running              */
     struct bk_client *next;     /* hash chain                              */
 } bk_client;
 
@@ -308,6 +314,11 @@ scdb_err bk_pack_reply(uint64_t id, scdb_err status, const char *msg, Scdb__Repl
 /* Send packed reply bytes to the peer `ident` on router `sock` (a gone peer:
  * dropped). */
 void bk_send_reply(scdb_broker *b, int sock, zmq_msg_t *ident, const void *buf, size_t len);
+/* Send a reply with only a status and a short message, packed without
+ * allocating: the answer when a reply cannot be packed for want of memory,
+ * so that no request goes unanswered. */
+void bk_send_status(scdb_broker *b, int sock, zmq_msg_t *ident, uint64_t id, scdb_err status,
+                    const char *msg);
 /* Count one request of kind op that took since t0 (ns) and ended in status. */
 void bk_account(scdb_broker *b, bk_op op, scdb_err status, uint64_t t0);
 /* Count a request answered SCDB_ECLOSED for an unknown token apart from
@@ -344,6 +355,15 @@ scdb_err bk_arena_create(scdb_broker *b, bk_client *c, uint32_t capacity, bk_are
  * device memory), SCDB_EDEVICE, and bk_arena_create's errors. */
 scdb_err bk_cuda_arena_create(scdb_broker *b, bk_client *c, uint32_t capacity, bk_arena **out,
                               char *errbuf, size_t errlen);
+/* A CUDA session's statistics (kind BK_ARENA_SESSION, no shm object): the
+ * accumulators of this shape laid out and zeroed in device memory with
+ * their IPC handle (dev, dev_bytes), and the eviction's scratch
+ * (dev_scratch, counted in dev_bytes); *hdr_out gets the header as laid.  SCDB_EUNSUPPORTED (the broker is
+ * not on a CUDA device), SCDB_EDEVICE, SCDB_ESHAPE, and the arena limits'
+ * SCDB_EFULL / SCDB_ETOOBIG. */
+scdb_err bk_cuda_stats_create(scdb_broker *b, bk_client *c, const scdb_evict_acc_shape *shape,
+                              scdb_evict_acc *hdr_out, bk_arena **out, char *errbuf,
+                              size_t errlen);
 /* A producer-states arena: the header (kind SCDB_ARENA_KIND_STATES) then
  * room for f32 [cb->states_layers][capacity][cb->states_dim]. */
 scdb_err bk_states_arena_create(scdb_broker *b, bk_client *c, uint32_t capacity,

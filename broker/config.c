@@ -23,6 +23,8 @@ void scdb_broker_config_defaults(scdb_broker_config *c)
     c->max_request_bytes = 64ull << 20;
     c->max_tokens = 1u << 20;
     c->max_arenas_per_client = 64;
+    c->max_sessions_per_client = 32;
+    c->max_inflight_per_client = 64;
     c->max_arena_bytes = 4ull << 30;
     c->drain_timeout_ms = 30000;
     c->max_inflight = 1024;
@@ -152,6 +154,9 @@ static const struct key {
     {"max_tokens", K_U32, F(max_tokens), 0, 1, 1 << 26},
     {"max_arenas_per_client", K_U32, F(max_arenas_per_client), 0, 0, 1 << 20},
     {"max_arena_bytes", K_U64, F(max_arena_bytes), 0, 0, 0},
+    {"max_client_arena_bytes", K_U64, F(max_client_arena_bytes), 0, 0, 0},
+    {"max_sessions_per_client", K_U32, F(max_sessions_per_client), 0, 0, 1 << 20},
+    {"max_inflight_per_client", K_INT, F(max_inflight_per_client), 0, 1, 1 << 20},
     {"arena_total_bytes", K_U64, F(arena_total_bytes), 0, 0, 0},
     {"drain_timeout_ms", K_INT, F(drain_timeout_ms), 0, 0, 3600000},
     {"max_inflight", K_INT, F(max_inflight), 0, 1, 1 << 20},

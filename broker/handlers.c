@@ -18,15 +18,19 @@ typedef struct rq {
     int stale;                  /* an unknown token: not an error (stats)  */
 } rq;
 
-/* Reply with a status, a printf message and an optional body. */
-static void reply(scdb_broker *b, const rq *q, scdb_err status, Scdb__Reply *body,
-                  const char *fmt, ...) __attribute__((format(printf, 5, 6)));
-static void reply(scdb_broker *b, const rq *q, scdb_err status, Scdb__Reply *body,
-                  const char *fmt, ...)
+/* Reply with a status, a printf message and an optional body.  Returns
+ * SCDB_ENOMEM when the reply could not be packed (the client got a bare
+ * SCDB_ENOMEM instead: what the request made must then be undone), else
+ * SCDB_OK. */
+static scdb_err reply(scdb_broker *b, const rq *q, scdb_err status, Scdb__Reply *body,
+                      const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+static scdb_err reply(scdb_broker *b, const rq *q, scdb_err status, Scdb__Reply *body,
+                      const char *fmt, ...)
 {
     char msg[512] = "";
     uint8_t *buf;
     size_t len;
+    scdb_err sent = SCDB_OK;
 
     if (fmt) {
         va_list ap;
@@ -40,9 +44,13 @@ static void reply(scdb_broker *b, const rq *q, scdb_err status, Scdb__Reply *bod
     if (bk_pack_reply(q->id, status, msg, body, &buf, &len) == SCDB_OK) {
         bk_send_reply(b, q->sock, q->ident, buf, len);
         free(buf);
+    } else {
+        status = sent = SCDB_ENOMEM;
+        bk_send_status(b, q->sock, q->ident, q->id, status, "out of memory (reply)");
     }
     bk_account(b, q->op, status, q->t0);
     if (q->stale) bk_account_stale(b, q->op);
+    return sent;
 }
 
 static bk_op op_of(Scdb__Request__BodyCase c)
@@ -253,7 +261,7 @@ static void on_hello(scdb_broker *b, const rq *q, const Scdb__Request *req)
     hr.ns.len = sizeof cb->ns.b;
     r.body_case = SCDB__REPLY__BODY_HELLO;
     r.hello = &hr;
-    reply(b, q, SCDB_OK, &r, NULL);
+    if (reply(b, q, SCDB_OK, &r, NULL)) bk_client_drop(b, c, "not told its token (no memory)");
 }
 
 /* ---------------------------------------------------------------- blocks */
@@ -510,7 +518,7 @@ static void on_arena_create(scdb_broker *b, const rq *q, bk_client *c,
     }
     r.body_case = SCDB__REPLY__BODY_ARENA;
     r.arena = &ar;
-    reply(b, q, SCDB_OK, &r, NULL);
+    if (reply(b, q, SCDB_OK, &r, NULL)) bk_client_free_arena(b, c, a);   /* never named */
 }
 
 static void on_arena_mapped(scdb_broker *b, const rq *q, bk_client *c, uint64_t id, int free_it)
@@ -548,8 +556,8 @@ static void on_session_open(scdb_broker *b, const rq *q, bk_client *c,
     bk_on_session_open(b, c, so, &r, &sr, &e, msg, sizeof msg);
     if (e)
         reply(b, q, e, NULL, "%s", msg);
-    else
-        reply(b, q, SCDB_OK, &r, NULL);
+    else if (reply(b, q, SCDB_OK, &r, NULL))
+        bk_session_close_id(b, c, sr.session, 0, msg, sizeof msg);   /* never named */
 }
 
 static int on_session_evict(scdb_broker *b, const rq *q, bk_client *c, Scdb__Request *req)
@@ -650,7 +658,7 @@ void bk_handle(scdb_broker *b, int sock, zmq_msg_t *frames, int n_frames, int to
     rq q = {.sock = sock, .ident = &frames[0], .id = 0, .op = OP_INVALID,
             .t0 = scdb_now_ns()};
     Scdb__Request *req = NULL;
-    bk_client *c;
+    bk_client *c = NULL;
     int n_payload = n_frames - 2, owned = 0;
     uint32_t expect;
 
@@ -717,6 +725,14 @@ void bk_handle(scdb_broker *b, int sock, zmq_msg_t *frames, int n_frames, int to
               b->inflight);
         goto done;
     }
+    if ((q.op == OP_PUT || q.op == OP_GET || q.op == OP_DELETE || q.op == OP_SESSION_EVICT ||
+         q.op == OP_PUT_STATES) &&
+        c && c->inflight >= b->cfg.max_inflight_per_client) {
+        reply(b, &q, SCDB_EBUSY, NULL,
+              "this client has %d requests in flight (max_inflight_per_client): read the "
+              "replies first", c->inflight);
+        goto done;
+    }
     switch (q.op) {
     case OP_PING: {
         Scdb__Reply r = SCDB__REPLY__INIT;
@@ -762,5 +778,6 @@ void bk_handle(scdb_broker *b, int sock, zmq_msg_t *frames, int n_frames, int to
     default: reply(b, &q, SCDB_EPROTO, NULL, "unexpected request"); break;
     }
 done:
+    if (owned && c) c->inflight++;     /* its job's; bk_job_done gives it back */
     if (!owned) scdb__request__free_unpacked(req, NULL);
 }

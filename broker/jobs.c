@@ -76,9 +76,16 @@ void bk_job_free(bk_job *j)
 
 void bk_job_done(scdb_broker *b, bk_job *j)
 {
-    if (j->reply) bk_send_reply(b, j->sock, &j->ident, j->reply, j->reply_len);
+    if (j->reply)
+        bk_send_reply(b, j->sock, &j->ident, j->reply, j->reply_len);
+    else
+        bk_send_status(b, j->sock, &j->ident, j->req_id, SCDB_ENOMEM, "out of memory (reply)");
     bk_account(b, j->op, j->status, j->t0_ns);
     bk_metrics_job_done(b, j);
+    if (j->req) {   /* the client's share of max_inflight_per_client */
+        bk_client *c = bk_client_find(b, j->req->client);
+        if (c && c->inflight > 0) c->inflight--;
+    }
     if (j->op == OP_SESSION_EVICT) bk_session_evict_done(b, bk_client_find(b, j->client), j);
     if (j->arena) {
         j->arena->busy = 0;

@@ -69,6 +69,23 @@ void bk_send_reply(scdb_broker *b, int sock, zmq_msg_t *ident, const void *buf,
     zmq_send(b->router[sock], buf, len, ZMQ_DONTWAIT);
 }
 
+void bk_send_status(scdb_broker *b, int sock, zmq_msg_t *ident, uint64_t id, scdb_err status,
+                    const char *msg)
+{
+    Scdb__Reply r = SCDB__REPLY__INIT;
+    uint8_t buf[320];
+    size_t n;
+
+    r.version = SCDB_PROTO_VERSION;
+    r.id = id;
+    r.status = (int32_t)status;
+    r.message = (char *)(msg && strlen(msg) < 256 ? msg : "");
+    n = scdb__reply__get_packed_size(&r);
+    if (n > sizeof buf) return;     /* cannot happen: 256 message bytes + 4 fields */
+    n = scdb__reply__pack(&r, buf);
+    bk_send_reply(b, sock, ident, buf, n);
+}
+
 void bk_job_finish(bk_job *j, scdb_err status, Scdb__Reply *body, const char *fmt, ...)
 {
     char msg[512] = "";
@@ -80,5 +97,8 @@ void bk_job_finish(bk_job *j, scdb_err status, Scdb__Reply *body, const char *fm
         va_end(ap);
     }
     j->status = status;
-    if (bk_pack_reply(j->req_id, status, msg, body, &j->reply, &j->reply_len)) j->reply = NULL;
+    if (bk_pack_reply(j->req_id, status, msg, body, &j->reply, &j->reply_len)) {
+        j->reply = NULL;            /* bk_job_done answers SCDB_ENOMEM instead */
+        j->status = SCDB_ENOMEM;
+    }
 }

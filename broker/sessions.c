@@ -24,6 +24,12 @@
  * geometry recorded at open (geom), and copies the compacted result back.
  * A damaged header is an error reply (SCDB_EFORMAT), never a crash.
  *
+ * CUDA IPC arenas: the accumulators live beside the cache in the GPU's
+ * memory (bk_cuda_stats_create: the same layout, exported with its own IPC
+ * handle in the SessionOpen reply), libscdb folds each step there with the
+ * CUDA kernels, and the eviction runs on the device (evict_dev.c): only its
+ * 64-byte header comes down to be checked, and the slot -> position map.
+ *
  * Threads: open/close and the prepare step run on the main thread; the
  * eviction itself on a worker, holding references on both arenas and the
  * KV arena's busy flag (so a get cannot write into it meanwhile). */
@@ -69,12 +75,6 @@ void bk_on_session_open(scdb_broker *b, bk_client *c, const Scdb__SessionOpen *s
                  (unsigned long long)kv->id);
         return;
     }
-    if (kv->dev) {
-        *status = SCDB_EUNSUPPORTED;
-        snprintf(msg, msglen, "arena %llu is a CUDA IPC arena: live sessions (eviction) run on "
-                 "host arenas only for now", (unsigned long long)kv->id);
-        return;
-    }
     if (kv->session) {
         *status = SCDB_EBUSY;
         snprintf(msg, msglen, "arena %llu already has live session %llu",
@@ -116,6 +116,12 @@ void bk_on_session_open(scdb_broker *b, bk_client *c, const Scdb__SessionOpen *s
         snprintf(msg, msglen, "window %u exceeds %d", so->window, MAX_WINDOW);
         return;
     }
+    if (b->cfg.max_sessions_per_client && c->n_sessions >= b->cfg.max_sessions_per_client) {
+        *status = SCDB_EFULL;
+        snprintf(msg, msglen, "client holds %u live sessions (max_sessions_per_client)",
+                 c->n_sessions);
+        return;
+    }
     if (c->n_arenas >= b->cfg.max_arenas_per_client) {
         *status = SCDB_EFULL;
         snprintf(msg, msglen, "client holds %u arenas (max_arenas_per_client; a session "
@@ -137,19 +143,31 @@ void bk_on_session_open(scdb_broker *b, bk_client *c, const Scdb__SessionOpen *s
         snprintf(msg, msglen, "out of memory");
         return;
     }
-    e = bk_shm_create(b, c, bytes, BK_ARENA_SESSION, &st, msg, msglen);
-    if (e) {
-        free(s);
-        *status = e;
-        return;
-    }
-    e = scdb_evict_acc_init(st->map, st->size, &shape, &acc);
-    if (e) {
-        bk_arena_remove(b, c, st);
-        free(s);
-        *status = e;
-        snprintf(msg, msglen, "cannot lay out the accumulators: %s", scdb_strerror(e));
-        return;
+    if (kv->dev) {
+        /* a CUDA IPC arena: the accumulators go beside its cache, in device
+         * memory exported the same way (the client folds on the device) */
+        e = bk_cuda_stats_create(b, c, &shape, &s->geom, &st, msg, msglen);
+        if (e) {
+            free(s);
+            *status = e;
+            return;
+        }
+        acc = &s->geom;
+    } else {
+        e = bk_shm_create(b, c, bytes, BK_ARENA_SESSION, &st, msg, msglen);
+        if (e) {
+            free(s);
+            *status = e;
+            return;
+        }
+        e = scdb_evict_acc_init(st->map, st->size, &shape, &acc);
+        if (e) {
+            bk_arena_remove(b, c, st);
+            free(s);
+            *status = e;
+            snprintf(msg, msglen, "cannot lay out the accumulators: %s", scdb_strerror(e));
+            return;
+        }
     }
     /* the accumulators follow the cache from its current length: slots
      * already there (a get) are recorded by the client's first fold */
@@ -175,10 +193,20 @@ void bk_on_session_open(scdb_broker *b, bk_client *c, const Scdb__SessionOpen *s
                s->budget, s->cadence);
 
     sr->session = s->id;
+    if (st->dev) {
+        /* the handle goes in this reply only, to the arena's owner */
+        sr->cuda = 1;
+        sr->stats_cuda_ipc_handle.data = st->ipc_handle;
+        sr->stats_cuda_ipc_handle.len = sizeof st->ipc_handle;
+        sr->cuda_device = b->cuda_ordinal;
+        sr->cuda_pci_bus_id = st->pci_bus_id;
+        sr->stats_size = s->geom.bytes;
+    } else {
+        sr->stats_fd_ticket.data = st->ticket;
+        sr->stats_fd_ticket.len = sizeof st->ticket;
+        sr->stats_size = st->size;
+    }
     sr->stats_shm_name = (char *)"";
-    sr->stats_fd_ticket.data = st->ticket;
-    sr->stats_fd_ticket.len = sizeof st->ticket;
-    sr->stats_size = st->size;
     sr->stats_arena = st->id;
     sr->budget = s->budget;
     sr->cadence = s->cadence;
@@ -273,6 +301,88 @@ static int acc_matches(const scdb_evict_acc *a, const scdb_evict_acc *g)
            a->window == g->window && a->bytes == g->bytes;
 }
 
+/* A CUDA IPC arena's eviction (evict.h, "on a device"): the header comes
+ * down and is checked; everything else stays on the device.  No private
+ * copy of the accumulators: on the device nothing the client can write is
+ * ever used as a length, an offset or an index (the geometry is geom, the
+ * live count the checked header's and the arena's, the keep list
+ * select_topb's, valid whatever the scores hold), so a client that writes
+ * them during an eviction can only spoil its own session. */
+static void run_evict_dev(bk_job *j)
+{
+    bk_arena *kv = j->arena, *st = j->stats;
+    scdb_kv_cache *cache = kv->cache;
+    const scdb_k_ops *ops = scdb_k_ops_get(SCDB_DEV_CUDA);
+    Scdb__Reply r = SCDB__REPLY__INIT;
+    Scdb__SessionEvictReply er = SCDB__SESSION_EVICT_REPLY__INIT;
+    _Alignas(64) unsigned char hb[sizeof(scdb_evict_acc)];
+    scdb_evict_acc *acc = NULL;
+    int32_t *map = NULL;
+    char msg[256] = "";
+    uint32_t hdr_n;
+    int n_keep = 0, before;
+    uint64_t t0;
+    scdb_err e;
+
+    t0 = scdb_now_ns();
+    if ((e = ops->download(hb, st->dev, sizeof hb))) {
+        snprintf(msg, sizeof msg, "cannot read the session's accumulator header: %s",
+                 scdb_strerror(e));
+        goto out;
+    }
+    e = scdb_evict_acc_attach(hb, (size_t)j->geom.bytes, &acc);
+    if (e || !acc_matches(acc, &j->geom)) {
+        snprintf(msg, sizeof msg,
+                 "the session's accumulator header was overwritten (%s): close the session",
+                 e ? scdb_strerror(e) : "geometry differs from the one created");
+        e = SCDB_EFORMAT;
+        goto out;
+    }
+    hdr_n = __atomic_load_n(&kv->hdr->n, __ATOMIC_ACQUIRE);
+    if (hdr_n > (uint32_t)cache->capacity) {
+        snprintf(msg, sizeof msg, "arena header says %u live slots; the arena holds %d", hdr_n,
+                 cache->capacity);
+        e = SCDB_ERANGE;
+        goto out;
+    }
+    cache->n = (int)hdr_n;
+    if (acc->n != cache->n) {
+        snprintf(msg, sizeof msg,
+                 "the accumulators cover %d slots but the cache holds %d: fold every appended "
+                 "slot in first (scdb_session_add_stats)", acc->n, cache->n);
+        e = SCDB_EMISMATCH;
+        goto out;
+    }
+    before = cache->n;
+    if (!(map = malloc(sizeof *map * (size_t)(before ? before : 1)))) {
+        e = SCDB_ENOMEM;
+        snprintf(msg, sizeof msg, "out of memory");
+        goto out;
+    }
+    e = scdb_evict_dev_run(ops, j->policy->policy, cache, acc, st->dev, (int)j->budget,
+                           st->dev_scratch, map, &n_keep);
+    er.evict_ns = scdb_now_ns() - t0;
+    j->work_ns = er.evict_ns;
+    if (e) {
+        snprintf(msg, sizeof msg, "policy %s failed on the device: %s", j->policy->name,
+                 scdb_strerror(e));
+        goto out;
+    }
+    __atomic_store_n(&kv->hdr->n, (uint32_t)cache->n, __ATOMIC_RELEASE);
+    __atomic_add_fetch(&kv->hdr->gen, 1, __ATOMIC_RELEASE);
+    j->n_before = (uint32_t)before;
+    j->n_kept = (uint32_t)n_keep;
+    er.n_before = (uint32_t)before;
+    er.n_kept = (uint32_t)n_keep;
+    er.n_slot_pos = (size_t)n_keep;
+    er.slot_pos = map;
+    r.body_case = SCDB__REPLY__BODY_SESSION_EVICT;
+    r.session_evict = &er;
+out:
+    bk_job_finish(j, e, e ? NULL : &r, "%s", msg);
+    free(map);
+}
+
 void bk_session_run_evict(scdb_broker *b, bk_job *j)
 {
     bk_arena *kv = j->arena, *st = j->stats;
@@ -290,6 +400,10 @@ void bk_session_run_evict(scdb_broker *b, bk_job *j)
     scdb_err e;
 
     (void)b;
+    if (kv->dev) {
+        run_evict_dev(j);
+        return;
+    }
     /* a private copy: the client cannot change what we validated */
     if (posix_memalign(&copy, 64, st->size)) {
         bk_job_finish(j, SCDB_ENOMEM, NULL, "out of memory");

@@ -58,9 +58,11 @@ static void usage(FILE *f)
 "  --post-rope          code K after RoPE (ablation)\n"
 "  --hidden H, --steps S  aligner width (128) and Adam steps (1500)\n"
 "  --no-identity        do not write the producer -> producer pair\n"
-"  --device D           auto | cpu | cuda (default auto).  Calibration has no\n"
-"                       CUDA path yet: auto runs on the CPU and logs why, cuda\n"
-"                       fails (exit 1)\n"
+"  --device D           auto | cpu | cuda (default auto: CUDA when a device\n"
+"                       answers).  On cuda the statistics windows' forwards and\n"
+"                       moments, the measured-KL decodes and forwards and the\n"
+"                       aligners' Adam loops run on the GPU (codec.h:\n"
+"                       scdb_calib_set_device); the fits stay on the CPU\n"
 "  -o OUTDIR            output root (e.g. data)\n");
 }
 
@@ -159,7 +161,7 @@ int scdb_cmd_calibrate(int argc, char **argv)
         usage(stderr);
         return 2;
     }
-    if (scdb_device_resolve_cpu_only(dev_pref, "scdb calibrate", &dev, why, sizeof why)) {
+    if (scdb_device_resolve(dev_pref, &dev, why, sizeof why)) {
         fprintf(stderr, "calibrate: %s\n", why);
         return 1;
     }
@@ -178,6 +180,12 @@ int scdb_cmd_calibrate(int argc, char **argv)
     scdb_calib_opts o = {.window = window, .n_eval = n_eval, .verbose = 1};
     if ((rc = scdb_calib_new(prod, (const scdb_model *const *)cons, n_cons, &o, &cal))) {
         fprintf(stderr, "calibrate: %s (consumers must share the producer's architecture)\n",
+                scdb_strerror(rc));
+        goto done;
+    }
+    /* the CPU is the host path itself; a device gets the heavy parts */
+    if (dev != SCDB_DEV_CPU && (rc = scdb_calib_set_device(cal, dev))) {
+        fprintf(stderr, "calibrate: cannot use the %s: %s\n", scdb_device_name(dev),
                 scdb_strerror(rc));
         goto done;
     }

@@ -10,7 +10,10 @@
  *   3. one consumer process per specialist, one after the other (so their
  *      timings do not share the two cores): its own prefill of the prefix as
  *      the reference, then lookup + get of the prefix into a broker-owned
- *      shared-memory arena (decoded into its own KV space), the last prefix
+ *      arena (shared memory; with --device cuda a CUDA IPC arena the broker
+ *      decodes into on its GPU, the consumer's model running there through
+ *      scdb_model_dev and its live session folding on the device) (decoded
+ *      into its own KV space), the last prefix
  *      token re-run for the first logits, and two greedy continuations: one
  *      from the whole decoded prefix, one in the arena through a live
  *      session that keeps it within a slot budget with the learned eviction
@@ -43,7 +46,8 @@ typedef struct demo {
     int prefix, gen;
     int budget, cadence;  /* live session */
     const char *policy;
-    scdb_device_pref device;  /* what the broker gets (the demo resolves to CPU) */
+    scdb_device_pref device;  /* what the broker gets (the resolved device) */
+    scdb_device dev;          /* where the consumers run: CPU or CUDA */
     /* consumer i continues a prefix of its own domain's held-out text (or of
      * --text): its tokens, where they come from */
     int32_t *tokens[MAX_CONSUMERS];
@@ -72,9 +76,10 @@ static void usage(FILE *f)
             "  --policy NAME  live session: distillcache (DIR/policies/distillcache_base),\n"
             "                 full, streaming, h2o, snapkv or tova (default distillcache)\n"
             "  --cadence N    live session: evict every N generated tokens (default 8)\n"
-            "  --device D     auto | cpu | cuda (default auto).  The demo's consumers run\n"
-            "                 their model on the CPU in shared-memory arenas (no CUDA\n"
-            "                 path yet): auto runs on the CPU and logs why, cuda fails\n"
+            "  --device D     auto | cpu | cuda (default auto: CUDA when a device answers).\n"
+            "                 On cuda the broker decodes into CUDA IPC arenas and the\n"
+            "                 consumers run their model and live session on the GPU (the\n"
+            "                 producer stays on the CPU: it captures into shared memory)\n"
             "exit status: 0 all steps ran, 1 a step failed, 2 usage error.\n",
             scdb_cli_data_dir());
 }
@@ -99,23 +104,32 @@ static scdb_err connect_retry(const char *endpoint, scdb **h)
  * session, each step's attention goes into its statistics and the broker
  * evicts on the session's cadence; *evictions counts them, *max_n the
  * largest cache seen, *evict_ns the broker's policy time. */
-static scdb_err generate(const scdb_model *m, scdb_kv_cache *c, float *logits, int gen,
+static scdb_err generate(scdb_model_dev *md, scdb_kv_cache *c, float *logits, int gen,
                          int32_t *out, scdb_session *s, int *evictions, int *max_n,
                          uint64_t *evict_ns)
 {
-    const scdb_model_config *cf = scdb_model_cfg(m);
+    const scdb_model_config *cf = scdb_model_cfg(scdb_model_dev_model(md));
+    const scdb_k_ops *ops = scdb_model_dev_ops(md);
     int V = cf->vocab_size;
     scdb_capture cap = {0};
-    scdb_err rc = SCDB_OK;
+    void *dlg = NULL, *dp = NULL;
+    scdb_err rc;
 
+    /* logits and attention where the model runs (the device's memory) */
+    if ((rc = ops->alloc((size_t)V * sizeof(float), &dlg))) return rc;
     if (s) {
         cap.probs_slots = c->capacity;
-        cap.probs = malloc((size_t)cf->n_layers * cf->n_heads * c->capacity * sizeof *cap.probs);
-        if (!cap.probs) return SCDB_ENOMEM;
+        if ((rc = ops->alloc((size_t)cf->n_layers * cf->n_heads * c->capacity * sizeof(float),
+                             &dp))) {
+            ops->release(dlg);
+            return rc;
+        }
+        cap.probs = dp;
     }
     for (int i = 0; i < gen; i++) {
         out[i] = argmax(logits, V);
-        rc = scdb_model_forward(m, &out[i], NULL, 1, c, logits, s ? &cap : NULL);
+        rc = scdb_model_dev_forward(md, &out[i], NULL, 1, c, dlg, s ? &cap : NULL);
+        if (!rc) rc = ops->download(logits, dlg, (size_t)V * sizeof(float));
         if (rc) break;
         if (s) {
             scdb_session_evict_result ev;
@@ -125,7 +139,8 @@ static scdb_err generate(const scdb_model *m, scdb_kv_cache *c, float *logits, i
             *evict_ns += ev.evict_ns;
         }
     }
-    free(cap.probs);
+    ops->release(dp);
+    ops->release(dlg);
     return rc;
 }
 
@@ -165,6 +180,7 @@ static size_t prefix_offset(const demo *d, const char *name, const unsigned char
     size_t start = len >= (48u << 10) + need ? 48u << 10 : 0, first = SIZE_MAX;
     char dir[1024], err[256];
     scdb_model *m = NULL;
+    scdb_model_dev *md = NULL;
     scdb_kv_cache *c = NULL;
     float *lg = NULL;
     int32_t *tok = NULL, *out = NULL;
@@ -172,6 +188,7 @@ static size_t prefix_offset(const demo *d, const char *name, const unsigned char
 
     snprintf(dir, sizeof dir, "%s/models/%s", d->data, name);
     if (scdb_model_load(dir, &m, err, sizeof err) ||
+        scdb_model_dev_new(m, SCDB_DEV_CPU, &md) ||
         scdb_model_cache_new(m, (int)need, &c)) goto done;
     lg = malloc((size_t)d->prefix * scdb_model_cfg(m)->vocab_size * sizeof *lg);
     tok = malloc(need * sizeof *tok);
@@ -187,7 +204,7 @@ static size_t prefix_offset(const demo *d, const char *name, const unsigned char
         int V = scdb_model_cfg(m)->vocab_size;
         if (scdb_model_forward(m, tok, NULL, d->prefix, c, lg, NULL)) break;
         memmove(lg, lg + (size_t)(d->prefix - 1) * V, (size_t)V * sizeof *lg);
-        if (generate(m, c, lg, d->gen, out, NULL, NULL, NULL, NULL)) break;
+        if (generate(md, c, lg, d->gen, out, NULL, NULL, NULL, NULL)) break;
         if (inked(out, d->gen)) {
             first = p;
             break;
@@ -198,6 +215,7 @@ done:
     free(tok);
     free(out);
     scdb_kv_cache_free(&c);
+    scdb_model_dev_free(&md);
     scdb_model_free(&m);
     return first == SIZE_MAX ? start : first;
 }
@@ -301,12 +319,15 @@ static int consumer(const demo *d, const char *name)
     const int32_t *tokens = d->tokens[me];
     char dir[1024], err[512], a[128], b[128], l[128];
     scdb_model *m = NULL;
+    scdb_model_dev *md = NULL;
+    const scdb_k_ops *ops = NULL;
     scdb_kv_cache *own = NULL, *full = NULL;
     scdb *h = NULL;
     scdb_arena *arena = NULL;
     scdb_session *sess = NULL;
     scdb_capture cap = {0};
-    float *lg_own = NULL, *lg = NULL, *lg0 = NULL, *lg_rest = NULL;
+    float *lg = NULL, *lg0 = NULL;
+    void *dlg = NULL, *dprobs = NULL;     /* the device's: logits, attention */
     int32_t *gen_own = NULL, *gen_scdb = NULL, *gen_live = NULL;
     int rc = 1, evictions = 0, max_n = 0;
     uint64_t evict_ns = 0;
@@ -317,39 +338,50 @@ static int consumer(const demo *d, const char *name)
         fprintf(stderr, "consumer %s: %s (%s)\n", name, err, scdb_strerror(e));
         goto done;
     }
+    /* the model where the arena lives: the CPU table is the host forward */
+    if ((e = scdb_model_dev_new(m, d->dev, &md))) {
+        fprintf(stderr, "consumer %s: cannot put the model on the %s: %s\n", name,
+                scdb_device_name(d->dev), scdb_strerror(e));
+        goto done;
+    }
+    ops = scdb_model_dev_ops(md);
     const scdb_model_config *c = scdb_model_cfg(m);
     int V = c->vocab_size, cap_slots = d->prefix + d->gen;
-    lg_own = malloc((size_t)d->prefix * V * sizeof *lg_own);
     lg = malloc((size_t)V * sizeof *lg);
     lg0 = malloc((size_t)V * sizeof *lg0);
     gen_own = malloc((size_t)d->gen * sizeof *gen_own);
     gen_scdb = malloc((size_t)d->gen * sizeof *gen_scdb);
     gen_live = malloc((size_t)d->gen * sizeof *gen_live);
-    if (!lg_own || !lg || !lg0 || !gen_own || !gen_scdb || !gen_live) goto done;
+    if (!lg || !lg0 || !gen_own || !gen_scdb || !gen_live) goto done;
+    if ((e = ops->alloc((size_t)d->prefix * V * sizeof(float), &dlg))) goto done;
 
     /* reference: the consumer prefills the prefix itself */
-    if ((e = scdb_model_cache_new(m, cap_slots, &own))) goto done;
+    if ((e = scdb_model_dev_cache_new(md, cap_slots, &own))) goto done;
     double t0 = scdb_now();
-    if ((e = scdb_model_forward(m, tokens, NULL, d->prefix, own, lg_own, NULL))) goto done;
+    if ((e = scdb_model_dev_forward(md, tokens, NULL, d->prefix, own, dlg, NULL)) ||
+        (e = ops->download(lg, (float *)dlg + (size_t)(d->prefix - 1) * V, (size_t)V * 4)))
+        goto done;
     double ttft_own = scdb_now() - t0;
-    memcpy(lg, lg_own + (size_t)(d->prefix - 1) * V, (size_t)V * sizeof *lg);
-    if ((e = generate(m, own, lg, d->gen, gen_own, NULL, NULL, NULL, NULL))) goto done;
+    if ((e = generate(md, own, lg, d->gen, gen_own, NULL, NULL, NULL, NULL))) goto done;
 
     /* via scdb: lookup + get into the broker-made arena, then the first
      * token's logits by re-running the last prefix token over the decoded
      * cache (its attention kept for the live session's statistics) */
     if ((e = connect_retry(d->sock, &h)) ||
         (e = scdb_register(h, SCDB_CONSUMER, name, "base-scd", NULL)) ||
-        (e = scdb_arena_new(h, cap_slots, &arena))) {
+        (e = d->dev == SCDB_DEV_CUDA ? scdb_arena_new_cuda(h, cap_slots, &arena)
+                                     : scdb_arena_new(h, cap_slots, &arena))) {
         fprintf(stderr, "consumer %s: broker: %s (%s)\n", name, h ? scdb_last_error(h) : "",
                 scdb_strerror(e));
         goto done;
     }
-    scdb_kv_cache *kv = scdb_arena_cache(arena);
+    scdb_kv_cache *kv = d->dev == SCDB_DEV_CUDA ? scdb_arena_cache_device(arena, NULL)
+                                                : scdb_arena_cache(arena);
     cap.probs_slots = cap_slots;
-    cap.probs = malloc((size_t)c->n_layers * c->n_heads * d->prefix * cap_slots *
-                       sizeof *cap.probs);
-    if (!cap.probs) goto done;
+    if ((e = ops->alloc((size_t)c->n_layers * c->n_heads * d->prefix * cap_slots * sizeof(float),
+                        &dprobs)))
+        goto done;
+    cap.probs = dprobs;
     scdb_lookup_result lr;
     scdb_get_result gr;
     t0 = scdb_now();
@@ -363,22 +395,22 @@ static int consumer(const demo *d, const char *name)
     /* keep have-1 slots, re-run token have-1 (and prefill any uncached suffix) */
     kv->n = have - 1;
     int rest = d->prefix - (have - 1);
-    lg_rest = malloc((size_t)rest * V * sizeof *lg_rest);
-    if (!lg_rest) goto done;
-    e = scdb_model_forward(m, tokens + have - 1, NULL, rest, kv, lg_rest, &cap);
+    e = scdb_model_dev_forward(md, tokens + have - 1, NULL, rest, kv, dlg, &cap);
+    if (!e) e = ops->download(lg0, (float *)dlg + (size_t)(rest - 1) * V, (size_t)V * 4);
     double ttft_scdb = scdb_now() - t0;
     if (e) goto done;
-    memcpy(lg0, lg_rest + (size_t)(rest - 1) * V, (size_t)V * sizeof *lg0);
 
     /* continuation 1: the whole decoded prefix (a private copy) */
-    if ((e = scdb_model_cache_new(m, cap_slots, &full))) goto done;
-    memcpy(full->mem, kv->mem, scdb_kv_cache_bytes(kv->n_layers, kv->n_kv_heads, kv->head_dim,
-                                                   kv->capacity));
+    if ((e = scdb_model_dev_cache_new(md, cap_slots, &full)) ||
+        (e = ops->dcopy(full->mem, kv->mem, scdb_kv_cache_bytes(kv->n_layers, kv->n_kv_heads,
+                                                                kv->head_dim, kv->capacity))))
+        goto done;
     full->n = kv->n;
     memcpy(lg, lg0, (size_t)V * sizeof *lg);
-    if ((e = generate(m, full, lg, d->gen, gen_scdb, NULL, NULL, NULL, NULL))) goto done;
+    if ((e = generate(md, full, lg, d->gen, gen_scdb, NULL, NULL, NULL, NULL))) goto done;
 
-    /* continuation 2: in the arena, through a live session at the budget */
+    /* continuation 2: in the arena, through a live session at the budget
+     * (on a CUDA arena the statistics fold on the GPU: probs stay there) */
     scdb_session_opts so = {.budget = (uint32_t)d->budget, .policy = d->policy,
                             .cadence = (uint32_t)d->cadence, .n_heads = c->n_heads};
     if ((e = scdb_session_open(arena, &so, &sess)) ||
@@ -389,7 +421,7 @@ static int consumer(const demo *d, const char *name)
     }
     max_n = kv->n;
     memcpy(lg, lg0, (size_t)V * sizeof *lg);
-    if ((e = generate(m, kv, lg, d->gen, gen_live, sess, &evictions, &max_n, &evict_ns))) {
+    if ((e = generate(md, kv, lg, d->gen, gen_live, sess, &evictions, &max_n, &evict_ns))) {
         fprintf(stderr, "consumer %s: live session: %s (%s)\n", name, scdb_last_error(h),
                 scdb_strerror(e));
         goto done;
@@ -419,11 +451,15 @@ done:
     scdb_session_close(&sess);
     scdb_arena_free(&arena);
     scdb_close(&h);
-    scdb_kv_cache_free(&own);
-    scdb_kv_cache_free(&full);
+    scdb_model_dev_cache_free(md, &own);
+    scdb_model_dev_cache_free(md, &full);
+    if (ops) {
+        ops->release(dprobs);
+        ops->release(dlg);
+    }
+    scdb_model_dev_free(&md);
     scdb_model_free(&m);
-    free(cap.probs);
-    free(lg_own); free(lg); free(lg0); free(lg_rest);
+    free(lg); free(lg0);
     free(gen_own); free(gen_scdb); free(gen_live);
     return rc;
 }
@@ -519,14 +555,14 @@ int scdb_cmd_demo(int argc, char **argv)
         return 2;
     }
     {
-        scdb_device dev;
         char why[384];
-        if (scdb_device_resolve_cpu_only(d.device, "scdb demo", &dev, why, sizeof why)) {
+        if (scdb_device_resolve(d.device, &d.dev, why, sizeof why)) {
             fprintf(stderr, "scdb demo: %s\n", why);
             return 1;
         }
-        fprintf(stderr, "scdb demo: device %s (%s)\n", scdb_device_name(dev), why);
-        d.device = SCDB_DEVPREF_CPU;     /* the broker decodes into CPU arenas */
+        fprintf(stderr, "scdb demo: device %s (%s)\n", scdb_device_name(d.dev), why);
+        /* the broker on the same device: CUDA IPC arenas need it there */
+        d.device = d.dev == SCDB_DEV_CUDA ? SCDB_DEVPREF_CUDA : SCDB_DEVPREF_CPU;
     }
     static const char *specialists[] = {"code", "manpages"};
     for (size_t i = 0; i < SCDB_ARRAY_LEN(specialists); i++) {
@@ -595,8 +631,11 @@ int scdb_cmd_demo(int argc, char **argv)
     rc = 0;
     for (int i = 0; i < d.n_consumers; i++)
         if (run_child(consumer, &d, d.consumers[i]) != 0) rc = 1;
-    printf("\nTTFT via scdb = lookup + get (broker decodes the stored codes into this consumer's\n"
-           "shared-memory arena) + re-running the last prefix token; own = prefill of the prefix.\n"
+    printf("\nconsumers on the %s%s.\n", scdb_device_name(d.dev),
+           d.dev == SCDB_DEV_CUDA ? " (CUDA IPC arenas; the broker decodes and evicts on the GPU)"
+                                  : " (shared-memory arenas)");
+    printf("TTFT via scdb = lookup + get (broker decodes the stored codes into this consumer's\n"
+           "arena) + re-running the last prefix token; own = prefill of the prefix.\n"
            "same tokens = greedy tokens equal to the own-prefill continuation's, position by\n"
            "position; the live session generates in the arena while the broker keeps it within\n"
            "the budget (evicting every --cadence tokens; us = broker time per eviction).\n");

@@ -140,6 +140,24 @@ scdb_err scdb_cl_cuda_open(scdb *h, const uint8_t *handle, size_t len, int ordin
                            const char *pci, void **dev_ptr, int *device);
 void scdb_cl_cuda_close(void *dev_ptr, int device);
 
+/* cuda.c, live sessions on CUDA arenas: the CUDA driver (libcuda.so.1,
+ * dlopen'd) and libscdb's accumulator kernels loaded into device `device`'s
+ * primary context.  Errors: SCDB_EUNSUPPORTED (no driver, or a libscdb built
+ * without nvcc), SCDB_EDEVICE; scdb_cl_cuda_error() says why (this
+ * thread's last failure).  The ops table's acc_update takes a
+ * scdb_cl_cuda_launch as its `stream`. */
+typedef struct scdb_cl_cuda_launch {
+    int device;                  /* our numbering */
+    void *stream;                /* CUstream / cudaStream_t; NULL: default */
+} scdb_cl_cuda_launch;
+const scdb_k_ops *scdb_cl_cuda_session_ops(void);
+const char *scdb_cl_cuda_error(void);
+scdb_err scdb_cl_cuda_prepare(int device);
+scdb_err scdb_cl_cuda_alloc(int device, size_t bytes, void **out);
+void scdb_cl_cuda_free(int device, void *p);
+scdb_err scdb_cl_cuda_download(int device, void *dst, const void *src, size_t bytes);
+scdb_err scdb_cl_cuda_sync(int device, void *stream);
+
 /* session.c: unmap and free a session locally (no message). */
 void scdb_cl_session_drop(scdb_session *s);
 

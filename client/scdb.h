@@ -137,12 +137,13 @@
  *     arena: SCDB_ECLOSED): do not touch its device memory, free it.
  *   - a get writes pos, K and V on the device and is complete when
  *     scdb_get returns (the broker synchronises before replying); the
- *     header (n, gen) stays in shared memory.  Live sessions (eviction)
- *     work on host arenas only for now: SCDB_EUNSUPPORTED here.
+ *     header (n, gen) stays in shared memory.  Live sessions work on CUDA
+ *     arenas too: see "Live sessions", "On a CUDA arena".
  *   - this path is compile-checked only so far: the CUDA twins it runs are
  *     tested op by op on a GPU (tests/test_kernels_cuda.c), and the decode
- *     sequence on the CPU twins (test_codec), but the IPC path itself is
- *     exercised only by tests/test_cuda_ipc.c, which skips without a GPU.
+ *     and session sequences on the CPU twins (test_codec, test_evict,
+ *     test_broker), but the IPC path itself is exercised only by
+ *     tests/test_cuda_ipc.c, which skips without a GPU.
  *
  * Live sessions: see the section of that name below.
  */
@@ -346,10 +347,10 @@ scdb_err scdb_lookup(scdb *h, const int32_t *tokens, size_t n_tokens, scdb_looku
 
 /* A shared-memory arena holding one KV cache of `capacity` slots (0: the
  * model's max_seq_len) shaped for our model.  Errors: SCDB_ETOOBIG (over
- * the broker's max_arena_bytes), SCDB_EFULL (per-client arena count, total
- * arena bytes, or memory full), SCDB_ESYS (the fd socket refused us —
- * its path and errno in scdb_last_error — or mmap failed), SCDB_EPROTO
- * (bad arena header), common. */
+ * the broker's max_arena_bytes), SCDB_EFULL (per-client arena count or
+ * bytes, total arena bytes, or memory full), SCDB_ESYS (the fd socket
+ * refused us — its path and errno in scdb_last_error — or mmap failed),
+ * SCDB_EPROTO (bad arena header), common. */
 scdb_err scdb_arena_new(scdb *h, int capacity, scdb_arena **out);
 /* The arena's cache (slot-indexed, kv_cache.h).  n is updated by every get;
  * the caller may append slots itself (prefill the suffix) and move n.
@@ -453,7 +454,30 @@ scdb_err scdb_delete(scdb *h, const int32_t *tokens, size_t n_tokens, uint32_t f
  * a session belongs to its arena; freeing the arena ends it; after a
  * broker restart, or if an eviction timed out, calls return SCDB_ECLOSED
  * (close it; the cache's contents are not defined after a timed-out
- * eviction).  Sessions must be closed before scdb_close or not at all. */
+ * eviction).  Sessions must be closed before scdb_close or not at all.
+ *
+ * On a CUDA arena (scdb_arena_new_cuda) the session's accumulators are
+ * device memory too, on the arena's GPU (the broker exports them with the
+ * cache; the same layout), and the whole loop stays on the device:
+ *   - probs given to scdb_session_add_stats / _step is a DEVICE pointer
+ *     (the forward's attention where it computed it); libscdb folds it with
+ *     its own CUDA kernels, launched through the CUDA driver (libcuda.so.1,
+ *     dlopen'd like the runtime: $SCDB_LIBCUDA overrides) in the device's
+ *     primary context, on the session's stream (scdb_session_set_stream;
+ *     default: the legacy default stream), with no copy to the host and no
+ *     message.
+ *   - an eviction (scdb_session_evict, or _step on its cadence) first
+ *     synchronises that stream, then the broker scores, selects and
+ *     compacts on its GPU and synchronises before it replies.  Work that
+ *     writes the cache on other streams must be complete before an
+ *     eviction (as for the host: do not touch the cache while one runs).
+ *   - fold only through scdb_session_add_stats: libscdb keeps the
+ *     accumulators' slot count itself (reading it back from the device
+ *     would cost a round trip per step); scdb_session_accumulators returns
+ *     the device pointer, for reading.
+ *   - a libscdb built without nvcc has no kernels: add_stats fails with
+ *     SCDB_EUNSUPPORTED (the session opens; evictions work on what was
+ *     folded, i.e. nothing). */
 
 typedef struct scdb_session scdb_session;
 
@@ -472,6 +496,8 @@ typedef struct scdb_session_info {
     uint32_t budget, cadence;
     uint32_t sinks, recent;        /* slots the policy always keeps         */
     uint64_t stats_bytes;          /* shared accumulators                   */
+    int cuda;                      /* 1: they are device memory (a CUDA
+                                      arena's session)                      */
 } scdb_session_info;
 
 typedef struct scdb_session_evict_result {
@@ -486,13 +512,15 @@ typedef struct scdb_session_evict_result {
  * (unknown policy: the message lists the broker's), SCDB_ERANGE (budget 0
  * or over the arena's capacity), SCDB_ESHAPE (n_heads not the model's),
  * SCDB_EBUSY (the arena has a session), SCDB_EFULL (arena limits: the
- * statistics take one), SCDB_ECLOSED (arena from before a restart),
+ * statistics take one; or the broker's max_sessions_per_client),
+ * SCDB_ECLOSED (arena from before a restart),
  * common ones. */
 scdb_err scdb_session_open(scdb_arena *a, const scdb_session_opts *o, scdb_session **out);
 const scdb_session_info *scdb_session_get_info(const scdb_session *s);
 
 /* Fold the statistics of the n_new newest cache slots (just appended by a
  * forward) into the shared accumulators: probs is that forward's attention
+ * (on a CUDA arena: in device memory, see above)
  * [n_layers][n_heads][n_new][probs_slots] (probs_slots >= cache n).  Slots
  * appended before them without statistics (a get) are recorded first with
  * no attention.  probs NULL with n_new 0 records only those.  No message.
@@ -518,6 +546,11 @@ scdb_err scdb_session_evict(scdb_session *s, uint32_t budget, scdb_session_evict
  * statistics with its own kernels instead of scdb_session_add_stats; bytes
  * (may be NULL) gets the size.  The broker checks them at every eviction. */
 void *scdb_session_accumulators(scdb_session *s, size_t *bytes);
+
+/* The CUDA stream (a cudaStream_t / CUstream of the arena's device) the
+ * folds of a CUDA arena's session run on; NULL: the legacy default stream.
+ * SCDB_EINVAL for a session on a host arena. */
+scdb_err scdb_session_set_stream(scdb_session *s, void *cuda_stream);
 
 /* End the session (the arena stays).  NULLs *s; accepts NULL. */
 void scdb_session_close(scdb_session **s);

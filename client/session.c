@@ -2,7 +2,15 @@
  * the broker's eviction policy while this process decodes into it (see the
  * "Live sessions" part of scdb.h and broker/sessions.c for the broker's
  * side).  Statistics are folded into the shared accumulators here, with no
- * message; only an eviction is a round trip. */
+ * message; only an eviction is a round trip.
+ *
+ * On a CUDA IPC arena the accumulators are device memory the broker
+ * exported beside the cache (opened like the arena, cuda.c), and each fold
+ * is scdb_evict_dev_fold on libscdb's CUDA table: the accumulator kernels on
+ * the session's stream, the caller's probabilities read where they are.
+ * The accumulators' slot count is kept here (reading it back would be a
+ * device round trip per step); an eviction synchronises the stream first
+ * so the broker's kernels see every fold. */
 #include "libscdb_int.h"
 
 #include "evict.h"
@@ -28,7 +36,19 @@ struct scdb_session {
     int broken;                  /* an eviction's outcome is unknown        */
     int32_t *slot_pos;           /* the last eviction's map                 */
     int slot_pos_cap;
+    /* a CUDA arena's session (map, acc NULL) */
+    int cuda;
+    void *dev_map;               /* the accumulators, opened on cuda_device */
+    int cuda_device;
+    scdb_evict_acc geom;         /* their header as opened                  */
+    scdb_k_acc_buf buf;          /* addresses in dev_map                    */
+    int acc_n;                   /* slots they hold                         */
+    void *dev_scratch;           /* the kernels' scratch (ours)             */
+    scdb_cl_cuda_launch launch;  /* device and stream of the folds          */
 };
+
+/* Slots the accumulators hold. */
+static int acc_count(const scdb_session *s) { return s->cuda ? s->acc_n : s->acc->n; }
 
 static scdb_err session_request(scdb *h, Scdb__Request *req, Scdb__Reply **rep)
 {
@@ -46,6 +66,46 @@ static scdb_err check_live(scdb_session *s)
         return scdb_cl_fail(h, SCDB_ECLOSED, "session %llu: an eviction timed out or failed "
                         "midway; the cache's state is unknown: close the session",
                         (unsigned long long)s->id);
+    return SCDB_OK;
+}
+
+/* A CUDA arena's session: open the accumulators' IPC handle on the arena's
+ * GPU, check their header (it comes down once, here), get the kernels and
+ * their scratch ready. */
+static scdb_err open_device_stats(scdb *h, scdb_arena *a, const scdb_session_opts *o,
+                                  const Scdb__SessionOpenReply *r, scdb_session *s)
+{
+    _Alignas(64) unsigned char hb[sizeof(scdb_evict_acc)];
+    scdb_evict_acc *acc = NULL;
+    scdb_err e;
+
+    if (!r->cuda || r->stats_cuda_ipc_handle.len != SCDB_CUDA_IPC_HANDLE_BYTES)
+        return scdb_cl_fail(h, SCDB_EPROTO, "session reply for CUDA arena %llu without a device "
+                            "handle", (unsigned long long)a->id);
+    if ((e = scdb_cl_cuda_open(h, r->stats_cuda_ipc_handle.data, r->stats_cuda_ipc_handle.len,
+                               r->cuda_device, r->cuda_pci_bus_id, &s->dev_map, &s->cuda_device)))
+        return e;
+    if ((e = scdb_cl_cuda_prepare(s->cuda_device)) ||
+        (e = scdb_cl_cuda_download(s->cuda_device, hb, s->dev_map, sizeof hb)))
+        return scdb_cl_fail(h, e, "session on CUDA arena %llu: %s", (unsigned long long)a->id,
+                            scdb_cl_cuda_error());
+    e = scdb_evict_acc_attach(hb, (size_t)r->stats_size, &acc);
+    if (e || acc->n_layers != h->info.n_layers || acc->n_kv_heads != h->info.n_kv_heads ||
+        acc->n_heads != o->n_heads || acc->capacity != a->cache->capacity ||
+        acc->bytes != r->stats_size)
+        return scdb_cl_fail(h, SCDB_EPROTO, "session statistics have an unexpected header (%s)",
+                            scdb_strerror(e));
+    s->cuda = 1;
+    s->geom = *acc;
+    s->size = (size_t)r->stats_size;
+    s->acc_n = acc->n;
+    scdb_evict_acc_buf(&s->geom, s->dev_map, &s->buf);
+    s->launch.device = s->cuda_device;
+    s->launch.stream = NULL;
+    if ((e = scdb_cl_cuda_alloc(s->cuda_device, scdb_k_acc_update_scratch_bytes(&s->buf),
+                                &s->dev_scratch)))
+        return scdb_cl_fail(h, e, "session on CUDA arena %llu: %s", (unsigned long long)a->id,
+                            scdb_cl_cuda_error());
     return SCDB_OK;
 }
 
@@ -67,9 +127,6 @@ scdb_err scdb_session_open(scdb_arena *a, const scdb_session_opts *o, scdb_sessi
     if (!a->cache)
         return scdb_cl_fail(h, SCDB_EINVAL, "arena %llu is a states arena, not a KV cache",
                         (unsigned long long)a->id);
-    if (a->dev)
-        return scdb_cl_fail(h, SCDB_EUNSUPPORTED, "arena %llu is a CUDA IPC arena: live sessions "
-                        "run on host arenas only for now", (unsigned long long)a->id);
     if (a->session)
         return scdb_cl_fail(h, SCDB_EBUSY, "arena %llu already has a live session",
                         (unsigned long long)a->id);
@@ -111,6 +168,10 @@ scdb_err scdb_session_open(scdb_arena *a, const scdb_session_opts *o, scdb_sessi
         e = scdb_cl_fail(h, SCDB_ENOMEM, "out of memory");
         goto close_it;
     }
+    if (a->dev) {
+        if ((e = open_device_stats(h, a, o, rep->session_open, s))) goto close_it;
+        goto opened;
+    }
     if ((e = scdb_cl_fetch_fd(h, &rep->session_open->stats_fd_ticket, "session statistics",
                               &fd)))
         goto close_it;
@@ -133,6 +194,7 @@ scdb_err scdb_session_open(scdb_arena *a, const scdb_session_opts *o, scdb_sessi
                      scdb_strerror(e));
         goto close_it;
     }
+opened:
     s->a = a;
     s->gen = h->gen;
     s->id = rep->session_open->session;
@@ -142,6 +204,7 @@ scdb_err scdb_session_open(scdb_arena *a, const scdb_session_opts *o, scdb_sessi
     s->info.sinks = rep->session_open->sinks;
     s->info.recent = rep->session_open->recent;
     s->info.stats_bytes = s->size;
+    s->info.cuda = s->cuda;
     {   /* confirm the mapping: the broker unlinks the name */
         Scdb__Request mr = SCDB__REQUEST__INIT;
         Scdb__ArenaMapped m = SCDB__ARENA_MAPPED__INIT;
@@ -153,7 +216,7 @@ scdb_err scdb_session_open(scdb_arena *a, const scdb_session_opts *o, scdb_sessi
         if (r2) scdb__reply__free_unpacked(r2, NULL);
         if (e) goto close_it;
     }
-    close(fd);
+    if (fd >= 0) close(fd);
     a->session = s;
     *out = s;
     scdb__reply__free_unpacked(rep, NULL);
@@ -174,6 +237,8 @@ close_it:
         memcpy(h->err, keep, sizeof keep);
     }
     if (s && s->map) munmap(s->map, s->size);
+    if (s && s->dev_scratch) scdb_cl_cuda_free(s->cuda_device, s->dev_scratch);
+    if (s && s->dev_map) scdb_cl_cuda_close(s->dev_map, s->cuda_device);
     free(s);
 done:
     if (rep) scdb__reply__free_unpacked(rep, NULL);
@@ -188,7 +253,17 @@ const scdb_session_info *scdb_session_get_info(const scdb_session *s)
 void *scdb_session_accumulators(scdb_session *s, size_t *bytes)
 {
     if (bytes) *bytes = s ? s->size : 0;
-    return s ? s->map : NULL;
+    return s ? (s->cuda ? s->dev_map : s->map) : NULL;
+}
+
+scdb_err scdb_session_set_stream(scdb_session *s, void *cuda_stream)
+{
+    if (!s) return SCDB_EINVAL;
+    if (!s->cuda)
+        return scdb_cl_fail(s->a->h, SCDB_EINVAL, "session %llu is not on a CUDA arena",
+                            (unsigned long long)s->id);
+    s->launch.stream = cuda_stream;
+    return SCDB_OK;
 }
 
 scdb_err scdb_session_add_stats(scdb_session *s, const float *probs, int probs_slots, int n_new)
@@ -205,10 +280,19 @@ scdb_err scdb_session_add_stats(scdb_session *s, const float *probs, int probs_s
     if (n_new < 0 || (probs && n_new == 0) || (probs && probs_slots < c->n))
         return scdb_cl_fail(h, SCDB_EINVAL, "add_stats: n_new %d, probs_slots %d for %d slots",
                         n_new, probs_slots, c->n);
-    missing = c->n - s->acc->n;
+    missing = c->n - acc_count(s);
     if (missing < n_new)
         return scdb_cl_fail(h, SCDB_EINVAL, "add_stats: %d new slots but the cache grew by %d "
                         "since the last fold (append the slots first)", n_new, missing);
+    if (s->cuda) {
+        e = scdb_evict_dev_fold(scdb_cl_cuda_session_ops(), &s->buf, &s->acc_n, c, probs,
+                                probs_slots, n_new, s->dev_scratch, &s->launch);
+        if (e)
+            return scdb_cl_fail(h, e, "add_stats: accumulator update on CUDA device %d failed: %s",
+                                s->cuda_device, scdb_cl_cuda_error());
+        s->since_evict += (uint32_t)missing;
+        return SCDB_OK;
+    }
     /* slots appended without statistics (a get) come first, unseen */
     if (missing > n_new) {
         view = *c;
@@ -237,7 +321,11 @@ scdb_err scdb_session_evict(scdb_session *s, uint32_t budget, scdb_session_evict
     h = s->a->h;
     if ((e = check_live(s))) return e;
     c = s->a->cache;
-    if (s->acc->n != c->n && (e = scdb_session_add_stats(s, NULL, 0, 0))) return e;
+    if (acc_count(s) != c->n && (e = scdb_session_add_stats(s, NULL, 0, 0))) return e;
+    /* the broker's kernels must see every fold: they run in its process */
+    if (s->cuda && (e = scdb_cl_cuda_sync(s->cuda_device, s->launch.stream)))
+        return scdb_cl_fail(h, e, "evict: cannot synchronise the session's stream: %s",
+                            scdb_cl_cuda_error());
     __atomic_store_n(&s->a->hdr->n, (uint32_t)c->n, __ATOMIC_RELEASE);
     se.session = s->id;
     se.budget = budget;
@@ -262,6 +350,7 @@ scdb_err scdb_session_evict(scdb_session *s, uint32_t budget, scdb_session_evict
             goto done;
         }
         c->n = k;
+        if (s->cuda) s->acc_n = k;       /* the broker compacted them with the cache */
         if (k > s->slot_pos_cap) {
             int32_t *p = realloc(s->slot_pos, sizeof *p * (size_t)k);
             if (!p) {
@@ -305,6 +394,8 @@ void scdb_cl_session_drop(scdb_session *s)
     if (!s) return;
     if (s->a) s->a->session = NULL;
     if (s->map) munmap(s->map, s->size);
+    if (s->dev_scratch) scdb_cl_cuda_free(s->cuda_device, s->dev_scratch);
+    if (s->dev_map) scdb_cl_cuda_close(s->dev_map, s->cuda_device);
     free(s->slot_pos);
     free(s);
 }

@@ -11,7 +11,14 @@
  * parameters seen (the linear start included) are kept, so a layer where the
  * MLP overfits falls back towards the linear map.  Inputs are standardised
  * per dimension during training and the scaling is folded back into W1 and
- * S at the end. */
+ * S at the end.
+ *
+ * The Adam loop runs through a kernels.h ops table (scdb_aligner_train.ops;
+ * the CPU table by default, whose twins are this loop's former inline loops
+ * and BLAS calls, in the same order): the training samples, the metric, the
+ * parameters and their moments live on the table's device; each step's
+ * batch indices go up and the parameters come down only every 100 steps,
+ * for the validation on the host. */
 #include "codec_internal.h"
 
 #include <math.h>
@@ -101,8 +108,6 @@ scdb_err cx_ols(const float *z, const float *h, int n, int r, int d, float *skip
     return SCDB_OK;
 }
 
-typedef struct adam { float *m, *v; size_t n; } adam;
-
 scdb_err scdb_aligner_fit(const float *z, const float *h, int n, int r, int d,
                           const float *wk, const float *wv, int kv_dim,
                           const scdb_aligner_train *t, scdb_aligner *out,
@@ -114,11 +119,15 @@ scdb_err scdb_aligner_fit(const float *z, const float *h, int n, int r, int d,
     int B = t && t->batch > 0 ? t->batch : 256;
     float lr0 = t && t->lr > 0 ? t->lr : 2e-3f;
     uint64_t seed = t && t->seed ? t->seed : 0x9e3779b97f4a7c15ull;
-    float *M = NULL, *zs = NULL, *scale = NULL, *hb = NULL, *sb = NULL, *ab = NULL,
-          *gh = NULL, *gs = NULL, *zb = NULL, *tb = NULL;
-    float *gw1 = NULL, *gb1 = NULL, *gw2 = NULL, *gb2 = NULL, *gsk = NULL;
+    const scdb_k_ops *o = t && t->ops ? t->ops : scdb_k_ops_get(SCDB_DEV_CPU);
+    float *M = NULL, *zs = NULL, *scale = NULL;
     float *zt = NULL, *ht = NULL, *zv = NULL, *hv = NULL, *hov = NULL, *best[5] = {0};
-    adam ad[5] = {{0}};
+    int32_t *idx = NULL;
+    /* on o's device: samples, metric, batch buffers, parameters, gradients,
+     * moments (one allocation each, released together) */
+    enum { D_ZT, D_HT, D_M, D_ZB, D_TB, D_AB, D_SB, D_HB, D_GH, D_GS, D_IDX,
+           D_P0, D_G0 = D_P0 + 5, D_M0 = D_G0 + 5, D_V0 = D_M0 + 5, D_N = D_V0 + 5 };
+    void *dv[D_N] = {0};
     scdb_err rc = SCDB_ENOMEM;
 
     if (!z || !h || n < 2 || r < 1 || d < 1 || !out || ((wk || wv) && kv_dim < 1)) return SCDB_EINVAL;
@@ -238,66 +247,68 @@ scdb_err scdb_aligner_fit(const float *z, const float *h, int n, int r, int d,
     }
     int best_step = 0;
 
-    hb = malloc((size_t)B * d * sizeof *hb);
-    sb = malloc((size_t)B * H * sizeof *sb);
-    ab = malloc((size_t)B * H * sizeof *ab);
-    gh = malloc((size_t)B * d * sizeof *gh);
-    gs = malloc((size_t)B * H * sizeof *gs);
-    zb = malloc((size_t)B * r * sizeof *zb);
-    tb = malloc((size_t)B * d * sizeof *tb);
-    gw1 = malloc((size_t)H * r * sizeof *gw1);
-    gb1 = malloc((size_t)H * sizeof *gb1);
-    gw2 = malloc((size_t)d * H * sizeof *gw2);
-    gb2 = malloc((size_t)d * sizeof *gb2);
-    gsk = malloc((size_t)d * r * sizeof *gsk);
-    size_t sizes[5] = {(size_t)H * r, (size_t)H, (size_t)d * H, (size_t)d, (size_t)d * r};
+    size_t dsz[D_N] = {[D_ZT] = (size_t)nt * r, [D_HT] = (size_t)nt * d, [D_M] = (size_t)d * d,
+                       [D_ZB] = (size_t)B * r, [D_TB] = (size_t)B * d, [D_AB] = (size_t)B * H,
+                       [D_SB] = (size_t)B * H, [D_HB] = (size_t)B * d, [D_GH] = (size_t)B * d,
+                       [D_GS] = (size_t)B * H, [D_IDX] = (size_t)B};
+    for (int i = 0; i < 5; i++)
+        dsz[D_P0 + i] = dsz[D_G0 + i] = dsz[D_M0 + i] = dsz[D_V0 + i] = psz[i];
+    if (!(idx = malloc((size_t)B * sizeof *idx))) goto done;
+    for (int i = 0; i < D_N; i++)
+        if ((rc = o->alloc(dsz[i] * sizeof(float), &dv[i]))) goto done;
+    float *dzt = dv[D_ZT], *dht = dv[D_HT], *dM = dv[D_M], *zb = dv[D_ZB], *tb = dv[D_TB],
+          *ab = dv[D_AB], *sb = dv[D_SB], *hb = dv[D_HB], *gh = dv[D_GH], *gs = dv[D_GS];
+    int32_t *didx = dv[D_IDX];
+    float *dp[5], *dg[5], *dm[5], *dvv[5];
     for (int i = 0; i < 5; i++) {
-        ad[i].n = sizes[i];
-        ad[i].m = calloc(sizes[i], sizeof(float));
-        ad[i].v = calloc(sizes[i], sizeof(float));
-        if (!ad[i].m || !ad[i].v) goto done;
+        dp[i] = dv[D_P0 + i];
+        dg[i] = dv[D_G0 + i];
+        dm[i] = dv[D_M0 + i];
+        dvv[i] = dv[D_V0 + i];
+        if ((rc = o->upload(dp[i], cur[i], psz[i] * sizeof(float))) ||
+            (rc = o->zero(dm[i], psz[i] * sizeof(float))) ||
+            (rc = o->zero(dvv[i], psz[i] * sizeof(float))))
+            goto done;
     }
-    if (!hb || !sb || !ab || !gh || !gs || !zb || !tb || !gw1 || !gb1 || !gw2 || !gb2 || !gsk)
+    if ((rc = o->upload(dzt, zt, dsz[D_ZT] * sizeof(float))) ||
+        (rc = o->upload(dht, ht, dsz[D_HT] * sizeof(float))) ||
+        (rc = o->upload(dM, M, dsz[D_M] * sizeof(float))))
         goto done;
+    float *w1 = dp[0], *b1 = dp[1], *w2 = dp[2], *b2 = dp[3], *skip = dp[4];
+    float *gw1 = dg[0], *gb1 = dg[1], *gw2 = dg[2], *gb2 = dg[3], *gsk = dg[4];
 
     for (int step = 1; step <= steps; step++) {
-        /* batch */
-        for (int i = 0; i < B; i++) {
-            size_t k = (size_t)(xs(&seed) % (uint64_t)nt);
-            memcpy(zb + (size_t)i * r, zt + k * r, (size_t)r * sizeof *zb);
-            memcpy(tb + (size_t)i * d, ht + k * d, (size_t)d * sizeof *tb);
-        }
+        /* batch (the indices from the host's generator) */
+        for (int i = 0; i < B; i++) idx[i] = (int32_t)(xs(&seed) % (uint64_t)nt);
+        if ((rc = o->upload(didx, idx, (size_t)B * sizeof *idx)) ||
+            (rc = o->gather_rows(dzt, r, didx, B, zb)) || (rc = o->gather_rows(dht, d, didx, B, tb)))
+            goto done;
         /* forward */
-        for (int i = 0; i < B; i++) memcpy(ab + (size_t)i * H, a.b1, (size_t)H * sizeof *ab);
-        scdb_k_gemm_cpu(0, 1, B, H, r, 1.0f, zb, r, a.w1, r, 1.0f, ab, H);
-        for (size_t i = 0; i < (size_t)B * H; i++) sb[i] = ab[i] * sigm(ab[i]);
-        for (int i = 0; i < B; i++) memcpy(hb + (size_t)i * d, a.b2, (size_t)d * sizeof *hb);
-        scdb_k_gemm_cpu(0, 1, B, d, H, 1.0f, sb, H, a.w2, H, 1.0f, hb, d);
-        scdb_k_gemm_cpu(0, 1, B, d, r, 1.0f, zb, r, a.skip, r, 1.0f, hb, d);
-        /* gh = 2 (h - t) M / B */
-        for (size_t i = 0; i < (size_t)B * d; i++) hb[i] -= tb[i];
-        scdb_k_gemm_cpu(0, 0, B, d, d, 2.0f / B, hb, d, M, d, 0.0f, gh, d);
-        /* grads */
-        scdb_k_gemm_cpu(1, 0, d, H, B, 1.0f, gh, d, sb, H, 0.0f, gw2, H);
-        scdb_k_gemm_cpu(1, 0, d, r, B, 1.0f, gh, d, zb, r, 0.0f, gsk, r);
-        memset(gb2, 0, (size_t)d * sizeof *gb2);
-        for (int i = 0; i < B; i++) for (int j = 0; j < d; j++) gb2[j] += gh[(size_t)i * d + j];
-        scdb_k_gemm_cpu(0, 0, B, H, d, 1.0f, gh, d, a.w2, H, 0.0f, gs, H);
-        for (size_t i = 0; i < (size_t)B * H; i++) {
-            float sg = sigm(ab[i]);
-            gs[i] *= sg * (1.0f + ab[i] * (1.0f - sg));
-        }
-        scdb_k_gemm_cpu(1, 0, H, r, B, 1.0f, gs, H, zb, r, 0.0f, gw1, r);
-        memset(gb1, 0, (size_t)H * sizeof *gb1);
-        for (int i = 0; i < B; i++) for (int j = 0; j < H; j++) gb1[j] += gs[(size_t)i * H + j];
+        if ((rc = o->bias_rows(ab, b1, B, H)) ||
+            (rc = o->gemm(0, 1, B, H, r, 1.0f, zb, r, w1, r, 1.0f, ab, H)) ||
+            (rc = o->silu(ab, (size_t)B * H, sb)) || (rc = o->bias_rows(hb, b2, B, d)) ||
+            (rc = o->gemm(0, 1, B, d, H, 1.0f, sb, H, w2, H, 1.0f, hb, d)) ||
+            (rc = o->gemm(0, 1, B, d, r, 1.0f, zb, r, skip, r, 1.0f, hb, d)) ||
+            /* gh = 2 (h - t) M / B */
+            (rc = o->sub(hb, tb, (size_t)B * d)) ||
+            (rc = o->gemm(0, 0, B, d, d, 2.0f / B, hb, d, dM, d, 0.0f, gh, d)) ||
+            /* grads */
+            (rc = o->gemm(1, 0, d, H, B, 1.0f, gh, d, sb, H, 0.0f, gw2, H)) ||
+            (rc = o->gemm(1, 0, d, r, B, 1.0f, gh, d, zb, r, 0.0f, gsk, r)) ||
+            (rc = o->colsum(gh, B, d, gb2)) ||
+            (rc = o->gemm(0, 0, B, H, d, 1.0f, gh, d, w2, H, 0.0f, gs, H)) ||
+            (rc = o->silu_backward(gs, ab, (size_t)B * H)) ||
+            (rc = o->gemm(1, 0, H, r, B, 1.0f, gs, H, zb, r, 0.0f, gw1, r)) ||
+            (rc = o->colsum(gs, B, H, gb1)))
+            goto done;
         /* cosine-decayed Adam */
         float lr = lr0 * (0.1f + 0.9f * 0.5f * (1.0f + cosf(3.14159265f * (float)step / (float)steps)));
-        scdb_k_adam_step_cpu(a.w1, gw1, ad[0].m, ad[0].v, ad[0].n, lr, step);
-        scdb_k_adam_step_cpu(a.b1, gb1, ad[1].m, ad[1].v, ad[1].n, lr, step);
-        scdb_k_adam_step_cpu(a.w2, gw2, ad[2].m, ad[2].v, ad[2].n, lr, step);
-        scdb_k_adam_step_cpu(a.b2, gb2, ad[3].m, ad[3].v, ad[3].n, lr, step);
-        scdb_k_adam_step_cpu(a.skip, gsk, ad[4].m, ad[4].v, ad[4].n, lr, step);
+        for (int i = 0; i < 5; i++)
+            if ((rc = o->adam_step(dp[i], dg[i], dm[i], dvv[i], psz[i], lr, step))) goto done;
         if (step % 100 == 0 || step == steps) {
+            for (int i = 0; i < 5; i++)
+                if ((rc = o->download(cur[i], dp[i], psz[i] * sizeof(float)))) goto done;
+            rc = SCDB_ENOMEM;
             if (scdb_aligner_apply(&a, zv, r, nv, hov)) goto done;
             double vl = weighted_loss(hov, hv, nv, d, M);
             if (vl < best_val) {
@@ -323,9 +334,9 @@ scdb_err scdb_aligner_fit(const float *z, const float *h, int n, int r, int d,
     rc = SCDB_OK;
 done:
     scdb_aligner_clear(&a);
-    for (int i = 0; i < 5; i++) { free(ad[i].m); free(ad[i].v); }
-    free(M); free(zs); free(scale); free(hb); free(sb); free(ab); free(gh); free(gs);
-    free(zb); free(tb); free(gw1); free(gb1); free(gw2); free(gb2); free(gsk);
+    for (int i = 0; i < D_N; i++) o->release(dv[i]);
+    free(idx);
+    free(M); free(zs); free(scale);
     free(zt); free(ht); free(zv); free(hv); free(hov);
     for (int i = 0; i < 5; i++) free(best[i]);
     return rc;

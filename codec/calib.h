@@ -83,7 +83,16 @@ struct scdb_calib {
     ewin *ev;
     int nev;
     cx_basis *basis;        /* [L][3] cached encoder bases */
+    /* scdb_calib_set_device: the device's table (NULL: the host path) and
+     * the models on it; scratch in its memory (grown on demand) */
+    const scdb_k_ops *ops;
+    scdb_model_dev *mdev[CX_MAXM];
+    void *dscr;
+    size_t dscr_bytes;
 };
+
+/* calib_stats.c: device scratch of at least `bytes` (c->ops's memory). */
+scdb_err cx_cal_dscratch(scdb_calib *c, size_t bytes, void **out);
 
 #define VERB(c, ...) do { if ((c)->o.verbose) fprintf(stderr, __VA_ARGS__); } while (0)
 

@@ -117,7 +117,8 @@ train:;
                             .batch = f->batch > 0 ? f->batch : 256,
                             .lr = f->lr > 0 ? f->lr : 2e-3f,
                             .seed = 0x5cdb0000ull + (uint64_t)l * 131 + (uint64_t)j,
-                            .verbose = c->o.verbose};
+                            .verbose = c->o.verbose,
+                            .ops = c->ops};      /* NULL: the host; else the session's device */
     if ((rc = scdb_aligner_fit(z, c->samp[j][l], n, w, d, lw->wk, lw->wv, kv, &t, &P->al,
                                &P->align_loss_before, &P->align_loss_after)))
         goto done;

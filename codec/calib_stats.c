@@ -79,8 +79,39 @@ void scdb_calib_free(scdb_calib **pc)
     free(c->ev);
     if (c->basis) for (int i = 0; i < c->L * 3; i++) free(c->basis[i].E);
     free(c->basis);
+    for (int j = 0; j < CX_MAXM; j++) scdb_model_dev_free(&c->mdev[j]);
+    if (c->ops) c->ops->release(c->dscr);
     free(c);
     *pc = NULL;
+}
+
+scdb_err scdb_calib_set_device(scdb_calib *c, scdb_device dev)
+{
+    const scdb_k_ops *ops = scdb_k_ops_get(dev);
+    scdb_err rc;
+
+    if (!c || !ops || c->nwin || c->nev || c->ops) return SCDB_EINVAL;
+    for (int j = 0; j < c->nm; j++)
+        if ((rc = scdb_model_dev_new(c->mod[j], dev, &c->mdev[j]))) {
+            for (int k = 0; k < j; k++) scdb_model_dev_free(&c->mdev[k]);
+            return rc;
+        }
+    c->ops = ops;
+    return SCDB_OK;
+}
+
+scdb_err cx_cal_dscratch(scdb_calib *c, size_t bytes, void **out)
+{
+    if (bytes > c->dscr_bytes) {
+        void *p = NULL;
+        scdb_err rc = c->ops->alloc(bytes, &p);
+        if (rc) return rc;
+        c->ops->release(c->dscr);
+        c->dscr = p;
+        c->dscr_bytes = bytes;
+    }
+    *out = c->dscr;
+    return SCDB_OK;
 }
 
 int scdb_calib_windows(const scdb_calib *c) { return c ? c->nwin : 0; }
@@ -92,25 +123,79 @@ static void acc_xty(double *acc, const float *X, const float *Y, int n, int a, i
     for (size_t i = 0; i < (size_t)a * b; i++) acc[i] += tmp[i];
 }
 
+/* The same product on c's device: X and Y there, the f32 product comes
+ * down into tmp and is summed in double as acc_xty does. */
+static scdb_err acc_xty_dev(const scdb_calib *c, double *acc, const float *X, const float *Y, int n,
+                            int a, int b, float *dtmp, float *tmp)
+{
+    scdb_err rc = c->ops->gemm(1, 0, a, b, n, 1.0f, X, a, Y, b, 0.0f, dtmp, b);
+    if (!rc) rc = c->ops->download(tmp, dtmp, (size_t)a * b * sizeof *tmp);
+    if (rc) return rc;
+    for (size_t i = 0; i < (size_t)a * b; i++) acc[i] += tmp[i];
+    return SCDB_OK;
+}
+
+/* The window's forwards on c's device (scdb_calib_set_device): the states
+ * stay there in dh / dk (scratch) for the moments and come down into h / k
+ * for the samples and sums. */
+static scdb_err window_forwards_dev(scdb_calib *c, const int32_t *tok, int n, float **h, float **k,
+                                    float **dh, float **dk, float **dtmp)
+{
+    const int L = c->L, d = c->d, kv = c->kv;
+    size_t hb = (size_t)L * n * d * sizeof(float), kb = (size_t)L * n * kv * sizeof(float);
+    size_t cb = scdb_kv_cache_bytes(L, scdb_model_cfg(c->mod[0])->n_kv_heads,
+                                    scdb_model_cfg(c->mod[0])->head_dim, n);
+    size_t tb = (size_t)d * d * sizeof(float), a64 = 64;
+    size_t per = (hb + a64) / a64 * a64 + (kb + a64) / a64 * a64;
+    scdb_kv_cache *cache = NULL;
+    void *s;
+    scdb_err rc;
+
+    if ((rc = cx_cal_dscratch(c, (size_t)c->nm * per + (cb + a64) / a64 * a64 + tb, &s))) return rc;
+    char *p = s;
+    for (int j = 0; j < c->nm; j++) {
+        dh[j] = (float *)p;
+        dk[j] = (float *)(p + (hb + a64) / a64 * a64);
+        p += per;
+    }
+    if ((rc = scdb_kv_cache_view(p, cb, L, scdb_model_cfg(c->mod[0])->n_kv_heads,
+                                 scdb_model_cfg(c->mod[0])->head_dim, n, &cache)))
+        return rc;
+    *dtmp = (float *)(p + (cb + a64) / a64 * a64);
+    for (int j = 0; j < c->nm && !rc; j++) {
+        scdb_capture cap = {.h_in = dh[j], .k_post = dk[j]};
+        cache->n = 0;
+        if (!(rc = scdb_model_dev_forward(c->mdev[j], tok, NULL, n, cache, NULL, &cap)) &&
+            !(rc = c->ops->download(h[j], dh[j], hb)))
+            rc = c->ops->download(k[j], dk[j], kb);
+    }
+    scdb_kv_cache_free(&cache);       /* the view only */
+    return rc;
+}
+
 static scdb_err add_window(scdb_calib *c, const int32_t *tok, int n)
 {
     const int L = c->L, d = c->d, kv = c->kv;
     float *h[CX_MAXM] = {0}, *k[CX_MAXM] = {0}, *tmp = NULL;
+    float *dh[CX_MAXM] = {0}, *dk[CX_MAXM] = {0}, *dtmp = NULL;   /* on c->ops's device */
     scdb_kv_cache *cache = NULL;
     scdb_err rc = SCDB_ENOMEM;
 
     tmp = malloc((size_t)d * d * sizeof *tmp);
     if (!tmp) goto done;
-    if ((rc = scdb_model_cache_new(c->mod[0], n, &cache))) goto done;
+    if (!c->ops && (rc = scdb_model_cache_new(c->mod[0], n, &cache))) goto done;
     rc = SCDB_ENOMEM;
     for (int j = 0; j < c->nm; j++) {
         h[j] = malloc((size_t)L * n * d * sizeof(float));
         k[j] = malloc((size_t)L * n * kv * sizeof(float));
         if (!h[j] || !k[j]) goto done;
+        if (c->ops) continue;
         scdb_capture cap = {.h_in = h[j], .k_post = k[j]};
         cache->n = 0;
         if ((rc = scdb_model_forward(c->mod[j], tok, NULL, n, cache, NULL, &cap))) goto done;
     }
+    if (c->ops && (rc = window_forwards_dev(c, tok, n, h, k, dh, dk, &dtmp))) goto done;
+    rc = SCDB_ENOMEM;
     /* samples */
     int take = (n + c->o.sample_stride - 1) / c->o.sample_stride;
     if (c->ns + take > c->scap) {
@@ -139,6 +224,16 @@ static scdb_err add_window(scdb_calib *c, const int32_t *tok, int n)
             for (int t = 0; t < n; t++) {
                 for (int a = 0; a < d; a++) sh[a] += hj[(size_t)t * d + a];
                 for (int a = 0; a < kv; a++) sk[a] += kj[(size_t)t * kv + a];
+            }
+            if (c->ops) {
+                const float *dhp = dh[0] + (size_t)l * n * d, *dkp = dk[0] + (size_t)l * n * kv;
+                const float *dhj = dh[j] + (size_t)l * n * d, *dkj = dk[j] + (size_t)l * n * kv;
+                if ((rc = acc_xty_dev(c, c->xh[j] + (size_t)l * d * d, dhp, dhj, n, d, d, dtmp, tmp)) ||
+                    (rc = acc_xty_dev(c, c->yh[j] + (size_t)l * d * d, dhj, dhj, n, d, d, dtmp, tmp)) ||
+                    (rc = acc_xty_dev(c, c->xk[j] + (size_t)l * kv * kv, dkp, dkj, n, kv, kv, dtmp, tmp)) ||
+                    (rc = acc_xty_dev(c, c->yk[j] + (size_t)l * kv * kv, dkj, dkj, n, kv, kv, dtmp, tmp)))
+                    goto done;
+                continue;
             }
             acc_xty(c->xh[j] + (size_t)l * d * d, hp, hj, n, d, d, tmp);
             acc_xty(c->yh[j] + (size_t)l * d * d, hj, hj, n, d, d, tmp);

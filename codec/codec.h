@@ -373,6 +373,18 @@ scdb_err scdb_calib_add_text(scdb_calib *c, const unsigned char *text, size_t le
  * for consumer ci (-1: for every consumer). */
 scdb_err scdb_calib_add_eval(scdb_calib *c, int ci, const unsigned char *text, size_t len);
 int scdb_calib_windows(const scdb_calib *c);
+/* Run the session's heavy parts on device dev (kernels.h's ops tables):
+ * every statistics window's forward passes (scdb_model_dev) and moment
+ * products (one GEMM per moment; the f32 products come down and are summed
+ * in double on the host as on the CPU), the measured-KL harness (the decode
+ * with scdb_pair_dev, the continuation's forward) and aligner training's
+ * Adam loop (scdb_aligner_train.ops).  Encoders, decoders, eigenproblems and
+ * the held-back windows' own prefills stay on the host.  On the CPU table
+ * every result is the host path's bit for bit (test_codec); on CUDA within
+ * the twins' tolerance.  Call it right after scdb_calib_new.  SCDB_EINVAL
+ * (windows already added, no such device), SCDB_ENOMEM, the table's
+ * (SCDB_EUNSUPPORTED, SCDB_EDEVICE). */
+scdb_err scdb_calib_set_device(scdb_calib *c, scdb_device dev);
 
 typedef struct scdb_cb_fit {
     int r_k, r_v, r_h;       /* ranks */
@@ -456,6 +468,11 @@ typedef struct scdb_aligner_train {
     float lr;
     uint64_t seed;
     int verbose;
+    const scdb_k_ops *ops;   /* where the Adam loop runs (kernels.h's ops
+                                tables; NULL: the CPU table).  The set-up,
+                                the validation and the result stay on the
+                                host; the CPU table is the host loop bit for
+                                bit, CUDA within its twins' tolerance */
 } scdb_aligner_train;
 
 typedef struct scdb_aligner {

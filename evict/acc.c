@@ -281,3 +281,8 @@ done:
     free(grp);
     return rc;
 }
+
+size_t scdb_evict_acc_offset(const scdb_evict_acc *a, int k)
+{
+    return HDR_BYTES + (size_t)k * slot_array_bytes(a->capacity);
+}

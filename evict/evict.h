@@ -212,6 +212,64 @@ scdb_err scdb_evict_acc_compact(scdb_evict_acc *a, const int *keep, int n_keep);
  * in the order alpha, vnorm, sigma, ent, pos, mass.  SCDB_EINVAL. */
 scdb_err scdb_evict_features(const scdb_evict_acc *a, float *feats);
 
+/* ------------------------------------------------------------ on a device
+ * A live session whose cache is device memory (a CUDA IPC arena) keeps its
+ * accumulators in the same device's memory, in the layout above (one
+ * buffer, the 64-byte header first: the broker allocates and exports it like
+ * the arena, and checks the header at every eviction), and runs the loop
+ * above there, through a kernels.h ops table:
+ *
+ *   client, per step   scdb_evict_dev_fold: ops->acc_update (the twin of
+ *                      scdb_evict_acc_update) on the device's probs
+ *   broker, eviction   scdb_evict_dev_run: score on the device (h2o and
+ *                      tova copy an array, snapkv ops->snapkv_score; the
+ *                      learned policy: ops->evict_features, the features
+ *                      [n][6] down, the MLP on the host, the scores up),
+ *                      ops->select_topb, ops->compact_rows of the cache
+ *                      (pos, K, V) and of every accumulator array, the
+ *                      header's n, and the slot -> position map down
+ *
+ * On the CPU table (host memory, the CPU twins) both compute exactly what
+ * scdb_evict_acc_update and scdb_evict_run compute (tests/test_evict.c,
+ * tests/test_broker.c). */
+
+#define SCDB_EVICT_SNAPKV_POOL 7             /* SnapKV's max-pool kernel */
+
+struct scdb_evict_policy;                    /* below: policies */
+
+/* The arrays and header fields of an accumulator buffer at base (any
+ * memory: only addresses are computed) whose header is hdr (a host copy,
+ * e.g. the one the buffer was made from). */
+void scdb_evict_acc_buf(const scdb_evict_acc *hdr, void *base, scdb_k_acc_buf *out);
+/* Byte offset of array k (0 pos, 1 n_obs, ... 8 last, in the order of the
+ * accessors above; 9 win) in a buffer whose header is hdr. */
+size_t scdb_evict_acc_offset(const scdb_evict_acc *hdr, int k);
+
+/* scdb_session_add_stats's fold on ops' memory: the cache grew to
+ * cache->n, the accumulators hold *acc_n slots (the caller's count: it
+ * cannot read device memory), the newest n_new came with probs
+ * [n_layers][n_heads][n_new][probs_slots]; slots appended before them
+ * without statistics are recorded first with none.  *acc_n becomes
+ * cache->n.  scratch, stream: ops->acc_update's.  SCDB_EINVAL (n_new < 0,
+ * probs with n_new 0, more new slots than the cache grew by, probs_slots
+ * too small), ops' errors. */
+scdb_err scdb_evict_dev_fold(const scdb_k_ops *ops, const scdb_k_acc_buf *buf, int *acc_n,
+                             const scdb_kv_cache *cache, const float *probs, int probs_slots,
+                             int n_new, void *scratch, void *stream);
+
+/* Device scratch an eviction over a cache of this capacity needs. */
+size_t scdb_evict_dev_scratch_bytes(int capacity);
+
+/* scdb_evict_run on ops' memory: cache's pos / K / V and the accumulator
+ * buffer acc are device memory, hdr a checked host copy of acc's header
+ * (hdr->n == cache->n), scratch scdb_evict_dev_scratch_bytes(capacity)
+ * bytes of device memory, pos_map (host, room for min(cache->n, budget)) the
+ * slot -> position map after compaction.  Updates cache->n (host) and the
+ * header's n (device).  Synchronous.  Errors of scdb_evict_run and ops'. */
+scdb_err scdb_evict_dev_run(const scdb_k_ops *ops, const struct scdb_evict_policy *p,
+                            scdb_kv_cache *cache, const scdb_evict_acc *hdr, void *acc,
+                            int budget, void *scratch, int32_t *pos_map, int *n_keep);
+
 /* ------------------------------------------------------------ policies */
 
 typedef enum scdb_evict_kind {

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #define STREAMING_SINKS 4
-#define SNAPKV_POOL 7
+#define SNAPKV_POOL SCDB_EVICT_SNAPKV_POOL
 
 static const char *const KIND_NAMES[SCDB_EVICT_KIND_COUNT] = {
     "full", "streaming", "h2o", "snapkv", "tova", "learned"};

@@ -141,3 +141,47 @@ scdb_err scdb_k_cuda_copy_d2d(void *dst, const void *src, size_t bytes)
     (void)dst; (void)src; (void)bytes;
     ABSENT;
 }
+scdb_err scdb_k_acc_update_cuda(const scdb_k_acc_buf *a, int n_old, const scdb_kv_cache *c,
+                                const float *probs, int probs_slots, int n_new, void *scratch,
+                                void *stream)
+{
+    (void)a; (void)n_old; (void)c; (void)probs; (void)probs_slots; (void)n_new; (void)scratch;
+    (void)stream;
+    ABSENT;
+}
+scdb_err scdb_k_snapkv_score_cuda(const float *win, int ring_fill, int n_kv_heads, int capacity,
+                                  int n, int pool, float *scores)
+{
+    (void)win; (void)ring_fill; (void)n_kv_heads; (void)capacity; (void)n; (void)pool; (void)scores;
+    ABSENT;
+}
+scdb_err scdb_k_adam_step_cuda(float *w, const float *g, float *m, float *v, size_t n, float lr,
+                               int t)
+{
+    (void)w; (void)g; (void)m; (void)v; (void)n; (void)lr; (void)t;
+    ABSENT;
+}
+scdb_err scdb_k_cuda_copy2d(void *dst, size_t dpitch, const void *src, size_t spitch,
+                            size_t width, size_t rows)
+{
+    (void)dst; (void)dpitch; (void)src; (void)spitch; (void)width; (void)rows;
+    ABSENT;
+}
+scdb_err scdb_k_gather_rows_cuda(const float *src, int cols, const int32_t *idx, int n, float *dst)
+{
+    (void)src; (void)cols; (void)idx; (void)n; (void)dst;
+    ABSENT;
+}
+scdb_err scdb_k_bias_rows_cuda(float *dst, const float *b, int rows, int cols)
+{
+    (void)dst; (void)b; (void)rows; (void)cols;
+    ABSENT;
+}
+scdb_err scdb_k_silu_cuda(const float *x, size_t n, float *y) { (void)x; (void)n; (void)y; ABSENT; }
+scdb_err scdb_k_silu_backward_cuda(float *g, const float *x, size_t n) { (void)g; (void)x; (void)n; ABSENT; }
+scdb_err scdb_k_sub_cuda(float *x, const float *y, size_t n) { (void)x; (void)y; (void)n; ABSENT; }
+scdb_err scdb_k_colsum_cuda(const float *x, int rows, int cols, float *out)
+{
+    (void)x; (void)rows; (void)cols; (void)out;
+    ABSENT;
+}

@@ -144,6 +144,9 @@ void scdb_k_cuda_free(void *p);
 scdb_err scdb_k_cuda_copy(void *dst, const void *src, size_t bytes, int to_device);
 /* Device to device (cudaMemcpyDeviceToDevice, synchronous w.r.t. the host). */
 scdb_err scdb_k_cuda_copy_d2d(void *dst, const void *src, size_t bytes);
+/* rows of width bytes between pitched device layouts (cudaMemcpy2D). */
+scdb_err scdb_k_cuda_copy2d(void *dst, size_t dpitch, const void *src, size_t spitch,
+                            size_t width, size_t rows);
 scdb_err scdb_k_cuda_sync(void);
 /* cudaMemset on device memory (benches: the write-bandwidth ceiling). */
 scdb_err scdb_k_cuda_memset(void *p, int value, size_t bytes);
@@ -262,7 +265,10 @@ scdb_err scdb_k_bf16_to_f32_cuda(const uint16_t *src, float *dst, size_t n);
  *                    ascending, *n_keep = min(n, budget).  n_keep is a host
  *                    int for both twins (it follows from n and budget);
  *                    scores and keep are device memory for the CUDA twin.
- *                    Scores must not be NaN.
+ *                    A NaN score ranks as -inf (below every number, ties
+ *                    to the higher slot): whatever the scores hold (they
+ *                    come from memory a client can write), keep[] is
+ *                    min(n, budget) valid, increasing slots.
  *   compact_rows     order-preserving in-place gather of rows keep[0..n_keep)
  *                    (strictly increasing, < n) to rows [0, n_keep) in each
  *                    of n_mats matrices of rows of row_bytes bytes, matrix m
@@ -294,6 +300,101 @@ scdb_err scdb_k_select_topb_cuda(const float *scores, int n, int budget, int sin
 scdb_err scdb_k_compact_rows_cuda(void *x, int n_mats, size_t mat_stride, size_t row_bytes,
                                   int n, const int *keep, int n_keep, void *scratch);
 
+/* ------------------------------------------------------------ accumulator ops
+ * The rest of a live session's per-slot compute, so that a session whose
+ * cache is device memory never brings its statistics to the host: folding
+ * one forward's attention into evict.h's feature accumulators (the step the
+ * client runs after every token), and SnapKV's score (an eviction).  They
+ * work on raw arrays; evict/ owns the buffer layout and lays a
+ * scdb_k_acc_buf over a buffer (evict/acc_dev.c: scdb_evict_acc_buf).
+ *
+ *   acc_update     scdb_evict_acc_update for an accumulator holding n_old
+ *                  slots and a cache now holding c->n = n_old + n_new: the
+ *                  new slots' positions and mean V norms, then query by
+ *                  query (probs [n_layers][n_heads][n_new][probs_slots],
+ *                  probs_slots >= c->n) the EMA decay, the attention sums,
+ *                  the ring row and the header (ring_next, ring_fill,
+ *                  last_pos, n_queries, n).  probs NULL records the new slots
+ *                  only.  Every array, the header fields a->n .. n_queries,
+ *                  cache->pos / v and probs are in the device's memory; the
+ *                  shape, n_old and c->n are host values (the CUDA twin
+ *                  cannot read a->n back: the caller keeps the count).
+ *                  The same operations in the same order as acc.c (the CPU
+ *                  twin is exactly scdb_evict_acc_update; the CUDA twin
+ *                  differs only in the entropies: logf and the reduction
+ *                  order, tests/test_kernels_cuda.c's tolerance).
+ *                  scratch: NULL (allocated inside) or
+ *                  scdb_k_acc_update_scratch_bytes() bytes of device memory;
+ *                  stream: the cudaStream_t to run on (NULL: the default
+ *                  stream; the CPU twin ignores both).  The only op a client
+ *                  process runs (libscdb launches the same kernels through
+ *                  the driver API: client/cuda.c), hence the stream.
+ *                  The CUDA twin reads ring_next from the header in device
+ *                  memory and clamps it into [0, window): a damaged header
+ *                  cannot make it write outside the buffer.
+ *   snapkv_score   scores[j] = mean over KV groups g of max over
+ *                  |k - j| <= pool / 2 (within [0, n)) of
+ *                  sum_{r < ring_fill} win[r][g][k]: evict.h's SnapKV
+ *                  score, the same sums in the same order (bit for bit on
+ *                  both twins).  pool odd >= 1.
+ * Errors: SCDB_EINVAL (NULL, sizes, n_old + n_new != c->n, probs_slots
+ * < c->n), SCDB_ESHAPE (cache and accumulator shapes differ), SCDB_ENOMEM;
+ * the CUDA twins SCDB_EDEVICE, SCDB_EUNSUPPORTED. */
+typedef struct scdb_k_acc_buf {
+    int n_layers, n_heads, n_kv_heads, capacity, window;
+    float decay;
+    int32_t *pos;
+    float *n_obs, *mass, *rel, *var, *ent_num, *ent_den, *vnorm, *last;
+    float *win;                                /* [window][n_kv_heads][capacity] */
+    int32_t *n, *ring_next, *ring_fill, *last_pos;   /* header fields ... */
+    uint64_t *n_queries;                       /* ... in the same memory */
+} scdb_k_acc_buf;
+
+size_t scdb_k_acc_update_scratch_bytes(const scdb_k_acc_buf *a);
+scdb_err scdb_k_acc_update_cpu(const scdb_k_acc_buf *a, int n_old, const scdb_kv_cache *c,
+                               const float *probs, int probs_slots, int n_new, void *scratch,
+                               void *stream);
+scdb_err scdb_k_acc_update_cuda(const scdb_k_acc_buf *a, int n_old, const scdb_kv_cache *c,
+                                const float *probs, int probs_slots, int n_new, void *scratch,
+                                void *stream);
+scdb_err scdb_k_snapkv_score_cpu(const float *win, int ring_fill, int n_kv_heads, int capacity,
+                                 int n, int pool, float *scores);
+scdb_err scdb_k_snapkv_score_cuda(const float *win, int ring_fill, int n_kv_heads, int capacity,
+                                  int n, int pool, float *scores);
+/* One Adam step on device memory (scdb_k_adam_step_cpu's arithmetic). */
+scdb_err scdb_k_adam_step_cuda(float *w, const float *g, float *m, float *v, size_t n, float lr,
+                               int t);
+
+/* ------------------------------------------------------------ training ops
+ * The elementwise steps of the codec's aligner training (codec/aligner.c:
+ * a SiLU MLP trained by Adam), so that its loop runs through an ops table
+ * on any device.  The CPU twins are aligner.c's loops as they were, in the
+ * same order; the CUDA twins differ only where expf does (silu,
+ * silu_backward; colsum adds in the same order, bit for bit).
+ *
+ *   gather_rows    dst[i][:] = src[idx[i]][:] for i < n, rows of `cols`
+ *                  floats (idx device memory for the CUDA twin; the indices
+ *                  are the caller's, not checked)
+ *   bias_rows      dst[i][:] = b for i < rows
+ *   silu           y = x sigm(x), sigm(x) = 1 / (1 + exp(-x)); y may be x
+ *   silu_backward  g *= s (1 + x (1 - s)), s = sigm(x): d silu / dx
+ *   sub            x -= y
+ *   colsum         out[j] = sum over rows i (ascending) of x[i][j]
+ * Errors: SCDB_EINVAL (NULL with a non-zero size); the CUDA twins
+ * SCDB_EDEVICE, SCDB_EUNSUPPORTED. */
+scdb_err scdb_k_gather_rows_cpu(const float *src, int cols, const int32_t *idx, int n, float *dst);
+scdb_err scdb_k_bias_rows_cpu(float *dst, const float *b, int rows, int cols);
+scdb_err scdb_k_silu_cpu(const float *x, size_t n, float *y);
+scdb_err scdb_k_silu_backward_cpu(float *g, const float *x, size_t n);
+scdb_err scdb_k_sub_cpu(float *x, const float *y, size_t n);
+scdb_err scdb_k_colsum_cpu(const float *x, int rows, int cols, float *out);
+scdb_err scdb_k_gather_rows_cuda(const float *src, int cols, const int32_t *idx, int n, float *dst);
+scdb_err scdb_k_bias_rows_cuda(float *dst, const float *b, int rows, int cols);
+scdb_err scdb_k_silu_cuda(const float *x, size_t n, float *y);
+scdb_err scdb_k_silu_backward_cuda(float *g, const float *x, size_t n);
+scdb_err scdb_k_sub_cuda(float *x, const float *y, size_t n);
+scdb_err scdb_k_colsum_cuda(const float *x, int rows, int cols, float *out);
+
 /* ------------------------------------------------------------ devices
  * Choosing where compute runs (`--device auto|cpu|cuda` of the broker,
  * calibration, benches and demo):
@@ -323,7 +424,8 @@ const char *scdb_device_name(scdb_device d);
  * preference), SCDB_EDEVICE, SCDB_EUNSUPPORTED (see above). */
 scdb_err scdb_device_resolve(scdb_device_pref pref, scdb_device *out, char *why, size_t whylen);
 /* The same for a command (`what`, e.g. "scdb calibrate") that has no CUDA
- * path yet: cpu -> CPU; auto -> CPU, logging why ("auto: scdb calibrate has
+ * path yet (none since issue 19: serve, calibrate, the benches and the demo
+ * all have one; kept for a command that comes without): cpu -> CPU; auto -> CPU, logging why ("auto: scdb calibrate has
  * no CUDA path yet: CPU"); cuda -> SCDB_EUNSUPPORTED, logged as an error
  * ("cuda requested but scdb calibrate has no CUDA path yet: use --device cpu
  * or auto") -- a clear refusal, never a silent fallback.  SCDB_EINVAL (bad
@@ -357,8 +459,13 @@ scdb_err scdb_k_cuda_device_info(int dev, scdb_k_cuda_info *out);
  *                     device -> device
  *   zero              memset 0 (asynchronous on CUDA)
  *   sync              wait for everything queued; reports kernel errors
+ *   dcopy2d           rows of width bytes, device -> device, between
+ *                     pitched layouts (capture's padded probability rows)
  *   the ops           the twins of kernels.h (device pointers throughout:
- *                     pos of lowrank_decode / kv_regen too)
+ *                     pos of lowrank_decode / kv_regen / rope / attention
+ *                     too); the model's forward (model.h, scdb_model_dev),
+ *                     the eviction sequence (evict/evict_dev.c) and the
+ *                     calibration statistics (codec/calib_*.c) use them
  *
  * scdb_k_ops_get(SCDB_DEV_CUDA) exists in every build; in one without the
  * CUDA backend its entries return SCDB_EUNSUPPORTED. */
@@ -380,6 +487,39 @@ typedef struct scdb_k_ops {
                         const float *skip, float *h, float *scratch);
     scdb_err (*kv_regen)(const float *h, int n, int d, const float *wk, const float *wv, int kv,
                          const int32_t *pos, int head_dim, float theta, float *k, float *v);
+    scdb_err (*dcopy2d)(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+                        size_t rows);
+    /* the transformer */
+    scdb_err (*gemm)(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A,
+                     int lda, const float *B, int ldb, float beta, float *C, int ldc);
+    scdb_err (*linear)(const float *x, const float *W, int n, int in, int out, float *y);
+    scdb_err (*rmsnorm)(const float *x, const float *w, int n_rows, int dim, float eps, float *out);
+    scdb_err (*rope)(float *x, int n_tok, int n_heads, int head_dim, const int32_t *pos,
+                     float theta, int inverse);
+    scdb_err (*swiglu)(const float *gate, const float *up, size_t n, float *out);
+    scdb_err (*attention)(const float *q, const int32_t *q_pos, int n_q, int n_heads,
+                          const float *k, const float *v, const int32_t *slot_pos, int n_slots,
+                          int n_kv_heads, int head_dim, float *out, float *probs, float *scratch);
+    scdb_err (*q4_decode)(const uint8_t *q, const uint16_t *ms, size_t n, int g, float *x);
+    scdb_err (*adam_step)(float *w, const float *g, float *m, float *v, size_t n, float lr, int t);
+    /* aligner training */
+    scdb_err (*gather_rows)(const float *src, int cols, const int32_t *idx, int n, float *dst);
+    scdb_err (*bias_rows)(float *dst, const float *b, int rows, int cols);
+    scdb_err (*silu)(const float *x, size_t n, float *y);
+    scdb_err (*silu_backward)(float *g, const float *x, size_t n);
+    scdb_err (*sub)(float *x, const float *y, size_t n);
+    scdb_err (*colsum)(const float *x, int rows, int cols, float *out);
+    /* live sessions */
+    scdb_err (*evict_features)(const scdb_k_acc_arrays *a, int n, float *feats);
+    scdb_err (*select_topb)(const float *scores, int n, int budget, int sinks, int recent,
+                            int *keep, int *n_keep);
+    scdb_err (*compact_rows)(void *x, int n_mats, size_t mat_stride, size_t row_bytes, int n,
+                             const int *keep, int n_keep, void *scratch);
+    scdb_err (*acc_update)(const scdb_k_acc_buf *a, int n_old, const scdb_kv_cache *c,
+                           const float *probs, int probs_slots, int n_new, void *scratch,
+                           void *stream);
+    scdb_err (*snapkv_score)(const float *win, int ring_fill, int n_kv_heads, int capacity, int n,
+                             int pool, float *scores);
 } scdb_k_ops;
 
 /* The table of a device (never NULL for SCDB_DEV_CPU / SCDB_DEV_CUDA; NULL

@@ -319,3 +319,11 @@ done:
     scdb_kv_cache_free(&cache);
     return rc;
 }
+
+void scdb_model_globals(const scdb_model *m, const float **tok_embeddings, const float **norm,
+                        const float **output)
+{
+    if (tok_embeddings) *tok_embeddings = m->tok_embeddings;
+    if (norm) *norm = m->norm;
+    if (output) *output = m->output;
+}

@@ -177,4 +177,42 @@ int scdb_tokenize_bytes(const void *text, size_t n, int32_t *tokens);
 scdb_err scdb_model_bpb(const scdb_model *m, const unsigned char *text, size_t len,
                         int window, size_t max_bytes, double *bpb_out);
 
+/* ------------------------------------------------------------ on a device
+ * A model's weights resident in one device's memory (kernels.h's ops
+ * tables), uploaded once, and its forward pass over a cache whose pos, K and
+ * V live there (a CUDA IPC arena's cache, or scdb_model_dev_cache_new's):
+ * the same ops in the same order as scdb_model_forward, so on the CPU table
+ * it is the host forward bit for bit (test_model checks it) and on the CUDA
+ * table the CUDA twins' (their tolerance).  Host memory: tokens, pos; the
+ * device's memory: the cache's arrays, logits, every capture pointer, and x
+ * of layer_forward / head.  The embedding rows are gathered on the host and
+ * uploaded (n x d_model floats a forward); with pos NULL the last live
+ * slot's position comes down (one int).  Everything else stays on the
+ * device; results are complete when a call returns (it synchronises).
+ *
+ * A scdb_model_dev keeps its scratch: one forward at a time on each (the
+ * host model stays shareable).  scdb_model_dev_new borrows m (it must
+ * outlive the result).  Errors: those of scdb_model_forward, plus the
+ * table's (SCDB_EDEVICE, SCDB_EUNSUPPORTED: no CUDA backend or device). */
+typedef struct scdb_model_dev scdb_model_dev;
+scdb_err scdb_model_dev_new(const scdb_model *m, scdb_device dev, scdb_model_dev **out);
+void scdb_model_dev_free(scdb_model_dev **d);
+const scdb_k_ops *scdb_model_dev_ops(const scdb_model_dev *d);
+const scdb_model *scdb_model_dev_model(const scdb_model_dev *d);
+/* A zeroed cache shaped for the model in the device's memory; free it with
+ * scdb_model_dev_cache_free.  SCDB_EINVAL, SCDB_ENOMEM, the table's. */
+scdb_err scdb_model_dev_cache_new(const scdb_model_dev *d, int capacity, scdb_kv_cache **out);
+void scdb_model_dev_cache_free(const scdb_model_dev *d, scdb_kv_cache **c);
+scdb_err scdb_model_dev_forward(scdb_model_dev *d, const int32_t *tokens, const int32_t *pos,
+                                int n, scdb_kv_cache *cache, float *logits, scdb_capture *cap);
+scdb_err scdb_model_dev_layer_forward(scdb_model_dev *d, int layer, float *x, const int32_t *pos,
+                                      int n, scdb_kv_cache *cache, int slot0, scdb_capture *cap,
+                                      int cap_index);
+scdb_err scdb_model_dev_head(scdb_model_dev *d, const float *x, int n, float *logits);
+
+/* The embedding, final norm and output projection (host, f32) of a loaded
+ * model: what scdb_model_dev uploads beside the layers. */
+void scdb_model_globals(const scdb_model *m, const float **tok_embeddings, const float **norm,
+                        const float **output);
+
 #endif /* SCDB_MODEL_H */

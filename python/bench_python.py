@@ -113,9 +113,12 @@ def main(argv=None):
     ap.add_argument("--get-iters", type=int, default=30, help="gets timed")
     ap.add_argument("--text", help="prompt text (default data/heldout/manpages.txt, from 48 KiB)")
     ap.add_argument("--json", help="write the figures here")
+    ap.add_argument("--save-tokens", help="write the prompt's tokens here (int32, native order)")
     a = ap.parse_args(argv)
     text = a.text or os.path.join(tfm.data_dir(), "heldout", "manpages.txt")
     tokens = tfm.text_tokens(text, a.prefix, (48 << 10) if os.path.getsize(text) > (49 << 10) else 0)
+    if a.save_tokens:
+        np.asarray(tokens, dtype=np.int32).tofile(a.save_tokens)
     broker = None
     endpoint = a.endpoint
     if not endpoint:

@@ -5,7 +5,8 @@
 #                                      promtool and curl for the metrics test,
 #                                      systemd-analyze for the unit, dpkg tools
 #                                      for the package test, redis-server and
-#                                      redis-cli for the Redis Cluster tests)
+#                                      redis-cli for the Redis Cluster tests,
+#                                      clang + libFuzzer for the fuzz smoke)
 #   scripts/install-deps.sh --bench    also what the benchmarks use
 #                                      (redis for `bench broker`, matplotlib for PNGs)
 #   scripts/install-deps.sh --train    also PyTorch, to retrain the model family
@@ -20,7 +21,8 @@ for a in "$@"; do
   case "$a" in
     --test) pkgs+=(python3 python3-pytest python3-torch
                    prometheus curl systemd dpkg-dev fakeroot file
-                   redis-server redis-tools) ;;
+                   redis-server redis-tools
+                   clang libclang-rt-14-dev) ;;
     --bench) pkgs+=(redis-server redis-tools python3-matplotlib) ;;
     --train) pkgs+=(python3-torch python3-numpy fortunes manpages manpages-dev doc-debian
                     libpython3.11-stdlib) ;;

@@ -11,9 +11,13 @@
 #      different last bits per kernel, and the tests must hold on all of them
 #   3. an ASan + UBSan build of everything (build-asan/, CUDA off) and the
 #      whole suite again in it
+#   4. the fuzz smoke: every libFuzzer target (tests/fuzz) for
+#      $SCDB_FUZZ_SMOKE_S seconds (default 15; 8 targets: 2 minutes), built
+#      with clang into build-fuzz/ (scripts/fuzz.sh)
 #
 # Extra arguments go to step 1's ctest.  SCDB_BUILD_DIR moves build/;
-# SCDB_TEST_NO_SANITIZE=1 skips step 3 (for a quick local run; CI runs all).
+# SCDB_TEST_NO_SANITIZE=1 skips step 3, SCDB_TEST_NO_FUZZ=1 step 4 (for a
+# quick local run; CI runs all).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="${SCDB_BUILD_DIR:-$root/build}"
@@ -47,5 +51,11 @@ else
   SCDB_BUILD_DIR="$asan" "$root/scripts/build.sh" -DSCDB_SANITIZE=ON -DSCDB_CUDA=OFF
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     ctest --test-dir "$asan" -j2 --output-on-failure --timeout 900
+fi
+if [ "${SCDB_TEST_NO_FUZZ:-0}" = 1 ]; then
+  echo "== 4. fuzz smoke skipped (SCDB_TEST_NO_FUZZ=1)"
+else
+  echo "== 4. fuzz smoke: every target for ${SCDB_FUZZ_SMOKE_S:-15} s"
+  "$root/scripts/fuzz.sh" "${SCDB_FUZZ_SMOKE_S:-15}"
 fi
 echo "== all steps passed in $(( $(date +%s) - t0 )) s after the build"

@@ -164,6 +164,10 @@ scdb_err scdb_block_value_parse(const void *value, size_t len,
     for (uint32_t i = 0; i < nsect; i++)
         info->section_off[i] = r64(v + OFF_TABLE + 8 * i);
     if (check_sections(nsect, info->section_off, plen)) return SCDB_ERANGE;
+    /* what encode refuses to write is no value: the chain's shape (a parent
+     * on every block but the first) is what eviction and the lookup
+     * index's rebuild at open rely on */
+    if ((info->block_index == 0) != (scdb_key_is_zero(&info->parent) != 0)) return SCDB_EFORMAT;
     if (hdr_len) *hdr_len = hl;
     return SCDB_OK;
 }

@@ -150,7 +150,9 @@ scdb_err scdb_block_value_encode(const scdb_block_info *info,
  * NULL) must equal the value's key field.  Checks, in order:
  *   SCDB_ETRUNC      shorter than its fixed header or than header + payload
  *   SCDB_EFORMAT     wrong magic, or a header length that does not match
- *                    its section count, or non-zero reserved flags
+ *                    its section count, or non-zero reserved flags (and,
+ *                    after the section table, a parent field that does not
+ *                    fit the block index: zero exactly on block 0)
  *   SCDB_EUNSUPPORTED unknown format version
  *   SCDB_ETOOBIG     longer than header + payload, or payload > max
  *   SCDB_ERANGE      section table out of order or past the payload

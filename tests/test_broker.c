@@ -33,6 +33,7 @@
 #include "lookup_index.h"
 #include "store.h"
 #include "codec.h"
+#include "evict.h"
 #include "model.h"
 #include "scdb.h"
 #include "scdb.pb-c.h"
@@ -2777,6 +2778,142 @@ static void test_drain_inflight(void **state)
     assert_alive();
 }
 
+/* ------------------------------------------------------- device sessions
+ * A live session on a CUDA IPC arena runs the loop on the device (evict.h,
+ * "on a device"): libscdb folds with scdb_evict_dev_fold, the broker evicts
+ * with scdb_evict_dev_run.  Here that sequence runs on the CPU ops table
+ * beside a real host session on the broker, fed the same cache and
+ * attention step by step: every eviction must keep the same slots (the same
+ * map), leave the same cache, and the accumulators must match (exactly, the
+ * entropy numerators within 1e-5 relative: see test_evict).  The GPU run of
+ * the same comparison is test_cuda_ipc's. */
+
+/* attention that differs by layer, head and step, so the policies rank
+ * differently: a few heavy positions, the rest hashed weights */
+static void varied_probs(const scdb_kv_cache *c, int L, int H, int step, float *probs, int slots)
+{
+    for (int lh = 0; lh < L * H; lh++) {
+        float *row = probs + (size_t)lh * slots;
+        double z = 0.0;
+        for (int j = 0; j < slots; j++) {
+            row[j] = 0.0f;
+            if (j >= c->n) continue;
+            uint32_t x = bkv_hash((uint32_t)(c->pos[j] * 131 + lh * 7 + step * 977));
+            row[j] = (float)(x % 1000) / 1000.0f + (c->pos[j] % 23 == lh % 5 ? 8.0f : 0.0f);
+            z += row[j];
+        }
+        for (int j = 0; j < c->n; j++) row[j] = (float)(row[j] / z);
+    }
+}
+
+static void same_acc(const void *host, const void *dev)
+{
+    const scdb_evict_acc *h = host, *d = dev;
+    size_t ent = scdb_evict_acc_offset(h, 5), end = scdb_evict_acc_offset(h, 6);
+    assert_int_equal(h->bytes, d->bytes);
+    assert_memory_equal(h, d, ent);
+    assert_memory_equal((const char *)h + end, (const char *)d + end, (size_t)h->bytes - end);
+    for (int i = 0; i < h->n; i++) {
+        float x = ((const float *)((const char *)h + ent))[i];
+        float y = ((const float *)((const char *)d + ent))[i];
+        if (!(fabsf(x - y) <= 1e-7f + 1e-5f * fabsf(x))) fail_msg("ent_num[%d]: %g vs %g", i, x, y);
+    }
+}
+
+static void session_vs_device(const char *policy, uint32_t seed)
+{
+    const int L = 2, H = 4, P = 256, CAP = 320, STEPS = 40;
+    const scdb_k_ops *ops = scdb_k_ops_get(SCDB_DEV_CPU);
+    int32_t t[256], map[320];
+    scdb_info info;
+    scdb_get_result gr;
+    scdb_session_opts so = {.budget = 64, .policy = policy, .cadence = 8, .n_heads = H};
+    scdb_session_evict_result ev;
+    scdb_session *s = NULL;
+    scdb_evict_policy *pol = NULL;
+    scdb_evict_acc *dacc = NULL;
+    scdb_k_acc_buf buf;
+    scdb_kv_cache *c, *m = NULL;
+    scdb_arena *a;
+    void *dmem = NULL, *scratch = NULL;
+    float *probs = calloc((size_t)L * H * CAP, sizeof *probs);
+    int acc_n = 0, nk, evictions = 0;
+    scdb *h;
+    char err[256];
+
+    assert_non_null(probs);
+    if (!strcmp(policy, "distillcache")) {
+        assert_int_equal(scdb_evict_policy_load(SCDB_DATA_DIR "/policies/distillcache_base.safetensors",
+                                                &pol, err, sizeof err), SCDB_OK);
+    } else {
+        scdb_evict_kind k;
+        assert_int_equal(scdb_evict_kind_parse(policy, &k), SCDB_OK);
+        assert_int_equal(scdb_evict_policy_new(k, &pol), SCDB_OK);
+    }
+    assert_int_equal(run_client("put", "m32", seed, P, NULL), 0);
+    bkv_tokens(seed, t, P);
+    h = consumer("m32", &info);
+    assert_int_equal(scdb_arena_new(h, CAP, &a), SCDB_OK);
+    c = scdb_arena_cache(a);
+    assert_int_equal(scdb_get(h, t, P, a, 0, 0, &gr), SCDB_OK);
+    assert_int_equal(scdb_session_open(a, &so, &s), SCDB_OK);
+    /* the device side: the same cache, accumulators laid as the broker lays
+     * them (bk_cuda_stats_create), on the CPU table */
+    assert_int_equal(scdb_kv_cache_new(c->n_layers, c->n_kv_heads, c->head_dim, CAP, &m), SCDB_OK);
+    memcpy(m->mem, c->mem, scdb_kv_cache_bytes(c->n_layers, c->n_kv_heads, c->head_dim, CAP));
+    m->n = c->n;
+    scdb_evict_acc_shape sh = {c->n_layers, H, c->n_kv_heads, CAP, 0};
+    size_t bytes = scdb_evict_acc_bytes(&sh), sbytes;
+    assert_int_equal(ops->alloc(bytes, &dmem), SCDB_OK);
+    assert_int_equal(scdb_evict_acc_init(dmem, bytes, &sh, &dacc), SCDB_OK);
+    scdb_evict_acc_buf(dacc, dmem, &buf);
+    assert_int_equal(ops->alloc(scdb_evict_dev_scratch_bytes(CAP), &scratch), SCDB_OK);
+    assert_int_equal(scdb_session_get_info(s)->stats_bytes, bytes);
+
+    for (int step = 0; step < STEPS; step++) {
+        int32_t p = P + step;
+        append_token(seed, c, p);
+        append_token(seed, m, p);
+        varied_probs(c, L, H, step, probs, CAP);
+        assert_int_equal(scdb_session_step(s, probs, CAP, 1, &ev), SCDB_OK);
+        assert_int_equal(scdb_evict_dev_fold(ops, &buf, &acc_n, m, probs, CAP, 1, NULL, NULL),
+                         SCDB_OK);
+        if (!ev.n_before) continue;              /* no eviction this step */
+        /* the broker's side on the device: its checked copy of the header */
+        scdb_evict_acc hdr = *dacc;
+        assert_int_equal(hdr.n, m->n);
+        assert_int_equal(scdb_evict_dev_run(ops, pol, m, &hdr, dmem, 64, scratch, map, &nk),
+                         SCDB_OK);
+        assert_int_equal(nk, (int)ev.n_kept);
+        assert_memory_equal(map, ev.slot_pos, sizeof *map * (size_t)nk);
+        assert_int_equal(m->n, c->n);
+        assert_memory_equal(m->mem, c->mem,
+                            scdb_kv_cache_bytes(c->n_layers, c->n_kv_heads, c->head_dim, CAP));
+        acc_n = m->n;
+        same_acc(scdb_session_accumulators(s, &sbytes), dacc);
+        evictions++;
+    }
+    print_message("device sequence vs host session, %s: %d evictions, same maps\n", policy,
+                  evictions);
+    assert_true(evictions >= 4);
+    scdb_session_close(&s);
+    scdb_arena_free(&a);
+    scdb_close(&h);
+    ops->release(scratch);
+    ops->release(dmem);
+    scdb_kv_cache_free(&m);
+    scdb_evict_policy_free(&pol);
+    free(probs);
+}
+
+static void test_session_device_sequence(void **state)
+{
+    const char *policies[] = {"h2o", "snapkv", "tova", "streaming", "distillcache"};
+    (void)state;
+    for (size_t i = 0; i < sizeof policies / sizeof *policies; i++)
+        session_vs_device(policies[i], 41 + (uint32_t)i);
+}
+
 /* ------------------------------------------------------- CUDA IPC arenas
  * The GPU path itself runs in test_cuda_ipc (skipped without a device).
  * Here: a broker on the CPU refuses CUDA arenas clearly and keeps nothing,
@@ -3011,6 +3148,7 @@ int main(void)
         cmocka_unit_test(test_session_reclaim),
         cmocka_unit_test(test_isolation),
         cmocka_unit_test(test_fd_socket_garbage),
+        cmocka_unit_test(test_session_device_sequence),
         cmocka_unit_test(test_restart),
         cmocka_unit_test(test_index_restart),
         cmocka_unit_test(test_index_evict_grow_damage),

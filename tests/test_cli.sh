@@ -26,6 +26,16 @@ expect 2 "models: unknown option" -- "$scdb" models --bogus
 expect 2 "models: bad --max-bytes" -- "$scdb" models --max-bytes 1
 expect 1 "models: missing data dir" -- "$scdb" models --data "$tmp/nothing"
 expect 2 "bench: unknown benchmark" -- "$scdb" bench nosuch
+# bench python (issue 13): its front door; the run itself is a bench
+expect 0 "bench python --help" -- "$scdb" bench python --help
+grep -q "py_lookup_us" "$tmp/out" && ok "bench python --help names its JSON fields" \
+  || bad "bench python --help names its JSON fields"
+expect 2 "bench python: --prefix not whole blocks" -- "$scdb" bench python --prefix 100
+expect 2 "bench python: bad --iters" -- "$scdb" bench python --iters -3
+expect 2 "bench python: stray argument" -- "$scdb" bench python extra
+expect 1 "bench python: no interpreter" -- "$scdb" bench python --python "$tmp/nope"
+grep -q "no interpreter at" "$tmp/err" && ok "bench python: missing interpreter says so" \
+  || bad "bench python: missing interpreter says so"
 
 # --device auto|cpu|cuda (issue 7): listed in the help texts, bad values are
 # usage errors, commands without a CUDA path refuse cuda and say why
@@ -39,11 +49,18 @@ grep -q "auto, cpu or cuda" "$tmp/err" && ok "serve: bad --device says what is a
 expect 2 "calibrate: bad --device" -- "$scdb" calibrate --device CUDA
 expect 2 "bench quality: bad --device" -- "$scdb" bench quality --device tpu
 expect 2 "demo: bad --device" -- "$scdb" demo --device 1
-expect 1 "bench quality: --device cuda has no CUDA path" -- "$scdb" bench quality --device cuda
-grep -q "no CUDA path yet" "$tmp/err" && ok "bench quality: cuda refusal says why" \
-  || bad "bench quality: cuda refusal says why"
-expect 1 "demo: --device cuda has no CUDA path" -- "$scdb" demo --device cuda
-grep -q "no CUDA path yet" "$tmp/err" && ok "demo: cuda refusal says why" || bad "demo: cuda refusal says why"
+# (issue 19) calibrate, bench quality and demo have CUDA paths: without a
+# device, cuda is refused with the reason (never a silent CPU run)
+if ! nvidia-smi -L >/dev/null 2>&1; then
+  for sub in "bench quality" demo calibrate; do
+    args=()
+    [ "$sub" = calibrate ] && args=(--producer "$tmp/no-model" --consumer "$tmp/no-model" \
+      --ranks 8,12,16 --patch-layers 1 -o "$tmp/cal")
+    expect 1 "$sub: --device cuda without a device" -- "$scdb" $sub --device cuda "${args[@]}"
+    grep -qE "cuda requested but (no CUDA device answers|this build has no CUDA backend)" "$tmp/err" \
+      && ok "$sub: cuda refusal says why" || bad "$sub: cuda refusal says why"
+  done
+fi
 # serve --device cpu starts, logs its choice, and stops on SIGTERM
 "$scdb" serve --device cpu --data-dir "$tmp/sd" --endpoint "ipc://$tmp/b.sock" \
   --model m:2:1:8:64 --lookup-index 0 --gpu-hot-capacity 1MiB >"$tmp/serve.out" 2>"$tmp/serve.err" &

@@ -25,11 +25,7 @@
 #include "model.h"
 #include "safetensors.h"
 #include "helpers/assert_close.h"
-
-#define CFG_FMT                                                                          \
-    "{\"name\":\"%s\",\"domain\":\"english\",\"arch\":\"llama\",\"vocab_size\":256,\"d_model\":16,"            \
-    "\"n_layers\":%d,\"n_heads\":4,\"n_kv_heads\":2,\"head_dim\":4,\"d_ff\":%d,"        \
-    "\"max_seq_len\":64,\"rope_theta\":10000.0,\"norm_eps\":1e-5,\"parent\":null}"
+#include "helpers/tiny_model.h"
 
 static char tmpdir[256];
 static scdb_model *prod, *cons, *other;
@@ -43,58 +39,16 @@ static float frand(void)
     return (float)((rng_state >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
 }
 
-/* A random model: weights from `seed`, plus `perturb` x noise from seed 77. */
+/* A random model: weights from `seed`, plus `perturb` x noise from seed 77
+ * (tiny_model.h). */
 static void write_model(const char *dir, const char *name, int n_layers, int d_ff, uint64_t seed,
                         float perturb)
 {
-    char path[600], nm[128];
-    assert_true(strlen(dir) < 512);
-    mkdir(dir, 0755);
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    FILE *f = fopen(path, "w");
-    assert_non_null(f);
-    fprintf(f, CFG_FMT, name, n_layers, d_ff);
-    fclose(f);
-    scdb_st_writer *w;
-    assert_int_equal(scdb_st_writer_new(&w), SCDB_OK);
-    static float store[64][256 * 16];
-    int nb = 0;
-    struct { const char *n; int64_t d0, d1; float scale; } top[] = {
-        {"tok_embeddings.weight", 256, 16, 1.0f}, {"norm.weight", 16, 0, 0.0f},
-        {"output.weight", 256, 16, 0.3f}};
-    struct { const char *n; int64_t d0, d1; float scale; } lay[] = {
-        {"attention_norm.weight", 16, 0, 0.0f}, {"attention.wq.weight", 16, 16, 0.4f},
-        {"attention.wk.weight", 8, 16, 0.4f}, {"attention.wv.weight", 8, 16, 0.4f},
-        {"attention.wo.weight", 16, 16, 0.3f}, {"ffn_norm.weight", 16, 0, 0.0f},
-        {"feed_forward.w1.weight", d_ff, 16, 0.3f}, {"feed_forward.w2.weight", 16, d_ff, 0.3f},
-        {"feed_forward.w3.weight", d_ff, 16, 0.3f}};
     uint64_t noise = 77;
+    tiny_model t = {.name = name, .domain = "english", .layers = n_layers, .ff = d_ff,
+                    .rng = &rng_state, .perturb = perturb, .noise = &noise};
     rng_state = seed;
-    for (int l = -1; l < n_layers; l++) {
-        int cnt = l < 0 ? 3 : 9;
-        for (int i = 0; i < cnt; i++) {
-            int64_t shape[2] = {l < 0 ? top[i].d0 : lay[i].d0, l < 0 ? top[i].d1 : lay[i].d1};
-            float scale = l < 0 ? top[i].scale : lay[i].scale;
-            if (l < 0) snprintf(nm, sizeof nm, "%s", top[i].n);
-            else snprintf(nm, sizeof nm, "layers.%d.%s", l, lay[i].n);
-            int ndim = shape[1] > 0 ? 2 : 1;
-            size_t numel = (size_t)shape[0] * (ndim == 2 ? (size_t)shape[1] : 1);
-            for (size_t k = 0; k < numel; k++) {
-                float v = scale == 0.0f ? 1.0f + 0.1f * frand() : scale * frand();
-                uint64_t keep = rng_state;
-                rng_state = noise;
-                v += perturb * (scale == 0.0f ? 0.1f : scale) * frand();
-                noise = rng_state;
-                rng_state = keep;
-                store[nb][k] = v;
-            }
-            assert_int_equal(scdb_st_writer_add(w, nm, SCDB_F32, ndim, shape, store[nb]), SCDB_OK);
-            nb++;
-        }
-    }
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    assert_int_equal(scdb_st_writer_write(w, path), SCDB_OK);
-    scdb_st_writer_free(&w);
+    tiny_model_write(dir, &t);
 }
 
 static int setup(void **state)
@@ -153,6 +107,21 @@ static scdb_calib *session(int with_consumer)
     int added = 0;
     assert_int_equal(scdb_calib_add_text(c, text, text_len / 2, 200, &added), SCDB_OK);
     assert_true(added >= 100);
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(scdb_calib_add_eval(c, -1, text + text_len / 2 + (size_t)i * 100, 60), SCDB_OK);
+    return c;
+}
+
+/* The same session with its heavy parts on a device's ops table. */
+static scdb_calib *session_on(scdb_device dev)
+{
+    scdb_calib *c = NULL;
+    scdb_calib_opts o = small_opts();
+    const scdb_model *cs[1] = {cons};
+    assert_int_equal(scdb_calib_new(prod, cs, 1, &o, &c), SCDB_OK);
+    assert_int_equal(scdb_calib_set_device(c, dev), SCDB_OK);
+    int added = 0;
+    assert_int_equal(scdb_calib_add_text(c, text, text_len / 2, 200, &added), SCDB_OK);
     for (int i = 0; i < 2; i++)
         assert_int_equal(scdb_calib_add_eval(c, -1, text + text_len / 2 + (size_t)i * 100, 60), SCDB_OK);
     return c;
@@ -1154,6 +1123,62 @@ static void test_int8_codes(void **state)
     scdb_calib_free(&c);
 }
 
+/* Calibration with its statistics, measured KL and aligner training on the
+ * CPU ops table (scdb_calib_set_device) writes the same codebook and pair,
+ * byte for byte, as the host path: candidates chosen by measured KL, two
+ * aligners trained, the patch order chosen greedily by measured KL. */
+static void read_all(const char *path, char **buf, size_t *len)
+{
+    assert_int_equal(scdb_read_file(path, 1 << 26, buf, len), SCDB_OK);
+}
+
+static void test_calib_device(void **state)
+{
+    (void)state;
+    scdb_calib *c[2] = {session(1), session_on(SCDB_DEV_CPU)};
+    char paths[2][2][600];
+    double kl[2], t1[2];
+    for (int k = 0; k < 2; k++) {
+        scdb_codebook *cb = NULL;
+        scdb_pair *p = NULL;
+        scdb_cb_fit f = {.r_k = 2, .r_v = 3, .r_h = 4, .n_candidates = 2, .token_layer0 = 0};
+        scdb_pair_fit pf = {.n_patch = 2, .hidden = 8, .steps = 120, .batch = 32};
+        assert_int_equal(scdb_calib_windows(c[k]), scdb_calib_windows(c[0]));
+        assert_int_equal(scdb_calib_fit_codebook(c[k], &f, &cb), SCDB_OK);
+        assert_int_equal(scdb_calib_fit_pair(c[k], cb, 0, &pf, &p), SCDB_OK);
+        assert_int_equal(scdb_calib_eval(c[k], cb, p, 0, -1, &kl[k], &t1[k]), SCDB_OK);
+        snprintf(paths[k][0], sizeof paths[k][0], "%s/dev%d_cb.safetensors", tmpdir, k);
+        snprintf(paths[k][1], sizeof paths[k][1], "%s/dev%d_pair.safetensors", tmpdir, k);
+        assert_int_equal(scdb_codebook_save(cb, paths[k][0]), SCDB_OK);
+        assert_int_equal(scdb_pair_save(p, paths[k][1]), SCDB_OK);
+        scdb_pair_free(&p);
+        scdb_codebook_free(&cb);
+    }
+    assert_true(kl[1] == kl[0]);
+    assert_true(t1[1] == t1[0]);
+    for (int f = 0; f < 2; f++) {
+        char *a, *b;
+        size_t la, lb;
+        read_all(paths[0][f], &a, &la);
+        read_all(paths[1][f], &b, &lb);
+        assert_int_equal(la, lb);
+        assert_memory_equal(a, b, la);
+        free(a);
+        free(b);
+    }
+    /* refusals: a device after windows were added, a CUDA device that is not there */
+    assert_int_equal(scdb_calib_set_device(c[0], SCDB_DEV_CPU), SCDB_EINVAL);
+    scdb_calib_free(&c[0]);
+    scdb_calib_free(&c[1]);
+    if (scdb_k_cuda_device_count() <= 0) {
+        scdb_calib *x = NULL;
+        scdb_calib_opts o = small_opts();
+        assert_int_equal(scdb_calib_new(prod, NULL, 0, &o, &x), SCDB_OK);
+        assert_int_equal(scdb_calib_set_device(x, SCDB_DEV_CUDA), SCDB_EUNSUPPORTED);
+        scdb_calib_free(&x);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1166,6 +1191,7 @@ int main(void)
         cmocka_unit_test(test_aligner_training),
         cmocka_unit_test(test_kernel_twins),
         cmocka_unit_test(test_pair_dev_cpu),
+        cmocka_unit_test(test_calib_device),
         cmocka_unit_test(test_files_and_refusals),
         cmocka_unit_test(test_domain_text),
         cmocka_unit_test(test_shipped_pairs),

@@ -62,7 +62,9 @@ static int start_broker(int bi)
                "log_level = info\n%s\n"
                "[model m16]\nn_layers = 4\nn_kv_heads = 2\nhead_dim = 16\nmax_seq_len = 1024\n"
                "raw_dtype = f16\n\n"
-               "[model m32]\nn_layers = 2\nn_kv_heads = 2\nhead_dim = 8\nraw_dtype = f32\n\n",
+               "[model m32]\nn_layers = 2\nn_kv_heads = 2\nhead_dim = 8\nraw_dtype = f32\n\n"
+               "[policy distillcache]\nfile = " SCDB_DATA_DIR
+               "/policies/distillcache_base.safetensors\n\n",
             endpoint[bi], dir, bi, bi ? "gpu_hot_capacity = 256MiB\n" : "");
     if (have_family)
         fprintf(f, "[model base]\nconfig = " SCDB_DATA_DIR "/models/base/config.json\n"
@@ -125,6 +127,11 @@ static int teardown(void **state)
     }
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     return system(cmd) == 0 ? 0 : -1;
+}
+
+static void get_stats_of(scdb *h, scdb_stat *st)
+{
+    assert_int_equal(scdb_stats(h, st), SCDB_OK);
 }
 
 /* The device cache's whole buffer (pos, K, V), downloaded. */
@@ -201,13 +208,6 @@ static void test_raw_ipc(void **state)
             assert_memory_equal(dbuf, host->mem, bytes);     /* bit for bit, pos included */
             assert_int_equal(bkv_check(seed, host, slot0, 0, k ? 128 : N, pos0, mi == 0), 0);
             free(dbuf);
-        }
-        /* live sessions stay on host arenas for now: a clear refusal */
-        {
-            scdb_session_opts so = {.budget = 64, .n_heads = 2, .policy = "h2o"};
-            scdb_session *s = NULL;
-            assert_int_equal(scdb_session_open(ca, &so, &s), SCDB_EUNSUPPORTED);
-            assert_non_null(strstr(scdb_last_error(c), "CUDA"));
         }
         scdb_arena_free(&ca);
         scdb_arena_free(&ha);
@@ -300,11 +300,206 @@ static void test_scd_ipc(void **state)
     }
 }
 
+/* ------------------------------------------------------------ live sessions
+ * The same session on a shared-memory arena and on a CUDA IPC arena of one
+ * broker, fed the same slots and attention (on the device for the CUDA one:
+ * libscdb folds with its CUDA kernels, the broker evicts on its GPU): the
+ * heuristics must keep the same slots and leave the same cache, bit for bit,
+ * and the accumulators must agree (bit for bit but for the V norms and the
+ * entropy numerators, 1e-5 relative: the CUDA twin's tolerance).  The
+ * learned policy reads the entropies, so its keep sets may differ on near
+ * ties: at least 95% of the kept slots must be the same. */
+
+static void varied_probs(const scdb_kv_cache *c, int LH, int step, float *probs, int slots)
+{
+    for (int lh = 0; lh < LH; lh++) {
+        float *row = probs + (size_t)lh * slots;
+        double z = 0.0;
+        for (int j = 0; j < slots; j++) {
+            row[j] = 0.0f;
+            if (j >= c->n) continue;
+            uint32_t x = bkv_hash((uint32_t)(c->pos[j] * 131 + lh * 7 + step * 977));
+            row[j] = (float)(x % 1000) / 1000.0f + (c->pos[j] % 23 == lh % 5 ? 8.0f : 0.0f);
+            z += row[j];
+        }
+        for (int j = 0; j < c->n; j++) row[j] = (float)(row[j] / z);
+    }
+}
+
+/* the slot a decode step appends: bkv values of position pos, in the host
+ * cache and (uploaded) in the device one */
+static void append_both(uint32_t seed, scdb_kv_cache *hc, scdb_kv_cache *dc, int32_t pos)
+{
+    int d = scdb_kv_dim(hc), sl = hc->n;
+    float *row = malloc((size_t)d * sizeof *row);
+    for (int l = 0; l < hc->n_layers; l++)
+        for (int kv = 0; kv < 2; kv++) {
+            for (int j = 0; j < d; j++) row[j] = bkv_value(seed, kv, l, pos, j);
+            memcpy(kv ? scdb_kv_v(hc, l, sl) : scdb_kv_k(hc, l, sl), row, (size_t)d * 4);
+            assert_int_equal(scdb_k_cuda_copy(kv ? scdb_kv_v(dc, l, sl) : scdb_kv_k(dc, l, sl), row,
+                                              (size_t)d * 4, 1), SCDB_OK);
+        }
+    hc->pos[sl] = pos;
+    assert_int_equal(scdb_k_cuda_copy(dc->pos + sl, &pos, sizeof pos, 1), SCDB_OK);
+    hc->n++;
+    dc->n++;
+    free(row);
+}
+
+static void session_ipc_once(const char *policy, uint32_t seed)
+{
+    enum { CAP = 320, H = 4, STEPS = 40 };
+    int32_t t[N];
+    scdb_info info;
+    scdb_kv_cache *own, *hc, *dc;
+    scdb_arena *ha = NULL, *ca = NULL;
+    scdb_session *hs = NULL, *ds = NULL;
+    scdb_session_opts so = {.budget = 64, .policy = policy, .cadence = 8, .n_heads = H};
+    scdb_session_evict_result he, de;
+    scdb_get_result gr;
+    scdb_stat st0, st1;
+    int dev = -1, evictions = 0, learned = !strcmp(policy, "distillcache");
+    scdb *p = connect_to(10000), *c = connect_to(10000);
+    assert_non_null(p);
+    assert_non_null(c);
+    bkv_tokens(seed, t, N);
+    assert_int_equal(scdb_register(p, SCDB_PRODUCER, "m16", NULL, &info), SCDB_OK);
+    assert_int_equal(scdb_kv_cache_new(info.n_layers, info.n_kv_heads, info.head_dim, N, &own),
+                     SCDB_OK);
+    bkv_fill(seed, own, N);
+    assert_int_equal(scdb_put_cache(p, t, N, own, NULL), SCDB_OK);
+    assert_int_equal(scdb_register(c, SCDB_CONSUMER, "m16", NULL, NULL), SCDB_OK);
+    assert_int_equal(scdb_arena_new(c, CAP, &ha), SCDB_OK);
+    assert_int_equal(scdb_arena_new_cuda(c, CAP, &ca), SCDB_OK);
+    hc = scdb_arena_cache(ha);
+    dc = scdb_arena_cache_device(ca, &dev);
+    assert_non_null(dc);
+    assert_int_equal(scdb_get(c, t, N, ha, 0, 0, &gr), SCDB_OK);
+    assert_int_equal(scdb_get(c, t, N, ca, 0, 0, &gr), SCDB_OK);
+    /* the host session's refusals hold on a CUDA arena */
+    so.budget = CAP + 1;
+    assert_int_equal(scdb_session_open(ca, &so, &ds), SCDB_ERANGE);
+    so.budget = 64;
+    so.n_heads = 3;
+    assert_int_equal(scdb_session_open(ca, &so, &ds), SCDB_ESHAPE);
+    so.n_heads = H;
+    assert_int_equal(scdb_session_open(ha, &so, &hs), SCDB_OK);
+    {
+        scdb_err e = scdb_session_open(ca, &so, &ds);
+        if (e) print_message("session on a CUDA arena: %s\n", scdb_last_error(c));
+        assert_int_equal(e, SCDB_OK);
+    }
+    assert_int_equal(scdb_session_get_info(ds)->cuda, 1);
+    assert_int_equal(scdb_session_get_info(hs)->cuda, 0);
+    {
+        scdb_session *again = NULL;
+        assert_int_equal(scdb_session_open(ca, &so, &again), SCDB_EBUSY);
+    }
+    size_t pb = (size_t)info.n_layers * H * CAP * 4;
+    float *probs = malloc(pb), *dprobs = NULL;
+    assert_int_equal(scdb_k_cuda_malloc(pb, (void **)&dprobs), SCDB_OK);
+    for (int step = 0; step < STEPS; step++) {
+        append_both(seed, hc, dc, N + step);
+        varied_probs(hc, info.n_layers * H, step, probs, CAP);
+        assert_int_equal(scdb_k_cuda_copy(dprobs, probs, pb, 1), SCDB_OK);
+        assert_int_equal(scdb_session_step(hs, probs, CAP, 1, &he), SCDB_OK);
+        scdb_err e = scdb_session_step(ds, dprobs, CAP, 1, &de);
+        if (e) print_message("step on the CUDA session: %s\n", scdb_last_error(c));
+        assert_int_equal(e, SCDB_OK);
+        assert_int_equal(de.n_before, he.n_before);
+        if (!he.n_before) continue;
+        evictions++;
+        assert_int_equal(de.n_kept, he.n_kept);
+        assert_int_equal(dc->n, hc->n);
+        if (learned) {
+            int same = 0;
+            for (uint32_t i = 0, j = 0; i < he.n_kept && j < de.n_kept;) {
+                if (he.slot_pos[i] == de.slot_pos[j]) same++, i++, j++;
+                else if (he.slot_pos[i] < de.slot_pos[j]) i++;
+                else j++;
+            }
+            print_message("distillcache: %d of %u kept slots the same on the GPU\n", same,
+                          he.n_kept);
+            assert_true(same >= (int)(0.95 * he.n_kept));
+            continue;
+        }
+        assert_memory_equal(de.slot_pos, he.slot_pos, he.n_kept * sizeof *he.slot_pos);
+        void *dbuf = download(dc);
+        assert_memory_equal(dbuf, hc->mem, scdb_kv_cache_bytes(hc->n_layers, hc->n_kv_heads,
+                                                               hc->head_dim, CAP));
+        free(dbuf);
+        /* the accumulators: the device's against the shared memory's */
+        size_t hb, db;
+        const unsigned char *hacc = scdb_session_accumulators(hs, &hb);
+        const void *dacc = scdb_session_accumulators(ds, &db);
+        assert_int_equal(hb, db);
+        unsigned char *dl = aligned_alloc(64, (db + 63) / 64 * 64);
+        assert_int_equal(scdb_k_cuda_copy(dl, dacc, db, 0), SCDB_OK);
+        uint32_t n_live;
+        memcpy(&n_live, hacc + 28, sizeof n_live);          /* header n */
+        size_t arr = ((size_t)CAP * 4 + 63) / 64 * 64;      /* slot array bytes */
+        assert_memory_equal(dl, hacc, 64);                  /* header */
+        for (int k = 0; k < 10; k++) {
+            size_t off = 64 + (size_t)k * arr, len = k < 9 ? arr : db - off;
+            if (k == 5 || k == 7)       /* ent_num, vnorm: the twin tolerance */
+                close_to((const float *)(dl + off), (const float *)(hacc + off), n_live, 1e-7f,
+                         1e-5f);
+            else
+                assert_memory_equal(dl + off, hacc + off, len);
+        }
+        free(dl);
+    }
+    print_message("session %s: %d evictions, GPU and host agree\n", policy, evictions);
+    assert_true(evictions >= 4);
+    if (!strcmp(policy, "h2o")) {
+        /* the device header overwritten: refused, the broker keeps serving */
+        size_t db;
+        void *dacc = scdb_session_accumulators(ds, &db);
+        uint32_t keep[16], bad;
+        assert_int_equal(scdb_k_cuda_copy(keep, dacc, sizeof keep, 0), SCDB_OK);
+        bad = keep[0] ^ 0xffffffffu;                                 /* magic */
+        assert_int_equal(scdb_k_cuda_copy(dacc, &bad, sizeof bad, 1), SCDB_OK);
+        assert_int_equal(scdb_session_evict(ds, 8, &de), SCDB_EFORMAT);
+        bad = 1u << 30;                                              /* capacity */
+        assert_int_equal(scdb_k_cuda_copy(dacc, keep, sizeof keep, 1), SCDB_OK);
+        assert_int_equal(scdb_k_cuda_copy((uint32_t *)dacc + 5, &bad, sizeof bad, 1), SCDB_OK);
+        assert_int_equal(scdb_session_evict(ds, 8, &de), SCDB_EFORMAT);
+        assert_int_equal(scdb_k_cuda_copy(dacc, keep, sizeof keep, 1), SCDB_OK);
+        assert_int_equal(scdb_session_evict(ds, 8, &de), SCDB_OK);     /* restored */
+        assert_int_equal(de.n_kept, 8);
+        assert_int_equal(dc->n, 8);
+        assert_int_equal(scdb_ping(c, NULL), SCDB_OK);
+    }
+    /* freeing the CUDA arena ends its session and frees its device memory */
+    get_stats_of(c, &st0);
+    scdb_arena_free(&ca);
+    get_stats_of(c, &st1);
+    assert_int_equal(st1.sessions, st0.sessions - 1);
+    assert_true(st1.arena_bytes < st0.arena_bytes);
+    scdb_session_close(&hs);
+    scdb_k_cuda_free(dprobs);
+    free(probs);
+    scdb_arena_free(&ha);
+    scdb_kv_cache_free(&own);
+    scdb_close(&c);
+    scdb_close(&p);
+}
+
+static void test_session_ipc(void **state)
+{
+    const char *policies[] = {"h2o", "snapkv", "tova", "streaming", "distillcache"};
+    (void)state;
+    cur = 0;
+    for (size_t i = 0; i < sizeof policies / sizeof *policies; i++)
+        session_ipc_once(policies[i], 900 + (uint32_t)i);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_raw_ipc),
         cmocka_unit_test(test_scd_ipc),
+        cmocka_unit_test(test_session_ipc),
     };
     int n = scdb_k_cuda_device_count();
     if (n <= 0) {

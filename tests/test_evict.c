@@ -22,6 +22,7 @@
 #include "evict_internal.h"
 #include "model.h"
 #include "safetensors.h"
+#include "tiny_model.h"
 
 static char tmpdir[256];
 
@@ -796,52 +797,14 @@ static void test_plackett_luce_gradient(void **state)
 
 /* ------------------------------------------------------------ training smoke */
 
-static const char *TINY_CFG =
-    "{\"name\":\"tiny\",\"arch\":\"llama\",\"vocab_size\":256,\"d_model\":16,"
-    "\"n_layers\":2,\"n_heads\":4,\"n_kv_heads\":2,\"head_dim\":4,\"d_ff\":24,"
-    "\"max_seq_len\":64,\"rope_theta\":10000.0,\"norm_eps\":1e-5,\"parent\":null}";
-
+/* A tiny random model with sharper attention than tiny_model.h's default
+ * scales, so the policy has something to learn. */
 static void write_tiny(const char *dir)
 {
-    char path[1024], name[128];
-    mkdir(dir, 0755);
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    FILE *f = fopen(path, "w");
-    assert_non_null(f);
-    fputs(TINY_CFG, f);
-    fclose(f);
-    scdb_st_writer *w;
-    assert_int_equal(scdb_st_writer_new(&w), SCDB_OK);
-    static float buf[32][256 * 16];
-    int nb = 0;
-    struct { const char *n; int64_t d0, d1; float scale; } top[] = {
-        {"tok_embeddings.weight", 256, 16, 1.0f}, {"norm.weight", 16, 0, 0.0f},
-        {"output.weight", 256, 16, 0.5f}};
-    struct { const char *n; int64_t d0, d1; float scale; } lay[] = {
-        {"attention_norm.weight", 16, 0, 0.0f}, {"attention.wq.weight", 16, 16, 0.8f},
-        {"attention.wk.weight", 8, 16, 0.8f}, {"attention.wv.weight", 8, 16, 0.6f},
-        {"attention.wo.weight", 16, 16, 0.5f}, {"ffn_norm.weight", 16, 0, 0.0f},
-        {"feed_forward.w1.weight", 24, 16, 0.3f}, {"feed_forward.w2.weight", 16, 24, 0.3f},
-        {"feed_forward.w3.weight", 24, 16, 0.3f}};
-    for (int l = -1; l < 2; l++) {
-        int cnt = l < 0 ? 3 : 9;
-        for (int i = 0; i < cnt; i++) {
-            const char *n = l < 0 ? top[i].n : lay[i].n;
-            int64_t shape[2] = {l < 0 ? top[i].d0 : lay[i].d0, l < 0 ? top[i].d1 : lay[i].d1};
-            float scale = l < 0 ? top[i].scale : lay[i].scale;
-            if (l < 0) snprintf(name, sizeof name, "%s", n);
-            else snprintf(name, sizeof name, "layers.%d.%s", l, n);
-            int ndim = shape[1] > 0 ? 2 : 1;
-            size_t numel = (size_t)shape[0] * (ndim == 2 ? (size_t)shape[1] : 1);
-            for (size_t k = 0; k < numel; k++)
-                buf[nb][k] = scale == 0.0f ? 1.0f + 0.1f * frand() : scale * frand();
-            assert_int_equal(scdb_st_writer_add(w, name, SCDB_F32, ndim, shape, buf[nb]), SCDB_OK);
-            nb++;
-        }
-    }
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    assert_int_equal(scdb_st_writer_write(w, path), SCDB_OK);
-    scdb_st_writer_free(&w);
+    static const float scales[TINY_N_SCALES] = {1.0f, 0, 0.5f, 0, 0.8f, 0.8f, 0.6f, 0.5f,
+                                                0,    0.3f, 0.3f, 0.3f};
+    tiny_model t = {.name = "tiny", .scales = scales, .rng = &rng};
+    tiny_model_write(dir, &t);
 }
 
 static void test_train_smoke(void **state)
@@ -1119,6 +1082,192 @@ static void test_kernel_twins(void **state)
     scdb_evict_acc_free(&b);
 }
 
+/* ------------------------------------------------------------ on a device
+ * A session whose cache and accumulators are device memory runs the loop of
+ * evict.h through an ops table (acc_dev.c, evict_dev.c).  On the CPU table
+ * it must compute what the host loop computes: the same statistics step by
+ * step (scdb_session_add_stats' two updates vs scdb_evict_dev_fold), the
+ * same evictions (scdb_evict_run vs scdb_evict_dev_run), for every policy,
+ * over a get, a prefill chunk and decode steps with evictions between them.
+ * Exact, but for the entropy numerators, compared within 1e-5 relative: the
+ * twin computes them as acc.c does, but acc.c may vectorise its entropy
+ * loop differently (the CUDA twin differs there by logf and its reduction
+ * order: tests/test_kernels_cuda.c). */
+
+#define DL 3
+#define DH 4
+#define DG 2
+#define DHD 8
+#define DCAP 96
+
+/* one forward's probabilities: softmax of random logits over the slots
+ * query q can see (slot pos <= its pos), 0 elsewhere */
+static void dev_probs(const scdb_kv_cache *c, int n_new, int slots, float *probs)
+{
+    for (int lh = 0; lh < DL * DH; lh++)
+        for (int q = 0; q < n_new; q++) {
+            float *row = probs + ((size_t)lh * n_new + q) * slots;
+            int32_t qp = c->pos[c->n - n_new + q];
+            double z = 0.0;
+            for (int j = 0; j < slots; j++) {
+                row[j] = j < c->n && c->pos[j] <= qp ? expf(3.0f * frand()) : 0.0f;
+                z += row[j];
+            }
+            for (int j = 0; j < slots; j++) row[j] = (float)(row[j] / z);
+        }
+}
+
+static void dev_append(scdb_kv_cache *a, scdb_kv_cache *b, int n, int32_t p0)
+{
+    for (int i = 0; i < n; i++) {
+        int s = a->n + i;
+        a->pos[s] = b->pos[s] = p0 + i;
+        for (int l = 0; l < DL; l++)
+            for (int d = 0; d < DG * DHD; d++) {
+                scdb_kv_k(a, l, s)[d] = scdb_kv_k(b, l, s)[d] = frand();
+                scdb_kv_v(a, l, s)[d] = scdb_kv_v(b, l, s)[d] = frand();
+            }
+    }
+    a->n += n;
+    b->n += n;
+}
+
+static void dev_same_acc(const scdb_evict_acc *h, const scdb_evict_acc *d)
+{
+    size_t ent = scdb_evict_acc_offset(h, 5), end = scdb_evict_acc_offset(h, 6);
+    assert_int_equal(h->bytes, d->bytes);
+    assert_memory_equal(h, d, ent);
+    assert_memory_equal((const char *)h + end, (const char *)d + end, (size_t)h->bytes - end);
+    const float *x = (const float *)((const char *)h + ent), *y = (const float *)((const char *)d + ent);
+    for (int i = 0; i < h->capacity; i++)
+        if (!(fabsf(x[i] - y[i]) <= 1e-7f + 1e-5f * fabsf(x[i])))
+            fail_msg("ent_num[%d]: host %g device sequence %g", i, x[i], y[i]);
+}
+
+static void dev_sequence(const scdb_evict_policy *p)
+{
+    const scdb_k_ops *ops = scdb_k_ops_get(SCDB_DEV_CPU);
+    scdb_evict_acc_shape sh = {DL, DH, DG, DCAP, 5};
+    size_t bytes = scdb_evict_acc_bytes(&sh);
+    scdb_kv_cache *ca, *cb;
+    scdb_evict_acc *ha = NULL, *da = NULL;
+    void *dmem = NULL, *scratch = NULL;
+    scdb_k_acc_buf buf;
+    float *probs = malloc((size_t)DL * DH * 5 * DCAP * sizeof *probs);
+    int32_t mh[DCAP], md[DCAP];
+    int acc_n = 0, nkh, nkd, evictions = 0, budget = 16;
+
+    assert_non_null(probs);
+    assert_int_equal(scdb_kv_cache_new(DL, DG, DHD, DCAP, &ca), SCDB_OK);
+    assert_int_equal(scdb_kv_cache_new(DL, DG, DHD, DCAP, &cb), SCDB_OK);
+    assert_int_equal(scdb_evict_acc_new(&sh, &ha), SCDB_OK);
+    /* what the broker does: lay the header over the buffer it exports */
+    assert_int_equal(ops->alloc(bytes, &dmem), SCDB_OK);
+    assert_int_equal(scdb_evict_acc_init(dmem, bytes, &sh, &da), SCDB_OK);
+    scdb_evict_acc_buf(da, dmem, &buf);
+    assert_int_equal(ops->alloc(scdb_evict_dev_scratch_bytes(DCAP), &scratch), SCDB_OK);
+
+    /* a get of 20 slots, then a prefill chunk of 5 with statistics */
+    dev_append(ca, cb, 20, 0);
+    dev_append(ca, cb, 5, 20);
+    dev_probs(ca, 5, DCAP, probs);
+    {
+        scdb_kv_cache view = *ca;
+        view.n = 20;
+        assert_int_equal(scdb_evict_acc_update(ha, &view, NULL, 0, 20), SCDB_OK);
+        assert_int_equal(scdb_evict_acc_update(ha, ca, probs, DCAP, 5), SCDB_OK);
+    }
+    assert_int_equal(scdb_evict_dev_fold(ops, &buf, &acc_n, cb, probs, DCAP, 5, NULL, NULL),
+                     SCDB_OK);
+    assert_int_equal(acc_n, 25);
+    dev_same_acc(ha, da);
+    /* decode steps, an eviction every 8 */
+    for (int t = 0; t < 40; t++) {
+        dev_append(ca, cb, 1, ca->pos[ca->n - 1] + 1);
+        dev_probs(ca, 1, ca->n + 3, probs);
+        assert_int_equal(scdb_evict_acc_update(ha, ca, probs, ca->n + 3, 1), SCDB_OK);
+        assert_int_equal(scdb_evict_dev_fold(ops, &buf, &acc_n, cb, probs, ca->n + 3, 1, NULL,
+                                             NULL), SCDB_OK);
+        if (t % 8 != 7) continue;
+        scdb_evict_acc hdr = *da;                 /* the broker's checked copy */
+        assert_int_equal(scdb_evict_run(p, ca, ha, budget, mh, &nkh), SCDB_OK);
+        assert_int_equal(scdb_evict_dev_run(ops, p, cb, &hdr, dmem, budget, scratch, md, &nkd),
+                         SCDB_OK);
+        assert_int_equal(nkd, nkh);
+        assert_int_equal(cb->n, ca->n);
+        assert_memory_equal(md, mh, (size_t)nkh * sizeof *mh);
+        evictions += nkh < hdr.n;
+        acc_n = cb->n;
+        dev_same_acc(ha, da);
+        assert_memory_equal(ca->mem, cb->mem, scdb_kv_cache_bytes(DL, DG, DHD, DCAP));
+    }
+    if (scdb_evict_policy_kind(p) != SCDB_EVICT_FULL) assert_int_equal(evictions, 5);
+    /* refusals: statistics that do not match the cache, a header out of step */
+    assert_int_equal(scdb_evict_dev_fold(ops, &buf, &acc_n, cb, probs, ca->n + 3, 1, NULL, NULL),
+                     SCDB_EINVAL);                 /* no slot was appended */
+    assert_int_equal(scdb_evict_dev_fold(ops, &buf, &acc_n, cb, probs, 1, 0, NULL, NULL),
+                     SCDB_EINVAL);
+    if (scdb_evict_policy_kind(p) != SCDB_EVICT_FULL) {
+        scdb_evict_acc hdr = *da;
+        dev_append(ca, cb, budget, ca->pos[ca->n - 1] + 1);   /* over budget, unfolded */
+        assert_int_equal(scdb_evict_dev_run(ops, p, cb, &hdr, dmem, budget, scratch, md, &nkd),
+                         SCDB_EINVAL);
+    }
+    ops->release(scratch);
+    ops->release(dmem);
+    scdb_evict_acc_free(&ha);
+    scdb_kv_cache_free(&ca);
+    scdb_kv_cache_free(&cb);
+    free(probs);
+}
+
+static void test_device_sequence(void **state)
+{
+    (void)state;
+    for (int k = 0; k < SCDB_EVICT_KIND_COUNT; k++) {
+        scdb_evict_policy *p = NULL;
+        if (k == SCDB_EVICT_LEARNED) {
+            scdb_evict_mlp *m = NULL;
+            assert_int_equal(scdb_evict_mlp_new(16, 7, &m), SCDB_OK);
+            m->pool = 5;
+            m->sinks = 2;
+            m->recent = 3;
+            assert_int_equal(scdb_evict_policy_from_mlp(m, &p), SCDB_OK);
+            scdb_evict_mlp_free(&m);
+        } else {
+            assert_int_equal(scdb_evict_policy_new((scdb_evict_kind)k, &p), SCDB_OK);
+        }
+        dev_sequence(p);
+        scdb_evict_policy_free(&p);
+    }
+    /* the twins alone: SnapKV's score against the policy's, and NaN scores
+     * (memory a client can write) still select budget valid slots */
+    {
+        scdb_kv_cache *c;
+        scdb_evict_acc *a;
+        float s1[16], s2[16];
+        int keep[16], nk;
+        pattern(&c, &a);
+        scdb_evict_policy *p = NULL;
+        assert_int_equal(scdb_evict_policy_new(SCDB_EVICT_SNAPKV, &p), SCDB_OK);
+        assert_int_equal(scdb_evict_policy_score(p, a, s1), SCDB_OK);
+        assert_int_equal(scdb_k_snapkv_score_cpu(scdb_evict_acc_win(a), a->ring_fill, a->n_kv_heads,
+                                                 a->capacity, a->n, SCDB_EVICT_SNAPKV_POOL, s2),
+                         SCDB_OK);
+        assert_memory_equal(s1, s2, (size_t)a->n * sizeof *s1);
+        assert_int_equal(scdb_k_snapkv_score_cpu(scdb_evict_acc_win(a), a->ring_fill, 2, 16, 12, 4,
+                                                 s2), SCDB_EINVAL);   /* even pool */
+        for (int i = 0; i < 12; i++) s1[i] = i % 3 ? NAN : (float)i;
+        assert_int_equal(scdb_k_select_topb_cpu(s1, 12, 6, 1, 1, keep, &nk), SCDB_OK);
+        assert_int_equal(nk, 6);
+        int want[6] = {0, 3, 6, 9, 10, 11};  /* sink, 3 numbers, the highest NaN (-inf) slot, recent */
+        assert_memory_equal(keep, want, sizeof want);
+        scdb_evict_policy_free(&p);
+        scdb_evict_acc_free(&a);
+        scdb_kv_cache_free(&c);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1133,6 +1282,7 @@ int main(void)
         cmocka_unit_test(test_mlp_backward),
         cmocka_unit_test(test_plackett_luce_gradient),
         cmocka_unit_test(test_train_smoke),
+        cmocka_unit_test(test_device_sequence),
     };
     return cmocka_run_group_tests(tests, setup_tmp, teardown_tmp);
 }

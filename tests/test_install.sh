@@ -24,6 +24,8 @@ for f in bin/scdb bin/scdb-broker etc/scdb/scdb-broker.ini lib/systemd/system/sc
          share/scdb/models/base/config.json share/scdb/codebooks/base.safetensors \
          share/scdb/pairs/base__code.safetensors share/scdb/policies/distillcache_base.safetensors \
          share/scdb/heldout/manpages.txt share/scdb/tools/plot_evict.py \
+         share/scdb/tools/train_family.py share/scdb/python/bench_python.py \
+         share/scdb/python/examples/torch_family.py \
          share/man/man1/scdb.1.gz share/man/man5/scdb-broker.ini.5.gz; do
   [ -e "$P/$f" ] || bad "installed: $f missing"
 done

@@ -772,6 +772,52 @@ static void test_device(void **state)
     }
 }
 
+/* Every entry of both ops tables is set (a device sequence calls them
+ * without checking), and the CPU table's memory functions work. */
+static void test_ops_tables(void **state)
+{
+    (void)state;
+    for (int d = 0; d < 2; d++) {
+        const scdb_k_ops *o = scdb_k_ops_get(d ? SCDB_DEV_CUDA : SCDB_DEV_CPU);
+        assert_non_null(o);
+        assert_int_equal(o->device, d ? SCDB_DEV_CUDA : SCDB_DEV_CPU);
+        const void *fns[] = {
+            (const void *)o->alloc, (const void *)o->release, (const void *)o->upload,
+            (const void *)o->download, (const void *)o->dcopy, (const void *)o->zero,
+            (const void *)o->sync, (const void *)o->f16_to_f32, (const void *)o->lowrank_decode,
+            (const void *)o->aligner, (const void *)o->kv_regen, (const void *)o->dcopy2d,
+            (const void *)o->gemm, (const void *)o->linear, (const void *)o->rmsnorm,
+            (const void *)o->rope, (const void *)o->swiglu, (const void *)o->attention,
+            (const void *)o->q4_decode, (const void *)o->adam_step, (const void *)o->gather_rows,
+            (const void *)o->bias_rows, (const void *)o->silu, (const void *)o->silu_backward,
+            (const void *)o->sub, (const void *)o->colsum, (const void *)o->evict_features,
+            (const void *)o->select_topb, (const void *)o->compact_rows,
+            (const void *)o->acc_update, (const void *)o->snapkv_score};
+        for (size_t k = 0; k < sizeof fns / sizeof *fns; k++)
+            if (!fns[k]) fail_msg("%s table: entry %zu is NULL", d ? "CUDA" : "CPU", k);
+    }
+    assert_null(scdb_k_ops_get((scdb_device)7));
+    const scdb_k_ops *o = scdb_k_ops_get(SCDB_DEV_CPU);
+    unsigned char src[40], dst[64];
+    void *p = NULL;
+    for (int i = 0; i < 40; i++) src[i] = (unsigned char)i;
+    memset(dst, 0xee, sizeof dst);
+    assert_int_equal(o->dcopy2d(dst, 16, src, 10, 6, 4), SCDB_OK);   /* 4 rows of 6 bytes */
+    for (int r = 0; r < 4; r++) {
+        assert_memory_equal(dst + 16 * r, src + 10 * r, 6);
+        assert_int_equal(dst[16 * r + 6], 0xee);
+    }
+    assert_int_equal(o->alloc(100, &p), SCDB_OK);
+    assert_true(((uintptr_t)p & 63) == 0);
+    assert_int_equal(o->zero(p, 100), SCDB_OK);
+    o->release(p);
+    if (scdb_k_cuda_device_count() <= 0) {
+        void *q = (void *)1;
+        scdb_err e = scdb_k_ops_get(SCDB_DEV_CUDA)->alloc(64, &q);
+        assert_true(e == SCDB_EUNSUPPORTED || e == SCDB_EDEVICE);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -797,6 +843,7 @@ int main(void)
         cmocka_unit_test(test_q4),
         cmocka_unit_test(test_evict_ops),
         cmocka_unit_test(test_device),
+        cmocka_unit_test(test_ops_tables),
     };
     return cmocka_run_group_tests_name("kernels", tests, NULL, NULL);
 }

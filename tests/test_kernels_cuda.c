@@ -414,6 +414,234 @@ static void test_evict_ops(void **s)
     free(pos); free(fc); free(fg);
 }
 
+/* The accumulator update (a live session's step on a CUDA arena) against
+ * the CPU twin over a get, a prefill chunk whose later slots are invisible
+ * to its earlier queries, and decode steps: every array and header field
+ * bit for bit, but the V norms and entropy numerators (1e-5 relative: the
+ * order of their double reductions, and logf).  Then SnapKV's score (bit for
+ * bit), Adam (1e-6) and the pitched copy (bit for bit). */
+enum { AL = 3, AH = 4, AG = 2, AHD = 16, ACAP = 300, AWIN = 7 };
+typedef struct acc_side {
+    scdb_k_acc_buf b;
+    void *mem[16];
+    int nmem;
+} acc_side;
+
+static void *acc_arr(acc_side *a, int on_dev, size_t bytes)
+{
+    void *p;
+    if (on_dev) p = dev(NULL, bytes), assert_int_equal(scdb_k_cuda_memset(p, 0, bytes), SCDB_OK);
+    else p = calloc(1, bytes);
+    a->mem[a->nmem++] = p;
+    return p;
+}
+
+static void acc_side_new(acc_side *a, int on_dev)
+{
+    memset(a, 0, sizeof *a);
+    a->b.n_layers = AL;
+    a->b.n_heads = AH;
+    a->b.n_kv_heads = AG;
+    a->b.capacity = ACAP;
+    a->b.window = AWIN;
+    a->b.decay = 1.0f - 1.0f / 32.0f;
+    size_t sb = ACAP * 4;
+    a->b.pos = acc_arr(a, on_dev, sb);
+    float **f[8] = {&a->b.n_obs, &a->b.mass, &a->b.rel, &a->b.var, &a->b.ent_num, &a->b.ent_den,
+                    &a->b.vnorm, &a->b.last};
+    for (int k = 0; k < 8; k++) *f[k] = acc_arr(a, on_dev, sb);
+    a->b.win = acc_arr(a, on_dev, (size_t)AWIN * AG * sb);
+    int32_t *hdr = acc_arr(a, on_dev, 64);
+    a->b.n = hdr;
+    a->b.ring_next = hdr + 1;
+    a->b.ring_fill = hdr + 2;
+    a->b.last_pos = hdr + 3;
+    a->b.n_queries = (uint64_t *)(hdr + 4);
+}
+
+static void acc_side_free(acc_side *a, int on_dev)
+{
+    for (int i = 0; i < a->nmem; i++) on_dev ? scdb_k_cuda_free(a->mem[i]) : free(a->mem[i]);
+}
+
+static void acc_compare(acc_side *c, acc_side *g)
+{
+    size_t sb = ACAP * 4;
+    void *h = malloc((size_t)AWIN * AG * sb);
+    for (int k = 0; k < c->nmem; k++) {
+        size_t bytes = k < 9 ? sb : k == 9 ? (size_t)AWIN * AG * sb : 64;
+        back(h, g->mem[k], bytes);
+        if (k == 5 || k == 7)     /* ent_num, vnorm */
+            close_to(h, c->mem[k], ACAP, 1e-7f, 1e-5f);
+        else if (memcmp(h, c->mem[k], bytes))
+            fail_msg("accumulator array %d differs between CUDA and CPU", k);
+    }
+    free(h);
+}
+
+static void acc_probs(const scdb_kv_cache *c, int n_new, int slots, float *p)
+{
+    for (int lh = 0; lh < AL * AH; lh++)
+        for (int q = 0; q < n_new; q++) {
+            float *row = p + ((size_t)lh * n_new + q) * slots;
+            int32_t qp = c->pos[c->n - n_new + q];
+            double z = 0;
+            for (int j = 0; j < slots; j++) {
+                row[j] = j < c->n && c->pos[j] <= qp ? expf(2.0f * frand()) : 0.0f;
+                z += row[j];
+            }
+            for (int j = 0; j < slots; j++) row[j] = (float)(row[j] / z);
+        }
+}
+
+static void test_acc_ops(void **s)
+{
+    (void)s;
+    acc_side hc, gc;
+    scdb_kv_cache *c, dcache;
+    size_t cb = scdb_kv_cache_bytes(AL, AG, AHD, ACAP);
+    assert_int_equal(scdb_kv_cache_new(AL, AG, AHD, ACAP, &c), SCDB_OK);
+    void *dmem = dev(NULL, cb);
+    float *probs = malloc((size_t)AL * AH * 4 * ACAP * 4), *dprobs = dev(NULL, (size_t)AL * AH * 4 * ACAP * 4);
+    void *scratch = NULL;
+    acc_side_new(&hc, 0);
+    acc_side_new(&gc, 1);
+    assert_int_equal(scdb_k_cuda_malloc(scdb_k_acc_update_scratch_bytes(&gc.b), &scratch), SCDB_OK);
+    int n_old = 0;
+    /* appends: 150 slots (a get), a 4-token chunk, then 20 decode steps */
+    int plan[][2] = {{150, 0}, {4, 1}};
+    for (int stage = 0; stage < 2 + 20; stage++) {
+        int add = stage < 2 ? plan[stage][0] : 1, with_probs = stage < 2 ? plan[stage][1] : 1;
+        for (int i = 0; i < add; i++) {
+            int sl = c->n + i;
+            c->pos[sl] = sl ? c->pos[sl - 1] + 1 + (sl % 5 == 0) : 0;
+            for (int l = 0; l < AL; l++)
+                for (int d = 0; d < AG * AHD; d++) {
+                    scdb_kv_k(c, l, sl)[d] = frand();
+                    scdb_kv_v(c, l, sl)[d] = frand();
+                }
+        }
+        c->n += add;
+        int slots = c->n + 5;
+        if (with_probs) acc_probs(c, add, slots, probs);
+        assert_int_equal(scdb_k_cuda_copy(dmem, c->mem, cb, 1), SCDB_OK);
+        dcache = *c;
+        dcache.mem = dmem;
+        dcache.pos = (int32_t *)((char *)dmem + ((char *)c->pos - (char *)c->mem));
+        dcache.k = (float *)((char *)dmem + ((char *)c->k - (char *)c->mem));
+        dcache.v = (float *)((char *)dmem + ((char *)c->v - (char *)c->mem));
+        size_t pb = (size_t)AL * AH * add * slots * 4;
+        if (with_probs) assert_int_equal(scdb_k_cuda_copy(dprobs, probs, pb, 1), SCDB_OK);
+        assert_int_equal(scdb_k_acc_update_cpu(&hc.b, n_old, c, with_probs ? probs : NULL, slots,
+                                               add, NULL, NULL), SCDB_OK);
+        assert_int_equal(scdb_k_acc_update_cuda(&gc.b, n_old, &dcache, with_probs ? dprobs : NULL,
+                                                slots, add, stage % 2 ? scratch : NULL, NULL),
+                         SCDB_OK);
+        n_old = c->n;
+        acc_compare(&hc, &gc);
+    }
+    /* refusals, before any launch */
+    assert_int_equal(scdb_k_acc_update_cuda(&gc.b, n_old + 1, &dcache, dprobs, ACAP, 1, scratch, NULL),
+                     SCDB_EINVAL);
+    assert_int_equal(scdb_k_acc_update_cuda(&gc.b, n_old - 1, &dcache, dprobs, 4, 1, scratch, NULL),
+                     SCDB_EINVAL);
+
+    /* SnapKV's score on that ring, every pool size the policies use */
+    int n = c->n;
+    float *sc = malloc((size_t)n * 4), *sg = malloc((size_t)n * 4), *dsg = dev(NULL, (size_t)n * 4);
+    for (int pool = 1; pool <= 7; pool += 2) {
+        int fill = pool == 1 ? 3 : AWIN;
+        assert_int_equal(scdb_k_snapkv_score_cpu(hc.b.win, fill, AG, ACAP, n, pool, sc), SCDB_OK);
+        assert_int_equal(scdb_k_snapkv_score_cuda(gc.b.win, fill, AG, ACAP, n, pool, dsg), SCDB_OK);
+        back(sg, dsg, (size_t)n * 4);
+        assert_memory_equal(sg, sc, (size_t)n * 4);
+    }
+    /* Adam: three steps */
+    size_t m = 1001;
+    float *w = rnd(m), *g = rnd(m), *mm = calloc(m, 4), *vv = calloc(m, 4), *wg = malloc(m * 4);
+    float *dw = dev(w, m * 4), *dg = dev(g, m * 4), *dm = dev(mm, m * 4), *dv = dev(vv, m * 4);
+    for (int t = 1; t <= 3; t++) {
+        scdb_k_adam_step_cpu(w, g, mm, vv, m, 1e-2f, t);
+        assert_int_equal(scdb_k_adam_step_cuda(dw, dg, dm, dv, m, 1e-2f, t), SCDB_OK);
+    }
+    back(wg, dw, m * 4);
+    close_to(wg, w, m, 1e-6f, 1e-5f);
+    /* pitched copy: 5 rows of 12 bytes from a 20-byte into a 16-byte pitch */
+    unsigned char src[100], out[80], ref[80];
+    for (int i = 0; i < 100; i++) src[i] = (unsigned char)(i * 7);
+    memset(ref, 0, sizeof ref);
+    for (int r = 0; r < 5; r++) memcpy(ref + r * 16, src + r * 20, 12);
+    void *ds = dev(src, 100), *dd = dev(ref, 80);
+    assert_int_equal(scdb_k_cuda_memset(dd, 0, 80), SCDB_OK);
+    assert_int_equal(scdb_k_cuda_copy2d(dd, 16, ds, 20, 12, 5), SCDB_OK);
+    back(out, dd, 80);
+    assert_memory_equal(out, ref, 80);
+
+    scdb_k_cuda_free(ds); scdb_k_cuda_free(dd);
+    scdb_k_cuda_free(dw); scdb_k_cuda_free(dg); scdb_k_cuda_free(dm); scdb_k_cuda_free(dv);
+    free(w); free(g); free(mm); free(vv); free(wg);
+    scdb_k_cuda_free(dsg); free(sc); free(sg);
+    scdb_k_cuda_free(scratch);
+    scdb_k_cuda_free(dprobs); free(probs);
+    scdb_k_cuda_free(dmem);
+    scdb_kv_cache_free(&c);
+    acc_side_free(&hc, 0);
+    acc_side_free(&gc, 1);
+}
+
+/* The aligner's training ops: gather and bias rows, the column sums and
+ * the subtraction bit for bit, SiLU and its derivative within expf's
+ * ulps. */
+static void test_train_ops(void **s)
+{
+    (void)s;
+    int rows = 257, cols = 37, n = 100;
+    size_t m = (size_t)rows * cols;
+    float *x = rnd(m), *y = rnd(m), *b = rnd((size_t)cols);
+    int32_t idx[100];
+    for (int i = 0; i < n; i++) idx[i] = (i * 37 + 5) % rows;
+    float *rc_ = malloc(m * 4), *rg = malloc(m * 4);
+    float *dx = dev(x, m * 4), *dy = dev(y, m * 4), *db = dev(b, (size_t)cols * 4),
+          *dout = dev(NULL, m * 4);
+    int32_t *didx = dev(idx, sizeof idx);
+    /* gather */
+    assert_int_equal(scdb_k_gather_rows_cpu(x, cols, idx, n, rc_), SCDB_OK);
+    assert_int_equal(scdb_k_gather_rows_cuda(dx, cols, didx, n, dout), SCDB_OK);
+    back(rg, dout, (size_t)n * cols * 4);
+    assert_memory_equal(rg, rc_, (size_t)n * cols * 4);
+    /* bias rows */
+    assert_int_equal(scdb_k_bias_rows_cpu(rc_, b, rows, cols), SCDB_OK);
+    assert_int_equal(scdb_k_bias_rows_cuda(dout, db, rows, cols), SCDB_OK);
+    back(rg, dout, m * 4);
+    assert_memory_equal(rg, rc_, m * 4);
+    /* colsum */
+    assert_int_equal(scdb_k_colsum_cpu(x, rows, cols, rc_), SCDB_OK);
+    assert_int_equal(scdb_k_colsum_cuda(dx, rows, cols, dout), SCDB_OK);
+    back(rg, dout, (size_t)cols * 4);
+    assert_memory_equal(rg, rc_, (size_t)cols * 4);
+    /* silu, silu_backward, sub */
+    for (size_t i = 0; i < m; i++) x[i] *= 6.0f;
+    assert_int_equal(scdb_k_cuda_copy(dx, x, m * 4, 1), SCDB_OK);
+    assert_int_equal(scdb_k_silu_cpu(x, m, rc_), SCDB_OK);
+    assert_int_equal(scdb_k_silu_cuda(dx, m, dout), SCDB_OK);
+    back(rg, dout, m * 4);
+    close_to(rg, rc_, m, 1e-6f, 1e-5f);
+    memcpy(rc_, y, m * 4);
+    assert_int_equal(scdb_k_cuda_copy(dout, y, m * 4, 1), SCDB_OK);
+    assert_int_equal(scdb_k_silu_backward_cpu(rc_, x, m), SCDB_OK);
+    assert_int_equal(scdb_k_silu_backward_cuda(dout, dx, m), SCDB_OK);
+    back(rg, dout, m * 4);
+    close_to(rg, rc_, m, 1e-6f, 1e-5f);
+    assert_int_equal(scdb_k_sub_cpu(rc_, y, m), SCDB_OK);
+    assert_int_equal(scdb_k_sub_cuda(dout, dy, m), SCDB_OK);
+    back(rg, dout, m * 4);
+    close_to(rg, rc_, m, 1e-6f, 1e-5f);
+    assert_int_equal(scdb_k_colsum_cuda(NULL, rows, cols, dout), SCDB_EINVAL);
+    scdb_k_cuda_free(dx); scdb_k_cuda_free(dy); scdb_k_cuda_free(db); scdb_k_cuda_free(dout);
+    scdb_k_cuda_free(didx);
+    free(x); free(y); free(b); free(rc_); free(rg);
+}
+
 int main(void)
 {
     int n = scdb_k_cuda_device_count();
@@ -438,6 +666,8 @@ int main(void)
         cmocka_unit_test(test_aligner_kv_regen),
         cmocka_unit_test(test_q4_bf16),
         cmocka_unit_test(test_evict_ops),
+        cmocka_unit_test(test_acc_ops),
+        cmocka_unit_test(test_train_ops),
     };
     return cmocka_run_group_tests_name("kernels_cuda", tests, NULL, NULL);
 }

@@ -18,6 +18,7 @@
 
 #include "model.h"
 #include "safetensors.h"
+#include "tiny_model.h"
 
 static const char *GOOD_CFG =
     "{\"name\":\"tiny\",\"arch\":\"llama\",\"vocab_size\":256,\"d_model\":16,"
@@ -99,60 +100,14 @@ static void test_config_parse(void **state)
 /* ------------------------------------------------------------ a tiny random model */
 
 static uint64_t rng = 88172645463325252ull;
-static float frand(void)
-{
-    rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
-    return (float)((rng >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
-}
 
-/* Writes a random model of GOOD_CFG's shape into dir.  skip: a tensor name to
- * leave out; bad: a tensor name to give the wrong shape; i32: one to give
+/* A random model of GOOD_CFG's shape in dir (tiny_model.h).  skip: a tensor
+ * name to leave out; bad: one to give the wrong shape; i32: one to give
  * dtype I32. */
 static void write_tiny(const char *dir, const char *skip, const char *bad, const char *i32)
 {
-    char path[512], name[128];
-    mkdir(dir, 0755);
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    FILE *f = fopen(path, "w");
-    assert_non_null(f);
-    fputs(GOOD_CFG, f);
-    fclose(f);
-
-    scdb_st_writer *w;
-    assert_int_equal(scdb_st_writer_new(&w), SCDB_OK);
-    static float buf[64][256 * 16];
-    int nb = 0;
-    struct { const char *n; int64_t d0, d1; float scale; } top[] = {
-        {"tok_embeddings.weight", 256, 16, 1.0f}, {"norm.weight", 16, 0, 0.0f},
-        {"output.weight", 256, 16, 0.3f}};
-    struct { const char *n; int64_t d0, d1; float scale; } lay[] = {
-        {"attention_norm.weight", 16, 0, 0.0f}, {"attention.wq.weight", 16, 16, 0.4f},
-        {"attention.wk.weight", 8, 16, 0.4f}, {"attention.wv.weight", 8, 16, 0.4f},
-        {"attention.wo.weight", 16, 16, 0.3f}, {"ffn_norm.weight", 16, 0, 0.0f},
-        {"feed_forward.w1.weight", 24, 16, 0.3f}, {"feed_forward.w2.weight", 16, 24, 0.3f},
-        {"feed_forward.w3.weight", 24, 16, 0.3f}};
-    for (int l = -1; l < 2; l++) {
-        int cnt = l < 0 ? 3 : 9;
-        for (int i = 0; i < cnt; i++) {
-            const char *n = l < 0 ? top[i].n : lay[i].n;
-            int64_t shape[2] = {l < 0 ? top[i].d0 : lay[i].d0, l < 0 ? top[i].d1 : lay[i].d1};
-            float scale = l < 0 ? top[i].scale : lay[i].scale;
-            if (l < 0) snprintf(name, sizeof name, "%s", n);
-            else snprintf(name, sizeof name, "layers.%d.%s", l, n);
-            if (skip && !strcmp(skip, name)) continue;
-            int ndim = shape[1] > 0 ? 2 : 1;
-            size_t numel = (size_t)shape[0] * (ndim == 2 ? (size_t)shape[1] : 1);
-            for (size_t k = 0; k < numel; k++)
-                buf[nb][k] = scale == 0.0f ? 1.0f + 0.1f * frand() : scale * frand();
-            if (bad && !strcmp(bad, name)) shape[0] += 1;
-            scdb_dtype dt = (i32 && !strcmp(i32, name)) ? SCDB_I32 : SCDB_F32;
-            assert_int_equal(scdb_st_writer_add(w, name, dt, ndim, shape, buf[nb]), SCDB_OK);
-            nb++;
-        }
-    }
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    assert_int_equal(scdb_st_writer_write(w, path), SCDB_OK);
-    scdb_st_writer_free(&w);
+    tiny_model t = {.name = "tiny", .rng = &rng, .skip = skip, .bad_shape = bad, .as_i32 = i32};
+    tiny_model_write(dir, &t);
 }
 
 static void test_load_errors(void **state)
@@ -396,6 +351,124 @@ static void test_reference_logits(void **state)
     assert_true(specialists >= 2);
 }
 
+/* The forward on a device (scdb_model_dev) through the CPU ops table is
+ * the host forward bit for bit: a prefill with every capture (probability
+ * rows padded past the live slots), decode steps capturing only the
+ * attention (rows exactly as long: written in place), one layer and the
+ * head alone; the same refusals. */
+static void dev_vs_host(const scdb_model *m, int n_pre, int n_dec, int cap_slots)
+{
+    const scdb_model_config *c = scdb_model_cfg(m);
+    const int L = c->n_layers, D = c->d_model, KV = scdb_model_kv_dim(c), V = c->vocab_size,
+              H = c->n_heads, N = n_pre + n_dec;
+    scdb_model_dev *md = NULL;
+    scdb_kv_cache *ch, *cd;
+    size_t cb = scdb_kv_cache_bytes(L, c->n_kv_heads, c->head_dim, cap_slots);
+    int32_t *tok = malloc((size_t)N * sizeof *tok);
+    for (int i = 0; i < N; i++) tok[i] = (i * 37 + 11) % V;
+    assert_int_equal(scdb_model_dev_new(m, SCDB_DEV_CPU, &md), SCDB_OK);
+    assert_ptr_equal(scdb_model_dev_ops(md), scdb_k_ops_get(SCDB_DEV_CPU));
+    assert_int_equal(scdb_model_cache_new(m, cap_slots, &ch), SCDB_OK);
+    assert_int_equal(scdb_model_dev_cache_new(md, cap_slots, &cd), SCDB_OK);
+    size_t sz[6] = {(size_t)L * n_pre * D, (size_t)L * n_pre * KV, (size_t)L * n_pre * KV,
+                    (size_t)L * n_pre * KV, (size_t)(L + 1) * n_pre * D,
+                    (size_t)L * H * n_pre * cap_slots};
+    float *a[6], *b[6];
+    for (int k = 0; k < 6; k++) {
+        a[k] = calloc(sz[k], sizeof(float));
+        b[k] = malloc(sz[k] * sizeof(float));
+        memset(b[k], 0x7f, sz[k] * sizeof(float));   /* the device path must write it all */
+    }
+    float *lh = malloc((size_t)n_pre * V * 4), *ld = malloc((size_t)n_pre * V * 4);
+    scdb_capture ca = {a[0], a[1], a[2], a[3], a[4], a[5], cap_slots};
+    scdb_capture cbp = {b[0], b[1], b[2], b[3], b[4], b[5], cap_slots};
+    assert_int_equal(scdb_model_forward(m, tok, NULL, n_pre, ch, lh, &ca), SCDB_OK);
+    assert_int_equal(scdb_model_dev_forward(md, tok, NULL, n_pre, cd, ld, &cbp), SCDB_OK);
+    assert_int_equal(cd->n, ch->n);
+    assert_memory_equal(ld, lh, (size_t)n_pre * V * 4);
+    for (int k = 0; k < 6; k++) assert_memory_equal(b[k], a[k], sz[k] * sizeof(float));
+    assert_memory_equal(cd->mem, ch->mem, cb);
+    for (int i = n_pre; i < N; i++) {
+        int slots = ch->n + 1;                           /* exactly the live slots */
+        scdb_capture pa = {.probs = a[5], .probs_slots = slots};
+        scdb_capture pb = {.probs = b[5], .probs_slots = slots};
+        assert_int_equal(scdb_model_forward(m, tok + i, NULL, 1, ch, lh, &pa), SCDB_OK);
+        assert_int_equal(scdb_model_dev_forward(md, tok + i, NULL, 1, cd, ld, &pb), SCDB_OK);
+        assert_memory_equal(ld, lh, (size_t)V * 4);
+        assert_memory_equal(b[5], a[5], (size_t)L * H * slots * 4);
+    }
+    assert_memory_equal(cd->mem, ch->mem, cb);
+    /* one layer at slot 5, positions 40.., then the head */
+    {
+        int n = 7;
+        int32_t pos[7];
+        float *xh = malloc((size_t)n * D * 4), *xd = malloc((size_t)n * D * 4);
+        for (int i = 0; i < n; i++) pos[i] = 40 + 2 * i;
+        assert_int_equal(scdb_model_embed(m, tok, n, xh), SCDB_OK);
+        memcpy(xd, xh, (size_t)n * D * 4);
+        assert_int_equal(scdb_model_layer_forward(m, L - 1, xh, pos, n, ch, 5, NULL, 0), SCDB_OK);
+        assert_int_equal(scdb_model_dev_layer_forward(md, L - 1, xd, pos, n, cd, 5, NULL, 0),
+                         SCDB_OK);
+        assert_memory_equal(xd, xh, (size_t)n * D * 4);
+        assert_memory_equal(cd->mem, ch->mem, cb);
+        assert_int_equal(scdb_model_head(m, xh, n, lh), SCDB_OK);
+        assert_int_equal(scdb_model_dev_head(md, xd, n, ld), SCDB_OK);
+        assert_memory_equal(ld, lh, (size_t)n * V * 4);
+        /* refusals, as the host's */
+        assert_int_equal(scdb_model_dev_layer_forward(md, L, xd, pos, n, cd, 0, NULL, 0),
+                         SCDB_EINVAL);
+        assert_int_equal(scdb_model_dev_layer_forward(md, 0, xd, pos, n, cd, cap_slots - 2, NULL, 0),
+                         SCDB_EFULL);
+        free(xh);
+        free(xd);
+    }
+    int32_t bad = V;
+    int nb = cd->n;
+    assert_int_equal(scdb_model_dev_forward(md, &bad, NULL, 1, cd, ld, NULL), SCDB_EINVAL);
+    assert_int_equal(scdb_model_dev_forward(md, tok, NULL, cap_slots, cd, ld, NULL), SCDB_EFULL);
+    {
+        scdb_capture small = {.probs = b[5], .probs_slots = 1};
+        assert_int_equal(scdb_model_dev_forward(md, tok, NULL, 1, cd, ld, &small), SCDB_EINVAL);
+    }
+    assert_int_equal(cd->n, nb);                          /* unchanged on error */
+    {
+        scdb_kv_cache *other;
+        assert_int_equal(scdb_kv_cache_new(L, c->n_kv_heads, c->head_dim * 2, 8, &other), SCDB_OK);
+        assert_int_equal(scdb_model_dev_forward(md, tok, NULL, 1, other, ld, NULL), SCDB_ESHAPE);
+        scdb_kv_cache_free(&other);
+    }
+    for (int k = 0; k < 6; k++) { free(a[k]); free(b[k]); }
+    free(lh); free(ld); free(tok);
+    scdb_kv_cache_free(&ch);
+    scdb_model_dev_cache_free(md, &cd);
+    scdb_model_dev_free(&md);
+}
+
+static void test_device_forward(void **state)
+{
+    (void)state;
+    char dir[512], err[256];
+    scdb_model *m = NULL;
+    snprintf(dir, sizeof dir, "%s/tiny_dev", tmpdir);
+    write_tiny(dir, NULL, NULL, NULL);
+    assert_int_equal(scdb_model_load(dir, &m, err, sizeof err), SCDB_OK);
+    dev_vs_host(m, 21, 3, 40);
+    if (scdb_k_cuda_device_count() <= 0) {
+        scdb_model_dev *md = (scdb_model_dev *)&m;
+        assert_int_equal(scdb_model_dev_new(m, SCDB_DEV_CUDA, &md), SCDB_EUNSUPPORTED);
+        assert_null(md);
+    }
+    assert_int_equal(scdb_model_dev_new(NULL, SCDB_DEV_CPU, &(scdb_model_dev *){NULL}), SCDB_EINVAL);
+    scdb_model_free(&m);
+    /* a family model at the demo's shapes, when present */
+    snprintf(dir, sizeof dir, "%s/models/code", SCDB_DATA_DIR);
+    if (access(dir, R_OK) == 0) {
+        assert_int_equal(scdb_model_load(dir, &m, err, sizeof err), SCDB_OK);
+        dev_vs_host(m, 96, 4, 128);
+        scdb_model_free(&m);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -403,6 +476,7 @@ int main(void)
         cmocka_unit_test(test_load_errors),
         cmocka_unit_test(test_tiny_consistency),
         cmocka_unit_test(test_reference_logits),
+        cmocka_unit_test(test_device_forward),
     };
     return cmocka_run_group_tests_name("model", tests, setup_tmp, teardown_tmp);
 }

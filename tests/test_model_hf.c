@@ -33,6 +33,7 @@
 #include "alloc_fault.h"
 #include "model.h"
 #include "safetensors.h"
+#include "tiny_model.h"
 
 /* f16 / bf16 weights vs f32: max |logit difference| over the inputs (logits
  * of magnitude ~10; f16 keeps 11 significant bits, bf16 8).  Measured on
@@ -77,61 +78,14 @@ static void write_text(const char *path, const char *s)
 typedef struct tiny_cfg { int vocab, d, layers, heads, kv, hd, ff; } tiny_cfg;
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
-static float frand(void)
-{
-    rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
-    return (float)((rng >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
-}
 
-/* A random model in scdb's own layout; float buffers leak into `keep` (freed
- * by the caller) since the writer keeps pointers until it writes. */
+/* A random model in scdb's own layout (tiny_model.h). */
 static void write_tiny_own(const char *dir, const tiny_cfg *t)
 {
-    char path[600], name[128];
-    mkdir(dir, 0755);
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    FILE *f = fopen(path, "w");
-    assert_non_null(f);
-    fprintf(f, "{\"name\":\"tiny\",\"domain\":\"test\",\"parent\":null,\"arch\":\"llama\","
-               "\"vocab_size\":%d,\"d_model\":%d,\"n_layers\":%d,\"n_heads\":%d,\"n_kv_heads\":%d,"
-               "\"head_dim\":%d,\"d_ff\":%d,\"max_seq_len\":64,\"rope_theta\":10000.0,"
-               "\"norm_eps\":1e-5}", t->vocab, t->d, t->layers, t->heads, t->kv, t->hd, t->ff);
-    assert_int_equal(fclose(f), 0);
-
-    scdb_st_writer *w;
-    assert_int_equal(scdb_st_writer_new(&w), SCDB_OK);
-    float *bufs[128];
-    int nb = 0, qd = t->heads * t->hd, kvd = t->kv * t->hd;
-    struct { const char *n; int64_t d0, d1; float scale; } top[] = {
-        {"tok_embeddings.weight", t->vocab, t->d, 1.0f}, {"norm.weight", t->d, 0, 0.0f},
-        {"output.weight", t->vocab, t->d, 0.3f}};
-    struct { const char *n; int64_t d0, d1; float scale; } lay[] = {
-        {"attention_norm.weight", t->d, 0, 0.0f}, {"attention.wq.weight", qd, t->d, 0.4f},
-        {"attention.wk.weight", kvd, t->d, 0.4f}, {"attention.wv.weight", kvd, t->d, 0.4f},
-        {"attention.wo.weight", t->d, qd, 0.3f}, {"ffn_norm.weight", t->d, 0, 0.0f},
-        {"feed_forward.w1.weight", t->ff, t->d, 0.3f}, {"feed_forward.w2.weight", t->d, t->ff, 0.3f},
-        {"feed_forward.w3.weight", t->ff, t->d, 0.3f}};
-    for (int l = -1; l < t->layers; l++) {
-        int cnt = l < 0 ? 3 : 9;
-        for (int i = 0; i < cnt; i++) {
-            int64_t shape[2] = {l < 0 ? top[i].d0 : lay[i].d0, l < 0 ? top[i].d1 : lay[i].d1};
-            float scale = l < 0 ? top[i].scale : lay[i].scale;
-            if (l < 0) snprintf(name, sizeof name, "%s", top[i].n);
-            else snprintf(name, sizeof name, "layers.%d.%s", l, lay[i].n);
-            int ndim = shape[1] > 0 ? 2 : 1;
-            size_t numel = (size_t)shape[0] * (ndim == 2 ? (size_t)shape[1] : 1);
-            assert_true(nb < 128);
-            float *b = bufs[nb++] = malloc(numel * sizeof(float));
-            assert_non_null(b);
-            for (size_t k = 0; k < numel; k++)
-                b[k] = scale == 0.0f ? 1.0f + 0.1f * frand() : scale * frand();
-            assert_int_equal(scdb_st_writer_add(w, name, SCDB_F32, ndim, shape, b), SCDB_OK);
-        }
-    }
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    assert_int_equal(scdb_st_writer_write(w, path), SCDB_OK);
-    scdb_st_writer_free(&w);
-    for (int i = 0; i < nb; i++) free(bufs[i]);
+    tiny_model m = {.name = "tiny", .domain = "test", .vocab = t->vocab, .d = t->d,
+                    .layers = t->layers, .heads = t->heads, .kv = t->kv, .hd = t->hd,
+                    .ff = t->ff, .rng = &rng};
+    tiny_model_write(dir, &m);
 }
 
 /* ------------------------------------------------------------ exporter */

@@ -5,6 +5,7 @@
  * checks it). */
 #include "kernels.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -60,7 +61,10 @@ scdb_err scdb_k_select_topb_cpu(const float *scores, int n, int budget, int sink
     cand = malloc((size_t)n * sizeof *cand);
     flag = calloc((size_t)n, 1);
     if (!cand || !flag) { free(cand); free(flag); return SCDB_ENOMEM; }
-    for (int i = sinks; i < n - recent; i++) cand[nc++] = (ranked){scores[i], i};
+    /* NaN ranks as -inf (kernels.h): a total order, so the keep set is
+     * always budget slots, whatever the scores hold */
+    for (int i = sinks; i < n - recent; i++)
+        cand[nc++] = (ranked){isnan(scores[i]) ? -INFINITY : scores[i], i};
     qsort(cand, (size_t)nc, sizeof *cand, cmp_ranked);
     for (int i = 0; i < sinks; i++) flag[i] = 1;
     for (int i = 0; i < m; i++) flag[cand[i].i] = 1;

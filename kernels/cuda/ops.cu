@@ -57,6 +57,14 @@ extern "C" scdb_err scdb_k_cuda_copy_d2d(void *dst, const void *src, size_t byte
     return SCDB_OK;
 }
 
+extern "C" scdb_err scdb_k_cuda_copy2d(void *dst, size_t dpitch, const void *src, size_t spitch,
+                                       size_t width, size_t rows)
+{
+    if (!width || !rows) return SCDB_OK;
+    CUDA_CHECK(cudaMemcpy2D(dst, dpitch, src, spitch, width, rows, cudaMemcpyDeviceToDevice));
+    return SCDB_OK;
+}
+
 extern "C" scdb_err scdb_k_gemm_cuda(int trans_a, int trans_b, int M, int N, int K, float alpha,
                                      const float *A, int lda, const float *B, int ldb,
                                      float beta, float *C, int ldc)
@@ -293,6 +301,32 @@ extern "C" scdb_err scdb_k_attention_cuda(const float *q, const int32_t *q_pos, 
     if (shmem > 48 * 1024) return SCDB_EUNSUPPORTED;   /* > ~12k slots: not in this kernel */
     attention_kernel<<<n_q * n_heads, 128, shmem>>>(q, q_pos, n_q, n_heads, k, v, slot_pos,
                                                     n_slots, n_kv_heads, head_dim, out, probs);
+    CUDA_CHECK(cudaGetLastError());
+    return SCDB_OK;
+}
+
+/* ---------------------------------------------------------------- Adam
+ * scdb_k_adam_step_cpu's arithmetic (bias-corrected, beta1 0.9, beta2
+ * 0.999, eps 1e-8); the bias corrections are computed once on the host. */
+
+__global__ void adam_kernel(float *w, const float *g, float *m, float *v, size_t n, float lr,
+                            float c1, float c2)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const float b1 = 0.9f, b2 = 0.999f, eps = 1e-8f;
+    m[i] = b1 * m[i] + (1.0f - b1) * g[i];
+    v[i] = b2 * v[i] + (1.0f - b2) * g[i] * g[i];
+    w[i] -= lr * (m[i] / c1) / (sqrtf(v[i] / c2) + eps);
+}
+
+extern "C" scdb_err scdb_k_adam_step_cuda(float *w, const float *g, float *m, float *v, size_t n,
+                                          float lr, int t)
+{
+    if (n == 0) return SCDB_OK;
+    if (!w || !g || !m || !v || t < 1) return SCDB_EINVAL;
+    float c1 = 1.0f - powf(0.9f, (float)t), c2 = 1.0f - powf(0.999f, (float)t);
+    adam_kernel<<<scdb_cuda_blocks(n), 256>>>(w, g, m, v, n, lr, c1, c2);
     CUDA_CHECK(cudaGetLastError());
     return SCDB_OK;
 }

@@ -7,11 +7,20 @@
 #   cd build && cpack -G DEB             scdb_<version>_amd64.deb, prefix /usr
 #
 # <prefix>/share/scdb: the bundled model family, held-out texts, codebook,
-# pairs and policy (data/), and the plot scripts the benches call (tools/).
+# pairs and policy (data/), the plot scripts the benches call (tools/), and
+# the Python side of `scdb bench python` (python/).
 install(DIRECTORY ${CMAKE_SOURCE_DIR}/data/ DESTINATION ${CMAKE_INSTALL_DATADIR}/scdb
   PATTERN ".*" EXCLUDE)
 install(FILES ${CMAKE_SOURCE_DIR}/tools/plot_evict.py ${CMAKE_SOURCE_DIR}/tools/plot_quality.py
+  ${CMAKE_SOURCE_DIR}/tools/train_family.py
   DESTINATION ${CMAKE_INSTALL_DATADIR}/scdb/tools)
+# `scdb bench python`: its Python side and the PyTorch examples it imports
+# (torch_family.py imports tools/train_family.py's Model)
+install(FILES ${CMAKE_SOURCE_DIR}/python/bench_python.py
+  DESTINATION ${CMAKE_INSTALL_DATADIR}/scdb/python)
+install(FILES ${CMAKE_SOURCE_DIR}/python/examples/torch_family.py
+  ${CMAKE_SOURCE_DIR}/python/examples/scdb_broker.py ${CMAKE_SOURCE_DIR}/python/examples/fanout.py
+  DESTINATION ${CMAKE_INSTALL_DATADIR}/scdb/python/examples)
 
 set(CPACK_PACKAGE_NAME scdb)
 set(CPACK_PACKAGE_VERSION ${PROJECT_VERSION})

@@ -1,0 +1,175 @@
+/* acc_ops.c — the CPU twins of the accumulator ops (kernels.h): the
+ * per-step fold of one forward's attention into evict.h's feature
+ * accumulators, over raw arrays, and SnapKV's score.  acc_update is
+ * evict/acc.c's scdb_evict_acc_update operation for operation (the same
+ * loops, the same float / double types, the same order), so that a session
+ * whose cache lives on a device, run through the CPU ops table, computes
+ * what a host session computes; tests/test_evict.c checks it. */
+#include "kernels.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int bad_buf(const scdb_k_acc_buf *a)
+{
+    return !a || a->n_layers <= 0 || a->n_heads <= 0 || a->n_kv_heads <= 0 ||
+           a->n_heads % a->n_kv_heads || a->capacity <= 0 || a->window <= 0 || !a->pos ||
+           !a->n_obs || !a->mass || !a->rel || !a->var || !a->ent_num || !a->ent_den ||
+           !a->vnorm || !a->last || !a->win || !a->n || !a->ring_next || !a->ring_fill ||
+           !a->last_pos || !a->n_queries;
+}
+
+/* Zero every per-slot value of slot j (all arrays but pos, every ring row). */
+static void clear_slot(const scdb_k_acc_buf *a, int j)
+{
+    float *arrs[] = {a->n_obs, a->mass, a->rel, a->var, a->ent_num, a->ent_den, a->vnorm, a->last};
+    for (size_t k = 0; k < sizeof arrs / sizeof *arrs; k++) arrs[k][j] = 0.0f;
+    for (int r = 0; r < a->window * a->n_kv_heads; r++) a->win[(size_t)r * a->capacity + j] = 0.0f;
+}
+
+scdb_err scdb_k_acc_update_cpu(const scdb_k_acc_buf *a, int n_old, const scdb_kv_cache *c,
+                               const float *probs, int probs_slots, int n_new, void *scratch,
+                               void *stream)
+{
+    int L, H, G, n, hd, lh_count;
+    float *ent = NULL, *sum = NULL, *sq = NULL, *grp = NULL;
+    scdb_err rc = SCDB_ENOMEM;
+
+    (void)scratch;
+    (void)stream;
+    if (bad_buf(a) || !c || n_new <= 0 || n_old < 0) return SCDB_EINVAL;
+    L = a->n_layers;
+    H = a->n_heads;
+    G = a->n_kv_heads;
+    if (c->n_layers != L || c->n_kv_heads != G || c->capacity > a->capacity) return SCDB_ESHAPE;
+    n = c->n;
+    if (n_old + n_new != n || (probs && probs_slots < n)) return SCDB_EINVAL;
+    hd = c->head_dim;
+    lh_count = L * H;
+
+    ent = malloc((size_t)lh_count * sizeof *ent);
+    sum = malloc((size_t)n * sizeof *sum);
+    sq = malloc((size_t)n * sizeof *sq);
+    grp = malloc((size_t)G * n * sizeof *grp);
+    if (!ent || !sum || !sq || !grp) goto done;
+
+    /* new slots: position and mean V norm over layers and KV heads */
+    for (int j = n_old; j < n; j++) {
+        double s = 0.0;
+        clear_slot(a, j);
+        a->pos[j] = c->pos[j];
+        for (int l = 0; l < L; l++) {
+            const float *v = scdb_kv_v(c, l, j);
+            for (int g = 0; g < G; g++) {
+                double ss = 0.0;
+                for (int d = 0; d < hd; d++) ss += (double)v[g * hd + d] * v[g * hd + d];
+                s += sqrt(ss);
+            }
+        }
+        a->vnorm[j] = (float)(s / (L * G));
+    }
+
+    for (int q = 0; probs && q < n_new; q++) {
+        int32_t qp = c->pos[n_old + q];
+        int nvis = 0;
+        for (int j = 0; j < n; j++) nvis += c->pos[j] <= qp;
+        float lognv = nvis > 1 ? logf((float)nvis) : 1.0f;
+        int hpg = H / G;
+
+        /* per-row normalised entropy */
+        for (int lh = 0; lh < lh_count; lh++) {
+            const float *row = probs + ((size_t)lh * n_new + q) * (size_t)probs_slots;
+            double e = 0.0;
+            for (int j = 0; j < n; j++)
+                if (row[j] > 0.0f && c->pos[j] <= qp) e -= row[j] * logf(row[j]);
+            ent[lh] = nvis > 1 ? (float)(e / lognv) : 0.0f;
+        }
+        memset(sum, 0, (size_t)n * sizeof *sum);
+        memset(sq, 0, (size_t)n * sizeof *sq);
+        memset(grp, 0, (size_t)G * n * sizeof *grp);
+        for (int j = 0; j < n; j++) {
+            a->n_obs[j] *= a->decay;
+            a->rel[j] *= a->decay;
+            a->var[j] *= a->decay;
+            a->ent_num[j] *= a->decay;
+            a->ent_den[j] *= a->decay;
+        }
+        for (int l = 0; l < L; l++)
+            for (int h = 0; h < H; h++) {
+                int lh = l * H + h;
+                const float *row = probs + ((size_t)lh * n_new + q) * (size_t)probs_slots;
+                float *gr = grp + (size_t)(h / hpg) * n;
+                for (int j = 0; j < n; j++) {
+                    float p = c->pos[j] <= qp ? row[j] : 0.0f;
+                    sum[j] += p;
+                    sq[j] += p * p;
+                    a->ent_num[j] += p * ent[lh];
+                    a->ent_den[j] += p;
+                    gr[j] += p;
+                }
+            }
+        int ring = *a->ring_next;
+        if (ring < 0 || ring >= a->window) ring = 0;
+        float *wrow = a->win + (size_t)ring * G * a->capacity;
+        for (int g = 0; g < G; g++) {
+            float *dst = wrow + (size_t)g * a->capacity;
+            const float *src = grp + (size_t)g * n;
+            for (int j = 0; j < n; j++) dst[j] = src[j] / (float)(L * hpg);
+            memset(dst + n, 0, (size_t)(a->capacity - n) * sizeof *dst);
+        }
+        *a->ring_next = (ring + 1) % a->window;
+        if (*a->ring_fill < a->window) (*a->ring_fill)++;
+
+        for (int j = 0; j < n; j++) {
+            if (c->pos[j] > qp) { a->last[j] = 0.0f; continue; }
+            float m = sum[j] / (float)lh_count;                  /* mean a */
+            float mr = m * (float)nvis;                          /* mean a * nvis */
+            float v = sq[j] / (float)lh_count * (float)nvis * (float)nvis - mr * mr;
+            a->n_obs[j] += 1.0f;
+            a->mass[j] += m;
+            a->rel[j] += mr;
+            a->var[j] += v > 0.0f ? v : 0.0f;
+            a->last[j] = m;
+        }
+        *a->last_pos = qp;
+        (*a->n_queries)++;
+    }
+    *a->n = n;
+    rc = SCDB_OK;
+done:
+    free(ent);
+    free(sum);
+    free(sq);
+    free(grp);
+    return rc;
+}
+
+scdb_err scdb_k_snapkv_score_cpu(const float *win, int ring_fill, int n_kv_heads, int capacity,
+                                 int n, int pool, float *scores)
+{
+    int G = n_kv_heads, half = pool / 2;
+    float *s;
+
+    if (n < 0 || G <= 0 || ring_fill < 0 || capacity < n || pool < 1 || pool % 2 == 0 ||
+        (n > 0 && (!scores || (ring_fill > 0 && !win))))
+        return SCDB_EINVAL;
+    if (n == 0) return SCDB_OK;
+    if (!(s = malloc((size_t)n * sizeof *s))) return SCDB_ENOMEM;
+    memset(scores, 0, (size_t)n * sizeof *scores);
+    for (int g = 0; g < G; g++) {
+        memset(s, 0, (size_t)n * sizeof *s);
+        for (int r = 0; r < ring_fill; r++) {
+            const float *row = win + ((size_t)r * G + g) * capacity;
+            for (int j = 0; j < n; j++) s[j] += row[j];
+        }
+        for (int j = 0; j < n; j++) {
+            float mx = s[j];
+            for (int k = j - half; k <= j + half; k++)
+                if (k >= 0 && k < n && s[k] > mx) mx = s[k];
+            scores[j] += mx / (float)G;
+        }
+    }
+    free(s);
+    return SCDB_OK;
+}
