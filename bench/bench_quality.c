@@ -377,42 +377,76 @@ static scdb_err encode_window(const scdb_codebook *cb, const ctx *c, const qwin 
 }
 
 /* scd over all windows for (cb with code dtype dt, p, n_patch) -> acc
- * (quality; TTFT when timed); decode_ms (may be NULL): median over windows
- * of the best of --reps decodes of the prefix alone.  cb is left with f16
- * codes. */
+ * (quality; TTFT when timed).  cb is left with f16 codes. */
 static scdb_err eval_scd(ctx *c, scdb_codebook *cb, scdb_code_dtype dt, const scdb_pair *p,
-                         int n_patch, acc *a, int timed, double *decode_ms)
+                         int n_patch, acc *a, int timed)
 {
     scdarg s = {.cb = cb, .p = p, .n_patch = n_patch};
-    double *ms = decode_ms ? calloc((size_t)c->nw + 1, sizeof *ms) : NULL;
     scdb_err rc = scdb_codebook_set_code_dtype(cb, dt);
-    if (rc) { free(ms); return rc; }
-    if ((rc = scdb_pair_dev_new(p, c->dev, &s.pd))) { free(ms); return rc; }
+    if (rc) return rc;
+    if ((rc = scdb_pair_dev_new(p, c->dev, &s.pd))) return rc;
     s.codes = malloc(scdb_codec_payload_bytes(cb, c->P) + 16);
-    if (!s.codes || (decode_ms && !ms)) {
-        free(s.codes);
-        free(ms);
+    if (!s.codes) {
         scdb_pair_dev_free(&s.pd);
         return SCDB_ENOMEM;
     }
     for (int i = 0; i < c->nw && !rc; i++) {
         if ((rc = encode_window(cb, c, &c->w[i], s.codes))) break;
-        if ((rc = run_method(c, &c->w[i], b_scd, &s, a, timed))) break;
-        if (!ms) continue;
-        ms[i] = INFINITY;
-        for (int r = 0; r < c->o->reps && !rc; r++) {
-            double t0 = scdb_now();
-            c->cache->n = 0;
-            rc = b_scd(c, &c->w[i], &s);
-            double t = (scdb_now() - t0) * 1e3;
-            if (t < ms[i]) ms[i] = t;
-        }
+        rc = run_method(c, &c->w[i], b_scd, &s, a, timed);
     }
-    if (ms) *decode_ms = rc ? NAN : scdb_bench_median(ms, (size_t)c->nw);
     free(s.codes);
-    free(ms);
     scdb_pair_dev_free(&s.pd);
     scdb_codebook_set_code_dtype(cb, SCDB_CODES_F16);
+    return rc;
+}
+
+/* Decode time of the prefix at every (code dtype, patch budget) of a pair,
+ * interleaved: in each of --reps rounds every window is decoded at every
+ * point in turn, so a load burst on a shared machine falls on all points
+ * alike; per point the best round of each window, median over windows.
+ * ms[dt][b] for dt = f16, int8 and b = 0 .. n_aligners.  cb is left with
+ * f16 codes. */
+static scdb_err time_budgets(ctx *c, scdb_codebook *cb, const scdb_pair *p,
+                             double ms[2][SCDB_CODEC_MAX_LAYERS + 1])
+{
+    int nb = scdb_pair_get_info(p)->n_aligners + 1, nw = c->nw;
+    scdarg s = {.cb = cb, .p = p};
+    unsigned char *codes[2] = {NULL, NULL};
+    size_t pb[2];
+    double *best = malloc(sizeof *best * 2 * (size_t)nb * (size_t)nw + 1);
+    scdb_err rc;
+
+    if (!best) return SCDB_ENOMEM;
+    if ((rc = scdb_pair_dev_new(p, c->dev, &s.pd))) { free(best); return rc; }
+    for (int dt = 0; dt < 2 && !rc; dt++) {
+        scdb_codebook_set_code_dtype(cb, (scdb_code_dtype)dt);
+        pb[dt] = scdb_codec_payload_bytes(cb, c->P);
+        if (!(codes[dt] = malloc(pb[dt] * (size_t)nw + 16))) { rc = SCDB_ENOMEM; break; }
+        for (int i = 0; i < nw && !rc; i++) rc = encode_window(cb, c, &c->w[i], codes[dt] + pb[dt] * i);
+    }
+    for (size_t i = 0; i < 2 * (size_t)nb * (size_t)nw; i++) best[i] = INFINITY;
+    for (int r = 0; r < c->o->reps && !rc; r++)
+        for (int i = 0; i < nw && !rc; i++)
+            for (int dt = 0; dt < 2 && !rc; dt++) {
+                scdb_codebook_set_code_dtype(cb, (scdb_code_dtype)dt);
+                s.codes = codes[dt] + pb[dt] * i;
+                for (int b = 0; b < nb && !rc; b++) {
+                    double t0 = scdb_now(), *x = &best[((size_t)dt * nb + b) * nw + i];
+                    s.n_patch = b;
+                    c->cache->n = 0;
+                    rc = b_scd(c, &c->w[i], &s);          /* synchronous on every device */
+                    double t = (scdb_now() - t0) * 1e3;
+                    if (t < *x) *x = t;
+                }
+            }
+    for (int dt = 0; dt < 2; dt++)
+        for (int b = 0; b < nb; b++)
+            ms[dt][b] = rc ? NAN : scdb_bench_median(&best[((size_t)dt * nb + b) * nw], (size_t)nw);
+    scdb_codebook_set_code_dtype(cb, SCDB_CODES_F16);
+    free(codes[0]);
+    free(codes[1]);
+    free(best);
+    scdb_pair_dev_free(&s.pd);
     return rc;
 }
 
@@ -678,11 +712,13 @@ static scdb_err run_sweep(ctx *c, const sweep_in *in, cJSON *jsweep)
             fprintf(stderr, "bench quality: sweep: %s: %s pair (%.0f s)\n", in->cnames[k], name, scdb_now() - t0);
             if ((rc = scdb_calib_fit_pair(cal, cbs[q], k, &pf, &p))) goto done;
             const scdb_pair_info *pi = scdb_pair_get_info(p);
+            double tms[2][SCDB_CODEC_MAX_LAYERS + 1];
+            rc = time_budgets(c, cbs[q], p, tms);
             for (int dt = SCDB_CODES_F16; dt <= SCDB_CODES_INT8 && !rc; dt++)
                 for (int b = 0; b <= pi->n_aligners && !rc; b++) {
                     acc ab = {0};
-                    double dms = NAN;
-                    if ((rc = eval_scd(c, cbs[q], (scdb_code_dtype)dt, p, b, &ab, 0, &dms))) break;
+                    double dms = tms[dt][b];
+                    if ((rc = eval_scd(c, cbs[q], (scdb_code_dtype)dt, p, b, &ab, 0))) break;
                     scdb_codebook_set_code_dtype(cbs[q], (scdb_code_dtype)dt);
                     double by = (double)scdb_codebook_token_bytes(cbs[q]);
                     scdb_codebook_set_code_dtype(cbs[q], SCDB_CODES_F16);
@@ -996,10 +1032,10 @@ int scdb_bench_quality(int argc, char **argv)
         for (int t = 0; t < 2; t++) { free(qs.q[t]); free(qs.ms[t]); }
         free(ds.x);
         if (rc) goto done;
-        if ((rc = eval_scd(&c, cb, SCDB_CODES_F16, pairs[k], 0, &a[M_REUSE], 1, NULL)) ||
-            (rc = eval_scd(&c, cb, SCDB_CODES_F16, pairs[k], -1, &a[M_FULL], 1, NULL)) ||
-            (rc = eval_scd(&c, cb, SCDB_CODES_INT8, pairs[k], 0, &a[M_REUSE8], 1, NULL)) ||
-            (rc = eval_scd(&c, cb, SCDB_CODES_INT8, pairs[k], -1, &a[M_FULL8], 1, NULL)))
+        if ((rc = eval_scd(&c, cb, SCDB_CODES_F16, pairs[k], 0, &a[M_REUSE], 1)) ||
+            (rc = eval_scd(&c, cb, SCDB_CODES_F16, pairs[k], -1, &a[M_FULL], 1)) ||
+            (rc = eval_scd(&c, cb, SCDB_CODES_INT8, pairs[k], 0, &a[M_REUSE8], 1)) ||
+            (rc = eval_scd(&c, cb, SCDB_CODES_INT8, pairs[k], -1, &a[M_FULL8], 1)))
             goto done;
         double bytes[M_COUNT] = {0, raw_bytes, q4_bytes, ds_bytes, scd_bytes, scd_bytes, scd8_bytes,
                                  scd8_bytes};
@@ -1050,11 +1086,13 @@ int scdb_bench_quality(int argc, char **argv)
             cJSON_AddItemToArray(jgoals, gg);
         }
         /* patch budget sweep, both code dtypes, with the decode time */
+        double tms[2][SCDB_CODEC_MAX_LAYERS + 1];
+        if ((rc = time_budgets(&c, cb, pairs[k], tms))) goto done;
         for (int dt = SCDB_CODES_F16; dt <= SCDB_CODES_INT8; dt++)
             for (int b = 0; b <= pi->n_aligners; b++) {
                 acc ab = {0};
-                double dms = NAN;
-                if ((rc = eval_scd(&c, cb, (scdb_code_dtype)dt, pairs[k], b, &ab, 0, &dms))) goto done;
+                double dms = tms[dt][b];
+                if ((rc = eval_scd(&c, cb, (scdb_code_dtype)dt, pairs[k], b, &ab, 0))) goto done;
                 cJSON *e = row(cnames[k], "scd", &ab, dt == SCDB_CODES_INT8 ? scd8_bytes : scd_bytes);
                 acc_free(&ab);
                 row_tag(e, scdb_code_dtype_name((scdb_code_dtype)dt), late[k]);
@@ -1094,7 +1132,8 @@ int scdb_bench_quality(int argc, char **argv)
                jnum(e, "top1"), jnum(e, "decode_ms"));
     }
     printf("\ndecode ms: the consumer's whole %d-token prefix cache built from the codes in memory (REUSE "
-           "decoders, aligners and K/V regeneration on the patched layers), best of %d, median over windows.\n",
+           "decoders, aligners and K/V regeneration on the patched layers); every (codes, patch layers) point "
+           "decoded in turn, %d rounds, best round per window, median over windows.\n",
            c.P, o.reps);
     fflush(stdout);
 
@@ -1176,7 +1215,7 @@ int scdb_bench_quality(int argc, char **argv)
                 if (f.r_k > (f.k_post_rope ? c.kv : c.d) || f.r_k > c.kv || f.r_v > c.kv) continue;
                 if ((rc = scdb_calib_fit_codebook(cal, &f, &acb)) ||
                     (rc = scdb_calib_fit_pair(cal, acb, k, &pf, &ap)) ||
-                    (rc = eval_scd(&c, acb, SCDB_CODES_F16, ap, 0, &ab, 0, NULL))) {
+                    (rc = eval_scd(&c, acb, SCDB_CODES_F16, ap, 0, &ab, 0))) {
                     scdb_codebook_free(&acb);
                     scdb_pair_free(&ap);
                     goto done;
