@@ -27,6 +27,8 @@ static const struct {
      "kill -9 the broker (and clients) under load: acknowledged puts kept, no wrong bytes"},
     {"session", scdb_bench_session,
      "a live session's fold and eviction per token on a device vs a model step there"},
+    {"cluster", scdb_bench_cluster,
+     "a fleet of brokers sharing prefixes through Redis Cluster: hit rate, latency, a master kill"},
 };
 
 static void usage(FILE *f)

@@ -279,6 +279,24 @@ int scdb_trace_ideal_hits(const scdb_trace *t, size_t n_req, uint64_t *hits, uin
     return 0;
 }
 
+int scdb_trace_chain_ids(const scdb_trace *t, size_t n_req, uint64_t *out, uint64_t *distinct)
+{
+    chain_map m = {0};
+    for (size_t r = 0; r < n_req; r++) {
+        uint64_t parent = 0;
+        for (size_t i = t->off[r]; i < t->off[r + 1]; i++) {
+            if (chain_map_get_or_add(&m, parent, t->ids[i], &parent) < 0) {
+                free(m.e);
+                return -1;
+            }
+            out[i] = parent;
+        }
+    }
+    *distinct = m.n;
+    free(m.e);
+    return 0;
+}
+
 void scdb_trace_block_tokens(int64_t id, uint64_t seed, int32_t *t, uint32_t n)
 {
     uint64_t s = seed * 0xD1B54A32D192ED03ull ^ (uint64_t)id * 0x9E3779B97F4A7C15ull;

@@ -44,6 +44,13 @@ void scdb_trace_free(scdb_trace *t);
  * 0 or -1 (out of memory). */
 int scdb_trace_ideal_hits(const scdb_trace *t, size_t n_req, uint64_t *hits, uint64_t *refs,
                           uint64_t *distinct);
+/* The chain id of every block reference of the first n_req requests:
+ * out[i] for ids[i], i in [off[0], off[n_req]).  Equal chain ids = equal
+ * prefixes up to and including that block; ids are 1, 2, ... in order of
+ * first appearance, so a reference hits an unbounded single cache iff its
+ * chain id appeared before it.  *distinct = the number of chains.  0 or -1
+ * (out of memory). */
+int scdb_trace_chain_ids(const scdb_trace *t, size_t n_req, uint64_t *out, uint64_t *distinct);
 /* The n tokens of block id under seed. */
 void scdb_trace_block_tokens(int64_t id, uint64_t seed, int32_t *t, uint32_t n);
 uint64_t scdb_trace_splitmix(uint64_t *s);

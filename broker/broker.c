@@ -113,6 +113,10 @@ scdb_err scdb_broker_new(const scdb_broker_config *c, scdb_broker **out, char *e
     if (e) goto fail;
     e = lock_data_dir(b, errbuf, errlen);
     if (e) goto fail;
+    /* before the store, whose commits it takes: a wrong password or a bad
+     * [remote] setting stops the start here */
+    e = bk_remote_start(b, errbuf, errlen);
+    if (e) goto fail;
     memset(&so, 0, sizeof so);
     so.path = c->data_dir;
     so.block_tokens = c->block_tokens;
@@ -137,6 +141,10 @@ scdb_err scdb_broker_new(const scdb_broker_config *c, scdb_broker **out, char *e
     so.no_sync = c->no_sync;
     so.on_visible = bk_lix_on_visible;
     so.on_visible_ctx = b;
+    if (b->remote) {
+        so.on_written = bk_remote_on_written;
+        so.on_written_ctx = b;
+    }
     e = scdb_store_open(&so, &b->store);
     if (e) {
         snprintf(errbuf, errlen, "cannot open the store in %s: %s", c->data_dir,
@@ -216,6 +224,7 @@ void scdb_broker_free(scdb_broker **bp)
     if (b->ipc_path[0] && b->n_router > 0 && unlink(b->ipc_path) && errno != ENOENT)
         scdb_warn("unlink %s: %s", b->ipc_path, strerror(errno));
     if (b->store) scdb_store_close(&b->store);
+    bk_remote_stop(b);          /* after the threads: sends what it can, ~1 s */
     bk_registry_unref(b->reg);
     if (b->lock_fd >= 0) close(b->lock_fd);
     if (b->sigpipe[0] >= 0) close(b->sigpipe[0]);

@@ -121,6 +121,34 @@
  * small); into a host arena the worker first copies it down.  On a CPU
  * broker the key is ignored with a warning.
  *
+ * REMOTE TIER (remote.c; store/remote_tier.h)
+ * -----------
+ * With a [remote] section the store gets a second level shared by every
+ * broker of a fleet: a Redis Cluster (one key per block, the value LMDB
+ * holds).  It sits beside the store, glued here, so that no Redis I/O ever
+ * runs under the store's lock or on the main thread:
+ *
+ *   put (writer)   commit -> store on_written -> tier write queue -> its
+ *                  thread SETs (async; full queue: dropped, counted)
+ *   lookup         main thread: local lookup; if it stops short and the
+ *                  request asks (LookupRequest.remote), a worker probes the
+ *                  rest (EXISTS) and replies local + remote
+ *   get (worker)   local lookup; the rest that fits the arena is fetched
+ *                  (GET), verified, decoded after the local blocks; then a
+ *                  writer job keeps them (put_batch from_remote: LMDB + hot
+ *                  tier, the lookup index) -- not written back
+ *   put whose parents only the cluster has (a lookup found them, no get
+ *                  brought them in): the writer fetches and keeps them first
+ *   delete         the remote copies are deleted too (queued DELs)
+ *
+ * A slow or unreachable cluster costs a request at most timeout_ms until
+ * the cluster client marks the node down, then nothing: answers are the
+ * local ones, errors are counted (stats remote_*), and the tier logs once
+ * per up/down change.  The lookup index stays local-only: libscdb learns
+ * from HelloReply.remote_tier that a short local answer is worth a request.
+ * Replaced blocks are rewritten in the cluster; other brokers' local copies
+ * are not invalidated (they read the new value once theirs is evicted).
+ *
  * LIVE SESSIONS (sessions.c)
  * -------------
  * A consumer may keep one of its arenas within a slot budget while it
@@ -284,6 +312,12 @@ typedef struct scdb_decoder {
      * the table's errors (SCDB_EDEVICE, SCDB_EUNSUPPORTED). */
     scdb_err (*decode_dev)(void *ctx, const scdb_k_ops *ops, const scdb_decode_block *blk,
                            scdb_kv_cache *cache, int slot0, int32_t p0, int n);
+    /* The weights fingerprint of the consumer the pair was calibrated for
+     * (schema/FORMATS.md, "Weights fingerprint"; 16 hex digits in pairs
+     * written before it), or "" when decoding does not depend on the
+     * consumer's weights (raw).  A consumer registering with another one is
+     * refused (SCDB_EMISMATCH). */
+    char consumer_fp[33];
 } scdb_decoder;
 
 /* A codebook kind: how to open a codebook and build a pair's decoder.
@@ -396,6 +430,15 @@ typedef struct scdb_broker_config {
                                   into CUDA IPC arenas; see CUDA ARENAS      */
     char metrics_listen[128];  /* HOST:PORT (or PORT: 127.0.0.1) for GET
                                   /metrics over HTTP; empty: off (METRICS)   */
+    /* [remote]: the fleet's Redis Cluster (see REMOTE TIER); keys
+     * remote_<name> as flags.  cluster "" = no remote tier. */
+    char remote_cluster[1024];     /* seeds host:port,...                    */
+    char remote_user[128];         /* ACL user ("": the default user)        */
+    char remote_password_file[512];/* its first line ("": no AUTH)           */
+    char remote_key_prefix[65];    /* ("scdb:"); no braces                   */
+    uint64_t remote_ttl;           /* seconds a value lives (86400; 0: ever) */
+    uint64_t remote_write_queue;   /* bytes of writes waiting (64 MiB)       */
+    int remote_timeout_ms;         /* one cluster call's deadline (100)      */
     scdb_broker_model_cfg *models;
     int n_models;
     scdb_broker_codebook_cfg *codebooks;

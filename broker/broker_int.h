@@ -12,6 +12,7 @@
 #include "evict.h"
 #include "fd_pass.h"
 #include "lookup_index.h"
+#include "remote_tier.h"
 #include "scdb.pb-c.h"
 #include "wire.h"
 
@@ -19,7 +20,9 @@
 typedef enum bk_op {
     OP_INVALID = 0, OP_HELLO, OP_PING, OP_HEARTBEAT, OP_PUT, OP_LOOKUP, OP_GET, OP_DELETE,
     OP_STATS, OP_ARENA_CREATE, OP_ARENA_MAPPED, OP_ARENA_FREE, OP_GOODBYE, OP_SESSION_OPEN,
-    OP_SESSION_EVICT, OP_SESSION_CLOSE, OP_PUT_STATES, OP_COUNT
+    OP_SESSION_EVICT, OP_SESSION_CLOSE, OP_PUT_STATES, OP_COUNT,
+    /* internal writer jobs (no request, no reply, not counted) */
+    BK_JOB_REMOTE_INSERT
 } bk_op;
 
 extern const char *const bk_op_names[OP_COUNT];
@@ -107,6 +110,9 @@ typedef struct bk_client {
     const scdb_broker_model *model;
     const scdb_broker_codebook *cb;
     const bk_pair *pair;        /* decoder into model (NULL: none)         */
+    char weights_fp[33];        /* the weights it registered with ("": not
+                                   told; a reload keeps it off pairs for
+                                   other weights)                          */
     double last_seen;
     bk_arena *arenas;
     uint32_t n_arenas;
@@ -159,6 +165,10 @@ typedef struct bk_job {
     uint8_t *reply;             /* packed Reply, set by the thread         */
     size_t reply_len;
     scdb_err status;
+    scdb_remote_block *rblocks; /* BK_JOB_REMOTE_INSERT: fetched blocks to
+                                   keep locally (owned; made by a worker,
+                                   so no registry reference, no cb)        */
+    size_t n_rblocks;
     struct bk_job *next;
 } bk_job;
 
@@ -267,6 +277,10 @@ struct scdb_broker {
     int lix_mu_init;
     scdb_lix *lix;              /* NULL: not published                     */
     uint64_t lix_tick_ns;       /* last liveness refresh (main thread)      */
+
+    /* remote.c: the remote tier (NULL: none); thread-safe */
+    scdb_remote *remote;
+    uint64_t remote_inserted;   /* fetched blocks kept locally (atomic)    */
 };
 
 /* The broker's files, bottom to top: each calls only files listed before
@@ -283,7 +297,10 @@ struct scdb_broker {
  *   jobs.c      jobs, the worker pool and the writer
  *   handlers.c  one request: checks, inline answers, jobs
  *   listen.c    the sockets: ipc, tcp with CURVE, the ZAP allow-list
- *   broker.c    lifecycle and the event loop */
+ *   broker.c    lifecycle and the event loop
+ *
+ * remote.c stands apart too (the remote tier: called by jobs.c, handlers.c
+ * and broker.c, it calls only the store and store/remote_tier.h). */
 
 /* registry.c */
 /* Load every model, codebook, pair and policy of c into a new registry
@@ -479,6 +496,36 @@ void bk_reload_request(scdb_broker *b);
 void bk_reload_poll(scdb_broker *b);
 /* Wait for a reload in progress and discard it (shutdown). */
 void bk_reload_stop(scdb_broker *b);
+/* remote.c: the remote tier (REMOTE TIER in broker.h).  Without [remote]
+ * b->remote is NULL and every call below does nothing (returns 0). */
+/* Open it from the config (before the store); SCDB_OK without [remote].
+ * Errors: scdb_remote_open's (SCDB_EINVAL, SCDB_EAUTH, ...), errbuf says. */
+scdb_err bk_remote_start(scdb_broker *b, char *errbuf, size_t errlen);
+void bk_remote_stop(scdb_broker *b);
+/* The store's on_written hook (ctx = the broker): queue the block. */
+void bk_remote_on_written(void *ctx, const scdb_block_info *info, const void *payload);
+/* How many of keys[n_local..n) the cluster holds, as a leading run (one
+ * EXISTS round per node); 0 when it is down. */
+size_t bk_remote_probe(scdb_broker *b, const scdb_key *keys, size_t n_local, size_t n);
+/* Fetch and verify the leading present blocks of keys[n_local..n) of
+ * codebook cb (a worker or the writer): *out (malloc'd, free with
+ * scdb_remote_blocks_free then free) gets them; returns their count (0:
+ * *out NULL).  A slow or failing cluster only shortens the answer. */
+size_t bk_remote_fetch(scdb_broker *b, const scdb_broker_codebook *cb, const scdb_key *keys,
+                       size_t n_local, size_t n, scdb_remote_block **out);
+/* Store fetched blocks of one chain locally (writer thread only): LMDB and
+ * the hot tier, from_remote (not written back), under the namespace they
+ * were verified in.  Returns how many are stored. */
+size_t bk_remote_insert(scdb_broker *b, const scdb_remote_block *blocks, size_t n);
+/* A put whose first block's parent is not stored locally (writer): fetch
+ * keys[n_local..first) from the remote tier and keep them.  1 if they are
+ * all stored now. */
+int bk_remote_fill_parents(scdb_broker *b, const scdb_broker_codebook *cb, const scdb_key *keys,
+                           size_t n_local, size_t first);
+/* Queue a DEL of block key k (an explicit delete). */
+void bk_remote_del(scdb_broker *b, const scdb_key *k);
+/* The remote_* fields of a StatsReply. */
+void bk_remote_fill_stats(scdb_broker *b, Scdb__StatsReply *s);
 
 /* decoder_raw.c: the raw kind's entry points (codec_kinds.c). */
 scdb_err scdb_raw_open_codebook(scdb_broker_codebook *cb, const char *file, scdb_dtype dtype,

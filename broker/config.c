@@ -32,6 +32,10 @@ void scdb_broker_config_defaults(scdb_broker_config *c)
     c->lookup_index = 1;
     c->log_level = SCDB_LOG_INFO;
     c->device = SCDB_DEVPREF_AUTO;
+    snprintf(c->remote_key_prefix, sizeof c->remote_key_prefix, "scdb:");
+    c->remote_ttl = 86400;
+    c->remote_write_queue = 64ull << 20;
+    c->remote_timeout_ms = 100;
 }
 
 void scdb_broker_config_clear(scdb_broker_config *c)
@@ -165,6 +169,14 @@ static const struct key {
     {"log_level", K_LEVEL, F(log_level), 0, 0, 0},
     {"device", K_DEVICE, F(device), 0, 0, 0},
     {"metrics_listen", K_STR, F(metrics_listen), S(metrics_listen), 0, 0},
+    /* [remote] NAME is remote_NAME here (and --remote-NAME as a flag) */
+    {"remote_cluster", K_STR, F(remote_cluster), S(remote_cluster), 0, 0},
+    {"remote_user", K_STR, F(remote_user), S(remote_user), 0, 0},
+    {"remote_password_file", K_STR, F(remote_password_file), S(remote_password_file), 0, 0},
+    {"remote_key_prefix", K_STR, F(remote_key_prefix), S(remote_key_prefix), 0, 0},
+    {"remote_ttl", K_U64, F(remote_ttl), 0, 0, 0},
+    {"remote_write_queue", K_U64, F(remote_write_queue), 0, 0, 0},
+    {"remote_timeout_ms", K_INT, F(remote_timeout_ms), 0, 1, 600000},
 #undef F
 #undef S
 };
@@ -435,6 +447,19 @@ static int on_ini_line(void *user, const char *section, const char *name, const 
         if (scdb_broker_config_set(x->c, name, value, x->err, sizeof x->err)) return 0;
         return 1;
     }
+    if (n == 1 && !strcmp(kind, "remote")) {
+        char key[80];
+        scdb_err e = SCDB_ENOTFOUND;
+        if (strlen(name) <= 40 && strncmp(name, "remote", 6)) {
+            snprintf(key, sizeof key, "remote_%s", name);
+            e = scdb_broker_config_set(x->c, key, value, x->err, sizeof x->err);
+        }
+        if (e == SCDB_ENOTFOUND)
+            snprintf(x->err, sizeof x->err,
+                     "[remote]: unknown key '%s' (cluster, user, password_file, key_prefix, "
+                     "ttl, write_queue, timeout_ms)", name);
+        return e ? 0 : 1;
+    }
     if (n == 2 && !strcmp(kind, "model")) {
         scdb_broker_model_cfg *m = model_cfg(x->c, a, 1);
         if (!m) goto nomem;
@@ -460,8 +485,8 @@ static int on_ini_line(void *user, const char *section, const char *name, const 
         return 1;
     }
     snprintf(x->err, sizeof x->err,
-             "unknown section [%s] (expected [broker], [model NAME], [codebook NAME], "
-             "[pair CODEBOOK CONSUMER] or [policy NAME])", section);
+             "unknown section [%s] (expected [broker], [remote], [model NAME], "
+             "[codebook NAME], [pair CODEBOOK CONSUMER] or [policy NAME])", section);
     return 0;
 bad:
     snprintf(x->err, sizeof x->err, "[%s]: bad key or value: %s = %s", section, name, value);

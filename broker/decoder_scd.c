@@ -240,6 +240,7 @@ scdb_err scdb_scd_new_decoder(const scdb_broker_codebook *cb, const scdb_broker_
         scd_destroy(d);
         return SCDB_EMISMATCH;
     }
+    snprintf(out->consumer_fp, sizeof out->consumer_fp, "%s", pi->consumer_fp);
     out->name = "scd";
     out->decode = scd_decode;
     out->decode_dev = scd_decode_dev;

@@ -2,6 +2,7 @@
  * the frames, answer the cheap requests inline, hand get / put / delete to
  * the worker pool or the writer.  Every path ends in exactly one reply. */
 #include "broker_int.h"
+#include "weights_fp.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -205,6 +206,27 @@ static void on_hello(scdb_broker *b, const rq *q, const Scdb__Request *req)
               m->name);
         return;
     }
+    if (h->role == SCDB__ROLE__CONSUMER && h->weights_fp[0]) {
+        /* a stale pair (calibrated for other weights) is refused, never used */
+        if (!scdb_weights_fp_valid(h->weights_fp)) {
+            reply(b, q, SCDB_EINVAL, NULL, "weights_fp '%.64s' is not a weights fingerprint (32 lowercase "
+                  "hex digits, FORMATS.md \"Weights fingerprint\")", h->weights_fp);
+            return;
+        }
+        if (pair->dec.consumer_fp[0] && strcmp(pair->dec.consumer_fp, h->weights_fp)) {
+            scdb_warn("client %s (pid %u) refused: pair %s -> %s was calibrated for consumer weights %s, "
+                      "the client runs %s", h->client_name, (unsigned)h->pid, cb->name, m->name,
+                      pair->dec.consumer_fp, h->weights_fp);
+            reply(b, q, SCDB_EMISMATCH, NULL,
+                  "stale pair: %s -> %s was calibrated for consumer weights %s, this client's weights are "
+                  "%s; calibrate a pair for them (scdb calibrate --codebook%s)", cb->name, m->name,
+                  pair->dec.consumer_fp, h->weights_fp,
+                  strlen(pair->dec.consumer_fp) == 16 ? ", or scdb calibrate --restamp if the pair predates "
+                                                        "tensor fingerprints and the weights did not change"
+                                                      : "");
+            return;
+        }
+    }
     /* a hello carrying a live token re-registers: the old state goes */
     if (req->client && (old = bk_client_find(b, req->client)))
         bk_client_drop(b, old, "registered again");
@@ -227,6 +249,8 @@ static void on_hello(scdb_broker *b, const rq *q, const Scdb__Request *req)
     c->model = m;
     c->cb = cb;
     c->pair = pair;
+    if (c->role == SCDB__ROLE__CONSUMER)
+        snprintf(c->weights_fp, sizeof c->weights_fp, "%s", h->weights_fp);
     c->reg = bk_registry_ref(b->reg);
     if (h->lookups) {           /* the baseline later reports count from */
         c->rep_index_lookups = h->lookups->index_lookups;
@@ -259,6 +283,7 @@ static void on_hello(scdb_broker *b, const rq *q, const Scdb__Request *req)
     hr.lookup_index = lix_name;
     hr.ns.data = (uint8_t *)cb->ns.b;
     hr.ns.len = sizeof cb->ns.b;
+    hr.remote_tier = b->remote != NULL;
     r.body_case = SCDB__REPLY__BODY_HELLO;
     r.hello = &hr;
     if (reply(b, q, SCDB_OK, &r, NULL)) bk_client_drop(b, c, "not told its token (no memory)");
@@ -266,20 +291,34 @@ static void on_hello(scdb_broker *b, const rq *q, const Scdb__Request *req)
 
 /* ---------------------------------------------------------------- blocks */
 
-static void on_lookup(scdb_broker *b, const rq *q, bk_client *c, const Scdb__LookupRequest *l)
+/* Returns 1 if the request was taken over by a job (a remote remainder). */
+static int on_lookup(scdb_broker *b, const rq *q, bk_client *c, Scdb__Request *req)
 {
+    const Scdb__LookupRequest *l = req->lookup;
     Scdb__Reply r = SCDB__REPLY__INIT;
     Scdb__LookupReply lr = SCDB__LOOKUP_REPLY__INIT;
     size_t n_full = 0, n_matched = 0;
     char lix_name[SCDB_LIX_NAME_MAX];
     scdb_err e;
 
-    if (bad_tokens(b, q, c->model, l->tokens, l->n_tokens)) return;
+    if (bad_tokens(b, q, c->model, l->tokens, l->n_tokens)) return 0;
     e = scdb_store_lookup(b->store, &c->cb->ns, l->tokens, l->n_tokens, NULL, 0, &n_full,
                           &n_matched);
     if (e) {
         reply(b, q, e, NULL, "lookup failed");
-        return;
+        return 0;
+    }
+    /* the rest is asked of the remote tier by a worker (never here: no
+     * Redis I/O on the event loop); too busy: the local answer */
+    if (l->remote && b->remote && n_matched < n_full && b->inflight < b->cfg.max_inflight) {
+        bk_job *j = bk_job_new(q->sock, q->ident, q->id, q->t0, req, OP_LOOKUP);
+        if (j) {
+            j->cb = c->cb;
+            j->reg = bk_registry_ref(c->reg);   /* where cb lives */
+            b->inflight++;
+            bk_queue_push(&b->jobs, j);
+            return 1;
+        }
     }
     lr.n_full = (uint32_t)n_full;
     lr.n_matched = (uint32_t)n_matched;
@@ -290,6 +329,7 @@ static void on_lookup(scdb_broker *b, const rq *q, bk_client *c, const Scdb__Loo
     r.body_case = SCDB__REPLY__BODY_LOOKUP;
     r.lookup = &lr;
     reply(b, q, SCDB_OK, &r, NULL);
+    return 0;
 }
 
 /* Returns 1 if the request was taken over by a job (req now owned by it). */
@@ -612,6 +652,7 @@ static void on_stats(scdb_broker *b, const rq *q)
         s.evictions = st.evictions;
         s.checksum_failures = st.checksum_failures;
     }
+    bk_remote_fill_stats(b, &s);
     s.clients = b->n_clients;
     s.arenas = b->n_arenas;
     s.arena_bytes = b->arena_bytes;
@@ -750,7 +791,7 @@ void bk_handle(scdb_broker *b, int sock, zmq_msg_t *frames, int n_frames, int to
                                      req->heartbeat->lookups->index_fallbacks);
         reply(b, &q, SCDB_OK, NULL, NULL);
         break;
-    case OP_LOOKUP: on_lookup(b, &q, c, req->lookup); break;
+    case OP_LOOKUP: owned = on_lookup(b, &q, c, req); break;
     case OP_PUT: owned = on_put(b, &q, c, req, frames + 2, n_payload); break;
     case OP_DELETE: owned = on_delete(b, &q, c, req); break;
     case OP_PUT_STATES: owned = on_put_states(b, &q, c, req); break;

@@ -1,7 +1,10 @@
 /* jobs.c — jobs (work a request hands off: made by handlers.c, run by a
- * thread, done on the main thread), the worker pool (get: read blocks,
- * decode into an arena; session evictions) and the single writer thread
- * (put, put_states, delete: the store's one LMDB writer).  Each thread pops
+ * thread, done on the main thread), the worker pool (get: read blocks --
+ * local, then the remote tier's continuation -- and decode them into an
+ * arena; lookups that continue in the remote tier; session evictions) and
+ * the single writer thread (put, put_states, delete: the store's one LMDB
+ * writer; and internal jobs that keep blocks a get fetched from the remote
+ * tier, which nobody waits for).  Each thread pops
  * jobs from its queue, packs the reply, and hands the job back to the main
  * thread over an inproc PUSH socket; bk_job_done sends the reply and
  * releases what the job held. */
@@ -66,6 +69,10 @@ bk_job *bk_job_new(int sock, zmq_msg_t *ident, uint64_t req_id, uint64_t t0_ns,
 void bk_job_free(bk_job *j)
 {
     if (!j) return;
+    if (j->rblocks) {
+        scdb_remote_blocks_free(j->rblocks, j->n_rblocks);
+        free(j->rblocks);
+    }
     zmq_msg_close(&j->ident);
     for (int i = 0; i < j->n_frames; i++) zmq_msg_close(&j->frames[i]);
     free(j->frames);
@@ -114,6 +121,9 @@ static void run_get(scdb_broker *b, bk_job *j)
     char msg[256] = "";
     uint32_t written = 0, hdr_n;
     void *host_copy = NULL;     /* a GPU-hot-tier block going to a host arena */
+    scdb_remote_block *rb = NULL;   /* the remote tier's continuation */
+    size_t n_remote = 0;
+    int gap = 0;
 
     if (n_full && !(keys = malloc(n_full * sizeof *keys))) {
         bk_job_finish(j, SCDB_ENOMEM, NULL, "out of memory");
@@ -133,16 +143,51 @@ static void run_get(scdb_broker *b, bk_job *j)
     cache->n = hdr_n > (uint32_t)cache->capacity ? cache->capacity : (int)hdr_n;
     fit = ((size_t)cache->capacity - g->slot0) / bt;
     if (g->max_tokens && g->max_tokens / bt < fit) fit = g->max_tokens / bt;
-    if (fit > n_matched) fit = n_matched;
+    if (fit > n_full) fit = n_full;
+    /* a local prefix that stops short of what fits continues in the remote
+     * tier: fetched and verified now, decoded below after the local blocks,
+     * then kept locally by the writer (a slow or down cluster only makes
+     * the hit shorter) */
+    if (b->remote && n_matched < fit) {
+        uint64_t r0 = scdb_now_ns();
+        n_remote = bk_remote_fetch(b, j->cb, keys, n_matched, fit, &rb);
+        gr.remote_ns = scdb_now_ns() - r0;
+    }
+    if (fit > n_matched + n_remote) fit = n_matched + n_remote;
 
     t0 = scdb_now_ns();
     for (size_t i = 0; i < fit; i++) {
         scdb_block *blk = NULL;
         scdb_decode_block db = {0};
 
+        if (i >= n_matched) {         /* from the remote tier: verified host bytes */
+            const scdb_remote_block *rbk = &rb[i - n_matched];
+            db.payload = rbk->payload;
+            db.payload_len = rbk->info.payload_len;
+            db.payload_dtype = rbk->info.payload_dtype;
+            db.tokens = g->tokens + i * bt;
+            db.n_tokens = (int)bt;
+            db.block_index = (uint32_t)i;
+            if (!a->dev)
+                e = pair->dec.decode(pair->dec.ctx, &db, cache, (int)(g->slot0 + i * bt),
+                                     (int32_t)(g->pos0 + (int64_t)(i * bt)), (int)bt);
+            else if (pair->dec.decode_dev)
+                e = pair->dec.decode_dev(pair->dec.ctx, scdb_k_ops_get(SCDB_DEV_CUDA), &db,
+                                         cache, (int)(g->slot0 + i * bt),
+                                         (int32_t)(g->pos0 + (int64_t)(i * bt)), (int)bt);
+            else
+                e = SCDB_EUNSUPPORTED;
+            if (e) {
+                snprintf(msg, sizeof msg, "block %zu: %s decoder failed", i, pair->dec.name);
+                break;
+            }
+            written += bt;
+            continue;
+        }
         e = scdb_store_acquire(b->store, &keys[i], &blk);
         if (e == SCDB_ENOTFOUND) { /* evicted since the lookup: a shorter hit */
             e = SCDB_OK;
+            gap = 1;                  /* what the remote tier gave no longer connects */
             break;
         }
         if (e) {
@@ -201,12 +246,30 @@ static void run_get(scdb_broker *b, bk_job *j)
     gr.decode_ns = scdb_now_ns() - t0;
     j->work_ns = gr.decode_ns;
     free(host_copy);
+    if (n_remote && !gap) {
+        /* keep them: LMDB and the hot tier, through the writer (a put of
+         * the same blocks queued after this get finds them there) */
+        bk_job *ins = calloc(1, sizeof *ins);
+        if (ins) {
+            ins->op = BK_JOB_REMOTE_INSERT;
+            ins->rblocks = rb;
+            ins->n_rblocks = n_remote;
+            zmq_msg_init(&ins->ident);
+            bk_queue_push(&b->writes, ins);
+            rb = NULL;
+        }
+    }
+    if (rb) {
+        scdb_remote_blocks_free(rb, n_remote);
+        free(rb);
+    }
     __atomic_store_n(&a->hdr->n, (uint32_t)cache->n, __ATOMIC_RELEASE);
     __atomic_add_fetch(&a->hdr->gen, 1, __ATOMIC_RELEASE);
     free(keys);
 
     gr.n_full = (uint32_t)n_full;
-    gr.n_matched = (uint32_t)n_matched;
+    gr.n_matched = (uint32_t)(n_matched + n_remote);
+    gr.remote_blocks = (uint32_t)n_remote;
     gr.tokens_written = written;
     gr.cache_n = (uint32_t)cache->n;
     r.body_case = SCDB__REPLY__BODY_GET;
@@ -249,6 +312,16 @@ static void store_blocks(scdb_broker *b, bk_job *j, const int32_t *tokens, size_
     }
     scdb_store_stats(b->store, &before);
     e = scdb_store_put_batch(b->store, &cb->ns, puts, n_blocks, &n_stored);
+    if (e == SCDB_ENOTFOUND && n_stored == 0 && b->remote && first) {
+        /* the blocks before `first` are in the remote tier only (a lookup
+         * found them there and no get brought them in): fetch, keep, retry */
+        size_t nf0 = 0, nl = 0;
+        if (!scdb_store_lookup(b->store, &cb->ns, tokens, n_tokens, NULL, 0, &nf0, &nl) &&
+            bk_remote_fill_parents(b, cb, keys, nl, first)) {
+            scdb_store_stats(b->store, &before);
+            e = scdb_store_put_batch(b->store, &cb->ns, puts, n_blocks, &n_stored);
+        }
+    }
     scdb_store_stats(b->store, &after);
     if (scdb_store_lookup(b->store, &cb->ns, tokens, n_tokens, NULL, 0, &nf, &nm)) nm = 0;
     free(keys);
@@ -410,7 +483,10 @@ static void run_delete(scdb_broker *b, bk_job *j)
                           &nm);
     for (size_t i = nm; !e && i > d->from_block; i--) {
         e = scdb_store_delete(b->store, &keys[i - 1]);
-        if (!e) deleted++;
+        if (!e) {
+            deleted++;
+            bk_remote_del(b, &keys[i - 1]);    /* the fleet's copy goes too */
+        }
     }
     free(keys);
     dr.n_matched = (uint32_t)nm;
@@ -421,6 +497,46 @@ static void run_delete(scdb_broker *b, bk_job *j)
         bk_job_finish(j, e, &r, "block %u is pinned or has stored children", (unsigned)(nm - deleted - 1));
     else
         bk_job_finish(j, e, &r, e ? "delete failed" : NULL);
+}
+
+/* --------------------------------------------------------------- lookup */
+
+/* A lookup that continues in the remote tier (LookupRequest.remote): the
+ * local prefix, then one EXISTS round per cluster node for the rest. */
+static void run_lookup(scdb_broker *b, bk_job *j)
+{
+    const Scdb__LookupRequest *l = j->req->lookup;
+    uint32_t bt = b->block_tokens;
+    size_t n_full = l->n_tokens / bt, n_local = 0, n_remote = 0;
+    scdb_key *keys = NULL;
+    Scdb__Reply r = SCDB__REPLY__INIT;
+    Scdb__LookupReply lr = SCDB__LOOKUP_REPLY__INIT;
+    char lix_name[SCDB_LIX_NAME_MAX];
+    scdb_err e;
+
+    if (n_full && !(keys = malloc(n_full * sizeof *keys))) {
+        bk_job_finish(j, SCDB_ENOMEM, NULL, "out of memory");
+        return;
+    }
+    e = scdb_store_lookup(b->store, &j->cb->ns, l->tokens, l->n_tokens, keys, n_full, &n_full,
+                          &n_local);
+    if (e) {
+        free(keys);
+        bk_job_finish(j, e, NULL, "lookup failed");
+        return;
+    }
+    n_remote = bk_remote_probe(b, keys, n_local, n_full);
+    free(keys);
+    lr.n_full = (uint32_t)n_full;
+    lr.n_matched = (uint32_t)(n_local + n_remote);
+    lr.matched_tokens = (uint32_t)((n_local + n_remote) * bt);
+    lr.block_tokens = bt;
+    lr.n_remote = (uint32_t)n_remote;
+    bk_lix_name(b, lix_name, sizeof lix_name);
+    lr.lookup_index = lix_name;
+    r.body_case = SCDB__REPLY__BODY_LOOKUP;
+    r.lookup = &lr;
+    bk_job_finish(j, SCDB_OK, &r, NULL);
 }
 
 /* --------------------------------------------------------------- threads */
@@ -445,8 +561,14 @@ static void *thread_main(void *arg)
         abort();    /* inproc to our own context: a programming error */
     }
     while ((j = queue_pop(ta.q))) {
+        if (j->op == BK_JOB_REMOTE_INSERT) {   /* internal: nobody waits for it */
+            bk_remote_insert(b, j->rblocks, j->n_rblocks);
+            bk_job_free(j);
+            continue;
+        }
         switch (j->op) {
         case OP_GET: run_get(b, j); break;
+        case OP_LOOKUP: run_lookup(b, j); break;
         case OP_PUT: run_put(b, j); break;
         case OP_PUT_STATES: run_put_states(b, j); break;
         case OP_DELETE: run_delete(b, j); break;
@@ -510,9 +632,10 @@ static void queue_stop(bk_queue *q)
 void bk_threads_stop(scdb_broker *b)
 {
     if (!b->workers && !b->writer_started) return;
+    /* workers first: a get may still hand the writer blocks to keep */
     queue_stop(&b->jobs);
-    queue_stop(&b->writes);
     for (int i = 0; i < b->n_workers; i++) pthread_join(b->workers[i], NULL);
+    queue_stop(&b->writes);
     if (b->writer_started) pthread_join(b->writer, NULL);
     free(b->workers);
     b->workers = NULL;

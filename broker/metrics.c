@@ -58,6 +58,9 @@ typedef struct snap {
     int inflight, q_jobs, q_writes, workers;
     int n_models, n_codebooks, n_pairs, n_policies;
     uint32_t block_tokens;
+    scdb_remote_stat rt;        /* the remote tier's counters ...          */
+    int have_remote;            /* ... when there is one                   */
+    uint64_t remote_kept;
 } snap;
 
 struct bk_metrics {
@@ -143,6 +146,11 @@ static void take(scdb_broker *b, snap *s)
     s->n_pairs = b->reg->n_pairs;
     s->n_policies = b->reg->n_policies;
     s->block_tokens = b->block_tokens;
+    if (b->remote) {
+        scdb_remote_stats(b->remote, &s->rt);
+        s->have_remote = 1;
+        s->remote_kept = __atomic_load_n(&b->remote_inserted, __ATOMIC_RELAXED);
+    }
 }
 
 void bk_metrics_poll(scdb_broker *b)
@@ -403,6 +411,33 @@ static void format(const snap *s, double age, buf *o)
         one_u(o, "scdb_lmdb_map_bytes", "gauge", "The LMDB map size.", st->map_bytes);
         one_u(o, "scdb_lmdb_map_growths_total", "counter", "LMDB map growths (MDB_MAP_FULL).",
               st->map_growths);
+    }
+
+    if (s->have_remote) {             /* [remote]: the fleet's Redis Cluster */
+        const scdb_remote_stat *rt = &s->rt;
+        one_u(o, "scdb_remote_up", "gauge", "1 while the remote tier's cluster answers.",
+              (uint64_t)rt->up);
+        family(o, "scdb_remote_blocks_total", "counter",
+               "Blocks asked of the remote tier past a local prefix, by result.");
+        sample_u(o, "scdb_remote_blocks_total", "result=\"hit\"", rt->hits);
+        sample_u(o, "scdb_remote_blocks_total", "result=\"miss\"", rt->misses);
+        sample_u(o, "scdb_remote_blocks_total", "result=\"refused\"", rt->invalid);
+        family(o, "scdb_remote_bytes_total", "counter",
+               "Block value bytes moved to and from the cluster.");
+        sample_u(o, "scdb_remote_bytes_total", "direction=\"read\"", rt->bytes_read);
+        sample_u(o, "scdb_remote_bytes_total", "direction=\"written\"", rt->bytes_written);
+        one_u(o, "scdb_remote_writes_total", "counter", "Block values the cluster acknowledged.",
+              rt->writes);
+        family(o, "scdb_remote_write_failures_total", "counter",
+               "Block writes that never reached the cluster, by cause.");
+        sample_u(o, "scdb_remote_write_failures_total", "cause=\"queue_full\"", rt->queue_drops);
+        sample_u(o, "scdb_remote_write_failures_total", "cause=\"error\"", rt->write_errors);
+        one_u(o, "scdb_remote_errors_total", "counter",
+              "Failed cluster operations and refused values.", rt->errors);
+        one_u(o, "scdb_remote_pending_writes", "gauge",
+              "Writes queued for the cluster or in flight.", rt->pending);
+        one_u(o, "scdb_remote_kept_blocks_total", "counter",
+              "Blocks fetched from the cluster and kept in the local store.", s->remote_kept);
     }
 
     one_u(o, "scdb_clients", "gauge", "Registered clients.", s->clients);

@@ -129,6 +129,9 @@ static int move_client(bk_client *c, bk_registry *n)
     if (!m || !cb || !same_model(m, c->model) || !same_codebook(cb, c->cb)) return 0;
     p = bk_reg_pair(n, cb, m);
     if (c->pair && !p) return 0;
+    /* a pair recalibrated for other weights than the client said it runs */
+    if (p && c->weights_fp[0] && p->dec.consumer_fp[0] && strcmp(p->dec.consumer_fp, c->weights_fp))
+        return 0;
     c->model = m;
     c->cb = cb;
     c->pair = p;

@@ -23,7 +23,8 @@ static void usage(FILE *f, const char *prog)
 "policies and run-time limits) without dropping clients.  Started by systemd\n"
 "(Type=notify) it reports readiness, reloads and shutdown.\n"
 "\n"
-"options (every [broker] key of the config file is also a flag, '-' or '_'):\n"
+"options (every [broker] key of the config file is also a flag, '-' or '_';\n"
+"[remote] keys are flags --remote-KEY):\n"
 "  --config FILE              ini file: [broker] keys as below, [model NAME]\n"
 "                             (config = DIR/config.json, or n_layers, n_kv_heads,\n"
 "                             head_dim, max_seq_len; raw_dtype = f16|f32),\n"
@@ -86,6 +87,26 @@ static void usage(FILE *f, const char *prog)
 "                             HTTP on HOST:PORT, [IPV6]:PORT or PORT (=\n"
 "                             127.0.0.1:PORT); port 0 picks a free one (logged).\n"
 "                             Default: off\n"
+"\n"
+"remote tier ([remote] section of the config file; each key NAME is also the\n"
+"flag --remote-NAME): blocks shared by a fleet of brokers through a Redis\n"
+"Cluster.  Every committed block is also written there, asynchronously; a\n"
+"lookup or get whose local prefix stops short continues there, and what it\n"
+"finds is verified (checksum, namespace, chain) and kept locally.  A slow or\n"
+"unreachable cluster never fails a request: the local tiers answer.\n"
+"  --remote-cluster H:P,...   seed nodes (default none: no remote tier)\n"
+"  --remote-user NAME         ACL user (default: the default user)\n"
+"  --remote-password-file F   its password on the first line (default: no AUTH);\n"
+"                             refused credentials stop the start (exit 2)\n"
+"  --remote-key-prefix P      Redis key = P + the block key in hex (default\n"
+"                             scdb:); no braces (no hash tags)\n"
+"  --remote-ttl SECONDS       expiry of every value written (default 86400;\n"
+"                             0: none).  Run the cluster with maxmemory and\n"
+"                             maxmemory-policy allkeys-lru (README)\n"
+"  --remote-write-queue SIZE  writes waiting for the cluster; a put that finds\n"
+"                             it full drops its remote write, counted (64MiB)\n"
+"  --remote-timeout-ms N      deadline of one cluster call (default 100)\n"
+"\n"
 "  -h, --help                 this text\n"
 "SIZE takes K, M, G, T (or KiB, MiB, ...) suffixes.\n"
 "exit status: 0 clean shutdown; 1 runtime failure (data dir or endpoint in\n"
@@ -192,7 +213,7 @@ int scdb_broker_main(int argc, char **argv)
         rc = e == SCDB_EINVAL || e == SCDB_EUNSUPPORTED || e == SCDB_ENOTFOUND ||
                      e == SCDB_EFORMAT || e == SCDB_ETRUNC || e == SCDB_ESHAPE ||
                      e == SCDB_EDTYPE || e == SCDB_EMISMATCH || e == SCDB_ECHECKSUM ||
-                     e == SCDB_ERANGE || e == SCDB_ETOOBIG
+                     e == SCDB_ERANGE || e == SCDB_ETOOBIG || e == SCDB_EAUTH
                  ? 2
                  : 1;
         goto out;

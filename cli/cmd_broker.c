@@ -158,77 +158,9 @@ static int parse(cli *c, int argc, char **argv, int need_model)
     return -1;
 }
 
-/* A whole input file: a regular file, or anything else that reads to its
- * end (a pipe, /dev/stdin).  -1 when read, else an exit code with a message
- * that says what went wrong. */
-static int read_input(const char *cmd, const char *opt, const char *path, char **out,
-                      size_t *len)
-{
-    scdb_err e = scdb_read_file(path, (size_t)1 << 40, out, len);
-    FILE *f;
-
-    if (e == SCDB_OK) return -1;
-    if (e == SCDB_EIO && (f = fopen(path, "rb"))) {   /* not a regular file */
-        e = scdb_read_stream(f, (size_t)1 << 40, out, len);
-        fclose(f);
-        if (e == SCDB_OK) return -1;
-    }
-    if (e == SCDB_ENOTFOUND)
-        fprintf(stderr, "scdb %s: %s %s: no such file\n", cmd, opt, path);
-    else if (e == SCDB_ETOOBIG)
-        fprintf(stderr, "scdb %s: %s %s: larger than 1 TiB\n", cmd, opt, path);
-    else
-        fprintf(stderr, "scdb %s: %s %s: cannot read it: %s (%s)\n", cmd, opt, path,
-                errno ? strerror(errno) : "read error", scdb_strerror(e));
-    return EXIT_REFUSED;
-}
-
 static int read_tokens(const cli *c, int32_t **out, size_t *n)
 {
-    const char *path = c->text ? c->text : c->tokens;
-    char *buf = NULL;
-    size_t len = 0, cap = 0, k = 0;
-    int32_t *t = NULL;
-    int rc = read_input(c->cmd, c->text ? "--text" : "--tokens", path, &buf, &len);
-
-    if (rc >= 0) return rc;
-    if (c->text) {
-        t = malloc((len ? len : 1) * sizeof *t);
-        for (size_t i = 0; t && i < len; i++) t[i] = (unsigned char)buf[i];
-        k = len;
-    } else {
-        char *p = buf, *end;
-        for (;;) {
-            long v;
-            while (*p && (*p == ' ' || *p == '\n' || *p == '\t' || *p == '\r' || *p == ','))
-                p++;
-            if (!*p) break;
-            errno = 0;
-            v = strtol(p, &end, 10);
-            if (end == p || errno || v < 0 || v > INT32_MAX) {
-                fprintf(stderr, "scdb %s: %s: bad token near byte %zu\n", c->cmd, path,
-                        (size_t)(p - buf));
-                free(buf);
-                free(t);
-                return EXIT_REFUSED;
-            }
-            if (k == cap) {
-                int32_t *g = realloc(t, (cap = cap ? 2 * cap : 1024) * sizeof *t);
-                if (!g) break;
-                t = g;
-            }
-            t[k++] = (int32_t)v;
-            p = end;
-        }
-    }
-    free(buf);
-    if (!t && k) {
-        fprintf(stderr, "scdb %s: out of memory\n", c->cmd);
-        return EXIT_REFUSED;
-    }
-    *out = t;
-    *n = k;
-    return -1;
+    return scdb_cli_read_tokens(c->cmd, c->text ? c->text : c->tokens, c->text != NULL, out, n);
 }
 
 static int broker_error(const cli *c, const char *what, scdb_err e, scdb *h)
@@ -275,7 +207,7 @@ int scdb_cmd_put(int argc, char **argv)
     if (rc >= 0) return rc;
     if (!c.payload) return usage_error(&c, "%s", "--payload FILE is required");
     if ((rc = read_tokens(&c, &tok, &n)) >= 0) return rc;
-    if ((rc = read_input("put", "--payload", c.payload, &pl, &plen)) >= 0) {
+    if ((rc = scdb_cli_read_input("put", "--payload", c.payload, &pl, &plen)) >= 0) {
         free(tok);
         return rc;
     }

@@ -2,6 +2,9 @@
  * per consumer (codec.h, "calibration") and write them under OUTDIR:
  *     OUTDIR/codebooks/<producer>.safetensors
  *     OUTDIR/pairs/<producer>__<consumer>.safetensors   (+ the identity pair)
+ * or, with --codebook FILE, only pairs for consumers added later, against
+ * that frozen codebook (its id, hence every stored block, stays valid); or,
+ * with --restamp, rewrite an old pair's file-hash consumer fingerprint.
  * Per-layer figures and progress go to stderr, a summary to stdout. */
 #include <errno.h>
 #include <stdio.h>
@@ -25,11 +28,28 @@ static void usage(FILE *f)
 "                      [--texts FILE...] [--pca] [--post-rope] [--no-token-layer0]\n"
 "                      [--candidate-kv] [--candidate-layers l1,l2,...] [--windows N]\n"
 "                      [--window T] [--eval-windows N] [--hidden H] [--steps S]\n"
-"                      [--budget B] [--own-layer] [--no-identity] [--device D]\n\n"
+"                      [--budget B] [--own-layer] [--no-identity] [--device D]\n"
+"       scdb calibrate --codebook FILE --consumer DIR [--consumer DIR ...] -o OUTDIR\n"
+"                      [--producer DIR] [--patch-layers K] [--texts FILE...]\n"
+"                      [--windows N] [--window T] [--eval-windows N] [--hidden H]\n"
+"                      [--steps S] [--own-layer] [--device D]\n"
+"       scdb calibrate --restamp PAIR --codebook FILE --consumer DIR -o OUTDIR\n\n"
 "Fits the producer's SCD codebook jointly for all consumers (ridge reduced-rank\n"
 "regression; --pca: plain PCA of the producer's states, the ablation) and one\n"
 "pair per consumer (least-squares REUSE decoders, Adam-trained patch aligners,\n"
 "patch order greedy by measured next-token KL).\n\n"
+"With --codebook FILE, a consumer added later: only its pair is fitted, against\n"
+"that frozen codebook (decoders from its codes, aligners on its patch candidates,\n"
+"patch order greedy among them); the codebook file, its id and so every stored\n"
+"block stay as they are.  The pair records late_added = 1.  The producer is\n"
+"--producer DIR, else the codebook's producer beside the first consumer\n"
+"(DIR/../<producer>); it must be the weights the codebook was fitted for.\n"
+"--patch-layers defaults to all the codebook's candidates; the codebook's\n"
+"options (--ranks, --candidates, --pca, ...) are refused.\n\n"
+"With --restamp PAIR, a pair written before weights fingerprints were defined\n"
+"over tensors (its consumer_fp is 16 hex digits, a hash of model.safetensors)\n"
+"is checked against --consumer DIR and written to OUTDIR/pairs/ with the tensor\n"
+"fingerprint (schema/FORMATS.md, \"Weights fingerprint\"); nothing else changes.\n\n"
 "  --ranks rK,rV,rH     code widths of K, V (every coded layer) and H_in (candidates)\n"
 "  --patch-layers K     default patch budget of each pair (<= candidates)\n"
 "  --candidates N       patch candidates, chosen by measured REUSE criticality\n"
@@ -90,9 +110,78 @@ static int mkdirs(const char *root, const char *sub, char *out, size_t cap)
     return 0;
 }
 
+/* Load the frozen codebook of a late add (or a restamp) and the producer it
+ * was fitted for: --producer DIR, else DIR/../<producer> of the first
+ * consumer.  0 or the exit code (a message said why). */
+static int load_frozen(const char *cb_path, const char *producer_dir, const char *first_consumer,
+                       scdb_codebook **cb, scdb_model **prod)
+{
+    char err[512] = "", dir[1200];
+    scdb_err rc = scdb_codebook_load(cb_path, cb, err, sizeof err);
+    if (rc) {
+        fprintf(stderr, "calibrate: --codebook %s: %s (%s)\n", cb_path, err, scdb_strerror(rc));
+        return 1;
+    }
+    const scdb_codebook_info *ci = scdb_codebook_get_info(*cb);
+    if (!producer_dir) {
+        char tmp[1024];
+        const char *slash;
+        snprintf(tmp, sizeof tmp, "%s", first_consumer);
+        while (strlen(tmp) > 1 && tmp[strlen(tmp) - 1] == '/') tmp[strlen(tmp) - 1] = '\0';
+        slash = strrchr(tmp, '/');
+        if (slash) snprintf(dir, sizeof dir, "%.*s/%s", (int)(slash - tmp), tmp, ci->producer);
+        else snprintf(dir, sizeof dir, "../%s", ci->producer);
+        producer_dir = dir;
+    }
+    if ((rc = scdb_model_load(producer_dir, prod, err, sizeof err))) {
+        fprintf(stderr, "calibrate: producer %s of codebook %s: %s (%s)%s\n", producer_dir, ci->id_hex, err,
+                scdb_strerror(rc), dir[0] && producer_dir == dir ? "; give --producer DIR" : "");
+        return 1;
+    }
+    if ((rc = scdb_codebook_check_producer(*cb, *prod, err, sizeof err))) {
+        fprintf(stderr, "calibrate: %s: %s (%s)\n", producer_dir, err, scdb_strerror(rc));
+        return 1;
+    }
+    return 0;
+}
+
+static int restamp(const char *pair_path, const char *cb_path, const char *cons_dir, const char *outdir)
+{
+    scdb_codebook *cb = NULL;
+    scdb_model *cons = NULL;
+    char err[512] = "", dir[1200], path[1400];
+    int ret = 1;
+    scdb_err rc = scdb_codebook_load(cb_path, &cb, err, sizeof err);
+    if (rc) {
+        fprintf(stderr, "calibrate: --codebook %s: %s (%s)\n", cb_path, err, scdb_strerror(rc));
+        goto done;
+    }
+    if ((rc = scdb_model_load(cons_dir, &cons, err, sizeof err))) {
+        fprintf(stderr, "calibrate: %s: %s (%s)\n", cons_dir, err, scdb_strerror(rc));
+        goto done;
+    }
+    if (mkdirs(outdir, "pairs", dir, sizeof dir)) {
+        fprintf(stderr, "calibrate: cannot create %s\n", dir);
+        goto done;
+    }
+    snprintf(path, sizeof path, "%s/%s__%s.safetensors", dir, scdb_codebook_get_info(cb)->producer,
+             scdb_model_cfg(cons)->name);
+    if ((rc = scdb_pair_restamp(pair_path, cb, cons, path, err, sizeof err))) {
+        fprintf(stderr, "calibrate: --restamp %s: %s (%s)\n", pair_path, err, scdb_strerror(rc));
+        goto done;
+    }
+    printf("restamped %s -> %s\n", pair_path, path);
+    ret = 0;
+done:
+    scdb_model_free(&cons);
+    scdb_codebook_free(&cb);
+    return ret;
+}
+
 int scdb_cmd_calibrate(int argc, char **argv)
 {
     const char *producer_dir = NULL, *cons_dir[MAX_CONS], *texts[MAX_TEXTS], *outdir = NULL;
+    const char *cb_path = NULL, *restamp_path = NULL, *cb_only = NULL;
     int n_cons = 0, n_texts = 0, ranks[3] = {-1, -1, -1}, n_patch = -1, n_cand = -1;
     int pca = 0, post = 0, token0 = 1, cand_kv = 0, windows = 256, window = 384, n_eval = 6;
     int hidden = 128, steps = 1500, identity = 1, fixed[SCDB_CODEC_MAX_LAYERS], n_fixed = -1;
@@ -115,11 +204,15 @@ int scdb_cmd_calibrate(int argc, char **argv)
         else if (!strcmp(a, "--consumer") && more) {
             if (n_cons == MAX_CONS) { fprintf(stderr, "calibrate: at most %d consumers\n", MAX_CONS); return 2; }
             cons_dir[n_cons++] = argv[++i];
-        } else if (!strcmp(a, "--ranks") && more) {
+        } else if (!strcmp(a, "--codebook") && more) cb_path = argv[++i];
+        else if (!strcmp(a, "--restamp") && more) restamp_path = argv[++i];
+        else if (!strcmp(a, "--ranks") && more) {
+            cb_only = a;
             if (parse_ints(argv[++i], ranks, 3) != 3) { fprintf(stderr, "calibrate: --ranks wants rK,rV,rH\n"); return 2; }
         } else if (!strcmp(a, "--patch-layers") && more) n_patch = atoi(argv[++i]);
-        else if (!strcmp(a, "--candidates") && more) n_cand = atoi(argv[++i]);
+        else if (!strcmp(a, "--candidates") && more) { cb_only = a; n_cand = atoi(argv[++i]); }
         else if (!strcmp(a, "--candidate-layers") && more) {
+            cb_only = a;
             n_fixed = parse_ints(argv[++i], fixed, SCDB_CODEC_MAX_LAYERS);
             if (n_fixed < 1) { fprintf(stderr, "calibrate: bad --candidate-layers\n"); return 2; }
         } else if (!strcmp(a, "--texts") && more) {
@@ -127,19 +220,19 @@ int scdb_cmd_calibrate(int argc, char **argv)
                 if (n_texts == MAX_TEXTS) { fprintf(stderr, "calibrate: at most %d texts\n", MAX_TEXTS); return 2; }
                 texts[n_texts++] = argv[++i];
             }
-        } else if (!strcmp(a, "--pca")) pca = 1;
-        else if (!strcmp(a, "--post-rope")) post = 1;
-        else if (!strcmp(a, "--no-token-layer0")) token0 = 0;
-        else if (!strcmp(a, "--candidate-kv")) cand_kv = 1;
+        } else if (!strcmp(a, "--pca")) { cb_only = a; pca = 1; }
+        else if (!strcmp(a, "--post-rope")) { cb_only = a; post = 1; }
+        else if (!strcmp(a, "--no-token-layer0")) { cb_only = a; token0 = 0; }
+        else if (!strcmp(a, "--candidate-kv")) { cb_only = a; cand_kv = 1; }
         else if (!strcmp(a, "--windows") && more) windows = atoi(argv[++i]);
-        else if (!strcmp(a, "--budget") && more) budget = atoi(argv[++i]);
+        else if (!strcmp(a, "--budget") && more) { cb_only = a; budget = atoi(argv[++i]); }
         else if (!strcmp(a, "--all-layers")) all_layers = 1;
         else if (!strcmp(a, "--own-layer")) all_layers = 0;
         else if (!strcmp(a, "--window") && more) window = atoi(argv[++i]);
         else if (!strcmp(a, "--eval-windows") && more) n_eval = atoi(argv[++i]);
         else if (!strcmp(a, "--hidden") && more) hidden = atoi(argv[++i]);
         else if (!strcmp(a, "--steps") && more) steps = atoi(argv[++i]);
-        else if (!strcmp(a, "--no-identity")) identity = 0;
+        else if (!strcmp(a, "--no-identity")) { cb_only = a; identity = 0; }
         else if (!strcmp(a, "-o") && more) outdir = argv[++i];
         else if (!strcmp(a, "--device") && more) {
             if (scdb_device_parse(argv[++i], &dev_pref)) {
@@ -153,13 +246,36 @@ int scdb_cmd_calibrate(int argc, char **argv)
             return 2;
         }
     }
-    if (n_fixed > 0) n_cand = n_fixed;
-    if (n_cand < 0) n_cand = n_patch;
-    if (!producer_dir || n_cons == 0 || ranks[0] < 0 || n_patch < 0 || !outdir || windows < 1 ||
-        window < 16 || n_eval < 1 || hidden < 1 || steps < 1 || n_patch > n_cand) {
-        fprintf(stderr, "calibrate: need --producer, --consumer, --ranks, --patch-layers (<= --candidates), -o\n\n");
-        usage(stderr);
-        return 2;
+    if (restamp_path) {
+        if (!cb_path || n_cons != 1 || !outdir) {
+            fprintf(stderr, "calibrate: --restamp PAIR needs --codebook FILE, one --consumer DIR and -o OUTDIR\n\n");
+            usage(stderr);
+            return 2;
+        }
+        return restamp(restamp_path, cb_path, cons_dir[0], outdir);
+    }
+    if (cb_path) {
+        if (cb_only) {
+            fprintf(stderr, "calibrate: %s fits a codebook; with --codebook the codebook is frozen\n\n", cb_only);
+            usage(stderr);
+            return 2;
+        }
+        if (n_cons == 0 || !outdir || windows < 1 || window < 16 || n_eval < 1 || hidden < 1 || steps < 1 ||
+            n_patch < -1) {
+            fprintf(stderr, "calibrate: --codebook needs --consumer and -o (and positive sizes)\n\n");
+            usage(stderr);
+            return 2;
+        }
+        identity = 0;
+    } else {
+        if (n_fixed > 0) n_cand = n_fixed;
+        if (n_cand < 0) n_cand = n_patch;
+        if (!producer_dir || n_cons == 0 || ranks[0] < 0 || n_patch < 0 || !outdir || windows < 1 ||
+            window < 16 || n_eval < 1 || hidden < 1 || steps < 1 || n_patch > n_cand) {
+            fprintf(stderr, "calibrate: need --producer, --consumer, --ranks, --patch-layers (<= --candidates), -o\n\n");
+            usage(stderr);
+            return 2;
+        }
     }
     if (scdb_device_resolve(dev_pref, &dev, why, sizeof why)) {
         fprintf(stderr, "calibrate: %s\n", why);
@@ -167,7 +283,13 @@ int scdb_cmd_calibrate(int argc, char **argv)
     }
     fprintf(stderr, "calibrate: device %s (%s)\n", scdb_device_name(dev), why);
     double t0 = scdb_now();
-    if ((rc = scdb_model_load(producer_dir, &prod, err, sizeof err))) {
+    if (cb_path) {
+        if (load_frozen(cb_path, producer_dir, cons_dir[0], &cb, &prod)) goto done;
+        const scdb_codebook_info *ci = scdb_codebook_get_info(cb);
+        if (n_patch < 0 || n_patch > ci->n_candidates) n_patch = ci->n_candidates;
+        fprintf(stderr, "calibrate: frozen codebook %s (producer %s, %d candidates): fitting pairs only\n",
+                ci->id_hex, ci->producer, ci->n_candidates);
+    } else if ((rc = scdb_model_load(producer_dir, &prod, err, sizeof err))) {
         fprintf(stderr, "calibrate: %s: %s (%s)\n", producer_dir, err, scdb_strerror(rc));
         goto done;
     }
@@ -280,21 +402,23 @@ int scdb_cmd_calibrate(int argc, char **argv)
     }
     fprintf(stderr, "calibrate: %d statistics windows (%.1f s)\n", scdb_calib_windows(cal), scdb_now() - t0);
 
-    scdb_cb_fit f = {.r_k = ranks[0], .r_v = ranks[1], .r_h = ranks[2], .n_candidates = n_cand,
-                     .candidates = n_fixed > 0 ? fixed : NULL, .candidate_kv = cand_kv,
-                     .token_layer0 = token0, .pca = pca, .k_post_rope = post, .budget = budget};
-    if ((rc = scdb_calib_fit_codebook(cal, &f, &cb))) {
-        fprintf(stderr, "calibrate: codebook: %s\n", scdb_strerror(rc));
-        goto done;
+    char dir[1200], path[1400];
+    if (!cb) {
+        scdb_cb_fit f = {.r_k = ranks[0], .r_v = ranks[1], .r_h = ranks[2], .n_candidates = n_cand,
+                         .candidates = n_fixed > 0 ? fixed : NULL, .candidate_kv = cand_kv,
+                         .token_layer0 = token0, .pca = pca, .k_post_rope = post, .budget = budget};
+        if ((rc = scdb_calib_fit_codebook(cal, &f, &cb))) {
+            fprintf(stderr, "calibrate: codebook: %s\n", scdb_strerror(rc));
+            goto done;
+        }
+        if (mkdirs(outdir, "codebooks", dir, sizeof dir)) { fprintf(stderr, "calibrate: cannot create %s\n", dir); goto done; }
+        snprintf(path, sizeof path, "%s/%s.safetensors", dir, pc->name);
+        if ((rc = scdb_codebook_save(cb, path))) { fprintf(stderr, "calibrate: %s: %s\n", path, scdb_strerror(rc)); goto done; }
     }
     const scdb_codebook_info *ci = scdb_codebook_get_info(cb);
-    char dir[1200], path[1400];
-    if (mkdirs(outdir, "codebooks", dir, sizeof dir)) { fprintf(stderr, "calibrate: cannot create %s\n", dir); goto done; }
-    snprintf(path, sizeof path, "%s/%s.safetensors", dir, pc->name);
-    if ((rc = scdb_codebook_save(cb, path))) { fprintf(stderr, "calibrate: %s: %s\n", path, scdb_strerror(rc)); goto done; }
     size_t raw = (size_t)pc->n_layers * 2 * scdb_model_kv_dim(pc) * 2;
-    printf("codebook %s  producer %s  method %s  K %s-RoPE\n", ci->id_hex, pc->name, ci->method,
-           ci->k_post_rope ? "post" : "pre");
+    printf("codebook %s  producer %s  method %s  K %s-RoPE%s\n", ci->id_hex, pc->name, ci->method,
+           ci->k_post_rope ? "post" : "pre", cb_path ? "  (frozen: not rewritten)" : "");
     printf("  code_dim %d f16 = %zu bytes/token (raw f16 KV %zu: 1/%.1f)\n", ci->code_dim,
            scdb_codebook_token_bytes(cb), raw, (double)raw / (double)scdb_codebook_token_bytes(cb));
     printf("  layers:");
@@ -305,7 +429,7 @@ int scdb_cmd_calibrate(int argc, char **argv)
     }
     printf("\n  candidates:");
     for (int k = 0; k < ci->n_candidates; k++) printf(" %d", ci->candidates[k]);
-    printf("\n  written %s\n", path);
+    printf("\n  %s %s\n", cb_path ? "read" : "written", cb_path ? cb_path : path);
     if (mkdirs(outdir, "pairs", dir, sizeof dir)) { fprintf(stderr, "calibrate: cannot create %s\n", dir); goto done; }
     for (int i = (identity ? -1 : 0); i < n_cons; i++) {
         scdb_pair *p = NULL;
@@ -322,7 +446,7 @@ int scdb_cmd_calibrate(int argc, char **argv)
         const scdb_pair_info *pi = scdb_pair_get_info(p);
         printf("pair %s -> %s: patch order", pc->name, cname);
         for (int k = 0; k < pi->n_aligners; k++) printf(" %d", pi->patch_order[k]);
-        printf(" (default budget %d)", pi->n_patch);
+        printf(" (default budget %d)%s", pi->n_patch, pi->late_added ? ", late-added" : "");
         if (i >= 0) {
             double kl0, t10, kl, t1;
             if (!scdb_calib_eval(cal, cb, p, i, 0, &kl0, &t10) &&

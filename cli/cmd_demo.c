@@ -564,7 +564,7 @@ int scdb_cmd_demo(int argc, char **argv)
         /* the broker on the same device: CUDA IPC arenas need it there */
         d.device = d.dev == SCDB_DEV_CUDA ? SCDB_DEVPREF_CUDA : SCDB_DEVPREF_CPU;
     }
-    static const char *specialists[] = {"code", "manpages"};
+    static const char *specialists[] = {"code", "manpages", "python"};
     for (size_t i = 0; i < SCDB_ARRAY_LEN(specialists); i++) {
         snprintf(path, sizeof path, "%s/pairs/base__%s.safetensors", d.data, specialists[i]);
         if (access(path, R_OK) == 0) d.consumers[d.n_consumers++] = specialists[i];

@@ -81,6 +81,32 @@ static const field FIELDS[] = {
     {"broker", "reload_failures", "reloads refused", S(reload_failures), F_COUNT},
     {"broker", "registry_generation", "configuration generation", S(registry_generation),
      F_COUNT},
+    /* the remote tier (all 0 without a [remote] section) */
+    {"remote tier", "remote", "remote tier configured (1: [remote])", S(remote), F_U32},
+    {"remote tier", "remote_up", "cluster answering (1: up)", S(remote_up), F_U32},
+    {"remote tier", "remote_hits", "blocks read from the cluster (hits)", S(remote_hits),
+     F_COUNT},
+    {"remote tier", "remote_misses", "blocks asked for and not there (misses)",
+     S(remote_misses), F_COUNT},
+    {"remote tier", "remote_bytes_read", "bytes read", S(remote_bytes_read), F_BYTES},
+    {"remote tier", "remote_writes", "blocks written", S(remote_writes), F_COUNT},
+    {"remote tier", "remote_bytes_written", "bytes written", S(remote_bytes_written), F_BYTES},
+    {"remote tier", "remote_errors", "errors (failed operations + refused values)",
+     S(remote_errors), F_COUNT},
+    {"remote tier", "remote_invalid", "values refused (checksum, namespace, chain)",
+     S(remote_invalid), F_COUNT},
+    {"remote tier", "remote_write_errors", "writes given up", S(remote_write_errors), F_COUNT},
+    {"remote tier", "remote_queue_drops", "writes dropped (queue full)", S(remote_queue_drops),
+     F_COUNT},
+    {"remote tier", "remote_pending", "writes waiting", S(remote_pending), F_COUNT},
+    {"remote tier", "remote_probes", "lookup remainders asked", S(remote_probes), F_COUNT},
+    {"remote tier", "remote_probe_hit_blocks", "lookup remainder blocks found",
+     S(remote_probe_hit_blocks), F_COUNT},
+    {"remote tier", "remote_fetches", "get remainders asked", S(remote_fetches), F_COUNT},
+    {"remote tier", "remote_inserted", "fetched blocks kept locally", S(remote_inserted),
+     F_COUNT},
+    {"remote tier", "remote_state_changes", "up/down changes", S(remote_state_changes),
+     F_COUNT},
 };
 #undef S
 
@@ -184,7 +210,8 @@ static void help(void)
     printf("usage: scdb stats [--json] [--watch SECONDS [--count N]] [--endpoint URL]\n"
            "                  [--timeout-ms N]\n\n"
            "Print the broker's and the store's counters: blocks and tiers with their\n"
-           "capacities (0 = unbounded), block reads by tier, clients, arenas, live\n"
+           "capacities (0 = unbounded), block reads by tier, the remote tier (hits,\n"
+           "misses, bytes, errors, write-queue drops), clients, arenas, live\n"
            "sessions, requests, errors (requests that only carried a token from before a\n"
            "broker restart are counted apart, as stale tokens), reloads, and\n"
            "per-request counts and latencies.  The table and the JSON hold the same\n"

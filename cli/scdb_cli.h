@@ -6,6 +6,9 @@
 #ifndef SCDB_CLI_H
 #define SCDB_CLI_H
 
+#include <stddef.h>
+#include <stdint.h>
+
 int scdb_cmd_models(int argc, char **argv);   /* cmd_models.c */
 int scdb_cmd_serve(int argc, char **argv);    /* cmd_broker.c */
 int scdb_cmd_put(int argc, char **argv);
@@ -15,6 +18,8 @@ int scdb_cmd_stats(int argc, char **argv);
 int scdb_cmd_calibrate(int argc, char **argv); /* cmd_calibrate.c */
 int scdb_cmd_demo(int argc, char **argv);      /* cmd_demo.c */
 int scdb_cmd_train_policy(int argc, char **argv); /* cmd_train_policy.c */
+int scdb_cmd_audit(int argc, char **argv);     /* cmd_audit.c */
+int scdb_cmd_fingerprint(int argc, char **argv);
 
 /* The asset directory: $SCDB_DATA, else ../share/scdb beside the program
  * (scdb_data_dir). */
@@ -30,5 +35,16 @@ struct scdb;
  * 3 when no broker answers (no socket, nothing listening, no reply), 2 for
  * a bad endpoint, 1 otherwise.  cli_util.c */
 int scdb_cli_connect(const char *cmd, const struct scdb_opts *o, struct scdb **h);
+
+/* A whole input file (option opt, for messages): a regular file, or anything
+ * that reads to its end (a pipe, /dev/stdin).  -1 when read, else exit code
+ * 1 after a line on stderr.  cli_util.c */
+int scdb_cli_read_input(const char *cmd, const char *opt, const char *path, char **out, size_t *len);
+/* A prompt from a file: its bytes as byte tokens (is_text), or token ids
+ * (whitespace- or comma-separated integers), malloc'd into *out.  A regular
+ * file or anything that reads to its end (a pipe).  -1 when read, else the
+ * exit code after one line on stderr (1: missing, unreadable, a bad token,
+ * out of memory).  cli_util.c */
+int scdb_cli_read_tokens(const char *cmd, const char *path, int is_text, int32_t **out, size_t *n);
 
 #endif

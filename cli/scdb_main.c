@@ -25,6 +25,8 @@ static const struct {
     {"lookup", scdb_cmd_lookup, "longest stored prefix of a prompt"},
     {"get", scdb_cmd_get, "decode a stored prefix into a model's KV"},
     {"stats", scdb_cmd_stats, "broker and store counters"},
+    {"fingerprint", scdb_cmd_fingerprint, "weights fingerprint of model directories (either layout)"},
+    {"audit", scdb_cmd_audit, "measure a consumer's decoded prefixes against its own prefill"},
     {"bench", scdb_bench_main, "benchmarks (store, broker, quality, evict); `scdb bench --help`"},
 };
 

@@ -284,6 +284,8 @@ scdb_err scdb_get_ex(scdb *h, const int32_t *tokens, size_t n_tokens, scdb_arena
             out->tokens_written = rep->get->tokens_written;
             out->cache_n = (uint32_t)a->cache->n;
             out->decode_ns = rep->get->decode_ns;
+            out->remote_blocks = rep->get->remote_blocks;
+            out->remote_ns = rep->get->remote_ns;
             out->partial = rep->get->tokens_written <
                            (uint64_t)rep->get->n_matched * h->info.block_tokens;
         }

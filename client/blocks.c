@@ -148,17 +148,28 @@ scdb_err scdb_lookup(scdb *h, const int32_t *tokens, size_t n_tokens, scdb_looku
     if (e) return e;
     if (!tokens && n_tokens) return scdb_cl_fail(h, SCDB_EINVAL, "lookup: NULL tokens");
     if (h->lix) {
-        e = scdb_cl_lix_lookup(h, tokens, n_tokens, out);
+        scdb_lookup_result ir;
+        e = scdb_cl_lix_lookup(h, tokens, n_tokens, &ir);
         if (e != SCDB_EBUSY) {
+            if (e) return e;
             /* atomic: the heartbeat thread reports them */
-            if (!e) __atomic_add_fetch(&h->n_index_lookups, 1, __ATOMIC_RELAXED);
-            return e;
+            __atomic_add_fetch(&h->n_index_lookups, 1, __ATOMIC_RELAXED);
+            ir.n_remote = 0;
+            /* the index knows local blocks only: a prefix that stops short
+             * may continue in the broker's remote tier (one request) */
+            if (!h->info.remote_tier || ir.n_matched == ir.n_full) {
+                if (out) *out = ir;
+                return SCDB_OK;
+            }
+            h->n_remote_lookups++;
+        } else {
+            __atomic_add_fetch(&h->n_index_fallbacks, 1, __ATOMIC_RELAXED);
         }
-        __atomic_add_fetch(&h->n_index_fallbacks, 1, __ATOMIC_RELAXED);
     }
     h->n_request_lookups++;
     l.tokens = (int32_t *)tokens;
     l.n_tokens = n_tokens;
+    l.remote = h->info.remote_tier;
     req.body_case = SCDB__REQUEST__BODY_LOOKUP;
     req.lookup = &l;
     e = scdb_cl_request(h, &req, NULL, NULL, 0, &rep);
@@ -168,6 +179,7 @@ scdb_err scdb_lookup(scdb *h, const int32_t *tokens, size_t n_tokens, scdb_looku
         out->n_full = rep->lookup->n_full;
         out->n_matched = rep->lookup->n_matched;
         out->matched_tokens = rep->lookup->matched_tokens;
+        out->n_remote = rep->lookup->n_remote;
     }
     /* lost our index (replaced twice while we did not look): map the
      * current one, unless it is the one we tried last */
@@ -228,6 +240,10 @@ scdb_err scdb_stats(scdb *h, scdb_stat *out)
     C(reclaimed_arenas); C(reclaimed_sessions); C(broker_instance); C(uptime_s); C(workers); C(block_tokens);
     C(stale_tokens); C(reloads); C(reload_failures); C(registry_generation); C(hot_evictions);
     out->reported_index_lookups = s->index_lookups;
+    C(remote); C(remote_up); C(remote_probes); C(remote_probe_hit_blocks); C(remote_fetches);
+    C(remote_hits); C(remote_misses); C(remote_bytes_read); C(remote_invalid); C(remote_errors);
+    C(remote_writes); C(remote_bytes_written); C(remote_write_errors); C(remote_queue_drops);
+    C(remote_pending); C(remote_inserted); C(remote_state_changes);
 #undef C
     for (size_t i = 0; i < s->n_ops && out->n_ops < SCDB_STAT_MAX_OPS; i++) {
         int k = out->n_ops++;
@@ -240,6 +256,7 @@ scdb_err scdb_stats(scdb *h, scdb_stat *out)
     out->index_lookups = h->n_index_lookups;
     out->request_lookups = h->n_request_lookups;
     out->index_fallbacks = h->n_index_fallbacks;
+    out->remote_lookups = h->n_remote_lookups;
     out->index_error = h->lix_err;
 out:
     if (rep) scdb__reply__free_unpacked(rep, NULL);

@@ -1,6 +1,7 @@
 /* conn.c — the handle's connection: sockets, request/reply with timeouts
  * and re-registration, the heartbeat thread, connect, register, ping. */
 #include "libscdb_int.h"
+#include "weights_fp.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -165,6 +166,7 @@ static void info_from(scdb_info *i, const Scdb__HelloReply *r)
     i->heartbeat_ms = r->heartbeat_ms;
     i->heartbeat_timeout_ms = r->heartbeat_timeout_ms;
     i->broker_instance = r->broker_instance;
+    i->remote_tier = r->remote_tier;
 }
 
 static scdb_err hello(scdb *h)
@@ -180,6 +182,7 @@ static scdb_err hello(scdb *h)
     hl.role = h->role == SCDB_PRODUCER ? SCDB__ROLE__PRODUCER : SCDB__ROLE__CONSUMER;
     hl.model = h->model;
     hl.codebook = h->codebook;
+    if (h->role == SCDB_CONSUMER) hl.weights_fp = h->weights_fp;
     scdb_cl_lookup_counts(h, &lc);
     hl.lookups = &lc;
     req.body_case = SCDB__REQUEST__BODY_HELLO;
@@ -495,6 +498,32 @@ scdb_err scdb_register(scdb *h, scdb_role role, const char *model, const char *c
     hb_start(h);
     if (info) *info = h->info;
     return SCDB_OK;
+}
+
+scdb_err scdb_weights_fingerprint(const char *model_dir, char fp[33], char *errbuf, size_t errlen)
+{
+    if (!model_dir || !fp) return SCDB_EINVAL;
+    return scdb_weights_fp(model_dir, fp, errbuf, errlen);
+}
+
+scdb_err scdb_set_weights_fp(scdb *h, const char *fp)
+{
+    if (!h) return SCDB_EINVAL;
+    if (fp && *fp && !scdb_weights_fp_valid(fp))
+        return scdb_cl_fail(h, SCDB_EINVAL, "weights fingerprint '%.64s' is not 32 lowercase hex digits", fp);
+    snprintf(h->weights_fp, sizeof h->weights_fp, "%s", fp ? fp : "");
+    h->err[0] = 0;
+    return SCDB_OK;
+}
+
+scdb_err scdb_set_weights_dir(scdb *h, const char *model_dir)
+{
+    char fp[33], msg[512] = "";
+    scdb_err e;
+    if (!h || !model_dir) return scdb_cl_fail(h, SCDB_EINVAL, "set_weights_dir: no directory");
+    if ((e = scdb_weights_fp(model_dir, fp, msg, sizeof msg)))
+        return scdb_cl_fail(h, e, "weights fingerprint of %s: %s", model_dir, msg);
+    return scdb_set_weights_fp(h, fp);
 }
 
 scdb_err scdb_ping(scdb *h, double *rtt_us)

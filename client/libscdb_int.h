@@ -48,6 +48,7 @@ struct scdb {
     int registered;
     scdb_role role;
     char model[128], codebook[128];
+    char weights_fp[33];         /* sent with consumer hellos ("" none)     */
     scdb_info info;
 
     int no_heartbeat;
@@ -72,6 +73,7 @@ struct scdb {
     /* updated atomically (the heartbeat thread reports the index ones:
      * scdb_cl_lookup_counts) */
     uint64_t n_index_lookups, n_request_lookups, n_index_fallbacks;
+    uint64_t n_remote_lookups;   /* requests for a remote remainder         */
 };
 
 /* The library's files, bottom to top: each calls only files listed before

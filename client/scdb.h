@@ -99,6 +99,38 @@
  * socket saw the connection drop), so a handle never answers from a dead
  * broker's table; it re-maps at its next request.
  *
+ * Remote tier.  A broker of a fleet may share blocks with the others
+ * through a Redis Cluster (scdb_info.remote_tier; the broker's [remote]
+ * section).  The lookup index holds only the blocks this broker stores
+ * locally, so a lookup whose indexed prefix stops short of the prompt's
+ * full blocks asks the broker for the remainder: one request, in which a
+ * worker probes the cluster (one pipelined EXISTS round per cluster node,
+ * stopping at the first absent block) and answers local + remote
+ * (scdb_lookup_result.n_remote).  What a lookup costs, by path:
+ *   - every full block stored locally, index mapped: no request, a hash
+ *     and a probe of shared memory per block (about a microsecond for a
+ *     few blocks);
+ *   - the local prefix stops short, remote tier present: that, plus one
+ *     round trip to the broker, a hop to a worker and one round trip to
+ *     the cluster's nodes in parallel (hundreds of microseconds on one
+ *     host; add the network between hosts) -- also for a prompt nobody
+ *     stored yet;
+ *   - no index (or no remote tier): one round trip to the broker, whose
+ *     main thread answers from memory (tens of microseconds).
+ * A get does the same for the blocks it decodes: the local prefix, then
+ * the rest fetched from the cluster (pipelined GETs), each value verified
+ * (checksum, namespace, position in the chain) before it is decoded, then
+ * kept locally so the next lookup and get are local
+ * (scdb_get_result.remote_blocks, remote_ns).  A slow or unreachable
+ * cluster never fails a lookup or a get: it costs at most the broker's
+ * remote timeout (timeout_ms, 100 ms by default) until the broker marks
+ * it down, then nothing, and the answer is the local one.  A block another
+ * broker has only just put may not be in the cluster yet (writes are
+ * asynchronous: usually about a millisecond).  Producers: put from what
+ * the get wrote (tokens_written), not from what a lookup promised; a put
+ * whose earlier blocks only the cluster holds makes the broker fetch them
+ * first, and fails with SCDB_ENOTFOUND if the cluster cannot give them.
+ *
  * Shared memory.  Arenas, session statistics and the lookup index come
  * from the broker as file descriptors over a Unix socket beside its ipc://
  * socket (PATH.fd, schema/fd_pass.h), fetched with the ticket in the reply
@@ -226,6 +258,9 @@ typedef struct scdb_info {
     uint64_t max_request_bytes;
     uint32_t heartbeat_ms, heartbeat_timeout_ms;
     uint64_t broker_instance;      /* changes when the broker restarts      */
+    int remote_tier;               /* 1: the broker has a remote tier (a
+                                      Redis Cluster its fleet shares): see
+                                      Caveats, "Lookups"                   */
 } scdb_info;
 
 /* Register as producer or consumer of `model` under `codebook` (NULL or "":
@@ -233,10 +268,36 @@ typedef struct scdb_info {
  * registering again replaces it (and frees the old one's arenas).  info
  * may be NULL.  Errors: SCDB_ENOTFOUND (unknown model or codebook, or no
  * pair decodes the codebook into this consumer), SCDB_EMISMATCH (a
- * producer whose model is not the codebook's producer), SCDB_EPROTO
- * (protocol version mismatch), plus the common ones. */
+ * producer whose model is not the codebook's producer; a consumer whose
+ * weights fingerprint, scdb_set_weights_fp, is not the one its pair was
+ * calibrated for), SCDB_EPROTO (protocol version mismatch), plus the
+ * common ones. */
 scdb_err scdb_register(scdb *h, scdb_role role, const char *model, const char *codebook,
                        scdb_info *info);
+/* Stale pairs.  A pair is calibrated for one consumer's weights and records
+ * their fingerprint (schema/FORMATS.md, "Weights fingerprint": 32 hex
+ * digits over the tensors, the same for scdb's own layout and a one-file or
+ * sharded Hugging Face checkpoint of the same weights).  A consumer that
+ * tells the broker the fingerprint of the weights it runs is refused at
+ * registration (SCDB_EMISMATCH, the message naming both fingerprints) when
+ * its pair was calibrated for other weights, instead of being served KV
+ * decoded for another model; one that tells nothing is not checked.
+ *
+ * scdb_weights_fingerprint: the fingerprint of a model directory into
+ * fp[33].  Reads every weight once (mmap).  Errors: SCDB_ENOTFOUND (no
+ * config.json or weight file, a shard the index names), SCDB_EFORMAT,
+ * SCDB_ERANGE, SCDB_EDTYPE, SCDB_ETRUNC (bad files: errbuf, may be NULL,
+ * says which), SCDB_EIO, SCDB_ENOMEM, SCDB_EINVAL.
+ * scdb_set_weights_fp: the fingerprint this handle's consumer
+ * registrations send from now on (scdb_register and every re-registration
+ * after a broker restart); NULL or "": none.  SCDB_EINVAL (not 32 lowercase
+ * hex digits).  Producers send none.
+ * scdb_set_weights_dir: the same, computed from a model directory: the
+ * errors of scdb_weights_fingerprint (message in scdb_last_error). */
+scdb_err scdb_weights_fingerprint(const char *model_dir, char fp[33], char *errbuf, size_t errlen);
+scdb_err scdb_set_weights_fp(scdb *h, const char *fp);
+scdb_err scdb_set_weights_dir(scdb *h, const char *model_dir);
+
 /* The registration's info (zeroed before scdb_register). */
 const scdb_info *scdb_get_info(const scdb *h);
 
@@ -333,13 +394,20 @@ scdb_err scdb_raw_block(const scdb_kv_cache *c, int slot0, int n_tokens, scdb_dt
 
 typedef struct scdb_lookup_result {
     uint32_t n_full;               /* full blocks in the tokens             */
-    uint32_t n_matched;            /* leading blocks stored                 */
+    uint32_t n_matched;            /* leading blocks stored (local + remote) */
     uint32_t matched_tokens;       /* n_matched * block_tokens              */
+    uint32_t n_remote;             /* of n_matched: found only in the
+                                      broker's remote tier (a get fetches
+                                      them, then they are local)           */
 } scdb_lookup_result;
 
 /* Longest stored prefix of tokens under our codebook: from the broker's
  * shared-memory lookup index when one is mapped (no request), else by a
- * request; same answer (Caveats, "Lookups").  Errors: SCDB_ETOOBIG (over
+ * request; same answer (Caveats, "Lookups").  With a remote tier
+ * (info.remote_tier), a local prefix that stops short is continued by one
+ * request to the broker, which probes the cluster (out->n_remote); a
+ * cluster that is slow or down makes that the local answer, never an
+ * error.  Errors: SCDB_ETOOBIG (over
  * max_tokens), SCDB_ERANGE (a token outside our model's vocabulary),
  * SCDB_EINVAL (negative token, not registered), common (only when a request
  * is made). */
@@ -378,6 +446,11 @@ typedef struct scdb_get_result {
     uint32_t tokens_written;       /* slots [slot0, slot0 + this) written   */
     uint32_t cache_n;              /* the cache's live slots after the get  */
     uint64_t decode_ns;            /* broker time spent decoding            */
+    uint32_t remote_blocks;        /* of n_matched: fetched from the remote
+                                      tier (after the local prefix, only as
+                                      far as the arena has room), verified
+                                      and kept locally                     */
+    uint64_t remote_ns;            /* broker time fetching them             */
     int partial;                   /* 1: fewer tokens written than matched
                                       (tokens_written < n_matched x
                                       block_tokens): the arena had no room
@@ -575,6 +648,12 @@ typedef struct scdb_stat {
     uint64_t hot_evictions;
     double uptime_s;
     uint32_t workers, block_tokens;
+    /* remote tier (all 0 without one; broker.h, REMOTE TIER) */
+    int remote, remote_up;
+    uint64_t remote_probes, remote_probe_hit_blocks, remote_fetches, remote_hits,
+        remote_misses, remote_bytes_read, remote_invalid, remote_errors, remote_writes,
+        remote_bytes_written, remote_write_errors, remote_queue_drops, remote_pending,
+        remote_inserted, remote_state_changes;
     int n_ops;
     struct {
         char op[16];
@@ -584,6 +663,8 @@ typedef struct scdb_stat {
     uint64_t index_lookups;        /* from the shared-memory lookup index   */
     uint64_t request_lookups;      /* by a request to the broker            */
     uint64_t index_fallbacks;      /* index busy or retired: request instead */
+    uint64_t remote_lookups;       /* index answers that stopped short and
+                                      asked the broker's remote tier       */
     scdb_err index_error;          /* SCDB_OK while an index is mapped; else
                                       why not: SCDB_EUNSUPPORTED (none
                                       offered or turned off), or the error

@@ -343,18 +343,6 @@ void scdb_codec_arch_fp(const scdb_model_config *c, char hex[17])
     snprintf(hex, 17, "%016llx", (unsigned long long)XXH3_64bits(s, strlen(s)));
 }
 
-scdb_err scdb_codec_weights_fp(const char *model_dir, char hex[17])
-{
-    char path[1200], *buf = NULL;
-    size_t len = 0;
-    snprintf(path, sizeof path, "%s/model.safetensors", model_dir);
-    scdb_err rc = scdb_read_file(path, (size_t)1 << 32, &buf, &len);
-    if (rc) return rc;
-    snprintf(hex, 17, "%016llx", (unsigned long long)XXH3_64bits(buf, len));
-    free(buf);
-    return SCDB_OK;
-}
-
 void scdb_codec_id_hex(const scdb_codec_id *id, char hex[33])
 {
     for (int i = 0; i < 16; i++) snprintf(hex + 2 * i, 3, "%02x", id->b[i]);

@@ -89,10 +89,15 @@ struct scdb_calib {
     scdb_model_dev *mdev[CX_MAXM];
     void *dscr;
     size_t dscr_bytes;
+    scdb_codec_id *fitted;  /* ids of the codebooks fitted in this session */
+    int n_fitted;
 };
 
 /* calib_stats.c: device scratch of at least `bytes` (c->ops's memory). */
 scdb_err cx_cal_dscratch(scdb_calib *c, size_t bytes, void **out);
+/* calib_codebook.c: 1 if the session fitted codebook cb (its pairs are joint
+ * fits), 0 if cb came from elsewhere (a frozen codebook: late-added pairs). */
+int cx_cal_fitted_here(const scdb_calib *c, const scdb_codebook *cb);
 
 #define VERB(c, ...) do { if ((c)->o.verbose) fprintf(stderr, __VA_ARGS__); } while (0)
 

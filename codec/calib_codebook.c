@@ -327,7 +327,7 @@ static scdb_err finish_codebook(scdb_calib *c, const scdb_cb_fit *f, const int *
     return make_codebook(c, f, cand, rk, rv, 1, out);
 }
 
-scdb_err scdb_calib_fit_codebook(scdb_calib *c, const scdb_cb_fit *f, scdb_codebook **out)
+static scdb_err fit_codebook(scdb_calib *c, const scdb_cb_fit *f, scdb_codebook **out)
 {
     int cand[SCDB_CODEC_MAX_LAYERS] = {0};
     scdb_codebook *tmp = NULL;
@@ -391,4 +391,27 @@ done:
     scdb_pair_free(&pp);
     scdb_codebook_free(&tmp);
     return rc;
+}
+
+/* The session remembers the id of every codebook it fitted: a pair fitted
+ * against any other codebook is late-added (calib_pair.c). */
+scdb_err scdb_calib_fit_codebook(scdb_calib *c, const scdb_cb_fit *f, scdb_codebook **out)
+{
+    scdb_err rc = fit_codebook(c, f, out);
+    if (rc) return rc;
+    scdb_codec_id *g = realloc(c->fitted, (size_t)(c->n_fitted + 1) * sizeof *g);
+    if (!g) {
+        scdb_codebook_free(out);
+        return SCDB_ENOMEM;
+    }
+    c->fitted = g;
+    c->fitted[c->n_fitted++] = (*out)->info.id;
+    return SCDB_OK;
+}
+
+int cx_cal_fitted_here(const scdb_calib *c, const scdb_codebook *cb)
+{
+    for (int i = 0; i < c->n_fitted; i++)
+        if (!memcmp(&c->fitted[i], &cb->info.id, sizeof cb->info.id)) return 1;
+    return 0;
 }

@@ -148,7 +148,7 @@ scdb_err cx_cal_pair_skeleton(const scdb_calib *c, const scdb_codebook *cb, int 
     snprintf(in->consumer, sizeof in->consumer, "%s", mc->name);
     memcpy(in->producer_fp, cb->info.producer_fp, sizeof in->producer_fp);
     memcpy(in->arch_fp, cb->info.arch_fp, sizeof in->arch_fp);
-    if ((rc = scdb_codec_weights_fp(scdb_model_dir(m), in->consumer_fp))) goto fail;
+    if ((rc = cx_model_fp(m, in->consumer_fp, NULL, 0))) goto fail;
     in->n_layers = mc->n_layers;
     in->d_model = mc->d_model;
     in->n_kv_heads = mc->n_kv_heads;

@@ -224,10 +224,12 @@ scdb_err scdb_calib_fit_pair(scdb_calib *c, const scdb_codebook *cb, int ci,
             VERB(c, "  default patch budget %d (lowest held-back KL among k <= %d)\n", bk, in->n_patch);
         in->n_patch = bk;
     }
+    in->late_added = !cx_cal_fitted_here(c, cb);
     snprintf(p->notes, sizeof p->notes,
-             "decoders (input: %s): least squares on %lld calibration tokens; aligners: SiLU MLP hidden %d + "
+             "%sdecoders (input: %s): least squares on %lld calibration tokens; aligners: SiLU MLP hidden %d + "
              "linear skip, Adam %d steps x batch %d on %d samples; patch order greedy by KL on %d "
              "held-back windows",
+             in->late_added ? "late-added: fitted against the frozen codebook (its candidates, its codes); " : "",
              f->all_layers ? "every layer's code, on samples" : "the layer's code", c->ntok, in->hidden,
              f->steps > 0 ? f->steps : 1500, f->batch > 0 ? f->batch : 256,
              c->ns, have_eval);

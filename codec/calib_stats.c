@@ -79,6 +79,7 @@ void scdb_calib_free(scdb_calib **pc)
     free(c->ev);
     if (c->basis) for (int i = 0; i < c->L * 3; i++) free(c->basis[i].E);
     free(c->basis);
+    free(c->fitted);
     for (int j = 0; j < CX_MAXM; j++) scdb_model_dev_free(&c->mdev[j]);
     if (c->ops) c->ops->release(c->dscr);
     free(c);

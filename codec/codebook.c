@@ -160,7 +160,7 @@ scdb_err cx_codebook_set_producer(scdb_codebook *cb, const scdb_model *m)
     in->d_model = c->d_model;
     in->kv_dim = scdb_model_kv_dim(c);
     if (c->n_layers > SCDB_CODEC_MAX_LAYERS) return SCDB_ERANGE;
-    return scdb_codec_weights_fp(scdb_model_dir(m), in->producer_fp);
+    return cx_model_fp(m, in->producer_fp, NULL, 0);
 }
 
 scdb_err scdb_codebook_save(const scdb_codebook *cb, const char *path)
@@ -209,6 +209,12 @@ scdb_err scdb_codebook_load(const char *path, scdb_codebook **out, char *errbuf,
         (rc = cx_meta_str(f, "method", in->method, sizeof in->method, errbuf, errlen)) ||
         (rc = cx_meta_str(f, "notes", cb->notes, sizeof cb->notes, errbuf, errlen)))
         goto fail;
+    if (!cx_fp_valid(in->producer_fp)) {
+        scdb_errf(errbuf, errlen, "%s: metadata 'producer_fp' = '%.40s' is not a weights fingerprint", path,
+                  in->producer_fp);
+        rc = SCDB_EFORMAT;
+        goto fail;
+    }
     if (cx_arch_parse(s, &in->arch)) {
         scdb_errf(errbuf, errlen, "%s: metadata 'arch' = '%.100s' is malformed", path, s);
         rc = SCDB_EFORMAT;
@@ -329,7 +335,7 @@ fail:
 scdb_err scdb_codebook_check_producer(const scdb_codebook *cb, const scdb_model *producer,
                                       char *errbuf, size_t errlen)
 {
-    char fp[17];
+    char fp[SCDB_CODEC_FP_LEN];
     const scdb_model_config *c;
     if (!cb || !producer) return SCDB_EINVAL;
     c = scdb_model_cfg(producer);
@@ -338,7 +344,7 @@ scdb_err scdb_codebook_check_producer(const scdb_codebook *cb, const scdb_model 
                 cb->info.id_hex, c->name);
         return SCDB_EMISMATCH;
     }
-    scdb_err rc = scdb_codec_weights_fp(scdb_model_dir(producer), fp);
+    scdb_err rc = cx_model_fp_like(producer, cb->info.producer_fp, fp, errbuf, errlen);
     if (rc) return rc;
     if (strcmp(fp, cb->info.producer_fp)) {
         scdb_errf(errbuf, errlen, "codebook %s was fitted for producer weights %s ('%s'), model '%s' has %s",

@@ -111,11 +111,14 @@ void scdb_codec_id_hex(const scdb_codec_id *id, char hex[33]);
 scdb_err scdb_codec_id_parse(const char *hex, scdb_codec_id *out);
 
 /* Architecture fingerprint of a config (the fields of
- * scdb_model_config_same_arch) and weights fingerprint of a model directory
- * (XXH3-64 of model.safetensors), as 16 hex digits + NUL.
- * scdb_codec_weights_fp: SCDB_ENOTFOUND, SCDB_EIO, SCDB_ENOMEM. */
+ * scdb_model_config_same_arch), as 16 hex digits + NUL.  Weights
+ * fingerprints (of a model's tensors, either checkpoint layout) are
+ * schema/weights_fp.h's: 32 hex digits; files written before that
+ * definition record 16 (XXH3-64 of DIR/model.safetensors), checked as such
+ * (schema/FORMATS.md, "Weights fingerprint").  A buffer for either:
+ * SCDB_CODEC_FP_LEN bytes. */
+#define SCDB_CODEC_FP_LEN 33
 void scdb_codec_arch_fp(const scdb_model_config *c, char hex[17]);
-scdb_err scdb_codec_weights_fp(const char *model_dir, char hex[17]);
 
 /* ------------------------------------------------------------ codebooks */
 
@@ -135,7 +138,7 @@ typedef struct scdb_codebook_info {
     scdb_codec_id id;
     char id_hex[33];
     char producer[SCDB_MODEL_NAME_MAX];
-    char producer_fp[17];         /* weights fingerprint */
+    char producer_fp[SCDB_CODEC_FP_LEN]; /* weights fingerprint */
     char arch_fp[17];
     scdb_model_config arch;       /* producer config (name, dims, RoPE) */
     int n_layers, d_model, kv_dim;
@@ -255,7 +258,8 @@ typedef struct scdb_pair_info {
     scdb_codec_id codebook_id;
     char codebook_hex[33];
     char producer[SCDB_MODEL_NAME_MAX], consumer[SCDB_MODEL_NAME_MAX];
-    char producer_fp[17], consumer_fp[17], arch_fp[17];
+    char producer_fp[SCDB_CODEC_FP_LEN], consumer_fp[SCDB_CODEC_FP_LEN]; /* weights fingerprints */
+    char arch_fp[17];
     int n_layers, d_model, kv_dim, n_kv_heads, head_dim, vocab_size;
     float rope_theta, norm_eps;
     int hidden;                              /* aligner hidden width */
@@ -264,6 +268,9 @@ typedef struct scdb_pair_info {
     int n_patch;                             /* default budget (<= n_aligners) */
     int has_tokens;                          /* token layer data present */
     int all_input;                           /* decoders read every layer's code */
+    int late_added;                          /* 1: fitted against a frozen codebook
+                                                (one loaded, not fitted with it:
+                                                scdb calibrate --codebook) */
 } scdb_pair_info;
 
 typedef struct scdb_pair scdb_pair;
@@ -282,9 +289,19 @@ void scdb_pair_free(scdb_pair **p);
 const scdb_pair_info *scdb_pair_get_info(const scdb_pair *p);
 /* Validate against loaded models (either may be NULL to skip): same
  * architecture as recorded and same weights fingerprint, else
- * SCDB_EMISMATCH; plus SCDB_ENOTFOUND / SCDB_EIO reading a model's file. */
+ * SCDB_EMISMATCH (the message names both fingerprints); plus the errors of
+ * fingerprinting a model's files (schema/weights_fp.h). */
 scdb_err scdb_pair_check_models(const scdb_pair *p, const scdb_model *producer,
                                 const scdb_model *consumer, char *errbuf, size_t errlen);
+/* Rewrite the pair at path, whose consumer_fp is a 16-digit file hash
+ * (written before the tensor fingerprint), with the tensor fingerprint of
+ * consumer, to out: only after checking that consumer's weights are those
+ * the 16 digits name.  Decoders and aligners are written back unchanged.
+ * Errors: those of scdb_pair_load and scdb_pair_check_models, SCDB_EINVAL
+ * (the pair records a tensor fingerprint already), SCDB_EMISMATCH (a pair
+ * for another consumer, or other weights), scdb_pair_save's. */
+scdb_err scdb_pair_restamp(const char *path, const scdb_codebook *cb, const scdb_model *consumer,
+                           const char *out, char *errbuf, size_t errlen);
 
 /* Decode the codes of a block of n tokens (layout above) into the consumer's cache at
  * slots [slot0, slot0 + n) with absolute positions pos[0..n): K after RoPE

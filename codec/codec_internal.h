@@ -108,6 +108,16 @@ void cx_fmt_ints(char *dst, size_t cap, const int *v, int n);
 void cx_arch_string(const scdb_model_config *c, char *dst, size_t cap);
 scdb_err cx_arch_parse(const char *s, scdb_model_config *c);
 
+/* fingerprint.c: 1 if s is a weights fingerprint as files record it (32 or,
+ * written before that definition, 16 lowercase hex digits); the
+ * fingerprint of model m's weights, of the kind `recorded` is (its length);
+ * and the current kind.  schema/weights_fp.h's errors (16 digits: those of
+ * reading DIR/model.safetensors). */
+int cx_fp_valid(const char *s);
+scdb_err cx_model_fp_like(const scdb_model *m, const char *recorded, char out[SCDB_CODEC_FP_LEN],
+                          char *errbuf, size_t errlen);
+scdb_err cx_model_fp(const scdb_model *m, char out[SCDB_CODEC_FP_LEN], char *errbuf, size_t errlen);
+
 /* Compute offsets / widths / code_dim / candidates of a layer table. */
 void cx_layout(scdb_cb_layer *layers, int n_layers, int *code_dim);
 

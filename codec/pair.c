@@ -69,6 +69,7 @@ static scdb_err build_bundle(const scdb_pair *p, cx_bundle *b)
     M("n_patch", "%d", in->n_patch);
     M("has_tokens", "%d", in->has_tokens);
     M("decoder_input", "%s", p->all_input ? "all" : "layer");
+    M("late_added", "%d", in->late_added);
     M("notes", "%s", p->notes);
 #undef M
     for (int l = 0; l < in->n_layers; l++) {
@@ -237,6 +238,16 @@ scdb_err scdb_pair_load(const char *path, const scdb_codebook *cb, scdb_pair **o
         goto fail;
     }
     p->all_input = in->all_input = !strcmp(s, "all");
+    /* optional (pairs written before it are joint fits) */
+    if (scdb_st_meta(f, "late_added") &&
+        (rc = cx_meta_int(f, "late_added", 0, 1, &in->late_added, errbuf, errlen)))
+        goto fail;
+    if (!cx_fp_valid(in->producer_fp) || !cx_fp_valid(in->consumer_fp)) {
+        scdb_errf(errbuf, errlen, "%s: metadata 'producer_fp' / 'consumer_fp' (%.40s, %.40s) are not weights "
+                  "fingerprints", path, in->producer_fp, in->consumer_fp);
+        rc = SCDB_EFORMAT;
+        goto fail;
+    }
     /* shapes must agree with the codebook's producer architecture */
     if (strcmp(in->arch_fp, ci->arch_fp) || strcmp(in->producer_fp, ci->producer_fp) ||
         in->n_layers != ci->n_layers || in->d_model != ci->d_model || in->kv_dim != ci->kv_dim ||
@@ -352,7 +363,7 @@ scdb_err scdb_pair_check_models(const scdb_pair *p, const scdb_model *producer,
                                 const scdb_model *consumer, char *errbuf, size_t errlen)
 {
     const scdb_pair_info *in;
-    char fp[17];
+    char fp[SCDB_CODEC_FP_LEN];
     scdb_err rc;
     if (!p) return SCDB_EINVAL;
     in = &p->info;
@@ -368,7 +379,7 @@ scdb_err scdb_pair_check_models(const scdb_pair *p, const scdb_model *producer,
                     in->producer, in->consumer, role[i], c->name, fp, in->arch_fp);
             return SCDB_EMISMATCH;
         }
-        if ((rc = scdb_codec_weights_fp(scdb_model_dir(ms[i]), fp))) return rc;
+        if ((rc = cx_model_fp_like(ms[i], want[i], fp, errbuf, errlen))) return rc;
         if (strcmp(fp, want[i])) {
             scdb_errf(errbuf, errlen, "pair %s -> %s: %s model '%s' has weights %s, the pair was fitted on %s",
                     in->producer, in->consumer, role[i], c->name, fp, want[i]);

@@ -226,19 +226,23 @@ static PyObject *put_dict(const scdb_put_result *r)
 
 static PyObject *client_register(py_client *self, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"model", "role", "codebook", NULL};
-    const char *model, *role = "consumer", *codebook = NULL;
+    static char *kwlist[] = {"model", "role", "codebook", "weights_fp", "model_dir", NULL};
+    const char *model, *role = "consumer", *codebook = NULL, *fp = NULL, *dir = NULL;
     scdb_role r;
     scdb_err e;
 
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "s|sz:register", kwlist, &model, &role, &codebook))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "s|sz$zz:register", kwlist, &model, &role, &codebook,
+                                     &fp, &dir))
         return NULL;
     if (!strcmp(role, "producer")) r = SCDB_PRODUCER;
     else if (!strcmp(role, "consumer")) r = SCDB_CONSUMER;
     else return py_err(SCDB_EINVAL, "role must be 'producer' or 'consumer', not '%s'", role);
+    if (fp && dir) return py_err(SCDB_EINVAL, "give weights_fp or model_dir, not both");
     if (py_client_enter(self)) return NULL;
     Py_BEGIN_ALLOW_THREADS
-    e = scdb_register(self->h, r, model, codebook, NULL);
+    /* the weights this consumer runs (none given: none checked) */
+    e = dir ? scdb_set_weights_dir(self->h, dir) : scdb_set_weights_fp(self->h, fp);
+    if (!e) e = scdb_register(self->h, r, model, codebook, NULL);
     Py_END_ALLOW_THREADS
     if (e) {
         py_err_handle(self->h, e);
@@ -634,16 +638,21 @@ static PyMethodDef client_methods[] = {
     {"__enter__", FN(client_enter_ctx), METH_NOARGS, "Return self."},
     {"__exit__", FN(client_exit_ctx), METH_VARARGS, "close()."},
     {"register", FN(client_register), METH_VARARGS | METH_KEYWORDS,
-     "register(model, role='consumer', codebook=None) -> dict\n\n"
+     "register(model, role='consumer', codebook=None, *, weights_fp=None, model_dir=None) -> dict\n\n"
      "Register as 'producer' or 'consumer' of model under codebook (None: \"raw/<model>\",\n"
-     "the model's raw KV).  Registering again replaces the registration; arenas from\n"
+     "the model's raw KV).  A consumer may say which weights it runs: weights_fp (32 hex\n"
+     "digits, scdb.weights_fingerprint) or model_dir (computed from it); the broker then\n"
+     "refuses a pair calibrated for other weights (MismatchError naming both\n"
+     "fingerprints) and so does every re-registration of this Client; neither: not\n"
+     "checked.  Registering again replaces the registration; arenas from\n"
      "before it then raise ClosedError.  Returns the registration's info (also\n"
      "Client.info): block_tokens, block_bytes, payload_dtype, n_layers, n_kv_heads,\n"
      "head_dim, kv_dim, max_seq_len, decoder, codebook_kind, states_layers, states_dim,\n"
      "max_tokens, max_request_bytes, heartbeat_ms, heartbeat_timeout_ms,\n"
      "broker_instance.\n\nRaises NotFoundError (unknown model or codebook, no pair for this\n"
-     "consumer), MismatchError (a producer that is not the codebook's model),\n"
-     "InvalidError (role)."},
+     "consumer), MismatchError (a producer that is not the codebook's model; a stale\n"
+     "pair), InvalidError (role, a malformed weights_fp), the fingerprint's errors for\n"
+     "model_dir (NotFoundError, DataError, ...)."},
     {"ping", FN(client_ping), METH_NOARGS, "ping() -> float\n\nRound trip to the broker, in microseconds."},
     {"lookup", FN(client_lookup), METH_O,
      "lookup(tokens) -> int\n\nTokens of the longest stored prefix of tokens under this\n"

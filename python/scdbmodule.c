@@ -496,9 +496,29 @@ static PyObject *mod_strerror(PyObject *self, PyObject *arg)
     return PyUnicode_FromString(scdb_strerror((scdb_err)e));
 }
 
+static PyObject *mod_weights_fingerprint(PyObject *self, PyObject *arg)
+{
+    const char *dir = PyUnicode_AsUTF8(arg);
+    char fp[33], msg[512] = "";
+    scdb_err e;
+    (void)self;
+    if (!dir) return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    e = scdb_weights_fingerprint(dir, fp, msg, sizeof msg);
+    Py_END_ALLOW_THREADS
+    if (e) return py_err(e, "%s", msg[0] ? msg : dir);
+    return PyUnicode_FromString(fp);
+}
+
 static PyMethodDef mod_methods[] = {
     {"strerror", mod_strerror, METH_O,
      "strerror(code) -> str\n\nName an scdb_err code: \"SCDB_ESHAPE: shape mismatch\"."},
+    {"weights_fingerprint", mod_weights_fingerprint, METH_O,
+     "weights_fingerprint(model_dir) -> str\n\nThe weights fingerprint of a model directory (scdb's own\n"
+     "layout or a Hugging Face checkpoint, one file or sharded): 32 hex digits\n"
+     "over the tensors (schema/FORMATS.md, \"Weights fingerprint\"), what a pair\n"
+     "records as the consumer it was calibrated for.  Client.register(...,\n"
+     "weights_fp=...) sends it.  Reads every weight once."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -371,6 +371,8 @@ scdb_err scdb_store_open(const scdb_store_opts *o, scdb_store **out)
     s->on_evict_ctx = o->on_evict_ctx;
     s->on_visible = o->on_visible;
     s->on_visible_ctx = o->on_visible_ctx;
+    s->on_written = o->on_written;
+    s->on_written_ctx = o->on_written_ctx;
     s->lru[LRU_DISK].which = LRU_DISK;
     s->lru[LRU_HOT].which = LRU_HOT;
     pthread_mutex_init(&s->mu, NULL);

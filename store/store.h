@@ -70,6 +70,11 @@
  *      lookup/get ---> [ hot tier: payload copies, bounded bytes ] (scdb_tier)
  *                                   |  miss: read + verify, promote
  *                      [ LMDB: every stored block, bounded bytes  ]
+ *                                   :  (the broker, beside the store)
+ *                      [ remote tier: a Redis Cluster the fleet shares,
+ *                        remote_tier.h: committed blocks are reported by
+ *                        on_written and queued there; what a local miss
+ *                        finds there comes back as puts with from_remote ]
  *
  * Disk (LMDB) is the store of record; a memory tier caches a subset of its
  * payloads (host RAM, or CUDA device memory: the broker's GPU hot tier,
@@ -237,6 +242,16 @@ typedef struct scdb_store_opts {
      * shared-memory lookup index (schema/lookup_index.h). */
     void (*on_visible)(void *ctx, const scdb_key *key, int visible);
     void *on_visible_ctx;
+    /* Called by the writer (the thread in scdb_store_put_batch) after each
+     * commit, outside the store's lock, once for every block that commit
+     * wrote -- new, rewritten after damage, or replaced -- in batch order,
+     * except blocks put with from_remote.  info (token_count, ns and all)
+     * and payload are the stored value's and valid during the call only;
+     * the call must not block for long nor call the store's writer.  The
+     * broker hands each block to the remote tier's write queue
+     * (remote_tier.h). */
+    void (*on_written)(void *ctx, const scdb_block_info *info, const void *payload);
+    void *on_written_ctx;
 } scdb_store_opts;
 
 /* Open (or create) a store.
@@ -265,6 +280,10 @@ typedef struct scdb_block_put {
                                     (the producer knows it is wrong); its
                                     children stay valid: keys follow tokens,
                                     not values.  0: stored blocks are skipped */
+    int from_remote;             /* 1: a verified copy of a block read from
+                                    the remote tier: stored like any other,
+                                    but not reported to on_written (the
+                                    remote tier has it already)              */
 } scdb_block_put;
 
 /* Store blocks in order, under namespace ns, with token_count =

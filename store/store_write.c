@@ -339,6 +339,22 @@ static void hot_after_put(scdb_store *s, const scdb_ns *ns, const scdb_block_put
     }
 }
 
+/* Report the blocks just committed to opts.on_written (writer, after the
+ * commit, outside mu), in batch order: new, rewritten and replaced blocks,
+ * not those that came from the remote tier. */
+static void written_after_put(scdb_store *s, const scdb_ns *ns, const scdb_block_put *blocks,
+                              const op_rec *ops, size_t n_ops)
+{
+    for (size_t i = 0; i < n_ops; i++) {
+        const scdb_block_put *b;
+        if (ops[i].kind == OP_EVICT) continue;
+        b = &blocks[ops[i].blk];
+        if (b->from_remote) continue;
+        fill_info(s, ns, b, s->winfo);
+        s->on_written(s->on_written_ctx, s->winfo, b->payload);
+    }
+}
+
 /* One write txn over blocks[0..n): *done = blocks stored (committed or
  * already there).  On a block-level error the blocks before it are
  * committed. */
@@ -416,6 +432,7 @@ retry:
     store_release_tpins(s);
     store_unlock(s);
     if (s->hot && s->hot_on_put) hot_after_put(s, ns, blocks, s->ops, s->n_ops);
+    if (s->on_written) written_after_put(s, ns, blocks, s->ops, s->n_ops);
     s->n_ops = 0;
     *done = i;
     return block_err;

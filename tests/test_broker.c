@@ -25,6 +25,7 @@
 
 #include <cmocka.h>
 
+#include "hf_export.h"
 #include "signal_pid.h"
 
 #include "broker.h"
@@ -385,7 +386,7 @@ static scdb_stat handle_stats(scdb *h)
  * returns n_matched. */
 static uint32_t assert_lookups_agree(scdb *ix, scdb *rq, const int32_t *t, size_t n)
 {
-    scdb_lookup_result a = {9, 9, 9}, b = {9, 9, 9};
+    scdb_lookup_result a = {9, 9, 9, 9}, b = {9, 9, 9, 9};
     scdb_err ea = scdb_lookup(ix, t, n, &a), eb = scdb_lookup(rq, t, n, &b);
     assert_int_equal(ea, eb);
     if (ea) return 0;
@@ -1405,6 +1406,110 @@ static void test_register_errors(void **state)
         assert_int_equal(info.max_seq_len, 320);
     }
     scdb_close(&h);
+    assert_alive();
+}
+
+/* A hello carrying weights_fp (as raw frames: libscdb validates first). */
+static Scdb__Reply *raw_hello_fp(raw *r, const char *model, const char *codebook, int role, const char *fp)
+{
+    Scdb__Request req = SCDB__REQUEST__INIT;
+    Scdb__Hello h = SCDB__HELLO__INIT;
+    req.version = SCDB_PROTO_VERSION;
+    req.id = 9;
+    h.role = role;
+    h.model = (char *)model;
+    h.codebook = (char *)codebook;
+    h.client_name = (char *)"raw";
+    h.weights_fp = (char *)fp;
+    req.body_case = SCDB__REQUEST__BODY_HELLO;
+    req.hello = &h;
+    return raw_req(r, &req, 0, NULL, NULL);
+}
+
+/* Stale pairs refused (issue 16, item 3): a consumer registering with the
+ * weights fingerprint of the model it runs gets its pair only if the pair
+ * was calibrated for those weights; the same weights in the Hugging Face
+ * layout (sharded, f32) are the same weights, a bf16 export or another
+ * specialist are not: SCDB_EMISMATCH, the message naming both
+ * fingerprints.  Raw pairs record none; producers send none; a malformed
+ * value is SCDB_EINVAL; no fingerprint is not checked. */
+static void test_stale_pair_refused(void **state)
+{
+    char code_fp[33], other_fp[33], err[512] = "", hf[300];
+    scdb *h;
+    (void)state;
+    if (!have_family) {
+        print_message("skipped: no model family under " SCDB_DATA_DIR "/models\n");
+        skip();
+    }
+    assert_int_equal(scdb_weights_fingerprint(SCDB_DATA_DIR "/models/code", code_fp, err, sizeof err), SCDB_OK);
+    assert_int_equal(scdb_weights_fingerprint(SCDB_DATA_DIR "/models/manpages", other_fp, err, sizeof err),
+                     SCDB_OK);
+    {   /* what the shipped pair records is that fingerprint */
+        scdb_codebook *cb = NULL;
+        scdb_pair *p = NULL;
+        assert_int_equal(scdb_codebook_load(SCDB_DATA_DIR "/codebooks/base.safetensors", &cb, err, sizeof err),
+                         SCDB_OK);
+        assert_int_equal(scdb_pair_load(SCDB_DATA_DIR "/pairs/base__code.safetensors", cb, &p, err, sizeof err),
+                         SCDB_OK);
+        assert_string_equal(scdb_pair_get_info(p)->consumer_fp, code_fp);
+        scdb_pair_free(&p);
+        scdb_codebook_free(&cb);
+    }
+    h = connect_to(endpoint, 10000);
+    assert_non_null(h);
+    /* the right weights: by fingerprint, by directory, by an HF export */
+    assert_int_equal(scdb_set_weights_fp(h, code_fp), SCDB_OK);
+    assert_int_equal(scdb_register(h, SCDB_CONSUMER, "code", "base-scd", NULL), SCDB_OK);
+    assert_int_equal(scdb_set_weights_dir(h, SCDB_DATA_DIR "/models/code"), SCDB_OK);
+    assert_int_equal(scdb_register(h, SCDB_CONSUMER, "code", "base-scd", NULL), SCDB_OK);
+    snprintf(hf, sizeof hf, "%s/code_hf", dir);
+    exp_opts same = {.hf = 1, .dtype = SCDB_F32, .shards = 3}, bf16 = {.hf = 1, .dtype = SCDB_BF16};
+    export_model(SCDB_DATA_DIR "/models/code", hf, &same);
+    assert_int_equal(scdb_set_weights_dir(h, hf), SCDB_OK);
+    assert_int_equal(scdb_register(h, SCDB_CONSUMER, "code", "base-scd", NULL), SCDB_OK);
+    /* other weights: refused, both fingerprints named, nothing registered */
+    snprintf(hf, sizeof hf, "%s/code_hf_bf16", dir);
+    export_model(SCDB_DATA_DIR "/models/code", hf, &bf16);
+    assert_int_equal(scdb_set_weights_dir(h, hf), SCDB_OK);
+    assert_int_equal(scdb_register(h, SCDB_CONSUMER, "code", "base-scd", NULL), SCDB_EMISMATCH);
+    assert_non_null(strstr(scdb_last_error(h), code_fp));
+    assert_non_null(strstr(scdb_last_error(h), "stale pair"));
+    assert_int_equal(scdb_set_weights_fp(h, other_fp), SCDB_OK);
+    assert_int_equal(scdb_register(h, SCDB_CONSUMER, "code", "base-scd", NULL), SCDB_EMISMATCH);
+    print_message("refusal: %s\n", scdb_last_error(h));
+    assert_non_null(strstr(scdb_last_error(h), code_fp));
+    assert_non_null(strstr(scdb_last_error(h), other_fp));
+    /* raw reuse records no consumer weights: not checked */
+    assert_int_equal(scdb_register(h, SCDB_CONSUMER, "code", "raw/base", NULL), SCDB_OK);
+    /* producers send none: the same handle registers as base's producer */
+    assert_int_equal(scdb_register(h, SCDB_PRODUCER, "base", "base-scd", NULL), SCDB_OK);
+    /* none told: not checked */
+    assert_int_equal(scdb_set_weights_fp(h, NULL), SCDB_OK);
+    assert_int_equal(scdb_register(h, SCDB_CONSUMER, "code", "base-scd", NULL), SCDB_OK);
+    /* bad values, refused here before any request */
+    assert_int_equal(scdb_set_weights_fp(h, "5C8A778D18369370120BAF7712A30ED1"), SCDB_EINVAL);
+    assert_int_equal(scdb_set_weights_fp(h, "abc"), SCDB_EINVAL);
+    assert_int_equal(scdb_set_weights_dir(h, "/nonexistent/model"), SCDB_ENOTFOUND);
+    assert_non_null(strstr(scdb_last_error(h), "/nonexistent/model"));
+    assert_int_equal(scdb_weights_fingerprint(NULL, code_fp, NULL, 0), SCDB_EINVAL);
+    scdb_close(&h);
+    {   /* ... and by the broker, from a client that does not validate */
+        raw r;
+        Scdb__Reply *rep;
+        raw_open(&r);
+        rep = raw_hello_fp(&r, "code", "base-scd", SCDB__ROLE__CONSUMER, "not a fingerprint");
+        assert_int_equal(rep->status, SCDB_EINVAL);
+        assert_non_null(strstr(rep->message, "weights_fp"));
+        scdb__reply__free_unpacked(rep, NULL);
+        rep = raw_hello_fp(&r, "code", "base-scd", SCDB__ROLE__CONSUMER, other_fp);
+        assert_int_equal(rep->status, SCDB_EMISMATCH);
+        scdb__reply__free_unpacked(rep, NULL);
+        rep = raw_hello_fp(&r, "base", "base-scd", SCDB__ROLE__PRODUCER, "ignored for producers");
+        assert_int_equal(rep->status, SCDB_OK);
+        scdb__reply__free_unpacked(rep, NULL);
+        raw_close(&r);
+    }
     assert_alive();
 }
 
@@ -3136,6 +3241,7 @@ int main(void)
         cmocka_unit_test(test_index_agrees),
         cmocka_unit_test(test_index_concurrent_put),
         cmocka_unit_test(test_register_errors),
+        cmocka_unit_test(test_stale_pair_refused),
         cmocka_unit_test(test_reference_model),
         cmocka_unit_test(test_put_states),
         cmocka_unit_test(test_states_layout_replace_checks),

@@ -19,7 +19,7 @@ grep -q "models" "$tmp/out" && ok "help lists models" || bad "help lists models"
 expect 2 "no command is a usage error" -- "$scdb"
 expect 2 "unknown command is a usage error" -- "$scdb" frobnicate
 grep -q "unknown command" "$tmp/err" && ok "unknown command says so" || bad "unknown command says so"
-for sub in demo models bench calibrate train-policy serve put lookup get stats; do
+for sub in demo models bench calibrate train-policy serve put lookup get stats fingerprint audit; do
   expect 0 "scdb $sub --help" -- "$scdb" $sub --help
 done
 expect 2 "models: unknown option" -- "$scdb" models --bogus
@@ -36,6 +36,17 @@ expect 2 "bench python: stray argument" -- "$scdb" bench python extra
 expect 1 "bench python: no interpreter" -- "$scdb" bench python --python "$tmp/nope"
 grep -q "no interpreter at" "$tmp/err" && ok "bench python: missing interpreter says so" \
   || bad "bench python: missing interpreter says so"
+# the remote tier (issue 12): documented flags, the fleet bench's usage
+"$scdb" serve --help | grep -q -- "--remote-cluster" && ok "serve --help lists [remote]" \
+  || bad "serve --help lists [remote]"
+expect 0 "scdb bench cluster --help" -- "$scdb" bench cluster --help
+grep -q -- "--route rr|session" "$tmp/out" && ok "bench cluster --help lists --route" \
+  || bad "bench cluster --help lists --route"
+expect 2 "bench cluster: bad --route" -- "$scdb" bench cluster --route nearest
+expect 2 "serve: a [remote] prefix with a hash tag" -- "$scdb" serve --data-dir "$tmp/sr" \
+  --endpoint "ipc://$tmp/r.sock" --remote-cluster 127.0.0.1:1 --remote-key-prefix "a{b}"
+grep -q "hash tag" "$tmp/err" && ok "serve: the hash-tag refusal says why" \
+  || bad "serve: the hash-tag refusal says why"
 
 # --device auto|cpu|cuda (issue 7): listed in the help texts, bad values are
 # usage errors, commands without a CUDA path refuse cuda and say why
@@ -142,6 +153,122 @@ grep -q -- "not with --copy" "$tmp/err" && ok "get: --patch-layers with --copy s
   || { bad "get: --patch-layers --copy message"; cat "$tmp/err"; }
 "$scdb" get --help | grep -q -- "--patch-layers K" && ok "get --help: --patch-layers" \
   || bad "get --help: --patch-layers"
+
+# issue 16 items 2-3: weights fingerprints, the late-added calibration's bad
+# input, and scdb audit against a running broker with the family
+data="${SCDB_DATA:-$(dirname "$scdb")/../share/scdb}"
+expect 0 "fingerprint: a model directory" -- "$scdb" fingerprint "$data/models/code" "$data/models/python"
+[ "$(grep -Ec '^[0-9a-f]{32}  ' "$tmp/out")" -eq 2 ] && ok "fingerprint: 32 hex digits per directory" \
+  || { bad "fingerprint output"; cat "$tmp/out"; }
+if /usr/bin/python3 -c 'import numpy' 2>/dev/null; then
+  /usr/bin/python3 "$data/tools/weights_fp.py" "$data/models/code" "$data/models/python" >"$tmp/py_fp" 2>&1
+  cmp -s "$tmp/out" "$tmp/py_fp" && ok "fingerprint: tools/weights_fp.py (Python, from FORMATS.md) agrees" \
+    || { bad "fingerprint: tools/weights_fp.py agrees"; cat "$tmp/out" "$tmp/py_fp"; }
+fi
+expect 1 "fingerprint: a missing directory" -- "$scdb" fingerprint "$tmp/nothing"
+grep -q "nothing/config.json: no such file" "$tmp/err" && ok "fingerprint: says which file is missing" \
+  || { bad "fingerprint: missing-file message"; cat "$tmp/err"; }
+expect 2 "fingerprint: no directory" -- "$scdb" fingerprint
+expect 2 "fingerprint: unknown option" -- "$scdb" fingerprint --bogus
+cb="$data/codebooks/base.safetensors"
+expect 2 "calibrate --codebook: a codebook option is refused" -- "$scdb" calibrate --codebook "$cb" \
+  --consumer "$data/models/python" --ranks 8,12,16 -o "$tmp/cal"
+grep -q "codebook is frozen" "$tmp/err" && ok "calibrate --codebook: says the codebook is frozen" \
+  || { bad "calibrate --codebook: frozen message"; cat "$tmp/err"; }
+expect 2 "calibrate --codebook: no --consumer" -- "$scdb" calibrate --codebook "$cb" -o "$tmp/cal"
+expect 1 "calibrate --codebook: a missing file" -- "$scdb" calibrate --codebook "$tmp/none.safetensors" \
+  --consumer "$data/models/python" -o "$tmp/cal"
+expect 1 "calibrate --codebook: a pair is not a codebook" -- "$scdb" calibrate \
+  --codebook "$data/pairs/base__code.safetensors" --consumer "$data/models/python" -o "$tmp/cal"
+grep -q "not an scdb codebook" "$tmp/err" && ok "calibrate --codebook: says it is not a codebook" \
+  || { bad "calibrate --codebook: not-a-codebook message"; cat "$tmp/err"; }
+mkdir -p "$tmp/fam" && ln -s "$data/models/python" "$tmp/fam/python"
+expect 1 "calibrate --codebook: no producer beside the consumer" -- "$scdb" calibrate --codebook "$cb" \
+  --consumer "$tmp/fam/python" -o "$tmp/cal"
+grep -q "give --producer DIR" "$tmp/err" && ok "calibrate --codebook: asks for --producer" \
+  || { bad "calibrate --codebook: --producer hint"; cat "$tmp/err"; }
+expect 1 "calibrate --codebook: other producer weights" -- "$scdb" calibrate --codebook "$cb" \
+  --producer "$data/models/code" --consumer "$data/models/python" -o "$tmp/cal"
+grep -q "was fitted for producer weights" "$tmp/err" && ok "calibrate --codebook: names the producer weights" \
+  || { bad "calibrate --codebook: producer mismatch message"; cat "$tmp/err"; }
+[ ! -e "$tmp/cal" ] && ok "calibrate --codebook: nothing written on refusal" || bad "calibrate wrote $tmp/cal"
+expect 2 "calibrate --restamp: no --codebook" -- "$scdb" calibrate --restamp "$data/pairs/base__code.safetensors" \
+  --consumer "$data/models/code" -o "$tmp/rs"
+expect 1 "calibrate --restamp: a tensor fingerprint already" -- "$scdb" calibrate --restamp \
+  "$data/pairs/base__code.safetensors" --codebook "$cb" --consumer "$data/models/code" -o "$tmp/rs"
+grep -q "tensor fingerprint already" "$tmp/err" && ok "calibrate --restamp: says so" \
+  || { bad "calibrate --restamp message"; cat "$tmp/err"; }
+
+py="$data/models/python"
+expect 2 "audit: no --consumer" -- "$scdb" audit --codebook base-scd
+expect 2 "audit: no --codebook" -- "$scdb" audit --consumer "$py"
+for v in 0 -1 abc 3x 257 ""; do
+  expect 2 "audit: --prefixes '$v'" -- "$scdb" audit --consumer "$py" --codebook base-scd --prefixes "$v"
+done
+grep -q -- "--prefixes : want a whole number in \[1, 256\]" "$tmp/err" && ok "audit: bad --prefixes says what is allowed" \
+  || { bad "audit: bad --prefixes message"; cat "$tmp/err"; }
+expect 2 "audit: --prefixes without a value" -- "$scdb" audit --consumer "$py" --codebook base-scd --prefixes
+expect 2 "audit: --cont 0" -- "$scdb" audit --consumer "$py" --codebook base-scd --cont 0
+expect 2 "audit: --store without --producer" -- "$scdb" audit --consumer "$py" --codebook base-scd --store
+expect 2 "audit: unknown option" -- "$scdb" audit --consumer "$py" --codebook base-scd --bogus 1
+expect 1 "audit: a missing consumer directory" -- "$scdb" audit --consumer "$tmp/nothing" --codebook base-scd
+grep -q "nothing/config.json" "$tmp/err" && ok "audit: names the missing config" || { bad "audit: missing dir message"; cat "$tmp/err"; }
+expect 1 "audit: a missing --text file" -- "$scdb" audit --consumer "$py" --codebook base-scd --text "$tmp/none.txt"
+expect 3 "audit: no broker" -- "$scdb" audit --consumer "$py" --codebook base-scd \
+  --endpoint "ipc://$tmp/no-broker.sock" --timeout-ms 500
+cat > "$tmp/fam.ini" <<INI
+[broker]
+endpoint = ipc://$tmp/fam.sock
+data_dir = $tmp/fam-store
+no_sync = 1
+lookup_index = 0
+[model base]
+config = $data/models/base/config.json
+[model python]
+config = $data/models/python/config.json
+[codebook base-scd]
+kind = scd
+model = base
+file = $cb
+[pair base-scd python]
+decoder = scd
+file = $data/pairs/base__python.safetensors
+INI
+"$scdb" serve --config "$tmp/fam.ini" >/dev/null 2>"$tmp/fam.err" &
+fpid=$!
+for _ in $(seq 1 600); do
+  grep -q "serving ipc://" "$tmp/fam.err" && break
+  kill -0 $fpid 2>/dev/null || break
+  sleep 0.1
+done
+head -c 600 "$data/heldout/python.txt" > "$tmp/p1.txt"
+tail -c 600 "$data/heldout/python.txt" > "$tmp/p2.txt"
+aud() { "$scdb" audit --endpoint "ipc://$tmp/fam.sock" --codebook base-scd --text "$tmp/p1.txt" --text "$tmp/p2.txt" "$@"; }
+expect 1 "audit: nothing stored yet" -- aud --consumer "$py"
+grep -q "not stored" "$tmp/out" && grep -q "nothing measured" "$tmp/err" && ok "audit: says the prompts are not stored" \
+  || { bad "audit: not-stored report"; cat "$tmp/out" "$tmp/err"; }
+expect 0 "audit --store: the prompts stored, then measured" -- aud --consumer "$py" --store --producer "$data/models/base" --json
+cp "$tmp/out" "$tmp/aud_good.json"
+expect 0 "audit: measured again, from what is stored" -- aud --consumer "$py"
+grep -q "^2 of 2 prompts measured, 128 predictions" "$tmp/out" && grep -q "| 384 | 64 |" "$tmp/out" \
+  && ok "audit: table with both prompts" || { bad "audit: table"; cat "$tmp/out"; }
+# the pair for python, audited with other weights (code's) under python's name
+expect 0 "audit: other weights are refused, then measured" -- aud --consumer "$data/models/code" --model python --json
+cp "$tmp/out" "$tmp/aud_stale.json"
+if python3 - "$tmp/aud_good.json" "$tmp/aud_stale.json" "$("$scdb" fingerprint "$py" | cut -c1-32)" <<'PY'
+import json, sys
+good, stale, fp = json.load(open(sys.argv[1])), json.load(open(sys.argv[2])), sys.argv[3]
+assert good["weights_check"] == "accepted" and good["weights_fp"] == fp, good
+assert good["summary"]["measured"] == 2 and good["summary"]["predictions"] == 128, good
+assert [p["blocks_put"] for p in good["prompts"]] == [6, 6], good["prompts"]
+assert good["summary"]["kl"] < 0.05 and good["summary"]["top1"] > 0.85, good["summary"]
+assert stale["weights_check"] == "refused", stale
+assert fp in stale["broker_message"] and stale["weights_fp"] in stale["broker_message"], stale
+assert stale["summary"]["measured"] == 2 and stale["summary"]["kl"] > 2 * good["summary"]["kl"], stale["summary"]
+PY
+then ok "audit JSON: the pair's weights pass, other weights are refused and measure worse"
+else bad "audit JSON"; cat "$tmp/aud_good.json" "$tmp/aud_stale.json"; fi
+kill -TERM $fpid 2>/dev/null; wait $fpid
 
 # the family report on a small sample: every model and domain present
 "$scdb" models --max-bytes 4096 --json "$tmp/m.json" >"$tmp/out" 2>"$tmp/err"

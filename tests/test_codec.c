@@ -3,6 +3,9 @@
  * rank-limited error), aligner training, save/load, refusal of mismatched
  * and corrupt artifacts with specific errors, and (when present) the shipped
  * codebooks and pairs under data/ against data/models.
+ * A consumer added later (late_added): fitted against a frozen codebook
+ * file, which stays byte for byte, with the same id; pairs recording the
+ * 16-digit file fingerprint of before (checked as such, re-stamped).
  *
  * Fast: tiny random models (2 layers, d_model 16) written to a temp dir,
  * as tests/test_model.c does. */
@@ -24,11 +27,14 @@
 #include "codec_internal.h"
 #include "model.h"
 #include "safetensors.h"
+#include "weights_fp.h"
 #include "helpers/assert_close.h"
 #include "helpers/tiny_model.h"
 
+#include <xxhash.h>
+
 static char tmpdir[256];
-static scdb_model *prod, *cons, *other;
+static scdb_model *prod, *cons, *other, *late;
 static unsigned char *text;
 static size_t text_len;
 
@@ -68,6 +74,10 @@ static int setup(void **state)
     snprintf(d, sizeof d, "%s/models/other", tmpdir);
     write_model(d, "other", 2, 32, 12345ull, 0.0f);
     if (scdb_model_load(d, &other, NULL, 0)) return -1;
+    /* a consumer that arrives after the codebook was fitted */
+    snprintf(d, sizeof d, "%s/models/late", tmpdir);
+    write_model(d, "late", 2, 24, 88172645463325252ull, 0.4f);
+    if (scdb_model_load(d, &late, NULL, 0)) return -1;
     /* calibration text: the repository's held-out English if present */
     if (scdb_read_file(SCDB_DATA_DIR "/heldout/english.txt", 1 << 24, (char **)&text, &text_len)) {
         text_len = 20000;
@@ -86,6 +96,7 @@ static int teardown(void **state)
     scdb_model_free(&prod);
     scdb_model_free(&cons);
     scdb_model_free(&other);
+    scdb_model_free(&late);
     free(text);
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
     return system(cmd) == 0 ? 0 : -1;
@@ -683,6 +694,224 @@ static void test_shipped_pairs(void **state)
     if (!checked) skip();
 }
 
+/* ------------------------------------------------------------ late-added pairs */
+
+static void read_all(const char *path, char **buf, size_t *len)
+{
+    assert_int_equal(scdb_read_file(path, 1 << 26, buf, len), SCDB_OK);
+}
+
+/* Rewrite a pair file with metadata key `key` set to `val` (NULL: removed),
+ * re-signed so that the metadata itself is what the loader judges. */
+static void edit_meta(const char *src, const char *dst, const char *key, const char *val)
+{
+    scdb_st_file *f;
+    cx_bundle b;
+    assert_int_equal(scdb_st_open(src, &f, NULL, 0), SCDB_OK);
+    assert_int_equal(cx_bundle_from_file(f, &b), SCDB_OK);
+    if (val) {
+        assert_int_equal(cx_bundle_meta(&b, key, "%s", val), SCDB_OK);
+    } else {
+        for (int i = 0; i < b.nm; i++)
+            if (!strcmp(b.m[i].key, key)) {
+                free(b.m[i].val);
+                b.m[i] = b.m[--b.nm];
+                break;
+            }
+    }
+    scdb_codec_id id;
+    char hex[33];
+    cx_bundle_hash(&b, "checksum", &id);
+    scdb_codec_id_hex(&id, hex);
+    assert_int_equal(cx_bundle_meta(&b, "checksum", "%s", hex), SCDB_OK);
+    assert_int_equal(cx_bundle_write(&b, dst), SCDB_OK);
+    cx_bundle_free(&b);
+    scdb_st_close(&f);
+}
+
+/* A consumer added later: a pair fitted in a new session against the
+ * codebook file, which keeps its bytes and id; the pair records late_added,
+ * chooses its patch layers among the codebook's candidates, and decodes
+ * closer to the consumer's own KV than raw reuse of the producer's, and
+ * (K and V together) than the pair fitted with the codebook for another
+ * consumer. */
+static void test_late_added(void **state)
+{
+    (void)state;
+    char path[700], lpath[700], err[512] = "";
+    char *before, *after;
+    size_t blen, alen;
+    scdb_codebook *cb = NULL, *frozen = NULL;
+    scdb_pair *joint = NULL, *lp = NULL, *back = NULL;
+    scdb_calib *c = session(1), *c2 = NULL;
+    int cand[1] = {1};
+    scdb_cb_fit f = {.r_k = 8, .r_v = 8, .r_h = 8, .n_candidates = 1, .candidates = cand};
+    scdb_pair_fit pf = {.n_patch = 1, .hidden = 8, .steps = 60, .batch = 32};
+    assert_int_equal(scdb_calib_fit_codebook(c, &f, &cb), SCDB_OK);
+    assert_int_equal(scdb_calib_fit_pair(c, cb, 0, &pf, &joint), SCDB_OK);
+    assert_int_equal(scdb_pair_get_info(joint)->late_added, 0);      /* fitted with its codebook */
+    snprintf(path, sizeof path, "%s/frozen.safetensors", tmpdir);
+    assert_int_equal(scdb_codebook_save(cb, path), SCDB_OK);
+    read_all(path, &before, &blen);
+    scdb_calib_free(&c);
+
+    /* later, another process: the codebook file, a session without it */
+    assert_int_equal(scdb_codebook_load(path, &frozen, err, sizeof err), SCDB_OK);
+    assert_int_equal(scdb_codebook_check_producer(frozen, prod, err, sizeof err), SCDB_OK);
+    scdb_calib_opts o = small_opts();
+    const scdb_model *cs[1] = {late};
+    int added = 0;
+    assert_int_equal(scdb_calib_new(prod, cs, 1, &o, &c2), SCDB_OK);
+    assert_int_equal(scdb_calib_add_text(c2, text, text_len / 2, 200, &added), SCDB_OK);
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(scdb_calib_add_eval(c2, 0, text + text_len / 2 + (size_t)i * 100, 60), SCDB_OK);
+    assert_int_equal(scdb_calib_fit_pair(c2, frozen, 0, &pf, &lp), SCDB_OK);
+    const scdb_pair_info *li = scdb_pair_get_info(lp);
+    assert_int_equal(li->late_added, 1);
+    assert_string_equal(li->consumer, "late");
+    assert_memory_equal(&li->codebook_id, &scdb_codebook_get_info(cb)->id, 16);
+    assert_int_equal(li->n_aligners, 1);
+    assert_int_equal(li->patch_order[0], 1);                         /* the codebook's candidate */
+    {   /* its consumer fingerprint is the tensor one */
+        char fp[33];
+        snprintf(lpath, sizeof lpath, "%s/models/late", tmpdir);
+        assert_int_equal(scdb_weights_fp(lpath, fp, NULL, 0), SCDB_OK);
+        assert_string_equal(li->consumer_fp, fp);
+    }
+    assert_int_equal(scdb_pair_check_models(lp, prod, late, err, sizeof err), SCDB_OK);
+    assert_int_equal(scdb_pair_check_models(lp, prod, cons, err, sizeof err), SCDB_EMISMATCH);
+    assert_non_null(strstr(err, li->consumer_fp));                   /* both named */
+
+    /* the codebook: same bytes, same id */
+    read_all(path, &after, &alen);
+    assert_int_equal(alen, blen);
+    assert_memory_equal(before, after, blen);
+    free(after);
+
+    /* saved and loaded: still late-added, decodes as in memory */
+    snprintf(lpath, sizeof lpath, "%s/late_pair.safetensors", tmpdir);
+    assert_int_equal(scdb_pair_save(lp, lpath), SCDB_OK);
+    assert_int_equal(scdb_pair_load(lpath, frozen, &back, err, sizeof err), SCDB_OK);
+    assert_int_equal(scdb_pair_get_info(back)->late_added, 1);
+    enum { N = 40 };
+    int32_t tok[N], pos[N];
+    uint16_t codes[N * 24];
+    for (int i = 0; i < N; i++) { tok[i] = text[text_len / 2 + 300 + (size_t)i]; pos[i] = i; }
+    assert_int_equal(scdb_codec_encode_tokens(frozen, prod, tok, pos, N, codes), SCDB_OK);
+    scdb_kv_cache *a, *b, *own = prefill(late, tok, N), *raw = prefill(prod, tok, N), *other_pair;
+    assert_int_equal(scdb_model_cache_new(late, N, &a), SCDB_OK);
+    assert_int_equal(scdb_model_cache_new(late, N, &b), SCDB_OK);
+    assert_int_equal(scdb_pair_decode(lp, frozen, codes, N, pos, tok, -1, a, 0), SCDB_OK);
+    assert_int_equal(scdb_pair_decode(back, frozen, codes, N, pos, tok, -1, b, 0), SCDB_OK);
+    assert_memory_equal(a->k, b->k, sizeof(float) * 2 * N * 8);
+    assert_memory_equal(a->v, b->v, sizeof(float) * 2 * N * 8);
+    /* the pair the codebook was fitted with, for another consumer */
+    assert_int_equal(scdb_model_cache_new(late, N, &other_pair), SCDB_OK);
+    assert_int_equal(scdb_pair_decode(joint, cb, codes, N, pos, tok, -1, other_pair, 0), SCDB_OK);
+    double ek, ev, rk, rv, ok, ov;
+    kv_rel_err(a, own, N, &ek, &ev);
+    kv_rel_err(raw, own, N, &rk, &rv);
+    kv_rel_err(other_pair, own, N, &ok, &ov);
+    print_message("late-added pair: K/V error vs own prefill %.4f / %.4f; raw reuse %.4f / %.4f; "
+                  "the other consumer's pair %.4f / %.4f\n", ek, ev, rk, rv, ok, ov);
+    assert_true(ek < rk);
+    assert_true(ev < rv);
+    assert_true(ek + ev < ok + ov);
+    scdb_kv_cache_free(&other_pair);
+    scdb_kv_cache_free(&a);
+    scdb_kv_cache_free(&b);
+    scdb_kv_cache_free(&own);
+    scdb_kv_cache_free(&raw);
+
+    /* late_added in files: absent reads as 0 (pairs written before it);
+     * anything but 0/1 is refused; a fingerprint that is not one too */
+    char ed[700];
+    scdb_pair *q = NULL;
+    snprintf(ed, sizeof ed, "%s/edited.safetensors", tmpdir);
+    edit_meta(lpath, ed, "late_added", NULL);
+    assert_int_equal(scdb_pair_load(ed, frozen, &q, err, sizeof err), SCDB_OK);
+    assert_int_equal(scdb_pair_get_info(q)->late_added, 0);
+    scdb_pair_free(&q);
+    edit_meta(lpath, ed, "late_added", "yes");
+    assert_int_equal(scdb_pair_load(ed, frozen, &q, err, sizeof err), SCDB_EFORMAT);
+    assert_non_null(strstr(err, "late_added"));
+    edit_meta(lpath, ed, "late_added", "2");
+    assert_int_equal(scdb_pair_load(ed, frozen, &q, err, sizeof err), SCDB_EFORMAT);
+    edit_meta(lpath, ed, "consumer_fp", "not-a-fingerprint");
+    assert_int_equal(scdb_pair_load(ed, frozen, &q, err, sizeof err), SCDB_EFORMAT);
+    assert_non_null(strstr(err, "consumer_fp"));
+    edit_meta(lpath, ed, "consumer_fp", "0123456789ABCDEF0123456789abcdef");
+    assert_int_equal(scdb_pair_load(ed, frozen, &q, err, sizeof err), SCDB_EFORMAT);
+    assert_null(q);
+
+    free(before);
+    scdb_pair_free(&back);
+    scdb_pair_free(&lp);
+    scdb_pair_free(&joint);
+    scdb_calib_free(&c2);
+    scdb_codebook_free(&frozen);
+    scdb_codebook_free(&cb);
+}
+
+/* Pairs written before the tensor fingerprint record the 16-digit hash of
+ * model.safetensors: checked as such, and re-stamped (after that check)
+ * with the tensor fingerprint, decoders untouched. */
+static void test_legacy_fingerprint(void **state)
+{
+    (void)state;
+    char dir[600], legacy[700], out[700], err[512] = "", hex16[17], fp[33];
+    char *buf;
+    size_t len;
+    scdb_codebook *cb = NULL;
+    scdb_pair *p = NULL, *r = NULL;
+    if (!pair_path[0]) skip();                 /* test_files_and_refusals wrote it */
+    assert_int_equal(scdb_codebook_load(cb_path, &cb, err, sizeof err), SCDB_OK);
+    snprintf(dir, sizeof dir, "%s/models/cons/model.safetensors", tmpdir);
+    read_all(dir, &buf, &len);
+    snprintf(hex16, sizeof hex16, "%016llx", (unsigned long long)XXH3_64bits(buf, len));
+    free(buf);
+    snprintf(legacy, sizeof legacy, "%s/legacy.safetensors", tmpdir);
+    edit_meta(pair_path, legacy, "consumer_fp", hex16);
+    edit_meta(legacy, legacy, "late_added", NULL);
+    assert_int_equal(scdb_pair_load(legacy, cb, &p, err, sizeof err), SCDB_OK);
+    assert_string_equal(scdb_pair_get_info(p)->consumer_fp, hex16);
+    assert_int_equal(scdb_pair_check_models(p, prod, cons, err, sizeof err), SCDB_OK);
+    assert_int_equal(scdb_pair_check_models(p, prod, late, err, sizeof err), SCDB_EMISMATCH);
+    assert_non_null(strstr(err, hex16));
+    scdb_pair_free(&p);
+
+    /* re-stamp: refused for other weights or another consumer */
+    snprintf(out, sizeof out, "%s/restamped.safetensors", tmpdir);
+    assert_int_equal(scdb_pair_restamp(legacy, cb, late, out, err, sizeof err), SCDB_EMISMATCH);
+    assert_int_equal(access(out, F_OK), -1);
+    assert_int_equal(scdb_pair_restamp(legacy, cb, cons, out, err, sizeof err), SCDB_OK);
+    assert_int_equal(scdb_pair_load(out, cb, &r, err, sizeof err), SCDB_OK);
+    snprintf(dir, sizeof dir, "%s/models/cons", tmpdir);
+    assert_int_equal(scdb_weights_fp(dir, fp, NULL, 0), SCDB_OK);
+    assert_string_equal(scdb_pair_get_info(r)->consumer_fp, fp);
+    assert_int_equal(scdb_pair_check_models(r, prod, cons, err, sizeof err), SCDB_OK);
+    /* tensors byte for byte */
+    scdb_st_file *fa, *fb;
+    assert_int_equal(scdb_st_open(legacy, &fa, NULL, 0), SCDB_OK);
+    assert_int_equal(scdb_st_open(out, &fb, NULL, 0), SCDB_OK);
+    assert_int_equal(scdb_st_count(fa), scdb_st_count(fb));
+    for (int i = 0; i < scdb_st_count(fa); i++) {
+        const scdb_st_tensor *ta = scdb_st_at(fa, i), *tb = scdb_st_find(fb, ta->name);
+        assert_non_null(tb);
+        assert_int_equal(ta->dtype, tb->dtype);
+        assert_int_equal(ta->nbytes, tb->nbytes);
+        assert_memory_equal(ta->data, tb->data, ta->nbytes);
+    }
+    scdb_st_close(&fa);
+    scdb_st_close(&fb);
+    /* a tensor fingerprint already: nothing to re-stamp */
+    assert_int_equal(scdb_pair_restamp(out, cb, cons, out, err, sizeof err), SCDB_EINVAL);
+    assert_int_equal(scdb_pair_restamp("/nonexistent.safetensors", cb, cons, out, err, sizeof err),
+                     SCDB_ENOTFOUND);
+    scdb_pair_free(&r);
+    scdb_codebook_free(&cb);
+}
+
 static int contains(const unsigned char *t, size_t len, const char *s)
 {
     size_t n = strlen(s);
@@ -1127,10 +1356,6 @@ static void test_int8_codes(void **state)
  * CPU ops table (scdb_calib_set_device) writes the same codebook and pair,
  * byte for byte, as the host path: candidates chosen by measured KL, two
  * aligners trained, the patch order chosen greedily by measured KL. */
-static void read_all(const char *path, char **buf, size_t *len)
-{
-    assert_int_equal(scdb_read_file(path, 1 << 26, buf, len), SCDB_OK);
-}
 
 static void test_calib_device(void **state)
 {
@@ -1193,6 +1418,8 @@ int main(void)
         cmocka_unit_test(test_pair_dev_cpu),
         cmocka_unit_test(test_calib_device),
         cmocka_unit_test(test_files_and_refusals),
+        cmocka_unit_test(test_legacy_fingerprint),
+        cmocka_unit_test(test_late_added),
         cmocka_unit_test(test_domain_text),
         cmocka_unit_test(test_shipped_pairs),
     };

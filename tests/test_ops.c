@@ -11,6 +11,9 @@
  *   notify_protocol  started with $NOTIFY_SOCKET (as systemd's Type=notify
  *       does), the broker sends READY=1 once it serves, RELOADING=1 then
  *       READY=1 around a SIGHUP reload, STOPPING=1 when SIGTERM drains.
+ *   reload_stale_pair  a reload that brings a pair calibrated for other
+ *       weights: the client that registered with its weights fingerprint
+ *       keeps the pair it was checked against, a new one is refused.
  *   restart_not_errors  a client that survives a broker restart: its first
  *       calls carry the old token and are answered SCDB_ECLOSED (libscdb
  *       registers again and retries); the broker counts them as stale
@@ -37,6 +40,7 @@
 #include <cmocka.h>
 
 #include "broker_kv.h"
+#include "signal_pid.h"
 #include "scdb.h"
 #include "scdb_common.h"
 
@@ -302,6 +306,60 @@ static void reload_with_live_clients(void **state)
     assert_int_equal(stop_broker(), 0);
 }
 
+/* The family's codebook and a pair for consumer `code` read from
+ * data/pairs/base__<pair>.safetensors. */
+static void append_family(const char *pair)
+{
+    char buf[2048];
+    snprintf(buf, sizeof buf,
+             "[model base]\nconfig = %s/models/base/config.json\n\n"
+             "[model code]\nconfig = %s/models/code/config.json\n\n"
+             "[codebook base-scd]\nkind = scd\nmodel = base\nfile = %s/codebooks/base.safetensors\n\n"
+             "[pair base-scd code]\ndecoder = scd\nfile = %s/pairs/base__%s.safetensors\n\n",
+             SCDB_DATA_DIR, SCDB_DATA_DIR, SCDB_DATA_DIR, SCDB_DATA_DIR, pair);
+    append_config(buf);
+}
+
+/* A reload that brings a pair calibrated for other weights (here the
+ * manpages pair configured for code): a client that registered with code's
+ * fingerprint keeps the pair it was checked against, a new one is refused;
+ * one that told no fingerprint moves. */
+static void reload_stale_pair(void **state)
+{
+    char code_fp[33];
+    scdb *checked, *unchecked, *h;
+    scdb_opts o = {.endpoint = endpoint, .timeout_ms = 10000, .name = "test_ops"};
+    (void)state;
+    if (access(SCDB_DATA_DIR "/pairs/base__manpages.safetensors", R_OK) ||
+        access(SCDB_DATA_DIR "/models/code/model.safetensors", R_OK)) {
+        print_message("skipped: no model family under " SCDB_DATA_DIR "\n");
+        skip();
+    }
+    assert_int_equal(scdb_weights_fingerprint(SCDB_DATA_DIR "/models/code", code_fp, NULL, 0), SCDB_OK);
+    write_config(NULL);
+    append_family("code");
+    start_broker();
+    assert_int_equal(scdb_connect(&o, &checked), SCDB_OK);
+    assert_int_equal(scdb_set_weights_fp(checked, code_fp), SCDB_OK);
+    assert_int_equal(scdb_register(checked, SCDB_CONSUMER, "code", "base-scd", NULL), SCDB_OK);
+    unchecked = client(SCDB_CONSUMER, "code", "base-scd", SCDB_OK);
+
+    write_config(NULL);
+    append_family("manpages");
+    signal_pid(broker_pid, SIGHUP);
+    wait_counter(offsetof(scdb_stat, reloads), 1, "reloads");
+    assert_true(log_has("1 client(s) moved to it, 1 kept the previous set"));
+    assert_int_equal(scdb_ping(checked, NULL), SCDB_OK);
+    assert_int_equal(scdb_connect(&o, &h), SCDB_OK);
+    assert_int_equal(scdb_set_weights_fp(h, code_fp), SCDB_OK);
+    assert_int_equal(scdb_register(h, SCDB_CONSUMER, "code", "base-scd", NULL), SCDB_EMISMATCH);
+    assert_non_null(strstr(scdb_last_error(h), code_fp));
+    scdb_close(&h);
+    scdb_close(&unchecked);
+    scdb_close(&checked);
+    assert_int_equal(stop_broker(), 0);
+}
+
 static void restart_not_errors(void **state)
 {
     scdb *c;
@@ -384,6 +442,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(reload_with_live_clients, setup, teardown),
         cmocka_unit_test_setup_teardown(notify_protocol, setup, teardown),
+        cmocka_unit_test_setup_teardown(reload_stale_pair, setup, teardown),
         cmocka_unit_test_setup_teardown(restart_not_errors, setup, teardown),
     };
     signal(SIGPIPE, SIG_IGN);

@@ -32,7 +32,7 @@ env -u LD_LIBRARY_PATH "$tmp/t_shared"
 # libscdb.a with the shared system libraries (Debian's static libzmq
 # dependencies are not installable: norm.pc names a bare libprotokit.a)
 cc -Wall -Werror "$tmp/t.c" $(pkg-config --cflags scdb) "$lib/libscdb.a" \
-   -lzmq -lprotobuf-c -lpthread -lrt -lm -o "$tmp/t_static"
+   -lzmq -lprotobuf-c -lcjson -lpthread -lrt -lm -o "$tmp/t_static"
 "$tmp/t_static"
 mkdir "$tmp/cm"
 cat > "$tmp/cm/CMakeLists.txt" <<'CM'

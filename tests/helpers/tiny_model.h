@@ -100,7 +100,8 @@ static void tiny_model_write(const char *dir, const tiny_model *t)
             if (l < 0) snprintf(name, sizeof name, "%s", top[i].n);
             else snprintf(name, sizeof name, "layers.%d.%s", l, lay[i].n);
             if (t->skip && !strcmp(t->skip, name)) continue;
-            b = bufs[nb++] = malloc(numel * sizeof *b);
+            /* room for the extra row of a bad_shape tensor (left zero) */
+            b = bufs[nb++] = calloc(numel + (size_t)(ndim == 2 ? shape[1] : 1), sizeof *b);
             assert_non_null(b);
             for (size_t k = 0; k < numel; k++) {
                 b[k] = scale == 0.0f ? 1.0f + 0.1f * tiny_frand(t->rng) : scale * tiny_frand(t->rng);

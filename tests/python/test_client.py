@@ -189,6 +189,35 @@ def test_register_errors(broker):
             c.states_arena(64)                           # raw codebook: no broker encode
 
 
+def test_register_weights_fingerprint(broker):
+    """A consumer that says which weights it runs: its pair must have been
+    calibrated for them (stale pairs refused, both fingerprints named)."""
+    from scdb_broker import DATA_DIR
+    code = scdb.weights_fingerprint(f"{DATA_DIR}/models/code")
+    other = scdb.weights_fingerprint(f"{DATA_DIR}/models/manpages")
+    assert len(code) == 32 and code != other
+    with scdb.Client(broker.endpoint) as c:
+        assert c.register("code", "consumer", "base-scd", weights_fp=code)["decoder"] == "scd"
+        c.register("code", "consumer", "base-scd", model_dir=f"{DATA_DIR}/models/code")
+        with pytest.raises(scdb.MismatchError) as e:
+            c.register("code", "consumer", "base-scd", weights_fp=other)
+        assert code in e.value.message and other in e.value.message
+        with pytest.raises(scdb.MismatchError):
+            c.register("code", "consumer", "base-scd", model_dir=f"{DATA_DIR}/models/manpages")
+        c.register("code", "consumer", "base-scd")             # none given: not checked
+        with pytest.raises(scdb.InvalidError):
+            c.register("code", "consumer", "base-scd", weights_fp="XYZ")
+        with pytest.raises(scdb.InvalidError):
+            c.register("code", "consumer", "base-scd", weights_fp=code, model_dir="/x")
+        with pytest.raises(scdb.NotFoundError):
+            c.register("code", "consumer", "base-scd", model_dir="/nonexistent/model")
+    with pytest.raises(scdb.NotFoundError) as e:
+        scdb.weights_fingerprint("/nonexistent/model")
+    assert "/nonexistent/model" in e.value.message
+    with pytest.raises(TypeError):
+        scdb.weights_fingerprint(3)
+
+
 def test_session_bad_probs(producer, consumer, prompt, raw_payload):
     toks = prompt(64)
     producer.put(toks, raw_payload(producer.info, 1))

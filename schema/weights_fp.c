@@ -1,0 +1,355 @@
+/* weights_fp.c — the weights fingerprint of a model directory
+ * (weights_fp.h; schema/FORMATS.md, "Weights fingerprint").  Layout and
+ * tensor names follow the two checkpoint layouts the model loader reads
+ * (model/model.c, model/hf_checkpoint.c), restated here because schema/ sits
+ * below model/ (and libscdb, which computes fingerprints, links no model). */
+#include "weights_fp.h"
+
+#include <cjson/cJSON.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "safetensors.h"
+#include "scdb_common.h"
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+#define FP_TAG "scdb-weights-1"        /* hashed with its NUL */
+#define INDEX_NAME "model.safetensors.index.json"
+#define MAX_JSON (64u << 20)
+#define MAX_FILES 4096
+
+/* scdb's own names -> Hugging Face names (FORMATS.md's table). */
+static const char *const TOP[][2] = {
+    {"tok_embeddings.weight", "model.embed_tokens.weight"},
+    {"norm.weight", "model.norm.weight"},
+    {"output.weight", "lm_head.weight"},
+};
+static const char *const LAYER[][2] = {
+    {"attention_norm.weight", "input_layernorm.weight"},
+    {"attention.wq.weight", "self_attn.q_proj.weight"},
+    {"attention.wk.weight", "self_attn.k_proj.weight"},
+    {"attention.wv.weight", "self_attn.v_proj.weight"},
+    {"attention.wo.weight", "self_attn.o_proj.weight"},
+    {"ffn_norm.weight", "post_attention_layernorm.weight"},
+    {"feed_forward.w1.weight", "mlp.gate_proj.weight"},
+    {"feed_forward.w3.weight", "mlp.up_proj.weight"},
+    {"feed_forward.w2.weight", "mlp.down_proj.weight"},
+};
+
+#define EMBED "model.embed_tokens.weight"
+#define HEAD "lm_head.weight"
+
+/* The Hugging Face name of a tensor the model reads (0), or -1 for one it
+ * does not.  `hf`: the name is in that layout's naming.  Layer numbers are
+ * plain decimals ("layers.01." is not a layer name). */
+static int canonical(const char *name, int hf, char *out, size_t cap)
+{
+    const char *prefix = hf ? "model.layers." : "layers.";
+    size_t pl = strlen(prefix);
+    for (size_t i = 0; i < SCDB_ARRAY_LEN(TOP); i++)
+        if (!strcmp(name, TOP[i][hf])) {
+            snprintf(out, cap, "%s", TOP[i][1]);
+            return 0;
+        }
+    if (strncmp(name, prefix, pl)) return -1;
+    const char *p = name + pl, *q = p;
+    while (*q >= '0' && *q <= '9') q++;
+    if (q == p || *q != '.' || (q - p > 1 && *p == '0') || q - p > 9) return -1;
+    for (size_t i = 0; i < SCDB_ARRAY_LEN(LAYER); i++)
+        if (!strcmp(q + 1, LAYER[i][hf])) {
+            snprintf(out, cap, "model.layers.%.*s.%s", (int)(q - p), p, LAYER[i][1]);
+            return 0;
+        }
+    return -1;
+}
+
+typedef struct fp_entry {
+    char name[160];                /* canonical (Hugging Face) name */
+    const scdb_st_tensor *t;
+    const char *file;              /* for messages */
+} fp_entry;
+
+typedef struct fp_src {
+    const char *dir;
+    int hf, tied;
+    scdb_st_file *files[MAX_FILES];
+    const char *file_names[MAX_FILES];
+    int n_files;
+    fp_entry *e;
+    int n, cap;
+} fp_src;
+
+static int cmp_entry(const void *a, const void *b)
+{
+    return strcmp(((const fp_entry *)a)->name, ((const fp_entry *)b)->name);
+}
+
+static scdb_err add_entry(fp_src *s, const char *canon, const scdb_st_tensor *t, const char *file)
+{
+    if (s->n == s->cap) {
+        int nc = s->cap ? 2 * s->cap : 64;
+        fp_entry *g = realloc(s->e, (size_t)nc * sizeof *g);
+        if (!g) return SCDB_ENOMEM;
+        s->e = g;
+        s->cap = nc;
+    }
+    fp_entry *e = &s->e[s->n++];
+    snprintf(e->name, sizeof e->name, "%s", canon);
+    e->t = t;
+    e->file = file;
+    return SCDB_OK;
+}
+
+static scdb_err open_weights(fp_src *s, const char *name, scdb_st_file **out, char *errbuf,
+                             size_t errlen)
+{
+    char path[1400], msg[512] = "";
+    for (int k = 0; k < s->n_files; k++)
+        if (!strcmp(s->file_names[k], name)) {
+            *out = s->files[k];
+            return SCDB_OK;
+        }
+    if (s->n_files == MAX_FILES) {
+        scdb_errf(errbuf, errlen, "%s: more than %d weight files", s->dir, MAX_FILES);
+        return SCDB_ERANGE;
+    }
+    snprintf(path, sizeof path, "%s/%s", s->dir, name);
+    scdb_err rc = scdb_st_open(path, out, msg, sizeof msg);
+    if (rc == SCDB_ENOTFOUND) scdb_errf(errbuf, errlen, "%s: no such file", path);
+    else if (rc) scdb_errf(errbuf, errlen, "%s", msg);   /* the reader names the file */
+    if (rc) return rc;
+    s->files[s->n_files] = *out;
+    s->file_names[s->n_files++] = name;
+    return SCDB_OK;
+}
+
+/* config.json: the layout (an object with "hidden_size" is a Hugging Face
+ * config, as the model loader decides) and, for that layout, whether the
+ * output head is tied to the embedding. */
+static scdb_err read_config(fp_src *s, char *errbuf, size_t errlen)
+{
+    char path[1400], *buf = NULL;
+    size_t len;
+    snprintf(path, sizeof path, "%s/config.json", s->dir);
+    scdb_err rc = scdb_read_file(path, MAX_JSON, &buf, &len);
+    if (rc) {
+        scdb_errf(errbuf, errlen, "%s: %s", path, rc == SCDB_ENOTFOUND ? "no such file" : "cannot be read");
+        return rc;
+    }
+    cJSON *j = cJSON_ParseWithLength(buf, len);
+    free(buf);
+    if (!cJSON_IsObject(j)) {
+        scdb_errf(errbuf, errlen, "%s: not a JSON object", path);
+        cJSON_Delete(j);
+        return SCDB_EFORMAT;
+    }
+    s->hf = cJSON_HasObjectItem(j, "hidden_size");
+    s->tied = s->hf && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "tie_word_embeddings"));
+    cJSON_Delete(j);
+    return SCDB_OK;
+}
+
+/* The tensors of one file: every one the model reads. */
+static scdb_err scan_file(fp_src *s, scdb_st_file *f, const char *fname)
+{
+    char canon[160];
+    for (int i = 0; i < scdb_st_count(f); i++) {
+        const scdb_st_tensor *t = scdb_st_at(f, i);
+        if (canonical(t->name, s->hf, canon, sizeof canon)) continue;
+        scdb_err rc = add_entry(s, canon, t, fname);
+        if (rc) return rc;
+    }
+    return SCDB_OK;
+}
+
+/* Sharded Hugging Face checkpoint: the index's weight_map names each
+ * tensor's shard, as the loader reads it. */
+static scdb_err scan_index(fp_src *s, cJSON **index, char *errbuf, size_t errlen)
+{
+    char path[1400], *buf = NULL, canon[160];
+    size_t len;
+    snprintf(path, sizeof path, "%s/" INDEX_NAME, s->dir);
+    scdb_err rc = scdb_read_file(path, MAX_JSON, &buf, &len);
+    if (rc == SCDB_ENOTFOUND) {
+        scdb_errf(errbuf, errlen, "%s: neither model.safetensors nor " INDEX_NAME, s->dir);
+        return rc;
+    }
+    if (rc) {
+        scdb_errf(errbuf, errlen, "%s: cannot be read", path);
+        return rc;
+    }
+    *index = cJSON_ParseWithLength(buf, len);
+    free(buf);
+    const cJSON *map = cJSON_IsObject(*index) ? cJSON_GetObjectItemCaseSensitive(*index, "weight_map") : NULL;
+    if (!cJSON_IsObject(map)) {
+        scdb_errf(errbuf, errlen, "%s: not a JSON object with a \"weight_map\" object", path);
+        return SCDB_EFORMAT;
+    }
+    const cJSON *e;
+    cJSON_ArrayForEach(e, map) {
+        const char *shard = cJSON_IsString(e) ? e->valuestring : NULL;
+        scdb_st_file *f;
+        if (!shard) {
+            scdb_errf(errbuf, errlen, "%s: weight_map entry '%s' is not a file name string", path, e->string);
+            return SCDB_EFORMAT;
+        }
+        if (!shard[0] || shard[0] == '.' || strchr(shard, '/') || strchr(shard, '\\')) {
+            scdb_errf(errbuf, errlen, "%s: weight_map entry '%s' -> '%s' points outside %s", path, e->string,
+                      shard, s->dir);
+            return SCDB_ERANGE;
+        }
+        if (canonical(e->string, 1, canon, sizeof canon)) continue;
+        if ((rc = open_weights(s, shard, &f, errbuf, errlen))) return rc;
+        const scdb_st_tensor *t = scdb_st_find(f, e->string);
+        if (!t) {
+            scdb_errf(errbuf, errlen, "tensor '%s': " INDEX_NAME " maps it to %s, which does not contain it",
+                      e->string, shard);
+            return SCDB_ENOTFOUND;
+        }
+        if ((rc = add_entry(s, canon, t, shard))) return rc;
+    }
+    return SCDB_OK;
+}
+
+/* Exact widening to f32 bit patterns (IEEE 754: every f16 and bf16 value,
+ * subnormals, infinities and NaN payloads included, is an f32 value): the
+ * conversion the model loader applies (kernels/cpu/half.c; schema/ cannot
+ * call it, test_weights_fp checks the two agree on all 65536 patterns). */
+static uint32_t widen_f16(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
+    if (exp == 31) return sign | 0x7f800000u | (mant << 13);
+    if (exp) return sign | ((exp + 112u) << 23) | (mant << 13);
+    if (!mant) return sign;
+    uint32_t e = 113;                           /* normalise the subnormal: mant 2^-24 */
+    while (!(mant & 0x400u)) { mant <<= 1; e--; }
+    return sign | (e << 23) | ((mant & 0x3ffu) << 13);
+}
+
+static void put_u64le(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static scdb_err hash_tensor(XXH3_state_t *st, const fp_entry *e, char *errbuf, size_t errlen)
+{
+    const scdb_st_tensor *t = e->t;
+    uint8_t hdr[8 * (1 + SCDB_ST_MAX_DIMS)];
+    size_t numel = 1;
+    if (t->dtype != SCDB_F32 && t->dtype != SCDB_F16 && t->dtype != SCDB_BF16) {
+        scdb_errf(errbuf, errlen, "tensor '%s' in %s is %s: the model reads only F32, F16 or BF16", t->name,
+                  e->file, scdb_dtype_name(t->dtype));
+        return SCDB_EDTYPE;
+    }
+    XXH3_128bits_update(st, e->name, strlen(e->name) + 1);
+    put_u64le(hdr, (uint64_t)t->ndim);
+    for (int i = 0; i < t->ndim; i++) {
+        put_u64le(hdr + 8 * (1 + i), (uint64_t)t->shape[i]);
+        numel *= (size_t)t->shape[i];
+    }
+    XXH3_128bits_update(st, hdr, 8 * (1 + (size_t)t->ndim));
+    const uint8_t *src = t->data;
+    uint8_t out[4096 * 4];
+    if (t->dtype == SCDB_F32) {                 /* already f32 little-endian */
+        XXH3_128bits_update(st, src, numel * 4);
+        return SCDB_OK;
+    }
+    for (size_t i = 0; i < numel;) {
+        size_t n = numel - i < 4096 ? numel - i : 4096;
+        for (size_t k = 0; k < n; k++, i++) {
+            uint16_t h = (uint16_t)(src[2 * i] | src[2 * i + 1] << 8);
+            uint32_t u = t->dtype == SCDB_BF16 ? (uint32_t)h << 16 : widen_f16(h);
+            for (int b = 0; b < 4; b++) out[4 * k + (size_t)b] = (uint8_t)(u >> (8 * b));
+        }
+        XXH3_128bits_update(st, out, 4 * n);
+    }
+    return SCDB_OK;
+}
+
+scdb_err scdb_weights_fp(const char *model_dir, char hex[SCDB_WEIGHTS_FP_HEX + 1], char *errbuf,
+                         size_t errlen)
+{
+    fp_src *s = NULL;
+    cJSON *index = NULL;
+    XXH3_state_t *st = NULL;
+    scdb_st_file *one = NULL;   /* owned by s->files */
+    struct stat sb;
+    char path[1400];
+    scdb_err rc;
+
+    if (!model_dir || !hex) return SCDB_EINVAL;
+    hex[0] = '\0';
+    s = calloc(1, sizeof *s);
+    st = XXH3_createState();
+    if (!s || !st) { rc = SCDB_ENOMEM; goto done; }
+    s->dir = model_dir;
+    if ((rc = read_config(s, errbuf, errlen))) goto done;
+    snprintf(path, sizeof path, "%s/model.safetensors", model_dir);
+    if (stat(path, &sb) == 0) {            /* one file (wins over an index, as in the loader) */
+        if (!(rc = open_weights(s, "model.safetensors", &one, errbuf, errlen)))
+            rc = scan_file(s, one, "model.safetensors");
+    } else if (s->hf) {
+        rc = scan_index(s, &index, errbuf, errlen);
+    } else {
+        scdb_errf(errbuf, errlen, "%s: no such file", path);
+        rc = SCDB_ENOTFOUND;
+    }
+    if (rc) goto done;
+    if (s->tied) {   /* the head is the embedding, whatever the files hold under its name */
+        const fp_entry *emb = NULL;
+        for (int i = 0; i < s->n; i++)
+            if (!strcmp(s->e[i].name, HEAD)) s->e[i--] = s->e[--s->n];
+        for (int i = 0; i < s->n && !emb; i++)
+            if (!strcmp(s->e[i].name, EMBED)) emb = &s->e[i];
+        if (!emb) {
+            scdb_errf(errbuf, errlen, "%s: tie_word_embeddings is true but there is no %s", model_dir, EMBED);
+            rc = SCDB_ENOTFOUND;
+            goto done;
+        }
+        fp_entry head = *emb;
+        snprintf(head.name, sizeof head.name, "%s", HEAD);
+        if ((rc = add_entry(s, head.name, head.t, head.file))) goto done;
+    }
+    if (s->n == 0) {
+        scdb_errf(errbuf, errlen, "%s: no tensor the model reads", model_dir);
+        rc = SCDB_ENOTFOUND;
+        goto done;
+    }
+    qsort(s->e, (size_t)s->n, sizeof *s->e, cmp_entry);
+    for (int i = 1; i < s->n; i++)
+        if (!strcmp(s->e[i].name, s->e[i - 1].name)) {
+            scdb_errf(errbuf, errlen, "%s: tensor %s appears twice", model_dir, s->e[i].name);
+            rc = SCDB_EFORMAT;
+            goto done;
+        }
+    XXH3_128bits_reset(st);
+    XXH3_128bits_update(st, FP_TAG, sizeof FP_TAG);
+    for (int i = 0; i < s->n; i++)
+        if ((rc = hash_tensor(st, &s->e[i], errbuf, errlen))) goto done;
+    XXH128_hash_t h = XXH3_128bits_digest(st);
+    snprintf(hex, SCDB_WEIGHTS_FP_HEX + 1, "%016llx%016llx", (unsigned long long)h.high64,
+             (unsigned long long)h.low64);
+    rc = SCDB_OK;
+done:
+    if (s) {
+        for (int k = 0; k < s->n_files; k++) scdb_st_close(&s->files[k]);
+        free(s->e);
+    }
+    free(s);
+    cJSON_Delete(index);
+    if (st) XXH3_freeState(st);
+    return rc;
+}
+
+int scdb_weights_fp_valid(const char *s)
+{
+    if (!s || strlen(s) != SCDB_WEIGHTS_FP_HEX) return 0;
+    for (const char *p = s; *p; p++)
+        if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f'))) return 0;
+    return 1;
+}
