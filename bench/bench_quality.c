@@ -60,7 +60,7 @@
  *
  * Every SCD row carries "codes_dtype" ("f16", "int8"; null for the other
  * methods) and "late_added" (the pair was fitted later against the frozen
- * codebook, `scdb calibrate --codebook`: pair metadata late_added). */
+ * codebook, `scdb calibrate --codebook`: scdb_pair_info.late_added). */
 #include <cjson/cJSON.h>
 #include <dirent.h>
 #include <math.h>
@@ -73,7 +73,6 @@
 #include "bench.h"
 #include "codec.h"
 #include "model.h"
-#include "safetensors.h"
 
 int scdb_bench_quality(int argc, char **argv);
 
@@ -481,21 +480,6 @@ static cJSON *row_tag(cJSON *r, const char *codes, int late_added)
     return r;
 }
 
-/* THE place this bench reads whether a pair was fitted later against a
- * frozen codebook (`scdb calibrate --codebook`): the pair file's metadata
- * "late_added" ("1" or "true"); absent: 0.  When scdb_pair_info carries
- * the field, read it there instead. */
-static int pair_late_added(const char *pair_path)
-{
-    scdb_st_file *f = NULL;
-    int late = 0;
-    if (scdb_st_open(pair_path, &f, NULL, 0)) return 0;
-    const char *v = scdb_st_meta(f, "late_added");
-    late = v && (!strcmp(v, "1") || !strcmp(v, "true"));
-    scdb_st_close(&f);
-    return late;
-}
-
 static double jnum(const cJSON *o, const char *k)
 {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
@@ -601,11 +585,12 @@ typedef struct sweep_in {
     double raw_bytes;
 } sweep_in;
 
-/* A calibration session as `scdb calibrate` makes one, smaller: statistics
- * windows split over the distinct domains (training files, else the
- * held-out first half), 6 held-back KL windows per consumer from the end of
- * its held-out first half (greedy patch order). */
-static scdb_err sweep_session(const qopts *o, const sweep_in *in, scdb_device dev, scdb_calib **out)
+/* A calibration session over cons[0..n) as `scdb calibrate` makes one:
+ * statistics windows split over the distinct domains (training files, else
+ * the held-out first half), 6 held-back KL windows per consumer from the
+ * end of its held-out first half (greedy patch order). */
+static scdb_err sweep_session(const qopts *o, const scdb_model *prod, scdb_model *const *cons, int n,
+                              scdb_device dev, scdb_calib **out)
 {
     scdb_calib_opts co = {.window = 384, .n_eval = 6, .verbose = 0};
     scdb_calib *cal = NULL;
@@ -613,12 +598,12 @@ static scdb_err sweep_session(const qopts *o, const sweep_in *in, scdb_device de
     int nd = 0, need = 320 + 64 + 1;
     scdb_err rc;
 
-    if ((rc = scdb_calib_new(in->prod, (const scdb_model *const *)in->cons, in->nc, &co, &cal))) return rc;
+    if ((rc = scdb_calib_new(prod, (const scdb_model *const *)cons, n, &co, &cal))) return rc;
     if (dev != SCDB_DEV_CPU && (rc = scdb_calib_set_device(cal, dev))) goto fail;
-    for (int i = 0; i < in->nc; i++) {
+    for (int i = 0; i < n; i++) {
         unsigned char *t;
         size_t len, span = 6 * (size_t)need;
-        if ((rc = scdb_codec_domain_text(in->cons[i], SCDB_TEXT_HELDOUT_FIRST, (size_t)1 << 30, &t, &len,
+        if ((rc = scdb_codec_domain_text(cons[i], SCDB_TEXT_HELDOUT_FIRST, (size_t)1 << 30, &t, &len,
                                          NULL, 0)))
             goto fail;
         for (int k = 0; k < 6 && !rc && len >= 2 * span; k++)
@@ -626,9 +611,9 @@ static scdb_err sweep_session(const qopts *o, const sweep_in *in, scdb_device de
         free(t);
         if (rc) goto fail;
     }
-    all[0] = in->prod;
-    for (int i = 0; i < in->nc; i++) all[i + 1] = in->cons[i];
-    for (int i = 0; i <= in->nc; i++) {
+    all[0] = prod;
+    for (int i = 0; i < n; i++) all[i + 1] = cons[i];
+    for (int i = 0; i <= n; i++) {
         int dup = 0;
         for (int q = 0; q < nd; q++) dup |= !strcmp(scdb_model_cfg(dm[q])->domain, scdb_model_cfg(all[i])->domain);
         if (!dup) dm[nd++] = all[i];
@@ -670,16 +655,28 @@ static void sweep_print(const cJSON *e)
 static scdb_err run_sweep(ctx *c, const sweep_in *in, cJSON *jsweep)
 {
     const qopts *o = c->o;
-    scdb_calib *cal = NULL;
+    scdb_calib *cal = NULL, *cal_late = NULL;
     scdb_codebook *cbs[MAXRANKS] = {0};
     double t0 = scdb_now();
     scdb_err rc;
 
+    /* as the fleet has it: codebooks fitted with the jointly fitted
+     * consumers, late-added ones (their shipped pair's late_added) fitted
+     * afterwards against the frozen codebooks in a session of their own */
+    scdb_model *joint[MAXC], *later[MAXC];
+    int nj = 0, nl = 0, at[MAXC];
+    for (int k = 0; k < in->nc; k++) {
+        if (in->late[k]) { at[k] = nl; later[nl++] = in->cons[k]; }
+        else { at[k] = nj; joint[nj++] = in->cons[k]; }
+    }
+    if (!nj) return SCDB_EINVAL;
     fprintf(stderr, "bench quality: sweep: calibration (%d statistics windows, %d rank points, %d Adam "
-            "steps per aligner)\n", o->sweep_windows, o->n_ranks, o->sweep_steps);
-    if ((rc = sweep_session(o, in, c->dev, &cal))) goto done;
-    fprintf(stderr, "bench quality: sweep: %d windows of statistics (%.0f s)\n", scdb_calib_windows(cal),
-            scdb_now() - t0);
+            "steps per aligner; %d consumers fitted with the codebooks, %d late)\n", o->sweep_windows,
+            o->n_ranks, o->sweep_steps, nj, nl);
+    if ((rc = sweep_session(o, in->prod, joint, nj, c->dev, &cal))) goto done;
+    if (nl && (rc = sweep_session(o, in->prod, later, nl, c->dev, &cal_late))) goto done;
+    fprintf(stderr, "bench quality: sweep: %d + %d windows of statistics (%.0f s)\n", scdb_calib_windows(cal),
+            cal_late ? scdb_calib_windows(cal_late) : 0, scdb_now() - t0);
     for (int q = 0; q < o->n_ranks; q++) {
         scdb_cb_fit f = {.r_k = o->ranks[q][0], .r_v = o->ranks[q][1], .r_h = o->ranks[q][2],
                          .n_candidates = in->ci->n_candidates, .candidates = in->ci->candidates,
@@ -710,7 +707,7 @@ static scdb_err run_sweep(ctx *c, const sweep_in *in, cJSON *jsweep)
             char name[48];
             snprintf(name, sizeof name, "fit %d,%d,%d", o->ranks[q][0], o->ranks[q][1], o->ranks[q][2]);
             fprintf(stderr, "bench quality: sweep: %s: %s pair (%.0f s)\n", in->cnames[k], name, scdb_now() - t0);
-            if ((rc = scdb_calib_fit_pair(cal, cbs[q], k, &pf, &p))) goto done;
+            if ((rc = scdb_calib_fit_pair(in->late[k] ? cal_late : cal, cbs[q], at[k], &pf, &p))) goto done;
             const scdb_pair_info *pi = scdb_pair_get_info(p);
             double tms[2][SCDB_CODEC_MAX_LAYERS + 1];
             rc = time_budgets(c, cbs[q], p, tms);
@@ -724,7 +721,7 @@ static scdb_err run_sweep(ctx *c, const sweep_in *in, cJSON *jsweep)
                     scdb_codebook_set_code_dtype(cbs[q], SCDB_CODES_F16);
                     cJSON *e = row(in->cnames[k], "scd", &ab, by);
                     acc_free(&ab);
-                    row_tag(e, scdb_code_dtype_name((scdb_code_dtype)dt), 0);
+                    row_tag(e, scdb_code_dtype_name((scdb_code_dtype)dt), pi->late_added);
                     cJSON_AddStringToObject(e, "codebook", name);
                     cJSON_AddNumberToObject(e, "r_k", o->ranks[q][0]);
                     cJSON_AddNumberToObject(e, "r_v", o->ranks[q][1]);
@@ -745,6 +742,7 @@ static scdb_err run_sweep(ctx *c, const sweep_in *in, cJSON *jsweep)
 done:
     for (int q = 0; q < MAXRANKS; q++) scdb_codebook_free(&cbs[q]);
     scdb_calib_free(&cal);
+    scdb_calib_free(&cal_late);
     return rc;
 }
 
@@ -904,7 +902,7 @@ int scdb_bench_quality(int argc, char **argv)
             fprintf(stderr, "bench quality: pair %s: %s (%s)\n", path, err, scdb_strerror(rc));
             goto done;
         }
-        late[nc] = pair_late_added(path);
+        late[nc] = scdb_pair_get_info(pairs[nc])->late_added;   /* scdb calibrate --codebook */
         snprintf(cnames[nc], sizeof cnames[nc], "%.120s", names[i]);
         nc++;
     }
