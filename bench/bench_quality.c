@@ -22,6 +22,8 @@
  *               of the held-out FIRST half
  *   scd_reuse   SCD codes, decoded with the pair's REUSE decoders only
  *   scd_full    SCD codes, REUSE + the pair's default patch layers
+ *               (both twice: f16 codes and int8 codes with an f16 scale per
+ *               token and coded layer, JSON "codes_dtype")
  *
  * Metrics per method: perplexity of the continuation, mean KL(oracle ||
  * method) and top-1 agreement with the oracle over the continuation's
@@ -43,11 +45,22 @@
  * host memory.  The producer (capture, encoding) runs on the host.
  *
  * Ablations (JSON "ablations", also printed): patch budget sweep 0..all
- * aligners of the shipped pair; and on an in-process calibration (statistics
+ * aligners of the shipped pair, f16 and int8 codes, with the decode time of
+ * each budget; and on an in-process calibration (statistics
  * from the family's training files, else the held-out first half) REUSE-only
  * codebooks with r_K and r_V varied separately, PCA vs reduced-rank
  * regression, post- vs pre-RoPE K coding, layer 0 coded vs regenerated
- * from tokens. */
+ * from tokens.
+ *
+ * --sweep (JSON "sweep"): the rate knob -- payload vs quality over code
+ * dtype (f16, int8), ranks (in-process calibrations at --sweep-ranks, with
+ * the shipped codebook's patch candidates, aligners and greedy patch order)
+ * and patch budget (0..all), so an operator can pick a point; the points
+ * meeting the int8 goals on every consumer are listed.
+ *
+ * Every SCD row carries "codes_dtype" ("f16", "int8"; null for the other
+ * methods) and "late_added" (the pair was fitted later against the frozen
+ * codebook, `scdb calibrate --codebook`: scdb_pair_info.late_added). */
 #include <cjson/cJSON.h>
 #include <dirent.h>
 #include <math.h>
@@ -64,12 +77,19 @@
 int scdb_bench_quality(int argc, char **argv);
 
 #define MAXC 8
-enum { M_ORACLE, M_RAW, M_QUANT4, M_DROID, M_REUSE, M_FULL, M_COUNT };
-static const char *MNAME[M_COUNT] = {"oracle", "raw", "quant4", "droidspeak", "scd_reuse", "scd_full"};
+enum { M_ORACLE, M_RAW, M_QUANT4, M_DROID, M_REUSE, M_FULL, M_REUSE8, M_FULL8, M_COUNT };
+static const char *MNAME[M_COUNT] = {"oracle", "raw", "quant4", "droidspeak", "scd_reuse", "scd_full",
+                                     "scd_reuse", "scd_full"};
+/* code dtype of each method's payload (NULL: not SCD codes) */
+static const char *MCODES[M_COUNT] = {NULL, NULL, NULL, NULL, "f16", "f16", "int8", "int8"};
+
+#define MAXRANKS 8
 
 typedef struct qopts {
     const char *data, *models, *artifacts, *producer, *text, *json, *png;
     int prefix, cont, windows, reps, ds_layers, abl_windows, ablations, verbose;
+    int sweep, sweep_windows, sweep_steps, n_ranks;
+    int ranks[MAXRANKS][3];      /* --sweep-ranks: r_K, r_V, r_H per point */
 } qopts;
 
 /* one evaluation window, everything the methods need */
@@ -251,7 +271,7 @@ typedef struct scdarg {
     const scdb_pair *p;
     scdb_pair_dev *pd;      /* the pair's weights on the context's device */
     int n_patch;
-    uint16_t *codes;        /* per window: filled before timing */
+    void *codes;            /* per window: filled before timing */
 } scdarg;
 
 static scdb_err b_scd(ctx *c, const qwin *w, void *arg)
@@ -349,20 +369,22 @@ static scdb_err make_windows(ctx *c, const unsigned char *text, size_t len, int 
     return SCDB_OK;
 }
 
-static scdb_err encode_window(const scdb_codebook *cb, const ctx *c, const qwin *w, uint16_t *codes)
+static scdb_err encode_window(const scdb_codebook *cb, const ctx *c, const qwin *w, void *codes)
 {
     scdb_codec_states st = {.h_in = w->ph, .k_post = w->pk};
     return scdb_codec_encode(cb, &st, c->P, codes);
 }
 
-/* scd over all windows for (cb, p, n_patch) -> acc (quality only) */
-static scdb_err eval_scd(ctx *c, const scdb_codebook *cb, const scdb_pair *p, int n_patch, acc *a,
-                         int timed)
+/* scd over all windows for (cb with code dtype dt, p, n_patch) -> acc
+ * (quality; TTFT when timed).  cb is left with f16 codes. */
+static scdb_err eval_scd(ctx *c, scdb_codebook *cb, scdb_code_dtype dt, const scdb_pair *p,
+                         int n_patch, acc *a, int timed)
 {
     scdarg s = {.cb = cb, .p = p, .n_patch = n_patch};
-    scdb_err rc = scdb_pair_dev_new(p, c->dev, &s.pd);
+    scdb_err rc = scdb_codebook_set_code_dtype(cb, dt);
     if (rc) return rc;
-    s.codes = malloc((scdb_codec_codes_len(scdb_codebook_get_info(cb), c->P) + 1) * sizeof(uint16_t));
+    if ((rc = scdb_pair_dev_new(p, c->dev, &s.pd))) return rc;
+    s.codes = malloc(scdb_codec_payload_bytes(cb, c->P) + 16);
     if (!s.codes) {
         scdb_pair_dev_free(&s.pd);
         return SCDB_ENOMEM;
@@ -372,6 +394,57 @@ static scdb_err eval_scd(ctx *c, const scdb_codebook *cb, const scdb_pair *p, in
         rc = run_method(c, &c->w[i], b_scd, &s, a, timed);
     }
     free(s.codes);
+    scdb_pair_dev_free(&s.pd);
+    scdb_codebook_set_code_dtype(cb, SCDB_CODES_F16);
+    return rc;
+}
+
+/* Decode time of the prefix at every (code dtype, patch budget) of a pair,
+ * interleaved: in each of --reps rounds every window is decoded at every
+ * point in turn, so a load burst on a shared machine falls on all points
+ * alike; per point the best round of each window, median over windows.
+ * ms[dt][b] for dt = f16, int8 and b = 0 .. n_aligners.  cb is left with
+ * f16 codes. */
+static scdb_err time_budgets(ctx *c, scdb_codebook *cb, const scdb_pair *p,
+                             double ms[2][SCDB_CODEC_MAX_LAYERS + 1])
+{
+    int nb = scdb_pair_get_info(p)->n_aligners + 1, nw = c->nw;
+    scdarg s = {.cb = cb, .p = p};
+    unsigned char *codes[2] = {NULL, NULL};
+    size_t pb[2];
+    double *best = malloc(sizeof *best * 2 * (size_t)nb * (size_t)nw + 1);
+    scdb_err rc;
+
+    if (!best) return SCDB_ENOMEM;
+    if ((rc = scdb_pair_dev_new(p, c->dev, &s.pd))) { free(best); return rc; }
+    for (int dt = 0; dt < 2 && !rc; dt++) {
+        scdb_codebook_set_code_dtype(cb, (scdb_code_dtype)dt);
+        pb[dt] = scdb_codec_payload_bytes(cb, c->P);
+        if (!(codes[dt] = malloc(pb[dt] * (size_t)nw + 16))) { rc = SCDB_ENOMEM; break; }
+        for (int i = 0; i < nw && !rc; i++) rc = encode_window(cb, c, &c->w[i], codes[dt] + pb[dt] * i);
+    }
+    for (size_t i = 0; i < 2 * (size_t)nb * (size_t)nw; i++) best[i] = INFINITY;
+    for (int r = 0; r < c->o->reps && !rc; r++)
+        for (int i = 0; i < nw && !rc; i++)
+            for (int dt = 0; dt < 2 && !rc; dt++) {
+                scdb_codebook_set_code_dtype(cb, (scdb_code_dtype)dt);
+                s.codes = codes[dt] + pb[dt] * i;
+                for (int b = 0; b < nb && !rc; b++) {
+                    double t0 = scdb_now(), *x = &best[((size_t)dt * nb + b) * nw + i];
+                    s.n_patch = b;
+                    c->cache->n = 0;
+                    rc = b_scd(c, &c->w[i], &s);          /* synchronous on every device */
+                    double t = (scdb_now() - t0) * 1e3;
+                    if (t < *x) *x = t;
+                }
+            }
+    for (int dt = 0; dt < 2; dt++)
+        for (int b = 0; b < nb; b++)
+            ms[dt][b] = rc ? NAN : scdb_bench_median(&best[((size_t)dt * nb + b) * nw], (size_t)nw);
+    scdb_codebook_set_code_dtype(cb, SCDB_CODES_F16);
+    free(codes[0]);
+    free(codes[1]);
+    free(best);
     scdb_pair_dev_free(&s.pd);
     return rc;
 }
@@ -397,6 +470,16 @@ static cJSON *row(const char *consumer, const char *method, const acc *a, double
     return r;
 }
 
+/* The fields every row gains: the code dtype ("f16", "int8"; null: not SCD
+ * codes) and whether the consumer's pair was added later (late_added). */
+static cJSON *row_tag(cJSON *r, const char *codes, int late_added)
+{
+    if (codes) cJSON_AddStringToObject(r, "codes_dtype", codes);
+    else cJSON_AddNullToObject(r, "codes_dtype");
+    cJSON_AddBoolToObject(r, "late_added", late_added);
+    return r;
+}
+
 static double jnum(const cJSON *o, const char *k)
 {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
@@ -410,15 +493,25 @@ static void usage(FILE *f)
     fprintf(f,
 "usage: scdb bench quality [--text FILE] [--json FILE] [--png FILE] [--prefix N]\n"
 "                          [--cont N] [--windows N] [--reps N] [--ds-layers G]\n"
-"                          [--no-ablations] [--ablation-windows N] [--data DIR]\n"
-"                          [--models DIR] [--artifacts DIR] [--producer NAME]\n"
-"                          [--device D] [-q]\n\n"
-"SCD quality table: oracle, raw, quant4, droidspeak, scd_reuse, scd_full for every\n"
-"calibrated pair (DIR/pairs/<producer>__<consumer>.safetensors), on windows of the\n"
-"SECOND half of each consumer's held-out text (or --text FILE for all consumers).\n"
+"                          [--no-ablations] [--ablation-windows N] [--sweep]\n"
+"                          [--sweep-ranks rK,rV,rH[;...]] [--sweep-windows N]\n"
+"                          [--sweep-steps S] [--data DIR] [--models DIR]\n"
+"                          [--artifacts DIR] [--producer NAME] [--device D] [-q]\n\n"
+"SCD quality table: oracle, raw, quant4, droidspeak, scd_reuse and scd_full (f16 and\n"
+"int8 codes) for every calibrated pair (DIR/pairs/<producer>__<consumer>.safetensors),\n"
+"on windows of the SECOND half of each consumer's held-out text (or --text FILE for\n"
+"all consumers); the patch budget sweep with decode times; ablations.\n"
 "  --prefix N (384, >= 1)  --cont N (64)  --windows N (8 per consumer)\n"
 "  --reps N   timing repetitions, best kept (3)\n"
 "  --ds-layers G  layers DroidSpeak recomputes (2)\n"
+"  --sweep    the rate knob: payload vs quality over code dtype (f16, int8), ranks\n"
+"             and patch budget, from in-process calibrations (about a minute per\n"
+"             rank point and consumer here; progress on stderr)\n"
+"  --sweep-ranks L  rank points, ';'-separated r_K,r_V,r_H (default\n"
+"             4,8,12;8,10,14;8,12,16)\n"
+"  --sweep-windows N  statistics windows of the sweep's calibration (256, as\n"
+"             scdb calibrate)\n"
+"  --sweep-steps S    Adam steps per aligner in the sweep (1500, as scdb calibrate)\n"
 "  --data DIR  assets (default $SCDB_DATA, else ../share/scdb beside scdb); --models and\n"
 "              --artifacts (codebooks/, pairs/) override its parts\n"
 "  --png FILE  quality vs payload plot through tools/plot_quality.py (python3 +\n"
@@ -427,6 +520,22 @@ static void usage(FILE *f)
 "              consumers, their caches and every method's cache build run there\n"
 "              (the producer's capture and encoding on the CPU); on CUDA the TTFT of\n"
 "              the non-oracle methods includes uploading their payload\n");
+}
+
+/* "a,b,c;d,e,f" -> o->ranks; -1 on a malformed list */
+static int parse_ranks(const char *s, qopts *o)
+{
+    o->n_ranks = 0;
+    while (*s) {
+        int r[3], used = 0;
+        if (o->n_ranks == MAXRANKS || sscanf(s, "%d,%d,%d%n", &r[0], &r[1], &r[2], &used) != 3) return -1;
+        if (r[0] < 0 || r[1] < 0 || r[2] < 0 || r[0] + r[1] + r[2] == 0) return -1;
+        memcpy(o->ranks[o->n_ranks++], r, sizeof r);
+        s += used;
+        if (*s == ';') s++;
+        else if (*s) return -1;
+    }
+    return o->n_ranks ? 0 : -1;
 }
 
 static scdb_err choose_droid(ctx *c, const unsigned char *cal, size_t cal_len, int g, int *best_a,
@@ -463,10 +572,231 @@ static scdb_err choose_droid(ctx *c, const unsigned char *cal, size_t cal_len, i
     return rc;
 }
 
+/* ------------------------------------------------------------ the rate sweep */
+
+typedef struct sweep_in {
+    const scdb_model *prod;
+    scdb_model *const *cons;
+    char (*cnames)[128];
+    const int *late;
+    int nc;
+    const scdb_codebook_info *ci;   /* the shipped codebook: candidates, layer 0 */
+    int all_input;                  /* the shipped pairs' decoder input */
+    double raw_bytes;
+} sweep_in;
+
+/* A calibration session over cons[0..n) as `scdb calibrate` makes one:
+ * statistics windows split over the distinct domains (training files, else
+ * the held-out first half), 6 held-back KL windows per consumer from the
+ * end of its held-out first half (greedy patch order). */
+static scdb_err sweep_session(const qopts *o, const scdb_model *prod, scdb_model *const *cons, int n,
+                              scdb_device dev, scdb_calib **out)
+{
+    scdb_calib_opts co = {.window = 384, .n_eval = 6, .verbose = 0};
+    scdb_calib *cal = NULL;
+    const scdb_model *dm[MAXC + 1], *all[MAXC + 1];
+    int nd = 0, need = 320 + 64 + 1;
+    scdb_err rc;
+
+    if ((rc = scdb_calib_new(prod, (const scdb_model *const *)cons, n, &co, &cal))) return rc;
+    if (dev != SCDB_DEV_CPU && (rc = scdb_calib_set_device(cal, dev))) goto fail;
+    for (int i = 0; i < n; i++) {
+        unsigned char *t;
+        size_t len, span = 6 * (size_t)need;
+        if ((rc = scdb_codec_domain_text(cons[i], SCDB_TEXT_HELDOUT_FIRST, (size_t)1 << 30, &t, &len,
+                                         NULL, 0)))
+            goto fail;
+        for (int k = 0; k < 6 && !rc && len >= 2 * span; k++)
+            rc = scdb_calib_add_eval(cal, i, t + len - span + (size_t)k * need, (size_t)need);
+        free(t);
+        if (rc) goto fail;
+    }
+    all[0] = prod;
+    for (int i = 0; i < n; i++) all[i + 1] = cons[i];
+    for (int i = 0; i <= n; i++) {
+        int dup = 0;
+        for (int q = 0; q < nd; q++) dup |= !strcmp(scdb_model_cfg(dm[q])->domain, scdb_model_cfg(all[i])->domain);
+        if (!dup) dm[nd++] = all[i];
+    }
+    for (int q = 0; q < nd; q++) {
+        unsigned char *t;
+        size_t len;
+        int per = (o->sweep_windows + nd - 1) / nd, added;
+        if (scdb_codec_domain_text(dm[q], SCDB_TEXT_AUTO, (size_t)per * 384 + 384, &t, &len, NULL, 0)) continue;
+        rc = scdb_calib_add_text(cal, t, len, per, &added);
+        free(t);
+        if (rc) goto fail;
+    }
+    *out = cal;
+    return SCDB_OK;
+fail:
+    scdb_calib_free(&cal);
+    return rc;
+}
+
+static void sweep_print(const cJSON *e)
+{
+    const cJSON *cb = cJSON_GetObjectItemCaseSensitive(e, "codebook");
+    printf("| %s | %s | %s | %d%s | %.0f | 1/%.1f | %.3f | %+.1f%% | %.4f | %.3f | %.2f |\n",
+           cJSON_GetObjectItem(e, "consumer")->valuestring, cJSON_IsString(cb) ? cb->valuestring : "?",
+           cJSON_GetObjectItem(e, "codes_dtype")->valuestring, (int)jnum(e, "patch_layers"),
+           cJSON_IsTrue(cJSON_GetObjectItem(e, "default_patch")) ? " (default)" : "",
+           jnum(e, "bytes_per_token"), jnum(e, "raw_f16_bytes_per_token") / jnum(e, "bytes_per_token"),
+           jnum(e, "ppl"), 100 * jnum(e, "ppl_vs_oracle"), jnum(e, "kl"), jnum(e, "top1"),
+           jnum(e, "decode_ms"));
+    fflush(stdout);
+}
+
+/* Fit a codebook per rank point (the shipped one's candidates and layer 0)
+ * and, per consumer, its pair (aligners, greedy order); evaluate every
+ * (codes dtype, patch budget) on the consumer's windows.  Rows go to
+ * jsweep (which already holds the shipped codebook's, from the patch
+ * budget sweep). */
+static scdb_err run_sweep(ctx *c, const sweep_in *in, cJSON *jsweep)
+{
+    const qopts *o = c->o;
+    scdb_calib *cal = NULL, *cal_late = NULL;
+    scdb_codebook *cbs[MAXRANKS] = {0};
+    double t0 = scdb_now();
+    scdb_err rc;
+
+    /* as the fleet has it: codebooks fitted with the jointly fitted
+     * consumers, late-added ones (their shipped pair's late_added) fitted
+     * afterwards against the frozen codebooks in a session of their own */
+    scdb_model *joint[MAXC], *later[MAXC];
+    int nj = 0, nl = 0, at[MAXC];
+    for (int k = 0; k < in->nc; k++) {
+        if (in->late[k]) { at[k] = nl; later[nl++] = in->cons[k]; }
+        else { at[k] = nj; joint[nj++] = in->cons[k]; }
+    }
+    if (!nj) return SCDB_EINVAL;
+    fprintf(stderr, "bench quality: sweep: calibration (%d statistics windows, %d rank points, %d Adam "
+            "steps per aligner; %d consumers fitted with the codebooks, %d late)\n", o->sweep_windows,
+            o->n_ranks, o->sweep_steps, nj, nl);
+    if ((rc = sweep_session(o, in->prod, joint, nj, c->dev, &cal))) goto done;
+    if (nl && (rc = sweep_session(o, in->prod, later, nl, c->dev, &cal_late))) goto done;
+    fprintf(stderr, "bench quality: sweep: %d + %d windows of statistics (%.0f s)\n", scdb_calib_windows(cal),
+            cal_late ? scdb_calib_windows(cal_late) : 0, scdb_now() - t0);
+    for (int q = 0; q < o->n_ranks; q++) {
+        scdb_cb_fit f = {.r_k = o->ranks[q][0], .r_v = o->ranks[q][1], .r_h = o->ranks[q][2],
+                         .n_candidates = in->ci->n_candidates, .candidates = in->ci->candidates,
+                         .token_layer0 = in->ci->layers[0].kind == SCDB_CB_TOKENS};
+        if ((rc = scdb_calib_fit_codebook(cal, &f, &cbs[q]))) {
+            fprintf(stderr, "bench quality: sweep: ranks %d,%d,%d: %s\n", f.r_k, f.r_v, f.r_h, scdb_strerror(rc));
+            goto done;
+        }
+    }
+    for (int k = 0; k < in->nc; k++) {
+        unsigned char *text = NULL;
+        size_t tl = 0;
+        acc oracle = {0};
+        free_windows(c);
+        if ((rc = ctx_consumer(c, in->cons[k]))) goto done;
+        rc = o->text ? scdb_codec_read_text(o->text, (size_t)1 << 30, &text, &tl)
+                     : scdb_codec_domain_text(in->cons[k], SCDB_TEXT_HELDOUT_SECOND, (size_t)1 << 30, &text,
+                                              &tl, NULL, 0);
+        if (!rc) rc = make_windows(c, text, tl, o->windows, &oracle);
+        free(text);
+        if (rc) goto done;
+        double oppl = exp(oracle.nll / (double)oracle.n);
+        acc_free(&oracle);
+        for (int q = 0; q < o->n_ranks; q++) {
+            scdb_pair *p = NULL;
+            scdb_pair_fit pf = {.n_patch = in->ci->n_candidates, .hidden = 128, .steps = o->sweep_steps,
+                                .all_layers = in->all_input};
+            char name[48];
+            snprintf(name, sizeof name, "fit %d,%d,%d", o->ranks[q][0], o->ranks[q][1], o->ranks[q][2]);
+            fprintf(stderr, "bench quality: sweep: %s: %s pair (%.0f s)\n", in->cnames[k], name, scdb_now() - t0);
+            if ((rc = scdb_calib_fit_pair(in->late[k] ? cal_late : cal, cbs[q], at[k], &pf, &p))) goto done;
+            const scdb_pair_info *pi = scdb_pair_get_info(p);
+            double tms[2][SCDB_CODEC_MAX_LAYERS + 1];
+            rc = time_budgets(c, cbs[q], p, tms);
+            for (int dt = SCDB_CODES_F16; dt <= SCDB_CODES_INT8 && !rc; dt++)
+                for (int b = 0; b <= pi->n_aligners && !rc; b++) {
+                    acc ab = {0};
+                    double dms = tms[dt][b];
+                    if ((rc = eval_scd(c, cbs[q], (scdb_code_dtype)dt, p, b, &ab, 0))) break;
+                    scdb_codebook_set_code_dtype(cbs[q], (scdb_code_dtype)dt);
+                    double by = (double)scdb_codebook_token_bytes(cbs[q]);
+                    scdb_codebook_set_code_dtype(cbs[q], SCDB_CODES_F16);
+                    cJSON *e = row(in->cnames[k], "scd", &ab, by);
+                    acc_free(&ab);
+                    row_tag(e, scdb_code_dtype_name((scdb_code_dtype)dt), pi->late_added);
+                    cJSON_AddStringToObject(e, "codebook", name);
+                    cJSON_AddNumberToObject(e, "r_k", o->ranks[q][0]);
+                    cJSON_AddNumberToObject(e, "r_v", o->ranks[q][1]);
+                    cJSON_AddNumberToObject(e, "r_h", o->ranks[q][2]);
+                    cJSON_AddNumberToObject(e, "patch_layers", b);
+                    cJSON_AddBoolToObject(e, "default_patch", b == pi->n_patch);
+                    cJSON_AddNumberToObject(e, "decode_ms", dms);
+                    cJSON_AddNumberToObject(e, "ppl_vs_oracle", jnum(e, "ppl") / oppl - 1.0);
+                    cJSON_AddNumberToObject(e, "raw_f16_bytes_per_token", in->raw_bytes);
+                    cJSON_AddItemToArray(jsweep, e);
+                    sweep_print(e);
+                }
+            scdb_pair_free(&p);
+            if (rc) goto done;
+        }
+    }
+    fprintf(stderr, "bench quality: sweep done (%.0f s)\n", scdb_now() - t0);
+done:
+    for (int q = 0; q < MAXRANKS; q++) scdb_codebook_free(&cbs[q]);
+    scdb_calib_free(&cal);
+    scdb_calib_free(&cal_late);
+    return rc;
+}
+
+/* The sweep's points (codebook, codes, patch) that meet a goal on every
+ * consumer: bytes <= raw / ratio, ppl within ppl_tol of oracle, top-1 >= t1. */
+static void sweep_pick(const cJSON *jsweep, int nc, double ratio, double ppl_tol, double t1,
+                       const char *codes, cJSON *out)
+{
+    int n = cJSON_GetArraySize(jsweep);
+    for (int i = 0; i < n; i++) {
+        const cJSON *e = cJSON_GetArrayItem(jsweep, i);
+        const char *cb = cJSON_GetObjectItem(e, "codebook")->valuestring;
+        int b = (int)jnum(e, "patch_layers"), seen = 0, ok = 1, first = 1;
+        if (strcmp(cJSON_GetObjectItem(e, "codes_dtype")->valuestring, codes)) continue;
+        for (int j = 0; j < i && first; j++) {     /* one entry per point */
+            const cJSON *f = cJSON_GetArrayItem(jsweep, j);
+            if (!strcmp(cJSON_GetObjectItem(f, "codebook")->valuestring, cb) &&
+                !strcmp(cJSON_GetObjectItem(f, "codes_dtype")->valuestring, codes) &&
+                (int)jnum(f, "patch_layers") == b)
+                first = 0;
+        }
+        if (!first) continue;
+        double worst_ppl = -1, worst_t1 = 2;
+        for (int j = 0; j < n; j++) {
+            const cJSON *f = cJSON_GetArrayItem(jsweep, j);
+            if (strcmp(cJSON_GetObjectItem(f, "codebook")->valuestring, cb) ||
+                strcmp(cJSON_GetObjectItem(f, "codes_dtype")->valuestring, codes) ||
+                (int)jnum(f, "patch_layers") != b)
+                continue;
+            seen++;
+            if (jnum(f, "ppl_vs_oracle") > worst_ppl) worst_ppl = jnum(f, "ppl_vs_oracle");
+            if (jnum(f, "top1") < worst_t1) worst_t1 = jnum(f, "top1");
+            if (jnum(f, "bytes_per_token") * ratio > jnum(f, "raw_f16_bytes_per_token") ||
+                jnum(f, "ppl_vs_oracle") > ppl_tol || jnum(f, "top1") < t1)
+                ok = 0;
+        }
+        if (!ok || seen < nc) continue;
+        cJSON *p = cJSON_CreateObject();
+        cJSON_AddStringToObject(p, "codebook", cb);
+        cJSON_AddStringToObject(p, "codes_dtype", codes);
+        cJSON_AddNumberToObject(p, "patch_layers", b);
+        cJSON_AddNumberToObject(p, "bytes_per_token", jnum(e, "bytes_per_token"));
+        cJSON_AddNumberToObject(p, "worst_ppl_vs_oracle", worst_ppl);
+        cJSON_AddNumberToObject(p, "worst_top1", worst_t1);
+        cJSON_AddItemToArray(out, p);
+    }
+}
+
 int scdb_bench_quality(int argc, char **argv)
 {
     qopts o = {.prefix = 384, .cont = 64, .windows = 8, .reps = 3, .ds_layers = 2,
-               .abl_windows = 48, .ablations = 1, .verbose = 1, .producer = "base"};
+               .abl_windows = 48, .ablations = 1, .verbose = 1, .producer = "base",
+               .sweep_windows = 256, .sweep_steps = 1500};
+    const char *sweep_ranks = "4,8,12;8,10,14;8,12,16";
     o.data = scdb_data_dir();
     scdb_device_pref dev_pref = SCDB_DEVPREF_AUTO;
     scdb_device dev;
@@ -485,6 +815,10 @@ int scdb_bench_quality(int argc, char **argv)
         else if (!strcmp(a, "--ds-layers") && more) o.ds_layers = atoi(argv[++i]);
         else if (!strcmp(a, "--ablation-windows") && more) o.abl_windows = atoi(argv[++i]);
         else if (!strcmp(a, "--no-ablations")) o.ablations = 0;
+        else if (!strcmp(a, "--sweep")) o.sweep = 1;
+        else if (!strcmp(a, "--sweep-ranks") && more) sweep_ranks = argv[++i];
+        else if (!strcmp(a, "--sweep-windows") && more) o.sweep_windows = atoi(argv[++i]);
+        else if (!strcmp(a, "--sweep-steps") && more) o.sweep_steps = atoi(argv[++i]);
         else if (!strcmp(a, "--data") && more) o.data = argv[++i];
         else if (!strcmp(a, "--models") && more) o.models = argv[++i];
         else if (!strcmp(a, "--artifacts") && more) o.artifacts = argv[++i];
@@ -499,7 +833,8 @@ int scdb_bench_quality(int argc, char **argv)
         }
         else { fprintf(stderr, "bench quality: unknown or incomplete option '%s'\n\n", a); usage(stderr); return 2; }
     }
-    if (o.prefix < 1 || o.cont < 1 || o.windows < 1 || o.reps < 1 || o.ds_layers < 1) {
+    if (o.prefix < 1 || o.cont < 1 || o.windows < 1 || o.reps < 1 || o.ds_layers < 1 ||
+        o.sweep_windows < 1 || o.sweep_steps < 1 || parse_ranks(sweep_ranks, &o)) {
         usage(stderr);
         return 2;
     }
@@ -518,6 +853,7 @@ int scdb_bench_quality(int argc, char **argv)
     scdb_pair *pairs[MAXC] = {0};
     scdb_calib *cal = NULL;
     char cnames[MAXC][128];
+    int late[MAXC] = {0};
     int nc = 0, ret = 1;
     cJSON *root = cJSON_CreateObject(), *jres = cJSON_AddArrayToObject(root, "results");
     cJSON *jabl = cJSON_AddObjectToObject(root, "ablations");
@@ -566,6 +902,7 @@ int scdb_bench_quality(int argc, char **argv)
             fprintf(stderr, "bench quality: pair %s: %s (%s)\n", path, err, scdb_strerror(rc));
             goto done;
         }
+        late[nc] = scdb_pair_get_info(pairs[nc])->late_added;   /* scdb calibrate --codebook */
         snprintf(cnames[nc], sizeof cnames[nc], "%.120s", names[i]);
         nc++;
     }
@@ -596,6 +933,9 @@ int scdb_bench_quality(int argc, char **argv)
     double q4_bytes = (double)c.L * 2 * (c.kv / 2.0 + 4.0 * c.kv / pc->head_dim);
     double ds_bytes = (double)(c.L - o.ds_layers) * 2 * c.kv * 2 + 2.0 * c.d;
     double scd_bytes = (double)scdb_codebook_token_bytes(cb);
+    scdb_codebook_set_code_dtype(cb, SCDB_CODES_INT8);
+    double scd8_bytes = (double)scdb_codebook_token_bytes(cb);
+    scdb_codebook_set_code_dtype(cb, SCDB_CODES_F16);
 
     cJSON_AddStringToObject(jcfg, "producer", o.producer);
     cJSON_AddStringToObject(jcfg, "device", scdb_device_name(dev));
@@ -607,6 +947,10 @@ int scdb_bench_quality(int argc, char **argv)
     cJSON_AddNumberToObject(jcfg, "raw_f16_bytes_per_token", raw_bytes);
     cJSON_AddNumberToObject(jcfg, "ds_layers", o.ds_layers);
     cJSON_AddNumberToObject(jcfg, "scd_code_dim", ci->code_dim);
+    cJSON_AddNumberToObject(jcfg, "scd_f16_bytes_per_token", scd_bytes);
+    cJSON_AddNumberToObject(jcfg, "scd_int8_bytes_per_token", scd8_bytes);
+    cJSON_AddStringToObject(jcfg, "int8_codes", "one f16 scale per token and coded layer (max|z| / 127, "
+                            "rounded up), codes round(z / scale) in [-127, 127]; decoded as f16(q * scale)");
     cJSON_AddStringToObject(jcfg, "scd_decoder_input", scdb_pair_get_info(pairs[0])->all_input ? "all" : "layer");
     cJSON_AddStringToObject(jcfg, "ttft_includes",
                             "oracle: consumer prefill of the prefix + first continuation token; others: "
@@ -618,12 +962,13 @@ int scdb_bench_quality(int argc, char **argv)
     cJSON_AddStringToObject(jcfg, "text", o.text ? o.text : "second half of each consumer's held-out text");
     cJSON *jds = cJSON_AddObjectToObject(jabl, "droidspeak_range");
     cJSON *jpb = cJSON_AddArrayToObject(jabl, "patch_budget");
+    cJSON *jsweep = o.sweep ? cJSON_AddArrayToObject(root, "sweep") : NULL;
     cJSON *jgoals = cJSON_AddArrayToObject(root, "goals");
 
     printf("# SCD quality: producer %s, codebook %s, prefix %d + continuation %d tokens, %d windows per consumer\n\n",
            o.producer, ci->id_hex, c.P, c.C, o.windows);
-    printf("| consumer | method | ppl | ppl vs oracle | KL(oracle‖m) | top-1 | bytes/token | vs raw f16 | TTFT ms | TTFT speed-up |\n");
-    printf("|---|---|---|---|---|---|---|---|---|---|\n");
+    printf("| consumer | method | codes | ppl | ppl vs oracle | KL(oracle‖m) | top-1 | bytes/token | vs raw f16 | TTFT ms | TTFT speed-up |\n");
+    printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
 
     for (int k = 0; k < nc; k++) {
         const scdb_pair_info *pi = scdb_pair_get_info(pairs[k]);
@@ -685,15 +1030,18 @@ int scdb_bench_quality(int argc, char **argv)
         for (int t = 0; t < 2; t++) { free(qs.q[t]); free(qs.ms[t]); }
         free(ds.x);
         if (rc) goto done;
-        if ((rc = eval_scd(&c, cb, pairs[k], 0, &a[M_REUSE], 1)) ||
-            (rc = eval_scd(&c, cb, pairs[k], -1, &a[M_FULL], 1)))
+        if ((rc = eval_scd(&c, cb, SCDB_CODES_F16, pairs[k], 0, &a[M_REUSE], 1)) ||
+            (rc = eval_scd(&c, cb, SCDB_CODES_F16, pairs[k], -1, &a[M_FULL], 1)) ||
+            (rc = eval_scd(&c, cb, SCDB_CODES_INT8, pairs[k], 0, &a[M_REUSE8], 1)) ||
+            (rc = eval_scd(&c, cb, SCDB_CODES_INT8, pairs[k], -1, &a[M_FULL8], 1)))
             goto done;
-        double bytes[M_COUNT] = {0, raw_bytes, q4_bytes, ds_bytes, scd_bytes, scd_bytes};
+        double bytes[M_COUNT] = {0, raw_bytes, q4_bytes, ds_bytes, scd_bytes, scd_bytes, scd8_bytes,
+                                 scd8_bytes};
         cJSON *rows[M_COUNT];
         for (int m = 0; m < M_COUNT; m++) {
-            rows[m] = row(cnames[k], MNAME[m], &a[m], bytes[m]);
+            rows[m] = row_tag(row(cnames[k], MNAME[m], &a[m], bytes[m]), MCODES[m], late[k]);
             if (m == M_DROID) cJSON_AddNumberToObject(rows[m], "ds_first_layer", ds_a);
-            if (m == M_FULL) cJSON_AddNumberToObject(rows[m], "patch_layers", pi->n_patch);
+            if (m == M_FULL || m == M_FULL8) cJSON_AddNumberToObject(rows[m], "patch_layers", pi->n_patch);
             cJSON_AddItemToArray(jres, rows[m]);
         }
         double oppl = jnum(rows[M_ORACLE], "ppl"), ottft = jnum(rows[M_ORACLE], "ttft_ms");
@@ -701,8 +1049,8 @@ int scdb_bench_quality(int argc, char **argv)
             double ppl = jnum(rows[m], "ppl"), tt = jnum(rows[m], "ttft_ms");
             char bb[32] = "—", vr[32] = "—";
             if (m != M_ORACLE) { snprintf(bb, sizeof bb, "%.0f", bytes[m]); snprintf(vr, sizeof vr, "1/%.1f", raw_bytes / bytes[m]); }
-            printf("| %s | %s | %.3f | %+.1f%% | %.4f | %.3f | %s | %s | %.2f | %.1fx |\n", cnames[k],
-                   MNAME[m], ppl, 100.0 * (ppl / oppl - 1.0), jnum(rows[m], "kl"),
+            printf("| %s | %s | %s | %.3f | %+.1f%% | %.4f | %.3f | %s | %s | %.2f | %.1fx |\n", cnames[k],
+                   MNAME[m], MCODES[m] ? MCODES[m] : "—", ppl, 100.0 * (ppl / oppl - 1.0), jnum(rows[m], "kl"),
                    jnum(rows[m], "top1"), bb, vr, tt, ottft / tt);
         }
         /* goals */
@@ -724,17 +1072,40 @@ int scdb_bench_quality(int argc, char **argv)
             cJSON_AddBoolToObject(gg, "full_dominates_reuse_quant4_droidspeak", beats);
             cJSON_AddNumberToObject(gg, "ttft_speedup", ottft / jnum(rows[M_FULL], "ttft_ms"));
             cJSON_AddBoolToObject(gg, "ttft_speedup_ge_2_65", ottft / jnum(rows[M_FULL], "ttft_ms") >= 2.65);
+            /* the rate knob: int8 codes at >= 16x, within 3% and top-1 0.95 */
+            double ippl = jnum(rows[M_FULL8], "ppl"), it1 = jnum(rows[M_FULL8], "top1");
+            cJSON_AddNumberToObject(gg, "int8_full_ppl_vs_oracle", ippl / oppl - 1.0);
+            cJSON_AddBoolToObject(gg, "int8_ppl_within_3pct", ippl <= 1.03 * oppl);
+            cJSON_AddNumberToObject(gg, "int8_full_top1", it1);
+            cJSON_AddBoolToObject(gg, "int8_top1_ge_95pct", it1 >= 0.95);
+            cJSON_AddNumberToObject(gg, "int8_payload_fraction_of_raw", scd8_bytes / raw_bytes);
+            cJSON_AddBoolToObject(gg, "int8_payload_le_1_16", scd8_bytes <= raw_bytes / 16);
+            cJSON_AddBoolToObject(gg, "late_added", late[k]);
             cJSON_AddItemToArray(jgoals, gg);
         }
-        /* patch budget sweep */
-        for (int b = 0; b <= pi->n_aligners; b++) {
-            acc ab = {0};
-            if ((rc = eval_scd(&c, cb, pairs[k], b, &ab, 0))) goto done;
-            cJSON *e = row(cnames[k], "scd", &ab, scd_bytes);
-            cJSON_AddNumberToObject(e, "patch_layers", b);
-            cJSON_AddItemToArray(jpb, e);
-            acc_free(&ab);
-        }
+        /* patch budget sweep, both code dtypes, with the decode time */
+        double tms[2][SCDB_CODEC_MAX_LAYERS + 1];
+        if ((rc = time_budgets(&c, cb, pairs[k], tms))) goto done;
+        for (int dt = SCDB_CODES_F16; dt <= SCDB_CODES_INT8; dt++)
+            for (int b = 0; b <= pi->n_aligners; b++) {
+                acc ab = {0};
+                double dms = tms[dt][b];
+                if ((rc = eval_scd(&c, cb, (scdb_code_dtype)dt, pairs[k], b, &ab, 0))) goto done;
+                cJSON *e = row(cnames[k], "scd", &ab, dt == SCDB_CODES_INT8 ? scd8_bytes : scd_bytes);
+                acc_free(&ab);
+                row_tag(e, scdb_code_dtype_name((scdb_code_dtype)dt), late[k]);
+                cJSON_AddNumberToObject(e, "patch_layers", b);
+                cJSON_AddBoolToObject(e, "default_patch", b == pi->n_patch);
+                cJSON_AddNumberToObject(e, "decode_ms", dms);
+                cJSON_AddNumberToObject(e, "ppl_vs_oracle", jnum(e, "ppl") / oppl - 1.0);
+                cJSON_AddNumberToObject(e, "raw_f16_bytes_per_token", raw_bytes);
+                cJSON_AddItemToArray(jpb, e);
+                if (jsweep) {
+                    cJSON *d = cJSON_Duplicate(e, 1);
+                    cJSON_AddStringToObject(d, "codebook", "shipped");
+                    cJSON_AddItemToArray(jsweep, d);
+                }
+            }
         for (int m = 0; m < M_COUNT; m++) acc_free(&a[m]);
         free_windows(&c);
         fflush(stdout);
@@ -742,17 +1113,27 @@ int scdb_bench_quality(int argc, char **argv)
 
     printf("\npayload: raw = f16 K+V of %d layers x %d channels; quant4 = 4-bit + f16 (min, scale) per %d values; "
            "droidspeak = f16 KV of the %d reused layers + the f16 residual entering the first recomputed layer; "
-           "SCD = %d f16 codes per token.\n",
-           c.L, 2 * c.kv, pc->head_dim, c.L - o.ds_layers, ci->code_dim);
+           "SCD = %d codes per token, f16 (%.0f B) or int8 + an f16 scale per token and coded layer (%d layers: %.0f B).\n",
+           c.L, 2 * c.kv, pc->head_dim, c.L - o.ds_layers, ci->code_dim, scd_bytes, ci->n_scaled, scd8_bytes);
     printf("TTFT: oracle = consumer prefill + first token; others = cache build from the payload in memory + first token "
            "(no producer prefill, encode or transfer). Best of %d runs, median over windows.\n", o.reps);
 
-    printf("\n## Patch budget sweep (scd, shipped pairs)\n\n| consumer | patch layers | ppl | KL | top-1 |\n|---|---|---|---|---|\n");
+    printf("\n## Patch budget sweep (scd, shipped pairs; the per-get patch budget, scdb_get_ex)\n\n"
+           "| consumer | codes | patch layers | bytes/token | ppl | ppl vs oracle | KL | top-1 | decode ms |\n"
+           "|---|---|---|---|---|---|---|---|---|\n");
     for (int i = 0; i < cJSON_GetArraySize(jpb); i++) {
         cJSON *e = cJSON_GetArrayItem(jpb, i);
-        printf("| %s | %d | %.3f | %.4f | %.3f |\n", cJSON_GetObjectItem(e, "consumer")->valuestring,
-               (int)jnum(e, "patch_layers"), jnum(e, "ppl"), jnum(e, "kl"), jnum(e, "top1"));
+        printf("| %s | %s | %d%s | %.0f | %.3f | %+.1f%% | %.4f | %.3f | %.2f |\n",
+               cJSON_GetObjectItem(e, "consumer")->valuestring, cJSON_GetObjectItem(e, "codes_dtype")->valuestring,
+               (int)jnum(e, "patch_layers"), cJSON_IsTrue(cJSON_GetObjectItem(e, "default_patch")) ? " (default)" : "",
+               jnum(e, "bytes_per_token"), jnum(e, "ppl"), 100 * jnum(e, "ppl_vs_oracle"), jnum(e, "kl"),
+               jnum(e, "top1"), jnum(e, "decode_ms"));
     }
+    printf("\ndecode ms: the consumer's whole %d-token prefix cache built from the codes in memory (REUSE "
+           "decoders, aligners and K/V regeneration on the patched layers); every (codes, patch layers) point "
+           "decoded in turn, %d rounds, best round per window, median over windows.\n",
+           c.P, o.reps);
+    fflush(stdout);
 
     if (o.ablations) {
         /* in-process calibration on all consumers; evaluated on the last
@@ -832,7 +1213,7 @@ int scdb_bench_quality(int argc, char **argv)
                 if (f.r_k > (f.k_post_rope ? c.kv : c.d) || f.r_k > c.kv || f.r_v > c.kv) continue;
                 if ((rc = scdb_calib_fit_codebook(cal, &f, &acb)) ||
                     (rc = scdb_calib_fit_pair(cal, acb, k, &pf, &ap)) ||
-                    (rc = eval_scd(&c, acb, ap, 0, &ab, 0))) {
+                    (rc = eval_scd(&c, acb, SCDB_CODES_F16, ap, 0, &ab, 0))) {
                     scdb_codebook_free(&acb);
                     scdb_pair_free(&ap);
                     goto done;
@@ -840,7 +1221,7 @@ int scdb_bench_quality(int argc, char **argv)
                 double by = (double)scdb_codebook_token_bytes(acb);
                 cJSON *arr = cJSON_GetObjectItemCaseSensitive(jabl, cfgs[q].group);
                 if (!arr) arr = cJSON_AddArrayToObject(jabl, cfgs[q].group);
-                cJSON *e = row(cnames[k], "scd_reuse", &ab, by);
+                cJSON *e = row_tag(row(cnames[k], "scd_reuse", &ab, by), "f16", 0);
                 cJSON_AddNumberToObject(e, "r_k", f.r_k);
                 cJSON_AddNumberToObject(e, "r_v", f.r_v);
                 cJSON_AddStringToObject(e, "encoder", f.pca ? "pca" : "rrr");
@@ -859,6 +1240,33 @@ int scdb_bench_quality(int argc, char **argv)
         }
     }
 
+    if (o.sweep) {
+        sweep_in si = {.prod = prod, .cons = cons, .cnames = cnames, .late = late, .nc = nc, .ci = ci,
+                       .all_input = scdb_pair_get_info(pairs[0])->all_input, .raw_bytes = raw_bytes};
+        printf("\n## Rate sweep: payload vs quality over code dtype, ranks and patch budget\n\n"
+               "(shipped: the shipped codebook and pairs, from the patch budget sweep above; fit rK,rV,rH: "
+               "in-process calibration on %d statistics windows, the shipped codebook's %d patch candidates, "
+               "aligners of %d Adam steps, greedy patch order)\n\n"
+               "| consumer | codebook | codes | patch layers | bytes/token | vs raw f16 | ppl | ppl vs oracle | KL | top-1 | decode ms |\n"
+               "|---|---|---|---|---|---|---|---|---|---|---|\n", o.sweep_windows, ci->n_candidates, o.sweep_steps);
+        for (int i = 0; i < cJSON_GetArraySize(jsweep); i++) sweep_print(cJSON_GetArrayItem(jsweep, i));
+        if ((rc = run_sweep(&c, &si, jsweep))) {
+            fprintf(stderr, "bench quality: sweep: %s\n", scdb_strerror(rc));
+            goto done;
+        }
+        cJSON *picks = cJSON_AddArrayToObject(root, "sweep_meets_int8_goals");
+        sweep_pick(jsweep, nc, 16.0, 0.03, 0.95, "int8", picks);
+        printf("\nPoints meeting the int8 goals (>= 16x smaller than raw f16 KV, ppl within 3%% of oracle, "
+               "top-1 >= 0.95) on every consumer:");
+        for (int i = 0; i < cJSON_GetArraySize(picks); i++) {
+            cJSON *e = cJSON_GetArrayItem(picks, i);
+            printf("%s %s int8, %d patch layers (%.0f B/token; worst ppl %+.1f%%, worst top-1 %.3f)", i ? ";" : "",
+                   cJSON_GetObjectItem(e, "codebook")->valuestring, (int)jnum(e, "patch_layers"),
+                   jnum(e, "bytes_per_token"), 100 * jnum(e, "worst_ppl_vs_oracle"), jnum(e, "worst_top1"));
+        }
+        printf("%s\n", cJSON_GetArraySize(picks) ? "" : " none");
+    }
+
     printf("\n## Goals (measured)\n\n");
     for (int i = 0; i < cJSON_GetArraySize(jgoals); i++) {
         cJSON *g = cJSON_GetArrayItem(jgoals, i);
@@ -873,6 +1281,14 @@ int scdb_bench_quality(int argc, char **argv)
                100 * jnum(g, "raw_ppl_vs_oracle"),
                cJSON_IsTrue(cJSON_GetObjectItem(g, "full_dominates_reuse_quant4_droidspeak")) ? "yes" : "NO",
                jnum(g, "ttft_speedup"), cJSON_IsTrue(cJSON_GetObjectItem(g, "ttft_speedup_ge_2_65")) ? "yes" : "NO");
+        printf("- %s, int8 codes: scd_full ppl %+.1f%% vs oracle (goal <= +3%%: %s), top-1 %.3f (goal >= 0.95: %s), "
+               "payload 1/%.1f of raw (goal <= 1/16: %s)%s\n",
+               cJSON_GetObjectItem(g, "consumer")->valuestring, 100 * jnum(g, "int8_full_ppl_vs_oracle"),
+               cJSON_IsTrue(cJSON_GetObjectItem(g, "int8_ppl_within_3pct")) ? "yes" : "NO", jnum(g, "int8_full_top1"),
+               cJSON_IsTrue(cJSON_GetObjectItem(g, "int8_top1_ge_95pct")) ? "yes" : "NO",
+               1.0 / jnum(g, "int8_payload_fraction_of_raw"),
+               cJSON_IsTrue(cJSON_GetObjectItem(g, "int8_payload_le_1_16")) ? "yes" : "NO",
+               cJSON_IsTrue(cJSON_GetObjectItem(g, "late_added")) ? " (late-added pair)" : "");
     }
 
     char tmpjson[256] = "";

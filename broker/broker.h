@@ -262,6 +262,14 @@ typedef struct scdb_broker_codebook {
      * (non-finite states), SCDB_ENOMEM. */
     int states_layers, states_dim;
     scdb_err (*encode)(void *ctx, const float *h_in, int rows, int t0, int n, void *payload);
+    /* The [codebook] section's codes_dtype ("" = the kind's default), set
+     * before open_codebook; scd: "f16" or "int8" (codec.h, "Code dtype"). */
+    char codes_dtype[8];
+    /* Optional check of a put's payload of n tokens (NULL: payloads of
+     * F32/F16/BF16 payload_dtype are checked for NaN and Inf): SCDB_ERANGE
+     * (a value the decoders must not see), SCDB_ESHAPE; msg says which. */
+    scdb_err (*check)(void *ctx, const void *payload, size_t bytes, int n, char *msg,
+                      size_t msglen);
 } scdb_broker_codebook;
 
 /* One stored block handed to a decoder. */
@@ -275,6 +283,11 @@ typedef struct scdb_decode_block {
     int payload_on_device;     /* payload is device memory (the GPU hot tier):
                                   only decode_dev is given such a block,
                                   with the table of that device           */
+    int has_patch;             /* scd: 1 = decode with n_patch patch layers
+                                  (clamped to the pair's aligners), 0 = the
+                                  pair's default: GetRequest.patch; other
+                                  kinds ignore both                       */
+    int n_patch;
 } scdb_decode_block;
 
 /* The decode hook of one (codebook, consumer) pair.  decode() writes the
@@ -353,6 +366,7 @@ typedef struct scdb_broker_codebook_cfg {
     char model[SCDB_BROKER_NAME_MAX]; /* producer                            */
     char file[512];
     scdb_dtype dtype;          /* raw payload dtype                          */
+    char codes_dtype[8];       /* scd: f16 (default) or int8 codes           */
 } scdb_broker_codebook_cfg;
 
 typedef struct scdb_broker_pair_cfg {

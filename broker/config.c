@@ -414,6 +414,10 @@ static int codebook_key(scdb_broker_codebook_cfg *b, const char *k, const char *
     if (!strcmp(k, "model")) return copy_str(b->model, sizeof b->model, v);
     if (!strcmp(k, "file")) return copy_str(b->file, sizeof b->file, v);
     if (!strcmp(k, "dtype")) return parse_raw_dtype(v, &b->dtype);
+    if (!strcmp(k, "codes_dtype")) {
+        if (strcmp(v, "f16") && strcmp(v, "int8")) return -1;
+        return copy_str(b->codes_dtype, sizeof b->codes_dtype, v);
+    }
     return -1;
 }
 

@@ -138,6 +138,12 @@ scdb_err scdb_raw_open_codebook(scdb_broker_codebook *cb, const char *file, scdb
         if (errbuf) snprintf(errbuf, errlen, "codebook %s: kind raw takes no file", cb->name);
         return SCDB_EINVAL;
     }
+    if (cb->codes_dtype[0]) {
+        if (errbuf)
+            snprintf(errbuf, errlen, "codebook %s: codes_dtype is for scd codebooks (raw: dtype)",
+                     cb->name);
+        return SCDB_EINVAL;
+    }
     if (dtype != SCDB_F16 && dtype != SCDB_F32) {
         if (errbuf) snprintf(errbuf, errlen, "codebook %s: raw dtype must be f16 or f32", cb->name);
         return SCDB_EDTYPE;

@@ -1,5 +1,7 @@
 /* decoder_scd.c — the "scd" codebook kind: payloads are the producer
- * codebook's f16 codes (codec/codec.h); each (codebook, consumer) pair file
+ * codebook's codes (codec/codec.h), f16 or -- codes_dtype = int8 -- int8
+ * with a scale per token and layer, each dtype its own namespace of the
+ * same codebook file; each (codebook, consumer) pair file
  * decodes them into the consumer's own K/V (REUSE layers) or regenerates K/V
  * through the pair's aligners and the consumer's W_k, W_v and RoPE (PATCH
  * layers), straight into the consumer's cache or arena. */
@@ -56,16 +58,24 @@ static scdb_err scd_encode(void *ctx, const float *h_in, int rows, int t0, int n
         }
     }
     st.h_in = tmp;
-    rc = scdb_codec_encode(book, &st, n, payload);
+    rc = scdb_codec_encode(book, &st, n, payload);   /* int8: refuses overflow itself */
     free(tmp);
     if (rc) return rc;
-    {   /* finite but huge states overflow f16: no Inf codes either */
+    if (in->code_dtype == SCDB_CODES_F16) {   /* finite but huge states overflow f16: no Inf codes either */
         const uint16_t *c = payload;
         size_t len = scdb_codec_codes_len(in, n);
         for (size_t i = 0; i < len; i++)
             if ((c[i] & 0x7c00u) == 0x7c00u) return SCDB_ERANGE;
     }
     return SCDB_OK;
+}
+
+/* A producer's own codes (put): the size, and values no decoder may see
+ * (NaN / Inf f16 codes; NaN, Inf, negative or oversized int8 scales). */
+static scdb_err scd_check(void *ctx, const void *payload, size_t bytes, int n, char *msg,
+                          size_t msglen)
+{
+    return scdb_codec_check_payload(ctx, payload, bytes, n, msg, msglen);
 }
 
 scdb_err scdb_scd_open_codebook(scdb_broker_codebook *cb, const char *file, scdb_dtype dtype,
@@ -76,12 +86,20 @@ scdb_err scdb_scd_open_codebook(scdb_broker_codebook *cb, const char *file, scdb
     const scdb_broker_model *m = cb->producer;
     scdb_err rc;
 
+    scdb_code_dtype cdt = SCDB_CODES_F16;
     (void)dtype;
     if (!file || !*file) {
         if (errbuf) snprintf(errbuf, errlen, "codebook %s: kind scd needs file = CODEBOOK.safetensors", cb->name);
         return SCDB_EINVAL;
     }
+    if (cb->codes_dtype[0] && scdb_code_dtype_parse(cb->codes_dtype, &cdt)) {
+        if (errbuf)
+            snprintf(errbuf, errlen, "codebook %s: codes_dtype must be f16 or int8, not '%s'",
+                     cb->name, cb->codes_dtype);
+        return SCDB_EINVAL;
+    }
     if ((rc = scdb_codebook_load(file, &book, errbuf, errlen))) return rc;
+    scdb_codebook_set_code_dtype(book, cdt);
     in = scdb_codebook_get_info(book);
     if (in->n_layers != m->n_layers || in->kv_dim != m->n_kv_heads * m->head_dim) {
         if (errbuf)
@@ -91,8 +109,9 @@ scdb_err scdb_scd_open_codebook(scdb_broker_codebook *cb, const char *file, scdb
         scdb_codebook_free(&book);
         return SCDB_EMISMATCH;
     }
-    cb->payload_dtype = (uint32_t)SCDB_F16;
+    cb->payload_dtype = scdb_codebook_payload_dtype(book);
     cb->token_bytes = scdb_codebook_token_bytes(book);
+    cb->check = scd_check;
     rc = scdb_ns_make(in->id.b, sizeof in->id.b, cb->payload_dtype, SCDB_CODEC_VERSION, &cb->ns);
     if (rc) { scdb_codebook_free(&book); return rc; }
     cb->ctx = book;
@@ -120,7 +139,7 @@ static scdb_err scd_decode(void *ctx, const scdb_decode_block *blk, scdb_kv_cach
         return SCDB_ENOMEM;
     for (int i = 0; i < n; i++) pos[i] = p0 + i;
     rc = scdb_pair_decode_range(d->pair, d->cb, blk->payload, blk->n_tokens, 0, n, pos,
-                                blk->tokens, -1, c, slot0);
+                                blk->tokens, blk->has_patch ? blk->n_patch : -1, c, slot0);
     if (pos != pos_small) free(pos);
     return rc;
 }
@@ -168,8 +187,8 @@ static scdb_err scd_decode_dev(void *ctx, const scdb_k_ops *ops, const scdb_deco
         return SCDB_ENOMEM;
     }
     for (int i = 0; i < n; i++) pos[i] = p0 + i;
-    rc = scdb_pair_dev_decode_range(pd, d->cb, codes, blk->n_tokens, 0, n, pos, blk->tokens, -1,
-                                    c, slot0);
+    rc = scdb_pair_dev_decode_range(pd, d->cb, codes, blk->n_tokens, 0, n, pos, blk->tokens,
+                                    blk->has_patch ? blk->n_patch : -1, c, slot0);
     if (pos != pos_small) free(pos);
     if (codes != blk->payload) free(codes);
     return rc;

@@ -223,6 +223,10 @@ static void run_get(scdb_broker *b, bk_job *j)
         db.tokens = g->tokens + i * bt;
         db.n_tokens = (int)bt;
         db.block_index = (uint32_t)i;
+        if (g->patch) {
+            db.has_patch = 1;
+            db.n_patch = g->patch->layers > INT32_MAX ? INT32_MAX : (int)g->patch->layers;
+        }
         if (!a->dev)
             e = pair->dec.decode(pair->dec.ctx, &db, cache, (int)(g->slot0 + i * bt),
                                  (int32_t)(g->pos0 + (int64_t)(i * bt)), (int)bt);
@@ -357,9 +361,22 @@ static void run_put(scdb_broker *b, bk_job *j)
     }
     for (uint32_t i = 0; i < p->n_blocks; i++) {
         size_t bad;
+        char why[256] = "";
         pl[i] = zmq_msg_data(&j->frames[i]);
-        /* a payload of NaN or Inf would be stored and decoded into every
-         * consumer's cache: refused, nothing stored */
+        /* a payload of NaN or Inf (or an int8 code's bad scale) would be
+         * stored and decoded into every consumer's cache: refused, nothing
+         * stored; the codebook's kind checks its own payloads */
+        if (j->cb->check) {
+            scdb_err ce = j->cb->check(j->cb->ctx, pl[i], (size_t)block_bytes, (int)b->block_tokens,
+                                       why, sizeof why);
+            if (ce) {
+                bk_job_finish(j, ce, NULL, "block %u's payload: %s (nothing stored)",
+                              p->first_block + i, why);
+                free(pl);
+                return;
+            }
+            continue;
+        }
         if (scdb_k_find_nonfinite(pl[i], (size_t)block_bytes, (scdb_dtype)j->cb->payload_dtype,
                                   &bad)) {
             bk_job_finish(j, SCDB_ERANGE, NULL,

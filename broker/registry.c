@@ -102,7 +102,8 @@ static void prefix_msg(char *errbuf, size_t errlen, const char *what, const char
 
 static scdb_err add_codebook(bk_registry *r, const char *name, const char *kind_name,
                              const scdb_broker_model *producer, const char *file,
-                             scdb_dtype dtype, char *errbuf, size_t errlen)
+                             scdb_dtype dtype, const char *codes_dtype, char *errbuf,
+                             size_t errlen)
 {
     const scdb_codec_kind *kind = scdb_codec_kind_find(kind_name);
     scdb_broker_codebook *cb = &r->codebooks[r->n_codebooks];
@@ -116,6 +117,7 @@ static scdb_err add_codebook(bk_registry *r, const char *name, const char *kind_
     snprintf(cb->name, sizeof cb->name, "%s", name);
     snprintf(cb->kind, sizeof cb->kind, "%s", kind->name);
     cb->producer = producer;
+    snprintf(cb->codes_dtype, sizeof cb->codes_dtype, "%s", codes_dtype);
     e = kind->open_codebook(cb, file, dtype, errbuf, errlen);
     if (e) {
         prefix_msg(errbuf, errlen, "codebook", name);
@@ -238,7 +240,7 @@ static scdb_err registry_build(bk_registry *r, const scdb_broker_config *c, char
         for (int j = 0; j < c->n_codebooks; j++)
             if (!strcmp(c->codebooks[j].name, name)) explicit = 1;
         if (explicit) continue;
-        e = add_codebook(r, name, "raw", &r->models[i], "", r->models[i].raw_dtype, errbuf,
+        e = add_codebook(r, name, "raw", &r->models[i], "", r->models[i].raw_dtype, "", errbuf,
                          errlen);
         if (e) return e;
     }
@@ -250,7 +252,8 @@ static scdb_err registry_build(bk_registry *r, const scdb_broker_config *c, char
                      cc->model);
             return SCDB_EINVAL;
         }
-        e = add_codebook(r, cc->name, cc->kind, m, cc->file, cc->dtype, errbuf, errlen);
+        e = add_codebook(r, cc->name, cc->kind, m, cc->file, cc->dtype, cc->codes_dtype, errbuf,
+                         errlen);
         if (e) return e;
     }
     /* identity pairs: a raw codebook decodes into its own producer */

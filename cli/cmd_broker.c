@@ -33,6 +33,7 @@ typedef struct cli {
     const char *cmd;
     const char *endpoint, *model, *codebook, *text, *tokens, *payload, *out;
     int timeout_ms, first_block, pos0, json, copy, producer;
+    int patch, has_patch;      /* get --patch-layers */
 } cli;
 
 static const char common_help[] =
@@ -73,7 +74,8 @@ static void help(const char *cmd)
         printf("  --json              print the result as JSON\n");
     } else if (!strcmp(cmd, "get")) {
         printf("usage: scdb get --model NAME (--text FILE | --tokens FILE) [--out FILE]\n"
-               "                [--pos0 P] [--copy] [--codebook ID] [--endpoint URL]\n\n"
+               "                [--pos0 P] [--copy] [--patch-layers K] [--codebook ID]\n"
+               "                [--endpoint URL]\n\n"
                "Decode the longest stored prefix of a prompt into NAME's KV layout through a\n"
                "shared-memory arena and report it; with --out, write it as safetensors:\n"
                "pos I32 [n], k F32 [n_layers, n, kv_dim] (after RoPE), v F32 [same].\n\n"
@@ -82,6 +84,8 @@ static void help(const char *cmd)
                "  --pos0 P            absolute position of the first token (default 0)\n"
                "  --copy              copy into a private cache (scdb_get_copy) instead of\n"
                "                      reading the arena in place\n"
+               "  --patch-layers K    SCD pairs: decode with K patch layers (default: the\n"
+               "                      pair's; 0: REUSE everywhere, faster, lower quality)\n"
                "  --json              print the result as JSON\n");
     }
     printf(common_help, ep);
@@ -125,6 +129,10 @@ static int parse(cli *c, int argc, char **argv, int need_model)
         else if (!strcmp(a, "--timeout-ms")) ival = &c->timeout_ms;
         else if (!strcmp(a, "--first-block") && !strcmp(c->cmd, "put")) ival = &c->first_block;
         else if (!strcmp(a, "--pos0") && !strcmp(c->cmd, "get")) ival = &c->pos0;
+        else if (!strcmp(a, "--patch-layers") && !strcmp(c->cmd, "get")) {
+            ival = &c->patch;
+            c->has_patch = 1;
+        }
         else return usage_error(c, "unknown option %s", a);
         if (i + 1 >= argc) return usage_error(c, "option %s needs a value", a);
         if (sval) {
@@ -302,6 +310,7 @@ int scdb_cmd_get(int argc, char **argv)
     scdb_err e;
 
     if (rc >= 0) return rc;
+    if (c.copy && c.has_patch) return usage_error(&c, "--patch-layers decodes into the arena: not with --copy");
     if ((rc = read_tokens(&c, &tok, &n)) >= 0) return rc;
     if ((rc = open_handle(&c, SCDB_CONSUMER, &h, &info)) >= 0) goto out;
     e = scdb_lookup(h, tok, n, &lr);
@@ -318,7 +327,8 @@ int scdb_cmd_get(int argc, char **argv)
             kv = own;
         } else {
             e = scdb_arena_new(h, (int)lr.matched_tokens, &a);
-            if (!e) e = scdb_get(h, tok, n, a, 0, c.pos0, &r);
+            scdb_get_opts go = {.patch_layers = c.has_patch ? c.patch : -1};
+            if (!e) e = scdb_get_ex(h, tok, n, a, 0, c.pos0, &go, &r);
             kv = a ? scdb_arena_cache(a) : NULL;
         }
         if (e) {

@@ -238,12 +238,22 @@ void scdb_arena_free(scdb_arena **ap)
 scdb_err scdb_get(scdb *h, const int32_t *tokens, size_t n_tokens, scdb_arena *a, int slot0,
                   int32_t pos0, scdb_get_result *out)
 {
+    return scdb_get_ex(h, tokens, n_tokens, a, slot0, pos0, NULL, out);
+}
+
+scdb_err scdb_get_ex(scdb *h, const int32_t *tokens, size_t n_tokens, scdb_arena *a, int slot0,
+                     int32_t pos0, const scdb_get_opts *opts, scdb_get_result *out)
+{
     Scdb__Request req = SCDB__REQUEST__INIT;
     Scdb__GetRequest g = SCDB__GET_REQUEST__INIT;
+    Scdb__PatchBudget pb = SCDB__PATCH_BUDGET__INIT;
     Scdb__Reply *rep = NULL;
     scdb_err e;
 
     if (!h || !a || a->h != h || (!tokens && n_tokens)) return SCDB_EINVAL;
+    if (opts && opts->patch_layers < -1)
+        return scdb_cl_fail(h, SCDB_EINVAL, "patch_layers %d: -1 (the pair's default) or >= 0",
+                            opts->patch_layers);
     if (!h->registered) return scdb_cl_fail(h, SCDB_EINVAL, "not registered (scdb_register first)");
     if (a->gen != h->gen)
         return scdb_cl_fail(h, SCDB_ECLOSED, "arena %llu is from before a broker restart: free it "
@@ -258,6 +268,10 @@ scdb_err scdb_get(scdb *h, const int32_t *tokens, size_t n_tokens, scdb_arena *a
     g.arena = a->id;
     g.slot0 = (uint32_t)slot0;
     g.pos0 = pos0;
+    if (opts && opts->patch_layers >= 0) {
+        pb.layers = (uint32_t)opts->patch_layers;
+        g.patch = &pb;
+    }
     req.body_case = SCDB__REQUEST__BODY_GET;
     req.get = &g;
     e = scdb_cl_request(h, &req, NULL, NULL, 0, &rep);

@@ -472,6 +472,21 @@ typedef struct scdb_get_result {
 scdb_err scdb_get(scdb *h, const int32_t *tokens, size_t n_tokens, scdb_arena *a, int slot0,
                   int32_t pos0, scdb_get_result *out);
 
+/* Per-get options of scdb_get_ex. */
+typedef struct scdb_get_opts {
+    /* SCD pairs: patch layers to decode with, the first of the pair's
+     * patch layers in its greedy order, clamped to those it has aligners
+     * for: fewer is a faster decode at lower quality (0: REUSE on every
+     * layer; README, "Quality", has measured figures).  -1: the pair's
+     * default budget.  Raw decoders ignore it. */
+    int patch_layers;
+} scdb_get_opts;
+
+/* As scdb_get, with options (NULL: as scdb_get, i.e. patch_layers -1).
+ * Errors: those of scdb_get, SCDB_EINVAL (patch_layers below -1). */
+scdb_err scdb_get_ex(scdb *h, const int32_t *tokens, size_t n_tokens, scdb_arena *a, int slot0,
+                     int32_t pos0, const scdb_get_opts *opts, scdb_get_result *out);
+
 /* As scdb_get, through an arena the handle keeps, then copied into dst
  * (any scdb_kv_cache of our model's geometry) at slots slot0.. .  Errors:
  * those of scdb_get and scdb_arena_new, SCDB_ESHAPE (dst geometry). */

@@ -30,7 +30,51 @@ void scdb_codebook_free(scdb_codebook **pcb)
 
 const scdb_codebook_info *scdb_codebook_get_info(const scdb_codebook *cb) { return &cb->info; }
 
-size_t scdb_codebook_token_bytes(const scdb_codebook *cb) { return 2u * (size_t)cb->info.code_dim; }
+size_t scdb_codebook_token_bytes(const scdb_codebook *cb)
+{
+    const scdb_codebook_info *in = &cb->info;
+    if (in->code_dtype == SCDB_CODES_INT8) return (size_t)in->code_dim + 2u * (size_t)in->n_scaled;
+    return 2u * (size_t)in->code_dim;
+}
+
+size_t scdb_codec_payload_bytes(const scdb_codebook *cb, int n)
+{
+    return n > 0 ? (size_t)n * scdb_codebook_token_bytes(cb) : 0;
+}
+
+const char *scdb_code_dtype_name(scdb_code_dtype dt)
+{
+    return dt == SCDB_CODES_F16 ? "f16" : dt == SCDB_CODES_INT8 ? "int8" : NULL;
+}
+
+scdb_err scdb_code_dtype_parse(const char *s, scdb_code_dtype *out)
+{
+    if (!s || !out) return SCDB_EINVAL;
+    if (!strcmp(s, "f16")) *out = SCDB_CODES_F16;
+    else if (!strcmp(s, "int8")) *out = SCDB_CODES_INT8;
+    else return SCDB_EINVAL;
+    return SCDB_OK;
+}
+
+scdb_err scdb_codebook_set_code_dtype(scdb_codebook *cb, scdb_code_dtype dt)
+{
+    if (!cb || !scdb_code_dtype_name(dt)) return SCDB_EINVAL;
+    cb->info.code_dtype = (int)dt;
+    return SCDB_OK;
+}
+
+uint32_t scdb_codebook_payload_dtype(const scdb_codebook *cb)
+{
+    return cb->info.code_dtype == SCDB_CODES_INT8 ? SCDB_PAYLOAD_CODES_INT8 : (uint32_t)SCDB_F16;
+}
+
+/* Layers with a code: int8 codes carry one scale per token for each. */
+static void count_scaled(scdb_codebook_info *in)
+{
+    in->n_scaled = 0;
+    for (int l = 0; l < in->n_layers; l++)
+        if (in->layers[l].width > 0) in->n_scaled++;
+}
 
 /* Input width of part p of a layer. */
 static int part_in_dim(const scdb_codebook_info *in, int p)
@@ -93,6 +137,7 @@ scdb_err cx_codebook_finish(scdb_codebook *cb)
     scdb_codebook_info *in = &cb->info;
     int n = 0;
     cx_layout(in->layers, in->n_layers, &in->code_dim);
+    count_scaled(in);
     for (int l = 0; l < in->n_layers; l++)
         if (in->layers[l].r_h > 0) in->candidates[n++] = l;
     in->n_candidates = n;
@@ -272,6 +317,7 @@ scdb_err scdb_codebook_load(const char *path, scdb_codebook **out, char *errbuf,
     }
     snprintf(in->arch_fp, sizeof in->arch_fp, "%s", afp);
     cx_layout(in->layers, in->n_layers, &in->code_dim);
+    count_scaled(in);
     in->n_candidates = 0;
     for (int l = 0; l < in->n_layers; l++)
         if (in->layers[l].r_h > 0) in->candidates[in->n_candidates++] = l;
@@ -308,8 +354,136 @@ scdb_err scdb_codebook_check_producer(const scdb_codebook *cb, const scdb_model 
     return SCDB_OK;
 }
 
+/* ------------------------------------------------------------ int8 codes
+ * (codec.h, "Code dtype"; schema/FORMATS.md, "Codes"): scales f16 [S][n]
+ * at byte 0, then the int8 sections, layer l's at byte 2*S*n + n*off[l]. */
+
+static int8_t *int8_codes(const scdb_codebook_info *in, void *payload, int n)
+{
+    return (int8_t *)((unsigned char *)payload + 2u * (size_t)in->n_scaled * (size_t)n);
+}
+
+/* A scale as stored: finite, not negative, at most the f16-safe maximum. */
+static int scale_ok(uint16_t h)
+{
+    return !(h & 0x8000u) && (h & 0x7c00u) != 0x7c00u &&
+           scdb_f16_to_f32(h) <= SCDB_CODES_INT8_SCALE_MAX;
+}
+
+/* z: f32 codes of n tokens in the f16 layout (sections) -> int8 payload */
+static scdb_err quantize_int8(const scdb_codebook_info *in, const float *z, int n, void *payload)
+{
+    uint16_t *scales = payload;
+    int8_t *q = int8_codes(in, payload, n);
+    int s = 0;
+
+    for (int l = 0; l < in->n_layers; l++) {
+        const scdb_cb_layer *L = &in->layers[l];
+        int w = L->width;
+        if (!w) continue;
+        for (int i = 0; i < n; i++) {
+            const float *row = z + (size_t)n * L->offset + (size_t)i * w;
+            int8_t *qr = q + (size_t)n * L->offset + (size_t)i * w;
+            float m = 0.0f, sv;
+            uint16_t h = 0;
+            for (int j = 0; j < w; j++) {
+                float a = fabsf(row[j]);
+                if (!isfinite(a)) return SCDB_ERANGE;
+                if (a > m) m = a;
+            }
+            if (m > 0.0f) {
+                float want = m / 127.0f;
+                h = scdb_f32_to_f16(want);
+                if (scdb_f16_to_f32(h) < want) h++;   /* round up: |z| / scale <= 127 */
+                if (!scale_ok(h)) return SCDB_ERANGE;
+            }
+            sv = scdb_f16_to_f32(h);
+            for (int j = 0; j < w; j++) {
+                long v = sv > 0.0f ? lrintf(row[j] / sv) : 0;
+                qr[j] = (int8_t)(v > 127 ? 127 : v < -127 ? -127 : v);
+            }
+            scales[(size_t)s * n + i] = h;
+        }
+        s++;
+    }
+    return SCDB_OK;
+}
+
+scdb_err scdb_codec_dequantize(const scdb_codebook *cb, const void *codes, int block_n, int t0,
+                               int n, uint16_t *out)
+{
+    const scdb_codebook_info *in;
+    if (!cb || !codes || !out || n <= 0 || t0 < 0 || block_n < n || t0 > block_n - n)
+        return SCDB_EINVAL;
+    in = &cb->info;
+    if (in->code_dtype != SCDB_CODES_INT8)
+        return scdb_codec_slice(cb, codes, block_n, t0, t0 + n, out);
+    const uint16_t *scales = codes;
+    const int8_t *q = int8_codes(in, (void *)codes, block_n);
+    int s = 0;
+    /* every scale first: a bad one leaves out untouched */
+    for (int k = 0; k < in->n_scaled; k++)
+        for (int i = 0; i < n; i++)
+            if (!scale_ok(scales[(size_t)k * block_n + t0 + i])) return SCDB_ERANGE;
+    for (int l = 0; l < in->n_layers; l++) {
+        const scdb_cb_layer *L = &in->layers[l];
+        int w = L->width;
+        if (!w) continue;
+        for (int i = 0; i < n; i++) {
+            float sv = scdb_f16_to_f32(scales[(size_t)s * block_n + t0 + i]);
+            const int8_t *qr = q + (size_t)block_n * L->offset + (size_t)(t0 + i) * w;
+            uint16_t *o = out + (size_t)n * L->offset + (size_t)i * w;
+            for (int j = 0; j < w; j++) o[j] = scdb_f32_to_f16((float)qr[j] * sv);
+        }
+        s++;
+    }
+    return SCDB_OK;
+}
+
+scdb_err scdb_codec_check_payload(const scdb_codebook *cb, const void *codes, size_t bytes, int n,
+                                  char *errbuf, size_t errlen)
+{
+    const scdb_codebook_info *in;
+    if (!cb || (!codes && bytes) || n <= 0) return SCDB_EINVAL;
+    in = &cb->info;
+    if (bytes != scdb_codec_payload_bytes(cb, n)) {
+        scdb_errf(errbuf, errlen, "%zu bytes of %s codes, %d tokens of codebook %s take %zu", bytes,
+                  scdb_code_dtype_name((scdb_code_dtype)in->code_dtype), n, in->id_hex,
+                  scdb_codec_payload_bytes(cb, n));
+        return SCDB_ESHAPE;
+    }
+    const uint16_t *h = codes;
+    if (in->code_dtype != SCDB_CODES_INT8) {
+        for (int l = 0; l < in->n_layers; l++) {
+            const scdb_cb_layer *L = &in->layers[l];
+            for (size_t i = 0; i < (size_t)n * L->width; i++)
+                if ((h[(size_t)n * L->offset + i] & 0x7c00u) == 0x7c00u) {
+                    scdb_errf(errbuf, errlen, "f16 code of token %zu, layer %d is NaN or infinite",
+                              i / (size_t)L->width, l);
+                    return SCDB_ERANGE;
+                }
+        }
+        return SCDB_OK;
+    }
+    int s = 0;
+    for (int l = 0; l < in->n_layers; l++) {
+        if (!in->layers[l].width) continue;
+        for (int i = 0; i < n; i++) {
+            uint16_t v = h[(size_t)s * n + i];
+            if (!scale_ok(v)) {
+                scdb_errf(errbuf, errlen, "int8 scale of token %d, layer %d is %g (must be finite, "
+                          ">= 0 and <= %g)", i, l, (double)scdb_f16_to_f32(v),
+                          (double)SCDB_CODES_INT8_SCALE_MAX);
+                return SCDB_ERANGE;
+            }
+        }
+        s++;
+    }
+    return SCDB_OK;
+}
+
 scdb_err scdb_codec_encode(const scdb_codebook *cb, const scdb_codec_states *st, int n,
-                           uint16_t *codes)
+                           void *codes)
 {
     const scdb_codebook_info *in;
     float *x = NULL, *z = NULL;
@@ -345,7 +519,8 @@ scdb_err scdb_codec_encode(const scdb_codebook *cb, const scdb_codec_states *st,
             col += rr;
         }
     }
-    scdb_f32_to_f16_n(z, codes, (size_t)n * in->code_dim);
+    if (in->code_dtype == SCDB_CODES_INT8) rc = quantize_int8(in, z, n, codes);
+    else scdb_f32_to_f16_n(z, codes, (size_t)n * in->code_dim);
 done:
     free(x);
     free(z);
@@ -354,7 +529,7 @@ done:
 
 scdb_err scdb_codec_encode_tokens(const scdb_codebook *cb, const scdb_model *producer,
                                   const int32_t *tokens, const int32_t *pos, int n,
-                                  uint16_t *codes)
+                                  void *codes)
 {
     const scdb_model_config *c;
     scdb_kv_cache *cache = NULL;
@@ -379,18 +554,54 @@ done:
     return rc;
 }
 
-scdb_err scdb_codec_slice(const scdb_codebook *cb, const uint16_t *codes, int n, int t0, int t1,
-                          uint16_t *out)
+scdb_err scdb_codec_slice(const scdb_codebook *cb, const void *codes, int n, int t0, int t1,
+                          void *out)
 {
     if (!cb || !codes || !out || t0 < 0 || t1 > n || t0 >= t1) return SCDB_EINVAL;
     const scdb_codebook_info *in = &cb->info;
     int m = t1 - t0;
+    if (in->code_dtype == SCDB_CODES_INT8) {
+        const uint16_t *hs = codes;
+        uint16_t *ho = out;
+        const int8_t *q = int8_codes(in, (void *)codes, n);
+        int8_t *qo = int8_codes(in, out, m);
+        for (int s = 0; s < in->n_scaled; s++)
+            memcpy(ho + (size_t)s * m, hs + (size_t)s * n + t0, (size_t)m * sizeof *ho);
+        for (int l = 0; l < in->n_layers; l++) {
+            const scdb_cb_layer *L = &in->layers[l];
+            if (!L->width) continue;
+            memcpy(qo + (size_t)m * L->offset, q + (size_t)n * L->offset + (size_t)t0 * L->width,
+                   (size_t)m * L->width);
+        }
+        return SCDB_OK;
+    }
+    const uint16_t *c = codes;
+    uint16_t *o = out;
     for (int l = 0; l < in->n_layers; l++) {
         const scdb_cb_layer *L = &in->layers[l];
         if (!L->width) continue;
-        memcpy(out + (size_t)m * L->offset,
-               codes + (size_t)n * L->offset + (size_t)t0 * L->width,
-               (size_t)m * L->width * sizeof *out);
+        memcpy(o + (size_t)m * L->offset,
+               c + (size_t)n * L->offset + (size_t)t0 * L->width,
+               (size_t)m * L->width * sizeof *o);
     }
+    return SCDB_OK;
+}
+
+scdb_err cx_codes_as_f16(const scdb_codebook *cb, const void **codes, int *block_n, int *t0, int n,
+                         uint16_t **owned)
+{
+    *owned = NULL;
+    if (cb->info.code_dtype != SCDB_CODES_INT8 || cb->info.code_dim == 0) return SCDB_OK;
+    uint16_t *f = malloc((size_t)n * cb->info.code_dim * sizeof *f);
+    if (!f) return SCDB_ENOMEM;
+    scdb_err rc = scdb_codec_dequantize(cb, *codes, *block_n, *t0, n, f);
+    if (rc) {
+        free(f);
+        return rc;
+    }
+    *owned = f;
+    *codes = f;
+    *block_n = n;
+    *t0 = 0;
     return SCDB_OK;
 }

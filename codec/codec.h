@@ -49,6 +49,22 @@
  * sections start at n * off[l] values (schema/FORMATS.md, "Codebook and
  * pair artifacts"); scdb_codec_slice() cuts a token range out of it.
  *
+ * Code dtype (the rate knob).  A loaded codebook writes and reads its codes
+ * as f16 (the default) or as int8 with one f16 scale per token per coded
+ * layer (scdb_codebook_set_code_dtype):
+ *
+ *   | scales f16 [S][n] | layer 0: n x w0 int8 | layer 1: n x w1 int8 | ... |
+ *   ^ 0                 ^ 2*S*n + n*off[0]     ^ 2*S*n + n*off[1]
+ *
+ * S = layers with a code (w[l] > 0), in layer order.  Encode: per token and
+ * layer, scale = max|z| / 127 rounded up to an f16, q = round(z / scale) in
+ * [-127, 127] (a zero row: scale 0).  Decode: z = f16(q * scale), then
+ * exactly the f16 codes' decode -- so int8 codes are a quantisation of the
+ * f16 codes, the same encoders and pairs serve both, and no refit is
+ * needed.  The dtype is not in the codebook file (nor its id) but in the
+ * store namespace (scdb_codebook_payload_dtype), so f16 and int8 blocks of
+ * one prefix never mix.
+ *
  * Pair (producer -> consumer).  For every coded layer, REUSE decoders map the
  * layer's code z_l (all its parts) -- or, in an "all" pair, the token's whole
  * code row z (every layer's code: drift in the consumer's layer l is often
@@ -67,8 +83,9 @@
  * held-out text; its held-back KL windows come from the end of that first
  * half; `scdb bench quality` evaluates on the SECOND half only.
  *
- * Thread safety: codebooks and pairs are immutable after load/creation and
- * may be shared by any number of threads; encode/decode keep no state.  A
+ * Thread safety: codebooks and pairs are immutable after load/creation (a
+ * codebook's code dtype is chosen before it is shared) and may be shared by
+ * any number of threads; encode/decode keep no state.  A
  * calibration session is single-threaded.
  */
 #ifndef SCDB_CODEC_H
@@ -131,6 +148,9 @@ typedef struct scdb_codebook_info {
     int n_candidates;             /* layers with an H part */
     int candidates[SCDB_CODEC_MAX_LAYERS];
     scdb_cb_layer layers[SCDB_CODEC_MAX_LAYERS];
+    int n_scaled;                 /* layers with a code (width > 0): the f16
+                                     scales per token of int8 codes */
+    int code_dtype;               /* scdb_code_dtype of encode / decode */
 } scdb_codebook_info;
 
 typedef struct scdb_codebook scdb_codebook;
@@ -148,8 +168,35 @@ scdb_err scdb_codebook_load(const char *path, scdb_codebook **out,
 scdb_err scdb_codebook_save(const scdb_codebook *cb, const char *path);
 void scdb_codebook_free(scdb_codebook **cb);
 const scdb_codebook_info *scdb_codebook_get_info(const scdb_codebook *cb);
-/* Payload of one token's codes in bytes (2 * code_dim). */
+/* Payload of one token's codes in bytes: 2 * code_dim (f16 codes) or
+ * code_dim + 2 * n_scaled (int8 codes). */
 size_t scdb_codebook_token_bytes(const scdb_codebook *cb);
+
+/* Code dtypes: how codes are stored and sent (the codec.h design comment,
+ * "Code dtype"). */
+typedef enum scdb_code_dtype {
+    SCDB_CODES_F16 = 0,           /* IEEE f16 codes (the default)            */
+    SCDB_CODES_INT8 = 1,          /* int8 codes + an f16 scale per token and
+                                     coded layer                            */
+} scdb_code_dtype;
+/* The store payload dtype (namespace and block values) of int8 codes:
+ * codec-defined, above every scdb_dtype.  f16 codes are SCDB_F16. */
+#define SCDB_PAYLOAD_CODES_INT8 0x100u
+/* Largest int8 scale: 128 * scale stays within f16 (65504). */
+#define SCDB_CODES_INT8_SCALE_MAX 511.75f
+/* "f16" / "int8"; NULL for an unknown dtype. */
+const char *scdb_code_dtype_name(scdb_code_dtype dt);
+/* Parse "f16" or "int8".  SCDB_EINVAL. */
+scdb_err scdb_code_dtype_parse(const char *s, scdb_code_dtype *out);
+/* Choose the code dtype of a loaded codebook (default SCDB_CODES_F16): what
+ * scdb_codec_encode writes and every decode reads.  Not saved in the file
+ * and not part of the id.  Set it before the codebook is shared between
+ * threads (or pairs decode with it).  SCDB_EINVAL (NULL, unknown dtype). */
+scdb_err scdb_codebook_set_code_dtype(scdb_codebook *cb, scdb_code_dtype dt);
+/* The store payload dtype of the codebook's blocks with its code dtype:
+ * SCDB_F16 or SCDB_PAYLOAD_CODES_INT8; the broker's namespace is
+ * scdb_ns_make(id, this, SCDB_CODEC_VERSION). */
+uint32_t scdb_codebook_payload_dtype(const scdb_codebook *cb);
 /* Check that a loaded producer model is the one the codebook was fitted
  * for.  SCDB_EMISMATCH (other architecture or other weights). */
 scdb_err scdb_codebook_check_producer(const scdb_codebook *cb, const scdb_model *producer,
@@ -163,27 +210,47 @@ typedef struct scdb_codec_states {
     const float *k_post;
 } scdb_codec_states;
 
-/* f16 values of the codes of n tokens (n * code_dim), and where layer l's
- * section starts (n * offset[l]). */
+/* Code values of n tokens (n * code_dim: the f16 codes' length in
+ * uint16_t), and where layer l's section starts (n * offset[l] values). */
 static inline size_t scdb_codec_codes_len(const scdb_codebook_info *in, int n)
 { return (size_t)n * (size_t)in->code_dim; }
 static inline size_t scdb_codec_section(const scdb_codebook_info *in, int n, int layer)
 { return (size_t)n * (size_t)in->layers[layer].offset; }
+/* Payload bytes of n tokens' codes in the codebook's code dtype
+ * (n * scdb_codebook_token_bytes). */
+size_t scdb_codec_payload_bytes(const scdb_codebook *cb, int n);
 /* Copy tokens [t0, t1) of a block of n tokens' codes into out (the codes of
- * a block of t1 - t0 tokens).  SCDB_EINVAL (range outside [0, n]). */
-scdb_err scdb_codec_slice(const scdb_codebook *cb, const uint16_t *codes, int n, int t0, int t1,
-                          uint16_t *out);
+ * a block of t1 - t0 tokens, same dtype).  SCDB_EINVAL (range outside
+ * [0, n]). */
+scdb_err scdb_codec_slice(const scdb_codebook *cb, const void *codes, int n, int t0, int t1,
+                          void *out);
+/* The f16 codes that tokens [t0, t0 + n) of a block of block_n tokens'
+ * codes decode as, into out (n * code_dim values, the f16 layout of a block
+ * of n tokens): a copy for f16 codes, f16(q * scale) for int8 codes.
+ * SCDB_EINVAL (NULL, range), SCDB_ERANGE (int8: a scale of the range is
+ * NaN, infinite, negative or above SCDB_CODES_INT8_SCALE_MAX). */
+scdb_err scdb_codec_dequantize(const scdb_codebook *cb, const void *codes, int block_n, int t0,
+                               int n, uint16_t *out);
+/* Check a payload of n tokens' codes as the store would keep it: its size
+ * (SCDB_ESHAPE: not scdb_codec_payload_bytes(cb, n)), and its values
+ * (SCDB_ERANGE: an f16 code NaN or infinite; an int8 scale as above).
+ * errbuf (may be NULL) names the token and layer. */
+scdb_err scdb_codec_check_payload(const scdb_codebook *cb, const void *codes, size_t bytes, int n,
+                                  char *errbuf, size_t errlen);
 
-/* Encode n tokens into codes (layout above; f16 bit patterns).
- * SCDB_EINVAL (NULL, n <= 0, missing k_post), SCDB_ENOMEM. */
+/* Encode n tokens into codes (layout above, in the codebook's code dtype;
+ * scdb_codec_payload_bytes(cb, n) bytes; f16 as bit patterns).
+ * SCDB_EINVAL (NULL, n <= 0, missing k_post), SCDB_ERANGE (int8: a code
+ * row not finite, or too large for a scale <= SCDB_CODES_INT8_SCALE_MAX,
+ * i.e. max|z| above about 65000), SCDB_ENOMEM. */
 scdb_err scdb_codec_encode(const scdb_codebook *cb, const scdb_codec_states *st, int n,
-                           uint16_t *codes);
+                           void *codes);
 /* Convenience: run the producer over tokens (positions pos or 0..n-1 when
  * NULL, from an empty context) and encode.  SCDB_EMISMATCH (model is not
  * the codebook's producer architecture), model errors, SCDB_ENOMEM. */
 scdb_err scdb_codec_encode_tokens(const scdb_codebook *cb, const scdb_model *producer,
                                   const int32_t *tokens, const int32_t *pos, int n,
-                                  uint16_t *codes);
+                                  void *codes);
 
 /* ------------------------------------------------------------ pairs */
 
@@ -243,17 +310,20 @@ scdb_err scdb_pair_restamp(const char *path, const scdb_codebook *cb, const scdb
  *   n_patch   -1: the pair's default budget; 0: REUSE only; k: the first k
  *             aligners in greedy order (clamped to n_aligners)
  *   tokens    [n] token ids; required iff the codebook has a TOKEN layer
+ * codes are in cb's code dtype (int8 codes decode as scdb_codec_dequantize's
+ * f16 codes).
  * SCDB_EINVAL (NULL, n <= 0, slot range outside the cache, missing tokens,
  * token outside the vocabulary), SCDB_ESHAPE (cache geometry),
- * SCDB_EMISMATCH (codebook is not the pair's), SCDB_ENOMEM. */
-scdb_err scdb_pair_decode(const scdb_pair *p, const scdb_codebook *cb, const uint16_t *codes,
+ * SCDB_EMISMATCH (codebook is not the pair's), SCDB_ERANGE (int8 codes: a
+ * bad scale; nothing is written), SCDB_ENOMEM. */
+scdb_err scdb_pair_decode(const scdb_pair *p, const scdb_codebook *cb, const void *codes,
                           int n, const int32_t *pos, const int32_t *tokens, int n_patch,
                           scdb_kv_cache *cache, int slot0);
 
 /* The same for tokens [t0, t0 + n) of a block of block_n tokens' codes (as
  * the store keeps them), without slicing first; pos and tokens describe the
  * n decoded tokens.  SCDB_EINVAL also for a range outside [0, block_n). */
-scdb_err scdb_pair_decode_range(const scdb_pair *p, const scdb_codebook *cb, const uint16_t *codes,
+scdb_err scdb_pair_decode_range(const scdb_pair *p, const scdb_codebook *cb, const void *codes,
                                 int block_n, int t0, int n, const int32_t *pos,
                                 const int32_t *tokens, int n_patch, scdb_kv_cache *cache, int slot0);
 
@@ -261,7 +331,8 @@ scdb_err scdb_pair_decode_range(const scdb_pair *p, const scdb_codebook *cb, con
  * A pair's decode weights resident in one device's memory (kernels.h's ops
  * tables), uploaded once, and a decode that writes a cache whose pos, K and
  * V live in that device's memory (a CUDA IPC arena) with no host copy of the
- * KV: the block's f16 codes (and, for a TOKEN layer, RMSNorm(E[tok]) rows,
+ * KV: the block's f16 codes (int8 codes dequantised to them on the host,
+ * as the CPU decode does; and, for a TOKEN layer, RMSNorm(E[tok]) rows,
  * computed on the host as the CPU decode does) go up, the REUSE layers run
  * lowrank_decode, the PATCH layers aligner + kv_regen, all on the device.
  * Per device:
@@ -282,7 +353,7 @@ typedef struct scdb_pair_dev scdb_pair_dev;
 scdb_err scdb_pair_dev_new(const scdb_pair *p, scdb_device dev, scdb_pair_dev **out);
 void scdb_pair_dev_free(scdb_pair_dev **d);
 scdb_err scdb_pair_dev_decode_range(const scdb_pair_dev *d, const scdb_codebook *cb,
-                                    const uint16_t *codes, int block_n, int t0, int n,
+                                    const void *codes, int block_n, int t0, int n,
                                     const int32_t *pos, const int32_t *tokens, int n_patch,
                                     scdb_kv_cache *cache, int slot0);
 

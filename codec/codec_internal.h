@@ -163,4 +163,12 @@ scdb_err scdb_pair_decode_check(const scdb_pair *p, const scdb_codebook *cb, int
                                 const int32_t *pos, const int32_t *tokens, int n_patch,
                                 const scdb_kv_cache *cache, int slot0, unsigned char *patch);
 
+/* codebook.c: the f16 codes a decode of tokens [t0, t0 + n) reads.  For
+ * int8 codes, *codes becomes a malloc'd dequantised copy of the range
+ * (*owned, to free; *block_n = n, *t0 = 0); f16 codes are left as they are
+ * (*owned NULL).  Shared by the host and device decodes.  SCDB_ERANGE (a
+ * bad scale), SCDB_ENOMEM. */
+scdb_err cx_codes_as_f16(const scdb_codebook *cb, const void **codes, int *block_n, int *t0, int n,
+                         uint16_t **owned);
+
 #endif

@@ -389,7 +389,7 @@ scdb_err scdb_pair_check_models(const scdb_pair *p, const scdb_model *producer,
     return SCDB_OK;
 }
 
-scdb_err scdb_pair_decode(const scdb_pair *p, const scdb_codebook *cb, const uint16_t *codes,
+scdb_err scdb_pair_decode(const scdb_pair *p, const scdb_codebook *cb, const void *codes,
                           int n, const int32_t *pos, const int32_t *tokens, int n_patch,
                           scdb_kv_cache *cache, int slot0)
 {
@@ -418,21 +418,26 @@ scdb_err scdb_pair_decode_check(const scdb_pair *p, const scdb_codebook *cb, int
     return SCDB_OK;
 }
 
-scdb_err scdb_pair_decode_range(const scdb_pair *p, const scdb_codebook *cb, const uint16_t *codes,
+scdb_err scdb_pair_decode_range(const scdb_pair *p, const scdb_codebook *cb, const void *payload,
                                 int block_n, int t0, int n, const int32_t *pos,
                                 const int32_t *tokens, int n_patch, scdb_kv_cache *cache, int slot0)
 {
     const scdb_pair_info *in;
+    const void *src = payload;
+    const uint16_t *codes;
+    uint16_t *deq = NULL;             /* int8 codes: the range as f16 codes */
     float *z = NULL, *h = NULL;
     unsigned char patch[SCDB_CODEC_MAX_LAYERS] = {0};
     scdb_err rc = SCDB_OK;
 
-    if (!p || !cb || (!codes && p->code_dim > 0) || n <= 0 || !pos || !cache || slot0 < 0 ||
+    if (!p || !cb || (!payload && p->code_dim > 0) || n <= 0 || !pos || !cache || slot0 < 0 ||
         t0 < 0 || block_n < n || t0 > block_n - n)
         return SCDB_EINVAL;
     in = &p->info;
     if ((rc = scdb_pair_decode_check(p, cb, n, pos, tokens, n_patch, cache, slot0, patch)))
         return rc;
+    if ((rc = cx_codes_as_f16(cb, &src, &block_n, &t0, n, &deq))) return rc;
+    codes = src;
 
     int kv = in->kv_dim, d = in->d_model, D = p->code_dim;
     z = malloc(((size_t)n * D + 1) * sizeof *z);
@@ -496,6 +501,7 @@ scdb_err scdb_pair_decode_range(const scdb_pair *p, const scdb_codebook *cb, con
     memcpy(cache->pos + slot0, pos, (size_t)n * sizeof *pos);
     if (cache->n < slot0 + n) cache->n = slot0 + n;
 done:
+    free(deq);
     free(z);
     free(h);
     return rc;

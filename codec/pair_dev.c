@@ -124,7 +124,7 @@ scdb_err scdb_pair_dev_new(const scdb_pair *p, scdb_device dev, scdb_pair_dev **
 }
 
 scdb_err scdb_pair_dev_decode_range(const scdb_pair_dev *d, const scdb_codebook *cb,
-                                    const uint16_t *codes, int block_n, int t0, int n,
+                                    const void *payload, int block_n, int t0, int n,
                                     const int32_t *pos, const int32_t *tokens, int n_patch,
                                     scdb_kv_cache *cache, int slot0)
 {
@@ -132,6 +132,9 @@ scdb_err scdb_pair_dev_decode_range(const scdb_pair_dev *d, const scdb_codebook 
     const scdb_pair_info *in;
     const scdb_k_ops *ops;
     unsigned char patch[SCDB_CODEC_MAX_LAYERS] = {0};
+    const void *f16 = payload;
+    const uint16_t *codes;
+    uint16_t *deq = NULL;             /* host: int8 codes as f16, as the CPU decode */
     uint16_t *zh = NULL;              /* host: the range's codes, f16 */
     float *hh = NULL;                 /* host: token-layer rows */
     void *zd = NULL, *z32 = NULL, *hd = NULL;   /* device */
@@ -141,12 +144,14 @@ scdb_err scdb_pair_dev_decode_range(const scdb_pair_dev *d, const scdb_codebook 
     if (!d || !cb) return SCDB_EINVAL;
     p = d->p;
     ops = d->ops;
-    if ((!codes && p->code_dim > 0) || n <= 0 || !pos || !cache || slot0 < 0 || t0 < 0 ||
+    if ((!payload && p->code_dim > 0) || n <= 0 || !pos || !cache || slot0 < 0 || t0 < 0 ||
         block_n < n || t0 > block_n - n)
         return SCDB_EINVAL;
     in = &p->info;
     if ((rc = scdb_pair_decode_check(p, cb, n, pos, tokens, n_patch, cache, slot0, patch)))
         return rc;
+    if ((rc = cx_codes_as_f16(cb, &f16, &block_n, &t0, n, &deq))) return rc;
+    codes = f16;
     for (int l = 0; l < in->n_layers; l++) {
         if (p->layers[l].kind == SCDB_CB_TOKENS) any_token = 1;
         else if (patch[l]) any_patch = 1;
@@ -154,7 +159,7 @@ scdb_err scdb_pair_dev_decode_range(const scdb_pair_dev *d, const scdb_codebook 
 
     int kv = in->kv_dim, dm = in->d_model, D = p->code_dim;
     int32_t *posd = cache->pos + slot0;   /* the positions' final place is their input */
-    if ((rc = ops->upload(posd, pos, (size_t)n * sizeof *pos))) return rc;
+    if ((rc = ops->upload(posd, pos, (size_t)n * sizeof *pos))) goto done;
     if (D > 0) {
         /* the range's codes as the device reads them: layer sections
          * [n][width] at n * off[l], or (all_input) token-major rows [n][D] */
@@ -224,6 +229,7 @@ done:
     ops->release(zd);
     ops->release(z32);
     ops->release(hd);
+    free(deq);
     free(zh);
     free(hh);
     return rc;

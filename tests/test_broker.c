@@ -119,6 +119,11 @@ static void write_config(const char *path, const char *ep, const char *data, con
                              "file = " SCDB_DATA_DIR "/codebooks/base.safetensors\n"
                              "[pair base-scd code]\ndecoder = scd\n"
                              "file = " SCDB_DATA_DIR "/pairs/base__code.safetensors\n"
+                             "; the same codebook file with int8 codes: another namespace\n"
+                             "[codebook base-scd8]\nkind = scd\nmodel = base\ncodes_dtype = int8\n"
+                             "file = " SCDB_DATA_DIR "/codebooks/base.safetensors\n"
+                             "[pair base-scd8 code]\ndecoder = scd\n"
+                             "file = " SCDB_DATA_DIR "/pairs/base__code.safetensors\n"
                            : "");
 }
 
@@ -1108,6 +1113,210 @@ static void test_states_layout_replace_checks(void **state)
 
 /* scdb_connect fails fast, with a message and no handle, when nothing can
  * answer (issue 20 item 7); "" is the default endpoint. */
+/* Issue 16 item 4, the rate knob: a codebook section with codes_dtype =
+ * int8 is the same codebook file under another namespace; its blocks,
+ * encoded by the broker (put_states) or by the producer (put), decode
+ * through the broker as the codec decodes them; f16 and int8 blocks of one
+ * prefix never mix; bad int8 payloads are refused with specific errors;
+ * and a get may lower the patch budget (GetRequest.patch). */
+static void test_int8_codes_broker(void **state)
+{
+    enum { N = 192 };
+    scdb_model *m = NULL;
+    scdb_codebook *cb = NULL;
+    scdb_pair *pair = NULL;
+    char err[256] = "";
+    int32_t t[N], t2[N], pos[N];
+    unsigned char *codes;
+    float *st;
+    int L, D, cap;
+    scdb_kv_cache *own = NULL, *ref = NULL, *ref0 = NULL;
+    scdb_arena *a, *kv;
+    scdb_put_result pr;
+    scdb_get_result gr;
+    scdb_lookup_result lr;
+    scdb_info info;
+    scdb_capture capt = {0};
+    scdb *h, *cons, *cons16;
+    (void)state;
+
+    if (!have_family) {
+        print_message("skipped: no model family under " SCDB_DATA_DIR "/models\n");
+        skip();
+    }
+    assert_int_equal(scdb_model_load(SCDB_DATA_DIR "/models/base", &m, err, sizeof err), SCDB_OK);
+    assert_int_equal(scdb_codebook_load(SCDB_DATA_DIR "/codebooks/base.safetensors", &cb, err,
+                                        sizeof err), SCDB_OK);
+    assert_int_equal(scdb_codebook_set_code_dtype(cb, SCDB_CODES_INT8), SCDB_OK);
+    assert_int_equal(scdb_pair_load(SCDB_DATA_DIR "/pairs/base__code.safetensors", cb, &pair,
+                                    err, sizeof err), SCDB_OK);
+    for (int i = 0; i < N; i++) {
+        t[i] = "int8 codes, a scale per token and layer, their own namespace. "[i % 63];
+        t2[i] = "a producer that quantises its codes itself before the put ... "[i % 63];
+        pos[i] = i;
+    }
+
+    /* 1. broker-side encode into int8 codes */
+    h = connect_to(endpoint, 10000);
+    assert_int_equal(scdb_register(h, SCDB_PRODUCER, "base", "base-scd8", &info), SCDB_OK);
+    assert_int_equal(info.payload_dtype, SCDB_PAYLOAD_CODES_INT8);
+    assert_int_equal(info.block_bytes, BT * scdb_codebook_token_bytes(cb));
+    assert_int_equal(scdb_codebook_token_bytes(cb), 124 + 2 * 7);     /* the shipped codebook */
+    assert_int_equal(scdb_states_arena_new(h, 256, &a), SCDB_OK);
+    st = scdb_arena_states(a, &L, &D, &cap);
+    assert_int_equal(scdb_model_cache_new(m, N, &own), SCDB_OK);
+    capt.h_in = st;
+    assert_int_equal(scdb_model_forward(m, t, NULL, N, own, NULL, &capt), SCDB_OK);
+    /* the reference, as the broker computes it: each block's rows encoded
+     * on their own (int8 rounding follows the GEMM's last bits, so a
+     * 192-row encode may differ by a step), decoded into code's space */
+    codes = malloc(scdb_codec_payload_bytes(cb, BT));
+    assert_int_equal(scdb_kv_cache_new(8, 2, 32, N, &ref), SCDB_OK);
+    assert_int_equal(scdb_kv_cache_new(8, 2, 32, N, &ref0), SCDB_OK);
+    {
+        float *rows = malloc((size_t)L * BT * D * sizeof *rows);
+        for (int b = 0; b < N / BT; b++) {
+            for (int l = 0; l < L; l++)
+                memcpy(rows + (size_t)l * BT * D, st + ((size_t)l * N + (size_t)b * BT) * D,
+                       (size_t)BT * D * sizeof *rows);
+            scdb_codec_states cs = {.h_in = rows};
+            assert_int_equal(scdb_codec_encode(cb, &cs, BT, codes), SCDB_OK);
+            assert_int_equal(scdb_pair_decode(pair, cb, codes, BT, pos + b * BT, t + b * BT, -1, ref,
+                                              b * BT), SCDB_OK);
+            assert_int_equal(scdb_pair_decode(pair, cb, codes, BT, pos + b * BT, t + b * BT, 0, ref0,
+                                              b * BT), SCDB_OK);
+        }
+        free(rows);
+    }
+    assert_int_equal(scdb_put_states(h, t, N, 0, a, &pr), SCDB_OK);
+    assert_int_equal(pr.n_stored, 3);
+    scdb_arena_free(&a);
+
+    cons = connect_to(endpoint, 10000);
+    assert_int_equal(scdb_register(cons, SCDB_CONSUMER, "code", "base-scd8", &info), SCDB_OK);
+    assert_int_equal(scdb_lookup(cons, t, N, &lr), SCDB_OK);
+    assert_int_equal(lr.n_matched, 3);
+    assert_int_equal(scdb_arena_new(cons, N, &kv), SCDB_OK);
+    assert_int_equal(scdb_get(cons, t, N, kv, 0, 0, &gr), SCDB_OK);
+    assert_int_equal(gr.tokens_written, N);
+    double full = max_diff(scdb_arena_cache(kv), ref, N);
+    print_message("int8 codes through the broker: max |K/V diff| to the local decode %.3g\n", full);
+    assert_true(full < 1e-2);
+    /* 2. the per-get patch budget: 0 is REUSE everywhere, -1 the pair's default */
+    {
+        scdb_get_opts go = {.patch_layers = 0};
+        scdb_arena_cache(kv)->n = 0;
+        assert_int_equal(scdb_get_ex(cons, t, N, kv, 0, 0, &go, &gr), SCDB_OK);
+        assert_int_equal(gr.tokens_written, N);
+        double d0 = max_diff(scdb_arena_cache(kv), ref0, N), dfull = max_diff(scdb_arena_cache(kv), ref, N);
+        print_message("patch budget 0: max |K/V diff| %.3g to REUSE-only, %.3g to the default\n", d0, dfull);
+        assert_true(d0 < 1e-2);
+        assert_true(dfull > 0.05);                     /* the patched layers differ */
+        go.patch_layers = 1000;                        /* clamped to the pair's aligners */
+        scdb_arena_cache(kv)->n = 0;
+        assert_int_equal(scdb_get_ex(cons, t, N, kv, 0, 0, &go, &gr), SCDB_OK);
+        go.patch_layers = -2;
+        assert_int_equal(scdb_get_ex(cons, t, N, kv, 0, 0, &go, &gr), SCDB_EINVAL);
+        go.patch_layers = -1;
+        scdb_arena_cache(kv)->n = 0;
+        assert_int_equal(scdb_get_ex(cons, t, N, kv, 0, 0, &go, &gr), SCDB_OK);
+        assert_true(max_diff(scdb_arena_cache(kv), ref, N) < 1e-2);
+    }
+    /* 3. f16 and int8 blocks of one prefix never mix: the f16 namespace of
+     * the same codebook has none of them */
+    cons16 = connect_to(endpoint, 10000);
+    assert_int_equal(scdb_register(cons16, SCDB_CONSUMER, "code", "base-scd", &info), SCDB_OK);
+    assert_int_equal(info.payload_dtype, SCDB_F16);
+    assert_int_equal(scdb_lookup(cons16, t, N, &lr), SCDB_OK);
+    assert_int_equal(lr.n_matched, 0);
+
+    /* 4. client-side int8 encode and put; bad payloads refused first */
+    {
+        size_t bb = scdb_codec_payload_bytes(cb, BT), all = 3 * bb;
+        unsigned char *pl = malloc(all), *whole = malloc(scdb_codec_payload_bytes(cb, N));
+        assert_int_equal(scdb_codec_encode_tokens(cb, m, t2, NULL, N, whole), SCDB_OK);
+        for (int b = 0; b < 3; b++)
+            assert_int_equal(scdb_codec_slice(cb, whole, N, b * BT, (b + 1) * BT, pl + b * bb), SCDB_OK);
+        /* a NaN scale in block 1 (token 5 of its first coded layer) */
+        uint16_t keep;
+        memcpy(&keep, pl + bb + 10, 2);
+        memcpy(pl + bb + 10, &(uint16_t){0x7e00}, 2);
+        assert_int_equal(scdb_put(h, t2, N, 0, pl, all, &pr), SCDB_ERANGE);
+        assert_non_null(strstr(scdb_last_error(h), "scale of token 5"));
+        memcpy(pl + bb + 10, &(uint16_t){0x3c00 | 0x8000}, 2);        /* -1: negative */
+        assert_int_equal(scdb_put(h, t2, N, 0, pl, all, &pr), SCDB_ERANGE);
+        memcpy(pl + bb + 10, &keep, 2);
+        /* a truncated payload / f16-sized blocks */
+        assert_int_equal(scdb_put(h, t2, N, 0, pl, all - 1, &pr), SCDB_ESHAPE);
+        assert_int_equal(scdb_put(h, t2, N, 0, pl, 2 * 124 * BT, &pr), SCDB_ESHAPE);
+        assert_int_equal(scdb_lookup(cons, t2, N, &lr), SCDB_OK);
+        assert_int_equal(lr.n_matched, 0);                              /* nothing stored */
+        assert_int_equal(scdb_put(h, t2, N, 0, pl, all, &pr), SCDB_OK);
+        assert_int_equal(pr.n_new, 3);
+        int32_t p2[N];
+        for (int i = 0; i < N; i++) p2[i] = i;
+        assert_int_equal(scdb_pair_decode(pair, cb, whole, N, p2, t2, -1, ref, 0), SCDB_OK);
+        scdb_arena_cache(kv)->n = 0;
+        assert_int_equal(scdb_get(cons, t2, N, kv, 0, 0, &gr), SCDB_OK);
+        assert_int_equal(gr.tokens_written, N);
+        assert_true(max_diff(scdb_arena_cache(kv), ref, N) < 1e-2);
+        free(pl);
+        free(whole);
+    }
+    scdb_arena_free(&kv);
+    scdb_close(&cons16);
+    scdb_close(&cons);
+    scdb_close(&h);
+
+    /* 5. the kind: one codebook file, two namespaces, two payload sizes;
+     * codes_dtype is for scd codebooks only */
+    {
+        scdb_model_config pc;
+        assert_int_equal(scdb_model_config_load(SCDB_DATA_DIR "/models/base/config.json", &pc, err,
+                                                sizeof err), SCDB_OK);
+        scdb_broker_model prod = {.name = "base", .n_layers = pc.n_layers, .n_kv_heads = pc.n_kv_heads,
+                                  .head_dim = pc.head_dim, .max_seq_len = pc.max_seq_len};
+        scdb_broker_codebook c16 = {.name = "a", .kind = "scd", .producer = &prod};
+        scdb_broker_codebook c8 = {.name = "b", .kind = "scd", .producer = &prod, .codes_dtype = "int8"};
+        scdb_broker_codebook bad = {.name = "c", .kind = "scd", .producer = &prod, .codes_dtype = "int4"};
+        scdb_broker_codebook rawcb = {.name = "raw/base", .kind = "raw", .producer = &prod,
+                                    .codes_dtype = "int8"};
+        const scdb_codec_kind *kind = scdb_codec_kind_find("scd");
+        assert_int_equal(kind->open_codebook(&c16, SCDB_DATA_DIR "/codebooks/base.safetensors", SCDB_F16,
+                                             err, sizeof err), SCDB_OK);
+        assert_int_equal(kind->open_codebook(&c8, SCDB_DATA_DIR "/codebooks/base.safetensors", SCDB_F16,
+                                             err, sizeof err), SCDB_OK);
+        assert_memory_not_equal(c16.ns.b, c8.ns.b, sizeof c16.ns.b);
+        assert_int_equal(c16.token_bytes, 248);
+        assert_int_equal(c8.token_bytes, 138);
+        assert_int_equal(c16.payload_dtype, SCDB_F16);
+        assert_int_equal(c8.payload_dtype, SCDB_PAYLOAD_CODES_INT8);
+        {   /* the namespace is the codec's: id, payload dtype, version */
+            scdb_ns want;
+            const scdb_codebook_info *ci = scdb_codebook_get_info(cb);
+            assert_int_equal(scdb_ns_make(ci->id.b, sizeof ci->id.b, SCDB_PAYLOAD_CODES_INT8,
+                                          SCDB_CODEC_VERSION, &want), SCDB_OK);
+            assert_memory_equal(want.b, c8.ns.b, sizeof want.b);
+        }
+        assert_int_equal(kind->open_codebook(&bad, SCDB_DATA_DIR "/codebooks/base.safetensors", SCDB_F16,
+                                             err, sizeof err), SCDB_EINVAL);
+        assert_non_null(strstr(err, "codes_dtype"));
+        assert_int_equal(scdb_codec_kind_find("raw")->open_codebook(&rawcb, "", SCDB_F16, err, sizeof err),
+                         SCDB_EINVAL);
+        c16.destroy(c16.ctx);
+        c8.destroy(c8.ctx);
+    }
+
+    scdb_kv_cache_free(&own);
+    scdb_kv_cache_free(&ref);
+    scdb_kv_cache_free(&ref0);
+    scdb_pair_free(&pair);
+    scdb_codebook_free(&cb);
+    scdb_model_free(&m);
+    free(codes);
+    assert_alive();
+}
+
 static void test_connect_errors(void **state)
 {
     scdb_opts o = {.timeout_ms = 60000};      /* a wait would be a minute */
@@ -3036,6 +3245,7 @@ int main(void)
         cmocka_unit_test(test_reference_model),
         cmocka_unit_test(test_put_states),
         cmocka_unit_test(test_states_layout_replace_checks),
+        cmocka_unit_test(test_int8_codes_broker),
         cmocka_unit_test(test_connect_errors),
         cmocka_unit_test(test_malformed_frames),
         cmocka_unit_test(test_sigkill_reclaim),

@@ -147,6 +147,12 @@ grep -q "is empty" "$tmp/err" && ok "put: an empty payload says so" || { bad "pu
 expect 2 "get: --pos0 -1 is a usage error" -- "$scdb" get --model m --text "$tmp/p.txt" --pos0 -1
 grep -q -- "--pos0 -1: must be 0 or more" "$tmp/err" && ok "get: --pos0 -1 says what is allowed" \
   || { bad "get: --pos0 -1 message"; cat "$tmp/err"; }
+expect 2 "get: --patch-layers with --copy is a usage error" -- "$scdb" get --model m --text "$tmp/p.txt" \
+  --patch-layers 1 --copy
+grep -q -- "not with --copy" "$tmp/err" && ok "get: --patch-layers with --copy says why" \
+  || { bad "get: --patch-layers --copy message"; cat "$tmp/err"; }
+"$scdb" get --help | grep -q -- "--patch-layers K" && ok "get --help: --patch-layers" \
+  || bad "get --help: --patch-layers"
 
 # issue 16 items 2-3: weights fingerprints, the late-added calibration's bad
 # input, and scdb audit against a running broker with the family

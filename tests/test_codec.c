@@ -1087,7 +1087,7 @@ static void check_pair_dev(const scdb_pair *p, const scdb_codebook *cb, int n_pa
     for (int i = 0; i < block_n; i++) ppos[i] = i;
     assert_int_equal(scdb_model_cache_new(prod, block_n, &pc), SCDB_OK);
     assert_int_equal(scdb_model_forward(prod, tok, ppos, block_n, pc, NULL, &cap), SCDB_OK);
-    uint16_t *codes = malloc(scdb_codec_codes_len(ci, block_n) * 2);
+    void *codes = malloc(scdb_codec_payload_bytes(cb, block_n));
     scdb_codec_states st = {.h_in = h_in};
     assert_int_equal(scdb_codec_encode(cb, &st, block_n, codes), SCDB_OK);
 
@@ -1135,6 +1135,10 @@ static void test_pair_dev_cpu(void **state)
         assert_int_equal(scdb_pair_get_info(p)->all_input, all);
         assert_true(scdb_pair_get_info(p)->has_tokens);
         for (int np = 0; np < 2; np++) check_pair_dev(p, cb, np);
+        /* int8 codes: dequantised on the host, the same f16 codes go up */
+        assert_int_equal(scdb_codebook_set_code_dtype(cb, SCDB_CODES_INT8), SCDB_OK);
+        for (int np = 0; np < 2; np++) check_pair_dev(p, cb, np);
+        assert_int_equal(scdb_codebook_set_code_dtype(cb, SCDB_CODES_F16), SCDB_OK);
         scdb_pair_free(&p);
     }
     /* the CUDA table: a decode needs a device; without one the upload fails
@@ -1150,6 +1154,200 @@ static void test_pair_dev_cpu(void **state)
         scdb_pair_free(&p);
     }
     assert_int_equal(scdb_pair_dev_new(NULL, SCDB_DEV_CPU, &(scdb_pair_dev *){NULL}), SCDB_EINVAL);
+    scdb_codebook_free(&cb);
+    scdb_calib_free(&c);
+}
+
+/* ------------------------------------------------------------ int8 codes */
+
+/* |a - b| for f16 bit patterns */
+static double f16_diff(uint16_t a, uint16_t b)
+{
+    return fabs((double)scdb_f16_to_f32(a) - (double)scdb_f16_to_f32(b));
+}
+
+/* The rate knob: int8 codes with a scale per token and coded layer.
+ * Round trip against the f16 codes (error bounded by half a scale step),
+ * the scale of each (token, layer) row fitted to that row, zero rows,
+ * extreme values, slicing, decode = f16 decode of the dequantised codes,
+ * and bad payloads refused with specific errors. */
+static void test_int8_codes(void **state)
+{
+    (void)state;
+    scdb_calib *c = session(1);
+    scdb_codebook *cb = NULL;
+    scdb_pair *p = NULL;
+    int cand[1] = {1};
+    scdb_cb_fit f = {.r_k = 2, .r_v = 3, .r_h = 5, .n_candidates = 1, .candidates = cand};
+    assert_int_equal(scdb_calib_fit_codebook(c, &f, &cb), SCDB_OK);
+    scdb_pair_fit pf = {.n_patch = 1, .hidden = 16, .steps = 100, .batch = 64, .keep_order = 1};
+    assert_int_equal(scdb_calib_fit_pair(c, cb, 0, &pf, &p), SCDB_OK);
+    const scdb_codebook_info *ci = scdb_codebook_get_info(cb);
+    enum { N = 30, D = 10 };
+    assert_int_equal(ci->code_dim, D);
+    assert_int_equal(ci->n_scaled, 2);                 /* layer 0 K+V, layer 1 H */
+
+    /* dtype option: names, sizes, payload dtype (the namespace's) */
+    scdb_code_dtype dt;
+    assert_int_equal(scdb_code_dtype_parse("int8", &dt), SCDB_OK);
+    assert_int_equal(dt, SCDB_CODES_INT8);
+    assert_int_equal(scdb_code_dtype_parse("i8", &dt), SCDB_EINVAL);
+    assert_string_equal(scdb_code_dtype_name(SCDB_CODES_F16), "f16");
+    assert_null(scdb_code_dtype_name((scdb_code_dtype)7));
+    assert_int_equal(scdb_codebook_set_code_dtype(cb, (scdb_code_dtype)7), SCDB_EINVAL);
+    assert_int_equal(scdb_codebook_token_bytes(cb), 2 * D);
+    assert_int_equal(scdb_codebook_payload_dtype(cb), SCDB_F16);
+
+    /* states: token 3 sits at the encoders' means (a zero row on every
+     * layer), token 4 is tiny around them, token 5 large (codes ~ 1e4) */
+    float *h = malloc((size_t)2 * N * 16 * sizeof *h);
+    int32_t tok[N], pos[N];
+    for (int i = 0; i < N; i++) { tok[i] = text[200 + i]; pos[i] = i; }
+    {
+        scdb_kv_cache *pc;
+        scdb_capture cap = {.h_in = h};
+        assert_int_equal(scdb_model_cache_new(prod, N, &pc), SCDB_OK);
+        assert_int_equal(scdb_model_forward(prod, tok, pos, N, pc, NULL, &cap), SCDB_OK);
+        scdb_kv_cache_free(&pc);
+    }
+    for (int l = 0; l < 2; l++) {
+        const float *mean = cb->part[l][l == 0 ? CX_K : CX_H].mean;
+        for (int j = 0; j < 16; j++) {
+            float *row = h + ((size_t)l * N) * 16;
+            row[3 * 16 + j] = mean[j];
+            row[4 * 16 + j] = mean[j] + 1e-6f * (row[4 * 16 + j] - mean[j]);
+            row[5 * 16 + j] = mean[j] + 3e3f * (row[5 * 16 + j] - mean[j]);
+        }
+    }
+    scdb_codec_states st = {.h_in = h};
+    uint16_t f16[N * D], deq[N * D], deq2[N * D];
+    assert_int_equal(scdb_codec_encode(cb, &st, N, f16), SCDB_OK);
+    for (int j = 0; j < 5; j++) {                      /* token 3: zero codes, both layers */
+        assert_int_equal(f16[3 * 5 + j] & 0x7fff, 0);
+        assert_int_equal(f16[N * 5 + 3 * 5 + j] & 0x7fff, 0);
+    }
+    assert_int_equal(scdb_codebook_set_code_dtype(cb, SCDB_CODES_INT8), SCDB_OK);
+    assert_int_equal(scdb_codebook_token_bytes(cb), D + 2 * 2);
+    assert_int_equal(scdb_codec_payload_bytes(cb, N), N * (D + 4));
+    assert_int_equal(scdb_codebook_payload_dtype(cb), SCDB_PAYLOAD_CODES_INT8);
+    size_t bytes = scdb_codec_payload_bytes(cb, N);
+    unsigned char *q8 = malloc(bytes + 1);
+    assert_int_equal(scdb_codec_encode(cb, &st, N, q8), SCDB_OK);
+    assert_int_equal(scdb_codec_check_payload(cb, q8, bytes, N, NULL, 0), SCDB_OK);
+    assert_int_equal(scdb_codec_dequantize(cb, q8, N, 0, N, deq), SCDB_OK);
+    const uint16_t *scale = (const uint16_t *)q8;      /* [2][N] */
+    const int8_t *q = (const int8_t *)(q8 + 4 * N);
+    double worst = 0;
+    for (int l = 0; l < 2; l++) {
+        const scdb_cb_layer *L = &ci->layers[l];
+        for (int i = 0; i < N; i++) {
+            double sv = scdb_f16_to_f32(scale[l * N + i]);
+            int qmax = 0;
+            for (int j = 0; j < L->width; j++) {
+                size_t at = (size_t)N * L->offset + (size_t)i * L->width + j;
+                int v = q[at];
+                if (abs(v) > qmax) qmax = abs(v);
+                assert_true(v >= -127 && v <= 127);
+                /* within half a step of the f16 codes (plus both f16 roundings) */
+                double d = f16_diff(deq[at], f16[at]);
+                double bound = 0.5 * sv + 1.0 / 1024 * 128 * sv + 6e-8;
+                if (!(d <= bound))
+                    print_error("token %d layer %d value %d: |%g - %g| > %g\n", i, l, j,
+                                (double)scdb_f16_to_f32(deq[at]), (double)scdb_f16_to_f32(f16[at]), bound);
+                assert_true(d <= bound);
+                if (sv > 0 && d / sv > worst) worst = d / sv;
+            }
+            if (i == 3) {                              /* the zero row */
+                assert_int_equal(scale[l * N + i], 0);
+                assert_int_equal(qmax, 0);
+            } else {                                   /* the scale fits this row ... */
+                assert_true(sv > 0);
+                if (sv >= 6.103515625e-05) assert_int_equal(qmax, 127);   /* ... to a normal f16 */
+            }
+        }
+    }
+    print_message("int8 round trip: worst error %.3f of a scale step\n", worst);
+    /* the large token's scale is large, the tiny one's tiny: per token */
+    assert_true(scdb_f16_to_f32(scale[5]) > 1000 * scdb_f16_to_f32(scale[6]));
+    assert_true(scdb_f16_to_f32(scale[4]) < 1e-3f * scdb_f16_to_f32(scale[6]));
+
+    /* slice: the same codes, scales and all, as the range */
+    unsigned char *sub = malloc(bytes);
+    assert_int_equal(scdb_codec_slice(cb, q8, N, 10, 30, sub), SCDB_OK);
+    assert_int_equal(scdb_codec_dequantize(cb, sub, 20, 0, 20, deq2), SCDB_OK);
+    {
+        uint16_t want[20 * D];
+        assert_int_equal(scdb_codec_dequantize(cb, q8, N, 10, 20, want), SCDB_OK);
+        assert_memory_equal(deq2, want, sizeof want);
+    }
+    assert_int_equal(scdb_codec_dequantize(cb, q8, N, 11, 20, deq2), SCDB_EINVAL);
+
+    /* decode: exactly the f16 decode of the dequantised codes */
+    scdb_kv_cache *a, *b;
+    assert_int_equal(scdb_model_cache_new(cons, 40, &a), SCDB_OK);
+    assert_int_equal(scdb_model_cache_new(cons, 40, &b), SCDB_OK);
+    assert_int_equal(scdb_pair_decode(p, cb, q8, N, pos, tok, -1, a, 0), SCDB_OK);
+    assert_int_equal(scdb_codebook_set_code_dtype(cb, SCDB_CODES_F16), SCDB_OK);
+    assert_int_equal(scdb_pair_decode(p, cb, deq, N, pos, tok, -1, b, 0), SCDB_OK);
+    assert_memory_equal(a->mem, b->mem, scdb_kv_cache_bytes(2, 2, 4, 40));
+    /* ... and close to the f16 codes' decode (int8 steps are small) */
+    assert_int_equal(scdb_pair_decode(p, cb, f16, N, pos, tok, -1, b, 0), SCDB_OK);
+    {
+        double ek, ev;
+        kv_rel_err(a, b, N, &ek, &ev);
+        print_message("int8 vs f16 codes: relative KV error K %.2e V %.2e\n", ek, ev);
+        assert_true(ek < 1e-3 && ev < 1e-3);
+    }
+    assert_int_equal(scdb_codebook_set_code_dtype(cb, SCDB_CODES_INT8), SCDB_OK);
+
+    /* extreme values: the largest scale decodes finite, one above it or a
+     * NaN, infinite or negative scale is SCDB_ERANGE (nothing written) */
+    {
+        unsigned char x[2 * (D + 4)];
+        uint16_t *xs = (uint16_t *)x, out[2 * D];
+        int8_t *xq = (int8_t *)(x + 8);
+        memset(x, 0, sizeof x);
+        for (int j = 0; j < 2 * D; j++) xq[j] = (int8_t)(j % 2 ? -128 : 127);
+        for (int k = 0; k < 4; k++) xs[k] = scdb_f32_to_f16(SCDB_CODES_INT8_SCALE_MAX);
+        assert_int_equal(scdb_codec_dequantize(cb, x, 2, 0, 2, out), SCDB_OK);
+        for (int j = 0; j < 2 * D; j++) assert_true(isfinite(scdb_f16_to_f32(out[j])));
+        assert_int_equal(scdb_codec_check_payload(cb, x, sizeof x, 2, NULL, 0), SCDB_OK);
+        uint16_t bad[4] = {(uint16_t)(scdb_f32_to_f16(SCDB_CODES_INT8_SCALE_MAX) + 1), 0x7e00, 0x7c00,
+                           scdb_f32_to_f16(-1.0f)};
+        for (int k = 0; k < 4; k++) {
+            char msg[200] = "";
+            xs[1] = bad[k];
+            assert_int_equal(scdb_codec_dequantize(cb, x, 2, 0, 2, out), SCDB_ERANGE);
+            assert_int_equal(scdb_codec_check_payload(cb, x, sizeof x, 2, msg, sizeof msg), SCDB_ERANGE);
+            assert_non_null(strstr(msg, "scale of token 1"));
+            a->n = 0;
+            assert_int_equal(scdb_pair_decode(p, cb, x, 2, pos, tok, -1, a, 0), SCDB_ERANGE);
+            assert_int_equal(a->n, 0);
+        }
+        /* a NaN scale outside the decoded range does not matter to it */
+        assert_int_equal(scdb_codec_dequantize(cb, x, 2, 0, 1, out), SCDB_OK);
+        /* truncated and oversized payloads */
+        char msg[200] = "";
+        assert_int_equal(scdb_codec_check_payload(cb, q8, bytes - 1, N, msg, sizeof msg), SCDB_ESHAPE);
+        assert_non_null(strstr(msg, "int8"));
+        assert_int_equal(scdb_codec_check_payload(cb, q8, bytes + 1, N, NULL, 0), SCDB_ESHAPE);
+        assert_int_equal(scdb_codec_check_payload(cb, q8, 2 * N * D, N, NULL, 0), SCDB_ESHAPE);  /* f16-sized */
+    }
+    /* states too large for any int8 scale: refused, not stored as Inf */
+    for (int j = 0; j < 16; j++) h[7 * 16 + j] = 1e7f * (float)(j + 1);
+    assert_int_equal(scdb_codec_encode(cb, &st, N, q8), SCDB_ERANGE);
+    /* f16 codes: NaN / Inf refused by the payload check */
+    assert_int_equal(scdb_codebook_set_code_dtype(cb, SCDB_CODES_F16), SCDB_OK);
+    f16[17] = 0x7c00;
+    assert_int_equal(scdb_codec_check_payload(cb, f16, sizeof f16, N, NULL, 0), SCDB_ERANGE);
+    assert_int_equal(scdb_codec_check_payload(cb, f16, sizeof f16 - 2, N, NULL, 0), SCDB_ESHAPE);
+
+    scdb_kv_cache_free(&a);
+    scdb_kv_cache_free(&b);
+    free(sub);
+    free(q8);
+    free(h);
+    scdb_pair_free(&p);
     scdb_codebook_free(&cb);
     scdb_calib_free(&c);
 }
@@ -1211,6 +1409,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ids),
         cmocka_unit_test(test_encode_decode_shapes),
+        cmocka_unit_test(test_int8_codes),
         cmocka_unit_test(test_identity_pair),
         cmocka_unit_test(test_all_layers_pair),
         cmocka_unit_test(test_rank_allocation),
