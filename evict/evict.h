@@ -475,4 +475,82 @@ typedef struct scdb_evict_train_result {
 scdb_err scdb_evict_train(const scdb_evict_train_opts *o, scdb_evict_mlp **out,
                           scdb_evict_train_result *res, char *errbuf, size_t errlen);
 
+/* ------------------------------------------------------------ domain suite
+ * The texts the eviction bench measures on and policy training trains on:
+ * data/evict_suite/ (tools/evict_suite.py writes it; manifest.json records
+ * the rule and every file).  Domains are split by name into seen ones
+ * (train, val and eval texts; training uses train and validates on val) and
+ * unseen ones (an eval text only; never trained on).  A file's portion is
+ * fixed by its path: b = crc32(path) % 8, b < 2 eval, b == 2 val, else
+ * train; within a portion files are in ascending crc32("order:" + path)
+ * order, one chunk each, joined with '\n'. */
+
+typedef enum scdb_evict_part {
+    SCDB_EVICT_PART_TRAIN = 0,
+    SCDB_EVICT_PART_VAL,
+    SCDB_EVICT_PART_EVAL,
+    SCDB_EVICT_N_PARTS
+} scdb_evict_part;
+
+typedef struct scdb_evict_suite_file {
+    char *path, *package, *version;    /* source file and its Debian package */
+    size_t offset, bytes;              /* the chunk taken from the (decompressed) file */
+    size_t at;                         /* where the chunk starts in the text */
+    uint32_t crc32;                    /* of the chunk */
+} scdb_evict_suite_file;
+
+typedef struct scdb_evict_suite_portion {
+    int present;
+    char *text_path;                   /* DIR/<domain>.<part>.txt */
+    size_t bytes;
+    uint32_t crc32;
+    int candidates;                    /* files the rule put in this portion */
+    int n_files;
+    scdb_evict_suite_file *files;      /* in text order */
+} scdb_evict_suite_portion;
+
+typedef struct scdb_evict_suite_domain {
+    char *name, *what;
+    int seen;                          /* 1: a training domain */
+    scdb_evict_suite_portion part[SCDB_EVICT_N_PARTS];
+} scdb_evict_suite_domain;
+
+typedef struct scdb_evict_suite {
+    char *dir;                         /* the manifest's folder */
+    int n_domains;
+    scdb_evict_suite_domain *domains;  /* in manifest order */
+} scdb_evict_suite;
+
+/* "train", "val", "eval"; NULL if invalid. */
+const char *scdb_evict_part_name(scdb_evict_part p);
+/* crc32 (IEEE 802.3, zlib's) of n bytes. */
+uint32_t scdb_evict_crc32(const void *data, size_t n);
+/* The portion the rule puts a file in, from its path. */
+scdb_evict_part scdb_evict_suite_part_of(const char *path);
+/* The rule's order key within a portion: crc32("order:" + path). */
+uint32_t scdb_evict_suite_order_key(const char *path);
+
+/* Load a manifest (its texts are read on demand, next to it).
+ * SCDB_EINVAL, errors of scdb_read_file, SCDB_EFORMAT (not a suite manifest
+ * or a field missing / of the wrong type), SCDB_ENOMEM. */
+scdb_err scdb_evict_suite_load(const char *manifest, scdb_evict_suite **out, char *errbuf,
+                               size_t errlen);
+void scdb_evict_suite_free(scdb_evict_suite **s);
+/* Index of the domain called name, -1 if none. */
+int scdb_evict_suite_find(const scdb_evict_suite *s, const char *name);
+/* Read one portion's text (malloc'd) and check its size and crc32 against
+ * the manifest.  SCDB_EINVAL, SCDB_ENOTFOUND (the domain has no such
+ * portion), errors of scdb_read_file, SCDB_EMISMATCH (size or crc32
+ * differ), SCDB_ENOMEM. */
+scdb_err scdb_evict_suite_read(const scdb_evict_suite *s, int domain, scdb_evict_part part,
+                               char **text, size_t *len, char *errbuf, size_t errlen);
+/* Check the whole suite against its rule: seen domains have all three
+ * portions and unseen ones only eval; every recorded file is in the
+ * portion its path gives and in the rule's order; every chunk's crc32
+ * matches the shipped text at its place and the chunks tile the text; no
+ * file is used twice (across portions or domains); each text's size and
+ * crc32 match.  errbuf says what is wrong.  SCDB_EMISMATCH, errors of
+ * scdb_evict_suite_read, SCDB_ENOMEM. */
+scdb_err scdb_evict_suite_verify(const scdb_evict_suite *s, char *errbuf, size_t errlen);
+
 #endif /* SCDB_EVICT_H */
