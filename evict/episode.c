@@ -212,7 +212,7 @@ static scdb_err sample_evict(scdb_evict_window *w, scdb_evict_sampler *smp, int 
     }
     d = &smp->dec[smp->n_dec];
     memset(d, 0, sizeof *d);
-    d->x = malloc((size_t)n * SCDB_EVICT_N_INPUTS * sizeof *d->x);
+    d->x = malloc((size_t)n * mlp->n_in * sizeof *d->x);
     d->s = malloc((size_t)n * sizeof *d->s);
     d->order = malloc((size_t)(nd > 0 ? nd : 1) * sizeof *d->order);
     if (mlp->pool > 1) d->arg = malloc((size_t)n * sizeof *d->arg);
@@ -227,13 +227,9 @@ static scdb_err sample_evict(scdb_evict_window *w, scdb_evict_sampler *smp, int 
     d->recent = recent;
     d->m = nd;
     d->evicted = smp->draw_evicted != 0;
-    scdb_evict_features(w->acc, w->feats);
-    if (d->arg) {
-        scdb_evict_mlp_score_budget(mlp, w->feats, n, budget, w->scores, d->x);
-        scdb_evict_maxpool(w->scores, n, mlp->pool, d->s, d->arg);
-    } else {
-        scdb_evict_mlp_score_budget(mlp, w->feats, n, budget, d->s, d->x);
-    }
+    if ((rc = scdb_evict_mlp_score_acc(mlp, w->acc, budget, d->arg ? w->scores : d->s, d->x)))
+        return rc;
+    if (d->arg) scdb_evict_maxpool(w->scores, n, mlp->pool, d->s, d->arg);
     if (smp->tau > 0.0f && smp->tau != 1.0f)
         for (int j = 0; j < n; j++) d->s[j] /= smp->tau;
     if (d->evicted)

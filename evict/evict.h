@@ -127,8 +127,38 @@
 #include "scdb_common.h"
 
 #define SCDB_EVICT_N_FEATURES 6
-#define SCDB_EVICT_N_INPUTS 7                /* the MLP's: the features + log budget */
+#define SCDB_EVICT_N_INPUTS 7                /* a version 1-2 MLP's: the features + log budget */
 #define SCDB_EVICT_IN_BUDGET 6               /* index of log budget among the inputs */
+
+/* Every input a learned policy can read (evict/inputs.c computes them from
+ * the accumulators at an eviction; a version 3 policy file names the ones
+ * its network reads, in order; versions 1-2 read the first seven).  "rank"
+ * inputs are log((r + 1) / B), r = the slot's rank (0 = highest) among the
+ * live slots by that signal and B the budget, so they mean the same at
+ * every budget and cache length: below 0, the slot is within the top B by
+ * that signal (the heuristic using it would keep it). */
+enum {
+    SCDB_EI_ALPHA = 0,   /* log(alpha + 1e-3)                                       */
+    SCDB_EI_VNORM,       /* log(vnorm + 1e-6)                                        */
+    SCDB_EI_SIGMA,       /* log(sigma + 1e-6)                                        */
+    SCDB_EI_ENT,         /* ent                                                      */
+    SCDB_EI_POS,         /* log(1 - pos + 1e-3)                                      */
+    SCDB_EI_MASS,        /* log(mass + 1e-6)                                         */
+    SCDB_EI_BUDGET,      /* log(B)                                                   */
+    SCDB_EI_AGE,         /* log((n - i) / B): slots from the newest, per budget slot */
+    SCDB_EI_R_MASS,      /* rank by cumulative mass (H2O's ranking)                  */
+    SCDB_EI_R_ALPHA,     /* rank by alpha (EMA attention share)                      */
+    SCDB_EI_R_WIN,       /* rank by the window's attention (SnapKV's, unpooled)      */
+    SCDB_EI_R_SNAPKV,    /* rank by SnapKV's score (window attention, max-pooled)    */
+    SCDB_EI_R_LAST,      /* rank by the last query's attention (TOVA's ranking)      */
+    SCDB_EI_VNORM_Z,     /* log vnorm standardised over the live slots               */
+    SCDB_EI_LIFE,        /* log(mass * n / queries seen + 1e-3): mean share over life */
+    SCDB_EI_R_LIFE,      /* rank by life                                             */
+    SCDB_EI_CTX_ENT,     /* mean ent over the live slots (same for every slot)        */
+    SCDB_EI_CTX_N,       /* log(n / B) (same for every slot)                          */
+    SCDB_EVICT_N_ALL_INPUTS
+};
+#define SCDB_EVICT_MAX_INPUTS SCDB_EVICT_N_ALL_INPUTS
 #define SCDB_EVICT_ACC_MAGIC 0x41454353u     /* "SCEA" little-endian */
 #define SCDB_EVICT_ACC_VERSION 1u
 #define SCDB_EVICT_DEFAULT_WINDOW 32         /* SnapKV observation window */
@@ -295,10 +325,12 @@ scdb_err scdb_evict_run(const scdb_evict_policy *p, scdb_kv_cache *cache,
  * row-major [out][in] like nn.Linear. */
 typedef struct scdb_evict_mlp {
     int hidden;                                /* width of both hidden layers */
+    int n_in;                                  /* inputs read (7 for version 1-2 files) */
+    int in_id[SCDB_EVICT_MAX_INPUTS];          /* which SCDB_EI_* input each one is */
     float *params;                             /* w1 b1 w2 b2 w3 b3, contiguous */
     size_t n_params;
-    float in_mean[SCDB_EVICT_N_INPUTS], in_std[SCDB_EVICT_N_INPUTS];
-    float *w1, *b1;                            /* [hidden][7], [hidden] */
+    float in_mean[SCDB_EVICT_MAX_INPUTS], in_std[SCDB_EVICT_MAX_INPUTS];
+    float *w1, *b1;                            /* [hidden][n_in], [hidden] */
     float *w2, *b2;                            /* [hidden][hidden], [hidden] */
     float *w3, *b3;                            /* [1][hidden], [1] */
     int sinks, recent;                         /* protected counts */
@@ -312,16 +344,36 @@ void scdb_evict_mlp_transform(const float *raw, float *x);
 
 
 /* Allocate and initialise with a seed (small uniform weights, identity
- * standardisation).  SCDB_EINVAL (hidden outside 1..1024), SCDB_ENOMEM. */
+ * standardisation), reading the seven version-2 inputs.
+ * SCDB_EINVAL (hidden outside 1..1024), SCDB_ENOMEM. */
 scdb_err scdb_evict_mlp_new(int hidden, uint64_t seed, scdb_evict_mlp **out);
+/* The same reading inputs ids[0..n_in) (SCDB_EI_*, distinct).  SCDB_EINVAL
+ * (hidden, n_in outside 1..SCDB_EVICT_MAX_INPUTS, an id out of range or
+ * repeated), SCDB_ENOMEM. */
+scdb_err scdb_evict_mlp_new_inputs(int hidden, const int *ids, int n_in, uint64_t seed,
+                                   scdb_evict_mlp **out);
+/* "alpha", ..., "ctx_n" (the policy file's names); NULL if out of range. */
+const char *scdb_evict_input_name(int id);
+/* The id of an input name, -1 if unknown. */
+int scdb_evict_input_parse(const char *name);
+/* Every input of every live slot: x[a->n][SCDB_EVICT_N_ALL_INPUTS] (before
+ * standardisation), from the accumulators, their raw features feats
+ * (scdb_evict_features) and the budget.  SCDB_EINVAL, SCDB_ENOMEM. */
+scdb_err scdb_evict_inputs(const scdb_evict_acc *a, const float *feats, int budget, float *x);
 void scdb_evict_mlp_free(scdb_evict_mlp **m);
 scdb_err scdb_evict_mlp_copy(scdb_evict_mlp *dst, const scdb_evict_mlp *src);
 
 /* scores[i] = MLP(standardise([transform(feats[i]), log(max(budget, 1))]))
- * for n rows of raw features; x_out (NULL or [n][SCDB_EVICT_N_INPUTS])
- * receives the standardised inputs. */
+ * for n rows of raw features; x_out (NULL or [n][m->n_in]) receives the
+ * standardised inputs.  Inputs beyond the first seven need the
+ * accumulators (scdb_evict_mlp_score_acc); here they sit at their mean. */
 void scdb_evict_mlp_score_budget(const scdb_evict_mlp *m, const float *feats, int n,
                                  int budget, float *scores, float *x_out);
+/* The scores of every live slot of a at this budget, from all the inputs
+ * the network reads (before any pooling); x_out as above.  SCDB_EINVAL,
+ * SCDB_ENOMEM. */
+scdb_err scdb_evict_mlp_score_acc(const scdb_evict_mlp *m, const scdb_evict_acc *a, int budget,
+                                  float *scores, float *x_out);
 /* The same with budget = n (a budget that holds every row). */
 void scdb_evict_mlp_score(const scdb_evict_mlp *m, const float *feats, int n,
                           float *scores, float *x_out);
@@ -331,7 +383,9 @@ void scdb_evict_mlp_score(const scdb_evict_mlp *m, const float *feats, int n,
  * k odd >= 1; pooled must not alias s. */
 void scdb_evict_maxpool(const float *s, int n, int k, float *pooled, int *arg);
 
-/* Write a policy file (version 2): the weights plus metadata (format,
+/* Write a policy file (version 2 if the network reads the seven version-2
+ * inputs in order, else version 3, whose `features` names its inputs): the
+ * weights plus metadata (format,
  * version, features, activation, sinks, recent, recent_frac, pool) and the
  * caller's extra pairs (keys[i] -> vals[i],
  * n_extra of them).  Errors of the safetensors writer. */

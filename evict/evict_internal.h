@@ -21,7 +21,7 @@ void scdb_evict_mlp_protect(const scdb_evict_mlp *m, int budget, int *sinks, int
 scdb_err scdb_evict_rank(const float *scores, int *idx, int n);
 
 /* Accumulate into grad (n_params floats) d(sum_i dscore[i] * score_i)/dparams
- * for n rows of standardised inputs x[n][5]. */
+ * for n rows of standardised inputs x[n][m->n_in]. */
 void scdb_evict_mlp_backward(const scdb_evict_mlp *m, const float *x, int n,
                              const float *dscore, float *grad);
 
@@ -35,7 +35,7 @@ typedef struct scdb_evict_decision {
     int n;               /* live slots before eviction */
     int sinks, recent;   /* protected: [0, sinks) and [n - recent, n) */
     int m;               /* slots drawn from the candidates [sinks, n - recent) */
-    float *x;            /* [n][SCDB_EVICT_N_INPUTS] standardised MLP inputs */
+    float *x;            /* [n][mlp->n_in] standardised MLP inputs */
     float *s;            /* [n] scores / tau the draw used (pooled if the MLP pools) */
     int *arg;            /* [n] slot each pooled score came from; NULL: no pooling */
     int *order;          /* [m] drawn slots, in draw order */

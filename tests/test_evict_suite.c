@@ -1,9 +1,13 @@
-/* test_evict_suite.c — the eviction suite (evict.h, "Domain suite") and the
- * trainer's reward: the selection rule agrees with tools/evict_suite.py on
- * known paths and is deterministic; the shipped manifest matches the
- * shipped texts chunk by chunk, its portions and domains are disjoint, the
- * split is the fixed one and no suite file is one the model family was
- * trained or held out on; damaged suites are refused. */
+/* test_evict_suite.c — the eviction suite (evict.h, "Domain suite"), the
+ * learned policy's version-3 inputs and the trainer's reward: the selection
+ * rule agrees with tools/evict_suite.py on known paths and is
+ * deterministic; the shipped manifest matches the shipped texts chunk by
+ * chunk, its portions and domains are disjoint, the split is the fixed one
+ * and no suite file is one the model family was trained or held out on;
+ * damaged suites are refused; the rank / age inputs on a constructed
+ * attention pattern (a network reading one rank input keeps what that
+ * heuristic keeps); version-3 policy files round-trip and bad ones are
+ * refused. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -21,6 +25,7 @@
 #include "evict.h"
 #include "evict_internal.h"
 #include "model.h"
+#include "safetensors.h"
 
 #define MANIFEST SCDB_DATA_DIR "/evict_suite/manifest.json"
 
@@ -312,12 +317,271 @@ static void test_damaged_suites(void **state)
     assert_int_equal(scdb_evict_suite_load(NULL, &s, err, sizeof err), SCDB_EINVAL);
 }
 
+
+/* ------------------------------------------------------------ version-3 inputs */
+
+#define NEAR(a, b, tol) assert_true(fabs((double)(a) - (double)(b)) <= (tol))
+
+/* 12 tokens; query q at pos q sees slots 0..q with weights
+ *   1 + 20 [j = 5] + 10 [j = 2] + (q = 11 ? 40 [j = 7] : 0), normalised,
+ * identical in both heads (the pattern of test_evict.c's heuristics). */
+static void pattern(scdb_kv_cache **cp, scdb_evict_acc **ap)
+{
+    enum { N = 12 };
+    scdb_kv_cache *c = NULL;
+    scdb_evict_acc *a = NULL;
+    scdb_evict_acc_shape sh = {1, 2, 1, 16, 32};
+    assert_int_equal(scdb_kv_cache_new(1, 1, 2, 16, &c), SCDB_OK);
+    assert_int_equal(scdb_evict_acc_new(&sh, &a), SCDB_OK);
+    static float probs[2][N][N];
+    for (int i = 0; i < N; i++) {
+        c->pos[i] = i;
+        scdb_kv_v(c, 0, i)[0] = 1.0f + 0.1f * i;
+    }
+    c->n = N;
+    memset(probs, 0, sizeof probs);
+    for (int q = 0; q < N; q++) {
+        float w[N], z = 0;
+        for (int j = 0; j <= q; j++) {
+            w[j] = 1.0f + 20.0f * (j == 5) + 10.0f * (j == 2) + (q == 11 ? 40.0f * (j == 7) : 0.0f);
+            z += w[j];
+        }
+        for (int h = 0; h < 2; h++)
+            for (int j = 0; j <= q; j++) probs[h][q][j] = w[j] / z;
+    }
+    assert_int_equal(scdb_evict_acc_update(a, c, &probs[0][0][0], N, N), SCDB_OK);
+    *cp = c;
+    *ap = a;
+}
+
+/* a network reading one input, decreasing in it (ranks: lower is better) */
+static scdb_evict_mlp *one_input_mlp(int id, float sign)
+{
+    scdb_evict_mlp *m = NULL;
+    assert_int_equal(scdb_evict_mlp_new_inputs(1, &id, 1, 1, &m), SCDB_OK);
+    memset(m->params, 0, m->n_params * sizeof *m->params);
+    m->w1[0] = sign;
+    m->w2[0] = 1.0f;
+    m->w3[0] = 1.0f;
+    m->sinks = 0;
+    m->recent = 0;
+    m->recent_frac = 0.5f;   /* the budget / 2 recent slots H2O and SnapKV protect here */
+    return m;
+}
+
+static void keep_with(const scdb_evict_policy *p, int budget, int *keep, int *nk)
+{
+    scdb_kv_cache *c;
+    scdb_evict_acc *a;
+    int32_t map[16];
+    pattern(&c, &a);
+    assert_int_equal(scdb_evict_run(p, c, a, budget, map, nk), SCDB_OK);
+    for (int i = 0; i < *nk; i++) keep[i] = map[i];
+    scdb_evict_acc_free(&a);
+    scdb_kv_cache_free(&c);
+}
+
+static void test_inputs_constructed(void **state)
+{
+    (void)state;
+    enum { N = 12, NA = SCDB_EVICT_N_ALL_INPUTS, B = 6 };
+    scdb_kv_cache *c;
+    scdb_evict_acc *a;
+    float feats[N * SCDB_EVICT_N_FEATURES], x[N * NA];
+    pattern(&c, &a);
+    assert_int_equal(scdb_evict_features(a, feats), SCDB_OK);
+    assert_int_equal(scdb_evict_inputs(a, feats, B, x), SCDB_OK);
+    const double lb = log((double)B);
+    /* the first seven are the version-2 inputs */
+    float v2[SCDB_EVICT_N_INPUTS];
+    scdb_evict_mlp_transform(feats + 3 * SCDB_EVICT_N_FEATURES, v2);
+    for (int k = 0; k < SCDB_EVICT_N_FEATURES; k++) NEAR(x[3 * NA + k], v2[k], 1e-6);
+    NEAR(x[3 * NA + SCDB_EI_BUDGET], lb, 1e-6);
+    /* age: the newest slot is 1 slot old, the oldest 12, per budget slot */
+    NEAR(x[11 * NA + SCDB_EI_AGE], log(1.0) - lb, 1e-6);
+    NEAR(x[0 * NA + SCDB_EI_AGE], log(12.0) - lb, 1e-6);
+    /* cumulative mass: slot 2 first, then 5 (test_evict.c), then 0 */
+    NEAR(x[2 * NA + SCDB_EI_R_MASS], log(1.0) - lb, 1e-6);
+    NEAR(x[5 * NA + SCDB_EI_R_MASS], log(2.0) - lb, 1e-6);
+    NEAR(x[0 * NA + SCDB_EI_R_MASS], log(3.0) - lb, 1e-6);
+    /* the last query put 40 on slot 7, 20 on 5, 10 on 2 */
+    NEAR(x[7 * NA + SCDB_EI_R_LAST], log(1.0) - lb, 1e-6);
+    NEAR(x[5 * NA + SCDB_EI_R_LAST], log(2.0) - lb, 1e-6);
+    NEAR(x[2 * NA + SCDB_EI_R_LAST], log(3.0) - lb, 1e-6);
+    /* each rank input is a permutation of log(1..n) - log B */
+    static const int ranks[] = {SCDB_EI_R_MASS, SCDB_EI_R_ALPHA, SCDB_EI_R_WIN, SCDB_EI_R_SNAPKV,
+                                SCDB_EI_R_LAST, SCDB_EI_R_LIFE};
+    for (size_t r = 0; r < sizeof ranks / sizeof ranks[0]; r++) {
+        int seen[N] = {0};
+        for (int i = 0; i < N; i++) {
+            int k = (int)lround(exp(x[i * NA + ranks[r]] + lb)) - 1;
+            assert_true(k >= 0 && k < N);
+            seen[k]++;
+        }
+        for (int k = 0; k < N; k++) assert_int_equal(seen[k], 1);
+    }
+    /* per-cache values, the same in every slot; vnorm_z has mean 0 */
+    double zs = 0.0;
+    for (int i = 0; i < N; i++) {
+        NEAR(x[i * NA + SCDB_EI_CTX_N], log(12.0) - lb, 1e-6);
+        NEAR(x[i * NA + SCDB_EI_CTX_ENT], x[0 * NA + SCDB_EI_CTX_ENT], 1e-7);
+        zs += x[i * NA + SCDB_EI_VNORM_Z];
+    }
+    NEAR(zs, 0.0, 1e-4);
+    assert_true(x[11 * NA + SCDB_EI_VNORM_Z] > x[0 * NA + SCDB_EI_VNORM_Z]);   /* V grows with i */
+    /* the budget moves the rank and age inputs, not the order */
+    float x2[N * NA];
+    assert_int_equal(scdb_evict_inputs(a, feats, 3, x2), SCDB_OK);
+    NEAR(x2[2 * NA + SCDB_EI_R_MASS] - x[2 * NA + SCDB_EI_R_MASS], log(2.0), 1e-6);
+    assert_int_equal(scdb_evict_inputs(a, feats, 0, x2), SCDB_EINVAL);
+    assert_int_equal(scdb_evict_inputs(NULL, feats, 3, x2), SCDB_EINVAL);
+    scdb_evict_acc_free(&a);
+    scdb_kv_cache_free(&c);
+
+    /* a network reading only H2O's rank keeps H2O's set; SnapKV's rank,
+     * SnapKV's set; TOVA's rank with one protected slot, TOVA's set */
+    static const struct { int id; scdb_evict_kind kind; int recent; float frac; } same[] = {
+        {SCDB_EI_R_MASS, SCDB_EVICT_H2O, 0, 0.5f},
+        {SCDB_EI_R_SNAPKV, SCDB_EVICT_SNAPKV, 0, 0.5f},
+        {SCDB_EI_R_LAST, SCDB_EVICT_TOVA, 1, 0.0f}};
+    for (size_t i = 0; i < sizeof same / sizeof same[0]; i++) {
+        scdb_evict_mlp *m = one_input_mlp(same[i].id, -1.0f);
+        scdb_evict_policy *pl = NULL, *ph = NULL;
+        int kl[16], kh[16], nl, nh;
+        m->recent = same[i].recent;
+        m->recent_frac = same[i].frac;
+        assert_int_equal(scdb_evict_policy_from_mlp(m, &pl), SCDB_OK);
+        assert_int_equal(scdb_evict_policy_new(same[i].kind, &ph), SCDB_OK);
+        keep_with(pl, B, kl, &nl);
+        keep_with(ph, B, kh, &nh);
+        assert_int_equal(nl, B);
+        assert_int_equal(nh, B);
+        assert_memory_equal(kl, kh, sizeof(int) * B);
+        scdb_evict_policy_free(&pl);
+        scdb_evict_policy_free(&ph);
+        scdb_evict_mlp_free(&m);
+    }
+    /* and one reading the age (older = higher) keeps StreamingLLM's oldest
+     * slots first: with no protection, the six oldest */
+    scdb_evict_mlp *m = one_input_mlp(SCDB_EI_AGE, 1.0f);
+    m->recent_frac = 0.0f;
+    scdb_evict_policy *pa = NULL;
+    int ka[16], na;
+    assert_int_equal(scdb_evict_policy_from_mlp(m, &pa), SCDB_OK);
+    keep_with(pa, B, ka, &na);
+    const int oldest[] = {0, 1, 2, 3, 4, 5};
+    assert_memory_equal(ka, oldest, sizeof oldest);
+    scdb_evict_policy_free(&pa);
+    scdb_evict_mlp_free(&m);
+
+    assert_string_equal(scdb_evict_input_name(SCDB_EI_R_SNAPKV), "rank_snapkv");
+    assert_int_equal(scdb_evict_input_parse("rank_snapkv"), SCDB_EI_R_SNAPKV);
+    assert_int_equal(scdb_evict_input_parse("nope"), -1);
+    assert_null(scdb_evict_input_name(SCDB_EVICT_N_ALL_INPUTS));
+    int dup[2] = {SCDB_EI_AGE, SCDB_EI_AGE}, bad = SCDB_EVICT_N_ALL_INPUTS;
+    assert_int_equal(scdb_evict_mlp_new_inputs(4, dup, 2, 1, &m), SCDB_EINVAL);
+    assert_int_equal(scdb_evict_mlp_new_inputs(4, &bad, 1, 1, &m), SCDB_EINVAL);
+    assert_int_equal(scdb_evict_mlp_new_inputs(4, dup, 0, 1, &m), SCDB_EINVAL);
+}
+
+/* A version-3 file of m's tensors with the given `features` metadata. */
+static void write_v3(const char *path, const scdb_evict_mlp *m, const char *features)
+{
+    scdb_st_writer *w = NULL;
+    int64_t H = m->hidden, N = m->n_in, sn[1] = {N}, s1[1] = {1}, sh[1] = {H}, shn[2] = {H, N},
+            shh[2] = {H, H}, s1h[2] = {1, H};
+    assert_int_equal(scdb_st_writer_new(&w), SCDB_OK);
+    assert_int_equal(scdb_st_writer_meta(w, "format", "scdb-evict-policy"), SCDB_OK);
+    assert_int_equal(scdb_st_writer_meta(w, "version", "3"), SCDB_OK);
+    assert_int_equal(scdb_st_writer_meta(w, "features", features), SCDB_OK);
+    assert_int_equal(scdb_st_writer_meta(w, "activation", "tanh"), SCDB_OK);
+    assert_int_equal(scdb_st_writer_meta(w, "sinks", "4"), SCDB_OK);
+    assert_int_equal(scdb_st_writer_meta(w, "recent", "8"), SCDB_OK);
+    assert_int_equal(scdb_st_writer_add(w, "input.mean", SCDB_F32, 1, sn, m->in_mean), SCDB_OK);
+    assert_int_equal(scdb_st_writer_add(w, "input.std", SCDB_F32, 1, sn, m->in_std), SCDB_OK);
+    assert_int_equal(scdb_st_writer_add(w, "fc1.weight", SCDB_F32, 2, shn, m->w1), SCDB_OK);
+    assert_int_equal(scdb_st_writer_add(w, "fc1.bias", SCDB_F32, 1, sh, m->b1), SCDB_OK);
+    assert_int_equal(scdb_st_writer_add(w, "fc2.weight", SCDB_F32, 2, shh, m->w2), SCDB_OK);
+    assert_int_equal(scdb_st_writer_add(w, "fc2.bias", SCDB_F32, 1, sh, m->b2), SCDB_OK);
+    assert_int_equal(scdb_st_writer_add(w, "out.weight", SCDB_F32, 2, s1h, m->w3), SCDB_OK);
+    assert_int_equal(scdb_st_writer_add(w, "out.bias", SCDB_F32, 1, s1, m->b3), SCDB_OK);
+    assert_int_equal(scdb_st_writer_write(w, path), SCDB_OK);
+    scdb_st_writer_free(&w);
+}
+
+static void test_policy_file_v3(void **state)
+{
+    (void)state;
+    const int ids[] = {SCDB_EI_AGE, SCDB_EI_R_MASS, SCDB_EI_ALPHA, SCDB_EI_R_SNAPKV, SCDB_EI_CTX_N};
+    scdb_evict_mlp *m = NULL;
+    scdb_evict_policy *p = NULL;
+    char path[512], err[512];
+    assert_int_equal(scdb_evict_mlp_new_inputs(8, ids, 5, 3, &m), SCDB_OK);
+    for (int i = 0; i < 5; i++) { m->in_mean[i] = 0.2f * i; m->in_std[i] = 1.0f + 0.25f * i; }
+    m->sinks = 4;
+    m->recent = 8;
+    m->recent_frac = 0.0f;
+    snprintf(path, sizeof path, "%s/v3.safetensors", tmpdir);
+    assert_int_equal(scdb_evict_mlp_save(m, path, NULL, NULL, 0), SCDB_OK);
+    assert_int_equal(scdb_evict_policy_load(path, &p, err, sizeof err), SCDB_OK);
+    assert_string_equal(scdb_evict_policy_meta(p, "version"), "3");
+    assert_string_equal(scdb_evict_policy_meta(p, "features"), "age,rank_mass,alpha,rank_snapkv,ctx_n");
+    const scdb_evict_mlp *lm = scdb_evict_policy_mlp(p);
+    assert_int_equal(lm->n_in, 5);
+    assert_memory_equal(lm->in_id, ids, sizeof ids);
+    /* same scores from the accumulators */
+    scdb_kv_cache *c;
+    scdb_evict_acc *a;
+    float s1[16], s2[16];
+    pattern(&c, &a);
+    assert_int_equal(scdb_evict_mlp_score_acc(m, a, 6, s1, NULL), SCDB_OK);
+    assert_int_equal(scdb_evict_mlp_score_acc(lm, a, 6, s2, NULL), SCDB_OK);
+    assert_memory_equal(s1, s2, sizeof(float) * 12);
+    /* the rank inputs make the scores depend on the budget */
+    assert_int_equal(scdb_evict_mlp_score_acc(lm, a, 9, s2, NULL), SCDB_OK);
+    assert_true(memcmp(s1, s2, sizeof(float) * 12) != 0);
+    scdb_evict_acc_free(&a);
+    scdb_kv_cache_free(&c);
+    scdb_evict_policy_free(&p);
+
+    /* a version-2 network still writes version 2 */
+    scdb_evict_mlp *m2 = NULL;
+    assert_int_equal(scdb_evict_mlp_new(4, 1, &m2), SCDB_OK);
+    snprintf(path, sizeof path, "%s/v2.safetensors", tmpdir);
+    assert_int_equal(scdb_evict_mlp_save(m2, path, NULL, NULL, 0), SCDB_OK);
+    assert_int_equal(scdb_evict_policy_load(path, &p, err, sizeof err), SCDB_OK);
+    assert_string_equal(scdb_evict_policy_meta(p, "version"), "2");
+    scdb_evict_policy_free(&p);
+    scdb_evict_mlp_free(&m2);
+
+    /* bad feature lists: unknown, repeated, empty, more names than the
+     * tensors have inputs */
+    static const char *const bad[] = {"age,rank_mass,alpha,rank_snapkv,nope",
+                                      "age,rank_mass,alpha,age,ctx_n", "",
+                                      "age,rank_mass,alpha,rank_snapkv,ctx_n,life"};
+    static const scdb_err want[] = {SCDB_EMISMATCH, SCDB_EMISMATCH, SCDB_EMISMATCH, SCDB_ESHAPE};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(path, sizeof path, "%s/v3bad%zu.safetensors", tmpdir, i);
+        write_v3(path, m, bad[i]);
+        assert_int_equal(scdb_evict_policy_load(path, &p, err, sizeof err), want[i]);
+        assert_null(p);
+        assert_true(err[0] != 0);
+    }
+    snprintf(path, sizeof path, "%s/v3good.safetensors", tmpdir);
+    write_v3(path, m, "age,rank_mass,alpha,rank_snapkv,ctx_n");
+    assert_int_equal(scdb_evict_policy_load(path, &p, err, sizeof err), SCDB_OK);
+    scdb_evict_policy_free(&p);
+    scdb_evict_mlp_free(&m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rule_matches_python),
         cmocka_unit_test(test_shipped_suite),
         cmocka_unit_test(test_damaged_suites),
+        cmocka_unit_test(test_inputs_constructed),
+        cmocka_unit_test(test_policy_file_v3),
     };
     return cmocka_run_group_tests(tests, setup_tmp, teardown_tmp);
 }
