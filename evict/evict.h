@@ -529,6 +529,82 @@ typedef struct scdb_evict_train_result {
 scdb_err scdb_evict_train(const scdb_evict_train_opts *o, scdb_evict_mlp **out,
                           scdb_evict_train_result *res, char *errbuf, size_t errlen);
 
+/* ------------------------------------------------------------ training over domains
+ * scdb_evict_train_rl (train_rl.c has the derivation): REINFORCE over
+ * several models and training domains, with K Plackett-Luce draws of the
+ * evicted set per state (the student's cache at an eviction point, reached
+ * by the deterministic policy), reward -KL to the full-cache teacher over
+ * the next `horizon` steps, a leave-one-out baseline over the K draws and an
+ * entropy bonus; starts from seeded random weights; validates on the
+ * domains' val texts against the best heuristic per (model, domain,
+ * budget). */
+
+typedef struct scdb_evict_corpus {
+    const char *name;                  /* the domain (logs, metadata) */
+    const unsigned char *train;        /* episodes' windows come from here */
+    size_t train_len;
+    const unsigned char *val;          /* validation windows come from here */
+    size_t val_len;
+} scdb_evict_corpus;
+
+typedef struct scdb_evict_rl_opts {
+    const char *const *model_dirs;     /* models to train against (every episode draws one) */
+    int n_models;
+    const scdb_evict_corpus *corpora;  /* training domains (every episode draws one) */
+    int n_corpora;
+    double budget_lo, budget_hi;       /* episode budget: fraction of prefill + steps,
+                                        * log-uniform in [lo, hi] */
+    double val_budgets[4];             /* validation budgets (fractions) */
+    int n_val_budgets;
+    int updates;                       /* Adam steps */
+    int batch;                         /* episodes per step */
+    int states;                        /* branch points per episode: the first eviction
+                                        * and states - 1 random later ones */
+    int samples;                       /* K draws per state (2..64) */
+    int horizon;                       /* steps of KL after each branch */
+    int prefill, steps, every;         /* the protocol (evict.h) */
+    float lr, entropy, tau;            /* Adam step (cosine-decayed to 10%), entropy
+                                        * bonus, Plackett-Luce temperature */
+    int hidden;                        /* MLP width */
+    int inputs[SCDB_EVICT_MAX_INPUTS]; /* SCDB_EI_* the network reads */
+    int n_inputs;
+    int sinks, recent;                 /* protected counts (hand-set structure) */
+    float recent_frac;
+    int pool;                          /* max-pool of the scores (odd; 1: none) */
+    int val_windows;                   /* per (model, domain) */
+    int val_every;                     /* Adam steps between validations */
+    double max_seconds;                /* stop after this long (0: no limit) */
+    uint64_t seed;
+    const scdb_evict_mlp *init;        /* start from this network (NULL: random) */
+    FILE *log;                         /* JSONL: references, one line per step and per validation */
+    int verbose;
+} scdb_evict_rl_opts;
+
+/* Defaults: budgets log-uniform in [0.09, 0.55], validation at 0.25 and
+ * 0.125, 1500 steps of 2 episodes, 3 states x 8 draws, horizon 48, the
+ * bench's protocol (256 / 256 / 8), lr 2e-3, entropy 0.01, tau 1, hidden
+ * 32, all 18 inputs, sinks 4, recent 8, recent_frac 0, no pooling, 2
+ * validation windows per (model, domain), validation every 50 steps,
+ * seed 1. */
+void scdb_evict_rl_defaults(scdb_evict_rl_opts *o);
+
+typedef struct scdb_evict_rl_result {
+    int updates, episodes;             /* run */
+    double val_kl_init, val_kl_best;   /* mean validation KL over (model, domain, budget) */
+    double val_ratio_init, val_ratio_best;   /* geometric mean of KL / the best heuristic's */
+    int best_update;                   /* 0: the initial network */
+    double val_kl_heuristic[SCDB_EVICT_KIND_COUNT];   /* -1 where not run */
+    double val_kl_best_heuristic;      /* mean over groups of the best heuristic's KL */
+    double seconds;
+} scdb_evict_rl_result;
+
+/* Train; *out gets the network with the best validation score.
+ * SCDB_EINVAL (options), SCDB_ERANGE (a text shorter than one window, or
+ * prefill + steps beyond a model's context), model load errors,
+ * SCDB_ENOMEM. */
+scdb_err scdb_evict_train_rl(const scdb_evict_rl_opts *o, scdb_evict_mlp **out,
+                             scdb_evict_rl_result *res, char *errbuf, size_t errlen);
+
 /* ------------------------------------------------------------ domain suite
  * The texts the eviction bench measures on and policy training trains on:
  * data/evict_suite/ (tools/evict_suite.py writes it; manifest.json records

@@ -70,6 +70,38 @@ scdb_err scdb_evict_window_run(scdb_evict_window *w, const scdb_evict_policy *p,
 double scdb_evict_pl_grad(const scdb_evict_decision *d, float wlp, float went, float *ds,
                           double *ent, double *scratch_inv, char *drawn);
 
+/* The student as a resumable run (training, evict/train_rl.c).
+ * scdb_evict_window_reset: the student back to the prefilled state, at step 0.
+ * scdb_evict_window_steps: decode the student deterministically under p
+ * (learned or any policy reading the accumulators) up to step t_end
+ * (exclusive); *kl_sum (may be NULL) gets the KL summed over those steps.
+ * scdb_evict_window_branch: from the student's current step t, on a copy
+ * (the student is unchanged): evict with the sampler at t (if t is an
+ * eviction step and the cache is over budget; the draw is recorded in smp),
+ * then decode `horizon` steps under p; *kl_mean = the mean KL of those
+ * steps.  SCDB_EINVAL (arguments, t_end behind the student or past T,
+ * t + horizon past T), SCDB_ENOMEM, model errors. */
+scdb_err scdb_evict_window_reset(scdb_evict_window *w);
+scdb_err scdb_evict_window_steps(scdb_evict_window *w, const scdb_evict_policy *p, int budget,
+                                 int every, int t_end, double *kl_sum);
+scdb_err scdb_evict_window_branch(scdb_evict_window *w, scdb_evict_sampler *smp,
+                                  const scdb_evict_policy *p, int budget, int every, int horizon,
+                                  double *kl_mean);
+
+/* The trainer's per-state advantages (train_rl.c): A[k] = (R[k] - mean of
+ * the other K - 1 rewards) / sd(R), 0 where sd(R) <= 1e-9; returns sd(R)
+ * (population), *mean_out (may be NULL) = mean(R).  K >= 2. */
+double scdb_evict_loo_advantages(const double *R, int K, double *A, double *mean_out);
+
+/* Adam (train.c): one step of size lr on p from gradient g; m, v: n zeros
+ * at the start, t: 0. */
+typedef struct scdb_evict_adam {
+    float *m, *v;
+    size_t n;
+    int t;
+} scdb_evict_adam;
+void scdb_evict_adam_step(scdb_evict_adam *a, float *p, const float *g, float lr);
+
 /* The prefilled state, for feature statistics. */
 const scdb_evict_acc *scdb_evict_window_acc(const scdb_evict_window *w);
 

@@ -110,13 +110,7 @@ void scdb_evict_train_defaults(scdb_evict_train_opts *o)
 
 #define ERRF(...) do { if (errbuf && errlen) snprintf(errbuf, errlen, __VA_ARGS__); } while (0)
 
-typedef struct adam {
-    float *m, *v;
-    size_t n;
-    int t;
-} adam;
-
-static void adam_step(adam *a, float *p, const float *g, float lr)
+void scdb_evict_adam_step(scdb_evict_adam *a, float *p, const float *g, float lr)
 {
     const float b1 = 0.9f, b2 = 0.999f, eps = 1e-8f;
     a->t++;
@@ -225,7 +219,7 @@ scdb_err scdb_evict_train(const scdb_evict_train_opts *o, scdb_evict_mlp **out,
     float *grad = NULL, *ds = NULL, *dsr = NULL, *kls = NULL;
     double *Gs = NULL, *inv = NULL, *rewards = NULL;
     char *drawn = NULL;
-    adam ad = {0};
+    scdb_evict_adam ad = {0};
     scdb_evict_train_result r;
     scdb_err rc = SCDB_ENOMEM;
     size_t n_tok, span;
@@ -525,7 +519,7 @@ scdb_err scdb_evict_train(const scdb_evict_train_opts *o, scdb_evict_mlp **out,
             for (size_t i = 0; i < mlp->n_params; i++)
                 if (!((i >= g0 && i < g0 + NI) || i == gb)) grad[i] = 0.0f;
         }
-        adam_step(&ad, mlp->params, grad, lr);
+        scdb_evict_adam_step(&ad, mlp->params, grad, lr);
 
         if (o->log)
             fprintf(o->log,

@@ -574,6 +574,183 @@ static void test_policy_file_v3(void **state)
     scdb_evict_mlp_free(&m);
 }
 
+/* ------------------------------------------------------------ the trainer's reward */
+
+static void test_trainer_reward(void **state)
+{
+    (void)state;
+    enum { P = 48, T = 24, EVERY = 4, B = 16 };
+    scdb_model *model = NULL;
+    char err[512];
+    assert_int_equal(scdb_model_load(SCDB_DATA_DIR "/models/base", &model, err, sizeof err), SCDB_OK);
+    const char *txt = "The cache keeps what the next tokens attend to. The cache keeps what the "
+                      "next tokens attend to, and drops the rest of it.";
+    int32_t tok[P + T + 1];
+    scdb_tokenize_bytes((const unsigned char *)txt, P + T + 1, tok);
+    scdb_evict_window *w = NULL;
+    assert_int_equal(scdb_evict_window_new(model, tok, P, T, &w), SCDB_OK);
+
+    static const int ids[] = {SCDB_EI_ALPHA, SCDB_EI_AGE, SCDB_EI_R_MASS, SCDB_EI_R_SNAPKV};
+    scdb_evict_mlp *m = NULL;
+    scdb_evict_policy *p = NULL;
+    assert_int_equal(scdb_evict_mlp_new_inputs(8, ids, 4, 5, &m), SCDB_OK);
+    m->sinks = 2;
+    m->recent = 3;
+    assert_int_equal(scdb_evict_policy_from_mlp(m, &p), SCDB_OK);
+    float kl_steps[T];
+    scdb_evict_eval e;
+    assert_int_equal(scdb_evict_window_eval(w, p, B, EVERY, kl_steps, &e), SCDB_OK);
+    assert_true(e.kl > 0.0);
+
+    /* a near-deterministic draw (tau 1e-4) is the policy's own top-B, so the
+     * branch's reward is the deterministic run's KL over the same steps:
+     * from the first eviction, and from a later state */
+    scdb_evict_sampler smp;
+    memset(&smp, 0, sizeof smp);
+    smp.mlp = m;
+    smp.tau = 1e-4f;
+    smp.draw_evicted = 1;
+    smp.rng = 42;
+    double klm, want = 0.0;
+    assert_int_equal(scdb_evict_window_reset(w), SCDB_OK);
+    assert_int_equal(scdb_evict_window_branch(w, &smp, p, B, EVERY, T, &klm), SCDB_OK);
+    for (int t = 0; t < T; t++) want += kl_steps[t] / T;
+    NEAR(klm, want, 1e-6 * want);
+    assert_int_equal(smp.n_dec, 1);
+    assert_int_equal(smp.dec[0].step, 0);
+    assert_int_equal(smp.dec[0].n, P);
+    assert_int_equal(smp.dec[0].m, P - B);        /* the evicted draw: every slot evicted */
+    scdb_evict_sampler_clear(&smp);
+    double kl8;
+    assert_int_equal(scdb_evict_window_steps(w, p, B, EVERY, 8, &kl8), SCDB_OK);
+    want = 0.0;
+    for (int t = 0; t < 8; t++) want += kl_steps[t];
+    NEAR(kl8, want, 1e-6 * want);
+    assert_int_equal(scdb_evict_window_branch(w, &smp, p, B, EVERY, 12, &klm), SCDB_OK);
+    want = 0.0;
+    for (int t = 8; t < 20; t++) want += kl_steps[t] / 12;
+    NEAR(klm, want, 1e-6 * want);
+    assert_int_equal(smp.n_dec, 1);
+    assert_int_equal(smp.dec[0].step, 8);
+    assert_int_equal(smp.dec[0].n, B + EVERY);
+    scdb_evict_sampler_clear(&smp);
+    /* the branch left the student where it was */
+    assert_int_equal(scdb_evict_window_steps(w, p, B, EVERY, 6, NULL), SCDB_EINVAL);
+    assert_int_equal(scdb_evict_window_branch(w, &smp, p, B, EVERY, T, &klm), SCDB_EINVAL);
+
+    /* a budget that holds everything: nothing drawn, reward 0 */
+    assert_int_equal(scdb_evict_window_reset(w), SCDB_OK);
+    assert_int_equal(scdb_evict_window_branch(w, &smp, p, P + T, EVERY, T, &klm), SCDB_OK);
+    assert_true(klm == 0.0);
+    assert_int_equal(smp.n_dec, 0);
+
+    /* exploring draws (tau 1) from the same state: rewards <= 0, not all
+     * equal, each draw evicting P - B distinct candidates */
+    double R[6], A[6], mean;
+    smp.tau = 1.0f;
+    for (int k = 0; k < 6; k++) {
+        smp.rng = 1000 + 77 * (uint64_t)k;
+        assert_int_equal(scdb_evict_window_branch(w, &smp, p, B, EVERY, 12, &klm), SCDB_OK);
+        R[k] = -klm;
+        assert_true(R[k] <= 0.0);
+        const scdb_evict_decision *d = &smp.dec[smp.n_dec - 1];
+        assert_int_equal(d->m, P - B);
+        char seen[P];
+        memset(seen, 0, sizeof seen);
+        for (int j = 0; j < d->m; j++) {
+            assert_true(d->order[j] >= d->sinks && d->order[j] < d->n - d->recent);
+            assert_false(seen[d->order[j]]);
+            seen[d->order[j]] = 1;
+        }
+    }
+    int distinct = 0;
+    for (int k = 1; k < 6; k++) distinct |= R[k] != R[0];
+    assert_true(distinct);
+    double sd = scdb_evict_loo_advantages(R, 6, A, &mean);
+    double sa = 0.0;
+    for (int k = 0; k < 6; k++) sa += A[k];
+    assert_true(sd > 0.0);
+    NEAR(sa, 0.0, 1e-9);
+    for (int k = 0; k < 6; k++) assert_true((A[k] > 0) == (R[k] > mean) || A[k] == 0.0);
+    scdb_evict_sampler_clear(&smp);
+
+    /* the advantages on constructed rewards */
+    const double Rc[4] = {-1, -2, -3, -6};
+    double Ac[4];
+    sd = scdb_evict_loo_advantages(Rc, 4, Ac, &mean);
+    NEAR(mean, -3.0, 1e-12);
+    NEAR(sd, sqrt(3.5), 1e-12);
+    NEAR(Ac[0], (-1.0 - (-11.0 / 3)) / sqrt(3.5), 1e-12);   /* R_0 - mean of the others */
+    NEAR(Ac[3], (-6.0 - (-2.0)) / sqrt(3.5), 1e-12);
+    const double Re[3] = {-0.5, -0.5, -0.5};
+    double Ae[3];
+    assert_true(scdb_evict_loo_advantages(Re, 3, Ae, NULL) == 0.0);
+    for (int k = 0; k < 3; k++) assert_true(Ae[k] == 0.0);
+
+    scdb_evict_policy_free(&p);
+    scdb_evict_mlp_free(&m);
+    scdb_evict_window_free(&w);
+    scdb_model_free(&model);
+}
+
+/* A few steps of the trainer on the bundled base model and one domain:
+ * the API end to end (validation against the heuristics, a network out). */
+static void test_trainer_runs(void **state)
+{
+    (void)state;
+    scdb_evict_suite *s = NULL;
+    char err[512], *tr = NULL, *va = NULL;
+    size_t tl, vl;
+    assert_int_equal(scdb_evict_suite_load(MANIFEST, &s, err, sizeof err), SCDB_OK);
+    int d = scdb_evict_suite_find(s, "prose");
+    assert_int_equal(scdb_evict_suite_read(s, d, SCDB_EVICT_PART_TRAIN, &tr, &tl, err, sizeof err), SCDB_OK);
+    assert_int_equal(scdb_evict_suite_read(s, d, SCDB_EVICT_PART_VAL, &va, &vl, err, sizeof err), SCDB_OK);
+    scdb_evict_corpus c = {"prose", (const unsigned char *)tr, tl, (const unsigned char *)va, vl};
+    const char *dirs[] = {SCDB_DATA_DIR "/models/base"};
+    scdb_evict_rl_opts o;
+    scdb_evict_rl_defaults(&o);
+    o.model_dirs = dirs;
+    o.n_models = 1;
+    o.corpora = &c;
+    o.n_corpora = 1;
+    o.updates = 4;
+    o.batch = 1;
+    o.states = 2;
+    o.samples = 4;
+    o.horizon = 8;
+    o.prefill = 32;
+    o.steps = 16;
+    o.every = 4;
+    o.hidden = 8;
+    o.val_windows = 1;
+    o.val_every = 2;
+    scdb_evict_mlp *m = NULL;
+    scdb_evict_rl_result r;
+    assert_int_equal(scdb_evict_train_rl(&o, &m, &r, err, sizeof err), SCDB_OK);
+    assert_non_null(m);
+    assert_int_equal(r.updates, 4);
+    assert_int_equal(r.episodes, 4);
+    assert_int_equal(m->n_in, SCDB_EVICT_N_ALL_INPUTS);
+    assert_true(r.val_ratio_best <= r.val_ratio_init);
+    assert_true(r.val_kl_best_heuristic > 0.0 && isfinite(r.val_ratio_best));
+    for (int k = SCDB_EVICT_STREAMING; k < SCDB_EVICT_LEARNED; k++)
+        assert_true(r.val_kl_heuristic[k] >= r.val_kl_best_heuristic);
+    scdb_evict_mlp_free(&m);
+    /* refusals */
+    o.samples = 1;
+    assert_int_equal(scdb_evict_train_rl(&o, &m, &r, err, sizeof err), SCDB_EINVAL);
+    o.samples = 4;
+    o.horizon = 17;
+    assert_int_equal(scdb_evict_train_rl(&o, &m, &r, err, sizeof err), SCDB_EINVAL);
+    o.horizon = 8;
+    c.val_len = 10;
+    assert_int_equal(scdb_evict_train_rl(&o, &m, &r, err, sizeof err), SCDB_ERANGE);
+    assert_null(m);
+    free(tr);
+    free(va);
+    scdb_evict_suite_free(&s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -582,6 +759,8 @@ int main(void)
         cmocka_unit_test(test_damaged_suites),
         cmocka_unit_test(test_inputs_constructed),
         cmocka_unit_test(test_policy_file_v3),
+        cmocka_unit_test(test_trainer_reward),
+        cmocka_unit_test(test_trainer_runs),
     };
     return cmocka_run_group_tests(tests, setup_tmp, teardown_tmp);
 }
