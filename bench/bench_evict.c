@@ -559,7 +559,8 @@ int scdb_bench_evict(int argc, char **argv)
            "distributions (nats), top-1 agreement, and the true next token's NLL (ppl =\n"
            "exp(mean NLL)).  Means over %d steps x %d windows, evenly spaced over each text.\n"
            "One keep set for all layers and heads.  Overhead: accumulator updates +\n"
-           "score/select/compact per decoded token; step: the full-cache forward per token.\n",
+           "score/select/compact per decoded token; step: the full-cache forward per token;\n"
+           "both in CPU time of the bench's thread (other work on the machine inflates neither).\n",
            o.prefill, o.steps, o.prefill, o.prefill, o.steps, o.every, 2 * o.every, W,
            o.every - 1, o.steps, o.windows);
     if (suite)

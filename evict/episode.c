@@ -7,6 +7,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "model.h"
 
@@ -27,6 +28,16 @@ struct scdb_evict_window {
     float *scores, *feats, *pert;   /* [cap], [cap][N_FEATURES], [cap] */
     int *keep, *cand;               /* [cap] */
 };
+
+/* CPU seconds of the calling thread: the step and overhead times count
+ * this thread's work only, so other work on the machine does not inflate
+ * one side of their ratio more than the other. */
+static double cpu_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 
 double scdb_evict_urand(uint64_t *s)
 {
@@ -144,7 +155,7 @@ scdb_err scdb_evict_window_new(const scdb_model *m, const int32_t *tokens, int p
 
     /* teacher: the full cache, no capture */
     if ((rc = scdb_evict_cache_copy(w->cache, w->cache0))) goto fail;
-    double t0 = scdb_now(), nll = 0.0;
+    double t0 = cpu_s(), nll = 0.0;
     for (int t = 0; t < steps; t++) {
         float *lp = w->teacher_lp + (size_t)t * w->V;
         if ((rc = scdb_model_forward(m, w->tok + prefill + t, NULL, 1, w->cache, w->logits, NULL)))
@@ -153,7 +164,7 @@ scdb_err scdb_evict_window_new(const scdb_model *m, const int32_t *tokens, int p
         w->teacher_top[t] = argmax(lp, w->V);
         nll -= lp[w->tok[prefill + t + 1]];
     }
-    w->step_s = (scdb_now() - t0) / steps;
+    w->step_s = (cpu_s() - t0) / steps;
     w->nll_full = nll / steps;
     free(pprobs);
     *out = w;
@@ -276,23 +287,23 @@ static scdb_err student_step(scdb_evict_window *w, scdb_kv_cache *kv, scdb_evict
     cap.probs = w->probs;
     cap.probs_slots = w->cap;
     if (t % every == 0 && kv->n > budget) {
-        uint64_t t0 = scdb_now_ns();
+        double t0 = cpu_s();
         int nk, before = kv->n;
         if (smp) rc = sample_evict(w, kv, acc, smp, budget, t, &nk);
         else rc = scdb_evict_run(p, kv, need_acc ? acc : NULL, budget, NULL, &nk);
         if (rc) return rc;
         r->evictions += nk < before;
-        r->policy_s += (double)(scdb_now_ns() - t0) * 1e-9;
+        r->policy_s += cpu_s() - t0;
     }
-    uint64_t t1 = scdb_now_ns();
+    double t1 = cpu_s();
     if ((rc = scdb_model_forward(w->m, w->tok + w->P + t, NULL, 1, kv, w->logits,
                                  need_acc ? &cap : NULL)))
         return rc;
-    uint64_t t2 = scdb_now_ns();
-    r->model_s += (double)(t2 - t1) * 1e-9;
+    double t2 = cpu_s();
+    r->model_s += t2 - t1;
     if (need_acc) {
         if ((rc = scdb_evict_acc_update(acc, kv, w->probs, w->cap, 1))) return rc;
-        r->policy_s += (double)(scdb_now_ns() - t2) * 1e-9;
+        r->policy_s += cpu_s() - t2;
     }
     log_softmax(w->logits, w->V, w->lp);
     const float *tp = w->teacher_lp + (size_t)t * w->V;

@@ -424,8 +424,8 @@ typedef struct scdb_evict_eval {
     double top1;         /* fraction of steps whose argmax agrees */
     double nll;          /* mean -log Q_t(next token) */
     double nll_full;     /* the same under the full cache */
-    double policy_s;     /* seconds in accumulator updates + score/select/compact */
-    double model_s;      /* seconds in the student's forward passes */
+    double policy_s;     /* CPU seconds in accumulator updates + score/select/compact */
+    double model_s;      /* CPU seconds in the student's forward passes */
     int evictions;       /* eviction calls that removed slots */
 } scdb_evict_eval;
 
@@ -437,8 +437,8 @@ typedef struct scdb_evict_eval {
 scdb_err scdb_evict_window_new(const struct scdb_model *m, const int32_t *tokens,
                                int prefill, int steps, scdb_evict_window **out);
 void scdb_evict_window_free(scdb_evict_window **w);
-/* Teacher statistics: mean seconds per decode step (full cache, no capture)
- * and mean NLL of the continuation. */
+/* Teacher statistics: mean CPU seconds per decode step (full cache, no
+ * capture; the calling thread's CPU time) and mean NLL of the continuation. */
 double scdb_evict_window_step_s(const scdb_evict_window *w);
 double scdb_evict_window_nll_full(const scdb_evict_window *w);
 

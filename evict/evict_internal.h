@@ -3,6 +3,9 @@
 #ifndef SCDB_EVICT_INTERNAL_H
 #define SCDB_EVICT_INTERNAL_H
 
+#include <math.h>
+#include <string.h>
+
 #include "evict.h"
 
 struct scdb_evict_policy {
@@ -11,6 +14,49 @@ struct scdb_evict_policy {
     char **meta_keys, **meta_vals;
     int n_meta;
 };
+
+/* tanh(x) as a rational function (Eigen's fast tanh: odd degree-13 over
+ * even degree-6 polynomial, inputs clamped to +-7.9053; within a few float
+ * ulps of tanhf) and log(x) for x >= FLT_MIN (musl's logf, within ~1
+ * ulp; finite at 0 and for subnormals, so x log x needs no test).  Branch-free, so loops over them vectorise;
+ * the network and the accumulators call these, not libm (tanhf was 65% of a
+ * learned policy's scoring, logf most of an accumulator update). */
+static inline float scdb_evict_tanh(float x)
+{
+    const float c = 7.90531110763549805f;
+    float v = fminf(fmaxf(x, -c), c), v2 = v * v;
+    float p = -2.76076847742355e-16f;
+    p = p * v2 + 2.00018790482477e-13f;
+    p = p * v2 + -8.60467152213735e-11f;
+    p = p * v2 + 5.12229709037114e-08f;
+    p = p * v2 + 1.48572235717979e-05f;
+    p = p * v2 + 6.37261928875436e-04f;
+    p = p * v2 + 4.89352455891786e-03f;
+    p = p * v;
+    float q = 1.19825839466702e-06f;
+    q = q * v2 + 1.18534705686654e-04f;
+    q = q * v2 + 2.26843463243900e-03f;
+    q = q * v2 + 4.89352518554385e-03f;
+    return p / q;
+}
+
+static inline float scdb_evict_log(float x)
+{
+    /* musl's logf: x = 2^k (1 + f), 1 + f in [sqrt(2)/2, sqrt(2)), by integer
+     * arithmetic on the bits (no select, so loops vectorise) */
+    uint32_t ix;
+    memcpy(&ix, &x, sizeof ix);
+    ix += 0x3f800000u - 0x3f3504f3u;
+    float k = (float)((int)(ix >> 23) - 0x7f);
+    ix = (ix & 0x007fffffu) + 0x3f3504f3u;
+    float m;
+    memcpy(&m, &ix, sizeof m);
+    float f = m - 1.0f, s = f / (2.0f + f), z = s * s, w = z * z;
+    float t1 = w * (0.40000972152f + w * 0.24279078841f);
+    float t2 = z * (0.66666662693f + w * 0.28498786688f);
+    float hfsq = 0.5f * f * f;
+    return s * (hfsq + t1 + t2) + k * 9.0580006145e-06f - hfsq + f + k * 6.9313812256e-01f;
+}
 
 /* A learned policy's protected counts at this budget before clamping:
  * *sinks = m->sinks, *recent = max(m->recent, floor(m->recent_frac * budget)). */

@@ -160,17 +160,42 @@ static float forward_row(const scdb_evict_mlp *m, const float *x, float *h1, flo
     for (int j = 0; j < H; j++) {
         float s = m->b1[j];
         for (int k = 0; k < NIN; k++) s += m->w1[j * NIN + k] * x[k];
-        h1[j] = tanhf(s);
+        h1[j] = scdb_evict_tanh(s);
     }
     float out = m->b3[0];
     for (int j = 0; j < H; j++) {
         float s = m->b2[j];
         const float *w = m->w2 + (size_t)j * H;
         for (int k = 0; k < H; k++) s += w[k] * h1[k];
-        h2[j] = tanhf(s);
+        h2[j] = scdb_evict_tanh(s);
         out += m->w3[j] * h2[j];
     }
     return out;
+}
+
+/* scores[i] = the network on rows x[n][n_in] at once: two GEMMs and the
+ * activations over whole blocks (what deployment runs; forward_row is the
+ * per-row twin the backward pass uses, equal up to float rounding) */
+static scdb_err forward_rows(const scdb_evict_mlp *m, const float *x, int n, float *scores)
+{
+    const int H = m->hidden;
+    float *h1 = malloc((size_t)n * H * sizeof *h1), *h2 = malloc((size_t)n * H * sizeof *h2);
+    if (!h1 || !h2) { free(h1); free(h2); return SCDB_ENOMEM; }
+    for (int i = 0; i < n; i++) memcpy(h1 + (size_t)i * H, m->b1, (size_t)H * sizeof *h1);
+    scdb_k_gemm_cpu(0, 1, n, H, m->n_in, 1.0f, x, m->n_in, m->w1, m->n_in, 1.0f, h1, H);
+    for (size_t i = 0; i < (size_t)n * H; i++) h1[i] = scdb_evict_tanh(h1[i]);
+    for (int i = 0; i < n; i++) memcpy(h2 + (size_t)i * H, m->b2, (size_t)H * sizeof *h2);
+    scdb_k_gemm_cpu(0, 1, n, H, H, 1.0f, h1, H, m->w2, H, 1.0f, h2, H);
+    for (size_t i = 0; i < (size_t)n * H; i++) h2[i] = scdb_evict_tanh(h2[i]);
+    for (int i = 0; i < n; i++) {
+        const float *h = h2 + (size_t)i * H;
+        float s = m->b3[0];
+        for (int j = 0; j < H; j++) s += m->w3[j] * h[j];
+        scores[i] = s;
+    }
+    free(h1);
+    free(h2);
+    return SCDB_OK;
 }
 
 /* standardise the inputs the network reads from one row of all inputs */
@@ -184,6 +209,7 @@ void scdb_evict_mlp_score_budget(const scdb_evict_mlp *m, const float *feats, in
 {
     float h1[MAX_HIDDEN], h2[MAX_HIDDEN], all[SCDB_EVICT_N_ALL_INPUTS], x[SCDB_EVICT_MAX_INPUTS];
     float ls = logf((float)(budget > 1 ? budget : 1));
+    float *rows = n > 0 ? malloc((size_t)n * m->n_in * sizeof *rows) : NULL;
     for (int i = 0; i < n; i++) {
         /* inputs beyond the seven need the accumulators: at their mean */
         for (int k = 0; k < m->n_in; k++) all[m->in_id[k]] = m->in_mean[k];
@@ -191,8 +217,12 @@ void scdb_evict_mlp_score_budget(const scdb_evict_mlp *m, const float *feats, in
         all[SCDB_EVICT_IN_BUDGET] = ls;
         gather_row(m, all, x);
         if (x_out) memcpy(x_out + (size_t)i * m->n_in, x, (size_t)m->n_in * sizeof *x);
-        scores[i] = forward_row(m, x, h1, h2);
+        if (rows) memcpy(rows + (size_t)i * m->n_in, x, (size_t)m->n_in * sizeof *x);
+        else scores[i] = forward_row(m, x, h1, h2);    /* no memory: row by row */
     }
+    if (rows && forward_rows(m, rows, n, scores))
+        for (int i = 0; i < n; i++) scores[i] = forward_row(m, rows + (size_t)i * m->n_in, h1, h2);
+    free(rows);
 }
 
 scdb_err scdb_evict_mlp_score_acc(const scdb_evict_mlp *m, const scdb_evict_acc *a, int budget,
@@ -214,12 +244,17 @@ scdb_err scdb_evict_mlp_score_acc(const scdb_evict_mlp *m, const scdb_evict_acc 
         free(f);
         return SCDB_ENOMEM;
     }
-    if (!(rc = scdb_evict_inputs(a, f, budget, all)))
+    /* standardised rows, in place at the front of `all`, then one batched pass */
+    if (!(rc = scdb_evict_inputs(a, f, budget, all))) {
         for (int i = 0; i < a->n; i++) {
             gather_row(m, all + (size_t)i * SCDB_EVICT_N_ALL_INPUTS, x);
-            if (x_out) memcpy(x_out + (size_t)i * m->n_in, x, (size_t)m->n_in * sizeof *x);
-            scores[i] = forward_row(m, x, h1, h2);
+            memcpy(all + (size_t)i * m->n_in, x, (size_t)m->n_in * sizeof *x);
         }
+        if (x_out) memcpy(x_out, all, (size_t)a->n * m->n_in * sizeof *x_out);
+        rc = forward_rows(m, all, a->n, scores);
+    }
+    (void)h1;
+    (void)h2;
     free(all);
     free(f);
     return rc;
