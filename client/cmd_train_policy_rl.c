@@ -47,7 +47,9 @@ static void usage(FILE *f)
             "  --states N         branch points per episode: the first eviction and N-1\n"
             "                     random later ones (default 3)\n"
             "  --samples K        draws per state, 2..64 (default 8)\n"
-            "  --horizon H        steps of KL after each branch (default 48)\n"
+            "  --horizon H        steps of KL after a later branch (default 48; 0: to the\n"
+            "                     end of the window)\n"
+            "  --horizon-first H  the same after the first eviction (default 0: to the end)\n"
             "  --budget-range L,H episode budgets, fractions of prefill + steps,\n"
             "                     log-uniform (default 0.09,0.55)\n"
             "  --val-budgets F,.. validation budgets (default 0.25,0.125)\n"
@@ -161,7 +163,7 @@ int scdb_cmd_train_policy_rl(int argc, char **argv)
     enum { O_SUITE = 256, O_DOMAINS, O_MODELS, O_INPUTS, O_UPDATES, O_BATCH, O_STATES, O_SAMPLES,
            O_HORIZON, O_BRANGE, O_VBUDGETS, O_VALW, O_VALE, O_LR, O_ENTROPY, O_TAU, O_HIDDEN,
            O_SINKS, O_RECENT, O_RFRAC, O_POOL, O_PREFILL, O_STEPS, O_EVERY, O_INIT, O_MINUTES,
-           O_SEED, O_LOG, O_PNG };
+           O_SEED, O_LOG, O_PNG, O_HFIRST };
     static const struct option opts[] = {
         {"suite", 1, 0, O_SUITE}, {"domains", 1, 0, O_DOMAINS}, {"models", 1, 0, O_MODELS},
         {"inputs", 1, 0, O_INPUTS}, {"updates", 1, 0, O_UPDATES}, {"batch", 1, 0, O_BATCH},
@@ -173,6 +175,7 @@ int scdb_cmd_train_policy_rl(int argc, char **argv)
         {"pool", 1, 0, O_POOL}, {"prefill", 1, 0, O_PREFILL}, {"steps", 1, 0, O_STEPS},
         {"every", 1, 0, O_EVERY}, {"init", 1, 0, O_INIT}, {"minutes", 1, 0, O_MINUTES},
         {"seed", 1, 0, O_SEED}, {"log", 1, 0, O_LOG}, {"png", 1, 0, O_PNG},
+        {"horizon-first", 1, 0, O_HFIRST},
         {"out", 1, 0, 'o'}, {"quiet", 0, 0, 'q'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     scdb_evict_rl_opts o;
     scdb_evict_rl_result res;
@@ -214,7 +217,8 @@ int scdb_cmd_train_policy_rl(int argc, char **argv)
         case O_BATCH: bad = parse_int(optarg, 1, 1024, &o.batch); break;
         case O_STATES: bad = parse_int(optarg, 1, 32, &o.states); break;
         case O_SAMPLES: bad = parse_int(optarg, 2, 64, &o.samples); break;
-        case O_HORIZON: bad = parse_int(optarg, 1, 1 << 20, &o.horizon); break;
+        case O_HORIZON: bad = parse_int(optarg, 0, 1 << 20, &o.horizon); break;
+        case O_HFIRST: bad = parse_int(optarg, 0, 1 << 20, &o.horizon_first); break;
         case O_BRANGE:
             bad = parse_fracs(optarg, fr, 2) != 2 || fr[1] < fr[0];
             if (!bad) { o.budget_lo = fr[0]; o.budget_hi = fr[1]; }
@@ -262,8 +266,8 @@ int scdb_cmd_train_policy_rl(int argc, char **argv)
         usage(stderr);
         return 2;
     }
-    if (o.horizon > o.steps) {
-        fprintf(stderr, "train-policy: --horizon must not exceed --steps\n");
+    if (o.horizon > o.steps || o.horizon_first > o.steps) {
+        fprintf(stderr, "train-policy: --horizon and --horizon-first must not exceed --steps\n");
         return 2;
     }
     if (!log_path[0]) sibling(out_path, ".jsonl", log_path, sizeof log_path);
@@ -335,8 +339,9 @@ int scdb_cmd_train_policy_rl(int argc, char **argv)
         for (int i = 0; i < n_models; i++) fprintf(stderr, " %s", models[i]);
         fprintf(stderr, "; domains");
         for (int i = 0; i < n_domains; i++) fprintf(stderr, " %s", domains[i]);
-        fprintf(stderr, "; %d steps x %d episodes x %d states x %d draws, horizon %d; log %s\n",
-                o.updates, o.batch, o.states, o.samples, o.horizon, log_path);
+        fprintf(stderr, "; %d steps x %d episodes x %d states x %d draws, horizon %d (first %d; "
+                        "0: to the end); log %s\n",
+                o.updates, o.batch, o.states, o.samples, o.horizon, o.horizon_first, log_path);
     }
     if ((rc = scdb_evict_train_rl(&o, &mlp, &res, err, sizeof err))) {
         fprintf(stderr, "train-policy: %s%s%s\n", scdb_strerror(rc), err[0] ? ": " : "", err);
@@ -359,7 +364,8 @@ int scdb_cmd_train_policy_rl(int argc, char **argv)
         strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", &tmv);
         snprintf(num[0], sizeof num[0], "%d", res.updates);
         snprintf(num[1], sizeof num[1], "%d", res.episodes);
-        snprintf(num[2], sizeof num[2], "%d x %d draws, horizon %d", o.states, o.samples, o.horizon);
+        snprintf(num[2], sizeof num[2], "%d x %d draws, horizon %d (first %d)", o.states, o.samples,
+                 o.horizon, o.horizon_first);
         snprintf(num[3], sizeof num[3], "%g", o.lr);
         snprintf(num[4], sizeof num[4], "%g", o.entropy);
         snprintf(num[5], sizeof num[5], "%d/%d/%d", o.prefill, o.steps, o.every);

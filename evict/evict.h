@@ -561,7 +561,11 @@ typedef struct scdb_evict_rl_opts {
     int states;                        /* branch points per episode: the first eviction
                                         * and states - 1 random later ones */
     int samples;                       /* K draws per state (2..64) */
-    int horizon;                       /* steps of KL after each branch */
+    int horizon;                       /* steps of KL after a later branch (0: to the
+                                        * end of the window) */
+    int horizon_first;                 /* the same after the first eviction (0: to the
+                                        * end: the prefill -> B eviction's effect
+                                        * lasts the whole window) */
     int prefill, steps, every;         /* the protocol (evict.h) */
     float lr, entropy, tau;            /* Adam step (cosine-decayed to 10%), entropy
                                         * bonus, Plackett-Luce temperature */
@@ -581,7 +585,8 @@ typedef struct scdb_evict_rl_opts {
 } scdb_evict_rl_opts;
 
 /* Defaults: budgets log-uniform in [0.09, 0.55], validation at 0.25 and
- * 0.125, 1500 steps of 2 episodes, 3 states x 8 draws, horizon 48, the
+ * 0.125, 1500 steps of 2 episodes, 3 states x 8 draws, horizon 48 (the
+ * first eviction's: the whole window), the
  * bench's protocol (256 / 256 / 8), lr 2e-3, entropy 0.01, tau 1, hidden
  * 32, all 18 inputs, sinks 4, recent 8, recent_frac 0, no pooling, 2
  * validation windows per (model, domain), validation every 50 steps,

@@ -13,8 +13,11 @@
  *
  *   state s (the student's cache and accumulators just before eviction)
  *     |-- sample k = 1..K: draw the evicted set from Plackett-Luce(-score),
- *     |   decode `horizon` steps under the deterministic policy,
+ *     |   decode h steps under the deterministic policy,
  *     |   R_k = -(1/h) sum_{t=s}^{s+h-1} KL(P_t || Q_t^k)
+ *     |   (h: the rest of the window for the first eviction, whose effect
+ *     |   lasts that long: a token needed 200 steps later is gone for good;
+ *     |   `horizon` steps for the later, smaller evictions)
  *     +-- advantage A_k = (R_k - mean_{j != k} R_j) / sd(R)
  *
  * The K draws see the same state, teacher and continuation, so the
@@ -249,8 +252,9 @@ scdb_err scdb_evict_train_rl(const scdb_evict_rl_opts *o, scdb_evict_mlp **out,
         o->n_corpora < 1 || o->n_corpora > MAX_CORPORA || !(o->budget_lo > 0.0) ||
         !(o->budget_hi >= o->budget_lo) || !(o->budget_hi < 1.0) || o->n_val_budgets < 1 ||
         o->n_val_budgets > MAX_VB || o->updates < 0 || o->batch < 1 || o->states < 1 ||
-        o->states > MAX_STATES || K < 2 || K > 64 || o->horizon < 1 || o->prefill < 2 || o->steps < 1 ||
-        o->every < 1 || o->horizon > o->steps || !(o->lr > 0.0f) || !(o->entropy >= 0.0f) ||
+        o->states > MAX_STATES || K < 2 || K > 64 || o->prefill < 2 || o->steps < 1 ||
+        o->every < 1 || o->horizon < 0 || o->horizon > o->steps || o->horizon_first < 0 ||
+        o->horizon_first > o->steps || !(o->lr > 0.0f) || !(o->entropy >= 0.0f) ||
         !(o->tau > 0.0f) || o->hidden < 1 || o->hidden > 1024 || o->n_inputs < 1 ||
         o->n_inputs > SCDB_EVICT_MAX_INPUTS || o->sinks < 0 || o->recent < 0 ||
         !(o->recent_frac >= 0.0f && o->recent_frac < 1.0f) || o->pool < 1 || o->pool % 2 == 0 ||
@@ -421,11 +425,12 @@ scdb_err scdb_evict_train_rl(const scdb_evict_rl_opts *o, scdb_evict_mlp **out,
             episodes++;
             /* branch points: the first eviction step and states - 1 other
              * eviction steps, distinct, ascending, with a full horizon */
-            int pts[MAX_STATES], np = 0, n_ev = (o->steps - o->horizon) / o->every + 1;
+            const int h_later = o->horizon ? o->horizon : 1;
+            int pts[MAX_STATES], np = 0, n_ev = (o->steps - h_later) / o->every + 1;
             pts[np++] = 0;
             for (int tries = 0; np < o->states && np < n_ev && tries < 100; tries++) {
                 int t = o->every * (1 + (int)(scdb_evict_urand(&rng) * (n_ev - 1)));
-                int dup = t > o->steps - o->horizon;
+                int dup = t > o->steps - h_later;
                 for (int i = 0; i < np; i++) dup |= pts[i] == t;
                 if (!dup) pts[np++] = t;
             }
@@ -437,6 +442,8 @@ scdb_err scdb_evict_train_rl(const scdb_evict_rl_opts *o, scdb_evict_mlp **out,
             for (int s = 0; s < np; s++) {
                 double R[64], mean = 0.0, sd = 0.0;
                 if ((rc = scdb_evict_window_steps(win, pol, B, o->every, pts[s], NULL))) goto done;
+                int hz = s == 0 ? o->horizon_first : o->horizon;
+                if (hz == 0 || pts[s] + hz > o->steps) hz = o->steps - pts[s];
                 for (int k = 0; k < K; k++) {
                     double klm;
                     scdb_evict_sampler_clear(&smp[k]);
@@ -445,8 +452,7 @@ scdb_err scdb_evict_train_rl(const scdb_evict_rl_opts *o, scdb_evict_mlp **out,
                     smp[k].draw_evicted = 1;
                     smp[k].rng = rng ^ (0xA24BAED4963EE407ull * (uint64_t)(k + 1));
                     scdb_evict_urand(&rng);
-                    if ((rc = scdb_evict_window_branch(win, &smp[k], pol, B, o->every, o->horizon,
-                                                       &klm)))
+                    if ((rc = scdb_evict_window_branch(win, &smp[k], pol, B, o->every, hz, &klm)))
                         goto done;
                     R[k < 64 ? k : 63] = -klm;
                 }
