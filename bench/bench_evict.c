@@ -38,7 +38,7 @@ int scdb_bench_evict(int argc, char **argv);
 
 #define MAX_MODELS 8
 #define MAX_BUDGETS 6
-#define MAX_LEARNED 4
+#define MAX_LEARNED 8
 #define MAX_TEXTS 16
 #define MAX_SOURCES 64
 #define N_HEUR SCDB_EVICT_LEARNED            /* full, streaming, h2o, snapkv, tova */
@@ -56,6 +56,7 @@ typedef struct opts {
     char *domains[MAX_SOURCES];
     int n_domains;
     int heldout, use_suite;
+    scdb_evict_part portion;   /* of suite domains: eval (default), val or train */
     double budgets[MAX_BUDGETS];
     int n_budgets;
     int windows, prefill, steps, every;
@@ -94,6 +95,8 @@ static void usage(FILE *f)
             "  --suite FILE      domain suite manifest (default DATA/evict_suite/manifest.json):\n"
             "                    every domain's eval text; seen and unseen domains apart\n"
             "  --domains A,B,..  only these suite domains\n"
+            "  --portion P       eval | val | train: which suite text (default eval; val and\n"
+            "                    train exist for seen domains only, the others are skipped)\n"
             "  --heldout         instead of the suite: each model on the second half of its\n"
             "                    own domain's DATA/heldout/<domain>.txt\n"
             "  --text PATH       also (or, without --suite, instead) a file or a folder (its\n"
@@ -129,13 +132,14 @@ static int split_list(const char *s, char **out, int max)
 static int parse_opts(int argc, char **argv, opts *o)
 {
     enum { O_MODELS = 256, O_TEXT, O_PART, O_POLICY, O_BUDGETS, O_WINDOWS, O_PREFILL,
-           O_STEPS, O_EVERY, O_JSON, O_PNG, O_DATA, O_SUITE, O_DOMAINS, O_HELDOUT };
+           O_STEPS, O_EVERY, O_JSON, O_PNG, O_DATA, O_SUITE, O_DOMAINS, O_HELDOUT, O_PORTION };
     static const struct option lo[] = {
         {"models", 1, 0, O_MODELS}, {"text", 1, 0, O_TEXT}, {"part", 1, 0, O_PART},
         {"policy", 1, 0, O_POLICY}, {"budgets", 1, 0, O_BUDGETS}, {"windows", 1, 0, O_WINDOWS},
         {"prefill", 1, 0, O_PREFILL}, {"steps", 1, 0, O_STEPS}, {"every", 1, 0, O_EVERY},
         {"json", 1, 0, O_JSON}, {"png", 1, 0, O_PNG}, {"data", 1, 0, O_DATA},
         {"suite", 1, 0, O_SUITE}, {"domains", 1, 0, O_DOMAINS}, {"heldout", 0, 0, O_HELDOUT},
+        {"portion", 1, 0, O_PORTION},
         {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     int c;
     memset(o, 0, sizeof *o);
@@ -146,6 +150,7 @@ static int parse_opts(int argc, char **argv, opts *o)
     o->prefill = 256;
     o->steps = 256;
     o->every = 8;
+    o->portion = SCDB_EVICT_PART_EVAL;
     optind = 1;
     while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
         char *b[MAX_BUDGETS + 1];
@@ -185,6 +190,13 @@ static int parse_opts(int argc, char **argv, opts *o)
         case O_SUITE: o->suite = optarg; o->use_suite = 1; break;
         case O_DOMAINS: o->n_domains = split_list(optarg, o->domains, MAX_SOURCES); o->use_suite = 1; break;
         case O_HELDOUT: o->heldout = 1; break;
+        case O_PORTION:
+            if (!strcmp(optarg, "eval")) o->portion = SCDB_EVICT_PART_EVAL;
+            else if (!strcmp(optarg, "val")) o->portion = SCDB_EVICT_PART_VAL;
+            else if (!strcmp(optarg, "train")) o->portion = SCDB_EVICT_PART_TRAIN;
+            else return 2;
+            o->use_suite = 1;
+            break;
         case 'h': return 1;
         default: return 2;
         }
@@ -494,15 +506,15 @@ int scdb_bench_evict(int argc, char **argv)
                     want = 0;
                     for (int j = 0; j < o.n_domains; j++) want |= !strcmp(o.domains[j], d->name);
                 }
-                if (!want || d->seen != (pass == 0)) continue;
+                if (!want || d->seen != (pass == 0) || !d->part[o.portion].present) continue;
                 source *s = &src[n_src++];
                 memset(s, 0, sizeof *s);
                 snprintf(s->domain, sizeof s->domain, "%s", d->name);
-                snprintf(s->path, sizeof s->path, "%s", d->part[SCDB_EVICT_PART_EVAL].text_path);
+                snprintf(s->path, sizeof s->path, "%s", d->part[o.portion].text_path);
                 const char *b = strrchr(s->path, '/');
                 snprintf(s->label, sizeof s->label, "%s", b ? b + 1 : s->path);
                 s->split = d->seen ? "seen" : "unseen";
-                s->part = "eval";
+                s->part = scdb_evict_part_name(o.portion);
                 s->suite_index = i;
                 s->for_model = -1;
             }
@@ -564,8 +576,9 @@ int scdb_bench_evict(int argc, char **argv)
            o.prefill, o.steps, o.prefill, o.prefill, o.steps, o.every, 2 * o.every, W,
            o.every - 1, o.steps, o.windows);
     if (suite)
-        printf("Texts: the domain suite %s (eval texts); seen = the learned policy trained on\n"
-               "the domain's train text, unseen = it never saw the domain.\n", suite_path);
+        printf("Texts: the domain suite %s (%s texts); seen = the learned policy trained on\n"
+               "the domain's train text, unseen = it never saw the domain.\n", suite_path,
+               scdb_evict_part_name(o.portion));
     for (int i = 0; i < n_learned; i++)
         printf("Learned policy `%s`: %s (trained on models %s; domains %s).\n", lp[i].label,
                lp[i].path, lp[i].trained_on ? lp[i].trained_on : "?",
@@ -619,8 +632,8 @@ int scdb_bench_evict(int argc, char **argv)
             size_t len = 0;
             if (s->for_model >= 0 && s->for_model != mi) continue;
             if (s->suite_index >= 0)
-                rc = scdb_evict_suite_read(suite, s->suite_index, SCDB_EVICT_PART_EVAL, &text, &len,
-                                           err, sizeof err);
+                rc = scdb_evict_suite_read(suite, s->suite_index, o.portion, &text, &len, err,
+                                           sizeof err);
             else if ((rc = read_text_path(s->path, &text, &len)))
                 snprintf(err, sizeof err, "%s", s->path);
             if (rc) {
