@@ -246,8 +246,16 @@ static scdb_err sample_evict(scdb_evict_window *w, scdb_kv_cache *kv, scdb_evict
     if ((rc = scdb_evict_mlp_score_acc(mlp, acc, budget, d->arg ? w->scores : d->s, d->x)))
         return rc;
     if (d->arg) scdb_evict_maxpool(w->scores, n, mlp->pool, d->s, d->arg);
-    if (smp->tau > 0.0f && smp->tau != 1.0f)
-        for (int j = 0; j < n; j++) d->s[j] /= smp->tau;
+    d->scale = smp->tau > 0.0f ? 1.0f / smp->tau : 1.0f;
+    if (smp->rel_tau && n - recent > sinks + 1) {
+        double mu = 0.0, var = 0.0;
+        int nc0 = n - recent - sinks;
+        for (int j = sinks; j < n - recent; j++) mu += d->s[j] / nc0;
+        for (int j = sinks; j < n - recent; j++) var += (d->s[j] - mu) * (d->s[j] - mu) / nc0;
+        if (var > 1e-20) d->scale /= (float)sqrt(var);
+    }
+    if (d->scale != 1.0f)
+        for (int j = 0; j < n; j++) d->s[j] *= d->scale;
     if (d->evicted)
         for (int j = 0; j < n; j++) d->s[j] = -d->s[j];
     for (int j = sinks; j < n - recent; j++) {

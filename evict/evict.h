@@ -569,6 +569,10 @@ typedef struct scdb_evict_rl_opts {
     int prefill, steps, every;         /* the protocol (evict.h) */
     float lr, entropy, tau;            /* Adam step (cosine-decayed to 10%), entropy
                                         * bonus, Plackett-Luce temperature */
+    int rel_tau;                       /* 1: tau in units of the candidates' score
+                                        * spread, so the draws perturb the
+                                        * deterministic top-B by the same amount
+                                        * whatever the network's scale */
     int hidden;                        /* MLP width */
     int inputs[SCDB_EVICT_MAX_INPUTS]; /* SCDB_EI_* the network reads */
     int n_inputs;
@@ -580,6 +584,8 @@ typedef struct scdb_evict_rl_opts {
     double max_seconds;                /* stop after this long (0: no limit) */
     uint64_t seed;
     const scdb_evict_mlp *init;        /* start from this network (NULL: random) */
+    const char *checkpoint;            /* NULL, or a policy file rewritten with every new
+                                        * best network (a stopped run keeps its best) */
     FILE *log;                         /* JSONL: references, one line per step and per validation */
     int verbose;
 } scdb_evict_rl_opts;
@@ -587,7 +593,8 @@ typedef struct scdb_evict_rl_opts {
 /* Defaults: budgets log-uniform in [0.09, 0.55], validation at 0.25 and
  * 0.125, 1500 steps of 2 episodes, 3 states x 8 draws, horizon 48 (the
  * first eviction's: the whole window), the
- * bench's protocol (256 / 256 / 8), lr 2e-3, entropy 0.01, tau 1, hidden
+ * bench's protocol (256 / 256 / 8), lr 2e-3, entropy 0.01, tau 0.5 relative
+ * to the score spread, hidden
  * 32, all 18 inputs, sinks 4, recent 8, recent_frac 0, no pooling, 2
  * validation windows per (model, domain), validation every 50 steps,
  * seed 1. */

@@ -87,6 +87,8 @@ typedef struct scdb_evict_decision {
     int *order;          /* [m] drawn slots, in draw order */
     int evicted;         /* 1: s holds -score / tau and order the m slots drawn
                           * for eviction (the kept ones are the rest) */
+    float scale;         /* s = (evicted ? -1 : 1) * scale * score: 1 / tau, or
+                          * 1 / (tau * spread) with a relative temperature */
 } scdb_evict_decision;
 
 /* Training hook for scdb_evict_window_run: Gumbel-perturbed top-B from the
@@ -97,6 +99,9 @@ typedef struct scdb_evict_sampler {
     uint64_t rng;
     int draw_evicted;    /* 1: draw the evicted slots from PL(-scores / tau)
                           * instead of the kept ones from PL(scores / tau) */
+    int rel_tau;         /* 1: tau is in units of the candidates' score spread
+                          * (standard deviation), so the draws stay as close to
+                          * the deterministic top-B whatever the network's scale */
     int n_dec, cap_dec;
     scdb_evict_decision *dec;
 } scdb_evict_sampler;

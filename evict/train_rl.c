@@ -81,7 +81,8 @@ void scdb_evict_rl_defaults(scdb_evict_rl_opts *o)
     o->every = 8;
     o->lr = 2e-3f;
     o->entropy = 0.01f;
-    o->tau = 1.0f;
+    o->tau = 0.5f;
+    o->rel_tau = 1;
     o->hidden = 32;
     memcpy(o->inputs, ids, sizeof ids);
     o->n_inputs = (int)(sizeof ids / sizeof ids[0]);
@@ -450,6 +451,7 @@ scdb_err scdb_evict_train_rl(const scdb_evict_rl_opts *o, scdb_evict_mlp **out,
                     smp[k].mlp = mlp;
                     smp[k].tau = o->tau;
                     smp[k].draw_evicted = 1;
+                    smp[k].rel_tau = o->rel_tau;
                     smp[k].rng = rng ^ (0xA24BAED4963EE407ull * (uint64_t)(k + 1));
                     scdb_evict_urand(&rng);
                     if ((rc = scdb_evict_window_branch(win, &smp[k], pol, B, o->every, hz, &klm)))
@@ -470,9 +472,10 @@ scdb_err scdb_evict_train_rl(const scdb_evict_rl_opts *o, scdb_evict_mlp **out,
                     scdb_evict_pl_grad(d, (float)(-A / kk), (float)(-o->entropy / kk), ds, &h, inv,
                                        drawn);
                     ent_sum += h / kk;
-                    /* the draw saw -score / tau: d/d(score) = -(1/tau) d/d(s);
+                    /* the draw saw -scale * score: d/d(score) = -scale d/d(s)
+                     * (a relative temperature's spread counts as a constant);
                      * through the max-pool to the slot each maximum came from */
-                    float itau = -1.0f / o->tau;
+                    float itau = -d->scale;
                     memset(dsr, 0, (size_t)d->n * sizeof *dsr);
                     for (int j = 0; j < d->n; j++) dsr[d->arg ? d->arg[j] : j] += itau * ds[j];
                     scdb_evict_mlp_backward(mlp, d->x, d->n, dsr, grad);
@@ -506,6 +509,16 @@ scdb_err scdb_evict_train_rl(const scdb_evict_rl_opts *o, scdb_evict_mlp **out,
                 r.val_kl_best = kl;
                 r.best_update = upd + 1;
                 scdb_evict_mlp_copy(best, mlp);
+                if (o->checkpoint) {
+                    char num[2][32];
+                    snprintf(num[0], sizeof num[0], "%d", upd + 1);
+                    snprintf(num[1], sizeof num[1], "%.4f", ratio);
+                    const char *keys[] = {"checkpoint_update", "val_ratio"}, *vals[] = {num[0], num[1]};
+                    scdb_err crc = scdb_evict_mlp_save(best, o->checkpoint, keys, vals, 2);
+                    if (crc && o->verbose)
+                        fprintf(stderr, "train-policy: cannot write checkpoint %s: %s\n",
+                                o->checkpoint, scdb_strerror(crc));
+                }
             }
             log_validation(o->log, upd + 1, episodes, scdb_now() - t_start, kl, bb, ratio, is_best,
                            o, gs, ng, gk, o->corpora, model_names);
