@@ -79,7 +79,7 @@
  *              max-pooled (kernel 7), groups averaged  recent (observation window)
  *   tova       last query's attention, heads/layers    the newest token
  *              averaged
- *   learned    MLP(6 features, budget), max-pooled if  sinks + max(recent,
+ *   learned    MLP(inputs, below), max-pooled if       sinks + max(recent,
  *              file says so                            recent_frac * budget)
  *                                                      from the file (shipped:
  *                                                      see data/policies/README.md)
@@ -92,27 +92,32 @@
  *
  * Learned policy (DistillCache)
  * -----------------------------
- * score = MLP(x), x = standardised [log(alpha+1e-3), log(vnorm+1e-6),
- * log(sigma+1e-6), ent, log(1-pos+1e-3), log(mass+1e-6), log(budget)], two
- * tanh hidden layers, linear output.  The budget (in slots, the same for
- * every slot of one eviction) lets one network rank differently under a
- * loose and a tight budget: on this family the cumulative mass is the
- * better signal from 128 slots up and the recent attention at 96 and
- * below (data/policies/README.md).  The protected recent window is
- * max(recent, floor(recent_frac * budget)) slots, so that it scales with the
- * budget as H2O's and StreamingLLM's do (recency carries much of the
- * quality on this family).  Optionally (the file's `pool`, odd, 1 = off) the scores are then
- * max-pooled along the slots as SnapKV pools its attention, so that the
- * neighbours of an important token are kept with it: the five features are
- * per token, and on this byte-level family whole spans matter (SnapKV loses
- * a third of its quality without pooling).  Weights, the standardisation,
- * the pool kernel and the protected counts live in a safetensors file
- * (FORMATS.md; version 2 files have the seven inputs, version 1 files the
- * first five, loaded with zero weights on mass and budget).  Training (scdb_evict_train) is REINFORCE
- * with Gumbel / Plackett-Luce top-B sampling, reward -KL(full || evicted)
- * per teacher-forced step, a leave-one-out baseline over K samples and an
- * entropy bonus; see train.c for the derivation.
- *
+ * score = MLP(x), x = the standardised inputs the network reads, two tanh
+ * hidden layers, linear output.  Version 1-2 networks read
+ * [log(alpha+1e-3), log(vnorm+1e-6), log(sigma+1e-6), ent, log(1-pos+1e-3),
+ * log(mass+1e-6), log(budget)]; version 3 networks any subset of 18 inputs
+ * (SCDB_EI_*, evict/inputs.c) that adds scale-free ones: the slot's age
+ * and its rank by each heuristic's signal, both relative to the budget
+ * (log((rank + 1) / B) < 0: that heuristic would keep the slot), the V norm
+ * standardised within the cache, the mean attention over the slot's life,
+ * and two per-cache values.  They mean the same at every budget, cache
+ * length, model and text, which is what a policy must generalise over.
+ * The budget (in slots, the same for every slot of one eviction) lets one
+ * network rank differently under a loose and a tight budget.  The protected
+ * recent window is max(recent, floor(recent_frac * budget)) slots, so that
+ * it can scale with the budget as H2O's and StreamingLLM's do.  Optionally
+ * (the file's `pool`, odd, 1 = off) the scores are then max-pooled along
+ * the slots as SnapKV pools its attention, so that the neighbours of an
+ * important token are kept with it.  Weights, the standardisation, the
+ * inputs, the pool kernel and the protected counts live in a safetensors
+ * file (FORMATS.md).  Training: scdb_evict_train_rl (train_rl.c; what
+ * `scdb train-policy` runs) is REINFORCE over several models and training
+ * domains with K Plackett-Luce draws of the evicted set per state, reward
+ * -KL(full || evicted) per teacher-forced step, a leave-one-out baseline
+ * over the K draws and an entropy bonus, from random weights;
+ * scdb_evict_train (train.c, `--legacy`) the earlier single-model,
+ * single-text trainer with hand-structured starting points.
+
  * Thread safety: a policy is read-only after load and may be shared; an
  * accumulator buffer belongs to one cache and is not locked.
  */
