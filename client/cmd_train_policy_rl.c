@@ -59,6 +59,8 @@ static void usage(FILE *f)
             "  --entropy X        entropy bonus (default 0.01)\n"
             "  --tau X            Plackett-Luce temperature, in units of the candidates'\n"
             "                     score spread (default 0.5)\n"
+            "  --tau-end X        anneal the temperature geometrically from --tau to X\n"
+            "                     over the run (default: no annealing)\n"
             "  --abs-tau          --tau in units of the raw scores instead\n"
             "  --hidden N         MLP width (default 32)\n"
             "  --sinks N          first slots always kept (default 4)\n"
@@ -165,7 +167,7 @@ int scdb_cmd_train_policy_rl(int argc, char **argv)
     enum { O_SUITE = 256, O_DOMAINS, O_MODELS, O_INPUTS, O_UPDATES, O_BATCH, O_STATES, O_SAMPLES,
            O_HORIZON, O_BRANGE, O_VBUDGETS, O_VALW, O_VALE, O_LR, O_ENTROPY, O_TAU, O_HIDDEN,
            O_SINKS, O_RECENT, O_RFRAC, O_POOL, O_PREFILL, O_STEPS, O_EVERY, O_INIT, O_MINUTES,
-           O_SEED, O_LOG, O_PNG, O_HFIRST, O_ABSTAU };
+           O_SEED, O_LOG, O_PNG, O_HFIRST, O_ABSTAU, O_TAUEND };
     static const struct option opts[] = {
         {"suite", 1, 0, O_SUITE}, {"domains", 1, 0, O_DOMAINS}, {"models", 1, 0, O_MODELS},
         {"inputs", 1, 0, O_INPUTS}, {"updates", 1, 0, O_UPDATES}, {"batch", 1, 0, O_BATCH},
@@ -178,6 +180,7 @@ int scdb_cmd_train_policy_rl(int argc, char **argv)
         {"every", 1, 0, O_EVERY}, {"init", 1, 0, O_INIT}, {"minutes", 1, 0, O_MINUTES},
         {"seed", 1, 0, O_SEED}, {"log", 1, 0, O_LOG}, {"png", 1, 0, O_PNG},
         {"horizon-first", 1, 0, O_HFIRST}, {"abs-tau", 0, 0, O_ABSTAU},
+        {"tau-end", 1, 0, O_TAUEND},
         {"out", 1, 0, 'o'}, {"quiet", 0, 0, 'q'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     scdb_evict_rl_opts o;
     scdb_evict_rl_result res;
@@ -222,6 +225,7 @@ int scdb_cmd_train_policy_rl(int argc, char **argv)
         case O_HORIZON: bad = parse_int(optarg, 0, 1 << 20, &o.horizon); break;
         case O_HFIRST: bad = parse_int(optarg, 0, 1 << 20, &o.horizon_first); break;
         case O_ABSTAU: o.rel_tau = 0; break;
+        case O_TAUEND: bad = parse_float(optarg, 1e-3f, 100.0f, &o.tau_end); break;
         case O_BRANGE:
             bad = parse_fracs(optarg, fr, 2) != 2 || fr[1] < fr[0];
             if (!bad) { o.budget_lo = fr[0]; o.budget_hi = fr[1]; }
@@ -382,7 +386,10 @@ int scdb_cmd_train_policy_rl(int argc, char **argv)
         snprintf(num[12], sizeof num[12], "%d", res.best_update);
         snprintf(num[13], sizeof num[13], "%g,%g", o.budget_lo, o.budget_hi);
         snprintf(num[14], sizeof num[14], "%llu", (unsigned long long)o.seed);
-        snprintf(num[15], sizeof num[15], "%g%s", o.tau, o.rel_tau ? " (relative)" : "");
+        if (o.tau_end > 0.0f)
+            snprintf(num[15], sizeof num[15], "%g -> %g%s", o.tau, o.tau_end, o.rel_tau ? " (relative)" : "");
+        else
+            snprintf(num[15], sizeof num[15], "%g%s", o.tau, o.rel_tau ? " (relative)" : "");
         const char *keys[] = {"trained_on", "domains", "trainer", "updates", "episodes", "states",
                               "lr", "entropy_bonus", "prefill/steps/every", "val_kl_init",
                               "val_kl_best", "val_ratio_init", "val_ratio_best",

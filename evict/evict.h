@@ -574,6 +574,8 @@ typedef struct scdb_evict_rl_opts {
     int prefill, steps, every;         /* the protocol (evict.h) */
     float lr, entropy, tau;            /* Adam step (cosine-decayed to 10%), entropy
                                         * bonus, Plackett-Luce temperature */
+    float tau_end;                     /* tau at the last step, annealed geometrically
+                                        * from tau (0: tau throughout) */
     int rel_tau;                       /* 1: tau in units of the candidates' score
                                         * spread, so the draws perturb the
                                         * deterministic top-B by the same amount

@@ -256,7 +256,7 @@ scdb_err scdb_evict_train_rl(const scdb_evict_rl_opts *o, scdb_evict_mlp **out,
         o->states > MAX_STATES || K < 2 || K > 64 || o->prefill < 2 || o->steps < 1 ||
         o->every < 1 || o->horizon < 0 || o->horizon > o->steps || o->horizon_first < 0 ||
         o->horizon_first > o->steps || !(o->lr > 0.0f) || !(o->entropy >= 0.0f) ||
-        !(o->tau > 0.0f) || o->hidden < 1 || o->hidden > 1024 || o->n_inputs < 1 ||
+        !(o->tau > 0.0f) || !(o->tau_end >= 0.0f) || o->hidden < 1 || o->hidden > 1024 || o->n_inputs < 1 ||
         o->n_inputs > SCDB_EVICT_MAX_INPUTS || o->sinks < 0 || o->recent < 0 ||
         !(o->recent_frac >= 0.0f && o->recent_frac < 1.0f) || o->pool < 1 || o->pool % 2 == 0 ||
         o->pool > 63 || o->val_windows < 1 || o->val_every < 1) {
@@ -413,6 +413,13 @@ scdb_err scdb_evict_train_rl(const scdb_evict_rl_opts *o, scdb_evict_mlp **out,
         int n_states = 0;
         memset(grad, 0, mlp->n_params * sizeof *grad);
         if ((rc = scdb_evict_policy_from_mlp(mlp, &pol))) goto done;
+        /* the draws' temperature: tau, annealed geometrically to tau_end, so
+         * the draws explore widely at first and perturb the deterministic
+         * top-B less and less as it improves */
+        double prog_t = o->updates > 1 ? (double)upd / (o->updates - 1) : 1.0;
+        float tau_now = o->tau_end > 0.0f
+                            ? (float)(o->tau * pow((double)o->tau_end / o->tau, prog_t))
+                            : o->tau;
         for (int e = 0; e < o->batch; e++) {
             int mi = (int)(scdb_evict_urand(&rng) * o->n_models) % o->n_models;
             int c = (int)(scdb_evict_urand(&rng) * o->n_corpora) % o->n_corpora;
@@ -449,7 +456,7 @@ scdb_err scdb_evict_train_rl(const scdb_evict_rl_opts *o, scdb_evict_mlp **out,
                     double klm;
                     scdb_evict_sampler_clear(&smp[k]);
                     smp[k].mlp = mlp;
-                    smp[k].tau = o->tau;
+                    smp[k].tau = tau_now;
                     smp[k].draw_evicted = 1;
                     smp[k].rel_tau = o->rel_tau;
                     smp[k].rng = rng ^ (0xA24BAED4963EE407ull * (uint64_t)(k + 1));
@@ -492,10 +499,11 @@ scdb_err scdb_evict_train_rl(const scdb_evict_rl_opts *o, scdb_evict_mlp **out,
         scdb_evict_adam_step(&ad, mlp->params, grad, lr);
         if (o->log)
             fprintf(o->log, "{\"update\":%d,\"episodes\":%d,\"reward\":%.6f,\"reward_sd\":%.6f,"
-                            "\"entropy\":%.4f,\"states\":%d,\"lr\":%.3g,\"seconds\":%.3f}\n",
+                            "\"entropy\":%.4f,\"states\":%d,\"lr\":%.3g,\"tau\":%.4g,"
+                            "\"seconds\":%.3f}\n",
                     upd + 1, episodes, n_states ? reward / n_states : 0.0,
                     n_states ? spread / n_states : 0.0, n_states ? ent_sum / n_states : 0.0,
-                    n_states, lr, scdb_now() - t_up);
+                    n_states, lr, tau_now, scdb_now() - t_up);
         if (o->verbose && (upd + 1) % 10 == 0)
             fprintf(stderr, "train-policy: update %d/%d (%d episodes), sampled KL %.5f, %.0f s\n",
                     upd + 1, o->updates, episodes, n_states ? -reward / n_states : 0.0,
