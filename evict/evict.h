@@ -597,14 +597,14 @@ typedef struct scdb_evict_rl_opts {
     int verbose;
 } scdb_evict_rl_opts;
 
-/* Defaults: budgets log-uniform in [0.09, 0.55], validation at 0.25 and
- * 0.125, 1500 steps of 2 episodes, 3 states x 8 draws, horizon 48 (the
- * first eviction's: the whole window), the
- * bench's protocol (256 / 256 / 8), lr 2e-3, entropy 0.01, tau 0.5 relative
- * to the score spread, hidden
- * 32, all 18 inputs, sinks 4, recent 8, recent_frac 0, no pooling, 2
- * validation windows per (model, domain), validation every 50 steps,
- * seed 1. */
+/* Defaults (what data/policies/distillcache_base was trained with):
+ * budgets log-uniform in [0.09, 0.55], validation at 0.25 and 0.125, 800
+ * steps of 2 episodes, 3 states x 8 draws, horizon 48 (the first
+ * eviction's: the whole window), the bench's protocol (256 / 256 / 8), lr
+ * 2e-3, entropy 0.01, tau 0.5 relative to the score spread (no annealing),
+ * hidden 32, all 18 inputs, and the hand-set structure: sinks 4, recent
+ * max(8, budget / 2), scores max-pooled over 5 slots; 4 validation windows
+ * per (model, domain), validation every 50 steps, seed 1. */
 void scdb_evict_rl_defaults(scdb_evict_rl_opts *o);
 
 typedef struct scdb_evict_rl_result {

@@ -71,7 +71,7 @@ void scdb_evict_rl_defaults(scdb_evict_rl_opts *o)
     o->val_budgets[0] = 0.25;
     o->val_budgets[1] = 0.125;
     o->n_val_budgets = 2;
-    o->updates = 1500;
+    o->updates = 800;
     o->batch = 2;
     o->states = 3;
     o->samples = 8;
@@ -88,9 +88,9 @@ void scdb_evict_rl_defaults(scdb_evict_rl_opts *o)
     o->n_inputs = (int)(sizeof ids / sizeof ids[0]);
     o->sinks = 4;
     o->recent = 8;
-    o->recent_frac = 0.0f;
-    o->pool = 1;
-    o->val_windows = 2;
+    o->recent_frac = 0.5f;
+    o->pool = 5;
+    o->val_windows = 4;
     o->val_every = 50;
     o->seed = 1;
 }
