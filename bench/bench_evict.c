@@ -1,14 +1,20 @@
 /* bench_evict.c — `scdb bench evict`: live-cache eviction quality and cost.
  *
- * For every model (by default each bundled model on the second half of its
- * own domain's held-out text; the first half is what `scdb train-policy`
- * trains on), every policy (full cache, StreamingLLM, H2O, SnapKV, TOVA and
- * the learned DistillCache MLP) and every budget, run the protocol of
- * evict.h on N windows of the text and report KL to the full cache, top-1
- * agreement with it, perplexity, and the policy's overhead per token next
- * to the model's own step time.  The learned policy is marked zero-shot on
- * every model other than the one it was trained on.  Markdown table on
- * stdout, {"rows":[...]} JSON with --json, a quality-vs-budget PNG with
+ * For every model (by default each bundled model), every text, every policy
+ * (full cache, StreamingLLM, H2O, SnapKV, TOVA and one or more learned
+ * DistillCache MLPs) and every budget, run the protocol of evict.h on N
+ * windows of the text and report KL to the full cache, top-1 agreement with
+ * it, perplexity, and the policy's overhead per token next to the model's
+ * own step time.
+ *
+ * Texts: by default the domain suite (evict.h, "Domain suite";
+ * data/evict_suite): every domain's eval text, the seen domains (those the
+ * learned policy trained on) and the unseen ones (never trained on) reported
+ * apart; --heldout instead measures each model on the second half of its own
+ * domain's held-out text (data/heldout, the bench before the suite); --text
+ * adds any file or folder (a folder: its files, sorted, joined).  Rows carry
+ * `domain` and `seen` (false for a domain the policy never trained on).
+ * Markdown tables on stdout, {"rows":[...]} JSON with --json, a PNG with
  * --png (tools/plot_evict.py, matplotlib). */
 #include <cjson/cJSON.h>
 #include <dirent.h>
@@ -28,21 +34,45 @@ int scdb_bench_evict(int argc, char **argv);
 
 #define MAX_MODELS 8
 #define MAX_BUDGETS 6
-#define N_POL SCDB_EVICT_KIND_COUNT
+#define MAX_LEARNED 8
+#define MAX_TEXTS 16
+#define MAX_SOURCES 64
+#define N_HEUR SCDB_EVICT_LEARNED            /* full, streaming, h2o, snapkv, tova */
+#define MAX_POL (N_HEUR + MAX_LEARNED)
+#define MAX_TEXT_BYTES ((size_t)64 << 20)
 
 typedef struct opts {
-    const char *data, *text, *json, *png, *policy, *part;
+    const char *data, *json, *png, *part, *suite;
+    const char *policies[MAX_LEARNED];
+    int n_policies;
+    const char *texts[MAX_TEXTS];
+    int n_texts;
     char *models[MAX_MODELS];
     int n_models;
+    char *domains[MAX_SOURCES];
+    int n_domains;
+    int heldout, use_suite;
+    scdb_evict_part portion;   /* of suite domains: eval (default), val or train */
     double budgets[MAX_BUDGETS];
     int n_budgets;
     int windows, prefill, steps, every;
 } opts;
 
+/* One text measured: a suite domain's eval text, a model's held-out text
+ * (for that model only) or a --text file / folder. */
+typedef struct source {
+    char domain[64], label[256], path[1200];
+    const char *split;         /* "seen", "unseen" or "other" */
+    const char *part;          /* the portion measured: eval, second, first, all */
+    int suite_index;           /* domain index in the suite, -1 if not a suite text */
+    int for_model;             /* --heldout: the model it belongs to; -1: every model */
+} source;
+
 typedef struct stat_sum {
     double kl, top1, nll, pol_s, model_s;
     long steps;
     int runs;
+    double *kl_w;              /* [windows] */
 } stat_sum;
 
 static const char *data_dir(void) { return scdb_data_dir(); }
@@ -54,18 +84,27 @@ static void usage(FILE *f)
             "KV-cache eviction: KL to the full cache, top-1 agreement, perplexity and\n"
             "policy overhead of every policy at every budget (see the protocol it prints).\n\n"
             "  --models A,B,..   models under DATA/models (default: every model there)\n"
-            "  --text FILE       evaluate every model on FILE (default: each model on\n"
-            "                    DATA/heldout/<its domain>.txt)\n"
-            "  --part P          second | first | all of each text (default: second for the\n"
-            "                    bundled held-out texts, all for --text)\n"
-            "  --policy FILE     learned policy (default DATA/policies/distillcache_base.safetensors)\n"
+            "  --suite FILE      domain suite manifest (default DATA/evict_suite/manifest.json):\n"
+            "                    every domain's eval text; seen and unseen domains apart\n"
+            "  --domains A,B,..  only these suite domains\n"
+            "  --portion P       eval | val | train: which suite text (default eval; val and\n"
+            "                    train exist for seen domains only, the others are skipped)\n"
+            "  --heldout         instead of the suite: each model on the second half of its\n"
+            "                    own domain's DATA/heldout/<domain>.txt\n"
+            "  --text PATH       also (or, without --suite, instead) a file or a folder (its\n"
+            "                    files, recursively, sorted, joined); repeatable; reported as\n"
+            "                    unseen domains named after the file or folder\n"
+            "  --part P          second | first | all of each --text (default all)\n"
+            "  --policy FILE     learned policy (default DATA/policies/distillcache_base.safetensors);\n"
+            "                    repeatable: the first is `distillcache`, the others are named\n"
+            "                    after their files and measured in the same run\n"
             "  --budgets F,..    budget fractions of prefill + steps (default 0.5,0.25,0.125)\n"
-            "  --windows N       windows per text (default 8)\n"
+            "  --windows N       windows per text, evenly spaced (default 8)\n"
             "  --prefill P       prefill tokens (default 256)\n"
             "  --steps T         teacher-forced continuation steps (default 256)\n"
             "  --every C         evict every C steps (default 8)\n"
-            "  --json FILE       write {\"rows\":[{model,policy,budget,kl,top1,ppl,us_per_token,..}]}\n"
-            "  --png FILE        plot quality vs budget (tools/plot_evict.py, matplotlib)\n"
+            "  --json FILE       write {\"rows\":[{model,domain,seen,policy,budget,kl,top1,ppl,..}]}\n"
+            "  --png FILE        plot (tools/plot_evict.py, matplotlib)\n"
             "  --data DIR        asset directory (default %s)\n"
             "  -h, --help        this text\n",
             data_dir());
@@ -85,12 +124,14 @@ static int split_list(const char *s, char **out, int max)
 static int parse_opts(int argc, char **argv, opts *o)
 {
     enum { O_MODELS = 256, O_TEXT, O_PART, O_POLICY, O_BUDGETS, O_WINDOWS, O_PREFILL,
-           O_STEPS, O_EVERY, O_JSON, O_PNG, O_DATA };
+           O_STEPS, O_EVERY, O_JSON, O_PNG, O_DATA, O_SUITE, O_DOMAINS, O_HELDOUT, O_PORTION };
     static const struct option lo[] = {
         {"models", 1, 0, O_MODELS}, {"text", 1, 0, O_TEXT}, {"part", 1, 0, O_PART},
         {"policy", 1, 0, O_POLICY}, {"budgets", 1, 0, O_BUDGETS}, {"windows", 1, 0, O_WINDOWS},
         {"prefill", 1, 0, O_PREFILL}, {"steps", 1, 0, O_STEPS}, {"every", 1, 0, O_EVERY},
         {"json", 1, 0, O_JSON}, {"png", 1, 0, O_PNG}, {"data", 1, 0, O_DATA},
+        {"suite", 1, 0, O_SUITE}, {"domains", 1, 0, O_DOMAINS}, {"heldout", 0, 0, O_HELDOUT},
+        {"portion", 1, 0, O_PORTION},
         {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     int c;
     memset(o, 0, sizeof *o);
@@ -101,18 +142,25 @@ static int parse_opts(int argc, char **argv, opts *o)
     o->prefill = 256;
     o->steps = 256;
     o->every = 8;
+    o->portion = SCDB_EVICT_PART_EVAL;
     optind = 1;
     while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
         char *b[MAX_BUDGETS + 1];
         int n;
         switch (c) {
         case O_MODELS: o->n_models = split_list(optarg, o->models, MAX_MODELS); break;
-        case O_TEXT: o->text = optarg; break;
+        case O_TEXT:
+            if (o->n_texts == MAX_TEXTS) return 2;
+            o->texts[o->n_texts++] = optarg;
+            break;
         case O_PART:
             o->part = optarg;
             if (strcmp(optarg, "first") && strcmp(optarg, "second") && strcmp(optarg, "all")) return 2;
             break;
-        case O_POLICY: o->policy = optarg; break;
+        case O_POLICY:
+            if (o->n_policies == MAX_LEARNED) return 2;
+            o->policies[o->n_policies++] = optarg;
+            break;
         case O_BUDGETS:
             n = split_list(optarg, b, MAX_BUDGETS);
             o->n_budgets = 0;
@@ -131,10 +179,22 @@ static int parse_opts(int argc, char **argv, opts *o)
         case O_JSON: o->json = optarg; break;
         case O_PNG: o->png = optarg; break;
         case O_DATA: o->data = optarg; break;
+        case O_SUITE: o->suite = optarg; o->use_suite = 1; break;
+        case O_DOMAINS: o->n_domains = split_list(optarg, o->domains, MAX_SOURCES); o->use_suite = 1; break;
+        case O_HELDOUT: o->heldout = 1; break;
+        case O_PORTION:
+            if (!strcmp(optarg, "eval")) o->portion = SCDB_EVICT_PART_EVAL;
+            else if (!strcmp(optarg, "val")) o->portion = SCDB_EVICT_PART_VAL;
+            else if (!strcmp(optarg, "train")) o->portion = SCDB_EVICT_PART_TRAIN;
+            else return 2;
+            o->use_suite = 1;
+            break;
         case 'h': return 1;
         default: return 2;
         }
     }
+    if (o->heldout && o->use_suite) return 2;
+    if (!o->heldout && !o->n_texts) o->use_suite = 1;
     return optind < argc ? 2 : 0;
 }
 
@@ -174,21 +234,203 @@ static int list_models(const char *data, char **out, int max)
     return n;
 }
 
-static const char *pol_label(int k)
+/* ------------------------------------------------------------ --text folders */
+
+typedef struct buf { char *p; size_t n, cap; } buf;
+
+static int buf_add(buf *b, const char *s, size_t n)
 {
-    return k == SCDB_EVICT_LEARNED ? "distillcache" : scdb_evict_kind_name((scdb_evict_kind)k);
+    if (b->n + n + 1 > b->cap) {
+        size_t nc = b->cap ? b->cap : 65536;
+        while (b->n + n + 1 > nc) nc *= 2;
+        char *g = realloc(b->p, nc);
+        if (!g) return -1;
+        b->p = g;
+        b->cap = nc;
+    }
+    memcpy(b->p + b->n, s, n);
+    b->n += n;
+    b->p[b->n] = 0;
+    return 0;
 }
+
+/* The regular files under dir, recursively, sorted by path, appended to
+ * names (malloc'd); text files only is decided when they are read. */
+static int list_tree(const char *dir, char ***names, int *n, int *cap)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    if (!d) return -1;
+    while ((e = readdir(d))) {
+        char p[4096];
+        struct stat st;
+        if (e->d_name[0] == '.') continue;
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        if (lstat(p, &st)) continue;
+        if (S_ISDIR(st.st_mode)) { list_tree(p, names, n, cap); continue; }
+        if (!S_ISREG(st.st_mode)) continue;
+        if (*n == *cap) {
+            int nc = *cap ? 2 * *cap : 256;
+            char **g = realloc(*names, (size_t)nc * sizeof *g);
+            if (!g) break;
+            *names = g;
+            *cap = nc;
+        }
+        (*names)[(*n)++] = strdup(p);
+    }
+    closedir(d);
+    return 0;
+}
+
+/* A --text file, or a folder's text files (no NUL byte) joined with '\n',
+ * up to MAX_TEXT_BYTES. */
+static scdb_err read_text_path(const char *path, char **out, size_t *len)
+{
+    struct stat st;
+    if (stat(path, &st)) return SCDB_ENOTFOUND;
+    if (!S_ISDIR(st.st_mode)) return scdb_read_file(path, MAX_TEXT_BYTES, out, len);
+    char **names = NULL;
+    int n = 0, cap = 0;
+    buf b = {0};
+    list_tree(path, &names, &n, &cap);
+    qsort(names, (size_t)n, sizeof *names, cmp_str);
+    for (int i = 0; i < n; i++) {
+        char *t = NULL;
+        size_t l = 0;
+        if (b.n < MAX_TEXT_BYTES && !scdb_read_file(names[i], MAX_TEXT_BYTES, &t, &l) && l > 0 &&
+            !memchr(t, 0, l)) {
+            if (b.n) buf_add(&b, "\n", 1);
+            buf_add(&b, t, l < MAX_TEXT_BYTES - b.n ? l : MAX_TEXT_BYTES - b.n);
+        }
+        free(t);
+        free(names[i]);
+    }
+    free(names);
+    if (!b.p) return SCDB_ENOTFOUND;
+    *out = b.p;
+    *len = b.n;
+    return SCDB_OK;
+}
+
+/* ------------------------------------------------------------ policies */
+
+typedef struct learned {
+    scdb_evict_policy *p;
+    char label[96], path[1200];
+    const char *trained_on, *domains;    /* metadata: models, training domains */
+} learned;
+
+/* "a,b,c" contains name */
+static int list_has(const char *list, const char *name)
+{
+    size_t n = strlen(name);
+    for (const char *s = list; s && *s;) {
+        const char *e = strchr(s, ',');
+        size_t l = e ? (size_t)(e - s) : strlen(s);
+        if (l == n && !strncmp(s, name, n)) return 1;
+        s = e ? e + 1 : NULL;
+    }
+    return 0;
+}
+
+static const char *heur_label(int k) { return scdb_evict_kind_name((scdb_evict_kind)k); }
+
+/* ------------------------------------------------------------ tables */
+
+static cJSON *row_get(const cJSON *r, const char *k) { return cJSON_GetObjectItemCaseSensitive(r, k); }
+static const char *row_str(const cJSON *r, const char *k)
+{
+    const cJSON *v = row_get(r, k);
+    return cJSON_IsString(v) ? v->valuestring : "";
+}
+static double row_num(const cJSON *r, const char *k)
+{
+    const cJSON *v = row_get(r, k);
+    return cJSON_IsNumber(v) ? v->valuedouble : NAN;
+}
+
+static void print_full_table(const cJSON *rows, const char *split, const char *title)
+{
+    const cJSON *r;
+    int any = 0;
+    cJSON_ArrayForEach(r, rows) any |= !strcmp(row_str(r, "split"), split);
+    if (!any) return;
+    printf("\n## %s\n\n| model | domain | text | policy | budget | KL | top-1 | ppl | overhead us/tok | step us/tok |\n"
+           "|---|---|---|---|---|---|---|---|---|---|\n", title);
+    cJSON_ArrayForEach(r, rows) {
+        if (strcmp(row_str(r, "split"), split)) continue;
+        printf("| %s | %s | %s | %s | %.3f | %.5f | %.4f | %.3f | %.1f | %.0f |\n", row_str(r, "model"),
+               row_str(r, "domain"), row_str(r, "text"), row_str(r, "label"), row_num(r, "budget"),
+               row_num(r, "kl"), row_num(r, "top1"), row_num(r, "ppl"), row_num(r, "us_per_token"),
+               row_num(r, "model_us_per_token"));
+    }
+}
+
+/* One line per (model, domain) at one budget: KL of every policy, the
+ * lowest in bold; the learned policy's top-1 against the best heuristic's. */
+static void print_domain_table(const cJSON *rows, const char *split, const char *title,
+                               double budget, const char *const *labels, int n_lab)
+{
+    const cJSON *r;
+    int any = 0;
+    cJSON_ArrayForEach(r, rows)
+        any |= !strcmp(row_str(r, "split"), split) && fabs(row_num(r, "budget") - budget) < 1e-9;
+    if (!any) return;
+    printf("\n### %s, budget %.3f: KL (lowest in bold); top-1 of the learned policy vs the best "
+           "heuristic's\n\n| model | domain |", title, budget);
+    for (int k = 0; k < n_lab; k++) printf(" %s |", labels[k]);
+    printf(" top-1 learned / best heuristic |\n|---|---|");
+    for (int k = 0; k < n_lab; k++) printf("---|");
+    printf("---|\n");
+    char last_key[200] = "";
+    cJSON_ArrayForEach(r, rows) {
+        if (strcmp(row_str(r, "split"), split) || fabs(row_num(r, "budget") - budget) > 1e-9)
+            continue;
+        char key[200];
+        snprintf(key, sizeof key, "%s/%s", row_str(r, "model"), row_str(r, "domain"));
+        if (!strcmp(key, last_key)) continue;
+        snprintf(last_key, sizeof last_key, "%s", key);
+        double kl[MAX_POL], t1[MAX_POL], best = INFINITY, best_h_t1 = -1;
+        for (int k = 0; k < n_lab; k++) {
+            kl[k] = NAN;
+            t1[k] = NAN;
+            const cJSON *q;
+            cJSON_ArrayForEach(q, rows)
+                if (!strcmp(row_str(q, "model"), row_str(r, "model")) &&
+                    !strcmp(row_str(q, "domain"), row_str(r, "domain")) &&
+                    fabs(row_num(q, "budget") - budget) < 1e-9 &&
+                    !strcmp(row_str(q, "label"), labels[k])) {
+                    kl[k] = row_num(q, "kl");
+                    t1[k] = row_num(q, "top1");
+                }
+            if (kl[k] < best) best = kl[k];
+            if (k < N_HEUR - 1 && t1[k] > best_h_t1) best_h_t1 = t1[k];
+        }
+        printf("| %s | %s |", row_str(r, "model"), row_str(r, "domain"));
+        for (int k = 0; k < n_lab; k++)
+            printf(kl[k] == best ? " **%.5f** |" : " %.5f |", kl[k]);
+        if (n_lab >= N_HEUR) printf(" %.4f / %.4f |\n", t1[N_HEUR - 1], best_h_t1);
+        else printf(" - |\n");
+    }
+}
+
+/* ------------------------------------------------------------ the run */
 
 int scdb_bench_evict(int argc, char **argv)
 {
     opts o;
-    int prc = parse_opts(argc, argv, &o), ret = 1;
-    scdb_evict_policy *pols[N_POL] = {0};
-    char policy_path[1200], err[512];
-    const char *trained_on = NULL;
+    int prc = parse_opts(argc, argv, &o), ret = 1, n_src = 0, n_learned = 0;
+    scdb_evict_policy *heur[N_HEUR] = {0};
+    learned lp[MAX_LEARNED];
+    source src[MAX_SOURCES];
+    char err[512], suite_path[1200] = "";
+    scdb_evict_suite *suite = NULL;
     cJSON *json = NULL, *rows = NULL;
     int32_t *tok = NULL;
+    stat_sum *st = NULL;
+    scdb_err rc;
 
+    memset(lp, 0, sizeof lp);
     if (prc == 1) { usage(stdout); return 0; }
     if (prc) {
         fprintf(stderr, "scdb bench evict: bad option or value\n\n");
@@ -200,21 +442,117 @@ int scdb_bench_evict(int argc, char **argv)
         fprintf(stderr, "scdb bench evict: no models under %s/models\n", o.data);
         return 1;
     }
-    for (int k = 0; k < SCDB_EVICT_LEARNED; k++)
-        if (scdb_evict_policy_new((scdb_evict_kind)k, &pols[k])) goto done;
-    snprintf(policy_path, sizeof policy_path, "%s", o.policy ? o.policy : "");
-    if (!o.policy)
-        snprintf(policy_path, sizeof policy_path, "%s/policies/distillcache_base.safetensors", o.data);
-    scdb_err rc = scdb_evict_policy_load(policy_path, &pols[SCDB_EVICT_LEARNED], err, sizeof err);
-    if (rc) {
-        fprintf(stderr, "scdb bench evict: no learned policy (%s: %s%s%s); heuristics only\n",
-                policy_path, scdb_strerror(rc), err[0] ? ": " : "", err);
-        if (o.policy) goto done;
-    } else {
-        trained_on = scdb_evict_policy_meta(pols[SCDB_EVICT_LEARNED], "trained_on");
+    for (int k = 0; k < N_HEUR; k++)
+        if (scdb_evict_policy_new((scdb_evict_kind)k, &heur[k])) goto done;
+
+    /* learned policies: --policy files, or the shipped one if present */
+    int n_pf = o.n_policies ? o.n_policies : 1;
+    for (int i = 0; i < n_pf; i++) {
+        learned *L = &lp[n_learned];
+        if (o.n_policies) snprintf(L->path, sizeof L->path, "%s", o.policies[i]);
+        else snprintf(L->path, sizeof L->path, "%s/policies/distillcache_base.safetensors", o.data);
+        rc = scdb_evict_policy_load(L->path, &L->p, err, sizeof err);
+        if (rc) {
+            fprintf(stderr, "scdb bench evict: no learned policy (%s: %s%s%s)%s\n", L->path,
+                    scdb_strerror(rc), err[0] ? ": " : "", err, o.n_policies ? "" : "; heuristics only");
+            if (o.n_policies) goto done;
+            continue;
+        }
+        L->trained_on = scdb_evict_policy_meta(L->p, "trained_on");
+        L->domains = scdb_evict_policy_meta(L->p, "domains");
+        if (n_learned == 0) {
+            snprintf(L->label, sizeof L->label, "distillcache");
+        } else {
+            const char *b = strrchr(L->path, '/');
+            b = b ? b + 1 : L->path;
+            size_t bl = strlen(b);
+            if (bl > 12 && !strcmp(b + bl - 12, ".safetensors")) bl -= 12;
+            snprintf(L->label, sizeof L->label, "%.*s", (int)(bl < 90 ? bl : 90), b);
+            for (int j = 0; j < n_learned; j++)
+                if (!strcmp(lp[j].label, L->label) || !strcmp(L->label, "distillcache"))
+                    snprintf(L->label, sizeof L->label, "learned%d", n_learned + 1);
+        }
+        n_learned++;
     }
 
-    const int W = o.prefill + o.steps;
+    /* texts */
+    if (o.use_suite) {
+        if (o.suite) snprintf(suite_path, sizeof suite_path, "%s", o.suite);
+        else snprintf(suite_path, sizeof suite_path, "%s/evict_suite/manifest.json", o.data);
+        if ((rc = scdb_evict_suite_load(suite_path, &suite, err, sizeof err))) {
+            fprintf(stderr, "scdb bench evict: %s: %s\n", scdb_strerror(rc), err);
+            goto done;
+        }
+        for (int i = 0; i < o.n_domains; i++)
+            if (scdb_evict_suite_find(suite, o.domains[i]) < 0) {
+                fprintf(stderr, "scdb bench evict: no domain '%s' in %s\n", o.domains[i], suite_path);
+                ret = 2;
+                goto done;
+            }
+        /* seen domains first, then unseen, each in manifest order */
+        for (int pass = 0; pass < 2; pass++)
+            for (int i = 0; i < suite->n_domains && n_src < MAX_SOURCES; i++) {
+                const scdb_evict_suite_domain *d = &suite->domains[i];
+                int want = 1;
+                if (o.n_domains) {
+                    want = 0;
+                    for (int j = 0; j < o.n_domains; j++) want |= !strcmp(o.domains[j], d->name);
+                }
+                if (!want || d->seen != (pass == 0) || !d->part[o.portion].present) continue;
+                source *s = &src[n_src++];
+                memset(s, 0, sizeof *s);
+                snprintf(s->domain, sizeof s->domain, "%s", d->name);
+                snprintf(s->path, sizeof s->path, "%s", d->part[o.portion].text_path);
+                const char *b = strrchr(s->path, '/');
+                snprintf(s->label, sizeof s->label, "%s", b ? b + 1 : s->path);
+                s->split = d->seen ? "seen" : "unseen";
+                s->part = scdb_evict_part_name(o.portion);
+                s->suite_index = i;
+                s->for_model = -1;
+            }
+    }
+    if (o.heldout)
+        for (int mi = 0; mi < o.n_models && n_src < MAX_SOURCES; mi++) {
+            char cfgp[1200];
+            scdb_model_config cfg;
+            snprintf(cfgp, sizeof cfgp, "%s/models/%s/config.json", o.data, o.models[mi]);
+            if (scdb_model_config_load(cfgp, &cfg, err, sizeof err)) {
+                fprintf(stderr, "scdb bench evict: %s: %s\n", cfgp, err);
+                goto done;
+            }
+            source *s = &src[n_src++];
+            memset(s, 0, sizeof *s);
+            snprintf(s->domain, sizeof s->domain, "%s", cfg.domain[0] ? cfg.domain : "english");
+            scdb_model_heldout_path(o.data, cfg.domain, s->path, sizeof s->path);
+            snprintf(s->label, sizeof s->label, "%s.txt", s->domain);
+            s->split = "other";
+            s->part = "second";
+            s->suite_index = -1;
+            s->for_model = mi;
+        }
+    for (int i = 0; i < o.n_texts && n_src < MAX_SOURCES; i++) {
+        source *s = &src[n_src++];
+        memset(s, 0, sizeof *s);
+        snprintf(s->path, sizeof s->path, "%s", o.texts[i]);
+        size_t l = strlen(s->path);
+        while (l > 1 && s->path[l - 1] == '/') s->path[--l] = 0;
+        const char *b = strrchr(s->path, '/');
+        snprintf(s->label, sizeof s->label, "%s", b ? b + 1 : s->path);
+        snprintf(s->domain, sizeof s->domain, "%s", s->label);
+        s->split = "other";
+        s->part = o.part ? o.part : "all";
+        s->suite_index = -1;
+        s->for_model = -1;
+    }
+    /* a learned policy that names its training domains decides `seen`;
+     * otherwise the suite's split does (--text and --heldout texts: other) */
+    for (int i = 0; i < n_src; i++) {
+        if (!n_learned || !lp[0].domains) continue;
+        if (list_has(lp[0].domains, src[i].domain)) src[i].split = "seen";
+        else if (src[i].suite_index >= 0) src[i].split = "unseen";
+    }
+
+    const int W = o.prefill + o.steps, NP = N_HEUR + n_learned;
     printf("# scdb bench evict\n\n"
            "Protocol: each window is %d + %d + 1 tokens (bytes).  Prefill %d tokens into an\n"
            "empty cache (features accumulate over all %d queries); the full-cache teacher then\n"
@@ -223,16 +561,20 @@ int scdb_bench_evict(int argc, char **argv)
            "budget B = fraction x %d tokens (so between evictions it holds B .. B+%d slots),\n"
            "then decodes the same tokens.  Per step: KL(teacher || student) of the next-token\n"
            "distributions (nats), top-1 agreement, and the true next token's NLL (ppl =\n"
-           "exp(mean NLL)).  Means over %d steps x %d windows, evenly spaced over the text.\n"
+           "exp(mean NLL)).  Means over %d steps x %d windows, evenly spaced over each text.\n"
            "One keep set for all layers and heads.  Overhead: accumulator updates +\n"
-           "score/select/compact per decoded token; step: the full-cache forward per token.\n",
+           "score/select/compact per decoded token; step: the full-cache forward per token;\n"
+           "both in CPU time of the bench's thread (other work on the machine inflates neither).\n",
            o.prefill, o.steps, o.prefill, o.prefill, o.steps, o.every, 2 * o.every, W,
            o.every - 1, o.steps, o.windows);
-    if (pols[SCDB_EVICT_LEARNED])
-        printf("Learned policy: %s (trained on %s; zero-shot elsewhere).\n", policy_path,
-               trained_on ? trained_on : "?");
-    printf("\n| model | text | policy | budget | KL | top-1 | ppl | overhead us/tok | step us/tok |\n"
-           "|---|---|---|---|---|---|---|---|---|\n");
+    if (suite)
+        printf("Texts: the domain suite %s (%s texts); seen = the learned policy trained on\n"
+               "the domain's train text, unseen = it never saw the domain.\n", suite_path,
+               scdb_evict_part_name(o.portion));
+    for (int i = 0; i < n_learned; i++)
+        printf("Learned policy `%s`: %s (trained on models %s; domains %s).\n", lp[i].label,
+               lp[i].path, lp[i].trained_on ? lp[i].trained_on : "?",
+               lp[i].domains ? lp[i].domains : "not recorded");
     fflush(stdout);
 
     json = cJSON_CreateObject();
@@ -242,166 +584,237 @@ int scdb_bench_evict(int argc, char **argv)
     cJSON_AddNumberToObject(proto, "steps", o.steps);
     cJSON_AddNumberToObject(proto, "every", o.every);
     cJSON_AddNumberToObject(proto, "windows", o.windows);
-    if (pols[SCDB_EVICT_LEARNED]) cJSON_AddStringToObject(json, "policy_file", policy_path);
+    if (suite) cJSON_AddStringToObject(json, "suite", suite_path);
+    if (n_learned) cJSON_AddStringToObject(json, "policy_file", lp[0].path);
+    cJSON *lpj = cJSON_AddArrayToObject(json, "learned_policies");
+    for (int i = 0; i < n_learned; i++) {
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddStringToObject(e, "label", lp[i].label);
+        cJSON_AddStringToObject(e, "file", lp[i].path);
+        if (lp[i].domains) cJSON_AddStringToObject(e, "domains", lp[i].domains);
+        if (lp[i].trained_on) cJSON_AddStringToObject(e, "trained_on", lp[i].trained_on);
+        cJSON_AddItemToArray(lpj, e);
+    }
     rows = cJSON_AddArrayToObject(json, "rows");
-    cJSON *goals = cJSON_AddArrayToObject(json, "goals");
 
-    double worst_ratio = 0.0;
+    if (!(tok = malloc((size_t)(W + 1) * sizeof *tok))) goto done;
+    if (!(st = calloc((size_t)MAX_POL * MAX_BUDGETS, sizeof *st))) goto done;
+    for (int i = 0; i < MAX_POL * MAX_BUDGETS; i++)
+        if (!(st[i].kl_w = calloc((size_t)o.windows, sizeof *st[i].kl_w))) goto done;
+    double t_start = scdb_now();
+
     for (int mi = 0; mi < o.n_models; mi++) {
-        char dir[1200], tpath[1200];
+        char dir[1200];
         scdb_model *m = NULL;
-        char *text = NULL;
-        size_t len = 0;
-        stat_sum st[N_POL][MAX_BUDGETS];
-        double step_s = 0.0, nll_full = 0.0;
-        memset(st, 0, sizeof st);
-
         snprintf(dir, sizeof dir, "%s/models/%s", o.data, o.models[mi]);
         if ((rc = scdb_model_load(dir, &m, err, sizeof err))) {
             fprintf(stderr, "scdb bench evict: %s: %s: %s\n", dir, scdb_strerror(rc), err);
             goto done;
         }
         const scdb_model_config *cfg = scdb_model_cfg(m);
-        const char *part = o.part ? o.part : (o.text ? "all" : "second");
-        if (o.text) snprintf(tpath, sizeof tpath, "%s", o.text);
-        else scdb_model_heldout_path(o.data, cfg->domain, tpath, sizeof tpath);
         if (W > cfg->max_seq_len) {
             fprintf(stderr, "scdb bench evict: prefill + steps = %d exceeds %s's context %d\n",
                     W, cfg->name, cfg->max_seq_len);
             scdb_model_free(&m);
             goto done;
         }
-        if ((rc = scdb_read_file(tpath, (size_t)1 << 30, &text, &len))) {
-            fprintf(stderr, "scdb bench evict: %s: %s\n", tpath, scdb_strerror(rc));
-            scdb_model_free(&m);
-            goto done;
-        }
-        size_t off0 = 0, span = len;
-        if (!strcmp(part, "first")) span = len / 2;
-        else if (!strcmp(part, "second")) { off0 = len / 2; span = len - len / 2; }
-        if (span < (size_t)W + 1) {
-            fprintf(stderr, "scdb bench evict: %s (%s) has %zu bytes, a window needs %d\n",
-                    tpath, part, span, W + 1);
-            free(text);
-            scdb_model_free(&m);
-            goto done;
-        }
-        free(tok);
-        tok = malloc((size_t)(W + 1) * sizeof *tok);
-        if (!tok) { free(text); scdb_model_free(&m); goto done; }
-        const char *tbase = strrchr(tpath, '/');
-        tbase = tbase ? tbase + 1 : tpath;
-
-        for (int wi = 0; wi < o.windows; wi++) {
-            size_t off = off0 + (span - (size_t)W - 1) * (size_t)wi / (size_t)(o.windows > 1 ? o.windows - 1 : 1);
-            scdb_evict_window *w = NULL;
-            scdb_tokenize_bytes(text + off, (size_t)W + 1, tok);
-            if ((rc = scdb_evict_window_new(m, tok, o.prefill, o.steps, &w))) {
-                fprintf(stderr, "scdb bench evict: window: %s\n", scdb_strerror(rc));
+        for (int si = 0; si < n_src; si++) {
+            source *s = &src[si];
+            char *text = NULL;
+            size_t len = 0;
+            if (s->for_model >= 0 && s->for_model != mi) continue;
+            if (s->suite_index >= 0)
+                rc = scdb_evict_suite_read(suite, s->suite_index, o.portion, &text, &len, err,
+                                           sizeof err);
+            else if ((rc = read_text_path(s->path, &text, &len)))
+                snprintf(err, sizeof err, "%s", s->path);
+            if (rc) {
+                fprintf(stderr, "scdb bench evict: %s: %s\n", scdb_strerror(rc), err);
+                scdb_model_free(&m);
+                goto done;
+            }
+            size_t off0 = 0, span = len;
+            if (!strcmp(s->part, "first")) span = len / 2;
+            else if (!strcmp(s->part, "second")) { off0 = len / 2; span = len - len / 2; }
+            if (span < (size_t)W + 1) {
+                fprintf(stderr, "scdb bench evict: %s (%s) has %zu bytes, a window needs %d\n",
+                        s->path, s->part, span, W + 1);
                 free(text);
                 scdb_model_free(&m);
                 goto done;
             }
-            step_s += scdb_evict_window_step_s(w) / o.windows;
-            nll_full += scdb_evict_window_nll_full(w) / o.windows;
-            for (int k = SCDB_EVICT_STREAMING; k < N_POL; k++) {
-                if (!pols[k]) continue;
-                for (int b = 0; b < o.n_budgets; b++) {
-                    scdb_evict_eval e;
-                    int B = (int)(o.budgets[b] * W + 0.5);
-                    if ((rc = scdb_evict_window_eval(w, pols[k], B < 1 ? 1 : B, o.every, NULL, &e))) {
-                        fprintf(stderr, "scdb bench evict: %s: %s\n", pol_label(k), scdb_strerror(rc));
-                        scdb_evict_window_free(&w);
-                        free(text);
-                        scdb_model_free(&m);
-                        goto done;
+            for (int i = 0; i < MAX_POL * MAX_BUDGETS; i++) {
+                double *kw = st[i].kl_w;
+                memset(&st[i], 0, sizeof st[i]);
+                st[i].kl_w = kw;
+            }
+            double step_s = 0.0, nll_full = 0.0;
+            for (int wi = 0; wi < o.windows; wi++) {
+                size_t off = off0 + (span - (size_t)W - 1) * (size_t)wi /
+                                        (size_t)(o.windows > 1 ? o.windows - 1 : 1);
+                scdb_evict_window *w = NULL;
+                scdb_tokenize_bytes(text + off, (size_t)W + 1, tok);
+                if ((rc = scdb_evict_window_new(m, tok, o.prefill, o.steps, &w))) {
+                    fprintf(stderr, "scdb bench evict: window: %s\n", scdb_strerror(rc));
+                    free(text);
+                    scdb_model_free(&m);
+                    goto done;
+                }
+                step_s += scdb_evict_window_step_s(w) / o.windows;
+                nll_full += scdb_evict_window_nll_full(w) / o.windows;
+                for (int k = SCDB_EVICT_STREAMING; k < NP; k++) {
+                    const scdb_evict_policy *p = k < N_HEUR ? heur[k] : lp[k - N_HEUR].p;
+                    for (int b = 0; b < o.n_budgets; b++) {
+                        scdb_evict_eval e;
+                        int B = (int)(o.budgets[b] * W + 0.5);
+                        if ((rc = scdb_evict_window_eval(w, p, B < 1 ? 1 : B, o.every, NULL, &e))) {
+                            fprintf(stderr, "scdb bench evict: policy %d: %s\n", k, scdb_strerror(rc));
+                            scdb_evict_window_free(&w);
+                            free(text);
+                            scdb_model_free(&m);
+                            goto done;
+                        }
+                        stat_sum *t = &st[k * MAX_BUDGETS + b];
+                        t->kl += e.kl; t->top1 += e.top1; t->nll += e.nll;
+                        t->pol_s += e.policy_s; t->model_s += e.model_s;
+                        t->steps += e.steps;
+                        t->kl_w[t->runs++] = e.kl;
                     }
-                    stat_sum *s = &st[k][b];
-                    s->kl += e.kl; s->top1 += e.top1; s->nll += e.nll;
-                    s->pol_s += e.policy_s; s->model_s += e.model_s;
-                    s->steps += e.steps; s->runs++;
                 }
+                scdb_evict_window_free(&w);
             }
-            scdb_evict_window_free(&w);
-            fprintf(stderr, "bench evict: %s window %d/%d done\n", cfg->name, wi + 1, o.windows);
-        }
-        free(text);
-
-        int zero_shot = trained_on && strcmp(trained_on, cfg->name) != 0;
-        for (int b = 0; b < o.n_budgets; b++) {
-            double best_h = INFINITY;
-            for (int k = 0; k < N_POL; k++) {
-                if (!pols[k]) continue;
-                double kl = 0, top1 = 1, ppl = exp(nll_full), us = 0.0;
-                if (k != SCDB_EVICT_FULL) {
-                    stat_sum *s = &st[k][b];
-                    kl = s->kl / s->runs;
-                    top1 = s->top1 / s->runs;
-                    ppl = exp(s->nll / s->runs);
-                    us = s->pol_s / s->steps * 1e6;
-                    if (k != SCDB_EVICT_LEARNED && kl < best_h) best_h = kl;
+            free(text);
+            fprintf(stderr, "bench evict: %s on %s (%s): %d windows done, %.0f s\n", cfg->name,
+                    s->domain, s->split, o.windows, scdb_now() - t_start);
+            for (int b = 0; b < o.n_budgets; b++)
+                for (int k = 0; k < NP; k++) {
+                    stat_sum *t = &st[k * MAX_BUDGETS + b];
+                    double kl = 0, top1 = 1, ppl = exp(nll_full), us = 0.0;
+                    if (k != SCDB_EVICT_FULL) {
+                        kl = t->kl / t->runs;
+                        top1 = t->top1 / t->runs;
+                        ppl = exp(t->nll / t->runs);
+                        us = t->pol_s / t->steps * 1e6;
+                    }
+                    const learned *L = k >= N_HEUR ? &lp[k - N_HEUR] : NULL;
+                    cJSON *r = cJSON_CreateObject();
+                    cJSON_AddStringToObject(r, "model", cfg->name);
+                    cJSON_AddStringToObject(r, "domain", s->domain);
+                    cJSON_AddBoolToObject(r, "seen", !strcmp(s->split, "seen"));
+                    cJSON_AddStringToObject(r, "split", s->split);
+                    cJSON_AddStringToObject(r, "policy", L ? "distillcache" : heur_label(k));
+                    cJSON_AddStringToObject(r, "label", L ? L->label : heur_label(k));
+                    cJSON_AddNumberToObject(r, "budget", o.budgets[b]);
+                    cJSON_AddNumberToObject(r, "kl", kl);
+                    cJSON_AddNumberToObject(r, "top1", top1);
+                    cJSON_AddNumberToObject(r, "ppl", ppl);
+                    cJSON_AddNumberToObject(r, "us_per_token", us);
+                    cJSON_AddNumberToObject(r, "model_us_per_token", step_s * 1e6);
+                    cJSON_AddNumberToObject(r, "budget_tokens", (int)(o.budgets[b] * W + 0.5));
+                    cJSON_AddStringToObject(r, "text", s->label);
+                    cJSON_AddStringToObject(r, "part", s->part);
+                    if (L) {
+                        cJSON_AddStringToObject(r, "policy_file", L->path);
+                        cJSON_AddBoolToObject(r, "zero_shot",
+                                              !L->trained_on || !list_has(L->trained_on, cfg->name));
+                    }
+                    if (k != SCDB_EVICT_FULL)
+                        cJSON_AddItemToObject(r, "kl_windows",
+                                              cJSON_CreateDoubleArray(t->kl_w, t->runs));
+                    cJSON_AddItemToArray(rows, r);
                 }
-                char label[64];
-                snprintf(label, sizeof label, "%s%s", pol_label(k),
-                         k == SCDB_EVICT_LEARNED && zero_shot ? " (zero-shot)" : "");
-                printf("| %s | %s | %s | %.3f | %.5f | %.4f | %.3f | %.1f | %.0f |\n", cfg->name,
-                       tbase, label, o.budgets[b], kl, top1, ppl, us, step_s * 1e6);
-                cJSON *r = cJSON_CreateObject();
-                cJSON_AddStringToObject(r, "model", cfg->name);
-                cJSON_AddStringToObject(r, "policy", pol_label(k));
-                cJSON_AddNumberToObject(r, "budget", o.budgets[b]);
-                cJSON_AddNumberToObject(r, "kl", kl);
-                cJSON_AddNumberToObject(r, "top1", top1);
-                cJSON_AddNumberToObject(r, "ppl", ppl);
-                cJSON_AddNumberToObject(r, "us_per_token", us);
-                cJSON_AddNumberToObject(r, "model_us_per_token", step_s * 1e6);
-                cJSON_AddNumberToObject(r, "budget_tokens", (int)(o.budgets[b] * W + 0.5));
-                cJSON_AddStringToObject(r, "text", tbase);
-                cJSON_AddStringToObject(r, "part", part);
-                if (k == SCDB_EVICT_LEARNED) cJSON_AddBoolToObject(r, "zero_shot", zero_shot);
-                cJSON_AddItemToArray(rows, r);
-                if (k == SCDB_EVICT_LEARNED && us / (step_s * 1e6) > worst_ratio)
-                    worst_ratio = us / (step_s * 1e6);
-            }
-            if (pols[SCDB_EVICT_LEARNED]) {
-                stat_sum *s = &st[SCDB_EVICT_LEARNED][b];
-                double kl = s->kl / s->runs, top1 = s->top1 / s->runs;
-                cJSON *g = cJSON_CreateObject();
-                cJSON_AddStringToObject(g, "model", cfg->name);
-                cJSON_AddNumberToObject(g, "budget", o.budgets[b]);
-                cJSON_AddNumberToObject(g, "learned_kl", kl);
-                cJSON_AddNumberToObject(g, "best_heuristic_kl", best_h);
-                cJSON_AddBoolToObject(g, "beats_every_heuristic", kl < best_h);
-                cJSON_AddNumberToObject(g, "top1_vs_full", top1);
-                cJSON_AddBoolToObject(g, "zero_shot", zero_shot);
-                cJSON_AddItemToArray(goals, g);
-            }
         }
-        fflush(stdout);
         scdb_model_free(&m);
     }
 
-    /* goals */
-    if (pols[SCDB_EVICT_LEARNED]) {
-        printf("\nGoals (learned policy):\n");
-        cJSON *g;
-        cJSON_ArrayForEach(g, goals) {
-            double bud = cJSON_GetObjectItem(g, "budget")->valuedouble;
-            const char *mn = cJSON_GetObjectItem(g, "model")->valuestring;
-            int zs = cJSON_IsTrue(cJSON_GetObjectItem(g, "zero_shot"));
-            double kl = cJSON_GetObjectItem(g, "learned_kl")->valuedouble;
-            double bh = cJSON_GetObjectItem(g, "best_heuristic_kl")->valuedouble;
-            double t1 = cJSON_GetObjectItem(g, "top1_vs_full")->valuedouble;
-            printf("  %-10s budget %.3f%s: KL %.5f vs best heuristic %.5f -> %s",
-                   mn, bud, zs ? " (zero-shot)" : "", kl, bh,
-                   kl < bh ? "better" : (kl <= bh * 1.0000001 ? "equal" : "WORSE"));
-            if (fabs(bud - 0.25) < 1e-9)
-                printf("; top-1 agreement %.1f%% of full cache (goal >= 94%%) -> %s",
-                       100.0 * t1, t1 >= 0.94 ? "met" : "NOT met");
-            printf("\n");
+    /* tables: seen and unseen apart */
+    const char *labels[MAX_POL];
+    int n_lab = 0;
+    for (int k = SCDB_EVICT_STREAMING; k < N_HEUR; k++) labels[n_lab++] = heur_label(k);
+    for (int i = 0; i < n_learned; i++) labels[n_lab++] = lp[i].label;
+    print_full_table(rows, "seen", "Seen domains (the learned policy trained on their train texts; measured on their eval texts)");
+    print_full_table(rows, "unseen", "Unseen domains (the learned policy never trained on them)");
+    print_full_table(rows, "other", "Other texts");
+    static const char *const split_names[] = {"seen", "unseen", "other"};
+    static const char *const split_titles[] = {"Seen domains", "Unseen domains", "Other texts"};
+    for (int b = 0; b < o.n_budgets; b++)
+        for (int sp = 0; sp < 3; sp++)
+            print_domain_table(rows, split_names[sp], split_titles[sp], o.budgets[b], labels, n_lab);
+
+    /* goals (the first learned policy) */
+    if (n_learned) {
+        double worst = 0.0;
+        printf("\nGoals (`%s`):\n", lp[0].label);
+        for (int sp = 0; sp < 3; sp++) {
+            int pairs = 0, kl_ok = 0, t1_ok = 0;
+            int vs_n[MAX_LEARNED] = {0}, vs_ok[MAX_LEARNED] = {0};
+            for (int b = 0; b < o.n_budgets; b++) {
+                if (fabs(o.budgets[b] - 0.25) > 1e-9 && fabs(o.budgets[b] - 0.125) > 1e-9) continue;
+                const cJSON *r;
+                cJSON_ArrayForEach(r, rows) {
+                    if (strcmp(row_str(r, "split"), split_names[sp]) ||
+                        fabs(row_num(r, "budget") - o.budgets[b]) > 1e-9 ||
+                        strcmp(row_str(r, "label"), lp[0].label))
+                        continue;
+                    double kl = row_num(r, "kl"), t1 = row_num(r, "top1"), bh = INFINITY, bt = -1;
+                    const char *bname = "";
+                    const cJSON *q;
+                    cJSON_ArrayForEach(q, rows) {
+                        if (strcmp(row_str(q, "model"), row_str(r, "model")) ||
+                            strcmp(row_str(q, "domain"), row_str(r, "domain")) ||
+                            fabs(row_num(q, "budget") - o.budgets[b]) > 1e-9)
+                            continue;
+                        const char *lab = row_str(q, "label");
+                        int is_h = 0;
+                        for (int k = SCDB_EVICT_STREAMING; k < N_HEUR; k++) is_h |= !strcmp(lab, heur_label(k));
+                        if (is_h) {
+                            if (row_num(q, "kl") < bh) { bh = row_num(q, "kl"); bname = lab; }
+                            if (row_num(q, "top1") > bt) bt = row_num(q, "top1");
+                        }
+                        for (int j = 1; j < n_learned; j++)
+                            if (!strcmp(lab, lp[j].label)) {
+                                vs_n[j]++;
+                                vs_ok[j] += kl <= row_num(q, "kl");
+                            }
+                    }
+                    pairs++;
+                    kl_ok += kl < bh;
+                    t1_ok += t1 >= bt;
+                    if (kl >= bh || t1 < bt)
+                        printf("  %-7s %-9s %-10s budget %.3f: KL %.5f vs %s %.5f%s, top-1 %.4f vs best heuristic %.4f%s\n",
+                               split_names[sp], row_str(r, "model"), row_str(r, "domain"), o.budgets[b],
+                               kl, bname, bh, kl < bh ? "" : " (NOT lowest)", t1, bt,
+                               t1 >= bt ? "" : " (below)");
+                }
+            }
+            if (pairs)
+                printf("  %s: KL lowest of all policies on %d of %d (model, domain, budget 0.25 / 0.125) "
+                       "pairs; top-1 >= the best heuristic's on %d of %d\n",
+                       split_titles[sp], kl_ok, pairs, t1_ok, pairs);
+            for (int j = 1; j < n_learned; j++)
+                if (vs_n[j])
+                    printf("  %s: KL <= `%s`'s on %d of %d pairs\n", split_titles[sp], lp[j].label,
+                           vs_ok[j], vs_n[j]);
         }
-        printf("  overhead: at most %.1f%% of the model's step time\n", 100.0 * worst_ratio);
+        const cJSON *r;
+        cJSON_ArrayForEach(r, rows)
+            if (!strcmp(row_str(r, "label"), lp[0].label)) {
+                double q = row_num(r, "us_per_token") / row_num(r, "model_us_per_token");
+                if (q > worst) worst = q;
+            }
+        printf("  overhead: at most %.1f%% of the model's step time (all budgets)\n", 100.0 * worst);
+        for (int b = 0; b < o.n_budgets; b++) {
+            double w = 0.0;
+            cJSON_ArrayForEach(r, rows)
+                if (!strcmp(row_str(r, "label"), lp[0].label) &&
+                    fabs(row_num(r, "budget") - o.budgets[b]) < 1e-9) {
+                    double q = row_num(r, "us_per_token") / row_num(r, "model_us_per_token");
+                    if (q > w) w = q;
+                }
+            printf("    budget %.3f: at most %.1f%%\n", o.budgets[b], 100.0 * w);
+        }
     }
+    printf("\n%.0f s\n", scdb_now() - t_start);
 
     if (o.json || o.png) {
         char tmpjson[256] = "";
@@ -427,8 +840,14 @@ int scdb_bench_evict(int argc, char **argv)
     }
     ret = 0;
 done:
-    for (int k = 0; k < N_POL; k++) scdb_evict_policy_free(&pols[k]);
+    for (int k = 0; k < N_HEUR; k++) scdb_evict_policy_free(&heur[k]);
+    for (int i = 0; i < MAX_LEARNED; i++) scdb_evict_policy_free(&lp[i].p);
     for (int i = 0; i < o.n_models; i++) free(o.models[i]);
+    for (int i = 0; i < o.n_domains; i++) free(o.domains[i]);
+    if (st)
+        for (int i = 0; i < MAX_POL * MAX_BUDGETS; i++) free(st[i].kl_w);
+    free(st);
+    scdb_evict_suite_free(&suite);
     cJSON_Delete(json);
     free(tok);
     return ret;

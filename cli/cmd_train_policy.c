@@ -12,11 +12,14 @@
 #include "scdb_cli.h"
 
 int scdb_cmd_train_policy(int argc, char **argv);
+int scdb_cmd_train_policy_rl(int argc, char **argv);   /* cmd_train_policy_rl.c: the default */
 
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: scdb train-policy [options] -o FILE\n\n"
+            "usage: scdb train-policy --legacy [options] -o FILE\n\n"
+            "The single-model, single-text trainer (`scdb train-policy --help` is the\n"
+            "default one, over the domain suite and every model).\n"
             "Train the DistillCache eviction policy (7 inputs -> MLP -> score) with\n"
             "REINFORCE: teacher = full cache, student = evicted cache, reward per step\n"
             "-KL(teacher || student) over a teacher-forced continuation, Gumbel /\n"
@@ -102,7 +105,7 @@ int scdb_cmd_train_policy(int argc, char **argv)
 {
     enum { O_MODEL = 256, O_TEXT, O_PART, O_BUDGET, O_EPISODES, O_SAMPLES, O_LR, O_ENTROPY,
            O_PREFILL, O_STEPS, O_EVERY, O_HIDDEN, O_SINKS, O_RECENT, O_VALW, O_VALE,
-           O_MINUTES, O_SEED, O_LOG, O_PREFILL_MIN, O_POOL, O_INIT, O_TAU, O_RECENT_FRAC, O_GATE, O_DRAW, O_ADV_NORM, O_TRAIN };
+           O_MINUTES, O_SEED, O_LOG, O_PREFILL_MIN, O_POOL, O_INIT, O_TAU, O_RECENT_FRAC, O_GATE, O_DRAW, O_ADV_NORM, O_TRAIN, O_LEGACY };
     static const struct option opts[] = {
         {"model", required_argument, 0, O_MODEL}, {"text", required_argument, 0, O_TEXT},
         {"part", required_argument, 0, O_PART}, {"budget", required_argument, 0, O_BUDGET},
@@ -121,6 +124,7 @@ int scdb_cmd_train_policy(int argc, char **argv)
         {"draw", required_argument, 0, O_DRAW},
         {"adv-norm", required_argument, 0, O_ADV_NORM},
         {"train", required_argument, 0, O_TRAIN},
+        {"legacy", no_argument, 0, O_LEGACY},
         {"out", required_argument, 0, 'o'},
         {"quiet", no_argument, 0, 'q'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     scdb_evict_train_opts o;
@@ -134,6 +138,9 @@ int scdb_cmd_train_policy(int argc, char **argv)
     int c, ret = 1, quiet = 0;
     scdb_err rc;
 
+    int legacy = 0;
+    for (int i = 1; i < argc; i++) legacy |= !strcmp(argv[i], "--legacy");
+    if (!legacy) return scdb_cmd_train_policy_rl(argc, argv);
     scdb_evict_train_defaults(&o);
     snprintf(model_dir, sizeof model_dir, "%s/models/base", scdb_cli_data_dir());
     scdb_model_heldout_path(scdb_cli_data_dir(), "english", text_path, sizeof text_path);
@@ -201,6 +208,7 @@ int scdb_cmd_train_policy(int argc, char **argv)
             else if (!strcmp(optarg, "gate")) o.train_gate_only = 1;
             else bad = 1;
             break;
+        case O_LEGACY: break;
         case 'o': out_path = optarg; break;
         case 'q': quiet = 1; break;
         case 'h': usage(stdout); return 0;

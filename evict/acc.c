@@ -4,7 +4,7 @@
  * libscdb compiles in (clients fold their statistics themselves);
  * compaction and the features, which only the broker and the benches run,
  * are in policy.c on the kernels' eviction twins. */
-#include "evict.h"
+#include "evict_internal.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -216,13 +216,21 @@ scdb_err scdb_evict_acc_update(scdb_evict_acc *a, const scdb_kv_cache *c,
         float lognv = nvis > 1 ? logf((float)nvis) : 1.0f;
         int hpg = H / G;
 
-        /* per-row normalised entropy */
+        /* per-row normalised entropy (a decode step's query sees every
+         * slot: no position test in that loop, which then vectorises) */
         for (int lh = 0; lh < lh_count; lh++) {
             const float *row = probs + ((size_t)lh * n_new + q) * (size_t)probs_slots;
-            double e = 0.0;
-            for (int j = 0; j < n; j++)
-                if (row[j] > 0.0f && c->pos[j] <= qp) e -= row[j] * logf(row[j]);
-            ent[lh] = nvis > 1 ? (float)(e / lognv) : 0.0f;
+            float e = 0.0f;
+            if (nvis == n) {
+                /* the p log p terms first (a map, which vectorises), then
+                 * their sum in order */
+                for (int j = 0; j < n; j++)   /* scdb_evict_log(0) is finite: 0 adds 0 */
+                    sq[j] = row[j] * scdb_evict_log(row[j]);
+                for (int j = 0; j < n; j++) e -= sq[j];
+            } else
+                for (int j = 0; j < n; j++)
+                    if (row[j] > 1e-30f && c->pos[j] <= qp) e -= row[j] * scdb_evict_log(row[j]);
+            ent[lh] = nvis > 1 ? e / lognv : 0.0f;
         }
         memset(sum, 0, (size_t)n * sizeof *sum);
         memset(sq, 0, (size_t)n * sizeof *sq);
@@ -239,6 +247,17 @@ scdb_err scdb_evict_acc_update(scdb_evict_acc *a, const scdb_kv_cache *c,
                 int lh = l * H + h;
                 const float *row = probs + ((size_t)lh * n_new + q) * (size_t)probs_slots;
                 float *gr = grp + (size_t)(h / hpg) * n;
+                const float el = ent[lh];
+                if (nvis == n)
+                    for (int j = 0; j < n; j++) {
+                        float p = row[j];
+                        sum[j] += p;
+                        sq[j] += p * p;
+                        enum_[j] += p * el;
+                        eden[j] += p;
+                        gr[j] += p;
+                    }
+                else
                 for (int j = 0; j < n; j++) {
                     float p = c->pos[j] <= qp ? row[j] : 0.0f;
                     sum[j] += p;

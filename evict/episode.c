@@ -7,6 +7,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "model.h"
 
@@ -16,6 +17,9 @@ struct scdb_evict_window {
     int32_t *tok;                   /* [P + T + 1] */
     scdb_kv_cache *cache0, *cache;  /* after prefill; the student's working copy */
     scdb_evict_acc *acc0, *acc;
+    scdb_kv_cache *cache_b;         /* a branch of the student (training; lazily made) */
+    scdb_evict_acc *acc_b;
+    int t_student;                  /* next step the student decodes (scdb_evict_window_steps) */
     float *teacher_lp;              /* [T][V] log-probabilities */
     int *teacher_top;               /* [T] argmax */
     double step_s, nll_full;
@@ -24,6 +28,16 @@ struct scdb_evict_window {
     float *scores, *feats, *pert;   /* [cap], [cap][N_FEATURES], [cap] */
     int *keep, *cand;               /* [cap] */
 };
+
+/* CPU seconds of the calling thread: the step and overhead times count
+ * this thread's work only, so other work on the machine does not inflate
+ * one side of their ratio more than the other. */
+static double cpu_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 
 double scdb_evict_urand(uint64_t *s)
 {
@@ -64,6 +78,8 @@ void scdb_evict_window_free(scdb_evict_window **pw)
     scdb_kv_cache_free(&w->cache);
     scdb_evict_acc_free(&w->acc0);
     scdb_evict_acc_free(&w->acc);
+    scdb_kv_cache_free(&w->cache_b);
+    scdb_evict_acc_free(&w->acc_b);
     free(w->teacher_lp);
     free(w->teacher_top);
     free(w->probs);
@@ -129,7 +145,7 @@ scdb_err scdb_evict_window_new(const scdb_model *m, const int32_t *tokens, int p
 
     /* teacher: the full cache, no capture */
     if ((rc = scdb_evict_cache_copy(w->cache, w->cache0))) goto fail;
-    double t0 = scdb_now(), nll = 0.0;
+    double t0 = cpu_s(), nll = 0.0;
     for (int t = 0; t < steps; t++) {
         float *lp = w->teacher_lp + (size_t)t * w->V;
         if ((rc = scdb_model_forward(m, w->tok + prefill + t, NULL, 1, w->cache, w->logits, NULL)))
@@ -138,7 +154,7 @@ scdb_err scdb_evict_window_new(const scdb_model *m, const int32_t *tokens, int p
         w->teacher_top[t] = argmax(lp, w->V);
         nll -= lp[w->tok[prefill + t + 1]];
     }
-    w->step_s = (scdb_now() - t0) / steps;
+    w->step_s = (cpu_s() - t0) / steps;
     w->nll_full = nll / steps;
     free(pprobs);
     *out = w;
@@ -175,12 +191,12 @@ static int cmp_int(const void *x, const void *y)
     return (a > b) - (a < b);
 }
 
-/* Gumbel top-m over the candidates, recorded; fills w->keep. */
-static scdb_err sample_evict(scdb_evict_window *w, scdb_evict_sampler *smp, int budget,
-                             int step, int *n_keep)
+/* Gumbel top-m over the candidates of (kv, acc), recorded; fills w->keep. */
+static scdb_err sample_evict(scdb_evict_window *w, scdb_kv_cache *kv, scdb_evict_acc *acc,
+                             scdb_evict_sampler *smp, int budget, int step, int *n_keep)
 {
     const scdb_evict_mlp *mlp = smp->mlp;
-    int n = w->cache->n, cap = n < budget ? n : budget, sinks, recent;
+    int n = kv->n, cap = n < budget ? n : budget, sinks, recent;
     int nc = 0, m, nk = 0;
     scdb_evict_decision *d;
     scdb_err rc;
@@ -202,7 +218,7 @@ static scdb_err sample_evict(scdb_evict_window *w, scdb_evict_sampler *smp, int 
     }
     d = &smp->dec[smp->n_dec];
     memset(d, 0, sizeof *d);
-    d->x = malloc((size_t)n * SCDB_EVICT_N_INPUTS * sizeof *d->x);
+    d->x = malloc((size_t)n * mlp->n_in * sizeof *d->x);
     d->s = malloc((size_t)n * sizeof *d->s);
     d->order = malloc((size_t)(nd > 0 ? nd : 1) * sizeof *d->order);
     if (mlp->pool > 1) d->arg = malloc((size_t)n * sizeof *d->arg);
@@ -217,15 +233,19 @@ static scdb_err sample_evict(scdb_evict_window *w, scdb_evict_sampler *smp, int 
     d->recent = recent;
     d->m = nd;
     d->evicted = smp->draw_evicted != 0;
-    scdb_evict_features(w->acc, w->feats);
-    if (d->arg) {
-        scdb_evict_mlp_score_budget(mlp, w->feats, n, budget, w->scores, d->x);
-        scdb_evict_maxpool(w->scores, n, mlp->pool, d->s, d->arg);
-    } else {
-        scdb_evict_mlp_score_budget(mlp, w->feats, n, budget, d->s, d->x);
+    if ((rc = scdb_evict_mlp_score_acc(mlp, acc, budget, d->arg ? w->scores : d->s, d->x)))
+        return rc;
+    if (d->arg) scdb_evict_maxpool(w->scores, n, mlp->pool, d->s, d->arg);
+    d->scale = smp->tau > 0.0f ? 1.0f / smp->tau : 1.0f;
+    if (smp->rel_tau && n - recent > sinks + 1) {
+        double mu = 0.0, var = 0.0;
+        int nc0 = n - recent - sinks;
+        for (int j = sinks; j < n - recent; j++) mu += d->s[j] / nc0;
+        for (int j = sinks; j < n - recent; j++) var += (d->s[j] - mu) * (d->s[j] - mu) / nc0;
+        if (var > 1e-20) d->scale /= (float)sqrt(var);
     }
-    if (smp->tau > 0.0f && smp->tau != 1.0f)
-        for (int j = 0; j < n; j++) d->s[j] /= smp->tau;
+    if (d->scale != 1.0f)
+        for (int j = 0; j < n; j++) d->s[j] *= d->scale;
     if (d->evicted)
         for (int j = 0; j < n; j++) d->s[j] = -d->s[j];
     for (int j = sinks; j < n - recent; j++) {
@@ -242,10 +262,58 @@ static scdb_err sample_evict(scdb_evict_window *w, scdb_evict_sampler *smp, int 
     for (int j = n - recent; j < n; j++) w->keep[nk++] = j;
     qsort(w->keep, (size_t)nk, sizeof *w->keep, cmp_int);
     *n_keep = nk;
-    return scdb_evict_compact(w->cache, w->acc, w->keep, nk, NULL);
+    return scdb_evict_compact(kv, acc, w->keep, nk, NULL);
 }
 
 /* ------------------------------------------------------------ student */
+
+/* Running sums of one student run. */
+typedef struct step_sums {
+    double kl, nll, policy_s, model_s;
+    int agree, evictions;
+} step_sums;
+
+/* Continuation step t of a student holding (kv, acc): evict first if t is
+ * an eviction step and the cache is over budget (policy p, or the sampler),
+ * then decode t[P + t] and score it against the teacher. */
+static scdb_err student_step(scdb_evict_window *w, scdb_kv_cache *kv, scdb_evict_acc *acc,
+                             const scdb_evict_policy *p, scdb_evict_sampler *smp, int need_acc,
+                             int budget, int every, int t, float *kl_step, step_sums *r)
+{
+    scdb_err rc;
+    scdb_capture cap = {0};
+    cap.probs = w->probs;
+    cap.probs_slots = w->cap;
+    if (t % every == 0 && kv->n > budget) {
+        double t0 = cpu_s();
+        int nk, before = kv->n;
+        if (smp) rc = sample_evict(w, kv, acc, smp, budget, t, &nk);
+        else rc = scdb_evict_run(p, kv, need_acc ? acc : NULL, budget, NULL, &nk);
+        if (rc) return rc;
+        r->evictions += nk < before;
+        r->policy_s += cpu_s() - t0;
+    }
+    double t1 = cpu_s();
+    if ((rc = scdb_model_forward(w->m, w->tok + w->P + t, NULL, 1, kv, w->logits,
+                                 need_acc ? &cap : NULL)))
+        return rc;
+    double t2 = cpu_s();
+    r->model_s += t2 - t1;
+    if (need_acc) {
+        if ((rc = scdb_evict_acc_update(acc, kv, w->probs, w->cap, 1))) return rc;
+        r->policy_s += cpu_s() - t2;
+    }
+    scdb_k_log_softmax_cpu(w->logits, w->V, w->lp);
+    const float *tp = w->teacher_lp + (size_t)t * w->V;
+    double k = 0.0;
+    for (int v = 0; v < w->V; v++) k += exp((double)tp[v]) * ((double)tp[v] - w->lp[v]);
+    if (k < 0.0) k = 0.0;
+    if (kl_step) *kl_step = (float)k;
+    r->kl += k;
+    r->agree += argmax(w->lp, w->V) == w->teacher_top[t];
+    r->nll -= w->lp[w->tok[w->P + t + 1]];
+    return SCDB_OK;
+}
 
 scdb_err scdb_evict_window_run(scdb_evict_window *w, const scdb_evict_policy *p,
                                scdb_evict_sampler *smp, int budget, int every,
@@ -253,54 +321,82 @@ scdb_err scdb_evict_window_run(scdb_evict_window *w, const scdb_evict_policy *p,
 {
     scdb_err rc;
     scdb_evict_eval r = {0};
+    step_sums sum = {0};
     int need_acc;
-    double kl = 0.0, nll = 0.0;
-    int agree = 0;
 
     if (!w || !out || (!p == !smp) || budget < 1 || every < 1) return SCDB_EINVAL;
     need_acc = smp || scdb_evict_policy_needs_acc(p);
     if ((rc = scdb_evict_cache_copy(w->cache, w->cache0))) return rc;
     if (need_acc && (rc = scdb_evict_acc_copy(w->acc, w->acc0))) return rc;
-    scdb_capture cap = {0};
-    cap.probs = w->probs;
-    cap.probs_slots = w->cap;
-
-    for (int t = 0; t < w->T; t++) {
-        if (t % every == 0 && w->cache->n > budget) {
-            uint64_t t0 = scdb_now_ns();
-            int nk, before = w->cache->n;
-            if (smp) rc = sample_evict(w, smp, budget, t, &nk);
-            else rc = scdb_evict_run(p, w->cache, need_acc ? w->acc : NULL, budget, NULL, &nk);
-            if (rc) return rc;
-            r.evictions += nk < before;
-            r.policy_s += (double)(scdb_now_ns() - t0) * 1e-9;
-        }
-        uint64_t t1 = scdb_now_ns();
-        if ((rc = scdb_model_forward(w->m, w->tok + w->P + t, NULL, 1, w->cache, w->logits,
-                                     need_acc ? &cap : NULL)))
+    w->t_student = 0;
+    for (int t = 0; t < w->T; t++)
+        if ((rc = student_step(w, w->cache, w->acc, p, smp, need_acc, budget, every, t,
+                               kl_steps ? kl_steps + t : NULL, &sum)))
             return rc;
-        uint64_t t2 = scdb_now_ns();
-        r.model_s += (double)(t2 - t1) * 1e-9;
-        if (need_acc) {
-            if ((rc = scdb_evict_acc_update(w->acc, w->cache, w->probs, w->cap, 1))) return rc;
-            r.policy_s += (double)(scdb_now_ns() - t2) * 1e-9;
-        }
-        scdb_k_log_softmax_cpu(w->logits, w->V, w->lp);
-        const float *tp = w->teacher_lp + (size_t)t * w->V;
-        double k = 0.0;
-        for (int v = 0; v < w->V; v++) k += exp((double)tp[v]) * ((double)tp[v] - w->lp[v]);
-        if (k < 0.0) k = 0.0;
-        if (kl_steps) kl_steps[t] = (float)k;
-        kl += k;
-        agree += argmax(w->lp, w->V) == w->teacher_top[t];
-        nll -= w->lp[w->tok[w->P + t + 1]];
-    }
     r.steps = w->T;
-    r.kl = kl / w->T;
-    r.top1 = (double)agree / w->T;
-    r.nll = nll / w->T;
+    r.kl = sum.kl / w->T;
+    r.top1 = (double)sum.agree / w->T;
+    r.nll = sum.nll / w->T;
     r.nll_full = w->nll_full;
+    r.policy_s = sum.policy_s;
+    r.model_s = sum.model_s;
+    r.evictions = sum.evictions;
     *out = r;
+    return SCDB_OK;
+}
+
+scdb_err scdb_evict_window_reset(scdb_evict_window *w)
+{
+    scdb_err rc;
+    if (!w) return SCDB_EINVAL;
+    if ((rc = scdb_evict_cache_copy(w->cache, w->cache0)) || (rc = scdb_evict_acc_copy(w->acc, w->acc0)))
+        return rc;
+    w->t_student = 0;
+    return SCDB_OK;
+}
+
+scdb_err scdb_evict_window_steps(scdb_evict_window *w, const scdb_evict_policy *p, int budget,
+                                 int every, int t_end, double *kl_sum)
+{
+    step_sums sum = {0};
+    scdb_err rc;
+    if (!w || !p || budget < 1 || every < 1 || t_end < w->t_student || t_end > w->T)
+        return SCDB_EINVAL;
+    for (; w->t_student < t_end; w->t_student++)
+        if ((rc = student_step(w, w->cache, w->acc, p, NULL, 1, budget, every, w->t_student, NULL,
+                               &sum)))
+            return rc;
+    if (kl_sum) *kl_sum = sum.kl;
+    return SCDB_OK;
+}
+
+scdb_err scdb_evict_window_branch(scdb_evict_window *w, scdb_evict_sampler *smp,
+                                  const scdb_evict_policy *p, int budget, int every, int horizon,
+                                  double *kl_mean)
+{
+    step_sums sum = {0};
+    scdb_err rc;
+    int t0 = w ? w->t_student : 0;
+    if (!w || !smp || !p || !kl_mean || budget < 1 || every < 1 || horizon < 1 ||
+        t0 + horizon > w->T)
+        return SCDB_EINVAL;
+    if (!w->cache_b) {
+        scdb_evict_acc_shape shape = {w->acc->n_layers, w->acc->n_heads, w->acc->n_kv_heads,
+                                      w->cap, w->acc->window};
+        if ((rc = scdb_model_cache_new(w->m, w->cap, &w->cache_b)) ||
+            (rc = scdb_evict_acc_new(&shape, &w->acc_b)))
+            return rc;
+    }
+    if ((rc = scdb_evict_cache_copy(w->cache_b, w->cache)) ||
+        (rc = scdb_evict_acc_copy(w->acc_b, w->acc)))
+        return rc;
+    /* the sampled eviction (if t0 is an eviction step and the cache is over
+     * budget), then the deterministic policy for the rest of the horizon */
+    for (int t = t0; t < t0 + horizon; t++)
+        if ((rc = student_step(w, w->cache_b, w->acc_b, t == t0 ? NULL : p, t == t0 ? smp : NULL,
+                               1, budget, every, t, NULL, &sum)))
+            return rc;
+    *kl_mean = sum.kl / horizon;
     return SCDB_OK;
 }
 

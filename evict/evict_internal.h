@@ -3,6 +3,9 @@
 #ifndef SCDB_EVICT_INTERNAL_H
 #define SCDB_EVICT_INTERNAL_H
 
+#include <math.h>
+#include <string.h>
+
 #include "evict.h"
 
 struct scdb_evict_policy {
@@ -11,6 +14,49 @@ struct scdb_evict_policy {
     char **meta_keys, **meta_vals;
     int n_meta;
 };
+
+/* tanh(x) as a rational function (Eigen's fast tanh: odd degree-13 over
+ * even degree-6 polynomial, inputs clamped to +-7.9053; within a few float
+ * ulps of tanhf) and log(x) for x >= FLT_MIN (musl's logf, within ~1
+ * ulp; finite at 0 and for subnormals, so x log x needs no test).  Branch-free, so loops over them vectorise;
+ * the network and the accumulators call these, not libm (tanhf was 65% of a
+ * learned policy's scoring, logf most of an accumulator update). */
+static inline float scdb_evict_tanh(float x)
+{
+    const float c = 7.90531110763549805f;
+    float v = fminf(fmaxf(x, -c), c), v2 = v * v;
+    float p = -2.76076847742355e-16f;
+    p = p * v2 + 2.00018790482477e-13f;
+    p = p * v2 + -8.60467152213735e-11f;
+    p = p * v2 + 5.12229709037114e-08f;
+    p = p * v2 + 1.48572235717979e-05f;
+    p = p * v2 + 6.37261928875436e-04f;
+    p = p * v2 + 4.89352455891786e-03f;
+    p = p * v;
+    float q = 1.19825839466702e-06f;
+    q = q * v2 + 1.18534705686654e-04f;
+    q = q * v2 + 2.26843463243900e-03f;
+    q = q * v2 + 4.89352518554385e-03f;
+    return p / q;
+}
+
+static inline float scdb_evict_log(float x)
+{
+    /* musl's logf: x = 2^k (1 + f), 1 + f in [sqrt(2)/2, sqrt(2)), by integer
+     * arithmetic on the bits (no select, so loops vectorise) */
+    uint32_t ix;
+    memcpy(&ix, &x, sizeof ix);
+    ix += 0x3f800000u - 0x3f3504f3u;
+    float k = (float)((int)(ix >> 23) - 0x7f);
+    ix = (ix & 0x007fffffu) + 0x3f3504f3u;
+    float m;
+    memcpy(&m, &ix, sizeof m);
+    float f = m - 1.0f, s = f / (2.0f + f), z = s * s, w = z * z;
+    float t1 = w * (0.40000972152f + w * 0.24279078841f);
+    float t2 = z * (0.66666662693f + w * 0.28498786688f);
+    float hfsq = 0.5f * f * f;
+    return s * (hfsq + t1 + t2) + k * 9.0580006145e-06f - hfsq + f + k * 6.9313812256e-01f;
+}
 
 /* A learned policy's protected counts at this budget before clamping:
  * *sinks = m->sinks, *recent = max(m->recent, floor(m->recent_frac * budget)). */
@@ -21,7 +67,7 @@ void scdb_evict_mlp_protect(const scdb_evict_mlp *m, int budget, int *sinks, int
 scdb_err scdb_evict_rank(const float *scores, int *idx, int n);
 
 /* Accumulate into grad (n_params floats) d(sum_i dscore[i] * score_i)/dparams
- * for n rows of standardised inputs x[n][5]. */
+ * for n rows of standardised inputs x[n][m->n_in]. */
 void scdb_evict_mlp_backward(const scdb_evict_mlp *m, const float *x, int n,
                              const float *dscore, float *grad);
 
@@ -35,12 +81,14 @@ typedef struct scdb_evict_decision {
     int n;               /* live slots before eviction */
     int sinks, recent;   /* protected: [0, sinks) and [n - recent, n) */
     int m;               /* slots drawn from the candidates [sinks, n - recent) */
-    float *x;            /* [n][SCDB_EVICT_N_INPUTS] standardised MLP inputs */
+    float *x;            /* [n][mlp->n_in] standardised MLP inputs */
     float *s;            /* [n] scores / tau the draw used (pooled if the MLP pools) */
     int *arg;            /* [n] slot each pooled score came from; NULL: no pooling */
     int *order;          /* [m] drawn slots, in draw order */
     int evicted;         /* 1: s holds -score / tau and order the m slots drawn
                           * for eviction (the kept ones are the rest) */
+    float scale;         /* s = (evicted ? -1 : 1) * scale * score: 1 / tau, or
+                          * 1 / (tau * spread) with a relative temperature */
 } scdb_evict_decision;
 
 /* Training hook for scdb_evict_window_run: Gumbel-perturbed top-B from the
@@ -51,6 +99,9 @@ typedef struct scdb_evict_sampler {
     uint64_t rng;
     int draw_evicted;    /* 1: draw the evicted slots from PL(-scores / tau)
                           * instead of the kept ones from PL(scores / tau) */
+    int rel_tau;         /* 1: tau is in units of the candidates' score spread
+                          * (standard deviation), so the draws stay as close to
+                          * the deterministic top-B whatever the network's scale */
     int n_dec, cap_dec;
     scdb_evict_decision *dec;
 } scdb_evict_sampler;
@@ -69,6 +120,38 @@ scdb_err scdb_evict_window_run(scdb_evict_window *w, const scdb_evict_policy *p,
  * log p.  (train.c) */
 double scdb_evict_pl_grad(const scdb_evict_decision *d, float wlp, float went, float *ds,
                           double *ent, double *scratch_inv, char *drawn);
+
+/* The student as a resumable run (training, evict/train_rl.c).
+ * scdb_evict_window_reset: the student back to the prefilled state, at step 0.
+ * scdb_evict_window_steps: decode the student deterministically under p
+ * (learned or any policy reading the accumulators) up to step t_end
+ * (exclusive); *kl_sum (may be NULL) gets the KL summed over those steps.
+ * scdb_evict_window_branch: from the student's current step t, on a copy
+ * (the student is unchanged): evict with the sampler at t (if t is an
+ * eviction step and the cache is over budget; the draw is recorded in smp),
+ * then decode `horizon` steps under p; *kl_mean = the mean KL of those
+ * steps.  SCDB_EINVAL (arguments, t_end behind the student or past T,
+ * t + horizon past T), SCDB_ENOMEM, model errors. */
+scdb_err scdb_evict_window_reset(scdb_evict_window *w);
+scdb_err scdb_evict_window_steps(scdb_evict_window *w, const scdb_evict_policy *p, int budget,
+                                 int every, int t_end, double *kl_sum);
+scdb_err scdb_evict_window_branch(scdb_evict_window *w, scdb_evict_sampler *smp,
+                                  const scdb_evict_policy *p, int budget, int every, int horizon,
+                                  double *kl_mean);
+
+/* The trainer's per-state advantages (train_rl.c): A[k] = (R[k] - mean of
+ * the other K - 1 rewards) / sd(R), 0 where sd(R) <= 1e-9; returns sd(R)
+ * (population), *mean_out (may be NULL) = mean(R).  K >= 2. */
+double scdb_evict_loo_advantages(const double *R, int K, double *A, double *mean_out);
+
+/* Adam (train.c): one step of size lr on p from gradient g; m, v: n zeros
+ * at the start, t: 0. */
+typedef struct scdb_evict_adam {
+    float *m, *v;
+    size_t n;
+    int t;
+} scdb_evict_adam;
+void scdb_evict_adam_step(scdb_evict_adam *a, float *p, const float *g, float lr);
 
 /* The prefilled state, for feature statistics. */
 const scdb_evict_acc *scdb_evict_window_acc(const scdb_evict_window *w);

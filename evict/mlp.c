@@ -1,6 +1,7 @@
-/* mlp.c — the learned policy's network (7 -> hidden -> hidden -> 1, tanh),
- * its forward / backward pass, and its safetensors file (FORMATS.md,
- * "Eviction policy file"). */
+/* mlp.c — the learned policy's network (n_in -> hidden -> hidden -> 1,
+ * tanh), its forward / backward pass, and its safetensors file (FORMATS.md,
+ * "Eviction policy file"; version 3 names the inputs, evict/inputs.c
+ * computes them). */
 #include "evict_internal.h"
 
 #include <errno.h>
@@ -18,19 +19,23 @@
 #define MAX_POOL 63
 #define POLICY_FORMAT "scdb-evict-policy"
 #define POLICY_VERSION "2"
+#define POLICY_VERSION_3 "3"
 #define POLICY_FEATURES "alpha,vnorm,sigma,ent,pos,mass,budget"
 #define POLICY_FEATURES_V1 "alpha,vnorm,sigma,ent,pos"   /* version 1: no mass */
 #define NF_V1 5
 #define POLICY_ACTIVATION "tanh"
 
 
-static size_t count_params(int h) { return (size_t)h * NI + h + (size_t)h * h + h + h + 1; }
+static size_t count_params(int h, int n_in)
+{
+    return (size_t)h * n_in + h + (size_t)h * h + h + h + 1;
+}
 
 static void bind_params(scdb_evict_mlp *m)
 {
     int h = m->hidden;
     float *p = m->params;
-    m->w1 = p; p += (size_t)h * NI;
+    m->w1 = p; p += (size_t)h * m->n_in;
     m->b1 = p; p += h;
     m->w2 = p; p += (size_t)h * h;
     m->b2 = p; p += h;
@@ -38,20 +43,39 @@ static void bind_params(scdb_evict_mlp *m)
     m->b3 = p;
 }
 
-static scdb_err mlp_alloc(int hidden, scdb_evict_mlp **out)
+/* ids NULL: the seven version-2 inputs */
+static scdb_err mlp_alloc(int hidden, const int *ids, int n_in, scdb_evict_mlp **out)
 {
     scdb_evict_mlp *m;
     *out = NULL;
-    if (hidden < 1 || hidden > MAX_HIDDEN) return SCDB_EINVAL;
+    if (!ids) n_in = NI;
+    if (hidden < 1 || hidden > MAX_HIDDEN || n_in < 1 || n_in > SCDB_EVICT_MAX_INPUTS)
+        return SCDB_EINVAL;
+    for (int i = 0; ids && i < n_in; i++) {
+        if (ids[i] < 0 || ids[i] >= SCDB_EVICT_N_ALL_INPUTS) return SCDB_EINVAL;
+        for (int j = 0; j < i; j++)
+            if (ids[j] == ids[i]) return SCDB_EINVAL;
+    }
     if (!(m = calloc(1, sizeof *m))) return SCDB_ENOMEM;
     m->hidden = hidden;
-    m->n_params = count_params(hidden);
+    m->n_in = n_in;
+    for (int i = 0; i < n_in; i++) m->in_id[i] = ids ? ids[i] : i;
+    m->n_params = count_params(hidden, n_in);
     if (!(m->params = calloc(m->n_params, sizeof *m->params))) { free(m); return SCDB_ENOMEM; }
     bind_params(m);
     m->pool = 1;
-    for (int i = 0; i < NI; i++) { m->in_mean[i] = 0.0f; m->in_std[i] = 1.0f; }
+    for (int i = 0; i < SCDB_EVICT_MAX_INPUTS; i++) { m->in_mean[i] = 0.0f; m->in_std[i] = 1.0f; }
     *out = m;
     return SCDB_OK;
+}
+
+/* the network reads exactly the seven version-2 inputs, in order */
+static int is_v2(const scdb_evict_mlp *m)
+{
+    if (m->n_in != NI) return 0;
+    for (int i = 0; i < NI; i++)
+        if (m->in_id[i] != i) return 0;
+    return 1;
 }
 
 static double urand(uint64_t *s)
@@ -62,13 +86,20 @@ static double urand(uint64_t *s)
 
 scdb_err scdb_evict_mlp_new(int hidden, uint64_t seed, scdb_evict_mlp **out)
 {
+    return scdb_evict_mlp_new_inputs(hidden, NULL, NI, seed, out);
+}
+
+scdb_err scdb_evict_mlp_new_inputs(int hidden, const int *ids, int n_in, uint64_t seed,
+                                   scdb_evict_mlp **out)
+{
     scdb_err rc;
     uint64_t s = seed * 0x9E3779B97F4A7C15ull + 0x2545F4914F6CDD1Dull;
     if (!out) return SCDB_EINVAL;
-    if ((rc = mlp_alloc(hidden, out))) return rc;
+    if ((rc = mlp_alloc(hidden, ids, n_in, out))) return rc;
     scdb_evict_mlp *m = *out;
-    float a1 = 1.0f / sqrtf((float)NI), a2 = 1.0f / sqrtf((float)hidden);
-    for (int i = 0; i < hidden * NI; i++) m->w1[i] = a1 * (float)(2.0 * urand(&s) - 1.0);
+    n_in = m->n_in;
+    float a1 = 1.0f / sqrtf((float)n_in), a2 = 1.0f / sqrtf((float)hidden);
+    for (int i = 0; i < hidden * n_in; i++) m->w1[i] = a1 * (float)(2.0 * urand(&s) - 1.0);
     for (int i = 0; i < hidden * hidden; i++) m->w2[i] = a2 * (float)(2.0 * urand(&s) - 1.0);
     for (int i = 0; i < hidden; i++) m->w3[i] = a2 * (float)(2.0 * urand(&s) - 1.0);
     m->sinks = 4;
@@ -88,7 +119,8 @@ void scdb_evict_mlp_free(scdb_evict_mlp **pm)
 scdb_err scdb_evict_mlp_copy(scdb_evict_mlp *dst, const scdb_evict_mlp *src)
 {
     if (!dst || !src) return SCDB_EINVAL;
-    if (dst->hidden != src->hidden) return SCDB_ESHAPE;
+    if (dst->hidden != src->hidden || dst->n_in != src->n_in) return SCDB_ESHAPE;
+    memcpy(dst->in_id, src->in_id, sizeof dst->in_id);
     memcpy(dst->params, src->params, src->n_params * sizeof *src->params);
     memcpy(dst->in_mean, src->in_mean, sizeof dst->in_mean);
     memcpy(dst->in_std, src->in_std, sizeof dst->in_std);
@@ -123,35 +155,108 @@ void scdb_evict_mlp_protect(const scdb_evict_mlp *m, int budget, int *sinks, int
 /* forward of one standardised row; h1, h2 receive the activations */
 static float forward_row(const scdb_evict_mlp *m, const float *x, float *h1, float *h2)
 {
-    int H = m->hidden;
+    int H = m->hidden, NIN = m->n_in;
     for (int j = 0; j < H; j++) {
         float s = m->b1[j];
-        for (int k = 0; k < NI; k++) s += m->w1[j * NI + k] * x[k];
-        h1[j] = tanhf(s);
+        for (int k = 0; k < NIN; k++) s += m->w1[j * NIN + k] * x[k];
+        h1[j] = scdb_evict_tanh(s);
     }
     float out = m->b3[0];
     for (int j = 0; j < H; j++) {
         float s = m->b2[j];
         const float *w = m->w2 + (size_t)j * H;
         for (int k = 0; k < H; k++) s += w[k] * h1[k];
-        h2[j] = tanhf(s);
+        h2[j] = scdb_evict_tanh(s);
         out += m->w3[j] * h2[j];
     }
     return out;
 }
 
+/* scores[i] = the network on rows x[n][n_in] at once: two GEMMs and the
+ * activations over whole blocks (what deployment runs; forward_row is the
+ * per-row twin the backward pass uses, equal up to float rounding) */
+static scdb_err forward_rows(const scdb_evict_mlp *m, const float *x, int n, float *scores)
+{
+    const int H = m->hidden;
+    float *h1 = malloc((size_t)n * H * sizeof *h1), *h2 = malloc((size_t)n * H * sizeof *h2);
+    if (!h1 || !h2) { free(h1); free(h2); return SCDB_ENOMEM; }
+    for (int i = 0; i < n; i++) memcpy(h1 + (size_t)i * H, m->b1, (size_t)H * sizeof *h1);
+    scdb_k_gemm_cpu(0, 1, n, H, m->n_in, 1.0f, x, m->n_in, m->w1, m->n_in, 1.0f, h1, H);
+    for (size_t i = 0; i < (size_t)n * H; i++) h1[i] = scdb_evict_tanh(h1[i]);
+    for (int i = 0; i < n; i++) memcpy(h2 + (size_t)i * H, m->b2, (size_t)H * sizeof *h2);
+    scdb_k_gemm_cpu(0, 1, n, H, H, 1.0f, h1, H, m->w2, H, 1.0f, h2, H);
+    for (size_t i = 0; i < (size_t)n * H; i++) h2[i] = scdb_evict_tanh(h2[i]);
+    for (int i = 0; i < n; i++) {
+        const float *h = h2 + (size_t)i * H;
+        float s = m->b3[0];
+        for (int j = 0; j < H; j++) s += m->w3[j] * h[j];
+        scores[i] = s;
+    }
+    free(h1);
+    free(h2);
+    return SCDB_OK;
+}
+
+/* standardise the inputs the network reads from one row of all inputs */
+static void gather_row(const scdb_evict_mlp *m, const float *all, float *x)
+{
+    for (int k = 0; k < m->n_in; k++) x[k] = (all[m->in_id[k]] - m->in_mean[k]) / m->in_std[k];
+}
+
 void scdb_evict_mlp_score_budget(const scdb_evict_mlp *m, const float *feats, int n, int budget,
                                  float *scores, float *x_out)
 {
-    float h1[MAX_HIDDEN], h2[MAX_HIDDEN], x[NI];
+    float h1[MAX_HIDDEN], h2[MAX_HIDDEN], all[SCDB_EVICT_N_ALL_INPUTS], x[SCDB_EVICT_MAX_INPUTS];
     float ls = logf((float)(budget > 1 ? budget : 1));
+    float *rows = n > 0 ? malloc((size_t)n * m->n_in * sizeof *rows) : NULL;
     for (int i = 0; i < n; i++) {
-        scdb_evict_mlp_transform(feats + (size_t)i * NF, x);
-        x[SCDB_EVICT_IN_BUDGET] = ls;
-        for (int k = 0; k < NI; k++) x[k] = (x[k] - m->in_mean[k]) / m->in_std[k];
-        if (x_out) memcpy(x_out + (size_t)i * NI, x, sizeof x);
-        scores[i] = forward_row(m, x, h1, h2);
+        /* inputs beyond the seven need the accumulators: at their mean */
+        for (int k = 0; k < m->n_in; k++) all[m->in_id[k]] = m->in_mean[k];
+        scdb_evict_mlp_transform(feats + (size_t)i * NF, all);
+        all[SCDB_EVICT_IN_BUDGET] = ls;
+        gather_row(m, all, x);
+        if (x_out) memcpy(x_out + (size_t)i * m->n_in, x, (size_t)m->n_in * sizeof *x);
+        if (rows) memcpy(rows + (size_t)i * m->n_in, x, (size_t)m->n_in * sizeof *x);
+        else scores[i] = forward_row(m, x, h1, h2);    /* no memory: row by row */
     }
+    if (rows && forward_rows(m, rows, n, scores))
+        for (int i = 0; i < n; i++) scores[i] = forward_row(m, rows + (size_t)i * m->n_in, h1, h2);
+    free(rows);
+}
+
+scdb_err scdb_evict_mlp_score_acc(const scdb_evict_mlp *m, const scdb_evict_acc *a, int budget,
+                                  float *scores, float *x_out)
+{
+    float h1[MAX_HIDDEN], h2[MAX_HIDDEN], x[SCDB_EVICT_MAX_INPUTS];
+    float *f, *all;
+    scdb_err rc;
+    if (!m || !a || budget < 1 || (a->n > 0 && !scores)) return SCDB_EINVAL;
+    if (a->n == 0) return SCDB_OK;
+    if (!(f = malloc((size_t)a->n * NF * sizeof *f))) return SCDB_ENOMEM;
+    if ((rc = scdb_evict_features(a, f))) { free(f); return rc; }
+    if (is_v2(m)) {
+        scdb_evict_mlp_score_budget(m, f, a->n, budget, scores, x_out);
+        free(f);
+        return SCDB_OK;
+    }
+    if (!(all = malloc((size_t)a->n * SCDB_EVICT_N_ALL_INPUTS * sizeof *all))) {
+        free(f);
+        return SCDB_ENOMEM;
+    }
+    /* standardised rows, in place at the front of `all`, then one batched pass */
+    if (!(rc = scdb_evict_inputs(a, f, budget, all))) {
+        for (int i = 0; i < a->n; i++) {
+            gather_row(m, all + (size_t)i * SCDB_EVICT_N_ALL_INPUTS, x);
+            memcpy(all + (size_t)i * m->n_in, x, (size_t)m->n_in * sizeof *x);
+        }
+        if (x_out) memcpy(x_out, all, (size_t)a->n * m->n_in * sizeof *x_out);
+        rc = forward_rows(m, all, a->n, scores);
+    }
+    (void)h1;
+    (void)h2;
+    free(all);
+    free(f);
+    return rc;
 }
 
 void scdb_evict_mlp_score(const scdb_evict_mlp *m, const float *feats, int n,
@@ -174,13 +279,13 @@ void scdb_evict_maxpool(const float *s, int n, int k, float *pooled, int *arg)
 void scdb_evict_mlp_backward(const scdb_evict_mlp *m, const float *x, int n,
                              const float *dscore, float *grad)
 {
-    int H = m->hidden;
+    int H = m->hidden, NIN = m->n_in;
     float h1[MAX_HIDDEN], h2[MAX_HIDDEN], d1[MAX_HIDDEN], d2[MAX_HIDDEN];
-    float *gw1 = grad, *gb1 = gw1 + (size_t)H * NI, *gw2 = gb1 + H, *gb2 = gw2 + (size_t)H * H,
+    float *gw1 = grad, *gb1 = gw1 + (size_t)H * NIN, *gw2 = gb1 + H, *gb2 = gw2 + (size_t)H * H,
           *gw3 = gb2 + H, *gb3 = gw3 + H;
     for (int i = 0; i < n; i++) {
         float g = dscore[i];
-        const float *xi = x + (size_t)i * NI;
+        const float *xi = x + (size_t)i * NIN;
         if (g == 0.0f) continue;
         forward_row(m, xi, h1, h2);
         gb3[0] += g;
@@ -201,7 +306,7 @@ void scdb_evict_mlp_backward(const scdb_evict_mlp *m, const float *x, int n,
         for (int k = 0; k < H; k++) {
             float d = d1[k] * (1.0f - h1[k] * h1[k]);
             gb1[k] += d;
-            for (int f = 0; f < NI; f++) gw1[k * NI + f] += d * xi[f];
+            for (int f = 0; f < NIN; f++) gw1[k * NIN + f] += d * xi[f];
         }
     }
 }
@@ -212,19 +317,23 @@ scdb_err scdb_evict_mlp_save(const scdb_evict_mlp *m, const char *path,
                              const char *const *keys, const char *const *vals, int n_extra)
 {
     scdb_st_writer *w = NULL;
-    int64_t H = m ? m->hidden : 0;
-    int64_t s5[1] = {NI}, s1[1] = {1}, sh[1] = {H}, sh5[2] = {H, NI}, shh[2] = {H, H},
+    int64_t H = m ? m->hidden : 0, NIN = m ? m->n_in : 0;
+    int64_t s5[1] = {NIN}, s1[1] = {1}, sh[1] = {H}, sh5[2] = {H, NIN}, shh[2] = {H, H},
             s1h[2] = {1, H};
-    char num[32];
+    char num[32], names[SCDB_EVICT_MAX_INPUTS * 16] = "";
     scdb_err rc;
 
     if (!m || !path || (n_extra > 0 && (!keys || !vals)) || !(m->recent_frac >= 0.0f) ||
         !(m->recent_frac < 1.0f))
         return SCDB_EINVAL;
+    for (int i = 0; i < m->n_in; i++) {
+        size_t l = strlen(names);
+        snprintf(names + l, sizeof names - l, "%s%s", i ? "," : "", scdb_evict_input_name(m->in_id[i]));
+    }
     if ((rc = scdb_st_writer_new(&w))) return rc;
     if ((rc = scdb_st_writer_meta(w, "format", POLICY_FORMAT)) ||
-        (rc = scdb_st_writer_meta(w, "version", POLICY_VERSION)) ||
-        (rc = scdb_st_writer_meta(w, "features", POLICY_FEATURES)) ||
+        (rc = scdb_st_writer_meta(w, "version", is_v2(m) ? POLICY_VERSION : POLICY_VERSION_3)) ||
+        (rc = scdb_st_writer_meta(w, "features", is_v2(m) ? POLICY_FEATURES : names)) ||
         (rc = scdb_st_writer_meta(w, "activation", POLICY_ACTIVATION)))
         goto done;
     snprintf(num, sizeof num, "%d", m->sinks);
@@ -335,18 +444,42 @@ scdb_err scdb_evict_policy_load(const char *path, scdb_evict_policy **out,
             goto fail;
         }
     }
-    /* version 1: five features (no mass); version 2: six */
+    /* version 1: five features (no mass); version 2: six and the budget;
+     * version 3: the inputs named in `features` */
     v = scdb_st_meta(f, "version");
+    int v3 = 0, n_ids = 0, ids[SCDB_EVICT_MAX_INPUTS];
     if (v && !strcmp(v, "1")) nf = NF_V1, want_features = POLICY_FEATURES_V1;
     else if (v && !strcmp(v, POLICY_VERSION)) nf = NI, want_features = POLICY_FEATURES;
+    else if (v && !strcmp(v, POLICY_VERSION_3)) nf = 0, want_features = NULL, v3 = 1;
     else {
-        scdb_errf(errbuf, errlen, "%s: metadata 'version' is %s%s%s, want \"1\" or \"%s\"", path,
-             v ? "\"" : "missing", v ? v : "", v ? "\"" : "", POLICY_VERSION);
+        scdb_errf(errbuf, errlen, "%s: metadata 'version' is %s%s%s, want \"1\", \"%s\" or \"%s\"", path,
+             v ? "\"" : "missing", v ? v : "", v ? "\"" : "", POLICY_VERSION, POLICY_VERSION_3);
         rc = SCDB_EMISMATCH;
         goto fail;
     }
     v = scdb_st_meta(f, "features");
-    if (!v || strcmp(v, want_features)) {
+    if (v3) {
+        /* comma-separated input names, each known, none twice */
+        char buf[SCDB_EVICT_MAX_INPUTS * 16 + 1], *save = NULL, *tok;
+        int bad = !v || strlen(v) >= sizeof buf;
+        if (!bad) {
+            snprintf(buf, sizeof buf, "%s", v);
+            for (tok = strtok_r(buf, ",", &save); tok && !bad; tok = strtok_r(NULL, ",", &save)) {
+                int id = scdb_evict_input_parse(tok);
+                bad = id < 0 || n_ids == SCDB_EVICT_MAX_INPUTS;
+                for (int j = 0; !bad && j < n_ids; j++) bad = ids[j] == id;
+                if (!bad) ids[n_ids++] = id;
+            }
+            bad |= n_ids == 0;
+        }
+        if (bad) {
+            scdb_errf(errbuf, errlen, "%s: metadata 'features' is %s%s%s, want distinct input names (alpha, ..., "
+                 "ctx_n) for version 3", path, v ? "\"" : "missing", v ? v : "", v ? "\"" : "");
+            rc = SCDB_EMISMATCH;
+            goto fail;
+        }
+        nf = n_ids;
+    } else if (!v || strcmp(v, want_features)) {
         scdb_errf(errbuf, errlen, "%s: metadata 'features' is %s%s%s, want \"%s\" for version %d", path,
              v ? "\"" : "missing", v ? v : "", v ? "\"" : "", want_features, nf == NI ? 2 : 1);
         rc = SCDB_EMISMATCH;
@@ -390,7 +523,7 @@ scdb_err scdb_evict_policy_load(const char *path, scdb_evict_policy **out,
     H = t->shape[0];
     if (!(p = calloc(1, sizeof *p))) { rc = SCDB_ENOMEM; goto fail; }
     p->kind = SCDB_EVICT_LEARNED;
-    if ((rc = mlp_alloc((int)H, &p->mlp))) goto fail;
+    if ((rc = mlp_alloc((int)H, v3 ? ids : NULL, n_ids, &p->mlp))) goto fail;
     p->mlp->sinks = sinks;
     p->mlp->recent = recent;
     p->mlp->recent_frac = recent_frac;
@@ -401,7 +534,7 @@ scdb_err scdb_evict_policy_load(const char *path, scdb_evict_policy **out,
          * before) */
         struct { const char *name; int ndim; int64_t d0, d1; float *dst; int dst_row; } spec[] = {
             {"input.mean", 1, nf, 0, p->mlp->in_mean, 0}, {"input.std", 1, nf, 0, p->mlp->in_std, 0},
-            {"fc1.weight", 2, H, nf, p->mlp->w1, NI}, {"fc1.bias", 1, H, 0, p->mlp->b1, 0},
+            {"fc1.weight", 2, H, nf, p->mlp->w1, p->mlp->n_in}, {"fc1.bias", 1, H, 0, p->mlp->b1, 0},
             {"fc2.weight", 2, H, H, p->mlp->w2, 0}, {"fc2.bias", 1, H, 0, p->mlp->b2, 0},
             {"out.weight", 2, 1, H, p->mlp->w3, 0}, {"out.bias", 1, 1, 0, p->mlp->b3, 0}};
         for (size_t i = 0; i < SCDB_ARRAY_LEN(spec); i++) {
@@ -419,13 +552,14 @@ scdb_err scdb_evict_policy_load(const char *path, scdb_evict_policy **out,
             }
         }
     }
-    if (!all_finite(p->mlp->params, p->mlp->n_params) || !all_finite(p->mlp->in_mean, NI) ||
-        !all_finite(p->mlp->in_std, NI)) {
+    if (!all_finite(p->mlp->params, p->mlp->n_params) ||
+        !all_finite(p->mlp->in_mean, (size_t)p->mlp->n_in) ||
+        !all_finite(p->mlp->in_std, (size_t)p->mlp->n_in)) {
         scdb_errf(errbuf, errlen, "%s: non-finite weights", path);
         rc = SCDB_ERANGE;
         goto fail;
     }
-    for (int i = 0; i < NI; i++)
+    for (int i = 0; i < p->mlp->n_in; i++)
         if (!(p->mlp->in_std[i] > 0.0f)) {
             scdb_errf(errbuf, errlen, "%s: input.std[%d] must be > 0", path, i);
             rc = SCDB_ERANGE;
@@ -450,7 +584,8 @@ scdb_err scdb_evict_policy_from_mlp(const scdb_evict_mlp *m, scdb_evict_policy *
     if (!m) return SCDB_EINVAL;
     if (!(p = calloc(1, sizeof *p))) return SCDB_ENOMEM;
     p->kind = SCDB_EVICT_LEARNED;
-    if ((rc = mlp_alloc(m->hidden, &p->mlp)) || (rc = scdb_evict_mlp_copy(p->mlp, m))) {
+    if ((rc = mlp_alloc(m->hidden, m->in_id, m->n_in, &p->mlp)) ||
+        (rc = scdb_evict_mlp_copy(p->mlp, m))) {
         scdb_evict_policy_free(&p);
         return rc;
     }

@@ -143,16 +143,15 @@ scdb_err scdb_evict_policy_score_budget(const scdb_evict_policy *p, const scdb_e
         return SCDB_OK;
     case SCDB_EVICT_SNAPKV:
         return score_snapkv(a, scores);
-    case SCDB_EVICT_LEARNED:
-        f = malloc((size_t)(a->n > 0 ? a->n : 1) * (SCDB_EVICT_N_FEATURES + 1) * sizeof *f);
-        if (!f) return SCDB_ENOMEM;
-        float *raw = f + (size_t)a->n * SCDB_EVICT_N_FEATURES;
-        scdb_evict_features(a, f);
-        scdb_evict_mlp_score_budget(p->mlp, f, a->n, budget, raw, NULL);
-        if (p->mlp->pool > 1) scdb_evict_maxpool(raw, a->n, p->mlp->pool, scores, NULL);
-        else memcpy(scores, raw, (size_t)a->n * sizeof *scores);
+    case SCDB_EVICT_LEARNED: {
+        scdb_err rc;
+        if (p->mlp->pool <= 1) return scdb_evict_mlp_score_acc(p->mlp, a, budget, scores, NULL);
+        if (!(f = malloc((size_t)(a->n > 0 ? a->n : 1) * sizeof *f))) return SCDB_ENOMEM;
+        if (!(rc = scdb_evict_mlp_score_acc(p->mlp, a, budget, f, NULL)))
+            scdb_evict_maxpool(f, a->n, p->mlp->pool, scores, NULL);
         free(f);
-        return SCDB_OK;
+        return rc;
+    }
     default:
         return SCDB_EINVAL;
     }

@@ -109,11 +109,10 @@ void scdb_evict_train_defaults(scdb_evict_train_opts *o)
 }
 
 
-typedef struct adam {
-    float *m, *v;
-    size_t n;
-    int t;
-} adam;
+void scdb_evict_adam_step(scdb_evict_adam *a, float *p, const float *g, float lr)
+{
+    scdb_k_adam_step_cpu(p, g, a->m, a->v, a->n, lr, ++a->t);
+}
 
 double scdb_evict_pl_grad(const scdb_evict_decision *d, float wlp, float went, float *ds,
                           double *ent, double *scratch_inv, char *drawn)
@@ -212,7 +211,7 @@ scdb_err scdb_evict_train(const scdb_evict_train_opts *o, scdb_evict_mlp **out,
     float *grad = NULL, *ds = NULL, *dsr = NULL, *kls = NULL;
     double *Gs = NULL, *inv = NULL, *rewards = NULL;
     char *drawn = NULL;
-    adam ad = {0};
+    scdb_evict_adam ad = {0};
     scdb_evict_train_result r;
     scdb_err rc = SCDB_ENOMEM;
     size_t n_tok, span;
@@ -512,7 +511,7 @@ scdb_err scdb_evict_train(const scdb_evict_train_opts *o, scdb_evict_mlp **out,
             for (size_t i = 0; i < mlp->n_params; i++)
                 if (!((i >= g0 && i < g0 + NI) || i == gb)) grad[i] = 0.0f;
         }
-        scdb_k_adam_step_cpu(mlp->params, grad, ad.m, ad.v, ad.n, lr, ++ad.t);
+        scdb_evict_adam_step(&ad, mlp->params, grad, lr);
 
         if (o->log)
             fprintf(o->log,

@@ -10,6 +10,10 @@
 #   scripts/install-deps.sh --bench    also what the benchmarks use
 #                                      (redis for `bench broker`, matplotlib for PNGs)
 #   scripts/install-deps.sh --train    also PyTorch, to retrain the model family
+#   scripts/install-deps.sh --suite    also the packages whose files make up the
+#                                      eviction suite (tools/evict_suite.py; the
+#                                      texts ship in data/evict_suite, so only
+#                                      regenerating them needs these)
 set -euo pipefail
 
 pkgs=(build-essential cmake pkg-config
@@ -26,6 +30,10 @@ for a in "$@"; do
     --bench) pkgs+=(redis-server redis-tools python3-matplotlib) ;;
     --train) pkgs+=(python3-torch python3-numpy fortunes manpages manpages-dev doc-debian
                     libpython3.11-stdlib) ;;
+    --suite) pkgs+=(git git-man vim-runtime iproute2 net-tools x11-utils xdg-user-dirs netbase
+                    valgrind gdb bats linux-perf libxslt1-dev libffi-dev libjs-bootstrap4
+                    nettle-dev libxmlsec1-dev zlib1g-dev libhiredis-dev liblzma-dev
+                    libidn2-dev libtasn1-6-dev libexpat1-dev libpng-dev) ;;
     -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
     *) echo "install-deps.sh: unknown option $a" >&2; exit 2 ;;
   esac

@@ -1,0 +1,442 @@
+/* cmd_train_policy_rl.c — `scdb train-policy` (the default): train the
+ * DistillCache eviction MLP with REINFORCE over the domain suite's training
+ * domains and several models (evict/train_rl.c), write it as a policy file,
+ * print the validation curve against the best heuristic and plot it
+ * (tools/plot_train_policy.py).  `scdb train-policy --legacy` is the older
+ * single-model, single-text trainer (cmd_train_policy.c). */
+#include <dirent.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "evict.h"
+#include "model.h"
+#include "scdb_cli.h"
+
+int scdb_cmd_train_policy_rl(int argc, char **argv);
+
+#define MAX_MODELS 8
+#define MAX_DOMAINS 32
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: scdb train-policy [options] -o FILE\n\n"
+            "Train the DistillCache eviction policy with REINFORCE (evict/train_rl.c):\n"
+            "teacher = the full cache; at eviction points of the deterministic policy, K\n"
+            "Plackett-Luce (Gumbel top-B) draws of the evicted set, each scored by\n"
+            "-KL(teacher || student) over the next steps; leave-one-out baseline over the\n"
+            "K draws; entropy bonus; Adam.  Episodes draw a model, a training domain of\n"
+            "the suite (its train text) and a budget; validation windows come from the\n"
+            "domains' val texts; unseen domains are never read.  The network with the\n"
+            "best validation score (geometric mean of KL / the best heuristic's KL over\n"
+            "(model, domain, budget)) is written.  Starts from seeded random weights.\n\n"
+            "  --suite FILE       suite manifest (default DATA/evict_suite/manifest.json)\n"
+            "  --domains A,B,..   training domains (default: the suite's seen domains;\n"
+            "                     unseen ones are refused)\n"
+            "  --models A,B,..    models under DATA/models (default: every one there)\n"
+            "  --inputs A,B,..    the inputs the network reads (default: all 18; names as\n"
+            "                     in evict.h: alpha vnorm sigma ent pos mass budget age\n"
+            "                     rank_mass rank_alpha rank_window rank_snapkv rank_last\n"
+            "                     vnorm_z life rank_life ctx_ent ctx_n)\n"
+            "  --updates N        Adam steps (default 800)\n"
+            "  --batch N          episodes per step (default 2)\n"
+            "  --states N         branch points per episode: the first eviction and N-1\n"
+            "                     random later ones (default 3)\n"
+            "  --samples K        draws per state, 2..64 (default 8)\n"
+            "  --horizon H        steps of KL after a later branch (default 48; 0: to the\n"
+            "                     end of the window)\n"
+            "  --horizon-first H  the same after the first eviction (default 0: to the end)\n"
+            "  --budget-range L,H episode budgets, fractions of prefill + steps,\n"
+            "                     log-uniform (default 0.09,0.55)\n"
+            "  --val-budgets F,.. validation budgets (default 0.25,0.125)\n"
+            "  --val-windows N    validation windows per (model, domain) (default 4)\n"
+            "  --val-every N      steps between validations (default 50)\n"
+            "  --lr X             Adam step, cosine-decayed to 10%% (default 2e-3)\n"
+            "  --entropy X        entropy bonus (default 0.01)\n"
+            "  --tau X            Plackett-Luce temperature, in units of the candidates'\n"
+            "                     score spread (default 0.5)\n"
+            "  --tau-end X        anneal the temperature geometrically from --tau to X\n"
+            "                     over the run (default: no annealing)\n"
+            "  --abs-tau          --tau in units of the raw scores instead\n"
+            "  --hidden N         MLP width (default 32)\n"
+            "  --sinks N          first slots always kept (default 4)\n"
+            "  --recent N         last slots always kept (default 8)\n"
+            "  --recent-frac F    keep at least F x budget last slots too (default 0.5)\n"
+            "  --pool K           max-pool the scores over K slots (odd; default 5; 1: none)\n"
+            "  --prefill P, --steps T, --every C   the protocol (default 256, 256, 8)\n"
+            "  --init FILE        start from this policy file instead of random weights\n"
+            "  --minutes M        stop after M minutes\n"
+            "  --seed N           random seed (default 1)\n"
+            "  --log FILE         JSONL log (default: FILE with .jsonl for .safetensors)\n"
+            "  --png FILE         training curve (default: FILE with .train.png)\n"
+            "  -o, --out FILE     policy file to write (required)\n"
+            "  -q, --quiet        no progress on stderr\n"
+            "  --legacy           the single-model, single-text trainer (see --legacy --help)\n"
+            "  -h, --help         this text\n\n"
+            "DATA is %s (environment SCDB_DATA).\n",
+            scdb_cli_data_dir());
+}
+
+static int split_list(const char *s, char **out, int max)
+{
+    char *buf = strdup(s), *save = NULL, *tok;
+    int n = 0;
+    if (!buf) return -1;
+    for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        if (n == max) { n = -1; break; }
+        out[n++] = strdup(tok);
+    }
+    free(buf);
+    return n;
+}
+
+static int parse_fracs(const char *s, double *out, int max)
+{
+    char *v[8];
+    int n = split_list(s, v, max < 8 ? max : 8), bad = n < 1;
+    for (int i = 0; i < n; i++) {
+        char *end;
+        out[i] = strtod(v[i], &end);
+        bad |= *end || !(out[i] > 0.0 && out[i] < 1.0);
+        free(v[i]);
+    }
+    return bad ? -1 : n;
+}
+
+static int parse_int(const char *s, int lo, int hi, int *out)
+{
+    char *end;
+    long v = strtol(s, &end, 10);
+    if (!*s || *end || v < lo || v > hi) return -1;
+    *out = (int)v;
+    return 0;
+}
+
+static int parse_float(const char *s, float lo, float hi, float *out)
+{
+    char *end;
+    float v = strtof(s, &end);
+    if (!*s || *end || !(v >= lo && v <= hi)) return -1;
+    *out = v;
+    return 0;
+}
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* every model directory under DATA/models, base first */
+static int list_models(const char *data, char **out, int max)
+{
+    char dir[1024], path[2048], *names[64];
+    int n = 0, cnt = 0;
+    DIR *d;
+    struct dirent *e;
+    snprintf(dir, sizeof dir, "%s/models", data);
+    if (!(d = opendir(dir))) return 0;
+    while ((e = readdir(d)) && cnt < 64) {
+        if (e->d_name[0] == '.') continue;
+        snprintf(path, sizeof path, "%s/%s/config.json", dir, e->d_name);
+        if (!access(path, R_OK)) names[cnt++] = strdup(e->d_name);
+    }
+    closedir(d);
+    qsort(names, (size_t)cnt, sizeof *names, cmp_str);
+    for (int i = 0; i < cnt; i++)
+        if (!strcmp(names[i], "base") && n < max) out[n++] = strdup(names[i]);
+    for (int i = 0; i < cnt; i++) {
+        if (strcmp(names[i], "base") && n < max) out[n++] = strdup(names[i]);
+        free(names[i]);
+    }
+    return n;
+}
+
+/* path with .safetensors replaced by ext (or ext appended) */
+static void sibling(const char *path, const char *ext, char *out, size_t len)
+{
+    size_t l = strlen(path), el = strlen(".safetensors");
+    if (l > el && !strcmp(path + l - el, ".safetensors"))
+        snprintf(out, len, "%.*s%s", (int)(l - el), path, ext);
+    else
+        snprintf(out, len, "%s%s", path, ext);
+}
+
+int scdb_cmd_train_policy_rl(int argc, char **argv)
+{
+    enum { O_SUITE = 256, O_DOMAINS, O_MODELS, O_INPUTS, O_UPDATES, O_BATCH, O_STATES, O_SAMPLES,
+           O_HORIZON, O_BRANGE, O_VBUDGETS, O_VALW, O_VALE, O_LR, O_ENTROPY, O_TAU, O_HIDDEN,
+           O_SINKS, O_RECENT, O_RFRAC, O_POOL, O_PREFILL, O_STEPS, O_EVERY, O_INIT, O_MINUTES,
+           O_SEED, O_LOG, O_PNG, O_HFIRST, O_ABSTAU, O_TAUEND };
+    static const struct option opts[] = {
+        {"suite", 1, 0, O_SUITE}, {"domains", 1, 0, O_DOMAINS}, {"models", 1, 0, O_MODELS},
+        {"inputs", 1, 0, O_INPUTS}, {"updates", 1, 0, O_UPDATES}, {"batch", 1, 0, O_BATCH},
+        {"states", 1, 0, O_STATES}, {"samples", 1, 0, O_SAMPLES}, {"horizon", 1, 0, O_HORIZON},
+        {"budget-range", 1, 0, O_BRANGE}, {"val-budgets", 1, 0, O_VBUDGETS},
+        {"val-windows", 1, 0, O_VALW}, {"val-every", 1, 0, O_VALE}, {"lr", 1, 0, O_LR},
+        {"entropy", 1, 0, O_ENTROPY}, {"tau", 1, 0, O_TAU}, {"hidden", 1, 0, O_HIDDEN},
+        {"sinks", 1, 0, O_SINKS}, {"recent", 1, 0, O_RECENT}, {"recent-frac", 1, 0, O_RFRAC},
+        {"pool", 1, 0, O_POOL}, {"prefill", 1, 0, O_PREFILL}, {"steps", 1, 0, O_STEPS},
+        {"every", 1, 0, O_EVERY}, {"init", 1, 0, O_INIT}, {"minutes", 1, 0, O_MINUTES},
+        {"seed", 1, 0, O_SEED}, {"log", 1, 0, O_LOG}, {"png", 1, 0, O_PNG},
+        {"horizon-first", 1, 0, O_HFIRST}, {"abs-tau", 0, 0, O_ABSTAU},
+        {"tau-end", 1, 0, O_TAUEND},
+        {"out", 1, 0, 'o'}, {"quiet", 0, 0, 'q'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
+    scdb_evict_rl_opts o;
+    scdb_evict_rl_result res;
+    scdb_evict_mlp *mlp = NULL;
+    scdb_evict_policy *init = NULL;
+    scdb_evict_suite *suite = NULL;
+    char suite_path[1200] = "", log_path[1200] = "", png_path[1200] = "", err[512] = "";
+    char *models[MAX_MODELS], *domains[MAX_DOMAINS], *inputs[SCDB_EVICT_MAX_INPUTS];
+    char *dirs[MAX_MODELS] = {0}, *texts[MAX_DOMAINS][2];
+    scdb_evict_corpus corp[MAX_DOMAINS];
+    int n_models = 0, n_domains = 0, n_inputs = -1, c, ret = 1, quiet = 0;
+    const char *out_path = NULL, *init_path = NULL;
+    FILE *logf = NULL;
+    scdb_err rc;
+
+    memset(texts, 0, sizeof texts);
+    memset(corp, 0, sizeof corp);
+    scdb_evict_rl_defaults(&o);
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "o:qh", opts, NULL)) != -1) {
+        int bad = 0;
+        double fr[4];
+        switch (c) {
+        case O_SUITE: snprintf(suite_path, sizeof suite_path, "%s", optarg); break;
+        case O_DOMAINS: bad = (n_domains = split_list(optarg, domains, MAX_DOMAINS)) < 1; break;
+        case O_MODELS: bad = (n_models = split_list(optarg, models, MAX_MODELS)) < 1; break;
+        case O_INPUTS:
+            n_inputs = split_list(optarg, inputs, SCDB_EVICT_MAX_INPUTS);
+            bad = n_inputs < 1;
+            for (int i = 0; i < n_inputs && !bad; i++) {
+                o.inputs[i] = scdb_evict_input_parse(inputs[i]);
+                bad = o.inputs[i] < 0;
+                for (int j = 0; j < i && !bad; j++) bad = o.inputs[j] == o.inputs[i];
+            }
+            for (int i = 0; i < n_inputs; i++) free(inputs[i]);
+            if (!bad) o.n_inputs = n_inputs;
+            break;
+        case O_UPDATES: bad = parse_int(optarg, 0, 10000000, &o.updates); break;
+        case O_BATCH: bad = parse_int(optarg, 1, 1024, &o.batch); break;
+        case O_STATES: bad = parse_int(optarg, 1, 32, &o.states); break;
+        case O_SAMPLES: bad = parse_int(optarg, 2, 64, &o.samples); break;
+        case O_HORIZON: bad = parse_int(optarg, 0, 1 << 20, &o.horizon); break;
+        case O_HFIRST: bad = parse_int(optarg, 0, 1 << 20, &o.horizon_first); break;
+        case O_ABSTAU: o.rel_tau = 0; break;
+        case O_TAUEND: bad = parse_float(optarg, 1e-3f, 100.0f, &o.tau_end); break;
+        case O_BRANGE:
+            bad = parse_fracs(optarg, fr, 2) != 2 || fr[1] < fr[0];
+            if (!bad) { o.budget_lo = fr[0]; o.budget_hi = fr[1]; }
+            break;
+        case O_VBUDGETS:
+            o.n_val_budgets = parse_fracs(optarg, o.val_budgets, 4);
+            bad = o.n_val_budgets < 1;
+            break;
+        case O_VALW: bad = parse_int(optarg, 1, 1024, &o.val_windows); break;
+        case O_VALE: bad = parse_int(optarg, 1, 1 << 20, &o.val_every); break;
+        case O_LR: bad = parse_float(optarg, 1e-9f, 10.0f, &o.lr); break;
+        case O_ENTROPY: bad = parse_float(optarg, 0.0f, 100.0f, &o.entropy); break;
+        case O_TAU: bad = parse_float(optarg, 1e-3f, 100.0f, &o.tau); break;
+        case O_HIDDEN: bad = parse_int(optarg, 1, 1024, &o.hidden); break;
+        case O_SINKS: bad = parse_int(optarg, 0, 1 << 20, &o.sinks); break;
+        case O_RECENT: bad = parse_int(optarg, 0, 1 << 20, &o.recent); break;
+        case O_RFRAC: bad = parse_float(optarg, 0.0f, 0.999f, &o.recent_frac); break;
+        case O_POOL: bad = parse_int(optarg, 1, 63, &o.pool) || o.pool % 2 == 0; break;
+        case O_PREFILL: bad = parse_int(optarg, 2, 1 << 20, &o.prefill); break;
+        case O_STEPS: bad = parse_int(optarg, 1, 1 << 20, &o.steps); break;
+        case O_EVERY: bad = parse_int(optarg, 1, 1 << 20, &o.every); break;
+        case O_INIT: init_path = optarg; break;
+        case O_MINUTES: {
+            float m = 0.0f;
+            bad = parse_float(optarg, 1e-3f, 1e7f, &m);
+            o.max_seconds = 60.0 * m;
+            break;
+        }
+        case O_SEED: o.seed = strtoull(optarg, NULL, 10); break;
+        case O_LOG: snprintf(log_path, sizeof log_path, "%s", optarg); break;
+        case O_PNG: snprintf(png_path, sizeof png_path, "%s", optarg); break;
+        case 'o': out_path = optarg; break;
+        case 'q': quiet = 1; break;
+        case 'h': usage(stdout); return 0;
+        default: usage(stderr); return 2;
+        }
+        if (bad) {
+            fprintf(stderr, "train-policy: bad value for --%s: '%s'\n",
+                    c >= O_SUITE ? opts[c - O_SUITE].name : "?", optarg);
+            return 2;
+        }
+    }
+    if (optind < argc || !out_path) {
+        fprintf(stderr, "train-policy: %s\n\n", out_path ? "unexpected argument" : "-o FILE is required");
+        usage(stderr);
+        return 2;
+    }
+    if (o.horizon > o.steps || o.horizon_first > o.steps) {
+        fprintf(stderr, "train-policy: --horizon and --horizon-first must not exceed --steps\n");
+        return 2;
+    }
+    if (!log_path[0]) sibling(out_path, ".jsonl", log_path, sizeof log_path);
+    if (!png_path[0]) sibling(out_path, ".train.png", png_path, sizeof png_path);
+    if (!suite_path[0])
+        snprintf(suite_path, sizeof suite_path, "%s/evict_suite/manifest.json", scdb_cli_data_dir());
+    if (!n_models) n_models = list_models(scdb_cli_data_dir(), models, MAX_MODELS);
+    if (n_models < 1) {
+        fprintf(stderr, "train-policy: no models under %s/models\n", scdb_cli_data_dir());
+        return 1;
+    }
+
+    if ((rc = scdb_evict_suite_load(suite_path, &suite, err, sizeof err))) {
+        fprintf(stderr, "train-policy: %s: %s\n", scdb_strerror(rc), err);
+        goto done;
+    }
+    if (!n_domains)
+        for (int i = 0; i < suite->n_domains && n_domains < MAX_DOMAINS; i++)
+            if (suite->domains[i].seen) domains[n_domains++] = strdup(suite->domains[i].name);
+    for (int i = 0; i < n_domains; i++) {
+        int d = scdb_evict_suite_find(suite, domains[i]);
+        size_t l;
+        if (d < 0 || !suite->domains[d].seen) {
+            fprintf(stderr, "train-policy: '%s' is %s of %s: training reads seen domains only\n",
+                    domains[i], d < 0 ? "not a domain" : "an unseen domain", suite_path);
+            ret = 2;
+            goto done;
+        }
+        if ((rc = scdb_evict_suite_read(suite, d, SCDB_EVICT_PART_TRAIN, &texts[i][0], &l, err,
+                                        sizeof err))) {
+            fprintf(stderr, "train-policy: %s: %s\n", scdb_strerror(rc), err);
+            goto done;
+        }
+        corp[i].train_len = l;
+        if ((rc = scdb_evict_suite_read(suite, d, SCDB_EVICT_PART_VAL, &texts[i][1], &l, err,
+                                        sizeof err))) {
+            fprintf(stderr, "train-policy: %s: %s\n", scdb_strerror(rc), err);
+            goto done;
+        }
+        corp[i].val_len = l;
+        corp[i].name = domains[i];
+        corp[i].train = (const unsigned char *)texts[i][0];
+        corp[i].val = (const unsigned char *)texts[i][1];
+    }
+    for (int i = 0; i < n_models; i++) {
+        size_t l = strlen(scdb_cli_data_dir()) + strlen(models[i]) + 16;
+        if (!(dirs[i] = malloc(l))) goto done;
+        snprintf(dirs[i], l, "%s/models/%s", scdb_cli_data_dir(), models[i]);
+    }
+    if (init_path) {
+        if ((rc = scdb_evict_policy_load(init_path, &init, err, sizeof err))) {
+            fprintf(stderr, "train-policy: --init %s: %s: %s\n", init_path, scdb_strerror(rc), err);
+            goto done;
+        }
+        o.init = scdb_evict_policy_mlp(init);
+    }
+    o.checkpoint = out_path;   /* every new best, then the final file with all metadata */
+    o.model_dirs = (const char *const *)dirs;
+    o.n_models = n_models;
+    o.corpora = corp;
+    o.n_corpora = n_domains;
+    o.verbose = !quiet;
+    if (!(logf = fopen(log_path, "w"))) {
+        fprintf(stderr, "train-policy: cannot write log %s\n", log_path);
+        goto done;
+    }
+    o.log = logf;
+    if (!quiet) {
+        fprintf(stderr, "train-policy: models");
+        for (int i = 0; i < n_models; i++) fprintf(stderr, " %s", models[i]);
+        fprintf(stderr, "; domains");
+        for (int i = 0; i < n_domains; i++) fprintf(stderr, " %s", domains[i]);
+        fprintf(stderr, "; %d steps x %d episodes x %d states x %d draws, horizon %d (first %d; "
+                        "0: to the end); log %s\n",
+                o.updates, o.batch, o.states, o.samples, o.horizon, o.horizon_first, log_path);
+    }
+    if ((rc = scdb_evict_train_rl(&o, &mlp, &res, err, sizeof err))) {
+        fprintf(stderr, "train-policy: %s%s%s\n", scdb_strerror(rc), err[0] ? ": " : "", err);
+        goto done;
+    }
+
+    {
+        char mlist[256] = "", dlist[512] = "", num[16][48], date[32];
+        time_t now = time(NULL);
+        struct tm tmv;
+        for (int i = 0; i < n_models; i++) {
+            size_t l = strlen(mlist);
+            snprintf(mlist + l, sizeof mlist - l, "%s%s", i ? "," : "", models[i]);
+        }
+        for (int i = 0; i < n_domains; i++) {
+            size_t l = strlen(dlist);
+            snprintf(dlist + l, sizeof dlist - l, "%s%s", i ? "," : "", domains[i]);
+        }
+        gmtime_r(&now, &tmv);
+        strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", &tmv);
+        snprintf(num[0], sizeof num[0], "%d", res.updates);
+        snprintf(num[1], sizeof num[1], "%d", res.episodes);
+        snprintf(num[2], sizeof num[2], "%d x %d draws, horizon %d (first %d)", o.states, o.samples,
+                 o.horizon, o.horizon_first);
+        snprintf(num[3], sizeof num[3], "%g", o.lr);
+        snprintf(num[4], sizeof num[4], "%g", o.entropy);
+        snprintf(num[5], sizeof num[5], "%d/%d/%d", o.prefill, o.steps, o.every);
+        snprintf(num[6], sizeof num[6], "%.6f", res.val_kl_init);
+        snprintf(num[7], sizeof num[7], "%.6f", res.val_kl_best);
+        snprintf(num[8], sizeof num[8], "%.4f", res.val_ratio_init);
+        snprintf(num[9], sizeof num[9], "%.4f", res.val_ratio_best);
+        snprintf(num[10], sizeof num[10], "%.6f", res.val_kl_best_heuristic);
+        snprintf(num[11], sizeof num[11], "%.0f", res.seconds);
+        snprintf(num[12], sizeof num[12], "%d", res.best_update);
+        snprintf(num[13], sizeof num[13], "%g,%g", o.budget_lo, o.budget_hi);
+        snprintf(num[14], sizeof num[14], "%llu", (unsigned long long)o.seed);
+        if (o.tau_end > 0.0f)
+            snprintf(num[15], sizeof num[15], "%g -> %g%s", o.tau, o.tau_end, o.rel_tau ? " (relative)" : "");
+        else
+            snprintf(num[15], sizeof num[15], "%g%s", o.tau, o.rel_tau ? " (relative)" : "");
+        const char *keys[] = {"trained_on", "domains", "trainer", "updates", "episodes", "states",
+                              "lr", "entropy_bonus", "prefill/steps/every", "val_kl_init",
+                              "val_kl_best", "val_ratio_init", "val_ratio_best",
+                              "val_kl_best_heuristic", "train_seconds", "best_update",
+                              "budget_range", "seed", "tau", "init", "created"};
+        const char *vals[] = {mlist, dlist, "reinforce per state (evict/train_rl.c)", num[0], num[1],
+                              num[2], num[3], num[4], num[5], num[6], num[7], num[8], num[9],
+                              num[10], num[11], num[12], num[13], num[14], num[15],
+                              init_path ? init_path : "random", date};
+        if ((rc = scdb_evict_mlp_save(mlp, out_path, keys, vals, (int)SCDB_ARRAY_LEN(keys)))) {
+            fprintf(stderr, "train-policy: cannot write %s: %s\n", out_path, scdb_strerror(rc));
+            goto done;
+        }
+    }
+    fclose(logf);
+    logf = NULL;
+    printf("# train-policy summary\n\n"
+           "%d Adam steps, %d episodes in %.0f s\n"
+           "validation KL (mean over (model, domain, budget)): initial %.5f, best %.5f "
+           "(after %d steps); the best heuristic per group %.5f\n"
+           "validation score (geometric mean of KL / the best heuristic's): initial %.3f, best %.3f\n"
+           "heuristics on the same windows: streaming %.5f, h2o %.5f, snapkv %.5f, tova %.5f\n"
+           "wrote %s (log %s)\n",
+           res.updates, res.episodes, res.seconds, res.val_kl_init, res.val_kl_best,
+           res.best_update, res.val_kl_best_heuristic, res.val_ratio_init, res.val_ratio_best,
+           res.val_kl_heuristic[SCDB_EVICT_STREAMING], res.val_kl_heuristic[SCDB_EVICT_H2O],
+           res.val_kl_heuristic[SCDB_EVICT_SNAPKV], res.val_kl_heuristic[SCDB_EVICT_TOVA],
+           out_path, log_path);
+    {
+        /* the validation curve: a table from the log, and its plot */
+        char script[1400], cmd[4096];
+        snprintf(script, sizeof script, "%s/tools/plot_train_policy.py", scdb_share_dir());
+        if (access(script, R_OK) || access("/usr/bin/python3", X_OK)) {
+            printf("no curve: %s or /usr/bin/python3 is missing\n", script);
+        } else {
+            fflush(stdout);
+            snprintf(cmd, sizeof cmd, "/usr/bin/python3 '%s' '%s' '%s'", script, log_path, png_path);
+            if (system(cmd) != 0) printf("no PNG: %s failed (is matplotlib installed?)\n", script);
+        }
+    }
+    ret = 0;
+done:
+    if (logf) fclose(logf);
+    scdb_evict_mlp_free(&mlp);
+    scdb_evict_policy_free(&init);
+    scdb_evict_suite_free(&suite);
+    for (int i = 0; i < n_models; i++) { free(models[i]); free(dirs[i]); }
+    for (int i = 0; i < n_domains; i++) { free(domains[i]); free(texts[i][0]); free(texts[i][1]); }
+    return ret;
+}

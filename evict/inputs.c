@@ -1,0 +1,128 @@
+/* inputs.c — every input a learned policy can read (the SCDB_EI_* list in
+ * evict.h), computed at an eviction from the accumulators, the six raw
+ * features and the budget.  Beyond DistillCache's per-token features they
+ * are scale-free by construction, so that one network means the same thing
+ * at every budget, cache length, model and text: the slot's age in budget
+ * units, its rank by each heuristic's signal relative to the budget (the
+ * heuristics' own decisions, as inputs), its V norm standardised within the
+ * cache, and two per-cache context values. */
+#include "evict_internal.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SNAPKV_POOL 7
+
+static const char *const NAMES[SCDB_EVICT_N_ALL_INPUTS] = {
+    "alpha",  "vnorm",       "sigma",       "ent",       "pos",     "mass",
+    "budget", "age",         "rank_mass",   "rank_alpha", "rank_window", "rank_snapkv",
+    "rank_last", "vnorm_z",  "life",        "rank_life", "ctx_ent", "ctx_n"};
+
+const char *scdb_evict_input_name(int id)
+{
+    return id >= 0 && id < SCDB_EVICT_N_ALL_INPUTS ? NAMES[id] : NULL;
+}
+
+int scdb_evict_input_parse(const char *name)
+{
+    for (int i = 0; name && i < SCDB_EVICT_N_ALL_INPUTS; i++)
+        if (!strcmp(name, NAMES[i])) return i;
+    return -1;
+}
+
+/* x[idx[k] * stride + col] = log((k + 1) / B) for the order of v (highest
+ * first, ties: the newer slot first, as selection breaks them) */
+static scdb_err rank_into(const float *v, int n, int *idx, float lb, float *x, int col)
+{
+    scdb_err rc;
+    for (int i = 0; i < n; i++) idx[i] = i;
+    if ((rc = scdb_evict_rank(v, idx, n))) return rc;
+    for (int k = 0; k < n; k++)
+        x[(size_t)idx[k] * SCDB_EVICT_N_ALL_INPUTS + col] = logf((float)(k + 1)) - lb;
+    return SCDB_OK;
+}
+
+scdb_err scdb_evict_inputs(const scdb_evict_acc *a, const float *feats, int budget, float *x)
+{
+    const int n = a ? a->n : 0, NA = SCDB_EVICT_N_ALL_INPUTS;
+    float *v = NULL, *w = NULL, *gs = NULL;
+    int *idx = NULL;
+    scdb_err rc = SCDB_ENOMEM;
+
+    if (!a || (n > 0 && (!feats || !x)) || budget < 1) return SCDB_EINVAL;
+    if (n == 0) return SCDB_OK;
+    const float lb = logf((float)budget);
+    v = malloc((size_t)n * sizeof *v);
+    w = malloc((size_t)n * sizeof *w);
+    idx = malloc((size_t)n * sizeof *idx);
+    if (!v || !w || !idx) goto done;
+
+    const int32_t *pos = scdb_evict_acc_pos(a);
+    const float *mass = scdb_evict_acc_mass(a), *last = scdb_evict_acc_last(a);
+    double vs = 0.0, vq = 0.0, es = 0.0;
+    for (int i = 0; i < n; i++) {
+        const float *f = feats + (size_t)i * SCDB_EVICT_N_FEATURES;
+        float *r = x + (size_t)i * NA;
+        scdb_evict_mlp_transform(f, r);
+        r[SCDB_EI_BUDGET] = lb;
+        r[SCDB_EI_AGE] = logf((float)(n - i)) - lb;
+        int seen = a->last_pos - pos[i] + 1;
+        float life = seen > 0 ? mass[i] * (float)n / (float)seen : 0.0f;
+        r[SCDB_EI_LIFE] = logf(fmaxf(life, 0.0f) + 1e-3f);
+        vs += r[SCDB_EI_VNORM];
+        vq += (double)r[SCDB_EI_VNORM] * r[SCDB_EI_VNORM];
+        es += f[SCDB_EF_ENT];
+    }
+    double vm = vs / n, vsd = sqrt(fmax(vq / n - vm * vm, 0.0));
+    for (int i = 0; i < n; i++) {
+        float *r = x + (size_t)i * NA;
+        r[SCDB_EI_VNORM_Z] = vsd > 1e-6 ? (float)((r[SCDB_EI_VNORM] - vm) / vsd) : 0.0f;
+        r[SCDB_EI_CTX_ENT] = (float)(es / n);
+        r[SCDB_EI_CTX_N] = logf((float)n) - lb;
+    }
+
+    /* ranks: mass, alpha, life, last, the window (unpooled and SnapKV's pooled) */
+    for (int i = 0; i < n; i++) v[i] = feats[(size_t)i * SCDB_EVICT_N_FEATURES + SCDB_EF_MASS];
+    if ((rc = rank_into(v, n, idx, lb, x, SCDB_EI_R_MASS))) goto done;
+    for (int i = 0; i < n; i++) v[i] = feats[(size_t)i * SCDB_EVICT_N_FEATURES + SCDB_EF_ALPHA];
+    if ((rc = rank_into(v, n, idx, lb, x, SCDB_EI_R_ALPHA))) goto done;
+    for (int i = 0; i < n; i++) v[i] = x[(size_t)i * NA + SCDB_EI_LIFE];
+    if ((rc = rank_into(v, n, idx, lb, x, SCDB_EI_R_LIFE))) goto done;
+    if ((rc = rank_into(last, n, idx, lb, x, SCDB_EI_R_LAST))) goto done;
+    {
+        /* the window's attention per KV group (the ring's sum), then as
+         * SnapKV scores it (policy.c): each group's sum max-pooled, the
+         * groups averaged; v = the unpooled average */
+        const float *win = scdb_evict_acc_win(a);
+        const int G = a->n_kv_heads, half = SNAPKV_POOL / 2;
+        if (!(gs = malloc((size_t)G * n * sizeof *gs))) { rc = SCDB_ENOMEM; goto done; }
+        memset(gs, 0, (size_t)G * n * sizeof *gs);
+        for (int g = 0; g < G; g++)
+            for (int r = 0; r < a->ring_fill; r++) {
+                const float *row = win + ((size_t)r * G + g) * a->capacity;
+                for (int j = 0; j < n; j++) gs[(size_t)g * n + j] += row[j];
+            }
+        memset(v, 0, (size_t)n * sizeof *v);
+        memset(w, 0, (size_t)n * sizeof *w);
+        for (int g = 0; g < G; g++) {
+            const float *s = gs + (size_t)g * n;
+            for (int j = 0; j < n; j++) {
+                float mx = s[j];
+                for (int k = j - half; k <= j + half; k++)
+                    if (k >= 0 && k < n && s[k] > mx) mx = s[k];
+                v[j] += s[j] / (float)G;
+                w[j] += mx / (float)G;
+            }
+        }
+    }
+    if ((rc = rank_into(v, n, idx, lb, x, SCDB_EI_R_WIN))) goto done;
+    if ((rc = rank_into(w, n, idx, lb, x, SCDB_EI_R_SNAPKV))) goto done;
+    rc = SCDB_OK;
+done:
+    free(v);
+    free(w);
+    free(gs);
+    free(idx);
+    return rc;
+}

@@ -1,0 +1,568 @@
+/* train_rl.c — DistillCache training over several models and text domains:
+ * REINFORCE with per-state Plackett-Luce sampling, the full-cache teacher's
+ * KL as the reward, a leave-one-out baseline and an entropy bonus.
+ *
+ * An episode is one window of one training domain's train text under one
+ * model, at one budget B (a fraction of prefill + steps, drawn log-uniform
+ * from [budget_lo, budget_hi] so the network sees every budget, not two).
+ * The window is prefilled, the full cache decodes the continuation
+ * teacher-forced and gives P_t (episode.c).  The student then runs the
+ * current policy deterministically (what is deployed) and, at `states`
+ * eviction points (always the first, the largest: prefill -> B; the others
+ * drawn at random), branches:
+ *
+ *   state s (the student's cache and accumulators just before eviction)
+ *     |-- sample k = 1..K: draw the evicted set from Plackett-Luce(-score),
+ *     |   decode h steps under the deterministic policy,
+ *     |   R_k = -(1/h) sum_{t=s}^{s+h-1} KL(P_t || Q_t^k)
+ *     |   (h: the rest of the window for the first eviction, whose effect
+ *     |   lasts that long: a token needed 200 steps later is gone for good;
+ *     |   `horizon` steps for the later, smaller evictions)
+ *     +-- advantage A_k = (R_k - mean_{j != k} R_j) / sd(R)
+ *
+ * The K draws see the same state, teacher and continuation, so the
+ * leave-one-out baseline removes everything but the effect of the drawn
+ * set; dividing by the state's spread of rewards weighs states at every
+ * budget, model and text alike (KL differs by 10x between them).  The loss
+ *
+ *   L = -(1/K) sum_k A_k log p(draw_k)  -  beta H(first stage)
+ *
+ * (log p and its gradient: scdb_evict_pl_grad, evicted draws; H the
+ * entropy of the first Plackett-Luce stage) is summed over the states of
+ * `batch` episodes, backpropagated by hand through the MLP (mlp.c) and
+ * applied with Adam (step size decayed along a cosine to 10%).
+ *
+ * Nothing in the start encodes an answer: the network starts from seeded
+ * random weights; its input standardisation (mean and spread of each input
+ * on the validation windows' prefilled caches, at the validation budgets)
+ * is the only thing set from data before training.
+ *
+ * Validation: every val_every updates, the deterministic policy on fixed
+ * windows of every (model, training domain)'s val text at each validation
+ * budget (the bench's protocol).  Per group g (model, domain, budget) the
+ * mean KL k_g; the score is the geometric mean over groups of k_g / h_g,
+ * h_g the best heuristic's KL on the same windows (below 1: better than the
+ * best heuristic on average, every group weighted alike).  The network with
+ * the lowest score is returned. */
+#include "evict_internal.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model.h"
+
+#define MAX_MODELS 8
+#define MAX_CORPORA 32
+#define MAX_STATES 32
+#define MAX_VB 4
+
+void scdb_evict_rl_defaults(scdb_evict_rl_opts *o)
+{
+    static const int ids[] = {SCDB_EI_ALPHA, SCDB_EI_VNORM, SCDB_EI_SIGMA, SCDB_EI_ENT,
+                              SCDB_EI_POS, SCDB_EI_MASS, SCDB_EI_BUDGET, SCDB_EI_AGE,
+                              SCDB_EI_R_MASS, SCDB_EI_R_ALPHA, SCDB_EI_R_WIN, SCDB_EI_R_SNAPKV,
+                              SCDB_EI_R_LAST, SCDB_EI_VNORM_Z, SCDB_EI_LIFE, SCDB_EI_R_LIFE,
+                              SCDB_EI_CTX_ENT, SCDB_EI_CTX_N};
+    memset(o, 0, sizeof *o);
+    o->budget_lo = 0.09;
+    o->budget_hi = 0.55;
+    o->val_budgets[0] = 0.25;
+    o->val_budgets[1] = 0.125;
+    o->n_val_budgets = 2;
+    o->updates = 800;
+    o->batch = 2;
+    o->states = 3;
+    o->samples = 8;
+    o->horizon = 48;
+    o->prefill = 256;
+    o->steps = 256;
+    o->every = 8;
+    o->lr = 2e-3f;
+    o->entropy = 0.01f;
+    o->tau = 0.5f;
+    o->rel_tau = 1;
+    o->hidden = 32;
+    memcpy(o->inputs, ids, sizeof ids);
+    o->n_inputs = (int)(sizeof ids / sizeof ids[0]);
+    o->sinks = 4;
+    o->recent = 8;
+    o->recent_frac = 0.5f;
+    o->pool = 5;
+    o->val_windows = 4;
+    o->val_every = 50;
+    o->seed = 1;
+}
+
+double scdb_evict_loo_advantages(const double *R, int K, double *A, double *mean_out)
+{
+    double mean = 0.0, sd = 0.0;
+    for (int k = 0; k < K; k++) mean += R[k] / K;
+    for (int k = 0; k < K; k++) sd += (R[k] - mean) * (R[k] - mean) / K;
+    sd = sqrt(sd);
+    /* leave-one-out: R_k - mean of the others = K/(K-1) (R_k - mean) */
+    for (int k = 0; k < K; k++) A[k] = sd > 1e-9 ? (R[k] - mean) * K / (K - 1) / sd : 0.0;
+    if (mean_out) *mean_out = mean;
+    return sd;
+}
+
+/* One validation group: windows of one (model, corpus); per budget. */
+typedef struct vgroup {
+    int model, corpus;
+    int n_win;
+    scdb_evict_window **win;
+    double best_h[MAX_VB];               /* the best heuristic's mean KL */
+    double heur[SCDB_EVICT_KIND_COUNT][MAX_VB];
+} vgroup;
+
+static int budget_slots(double frac, const scdb_evict_rl_opts *o)
+{
+    int b = (int)(frac * (o->prefill + o->steps) + 0.5);
+    return b < 1 ? 1 : b;
+}
+
+/* mean KL of policy p on group g at validation budget b */
+static scdb_err group_kl(vgroup *g, const scdb_evict_policy *p, const scdb_evict_rl_opts *o,
+                         int b, double *out)
+{
+    double s = 0.0;
+    for (int i = 0; i < g->n_win; i++) {
+        scdb_evict_eval e;
+        scdb_err rc = scdb_evict_window_eval(g->win[i], p, budget_slots(o->val_budgets[b], o),
+                                             o->every, NULL, &e);
+        if (rc) return rc;
+        s += e.kl;
+    }
+    *out = s / g->n_win;
+    return SCDB_OK;
+}
+
+/* validation of network m: mean KL over groups, per budget, and the score */
+static scdb_err validate(vgroup *gs, int ng, const scdb_evict_mlp *m, const scdb_evict_rl_opts *o,
+                         double *kl_mean, double *by_budget, double *ratio, double *group_kl_out)
+{
+    scdb_evict_policy *p = NULL;
+    scdb_err rc = scdb_evict_policy_from_mlp(m, &p);
+    double tot = 0.0, lr = 0.0;
+    if (rc) return rc;
+    for (int b = 0; b < o->n_val_budgets; b++) by_budget[b] = 0.0;
+    for (int gi = 0; gi < ng && !rc; gi++)
+        for (int b = 0; b < o->n_val_budgets && !rc; b++) {
+            double k;
+            if ((rc = group_kl(&gs[gi], p, o, b, &k))) break;
+            if (group_kl_out) group_kl_out[gi * o->n_val_budgets + b] = k;
+            tot += k;
+            by_budget[b] += k / ng;
+            lr += log(fmax(k, 1e-9) / fmax(gs[gi].best_h[b], 1e-9));
+        }
+    scdb_evict_policy_free(&p);
+    if (rc) return rc;
+    *kl_mean = tot / (ng * o->n_val_budgets);
+    *ratio = exp(lr / (ng * o->n_val_budgets));
+    return SCDB_OK;
+}
+
+/* Input standardisation from the validation windows' prefilled caches at
+ * each validation budget. */
+static scdb_err standardise(vgroup *gs, int ng, const scdb_evict_rl_opts *o, scdb_evict_mlp *m)
+{
+    const int NA = SCDB_EVICT_N_ALL_INPUTS, cap = o->prefill + o->steps;
+    double sum[SCDB_EVICT_N_ALL_INPUTS] = {0}, sq[SCDB_EVICT_N_ALL_INPUTS] = {0};
+    long cnt = 0;
+    float *f = malloc((size_t)cap * SCDB_EVICT_N_FEATURES * sizeof *f);
+    float *x = malloc((size_t)cap * NA * sizeof *x);
+    scdb_err rc = SCDB_ENOMEM;
+    if (!f || !x) goto done;
+    for (int gi = 0; gi < ng; gi++)
+        for (int i = 0; i < gs[gi].n_win; i++) {
+            const scdb_evict_acc *a = scdb_evict_window_acc(gs[gi].win[i]);
+            if ((rc = scdb_evict_features(a, f))) goto done;
+            for (int b = 0; b < o->n_val_budgets; b++) {
+                if ((rc = scdb_evict_inputs(a, f, budget_slots(o->val_budgets[b], o), x))) goto done;
+                for (int j = 0; j < a->n; j++)
+                    for (int k = 0; k < NA; k++) {
+                        double v = x[(size_t)j * NA + k];
+                        sum[k] += v;
+                        sq[k] += v * v;
+                    }
+                cnt += a->n;
+            }
+        }
+    for (int k = 0; k < m->n_in; k++) {
+        int id = m->in_id[k];
+        double mu = sum[id] / cnt, var = sq[id] / cnt - mu * mu;
+        m->in_mean[k] = (float)mu;
+        /* inputs constant at the validation budgets (log budget spread is
+         * between budgets only): at least half a unit of log */
+        m->in_std[k] = (float)(var > 0.25 ? sqrt(var) : 0.5);
+    }
+    rc = SCDB_OK;
+done:
+    free(f);
+    free(x);
+    return rc;
+}
+
+static void log_validation(FILE *log, int upd, int episodes, double secs, double kl,
+                           const double *bb, double ratio, int best, const scdb_evict_rl_opts *o,
+                           const vgroup *gs, int ng, const double *gk,
+                           const scdb_evict_corpus *corpora, const char *const *model_names)
+{
+    if (!log) return;
+    fprintf(log, "{\"validation\":%d,\"episodes\":%d,\"seconds\":%.1f,\"val_kl\":%.6f,\"ratio\":%.5f,"
+                 "\"by_budget\":[", upd, episodes, secs, kl, ratio);
+    for (int b = 0; b < o->n_val_budgets; b++) fprintf(log, "%s%.6f", b ? "," : "", bb[b]);
+    fprintf(log, "],\"best\":%s,\"groups\":[", best ? "true" : "false");
+    for (int gi = 0; gi < ng; gi++)
+        for (int b = 0; b < o->n_val_budgets; b++)
+            fprintf(log, "%s{\"model\":\"%s\",\"domain\":\"%s\",\"budget\":%g,\"kl\":%.6f,"
+                         "\"best_heuristic\":%.6f}",
+                    gi || b ? "," : "", model_names[gs[gi].model], corpora[gs[gi].corpus].name,
+                    o->val_budgets[b], gk[gi * o->n_val_budgets + b], gs[gi].best_h[b]);
+    fprintf(log, "]}\n");
+    fflush(log);
+}
+
+scdb_err scdb_evict_train_rl(const scdb_evict_rl_opts *o, scdb_evict_mlp **out,
+                             scdb_evict_rl_result *res, char *errbuf, size_t errlen)
+{
+    scdb_model *models[MAX_MODELS] = {0};
+    const char *model_names[MAX_MODELS] = {0};
+    int32_t *tok[MAX_CORPORA] = {0}, *vtok[MAX_CORPORA] = {0};
+    vgroup *gs = NULL;
+    int ng = 0;
+    scdb_evict_mlp *mlp = NULL, *best = NULL;
+    scdb_evict_policy *pol = NULL;
+    scdb_evict_window *win = NULL;
+    scdb_evict_sampler *smp = NULL;
+    scdb_evict_adam ad = {0};
+    float *grad = NULL, *ds = NULL, *dsr = NULL;
+    double *inv = NULL, *gk = NULL;
+    char *drawn = NULL;
+    scdb_evict_rl_result r;
+    scdb_err rc = SCDB_EINVAL;
+    const double t_start = scdb_now();
+    const int K = o ? o->samples : 0, span = o ? o->prefill + o->steps + 1 : 0;
+
+    if (!out || !o) return SCDB_EINVAL;
+    *out = NULL;
+    memset(&r, 0, sizeof r);
+    for (int k = 0; k < SCDB_EVICT_KIND_COUNT; k++) r.val_kl_heuristic[k] = -1.0;
+    if (!o->model_dirs || o->n_models < 1 || o->n_models > MAX_MODELS || !o->corpora ||
+        o->n_corpora < 1 || o->n_corpora > MAX_CORPORA || !(o->budget_lo > 0.0) ||
+        !(o->budget_hi >= o->budget_lo) || !(o->budget_hi < 1.0) || o->n_val_budgets < 1 ||
+        o->n_val_budgets > MAX_VB || o->updates < 0 || o->batch < 1 || o->states < 1 ||
+        o->states > MAX_STATES || K < 2 || K > 64 || o->prefill < 2 || o->steps < 1 ||
+        o->every < 1 || o->horizon < 0 || o->horizon > o->steps || o->horizon_first < 0 ||
+        o->horizon_first > o->steps || !(o->lr > 0.0f) || !(o->entropy >= 0.0f) ||
+        !(o->tau > 0.0f) || !(o->tau_end >= 0.0f) || o->hidden < 1 || o->hidden > 1024 || o->n_inputs < 1 ||
+        o->n_inputs > SCDB_EVICT_MAX_INPUTS || o->sinks < 0 || o->recent < 0 ||
+        !(o->recent_frac >= 0.0f && o->recent_frac < 1.0f) || o->pool < 1 || o->pool % 2 == 0 ||
+        o->pool > 63 || o->val_windows < 1 || o->val_every < 1) {
+        scdb_errf(errbuf, errlen, "invalid training options");
+        return SCDB_EINVAL;
+    }
+    for (int b = 0; b < o->n_val_budgets; b++)
+        if (!(o->val_budgets[b] > 0.0 && o->val_budgets[b] < 1.0)) {
+            scdb_errf(errbuf, errlen, "validation budget %g is not a fraction in (0, 1)", o->val_budgets[b]);
+            return SCDB_EINVAL;
+        }
+    for (int c = 0; c < o->n_corpora; c++)
+        if (!o->corpora[c].train || o->corpora[c].train_len < (size_t)span ||
+            !o->corpora[c].val || o->corpora[c].val_len < (size_t)span) {
+            scdb_errf(errbuf, errlen, "domain %s: train and val texts need at least %d bytes each",
+                 o->corpora[c].name ? o->corpora[c].name : "?", span);
+            return SCDB_ERANGE;
+        }
+    for (int i = 0; i < o->n_models; i++) {
+        if ((rc = scdb_model_load(o->model_dirs[i], &models[i], errbuf, errlen))) goto done;
+        model_names[i] = scdb_model_cfg(models[i])->name;
+        if (o->prefill + o->steps > scdb_model_cfg(models[i])->max_seq_len) {
+            scdb_errf(errbuf, errlen, "prefill + steps exceeds %s's context", model_names[i]);
+            rc = SCDB_ERANGE;
+            goto done;
+        }
+    }
+    rc = SCDB_ENOMEM;
+    for (int c = 0; c < o->n_corpora; c++) {
+        if (!(tok[c] = malloc(o->corpora[c].train_len * sizeof *tok[c])) ||
+            !(vtok[c] = malloc(o->corpora[c].val_len * sizeof *vtok[c])))
+            goto done;
+        scdb_tokenize_bytes(o->corpora[c].train, o->corpora[c].train_len, tok[c]);
+        scdb_tokenize_bytes(o->corpora[c].val, o->corpora[c].val_len, vtok[c]);
+    }
+
+    /* validation windows: val_windows evenly spaced over each val text,
+     * for every model */
+    if (!(gs = calloc((size_t)o->n_models * o->n_corpora, sizeof *gs))) goto done;
+    for (int mi = 0; mi < o->n_models; mi++)
+        for (int c = 0; c < o->n_corpora; c++) {
+            vgroup *g = &gs[ng++];
+            g->model = mi;
+            g->corpus = c;
+            if (!(g->win = calloc((size_t)o->val_windows, sizeof *g->win))) goto done;
+            size_t room = o->corpora[c].val_len - (size_t)span;
+            for (int i = 0; i < o->val_windows; i++) {
+                size_t off = room * (size_t)(2 * i + 1) / (size_t)(2 * o->val_windows);
+                if ((rc = scdb_evict_window_new(models[mi], vtok[c] + off, o->prefill, o->steps,
+                                                &g->win[g->n_win])))
+                    goto done;
+                g->n_win++;
+            }
+        }
+    if (!(gk = calloc((size_t)ng * o->n_val_budgets, sizeof *gk))) { rc = SCDB_ENOMEM; goto done; }
+
+    /* the heuristics on the same windows */
+    for (int gi = 0; gi < ng; gi++)
+        for (int b = 0; b < o->n_val_budgets; b++) gs[gi].best_h[b] = INFINITY;
+    for (int k = SCDB_EVICT_STREAMING; k < SCDB_EVICT_LEARNED; k++) {
+        scdb_evict_policy *h = NULL;
+        double tot = 0.0, bb[MAX_VB] = {0};
+        if ((rc = scdb_evict_policy_new((scdb_evict_kind)k, &h))) goto done;
+        for (int gi = 0; gi < ng && !rc; gi++)
+            for (int b = 0; b < o->n_val_budgets && !rc; b++) {
+                double kl;
+                if ((rc = group_kl(&gs[gi], h, o, b, &kl))) break;
+                gs[gi].heur[k][b] = kl;
+                if (kl < gs[gi].best_h[b]) gs[gi].best_h[b] = kl;
+                tot += kl;
+                bb[b] += kl / ng;
+            }
+        scdb_evict_policy_free(&h);
+        if (rc) goto done;
+        r.val_kl_heuristic[k] = tot / (ng * o->n_val_budgets);
+        if (o->log) {
+            fprintf(o->log, "{\"reference\":\"%s\",\"val_kl\":%.6f,\"by_budget\":[",
+                    scdb_evict_kind_name((scdb_evict_kind)k), r.val_kl_heuristic[k]);
+            for (int b = 0; b < o->n_val_budgets; b++) fprintf(o->log, "%s%.6f", b ? "," : "", bb[b]);
+            fprintf(o->log, "]}\n");
+        }
+        if (o->verbose)
+            fprintf(stderr, "train-policy: validation KL of %-9s %.5f\n",
+                    scdb_evict_kind_name((scdb_evict_kind)k), r.val_kl_heuristic[k]);
+    }
+    {
+        double tot = 0.0, bb[MAX_VB] = {0};
+        for (int gi = 0; gi < ng; gi++)
+            for (int b = 0; b < o->n_val_budgets; b++) {
+                tot += gs[gi].best_h[b];
+                bb[b] += gs[gi].best_h[b] / ng;
+            }
+        r.val_kl_best_heuristic = tot / (ng * o->n_val_budgets);
+        if (o->log) {
+            fprintf(o->log, "{\"reference\":\"best heuristic per group\",\"val_kl\":%.6f,\"by_budget\":[",
+                    r.val_kl_best_heuristic);
+            for (int b = 0; b < o->n_val_budgets; b++) fprintf(o->log, "%s%.6f", b ? "," : "", bb[b]);
+            fprintf(o->log, "]}\n");
+        }
+        if (o->verbose)
+            fprintf(stderr, "train-policy: validation KL of the best heuristic per (model, domain, "
+                            "budget) %.5f\n", r.val_kl_best_heuristic);
+    }
+
+    /* the start: seeded random weights (or the caller's), standardised inputs */
+    rc = SCDB_ENOMEM;
+    if (o->init) {
+        if ((rc = scdb_evict_mlp_new_inputs(o->init->hidden, o->init->in_id, o->init->n_in, o->seed,
+                                            &mlp)) ||
+            (rc = scdb_evict_mlp_copy(mlp, o->init)))
+            goto done;
+    } else {
+        if ((rc = scdb_evict_mlp_new_inputs(o->hidden, o->inputs, o->n_inputs, o->seed, &mlp)))
+            goto done;
+        if ((rc = standardise(gs, ng, o, mlp))) goto done;
+        mlp->sinks = o->sinks;
+        mlp->recent = o->recent;
+        mlp->recent_frac = o->recent_frac;
+        mlp->pool = o->pool;
+    }
+    if ((rc = scdb_evict_mlp_new_inputs(mlp->hidden, mlp->in_id, mlp->n_in, o->seed, &best)) ||
+        (rc = scdb_evict_mlp_copy(best, mlp)))
+        goto done;
+    {
+        double kl, bb[MAX_VB], ratio;
+        if ((rc = validate(gs, ng, mlp, o, &kl, bb, &ratio, gk))) goto done;
+        r.val_kl_init = r.val_kl_best = kl;
+        r.val_ratio_init = r.val_ratio_best = ratio;
+        log_validation(o->log, 0, 0, scdb_now() - t_start, kl, bb, ratio, 1, o, gs, ng, gk,
+                       o->corpora, model_names);
+        if (o->verbose)
+            fprintf(stderr, "train-policy: validation of the initial network: KL %.5f, %.3f x the "
+                            "best heuristic\n", kl, ratio);
+    }
+
+    const int capn = o->prefill + o->steps;
+    rc = SCDB_ENOMEM;
+    ad.n = mlp->n_params;
+    ad.m = calloc(ad.n, sizeof *ad.m);
+    ad.v = calloc(ad.n, sizeof *ad.v);
+    grad = malloc(mlp->n_params * sizeof *grad);
+    ds = malloc((size_t)capn * sizeof *ds);
+    dsr = malloc((size_t)capn * sizeof *dsr);
+    inv = malloc((size_t)capn * sizeof *inv);
+    drawn = malloc((size_t)capn);
+    smp = calloc((size_t)K, sizeof *smp);
+    if (!ad.m || !ad.v || !grad || !ds || !dsr || !inv || !drawn || !smp) goto done;
+
+    uint64_t rng = o->seed * 0x9E3779B97F4A7C15ull + 777;
+    int episodes = 0, upd;
+    for (upd = 0; upd < o->updates; upd++) {
+        if (o->max_seconds > 0 && scdb_now() - t_start > o->max_seconds) break;
+        double t_up = scdb_now(), reward = 0.0, ent_sum = 0.0, spread = 0.0;
+        int n_states = 0;
+        memset(grad, 0, mlp->n_params * sizeof *grad);
+        if ((rc = scdb_evict_policy_from_mlp(mlp, &pol))) goto done;
+        /* the draws' temperature: tau, annealed geometrically to tau_end, so
+         * the draws explore widely at first and perturb the deterministic
+         * top-B less and less as it improves */
+        double prog_t = o->updates > 1 ? (double)upd / (o->updates - 1) : 1.0;
+        float tau_now = o->tau_end > 0.0f
+                            ? (float)(o->tau * pow((double)o->tau_end / o->tau, prog_t))
+                            : o->tau;
+        for (int e = 0; e < o->batch; e++) {
+            int mi = (int)(scdb_evict_urand(&rng) * o->n_models) % o->n_models;
+            int c = (int)(scdb_evict_urand(&rng) * o->n_corpora) % o->n_corpora;
+            size_t room = o->corpora[c].train_len - (size_t)span;
+            size_t off = (size_t)(scdb_evict_urand(&rng) * (double)(room + 1));
+            if (off > room) off = room;
+            double lf = log(o->budget_lo) + scdb_evict_urand(&rng) * (log(o->budget_hi) - log(o->budget_lo));
+            int B = budget_slots(exp(lf), o);
+            if ((rc = scdb_evict_window_new(models[mi], tok[c] + off, o->prefill, o->steps, &win)))
+                goto done;
+            episodes++;
+            /* branch points: the first eviction step and states - 1 other
+             * eviction steps, distinct, ascending, with a full horizon */
+            const int h_later = o->horizon ? o->horizon : 1;
+            int pts[MAX_STATES], np = 0, n_ev = (o->steps - h_later) / o->every + 1;
+            pts[np++] = 0;
+            for (int tries = 0; np < o->states && np < n_ev && tries < 100; tries++) {
+                int t = o->every * (1 + (int)(scdb_evict_urand(&rng) * (n_ev - 1)));
+                int dup = t > o->steps - h_later;
+                for (int i = 0; i < np; i++) dup |= pts[i] == t;
+                if (!dup) pts[np++] = t;
+            }
+            for (int i = 1; i < np; i++)
+                for (int j = i; j > 0 && pts[j] < pts[j - 1]; j--) {
+                    int tmp = pts[j]; pts[j] = pts[j - 1]; pts[j - 1] = tmp;
+                }
+            if ((rc = scdb_evict_window_reset(win))) goto done;
+            for (int s = 0; s < np; s++) {
+                double R[64], mean = 0.0, sd = 0.0;
+                if ((rc = scdb_evict_window_steps(win, pol, B, o->every, pts[s], NULL))) goto done;
+                int hz = s == 0 ? o->horizon_first : o->horizon;
+                if (hz == 0 || pts[s] + hz > o->steps) hz = o->steps - pts[s];
+                for (int k = 0; k < K; k++) {
+                    double klm;
+                    scdb_evict_sampler_clear(&smp[k]);
+                    smp[k].mlp = mlp;
+                    smp[k].tau = tau_now;
+                    smp[k].draw_evicted = 1;
+                    smp[k].rel_tau = o->rel_tau;
+                    smp[k].rng = rng ^ (0xA24BAED4963EE407ull * (uint64_t)(k + 1));
+                    scdb_evict_urand(&rng);
+                    if ((rc = scdb_evict_window_branch(win, &smp[k], pol, B, o->every, hz, &klm)))
+                        goto done;
+                    R[k < 64 ? k : 63] = -klm;
+                }
+                int kk = K < 64 ? K : 64;
+                double A_all[64];
+                sd = scdb_evict_loo_advantages(R, kk, A_all, &mean);
+                reward += mean;
+                spread += sd;
+                n_states++;
+                if (smp[0].n_dec == 0 || !(sd > 1e-9)) continue;   /* nothing drawn, or no signal */
+                for (int k = 0; k < kk; k++) {
+                    const scdb_evict_decision *d = &smp[k].dec[0];
+                    double A = A_all[k], h;
+                    memset(ds, 0, (size_t)d->n * sizeof *ds);
+                    scdb_evict_pl_grad(d, (float)(-A / kk), (float)(-o->entropy / kk), ds, &h, inv,
+                                       drawn);
+                    ent_sum += h / kk;
+                    /* the draw saw -scale * score: d/d(score) = -scale d/d(s)
+                     * (a relative temperature's spread counts as a constant);
+                     * through the max-pool to the slot each maximum came from */
+                    float itau = -d->scale;
+                    memset(dsr, 0, (size_t)d->n * sizeof *dsr);
+                    for (int j = 0; j < d->n; j++) dsr[d->arg ? d->arg[j] : j] += itau * ds[j];
+                    scdb_evict_mlp_backward(mlp, d->x, d->n, dsr, grad);
+                }
+            }
+            scdb_evict_window_free(&win);
+        }
+        scdb_evict_policy_free(&pol);
+        for (int k = 0; k < K; k++) scdb_evict_sampler_clear(&smp[k]);
+        if (n_states > 0)
+            for (size_t i = 0; i < mlp->n_params; i++) grad[i] /= (float)n_states;
+        double prog = o->updates > 1 ? (double)upd / (o->updates - 1) : 1.0;
+        float lr = o->lr * (float)(0.1 + 0.45 * (1.0 + cos(3.14159265358979 * prog)));
+        scdb_evict_adam_step(&ad, mlp->params, grad, lr);
+        if (o->log)
+            fprintf(o->log, "{\"update\":%d,\"episodes\":%d,\"reward\":%.6f,\"reward_sd\":%.6f,"
+                            "\"entropy\":%.4f,\"states\":%d,\"lr\":%.3g,\"tau\":%.4g,"
+                            "\"seconds\":%.3f}\n",
+                    upd + 1, episodes, n_states ? reward / n_states : 0.0,
+                    n_states ? spread / n_states : 0.0, n_states ? ent_sum / n_states : 0.0,
+                    n_states, lr, tau_now, scdb_now() - t_up);
+        if (o->verbose && (upd + 1) % 10 == 0)
+            fprintf(stderr, "train-policy: update %d/%d (%d episodes), sampled KL %.5f, %.0f s\n",
+                    upd + 1, o->updates, episodes, n_states ? -reward / n_states : 0.0,
+                    scdb_now() - t_start);
+        if ((upd + 1) % o->val_every == 0 || upd + 1 == o->updates) {
+            double kl, bb[MAX_VB], ratio;
+            if ((rc = validate(gs, ng, mlp, o, &kl, bb, &ratio, gk))) goto done;
+            int is_best = ratio < r.val_ratio_best;
+            if (is_best) {
+                r.val_ratio_best = ratio;
+                r.val_kl_best = kl;
+                r.best_update = upd + 1;
+                scdb_evict_mlp_copy(best, mlp);
+                if (o->checkpoint) {
+                    char num[2][32];
+                    snprintf(num[0], sizeof num[0], "%d", upd + 1);
+                    snprintf(num[1], sizeof num[1], "%.4f", ratio);
+                    const char *keys[] = {"checkpoint_update", "val_ratio"}, *vals[] = {num[0], num[1]};
+                    scdb_err crc = scdb_evict_mlp_save(best, o->checkpoint, keys, vals, 2);
+                    if (crc && o->verbose)
+                        fprintf(stderr, "train-policy: cannot write checkpoint %s: %s\n",
+                                o->checkpoint, scdb_strerror(crc));
+                }
+            }
+            log_validation(o->log, upd + 1, episodes, scdb_now() - t_start, kl, bb, ratio, is_best,
+                           o, gs, ng, gk, o->corpora, model_names);
+            if (o->verbose)
+                fprintf(stderr, "train-policy: validation after %d updates: KL %.5f, %.3f x the best "
+                                "heuristic%s\n", upd + 1, kl, ratio, is_best ? " (best)" : "");
+        }
+    }
+    r.updates = upd;
+    r.episodes = episodes;
+    r.seconds = scdb_now() - t_start;
+    *out = best;
+    best = NULL;
+    if (res) *res = r;
+    rc = SCDB_OK;
+done:
+    if (smp)
+        for (int k = 0; k < K; k++) scdb_evict_sampler_clear(&smp[k]);
+    free(smp);
+    scdb_evict_window_free(&win);
+    scdb_evict_policy_free(&pol);
+    for (int gi = 0; gi < ng; gi++) {
+        for (int i = 0; i < gs[gi].n_win; i++) scdb_evict_window_free(&gs[gi].win[i]);
+        free(gs[gi].win);
+    }
+    free(gs);
+    free(gk);
+    scdb_evict_mlp_free(&mlp);
+    scdb_evict_mlp_free(&best);
+    free(ad.m);
+    free(ad.v);
+    free(grad);
+    free(ds);
+    free(dsr);
+    free(inv);
+    free(drawn);
+    for (int c = 0; c < MAX_CORPORA; c++) { free(tok[c]); free(vtok[c]); }
+    for (int i = 0; i < MAX_MODELS; i++) scdb_model_free(&models[i]);
+    return rc;
+}

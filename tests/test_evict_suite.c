@@ -1,0 +1,766 @@
+/* test_evict_suite.c — the eviction suite (evict.h, "Domain suite"), the
+ * learned policy's version-3 inputs and the trainer's reward: the selection
+ * rule agrees with tools/evict_suite.py on known paths and is
+ * deterministic; the shipped manifest matches the shipped texts chunk by
+ * chunk, its portions and domains are disjoint, the split is the fixed one
+ * and no suite file is one the model family was trained or held out on;
+ * damaged suites are refused; the rank / age inputs on a constructed
+ * attention pattern (a network reading one rank input keeps what that
+ * heuristic keeps); version-3 policy files round-trip and bad ones are
+ * refused. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "evict.h"
+#include "evict_internal.h"
+#include "model.h"
+#include "safetensors.h"
+
+#define MANIFEST SCDB_DATA_DIR "/evict_suite/manifest.json"
+
+static char tmpdir[256];
+
+static int setup_tmp(void **state)
+{
+    (void)state;
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/scdb_test_evict_suite_XXXXXX");
+    return mkdtemp(tmpdir) ? 0 : -1;
+}
+
+static int teardown_tmp(void **state)
+{
+    (void)state;
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+/* ------------------------------------------------------------ the rule */
+
+static void test_rule_matches_python(void **state)
+{
+    (void)state;
+    /* computed with Python's zlib.crc32, as tools/evict_suite.py does */
+    static const struct { const char *path; scdb_evict_part part; uint32_t order; } want[] = {
+        {"/usr/share/man/man1/tail.1.gz", SCDB_EVICT_PART_EVAL, 0x004ecab3u},
+        {"/usr/share/doc/git/README.md", SCDB_EVICT_PART_EVAL, 0xcc527978u},
+        {"/etc/adduser.conf", SCDB_EVICT_PART_EVAL, 0x5a29b175u},
+        {"/usr/share/vim/vim90/syntax/c.vim", SCDB_EVICT_PART_TRAIN, 0xd3bf2d3du},
+        {"/usr/lib/python3/dist-packages/yaml/parser.py", SCDB_EVICT_PART_TRAIN, 0x1ee4839eu},
+        {"/a", SCDB_EVICT_PART_TRAIN, 0x15ca78ffu},
+        {"", SCDB_EVICT_PART_EVAL, 0xea2f04dau},
+    };
+    assert_int_equal(scdb_evict_crc32("123456789", 9), 0xCBF43926u);
+    assert_int_equal(scdb_evict_crc32("", 0), 0u);
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        assert_int_equal(scdb_evict_suite_part_of(want[i].path), want[i].part);
+        assert_int_equal(scdb_evict_suite_order_key(want[i].path), want[i].order);
+        /* deterministic: a second call agrees */
+        assert_int_equal(scdb_evict_suite_part_of(want[i].path), want[i].part);
+    }
+    assert_string_equal(scdb_evict_part_name(SCDB_EVICT_PART_TRAIN), "train");
+    assert_string_equal(scdb_evict_part_name(SCDB_EVICT_PART_VAL), "val");
+    assert_string_equal(scdb_evict_part_name(SCDB_EVICT_PART_EVAL), "eval");
+    assert_null(scdb_evict_part_name(SCDB_EVICT_N_PARTS));
+
+    /* the rule's three portions over many paths: about 2/8, 1/8, 5/8 */
+    int cnt[SCDB_EVICT_N_PARTS] = {0};
+    char p[64];
+    for (int i = 0; i < 8000; i++) {
+        snprintf(p, sizeof p, "/usr/share/doc/pkg%d/README", i);
+        cnt[scdb_evict_suite_part_of(p)]++;
+    }
+    assert_true(cnt[SCDB_EVICT_PART_EVAL] > 1800 && cnt[SCDB_EVICT_PART_EVAL] < 2200);
+    assert_true(cnt[SCDB_EVICT_PART_VAL] > 850 && cnt[SCDB_EVICT_PART_VAL] < 1150);
+    assert_true(cnt[SCDB_EVICT_PART_TRAIN] > 4700 && cnt[SCDB_EVICT_PART_TRAIN] < 5300);
+}
+
+/* ------------------------------------------------------------ the shipped suite */
+
+static void test_shipped_suite(void **state)
+{
+    (void)state;
+    scdb_evict_suite *s = NULL;
+    char err[512] = "";
+    /* the split is fixed: changing it must be a deliberate change here */
+    static const char *const seen[] = {"prose", "man1", "c-source", "python", "shell",
+                                       "config", "html"};
+    static const char *const unseen[] = {"changelog", "man5", "man8", "c-header", "perl",
+                                         "cmake", "vim"};
+    assert_int_equal(scdb_evict_suite_load(MANIFEST, &s, err, sizeof err), SCDB_OK);
+    assert_int_equal(s->n_domains, 14);
+    for (size_t i = 0; i < 7; i++) {
+        int a = scdb_evict_suite_find(s, seen[i]), b = scdb_evict_suite_find(s, unseen[i]);
+        assert_true(a >= 0 && b >= 0);
+        assert_true(s->domains[a].seen);
+        assert_false(s->domains[b].seen);
+    }
+    assert_int_equal(scdb_evict_suite_find(s, "no-such-domain"), -1);
+    scdb_err rc = scdb_evict_suite_verify(s, err, sizeof err);
+    if (rc) fprintf(stderr, "verify: %s\n", err);
+    assert_int_equal(rc, SCDB_OK);
+
+    /* each text is big enough for the bench's windows (513 bytes, 8 of them
+     * evenly spaced) and the portions' files are disjoint by the rule */
+    for (int i = 0; i < s->n_domains; i++)
+        for (int p = 0; p < SCDB_EVICT_N_PARTS; p++) {
+            const scdb_evict_suite_portion *q = &s->domains[i].part[p];
+            if (!q->present) continue;
+            assert_true(q->bytes >= 16 * 1024);
+            assert_true(q->n_files >= 5);
+            char *text = NULL;
+            size_t len = 0;
+            assert_int_equal(scdb_evict_suite_read(s, i, (scdb_evict_part)p, &text, &len, err,
+                                                   sizeof err), SCDB_OK);
+            assert_int_equal(len, q->bytes);
+            free(text);
+        }
+    char *t = NULL;
+    size_t l = 0;
+    int u = scdb_evict_suite_find(s, "perl");
+    assert_int_equal(scdb_evict_suite_read(s, u, SCDB_EVICT_PART_TRAIN, &t, &l, err, sizeof err),
+                     SCDB_ENOTFOUND);
+
+    /* no file the model family trained or was held out on, nothing of the
+     * standard library the `python` model trains on */
+    char *tj = NULL;
+    size_t tl = 0;
+    assert_int_equal(scdb_read_file(SCDB_DATA_DIR "/models/TRAINING.json", 64u << 20, &tj, &tl),
+                     SCDB_OK);
+    cJSON *doc = cJSON_ParseWithLength(tj, tl);
+    free(tj);
+    assert_non_null(doc);
+    cJSON *doms = cJSON_GetObjectItem(doc, "domains"), *d;
+    int checked = 0;
+    cJSON_ArrayForEach(d, doms) {
+        const char *lists[] = {"train_files", "heldout_files"};
+        for (int k = 0; k < 2; k++) {
+            cJSON *f;
+            cJSON_ArrayForEach(f, cJSON_GetObjectItem(d, lists[k])) {
+                for (int i = 0; i < s->n_domains; i++)
+                    for (int p = 0; p < SCDB_EVICT_N_PARTS; p++)
+                        for (int j = 0; j < s->domains[i].part[p].n_files; j++)
+                            assert_string_not_equal(s->domains[i].part[p].files[j].path,
+                                                    f->valuestring);
+                checked++;
+            }
+        }
+    }
+    assert_true(checked > 1000);
+    cJSON_Delete(doc);
+    for (int i = 0; i < s->n_domains; i++)
+        for (int p = 0; p < SCDB_EVICT_N_PARTS; p++)
+            for (int j = 0; j < s->domains[i].part[p].n_files; j++)
+                assert_null(strstr(s->domains[i].part[p].files[j].path, "/usr/lib/python3.11/"));
+    scdb_evict_suite_free(&s);
+    scdb_evict_suite_free(&s);   /* NULLed: a second free is harmless */
+}
+
+/* ------------------------------------------------------------ damaged suites */
+
+/* Copy the shipped suite into tmpdir/name with the manifest passed through
+ * edit (which may change the parsed document) and, if flip_text, one byte
+ * of prose.eval.txt flipped; returns the new manifest's path. */
+static void copy_suite(const char *name, void (*edit)(cJSON *), int flip_text, char *out,
+                       size_t outlen)
+{
+    char dir[512], cmd[1400];
+    snprintf(dir, sizeof dir, "%s/%s", tmpdir, name);
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s' && cp " SCDB_DATA_DIR "/evict_suite/*.txt '%s'/",
+             dir, dir);
+    assert_int_equal(system(cmd), 0);
+    char *txt = NULL;
+    size_t len = 0;
+    assert_int_equal(scdb_read_file(MANIFEST, 64u << 20, &txt, &len), SCDB_OK);
+    cJSON *doc = cJSON_ParseWithLength(txt, len);
+    free(txt);
+    assert_non_null(doc);
+    if (edit) edit(doc);
+    char *js = cJSON_Print(doc);
+    cJSON_Delete(doc);
+    snprintf(out, outlen, "%s/manifest.json", dir);
+    FILE *f = fopen(out, "w");
+    assert_non_null(f);
+    fputs(js, f);
+    fclose(f);
+    free(js);
+    if (flip_text) {
+        char p[600];
+        snprintf(p, sizeof p, "%s/prose.eval.txt", dir);
+        f = fopen(p, "r+b");
+        assert_non_null(f);
+        fseek(f, 5000, SEEK_SET);
+        int c = fgetc(f);
+        fseek(f, 5000, SEEK_SET);
+        fputc(c ^ 1, f);
+        fclose(f);
+    }
+}
+
+static cJSON *domain_named(cJSON *doc, const char *name)
+{
+    cJSON *d;
+    cJSON_ArrayForEach(d, cJSON_GetObjectItem(doc, "domains"))
+        if (!strcmp(cJSON_GetObjectItem(d, "name")->valuestring, name)) return d;
+    return NULL;
+}
+
+static cJSON *files_of(cJSON *doc, const char *dom, const char *part)
+{
+    return cJSON_GetObjectItem(
+        cJSON_GetObjectItem(cJSON_GetObjectItem(domain_named(doc, dom), "portions"), part),
+        "files");
+}
+
+/* a file recorded in the eval portion that the rule puts elsewhere */
+static void edit_wrong_portion(cJSON *doc)
+{
+    cJSON *f = cJSON_GetArrayItem(files_of(doc, "man1", "eval"), 0);
+    cJSON_ReplaceItemInObject(f, "path", cJSON_CreateString("/usr/share/vim/vim90/syntax/c.vim"));
+}
+
+/* the same file in two domains (same portion, so only the reuse is wrong) */
+static void edit_reused(cJSON *doc)
+{
+    cJSON *a = cJSON_GetArrayItem(files_of(doc, "man1", "eval"), 0);
+    cJSON *b = cJSON_GetArrayItem(files_of(doc, "man5", "eval"), 0);
+    cJSON_ReplaceItemInObject(b, "path",
+                              cJSON_CreateString(cJSON_GetObjectItem(a, "path")->valuestring));
+}
+
+/* two chunks swapped: out of the rule's order and off their places */
+static void edit_order(cJSON *doc)
+{
+    cJSON *files = files_of(doc, "python", "train");
+    cJSON *x = cJSON_DetachItemFromArray(files, 0);
+    cJSON_InsertItemInArray(files, 1, x);
+}
+
+/* an unseen domain with a training text */
+static void edit_unseen_train(cJSON *doc)
+{
+    cJSON *parts = cJSON_GetObjectItem(domain_named(doc, "perl"), "portions");
+    cJSON *train = cJSON_GetObjectItem(cJSON_GetObjectItem(domain_named(doc, "prose"), "portions"),
+                                       "train");
+    cJSON_AddItemToObject(parts, "train", cJSON_Duplicate(train, 1));
+}
+
+static void edit_chunk_crc(cJSON *doc)
+{
+    cJSON *f = cJSON_GetArrayItem(files_of(doc, "vim", "eval"), 3);
+    cJSON_ReplaceItemInObject(f, "crc32", cJSON_CreateNumber(12345));
+}
+
+static void test_damaged_suites(void **state)
+{
+    (void)state;
+    static const struct { const char *name; void (*edit)(cJSON *); int flip; } cases[] = {
+        {"flipped_byte", NULL, 1},        {"wrong_portion", edit_wrong_portion, 0},
+        {"reused_file", edit_reused, 0},  {"order", edit_order, 0},
+        {"unseen_train", edit_unseen_train, 0}, {"chunk_crc", edit_chunk_crc, 0},
+    };
+    char path[700], err[512];
+    scdb_evict_suite *s = NULL;
+
+    copy_suite("intact", NULL, 0, path, sizeof path);
+    assert_int_equal(scdb_evict_suite_load(path, &s, err, sizeof err), SCDB_OK);
+    assert_int_equal(scdb_evict_suite_verify(s, err, sizeof err), SCDB_OK);
+    scdb_evict_suite_free(&s);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        err[0] = 0;
+        copy_suite(cases[i].name, cases[i].edit, cases[i].flip, path, sizeof path);
+        assert_int_equal(scdb_evict_suite_load(path, &s, err, sizeof err), SCDB_OK);
+        assert_int_equal(scdb_evict_suite_verify(s, err, sizeof err), SCDB_EMISMATCH);
+        assert_true(err[0] != 0);
+        scdb_evict_suite_free(&s);
+    }
+    /* a flipped byte is also caught when the bench reads the text */
+    copy_suite("flipped_read", NULL, 1, path, sizeof path);
+    assert_int_equal(scdb_evict_suite_load(path, &s, err, sizeof err), SCDB_OK);
+    char *t = NULL;
+    size_t l = 0;
+    assert_int_equal(scdb_evict_suite_read(s, scdb_evict_suite_find(s, "prose"), SCDB_EVICT_PART_EVAL,
+                                           &t, &l, err, sizeof err), SCDB_EMISMATCH);
+    assert_null(t);
+    scdb_evict_suite_free(&s);
+
+    /* garbage, truncation, a missing file, a different document */
+    static const char *const bad[] = {"", "{", "[]", "{\"suite\":\"other\",\"domains\":[]}",
+                                      "{\"suite\":\"scdb-evict-suite\",\"domains\":[{}]}",
+                                      "{\"suite\":\"scdb-evict-suite\",\"domains\":[{\"name\":\"x\","
+                                      "\"seen\":true,\"portions\":{\"bogus\":{}}}]}",
+                                      "{\"suite\":\"scdb-evict-suite\",\"domains\":[{\"name\":\"x\","
+                                      "\"seen\":true,\"portions\":{\"eval\":{\"file\":\"../x\","
+                                      "\"bytes\":1,\"crc32\":1,\"files\":[]}}}]}"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(path, sizeof path, "%s/bad%zu.json", tmpdir, i);
+        FILE *f = fopen(path, "w");
+        assert_non_null(f);
+        fputs(bad[i], f);
+        fclose(f);
+        assert_int_equal(scdb_evict_suite_load(path, &s, err, sizeof err), SCDB_EFORMAT);
+        assert_null(s);
+    }
+    snprintf(path, sizeof path, "%s/none.json", tmpdir);
+    assert_int_equal(scdb_evict_suite_load(path, &s, err, sizeof err), SCDB_ENOTFOUND);
+    assert_int_equal(scdb_evict_suite_load(NULL, &s, err, sizeof err), SCDB_EINVAL);
+}
+
+
+/* ------------------------------------------------------------ version-3 inputs */
+
+#define NEAR(a, b, tol) assert_true(fabs((double)(a) - (double)(b)) <= (tol))
+
+/* 12 tokens; query q at pos q sees slots 0..q with weights
+ *   1 + 20 [j = 5] + 10 [j = 2] + (q = 11 ? 40 [j = 7] : 0), normalised,
+ * identical in both heads (the pattern of test_evict.c's heuristics). */
+static void pattern(scdb_kv_cache **cp, scdb_evict_acc **ap)
+{
+    enum { N = 12 };
+    scdb_kv_cache *c = NULL;
+    scdb_evict_acc *a = NULL;
+    scdb_evict_acc_shape sh = {1, 2, 1, 16, 32};
+    assert_int_equal(scdb_kv_cache_new(1, 1, 2, 16, &c), SCDB_OK);
+    assert_int_equal(scdb_evict_acc_new(&sh, &a), SCDB_OK);
+    static float probs[2][N][N];
+    for (int i = 0; i < N; i++) {
+        c->pos[i] = i;
+        scdb_kv_v(c, 0, i)[0] = 1.0f + 0.1f * i;
+    }
+    c->n = N;
+    memset(probs, 0, sizeof probs);
+    for (int q = 0; q < N; q++) {
+        float w[N], z = 0;
+        for (int j = 0; j <= q; j++) {
+            w[j] = 1.0f + 20.0f * (j == 5) + 10.0f * (j == 2) + (q == 11 ? 40.0f * (j == 7) : 0.0f);
+            z += w[j];
+        }
+        for (int h = 0; h < 2; h++)
+            for (int j = 0; j <= q; j++) probs[h][q][j] = w[j] / z;
+    }
+    assert_int_equal(scdb_evict_acc_update(a, c, &probs[0][0][0], N, N), SCDB_OK);
+    *cp = c;
+    *ap = a;
+}
+
+/* a network reading one input, decreasing in it (ranks: lower is better) */
+static scdb_evict_mlp *one_input_mlp(int id, float sign)
+{
+    scdb_evict_mlp *m = NULL;
+    assert_int_equal(scdb_evict_mlp_new_inputs(1, &id, 1, 1, &m), SCDB_OK);
+    memset(m->params, 0, m->n_params * sizeof *m->params);
+    m->w1[0] = sign;
+    m->w2[0] = 1.0f;
+    m->w3[0] = 1.0f;
+    m->sinks = 0;
+    m->recent = 0;
+    m->recent_frac = 0.5f;   /* the budget / 2 recent slots H2O and SnapKV protect here */
+    return m;
+}
+
+static void keep_with(const scdb_evict_policy *p, int budget, int *keep, int *nk)
+{
+    scdb_kv_cache *c;
+    scdb_evict_acc *a;
+    int32_t map[16];
+    pattern(&c, &a);
+    assert_int_equal(scdb_evict_run(p, c, a, budget, map, nk), SCDB_OK);
+    for (int i = 0; i < *nk; i++) keep[i] = map[i];
+    scdb_evict_acc_free(&a);
+    scdb_kv_cache_free(&c);
+}
+
+static void test_inputs_constructed(void **state)
+{
+    (void)state;
+    enum { N = 12, NA = SCDB_EVICT_N_ALL_INPUTS, B = 6 };
+    scdb_kv_cache *c;
+    scdb_evict_acc *a;
+    float feats[N * SCDB_EVICT_N_FEATURES], x[N * NA];
+    pattern(&c, &a);
+    assert_int_equal(scdb_evict_features(a, feats), SCDB_OK);
+    assert_int_equal(scdb_evict_inputs(a, feats, B, x), SCDB_OK);
+    const double lb = log((double)B);
+    /* the first seven are the version-2 inputs */
+    float v2[SCDB_EVICT_N_INPUTS];
+    scdb_evict_mlp_transform(feats + 3 * SCDB_EVICT_N_FEATURES, v2);
+    for (int k = 0; k < SCDB_EVICT_N_FEATURES; k++) NEAR(x[3 * NA + k], v2[k], 1e-6);
+    NEAR(x[3 * NA + SCDB_EI_BUDGET], lb, 1e-6);
+    /* age: the newest slot is 1 slot old, the oldest 12, per budget slot */
+    NEAR(x[11 * NA + SCDB_EI_AGE], log(1.0) - lb, 1e-6);
+    NEAR(x[0 * NA + SCDB_EI_AGE], log(12.0) - lb, 1e-6);
+    /* cumulative mass: slot 2 first, then 5 (test_evict.c), then 0 */
+    NEAR(x[2 * NA + SCDB_EI_R_MASS], log(1.0) - lb, 1e-6);
+    NEAR(x[5 * NA + SCDB_EI_R_MASS], log(2.0) - lb, 1e-6);
+    NEAR(x[0 * NA + SCDB_EI_R_MASS], log(3.0) - lb, 1e-6);
+    /* the last query put 40 on slot 7, 20 on 5, 10 on 2 */
+    NEAR(x[7 * NA + SCDB_EI_R_LAST], log(1.0) - lb, 1e-6);
+    NEAR(x[5 * NA + SCDB_EI_R_LAST], log(2.0) - lb, 1e-6);
+    NEAR(x[2 * NA + SCDB_EI_R_LAST], log(3.0) - lb, 1e-6);
+    /* each rank input is a permutation of log(1..n) - log B */
+    static const int ranks[] = {SCDB_EI_R_MASS, SCDB_EI_R_ALPHA, SCDB_EI_R_WIN, SCDB_EI_R_SNAPKV,
+                                SCDB_EI_R_LAST, SCDB_EI_R_LIFE};
+    for (size_t r = 0; r < sizeof ranks / sizeof ranks[0]; r++) {
+        int seen[N] = {0};
+        for (int i = 0; i < N; i++) {
+            int k = (int)lround(exp(x[i * NA + ranks[r]] + lb)) - 1;
+            assert_true(k >= 0 && k < N);
+            seen[k]++;
+        }
+        for (int k = 0; k < N; k++) assert_int_equal(seen[k], 1);
+    }
+    /* per-cache values, the same in every slot; vnorm_z has mean 0 */
+    double zs = 0.0;
+    for (int i = 0; i < N; i++) {
+        NEAR(x[i * NA + SCDB_EI_CTX_N], log(12.0) - lb, 1e-6);
+        NEAR(x[i * NA + SCDB_EI_CTX_ENT], x[0 * NA + SCDB_EI_CTX_ENT], 1e-7);
+        zs += x[i * NA + SCDB_EI_VNORM_Z];
+    }
+    NEAR(zs, 0.0, 1e-4);
+    assert_true(x[11 * NA + SCDB_EI_VNORM_Z] > x[0 * NA + SCDB_EI_VNORM_Z]);   /* V grows with i */
+    /* the budget moves the rank and age inputs, not the order */
+    float x2[N * NA];
+    assert_int_equal(scdb_evict_inputs(a, feats, 3, x2), SCDB_OK);
+    NEAR(x2[2 * NA + SCDB_EI_R_MASS] - x[2 * NA + SCDB_EI_R_MASS], log(2.0), 1e-6);
+    assert_int_equal(scdb_evict_inputs(a, feats, 0, x2), SCDB_EINVAL);
+    assert_int_equal(scdb_evict_inputs(NULL, feats, 3, x2), SCDB_EINVAL);
+    scdb_evict_acc_free(&a);
+    scdb_kv_cache_free(&c);
+
+    /* a network reading only H2O's rank keeps H2O's set; SnapKV's rank,
+     * SnapKV's set; TOVA's rank with one protected slot, TOVA's set */
+    static const struct { int id; scdb_evict_kind kind; int recent; float frac; } same[] = {
+        {SCDB_EI_R_MASS, SCDB_EVICT_H2O, 0, 0.5f},
+        {SCDB_EI_R_SNAPKV, SCDB_EVICT_SNAPKV, 0, 0.5f},
+        {SCDB_EI_R_LAST, SCDB_EVICT_TOVA, 1, 0.0f}};
+    for (size_t i = 0; i < sizeof same / sizeof same[0]; i++) {
+        scdb_evict_mlp *m = one_input_mlp(same[i].id, -1.0f);
+        scdb_evict_policy *pl = NULL, *ph = NULL;
+        int kl[16], kh[16], nl, nh;
+        m->recent = same[i].recent;
+        m->recent_frac = same[i].frac;
+        assert_int_equal(scdb_evict_policy_from_mlp(m, &pl), SCDB_OK);
+        assert_int_equal(scdb_evict_policy_new(same[i].kind, &ph), SCDB_OK);
+        keep_with(pl, B, kl, &nl);
+        keep_with(ph, B, kh, &nh);
+        assert_int_equal(nl, B);
+        assert_int_equal(nh, B);
+        assert_memory_equal(kl, kh, sizeof(int) * B);
+        scdb_evict_policy_free(&pl);
+        scdb_evict_policy_free(&ph);
+        scdb_evict_mlp_free(&m);
+    }
+    /* and one reading the age (older = higher) keeps StreamingLLM's oldest
+     * slots first: with no protection, the six oldest */
+    scdb_evict_mlp *m = one_input_mlp(SCDB_EI_AGE, 1.0f);
+    m->recent_frac = 0.0f;
+    scdb_evict_policy *pa = NULL;
+    int ka[16], na;
+    assert_int_equal(scdb_evict_policy_from_mlp(m, &pa), SCDB_OK);
+    keep_with(pa, B, ka, &na);
+    const int oldest[] = {0, 1, 2, 3, 4, 5};
+    assert_memory_equal(ka, oldest, sizeof oldest);
+    scdb_evict_policy_free(&pa);
+    scdb_evict_mlp_free(&m);
+
+    assert_string_equal(scdb_evict_input_name(SCDB_EI_R_SNAPKV), "rank_snapkv");
+    assert_int_equal(scdb_evict_input_parse("rank_snapkv"), SCDB_EI_R_SNAPKV);
+    assert_int_equal(scdb_evict_input_parse("nope"), -1);
+    assert_null(scdb_evict_input_name(SCDB_EVICT_N_ALL_INPUTS));
+    int dup[2] = {SCDB_EI_AGE, SCDB_EI_AGE}, bad = SCDB_EVICT_N_ALL_INPUTS;
+    assert_int_equal(scdb_evict_mlp_new_inputs(4, dup, 2, 1, &m), SCDB_EINVAL);
+    assert_int_equal(scdb_evict_mlp_new_inputs(4, &bad, 1, 1, &m), SCDB_EINVAL);
+    assert_int_equal(scdb_evict_mlp_new_inputs(4, dup, 0, 1, &m), SCDB_EINVAL);
+}
+
+/* A version-3 file of m's tensors with the given `features` metadata. */
+static void write_v3(const char *path, const scdb_evict_mlp *m, const char *features)
+{
+    scdb_st_writer *w = NULL;
+    int64_t H = m->hidden, N = m->n_in, sn[1] = {N}, s1[1] = {1}, sh[1] = {H}, shn[2] = {H, N},
+            shh[2] = {H, H}, s1h[2] = {1, H};
+    assert_int_equal(scdb_st_writer_new(&w), SCDB_OK);
+    assert_int_equal(scdb_st_writer_meta(w, "format", "scdb-evict-policy"), SCDB_OK);
+    assert_int_equal(scdb_st_writer_meta(w, "version", "3"), SCDB_OK);
+    assert_int_equal(scdb_st_writer_meta(w, "features", features), SCDB_OK);
+    assert_int_equal(scdb_st_writer_meta(w, "activation", "tanh"), SCDB_OK);
+    assert_int_equal(scdb_st_writer_meta(w, "sinks", "4"), SCDB_OK);
+    assert_int_equal(scdb_st_writer_meta(w, "recent", "8"), SCDB_OK);
+    assert_int_equal(scdb_st_writer_add(w, "input.mean", SCDB_F32, 1, sn, m->in_mean), SCDB_OK);
+    assert_int_equal(scdb_st_writer_add(w, "input.std", SCDB_F32, 1, sn, m->in_std), SCDB_OK);
+    assert_int_equal(scdb_st_writer_add(w, "fc1.weight", SCDB_F32, 2, shn, m->w1), SCDB_OK);
+    assert_int_equal(scdb_st_writer_add(w, "fc1.bias", SCDB_F32, 1, sh, m->b1), SCDB_OK);
+    assert_int_equal(scdb_st_writer_add(w, "fc2.weight", SCDB_F32, 2, shh, m->w2), SCDB_OK);
+    assert_int_equal(scdb_st_writer_add(w, "fc2.bias", SCDB_F32, 1, sh, m->b2), SCDB_OK);
+    assert_int_equal(scdb_st_writer_add(w, "out.weight", SCDB_F32, 2, s1h, m->w3), SCDB_OK);
+    assert_int_equal(scdb_st_writer_add(w, "out.bias", SCDB_F32, 1, s1, m->b3), SCDB_OK);
+    assert_int_equal(scdb_st_writer_write(w, path), SCDB_OK);
+    scdb_st_writer_free(&w);
+}
+
+static void test_policy_file_v3(void **state)
+{
+    (void)state;
+    const int ids[] = {SCDB_EI_AGE, SCDB_EI_R_MASS, SCDB_EI_ALPHA, SCDB_EI_R_SNAPKV, SCDB_EI_CTX_N};
+    scdb_evict_mlp *m = NULL;
+    scdb_evict_policy *p = NULL;
+    char path[512], err[512];
+    assert_int_equal(scdb_evict_mlp_new_inputs(8, ids, 5, 3, &m), SCDB_OK);
+    for (int i = 0; i < 5; i++) { m->in_mean[i] = 0.2f * i; m->in_std[i] = 1.0f + 0.25f * i; }
+    m->sinks = 4;
+    m->recent = 8;
+    m->recent_frac = 0.0f;
+    snprintf(path, sizeof path, "%s/v3.safetensors", tmpdir);
+    assert_int_equal(scdb_evict_mlp_save(m, path, NULL, NULL, 0), SCDB_OK);
+    assert_int_equal(scdb_evict_policy_load(path, &p, err, sizeof err), SCDB_OK);
+    assert_string_equal(scdb_evict_policy_meta(p, "version"), "3");
+    assert_string_equal(scdb_evict_policy_meta(p, "features"), "age,rank_mass,alpha,rank_snapkv,ctx_n");
+    const scdb_evict_mlp *lm = scdb_evict_policy_mlp(p);
+    assert_int_equal(lm->n_in, 5);
+    assert_memory_equal(lm->in_id, ids, sizeof ids);
+    /* same scores from the accumulators */
+    scdb_kv_cache *c;
+    scdb_evict_acc *a;
+    float s1[16], s2[16];
+    pattern(&c, &a);
+    assert_int_equal(scdb_evict_mlp_score_acc(m, a, 6, s1, NULL), SCDB_OK);
+    assert_int_equal(scdb_evict_mlp_score_acc(lm, a, 6, s2, NULL), SCDB_OK);
+    assert_memory_equal(s1, s2, sizeof(float) * 12);
+    /* the rank inputs make the scores depend on the budget */
+    assert_int_equal(scdb_evict_mlp_score_acc(lm, a, 9, s2, NULL), SCDB_OK);
+    assert_true(memcmp(s1, s2, sizeof(float) * 12) != 0);
+    scdb_evict_acc_free(&a);
+    scdb_kv_cache_free(&c);
+    scdb_evict_policy_free(&p);
+
+    /* a version-2 network still writes version 2 */
+    scdb_evict_mlp *m2 = NULL;
+    assert_int_equal(scdb_evict_mlp_new(4, 1, &m2), SCDB_OK);
+    snprintf(path, sizeof path, "%s/v2.safetensors", tmpdir);
+    assert_int_equal(scdb_evict_mlp_save(m2, path, NULL, NULL, 0), SCDB_OK);
+    assert_int_equal(scdb_evict_policy_load(path, &p, err, sizeof err), SCDB_OK);
+    assert_string_equal(scdb_evict_policy_meta(p, "version"), "2");
+    scdb_evict_policy_free(&p);
+    scdb_evict_mlp_free(&m2);
+
+    /* bad feature lists: unknown, repeated, empty, more names than the
+     * tensors have inputs */
+    static const char *const bad[] = {"age,rank_mass,alpha,rank_snapkv,nope",
+                                      "age,rank_mass,alpha,age,ctx_n", "",
+                                      "age,rank_mass,alpha,rank_snapkv,ctx_n,life"};
+    static const scdb_err want[] = {SCDB_EMISMATCH, SCDB_EMISMATCH, SCDB_EMISMATCH, SCDB_ESHAPE};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(path, sizeof path, "%s/v3bad%zu.safetensors", tmpdir, i);
+        write_v3(path, m, bad[i]);
+        assert_int_equal(scdb_evict_policy_load(path, &p, err, sizeof err), want[i]);
+        assert_null(p);
+        assert_true(err[0] != 0);
+    }
+    snprintf(path, sizeof path, "%s/v3good.safetensors", tmpdir);
+    write_v3(path, m, "age,rank_mass,alpha,rank_snapkv,ctx_n");
+    assert_int_equal(scdb_evict_policy_load(path, &p, err, sizeof err), SCDB_OK);
+    scdb_evict_policy_free(&p);
+    scdb_evict_mlp_free(&m);
+}
+
+/* ------------------------------------------------------------ the trainer's reward */
+
+static void test_trainer_reward(void **state)
+{
+    (void)state;
+    enum { P = 48, T = 24, EVERY = 4, B = 16 };
+    scdb_model *model = NULL;
+    char err[512];
+    assert_int_equal(scdb_model_load(SCDB_DATA_DIR "/models/base", &model, err, sizeof err), SCDB_OK);
+    const char *txt = "The cache keeps what the next tokens attend to. The cache keeps what the "
+                      "next tokens attend to, and drops the rest of it.";
+    int32_t tok[P + T + 1];
+    scdb_tokenize_bytes((const unsigned char *)txt, P + T + 1, tok);
+    scdb_evict_window *w = NULL;
+    assert_int_equal(scdb_evict_window_new(model, tok, P, T, &w), SCDB_OK);
+
+    static const int ids[] = {SCDB_EI_ALPHA, SCDB_EI_AGE, SCDB_EI_R_MASS, SCDB_EI_R_SNAPKV};
+    scdb_evict_mlp *m = NULL;
+    scdb_evict_policy *p = NULL;
+    assert_int_equal(scdb_evict_mlp_new_inputs(8, ids, 4, 5, &m), SCDB_OK);
+    m->sinks = 2;
+    m->recent = 3;
+    assert_int_equal(scdb_evict_policy_from_mlp(m, &p), SCDB_OK);
+    float kl_steps[T];
+    scdb_evict_eval e;
+    assert_int_equal(scdb_evict_window_eval(w, p, B, EVERY, kl_steps, &e), SCDB_OK);
+    assert_true(e.kl > 0.0);
+
+    /* a near-deterministic draw (tau 1e-4) is the policy's own top-B, so the
+     * branch's reward is the deterministic run's KL over the same steps:
+     * from the first eviction, and from a later state */
+    scdb_evict_sampler smp;
+    memset(&smp, 0, sizeof smp);
+    smp.mlp = m;
+    smp.tau = 1e-4f;
+    smp.draw_evicted = 1;
+    smp.rng = 42;
+    double klm, want = 0.0;
+    assert_int_equal(scdb_evict_window_reset(w), SCDB_OK);
+    assert_int_equal(scdb_evict_window_branch(w, &smp, p, B, EVERY, T, &klm), SCDB_OK);
+    for (int t = 0; t < T; t++) want += kl_steps[t] / T;
+    NEAR(klm, want, 1e-6 * want);
+    assert_int_equal(smp.n_dec, 1);
+    assert_int_equal(smp.dec[0].step, 0);
+    assert_int_equal(smp.dec[0].n, P);
+    assert_int_equal(smp.dec[0].m, P - B);        /* the evicted draw: every slot evicted */
+    scdb_evict_sampler_clear(&smp);
+    double kl8;
+    assert_int_equal(scdb_evict_window_steps(w, p, B, EVERY, 8, &kl8), SCDB_OK);
+    want = 0.0;
+    for (int t = 0; t < 8; t++) want += kl_steps[t];
+    NEAR(kl8, want, 1e-6 * want);
+    assert_int_equal(scdb_evict_window_branch(w, &smp, p, B, EVERY, 12, &klm), SCDB_OK);
+    want = 0.0;
+    for (int t = 8; t < 20; t++) want += kl_steps[t] / 12;
+    NEAR(klm, want, 1e-6 * want);
+    assert_int_equal(smp.n_dec, 1);
+    assert_int_equal(smp.dec[0].step, 8);
+    assert_int_equal(smp.dec[0].n, B + EVERY);
+    scdb_evict_sampler_clear(&smp);
+    /* the branch left the student where it was */
+    assert_int_equal(scdb_evict_window_steps(w, p, B, EVERY, 6, NULL), SCDB_EINVAL);
+    assert_int_equal(scdb_evict_window_branch(w, &smp, p, B, EVERY, T, &klm), SCDB_EINVAL);
+
+    /* a budget that holds everything: nothing drawn, reward 0 */
+    assert_int_equal(scdb_evict_window_reset(w), SCDB_OK);
+    assert_int_equal(scdb_evict_window_branch(w, &smp, p, P + T, EVERY, T, &klm), SCDB_OK);
+    assert_true(klm == 0.0);
+    assert_int_equal(smp.n_dec, 0);
+
+    /* exploring draws (tau 1) from the same state: rewards <= 0, not all
+     * equal, each draw evicting P - B distinct candidates */
+    double R[6], A[6], mean;
+    smp.tau = 1.0f;
+    for (int k = 0; k < 6; k++) {
+        smp.rng = 1000 + 77 * (uint64_t)k;
+        assert_int_equal(scdb_evict_window_branch(w, &smp, p, B, EVERY, 12, &klm), SCDB_OK);
+        R[k] = -klm;
+        assert_true(R[k] <= 0.0);
+        const scdb_evict_decision *d = &smp.dec[smp.n_dec - 1];
+        assert_int_equal(d->m, P - B);
+        char seen[P];
+        memset(seen, 0, sizeof seen);
+        for (int j = 0; j < d->m; j++) {
+            assert_true(d->order[j] >= d->sinks && d->order[j] < d->n - d->recent);
+            assert_false(seen[d->order[j]]);
+            seen[d->order[j]] = 1;
+        }
+    }
+    int distinct = 0;
+    for (int k = 1; k < 6; k++) distinct |= R[k] != R[0];
+    assert_true(distinct);
+    double sd = scdb_evict_loo_advantages(R, 6, A, &mean);
+    double sa = 0.0;
+    for (int k = 0; k < 6; k++) sa += A[k];
+    assert_true(sd > 0.0);
+    NEAR(sa, 0.0, 1e-9);
+    for (int k = 0; k < 6; k++) assert_true((A[k] > 0) == (R[k] > mean) || A[k] == 0.0);
+    scdb_evict_sampler_clear(&smp);
+
+    /* the advantages on constructed rewards */
+    const double Rc[4] = {-1, -2, -3, -6};
+    double Ac[4];
+    sd = scdb_evict_loo_advantages(Rc, 4, Ac, &mean);
+    NEAR(mean, -3.0, 1e-12);
+    NEAR(sd, sqrt(3.5), 1e-12);
+    NEAR(Ac[0], (-1.0 - (-11.0 / 3)) / sqrt(3.5), 1e-12);   /* R_0 - mean of the others */
+    NEAR(Ac[3], (-6.0 - (-2.0)) / sqrt(3.5), 1e-12);
+    const double Re[3] = {-0.5, -0.5, -0.5};
+    double Ae[3];
+    assert_true(scdb_evict_loo_advantages(Re, 3, Ae, NULL) == 0.0);
+    for (int k = 0; k < 3; k++) assert_true(Ae[k] == 0.0);
+
+    scdb_evict_policy_free(&p);
+    scdb_evict_mlp_free(&m);
+    scdb_evict_window_free(&w);
+    scdb_model_free(&model);
+}
+
+/* A few steps of the trainer on the bundled base model and one domain:
+ * the API end to end (validation against the heuristics, a network out). */
+static void test_trainer_runs(void **state)
+{
+    (void)state;
+    scdb_evict_suite *s = NULL;
+    char err[512], *tr = NULL, *va = NULL;
+    size_t tl, vl;
+    assert_int_equal(scdb_evict_suite_load(MANIFEST, &s, err, sizeof err), SCDB_OK);
+    int d = scdb_evict_suite_find(s, "prose");
+    assert_int_equal(scdb_evict_suite_read(s, d, SCDB_EVICT_PART_TRAIN, &tr, &tl, err, sizeof err), SCDB_OK);
+    assert_int_equal(scdb_evict_suite_read(s, d, SCDB_EVICT_PART_VAL, &va, &vl, err, sizeof err), SCDB_OK);
+    scdb_evict_corpus c = {"prose", (const unsigned char *)tr, tl, (const unsigned char *)va, vl};
+    const char *dirs[] = {SCDB_DATA_DIR "/models/base"};
+    scdb_evict_rl_opts o;
+    scdb_evict_rl_defaults(&o);
+    o.model_dirs = dirs;
+    o.n_models = 1;
+    o.corpora = &c;
+    o.n_corpora = 1;
+    o.updates = 4;
+    o.batch = 1;
+    o.states = 2;
+    o.samples = 4;
+    o.horizon = 8;
+    o.prefill = 32;
+    o.steps = 16;
+    o.every = 4;
+    o.hidden = 8;
+    o.val_windows = 1;
+    o.val_every = 2;
+    scdb_evict_mlp *m = NULL;
+    scdb_evict_rl_result r;
+    assert_int_equal(scdb_evict_train_rl(&o, &m, &r, err, sizeof err), SCDB_OK);
+    assert_non_null(m);
+    assert_int_equal(r.updates, 4);
+    assert_int_equal(r.episodes, 4);
+    assert_int_equal(m->n_in, SCDB_EVICT_N_ALL_INPUTS);
+    assert_true(r.val_ratio_best <= r.val_ratio_init);
+    assert_true(r.val_kl_best_heuristic > 0.0 && isfinite(r.val_ratio_best));
+    for (int k = SCDB_EVICT_STREAMING; k < SCDB_EVICT_LEARNED; k++)
+        assert_true(r.val_kl_heuristic[k] >= r.val_kl_best_heuristic);
+    scdb_evict_mlp_free(&m);
+    /* refusals */
+    o.samples = 1;
+    assert_int_equal(scdb_evict_train_rl(&o, &m, &r, err, sizeof err), SCDB_EINVAL);
+    o.samples = 4;
+    o.horizon = 17;
+    assert_int_equal(scdb_evict_train_rl(&o, &m, &r, err, sizeof err), SCDB_EINVAL);
+    o.horizon = 8;
+    c.val_len = 10;
+    assert_int_equal(scdb_evict_train_rl(&o, &m, &r, err, sizeof err), SCDB_ERANGE);
+    assert_null(m);
+    free(tr);
+    free(va);
+    scdb_evict_suite_free(&s);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_rule_matches_python),
+        cmocka_unit_test(test_shipped_suite),
+        cmocka_unit_test(test_damaged_suites),
+        cmocka_unit_test(test_inputs_constructed),
+        cmocka_unit_test(test_policy_file_v3),
+        cmocka_unit_test(test_trainer_reward),
+        cmocka_unit_test(test_trainer_runs),
+    };
+    return cmocka_run_group_tests(tests, setup_tmp, teardown_tmp);
+}

@@ -1,0 +1,56 @@
+#!/usr/bin/python3
+"""policy_ablate.py IN.safetensors OUT.safetensors NAME[,NAME...] — a copy of
+a learned eviction policy (schema/FORMATS.md, version 3) that ignores the
+named inputs: their columns of fc1.weight are zeroed, so the network sees
+each of them at its standardised mean (0) in every slot.  `scdb bench
+evict --policy OUT` then measures how much the trained network relies on
+them (an ablation at evaluation time; retraining without the inputs,
+`scdb train-policy --inputs ...`, measures whether they earn their place).
+The metadata gains "ablated": the zeroed names.
+"""
+import json
+import struct
+import sys
+
+
+def main():
+    if len(sys.argv) != 4:
+        sys.stderr.write(__doc__)
+        return 2
+    with open(sys.argv[1], "rb") as f:
+        blob = f.read()
+    (hl,) = struct.unpack("<Q", blob[:8])
+    header = json.loads(blob[8:8 + hl])
+    data = bytearray(blob[8 + hl:])
+    meta = header.get("__metadata__", {})
+    names = meta.get("features", "").split(",")
+    drop = sys.argv[3].split(",")
+    for d in drop:
+        if d not in names:
+            sys.stderr.write("policy_ablate: %s reads no input '%s' (it reads %s)\n" %
+                             (sys.argv[1], d, ",".join(names)))
+            return 1
+    t = header["fc1.weight"]
+    if t["dtype"] != "F32":
+        sys.stderr.write("policy_ablate: fc1.weight is not F32\n")
+        return 1
+    rows, cols = t["shape"]
+    begin = t["data_offsets"][0]
+    for d in drop:
+        c = names.index(d)
+        for r in range(rows):
+            off = begin + 4 * (r * cols + c)
+            data[off:off + 4] = struct.pack("<f", 0.0)
+    meta["ablated"] = ",".join(drop)
+    header["__metadata__"] = meta
+    hj = json.dumps(header, separators=(",", ":")).encode()
+    hj += b" " * ((8 - len(hj) % 8) % 8)
+    with open(sys.argv[2], "wb") as f:
+        f.write(struct.pack("<Q", len(hj)))
+        f.write(hj)
+        f.write(data)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
