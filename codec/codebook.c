@@ -440,6 +440,14 @@ scdb_err scdb_codec_dequantize(const scdb_codebook *cb, const void *codes, int b
     return SCDB_OK;
 }
 
+/* The i-th uint16 at p, whatever p's alignment. */
+static inline uint16_t load_u16(const unsigned char *p, size_t i)
+{
+    uint16_t v;
+    memcpy(&v, p + 2 * i, sizeof v);
+    return v;
+}
+
 scdb_err scdb_codec_check_payload(const scdb_codebook *cb, const void *codes, size_t bytes, int n,
                                   char *errbuf, size_t errlen)
 {
@@ -452,12 +460,14 @@ scdb_err scdb_codec_check_payload(const scdb_codebook *cb, const void *codes, si
                   scdb_codec_payload_bytes(cb, n));
         return SCDB_ESHAPE;
     }
-    const uint16_t *h = codes;
+    /* codes may sit at any address (a put's message frame): loads go
+     * through memcpy (load_u16), never a typed pointer */
+    const unsigned char *h = codes;
     if (in->code_dtype != SCDB_CODES_INT8) {
         for (int l = 0; l < in->n_layers; l++) {
             const scdb_cb_layer *L = &in->layers[l];
             for (size_t i = 0; i < (size_t)n * L->width; i++)
-                if ((h[(size_t)n * L->offset + i] & 0x7c00u) == 0x7c00u) {
+                if ((load_u16(h, (size_t)n * L->offset + i) & 0x7c00u) == 0x7c00u) {
                     scdb_errf(errbuf, errlen, "f16 code of token %zu, layer %d is NaN or infinite",
                               i / (size_t)L->width, l);
                     return SCDB_ERANGE;
@@ -469,7 +479,7 @@ scdb_err scdb_codec_check_payload(const scdb_codebook *cb, const void *codes, si
     for (int l = 0; l < in->n_layers; l++) {
         if (!in->layers[l].width) continue;
         for (int i = 0; i < n; i++) {
-            uint16_t v = h[(size_t)s * n + i];
+            uint16_t v = load_u16(h, (size_t)s * n + i);
             if (!scale_ok(v)) {
                 scdb_errf(errbuf, errlen, "int8 scale of token %d, layer %d is %g (must be finite, "
                           ">= 0 and <= %g)", i, l, (double)scdb_f16_to_f32(v),

@@ -1338,8 +1338,18 @@ static void test_int8_codes(void **state)
     assert_int_equal(scdb_codec_encode(cb, &st, N, q8), SCDB_ERANGE);
     /* f16 codes: NaN / Inf refused by the payload check */
     assert_int_equal(scdb_codebook_set_code_dtype(cb, SCDB_CODES_F16), SCDB_OK);
+    uint16_t was = f16[17];
     f16[17] = 0x7c00;
     assert_int_equal(scdb_codec_check_payload(cb, f16, sizeof f16, N, NULL, 0), SCDB_ERANGE);
+    {   /* at an odd address, as a put's frame may sit in the receive buffer */
+        unsigned char *odd = malloc(sizeof f16 + 1);
+        assert_non_null(odd);
+        memcpy(odd + 1, f16, sizeof f16);
+        assert_int_equal(scdb_codec_check_payload(cb, odd + 1, sizeof f16, N, NULL, 0), SCDB_ERANGE);
+        memcpy(odd + 1 + 17 * 2, &was, 2);
+        assert_int_equal(scdb_codec_check_payload(cb, odd + 1, sizeof f16, N, NULL, 0), SCDB_OK);
+        free(odd);
+    }
     assert_int_equal(scdb_codec_check_payload(cb, f16, sizeof f16 - 2, N, NULL, 0), SCDB_ESHAPE);
 
     scdb_kv_cache_free(&a);

@@ -308,6 +308,18 @@ static void test_find_nonfinite(void **state)
     assert_int_equal(at, 1);
     assert_int_equal(scdb_k_find_nonfinite(i32, sizeof i32, SCDB_I32, &at), 0);
     assert_int_equal(scdb_k_find_nonfinite(f, 0, SCDB_F32, &at), 0);
+    {   /* at odd addresses (a message frame inside a receive buffer) */
+        unsigned char raw[1 + sizeof f];
+        memcpy(raw + 1, f, sizeof f);
+        assert_int_equal(scdb_k_find_nonfinite(raw + 1, sizeof f, SCDB_F32, &at), 1);
+        assert_int_equal(at, 4);
+        memcpy(raw + 1, h, sizeof h);
+        assert_int_equal(scdb_k_find_nonfinite(raw + 1, sizeof h, SCDB_F16, &at), 1);
+        assert_int_equal(at, 2);
+        h[2] = 0x3c00;
+        memcpy(raw + 1, h, sizeof h);
+        assert_int_equal(scdb_k_find_nonfinite(raw + 1, sizeof h, SCDB_F16, &at), 0);
+    }
 }
 
 static void test_swiglu(void **state)

@@ -84,26 +84,34 @@ void scdb_bf16_to_f32_n(const uint16_t *src, float *dst, size_t n)
 
 int scdb_k_find_nonfinite(const void *x, size_t bytes, scdb_dtype dt, size_t *first)
 {
+    /* x may sit at any address (a message frame inside a receive buffer):
+     * every load goes through memcpy, which compiles to a plain unaligned
+     * load; a typed pointer would let the compiler assume alignment */
+    const unsigned char *p = x;
     size_t n;
     if (dt == SCDB_F32) {
-        const float *f = x;
-        n = bytes / sizeof *f;
-        for (size_t i = 0; i < n; i++)
-            if (!isfinite(f[i])) {
+        n = bytes / sizeof(float);
+        for (size_t i = 0; i < n; i++) {
+            float f;
+            memcpy(&f, p + i * sizeof f, sizeof f);
+            if (!isfinite(f)) {
                 if (first) *first = i;
                 return 1;
             }
+        }
         return 0;
     }
     if (dt == SCDB_F16 || dt == SCDB_BF16) {
-        const uint16_t *h = x;
         uint16_t exp = dt == SCDB_F16 ? 0x7c00 : 0x7f80;   /* all-ones exponent */
-        n = bytes / sizeof *h;
-        for (size_t i = 0; i < n; i++)
-            if ((h[i] & exp) == exp) {
+        n = bytes / sizeof(uint16_t);
+        for (size_t i = 0; i < n; i++) {
+            uint16_t h;
+            memcpy(&h, p + i * sizeof h, sizeof h);
+            if ((h & exp) == exp) {
                 if (first) *first = i;
                 return 1;
             }
+        }
     }
     return 0;
 }
