@@ -374,9 +374,9 @@ def test_stopped_broker(own_broker, prompt, raw_payload):
     p.close()
 
 
-@pytest.mark.xfail(reason="issue 20 item 1: after kill -9 a handle still answers lookups "
-                   "from the dead broker's shared-memory index", strict=False)
 def test_lookup_after_kill9(own_broker, prompt, raw_payload):
+    """After kill -9 of the broker a handle no longer answers lookups from
+    the dead broker's shared-memory index (issue 20 item 1)."""
     import signal
     p = scdb.Client(own_broker.endpoint)
     p.register("base", "producer")
