@@ -1240,6 +1240,22 @@ static void test_device_sequence(void **state)
         dev_sequence(p);
         scdb_evict_policy_free(&p);
     }
+    {   /* a version-3 network (ranks, ages, context: the accumulators come
+         * down whole) decides as on the host too */
+        int ids[] = {SCDB_EI_BUDGET, SCDB_EI_AGE, SCDB_EI_R_MASS, SCDB_EI_R_SNAPKV,
+                     SCDB_EI_R_LAST, SCDB_EI_VNORM_Z, SCDB_EI_LIFE, SCDB_EI_CTX_N};
+        scdb_evict_mlp *m = NULL;
+        scdb_evict_policy *p = NULL;
+        assert_int_equal(scdb_evict_mlp_new_inputs(16, ids, (int)(sizeof ids / sizeof ids[0]), 9, &m),
+                         SCDB_OK);
+        m->pool = 3;
+        m->sinks = 2;
+        m->recent = 3;
+        assert_int_equal(scdb_evict_policy_from_mlp(m, &p), SCDB_OK);
+        scdb_evict_mlp_free(&m);
+        dev_sequence(p);
+        scdb_evict_policy_free(&p);
+    }
     /* the twins alone: SnapKV's score against the policy's, and NaN scores
      * (memory a client can write) still select budget valid slots */
     {
