@@ -1357,10 +1357,18 @@ static void test_master_killed(void **state)
     assert_true(killed >= 0);
     assert_int_equal(lc_signal(g_cluster, killed, SIGKILL), 0);
     t_kill = scdb_now();
-    for (i = 0; i < PRE; i++) {
+    /* until 20 whole remote hits in a row, however long the failover takes
+     * on a loaded machine (bounded at 120 s); past the PRE stored prefixes
+     * A stores a fresh one before each of B's gets, so every get is still
+     * a remote read (B keeps what it fetched) */
+    for (i = 0; scdb_now() - t_kill < 120; i++) {
         scdb_get_result g;
+        if (i >= PRE) {
+            put_prefix(pa, 20000 + (uint32_t)i, 6);
+            bwait_written(&g_a);
+        }
         /* A keeps putting (never fails, its writes retry or are given up) */
-        put_prefix(pa, 30000 + (uint32_t)i, 2);
+        put_prefix(pa, 40000 + (uint32_t)i, 2);
         /* B: every get succeeds, every byte it wrote is checked */
         assert_int_equal(get_prefix(cb, 20000 + (uint32_t)i, 6, &g, NULL), SCDB_OK);
         served += g.tokens_written;
