@@ -24,7 +24,20 @@ struct scdb_evict_policy {
 static inline float scdb_evict_tanh(float x)
 {
     const float c = 7.90531110763549805f;
-    float v = fminf(fmaxf(x, -c), c), v2 = v * v;
+    /* the clamp on the bits: |x| as an unsigned integer orders as the float
+     * does, and an integer min is one instruction, where fminf / fmaxf are
+     * libm calls and float compares stay branches at -O2: either stops the
+     * loops vectorising.  The same value as fminf(fmaxf(x, -c), c) for every
+     * number; NaN clamps to +-c */
+    uint32_t ix, cb;
+    float v;
+    memcpy(&ix, &x, sizeof ix);
+    memcpy(&cb, &c, sizeof cb);
+    uint32_t ax = ix & 0x7fffffffu;
+    ax = ax < cb ? ax : cb;
+    ix = (ix & 0x80000000u) | ax;
+    memcpy(&v, &ix, sizeof v);
+    float v2 = v * v;
     float p = -2.76076847742355e-16f;
     p = p * v2 + 2.00018790482477e-13f;
     p = p * v2 + -8.60467152213735e-11f;

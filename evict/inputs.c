@@ -31,22 +31,21 @@ int scdb_evict_input_parse(const char *name)
     return -1;
 }
 
-/* x[idx[k] * stride + col] = log((k + 1) / B) for the order of v (highest
- * first, ties: the newer slot first, as selection breaks them) */
-static scdb_err rank_into(const float *v, int n, int *idx, float lb, float *x, int col)
+/* x[idx[k] * stride + col] = lrank[k] = log(k + 1) - log B for the order of
+ * v (highest first, ties: the newer slot first, as selection breaks them) */
+static scdb_err rank_into(const float *v, int n, int *idx, const float *lrank, float *x, int col)
 {
     scdb_err rc;
     for (int i = 0; i < n; i++) idx[i] = i;
     if ((rc = scdb_evict_rank(v, idx, n))) return rc;
-    for (int k = 0; k < n; k++)
-        x[(size_t)idx[k] * SCDB_EVICT_N_ALL_INPUTS + col] = logf((float)(k + 1)) - lb;
+    for (int k = 0; k < n; k++) x[(size_t)idx[k] * SCDB_EVICT_N_ALL_INPUTS + col] = lrank[k];
     return SCDB_OK;
 }
 
 scdb_err scdb_evict_inputs(const scdb_evict_acc *a, const float *feats, int budget, float *x)
 {
     const int n = a ? a->n : 0, NA = SCDB_EVICT_N_ALL_INPUTS;
-    float *v = NULL, *w = NULL, *gs = NULL;
+    float *v = NULL, *w = NULL, *gs = NULL, *lrank = NULL;
     int *idx = NULL;
     scdb_err rc = SCDB_ENOMEM;
 
@@ -56,7 +55,9 @@ scdb_err scdb_evict_inputs(const scdb_evict_acc *a, const float *feats, int budg
     v = malloc((size_t)n * sizeof *v);
     w = malloc((size_t)n * sizeof *w);
     idx = malloc((size_t)n * sizeof *idx);
-    if (!v || !w || !idx) goto done;
+    lrank = malloc((size_t)n * sizeof *lrank);
+    if (!v || !w || !idx || !lrank) goto done;
+    for (int k = 0; k < n; k++) lrank[k] = logf((float)(k + 1)) - lb;   /* once for six ranks */
 
     const int32_t *pos = scdb_evict_acc_pos(a);
     const float *mass = scdb_evict_acc_mass(a), *last = scdb_evict_acc_last(a);
@@ -84,12 +85,12 @@ scdb_err scdb_evict_inputs(const scdb_evict_acc *a, const float *feats, int budg
 
     /* ranks: mass, alpha, life, last, the window (unpooled and SnapKV's pooled) */
     for (int i = 0; i < n; i++) v[i] = feats[(size_t)i * SCDB_EVICT_N_FEATURES + SCDB_EF_MASS];
-    if ((rc = rank_into(v, n, idx, lb, x, SCDB_EI_R_MASS))) goto done;
+    if ((rc = rank_into(v, n, idx, lrank, x, SCDB_EI_R_MASS))) goto done;
     for (int i = 0; i < n; i++) v[i] = feats[(size_t)i * SCDB_EVICT_N_FEATURES + SCDB_EF_ALPHA];
-    if ((rc = rank_into(v, n, idx, lb, x, SCDB_EI_R_ALPHA))) goto done;
+    if ((rc = rank_into(v, n, idx, lrank, x, SCDB_EI_R_ALPHA))) goto done;
     for (int i = 0; i < n; i++) v[i] = x[(size_t)i * NA + SCDB_EI_LIFE];
-    if ((rc = rank_into(v, n, idx, lb, x, SCDB_EI_R_LIFE))) goto done;
-    if ((rc = rank_into(last, n, idx, lb, x, SCDB_EI_R_LAST))) goto done;
+    if ((rc = rank_into(v, n, idx, lrank, x, SCDB_EI_R_LIFE))) goto done;
+    if ((rc = rank_into(last, n, idx, lrank, x, SCDB_EI_R_LAST))) goto done;
     {
         /* the window's attention per KV group (the ring's sum), then as
          * SnapKV scores it (policy.c): each group's sum max-pooled, the
@@ -116,13 +117,14 @@ scdb_err scdb_evict_inputs(const scdb_evict_acc *a, const float *feats, int budg
             }
         }
     }
-    if ((rc = rank_into(v, n, idx, lb, x, SCDB_EI_R_WIN))) goto done;
-    if ((rc = rank_into(w, n, idx, lb, x, SCDB_EI_R_SNAPKV))) goto done;
+    if ((rc = rank_into(v, n, idx, lrank, x, SCDB_EI_R_WIN))) goto done;
+    if ((rc = rank_into(w, n, idx, lrank, x, SCDB_EI_R_SNAPKV))) goto done;
     rc = SCDB_OK;
 done:
     free(v);
     free(w);
     free(gs);
     free(idx);
+    free(lrank);
     return rc;
 }

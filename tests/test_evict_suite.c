@@ -242,9 +242,16 @@ static void edit_reused(cJSON *doc)
 /* two chunks swapped: out of the rule's order and off their places */
 static void edit_order(cJSON *doc)
 {
+    /* the first two files swapped, as copies replacing the originals
+     * (cJSON_InsertItemInArray of a detached item leaks it in Debian's
+     * cJSON 1.7.15: LeakSanitizer) */
     cJSON *files = files_of(doc, "python", "train");
-    cJSON *x = cJSON_DetachItemFromArray(files, 0);
-    cJSON_InsertItemInArray(files, 1, x);
+    cJSON *a = cJSON_Duplicate(cJSON_GetArrayItem(files, 0), 1);
+    cJSON *b = cJSON_Duplicate(cJSON_GetArrayItem(files, 1), 1);
+    assert_non_null(a);
+    assert_non_null(b);
+    cJSON_ReplaceItemInArray(files, 0, b);
+    cJSON_ReplaceItemInArray(files, 1, a);
 }
 
 /* an unseen domain with a training text */
