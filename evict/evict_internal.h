@@ -17,10 +17,9 @@ struct scdb_evict_policy {
 
 /* tanh(x) as a rational function (Eigen's fast tanh: odd degree-13 over
  * even degree-6 polynomial, inputs clamped to +-7.9053; within a few float
- * ulps of tanhf) and log(x) for x >= FLT_MIN (musl's logf, within ~1
- * ulp; finite at 0 and for subnormals, so x log x needs no test).  Branch-free, so loops over them vectorise;
- * the network and the accumulators call these, not libm (tanhf was 65% of a
- * learned policy's scoring, logf most of an accumulator update). */
+ * ulps of tanhf).  Branch-free, so loops over it vectorise; the network
+ * calls it, not libm (tanhf was 65% of a learned policy's scoring).  The
+ * accumulators' log is kernels/cpu/acc_ops.c's. */
 static inline float scdb_evict_tanh(float x)
 {
     const float c = 7.90531110763549805f;
@@ -51,24 +50,6 @@ static inline float scdb_evict_tanh(float x)
     q = q * v2 + 2.26843463243900e-03f;
     q = q * v2 + 4.89352518554385e-03f;
     return p / q;
-}
-
-static inline float scdb_evict_log(float x)
-{
-    /* musl's logf: x = 2^k (1 + f), 1 + f in [sqrt(2)/2, sqrt(2)), by integer
-     * arithmetic on the bits (no select, so loops vectorise) */
-    uint32_t ix;
-    memcpy(&ix, &x, sizeof ix);
-    ix += 0x3f800000u - 0x3f3504f3u;
-    float k = (float)((int)(ix >> 23) - 0x7f);
-    ix = (ix & 0x007fffffu) + 0x3f3504f3u;
-    float m;
-    memcpy(&m, &ix, sizeof m);
-    float f = m - 1.0f, s = f / (2.0f + f), z = s * s, w = z * z;
-    float t1 = w * (0.40000972152f + w * 0.24279078841f);
-    float t2 = z * (0.66666662693f + w * 0.28498786688f);
-    float hfsq = 0.5f * f * f;
-    return s * (hfsq + t1 + t2) + k * 9.0580006145e-06f - hfsq + f + k * 6.9313812256e-01f;
 }
 
 /* A learned policy's protected counts at this budget before clamping:

@@ -1,13 +1,14 @@
 /* acc_ops.c — the CPU twins of the accumulator ops (kernels.h): the
  * per-step fold of one forward's attention into evict.h's feature
- * accumulators, over raw arrays, and SnapKV's score.  acc_update is
- * evict/acc.c's scdb_evict_acc_update operation for operation (the same
- * loops, the same float / double types, the same order), so that a session
- * whose cache lives on a device, run through the CPU ops table, computes
- * what a host session computes; tests/test_evict.c checks it. */
+ * accumulators, over raw arrays, and SnapKV's score.  acc_update is the one
+ * implementation of the fold on a CPU: evict/acc.c's scdb_evict_acc_update
+ * calls it over the host buffer, so a session whose cache lives on a
+ * device, run through the CPU ops table, computes what a host session
+ * computes by construction (tests/test_evict.c checks it). */
 #include "kernels.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,6 +19,27 @@ static int bad_buf(const scdb_k_acc_buf *a)
            !a->n_obs || !a->mass || !a->rel || !a->var || !a->ent_num || !a->ent_den ||
            !a->vnorm || !a->last || !a->win || !a->n || !a->ring_next || !a->ring_fill ||
            !a->last_pos || !a->n_queries;
+}
+
+/* log(x) for x >= FLT_MIN (musl's logf, within ~1 ulp; finite at 0 and for
+ * subnormals, so x log x needs no test); branch-free, so the entropy loop
+ * vectorises (logf was most of an update). */
+static inline float fast_log(float x)
+{
+    /* musl's logf: x = 2^k (1 + f), 1 + f in [sqrt(2)/2, sqrt(2)), by integer
+     * arithmetic on the bits (no select, so loops vectorise) */
+    uint32_t ix;
+    memcpy(&ix, &x, sizeof ix);
+    ix += 0x3f800000u - 0x3f3504f3u;
+    float k = (float)((int)(ix >> 23) - 0x7f);
+    ix = (ix & 0x007fffffu) + 0x3f3504f3u;
+    float m;
+    memcpy(&m, &ix, sizeof m);
+    float f = m - 1.0f, s = f / (2.0f + f), z = s * s, w = z * z;
+    float t1 = w * (0.40000972152f + w * 0.24279078841f);
+    float t2 = z * (0.66666662693f + w * 0.28498786688f);
+    float hfsq = 0.5f * f * f;
+    return s * (hfsq + t1 + t2) + k * 9.0580006145e-06f - hfsq + f + k * 6.9313812256e-01f;
 }
 
 /* Zero every per-slot value of slot j (all arrays but pos, every ring row). */
@@ -77,13 +99,21 @@ scdb_err scdb_k_acc_update_cpu(const scdb_k_acc_buf *a, int n_old, const scdb_kv
         float lognv = nvis > 1 ? logf((float)nvis) : 1.0f;
         int hpg = H / G;
 
-        /* per-row normalised entropy */
+        /* per-row normalised entropy (a decode step's query sees every
+         * slot: no position test in that loop, which then vectorises) */
         for (int lh = 0; lh < lh_count; lh++) {
             const float *row = probs + ((size_t)lh * n_new + q) * (size_t)probs_slots;
-            double e = 0.0;
-            for (int j = 0; j < n; j++)
-                if (row[j] > 0.0f && c->pos[j] <= qp) e -= row[j] * logf(row[j]);
-            ent[lh] = nvis > 1 ? (float)(e / lognv) : 0.0f;
+            float e = 0.0f;
+            if (nvis == n) {
+                /* the p log p terms first (a map, which vectorises), then
+                 * their sum in order */
+                for (int j = 0; j < n; j++)   /* fast_log(0) is finite: 0 adds 0 */
+                    sq[j] = row[j] * fast_log(row[j]);
+                for (int j = 0; j < n; j++) e -= sq[j];
+            } else
+                for (int j = 0; j < n; j++)
+                    if (row[j] > 1e-30f && c->pos[j] <= qp) e -= row[j] * fast_log(row[j]);
+            ent[lh] = nvis > 1 ? e / lognv : 0.0f;
         }
         memset(sum, 0, (size_t)n * sizeof *sum);
         memset(sq, 0, (size_t)n * sizeof *sq);
@@ -100,14 +130,25 @@ scdb_err scdb_k_acc_update_cpu(const scdb_k_acc_buf *a, int n_old, const scdb_kv
                 int lh = l * H + h;
                 const float *row = probs + ((size_t)lh * n_new + q) * (size_t)probs_slots;
                 float *gr = grp + (size_t)(h / hpg) * n;
-                for (int j = 0; j < n; j++) {
-                    float p = c->pos[j] <= qp ? row[j] : 0.0f;
-                    sum[j] += p;
-                    sq[j] += p * p;
-                    a->ent_num[j] += p * ent[lh];
-                    a->ent_den[j] += p;
-                    gr[j] += p;
-                }
+                const float el = ent[lh];
+                if (nvis == n)
+                    for (int j = 0; j < n; j++) {
+                        float p = row[j];
+                        sum[j] += p;
+                        sq[j] += p * p;
+                        a->ent_num[j] += p * el;
+                        a->ent_den[j] += p;
+                        gr[j] += p;
+                    }
+                else
+                    for (int j = 0; j < n; j++) {
+                        float p = c->pos[j] <= qp ? row[j] : 0.0f;
+                        sum[j] += p;
+                        sq[j] += p * p;
+                        a->ent_num[j] += p * el;
+                        a->ent_den[j] += p;
+                        gr[j] += p;
+                    }
             }
         int ring = *a->ring_next;
         if (ring < 0 || ring >= a->window) ring = 0;
