@@ -92,15 +92,6 @@ static int parse_budgets(const char *s, scdb_evict_train_opts *o)
     return o->n_budgets > 0 ? 0 : -1;
 }
 
-static int parse_int(const char *s, int lo, int hi, int *out)
-{
-    char *end;
-    long v = strtol(s, &end, 10);
-    if (!*s || *end || v < lo || v > hi) return -1;
-    *out = (int)v;
-    return 0;
-}
-
 int scdb_cmd_train_policy(int argc, char **argv)
 {
     enum { O_MODEL = 256, O_TEXT, O_PART, O_BUDGET, O_EPISODES, O_SAMPLES, O_LR, O_ENTROPY,
@@ -155,23 +146,23 @@ int scdb_cmd_train_policy(int argc, char **argv)
             bad = strcmp(part, "first") && strcmp(part, "second") && strcmp(part, "all");
             break;
         case O_BUDGET: bad = parse_budgets(optarg, &o); break;
-        case O_EPISODES: bad = parse_int(optarg, 0, 10000000, &o.episodes); break;
-        case O_SAMPLES: bad = parse_int(optarg, 2, 1024, &o.samples); break;
+        case O_EPISODES: bad = scdb_cli_parse_int(optarg, 0, 10000000, &o.episodes); break;
+        case O_SAMPLES: bad = scdb_cli_parse_int(optarg, 2, 1024, &o.samples); break;
         case O_LR: o.lr = strtof(optarg, NULL); bad = !(o.lr > 0.0f); break;
         case O_ENTROPY: o.entropy = strtof(optarg, NULL); bad = !(o.entropy >= 0.0f); break;
-        case O_PREFILL: bad = parse_int(optarg, 2, 1 << 20, &o.prefill); break;
-        case O_STEPS: bad = parse_int(optarg, 1, 1 << 20, &o.steps); break;
-        case O_EVERY: bad = parse_int(optarg, 1, 1 << 20, &o.every); break;
-        case O_HIDDEN: bad = parse_int(optarg, 1, 1024, &o.hidden); break;
-        case O_SINKS: bad = parse_int(optarg, 0, 1 << 20, &o.sinks); break;
-        case O_RECENT: bad = parse_int(optarg, 0, 1 << 20, &o.recent); break;
-        case O_VALW: bad = parse_int(optarg, 1, 1024, &o.val_windows); break;
-        case O_VALE: bad = parse_int(optarg, 1, 1 << 20, &o.val_every); break;
+        case O_PREFILL: bad = scdb_cli_parse_int(optarg, 2, 1 << 20, &o.prefill); break;
+        case O_STEPS: bad = scdb_cli_parse_int(optarg, 1, 1 << 20, &o.steps); break;
+        case O_EVERY: bad = scdb_cli_parse_int(optarg, 1, 1 << 20, &o.every); break;
+        case O_HIDDEN: bad = scdb_cli_parse_int(optarg, 1, 1024, &o.hidden); break;
+        case O_SINKS: bad = scdb_cli_parse_int(optarg, 0, 1 << 20, &o.sinks); break;
+        case O_RECENT: bad = scdb_cli_parse_int(optarg, 0, 1 << 20, &o.recent); break;
+        case O_VALW: bad = scdb_cli_parse_int(optarg, 1, 1024, &o.val_windows); break;
+        case O_VALE: bad = scdb_cli_parse_int(optarg, 1, 1 << 20, &o.val_every); break;
         case O_MINUTES: o.max_seconds = 60.0 * strtod(optarg, NULL); bad = !(o.max_seconds > 0); break;
         case O_SEED: o.seed = strtoull(optarg, NULL, 10); break;
         case O_LOG: snprintf(log_path, sizeof log_path, "%s", optarg); break;
-        case O_PREFILL_MIN: bad = parse_int(optarg, 0, 1 << 20, &o.prefill_min); break;
-        case O_POOL: bad = parse_int(optarg, 1, 63, &o.pool) || o.pool % 2 == 0; break;
+        case O_PREFILL_MIN: bad = scdb_cli_parse_int(optarg, 0, 1 << 20, &o.prefill_min); break;
+        case O_POOL: bad = scdb_cli_parse_int(optarg, 1, 63, &o.pool) || o.pool % 2 == 0; break;
         case O_RECENT_FRAC: {
             char *end;
             o.recent_frac = strtof(optarg, &end);
@@ -225,15 +216,7 @@ int scdb_cmd_train_policy(int argc, char **argv)
         usage(stderr);
         return 2;
     }
-    if (!log_path[0]) {
-        size_t l = strlen(out_path);
-        const char *ext = ".safetensors";
-        size_t el = strlen(ext);
-        if (l > el && !strcmp(out_path + l - el, ext))
-            snprintf(log_path, sizeof log_path, "%.*s.jsonl", (int)(l - el), out_path);
-        else
-            snprintf(log_path, sizeof log_path, "%s.jsonl", out_path);
-    }
+    if (!log_path[0]) scdb_cli_sibling_path(out_path, ".jsonl", log_path, sizeof log_path);
 
     if ((rc = scdb_read_file(text_path, (size_t)1 << 30, &text, &len))) {
         fprintf(stderr, "train-policy: cannot read %s: %s\n", text_path, scdb_strerror(rc));

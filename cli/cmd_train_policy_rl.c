@@ -107,24 +107,6 @@ static int parse_fracs(const char *s, double *out, int max)
     return bad ? -1 : n;
 }
 
-static int parse_int(const char *s, int lo, int hi, int *out)
-{
-    char *end;
-    long v = strtol(s, &end, 10);
-    if (!*s || *end || v < lo || v > hi) return -1;
-    *out = (int)v;
-    return 0;
-}
-
-static int parse_float(const char *s, float lo, float hi, float *out)
-{
-    char *end;
-    float v = strtof(s, &end);
-    if (!*s || *end || !(v >= lo && v <= hi)) return -1;
-    *out = v;
-    return 0;
-}
-
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
 /* every model directory under DATA/models, base first */
@@ -153,15 +135,6 @@ static int list_models(const char *data, char **out, int max)
 }
 
 /* path with .safetensors replaced by ext (or ext appended) */
-static void sibling(const char *path, const char *ext, char *out, size_t len)
-{
-    size_t l = strlen(path), el = strlen(".safetensors");
-    if (l > el && !strcmp(path + l - el, ".safetensors"))
-        snprintf(out, len, "%.*s%s", (int)(l - el), path, ext);
-    else
-        snprintf(out, len, "%s%s", path, ext);
-}
-
 int scdb_cmd_train_policy_rl(int argc, char **argv)
 {
     enum { O_SUITE = 256, O_DOMAINS, O_MODELS, O_INPUTS, O_UPDATES, O_BATCH, O_STATES, O_SAMPLES,
@@ -218,14 +191,14 @@ int scdb_cmd_train_policy_rl(int argc, char **argv)
             for (int i = 0; i < n_inputs; i++) free(inputs[i]);
             if (!bad) o.n_inputs = n_inputs;
             break;
-        case O_UPDATES: bad = parse_int(optarg, 0, 10000000, &o.updates); break;
-        case O_BATCH: bad = parse_int(optarg, 1, 1024, &o.batch); break;
-        case O_STATES: bad = parse_int(optarg, 1, 32, &o.states); break;
-        case O_SAMPLES: bad = parse_int(optarg, 2, 64, &o.samples); break;
-        case O_HORIZON: bad = parse_int(optarg, 0, 1 << 20, &o.horizon); break;
-        case O_HFIRST: bad = parse_int(optarg, 0, 1 << 20, &o.horizon_first); break;
+        case O_UPDATES: bad = scdb_cli_parse_int(optarg, 0, 10000000, &o.updates); break;
+        case O_BATCH: bad = scdb_cli_parse_int(optarg, 1, 1024, &o.batch); break;
+        case O_STATES: bad = scdb_cli_parse_int(optarg, 1, 32, &o.states); break;
+        case O_SAMPLES: bad = scdb_cli_parse_int(optarg, 2, 64, &o.samples); break;
+        case O_HORIZON: bad = scdb_cli_parse_int(optarg, 0, 1 << 20, &o.horizon); break;
+        case O_HFIRST: bad = scdb_cli_parse_int(optarg, 0, 1 << 20, &o.horizon_first); break;
         case O_ABSTAU: o.rel_tau = 0; break;
-        case O_TAUEND: bad = parse_float(optarg, 1e-3f, 100.0f, &o.tau_end); break;
+        case O_TAUEND: bad = scdb_cli_parse_float(optarg, 1e-3f, 100.0f, &o.tau_end); break;
         case O_BRANGE:
             bad = parse_fracs(optarg, fr, 2) != 2 || fr[1] < fr[0];
             if (!bad) { o.budget_lo = fr[0]; o.budget_hi = fr[1]; }
@@ -234,23 +207,23 @@ int scdb_cmd_train_policy_rl(int argc, char **argv)
             o.n_val_budgets = parse_fracs(optarg, o.val_budgets, 4);
             bad = o.n_val_budgets < 1;
             break;
-        case O_VALW: bad = parse_int(optarg, 1, 1024, &o.val_windows); break;
-        case O_VALE: bad = parse_int(optarg, 1, 1 << 20, &o.val_every); break;
-        case O_LR: bad = parse_float(optarg, 1e-9f, 10.0f, &o.lr); break;
-        case O_ENTROPY: bad = parse_float(optarg, 0.0f, 100.0f, &o.entropy); break;
-        case O_TAU: bad = parse_float(optarg, 1e-3f, 100.0f, &o.tau); break;
-        case O_HIDDEN: bad = parse_int(optarg, 1, 1024, &o.hidden); break;
-        case O_SINKS: bad = parse_int(optarg, 0, 1 << 20, &o.sinks); break;
-        case O_RECENT: bad = parse_int(optarg, 0, 1 << 20, &o.recent); break;
-        case O_RFRAC: bad = parse_float(optarg, 0.0f, 0.999f, &o.recent_frac); break;
-        case O_POOL: bad = parse_int(optarg, 1, 63, &o.pool) || o.pool % 2 == 0; break;
-        case O_PREFILL: bad = parse_int(optarg, 2, 1 << 20, &o.prefill); break;
-        case O_STEPS: bad = parse_int(optarg, 1, 1 << 20, &o.steps); break;
-        case O_EVERY: bad = parse_int(optarg, 1, 1 << 20, &o.every); break;
+        case O_VALW: bad = scdb_cli_parse_int(optarg, 1, 1024, &o.val_windows); break;
+        case O_VALE: bad = scdb_cli_parse_int(optarg, 1, 1 << 20, &o.val_every); break;
+        case O_LR: bad = scdb_cli_parse_float(optarg, 1e-9f, 10.0f, &o.lr); break;
+        case O_ENTROPY: bad = scdb_cli_parse_float(optarg, 0.0f, 100.0f, &o.entropy); break;
+        case O_TAU: bad = scdb_cli_parse_float(optarg, 1e-3f, 100.0f, &o.tau); break;
+        case O_HIDDEN: bad = scdb_cli_parse_int(optarg, 1, 1024, &o.hidden); break;
+        case O_SINKS: bad = scdb_cli_parse_int(optarg, 0, 1 << 20, &o.sinks); break;
+        case O_RECENT: bad = scdb_cli_parse_int(optarg, 0, 1 << 20, &o.recent); break;
+        case O_RFRAC: bad = scdb_cli_parse_float(optarg, 0.0f, 0.999f, &o.recent_frac); break;
+        case O_POOL: bad = scdb_cli_parse_int(optarg, 1, 63, &o.pool) || o.pool % 2 == 0; break;
+        case O_PREFILL: bad = scdb_cli_parse_int(optarg, 2, 1 << 20, &o.prefill); break;
+        case O_STEPS: bad = scdb_cli_parse_int(optarg, 1, 1 << 20, &o.steps); break;
+        case O_EVERY: bad = scdb_cli_parse_int(optarg, 1, 1 << 20, &o.every); break;
         case O_INIT: init_path = optarg; break;
         case O_MINUTES: {
             float m = 0.0f;
-            bad = parse_float(optarg, 1e-3f, 1e7f, &m);
+            bad = scdb_cli_parse_float(optarg, 1e-3f, 1e7f, &m);
             o.max_seconds = 60.0 * m;
             break;
         }
@@ -277,8 +250,8 @@ int scdb_cmd_train_policy_rl(int argc, char **argv)
         fprintf(stderr, "train-policy: --horizon and --horizon-first must not exceed --steps\n");
         return 2;
     }
-    if (!log_path[0]) sibling(out_path, ".jsonl", log_path, sizeof log_path);
-    if (!png_path[0]) sibling(out_path, ".train.png", png_path, sizeof png_path);
+    if (!log_path[0]) scdb_cli_sibling_path(out_path, ".jsonl", log_path, sizeof log_path);
+    if (!png_path[0]) scdb_cli_sibling_path(out_path, ".train.png", png_path, sizeof png_path);
     if (!suite_path[0])
         snprintf(suite_path, sizeof suite_path, "%s/evict_suite/manifest.json", scdb_cli_data_dir());
     if (!n_models) n_models = list_models(scdb_cli_data_dir(), models, MAX_MODELS);
