@@ -17,8 +17,10 @@ int scdb_cli_connect(const char *cmd, const scdb_opts *o, scdb **h)
     char ep[512], from[PATH_MAX + 128];
     scdb_err e;
 
-    if (!oo.endpoint || !*oo.endpoint) oo.endpoint = scdb_cli_endpoint(ep, sizeof ep, from, sizeof from);
-    else snprintf(from, sizeof from, "--endpoint");
+    if (!oo.endpoint || !*oo.endpoint)
+        oo.endpoint = scdb_cli_endpoint(ep, sizeof ep, from, sizeof from);
+    else
+        snprintf(from, sizeof from, "--endpoint");
     e = scdb_connect(&oo, h);
     if (e == SCDB_OK) return -1;
     fprintf(stderr, "scdb %s: no broker answered at %s (%s): %s (%s)\n", cmd, oo.endpoint, from,

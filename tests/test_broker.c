@@ -2161,6 +2161,31 @@ static void test_fd_socket_concurrent(void **state)
         close(silent[i]);
     }
     assert_true(scdb_now() - t0 < 4.5);
+    {   /* a ticket that arrives in pieces, a poll apart, is put together */
+        int c = socket(AF_UNIX, SOCK_STREAM, 0), fd = -1;
+        char cbuf[CMSG_SPACE(sizeof(int))];
+        uint8_t st = 0xff;
+        struct iovec iov = {.iov_base = &st, .iov_len = 1};
+        struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
+                            .msg_controllen = sizeof cbuf};
+        struct timeval tv = {.tv_sec = 5};
+        assert_true(c >= 0);
+        assert_int_equal(connect(c, (struct sockaddr *)&sa, sizeof sa), 0);
+        setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+        assert_int_equal(send(c, t, 5, MSG_NOSIGNAL), 5);
+        usleep(100 * 1000);
+        assert_int_equal(send(c, t + 5, 1, MSG_NOSIGNAL), 1);
+        usleep(100 * 1000);
+        assert_int_equal(send(c, t + 6, sizeof t - 6, MSG_NOSIGNAL), (ssize_t)(sizeof t - 6));
+        assert_int_equal(recvmsg(c, &mh, 0), 1);
+        assert_int_equal(st, SCDB_FD_OK);
+        for (struct cmsghdr *m = CMSG_FIRSTHDR(&mh); m; m = CMSG_NXTHDR(&mh, m))
+            if (m->cmsg_level == SOL_SOCKET && m->cmsg_type == SCM_RIGHTS)
+                memcpy(&fd, CMSG_DATA(m), sizeof fd);
+        assert_true(fd >= 0);
+        close(fd);
+        close(c);
+    }
     assert_alive();
 }
 
