@@ -112,7 +112,7 @@ const char *scdb_cli_endpoint(char *buf, size_t len, char *from, size_t fromlen)
         snprintf(from, fromlen, "the installed service's, %s", cfg);
         return buf;
     }
-    snprintf(from, fromlen, "the per-user socket; no installed configuration at %s", cfg);
+    snprintf(from, fromlen, "the per-user socket; no readable installed configuration at %s", cfg);
     return buf;
 }
 
