@@ -21,6 +21,9 @@
 
 /* `scdb bench ...`: dispatches to the entries below.  Returns an exit code. */
 int scdb_bench_main(int argc, char **argv);
+/* The name of benchmark i (0, 1, ...) of the dispatch table, NULL past the
+ * last: `scdb --help` lists them from here. */
+const char *scdb_bench_name(int i);
 
 /* One entry per benchmark; argv[0] is the benchmark's name. */
 int scdb_bench_store(int argc, char **argv);    /* bench/bench_store.c   */

@@ -31,6 +31,11 @@ static const struct {
      "a fleet of brokers sharing prefixes through Redis Cluster: hit rate, latency, a master kill"},
 };
 
+const char *scdb_bench_name(int i)
+{
+    return i >= 0 && (size_t)i < sizeof benches / sizeof benches[0] ? benches[i].name : NULL;
+}
+
 static void usage(FILE *f)
 {
     fprintf(f, "usage: scdb bench <name> [options]   (scdb bench <name> --help)\n\n");

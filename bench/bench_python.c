@@ -146,7 +146,7 @@ static int run_python(const opts *o, const char *script, const char *endpoint,
             setenv("PYTHONPATH", pypath, 1);
         }
         setenv("SCDB_SOURCE_DIR", scdb_share_dir(), 1);     /* tools/train_family.py */
-        setenv("SCDB_DATA_DIR", scdb_data_dir(), 1);
+        setenv("SCDB_DATA", scdb_data_dir(), 1);
         dup2(2, 1);                          /* its table is progress here */
         execv(o->python, (char *const *)argv);
         fprintf(stderr, "scdb bench python: cannot run %s: %s\n", o->python, strerror(errno));

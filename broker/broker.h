@@ -467,6 +467,9 @@ scdb_err scdb_broker_config_set(scdb_broker_config *c, const char *key, const ch
                                 char *errbuf, size_t errlen);
 /* The name of [broker] key i (0, 1, ...), NULL past the last. */
 const char *scdb_broker_config_key(int i);
+/* 1 when a SIGHUP reload applies a change of [broker] key `key` to the
+ * running broker, 0 when the change waits for a restart (reload.c). */
+int scdb_broker_config_reloadable(const char *key);
 /* Key `key`'s value in c, formatted as the ini file would give it (sizes
  * in bytes, modes in octal).  SCDB_ENOTFOUND (unknown key). */
 scdb_err scdb_broker_config_get(const scdb_broker_config *c, const char *key, char *buf,

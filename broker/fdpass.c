@@ -1,7 +1,12 @@
 /* fdpass.c — the broker's fd socket (schema/fd_pass.h): a table of
  * tickets -> file descriptors (arenas until their owner confirms them, the
- * lookup index while it is current) and one thread that accepts a
- * connection, reads its ticket and answers with the fd.  The socket sits
+ * lookup index while it is current) and one thread that serves every
+ * connection at once: it polls the listening socket and up to
+ * FD_CONNS_MAX open connections, each non-blocking with its own deadline
+ * (FD_CONN_DEADLINE_MS from its accept), reads a connection's ticket as its
+ * bytes arrive and answers with the fd as soon as all 16 are in.  A client
+ * that connects and says nothing is answered "malformed" at its deadline
+ * and delays no one: the others are served in between.  The socket sits
  * beside the ipc:// one with the same mode and group: whoever may be a
  * client may connect, and only a ticket's holder gets its object.  The
  * thread never blocks the event loop; the table's mutex is held for a
@@ -103,24 +108,24 @@ void bk_fd_remove(scdb_broker *b, const uint8_t t[SCDB_FD_TICKET_BYTES])
     if (fd >= 0) close(fd);
 }
 
-/* One connection: its ticket in, the fd (or a refusal) out.  Bounded by a
- * one-second timeout each way: a client that connects and says nothing
- * costs this thread a second, never the event loop. */
-static void answer(scdb_broker *b, int conn)
-{
-    struct timeval tv = {.tv_sec = 1};
+/* Connections the thread serves at once; more wait in the listen backlog
+ * (128) until one finishes.  Each gets FD_CONN_DEADLINE_MS from its accept
+ * to send its ticket. */
+#define FD_CONNS_MAX 256
+#define FD_CONN_DEADLINE_MS 1000
+
+typedef struct fd_conn {
+    int fd;
+    size_t got;                          /* ticket bytes read so far */
     uint8_t t[SCDB_FD_TICKET_BYTES];
-    ssize_t n;
+    double deadline;                     /* scdb_now() seconds */
+} fd_conn;
+
+/* A whole ticket in: answer with its fd, or "unknown". */
+static void answer(scdb_broker *b, int conn, const uint8_t t[SCDB_FD_TICKET_BYTES])
+{
     int fd = -1, i;
 
-    setsockopt(conn, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    setsockopt(conn, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-    do n = recv(conn, t, sizeof t, MSG_WAITALL);
-    while (n < 0 && errno == EINTR);
-    if (n != (ssize_t)sizeof t) {
-        scdb_fd_reply(conn, SCDB_FD_MALFORMED, -1);
-        return;
-    }
     pthread_mutex_lock(&b->fd_mu);
     if ((i = find(b, t)) >= 0) fd = fcntl(b->fds[i].fd, F_DUPFD_CLOEXEC, 0);
     pthread_mutex_unlock(&b->fd_mu);
@@ -133,26 +138,90 @@ static void answer(scdb_broker *b, int conn)
     close(fd);
 }
 
+/* Read what connection c has sent.  1: it is finished (answered, or gone)
+ * and closed; 0: its ticket is still incomplete. */
+static int conn_read(scdb_broker *b, fd_conn *c)
+{
+    for (;;) {
+        ssize_t n = recv(c->fd, c->t + c->got, sizeof c->t - c->got, 0);
+        if (n > 0) {
+            c->got += (size_t)n;
+            if (c->got < sizeof c->t) continue;
+            answer(b, c->fd, c->t);      /* anything after the ticket is ignored */
+            break;
+        }
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
+        if (n == 0) scdb_fd_reply(c->fd, SCDB_FD_MALFORMED, -1);   /* closed before 16 bytes */
+        break;                                                      /* or an error: gone */
+    }
+    close(c->fd);
+    return 1;
+}
+
 static void *fd_main(void *arg)
 {
     scdb_broker *b = arg;
+    fd_conn conns[FD_CONNS_MAX];
+    struct pollfd p[FD_CONNS_MAX + 2];
+    int n = 0;
 
     for (;;) {
-        struct pollfd p[2] = {{.fd = b->fd_listen, .events = POLLIN},
-                              {.fd = b->fd_wake[0], .events = POLLIN}};
-        int conn;
-        if (poll(p, 2, -1) < 0) {
+        double now = scdb_now(), first = 0;
+        int timeout = -1, rc;
+
+        p[0] = (struct pollfd){.fd = b->fd_wake[0], .events = POLLIN};
+        p[1] = (struct pollfd){.fd = n < FD_CONNS_MAX ? b->fd_listen : -1, .events = POLLIN};
+        for (int i = 0; i < n; i++) {
+            p[2 + i] = (struct pollfd){.fd = conns[i].fd, .events = POLLIN};
+            if (i == 0 || conns[i].deadline < first) first = conns[i].deadline;
+        }
+        if (n) timeout = first <= now ? 0 : (int)((first - now) * 1000) + 1;
+        rc = poll(p, (nfds_t)(2 + n), timeout);
+        if (rc < 0) {
             if (errno == EINTR) continue;
             scdb_error("fd socket: poll: %s", strerror(errno));
             break;
         }
-        if (p[1].revents) break;
-        if (!(p[0].revents & POLLIN)) continue;
-        conn = accept4(b->fd_listen, NULL, NULL, SOCK_CLOEXEC);
-        if (conn < 0) continue;
-        answer(b, conn);
-        close(conn);
+        if (p[0].revents) break;
+        /* the connections polled (accepts below append after them) */
+        now = scdb_now();
+        for (int i = 0, polled = n; i < polled; i++) {
+            int done;
+            if (p[2 + i].revents) done = conn_read(b, &conns[i]);
+            else if (conns[i].deadline <= now) {           /* silent past its deadline */
+                scdb_fd_reply(conns[i].fd, SCDB_FD_MALFORMED, -1);
+                close(conns[i].fd);
+                done = 1;
+            } else
+                done = 0;
+            if (done) conns[i].fd = -1;
+        }
+        {   /* compact, keeping the order (deadlines stay ascending) */
+            int k = 0;
+            for (int i = 0; i < n; i++)
+                if (conns[i].fd >= 0) conns[k++] = conns[i];
+            n = k;
+        }
+        if (p[1].fd >= 0 && (p[1].revents & POLLIN)) {
+            while (n < FD_CONNS_MAX) {
+                int conn = accept4(b->fd_listen, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+                if (conn < 0) {
+                    /* EAGAIN: no more waiting; out of descriptors (EMFILE,
+                     * ENFILE, ENOMEM): a pause, not a spin on a listening
+                     * socket that stays readable */
+                    if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR &&
+                        errno != ECONNABORTED)
+                        poll(NULL, 0, 10);
+                    break;
+                }
+                conns[n] = (fd_conn){.fd = conn, .got = 0,
+                                     .deadline = now + FD_CONN_DEADLINE_MS / 1000.0};
+                if (!conn_read(b, &conns[n])) n++;  /* the ticket may be there already */
+            }
+        }
     }
+    for (int i = 0; i < n; i++) close(conns[i].fd);
     return NULL;
 }
 
@@ -180,7 +249,7 @@ scdb_err bk_fd_start(scdb_broker *b, char *errbuf, size_t errlen)
     /* the ipc endpoint is ours (bound, no other broker answers): a file
      * here is a dead broker's */
     unlink(b->fd_path);
-    b->fd_listen = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    b->fd_listen = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (b->fd_listen < 0) goto sys;
     memset(&sa, 0, sizeof sa);
     sa.sun_family = AF_UNIX;

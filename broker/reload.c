@@ -41,7 +41,7 @@ static const char *const runtime_keys[] = {
     "max_inflight",
 };
 
-static int is_runtime(const char *key)
+int scdb_broker_config_reloadable(const char *key)
 {
     for (size_t i = 0; i < SCDB_ARRAY_LEN(runtime_keys); i++)
         if (!strcmp(runtime_keys[i], key)) return 1;
@@ -164,7 +164,7 @@ static int settings(const scdb_broker *b, const scdb_broker_config *in,
         if (scdb_broker_config_get(&b->cfg, key, was, sizeof was) ||
             scdb_broker_config_get(in, key, now, sizeof now) || !strcmp(was, now))
             continue;
-        if (is_runtime(key)) {
+        if (scdb_broker_config_reloadable(key)) {
             if (scdb_broker_config_set(nc, key, now, why, whylen)) return -1;
             scdb_info("reload: %s = %s (was %s)", key, now, was);
         } else {

@@ -7,9 +7,121 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* What --help says about each key of the parser's table (config.c); the
+ * usage prints the table's keys in its order, so a key added there and not
+ * here still shows up (with a pointer to the manual). */
+static const struct key_help {
+    const char *key, *arg, *text;
+} key_help[] = {
+    {"endpoint", "ipc://PATH", "listening socket (default: see the end of this text)"},
+    {"tcp_endpoint", "tcp://H:P", "also listen on TCP; needs --curve-secret-file"},
+    {"curve_secret_file", "FILE", "the server's CURVE secret key (Z85, 40 chars)"},
+    {"curve_allow_file", "FILE", "client public keys (Z85, one per line, # comments)\n"
+                                 "let in on tcp; unset: any CURVE client that knows\n"
+                                 "the server's public key"},
+    {"data_dir", "DIR", "LMDB store directory (default ./scdb-data)"},
+    {"block_tokens", "N", "tokens per block (default 64; fixed per store)"},
+    {"map_size", "SIZE", "initial LMDB map (default 256MiB or 2x disk capacity)"},
+    {"max_map_size", "SIZE", "LMDB map growth limit (default 1TiB)"},
+    {"disk_capacity", "SIZE", "store bytes on disk, LRU leaves evicted (default 0:\n"
+                              "unbounded)"},
+    {"hot_capacity", "SIZE", "RAM tier bytes (default 256MiB)"},
+    {"gpu_hot_capacity", "SIZE", "hot tier in CUDA device memory instead of RAM, of\n"
+                                 "this many bytes (default 0: none; ignored with a\n"
+                                 "warning when the broker runs on the CPU)"},
+    {"no_sync", "BOOL", "skip fsync on commit (default 0)"},
+    {"lookup_index", "BOOL", "publish the shared-memory lookup index (default 1)"},
+    {"lookup_index_entries", "N", "keys to size the index for at start (default\n"
+                                  "16384 or twice the stored blocks; it doubles as needed)"},
+    {"workers", "N", "decode/read threads (default 2); one writer thread"},
+    {"heartbeat_ms", "N", "client heartbeat interval (default 1000)"},
+    {"heartbeat_timeout_ms", "N", "reclaim a silent client's arenas after this\n"
+                                  "(default 10000)"},
+    {"max_request_bytes", "SIZE", "all frames of one request (default 64MiB)"},
+    {"max_tokens", "N", "tokens in one request (default 1048576)"},
+    {"max_arenas_per_client", "N", "arenas one client holds at once (default 64)"},
+    {"max_arena_bytes", "SIZE", "one arena (default 4GiB)"},
+    {"max_client_arena_bytes", "SIZE", "all arenas of one client together (default 0:\n"
+                                       "unbounded)"},
+    {"max_sessions_per_client", "N", "live sessions one client holds at once (default\n"
+                                     "32; 0: unbounded)"},
+    {"max_inflight_per_client", "N", "one client's get/put/delete requests queued at\n"
+                                     "once before it is answered SCDB_EBUSY (default 64)"},
+    {"arena_total_bytes", "SIZE", "all arenas (default 0: unbounded)"},
+    {"drain_timeout_ms", "N", "shutdown drain limit (default 30000)"},
+    {"max_inflight", "N", "queued get/put/delete requests before replying\n"
+                          "SCDB_EBUSY (default 1024)"},
+    {"socket_mode", "MODE", "socket files' mode (the ipc socket and the fd\n"
+                            "socket beside it), 0660 or stricter (default 0660)"},
+    {"socket_group", "GROUP", "socket files' group, a name or a number (default:\n"
+                              "the broker's); any user in it may connect"},
+    {"log_level", "LEVEL", "debug, info, warn, error, off (default info, or\n"
+                           "$SCDB_LOG)"},
+    {"device", "D", "auto | cpu | cuda (default auto: CUDA when a device\n"
+                    "answers; the choice is logged).  On CUDA, clients\n"
+                    "may ask for CUDA IPC arenas (device memory, decoded\n"
+                    "by the CUDA kernels); cuda fails to start when no\n"
+                    "device answers (exit 1) or the build has no CUDA\n"
+                    "backend (exit 2)"},
+    {"metrics_listen", "ADDR", "serve GET /metrics (Prometheus text format) over\n"
+                               "HTTP on HOST:PORT, [IPV6]:PORT or PORT (=\n"
+                               "127.0.0.1:PORT); port 0 picks a free one (logged).\n"
+                               "Default: off"},
+    {"remote_cluster", "H:P,...", "seed nodes (default none: no remote tier)"},
+    {"remote_user", "NAME", "ACL user (default: the default user)"},
+    {"remote_password_file", "F", "its password on the first line (default: no AUTH);\n"
+                                  "refused credentials stop the start (exit 2)"},
+    {"remote_key_prefix", "P", "Redis key = P + the block key in hex (default\n"
+                               "scdb:); no braces (no hash tags)"},
+    {"remote_ttl", "SECONDS", "expiry of every value written (default 86400;\n"
+                              "0: none).  Run the cluster with maxmemory and\n"
+                              "maxmemory-policy allkeys-lru (README)"},
+    {"remote_write_queue", "SIZE", "writes waiting for the cluster; a put that finds\n"
+                                   "it full drops its remote write, counted (64MiB)"},
+    {"remote_timeout_ms", "N", "deadline of one cluster call (default 100)"},
+};
+
+#define HELP_COL 29      /* where a flag's text starts */
+
+/* One flag: "  --KEY ARG", then the text from column HELP_COL (a new line
+ * when the flag is longer), continuation lines indented the same. */
+static void print_flag(FILE *f, const char *key, const char *arg, const char *text)
+{
+    char flag[96];
+    int n = snprintf(flag, sizeof flag, "  --%s %s", key, arg);
+    for (char *q = flag + 4; *q && *q != ' '; q++)
+        if (*q == '_') *q = '-';
+    fputs(flag, f);
+    if (n >= HELP_COL - 1) fprintf(f, "\n%*s", HELP_COL, "");
+    else fprintf(f, "%*s", HELP_COL - n, "");
+    for (const char *t = text; *t; t++) {
+        fputc(*t, f);
+        if (*t == '\n') fprintf(f, "%*s", HELP_COL, "");
+    }
+    fputc('\n', f);
+}
+
+/* Every key of the table whose name does (remote) or does not start with
+ * "remote_". */
+static void print_keys(FILE *f, int remote)
+{
+    const char *key;
+    for (int i = 0; (key = scdb_broker_config_key(i)); i++) {
+        const struct key_help *h = NULL;
+        if ((strncmp(key, "remote_", 7) == 0) != remote) continue;
+        for (size_t j = 0; j < SCDB_ARRAY_LEN(key_help); j++)
+            if (!strcmp(key_help[j].key, key)) h = &key_help[j];
+        if (h) print_flag(f, key, h->arg, h->text);
+        else print_flag(f, key, "VALUE", "see scdb-broker.ini(5)");
+    }
+}
+
 static void usage(FILE *f, const char *prog)
 {
     char ep[300];
+    const char *key;
+    int col = 2;
+
     fprintf(f,
 "usage: %s [--config FILE] [--model SPEC]... [--KEY VALUE]...\n"
 "\n"
@@ -20,8 +132,8 @@ static void usage(FILE *f, const char *prog)
 "live sessions that keep a consumer's arena within a slot budget with an\n"
 "eviction policy.  Logs go to stderr.  SIGTERM or SIGINT drains requests in\n"
 "flight and exits; SIGHUP reloads the configuration (models, codebooks, pairs,\n"
-"policies and run-time limits) without dropping clients.  Started by systemd\n"
-"(Type=notify) it reports readiness, reloads and shutdown.\n"
+"policies and the run-time keys listed at the end) without dropping clients.\n"
+"Started by systemd (Type=notify) it reports readiness, reloads and shutdown.\n"
 "\n"
 "options (every [broker] key of the config file is also a flag, '-' or '_';\n"
 "[remote] keys are flags --remote-KEY):\n"
@@ -40,80 +152,42 @@ static void usage(FILE *f, const char *prog)
 "                             and tova are built in)\n"
 "  --model SPEC               add a model: NAME=DIR (reads DIR/config.json) or\n"
 "                             NAME:LAYERS:KV_HEADS:HEAD_DIM[:MAX_SEQ[:f16|f32]];\n"
-"                             each model gets the codebook raw/NAME (raw KV)\n"
-"  --endpoint ipc://PATH      listening socket (default %s;\n"
-"                             $SCDB_ENDPOINT overrides the default)\n"
-"  --socket-mode MODE         socket file mode, 0660 or stricter (default 0660)\n"
-"  --tcp-endpoint tcp://H:P   also listen on TCP; needs --curve-secret-file\n"
-"  --curve-secret-file FILE   the server's CURVE secret key (Z85, 40 chars)\n"
-"  --curve-allow-file FILE    client public keys (Z85, one per line, # comments)\n"
-"                             let in on tcp; unset: any CURVE client that knows\n"
-"                             the server's public key\n"
-"  --data-dir DIR             LMDB store directory (default ./scdb-data)\n"
-"  --block-tokens N           tokens per block (default 64; fixed per store)\n"
-"  --map-size SIZE            initial LMDB map (default 256MiB or 2x disk capacity)\n"
-"  --max-map-size SIZE        LMDB map growth limit (default 1TiB)\n"
-"  --disk-capacity SIZE       store bytes on disk, LRU leaves evicted (default 0:\n"
-"                             unbounded)\n"
-"  --hot-capacity SIZE        RAM tier bytes (default 256MiB)\n"
-"  --gpu-hot-capacity SIZE    hot tier in CUDA device memory instead of RAM, of\n"
-"                             this many bytes (default 0: none; ignored with a\n"
-"                             warning when the broker runs on the CPU)\n"
-"  --no-sync BOOL             skip fsync on commit (default 0)\n"
-"  --lookup-index BOOL        publish the shared-memory lookup index (default 1)\n"
-"  --lookup-index-entries N   keys to size the index for at start (default\n"
-"                             16384 or twice the stored blocks; it doubles as needed)\n"
-"  --workers N                decode/read threads (default 2); one writer thread\n"
-"  --heartbeat-ms N           client heartbeat interval (default 1000)\n"
-"  --heartbeat-timeout-ms N   reclaim a silent client's arenas after this\n"
-"                             (default 10000)\n"
-"  --max-request-bytes SIZE   all frames of one request (default 64MiB)\n"
-"  --max-tokens N             tokens in one request (default 1048576)\n"
-"  --max-arenas-per-client N  (default 64)\n"
-"  --max-arena-bytes SIZE     one arena (default 4GiB)\n"
-"  --arena-total-bytes SIZE   all arenas (default 0: unbounded)\n"
-"  --drain-timeout-ms N       shutdown drain limit (default 30000)\n"
-"  --max-inflight N           queued get/put/delete requests before replying\n"
-"                             SCDB_EBUSY (default 1024)\n"
-"  --log-level LEVEL          debug, info, warn, error, off (default info, or\n"
-"                             $SCDB_LOG)\n"
-"  --device D                 auto | cpu | cuda (default auto: CUDA when a device\n"
-"                             answers; the choice is logged).  On CUDA, clients\n"
-"                             may ask for CUDA IPC arenas (device memory, decoded\n"
-"                             by the CUDA kernels); cuda fails to start when no\n"
-"                             device answers (exit 1) or the build has no CUDA\n"
-"                             backend (exit 2)\n"
-"  --metrics-listen ADDR      serve GET /metrics (Prometheus text format) over\n"
-"                             HTTP on HOST:PORT, [IPV6]:PORT or PORT (=\n"
-"                             127.0.0.1:PORT); port 0 picks a free one (logged).\n"
-"                             Default: off\n"
+"                             each model gets the codebook raw/NAME (raw KV)\n",
+            prog);
+    print_keys(f, 0);
+    fprintf(f,
 "\n"
 "remote tier ([remote] section of the config file; each key NAME is also the\n"
 "flag --remote-NAME): blocks shared by a fleet of brokers through a Redis\n"
 "Cluster.  Every committed block is also written there, asynchronously; a\n"
 "lookup or get whose local prefix stops short continues there, and what it\n"
 "finds is verified (checksum, namespace, chain) and kept locally.  A slow or\n"
-"unreachable cluster never fails a request: the local tiers answer.\n"
-"  --remote-cluster H:P,...   seed nodes (default none: no remote tier)\n"
-"  --remote-user NAME         ACL user (default: the default user)\n"
-"  --remote-password-file F   its password on the first line (default: no AUTH);\n"
-"                             refused credentials stop the start (exit 2)\n"
-"  --remote-key-prefix P      Redis key = P + the block key in hex (default\n"
-"                             scdb:); no braces (no hash tags)\n"
-"  --remote-ttl SECONDS       expiry of every value written (default 86400;\n"
-"                             0: none).  Run the cluster with maxmemory and\n"
-"                             maxmemory-policy allkeys-lru (README)\n"
-"  --remote-write-queue SIZE  writes waiting for the cluster; a put that finds\n"
-"                             it full drops its remote write, counted (64MiB)\n"
-"  --remote-timeout-ms N      deadline of one cluster call (default 100)\n"
+"unreachable cluster never fails a request: the local tiers answer.\n");
+    print_keys(f, 1);
+    fprintf(f,
 "\n"
 "  -h, --help                 this text\n"
 "SIZE takes K, M, G, T (or KiB, MiB, ...) suffixes.\n"
+"The endpoint's default: $SCDB_ENDPOINT, else ipc://$XDG_RUNTIME_DIR/scdb/broker.sock,\n"
+"else ipc:///tmp/scdb-UID/broker.sock; here %s.\n"
+"A reload (SIGHUP) applies these keys; every other key takes a restart:\n",
+            scdb_default_endpoint(ep, sizeof ep));
+    for (int i = 0; (key = scdb_broker_config_key(i)); i++) {
+        int w = (int)strlen(key) + 2;
+        if (!scdb_broker_config_reloadable(key)) continue;
+        if (col + w > 78) {
+            fputc('\n', f);
+            col = 2;
+        }
+        fprintf(f, "%s%s", col == 2 ? "  " : " ", key);
+        col += w;
+    }
+    fprintf(f,
+"\n"
 "exit status: 0 clean shutdown; 1 runtime failure (data dir or endpoint in\n"
 "use, bind, store I/O, drain timeout); 2 usage or configuration error (a bad\n"
 "setting, a plaintext tcp endpoint, or a model/codebook/pair/policy file it\n"
-"names that is missing or invalid).\n",
-            prog, scdb_default_endpoint(ep, sizeof ep));
+"names that is missing or invalid).\n");
 }
 
 /* The whole configuration from argv into cfg (defaults filled): the config

@@ -1,6 +1,7 @@
 /* cli_util.c — what the client subcommands share: connecting with one
  * message and one exit-code mapping, reading a prompt (scdb_cli.h). */
 #include <errno.h>
+#include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,17 +10,20 @@
 #include "scdb.h"
 #include "scdb_cli.h"
 #include "scdb_common.h"
-#include "wire.h"
 
 int scdb_cli_connect(const char *cmd, const scdb_opts *o, scdb **h)
 {
-    scdb_err e = scdb_connect(o, h);
-    char ep[300];
+    scdb_opts oo = *o;
+    char ep[512], from[PATH_MAX + 128];
+    scdb_err e;
 
+    if (!oo.endpoint || !*oo.endpoint)
+        oo.endpoint = scdb_cli_endpoint(ep, sizeof ep, from, sizeof from);
+    else
+        snprintf(from, sizeof from, "--endpoint");
+    e = scdb_connect(&oo, h);
     if (e == SCDB_OK) return -1;
-    fprintf(stderr, "scdb %s: no broker answered at %s: %s (%s)\n", cmd,
-            o && o->endpoint && *o->endpoint ? o->endpoint
-                                             : scdb_default_endpoint(ep, sizeof ep),
+    fprintf(stderr, "scdb %s: no broker answered at %s (%s): %s (%s)\n", cmd, oo.endpoint, from,
             scdb_connect_error(), scdb_strerror(e));
     if (e == SCDB_ETIMEDOUT || e == SCDB_ENOTFOUND || e == SCDB_ECLOSED)
         return SCDB_CLI_UNREACHABLE;

@@ -101,7 +101,6 @@ typedef struct prompt {
 
 static void audit_usage(FILE *f)
 {
-    char ep[300];
     fprintf(f,
 "usage: scdb audit --consumer DIR --codebook NAME [--model NAME]\n"
 "                  [--text FILE | --tokens FILE]... [--prefixes N]\n"
@@ -135,12 +134,13 @@ static void audit_usage(FILE *f)
 "  --store             put the prompts' prefixes that are not stored\n"
 "  --producer DIR      the codebook's producer model (required with --store)\n"
 "  --producer-model N  its name at the broker (default: its config's name)\n"
-"  --json              print the results as JSON instead of a table\n"
-"  --endpoint URL      broker endpoint (default $SCDB_ENDPOINT or %s)\n"
+"  --json              print the results as JSON instead of a table\n",
+            MAX_PROMPTS);
+    scdb_cli_endpoint_help(f);
+    fprintf(f,
 "  --timeout-ms N      per-request timeout (default 30000)\n\n"
 "exit codes: 0 measured, 1 nothing measured (none stored, refused, a file\n"
-"could not be used), 2 usage error, 3 no broker answered.\n",
-            MAX_PROMPTS, scdb_default_endpoint(ep, sizeof ep));
+"could not be used), 2 usage error, 3 no broker answered.\n");
 }
 
 static int audit_usage_error(const char *fmt, const char *arg)

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "broker.h"
 #include "safetensors.h"
@@ -32,12 +33,11 @@ int scdb_cmd_serve(int argc, char **argv)
 typedef struct cli {
     const char *cmd;
     const char *endpoint, *model, *codebook, *text, *tokens, *payload, *out;
-    int timeout_ms, first_block, pos0, json, copy, producer;
+    int timeout_ms, first_block, pos0, json, copy, producer, replace;
     int patch, has_patch;      /* get --patch-layers */
 } cli;
 
 static const char common_help[] =
-"  --endpoint URL      broker endpoint (default $SCDB_ENDPOINT or %s)\n"
 "  --timeout-ms N      per-request timeout (default 5000)\n";
 
 static const char model_help[] =
@@ -52,18 +52,21 @@ static const char exit_help[] =
 
 static void help(const char *cmd)
 {
-    char ep[300];
-    scdb_default_endpoint(ep, sizeof ep);
     if (!strcmp(cmd, "put")) {
         printf("usage: scdb put --model NAME (--text FILE | --tokens FILE) --payload FILE\n"
-               "                [--first-block N] [--codebook ID] [--endpoint URL]\n\n"
+               "                [--first-block N] [--replace] [--codebook ID] [--endpoint URL]\n\n"
                "Store the full blocks of a prompt as a producer: FILE holds the blocks'\n"
                "payloads back to back (for raw/NAME: each block's K then V, F16 or F32 as\n"
                "the model's raw_dtype, see schema/wire.h), starting at block N (default 0;\n"
-               "earlier blocks must be stored).  Prints how many leading blocks are stored.\n\n"
+               "earlier blocks must be stored).  Blocks stored already are kept as they are\n"
+               "unless --replace.  Prints how many leading blocks are stored.\n\n"
                "options:\n%s", model_help);
         printf("  --payload FILE      block payloads (required)\n"
                "  --first-block N     first block in FILE (default 0)\n"
+               "  --replace           overwrite blocks stored already with these payloads\n"
+               "                      (scdb_replace: for a producer that knows what it\n"
+               "                      stored is wrong); consumers' later gets decode the\n"
+               "                      new values, and blocks stored after them stay valid\n"
                "  --json              print the result as JSON\n");
     } else if (!strcmp(cmd, "lookup")) {
         printf("usage: scdb lookup --model NAME (--text FILE | --tokens FILE) [--codebook ID]\n"
@@ -88,7 +91,8 @@ static void help(const char *cmd)
                "                      pair's; 0: REUSE everywhere, faster, lower quality)\n"
                "  --json              print the result as JSON\n");
     }
-    printf(common_help, ep);
+    scdb_cli_endpoint_help(stdout);
+    printf("%s", common_help);
     printf("  -h, --help          this text\n%s", exit_help);
 }
 
@@ -119,6 +123,7 @@ static int parse(cli *c, int argc, char **argv, int need_model)
         }
         if (!strcmp(a, "--json")) { c->json = 1; continue; }
         if (!strcmp(a, "--copy")) { c->copy = 1; continue; }
+        if (!strcmp(a, "--replace") && !strcmp(c->cmd, "put")) { c->replace = 1; continue; }
         if (!strcmp(a, "--endpoint")) sval = &c->endpoint;
         else if (!strcmp(a, "--model")) sval = &c->model;
         else if (!strcmp(a, "--codebook")) sval = &c->codebook;
@@ -217,13 +222,28 @@ int scdb_cmd_put(int argc, char **argv)
         return usage_error(&c, "--payload %s is empty: no block to put", c.payload);
     }
     if ((rc = open_handle(&c, SCDB_PRODUCER, &h, &info)) < 0) {
-        e = scdb_put(h, tok, n, (uint32_t)c.first_block, pl, plen, &r);
+        if (!c.replace) {
+            e = scdb_put(h, tok, n, (uint32_t)c.first_block, pl, plen, &r);
+        } else {
+            /* SCDB_EBUSY: a block was being read at that instant (the ones
+             * before it are replaced); the call is safe to repeat */
+            for (int tries = 0;; tries++) {
+                e = scdb_replace(h, tok, n, (uint32_t)c.first_block, pl, plen, &r);
+                if (e != SCDB_EBUSY || tries == 20) break;
+                nanosleep(&(struct timespec){.tv_nsec = 50 * 1000 * 1000}, NULL);
+            }
+        }
         if (e) {
-            rc = broker_error(&c, "put", e, h);
+            rc = broker_error(&c, c.replace ? "replace" : "put", e, h);
         } else {
             if (c.json)
-                printf("{\"n_full\": %u, \"n_stored\": %u, \"n_new\": %u, \"block_tokens\": %u}\n",
-                       r.n_full, r.n_stored, r.n_new, info.block_tokens);
+                printf("{\"n_full\": %u, \"n_stored\": %u, \"n_new\": %u, \"block_tokens\": %u, "
+                       "\"replace\": %s}\n",
+                       r.n_full, r.n_stored, r.n_new, info.block_tokens,
+                       c.replace ? "true" : "false");
+            else if (c.replace)
+                printf("stored %u of %u full blocks (%u written, replacing any stored), %u "
+                       "tokens per block\n", r.n_stored, r.n_full, r.n_new, info.block_tokens);
             else
                 printf("stored %u of %u full blocks (%u new), %u tokens per block\n", r.n_stored,
                        r.n_full, r.n_new, info.block_tokens);

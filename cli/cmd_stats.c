@@ -206,7 +206,6 @@ static void print_table(const scdb_stat *s)
 
 static void help(void)
 {
-    char ep[300];
     printf("usage: scdb stats [--json] [--watch SECONDS [--count N]] [--endpoint URL]\n"
            "                  [--timeout-ms N]\n\n"
            "Print the broker's and the store's counters: blocks and tiers with their\n"
@@ -219,13 +218,12 @@ static void help(void)
            "options:\n"
            "  --json              one JSON object (per refresh, one per line)\n"
            "  --watch SECONDS     refresh every SECONDS (a TTY is cleared each time)\n"
-           "  --count N           with --watch: stop after N refreshes (default: never)\n"
-           "  --endpoint URL      broker endpoint (default $SCDB_ENDPOINT or %s)\n"
-           "  --timeout-ms N      per-request timeout (default 5000)\n"
+           "  --count N           with --watch: stop after N refreshes (default: never)\n");
+    scdb_cli_endpoint_help(stdout);
+    printf("  --timeout-ms N      per-request timeout (default 5000)\n"
            "  -h, --help          this text\n\n"
            "exit codes: 0 ok, 1 the broker refused the request, 2 usage error, 3 no\n"
-           "broker answered (with --watch: at the last refresh).\n",
-           scdb_default_endpoint(ep, sizeof ep));
+           "broker answered (with --watch: at the last refresh).\n");
 }
 
 static int usage_error(const char *fmt, const char *arg)

@@ -7,6 +7,7 @@
 #define SCDB_CLI_H
 
 #include <stddef.h>
+#include <stdio.h>
 #include <stdint.h>
 
 int scdb_cmd_models(int argc, char **argv);   /* cmd_models.c */
@@ -25,12 +26,26 @@ int scdb_cmd_fingerprint(int argc, char **argv);
  * (scdb_data_dir). */
 const char *scdb_cli_data_dir(void);
 
+/* The endpoint a client subcommand uses without --endpoint (cli_endpoint.c:
+ * $SCDB_ENDPOINT, a broker of the user's own on the per-user socket, the
+ * installed service's configured endpoint, else the per-user socket) into
+ * buf; where it came from, a phrase for messages, into from.  Returns buf. */
+const char *scdb_cli_endpoint(char *buf, size_t len, char *from, size_t fromlen);
+/* The installed configuration beside this program:
+ * <prefix>/etc/scdb/scdb-broker.ini, or /etc/scdb/scdb-broker.ini for the
+ * prefix /usr.  cli_endpoint.c */
+void scdb_cli_installed_config(char *buf, size_t len);
+/* The --endpoint lines of a client subcommand's --help: the order above,
+ * and what it resolves to here and now.  cli_endpoint.c */
+void scdb_cli_endpoint_help(FILE *f);
+
 /* Exit codes of the client subcommands (put, lookup, get, stats). */
 enum { SCDB_CLI_REFUSED = 1, SCDB_CLI_USAGE = 2, SCDB_CLI_UNREACHABLE = 3 };
 
 struct scdb_opts;
 struct scdb;
-/* scdb_connect for subcommand `cmd`: -1 with *h connected, else the exit
+/* scdb_connect for subcommand `cmd` (o->endpoint NULL or "":
+ * scdb_cli_endpoint's): -1 with *h connected, else the exit
  * code after one line on stderr saying why (libscdb's connect-time message):
  * 3 when no broker answers (no socket, nothing listening, no reply), 2 for
  * a bad endpoint, 1 otherwise.  cli_util.c */

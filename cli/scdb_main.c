@@ -27,7 +27,7 @@ static const struct {
     {"stats", scdb_cmd_stats, "broker and store counters"},
     {"fingerprint", scdb_cmd_fingerprint, "weights fingerprint of model directories (either layout)"},
     {"audit", scdb_cmd_audit, "measure a consumer's decoded prefixes against its own prefill"},
-    {"bench", scdb_bench_main, "benchmarks (store, broker, quality, evict); `scdb bench --help`"},
+    {"bench", scdb_bench_main, NULL},    /* the benchmarks, listed from bench_main.c's table */
 };
 
 static void usage(FILE *f)
@@ -36,13 +36,28 @@ static void usage(FILE *f)
             "scdb — sidecar cache broker for LLM serving\n\n"
             "usage: scdb <command> [options]     (scdb <command> --help)\n\n"
             "commands:\n");
-    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
-        fprintf(f, "  %-13s %s\n", cmds[i].name, cmds[i].what);
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
+        const char *b;
+        int col;
+        if (cmds[i].what) {
+            fprintf(f, "  %-13s %s\n", cmds[i].name, cmds[i].what);
+            continue;
+        }
+        col = fprintf(f, "  %-13s benchmarks (`scdb bench NAME --help`):", cmds[i].name);
+        for (int j = 0; (b = scdb_bench_name(j)); j++) {
+            if (col + 1 + (int)strlen(b) + 1 > 79) col = fprintf(f, "\n%15s", "") - 1;
+            col += fprintf(f, " %s%s", b, scdb_bench_name(j + 1) ? "," : "");
+        }
+        fputc('\n', f);
+    }
     fprintf(f,
             "\nenvironment:\n"
             "  SCDB_DATA   asset directory (models, codebooks, pairs, policies, held-out\n"
             "              texts); default %s (../share/scdb beside this program)\n"
-            "  SCDB_LOG    log level: debug, info, warn (default), error, off\n",
+            "  SCDB_LOG    log level: debug, info, warn (default), error, off\n"
+            "  SCDB_ENDPOINT  the broker put, lookup, get, stats and audit talk to; without\n"
+            "              it, a broker of yours on the per-user socket, else the installed\n"
+            "              service's endpoint (scdb stats --help says which, here)\n",
             scdb_share_dir());
 }
 

@@ -2054,9 +2054,10 @@ static void test_index_evict_grow_damage(void **state)
     assert_false(ticket_live(ep3 + 6, name));
 }
 
-/* Send n bytes (then half-close unless hold) to the fd socket; the status
- * byte it answers (-1: none), and whether an fd came with it. */
-static int fd_socket_say(const void *msg, size_t n, int hold, int *got_fd)
+/* Send n bytes (then half-close unless hold) to the fd socket, in pieces
+ * of `piece` bytes 100 ms apart (0: at once); the status byte it answers
+ * (-1: none), and whether an fd came with it. */
+static int fd_socket_say_pieces(const void *msg, size_t n, int hold, size_t piece, int *got_fd)
 {
     struct sockaddr_un sa = {.sun_family = AF_UNIX};
     char cbuf[CMSG_SPACE(sizeof(int))];
@@ -2071,7 +2072,11 @@ static int fd_socket_say(const void *msg, size_t n, int hold, int *got_fd)
     scdb_fd_socket_path(sock_path, sa.sun_path, sizeof sa.sun_path);
     assert_int_equal(connect(s, (struct sockaddr *)&sa, sizeof sa), 0);
     setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    if (n) assert_int_equal(send(s, msg, n, MSG_NOSIGNAL), (ssize_t)n);
+    for (size_t off = 0, k; off < n; off += k) {
+        k = piece && n - off > piece ? piece : n - off;
+        if (off) usleep(100 * 1000);
+        assert_int_equal(send(s, (const char *)msg + off, k, MSG_NOSIGNAL), (ssize_t)k);
+    }
     if (!hold) shutdown(s, SHUT_WR);
     r = recvmsg(s, &mh, 0);
     *got_fd = 0;
@@ -2084,6 +2089,11 @@ static int fd_socket_say(const void *msg, size_t n, int hold, int *got_fd)
         }
     close(s);
     return r == 1 ? st : -1;
+}
+
+static int fd_socket_say(const void *msg, size_t n, int hold, int *got_fd)
+{
+    return fd_socket_say_pieces(msg, n, hold, 0, got_fd);
 }
 
 /* The fd socket with bad input: truncated, oversized, garbage and silent
@@ -2121,6 +2131,49 @@ static void test_fd_socket_garbage(void **state)
     assert_int_equal(scdb_fd_ticket_parse("0123", (uint8_t[16]){0}), -1);
     assert_int_equal(scdb_fd_ticket_parse("zz23456789abcdef0123456789abcdef", (uint8_t[16]){0}),
                      -1);
+    assert_alive();
+}
+
+/* The fd socket serves its connections at once (issue 25 item 12): with
+ * silent connections open (connected, nothing sent), another client's
+ * ticket is answered at once, not after their one-second deadlines; the
+ * silent ones are still answered "malformed" at theirs. */
+static void test_fd_socket_concurrent(void **state)
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    char hex[2 * SCDB_FD_TICKET_BYTES + 1];
+    uint8_t t[SCDB_FD_TICKET_BYTES];
+    int silent[3], got;
+    double t0, dt;
+    (void)state;
+
+    index_ticket(endpoint, hex, sizeof hex);
+    assert_int_equal(scdb_fd_ticket_parse(hex, t), 0);
+    scdb_fd_socket_path(sock_path, sa.sun_path, sizeof sa.sun_path);
+    for (int i = 0; i < 3; i++) {
+        silent[i] = socket(AF_UNIX, SOCK_STREAM, 0);
+        assert_true(silent[i] >= 0);
+        assert_int_equal(connect(silent[i], (struct sockaddr *)&sa, sizeof sa), 0);
+    }
+    usleep(50 * 1000);          /* the broker has accepted them */
+    t0 = scdb_now();
+    assert_int_equal(fd_socket_say(t, sizeof t, 0, &got), SCDB_FD_OK);
+    dt = scdb_now() - t0;
+    assert_true(got);
+    print_message("ticket answered in %.1f ms with 3 silent connections open\n", dt * 1e3);
+    assert_true(dt < 0.5);      /* one silent client used to cost a second */
+    for (int i = 0; i < 3; i++) {
+        struct timeval tv = {.tv_sec = 5};
+        uint8_t st = 0xff;
+        setsockopt(silent[i], SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+        assert_int_equal(recv(silent[i], &st, 1, 0), 1);     /* at its deadline */
+        assert_int_equal(st, SCDB_FD_MALFORMED);
+        close(silent[i]);
+    }
+    assert_true(scdb_now() - t0 < 4.5);
+    /* a ticket that arrives in pieces, a poll apart, is put together */
+    assert_int_equal(fd_socket_say_pieces(t, sizeof t, 1, 5, &got), SCDB_FD_OK);
+    assert_true(got);
     assert_alive();
 }
 
@@ -2433,6 +2486,101 @@ static void test_cli(void **state)
         assert_int_equal(wait_exit(spawn(bad_opt, -1), 30), 2);
         assert_int_equal(wait_exit(spawn(no_broker, -1), 30), 3);
     }
+}
+
+/* A whole file into a malloc'd buffer (NULL when unreadable). */
+static char *slurp(const char *path, size_t *len)
+{
+    char *buf = NULL;
+    if (scdb_read_file(path, (size_t)1 << 30, &buf, len)) return NULL;
+    return buf;
+}
+
+/* `scdb put --replace` (issue 25 item 6): a plain put keeps what is stored,
+ * --replace overwrites it and the next get decodes the new payload; a
+ * replace back gives the first bytes again.  --replace is put's only. */
+static void test_cli_replace(void **state)
+{
+    char tokfile[300], pla[300], plb[300], out1[300], out2[300], out3[300], out4[300];
+    char *k1, *k2, *k3, *k4;
+    size_t n1, n2, n3, n4;
+    (void)state;
+    snprintf(tokfile, sizeof tokfile, "%s/replace.txt", dir);
+    snprintf(pla, sizeof pla, "%s/replace-a.bin", dir);
+    snprintf(plb, sizeof plb, "%s/replace-b.bin", dir);
+    {   /* 130 bytes of text (2 full blocks), payloads A and B of 2 blocks */
+        FILE *f = fopen(tokfile, "w"), *a, *b;
+        for (int i = 0; i < 130; i++) fputc('A' + i % 23, f);
+        fclose(f);
+        a = fopen(pla, "w");
+        b = fopen(plb, "w");
+        for (size_t i = 0; i < 2 * (size_t)BT * 512; i++) {
+            fputc((int)(i % 5), a);
+            fputc((int)(i % 3) + 16, b);
+        }
+        fclose(a);
+        fclose(b);
+    }
+#define PUT(pl, ...) {SCDB_CLI_BIN, "put", "--endpoint", endpoint, "--model", "m16", "--text", \
+                      tokfile, "--payload", pl, __VA_ARGS__ NULL}
+#define GET(out) {SCDB_CLI_BIN, "get", "--endpoint", endpoint, "--model", "m16", "--text", \
+                  tokfile, "--out", out, NULL}
+    snprintf(out1, sizeof out1, "%s/replace-1.safetensors", dir);
+    snprintf(out2, sizeof out2, "%s/replace-2.safetensors", dir);
+    snprintf(out3, sizeof out3, "%s/replace-3.safetensors", dir);
+    snprintf(out4, sizeof out4, "%s/replace-4.safetensors", dir);
+    {
+        const char *put_a[] = PUT(pla, );
+        const char *put_b[] = PUT(plb, );
+        const char *rep_b[] = PUT(plb, "--replace", );
+        const char *rep_a[] = PUT(pla, "--replace", );
+        const char *get1[] = GET(out1), *get2[] = GET(out2), *get3[] = GET(out3),
+                   *get4[] = GET(out4);
+        const char *not_lookup[] = {SCDB_CLI_BIN, "lookup", "--endpoint", endpoint, "--model",
+                                    "m16", "--text", tokfile, "--replace", NULL};
+        const char *help[] = {SCDB_CLI_BIN, "put", "--help", NULL};
+        int pfd[2];
+        char h[8192];
+        size_t hn = 0;
+        ssize_t r;
+        assert_int_equal(wait_exit(spawn(put_a, -1), 30), 0);
+        assert_int_equal(wait_exit(spawn(get1, -1), 30), 0);
+        assert_int_equal(wait_exit(spawn(put_b, -1), 30), 0);     /* kept: still A */
+        assert_int_equal(wait_exit(spawn(get2, -1), 30), 0);
+        assert_int_equal(wait_exit(spawn(rep_b, -1), 30), 0);     /* now B */
+        assert_int_equal(wait_exit(spawn(get3, -1), 30), 0);
+        assert_int_equal(wait_exit(spawn(rep_a, -1), 30), 0);     /* A again */
+        assert_int_equal(wait_exit(spawn(get4, -1), 30), 0);
+        assert_int_equal(wait_exit(spawn(not_lookup, -1), 30), 2);
+        assert_int_equal(pipe(pfd), 0);
+        {
+            pid_t pid = spawn(help, pfd[1]);
+            close(pfd[1]);
+            while (hn + 1 < sizeof h && (r = read(pfd[0], h + hn, sizeof h - 1 - hn)) > 0)
+                hn += (size_t)r;
+            h[hn] = 0;
+            close(pfd[0]);
+            assert_int_equal(wait_exit(pid, 30), 0);
+        }
+        assert_non_null(strstr(h, "--replace"));
+    }
+#undef PUT
+#undef GET
+    k1 = slurp(out1, &n1);
+    k2 = slurp(out2, &n2);
+    k3 = slurp(out3, &n3);
+    k4 = slurp(out4, &n4);
+    assert_non_null(k1);
+    assert_non_null(k2);
+    assert_non_null(k3);
+    assert_non_null(k4);
+    assert_true(n1 == n2 && !memcmp(k1, k2, n1));        /* a plain put kept A */
+    assert_true(n1 == n3 && memcmp(k1, k3, n1));         /* the replace served B */
+    assert_true(n1 == n4 && !memcmp(k1, k4, n1));        /* and back to A */
+    free(k1);
+    free(k2);
+    free(k3);
+    free(k4);
 }
 
 /* ---------------------------------------------------------------- live sessions */
@@ -3254,12 +3402,14 @@ int main(void)
         cmocka_unit_test(test_session_reclaim),
         cmocka_unit_test(test_isolation),
         cmocka_unit_test(test_fd_socket_garbage),
+        cmocka_unit_test(test_fd_socket_concurrent),
         cmocka_unit_test(test_session_device_sequence),
         cmocka_unit_test(test_restart),
         cmocka_unit_test(test_index_restart),
         cmocka_unit_test(test_index_evict_grow_damage),
         cmocka_unit_test(test_refusals_and_curve),
         cmocka_unit_test(test_cli),
+        cmocka_unit_test(test_cli_replace),
         cmocka_unit_test(test_drain_inflight),
         cmocka_unit_test(test_cuda_arena_refused),
         cmocka_unit_test(test_decoders_device_path),

@@ -53,6 +53,43 @@ check "postinst creates the scdb user" \
   'dpkg-deb --ctrl-tarfile "$deb" | tar -xO ./postinst | grep -q "adduser --system"'
 check "Depends names the shared libraries it links (libmicrohttpd, libsystemd, libzmq)" \
   'grep -q "^ Depends:.*libmicrohttpd12.*libsystemd0.*libzmq5" "$tmp/info"'
+# issue 25 item 12: what the Python module needs, and ldconfig for libscdb
+if grep -q "/dist-packages/scdb\.cpython-" "$tmp/list"; then
+  pyver=$(sed -n "s|^/usr/lib/python3\.\([0-9]*\)/dist-packages/scdb\.cpython.*|\1|p" "$tmp/list" | head -1)
+  check "Recommends the module's python3 (3.$pyver) and python3-numpy" \
+    'grep -q "^ Recommends:.*python3 (>= 3\.$pyver~), python3 (<< 3\.$((pyver + 1))).*python3-numpy" "$tmp/info"' \
+    || grep -E "^ (Depends|Recommends|Suggests):" "$tmp/info"
+fi
+dpkg-deb --ctrl-tarfile "$deb" | tar -xO ./triggers >"$tmp/triggers" 2>/dev/null
+check "an ldconfig trigger for libscdb (triggers: activate-noawait ldconfig)" \
+  'grep -qx "activate-noawait ldconfig" "$tmp/triggers"'
+
+# The maintainer scripts for real (issue 25 item 12), in a private mount
+# namespace where /etc and /var/lib are scratch copies: postinst creates the
+# scdb user and group; an operator adds a user to the group (as the unit's
+# comment says); postrm purge leaves neither the user nor the group.  Needs
+# root and unshare; skipped without.
+if [ "$(id -u)" = 0 ] && command -v unshare >/dev/null && command -v usermod >/dev/null &&
+   unshare -m --propagation private true 2>/dev/null; then
+  mkdir -p "$tmp/ctrl" "$tmp/ns/etc" "$tmp/ns/varlib"
+  dpkg-deb --ctrl-tarfile "$deb" | tar -x -C "$tmp/ctrl" ./postinst ./postrm
+  cp -a /etc/. "$tmp/ns/etc/"
+  unshare -m --propagation private sh -c '
+    mount --bind "$1/etc" /etc && mount --bind "$1/varlib" /var/lib || exit 90
+    if getent passwd scdb >/dev/null || getent group scdb >/dev/null; then exit 91; fi
+    sh "$2/postinst" configure >/dev/null || exit 92
+    getent passwd scdb >/dev/null && getent group scdb >/dev/null || exit 93
+    usermod -a -G scdb nobody && getent group scdb | grep -q nobody || exit 94
+    sh "$2/postrm" purge >/dev/null || exit 95
+    getent passwd scdb >/dev/null && exit 96
+    getent group scdb >/dev/null && exit 97
+    exit 0' sh "$tmp/ns" "$tmp/ctrl" >"$tmp/ns.log" 2>&1
+  code=$?
+  check "postinst makes the scdb user and group; purge removes both, the group with a member (exit $code)" \
+    '[ $code -eq 0 ]' || cat "$tmp/ns.log"
+else
+  echo "skip maintainer scripts in a mount namespace: needs root and unshare"
+fi
 
 root="$tmp/root"
 dpkg -x "$deb" "$root"
@@ -62,6 +99,17 @@ check "the unit: Type=notify, ExecReload SIGHUP, hardening, state and runtime di
   'u="$root/usr/lib/systemd/system/scdb-broker.service";
    grep -qx "Type=notify" "$u" && grep -q "^ExecReload=.*-HUP" "$u" && grep -qx "NoNewPrivileges=yes" "$u" &&
    grep -qx "ProtectSystem=strict" "$u" && grep -qx "StateDirectory=scdb" "$u" && grep -qx "RuntimeDirectory=scdb" "$u"'
+check "the config names every model, pair, codebook and policy the package ships (issue 25 item 5)" \
+  'sed "s|/usr/share/scdb|$root/usr/share/scdb|g" "$root/etc/scdb/scdb-broker.ini" >"$tmp/cover.ini" &&
+   "$(dirname "$0")/helpers/config_covers_assets.sh" "$root/usr/share/scdb" "$tmp/cover.ini" >"$tmp/cover"' \
+  || cat "$tmp/cover"
+# issue 25 item 4: the packaged client commands default to the packaged
+# service's socket (the config beside them: ROOT/etc/scdb for ROOT/usr)
+mkdir -p "$tmp/xdg"   # no broker of ours on the per-user socket
+env -u SCDB_ENDPOINT XDG_RUNTIME_DIR="$tmp/xdg" "$root/usr/bin/scdb" stats --help >"$tmp/stats-help" 2>&1
+check "scdb stats --help: the default is the packaged service's ipc:///run/scdb/broker.sock" \
+  'grep -q "Here and now: ipc:///run/scdb/broker.sock" "$tmp/stats-help" &&
+   grep -q "$root/etc/scdb/scdb-broker.ini" "$tmp/stats-help"' || cat "$tmp/stats-help"
 check "the config names /usr/share/scdb, /var/lib/scdb, /run/scdb" \
   'c="$root/etc/scdb/scdb-broker.ini"; grep -q "^data_dir = /var/lib/scdb" "$c" &&
    grep -q "^endpoint = ipc:///run/scdb/broker.sock" "$c" &&

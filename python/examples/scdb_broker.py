@@ -3,8 +3,9 @@
     with Broker() as b:                  # temp dir, ipc socket and store in it
         with scdb.Client(b.endpoint) as c: ...
 
-The broker is the build's scdb-broker (the same program as `scdb serve`):
-$SCDB_BROKER_BIN, else build/broker/scdb-broker of the checkout.  Its
+The broker is scdb-broker (the same program as `scdb serve`):
+$SCDB_BROKER_BIN, else build/broker/scdb-broker of the checkout, else the
+installed one beside these examples (scdb_paths.broker_bin).  Its
 config is written the way `scdb demo` writes one: the family's models
 (base, code, manpages), the base producer's SCD codebook "base-scd" and one
 pair per specialist, the DistillCache policy.  `raw_dtype` sets the payload
@@ -15,23 +16,17 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 
 import scdb
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-SOURCE_DIR = os.environ.get("SCDB_SOURCE_DIR") or os.path.dirname(os.path.dirname(HERE))
-DATA_DIR = os.environ.get("SCDB_DATA_DIR") or os.path.join(SOURCE_DIR, "data")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from scdb_paths import broker_bin, data_dir  # noqa: E402
+
+DATA_DIR = data_dir()
 SPECIALISTS = ("code", "manpages")
-
-
-def broker_bin():
-    b = os.environ.get("SCDB_BROKER_BIN") or os.path.join(SOURCE_DIR, "build", "broker",
-                                                          "scdb-broker")
-    if not os.access(b, os.X_OK):
-        raise FileNotFoundError(f"no broker program at {b} (build first, or set SCDB_BROKER_BIN)")
-    return b
 
 
 def write_config(path, endpoint, store, data=DATA_DIR, raw_dtype="f16", extra=""):

@@ -29,15 +29,16 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-SOURCE_DIR = os.environ.get("SCDB_SOURCE_DIR") or os.path.dirname(os.path.dirname(HERE))
-sys.path.insert(0, os.path.join(SOURCE_DIR, "tools"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import scdb_paths  # noqa: E402  (checkout or installed layout)
+sys.path.insert(0, scdb_paths.tools_dir())
 import train_family  # noqa: E402  (the family's training code: Model, load_exported, apply_rope)
 
 
 def data_dir():
-    """The shipped assets: $SCDB_DATA_DIR, else the checkout's data/."""
-    return os.environ.get("SCDB_DATA_DIR") or os.path.join(SOURCE_DIR, "data")
+    """The shipped assets: $SCDB_DATA, else the checkout's data/, else the
+    installed <prefix>/share/scdb (scdb_paths.data_dir)."""
+    return scdb_paths.data_dir()
 
 
 def load(name, data=None):

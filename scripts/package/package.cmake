@@ -21,6 +21,7 @@ install(FILES ${CMAKE_SOURCE_DIR}/python/bench_python.py
   DESTINATION ${CMAKE_INSTALL_DATADIR}/scdb/python)
 install(FILES ${CMAKE_SOURCE_DIR}/python/examples/torch_family.py
   ${CMAKE_SOURCE_DIR}/python/examples/scdb_broker.py ${CMAKE_SOURCE_DIR}/python/examples/fanout.py
+  ${CMAKE_SOURCE_DIR}/python/examples/scdb_paths.py
   DESTINATION ${CMAKE_INSTALL_DATADIR}/scdb/python/examples)
 
 set(CPACK_PACKAGE_NAME scdb)
@@ -51,8 +52,22 @@ set(CPACK_DEBIAN_PACKAGE_SECTION misc)
 set(CPACK_DEBIAN_PACKAGE_PRIORITY optional)
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
 set(CPACK_DEBIAN_PACKAGE_DEPENDS "adduser")
+# The Python module (built for one interpreter: python/CMakeLists.txt) needs
+# that python3 to be imported at all and python3-numpy for arenas (it
+# imports numpy when it first makes one); the broker, the scdb command and
+# libscdb need neither, so they are Recommends (installed by default, not
+# forced).  The PyTorch examples and `scdb bench python` also want torch.
+if(SCDB_PYTHON_INSTALL_DIR MATCHES "python3\\.([0-9]+)/")
+  math(EXPR _scdb_py_next "${CMAKE_MATCH_1} + 1")
+  set(CPACK_DEBIAN_PACKAGE_RECOMMENDS
+    "python3 (>= 3.${CMAKE_MATCH_1}~), python3 (<< 3.${_scdb_py_next}), python3-numpy")
+  set(CPACK_DEBIAN_PACKAGE_SUGGESTS "python3-torch")
+endif()
+# libscdb.so lands in /usr/lib: the `triggers` file activates libc-bin's
+# ldconfig trigger (our own postinst / postrm replace the ones CPack would
+# write with an ldconfig call).
 set(CPACK_DEBIAN_PACKAGE_CONTROL_EXTRA
   ${CMAKE_CURRENT_LIST_DIR}/conffiles ${CMAKE_CURRENT_LIST_DIR}/postinst
-  ${CMAKE_CURRENT_LIST_DIR}/postrm)
+  ${CMAKE_CURRENT_LIST_DIR}/postrm ${CMAKE_CURRENT_LIST_DIR}/triggers)
 set(CPACK_DEBIAN_PACKAGE_CONTROL_STRICT_PERMISSION ON)
 include(CPack)
