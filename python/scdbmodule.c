@@ -65,7 +65,18 @@ static err_family families[] = {
     {"ClosedError", NULL, SCDB_ECLOSED, "SCDB_ECLOSED: closed: this Client, Arena or Session "
      "was closed, its arena is from before a broker restart, or the broker is shutting down."},
     {"AuthError", &PyExc_PermissionError, SCDB_EAUTH, "SCDB_EAUTH: credentials refused or "
-     "missing.  Also a PermissionError."},
+     "missing (a Redis ACL; over tcp://, a CURVE key the broker does not let in or a wrong "
+     "server key).  Also a PermissionError."},
+    {"DiskFullError", &PyExc_OSError, SCDB_ENOSPC, "SCDB_ENOSPC: the broker's store could not "
+     "write because its filesystem is full; the message names the data directory and its "
+     "free space.  Nothing of the refused blocks is stored; puts succeed again once space is "
+     "freed.  Also an OSError."},
+    {"AccessError", &PyExc_PermissionError, SCDB_EACCESS, "SCDB_EACCESS: no permission to "
+     "connect to the broker's socket; the message names the socket and its group (ask for "
+     "membership of that group).  Also a PermissionError."},
+    {"InterruptedError", &PyExc_InterruptedError, SCDB_EINTR, "SCDB_EINTR: a blocking call "
+     "was interrupted.  A signal with a Python handler (Ctrl-C) raises that handler's "
+     "exception (KeyboardInterrupt) instead.  Also the built-in InterruptedError."},
 };
 
 static const err_family *err_of(scdb_err e)
