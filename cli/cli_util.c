@@ -17,7 +17,9 @@ int scdb_cli_connect(const char *cmd, const scdb_opts *o, scdb **h)
     char ep[300];
 
     if (e == SCDB_OK) return -1;
-    fprintf(stderr, "scdb %s: no broker answered at %s: %s (%s)\n", cmd,
+    fprintf(stderr, "scdb %s: %s %s: %s (%s)\n", cmd,
+            e == SCDB_EACCESS || e == SCDB_EAUTH ? "no access to the broker at"
+                                                 : "no broker answered at",
             o && o->endpoint && *o->endpoint ? o->endpoint
                                              : scdb_default_endpoint(ep, sizeof ep),
             scdb_connect_error(), scdb_strerror(e));
