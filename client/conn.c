@@ -162,11 +162,19 @@ void scdb_set_interrupt(scdb_interrupt_fn fn, void *arg)
     __atomic_store_n(&intr_fn, fn, __ATOMIC_RELEASE);
 }
 
-/* Whether the application's interrupt check asks the call to stop. */
-static int interrupted(void)
+/* Whether the application's interrupt check asks a call with request req
+ * to stop.  Requests of the void cleanup calls (scdb_close, scdb_arena_free,
+ * scdb_session_close) are never stopped: they cannot say SCDB_EINTR, and
+ * finish within the timeout. */
+static int interrupted(const Scdb__Request *req)
 {
     scdb_interrupt_fn fn = __atomic_load_n(&intr_fn, __ATOMIC_ACQUIRE);
-    return fn && fn(__atomic_load_n(&intr_arg, __ATOMIC_RELAXED));
+    switch (req->body_case) {
+    case SCDB__REQUEST__BODY_GOODBYE:
+    case SCDB__REQUEST__BODY_ARENA_FREE:
+    case SCDB__REQUEST__BODY_SESSION_CLOSE: return 0;
+    default: return fn && fn(__atomic_load_n(&intr_arg, __ATOMIC_RELAXED));
+    }
 }
 
 /* --------------------------------------------------------- request/reply */
@@ -219,7 +227,7 @@ scdb_err scdb_cl_call_once(scdb *h, Scdb__Request *req, const void *const *frame
                 return e;
             }
             if (rc <= 0 || !(it[0].revents & ZMQ_POLLIN)) {
-                if (interrupted()) goto interrupt;
+                if (interrupted(req)) goto interrupt;
                 continue;
             }
             wait_ms = 0;                     /* a reply is there */
@@ -232,7 +240,7 @@ scdb_err scdb_cl_call_once(scdb *h, Scdb__Request *req, const void *const *frame
             zmq_msg_close(&m);
             if (err != EAGAIN && err != EINTR)
                 return scdb_cl_fail(h, SCDB_ESYS, "receive: %s", zmq_strerror(err));
-            if (interrupted()) goto interrupt;
+            if (interrupted(req)) goto interrupt;
             continue;
         }
         r = scdb__reply__unpack(NULL, zmq_msg_size(&m), zmq_msg_data(&m));
