@@ -2274,6 +2274,16 @@ static void test_isolation(void **state)
     assert_non_null(strstr(out, "SCDB_EACCESS"));
     assert_non_null(strstr(out, ep2 + 6));
     assert_non_null(strstr(out, "'nogroup'"));
+    /* with the directory open to others, the socket itself (0660) keeps
+     * them out, and the message names it */
+    assert_int_equal(chmod(run, 0751), 0);
+    assert_int_not_equal(run_client_as("65533:65533", ep2, "check", 41, 640, out, sizeof out),
+                         0);
+    assert_int_equal(chmod(run, 0750), 0);
+    print_message("client outside the group, directory open: %s", out);
+    assert_non_null(strstr(out, "SCDB_EACCESS"));
+    assert_non_null(strstr(out, "mode 0660"));
+    assert_null(strstr(out, "the directory"));
     {   /* the CLI says the same, not "no broker answered" */
         char cmd[1200];
         int pfd[2];
