@@ -424,6 +424,9 @@ void bk_session_evict_done(scdb_broker *b, bk_client *c, bk_job *j);
 /* clients.c: client table, reclaim (main thread). */
 bk_client *bk_client_find(scdb_broker *b, uint64_t token);
 scdb_err bk_client_new(scdb_broker *b, bk_client **out);
+/* A client's name for log lines: "NAME (pid N)", or "pid N" when that is
+ * the name (libscdb's default). */
+void bk_client_label(const char *name, uint32_t pid, char *out, size_t len);
 void bk_client_drop(scdb_broker *b, bk_client *c, const char *why);
 /* Reclaim clients silent for longer than the heartbeat timeout. */
 void bk_clients_sweep(scdb_broker *b, double now);

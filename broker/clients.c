@@ -106,3 +106,13 @@ void bk_client_free_arena(scdb_broker *b, bk_client *c, bk_arena *a)
     if (a->session) bk_session_close(b, c, a->session);
     bk_arena_remove(b, c, a);
 }
+
+void bk_client_label(const char *name, uint32_t pid, char *out, size_t len)
+{
+    char pidname[24];
+    snprintf(pidname, sizeof pidname, "pid %u", (unsigned)pid);
+    if (!name || !name[0] || !strcmp(name, pidname))
+        snprintf(out, len, "%s", pidname);
+    else
+        snprintf(out, len, "%s (pid %u)", name, (unsigned)pid);
+}

@@ -214,8 +214,10 @@ static void on_hello(scdb_broker *b, const rq *q, const Scdb__Request *req)
             return;
         }
         if (pair->dec.consumer_fp[0] && strcmp(pair->dec.consumer_fp, h->weights_fp)) {
-            scdb_warn("client %s (pid %u) refused: pair %s -> %s was calibrated for consumer weights %s, "
-                      "the client runs %s", h->client_name, (unsigned)h->pid, cb->name, m->name,
+            char label[96];
+            bk_client_label(h->client_name, h->pid, label, sizeof label);
+            scdb_warn("client %s refused: pair %s -> %s was calibrated for consumer weights %s, "
+                      "the client runs %s", label, cb->name, m->name,
                       pair->dec.consumer_fp, h->weights_fp);
             reply(b, q, SCDB_EMISMATCH, NULL,
                   "stale pair: %s -> %s was calibrated for consumer weights %s, this client's weights are "
@@ -237,14 +239,7 @@ static void on_hello(scdb_broker *b, const rq *q, const Scdb__Request *req)
     }
     snprintf(c->name, sizeof c->name, "%s", h->client_name[0] ? h->client_name : "?");
     c->pid = h->pid;
-    {   /* "NAME (pid N)", or "pid N" when that is the name (libscdb's default) */
-        char pidname[24];
-        snprintf(pidname, sizeof pidname, "pid %u", (unsigned)c->pid);
-        if (!strcmp(c->name, pidname))
-            snprintf(c->label, sizeof c->label, "%s", pidname);
-        else
-            snprintf(c->label, sizeof c->label, "%s (pid %u)", c->name, (unsigned)c->pid);
-    }
+    bk_client_label(c->name, c->pid, c->label, sizeof c->label);
     c->role = h->role;
     c->model = m;
     c->cb = cb;

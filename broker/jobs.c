@@ -336,6 +336,11 @@ static void store_blocks(scdb_broker *b, bk_job *j, const int32_t *tokens, size_
                first);
     else if (e == SCDB_EBUSY && replace)
         bk_job_finish(j, e, &r, "block %zu is being read: replace it again", first + n_stored);
+    else if (e == SCDB_ENOSPC)
+        bk_job_finish(j, e, &r, "the filesystem of the broker's data directory %s is full (%llu "
+                      "bytes free): block %zu of the batch and those after it are not stored",
+                      scdb_store_path(b->store), (unsigned long long)after.disk_free_bytes,
+                      first + n_stored);
     else if (e)
         bk_job_finish(j, e, &r, "store refused block %zu of the batch", first + n_stored);
     else

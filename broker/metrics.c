@@ -411,6 +411,12 @@ static void format(const snap *s, double age, buf *o)
         one_u(o, "scdb_lmdb_map_bytes", "gauge", "The LMDB map size.", st->map_bytes);
         one_u(o, "scdb_lmdb_map_growths_total", "counter", "LMDB map growths (MDB_MAP_FULL).",
               st->map_growths);
+        one_u(o, "scdb_store_disk_full", "gauge",
+              "1 while the store's filesystem is full and puts are refused (SCDB_ENOSPC).",
+              st->disk_full);
+        one_u(o, "scdb_store_disk_full_refused_blocks_total", "counter",
+              "Blocks a put did not store because the store's filesystem was full.",
+              st->disk_full_refusals);
     }
 
     if (s->have_remote) {             /* [remote]: the fleet's Redis Cluster */

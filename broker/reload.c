@@ -215,9 +215,9 @@ static void apply(scdb_broker *b, struct bk_reload *r)
                 if (move_client(c, b->reg)) moved++;
                 else {
                     kept++;
-                    scdb_warn("reload: client %s (pid %u) keeps the previous %s %s until it "
+                    scdb_warn("reload: client %s keeps the previous %s %s until it "
                               "registers again (changed or gone in the new configuration)",
-                              c->name, (unsigned)c->pid, c->model->name, c->cb->name);
+                              c->label, c->model->name, c->cb->name);
                 }
             }
             for (bk_session *s = c->sessions; s; s = s->next) {

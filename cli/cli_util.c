@@ -23,7 +23,10 @@ int scdb_cli_connect(const char *cmd, const scdb_opts *o, scdb **h)
         snprintf(from, sizeof from, "--endpoint");
     e = scdb_connect(&oo, h);
     if (e == SCDB_OK) return -1;
-    fprintf(stderr, "scdb %s: no broker answered at %s (%s): %s (%s)\n", cmd, oo.endpoint, from,
+    fprintf(stderr, "scdb %s: %s %s (%s): %s (%s)\n", cmd,
+            e == SCDB_EACCESS || e == SCDB_EAUTH ? "no access to the broker at"
+                                                 : "no broker answered at",
+            oo.endpoint, from,
             scdb_connect_error(), scdb_strerror(e));
     if (e == SCDB_ETIMEDOUT || e == SCDB_ENOTFOUND || e == SCDB_ECLOSED)
         return SCDB_CLI_UNREACHABLE;

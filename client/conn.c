@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -17,6 +18,7 @@
 #include <zmq.h>
 
 #define DEFAULT_TIMEOUT_MS 5000
+#define WAIT_SLICE_MS 50        /* the longest sleep between interrupt checks */
 
 void scdb_set_timeout(scdb *h, int timeout_ms)
 {
@@ -38,10 +40,14 @@ static int set_curve(scdb *h, void *s)
            zmq_setsockopt(s, ZMQ_CURVE_SECRETKEY, h->secret_key, 41);
 }
 
-static void *socket_new(scdb *h, int heartbeat)
+/* A DEALER to the broker.  mon_ep: attach a monitor that publishes
+ * handshake events there before connecting (none missed); NULL: none. */
+static void *socket_new(scdb *h, int heartbeat, const char *mon_ep)
 {
     void *s = zmq_socket(h->zctx, ZMQ_DEALER);
     int zero = 0, ivl = 100, ivl_max = 1000, one = 1, hwm = 4;
+    const int events = ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH |
+                       ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL;
 
     if (!s) return NULL;
     if (zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof zero) ||
@@ -50,18 +56,125 @@ static void *socket_new(scdb *h, int heartbeat)
         zmq_setsockopt(s, ZMQ_SNDTIMEO, &h->timeout_ms, sizeof h->timeout_ms) ||
         (heartbeat && (zmq_setsockopt(s, ZMQ_IMMEDIATE, &one, sizeof one) ||
                        zmq_setsockopt(s, ZMQ_SNDHWM, &hwm, sizeof hwm))) ||
-        set_curve(h, s) || zmq_connect(s, h->endpoint)) {
+        set_curve(h, s) || (mon_ep && zmq_socket_monitor(s, mon_ep, events)) ||
+        zmq_connect(s, h->endpoint)) {
         zmq_close(s);
         return NULL;
     }
     return s;
 }
 
+/* The request socket, and over tcp:// (CURVE) its handshake monitor: a
+ * refused key or a wrong server key is then an error at once, not a wait
+ * for the timeout (libzmq retries the connection forever).  0, or -1 with
+ * zmq_errno set. */
+static int req_socket_open(scdb *h)
+{
+    char ep[96];
+
+    h->hs_failed = 0;
+    if (!h->curve) return (h->sock = socket_new(h, 0, NULL)) ? 0 : -1;
+    snprintf(ep, sizeof ep, "inproc://scdb-req-monitor-%p-%u", (void *)h, ++h->mon_seq);
+    /* the monitor's PAIR connects first (inproc allows connect before bind),
+     * so the events of the very first handshake reach it */
+    if (!(h->mon = zmq_socket(h->zctx, ZMQ_PAIR))) return -1;
+    if (zmq_connect(h->mon, ep) || !(h->sock = socket_new(h, 0, ep))) {
+        zmq_close(h->mon);
+        h->mon = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+static void req_socket_close(scdb *h)
+{
+    if (h->mon) {
+        zmq_socket_monitor(h->sock, NULL, 0);
+        zmq_close(h->mon);
+        h->mon = NULL;
+    }
+    if (h->sock) zmq_close(h->sock);
+    h->sock = NULL;
+}
+
 /* After a timeout: drop whatever is queued on the old socket. */
 static void socket_reset(scdb *h)
 {
-    if (h->sock) zmq_close(h->sock);
-    h->sock = socket_new(h, 0);
+    req_socket_close(h);
+    req_socket_open(h);
+}
+
+/* Read the monitor's pending events: SCDB_EAUTH (message set) when the
+ * broker refused the CURVE handshake, else SCDB_OK.  Events are two frames:
+ * [u16 event, u32 value] and the endpoint. */
+static scdb_err handshake_events(scdb *h)
+{
+    uint8_t ev[6], buf[256];
+    scdb_err e = SCDB_OK;
+    int more;
+    size_t ml = sizeof more;
+
+    while (!e && zmq_recv(h->mon, ev, sizeof ev, ZMQ_DONTWAIT) >= 2) {
+        uint16_t event;
+        uint32_t value = 0;
+        memcpy(&event, ev, sizeof event);
+        memcpy(&value, ev + 2, sizeof value);
+        while (!zmq_getsockopt(h->mon, ZMQ_RCVMORE, &more, &ml) && more &&
+               zmq_recv(h->mon, buf, sizeof buf, ZMQ_DONTWAIT) >= 0) {}
+        switch (event) {
+        case ZMQ_EVENT_HANDSHAKE_SUCCEEDED:
+            h->hs_failed = 0;
+            break;
+        case ZMQ_EVENT_HANDSHAKE_FAILED_AUTH:       /* the broker's ZAP said no */
+            e = scdb_cl_fail(h, SCDB_EAUTH, "the broker at %s refused this client's CURVE key "
+                             "%s (ZAP status %u): it is not in the broker's curve_allow_file",
+                             h->endpoint, h->public_key, (unsigned)value);
+            break;
+        case ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL:
+            e = scdb_cl_fail(h, SCDB_EAUTH, "CURVE handshake with the broker at %s failed "
+                             "(ZMTP protocol error 0x%x%s)", h->endpoint, (unsigned)value,
+                             value == ZMQ_PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC
+                                 ? ": is curve_server_key the broker's public key?" : "");
+            break;
+        case ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL:
+            /* the broker dropped the connection mid-handshake: what it does
+             * with a HELLO it cannot open (a wrong server key); twice in a
+             * row, so that one broker restart is not taken for it */
+            if (++h->hs_failed >= 2)
+                e = scdb_cl_fail(h, SCDB_EAUTH, "the broker at %s closes the CURVE handshake "
+                                 "(%s): is curve_server_key the broker's public key?",
+                                 h->endpoint, value ? strerror((int)value) : "no detail");
+            break;
+        default: break;
+        }
+    }
+    return e;
+}
+
+/* ------------------------------------------------------------ interrupts */
+
+static scdb_interrupt_fn intr_fn;
+static void *intr_arg;
+
+void scdb_set_interrupt(scdb_interrupt_fn fn, void *arg)
+{
+    __atomic_store_n(&intr_arg, arg, __ATOMIC_RELAXED);
+    __atomic_store_n(&intr_fn, fn, __ATOMIC_RELEASE);
+}
+
+/* Whether the application's interrupt check asks a call with request req
+ * to stop.  Requests of the void cleanup calls (scdb_close, scdb_arena_free,
+ * scdb_session_close) are never stopped: they cannot say SCDB_EINTR, and
+ * finish within the timeout. */
+static int interrupted(const Scdb__Request *req)
+{
+    scdb_interrupt_fn fn = __atomic_load_n(&intr_fn, __ATOMIC_ACQUIRE);
+    switch (req->body_case) {
+    case SCDB__REQUEST__BODY_GOODBYE:
+    case SCDB__REQUEST__BODY_ARENA_FREE:
+    case SCDB__REQUEST__BODY_SESSION_CLOSE: return 0;
+    default: return fn && fn(__atomic_load_n(&intr_arg, __ATOMIC_RELAXED));
+    }
 }
 
 /* --------------------------------------------------------- request/reply */
@@ -75,11 +188,9 @@ scdb_err scdb_cl_call_once(scdb *h, Scdb__Request *req, const void *const *frame
     scdb_err e = SCDB_OK;
 
     *rep = NULL;
-    if (!h->sock) {
-        h->sock = socket_new(h, 0);
-        if (!h->sock) return scdb_cl_fail(h, SCDB_ESYS, "cannot connect %s: %s", h->endpoint,
-                                      zmq_strerror(zmq_errno()));
-    }
+    if (!h->sock && req_socket_open(h))
+        return scdb_cl_fail(h, SCDB_ESYS, "cannot connect %s: %s", h->endpoint,
+                            zmq_strerror(zmq_errno()));
     req->version = SCDB_PROTO_VERSION;
     req->id = ++h->next_id;
     req->client = atomic_load(&h->token);
@@ -102,14 +213,35 @@ scdb_err scdb_cl_call_once(scdb *h, Scdb__Request *req, const void *const *frame
         Scdb__Reply *r;
 
         if (left <= 0) goto timeout;
+        /* an interrupt check or a handshake monitor: wake up to ask them */
+        if ((h->mon || __atomic_load_n(&intr_fn, __ATOMIC_RELAXED)) && wait_ms > WAIT_SLICE_MS)
+            wait_ms = WAIT_SLICE_MS;
+        if (h->mon) {
+            zmq_pollitem_t it[2] = {{.socket = h->sock, .events = ZMQ_POLLIN},
+                                    {.socket = h->mon, .events = ZMQ_POLLIN}};
+            int rc = zmq_poll(it, 2, wait_ms);
+            if (rc < 0 && zmq_errno() != EINTR)
+                return scdb_cl_fail(h, SCDB_ESYS, "poll: %s", zmq_strerror(zmq_errno()));
+            if (rc > 0 && (it[1].revents & ZMQ_POLLIN) && (e = handshake_events(h))) {
+                socket_reset(h);
+                return e;
+            }
+            if (rc <= 0 || !(it[0].revents & ZMQ_POLLIN)) {
+                if (interrupted(req)) goto interrupt;
+                continue;
+            }
+            wait_ms = 0;                     /* a reply is there */
+        }
         /* a blocking receive bounded by the time left: one call per reply */
         zmq_setsockopt(h->sock, ZMQ_RCVTIMEO, &wait_ms, sizeof wait_ms);
         zmq_msg_init(&m);
         if (zmq_msg_recv(&m, h->sock, 0) < 0) {
             int err = zmq_errno();
             zmq_msg_close(&m);
-            if (err == EAGAIN || err == EINTR) continue;
-            return scdb_cl_fail(h, SCDB_ESYS, "receive: %s", zmq_strerror(err));
+            if (err != EAGAIN && err != EINTR)
+                return scdb_cl_fail(h, SCDB_ESYS, "receive: %s", zmq_strerror(err));
+            if (interrupted(req)) goto interrupt;
+            continue;
         }
         r = scdb__reply__unpack(NULL, zmq_msg_size(&m), zmq_msg_data(&m));
         while (zmq_msg_more(&m)) {          /* no reply carries frames yet */
@@ -140,6 +272,12 @@ timeout:
     socket_reset(h);
     return scdb_cl_fail(h, SCDB_ETIMEDOUT, "no reply from the broker at %s within %d ms",
                     h->endpoint, h->timeout_ms);
+interrupt:
+    /* as after a timeout: the request may still be served; its late reply
+     * is dropped with the socket */
+    socket_reset(h);
+    return scdb_cl_fail(h, SCDB_EINTR, "interrupted while waiting for the broker at %s",
+                        h->endpoint);
 }
 
 static void info_from(scdb_info *i, const Scdb__HelloReply *r)
@@ -244,7 +382,7 @@ void scdb_cl_lookup_counts(scdb *h, Scdb__LookupCounts *lc)
 static void *hb_main(void *arg)
 {
     scdb *h = arg;
-    void *s = socket_new(h, 1), *mon = NULL;
+    void *s = socket_new(h, 1, NULL), *mon = NULL;
     uint8_t buf[256];
     char mon_ep[64];
     double next = 0;
@@ -361,8 +499,41 @@ static scdb_err connect_fail(scdb_err e, const char *fmt, ...)
     return e;
 }
 
+/* SCDB_EACCESS for an ipc:// path this user may not use, naming what is
+ * closed to it -- the first directory on the way without search
+ * permission, else the socket -- with its group and mode. */
+static scdb_err access_fail(const char *path)
+{
+    char closed[520], gbuf[1024], gname[64];
+    struct group gr, *g = NULL;
+    struct stat st;
+    int is_dir = 0;
+
+    snprintf(closed, sizeof closed, "%s", path);
+    for (char *p = closed + 1; (p = strchr(p, '/')); p++) {
+        *p = 0;
+        if (access(closed, X_OK)) {
+            is_dir = 1;
+            break;
+        }
+        *p = '/';
+    }
+    if (!is_dir) snprintf(closed, sizeof closed, "%s", path);
+    if (stat(closed, &st)) memset(&st, 0, sizeof st);
+    if (getgrgid_r(st.st_gid, &gr, gbuf, sizeof gbuf, &g) || !g)
+        snprintf(gname, sizeof gname, "%u", (unsigned)st.st_gid);
+    else
+        snprintf(gname, sizeof gname, "%s", g->gr_name);
+    return connect_fail(SCDB_EACCESS, "no permission to connect to the broker socket %s: %s%s "
+                        "belongs to group '%s' (mode %04o) and this user (uid %u) is not in it: "
+                        "ask to be added to group '%s' (the broker's socket_group)", path,
+                        is_dir ? "the directory " : "it", is_dir ? closed : "", gname,
+                        (unsigned)(st.st_mode & 07777), (unsigned)geteuid(), gname);
+}
+
 /* An ipc:// endpoint fails fast when nothing can answer: no socket file, not
- * a socket, or nothing listening on it (a broker that stopped uncleanly). */
+ * a socket, or nothing listening on it (a broker that stopped uncleanly);
+ * and when this user may not connect (SCDB_EACCESS). */
 static scdb_err ipc_reachable(const char *path)
 {
     struct sockaddr_un sa;
@@ -373,6 +544,7 @@ static scdb_err ipc_reachable(const char *path)
         if (errno == ENOENT || errno == ENOTDIR)
             return connect_fail(SCDB_ENOTFOUND, "no broker socket at %s (is a broker running? "
                                 "scdb serve --endpoint ipc://%s)", path, path);
+        if (errno == EACCES) return access_fail(path);
         return connect_fail(SCDB_ESYS, "cannot reach %s: %s", path, strerror(errno));
     }
     if (!S_ISSOCK(st.st_mode))
@@ -390,9 +562,7 @@ static scdb_err ipc_reachable(const char *path)
     if (err == ECONNREFUSED)
         return connect_fail(SCDB_ECLOSED, "nothing listens on %s (a broker that stopped "
                             "without cleaning up left it)", path);
-    if (err == EACCES)
-        return connect_fail(SCDB_ESYS, "no permission to connect to %s (the broker's "
-                            "socket_mode and group decide who may)", path);
+    if (err == EACCES) return access_fail(path);
     return SCDB_OK;          /* anything else: let ZeroMQ try */
 }
 
@@ -461,8 +631,7 @@ scdb_err scdb_connect(const scdb_opts *o, scdb **out)
         goto fail;
     }
     zmq_ctx_set(h->zctx, ZMQ_BLOCKY, 0);     /* close never waits on linger */
-    h->sock = socket_new(h, 0);
-    if (!h->sock) {
+    if (req_socket_open(h)) {
         connect_fail(e = SCDB_ESYS, "cannot connect %s: %s", h->endpoint,
                      zmq_strerror(zmq_errno()));
         goto fail;
@@ -547,7 +716,7 @@ scdb_err scdb_ping(scdb *h, double *rtt_us)
 void scdb_cl_conn_free(scdb *h)
 {
     scdb_lix_close(&h->lix);
-    if (h->sock) zmq_close(h->sock);
+    req_socket_close(h);
     if (h->zctx) zmq_ctx_term(h->zctx);
     free(h);
 }

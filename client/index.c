@@ -9,6 +9,7 @@
  * answer. */
 #include "libscdb_int.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -51,6 +52,15 @@ void scdb_cl_lix_map(scdb *h, const char *name)
     scdb_err e = SCDB_EUNSUPPORTED;
 
     scdb_lix_close(&h->lix);
+    if (!h->fd_path[0]) {
+        /* tcp://: no shared memory, by design, not a refusal: say so once */
+        static atomic_flag said = ATOMIC_FLAG_INIT;
+        if (!atomic_flag_test_and_set(&said))
+            scdb_info("libscdb: %s is not a local broker: no lookup index, every lookup is a "
+                      "request", h->endpoint);
+        h->lix_err = SCDB_EUNSUPPORTED;
+        return;
+    }
     snprintf(cur, sizeof cur, "%s", name);
     for (int hop = 0; cur[0] && hop < LIX_FOLLOW_MAX; hop++) {
         scdb_lix *ix = NULL;

@@ -34,6 +34,11 @@ struct scdb_arena {
 struct scdb {
     void *zctx;
     void *sock;
+    void *mon;                   /* tcp: a monitor on sock (failed CURVE
+                                    handshakes), NULL otherwise            */
+    unsigned mon_seq;            /* names each monitor's inproc endpoint    */
+    int hs_failed;               /* handshakes that failed without detail
+                                    since the last one that succeeded      */
     char endpoint[512];
     char fd_path[520];           /* ipc://: the broker's fd socket, else ""   */
     int curve;                   /* tcp: CURVE keys below are set           */

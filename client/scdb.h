@@ -47,7 +47,10 @@
  * Common to all calls that talk to the broker: SCDB_ETIMEDOUT (no reply
  * within the handle's timeout; the socket is reset), SCDB_ECLOSED (the
  * broker is shutting down), SCDB_EPROTO (a reply that is not a scdb.Reply),
- * SCDB_ENOMEM, SCDB_EINVAL (NULL handle or argument).
+ * SCDB_ENOMEM, SCDB_EINVAL (NULL handle or argument), SCDB_EINTR (the
+ * interrupt check said stop: Caveats, "Signals"), SCDB_EAUTH (tcp: CURVE
+ * handshake refused).  Puts also SCDB_ENOSPC: the broker's disk is full
+ * (nothing of the refused blocks is stored).
  *
  * CAVEATS
  * -------
@@ -68,6 +71,20 @@
  * scdb_set_timeout()).  A get that decodes a long prefix may need more.
  * After a timeout the request may still be executed by the broker later;
  * its reply is discarded.  Puts are idempotent, so retrying is safe.
+ *
+ * Signals.  A signal that interrupts a call's wait does not end the call by
+ * itself (the wait resumes, bounded by the timeout), unless the
+ * application set an interrupt check (scdb_set_interrupt) that says stop:
+ * then the call returns SCDB_EINTR within about 50 ms.  The Python module
+ * sets one that runs Python's signal handlers, so Ctrl-C raises
+ * KeyboardInterrupt during a call.  The heartbeat thread blocks every
+ * signal: they go to the application's threads.
+ *
+ * Access and credentials.  Over ipc://, a user outside the broker socket's
+ * group gets SCDB_EACCESS from scdb_connect at once (the message names the
+ * socket and its group).  Over tcp://, a CURVE handshake the broker refuses
+ * (a client key not in its curve_allow_file, a curve_server_key that is not
+ * the broker's) is SCDB_EAUTH at once, not a timeout.
  *
  * Broker restarts.  The handle reconnects by itself; the first call after
  * a restart registers again (same role, model, codebook) and is retried
@@ -219,7 +236,9 @@ typedef struct scdb_opts {
  * path), SCDB_ECLOSED (a socket file nothing listens on), SCDB_ETIMEDOUT
  * (no reply within the timeout: a busy or stopped broker, a tcp peer),
  * SCDB_EINVAL (no known scheme, not a socket, bad or missing CURVE keys),
- * SCDB_ESYS (permission, ZeroMQ), SCDB_ENOMEM.  On error *out is NULL and
+ * SCDB_EACCESS (no permission to connect to the ipc socket: its group),
+ * SCDB_EAUTH (tcp: the broker refused the CURVE handshake), SCDB_EINTR
+ * (scdb_set_interrupt), SCDB_ESYS (ZeroMQ), SCDB_ENOMEM.  On error *out is NULL and
  * scdb_connect_error() says why. */
 scdb_err scdb_connect(const scdb_opts *o, scdb **out);
 
@@ -234,6 +253,16 @@ void scdb_close(scdb **h);
 
 /* Per-call timeout in milliseconds (> 0). */
 void scdb_set_timeout(scdb *h, int timeout_ms);
+
+/* Interrupting blocking calls (process-wide; see Caveats, "Signals").
+ * While a call waits for the broker it calls fn(arg) every 50 ms and after
+ * each signal that interrupts its wait; when fn returns nonzero the call
+ * stops and returns SCDB_EINTR (its request may still be served, as after
+ * a timeout; the handle stays usable).  fn runs on the calling thread and
+ * must not call into libscdb.  NULL fn: no check (the default; calls then
+ * wait in one piece).  Set it before threads use libscdb. */
+typedef int (*scdb_interrupt_fn)(void *arg);
+void scdb_set_interrupt(scdb_interrupt_fn fn, void *arg);
 
 /* The broker's message for the last failed call, or a local explanation;
  * "" after a success.  Valid until the next call on h. */

@@ -29,6 +29,9 @@ static const char *const err_names[SCDB_ERR_COUNT] = {
     [SCDB_EUNSUPPORTED] = "SCDB_EUNSUPPORTED: not supported",
     [SCDB_ECLOSED] = "SCDB_ECLOSED: closed",
     [SCDB_EAUTH] = "SCDB_EAUTH: authentication refused",
+    [SCDB_ENOSPC] = "SCDB_ENOSPC: disk full",
+    [SCDB_EACCESS] = "SCDB_EACCESS: permission denied",
+    [SCDB_EINTR] = "SCDB_EINTR: interrupted",
 };
 
 const char *scdb_strerror(scdb_err e)

@@ -41,7 +41,12 @@ typedef enum scdb_err {
     SCDB_EDEVICE,    /* no such device / device error (CUDA)                  */
     SCDB_EUNSUPPORTED, /* operation not supported on this backend/build       */
     SCDB_ECLOSED,    /* peer or handle closed                                 */
-    SCDB_EAUTH,      /* credentials refused or missing (e.g. a Redis ACL)     */
+    SCDB_EAUTH,      /* credentials refused or missing (e.g. a Redis ACL, a
+                        CURVE key the broker does not let in)                 */
+    SCDB_ENOSPC,     /* the store's filesystem is full (or over its quota)   */
+    SCDB_EACCESS,    /* no permission to reach the broker (socket's group)   */
+    SCDB_EINTR,      /* interrupted: the interrupt check (scdb_set_interrupt)
+                        asked a blocking call to stop                         */
     SCDB_ERR_COUNT
 } scdb_err;
 

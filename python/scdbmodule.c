@@ -65,7 +65,18 @@ static err_family families[] = {
     {"ClosedError", NULL, SCDB_ECLOSED, "SCDB_ECLOSED: closed: this Client, Arena or Session "
      "was closed, its arena is from before a broker restart, or the broker is shutting down."},
     {"AuthError", &PyExc_PermissionError, SCDB_EAUTH, "SCDB_EAUTH: credentials refused or "
-     "missing.  Also a PermissionError."},
+     "missing (a Redis ACL; over tcp://, a CURVE key the broker does not let in or a wrong "
+     "server key).  Also a PermissionError."},
+    {"DiskFullError", &PyExc_OSError, SCDB_ENOSPC, "SCDB_ENOSPC: the broker's store could not "
+     "write because its filesystem is full; the message names the data directory and its "
+     "free space.  Nothing of the refused blocks is stored; puts succeed again once space is "
+     "freed.  Also an OSError."},
+    {"AccessError", &PyExc_PermissionError, SCDB_EACCESS, "SCDB_EACCESS: no permission to "
+     "connect to the broker's socket; the message names the socket and its group (ask for "
+     "membership of that group).  Also a PermissionError."},
+    {"InterruptedError", &PyExc_InterruptedError, SCDB_EINTR, "SCDB_EINTR: a blocking call "
+     "was interrupted.  A signal with a Python handler (Ctrl-C) raises that handler's "
+     "exception (KeyboardInterrupt) instead.  Also the built-in InterruptedError."},
 };
 
 static const err_family *err_of(scdb_err e)
@@ -89,8 +100,15 @@ static PyObject *err_name(scdb_err e)
 static PyObject *raise_msg(scdb_err e, PyObject *msg)
 {
     PyObject *cls = (e > SCDB_OK && e < SCDB_ERR_COUNT && err_class[e]) ? err_class[e] : err_base;
-    PyObject *name = err_name(e), *text = NULL, *exc = NULL, *code = NULL;
+    PyObject *name, *text = NULL, *exc = NULL, *code = NULL;
 
+    /* interrupted by a signal whose Python handler raised (Ctrl-C): that
+     * exception (KeyboardInterrupt) is the call's, set by interrupt_check */
+    if (e == SCDB_EINTR && PyErr_Occurred()) {
+        Py_XDECREF(msg);
+        return NULL;
+    }
+    name = err_name(e);
     if (!msg || !name) goto done;
     text = PyUnicode_FromFormat("%U [%U]", msg, name);
     if (!text) goto done;
@@ -177,6 +195,46 @@ fail:
     Py_XDECREF(none);
     Py_XDECREF(zero);
     return -1;
+}
+
+/* ------------------------------------------------------------ signals */
+
+static unsigned long main_thread;
+
+/* libscdb's interrupt check (scdb_set_interrupt): a blocking call, with the
+ * GIL released, calls it every 50 ms and after a signal.  On the main
+ * thread it takes the GIL and runs Python's signal handlers; nonzero when
+ * one raised (KeyboardInterrupt), which stays set in this thread's state
+ * for the call's error path (raise_msg) to hand on.  Python runs handlers
+ * on the main thread only, so other threads' calls are not stopped. */
+static int interrupt_check(void *arg)
+{
+    PyGILState_STATE g;
+    int stop;
+
+    (void)arg;
+    if (PyThread_get_thread_ident() != main_thread || py_finalizing()) return 0;
+    g = PyGILState_Ensure();
+    stop = PyErr_CheckSignals() < 0;
+    PyGILState_Release(g);
+    return stop;
+}
+
+/* The main thread's id (threading.main_thread(), else this one's), and the
+ * check installed. */
+static void interrupt_init(void)
+{
+    PyObject *threading = PyImport_ImportModule("threading"), *t = NULL, *id = NULL;
+
+    main_thread = PyThread_get_thread_ident();
+    if (threading && (t = PyObject_CallMethod(threading, "main_thread", NULL)) &&
+        (id = PyObject_GetAttrString(t, "ident")) && PyLong_Check(id))
+        main_thread = PyLong_AsUnsignedLong(id);
+    if (PyErr_Occurred()) PyErr_Clear();
+    Py_XDECREF(id);
+    Py_XDECREF(t);
+    Py_XDECREF(threading);
+    scdb_set_interrupt(interrupt_check, NULL);
 }
 
 /* ---------------------------------------------------------------- tokens */
@@ -575,6 +633,7 @@ PyMODINIT_FUNC PyInit_scdb(void)
     m = PyModule_Create(&scdb_module);
     if (!m) return NULL;
     if (py_errors_init(m)) goto fail;
+    interrupt_init();
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
         Py_INCREF(types[i]);
         if (PyModule_AddObject(m, names[i], (PyObject *)types[i])) {

@@ -6,7 +6,8 @@
 #                                      systemd-analyze for the unit, dpkg tools
 #                                      for the package test, redis-server and
 #                                      redis-cli for the Redis Cluster tests,
-#                                      clang + libFuzzer for the fuzz smoke)
+#                                      clang + libFuzzer for the fuzz smoke,
+#                                      abigail-tools for libscdb's ABI check)
 #   scripts/install-deps.sh --bench    also what the benchmarks use
 #                                      (redis for `bench broker`, matplotlib for PNGs)
 #   scripts/install-deps.sh --train    also PyTorch, to retrain the model family
@@ -26,7 +27,7 @@ for a in "$@"; do
     --test) pkgs+=(python3 python3-pytest python3-torch
                    prometheus curl systemd dpkg-dev fakeroot file
                    redis-server redis-tools
-                   clang libclang-rt-14-dev) ;;
+                   clang libclang-rt-14-dev abigail-tools) ;;
     --bench) pkgs+=(redis-server redis-tools python3-matplotlib) ;;
     --train) pkgs+=(python3-torch python3-numpy fortunes manpages manpages-dev doc-debian
                     libpython3.11-stdlib) ;;

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 
 #define DEFAULT_MAX_READERS 1024u
 
@@ -207,4 +208,23 @@ uint64_t scdb_lmdb_file_bytes(const scdb_lmdb *l)
     struct stat st;
     snprintf(path, sizeof path, "%s/data.mdb", l->dir);
     return stat(path, &st) == 0 ? (uint64_t)st.st_size : 0;
+}
+
+uint64_t scdb_lmdb_free_bytes(const scdb_lmdb *l)
+{
+    struct statvfs v;
+    if (!l->dir || statvfs(l->dir, &v)) return UINT64_MAX;
+    return (uint64_t)v.f_bavail * (uint64_t)(v.f_frsize ? v.f_frsize : v.f_bsize);
+}
+
+bool scdb_lmdb_disk_full(const scdb_lmdb *l, int rc, uint64_t need, uint64_t *free_bytes)
+{
+    uint64_t avail = scdb_lmdb_free_bytes(l), ps = l->page_size ? l->page_size : 4096;
+
+    *free_bytes = avail;
+    if (rc == ENOSPC || rc == EDQUOT) return true;
+    /* LMDB 0.9 says EIO for a short write ("filesystem full?" in its
+     * mdb_page_flush): a full disk when what the transaction wrote (plus
+     * its meta and branch pages) does not fit in what is left */
+    return rc == EIO && avail != UINT64_MAX && avail < need + 64 * ps;
 }

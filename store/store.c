@@ -442,6 +442,8 @@ void scdb_store_close(scdb_store **sp)
     *sp = NULL;
 }
 
+const char *scdb_store_path(const scdb_store *s) { return s ? s->db.dir : NULL; }
+
 uint32_t scdb_store_block_tokens(const scdb_store *s)
 {
     return s ? s->block_tokens : 0;

@@ -303,7 +303,12 @@ typedef struct scdb_block_put {
  * SCDB_ENOTFOUND (parent neither stored nor in the batch), SCDB_ERANGE (bad
  * section table), SCDB_ETOOBIG (a block larger than SCDB_BLOCK_MAX_PAYLOAD
  * or than the disk capacity), SCDB_EFULL (capacity held by pinned blocks or
- * map growth limit reached), SCDB_EIO (LMDB error), SCDB_ENOMEM. */
+ * map growth limit reached), SCDB_ENOSPC (the filesystem of opts.path is
+ * full: LMDB's ENOSPC / EDQUOT, or its EIO for a short write with the disk
+ * out of space; logged once per change to full, counted in
+ * disk_full_refusals; the refused blocks are not stored and later puts
+ * work again once space is freed), SCDB_EIO (other LMDB error),
+ * SCDB_ENOMEM. */
 scdb_err scdb_store_put_batch(scdb_store *s, const scdb_ns *ns,
                               const scdb_block_put *blocks, size_t n,
                               size_t *n_stored);
@@ -373,7 +378,7 @@ scdb_err scdb_store_foreach_key(scdb_store *s, void (*fn)(void *ctx, const scdb_
 
 /* Delete a stored leaf block.  Writer thread only.
  * Errors: SCDB_EINVAL, SCDB_ENOTFOUND, SCDB_EBUSY (pinned, or has stored
- * children: delete them first), SCDB_EIO. */
+ * children: delete them first), SCDB_ENOSPC (as put), SCDB_EIO. */
 scdb_err scdb_store_delete(scdb_store *s, const scdb_key *key);
 
 typedef struct scdb_store_stat {
@@ -401,7 +406,15 @@ typedef struct scdb_store_stat {
     uint64_t hot_evictions;
     uint64_t checksum_failures;
     uint64_t map_growths;
+    uint64_t disk_full;          /* 1 while writes fail for a full filesystem
+                                    (SCDB_ENOSPC), 0 after the next commit  */
+    uint64_t disk_free_bytes;    /* free bytes of the data directory's
+                                    filesystem when it was last found full  */
+    uint64_t disk_full_refusals; /* blocks not stored because it was full    */
 } scdb_store_stat;
+
+/* The LMDB directory the store was opened on (opts.path). */
+const char *scdb_store_path(const scdb_store *s);
 
 /* A snapshot of the counters.  Errors: SCDB_EINVAL. */
 scdb_err scdb_store_stats(scdb_store *s, scdb_store_stat *out);

@@ -87,6 +87,13 @@ scdb_err scdb_lmdb_grow(scdb_lmdb *l);
 uint64_t scdb_lmdb_footprint(const scdb_lmdb *l, size_t vlen);
 /* data.mdb size in bytes (0 if unknown). */
 uint64_t scdb_lmdb_file_bytes(const scdb_lmdb *l);
+/* Free bytes of the data directory's filesystem for unprivileged writers
+ * (UINT64_MAX if unknown). */
+uint64_t scdb_lmdb_free_bytes(const scdb_lmdb *l);
+/* Whether a write that failed with LMDB code rc failed for a full
+ * filesystem: ENOSPC or EDQUOT, or EIO (LMDB's code for a short write) while
+ * less than need bytes (plus some pages) are free.  *free_bytes: free space. */
+bool scdb_lmdb_disk_full(const scdb_lmdb *l, int rc, uint64_t need, uint64_t *free_bytes);
 
 /* -------------------------------------------------------------- nodes */
 

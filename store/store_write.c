@@ -355,6 +355,43 @@ static void written_after_put(scdb_store *s, const scdb_ns *ns, const scdb_block
     }
 }
 
+/* ------------------------------------------------------------ disk full */
+
+/* A write that failed with LMDB code rc (writer, store lock not held):
+ * SCDB_ENOSPC when the filesystem is full -- logged once, when the store
+ * goes from writing to full, not per put -- else rc logged and mapped as
+ * any LMDB failure.  need: the bytes the transaction wrote. */
+static scdb_err write_failed(scdb_store *s, int rc, const char *what, uint64_t need,
+                             const char *file, int line)
+{
+    uint64_t avail;
+    bool was_full;
+
+    if (!scdb_lmdb_disk_full(&s->db, rc, need, &avail)) return scdb_lmdb_fail(rc, what, file, line);
+    store_lock(s);
+    was_full = s->ctr.disk_full != 0;
+    s->ctr.disk_full = 1;
+    s->ctr.disk_free_bytes = avail == UINT64_MAX ? 0 : avail;
+    store_unlock(s);
+    if (!was_full)
+        scdb_error("store: disk full: the filesystem of %s has %llu bytes free (%s); puts are "
+                   "refused (SCDB_ENOSPC) until space is freed", s->db.dir,
+                   (unsigned long long)s->ctr.disk_free_bytes, mdb_strerror(rc));
+    return SCDB_ENOSPC;
+}
+#define WRITE_FAILED(s, rc, what, need) write_failed((s), (rc), (what), (need), __FILE__, __LINE__)
+
+/* A commit went through: a full disk is not full any more (logged once). */
+static void write_succeeded(scdb_store *s)
+{
+    if (!s->ctr.disk_full) return;     /* only the writer sets it */
+    store_lock(s);
+    s->ctr.disk_full = 0;
+    store_unlock(s);
+    scdb_info("store: disk space again on %s (%llu bytes free): puts are stored again",
+              s->db.dir, (unsigned long long)scdb_lmdb_free_bytes(&s->db));
+}
+
 /* One write txn over blocks[0..n): *done = blocks stored (committed or
  * already there).  On a block-level error the blocks before it are
  * committed. */
@@ -364,6 +401,7 @@ static scdb_err put_chunk(scdb_store *s, const scdb_ns *ns,
     MDB_txn *txn = NULL;
     scdb_err e, block_err;
     uint32_t prev_id;
+    uint64_t need;
     size_t i;
     int rc;
 
@@ -371,6 +409,7 @@ static scdb_err put_chunk(scdb_store *s, const scdb_ns *ns,
 retry:
     block_err = SCDB_OK;
     rc = 0;
+    need = 0;
     store_lock(s);
     e = SCDB_OK;
     /* Guard what the batch relies on against its own evictions: blocks it
@@ -409,8 +448,9 @@ retry:
         }
         if (skip) continue;
         if ((e = store_flush_dels(s, txn, &rc))) goto abort;
+        need += fp;
         if ((rc = write_value(s, txn, ns, b, hl))) {
-            e = SCDB_LMDB_FAIL(rc, "put");
+            e = WRITE_FAILED(s, rc, "put", need);
             goto abort;
         }
     }
@@ -424,9 +464,10 @@ retry:
     }
     if ((rc = scdb_lmdb_write_commit(&s->db, txn))) {
         txn = NULL;
-        e = SCDB_LMDB_FAIL(rc, "commit");
+        e = WRITE_FAILED(s, rc, "commit", need);
         goto undo;
     }
+    write_succeeded(s);
     store_lock(s);
     store_commit_ops(s);
     store_release_tpins(s);
@@ -477,6 +518,11 @@ scdb_err scdb_store_put_batch(scdb_store *s, const scdb_ns *ns,
         e = put_chunk(s, ns, blocks + done, end - done, &k);
         done += k;
     }
+    if (e == SCDB_ENOSPC) {
+        store_lock(s);
+        s->ctr.disk_full_refusals += n - done;
+        store_unlock(s);
+    }
     pthread_mutex_unlock(&s->write_mu);
     if (n_stored) *n_stored = done;
     return e;
@@ -507,13 +553,14 @@ scdb_err scdb_store_delete(scdb_store *s, const scdb_key *key)
     rc = mdb_del(txn, s->db.blocks, &k, NULL);
     if (rc && rc != MDB_NOTFOUND) {
         scdb_lmdb_write_abort(&s->db, txn);
-        e = SCDB_LMDB_FAIL(rc, "del");
+        e = WRITE_FAILED(s, rc, "del", 0);
         goto undo;
     }
     if ((rc = scdb_lmdb_write_commit(&s->db, txn))) {
-        e = SCDB_LMDB_FAIL(rc, "commit");
+        e = WRITE_FAILED(s, rc, "commit", 0);
         goto undo;
     }
+    write_succeeded(s);
     store_lock(s);
     /* an explicit delete is not an eviction: apply the log by hand */
     store_hot_drop(s, id);

@@ -1480,6 +1480,24 @@ static void test_stale_pair_refused(void **state)
     print_message("refusal: %s\n", scdb_last_error(h));
     assert_non_null(strstr(scdb_last_error(h), code_fp));
     assert_non_null(strstr(scdb_last_error(h), other_fp));
+    {   /* a client with libscdb's default name: the broker's log names it
+         * once, "client pid N refused", not "client pid N (pid N) refused" */
+        char *logtxt = NULL, want[64], twice[64];
+        size_t len = 0;
+        scdb_opts o = {.endpoint = endpoint, .timeout_ms = 10000};
+        scdb *anon = NULL;
+        assert_int_equal(scdb_connect(&o, &anon), SCDB_OK);
+        assert_int_equal(scdb_set_weights_fp(anon, other_fp), SCDB_OK);
+        assert_int_equal(scdb_register(anon, SCDB_CONSUMER, "code", "base-scd", NULL),
+                         SCDB_EMISMATCH);
+        scdb_close(&anon);
+        snprintf(want, sizeof want, "client pid %d refused", (int)getpid());
+        snprintf(twice, sizeof twice, "pid %d (pid %d)", (int)getpid(), (int)getpid());
+        assert_int_equal(scdb_read_file(log_path, 64u << 20, &logtxt, &len), SCDB_OK);
+        assert_non_null(strstr(logtxt, want));
+        assert_null(strstr(logtxt, twice));
+        free(logtxt);
+    }
     /* raw reuse records no consumer weights: not checked */
     assert_int_equal(scdb_register(h, SCDB_CONSUMER, "code", "raw/base", NULL), SCDB_OK);
     /* producers send none: the same handle registers as base's producer */
@@ -2301,9 +2319,47 @@ static void test_isolation(void **state)
     print_message("client as nobody: %s", out);
     assert_non_null(strstr(out, "index_error 0 "));
     assert_null(strstr(out, "index_lookups 0 "));          /* it used the shared index */
-    /* a user outside the socket group cannot connect at all */
+    /* a user outside the socket group cannot connect at all, and is told
+     * so: an access error naming the socket and its group */
     assert_int_not_equal(run_client_as("65533:65533", ep2, "check", 41, 640, out, sizeof out),
                          0);
+    print_message("client outside the group: %s", out);
+    assert_non_null(strstr(out, "SCDB_EACCESS"));
+    assert_non_null(strstr(out, ep2 + 6));
+    assert_non_null(strstr(out, "'nogroup'"));
+    /* with the directory open to others, the socket itself (0660) keeps
+     * them out, and the message names it */
+    assert_int_equal(chmod(run, 0751), 0);
+    assert_int_not_equal(run_client_as("65533:65533", ep2, "check", 41, 640, out, sizeof out),
+                         0);
+    assert_int_equal(chmod(run, 0750), 0);
+    print_message("client outside the group, directory open: %s", out);
+    assert_non_null(strstr(out, "SCDB_EACCESS"));
+    assert_non_null(strstr(out, "mode 0660"));
+    assert_null(strstr(out, "the directory"));
+    {   /* the CLI says the same, not "no broker answered" */
+        char cmd[1200];
+        int pfd[2];
+        size_t got = 0;
+        ssize_t r;
+        const char *sh[] = {"/usr/bin/setpriv", "--reuid=65533", "--regid=65533",
+                            "--clear-groups", "/bin/sh", "-c", cmd, NULL};
+        snprintf(cmd, sizeof cmd, "exec %s stats --endpoint %s 2>&1", SCDB_CLI_BIN, ep2);
+        assert_int_equal(pipe(pfd), 0);
+        {
+            pid_t pid = spawn(sh, pfd[1]);
+            close(pfd[1]);
+            while (got + 1 < sizeof out && (r = read(pfd[0], out + got, sizeof out - 1 - got)) > 0)
+                got += (size_t)r;
+            out[got] = 0;
+            close(pfd[0]);
+            assert_int_equal(wait_exit(pid, 60), 1);    /* refused, not unreachable (3) */
+        }
+        print_message("scdb stats outside the group: %s", out);
+        assert_non_null(strstr(out, "SCDB_EACCESS"));
+        assert_non_null(strstr(out, "'nogroup'"));
+        assert_null(strstr(out, "no broker answered"));
+    }
     /* stop it from outside its namespace */
     signal_pid(real, SIGTERM);
     extra_pid = -1;
@@ -2313,6 +2369,19 @@ static void test_isolation(void **state)
 
 /* One broker per data dir and per endpoint; plaintext tcp refused; CURVE
  * tcp works. */
+/* Lines of `path` that contain `needle` (-1: cannot read it). */
+static int count_matching_lines(const char *path, const char *needle)
+{
+    char line[2048];
+    int n = 0;
+    FILE *fp = fopen(path, "r");
+    if (!fp) return -1;
+    while (fgets(line, sizeof line, fp))
+        if (strstr(line, needle)) n++;
+    fclose(fp);
+    return n;
+}
+
 static void test_refusals_and_curve(void **state)
 {
     char cfg2[300], data2[300], ep2[300], key[300], extra[900], pub[41], sec[41];
@@ -2390,12 +2459,42 @@ static void test_refusals_and_curve(void **state)
         assert_int_equal(scdb_register(h, SCDB_CONSUMER, "m16", NULL, NULL), SCDB_OK);
         assert_int_equal(scdb_ping(h, NULL), SCDB_OK);
         scdb_close(&h);
-        /* a client with the wrong server key never gets through */
+        {   /* a tcp client cannot map the lookup index: no WARN about it on
+             * every connect (it says so once, at INFO) */
+            char logp[300];
+            int saved = dup(2), lfd, n_warn;
+            snprintf(logp, sizeof logp, "%s/tcp-client.log", dir);
+            fflush(stderr);
+            lfd = open(logp, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+            assert_true(lfd >= 0);
+            dup2(lfd, 2);
+            close(lfd);
+            for (int i = 0; i < 2; i++) {
+                e = scdb_connect(&o, &h);
+                if (!e) e = scdb_register(h, SCDB_CONSUMER, "m16", NULL, NULL);
+                scdb_close(&h);
+                if (e) break;
+            }
+            fflush(stderr);
+            dup2(saved, 2);
+            close(saved);
+            assert_int_equal(e, SCDB_OK);
+            n_warn = count_matching_lines(logp, "WARN");
+            assert_int_equal(n_warn, 0);
+        }
+        /* a client with the wrong server key never gets through: AuthError at
+         * once (the handshake fails), not a timeout */
         {
             char pub2[41], sec2[41];
+            double t0;
             assert_int_equal(zmq_curve_keypair(pub2, sec2), 0);
             o.curve_server_key = pub2;
-            assert_int_equal(scdb_connect(&o, &h), SCDB_ETIMEDOUT);
+            o.timeout_ms = 8000;
+            t0 = scdb_now();
+            assert_int_equal(scdb_connect(&o, &h), SCDB_EAUTH);
+            assert_true(scdb_now() - t0 < 3.0);
+            assert_non_null(strstr(scdb_connect_error(), "CURVE"));
+            o.timeout_ms = 300;
         }
         signal_pid(pid, SIGTERM);
         assert_int_equal(wait_exit(pid, 30), 0);
@@ -2422,10 +2521,19 @@ static void test_refusals_and_curve(void **state)
             scdb_close(&h);
             o.curve_public_key = bpub;                 /* not on the list */
             o.curve_secret_key = bsec;
-            assert_int_equal(scdb_connect(&o, &h), SCDB_ETIMEDOUT);
-            o.curve_public_key = NULL;                 /* a fresh keypair */
-            o.curve_secret_key = NULL;
-            assert_int_equal(scdb_connect(&o, &h), SCDB_ETIMEDOUT);
+            o.timeout_ms = 8000;                       /* refused at once */
+            {
+                double t0 = scdb_now();
+                assert_int_equal(scdb_connect(&o, &h), SCDB_EAUTH);
+                assert_true(scdb_now() - t0 < 3.0);
+                assert_non_null(strstr(scdb_connect_error(), "curve_allow_file"));
+                o.curve_public_key = NULL;             /* a fresh keypair */
+                o.curve_secret_key = NULL;
+                t0 = scdb_now();
+                assert_int_equal(scdb_connect(&o, &h), SCDB_EAUTH);
+                assert_true(scdb_now() - t0 < 3.0);
+            }
+            o.timeout_ms = 300;
             signal_pid(pid, SIGTERM);
             assert_int_equal(wait_exit(pid, 30), 0);
             /* a bad line, an empty list, a missing file: configuration errors */

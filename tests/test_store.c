@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -47,6 +48,7 @@ static int rm_cb(const char *p, const struct stat *sb, int flag, struct FTW *ftw
 
 typedef struct fixture {
     char dir[256];
+    char mnt[256];              /* a filesystem a test mounted (teardown unmounts) */
     scdb_ns ns;
 } fixture;
 
@@ -67,6 +69,7 @@ static int teardown(void **state)
     fixture *f = *state;
     char *slash = strrchr(f->dir, '/');
     *slash = '\0';
+    if (f->mnt[0] && umount2(f->mnt, MNT_DETACH)) fprintf(stderr, "umount %s: %s\n", f->mnt, strerror(errno));
     nftw(f->dir, rm_cb, 8, FTW_DEPTH | FTW_PHYS);
     free(f);
     return 0;
@@ -1455,6 +1458,125 @@ static void test_allocation_failures(void **state)
     assert_true(n > 10);
 }
 
+/* ------------------------------------------------------------- disk full */
+
+/* Lines of `path` that contain `needle`. */
+static int count_lines(const char *path, const char *needle)
+{
+    char line[2048];
+    int n = 0;
+    FILE *fp = fopen(path, "r");
+    if (!fp) return -1;
+    while (fgets(line, sizeof line, fp))
+        if (strstr(line, needle)) n++;
+    fclose(fp);
+    return n;
+}
+
+/* Fill `c` one 64 KiB block at a time from block `from` until a put fails;
+ * the index of the block that failed (c->n if none did). */
+static size_t put_until_full(scdb_store *s, const fixture *f, const chain *c, size_t from,
+                             scdb_err *e)
+{
+    size_t i;
+    for (i = from, *e = SCDB_OK; i < c->n; i++)
+        if ((*e = put_range(s, f, c, i, i + 1, 65536, NULL))) break;
+    return i;
+}
+
+/* A real full filesystem: the store on a 2 MiB tmpfs (mounting needs root;
+ * skipped otherwise).  LMDB reports a full disk as ENOSPC or, for a short
+ * write, EIO: either way the store says SCDB_ENOSPC, logs the transition
+ * once (full -> ok -> full: two "disk full" lines, one "space again"),
+ * counts the refused blocks, serves what it has, stores again once space is
+ * freed, and everything acknowledged survives a reopen.  The log goes to a
+ * file while the store runs, so the checks come after stderr is back. */
+static void test_disk_full(void **state)
+{
+    fixture *f = *state, g = *f;
+    char filler[300], logp[300];
+    static uint8_t junk[768 << 10];
+    scdb_store_stat st1, st2, st3;
+    scdb_err e1, e2, e3, e4, e5;
+    size_t ok1, ok2, m1, m2;
+    scdb_store *s;
+    chain c;
+    int saved, logfd, fd;
+
+    snprintf(f->mnt, sizeof f->mnt, "%s", f->dir);
+    *strrchr(f->mnt, '/') = 0;
+    snprintf(logp, sizeof logp, "%s/log", f->mnt);
+    strcat(f->mnt, "/fs");
+    assert_int_equal(mkdir(f->mnt, 0700), 0);
+    if (mount("tmpfs", f->mnt, "tmpfs", 0, "size=2m")) {
+        fprintf(stderr, "test_disk_full: SKIPPED: cannot mount a tmpfs on %s (%s): needs root\n",
+                f->mnt, strerror(errno));
+        f->mnt[0] = 0;
+        skip();
+    }
+    snprintf(g.dir, sizeof g.dir, "%s/env", f->mnt);
+    snprintf(filler, sizeof filler, "%s/filler", f->mnt);
+    assert_true((fd = open(filler, O_WRONLY | O_CREAT, 0600)) >= 0);
+    memset(junk, 0x5a, sizeof junk);
+    assert_int_equal(write(fd, junk, sizeof junk), (ssize_t)sizeof junk);
+    close(fd);
+    s = open_store(&g, 0, 0);
+    make_chain(&g, &c, 64, 77);
+
+    /* the store's log lines go to a file we can count */
+    fflush(stderr);
+    saved = dup(2);
+    assert_true((logfd = open(logp, O_WRONLY | O_CREAT | O_TRUNC, 0600)) >= 0);
+    dup2(logfd, 2);
+    close(logfd);
+    scdb_log_set_level(SCDB_LOG_INFO);
+    ok1 = put_until_full(s, &g, &c, 0, &e1);
+    /* refused again, without another log line */
+    e2 = put_range(s, &g, &c, ok1, ok1 + 1, 65536, NULL);
+    e3 = put_range(s, &g, &c, ok1, ok1 + 2, 65536, NULL);
+    scdb_store_stats(s, &st1);
+    m1 = matched(s, &g, &c);
+    /* space freed: puts resume (and fill it again) */
+    e4 = unlink(filler) ? SCDB_ESYS : SCDB_OK;
+    ok2 = put_until_full(s, &g, &c, ok1, &e5);
+    scdb_store_stats(s, &st2);
+    m2 = matched(s, &g, &c);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    scdb_log_set_level(SCDB_LOG_OFF);
+
+    assert_true(ok1 > 2 && ok1 < c.n);
+    assert_int_equal(e1, SCDB_ENOSPC);
+    assert_int_equal(e2, SCDB_ENOSPC);
+    assert_int_equal(e3, SCDB_ENOSPC);
+    assert_int_equal(m1, ok1);                /* what is there is served */
+    expect_payload(s, &c.keys[ok1 - 1], 65536);
+    assert_int_equal(st1.disk_full, 1);
+    assert_int_equal(st1.disk_full_refusals, 4);
+    assert_true(st1.disk_free_bytes < 65536);
+    assert_int_equal(e4, SCDB_OK);
+    assert_true(ok2 > ok1 + 2);
+    assert_int_equal(m2, ok2);
+    if (ok2 < c.n) {
+        assert_int_equal(e5, SCDB_ENOSPC);
+        assert_int_equal(st2.disk_full, 1);
+    }
+    assert_int_equal(count_lines(logp, "disk full"), ok2 < c.n ? 2 : 1);
+    assert_int_equal(count_lines(logp, "space again"), 1);
+    assert_int_equal(count_lines(logp, "lmdb"), 0);
+    assert_int_equal(count_lines(logp, g.dir), ok2 < c.n ? 3 : 2); /* each names the directory */
+    scdb_store_close(&s);
+
+    /* everything acknowledged is there after a reopen */
+    s = open_store(&g, 0, 0);
+    assert_int_equal(matched(s, &g, &c), ok2);
+    for (size_t i = 0; i < ok2; i++) expect_payload(s, &c.keys[i], 65536);
+    scdb_store_stats(s, &st3);
+    assert_int_equal(st3.disk_full, 0);
+    scdb_store_close(&s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1477,6 +1599,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_kill9_durability, setup, teardown),
         cmocka_unit_test_setup_teardown(test_concurrent_readers, setup, teardown),
         cmocka_unit_test_setup_teardown(test_allocation_failures, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_disk_full, setup, teardown),
     };
     scdb_log_set_level(SCDB_LOG_OFF); /* the corruption tests log errors on purpose */
     if (getenv("SCDB_TEST_FILTER")) cmocka_set_test_filter(getenv("SCDB_TEST_FILTER"));

@@ -87,7 +87,10 @@ int main(int argc, char **argv)
         bkv_tokens(seed, tok, (size_t)ntok);
     }
     e = scdb_connect(&o, &h);
-    if (e) return fail("connect", e);
+    if (e) {              /* on stdout too: the test reads what a user would see */
+        printf("connect: %s: %s\n", scdb_strerror(e), scdb_connect_error());
+        return fail("connect", e);
+    }
 
     if (!strcmp(mode, "put")) {
         scdb_kv_cache *c;

@@ -390,6 +390,55 @@ def test_lookup_after_kill9(own_broker, prompt, raw_payload):
         c.lookup(toks)
 
 
+def _interrupt_after(delay, to_main_thread):
+    """SIGINT this process after delay s (to the main thread, or to the
+    process, which may hand it to any thread); the time it was sent."""
+    import os
+    import signal
+    sent = []
+
+    def run():
+        time.sleep(delay)
+        sent.append(time.monotonic())
+        if to_main_thread:
+            signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+        else:
+            os.kill(os.getpid(), signal.SIGINT)
+    t = threading.Thread(target=run)
+    t.start()
+    return t, sent
+
+
+def test_ctrl_c_during_a_call(own_broker, prompt):
+    """Ctrl-C during a call that waits on a stopped broker raises
+    KeyboardInterrupt at once, not after the call's timeout (8 s here), and
+    the Client works afterwards (issue 25 item 8): for a call and for the
+    connect in the constructor, a signal to the waiting thread or to the
+    process."""
+    import os
+    import signal
+    c = scdb.Client(own_broker.endpoint, timeout_ms=8000)
+    c.register("base", "consumer")
+    toks = prompt(64)
+    os.kill(own_broker.proc.pid, signal.SIGSTOP)
+    try:
+        for to_main, call in ((True, c.ping), (False, c.stats),
+                              (False, lambda: scdb.Client(own_broker.endpoint, timeout_ms=8000))):
+            t, sent = _interrupt_after(0.3, to_main)
+            t0 = time.monotonic()
+            with pytest.raises(KeyboardInterrupt):
+                call()
+            done = time.monotonic()
+            t.join()
+            assert done - sent[0] < 0.5, f"KeyboardInterrupt {done - sent[0]:.2f} s after SIGINT"
+            assert done - t0 < 2.0
+    finally:
+        os.kill(own_broker.proc.pid, signal.SIGCONT)
+    c.ping()                                   # still usable, same handle
+    assert c.lookup(toks) == 0
+    c.close()
+
+
 # ------------------------------------------------------------ threads
 
 def test_two_threads_one_client(broker):
