@@ -4,7 +4,7 @@
  * all in one run:
  *
  *   a local Redis Cluster: 3 masters + 3 replicas on loopback ports,
- *   persistence off, maxmemory + allkeys-lru (tests/helpers/local_cluster.h)
+ *   persistence off, maxmemory + allkeys-lru (store/local_cluster.h)
  *        |
  *   N brokers (default 3), separate processes standing for separate hosts,
  *   each with its own LMDB; the bench process holds a producer and a

@@ -25,7 +25,7 @@
  * The cluster groups exit 77 (skipped) when redis-server or redis-cli is
  * missing; scripts/install-deps.sh --test installs them.  Each group starts
  * its own cluster on free loopback ports in its own temp dir
- * (tests/helpers/local_cluster.h), so ctest -j2 is safe.
+ * (store/local_cluster.h), so ctest -j2 is safe.
  *
  * Timing bounds here are "does not hang" bounds (a deadline plus a generous
  * second for a loaded 2-core machine), not performance figures.
@@ -54,7 +54,7 @@
 #include <hiredis/hiredis.h>
 
 #include "helpers/alloc_fault.h"
-#include "helpers/local_cluster.h"
+#include "local_cluster.h"
 #include "redis_cluster.h"
 
 #define SLACK_MS 1000 /* what a loaded machine may add to a deadline */

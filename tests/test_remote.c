@@ -32,7 +32,7 @@
  * The cluster groups exit 77 (skipped) when redis-server or redis-cli is
  * missing (scripts/install-deps.sh installs them).  Each starts its own
  * cluster on free loopback ports in its own temp dir
- * (tests/helpers/local_cluster.h), so ctest -j2 is safe.  Nothing here
+ * (store/local_cluster.h), so ctest -j2 is safe.  Nothing here
  * times anything: waits are polls with generous "does not hang" limits.
  */
 #include <stdarg.h>
@@ -55,7 +55,7 @@
 #include <cjson/cJSON.h>
 
 #include "helpers/broker_kv.h"
-#include "helpers/local_cluster.h"
+#include "local_cluster.h"
 #include "helpers/signal_pid.h"
 #include "redis_cluster.h"
 #include "remote_tier.h"
