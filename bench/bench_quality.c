@@ -63,6 +63,7 @@
  * codebook, `scdb calibrate --codebook`: scdb_pair_info.late_added). */
 #include <cjson/cJSON.h>
 #include <dirent.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -804,21 +805,30 @@ int scdb_bench_quality(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int more = i + 1 < argc;
+        scdb_err bad = SCDB_OK;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); return 0; }
         else if (!strcmp(a, "--text") && more) o.text = argv[++i];
         else if (!strcmp(a, "--json") && more) o.json = argv[++i];
         else if (!strcmp(a, "--png") && more) o.png = argv[++i];
-        else if (!strcmp(a, "--prefix") && more) o.prefix = atoi(argv[++i]);
-        else if (!strcmp(a, "--cont") && more) o.cont = atoi(argv[++i]);
-        else if (!strcmp(a, "--windows") && more) o.windows = atoi(argv[++i]);
-        else if (!strcmp(a, "--reps") && more) o.reps = atoi(argv[++i]);
-        else if (!strcmp(a, "--ds-layers") && more) o.ds_layers = atoi(argv[++i]);
-        else if (!strcmp(a, "--ablation-windows") && more) o.abl_windows = atoi(argv[++i]);
+        else if (!strcmp(a, "--prefix") && more)
+            bad = scdb_parse_int(a, argv[++i], 1, INT_MAX, &o.prefix, why, sizeof why);
+        else if (!strcmp(a, "--cont") && more)
+            bad = scdb_parse_int(a, argv[++i], 1, INT_MAX, &o.cont, why, sizeof why);
+        else if (!strcmp(a, "--windows") && more)
+            bad = scdb_parse_int(a, argv[++i], 1, INT_MAX, &o.windows, why, sizeof why);
+        else if (!strcmp(a, "--reps") && more)
+            bad = scdb_parse_int(a, argv[++i], 1, INT_MAX, &o.reps, why, sizeof why);
+        else if (!strcmp(a, "--ds-layers") && more)
+            bad = scdb_parse_int(a, argv[++i], 1, INT_MAX, &o.ds_layers, why, sizeof why);
+        else if (!strcmp(a, "--ablation-windows") && more)
+            bad = scdb_parse_int(a, argv[++i], 0, INT_MAX, &o.abl_windows, why, sizeof why);
         else if (!strcmp(a, "--no-ablations")) o.ablations = 0;
         else if (!strcmp(a, "--sweep")) o.sweep = 1;
         else if (!strcmp(a, "--sweep-ranks") && more) sweep_ranks = argv[++i];
-        else if (!strcmp(a, "--sweep-windows") && more) o.sweep_windows = atoi(argv[++i]);
-        else if (!strcmp(a, "--sweep-steps") && more) o.sweep_steps = atoi(argv[++i]);
+        else if (!strcmp(a, "--sweep-windows") && more)
+            bad = scdb_parse_int(a, argv[++i], 1, INT_MAX, &o.sweep_windows, why, sizeof why);
+        else if (!strcmp(a, "--sweep-steps") && more)
+            bad = scdb_parse_int(a, argv[++i], 1, INT_MAX, &o.sweep_steps, why, sizeof why);
         else if (!strcmp(a, "--data") && more) o.data = argv[++i];
         else if (!strcmp(a, "--models") && more) o.models = argv[++i];
         else if (!strcmp(a, "--artifacts") && more) o.artifacts = argv[++i];
@@ -832,9 +842,14 @@ int scdb_bench_quality(int argc, char **argv)
             }
         }
         else { fprintf(stderr, "bench quality: unknown or incomplete option '%s'\n\n", a); usage(stderr); return 2; }
+        if (bad) {
+            fprintf(stderr, "bench quality: %s\n\n", why);
+            usage(stderr);
+            return 2;
+        }
     }
-    if (o.prefix < 1 || o.cont < 1 || o.windows < 1 || o.reps < 1 || o.ds_layers < 1 ||
-        o.sweep_windows < 1 || o.sweep_steps < 1 || parse_ranks(sweep_ranks, &o)) {
+    if (parse_ranks(sweep_ranks, &o)) {
+        fprintf(stderr, "bench quality: --sweep-ranks '%s': want rK,rV,rH[;...]\n\n", sweep_ranks);
         usage(stderr);
         return 2;
     }
