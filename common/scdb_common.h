@@ -111,6 +111,34 @@ scdb_err scdb_parse_u32(const char *opt, const char *s, uint32_t lo, uint32_t hi
 scdb_err scdb_parse_float(const char *opt, const char *s, float lo, float hi, float *out,
                           char *why, size_t why_len);
 
+/* --------------------------------------------------------- random numbers
+ *
+ * Small reproducible generators over a caller's state, for tests, benches
+ * and port picks (never for anything secret): xorshift64 (Marsaglia's
+ * 13, 7, 17; the state must not be 0) and splitmix64 (any state; also a
+ * seed expander).  scdb_xorshift_f32 is uniform in [-1, 1), from the top
+ * 53 bits of the next xorshift64 state. */
+static inline uint64_t scdb_xorshift64(uint64_t *s)
+{
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+static inline float scdb_xorshift_f32(uint64_t *s)
+{
+    return (float)((scdb_xorshift64(s) >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
+}
+
+static inline uint64_t scdb_splitmix64(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
 #define SCDB_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
 #endif /* SCDB_COMMON_H */

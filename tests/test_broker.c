@@ -347,7 +347,6 @@ static int setup(void **state)
 
 static int teardown(void **state)
 {
-    char cmd[300];
     (void)state;
     if (broker_pid > 0) stop_broker(SIGTERM);
     if (extra_pid > 0) {
@@ -358,8 +357,7 @@ static int teardown(void **state)
         fprintf(stderr, "test_broker: kept %s\n", dir);
         return 0;
     }
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    return system(cmd) == 0 ? 0 : -1;
+    return scdb_rm_tree(dir) == 0 ? 0 : -1;
 }
 
 /* ------------------------------------------------- lookup index helpers */

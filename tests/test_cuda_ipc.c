@@ -113,7 +113,6 @@ static int setup(void **state)
 
 static int teardown(void **state)
 {
-    char cmd[300];
     int st;
     (void)state;
     for (int bi = 0; bi < NB; bi++)
@@ -125,8 +124,7 @@ static int teardown(void **state)
         fprintf(stderr, "test_cuda_ipc: kept %s\n", dir);
         return 0;
     }
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    return system(cmd) == 0 ? 0 : -1;
+    return scdb_rm_tree(dir) == 0 ? 0 : -1;
 }
 
 static void get_stats_of(scdb *h, scdb_stat *st)
