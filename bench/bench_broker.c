@@ -17,6 +17,7 @@
  * The broker runs in a child process (scdb_broker_main) on a temp dir. */
 #include <errno.h>
 #include <fcntl.h>
+#include <float.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -452,13 +453,18 @@ int scdb_bench_broker(int argc, char **argv)
             usage(stdout);
             return 0;
         }
+        scdb_err e = SCDB_OK;
         if (!v) goto bad;
         if (!strcmp(a, "--json")) o.json = v;
-        else if (!strcmp(a, "--clients")) o.clients = atoi(v);
-        else if (!strcmp(a, "--seconds")) o.seconds = atof(v);
-        else if (!strcmp(a, "--tokens")) o.tokens = atoi(v);
-        else if (!strcmp(a, "--get-mb")) o.get_mb = atoi(v);
+        else if (!strcmp(a, "--clients")) e = scdb_parse_int(a, v, 1, 256, &o.clients, why, sizeof why);
+        else if (!strcmp(a, "--seconds")) e = scdb_parse_f64(a, v, DBL_MIN, 1e9, &o.seconds, why, sizeof why);
+        else if (!strcmp(a, "--tokens")) e = scdb_parse_int(a, v, 64, 65536, &o.tokens, why, sizeof why);
+        else if (!strcmp(a, "--get-mb")) e = scdb_parse_int(a, v, 1, 4096, &o.get_mb, why, sizeof why);
         else goto bad;
+        if (e) {
+            fprintf(stderr, "bench broker: %s\n", why);
+            return 2;
+        }
         i++;
     }
     if (o.clients < 1 || o.clients > 256 || o.seconds <= 0 || o.tokens < 64 ||

@@ -4,7 +4,7 @@
  * all in one run:
  *
  *   a local Redis Cluster: 3 masters + 3 replicas on loopback ports,
- *   persistence off, maxmemory + allkeys-lru (tests/helpers/local_cluster.h)
+ *   persistence off, maxmemory + allkeys-lru (store/local_cluster.h)
  *        |
  *   N brokers (default 3), separate processes standing for separate hosts,
  *   each with its own LMDB; the bench process holds a producer and a
@@ -48,6 +48,8 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <float.h>
+#include <limits.h>
 #include <getopt.h>
 #include <math.h>
 #include <signal.h>
@@ -172,7 +174,9 @@ static int parse_opts(int argc, char **argv, copts *o)
     o->seed = 1;
     optind = 0;
     while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
-        char *end = NULL;
+        char why[160];
+        scdb_err bad = SCDB_OK;
+        uint64_t u;
         switch (c) {
         case O_TRACE: o->trace_path = optarg; break;
         case O_SYN: o->synthetic = true; break;
@@ -185,36 +189,68 @@ static int parse_opts(int argc, char **argv, copts *o)
             }
             break;
         case O_NOKILL: o->no_kill = true; break;
-        case O_BROKERS: o->brokers = (int)strtol(optarg, &end, 10); break;
-        case O_REQ: o->requests = strtoull(optarg, &end, 10); break;
-        case O_KREQ: o->kill_requests = strtoull(optarg, &end, 10); break;
-        case O_BT: o->block_tokens = (uint32_t)strtoul(optarg, &end, 10); break;
-        case O_LAY: o->layers = (uint32_t)strtoul(optarg, &end, 10); break;
-        case O_RK: o->rank_k = (uint32_t)strtoul(optarg, &end, 10); break;
-        case O_RV: o->rank_v = (uint32_t)strtoul(optarg, &end, 10); break;
-        case O_ELEM: o->elem_bytes = (uint32_t)strtoul(optarg, &end, 10); break;
-        case O_CS: o->codes_scale = strtod(optarg, &end); break;
-        case O_SAMPLES: o->samples = (int)strtol(optarg, &end, 10); break;
-        case O_TTFT: o->ttft_prefix = (int)strtol(optarg, &end, 10); break;
-        case O_MAXMEM: {
+        case O_BROKERS:
+            bad = scdb_parse_int("--brokers", optarg, 2, MAX_BROKERS, &o->brokers, why, sizeof why);
+            break;
+        case O_REQ:
+            if (!(bad = scdb_parse_u64("--requests", optarg, 0, SIZE_MAX, &u, why, sizeof why)))
+                o->requests = (size_t)u;
+            break;
+        case O_KREQ:
+            if (!(bad = scdb_parse_u64("--kill-requests", optarg, 0, SIZE_MAX, &u, why, sizeof why)))
+                o->kill_requests = (size_t)u;
+            break;
+        case O_BT:
+            bad = scdb_parse_u32("--block-tokens", optarg, 1, SCDB_BLOCK_TOKENS_MAX, &o->block_tokens,
+                                 why, sizeof why);
+            break;
+        case O_LAY:
+            bad = scdb_parse_u32("--layers", optarg, 1, UINT32_MAX, &o->layers, why, sizeof why);
+            break;
+        case O_RK:
+            bad = scdb_parse_u32("--rank-k", optarg, 0, UINT32_MAX, &o->rank_k, why, sizeof why);
+            break;
+        case O_RV:
+            bad = scdb_parse_u32("--rank-v", optarg, 0, UINT32_MAX, &o->rank_v, why, sizeof why);
+            break;
+        case O_ELEM:
+            bad = scdb_parse_u32("--elem-bytes", optarg, 1, UINT32_MAX, &o->elem_bytes, why, sizeof why);
+            break;
+        case O_CS:
+            bad = scdb_parse_f64("--codes-scale", optarg, DBL_MIN, DBL_MAX, &o->codes_scale, why, sizeof why);
+            break;
+        case O_SAMPLES:
+            bad = scdb_parse_int("--samples", optarg, 1, INT_MAX, &o->samples, why, sizeof why);
+            break;
+        case O_TTFT:   /* a multiple of 64: checked below */
+            bad = scdb_parse_int("--ttft-prefix", optarg, 128, 448, &o->ttft_prefix, why, sizeof why);
+            break;
+        case O_MAXMEM: {   /* a number with an optional G / M (GiB, MB, ...) */
+            char *end;
             double v = strtod(optarg, &end);
             uint64_t mul = 1;
-            if (end && (*end == 'G' || *end == 'g')) mul = 1ull << 30, end++;
-            else if (end && (*end == 'M' || *end == 'm')) mul = 1ull << 20, end++;
-            if (end && (!strcmp(end, "iB") || !strcmp(end, "B"))) end += strlen(end);
+            if (*end == 'G' || *end == 'g') mul = 1ull << 30, end++;
+            else if (*end == 'M' || *end == 'm') mul = 1ull << 20, end++;
+            if (!strcmp(end, "iB") || !strcmp(end, "B")) end += strlen(end);
+            if (end == optarg || *end || !(v >= 0)) {
+                snprintf(why, sizeof why, "--maxmemory '%s': not a size (want e.g. 2GiB or 512MiB)", optarg);
+                bad = SCDB_EINVAL;
+            }
             o->maxmemory = (uint64_t)(v * (double)mul);
             break;
         }
         case O_DATA: o->data = optarg; break;
         case O_DIR: o->dir = optarg; break;
-        case O_SEED: o->seed = strtoull(optarg, &end, 10); break;
+        case O_SEED:
+            bad = scdb_parse_u64("--seed", optarg, 0, UINT64_MAX, &o->seed, why, sizeof why);
+            break;
         case O_QUIET: o->quiet = true; break;
         case O_KEEP: o->keep = true; break;
         case O_HELP: case 'h': usage(stdout); return 1;
         default: usage(stderr); return 2;
         }
-        if (end && (*end || end == optarg)) {
-            fprintf(stderr, WHO ": bad number '%s'\n", optarg);
+        if (bad) {
+            fprintf(stderr, WHO ": %s\n", why);
             return 2;
         }
     }

@@ -129,17 +129,35 @@ static int parse_opts(int argc, char **argv, opts *o)
     o->theta = 10000.0f;
     optind = 1;
     while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+        char why[160];
+        scdb_err bad = SCDB_OK;
         switch (c) {
         case O_DEVICE: if (scdb_device_parse(optarg, &o->pref)) return 2; break;
-        case O_LAYERS: o->layers = atoi(optarg); break;
-        case O_KVH: o->kv_heads = atoi(optarg); break;
-        case O_HD: o->head_dim = atoi(optarg); break;
-        case O_RANK: o->rank = atoi(optarg); break;
-        case O_TOKENS: o->tokens = atoi(optarg); break;
-        case O_REPS: o->reps = atoi(optarg); break;
+        case O_LAYERS:
+            bad = scdb_parse_int("--layers", optarg, 1, 1024, &o->layers, why, sizeof why);
+            break;
+        case O_KVH:
+            bad = scdb_parse_int("--kv-heads", optarg, 1, 65536, &o->kv_heads, why, sizeof why);
+            break;
+        case O_HD:   /* even: checked below */
+            bad = scdb_parse_int("--head-dim", optarg, 2, 65536, &o->head_dim, why, sizeof why);
+            break;
+        case O_RANK:
+            bad = scdb_parse_int("--rank", optarg, 1, 65536, &o->rank, why, sizeof why);
+            break;
+        case O_TOKENS:
+            bad = scdb_parse_int("--tokens", optarg, 0, 1 << 22, &o->tokens, why, sizeof why);
+            break;
+        case O_REPS:
+            bad = scdb_parse_int("--reps", optarg, 1, 1000, &o->reps, why, sizeof why);
+            break;
         case O_JSON: o->json = optarg; break;
         case 'h': return 1;
         default: return 2;
+        }
+        if (bad) {
+            fprintf(stderr, "bench kernels: %s\n", why);
+            return 2;
         }
     }
     if (optind < argc || o->layers < 1 || o->layers > 1024 || o->kv_heads < 1 || o->head_dim < 2 ||

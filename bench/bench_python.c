@@ -65,18 +65,13 @@ static void usage(FILE *f)
 "exit codes: 0 measured, 1 a step failed (its message says which), 2 usage.\n");
 }
 
+/* a positive integer option (at most 10^9) into *out; -1 after a message */
 static int positive(const char *what, const char *s, int *out)
 {
-    char *end;
-    long v;
-    errno = 0;
-    v = strtol(s, &end, 10);
-    if (errno || *end || v <= 0 || v > 1000000000) {
-        fprintf(stderr, "scdb bench python: %s must be a positive integer, not '%s'\n", what, s);
-        return -1;
-    }
-    *out = (int)v;
-    return 0;
+    char why[160];
+    if (scdb_parse_int(what, s, 1, 1000000000, out, why, sizeof why) == SCDB_OK) return 0;
+    fprintf(stderr, "scdb bench python: %s\n", why);
+    return -1;
 }
 
 static int write_config(const char *path, const char *endpoint, const char *dir)

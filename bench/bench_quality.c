@@ -63,6 +63,7 @@
  * codebook, `scdb calibrate --codebook`: scdb_pair_info.late_added). */
 #include <cjson/cJSON.h>
 #include <dirent.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -486,58 +487,6 @@ static double jnum(const cJSON *o, const char *k)
     return cJSON_IsNumber(v) ? v->valuedouble : NAN;
 }
 
-/* ------------------------------------------------------------ main */
-
-static void usage(FILE *f)
-{
-    fprintf(f,
-"usage: scdb bench quality [--text FILE] [--json FILE] [--png FILE] [--prefix N]\n"
-"                          [--cont N] [--windows N] [--reps N] [--ds-layers G]\n"
-"                          [--no-ablations] [--ablation-windows N] [--sweep]\n"
-"                          [--sweep-ranks rK,rV,rH[;...]] [--sweep-windows N]\n"
-"                          [--sweep-steps S] [--data DIR] [--models DIR]\n"
-"                          [--artifacts DIR] [--producer NAME] [--device D] [-q]\n\n"
-"SCD quality table: oracle, raw, quant4, droidspeak, scd_reuse and scd_full (f16 and\n"
-"int8 codes) for every calibrated pair (DIR/pairs/<producer>__<consumer>.safetensors),\n"
-"on windows of the SECOND half of each consumer's held-out text (or --text FILE for\n"
-"all consumers); the patch budget sweep with decode times; ablations.\n"
-"  --prefix N (384, >= 1)  --cont N (64)  --windows N (8 per consumer)\n"
-"  --reps N   timing repetitions, best kept (3)\n"
-"  --ds-layers G  layers DroidSpeak recomputes (2)\n"
-"  --sweep    the rate knob: payload vs quality over code dtype (f16, int8), ranks\n"
-"             and patch budget, from in-process calibrations (about a minute per\n"
-"             rank point and consumer here; progress on stderr)\n"
-"  --sweep-ranks L  rank points, ';'-separated r_K,r_V,r_H (default\n"
-"             4,8,12;8,10,14;8,12,16)\n"
-"  --sweep-windows N  statistics windows of the sweep's calibration (256, as\n"
-"             scdb calibrate)\n"
-"  --sweep-steps S    Adam steps per aligner in the sweep (1500, as scdb calibrate)\n"
-"  --data DIR  assets (default $SCDB_DATA, else ../share/scdb beside scdb); --models and\n"
-"              --artifacts (codebooks/, pairs/) override its parts\n"
-"  --png FILE  quality vs payload plot through tools/plot_quality.py (python3 +\n"
-"              matplotlib)\n"
-"  --device D  auto | cpu | cuda (default auto: CUDA when a device answers).  The\n"
-"              consumers, their caches and every method's cache build run there\n"
-"              (the producer's capture and encoding on the CPU); on CUDA the TTFT of\n"
-"              the non-oracle methods includes uploading their payload\n");
-}
-
-/* "a,b,c;d,e,f" -> o->ranks; -1 on a malformed list */
-static int parse_ranks(const char *s, qopts *o)
-{
-    o->n_ranks = 0;
-    while (*s) {
-        int r[3], used = 0;
-        if (o->n_ranks == MAXRANKS || sscanf(s, "%d,%d,%d%n", &r[0], &r[1], &r[2], &used) != 3) return -1;
-        if (r[0] < 0 || r[1] < 0 || r[2] < 0 || r[0] + r[1] + r[2] == 0) return -1;
-        memcpy(o->ranks[o->n_ranks++], r, sizeof r);
-        s += used;
-        if (*s == ';') s++;
-        else if (*s) return -1;
-    }
-    return o->n_ranks ? 0 : -1;
-}
-
 static scdb_err choose_droid(ctx *c, const unsigned char *cal, size_t cal_len, int g, int *best_a,
                              cJSON *jds)
 {
@@ -585,6 +534,41 @@ typedef struct sweep_in {
     double raw_bytes;
 } sweep_in;
 
+/* Statistics windows for cal, `windows` in all, split over the distinct
+ * domains of prod and cons[0..n) (training files, else the held-out first
+ * half); the texts' descriptions, "; "-separated, into desc (NULL: none). */
+static scdb_err add_domain_texts(scdb_calib *cal, const scdb_model *prod, scdb_model *const *cons, int n,
+                                 int windows, char *desc, size_t desc_len)
+{
+    const scdb_model *dm[MAXC + 1], *all[MAXC + 1];
+    int nd = 0;
+
+    all[0] = prod;
+    for (int i = 0; i < n; i++) all[i + 1] = cons[i];
+    for (int i = 0; i <= n; i++) {
+        int dup = 0;
+        for (int q = 0; q < nd; q++) dup |= !strcmp(scdb_model_cfg(dm[q])->domain, scdb_model_cfg(all[i])->domain);
+        if (!dup) dm[nd++] = all[i];
+    }
+    if (desc && desc_len) desc[0] = 0;
+    for (int q = 0; q < nd; q++) {
+        unsigned char *t;
+        size_t len;
+        char d[600];
+        int per = (windows + nd - 1) / nd, added;
+        scdb_err rc;
+        if (scdb_codec_domain_text(dm[q], SCDB_TEXT_AUTO, (size_t)per * 384 + 384, &t, &len, d, sizeof d)) continue;
+        rc = scdb_calib_add_text(cal, t, len, per, &added);
+        free(t);
+        if (rc) return rc;
+        if (desc && desc_len) {
+            size_t ol = strlen(desc);
+            snprintf(desc + ol, desc_len - ol, "%s%s", ol ? "; " : "", d);
+        }
+    }
+    return SCDB_OK;
+}
+
 /* A calibration session over cons[0..n) as `scdb calibrate` makes one:
  * statistics windows split over the distinct domains (training files, else
  * the held-out first half), 6 held-back KL windows per consumer from the
@@ -594,8 +578,7 @@ static scdb_err sweep_session(const qopts *o, const scdb_model *prod, scdb_model
 {
     scdb_calib_opts co = {.window = 384, .n_eval = 6, .verbose = 0};
     scdb_calib *cal = NULL;
-    const scdb_model *dm[MAXC + 1], *all[MAXC + 1];
-    int nd = 0, need = 320 + 64 + 1;
+    int need = 320 + 64 + 1;
     scdb_err rc;
 
     if ((rc = scdb_calib_new(prod, (const scdb_model *const *)cons, n, &co, &cal))) return rc;
@@ -611,22 +594,7 @@ static scdb_err sweep_session(const qopts *o, const scdb_model *prod, scdb_model
         free(t);
         if (rc) goto fail;
     }
-    all[0] = prod;
-    for (int i = 0; i < n; i++) all[i + 1] = cons[i];
-    for (int i = 0; i <= n; i++) {
-        int dup = 0;
-        for (int q = 0; q < nd; q++) dup |= !strcmp(scdb_model_cfg(dm[q])->domain, scdb_model_cfg(all[i])->domain);
-        if (!dup) dm[nd++] = all[i];
-    }
-    for (int q = 0; q < nd; q++) {
-        unsigned char *t;
-        size_t len;
-        int per = (o->sweep_windows + nd - 1) / nd, added;
-        if (scdb_codec_domain_text(dm[q], SCDB_TEXT_AUTO, (size_t)per * 384 + 384, &t, &len, NULL, 0)) continue;
-        rc = scdb_calib_add_text(cal, t, len, per, &added);
-        free(t);
-        if (rc) goto fail;
-    }
+    if ((rc = add_domain_texts(cal, prod, cons, n, o->sweep_windows, NULL, 0))) goto fail;
     *out = cal;
     return SCDB_OK;
 fail:
@@ -791,167 +759,281 @@ static void sweep_pick(const cJSON *jsweep, int nc, double ratio, double ppl_tol
     }
 }
 
-int scdb_bench_quality(int argc, char **argv)
+/* ------------------------------------------------------------ options */
+
+static void usage(FILE *f)
 {
-    qopts o = {.prefix = 384, .cont = 64, .windows = 8, .reps = 3, .ds_layers = 2,
-               .abl_windows = 48, .ablations = 1, .verbose = 1, .producer = "base",
-               .sweep_windows = 256, .sweep_steps = 1500};
+    fprintf(f,
+"usage: scdb bench quality [--text FILE] [--json FILE] [--png FILE] [--prefix N]\n"
+"                          [--cont N] [--windows N] [--reps N] [--ds-layers G]\n"
+"                          [--no-ablations] [--ablation-windows N] [--sweep]\n"
+"                          [--sweep-ranks rK,rV,rH[;...]] [--sweep-windows N]\n"
+"                          [--sweep-steps S] [--data DIR] [--models DIR]\n"
+"                          [--artifacts DIR] [--producer NAME] [--device D] [-q]\n\n"
+"SCD quality table: oracle, raw, quant4, droidspeak, scd_reuse and scd_full (f16 and\n"
+"int8 codes) for every calibrated pair (DIR/pairs/<producer>__<consumer>.safetensors),\n"
+"on windows of the SECOND half of each consumer's held-out text (or --text FILE for\n"
+"all consumers); the patch budget sweep with decode times; ablations.\n"
+"  --prefix N (384, >= 1)  --cont N (64)  --windows N (8 per consumer)\n"
+"  --reps N   timing repetitions, best kept (3)\n"
+"  --ds-layers G  layers DroidSpeak recomputes (2)\n"
+"  --sweep    the rate knob: payload vs quality over code dtype (f16, int8), ranks\n"
+"             and patch budget, from in-process calibrations (about a minute per\n"
+"             rank point and consumer here; progress on stderr)\n"
+"  --sweep-ranks L  rank points, ';'-separated r_K,r_V,r_H (default\n"
+"             4,8,12;8,10,14;8,12,16)\n"
+"  --sweep-windows N  statistics windows of the sweep's calibration (256, as\n"
+"             scdb calibrate)\n"
+"  --sweep-steps S    Adam steps per aligner in the sweep (1500, as scdb calibrate)\n"
+"  --data DIR  assets (default $SCDB_DATA, else ../share/scdb beside scdb); --models and\n"
+"              --artifacts (codebooks/, pairs/) override its parts\n"
+"  --png FILE  quality vs payload plot through tools/plot_quality.py (python3 +\n"
+"              matplotlib)\n"
+"  --device D  auto | cpu | cuda (default auto: CUDA when a device answers).  The\n"
+"              consumers, their caches and every method's cache build run there\n"
+"              (the producer's capture and encoding on the CPU); on CUDA the TTFT of\n"
+"              the non-oracle methods includes uploading their payload\n");
+}
+
+/* "a,b,c;d,e,f" -> o->ranks; -1 on a malformed list */
+static int parse_ranks(const char *s, qopts *o)
+{
+    o->n_ranks = 0;
+    while (*s) {
+        int r[3], used = 0;
+        if (o->n_ranks == MAXRANKS || sscanf(s, "%d,%d,%d%n", &r[0], &r[1], &r[2], &used) != 3) return -1;
+        if (r[0] < 0 || r[1] < 0 || r[2] < 0 || r[0] + r[1] + r[2] == 0) return -1;
+        memcpy(o->ranks[o->n_ranks++], r, sizeof r);
+        s += used;
+        if (*s == ';') s++;
+        else if (*s) return -1;
+    }
+    return o->n_ranks ? 0 : -1;
+}
+
+/* argv -> *o and *pref: -1 to run, else the exit code (0 for --help, 2 for
+ * a bad command line, after a message naming the option) */
+static int parse_opts(int argc, char **argv, qopts *o, scdb_device_pref *pref)
+{
     const char *sweep_ranks = "4,8,12;8,10,14;8,12,16";
-    o.data = scdb_data_dir();
-    scdb_device_pref dev_pref = SCDB_DEVPREF_AUTO;
-    scdb_device dev;
-    char why[384];
+    char why[160];
+
+    *o = (qopts){.prefix = 384, .cont = 64, .windows = 8, .reps = 3, .ds_layers = 2,
+                 .abl_windows = 48, .ablations = 1, .verbose = 1, .producer = "base",
+                 .sweep_windows = 256, .sweep_steps = 1500};
+    o->data = scdb_data_dir();
+    *pref = SCDB_DEVPREF_AUTO;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int more = i + 1 < argc;
+        scdb_err bad = SCDB_OK;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); return 0; }
-        else if (!strcmp(a, "--text") && more) o.text = argv[++i];
-        else if (!strcmp(a, "--json") && more) o.json = argv[++i];
-        else if (!strcmp(a, "--png") && more) o.png = argv[++i];
-        else if (!strcmp(a, "--prefix") && more) o.prefix = atoi(argv[++i]);
-        else if (!strcmp(a, "--cont") && more) o.cont = atoi(argv[++i]);
-        else if (!strcmp(a, "--windows") && more) o.windows = atoi(argv[++i]);
-        else if (!strcmp(a, "--reps") && more) o.reps = atoi(argv[++i]);
-        else if (!strcmp(a, "--ds-layers") && more) o.ds_layers = atoi(argv[++i]);
-        else if (!strcmp(a, "--ablation-windows") && more) o.abl_windows = atoi(argv[++i]);
-        else if (!strcmp(a, "--no-ablations")) o.ablations = 0;
-        else if (!strcmp(a, "--sweep")) o.sweep = 1;
+        else if (!strcmp(a, "--text") && more) o->text = argv[++i];
+        else if (!strcmp(a, "--json") && more) o->json = argv[++i];
+        else if (!strcmp(a, "--png") && more) o->png = argv[++i];
+        else if (!strcmp(a, "--prefix") && more)
+            bad = scdb_parse_int(a, argv[++i], 1, INT_MAX, &o->prefix, why, sizeof why);
+        else if (!strcmp(a, "--cont") && more)
+            bad = scdb_parse_int(a, argv[++i], 1, INT_MAX, &o->cont, why, sizeof why);
+        else if (!strcmp(a, "--windows") && more)
+            bad = scdb_parse_int(a, argv[++i], 1, INT_MAX, &o->windows, why, sizeof why);
+        else if (!strcmp(a, "--reps") && more)
+            bad = scdb_parse_int(a, argv[++i], 1, INT_MAX, &o->reps, why, sizeof why);
+        else if (!strcmp(a, "--ds-layers") && more)
+            bad = scdb_parse_int(a, argv[++i], 1, INT_MAX, &o->ds_layers, why, sizeof why);
+        else if (!strcmp(a, "--ablation-windows") && more)
+            bad = scdb_parse_int(a, argv[++i], 0, INT_MAX, &o->abl_windows, why, sizeof why);
+        else if (!strcmp(a, "--no-ablations")) o->ablations = 0;
+        else if (!strcmp(a, "--sweep")) o->sweep = 1;
         else if (!strcmp(a, "--sweep-ranks") && more) sweep_ranks = argv[++i];
-        else if (!strcmp(a, "--sweep-windows") && more) o.sweep_windows = atoi(argv[++i]);
-        else if (!strcmp(a, "--sweep-steps") && more) o.sweep_steps = atoi(argv[++i]);
-        else if (!strcmp(a, "--data") && more) o.data = argv[++i];
-        else if (!strcmp(a, "--models") && more) o.models = argv[++i];
-        else if (!strcmp(a, "--artifacts") && more) o.artifacts = argv[++i];
-        else if (!strcmp(a, "--producer") && more) o.producer = argv[++i];
-        else if (!strcmp(a, "-q")) o.verbose = 0;
+        else if (!strcmp(a, "--sweep-windows") && more)
+            bad = scdb_parse_int(a, argv[++i], 1, INT_MAX, &o->sweep_windows, why, sizeof why);
+        else if (!strcmp(a, "--sweep-steps") && more)
+            bad = scdb_parse_int(a, argv[++i], 1, INT_MAX, &o->sweep_steps, why, sizeof why);
+        else if (!strcmp(a, "--data") && more) o->data = argv[++i];
+        else if (!strcmp(a, "--models") && more) o->models = argv[++i];
+        else if (!strcmp(a, "--artifacts") && more) o->artifacts = argv[++i];
+        else if (!strcmp(a, "--producer") && more) o->producer = argv[++i];
+        else if (!strcmp(a, "-q")) o->verbose = 0;
         else if (!strcmp(a, "--device") && more) {
-            if (scdb_device_parse(argv[++i], &dev_pref)) {
+            if (scdb_device_parse(argv[++i], pref)) {
                 fprintf(stderr, "bench quality: --device wants auto, cpu or cuda, not '%s'\n\n", argv[i]);
                 usage(stderr);
                 return 2;
             }
         }
         else { fprintf(stderr, "bench quality: unknown or incomplete option '%s'\n\n", a); usage(stderr); return 2; }
+        if (bad) {
+            fprintf(stderr, "bench quality: %s\n\n", why);
+            usage(stderr);
+            return 2;
+        }
     }
-    if (o.prefix < 1 || o.cont < 1 || o.windows < 1 || o.reps < 1 || o.ds_layers < 1 ||
-        o.sweep_windows < 1 || o.sweep_steps < 1 || parse_ranks(sweep_ranks, &o)) {
+    if (parse_ranks(sweep_ranks, o)) {
+        fprintf(stderr, "bench quality: --sweep-ranks '%s': want rK,rV,rH[;...]\n\n", sweep_ranks);
         usage(stderr);
         return 2;
     }
-    if (scdb_device_resolve(dev_pref, &dev, why, sizeof why)) {
-        fprintf(stderr, "bench quality: %s\n", why);
-        return 1;
-    }
-    fprintf(stderr, "bench quality: device %s (%s)\n", scdb_device_name(dev), why);
-    char models[1024], arts[1024], path[2200], err[512];
-    snprintf(models, sizeof models, "%s", o.models ? o.models : "");
-    if (!o.models) snprintf(models, sizeof models, "%s/models", o.data);
-    snprintf(arts, sizeof arts, "%s", o.artifacts ? o.artifacts : o.data);
+    return -1;
+}
 
-    scdb_model *prod = NULL, *cons[MAXC] = {0};
-    scdb_codebook *cb = NULL;
-    scdb_pair *pairs[MAXC] = {0};
-    scdb_calib *cal = NULL;
+/* ------------------------------------------------------------ the family */
+
+/* the producer, its codebook, and every consumer with a pair */
+typedef struct qfamily {
+    scdb_model *prod, *cons[MAXC];
+    scdb_codebook *cb;
+    scdb_pair *pairs[MAXC];
     char cnames[MAXC][128];
-    int late[MAXC] = {0};
-    int nc = 0, ret = 1;
-    cJSON *root = cJSON_CreateObject(), *jres = cJSON_AddArrayToObject(root, "results");
-    cJSON *jabl = cJSON_AddObjectToObject(root, "ablations");
-    cJSON *jcfg = cJSON_AddObjectToObject(root, "config");
-    ctx c = {0};
-    scdb_err rc;
+    int late[MAXC];           /* scdb_pair_info.late_added: scdb calibrate --codebook */
+    int nc;
+} qfamily;
 
-    snprintf(path, sizeof path, "%s/%s", models, o.producer);
-    if ((rc = scdb_model_load(path, &prod, err, sizeof err))) {
+static void family_free(qfamily *f)
+{
+    for (int i = 0; i < MAXC; i++) { scdb_pair_free(&f->pairs[i]); scdb_model_free(&f->cons[i]); }
+    scdb_codebook_free(&f->cb);
+    scdb_model_free(&f->prod);
+}
+
+/* Load the producer and its codebook, then each consumer of a
+ * <producer>__<consumer>.safetensors under arts/pairs, in name order.  0, or
+ * -1 after a message. */
+static int load_family(const qopts *o, const char *models, const char *arts, qfamily *f)
+{
+    char path[2200], err[512], names[MAXC][256];
+    struct dirent *de;
+    size_t plen = strlen(o->producer);
+    int nn = 0;
+    scdb_err rc;
+    DIR *dir;
+
+    snprintf(path, sizeof path, "%s/%s", models, o->producer);
+    if ((rc = scdb_model_load(path, &f->prod, err, sizeof err))) {
         fprintf(stderr, "bench quality: producer %s: %s\n", path, err);
-        goto done;
+        return -1;
     }
-    snprintf(path, sizeof path, "%s/codebooks/%s.safetensors", arts, o.producer);
-    if ((rc = scdb_codebook_load(path, &cb, err, sizeof err)) ||
-        (rc = scdb_codebook_check_producer(cb, prod, err, sizeof err))) {
+    snprintf(path, sizeof path, "%s/codebooks/%s.safetensors", arts, o->producer);
+    if ((rc = scdb_codebook_load(path, &f->cb, err, sizeof err)) ||
+        (rc = scdb_codebook_check_producer(f->cb, f->prod, err, sizeof err))) {
         fprintf(stderr, "bench quality: codebook %s: %s (%s); run `scdb calibrate` first\n", path, err,
                 scdb_strerror(rc));
-        goto done;
+        return -1;
     }
     snprintf(path, sizeof path, "%s/pairs", arts);
-    DIR *dir = opendir(path);
-    if (!dir) { fprintf(stderr, "bench quality: no %s\n", path); goto done; }
-    struct dirent *de;
-    char names[MAXC][256];
-    int nn = 0;
-    size_t plen = strlen(o.producer);
+    if (!(dir = opendir(path))) { fprintf(stderr, "bench quality: no %s\n", path); return -1; }
     while ((de = readdir(dir)) && nn < MAXC) {
         const char *ext = strstr(de->d_name, ".safetensors");
-        if (strncmp(de->d_name, o.producer, plen) || strncmp(de->d_name + plen, "__", 2) || !ext) continue;
+        if (strncmp(de->d_name, o->producer, plen) || strncmp(de->d_name + plen, "__", 2) || !ext) continue;
         snprintf(names[nn], sizeof names[nn], "%.*s", (int)(ext - de->d_name - plen - 2), de->d_name + plen + 2);
-        if (strcmp(names[nn], o.producer)) nn++;
+        if (strcmp(names[nn], o->producer)) nn++;
     }
     closedir(dir);
     for (int i = 0; i < nn; i++)       /* stable order */
         for (int k = i + 1; k < nn; k++)
             if (strcmp(names[k], names[i]) < 0) { char t[256]; memcpy(t, names[i], 256); memcpy(names[i], names[k], 256); memcpy(names[k], t, 256); }
     for (int i = 0; i < nn; i++) {
+        int n = f->nc;
         snprintf(path, sizeof path, "%s/%.120s", models, names[i]);
-        if ((rc = scdb_model_load(path, &cons[nc], err, sizeof err))) {
+        if ((rc = scdb_model_load(path, &f->cons[n], err, sizeof err))) {
             fprintf(stderr, "bench quality: consumer %s: %s\n", path, err);
-            goto done;
+            return -1;
         }
-        snprintf(path, sizeof path, "%s/pairs/%s__%.120s.safetensors", arts, o.producer, names[i]);
-        if ((rc = scdb_pair_load(path, cb, &pairs[nc], err, sizeof err)) ||
-            (rc = scdb_pair_check_models(pairs[nc], prod, cons[nc], err, sizeof err))) {
+        snprintf(path, sizeof path, "%s/pairs/%s__%.120s.safetensors", arts, o->producer, names[i]);
+        if ((rc = scdb_pair_load(path, f->cb, &f->pairs[n], err, sizeof err)) ||
+            (rc = scdb_pair_check_models(f->pairs[n], f->prod, f->cons[n], err, sizeof err))) {
             fprintf(stderr, "bench quality: pair %s: %s (%s)\n", path, err, scdb_strerror(rc));
-            goto done;
+            return -1;
         }
-        late[nc] = scdb_pair_get_info(pairs[nc])->late_added;   /* scdb calibrate --codebook */
-        snprintf(cnames[nc], sizeof cnames[nc], "%.120s", names[i]);
-        nc++;
+        f->late[n] = scdb_pair_get_info(f->pairs[n])->late_added;
+        snprintf(f->cnames[n], sizeof f->cnames[n], "%.120s", names[i]);
+        f->nc++;
     }
-    if (nc == 0) { fprintf(stderr, "bench quality: no pairs %s__*.safetensors under %s/pairs\n", o.producer, arts); goto done; }
+    if (f->nc == 0) {
+        fprintf(stderr, "bench quality: no pairs %s__*.safetensors under %s/pairs\n", o->producer, arts);
+        return -1;
+    }
+    return 0;
+}
 
-    const scdb_model_config *pc = scdb_model_cfg(prod);
-    const scdb_codebook_info *ci = scdb_codebook_get_info(cb);
-    c.o = &o;
-    c.prod = prod;
-    c.dev = dev;
-    c.ops = scdb_k_ops_get(dev);
-    c.L = pc->n_layers; c.d = pc->d_model; c.kv = scdb_model_kv_dim(pc); c.V = pc->vocab_size;
-    c.P = o.prefix; c.C = o.cont;
-    if (c.P + c.C > pc->max_seq_len) {
-        fprintf(stderr, "bench quality: prefix + cont = %d exceeds the context (%d)\n", c.P + c.C, pc->max_seq_len);
-        goto done;
-    }
-    if (o.ds_layers > c.L) o.ds_layers = c.L;
-    c.logits = malloc((size_t)c.C * c.V * sizeof(float));
-    c.lp = malloc((size_t)c.V * sizeof(float));
-    if (!c.logits || !c.lp) goto done;
-    {
-        void *dl = NULL;
-        if ((rc = c.ops->alloc((size_t)c.C * c.V * sizeof(float), &dl))) goto done;
-        c.dlogits = dl;
-    }
-    double raw_bytes = (double)c.L * 2 * c.kv * 2;
-    double q4_bytes = (double)c.L * 2 * (c.kv / 2.0 + 4.0 * c.kv / pc->head_dim);
-    double ds_bytes = (double)(c.L - o.ds_layers) * 2 * c.kv * 2 + 2.0 * c.d;
-    double scd_bytes = (double)scdb_codebook_token_bytes(cb);
+/* payload bytes per prefix token of each method */
+typedef struct qbytes { double raw, q4, ds, scd, scd8; } qbytes;
+
+static qbytes payload_bytes(const ctx *c, scdb_codebook *cb)
+{
+    const scdb_model_config *pc = scdb_model_cfg(c->prod);
+    qbytes b = {.raw = (double)c->L * 2 * c->kv * 2,
+                .q4 = (double)c->L * 2 * (c->kv / 2.0 + 4.0 * c->kv / pc->head_dim),
+                .ds = (double)(c->L - c->o->ds_layers) * 2 * c->kv * 2 + 2.0 * c->d,
+                .scd = (double)scdb_codebook_token_bytes(cb)};
     scdb_codebook_set_code_dtype(cb, SCDB_CODES_INT8);
-    double scd8_bytes = (double)scdb_codebook_token_bytes(cb);
+    b.scd8 = (double)scdb_codebook_token_bytes(cb);
     scdb_codebook_set_code_dtype(cb, SCDB_CODES_F16);
+    return b;
+}
 
-    cJSON_AddStringToObject(jcfg, "producer", o.producer);
-    cJSON_AddStringToObject(jcfg, "device", scdb_device_name(dev));
-    cJSON_AddStringToObject(jcfg, "device_choice", why);
+/* The context on dev for prefix + cont tokens of the producer's shape: 0, or
+ * -1 (after a message where the reason is not an allocation) */
+static int ctx_init(ctx *c, const qopts *o, const scdb_model *prod, scdb_device dev)
+{
+    const scdb_model_config *pc = scdb_model_cfg(prod);
+    void *dl = NULL;
+
+    c->o = o;
+    c->prod = prod;
+    c->dev = dev;
+    c->ops = scdb_k_ops_get(dev);
+    c->L = pc->n_layers; c->d = pc->d_model; c->kv = scdb_model_kv_dim(pc); c->V = pc->vocab_size;
+    c->P = o->prefix; c->C = o->cont;
+    if (c->P + c->C > pc->max_seq_len) {
+        fprintf(stderr, "bench quality: prefix + cont = %d exceeds the context (%d)\n", c->P + c->C, pc->max_seq_len);
+        return -1;
+    }
+    c->logits = malloc((size_t)c->C * c->V * sizeof(float));
+    c->lp = malloc((size_t)c->V * sizeof(float));
+    if (!c->logits || !c->lp) return -1;
+    if (c->ops->alloc((size_t)c->C * c->V * sizeof(float), &dl)) return -1;
+    c->dlogits = dl;
+    return 0;
+}
+
+static void ctx_free(ctx *c)
+{
+    free_windows(c);
+    scdb_model_dev_cache_free(c->cd, &c->cache);
+    scdb_model_dev_free(&c->cd);
+    if (c->ops) {
+        c->ops->release(c->dlogits);
+        c->ops->release(c->dscr);
+    }
+    free(c->logits);
+    free(c->lp);
+}
+
+/* ------------------------------------------------------------ the JSON document */
+
+/* its sections, filled as the bench goes */
+typedef struct qout { cJSON *root, *res, *abl, *cfg, *ds, *pb, *sweep, *goals; } qout;
+
+static void config_json(const ctx *c, const qfamily *f, const qbytes *by, const char *dev_why, cJSON *jcfg)
+{
+    const qopts *o = c->o;
+    const scdb_codebook_info *ci = scdb_codebook_get_info(f->cb);
+    cJSON_AddStringToObject(jcfg, "producer", o->producer);
+    cJSON_AddStringToObject(jcfg, "device", scdb_device_name(c->dev));
+    cJSON_AddStringToObject(jcfg, "device_choice", dev_why);
     cJSON_AddStringToObject(jcfg, "codebook", ci->id_hex);
-    cJSON_AddNumberToObject(jcfg, "prefix", c.P);
-    cJSON_AddNumberToObject(jcfg, "cont", c.C);
-    cJSON_AddNumberToObject(jcfg, "windows_per_consumer", o.windows);
-    cJSON_AddNumberToObject(jcfg, "raw_f16_bytes_per_token", raw_bytes);
-    cJSON_AddNumberToObject(jcfg, "ds_layers", o.ds_layers);
+    cJSON_AddNumberToObject(jcfg, "prefix", c->P);
+    cJSON_AddNumberToObject(jcfg, "cont", c->C);
+    cJSON_AddNumberToObject(jcfg, "windows_per_consumer", o->windows);
+    cJSON_AddNumberToObject(jcfg, "raw_f16_bytes_per_token", by->raw);
+    cJSON_AddNumberToObject(jcfg, "ds_layers", o->ds_layers);
     cJSON_AddNumberToObject(jcfg, "scd_code_dim", ci->code_dim);
-    cJSON_AddNumberToObject(jcfg, "scd_f16_bytes_per_token", scd_bytes);
-    cJSON_AddNumberToObject(jcfg, "scd_int8_bytes_per_token", scd8_bytes);
+    cJSON_AddNumberToObject(jcfg, "scd_f16_bytes_per_token", by->scd);
+    cJSON_AddNumberToObject(jcfg, "scd_int8_bytes_per_token", by->scd8);
     cJSON_AddStringToObject(jcfg, "int8_codes", "one f16 scale per token and coded layer (max|z| / 127, "
                             "rounded up), codes round(z / scale) in [-127, 127]; decoded as f16(q * scale)");
-    cJSON_AddStringToObject(jcfg, "scd_decoder_input", scdb_pair_get_info(pairs[0])->all_input ? "all" : "layer");
+    cJSON_AddStringToObject(jcfg, "scd_decoder_input", scdb_pair_get_info(f->pairs[0])->all_input ? "all" : "layer");
     cJSON_AddStringToObject(jcfg, "ttft_includes",
                             "oracle: consumer prefill of the prefix + first continuation token; others: "
                             "building the consumer's prefix cache from the in-memory payload (copy, "
@@ -959,164 +1041,197 @@ int scdb_bench_quality(int argc, char **argv)
                             "producer prefill, encode or transfer");
     cJSON_AddStringToObject(jcfg, "quant4", "asymmetric uniform 4-bit, groups of head_dim channels "
                             "(one head of one token), f16 min and scale per group");
-    cJSON_AddStringToObject(jcfg, "text", o.text ? o.text : "second half of each consumer's held-out text");
-    cJSON *jds = cJSON_AddObjectToObject(jabl, "droidspeak_range");
-    cJSON *jpb = cJSON_AddArrayToObject(jabl, "patch_budget");
-    cJSON *jsweep = o.sweep ? cJSON_AddArrayToObject(root, "sweep") : NULL;
-    cJSON *jgoals = cJSON_AddArrayToObject(root, "goals");
+    cJSON_AddStringToObject(jcfg, "text", o->text ? o->text : "second half of each consumer's held-out text");
+}
 
-    printf("# SCD quality: producer %s, codebook %s, prefix %d + continuation %d tokens, %d windows per consumer\n\n",
-           o.producer, ci->id_hex, c.P, c.C, o.windows);
-    printf("| consumer | method | codes | ppl | ppl vs oracle | KL(oracle‖m) | top-1 | bytes/token | vs raw f16 | TTFT ms | TTFT speed-up |\n");
-    printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
+/* ------------------------------------------------------------ per consumer */
 
-    for (int k = 0; k < nc; k++) {
-        const scdb_pair_info *pi = scdb_pair_get_info(pairs[k]);
-        acc a[M_COUNT] = {{0}};
-        unsigned char *text = NULL, *cal_text = NULL;
-        size_t tl = 0, cl = 0;
-        char desc[600] = "";
-        if ((rc = ctx_consumer(&c, cons[k]))) {
-            fprintf(stderr, "bench quality: %s on the %s: %s\n", cnames[k], scdb_device_name(dev),
-                    scdb_strerror(rc));
-            goto done;
-        }
-        if (o.text) {
-            rc = scdb_codec_read_text(o.text, (size_t)1 << 30, &text, &tl);
-            snprintf(desc, sizeof desc, "%s", o.text);
-        } else {
-            rc = scdb_codec_domain_text(cons[k], SCDB_TEXT_HELDOUT_SECOND, (size_t)1 << 30, &text, &tl, desc, sizeof desc);
-        }
-        if (rc) { fprintf(stderr, "bench quality: no evaluation text for %s (%s)\n", cnames[k], scdb_strerror(rc)); goto done; }
-        if (o.verbose) fprintf(stderr, "bench quality: %s: %s\n", cnames[k], desc);
-        rc = make_windows(&c, text, tl, o.windows, &a[M_ORACLE]);
-        free(text);
-        if (rc) { fprintf(stderr, "bench quality: %s: windows: %s\n", cnames[k], scdb_strerror(rc)); goto done; }
-
-        /* droidspeak range on the held-out first half */
-        int ds_a = 0;
-        if ((rc = scdb_codec_domain_text(cons[k], SCDB_TEXT_HELDOUT_FIRST, (size_t)1 << 30, &cal_text, &cl, NULL, 0)) == SCDB_OK) {
-            cJSON *arr = cJSON_AddArrayToObject(jds, cnames[k]);
-            rc = choose_droid(&c, cal_text, cl, o.ds_layers, &ds_a, arr);
-            free(cal_text);
-            if (rc) goto done;
-        }
-        if (o.verbose) fprintf(stderr, "  droidspeak: recompute layers %d..%d\n", ds_a, ds_a + o.ds_layers - 1);
-
-        /* producer-side payloads, then each method */
-        size_t n = (size_t)c.P * c.kv;
-        int g = pc->head_dim;
-        q4set qs;
-        for (int t = 0; t < 2; t++) {
-            qs.q[t] = malloc((size_t)c.L * n / 2 + 1);
-            qs.ms[t] = malloc((size_t)c.L * (n / g) * 2 * sizeof(uint16_t) + 2);
-        }
-        dsarg ds = {.a = ds_a, .g = o.ds_layers, .x = malloc((size_t)c.P * c.d * sizeof(float))};
-        if (!qs.q[0] || !qs.q[1] || !qs.ms[0] || !qs.ms[1] || !ds.x) goto done;
-        for (int i = 0; i < c.nw && !rc; i++) {
-            qwin *w = &c.w[i];
-            for (int l = 0; l < c.L; l++) {
-                /* g = head_dim: even, divides n (the kernel's requirements) */
-                scdb_k_q4_encode_cpu(scdb_kv_k(w->pcache, l, 0), n, g, qs.q[0] + l * n / 2,
-                                     qs.ms[0] + 2 * (l * n / g));
-                scdb_k_q4_encode_cpu(scdb_kv_v(w->pcache, l, 0), n, g, qs.q[1] + l * n / 2,
-                                     qs.ms[1] + 2 * (l * n / g));
-            }
-            if ((rc = run_method(&c, w, b_raw, NULL, &a[M_RAW], 1)) ||
-                (rc = run_method(&c, w, b_quant4, &qs, &a[M_QUANT4], 1)) ||
-                (rc = run_method(&c, w, b_droid, &ds, &a[M_DROID], 1)))
-                break;
-        }
-        for (int t = 0; t < 2; t++) { free(qs.q[t]); free(qs.ms[t]); }
-        free(ds.x);
-        if (rc) goto done;
-        if ((rc = eval_scd(&c, cb, SCDB_CODES_F16, pairs[k], 0, &a[M_REUSE], 1)) ||
-            (rc = eval_scd(&c, cb, SCDB_CODES_F16, pairs[k], -1, &a[M_FULL], 1)) ||
-            (rc = eval_scd(&c, cb, SCDB_CODES_INT8, pairs[k], 0, &a[M_REUSE8], 1)) ||
-            (rc = eval_scd(&c, cb, SCDB_CODES_INT8, pairs[k], -1, &a[M_FULL8], 1)))
-            goto done;
-        double bytes[M_COUNT] = {0, raw_bytes, q4_bytes, ds_bytes, scd_bytes, scd_bytes, scd8_bytes,
-                                 scd8_bytes};
-        cJSON *rows[M_COUNT];
-        for (int m = 0; m < M_COUNT; m++) {
-            rows[m] = row_tag(row(cnames[k], MNAME[m], &a[m], bytes[m]), MCODES[m], late[k]);
-            if (m == M_DROID) cJSON_AddNumberToObject(rows[m], "ds_first_layer", ds_a);
-            if (m == M_FULL || m == M_FULL8) cJSON_AddNumberToObject(rows[m], "patch_layers", pi->n_patch);
-            cJSON_AddItemToArray(jres, rows[m]);
-        }
-        double oppl = jnum(rows[M_ORACLE], "ppl"), ottft = jnum(rows[M_ORACLE], "ttft_ms");
-        for (int m = 0; m < M_COUNT; m++) {
-            double ppl = jnum(rows[m], "ppl"), tt = jnum(rows[m], "ttft_ms");
-            char bb[32] = "—", vr[32] = "—";
-            if (m != M_ORACLE) { snprintf(bb, sizeof bb, "%.0f", bytes[m]); snprintf(vr, sizeof vr, "1/%.1f", raw_bytes / bytes[m]); }
-            printf("| %s | %s | %s | %.3f | %+.1f%% | %.4f | %.3f | %s | %s | %.2f | %.1fx |\n", cnames[k],
-                   MNAME[m], MCODES[m] ? MCODES[m] : "—", ppl, 100.0 * (ppl / oppl - 1.0), jnum(rows[m], "kl"),
-                   jnum(rows[m], "top1"), bb, vr, tt, ottft / tt);
-        }
-        /* goals */
-        {
-            double fppl = jnum(rows[M_FULL], "ppl"), ft1 = jnum(rows[M_FULL], "top1");
-            double fkl = jnum(rows[M_FULL], "kl");
-            cJSON *gg = cJSON_CreateObject();
-            cJSON_AddStringToObject(gg, "consumer", cnames[k]);
-            cJSON_AddNumberToObject(gg, "scd_full_ppl_vs_oracle", fppl / oppl - 1.0);
-            cJSON_AddBoolToObject(gg, "ppl_within_5pct", fppl <= 1.05 * oppl);
-            cJSON_AddNumberToObject(gg, "scd_full_top1", ft1);
-            cJSON_AddBoolToObject(gg, "top1_ge_95pct", ft1 >= 0.95);
-            cJSON_AddNumberToObject(gg, "payload_fraction_of_raw", scd_bytes / raw_bytes);
-            cJSON_AddBoolToObject(gg, "payload_le_1_8", scd_bytes <= raw_bytes / 8);
-            cJSON_AddNumberToObject(gg, "raw_ppl_vs_oracle", jnum(rows[M_RAW], "ppl") / oppl - 1.0);
-            int beats = 1;
-            for (int m = M_RAW; m < M_FULL; m++)
-                if (m != M_RAW && !(fkl < jnum(rows[m], "kl") && scd_bytes <= bytes[m])) beats = 0;
-            cJSON_AddBoolToObject(gg, "full_dominates_reuse_quant4_droidspeak", beats);
-            cJSON_AddNumberToObject(gg, "ttft_speedup", ottft / jnum(rows[M_FULL], "ttft_ms"));
-            cJSON_AddBoolToObject(gg, "ttft_speedup_ge_2_65", ottft / jnum(rows[M_FULL], "ttft_ms") >= 2.65);
-            /* the rate knob: int8 codes at >= 16x, within 3% and top-1 0.95 */
-            double ippl = jnum(rows[M_FULL8], "ppl"), it1 = jnum(rows[M_FULL8], "top1");
-            cJSON_AddNumberToObject(gg, "int8_full_ppl_vs_oracle", ippl / oppl - 1.0);
-            cJSON_AddBoolToObject(gg, "int8_ppl_within_3pct", ippl <= 1.03 * oppl);
-            cJSON_AddNumberToObject(gg, "int8_full_top1", it1);
-            cJSON_AddBoolToObject(gg, "int8_top1_ge_95pct", it1 >= 0.95);
-            cJSON_AddNumberToObject(gg, "int8_payload_fraction_of_raw", scd8_bytes / raw_bytes);
-            cJSON_AddBoolToObject(gg, "int8_payload_le_1_16", scd8_bytes <= raw_bytes / 16);
-            cJSON_AddBoolToObject(gg, "late_added", late[k]);
-            cJSON_AddItemToArray(jgoals, gg);
-        }
-        /* patch budget sweep, both code dtypes, with the decode time */
-        double tms[2][SCDB_CODEC_MAX_LAYERS + 1];
-        if ((rc = time_budgets(&c, cb, pairs[k], tms))) goto done;
-        for (int dt = SCDB_CODES_F16; dt <= SCDB_CODES_INT8; dt++)
-            for (int b = 0; b <= pi->n_aligners; b++) {
-                acc ab = {0};
-                double dms = tms[dt][b];
-                if ((rc = eval_scd(&c, cb, (scdb_code_dtype)dt, pairs[k], b, &ab, 0))) goto done;
-                cJSON *e = row(cnames[k], "scd", &ab, dt == SCDB_CODES_INT8 ? scd8_bytes : scd_bytes);
-                acc_free(&ab);
-                row_tag(e, scdb_code_dtype_name((scdb_code_dtype)dt), late[k]);
-                cJSON_AddNumberToObject(e, "patch_layers", b);
-                cJSON_AddBoolToObject(e, "default_patch", b == pi->n_patch);
-                cJSON_AddNumberToObject(e, "decode_ms", dms);
-                cJSON_AddNumberToObject(e, "ppl_vs_oracle", jnum(e, "ppl") / oppl - 1.0);
-                cJSON_AddNumberToObject(e, "raw_f16_bytes_per_token", raw_bytes);
-                cJSON_AddItemToArray(jpb, e);
-                if (jsweep) {
-                    cJSON *d = cJSON_Duplicate(e, 1);
-                    cJSON_AddStringToObject(d, "codebook", "shipped");
-                    cJSON_AddItemToArray(jsweep, d);
-                }
-            }
-        for (int m = 0; m < M_COUNT; m++) acc_free(&a[m]);
-        free_windows(&c);
-        fflush(stdout);
+/* raw, quant4 and droidspeak (recomputing [ds_a, ds_a + ds_layers)) on every
+ * window of c: the producer-side payloads, then each method's build */
+static scdb_err eval_baselines(ctx *c, int ds_a, acc *a)
+{
+    size_t n = (size_t)c->P * c->kv;
+    int g = scdb_model_cfg(c->prod)->head_dim;
+    q4set qs;
+    scdb_err rc = SCDB_OK;
+    for (int t = 0; t < 2; t++) {
+        qs.q[t] = malloc((size_t)c->L * n / 2 + 1);
+        qs.ms[t] = malloc((size_t)c->L * (n / g) * 2 * sizeof(uint16_t) + 2);
     }
+    dsarg ds = {.a = ds_a, .g = c->o->ds_layers, .x = malloc((size_t)c->P * c->d * sizeof(float))};
+    if (!qs.q[0] || !qs.q[1] || !qs.ms[0] || !qs.ms[1] || !ds.x) rc = SCDB_ENOMEM;
+    for (int i = 0; i < c->nw && !rc; i++) {
+        qwin *w = &c->w[i];
+        for (int l = 0; l < c->L; l++) {
+            /* g = head_dim: even, divides n (the kernel's requirements) */
+            scdb_k_q4_encode_cpu(scdb_kv_k(w->pcache, l, 0), n, g, qs.q[0] + l * n / 2,
+                                 qs.ms[0] + 2 * (l * n / g));
+            scdb_k_q4_encode_cpu(scdb_kv_v(w->pcache, l, 0), n, g, qs.q[1] + l * n / 2,
+                                 qs.ms[1] + 2 * (l * n / g));
+        }
+        if ((rc = run_method(c, w, b_raw, NULL, &a[M_RAW], 1)) ||
+            (rc = run_method(c, w, b_quant4, &qs, &a[M_QUANT4], 1)) ||
+            (rc = run_method(c, w, b_droid, &ds, &a[M_DROID], 1)))
+            break;
+    }
+    for (int t = 0; t < 2; t++) { free(qs.q[t]); free(qs.ms[t]); }
+    free(ds.x);
+    return rc;
+}
 
+/* consumer k's rows (JSON and table) and its goals; the oracle's ppl */
+static double consumer_rows(const ctx *c, const qfamily *f, int k, const qbytes *by, const acc *a,
+                          int ds_a, const qout *out)
+{
+    const scdb_pair_info *pi = scdb_pair_get_info(f->pairs[k]);
+    double bytes[M_COUNT] = {0, by->raw, by->q4, by->ds, by->scd, by->scd, by->scd8, by->scd8};
+    cJSON *rows[M_COUNT];
+    for (int m = 0; m < M_COUNT; m++) {
+        rows[m] = row_tag(row(f->cnames[k], MNAME[m], &a[m], bytes[m]), MCODES[m], f->late[k]);
+        if (m == M_DROID) cJSON_AddNumberToObject(rows[m], "ds_first_layer", ds_a);
+        if (m == M_FULL || m == M_FULL8) cJSON_AddNumberToObject(rows[m], "patch_layers", pi->n_patch);
+        cJSON_AddItemToArray(out->res, rows[m]);
+    }
+    double oppl = jnum(rows[M_ORACLE], "ppl"), ottft = jnum(rows[M_ORACLE], "ttft_ms");
+    for (int m = 0; m < M_COUNT; m++) {
+        double ppl = jnum(rows[m], "ppl"), tt = jnum(rows[m], "ttft_ms");
+        char bb[32] = "—", vr[32] = "—";
+        if (m != M_ORACLE) { snprintf(bb, sizeof bb, "%.0f", bytes[m]); snprintf(vr, sizeof vr, "1/%.1f", by->raw / bytes[m]); }
+        printf("| %s | %s | %s | %.3f | %+.1f%% | %.4f | %.3f | %s | %s | %.2f | %.1fx |\n", f->cnames[k],
+               MNAME[m], MCODES[m] ? MCODES[m] : "—", ppl, 100.0 * (ppl / oppl - 1.0), jnum(rows[m], "kl"),
+               jnum(rows[m], "top1"), bb, vr, tt, ottft / tt);
+    }
+    /* goals */
+    double fppl = jnum(rows[M_FULL], "ppl"), ft1 = jnum(rows[M_FULL], "top1");
+    double fkl = jnum(rows[M_FULL], "kl");
+    cJSON *gg = cJSON_CreateObject();
+    cJSON_AddStringToObject(gg, "consumer", f->cnames[k]);
+    cJSON_AddNumberToObject(gg, "scd_full_ppl_vs_oracle", fppl / oppl - 1.0);
+    cJSON_AddBoolToObject(gg, "ppl_within_5pct", fppl <= 1.05 * oppl);
+    cJSON_AddNumberToObject(gg, "scd_full_top1", ft1);
+    cJSON_AddBoolToObject(gg, "top1_ge_95pct", ft1 >= 0.95);
+    cJSON_AddNumberToObject(gg, "payload_fraction_of_raw", by->scd / by->raw);
+    cJSON_AddBoolToObject(gg, "payload_le_1_8", by->scd <= by->raw / 8);
+    cJSON_AddNumberToObject(gg, "raw_ppl_vs_oracle", jnum(rows[M_RAW], "ppl") / oppl - 1.0);
+    int beats = 1;
+    for (int m = M_RAW; m < M_FULL; m++)
+        if (m != M_RAW && !(fkl < jnum(rows[m], "kl") && by->scd <= bytes[m])) beats = 0;
+    cJSON_AddBoolToObject(gg, "full_dominates_reuse_quant4_droidspeak", beats);
+    cJSON_AddNumberToObject(gg, "ttft_speedup", ottft / jnum(rows[M_FULL], "ttft_ms"));
+    cJSON_AddBoolToObject(gg, "ttft_speedup_ge_2_65", ottft / jnum(rows[M_FULL], "ttft_ms") >= 2.65);
+    /* the rate knob: int8 codes at >= 16x, within 3% and top-1 0.95 */
+    double ippl = jnum(rows[M_FULL8], "ppl"), it1 = jnum(rows[M_FULL8], "top1");
+    cJSON_AddNumberToObject(gg, "int8_full_ppl_vs_oracle", ippl / oppl - 1.0);
+    cJSON_AddBoolToObject(gg, "int8_ppl_within_3pct", ippl <= 1.03 * oppl);
+    cJSON_AddNumberToObject(gg, "int8_full_top1", it1);
+    cJSON_AddBoolToObject(gg, "int8_top1_ge_95pct", it1 >= 0.95);
+    cJSON_AddNumberToObject(gg, "int8_payload_fraction_of_raw", by->scd8 / by->raw);
+    cJSON_AddBoolToObject(gg, "int8_payload_le_1_16", by->scd8 <= by->raw / 16);
+    cJSON_AddBoolToObject(gg, "late_added", f->late[k]);
+    cJSON_AddItemToArray(out->goals, gg);
+    return oppl;
+}
+
+/* patch budget sweep of consumer k, both code dtypes, with the decode time;
+ * the rows also seed the rate sweep's (out->sweep) */
+static scdb_err patch_budgets(ctx *c, const qfamily *f, int k, const qbytes *by, double oppl,
+                              const qout *out)
+{
+    const scdb_pair_info *pi = scdb_pair_get_info(f->pairs[k]);
+    double tms[2][SCDB_CODEC_MAX_LAYERS + 1];
+    scdb_err rc;
+    if ((rc = time_budgets(c, f->cb, f->pairs[k], tms))) return rc;
+    for (int dt = SCDB_CODES_F16; dt <= SCDB_CODES_INT8; dt++)
+        for (int b = 0; b <= pi->n_aligners; b++) {
+            acc ab = {0};
+            double dms = tms[dt][b];
+            if ((rc = eval_scd(c, f->cb, (scdb_code_dtype)dt, f->pairs[k], b, &ab, 0))) return rc;
+            cJSON *e = row(f->cnames[k], "scd", &ab, dt == SCDB_CODES_INT8 ? by->scd8 : by->scd);
+            acc_free(&ab);
+            row_tag(e, scdb_code_dtype_name((scdb_code_dtype)dt), f->late[k]);
+            cJSON_AddNumberToObject(e, "patch_layers", b);
+            cJSON_AddBoolToObject(e, "default_patch", b == pi->n_patch);
+            cJSON_AddNumberToObject(e, "decode_ms", dms);
+            cJSON_AddNumberToObject(e, "ppl_vs_oracle", jnum(e, "ppl") / oppl - 1.0);
+            cJSON_AddNumberToObject(e, "raw_f16_bytes_per_token", by->raw);
+            cJSON_AddItemToArray(out->pb, e);
+            if (out->sweep) {
+                cJSON *d = cJSON_Duplicate(e, 1);
+                cJSON_AddStringToObject(d, "codebook", "shipped");
+                cJSON_AddItemToArray(out->sweep, d);
+            }
+        }
+    return SCDB_OK;
+}
+
+/* Consumer k: its windows, the droidspeak range, every method, its rows,
+ * goals and patch budget sweep.  0, or -1 (after a message where the
+ * original cause is known). */
+static int eval_consumer(ctx *c, const qfamily *f, int k, const qbytes *by, const qout *out)
+{
+    const qopts *o = c->o;
+    acc a[M_COUNT] = {{0}};
+    unsigned char *text = NULL, *cal_text = NULL;
+    size_t tl = 0, cl = 0;
+    char desc[600] = "";
+    int ds_a = 0, ret = -1;
+    scdb_err rc;
+
+    if ((rc = ctx_consumer(c, f->cons[k]))) {
+        fprintf(stderr, "bench quality: %s on the %s: %s\n", f->cnames[k], scdb_device_name(c->dev),
+                scdb_strerror(rc));
+        goto done;
+    }
+    if (o->text) {
+        rc = scdb_codec_read_text(o->text, (size_t)1 << 30, &text, &tl);
+        snprintf(desc, sizeof desc, "%s", o->text);
+    } else {
+        rc = scdb_codec_domain_text(f->cons[k], SCDB_TEXT_HELDOUT_SECOND, (size_t)1 << 30, &text, &tl, desc, sizeof desc);
+    }
+    if (rc) { fprintf(stderr, "bench quality: no evaluation text for %s (%s)\n", f->cnames[k], scdb_strerror(rc)); goto done; }
+    if (o->verbose) fprintf(stderr, "bench quality: %s: %s\n", f->cnames[k], desc);
+    rc = make_windows(c, text, tl, o->windows, &a[M_ORACLE]);
+    free(text);
+    if (rc) { fprintf(stderr, "bench quality: %s: windows: %s\n", f->cnames[k], scdb_strerror(rc)); goto done; }
+
+    /* droidspeak range on the held-out first half */
+    if ((rc = scdb_codec_domain_text(f->cons[k], SCDB_TEXT_HELDOUT_FIRST, (size_t)1 << 30, &cal_text, &cl, NULL, 0)) == SCDB_OK) {
+        cJSON *arr = cJSON_AddArrayToObject(out->ds, f->cnames[k]);
+        rc = choose_droid(c, cal_text, cl, o->ds_layers, &ds_a, arr);
+        free(cal_text);
+        if (rc) goto done;
+    }
+    if (o->verbose) fprintf(stderr, "  droidspeak: recompute layers %d..%d\n", ds_a, ds_a + o->ds_layers - 1);
+
+    /* the methods, then the rows, goals and patch budgets */
+    if ((rc = eval_baselines(c, ds_a, a))) goto done;
+    if ((rc = eval_scd(c, f->cb, SCDB_CODES_F16, f->pairs[k], 0, &a[M_REUSE], 1)) ||
+        (rc = eval_scd(c, f->cb, SCDB_CODES_F16, f->pairs[k], -1, &a[M_FULL], 1)) ||
+        (rc = eval_scd(c, f->cb, SCDB_CODES_INT8, f->pairs[k], 0, &a[M_REUSE8], 1)) ||
+        (rc = eval_scd(c, f->cb, SCDB_CODES_INT8, f->pairs[k], -1, &a[M_FULL8], 1)))
+        goto done;
+    if ((rc = patch_budgets(c, f, k, by, consumer_rows(c, f, k, by, a, ds_a, out), out))) goto done;
+    ret = 0;
+done:
+    for (int m = 0; m < M_COUNT; m++) acc_free(&a[m]);
+    free_windows(c);
+    fflush(stdout);
+    return ret;
+}
+
+/* ------------------------------------------------------------ after the consumers */
+
+/* the notes under the main table, and the patch budget table */
+static void print_patch_table(const ctx *c, const qfamily *f, const qbytes *by, const cJSON *jpb)
+{
+    const scdb_codebook_info *ci = scdb_codebook_get_info(f->cb);
     printf("\npayload: raw = f16 K+V of %d layers x %d channels; quant4 = 4-bit + f16 (min, scale) per %d values; "
            "droidspeak = f16 KV of the %d reused layers + the f16 residual entering the first recomputed layer; "
            "SCD = %d codes per token, f16 (%.0f B) or int8 + an f16 scale per token and coded layer (%d layers: %.0f B).\n",
-           c.L, 2 * c.kv, pc->head_dim, c.L - o.ds_layers, ci->code_dim, scd_bytes, ci->n_scaled, scd8_bytes);
+           c->L, 2 * c->kv, scdb_model_cfg(c->prod)->head_dim, c->L - c->o->ds_layers, ci->code_dim, by->scd,
+           ci->n_scaled, by->scd8);
     printf("TTFT: oracle = consumer prefill + first token; others = cache build from the payload in memory + first token "
-           "(no producer prefill, encode or transfer). Best of %d runs, median over windows.\n", o.reps);
+           "(no producer prefill, encode or transfer). Best of %d runs, median over windows.\n", c->o->reps);
 
     printf("\n## Patch budget sweep (scd, shipped pairs; the per-get patch budget, scdb_get_ex)\n\n"
            "| consumer | codes | patch layers | bytes/token | ppl | ppl vs oracle | KL | top-1 | decode ms |\n"
@@ -1132,144 +1247,170 @@ int scdb_bench_quality(int argc, char **argv)
     printf("\ndecode ms: the consumer's whole %d-token prefix cache built from the codes in memory (REUSE "
            "decoders, aligners and K/V regeneration on the patched layers); every (codes, patch layers) point "
            "decoded in turn, %d rounds, best round per window, median over windows.\n",
-           c.P, o.reps);
+           c->P, c->o->reps);
     fflush(stdout);
+}
 
-    if (o.ablations) {
-        /* in-process calibration on all consumers; evaluated on the last
-         * consumer's windows (still in c) and each consumer's own windows */
-        scdb_calib_opts co = {.window = 384, .n_eval = 1, .sample_stride = 2, .verbose = 0};
-        if (o.verbose) fprintf(stderr, "bench quality: ablation calibration (%d windows)\n", o.abl_windows);
-        if ((rc = scdb_calib_new(prod, (const scdb_model *const *)cons, nc, &co, &cal))) goto done;
-        if (dev != SCDB_DEV_CPU && (rc = scdb_calib_set_device(cal, dev))) goto done;
-        const scdb_model *dm[MAXC + 1];
-        int nd = 0;
-        const scdb_model *all[MAXC + 1];
-        all[0] = prod;
-        for (int i = 0; i < nc; i++) all[i + 1] = cons[i];
-        for (int i = 0; i <= nc; i++) {
-            int dup = 0;
-            for (int q = 0; q < nd; q++) dup |= !strcmp(scdb_model_cfg(dm[q])->domain, scdb_model_cfg(all[i])->domain);
-            if (!dup) dm[nd++] = all[i];
+/* one ablation: a REUSE-only codebook fitted in-process with these knobs */
+typedef struct abl_cfg { const char *group; int rk, rv, pca, post, tok, all; } abl_cfg;
+
+/* The ablation grid around the shipped codebook's ranks, layer 0 and decoder
+ * input: r_K and r_V varied separately, then each switch both ways. */
+static int ablation_grid(const ctx *c, const qfamily *f, abl_cfg *cfgs)
+{
+    const scdb_codebook_info *ci = scdb_codebook_get_info(f->cb);
+    int tok0 = ci->layers[0].kind == SCDB_CB_TOKENS;
+    int rk0 = 0, rv0 = 0, ncfg = 0;
+    for (int l = 0; l < c->L; l++)
+        if (ci->layers[l].kind == SCDB_CB_CODED && ci->layers[l].r_k > 0) { rk0 = ci->layers[l].r_k; rv0 = ci->layers[l].r_v; break; }
+    if (!rk0) { rk0 = 4; rv0 = 8; }
+    int all0 = scdb_pair_get_info(f->pairs[0])->all_input;
+    int sweep[] = {2, 4, 8, 16, 32};
+    for (int i = 0; i < 5; i++) cfgs[ncfg++] = (abl_cfg){"rank_k", sweep[i], rv0, 0, 0, tok0, all0};
+    for (int i = 0; i < 5; i++) cfgs[ncfg++] = (abl_cfg){"rank_v", rk0, sweep[i], 0, 0, tok0, all0};
+    cfgs[ncfg++] = (abl_cfg){"decoder_input", rk0, rv0, 0, 0, tok0, !all0};
+    cfgs[ncfg++] = (abl_cfg){"decoder_input", rk0, rv0, 0, 0, tok0, all0};
+    cfgs[ncfg++] = (abl_cfg){"encoder", rk0, rv0, 1, 0, tok0, all0};
+    cfgs[ncfg++] = (abl_cfg){"encoder", rk0, rv0, 0, 0, tok0, all0};
+    /* post-RoPE K codes: K samples are not kept, so layer-input decoders */
+    cfgs[ncfg++] = (abl_cfg){"k_space", rk0, rv0, 0, 1, tok0, 0};
+    cfgs[ncfg++] = (abl_cfg){"k_space", rk0, rv0, 0, 0, tok0, 0};
+    cfgs[ncfg++] = (abl_cfg){"token_layer0", rk0, rv0, 0, 0, !tok0, all0};
+    cfgs[ncfg++] = (abl_cfg){"token_layer0", rk0, rv0, 0, 0, tok0, all0};
+    return ncfg;
+}
+
+/* A calibration session on the statistics of every distinct domain of the
+ * family (training files, else the held-out first half), its source
+ * description into jabl "calibration_text". */
+static scdb_err ablation_session(const ctx *c, const qfamily *f, cJSON *jabl, scdb_calib **out)
+{
+    scdb_calib_opts co = {.window = 384, .n_eval = 1, .sample_stride = 2, .verbose = 0};
+    char srcdesc[2048];
+    scdb_err rc;
+
+    if (c->o->verbose) fprintf(stderr, "bench quality: ablation calibration (%d windows)\n", c->o->abl_windows);
+    if ((rc = scdb_calib_new(f->prod, (const scdb_model *const *)f->cons, f->nc, &co, out))) return rc;
+    if (c->dev != SCDB_DEV_CPU && (rc = scdb_calib_set_device(*out, c->dev))) return rc;
+    if ((rc = add_domain_texts(*out, f->prod, f->cons, f->nc, c->o->abl_windows, srcdesc, sizeof srcdesc)))
+        return rc;
+    cJSON_AddStringToObject(jabl, "calibration_text", srcdesc);
+    return SCDB_OK;
+}
+
+/* Consumer k's fresh windows (the main ones were freed) and one row per
+ * ablation into jabl's group arrays, printed as it goes. */
+static scdb_err ablations_of(ctx *c, const qfamily *f, int k, scdb_calib *cal, const abl_cfg *cfgs,
+                             int ncfg, cJSON *jabl)
+{
+    const qopts *o = c->o;
+    unsigned char *text = NULL;
+    size_t tl = 0;
+    scdb_err rc;
+
+    free_windows(c);
+    if ((rc = ctx_consumer(c, f->cons[k]))) return rc;
+    rc = o->text ? scdb_codec_read_text(o->text, (size_t)1 << 30, &text, &tl)
+                 : scdb_codec_domain_text(f->cons[k], SCDB_TEXT_HELDOUT_SECOND, (size_t)1 << 30, &text, &tl, NULL, 0);
+    if (rc) return rc;
+    rc = make_windows(c, text, tl, o->windows, NULL);
+    free(text);
+    if (rc) return rc;
+    for (int q = 0; q < ncfg; q++) {
+        scdb_cb_fit fit = {.r_k = cfgs[q].rk, .r_v = cfgs[q].rv, .pca = cfgs[q].pca,
+                           .k_post_rope = cfgs[q].post, .token_layer0 = cfgs[q].tok};
+        scdb_codebook *acb = NULL;
+        scdb_pair *ap = NULL;
+        scdb_pair_fit pf = {.no_train = 1, .all_layers = cfgs[q].all};
+        acc ab = {0};
+        if (fit.r_k > (fit.k_post_rope ? c->kv : c->d) || fit.r_k > c->kv || fit.r_v > c->kv) continue;
+        if ((rc = scdb_calib_fit_codebook(cal, &fit, &acb)) ||
+            (rc = scdb_calib_fit_pair(cal, acb, k, &pf, &ap)) ||
+            (rc = eval_scd(c, acb, SCDB_CODES_F16, ap, 0, &ab, 0))) {
+            scdb_codebook_free(&acb);
+            scdb_pair_free(&ap);
+            return rc;
         }
-        char srcdesc[2048] = "";
-        for (int q = 0; q < nd; q++) {
-            unsigned char *t;
-            size_t len;
-            char desc[600];
-            int per = (o.abl_windows + nd - 1) / nd, added;
-            if (scdb_codec_domain_text(dm[q], SCDB_TEXT_AUTO, (size_t)per * 384 + 384, &t, &len, desc, sizeof desc)) continue;
-            rc = scdb_calib_add_text(cal, t, len, per, &added);
-            free(t);
-            if (rc) goto done;
-            size_t ol = strlen(srcdesc);
-            snprintf(srcdesc + ol, sizeof srcdesc - ol, "%s%s", ol ? "; " : "", desc);
-        }
-        cJSON_AddStringToObject(jabl, "calibration_text", srcdesc);
-        int tok0 = ci->layers[0].kind == SCDB_CB_TOKENS;
-        int rk0 = 0, rv0 = 0;
-        for (int l = 0; l < c.L; l++)
-            if (ci->layers[l].kind == SCDB_CB_CODED && ci->layers[l].r_k > 0) { rk0 = ci->layers[l].r_k; rv0 = ci->layers[l].r_v; break; }
-        if (!rk0) { rk0 = 4; rv0 = 8; }
-        int all0 = scdb_pair_get_info(pairs[0])->all_input;
-        typedef struct { const char *group; int rk, rv, pca, post, tok, all; } abl_cfg;
-        abl_cfg cfgs[32];
-        int ncfg = 0;
-        int sweep[] = {2, 4, 8, 16, 32};
-        for (int i = 0; i < 5; i++) cfgs[ncfg++] = (abl_cfg){"rank_k", sweep[i], rv0, 0, 0, tok0, all0};
-        for (int i = 0; i < 5; i++) cfgs[ncfg++] = (abl_cfg){"rank_v", rk0, sweep[i], 0, 0, tok0, all0};
-        cfgs[ncfg++] = (abl_cfg){"decoder_input", rk0, rv0, 0, 0, tok0, !all0};
-        cfgs[ncfg++] = (abl_cfg){"decoder_input", rk0, rv0, 0, 0, tok0, all0};
-        cfgs[ncfg++] = (abl_cfg){"encoder", rk0, rv0, 1, 0, tok0, all0};
-        cfgs[ncfg++] = (abl_cfg){"encoder", rk0, rv0, 0, 0, tok0, all0};
-        /* post-RoPE K codes: K samples are not kept, so layer-input decoders */
-        cfgs[ncfg++] = (abl_cfg){"k_space", rk0, rv0, 0, 1, tok0, 0};
-        cfgs[ncfg++] = (abl_cfg){"k_space", rk0, rv0, 0, 0, tok0, 0};
-        cfgs[ncfg++] = (abl_cfg){"token_layer0", rk0, rv0, 0, 0, !tok0, all0};
-        cfgs[ncfg++] = (abl_cfg){"token_layer0", rk0, rv0, 0, 0, tok0, all0};
+        double by = (double)scdb_codebook_token_bytes(acb);
+        cJSON *arr = cJSON_GetObjectItemCaseSensitive(jabl, cfgs[q].group);
+        if (!arr) arr = cJSON_AddArrayToObject(jabl, cfgs[q].group);
+        cJSON *e = row_tag(row(f->cnames[k], "scd_reuse", &ab, by), "f16", 0);
+        cJSON_AddNumberToObject(e, "r_k", fit.r_k);
+        cJSON_AddNumberToObject(e, "r_v", fit.r_v);
+        cJSON_AddStringToObject(e, "encoder", fit.pca ? "pca" : "rrr");
+        cJSON_AddStringToObject(e, "k_space", fit.k_post_rope ? "post_rope" : "pre_rope");
+        cJSON_AddBoolToObject(e, "token_layer0", fit.token_layer0);
+        cJSON_AddStringToObject(e, "decoder_input", cfgs[q].all ? "all" : "layer");
+        cJSON_AddItemToArray(arr, e);
+        printf("| %s | %s | %d | %d | %s | %s | %s | %s | %.0f | %.3f | %.4f | %.3f |\n", cfgs[q].group,
+               f->cnames[k], fit.r_k, fit.r_v, fit.pca ? "pca" : "rrr", fit.k_post_rope ? "post-RoPE" : "pre-RoPE",
+               fit.token_layer0 ? "tokens" : "coded", cfgs[q].all ? "all layers" : "own layer", by,
+               jnum(e, "ppl"), jnum(e, "kl"), jnum(e, "top1"));
+        fflush(stdout);
+        scdb_codebook_free(&acb);
+        scdb_pair_free(&ap);
+    }
+    return SCDB_OK;
+}
+
+/* The ablations (REUSE only) on an in-process calibration over all
+ * consumers, each evaluated on its own windows. */
+static scdb_err run_ablations(ctx *c, const qfamily *f, cJSON *jabl)
+{
+    scdb_calib *cal = NULL;
+    abl_cfg cfgs[32];
+    int ncfg = ablation_grid(c, f, cfgs);
+    scdb_err rc = ablation_session(c, f, jabl, &cal);
+
+    if (rc == SCDB_OK) {
         printf("\n## Ablations (REUSE only; in-process calibration, %d windows; consumer windows as above)\n\n", scdb_calib_windows(cal));
         printf("| group | consumer | r_K | r_V | encoder | K coded | layer 0 | decoder input | bytes/token | ppl | KL | top-1 |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n");
-        /* evaluate each consumer on fresh windows (the main ones were freed) */
-        for (int k = 0; k < nc; k++) {
-            {
-                unsigned char *text = NULL;
-                size_t tl = 0;
-                free_windows(&c);
-                if ((rc = ctx_consumer(&c, cons[k]))) goto done;
-                rc = o.text ? scdb_codec_read_text(o.text, (size_t)1 << 30, &text, &tl)
-                            : scdb_codec_domain_text(cons[k], SCDB_TEXT_HELDOUT_SECOND, (size_t)1 << 30, &text, &tl, NULL, 0);
-                if (rc) goto done;
-                rc = make_windows(&c, text, tl, o.windows, NULL);
-                free(text);
-                if (rc) goto done;
-            }
-            for (int q = 0; q < ncfg; q++) {
-                scdb_cb_fit f = {.r_k = cfgs[q].rk, .r_v = cfgs[q].rv, .pca = cfgs[q].pca,
-                                 .k_post_rope = cfgs[q].post, .token_layer0 = cfgs[q].tok};
-                scdb_codebook *acb = NULL;
-                scdb_pair *ap = NULL;
-                scdb_pair_fit pf = {.no_train = 1, .all_layers = cfgs[q].all};
-                acc ab = {0};
-                if (f.r_k > (f.k_post_rope ? c.kv : c.d) || f.r_k > c.kv || f.r_v > c.kv) continue;
-                if ((rc = scdb_calib_fit_codebook(cal, &f, &acb)) ||
-                    (rc = scdb_calib_fit_pair(cal, acb, k, &pf, &ap)) ||
-                    (rc = eval_scd(&c, acb, SCDB_CODES_F16, ap, 0, &ab, 0))) {
-                    scdb_codebook_free(&acb);
-                    scdb_pair_free(&ap);
-                    goto done;
-                }
-                double by = (double)scdb_codebook_token_bytes(acb);
-                cJSON *arr = cJSON_GetObjectItemCaseSensitive(jabl, cfgs[q].group);
-                if (!arr) arr = cJSON_AddArrayToObject(jabl, cfgs[q].group);
-                cJSON *e = row_tag(row(cnames[k], "scd_reuse", &ab, by), "f16", 0);
-                cJSON_AddNumberToObject(e, "r_k", f.r_k);
-                cJSON_AddNumberToObject(e, "r_v", f.r_v);
-                cJSON_AddStringToObject(e, "encoder", f.pca ? "pca" : "rrr");
-                cJSON_AddStringToObject(e, "k_space", f.k_post_rope ? "post_rope" : "pre_rope");
-                cJSON_AddBoolToObject(e, "token_layer0", f.token_layer0);
-                cJSON_AddStringToObject(e, "decoder_input", cfgs[q].all ? "all" : "layer");
-                cJSON_AddItemToArray(arr, e);
-                printf("| %s | %s | %d | %d | %s | %s | %s | %s | %.0f | %.3f | %.4f | %.3f |\n", cfgs[q].group,
-                       cnames[k], f.r_k, f.r_v, f.pca ? "pca" : "rrr", f.k_post_rope ? "post-RoPE" : "pre-RoPE",
-                       f.token_layer0 ? "tokens" : "coded", cfgs[q].all ? "all layers" : "own layer", by,
-                       jnum(e, "ppl"), jnum(e, "kl"), jnum(e, "top1"));
-                fflush(stdout);
-                scdb_codebook_free(&acb);
-                scdb_pair_free(&ap);
-            }
-        }
     }
+    for (int k = 0; k < f->nc && rc == SCDB_OK; k++) rc = ablations_of(c, f, k, cal, cfgs, ncfg, jabl);
+    scdb_calib_free(&cal);
+    return rc;
+}
 
-    if (o.sweep) {
-        sweep_in si = {.prod = prod, .cons = cons, .cnames = cnames, .late = late, .nc = nc, .ci = ci,
-                       .all_input = scdb_pair_get_info(pairs[0])->all_input, .raw_bytes = raw_bytes};
-        printf("\n## Rate sweep: payload vs quality over code dtype, ranks and patch budget\n\n"
-               "(shipped: the shipped codebook and pairs, from the patch budget sweep above; fit rK,rV,rH: "
-               "in-process calibration on %d statistics windows, the shipped codebook's %d patch candidates, "
-               "aligners of %d Adam steps, greedy patch order)\n\n"
-               "| consumer | codebook | codes | patch layers | bytes/token | vs raw f16 | ppl | ppl vs oracle | KL | top-1 | decode ms |\n"
-               "|---|---|---|---|---|---|---|---|---|---|---|\n", o.sweep_windows, ci->n_candidates, o.sweep_steps);
-        for (int i = 0; i < cJSON_GetArraySize(jsweep); i++) sweep_print(cJSON_GetArrayItem(jsweep, i));
-        if ((rc = run_sweep(&c, &si, jsweep))) {
-            fprintf(stderr, "bench quality: sweep: %s\n", scdb_strerror(rc));
-            goto done;
-        }
-        cJSON *picks = cJSON_AddArrayToObject(root, "sweep_meets_int8_goals");
-        sweep_pick(jsweep, nc, 16.0, 0.03, 0.95, "int8", picks);
-        printf("\nPoints meeting the int8 goals (>= 16x smaller than raw f16 KV, ppl within 3%% of oracle, "
-               "top-1 >= 0.95) on every consumer:");
-        for (int i = 0; i < cJSON_GetArraySize(picks); i++) {
-            cJSON *e = cJSON_GetArrayItem(picks, i);
-            printf("%s %s int8, %d patch layers (%.0f B/token; worst ppl %+.1f%%, worst top-1 %.3f)", i ? ";" : "",
-                   cJSON_GetObjectItem(e, "codebook")->valuestring, (int)jnum(e, "patch_layers"),
-                   jnum(e, "bytes_per_token"), 100 * jnum(e, "worst_ppl_vs_oracle"), jnum(e, "worst_top1"));
-        }
-        printf("%s\n", cJSON_GetArraySize(picks) ? "" : " none");
+/* --sweep: the rate knob over code dtype, ranks and patch budget, and the
+ * points that meet the int8 goals on every consumer */
+static scdb_err rate_sweep(ctx *c, const qfamily *f, const qbytes *by, const qout *out)
+{
+    const scdb_codebook_info *ci = scdb_codebook_get_info(f->cb);
+    sweep_in si = {.prod = f->prod, .cons = f->cons, .cnames = (char (*)[128])f->cnames, .late = f->late,
+                   .nc = f->nc, .ci = ci, .all_input = scdb_pair_get_info(f->pairs[0])->all_input,
+                   .raw_bytes = by->raw};
+    scdb_err rc;
+
+    printf("\n## Rate sweep: payload vs quality over code dtype, ranks and patch budget\n\n"
+           "(shipped: the shipped codebook and pairs, from the patch budget sweep above; fit rK,rV,rH: "
+           "in-process calibration on %d statistics windows, the shipped codebook's %d patch candidates, "
+           "aligners of %d Adam steps, greedy patch order)\n\n"
+           "| consumer | codebook | codes | patch layers | bytes/token | vs raw f16 | ppl | ppl vs oracle | KL | top-1 | decode ms |\n"
+           "|---|---|---|---|---|---|---|---|---|---|---|\n", c->o->sweep_windows, ci->n_candidates, c->o->sweep_steps);
+    for (int i = 0; i < cJSON_GetArraySize(out->sweep); i++) sweep_print(cJSON_GetArrayItem(out->sweep, i));
+    if ((rc = run_sweep(c, &si, out->sweep))) {
+        fprintf(stderr, "bench quality: sweep: %s\n", scdb_strerror(rc));
+        return rc;
     }
+    cJSON *picks = cJSON_AddArrayToObject(out->root, "sweep_meets_int8_goals");
+    sweep_pick(out->sweep, f->nc, 16.0, 0.03, 0.95, "int8", picks);
+    printf("\nPoints meeting the int8 goals (>= 16x smaller than raw f16 KV, ppl within 3%% of oracle, "
+           "top-1 >= 0.95) on every consumer:");
+    for (int i = 0; i < cJSON_GetArraySize(picks); i++) {
+        cJSON *e = cJSON_GetArrayItem(picks, i);
+        printf("%s %s int8, %d patch layers (%.0f B/token; worst ppl %+.1f%%, worst top-1 %.3f)", i ? ";" : "",
+               cJSON_GetObjectItem(e, "codebook")->valuestring, (int)jnum(e, "patch_layers"),
+               jnum(e, "bytes_per_token"), 100 * jnum(e, "worst_ppl_vs_oracle"), jnum(e, "worst_top1"));
+    }
+    printf("%s\n", cJSON_GetArraySize(picks) ? "" : " none");
+    return SCDB_OK;
+}
 
+static void print_goals(const cJSON *jgoals)
+{
     printf("\n## Goals (measured)\n\n");
     for (int i = 0; i < cJSON_GetArraySize(jgoals); i++) {
-        cJSON *g = cJSON_GetArrayItem(jgoals, i);
+        const cJSON *g = cJSON_GetArrayItem(jgoals, i);
         printf("- %s: scd_full ppl %+.1f%% vs oracle (goal <= +5%%: %s), top-1 %.3f (goal >= 0.95: %s), payload 1/%.1f of raw "
                "(goal <= 1/8: %s), raw reuse %+.1f%%, dominates scd_reuse/quant4/droidspeak on KL at <= payload: %s, "
                "TTFT speed-up %.1fx (goal >= 2.65x: %s)\n",
@@ -1290,45 +1431,91 @@ int scdb_bench_quality(int argc, char **argv)
                cJSON_IsTrue(cJSON_GetObjectItem(g, "int8_payload_le_1_16")) ? "yes" : "NO",
                cJSON_IsTrue(cJSON_GetObjectItem(g, "late_added")) ? " (late-added pair)" : "");
     }
+}
 
+/* --json, and --png through tools/plot_quality.py.  0, or -1 when the JSON
+ * could not be written (a missing plot is only reported). */
+static int write_outputs(const qopts *o, cJSON *root)
+{
     char tmpjson[256] = "";
-    const char *jpath = o.json;
-    if (!jpath && o.png) {
+    const char *jpath = o->json;
+    if (!jpath && o->png) {
         snprintf(tmpjson, sizeof tmpjson, "/tmp/scdb_bench_quality_%d.json", (int)getpid());
         jpath = tmpjson;
     }
     if (jpath) {
-        if (scdb_bench_write_json(jpath, root, "bench quality")) goto done;
-        if (o.json) fprintf(stderr, "bench quality: wrote %s\n", o.json);
+        if (scdb_bench_write_json(jpath, root, "bench quality")) return -1;
+        if (o->json) fprintf(stderr, "bench quality: wrote %s\n", o->json);
     }
-    if (o.png) {
+    if (o->png) {
         char script[1200], cmd[4096];
         struct stat sb;
         snprintf(script, sizeof script, "%s/tools/plot_quality.py", scdb_share_dir());
         if (stat(script, &sb) || stat("/usr/bin/python3", &sb)) {
             fprintf(stderr, "bench quality: no PNG: %s or /usr/bin/python3 is missing\n", script);
         } else {
-            snprintf(cmd, sizeof cmd, "/usr/bin/python3 '%s' '%s' '%s'", script, jpath, o.png);
+            snprintf(cmd, sizeof cmd, "/usr/bin/python3 '%s' '%s' '%s'", script, jpath, o->png);
             if (system(cmd) != 0) fprintf(stderr, "bench quality: no PNG: plot_quality.py failed (matplotlib missing?)\n");
-            else fprintf(stderr, "bench quality: wrote %s\n", o.png);
+            else fprintf(stderr, "bench quality: wrote %s\n", o->png);
         }
         if (tmpjson[0]) unlink(tmpjson);
     }
+    return 0;
+}
+
+/* ------------------------------------------------------------ main */
+
+int scdb_bench_quality(int argc, char **argv)
+{
+    qopts o;
+    scdb_device_pref dev_pref;
+    scdb_device dev;
+    char why[384], models[1024], arts[1024];
+    qfamily f = {0};
+    qbytes by;
+    qout out = {0};
+    ctx c = {0};
+    int ret = parse_opts(argc, argv, &o, &dev_pref);
+
+    if (ret >= 0) return ret;
+    if (scdb_device_resolve(dev_pref, &dev, why, sizeof why)) {
+        fprintf(stderr, "bench quality: %s\n", why);
+        return 1;
+    }
+    fprintf(stderr, "bench quality: device %s (%s)\n", scdb_device_name(dev), why);
+    snprintf(models, sizeof models, "%s", o.models ? o.models : "");
+    if (!o.models) snprintf(models, sizeof models, "%s/models", o.data);
+    snprintf(arts, sizeof arts, "%s", o.artifacts ? o.artifacts : o.data);
+
+    ret = 1;
+    out.root = cJSON_CreateObject();
+    out.res = cJSON_AddArrayToObject(out.root, "results");
+    out.abl = cJSON_AddObjectToObject(out.root, "ablations");
+    out.cfg = cJSON_AddObjectToObject(out.root, "config");
+    if (load_family(&o, models, arts, &f) || ctx_init(&c, &o, f.prod, dev)) goto done;
+    if (o.ds_layers > c.L) o.ds_layers = c.L;
+    by = payload_bytes(&c, f.cb);
+    config_json(&c, &f, &by, why, out.cfg);
+    out.ds = cJSON_AddObjectToObject(out.abl, "droidspeak_range");
+    out.pb = cJSON_AddArrayToObject(out.abl, "patch_budget");
+    out.sweep = o.sweep ? cJSON_AddArrayToObject(out.root, "sweep") : NULL;
+    out.goals = cJSON_AddArrayToObject(out.root, "goals");
+
+    printf("# SCD quality: producer %s, codebook %s, prefix %d + continuation %d tokens, %d windows per consumer\n\n",
+           o.producer, scdb_codebook_get_info(f.cb)->id_hex, c.P, c.C, o.windows);
+    printf("| consumer | method | codes | ppl | ppl vs oracle | KL(oracle‖m) | top-1 | bytes/token | vs raw f16 | TTFT ms | TTFT speed-up |\n");
+    printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
+    for (int k = 0; k < f.nc; k++)
+        if (eval_consumer(&c, &f, k, &by, &out)) goto done;
+    print_patch_table(&c, &f, &by, out.pb);
+    if (o.ablations && run_ablations(&c, &f, out.abl)) goto done;
+    if (o.sweep && rate_sweep(&c, &f, &by, &out)) goto done;
+    print_goals(out.goals);
+    if (write_outputs(&o, out.root)) goto done;
     ret = 0;
 done:
-    free_windows(&c);
-    scdb_model_dev_cache_free(c.cd, &c.cache);
-    scdb_model_dev_free(&c.cd);
-    if (c.ops) {
-        c.ops->release(c.dlogits);
-        c.ops->release(c.dscr);
-    }
-    free(c.logits);
-    free(c.lp);
-    scdb_calib_free(&cal);
-    for (int i = 0; i < MAXC; i++) { scdb_pair_free(&pairs[i]); scdb_model_free(&cons[i]); }
-    scdb_codebook_free(&cb);
-    scdb_model_free(&prod);
-    cJSON_Delete(root);
+    ctx_free(&c);
+    family_free(&f);
+    cJSON_Delete(out.root);
     return ret;
 }

@@ -23,6 +23,7 @@
  * layers, 32 query / 8 KV heads x 128, 4096 live slots, random cache and
  * attention; no model step: the family has no 7B model). */
 #include <cjson/cJSON.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -212,20 +213,31 @@ int scdb_bench_session(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int more = i + 1 < argc;
+        scdb_err bad = SCDB_OK;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); return 0; }
         else if (!strcmp(a, "--device") && more) {
             if (scdb_device_parse(argv[++i], &pref)) { usage(stderr); return 2; }
         }
         else if (!strcmp(a, "--model") && more) o.model = argv[++i];
-        else if (!strcmp(a, "--prefix") && more) o.prefix = atoi(argv[++i]);
-        else if (!strcmp(a, "--steps") && more) o.steps = atoi(argv[++i]);
-        else if (!strcmp(a, "--cadence") && more) o.cadence = atoi(argv[++i]);
-        else if (!strcmp(a, "--budget") && more) o.budget = atoi(argv[++i]);
-        else if (!strcmp(a, "--reps") && more) o.reps = atoi(argv[++i]);
+        else if (!strcmp(a, "--prefix") && more)
+            bad = scdb_parse_int(a, argv[++i], 2, INT_MAX, &o.prefix, why, sizeof why);
+        else if (!strcmp(a, "--steps") && more)
+            bad = scdb_parse_int(a, argv[++i], 1, INT_MAX, &o.steps, why, sizeof why);
+        else if (!strcmp(a, "--cadence") && more)
+            bad = scdb_parse_int(a, argv[++i], 1, INT_MAX, &o.cadence, why, sizeof why);
+        /* -1: half the prefix */
+        else if (!strcmp(a, "--budget") && more)
+            bad = scdb_parse_int(a, argv[++i], -1, INT_MAX, &o.budget, why, sizeof why);
+        else if (!strcmp(a, "--reps") && more)
+            bad = scdb_parse_int(a, argv[++i], 1, INT_MAX, &o.reps, why, sizeof why);
         else if (!strcmp(a, "--shape") && more && !strcmp(argv[i + 1], "7b")) { o.big = 1; i++; }
         else if (!strcmp(a, "--data") && more) o.data = argv[++i];
         else if (!strcmp(a, "--json") && more) o.json = argv[++i];
         else { fprintf(stderr, "bench session: unknown or incomplete option '%s'\n\n", a); usage(stderr); return 2; }
+        if (bad) {
+            fprintf(stderr, "bench session: %s\n", why);
+            return 2;
+        }
     }
     if (o.budget < 0) o.budget = o.prefix / 2;
     if (o.prefix < 2 || o.steps < 1 || o.cadence < 1 || o.budget < 1 || o.reps < 1) {

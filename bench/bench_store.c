@@ -39,6 +39,7 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <float.h>
 #include <getopt.h>
 #include <lmdb.h>
 #include <math.h>
@@ -174,40 +175,71 @@ static int parse_opts(int argc, char **argv, bopts *o)
     o->seed = 1;
     optind = 0;
     while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
-        char *end = NULL;
+        char why[160];
+        scdb_err bad = SCDB_OK;
+        uint64_t u;
         switch (c) {
         case O_TRACE: o->trace_path = optarg; break;
         case O_SYN: o->synthetic = true; break;
-        case O_SYNREQ: o->synth_requests = strtoull(optarg, &end, 10); break;
+        case O_SYNREQ:
+            if (!(bad = scdb_parse_u64("--synthetic-requests", optarg, 0, SIZE_MAX, &u, why, sizeof why)))
+                o->synth_requests = (size_t)u;
+            break;
         case O_JSON: o->json = optarg; break;
-        case O_BT: o->block_tokens = (uint32_t)strtoul(optarg, &end, 10); break;
+        case O_BT:
+            bad = scdb_parse_u32("--block-tokens", optarg, 1, SCDB_BLOCK_TOKENS_MAX, &o->block_tokens, why, sizeof why);
+            break;
         case O_PAY: snprintf(o->payloads, sizeof o->payloads, "%s", optarg); break;
-        case O_LAY: o->layers = (uint32_t)strtoul(optarg, &end, 10); break;
-        case O_RK: o->rank_k = (uint32_t)strtoul(optarg, &end, 10); break;
-        case O_RV: o->rank_v = (uint32_t)strtoul(optarg, &end, 10); break;
-        case O_KVD: o->kv_dim = (uint32_t)strtoul(optarg, &end, 10); break;
-        case O_ELEM: o->elem_bytes = (uint32_t)strtoul(optarg, &end, 10); break;
-        case O_CS: o->codes_scale = strtod(optarg, &end); break;
-        case O_RS: o->raw_scale = strtod(optarg, &end); break;
-        case O_REQ: o->requests = strtoull(optarg, &end, 10); break;
-        case O_RREQ: o->raw_requests = strtoull(optarg, &end, 10); break;
+        case O_LAY:
+            bad = scdb_parse_u32("--layers", optarg, 1, UINT32_MAX, &o->layers, why, sizeof why);
+            break;
+        case O_RK:
+            bad = scdb_parse_u32("--rank-k", optarg, 0, UINT32_MAX, &o->rank_k, why, sizeof why);
+            break;
+        case O_RV:
+            bad = scdb_parse_u32("--rank-v", optarg, 0, UINT32_MAX, &o->rank_v, why, sizeof why);
+            break;
+        case O_KVD:
+            bad = scdb_parse_u32("--kv-dim", optarg, 0, UINT32_MAX, &o->kv_dim, why, sizeof why);
+            break;
+        case O_ELEM:
+            bad = scdb_parse_u32("--elem-bytes", optarg, 1, UINT32_MAX, &o->elem_bytes, why, sizeof why);
+            break;
+        case O_CS:
+            bad = scdb_parse_f64("--codes-scale", optarg, DBL_MIN, DBL_MAX, &o->codes_scale, why, sizeof why);
+            break;
+        case O_RS:
+            bad = scdb_parse_f64("--raw-scale", optarg, DBL_MIN, DBL_MAX, &o->raw_scale, why, sizeof why);
+            break;
+        case O_REQ:
+            if (!(bad = scdb_parse_u64("--requests", optarg, 0, SIZE_MAX, &u, why, sizeof why)))
+                o->requests = (size_t)u;
+            break;
+        case O_RREQ:
+            if (!(bad = scdb_parse_u64("--raw-requests", optarg, 0, SIZE_MAX, &u, why, sizeof why)))
+                o->raw_requests = (size_t)u;
+            break;
         case O_CAPS:
             if ((o->n_caps = parse_list(optarg, o->caps, MAX_CAPS)) <= 0) {
                 fprintf(stderr, "scdb bench store: --capacities wants fractions in (0, 1]\n");
                 return 2;
             }
             break;
-        case O_HOT: o->hot_frac = strtod(optarg, &end); break;
+        case O_HOT:
+            bad = scdb_parse_f64("--hot-fraction", optarg, 0, DBL_MAX, &o->hot_frac, why, sizeof why);
+            break;
         case O_NOSYNC: o->no_sync = true; break;
         case O_NOLMDB: o->no_lmdb = true; break;
         case O_DIR: o->dir = optarg; break;
-        case O_SEED: o->seed = strtoull(optarg, &end, 10); break;
+        case O_SEED:
+            bad = scdb_parse_u64("--seed", optarg, 0, UINT64_MAX, &o->seed, why, sizeof why);
+            break;
         case O_QUIET: o->quiet = true; break;
         case O_HELP: case 'h': usage(stdout); return 1;
         default: usage(stderr); return 2;
         }
-        if (end && (*end || end == optarg)) {
-            fprintf(stderr, "scdb bench store: bad number '%s'\n", optarg);
+        if (bad) {
+            fprintf(stderr, "scdb bench store: %s\n", why);
             return 2;
         }
     }

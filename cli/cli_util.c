@@ -104,24 +104,6 @@ int scdb_cli_read_tokens(const char *cmd, const char *path, int is_text, int32_t
     return -1;
 }
 
-int scdb_cli_parse_int(const char *s, int lo, int hi, int *out)
-{
-    char *end;
-    long v = strtol(s, &end, 10);
-    if (!*s || *end || v < lo || v > hi) return -1;
-    *out = (int)v;
-    return 0;
-}
-
-int scdb_cli_parse_float(const char *s, float lo, float hi, float *out)
-{
-    char *end;
-    float v = strtof(s, &end);
-    if (!*s || *end || !(v >= lo && v <= hi)) return -1;
-    *out = v;
-    return 0;
-}
-
 void scdb_cli_sibling_path(const char *path, const char *ext, char *out, size_t len)
 {
     size_t l = strlen(path), el = strlen(".safetensors");

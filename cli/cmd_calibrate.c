@@ -7,6 +7,7 @@
  * with --restamp, rewrite an old pair's file-hash consumer fingerprint.
  * Per-layer figures and progress go to stderr, a summary to stdout. */
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -199,6 +200,7 @@ int scdb_cmd_calibrate(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int more = i + 1 < argc;
+        scdb_err bad = SCDB_OK;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); return 0; }
         else if (!strcmp(a, "--producer") && more) producer_dir = argv[++i];
         else if (!strcmp(a, "--consumer") && more) {
@@ -209,8 +211,8 @@ int scdb_cmd_calibrate(int argc, char **argv)
         else if (!strcmp(a, "--ranks") && more) {
             cb_only = a;
             if (parse_ints(argv[++i], ranks, 3) != 3) { fprintf(stderr, "calibrate: --ranks wants rK,rV,rH\n"); return 2; }
-        } else if (!strcmp(a, "--patch-layers") && more) n_patch = atoi(argv[++i]);
-        else if (!strcmp(a, "--candidates") && more) { cb_only = a; n_cand = atoi(argv[++i]); }
+        } else if (!strcmp(a, "--patch-layers") && more) bad = scdb_parse_int(a, argv[++i], -1, INT_MAX, &n_patch, why, sizeof why);
+        else if (!strcmp(a, "--candidates") && more) { cb_only = a; bad = scdb_parse_int(a, argv[++i], -1, INT_MAX, &n_cand, why, sizeof why); }
         else if (!strcmp(a, "--candidate-layers") && more) {
             cb_only = a;
             n_fixed = parse_ints(argv[++i], fixed, SCDB_CODEC_MAX_LAYERS);
@@ -224,14 +226,14 @@ int scdb_cmd_calibrate(int argc, char **argv)
         else if (!strcmp(a, "--post-rope")) { cb_only = a; post = 1; }
         else if (!strcmp(a, "--no-token-layer0")) { cb_only = a; token0 = 0; }
         else if (!strcmp(a, "--candidate-kv")) { cb_only = a; cand_kv = 1; }
-        else if (!strcmp(a, "--windows") && more) windows = atoi(argv[++i]);
-        else if (!strcmp(a, "--budget") && more) { cb_only = a; budget = atoi(argv[++i]); }
+        else if (!strcmp(a, "--windows") && more) bad = scdb_parse_int(a, argv[++i], 1, INT_MAX, &windows, why, sizeof why);
+        else if (!strcmp(a, "--budget") && more) { cb_only = a; bad = scdb_parse_int(a, argv[++i], 0, INT_MAX, &budget, why, sizeof why); }
         else if (!strcmp(a, "--all-layers")) all_layers = 1;
         else if (!strcmp(a, "--own-layer")) all_layers = 0;
-        else if (!strcmp(a, "--window") && more) window = atoi(argv[++i]);
-        else if (!strcmp(a, "--eval-windows") && more) n_eval = atoi(argv[++i]);
-        else if (!strcmp(a, "--hidden") && more) hidden = atoi(argv[++i]);
-        else if (!strcmp(a, "--steps") && more) steps = atoi(argv[++i]);
+        else if (!strcmp(a, "--window") && more) bad = scdb_parse_int(a, argv[++i], 16, INT_MAX, &window, why, sizeof why);
+        else if (!strcmp(a, "--eval-windows") && more) bad = scdb_parse_int(a, argv[++i], 1, INT_MAX, &n_eval, why, sizeof why);
+        else if (!strcmp(a, "--hidden") && more) bad = scdb_parse_int(a, argv[++i], 1, INT_MAX, &hidden, why, sizeof why);
+        else if (!strcmp(a, "--steps") && more) bad = scdb_parse_int(a, argv[++i], 1, INT_MAX, &steps, why, sizeof why);
         else if (!strcmp(a, "--no-identity")) { cb_only = a; identity = 0; }
         else if (!strcmp(a, "-o") && more) outdir = argv[++i];
         else if (!strcmp(a, "--device") && more) {
@@ -243,6 +245,10 @@ int scdb_cmd_calibrate(int argc, char **argv)
         } else {
             fprintf(stderr, "calibrate: unknown or incomplete option '%s'\n\n", a);
             usage(stderr);
+            return 2;
+        }
+        if (bad) {
+            fprintf(stderr, "calibrate: %s\n", why);
             return 2;
         }
     }

@@ -22,6 +22,7 @@
  *      with its own-prefill one;
  *   4. SIGTERM to the broker, cleanup, exit 0 (1 if any step failed). */
 #include <errno.h>
+#include <limits.h>
 #include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
@@ -524,14 +525,16 @@ int scdb_cmd_demo(int argc, char **argv)
     d.policy = "distillcache";
     optind = 1;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        char why[160];
+        scdb_err bad = SCDB_OK;
         switch (c) {
         case 'd': d.data = optarg; break;
-        case 'p': d.prefix = atoi(optarg); break;
-        case 'g': d.gen = atoi(optarg); break;
+        case 'p': bad = scdb_parse_int("--prefix", optarg, 64, 512, &d.prefix, why, sizeof why); break;
+        case 'g': bad = scdb_parse_int("--gen", optarg, 1, 512, &d.gen, why, sizeof why); break;
         case 't': text_path = optarg; break;
-        case 'b': d.budget = atoi(optarg); break;
+        case 'b': bad = scdb_parse_int("--budget", optarg, 1, 1024, &d.budget, why, sizeof why); break;
         case 'P': d.policy = optarg; break;
-        case 'c': d.cadence = atoi(optarg); break;
+        case 'c': bad = scdb_parse_int("--cadence", optarg, 0, INT_MAX, &d.cadence, why, sizeof why); break;
         case 'D':
             if (scdb_device_parse(optarg, &d.device)) {
                 fprintf(stderr, "scdb demo: --device wants auto, cpu or cuda, not '%s'\n", optarg);
@@ -541,6 +544,10 @@ int scdb_cmd_demo(int argc, char **argv)
             break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
+        }
+        if (bad) {
+            fprintf(stderr, "scdb demo: %s\n", why);
+            return 2;
         }
     }
     if (optind < argc || d.prefix < 64 || d.prefix % 64 || d.gen < 1 || d.prefix + d.gen > 512) {

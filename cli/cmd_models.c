@@ -11,6 +11,7 @@
 #include <cjson/cJSON.h>
 #include <dirent.h>
 #include <getopt.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -89,13 +90,26 @@ int scdb_cmd_models(int argc, char **argv)
 
     optind = 1;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        char why[160];
+        int64_t v = 0;
+        scdb_err bad = SCDB_OK;
         switch (c) {
         case 'd': data = optarg; break;
         case 'j': json_path = optarg; break;
-        case 'm': max_bytes = strtol(optarg, NULL, 10); break;
-        case 'w': window = strtol(optarg, NULL, 10); break;
+        case 'm':
+            if (!(bad = scdb_parse_i64("--max-bytes", optarg, 2, LONG_MAX, &v, why, sizeof why)))
+                max_bytes = (long)v;
+            break;
+        case 'w':
+            if (!(bad = scdb_parse_i64("--window", optarg, 0, INT_MAX, &v, why, sizeof why)))
+                window = (long)v;
+            break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
+        }
+        if (bad) {
+            fprintf(stderr, "scdb models: %s\n", why);
+            return 2;
         }
     }
     if (optind < argc || max_bytes < 2 || window < 0) { usage(stderr); return 2; }

@@ -1,6 +1,7 @@
 /* cmd_train_policy.c — `scdb train-policy`: train the DistillCache eviction
  * MLP with REINFORCE against the full-cache teacher (evict/train.c) and
  * write it as a policy file (schema/FORMATS.md). */
+#include <float.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -138,6 +139,8 @@ int scdb_cmd_train_policy(int argc, char **argv)
     optind = 1;
     while ((c = getopt_long(argc, argv, "o:qh", opts, NULL)) != -1) {
         int bad = 0;
+        char oname[40], why[160] = "";
+        snprintf(oname, sizeof oname, "--%s", c >= O_MODEL ? opts[c - O_MODEL].name : "?");
         switch (c) {
         case O_MODEL: snprintf(model_dir, sizeof model_dir, "%s", optarg); break;
         case O_TEXT: snprintf(text_path, sizeof text_path, "%s", optarg); break;
@@ -146,36 +149,34 @@ int scdb_cmd_train_policy(int argc, char **argv)
             bad = strcmp(part, "first") && strcmp(part, "second") && strcmp(part, "all");
             break;
         case O_BUDGET: bad = parse_budgets(optarg, &o); break;
-        case O_EPISODES: bad = scdb_cli_parse_int(optarg, 0, 10000000, &o.episodes); break;
-        case O_SAMPLES: bad = scdb_cli_parse_int(optarg, 2, 1024, &o.samples); break;
-        case O_LR: o.lr = strtof(optarg, NULL); bad = !(o.lr > 0.0f); break;
-        case O_ENTROPY: o.entropy = strtof(optarg, NULL); bad = !(o.entropy >= 0.0f); break;
-        case O_PREFILL: bad = scdb_cli_parse_int(optarg, 2, 1 << 20, &o.prefill); break;
-        case O_STEPS: bad = scdb_cli_parse_int(optarg, 1, 1 << 20, &o.steps); break;
-        case O_EVERY: bad = scdb_cli_parse_int(optarg, 1, 1 << 20, &o.every); break;
-        case O_HIDDEN: bad = scdb_cli_parse_int(optarg, 1, 1024, &o.hidden); break;
-        case O_SINKS: bad = scdb_cli_parse_int(optarg, 0, 1 << 20, &o.sinks); break;
-        case O_RECENT: bad = scdb_cli_parse_int(optarg, 0, 1 << 20, &o.recent); break;
-        case O_VALW: bad = scdb_cli_parse_int(optarg, 1, 1024, &o.val_windows); break;
-        case O_VALE: bad = scdb_cli_parse_int(optarg, 1, 1 << 20, &o.val_every); break;
-        case O_MINUTES: o.max_seconds = 60.0 * strtod(optarg, NULL); bad = !(o.max_seconds > 0); break;
-        case O_SEED: o.seed = strtoull(optarg, NULL, 10); break;
+        case O_EPISODES: bad = scdb_parse_int(oname, optarg, 0, 10000000, &o.episodes, why, sizeof why); break;
+        case O_SAMPLES: bad = scdb_parse_int(oname, optarg, 2, 1024, &o.samples, why, sizeof why); break;
+        case O_LR: bad = scdb_parse_float(oname, optarg, FLT_MIN, FLT_MAX, &o.lr, why, sizeof why); break;
+        case O_ENTROPY: bad = scdb_parse_float(oname, optarg, 0.0f, FLT_MAX, &o.entropy, why, sizeof why); break;
+        case O_PREFILL: bad = scdb_parse_int(oname, optarg, 2, 1 << 20, &o.prefill, why, sizeof why); break;
+        case O_STEPS: bad = scdb_parse_int(oname, optarg, 1, 1 << 20, &o.steps, why, sizeof why); break;
+        case O_EVERY: bad = scdb_parse_int(oname, optarg, 1, 1 << 20, &o.every, why, sizeof why); break;
+        case O_HIDDEN: bad = scdb_parse_int(oname, optarg, 1, 1024, &o.hidden, why, sizeof why); break;
+        case O_SINKS: bad = scdb_parse_int(oname, optarg, 0, 1 << 20, &o.sinks, why, sizeof why); break;
+        case O_RECENT: bad = scdb_parse_int(oname, optarg, 0, 1 << 20, &o.recent, why, sizeof why); break;
+        case O_VALW: bad = scdb_parse_int(oname, optarg, 1, 1024, &o.val_windows, why, sizeof why); break;
+        case O_VALE: bad = scdb_parse_int(oname, optarg, 1, 1 << 20, &o.val_every, why, sizeof why); break;
+        case O_MINUTES: {
+            double m = 0;
+            bad = scdb_parse_f64(oname, optarg, 1e-9, 1e9, &m, why, sizeof why);
+            o.max_seconds = 60.0 * m;
+            break;
+        }
+        case O_SEED: bad = scdb_parse_u64(oname, optarg, 0, UINT64_MAX, &o.seed, why, sizeof why); break;
         case O_LOG: snprintf(log_path, sizeof log_path, "%s", optarg); break;
-        case O_PREFILL_MIN: bad = scdb_cli_parse_int(optarg, 0, 1 << 20, &o.prefill_min); break;
-        case O_POOL: bad = scdb_cli_parse_int(optarg, 1, 63, &o.pool) || o.pool % 2 == 0; break;
-        case O_RECENT_FRAC: {
-            char *end;
-            o.recent_frac = strtof(optarg, &end);
-            bad = *end || !(o.recent_frac >= 0.0f && o.recent_frac < 1.0f);
+        case O_PREFILL_MIN: bad = scdb_parse_int(oname, optarg, 0, 1 << 20, &o.prefill_min, why, sizeof why); break;
+        case O_POOL: bad = scdb_parse_int(oname, optarg, 1, 63, &o.pool, why, sizeof why) || o.pool % 2 == 0; break;
+        case O_RECENT_FRAC:   /* [0, 1) */
+            bad = scdb_parse_float(oname, optarg, 0.0f, 1.0f, &o.recent_frac, why, sizeof why) ||
+                  o.recent_frac >= 1.0f;
             break;
-        }
-        case O_GATE: {
-            char *end;
-            o.gate = strtof(optarg, &end);
-            bad = *end || !(o.gate >= 1.0f && o.gate <= 1e9f);
-            break;
-        }
-        case O_TAU: o.tau = strtof(optarg, NULL); bad = !(o.tau > 0.0f && o.tau <= 100.0f); break;
+        case O_GATE: bad = scdb_parse_float(oname, optarg, 1.0f, 1e9f, &o.gate, why, sizeof why); break;
+        case O_TAU: bad = scdb_parse_float(oname, optarg, FLT_MIN, 100.0f, &o.tau, why, sizeof why); break;
         case O_INIT:
             if (!strcmp(optarg, "attention")) o.init = SCDB_EVICT_INIT_ATTENTION;
             else if (!strcmp(optarg, "recency")) o.init = SCDB_EVICT_INIT_RECENCY;
@@ -206,8 +207,8 @@ int scdb_cmd_train_policy(int argc, char **argv)
         default: usage(stderr); return 2;
         }
         if (bad) {
-            fprintf(stderr, "train-policy: bad value for --%s: '%s'\n",
-                    c >= O_MODEL ? opts[c - O_MODEL].name : "?", optarg);
+            if (why[0]) fprintf(stderr, "train-policy: %s\n", why);
+            else fprintf(stderr, "train-policy: bad value for %s: '%s'\n", oname, optarg);
             return 2;
         }
     }

@@ -176,6 +176,8 @@ int scdb_cmd_train_policy_rl(int argc, char **argv)
     while ((c = getopt_long(argc, argv, "o:qh", opts, NULL)) != -1) {
         int bad = 0;
         double fr[4];
+        char oname[40], why[160] = "";
+        snprintf(oname, sizeof oname, "--%s", c >= O_SUITE ? opts[c - O_SUITE].name : "?");
         switch (c) {
         case O_SUITE: snprintf(suite_path, sizeof suite_path, "%s", optarg); break;
         case O_DOMAINS: bad = (n_domains = split_list(optarg, domains, MAX_DOMAINS)) < 1; break;
@@ -191,14 +193,14 @@ int scdb_cmd_train_policy_rl(int argc, char **argv)
             for (int i = 0; i < n_inputs; i++) free(inputs[i]);
             if (!bad) o.n_inputs = n_inputs;
             break;
-        case O_UPDATES: bad = scdb_cli_parse_int(optarg, 0, 10000000, &o.updates); break;
-        case O_BATCH: bad = scdb_cli_parse_int(optarg, 1, 1024, &o.batch); break;
-        case O_STATES: bad = scdb_cli_parse_int(optarg, 1, 32, &o.states); break;
-        case O_SAMPLES: bad = scdb_cli_parse_int(optarg, 2, 64, &o.samples); break;
-        case O_HORIZON: bad = scdb_cli_parse_int(optarg, 0, 1 << 20, &o.horizon); break;
-        case O_HFIRST: bad = scdb_cli_parse_int(optarg, 0, 1 << 20, &o.horizon_first); break;
+        case O_UPDATES: bad = scdb_parse_int(oname, optarg, 0, 10000000, &o.updates, why, sizeof why); break;
+        case O_BATCH: bad = scdb_parse_int(oname, optarg, 1, 1024, &o.batch, why, sizeof why); break;
+        case O_STATES: bad = scdb_parse_int(oname, optarg, 1, 32, &o.states, why, sizeof why); break;
+        case O_SAMPLES: bad = scdb_parse_int(oname, optarg, 2, 64, &o.samples, why, sizeof why); break;
+        case O_HORIZON: bad = scdb_parse_int(oname, optarg, 0, 1 << 20, &o.horizon, why, sizeof why); break;
+        case O_HFIRST: bad = scdb_parse_int(oname, optarg, 0, 1 << 20, &o.horizon_first, why, sizeof why); break;
         case O_ABSTAU: o.rel_tau = 0; break;
-        case O_TAUEND: bad = scdb_cli_parse_float(optarg, 1e-3f, 100.0f, &o.tau_end); break;
+        case O_TAUEND: bad = scdb_parse_float(oname, optarg, 1e-3f, 100.0f, &o.tau_end, why, sizeof why); break;
         case O_BRANGE:
             bad = parse_fracs(optarg, fr, 2) != 2 || fr[1] < fr[0];
             if (!bad) { o.budget_lo = fr[0]; o.budget_hi = fr[1]; }
@@ -207,27 +209,27 @@ int scdb_cmd_train_policy_rl(int argc, char **argv)
             o.n_val_budgets = parse_fracs(optarg, o.val_budgets, 4);
             bad = o.n_val_budgets < 1;
             break;
-        case O_VALW: bad = scdb_cli_parse_int(optarg, 1, 1024, &o.val_windows); break;
-        case O_VALE: bad = scdb_cli_parse_int(optarg, 1, 1 << 20, &o.val_every); break;
-        case O_LR: bad = scdb_cli_parse_float(optarg, 1e-9f, 10.0f, &o.lr); break;
-        case O_ENTROPY: bad = scdb_cli_parse_float(optarg, 0.0f, 100.0f, &o.entropy); break;
-        case O_TAU: bad = scdb_cli_parse_float(optarg, 1e-3f, 100.0f, &o.tau); break;
-        case O_HIDDEN: bad = scdb_cli_parse_int(optarg, 1, 1024, &o.hidden); break;
-        case O_SINKS: bad = scdb_cli_parse_int(optarg, 0, 1 << 20, &o.sinks); break;
-        case O_RECENT: bad = scdb_cli_parse_int(optarg, 0, 1 << 20, &o.recent); break;
-        case O_RFRAC: bad = scdb_cli_parse_float(optarg, 0.0f, 0.999f, &o.recent_frac); break;
-        case O_POOL: bad = scdb_cli_parse_int(optarg, 1, 63, &o.pool) || o.pool % 2 == 0; break;
-        case O_PREFILL: bad = scdb_cli_parse_int(optarg, 2, 1 << 20, &o.prefill); break;
-        case O_STEPS: bad = scdb_cli_parse_int(optarg, 1, 1 << 20, &o.steps); break;
-        case O_EVERY: bad = scdb_cli_parse_int(optarg, 1, 1 << 20, &o.every); break;
+        case O_VALW: bad = scdb_parse_int(oname, optarg, 1, 1024, &o.val_windows, why, sizeof why); break;
+        case O_VALE: bad = scdb_parse_int(oname, optarg, 1, 1 << 20, &o.val_every, why, sizeof why); break;
+        case O_LR: bad = scdb_parse_float(oname, optarg, 1e-9f, 10.0f, &o.lr, why, sizeof why); break;
+        case O_ENTROPY: bad = scdb_parse_float(oname, optarg, 0.0f, 100.0f, &o.entropy, why, sizeof why); break;
+        case O_TAU: bad = scdb_parse_float(oname, optarg, 1e-3f, 100.0f, &o.tau, why, sizeof why); break;
+        case O_HIDDEN: bad = scdb_parse_int(oname, optarg, 1, 1024, &o.hidden, why, sizeof why); break;
+        case O_SINKS: bad = scdb_parse_int(oname, optarg, 0, 1 << 20, &o.sinks, why, sizeof why); break;
+        case O_RECENT: bad = scdb_parse_int(oname, optarg, 0, 1 << 20, &o.recent, why, sizeof why); break;
+        case O_RFRAC: bad = scdb_parse_float(oname, optarg, 0.0f, 0.999f, &o.recent_frac, why, sizeof why); break;
+        case O_POOL: bad = scdb_parse_int(oname, optarg, 1, 63, &o.pool, why, sizeof why) || o.pool % 2 == 0; break;
+        case O_PREFILL: bad = scdb_parse_int(oname, optarg, 2, 1 << 20, &o.prefill, why, sizeof why); break;
+        case O_STEPS: bad = scdb_parse_int(oname, optarg, 1, 1 << 20, &o.steps, why, sizeof why); break;
+        case O_EVERY: bad = scdb_parse_int(oname, optarg, 1, 1 << 20, &o.every, why, sizeof why); break;
         case O_INIT: init_path = optarg; break;
         case O_MINUTES: {
             float m = 0.0f;
-            bad = scdb_cli_parse_float(optarg, 1e-3f, 1e7f, &m);
+            bad = scdb_parse_float(oname, optarg, 1e-3f, 1e7f, &m, why, sizeof why);
             o.max_seconds = 60.0 * m;
             break;
         }
-        case O_SEED: o.seed = strtoull(optarg, NULL, 10); break;
+        case O_SEED: bad = scdb_parse_u64(oname, optarg, 0, UINT64_MAX, &o.seed, why, sizeof why); break;
         case O_LOG: snprintf(log_path, sizeof log_path, "%s", optarg); break;
         case O_PNG: snprintf(png_path, sizeof png_path, "%s", optarg); break;
         case 'o': out_path = optarg; break;
@@ -236,8 +238,8 @@ int scdb_cmd_train_policy_rl(int argc, char **argv)
         default: usage(stderr); return 2;
         }
         if (bad) {
-            fprintf(stderr, "train-policy: bad value for --%s: '%s'\n",
-                    c >= O_SUITE ? opts[c - O_SUITE].name : "?", optarg);
+            if (why[0]) fprintf(stderr, "train-policy: %s\n", why);
+            else fprintf(stderr, "train-policy: bad value for %s: '%s'\n", oname, optarg);
             return 2;
         }
     }

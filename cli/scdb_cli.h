@@ -62,11 +62,8 @@ int scdb_cli_read_input(const char *cmd, const char *opt, const char *path, char
  * out of memory).  cli_util.c */
 int scdb_cli_read_tokens(const char *cmd, const char *path, int is_text, int32_t **out, size_t *n);
 
-/* Option values: a whole decimal integer / float in [lo, hi] into *out;
- * 0, or -1 (empty, trailing characters, out of range, NaN) with *out
- * untouched.  cli_util.c */
-int scdb_cli_parse_int(const char *s, int lo, int hi, int *out);
-int scdb_cli_parse_float(const char *s, float lo, float hi, float *out);
+/* Option values: scdb_parse_int and its kin (scdb_common.h), one parser
+ * for the command and the benches. */
 
 /* path with a trailing ".safetensors" replaced by ext (appended when there
  * is none): a policy's log and plot beside it.  cli_util.c */

@@ -78,6 +78,67 @@ int scdb_rm_tree(const char *path);
 const char *scdb_share_dir(void);
 const char *scdb_data_dir(void);
 
+/* ---------------------------------------------------------- option values
+ *
+ * One range-checked parser for every number a program takes on its command
+ * line (the scdb command, its benches): a value is a whole decimal number
+ * (an integer: optional sign, digits; a real: what strtod reads, finite) and
+ * nothing else, within [lo, hi].  Refused, with why naming the option
+ * (opt, e.g. "--windows") and the value:
+ *
+ *     --windows '':      empty value (want an integer in [1, 1048576])
+ *     --windows ' 8':    not an integer (want one in [1, 1048576])
+ *     --windows '8x':    junk after the number ('x')
+ *     --windows '1e99':  junk after the number ('e99')
+ *     --seed '-1':       not an unsigned integer (want one in [0, ...])
+ *     --windows '99999999999999999999': overflows (want [1, 1048576])
+ *     --windows '0':     out of range (want [1, 1048576])
+ *
+ * SCDB_EINVAL (empty, not a number, junk after it; a NULL s or out),
+ * SCDB_ERANGE (overflow, out of [lo, hi]).  *out is written only on
+ * SCDB_OK. */
+scdb_err scdb_parse_i64(const char *opt, const char *s, int64_t lo, int64_t hi, int64_t *out,
+                        char *why, size_t why_len);
+scdb_err scdb_parse_u64(const char *opt, const char *s, uint64_t lo, uint64_t hi, uint64_t *out,
+                        char *why, size_t why_len);
+scdb_err scdb_parse_f64(const char *opt, const char *s, double lo, double hi, double *out,
+                        char *why, size_t why_len);
+/* The same into narrower types (lo, hi within the type). */
+scdb_err scdb_parse_int(const char *opt, const char *s, int lo, int hi, int *out, char *why,
+                        size_t why_len);
+scdb_err scdb_parse_u32(const char *opt, const char *s, uint32_t lo, uint32_t hi, uint32_t *out,
+                        char *why, size_t why_len);
+scdb_err scdb_parse_float(const char *opt, const char *s, float lo, float hi, float *out,
+                          char *why, size_t why_len);
+
+/* --------------------------------------------------------- random numbers
+ *
+ * Small reproducible generators over a caller's state, for tests, benches
+ * and port picks (never for anything secret): xorshift64 (Marsaglia's
+ * 13, 7, 17; the state must not be 0) and splitmix64 (any state; also a
+ * seed expander).  scdb_xorshift_f32 is uniform in [-1, 1), from the top
+ * 53 bits of the next xorshift64 state. */
+static inline uint64_t scdb_xorshift64(uint64_t *s)
+{
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+static inline float scdb_xorshift_f32(uint64_t *s)
+{
+    return (float)((scdb_xorshift64(s) >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
+}
+
+static inline uint64_t scdb_splitmix64(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
 #define SCDB_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
 #endif /* SCDB_COMMON_H */

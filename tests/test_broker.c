@@ -25,6 +25,7 @@
 
 #include <cmocka.h>
 
+#include "broker_proc.h"
 #include "hf_export.h"
 #include "signal_pid.h"
 
@@ -172,17 +173,9 @@ static scdb *connect_to(const char *ep, int timeout_ms)
 static void start_broker(void)
 {
     const char *argv[] = {SCDB_BROKER_BIN, "--config", cfg_path, NULL};
-    double until = scdb_now() + 60;
-    scdb *h;
 
     broker_pid = spawn(argv, -1);
-    while (!(h = connect_to(endpoint, 200))) {
-        int st;
-        assert_int_equal(waitpid(broker_pid, &st, WNOHANG), 0); /* still running */
-        assert_true(scdb_now() < until);
-        usleep(20000);
-    }
-    scdb_close(&h);
+    assert_int_equal(bp_wait_ready(broker_pid, endpoint, 60, NULL), 0);
 }
 
 /* Signal the broker and return its exit status. */
@@ -347,7 +340,6 @@ static int setup(void **state)
 
 static int teardown(void **state)
 {
-    char cmd[300];
     (void)state;
     if (broker_pid > 0) stop_broker(SIGTERM);
     if (extra_pid > 0) {
@@ -358,8 +350,7 @@ static int teardown(void **state)
         fprintf(stderr, "test_broker: kept %s\n", dir);
         return 0;
     }
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    return system(cmd) == 0 ? 0 : -1;
+    return scdb_rm_tree(dir) == 0 ? 0 : -1;
 }
 
 /* ------------------------------------------------- lookup index helpers */
@@ -1991,7 +1982,6 @@ static void test_index_evict_grow_damage(void **state)
     scdb *early, *ix, *rq, *p;
     scdb_stat st;
     pid_t pid;
-    double until = scdb_now() + 60;
     uint32_t total = 0;
     (void)state;
 
@@ -2000,11 +1990,7 @@ static void test_index_evict_grow_damage(void **state)
     snprintf(ep3, sizeof ep3, "ipc://%s/third.sock", dir);
     write_config(cfg3, ep3, data3, "disk_capacity = 24MiB\nlookup_index_entries = 16\n");
     pid = extra_pid = spawn(argv, -1);
-    while (!(early = connect_to(ep3, 200))) {
-        assert_true(scdb_now() < until);
-        usleep(20000);
-    }
-    scdb_close(&early);
+    assert_int_equal(bp_wait_ready(pid, ep3, 60, NULL), 0);
     early = handle_on(ep3, SCDB_CONSUMER, "m32", 1);   /* maps the first, small index */
     p = handle_on(ep3, SCDB_PRODUCER, "m32", 0);
     for (uint32_t i = 0; i < PROMPTS; i++) put_blocks(p, 1000 + i, NB * BT, NB);
@@ -2250,7 +2236,6 @@ static void test_isolation(void **state)
     struct group *ng = getgrnam("nogroup");
     pid_t outer, real = 0;
     double until;
-    scdb *early;
     (void)state;
 
     if (geteuid() != 0 || access("/usr/bin/unshare", X_OK) || access("/usr/bin/setpriv", X_OK) ||
@@ -2289,11 +2274,7 @@ static void test_isolation(void **state)
     write_config(cfg2, ep2, data2, "socket_group = nogroup\nsocket_mode = 0660\n");
     outer = extra_pid = spawn(argv, -1);
     until = scdb_now() + 60;
-    while (!(early = connect_to(ep2, 200))) {
-        assert_true(scdb_now() < until);
-        usleep(20000);
-    }
-    scdb_close(&early);
+    assert_int_equal(bp_wait_ready(outer, ep2, 60, NULL), 0);
     while (!(real = child_of(outer))) {
         assert_true(scdb_now() < until);
         usleep(20000);

@@ -48,6 +48,29 @@ expect 2 "serve: a [remote] prefix with a hash tag" -- "$scdb" serve --data-dir 
 grep -q "hash tag" "$tmp/err" && ok "serve: the hash-tag refusal says why" \
   || bad "serve: the hash-tag refusal says why"
 
+# option values (issue 26): one range-checked parser (common/parse_num.c)
+# for the command and the benches; a bad value is a usage error whose
+# message names the option and says what is wrong with it
+badval() {  # badval MESSAGE -- command...
+  local want=$1; shift 2
+  expect 2 "$* is a usage error" -- "$@"
+  grep -qF -- "$want" "$tmp/err" && ok "$*: says '$want'" || { bad "$*: says '$want'"; cat "$tmp/err"; }
+}
+badval "--windows 'abc': not an integer" -- "$scdb" bench quality --windows abc
+badval "--prefix '12x': junk after the number ('x')" -- "$scdb" bench quality --prefix 12x
+badval "--reps '0': out of range" -- "$scdb" bench quality --reps 0
+badval "--layers '99999999999': out of range" -- "$scdb" bench store --layers 99999999999
+badval "--seed '-1': not an unsigned integer" -- "$scdb" bench store --seed -1
+badval "--reps '0': out of range (want [1, 1000])" -- "$scdb" bench kernels --reps 0
+badval "--seconds: empty value" -- "$scdb" bench broker --seconds ""
+badval "--steps '99999999999999999999': overflows" -- "$scdb" bench session --steps 99999999999999999999
+badval "--brokers '1': out of range (want [2, 16])" -- "$scdb" bench cluster --brokers 1
+badval "--iters '-3': out of range" -- "$scdb" bench python --iters -3
+badval "--windows '-3': out of range" -- "$scdb" calibrate --windows -3
+badval "--gen 'x': not an integer" -- "$scdb" demo --gen x
+badval "--window '5.5': junk after the number ('.5')" -- "$scdb" models --window 5.5
+badval "--updates '1e3': junk after the number ('e3')" -- "$scdb" train-policy --updates 1e3 -o "$tmp/p.safetensors"
+
 # --device auto|cpu|cuda (issue 7): listed in the help texts, bad values are
 # usage errors, commands without a CUDA path refuse cuda and say why
 for sub in serve calibrate demo "bench quality" "bench kernels"; do

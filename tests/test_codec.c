@@ -38,12 +38,7 @@ static scdb_model *prod, *cons, *other, *late;
 static unsigned char *text;
 static size_t text_len;
 
-static uint64_t rng_state;
-static float frand(void)
-{
-    rng_state ^= rng_state << 13; rng_state ^= rng_state >> 7; rng_state ^= rng_state << 17;
-    return (float)((rng_state >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
-}
+static uint64_t rng_state;   /* scdb_xorshift_f32 */
 
 /* A random model: weights from `seed`, plus `perturb` x noise from seed 77
  * (tiny_model.h). */
@@ -83,7 +78,7 @@ static int setup(void **state)
         text_len = 20000;
         text = malloc(text_len);
         rng_state = 5;
-        for (size_t i = 0; i < text_len; i++) text[i] = (unsigned char)(97 + (int)(13 * (frand() + 1)));
+        for (size_t i = 0; i < text_len; i++) text[i] = (unsigned char)(97 + (int)(13 * (scdb_xorshift_f32(&rng_state) + 1)));
     }
     if (text_len > 40000) text_len = 40000;
     return 0;
@@ -92,14 +87,12 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     (void)state;
-    char cmd[512];
     scdb_model_free(&prod);
     scdb_model_free(&cons);
     scdb_model_free(&other);
     scdb_model_free(&late);
     free(text);
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    return system(cmd) == 0 ? 0 : -1;
+    return scdb_rm_tree(tmpdir) == 0 ? 0 : -1;
 }
 
 static scdb_calib_opts small_opts(void)
@@ -416,10 +409,10 @@ static void test_aligner_training(void **state)
     float *z = malloc((size_t)n * r * sizeof *z), *h = malloc((size_t)n * d * sizeof *h);
     rng_state = 99;
     for (int i = 0; i < n; i++) {
-        for (int k = 0; k < r; k++) z[i * r + k] = 2.0f * frand();
+        for (int k = 0; k < r; k++) z[i * r + k] = 2.0f * scdb_xorshift_f32(&rng_state);
         for (int o = 0; o < d; o++) {
             float a = z[i * r + o % r], b = z[i * r + (o + 1) % r];
-            h[i * d + o] = tanhf(a * b) + 0.5f * a + 0.05f * frand();   /* non-linear */
+            h[i * d + o] = tanhf(a * b) + 0.5f * a + 0.05f * scdb_xorshift_f32(&rng_state);   /* non-linear */
         }
     }
     scdb_aligner al;

@@ -31,6 +31,7 @@
 #include "codec.h"
 #include "kernels.h"
 #include "model.h"
+#include "broker_proc.h"
 #include "scdb.h"
 
 #define N 256
@@ -51,8 +52,6 @@ static scdb *connect_to(int timeout_ms)
 static int start_broker(int bi)
 {
     FILE *f;
-    double until;
-    scdb *h;
     pid_t pid;
     snprintf(cfg_path[bi], sizeof cfg_path[bi], "%s/broker%d.ini", dir, bi);
     snprintf(endpoint[bi], sizeof endpoint[bi], "ipc://%s/broker%d.sock", dir, bi);
@@ -74,28 +73,14 @@ static int start_broker(int bi)
                    "[pair base-scd code]\ndecoder = scd\n"
                    "file = " SCDB_DATA_DIR "/pairs/base__code.safetensors\n");
     fclose(f);
-    pid = fork();
-    if (pid < 0) return -1;
-    if (pid == 0) {
-        int fd = open(log_path[bi], O_WRONLY | O_CREAT | O_APPEND, 0600);
-        if (fd >= 0) { dup2(fd, 1); dup2(fd, 2); }
-        execl(SCDB_BROKER_BIN, SCDB_BROKER_BIN, "--config", cfg_path[bi], (char *)NULL);
-        _exit(127);
-    }
+    if ((pid = bp_spawn(SCDB_BROKER_BIN, cfg_path[bi], log_path[bi])) < 0) return -1;
     broker_pid[bi] = pid;
     cur = bi;
-    until = scdb_now() + 60;
-    while (!(h = connect_to(200))) {
-        int st;
-        if (waitpid(pid, &st, WNOHANG) == pid || scdb_now() > until) {
-            fprintf(stderr, "test_cuda_ipc: broker %d did not start (log: %s)\n", bi,
-                    log_path[bi]);
-            broker_pid[bi] = -1;
-            return -1;
-        }
-        usleep(20000);
+    if (bp_wait_ready(pid, endpoint[bi], 60, NULL)) {
+        fprintf(stderr, "test_cuda_ipc: broker %d did not start (log: %s)\n", bi, log_path[bi]);
+        broker_pid[bi] = -1;
+        return -1;
     }
-    scdb_close(&h);
     return 0;
 }
 
@@ -113,7 +98,6 @@ static int setup(void **state)
 
 static int teardown(void **state)
 {
-    char cmd[300];
     int st;
     (void)state;
     for (int bi = 0; bi < NB; bi++)
@@ -125,8 +109,7 @@ static int teardown(void **state)
         fprintf(stderr, "test_cuda_ipc: kept %s\n", dir);
         return 0;
     }
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    return system(cmd) == 0 ? 0 : -1;
+    return scdb_rm_tree(dir) == 0 ? 0 : -1;
 }
 
 static void get_stats_of(scdb *h, scdb_stat *st)

@@ -13,17 +13,12 @@
 
 #include "kernels.h"
 
-static uint64_t rng = 0x9e3779b97f4a7c15ull;
-static float frand(void)
-{
-    rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
-    return (float)((rng >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
-}
+static uint64_t rng = 0x9e3779b97f4a7c15ull;   /* scdb_xorshift_f32 */
 static float *rand_vec(size_t n)
 {
     float *p = malloc(n * sizeof *p);
     assert_non_null(p);
-    for (size_t i = 0; i < n; i++) p[i] = frand();
+    for (size_t i = 0; i < n; i++) p[i] = scdb_xorshift_f32(&rng);
     return p;
 }
 static void assert_close(const float *a, const float *b, size_t n, float tol)
@@ -80,7 +75,7 @@ static void test_bf16_known(void **state)
     }
     /* random values: relative error within half an ulp */
     for (int i = 0; i < 10000; i++) {
-        float x = frand() * 1000.0f;
+        float x = scdb_xorshift_f32(&rng) * 1000.0f;
         assert_true(fabsf(scdb_bf16_to_f32(scdb_f32_to_bf16(x)) - x) <= fabsf(x) / 256.0f);
         assert_true(fabsf(scdb_f16_to_f32(scdb_f32_to_f16(x)) - x) <= fabsf(x) / 2048.0f);
     }
@@ -457,7 +452,7 @@ static uint16_t *f16_vec(size_t n, float scale)
 {
     uint16_t *p = malloc((n ? n : 1) * sizeof *p);
     assert_non_null(p);
-    for (size_t i = 0; i < n; i++) p[i] = scdb_f32_to_f16(frand() * scale);
+    for (size_t i = 0; i < n; i++) p[i] = scdb_f32_to_f16(scdb_xorshift_f32(&rng) * scale);
     return p;
 }
 
@@ -487,11 +482,11 @@ static void test_gemm_ex(void **state)
                 uint16_t *A = malloc(na * 2), *B = malloc(nb * 2);
                 float *Af = malloc(na * 4), *Bf = malloc(nb * 4);
                 for (size_t i = 0; i < na; i++) {
-                    A[i] = dts[d] == SCDB_F16 ? scdb_f32_to_f16(frand()) : scdb_f32_to_bf16(frand());
+                    A[i] = dts[d] == SCDB_F16 ? scdb_f32_to_f16(scdb_xorshift_f32(&rng)) : scdb_f32_to_bf16(scdb_xorshift_f32(&rng));
                     Af[i] = dts[d] == SCDB_F16 ? scdb_f16_to_f32(A[i]) : scdb_bf16_to_f32(A[i]);
                 }
                 for (size_t i = 0; i < nb; i++) {
-                    B[i] = dts[d] == SCDB_F16 ? scdb_f32_to_f16(frand()) : scdb_f32_to_bf16(frand());
+                    B[i] = dts[d] == SCDB_F16 ? scdb_f32_to_f16(scdb_xorshift_f32(&rng)) : scdb_f32_to_bf16(scdb_xorshift_f32(&rng));
                     Bf[i] = dts[d] == SCDB_F16 ? scdb_f16_to_f32(B[i]) : scdb_bf16_to_f32(B[i]);
                 }
                 float *C = rand_vec((size_t)M * ldc), *R = malloc((size_t)M * ldc * 4);
@@ -699,7 +694,7 @@ static void test_evict_ops(void **state)
     for (int l = 0; l < L; l++)
         for (int i = 0; i < n * H * D; i++)
             scdb_kv_k(c1, l, 0)[i] = scdb_kv_k(c2, l, 0)[i] = scdb_kv_v(c1, l, 0)[i] =
-                scdb_kv_v(c2, l, 0)[i] = frand();
+                scdb_kv_v(c2, l, 0)[i] = scdb_xorshift_f32(&rng);
     assert_int_equal(scdb_kv_cache_compact(c1, want_keep, 6), SCDB_OK);
     size_t row = (size_t)H * D * 4, stride = (size_t)cap * row;
     assert_int_equal(scdb_k_compact_rows_cpu(c2->k, L, stride, row, n, want_keep, 6, NULL), SCDB_OK);

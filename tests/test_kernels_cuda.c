@@ -16,13 +16,8 @@
 
 #include "kernels.h"
 
-static uint64_t rng = 0x2545f4914f6cdd1dull;
-static float frand(void)
-{
-    rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
-    return (float)((rng >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
-}
-static float *rnd(size_t n) { float *p = malloc(n * 4); for (size_t i = 0; i < n; i++) p[i] = frand(); return p; }
+static uint64_t rng = 0x2545f4914f6cdd1dull;   /* scdb_xorshift_f32 */
+static float *rnd(size_t n) { float *p = malloc(n * 4); for (size_t i = 0; i < n; i++) p[i] = scdb_xorshift_f32(&rng); return p; }
 
 static void *dev(const void *host, size_t bytes)
 {
@@ -87,7 +82,7 @@ static void test_rows(void **s)
     close_to(g, r, n, 1e-6f, 1e-5f);
     /* swiglu */
     float *u = rnd(n), *du = dev(u, n * 4);
-    for (size_t i = 0; i < n; i++) x[i] = frand() * 4.0f;
+    for (size_t i = 0; i < n; i++) x[i] = scdb_xorshift_f32(&rng) * 4.0f;
     assert_int_equal(scdb_k_cuda_copy(dx, x, n * 4, 1), SCDB_OK);
     scdb_k_swiglu_cpu(x, u, n, r);
     assert_int_equal(scdb_k_swiglu_cuda(dx, du, n, dout), SCDB_OK);
@@ -165,7 +160,7 @@ static void nmse_below(const char *what, const float *a, const float *b, size_t 
 static uint16_t *h16(size_t n, float scale, int bf)
 {
     uint16_t *p = malloc((n ? n : 1) * 2);
-    for (size_t i = 0; i < n; i++) p[i] = bf ? scdb_f32_to_bf16(frand() * scale) : scdb_f32_to_f16(frand() * scale);
+    for (size_t i = 0; i < n; i++) p[i] = bf ? scdb_f32_to_bf16(scdb_xorshift_f32(&rng) * scale) : scdb_f32_to_f16(scdb_xorshift_f32(&rng) * scale);
     return p;
 }
 
@@ -487,7 +482,7 @@ static void acc_probs(const scdb_kv_cache *c, int n_new, int slots, float *p)
             int32_t qp = c->pos[c->n - n_new + q];
             double z = 0;
             for (int j = 0; j < slots; j++) {
-                row[j] = j < c->n && c->pos[j] <= qp ? expf(2.0f * frand()) : 0.0f;
+                row[j] = j < c->n && c->pos[j] <= qp ? expf(2.0f * scdb_xorshift_f32(&rng)) : 0.0f;
                 z += row[j];
             }
             for (int j = 0; j < slots; j++) row[j] = (float)(row[j] / z);
@@ -517,8 +512,8 @@ static void test_acc_ops(void **s)
             c->pos[sl] = sl ? c->pos[sl - 1] + 1 + (sl % 5 == 0) : 0;
             for (int l = 0; l < AL; l++)
                 for (int d = 0; d < AG * AHD; d++) {
-                    scdb_kv_k(c, l, sl)[d] = frand();
-                    scdb_kv_v(c, l, sl)[d] = frand();
+                    scdb_kv_k(c, l, sl)[d] = scdb_xorshift_f32(&rng);
+                    scdb_kv_v(c, l, sl)[d] = scdb_xorshift_f32(&rng);
                 }
         }
         c->n += add;

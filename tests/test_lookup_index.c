@@ -262,11 +262,8 @@ static scdb_err open_damaged(bad_kind kind)
     case BAD_INSTANCE: h->instance ^= 1; break;
     case BAD_BLOCK_TOKENS: h->block_tokens = 32; break;
     case BAD_GARBAGE: {
-        uint32_t x = 12345;
-        for (size_t i = 0; i < sz; i++) {
-            x = x * 1103515245u + 12345u;
-            ((uint8_t *)h)[i] = (uint8_t)(x >> 16);
-        }
+        uint64_t x = 12345;
+        for (size_t i = 0; i < sz; i++) ((uint8_t *)h)[i] = (uint8_t)scdb_splitmix64(&x);
         break;
     }
     case BAD_SHORT_HEADER: assert_int_equal(ftruncate(fd, 100), 0); break;
@@ -337,17 +334,14 @@ static void test_garbage_slots(void **state)
     scdb_key keys[64];
     void *m;
     size_t sz, n;
-    uint32_t x = 99;
+    uint64_t x = 99;
     int fd;
     (void)state;
 
     assert_int_equal(scdb_lix_create(INST, BT, 0, &w), SCDB_OK);
     fd = copy_of(w, &m, &sz);
     h = m;
-    for (size_t i = SCDB_LIX_HEADER_BYTES; i < sz; i++) {
-        x = x * 1103515245u + 12345u;
-        ((uint8_t *)h)[i] = (uint8_t)(x >> 16);
-    }
+    for (size_t i = SCDB_LIX_HEADER_BYTES; i < sz; i++) ((uint8_t *)h)[i] = (uint8_t)scdb_splitmix64(&x);
     atomic_store(&h->max_probe, UINT32_MAX);
     seal(fd);
     assert_int_equal(scdb_lix_open_fd(fd, INST, BT, &r), SCDB_OK);

@@ -37,9 +37,7 @@ static int setup_tmp(void **state)
 static int teardown_tmp(void **state)
 {
     (void)state;
-    char cmd[512];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    return system(cmd) == 0 ? 0 : -1;
+    return scdb_rm_tree(tmpdir) == 0 ? 0 : -1;
 }
 
 /* ------------------------------------------------------------ config */

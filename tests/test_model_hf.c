@@ -53,17 +53,10 @@ static int setup_tmp(void **state)
 static int teardown_tmp(void **state)
 {
     (void)state;
-    char cmd[512];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    return system(cmd) == 0 ? 0 : -1;
+    return scdb_rm_tree(tmpdir) == 0 ? 0 : -1;
 }
 
-static void rmrf(const char *dir)
-{
-    char cmd[1600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    assert_int_equal(system(cmd), 0);
-}
+static void rmrf(const char *dir) { assert_int_equal(scdb_rm_tree(dir), 0); }
 
 /* ------------------------------------------------------------ logits */
 

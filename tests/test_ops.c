@@ -40,6 +40,7 @@
 #include <cmocka.h>
 
 #include "broker_kv.h"
+#include "broker_proc.h"
 #include "signal_pid.h"
 #include "scdb.h"
 #include "scdb_common.h"
@@ -75,32 +76,9 @@ static void append_config(const char *text)
 
 static void start_broker(void)
 {
-    double until = scdb_now() + WAIT_S;
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        int fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND, 0600);
-        if (fd >= 0) {
-            dup2(fd, 1);
-            dup2(fd, 2);
-        }
-        execl(SCDB_BROKER_BIN, SCDB_BROKER_BIN, "--config", cfg_path, (char *)NULL);
-        _exit(127);
-    }
-    broker_pid = pid;
-    for (;;) {
-        scdb_opts o = {.endpoint = endpoint, .timeout_ms = 200, .no_heartbeat = 1};
-        scdb *h = NULL;
-        int st;
-        if (scdb_connect(&o, &h) == SCDB_OK && scdb_ping(h, NULL) == SCDB_OK) {
-            scdb_close(&h);
-            return;
-        }
-        scdb_close(&h);
-        assert_int_equal(waitpid(broker_pid, &st, WNOHANG), 0);
-        assert_true(scdb_now() < until);
-        usleep(20000);
-    }
+    broker_pid = bp_spawn(SCDB_BROKER_BIN, cfg_path, log_path);
+    assert_true(broker_pid > 0);
+    assert_int_equal(bp_wait_ready(broker_pid, endpoint, WAIT_S, NULL), 0);
 }
 
 static int stop_broker(void)

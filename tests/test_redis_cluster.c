@@ -25,7 +25,7 @@
  * The cluster groups exit 77 (skipped) when redis-server or redis-cli is
  * missing; scripts/install-deps.sh --test installs them.  Each group starts
  * its own cluster on free loopback ports in its own temp dir
- * (tests/helpers/local_cluster.h), so ctest -j2 is safe.
+ * (store/local_cluster.h), so ctest -j2 is safe.
  *
  * Timing bounds here are "does not hang" bounds (a deadline plus a generous
  * second for a loaded 2-core machine), not performance figures.
@@ -54,7 +54,7 @@
 #include <hiredis/hiredis.h>
 
 #include "helpers/alloc_fault.h"
-#include "helpers/local_cluster.h"
+#include "local_cluster.h"
 #include "redis_cluster.h"
 
 #define SLACK_MS 1000 /* what a loaded machine may add to a deadline */
@@ -74,20 +74,12 @@ static void nap_ms(int ms)
     while (nanosleep(&ts, &ts) < 0 && errno == EINTR) {}
 }
 
-static uint64_t splitmix(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
 /* A key shaped like scdb's: prefix + 32 hex digits (no braces). */
 static size_t key_for(const char *tag, uint64_t i, char *buf, size_t len)
 {
     uint64_t s = i * 0x2545F4914F6CDD1Dull + 7;
     for (const char *c = tag; *c; c++) s = s * 131 + (unsigned char)*c;
-    uint64_t a = splitmix(&s), b = splitmix(&s);
+    uint64_t a = scdb_splitmix64(&s), b = scdb_splitmix64(&s);
     return (size_t)snprintf(buf, len, "scdb:%s:%016llx%016llx", tag, (unsigned long long)a,
                             (unsigned long long)b);
 }
@@ -99,7 +91,7 @@ static uint8_t *value_for(uint64_t i, size_t *len)
     if (i % 97 == 3) n = 65536 + (size_t)(i % 1000);
     uint8_t *v = malloc(n ? n : 1);
     uint64_t s = i ^ 0xABCDEF;
-    for (size_t k = 0; k < n; k++) v[k] = (uint8_t)splitmix(&s);
+    for (size_t k = 0; k < n; k++) v[k] = (uint8_t)scdb_splitmix64(&s);
     *len = n;
     return v;
 }
@@ -1033,10 +1025,10 @@ static void test_slots_match_cluster_keyslot(void **state)
     uint64_t s = 42;
     for (int i = 0; i < 400; i++) {
         char k[40];
-        size_t n = 1 + splitmix(&s) % 30;
+        size_t n = 1 + scdb_splitmix64(&s) % 30;
         for (size_t j = 0; j < n; j++) {
-            uint64_t r = splitmix(&s) % 8;
-            k[j] = r == 0 ? '{' : r == 1 ? '}' : (char)(splitmix(&s) & 0xff);
+            uint64_t r = scdb_splitmix64(&s) % 8;
+            k[j] = r == 0 ? '{' : r == 1 ? '}' : (char)(scdb_splitmix64(&s) & 0xff);
         }
         redisReply *r = lc_cmd(g_cluster, 0, "CLUSTER KEYSLOT %b", k, n);
         assert_non_null(r);

@@ -32,7 +32,7 @@
  * The cluster groups exit 77 (skipped) when redis-server or redis-cli is
  * missing (scripts/install-deps.sh installs them).  Each starts its own
  * cluster on free loopback ports in its own temp dir
- * (tests/helpers/local_cluster.h), so ctest -j2 is safe.  Nothing here
+ * (store/local_cluster.h), so ctest -j2 is safe.  Nothing here
  * times anything: waits are polls with generous "does not hang" limits.
  */
 #include <stdarg.h>
@@ -55,7 +55,8 @@
 #include <cjson/cJSON.h>
 
 #include "helpers/broker_kv.h"
-#include "helpers/local_cluster.h"
+#include "helpers/broker_proc.h"
+#include "local_cluster.h"
 #include "helpers/signal_pid.h"
 #include "redis_cluster.h"
 #include "remote_tier.h"
@@ -716,33 +717,13 @@ static scdb *bconnect(const bproc *bp, int timeout_ms)
 /* Start it; 0 when it answers, else its exit status (it stopped). */
 static int bproc_start(bproc *bp)
 {
-    const char *argv[] = {SCDB_BROKER_BIN, "--config", bp->cfg, NULL};
-    double until = scdb_now() + 60;
-    scdb *h;
     int st;
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        int fd = open(bp->log, O_WRONLY | O_CREAT | O_APPEND, 0600);
-        if (fd >= 0) {
-            dup2(fd, 1);
-            dup2(fd, 2);
-        }
-        execv(argv[0], (char *const *)argv);
-        _exit(127);
-    }
-    bp->pid = pid;
-    while (!(h = bconnect(bp, 200))) {
-        pid_t r = waitpid(pid, &st, WNOHANG);
-        if (r == pid) {
-            bp->pid = 0;
-            return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-        }
-        assert_true(scdb_now() < until);
-        nap_ms(20);
-    }
-    scdb_close(&h);
-    return 0;
+    bp->pid = bp_spawn(SCDB_BROKER_BIN, bp->cfg, bp->log);
+    assert_true(bp->pid > 0);
+    if (bp_wait_ready(bp->pid, bp->ep, 60, &st) == 0) return 0;
+    assert_true(st >= 0);     /* it stopped, rather than never answering */
+    bp->pid = 0;
+    return st;
 }
 
 static int bproc_stop(bproc *bp)

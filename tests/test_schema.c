@@ -804,15 +804,7 @@ static void test_null_safety(void **state)
 
 /* --------------------------------------------------------------- garbage */
 
-static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
-
-static uint64_t rnd(void)
-{
-    g_rng ^= g_rng << 13;
-    g_rng ^= g_rng >> 7;
-    g_rng ^= g_rng << 17;
-    return g_rng;
-}
+static uint64_t g_rng = 0x9e3779b97f4a7c15ull;   /* scdb_xorshift64 */
 
 /* Open buf; if it is accepted, every tensor must lie inside buf. */
 static scdb_err open_must_not_crash(const uint8_t *buf, size_t len)
@@ -846,10 +838,10 @@ static void test_garbage_random(void **state)
         for (int rep = 0; rep < 8; rep++) {
             uint8_t *b = malloc(len ? len : 1);
             for (size_t i = 0; i < len; i++)
-                b[i] = (uint8_t)rnd();
+                b[i] = (uint8_t)scdb_xorshift64(&g_rng);
             /* half the time, a plausible header length so JSON gets parsed */
             if (len >= 8 && (rep & 1)) {
-                uint64_t n = rnd() % (len - 7);
+                uint64_t n = scdb_xorshift64(&g_rng) % (len - 7);
                 for (int i = 0; i < 8; i++)
                     b[i] = (uint8_t)(n >> (8 * i));
                 if (rep & 2 && n > 0)
@@ -874,18 +866,18 @@ static void test_garbage_json_tokens(void **state)
     char json[512];
     for (int iter = 0; iter < 30000; iter++) {
         size_t jl = 0;
-        int ntok = (int)(rnd() % 40);
+        int ntok = (int)(scdb_xorshift64(&g_rng) % 40);
         if (iter % 2)
             jl += (size_t)snprintf(json, sizeof json, "{\"t\":{\"dtype\":");
         for (int k = 0; k < ntok; k++) {
-            const char *s = tok[rnd() % SCDB_ARRAY_LEN(tok)];
+            const char *s = tok[scdb_xorshift64(&g_rng) % SCDB_ARRAY_LEN(tok)];
             size_t sl = strlen(s);
             if (jl + sl >= sizeof json)
                 break;
             memcpy(json + jl, s, sl);
             jl += sl;
         }
-        size_t dlen = rnd() % 24, len;
+        size_t dlen = scdb_xorshift64(&g_rng) % 24, len;
         uint8_t *b = mk_raw(jl, json, jl, dlen, &len);
         open_must_not_crash(b, len);
         free(b);
@@ -916,16 +908,16 @@ static void test_garbage_mutations(void **state)
     for (int iter = 0; iter < 20000; iter++) {
         size_t len = olen;
         if (iter % 3 == 0)
-            len = rnd() % (olen + 1);            /* truncate */
+            len = scdb_xorshift64(&g_rng) % (olen + 1);            /* truncate */
         uint8_t *b = malloc(len ? len : 1);
         memcpy(b, orig, len);
-        int flips = 1 + (int)(rnd() % 4);
+        int flips = 1 + (int)(scdb_xorshift64(&g_rng) % 4);
         for (int k = 0; k < flips && len > 0; k++) {
-            size_t at = rnd() % len;
-            if (rnd() % 2)
-                b[at] ^= (uint8_t)(1u << (rnd() % 8));
+            size_t at = scdb_xorshift64(&g_rng) % len;
+            if (scdb_xorshift64(&g_rng) % 2)
+                b[at] ^= (uint8_t)(1u << (scdb_xorshift64(&g_rng) % 8));
             else
-                b[at] = (uint8_t)"0123456789{}[]\",:-. e"[rnd() % 21];
+                b[at] = (uint8_t)"0123456789{}[]\",:-. e"[scdb_xorshift64(&g_rng) % 21];
         }
         if (open_must_not_crash(b, len) == SCDB_OK)
             accepted++;

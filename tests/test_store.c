@@ -75,17 +75,9 @@ static int teardown(void **state)
     return 0;
 }
 
-static uint64_t splitmix(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
 static void fill_tokens(int32_t *t, size_t n, uint64_t seed)
 {
-    for (size_t i = 0; i < n; i++) t[i] = (int32_t)(splitmix(&seed) % 32000);
+    for (size_t i = 0; i < n; i++) t[i] = (int32_t)(scdb_splitmix64(&seed) % 32000);
 }
 
 /* Payload bytes derived from the key. */
@@ -93,7 +85,7 @@ static void fill_payload(const scdb_key *k, uint8_t *p, size_t len)
 {
     uint64_t s;
     memcpy(&s, k->b, 8);
-    for (size_t i = 0; i < len; i++) p[i] = (uint8_t)splitmix(&s);
+    for (size_t i = 0; i < len; i++) p[i] = (uint8_t)scdb_splitmix64(&s);
 }
 
 #define BT 4u          /* block tokens in most tests */
@@ -1227,14 +1219,14 @@ static void test_kill9_durability(void **state)
         pid_t pid;
         FILE *in;
         char line[128], seed[32];
-        size_t before = a.n, kill_after = 1 + splitmix(&rng) % 40;
+        size_t before = a.n, kill_after = 1 + scdb_splitmix64(&rng) % 40;
         int status;
         scdb_store_opts o = {0};
         scdb_store *s = NULL;
         scdb_store_stat st;
 
         assert_int_equal(pipe(pfd), 0);
-        snprintf(seed, sizeof seed, "%llu", (unsigned long long)splitmix(&rng));
+        snprintf(seed, sizeof seed, "%llu", (unsigned long long)scdb_splitmix64(&rng));
         pid = fork();
         assert_true(pid >= 0);
         if (pid == 0) {
@@ -1251,7 +1243,7 @@ static void test_kill9_durability(void **state)
         in = fdopen(pfd[0], "r");
         while (a.n - before < kill_after && fgets(line, sizeof line, in)) ack_add(&a, line);
         /* land the kill at a random point inside the next batches */
-        usleep((useconds_t)(splitmix(&rng) % 20000));
+        usleep((useconds_t)(scdb_splitmix64(&rng) % 20000));
         signal_pid(pid, SIGKILL);
         assert_int_equal(waitpid(pid, &status, 0), pid);
         assert_true(WIFSIGNALED(status)); /* it was still writing: a real crash */
@@ -1301,7 +1293,7 @@ static void *reader(void *p)
     uint64_t rng = (uint64_t)(uintptr_t)r;
     uint8_t *buf = malloc(PLEN), *want = malloc(PLEN);
     while (!atomic_load(r->stop)) {
-        chain *c = &r->chains[splitmix(&rng) % (uint64_t)r->n_chains];
+        chain *c = &r->chains[scdb_splitmix64(&rng) % (uint64_t)r->n_chains];
         size_t full, m;
         scdb_store_lookup(r->s, &r->f->ns, c->tokens, c->n * BT, NULL, 0, &full, &m);
         for (size_t i = 0; i < m; i++) {

@@ -21,6 +21,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <glob.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -52,9 +53,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     (void)state;
-    char cmd[512];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    return system(cmd) == 0 ? 0 : -1;
+    return scdb_rm_tree(tmpdir) == 0 ? 0 : -1;
 }
 
 static void fp_of(const char *dir, char fp[33])
@@ -360,9 +359,7 @@ static void test_family(void **state)
     assert_string_equal(fp, fp2);
     fp_of(SCDB_DATA_DIR "/models/base", fp2);
     assert_string_not_equal(fp, fp2);
-    char cmd[400];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    assert_int_equal(system(cmd), 0);
+    assert_int_equal(scdb_rm_tree(dir), 0);
 }
 
 /* ------------------------------------------------------------ bad input */
@@ -472,9 +469,16 @@ static void test_bad_inputs(void **state)
     sub(dir, sizeof dir, "own_with_hf_names");
     write_dir(dir, NULL, NULL, tt, 1);
     expect_fp(dir, SCDB_ENOTFOUND, "no tensor");
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'/bad_* '%s'/trunc* '%s'/garbage '%s'/twice '%s'/wrong_shard "
-             "'%s'/missing_shard", tmpdir, tmpdir, tmpdir, tmpdir, tmpdir, tmpdir);
-    assert_int_equal(system(cmd), 0);
+    {
+        const char *gone[] = {"bad_*", "trunc*", "garbage", "twice", "wrong_shard", "missing_shard"};
+        for (size_t i = 0; i < sizeof gone / sizeof gone[0]; i++) {
+            glob_t g;
+            snprintf(cmd, sizeof cmd, "%s/%s", tmpdir, gone[i]);
+            if (glob(cmd, 0, NULL, &g) == 0)
+                for (size_t k = 0; k < g.gl_pathc; k++) assert_int_equal(scdb_rm_tree(g.gl_pathv[k]), 0);
+            globfree(&g);
+        }
+    }
 #undef HF
 
     /* the written form */

@@ -63,14 +63,7 @@ static void seed_file(const char *target, const char *name, const char *src)
 
 /* ------------------------------------------------------------ tiny models */
 
-static uint64_t rng = 88172645463325252ull;
-static float frand(void)
-{
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (float)((rng >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
-}
+static uint64_t rng = 88172645463325252ull;   /* scdb_xorshift_f32 */
 
 /* A random llama-style model of 2 layers, d_model 16 (4 heads, 2 KV heads
  * of 4), d_ff 24, in dir; perturb > 0 draws a fine-tuned-like variant. */
@@ -110,8 +103,8 @@ static void write_model(const char *dir, const char *name, float perturb)
             if (l < 0) snprintf(nm, sizeof nm, "%s", top[i].n);
             else snprintf(nm, sizeof nm, "layers.%d.%s", l, lay[i].n);
             for (size_t k = 0; k < numel; k++) {
-                float v = scale == 0.0f ? 1.0f + 0.1f * frand() : scale * frand();
-                store[nb][k] = v + perturb * (scale == 0.0f ? 0.1f : scale) * frand();
+                float v = scale == 0.0f ? 1.0f + 0.1f * scdb_xorshift_f32(&rng) : scale * scdb_xorshift_f32(&rng);
+                store[nb][k] = v + perturb * (scale == 0.0f ? 0.1f : scale) * scdb_xorshift_f32(&rng);
             }
             if (scdb_st_writer_add(w, nm, SCDB_F32, ndim, shape, store[nb])) die(nm);
             nb++;

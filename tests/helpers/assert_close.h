@@ -37,6 +37,9 @@ static inline long scdb_test_first_far(const float *got, const float *want, size
     return -1;
 }
 
+/* one scalar within an absolute tolerance, as doubles (NaN fails) */
+#define assert_near(a, b, tol) assert_true(fabs((double)(a) - (double)(b)) <= (double)(tol))
+
 #define assert_f32_close(got, want, n, rel)                                                  \
     do {                                                                                   \
         long far_ = scdb_test_first_far((got), (want), (size_t)(n), (rel));                \

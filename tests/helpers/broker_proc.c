@@ -2,6 +2,7 @@
 #include "broker_proc.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,18 +12,28 @@
 #include "scdb.h"
 #include "scdb_common.h"
 
-static int launch(bp_broker *bp, const char *bin)
+pid_t bp_spawn(const char *bin, const char *config, const char *log)
 {
-    double until = scdb_now() + 30;
-    scdb_opts o = {.endpoint = bp->endpoint, .timeout_ms = 200, .no_heartbeat = 1};
+    pid_t pid = fork();
 
-    bp->pid = fork();
-    if (bp->pid < 0) return -1;
-    if (bp->pid == 0) {
-        if (!freopen(bp->log, "a", stderr)) _exit(127);
-        execl(bin, "scdb-broker", "--config", bp->config, (char *)NULL);
+    if (pid == 0) {
+        int fd = log ? open(log, O_WRONLY | O_CREAT | O_APPEND, 0600) : -1;
+        if (fd >= 0) {
+            dup2(fd, 1);
+            dup2(fd, 2);
+        }
+        execl(bin, bin, "--config", config, (char *)NULL);
         _exit(127);
     }
+    return pid;
+}
+
+int bp_wait_ready(pid_t pid, const char *endpoint, double timeout_s, int *exit_status)
+{
+    double until = scdb_now() + timeout_s;
+    scdb_opts o = {.endpoint = endpoint, .timeout_ms = 200, .no_heartbeat = 1};
+
+    if (exit_status) *exit_status = -1;
     while (scdb_now() < until) {
         scdb *h = NULL;
         int st;
@@ -30,12 +41,22 @@ static int launch(bp_broker *bp, const char *bin)
             scdb_close(&h);
             return 0;
         }
-        if (waitpid(bp->pid, &st, WNOHANG) == bp->pid) {
-            bp->pid = -1;
+        if (waitpid(pid, &st, WNOHANG) == pid) {
+            if (exit_status) *exit_status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
             return -1;
         }
         usleep(20000);
     }
+    return -1;
+}
+
+static int launch(bp_broker *bp, const char *bin)
+{
+    int st;
+
+    if ((bp->pid = bp_spawn(bin, bp->config, bp->log)) < 0) return -1;
+    if (bp_wait_ready(bp->pid, bp->endpoint, 30, &st) == 0) return 0;
+    if (st >= 0) bp->pid = -1;       /* it stopped (and was reaped) */
     return -1;
 }
 

@@ -3,7 +3,8 @@
  * through libscdb or raw sockets: a temp dir, a config file (a [broker]
  * section with the endpoint, data_dir and log file, then the caller's
  * ini), fork + exec, and readiness by a client that connects (never a
- * fixed sleep).
+ * fixed sleep).  Tests that write their own config use the two steps
+ * underneath: bp_spawn, then bp_wait_ready.
  */
 #ifndef SCDB_TEST_BROKER_PROC_H
 #define SCDB_TEST_BROKER_PROC_H
@@ -17,6 +18,15 @@ typedef struct bp_broker {
     char config[128];
     char log[128];          /* the broker's stderr */
 } bp_broker;
+
+/* Fork + exec `bin --config config`, its stdout and stderr appended to log
+ * (NULL: the test's own).  The pid, or -1. */
+pid_t bp_spawn(const char *bin, const char *config, const char *log);
+/* Wait until a broker answers at endpoint (scdb_connect, which pings; tries
+ * of 200 ms) while pid runs, up to timeout_s.  0 when it answers; else -1,
+ * and *exit_status (if not NULL) gets pid's exit status (128 + signal) when
+ * it stopped (it is reaped then), -1 when the time ran out. */
+int bp_wait_ready(pid_t pid, const char *endpoint, double timeout_s, int *exit_status);
 
 /* Start `bin` --config on a new temp dir; wait until it answers (up to 30
  * s).  0, or -1 (it did not start: its log says why). */

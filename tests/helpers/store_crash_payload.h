@@ -6,18 +6,11 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "scdb_common.h"
 #include "store.h"
 
 #define CRASH_BLOCK_TOKENS 16
 #define CRASH_NS_ID "crash-test-codebook"
-
-static inline uint64_t crash_rand(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
 
 static inline uint64_t crash_key_seed(const scdb_key *k)
 {
@@ -30,14 +23,14 @@ static inline uint64_t crash_key_seed(const scdb_key *k)
 static inline uint64_t crash_payload_len(const scdb_key *k)
 {
     uint64_t s = crash_key_seed(k);
-    return 4096 + crash_rand(&s) % (296u * 1024);
+    return 4096 + scdb_splitmix64(&s) % (296u * 1024);
 }
 
 static inline void crash_payload_fill(const scdb_key *k, uint8_t *p, uint64_t len)
 {
     uint64_t s = crash_key_seed(k) ^ 0x5555;
     for (uint64_t i = 0; i < len; i += 8) {
-        uint64_t r = crash_rand(&s);
+        uint64_t r = scdb_splitmix64(&s);
         memcpy(p + i, &r, len - i < 8 ? (size_t)(len - i) : 8);
     }
 }

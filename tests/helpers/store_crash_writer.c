@@ -52,13 +52,13 @@ int main(int argc, char **argv)
     for (long b = 0; b < batches; b++) {
         scdb_block_put puts[6];
         uint8_t *payloads[6];
-        size_t n = 1 + crash_rand(&rng) % 6, stored = 0;
-        if (depth + n > 64 || crash_rand(&rng) % 4 == 0) depth = 0;
+        size_t n = 1 + scdb_splitmix64(&rng) % 6, stored = 0;
+        if (depth + n > 64 || scdb_splitmix64(&rng) % 4 == 0) depth = 0;
         for (size_t i = 0; i < n; i++) {
             int32_t tokens[CRASH_BLOCK_TOKENS];
             scdb_key parent = depth ? chain[depth - 1] : (scdb_key){{0}};
             for (size_t t = 0; t < CRASH_BLOCK_TOKENS; t++)
-                tokens[t] = (int32_t)(crash_rand(&rng) % 32000);
+                tokens[t] = (int32_t)(scdb_splitmix64(&rng) % 32000);
             scdb_block_key(depth ? &parent : NULL, &ns, tokens, CRASH_BLOCK_TOKENS,
                            &chain[depth]);
             memset(&puts[i], 0, sizeof puts[i]);

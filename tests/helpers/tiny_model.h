@@ -29,6 +29,7 @@
 #include <sys/stat.h>
 
 #include "safetensors.h"
+#include "scdb_common.h"
 
 /* Scales in tensor order: tok_embeddings, norm, output, attention_norm, wq,
  * wk, wv, wo, ffn_norm, w1, w2, w3 (norms: 0, meaning 1 + 0.1 u). */
@@ -46,14 +47,6 @@ typedef struct tiny_model {
     uint64_t *noise;
     const char *skip, *bad_shape, *as_i32;    /* full tensor names, or NULL   */
 } tiny_model;
-
-static float tiny_frand(uint64_t *s)
-{
-    *s ^= *s << 13;
-    *s ^= *s >> 7;
-    *s ^= *s << 17;
-    return (float)((*s >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
-}
 
 static void tiny_model_write(const char *dir, const tiny_model *t)
 {
@@ -104,9 +97,9 @@ static void tiny_model_write(const char *dir, const tiny_model *t)
             b = bufs[nb++] = calloc(numel + (size_t)(ndim == 2 ? shape[1] : 1), sizeof *b);
             assert_non_null(b);
             for (size_t k = 0; k < numel; k++) {
-                b[k] = scale == 0.0f ? 1.0f + 0.1f * tiny_frand(t->rng) : scale * tiny_frand(t->rng);
+                b[k] = scale == 0.0f ? 1.0f + 0.1f * scdb_xorshift_f32(t->rng) : scale * scdb_xorshift_f32(t->rng);
                 if (t->perturb > 0)
-                    b[k] += t->perturb * (scale == 0.0f ? 0.1f : scale) * tiny_frand(t->noise);
+                    b[k] += t->perturb * (scale == 0.0f ? 0.1f : scale) * scdb_xorshift_f32(t->noise);
             }
             if (t->bad_shape && !strcmp(t->bad_shape, name)) shape[0] += 1;
             assert_int_equal(scdb_st_writer_add(w, name,

@@ -20,6 +20,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "scdb_common.h"
+
 #define LC_MAX_NODES 32
 #define LC_PORT_LO 20000 /* below Linux's ephemeral range (32768-60999) */
 #define LC_PORT_HI 32000
@@ -189,10 +191,7 @@ static uint64_t rng_state;
 static uint64_t rng(void)
 {
     if (!rng_state) rng_state = (uint64_t)getpid() * 0x9E3779B97F4A7C15ull ^ (uint64_t)(now_s() * 1e9);
-    uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
+    return scdb_splitmix64(&rng_state);
 }
 
 static bool port_free(int port)

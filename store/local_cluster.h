@@ -1,6 +1,7 @@
 /*
- * local_cluster.h — a throwaway Redis Cluster on loopback, for tests (and a
- * bench): M masters + M*R replicas, each a redis-server child process with
+ * local_cluster.h — a throwaway Redis Cluster on loopback, for the tests
+ * and `scdb bench cluster` (its own library, scdb_local_cluster, not part of
+ * libscdb): M masters + M*R replicas, each a redis-server child process with
  * persistence off, in its own directory under one mkdtemp root:
  *
  *     $TMPDIR/scdb-rc-XXXXXX/
@@ -25,8 +26,8 @@
  *
  * Not thread-safe; fork()s, so start it before creating threads.
  */
-#ifndef SCDB_TEST_LOCAL_CLUSTER_H
-#define SCDB_TEST_LOCAL_CLUSTER_H
+#ifndef SCDB_LOCAL_CLUSTER_H
+#define SCDB_LOCAL_CLUSTER_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -91,4 +92,4 @@ int lc_master_of_slot(lc_cluster *c, unsigned slot);
 /* CLUSTER MYID of node i into id (41 bytes); 0 or -1. */
 int lc_node_id(lc_cluster *c, int i, char id[41]);
 
-#endif /* SCDB_TEST_LOCAL_CLUSTER_H */
+#endif /* SCDB_LOCAL_CLUSTER_H */

@@ -1,0 +1,221 @@
+/* test_common.c — common/: the option value parser (scdb_common.h "option
+ * values"): every way a value can be wrong gets its own code and a message
+ * that names the option. */
+#include <float.h>
+#include <limits.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "scdb_common.h"
+
+static char why[256];
+
+/* parse s as an int in [lo, hi]; the code, why filled */
+static scdb_err pint(const char *s, int lo, int hi, int *out)
+{
+    why[0] = 0;
+    return scdb_parse_int("--windows", s, lo, hi, out, why, sizeof why);
+}
+
+static void assert_why(const char *want)
+{
+    if (!strstr(why, want)) print_error("message '%s' lacks '%s'\n", why, want);
+    assert_non_null(strstr(why, want));
+    assert_non_null(strstr(why, "--"));   /* names the option */
+}
+
+static void test_int_good(void **state)
+{
+    int v = -7;
+    (void)state;
+    assert_int_equal(pint("8", 1, 100, &v), SCDB_OK);
+    assert_int_equal(v, 8);
+    assert_int_equal(pint("+8", 1, 100, &v), SCDB_OK);
+    assert_int_equal(v, 8);
+    assert_int_equal(pint("-3", -5, 5, &v), SCDB_OK);
+    assert_int_equal(v, -3);
+    assert_int_equal(pint("007", 0, 10, &v), SCDB_OK);   /* decimal, not octal */
+    assert_int_equal(v, 7);
+    assert_int_equal(pint("2147483647", 0, INT_MAX, &v), SCDB_OK);
+    assert_int_equal(v, INT_MAX);
+    assert_int_equal(pint("-2147483648", INT_MIN, 0, &v), SCDB_OK);
+    assert_int_equal(v, INT_MIN);
+    assert_int_equal(pint("1", 1, 1, &v), SCDB_OK);      /* both bounds inclusive */
+}
+
+static void test_int_empty(void **state)
+{
+    int v = 42;
+    (void)state;
+    assert_int_equal(pint("", 1, 100, &v), SCDB_EINVAL);
+    assert_why("--windows: empty value (want an integer in [1, 100])");
+    assert_int_equal(pint(NULL, 1, 100, &v), SCDB_EINVAL);
+    assert_why("empty value");
+    assert_int_equal(v, 42);                              /* untouched on failure */
+}
+
+static void test_int_garbage(void **state)
+{
+    const char *bad[] = {"abc", " 8", "\t8", "-", "+", "x8", ".5", "--8", "\n"};
+    int v = 42;
+    (void)state;
+    for (size_t i = 0; i < SCDB_ARRAY_LEN(bad); i++) {
+        assert_int_equal(pint(bad[i], 0, 100, &v), SCDB_EINVAL);
+        assert_why("not an integer (want one in [0, 100])");
+    }
+    assert_int_equal(v, 42);
+}
+
+static void test_int_trailing(void **state)
+{
+    int v = 42;
+    (void)state;
+    assert_int_equal(pint("8x", 1, 100, &v), SCDB_EINVAL);
+    assert_why("--windows '8x': junk after the number ('x')");
+    assert_int_equal(pint("8 ", 1, 100, &v), SCDB_EINVAL);
+    assert_why("junk after the number (' ')");
+    assert_int_equal(pint("1e3", 1, 10000, &v), SCDB_EINVAL);   /* not a real */
+    assert_why("('e3')");
+    assert_int_equal(pint("0x10", 0, 100, &v), SCDB_EINVAL);
+    assert_why("('x10')");
+    assert_int_equal(pint("5.0", 1, 100, &v), SCDB_EINVAL);
+    assert_why("('.0')");
+    assert_int_equal(v, 42);
+}
+
+static void test_int_overflow(void **state)
+{
+    int v = 42;
+    int64_t w = 42;
+    (void)state;
+    assert_int_equal(pint("99999999999999999999", 1, 100, &v), SCDB_ERANGE);
+    assert_why("--windows '99999999999999999999': overflows (want [1, 100])");
+    assert_int_equal(pint("-99999999999999999999", -100, 100, &v), SCDB_ERANGE);
+    assert_why("overflows");
+    /* past INT_MAX but within int64: out of the int's range, not wrapped */
+    assert_int_equal(pint("4294967297", INT_MIN, INT_MAX, &v), SCDB_ERANGE);
+    assert_why("out of range");
+    assert_int_equal(scdb_parse_i64("--n", "9223372036854775808", INT64_MIN, INT64_MAX, &w, why,
+                                    sizeof why), SCDB_ERANGE);
+    assert_why("overflows");
+    assert_int_equal(scdb_parse_i64("--n", "9223372036854775807", INT64_MIN, INT64_MAX, &w, why,
+                                    sizeof why), SCDB_OK);
+    assert_true(w == INT64_MAX);
+    assert_int_equal(v, 42);
+}
+
+static void test_int_range(void **state)
+{
+    int v = 42;
+    (void)state;
+    assert_int_equal(pint("0", 1, 100, &v), SCDB_ERANGE);
+    assert_why("--windows '0': out of range (want [1, 100])");
+    assert_int_equal(pint("101", 1, 100, &v), SCDB_ERANGE);
+    assert_why("'101': out of range");
+    assert_int_equal(pint("-1", 0, 100, &v), SCDB_ERANGE);
+    assert_int_equal(v, 42);
+}
+
+static void test_u64(void **state)
+{
+    uint64_t v = 42;
+    (void)state;
+    assert_int_equal(scdb_parse_u64("--seed", "18446744073709551615", 0, UINT64_MAX, &v, why,
+                                    sizeof why), SCDB_OK);
+    assert_true(v == UINT64_MAX);
+    v = 42;
+    /* strtoull would read "-1" as UINT64_MAX */
+    assert_int_equal(scdb_parse_u64("--seed", "-1", 0, UINT64_MAX, &v, why, sizeof why), SCDB_EINVAL);
+    assert_why("--seed '-1': not an unsigned integer");
+    assert_int_equal(scdb_parse_u64("--seed", "18446744073709551616", 0, UINT64_MAX, &v, why,
+                                    sizeof why), SCDB_ERANGE);
+    assert_why("overflows");
+    assert_int_equal(scdb_parse_u64("--seed", "", 0, 10, &v, why, sizeof why), SCDB_EINVAL);
+    assert_why("--seed: empty value");
+    assert_int_equal(scdb_parse_u64("--seed", "12k", 0, 100, &v, why, sizeof why), SCDB_EINVAL);
+    assert_why("junk after the number ('k')");
+    assert_int_equal(scdb_parse_u64("--seed", "11", 0, 10, &v, why, sizeof why), SCDB_ERANGE);
+    assert_why("out of range (want [0, 10])");
+    assert_true(v == 42);
+}
+
+static void test_u32(void **state)
+{
+    uint32_t v = 42;
+    (void)state;
+    assert_int_equal(scdb_parse_u32("--layers", "4294967295", 1, UINT32_MAX, &v, why, sizeof why),
+                     SCDB_OK);
+    assert_true(v == UINT32_MAX);
+    v = 42;
+    /* (uint32_t)strtoul would wrap this to 1 */
+    assert_int_equal(scdb_parse_u32("--layers", "4294967297", 1, UINT32_MAX, &v, why, sizeof why),
+                     SCDB_ERANGE);
+    assert_why("--layers '4294967297': out of range");
+    assert_true(v == 42);
+}
+
+static void test_real(void **state)
+{
+    double d = 42;
+    float f = 42;
+    (void)state;
+    assert_int_equal(scdb_parse_f64("--seconds", "2.5", 0, 10, &d, why, sizeof why), SCDB_OK);
+    assert_true(d == 2.5);
+    assert_int_equal(scdb_parse_f64("--scale", "1e-3", 0, 1, &d, why, sizeof why), SCDB_OK);
+    assert_true(d == 1e-3);
+    assert_int_equal(scdb_parse_float("--lr", "3", 0, 10, &f, why, sizeof why), SCDB_OK);
+    assert_true(f == 3.0f);
+    d = f = 42;
+    assert_int_equal(scdb_parse_f64("--seconds", "", 0, 10, &d, why, sizeof why), SCDB_EINVAL);
+    assert_why("--seconds: empty value (want a number in [0, 10])");
+    assert_int_equal(scdb_parse_f64("--seconds", "fast", 0, 10, &d, why, sizeof why), SCDB_EINVAL);
+    assert_why("--seconds 'fast': not a number");
+    assert_int_equal(scdb_parse_f64("--seconds", "nan", 0, 10, &d, why, sizeof why), SCDB_EINVAL);
+    assert_why("not a number");
+    assert_int_equal(scdb_parse_f64("--seconds", "inf", 0, 10, &d, why, sizeof why), SCDB_EINVAL);
+    assert_why("not a number");
+    assert_int_equal(scdb_parse_f64("--seconds", " 1", 0, 10, &d, why, sizeof why), SCDB_EINVAL);
+    assert_why("not a number");
+    assert_int_equal(scdb_parse_f64("--seconds", "1.5s", 0, 10, &d, why, sizeof why), SCDB_EINVAL);
+    assert_why("junk after the number ('s')");
+    assert_int_equal(scdb_parse_f64("--seconds", "1e999", 0, DBL_MAX, &d, why, sizeof why),
+                     SCDB_ERANGE);
+    assert_why("--seconds '1e999': overflows");
+    assert_int_equal(scdb_parse_f64("--seconds", "10.5", 0, 10, &d, why, sizeof why), SCDB_ERANGE);
+    assert_why("out of range (want [0, 10])");
+    assert_int_equal(scdb_parse_float("--lr", "-0.1", 0, 10, &f, why, sizeof why), SCDB_ERANGE);
+    assert_why("--lr '-0.1': out of range");
+    assert_true(d == 42 && f == 42);
+}
+
+static void test_null_args(void **state)
+{
+    int v;
+    (void)state;
+    assert_int_equal(scdb_parse_int("--x", "1", 0, 9, NULL, why, sizeof why), SCDB_EINVAL);
+    /* no message buffer: the code alone */
+    assert_int_equal(scdb_parse_int("--x", "z", 0, 9, &v, NULL, 0), SCDB_EINVAL);
+    assert_int_equal(scdb_parse_int("--x", "10", 0, 9, &v, NULL, 0), SCDB_ERANGE);
+    /* a short buffer truncates, never overruns */
+    char small[8];
+    memset(small, 'Q', sizeof small);
+    assert_int_equal(scdb_parse_int("--windows", "abc", 0, 9, &v, small, sizeof small), SCDB_EINVAL);
+    assert_int_equal(small[7], 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_int_good),     cmocka_unit_test(test_int_empty),
+        cmocka_unit_test(test_int_garbage),  cmocka_unit_test(test_int_trailing),
+        cmocka_unit_test(test_int_overflow), cmocka_unit_test(test_int_range),
+        cmocka_unit_test(test_u64),          cmocka_unit_test(test_u32),
+        cmocka_unit_test(test_real),         cmocka_unit_test(test_null_args),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
