@@ -100,22 +100,22 @@ static int client_init(py_client *self, PyObject *args, PyObject *kw)
                              "curve_server_key", "curve_public_key", "curve_secret_key", NULL};
     const char *endpoint = NULL, *name = NULL, *sk = NULL, *pk = NULL, *sec = NULL;
     int timeout_ms = 5000, heartbeat = 1, lookup_index = 1;
+    PyObject *to = NULL;
+    long long ms = 5000;
     scdb_opts o = {0};
     scdb_err e;
     scdb *h = NULL;
 
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|zi$zppzzz:Client", kwlist, &endpoint,
-                                     &timeout_ms, &name, &heartbeat, &lookup_index, &sk, &pk,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|zO$zppzzz:Client", kwlist, &endpoint,
+                                     &to, &name, &heartbeat, &lookup_index, &sk, &pk,
                                      &sec))
         return -1;
     if (self->h || self->busy) {
         PyErr_SetString(PyExc_RuntimeError, "scdb.Client.__init__ called twice");
         return -1;
     }
-    if (timeout_ms <= 0) {
-        py_err(SCDB_EINVAL, "timeout_ms must be > 0, got %d", timeout_ms);
-        return -1;
-    }
+    if (to && py_int_arg(to, "timeout_ms", 1, INT32_MAX, SCDB_EINVAL, &ms)) return -1;
+    timeout_ms = (int)ms;
     if (endpoint && !*endpoint) endpoint = NULL;      /* "" is the default too */
     o.endpoint = endpoint;
     o.timeout_ms = timeout_ms;
@@ -343,6 +343,7 @@ static PyObject *client_put(py_client *self, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"tokens", "payloads", "first_block", "replace", NULL};
     PyObject *tok, *pay, *joined = NULL, *out = NULL;
+    PyObject *fb = NULL;
     unsigned int first_block = 0;
     int replace = 0;
     py_tokens t = {0};
@@ -351,9 +352,9 @@ static PyObject *client_put(py_client *self, PyObject *args, PyObject *kw)
     scdb_put_result r = {0};
     scdb_err e;
 
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|Ip:put", kwlist, &tok, &pay, &first_block,
-                                     &replace))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|Op:put", kwlist, &tok, &pay, &fb, &replace))
         return NULL;
+    if (fb && py_u32_arg(fb, "first_block", &first_block)) return NULL;
     if (py_client_enter(self)) return NULL;
     if (!self->registered) {
         py_err(SCDB_EINVAL, "not registered (Client.register first)");
@@ -380,15 +381,17 @@ static PyObject *client_put_states(py_client *self, PyObject *args, PyObject *kw
     static char *kwlist[] = {"tokens", "states", "first_block", "replace", NULL};
     PyObject *tok, *out = NULL;
     py_arena *sa;
+    PyObject *fb = NULL;
     unsigned int first_block = 0;
     int replace = 0;
     py_tokens t = {0};
     scdb_put_result r = {0};
     scdb_err e;
 
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO!|Ip:put_states", kwlist, &tok,
-                                     &py_states_arena_type, &sa, &first_block, &replace))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO!|Op:put_states", kwlist, &tok,
+                                     &py_states_arena_type, &sa, &fb, &replace))
         return NULL;
+    if (fb && py_u32_arg(fb, "first_block", &first_block)) return NULL;
     if (sa->client != self) return py_err(SCDB_EINVAL, "that StatesArena belongs to another Client");
     if (py_arena_check(sa)) return NULL;
     if (py_client_enter(self)) return NULL;
@@ -478,13 +481,14 @@ static PyObject *client_delete(py_client *self, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"tokens", "from_block", NULL};
     PyObject *tok, *out = NULL;
+    PyObject *fb = NULL;
     unsigned int from_block = 0;
     uint32_t n = 0;
     py_tokens t = {0};
     scdb_err e;
 
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|I:delete", kwlist, &tok, &from_block))
-        return NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|O:delete", kwlist, &tok, &fb)) return NULL;
+    if (fb && py_u32_arg(fb, "from_block", &from_block)) return NULL;
     if (py_client_enter(self)) return NULL;
     if (py_tokens_get(tok, &t)) goto done;
     Py_BEGIN_ALLOW_THREADS
@@ -597,17 +601,12 @@ static PyObject *client_get_last_get(py_client *self, void *c)
 
 static int client_set_timeout(py_client *self, PyObject *v, void *c)
 {
-    long ms;
+    long long ms;
     if (!v) {
         PyErr_SetString(PyExc_AttributeError, "cannot delete timeout_ms");
         return -1;
     }
-    ms = PyLong_AsLong(v);
-    if (ms == -1 && PyErr_Occurred()) return -1;
-    if (ms <= 0 || ms > INT32_MAX) {
-        py_err(SCDB_EINVAL, "timeout_ms must be > 0, got %ld", ms);
-        return -1;
-    }
+    if (py_int_arg(v, "timeout_ms", 1, INT32_MAX, SCDB_EINVAL, &ms)) return -1;
     if (py_client_enter(self)) return -1;
     scdb_set_timeout(self->h, (int)ms);
     self->timeout_ms = (int)ms;
