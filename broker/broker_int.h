@@ -111,8 +111,8 @@ typedef struct bk_client {
     const scdb_broker_codebook *cb;
     const bk_pair *pair;        /* decoder into model (NULL: none)         */
     char weights_fp[33];        /* the weights it registered with ("": not
-                                   told; a reload keeps it off pairs for
-                                   other weights)                          */
+                                   told; a reload keeps it off pairs and
+                                   codebooks for other weights)            */
     double last_seen;
     bk_arena *arenas;
     uint32_t n_arenas;

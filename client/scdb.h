@@ -268,8 +268,9 @@ typedef struct scdb_info {
  * registering again replaces it (and frees the old one's arenas).  info
  * may be NULL.  Errors: SCDB_ENOTFOUND (unknown model or codebook, or no
  * pair decodes the codebook into this consumer), SCDB_EMISMATCH (a
- * producer whose model is not the codebook's producer; a consumer whose
- * weights fingerprint, scdb_set_weights_fp, is not the one its pair was
+ * producer whose model is not the codebook's producer, or whose weights
+ * fingerprint, scdb_set_weights_fp, is not the one the codebook was fitted
+ * for; a consumer whose weights fingerprint is not the one its pair was
  * calibrated for), SCDB_EPROTO (protocol version mismatch), plus the
  * common ones. */
 scdb_err scdb_register(scdb *h, scdb_role role, const char *model, const char *codebook,
@@ -281,17 +282,20 @@ scdb_err scdb_register(scdb *h, scdb_role role, const char *model, const char *c
  * tells the broker the fingerprint of the weights it runs is refused at
  * registration (SCDB_EMISMATCH, the message naming both fingerprints) when
  * its pair was calibrated for other weights, instead of being served KV
- * decoded for another model; one that tells nothing is not checked.
+ * decoded for another model; one that tells nothing is not checked.  So is
+ * a producer whose codebook was fitted for other weights than it runs (the
+ * codebook's producer_fp), instead of storing codes that every consumer
+ * would decode as the codebook producer's.
  *
  * scdb_weights_fingerprint: the fingerprint of a model directory into
  * fp[33].  Reads every weight once (mmap).  Errors: SCDB_ENOTFOUND (no
  * config.json or weight file, a shard the index names), SCDB_EFORMAT,
  * SCDB_ERANGE, SCDB_EDTYPE, SCDB_ETRUNC (bad files: errbuf, may be NULL,
  * says which), SCDB_EIO, SCDB_ENOMEM, SCDB_EINVAL.
- * scdb_set_weights_fp: the fingerprint this handle's consumer
- * registrations send from now on (scdb_register and every re-registration
- * after a broker restart); NULL or "": none.  SCDB_EINVAL (not 32 lowercase
- * hex digits).  Producers send none.
+ * scdb_set_weights_fp: the fingerprint this handle's registrations, as
+ * producer or consumer, send from now on (scdb_register and every
+ * re-registration after a broker restart); NULL or "": none.  SCDB_EINVAL
+ * (not 32 lowercase hex digits).
  * scdb_set_weights_dir: the same, computed from a model directory: the
  * errors of scdb_weights_fingerprint (message in scdb_last_error). */
 scdb_err scdb_weights_fingerprint(const char *model_dir, char fp[33], char *errbuf, size_t errlen);

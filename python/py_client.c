@@ -639,18 +639,18 @@ static PyMethodDef client_methods[] = {
     {"register", FN(client_register), METH_VARARGS | METH_KEYWORDS,
      "register(model, role='consumer', codebook=None, *, weights_fp=None, model_dir=None) -> dict\n\n"
      "Register as 'producer' or 'consumer' of model under codebook (None: \"raw/<model>\",\n"
-     "the model's raw KV).  A consumer may say which weights it runs: weights_fp (32 hex\n"
+     "the model's raw KV).  A client may say which weights it runs: weights_fp (32 hex\n"
      "digits, scdb.weights_fingerprint) or model_dir (computed from it); the broker then\n"
-     "refuses a pair calibrated for other weights (MismatchError naming both\n"
-     "fingerprints) and so does every re-registration of this Client; neither: not\n"
-     "checked.  Registering again replaces the registration; arenas from\n"
+     "refuses a consumer's pair calibrated for other weights, or a producer's codebook\n"
+     "fitted for other weights (MismatchError naming both fingerprints), and so does\n"
+     "every re-registration of this Client; neither: not checked.  Registering again replaces the registration; arenas from\n"
      "before it then raise ClosedError.  Returns the registration's info (also\n"
      "Client.info): block_tokens, block_bytes, payload_dtype, n_layers, n_kv_heads,\n"
      "head_dim, kv_dim, max_seq_len, decoder, codebook_kind, states_layers, states_dim,\n"
      "max_tokens, max_request_bytes, heartbeat_ms, heartbeat_timeout_ms,\n"
      "broker_instance.\n\nRaises NotFoundError (unknown model or codebook, no pair for this\n"
-     "consumer), MismatchError (a producer that is not the codebook's model; a stale\n"
-     "pair), InvalidError (role, a malformed weights_fp), the fingerprint's errors for\n"
+     "consumer), MismatchError (a producer that is not the codebook's model or runs other\n"
+     "weights; a stale pair), InvalidError (role, a malformed weights_fp), the fingerprint's errors for\n"
      "model_dir (NotFoundError, DataError, ...)."},
     {"ping", FN(client_ping), METH_NOARGS, "ping() -> float\n\nRound trip to the broker, in microseconds."},
     {"lookup", FN(client_lookup), METH_O,
