@@ -311,7 +311,10 @@ scdb_err scdb_ping(scdb *h, double *rtt_us);
 typedef struct scdb_put_result {
     uint32_t n_full;               /* full blocks in the tokens             */
     uint32_t n_stored;             /* leading blocks stored after the call  */
-    uint32_t n_new;                /* blocks this call wrote                */
+    uint32_t n_new;                /* blocks this call added (new)          */
+    uint32_t n_replaced;           /* stored blocks it overwrote (replace;
+                                      0 from brokers before the count, which
+                                      included them in n_new)               */
 } scdb_put_result;
 
 /* Store full blocks [first_block, first_block + n) of tokens, where n =
@@ -657,7 +660,8 @@ typedef struct scdb_stat {
     uint64_t remote_probes, remote_probe_hit_blocks, remote_fetches, remote_hits,
         remote_misses, remote_bytes_read, remote_invalid, remote_errors, remote_writes,
         remote_bytes_written, remote_write_errors, remote_queue_drops, remote_pending,
-        remote_inserted, remote_state_changes;
+        remote_inserted, remote_state_changes, remote_replace_records, remote_refreshed,
+        remote_replace_log_resets;
     int n_ops;
     struct {
         char op[16];

@@ -218,8 +218,8 @@ static PyObject *info_dict(py_client *c)
 
 static PyObject *put_dict(const scdb_put_result *r)
 {
-    return Py_BuildValue("{s:I,s:I,s:I}", "n_full", r->n_full, "n_stored", r->n_stored,
-                         "n_new", r->n_new);
+    return Py_BuildValue("{s:I,s:I,s:I,s:I}", "n_full", r->n_full, "n_stored", r->n_stored,
+                         "n_new", r->n_new, "n_replaced", r->n_replaced);
 }
 
 /* ------------------------------------------------------------ methods */
@@ -667,7 +667,7 @@ static PyMethodDef client_methods[] = {
      "payloads back to back in the codebook's encoding — for raw/<model> each block's K\n"
      "[n_layers][block_tokens][kv_dim] then V, in info['payload_dtype'] — as bytes, a\n"
      "C-contiguous uint8/float16/float32 array, or a list of per-block buffers.  Returns\n"
-     "{'n_full', 'n_stored', 'n_new'}.  Raises ShapeError (not whole blocks, more blocks\n"
+     "{'n_full', 'n_stored', 'n_new', 'n_replaced'}.  Raises ShapeError (not whole blocks, more blocks\n"
      "than the tokens hold), DtypeError, NotFoundError (an earlier block is not stored),\n"
      "TooBigError, FullError, RangeError (more tokens than max_seq_len, a token outside the\n"
      "vocabulary, a NaN or Inf in the payload)."},

@@ -1042,7 +1042,8 @@ static void test_states_layout_replace_checks(void **state)
     double before = max_diff(scdb_arena_cache(kv), ref, N);
     assert_true(before > 0.05);                       /* the wrong blocks */
     assert_int_equal(scdb_replace_states(h, t, N, 0, a, &pr), SCDB_OK);
-    assert_int_equal(pr.n_new, 3);
+    assert_int_equal(pr.n_new, 0);                    /* all three existed (issue 25) */
+    assert_int_equal(pr.n_replaced, 3);
     scdb_arena_cache(kv)->n = 0;
     assert_int_equal(scdb_get(cons, t, N, kv, 0, 0, &gr), SCDB_OK);
     double after = max_diff(scdb_arena_cache(kv), ref, N);
