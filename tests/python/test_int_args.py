@@ -85,3 +85,14 @@ def test_token_message_states_the_token(consumer):
     with pytest.raises(scdb.RangeError) as e:
         consumer.lookup(np.array([1, 2**31], dtype=np.int64))
     assert "token 1 is 2147483648" in e.value.message
+
+
+def test_put_states_first_block_out_of_range_is_refused(broker, prompt):
+    with scdb.Client(broker.endpoint) as c:
+        c.register("base", "producer", "base-scd")
+        with c.states_arena(64) as sa:
+            toks = prompt(64)
+            for bad in (-1, U32 + 1):
+                with pytest.raises(OverflowError) as e:
+                    c.put_states(toks, sa, first_block=bad)
+                assert str(bad) in str(e.value) and "first_block" in str(e.value)
