@@ -189,6 +189,7 @@ scdb_err scdb_broker_new(const scdb_broker_config *c, scdb_broker **out, char *e
         snprintf(errbuf, errlen, "cannot start threads");
         goto fail;
     }
+    bk_remote_watch(b, 1);      /* the writer refreshes what others replace */
     e = bk_metrics_start(b, errbuf, errlen);
     if (e) goto fail;
     *out = b;
@@ -207,6 +208,7 @@ void scdb_broker_free(scdb_broker **bp)
     b = *bp;
     bk_metrics_stop(b);      /* first: its thread waits on this loop */
     bk_reload_stop(b);
+    bk_remote_watch(b, 0);      /* no refresh job queued past this */
     bk_threads_stop(b);
     /* jobs that finished after the loop ended (drain timeout) */
     while (b->done && zmq_recv(b->done, &j, sizeof j, ZMQ_DONTWAIT) == (int)sizeof j)

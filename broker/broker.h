@@ -253,6 +253,12 @@ typedef struct scdb_broker_codebook {
     scdb_ns ns;
     uint32_t payload_dtype;
     uint64_t token_bytes;              /* payload bytes per token           */
+    /* The weights fingerprint of the producer the codes were fitted for
+     * (schema/FORMATS.md, "Weights fingerprint"; 16 hex digits in codebooks
+     * written before it), or "" when the payload does not depend on the
+     * producer's weights (raw).  Set by open_codebook.  A producer
+     * registering with another one is refused (SCDB_EMISMATCH). */
+    char producer_fp[33];
     void *ctx;                         /* the kind's state (loaded codebook) */
     void (*destroy)(void *ctx);
     /* Broker-side encode (optional; NULL: producers put payloads): the

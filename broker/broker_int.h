@@ -22,7 +22,7 @@ typedef enum bk_op {
     OP_STATS, OP_ARENA_CREATE, OP_ARENA_MAPPED, OP_ARENA_FREE, OP_GOODBYE, OP_SESSION_OPEN,
     OP_SESSION_EVICT, OP_SESSION_CLOSE, OP_PUT_STATES, OP_COUNT,
     /* internal writer jobs (no request, no reply, not counted) */
-    BK_JOB_REMOTE_INSERT
+    BK_JOB_REMOTE_INSERT, BK_JOB_REMOTE_REFRESH
 } bk_op;
 
 extern const char *const bk_op_names[OP_COUNT];
@@ -111,8 +111,8 @@ typedef struct bk_client {
     const scdb_broker_codebook *cb;
     const bk_pair *pair;        /* decoder into model (NULL: none)         */
     char weights_fp[33];        /* the weights it registered with ("": not
-                                   told; a reload keeps it off pairs for
-                                   other weights)                          */
+                                   told; a reload keeps it off pairs and
+                                   codebooks for other weights)            */
     double last_seen;
     bk_arena *arenas;
     uint32_t n_arenas;
@@ -169,6 +169,10 @@ typedef struct bk_job {
                                    keep locally (owned; made by a worker,
                                    so no registry reference, no cb)        */
     size_t n_rblocks;
+    scdb_key *rkeys;            /* BK_JOB_REMOTE_REFRESH: blocks another
+                                   broker replaced (owned)                 */
+    size_t n_rkeys;
+    int attempts;               /* ... tries so far (blocks being read)    */
     struct bk_job *next;
 } bk_job;
 
@@ -281,6 +285,8 @@ struct scdb_broker {
     /* remote.c: the remote tier (NULL: none); thread-safe */
     scdb_remote *remote;
     uint64_t remote_inserted;   /* fetched blocks kept locally (atomic)    */
+    uint64_t remote_refreshed;  /* local copies given another broker's
+                                   replaced value, or dropped (atomic)     */
 };
 
 /* The broker's files, bottom to top: each calls only files listed before
@@ -506,7 +512,16 @@ void bk_reload_stop(scdb_broker *b);
 scdb_err bk_remote_start(scdb_broker *b, char *errbuf, size_t errlen);
 void bk_remote_stop(scdb_broker *b);
 /* The store's on_written hook (ctx = the broker): queue the block. */
-void bk_remote_on_written(void *ctx, const scdb_block_info *info, const void *payload);
+void bk_remote_on_written(void *ctx, const scdb_block_info *info, const void *payload, int replaced);
+/* Start (on 1) or stop (0) following the fleet's replace log: blocks other
+ * brokers replaced are refreshed here by writer jobs.  After the threads
+ * start; before they stop. */
+void bk_remote_watch(scdb_broker *b, int on);
+/* The writer's job for keys other brokers replaced: each block held here
+ * gets the cluster's value (or, absent there, is dropped if a leaf); keys
+ * to try again (being read, the cluster failing) into again[*n_again]. */
+void bk_remote_refresh(scdb_broker *b, const scdb_key *keys, size_t n, scdb_key *again,
+                       size_t *n_again);
 /* How many of keys[n_local..n) the cluster holds, as a leading run (one
  * EXISTS round per node); 0 when it is down. */
 size_t bk_remote_probe(scdb_broker *b, const scdb_key *keys, size_t n_local, size_t n);

@@ -111,6 +111,7 @@ scdb_err scdb_scd_open_codebook(scdb_broker_codebook *cb, const char *file, scdb
     }
     cb->payload_dtype = scdb_codebook_payload_dtype(book);
     cb->token_bytes = scdb_codebook_token_bytes(book);
+    snprintf(cb->producer_fp, sizeof cb->producer_fp, "%s", in->producer_fp);
     cb->check = scd_check;
     rc = scdb_ns_make(in->id.b, sizeof in->id.b, cb->payload_dtype, SCDB_CODEC_VERSION, &cb->ns);
     if (rc) { scdb_codebook_free(&book); return rc; }

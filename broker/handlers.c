@@ -206,13 +206,28 @@ static void on_hello(scdb_broker *b, const rq *q, const Scdb__Request *req)
               m->name);
         return;
     }
+    if (h->weights_fp[0] && !scdb_weights_fp_valid(h->weights_fp)) {
+        reply(b, q, SCDB_EINVAL, NULL, "weights_fp '%.64s' is not a weights fingerprint (32 lowercase "
+              "hex digits, FORMATS.md \"Weights fingerprint\")", h->weights_fp);
+        return;
+    }
+    if (h->role == SCDB__ROLE__PRODUCER && h->weights_fp[0] && cb->producer_fp[0] &&
+        strcmp(cb->producer_fp, h->weights_fp)) {
+        /* codes of other weights stored under this namespace would decode
+         * as the codebook's producer's for every consumer: refused */
+        scdb_warn("client %s (pid %u) refused: codebook %s was fitted for producer weights %s, the "
+                  "client runs %s", h->client_name, (unsigned)h->pid, cb->name, cb->producer_fp,
+                  h->weights_fp);
+        reply(b, q, SCDB_EMISMATCH, NULL,
+              "stale producer: codebook %s was fitted for producer weights %s, this client's weights are "
+              "%s; fit a codebook for them (scdb calibrate)%s", cb->name, cb->producer_fp, h->weights_fp,
+              strlen(cb->producer_fp) == 16 ? ", or scdb calibrate --restamp-codebook if the codebook "
+                                              "predates tensor fingerprints and the weights did not change"
+                                            : "");
+        return;
+    }
     if (h->role == SCDB__ROLE__CONSUMER && h->weights_fp[0]) {
         /* a stale pair (calibrated for other weights) is refused, never used */
-        if (!scdb_weights_fp_valid(h->weights_fp)) {
-            reply(b, q, SCDB_EINVAL, NULL, "weights_fp '%.64s' is not a weights fingerprint (32 lowercase "
-                  "hex digits, FORMATS.md \"Weights fingerprint\")", h->weights_fp);
-            return;
-        }
         if (pair->dec.consumer_fp[0] && strcmp(pair->dec.consumer_fp, h->weights_fp)) {
             char label[96];
             bk_client_label(h->client_name, h->pid, label, sizeof label);
@@ -244,8 +259,7 @@ static void on_hello(scdb_broker *b, const rq *q, const Scdb__Request *req)
     c->model = m;
     c->cb = cb;
     c->pair = pair;
-    if (c->role == SCDB__ROLE__CONSUMER)
-        snprintf(c->weights_fp, sizeof c->weights_fp, "%s", h->weights_fp);
+    snprintf(c->weights_fp, sizeof c->weights_fp, "%s", h->weights_fp);
     c->reg = bk_registry_ref(b->reg);
     if (h->lookups) {           /* the baseline later reports count from */
         c->rep_index_lookups = h->lookups->index_lookups;

@@ -10,11 +10,13 @@
  * releases what the job held. */
 #include "broker_int.h"
 
+#include <errno.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define DONE_ENDPOINT "inproc://scdb-done"
 
@@ -73,6 +75,7 @@ void bk_job_free(bk_job *j)
         scdb_remote_blocks_free(j->rblocks, j->n_rblocks);
         free(j->rblocks);
     }
+    free(j->rkeys);
     zmq_msg_close(&j->ident);
     for (int i = 0; i < j->n_frames; i++) zmq_msg_close(&j->frames[i]);
     free(j->frames);
@@ -328,7 +331,10 @@ static void store_blocks(scdb_broker *b, bk_job *j, const int32_t *tokens, size_
     free(puts);
     pr.n_full = (uint32_t)n_full;
     pr.n_stored = (uint32_t)nm;
-    pr.n_new = (uint32_t)(after.puts - before.puts);
+    /* the store counts a replaced block in puts and in put_replaced: the
+     * writer runs one job at a time, so the deltas are this call's */
+    pr.n_replaced = (uint32_t)(after.put_replaced - before.put_replaced);
+    pr.n_new = (uint32_t)(after.puts - before.puts) - pr.n_replaced;
     r.body_case = SCDB__REPLY__BODY_PUT;
     r.put = &pr;
     if (e == SCDB_ENOTFOUND)
@@ -551,6 +557,34 @@ typedef struct thread_arg {
     bk_queue *q;
 } thread_arg;
 
+/* Refresh what another broker replaced; what could not be done now (a
+ * block being read, the cluster failing) goes to the back of the queue,
+ * tried again after a short nap, up to REFRESH_ATTEMPTS times. */
+#define REFRESH_ATTEMPTS 100
+static void run_refresh(scdb_broker *b, bk_job *j)
+{
+    size_t n_again = 0;
+    int stopping;
+    if (j->attempts) {
+        struct timespec ts = {0, 20 * 1000000L};
+        while (nanosleep(&ts, &ts) < 0 && errno == EINTR) {}
+    }
+    bk_remote_refresh(b, j->rkeys, j->n_rkeys, j->rkeys, &n_again);
+    pthread_mutex_lock(&b->writes.mu);
+    stopping = b->writes.stop;
+    pthread_mutex_unlock(&b->writes.mu);
+    if (n_again && ++j->attempts < REFRESH_ATTEMPTS && !stopping) {
+        j->n_rkeys = n_again;
+        bk_queue_push(&b->writes, j);
+        return;
+    }
+    if (n_again)
+        scdb_warn("remote tier: %zu block(s) replaced by another broker could not be refreshed "
+                  "here (being read, or the cluster failing): their old local copies stay",
+                  n_again);
+    bk_job_free(j);
+}
+
 static void *thread_main(void *arg)
 {
     thread_arg ta = *(thread_arg *)arg;
@@ -569,6 +603,10 @@ static void *thread_main(void *arg)
         if (j->op == BK_JOB_REMOTE_INSERT) {   /* internal: nobody waits for it */
             bk_remote_insert(b, j->rblocks, j->n_rblocks);
             bk_job_free(j);
+            continue;
+        }
+        if (j->op == BK_JOB_REMOTE_REFRESH) {  /* internal: another broker's replace */
+            run_refresh(b, j);
             continue;
         }
         switch (j->op) {

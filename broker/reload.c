@@ -130,7 +130,12 @@ static int move_client(bk_client *c, bk_registry *n)
     p = bk_reg_pair(n, cb, m);
     if (c->pair && !p) return 0;
     /* a pair recalibrated for other weights than the client said it runs */
-    if (p && c->weights_fp[0] && p->dec.consumer_fp[0] && strcmp(p->dec.consumer_fp, c->weights_fp))
+    if (c->role == SCDB__ROLE__CONSUMER && p && c->weights_fp[0] && p->dec.consumer_fp[0] &&
+        strcmp(p->dec.consumer_fp, c->weights_fp))
+        return 0;
+    /* a codebook refitted for other weights than the producer runs */
+    if (c->role == SCDB__ROLE__PRODUCER && c->weights_fp[0] && cb->producer_fp[0] &&
+        strcmp(cb->producer_fp, c->weights_fp))
         return 0;
     c->model = m;
     c->cb = cb;

@@ -1,6 +1,8 @@
 /* remote.c — the store's remote tier inside the broker (broker.h, REMOTE
  * TIER): opening it from [remote], the store's on_written hook that queues
- * every committed block for the cluster, the remainder of a local prefix
+ * every committed block for the cluster (a replaced one with a record on
+ * the fleet's replace log), refreshing the blocks other brokers replaced
+ * (remote_tier.h, "REPLACES"), the remainder of a local prefix
  * (probe for lookups, fetch for gets and for puts whose parents are only
  * remote), keeping fetched blocks locally, deletes, counters.  Called by
  * jobs.c, handlers.c and broker.c; calls only the store and the tier. */
@@ -37,11 +39,93 @@ void bk_remote_stop(scdb_broker *b)
     scdb_remote_close(&b->remote);
 }
 
-void bk_remote_on_written(void *ctx, const scdb_block_info *info, const void *payload)
+void bk_remote_on_written(void *ctx, const scdb_block_info *info, const void *payload, int replaced)
 {
     scdb_broker *b = ctx;
     /* a full queue drops the write (counted by the tier): the put stands */
-    (void)scdb_remote_put(b->remote, info, payload);
+    if (replaced) (void)scdb_remote_replace(b->remote, info, payload);
+    else (void)scdb_remote_put(b->remote, info, payload);
+}
+
+/* The tier's writer thread: keys another broker replaced -> a writer job. */
+static void on_replaced(void *ctx, const scdb_key *keys, size_t n)
+{
+    scdb_broker *b = ctx;
+    bk_job *j = calloc(1, sizeof *j);
+    if (!j || !(j->rkeys = malloc(n * sizeof *keys))) {
+        free(j);
+        scdb_warn("remote tier: out of memory: %zu block(s) replaced elsewhere are not refreshed", n);
+        return;
+    }
+    memcpy(j->rkeys, keys, n * sizeof *keys);
+    j->n_rkeys = n;
+    j->op = BK_JOB_REMOTE_REFRESH;
+    zmq_msg_init(&j->ident);
+    bk_queue_push(&b->writes, j);
+}
+
+void bk_remote_watch(scdb_broker *b, int on)
+{
+    if (b->remote) scdb_remote_watch_replaces(b->remote, on ? on_replaced : NULL, b);
+}
+
+void bk_remote_refresh(scdb_broker *b, const scdb_key *keys, size_t n, scdb_key *again,
+                       size_t *n_again)
+{
+    char hex[33];
+    *n_again = 0;
+    for (size_t i = 0; i < n; i++) {
+        scdb_block *blk = NULL;
+        scdb_remote_expect x;
+        scdb_remote_block rb;
+        size_t got = 0;
+        scdb_err e;
+
+        if (scdb_store_acquire(b->store, &keys[i], &blk)) continue;   /* not held here */
+        memset(&x, 0, sizeof x);
+        x.ns = blk->info.ns;
+        x.parent = blk->info.parent;
+        x.first_index = blk->info.block_index;
+        x.token_count = blk->info.token_count;
+        x.payload_len = blk->info.payload_len;
+        x.payload_dtype = blk->info.payload_dtype;
+        scdb_store_release(b->store, &blk);
+        memset(&rb, 0, sizeof rb);
+        e = scdb_remote_fetch(b->remote, &keys[i], 1, &x, &rb, &got);
+        if (e) {                        /* the cluster failing: later */
+            again[(*n_again)++] = keys[i];
+            continue;
+        }
+        if (got) {                      /* the fleet's value replaces ours */
+            scdb_block_put u;
+            memset(&u, 0, sizeof u);
+            u.key = rb.info.key;
+            u.parent = rb.info.parent;
+            u.block_index = rb.info.block_index;
+            u.payload_dtype = rb.info.payload_dtype;
+            u.n_sections = rb.info.n_sections;
+            u.section_off = rb.info.section_off;
+            u.payload = rb.payload;
+            u.payload_len = rb.info.payload_len;
+            u.replace = 1;
+            u.from_remote = 1;          /* not written back, not logged again */
+            e = scdb_store_put_batch(b->store, &rb.info.ns, &u, 1, NULL);
+            scdb_remote_blocks_free(&rb, 1);
+        } else {                        /* gone from the cluster: drop ours */
+            e = scdb_store_delete(b->store, &keys[i]);
+            if (e == SCDB_ENOTFOUND) e = SCDB_OK;
+        }
+        if (e == SCDB_EBUSY) {          /* being read (or, absent remotely, a parent) */
+            again[(*n_again)++] = keys[i];
+            continue;
+        }
+        if (e) {
+            scdb_warn("remote tier: block %s was replaced by another broker; its local copy could "
+                      "not be refreshed: %s", scdb_key_hex(&keys[i], hex), scdb_strerror(e));
+            continue;
+        }
+        __atomic_add_fetch(&b->remote_refreshed, 1, __ATOMIC_RELAXED);
+    }
 }
 
 /* What the blocks after keys[n_local - 1] must be. */
@@ -158,4 +242,7 @@ void bk_remote_fill_stats(scdb_broker *b, Scdb__StatsReply *s)
     s->remote_pending = st.pending;
     s->remote_inserted = __atomic_load_n(&b->remote_inserted, __ATOMIC_RELAXED);
     s->remote_state_changes = st.state_changes;
+    s->remote_replace_records = st.replace_records;
+    s->remote_refreshed = __atomic_load_n(&b->remote_refreshed, __ATOMIC_RELAXED);
+    s->remote_replace_log_resets = st.replace_log_resets;
 }

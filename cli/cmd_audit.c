@@ -1,4 +1,5 @@
-/* cmd_audit.c — checking a pair against the weights a consumer runs:
+/* cmd_audit.c — checking a pair against the weights a consumer runs, and a
+ * codebook against the weights its producer runs:
  *   scdb fingerprint DIR...   the weights fingerprint of model directories
  *                             (schema/FORMATS.md, "Weights fingerprint")
  *   scdb audit                measured quality of what a running broker
@@ -14,7 +15,10 @@
  * the consumer's own held-out text (the family layout's
  * heldout/<domain>.txt, second half), which a broker holds only if someone
  * stored them: --store puts what is missing as the codebook's producer
- * (--producer DIR), making the audit self-contained.
+ * (--producer DIR), making the audit self-contained.  With --producer DIR
+ * the producer registers with DIR's weights fingerprint first, so a
+ * codebook fitted for other producer weights is reported (and nothing is
+ * stored: those codes would decode as another model's).
  *
  * Per prompt: the longest stored prefix (whole blocks, at most
  * --prefix-tokens) is decoded by the broker into an arena (scdb_get, the
@@ -104,8 +108,9 @@ static void audit_usage(FILE *f)
     fprintf(f,
 "usage: scdb audit --consumer DIR --codebook NAME [--model NAME]\n"
 "                  [--text FILE | --tokens FILE]... [--prefixes N]\n"
-"                  [--prefix-tokens T] [--cont C] [--store --producer DIR\n"
-"                  [--producer-model NAME]] [--endpoint URL] [--timeout-ms N] [--json]\n\n"
+"                  [--prefix-tokens T] [--cont C] [--producer DIR\n"
+"                  [--producer-model NAME] [--store]] [--endpoint URL] [--timeout-ms N]\n"
+"                  [--json]\n\n"
 "Measure what a running broker decodes for a consumer against the consumer's\n"
 "own prefill: for each prompt whose prefix is stored, the broker decodes the\n"
 "stored prefix into an arena (as for a serving consumer), the model in DIR\n"
@@ -114,7 +119,10 @@ static void audit_usage(FILE *f)
 "perplexities per prompt and over all.  Run it after any model change: it\n"
 "first registers with DIR's weights fingerprint, and when the broker refuses\n"
 "the pair as stale (calibrated for other weights) it says so, then measures\n"
-"anyway (registered unchecked) to show what the stale pair costs.\n\n"
+"anyway (registered unchecked) to show what the stale pair costs.  With\n"
+"--producer DIR it checks the producer side too: a producer registers with\n"
+"DIR's weights fingerprint, and a codebook fitted for other producer weights\n"
+"is reported as refused (exit 1; with --store nothing is stored).\n\n"
 "Which prompts: the store keeps blocks under hashes of their tokens, not the\n"
 "tokens, so the broker cannot list what it holds.  Give the prompts your\n"
 "producers store: each --text FILE (bytes as byte tokens) or --tokens FILE\n"
@@ -132,7 +140,8 @@ static void audit_usage(FILE *f)
 "  --prefix-tokens T   longest prefix looked up per prompt (default 384)\n"
 "  --cont C            continuation tokens measured after it (default 64)\n"
 "  --store             put the prompts' prefixes that are not stored\n"
-"  --producer DIR      the codebook's producer model (required with --store)\n"
+"  --producer DIR      the codebook's producer model: its weights are checked\n"
+"                      against the codebook's (required with --store)\n"
 "  --producer-model N  its name at the broker (default: its config's name)\n"
 "  --json              print the results as JSON instead of a table\n",
             MAX_PROMPTS);
@@ -140,7 +149,8 @@ static void audit_usage(FILE *f)
     fprintf(f,
 "  --timeout-ms N      per-request timeout (default 30000)\n\n"
 "exit codes: 0 measured, 1 nothing measured (none stored, refused, a file\n"
-"could not be used), 2 usage error, 3 no broker answered.\n");
+"could not be used) or the producer's weights refused, 2 usage error, 3 no\n"
+"broker answered.\n");
 }
 
 static int audit_usage_error(const char *fmt, const char *arg)
@@ -204,8 +214,8 @@ static int audit_parse(audit_opts *o, int argc, char **argv)
     if (!o->consumer_dir) return audit_usage_error("%s", "--consumer DIR is required");
     if (!o->codebook) return audit_usage_error("%s", "--codebook NAME is required (the namespace to audit)");
     if (o->store && !o->producer_dir) return audit_usage_error("%s", "--store needs --producer DIR");
-    if (!o->store && (o->producer_dir || o->producer_model))
-        return audit_usage_error("%s", "--producer is for --store");
+    if (o->producer_model && !o->producer_dir)
+        return audit_usage_error("%s", "--producer-model needs --producer DIR");
     return -1;
 }
 
@@ -358,8 +368,16 @@ done:
     return e;
 }
 
+/* The producer side (--producer DIR): its weights against the codebook's. */
+typedef struct producer_check {
+    char fp[SCDB_WEIGHTS_FP_HEX + 1];
+    const char *check;          /* NULL: not checked; "accepted", "refused" */
+    char refusal[600];
+} producer_check;
+
 static void print_results(const audit_opts *o, const char *name, const char *fp, const char *check,
-                          const char *refusal, const scdb_info *info, const prompt *p, int np)
+                          const char *refusal, const producer_check *pc, const scdb_info *info,
+                          const prompt *p, int np)
 {
     double kl = 0, agree = 0, no = 0, nd = 0;
     long pred = 0;
@@ -382,6 +400,12 @@ static void print_results(const audit_opts *o, const char *name, const char *fp,
         cJSON_AddStringToObject(r, "weights_fp", fp);
         cJSON_AddStringToObject(r, "weights_check", check);
         cJSON_AddStringToObject(r, "broker_message", refusal);
+        if (pc->check) {
+            cJSON_AddStringToObject(r, "producer_dir", o->producer_dir);
+            cJSON_AddStringToObject(r, "producer_weights_fp", pc->fp);
+            cJSON_AddStringToObject(r, "producer_weights_check", pc->check);
+            cJSON_AddStringToObject(r, "producer_broker_message", pc->refusal);
+        }
         arr = cJSON_AddArrayToObject(r, "prompts");
         for (int i = 0; i < np; i++) {
             cJSON *e = cJSON_CreateObject();
@@ -422,7 +446,11 @@ static void print_results(const audit_opts *o, const char *name, const char *fp,
     }
     printf("# scdb audit: consumer %s (%s), codebook %s, decoder %s\n\n", name, o->consumer_dir, o->codebook,
            info->decoder);
-    printf("weights %s: %s%s%s\n\n", fp, check, refusal[0] ? " -- " : "", refusal);
+    printf("weights %s: %s%s%s\n", fp, check, refusal[0] ? " -- " : "", refusal);
+    if (pc->check)
+        printf("producer %s weights %s: %s%s%s\n", o->producer_dir, pc->fp, pc->check,
+               pc->refusal[0] ? " -- " : "", pc->refusal);
+    printf("\n");
     printf("| prompt | stored tokens | continuation | KL(own||decoded) | top-1 | ppl own | ppl decoded | "
            "broker decode ms | own prefill ms |\n|---|---|---|---|---|---|---|---|---|\n");
     for (int i = 0; i < np; i++) {
@@ -452,6 +480,7 @@ int scdb_cmd_audit(int argc, char **argv)
     scdb *h = NULL, *ph = NULL;
     char fp[SCDB_WEIGHTS_FP_HEX + 1] = "", err[512] = "", refusal[600] = "", name[SCDB_MODEL_NAME_MAX];
     const char *check = "accepted";
+    producer_check pc = {.check = NULL};
     scdb_err e;
 
     if ((rc = audit_parse(&o, argc, argv)) >= 0) return rc;
@@ -495,18 +524,37 @@ int scdb_cmd_audit(int argc, char **argv)
                 scdb_model_cfg(cons)->n_kv_heads, scdb_model_cfg(cons)->head_dim);
         goto done;
     }
-    if (o.store) {
+    if (o.producer_dir) {       /* the producer's weights, checked as the consumer's */
         if ((e = scdb_model_load(o.producer_dir, &prod, err, sizeof err))) {
             fprintf(stderr, "scdb audit: --producer %s: %s\n", o.producer_dir, err[0] ? err : scdb_strerror(e));
             goto done;
         }
+        if ((e = scdb_weights_fingerprint(o.producer_dir, pc.fp, err, sizeof err))) {
+            fprintf(stderr, "scdb audit: --producer %s: no weights fingerprint: %s (%s)\n", o.producer_dir,
+                    err, scdb_strerror(e));
+            goto done;
+        }
         if ((rc = scdb_cli_connect("audit", &so, &ph)) >= 0) { ret = rc; goto done; }
         const char *pname = o.producer_model ? o.producer_model : scdb_model_cfg(prod)->name;
-        if ((e = scdb_register(ph, SCDB_PRODUCER, pname, o.codebook, NULL))) {
+        if (scdb_set_weights_fp(ph, pc.fp)) goto done;
+        e = scdb_register(ph, SCDB_PRODUCER, pname, o.codebook, NULL);
+        pc.check = "accepted";
+        if (e == SCDB_EMISMATCH) {
+            pc.check = "refused";
+            snprintf(pc.refusal, sizeof pc.refusal, "%s", scdb_last_error(ph));
+            fprintf(stderr, "scdb audit: the broker refuses the producer's weights: %s\n", pc.refusal);
+            if (o.store) {
+                fprintf(stderr, "scdb audit: nothing stored (codes of these weights would decode as the "
+                        "codebook producer's)\n");
+                goto done;
+            }
+        } else if (e) {
             fprintf(stderr, "scdb audit: register producer %s under %s: %s: %s\n", pname, o.codebook,
                     scdb_strerror(e), scdb_last_error(ph));
             goto done;
         }
+    }
+    if (o.store) {
         for (int i = 0; i < np; i++)
             if ((e = store_prompt(ph, prod, &p[i], o.prefix_tokens, &p[i].put_blocks))) {
                 fprintf(stderr, "scdb audit: put %s: %s: %s\n", p[i].source, scdb_strerror(e), scdb_last_error(ph));
@@ -522,12 +570,12 @@ int scdb_cmd_audit(int argc, char **argv)
         }
         measured += p[i].measured;
     }
-    print_results(&o, name, fp, check, refusal, info, p, np);
+    print_results(&o, name, fp, check, refusal, &pc, info, p, np);
     if (!measured)
         fprintf(stderr, "scdb audit: nothing measured: none of the %d prompts has a stored prefix under %s "
                 "(give the prompts your producers store with --text, or --store --producer DIR)\n", np,
                 o.codebook);
-    ret = measured ? 0 : SCDB_CLI_REFUSED;
+    ret = measured && !(pc.check && !strcmp(pc.check, "refused")) ? 0 : SCDB_CLI_REFUSED;
 done:
     if (p) for (int i = 0; i < MAX_PROMPTS; i++) free(p[i].tok);
     free(p);

@@ -34,7 +34,8 @@ static void usage(FILE *f)
 "                      [--producer DIR] [--patch-layers K] [--texts FILE...]\n"
 "                      [--windows N] [--window T] [--eval-windows N] [--hidden H]\n"
 "                      [--steps S] [--own-layer] [--device D]\n"
-"       scdb calibrate --restamp PAIR --codebook FILE --consumer DIR -o OUTDIR\n\n"
+"       scdb calibrate --restamp PAIR --codebook FILE --consumer DIR -o OUTDIR\n"
+"       scdb calibrate --restamp-codebook FILE --producer DIR -o OUTDIR\n\n"
 "Fits the producer's SCD codebook jointly for all consumers (ridge reduced-rank\n"
 "regression; --pca: plain PCA of the producer's states, the ablation) and one\n"
 "pair per consumer (least-squares REUSE decoders, Adam-trained patch aligners,\n"
@@ -50,7 +51,12 @@ static void usage(FILE *f)
 "With --restamp PAIR, a pair written before weights fingerprints were defined\n"
 "over tensors (its consumer_fp is 16 hex digits, a hash of model.safetensors)\n"
 "is checked against --consumer DIR and written to OUTDIR/pairs/ with the tensor\n"
-"fingerprint (schema/FORMATS.md, \"Weights fingerprint\"); nothing else changes.\n\n"
+"fingerprint (schema/FORMATS.md, \"Weights fingerprint\"); nothing else changes.\n"
+"A pair that predates its codebook's re-stamp gets the codebook's producer_fp.\n\n"
+"With --restamp-codebook FILE, a codebook whose producer_fp is such a 16-digit\n"
+"hash is checked against --producer DIR and written to OUTDIR/codebooks/ with\n"
+"the tensor fingerprint, keeping its id (so its namespace and every stored\n"
+"block) and its codes; then --restamp its pairs against the new file.\n\n"
 "  --ranks rK,rV,rH     code widths of K, V (every coded layer) and H_in (candidates)\n"
 "  --patch-layers K     default patch budget of each pair (<= candidates)\n"
 "  --candidates N       patch candidates, chosen by measured REUSE criticality\n"
@@ -179,10 +185,37 @@ done:
     return ret;
 }
 
+static int restamp_codebook(const char *cb_path, const char *prod_dir, const char *outdir)
+{
+    scdb_model *prod = NULL;
+    char err[512] = "", dir[1200], path[1400];
+    const char *base = strrchr(cb_path, '/');
+    int ret = 1;
+    scdb_err rc = scdb_model_load(prod_dir, &prod, err, sizeof err);
+    if (rc) {
+        fprintf(stderr, "calibrate: %s: %s (%s)\n", prod_dir, err, scdb_strerror(rc));
+        goto done;
+    }
+    if (mkdirs(outdir, "codebooks", dir, sizeof dir)) {
+        fprintf(stderr, "calibrate: cannot create %s\n", dir);
+        goto done;
+    }
+    snprintf(path, sizeof path, "%s/%s", dir, base ? base + 1 : cb_path);
+    if ((rc = scdb_codebook_restamp(cb_path, prod, path, err, sizeof err))) {
+        fprintf(stderr, "calibrate: --restamp-codebook %s: %s (%s)\n", cb_path, err, scdb_strerror(rc));
+        goto done;
+    }
+    printf("restamped %s -> %s\n", cb_path, path);
+    ret = 0;
+done:
+    scdb_model_free(&prod);
+    return ret;
+}
+
 int scdb_cmd_calibrate(int argc, char **argv)
 {
     const char *producer_dir = NULL, *cons_dir[MAX_CONS], *texts[MAX_TEXTS], *outdir = NULL;
-    const char *cb_path = NULL, *restamp_path = NULL, *cb_only = NULL;
+    const char *cb_path = NULL, *restamp_path = NULL, *restamp_cb = NULL, *cb_only = NULL;
     int n_cons = 0, n_texts = 0, ranks[3] = {-1, -1, -1}, n_patch = -1, n_cand = -1;
     int pca = 0, post = 0, token0 = 1, cand_kv = 0, windows = 256, window = 384, n_eval = 6;
     int hidden = 128, steps = 1500, identity = 1, fixed[SCDB_CODEC_MAX_LAYERS], n_fixed = -1;
@@ -208,6 +241,7 @@ int scdb_cmd_calibrate(int argc, char **argv)
             cons_dir[n_cons++] = argv[++i];
         } else if (!strcmp(a, "--codebook") && more) cb_path = argv[++i];
         else if (!strcmp(a, "--restamp") && more) restamp_path = argv[++i];
+        else if (!strcmp(a, "--restamp-codebook") && more) restamp_cb = argv[++i];
         else if (!strcmp(a, "--ranks") && more) {
             cb_only = a;
             if (parse_ints(argv[++i], ranks, 3) != 3) { fprintf(stderr, "calibrate: --ranks wants rK,rV,rH\n"); return 2; }
@@ -251,6 +285,14 @@ int scdb_cmd_calibrate(int argc, char **argv)
             fprintf(stderr, "calibrate: %s\n", why);
             return 2;
         }
+    }
+    if (restamp_cb) {
+        if (!producer_dir || n_cons || cb_path || restamp_path || !outdir) {
+            fprintf(stderr, "calibrate: --restamp-codebook FILE needs --producer DIR and -o OUTDIR, nothing else\n\n");
+            usage(stderr);
+            return 2;
+        }
+        return restamp_codebook(restamp_cb, producer_dir, outdir);
     }
     if (restamp_path) {
         if (!cb_path || n_cons != 1 || !outdir) {

@@ -107,6 +107,12 @@ static const field FIELDS[] = {
      F_COUNT},
     {"remote tier", "remote_state_changes", "up/down changes", S(remote_state_changes),
      F_COUNT},
+    {"remote tier", "remote_replace_records", "replaces announced on the replace log",
+     S(remote_replace_records), F_COUNT},
+    {"remote tier", "remote_refreshed", "local copies refreshed after another broker's replace",
+     S(remote_refreshed), F_COUNT},
+    {"remote tier", "remote_replace_log_resets", "replace log found rewritten (read from 0)",
+     S(remote_replace_log_resets), F_COUNT},
 };
 #undef S
 

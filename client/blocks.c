@@ -68,6 +68,7 @@ static scdb_err put_blocks(scdb *h, const int32_t *tokens, size_t n_tokens, uint
         if (rep && rep->body_case == SCDB__REPLY__BODY_PUT) {
             res.n_stored = rep->put->n_stored;
             res.n_new += rep->put->n_new;
+            res.n_replaced += rep->put->n_replaced;
         }
         if (rep) scdb__reply__free_unpacked(rep, NULL);
         done += k;
@@ -121,6 +122,7 @@ static scdb_err put_states(scdb *h, const int32_t *tokens, size_t n_tokens, uint
         out->n_full = rep->put->n_full;
         out->n_stored = rep->put->n_stored;
         out->n_new = rep->put->n_new;
+        out->n_replaced = rep->put->n_replaced;
     }
     if (rep) scdb__reply__free_unpacked(rep, NULL);
     return e;
@@ -243,7 +245,8 @@ scdb_err scdb_stats(scdb *h, scdb_stat *out)
     C(remote); C(remote_up); C(remote_probes); C(remote_probe_hit_blocks); C(remote_fetches);
     C(remote_hits); C(remote_misses); C(remote_bytes_read); C(remote_invalid); C(remote_errors);
     C(remote_writes); C(remote_bytes_written); C(remote_write_errors); C(remote_queue_drops);
-    C(remote_pending); C(remote_inserted); C(remote_state_changes);
+    C(remote_pending); C(remote_inserted); C(remote_state_changes); C(remote_replace_records);
+    C(remote_refreshed); C(remote_replace_log_resets);
 #undef C
     for (size_t i = 0; i < s->n_ops && out->n_ops < SCDB_STAT_MAX_OPS; i++) {
         int k = out->n_ops++;

@@ -320,7 +320,7 @@ static scdb_err hello(scdb *h)
     hl.role = h->role == SCDB_PRODUCER ? SCDB__ROLE__PRODUCER : SCDB__ROLE__CONSUMER;
     hl.model = h->model;
     hl.codebook = h->codebook;
-    if (h->role == SCDB_CONSUMER) hl.weights_fp = h->weights_fp;
+    hl.weights_fp = h->weights_fp;     /* producers and consumers alike */
     scdb_cl_lookup_counts(h, &lc);
     hl.lookups = &lc;
     req.body_case = SCDB__REQUEST__BODY_HELLO;

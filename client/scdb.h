@@ -297,8 +297,9 @@ typedef struct scdb_info {
  * registering again replaces it (and frees the old one's arenas).  info
  * may be NULL.  Errors: SCDB_ENOTFOUND (unknown model or codebook, or no
  * pair decodes the codebook into this consumer), SCDB_EMISMATCH (a
- * producer whose model is not the codebook's producer; a consumer whose
- * weights fingerprint, scdb_set_weights_fp, is not the one its pair was
+ * producer whose model is not the codebook's producer, or whose weights
+ * fingerprint, scdb_set_weights_fp, is not the one the codebook was fitted
+ * for; a consumer whose weights fingerprint is not the one its pair was
  * calibrated for), SCDB_EPROTO (protocol version mismatch), plus the
  * common ones. */
 scdb_err scdb_register(scdb *h, scdb_role role, const char *model, const char *codebook,
@@ -310,17 +311,20 @@ scdb_err scdb_register(scdb *h, scdb_role role, const char *model, const char *c
  * tells the broker the fingerprint of the weights it runs is refused at
  * registration (SCDB_EMISMATCH, the message naming both fingerprints) when
  * its pair was calibrated for other weights, instead of being served KV
- * decoded for another model; one that tells nothing is not checked.
+ * decoded for another model; one that tells nothing is not checked.  So is
+ * a producer whose codebook was fitted for other weights than it runs (the
+ * codebook's producer_fp), instead of storing codes that every consumer
+ * would decode as the codebook producer's.
  *
  * scdb_weights_fingerprint: the fingerprint of a model directory into
  * fp[33].  Reads every weight once (mmap).  Errors: SCDB_ENOTFOUND (no
  * config.json or weight file, a shard the index names), SCDB_EFORMAT,
  * SCDB_ERANGE, SCDB_EDTYPE, SCDB_ETRUNC (bad files: errbuf, may be NULL,
  * says which), SCDB_EIO, SCDB_ENOMEM, SCDB_EINVAL.
- * scdb_set_weights_fp: the fingerprint this handle's consumer
- * registrations send from now on (scdb_register and every re-registration
- * after a broker restart); NULL or "": none.  SCDB_EINVAL (not 32 lowercase
- * hex digits).  Producers send none.
+ * scdb_set_weights_fp: the fingerprint this handle's registrations, as
+ * producer or consumer, send from now on (scdb_register and every
+ * re-registration after a broker restart); NULL or "": none.  SCDB_EINVAL
+ * (not 32 lowercase hex digits).
  * scdb_set_weights_dir: the same, computed from a model directory: the
  * errors of scdb_weights_fingerprint (message in scdb_last_error). */
 scdb_err scdb_weights_fingerprint(const char *model_dir, char fp[33], char *errbuf, size_t errlen);
@@ -336,7 +340,10 @@ scdb_err scdb_ping(scdb *h, double *rtt_us);
 typedef struct scdb_put_result {
     uint32_t n_full;               /* full blocks in the tokens             */
     uint32_t n_stored;             /* leading blocks stored after the call  */
-    uint32_t n_new;                /* blocks this call wrote                */
+    uint32_t n_new;                /* blocks this call added (new)          */
+    uint32_t n_replaced;           /* stored blocks it overwrote (replace;
+                                      0 from brokers before the count, which
+                                      included them in n_new)               */
 } scdb_put_result;
 
 /* Store full blocks [first_block, first_block + n) of tokens, where n =
@@ -682,7 +689,8 @@ typedef struct scdb_stat {
     uint64_t remote_probes, remote_probe_hit_blocks, remote_fetches, remote_hits,
         remote_misses, remote_bytes_read, remote_invalid, remote_errors, remote_writes,
         remote_bytes_written, remote_write_errors, remote_queue_drops, remote_pending,
-        remote_inserted, remote_state_changes;
+        remote_inserted, remote_state_changes, remote_replace_records, remote_refreshed,
+        remote_replace_log_resets;
     int n_ops;
     struct {
         char op[16];

@@ -101,6 +101,7 @@ static scdb_err build_bundle(const scdb_codebook *cb, cx_bundle *b)
     M("version", "%d", SCDB_CODEC_VERSION);
     M("producer", "%s", in->producer);
     M("producer_fp", "%s", in->producer_fp);
+    if (in->id_producer_fp[0]) M("id_producer_fp", "%s", in->id_producer_fp);
     M("arch", "%s", arch);
     M("arch_fp", "%s", in->arch_fp);
     M("method", "%s", in->method);
@@ -131,6 +132,36 @@ fail:
     return rc;
 }
 
+/* The id of a codebook's bundle (FORMATS.md, "Codebook file"): the hash of
+ * everything but 'id', except that a re-stamped file is hashed as it was
+ * when the id was made: producer_fp with id_producer_fp's value, and no
+ * id_producer_fp.  So re-stamping keeps the id and the namespace. */
+static void codebook_id(const cx_bundle *b, scdb_codec_id *out)
+{
+    const char *idfp = NULL;
+    for (int i = 0; i < b->nm; i++)
+        if (!strcmp(b->m[i].key, "id_producer_fp")) idfp = b->m[i].val;
+    if (!idfp) {
+        cx_bundle_hash(b, "id", out);
+        return;
+    }
+    cx_bundle view = *b;                /* the same tensors, other metadata */
+    view.m = malloc((size_t)b->nm * sizeof *view.m);
+    view.nm = 0;
+    if (!view.m) {
+        memset(out, 0, sizeof *out);    /* all-zero id: never matches */
+        return;
+    }
+    for (int i = 0; i < b->nm; i++) {
+        if (!strcmp(b->m[i].key, "id_producer_fp")) continue;
+        view.m[view.nm] = b->m[i];
+        if (!strcmp(b->m[i].key, "producer_fp")) view.m[view.nm].val = (char *)idfp;
+        view.nm++;
+    }
+    cx_bundle_hash(&view, "id", out);
+    free(view.m);
+}
+
 scdb_err cx_codebook_finish(scdb_codebook *cb)
 {
     cx_bundle b;
@@ -144,7 +175,7 @@ scdb_err cx_codebook_finish(scdb_codebook *cb)
     scdb_codec_arch_fp(&in->arch, in->arch_fp);
     scdb_err rc = build_bundle(cb, &b);
     if (rc) return rc;
-    cx_bundle_hash(&b, "id", &in->id);
+    codebook_id(&b, &in->id);
     scdb_codec_id_hex(&in->id, in->id_hex);
     cx_bundle_free(&b);
     return SCDB_OK;
@@ -214,6 +245,19 @@ scdb_err scdb_codebook_load(const char *path, scdb_codebook **out, char *errbuf,
                   in->producer_fp);
         rc = SCDB_EFORMAT;
         goto fail;
+    }
+    if (scdb_st_meta(f, "id_producer_fp")) {    /* re-stamped: 16 digits kept for the id */
+        if ((rc = cx_meta_str(f, "id_producer_fp", in->id_producer_fp, sizeof in->id_producer_fp, errbuf,
+                              errlen)))
+            goto fail;
+        if (!cx_fp_valid(in->id_producer_fp) || strlen(in->id_producer_fp) != 16 ||
+            strlen(in->producer_fp) == 16) {
+            scdb_errf(errbuf, errlen, "%s: metadata 'id_producer_fp' = '%.40s' with producer_fp '%.40s': a "
+                      "re-stamped codebook records a 16-digit id_producer_fp and a 32-digit producer_fp",
+                      path, in->id_producer_fp, in->producer_fp);
+            rc = SCDB_EFORMAT;
+            goto fail;
+        }
     }
     if (cx_arch_parse(s, &in->arch)) {
         scdb_errf(errbuf, errlen, "%s: metadata 'arch' = '%.100s' is malformed", path, s);
@@ -300,7 +344,7 @@ scdb_err scdb_codebook_load(const char *path, scdb_codebook **out, char *errbuf,
         goto fail;
     }
     if ((rc = cx_bundle_from_file(f, &b))) goto fail;
-    cx_bundle_hash(&b, "id", &in->id);
+    codebook_id(&b, &in->id);
     if (memcmp(&stored, &in->id, sizeof stored)) {
         scdb_errf(errbuf, errlen, "%s: contents do not hash to the stored id %s (corrupt or edited)", path, idhex);
         rc = SCDB_ECHECKSUM;
@@ -329,6 +373,39 @@ fail:
     cx_bundle_free(&b);
     scdb_codebook_free(&cb);
     scdb_st_close(&f);
+    return rc;
+}
+
+scdb_err scdb_codebook_restamp(const char *path, const scdb_model *producer, const char *out,
+                               char *errbuf, size_t errlen)
+{
+    scdb_codebook *cb = NULL;
+    char fp[SCDB_CODEC_FP_LEN];
+    scdb_codec_id id;
+    scdb_err rc;
+    if (!path || !producer || !out) return SCDB_EINVAL;
+    if ((rc = scdb_codebook_load(path, &cb, errbuf, errlen))) return rc;
+    scdb_codebook_info *in = &cb->info;
+    if (strlen(in->producer_fp) != 16) {
+        scdb_errf(errbuf, errlen, "%s: producer_fp %s is a tensor fingerprint already", path, in->producer_fp);
+        rc = SCDB_EINVAL;
+        goto done;
+    }
+    /* the weights must be those the codebook was fitted on */
+    if ((rc = scdb_codebook_check_producer(cb, producer, errbuf, errlen))) goto done;
+    if ((rc = cx_model_fp(producer, fp, errbuf, errlen))) goto done;
+    memcpy(in->id_producer_fp, in->producer_fp, sizeof in->producer_fp);
+    memcpy(in->producer_fp, fp, sizeof fp);
+    id = in->id;
+    if ((rc = cx_codebook_finish(cb))) goto done;
+    if (memcmp(&id, &in->id, sizeof id)) {     /* a bug, never a file's fault */
+        scdb_errf(errbuf, errlen, "%s: re-stamping changed the id", path);
+        rc = SCDB_EFORMAT;
+        goto done;
+    }
+    if ((rc = scdb_codebook_save(cb, out))) scdb_errf(errbuf, errlen, "%s: %s", out, scdb_strerror(rc));
+done:
+    scdb_codebook_free(&cb);
     return rc;
 }
 

@@ -139,6 +139,10 @@ typedef struct scdb_codebook_info {
     char id_hex[33];
     char producer[SCDB_MODEL_NAME_MAX];
     char producer_fp[SCDB_CODEC_FP_LEN]; /* weights fingerprint */
+    /* A re-stamped codebook (scdb_codebook_restamp): the 16-digit producer
+     * fingerprint its id was computed over, which the id keeps hashing in
+     * producer_fp's place (FORMATS.md, "Codebook file"); "" otherwise. */
+    char id_producer_fp[SCDB_CODEC_FP_LEN];
     char arch_fp[17];
     scdb_model_config arch;       /* producer config (name, dims, RoPE) */
     int n_layers, d_model, kv_dim;
@@ -199,6 +203,15 @@ scdb_err scdb_codebook_set_code_dtype(scdb_codebook *cb, scdb_code_dtype dt);
 uint32_t scdb_codebook_payload_dtype(const scdb_codebook *cb);
 /* Check that a loaded producer model is the one the codebook was fitted
  * for.  SCDB_EMISMATCH (other architecture or other weights). */
+/* Rewrite the codebook at path, whose producer_fp is a 16-digit file hash
+ * (written before the tensor fingerprint), with the tensor fingerprint of
+ * producer, to out, keeping its id (so its namespace and every stored block)
+ * and its codes: the old value goes to id_producer_fp.  Only after checking
+ * that producer's weights are those the 16 digits name.  Errors: those of
+ * scdb_codebook_load and scdb_codebook_check_producer, SCDB_EINVAL (it
+ * records a tensor fingerprint already), scdb_codebook_save's. */
+scdb_err scdb_codebook_restamp(const char *path, const scdb_model *producer, const char *out,
+                               char *errbuf, size_t errlen);
 scdb_err scdb_codebook_check_producer(const scdb_codebook *cb, const scdb_model *producer,
                                       char *errbuf, size_t errlen);
 
@@ -296,10 +309,12 @@ scdb_err scdb_pair_check_models(const scdb_pair *p, const scdb_model *producer,
 /* Rewrite the pair at path, whose consumer_fp is a 16-digit file hash
  * (written before the tensor fingerprint), with the tensor fingerprint of
  * consumer, to out: only after checking that consumer's weights are those
- * the 16 digits name.  Decoders and aligners are written back unchanged.
- * Errors: those of scdb_pair_load and scdb_pair_check_models, SCDB_EINVAL
- * (the pair records a tensor fingerprint already), SCDB_EMISMATCH (a pair
- * for another consumer, or other weights), scdb_pair_save's. */
+ * the 16 digits name; and a producer_fp that is cb's id_producer_fp (the
+ * pair predates cb's re-stamp) with cb's producer_fp.  Decoders and
+ * aligners are written back unchanged.  Errors: those of scdb_pair_load and
+ * scdb_pair_check_models, SCDB_EINVAL (the pair records tensor
+ * fingerprints already), SCDB_EMISMATCH (a pair for another consumer, or
+ * other weights), scdb_pair_save's. */
 scdb_err scdb_pair_restamp(const char *path, const scdb_codebook *cb, const scdb_model *consumer,
                            const char *out, char *errbuf, size_t errlen);
 

@@ -3,7 +3,8 @@
  * schema/weights_fp.h for every file written now, and the 16-digit file
  * hash of files written before it, recognised by its length; the checks of
  * a loaded model against what a file records; and re-stamping a pair's
- * 16-digit consumer fingerprint. */
+ * 16-digit consumer fingerprint and its producer fingerprint after its
+ * codebook's (codebook.c, scdb_codebook_restamp). */
 #include "codec_internal.h"
 
 #include <stdlib.h>
@@ -69,15 +70,21 @@ scdb_err scdb_pair_restamp(const char *path, const scdb_codebook *cb, const scdb
         rc = SCDB_EMISMATCH;
         goto done;
     }
-    if (strlen(in->consumer_fp) != LEGACY_HEX) {
-        scdb_errf(errbuf, errlen, "%s: consumer_fp %s is a tensor fingerprint already", path, in->consumer_fp);
+    /* the producer's: the codebook's, once that was re-stamped */
+    int stale_producer = strcmp(in->producer_fp, cb->info.producer_fp) != 0;
+    if (strlen(in->consumer_fp) != LEGACY_HEX && !stale_producer) {
+        scdb_errf(errbuf, errlen, "%s: consumer_fp %s is a tensor fingerprint already, and producer_fp is "
+                  "its codebook's", path, in->consumer_fp);
         rc = SCDB_EINVAL;
         goto done;
     }
     /* the weights must be those the pair was fitted on */
     if ((rc = scdb_pair_check_models(p, NULL, consumer, errbuf, errlen))) goto done;
-    if ((rc = cx_model_fp(consumer, fp, errbuf, errlen))) goto done;
-    memcpy(in->consumer_fp, fp, sizeof fp);
+    if (strlen(in->consumer_fp) == LEGACY_HEX) {
+        if ((rc = cx_model_fp(consumer, fp, errbuf, errlen))) goto done;
+        memcpy(in->consumer_fp, fp, sizeof fp);
+    }
+    if (stale_producer) memcpy(in->producer_fp, cb->info.producer_fp, sizeof in->producer_fp);
     rc = scdb_pair_save(p, out);
     if (rc) scdb_errf(errbuf, errlen, "%s: %s", out, scdb_strerror(rc));
 done:

@@ -248,8 +248,12 @@ scdb_err scdb_pair_load(const char *path, const scdb_codebook *cb, scdb_pair **o
         rc = SCDB_EFORMAT;
         goto fail;
     }
-    /* shapes must agree with the codebook's producer architecture */
-    if (strcmp(in->arch_fp, ci->arch_fp) || strcmp(in->producer_fp, ci->producer_fp) ||
+    /* shapes must agree with the codebook's producer architecture; the
+     * producer is the codebook's (a pair written before the codebook was
+     * re-stamped records its old 16 digits, id_producer_fp) */
+    int same_producer = !strcmp(in->producer_fp, ci->producer_fp) ||
+                        (ci->id_producer_fp[0] && !strcmp(in->producer_fp, ci->id_producer_fp));
+    if (strcmp(in->arch_fp, ci->arch_fp) || !same_producer ||
         in->n_layers != ci->n_layers || in->d_model != ci->d_model || in->kv_dim != ci->kv_dim ||
         in->head_dim != ci->arch.head_dim || in->vocab_size != ci->arch.vocab_size ||
         p->k_post_rope != ci->k_post_rope) {

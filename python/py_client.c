@@ -100,22 +100,22 @@ static int client_init(py_client *self, PyObject *args, PyObject *kw)
                              "curve_server_key", "curve_public_key", "curve_secret_key", NULL};
     const char *endpoint = NULL, *name = NULL, *sk = NULL, *pk = NULL, *sec = NULL;
     int timeout_ms = 5000, heartbeat = 1, lookup_index = 1;
+    PyObject *to = NULL;
+    long long ms = 5000;
     scdb_opts o = {0};
     scdb_err e;
     scdb *h = NULL;
 
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|zi$zppzzz:Client", kwlist, &endpoint,
-                                     &timeout_ms, &name, &heartbeat, &lookup_index, &sk, &pk,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|zO$zppzzz:Client", kwlist, &endpoint,
+                                     &to, &name, &heartbeat, &lookup_index, &sk, &pk,
                                      &sec))
         return -1;
     if (self->h || self->busy) {
         PyErr_SetString(PyExc_RuntimeError, "scdb.Client.__init__ called twice");
         return -1;
     }
-    if (timeout_ms <= 0) {
-        py_err(SCDB_EINVAL, "timeout_ms must be > 0, got %d", timeout_ms);
-        return -1;
-    }
+    if (to && py_int_arg(to, "timeout_ms", 1, INT32_MAX, SCDB_EINVAL, &ms)) return -1;
+    timeout_ms = (int)ms;
     if (endpoint && !*endpoint) endpoint = NULL;      /* "" is the default too */
     o.endpoint = endpoint;
     o.timeout_ms = timeout_ms;
@@ -218,8 +218,8 @@ static PyObject *info_dict(py_client *c)
 
 static PyObject *put_dict(const scdb_put_result *r)
 {
-    return Py_BuildValue("{s:I,s:I,s:I}", "n_full", r->n_full, "n_stored", r->n_stored,
-                         "n_new", r->n_new);
+    return Py_BuildValue("{s:I,s:I,s:I,s:I}", "n_full", r->n_full, "n_stored", r->n_stored,
+                         "n_new", r->n_new, "n_replaced", r->n_replaced);
 }
 
 /* ------------------------------------------------------------ methods */
@@ -343,6 +343,7 @@ static PyObject *client_put(py_client *self, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"tokens", "payloads", "first_block", "replace", NULL};
     PyObject *tok, *pay, *joined = NULL, *out = NULL;
+    PyObject *fb = NULL;
     unsigned int first_block = 0;
     int replace = 0;
     py_tokens t = {0};
@@ -351,9 +352,9 @@ static PyObject *client_put(py_client *self, PyObject *args, PyObject *kw)
     scdb_put_result r = {0};
     scdb_err e;
 
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|Ip:put", kwlist, &tok, &pay, &first_block,
-                                     &replace))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|Op:put", kwlist, &tok, &pay, &fb, &replace))
         return NULL;
+    if (fb && py_u32_arg(fb, "first_block", &first_block)) return NULL;
     if (py_client_enter(self)) return NULL;
     if (!self->registered) {
         py_err(SCDB_EINVAL, "not registered (Client.register first)");
@@ -380,15 +381,17 @@ static PyObject *client_put_states(py_client *self, PyObject *args, PyObject *kw
     static char *kwlist[] = {"tokens", "states", "first_block", "replace", NULL};
     PyObject *tok, *out = NULL;
     py_arena *sa;
+    PyObject *fb = NULL;
     unsigned int first_block = 0;
     int replace = 0;
     py_tokens t = {0};
     scdb_put_result r = {0};
     scdb_err e;
 
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO!|Ip:put_states", kwlist, &tok,
-                                     &py_states_arena_type, &sa, &first_block, &replace))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO!|Op:put_states", kwlist, &tok,
+                                     &py_states_arena_type, &sa, &fb, &replace))
         return NULL;
+    if (fb && py_u32_arg(fb, "first_block", &first_block)) return NULL;
     if (sa->client != self) return py_err(SCDB_EINVAL, "that StatesArena belongs to another Client");
     if (py_arena_check(sa)) return NULL;
     if (py_client_enter(self)) return NULL;
@@ -478,13 +481,14 @@ static PyObject *client_delete(py_client *self, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"tokens", "from_block", NULL};
     PyObject *tok, *out = NULL;
+    PyObject *fb = NULL;
     unsigned int from_block = 0;
     uint32_t n = 0;
     py_tokens t = {0};
     scdb_err e;
 
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|I:delete", kwlist, &tok, &from_block))
-        return NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|O:delete", kwlist, &tok, &fb)) return NULL;
+    if (fb && py_u32_arg(fb, "from_block", &from_block)) return NULL;
     if (py_client_enter(self)) return NULL;
     if (py_tokens_get(tok, &t)) goto done;
     Py_BEGIN_ALLOW_THREADS
@@ -597,17 +601,12 @@ static PyObject *client_get_last_get(py_client *self, void *c)
 
 static int client_set_timeout(py_client *self, PyObject *v, void *c)
 {
-    long ms;
+    long long ms;
     if (!v) {
         PyErr_SetString(PyExc_AttributeError, "cannot delete timeout_ms");
         return -1;
     }
-    ms = PyLong_AsLong(v);
-    if (ms == -1 && PyErr_Occurred()) return -1;
-    if (ms <= 0 || ms > INT32_MAX) {
-        py_err(SCDB_EINVAL, "timeout_ms must be > 0, got %ld", ms);
-        return -1;
-    }
+    if (py_int_arg(v, "timeout_ms", 1, INT32_MAX, SCDB_EINVAL, &ms)) return -1;
     if (py_client_enter(self)) return -1;
     scdb_set_timeout(self->h, (int)ms);
     self->timeout_ms = (int)ms;
@@ -640,18 +639,18 @@ static PyMethodDef client_methods[] = {
     {"register", FN(client_register), METH_VARARGS | METH_KEYWORDS,
      "register(model, role='consumer', codebook=None, *, weights_fp=None, model_dir=None) -> dict\n\n"
      "Register as 'producer' or 'consumer' of model under codebook (None: \"raw/<model>\",\n"
-     "the model's raw KV).  A consumer may say which weights it runs: weights_fp (32 hex\n"
+     "the model's raw KV).  A client may say which weights it runs: weights_fp (32 hex\n"
      "digits, scdb.weights_fingerprint) or model_dir (computed from it); the broker then\n"
-     "refuses a pair calibrated for other weights (MismatchError naming both\n"
-     "fingerprints) and so does every re-registration of this Client; neither: not\n"
-     "checked.  Registering again replaces the registration; arenas from\n"
+     "refuses a consumer's pair calibrated for other weights, or a producer's codebook\n"
+     "fitted for other weights (MismatchError naming both fingerprints), and so does\n"
+     "every re-registration of this Client; neither: not checked.  Registering again replaces the registration; arenas from\n"
      "before it then raise ClosedError.  Returns the registration's info (also\n"
      "Client.info): block_tokens, block_bytes, payload_dtype, n_layers, n_kv_heads,\n"
      "head_dim, kv_dim, max_seq_len, decoder, codebook_kind, states_layers, states_dim,\n"
      "max_tokens, max_request_bytes, heartbeat_ms, heartbeat_timeout_ms,\n"
      "broker_instance.\n\nRaises NotFoundError (unknown model or codebook, no pair for this\n"
-     "consumer), MismatchError (a producer that is not the codebook's model; a stale\n"
-     "pair), InvalidError (role, a malformed weights_fp), the fingerprint's errors for\n"
+     "consumer), MismatchError (a producer that is not the codebook's model or runs other\n"
+     "weights; a stale pair), InvalidError (role, a malformed weights_fp), the fingerprint's errors for\n"
      "model_dir (NotFoundError, DataError, ...)."},
     {"ping", FN(client_ping), METH_NOARGS, "ping() -> float\n\nRound trip to the broker, in microseconds."},
     {"lookup", FN(client_lookup), METH_O,
@@ -668,7 +667,7 @@ static PyMethodDef client_methods[] = {
      "payloads back to back in the codebook's encoding — for raw/<model> each block's K\n"
      "[n_layers][block_tokens][kv_dim] then V, in info['payload_dtype'] — as bytes, a\n"
      "C-contiguous uint8/float16/float32 array, or a list of per-block buffers.  Returns\n"
-     "{'n_full', 'n_stored', 'n_new'}.  Raises ShapeError (not whole blocks, more blocks\n"
+     "{'n_full', 'n_stored', 'n_new', 'n_replaced'}.  Raises ShapeError (not whole blocks, more blocks\n"
      "than the tokens hold), DtypeError, NotFoundError (an earlier block is not stored),\n"
      "TooBigError, FullError, RangeError (more tokens than max_seq_len, a token outside the\n"
      "vocabulary, a NaN or Inf in the payload)."},

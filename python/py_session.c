@@ -25,7 +25,7 @@ PyObject *py_session_open(py_arena *a, PyObject *args, PyObject *kw)
     static char *kwlist[] = {"budget", "policy", "cadence", "n_heads", "window", NULL};
     unsigned int budget, cadence = 0;
     const char *policy = NULL;
-    PyObject *nh = Py_None;
+    PyObject *bo, *co = NULL, *nh = Py_None;
     int window = 0;
     long n_heads;
     scdb_session_opts o = {0};
@@ -33,8 +33,10 @@ PyObject *py_session_open(py_arena *a, PyObject *args, PyObject *kw)
     py_session *out;
     scdb_err e;
 
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "I|zIOi:session", kwlist, &budget, &policy,
-                                     &cadence, &nh, &window))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|zOOi:session", kwlist, &bo, &policy,
+                                     &co, &nh, &window))
+        return NULL;
+    if (py_u32_arg(bo, "budget", &budget) || (co && py_u32_arg(co, "cadence", &cadence)))
         return NULL;
     if (nh == Py_None)
         return py_err(SCDB_EINVAL, "session: n_heads (the model's query heads) is required");
@@ -215,12 +217,14 @@ static PyObject *session_evict(py_session *self, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"budget", NULL};
     unsigned int budget = 0;
+    PyObject *bo = NULL;
     scdb_session_evict_result r;
     PyObject *out = NULL;
     py_client *c;
     scdb_err e;
 
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|I:evict", kwlist, &budget)) return NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|O:evict", kwlist, &bo)) return NULL;
+    if (bo && py_u32_arg(bo, "budget", &budget)) return NULL;
     if (session_check(self)) return NULL;
     c = self->arena->client;
     if (py_client_enter(c)) return NULL;

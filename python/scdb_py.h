@@ -111,6 +111,16 @@ PyObject *py_err_handle(scdb *h, scdb_err e);
 /* Create the exception classes in module m.  -1 on failure. */
 int py_errors_init(PyObject *m);
 
+/* An integer argument `name` (an int or anything with __index__; a float
+ * is a TypeError) into *out when lo <= o <= hi.  Else -1 with an exception
+ * whose message states the argument, its value and the range: OverflowError
+ * when e is SCDB_OK (the value does not fit the C parameter), else the scdb
+ * error e.  For every integer argument, so that none wraps modulo 2**32. */
+int py_int_arg(PyObject *o, const char *name, long long lo, long long hi, scdb_err e,
+               long long *out);
+/* py_int_arg over 0 .. 2**32-1 (a block index, a budget), OverflowError. */
+int py_u32_arg(PyObject *o, const char *name, unsigned int *out);
+
 /* ------------------------------------------------------------- calls */
 
 /* Start a call on c's handle: ClosedError if closed, BusyError if another

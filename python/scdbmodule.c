@@ -237,6 +237,61 @@ static void interrupt_init(void)
     scdb_set_interrupt(interrupt_check, NULL);
 }
 
+/* ------------------------------------------------------ integer arguments */
+
+/* "0 .. 4294967295 (2**32-1)": the limits as numbers, and as powers of two
+ * where they are one off one (so the message reads either way). */
+static void fmt_limit(char *buf, size_t len, long long v)
+{
+    for (int k = 1; k < 63; k++) {
+        long long p = 1ll << k;
+        if (v == p - 1) { snprintf(buf, len, "%lld (2**%d-1)", v, k); return; }
+        if (v == -p) { snprintf(buf, len, "%lld (-2**%d)", v, k); return; }
+    }
+    snprintf(buf, len, "%lld", v);
+}
+
+int py_int_arg(PyObject *o, const char *name, long long lo, long long hi, scdb_err e,
+               long long *out)
+{
+    PyObject *ix;
+    long long v;
+    int over = 0;
+    char los[48], his[48];
+
+    if (PyFloat_Check(o) || !PyIndex_Check(o)) {
+        PyErr_Format(PyExc_TypeError, "%s must be an int, not %s", name, Py_TYPE(o)->tp_name);
+        return -1;
+    }
+    if (!(ix = PyNumber_Index(o))) return -1;
+    v = PyLong_AsLongLongAndOverflow(ix, &over);
+    if (v == -1 && PyErr_Occurred()) {
+        Py_DECREF(ix);
+        return -1;
+    }
+    if (!over && v >= lo && v <= hi) {
+        Py_DECREF(ix);
+        *out = v;
+        return 0;
+    }
+    fmt_limit(los, sizeof los, lo);
+    fmt_limit(his, sizeof his, hi);
+    if (e == SCDB_OK)
+        PyErr_Format(PyExc_OverflowError, "%s must be %s .. %s, got %S", name, los, his, ix);
+    else
+        py_err(e, "%s must be %s .. %s, got %S", name, los, his, ix);
+    Py_DECREF(ix);
+    return -1;
+}
+
+int py_u32_arg(PyObject *o, const char *name, unsigned int *out)
+{
+    long long v;
+    if (py_int_arg(o, name, 0, UINT32_MAX, SCDB_OK, &v)) return -1;
+    *out = (unsigned int)v;
+    return 0;
+}
+
 /* ---------------------------------------------------------------- tokens */
 
 /* The struct-module code of a native-order buffer format ("i", "=i", "<i"
@@ -294,6 +349,13 @@ static int token_range(size_t i, long long v)
     return -1;
 }
 
+/* token_range for an int that may be past 64 bits: its own digits */
+static int token_range_obj(size_t i, PyObject *ix)
+{
+    py_err(SCDB_ERANGE, "token %zd is %S: tokens are 0 .. 2**31-1", (Py_ssize_t)i, ix);
+    return -1;
+}
+
 void py_tokens_release(py_tokens *t)
 {
     if (t->have_view) PyBuffer_Release(&t->view);
@@ -341,7 +403,13 @@ int py_tokens_get(PyObject *o, py_tokens *t)
         for (size_t i = 0; i < t->n; i++) {
             long long x = read_int((const char *)v->buf + (Py_ssize_t)i * v->strides[0], c,
                                    v->itemsize);
-            if (x < 0 && c >= 'A' && c <= 'Z') x = (long long)INT32_MAX + 1;   /* huge unsigned */
+            if (x < 0 && c >= 'A' && c <= 'Z') {                /* unsigned past 2**63 */
+                uint64_t u;
+                memcpy(&u, (const char *)v->buf + (Py_ssize_t)i * v->strides[0], sizeof u);
+                py_err(SCDB_ERANGE, "token %zd is %llu: tokens are 0 .. 2**31-1", (Py_ssize_t)i,
+                       (unsigned long long)u);
+                return -1;
+            }
             if (token_range(i, x)) return -1;
             t->owned[i] = (int32_t)x;
         }
@@ -386,12 +454,12 @@ int py_tokens_get(PyObject *o, py_tokens *t)
             return -1;
         }
         x = PyLong_AsLongLongAndOverflow(ix, &over);
-        Py_DECREF(ix);
-        if (over) x = over > 0 ? (long long)INT32_MAX + 1 : -1;
-        if (token_range((size_t)i, x)) {
+        if (over ? token_range_obj((size_t)i, ix) : token_range((size_t)i, x)) {
+            Py_DECREF(ix);
             Py_DECREF(seq);
             return -1;
         }
+        Py_DECREF(ix);
         t->owned[i] = (int32_t)x;
     }
     Py_DECREF(seq);

@@ -315,32 +315,41 @@ static int any_node(const scdb_rc *rc, uint64_t now)
     return free_to_try >= 0 ? free_to_try : backing_off;
 }
 
+/* By scdb_rc_cmd. */
+static const char *const rc_cmd_names[] = {"?", "GET", "SET", "EXISTS", "DEL", "GETEX", "APPEND",
+                                           "GETRANGE"};
+
 static scdb_err queue_op(rc_pipe *p, const scdb_rc_op *op, int32_t tag)
 {
     const char *argv[5];
     size_t lens[5];
     int argc = 2;
-    char ttl[24];
+    char n1[24], n2[24];
+    argv[0] = rc_cmd_names[op->cmd];
     argv[1] = op->key ? op->key : "";
     lens[1] = op->key_len;
+    if (op->cmd == SCDB_RC_GETEX && !op->ttl_ms) argv[0] = "GET";   /* nothing to set */
+    lens[0] = strlen(argv[0]);
     switch (op->cmd) {
-    case SCDB_RC_GET: argv[0] = "GET"; lens[0] = 3; break;
-    case SCDB_RC_EXISTS: argv[0] = "EXISTS"; lens[0] = 6; break;
-    case SCDB_RC_DEL: argv[0] = "DEL"; lens[0] = 3; break;
     case SCDB_RC_SET:
-        argv[0] = "SET";
-        lens[0] = 3;
-        argv[2] = op->val ? op->val : "";
-        lens[2] = op->val_len;
-        argc = 3;
-        if (op->ttl_ms) {
-            argv[3] = "PX";
-            lens[3] = 2;
-            lens[4] = (size_t)snprintf(ttl, sizeof ttl, "%llu", (unsigned long long)op->ttl_ms);
-            argv[4] = ttl;
-            argc = 5;
-        }
+    case SCDB_RC_APPEND:
+        argv[argc] = op->val ? op->val : "";
+        lens[argc++] = op->val_len;
         break;
+    case SCDB_RC_GETRANGE:
+        lens[argc] = (size_t)snprintf(n1, sizeof n1, "%lld", (long long)op->start);
+        argv[argc++] = n1;
+        lens[argc] = (size_t)snprintf(n2, sizeof n2, "%lld", (long long)op->end);
+        argv[argc++] = n2;
+        break;
+    default:
+        break;
+    }
+    if ((op->cmd == SCDB_RC_SET || op->cmd == SCDB_RC_GETEX) && op->ttl_ms) {
+        argv[argc] = "PX";
+        lens[argc++] = 2;
+        lens[argc] = (size_t)snprintf(n1, sizeof n1, "%llu", (unsigned long long)op->ttl_ms);
+        argv[argc++] = n1;
     }
     return rc_pipe_add(p, tag, argc, argv, lens);
 }
@@ -416,7 +425,9 @@ static void take_reply(scdb_rc *rc, scdb_rc_op *op, op_state *st, const redisRep
     bool ok = false;
     switch (op->cmd) {
     case SCDB_RC_GET:
-        if (r->type == REDIS_REPLY_NIL) {
+    case SCDB_RC_GETEX:
+    case SCDB_RC_GETRANGE:
+        if (r->type == REDIS_REPLY_NIL && op->cmd != SCDB_RC_GETRANGE) {
             finish(rc, op, st, SCDB_ENOTFOUND, NULL, first_error);
             return;
         }
@@ -441,6 +452,12 @@ static void take_reply(scdb_rc *rc, scdb_rc_op *op, op_state *st, const redisRep
             return;
         }
         break;
+    case SCDB_RC_APPEND:
+        if (r->type == REDIS_REPLY_INTEGER) {
+            op->integer = r->integer;
+            ok = true;
+        }
+        break;
     }
     if (ok) {
         finish(rc, op, st, SCDB_OK, NULL, first_error);
@@ -448,17 +465,16 @@ static void take_reply(scdb_rc *rc, scdb_rc_op *op, op_state *st, const redisRep
     }
     rc->st.protocol_errors++;
     rc_why(why, sizeof why, "%s:%d: unexpected reply (type %d) to %s", nd->host, nd->port, r->type,
-             op->cmd == SCDB_RC_GET ? "GET" : op->cmd == SCDB_RC_SET ? "SET"
-             : op->cmd == SCDB_RC_EXISTS ? "EXISTS" : "DEL");
+             rc_cmd_names[op->cmd]);
     finish(rc, op, st, SCDB_EPROTO, why, first_error);
 }
 
 static scdb_err check_op(const scdb_rc_op *op)
 {
-    if (op->cmd < SCDB_RC_GET || op->cmd > SCDB_RC_DEL) return SCDB_EINVAL;
+    if (op->cmd < SCDB_RC_GET || op->cmd > SCDB_RC_GETRANGE) return SCDB_EINVAL;
     if (!op->key && op->key_len) return SCDB_EINVAL;
     if (op->key_len > SCDB_RC_MAX_KEY) return SCDB_ETOOBIG;
-    if (op->cmd == SCDB_RC_SET) {
+    if (op->cmd == SCDB_RC_SET || op->cmd == SCDB_RC_APPEND) {
         if (!op->val && op->val_len) return SCDB_EINVAL;
         if (op->val_len > SCDB_RC_MAX_VALUE) return SCDB_ETOOBIG;
     }

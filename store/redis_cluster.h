@@ -77,8 +77,9 @@
  * "AUTH user password" ("AUTH password" without a user: the default user).
  * scdb_rc_open checks it on every master it can reach: a refused password is
  * SCDB_EAUTH there, with a message naming the user and the node.  The ACL user
- * needs: +get +set +exists +del +asking +cluster|slots +ping (and a key
- * pattern covering the key prefix).  ACLs are per node in Redis Cluster:
+ * needs: +get +set +exists +del +asking +cluster|slots +ping, and for the
+ * remote tier's TTL refresh and replace log +getex +append +getrange (and a
+ * key pattern covering the key prefix).  ACLs are per node in Redis Cluster:
  * configure the user on every node (an ACL file).
  *
  * The cluster side: run it with cluster-require-full-coverage no, so that a
@@ -138,7 +139,14 @@ typedef enum scdb_rc_cmd {
     SCDB_RC_GET = 1,  /* value -> out; SCDB_ENOTFOUND if absent            */
     SCDB_RC_SET,      /* val, with PX ttl_ms when ttl_ms > 0               */
     SCDB_RC_EXISTS,   /* SCDB_OK if present, SCDB_ENOTFOUND if not         */
-    SCDB_RC_DEL       /* SCDB_OK if deleted, SCDB_ENOTFOUND if absent      */
+    SCDB_RC_DEL,      /* SCDB_OK if deleted, SCDB_ENOTFOUND if absent      */
+    SCDB_RC_GETEX,    /* GET that also sets the key's expiry to ttl_ms
+                         (GETEX key PX ttl_ms; Redis >= 6.2); ttl_ms 0: a
+                         plain GET                                          */
+    SCDB_RC_APPEND,   /* append val; the new length -> integer             */
+    SCDB_RC_GETRANGE  /* bytes start..end (inclusive; negative: from the
+                         end) -> out; an absent key is "" (SCDB_OK, out_len
+                         0)                                                 */
 } scdb_rc_cmd;
 
 typedef struct scdb_rc_op {
@@ -147,10 +155,12 @@ typedef struct scdb_rc_op {
     size_t key_len;
     const void *val;   /* SET */
     size_t val_len;
-    uint64_t ttl_ms;   /* SET: expiry in ms, 0 for none */
+    uint64_t ttl_ms;   /* SET, GETEX: expiry in ms, 0 for none */
+    int64_t start, end; /* GETRANGE */
+    int64_t integer;   /* out, APPEND: the reply */
     scdb_err status;   /* out: SCDB_OK, SCDB_ENOTFOUND, or an error         */
-    void *out;         /* out, GET: malloc'd copy of the value (free());
-                          NULL otherwise                                     */
+    void *out;         /* out, GET, GETEX, GETRANGE: malloc'd copy of the
+                          value (free()); NULL otherwise                     */
     size_t out_len;
 } scdb_rc_op;
 

@@ -25,6 +25,9 @@ typedef struct rt_entry {
     size_t key_len;
     uint8_t *value;             /* the encoded block value; NULL: DEL       */
     size_t value_len;
+    bool replace;               /* a record goes on the replace log once the
+                                   SET is acknowledged                       */
+    scdb_key block;             /* its block key (the record's)             */
     uint64_t t_queued_ns;       /* retries stop RETRY_NS after this         */
 } rt_entry;
 
@@ -49,6 +52,23 @@ struct scdb_remote {
     pthread_t writer;
     scdb_rc *wrc;               /* the writer's own handle                  */
 
+    /* the replace log (remote_write.c; writer thread only) */
+    uint64_t instance;          /* random per open: this tier's records      */
+    char log_key[SCDB_REMOTE_PREFIX_MAX + sizeof SCDB_REMOTE_LOG_NAME];
+    size_t log_key_len;
+    uint8_t *recs;              /* records waiting for their APPEND          */
+    size_t n_recs, cap_recs;
+    uint64_t recs_since_ns;     /* the oldest waiting record's time          */
+    uint64_t log_off;           /* bytes of the log read                     */
+    uint8_t log_last[SCDB_REMOTE_LOG_RECORD]; /* the last record read      */
+    uint64_t poll_ns, next_poll_ns;
+    pthread_mutex_t cb_mu;      /* on_replaced and its calls                */
+    void (*on_replaced)(void *ctx, const scdb_key *keys, size_t n);
+    void *on_replaced_ctx;
+    bool watching;              /* on_replaced set (read under q_mu too)    */
+    bool log_refused;           /* APPEND / GETRANGE refused: no log        */
+    int no_getex;               /* GETEX refused: plain GETs (atomic)       */
+
     /* counters and state; under st_mu */
     pthread_mutex_t st_mu;
     scdb_remote_stat st;
@@ -67,6 +87,9 @@ struct scdb_remote {
 void rt_record(scdb_remote *r, uint64_t errors, const char *why);
 /* Add to a counter under st_mu. */
 void rt_count(scdb_remote *r, uint64_t *field, uint64_t n);
+/* A cluster error that says the command is not allowed or not known
+ * (an ACL without it, an older Redis): not the cluster failing. */
+bool rt_cmd_refused(const char *why, const char *cmd);
 
 /* remote_write.c */
 scdb_err rt_write_start(scdb_remote *r);

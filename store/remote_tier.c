@@ -7,6 +7,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
 
 /* ------------------------------------------------------------- config */
 
@@ -36,7 +38,8 @@ scdb_err scdb_remote_config_check(const scdb_remote_config *c, char *msg, size_t
                       p, isprint((unsigned char)*q) ? *q : '?');
             return SCDB_EINVAL;
         }
-    if (c->timeout_ms < 0 || c->readers < 0 || c->backoff_min_ms < 0 || c->backoff_max_ms < 0) {
+    if (c->timeout_ms < 0 || c->readers < 0 || c->backoff_min_ms < 0 || c->backoff_max_ms < 0 ||
+        c->replace_poll_ms < 0) {
         scdb_errf(msg, msg_len, "remote tier: a negative setting");
         return SCDB_EINVAL;
     }
@@ -48,6 +51,17 @@ scdb_err scdb_remote_config_check(const scdb_remote_config *c, char *msg, size_t
 }
 
 /* ------------------------------------------------------------ counters */
+
+bool rt_cmd_refused(const char *why, const char *cmd)
+{
+    /* "NOPERM ... run the 'getex' command", "ERR unknown command 'GETEX'" */
+    char lower[512];
+    size_t i;
+    if (!why) return false;
+    for (i = 0; why[i] && i + 1 < sizeof lower; i++) lower[i] = (char)tolower((unsigned char)why[i]);
+    lower[i] = 0;
+    return strstr(lower, cmd) && (strstr(lower, "noperm") || strstr(lower, "unknown command"));
+}
 
 void rt_count(scdb_remote *r, uint64_t *field, uint64_t n)
 {
@@ -179,11 +193,18 @@ scdb_err scdb_remote_open(const scdb_remote_config *c, scdb_remote **out, char *
     r->ttl_ms = c->ttl_ms;
     r->queue_cap = c->queue_bytes ? c->queue_bytes : SCDB_REMOTE_DEFAULT_QUEUE_BYTES;
     r->n_readers = c->readers > 0 ? c->readers : 1;
+    r->log_key_len = (size_t)snprintf(r->log_key, sizeof r->log_key, "%s%s", r->prefix,
+                                      SCDB_REMOTE_LOG_NAME);
+    r->poll_ns = (uint64_t)(c->replace_poll_ms > 0 ? c->replace_poll_ms : SCDB_REMOTE_REPLACE_POLL_MS) *
+                 1000000ull;
+    if (getrandom(&r->instance, sizeof r->instance, 0) != (ssize_t)sizeof r->instance)
+        r->instance = scdb_now_ns() ^ ((uint64_t)getpid() << 32);
     pthread_mutex_init(&r->pool_mu, NULL);
     pthread_cond_init(&r->pool_cv, NULL);
     pthread_mutex_init(&r->q_mu, NULL);
     pthread_cond_init(&r->q_cv, NULL);
     pthread_mutex_init(&r->st_mu, NULL);
+    pthread_mutex_init(&r->cb_mu, NULL);
     r->locks_init = true;
     r->st.up = 1;
     if (!(r->pool = calloc((size_t)r->n_readers, sizeof *r->pool))) {
@@ -241,12 +262,14 @@ void scdb_remote_close(scdb_remote **rp)
     scdb_rc_close(&r->wrc);
     for (int i = 0; i < r->n_pool; i++) scdb_rc_close(&r->pool[i]);
     free(r->pool);
+    free(r->recs);
     if (r->locks_init) {
         pthread_mutex_destroy(&r->pool_mu);
         pthread_cond_destroy(&r->pool_cv);
         pthread_mutex_destroy(&r->q_mu);
         pthread_cond_destroy(&r->q_cv);
         pthread_mutex_destroy(&r->st_mu);
+        pthread_mutex_destroy(&r->cb_mu);
     }
     free(r);
     *rp = NULL;
@@ -329,12 +352,27 @@ static scdb_err fetch_round(scdb_remote *r, scdb_rc *rc, const scdb_key *keys, s
         free(ops);
         return SCDB_ENOMEM;
     }
+    bool getex = !__atomic_load_n(&r->no_getex, __ATOMIC_RELAXED);
     for (i = 0; i < n; i++) {
-        ops[i].cmd = SCDB_RC_GET;
+        ops[i].cmd = getex ? SCDB_RC_GETEX : SCDB_RC_GET;   /* a block read gets its TTL again */
         ops[i].key = rk[i].p;
         ops[i].key_len = rk[i].len;
+        ops[i].ttl_ms = r->ttl_ms;
     }
     (void)scdb_rc_exec(rc, ops, n);
+    if (getex && rt_cmd_refused(scdb_rc_last_error(rc), "getex") &&
+        (ops[0].status == SCDB_EAUTH || ops[0].status == SCDB_EPROTO)) {
+        /* an ACL without +getex, or Redis before 6.2: plain GETs from now on */
+        if (!__atomic_exchange_n(&r->no_getex, 1, __ATOMIC_RELAXED))
+            scdb_warn("remote tier: the cluster refuses GETEX (%s): reads no longer refresh a "
+                      "block's TTL (give the ACL user +getex; Redis >= 6.2)", scdb_rc_last_error(rc));
+        for (i = 0; i < n; i++) {
+            free(ops[i].out);
+            ops[i].out = NULL;
+            ops[i].cmd = SCDB_RC_GET;
+        }
+        (void)scdb_rc_exec(rc, ops, n);
+    }
     *stop = false;
     for (i = 0; i < n && !*stop; i++) {
         size_t k = from + i;

@@ -33,6 +33,46 @@
  * (`invalid`) and a log line, never data; the chain stops there.  The
  * broker then prefills and puts the block again, which rewrites it.
  *
+ * REPLACES: ONE ANSWER FLEET-WIDE
+ * -------------------------------
+ * A put with replace overwrites a block's value on the broker that took
+ * it and, through its SET, in the cluster; but every other broker that
+ * had fetched the block keeps its local copy (LMDB, hot tier) and would
+ * serve the old bytes for as long as it holds them.  So replaces are
+ * announced on a replace log, one Redis string per fleet:
+ *
+ *     key_prefix + "replaced" = record record record ...   (APPEND only)
+ *     record (24 bytes)       = block key (16) | writer's instance (8, LE)
+ *
+ * The writer thread appends the records of a batch's replaced blocks
+ * (scdb_remote_replace) once their SETs were acknowledged -- never before,
+ * so a reader that acts on a record finds the new value -- in one APPEND
+ * (atomic: records never interleave).  Every tier with an on_replaced
+ * hook reads the log from where it stopped, every replace_poll_ms (its
+ * writer thread, GETRANGE from its offset, re-reading the last record it
+ * saw to detect a log that was deleted or evicted and written anew: then
+ * it starts over at 0, counted in replace_log_resets and logged), and
+ * hands the keys of other instances' records to on_replaced.  The broker
+ * then refreshes every such block it holds with the cluster's value
+ * (broker/remote.c), so
+ *
+ *     time to one answer <= the writer's send of the SET and APPEND (one
+ *       cluster call, timeout_ms; up to 5 s while it retries a failing
+ *       node) + replace_poll_ms + one fetch and one local write on the
+ *       reader
+ *
+ * while the cluster answers.  A tier starts at offset 0: a broker that
+ * was down while a block was replaced refreshes it at its first poll.
+ * The log has no TTL and grows by 24 bytes per replaced block; deleting
+ * it (an operator, or the cluster's eviction under memory pressure) loses
+ * only the records not read yet by some broker.
+ *
+ * TTL ON READ
+ * -----------
+ * Every fetch is GETEX key PX ttl (Redis >= 6.2): a block that is read
+ * gets its full TTL again, so a hot prefix never expires while it is in
+ * use; the TTL bounds how long an unread block stays.
+ *
  * READ PATH (fetch, probe)
  * ------------------------
  * scdb_remote_probe: how many leading keys of a run exist: one pipelined
@@ -129,7 +169,14 @@ typedef struct scdb_remote_config {
     int readers;                /* concurrent fetch/probe calls; 0: 1         */
     int backoff_min_ms, backoff_max_ms; /* a failed node's; 0: the cluster
                                    client's defaults (100, 2000)             */
+    int replace_poll_ms;        /* how often the replace log is read (once
+                                   scdb_remote_watch_replaces); 0: 500       */
 } scdb_remote_config;
+
+#define SCDB_REMOTE_REPLACE_POLL_MS 500
+#define SCDB_REMOTE_REPLACED_MAX 256
+#define SCDB_REMOTE_LOG_NAME "replaced"     /* key_prefix + this          */
+#define SCDB_REMOTE_LOG_RECORD 24
 
 /* What a fetched block must be: the run keys[0..n) continues a chain whose
  * block before keys[0] is `parent` (zero when keys[0] is block 0). */
@@ -169,6 +216,9 @@ typedef struct scdb_remote_stat {
     uint64_t queued_bytes;      /* gauge                                     */
     uint64_t pending;           /* gauge: waiting + being sent               */
     uint64_t state_changes;     /* up <-> down transitions                   */
+    uint64_t replace_records;   /* records appended to the replace log       */
+    uint64_t replace_seen;      /* other instances' records read             */
+    uint64_t replace_log_resets; /* the log was found rewritten: from 0     */
     int up;                     /* gauge: 1 the cluster answers, 0 down      */
 } scdb_remote_stat;
 
@@ -232,6 +282,18 @@ void scdb_remote_blocks_free(scdb_remote_block *blocks, size_t n);
  * (dropped, counted); SCDB_ERANGE / SCDB_EINVAL: a header the store would
  * not write; SCDB_ENOMEM (dropped, counted). */
 scdb_err scdb_remote_put(scdb_remote *r, const scdb_block_info *info, const void *payload);
+/* scdb_remote_put of a block that replaced a stored value: once its SET
+ * is acknowledged, a record goes on the replace log (REPLACES above).
+ * Errors as scdb_remote_put. */
+scdb_err scdb_remote_replace(scdb_remote *r, const scdb_block_info *info, const void *payload);
+/* Read the replace log (REPLACES above) from now on and call fn with the
+ * keys of blocks other tiers replaced: on the writer thread, up to
+ * SCDB_REMOTE_REPLACED_MAX keys at a time; fn must not block for long (the
+ * broker queues a job).  The first read starts at the log's beginning.
+ * fn NULL stops it: once this returns, fn is not running and will not be
+ * called again.  Until the first call the log is only written. */
+void scdb_remote_watch_replaces(scdb_remote *r, void (*fn)(void *ctx, const scdb_key *keys, size_t n),
+                                void *ctx);
 /* Queue a DEL of block key k.  SCDB_EFULL, SCDB_ENOMEM as put. */
 scdb_err scdb_remote_del(scdb_remote *r, const scdb_key *k);
 

@@ -1,7 +1,9 @@
 /* remote_write.c — the remote tier's write path: a queue bounded in bytes,
- * filled by scdb_remote_put / scdb_remote_del (the store's writer, after
- * its commits) and drained by one writer thread in pipelined batches
- * (remote_tier.h, "WRITE PATH").
+ * filled by scdb_remote_put / scdb_remote_replace / scdb_remote_del (the
+ * store's writer, after its commits) and drained by one writer thread in
+ * pipelined batches (remote_tier.h, "WRITE PATH"); and the replace log
+ * ("REPLACES"), which the same thread appends to (after the SETs it
+ * covers) and reads every poll interval.
  *
  *   put/del -> [ e1 e2 e3 ... ] -> writer: batch of up to BATCH entries and
  *               q_bytes <= cap      BATCH_BYTES, no key twice; one
@@ -56,7 +58,8 @@ static void drop(scdb_remote *r, rt_entry *e)
     entry_free(e);
 }
 
-scdb_err scdb_remote_put(scdb_remote *r, const scdb_block_info *info, const void *payload)
+static scdb_err put_value(scdb_remote *r, const scdb_block_info *info, const void *payload,
+                          bool replace)
 {
     rt_entry *e;
     size_t len;
@@ -80,8 +83,20 @@ scdb_err scdb_remote_put(scdb_remote *r, const scdb_block_info *info, const void
     }
     e->key_len = scdb_remote_key(r, &info->key, e->key);
     e->t_queued_ns = scdb_now_ns();
+    e->replace = replace;
+    e->block = info->key;
     if ((rc = enqueue(r, e))) drop(r, e);
     return rc;
+}
+
+scdb_err scdb_remote_put(scdb_remote *r, const scdb_block_info *info, const void *payload)
+{
+    return put_value(r, info, payload, false);
+}
+
+scdb_err scdb_remote_replace(scdb_remote *r, const scdb_block_info *info, const void *payload)
+{
+    return put_value(r, info, payload, true);
 }
 
 scdb_err scdb_remote_del(scdb_remote *r, const scdb_key *k)
@@ -98,6 +113,175 @@ scdb_err scdb_remote_del(scdb_remote *r, const scdb_key *k)
     e->t_queued_ns = scdb_now_ns();
     if ((rc = enqueue(r, e))) drop(r, e);
     return rc;
+}
+
+/* ---------------------------------------------------------- replace log */
+
+static bool transient(scdb_err e);
+
+/* The cluster refuses the log's commands (an ACL without +append
+ * +getrange): the log is off for this tier, said once, not an error of
+ * the cluster's.  True when that is the case. */
+static bool log_refused(scdb_remote *r, const char *cmd)
+{
+    if (!rt_cmd_refused(scdb_rc_last_error(r->wrc), cmd)) return false;
+    if (!r->log_refused)
+        scdb_warn("remote tier: the cluster refuses %s on the replace log %s (%s): replaces are no "
+                  "longer announced to or seen from other brokers (give the ACL user +append "
+                  "+getrange)", cmd, r->log_key, scdb_rc_last_error(r->wrc));
+    r->log_refused = true;
+    return true;
+}
+
+/* A record for block k (writer thread): appended after this batch. */
+static void record_replace(scdb_remote *r, const scdb_key *k)
+{
+    uint8_t *p;
+    if (r->n_recs == r->cap_recs) {
+        size_t cap = r->cap_recs ? r->cap_recs * 2 : 64;
+        uint8_t *q = realloc(r->recs, cap * SCDB_REMOTE_LOG_RECORD);
+        if (!q) {   /* the SET stands; this broker's peers miss the record */
+            rt_count(r, &r->st.write_errors, 1);
+            return;
+        }
+        r->recs = q;
+        r->cap_recs = cap;
+    }
+    if (!r->n_recs) r->recs_since_ns = scdb_now_ns();
+    p = r->recs + r->n_recs++ * SCDB_REMOTE_LOG_RECORD;
+    memcpy(p, k->b, 16);
+    for (int i = 0; i < 8; i++) p[16 + i] = (uint8_t)(r->instance >> (8 * i));
+}
+
+/* APPEND the waiting records in one command (atomic: never interleaved
+ * with another broker's).  A failure keeps them for the next round until
+ * RT_RETRY_NS, then they are given up (write_errors). */
+static void append_records(scdb_remote *r, bool closing)
+{
+    scdb_rc_op op;
+    if (!r->n_recs) return;
+    memset(&op, 0, sizeof op);
+    op.cmd = SCDB_RC_APPEND;
+    op.key = r->log_key;
+    op.key_len = r->log_key_len;
+    op.val = r->recs;
+    op.val_len = r->n_recs * SCDB_REMOTE_LOG_RECORD;
+    (void)scdb_rc_exec(r->wrc, &op, 1);
+    if (op.status && log_refused(r, "append")) {
+        r->n_recs = 0;
+        return;
+    }
+    rt_record(r, op.status ? 1 : 0, op.status ? scdb_rc_last_error(r->wrc) : NULL);
+    if (op.status == SCDB_OK) {
+        rt_count(r, &r->st.replace_records, r->n_recs);
+    } else if (closing || !transient(op.status) || scdb_now_ns() - r->recs_since_ns >= RT_RETRY_NS) {
+        rt_count(r, &r->st.write_errors, r->n_recs);
+        scdb_warn("remote tier: %zu replace-log record(s) given up (%s): other brokers keep their "
+                  "copies of those blocks", r->n_recs, scdb_rc_last_error(r->wrc));
+    } else {
+        return;                         /* kept: the next round tries again */
+    }
+    r->n_recs = 0;
+}
+
+static uint64_t rec_instance(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++) v |= (uint64_t)p[16 + i] << (8 * i);
+    return v;
+}
+
+/* Read the log from where this tier stopped (GETRANGE, re-reading the last
+ * record seen) and hand other instances' keys to on_replaced.  Returns
+ * true when there may be more to read at once. */
+static bool poll_log(scdb_remote *r)
+{
+    enum { MAX_READ = SCDB_REMOTE_REPLACED_MAX * SCDB_REMOTE_LOG_RECORD };
+    const size_t R = SCDB_REMOTE_LOG_RECORD;
+    scdb_key keys[SCDB_REMOTE_REPLACED_MAX];
+    scdb_rc_op op;
+    size_t skip = r->log_off ? R : 0, n_keys = 0, n_rec;
+    const uint8_t *p;
+
+    memset(&op, 0, sizeof op);
+    op.cmd = SCDB_RC_GETRANGE;
+    op.key = r->log_key;
+    op.key_len = r->log_key_len;
+    op.start = (int64_t)(r->log_off - skip);
+    op.end = op.start + (int64_t)(skip + MAX_READ) - 1;
+    (void)scdb_rc_exec(r->wrc, &op, 1);
+    if (op.status && log_refused(r, "getrange")) return false;
+    rt_record(r, op.status ? 1 : 0, op.status ? scdb_rc_last_error(r->wrc) : NULL);
+    if (op.status) return false;        /* counted; the next interval again */
+    p = op.out;
+    if (skip && (op.out_len < R || memcmp(p, r->log_last, R))) {
+        /* not the log this tier was reading: deleted (or evicted) and
+         * written anew; every record in it now is read from 0 */
+        rt_count(r, &r->st.replace_log_resets, 1);
+        scdb_warn("remote tier: the replace log %s was rewritten (deleted or evicted): reading it "
+                  "again from the start; replaces recorded in the old one and not read yet are "
+                  "missed", r->log_key);
+        r->log_off = 0;
+        free(op.out);
+        return true;
+    }
+    n_rec = (op.out_len - skip) / R;
+    for (size_t i = 0; i < n_rec; i++) {
+        const uint8_t *rec = p + skip + i * R;
+        if (rec_instance(rec) == r->instance) continue;     /* our own replace */
+        memcpy(keys[n_keys++].b, rec, 16);
+    }
+    if (n_rec) {
+        memcpy(r->log_last, p + skip + (n_rec - 1) * R, R);
+        r->log_off += n_rec * R;
+    }
+    free(op.out);
+    if (n_keys) {
+        rt_count(r, &r->st.replace_seen, n_keys);
+        pthread_mutex_lock(&r->cb_mu);
+        if (r->on_replaced) r->on_replaced(r->on_replaced_ctx, keys, n_keys);
+        pthread_mutex_unlock(&r->cb_mu);
+    }
+    return n_rec == SCDB_REMOTE_REPLACED_MAX;
+}
+
+void scdb_remote_watch_replaces(scdb_remote *r, void (*fn)(void *ctx, const scdb_key *keys, size_t n),
+                                void *ctx)
+{
+    if (!r) return;
+    pthread_mutex_lock(&r->cb_mu);
+    r->on_replaced = fn;
+    r->on_replaced_ctx = ctx;
+    pthread_mutex_unlock(&r->cb_mu);
+    pthread_mutex_lock(&r->q_mu);
+    r->watching = fn != NULL;
+    r->next_poll_ns = 0;                /* read it now */
+    pthread_cond_signal(&r->q_cv);
+    pthread_mutex_unlock(&r->q_mu);
+}
+
+/* The log's work between batches: append what the last batch replaced,
+ * read it when the interval is up (or more is waiting). */
+static void log_work(scdb_remote *r, bool closing)
+{
+    bool due;
+    uint64_t now;
+    if (r->log_refused) {
+        r->n_recs = 0;
+        return;
+    }
+    append_records(r, closing);
+    if (closing) return;
+    now = scdb_now_ns();
+    pthread_mutex_lock(&r->q_mu);
+    due = r->watching && now >= r->next_poll_ns;
+    if (due) r->next_poll_ns = now + r->poll_ns;
+    pthread_mutex_unlock(&r->q_mu);
+    if (due && poll_log(r)) {           /* more waiting: read on at once */
+        pthread_mutex_lock(&r->q_mu);
+        r->next_poll_ns = 0;
+        pthread_mutex_unlock(&r->q_mu);
+    }
 }
 
 /* --------------------------------------------------------------- writer */
@@ -172,6 +356,7 @@ static size_t send_batch(scdb_remote *r, rt_entry **batch, size_t n, rt_entry **
         if (st == SCDB_OK || (st == SCDB_ENOTFOUND && !e->value)) {
             if (e->value) writes++, bytes += e->value_len;
             else dels++;
+            if (e->replace && st == SCDB_OK) record_replace(r, &e->block);
             entry_free(e);
             done++;
             continue;
@@ -213,17 +398,41 @@ static void *writer_main(void *arg)
         size_t n, n_retry = 0, ok;
         bool closing;
         pthread_mutex_lock(&r->q_mu);
-        while (!r->head && !r->stop) pthread_cond_wait(&r->q_cv, &r->q_mu);
+        /* wake for writes, and for the replace log: records waiting for
+         * their APPEND, or the next read of it */
+        while (!r->head && !r->stop) {
+            uint64_t now = scdb_now_ns(), until = UINT64_MAX;
+            if (r->n_recs) until = now + BACKOFF_MIN_MS * 1000000ull;
+            if (r->watching && !r->log_refused && r->next_poll_ns < until) until = r->next_poll_ns;
+            if (until == UINT64_MAX) {
+                pthread_cond_wait(&r->q_cv, &r->q_mu);
+                continue;
+            }
+            if (until <= now) break;
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            uint64_t at = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec + (until - now);
+            ts.tv_sec = (time_t)(at / 1000000000ull);
+            ts.tv_nsec = (long)(at % 1000000000ull);
+            if (pthread_cond_timedwait(&r->q_cv, &r->q_mu, &ts) == ETIMEDOUT) break;
+        }
         if (r->stop && !close_by) close_by = scdb_now_ns() + RT_CLOSE_NS;
         closing = r->stop;
+        if (!r->head && !closing) {     /* the log's turn */
+            pthread_mutex_unlock(&r->q_mu);
+            log_work(r, false);
+            continue;
+        }
         if (!r->head || (closing && scdb_now_ns() > close_by)) {
             pthread_mutex_unlock(&r->q_mu);
+            log_work(r, true);          /* what was replaced still goes on the log */
             break;
         }
         n = take_batch(r, batch);
         pthread_mutex_unlock(&r->q_mu);
 
         ok = send_batch(r, batch, n, retry, &n_retry, closing);
+        log_work(r, closing);
 
         pthread_mutex_lock(&r->q_mu);
         requeue(r, retry, n_retry);

@@ -244,13 +244,14 @@ typedef struct scdb_store_opts {
     void *on_visible_ctx;
     /* Called by the writer (the thread in scdb_store_put_batch) after each
      * commit, outside the store's lock, once for every block that commit
-     * wrote -- new, rewritten after damage, or replaced -- in batch order,
+     * wrote -- new, rewritten after damage, or replaced (replaced 1: a
+     * stored value overwritten by a put with replace) -- in batch order,
      * except blocks put with from_remote.  info (token_count, ns and all)
      * and payload are the stored value's and valid during the call only;
      * the call must not block for long nor call the store's writer.  The
      * broker hands each block to the remote tier's write queue
-     * (remote_tier.h). */
-    void (*on_written)(void *ctx, const scdb_block_info *info, const void *payload);
+     * (remote_tier.h), a replaced one with a replace-log record. */
+    void (*on_written)(void *ctx, const scdb_block_info *info, const void *payload, int replaced);
     void *on_written_ctx;
 } scdb_store_opts;
 

@@ -192,7 +192,7 @@ struct scdb_store {
     void *on_evict_ctx;
     void (*on_visible)(void *, const scdb_key *, int);
     void *on_visible_ctx;
-    void (*on_written)(void *, const scdb_block_info *, const void *);
+    void (*on_written)(void *, const scdb_block_info *, const void *, int);
     void *on_written_ctx;
 
     pthread_mutex_t mu;

@@ -351,7 +351,7 @@ static void written_after_put(scdb_store *s, const scdb_ns *ns, const scdb_block
         b = &blocks[ops[i].blk];
         if (b->from_remote) continue;
         fill_info(s, ns, b, s->winfo);
-        s->on_written(s->on_written_ctx, s->winfo, b->payload);
+        s->on_written(s->on_written_ctx, s->winfo, b->payload, ops[i].kind == OP_REPLACE);
     }
 }
 

@@ -1033,7 +1033,8 @@ static void test_states_layout_replace_checks(void **state)
     double before = max_diff(scdb_arena_cache(kv), ref, N);
     assert_true(before > 0.05);                       /* the wrong blocks */
     assert_int_equal(scdb_replace_states(h, t, N, 0, a, &pr), SCDB_OK);
-    assert_int_equal(pr.n_new, 3);
+    assert_int_equal(pr.n_new, 0);                    /* all three existed (issue 25) */
+    assert_int_equal(pr.n_replaced, 3);
     scdb_arena_cache(kv)->n = 0;
     assert_int_equal(scdb_get(cons, t, N, kv, 0, 0, &gr), SCDB_OK);
     double after = max_diff(scdb_arena_cache(kv), ref, N);
@@ -1422,8 +1423,9 @@ static Scdb__Reply *raw_hello_fp(raw *r, const char *model, const char *codebook
  * was calibrated for those weights; the same weights in the Hugging Face
  * layout (sharded, f32) are the same weights, a bf16 export or another
  * specialist are not: SCDB_EMISMATCH, the message naming both
- * fingerprints.  Raw pairs record none; producers send none; a malformed
- * value is SCDB_EINVAL; no fingerprint is not checked. */
+ * fingerprints.  Raw pairs record none; producers are checked against the
+ * codebook's producer_fp the same way; a malformed value is SCDB_EINVAL; no
+ * fingerprint is not checked. */
 static void test_stale_pair_refused(void **state)
 {
     char code_fp[33], other_fp[33], err[512] = "", hf[300];
@@ -1491,8 +1493,14 @@ static void test_stale_pair_refused(void **state)
     }
     /* raw reuse records no consumer weights: not checked */
     assert_int_equal(scdb_register(h, SCDB_CONSUMER, "code", "raw/base", NULL), SCDB_OK);
-    /* producers send none: the same handle registers as base's producer */
+    /* producers are checked against the codebook's producer_fp (issue 25
+     * item 1): other weights refused, naming both; base's accepted */
+    assert_int_equal(scdb_register(h, SCDB_PRODUCER, "base", "base-scd", NULL), SCDB_EMISMATCH);
+    assert_non_null(strstr(scdb_last_error(h), other_fp));
+    assert_non_null(strstr(scdb_last_error(h), "stale producer"));
+    assert_int_equal(scdb_set_weights_dir(h, SCDB_DATA_DIR "/models/base"), SCDB_OK);
     assert_int_equal(scdb_register(h, SCDB_PRODUCER, "base", "base-scd", NULL), SCDB_OK);
+    assert_int_equal(scdb_register(h, SCDB_PRODUCER, "base", "raw/base", NULL), SCDB_OK);
     /* none told: not checked */
     assert_int_equal(scdb_set_weights_fp(h, NULL), SCDB_OK);
     assert_int_equal(scdb_register(h, SCDB_CONSUMER, "code", "base-scd", NULL), SCDB_OK);
@@ -1514,8 +1522,12 @@ static void test_stale_pair_refused(void **state)
         rep = raw_hello_fp(&r, "code", "base-scd", SCDB__ROLE__CONSUMER, other_fp);
         assert_int_equal(rep->status, SCDB_EMISMATCH);
         scdb__reply__free_unpacked(rep, NULL);
-        rep = raw_hello_fp(&r, "base", "base-scd", SCDB__ROLE__PRODUCER, "ignored for producers");
-        assert_int_equal(rep->status, SCDB_OK);
+        rep = raw_hello_fp(&r, "base", "base-scd", SCDB__ROLE__PRODUCER, "not a fingerprint");
+        assert_int_equal(rep->status, SCDB_EINVAL);      /* no longer ignored for producers */
+        scdb__reply__free_unpacked(rep, NULL);
+        rep = raw_hello_fp(&r, "base", "base-scd", SCDB__ROLE__PRODUCER, other_fp);
+        assert_int_equal(rep->status, SCDB_EMISMATCH);
+        assert_non_null(strstr(rep->message, other_fp));
         scdb__reply__free_unpacked(rep, NULL);
         raw_close(&r);
     }

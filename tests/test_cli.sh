@@ -221,6 +221,13 @@ expect 1 "calibrate --restamp: a tensor fingerprint already" -- "$scdb" calibrat
   "$data/pairs/base__code.safetensors" --codebook "$cb" --consumer "$data/models/code" -o "$tmp/rs"
 grep -q "tensor fingerprint already" "$tmp/err" && ok "calibrate --restamp: says so" \
   || { bad "calibrate --restamp message"; cat "$tmp/err"; }
+# issue 25 item 1: the shipped codebook carries the tensor fingerprint of its producer
+expect 1 "calibrate --restamp-codebook: the shipped codebook is re-stamped already" -- "$scdb" calibrate \
+  --restamp-codebook "$cb" --producer "$data/models/base" -o "$tmp/rs"
+grep -q "producer_fp $("$scdb" fingerprint "$data/models/base" | cut -c1-32) is a tensor fingerprint already" \
+  "$tmp/err" && ok "calibrate --restamp-codebook: names the fingerprint it has" \
+  || { bad "calibrate --restamp-codebook message"; cat "$tmp/err"; }
+expect 2 "calibrate --restamp-codebook: no --producer" -- "$scdb" calibrate --restamp-codebook "$cb" -o "$tmp/rs"
 
 py="$data/models/python"
 expect 2 "audit: no --consumer" -- "$scdb" audit --codebook base-scd
@@ -291,6 +298,37 @@ assert stale["summary"]["measured"] == 2 and stale["summary"]["kl"] > 2 * good["
 PY
 then ok "audit JSON: the pair's weights pass, other weights are refused and measure worse"
 else bad "audit JSON"; cat "$tmp/aud_good.json" "$tmp/aud_stale.json"; fi
+# issue 25 item 1: audit checks the producer's weights against the codebook's
+expect 0 "audit --producer: the codebook's producer weights are accepted" -- aud --consumer "$py" \
+  --producer "$data/models/base"
+grep -q "^producer .* weights [0-9a-f]\{32\}: accepted$" "$tmp/out" && ok "audit --producer: says accepted" \
+  || { bad "audit --producer accepted line"; cat "$tmp/out"; }
+if /usr/bin/python3 -c 'import numpy' 2>/dev/null; then
+  cp -r "$data/models/base" "$tmp/base-other"
+  /usr/bin/python3 - "$tmp/base-other/model.safetensors" <<'PY'
+import json, struct, sys
+import numpy as np
+with open(sys.argv[1], "r+b") as f:
+    (n,) = struct.unpack("<Q", f.read(8)); t = json.loads(f.read(n))["layers.3.attention.wk.weight"]
+    dt = {"F32": np.float32, "F16": np.float16}[t["dtype"]]; a, b = t["data_offsets"]
+    f.seek(8 + n + a); x = np.frombuffer(f.read(b - a), dt) * dt(1.02); f.seek(8 + n + a); f.write(x.astype(dt).tobytes())
+PY
+  expect 1 "audit --producer: other producer weights are refused" -- aud --consumer "$py" \
+    --producer "$tmp/base-other" --json
+  ofp="$("$scdb" fingerprint "$tmp/base-other" | cut -c1-32)"
+  bfp="$("$scdb" fingerprint "$data/models/base" | cut -c1-32)"
+  python3 - "$tmp/out" "$ofp" "$bfp" <<'PY' && ok "audit --producer JSON: refused, both fingerprints named" \
+    || { bad "audit --producer JSON"; cat "$tmp/out" "$tmp/err"; }
+import json, sys
+r, ofp, bfp = json.load(open(sys.argv[1])), sys.argv[2], sys.argv[3]
+assert ofp != bfp and r["producer_weights_fp"] == ofp and r["producer_weights_check"] == "refused", r
+assert ofp in r["producer_broker_message"] and bfp in r["producer_broker_message"], r
+PY
+  expect 1 "audit --store: nothing stored with other producer weights" -- aud --consumer "$py" \
+    --producer "$tmp/base-other" --store
+  grep -q "nothing stored" "$tmp/err" && ok "audit --store: says nothing was stored" \
+    || { bad "audit --store refusal"; cat "$tmp/err"; }
+fi
 kill -TERM $fpid 2>/dev/null; wait $fpid
 
 # the family report on a small sample: every model and domain present

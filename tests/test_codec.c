@@ -694,9 +694,11 @@ static void read_all(const char *path, char **buf, size_t *len)
     assert_int_equal(scdb_read_file(path, 1 << 26, buf, len), SCDB_OK);
 }
 
-/* Rewrite a pair file with metadata key `key` set to `val` (NULL: removed),
- * re-signed so that the metadata itself is what the loader judges. */
-static void edit_meta(const char *src, const char *dst, const char *key, const char *val)
+/* Rewrite a safetensors file with metadata key `key` set to `val` (NULL:
+ * removed), re-signed under `sig` ("id" for a codebook, plain hash; NULL:
+ * not re-signed). */
+static void edit_meta_sig(const char *src, const char *dst, const char *key, const char *val,
+                          const char *sig)
 {
     scdb_st_file *f;
     cx_bundle b;
@@ -712,14 +714,23 @@ static void edit_meta(const char *src, const char *dst, const char *key, const c
                 break;
             }
     }
-    scdb_codec_id id;
-    char hex[33];
-    cx_bundle_hash(&b, "checksum", &id);
-    scdb_codec_id_hex(&id, hex);
-    assert_int_equal(cx_bundle_meta(&b, "checksum", "%s", hex), SCDB_OK);
+    if (sig) {
+        scdb_codec_id id;
+        char hex[33];
+        cx_bundle_hash(&b, sig, &id);
+        scdb_codec_id_hex(&id, hex);
+        assert_int_equal(cx_bundle_meta(&b, sig, "%s", hex), SCDB_OK);
+    }
     assert_int_equal(cx_bundle_write(&b, dst), SCDB_OK);
     cx_bundle_free(&b);
     scdb_st_close(&f);
+}
+
+/* Rewrite a pair file with metadata key `key` set to `val` (NULL: removed),
+ * re-signed so that the metadata itself is what the loader judges. */
+static void edit_meta(const char *src, const char *dst, const char *key, const char *val)
+{
+    edit_meta_sig(src, dst, key, val, "checksum");
 }
 
 /* A consumer added later: a pair fitted in a new session against the
@@ -902,6 +913,100 @@ static void test_legacy_fingerprint(void **state)
     assert_int_equal(scdb_pair_restamp("/nonexistent.safetensors", cb, cons, out, err, sizeof err),
                      SCDB_ENOTFOUND);
     scdb_pair_free(&r);
+    scdb_codebook_free(&cb);
+}
+
+/* A codebook written before the tensor fingerprint (16-digit producer_fp)
+ * is re-stamped with its producer's tensor fingerprint keeping its id, so
+ * its namespace and stored blocks (issue 25 item 1): only for the weights
+ * the 16 digits name; pairs written against it still load, and re-stamp to
+ * the new producer_fp; the id still guards the file. */
+static void test_codebook_restamp(void **state)
+{
+    (void)state;
+    char dir[600], lcb[700], lpair[700], out[700], opair[700], bad[700], err[512] = "", hex16[17];
+    char fp[33], legacy_id[33];
+    char *buf;
+    size_t len;
+    scdb_codebook *cb = NULL, *r = NULL, *x = NULL;
+    scdb_pair *p = NULL;
+    if (!pair_path[0]) skip();                 /* test_files_and_refusals wrote it */
+    snprintf(dir, sizeof dir, "%s/models/prod/model.safetensors", tmpdir);
+    read_all(dir, &buf, &len);
+    snprintf(hex16, sizeof hex16, "%016llx", (unsigned long long)XXH3_64bits(buf, len));
+    free(buf);
+    snprintf(dir, sizeof dir, "%s/models/prod", tmpdir);
+    assert_int_equal(scdb_weights_fp(dir, fp, NULL, 0), SCDB_OK);
+
+    /* the legacy codebook and a pair written against it */
+    snprintf(lcb, sizeof lcb, "%s/legacy_cb.safetensors", tmpdir);
+    edit_meta_sig(cb_path, lcb, "producer_fp", hex16, "id");
+    assert_int_equal(scdb_codebook_load(lcb, &cb, err, sizeof err), SCDB_OK);
+    snprintf(legacy_id, sizeof legacy_id, "%s", scdb_codebook_get_info(cb)->id_hex);
+    assert_int_equal(scdb_codebook_check_producer(cb, prod, err, sizeof err), SCDB_OK);
+    snprintf(lpair, sizeof lpair, "%s/legacy_cb_pair.safetensors", tmpdir);
+    edit_meta_sig(pair_path, lpair, "producer_fp", hex16, NULL);
+    edit_meta_sig(lpair, lpair, "codebook_id", legacy_id, "checksum");
+    assert_int_equal(scdb_pair_load(lpair, cb, &p, err, sizeof err), SCDB_OK);
+    scdb_pair_free(&p);
+
+    /* refused for other weights (same architecture) and another architecture */
+    snprintf(out, sizeof out, "%s/restamped_cb.safetensors", tmpdir);
+    assert_int_equal(scdb_codebook_restamp(lcb, cons, out, err, sizeof err), SCDB_EMISMATCH);
+    assert_non_null(strstr(err, hex16));
+    assert_int_equal(scdb_codebook_restamp(lcb, other, out, err, sizeof err), SCDB_EMISMATCH);
+    assert_int_equal(access(out, F_OK), -1);
+    assert_int_equal(scdb_codebook_restamp(lcb, prod, out, err, sizeof err), SCDB_OK);
+
+    /* same id, the tensor fingerprint, the old one kept for the id */
+    assert_int_equal(scdb_codebook_load(out, &r, err, sizeof err), SCDB_OK);
+    const scdb_codebook_info *ri = scdb_codebook_get_info(r);
+    assert_string_equal(ri->id_hex, legacy_id);
+    assert_string_equal(ri->producer_fp, fp);
+    assert_string_equal(ri->id_producer_fp, hex16);
+    assert_int_equal(scdb_codebook_check_producer(r, prod, err, sizeof err), SCDB_OK);
+    assert_int_equal(scdb_codebook_check_producer(r, cons, err, sizeof err), SCDB_EMISMATCH);
+    assert_non_null(strstr(err, fp));
+    /* tensors byte for byte */
+    scdb_st_file *fa, *fb;
+    assert_int_equal(scdb_st_open(lcb, &fa, NULL, 0), SCDB_OK);
+    assert_int_equal(scdb_st_open(out, &fb, NULL, 0), SCDB_OK);
+    assert_int_equal(scdb_st_count(fa), scdb_st_count(fb));
+    for (int i = 0; i < scdb_st_count(fa); i++) {
+        const scdb_st_tensor *ta = scdb_st_at(fa, i), *tb = scdb_st_find(fb, ta->name);
+        assert_non_null(tb);
+        assert_int_equal(ta->nbytes, tb->nbytes);
+        assert_memory_equal(ta->data, tb->data, ta->nbytes);
+    }
+    scdb_st_close(&fa);
+    scdb_st_close(&fb);
+
+    /* the old pair loads against it and re-stamps to its producer_fp */
+    assert_int_equal(scdb_pair_load(lpair, r, &p, err, sizeof err), SCDB_OK);
+    scdb_pair_free(&p);
+    snprintf(opair, sizeof opair, "%s/restamped_cb_pair.safetensors", tmpdir);
+    assert_int_equal(scdb_pair_restamp(lpair, r, cons, opair, err, sizeof err), SCDB_OK);
+    assert_int_equal(scdb_pair_load(opair, r, &p, err, sizeof err), SCDB_OK);
+    assert_string_equal(scdb_pair_get_info(p)->producer_fp, fp);
+    assert_int_equal(scdb_pair_check_models(p, prod, cons, err, sizeof err), SCDB_OK);
+    scdb_pair_free(&p);
+    assert_int_equal(scdb_pair_restamp(opair, r, cons, opair, err, sizeof err), SCDB_EINVAL);
+
+    /* nothing more to re-stamp; the id still guards the metadata */
+    assert_int_equal(scdb_codebook_restamp(out, prod, out, err, sizeof err), SCDB_EINVAL);
+    assert_non_null(strstr(err, "tensor fingerprint already"));
+    snprintf(bad, sizeof bad, "%s/bad_cb.safetensors", tmpdir);
+    edit_meta_sig(out, bad, "id_producer_fp", "0123456789abcdef", NULL);
+    assert_int_equal(scdb_codebook_load(bad, &x, err, sizeof err), SCDB_ECHECKSUM);
+    edit_meta_sig(out, bad, "producer_fp", "0123456789abcdef", NULL);
+    assert_int_equal(scdb_codebook_load(bad, &x, err, sizeof err), SCDB_EFORMAT);
+    assert_non_null(strstr(err, "id_producer_fp"));
+    edit_meta_sig(out, bad, "id_producer_fp", fp, NULL);
+    assert_int_equal(scdb_codebook_load(bad, &x, err, sizeof err), SCDB_EFORMAT);
+    edit_meta_sig(out, bad, "id_producer_fp", NULL, NULL);
+    assert_int_equal(scdb_codebook_load(bad, &x, err, sizeof err), SCDB_ECHECKSUM);
+    assert_null(x);
+    scdb_codebook_free(&r);
     scdb_codebook_free(&cb);
 }
 
@@ -1422,6 +1527,7 @@ int main(void)
         cmocka_unit_test(test_calib_device),
         cmocka_unit_test(test_files_and_refusals),
         cmocka_unit_test(test_legacy_fingerprint),
+        cmocka_unit_test(test_codebook_restamp),
         cmocka_unit_test(test_late_added),
         cmocka_unit_test(test_domain_text),
         cmocka_unit_test(test_shipped_pairs),

@@ -1376,7 +1376,108 @@ static void test_acl_user_and_password_file(void **state)
     acl_on_all("ACL DELUSER %s", "writeonly", NULL);
 }
 
+/* The remote tier's other commands (issue 25 item 2): GETEX refreshes a
+ * key's TTL as it reads it (ttl 0: a plain GET, the TTL left alone);
+ * APPEND answers the new length; GETRANGE reads a range, "" past the end
+ * and for an absent key; each routed by its key like GET; a bad argument
+ * is refused before any request. */
+static void test_getex_append_getrange(void **state)
+{
+    (void)state;
+    scdb_rc *rc = open_cluster(2000, 0, 0);
+    const char *k = "cmds:log", *g = "cmds:ttl";
+    int m = lc_master_of_slot(g_cluster, scdb_rc_slot(g, strlen(g)));
+    assert_int_equal(scdb_rc_set(rc, g, strlen(g), "value", 5, 100000), SCDB_OK);
+    scdb_rc_op op = {.cmd = SCDB_RC_GETEX, .key = g, .key_len = strlen(g), .ttl_ms = 3600000};
+    assert_int_equal(scdb_rc_exec(rc, &op, 1), SCDB_OK);
+    assert_int_equal(op.out_len, 5);
+    assert_memory_equal(op.out, "value", 5);
+    free(op.out);
+    redisReply *r = lc_cmd(g_cluster, m, "PTTL %s", g);
+    assert_true(r->integer > 3500000);
+    freeReplyObject(r);
+    memset(&op, 0, sizeof op);
+    op.cmd = SCDB_RC_GETEX;             /* ttl 0: GET, the TTL as it was */
+    op.key = g;
+    op.key_len = strlen(g);
+    r = lc_cmd(g_cluster, m, "PEXPIRE %s 50000", g);
+    freeReplyObject(r);
+    assert_int_equal(scdb_rc_exec(rc, &op, 1), SCDB_OK);
+    free(op.out);
+    r = lc_cmd(g_cluster, m, "PTTL %s", g);
+    assert_true(r->integer <= 50000 && r->integer > 0);
+    freeReplyObject(r);
+    op.out = NULL;
+    op.key = "cmds:absent";
+    op.key_len = strlen(op.key);
+    op.ttl_ms = 1000;
+    assert_int_equal(scdb_rc_exec(rc, &op, 1), SCDB_OK);
+    assert_int_equal(op.status, SCDB_ENOTFOUND);
+    assert_null(op.out);
+
+    scdb_rc_op ops[3];
+    const char *parts[3] = {"abc", "", "defgh"};
+    int64_t want[3] = {3, 3, 8};
+    for (int i = 0; i < 3; i++) {      /* one at a time: APPENDs of a batch may run in any order */
+        memset(&ops[i], 0, sizeof ops[i]);
+        ops[i].cmd = SCDB_RC_APPEND;
+        ops[i].key = k;
+        ops[i].key_len = strlen(k);
+        ops[i].val = parts[i];
+        ops[i].val_len = strlen(parts[i]);
+        assert_int_equal(scdb_rc_exec(rc, &ops[i], 1), SCDB_OK);
+        assert_int_equal(ops[i].integer, want[i]);
+        assert_null(ops[i].out);
+    }
+    struct { int64_t a, z; const char *want; } ranges[] = {
+        {0, -1, "abcdefgh"}, {2, 4, "cde"}, {6, 100, "gh"}, {8, 20, ""}, {-3, -1, "fgh"},
+    };
+    for (size_t i = 0; i < sizeof ranges / sizeof ranges[0]; i++) {
+        memset(&op, 0, sizeof op);
+        op.cmd = SCDB_RC_GETRANGE;
+        op.key = k;
+        op.key_len = strlen(k);
+        op.start = ranges[i].a;
+        op.end = ranges[i].z;
+        assert_int_equal(scdb_rc_exec(rc, &op, 1), SCDB_OK);
+        assert_int_equal(op.out_len, strlen(ranges[i].want));
+        if (op.out_len) assert_memory_equal(op.out, ranges[i].want, op.out_len);
+        free(op.out);
+    }
+    memset(&op, 0, sizeof op);          /* an absent key: "" */
+    op.cmd = SCDB_RC_GETRANGE;
+    op.key = "cmds:nolog";
+    op.key_len = strlen(op.key);
+    op.end = 100;
+    assert_int_equal(scdb_rc_exec(rc, &op, 1), SCDB_OK);
+    assert_int_equal(op.status, SCDB_OK);
+    assert_int_equal(op.out_len, 0);
+    free(op.out);
+    /* the wrong type: an error reply, SCDB_EPROTO, no crash */
+    r = lc_cmd(g_cluster, lc_master_of_slot(g_cluster, scdb_rc_slot("cmds:list", 9)),
+               "RPUSH cmds:list x");
+    freeReplyObject(r);
+    memset(&op, 0, sizeof op);
+    op.cmd = SCDB_RC_APPEND;
+    op.key = "cmds:list";
+    op.key_len = 9;
+    op.val = "x";
+    op.val_len = 1;
+    assert_int_equal(scdb_rc_exec(rc, &op, 1), SCDB_EPROTO);
+    assert_non_null(strstr(scdb_rc_last_error(rc), "WRONGTYPE"));
+    /* refused before any request */
+    scdb_rc_op bad[2] = {
+        {.cmd = SCDB_RC_APPEND, .key = k, .key_len = strlen(k), .val = NULL, .val_len = 3},
+        {.cmd = SCDB_RC_GETRANGE + 1, .key = k, .key_len = strlen(k)},
+    };
+    assert_int_equal(scdb_rc_exec(rc, bad, 2), SCDB_EINVAL);
+    assert_int_equal(bad[0].status, SCDB_EINVAL);
+    assert_int_equal(bad[1].status, SCDB_EINVAL);
+    scdb_rc_close(&rc);
+}
+
 static const struct CMUnitTest routing_tests[] = {
+    cmocka_unit_test(test_getex_append_getrange),
     cmocka_unit_test(test_slots_match_cluster_keyslot),
     cmocka_unit_test(test_map_matches_cluster),
     cmocka_unit_test(test_set_get_many_keys_on_all_masters),

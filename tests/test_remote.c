@@ -42,6 +42,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -367,16 +368,18 @@ typedef struct written {
     scdb_key keys[16];
     uint64_t plen[16];
     uint8_t first[16];
+    int replaced[16];
     int n;
 } written;
 
-static void on_written(void *ctx, const scdb_block_info *info, const void *payload)
+static void on_written(void *ctx, const scdb_block_info *info, const void *payload, int replaced)
 {
     written *w = ctx;
     if (w->n < 16) {
         w->keys[w->n] = info->key;
         w->plen[w->n] = info->payload_len;
         w->first[w->n] = payload ? *(const uint8_t *)payload : 0;
+        w->replaced[w->n] = replaced;
         w->n++;
     }
 }
@@ -413,6 +416,7 @@ static void test_store_on_written(void **state)
     assert_int_equal(w.n, 2);
     assert_memory_equal(w.keys[0].b, c.keys[0].b, 16);
     assert_memory_equal(w.keys[1].b, c.keys[1].b, 16);
+    assert_false(w.replaced[0] || w.replaced[1]);
     /* again: all stored already, nothing written, nothing reported */
     assert_int_equal(scdb_store_put_batch(s, &c.ns, puts, 3, &stored), SCDB_OK);
     assert_int_equal(w.n, 2);
@@ -426,7 +430,9 @@ static void test_store_on_written(void **state)
     assert_int_equal(w.n, 4);
     assert_memory_equal(w.keys[2].b, c.keys[1].b, 16);
     assert_int_equal(w.first[2], 0xab);
+    assert_true(w.replaced[2]);                 /* said so: it goes on the replace log */
     assert_memory_equal(w.keys[3].b, c.keys[3].b, 16);
+    assert_false(w.replaced[3]);
     assert_int_equal(w.plen[3], 256);
     scdb_store_close(&s);
 }
@@ -648,7 +654,137 @@ static void test_replace_order_and_delete(void **state)
     scdb_remote_close(&r);
 }
 
+/* A GET refreshes the block's TTL (GETEX): a hot prefix does not expire
+ * from the cluster while it is read (issue 25 item 2). */
+static void test_read_refreshes_ttl(void **state)
+{
+    chain c;
+    (void)state;
+    scdb_remote *r = open_tier(lc_seeds(g_cluster), "ttlread:", 3600 * 1000, 0);
+    chain_make(&c, "tier-ns", 40, 4, 512, 0);
+    put_chain(r, &c);
+    for (size_t b = 0; b < 4; b++) {        /* as if written long ago */
+        char key[SCDB_REMOTE_KEY_MAX];
+        size_t kl = scdb_remote_key(r, &c.keys[b], key);
+        key[kl] = 0;
+        int node = lc_master_of_slot(g_cluster, scdb_rc_slot(key, kl));
+        redisReply *rp = lc_cmd(g_cluster, node, "PEXPIRE %s 100000", key);
+        assert_non_null(rp);
+        assert_int_equal(rp->integer, 1);
+        freeReplyObject(rp);
+        assert_true(key_pttl("ttlread:", &c.keys[b]) <= 100000);
+    }
+    assert_int_equal(fetch_check(r, &c, 2), 2);       /* blocks 2, 3 read */
+    for (size_t b = 0; b < 4; b++) {
+        long long t = key_pttl("ttlread:", &c.keys[b]);
+        if (b < 2) assert_true(t <= 100000);         /* not read: as it was */
+        else assert_true(t > 3500 * 1000 && t <= 3600 * 1000);
+    }
+    scdb_remote_close(&r);
+}
+
+/* What a replace log watcher was handed. */
+typedef struct seen {
+    pthread_mutex_t mu;
+    scdb_key keys[64];
+    size_t n;
+} seen;
+
+static void on_seen(void *ctx, const scdb_key *keys, size_t n)
+{
+    seen *w = ctx;
+    pthread_mutex_lock(&w->mu);
+    for (size_t i = 0; i < n && w->n < 64; i++) w->keys[w->n++] = keys[i];
+    pthread_mutex_unlock(&w->mu);
+}
+
+static size_t seen_wait(seen *w, size_t want)
+{
+    size_t n = 0;
+    for (int i = 0; i < 1000; i++) {
+        pthread_mutex_lock(&w->mu);
+        n = w->n;
+        pthread_mutex_unlock(&w->mu);
+        if (n >= want) break;
+        nap_ms(10);
+    }
+    return n;
+}
+
+/* The replace log (remote_tier.h, "REPLACES"): a replace queued on one tier
+ * is announced, after its SET, to every other tier watching, not to its
+ * own; a watcher opened later reads the log from its start; a log that is
+ * deleted and written anew is read again from 0 (counted). */
+static void test_replace_log(void **state)
+{
+    chain c, v2;
+    scdb_block_info info;
+    scdb_remote_stat st;
+    seen s1 = {.mu = PTHREAD_MUTEX_INITIALIZER}, s2 = {.mu = PTHREAD_MUTEX_INITIALIZER},
+         s3 = {.mu = PTHREAD_MUTEX_INITIALIZER};
+    (void)state;
+    scdb_remote *r1 = open_tier(lc_seeds(g_cluster), "rlog:", 0, 0);
+    scdb_remote *r2 = open_tier(lc_seeds(g_cluster), "rlog:", 0, 0);
+    scdb_remote_watch_replaces(r1, on_seen, &s1);
+    scdb_remote_watch_replaces(r2, on_seen, &s2);
+    chain_make(&c, "tier-ns", 50, 4, 512, 0);
+    chain_make(&v2, "tier-ns", 50, 4, 512, 7);
+    put_chain(r1, &c);                       /* plain puts: no record */
+    for (size_t b = 1; b <= 2; b++) {
+        chain_info(&v2, b, &info);
+        assert_int_equal(scdb_remote_replace(r1, &info, v2.payload[b]), SCDB_OK);
+    }
+    wait_written(r1);
+    assert_int_equal(seen_wait(&s2, 2), 2);
+    assert_memory_equal(s2.keys[0].b, c.keys[1].b, 16);
+    assert_memory_equal(s2.keys[1].b, c.keys[2].b, 16);
+    {   /* a record is read after its SET: the new values are there */
+        chain v3;
+        chain_make(&v3, "tier-ns", 50, 3, 512, 7);
+        assert_int_equal(fetch_check(r2, &v3, 1), 2);
+    }
+    scdb_remote_stats(r1, &st);
+    assert_int_equal(st.replace_records, 2);
+    nap_ms(3 * SCDB_REMOTE_REPLACE_POLL_MS);
+    assert_int_equal(seen_wait(&s1, 0), 0);          /* r1's own: not handed back */
+    /* opened later: the log from its start */
+    scdb_remote *r3 = open_tier(lc_seeds(g_cluster), "rlog:", 0, 0);
+    scdb_remote_watch_replaces(r3, on_seen, &s3);
+    assert_int_equal(seen_wait(&s3, 2), 2);
+    /* the log deleted (an operator; eviction): written anew, read from 0 */
+    {
+        const char *lk = "rlog:" SCDB_REMOTE_LOG_NAME;
+        redisReply *rp = lc_cmd(g_cluster, lc_master_of_slot(g_cluster, scdb_rc_slot(lk, strlen(lk))),
+                                "DEL %s", lk);
+        assert_non_null(rp);
+        assert_int_equal(rp->integer, 1);
+        freeReplyObject(rp);
+    }
+    nap_ms(3 * SCDB_REMOTE_REPLACE_POLL_MS);
+    chain_info(&v2, 3, &info);
+    assert_int_equal(scdb_remote_replace(r1, &info, v2.payload[3]), SCDB_OK);
+    wait_written(r1);
+    assert_int_equal(seen_wait(&s2, 3), 3);
+    assert_memory_equal(s2.keys[2].b, c.keys[3].b, 16);
+    scdb_remote_stats(r2, &st);
+    assert_int_equal(st.replace_seen, 3);
+    assert_int_equal(st.replace_log_resets, 1);
+    /* stopped: nothing more handed over */
+    scdb_remote_watch_replaces(r2, NULL, NULL);
+    chain_info(&v2, 0, &info);
+    assert_int_equal(scdb_remote_replace(r1, &info, v2.payload[0]), SCDB_OK);
+    wait_written(r1);
+    assert_int_equal(seen_wait(&s3, 4), 4);          /* r3 still watches */
+    nap_ms(2 * SCDB_REMOTE_REPLACE_POLL_MS);
+    assert_int_equal(seen_wait(&s2, 0), 3);
+    scdb_remote_close(&r3);
+    scdb_remote_close(&r2);
+    scdb_remote_close(&r1);
+}
+
 static const struct CMUnitTest tier_tests[] = {
+    cmocka_unit_test(test_read_refreshes_ttl),
+    cmocka_unit_test(test_replace_log),
     cmocka_unit_test(test_write_read_ttl),
     cmocka_unit_test(test_refused_values),
     cmocka_unit_test(test_replace_order_and_delete),
@@ -843,6 +979,29 @@ static void put_prefix(scdb *p, uint32_t seed, int n)
     assert_int_equal(e, SCDB_OK);
     assert_int_equal(pr.n_stored, n);
     scdb_kv_cache_free(&c);
+}
+
+/* Replace blocks [first, first + count) of prefix seed (n blocks) on p
+ * with prefix `with`'s KV at those positions. */
+static scdb_put_result replace_blocks(scdb *p, uint32_t seed, int n, int first, int count,
+                                      uint32_t with)
+{
+    int32_t t[16 * BT];
+    scdb_kv_cache *kv = NULL;
+    size_t bb = scdb_get_info(p)->block_bytes;
+    uint8_t *pl = malloc((size_t)count * bb);
+    scdb_put_result pr;
+    assert_non_null(pl);
+    assert_int_equal(scdb_kv_cache_new(4, 2, 16, n * BT, &kv), SCDB_OK);
+    bkv_fill(with, kv, n * BT);
+    for (int k = 0; k < count; k++)
+        assert_int_equal(scdb_raw_block(kv, (first + k) * BT, BT, SCDB_F16, pl + k * bb, bb), SCDB_OK);
+    bkv_tokens(seed, t, (size_t)n * BT);
+    assert_int_equal(scdb_replace(p, t, (size_t)n * BT, (uint32_t)first, pl, (size_t)count * bb, &pr),
+                     SCDB_OK);
+    free(pl);
+    scdb_kv_cache_free(&kv);
+    return pr;
 }
 
 /* Get prefix seed (n blocks) into a fresh arena of consumer h; every slot
@@ -1098,19 +1257,8 @@ static void test_replace_reaches_new_broker(void **state)
     scdb *pa = bclient(&g_a, SCDB_PRODUCER);
     put_prefix(pa, 3, 4);
     /* block 1 replaced with prefix 33's KV at those positions */
-    {
-        scdb_kv_cache *kv = NULL;
-        size_t bb = scdb_get_info(pa)->block_bytes;
-        uint8_t *pl = malloc(bb);
-        scdb_put_result pr;
-        assert_int_equal(scdb_kv_cache_new(4, 2, 16, 4 * BT, &kv), SCDB_OK);
-        bkv_fill(33, kv, 4 * BT);
-        assert_int_equal(scdb_raw_block(kv, BT, BT, SCDB_F16, pl, bb), SCDB_OK);
-        bkv_tokens(3, t, 4 * BT);
-        assert_int_equal(scdb_replace(pa, t, 4 * BT, 1, pl, bb, &pr), SCDB_OK);
-        free(pl);
-        scdb_kv_cache_free(&kv);
-    }
+    replace_blocks(pa, 3, 4, 1, 1, 33);
+    bkv_tokens(3, t, 4 * BT);
     bwait_written(&g_a);
     remote_keys(rk, sizeof rk, NULL);
     bproc_conf(&c, rk);
@@ -1128,6 +1276,59 @@ static void test_replace_reaches_new_broker(void **state)
     scdb_close(&cc);
     scdb_close(&pa);
     assert_int_equal(bproc_stop(&c), 0);
+}
+
+/* After a replace the fleet agrees (issue 25 item 2): B fetched and kept
+ * the old block 1 from the cluster; A replaces it; within the bound of
+ * remote_tier.h ("REPLACES": A's write, B's poll of the replace log, one
+ * fetch) B serves the new bytes from its own store.  The replace says
+ * what it did: n_replaced 1, n_new 0 (it answered n_new for blocks that
+ * existed). */
+static void test_replace_reaches_fleet(void **state)
+{
+    scdb_get_result g;
+    scdb_put_result pr;
+    int32_t t[4 * BT];
+    (void)state;
+    scdb *pa = bclient(&g_a, SCDB_PRODUCER), *cb = bclient(&g_b, SCDB_CONSUMER);
+    put_prefix(pa, 5, 4);
+    bwait_written(&g_a);
+    assert_int_equal(get_prefix(cb, 5, 4, &g, NULL), SCDB_OK);
+    assert_int_equal(g.remote_blocks, 4);
+    for (int i = 0; i < 1000 && lookup_prefix(cb, 5, 4).n_remote; i++) nap_ms(10);
+    assert_int_equal(lookup_prefix(cb, 5, 4).n_remote, 0);   /* B holds the old ones */
+    /* blocks 1 and 2 replaced on A with prefix 55's KV at those positions */
+    pr = replace_blocks(pa, 5, 4, 1, 2, 55);
+    assert_int_equal(pr.n_new, 0);                     /* said 2: blocks that existed */
+    assert_int_equal(pr.n_replaced, 2);
+    bkv_tokens(5, t, 4 * BT);
+    double t0 = scdb_now();
+    bwait_written(&g_a);
+    /* B converges: its local copies refreshed, read locally */
+    scdb_arena *a = NULL;
+    int same = 0;
+    assert_int_equal(scdb_arena_new(cb, 4 * BT, &a), SCDB_OK);
+    while (scdb_now() - t0 < 20) {
+        assert_int_equal(scdb_get(cb, t, 4 * BT, a, 0, 0, &g), SCDB_OK);
+        assert_int_equal(g.tokens_written, 4 * BT);
+        scdb_kv_cache *kv = scdb_arena_cache(a);
+        same = bkv_check(55, kv, BT, BT, 2 * BT, BT, 1) == 0;
+        if (same) {
+            assert_int_equal(g.remote_blocks, 0);                     /* from B's own store */
+            assert_int_equal(bkv_check(5, kv, 0, 0, BT, 0, 1), 0);
+            assert_int_equal(bkv_check(5, kv, 3 * BT, 3 * BT, BT, 3 * BT, 1), 0);
+            break;
+        }
+        nap_ms(20);
+    }
+    print_message("B served the replaced blocks %.0f ms after the replace was acknowledged\n",
+                  (scdb_now() - t0) * 1e3);
+    assert_true(same);
+    scdb_stat sb = bstats(&g_b);
+    assert_true(sb.remote_refreshed >= 2);
+    scdb_arena_free(&a);
+    scdb_close(&cb);
+    scdb_close(&pa);
 }
 
 /* A planted value that is not what it should be is a shorter hit on B: a
@@ -1228,17 +1429,72 @@ static void test_reshard(void **state)
 
 /* ACL users: the right password works; a wrong one stops the broker at
  * start with a clear message (exit 2: a configuration error). */
+/* An ACL command on every node (ACLs are per node in Redis Cluster). */
+static void acl_on_all(const char *cmd)
+{
+    for (int i = 0; i < lc_size(g_cluster); i++) {
+        redisReply *r = lc_cmd(g_cluster, i, cmd);
+        assert_non_null(r);
+        assert_int_equal(r->type, REDIS_REPLY_STATUS);
+        freeReplyObject(r);
+    }
+}
+
+/* A cluster whose ACL user has only the permissions documented before
+ * the TTL refresh and the replace log (no +getex +append +getrange): reads
+ * fall back to GET, the replace log is off, each said once; the tier stays
+ * up and serves. */
+static void test_older_acl(void **state)
+{
+    char rk[1024], pw[300], extra[700];
+    bproc e, f;
+    scdb_get_result g;
+    (void)state;
+    acl_on_all("ACL SETUSER scdbold reset on >0ld ~scdb:* +get +set +exists +del +asking "
+               "+cluster|slots +ping");
+    snprintf(pw, sizeof pw, "%s/pw-old", g_tmp);
+    write_file(pw, "0ld\n");
+    snprintf(extra, sizeof extra, "user = scdbold\npassword_file = %s\n", pw);
+    remote_keys(rk, sizeof rk, extra);
+    bproc_conf(&e, rk);
+    bproc_conf(&f, rk);
+    assert_int_equal(bproc_start(&e), 0);
+    assert_int_equal(bproc_start(&f), 0);
+    scdb *pe = bclient(&e, SCDB_PRODUCER), *cf = bclient(&f, SCDB_CONSUMER);
+    put_prefix(pe, 8, 2);
+    put_prefix(pe, 8, 2);
+    /* a replace (the same bytes): its record is refused, the SET is not */
+    assert_int_equal(replace_blocks(pe, 8, 2, 1, 1, 8).n_replaced, 1);
+    bwait_written(&e);
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(get_prefix(cf, 8, 2, &g, NULL), SCDB_OK);   /* byte-checked */
+        assert_int_equal(g.tokens_written, 2 * BT);
+    }
+    for (int i = 0; i < 500 && !log_count(&f, "refuses getrange"); i++) nap_ms(10);
+    assert_int_equal(log_count(&f, "refuses GETEX"), 1);
+    assert_int_equal(log_count(&f, "refuses getrange"), 1);
+    assert_int_equal(log_count(&e, "refuses getrange") + log_count(&e, "refuses append"), 1);
+    log_show(&f, "refuses GETEX");
+    log_show(&f, "refuses getrange");
+    scdb_stat se = bstats(&e), sf = bstats(&f);
+    assert_int_equal(se.remote_up, 1);
+    assert_int_equal(sf.remote_up, 1);
+    assert_int_equal(se.remote_write_errors, 0);
+    assert_int_equal(se.remote_writes, 3);
+    assert_true(sf.remote_hits >= 2);
+    assert_int_equal(log_count(&f, "cluster failing"), 0);
+    scdb_close(&pe);
+    scdb_close(&cf);
+    assert_int_equal(bproc_stop(&e), 0);
+    assert_int_equal(bproc_stop(&f), 0);
+}
+
 static void test_wrong_password(void **state)
 {
     char rk[1024], pw[300], bad[300], extra[700];
     bproc c, d;
     (void)state;
-    for (int i = 0; i < lc_size(g_cluster); i++) {
-        redisReply *r = lc_cmd(g_cluster, i, "ACL SETUSER scdbtest on >s3cret ~scdb:* +@all");
-        assert_non_null(r);
-        assert_int_equal(r->type, REDIS_REPLY_STATUS);
-        freeReplyObject(r);
-    }
+    acl_on_all("ACL SETUSER scdbtest on >s3cret ~scdb:* +@all");
     snprintf(pw, sizeof pw, "%s/pw-good", g_tmp);
     snprintf(bad, sizeof bad, "%s/pw-bad", g_tmp);
     write_file(pw, "s3cret\n");
@@ -1282,8 +1538,10 @@ static void test_wrong_password(void **state)
 static const struct CMUnitTest broker_tests[] = {
     cmocka_unit_test(test_put_a_get_b),
     cmocka_unit_test(test_replace_reaches_new_broker),
+    cmocka_unit_test(test_replace_reaches_fleet),
     cmocka_unit_test(test_bad_value_is_a_miss),
     cmocka_unit_test(test_wrong_password),
+    cmocka_unit_test(test_older_acl),
     cmocka_unit_test(test_reshard),
 };
 

@@ -35,7 +35,7 @@ def test_raw_put_lookup_get_round_trip(producer, consumer, prompt, raw_payload):
     toks = prompt(200)                       # 3 full blocks + 8 tokens
     pay = raw_payload(info, 3)
     r = producer.put(toks, pay)
-    assert r == {"n_full": 3, "n_stored": 3, "n_new": 3}
+    assert r == {"n_full": 3, "n_stored": 3, "n_new": 3, "n_replaced": 0}
     assert producer.put(toks, pay)["n_new"] == 0          # idempotent
     assert consumer.lookup(toks) == 192
     assert consumer.lookup(toks[:150]) == 128

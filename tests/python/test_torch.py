@@ -101,7 +101,7 @@ def test_scd_get_is_the_c_clients_decode(torch_family, broker, data_dir, tmp_pat
         with p.states_arena(len(toks)) as sa:
             h_in = torch.from_numpy(sa.states(len(toks)))
             tf.forward(base, toks, tf.Cache.private(base, 256), h_in=h_in)
-            assert p.put_states(toks, sa) == {"n_full": 4, "n_stored": 4, "n_new": 4}
+            assert p.put_states(toks, sa) == {"n_full": 4, "n_stored": 4, "n_new": 4, "n_replaced": 0}
             bad = sa.states(len(toks))
             bad[3, 70, 5] = np.nan
             toks2 = toks.copy()
