@@ -442,6 +442,45 @@ static void test_consumer_arch(void **state)
     scdb_model_free(&other);
 }
 
+/* The config of a path that may be a config.json, a model or an adapter
+ * directory (what the broker's [model] config = takes). */
+static void test_config_any(void **state)
+{
+    (void)state;
+    char base[600], ad[600], p[700], err[512] = "";
+    scdb_model_config c;
+    uint64_t rng = 17;
+    write_base("base", 1, 0);
+    sub(base, sizeof base, "models/base");
+    adapter_path(ad, sizeof ad, "cfg-any");
+    tiny_adapter a = {.base = "base", .rng = &rng};
+    tiny_adapter_write(ad, &a);
+    snprintf(p, sizeof p, "%s/config.json", base);
+    assert_int_equal(scdb_model_config_load_any(p, NULL, &c, err, sizeof err), SCDB_OK);
+    assert_string_equal(c.name, "base");
+    assert_int_equal(scdb_model_config_load_any(base, NULL, &c, err, sizeof err), SCDB_OK);
+    assert_string_equal(c.name, "base");
+    assert_int_equal(scdb_model_config_load_any(ad, NULL, &c, err, sizeof err), SCDB_OK);
+    assert_string_equal(c.name, "cfg-any");
+    assert_string_equal(c.parent, "base");
+    assert_string_equal(c.finetune, "lora");
+    assert_int_equal(c.n_layers, 2);
+    snprintf(p, sizeof p, "%s/" SCDB_ADAPTER_CONFIG, ad);
+    assert_int_equal(scdb_model_config_load_any(p, NULL, &c, err, sizeof err), SCDB_OK);
+    assert_string_equal(c.name, "cfg-any");
+    /* checked against the base's shapes, not merged */
+    write_base("short", 4, 1);
+    a.config = "{\"base_model_name_or_path\":\"short\"}";
+    tiny_adapter_write(ad, &a);
+    assert_int_equal(scdb_model_config_load_any(ad, NULL, &c, err, sizeof err), SCDB_ESHAPE);
+    assert_non_null(strstr(err, "the base has 1 layers"));
+    a.config = "{\"use_dora\":true}";
+    tiny_adapter_write(ad, &a);
+    assert_int_equal(scdb_model_config_load_any(ad, NULL, &c, err, sizeof err), SCDB_EUNSUPPORTED);
+    sub(p, sizeof p, "nothing-here");
+    assert_int_equal(scdb_model_config_load_any(p, NULL, &c, err, sizeof err), SCDB_ENOTFOUND);
+}
+
 /* ------------------------------------------------------------ refusals */
 
 typedef struct bad_case {
@@ -620,6 +659,7 @@ int main(void)
         cmocka_unit_test(test_fingerprint),
         cmocka_unit_test(test_base_resolution),
         cmocka_unit_test(test_consumer_arch),
+        cmocka_unit_test(test_config_any),
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_bad_files),
         cmocka_unit_test(test_alloc_failures),
