@@ -361,7 +361,8 @@ scdb_err scdb_tier_device_new(scdb_device dev, uint64_t capacity_bytes, scdb_tie
 
 typedef struct scdb_broker_model_cfg {
     char name[SCDB_BROKER_NAME_MAX];
-    char config[512];          /* config.json path, or empty: dims below     */
+    char config[512];          /* config.json path, a model or a LoRA adapter
+                                  directory, or empty: dims below            */
     int n_layers, n_kv_heads, head_dim, max_seq_len, n_heads;
     scdb_dtype raw_dtype;
 } scdb_broker_model_cfg;
@@ -382,6 +383,23 @@ typedef struct scdb_broker_pair_cfg {
     char file[512];
 } scdb_broker_pair_cfg;
 
+/* [consumers GROUP]: every directory a glob of `dirs` matches that holds a
+ * model (config.json) or a LoRA adapter (adapter_config.json) is a
+ * [model NAME] (NAME: the directory's name; a [model NAME] section of its
+ * own wins), with this raw_dtype; with `codebook`, each also gets
+ * [pair CODEBOOK NAME] with `decoder` and `file` ("{name}" in it replaced by
+ * NAME; a consumer whose file does not exist gets no pair).  Expanded when
+ * the file is loaded, so SIGHUP picks up new directories. */
+#define SCDB_BROKER_MAX_GROUPS 16
+typedef struct scdb_broker_consumers_cfg {
+    char name[SCDB_BROKER_NAME_MAX];
+    char dirs[1024];           /* globs separated by spaces                 */
+    scdb_dtype raw_dtype;
+    char codebook[SCDB_BROKER_NAME_MAX];
+    char decoder[16];
+    char file[512];
+} scdb_broker_consumers_cfg;
+
 /* A learned eviction policy file for live sessions (evict/evict.h); the
  * heuristics (full, streaming, h2o, snapkv, tova) are always available. */
 typedef struct scdb_broker_policy_cfg {
@@ -397,6 +415,8 @@ typedef struct scdb_broker_config {
                                     allowed on tcp; empty: any CURVE client
                                     that knows the server's public key       */
     char data_dir[512];        /* LMDB directory (default ./scdb-data)        */
+    char models_dir[512];      /* where a LoRA adapter's base is looked up by
+                                  name (empty: beside the adapter)           */
     uint32_t block_tokens;     /* 0 = store default (64)                      */
     uint64_t map_size, max_map_size, disk_capacity, hot_capacity;
     uint64_t gpu_hot_capacity; /* bytes of CUDA device memory for the hot
@@ -453,6 +473,8 @@ typedef struct scdb_broker_config {
     int n_pairs;
     scdb_broker_policy_cfg *policies;
     int n_policies;
+    scdb_broker_consumers_cfg groups[SCDB_BROKER_MAX_GROUPS];
+    int n_groups;
 } scdb_broker_config;
 
 /* Fill the defaults.  SCDB_OK. */

@@ -249,12 +249,11 @@ int scdb_cmd_train_policy(int argc, char **argv)
 
     {
         scdb_model_config cfg;
-        char cfgp[1200], budgets[64] = "", num[12][48], date[32];
+        char budgets[64] = "", num[12][48], date[32];
         const char *model_name = model_dir;
         time_t now = time(NULL);
         struct tm tmv;
-        snprintf(cfgp, sizeof cfgp, "%s/config.json", model_dir);
-        if (!scdb_model_config_load(cfgp, &cfg, NULL, 0)) model_name = cfg.name;
+        if (!scdb_model_config_load_any(model_dir, NULL, &cfg, NULL, 0)) model_name = cfg.name;   /* or an adapter's */
         for (int b = 0; b < o.n_budgets; b++) {
             size_t l = strlen(budgets);
             snprintf(budgets + l, sizeof budgets - l, "%s%g", b ? "," : "", o.budgets[b]);

@@ -48,7 +48,7 @@ typedef struct tiny_model {
     const char *skip, *bad_shape, *as_i32;    /* full tensor names, or NULL   */
 } tiny_model;
 
-static void tiny_model_write(const char *dir, const tiny_model *t)
+static inline void tiny_model_write(const char *dir, const tiny_model *t)
 {
     int vocab = t->vocab ? t->vocab : 256, d = t->d ? t->d : 16;
     int layers = t->layers ? t->layers : 2, heads = t->heads ? t->heads : 4;
