@@ -111,7 +111,7 @@ verdict "environment" ok ""
 
 # ---------------------------------------------------------------- 2. build
 "$root/scripts/install-deps.sh" >/dev/null 2>&1 || say "(install-deps.sh failed; building with what is there)"
-run "configure (CUDA on)" 180 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSCDB_CUDA=ON
+run "configure (CUDA on)" 180 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSCDB_CUDA=ON -DSCDB_WERROR=ON
 cfg=$?
 if [ $cfg -ne 0 ] || ! grep -q "scdb: CUDA backend ON" "$work/out.txt"; then
   verdict "build" fail "configure failed or the CUDA backend is OFF (nvcc at $nvcc_bin)"
