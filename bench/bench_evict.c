@@ -522,9 +522,10 @@ int scdb_bench_evict(int argc, char **argv)
             }
             source *s = &src[n_src++];
             memset(s, 0, sizeof *s);
-            snprintf(s->domain, sizeof s->domain, "%s", cfg.domain[0] ? cfg.domain : "english");
+            const char *dom = cfg.domain[0] ? cfg.domain : "english";
+            snprintf(s->domain, sizeof s->domain, "%s", dom);
             scdb_model_heldout_path(o.data, cfg.domain, s->path, sizeof s->path);
-            snprintf(s->label, sizeof s->label, "%s.txt", s->domain);
+            snprintf(s->label, sizeof s->label, "%s.txt", dom);
             s->split = "other";
             s->part = "second";
             s->suite_index = -1;
