@@ -102,7 +102,7 @@ static void usage(FILE *f, const char *prog)
 "                             scdb:); no braces (no hash tags)\n"
 "  --remote-ttl SECONDS       expiry of every value written (default 86400;\n"
 "                             0: none).  Run the cluster with maxmemory and\n"
-"                             maxmemory-policy allkeys-lru (README)\n"
+"                             maxmemory-policy allkeys-lru (docs/OPERATING.md)\n"
 "  --remote-write-queue SIZE  writes waiting for the cluster; a put that finds\n"
 "                             it full drops its remote write, counted (64MiB)\n"
 "  --remote-timeout-ms N      deadline of one cluster call (default 100)\n"

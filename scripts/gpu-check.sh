@@ -30,8 +30,8 @@
 #   8. `scdb demo --device cuda`: the fan-out demo with its consumers, their
 #      arenas and live sessions on the GPU (must end "demo: ok"), beside the
 #      CPU run's table
-#   9. `scdb calibrate --device cuda` of the bundled family (the README's
-#      command), timed: goal >= 10x faster than the 2-core CPU's recorded
+#   9. `scdb calibrate --device cuda` of the bundled family (the command of
+#      docs/OPERATING.md), timed: goal >= 10x faster than the 2-core CPU's recorded
 #      time (data/codebooks/base.calibration.log, "calibrated in N s"); a
 #      short calibration on CPU and CUDA whose held-back KLs must agree
 #      within 5%; with --calib-cpu also the full run on this machine's CPU
@@ -275,7 +275,7 @@ calib_args=(--producer "$root/data/models/base" --consumer "$root/data/models/co
 calib_ref=$(sed -n 's/^calibrated in \([0-9.]*\) s.*/\1/p' "$root/data/codebooks/base.calibration.log" 2>/dev/null | tail -1)
 if "$scdb" calibrate --help 2>&1 | grep -q "scdb_calib_set_device"; then
   t0=$(date +%s.%N)
-  run "calibration of the bundled family, CUDA (the README's command)" 420 "$scdb" calibrate \
+  run "calibration of the bundled family, CUDA (docs/OPERATING.md's command)" 420 "$scdb" calibrate \
       "${calib_args[@]}" --device cuda -o "$work/calib_cuda"
   rc=$?
   calib_s=$(python3 -c "print(f'{$(date +%s.%N) - $t0:.1f}')")
