@@ -447,7 +447,7 @@ int scdb_bench_broker(int argc, char **argv)
     int have_redis, big_tokens, rc = 0, st;
     pid_t broker;
 
-    for (int i = 1; i < argc; i++) {
+    for (int i = 1; i < argc; i += 2) {   /* every option takes a value */
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
@@ -465,7 +465,6 @@ int scdb_bench_broker(int argc, char **argv)
             fprintf(stderr, "bench broker: %s\n", why);
             return 2;
         }
-        i++;
     }
     if (o.clients < 1 || o.clients > 256 || o.seconds <= 0 || o.tokens < 64 ||
         o.tokens > 65536 || o.get_mb < 1 || o.get_mb > 4096)

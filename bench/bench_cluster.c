@@ -112,8 +112,9 @@ static void usage(FILE *f)
 "\n"
 "  --trace FILE         JSON lines {\"timestamp\":ms,\"input_length\":n,\n"
 "                       \"output_length\":m,\"hash_ids\":[...]}; default\n"
-"                       " SCDB_TRACE_NAME " from SCDB_SHARED_DATA_DIR or\n"
-"                       ../shared/data, else --synthetic\n"
+"                       traces/" SCDB_TRACE_NAME " in the data\n"
+"                       directory (data/traces/; $SCDB_DATA overrides);\n"
+"                       missing is an error, not --synthetic\n"
 "  --synthetic          the seeded synthetic trace of `scdb bench store`\n"
 "  --requests N         replay the first N requests (default: all)\n"
 "  --route rr|session   rr: round-robin over the brokers (default); session:\n"
@@ -926,8 +927,10 @@ int scdb_bench_cluster(int argc, char **argv)
     /* the trace */
     if (!o.synthetic && !o.trace_path) {
         if (scdb_trace_default_path(trace_path, sizeof trace_path)) {
-            fprintf(stderr, WHO ": %s not found; using the synthetic trace\n", SCDB_TRACE_NAME);
-            o.synthetic = true;
+            fprintf(stderr, "%s: the trace %s is missing (it ships as data/traces/%s); "
+                    "pass --trace FILE, or --synthetic for the built-in seeded trace\n",
+                    WHO, trace_path, SCDB_TRACE_NAME);
+            return 1;
         }
     } else if (o.trace_path) {
         snprintf(trace_path, sizeof trace_path, "%s", o.trace_path);

@@ -504,7 +504,7 @@ int scdb_bench_evict(int argc, char **argv)
                 snprintf(s->domain, sizeof s->domain, "%s", d->name);
                 snprintf(s->path, sizeof s->path, "%s", d->part[o.portion].text_path);
                 const char *b = strrchr(s->path, '/');
-                snprintf(s->label, sizeof s->label, "%s", b ? b + 1 : s->path);
+                scdb_str_cut(s->label, sizeof s->label, b ? b + 1 : s->path);
                 s->split = d->seen ? "seen" : "unseen";
                 s->part = scdb_evict_part_name(o.portion);
                 s->suite_index = i;
@@ -522,9 +522,10 @@ int scdb_bench_evict(int argc, char **argv)
             }
             source *s = &src[n_src++];
             memset(s, 0, sizeof *s);
-            snprintf(s->domain, sizeof s->domain, "%s", cfg.domain[0] ? cfg.domain : "english");
+            const char *dom = cfg.domain[0] ? cfg.domain : "english";
+            snprintf(s->domain, sizeof s->domain, "%s", dom);
             scdb_model_heldout_path(o.data, cfg.domain, s->path, sizeof s->path);
-            snprintf(s->label, sizeof s->label, "%s.txt", s->domain);
+            snprintf(s->label, sizeof s->label, "%s.txt", dom);
             s->split = "other";
             s->part = "second";
             s->suite_index = -1;
@@ -537,8 +538,8 @@ int scdb_bench_evict(int argc, char **argv)
         size_t l = strlen(s->path);
         while (l > 1 && s->path[l - 1] == '/') s->path[--l] = 0;
         const char *b = strrchr(s->path, '/');
-        snprintf(s->label, sizeof s->label, "%s", b ? b + 1 : s->path);
-        snprintf(s->domain, sizeof s->domain, "%s", s->label);
+        scdb_str_cut(s->label, sizeof s->label, b ? b + 1 : s->path);
+        scdb_str_cut(s->domain, sizeof s->domain, s->label);
         s->split = "other";
         s->part = o.part ? o.part : "all";
         s->suite_index = -1;
@@ -569,7 +570,8 @@ int scdb_bench_evict(int argc, char **argv)
            o.every - 1, o.steps, o.windows);
     if (suite)
         printf("Texts: the domain suite %s (%s texts); seen = the learned policy trained on\n"
-               "the domain's train text, unseen = it never saw the domain.\n", suite_path,
+               "the domain's train text, unseen = it never saw the domain.\n",
+               scdb_data_relative(suite_path),
                scdb_evict_part_name(o.portion));
     for (int i = 0; i < n_learned; i++)
         printf("Learned policy `%s`: %s (trained on models %s; domains %s).\n", lp[i].label,
@@ -584,7 +586,7 @@ int scdb_bench_evict(int argc, char **argv)
     cJSON_AddNumberToObject(proto, "steps", o.steps);
     cJSON_AddNumberToObject(proto, "every", o.every);
     cJSON_AddNumberToObject(proto, "windows", o.windows);
-    if (suite) cJSON_AddStringToObject(json, "suite", suite_path);
+    if (suite) cJSON_AddStringToObject(json, "suite", scdb_data_relative(suite_path));
     if (n_learned) cJSON_AddStringToObject(json, "policy_file", lp[0].path);
     cJSON *lpj = cJSON_AddArrayToObject(json, "learned_policies");
     for (int i = 0; i < n_learned; i++) {
@@ -627,7 +629,7 @@ int scdb_bench_evict(int argc, char **argv)
                 rc = scdb_evict_suite_read(suite, s->suite_index, o.portion, &text, &len, err,
                                            sizeof err);
             else if ((rc = read_text_path(s->path, &text, &len)))
-                snprintf(err, sizeof err, "%s", s->path);
+                scdb_str_cut(err, sizeof err, s->path);
             if (rc) {
                 fprintf(stderr, "scdb bench evict: %s: %s\n", scdb_strerror(rc), err);
                 scdb_model_free(&m);

@@ -90,8 +90,9 @@ static void usage(FILE *f)
 "Trace\n"
 "  --trace FILE         JSON lines {\"timestamp\":ms,\"input_length\":n,\n"
 "                       \"output_length\":m,\"hash_ids\":[...]}; each id is one\n"
-"                       block.  Default: " SCDB_TRACE_NAME " from\n"
-"                       SCDB_SHARED_DATA_DIR or ../shared/data, else --synthetic.\n"
+"                       block.  Default: traces/" SCDB_TRACE_NAME "\n"
+"                       in the data directory (data/traces/; $SCDB_DATA\n"
+"                       overrides); missing is an error, not --synthetic.\n"
 "  --synthetic          built-in seeded trace: 64 shared system prompts\n"
 "                       (2-12 blocks, ~1/rank popularity), 40%% new sessions\n"
 "                       (prompt + 1-16 blocks), 60%% continued sessions\n"
@@ -612,9 +613,10 @@ int scdb_bench_store(int argc, char **argv)
     /* the trace */
     if (!o.synthetic && !o.trace_path) {
         if (scdb_trace_default_path(trace_path, sizeof trace_path)) {
-            fprintf(stderr, "scdb bench store: %s not found; using the synthetic trace\n",
-                    SCDB_TRACE_NAME);
-            o.synthetic = true;
+            fprintf(stderr, "%s: the trace %s is missing (it ships as data/traces/%s); "
+                    "pass --trace FILE, or --synthetic for the built-in seeded trace\n",
+                    "scdb bench store", trace_path, SCDB_TRACE_NAME);
+            return 1;
         }
     } else if (o.trace_path) {
         snprintf(trace_path, sizeof trace_path, "%s", o.trace_path);

@@ -3,6 +3,8 @@
  * block ids to token blocks. */
 #include "trace.h"
 
+#include "scdb_common.h"
+
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <math.h>
@@ -305,16 +307,7 @@ void scdb_trace_block_tokens(int64_t id, uint64_t seed, int32_t *t, uint32_t n)
 
 int scdb_trace_default_path(char *buf, size_t len)
 {
-    const char *cands[2] = {getenv("SCDB_SHARED_DATA_DIR"), "../shared/data"};
-    for (int i = 0; i < 2; i++) {
-        struct stat st;
-        char c[1200];
-        if (!cands[i]) continue;
-        snprintf(c, sizeof c, "%s/%s", cands[i], SCDB_TRACE_NAME);
-        if (stat(c, &st) == 0) {
-            snprintf(buf, len, "%s", c);
-            return 0;
-        }
-    }
-    return -1;
+    struct stat st;
+    snprintf(buf, len, "%s/traces/%s", scdb_data_dir(), SCDB_TRACE_NAME);
+    return stat(buf, &st) == 0 && S_ISREG(st.st_mode) ? 0 : -1;
 }

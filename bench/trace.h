@@ -54,9 +54,11 @@ int scdb_trace_chain_ids(const scdb_trace *t, size_t n_req, uint64_t *out, uint6
 /* The n tokens of block id under seed. */
 void scdb_trace_block_tokens(int64_t id, uint64_t seed, int32_t *t, uint32_t n);
 uint64_t scdb_trace_splitmix(uint64_t *s);
-/* The default trace: SCDB_TRACE_NAME under $SCDB_SHARED_DATA_DIR or
- * ../shared/data (no path is compiled in).  0 with the path in buf,
- * or -1 when none exists. */
+/* The default trace: traces/SCDB_TRACE_NAME in the data directory
+ * (scdb_data_dir(): data/traces/ of the checkout through build/share/scdb,
+ * <prefix>/share/scdb after an install, or $SCDB_DATA; no path is compiled
+ * in).  The path in buf either way; 0 when it is a file, -1 when not (the
+ * caller says so and stops: no silent fallback to --synthetic). */
 int scdb_trace_default_path(char *buf, size_t len);
 
 #endif

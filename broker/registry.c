@@ -91,10 +91,12 @@ static scdb_err load_model(const scdb_broker_model_cfg *mc, const char *models_d
 }
 
 /* "what name: " before the message a loader left in errbuf (unless it
- * starts so already). */
+ * starts so already).  name is a codebook's or a pair's ("a -> b": two
+ * names), so head holds two names and the word: a shorter one cut long
+ * names and the check below then compared a truncated head. */
 static void prefix_msg(char *errbuf, size_t errlen, const char *what, const char *name)
 {
-    char tmp[1024], head[160];
+    char tmp[1024], head[2 * SCDB_BROKER_NAME_MAX + 32];
     if (!errbuf || !errlen) return;
     snprintf(head, sizeof head, "%s %s: ", what, name);
     if (!strncmp(errbuf, head, strlen(head))) return;

@@ -75,7 +75,7 @@ static const struct key_help {
                                "scdb:); no braces (no hash tags)"},
     {"remote_ttl", "SECONDS", "expiry of every value written (default 86400;\n"
                               "0: none).  Run the cluster with maxmemory and\n"
-                              "maxmemory-policy allkeys-lru (README)"},
+                              "maxmemory-policy allkeys-lru (docs/OPERATING.md)"},
     {"remote_write_queue", "SIZE", "writes waiting for the cluster; a put that finds\n"
                                    "it full drops its remote write, counted (64MiB)"},
     {"remote_timeout_ms", "N", "deadline of one cluster call (default 100)"},

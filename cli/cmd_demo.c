@@ -605,7 +605,10 @@ int scdb_cmd_demo(int argc, char **argv)
         d.tokens[i] = malloc((size_t)d.prefix * sizeof *d.tokens[i]);
         if (!d.tokens[i]) { free(text); goto done; }
         scdb_tokenize_bytes(text + off, (size_t)d.prefix, d.tokens[i]);
-        snprintf(d.source[i], sizeof d.source[i], "%s from byte %zu", tp, off);
+        /* a data file is named relative to the data directory (the output
+         * reads the same on every machine); --text as given */
+        snprintf(d.source[i], sizeof d.source[i], "%s from byte %zu",
+                 scdb_data_relative(tp), off);
         free(text);
         text = NULL;
     }
@@ -619,7 +622,8 @@ int scdb_cmd_demo(int argc, char **argv)
     snprintf(d.cfg, sizeof d.cfg, "%s/broker.ini", d.tmp);
     if (write_config(&d) != 0) { perror("scdb demo: config"); goto done; }
 
-    printf("scdb demo: broker on %s (store %s/store), producer base, consumers:", d.sock, d.tmp);
+    printf("scdb demo: data %s, broker on %s (store %s/store), producer base, consumers:",
+           d.data, d.sock, d.tmp);
     for (int i = 0; i < d.n_consumers; i++) printf(" %s", d.consumers[i]);
     printf("\n");
     for (int i = 0; i < d.n_consumers; i++)

@@ -518,8 +518,8 @@ typedef struct scdb_get_opts {
     /* SCD pairs: patch layers to decode with, the first of the pair's
      * patch layers in its greedy order, clamped to those it has aligners
      * for: fewer is a faster decode at lower quality (0: REUSE on every
-     * layer; README, "Quality", has measured figures).  -1: the pair's
-     * default budget.  Raw decoders ignore it. */
+     * layer; docs/BENCHMARKS.md "Rate knob" has measured figures).  -1:
+     * the pair's default budget.  Raw decoders ignore it. */
     int patch_layers;
 } scdb_get_opts;
 

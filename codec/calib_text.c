@@ -97,7 +97,7 @@ static scdb_err train_text(const scdb_model *m, size_t max_bytes, unsigned char 
     if (got == 0) { rc = SCDB_ENOTFOUND; goto done; }
     if (desc && desclen)
         snprintf(desc, desclen, "%zu bytes from %d of the %d training files of domain '%s' (%s)",
-                 got, used, listed, scdb_model_cfg(m)->domain, path);
+                 got, used, listed, scdb_model_cfg(m)->domain, scdb_data_relative(path));
     *text = out;
     *len = got;
     out = NULL;
@@ -138,6 +138,6 @@ scdb_err scdb_codec_domain_text(const scdb_model *m, scdb_text_source src, size_
     *len = n;
     if (desc && desclen)
         snprintf(desc, desclen, "%zu bytes: %s half of %s", n,
-                 src == SCDB_TEXT_HELDOUT_SECOND ? "second" : "first", path);
+                 src == SCDB_TEXT_HELDOUT_SECOND ? "second" : "first", scdb_data_relative(path));
     return SCDB_OK;
 }

@@ -105,3 +105,12 @@ int scdb_rm_tree(const char *path)
     if (lstat(path, &st)) return errno == ENOENT ? 0 : -1;
     return nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS);
 }
+
+int scdb_str_cut(char *dst, size_t n, const char *src)
+{
+    size_t l = strlen(src), cut = l >= n;
+    if (cut) l = n - 1;
+    memmove(dst, src, l);
+    dst[l] = 0;
+    return (int)cut;
+}

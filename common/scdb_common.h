@@ -11,7 +11,7 @@
  * log it at SCDB_LOG_DEBUG/ERROR and/or write it to a caller-provided
  * message buffer; the code itself is what callers branch on.
  *
- * This folder sits below every layer of DESIGN.md's table: it has no
+ * This folder sits below every layer of docs/DESIGN.md "Layout": it has no
  * dependencies beyond libc.
  */
 #ifndef SCDB_COMMON_H
@@ -67,6 +67,12 @@ scdb_err scdb_read_stream(FILE *f, size_t max_len, char **out, size_t *len);
 /* mkdir -p: every missing directory of path, new ones with mode.  0, or -1
  * with errno. */
 int scdb_mkdir_p(const char *path, unsigned mode);
+/* Copy the string src into dst[n] (n >= 1), cut to n - 1 bytes where it
+ * is longer: for labels and messages where a cut is what is wanted.  1 when
+ * it was cut, else 0.  (snprintf "%s" does the same, but GCC cannot tell an
+ * intended cut from a bug and warns, -Wformat-truncation.) */
+int scdb_str_cut(char *dst, size_t n, const char *src);
+
 /* rm -r: path and everything below it, not following links; a missing path
  * is not an error.  0, or -1 with errno. */
 int scdb_rm_tree(const char *path);
@@ -77,6 +83,10 @@ int scdb_rm_tree(const char *path);
  * Static strings, computed on first use (call once before threads). */
 const char *scdb_share_dir(void);
 const char *scdb_data_dir(void);
+/* path as committed text and logs should show it: relative to the asset
+ * folder when it lies inside it ("heldout/code.txt"), else as given (the
+ * user named it).  Points into path; NULL for NULL. */
+const char *scdb_data_relative(const char *path);
 
 /* ---------------------------------------------------------- option values
  *

@@ -38,3 +38,13 @@ const char *scdb_data_dir(void)
     const char *e = getenv("SCDB_DATA");
     return e && *e ? e : scdb_share_dir();
 }
+
+const char *scdb_data_relative(const char *path)
+{
+    const char *d = scdb_data_dir();
+    size_t n = strlen(d);
+    while (n > 1 && d[n - 1] == '/') n--;                 /* "DIR/" as "DIR" */
+    if (path && n && !strncmp(path, d, n) && path[n] == '/' && path[n + 1])
+        return path + n + 1;
+    return path;
+}

@@ -34,7 +34,7 @@ cc="${CC:-clang}"
 command -v "$cc" >/dev/null || { echo "fuzz.sh: $cc not found (scripts/install-deps.sh --test installs clang)" >&2; exit 2; }
 echo "== building the fuzz targets with $cc into $build"
 cmake -S "$root" -B "$build" -DCMAKE_C_COMPILER="$cc" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DSCDB_FUZZ=ON -DSCDB_CUDA=OFF >/dev/null || exit 2
+  -DSCDB_FUZZ=ON -DSCDB_CUDA=OFF -DSCDB_WERROR=ON >/dev/null || exit 2
 cmake --build "$build" -j2 --target scdb_fuzz >"$build/fuzz-build.log" 2>&1 || {
   tail -30 "$build/fuzz-build.log"; exit 2; }
 

@@ -30,8 +30,8 @@
 #   8. `scdb demo --device cuda`: the fan-out demo with its consumers, their
 #      arenas and live sessions on the GPU (must end "demo: ok"), beside the
 #      CPU run's table
-#   9. `scdb calibrate --device cuda` of the bundled family (the README's
-#      command), timed: goal >= 10x faster than the 2-core CPU's recorded
+#   9. `scdb calibrate --device cuda` of the bundled family (the command of
+#      docs/OPERATING.md), timed: goal >= 10x faster than the 2-core CPU's recorded
 #      time (data/codebooks/base.calibration.log, "calibrated in N s"); a
 #      short calibration on CPU and CUDA whose held-back KLs must agree
 #      within 5%; with --calib-cpu also the full run on this machine's CPU
@@ -111,7 +111,7 @@ verdict "environment" ok ""
 
 # ---------------------------------------------------------------- 2. build
 "$root/scripts/install-deps.sh" >/dev/null 2>&1 || say "(install-deps.sh failed; building with what is there)"
-run "configure (CUDA on)" 180 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSCDB_CUDA=ON
+run "configure (CUDA on)" 180 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSCDB_CUDA=ON -DSCDB_WERROR=ON
 cfg=$?
 if [ $cfg -ne 0 ] || ! grep -q "scdb: CUDA backend ON" "$work/out.txt"; then
   verdict "build" fail "configure failed or the CUDA backend is OFF (nvcc at $nvcc_bin)"
@@ -275,7 +275,7 @@ calib_args=(--producer "$root/data/models/base" --consumer "$root/data/models/co
 calib_ref=$(sed -n 's/^calibrated in \([0-9.]*\) s.*/\1/p' "$root/data/codebooks/base.calibration.log" 2>/dev/null | tail -1)
 if "$scdb" calibrate --help 2>&1 | grep -q "scdb_calib_set_device"; then
   t0=$(date +%s.%N)
-  run "calibration of the bundled family, CUDA (the README's command)" 420 "$scdb" calibrate \
+  run "calibration of the bundled family, CUDA (docs/OPERATING.md's command)" 420 "$scdb" calibrate \
       "${calib_args[@]}" --device cuda -o "$work/calib_cuda"
   rc=$?
   calib_s=$(python3 -c "print(f'{$(date +%s.%N) - $t0:.1f}')")

@@ -14,10 +14,15 @@
 #   4. the fuzz smoke: every libFuzzer target (tests/fuzz) for
 #      $SCDB_FUZZ_SMOKE_S seconds (default 15; 8 targets: 2 minutes), built
 #      with clang into build-fuzz/ (scripts/fuzz.sh)
+#   5. the other builds, compiled (not run again), warnings as errors: a
+#      Release build with the default compiler (build-release/, -O3, whose
+#      warnings RelWithDebInfo's -O2 does not show) and a clang build
+#      (build-clang/, CUDA off: nvcc's host compiler would not be clang)
 #
-# Extra arguments go to step 1's ctest.  SCDB_BUILD_DIR moves build/;
-# SCDB_TEST_NO_SANITIZE=1 skips step 3, SCDB_TEST_NO_FUZZ=1 step 4 (for a
-# quick local run; CI runs all).
+# Extra arguments go to step 1's ctest.  SCDB_BUILD_DIR moves build/ (and
+# the others beside it); SCDB_TEST_NO_SANITIZE=1 skips step 3,
+# SCDB_TEST_NO_FUZZ=1 step 4, SCDB_TEST_NO_BUILDS=1 step 5 (for a quick
+# local run; CI runs all).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="${SCDB_BUILD_DIR:-$root/build}"
@@ -74,5 +79,15 @@ if [ "${SCDB_TEST_NO_FUZZ:-0}" = 1 ]; then
 else
   echo "== 4. fuzz smoke: every target for ${SCDB_FUZZ_SMOKE_S:-15} s"
   "$root/scripts/fuzz.sh" "${SCDB_FUZZ_SMOKE_S:-15}"
+fi
+if [ "${SCDB_TEST_NO_BUILDS:-0}" = 1 ]; then
+  echo "== 5. other builds skipped (SCDB_TEST_NO_BUILDS=1)"
+else
+  echo "== 5. other builds, compile only, warnings as errors"
+  echo "-- Release, $(cc --version | head -1), into ${build}-release"
+  SCDB_BUILD_DIR="${build}-release" "$root/scripts/build.sh" -DCMAKE_BUILD_TYPE=Release
+  echo "-- RelWithDebInfo, $(clang --version | head -1), CUDA off, into ${build}-clang"
+  SCDB_BUILD_DIR="${build}-clang" "$root/scripts/build.sh" -DCMAKE_C_COMPILER=clang -DSCDB_CUDA=OFF
+  echo "-- both built"
 fi
 echo "== all steps passed in $(( $(date +%s) - t0 )) s after the build"

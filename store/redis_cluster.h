@@ -1,8 +1,8 @@
 /*
  * redis_cluster.h — a small Redis Cluster client over hiredis: the transport
- * of the store's remote tier (DESIGN.md "Data flow" 3, issue 12).  Debian has
- * no hiredis-cluster, so this module does the cluster part itself; hiredis
- * only formats commands and parses replies (RESP2).
+ * of the store's remote tier (docs/DESIGN.md "Remote tier", issue 12).
+ * Debian has no hiredis-cluster, so this module does the cluster part
+ * itself; hiredis only formats commands and parses replies (RESP2).
  *
  * Slots.  Redis Cluster cuts the key space into 16384 hash slots; every slot
  * has one master at a time:

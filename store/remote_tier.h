@@ -1,7 +1,7 @@
 /*
  * remote_tier.h — the store's remote tier: blocks shared by every broker of
- * a fleet through a Redis Cluster (DESIGN.md "Data flow" 3, issue 12).  Redis
- * Cluster owns sharding, replication and failover; this module is its
+ * a fleet through a Redis Cluster (docs/DESIGN.md "Remote tier", issue 12).
+ * Redis Cluster owns sharding, replication and failover; this module is its
  * client, over redis_cluster.h.
  *
  *     broker A                          Redis Cluster                 broker B

@@ -122,6 +122,7 @@ static int arena_create(uint64_t client, uint32_t cap, uint64_t *id)
     Scdb__ArenaCreate a = SCDB__ARENA_CREATE__INIT;
     Scdb__Reply *r;
     int st;
+    if (id) *id = 0;   /* a refused create names no arena (the callers free it) */
     a.capacity = cap;
     rq.body_case = SCDB__REQUEST__BODY_ARENA_CREATE;
     rq.arena_create = &a;
@@ -147,6 +148,7 @@ static int session_open(uint64_t client, uint64_t arena, uint64_t *id)
     Scdb__SessionOpen so = SCDB__SESSION_OPEN__INIT;
     Scdb__Reply *r;
     int st;
+    if (id) *id = 0;   /* a refused open names no session */
     so.arena = arena;
     so.budget = 4;
     so.policy = (char *)"h2o";

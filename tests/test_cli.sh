@@ -43,6 +43,12 @@ expect 0 "scdb bench cluster --help" -- "$scdb" bench cluster --help
 grep -q -- "--route rr|session" "$tmp/out" && ok "bench cluster --help lists --route" \
   || bad "bench cluster --help lists --route"
 expect 2 "bench cluster: bad --route" -- "$scdb" bench cluster --route nearest
+# the trace ships in data/traces (issue 26): a missing one is an error that
+# says where it belongs, never a silent switch to the synthetic trace
+expect 1 "bench store: a missing trace is an error" -- env SCDB_DATA="$tmp/nothing" "$scdb" bench store
+grep -q "nothing/traces/mooncake_synthetic_trace.jsonl is missing.*--synthetic" "$tmp/err" \
+  && ok "bench store: the missing trace's message names it and --synthetic" \
+  || { bad "bench store: the missing trace's message names it and --synthetic"; cat "$tmp/err"; }
 expect 2 "serve: a [remote] prefix with a hash tag" -- "$scdb" serve --data-dir "$tmp/sr" \
   --endpoint "ipc://$tmp/r.sock" --remote-cluster 127.0.0.1:1 --remote-key-prefix "a{b}"
 grep -q "hash tag" "$tmp/err" && ok "serve: the hash-tag refusal says why" \
@@ -368,6 +374,8 @@ import sys
 lines = open(sys.argv[1]).read().splitlines()
 src = [l for l in lines if l.startswith("prefix for ")]
 assert any("heldout/code.txt" in l for l in src) and any("heldout/manpages.txt" in l for l in src), src
+# named relative to the data directory: no machine's path in the output
+assert all(" of heldout/" in l for l in src), src
 own = [l.split("`")[1] for l in lines if l.startswith("|   own prefill:")]
 assert len(own) >= 2, own
 for t in own:

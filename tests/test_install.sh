@@ -55,7 +55,8 @@ mkdir -p "$tmp/demo-tmp"
 TMPDIR="$tmp/demo-tmp" "$P/bin/scdb" demo --prefix 128 --gen 8 --device cpu >"$tmp/demo" 2>&1; code=$?
 check "installed scdb demo runs end to end (exit $code)" \
   '[ $code -eq 0 ] && grep -q "^demo: ok" "$tmp/demo"' || cat "$tmp/demo"
-check "the demo read its prefix from P/share/scdb" 'grep -q "bytes of $P/share/scdb/heldout/" "$tmp/demo"'
+check "the demo read its prefix from P/share/scdb" \
+  'grep -q "^scdb demo: data $P/share/scdb," "$tmp/demo" && grep -q "bytes of heldout/" "$tmp/demo"'
 
 # serve / stats / metrics round trip with the installed config (its
 # endpoint and data_dir are the service's, /run/scdb and /var/lib/scdb:

@@ -119,7 +119,7 @@ mkdir -p "$tmp/demo-tmp"
 TMPDIR="$tmp/demo-tmp" "$root/usr/bin/scdb" demo --prefix 128 --gen 8 --device cpu >"$tmp/demo" 2>&1
 code=$?
 check "scdb demo from the unpacked package (exit $code)" \
-  '[ $code -eq 0 ] && grep -q "^demo: ok" "$tmp/demo" && grep -q "bytes of $root/usr/share/scdb/heldout/" "$tmp/demo"' \
+  '[ $code -eq 0 ] && grep -q "^demo: ok" "$tmp/demo" && grep -q "^scdb demo: data $root/usr/share/scdb," "$tmp/demo" && grep -q "bytes of heldout/" "$tmp/demo"' \
   || cat "$tmp/demo"
 
 # the packaged config, its paths moved into the scratch root
