@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "model_internal.h"
+#include "peft_adapter.h"
 
 /* ------------------------------------------------------------ weights */
 
@@ -53,14 +54,13 @@ static scdb_err load_own_weights(scdb_model *m, char *errbuf, size_t errlen)
     return SCDB_OK;
 }
 
-scdb_err scdb_model_load(const char *dir, scdb_model **out, char *errbuf, size_t errlen)
+static scdb_err load_dir(const char *dir, scdb_model **out, char *errbuf, size_t errlen)
 {
     scdb_model *m = NULL;
     char path[1200];
     scdb_err rc;
 
     *out = NULL;
-    if (!dir) return SCDB_EINVAL;
     m = calloc(1, sizeof *m);
     if (!m) return SCDB_ENOMEM;
     snprintf(m->dir, sizeof m->dir, "%s", dir);
@@ -79,6 +79,77 @@ fail:
     return rc;
 }
 
+/* Last path component of dir into dst. */
+static void dir_name(const char *dir, char *dst, size_t cap)
+{
+    size_t n = strlen(dir);
+    while (n > 1 && dir[n - 1] == '/') n--;
+    size_t b = n;
+    while (b > 0 && dir[b - 1] != '/') b--;
+    if (n - b >= cap) n = b + cap - 1;
+    memcpy(dst, dir + b, n - b);
+    dst[n - b] = '\0';
+}
+
+/* An adapter: its base loaded, then the adapter applied (adapter.c). */
+static scdb_err load_adapter(const char *dir, const scdb_model_load_opts *o, scdb_model **out,
+                             char *errbuf, size_t errlen)
+{
+    scdb_adapter *a = NULL;
+    scdb_model *m = NULL;
+    char msg[512] = "";
+    scdb_err rc;
+
+    if ((rc = scdb_adapter_open(dir, o->models_dir, &a, errbuf, errlen))) return rc;
+    if ((rc = load_dir(a->base_dir, &m, msg, sizeof msg))) {
+        scdb_errf(errbuf, errlen, "%s: base %s: %s", dir, a->base_dir, msg);
+        goto done;
+    }
+    if ((rc = scdb_adapter_apply(m, a, o->lora, errbuf, errlen))) {
+        char tmp[512];
+        snprintf(tmp, sizeof tmp, "%s", errbuf ? errbuf : "");
+        scdb_errf(errbuf, errlen, "%s: %s", dir, tmp);
+        goto done;
+    }
+    snprintf(m->base_dir, sizeof m->base_dir, "%s", a->base_dir);
+    snprintf(m->models_dir, sizeof m->models_dir, "%s", o->models_dir ? o->models_dir : "");
+    snprintf(m->dir, sizeof m->dir, "%s", dir);
+    snprintf(m->cfg.parent, sizeof m->cfg.parent, "%s", m->cfg.name);
+    dir_name(dir, m->cfg.name, sizeof m->cfg.name);
+    snprintf(m->cfg.finetune, sizeof m->cfg.finetune, "lora");
+    *out = m;
+    m = NULL;
+done:
+    scdb_model_free(&m);
+    scdb_adapter_close(&a);
+    return rc;
+}
+
+scdb_err scdb_model_load_ex(const char *dir, const scdb_model_load_opts *o, scdb_model **out,
+                            char *errbuf, size_t errlen)
+{
+    static const scdb_model_load_opts dflt = {NULL, SCDB_LORA_MERGED};
+    if (!out) return SCDB_EINVAL;
+    *out = NULL;
+    if (!dir) return SCDB_EINVAL;
+    if (!o) o = &dflt;
+    if (o->lora != SCDB_LORA_MERGED && o->lora != SCDB_LORA_LOWRANK) return SCDB_EINVAL;
+    if (strlen(dir) >= sizeof ((scdb_model *)0)->dir) {
+        scdb_errf(errbuf, errlen, "%s: path too long", dir);
+        return SCDB_EINVAL;
+    }
+    if (scdb_adapter_is_dir(dir)) return load_adapter(dir, o, out, errbuf, errlen);
+    return load_dir(dir, out, errbuf, errlen);
+}
+
+scdb_err scdb_model_load(const char *dir, scdb_model **out, char *errbuf, size_t errlen)
+{
+    return scdb_model_load_ex(dir, NULL, out, errbuf, errlen);
+}
+
+const char *scdb_model_base_dir(const scdb_model *m) { return m->base_dir[0] ? m->base_dir : NULL; }
+const char *scdb_model_models_dir(const scdb_model *m) { return m->models_dir[0] ? m->models_dir : NULL; }
+
 void scdb_model_free(scdb_model **pm)
 {
     scdb_model *m;
@@ -86,6 +157,7 @@ void scdb_model_free(scdb_model **pm)
     m = *pm;
     for (int i = 0; i < m->n_converted; i++) free(m->converted[i]);
     free(m->converted);
+    free(m->lowrank);
     free(m->layers);
     for (int i = 0; i < m->n_files; i++) scdb_st_close(&m->files[i]);
     free(m->files);
@@ -98,7 +170,7 @@ const char *scdb_model_dir(const scdb_model *m) { return m->dir; }
 
 const scdb_layer_weights *scdb_model_layer(const scdb_model *m, int layer)
 {
-    if (layer < 0 || layer >= m->cfg.n_layers) return NULL;
+    if (layer < 0 || layer >= m->cfg.n_layers || m->lowrank) return NULL;
     return &m->layers[layer];
 }
 
@@ -136,8 +208,10 @@ void scdb_model_kv_from_hin(const scdb_model *m, int layer, const float *h_in,
     const scdb_layer_weights *w = &m->layers[layer];
     int kvd = scdb_model_kv_dim(c);
     scdb_k_linear_cpu(h_in, w->wk, n, c->d_model, kvd, k_out);
+    scdb_lora_add(m, layer, SCDB_LORA_K, h_in, n, c->d_model, kvd, k_out);
     scdb_k_rope_cpu(k_out, n, c->n_kv_heads, c->head_dim, pos, c->rope_theta, 0);
     scdb_k_linear_cpu(h_in, w->wv, n, c->d_model, kvd, v_out);
+    scdb_lora_add(m, layer, SCDB_LORA_V, h_in, n, c->d_model, kvd, v_out);
 }
 
 scdb_err scdb_model_layer_forward(const scdb_model *m, int layer, float *x,
@@ -178,6 +252,9 @@ scdb_err scdb_model_layer_forward(const scdb_model *m, int layer, float *x,
     scdb_k_linear_cpu(h, w->wq, n, d, qd, q);
     scdb_k_linear_cpu(h, w->wk, n, d, kvd, kk);
     scdb_k_linear_cpu(h, w->wv, n, d, kvd, vv);
+    scdb_lora_add(m, layer, SCDB_LORA_Q, h, n, d, qd, q);
+    scdb_lora_add(m, layer, SCDB_LORA_K, h, n, d, kvd, kk);
+    scdb_lora_add(m, layer, SCDB_LORA_V, h, n, d, kvd, vv);
     if (cap && cap->k_pre) memcpy(cap->k_pre + li * n * kvd, kk, (size_t)n * kvd * sizeof(float));
     scdb_k_rope_cpu(q, n, c->n_heads, c->head_dim, pos, c->rope_theta, 0);
     scdb_k_rope_cpu(kk, n, c->n_kv_heads, c->head_dim, pos, c->rope_theta, 0);
@@ -202,13 +279,17 @@ scdb_err scdb_model_layer_forward(const scdb_model *m, int layer, float *x,
     }
     /* x += att Wo^T */
     scdb_k_gemm_cpu(0, 1, n, d, qd, 1.0f, att, qd, w->wo, qd, 1.0f, x, d);
+    scdb_lora_add(m, layer, SCDB_LORA_O, att, n, qd, d, x);
 
     /* SwiGLU feed-forward */
     scdb_k_rmsnorm_cpu(x, w->ffn_norm, n, d, c->norm_eps, h);
     scdb_k_linear_cpu(h, w->w1, n, d, c->d_ff, g);
     scdb_k_linear_cpu(h, w->w3, n, d, c->d_ff, u);
+    scdb_lora_add(m, layer, SCDB_LORA_GATE, h, n, d, c->d_ff, g);
+    scdb_lora_add(m, layer, SCDB_LORA_UP, h, n, d, c->d_ff, u);
     scdb_k_swiglu_cpu(g, u, (size_t)n * c->d_ff, g);
     scdb_k_gemm_cpu(0, 1, n, d, c->d_ff, 1.0f, g, c->d_ff, w->w2, c->d_ff, 1.0f, x, d);
+    scdb_lora_add(m, layer, SCDB_LORA_DOWN, g, n, c->d_ff, d, x);
     rc = SCDB_OK;
 done:
     free(h); free(q); free(kk); free(vv); free(att); free(g); free(u); free(probs);

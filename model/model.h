@@ -103,9 +103,50 @@ typedef struct scdb_model scdb_model;
  * without a weight_map of strings), SCDB_ERANGE (an index entry naming a
  * file outside DIR). */
 scdb_err scdb_model_load(const char *dir, scdb_model **out, char *errbuf, size_t errlen);
+
+/* A PEFT LoRA adapter directory (adapter_config.json +
+ * adapter_model.safetensors, schema/peft_adapter.h) loads as the model it
+ * makes of its base: the base's config (name: the adapter directory's,
+ * parent: the base's, finetune "lora"), every targeted projection W
+ * replaced by W + s B A.  How the adapter is applied:
+ *
+ *   SCDB_LORA_MERGED   W + s B A computed once at load (peft_adapter.h's
+ *                      rule, the weights the fingerprint hashes): a forward
+ *                      costs what the base's does; the default.
+ *   SCDB_LORA_LOWRANK  the base's W kept and y += s (x A^T) B^T added after
+ *                      each targeted projection: the same logits to f32
+ *                      rounding, r (in + out) more multiply-adds per token
+ *                      and projection, no merged copies (the factors only).
+ *                      Host forward only: scdb_model_layer returns NULL (no
+ *                      single matrix holds the weights) and
+ *                      scdb_model_dev_new refuses it (SCDB_EUNSUPPORTED).
+ *
+ * models_dir (NULL: none) is where the adapter's base is looked up by name
+ * (peft_adapter.h).  A model directory ignores both options. */
+typedef enum scdb_lora_apply { SCDB_LORA_MERGED = 0, SCDB_LORA_LOWRANK = 1 } scdb_lora_apply;
+typedef struct scdb_model_load_opts {
+    const char *models_dir;
+    scdb_lora_apply lora;
+} scdb_model_load_opts;
+
+/* scdb_model_load with options (o may be NULL: the defaults).  Errors: those
+ * of scdb_model_load (for the base), scdb_adapter_open's and
+ * scdb_adapter_check_base's (peft_adapter.h: SCDB_EUNSUPPORTED for each
+ * refused feature, SCDB_ESHAPE for factors that do not fit the base,
+ * SCDB_ENOTFOUND for a missing factor or base, ...), SCDB_EINVAL (an
+ * unknown lora mode). */
+scdb_err scdb_model_load_ex(const char *dir, const scdb_model_load_opts *o, scdb_model **out,
+                            char *errbuf, size_t errlen);
 void scdb_model_free(scdb_model **m);
 
+/* For a model loaded from an adapter: its base's directory (else NULL),
+ * and the models_dir it was loaded with (else NULL). */
+const char *scdb_model_base_dir(const scdb_model *m);
+const char *scdb_model_models_dir(const scdb_model *m);
+
 const scdb_model_config *scdb_model_cfg(const scdb_model *m);
+/* The layer's weights; NULL for a layer out of range, and for every layer
+ * of an adapter loaded SCDB_LORA_LOWRANK. */
 const scdb_layer_weights *scdb_model_layer(const scdb_model *m, int layer);
 const char *scdb_model_dir(const scdb_model *m);
 

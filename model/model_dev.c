@@ -71,6 +71,7 @@ scdb_err scdb_model_dev_new(const scdb_model *m, scdb_device dev, scdb_model_dev
     *out = NULL;
     if (!m || !ops) return SCDB_EINVAL;
     if (dev == SCDB_DEV_CUDA && scdb_k_cuda_device_count() <= 0) return SCDB_EUNSUPPORTED;
+    if (!scdb_model_layer(m, 0)) return SCDB_EUNSUPPORTED;   /* a low-rank adapter (model.h) */
     const scdb_model_config *c = scdb_model_cfg(m);
     size_t dm = (size_t)c->d_model, qd = (size_t)scdb_model_q_dim(c),
            kvd = (size_t)scdb_model_kv_dim(c), ff = (size_t)c->d_ff;

@@ -28,6 +28,14 @@
 #include "model.h"
 #include "safetensors.h"
 
+/* One projection's LoRA factors, f32 (both NULL: not targeted). */
+typedef struct scdb_lora_lowrank {
+    const float *a;                /* [r, in]  */
+    const float *b;                /* [out, r] */
+} scdb_lora_lowrank;
+
+struct scdb_adapter;
+
 struct scdb_model {
     scdb_model_config cfg;
     char dir[1024];
@@ -37,8 +45,16 @@ struct scdb_model {
     const float *norm;             /* [d] */
     const float *output;           /* [vocab, d]; == tok_embeddings when tied */
     scdb_layer_weights *layers;    /* [n_layers] */
-    float **converted;             /* f32 copies of non-F32 tensors */
+    float **converted;             /* f32 copies of non-F32 tensors, and an
+                                    * adapter's merged weights or factors */
     int n_converted;
+    /* loaded from a LoRA adapter directory (dir): */
+    char base_dir[1024];           /* "" for a plain model */
+    char models_dir[1024];         /* the base was looked up here ("": none) */
+    scdb_lora_apply lora;
+    scdb_lora_lowrank *lowrank;    /* SCDB_LORA_LOWRANK: [n_layers * 7] */
+    int lora_r;
+    float lora_scale;
 };
 
 /* Bind tensor t (may be NULL: missing) to *out as f32 of shape [d0] (d1 == 0)
@@ -58,5 +74,17 @@ scdb_err scdb_model_add_file(scdb_model *m, scdb_st_file **f);
 /* Open the Hugging Face weight files of m->dir (m->cfg already parsed) and
  * bind every tensor.  Errors: see scdb_model_load in model.h. */
 scdb_err scdb_hf_load_weights(scdb_model *m, char *errbuf, size_t errlen);
+
+/* Apply an open adapter to m (its base, loaded): check it against m->cfg,
+ * then merge every target into a copy (SCDB_LORA_MERGED) or keep f32
+ * factors in m->lowrank (SCDB_LORA_LOWRANK).  Errors: see
+ * scdb_model_load_ex.  adapter.c. */
+scdb_err scdb_adapter_apply(scdb_model *m, const struct scdb_adapter *a, scdb_lora_apply mode,
+                            char *errbuf, size_t errlen);
+
+/* y[n][out] += s (x[n][in] A^T) B^T for projection `module` of `layer` when
+ * m is a low-rank adapter that targets it; nothing otherwise. */
+void scdb_lora_add(const scdb_model *m, int layer, int module, const float *x, int n, int in,
+                   int out, float *y);
 
 #endif /* SCDB_MODEL_INTERNAL_H */

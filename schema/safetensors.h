@@ -140,6 +140,13 @@ int scdb_st_meta_count(const scdb_st_file *f);
 scdb_err scdb_st_meta_at(const scdb_st_file *f, int i,
                          const char **key, const char **val);
 
+/* Elements [first, first + n) of an F32 / F16 / BF16 tensor as f32 into
+ * dst, F16 and BF16 widened exactly (IEEE 754: every value, subnormals,
+ * infinities and NaN payloads included, is an f32 value; the model loader's
+ * kernels/cpu/half.c gives the same bits).  SCDB_EINVAL (NULL argument, a
+ * range past the tensor), SCDB_EDTYPE (another dtype).  st_widen.c. */
+scdb_err scdb_st_to_f32(const scdb_st_tensor *t, size_t first, size_t n, float *dst);
+
 /* ------------------------------------------------------------------ writer */
 
 typedef struct scdb_st_writer scdb_st_writer;

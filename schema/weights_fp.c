@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "peft_adapter.h"
 #include "safetensors.h"
 #include "scdb_common.h"
 
@@ -216,27 +217,18 @@ static scdb_err scan_index(fp_src *s, cJSON **index, char *errbuf, size_t errlen
     return SCDB_OK;
 }
 
-/* Exact widening to f32 bit patterns (IEEE 754: every f16 and bf16 value,
- * subnormals, infinities and NaN payloads included, is an f32 value): the
- * conversion the model loader applies (kernels/cpu/half.c; schema/ cannot
- * call it, test_weights_fp checks the two agree on all 65536 patterns). */
-static uint32_t widen_f16(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
-    if (exp == 31) return sign | 0x7f800000u | (mant << 13);
-    if (exp) return sign | ((exp + 112u) << 23) | (mant << 13);
-    if (!mant) return sign;
-    uint32_t e = 113;                           /* normalise the subnormal: mant 2^-24 */
-    while (!(mant & 0x400u)) { mant <<= 1; e--; }
-    return sign | (e << 23) | ((mant & 0x3ffu) << 13);
-}
-
 static void put_u64le(uint8_t *p, uint64_t v)
 {
     for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
 }
 
-static scdb_err hash_tensor(XXH3_state_t *st, const fp_entry *e, char *errbuf, size_t errlen)
+/* One tensor's record: name, dims, then its values as f32 little-endian:
+ * `merged` (numel floats: an adapter's effective weight) when not NULL,
+ * else the tensor's own, F16 / BF16 widened exactly (scdb_st_to_f32: the
+ * model loader's conversion; test_weights_fp checks the two agree on all
+ * 65536 patterns). */
+static scdb_err hash_tensor(XXH3_state_t *st, const fp_entry *e, const float *merged, char *errbuf,
+                            size_t errlen)
 {
     const scdb_st_tensor *t = e->t;
     uint8_t hdr[8 * (1 + SCDB_ST_MAX_DIMS)];
@@ -253,27 +245,70 @@ static scdb_err hash_tensor(XXH3_state_t *st, const fp_entry *e, char *errbuf, s
         numel *= (size_t)t->shape[i];
     }
     XXH3_128bits_update(st, hdr, 8 * (1 + (size_t)t->ndim));
-    const uint8_t *src = t->data;
-    uint8_t out[4096 * 4];
-    if (t->dtype == SCDB_F32) {                 /* already f32 little-endian */
-        XXH3_128bits_update(st, src, numel * 4);
+    if (t->dtype == SCDB_F32 && !merged) {      /* already f32 little-endian */
+        XXH3_128bits_update(st, t->data, numel * 4);
         return SCDB_OK;
     }
+    float f[4096];
+    uint8_t out[4096 * 4];
     for (size_t i = 0; i < numel;) {
         size_t n = numel - i < 4096 ? numel - i : 4096;
-        for (size_t k = 0; k < n; k++, i++) {
-            uint16_t h = (uint16_t)(src[2 * i] | src[2 * i + 1] << 8);
-            uint32_t u = t->dtype == SCDB_BF16 ? (uint32_t)h << 16 : widen_f16(h);
+        if (merged) memcpy(f, merged + i, n * sizeof *f);
+        else scdb_st_to_f32(t, i, n, f);
+        for (size_t k = 0; k < n; k++) {
+            uint32_t u;
+            memcpy(&u, &f[k], sizeof u);
             for (int b = 0; b < 4; b++) out[4 * k + (size_t)b] = (uint8_t)(u >> (8 * b));
         }
         XXH3_128bits_update(st, out, 4 * n);
+        i += n;
     }
     return SCDB_OK;
 }
 
-scdb_err scdb_weights_fp(const char *model_dir, char hex[SCDB_WEIGHTS_FP_HEX + 1], char *errbuf,
-                         size_t errlen)
+/* The layer and projection a canonical name is the weight of (0), or -1. */
+static int layer_module(const char *name, int *layer, int *module)
 {
+    const char *p = name + strlen("model.layers.");
+    if (strncmp(name, "model.layers.", strlen("model.layers."))) return -1;
+    char *q;
+    long l = strtol(p, &q, 10);
+    if (q == p || *q != '.') return -1;
+    for (int m = 0; m < SCDB_LORA_N_MODULES; m++) {
+        const char *mp = scdb_lora_module_path(m);
+        size_t n = strlen(mp);
+        if (!strncmp(q + 1, mp, n) && !strcmp(q + 1 + n, ".weight")) {
+            *layer = (int)l;
+            *module = m;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+/* The adapter against the base's tensors: its layer count and each
+ * projection's shape (layer 0's). */
+static scdb_err check_adapter(const fp_src *s, const scdb_adapter *ad, char *errbuf, size_t errlen)
+{
+    int64_t shape[SCDB_LORA_N_MODULES][2] = {{0}};
+    int n_layers = 0;
+    for (int i = 0; i < s->n; i++) {
+        int l, m;
+        if (layer_module(s->e[i].name, &l, &m)) continue;
+        if (l + 1 > n_layers) n_layers = l + 1;
+        if (l == 0 && s->e[i].t->ndim == 2) {
+            shape[m][0] = s->e[i].t->shape[0];
+            shape[m][1] = s->e[i].t->shape[1];
+        }
+    }
+    return scdb_adapter_check_base(ad, n_layers, (const int64_t(*)[2])shape, errbuf, errlen);
+}
+
+scdb_err scdb_weights_fp_ex(const char *model_dir, const char *models_dir,
+                            char hex[SCDB_WEIGHTS_FP_HEX + 1], char *errbuf, size_t errlen)
+{
+    scdb_adapter *ad = NULL;
+    float *merged = NULL;
     fp_src *s = NULL;
     cJSON *index = NULL;
     XXH3_state_t *st = NULL;
@@ -287,6 +322,10 @@ scdb_err scdb_weights_fp(const char *model_dir, char hex[SCDB_WEIGHTS_FP_HEX + 1
     s = calloc(1, sizeof *s);
     st = XXH3_createState();
     if (!s || !st) { rc = SCDB_ENOMEM; goto done; }
+    if (scdb_adapter_is_dir(model_dir)) {     /* hash the effective weights over its base */
+        if ((rc = scdb_adapter_open(model_dir, models_dir, &ad, errbuf, errlen))) goto done;
+        model_dir = ad->base_dir;
+    }
     s->dir = model_dir;
     if ((rc = read_config(s, errbuf, errlen))) goto done;
     snprintf(path, sizeof path, "%s/model.safetensors", model_dir);
@@ -327,10 +366,28 @@ scdb_err scdb_weights_fp(const char *model_dir, char hex[SCDB_WEIGHTS_FP_HEX + 1
             rc = SCDB_EFORMAT;
             goto done;
         }
+    if (ad && (rc = check_adapter(s, ad, errbuf, errlen))) goto done;
     XXH3_128bits_reset(st);
     XXH3_128bits_update(st, FP_TAG, sizeof FP_TAG);
-    for (int i = 0; i < s->n; i++)
-        if ((rc = hash_tensor(st, &s->e[i], errbuf, errlen))) goto done;
+    for (int i = 0; i < s->n; i++) {
+        int layer, module;
+        const scdb_lora_target *t = NULL;
+        if (ad && layer_module(s->e[i].name, &layer, &module) == 0)
+            t = scdb_adapter_find(ad, layer, module);
+        if (t) {
+            int64_t out = s->e[i].t->shape[0], in = s->e[i].t->shape[1];
+            float *g = realloc(merged, (size_t)(out * in) * sizeof *g);
+            if (!g) { rc = SCDB_ENOMEM; goto done; }
+            merged = g;
+            if ((rc = scdb_st_to_f32(s->e[i].t, 0, (size_t)(out * in), merged)) ||
+                (rc = scdb_adapter_merge(ad, t, merged, out, in, merged))) {
+                scdb_errf(errbuf, errlen, "tensor '%s' in %s: %s", s->e[i].name, s->e[i].file,
+                          scdb_strerror(rc));
+                goto done;
+            }
+        }
+        if ((rc = hash_tensor(st, &s->e[i], t ? merged : NULL, errbuf, errlen))) goto done;
+    }
     XXH128_hash_t h = XXH3_128bits_digest(st);
     snprintf(hex, SCDB_WEIGHTS_FP_HEX + 1, "%016llx%016llx", (unsigned long long)h.high64,
              (unsigned long long)h.low64);
@@ -341,9 +398,17 @@ done:
         free(s->e);
     }
     free(s);
+    free(merged);
+    scdb_adapter_close(&ad);
     cJSON_Delete(index);
     if (st) XXH3_freeState(st);
     return rc;
+}
+
+scdb_err scdb_weights_fp(const char *model_dir, char hex[SCDB_WEIGHTS_FP_HEX + 1], char *errbuf,
+                         size_t errlen)
+{
+    return scdb_weights_fp_ex(model_dir, NULL, hex, errbuf, errlen);
 }
 
 int scdb_weights_fp_valid(const char *s)

@@ -46,6 +46,16 @@
 scdb_err scdb_weights_fp(const char *model_dir, char hex[SCDB_WEIGHTS_FP_HEX + 1], char *errbuf,
                          size_t errlen);
 
+/* The same for a model or a PEFT LoRA adapter directory (peft_adapter.h):
+ * an adapter's fingerprint is that of its effective weights, the base's
+ * with every targeted projection replaced by W + s B A (in f32, by
+ * peft_adapter.h's rule), so it equals the fingerprint of a model
+ * directory holding those merged weights as F32.  models_dir (may be NULL)
+ * is where the adapter's base is looked up by name.  Errors: the above, and
+ * scdb_adapter_open's and scdb_adapter_check_base's. */
+scdb_err scdb_weights_fp_ex(const char *model_dir, const char *models_dir,
+                            char hex[SCDB_WEIGHTS_FP_HEX + 1], char *errbuf, size_t errlen);
+
 /* 1 if s is a fingerprint as written: exactly 32 lowercase hex digits. */
 int scdb_weights_fp_valid(const char *s);
 
