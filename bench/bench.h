@@ -36,6 +36,7 @@ int scdb_bench_load(int argc, char **argv);     /* bench/bench_load.c    */
 int scdb_bench_chaos(int argc, char **argv);    /* bench/bench_chaos.c   */
 int scdb_bench_session(int argc, char **argv);  /* bench/bench_session.c */
 int scdb_bench_cluster(int argc, char **argv);  /* bench/bench_cluster.c */
+int scdb_bench_adapter(int argc, char **argv);  /* bench/bench_adapter.c */
 
 /* ------------------------------------------------- bench_util.c: helpers */
 

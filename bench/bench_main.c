@@ -29,6 +29,8 @@ static const struct {
      "a live session's fold and eviction per token on a device vs a model step there"},
     {"cluster", scdb_bench_cluster,
      "a fleet of brokers sharing prefixes through Redis Cluster: hit rate, latency, a master kill"},
+    {"adapter", scdb_bench_adapter,
+     "a LoRA adapter merged at load vs applied low-rank: load, bytes, prefill, decode, logits"},
 };
 
 const char *scdb_bench_name(int i)

@@ -355,7 +355,8 @@ scdb_err scdb_tier_device_new(scdb_device dev, uint64_t capacity_bytes, scdb_tie
 
 typedef struct scdb_broker_model_cfg {
     char name[SCDB_BROKER_NAME_MAX];
-    char config[512];          /* config.json path, or empty: dims below     */
+    char config[512];          /* config.json path, a model or a LoRA adapter
+                                  directory, or empty: dims below            */
     int n_layers, n_kv_heads, head_dim, max_seq_len, n_heads;
     scdb_dtype raw_dtype;
 } scdb_broker_model_cfg;
@@ -391,6 +392,8 @@ typedef struct scdb_broker_config {
                                     allowed on tcp; empty: any CURVE client
                                     that knows the server's public key       */
     char data_dir[512];        /* LMDB directory (default ./scdb-data)        */
+    char models_dir[512];      /* where a LoRA adapter's base is looked up by
+                                  name (empty: beside the adapter)           */
     uint32_t block_tokens;     /* 0 = store default (64)                      */
     uint64_t map_size, max_map_size, disk_capacity, hot_capacity;
     uint64_t gpu_hot_capacity; /* bytes of CUDA device memory for the hot

@@ -142,6 +142,7 @@ static const struct key {
     {"curve_secret_file", K_STR, F(curve_secret_file), S(curve_secret_file), 0, 0},
     {"curve_allow_file", K_STR, F(curve_allow_file), S(curve_allow_file), 0, 0},
     {"data_dir", K_STR, F(data_dir), S(data_dir), 0, 0},
+    {"models_dir", K_STR, F(models_dir), S(models_dir), 0, 0},
     {"block_tokens", K_U32, F(block_tokens), 0, 0, SCDB_BLOCK_TOKENS_MAX},
     {"map_size", K_U64, F(map_size), 0, 0, 0},
     {"max_map_size", K_U64, F(max_map_size), 0, 0, 0},

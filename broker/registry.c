@@ -33,8 +33,8 @@ const bk_pair *bk_reg_pair(const bk_registry *r, const scdb_broker_codebook *cb,
     return NULL;
 }
 
-static scdb_err load_model(const scdb_broker_model_cfg *mc, scdb_broker_model *m, char *errbuf,
-                           size_t errlen)
+static scdb_err load_model(const scdb_broker_model_cfg *mc, const char *models_dir,
+                           scdb_broker_model *m, char *errbuf, size_t errlen)
 {
     memset(m, 0, sizeof *m);
     snprintf(m->name, sizeof m->name, "%s", mc->name);
@@ -42,7 +42,9 @@ static scdb_err load_model(const scdb_broker_model_cfg *mc, scdb_broker_model *m
     if (mc->config[0]) {
         scdb_model_config conf;
         char why[256] = "";
-        scdb_err e = scdb_model_config_load(mc->config, &conf, why, sizeof why);
+        /* a config.json, a model directory or a LoRA adapter directory */
+        scdb_err e = scdb_model_config_load_any(mc->config, models_dir[0] ? models_dir : NULL, &conf, why,
+                                                sizeof why);
         if (e) {
             /* why names the file and the problem when the loader gave one */
             if (why[0])
@@ -228,7 +230,7 @@ static scdb_err registry_build(bk_registry *r, const scdb_broker_config *c, char
         return SCDB_ENOMEM;
     }
     for (int i = 0; i < c->n_models; i++) {
-        e = load_model(&c->models[i], &r->models[i], errbuf, errlen);
+        e = load_model(&c->models[i], c->models_dir, &r->models[i], errbuf, errlen);
         if (e) return e;
         r->n_models++;
     }

@@ -43,16 +43,28 @@
 int scdb_cmd_fingerprint(int argc, char **argv)
 {
     int ret = 0, n = 0;
+    const char *models_dir = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            printf("usage: scdb fingerprint DIR [DIR...]\n\n"
+            printf("usage: scdb fingerprint [--models-dir DIR] DIR [DIR...]\n\n"
                    "Print the weights fingerprint of each model directory (scdb's own layout or a\n"
-                   "Hugging Face checkpoint, one file or sharded): 32 hex digits over the tensors\n"
-                   "the model computes with (schema/FORMATS.md, \"Weights fingerprint\"), the value\n"
-                   "a pair records as consumer_fp and a consumer sends when it registers.  One\n"
-                   "line per directory: FINGERPRINT  DIR.  Exit 1 if a directory could not be\n"
+                   "Hugging Face checkpoint, one file or sharded) or PEFT LoRA adapter directory\n"
+                   "(adapter_config.json: the fingerprint of its merged weights over its base):\n"
+                   "32 hex digits over the tensors the model computes with (schema/FORMATS.md,\n"
+                   "\"Weights fingerprint\"), the value a pair records as consumer_fp and a\n"
+                   "consumer sends when it registers.  An adapter's base (base_model_name_or_path)\n"
+                   "is looked up in --models-dir, else beside the adapter.  One line per\n"
+                   "directory: FINGERPRINT  DIR.  Exit 1 if a directory could not be\n"
                    "fingerprinted (the reason on stderr).\n");
             return 0;
+        }
+        if (!strcmp(argv[i], "--models-dir")) {
+            if (i + 1 == argc) {
+                fprintf(stderr, "scdb fingerprint: --models-dir needs a directory\n");
+                return SCDB_CLI_USAGE;
+            }
+            models_dir = argv[++i];
+            continue;
         }
         if (argv[i][0] == '-') {
             fprintf(stderr, "scdb fingerprint: unknown option '%s' (try scdb fingerprint --help)\n", argv[i]);
@@ -61,7 +73,8 @@ int scdb_cmd_fingerprint(int argc, char **argv)
     }
     for (int i = 1; i < argc; i++) {
         char fp[SCDB_WEIGHTS_FP_HEX + 1], err[512] = "";
-        scdb_err e = scdb_weights_fp(argv[i], fp, err, sizeof err);
+        if (!strcmp(argv[i], "--models-dir")) { i++; continue; }
+        scdb_err e = scdb_weights_fp_ex(argv[i], models_dir, fp, err, sizeof err);
         n++;
         if (e) {
             fprintf(stderr, "scdb fingerprint: %s (%s)\n", err[0] ? err : argv[i], scdb_strerror(e));

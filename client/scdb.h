@@ -284,10 +284,15 @@ scdb_err scdb_register(scdb *h, scdb_role role, const char *model, const char *c
  * decoded for another model; one that tells nothing is not checked.
  *
  * scdb_weights_fingerprint: the fingerprint of a model directory into
- * fp[33].  Reads every weight once (mmap).  Errors: SCDB_ENOTFOUND (no
- * config.json or weight file, a shard the index names), SCDB_EFORMAT,
+ * fp[33]; of a PEFT LoRA adapter directory (adapter_config.json), that of
+ * its merged weights over its base, found beside it (ADAPTER/..,
+ * ADAPTER/../../models) or at an absolute base_model_name_or_path.  Reads
+ * every weight once (mmap).  Errors: SCDB_ENOTFOUND (no config.json or
+ * weight file, a shard the index names, an adapter's base), SCDB_EFORMAT,
  * SCDB_ERANGE, SCDB_EDTYPE, SCDB_ETRUNC (bad files: errbuf, may be NULL,
- * says which), SCDB_EIO, SCDB_ENOMEM, SCDB_EINVAL.
+ * says which), SCDB_EUNSUPPORTED, SCDB_ESHAPE (an adapter scdb does not
+ * apply, or that does not fit its base), SCDB_EIO, SCDB_ENOMEM,
+ * SCDB_EINVAL.
  * scdb_set_weights_fp: the fingerprint this handle's consumer
  * registrations send from now on (scdb_register and every re-registration
  * after a broker restart); NULL or "": none.  SCDB_EINVAL (not 32 lowercase

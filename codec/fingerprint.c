@@ -46,12 +46,13 @@ scdb_err cx_model_fp_like(const scdb_model *m, const char *recorded, char out[SC
 {
     const char *dir = scdb_model_dir(m);
     if (recorded && strlen(recorded) == LEGACY_HEX) return legacy_fp(dir, out, errbuf, errlen);
-    return scdb_weights_fp(dir, out, errbuf, errlen);
+    return scdb_weights_fp_ex(dir, scdb_model_models_dir(m), out, errbuf, errlen);
 }
 
 scdb_err cx_model_fp(const scdb_model *m, char out[SCDB_CODEC_FP_LEN], char *errbuf, size_t errlen)
 {
-    return scdb_weights_fp(scdb_model_dir(m), out, errbuf, errlen);
+    /* an adapter: its merged weights', the base looked up where the load found it */
+    return scdb_weights_fp_ex(scdb_model_dir(m), scdb_model_models_dir(m), out, errbuf, errlen);
 }
 
 scdb_err scdb_pair_restamp(const char *path, const scdb_codebook *cb, const scdb_model *consumer,

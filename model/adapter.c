@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "kernels.h"
 #include "model_internal.h"
@@ -95,4 +96,51 @@ void scdb_lora_add(const scdb_model *m, int layer, int module, const float *x, i
         scdb_k_gemm_cpu(0, 1, k, out, r, m->lora_scale, t, r, f->b, r, 1.0f, y + (size_t)i * out,
                         out);                                                  /* y += s t B^T */
     }
+}
+
+void scdb_adapter_rename(scdb_model_config *c, const char *dir)
+{
+    size_t n = strlen(dir);
+    while (n > 1 && dir[n - 1] == '/') n--;
+    size_t b = n;
+    while (b > 0 && dir[b - 1] != '/') b--;
+    snprintf(c->parent, sizeof c->parent, "%s", c->name);
+    snprintf(c->name, sizeof c->name, "%.*s", (int)(n - b), dir + b);
+    snprintf(c->finetune, sizeof c->finetune, "lora");
+}
+
+scdb_err scdb_model_config_load_any(const char *path, const char *models_dir,
+                                    scdb_model_config *out, char *errbuf, size_t errlen)
+{
+    char dir[1024], cfg[1100];
+    struct stat st;
+    scdb_adapter *a = NULL;
+    size_t n;
+    scdb_err rc;
+
+    if (!path || !out) return SCDB_EINVAL;
+    n = strlen(path);
+    if (n >= sizeof dir) return SCDB_EINVAL;
+    memcpy(dir, path, n + 1);
+    if (stat(path, &st) == 0 && !S_ISDIR(st.st_mode)) {      /* a file: its directory */
+        const char *base = strrchr(path, '/');
+        if (strcmp(base ? base + 1 : path, SCDB_ADAPTER_CONFIG)) return scdb_model_config_load(path, out, errbuf, errlen);
+        if (base) dir[base - path] = '\0';
+        else snprintf(dir, sizeof dir, ".");
+    }
+    if (!scdb_adapter_is_dir(dir)) {
+        snprintf(cfg, sizeof cfg, "%s/config.json", dir);
+        return scdb_model_config_load(cfg, out, errbuf, errlen);
+    }
+    if ((rc = scdb_adapter_open(dir, models_dir, &a, errbuf, errlen))) return rc;
+    snprintf(cfg, sizeof cfg, "%s/config.json", a->base_dir);
+    if ((rc = scdb_model_config_load(cfg, out, errbuf, errlen))) goto done;
+    int64_t shape[SCDB_LORA_N_MODULES][2];
+    module_shapes(out, shape);
+    if ((rc = scdb_adapter_check_base(a, out->n_layers, (const int64_t(*)[2])shape, errbuf, errlen)))
+        goto done;
+    scdb_adapter_rename(out, dir);
+done:
+    scdb_adapter_close(&a);
+    return rc;
 }

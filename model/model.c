@@ -79,18 +79,6 @@ fail:
     return rc;
 }
 
-/* Last path component of dir into dst. */
-static void dir_name(const char *dir, char *dst, size_t cap)
-{
-    size_t n = strlen(dir);
-    while (n > 1 && dir[n - 1] == '/') n--;
-    size_t b = n;
-    while (b > 0 && dir[b - 1] != '/') b--;
-    if (n - b >= cap) n = b + cap - 1;
-    memcpy(dst, dir + b, n - b);
-    dst[n - b] = '\0';
-}
-
 /* An adapter: its base loaded, then the adapter applied (adapter.c). */
 static scdb_err load_adapter(const char *dir, const scdb_model_load_opts *o, scdb_model **out,
                              char *errbuf, size_t errlen)
@@ -114,9 +102,7 @@ static scdb_err load_adapter(const char *dir, const scdb_model_load_opts *o, scd
     snprintf(m->base_dir, sizeof m->base_dir, "%s", a->base_dir);
     snprintf(m->models_dir, sizeof m->models_dir, "%s", o->models_dir ? o->models_dir : "");
     snprintf(m->dir, sizeof m->dir, "%s", dir);
-    snprintf(m->cfg.parent, sizeof m->cfg.parent, "%s", m->cfg.name);
-    dir_name(dir, m->cfg.name, sizeof m->cfg.name);
-    snprintf(m->cfg.finetune, sizeof m->cfg.finetune, "lora");
+    scdb_adapter_rename(&m->cfg, dir);
     *out = m;
     m = NULL;
 done:

@@ -76,6 +76,16 @@ scdb_err scdb_model_config_parse(const char *json, size_t len, scdb_model_config
  * after its directory. */
 scdb_err scdb_model_config_load(const char *path, scdb_model_config *out,
                                 char *errbuf, size_t errlen);
+/* The config of whatever `path` names: a config.json file, a model
+ * directory, or a PEFT LoRA adapter directory (or its adapter_config.json):
+ * for an adapter, its base's config (the base looked up as
+ * scdb_model_load_ex does, models_dir may be NULL) named after the adapter
+ * directory, parent the base's name, finetune "lora", after checking the
+ * adapter's config and factor shapes against the base (the weights are not
+ * merged).  Errors: scdb_model_config_load's, scdb_adapter_open's and
+ * scdb_adapter_check_base's.  adapter.c. */
+scdb_err scdb_model_config_load_any(const char *path, const char *models_dir,
+                                    scdb_model_config *out, char *errbuf, size_t errlen);
 /* 1 if two configs describe the same architecture (names may differ). */
 int scdb_model_config_same_arch(const scdb_model_config *a, const scdb_model_config *b);
 

@@ -82,6 +82,10 @@ scdb_err scdb_hf_load_weights(scdb_model *m, char *errbuf, size_t errlen);
 scdb_err scdb_adapter_apply(scdb_model *m, const struct scdb_adapter *a, scdb_lora_apply mode,
                             char *errbuf, size_t errlen);
 
+/* The config of a model made from an adapter in dir: named after dir,
+ * parent the base's name (c->name before), finetune "lora". */
+void scdb_adapter_rename(scdb_model_config *c, const char *dir);
+
 /* y[n][out] += s (x[n][in] A^T) B^T for projection `module` of `layer` when
  * m is a low-rank adapter that targets it; nothing otherwise. */
 void scdb_lora_add(const scdb_model *m, int layer, int module, const float *x, int n, int in,

@@ -515,7 +515,8 @@ static PyMethodDef mod_methods[] = {
      "strerror(code) -> str\n\nName an scdb_err code: \"SCDB_ESHAPE: shape mismatch\"."},
     {"weights_fingerprint", mod_weights_fingerprint, METH_O,
      "weights_fingerprint(model_dir) -> str\n\nThe weights fingerprint of a model directory (scdb's own\n"
-     "layout or a Hugging Face checkpoint, one file or sharded): 32 hex digits\n"
+     "layout or a Hugging Face checkpoint, one file or sharded) or of a PEFT\n"
+     "LoRA adapter directory (its merged weights over its base): 32 hex digits\n"
      "over the tensors (schema/FORMATS.md, \"Weights fingerprint\"), what a pair\n"
      "records as the consumer it was calibrated for.  Client.register(...,\n"
      "weights_fp=...) sends it.  Reads every weight once."},

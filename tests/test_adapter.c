@@ -12,6 +12,9 @@
  *     too;
  *   - the base is found by absolute path, by a models directory, or beside
  *     the adapter (ADAPTER/.., ADAPTER/../../models); else a named error;
+ *   - an adapter whose base is of another architecture than the producer's
+ *     is refused as a consumer (SCDB_EMISMATCH), one over the producer's
+ *     own base is taken;
  *   - every refused feature and bad input gets its own error and a message
  *     naming it, from the loader and from the fingerprint alike;
  *   - every allocation failure of a load returns an error and leaks nothing. */
@@ -29,6 +32,7 @@
 #include <unistd.h>
 
 #include "alloc_fault.h"
+#include "codec.h"
 #include "model.h"
 #include "peft_adapter.h"
 #include "safetensors.h"
@@ -405,6 +409,39 @@ static void test_base_resolution(void **state)
     expect_load(ad, NULL, SCDB_ENOTFOUND, "no lora_A / lora_B for layer 2 q_proj");
 }
 
+/* An adapter as the consumer of a producer: the architecture check sees its
+ * base's. */
+static void test_consumer_arch(void **state)
+{
+    (void)state;
+    char base[600], wide[600], ad[600], ad2[600];
+    uint64_t rng = 13;
+    write_base("base", 1, 0);
+    sub(base, sizeof base, "models/base");
+    sub(wide, sizeof wide, "models/wide");
+    tiny_model t = {.name = "wide", .rng = &rng, .ff = 32};
+    tiny_model_write(wide, &t);
+    adapter_path(ad, sizeof ad, "same");
+    adapter_path(ad2, sizeof ad2, "other");
+    tiny_adapter a = {.base = "base", .rng = &rng};
+    tiny_adapter_write(ad, &a);
+    tiny_adapter b = {.base = "wide", .rng = &rng, .ff = 32};
+    tiny_adapter_write(ad2, &b);
+    scdb_model *p = load(base, SCDB_LORA_MERGED), *same = load(ad, SCDB_LORA_MERGED),
+               *other = load(ad2, SCDB_LORA_MERGED);
+    scdb_calib *c = NULL;
+    const scdb_model *cons[2] = {same, other};
+    scdb_calib_opts o = {.window = 32, .eval_prefix = 24, .eval_cont = 8};   /* tiny max_seq_len 64 */
+    assert_int_equal(scdb_calib_new(p, cons, 1, &o, &c), SCDB_OK);
+    scdb_calib_free(&c);
+    assert_int_equal(scdb_calib_new(p, cons, 2, &o, &c), SCDB_EMISMATCH);
+    assert_null(c);
+    assert_int_equal(scdb_calib_new(p, cons + 1, 1, &o, &c), SCDB_EMISMATCH);
+    scdb_model_free(&p);
+    scdb_model_free(&same);
+    scdb_model_free(&other);
+}
+
 /* ------------------------------------------------------------ refusals */
 
 typedef struct bad_case {
@@ -582,6 +619,7 @@ int main(void)
         cmocka_unit_test(test_merged_vs_lowrank),
         cmocka_unit_test(test_fingerprint),
         cmocka_unit_test(test_base_resolution),
+        cmocka_unit_test(test_consumer_arch),
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_bad_files),
         cmocka_unit_test(test_alloc_failures),

@@ -27,6 +27,7 @@
 
 #include "hf_export.h"
 #include "signal_pid.h"
+#include "tiny_adapter.h"
 
 #include "broker.h"
 #include "broker_kv.h"
@@ -78,6 +79,7 @@ static void write_config(const char *path, const char *ep, const char *data, con
                "no_sync = 1\n"
                "drain_timeout_ms = 5000\n"
                "log_level = info\n"
+               "models_dir = /tmp\n"
                "%s\n"
                "[model m16]\n"
                "n_layers = 4\n"
@@ -106,10 +108,14 @@ static void write_config(const char *path, const char *ep, const char *data, con
                "[model fromjson]\n"
                "config = %s/config.json\n"
                "\n"
+               "; a LoRA adapter over it (its base found in models_dir)\n"
+               "[model fromadapter]\n"
+               "config = %s/adapters/lora1\n"
+               "\n"
                "[policy distillcache]\n"
                "file = " SCDB_DATA_DIR "/policies/distillcache_base.safetensors\n"
                "%s",
-               ep, data, HB_MS, HB_TIMEOUT_MS, MAX_REQ, extra ? extra : "", dir,
+               ep, data, HB_MS, HB_TIMEOUT_MS, MAX_REQ, extra ? extra : "", dir, dir,
                have_family ? "\n; the reference family: F32 raw KV, and base's KV into code\n"
                              "[model base]\nconfig = " SCDB_DATA_DIR "/models/base/config.json\n"
                              "raw_dtype = f32\n"
@@ -339,6 +345,15 @@ static int setup(void **state)
                    "\"n_layers\": 3, \"n_heads\": 4, \"n_kv_heads\": 2, \"head_dim\": 16, "
                    "\"d_ff\": 128, \"max_seq_len\": 320, \"rope_theta\": 10000.0, "
                    "\"norm_eps\": 1e-5}\n");
+        /* an adapter over that config, its base named as models_dir (/tmp) holds it */
+        char ad[300];
+        uint64_t arng = 3;
+        snprintf(ad, sizeof ad, "%s/adapters", dir);
+        mkdir(ad, 0755);
+        snprintf(ad, sizeof ad, "%s/adapters/lora1", dir);
+        tiny_adapter a = {.base = dir + strlen("/tmp/"), .d = 64, .layers = 3, .heads = 4, .kv = 2,
+                          .hd = 16, .ff = 128, .rng = &arng};
+        tiny_adapter_write(ad, &a);
         write_config(cfg_path, endpoint, data, NULL);
     }
     start_broker();
@@ -1404,6 +1419,13 @@ static void test_register_errors(void **state)
         assert_int_equal(info.n_kv_heads, 2);
         assert_int_equal(info.head_dim, 16);
         assert_int_equal(info.max_seq_len, 320);
+        /* and a LoRA adapter directory: its base's geometry */
+        memset(&info, 0, sizeof info);
+        assert_int_equal(scdb_register(h, SCDB_CONSUMER, "fromadapter", NULL, &info), SCDB_OK);
+        assert_int_equal(info.n_layers, 3);
+        assert_int_equal(info.n_kv_heads, 2);
+        assert_int_equal(info.head_dim, 16);
+        assert_int_equal(info.max_seq_len, 320);
     }
     scdb_close(&h);
     assert_alive();
@@ -2354,6 +2376,29 @@ static void test_refusals_and_curve(void **state)
         assert_int_equal(wait_exit(spawn(argv, -1), 30), 2);
         write_config(cfg2, ep2, data2, "[model m16]\nn_heads = 3");   /* not a multiple of 2 */
         assert_int_equal(wait_exit(spawn(argv, -1), 30), 2);
+        {   /* a model entry naming a DoRA adapter, and one whose base is nowhere */
+            char bad[300], dora_cfg[400];
+            uint64_t arng = 5;
+            snprintf(bad, sizeof bad, "%s/adapters/dora", dir);
+            tiny_adapter a = {.base = dir + strlen("/tmp/"), .d = 64, .layers = 3, .heads = 4, .kv = 2,
+                              .hd = 16, .ff = 128, .rng = &arng, .config = "{\"use_dora\":true}"};
+            tiny_adapter_write(bad, &a);
+            snprintf(dora_cfg, sizeof dora_cfg, "[model dora]\nconfig = %s", bad);
+            const char *why[] = {"DoRA (use_dora) is not supported", "base model 'no-such-base' not found"};
+            for (int k = 0; k < 2; k++) {
+                if (k) {
+                    a.config = "{\"base_model_name_or_path\":\"no-such-base\"}";
+                    tiny_adapter_write(bad, &a);
+                }
+                write_config(cfg2, ep2, data2, dora_cfg);
+                assert_int_equal(wait_exit(spawn(argv, -1), 30), 2);
+                char *logtxt = NULL;
+                size_t len = 0;
+                assert_int_equal(scdb_read_file(log_path, 64u << 20, &logtxt, &len), SCDB_OK);
+                assert_non_null(strstr(logtxt, why[k]));     /* the broker says why */
+                free(logtxt);
+            }
+        }
         assert_alive();
     }
     {   /* CURVE over tcp */
