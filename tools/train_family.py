@@ -1069,10 +1069,10 @@ def main():
     ap.add_argument("--adapters", nargs="+", metavar="NAME",
                     help="adapters stage: train these (default: every adapter of "
                     "ADAPTERS without a training.json yet; --quick: the first two)")
-    ap.add_argument("--adapter-steps", type=int, default=150)
+    ap.add_argument("--adapter-steps", type=int, default=100)
     ap.add_argument("--adapter-lr", type=float,
                     help="adapters stage: peak learning rate (default: ADAPTER_SHAPE's)")
-    ap.add_argument("--adapter-batch", type=int, default=4,
+    ap.add_argument("--adapter-batch", type=int, default=2,
                     help="adapters stage: sequences of --seq tokens a step")
     ap.add_argument("--ckpt-dir", metavar="DIR",
                     help="adapters stage: checkpoint each adapter's training here every "
