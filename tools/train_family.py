@@ -1066,7 +1066,7 @@ def main():
     ap.add_argument("--adapters", nargs="+", metavar="NAME",
                     help="adapters stage: train these (default: every adapter of "
                     "ADAPTERS without a training.json yet; --quick: the first two)")
-    ap.add_argument("--adapter-steps", type=int, default=100)
+    ap.add_argument("--adapter-steps", type=int, default=70)
     ap.add_argument("--adapter-lr", type=float,
                     help="adapters stage: peak learning rate (default: ADAPTER_SHAPE's)")
     ap.add_argument("--adapter-batch", type=int, default=2,
