@@ -14,6 +14,12 @@ The family (all the same Llama-style architecture, byte vocabulary):
             added later: `--only python` trains it alone and leaves the
             other three models' files untouched
 
+and, `--stage adapters`, a fleet of LoRA adapters over base (Hugging Face
+PEFT layout), one per text domain of tools/evict_suite.py's (shell, perl,
+changelogs, C sources, Vim script, Python packages, man sections 1 / 5 / 8,
+HTML, CMake, prose, C headers), none trained on a file of the eviction suite,
+of the family or of any held-out text (the rule is at ADAPTERS below).
+
 Outputs (relative to --out, default data/):
 
   models/<name>/model.safetensors   f32 weights, names as in schema/FORMATS.md
@@ -23,6 +29,11 @@ Outputs (relative to --out, default data/):
                                     checked by the C model's test
   heldout/<domain>.txt              held-out text (files never trained on)
   models/TRAINING.json              corpus files used / held out, losses, timing
+  adapters/<name>/adapter_config.json, adapter_model.safetensors (F16),
+                   training.json    --stage adapters: one LoRA adapter per
+                                    domain, its bpb vs base, raw-reuse cost
+  adapters/TRAINING.json            the adapters' rule, files and figures
+  heldout/<name>.txt                each adapter's held-out text (32 KiB)
 
 Held-out files are chosen by a deterministic hash of their path
 (crc32(path) % 10 == 0), plus named fortune files for English, so anyone can
@@ -34,6 +45,12 @@ recompute the split.  CPU only, fixed seeds.  Run from the repository root:
       # only the python specialist, from the committed base; the held-out
       # texts of the other domains are read from data/heldout/, and
       # TRAINING.json gains the python entries (nothing else changes)
+  nice -n 5 /usr/bin/python3 tools/train_family.py --stage adapters \
+      --ckpt-dir /tmp/ckpt        # every adapter without a training.json
+                                  # yet (~6 min each here), resumable
+  /usr/bin/python3 tools/train_family.py --stage adapters --quick --out /tmp/x
+      # smoke run: two adapters, 4 steps, into /tmp/x
+  /usr/bin/python3 tools/check_adapters.py   # PEFT files vs the figures
 
 Every specialist's raw-reuse cost (perplexity of its continuation when it
 reads base's KV of the prefix instead of its own, vs its own prefill) is
