@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include "codec.h"
 #include "model.h"
@@ -480,6 +481,7 @@ int scdb_cmd_calibrate(int argc, char **argv)
         const char *cname = i < 0 ? pc->name : scdb_model_cfg(cons[i])->name;
         int slot = cb_path && i >= 0 ? 0 : i;   /* a frozen codebook's consumers share slot 0 */
         double tc = scdb_now();
+        clock_t cc = clock();
         if (cb_path) {
             fprintf(stderr, "calibrate: consumer %d/%d '%s' (%.1f s)\n", i + 1, n_cons, cname, tc - t0);
             if (i > 0 && (rc = scdb_calib_swap_consumer(cal, 0, cons[i]))) {
@@ -511,8 +513,9 @@ int scdb_cmd_calibrate(int argc, char **argv)
         if (rc) { fprintf(stderr, "calibrate: %s: %s\n", path, scdb_strerror(rc)); goto done; }
         if (i >= 0) {
             cons_s[i] = scdb_now() - tc;
-            if (cb_path) printf("  consumer %s: %.1f s (its states over the windows, held-back windows, pair)\n",
-                           cname, cons_s[i]);
+            if (cb_path)
+                printf("  consumer %s: %.1f s (cpu %.1f s; its states over the windows, held-back windows, pair)\n",
+                       cname, cons_s[i], (double)(clock() - cc) / CLOCKS_PER_SEC);
         }
     }
     if (cb_path) {
