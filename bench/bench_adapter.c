@@ -40,9 +40,8 @@ static float frand(uint64_t *s)
 static int write_adapter(const char *dir, const char *base_dir, const scdb_model_config *c, int r)
 {
     char path[1400], name[200];
-    int64_t d = c->d_model, qd = scdb_model_q_dim(c), kvd = scdb_model_kv_dim(c), ff = c->d_ff;
-    const int64_t shape[SCDB_LORA_N_MODULES][2] = {{qd, d}, {kvd, d}, {kvd, d}, {d, qd},
-                                                   {ff, d}, {ff, d},  {d, ff}};
+    int64_t shape[SCDB_LORA_N_MODULES][2];
+    scdb_model_proj_shapes(c, shape);
     float **bufs = calloc((size_t)c->n_layers * 14, sizeof *bufs);
     int nb = 0, rc = -1;
     uint64_t rng = 0x5eed;
@@ -130,9 +129,8 @@ static scdb_err run_mode(const char *dir, scdb_lora_apply mode, int rep, const i
     if ((rc = adapter_decode(m, tok, n, c, one))) goto done;
     res->decode_s[rep] = (now_s() - t0) / n;
     /* bytes the mode adds over the base: merged copies, or f32 factors */
-    int64_t d = cf->d_model, qd = scdb_model_q_dim(cf), kvd = scdb_model_kv_dim(cf), ff = cf->d_ff;
-    const int64_t sh[SCDB_LORA_N_MODULES][2] = {{qd, d}, {kvd, d}, {kvd, d}, {d, qd},
-                                                {ff, d}, {ff, d},  {d, ff}};
+    int64_t sh[SCDB_LORA_N_MODULES][2];
+    scdb_model_proj_shapes(cf, sh);
     if ((rc = scdb_adapter_open(dir, NULL, &a, err, errlen))) goto done;
     res->added_bytes = 0;
     for (int i = 0; i < a->n_t; i++) {

@@ -377,6 +377,23 @@ typedef struct scdb_broker_pair_cfg {
     char file[512];
 } scdb_broker_pair_cfg;
 
+/* [consumers GROUP]: every directory a glob of `dirs` matches that holds a
+ * model (config.json) or a LoRA adapter (adapter_config.json) is a
+ * [model NAME] (NAME: the directory's name; a [model NAME] section of its
+ * own wins), with this raw_dtype; with `codebook`, each also gets
+ * [pair CODEBOOK NAME] with `decoder` and `file` ("{name}" in it replaced by
+ * NAME; a consumer whose file does not exist gets no pair).  Expanded when
+ * the file is loaded, so SIGHUP picks up new directories. */
+#define SCDB_BROKER_MAX_GROUPS 16
+typedef struct scdb_broker_consumers_cfg {
+    char name[SCDB_BROKER_NAME_MAX];
+    char dirs[1024];           /* globs separated by spaces                 */
+    scdb_dtype raw_dtype;
+    char codebook[SCDB_BROKER_NAME_MAX];
+    char decoder[16];
+    char file[512];
+} scdb_broker_consumers_cfg;
+
 /* A learned eviction policy file for live sessions (evict/evict.h); the
  * heuristics (full, streaming, h2o, snapkv, tova) are always available. */
 typedef struct scdb_broker_policy_cfg {
@@ -450,6 +467,8 @@ typedef struct scdb_broker_config {
     int n_pairs;
     scdb_broker_policy_cfg *policies;
     int n_policies;
+    scdb_broker_consumers_cfg groups[SCDB_BROKER_MAX_GROUPS];
+    int n_groups;
 } scdb_broker_config;
 
 /* Fill the defaults.  SCDB_OK. */

@@ -4,6 +4,7 @@
 #include "wire.h"
 
 #include <errno.h>
+#include <glob.h>
 #include <ini.h>
 #include <limits.h>
 #include <stdio.h>
@@ -422,6 +423,16 @@ static int codebook_key(scdb_broker_codebook_cfg *b, const char *k, const char *
     return -1;
 }
 
+static int consumers_key(scdb_broker_consumers_cfg *g, const char *k, const char *v)
+{
+    if (!strcmp(k, "dirs")) return copy_str(g->dirs, sizeof g->dirs, v);
+    if (!strcmp(k, "raw_dtype")) return parse_raw_dtype(v, &g->raw_dtype);
+    if (!strcmp(k, "codebook")) return copy_str(g->codebook, sizeof g->codebook, v);
+    if (!strcmp(k, "decoder")) return copy_str(g->decoder, sizeof g->decoder, v);
+    if (!strcmp(k, "file")) return copy_str(g->file, sizeof g->file, v);
+    return -1;
+}
+
 static int pair_key(scdb_broker_pair_cfg *p, const char *k, const char *v)
 {
     if (!strcmp(k, "decoder")) return copy_str(p->decoder, sizeof p->decoder, v);
@@ -479,6 +490,20 @@ static int on_ini_line(void *user, const char *section, const char *name, const 
         if (pair_key(p, name, value)) goto bad;
         return 1;
     }
+    if (n == 2 && !strcmp(kind, "consumers")) {
+        scdb_broker_consumers_cfg *g = NULL;
+        for (int i = 0; i < x->c->n_groups && !g; i++)
+            if (!strcmp(x->c->groups[i].name, a)) g = &x->c->groups[i];
+        if (!g) {
+            if (x->c->n_groups == SCDB_BROKER_MAX_GROUPS) goto nomem;
+            g = &x->c->groups[x->c->n_groups++];
+            memset(g, 0, sizeof *g);
+            snprintf(g->name, sizeof g->name, "%s", a);
+            g->raw_dtype = SCDB_F16;
+        }
+        if (consumers_key(g, name, value)) goto bad;
+        return 1;
+    }
     if (n == 2 && !strcmp(kind, "policy")) {
         scdb_broker_policy_cfg *p = policy_cfg(x->c, a);
         if (!p) goto nomem;
@@ -487,7 +512,7 @@ static int on_ini_line(void *user, const char *section, const char *name, const 
     }
     snprintf(x->err, sizeof x->err,
              "unknown section [%s] (expected [broker], [remote], [model NAME], "
-             "[codebook NAME], [pair CODEBOOK CONSUMER] or [policy NAME])", section);
+             "[codebook NAME], [pair CODEBOOK CONSUMER], [consumers GROUP] or [policy NAME])", section);
     return 0;
 bad:
     snprintf(x->err, sizeof x->err, "[%s]: bad key or value: %s = %s", section, name, value);
@@ -495,6 +520,87 @@ bad:
 nomem:
     snprintf(x->err, sizeof x->err, "[%s]: out of memory or name too long", section);
     return 0;
+}
+
+static int is_file(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (f) fclose(f);
+    return f != NULL;
+}
+
+/* One directory a group's glob matched: a model entry, and a pair. */
+static scdb_err add_consumer(scdb_broker_config *c, const scdb_broker_consumers_cfg *g,
+                             const char *dir, char *errbuf, size_t errlen)
+{
+    char path[1200], name[SCDB_BROKER_NAME_MAX + 1];
+    size_t n = strlen(dir);
+    while (n > 1 && dir[n - 1] == '/') n--;
+    size_t b = n;
+    while (b > 0 && dir[b - 1] != '/') b--;
+    snprintf(path, sizeof path, "%.*s/config.json", (int)n, dir);
+    int model = is_file(path);
+    snprintf(path, sizeof path, "%.*s/adapter_config.json", (int)n, dir);
+    if (!model && !is_file(path)) return SCDB_OK;      /* not a model directory */
+    if (n - b >= SCDB_BROKER_NAME_MAX || n >= sizeof c->models[0].config) {
+        snprintf(errbuf, errlen, "[consumers %s]: %.*s: name or path too long", g->name, (int)n, dir);
+        return SCDB_ERANGE;
+    }
+    snprintf(name, sizeof name, "%.*s", (int)(n - b), dir + b);
+    if (!model_cfg(c, name, 0)) {
+        scdb_broker_model_cfg *m = model_cfg(c, name, 1);
+        if (!m) return SCDB_ENOMEM;
+        snprintf(m->config, sizeof m->config, "%.*s", (int)n, dir);
+        m->raw_dtype = g->raw_dtype;
+    }
+    if (!g->codebook[0]) return SCDB_OK;
+    char file[600] = "";
+    if (g->file[0]) {                                   /* {name} -> NAME */
+        const char *at = strstr(g->file, "{name}");
+        if (at) snprintf(file, sizeof file, "%.*s%s%s", (int)(at - g->file), g->file, name, at + 6);
+        else snprintf(file, sizeof file, "%s", g->file);
+        if (!is_file(file)) return SCDB_OK;             /* no pair for it (yet) */
+        if (strlen(file) >= sizeof c->pairs[0].file) {
+            snprintf(errbuf, errlen, "[consumers %s]: pair file %s: path too long", g->name, file);
+            return SCDB_ERANGE;
+        }
+    }
+    for (int i = 0; i < c->n_pairs; i++)               /* a [pair] section of its own wins */
+        if (!strcmp(c->pairs[i].codebook, g->codebook) && !strcmp(c->pairs[i].consumer, name)) return SCDB_OK;
+    scdb_broker_pair_cfg *p = pair_cfg(c, g->codebook, name);
+    if (!p) return SCDB_ENOMEM;
+    snprintf(p->decoder, sizeof p->decoder, "%s", g->decoder);
+    snprintf(p->file, sizeof p->file, "%s", file);
+    return SCDB_OK;
+}
+
+/* Every [consumers GROUP]'s globs, in order (glob(3) sorts each). */
+static scdb_err expand_groups(scdb_broker_config *c, char *errbuf, size_t errlen)
+{
+    for (int gi = 0; gi < c->n_groups; gi++) {
+        const scdb_broker_consumers_cfg *g = &c->groups[gi];
+        char pats[sizeof g->dirs], *save = NULL;
+        if (!g->dirs[0]) {
+            snprintf(errbuf, errlen, "[consumers %s]: no dirs = GLOB", g->name);
+            return SCDB_EINVAL;
+        }
+        snprintf(pats, sizeof pats, "%s", g->dirs);
+        for (char *pat = strtok_r(pats, " \t,", &save); pat; pat = strtok_r(NULL, " \t,", &save)) {
+            glob_t gl;
+            int rc = glob(pat, GLOB_ONLYDIR | GLOB_MARK, NULL, &gl);
+            if (rc == GLOB_NOMATCH) continue;
+            if (rc) {
+                snprintf(errbuf, errlen, "[consumers %s]: cannot expand %s", g->name, pat);
+                globfree(&gl);
+                return rc == GLOB_NOSPACE ? SCDB_ENOMEM : SCDB_EIO;
+            }
+            scdb_err e = SCDB_OK;
+            for (size_t i = 0; i < gl.gl_pathc && !e; i++) e = add_consumer(c, g, gl.gl_pathv[i], errbuf, errlen);
+            globfree(&gl);
+            if (e) return e;
+        }
+    }
+    return SCDB_OK;
 }
 
 scdb_err scdb_broker_config_load(scdb_broker_config *c, const char *path, char *errbuf,
@@ -510,7 +616,7 @@ scdb_err scdb_broker_config_load(scdb_broker_config *c, const char *path, char *
     }
     rc = ini_parse_file(f, on_ini_line, &x);
     fclose(f);
-    if (rc == 0) return SCDB_OK;
+    if (rc == 0) return expand_groups(c, errbuf, errlen);
     if (errbuf) {
         if (rc > 0)
             snprintf(errbuf, errlen, "%s:%d: %s", path, rc, x.err[0] ? x.err : "syntax error");

@@ -26,7 +26,7 @@ static const float **slot(scdb_layer_weights *w, int module)
     }
 }
 
-static void module_shapes(const scdb_model_config *c, int64_t shape[SCDB_LORA_N_MODULES][2])
+void scdb_model_proj_shapes(const scdb_model_config *c, int64_t shape[SCDB_LORA_N_MODULES][2])
 {
     int64_t d = c->d_model, qd = scdb_model_q_dim(c), kvd = scdb_model_kv_dim(c), ff = c->d_ff;
     const int64_t s[SCDB_LORA_N_MODULES][2] = {{qd, d}, {kvd, d}, {kvd, d}, {d, qd},
@@ -51,7 +51,7 @@ scdb_err scdb_adapter_apply(scdb_model *m, const scdb_adapter *a, scdb_lora_appl
     int64_t shape[SCDB_LORA_N_MODULES][2];
     scdb_err rc;
 
-    module_shapes(&m->cfg, shape);
+    scdb_model_proj_shapes(&m->cfg, shape);
     if ((rc = scdb_adapter_check_base(a, m->cfg.n_layers, (const int64_t(*)[2])shape, errbuf, errlen)))
         return rc;
     if (mode == SCDB_LORA_LOWRANK) {
@@ -136,7 +136,7 @@ scdb_err scdb_model_config_load_any(const char *path, const char *models_dir,
     snprintf(cfg, sizeof cfg, "%s/config.json", a->base_dir);
     if ((rc = scdb_model_config_load(cfg, out, errbuf, errlen))) goto done;
     int64_t shape[SCDB_LORA_N_MODULES][2];
-    module_shapes(out, shape);
+    scdb_model_proj_shapes(out, shape);
     if ((rc = scdb_adapter_check_base(a, out->n_layers, (const int64_t(*)[2])shape, errbuf, errlen)))
         goto done;
     scdb_adapter_rename(out, dir);

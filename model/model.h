@@ -149,6 +149,11 @@ scdb_err scdb_model_load_ex(const char *dir, const scdb_model_load_opts *o, scdb
                             char *errbuf, size_t errlen);
 void scdb_model_free(scdb_model **m);
 
+/* The weight shape [out, in] of each projection an adapter may target, in
+ * scdb_lora_module order (schema/peft_adapter.h): q, k, v, o, gate, up,
+ * down. */
+void scdb_model_proj_shapes(const scdb_model_config *c, int64_t shape[7][2]);
+
 /* For a model loaded from an adapter: its base's directory (else NULL),
  * and the models_dir it was loaded with (else NULL). */
 const char *scdb_model_base_dir(const scdb_model *m);

@@ -64,6 +64,28 @@ static scdb_err refuse_set(const cJSON *root, const char *key, const char *what,
     return SCDB_EUNSUPPORTED;
 }
 
+/* A string key that may only hold `want` (absent is fine unless required). */
+static scdb_err only_value(const cJSON *root, const char *key, const char *want, int required,
+                           char *errbuf, size_t errlen)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
+    if (!v || cJSON_IsNull(v)) {
+        if (!required) return SCDB_OK;
+        scdb_errf(errbuf, errlen, SCDB_ADAPTER_CONFIG ": required key '%s' is missing", key);
+        return SCDB_EFORMAT;
+    }
+    if (!cJSON_IsString(v)) {
+        scdb_errf(errbuf, errlen, SCDB_ADAPTER_CONFIG ": %s must be a string", key);
+        return SCDB_EFORMAT;
+    }
+    if (strcmp(v->valuestring, want)) {
+        scdb_errf(errbuf, errlen, SCDB_ADAPTER_CONFIG ": %s \"%s\" is not supported (only \"%s\")", key,
+                  v->valuestring, want);
+        return SCDB_EUNSUPPORTED;
+    }
+    return SCDB_OK;
+}
+
 static int module_of(const char *s)
 {
     for (int m = 0; m < SCDB_LORA_N_MODULES; m++)
@@ -129,18 +151,9 @@ static scdb_err parse_config(scdb_adapter *a, char *errbuf, size_t errlen)
         rc = SCDB_EFORMAT;
         goto done;
     }
-    v = cJSON_GetObjectItemCaseSensitive(root, "peft_type");
-    if (!cJSON_IsString(v)) {
-        scdb_errf(errbuf, errlen, SCDB_ADAPTER_CONFIG ": required key 'peft_type' is missing or not a string");
-        rc = SCDB_EFORMAT;
+    if ((rc = only_value(root, "peft_type", "LORA", 1, errbuf, errlen)) ||
+        (rc = only_value(root, "bias", "none", 0, errbuf, errlen)))
         goto done;
-    }
-    if (strcmp(v->valuestring, "LORA")) {
-        scdb_errf(errbuf, errlen, SCDB_ADAPTER_CONFIG ": peft_type \"%s\" is not supported (only LORA)",
-                  v->valuestring);
-        rc = SCDB_EUNSUPPORTED;
-        goto done;
-    }
     if ((rc = refuse_set(root, "use_dora", "DoRA (use_dora)", errbuf, errlen)) ||
         (rc = refuse_set(root, "fan_in_fan_out", "fan_in_fan_out (Conv1D-style transposed weights)", errbuf, errlen)) ||
         (rc = refuse_set(root, "modules_to_save", "modules_to_save (fully trained extra modules)", errbuf, errlen)) ||
@@ -149,20 +162,6 @@ static scdb_err parse_config(scdb_adapter *a, char *errbuf, size_t errlen)
         (rc = refuse_set(root, "rank_pattern", "rank_pattern (per-module ranks)", errbuf, errlen)) ||
         (rc = refuse_set(root, "alpha_pattern", "alpha_pattern (per-module alphas)", errbuf, errlen)))
         goto done;
-    v = cJSON_GetObjectItemCaseSensitive(root, "bias");
-    if (v && !cJSON_IsNull(v)) {
-        if (!cJSON_IsString(v)) {
-            scdb_errf(errbuf, errlen, SCDB_ADAPTER_CONFIG ": bias must be a string");
-            rc = SCDB_EFORMAT;
-            goto done;
-        }
-        if (strcmp(v->valuestring, "none")) {
-            scdb_errf(errbuf, errlen, SCDB_ADAPTER_CONFIG ": bias \"%s\" is not supported (only \"none\")",
-                      v->valuestring);
-            rc = SCDB_EUNSUPPORTED;
-            goto done;
-        }
-    }
     v = cJSON_GetObjectItemCaseSensitive(root, "r");
     if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble)) {
         scdb_errf(errbuf, errlen, SCDB_ADAPTER_CONFIG ": r must be an integer (it is %s)", v ? "not" : "missing");

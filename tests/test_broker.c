@@ -2376,6 +2376,11 @@ static void test_refusals_and_curve(void **state)
         assert_int_equal(wait_exit(spawn(argv, -1), 30), 2);
         write_config(cfg2, ep2, data2, "[model m16]\nn_heads = 3");   /* not a multiple of 2 */
         assert_int_equal(wait_exit(spawn(argv, -1), 30), 2);
+        /* consumer groups: no dirs, an unknown key, a glob matching a bad adapter */
+        write_config(cfg2, ep2, data2, "[consumers g]\nraw_dtype = f16");
+        assert_int_equal(wait_exit(spawn(argv, -1), 30), 2);
+        write_config(cfg2, ep2, data2, "[consumers g]\ndirs = /nonexistent/*\nnope = 1");
+        assert_int_equal(wait_exit(spawn(argv, -1), 30), 2);
         {   /* a model entry naming a DoRA adapter, and one whose base is nowhere */
             char bad[300], dora_cfg[400];
             uint64_t arng = 5;
@@ -2391,6 +2396,11 @@ static void test_refusals_and_curve(void **state)
                     tiny_adapter_write(bad, &a);
                 }
                 write_config(cfg2, ep2, data2, dora_cfg);
+                assert_int_equal(wait_exit(spawn(argv, -1), 30), 2);
+                /* the same adapter found by a consumer group's glob */
+                char glob_cfg[400];
+                snprintf(glob_cfg, sizeof glob_cfg, "[consumers g]\ndirs = %s/adapters/do*", dir);
+                write_config(cfg2, ep2, data2, glob_cfg);
                 assert_int_equal(wait_exit(spawn(argv, -1), 30), 2);
                 char *logtxt = NULL;
                 size_t len = 0;

@@ -52,7 +52,7 @@ typedef struct tiny_adapter {
     int rank_plus, layers_extra;
 } tiny_adapter;
 
-static uint16_t tiny_f32_to_f16(float f)
+static inline uint16_t tiny_f32_to_f16(float f)
 {
     uint32_t u;
     memcpy(&u, &f, sizeof u);
@@ -64,7 +64,7 @@ static uint16_t tiny_f32_to_f16(float f)
     return (uint16_t)(sign | (uint32_t)e << 10 | mant >> 13);   /* truncated */
 }
 
-static void tiny_adapter_write(const char *dir, const tiny_adapter *t)
+static inline void tiny_adapter_write(const char *dir, const tiny_adapter *t)
 {
     int r = t->r ? t->r : 4, d = t->d ? t->d : 16, layers = t->layers ? t->layers : 2;
     int heads = t->heads ? t->heads : 4, kv = t->kv ? t->kv : 2, hd = t->hd ? t->hd : 4;

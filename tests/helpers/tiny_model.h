@@ -47,7 +47,7 @@ typedef struct tiny_model {
     const char *skip, *bad_shape, *as_i32;    /* full tensor names, or NULL   */
 } tiny_model;
 
-static float tiny_frand(uint64_t *s)
+static inline float tiny_frand(uint64_t *s)
 {
     *s ^= *s << 13;
     *s ^= *s >> 7;
@@ -55,7 +55,7 @@ static float tiny_frand(uint64_t *s)
     return (float)((*s >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
 }
 
-static void tiny_model_write(const char *dir, const tiny_model *t)
+static inline void tiny_model_write(const char *dir, const tiny_model *t)
 {
     int vocab = t->vocab ? t->vocab : 256, d = t->d ? t->d : 16;
     int layers = t->layers ? t->layers : 2, heads = t->heads ? t->heads : 4;
