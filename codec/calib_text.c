@@ -89,6 +89,8 @@ static scdb_err train_text(const scdb_model *m, size_t max_bytes, unsigned char 
     for (int i = 0; i < listed && got < max_bytes; i++) {
         int k = listed % stride ? (int)(((long long)i * stride) % listed) : i;
         const cJSON *it = cJSON_GetArrayItem(files, k);
+        if (cJSON_IsObject(it))   /* an adapter fleet's entries: {"path": ..., "package": ...} */
+            it = cJSON_GetObjectItemCaseSensitive(it, "path");
         if (!cJSON_IsString(it)) continue;
         unsigned char *t;
         size_t tl;
