@@ -45,7 +45,8 @@ static void usage(FILE *f)
 "patch order greedy among them); the codebook file, its id and so every stored\n"
 "block stay as they are.  The pair records late_added = 1.  The producer is\n"
 "--producer DIR, else the codebook's producer beside the first consumer\n"
-"(DIR/../<producer>); it must be the weights the codebook was fitted for.\n"
+"(DIR/../<producer>, or DIR/../../models/<producer> for an adapter in\n"
+"data/adapters); it must be the weights the codebook was fitted for.\n"
 "--patch-layers defaults to all the codebook's candidates; the codebook's\n"
 "options (--ranks, --candidates, --pca, ...) are refused.  Any number of\n"
 "consumers (up to 64) go in one run: the producer's states over the statistics\n"
@@ -176,6 +177,19 @@ static int load_frozen(const char *cb_path, const char *producer_dir, const char
         if (slash) snprintf(dir, sizeof dir, "%.*s/%s", (int)(slash - tmp), tmp, ci->producer);
         else snprintf(dir, sizeof dir, "../%s", ci->producer);
         producer_dir = dir;
+        /* an adapter fleet (data/adapters/<a>) beside the models (data/models/<producer>) */
+        char cfg[1300];
+        struct stat st;
+        snprintf(cfg, sizeof cfg, "%s/config.json", dir);
+        if (stat(cfg, &st)) {
+            if (slash) snprintf(dir, sizeof dir, "%.*s/../models/%s", (int)(slash - tmp), tmp, ci->producer);
+            else snprintf(dir, sizeof dir, "../../models/%s", ci->producer);
+            snprintf(cfg, sizeof cfg, "%s/config.json", dir);
+            if (stat(cfg, &st)) {   /* neither: name the first place in the error */
+                if (slash) snprintf(dir, sizeof dir, "%.*s/%s", (int)(slash - tmp), tmp, ci->producer);
+                else snprintf(dir, sizeof dir, "../%s", ci->producer);
+            }
+        }
     }
     if ((rc = scdb_model_load(producer_dir, prod, err, sizeof err))) {
         fprintf(stderr, "calibrate: producer %s of codebook %s: %s (%s)%s\n", producer_dir, ci->id_hex, err,
