@@ -445,11 +445,12 @@ def eval_bpb(model, data, seq=512, max_windows=16):
 
 
 def train(model, data, steps, lr, batch, seq, seed, log, label, warmup=50,
-          weight_decay=0.01, probe=None, probe_every=0, ckpt=None, ckpt_every=50):
-    """AdamW with warmup + cosine decay.  The first 85% of the steps use
-    sequences of seq/2 tokens (batch*2 of them: cheaper attention, same tokens
-    per step); the last 15% use the full context so every position up to
-    max_seq_len is trained.  probe (optional): called every probe_every
+          weight_decay=0.01, probe=None, probe_every=0, ckpt=None, ckpt_every=50,
+          short_frac=0.85):
+    """AdamW with warmup + cosine decay.  The first 85% (short_frac) of the
+    steps use sequences of seq/2 tokens (batch*2 of them: cheaper attention,
+    same tokens per step); the rest use the full context so every position up
+    to max_seq_len is trained.  probe (optional): called every probe_every
     steps and after the last; what it returns is logged (it must not touch
     the RNG of the batches).  ckpt (optional): a file where the trainable
     parameters, the optimizer, the batch RNG, the losses and the log are
@@ -461,7 +462,7 @@ def train(model, data, steps, lr, batch, seq, seed, log, label, warmup=50,
     opt = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.95), weight_decay=weight_decay)
     short = batches(data, batch * 2, seq // 2, gen)
     full = batches(data, batch, seq, gen)
-    long_from = int(steps * 0.85)
+    long_from = int(steps * short_frac)
     t0 = time.time()
     losses = []
     first = 0
@@ -987,7 +988,7 @@ def adapter_stage(a):
         log = []
         losses, secs = train(m, corpus, a.adapter_steps, lr, a.adapter_batch,
                              a.seq, seed, log, name, warmup=20, weight_decay=0.0,
-                             ckpt=ckpt, ckpt_every=25)
+                             ckpt=ckpt, ckpt_every=25, short_frac=a.adapter_short_frac)
         m.eval()
         # the f32 model training ended with, on the held-out text's first 16
         # windows (tools/check_adapters.py compares the shipped F16 one)
@@ -1011,7 +1012,8 @@ def adapter_stage(a):
                 "lora_alpha": alpha,
                 "target_modules": peft_config(rank, alpha, targets)["target_modules"],
                 "steps": a.adapter_steps, "lr": lr, "batch": a.adapter_batch,
-                "seq": a.seq, "weight_decay": 0.0, "seed": seed,
+                "seq": a.seq, "short_frac": a.adapter_short_frac, "weight_decay": 0.0,
+                "seed": seed,
                 "train_bytes": int(corpus.numel()), "train_files": len(entry["train_files"]),
                 "train_seconds": round(secs, 1), "seconds": round(time.time() - t0, 1),
                 "final_loss": avg_tail(losses),
@@ -1088,6 +1090,9 @@ def main():
                     help="adapters stage: peak learning rate (default: ADAPTER_SHAPE's)")
     ap.add_argument("--adapter-batch", type=int, default=2,
                     help="adapters stage: sequences of --seq tokens a step")
+    ap.add_argument("--adapter-short-frac", type=float, default=0.85,
+                    help="adapters stage: the fraction of steps on half-length "
+                    "sequences (the rest use --seq)")
     ap.add_argument("--ckpt-dir", metavar="DIR",
                     help="adapters stage: checkpoint each adapter's training here every "
                     "25 steps; a run that finds one goes on from it")
