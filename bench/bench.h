@@ -37,6 +37,7 @@ int scdb_bench_chaos(int argc, char **argv);    /* bench/bench_chaos.c   */
 int scdb_bench_session(int argc, char **argv);  /* bench/bench_session.c */
 int scdb_bench_cluster(int argc, char **argv);  /* bench/bench_cluster.c */
 int scdb_bench_adapter(int argc, char **argv);  /* bench/bench_adapter.c */
+int scdb_bench_fleet(int argc, char **argv);    /* bench/bench_fleet.c   */
 
 /* ------------------------------------------------- bench_util.c: helpers */
 

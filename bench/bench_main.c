@@ -31,6 +31,8 @@ static const struct {
      "a fleet of brokers sharing prefixes through Redis Cluster: hit rate, latency, a master kill"},
     {"adapter", scdb_bench_adapter,
      "a LoRA adapter merged at load vs applied low-rank: load, bytes, prefill, decode, logits"},
+    {"fleet", scdb_bench_fleet,
+     "one producer's stored prefixes served to every model and adapter: quality, TTFT, bytes"},
 };
 
 const char *scdb_bench_name(int i)

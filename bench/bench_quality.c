@@ -926,6 +926,13 @@ static int load_family(const qopts *o, const char *models, const char *arts, qfa
         const char *ext = strstr(de->d_name, ".safetensors");
         if (strncmp(de->d_name, o->producer, plen) || strncmp(de->d_name + plen, "__", 2) || !ext) continue;
         snprintf(names[nn], sizeof names[nn], "%.*s", (int)(ext - de->d_name - plen - 2), de->d_name + plen + 2);
+        struct stat mst;
+        snprintf(path, sizeof path, "%s/%.120s/config.json", models, names[nn]);
+        if (stat(path, &mst)) {   /* an adapter's pair: scdb bench fleet measures those */
+            fprintf(stderr, "bench quality: %s__%s: no model %s/%s (an adapter? see scdb bench fleet): skipped\n",
+                    o->producer, names[nn], models, names[nn]);
+            continue;
+        }
         if (strcmp(names[nn], o->producer)) nn++;
     }
     closedir(dir);

@@ -12,13 +12,15 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include "codec.h"
 #include "model.h"
 
 int scdb_cmd_calibrate(int argc, char **argv);
 
-#define MAX_CONS 8
+#define MAX_CONS 64     /* --codebook: consumers one at a time in one session */
+#define MAX_JOINT 8     /* a codebook fit holds every consumer's statistics */
 #define MAX_TEXTS 64
 
 static void usage(FILE *f)
@@ -40,14 +42,21 @@ static void usage(FILE *f)
 "regression; --pca: plain PCA of the producer's states, the ablation) and one\n"
 "pair per consumer (least-squares REUSE decoders, Adam-trained patch aligners,\n"
 "patch order greedy by measured next-token KL).\n\n"
-"With --codebook FILE, a consumer added later: only its pair is fitted, against\n"
+"With --codebook FILE, consumers added later: only their pairs are fitted, against\n"
 "that frozen codebook (decoders from its codes, aligners on its patch candidates,\n"
 "patch order greedy among them); the codebook file, its id and so every stored\n"
 "block stay as they are.  The pair records late_added = 1.  The producer is\n"
 "--producer DIR, else the codebook's producer beside the first consumer\n"
-"(DIR/../<producer>); it must be the weights the codebook was fitted for.\n"
+"(DIR/../<producer>, or DIR/../../models/<producer> for an adapter in\n"
+"data/adapters); it must be the weights the codebook was fitted for.\n"
 "--patch-layers defaults to all the codebook's candidates; the codebook's\n"
-"options (--ranks, --candidates, --pca, ...) are refused.\n\n"
+"options (--ranks, --candidates, --pca, ...) are refused.  Any number of\n"
+"consumers (up to 64) go in one run: the producer's states over the statistics\n"
+"text are computed once, then each consumer in turn runs over the same windows\n"
+"(its samples only) and gets its pair; a pair equals the one a run with that\n"
+"consumer alone fits on the same text (--texts: the default text is split over\n"
+"the domains of the producer and of every consumer given).  Progress and the\n"
+"seconds of each consumer are printed.\n\n"
 "With --restamp PAIR, a pair written before weights fingerprints were defined\n"
 "over tensors (its consumer_fp is 16 hex digits, a hash of model.safetensors)\n"
 "is checked against --consumer DIR and written to OUTDIR/pairs/ with the tensor\n"
@@ -117,6 +126,42 @@ static int mkdirs(const char *root, const char *sub, char *out, size_t cap)
     return 0;
 }
 
+/* Held-back KL windows of consumer m: the end of its held-out text's first
+ * half; added to session slot ci when cal, else only their span measured
+ * (*span, what the statistics text must leave out).  0 or 1 (said why). */
+static int eval_windows(scdb_calib *cal, int ci, const scdb_model *m, int n_eval, int need,
+                        size_t *span_out)
+{
+    unsigned char *t;
+    size_t len;
+    char desc[512];
+    scdb_err rc = scdb_codec_domain_text(m, SCDB_TEXT_HELDOUT_FIRST, (size_t)1 << 30, &t, &len, desc,
+                                         sizeof desc);
+    if (rc) {
+        fprintf(stderr, "calibrate: no held-out text for '%s' (%s)\n", scdb_model_cfg(m)->name,
+                scdb_strerror(rc));
+        return 1;
+    }
+    size_t span = (size_t)n_eval * (size_t)need;
+    if (len < 2 * span) {
+        fprintf(stderr, "calibrate: held-out text of '%s' too short\n", scdb_model_cfg(m)->name);
+        free(t);
+        return 1;
+    }
+    for (int k = 0; cal && k < n_eval; k++)
+        if ((rc = scdb_calib_add_eval(cal, ci, t + len - span + (size_t)k * need, (size_t)need))) {
+            free(t);
+            fprintf(stderr, "calibrate: eval window: %s\n", scdb_strerror(rc));
+            return 1;
+        }
+    if (cal)
+        fprintf(stderr, "calibrate: %d held-back KL windows for '%s' from the last %zu bytes of %s\n",
+                n_eval, scdb_model_cfg(m)->name, span, desc);
+    *span_out = span;
+    free(t);
+    return 0;
+}
+
 /* Load the frozen codebook of a late add (or a restamp) and the producer it
  * was fitted for: --producer DIR, else DIR/../<producer> of the first
  * consumer.  0 or the exit code (a message said why). */
@@ -139,6 +184,19 @@ static int load_frozen(const char *cb_path, const char *producer_dir, const char
         if (slash) snprintf(dir, sizeof dir, "%.*s/%s", (int)(slash - tmp), tmp, ci->producer);
         else snprintf(dir, sizeof dir, "../%s", ci->producer);
         producer_dir = dir;
+        /* an adapter fleet (data/adapters/<a>) beside the models (data/models/<producer>) */
+        char cfg[1300];
+        struct stat st;
+        snprintf(cfg, sizeof cfg, "%s/config.json", dir);
+        if (stat(cfg, &st)) {
+            if (slash) snprintf(dir, sizeof dir, "%.*s/../models/%s", (int)(slash - tmp), tmp, ci->producer);
+            else snprintf(dir, sizeof dir, "../../models/%s", ci->producer);
+            snprintf(cfg, sizeof cfg, "%s/config.json", dir);
+            if (stat(cfg, &st)) {   /* neither: name the first place in the error */
+                if (slash) snprintf(dir, sizeof dir, "%.*s/%s", (int)(slash - tmp), tmp, ci->producer);
+                else snprintf(dir, sizeof dir, "../%s", ci->producer);
+            }
+        }
     }
     if ((rc = scdb_model_load(producer_dir, prod, err, sizeof err))) {
         fprintf(stderr, "calibrate: producer %s of codebook %s: %s (%s)%s\n", producer_dir, ci->id_hex, err,
@@ -316,6 +374,11 @@ int scdb_cmd_calibrate(int argc, char **argv)
         }
         identity = 0;
     } else {
+        if (n_cons > MAX_JOINT) {
+            fprintf(stderr, "calibrate: at most %d consumers when fitting a codebook (add more later "
+                    "with --codebook)\n", MAX_JOINT);
+            return 2;
+        }
         if (n_fixed > 0) n_cand = n_fixed;
         if (n_cand < 0) n_cand = n_patch;
         if (!producer_dir || n_cons == 0 || ranks[0] < 0 || n_patch < 0 || !outdir || windows < 1 ||
@@ -347,8 +410,20 @@ int scdb_cmd_calibrate(int argc, char **argv)
             goto done;
         }
     const scdb_model_config *pc = scdb_model_cfg(prod);
-    scdb_calib_opts o = {.window = window, .n_eval = n_eval, .verbose = 1};
-    if ((rc = scdb_calib_new(prod, (const scdb_model *const *)cons, n_cons, &o, &cal))) {
+    /* With a frozen codebook the consumers take one session slot in turn
+     * (scdb_calib_swap_consumer): the producer's states over the statistics
+     * windows are computed once for all of them, and each consumer keeps
+     * only its samples (its all-layers decoders and aligners are fitted on
+     * them), so memory does not grow with the fleet. */
+    int slots = cb ? 1 : n_cons;
+    scdb_calib_opts o = {.window = window, .n_eval = n_eval, .samples_only = cb && all_layers,
+                         .verbose = 1};
+    if (cb && n_cons > 1 && dev != SCDB_DEV_CPU) {
+        fprintf(stderr, "calibrate: several consumers against a frozen codebook run on the cpu only "
+                "(--device cpu, or one consumer per run)\n");
+        goto done;
+    }
+    if ((rc = scdb_calib_new(prod, (const scdb_model *const *)cons, slots, &o, &cal))) {
         fprintf(stderr, "calibrate: %s (consumers must share the producer's architecture)\n",
                 scdb_strerror(rc));
         goto done;
@@ -361,31 +436,11 @@ int scdb_cmd_calibrate(int argc, char **argv)
     }
     int need = 320 + 64 + 1;
 
-    /* held-back KL windows: end of each consumer's held-out first half */
+    /* held-back KL windows: end of each consumer's held-out first half
+     * (with a frozen codebook each consumer's are added in its turn) */
     size_t reserve[MAX_CONS] = {0};
-    for (int i = 0; i < n_cons; i++) {
-        unsigned char *t;
-        size_t len;
-        char desc[512];
-        if ((rc = scdb_codec_domain_text(cons[i], SCDB_TEXT_HELDOUT_FIRST, (size_t)1 << 30, &t,
-                                         &len, desc, sizeof desc))) {
-            fprintf(stderr, "calibrate: no held-out text for '%s' (%s)\n",
-                    scdb_model_cfg(cons[i])->name, scdb_strerror(rc));
-            goto done;
-        }
-        size_t span = (size_t)n_eval * (size_t)need;
-        if (len < 2 * span) { fprintf(stderr, "calibrate: held-out text of '%s' too short\n", scdb_model_cfg(cons[i])->name); free(t); goto done; }
-        for (int k = 0; k < n_eval; k++)
-            if ((rc = scdb_calib_add_eval(cal, i, t + len - span + (size_t)k * need, (size_t)need))) {
-                free(t);
-                fprintf(stderr, "calibrate: eval window: %s\n", scdb_strerror(rc));
-                goto done;
-            }
-        reserve[i] = span;
-        fprintf(stderr, "calibrate: %d held-back KL windows for '%s' from the last %zu bytes of %s\n",
-                n_eval, scdb_model_cfg(cons[i])->name, span, desc);
-        free(t);
-    }
+    for (int i = 0; i < n_cons; i++)
+        if (eval_windows(cb ? NULL : cal, i, cons[i], n_eval, need, &reserve[i])) goto done;
 
     /* statistics windows */
     size_t want = (size_t)window * (size_t)windows;
@@ -414,7 +469,7 @@ int scdb_cmd_calibrate(int argc, char **argv)
         for (int i = 0; i <= n_cons; i++) {
             int dup = 0;
             for (int k = 0; k < nd; k++)
-                dup |= !strcmp(scdb_model_cfg(dm[k])->domain, scdb_model_cfg(all[i])->domain);
+                dup |= !strcmp(scdb_codec_text_domain(dm[k]), scdb_codec_text_domain(all[i]));
             if (!dup) dm[nd++] = all[i];
         }
         int per = (windows + nd - 1) / nd;
@@ -430,25 +485,26 @@ int scdb_cmd_calibrate(int argc, char **argv)
                                             desc, sizeof desc);
                 if (rc) {
                     fprintf(stderr, "calibrate: no calibration text for domain '%s' (%s)\n",
-                            scdb_model_cfg(dm[k])->domain, scdb_strerror(rc));
+                            scdb_codec_text_domain(dm[k]), scdb_strerror(rc));
                     goto done;
                 }
                 for (int i = 0; i < n_cons; i++)
-                    if (!strcmp(scdb_model_cfg(cons[i])->domain, scdb_model_cfg(dm[k])->domain) &&
+                    if (!strcmp(scdb_codec_text_domain(cons[i]), scdb_codec_text_domain(dm[k])) &&
                         len > reserve[i])
                         len -= reserve[i];
             }
             fprintf(stderr, "calibrate: statistics for domain '%s': %s\n",
-                    scdb_model_cfg(dm[k])->domain, desc);
+                    scdb_codec_text_domain(dm[k]), desc);
             rc = scdb_calib_add_text(cal, t, len, per, &added);
             free(t);
             if (rc) { fprintf(stderr, "calibrate: %s\n", scdb_strerror(rc)); goto done; }
             if (added < per)
                 fprintf(stderr, "calibrate: only %d windows from domain '%s'\n", added,
-                        scdb_model_cfg(dm[k])->domain);
+                        scdb_codec_text_domain(dm[k]));
         }
     }
-    fprintf(stderr, "calibrate: %d statistics windows (%.1f s)\n", scdb_calib_windows(cal), scdb_now() - t0);
+    double t_stats = scdb_now() - t0;
+    fprintf(stderr, "calibrate: %d statistics windows (%.1f s)\n", scdb_calib_windows(cal), t_stats);
 
     char dir[1200], path[1400];
     if (!cb) {
@@ -479,13 +535,25 @@ int scdb_cmd_calibrate(int argc, char **argv)
     for (int k = 0; k < ci->n_candidates; k++) printf(" %d", ci->candidates[k]);
     printf("\n  %s %s\n", cb_path ? "read" : "written", cb_path ? cb_path : path);
     if (mkdirs(outdir, "pairs", dir, sizeof dir)) { fprintf(stderr, "calibrate: cannot create %s\n", dir); goto done; }
+    double cons_s[MAX_CONS] = {0};
     for (int i = (identity ? -1 : 0); i < n_cons; i++) {
         scdb_pair *p = NULL;
         scdb_pair_fit pf = {.n_patch = n_patch, .hidden = hidden, .steps = steps, .no_train = i < 0,
                             .all_layers = all_layers};
         const char *cname = i < 0 ? pc->name : scdb_model_cfg(cons[i])->name;
+        int slot = cb_path && i >= 0 ? 0 : i;   /* a frozen codebook's consumers share slot 0 */
+        double tc = scdb_now();
+        clock_t cc = clock();
+        if (cb_path) {
+            fprintf(stderr, "calibrate: consumer %d/%d '%s' (%.1f s)\n", i + 1, n_cons, cname, tc - t0);
+            if (i > 0 && (rc = scdb_calib_swap_consumer(cal, 0, cons[i]))) {
+                fprintf(stderr, "calibrate: consumer '%s': %s\n", cname, scdb_strerror(rc));
+                goto done;
+            }
+            if (eval_windows(cal, 0, cons[i], n_eval, need, &reserve[i])) goto done;
+        }
         fprintf(stderr, "calibrate: pair %s -> %s (%.1f s)\n", pc->name, cname, scdb_now() - t0);
-        if ((rc = scdb_calib_fit_pair(cal, cb, i, &pf, &p))) {
+        if ((rc = scdb_calib_fit_pair(cal, cb, slot, &pf, &p))) {
             fprintf(stderr, "calibrate: pair %s -> %s: %s\n", pc->name, cname, scdb_strerror(rc));
             goto done;
         }
@@ -497,14 +565,29 @@ int scdb_cmd_calibrate(int argc, char **argv)
         printf(" (default budget %d)%s", pi->n_patch, pi->late_added ? ", late-added" : "");
         if (i >= 0) {
             double kl0, t10, kl, t1;
-            if (!scdb_calib_eval(cal, cb, p, i, 0, &kl0, &t10) &&
-                !scdb_calib_eval(cal, cb, p, i, -1, &kl, &t1))
+            if (!scdb_calib_eval(cal, cb, p, slot, 0, &kl0, &t10) &&
+                !scdb_calib_eval(cal, cb, p, slot, -1, &kl, &t1))
                 printf("; held-back KL reuse %.4f (top-1 %.3f) -> full %.4f (top-1 %.3f)", kl0,
                        t10, kl, t1);
         }
         printf("\n  written %s\n", path);
         scdb_pair_free(&p);
         if (rc) { fprintf(stderr, "calibrate: %s: %s\n", path, scdb_strerror(rc)); goto done; }
+        if (i >= 0) {
+            cons_s[i] = scdb_now() - tc;
+            if (cb_path)
+                printf("  consumer %s: %.1f s (cpu %.1f s; its states over the windows, held-back windows, pair)\n",
+                       cname, cons_s[i], (double)(clock() - cc) / CLOCKS_PER_SEC);
+        }
+    }
+    if (cb_path) {
+        /* the first consumer's states were computed with the producer's */
+        double sum = 0;
+        for (int i = 0; i < n_cons; i++) sum += cons_s[i];
+        printf("producer states over %d windows computed once (%d producer passes) for %d consumer%s: "
+               "statistics %.1f s, consumers %.1f s (mean %.1f s each after the statistics)\n",
+               scdb_calib_windows(cal), scdb_calib_producer_passes(cal), n_cons, n_cons == 1 ? "" : "s",
+               t_stats, sum, sum / n_cons);
     }
     printf("calibrated in %.1f s\n", scdb_now() - t0);
     ret = 0;

@@ -80,6 +80,9 @@ struct scdb_calib {
     double *sk[CX_MAXM], *xk[CX_MAXM], *yk[CX_MAXM];
     float **samp[CX_MAXM];  /* [L] -> [scap][d] */
     int ns, scap;
+    int32_t *wtok;          /* [nwin][window] the statistics windows' tokens */
+    int wcap;
+    int producer_passes;    /* producer forwards over statistics windows */
     ewin *ev;
     int nev;
     cx_basis *basis;        /* [L][3] cached encoder bases */

@@ -397,6 +397,7 @@ done:
  * against any other codebook is late-added (calib_pair.c). */
 scdb_err scdb_calib_fit_codebook(scdb_calib *c, const scdb_cb_fit *f, scdb_codebook **out)
 {
+    if (c && c->o.samples_only && c->nm > 1) return SCDB_EINVAL;   /* it needs the consumers' moments */
     scdb_err rc = fit_codebook(c, f, out);
     if (rc) return rc;
     scdb_codec_id *g = realloc(c->fitted, (size_t)(c->n_fitted + 1) * sizeof *g);

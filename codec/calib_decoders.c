@@ -75,14 +75,24 @@ static scdb_err fit_decoders(const scdb_calib *c, const scdb_codebook *cb, int j
     int post = cb->info.k_post_rope;
     double *E = malloc((size_t)d * (w ? w : 1) * sizeof *E), *Sxx = malloc((size_t)d * d * sizeof *Sxx);
     double *Sxy = malloc((size_t)d * d * sizeof *Sxy), *D = malloc((size_t)(w ? w : 1) * d * sizeof *D);
+    double *mh_s = NULL;
     scdb_err rc = SCDB_ENOMEM;
     P->mk = calloc((size_t)kv, sizeof(float));
     P->mv = calloc((size_t)kv, sizeof(float));
     P->dk = calloc((size_t)kv * (w ? w : 1), sizeof(float));
     P->dv = calloc((size_t)kv * (w ? w : 1), sizeof(float));
     if (!E || !Sxx || !Sxy || !D || !P->mk || !P->mv || !P->dk || !P->dv) goto done;
-    /* means */
+    /* means; a samples-only consumer's from its samples (no moments kept) */
     const double *mh = c->sh[j] + (size_t)l * d;
+    if (c->o.samples_only && j > 0) {
+        if (!(mh_s = malloc((size_t)d * sizeof *mh_s))) goto done;
+        for (int a = 0; a < d; a++) {
+            double s = 0.0;
+            for (int i = 0; i < c->ns; i++) s += c->samp[j][l][(size_t)i * d + a];
+            mh_s[a] = s * (double)c->ntok / (c->ns ? c->ns : 1);   /* scaled as a sum */
+        }
+        mh = mh_s;
+    }
     for (int pp = 0; pp < 2; pp++) {
         const float *W = cx_cal_part_w(c, j, l, pp);
         float *m = pp ? P->mv : P->mk;
@@ -128,7 +138,7 @@ static scdb_err fit_decoders(const scdb_calib *c, const scdb_codebook *cb, int j
     }
     rc = SCDB_OK;
 done:
-    free(E); free(Sxx); free(Sxy); free(D);
+    free(E); free(Sxx); free(Sxy); free(D); free(mh_s);
     return rc;
 }
 

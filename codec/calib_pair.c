@@ -148,13 +148,17 @@ scdb_err scdb_calib_fit_pair(scdb_calib *c, const scdb_codebook *cb, int ci,
     if (!f) f = &def;
     int j = ci + 1;
     const char *name = scdb_model_cfg(c->mod[j])->name;
-    if (c->ns == 0) return SCDB_EINVAL;
+    if (c->ns == 0 || (c->o.samples_only && !f->all_layers && j > 0)) return SCDB_EINVAL;
     if (!scdb_model_config_same_arch(scdb_model_cfg(c->mod[0]), &cb->info.arch)) return SCDB_EMISMATCH;
     double rk[SCDB_CODEC_MAX_LAYERS] = {0}, rv[SCDB_CODEC_MAX_LAYERS] = {0};
     if ((rc = cx_cal_pair_skeleton(c, cb, j, &p, rk, rv))) return rc;
-    VERB(c, "  pair %s -> %s: REUSE decoders (relative LS error on calibration statistics)\n",
-         cb->info.producer, name);
-    for (int l = 0; l < c->L; l++)
+    if (c->o.samples_only && j > 0)
+        VERB(c, "  pair %s -> %s: consumer moments not kept (samples only): decoders fitted on samples\n",
+             cb->info.producer, name);
+    else
+        VERB(c, "  pair %s -> %s: REUSE decoders (relative LS error on calibration statistics)\n",
+             cb->info.producer, name);
+    for (int l = 0; l < c->L && !(c->o.samples_only && j > 0); l++)
         if (cb->info.layers[l].kind == SCDB_CB_CODED)
             VERB(c, "    layer %d: K %.4f  V %.4f  (code width %d)\n", l, rk[l], rv[l],
                  cb->info.layers[l].width);

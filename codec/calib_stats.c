@@ -77,6 +77,7 @@ void scdb_calib_free(scdb_calib **pc)
         scdb_kv_cache_free(&c->ev[i].oracle);
     }
     free(c->ev);
+    free(c->wtok);
     if (c->basis) for (int i = 0; i < c->L * 3; i++) free(c->basis[i].E);
     free(c->basis);
     free(c->fitted);
@@ -174,6 +175,64 @@ static scdb_err window_forwards_dev(scdb_calib *c, const int32_t *tok, int n, fl
     return rc;
 }
 
+/* Samples [s0, s0 + ceil(n / stride)) of model j from its window states h. */
+static void keep_samples(scdb_calib *c, int j, const float *h, int n, int s0)
+{
+    for (int l = 0; l < c->L; l++)
+        for (int i = 0, s = s0; i < n; i += c->o.sample_stride, s++)
+            memcpy(c->samp[j][l] + (size_t)s * c->d, h + ((size_t)l * n + i) * c->d,
+                   (size_t)c->d * sizeof(float));
+}
+
+/* Model j's moments of one window against the producer's states (h[0],
+ * k[0]); on c's device from dh / dk when c->ops. */
+static scdb_err add_moments(scdb_calib *c, int j, float *const *h, float *const *k,
+                            float *const *dh, float *const *dk, float *dtmp, int n, float *tmp)
+{
+    const int L = c->L, d = c->d, kv = c->kv;
+    scdb_err rc;
+    for (int l = 0; l < L; l++) {
+        const float *hp = h[0] + (size_t)l * n * d, *kp = k[0] + (size_t)l * n * kv;
+        const float *hj = h[j] + (size_t)l * n * d, *kj = k[j] + (size_t)l * n * kv;
+        double *sh = c->sh[j] + (size_t)l * d, *sk = c->sk[j] + (size_t)l * kv;
+        for (int t = 0; t < n; t++) {
+            for (int a = 0; a < d; a++) sh[a] += hj[(size_t)t * d + a];
+            for (int a = 0; a < kv; a++) sk[a] += kj[(size_t)t * kv + a];
+        }
+        if (c->ops) {
+            const float *dhp = dh[0] + (size_t)l * n * d, *dkp = dk[0] + (size_t)l * n * kv;
+            const float *dhj = dh[j] + (size_t)l * n * d, *dkj = dk[j] + (size_t)l * n * kv;
+            if ((rc = acc_xty_dev(c, c->xh[j] + (size_t)l * d * d, dhp, dhj, n, d, d, dtmp, tmp)) ||
+                (rc = acc_xty_dev(c, c->yh[j] + (size_t)l * d * d, dhj, dhj, n, d, d, dtmp, tmp)) ||
+                (rc = acc_xty_dev(c, c->xk[j] + (size_t)l * kv * kv, dkp, dkj, n, kv, kv, dtmp, tmp)) ||
+                (rc = acc_xty_dev(c, c->yk[j] + (size_t)l * kv * kv, dkj, dkj, n, kv, kv, dtmp, tmp)))
+                return rc;
+            continue;
+        }
+        acc_xty(c->xh[j] + (size_t)l * d * d, hp, hj, n, d, d, tmp);
+        acc_xty(c->yh[j] + (size_t)l * d * d, hj, hj, n, d, d, tmp);
+        acc_xty(c->xk[j] + (size_t)l * kv * kv, kp, kj, n, kv, kv, tmp);
+        acc_xty(c->yk[j] + (size_t)l * kv * kv, kj, kj, n, kv, kv, tmp);
+    }
+    return SCDB_OK;
+}
+
+/* Grow every model's sample arrays to hold `need` samples. */
+static scdb_err grow_samples(scdb_calib *c, int need)
+{
+    if (need <= c->scap) return SCDB_OK;
+    int nc = c->scap ? c->scap * 2 : 4096;
+    while (nc < need) nc *= 2;
+    for (int j = 0; j < c->nm; j++)
+        for (int l = 0; l < c->L; l++) {
+            float *q = realloc(c->samp[j][l], (size_t)nc * c->d * sizeof(float));
+            if (!q) return SCDB_ENOMEM;
+            c->samp[j][l] = q;
+        }
+    c->scap = nc;
+    return SCDB_OK;
+}
+
 static scdb_err add_window(scdb_calib *c, const int32_t *tok, int n)
 {
     const int L = c->L, d = c->d, kv = c->kv;
@@ -182,6 +241,17 @@ static scdb_err add_window(scdb_calib *c, const int32_t *tok, int n)
     scdb_kv_cache *cache = NULL;
     scdb_err rc = SCDB_ENOMEM;
 
+    /* the window's tokens are kept: a consumer swapped in later
+     * (scdb_calib_swap_consumer) runs over the same windows */
+    if (c->nwin == c->wcap) {
+        int nc = c->wcap ? c->wcap * 2 : 64;
+        int32_t *g = realloc(c->wtok, (size_t)nc * c->o.window * sizeof *g);
+        if (!g) return SCDB_ENOMEM;
+        c->wtok = g;
+        c->wcap = nc;
+    }
+    if (n != c->o.window) return SCDB_EINVAL;
+    memcpy(c->wtok + (size_t)c->nwin * c->o.window, tok, (size_t)n * sizeof *tok);
     tmp = malloc((size_t)d * d * sizeof *tmp);
     if (!tmp) goto done;
     if (!c->ops && (rc = scdb_model_cache_new(c->mod[0], n, &cache))) goto done;
@@ -196,52 +266,14 @@ static scdb_err add_window(scdb_calib *c, const int32_t *tok, int n)
         if ((rc = scdb_model_forward(c->mod[j], tok, NULL, n, cache, NULL, &cap))) goto done;
     }
     if (c->ops && (rc = window_forwards_dev(c, tok, n, h, k, dh, dk, &dtmp))) goto done;
-    rc = SCDB_ENOMEM;
-    /* samples */
+    c->producer_passes++;
     int take = (n + c->o.sample_stride - 1) / c->o.sample_stride;
-    if (c->ns + take > c->scap) {
-        int nc = c->scap ? c->scap * 2 : 4096;
-        while (nc < c->ns + take) nc *= 2;
-        for (int j = 0; j < c->nm; j++)
-            for (int l = 0; l < L; l++) {
-                float *q = realloc(c->samp[j][l], (size_t)nc * d * sizeof(float));
-                if (!q) { rc = SCDB_ENOMEM; goto done; }
-                c->samp[j][l] = q;
-            }
-        c->scap = nc;
-    }
-    for (int j = 0; j < c->nm; j++)
-        for (int l = 0; l < L; l++)
-            for (int i = 0, s = c->ns; i < n; i += c->o.sample_stride, s++)
-                memcpy(c->samp[j][l] + (size_t)s * d, h[j] + ((size_t)l * n + i) * d,
-                       (size_t)d * sizeof(float));
+    if ((rc = grow_samples(c, c->ns + take))) goto done;
+    for (int j = 0; j < c->nm; j++) keep_samples(c, j, h[j], n, c->ns);
     c->ns += take;
-    /* moments */
-    for (int l = 0; l < L; l++) {
-        const float *hp = h[0] + (size_t)l * n * d, *kp = k[0] + (size_t)l * n * kv;
-        for (int j = 0; j < c->nm; j++) {
-            const float *hj = h[j] + (size_t)l * n * d, *kj = k[j] + (size_t)l * n * kv;
-            double *sh = c->sh[j] + (size_t)l * d, *sk = c->sk[j] + (size_t)l * kv;
-            for (int t = 0; t < n; t++) {
-                for (int a = 0; a < d; a++) sh[a] += hj[(size_t)t * d + a];
-                for (int a = 0; a < kv; a++) sk[a] += kj[(size_t)t * kv + a];
-            }
-            if (c->ops) {
-                const float *dhp = dh[0] + (size_t)l * n * d, *dkp = dk[0] + (size_t)l * n * kv;
-                const float *dhj = dh[j] + (size_t)l * n * d, *dkj = dk[j] + (size_t)l * n * kv;
-                if ((rc = acc_xty_dev(c, c->xh[j] + (size_t)l * d * d, dhp, dhj, n, d, d, dtmp, tmp)) ||
-                    (rc = acc_xty_dev(c, c->yh[j] + (size_t)l * d * d, dhj, dhj, n, d, d, dtmp, tmp)) ||
-                    (rc = acc_xty_dev(c, c->xk[j] + (size_t)l * kv * kv, dkp, dkj, n, kv, kv, dtmp, tmp)) ||
-                    (rc = acc_xty_dev(c, c->yk[j] + (size_t)l * kv * kv, dkj, dkj, n, kv, kv, dtmp, tmp)))
-                    goto done;
-                continue;
-            }
-            acc_xty(c->xh[j] + (size_t)l * d * d, hp, hj, n, d, d, tmp);
-            acc_xty(c->yh[j] + (size_t)l * d * d, hj, hj, n, d, d, tmp);
-            acc_xty(c->xk[j] + (size_t)l * kv * kv, kp, kj, n, kv, kv, tmp);
-            acc_xty(c->yk[j] + (size_t)l * kv * kv, kj, kj, n, kv, kv, tmp);
-        }
-    }
+    /* moments: the producer's always; the consumers' unless samples_only */
+    for (int j = 0; j < (c->o.samples_only ? 1 : c->nm); j++)
+        if ((rc = add_moments(c, j, h, k, dh, dk, dtmp, n, tmp))) goto done;
     c->ntok += n;
     c->nwin++;
     rc = SCDB_OK;
@@ -251,6 +283,77 @@ done:
     scdb_kv_cache_free(&cache);
     return rc;
 }
+
+static void drop_evals(scdb_calib *c, int j)
+{
+    int kept = 0;
+    for (int i = 0; i < c->nev; i++) {
+        ewin *w = &c->ev[i];
+        if (w->j != j) { c->ev[kept++] = *w; continue; }
+        free(w->tok); free(w->ph); free(w->pk); free(w->ologp);
+        scdb_kv_cache_free(&w->oracle);
+    }
+    c->nev = kept;
+}
+
+scdb_err scdb_calib_swap_consumer(scdb_calib *c, int ci, const scdb_model *m)
+{
+    const int L = c ? c->L : 0, d = c ? c->d : 0, kv = c ? c->kv : 0;
+    float *h[2] = {0}, *k[2] = {0}, *tmp = NULL;
+    scdb_kv_cache *cache = NULL;
+    scdb_err rc;
+
+    if (!c || !m || ci < 0 || ci >= c->nm - 1) return SCDB_EINVAL;
+    if (!scdb_model_config_same_arch(scdb_model_cfg(c->mod[0]), scdb_model_cfg(m)))
+        return SCDB_EMISMATCH;
+    if (c->ops) return SCDB_EUNSUPPORTED;
+    const int j = ci + 1, n = c->o.window, take = (n + c->o.sample_stride - 1) / c->o.sample_stride;
+    drop_evals(c, j);
+    c->mod[j] = m;
+    memset(c->sh[j], 0, (size_t)L * d * sizeof(double));
+    memset(c->xh[j], 0, (size_t)L * d * d * sizeof(double));
+    memset(c->yh[j], 0, (size_t)L * d * d * sizeof(double));
+    memset(c->sk[j], 0, (size_t)L * kv * sizeof(double));
+    memset(c->xk[j], 0, (size_t)L * kv * kv * sizeof(double));
+    memset(c->yk[j], 0, (size_t)L * kv * kv * sizeof(double));
+    rc = SCDB_ENOMEM;
+    tmp = malloc((size_t)d * d * sizeof *tmp);
+    for (int x = 0; x < 2; x++) {
+        h[x] = malloc((size_t)L * n * d * sizeof(float));
+        k[x] = malloc((size_t)L * n * kv * sizeof(float));
+        if (!h[x] || !k[x]) goto done;
+    }
+    if (!tmp || (rc = scdb_model_cache_new(m, n, &cache))) goto done;
+    for (int w = 0; w < c->nwin; w++) {
+        const int32_t *tok = c->wtok + (size_t)w * n;
+        scdb_capture cap = {.h_in = h[1], .k_post = k[1]};
+        cache->n = 0;
+        if ((rc = scdb_model_forward(m, tok, NULL, n, cache, NULL, &cap))) goto done;
+        keep_samples(c, j, h[1], n, w * take);
+        if (!c->o.samples_only) {
+            /* the moments pair the consumer's states with the producer's:
+             * those are recomputed (counted in scdb_calib_producer_passes) */
+            scdb_capture pcap = {.h_in = h[0], .k_post = k[0]};
+            cache->n = 0;
+            if ((rc = scdb_model_forward(c->mod[0], tok, NULL, n, cache, NULL, &pcap))) goto done;
+            c->producer_passes++;
+            float *hh[CX_MAXM] = {h[0]}, *kk[CX_MAXM] = {k[0]};
+            hh[j] = h[1];
+            kk[j] = k[1];
+            if ((rc = add_moments(c, j, hh, kk, NULL, NULL, NULL, n, tmp))) goto done;
+        }
+        if (c->o.verbose) fprintf(stderr, "\r  consumer '%s': %d/%d windows", scdb_model_cfg(m)->name, w + 1, c->nwin);
+    }
+    if (c->o.verbose && c->nwin) fprintf(stderr, "\n");
+    rc = SCDB_OK;
+done:
+    for (int x = 0; x < 2; x++) { free(h[x]); free(k[x]); }
+    free(tmp);
+    scdb_kv_cache_free(&cache);
+    return rc;
+}
+
+int scdb_calib_producer_passes(const scdb_calib *c) { return c ? c->producer_passes : 0; }
 
 scdb_err scdb_calib_add_text(scdb_calib *c, const unsigned char *text, size_t len,
                              int max_windows, int *added)

@@ -43,6 +43,12 @@ scdb_err scdb_codec_read_text(const char *path, size_t max_bytes, unsigned char 
     return SCDB_OK;
 }
 
+const char *scdb_codec_text_domain(const scdb_model *m)
+{
+    const scdb_model_config *c = scdb_model_cfg(m);
+    return strcmp(c->finetune, "lora") ? c->domain : c->name;
+}
+
 static void family_dir(const scdb_model *m, char *out, size_t cap)
 {
     char tmp[1200];
@@ -71,7 +77,7 @@ static scdb_err train_text(const scdb_model *m, size_t max_bytes, unsigned char 
     free(json);
     if (!root) return SCDB_EFORMAT;
     const cJSON *doms = cJSON_GetObjectItemCaseSensitive(root, "domains");
-    const cJSON *dom = doms ? cJSON_GetObjectItemCaseSensitive(doms, scdb_model_cfg(m)->domain) : NULL;
+    const cJSON *dom = doms ? cJSON_GetObjectItemCaseSensitive(doms, scdb_codec_text_domain(m)) : NULL;
     const cJSON *files = dom ? cJSON_GetObjectItemCaseSensitive(dom, "train_files") : NULL;
     if (!cJSON_IsArray(files) || cJSON_GetArraySize(files) == 0) { rc = SCDB_ENOTFOUND; goto done; }
     listed = cJSON_GetArraySize(files);
@@ -83,6 +89,8 @@ static scdb_err train_text(const scdb_model *m, size_t max_bytes, unsigned char 
     for (int i = 0; i < listed && got < max_bytes; i++) {
         int k = listed % stride ? (int)(((long long)i * stride) % listed) : i;
         const cJSON *it = cJSON_GetArrayItem(files, k);
+        if (cJSON_IsObject(it))   /* an adapter fleet's entries: {"path": ..., "package": ...} */
+            it = cJSON_GetObjectItemCaseSensitive(it, "path");
         if (!cJSON_IsString(it)) continue;
         unsigned char *t;
         size_t tl;
@@ -97,7 +105,7 @@ static scdb_err train_text(const scdb_model *m, size_t max_bytes, unsigned char 
     if (got == 0) { rc = SCDB_ENOTFOUND; goto done; }
     if (desc && desclen)
         snprintf(desc, desclen, "%zu bytes from %d of the %d training files of domain '%s' (%s)",
-                 got, used, listed, scdb_model_cfg(m)->domain, scdb_data_relative(path));
+                 got, used, listed, scdb_codec_text_domain(m), scdb_data_relative(path));
     *text = out;
     *len = got;
     out = NULL;
@@ -124,7 +132,7 @@ scdb_err scdb_codec_domain_text(const scdb_model *m, scdb_text_source src, size_
     {
         char data[1300];
         snprintf(data, sizeof data, "%s/..", fam);
-        scdb_model_heldout_path(data, scdb_model_cfg(m)->domain, path, sizeof path);
+        scdb_model_heldout_path(data, scdb_codec_text_domain(m), path, sizeof path);
     }
     char *buf;
     size_t l;

@@ -389,6 +389,10 @@ typedef struct scdb_calib_opts {
     int n_eval;          /* unused by the library: callers add held-back windows
                             with scdb_calib_add_eval (the CLI: 6 per consumer) */
     int sample_stride;   /* keep every k-th token for aligners (default 8) */
+    int samples_only;    /* 1: the consumers' second moments are not kept, only
+                            their samples: enough for pairs with all_layers
+                            decoders against a frozen codebook (fitted on
+                            samples), not for a codebook or --own-layer pairs */
     int verbose;
 } scdb_calib_opts;
 
@@ -405,6 +409,20 @@ scdb_err scdb_calib_add_text(scdb_calib *c, const unsigned char *text, size_t le
  * for consumer ci (-1: for every consumer). */
 scdb_err scdb_calib_add_eval(scdb_calib *c, int ci, const unsigned char *text, size_t len);
 int scdb_calib_windows(const scdb_calib *c);
+/* Replace consumer ci by model m, keeping the producer's side: m runs over
+ * the statistics windows already added (their tokens are kept) and its
+ * samples (and, unless samples_only, its moments -- which pair its states
+ * with the producer's, so the producer's forward is rerun for them) replace
+ * the old consumer's; the old consumer's held-back windows are dropped (add
+ * m's with scdb_calib_add_eval).  A fleet is calibrated one consumer at a
+ * time in one session this way, the producer's states computed once.
+ * Host sessions only.  SCDB_EINVAL (NULL, ci out of range), SCDB_EMISMATCH
+ * (another architecture), SCDB_EUNSUPPORTED (scdb_calib_set_device was
+ * called), SCDB_ENOMEM, the forward's errors. */
+scdb_err scdb_calib_swap_consumer(scdb_calib *c, int ci, const scdb_model *m);
+/* How many producer forwards over statistics windows the session ran (one
+ * per window unless a swap needed moments). */
+int scdb_calib_producer_passes(const scdb_calib *c);
 /* Run the session's heavy parts on device dev (kernels.h's ops tables):
  * every statistics window's forward passes (scdb_model_dev) and moment
  * products (one GEMM per moment; the f32 products come down and are summed
@@ -434,7 +452,8 @@ typedef struct scdb_cb_fit {
 
 /* Fit a codebook on the session's statistics.  Per-layer figures (drift,
  * reconstruction error, measured KL criticality when choosing candidates)
- * go to stderr when verbose.  SCDB_EINVAL (ranks out of range, no windows). */
+ * go to stderr when verbose.  SCDB_EINVAL (ranks out of range, no windows, a
+ * samples_only session with consumers). */
 scdb_err scdb_calib_fit_codebook(scdb_calib *c, const scdb_cb_fit *f, scdb_codebook **out);
 
 typedef struct scdb_pair_fit {
@@ -480,6 +499,12 @@ typedef enum scdb_text_source {
     SCDB_TEXT_HELDOUT_FIRST,
     SCDB_TEXT_HELDOUT_SECOND,
 } scdb_text_source;
+
+/* The text domain of m: its config's domain, except for a LoRA adapter
+ * (finetune "lora"), whose domain is its own name: an adapter fleet's
+ * TRAINING.json lists each adapter's files under its name, and its held-out
+ * text is <data>/heldout/<name>.txt.  Never NULL for a model. */
+const char *scdb_codec_text_domain(const scdb_model *m);
 
 scdb_err scdb_codec_domain_text(const scdb_model *m, scdb_text_source src, size_t max_bytes,
                                 unsigned char **text, size_t *len, char *desc, size_t desclen);

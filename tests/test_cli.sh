@@ -385,5 +385,48 @@ PY
 then ok "demo: own-domain prefixes with continuations worth comparing"
 else bad "demo: own-domain prefixes with continuations worth comparing"; fi
 
+# issue 23 items 4 and 6: a fleet calibrated in one run (the producer's
+# states once), pairs equal to one-at-a-time runs; scdb bench fleet, tiny
+fl="--codebook $cb --texts $data/heldout/english.txt --windows 3 --steps 4 --eval-windows 1"
+expect 0 "calibrate --codebook: two consumers in one run" -- "$scdb" calibrate $fl \
+  --consumer "$data/models/python" --consumer "$data/models/code" -o "$tmp/fleet2"
+grep -q "producer states over 3 windows computed once (3 producer passes) for 2 consumers" "$tmp/out" \
+  && ok "calibrate: the producer's states computed once for the fleet" || { bad "calibrate: producer once"; cat "$tmp/out"; }
+[ "$(grep -c '^  consumer [a-z]*: [0-9.]* s' "$tmp/out")" -eq 2 ] && ok "calibrate: seconds per consumer" \
+  || { bad "calibrate: seconds per consumer"; cat "$tmp/out"; }
+grep -q "consumer 2/2 'code'" "$tmp/err" && ok "calibrate: progress per consumer" || bad "calibrate: progress per consumer"
+expect 0 "calibrate --codebook: the second consumer alone" -- "$scdb" calibrate $fl \
+  --consumer "$data/models/code" -o "$tmp/fleet1"
+cmp -s "$tmp/fleet1/pairs/base__code.safetensors" "$tmp/fleet2/pairs/base__code.safetensors" \
+  && ok "calibrate: a fleet run's pair is the one-at-a-time pair, byte for byte" \
+  || bad "calibrate: fleet pair differs from the one-at-a-time pair"
+expect 2 "calibrate: a codebook fit takes at most 8 consumers" -- "$scdb" calibrate --producer "$data/models/base" \
+  $(for i in 1 2 3 4 5 6 7 8 9; do printf -- '--consumer %s ' "$data/models/code"; done) --ranks 8,8,8 \
+  --patch-layers 1 -o "$tmp/no"
+bf="--data $data --prefix 32 --cont 8 --windows 1 --reps 1"
+expect 0 "bench fleet: tiny" -- "$scdb" bench fleet $bf --consumers base,code --json "$tmp/fleet.json"
+if /usr/bin/python3 - "$tmp/fleet.json" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+keys = {"consumer", "kind", "text", "bytes_per_token", "raw_bytes_per_token", "ppl_ratio", "kl", "top1",
+        "raw_ppl_ratio", "raw_kl", "raw_top1", "ttft_ms", "own_prefill_ms", "pair_bytes", "calib_s"}
+rows = j["rows"]
+assert j["consumers"] == 2 and len(rows) == 2, j
+assert all(keys <= set(r) for r in rows), rows
+assert {r["consumer"] for r in rows} == {"base", "code"}
+assert all(r["kind"] == "full" and r["pair_bytes"] > 0 and r["tokens"] > 0 for r in rows)
+assert j["stored_bytes"] > 0 and j["stored_bytes_per_adapter_keying"] > j["stored_bytes"]
+PY
+then ok "bench fleet: JSON rows and totals"; else bad "bench fleet: JSON rows and totals"; fi
+expect 0 "bench fleet: --text for every consumer" -- "$scdb" bench fleet $bf --consumers base,code \
+  --text "$data/heldout/python.txt"
+[ "$(grep -c 'python.txt' "$tmp/out")" -eq 2 ] && ok "bench fleet: both consumers on the --text" \
+  || { bad "bench fleet: --text rows"; cat "$tmp/out"; }
+mkdir -p "$tmp/badpairs" && head -c 1000 "$data/pairs/base__code.safetensors" >"$tmp/badpairs/base__code.safetensors"
+expect 1 "bench fleet: a broken pair fails the run" -- "$scdb" bench fleet $bf --consumers code --pairs "$tmp/badpairs"
+mkdir -p "$tmp/nopairs"
+expect 1 "bench fleet: no consumer with a pair" -- "$scdb" bench fleet $bf --pairs "$tmp/nopairs"
+grep -q "no consumer with a pair" "$tmp/err" && ok "bench fleet: says no consumer" || bad "bench fleet: no-consumer message"
+
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

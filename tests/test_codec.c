@@ -655,8 +655,15 @@ static void test_shipped_pairs(void **state)
         assert_int_equal(rc, SCDB_OK);
         snprintf(path, sizeof path, SCDB_DATA_DIR "/models/%s", prodn);
         assert_int_equal(scdb_model_load(path, &pm, err, sizeof err), SCDB_OK);
-        snprintf(path, sizeof path, SCDB_DATA_DIR "/models/%s", consn);
-        assert_int_equal(scdb_model_load(path, &cm, err, sizeof err), SCDB_OK);
+        snprintf(path, sizeof path, SCDB_DATA_DIR "/models/%s/config.json", consn);
+        {   /* a consumer is a model of the family or an adapter of the fleet */
+            struct stat st;
+            int model = stat(path, &st) == 0;
+            snprintf(path, sizeof path, SCDB_DATA_DIR "/%s/%s", model ? "models" : "adapters", consn);
+        }
+        rc = scdb_model_load(path, &cm, err, sizeof err);
+        if (rc) fprintf(stderr, "%s: %s\n", path, err);
+        assert_int_equal(rc, SCDB_OK);
         rc = scdb_codebook_check_producer(cb, pm, err, sizeof err);
         if (rc) fprintf(stderr, "%s\n", err);
         assert_int_equal(rc, SCDB_OK);
@@ -854,6 +861,89 @@ static void test_late_added(void **state)
     scdb_pair_free(&joint);
     scdb_calib_free(&c2);
     scdb_codebook_free(&frozen);
+    scdb_codebook_free(&cb);
+}
+
+/* A fleet against a frozen codebook in one session: the consumers take the
+ * session's slot in turn (scdb_calib_swap_consumer), the producer's states
+ * computed once (its passes = the windows, not windows x consumers), and
+ * each pair decodes as the pair of a session with that consumer alone. */
+static void test_fleet_swap(void **state)
+{
+    (void)state;
+    scdb_codebook *cb = NULL;
+    scdb_calib *c = session(1), *f = NULL, *one = NULL;
+    int cand[1] = {1}, added = 0;
+    scdb_cb_fit cf = {.r_k = 8, .r_v = 8, .r_h = 8, .n_candidates = 1, .candidates = cand};
+    scdb_pair_fit pf = {.n_patch = 1, .hidden = 8, .steps = 40, .batch = 32, .all_layers = 1};
+    assert_int_equal(scdb_calib_fit_codebook(c, &cf, &cb), SCDB_OK);
+    scdb_calib_free(&c);
+
+    scdb_calib_opts o = small_opts();
+    o.samples_only = 1;
+    const scdb_model *fleet[2] = {late, cons};
+    assert_int_equal(scdb_calib_new(prod, fleet, 1, &o, &f), SCDB_OK);
+    assert_int_equal(scdb_calib_add_text(f, text, text_len / 2, 200, &added), SCDB_OK);
+    int wins = scdb_calib_windows(f);
+    assert_int_equal(scdb_calib_producer_passes(f), wins);
+    /* bad swaps, each refused without touching the session */
+    assert_int_equal(scdb_calib_swap_consumer(NULL, 0, cons), SCDB_EINVAL);
+    assert_int_equal(scdb_calib_swap_consumer(f, 1, cons), SCDB_EINVAL);
+    assert_int_equal(scdb_calib_swap_consumer(f, -1, cons), SCDB_EINVAL);
+    assert_int_equal(scdb_calib_swap_consumer(f, 0, NULL), SCDB_EINVAL);
+    assert_int_equal(scdb_calib_swap_consumer(f, 0, other), SCDB_EMISMATCH);
+    /* samples only: no codebook, no --own-layer pair */
+    scdb_codebook *no = NULL;
+    scdb_pair *np = NULL;
+    scdb_pair_fit own = pf;
+    own.all_layers = 0;
+    assert_int_equal(scdb_calib_fit_codebook(f, &cf, &no), SCDB_EINVAL);
+    assert_null(no);
+    assert_int_equal(scdb_calib_fit_pair(f, cb, 0, &own, &np), SCDB_EINVAL);
+    assert_null(np);
+
+    enum { N = 40 };
+    int32_t tok[N], pos[N];
+    uint16_t codes[N * 24];
+    for (int i = 0; i < N; i++) { tok[i] = text[text_len / 2 + 300 + (size_t)i]; pos[i] = i; }
+    assert_int_equal(scdb_codec_encode_tokens(cb, prod, tok, pos, N, codes), SCDB_OK);
+    for (int k = 0; k < 2; k++) {
+        scdb_pair *pf_fleet = NULL, *pf_one = NULL;
+        if (k > 0) assert_int_equal(scdb_calib_swap_consumer(f, 0, fleet[k]), SCDB_OK);
+        assert_int_equal(scdb_calib_producer_passes(f), wins);          /* not recomputed */
+        for (int i = 0; i < 2; i++)
+            assert_int_equal(scdb_calib_add_eval(f, 0, text + text_len / 2 + (size_t)i * 100, 60), SCDB_OK);
+        assert_int_equal(scdb_calib_fit_pair(f, cb, 0, &pf, &pf_fleet), SCDB_OK);
+        assert_string_equal(scdb_pair_get_info(pf_fleet)->consumer, scdb_model_cfg(fleet[k])->name);
+        /* the same consumer alone, an ordinary session (moments kept) */
+        scdb_calib_opts o1 = small_opts();
+        assert_int_equal(scdb_calib_new(prod, &fleet[k], 1, &o1, &one), SCDB_OK);
+        assert_int_equal(scdb_calib_add_text(one, text, text_len / 2, 200, &added), SCDB_OK);
+        for (int i = 0; i < 2; i++)
+            assert_int_equal(scdb_calib_add_eval(one, 0, text + text_len / 2 + (size_t)i * 100, 60), SCDB_OK);
+        assert_int_equal(scdb_calib_fit_pair(one, cb, 0, &pf, &pf_one), SCDB_OK);
+        const scdb_pair_info *a = scdb_pair_get_info(pf_fleet), *b = scdb_pair_get_info(pf_one);
+        assert_int_equal(a->n_patch, b->n_patch);
+        assert_int_equal(a->n_aligners, b->n_aligners);
+        assert_memory_equal(a->patch_order, b->patch_order, sizeof(int) * (size_t)a->n_aligners);
+        scdb_kv_cache *x, *y;
+        assert_int_equal(scdb_model_cache_new(fleet[k], N, &x), SCDB_OK);
+        assert_int_equal(scdb_model_cache_new(fleet[k], N, &y), SCDB_OK);
+        assert_int_equal(scdb_pair_decode(pf_fleet, cb, codes, N, pos, tok, -1, x, 0), SCDB_OK);
+        assert_int_equal(scdb_pair_decode(pf_one, cb, codes, N, pos, tok, -1, y, 0), SCDB_OK);
+        double ek, ev;
+        kv_rel_err(x, y, N, &ek, &ev);
+        print_message("fleet pair '%s' vs alone: K/V relative difference %.2g / %.2g\n",
+                      scdb_model_cfg(fleet[k])->name, ek, ev);
+        assert_true(ek < 1e-5);
+        assert_true(ev < 1e-5);
+        scdb_kv_cache_free(&x);
+        scdb_kv_cache_free(&y);
+        scdb_pair_free(&pf_fleet);
+        scdb_pair_free(&pf_one);
+        scdb_calib_free(&one);
+    }
+    scdb_calib_free(&f);
     scdb_codebook_free(&cb);
 }
 
@@ -1529,6 +1619,7 @@ int main(void)
         cmocka_unit_test(test_legacy_fingerprint),
         cmocka_unit_test(test_codebook_restamp),
         cmocka_unit_test(test_late_added),
+        cmocka_unit_test(test_fleet_swap),
         cmocka_unit_test(test_domain_text),
         cmocka_unit_test(test_shipped_pairs),
     };

@@ -14,6 +14,12 @@ The family (all the same Llama-style architecture, byte vocabulary):
             added later: `--only python` trains it alone and leaves the
             other three models' files untouched
 
+and, `--stage adapters`, a fleet of LoRA adapters over base (Hugging Face
+PEFT layout), one per text domain of tools/evict_suite.py's (shell, perl,
+changelogs, C sources, Vim script, Python packages, man sections 1 / 5 / 8,
+HTML, CMake, prose, C headers), none trained on a file of the eviction suite,
+of the family or of any held-out text (the rule is at ADAPTERS below).
+
 Outputs (relative to --out, default data/):
 
   models/<name>/model.safetensors   f32 weights, names as in schema/FORMATS.md
@@ -23,6 +29,11 @@ Outputs (relative to --out, default data/):
                                     checked by the C model's test
   heldout/<domain>.txt              held-out text (files never trained on)
   models/TRAINING.json              corpus files used / held out, losses, timing
+  adapters/<name>/adapter_config.json, adapter_model.safetensors (F16),
+                   training.json    --stage adapters: one LoRA adapter per
+                                    domain, its bpb vs base, raw-reuse cost
+  adapters/TRAINING.json            the adapters' rule, files and figures
+  heldout/<name>.txt                each adapter's held-out text (32 KiB)
 
 Held-out files are chosen by a deterministic hash of their path
 (crc32(path) % 10 == 0), plus named fortune files for English, so anyone can
@@ -34,6 +45,12 @@ recompute the split.  CPU only, fixed seeds.  Run from the repository root:
       # only the python specialist, from the committed base; the held-out
       # texts of the other domains are read from data/heldout/, and
       # TRAINING.json gains the python entries (nothing else changes)
+  nice -n 5 /usr/bin/python3 tools/train_family.py --stage adapters \
+      --ckpt-dir /tmp/ckpt        # every adapter without a training.json
+                                  # yet (~6 min each here), resumable
+  /usr/bin/python3 tools/train_family.py --stage adapters --quick --out /tmp/x
+      # smoke run: two adapters, 4 steps, into /tmp/x
+  /usr/bin/python3 tools/check_adapters.py   # PEFT files vs the figures
 
 Every specialist's raw-reuse cost (perplexity of its continuation when it
 reads base's KV of the prefix instead of its own, vs its own prefill) is
@@ -267,11 +284,11 @@ class Model(nn.Module):
 LINEARS = ("wq", "wk", "wv", "wo", "w1", "w2", "w3")
 
 
-def add_lora(model, rank, alpha):
+def add_lora(model, rank, alpha, targets=LINEARS):
     for p in model.parameters():
         p.requires_grad_(False)
     for b in model.layers:
-        for n in LINEARS:
+        for n in targets:
             setattr(b, n, LoRALinear(getattr(b, n), rank, alpha))
 
 
@@ -379,6 +396,8 @@ def write_safetensors(path, tensors, metadata=None):
         t = tensors[name].contiguous()
         if t.dtype == torch.float32:
             dt, raw = "F32", t.numpy().astype("<f4").tobytes()
+        elif t.dtype == torch.float16:
+            dt, raw = "F16", t.numpy().astype("<f2").tobytes()
         elif t.dtype == torch.int32:
             dt, raw = "I32", t.numpy().astype("<i4").tobytes()
         else:
@@ -426,23 +445,43 @@ def eval_bpb(model, data, seq=512, max_windows=16):
 
 
 def train(model, data, steps, lr, batch, seq, seed, log, label, warmup=50,
-          weight_decay=0.01, probe=None, probe_every=0):
-    """AdamW with warmup + cosine decay.  The first 85% of the steps use
-    sequences of seq/2 tokens (batch*2 of them: cheaper attention, same tokens
-    per step); the last 15% use the full context so every position up to
-    max_seq_len is trained.  probe (optional): called every probe_every
+          weight_decay=0.01, probe=None, probe_every=0, ckpt=None, ckpt_every=50,
+          short_frac=0.85):
+    """AdamW with warmup + cosine decay.  The first 85% (short_frac) of the
+    steps use sequences of seq/2 tokens (batch*2 of them: cheaper attention,
+    same tokens per step); the rest use the full context so every position up
+    to max_seq_len is trained.  probe (optional): called every probe_every
     steps and after the last; what it returns is logged (it must not touch
-    the RNG of the batches)."""
+    the RNG of the batches).  ckpt (optional): a file where the trainable
+    parameters, the optimizer, the batch RNG, the losses and the log are
+    saved every ckpt_every steps; a run that finds it goes on from there, so
+    a killed run resumes where it was (the same batches, the same steps)."""
     gen = torch.Generator().manual_seed(seed)
-    params = [p for p in model.parameters() if p.requires_grad]
+    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    params = [p for _, p in named]
     opt = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.95), weight_decay=weight_decay)
     short = batches(data, batch * 2, seq // 2, gen)
     full = batches(data, batch, seq, gen)
-    long_from = int(steps * 0.85)
+    long_from = int(steps * short_frac)
     t0 = time.time()
     losses = []
+    first = 0
+    if ckpt and os.path.exists(ckpt):
+        st = torch.load(ckpt)
+        if st["steps"] != steps or st["lr"] != lr or st["seed"] != seed:
+            raise SystemExit(f"{ckpt}: a checkpoint of another run ({st['steps']} steps, "
+                             f"lr {st['lr']}, seed {st['seed']}); remove it")
+        with torch.no_grad():
+            for n, p in named:
+                p.copy_(st["params"][n])
+        opt.load_state_dict(st["opt"])
+        gen.set_state(st["gen"])
+        first, losses = st["step"], st["losses"]
+        log[:] = st["log"]
+        t0 -= st["seconds"]
+        print(f"[{label}] resumed from {ckpt} at step {first}", flush=True)
     model.train()
-    for step in range(steps):
+    for step in range(first, steps):
         cur = lr * min(1.0, (step + 1) / warmup) * \
             (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * step / steps)))
         for g in opt.param_groups:
@@ -465,6 +504,14 @@ def train(model, data, steps, lr, batch, seq, seed, log, label, warmup=50,
             msg = f"[{label}] step {step + 1}: {probe()}"
             print(msg, flush=True)
             log.append(msg)
+        if ckpt and ((step + 1) % ckpt_every == 0 or step == steps - 1):
+            tmp = ckpt + ".tmp"
+            torch.save({"steps": steps, "lr": lr, "seed": seed, "step": step + 1,
+                        "params": {n: p.detach().clone() for n, p in named},
+                        "opt": opt.state_dict(), "gen": gen.get_state(),
+                        "losses": losses, "log": list(log),
+                        "seconds": time.time() - t0}, tmp)
+            os.replace(tmp, ckpt)
     return losses, time.time() - t0
 
 
@@ -479,7 +526,8 @@ def read_safetensors(path):
             continue
         a, b = v["data_offsets"]
         buf = bytearray(raw[8 + n + a:8 + n + b])
-        out[k] = torch.frombuffer(buf, dtype=torch.float32).view(v["shape"]).clone()
+        dt = {"F32": torch.float32, "F16": torch.float16}[v["dtype"]]
+        out[k] = torch.frombuffer(buf, dtype=dt).view(v["shape"]).float().clone()
     return out
 
 
@@ -688,6 +736,319 @@ def add_python_report(a, t0):
         f.write("\n")
 
 
+# ---------------------------------------------------------------- adapter fleet
+#
+# `--stage adapters`: LoRA adapters over base, one per text domain, written in
+# Hugging Face PEFT's layout (data/adapters/<name>/adapter_config.json +
+# adapter_model.safetensors, F16) for scdb's adapter loader and the fleet
+# bench.  The domains are tools/evict_suite.py's (same globs, the same Debian
+# files, each as its package shipped it); what is new is the split:
+#
+#   * a candidate is never a file of the eviction suite (any portion of
+#     data/evict_suite/manifest.json), nor one the model family trained or
+#     held out on (data/models/TRAINING.json), nor under evict_suite's
+#     excluded prefixes; a file belongs to the first domain that lists it;
+#   * held out: crc32("adapter:" + path) % 10 == 0; the held-out text
+#     data/heldout/<name>.txt is cut from those files by evict_suite's rule
+#     (4 KiB from the middle of each, in crc32("order:" + path) order, at most
+#     6 files a package) to 32 KiB;
+#   * trained on: the other candidates, in the same order, at most 32 KiB
+#     from the start of each, until the text reaches 2 MiB.
+#
+# data/adapters/TRAINING.json records the rule, every adapter's training and
+# held-out files, and each adapter's training.json.
+
+# adapter name -> evict_suite domain (the evict suite's `python` is
+# dist-packages; the family's python model and data/heldout/python.txt are the
+# standard library's, hence `pylib` here).  Training order: the first twelve
+# are the fleet; the last one is trained when time allows.  evict_suite's
+# `config` is not among them: once the suite's files are out, its 132
+# candidates leave no held-out file of 512 bytes or more as shipped.
+ADAPTERS = (("shell", "shell"), ("perl", "perl"), ("changelog", "changelog"),
+            ("c-source", "c-source"), ("vim", "vim"), ("pylib", "python"), ("man5", "man5"),
+            ("man8", "man8"), ("html", "html"), ("cmake", "cmake"), ("prose", "prose"),
+            ("man1", "man1"), ("c-header", "c-header"))
+# LoRA shape per adapter: (rank, family linears, peak learning rate).  Most
+# adapt the K and V projections only (rank 16): all that they learn reaches
+# the KV cache, which is what makes reading base's KV cost them.  With all
+# seven projections, most of what an adapter learns sits in the MLP and the
+# query / output projections, which a continuation runs itself: on perl,
+# 100 steps at 2e-2 cost raw reuse +1.1% / +1.8% perplexity (prefix 192 /
+# 384) with all seven at rank 8, +1.4% / +3.3% with q, k, v, o at rank 16.
+# Two adapters adapt q, k, v, o and three all seven, so the fleet also has
+# the shapes PEFT users usually ship.
+KV_ONLY = ("wk", "wv")
+ATTN = ("wq", "wk", "wv", "wo")
+ADAPTER_SHAPE = {"html": (16, ATTN, 2e-2), "cmake": (16, ATTN, 2e-2),
+                 "prose": (8, LINEARS, 2e-2), "man1": (8, LINEARS, 2e-2),
+                 "c-header": (8, LINEARS, 2e-2)}
+DEFAULT_SHAPE = (16, KV_ONLY, 3e-2)
+PEFT_TARGETS = (("wq", "self_attn.q_proj"), ("wk", "self_attn.k_proj"),
+                ("wv", "self_attn.v_proj"), ("wo", "self_attn.o_proj"),
+                ("w1", "mlp.gate_proj"), ("w3", "mlp.up_proj"), ("w2", "mlp.down_proj"))
+ADAPTER_HELDOUT_BYTES = 32 << 10
+ADAPTER_TRAIN_BYTES = 2 << 20
+ADAPTER_FILE_CAP = 32 << 10
+ADAPTER_RULE_VERSION = 1
+
+
+def adapter_is_heldout(path):
+    return zlib.crc32(("adapter:" + path).encode()) % 10 == 0
+
+
+def adapter_selection(repo):
+    """{name: {what, evict_domain, train_files: [{path, package, bytes}],
+    heldout_files: [evict_suite.cut records], ...}} and {name: held-out text}
+    for every adapter of ADAPTERS, by the rule above."""
+    sys.path.insert(0, os.path.join(repo, "tools"))
+    import evict_suite as es
+    own = es.owners()
+    allowed = es.project_packages(repo)
+    own = {p: o for p, o in own.items() if o[0] in allowed}
+    es.OWNED[:] = sorted(own)
+    es.MD5.update(es.shipped_md5())
+    banned = es.training_files(repo)
+    with open(os.path.join(repo, "data", "evict_suite", "manifest.json")) as f:
+        for d in json.load(f)["domains"]:
+            for part in d["portions"].values():
+                banned |= {x["path"] for x in part["files"]}
+    by_dom = {name: (what, fn) for name, _, what, fn in es.DOMAINS}
+    owner = {}        # path -> the first adapter whose domain lists it
+    cands = {}
+    for name, dom in ADAPTERS:
+        what, fn = by_dom[dom]
+        c = []
+        for p in sorted(set(fn())):
+            if (p in owner or p in banned or p not in own or p.startswith(es.EXCLUDE_PREFIXES)
+                    or not os.path.isfile(p) or os.path.islink(p)):
+                continue
+            owner[p] = name
+            c.append(p)
+        cands[name] = c
+    sel, texts, used = {}, {}, set()
+    for name, dom in ADAPTERS:
+        held = [p for p in cands[name] if adapter_is_heldout(p)]
+        text, hfiles = es.cut(held, ADAPTER_HELDOUT_BYTES, own, used)
+        train, total = [], 0
+        for p in sorted((p for p in cands[name] if not adapter_is_heldout(p)),
+                        key=es.order_key):
+            if total >= ADAPTER_TRAIN_BYTES:
+                break
+            data = es.read_any(p)
+            if data is None or len(data) < es.MIN_BYTES or not es.is_text(data):
+                continue
+            n = min(len(data), ADAPTER_FILE_CAP, ADAPTER_TRAIN_BYTES - total)
+            train.append({"path": p, "package": own[p][0], "version": own[p][1], "bytes": n})
+            total += n + 1
+        assert not {x["path"] for x in train} & {x["path"] for x in hfiles}
+        sel[name] = {"what": by_dom[dom][0], "evict_domain": dom,
+                     "candidates": len(cands[name]), "train_bytes": total,
+                     "heldout_bytes": len(text), "train_files": train,
+                     "heldout_files": hfiles}
+        texts[name] = text
+        print(f"[adapters] {name:10s} {len(cands[name]):5d} candidates, train "
+              f"{total} B from {len(train)} files, held out {len(text)} B from "
+              f"{len(hfiles)} files", flush=True)
+    return sel, texts
+
+
+def adapter_corpus(repo, entry):
+    """The training text of one adapter, re-read from its recorded files (each
+    as its package shipped it: a file changed since the selection is refused)."""
+    sys.path.insert(0, os.path.join(repo, "tools"))
+    import evict_suite as es
+    if not es.MD5:
+        es.MD5.update(es.shipped_md5())
+    parts = []
+    for x in entry["train_files"]:
+        d = es.read_any(x["path"])
+        if d is None or len(d) < x["bytes"]:
+            raise SystemExit(f"{x['path']}: not as its package shipped it any more; "
+                             f"reselect with --reselect")
+        parts.append(d[:x["bytes"]])
+    blob = b"\n".join(parts)
+    return torch.frombuffer(bytearray(blob), dtype=torch.uint8).long()
+
+
+def peft_tensors(model):
+    """The LoRA factors of a model with LoRALinear layers, PEFT's names, F16."""
+    t = {}
+    for i, b in enumerate(model.layers):
+        for n, hf in PEFT_TARGETS:
+            m = getattr(b, n)
+            if not isinstance(m, LoRALinear):
+                continue
+            p = f"base_model.model.model.layers.{i}.{hf}."
+            t[p + "lora_A.weight"] = m.A.detach().to(torch.float16).contiguous()
+            t[p + "lora_B.weight"] = m.B.detach().to(torch.float16).contiguous()
+    return t
+
+
+def peft_config(rank, alpha, targets):
+    return {"peft_type": "LORA", "base_model_name_or_path": "base", "r": rank,
+            "lora_alpha": alpha, "use_rslora": False,
+            "target_modules": [hf.split(".")[1] for n, hf in PEFT_TARGETS if n in targets],
+            "bias": "none", "fan_in_fan_out": False, "modules_to_save": None,
+            "use_dora": False, "lora_dropout": 0.0, "task_type": "CAUSAL_LM",
+            "inference_mode": True}
+
+
+def load_peft(base_path, adapter_dir, merge=True):
+    """base + the adapter in adapter_dir, read back from its PEFT files: the
+    merged model (W + s*B*A per target) or, merge=False, the low-rank one
+    (LoRALinear layers holding the file's A and B)."""
+    with open(os.path.join(adapter_dir, "adapter_config.json")) as f:
+        cfg = json.load(f)
+    t = read_safetensors(os.path.join(adapter_dir, "adapter_model.safetensors"))
+    m = load_model(base_path)
+    of_hf = {hf.split(".")[1]: n for n, hf in PEFT_TARGETS}
+    targets = [of_hf[x] for x in cfg["target_modules"]]
+    add_lora(m, cfg["r"], cfg["lora_alpha"], targets)
+    hf_of = dict(PEFT_TARGETS)
+    with torch.no_grad():
+        for i, b in enumerate(m.layers):
+            for n in targets:
+                lm = getattr(b, n)
+                p = f"base_model.model.model.layers.{i}.{hf_of[n]}."
+                lm.A.copy_(t.pop(p + "lora_A.weight"))
+                lm.B.copy_(t.pop(p + "lora_B.weight"))
+    if t:
+        raise SystemExit(f"{adapter_dir}: unexpected tensors {sorted(t)[:3]}")
+    if merge:
+        merge_lora(m)
+    m.eval()
+    return m
+
+
+def adapter_stage(a):
+    """Train the adapters of ADAPTERS (or --adapters) that have no
+    training.json yet, one after the other."""
+    torch.set_num_threads(a.threads)
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    adir = os.path.join(a.out, "adapters")
+    os.makedirs(adir, exist_ok=True)
+    rpath = os.path.join(adir, "TRAINING.json")
+    report = {}
+    if os.path.exists(rpath):
+        with open(rpath) as f:
+            report = json.load(f)
+    if a.reselect or report.get("rule_version") != ADAPTER_RULE_VERSION:
+        sel, texts = adapter_selection(repo)
+        report = {"rule_version": ADAPTER_RULE_VERSION, "rule": {
+            "domains": "tools/evict_suite.py's DOMAINS (same globs over the files of the "
+                       "packages scripts/install-deps.sh installs and their dependencies, "
+                       "each as its package shipped it); adapter name -> domain: " +
+                       ", ".join(f"{n} = {d}" for n, d in ADAPTERS),
+            "excluded": "every file of data/evict_suite/manifest.json (all portions), every "
+                        "file of data/models/TRAINING.json (trained or held out), "
+                        "evict_suite's excluded prefixes; a file belongs to the first "
+                        "adapter whose domain lists it",
+            "heldout": f"crc32('adapter:' + path) % 10 == 0; text cut by evict_suite's rule "
+                       f"to {ADAPTER_HELDOUT_BYTES} bytes: data/heldout/<name>.txt",
+            "train": f"the other candidates in crc32('order:' + path) order, at most "
+                     f"{ADAPTER_FILE_CAP} bytes from the start of each, joined with '\\n', "
+                     f"until {ADAPTER_TRAIN_BYTES} bytes"},
+            "config": CONFIG, "domains": sel, "adapters": report.get("adapters", {})}
+        os.makedirs(os.path.join(a.out, "heldout"), exist_ok=True)
+        for name, text in texts.items():
+            with open(os.path.join(a.out, "heldout", name + ".txt"), "wb") as f:
+                f.write(text)
+        if not a.quick:
+            with open(rpath, "w") as f:
+                json.dump(report, f, indent=1)
+                f.write("\n")
+    names = a.adapters or [n for n, _ in ADAPTERS]
+    base_path = os.path.join(a.out, "models", "base", "model.safetensors")
+    if a.quick and not os.path.exists(base_path):
+        base_path = os.path.join(repo, "data", "models", "base", "model.safetensors")
+    for name in names:
+        if name not in report["domains"]:
+            raise SystemExit(f"--adapters: no adapter {name!r} (have "
+                             f"{', '.join(n for n, _ in ADAPTERS)})")
+        d = os.path.join(adir, name)
+        if os.path.exists(os.path.join(d, "training.json")):
+            print(f"[{name}] done already ({d}/training.json): skipped", flush=True)
+            continue
+        t0 = time.time()
+        entry = report["domains"][name]
+        corpus = adapter_corpus(repo, entry)
+        with open(os.path.join(a.out, "heldout", name + ".txt"), "rb") as f:
+            held = torch.frombuffer(bytearray(f.read()), dtype=torch.uint8).long()
+        seed = zlib.crc32(("adapter:" + name).encode()) & 0x7FFFFFFF
+        torch.manual_seed(seed)
+        rank, targets, lr = ADAPTER_SHAPE.get(name, DEFAULT_SHAPE)
+        lr = a.adapter_lr or lr
+        alpha = 2 * rank
+        m = load_model(base_path)
+        add_lora(m, rank, alpha, targets)
+        ckpt = None
+        if a.ckpt_dir and not a.quick:
+            os.makedirs(a.ckpt_dir, exist_ok=True)
+            ckpt = os.path.join(a.ckpt_dir, name + ".pt")
+        log = []
+        losses, secs = train(m, corpus, a.adapter_steps, lr, a.adapter_batch,
+                             a.seq, seed, log, name, warmup=20, weight_decay=0.0,
+                             ckpt=ckpt, ckpt_every=25, short_frac=a.adapter_short_frac)
+        m.eval()
+        # the f32 model training ended with, on the held-out text's first 16
+        # windows (tools/check_adapters.py compares the shipped F16 one)
+        trained_bpb = eval_bpb(m, held, max_windows=16)
+        os.makedirs(d, exist_ok=True)
+        write_safetensors(os.path.join(d, "adapter_model.safetensors"), peft_tensors(m),
+                          {"format": "pt"})
+        with open(os.path.join(d, "adapter_config.json"), "w") as f:
+            json.dump(peft_config(rank, alpha, targets), f, indent=2)
+            f.write("\n")
+        # every figure from here on is the shipped adapter's: read back from
+        # the PEFT files (F16 factors) and merged into base's f32 weights
+        spec = load_peft(base_path, d)
+        base = load_model(base_path)
+        bpb = round(eval_bpb(spec, held, max_windows=64), 4)
+        base_bpb = round(eval_bpb(base, held, max_windows=64), 4)
+        rr = raw_reuse_cost(base, spec, held, windows=16)
+        size = os.path.getsize(os.path.join(d, "adapter_model.safetensors"))
+        info = {"name": name, "domain": entry["evict_domain"], "what": entry["what"],
+                "parent": "base", "finetune": "lora", "lora_rank": rank,
+                "lora_alpha": alpha,
+                "target_modules": peft_config(rank, alpha, targets)["target_modules"],
+                "steps": a.adapter_steps, "lr": lr, "batch": a.adapter_batch,
+                "seq": a.seq, "short_frac": a.adapter_short_frac, "weight_decay": 0.0,
+                "seed": seed,
+                "train_bytes": int(corpus.numel()), "train_files": len(entry["train_files"]),
+                "train_seconds": round(secs, 1), "seconds": round(time.time() - t0, 1),
+                "final_loss": avg_tail(losses),
+                "heldout": f"heldout/{name}.txt", "heldout_bytes": int(held.numel()),
+                "heldout_bpb": bpb, "base_heldout_bpb": base_bpb,
+                "bpb_vs_base": round(bpb / base_bpb - 1.0, 4),
+                "trained_f32_bpb_16_windows": round(trained_bpb, 4),
+                "adapter_bytes": size,
+                "adapter_vs_base_bytes": round(size / os.path.getsize(base_path), 4),
+                "raw_reuse": {"text": f"second half of heldout/{name}.txt", "windows": 16,
+                              "continuation": 64,
+                              "by_prefix": {str(P): r for P, r in rr.items()}},
+                "torch": torch.__version__, "threads": a.threads,
+                "log": log}
+        with open(os.path.join(d, "training.json"), "w") as f:
+            json.dump(info, f, indent=1)
+            f.write("\n")
+        print(f"[{name}] held-out bpb {bpb:.4f} vs base {base_bpb:.4f} "
+              f"({100 * info['bpb_vs_base']:+.1f}%); raw reuse " + ", ".join(
+                  f"prefix {P}: {100 * r['raw_vs_oracle']:+.1f}% (KL {r['kl']:.3f}, top-1 "
+                  f"{r['top1']:.3f})" for P, r in rr.items()) +
+              f"; {size} B ({100 * info['adapter_vs_base_bytes']:.1f}% of base), "
+              f"{info['seconds']:.0f} s", flush=True)
+        if not a.quick:
+            with open(rpath) as f:
+                report = json.load(f)
+            report["adapters"][name] = info
+            with open(rpath, "w") as f:
+                json.dump(report, f, indent=1)
+                f.write("\n")
+            if ckpt and os.path.exists(ckpt):
+                os.remove(ckpt)
+    return 0
+
+
 def passes_arg(s):
     """"600:1e-2,500:1e-2" -> [(600, 0.01), (500, 0.01)]"""
     try:
@@ -704,7 +1065,7 @@ def main():
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="data")
     ap.add_argument("--quick", action="store_true", help="smoke run (few steps)")
-    ap.add_argument("--stage", choices=("all",) + FAMILY,
+    ap.add_argument("--stage", choices=("all", "adapters") + FAMILY,
                     default="all", help="all = base, then code and manpages in "
                     "parallel (one process and one core each), then python")
     ap.add_argument("--only", choices=FAMILY[1:], help="train this specialist alone "
@@ -721,12 +1082,33 @@ def main():
     ap.add_argument("--python-wd", type=float, default=0.1)
     ap.add_argument("--probe-every", type=int, default=100,
                     help="python: log the raw-reuse cost every N steps (0: at the end)")
+    ap.add_argument("--adapters", nargs="+", metavar="NAME",
+                    help="adapters stage: train these (default: every adapter of "
+                    "ADAPTERS without a training.json yet; --quick: the first two)")
+    ap.add_argument("--adapter-steps", type=int, default=70)
+    ap.add_argument("--adapter-lr", type=float,
+                    help="adapters stage: peak learning rate (default: ADAPTER_SHAPE's)")
+    ap.add_argument("--adapter-batch", type=int, default=2,
+                    help="adapters stage: sequences of --seq tokens a step")
+    ap.add_argument("--adapter-short-frac", type=float, default=0.85,
+                    help="adapters stage: the fraction of steps on half-length "
+                    "sequences (the rest use --seq)")
+    ap.add_argument("--ckpt-dir", metavar="DIR",
+                    help="adapters stage: checkpoint each adapter's training here every "
+                    "25 steps; a run that finds one goes on from it")
+    ap.add_argument("--reselect", action="store_true",
+                    help="adapters stage: choose the files again (and rewrite the held-out "
+                    "texts) instead of reading data/adapters/TRAINING.json's choice")
     ap.add_argument("--batch", type=int, default=8, help="sequences of --seq tokens")
     ap.add_argument("--seq", type=int, default=512)
     ap.add_argument("--threads", type=int, default=1)
     a = ap.parse_args()
     if a.quick:
-        a.base_steps, a.code_steps, a.lora_steps = 4, 4, 4
+        a.base_steps, a.code_steps, a.lora_steps, a.adapter_steps = 4, 4, 4, 4
+        if a.stage == "adapters" and not a.adapters:
+            a.adapters = [n for n, _ in ADAPTERS[:2]]
+    if a.stage == "adapters":
+        return adapter_stage(a)
         a.python_passes = [(4, lr) for _, lr in a.python_passes]
     if a.only:
         if a.only != "python":
