@@ -164,13 +164,15 @@ int scdb_bench_adapter(int argc, char **argv)
             return 0;
         }
         if (!v) { fprintf(stderr, "scdb bench adapter: %s needs a value\n", a); return 2; }
+        scdb_err pe = SCDB_OK;
         if (!strcmp(a, "--adapter")) adapter = v;
-        else if (!strcmp(a, "--rank")) rank = atoi(v);
-        else if (!strcmp(a, "--tokens")) tokens = atoi(v);
-        else if (!strcmp(a, "--reps")) reps = atoi(v);
+        else if (!strcmp(a, "--rank")) pe = scdb_parse_int(a, v, 1, 4096, &rank, err, sizeof err);
+        else if (!strcmp(a, "--tokens")) pe = scdb_parse_int(a, v, 1, 4096, &tokens, err, sizeof err);
+        else if (!strcmp(a, "--reps")) pe = scdb_parse_int(a, v, 1, 64, &reps, err, sizeof err);
         else if (!strcmp(a, "--json")) json = v;
         else if (!strcmp(a, "--mode")) only = !strcmp(v, "merged") ? 0 : !strcmp(v, "lowrank") ? 1 : 2;
         else { fprintf(stderr, "scdb bench adapter: unknown option '%s'\n", a); return 2; }
+        if (pe) { fprintf(stderr, "scdb bench adapter: %s\n", err); return 2; }
         i++;
     }
     if (rank < 1 || rank > 4096 || tokens < 1 || tokens > 4096 || reps < 1 || reps > 64 || only > 1) {
