@@ -31,7 +31,13 @@
  * and arena tables, so those need no locks; a job carries everything its
  * thread needs (the unpacked request, its payload frames, a reference on
  * the arena) and comes back packed as a reply.  A long decode occupies one
- * worker; lookups, heartbeats and other clients' requests go on.
+ * worker; lookups, heartbeats and other clients' requests go on.  Both
+ * queues are lanes of per-client FIFOs served round robin (gets and
+ * evictions in separate lanes: broker_int.h, bk_queue), so one client's
+ * burst never holds another's get; BLAS runs single-threaded inside the
+ * job threads, which worker_cpus / worker_nice can pin and renice (jobs.c,
+ * THREADING MODEL); every job's time is split into stages on /metrics
+ * (scdb_job_stage_seconds: dispatch, queue, service, handoff, total).
  *
  * CLIENTS, HEARTBEATS, RECLAIM
  * ----------------------------

@@ -87,8 +87,12 @@ static int parse_u64(const char *s, uint64_t *out)
 static int parse_int(const char *s, long lo, long hi, long *out)
 {
     uint64_t v;
-    if (parse_u64(s, &v) || v > (uint64_t)hi || (long)v < lo) return -1;
-    *out = (long)v;
+    int neg = lo < 0 && *s == '-';    /* only where the key takes negatives */
+    long x;
+    if (parse_u64(s + neg, &v) || v > (uint64_t)LONG_MAX) return -1;
+    x = neg ? -(long)v : (long)v;
+    if (x < lo || x > hi) return -1;
+    *out = x;
     return 0;
 }
 

@@ -167,12 +167,23 @@ static void placement_keys(void **state)
     assert_string_equal(c.worker_cpus, "");
     assert_int_equal(scdb_broker_config_set(&c, "worker_nice", "5", err, sizeof err), SCDB_OK);
     assert_int_equal(c.worker_nice, 5);
+    assert_int_equal(scdb_broker_config_set(&c, "worker_nice", "-20", err, sizeof err), SCDB_OK);
+    assert_int_equal(c.worker_nice, -20);
+    assert_int_equal(scdb_broker_config_get(&c, "worker_nice", v, sizeof v), SCDB_OK);
+    assert_string_equal(v, "-20");
+    assert_int_equal(scdb_broker_config_set(&c, "worker_nice", "5", err, sizeof err), SCDB_OK);
     assert_int_equal(scdb_broker_config_set(&c, "worker_nice", "20", err, sizeof err),
                      SCDB_EINVAL);
     assert_int_equal(scdb_broker_config_set(&c, "worker_nice", "-21", err, sizeof err),
                      SCDB_EINVAL);
     assert_int_equal(scdb_broker_config_set(&c, "worker_nice", "high", err, sizeof err),
                      SCDB_EINVAL);
+    assert_int_equal(scdb_broker_config_set(&c, "worker_nice", "--5", err, sizeof err),
+                     SCDB_EINVAL);
+    assert_int_equal(scdb_broker_config_set(&c, "worker_nice", "-", err, sizeof err),
+                     SCDB_EINVAL);
+    /* keys without negatives still refuse them */
+    assert_int_equal(scdb_broker_config_set(&c, "workers", "-1", err, sizeof err), SCDB_EINVAL);
     assert_int_equal(c.worker_nice, 5);
     scdb_broker_config_clear(&c);
 }
