@@ -470,6 +470,9 @@ static void *worker_main(void *arg)
     const lw_env *env = w->env;
     double rate = env->rate[w->op], start, next, end;
 
+    /* the settle time: every client's threads start and the first of
+     * them reach the broker before anything is measured */
+    if (env->settle_s > 0) usleep((useconds_t)(env->settle_s * 1e6));
     start = scdb_now();
     next = start;
     end = start + env->seconds;

@@ -20,6 +20,7 @@
  *                                          put             2 new raw blocks
  *                                          put_states      2 new blocks, encoded by the broker
  *                                          session_evict   16 slots appended, evict to 192
+ *     (after env.settle_s: every thread of every client started)
  *   lw_collect: each writes its counts and latencies (µs) to a file
  *
  * Rates.  Each thread runs its operation open-loop at a given rate
@@ -72,6 +73,8 @@ typedef struct lw_env {
     int restarts;                 /* the broker may die: unavailability tolerated */
     int timeout_ms;
     uint64_t seed;
+    double settle_s;              /* released clients wait this long before
+                                     they start (their threads settle) */
     /* the broker's config: extra [broker] lines (worker_cpus, ...), and
      * the loopback port of its /metrics (0: none) */
     char broker_conf[512];

@@ -336,6 +336,7 @@ struct scdb_broker {
  *   sessions.c  live sessions over a client's arenas
  *   clients.c   the client table; dropping a client closes its sessions
  *               and frees its arenas
+ *   job_queue.c the job queues: lanes of per-client FIFOs, round robin
  *   jobs.c      jobs, the worker pool and the writer
  *   handlers.c  one request: checks, inline answers, jobs
  *   listen.c    the sockets: ipc, tcp with CURVE, the ZAP allow-list
