@@ -20,8 +20,8 @@
  *      descriptors (start, end; "start" before the clients connect, "end"
  *      after they leave); and, from the broker's /metrics before and after
  *      the run, its per-stage histograms (scdb_job_stage_seconds: dispatch,
- *      queue, service, handoff, total) for get and session_evict beside the
- *      client's latency
+ *      queue, service, handoff, total) for get, session_evict, put and
+ *      put_states beside the client's latency
  *      Each run measures from SETTLE_S after the clients are released
  *      (every thread started), the broker's histograms too: neither
  *      includes the clients' setup (arenas, sessions, first gets, all at
@@ -59,10 +59,12 @@ static const double weight[LW_N_OPS] = {0, 0.10, 0.40, 0.15, 0.15, 0.20};
 #define MAX_LE 80
 static const char *const stage_names[N_STAGES] = {"dispatch", "queue", "service", "handoff",
                                                   "total"};
-/* the ops of the stage table: get and session_evict */
-#define N_STAGE_OPS 2
-static const lw_op stage_op[N_STAGE_OPS] = {LW_GET, LW_SESSION_EVICT};
-static const char *const stage_op_metric[N_STAGE_OPS] = {"get", "session_evict"};
+/* the ops of the stage table: get and session_evict (workers), put and
+ * put_states (the writer) */
+#define N_STAGE_OPS 4
+static const lw_op stage_op[N_STAGE_OPS] = {LW_GET, LW_SESSION_EVICT, LW_PUT, LW_PUT_STATES};
+static const char *const stage_op_metric[N_STAGE_OPS] = {"get", "session_evict", "put",
+                                                         "put_states"};
 
 typedef struct stage_hist {
     int n_le;
@@ -107,10 +109,12 @@ static void usage(FILE *f)
             "  --worker-cpus L    run the broker with worker_cpus = L (e.g. 0,1: its\n"
             "                     workers pinned to those cores)\n"
             "  --worker-nice N    run the broker with worker_nice = N\n"
+            "  --workers N        run the broker with N workers (default 2)\n"
             "  --json FILE        {\"runs\":[{clients, seconds, errors, ops[{op, ok, errors,\n"
-            "                     ops_s, p50_us, ...; get, session_evict: queue_p99_us,\n"
-            "                     service_p99_us}], rss_kb, fds}]}\n"
+            "                     ops_s, p50_us, ...; get, session_evict, put, put_states:\n"
+            "                     queue_p99_us, service_p99_us}], rss_kb, fds}]}\n"
             "SCDB_BENCH_BROKER=PATH runs PATH's `serve` as the broker (another build's scdb)\n"
+            "TMPDIR=DIR puts the broker's store and the bench's files there (default /tmp).\n"
             "instead of this scdb's.  Exit status 1 when an op of the mix never succeeded.\n");
 }
 
@@ -459,11 +463,11 @@ int scdb_bench_load(int argc, char **argv)
         {"clients", 1, 0, 'c'}, {"seconds", 1, 0, 's'}, {"fraction", 1, 0, 'f'},
         {"calib-seconds", 1, 0, 'C'}, {"warmup", 1, 0, 'w'}, {"only", 0, 0, 'o'},
         {"data", 1, 0, 'd'}, {"worker-cpus", 1, 0, 'P'}, {"worker-nice", 1, 0, 'N'},
-        {"capacity-from", 1, 0, 'F'},
+        {"capacity-from", 1, 0, 'F'}, {"workers", 1, 0, 'W'},
         {"json", 1, 0, 'j'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     static lw_env env;
     int clients = 64, only = 0, c, rc = 1, counts[3], n_runs = 0, failed = 0;
-    const char *worker_cpus = NULL, *worker_nice = NULL, *capacity_from = NULL;
+    const char *worker_cpus = NULL, *worker_nice = NULL, *capacity_from = NULL, *workers = NULL;
     double seconds = 30, fraction = 0.5, calib = 3, warmup = 5, cap[LW_N_OPS], offered[LW_N_OPS];
     const char *json = NULL, *data = scdb_data_dir();
     run_stats runs[3];
@@ -482,6 +486,7 @@ int scdb_bench_load(int argc, char **argv)
         case 'P': worker_cpus = optarg; break;
         case 'N': worker_nice = optarg; break;
         case 'F': capacity_from = optarg; break;
+        case 'W': workers = optarg; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -505,6 +510,9 @@ int scdb_bench_load(int argc, char **argv)
         snprintf(env.broker_conf + strlen(env.broker_conf),
                  sizeof env.broker_conf - strlen(env.broker_conf), "worker_nice = %s\n",
                  worker_nice);
+    if (workers)   /* after the config's own workers = 2: the last one counts */
+        snprintf(env.broker_conf + strlen(env.broker_conf),
+                 sizeof env.broker_conf - strlen(env.broker_conf), "workers = %s\n", workers);
     if (lw_setup(&env, data, 16, 10000)) goto out;
     if (capacity_from) {
         if (read_capacity(capacity_from, cap)) goto out;

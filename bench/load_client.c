@@ -117,7 +117,10 @@ int lw_setup(lw_env *env, const char *data, int n_prompts, int hb_timeout_ms)
     env->timeout_ms = 10000;
     if (n_prompts > LW_MAX_PROMPTS) n_prompts = LW_MAX_PROMPTS;
     env->n_prompts = n_prompts;
-    snprintf(env->dir, sizeof env->dir, "/tmp/scdb-load-XXXXXX");
+    {   /* $TMPDIR: where the store lives (tmpfs or disk) is the bench's choice */
+        const char *tmp = getenv("TMPDIR");
+        snprintf(env->dir, sizeof env->dir, "%s/scdb-load-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    }
     if (!mkdtemp(env->dir)) return -1;
     snprintf(env->endpoint, sizeof env->endpoint, "ipc://%s/broker.sock", env->dir);
     snprintf(env->config, sizeof env->config, "%s/broker.ini", env->dir);

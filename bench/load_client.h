@@ -28,6 +28,9 @@
  * closed-loop (rate < 0: back to back; how capacity is measured).
  * Latency is the call's own duration.
  *
+ * The temp dir (config, store, logs) is made in $TMPDIR, else /tmp: a
+ * tmpfs or a disk under the store is the runner's choice.
+ *
  * Verification (chaos, env.verify): gets read the raw/base copy and compare
  * every byte with the payload the prompt's tokens determine; each put the
  * broker acknowledged is appended to DIR/acked-<client>.log before the next
