@@ -52,7 +52,8 @@ double scdb_bench_median(double *v, size_t n);
 /* Start `scdb serve ARGS...` (NULL-terminated) in a child process, its
  * stderr appended to log_path (NULL: inherited); returns its pid (-1 on
  * fork failure).  Benches and the demo run inside the scdb command, so the
- * child execs /proc/self/exe.  Stop it with scdb_bench_stop_broker (a
+ * child execs /proc/self/exe (or $SCDB_BENCH_BROKER when set: another
+ * build's scdb, to measure two brokers under one bench).  Stop it with scdb_bench_stop_broker (a
  * signal, then its exit status: 0 clean, 128 + signal if killed by it). */
 pid_t scdb_bench_start_broker(const char *const *args, const char *log_path);
 int scdb_bench_stop_broker(pid_t pid, int sig);

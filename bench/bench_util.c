@@ -60,8 +60,11 @@ pid_t scdb_bench_start_broker(const char *const *args, const char *log_path)
             FILE *f = freopen(log_path, "a", stderr);
             (void)f;
         }
-        /* the scdb command itself: benches and the demo run inside it */
-        execv("/proc/self/exe", (char *const *)argv);
+        /* the scdb command itself: benches and the demo run inside it
+         * (SCDB_BENCH_BROKER: another build's scdb, to compare brokers
+         * under the same bench) */
+        const char *exe = getenv("SCDB_BENCH_BROKER");
+        execv(exe && *exe ? exe : "/proc/self/exe", (char *const *)argv);
         _exit(127);
     }
     return pid;

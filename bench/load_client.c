@@ -36,9 +36,11 @@ static int write_config(const lw_env *env, int hb_timeout_ms)
     fprintf(f,
             "[broker]\nendpoint = %s\ndata_dir = %s/store\nblock_tokens = %d\n"
             "log_level = warn\nno_sync = 1\nworkers = 2\nhot_capacity = 64MiB\n"
-            "disk_capacity = 2GiB\nheartbeat_timeout_ms = %d\nmax_inflight = 1024\n\n",
+            "disk_capacity = 2GiB\nheartbeat_timeout_ms = %d\nmax_inflight = 1024\n",
             env->endpoint, env->dir, BT, hb_timeout_ms);
-    fprintf(f, "[model base]\nconfig = %s/models/base/config.json\n\n", env->data);
+    if (env->metrics_port > 0) fprintf(f, "metrics_listen = 127.0.0.1:%d\n", env->metrics_port);
+    if (env->broker_conf[0]) fprintf(f, "%s\n", env->broker_conf);
+    fprintf(f, "\n[model base]\nconfig = %s/models/base/config.json\n\n", env->data);
     fprintf(f, "[model code]\nconfig = %s/models/code/config.json\n\n", env->data);
     fprintf(f, "[policy distillcache]\nfile = %s/policies/distillcache_base.safetensors\n\n",
             env->data);
@@ -115,7 +117,10 @@ int lw_setup(lw_env *env, const char *data, int n_prompts, int hb_timeout_ms)
     env->timeout_ms = 10000;
     if (n_prompts > LW_MAX_PROMPTS) n_prompts = LW_MAX_PROMPTS;
     env->n_prompts = n_prompts;
-    snprintf(env->dir, sizeof env->dir, "/tmp/scdb-load-XXXXXX");
+    {   /* $TMPDIR: where the store lives (tmpfs or disk) is the bench's choice */
+        const char *tmp = getenv("TMPDIR");
+        snprintf(env->dir, sizeof env->dir, "%s/scdb-load-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    }
     if (!mkdtemp(env->dir)) return -1;
     snprintf(env->endpoint, sizeof env->endpoint, "ipc://%s/broker.sock", env->dir);
     snprintf(env->config, sizeof env->config, "%s/broker.ini", env->dir);
@@ -239,6 +244,20 @@ typedef struct worker {
 
 static atomic_int g_stop;
 
+/* splitmix64's finaliser: a generator seed from (seed, client, op).  The
+ * xorshift below, seeded with the raw sums, gave nearly the same first
+ * numbers to every client (seeds a few bits apart), so all of them sent
+ * their first get at the same instant: 64 gets queued at once, a 0.3 s
+ * queue at 64 clients that was the bench's own doing. */
+static uint64_t seed_mix(uint64_t x)
+{
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    x ^= x >> 31;
+    return x ? x : 1;           /* xorshift's state is never 0 */
+}
+
 static double urand(worker *w)
 {
     w->rng ^= w->rng << 13;
@@ -297,15 +316,7 @@ static scdb_err setup(worker *w)
         }
     }
     if (w->op == LW_GET && !w->arena) e = scdb_arena_new(w->h, ARENA_SLOTS, &w->arena);
-    if (w->op == LW_PUT_STATES && !w->arena) {
-        e = scdb_states_arena_new(w->h, LW_PUT_TOKENS, &w->arena);
-        if (!e) {
-            int L, D, cap;
-            float *s = scdb_arena_states(w->arena, &L, &D, &cap);
-            for (size_t i = 0; i < (size_t)L * LW_PUT_TOKENS * D; i++)
-                s[i] = (float)(urand(w) - 0.5);
-        }
-    }
+    if (w->op == LW_PUT_STATES && !w->arena) e = scdb_states_arena_new(w->h, LW_PUT_TOKENS, &w->arena);
     if (w->op == LW_SESSION_EVICT && !w->sess) {
         scdb_session_opts so = {.budget = SESSION_BUDGET, .policy = "distillcache",
                                 .n_heads = 4};
@@ -327,17 +338,28 @@ static scdb_err setup(worker *w)
     return e;
 }
 
-static void fresh_put_tokens(worker *w, int32_t *t)
+/* Byte tokens (the bundled family's vocabulary is 256: every token of a
+ * put must be below it, or the broker refuses it with SCDB_ERANGE), unique
+ * per run, client and call: block 0 starts with a NUL (never in the
+ * held-out English prompts), then the seed, the client and the call's
+ * sequence number, one byte each, then seeded noise. */
+void lw_put_tokens(uint64_t seed, int client, uint64_t seq, int32_t t[LW_PUT_TOKENS])
 {
-    /* unique per client and call: block 0 starts with (client, seq) */
-    uint64_t s = w->env->seed * 1000003u + (uint64_t)w->client * 7919u + w->seq++;
+    uint64_t s = seed * 1000003u + (uint64_t)client * 7919u + seq;
     for (int i = 0; i < LW_PUT_TOKENS; i++) {
         s = s * 6364136223846793005ull + 1442695040888963407ull;
         t[i] = (int32_t)(s >> 56);
     }
-    t[0] = 256 + (int32_t)(w->client & 0xffff);    /* outside the byte prompts */
-    t[1] = (int32_t)((w->seq >> 16) & 0xffff);
-    t[2] = (int32_t)(w->seq & 0xffff);
+    t[0] = 0;
+    t[1] = (int32_t)(seed & 0xff);
+    t[2] = (int32_t)((unsigned)client >> 8 & 0xff);
+    t[3] = (int32_t)((unsigned)client & 0xff);
+    for (int i = 0; i < 5; i++) t[4 + i] = (int32_t)(seq >> (8 * (4 - i)) & 0xff);
+}
+
+static void fresh_put_tokens(worker *w, int32_t *t)
+{
+    lw_put_tokens(w->env->seed, w->client, w->seq++, t);
 }
 
 /* Compare a raw get of prompt p with the payload its tokens determine. */
@@ -416,6 +438,12 @@ static scdb_err one(worker *w, double *us)
     }
     case LW_PUT_STATES: {
         int32_t tok[LW_PUT_TOKENS];
+        int L, D, cap;
+        float *st = scdb_arena_states(w->arena, &L, &D, &cap);
+        /* the producer's prefill: fresh states every call (a put_states
+         * consumes the rows it encodes: NaN until written again) */
+        for (size_t i = 0; i < (size_t)L * LW_PUT_TOKENS * (size_t)D; i++)
+            st[i] = (float)(urand(w) - 0.5);
         fresh_put_tokens(w, tok);
         t0 = scdb_now();
         e = scdb_put_states(w->h, tok, LW_PUT_TOKENS, 0, w->arena, NULL);
@@ -459,6 +487,9 @@ static void *worker_main(void *arg)
     const lw_env *env = w->env;
     double rate = env->rate[w->op], start, next, end;
 
+    /* the settle time: every client's threads start and the first of
+     * them reach the broker before anything is measured */
+    if (env->settle_s > 0) usleep((useconds_t)(env->settle_s * 1e6));
     start = scdb_now();
     next = start;
     end = start + env->seconds;
@@ -476,10 +507,22 @@ static void *worker_main(void *arg)
             usleep(50000);
             continue;
         }
-        e = one(w, &us);
-        if (e) {
-            note_error(w, e, lw_op_names[w->op]);
-            continue;
+        {
+            uint64_t wrong0 = w->wrong_lookups;
+            e = one(w, &us);
+            if (e) {
+                note_error(w, e, lw_op_names[w->op]);
+                continue;
+            }
+            if (w->wrong_lookups != wrong0) {   /* answered, but wrongly: an error */
+                if (!w->errors++) {
+                    w->first_error = SCDB_EMISMATCH;
+                    snprintf(w->first_msg, sizeof w->first_msg,
+                             "%s: a wrong answer (a lookup or get short of the stored prompt, "
+                             "or an eviction that kept another count)", lw_op_names[w->op]);
+                }
+                continue;
+            }
         }
         w->count++;
         if (w->n_lat == w->cap_lat) {
@@ -531,7 +574,8 @@ static void client_main(const lw_env *env, int client, int ready_w, int go_r)
         w[n].env = env;
         w[n].client = client;
         w[n].op = (lw_op)op;
-        w[n].rng = env->seed * 2654435761u + (uint64_t)client * 40503u + (uint64_t)op * 977u + 1;
+        w[n].rng = seed_mix(env->seed * 2654435761u + (uint64_t)client * 40503u +
+                            (uint64_t)op * 977u + 1);
         w[n].ack_fd = -1;
         if ((op == LW_PUT || op == LW_PUT_STATES) && env->verify) {
             snprintf(path, sizeof path, "%s/acked-%s%d.log", env->dir,

@@ -20,12 +20,16 @@
  *                                          put             2 new raw blocks
  *                                          put_states      2 new blocks, encoded by the broker
  *                                          session_evict   16 slots appended, evict to 192
+ *     (after env.settle_s: every thread of every client started)
  *   lw_collect: each writes its counts and latencies (µs) to a file
  *
  * Rates.  Each thread runs its operation open-loop at a given rate
  * (exponential gaps from a seeded generator: Poisson arrivals), or
  * closed-loop (rate < 0: back to back; how capacity is measured).
  * Latency is the call's own duration.
+ *
+ * The temp dir (config, store, logs) is made in $TMPDIR, else /tmp: a
+ * tmpfs or a disk under the store is the runner's choice.
  *
  * Verification (chaos, env.verify): gets read the raw/base copy and compare
  * every byte with the payload the prompt's tokens determine; each put the
@@ -72,6 +76,12 @@ typedef struct lw_env {
     int restarts;                 /* the broker may die: unavailability tolerated */
     int timeout_ms;
     uint64_t seed;
+    double settle_s;              /* released clients wait this long before
+                                     they start (their threads settle) */
+    /* the broker's config: extra [broker] lines (worker_cpus, ...), and
+     * the loopback port of its /metrics (0: none) */
+    char broker_conf[512];
+    int metrics_port;
 } lw_env;
 
 /* One client's results (header of its result file, then the latencies). */
@@ -120,6 +130,11 @@ int lw_fds(pid_t pid);
  * of a token sequence, as producers put it and verifiers expect it. */
 void lw_raw_payload(const int32_t *tokens, int block, int n_layers, int kv_dim, int block_tokens,
                     uint16_t *out);
+
+/* The tokens of put number seq of a client (puts and put_states): byte
+ * tokens, valid for the bundled family's 256-token vocabulary, unique per
+ * (seed, client, seq) within the first block, never a stored prompt's. */
+void lw_put_tokens(uint64_t seed, int client, uint64_t seq, int32_t t[LW_PUT_TOKENS]);
 
 /* The acknowledged puts (states: put_states) of clients 0..n_clients-1:
  * the tokens of each, from their logs.  Returns how many (at most max). */

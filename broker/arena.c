@@ -107,7 +107,9 @@ scdb_err bk_shm_create(scdb_broker *b, bk_client *c, size_t size, bk_arena_kind 
         goto sys;
     }
     if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)) goto sys;
-    a->map = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    /* MAP_POPULATE: the broker's page tables too, here at creation, so
+     * that no get or eviction takes a page fault per page it writes */
+    a->map = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
     if (a->map == MAP_FAILED) {
         a->map = NULL;
         goto sys;

@@ -184,11 +184,8 @@ scdb_err scdb_broker_new(const scdb_broker_config *c, scdb_broker **out, char *e
         e = SCDB_ESYS;
         goto fail;
     }
-    e = bk_threads_start(b);
-    if (e) {
-        snprintf(errbuf, errlen, "cannot start threads");
-        goto fail;
-    }
+    e = bk_threads_start(b, errbuf, errlen);
+    if (e) goto fail;
     bk_remote_watch(b, 1);      /* the writer refreshes what others replace */
     e = bk_metrics_start(b, errbuf, errlen);
     if (e) goto fail;

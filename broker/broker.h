@@ -31,7 +31,13 @@
  * and arena tables, so those need no locks; a job carries everything its
  * thread needs (the unpacked request, its payload frames, a reference on
  * the arena) and comes back packed as a reply.  A long decode occupies one
- * worker; lookups, heartbeats and other clients' requests go on.
+ * worker; lookups, heartbeats and other clients' requests go on.  Both
+ * queues are lanes of per-client FIFOs served round robin (gets and
+ * evictions in separate lanes: broker_int.h, bk_queue), so one client's
+ * burst never holds another's get; BLAS runs single-threaded inside the
+ * job threads, which worker_cpus / worker_nice can pin and renice (jobs.c,
+ * THREADING MODEL); every job's time is split into stages on /metrics
+ * (scdb_job_stage_seconds: dispatch, queue, service, handoff, total).
  *
  * CLIENTS, HEARTBEATS, RECLAIM
  * ----------------------------
@@ -454,6 +460,12 @@ typedef struct scdb_broker_config {
     scdb_log_level log_level;  /* (info)                                      */
     scdb_device_pref device;   /* auto | cpu | cuda (auto): where gets decode
                                   into CUDA IPC arenas; see CUDA ARENAS      */
+    char worker_cpus[128];     /* cores the job threads (workers and the
+                                  writer) are pinned to, "0,1" or "0-3,6"
+                                  ("": not pinned)                          */
+    int worker_nice;           /* their nice value, -20 .. 19 (0: the
+                                  broker's own; below it needs
+                                  CAP_SYS_NICE)                            */
     char metrics_listen[128];  /* HOST:PORT (or PORT: 127.0.0.1) for GET
                                   /metrics over HTTP; empty: off (METRICS)   */
     /* [remote]: the fleet's Redis Cluster (see REMOTE TIER); keys
@@ -493,6 +505,12 @@ scdb_err scdb_broker_config_load(scdb_broker_config *c, const char *path, char *
  * SCDB_ENOTFOUND (unknown key), SCDB_EINVAL (bad value). */
 scdb_err scdb_broker_config_set(scdb_broker_config *c, const char *key, const char *value,
                                 char *errbuf, size_t errlen);
+/* A CPU list as worker_cpus takes it: comma-separated cores or ranges
+ * ("0,1", "2-5,8"), each below SCDB_BROKER_MAX_CPUS: cpus[i] set to 1 for
+ * each core named (the rest 0).  Returns how many, -1 when s is not such a
+ * list (empty, garbage, a range backwards or out of bounds). */
+#define SCDB_BROKER_MAX_CPUS 1024
+int scdb_broker_cpu_list(const char *s, unsigned char cpus[SCDB_BROKER_MAX_CPUS]);
 /* The name of [broker] key i (0, 1, ...), NULL past the last. */
 const char *scdb_broker_config_key(int i);
 /* 1 when a SIGHUP reload applies a change of [broker] key `key` to the

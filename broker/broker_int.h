@@ -173,13 +173,40 @@ typedef struct bk_job {
                                    broker replaced (owned)                 */
     size_t n_rkeys;
     int attempts;               /* ... tries so far (blocks being read)    */
-    struct bk_job *next;
+    /* job_queue.c: its lane, its client's FIFO, and the stage clock (ns):
+     * t0_ns received, t_queued_ns pushed, t_start_ns taken by a thread,
+     * t_end_ns finished there (metrics.c's stage histograms) */
+    int lane;
+    uint64_t flow;              /* the client's token (0: internal job)    */
+    struct bk_job *flow_next;   /* its client's next job in this lane      */
+    struct bk_job *flow_tail;   /* in a flow's first job: its last one     */
+    struct bk_job *next;        /* the lane's ring of flows (first jobs)   */
+    uint64_t t_queued_ns, t_start_ns, t_end_ns;
 } bk_job;
 
+/* A job queue (job_queue.c): lanes, each a ring of per-client FIFOs.
+ *
+ *   lane READ   get, lookup (workers); put, put_states, delete (writer)
+ *   lane BACK   session_evict (workers); remote-tier inserts (writer)
+ *
+ *   lane READ:  [client 7: g g g g] -> [client 3: g] -> [client 9: g g]
+ *                 ^ next pop takes client 7's first get, then moves
+ *                   client 7 (if it has more) behind client 9
+ *
+ * A pop takes the first job of the lane's first client and moves that
+ * client to the back of the ring: round robin over clients, one job per
+ * turn, so a client's burst delays another's job by at most one job of
+ * its own.  With both lanes non-empty, pops alternate between them: a get
+ * waits behind at most one eviction per thread, and evictions never
+ * starve.  A client's own jobs keep their order within a lane. */
+#define BK_LANE_READ 0
+#define BK_LANE_BACK 1
+#define BK_LANES 2
 typedef struct bk_queue {
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    bk_job *head, *tail;
+    struct { bk_job *head, *tail; } lane[BK_LANES];
+    int next_lane;              /* where the next pop looks first          */
     int len;                    /* queued, not yet taken (atomic reads)    */
     int stop;
 } bk_queue;
@@ -187,6 +214,20 @@ typedef struct bk_queue {
 typedef struct bk_opstat {
     uint64_t count, errors, total_ns, max_ns;
 } bk_opstat;
+
+/* The stages a job's time is split into (metrics.c): dispatch (received
+ * -> queued, main thread), queue (waiting for a thread), service (on the
+ * thread), hand-off (finished -> back on the main thread, reply sent),
+ * total (received -> reply sent).  Per job op: get, lookup, put,
+ * put_states, delete, session_evict. */
+enum { BK_STAGE_DISPATCH, BK_STAGE_QUEUE, BK_STAGE_SERVICE, BK_STAGE_HANDOFF, BK_STAGE_TOTAL,
+       BK_N_STAGES };
+#define BK_N_STAGE_OPS 6
+#define BK_STAGE_BUCKETS 57     /* 1 us .. 10 s, 8 per decade (metrics.c) */
+typedef struct bk_stage_hist {
+    uint64_t n[BK_STAGE_BUCKETS + 1];
+    uint64_t count, sum_ns;
+} bk_stage_hist;
 
 #define BK_BUCKETS 1024
 #define BK_MAX_ROUTERS 2
@@ -254,6 +295,7 @@ struct scdb_broker {
      * endpoint (NULL: metrics_listen unset) */
     uint64_t status_count[OP_COUNT][SCDB_ERR_COUNT];
     bk_hist h_get, h_decode, h_evict;
+    bk_stage_hist h_stage[BK_N_STAGES][BK_N_STAGE_OPS];
     uint64_t index_lookups, index_fallbacks; /* reported by clients          */
     struct bk_metrics *metrics;
 
@@ -300,6 +342,7 @@ struct scdb_broker {
  *   sessions.c  live sessions over a client's arenas
  *   clients.c   the client table; dropping a client closes its sessions
  *               and frees its arenas
+ *   job_queue.c the job queues: lanes of per-client FIFOs, round robin
  *   jobs.c      jobs, the worker pool and the writer
  *   handlers.c  one request: checks, inline answers, jobs
  *   listen.c    the sockets: ipc, tcp with CURVE, the ZAP allow-list
@@ -447,9 +490,27 @@ void bk_job_free(bk_job *j);
 /* A finished job back on the main thread: send its reply, release what it
  * holds, free it. */
 void bk_job_done(scdb_broker *b, bk_job *j);
-scdb_err bk_threads_start(scdb_broker *b);
+/* The writer and cfg.workers workers, placed as worker_cpus / worker_nice
+ * say, BLAS single-threaded (jobs.c, THREADING MODEL).  SCDB_EINVAL (a bad
+ * worker_cpus), SCDB_ESYS (a thread cannot start or be placed: errbuf
+ * says why), SCDB_ENOMEM. */
+scdb_err bk_threads_start(scdb_broker *b, char *errbuf, size_t errlen);
 void bk_threads_stop(scdb_broker *b);
+
+/* job_queue.c: the lanes (bk_queue above).  Init, then push from the main
+ * thread, pop from the threads; stop wakes every thread: pop returns the
+ * jobs left, then NULL. */
+void bk_queue_init(bk_queue *q);
+void bk_queue_destroy(bk_queue *q);
+/* Queue j in its op's lane, behind its client's earlier jobs there (the
+ * client: j->req's, or j->client for an eviction; 0 for internal jobs);
+ * stamps t_queued_ns. */
 void bk_queue_push(bk_queue *q, bk_job *j);
+/* Next job (stamps t_start_ns), or NULL once stopped and empty. */
+bk_job *bk_queue_pop(bk_queue *q);
+void bk_queue_stop(bk_queue *q);
+/* The lane of a job of kind op. */
+int bk_job_lane(bk_op op);
 
 /* handlers.c: one request (frames[0] = identity, frames[1] = request). */
 void bk_handle(scdb_broker *b, int sock, zmq_msg_t *frames, int n_frames, int too_big,

@@ -88,8 +88,12 @@ static int parse_u64(const char *s, uint64_t *out)
 static int parse_int(const char *s, long lo, long hi, long *out)
 {
     uint64_t v;
-    if (parse_u64(s, &v) || v > (uint64_t)hi || (long)v < lo) return -1;
-    *out = (long)v;
+    int neg = lo < 0 && *s == '-';    /* only where the key takes negatives */
+    long x;
+    if (parse_u64(s + neg, &v) || v > (uint64_t)LONG_MAX) return -1;
+    x = neg ? -(long)v : (long)v;
+    if (x < lo || x > hi) return -1;
+    *out = x;
     return 0;
 }
 
@@ -127,7 +131,7 @@ static int copy_str(char *dst, size_t cap, const char *s)
 
 /* ------------------------------------------------------------ [broker] */
 
-enum { K_STR, K_U64, K_U32, K_INT, K_BOOL, K_MODE, K_LEVEL, K_DEVICE };
+enum { K_STR, K_U64, K_U32, K_INT, K_BOOL, K_MODE, K_LEVEL, K_DEVICE, K_CPUS };
 
 static const struct key {
     const char *name;
@@ -171,6 +175,8 @@ static const struct key {
     {"log_level", K_LEVEL, F(log_level), 0, 0, 0},
     {"device", K_DEVICE, F(device), 0, 0, 0},
     {"metrics_listen", K_STR, F(metrics_listen), S(metrics_listen), 0, 0},
+    {"worker_cpus", K_CPUS, F(worker_cpus), S(worker_cpus), 0, 0},
+    {"worker_nice", K_INT, F(worker_nice), 0, -20, 19},
     /* [remote] NAME is remote_NAME here (and --remote-NAME as a flag) */
     {"remote_cluster", K_STR, F(remote_cluster), S(remote_cluster), 0, 0},
     {"remote_user", K_STR, F(remote_user), S(remote_user), 0, 0},
@@ -202,6 +208,18 @@ scdb_err scdb_broker_config_set(scdb_broker_config *c, const char *key, const ch
     case K_STR:
         if (copy_str(p + d->off, d->size, value)) goto bad;
         break;
+    case K_CPUS: {
+        unsigned char cpus[SCDB_BROKER_MAX_CPUS];
+        /* "" unpins; anything else must be a list */
+        if (*value && scdb_broker_cpu_list(value, cpus) < 0) {
+            if (errbuf)
+                snprintf(errbuf, errlen, "bad value '%s' for %s (cores 0..%d as \"0,1\" or "
+                         "\"0-3,6\")", value, key, SCDB_BROKER_MAX_CPUS - 1);
+            return SCDB_EINVAL;
+        }
+        if (copy_str(p + d->off, d->size, value)) goto bad;
+        break;
+    }
     case K_U64: {
         uint64_t v;
         if (parse_u64(value, &v)) goto bad;
@@ -265,6 +283,34 @@ bad:
     return SCDB_EINVAL;
 }
 
+int scdb_broker_cpu_list(const char *s, unsigned char cpus[SCDB_BROKER_MAX_CPUS])
+{
+    int n = 0;
+
+    memset(cpus, 0, SCDB_BROKER_MAX_CPUS);
+    if (!s || !*s) return -1;
+    for (;;) {
+        char *end;
+        long lo, hi;
+        if (*s < '0' || *s > '9') return -1;
+        lo = hi = strtol(s, &end, 10);
+        s = end;
+        if (*s == '-') {
+            if (s[1] < '0' || s[1] > '9') return -1;
+            hi = strtol(s + 1, &end, 10);
+            s = end;
+        }
+        if (lo > hi || hi >= SCDB_BROKER_MAX_CPUS) return -1;
+        for (long i = lo; i <= hi; i++)
+            if (!cpus[i]) {
+                cpus[i] = 1;
+                n++;
+            }
+        if (!*s) return n;
+        if (*s++ != ',') return -1;
+    }
+}
+
 const char *scdb_broker_config_key(int i)
 {
     return i >= 0 && (size_t)i < SCDB_ARRAY_LEN(keys) ? keys[i].name : NULL;
@@ -281,7 +327,8 @@ scdb_err scdb_broker_config_get(const scdb_broker_config *c, const char *key, ch
     if (i == SCDB_ARRAY_LEN(keys)) return SCDB_ENOTFOUND;
     const struct key *d = &keys[i];
     switch (d->type) {
-    case K_STR: snprintf(buf, len, "%s", p + d->off); break;
+    case K_STR:
+    case K_CPUS: snprintf(buf, len, "%s", p + d->off); break;
     case K_U64: {
         uint64_t v;
         memcpy(&v, p + d->off, sizeof v);

@@ -8,48 +8,24 @@
  * jobs from its queue, packs the reply, and hands the job back to the main
  * thread over an inproc PUSH socket; bk_job_done sends the reply and
  * releases what the job held. */
+#define _GNU_SOURCE 1
 #include "broker_int.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "kernels.h"
 
 #define DONE_ENDPOINT "inproc://scdb-done"
-
-void bk_queue_push(bk_queue *q, bk_job *j)
-{
-    j->next = NULL;
-    pthread_mutex_lock(&q->mu);
-    if (q->tail)
-        q->tail->next = j;
-    else
-        q->head = j;
-    q->tail = j;
-    __atomic_add_fetch(&q->len, 1, __ATOMIC_RELAXED);
-    pthread_cond_signal(&q->cv);
-    pthread_mutex_unlock(&q->mu);
-}
-
-/* Next job, or NULL once the queue is stopped and empty. */
-static bk_job *queue_pop(bk_queue *q)
-{
-    bk_job *j;
-
-    pthread_mutex_lock(&q->mu);
-    while (!q->head && !q->stop) pthread_cond_wait(&q->cv, &q->mu);
-    j = q->head;
-    if (j) {
-        q->head = j->next;
-        if (!q->head) q->tail = NULL;
-        __atomic_sub_fetch(&q->len, 1, __ATOMIC_RELAXED);
-    }
-    pthread_mutex_unlock(&q->mu);
-    return j;
-}
 
 /* ------------------------------------------------------------------ jobs */
 
@@ -552,9 +528,28 @@ static void run_lookup(scdb_broker *b, bk_job *j)
 
 /* --------------------------------------------------------------- threads */
 
+/* THREADING MODEL.  The broker's CPU work runs on its job threads
+ * (cfg.workers workers and one writer); each is one core's worth of work
+ * at most: BLAS runs single-threaded inside them (scdb_k_cpu_threads(1)
+ * at start), since OpenBLAS's own threads, one set per calling thread,
+ * spin in sched_yield against the workers and the clients for the same
+ * cores.  Placement: worker_cpus pins every job thread to those cores,
+ * worker_nice sets their priority (per thread: Linux's setpriority on a
+ * thread id); the main thread is left where the process runs (systemd's
+ * CPUAffinity= and Nice= place the whole process instead). */
+
+/* At start: the job threads report that they placed themselves. */
+typedef struct placing {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int done;                   /* threads that tried                      */
+    int err;                    /* the first failure's errno (0: none)     */
+} placing;
+
 typedef struct thread_arg {
     scdb_broker *b;
     bk_queue *q;
+    placing *pl;                /* NULL once reported                      */
 } thread_arg;
 
 /* Refresh what another broker replaced; what could not be done now (a
@@ -585,12 +580,38 @@ static void run_refresh(scdb_broker *b, bk_job *j)
     bk_job_free(j);
 }
 
+/* worker_cpus as a cpu_set_t: how many cores, -1 if it is not a list. */
+static int cpu_set_of(const char *list, cpu_set_t *set)
+{
+    unsigned char cpus[SCDB_BROKER_MAX_CPUS];
+    int n = scdb_broker_cpu_list(list, cpus);
+
+    CPU_ZERO(set);
+    for (int i = 0; n > 0 && i < SCDB_BROKER_MAX_CPUS && i < CPU_SETSIZE; i++)
+        if (cpus[i]) CPU_SET(i, set);
+    return n;
+}
+
+/* Pin and renice the calling thread as the config says: 0 or an errno. */
+static int place_thread(const scdb_broker_config *c)
+{
+    if (c->worker_cpus[0]) {
+        cpu_set_t set;
+        int rc;
+        if (cpu_set_of(c->worker_cpus, &set) < 0) return EINVAL;
+        if ((rc = pthread_setaffinity_np(pthread_self(), sizeof set, &set))) return rc;
+    }
+    if (c->worker_nice && setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), c->worker_nice))
+        return errno;
+    return 0;
+}
+
 static void *thread_main(void *arg)
 {
     thread_arg ta = *(thread_arg *)arg;
     scdb_broker *b = ta.b;
     void *push = zmq_socket(b->zctx, ZMQ_PUSH);
-    int hwm = 0;
+    int hwm = 0, pe;
     bk_job *j;
 
     free(arg);
@@ -599,7 +620,13 @@ static void *thread_main(void *arg)
         scdb_error("worker: cannot connect %s: %s", DONE_ENDPOINT, zmq_strerror(zmq_errno()));
         abort();    /* inproc to our own context: a programming error */
     }
-    while ((j = queue_pop(ta.q))) {
+    pe = place_thread(&b->cfg);
+    pthread_mutex_lock(&ta.pl->mu);
+    if (pe && !ta.pl->err) ta.pl->err = pe;
+    ta.pl->done++;
+    pthread_cond_signal(&ta.pl->cv);
+    pthread_mutex_unlock(&ta.pl->mu);
+    while ((j = bk_queue_pop(ta.q))) {
         if (j->op == BK_JOB_REMOTE_INSERT) {   /* internal: nobody waits for it */
             bk_remote_insert(b, j->rblocks, j->n_rblocks);
             bk_job_free(j);
@@ -618,18 +645,20 @@ static void *thread_main(void *arg)
         case OP_SESSION_EVICT: bk_session_run_evict(b, j); break;
         default: bk_job_finish(j, SCDB_EPROTO, NULL, "not a job"); break;
         }
+        j->t_end_ns = scdb_now_ns();
         while (zmq_send(push, &j, sizeof j, 0) < 0 && zmq_errno() == EINTR) {}
     }
     zmq_close(push);
     return NULL;
 }
 
-static int start(scdb_broker *b, bk_queue *q, pthread_t *t)
+static int start(scdb_broker *b, bk_queue *q, pthread_t *t, placing *pl)
 {
     thread_arg *a = malloc(sizeof *a);
     if (!a) return -1;
     a->b = b;
     a->q = q;
+    a->pl = pl;
     if (pthread_create(t, NULL, thread_main, a)) {
         free(a);
         return -1;
@@ -637,55 +666,83 @@ static int start(scdb_broker *b, bk_queue *q, pthread_t *t)
     return 0;
 }
 
-static void queue_init(bk_queue *q)
+scdb_err bk_threads_start(scdb_broker *b, char *errbuf, size_t errlen)
 {
-    memset(q, 0, sizeof *q);
-    pthread_mutex_init(&q->mu, NULL);
-    pthread_cond_init(&q->cv, NULL);
-}
-
-scdb_err bk_threads_start(scdb_broker *b)
-{
+    const scdb_broker_config *c = &b->cfg;
     sigset_t all, old;
+    placing pl = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0};
+    int n_cpus = 0, n_started;
+    cpu_set_t set;
 
-    queue_init(&b->jobs);
-    queue_init(&b->writes);
-    b->workers = calloc((size_t)b->cfg.workers, sizeof *b->workers);
-    if (!b->workers) return SCDB_ENOMEM;
+    if (c->worker_cpus[0] && (n_cpus = cpu_set_of(c->worker_cpus, &set)) < 0) {
+        snprintf(errbuf, errlen, "bad worker_cpus '%s'", c->worker_cpus);
+        return SCDB_EINVAL;
+    }
+    if (!n_cpus && !sched_getaffinity(0, sizeof set, &set)) n_cpus = CPU_COUNT(&set);
+    /* one BLAS thread per job thread: workers x BLAS never exceed the cores */
+    scdb_k_cpu_threads(1);
+    if (n_cpus > 0 && c->workers > n_cpus)
+        scdb_warn("%d workers on %d core%s (%s): more workers than cores only adds "
+                  "switches; workers = %d is the most that helps", c->workers, n_cpus,
+                  n_cpus > 1 ? "s" : "", c->worker_cpus[0] ? "worker_cpus" : "the process's",
+                  n_cpus);
+    bk_queue_init(&b->jobs);
+    bk_queue_init(&b->writes);
+    b->workers = calloc((size_t)c->workers, sizeof *b->workers);
+    if (!b->workers) {
+        snprintf(errbuf, errlen, "out of memory");
+        return SCDB_ENOMEM;
+    }
     /* threads never take the signals: the main thread does */
     sigfillset(&all);
     pthread_sigmask(SIG_BLOCK, &all, &old);
-    if (start(b, &b->writes, &b->writer) == 0) b->writer_started = 1;
-    for (int i = 0; b->writer_started && i < b->cfg.workers; i++) {
-        if (start(b, &b->jobs, &b->workers[i])) break;
+    if (start(b, &b->writes, &b->writer, &pl) == 0) b->writer_started = 1;
+    for (int i = 0; b->writer_started && i < c->workers; i++) {
+        if (start(b, &b->jobs, &b->workers[i], &pl)) break;
         b->n_workers++;
     }
     pthread_sigmask(SIG_SETMASK, &old, NULL);
-    return b->writer_started && b->n_workers == b->cfg.workers ? SCDB_OK : SCDB_ESYS;
-}
-
-static void queue_stop(bk_queue *q)
-{
-    pthread_mutex_lock(&q->mu);
-    q->stop = 1;
-    pthread_cond_broadcast(&q->cv);
-    pthread_mutex_unlock(&q->mu);
+    /* every started thread reports before it takes a job (pl lives here) */
+    n_started = b->writer_started + b->n_workers;
+    pthread_mutex_lock(&pl.mu);
+    while (pl.done < n_started) pthread_cond_wait(&pl.cv, &pl.mu);
+    pthread_mutex_unlock(&pl.mu);
+    pthread_mutex_destroy(&pl.mu);
+    pthread_cond_destroy(&pl.cv);
+    if (!b->writer_started || b->n_workers != c->workers) {
+        snprintf(errbuf, errlen, "cannot start threads (%d of %d workers and %s writer)",
+                 b->n_workers, c->workers, b->writer_started ? "the" : "no");
+        return SCDB_ESYS;
+    }
+    if (pl.err) {
+        int place_errno = pl.err;
+        snprintf(errbuf, errlen, "cannot place the job threads (worker_cpus '%s', worker_nice "
+                 "%d): %s%s", c->worker_cpus, c->worker_nice, strerror(place_errno),
+                 place_errno == EPERM || place_errno == EACCES
+                     ? " (a negative worker_nice needs CAP_SYS_NICE: systemd's Nice= or "
+                       "AmbientCapabilities=CAP_SYS_NICE)"
+                 : place_errno == EINVAL ? " (a core outside the ones this process may use?)"
+                                         : "");
+        return SCDB_ESYS;
+    }
+    if (c->worker_cpus[0] || c->worker_nice)
+        scdb_info("job threads on cores %s, nice %d", c->worker_cpus[0] ? c->worker_cpus : "(any)",
+                  c->worker_nice);
+    return SCDB_OK;
 }
 
 void bk_threads_stop(scdb_broker *b)
 {
     if (!b->workers && !b->writer_started) return;
     /* workers first: a get may still hand the writer blocks to keep */
-    queue_stop(&b->jobs);
+    bk_queue_stop(&b->jobs);
     for (int i = 0; i < b->n_workers; i++) pthread_join(b->workers[i], NULL);
-    queue_stop(&b->writes);
+    bk_queue_stop(&b->writes);
     if (b->writer_started) pthread_join(b->writer, NULL);
     free(b->workers);
     b->workers = NULL;
     b->n_workers = 0;
     b->writer_started = 0;
-    pthread_mutex_destroy(&b->jobs.mu);
-    pthread_cond_destroy(&b->jobs.cv);
-    pthread_mutex_destroy(&b->writes.mu);
-    pthread_cond_destroy(&b->writes.cv);
+    bk_queue_destroy(&b->jobs);
+    bk_queue_destroy(&b->writes);
 }

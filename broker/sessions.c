@@ -293,6 +293,30 @@ scdb_err bk_session_evict_prepare(scdb_broker *b, bk_client *c, const Scdb__Sess
     return SCDB_OK;
 }
 
+/* An eviction, on a worker.  One path for both kinds of arena; what
+ * differs is where the accumulators are:
+ *
+ *   host arena (shm)                      CUDA IPC arena (device memory)
+ *   ----------------                      ------------------------------
+ *   private copy of the whole buffer      its 64-byte header comes down
+ *           \______________ checked against geom, live count clamped,
+ *                           covered slots == live slots, map allocated
+ *   scdb_evict_run on the copy            scdb_evict_dev_run in place
+ *   compacted copy back (header last)     (nothing to copy back)
+ *           \______________ the cache's count published, reply filled
+ *
+ * On the device no private copy is needed: nothing the client can write
+ * is ever used there as a length, an offset or an index (the geometry is
+ * geom, the live count the checked header's and the arena's, the keep
+ * list select_topb's, valid whatever the scores hold), so a client that
+ * writes them during an eviction can only spoil its own session.
+ *
+ * evict_ns (the reply's, the job's work_ns and the eviction histogram's)
+ * is the policy's own time on both paths: score, select and compact
+ * (scdb_evict_run / scdb_evict_dev_run); copying or downloading the
+ * accumulators is the worker's service time around it (metrics.c's
+ * stage histograms). */
+
 /* The shared accumulators match what the broker created (geom)? */
 static int acc_matches(const scdb_evict_acc *a, const scdb_evict_acc *g)
 {
@@ -301,161 +325,116 @@ static int acc_matches(const scdb_evict_acc *a, const scdb_evict_acc *g)
            a->window == g->window && a->bytes == g->bytes;
 }
 
-/* A CUDA IPC arena's eviction (evict.h, "on a device"): the header comes
- * down and is checked; everything else stays on the device.  No private
- * copy of the accumulators: on the device nothing the client can write is
- * ever used as a length, an offset or an index (the geometry is geom, the
- * live count the checked header's and the arena's, the keep list
- * select_topb's, valid whatever the scores hold), so a client that writes
- * them during an eviction can only spoil its own session. */
-static void run_evict_dev(bk_job *j)
+/* The accumulators the policy will run on: a private host copy of the
+ * whole buffer (*copy, freed by the caller), or the device buffer's header
+ * downloaded into hb.  *hdr gets their header (attached, not yet checked). */
+static scdb_err evict_fetch(const bk_job *j, void **copy, unsigned char *hb, size_t hb_len,
+                            scdb_evict_acc **hdr, char *msg, size_t msglen)
 {
-    bk_arena *kv = j->arena, *st = j->stats;
+    const bk_arena *st = j->stats;
+    scdb_err e;
+
+    if (j->arena->dev) {
+        e = scdb_k_ops_get(SCDB_DEV_CUDA)->download(hb, st->dev, hb_len);
+        if (e) {
+            snprintf(msg, msglen, "cannot read the session's accumulator header: %s",
+                     scdb_strerror(e));
+            return e;
+        }
+        e = scdb_evict_acc_attach(hb, (size_t)j->geom.bytes, hdr);
+    } else {
+        /* a private copy: the client cannot change what we validated */
+        if (posix_memalign(copy, 64, st->size)) {
+            *copy = NULL;
+            snprintf(msg, msglen, "out of memory");
+            return SCDB_ENOMEM;
+        }
+        memcpy(*copy, st->map, st->size);
+        e = scdb_evict_acc_attach(*copy, st->size, hdr);
+    }
+    if (e || !acc_matches(*hdr, &j->geom)) {
+        snprintf(msg, msglen,
+                 "the session's accumulator header was overwritten (%s): close the session",
+                 e ? scdb_strerror(e) : "geometry differs from the one created");
+        return SCDB_EFORMAT;
+    }
+    return SCDB_OK;
+}
+
+/* The live count from the arena header (the client's to write: clamped),
+ * which the accumulators must cover exactly. */
+static scdb_err evict_live_count(bk_job *j, const scdb_evict_acc *acc, char *msg, size_t msglen)
+{
+    scdb_kv_cache *cache = j->arena->cache;
+    uint32_t hdr_n = __atomic_load_n(&j->arena->hdr->n, __ATOMIC_ACQUIRE);
+
+    if (hdr_n > (uint32_t)cache->capacity) {
+        snprintf(msg, msglen, "arena header says %u live slots; the arena holds %d", hdr_n,
+                 cache->capacity);
+        return SCDB_ERANGE;
+    }
+    cache->n = (int)hdr_n;
+    if (acc->n != cache->n) {
+        snprintf(msg, msglen,
+                 "the accumulators cover %d slots but the cache holds %d: fold every appended "
+                 "slot in first (scdb_session_add_stats)", acc->n, cache->n);
+        return SCDB_EMISMATCH;
+    }
+    return SCDB_OK;
+}
+
+/* Host arena: the compacted private copy back into the shared buffer,
+ * the header last (a client reading it sees a consistent buffer). */
+static void evict_publish_host(const bk_job *j, const scdb_evict_acc *acc)
+{
+    scdb_evict_acc *shared = j->stats->map;
+
+    memcpy((char *)shared + sizeof *shared, (const char *)acc + sizeof *acc,
+           acc->bytes - sizeof *acc);
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+    memcpy(shared, acc, sizeof *acc);
+}
+
+void bk_session_run_evict(scdb_broker *b, bk_job *j)
+{
+    bk_arena *kv = j->arena;
     scdb_kv_cache *cache = kv->cache;
-    const scdb_k_ops *ops = scdb_k_ops_get(SCDB_DEV_CUDA);
     Scdb__Reply r = SCDB__REPLY__INIT;
     Scdb__SessionEvictReply er = SCDB__SESSION_EVICT_REPLY__INIT;
     _Alignas(64) unsigned char hb[sizeof(scdb_evict_acc)];
     scdb_evict_acc *acc = NULL;
     int32_t *map = NULL;
+    void *copy = NULL;
     char msg[256] = "";
-    uint32_t hdr_n;
-    int n_keep = 0, before;
+    int n_keep = 0, before = 0;
     uint64_t t0;
     scdb_err e;
 
-    t0 = scdb_now_ns();
-    if ((e = ops->download(hb, st->dev, sizeof hb))) {
-        snprintf(msg, sizeof msg, "cannot read the session's accumulator header: %s",
-                 scdb_strerror(e));
+    (void)b;
+    if ((e = evict_fetch(j, &copy, hb, sizeof hb, &acc, msg, sizeof msg)) ||
+        (e = evict_live_count(j, acc, msg, sizeof msg)))
         goto out;
-    }
-    e = scdb_evict_acc_attach(hb, (size_t)j->geom.bytes, &acc);
-    if (e || !acc_matches(acc, &j->geom)) {
-        snprintf(msg, sizeof msg,
-                 "the session's accumulator header was overwritten (%s): close the session",
-                 e ? scdb_strerror(e) : "geometry differs from the one created");
-        e = SCDB_EFORMAT;
-        goto out;
-    }
-    hdr_n = __atomic_load_n(&kv->hdr->n, __ATOMIC_ACQUIRE);
-    if (hdr_n > (uint32_t)cache->capacity) {
-        snprintf(msg, sizeof msg, "arena header says %u live slots; the arena holds %d", hdr_n,
-                 cache->capacity);
-        e = SCDB_ERANGE;
-        goto out;
-    }
-    cache->n = (int)hdr_n;
-    if (acc->n != cache->n) {
-        snprintf(msg, sizeof msg,
-                 "the accumulators cover %d slots but the cache holds %d: fold every appended "
-                 "slot in first (scdb_session_add_stats)", acc->n, cache->n);
-        e = SCDB_EMISMATCH;
-        goto out;
-    }
     before = cache->n;
     if (!(map = malloc(sizeof *map * (size_t)(before ? before : 1)))) {
         e = SCDB_ENOMEM;
         snprintf(msg, sizeof msg, "out of memory");
         goto out;
     }
-    e = scdb_evict_dev_run(ops, j->policy->policy, cache, acc, st->dev, (int)j->budget,
-                           st->dev_scratch, map, &n_keep);
-    er.evict_ns = scdb_now_ns() - t0;
-    j->work_ns = er.evict_ns;
-    if (e) {
-        snprintf(msg, sizeof msg, "policy %s failed on the device: %s", j->policy->name,
-                 scdb_strerror(e));
-        goto out;
-    }
-    __atomic_store_n(&kv->hdr->n, (uint32_t)cache->n, __ATOMIC_RELEASE);
-    __atomic_add_fetch(&kv->hdr->gen, 1, __ATOMIC_RELEASE);
-    j->n_before = (uint32_t)before;
-    j->n_kept = (uint32_t)n_keep;
-    er.n_before = (uint32_t)before;
-    er.n_kept = (uint32_t)n_keep;
-    er.n_slot_pos = (size_t)n_keep;
-    er.slot_pos = map;
-    r.body_case = SCDB__REPLY__BODY_SESSION_EVICT;
-    r.session_evict = &er;
-out:
-    bk_job_finish(j, e, e ? NULL : &r, "%s", msg);
-    free(map);
-}
-
-void bk_session_run_evict(scdb_broker *b, bk_job *j)
-{
-    bk_arena *kv = j->arena, *st = j->stats;
-    scdb_kv_cache *cache = kv->cache;
-    const scdb_evict_policy *pol = j->policy->policy;
-    Scdb__Reply r = SCDB__REPLY__INIT;
-    Scdb__SessionEvictReply er = SCDB__SESSION_EVICT_REPLY__INIT;
-    scdb_evict_acc *acc = NULL, *shared = NULL;
-    int32_t *map = NULL;
-    void *copy = NULL;
-    char msg[256] = "";
-    uint32_t hdr_n;
-    int n_keep = 0, before;
-    uint64_t t0;
-    scdb_err e;
-
-    (void)b;
-    if (kv->dev) {
-        run_evict_dev(j);
-        return;
-    }
-    /* a private copy: the client cannot change what we validated */
-    if (posix_memalign(&copy, 64, st->size)) {
-        bk_job_finish(j, SCDB_ENOMEM, NULL, "out of memory");
-        return;
-    }
-    memcpy(copy, st->map, st->size);
-    e = scdb_evict_acc_attach(copy, st->size, &acc);
-    if (e || !acc_matches(acc, &j->geom)) {
-        snprintf(msg, sizeof msg,
-                 "the session's accumulator header was overwritten (%s): close the session",
-                 e ? scdb_strerror(e) : "geometry differs from the one created");
-        e = SCDB_EFORMAT;
-        goto out;
-    }
-    hdr_n = __atomic_load_n(&kv->hdr->n, __ATOMIC_ACQUIRE);
-    if (hdr_n > (uint32_t)cache->capacity) {
-        snprintf(msg, sizeof msg, "arena header says %u live slots; the arena holds %d", hdr_n,
-                 cache->capacity);
-        e = SCDB_ERANGE;
-        goto out;
-    }
-    cache->n = (int)hdr_n;
-    if (acc->n != cache->n) {
-        snprintf(msg, sizeof msg,
-                 "the accumulators cover %d slots but the cache holds %d: fold every appended "
-                 "slot in first (scdb_session_add_stats)", acc->n, cache->n);
-        e = SCDB_EMISMATCH;
-        goto out;
-    }
-    before = cache->n;
-    map = malloc(sizeof *map * (size_t)(before ? before : 1));
-    if (!map) {
-        e = SCDB_ENOMEM;
-        snprintf(msg, sizeof msg, "out of memory");
-        goto out;
-    }
     t0 = scdb_now_ns();
-    e = scdb_evict_run(pol, cache, acc, (int)j->budget, map, &n_keep);
+    if (kv->dev)
+        e = scdb_evict_dev_run(scdb_k_ops_get(SCDB_DEV_CUDA), j->policy->policy, cache, acc,
+                               j->stats->dev, (int)j->budget, j->stats->dev_scratch, map,
+                               &n_keep);
+    else
+        e = scdb_evict_run(j->policy->policy, cache, acc, (int)j->budget, map, &n_keep);
     er.evict_ns = scdb_now_ns() - t0;
     j->work_ns = er.evict_ns;
     if (e) {
-        snprintf(msg, sizeof msg, "policy %s failed: %s", j->policy->name, scdb_strerror(e));
+        snprintf(msg, sizeof msg, "policy %s failed%s: %s", j->policy->name,
+                 kv->dev ? " on the device" : "", scdb_strerror(e));
         goto out;
     }
-    if (n_keep == before)      /* within budget: nothing moved */
-        for (int i = 0; i < n_keep; i++) map[i] = cache->pos[i];
-    /* publish: accumulators back (header last), then the cache's count */
-    shared = st->map;
-    memcpy((char *)shared + sizeof *shared, (char *)acc + sizeof *acc,
-           acc->bytes - sizeof *acc);
-    __atomic_thread_fence(__ATOMIC_RELEASE);
-    memcpy(shared, acc, sizeof *acc);
+    if (!kv->dev) evict_publish_host(j, acc);
     __atomic_store_n(&kv->hdr->n, (uint32_t)cache->n, __ATOMIC_RELEASE);
     __atomic_add_fetch(&kv->hdr->gen, 1, __ATOMIC_RELEASE);
     j->n_before = (uint32_t)before;

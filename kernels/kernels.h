@@ -74,6 +74,11 @@ int scdb_k_find_nonfinite(const void *x, size_t bytes, scdb_dtype dt, size_t *fi
 /* ---------------------------------------------------------------- ops (CPU)
  * Shapes are given in elements; pointers must not alias unless stated. */
 
+/* How many threads the CPU ops' BLAS may use per call (OpenBLAS, process
+ * wide).  A program that calls the ops from several threads of its own
+ * (the broker's workers) sets 1: each caller is then one core's work. */
+void scdb_k_cpu_threads(int n);
+
 /* C[M,N] = alpha * op(A) op(B) + beta * C, row-major, through cblas_sgemm.
  * op(X) = X or X^T per trans_a / trans_b; lda/ldb/ldc are row strides. */
 void scdb_k_gemm_cpu(int trans_a, int trans_b, int M, int N, int K, float alpha,

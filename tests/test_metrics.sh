@@ -6,7 +6,8 @@
 #     skipped, saying so, where promtool is missing) and no counter goes down;
 #   * after the workload, the counters say what it did: puts, gets, lookups
 #     answered by the clients' own lookup index (reported in their goodbye)
-#     vs by request, hot-tier hits, blocks written, histograms' counts, a
+#     vs by request, hot-tier hits, blocks written, histograms' counts (the
+#     per-stage ones of every job too), a
 #     refused hello by status;
 #   * only GET /metrics is served; a bad metrics_listen is a usage error;
 #   * `scdb stats`: the JSON has every field the table shows (one source),
@@ -119,6 +120,20 @@ check "get latency and decode histograms counted every get" \
   '[ "$(metric "$tmp/m1" scdb_get_duration_seconds_count)" = $N_BG ] &&
    [ "$(metric "$tmp/m1" scdb_decode_duration_seconds_count)" = $N_BG ] &&
    [ "$(metric "$tmp/m1" "scdb_get_duration_seconds_bucket{le=\"+Inf\"}")" = $N_BG ]'
+stage() { metric "$tmp/m1" "scdb_job_stage_seconds_count{op=\"$1\",stage=\"$2\"}"; }
+check "every stage of every get counted once (dispatch, queue, service, handoff, total)" \
+  '[ "$(stage get dispatch)" = $N_BG ] && [ "$(stage get queue)" = $N_BG ] &&
+   [ "$(stage get service)" = $N_BG ] && [ "$(stage get handoff)" = $N_BG ] &&
+   [ "$(stage get total)" = $N_BG ] &&
+   [ "$(metric "$tmp/m1" "scdb_job_stage_seconds_bucket{op=\"get\",stage=\"queue\",le=\"+Inf\"}")" = $N_BG ]'
+check "the puts' stages counted (4 puts, on the writer)" \
+  '[ "$(stage put queue)" = 4 ] && [ "$(stage put service)" = 4 ]'
+check "a get's stages sum to at most its total (queue + service <= total)" \
+  'awk -v q="$(metric "$tmp/m1" "scdb_job_stage_seconds_sum{op=\"get\",stage=\"queue\"}")" \
+       -v s="$(metric "$tmp/m1" "scdb_job_stage_seconds_sum{op=\"get\",stage=\"service\"}")" \
+       -v t="$(metric "$tmp/m1" "scdb_job_stage_seconds_sum{op=\"get\",stage=\"total\"}")" \
+       "BEGIN { exit !(s > 0 && q + s <= t) }"'
+check "no eviction ran: its stages are all 0" '[ "$(stage session_evict service)" = 0 ]'
 check "6 blocks stored in lmdb and hot" \
   '[ "$(metric "$tmp/m1" "scdb_tier_blocks{tier=\"lmdb\"}")" = 6 ] &&
    [ "$(metric "$tmp/m1" "scdb_tier_blocks{tier=\"hot\"}")" = 6 ]'

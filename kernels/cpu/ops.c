@@ -5,6 +5,11 @@
 #include <cblas.h>
 #include <math.h>
 
+void scdb_k_cpu_threads(int n)
+{
+    openblas_set_num_threads(n > 0 ? n : 1);
+}
+
 void scdb_k_gemm_cpu(int trans_a, int trans_b, int M, int N, int K, float alpha,
                      const float *A, int lda, const float *B, int ldb,
                      float beta, float *C, int ldc)

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# test_bench_load.sh SCDB — `scdb bench load` cannot pass by not testing
+# (issue 24): a short run where every op of the mix works exits 0 and its
+# JSON has per-op ok / errors and the broker's queue / service p99; a run
+# against a broker that refuses one op of the mix (max_arenas_per_client =
+# 1: a live session needs two arenas, so session_evict never succeeds)
+# prints FAILED naming the op and exits 1.  Behaviour only: no timing is
+# asserted.
+set -u
+scdb="$1"
+tmp=$(mktemp -d /tmp/test_bench_load.XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+pass=0 fail=0
+ok()  { pass=$((pass + 1)); echo "ok   $*"; }
+bad() { fail=$((fail + 1)); echo "FAIL $*"; }
+short=(--only --clients 2 --seconds 1 --calib-seconds 0.5 --warmup 0.2)
+
+"$scdb" bench load "${short[@]}" --json "$tmp/ok.json" >"$tmp/ok.out" 2>"$tmp/ok.err"
+rc=$?
+[ $rc -eq 0 ] && ok "a run where every op works exits 0" \
+  || { bad "a run where every op works exits $rc"; tail -20 "$tmp/ok.err"; }
+if python3 - "$tmp/ok.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+ops = {o["op"]: o for o in d["runs"][-1]["ops"]}
+assert set(ops) == {"lookup_index", "lookup_request", "get", "put", "put_states",
+                    "session_evict"}, ops.keys()
+for name, o in ops.items():
+    assert o["ok"] > 0 and o["errors"] == 0, (name, o)
+for name in ("get", "session_evict"):
+    assert "queue_p99_us" in ops[name] and "service_p99_us" in ops[name], ops[name]
+    assert ops[name]["service_p99_us"] > 0, ops[name]
+assert all(v > 0 for v in d["capacity_ops_s"].values()), d["capacity_ops_s"]
+PY
+then ok "JSON: every op ok > 0 with 0 errors, queue/service p99 for get and session_evict"
+else bad "JSON fields"; fi
+grep -q "^| op | ok | errors |" "$tmp/ok.out" && ok "the table prints ok and errors per op" \
+  || bad "no ok / errors columns in the table"
+
+# a broker that refuses one op: the same scdb, one more flag
+cat >"$tmp/refusing-broker" <<SH
+#!/bin/sh
+exec "$scdb" "\$@" --max-arenas-per-client 1
+SH
+chmod +x "$tmp/refusing-broker"
+SCDB_BENCH_BROKER="$tmp/refusing-broker" "$scdb" bench load "${short[@]}" \
+  >"$tmp/bad.out" 2>"$tmp/bad.err"
+rc=$?
+[ $rc -eq 1 ] && ok "a run where session_evict never succeeds exits 1" \
+  || { bad "a run where session_evict never succeeds exits $rc"; tail -20 "$tmp/bad.err"; }
+grep -q "FAILED.*session_evict never succeeded" "$tmp/bad.err" \
+  && ok "it says FAILED and names session_evict" \
+  || { bad "no FAILED line naming session_evict"; tail -20 "$tmp/bad.err"; }
+grep -E "FAILED.*(get|put|put_states|lookup_request|lookup_index) never" "$tmp/bad.err" \
+  && bad "an op that works was reported as failing" || ok "only the refused op is reported"
+
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]
