@@ -19,6 +19,7 @@
 #include <cjson/cJSON.h>
 #include <dirent.h>
 #include <getopt.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -121,7 +122,36 @@ static int split_list(const char *s, char **out, int max)
     return n;
 }
 
-static int parse_opts(int argc, char **argv, opts *o)
+/* The most tokens --prefill, --steps and --every take: far above any
+ * model's context, low enough that prefill + steps cannot overflow. */
+#define MAX_OPT_TOKENS (1 << 24)
+
+/* --budgets F,..: each fraction in (0, 1]; 0 or -1 after a message in why */
+static int parse_budgets(const char *arg, opts *o, char *why, size_t why_len)
+{
+    char *b[MAX_BUDGETS + 1];
+    int n = split_list(arg, b, MAX_BUDGETS), bad = 0;
+    o->n_budgets = 0;
+    for (int i = 0; i < n; i++) {
+        double v = 0.0;
+        if (!bad && scdb_parse_f64("--budgets", b[i], 0.0, 1.0, &v, why, why_len)) bad = 1;
+        else if (!bad && !(v > 0.0)) {
+            scdb_errf(why, why_len, "--budgets '%s': a budget must be above 0", b[i]);
+            bad = 1;
+        }
+        if (!bad) o->budgets[o->n_budgets++] = v;
+        free(b[i]);
+    }
+    if (!bad && o->n_budgets == 0) {
+        scdb_errf(why, why_len, "--budgets '%s': no budget given", arg);
+        bad = 1;
+    }
+    return bad ? -1 : 0;
+}
+
+/* argv -> *o: 0 to run, 1 for --help, 2 for a bad command line (why says
+ * which option and why) */
+static int parse_opts(int argc, char **argv, opts *o, char *why, size_t why_len)
 {
     enum { O_MODELS = 256, O_TEXT, O_PART, O_POLICY, O_BUDGETS, O_WINDOWS, O_PREFILL,
            O_STEPS, O_EVERY, O_JSON, O_PNG, O_DATA, O_SUITE, O_DOMAINS, O_HELDOUT, O_PORTION };
@@ -145,37 +175,45 @@ static int parse_opts(int argc, char **argv, opts *o)
     o->portion = SCDB_EVICT_PART_EVAL;
     optind = 1;
     while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
-        char *b[MAX_BUDGETS + 1];
-        int n;
+        scdb_err bad = SCDB_OK;
         switch (c) {
         case O_MODELS: o->n_models = split_list(optarg, o->models, MAX_MODELS); break;
         case O_TEXT:
-            if (o->n_texts == MAX_TEXTS) return 2;
+            if (o->n_texts == MAX_TEXTS) {
+                scdb_errf(why, why_len, "--text: at most %d texts", MAX_TEXTS);
+                return 2;
+            }
             o->texts[o->n_texts++] = optarg;
             break;
         case O_PART:
             o->part = optarg;
-            if (strcmp(optarg, "first") && strcmp(optarg, "second") && strcmp(optarg, "all")) return 2;
+            if (strcmp(optarg, "first") && strcmp(optarg, "second") && strcmp(optarg, "all")) {
+                scdb_errf(why, why_len, "--part wants first, second or all, not '%s'", optarg);
+                return 2;
+            }
             break;
         case O_POLICY:
-            if (o->n_policies == MAX_LEARNED) return 2;
+            if (o->n_policies == MAX_LEARNED) {
+                scdb_errf(why, why_len, "--policy: at most %d learned policies", MAX_LEARNED);
+                return 2;
+            }
             o->policies[o->n_policies++] = optarg;
             break;
         case O_BUDGETS:
-            n = split_list(optarg, b, MAX_BUDGETS);
-            o->n_budgets = 0;
-            for (int i = 0; i < n; i++) {
-                double v = atof(b[i]);
-                free(b[i]);
-                if (!(v > 0.0 && v <= 1.0)) return 2;
-                o->budgets[o->n_budgets++] = v;
-            }
-            if (o->n_budgets == 0) return 2;
+            if (parse_budgets(optarg, o, why, why_len)) return 2;
             break;
-        case O_WINDOWS: o->windows = atoi(optarg); if (o->windows < 1) return 2; break;
-        case O_PREFILL: o->prefill = atoi(optarg); if (o->prefill < 2) return 2; break;
-        case O_STEPS: o->steps = atoi(optarg); if (o->steps < 1) return 2; break;
-        case O_EVERY: o->every = atoi(optarg); if (o->every < 1) return 2; break;
+        case O_WINDOWS:
+            bad = scdb_parse_int("--windows", optarg, 1, INT_MAX, &o->windows, why, why_len);
+            break;
+        case O_PREFILL:
+            bad = scdb_parse_int("--prefill", optarg, 2, MAX_OPT_TOKENS, &o->prefill, why, why_len);
+            break;
+        case O_STEPS:
+            bad = scdb_parse_int("--steps", optarg, 1, MAX_OPT_TOKENS, &o->steps, why, why_len);
+            break;
+        case O_EVERY:
+            bad = scdb_parse_int("--every", optarg, 1, MAX_OPT_TOKENS, &o->every, why, why_len);
+            break;
         case O_JSON: o->json = optarg; break;
         case O_PNG: o->png = optarg; break;
         case O_DATA: o->data = optarg; break;
@@ -186,16 +224,30 @@ static int parse_opts(int argc, char **argv, opts *o)
             if (!strcmp(optarg, "eval")) o->portion = SCDB_EVICT_PART_EVAL;
             else if (!strcmp(optarg, "val")) o->portion = SCDB_EVICT_PART_VAL;
             else if (!strcmp(optarg, "train")) o->portion = SCDB_EVICT_PART_TRAIN;
-            else return 2;
+            else {
+                scdb_errf(why, why_len, "--portion wants eval, val or train, not '%s'", optarg);
+                return 2;
+            }
             o->use_suite = 1;
             break;
         case 'h': return 1;
-        default: return 2;
+        default:   /* getopt_long has named the option */
+            scdb_errf(why, why_len, "unknown or incomplete option");
+            return 2;
         }
+        if (bad) return 2;
     }
-    if (o->heldout && o->use_suite) return 2;
+    if (o->heldout && o->use_suite) {
+        scdb_errf(why, why_len, "--heldout measures instead of the suite: not with --suite, "
+                                "--domains or --portion");
+        return 2;
+    }
     if (!o->heldout && !o->n_texts) o->use_suite = 1;
-    return optind < argc ? 2 : 0;
+    if (optind < argc) {
+        scdb_errf(why, why_len, "unexpected argument '%s'", argv[optind]);
+        return 2;
+    }
+    return 0;
 }
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
@@ -416,51 +468,51 @@ static void print_domain_table(const cJSON *rows, const char *split, const char 
 
 /* ------------------------------------------------------------ the run */
 
-int scdb_bench_evict(int argc, char **argv)
-{
+static const char *const split_names[] = {"seen", "unseen", "other"};
+static const char *const split_titles[] = {"Seen domains", "Unseen domains", "Other texts"};
+
+/* Everything one run holds: its options, the policies, the texts, the
+ * buffers of the evaluation and the rows it produces. */
+typedef struct run {
     opts o;
-    int prc = parse_opts(argc, argv, &o), ret = 1, n_src = 0, n_learned = 0;
-    scdb_evict_policy *heur[N_HEUR] = {0};
+    scdb_evict_policy *heur[N_HEUR];
     learned lp[MAX_LEARNED];
+    int n_learned;
     source src[MAX_SOURCES];
-    char err[512], suite_path[1200] = "";
-    scdb_evict_suite *suite = NULL;
-    cJSON *json = NULL, *rows = NULL;
-    int32_t *tok = NULL;
-    stat_sum *st = NULL;
-    scdb_err rc;
+    int n_src;
+    char err[512], suite_path[1200];
+    scdb_evict_suite *suite;
+    cJSON *json, *rows;        /* rows: the "rows" array inside json */
+    int32_t *tok;              /* [W + 1] */
+    stat_sum *st;              /* [MAX_POL * MAX_BUDGETS] */
+    int W, NP;                 /* window tokens (prefill + steps); policies measured */
+    double t_start;
+} run;
 
-    memset(lp, 0, sizeof lp);
-    if (prc == 1) { usage(stdout); return 0; }
-    if (prc) {
-        fprintf(stderr, "scdb bench evict: bad option or value\n\n");
-        usage(stderr);
-        return 2;
-    }
-    if (o.n_models == 0) o.n_models = list_models(o.data, o.models, MAX_MODELS);
-    if (o.n_models <= 0) {
-        fprintf(stderr, "scdb bench evict: no models under %s/models\n", o.data);
-        return 1;
-    }
+/* The heuristics, then the learned policies: the --policy files, or the
+ * shipped one if present (without it: heuristics only).  0 or -1. */
+static int load_policies(run *r)
+{
+    const opts *o = &r->o;
     for (int k = 0; k < N_HEUR; k++)
-        if (scdb_evict_policy_new((scdb_evict_kind)k, &heur[k])) goto done;
-
-    /* learned policies: --policy files, or the shipped one if present */
-    int n_pf = o.n_policies ? o.n_policies : 1;
+        if (scdb_evict_policy_new((scdb_evict_kind)k, &r->heur[k])) return -1;
+    int n_pf = o->n_policies ? o->n_policies : 1;
     for (int i = 0; i < n_pf; i++) {
-        learned *L = &lp[n_learned];
-        if (o.n_policies) snprintf(L->path, sizeof L->path, "%s", o.policies[i]);
-        else snprintf(L->path, sizeof L->path, "%s/policies/distillcache_base.safetensors", o.data);
-        rc = scdb_evict_policy_load(L->path, &L->p, err, sizeof err);
+        learned *L = &r->lp[r->n_learned];
+        scdb_err rc;
+        if (o->n_policies) snprintf(L->path, sizeof L->path, "%s", o->policies[i]);
+        else snprintf(L->path, sizeof L->path, "%s/policies/distillcache_base.safetensors", o->data);
+        rc = scdb_evict_policy_load(L->path, &L->p, r->err, sizeof r->err);
         if (rc) {
             fprintf(stderr, "scdb bench evict: no learned policy (%s: %s%s%s)%s\n", L->path,
-                    scdb_strerror(rc), err[0] ? ": " : "", err, o.n_policies ? "" : "; heuristics only");
-            if (o.n_policies) goto done;
+                    scdb_strerror(rc), r->err[0] ? ": " : "", r->err,
+                    o->n_policies ? "" : "; heuristics only");
+            if (o->n_policies) return -1;
             continue;
         }
         L->trained_on = scdb_evict_policy_meta(L->p, "trained_on");
         L->domains = scdb_evict_policy_meta(L->p, "domains");
-        if (n_learned == 0) {
+        if (r->n_learned == 0) {
             snprintf(L->label, sizeof L->label, "distillcache");
         } else {
             const char *b = strrchr(L->path, '/');
@@ -468,92 +520,121 @@ int scdb_bench_evict(int argc, char **argv)
             size_t bl = strlen(b);
             if (bl > 12 && !strcmp(b + bl - 12, ".safetensors")) bl -= 12;
             snprintf(L->label, sizeof L->label, "%.*s", (int)(bl < 90 ? bl : 90), b);
-            for (int j = 0; j < n_learned; j++)
-                if (!strcmp(lp[j].label, L->label) || !strcmp(L->label, "distillcache"))
-                    snprintf(L->label, sizeof L->label, "learned%d", n_learned + 1);
+            for (int j = 0; j < r->n_learned; j++)
+                if (!strcmp(r->lp[j].label, L->label) || !strcmp(L->label, "distillcache"))
+                    snprintf(L->label, sizeof L->label, "learned%d", r->n_learned + 1);
         }
-        n_learned++;
+        r->n_learned++;
     }
+    return 0;
+}
 
-    /* texts */
-    if (o.use_suite) {
-        if (o.suite) snprintf(suite_path, sizeof suite_path, "%s", o.suite);
-        else snprintf(suite_path, sizeof suite_path, "%s/evict_suite/manifest.json", o.data);
-        if ((rc = scdb_evict_suite_load(suite_path, &suite, err, sizeof err))) {
-            fprintf(stderr, "scdb bench evict: %s: %s\n", scdb_strerror(rc), err);
-            goto done;
-        }
-        for (int i = 0; i < o.n_domains; i++)
-            if (scdb_evict_suite_find(suite, o.domains[i]) < 0) {
-                fprintf(stderr, "scdb bench evict: no domain '%s' in %s\n", o.domains[i], suite_path);
-                ret = 2;
-                goto done;
-            }
-        /* seen domains first, then unseen, each in manifest order */
-        for (int pass = 0; pass < 2; pass++)
-            for (int i = 0; i < suite->n_domains && n_src < MAX_SOURCES; i++) {
-                const scdb_evict_suite_domain *d = &suite->domains[i];
-                int want = 1;
-                if (o.n_domains) {
-                    want = 0;
-                    for (int j = 0; j < o.n_domains; j++) want |= !strcmp(o.domains[j], d->name);
-                }
-                if (!want || d->seen != (pass == 0) || !d->part[o.portion].present) continue;
-                source *s = &src[n_src++];
-                memset(s, 0, sizeof *s);
-                snprintf(s->domain, sizeof s->domain, "%s", d->name);
-                snprintf(s->path, sizeof s->path, "%s", d->part[o.portion].text_path);
-                const char *b = strrchr(s->path, '/');
-                scdb_str_cut(s->label, sizeof s->label, b ? b + 1 : s->path);
-                s->split = d->seen ? "seen" : "unseen";
-                s->part = scdb_evict_part_name(o.portion);
-                s->suite_index = i;
-                s->for_model = -1;
-            }
+/* The suite's domains (--domains of them), seen first, then unseen, each
+ * in manifest order.  0, 1 (the suite did not load) or 2 (no such domain). */
+static int add_suite_sources(run *r)
+{
+    const opts *o = &r->o;
+    scdb_err rc;
+    if (o->suite) snprintf(r->suite_path, sizeof r->suite_path, "%s", o->suite);
+    else snprintf(r->suite_path, sizeof r->suite_path, "%s/evict_suite/manifest.json", o->data);
+    if ((rc = scdb_evict_suite_load(r->suite_path, &r->suite, r->err, sizeof r->err))) {
+        fprintf(stderr, "scdb bench evict: %s: %s\n", scdb_strerror(rc), r->err);
+        return 1;
     }
-    if (o.heldout)
-        for (int mi = 0; mi < o.n_models && n_src < MAX_SOURCES; mi++) {
-            char cfgp[1200];
-            scdb_model_config cfg;
-            snprintf(cfgp, sizeof cfgp, "%s/models/%s/config.json", o.data, o.models[mi]);
-            if (scdb_model_config_load(cfgp, &cfg, err, sizeof err)) {
-                fprintf(stderr, "scdb bench evict: %s: %s\n", cfgp, err);
-                goto done;
-            }
-            source *s = &src[n_src++];
-            memset(s, 0, sizeof *s);
-            const char *dom = cfg.domain[0] ? cfg.domain : "english";
-            snprintf(s->domain, sizeof s->domain, "%s", dom);
-            scdb_model_heldout_path(o.data, cfg.domain, s->path, sizeof s->path);
-            snprintf(s->label, sizeof s->label, "%s.txt", dom);
-            s->split = "other";
-            s->part = "second";
-            s->suite_index = -1;
-            s->for_model = mi;
+    for (int i = 0; i < o->n_domains; i++)
+        if (scdb_evict_suite_find(r->suite, o->domains[i]) < 0) {
+            fprintf(stderr, "scdb bench evict: no domain '%s' in %s\n", o->domains[i], r->suite_path);
+            return 2;
         }
-    for (int i = 0; i < o.n_texts && n_src < MAX_SOURCES; i++) {
-        source *s = &src[n_src++];
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < r->suite->n_domains && r->n_src < MAX_SOURCES; i++) {
+            const scdb_evict_suite_domain *d = &r->suite->domains[i];
+            int want = 1;
+            if (o->n_domains) {
+                want = 0;
+                for (int j = 0; j < o->n_domains; j++) want |= !strcmp(o->domains[j], d->name);
+            }
+            if (!want || d->seen != (pass == 0) || !d->part[o->portion].present) continue;
+            source *s = &r->src[r->n_src++];
+            memset(s, 0, sizeof *s);
+            snprintf(s->domain, sizeof s->domain, "%s", d->name);
+            snprintf(s->path, sizeof s->path, "%s", d->part[o->portion].text_path);
+            const char *b = strrchr(s->path, '/');
+            scdb_str_cut(s->label, sizeof s->label, b ? b + 1 : s->path);
+            s->split = d->seen ? "seen" : "unseen";
+            s->part = scdb_evict_part_name(o->portion);
+            s->suite_index = i;
+            s->for_model = -1;
+        }
+    return 0;
+}
+
+/* --heldout: each model's own domain's held-out text.  0 or 1. */
+static int add_heldout_sources(run *r)
+{
+    const opts *o = &r->o;
+    for (int mi = 0; mi < o->n_models && r->n_src < MAX_SOURCES; mi++) {
+        char cfgp[1200];
+        scdb_model_config cfg;
+        snprintf(cfgp, sizeof cfgp, "%s/models/%s/config.json", o->data, o->models[mi]);
+        if (scdb_model_config_load(cfgp, &cfg, r->err, sizeof r->err)) {
+            fprintf(stderr, "scdb bench evict: %s: %s\n", cfgp, r->err);
+            return 1;
+        }
+        source *s = &r->src[r->n_src++];
         memset(s, 0, sizeof *s);
-        snprintf(s->path, sizeof s->path, "%s", o.texts[i]);
+        const char *dom = cfg.domain[0] ? cfg.domain : "english";
+        snprintf(s->domain, sizeof s->domain, "%s", dom);
+        scdb_model_heldout_path(o->data, cfg.domain, s->path, sizeof s->path);
+        snprintf(s->label, sizeof s->label, "%s.txt", dom);
+        s->split = "other";
+        s->part = "second";
+        s->suite_index = -1;
+        s->for_model = mi;
+    }
+    return 0;
+}
+
+static void add_text_sources(run *r)
+{
+    const opts *o = &r->o;
+    for (int i = 0; i < o->n_texts && r->n_src < MAX_SOURCES; i++) {
+        source *s = &r->src[r->n_src++];
+        memset(s, 0, sizeof *s);
+        snprintf(s->path, sizeof s->path, "%s", o->texts[i]);
         size_t l = strlen(s->path);
         while (l > 1 && s->path[l - 1] == '/') s->path[--l] = 0;
         const char *b = strrchr(s->path, '/');
         scdb_str_cut(s->label, sizeof s->label, b ? b + 1 : s->path);
         scdb_str_cut(s->domain, sizeof s->domain, s->label);
         s->split = "other";
-        s->part = o.part ? o.part : "all";
+        s->part = o->part ? o->part : "all";
         s->suite_index = -1;
         s->for_model = -1;
     }
+}
+
+/* Every text to measure, then which of them are seen.  0, 1 or 2 (the
+ * exit code of a bad --domains). */
+static int collect_sources(run *r)
+{
+    int ret;
+    if (r->o.use_suite && (ret = add_suite_sources(r))) return ret;
+    if (r->o.heldout && (ret = add_heldout_sources(r))) return ret;
+    add_text_sources(r);
     /* a learned policy that names its training domains decides `seen`;
      * otherwise the suite's split does (--text and --heldout texts: other) */
-    for (int i = 0; i < n_src; i++) {
-        if (!n_learned || !lp[0].domains) continue;
-        if (list_has(lp[0].domains, src[i].domain)) src[i].split = "seen";
-        else if (src[i].suite_index >= 0) src[i].split = "unseen";
+    for (int i = 0; i < r->n_src; i++) {
+        if (!r->n_learned || !r->lp[0].domains) continue;
+        if (list_has(r->lp[0].domains, r->src[i].domain)) r->src[i].split = "seen";
+        else if (r->src[i].suite_index >= 0) r->src[i].split = "unseen";
     }
+    return 0;
+}
 
-    const int W = o.prefill + o.steps, NP = N_HEUR + n_learned;
+static void print_protocol(const run *r)
+{
+    const opts *o = &r->o;
     printf("# scdb bench evict\n\n"
            "Protocol: each window is %d + %d + 1 tokens (bytes).  Prefill %d tokens into an\n"
            "empty cache (features accumulate over all %d queries); the full-cache teacher then\n"
@@ -566,291 +647,391 @@ int scdb_bench_evict(int argc, char **argv)
            "One keep set for all layers and heads.  Overhead: accumulator updates +\n"
            "score/select/compact per decoded token; step: the full-cache forward per token;\n"
            "both in CPU time of the bench's thread (other work on the machine inflates neither).\n",
-           o.prefill, o.steps, o.prefill, o.prefill, o.steps, o.every, 2 * o.every, W,
-           o.every - 1, o.steps, o.windows);
-    if (suite)
+           o->prefill, o->steps, o->prefill, o->prefill, o->steps, o->every, 2 * o->every, r->W,
+           o->every - 1, o->steps, o->windows);
+    if (r->suite)
         printf("Texts: the domain suite %s (%s texts); seen = the learned policy trained on\n"
                "the domain's train text, unseen = it never saw the domain.\n",
-               scdb_data_relative(suite_path),
-               scdb_evict_part_name(o.portion));
-    for (int i = 0; i < n_learned; i++)
-        printf("Learned policy `%s`: %s (trained on models %s; domains %s).\n", lp[i].label,
-               lp[i].path, lp[i].trained_on ? lp[i].trained_on : "?",
-               lp[i].domains ? lp[i].domains : "not recorded");
+               scdb_data_relative(r->suite_path),
+               scdb_evict_part_name(o->portion));
+    for (int i = 0; i < r->n_learned; i++)
+        printf("Learned policy `%s`: %s (trained on models %s; domains %s).\n", r->lp[i].label,
+               r->lp[i].path, r->lp[i].trained_on ? r->lp[i].trained_on : "?",
+               r->lp[i].domains ? r->lp[i].domains : "not recorded");
     fflush(stdout);
+}
 
-    json = cJSON_CreateObject();
-    cJSON_AddStringToObject(json, "bench", "evict");
-    cJSON *proto = cJSON_AddObjectToObject(json, "protocol");
-    cJSON_AddNumberToObject(proto, "prefill", o.prefill);
-    cJSON_AddNumberToObject(proto, "steps", o.steps);
-    cJSON_AddNumberToObject(proto, "every", o.every);
-    cJSON_AddNumberToObject(proto, "windows", o.windows);
-    if (suite) cJSON_AddStringToObject(json, "suite", scdb_data_relative(suite_path));
-    if (n_learned) cJSON_AddStringToObject(json, "policy_file", lp[0].path);
-    cJSON *lpj = cJSON_AddArrayToObject(json, "learned_policies");
-    for (int i = 0; i < n_learned; i++) {
+/* The JSON document without its rows, and the buffers of the evaluation.
+ * 0 or -1. */
+static int start_run(run *r)
+{
+    const opts *o = &r->o;
+    r->json = cJSON_CreateObject();
+    cJSON_AddStringToObject(r->json, "bench", "evict");
+    cJSON *proto = cJSON_AddObjectToObject(r->json, "protocol");
+    cJSON_AddNumberToObject(proto, "prefill", o->prefill);
+    cJSON_AddNumberToObject(proto, "steps", o->steps);
+    cJSON_AddNumberToObject(proto, "every", o->every);
+    cJSON_AddNumberToObject(proto, "windows", o->windows);
+    if (r->suite) cJSON_AddStringToObject(r->json, "suite", scdb_data_relative(r->suite_path));
+    if (r->n_learned) cJSON_AddStringToObject(r->json, "policy_file", r->lp[0].path);
+    cJSON *lpj = cJSON_AddArrayToObject(r->json, "learned_policies");
+    for (int i = 0; i < r->n_learned; i++) {
         cJSON *e = cJSON_CreateObject();
-        cJSON_AddStringToObject(e, "label", lp[i].label);
-        cJSON_AddStringToObject(e, "file", lp[i].path);
-        if (lp[i].domains) cJSON_AddStringToObject(e, "domains", lp[i].domains);
-        if (lp[i].trained_on) cJSON_AddStringToObject(e, "trained_on", lp[i].trained_on);
+        cJSON_AddStringToObject(e, "label", r->lp[i].label);
+        cJSON_AddStringToObject(e, "file", r->lp[i].path);
+        if (r->lp[i].domains) cJSON_AddStringToObject(e, "domains", r->lp[i].domains);
+        if (r->lp[i].trained_on) cJSON_AddStringToObject(e, "trained_on", r->lp[i].trained_on);
         cJSON_AddItemToArray(lpj, e);
     }
-    rows = cJSON_AddArrayToObject(json, "rows");
+    r->rows = cJSON_AddArrayToObject(r->json, "rows");
 
-    if (!(tok = malloc((size_t)(W + 1) * sizeof *tok))) goto done;
-    if (!(st = calloc((size_t)MAX_POL * MAX_BUDGETS, sizeof *st))) goto done;
+    if (!(r->tok = malloc((size_t)(r->W + 1) * sizeof *r->tok))) return -1;
+    if (!(r->st = calloc((size_t)MAX_POL * MAX_BUDGETS, sizeof *r->st))) return -1;
     for (int i = 0; i < MAX_POL * MAX_BUDGETS; i++)
-        if (!(st[i].kl_w = calloc((size_t)o.windows, sizeof *st[i].kl_w))) goto done;
-    double t_start = scdb_now();
+        if (!(r->st[i].kl_w = calloc((size_t)o->windows, sizeof *r->st[i].kl_w))) return -1;
+    return 0;
+}
 
-    for (int mi = 0; mi < o.n_models; mi++) {
-        char dir[1200];
-        scdb_model *m = NULL;
-        snprintf(dir, sizeof dir, "%s/models/%s", o.data, o.models[mi]);
-        if ((rc = scdb_model_load(dir, &m, err, sizeof err))) {
-            fprintf(stderr, "scdb bench evict: %s: %s: %s\n", dir, scdb_strerror(rc), err);
-            goto done;
-        }
-        const scdb_model_config *cfg = scdb_model_cfg(m);
-        if (W > cfg->max_seq_len) {
-            fprintf(stderr, "scdb bench evict: prefill + steps = %d exceeds %s's context %d\n",
-                    W, cfg->name, cfg->max_seq_len);
-            scdb_model_free(&m);
-            goto done;
-        }
-        for (int si = 0; si < n_src; si++) {
-            source *s = &src[si];
-            char *text = NULL;
-            size_t len = 0;
-            if (s->for_model >= 0 && s->for_model != mi) continue;
-            if (s->suite_index >= 0)
-                rc = scdb_evict_suite_read(suite, s->suite_index, o.portion, &text, &len, err,
-                                           sizeof err);
-            else if ((rc = read_text_path(s->path, &text, &len)))
-                scdb_str_cut(err, sizeof err, s->path);
-            if (rc) {
-                fprintf(stderr, "scdb bench evict: %s: %s\n", scdb_strerror(rc), err);
-                scdb_model_free(&m);
-                goto done;
-            }
-            size_t off0 = 0, span = len;
-            if (!strcmp(s->part, "first")) span = len / 2;
-            else if (!strcmp(s->part, "second")) { off0 = len / 2; span = len - len / 2; }
-            if (span < (size_t)W + 1) {
-                fprintf(stderr, "scdb bench evict: %s (%s) has %zu bytes, a window needs %d\n",
-                        s->path, s->part, span, W + 1);
-                free(text);
-                scdb_model_free(&m);
-                goto done;
-            }
-            for (int i = 0; i < MAX_POL * MAX_BUDGETS; i++) {
-                double *kw = st[i].kl_w;
-                memset(&st[i], 0, sizeof st[i]);
-                st[i].kl_w = kw;
-            }
-            double step_s = 0.0, nll_full = 0.0;
-            for (int wi = 0; wi < o.windows; wi++) {
-                size_t off = off0 + (span - (size_t)W - 1) * (size_t)wi /
-                                        (size_t)(o.windows > 1 ? o.windows - 1 : 1);
-                scdb_evict_window *w = NULL;
-                scdb_tokenize_bytes(text + off, (size_t)W + 1, tok);
-                if ((rc = scdb_evict_window_new(m, tok, o.prefill, o.steps, &w))) {
-                    fprintf(stderr, "scdb bench evict: window: %s\n", scdb_strerror(rc));
-                    free(text);
-                    scdb_model_free(&m);
-                    goto done;
-                }
-                step_s += scdb_evict_window_step_s(w) / o.windows;
-                nll_full += scdb_evict_window_nll_full(w) / o.windows;
-                for (int k = SCDB_EVICT_STREAMING; k < NP; k++) {
-                    const scdb_evict_policy *p = k < N_HEUR ? heur[k] : lp[k - N_HEUR].p;
-                    for (int b = 0; b < o.n_budgets; b++) {
-                        scdb_evict_eval e;
-                        int B = (int)(o.budgets[b] * W + 0.5);
-                        if ((rc = scdb_evict_window_eval(w, p, B < 1 ? 1 : B, o.every, NULL, &e))) {
-                            fprintf(stderr, "scdb bench evict: policy %d: %s\n", k, scdb_strerror(rc));
-                            scdb_evict_window_free(&w);
-                            free(text);
-                            scdb_model_free(&m);
-                            goto done;
-                        }
-                        stat_sum *t = &st[k * MAX_BUDGETS + b];
-                        t->kl += e.kl; t->top1 += e.top1; t->nll += e.nll;
-                        t->pol_s += e.policy_s; t->model_s += e.model_s;
-                        t->steps += e.steps;
-                        t->kl_w[t->runs++] = e.kl;
-                    }
-                }
-                scdb_evict_window_free(&w);
-            }
-            free(text);
-            fprintf(stderr, "bench evict: %s on %s (%s): %d windows done, %.0f s\n", cfg->name,
-                    s->domain, s->split, o.windows, scdb_now() - t_start);
-            for (int b = 0; b < o.n_budgets; b++)
-                for (int k = 0; k < NP; k++) {
-                    stat_sum *t = &st[k * MAX_BUDGETS + b];
-                    double kl = 0, top1 = 1, ppl = exp(nll_full), us = 0.0;
-                    if (k != SCDB_EVICT_FULL) {
-                        kl = t->kl / t->runs;
-                        top1 = t->top1 / t->runs;
-                        ppl = exp(t->nll / t->runs);
-                        us = t->pol_s / t->steps * 1e6;
-                    }
-                    const learned *L = k >= N_HEUR ? &lp[k - N_HEUR] : NULL;
-                    cJSON *r = cJSON_CreateObject();
-                    cJSON_AddStringToObject(r, "model", cfg->name);
-                    cJSON_AddStringToObject(r, "domain", s->domain);
-                    cJSON_AddBoolToObject(r, "seen", !strcmp(s->split, "seen"));
-                    cJSON_AddStringToObject(r, "split", s->split);
-                    cJSON_AddStringToObject(r, "policy", L ? "distillcache" : heur_label(k));
-                    cJSON_AddStringToObject(r, "label", L ? L->label : heur_label(k));
-                    cJSON_AddNumberToObject(r, "budget", o.budgets[b]);
-                    cJSON_AddNumberToObject(r, "kl", kl);
-                    cJSON_AddNumberToObject(r, "top1", top1);
-                    cJSON_AddNumberToObject(r, "ppl", ppl);
-                    cJSON_AddNumberToObject(r, "us_per_token", us);
-                    cJSON_AddNumberToObject(r, "model_us_per_token", step_s * 1e6);
-                    cJSON_AddNumberToObject(r, "budget_tokens", (int)(o.budgets[b] * W + 0.5));
-                    cJSON_AddStringToObject(r, "text", s->label);
-                    cJSON_AddStringToObject(r, "part", s->part);
-                    if (L) {
-                        cJSON_AddStringToObject(r, "policy_file", L->path);
-                        cJSON_AddBoolToObject(r, "zero_shot",
-                                              !L->trained_on || !list_has(L->trained_on, cfg->name));
-                    }
-                    if (k != SCDB_EVICT_FULL)
-                        cJSON_AddItemToObject(r, "kl_windows",
-                                              cJSON_CreateDoubleArray(t->kl_w, t->runs));
-                    cJSON_AddItemToArray(rows, r);
-                }
-        }
-        scdb_model_free(&m);
+/* Every window of one text [off0, off0 + span) through every policy at
+ * every budget, summed into r->st; the full cache's step time and NLL
+ * averaged over the windows.  0 or -1. */
+static int eval_windows(run *r, scdb_model *m, const char *text, size_t off0, size_t span,
+                        double *step_s, double *nll_full)
+{
+    const opts *o = &r->o;
+    const int W = r->W;
+    scdb_err rc;
+    for (int i = 0; i < MAX_POL * MAX_BUDGETS; i++) {
+        double *kw = r->st[i].kl_w;
+        memset(&r->st[i], 0, sizeof r->st[i]);
+        r->st[i].kl_w = kw;
     }
+    *step_s = 0.0;
+    *nll_full = 0.0;
+    for (int wi = 0; wi < o->windows; wi++) {
+        size_t off = off0 + (span - (size_t)W - 1) * (size_t)wi /
+                                (size_t)(o->windows > 1 ? o->windows - 1 : 1);
+        scdb_evict_window *w = NULL;
+        scdb_tokenize_bytes(text + off, (size_t)W + 1, r->tok);
+        if ((rc = scdb_evict_window_new(m, r->tok, o->prefill, o->steps, &w))) {
+            fprintf(stderr, "scdb bench evict: window: %s\n", scdb_strerror(rc));
+            return -1;
+        }
+        *step_s += scdb_evict_window_step_s(w) / o->windows;
+        *nll_full += scdb_evict_window_nll_full(w) / o->windows;
+        for (int k = SCDB_EVICT_STREAMING; k < r->NP; k++) {
+            const scdb_evict_policy *p = k < N_HEUR ? r->heur[k] : r->lp[k - N_HEUR].p;
+            for (int b = 0; b < o->n_budgets; b++) {
+                scdb_evict_eval e;
+                int B = (int)(o->budgets[b] * W + 0.5);
+                if ((rc = scdb_evict_window_eval(w, p, B < 1 ? 1 : B, o->every, NULL, &e))) {
+                    fprintf(stderr, "scdb bench evict: policy %d: %s\n", k, scdb_strerror(rc));
+                    scdb_evict_window_free(&w);
+                    return -1;
+                }
+                stat_sum *t = &r->st[k * MAX_BUDGETS + b];
+                t->kl += e.kl; t->top1 += e.top1; t->nll += e.nll;
+                t->pol_s += e.policy_s; t->model_s += e.model_s;
+                t->steps += e.steps;
+                t->kl_w[t->runs++] = e.kl;
+            }
+        }
+        scdb_evict_window_free(&w);
+    }
+    return 0;
+}
 
-    /* tables: seen and unseen apart */
+/* One row per (budget, policy) of one model on one text, from r->st. */
+static void add_rows(run *r, const scdb_model_config *cfg, const source *s, double step_s,
+                     double nll_full)
+{
+    const opts *o = &r->o;
+    for (int b = 0; b < o->n_budgets; b++)
+        for (int k = 0; k < r->NP; k++) {
+            stat_sum *t = &r->st[k * MAX_BUDGETS + b];
+            double kl = 0, top1 = 1, ppl = exp(nll_full), us = 0.0;
+            if (k != SCDB_EVICT_FULL) {
+                kl = t->kl / t->runs;
+                top1 = t->top1 / t->runs;
+                ppl = exp(t->nll / t->runs);
+                us = t->pol_s / t->steps * 1e6;
+            }
+            const learned *L = k >= N_HEUR ? &r->lp[k - N_HEUR] : NULL;
+            cJSON *row = cJSON_CreateObject();
+            cJSON_AddStringToObject(row, "model", cfg->name);
+            cJSON_AddStringToObject(row, "domain", s->domain);
+            cJSON_AddBoolToObject(row, "seen", !strcmp(s->split, "seen"));
+            cJSON_AddStringToObject(row, "split", s->split);
+            cJSON_AddStringToObject(row, "policy", L ? "distillcache" : heur_label(k));
+            cJSON_AddStringToObject(row, "label", L ? L->label : heur_label(k));
+            cJSON_AddNumberToObject(row, "budget", o->budgets[b]);
+            cJSON_AddNumberToObject(row, "kl", kl);
+            cJSON_AddNumberToObject(row, "top1", top1);
+            cJSON_AddNumberToObject(row, "ppl", ppl);
+            cJSON_AddNumberToObject(row, "us_per_token", us);
+            cJSON_AddNumberToObject(row, "model_us_per_token", step_s * 1e6);
+            cJSON_AddNumberToObject(row, "budget_tokens", (int)(o->budgets[b] * r->W + 0.5));
+            cJSON_AddStringToObject(row, "text", s->label);
+            cJSON_AddStringToObject(row, "part", s->part);
+            if (L) {
+                cJSON_AddStringToObject(row, "policy_file", L->path);
+                cJSON_AddBoolToObject(row, "zero_shot",
+                                      !L->trained_on || !list_has(L->trained_on, cfg->name));
+            }
+            if (k != SCDB_EVICT_FULL)
+                cJSON_AddItemToObject(row, "kl_windows", cJSON_CreateDoubleArray(t->kl_w, t->runs));
+            cJSON_AddItemToArray(r->rows, row);
+        }
+}
+
+/* One model on one text: read it, take its part, measure, add the rows.
+ * 0 or -1. */
+static int eval_source(run *r, scdb_model *m, const scdb_model_config *cfg, const source *s)
+{
+    char *text = NULL;
+    size_t len = 0;
+    double step_s, nll_full;
+    scdb_err rc;
+    if (s->suite_index >= 0)
+        rc = scdb_evict_suite_read(r->suite, s->suite_index, r->o.portion, &text, &len, r->err,
+                                   sizeof r->err);
+    else if ((rc = read_text_path(s->path, &text, &len)))
+        scdb_str_cut(r->err, sizeof r->err, s->path);
+    if (rc) {
+        fprintf(stderr, "scdb bench evict: %s: %s\n", scdb_strerror(rc), r->err);
+        return -1;
+    }
+    size_t off0 = 0, span = len;
+    if (!strcmp(s->part, "first")) span = len / 2;
+    else if (!strcmp(s->part, "second")) { off0 = len / 2; span = len - len / 2; }
+    if (span < (size_t)r->W + 1) {
+        fprintf(stderr, "scdb bench evict: %s (%s) has %zu bytes, a window needs %d\n", s->path,
+                s->part, span, r->W + 1);
+        free(text);
+        return -1;
+    }
+    int bad = eval_windows(r, m, text, off0, span, &step_s, &nll_full);
+    free(text);
+    if (bad) return -1;
+    fprintf(stderr, "bench evict: %s on %s (%s): %d windows done, %.0f s\n", cfg->name, s->domain,
+            s->split, r->o.windows, scdb_now() - r->t_start);
+    add_rows(r, cfg, s, step_s, nll_full);
+    return 0;
+}
+
+/* One model on every text meant for it.  0 or -1. */
+static int eval_model(run *r, int mi)
+{
+    char dir[1200];
+    scdb_model *m = NULL;
+    scdb_err rc;
+    int bad = 0;
+    snprintf(dir, sizeof dir, "%s/models/%s", r->o.data, r->o.models[mi]);
+    if ((rc = scdb_model_load(dir, &m, r->err, sizeof r->err))) {
+        fprintf(stderr, "scdb bench evict: %s: %s: %s\n", dir, scdb_strerror(rc), r->err);
+        return -1;
+    }
+    const scdb_model_config *cfg = scdb_model_cfg(m);
+    if (r->W > cfg->max_seq_len) {
+        fprintf(stderr, "scdb bench evict: prefill + steps = %d exceeds %s's context %d\n", r->W,
+                cfg->name, cfg->max_seq_len);
+        bad = 1;
+    }
+    for (int si = 0; si < r->n_src && !bad; si++) {
+        const source *s = &r->src[si];
+        if (s->for_model >= 0 && s->for_model != mi) continue;
+        bad = eval_source(r, m, cfg, s) != 0;
+    }
+    scdb_model_free(&m);
+    return bad ? -1 : 0;
+}
+
+/* The tables: every row, then KL by domain at each budget; seen and
+ * unseen apart. */
+static void print_tables(const run *r)
+{
     const char *labels[MAX_POL];
     int n_lab = 0;
     for (int k = SCDB_EVICT_STREAMING; k < N_HEUR; k++) labels[n_lab++] = heur_label(k);
-    for (int i = 0; i < n_learned; i++) labels[n_lab++] = lp[i].label;
-    print_full_table(rows, "seen", "Seen domains (the learned policy trained on their train texts; measured on their eval texts)");
-    print_full_table(rows, "unseen", "Unseen domains (the learned policy never trained on them)");
-    print_full_table(rows, "other", "Other texts");
-    static const char *const split_names[] = {"seen", "unseen", "other"};
-    static const char *const split_titles[] = {"Seen domains", "Unseen domains", "Other texts"};
-    for (int b = 0; b < o.n_budgets; b++)
+    for (int i = 0; i < r->n_learned; i++) labels[n_lab++] = r->lp[i].label;
+    print_full_table(r->rows, "seen", "Seen domains (the learned policy trained on their train texts; measured on their eval texts)");
+    print_full_table(r->rows, "unseen", "Unseen domains (the learned policy never trained on them)");
+    print_full_table(r->rows, "other", "Other texts");
+    for (int b = 0; b < r->o.n_budgets; b++)
         for (int sp = 0; sp < 3; sp++)
-            print_domain_table(rows, split_names[sp], split_titles[sp], o.budgets[b], labels, n_lab);
+            print_domain_table(r->rows, split_names[sp], split_titles[sp], r->o.budgets[b], labels,
+                               n_lab);
+}
 
-    /* goals (the first learned policy) */
-    if (n_learned) {
-        double worst = 0.0;
-        printf("\nGoals (`%s`):\n", lp[0].label);
-        for (int sp = 0; sp < 3; sp++) {
-            int pairs = 0, kl_ok = 0, t1_ok = 0;
-            int vs_n[MAX_LEARNED] = {0}, vs_ok[MAX_LEARNED] = {0};
-            for (int b = 0; b < o.n_budgets; b++) {
-                if (fabs(o.budgets[b] - 0.25) > 1e-9 && fabs(o.budgets[b] - 0.125) > 1e-9) continue;
-                const cJSON *r;
-                cJSON_ArrayForEach(r, rows) {
-                    if (strcmp(row_str(r, "split"), split_names[sp]) ||
-                        fabs(row_num(r, "budget") - o.budgets[b]) > 1e-9 ||
-                        strcmp(row_str(r, "label"), lp[0].label))
-                        continue;
-                    double kl = row_num(r, "kl"), t1 = row_num(r, "top1"), bh = INFINITY, bt = -1;
-                    const char *bname = "";
-                    const cJSON *q;
-                    cJSON_ArrayForEach(q, rows) {
-                        if (strcmp(row_str(q, "model"), row_str(r, "model")) ||
-                            strcmp(row_str(q, "domain"), row_str(r, "domain")) ||
-                            fabs(row_num(q, "budget") - o.budgets[b]) > 1e-9)
-                            continue;
-                        const char *lab = row_str(q, "label");
-                        int is_h = 0;
-                        for (int k = SCDB_EVICT_STREAMING; k < N_HEUR; k++) is_h |= !strcmp(lab, heur_label(k));
-                        if (is_h) {
-                            if (row_num(q, "kl") < bh) { bh = row_num(q, "kl"); bname = lab; }
-                            if (row_num(q, "top1") > bt) bt = row_num(q, "top1");
-                        }
-                        for (int j = 1; j < n_learned; j++)
-                            if (!strcmp(lab, lp[j].label)) {
-                                vs_n[j]++;
-                                vs_ok[j] += kl <= row_num(q, "kl");
-                            }
+/* Goals of one split (seen, unseen, other) for the first learned policy:
+ * KL lowest of all, top-1 at least the best heuristic's, at budgets 0.25
+ * and 0.125; and against each other learned policy. */
+static void print_split_goals(const run *r, int sp)
+{
+    const opts *o = &r->o;
+    const learned *lp = r->lp;
+    const cJSON *rows = r->rows;
+    int pairs = 0, kl_ok = 0, t1_ok = 0;
+    int vs_n[MAX_LEARNED] = {0}, vs_ok[MAX_LEARNED] = {0};
+    for (int b = 0; b < o->n_budgets; b++) {
+        if (fabs(o->budgets[b] - 0.25) > 1e-9 && fabs(o->budgets[b] - 0.125) > 1e-9) continue;
+        const cJSON *row;
+        cJSON_ArrayForEach(row, rows) {
+            if (strcmp(row_str(row, "split"), split_names[sp]) ||
+                fabs(row_num(row, "budget") - o->budgets[b]) > 1e-9 ||
+                strcmp(row_str(row, "label"), lp[0].label))
+                continue;
+            double kl = row_num(row, "kl"), t1 = row_num(row, "top1"), bh = INFINITY, bt = -1;
+            const char *bname = "";
+            const cJSON *q;
+            cJSON_ArrayForEach(q, rows) {
+                if (strcmp(row_str(q, "model"), row_str(row, "model")) ||
+                    strcmp(row_str(q, "domain"), row_str(row, "domain")) ||
+                    fabs(row_num(q, "budget") - o->budgets[b]) > 1e-9)
+                    continue;
+                const char *lab = row_str(q, "label");
+                int is_h = 0;
+                for (int k = SCDB_EVICT_STREAMING; k < N_HEUR; k++) is_h |= !strcmp(lab, heur_label(k));
+                if (is_h) {
+                    if (row_num(q, "kl") < bh) { bh = row_num(q, "kl"); bname = lab; }
+                    if (row_num(q, "top1") > bt) bt = row_num(q, "top1");
+                }
+                for (int j = 1; j < r->n_learned; j++)
+                    if (!strcmp(lab, lp[j].label)) {
+                        vs_n[j]++;
+                        vs_ok[j] += kl <= row_num(q, "kl");
                     }
-                    pairs++;
-                    kl_ok += kl < bh;
-                    t1_ok += t1 >= bt;
-                    if (kl >= bh || t1 < bt)
-                        printf("  %-7s %-9s %-10s budget %.3f: KL %.5f vs %s %.5f%s, top-1 %.4f vs best heuristic %.4f%s\n",
-                               split_names[sp], row_str(r, "model"), row_str(r, "domain"), o.budgets[b],
-                               kl, bname, bh, kl < bh ? "" : " (NOT lowest)", t1, bt,
-                               t1 >= bt ? "" : " (below)");
-                }
             }
-            if (pairs)
-                printf("  %s: KL lowest of all policies on %d of %d (model, domain, budget 0.25 / 0.125) "
-                       "pairs; top-1 >= the best heuristic's on %d of %d\n",
-                       split_titles[sp], kl_ok, pairs, t1_ok, pairs);
-            for (int j = 1; j < n_learned; j++)
-                if (vs_n[j])
-                    printf("  %s: KL <= `%s`'s on %d of %d pairs\n", split_titles[sp], lp[j].label,
-                           vs_ok[j], vs_n[j]);
-        }
-        const cJSON *r;
-        cJSON_ArrayForEach(r, rows)
-            if (!strcmp(row_str(r, "label"), lp[0].label)) {
-                double q = row_num(r, "us_per_token") / row_num(r, "model_us_per_token");
-                if (q > worst) worst = q;
-            }
-        printf("  overhead: at most %.1f%% of the model's step time (all budgets)\n", 100.0 * worst);
-        for (int b = 0; b < o.n_budgets; b++) {
-            double w = 0.0;
-            cJSON_ArrayForEach(r, rows)
-                if (!strcmp(row_str(r, "label"), lp[0].label) &&
-                    fabs(row_num(r, "budget") - o.budgets[b]) < 1e-9) {
-                    double q = row_num(r, "us_per_token") / row_num(r, "model_us_per_token");
-                    if (q > w) w = q;
-                }
-            printf("    budget %.3f: at most %.1f%%\n", o.budgets[b], 100.0 * w);
+            pairs++;
+            kl_ok += kl < bh;
+            t1_ok += t1 >= bt;
+            if (kl >= bh || t1 < bt)
+                printf("  %-7s %-9s %-10s budget %.3f: KL %.5f vs %s %.5f%s, top-1 %.4f vs best heuristic %.4f%s\n",
+                       split_names[sp], row_str(row, "model"), row_str(row, "domain"), o->budgets[b],
+                       kl, bname, bh, kl < bh ? "" : " (NOT lowest)", t1, bt,
+                       t1 >= bt ? "" : " (below)");
         }
     }
-    printf("\n%.0f s\n", scdb_now() - t_start);
+    if (pairs)
+        printf("  %s: KL lowest of all policies on %d of %d (model, domain, budget 0.25 / 0.125) "
+               "pairs; top-1 >= the best heuristic's on %d of %d\n",
+               split_titles[sp], kl_ok, pairs, t1_ok, pairs);
+    for (int j = 1; j < r->n_learned; j++)
+        if (vs_n[j])
+            printf("  %s: KL <= `%s`'s on %d of %d pairs\n", split_titles[sp], lp[j].label,
+                   vs_ok[j], vs_n[j]);
+}
 
-    if (o.json || o.png) {
-        char tmpjson[256] = "";
-        const char *jpath = o.json;
-        if (!jpath) {
-            snprintf(tmpjson, sizeof tmpjson, "/tmp/scdb_bench_evict_%d.json", (int)getpid());
-            jpath = tmpjson;
+/* The goals of the first learned policy, each split, then its overhead. */
+static void print_goals(const run *r)
+{
+    const char *label = r->lp[0].label;
+    const cJSON *row;
+    double worst = 0.0;
+    printf("\nGoals (`%s`):\n", label);
+    for (int sp = 0; sp < 3; sp++) print_split_goals(r, sp);
+    cJSON_ArrayForEach(row, r->rows)
+        if (!strcmp(row_str(row, "label"), label)) {
+            double q = row_num(row, "us_per_token") / row_num(row, "model_us_per_token");
+            if (q > worst) worst = q;
         }
-        if (scdb_bench_write_json(jpath, json, "scdb bench evict")) goto done;
-        if (o.json) printf("\nwrote %s\n", o.json);
-        if (o.png) {
-            char script[1400], cmd[4096];
-            snprintf(script, sizeof script, "%s/tools/plot_evict.py", scdb_share_dir());
-            if (access(script, R_OK) || access("/usr/bin/python3", X_OK)) {
-                printf("no PNG: %s or /usr/bin/python3 is missing\n", script);
-            } else {
-                snprintf(cmd, sizeof cmd, "/usr/bin/python3 '%s' '%s' '%s'", script, jpath, o.png);
-                if (system(cmd) == 0) printf("wrote %s\n", o.png);
-                else printf("no PNG: %s failed (is matplotlib installed?)\n", script);
+    printf("  overhead: at most %.1f%% of the model's step time (all budgets)\n", 100.0 * worst);
+    for (int b = 0; b < r->o.n_budgets; b++) {
+        double w = 0.0;
+        cJSON_ArrayForEach(row, r->rows)
+            if (!strcmp(row_str(row, "label"), label) &&
+                fabs(row_num(row, "budget") - r->o.budgets[b]) < 1e-9) {
+                double q = row_num(row, "us_per_token") / row_num(row, "model_us_per_token");
+                if (q > w) w = q;
             }
-        }
-        if (tmpjson[0]) unlink(tmpjson);
+        printf("    budget %.3f: at most %.1f%%\n", r->o.budgets[b], 100.0 * w);
     }
+}
+
+/* --json, and --png from the JSON (a temporary file without --json).
+ * 0 or -1 (the JSON could not be written). */
+static int write_outputs(const run *r)
+{
+    const opts *o = &r->o;
+    char tmpjson[256] = "";
+    const char *jpath = o->json;
+    if (!o->json && !o->png) return 0;
+    if (!jpath) {
+        snprintf(tmpjson, sizeof tmpjson, "/tmp/scdb_bench_evict_%d.json", (int)getpid());
+        jpath = tmpjson;
+    }
+    if (scdb_bench_write_json(jpath, r->json, "scdb bench evict")) return -1;
+    if (o->json) printf("\nwrote %s\n", o->json);
+    if (o->png) {
+        char script[1400], cmd[4096];
+        snprintf(script, sizeof script, "%s/tools/plot_evict.py", scdb_share_dir());
+        if (access(script, R_OK) || access("/usr/bin/python3", X_OK)) {
+            printf("no PNG: %s or /usr/bin/python3 is missing\n", script);
+        } else {
+            snprintf(cmd, sizeof cmd, "/usr/bin/python3 '%s' '%s' '%s'", script, jpath, o->png);
+            if (system(cmd) == 0) printf("wrote %s\n", o->png);
+            else printf("no PNG: %s failed (is matplotlib installed?)\n", script);
+        }
+    }
+    if (tmpjson[0]) unlink(tmpjson);
+    return 0;
+}
+
+static void run_free(run *r)
+{
+    for (int k = 0; k < N_HEUR; k++) scdb_evict_policy_free(&r->heur[k]);
+    for (int i = 0; i < MAX_LEARNED; i++) scdb_evict_policy_free(&r->lp[i].p);
+    for (int i = 0; i < r->o.n_models; i++) free(r->o.models[i]);
+    for (int i = 0; i < r->o.n_domains; i++) free(r->o.domains[i]);
+    if (r->st)
+        for (int i = 0; i < MAX_POL * MAX_BUDGETS; i++) free(r->st[i].kl_w);
+    free(r->st);
+    scdb_evict_suite_free(&r->suite);
+    cJSON_Delete(r->json);
+    free(r->tok);
+}
+
+int scdb_bench_evict(int argc, char **argv)
+{
+    run r;
+    char why[256] = "";
+    int prc, ret = 1;
+
+    memset(&r, 0, sizeof r);
+    prc = parse_opts(argc, argv, &r.o, why, sizeof why);
+    if (prc == 1) {
+        usage(stdout);
+        ret = 0;
+        goto done;
+    }
+    if (prc) {
+        fprintf(stderr, "scdb bench evict: %s\n\n", why);
+        usage(stderr);
+        ret = 2;
+        goto done;
+    }
+    if (r.o.n_models == 0) r.o.n_models = list_models(r.o.data, r.o.models, MAX_MODELS);
+    if (r.o.n_models <= 0) {
+        fprintf(stderr, "scdb bench evict: no models under %s/models\n", r.o.data);
+        goto done;
+    }
+    if (load_policies(&r)) goto done;
+    if ((ret = collect_sources(&r))) goto done;
+    ret = 1;
+    r.W = r.o.prefill + r.o.steps;
+    r.NP = N_HEUR + r.n_learned;
+    print_protocol(&r);
+    if (start_run(&r)) goto done;
+    r.t_start = scdb_now();
+    for (int mi = 0; mi < r.o.n_models; mi++)
+        if (eval_model(&r, mi)) goto done;
+    print_tables(&r);
+    if (r.n_learned) print_goals(&r);
+    printf("\n%.0f s\n", scdb_now() - r.t_start);
+    if (write_outputs(&r)) goto done;
     ret = 0;
 done:
-    for (int k = 0; k < N_HEUR; k++) scdb_evict_policy_free(&heur[k]);
-    for (int i = 0; i < MAX_LEARNED; i++) scdb_evict_policy_free(&lp[i].p);
-    for (int i = 0; i < o.n_models; i++) free(o.models[i]);
-    for (int i = 0; i < o.n_domains; i++) free(o.domains[i]);
-    if (st)
-        for (int i = 0; i < MAX_POL * MAX_BUDGETS; i++) free(st[i].kl_w);
-    free(st);
-    scdb_evict_suite_free(&suite);
-    cJSON_Delete(json);
-    free(tok);
+    run_free(&r);
     return ret;
 }

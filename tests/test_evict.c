@@ -20,6 +20,7 @@
 
 #include "evict.h"
 #include "evict_internal.h"
+#include "helpers/assert_close.h"
 #include "model.h"
 #include "safetensors.h"
 #include "tiny_model.h"
@@ -41,7 +42,6 @@ static int teardown_tmp(void **state)
     return system(cmd) == 0 ? 0 : -1;
 }
 
-#define NEAR(a, b, tol) assert_true(fabs((double)(a) - (double)(b)) <= (tol))
 #define NF SCDB_EVICT_N_FEATURES
 #define NI SCDB_EVICT_N_INPUTS
 
@@ -147,36 +147,36 @@ static void test_features_hand(void **state)
     /* alpha: EMA-weighted mean over queries of (mean over heads) x nvis.
      *   slot 0: q0 1 x 1, q1 0.7 x 2 -> (d * 1 + 1.4) / (d + 1)
      *   slot 1: q1 0.3 x 2 = 0.6 */
-    NEAR(f[0 * NF + SCDB_EF_ALPHA], (d + 1.4) / (d + 1), 1e-6);
-    NEAR(f[1 * NF + SCDB_EF_ALPHA], 0.6, 1e-6);
-    NEAR(scdb_evict_acc_n_obs(a)[0], d + 1, 1e-6);
+    assert_near(f[0 * NF + SCDB_EF_ALPHA], (d + 1.4) / (d + 1), 1e-6);
+    assert_near(f[1 * NF + SCDB_EF_ALPHA], 0.6, 1e-6);
+    assert_near(scdb_evict_acc_n_obs(a)[0], d + 1, 1e-6);
     /* vnorm: |(3,4)| = 5, |(0,1)| = 1 */
-    NEAR(f[0 * NF + SCDB_EF_VNORM], 5.0, 1e-6);
-    NEAR(f[1 * NF + SCDB_EF_VNORM], 1.0, 1e-6);
+    assert_near(f[0 * NF + SCDB_EF_VNORM], 5.0, 1e-6);
+    assert_near(f[1 * NF + SCDB_EF_VNORM], 1.0, 1e-6);
     /* sigma: variance across heads of mass x nvis, EMA-mean over queries.
      *   slot 0: q0 var(1, 1) = 0, q1 var(1.8, 1.0) = 0.16 -> 0.16 / (d + 1)
      *   slot 1: q1 var(0.2, 1.0) = 0.16 */
-    NEAR(f[0 * NF + SCDB_EF_SIGMA], 0.16 / (d + 1), 1e-6);
-    NEAR(f[1 * NF + SCDB_EF_SIGMA], 0.16, 1e-6);
+    assert_near(f[0 * NF + SCDB_EF_SIGMA], 0.16 / (d + 1), 1e-6);
+    assert_near(f[1 * NF + SCDB_EF_SIGMA], 0.16, 1e-6);
     /* ent: attention-weighted entropy of the queries (q0's rows see one
      * slot: entropy 0):
      *   slot 0: (0.9 h0 + 0.5 h1) / (2 d + 1.4)
      *   slot 1: (0.1 h0 + 0.5 h1) / 0.6 */
-    NEAR(f[0 * NF + SCDB_EF_ENT], (0.9 * h0 + 0.5 * h1) / (2 * d + 1.4), 1e-5);
-    NEAR(f[1 * NF + SCDB_EF_ENT], (0.1 * h0 + 0.5 * h1) / 0.6, 1e-5);
+    assert_near(f[0 * NF + SCDB_EF_ENT], (0.9 * h0 + 0.5 * h1) / (2 * d + 1.4), 1e-5);
+    assert_near(f[1 * NF + SCDB_EF_ENT], (0.1 * h0 + 0.5 * h1) / 0.6, 1e-5);
     /* pos: (pos + 1) / (last_pos + 1) */
-    NEAR(f[0 * NF + SCDB_EF_POS], 0.5, 1e-6);
-    NEAR(f[1 * NF + SCDB_EF_POS], 1.0, 1e-6);
+    assert_near(f[0 * NF + SCDB_EF_POS], 0.5, 1e-6);
+    assert_near(f[1 * NF + SCDB_EF_POS], 1.0, 1e-6);
     /* the mass feature is H2O's cumulative mass, checked next */
-    NEAR(f[0 * NF + SCDB_EF_MASS], 1.7, 1e-6);
-    NEAR(f[1 * NF + SCDB_EF_MASS], 0.3, 1e-6);
+    assert_near(f[0 * NF + SCDB_EF_MASS], 1.7, 1e-6);
+    assert_near(f[1 * NF + SCDB_EF_MASS], 0.3, 1e-6);
     /* H2O's cumulative mass (plain sum), TOVA's last-query attention and
      * SnapKV's ring row of q1 (mean over the two heads of the KV group) */
-    NEAR(scdb_evict_acc_mass(a)[0], 1.7, 1e-6);
-    NEAR(scdb_evict_acc_mass(a)[1], 0.3, 1e-6);
-    NEAR(scdb_evict_acc_last(a)[0], 0.7, 1e-6);
-    NEAR(scdb_evict_acc_last(a)[1], 0.3, 1e-6);
-    NEAR(scdb_evict_acc_win(a)[1 * 8 + 1], 0.3, 1e-6);
+    assert_near(scdb_evict_acc_mass(a)[0], 1.7, 1e-6);
+    assert_near(scdb_evict_acc_mass(a)[1], 0.3, 1e-6);
+    assert_near(scdb_evict_acc_last(a)[0], 0.7, 1e-6);
+    assert_near(scdb_evict_acc_last(a)[1], 0.3, 1e-6);
+    assert_near(scdb_evict_acc_win(a)[1 * 8 + 1], 0.3, 1e-6);
 
     /* one decode step: token at pos 2, V = (0, 2), uniform attention in both
      * heads -> every slot gets 1/3, x nvis = 1; its own features start fresh */
@@ -187,25 +187,25 @@ static void test_features_hand(void **state)
     assert_int_equal(scdb_evict_acc_update(a, c, &p2[0][0][0], 3, 1), SCDB_OK);
     assert_int_equal(scdb_evict_features(a, f), SCDB_OK);
     double w0 = d * (d + 1) + 1;                              /* slot 0's EMA weight */
-    NEAR(scdb_evict_acc_n_obs(a)[0], w0, 1e-6);
-    NEAR(scdb_evict_acc_n_obs(a)[2], 1.0, 1e-6);
-    NEAR(f[0 * NF + SCDB_EF_ALPHA], (d * (d + 1.4) + 1) / w0, 1e-6);
-    NEAR(f[1 * NF + SCDB_EF_ALPHA], (d * 0.6 + 1) / (d + 1), 1e-6);
-    NEAR(f[2 * NF + SCDB_EF_ALPHA], 1.0, 1e-6);
-    NEAR(f[2 * NF + SCDB_EF_VNORM], 2.0, 1e-6);
-    NEAR(f[0 * NF + SCDB_EF_SIGMA], d * 0.16 / w0, 1e-6);
-    NEAR(f[2 * NF + SCDB_EF_SIGMA], 0.0, 1e-6);
-    NEAR(f[2 * NF + SCDB_EF_ENT], 1.0, 1e-5);                 /* uniform rows: entropy 1 */
-    NEAR(f[1 * NF + SCDB_EF_ENT], (d * (0.1 * h0 + 0.5 * h1) + 2.0 / 3) / (d * 0.6 + 2.0 / 3), 1e-5);
-    NEAR(f[0 * NF + SCDB_EF_POS], 1.0 / 3, 1e-6);
-    NEAR(scdb_evict_acc_mass(a)[0], 1.7 + 1.0 / 3, 1e-6);
-    NEAR(scdb_evict_acc_last(a)[0], 1.0 / 3, 1e-6);
+    assert_near(scdb_evict_acc_n_obs(a)[0], w0, 1e-6);
+    assert_near(scdb_evict_acc_n_obs(a)[2], 1.0, 1e-6);
+    assert_near(f[0 * NF + SCDB_EF_ALPHA], (d * (d + 1.4) + 1) / w0, 1e-6);
+    assert_near(f[1 * NF + SCDB_EF_ALPHA], (d * 0.6 + 1) / (d + 1), 1e-6);
+    assert_near(f[2 * NF + SCDB_EF_ALPHA], 1.0, 1e-6);
+    assert_near(f[2 * NF + SCDB_EF_VNORM], 2.0, 1e-6);
+    assert_near(f[0 * NF + SCDB_EF_SIGMA], d * 0.16 / w0, 1e-6);
+    assert_near(f[2 * NF + SCDB_EF_SIGMA], 0.0, 1e-6);
+    assert_near(f[2 * NF + SCDB_EF_ENT], 1.0, 1e-5);                 /* uniform rows: entropy 1 */
+    assert_near(f[1 * NF + SCDB_EF_ENT], (d * (0.1 * h0 + 0.5 * h1) + 2.0 / 3) / (d * 0.6 + 2.0 / 3), 1e-5);
+    assert_near(f[0 * NF + SCDB_EF_POS], 1.0 / 3, 1e-6);
+    assert_near(scdb_evict_acc_mass(a)[0], 1.7 + 1.0 / 3, 1e-6);
+    assert_near(scdb_evict_acc_last(a)[0], 1.0 / 3, 1e-6);
     assert_int_equal(a->ring_fill, 3);
     /* ring: the three queries' head-averaged rows */
     const float *win = scdb_evict_acc_win(a);
-    NEAR(win[0 * 8 + 0], 1.0, 1e-6);
-    NEAR(win[1 * 8 + 0], 0.7, 1e-6);
-    NEAR(win[2 * 8 + 2], 1.0 / 3, 1e-6);
+    assert_near(win[0 * 8 + 0], 1.0, 1e-6);
+    assert_near(win[1 * 8 + 0], 0.7, 1e-6);
+    assert_near(win[2 * 8 + 2], 1.0 / 3, 1e-6);
 
     /* misuse */
     assert_int_equal(scdb_evict_acc_update(a, c, &p2[0][0][0], 3, 1), SCDB_EINVAL); /* n mismatch */
@@ -746,7 +746,7 @@ static void test_mlp_backward(void **state)
         for (int r = 0; r < N; r++) lm += c[r] * s[r];
         m->params[i] = keep;
         double fd = (lp - lm) / (2 * eps);
-        NEAR(g[i], fd, 2e-3 + 1e-2 * fabs(fd));
+        assert_near(g[i], fd, 2e-3 + 1e-2 * fabs(fd));
     }
     free(g);
     scdb_evict_mlp_free(&m);
@@ -777,7 +777,7 @@ static void test_plackett_luce_gradient(void **state)
         want += sc[order[k]] - log(z);
         used[order[k]] = 1;
     }
-    NEAR(lp, want, 1e-5);
+    assert_near(lp, want, 1e-5);
     assert_true(ds[0] == 0.0f && ds[7] == 0.0f && ds[8] == 0.0f);   /* protected: no gradient */
     for (int j = 0; j < N; j++) {
         float keep = sc[j], eps = 1e-3f;
@@ -789,8 +789,8 @@ static void test_plackett_luce_gradient(void **state)
         sc[j] = keep - eps;
         g2 = scdb_evict_pl_grad(&d, 1.0f, 0.0f, tmp, &e2, inv, drawn);
         sc[j] = keep;
-        NEAR(ds[j], (g1 - g2) / (2 * eps), 2e-3);
-        NEAR(dsh[j], (e1 - e2) / (2 * eps), 2e-3);
+        assert_near(ds[j], (g1 - g2) / (2 * eps), 2e-3);
+        assert_near(dsh[j], (e1 - e2) / (2 * eps), 2e-3);
     }
     (void)ent2;
 }
@@ -904,8 +904,8 @@ static void test_train_smoke(void **state)
     scdb_evict_policy *full = NULL;
     assert_int_equal(scdb_evict_policy_new(SCDB_EVICT_FULL, &full), SCDB_OK);
     assert_int_equal(scdb_evict_window_eval(w, full, 10, 4, NULL, &e), SCDB_OK);
-    NEAR(e.kl, 0.0, 1e-9);
-    NEAR(e.top1, 1.0, 0);
+    assert_near(e.kl, 0.0, 1e-9);
+    assert_near(e.top1, 1.0, 0);
     assert_int_equal(e.evictions, 0);
     scdb_evict_policy_free(&full);
     scdb_evict_window_free(&w);

@@ -24,6 +24,7 @@
 
 #include "evict.h"
 #include "evict_internal.h"
+#include "helpers/assert_close.h"
 #include "model.h"
 #include "safetensors.h"
 
@@ -327,7 +328,6 @@ static void test_damaged_suites(void **state)
 
 /* ------------------------------------------------------------ version-3 inputs */
 
-#define NEAR(a, b, tol) assert_true(fabs((double)(a) - (double)(b)) <= (tol))
 
 /* 12 tokens; query q at pos q sees slots 0..q with weights
  *   1 + 20 [j = 5] + 10 [j = 2] + (q = 11 ? 40 [j = 7] : 0), normalised,
@@ -402,19 +402,19 @@ static void test_inputs_constructed(void **state)
     /* the first seven are the version-2 inputs */
     float v2[SCDB_EVICT_N_INPUTS];
     scdb_evict_mlp_transform(feats + 3 * SCDB_EVICT_N_FEATURES, v2);
-    for (int k = 0; k < SCDB_EVICT_N_FEATURES; k++) NEAR(x[3 * NA + k], v2[k], 1e-6);
-    NEAR(x[3 * NA + SCDB_EI_BUDGET], lb, 1e-6);
+    for (int k = 0; k < SCDB_EVICT_N_FEATURES; k++) assert_near(x[3 * NA + k], v2[k], 1e-6);
+    assert_near(x[3 * NA + SCDB_EI_BUDGET], lb, 1e-6);
     /* age: the newest slot is 1 slot old, the oldest 12, per budget slot */
-    NEAR(x[11 * NA + SCDB_EI_AGE], log(1.0) - lb, 1e-6);
-    NEAR(x[0 * NA + SCDB_EI_AGE], log(12.0) - lb, 1e-6);
+    assert_near(x[11 * NA + SCDB_EI_AGE], log(1.0) - lb, 1e-6);
+    assert_near(x[0 * NA + SCDB_EI_AGE], log(12.0) - lb, 1e-6);
     /* cumulative mass: slot 2 first, then 5 (test_evict.c), then 0 */
-    NEAR(x[2 * NA + SCDB_EI_R_MASS], log(1.0) - lb, 1e-6);
-    NEAR(x[5 * NA + SCDB_EI_R_MASS], log(2.0) - lb, 1e-6);
-    NEAR(x[0 * NA + SCDB_EI_R_MASS], log(3.0) - lb, 1e-6);
+    assert_near(x[2 * NA + SCDB_EI_R_MASS], log(1.0) - lb, 1e-6);
+    assert_near(x[5 * NA + SCDB_EI_R_MASS], log(2.0) - lb, 1e-6);
+    assert_near(x[0 * NA + SCDB_EI_R_MASS], log(3.0) - lb, 1e-6);
     /* the last query put 40 on slot 7, 20 on 5, 10 on 2 */
-    NEAR(x[7 * NA + SCDB_EI_R_LAST], log(1.0) - lb, 1e-6);
-    NEAR(x[5 * NA + SCDB_EI_R_LAST], log(2.0) - lb, 1e-6);
-    NEAR(x[2 * NA + SCDB_EI_R_LAST], log(3.0) - lb, 1e-6);
+    assert_near(x[7 * NA + SCDB_EI_R_LAST], log(1.0) - lb, 1e-6);
+    assert_near(x[5 * NA + SCDB_EI_R_LAST], log(2.0) - lb, 1e-6);
+    assert_near(x[2 * NA + SCDB_EI_R_LAST], log(3.0) - lb, 1e-6);
     /* each rank input is a permutation of log(1..n) - log B */
     static const int ranks[] = {SCDB_EI_R_MASS, SCDB_EI_R_ALPHA, SCDB_EI_R_WIN, SCDB_EI_R_SNAPKV,
                                 SCDB_EI_R_LAST, SCDB_EI_R_LIFE};
@@ -430,16 +430,16 @@ static void test_inputs_constructed(void **state)
     /* per-cache values, the same in every slot; vnorm_z has mean 0 */
     double zs = 0.0;
     for (int i = 0; i < N; i++) {
-        NEAR(x[i * NA + SCDB_EI_CTX_N], log(12.0) - lb, 1e-6);
-        NEAR(x[i * NA + SCDB_EI_CTX_ENT], x[0 * NA + SCDB_EI_CTX_ENT], 1e-7);
+        assert_near(x[i * NA + SCDB_EI_CTX_N], log(12.0) - lb, 1e-6);
+        assert_near(x[i * NA + SCDB_EI_CTX_ENT], x[0 * NA + SCDB_EI_CTX_ENT], 1e-7);
         zs += x[i * NA + SCDB_EI_VNORM_Z];
     }
-    NEAR(zs, 0.0, 1e-4);
+    assert_near(zs, 0.0, 1e-4);
     assert_true(x[11 * NA + SCDB_EI_VNORM_Z] > x[0 * NA + SCDB_EI_VNORM_Z]);   /* V grows with i */
     /* the budget moves the rank and age inputs, not the order */
     float x2[N * NA];
     assert_int_equal(scdb_evict_inputs(a, feats, 3, x2), SCDB_OK);
-    NEAR(x2[2 * NA + SCDB_EI_R_MASS] - x[2 * NA + SCDB_EI_R_MASS], log(2.0), 1e-6);
+    assert_near(x2[2 * NA + SCDB_EI_R_MASS] - x[2 * NA + SCDB_EI_R_MASS], log(2.0), 1e-6);
     assert_int_equal(scdb_evict_inputs(a, feats, 0, x2), SCDB_EINVAL);
     assert_int_equal(scdb_evict_inputs(NULL, feats, 3, x2), SCDB_EINVAL);
     scdb_evict_acc_free(&a);
@@ -622,7 +622,7 @@ static void test_trainer_reward(void **state)
     assert_int_equal(scdb_evict_window_reset(w), SCDB_OK);
     assert_int_equal(scdb_evict_window_branch(w, &smp, p, B, EVERY, T, &klm), SCDB_OK);
     for (int t = 0; t < T; t++) want += kl_steps[t] / T;
-    NEAR(klm, want, 1e-6 * want);
+    assert_near(klm, want, 1e-6 * want);
     assert_int_equal(smp.n_dec, 1);
     assert_int_equal(smp.dec[0].step, 0);
     assert_int_equal(smp.dec[0].n, P);
@@ -632,11 +632,11 @@ static void test_trainer_reward(void **state)
     assert_int_equal(scdb_evict_window_steps(w, p, B, EVERY, 8, &kl8), SCDB_OK);
     want = 0.0;
     for (int t = 0; t < 8; t++) want += kl_steps[t];
-    NEAR(kl8, want, 1e-6 * want);
+    assert_near(kl8, want, 1e-6 * want);
     assert_int_equal(scdb_evict_window_branch(w, &smp, p, B, EVERY, 12, &klm), SCDB_OK);
     want = 0.0;
     for (int t = 8; t < 20; t++) want += kl_steps[t] / 12;
-    NEAR(klm, want, 1e-6 * want);
+    assert_near(klm, want, 1e-6 * want);
     assert_int_equal(smp.n_dec, 1);
     assert_int_equal(smp.dec[0].step, 8);
     assert_int_equal(smp.dec[0].n, B + EVERY);
@@ -677,7 +677,7 @@ static void test_trainer_reward(void **state)
     double sa = 0.0;
     for (int k = 0; k < 6; k++) sa += A[k];
     assert_true(sd > 0.0);
-    NEAR(sa, 0.0, 1e-9);
+    assert_near(sa, 0.0, 1e-9);
     for (int k = 0; k < 6; k++) assert_true((A[k] > 0) == (R[k] > mean) || A[k] == 0.0);
     scdb_evict_sampler_clear(&smp);
 
@@ -685,10 +685,10 @@ static void test_trainer_reward(void **state)
     const double Rc[4] = {-1, -2, -3, -6};
     double Ac[4];
     sd = scdb_evict_loo_advantages(Rc, 4, Ac, &mean);
-    NEAR(mean, -3.0, 1e-12);
-    NEAR(sd, sqrt(3.5), 1e-12);
-    NEAR(Ac[0], (-1.0 - (-11.0 / 3)) / sqrt(3.5), 1e-12);   /* R_0 - mean of the others */
-    NEAR(Ac[3], (-6.0 - (-2.0)) / sqrt(3.5), 1e-12);
+    assert_near(mean, -3.0, 1e-12);
+    assert_near(sd, sqrt(3.5), 1e-12);
+    assert_near(Ac[0], (-1.0 - (-11.0 / 3)) / sqrt(3.5), 1e-12);   /* R_0 - mean of the others */
+    assert_near(Ac[3], (-6.0 - (-2.0)) / sqrt(3.5), 1e-12);
     const double Re[3] = {-0.5, -0.5, -0.5};
     double Ae[3];
     assert_true(scdb_evict_loo_advantages(Re, 3, Ae, NULL) == 0.0);
