@@ -607,13 +607,13 @@ void bk_remote_del(scdb_broker *b, const scdb_key *k);
 void bk_remote_fill_stats(scdb_broker *b, Scdb__StatsReply *s);
 
 /* decoder_raw.c: the raw kind's entry points (codec_kinds.c). */
-scdb_err scdb_raw_open_codebook(scdb_broker_codebook *cb, const char *file, scdb_dtype dtype,
+scdb_err bk_raw_open_codebook(scdb_broker_codebook *cb, const char *file, scdb_dtype dtype,
                                 char *errbuf, size_t errlen);
-scdb_err scdb_scd_open_codebook(scdb_broker_codebook *cb, const char *file, scdb_dtype dtype,
+scdb_err bk_scd_open_codebook(scdb_broker_codebook *cb, const char *file, scdb_dtype dtype,
                                 char *errbuf, size_t errlen);
-scdb_err scdb_scd_new_decoder(const scdb_broker_codebook *cb, const scdb_broker_model *consumer,
+scdb_err bk_scd_new_decoder(const scdb_broker_codebook *cb, const scdb_broker_model *consumer,
                               const char *file, scdb_decoder *out, char *errbuf, size_t errlen);
-scdb_err scdb_raw_new_decoder(const scdb_broker_codebook *cb, const scdb_broker_model *consumer,
+scdb_err bk_raw_new_decoder(const scdb_broker_codebook *cb, const scdb_broker_model *consumer,
                               const char *file, scdb_decoder *out, char *errbuf,
                               size_t errlen);
 

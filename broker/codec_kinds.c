@@ -11,8 +11,8 @@
 
 
 static const scdb_codec_kind kinds[] = {
-    {"raw", scdb_raw_open_codebook, scdb_raw_new_decoder},
-    {"scd", scdb_scd_open_codebook, scdb_scd_new_decoder},
+    {"raw", bk_raw_open_codebook, bk_raw_new_decoder},
+    {"scd", bk_scd_open_codebook, bk_scd_new_decoder},
 };
 
 const scdb_codec_kind *scdb_codec_kind_find(const char *name)

@@ -128,7 +128,7 @@ scdb_err scdb_decoder_raw_new(const scdb_broker_model *m, scdb_dtype dtype, scdb
 
 
 /* Namespace id "raw/<producer>": raw KV of one model, one dtype. */
-scdb_err scdb_raw_open_codebook(scdb_broker_codebook *cb, const char *file, scdb_dtype dtype,
+scdb_err bk_raw_open_codebook(scdb_broker_codebook *cb, const char *file, scdb_dtype dtype,
                                 char *errbuf, size_t errlen)
 {
     const scdb_broker_model *m = cb->producer;
@@ -157,7 +157,7 @@ scdb_err scdb_raw_open_codebook(scdb_broker_codebook *cb, const char *file, scdb
 
 /* Raw KV decodes into any consumer of the producer's exact KV geometry (the
  * "raw reuse" baseline when the consumer is another fine-tune). */
-scdb_err scdb_raw_new_decoder(const scdb_broker_codebook *cb, const scdb_broker_model *consumer,
+scdb_err bk_raw_new_decoder(const scdb_broker_codebook *cb, const scdb_broker_model *consumer,
                               const char *file, scdb_decoder *out, char *errbuf, size_t errlen)
 {
     const scdb_broker_model *p = cb->producer;

@@ -78,7 +78,7 @@ static scdb_err scd_check(void *ctx, const void *payload, size_t bytes, int n, c
     return scdb_codec_check_payload(ctx, payload, bytes, n, msg, msglen);
 }
 
-scdb_err scdb_scd_open_codebook(scdb_broker_codebook *cb, const char *file, scdb_dtype dtype,
+scdb_err bk_scd_open_codebook(scdb_broker_codebook *cb, const char *file, scdb_dtype dtype,
                                 char *errbuf, size_t errlen)
 {
     scdb_codebook *book = NULL;
@@ -205,7 +205,7 @@ static void scd_destroy(void *ctx)
     free(d);
 }
 
-scdb_err scdb_scd_new_decoder(const scdb_broker_codebook *cb, const scdb_broker_model *consumer,
+scdb_err bk_scd_new_decoder(const scdb_broker_codebook *cb, const scdb_broker_model *consumer,
                               const char *file, scdb_decoder *out, char *errbuf, size_t errlen)
 {
     const scdb_pair_info *pi;

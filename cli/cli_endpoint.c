@@ -54,7 +54,7 @@ static int listening(const char *ep)
     return ok;
 }
 
-void scdb_cli_installed_config(char *buf, size_t len)
+void cli_installed_config(char *buf, size_t len)
 {
     const char *share = scdb_share_dir();
     size_t n = strlen(share), sl = strlen("/share/scdb");
@@ -90,7 +90,7 @@ static int on_line(void *user, const char *section, const char *name, const char
     return 1;     /* every other line is the broker's business */
 }
 
-const char *scdb_cli_endpoint(char *buf, size_t len, char *from, size_t fromlen)
+const char *cli_endpoint(char *buf, size_t len, char *from, size_t fromlen)
 {
     const char *e = getenv("SCDB_ENDPOINT");
     char cfg[PATH_MAX + 64];
@@ -106,7 +106,7 @@ const char *scdb_cli_endpoint(char *buf, size_t len, char *from, size_t fromlen)
         snprintf(from, fromlen, "a broker of yours listens there");
         return buf;
     }
-    scdb_cli_installed_config(cfg, sizeof cfg);
+    cli_installed_config(cfg, sizeof cfg);
     if (ini_parse(cfg, on_line, &p) >= 0 && p.found) {
         snprintf(buf, len, "%s", p.ep);
         snprintf(from, fromlen, "the installed service's, %s", cfg);
@@ -116,13 +116,13 @@ const char *scdb_cli_endpoint(char *buf, size_t len, char *from, size_t fromlen)
     return buf;
 }
 
-void scdb_cli_endpoint_help(FILE *f)
+void cli_endpoint_help(FILE *f)
 {
     char ep[512], from[PATH_MAX + 128], user[512], cfg[PATH_MAX + 64];
 
-    scdb_cli_endpoint(ep, sizeof ep, from, sizeof from);
+    cli_endpoint(ep, sizeof ep, from, sizeof from);
     per_user(user, sizeof user);
-    scdb_cli_installed_config(cfg, sizeof cfg);
+    cli_installed_config(cfg, sizeof cfg);
     fprintf(f,
             "  --endpoint URL      the broker; default, the first that applies:\n"
             "                      $SCDB_ENDPOINT; %s\n"

@@ -11,14 +11,14 @@
 #include "scdb_cli.h"
 #include "scdb_common.h"
 
-int scdb_cli_connect(const char *cmd, const scdb_opts *o, scdb **h)
+int cli_connect(const char *cmd, const scdb_opts *o, scdb **h)
 {
     scdb_opts oo = *o;
     char ep[512], from[PATH_MAX + 128];
     scdb_err e;
 
     if (!oo.endpoint || !*oo.endpoint)
-        oo.endpoint = scdb_cli_endpoint(ep, sizeof ep, from, sizeof from);
+        oo.endpoint = cli_endpoint(ep, sizeof ep, from, sizeof from);
     else
         snprintf(from, sizeof from, "--endpoint");
     e = scdb_connect(&oo, h);
@@ -36,7 +36,7 @@ int scdb_cli_connect(const char *cmd, const scdb_opts *o, scdb **h)
 /* A whole input file: a regular file, or anything else that reads to its
  * end (a pipe, /dev/stdin).  -1 when read, else an exit code with a message
  * that says what went wrong. */
-int scdb_cli_read_input(const char *cmd, const char *opt, const char *path, char **out, size_t *len)
+int cli_read_input(const char *cmd, const char *opt, const char *path, char **out, size_t *len)
 {
     scdb_err e = scdb_read_file(path, (size_t)1 << 40, out, len);
     FILE *f;
@@ -57,12 +57,12 @@ int scdb_cli_read_input(const char *cmd, const char *opt, const char *path, char
     return SCDB_CLI_REFUSED;
 }
 
-int scdb_cli_read_tokens(const char *cmd, const char *path, int is_text, int32_t **out, size_t *n)
+int cli_read_tokens(const char *cmd, const char *path, int is_text, int32_t **out, size_t *n)
 {
     char *buf = NULL;
     size_t len = 0, cap = 0, k = 0;
     int32_t *t = NULL;
-    int rc = scdb_cli_read_input(cmd, is_text ? "--text" : "--tokens", path, &buf, &len);
+    int rc = cli_read_input(cmd, is_text ? "--text" : "--tokens", path, &buf, &len);
 
     if (rc >= 0) return rc;
     if (is_text) {
@@ -104,7 +104,7 @@ int scdb_cli_read_tokens(const char *cmd, const char *path, int is_text, int32_t
     return -1;
 }
 
-void scdb_cli_sibling_path(const char *path, const char *ext, char *out, size_t len)
+void cli_sibling_path(const char *path, const char *ext, char *out, size_t len)
 {
     size_t l = strlen(path), el = strlen(".safetensors");
     if (l > el && !strcmp(path + l - el, ".safetensors"))

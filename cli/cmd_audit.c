@@ -44,7 +44,7 @@
 #include "wire.h"
 #include "weights_fp.h"
 
-int scdb_cmd_fingerprint(int argc, char **argv)
+int cli_cmd_fingerprint(int argc, char **argv)
 {
     int ret = 0, n = 0;
     const char *models_dir = NULL;
@@ -158,7 +158,7 @@ static void audit_usage(FILE *f)
 "  --producer-model N  its name at the broker (default: its config's name)\n"
 "  --json              print the results as JSON instead of a table\n",
             MAX_PROMPTS);
-    scdb_cli_endpoint_help(f);
+    cli_endpoint_help(f);
     fprintf(f,
 "  --timeout-ms N      per-request timeout (default 30000)\n\n"
 "exit codes: 0 measured, 1 nothing measured (none stored, refused, a file\n"
@@ -238,7 +238,7 @@ static int load_prompts(const audit_opts *o, const scdb_model *cons, prompt *p, 
     int n = 0;
     if (o->n_files) {
         for (int i = 0; i < o->n_files && n < o->prefixes; i++, n++) {
-            int rc = scdb_cli_read_tokens("audit", o->files[i], o->file_is_text[i], &p[n].tok, &p[n].n);
+            int rc = cli_read_tokens("audit", o->files[i], o->file_is_text[i], &p[n].tok, &p[n].n);
             if (rc >= 0) { *np = n; return rc; }
             snprintf(p[n].source, sizeof p[n].source, "%s", o->files[i]);
         }
@@ -484,7 +484,7 @@ static void print_results(const audit_opts *o, const char *name, const char *fp,
         printf("\nnone of the %d prompts has a stored prefix to measure\n", np);
 }
 
-int scdb_cmd_audit(int argc, char **argv)
+int cli_cmd_audit(int argc, char **argv)
 {
     audit_opts o;
     prompt *p = NULL;
@@ -511,7 +511,7 @@ int scdb_cmd_audit(int argc, char **argv)
     if (!p) goto done;
     if ((rc = load_prompts(&o, cons, p, &np)) >= 0) { ret = rc; goto done; }
     scdb_opts so = {.endpoint = o.endpoint, .timeout_ms = o.timeout_ms, .name = "scdb audit"};
-    if ((rc = scdb_cli_connect("audit", &so, &h)) >= 0) { ret = rc; goto done; }
+    if ((rc = cli_connect("audit", &so, &h)) >= 0) { ret = rc; goto done; }
     /* checked first; a stale pair is reported, then measured unchecked */
     if (scdb_set_weights_fp(h, fp)) goto done;
     e = scdb_register(h, SCDB_CONSUMER, name, o.codebook, NULL);
@@ -547,7 +547,7 @@ int scdb_cmd_audit(int argc, char **argv)
                     err, scdb_strerror(e));
             goto done;
         }
-        if ((rc = scdb_cli_connect("audit", &so, &ph)) >= 0) { ret = rc; goto done; }
+        if ((rc = cli_connect("audit", &so, &ph)) >= 0) { ret = rc; goto done; }
         const char *pname = o.producer_model ? o.producer_model : scdb_model_cfg(prod)->name;
         if (scdb_set_weights_fp(ph, pc.fp)) goto done;
         e = scdb_register(ph, SCDB_PRODUCER, pname, o.codebook, NULL);

@@ -15,14 +15,14 @@
 #include "scdb_cli.h"
 #include "wire.h"
 
-int scdb_cmd_serve(int argc, char **argv);
-int scdb_cmd_put(int argc, char **argv);
-int scdb_cmd_lookup(int argc, char **argv);
-int scdb_cmd_get(int argc, char **argv);
+int cli_cmd_serve(int argc, char **argv);
+int cli_cmd_put(int argc, char **argv);
+int cli_cmd_lookup(int argc, char **argv);
+int cli_cmd_get(int argc, char **argv);
 
 enum { EXIT_REFUSED = SCDB_CLI_REFUSED, EXIT_USAGE = SCDB_CLI_USAGE, EXIT_UNREACHABLE = SCDB_CLI_UNREACHABLE };
 
-int scdb_cmd_serve(int argc, char **argv)
+int cli_cmd_serve(int argc, char **argv)
 {
     if (argc > 0) argv[0] = (char *)"scdb serve";    /* for its usage lines */
     return scdb_broker_main(argc, argv);
@@ -91,7 +91,7 @@ static void help(const char *cmd)
                "                      pair's; 0: REUSE everywhere, faster, lower quality)\n"
                "  --json              print the result as JSON\n");
     }
-    scdb_cli_endpoint_help(stdout);
+    cli_endpoint_help(stdout);
     printf("%s", common_help);
     printf("  -h, --help          this text\n%s", exit_help);
 }
@@ -165,7 +165,7 @@ static int parse(cli *c, int argc, char **argv, int need_model)
 
 static int read_tokens(const cli *c, int32_t **out, size_t *n)
 {
-    return scdb_cli_read_tokens(c->cmd, c->text ? c->text : c->tokens, c->text != NULL, out, n);
+    return cli_read_tokens(c->cmd, c->text ? c->text : c->tokens, c->text != NULL, out, n);
 }
 
 static int broker_error(const cli *c, const char *what, scdb_err e, scdb *h)
@@ -181,7 +181,7 @@ static int open_handle(const cli *c, scdb_role role, scdb **h, scdb_info *info)
     scdb_opts o = {.endpoint = c->endpoint, .timeout_ms = c->timeout_ms, .no_heartbeat = 1,
                    .name = c->cmd};
     scdb_err e;
-    int rc = scdb_cli_connect(c->cmd, &o, h);
+    int rc = cli_connect(c->cmd, &o, h);
 
     if (rc >= 0) return rc;
     if (c->model) {
@@ -197,7 +197,7 @@ static int open_handle(const cli *c, scdb_role role, scdb **h, scdb_info *info)
 
 /* ---------------------------------------------------------------- put */
 
-int scdb_cmd_put(int argc, char **argv)
+int cli_cmd_put(int argc, char **argv)
 {
     cli c;
     scdb *h = NULL;
@@ -212,7 +212,7 @@ int scdb_cmd_put(int argc, char **argv)
     if (rc >= 0) return rc;
     if (!c.payload) return usage_error(&c, "%s", "--payload FILE is required");
     if ((rc = read_tokens(&c, &tok, &n)) >= 0) return rc;
-    if ((rc = scdb_cli_read_input("put", "--payload", c.payload, &pl, &plen)) >= 0) {
+    if ((rc = cli_read_input("put", "--payload", c.payload, &pl, &plen)) >= 0) {
         free(tok);
         return rc;
     }
@@ -258,7 +258,7 @@ int scdb_cmd_put(int argc, char **argv)
 
 /* ------------------------------------------------------------- lookup */
 
-int scdb_cmd_lookup(int argc, char **argv)
+int cli_cmd_lookup(int argc, char **argv)
 {
     cli c;
     scdb *h = NULL;
@@ -314,7 +314,7 @@ static int write_kv(const cli *c, const scdb_kv_cache *kv, int n)
     return 0;
 }
 
-int scdb_cmd_get(int argc, char **argv)
+int cli_cmd_get(int argc, char **argv)
 {
     cli c;
     scdb *h = NULL;

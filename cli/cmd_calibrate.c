@@ -17,7 +17,7 @@
 #include "codec.h"
 #include "model.h"
 
-int scdb_cmd_calibrate(int argc, char **argv);
+int cli_cmd_calibrate(int argc, char **argv);
 
 #define MAX_CONS 64     /* --codebook: consumers one at a time in one session */
 #define MAX_JOINT 8     /* a codebook fit holds every consumer's statistics */
@@ -270,7 +270,7 @@ done:
     return ret;
 }
 
-int scdb_cmd_calibrate(int argc, char **argv)
+int cli_cmd_calibrate(int argc, char **argv)
 {
     const char *producer_dir = NULL, *cons_dir[MAX_CONS], *texts[MAX_TEXTS], *outdir = NULL;
     const char *cb_path = NULL, *restamp_path = NULL, *restamp_cb = NULL, *cb_only = NULL;

@@ -82,7 +82,7 @@ static void usage(FILE *f)
             "                 consumers run their model and live session on the GPU (the\n"
             "                 producer stays on the CPU: it captures into shared memory)\n"
             "exit status: 0 all steps ran, 1 a step failed, 2 usage error.\n",
-            scdb_cli_data_dir());
+            cli_data_dir());
 }
 
 /* ------------------------------------------------------------ helpers */
@@ -501,7 +501,7 @@ static int write_config(demo *d)
     return fclose(f);
 }
 
-int scdb_cmd_demo(int argc, char **argv)
+int cli_cmd_demo(int argc, char **argv)
 {
     static const struct option opts[] = {
         {"data", required_argument, 0, 'd'}, {"prefix", required_argument, 0, 'p'},
@@ -517,7 +517,7 @@ int scdb_cmd_demo(int argc, char **argv)
     int c, rc = 1;
 
     memset(&d, 0, sizeof d);
-    d.data = scdb_cli_data_dir();
+    d.data = cli_data_dir();
     d.prefix = 384;
     d.gen = 32;
     d.budget = -1;

@@ -71,16 +71,16 @@ static void usage(FILE *f)
             "  --json FILE      also write {\"models\":[{\"name\":..,\"bpb\":{domain: bpb}}],\n"
             "                   \"domains\":[..]}\n"
             "  -h, --help       this text\n",
-            scdb_cli_data_dir());
+            cli_data_dir());
 }
 
-int scdb_cmd_models(int argc, char **argv)
+int cli_cmd_models(int argc, char **argv)
 {
     static const struct option opts[] = {
         {"data", required_argument, 0, 'd'}, {"max-bytes", required_argument, 0, 'm'},
         {"json", required_argument, 0, 'j'}, {"window", required_argument, 0, 'w'},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
-    const char *data = scdb_cli_data_dir(), *json_path = NULL;
+    const char *data = cli_data_dir(), *json_path = NULL;
     long max_bytes = 32768, window = 0;
     char *models[MAX_ITEMS], *domains[MAX_ITEMS];
     double bpb[MAX_ITEMS][MAX_ITEMS];

@@ -225,7 +225,7 @@ static void help(void)
            "  --json              one JSON object (per refresh, one per line)\n"
            "  --watch SECONDS     refresh every SECONDS (a TTY is cleared each time)\n"
            "  --count N           with --watch: stop after N refreshes (default: never)\n");
-    scdb_cli_endpoint_help(stdout);
+    cli_endpoint_help(stdout);
     printf("  --timeout-ms N      per-request timeout (default 5000)\n"
            "  -h, --help          this text\n\n"
            "exit codes: 0 ok, 1 the broker refused the request, 2 usage error, 3 no\n"
@@ -240,7 +240,7 @@ static int usage_error(const char *fmt, const char *arg)
     return EXIT_USAGE;
 }
 
-int scdb_cmd_stats(int argc, char **argv)
+int cli_cmd_stats(int argc, char **argv)
 {
     const char *endpoint = NULL;
     int json = 0, timeout_ms = 0, rc = 0;
@@ -283,7 +283,7 @@ int scdb_cmd_stats(int argc, char **argv)
     scdb_opts o = {.endpoint = endpoint, .timeout_ms = timeout_ms, .no_heartbeat = 1,
                    .name = "stats"};
     scdb_err e;
-    if ((rc = scdb_cli_connect("stats", &o, &h)) >= 0) return rc;
+    if ((rc = cli_connect("stats", &o, &h)) >= 0) return rc;
     for (long n = 0;; n++) {
         scdb_stat s;
         if (watch && n) {

@@ -12,8 +12,8 @@
 #include "model.h"
 #include "scdb_cli.h"
 
-int scdb_cmd_train_policy(int argc, char **argv);
-int scdb_cmd_train_policy_rl(int argc, char **argv);   /* cmd_train_policy_rl.c: the default */
+int cli_cmd_train_policy(int argc, char **argv);
+int cli_cmd_train_policy_rl(int argc, char **argv);   /* cmd_train_policy_rl.c: the default */
 
 static void usage(FILE *f)
 {
@@ -76,7 +76,7 @@ static void usage(FILE *f)
             "  -q, --quiet       no progress on stderr\n"
             "  -h, --help        this text\n\n"
             "DATA is %s (environment SCDB_DATA).\n",
-            scdb_cli_data_dir());
+            cli_data_dir());
 }
 
 static int parse_budgets(const char *s, scdb_evict_train_opts *o)
@@ -93,7 +93,7 @@ static int parse_budgets(const char *s, scdb_evict_train_opts *o)
     return o->n_budgets > 0 ? 0 : -1;
 }
 
-int scdb_cmd_train_policy(int argc, char **argv)
+int cli_cmd_train_policy(int argc, char **argv)
 {
     enum { O_MODEL = 256, O_TEXT, O_PART, O_BUDGET, O_EPISODES, O_SAMPLES, O_LR, O_ENTROPY,
            O_PREFILL, O_STEPS, O_EVERY, O_HIDDEN, O_SINKS, O_RECENT, O_VALW, O_VALE,
@@ -132,10 +132,10 @@ int scdb_cmd_train_policy(int argc, char **argv)
 
     int legacy = 0;
     for (int i = 1; i < argc; i++) legacy |= !strcmp(argv[i], "--legacy");
-    if (!legacy) return scdb_cmd_train_policy_rl(argc, argv);
+    if (!legacy) return cli_cmd_train_policy_rl(argc, argv);
     scdb_evict_train_defaults(&o);
-    snprintf(model_dir, sizeof model_dir, "%s/models/base", scdb_cli_data_dir());
-    scdb_model_heldout_path(scdb_cli_data_dir(), "english", text_path, sizeof text_path);
+    snprintf(model_dir, sizeof model_dir, "%s/models/base", cli_data_dir());
+    scdb_model_heldout_path(cli_data_dir(), "english", text_path, sizeof text_path);
     optind = 1;
     while ((c = getopt_long(argc, argv, "o:qh", opts, NULL)) != -1) {
         int bad = 0;
@@ -217,7 +217,7 @@ int scdb_cmd_train_policy(int argc, char **argv)
         usage(stderr);
         return 2;
     }
-    if (!log_path[0]) scdb_cli_sibling_path(out_path, ".jsonl", log_path, sizeof log_path);
+    if (!log_path[0]) cli_sibling_path(out_path, ".jsonl", log_path, sizeof log_path);
 
     if ((rc = scdb_read_file(text_path, (size_t)1 << 30, &text, &len))) {
         fprintf(stderr, "train-policy: cannot read %s: %s\n", text_path, scdb_strerror(rc));

@@ -16,7 +16,7 @@
 #include "model.h"
 #include "scdb_cli.h"
 
-int scdb_cmd_train_policy_rl(int argc, char **argv);
+int cli_cmd_train_policy_rl(int argc, char **argv);
 
 #define MAX_MODELS 8
 #define MAX_DOMAINS 32
@@ -78,7 +78,7 @@ static void usage(FILE *f)
             "  --legacy           the single-model, single-text trainer (see --legacy --help)\n"
             "  -h, --help         this text\n\n"
             "DATA is %s (environment SCDB_DATA).\n",
-            scdb_cli_data_dir());
+            cli_data_dir());
 }
 
 static int split_list(const char *s, char **out, int max)
@@ -135,7 +135,7 @@ static int list_models(const char *data, char **out, int max)
 }
 
 /* path with .safetensors replaced by ext (or ext appended) */
-int scdb_cmd_train_policy_rl(int argc, char **argv)
+int cli_cmd_train_policy_rl(int argc, char **argv)
 {
     enum { O_SUITE = 256, O_DOMAINS, O_MODELS, O_INPUTS, O_UPDATES, O_BATCH, O_STATES, O_SAMPLES,
            O_HORIZON, O_BRANGE, O_VBUDGETS, O_VALW, O_VALE, O_LR, O_ENTROPY, O_TAU, O_HIDDEN,
@@ -252,13 +252,13 @@ int scdb_cmd_train_policy_rl(int argc, char **argv)
         fprintf(stderr, "train-policy: --horizon and --horizon-first must not exceed --steps\n");
         return 2;
     }
-    if (!log_path[0]) scdb_cli_sibling_path(out_path, ".jsonl", log_path, sizeof log_path);
-    if (!png_path[0]) scdb_cli_sibling_path(out_path, ".train.png", png_path, sizeof png_path);
+    if (!log_path[0]) cli_sibling_path(out_path, ".jsonl", log_path, sizeof log_path);
+    if (!png_path[0]) cli_sibling_path(out_path, ".train.png", png_path, sizeof png_path);
     if (!suite_path[0])
-        snprintf(suite_path, sizeof suite_path, "%s/evict_suite/manifest.json", scdb_cli_data_dir());
-    if (!n_models) n_models = list_models(scdb_cli_data_dir(), models, MAX_MODELS);
+        snprintf(suite_path, sizeof suite_path, "%s/evict_suite/manifest.json", cli_data_dir());
+    if (!n_models) n_models = list_models(cli_data_dir(), models, MAX_MODELS);
     if (n_models < 1) {
-        fprintf(stderr, "train-policy: no models under %s/models\n", scdb_cli_data_dir());
+        fprintf(stderr, "train-policy: no models under %s/models\n", cli_data_dir());
         return 1;
     }
 
@@ -295,9 +295,9 @@ int scdb_cmd_train_policy_rl(int argc, char **argv)
         corp[i].val = (const unsigned char *)texts[i][1];
     }
     for (int i = 0; i < n_models; i++) {
-        size_t l = strlen(scdb_cli_data_dir()) + strlen(models[i]) + 16;
+        size_t l = strlen(cli_data_dir()) + strlen(models[i]) + 16;
         if (!(dirs[i] = malloc(l))) goto done;
-        snprintf(dirs[i], l, "%s/models/%s", scdb_cli_data_dir(), models[i]);
+        snprintf(dirs[i], l, "%s/models/%s", cli_data_dir(), models[i]);
     }
     if (init_path) {
         if ((rc = scdb_evict_policy_load(init_path, &init, err, sizeof err))) {

@@ -10,34 +10,34 @@
 #include <stdio.h>
 #include <stdint.h>
 
-int scdb_cmd_models(int argc, char **argv);   /* cmd_models.c */
-int scdb_cmd_serve(int argc, char **argv);    /* cmd_broker.c */
-int scdb_cmd_put(int argc, char **argv);
-int scdb_cmd_lookup(int argc, char **argv);
-int scdb_cmd_get(int argc, char **argv);
-int scdb_cmd_stats(int argc, char **argv);
-int scdb_cmd_calibrate(int argc, char **argv); /* cmd_calibrate.c */
-int scdb_cmd_demo(int argc, char **argv);      /* cmd_demo.c */
-int scdb_cmd_train_policy(int argc, char **argv); /* cmd_train_policy.c */
-int scdb_cmd_audit(int argc, char **argv);     /* cmd_audit.c */
-int scdb_cmd_fingerprint(int argc, char **argv);
+int cli_cmd_models(int argc, char **argv);   /* cmd_models.c */
+int cli_cmd_serve(int argc, char **argv);    /* cmd_broker.c */
+int cli_cmd_put(int argc, char **argv);
+int cli_cmd_lookup(int argc, char **argv);
+int cli_cmd_get(int argc, char **argv);
+int cli_cmd_stats(int argc, char **argv);
+int cli_cmd_calibrate(int argc, char **argv); /* cmd_calibrate.c */
+int cli_cmd_demo(int argc, char **argv);      /* cmd_demo.c */
+int cli_cmd_train_policy(int argc, char **argv); /* cmd_train_policy.c */
+int cli_cmd_audit(int argc, char **argv);     /* cmd_audit.c */
+int cli_cmd_fingerprint(int argc, char **argv);
 
 /* The asset directory: $SCDB_DATA, else ../share/scdb beside the program
  * (scdb_data_dir). */
-const char *scdb_cli_data_dir(void);
+const char *cli_data_dir(void);
 
 /* The endpoint a client subcommand uses without --endpoint (cli_endpoint.c:
  * $SCDB_ENDPOINT, a broker of the user's own on the per-user socket, the
  * installed service's configured endpoint, else the per-user socket) into
  * buf; where it came from, a phrase for messages, into from.  Returns buf. */
-const char *scdb_cli_endpoint(char *buf, size_t len, char *from, size_t fromlen);
+const char *cli_endpoint(char *buf, size_t len, char *from, size_t fromlen);
 /* The installed configuration beside this program:
  * <prefix>/etc/scdb/scdb-broker.ini, or /etc/scdb/scdb-broker.ini for the
  * prefix /usr.  cli_endpoint.c */
-void scdb_cli_installed_config(char *buf, size_t len);
+void cli_installed_config(char *buf, size_t len);
 /* The --endpoint lines of a client subcommand's --help: the order above,
  * and what it resolves to here and now.  cli_endpoint.c */
-void scdb_cli_endpoint_help(FILE *f);
+void cli_endpoint_help(FILE *f);
 
 /* Exit codes of the client subcommands (put, lookup, get, stats). */
 enum { SCDB_CLI_REFUSED = 1, SCDB_CLI_USAGE = 2, SCDB_CLI_UNREACHABLE = 3 };
@@ -45,28 +45,28 @@ enum { SCDB_CLI_REFUSED = 1, SCDB_CLI_USAGE = 2, SCDB_CLI_UNREACHABLE = 3 };
 struct scdb_opts;
 struct scdb;
 /* scdb_connect for subcommand `cmd` (o->endpoint NULL or "":
- * scdb_cli_endpoint's): -1 with *h connected, else the exit
+ * cli_endpoint's): -1 with *h connected, else the exit
  * code after one line on stderr saying why (libscdb's connect-time message):
  * 3 when no broker answers (no socket, nothing listening, no reply), 2 for
  * a bad endpoint, 1 otherwise.  cli_util.c */
-int scdb_cli_connect(const char *cmd, const struct scdb_opts *o, struct scdb **h);
+int cli_connect(const char *cmd, const struct scdb_opts *o, struct scdb **h);
 
 /* A whole input file (option opt, for messages): a regular file, or anything
  * that reads to its end (a pipe, /dev/stdin).  -1 when read, else exit code
  * 1 after a line on stderr.  cli_util.c */
-int scdb_cli_read_input(const char *cmd, const char *opt, const char *path, char **out, size_t *len);
+int cli_read_input(const char *cmd, const char *opt, const char *path, char **out, size_t *len);
 /* A prompt from a file: its bytes as byte tokens (is_text), or token ids
  * (whitespace- or comma-separated integers), malloc'd into *out.  A regular
  * file or anything that reads to its end (a pipe).  -1 when read, else the
  * exit code after one line on stderr (1: missing, unreadable, a bad token,
  * out of memory).  cli_util.c */
-int scdb_cli_read_tokens(const char *cmd, const char *path, int is_text, int32_t **out, size_t *n);
+int cli_read_tokens(const char *cmd, const char *path, int is_text, int32_t **out, size_t *n);
 
 /* Option values: scdb_parse_int and its kin (scdb_common.h), one parser
  * for the command and the benches. */
 
 /* path with a trailing ".safetensors" replaced by ext (appended when there
  * is none): a policy's log and plot beside it.  cli_util.c */
-void scdb_cli_sibling_path(const char *path, const char *ext, char *out, size_t len);
+void cli_sibling_path(const char *path, const char *ext, char *out, size_t len);
 
 #endif

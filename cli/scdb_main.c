@@ -9,24 +9,24 @@
 
 #include "scdb_common.h"
 
-const char *scdb_cli_data_dir(void) { return scdb_data_dir(); }
+const char *cli_data_dir(void) { return scdb_data_dir(); }
 
 static const struct {
     const char *name;
     int (*fn)(int, char **);
     const char *what;
 } cmds[] = {
-    {"demo", scdb_cmd_demo, "the fan-out demo: broker, producer (base), one consumer per specialist"},
-    {"models", scdb_cmd_models, "held-out bits-per-byte of every bundled model on every domain"},
-    {"calibrate", scdb_cmd_calibrate, "fit a producer codebook and per-consumer pairs (SCD)"},
-    {"train-policy", scdb_cmd_train_policy, "train the DistillCache eviction policy (REINFORCE)"},
-    {"serve", scdb_cmd_serve, "run the broker daemon (foreground; SIGTERM drains)"},
-    {"put", scdb_cmd_put, "store a prompt's blocks as a producer"},
-    {"lookup", scdb_cmd_lookup, "longest stored prefix of a prompt"},
-    {"get", scdb_cmd_get, "decode a stored prefix into a model's KV"},
-    {"stats", scdb_cmd_stats, "broker and store counters"},
-    {"fingerprint", scdb_cmd_fingerprint, "weights fingerprint of model directories (either layout)"},
-    {"audit", scdb_cmd_audit, "measure a consumer's decoded prefixes against its own prefill"},
+    {"demo", cli_cmd_demo, "the fan-out demo: broker, producer (base), one consumer per specialist"},
+    {"models", cli_cmd_models, "held-out bits-per-byte of every bundled model on every domain"},
+    {"calibrate", cli_cmd_calibrate, "fit a producer codebook and per-consumer pairs (SCD)"},
+    {"train-policy", cli_cmd_train_policy, "train the DistillCache eviction policy (REINFORCE)"},
+    {"serve", cli_cmd_serve, "run the broker daemon (foreground; SIGTERM drains)"},
+    {"put", cli_cmd_put, "store a prompt's blocks as a producer"},
+    {"lookup", cli_cmd_lookup, "longest stored prefix of a prompt"},
+    {"get", cli_cmd_get, "decode a stored prefix into a model's KV"},
+    {"stats", cli_cmd_stats, "broker and store counters"},
+    {"fingerprint", cli_cmd_fingerprint, "weights fingerprint of model directories (either layout)"},
+    {"audit", cli_cmd_audit, "measure a consumer's decoded prefixes against its own prefill"},
     {"bench", scdb_bench_main, NULL},    /* the benchmarks, listed from bench_main.c's table */
 };
 

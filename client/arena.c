@@ -29,7 +29,7 @@ static scdb_err arena_notify(scdb *h, uint64_t id, int free_it)
         req.body_case = SCDB__REQUEST__BODY_ARENA_MAPPED;
         req.arena_mapped = &m;
     }
-    e = scdb_cl_request(h, &req, NULL, NULL, 0, &rep);
+    e = cl_request(h, &req, NULL, NULL, 0, &rep);
     if (rep) scdb__reply__free_unpacked(rep, NULL);
     return e;
 }
@@ -44,19 +44,19 @@ static scdb_err arena_map(scdb *h, const Scdb__ArenaCreateReply *ar, scdb_arena 
     scdb_err e;
 
     if (!a) {
-        e = scdb_cl_fail(h, SCDB_ENOMEM, "out of memory");
+        e = cl_fail(h, SCDB_ENOMEM, "out of memory");
         goto fail;
     }
     snprintf(what, sizeof what, "arena %llu", (unsigned long long)ar->arena);
-    if ((e = scdb_cl_fetch_fd(h, &ar->fd_ticket, what, &fd))) goto fail;
+    if ((e = cl_fetch_fd(h, &ar->fd_ticket, what, &fd))) goto fail;
     if (fstat(fd, &st) || (uint64_t)st.st_size < ar->size || ar->size < SCDB_ARENA_HEADER_BYTES) {
-        e = scdb_cl_fail(h, SCDB_EPROTO, "%s is smaller than announced", what);
+        e = cl_fail(h, SCDB_EPROTO, "%s is smaller than announced", what);
         goto fail;
     }
     a->map = mmap(NULL, ar->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (a->map == MAP_FAILED) {
         a->map = NULL;
-        e = scdb_cl_fail(h, SCDB_ESYS, "cannot map %s: %s", what, strerror(errno));
+        e = cl_fail(h, SCDB_ESYS, "cannot map %s: %s", what, strerror(errno));
         goto fail;
     }
     close(fd);
@@ -72,7 +72,7 @@ static scdb_err arena_map(scdb *h, const Scdb__ArenaCreateReply *ar, scdb_arena 
             (int)hd->n_layers != h->info.states_layers ||
             (int)hd->head_dim != h->info.states_dim || hd->capacity != ar->capacity ||
             hd->cache_bytes != 4ull * hd->n_layers * hd->capacity * hd->head_dim) {
-            e = scdb_cl_fail(h, SCDB_EPROTO, "states %s has an unexpected header", what);
+            e = cl_fail(h, SCDB_EPROTO, "states %s has an unexpected header", what);
             goto fail;
         }
         a->states = (float *)((char *)a->map + hd->cache_offset);
@@ -90,16 +90,16 @@ static scdb_err arena_map(scdb *h, const Scdb__ArenaCreateReply *ar, scdb_arena 
             (int)hd->head_dim != h->info.head_dim || hd->dtype != SCDB_F32 ||
             hd->cache_bytes != scdb_kv_cache_bytes(h->info.n_layers, h->info.n_kv_heads,
                                                    h->info.head_dim, (int)hd->capacity)) {
-            e = scdb_cl_fail(h, SCDB_EPROTO, "CUDA %s has an unexpected header", what);
+            e = cl_fail(h, SCDB_EPROTO, "CUDA %s has an unexpected header", what);
             goto fail;
         }
-        e = scdb_cl_cuda_open(h, ar->cuda_ipc_handle.data, ar->cuda_ipc_handle.len, ar->cuda_device,
+        e = cl_cuda_open(h, ar->cuda_ipc_handle.data, ar->cuda_ipc_handle.len, ar->cuda_device,
                           ar->cuda_pci_bus_id, &a->dev, &a->cuda_device);
         if (e) goto fail;
         e = scdb_kv_cache_view(a->dev, hd->cache_bytes, h->info.n_layers, h->info.n_kv_heads,
                                h->info.head_dim, (int)hd->capacity, &a->cache);
         if (e) {
-            scdb_cl_fail(h, e, "cannot view the arena's device memory as a cache");
+            cl_fail(h, e, "cannot view the arena's device memory as a cache");
             goto fail;
         }
         a->cache->n = 0;
@@ -113,13 +113,13 @@ static scdb_err arena_map(scdb *h, const Scdb__ArenaCreateReply *ar, scdb_arena 
         hd->dtype != SCDB_F32 ||
         hd->cache_bytes != scdb_kv_cache_bytes(h->info.n_layers, h->info.n_kv_heads,
                                                h->info.head_dim, (int)hd->capacity)) {
-        e = scdb_cl_fail(h, SCDB_EPROTO, "%s has an unexpected header", what);
+        e = cl_fail(h, SCDB_EPROTO, "%s has an unexpected header", what);
         goto fail;
     }
     e = scdb_kv_cache_view((char *)a->map + hd->cache_offset, hd->cache_bytes, h->info.n_layers,
                            h->info.n_kv_heads, h->info.head_dim, (int)hd->capacity, &a->cache);
     if (e) {
-        scdb_cl_fail(h, e, "cannot view the arena's cache");
+        cl_fail(h, e, "cannot view the arena's cache");
         goto fail;
     }
     a->cache->n = 0;
@@ -139,7 +139,7 @@ mapped:
     return SCDB_OK;
 fail:
     if (fd >= 0) close(fd);
-    if (a && a->dev) scdb_cl_cuda_close(a->dev, a->cuda_device);
+    if (a && a->dev) cl_cuda_close(a->dev, a->cuda_device);
     if (a) scdb_kv_cache_free(&a->cache);
     if (a && a->map) munmap(a->map, ar->size);
     free(a);
@@ -158,10 +158,10 @@ static scdb_err arena_request(scdb *h, int capacity, Scdb__ArenaKind kind, int c
 
     if (!h || !out) return SCDB_EINVAL;
     *out = NULL;
-    if (!h->registered) return scdb_cl_fail(h, SCDB_EINVAL, "not registered (scdb_register first)");
-    if (capacity < 0) return scdb_cl_fail(h, SCDB_EINVAL, "negative arena capacity");
+    if (!h->registered) return cl_fail(h, SCDB_EINVAL, "not registered (scdb_register first)");
+    if (capacity < 0) return cl_fail(h, SCDB_EINVAL, "negative arena capacity");
     if (kind == SCDB__ARENA_KIND__ARENA_STATES && !h->info.states_dim)
-        return scdb_cl_fail(h, SCDB_EUNSUPPORTED, "the broker does not encode codebook %s for "
+        return cl_fail(h, SCDB_EUNSUPPORTED, "the broker does not encode codebook %s for "
                         "this client (producers of an scd codebook only): put payloads",
                         h->codebook[0] ? h->codebook : "raw");
     ac.capacity = (uint32_t)capacity;
@@ -169,10 +169,10 @@ static scdb_err arena_request(scdb *h, int capacity, Scdb__ArenaKind kind, int c
     ac.cuda = cuda;
     req.body_case = SCDB__REQUEST__BODY_ARENA_CREATE;
     req.arena_create = &ac;
-    e = scdb_cl_request(h, &req, NULL, NULL, 0, &rep);
+    e = cl_request(h, &req, NULL, NULL, 0, &rep);
     if (!e && (rep->body_case != SCDB__REPLY__BODY_ARENA ||
                rep->arena->kind != kind || (cuda && !rep->arena->cuda)))
-        e = scdb_cl_fail(h, SCDB_EPROTO, "arena reply without a body of the kind asked for");
+        e = cl_fail(h, SCDB_EPROTO, "arena reply without a body of the kind asked for");
     if (!e) e = arena_map(h, rep->arena, out);
     if (rep) scdb__reply__free_unpacked(rep, NULL);
     return e;
@@ -220,9 +220,9 @@ void scdb_arena_free(scdb_arena **ap)
     a = *ap;
     h = a->h;
     /* freeing the arena ends its session on the broker too */
-    if (a->session) scdb_cl_session_drop(a->session);
+    if (a->session) cl_session_drop(a->session);
     /* our mapping of the device memory goes before the broker frees it */
-    if (a->dev) scdb_cl_cuda_close(a->dev, a->cuda_device);
+    if (a->dev) cl_cuda_close(a->dev, a->cuda_device);
     if (h->registered && a->gen == h->gen) arena_notify(h, a->id, 1);
     for (pp = &h->arenas; *pp && *pp != a; pp = &(*pp)->next) {}
     if (*pp) *pp = a->next;
@@ -252,16 +252,16 @@ scdb_err scdb_get_ex(scdb *h, const int32_t *tokens, size_t n_tokens, scdb_arena
 
     if (!h || !a || a->h != h || (!tokens && n_tokens)) return SCDB_EINVAL;
     if (opts && opts->patch_layers < -1)
-        return scdb_cl_fail(h, SCDB_EINVAL, "patch_layers %d: -1 (the pair's default) or >= 0",
+        return cl_fail(h, SCDB_EINVAL, "patch_layers %d: -1 (the pair's default) or >= 0",
                             opts->patch_layers);
-    if (!h->registered) return scdb_cl_fail(h, SCDB_EINVAL, "not registered (scdb_register first)");
+    if (!h->registered) return cl_fail(h, SCDB_EINVAL, "not registered (scdb_register first)");
     if (a->gen != h->gen)
-        return scdb_cl_fail(h, SCDB_ECLOSED, "arena %llu is from before a broker restart: free it "
+        return cl_fail(h, SCDB_ECLOSED, "arena %llu is from before a broker restart: free it "
                         "and create a new one", (unsigned long long)a->id);
     if (!a->cache)
-        return scdb_cl_fail(h, SCDB_EINVAL, "arena %llu is a states arena, not a KV cache",
+        return cl_fail(h, SCDB_EINVAL, "arena %llu is a states arena, not a KV cache",
                         (unsigned long long)a->id);
-    if (slot0 < 0 || pos0 < 0) return scdb_cl_fail(h, SCDB_ERANGE, "negative slot0 or pos0");
+    if (slot0 < 0 || pos0 < 0) return cl_fail(h, SCDB_ERANGE, "negative slot0 or pos0");
     __atomic_store_n(&a->hdr->n, (uint32_t)a->cache->n, __ATOMIC_RELEASE);
     g.tokens = (int32_t *)tokens;
     g.n_tokens = n_tokens;
@@ -274,7 +274,7 @@ scdb_err scdb_get_ex(scdb *h, const int32_t *tokens, size_t n_tokens, scdb_arena
     }
     req.body_case = SCDB__REQUEST__BODY_GET;
     req.get = &g;
-    e = scdb_cl_request(h, &req, NULL, NULL, 0, &rep);
+    e = cl_request(h, &req, NULL, NULL, 0, &rep);
     if (rep && rep->body_case == SCDB__REPLY__BODY_GET) {
         uint32_t n = __atomic_load_n(&a->hdr->n, __ATOMIC_ACQUIRE);
         a->cache->n = n <= a->hdr->capacity ? (int)n : a->cache->n;
@@ -290,7 +290,7 @@ scdb_err scdb_get_ex(scdb *h, const int32_t *tokens, size_t n_tokens, scdb_arena
                            (uint64_t)rep->get->n_matched * h->info.block_tokens;
         }
     } else if (!e) {
-        e = scdb_cl_fail(h, SCDB_EPROTO, "get reply without a body");
+        e = cl_fail(h, SCDB_EPROTO, "get reply without a body");
     }
     if (rep) scdb__reply__free_unpacked(rep, NULL);
     return e;
@@ -305,13 +305,13 @@ scdb_err scdb_get_copy(scdb *h, const int32_t *tokens, size_t n_tokens, scdb_kv_
     scdb_err e;
 
     if (!h || !dst || (!tokens && n_tokens)) return SCDB_EINVAL;
-    if (!h->registered) return scdb_cl_fail(h, SCDB_EINVAL, "not registered (scdb_register first)");
-    if (!scdb_cl_same_geometry(h, dst))
-        return scdb_cl_fail(h, SCDB_ESHAPE, "destination cache is %dx%dx%d, model is %dx%dx%d",
+    if (!h->registered) return cl_fail(h, SCDB_EINVAL, "not registered (scdb_register first)");
+    if (!cl_same_geometry(h, dst))
+        return cl_fail(h, SCDB_ESHAPE, "destination cache is %dx%dx%d, model is %dx%dx%d",
                         dst->n_layers, dst->n_kv_heads, dst->head_dim, h->info.n_layers,
                         h->info.n_kv_heads, h->info.head_dim);
     if (slot0 < 0 || slot0 > dst->capacity)
-        return scdb_cl_fail(h, SCDB_ERANGE, "slot0 %d outside the destination cache", slot0);
+        return cl_fail(h, SCDB_ERANGE, "slot0 %d outside the destination cache", slot0);
     bt = h->info.block_tokens;
     room = (size_t)(dst->capacity - slot0) / bt;      /* whole blocks that fit */
     n_use = n_tokens / bt < room ? n_tokens : room * bt;

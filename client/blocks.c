@@ -13,19 +13,19 @@ static scdb_err put_blocks(scdb *h, const int32_t *tokens, size_t n_tokens, uint
     uint64_t bb;
     size_t n_blocks, per_req, done = 0;
     scdb_put_result res = {0};
-    scdb_err e = scdb_cl_need_registered(h);
+    scdb_err e = cl_need_registered(h);
 
     if (e) return e;
     if ((!tokens && n_tokens) || (!payload && payload_len))
-        return scdb_cl_fail(h, SCDB_EINVAL, "put: NULL tokens or payload");
+        return cl_fail(h, SCDB_EINVAL, "put: NULL tokens or payload");
     bb = h->info.block_bytes;
     if (!bb || payload_len % bb)
-        return scdb_cl_fail(h, SCDB_ESHAPE, "put: payload of %zu bytes is not whole blocks of %llu",
+        return cl_fail(h, SCDB_ESHAPE, "put: payload of %zu bytes is not whole blocks of %llu",
                         payload_len, (unsigned long long)bb);
     n_blocks = payload_len / bb;
     if (n_blocks > n_tokens / h->info.block_tokens ||
         first_block > n_tokens / h->info.block_tokens - n_blocks)
-        return scdb_cl_fail(h, SCDB_ESHAPE, "put: %zu blocks from block %u, but %zu tokens hold %zu",
+        return cl_fail(h, SCDB_ESHAPE, "put: %zu blocks from block %u, but %zu tokens hold %zu",
                         n_blocks, first_block, n_tokens, n_tokens / h->info.block_tokens);
     /* split into requests that fit max_request_bytes (tokens cost <= 5 B) */
     {
@@ -33,7 +33,7 @@ static scdb_err put_blocks(scdb *h, const int32_t *tokens, size_t n_tokens, uint
         uint64_t fixed = 5ull * n_tokens + 256;
         per_req = room > fixed ? (size_t)((room - fixed) / bb) : 0;
         if (per_req == 0 && n_blocks)
-            return scdb_cl_fail(h, SCDB_ETOOBIG, "put: one block of %llu bytes exceeds the "
+            return cl_fail(h, SCDB_ETOOBIG, "put: one block of %llu bytes exceeds the "
                             "broker's max_request_bytes %llu", (unsigned long long)bb,
                             (unsigned long long)room);
     }
@@ -49,7 +49,7 @@ static scdb_err put_blocks(scdb *h, const int32_t *tokens, size_t n_tokens, uint
 
         if (k && (!(frames = malloc(k * sizeof *frames)) || !(lens = malloc(k * sizeof *lens)))) {
             free(frames);
-            return scdb_cl_fail(h, SCDB_ENOMEM, "out of memory");
+            return cl_fail(h, SCDB_ENOMEM, "out of memory");
         }
         for (size_t i = 0; i < k; i++) {
             frames[i] = (const char *)payload + (done + i) * bb;
@@ -62,7 +62,7 @@ static scdb_err put_blocks(scdb *h, const int32_t *tokens, size_t n_tokens, uint
         p.replace = replace;
         req.body_case = SCDB__REQUEST__BODY_PUT;
         req.put = &p;
-        e = scdb_cl_request(h, &req, (const void *const *)frames, lens, (int)k, &rep);
+        e = cl_request(h, &req, (const void *const *)frames, lens, (int)k, &rep);
         free(frames);
         free(lens);
         if (rep && rep->body_case == SCDB__REPLY__BODY_PUT) {
@@ -97,18 +97,18 @@ static scdb_err put_states(scdb *h, const int32_t *tokens, size_t n_tokens, uint
     Scdb__Request req = SCDB__REQUEST__INIT;
     Scdb__PutStatesRequest p = SCDB__PUT_STATES_REQUEST__INIT;
     Scdb__Reply *rep = NULL;
-    scdb_err e = scdb_cl_need_registered(h);
+    scdb_err e = cl_need_registered(h);
 
     if (e) return e;
-    if ((!tokens && n_tokens) || !a || a->h != h) return scdb_cl_fail(h, SCDB_EINVAL, "put_states: NULL argument");
+    if ((!tokens && n_tokens) || !a || a->h != h) return cl_fail(h, SCDB_EINVAL, "put_states: NULL argument");
     if (!a->states_dim)
-        return scdb_cl_fail(h, SCDB_EINVAL, "put_states: arena %llu is not a states arena",
+        return cl_fail(h, SCDB_EINVAL, "put_states: arena %llu is not a states arena",
                         (unsigned long long)a->id);
     if (a->gen != h->gen)
-        return scdb_cl_fail(h, SCDB_ECLOSED, "arena %llu is from before a broker restart: free it "
+        return cl_fail(h, SCDB_ECLOSED, "arena %llu is from before a broker restart: free it "
                         "and create a new one", (unsigned long long)a->id);
     if (n_tokens > a->capacity)
-        return scdb_cl_fail(h, SCDB_ERANGE, "put_states: %zu tokens, the arena holds %u", n_tokens,
+        return cl_fail(h, SCDB_ERANGE, "put_states: %zu tokens, the arena holds %u", n_tokens,
                         a->capacity);
     p.tokens = (int32_t *)tokens;
     p.n_tokens = n_tokens;
@@ -117,7 +117,7 @@ static scdb_err put_states(scdb *h, const int32_t *tokens, size_t n_tokens, uint
     p.replace = replace;
     req.body_case = SCDB__REQUEST__BODY_PUT_STATES;
     req.put_states = &p;
-    e = scdb_cl_request(h, &req, NULL, NULL, 0, &rep);
+    e = cl_request(h, &req, NULL, NULL, 0, &rep);
     if (rep && rep->body_case == SCDB__REPLY__BODY_PUT && out) {
         out->n_full = rep->put->n_full;
         out->n_stored = rep->put->n_stored;
@@ -145,13 +145,13 @@ scdb_err scdb_lookup(scdb *h, const int32_t *tokens, size_t n_tokens, scdb_looku
     Scdb__Request req = SCDB__REQUEST__INIT;
     Scdb__LookupRequest l = SCDB__LOOKUP_REQUEST__INIT;
     Scdb__Reply *rep = NULL;
-    scdb_err e = scdb_cl_need_registered(h);
+    scdb_err e = cl_need_registered(h);
 
     if (e) return e;
-    if (!tokens && n_tokens) return scdb_cl_fail(h, SCDB_EINVAL, "lookup: NULL tokens");
+    if (!tokens && n_tokens) return cl_fail(h, SCDB_EINVAL, "lookup: NULL tokens");
     if (h->lix) {
         scdb_lookup_result ir;
-        e = scdb_cl_lix_lookup(h, tokens, n_tokens, &ir);
+        e = cl_lix_lookup(h, tokens, n_tokens, &ir);
         if (e != SCDB_EBUSY) {
             if (e) return e;
             /* atomic: the heartbeat thread reports them */
@@ -174,9 +174,9 @@ scdb_err scdb_lookup(scdb *h, const int32_t *tokens, size_t n_tokens, scdb_looku
     l.remote = h->info.remote_tier;
     req.body_case = SCDB__REQUEST__BODY_LOOKUP;
     req.lookup = &l;
-    e = scdb_cl_request(h, &req, NULL, NULL, 0, &rep);
+    e = cl_request(h, &req, NULL, NULL, 0, &rep);
     if (!e && rep->body_case != SCDB__REPLY__BODY_LOOKUP)
-        e = scdb_cl_fail(h, SCDB_EPROTO, "lookup reply without a body");
+        e = cl_fail(h, SCDB_EPROTO, "lookup reply without a body");
     if (!e && out) {
         out->n_full = rep->lookup->n_full;
         out->n_matched = rep->lookup->n_matched;
@@ -189,7 +189,7 @@ scdb_err scdb_lookup(scdb *h, const int32_t *tokens, size_t n_tokens, scdb_looku
         rep->lookup->lookup_index[0] && strlen(rep->lookup->lookup_index) < sizeof h->lix_name &&
         strcmp(rep->lookup->lookup_index, h->lix_name)) {
         snprintf(h->lix_name, sizeof h->lix_name, "%s", rep->lookup->lookup_index);
-        scdb_cl_lix_map(h, h->lix_name);
+        cl_lix_map(h, h->lix_name);
     }
     if (rep) scdb__reply__free_unpacked(rep, NULL);
     return e;
@@ -201,16 +201,16 @@ scdb_err scdb_delete(scdb *h, const int32_t *tokens, size_t n_tokens, uint32_t f
     Scdb__Request req = SCDB__REQUEST__INIT;
     Scdb__DeleteRequest d = SCDB__DELETE_REQUEST__INIT;
     Scdb__Reply *rep = NULL;
-    scdb_err e = scdb_cl_need_registered(h);
+    scdb_err e = cl_need_registered(h);
 
     if (e) return e;
-    if (!tokens && n_tokens) return scdb_cl_fail(h, SCDB_EINVAL, "delete: NULL tokens");
+    if (!tokens && n_tokens) return cl_fail(h, SCDB_EINVAL, "delete: NULL tokens");
     d.tokens = (int32_t *)tokens;
     d.n_tokens = n_tokens;
     d.from_block = from_block;
     req.body_case = SCDB__REQUEST__BODY_DEL;
     req.del = &d;
-    e = scdb_cl_request(h, &req, NULL, NULL, 0, &rep);
+    e = cl_request(h, &req, NULL, NULL, 0, &rep);
     if (n_deleted) *n_deleted = rep && rep->body_case == SCDB__REPLY__BODY_DEL ? rep->del->n_deleted : 0;
     if (rep) scdb__reply__free_unpacked(rep, NULL);
     return e;
@@ -227,9 +227,9 @@ scdb_err scdb_stats(scdb *h, scdb_stat *out)
     if (!h || !out) return SCDB_EINVAL;
     req.body_case = SCDB__REQUEST__BODY_STATS;
     req.stats = &sr;
-    e = scdb_cl_request(h, &req, NULL, NULL, 0, &rep);
+    e = cl_request(h, &req, NULL, NULL, 0, &rep);
     if (!e && rep->body_case != SCDB__REPLY__BODY_STATS)
-        e = scdb_cl_fail(h, SCDB_EPROTO, "stats reply without a body");
+        e = cl_fail(h, SCDB_EPROTO, "stats reply without a body");
     if (e) goto out;
     s = rep->stats;
     memset(out, 0, sizeof *out);

@@ -126,12 +126,12 @@ static scdb_err handshake_events(scdb *h)
             h->hs_failed = 0;
             break;
         case ZMQ_EVENT_HANDSHAKE_FAILED_AUTH:       /* the broker's ZAP said no */
-            e = scdb_cl_fail(h, SCDB_EAUTH, "the broker at %s refused this client's CURVE key "
+            e = cl_fail(h, SCDB_EAUTH, "the broker at %s refused this client's CURVE key "
                              "%s (ZAP status %u): it is not in the broker's curve_allow_file",
                              h->endpoint, h->public_key, (unsigned)value);
             break;
         case ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL:
-            e = scdb_cl_fail(h, SCDB_EAUTH, "CURVE handshake with the broker at %s failed "
+            e = cl_fail(h, SCDB_EAUTH, "CURVE handshake with the broker at %s failed "
                              "(ZMTP protocol error 0x%x%s)", h->endpoint, (unsigned)value,
                              value == ZMQ_PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC
                                  ? ": is curve_server_key the broker's public key?" : "");
@@ -141,7 +141,7 @@ static scdb_err handshake_events(scdb *h)
              * with a HELLO it cannot open (a wrong server key); twice in a
              * row, so that one broker restart is not taken for it */
             if (++h->hs_failed >= 2)
-                e = scdb_cl_fail(h, SCDB_EAUTH, "the broker at %s closes the CURVE handshake "
+                e = cl_fail(h, SCDB_EAUTH, "the broker at %s closes the CURVE handshake "
                                  "(%s): is curve_server_key the broker's public key?",
                                  h->endpoint, value ? strerror((int)value) : "no detail");
             break;
@@ -179,7 +179,7 @@ static int interrupted(const Scdb__Request *req)
 
 /* --------------------------------------------------------- request/reply */
 
-scdb_err scdb_cl_call_once(scdb *h, Scdb__Request *req, const void *const *frames,
+scdb_err cl_call_once(scdb *h, Scdb__Request *req, const void *const *frames,
                           const size_t *lens, int n, Scdb__Reply **rep)
 {
     uint8_t stackbuf[1024], *buf = stackbuf;
@@ -189,13 +189,13 @@ scdb_err scdb_cl_call_once(scdb *h, Scdb__Request *req, const void *const *frame
 
     *rep = NULL;
     if (!h->sock && req_socket_open(h))
-        return scdb_cl_fail(h, SCDB_ESYS, "cannot connect %s: %s", h->endpoint,
+        return cl_fail(h, SCDB_ESYS, "cannot connect %s: %s", h->endpoint,
                             zmq_strerror(zmq_errno()));
     req->version = SCDB_PROTO_VERSION;
     req->id = ++h->next_id;
     req->client = atomic_load(&h->token);
     len = scdb__request__get_packed_size(req);
-    if (len > sizeof stackbuf && !(buf = malloc(len))) return scdb_cl_fail(h, SCDB_ENOMEM, "out of memory");
+    if (len > sizeof stackbuf && !(buf = malloc(len))) return cl_fail(h, SCDB_ENOMEM, "out of memory");
     scdb__request__pack(req, buf);
     deadline = scdb_now() + h->timeout_ms / 1000.0;
 
@@ -221,7 +221,7 @@ scdb_err scdb_cl_call_once(scdb *h, Scdb__Request *req, const void *const *frame
                                     {.socket = h->mon, .events = ZMQ_POLLIN}};
             int rc = zmq_poll(it, 2, wait_ms);
             if (rc < 0 && zmq_errno() != EINTR)
-                return scdb_cl_fail(h, SCDB_ESYS, "poll: %s", zmq_strerror(zmq_errno()));
+                return cl_fail(h, SCDB_ESYS, "poll: %s", zmq_strerror(zmq_errno()));
             if (rc > 0 && (it[1].revents & ZMQ_POLLIN) && (e = handshake_events(h))) {
                 socket_reset(h);
                 return e;
@@ -239,7 +239,7 @@ scdb_err scdb_cl_call_once(scdb *h, Scdb__Request *req, const void *const *frame
             int err = zmq_errno();
             zmq_msg_close(&m);
             if (err != EAGAIN && err != EINTR)
-                return scdb_cl_fail(h, SCDB_ESYS, "receive: %s", zmq_strerror(err));
+                return cl_fail(h, SCDB_ESYS, "receive: %s", zmq_strerror(err));
             if (interrupted(req)) goto interrupt;
             continue;
         }
@@ -250,7 +250,7 @@ scdb_err scdb_cl_call_once(scdb *h, Scdb__Request *req, const void *const *frame
             if (zmq_msg_recv(&m, h->sock, 0) < 0) break;
         }
         zmq_msg_close(&m);
-        if (!r) return scdb_cl_fail(h, SCDB_EPROTO, "broker sent a reply that is not a scdb.Reply");
+        if (!r) return cl_fail(h, SCDB_EPROTO, "broker sent a reply that is not a scdb.Reply");
         if (r->id != req->id) {             /* a late reply to a timed-out call */
             scdb__reply__free_unpacked(r, NULL);
             continue;
@@ -267,16 +267,16 @@ scdb_err scdb_cl_call_once(scdb *h, Scdb__Request *req, const void *const *frame
 send_fail:
     if (buf != stackbuf) free(buf);
     if (zmq_errno() != EAGAIN)
-        return scdb_cl_fail(h, SCDB_ESYS, "send: %s", zmq_strerror(zmq_errno()));
+        return cl_fail(h, SCDB_ESYS, "send: %s", zmq_strerror(zmq_errno()));
 timeout:
     socket_reset(h);
-    return scdb_cl_fail(h, SCDB_ETIMEDOUT, "no reply from the broker at %s within %d ms",
+    return cl_fail(h, SCDB_ETIMEDOUT, "no reply from the broker at %s within %d ms",
                     h->endpoint, h->timeout_ms);
 interrupt:
     /* as after a timeout: the request may still be served; its late reply
      * is dropped with the socket */
     socket_reset(h);
-    return scdb_cl_fail(h, SCDB_EINTR, "interrupted while waiting for the broker at %s",
+    return cl_fail(h, SCDB_EINTR, "interrupted while waiting for the broker at %s",
                         h->endpoint);
 }
 
@@ -321,17 +321,17 @@ static scdb_err hello(scdb *h)
     hl.model = h->model;
     hl.codebook = h->codebook;
     hl.weights_fp = h->weights_fp;     /* producers and consumers alike */
-    scdb_cl_lookup_counts(h, &lc);
+    cl_lookup_counts(h, &lc);
     hl.lookups = &lc;
     req.body_case = SCDB__REQUEST__BODY_HELLO;
     req.hello = &hl;
-    e = scdb_cl_call_once(h, &req, NULL, NULL, 0, &rep);
+    e = cl_call_once(h, &req, NULL, NULL, 0, &rep);
     if (e == SCDB_OK && (rep->body_case != SCDB__REPLY__BODY_HELLO || !rep->hello->client))
-        e = scdb_cl_fail(h, SCDB_EPROTO, "hello reply without a client token");
+        e = cl_fail(h, SCDB_EPROTO, "hello reply without a client token");
     if (e == SCDB_OK) {
         atomic_store(&h->token, rep->hello->client);
         info_from(&h->info, rep->hello);
-        scdb_cl_lix_attach(h, rep->hello);
+        cl_lix_attach(h, rep->hello);
         atomic_store(&h->hb_interval_ms, (int)(h->info.heartbeat_ms ? h->info.heartbeat_ms : 1000));
         h->gen++;
     }
@@ -339,10 +339,10 @@ static scdb_err hello(scdb *h)
     return e;
 }
 
-scdb_err scdb_cl_request(scdb *h, Scdb__Request *req, const void *const *frames,
+scdb_err cl_request(scdb *h, Scdb__Request *req, const void *const *frames,
                      const size_t *lens, int n, Scdb__Reply **rep)
 {
-    scdb_err e = scdb_cl_call_once(h, req, frames, lens, n, rep);
+    scdb_err e = cl_call_once(h, req, frames, lens, n, rep);
 
     if (e != SCDB_ECLOSED || !h->registered || req->body_case == SCDB__REQUEST__BODY_GOODBYE)
         return e;
@@ -360,15 +360,15 @@ scdb_err scdb_cl_request(scdb *h, Scdb__Request *req, const void *const *frames,
     case SCDB__REQUEST__BODY_SESSION_OPEN:
     case SCDB__REQUEST__BODY_SESSION_EVICT:
     case SCDB__REQUEST__BODY_SESSION_CLOSE:
-        return scdb_cl_fail(h, SCDB_ECLOSED, "the broker restarted: this arena is gone");
+        return cl_fail(h, SCDB_ECLOSED, "the broker restarted: this arena is gone");
     default: break;
     }
-    return scdb_cl_call_once(h, req, frames, lens, n, rep);
+    return cl_call_once(h, req, frames, lens, n, rep);
 }
 
 /* ------------------------------------------------------------ heartbeat */
 
-void scdb_cl_lookup_counts(scdb *h, Scdb__LookupCounts *lc)
+void cl_lookup_counts(scdb *h, Scdb__LookupCounts *lc)
 {
     scdb__lookup_counts__init(lc);
     lc->index_lookups = __atomic_load_n(&h->n_index_lookups, __ATOMIC_RELAXED);
@@ -407,7 +407,7 @@ static void *hb_main(void *arg)
                 Scdb__Request r = SCDB__REQUEST__INIT;
                 Scdb__Heartbeat hb = SCDB__HEARTBEAT__INIT;
                 Scdb__LookupCounts lc;
-                scdb_cl_lookup_counts(h, &lc);
+                cl_lookup_counts(h, &lc);
                 hb.lookups = &lc;
                 r.version = SCDB_PROTO_VERSION;
                 r.client = token;
@@ -464,7 +464,7 @@ static void hb_start(scdb *h)
     }
 }
 
-void scdb_cl_hb_stop(scdb *h)
+void cl_hb_stop(scdb *h)
 {
     if (!h->hb_running) return;
     (void)!write(h->hb_pipe[1], "x", 1);
@@ -645,7 +645,7 @@ scdb_err scdb_connect(const scdb_opts *o, scdb **out)
     return SCDB_OK;
 fail:
     scdb_debug("scdb_connect %s: %s", h->endpoint, connect_err);
-    scdb_cl_conn_free(h);
+    cl_conn_free(h);
     return e;
 }
 
@@ -655,9 +655,9 @@ scdb_err scdb_register(scdb *h, scdb_role role, const char *model, const char *c
     scdb_err e;
 
     if (!h || !model || (role != SCDB_PRODUCER && role != SCDB_CONSUMER))
-        return scdb_cl_fail(h, SCDB_EINVAL, "register: role and model are required");
+        return cl_fail(h, SCDB_EINVAL, "register: role and model are required");
     if (strlen(model) >= sizeof h->model || (codebook && strlen(codebook) >= sizeof h->codebook))
-        return scdb_cl_fail(h, SCDB_EINVAL, "register: name too long");
+        return cl_fail(h, SCDB_EINVAL, "register: name too long");
     h->role = role;
     snprintf(h->model, sizeof h->model, "%s", model);
     snprintf(h->codebook, sizeof h->codebook, "%s", codebook ? codebook : "");
@@ -679,7 +679,7 @@ scdb_err scdb_set_weights_fp(scdb *h, const char *fp)
 {
     if (!h) return SCDB_EINVAL;
     if (fp && *fp && !scdb_weights_fp_valid(fp))
-        return scdb_cl_fail(h, SCDB_EINVAL, "weights fingerprint '%.64s' is not 32 lowercase hex digits", fp);
+        return cl_fail(h, SCDB_EINVAL, "weights fingerprint '%.64s' is not 32 lowercase hex digits", fp);
     snprintf(h->weights_fp, sizeof h->weights_fp, "%s", fp ? fp : "");
     h->err[0] = 0;
     return SCDB_OK;
@@ -689,9 +689,9 @@ scdb_err scdb_set_weights_dir(scdb *h, const char *model_dir)
 {
     char fp[33], msg[512] = "";
     scdb_err e;
-    if (!h || !model_dir) return scdb_cl_fail(h, SCDB_EINVAL, "set_weights_dir: no directory");
+    if (!h || !model_dir) return cl_fail(h, SCDB_EINVAL, "set_weights_dir: no directory");
     if ((e = scdb_weights_fp(model_dir, fp, msg, sizeof msg)))
-        return scdb_cl_fail(h, e, "weights fingerprint of %s: %s", model_dir, msg);
+        return cl_fail(h, e, "weights fingerprint of %s: %s", model_dir, msg);
     return scdb_set_weights_fp(h, fp);
 }
 
@@ -707,13 +707,13 @@ scdb_err scdb_ping(scdb *h, double *rtt_us)
     p.t_ns = t0;
     req.body_case = SCDB__REQUEST__BODY_PING;
     req.ping = &p;
-    e = scdb_cl_request(h, &req, NULL, NULL, 0, &rep);
+    e = cl_request(h, &req, NULL, NULL, 0, &rep);
     if (rep) scdb__reply__free_unpacked(rep, NULL);
     if (!e && rtt_us) *rtt_us = (double)(scdb_now_ns() - t0) / 1e3;
     return e;
 }
 
-void scdb_cl_conn_free(scdb *h)
+void cl_conn_free(scdb *h)
 {
     scdb_lix_close(&h->lix);
     req_socket_close(h);

@@ -87,7 +87,7 @@ static int find_device(int ordinal, const char *pci)
     return ordinal;
 }
 
-scdb_err scdb_cl_cuda_open(scdb *h, const uint8_t *handle, size_t len, int ordinal, const char *pci,
+scdb_err cl_cuda_open(scdb *h, const uint8_t *handle, size_t len, int ordinal, const char *pci,
                        void **dev_ptr, int *device)
 {
     ipc_handle ih;
@@ -95,26 +95,26 @@ scdb_err scdb_cl_cuda_open(scdb *h, const uint8_t *handle, size_t len, int ordin
     void *p = NULL;
 
     *dev_ptr = NULL;
-    if (len != sizeof ih) return scdb_cl_fail(h, SCDB_EPROTO, "CUDA IPC handle of %zu bytes", len);
+    if (len != sizeof ih) return cl_fail(h, SCDB_EPROTO, "CUDA IPC handle of %zu bytes", len);
     pthread_once(&rt_once, rt_load);
-    if (!rt.lib) return scdb_cl_fail(h, SCDB_EUNSUPPORTED, "%s", rt.err);
+    if (!rt.lib) return cl_fail(h, SCDB_EUNSUPPORTED, "%s", rt.err);
     memcpy(&ih, handle, sizeof ih);
     dev = find_device(ordinal, pci);
     if (rt.get_device(&prev)) prev = -1;
     if ((e = rt.set_device(dev)))
-        return scdb_cl_fail(h, SCDB_EDEVICE, "cudaSetDevice(%d) (broker's device %d, %s): %s", dev,
+        return cl_fail(h, SCDB_EDEVICE, "cudaSetDevice(%d) (broker's device %d, %s): %s", dev,
                         ordinal, pci && *pci ? pci : "no bus id", cuda_str(e));
     e = rt.ipc_open(&p, ih, CUDA_IPC_LAZY_ENABLE_PEER_ACCESS);
     if (prev >= 0 && prev != dev) rt.set_device(prev);
     if (e)
-        return scdb_cl_fail(h, SCDB_EDEVICE, "cudaIpcOpenMemHandle on device %d: %s (same host and "
+        return cl_fail(h, SCDB_EDEVICE, "cudaIpcOpenMemHandle on device %d: %s (same host and "
                         "GPU as the broker? not in the broker's own process?)", dev, cuda_str(e));
     *dev_ptr = p;
     *device = dev;
     return SCDB_OK;
 }
 
-void scdb_cl_cuda_close(void *dev_ptr, int device)
+void cl_cuda_close(void *dev_ptr, int device)
 {
     int prev = -1;
 
@@ -205,7 +205,7 @@ static scdb_err drv_fail(CUres r, const char *what)
     return SCDB_EDEVICE;
 }
 
-const char *scdb_cl_cuda_error(void) { return drv_last; }
+const char *cl_cuda_error(void) { return drv_last; }
 
 /* Push device dev's primary context (retained once, loading the kernels
  * into it); pop with ctx_pop. */
@@ -241,8 +241,8 @@ static scdb_err drv_enter(int dev)
             if ((r = drv.module_load(&mod, scdb_cl_acc_fatbin)))
                 e = drv_fail(r, "cuModuleLoadData (libscdb's accumulator kernels)");
             for (int k = 0; !e && k < SCDB_KACC_N_KERNELS; k++)
-                if ((r = drv.module_fn(&drv.fn[dev][k], mod, scdb_k_acc_kernel_names[k])))
-                    e = drv_fail(r, scdb_k_acc_kernel_names[k]);
+                if ((r = drv.module_fn(&drv.fn[dev][k], mod, kn_acc_kernel_names[k])))
+                    e = drv_fail(r, kn_acc_kernel_names[k]);
             drv.ctx_pop(&ignored);
             if (!e) drv.ctx[dev] = ctx;
         }
@@ -261,24 +261,24 @@ static void drv_leave(void)
 
 static scdb_err drv_launch(void *ctx, int kernel, unsigned grid, unsigned block, void **args)
 {
-    const scdb_cl_cuda_launch *l = ctx;
+    const cl_cuda_launch *l = ctx;
     CUres r = drv.launch(drv.fn[l->device][kernel], grid, 1, 1, block, 1, 1, 0, l->stream, args,
                          NULL);
-    return r ? drv_fail(r, scdb_k_acc_kernel_names[kernel]) : SCDB_OK;
+    return r ? drv_fail(r, kn_acc_kernel_names[kernel]) : SCDB_OK;
 }
 
-/* the ops-table entry: `stream` carries a scdb_cl_cuda_launch (device and
+/* the ops-table entry: `stream` carries a cl_cuda_launch (device and
  * the caller's stream), the one context the table's signature has room for */
 static scdb_err cl_acc_update(const scdb_k_acc_buf *a, int n_old, const scdb_kv_cache *c,
                               const float *probs, int probs_slots, int n_new, void *scratch,
                               void *stream)
 {
-    const scdb_cl_cuda_launch *l = stream;
+    const cl_cuda_launch *l = stream;
     scdb_err e;
 
     if (!l) return SCDB_EINVAL;
     if ((e = drv_enter(l->device))) return e;
-    e = scdb_k_acc_update_launch(a, n_old, c, probs, probs_slots, n_new, scratch, drv_launch,
+    e = kn_acc_update_launch(a, n_old, c, probs, probs_slots, n_new, scratch, drv_launch,
                                  (void *)l);
     drv_leave();
     return e;
@@ -286,16 +286,16 @@ static scdb_err cl_acc_update(const scdb_k_acc_buf *a, int n_old, const scdb_kv_
 
 static const scdb_k_ops cl_cuda_ops = {.device = SCDB_DEV_CUDA, .acc_update = cl_acc_update};
 
-const scdb_k_ops *scdb_cl_cuda_session_ops(void) { return &cl_cuda_ops; }
+const scdb_k_ops *cl_cuda_session_ops(void) { return &cl_cuda_ops; }
 
-scdb_err scdb_cl_cuda_prepare(int device)
+scdb_err cl_cuda_prepare(int device)
 {
     scdb_err e = drv_enter(device);
     if (!e) drv_leave();
     return e;
 }
 
-scdb_err scdb_cl_cuda_alloc(int device, size_t bytes, void **out)
+scdb_err cl_cuda_alloc(int device, size_t bytes, void **out)
 {
     unsigned long long p = 0;
     CUres r;
@@ -310,14 +310,14 @@ scdb_err scdb_cl_cuda_alloc(int device, size_t bytes, void **out)
     return SCDB_OK;
 }
 
-void scdb_cl_cuda_free(int device, void *p)
+void cl_cuda_free(int device, void *p)
 {
     if (!p || drv_enter(device)) return;
     drv.mem_free((unsigned long long)(uintptr_t)p);
     drv_leave();
 }
 
-scdb_err scdb_cl_cuda_download(int device, void *dst, const void *src, size_t bytes)
+scdb_err cl_cuda_download(int device, void *dst, const void *src, size_t bytes)
 {
     CUres r;
     scdb_err e;
@@ -328,7 +328,7 @@ scdb_err scdb_cl_cuda_download(int device, void *dst, const void *src, size_t by
     return r ? drv_fail(r, "cuMemcpyDtoH") : SCDB_OK;
 }
 
-scdb_err scdb_cl_cuda_sync(int device, void *stream)
+scdb_err cl_cuda_sync(int device, void *stream)
 {
     CUres r;
     scdb_err e;

@@ -46,7 +46,7 @@ static scdb_err open_ticket(scdb *h, const char *hex, scdb_lix **ix)
 
 /* Map the index with ticket `name` (following retired objects to their
  * successors). */
-void scdb_cl_lix_map(scdb *h, const char *name)
+void cl_lix_map(scdb *h, const char *name)
 {
     char cur[SCDB_LIX_NAME_MAX], next[SCDB_LIX_NAME_MAX];
     scdb_err e = SCDB_EUNSUPPORTED;
@@ -83,7 +83,7 @@ void scdb_cl_lix_map(scdb *h, const char *name)
 }
 
 /* After a hello: map the index it named, unless turned off. */
-void scdb_cl_lix_attach(scdb *h, const Scdb__HelloReply *r)
+void cl_lix_attach(scdb *h, const Scdb__HelloReply *r)
 {
     h->have_ns = r->ns.len == sizeof h->ns.b;
     if (h->have_ns) memcpy(h->ns.b, r->ns.data, sizeof h->ns.b);
@@ -94,13 +94,13 @@ void scdb_cl_lix_attach(scdb *h, const Scdb__HelloReply *r)
         lix_drop(h, SCDB_EUNSUPPORTED);
         return;
     }
-    scdb_cl_lix_map(h, h->lix_name);
+    cl_lix_map(h, h->lix_name);
 }
 
 /* Answer a lookup from the index.  SCDB_OK with *out filled, an argument
  * error (as the broker would reply), or SCDB_EAGAIN-like SCDB_EBUSY: use
  * the request path. */
-scdb_err scdb_cl_lix_lookup(scdb *h, const int32_t *tokens, size_t n_tokens,
+scdb_err cl_lix_lookup(scdb *h, const int32_t *tokens, size_t n_tokens,
                            scdb_lookup_result *out)
 {
     enum { CHUNK = 64 };
@@ -108,7 +108,7 @@ scdb_err scdb_cl_lix_lookup(scdb *h, const int32_t *tokens, size_t n_tokens,
     uint32_t bt = h->info.block_tokens;
     size_t full, matched = 0, i = 0;
     int restarts = 0;
-    scdb_err e = scdb_cl_check_tokens(h, tokens, n_tokens);
+    scdb_err e = cl_check_tokens(h, tokens, n_tokens);
 
     if (e) return e;
     /* the broker's connection dropped (a kill, a crash, a stop): its table
@@ -125,7 +125,7 @@ scdb_err scdb_cl_lix_lookup(scdb *h, const int32_t *tokens, size_t n_tokens,
             /* retired: a grown successor (same answers), or a stopped broker */
             char next[SCDB_LIX_NAME_MAX] = "";
             scdb_lix_retired(h->lix, next);
-            if (next[0]) scdb_cl_lix_map(h, next);
+            if (next[0]) cl_lix_map(h, next);
             else lix_drop(h, SCDB_ECLOSED);
             if (!h->lix || ++restarts > LIX_FOLLOW_MAX) return SCDB_EBUSY;
             i = 0;                          /* start over on the new table */

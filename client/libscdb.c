@@ -10,11 +10,11 @@ void scdb_close(scdb **hp)
 
     if (!hp || !*hp) return;
     h = *hp;
-    scdb_cl_hb_stop(h);
+    cl_hb_stop(h);
     /* CUDA IPC mappings go before the goodbye lets the broker free them */
     for (scdb_arena *a = h->arenas; a; a = a->next)
         if (a->dev) {
-            scdb_cl_cuda_close(a->dev, a->cuda_device);
+            cl_cuda_close(a->dev, a->cuda_device);
             a->dev = NULL;
         }
     if (h->registered && h->sock && atomic_load(&h->token)) {
@@ -25,10 +25,10 @@ void scdb_close(scdb **hp)
         int t = h->timeout_ms;
         h->timeout_ms = t < 1000 ? t : 1000;
         req.body_case = SCDB__REQUEST__BODY_GOODBYE;
-        scdb_cl_lookup_counts(h, &lc);
+        cl_lookup_counts(h, &lc);
         gb.lookups = &lc;
         req.goodbye = &gb;
-        scdb_cl_call_once(h, &req, NULL, NULL, 0, &rep);
+        cl_call_once(h, &req, NULL, NULL, 0, &rep);
         if (rep) scdb__reply__free_unpacked(rep, NULL);
         h->timeout_ms = t;
     }
@@ -38,7 +38,7 @@ void scdb_close(scdb **hp)
         scdb_arena *a = h->arenas;
         scdb_arena_free(&a);
     }
-    scdb_cl_conn_free(h);
+    cl_conn_free(h);
     *hp = NULL;
 }
 

@@ -76,7 +76,7 @@ struct scdb {
     int have_ns;
     scdb_err lix_err;            /* why lix is NULL (SCDB_OK when mapped)   */
     /* updated atomically (the heartbeat thread reports the index ones:
-     * scdb_cl_lookup_counts) */
+     * cl_lookup_counts) */
     uint64_t n_index_lookups, n_request_lookups, n_index_fallbacks;
     uint64_t n_remote_lookups;   /* requests for a remote remainder         */
 };
@@ -98,74 +98,74 @@ struct scdb {
 
 /* util.c */
 /* Set h->err (printf) and return e. */
-scdb_err scdb_cl_fail(scdb *h, scdb_err e, const char *fmt, ...)
+scdb_err cl_fail(scdb *h, scdb_err e, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* The memfd of a shared object the broker created (an arena, a session's
  * statistics), fetched by its ticket over the fd socket (schema/fd_pass.h);
  * `what` names it in errors.  SCDB_EUNSUPPORTED (not an ipc:// handle),
  * SCDB_EPROTO (no ticket), scdb_fd_fetch's errors. */
-scdb_err scdb_cl_fetch_fd(scdb *h, const ProtobufCBinaryData *ticket, const char *what,
+scdb_err cl_fetch_fd(scdb *h, const ProtobufCBinaryData *ticket, const char *what,
                           int *fd);
 /* SCDB_EINVAL (with a message) unless h is registered. */
-scdb_err scdb_cl_need_registered(scdb *h);
+scdb_err cl_need_registered(scdb *h);
 /* Tokens of a request: within max_tokens, non-negative. */
-scdb_err scdb_cl_check_tokens(scdb *h, const int32_t *t, size_t n);
+scdb_err cl_check_tokens(scdb *h, const int32_t *t, size_t n);
 /* c has our model's geometry. */
-int scdb_cl_same_geometry(const scdb *h, const scdb_kv_cache *c);
+int cl_same_geometry(const scdb *h, const scdb_kv_cache *c);
 
 /* index.c */
 /* Map the index `name` (following retired objects to their successors). */
-void scdb_cl_lix_map(scdb *h, const char *name);
+void cl_lix_map(scdb *h, const char *name);
 /* After a hello: map the index it named, unless turned off. */
-void scdb_cl_lix_attach(scdb *h, const Scdb__HelloReply *r);
+void cl_lix_attach(scdb *h, const Scdb__HelloReply *r);
 /* Answer a lookup from the index: SCDB_OK with *out filled, an argument
  * error (as the broker would reply), or SCDB_EBUSY: use the request path. */
-scdb_err scdb_cl_lix_lookup(scdb *h, const int32_t *tokens, size_t n_tokens,
+scdb_err cl_lix_lookup(scdb *h, const int32_t *tokens, size_t n_tokens,
                             scdb_lookup_result *out);
 
 /* conn.c */
-/* One request and its reply, no retry (see scdb_cl_request). */
-scdb_err scdb_cl_call_once(scdb *h, Scdb__Request *req, const void *const *frames,
+/* One request and its reply, no retry (see cl_request). */
+scdb_err cl_call_once(scdb *h, Scdb__Request *req, const void *const *frames,
                            const size_t *lens, int n, Scdb__Reply **rep);
 /* Send req (version, id, client filled in) with n payload frames and wait
  * for its reply; re-registers and retries once when the broker no longer
  * knows us.  On return *rep (may be NULL when the call failed before a
  * reply) must be freed with scdb__reply__free_unpacked.  Returns the
  * reply's status (its message in h->err) or a local error. */
-scdb_err scdb_cl_request(scdb *h, Scdb__Request *req, const void *const *frames,
+scdb_err cl_request(scdb *h, Scdb__Request *req, const void *const *frames,
                          const size_t *lens, int n, Scdb__Reply **rep);
-void scdb_cl_hb_stop(scdb *h);
+void cl_hb_stop(scdb *h);
 /* The handle's lookup counters for a Hello, Heartbeat or Goodbye. */
-void scdb_cl_lookup_counts(scdb *h, Scdb__LookupCounts *lc);
+void cl_lookup_counts(scdb *h, Scdb__LookupCounts *lc);
 /* Close the sockets and free the handle (arenas already gone). */
-void scdb_cl_conn_free(scdb *h);
+void cl_conn_free(scdb *h);
 
 /* cuda.c: open a CUDA IPC handle on the broker's GPU (found by PCI bus id,
  * else ordinal) / close it.  SCDB_EUNSUPPORTED (no CUDA runtime here),
  * SCDB_EDEVICE, SCDB_EPROTO (handle size). */
-scdb_err scdb_cl_cuda_open(scdb *h, const uint8_t *handle, size_t len, int ordinal,
+scdb_err cl_cuda_open(scdb *h, const uint8_t *handle, size_t len, int ordinal,
                            const char *pci, void **dev_ptr, int *device);
-void scdb_cl_cuda_close(void *dev_ptr, int device);
+void cl_cuda_close(void *dev_ptr, int device);
 
 /* cuda.c, live sessions on CUDA arenas: the CUDA driver (libcuda.so.1,
  * dlopen'd) and libscdb's accumulator kernels loaded into device `device`'s
  * primary context.  Errors: SCDB_EUNSUPPORTED (no driver, or a libscdb built
- * without nvcc), SCDB_EDEVICE; scdb_cl_cuda_error() says why (this
+ * without nvcc), SCDB_EDEVICE; cl_cuda_error() says why (this
  * thread's last failure).  The ops table's acc_update takes a
- * scdb_cl_cuda_launch as its `stream`. */
-typedef struct scdb_cl_cuda_launch {
+ * cl_cuda_launch as its `stream`. */
+typedef struct cl_cuda_launch {
     int device;                  /* our numbering */
     void *stream;                /* CUstream / cudaStream_t; NULL: default */
-} scdb_cl_cuda_launch;
-const scdb_k_ops *scdb_cl_cuda_session_ops(void);
-const char *scdb_cl_cuda_error(void);
-scdb_err scdb_cl_cuda_prepare(int device);
-scdb_err scdb_cl_cuda_alloc(int device, size_t bytes, void **out);
-void scdb_cl_cuda_free(int device, void *p);
-scdb_err scdb_cl_cuda_download(int device, void *dst, const void *src, size_t bytes);
-scdb_err scdb_cl_cuda_sync(int device, void *stream);
+} cl_cuda_launch;
+const scdb_k_ops *cl_cuda_session_ops(void);
+const char *cl_cuda_error(void);
+scdb_err cl_cuda_prepare(int device);
+scdb_err cl_cuda_alloc(int device, size_t bytes, void **out);
+void cl_cuda_free(int device, void *p);
+scdb_err cl_cuda_download(int device, void *dst, const void *src, size_t bytes);
+scdb_err cl_cuda_sync(int device, void *stream);
 
 /* session.c: unmap and free a session locally (no message). */
-void scdb_cl_session_drop(scdb_session *s);
+void cl_session_drop(scdb_session *s);
 
 #endif /* SCDB_LIBSCDB_INT_H */

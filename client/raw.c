@@ -37,28 +37,28 @@ scdb_err scdb_put_cache(scdb *h, const int32_t *tokens, size_t n_tokens,
     scdb_err e;
 
     if (!h || !cache || (!tokens && n_tokens)) return SCDB_EINVAL;
-    if (!h->registered) return scdb_cl_fail(h, SCDB_EINVAL, "not registered (scdb_register first)");
+    if (!h->registered) return cl_fail(h, SCDB_EINVAL, "not registered (scdb_register first)");
     if (strcmp(h->info.codebook_kind, "raw"))
-        return scdb_cl_fail(h, SCDB_EUNSUPPORTED, "codebook kind %s is not raw KV: encode and put",
+        return cl_fail(h, SCDB_EUNSUPPORTED, "codebook kind %s is not raw KV: encode and put",
                         h->info.codebook_kind);
-    if (!scdb_cl_same_geometry(h, cache))
-        return scdb_cl_fail(h, SCDB_ESHAPE, "cache is %dx%dx%d, model is %dx%dx%d",
+    if (!cl_same_geometry(h, cache))
+        return cl_fail(h, SCDB_ESHAPE, "cache is %dx%dx%d, model is %dx%dx%d",
                         cache->n_layers, cache->n_kv_heads, cache->head_dim, h->info.n_layers,
                         h->info.n_kv_heads, h->info.head_dim);
     bt = h->info.block_tokens;
     bb = h->info.block_bytes;
     n_blocks = n_tokens / bt;
     if ((size_t)cache->n < n_blocks * bt)
-        return scdb_cl_fail(h, SCDB_ESHAPE, "cache holds %d slots, %zu full blocks need %zu",
+        return cl_fail(h, SCDB_ESHAPE, "cache holds %d slots, %zu full blocks need %zu",
                         cache->n, n_blocks, n_blocks * bt);
     payload = malloc(n_blocks ? n_blocks * bb : 1);
-    if (!payload) return scdb_cl_fail(h, SCDB_ENOMEM, "out of memory");
+    if (!payload) return cl_fail(h, SCDB_ENOMEM, "out of memory");
     for (size_t i = 0; i < n_blocks; i++) {
         e = scdb_raw_block(cache, (int)(i * bt), (int)bt, (scdb_dtype)h->info.payload_dtype,
                            payload + i * bb, bb);
         if (e) {
             free(payload);
-            return scdb_cl_fail(h, e, "cannot build raw block %zu", i);
+            return cl_fail(h, e, "cannot build raw block %zu", i);
         }
     }
     e = scdb_put(h, tokens, n_tokens, 0, payload, n_blocks * bb, out);

@@ -44,7 +44,7 @@ struct scdb_session {
     scdb_k_acc_buf buf;          /* addresses in dev_map                    */
     int acc_n;                   /* slots they hold                         */
     void *dev_scratch;           /* the kernels' scratch (ours)             */
-    scdb_cl_cuda_launch launch;  /* device and stream of the folds          */
+    cl_cuda_launch launch;  /* device and stream of the folds          */
 };
 
 /* Slots the accumulators hold. */
@@ -52,7 +52,7 @@ static int acc_count(const scdb_session *s) { return s->cuda ? s->acc_n : s->acc
 
 static scdb_err session_request(scdb *h, Scdb__Request *req, Scdb__Reply **rep)
 {
-    return scdb_cl_request(h, req, NULL, NULL, 0, rep);
+    return cl_request(h, req, NULL, NULL, 0, rep);
 }
 
 static scdb_err check_live(scdb_session *s)
@@ -60,10 +60,10 @@ static scdb_err check_live(scdb_session *s)
     scdb *h = s->a->h;
 
     if (s->gen != h->gen || s->a->gen != h->gen)
-        return scdb_cl_fail(h, SCDB_ECLOSED, "session %llu is from before a broker restart: close "
+        return cl_fail(h, SCDB_ECLOSED, "session %llu is from before a broker restart: close "
                         "it and open a new one on a new arena", (unsigned long long)s->id);
     if (s->broken)
-        return scdb_cl_fail(h, SCDB_ECLOSED, "session %llu: an eviction timed out or failed "
+        return cl_fail(h, SCDB_ECLOSED, "session %llu: an eviction timed out or failed "
                         "midway; the cache's state is unknown: close the session",
                         (unsigned long long)s->id);
     return SCDB_OK;
@@ -80,20 +80,20 @@ static scdb_err open_device_stats(scdb *h, scdb_arena *a, const scdb_session_opt
     scdb_err e;
 
     if (!r->cuda || r->stats_cuda_ipc_handle.len != SCDB_CUDA_IPC_HANDLE_BYTES)
-        return scdb_cl_fail(h, SCDB_EPROTO, "session reply for CUDA arena %llu without a device "
+        return cl_fail(h, SCDB_EPROTO, "session reply for CUDA arena %llu without a device "
                             "handle", (unsigned long long)a->id);
-    if ((e = scdb_cl_cuda_open(h, r->stats_cuda_ipc_handle.data, r->stats_cuda_ipc_handle.len,
+    if ((e = cl_cuda_open(h, r->stats_cuda_ipc_handle.data, r->stats_cuda_ipc_handle.len,
                                r->cuda_device, r->cuda_pci_bus_id, &s->dev_map, &s->cuda_device)))
         return e;
-    if ((e = scdb_cl_cuda_prepare(s->cuda_device)) ||
-        (e = scdb_cl_cuda_download(s->cuda_device, hb, s->dev_map, sizeof hb)))
-        return scdb_cl_fail(h, e, "session on CUDA arena %llu: %s", (unsigned long long)a->id,
-                            scdb_cl_cuda_error());
+    if ((e = cl_cuda_prepare(s->cuda_device)) ||
+        (e = cl_cuda_download(s->cuda_device, hb, s->dev_map, sizeof hb)))
+        return cl_fail(h, e, "session on CUDA arena %llu: %s", (unsigned long long)a->id,
+                            cl_cuda_error());
     e = scdb_evict_acc_attach(hb, (size_t)r->stats_size, &acc);
     if (e || acc->n_layers != h->info.n_layers || acc->n_kv_heads != h->info.n_kv_heads ||
         acc->n_heads != o->n_heads || acc->capacity != a->cache->capacity ||
         acc->bytes != r->stats_size)
-        return scdb_cl_fail(h, SCDB_EPROTO, "session statistics have an unexpected header (%s)",
+        return cl_fail(h, SCDB_EPROTO, "session statistics have an unexpected header (%s)",
                             scdb_strerror(e));
     s->cuda = 1;
     s->geom = *acc;
@@ -102,10 +102,10 @@ static scdb_err open_device_stats(scdb *h, scdb_arena *a, const scdb_session_opt
     scdb_evict_acc_buf(&s->geom, s->dev_map, &s->buf);
     s->launch.device = s->cuda_device;
     s->launch.stream = NULL;
-    if ((e = scdb_cl_cuda_alloc(s->cuda_device, scdb_k_acc_update_scratch_bytes(&s->buf),
+    if ((e = cl_cuda_alloc(s->cuda_device, scdb_k_acc_update_scratch_bytes(&s->buf),
                                 &s->dev_scratch)))
-        return scdb_cl_fail(h, e, "session on CUDA arena %llu: %s", (unsigned long long)a->id,
-                            scdb_cl_cuda_error());
+        return cl_fail(h, e, "session on CUDA arena %llu: %s", (unsigned long long)a->id,
+                            cl_cuda_error());
     return SCDB_OK;
 }
 
@@ -125,16 +125,16 @@ scdb_err scdb_session_open(scdb_arena *a, const scdb_session_opts *o, scdb_sessi
     if (!a || !o) return SCDB_EINVAL;
     h = a->h;
     if (!a->cache)
-        return scdb_cl_fail(h, SCDB_EINVAL, "arena %llu is a states arena, not a KV cache",
+        return cl_fail(h, SCDB_EINVAL, "arena %llu is a states arena, not a KV cache",
                         (unsigned long long)a->id);
     if (a->session)
-        return scdb_cl_fail(h, SCDB_EBUSY, "arena %llu already has a live session",
+        return cl_fail(h, SCDB_EBUSY, "arena %llu already has a live session",
                         (unsigned long long)a->id);
     if (a->gen != h->gen)
-        return scdb_cl_fail(h, SCDB_ECLOSED, "arena %llu is from before a broker restart",
+        return cl_fail(h, SCDB_ECLOSED, "arena %llu is from before a broker restart",
                         (unsigned long long)a->id);
     if (o->n_heads <= 0 || o->window < 0)
-        return scdb_cl_fail(h, SCDB_EINVAL, "session: n_heads must be > 0, window >= 0");
+        return cl_fail(h, SCDB_EINVAL, "session: n_heads must be > 0, window >= 0");
     so.arena = a->id;
     so.budget = o->budget;
     so.policy = (char *)(o->policy && *o->policy ? o->policy : "streaming");
@@ -161,36 +161,36 @@ scdb_err scdb_session_open(scdb_arena *a, const scdb_session_opts *o, scdb_sessi
     }
     if (e) goto done;
     if (rep->body_case != SCDB__REPLY__BODY_SESSION_OPEN) {
-        e = scdb_cl_fail(h, SCDB_EPROTO, "session reply without a body");
+        e = cl_fail(h, SCDB_EPROTO, "session reply without a body");
         goto done;
     }
     if (!(s = calloc(1, sizeof *s))) {
-        e = scdb_cl_fail(h, SCDB_ENOMEM, "out of memory");
+        e = cl_fail(h, SCDB_ENOMEM, "out of memory");
         goto close_it;
     }
     if (a->dev) {
         if ((e = open_device_stats(h, a, o, rep->session_open, s))) goto close_it;
         goto opened;
     }
-    if ((e = scdb_cl_fetch_fd(h, &rep->session_open->stats_fd_ticket, "session statistics",
+    if ((e = cl_fetch_fd(h, &rep->session_open->stats_fd_ticket, "session statistics",
                               &fd)))
         goto close_it;
     if (fstat(fd, &st) || (uint64_t)st.st_size < rep->session_open->stats_size) {
-        e = scdb_cl_fail(h, SCDB_EPROTO, "session statistics smaller than announced");
+        e = cl_fail(h, SCDB_EPROTO, "session statistics smaller than announced");
         goto close_it;
     }
     s->map = mmap(NULL, rep->session_open->stats_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
                   0);
     if (s->map == MAP_FAILED) {
         s->map = NULL;
-        e = scdb_cl_fail(h, SCDB_ESYS, "cannot map session statistics: %s", strerror(errno));
+        e = cl_fail(h, SCDB_ESYS, "cannot map session statistics: %s", strerror(errno));
         goto close_it;
     }
     s->size = rep->session_open->stats_size;
     e = scdb_evict_acc_attach(s->map, s->size, &s->acc);
     if (e || s->acc->n_layers != h->info.n_layers || s->acc->n_kv_heads != h->info.n_kv_heads ||
         s->acc->n_heads != o->n_heads || s->acc->capacity != a->cache->capacity) {
-        e = scdb_cl_fail(h, SCDB_EPROTO, "session statistics have an unexpected header (%s)",
+        e = cl_fail(h, SCDB_EPROTO, "session statistics have an unexpected header (%s)",
                      scdb_strerror(e));
         goto close_it;
     }
@@ -237,8 +237,8 @@ close_it:
         memcpy(h->err, keep, sizeof keep);
     }
     if (s && s->map) munmap(s->map, s->size);
-    if (s && s->dev_scratch) scdb_cl_cuda_free(s->cuda_device, s->dev_scratch);
-    if (s && s->dev_map) scdb_cl_cuda_close(s->dev_map, s->cuda_device);
+    if (s && s->dev_scratch) cl_cuda_free(s->cuda_device, s->dev_scratch);
+    if (s && s->dev_map) cl_cuda_close(s->dev_map, s->cuda_device);
     free(s);
 done:
     if (rep) scdb__reply__free_unpacked(rep, NULL);
@@ -260,7 +260,7 @@ scdb_err scdb_session_set_stream(scdb_session *s, void *cuda_stream)
 {
     if (!s) return SCDB_EINVAL;
     if (!s->cuda)
-        return scdb_cl_fail(s->a->h, SCDB_EINVAL, "session %llu is not on a CUDA arena",
+        return cl_fail(s->a->h, SCDB_EINVAL, "session %llu is not on a CUDA arena",
                             (unsigned long long)s->id);
     s->launch.stream = cuda_stream;
     return SCDB_OK;
@@ -278,18 +278,18 @@ scdb_err scdb_session_add_stats(scdb_session *s, const float *probs, int probs_s
     if ((e = check_live(s))) return e;
     c = s->a->cache;
     if (n_new < 0 || (probs && n_new == 0) || (probs && probs_slots < c->n))
-        return scdb_cl_fail(h, SCDB_EINVAL, "add_stats: n_new %d, probs_slots %d for %d slots",
+        return cl_fail(h, SCDB_EINVAL, "add_stats: n_new %d, probs_slots %d for %d slots",
                         n_new, probs_slots, c->n);
     missing = c->n - acc_count(s);
     if (missing < n_new)
-        return scdb_cl_fail(h, SCDB_EINVAL, "add_stats: %d new slots but the cache grew by %d "
+        return cl_fail(h, SCDB_EINVAL, "add_stats: %d new slots but the cache grew by %d "
                         "since the last fold (append the slots first)", n_new, missing);
     if (s->cuda) {
-        e = scdb_evict_dev_fold(scdb_cl_cuda_session_ops(), &s->buf, &s->acc_n, c, probs,
+        e = scdb_evict_dev_fold(cl_cuda_session_ops(), &s->buf, &s->acc_n, c, probs,
                                 probs_slots, n_new, s->dev_scratch, &s->launch);
         if (e)
-            return scdb_cl_fail(h, e, "add_stats: accumulator update on CUDA device %d failed: %s",
-                                s->cuda_device, scdb_cl_cuda_error());
+            return cl_fail(h, e, "add_stats: accumulator update on CUDA device %d failed: %s",
+                                s->cuda_device, cl_cuda_error());
         s->since_evict += (uint32_t)missing;
         return SCDB_OK;
     }
@@ -298,11 +298,11 @@ scdb_err scdb_session_add_stats(scdb_session *s, const float *probs, int probs_s
         view = *c;
         view.n = c->n - n_new;
         e = scdb_evict_acc_update(s->acc, &view, NULL, 0, missing - n_new);
-        if (e) return scdb_cl_fail(h, e, "add_stats: cannot record %d slots", missing - n_new);
+        if (e) return cl_fail(h, e, "add_stats: cannot record %d slots", missing - n_new);
     }
     if (n_new > 0) {
         e = scdb_evict_acc_update(s->acc, c, probs, probs_slots, n_new);
-        if (e) return scdb_cl_fail(h, e, "add_stats: accumulator update failed");
+        if (e) return cl_fail(h, e, "add_stats: accumulator update failed");
     }
     s->since_evict += (uint32_t)missing;
     return SCDB_OK;
@@ -323,9 +323,9 @@ scdb_err scdb_session_evict(scdb_session *s, uint32_t budget, scdb_session_evict
     c = s->a->cache;
     if (acc_count(s) != c->n && (e = scdb_session_add_stats(s, NULL, 0, 0))) return e;
     /* the broker's kernels must see every fold: they run in its process */
-    if (s->cuda && (e = scdb_cl_cuda_sync(s->cuda_device, s->launch.stream)))
-        return scdb_cl_fail(h, e, "evict: cannot synchronise the session's stream: %s",
-                            scdb_cl_cuda_error());
+    if (s->cuda && (e = cl_cuda_sync(s->cuda_device, s->launch.stream)))
+        return cl_fail(h, e, "evict: cannot synchronise the session's stream: %s",
+                            cl_cuda_error());
     __atomic_store_n(&s->a->hdr->n, (uint32_t)c->n, __ATOMIC_RELEASE);
     se.session = s->id;
     se.budget = budget;
@@ -338,7 +338,7 @@ scdb_err scdb_session_evict(scdb_session *s, uint32_t budget, scdb_session_evict
         rep->session_evict->n_slot_pos != rep->session_evict->n_kept ||
         rep->session_evict->n_kept > (uint32_t)c->capacity) {
         s->broken = 1;
-        e = scdb_cl_fail(h, SCDB_EPROTO, "eviction reply without a (consistent) body");
+        e = cl_fail(h, SCDB_EPROTO, "eviction reply without a (consistent) body");
         goto done;
     }
     {
@@ -346,7 +346,7 @@ scdb_err scdb_session_evict(scdb_session *s, uint32_t budget, scdb_session_evict
         int k = (int)rep->session_evict->n_kept;
         if (n != (uint32_t)k) {
             s->broken = 1;
-            e = scdb_cl_fail(h, SCDB_EPROTO, "arena holds %u slots after an eviction to %d", n, k);
+            e = cl_fail(h, SCDB_EPROTO, "arena holds %u slots after an eviction to %d", n, k);
             goto done;
         }
         c->n = k;
@@ -354,7 +354,7 @@ scdb_err scdb_session_evict(scdb_session *s, uint32_t budget, scdb_session_evict
         if (k > s->slot_pos_cap) {
             int32_t *p = realloc(s->slot_pos, sizeof *p * (size_t)k);
             if (!p) {
-                e = scdb_cl_fail(h, SCDB_ENOMEM, "out of memory");
+                e = cl_fail(h, SCDB_ENOMEM, "out of memory");
                 goto done;
             }
             s->slot_pos = p;
@@ -389,13 +389,13 @@ scdb_err scdb_session_step(scdb_session *s, const float *probs, int probs_slots,
     return SCDB_OK;
 }
 
-void scdb_cl_session_drop(scdb_session *s)
+void cl_session_drop(scdb_session *s)
 {
     if (!s) return;
     if (s->a) s->a->session = NULL;
     if (s->map) munmap(s->map, s->size);
-    if (s->dev_scratch) scdb_cl_cuda_free(s->cuda_device, s->dev_scratch);
-    if (s->dev_map) scdb_cl_cuda_close(s->dev_map, s->cuda_device);
+    if (s->dev_scratch) cl_cuda_free(s->cuda_device, s->dev_scratch);
+    if (s->dev_map) cl_cuda_close(s->dev_map, s->cuda_device);
     free(s->slot_pos);
     free(s);
 }
@@ -418,6 +418,6 @@ void scdb_session_close(scdb_session **sp)
         session_request(h, &req, &rep);
         if (rep) scdb__reply__free_unpacked(rep, NULL);
     }
-    scdb_cl_session_drop(s);
+    cl_session_drop(s);
     *sp = NULL;
 }

@@ -8,7 +8,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
-scdb_err scdb_cl_fail(scdb *h, scdb_err e, const char *fmt, ...)
+scdb_err cl_fail(scdb *h, scdb_err e, const char *fmt, ...)
 {
     if (h) {
         va_list ap;
@@ -21,7 +21,7 @@ scdb_err scdb_cl_fail(scdb *h, scdb_err e, const char *fmt, ...)
 
 const char *scdb_last_error(const scdb *h) { return h ? h->err : "no handle"; }
 
-scdb_err scdb_cl_fetch_fd(scdb *h, const ProtobufCBinaryData *ticket, const char *what,
+scdb_err cl_fetch_fd(scdb *h, const ProtobufCBinaryData *ticket, const char *what,
                           int *fd)
 {
     char why[400] = "";
@@ -29,40 +29,40 @@ scdb_err scdb_cl_fetch_fd(scdb *h, const ProtobufCBinaryData *ticket, const char
 
     *fd = -1;
     if (!h->fd_path[0])
-        return scdb_cl_fail(h, SCDB_EUNSUPPORTED, "%s: shared memory needs an ipc:// endpoint "
+        return cl_fail(h, SCDB_EUNSUPPORTED, "%s: shared memory needs an ipc:// endpoint "
                             "on the broker's host (this handle uses %s)", what, h->endpoint);
     if (!ticket || ticket->len != SCDB_FD_TICKET_BYTES)
-        return scdb_cl_fail(h, SCDB_EPROTO, "%s: the broker's reply has no fd ticket", what);
+        return cl_fail(h, SCDB_EPROTO, "%s: the broker's reply has no fd ticket", what);
     e = scdb_fd_fetch(h->fd_path, ticket->data, h->timeout_ms, fd, why, sizeof why);
-    if (e) return scdb_cl_fail(h, e, "%s: %s", what, why);
+    if (e) return cl_fail(h, e, "%s: %s", what, why);
     return SCDB_OK;
 }
 
-scdb_err scdb_cl_need_registered(scdb *h)
+scdb_err cl_need_registered(scdb *h)
 {
     if (!h) return SCDB_EINVAL;
-    if (!h->registered) return scdb_cl_fail(h, SCDB_EINVAL, "not registered (scdb_register first)");
+    if (!h->registered) return cl_fail(h, SCDB_EINVAL, "not registered (scdb_register first)");
     return SCDB_OK;
 }
 
-scdb_err scdb_cl_check_tokens(scdb *h, const int32_t *t, size_t n)
+scdb_err cl_check_tokens(scdb *h, const int32_t *t, size_t n)
 {
     uint32_t top = 0, vocab = h->info.vocab_size > 0 ? (uint32_t)h->info.vocab_size : 0x80000000u;
     if (n > h->info.max_tokens)
-        return scdb_cl_fail(h, SCDB_ETOOBIG, "%zu tokens exceed max_tokens %u", n,
+        return cl_fail(h, SCDB_ETOOBIG, "%zu tokens exceed max_tokens %u", n,
                             h->info.max_tokens);
     for (size_t i = 0; i < n; i++) top |= (uint32_t)t[i];
     if (top < vocab) return SCDB_OK;              /* every token <= their OR */
     for (size_t i = 0; i < n; i++)
         if (t[i] < 0)
-            return scdb_cl_fail(h, SCDB_EINVAL, "token %zu is negative (%d)", i, (int)t[i]);
+            return cl_fail(h, SCDB_EINVAL, "token %zu is negative (%d)", i, (int)t[i]);
         else if ((uint32_t)t[i] >= vocab)
-            return scdb_cl_fail(h, SCDB_ERANGE, "token %zu is %d: model %s has a %u-token "
+            return cl_fail(h, SCDB_ERANGE, "token %zu is %d: model %s has a %u-token "
                                 "vocabulary", i, (int)t[i], h->model, vocab);
     return SCDB_OK;
 }
 
-int scdb_cl_same_geometry(const scdb *h, const scdb_kv_cache *c)
+int cl_same_geometry(const scdb *h, const scdb_kv_cache *c)
 {
     return c->n_layers == h->info.n_layers && c->n_kv_heads == h->info.n_kv_heads &&
            c->head_dim == h->info.head_dim;

@@ -159,7 +159,7 @@ void cx_gemm_nn(int M, int N, int K, const float *A, int lda, const float *B, in
  * host and the device paths; patch[l] = 1 for the layers patched with
  * n_patch (-1: the pair's default).  SCDB_EMISMATCH, SCDB_ESHAPE,
  * SCDB_EINVAL. */
-scdb_err scdb_pair_decode_check(const scdb_pair *p, const scdb_codebook *cb, int n,
+scdb_err cx_pair_decode_check(const scdb_pair *p, const scdb_codebook *cb, int n,
                                 const int32_t *pos, const int32_t *tokens, int n_patch,
                                 const scdb_kv_cache *cache, int slot0, unsigned char *patch);
 

@@ -400,7 +400,7 @@ scdb_err scdb_pair_decode(const scdb_pair *p, const scdb_codebook *cb, const voi
     return scdb_pair_decode_range(p, cb, codes, n, 0, n, pos, tokens, n_patch, cache, slot0);
 }
 
-scdb_err scdb_pair_decode_check(const scdb_pair *p, const scdb_codebook *cb, int n,
+scdb_err cx_pair_decode_check(const scdb_pair *p, const scdb_codebook *cb, int n,
                                 const int32_t *pos, const int32_t *tokens, int n_patch,
                                 const scdb_kv_cache *cache, int slot0, unsigned char *patch)
 {
@@ -438,7 +438,7 @@ scdb_err scdb_pair_decode_range(const scdb_pair *p, const scdb_codebook *cb, con
         t0 < 0 || block_n < n || t0 > block_n - n)
         return SCDB_EINVAL;
     in = &p->info;
-    if ((rc = scdb_pair_decode_check(p, cb, n, pos, tokens, n_patch, cache, slot0, patch)))
+    if ((rc = cx_pair_decode_check(p, cb, n, pos, tokens, n_patch, cache, slot0, patch)))
         return rc;
     if ((rc = cx_codes_as_f16(cb, &src, &block_n, &t0, n, &deq))) return rc;
     codes = src;

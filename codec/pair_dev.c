@@ -148,7 +148,7 @@ scdb_err scdb_pair_dev_decode_range(const scdb_pair_dev *d, const scdb_codebook 
         block_n < n || t0 > block_n - n)
         return SCDB_EINVAL;
     in = &p->info;
-    if ((rc = scdb_pair_decode_check(p, cb, n, pos, tokens, n_patch, cache, slot0, patch)))
+    if ((rc = cx_pair_decode_check(p, cb, n, pos, tokens, n_patch, cache, slot0, patch)))
         return rc;
     if ((rc = cx_codes_as_f16(cb, &f16, &block_n, &t0, n, &deq))) return rc;
     codes = f16;

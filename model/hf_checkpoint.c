@@ -68,7 +68,7 @@ static scdb_err open_file(scdb_model *m, const char *name, char *errbuf, size_t 
     scdb_err rc = scdb_st_open(path, &f, msg, sizeof msg);
     if (rc == SCDB_ENOTFOUND) { scdb_errf(errbuf, errlen, "%s: no such file", path); return rc; }
     if (rc) { scdb_errf(errbuf, errlen, "%s", msg); return rc; }   /* the reader names the file */
-    return scdb_model_add_file(m, &f);
+    return md_model_add_file(m, &f);
 }
 
 static scdb_err read_index(scdb_model *m, hf_src *s, char *errbuf, size_t errlen)
@@ -156,7 +156,7 @@ static const scdb_st_tensor *find(scdb_model *m, const hf_src *s, const char *na
     return t;
 }
 
-scdb_err scdb_hf_load_weights(scdb_model *m, char *errbuf, size_t errlen)
+scdb_err md_hf_load_weights(scdb_model *m, char *errbuf, size_t errlen)
 {
     const scdb_model_config *c = &m->cfg;
     hf_src s = {0};
@@ -182,7 +182,7 @@ scdb_err scdb_hf_load_weights(scdb_model *m, char *errbuf, size_t errlen)
 #define BIND(n, d0, d1, p)                                                          \
     do {                                                                           \
         if (!(t = find(m, &s, n, &where, &rc, errbuf, errlen))) goto done;         \
-        if ((rc = scdb_model_bind(m, t, n, where, d0, d1, p, errbuf, errlen))) goto done; \
+        if ((rc = md_model_bind(m, t, n, where, d0, d1, p, errbuf, errlen))) goto done; \
     } while (0)
     BIND("model.embed_tokens.weight", c->vocab_size, c->d_model, &m->tok_embeddings);
     BIND("model.norm.weight", c->d_model, 0, &m->norm);
@@ -196,7 +196,7 @@ scdb_err scdb_hf_load_weights(scdb_model *m, char *errbuf, size_t errlen)
                 snprintf(errbuf + o, errlen - o, " (config.json: tie_word_embeddings is false)");
             goto done;
         }
-        if ((rc = scdb_model_bind(m, t, "lm_head.weight", where, c->vocab_size, c->d_model,
+        if ((rc = md_model_bind(m, t, "lm_head.weight", where, c->vocab_size, c->d_model,
                                   &m->output, errbuf, errlen)))
             goto done;
     }

@@ -22,12 +22,12 @@ static scdb_err load_own_weights(scdb_model *m, char *errbuf, size_t errlen)
     scdb_err rc;
 
     snprintf(path, sizeof path, "%s/model.safetensors", m->dir);
-    if ((rc = scdb_st_open(path, &st, errbuf, errlen)) || (rc = scdb_model_add_file(m, &st)))
+    if ((rc = scdb_st_open(path, &st, errbuf, errlen)) || (rc = md_model_add_file(m, &st)))
         return rc;
     st = m->files[0];
     int qd = scdb_model_q_dim(c), kvd = scdb_model_kv_dim(c);
     const char *where = "model.safetensors";
-#define BIND(n, d0, d1, p) scdb_model_bind(m, scdb_st_find(st, n), n, where, d0, d1, p, errbuf, errlen)
+#define BIND(n, d0, d1, p) md_model_bind(m, scdb_st_find(st, n), n, where, d0, d1, p, errbuf, errlen)
     if ((rc = BIND("tok_embeddings.weight", c->vocab_size, c->d_model, &m->tok_embeddings)) ||
         (rc = BIND("norm.weight", c->d_model, 0, &m->norm)) ||
         (rc = BIND("output.weight", c->vocab_size, c->d_model, &m->output)))
@@ -69,7 +69,7 @@ static scdb_err load_dir(const char *dir, scdb_model **out, char *errbuf, size_t
     if (rc) goto fail;
     m->layers = calloc((size_t)m->cfg.n_layers, sizeof *m->layers);
     if (!m->layers) { rc = SCDB_ENOMEM; goto fail; }
-    rc = m->cfg.layout == SCDB_LAYOUT_HF ? scdb_hf_load_weights(m, errbuf, errlen)
+    rc = m->cfg.layout == SCDB_LAYOUT_HF ? md_hf_load_weights(m, errbuf, errlen)
                                          : load_own_weights(m, errbuf, errlen);
     if (rc) goto fail;
     *out = m;

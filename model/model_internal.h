@@ -63,17 +63,17 @@ struct scdb_model {
  * into a copy the model owns.
  * SCDB_ENOTFOUND (t NULL), SCDB_ESHAPE, SCDB_EDTYPE (not F32/F16/BF16),
  * SCDB_ENOMEM. */
-scdb_err scdb_model_bind(scdb_model *m, const scdb_st_tensor *t, const char *name,
+scdb_err md_model_bind(scdb_model *m, const scdb_st_tensor *t, const char *name,
                          const char *where, int64_t d0, int64_t d1,
                          const float **out, char *errbuf, size_t errlen);
 
 /* Add an open file to m->files (the model closes it).  On SCDB_ENOMEM the
  * file is closed. */
-scdb_err scdb_model_add_file(scdb_model *m, scdb_st_file **f);
+scdb_err md_model_add_file(scdb_model *m, scdb_st_file **f);
 
 /* Open the Hugging Face weight files of m->dir (m->cfg already parsed) and
  * bind every tensor.  Errors: see scdb_model_load in model.h. */
-scdb_err scdb_hf_load_weights(scdb_model *m, char *errbuf, size_t errlen);
+scdb_err md_hf_load_weights(scdb_model *m, char *errbuf, size_t errlen);
 
 /* Apply an open adapter to m (its base, loaded): check it against m->cfg,
  * then merge every target into a copy (SCDB_LORA_MERGED) or keep f32

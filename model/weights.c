@@ -16,7 +16,7 @@ static void shape_str(const int64_t *shape, int ndim, char *dst, size_t cap)
     if (o < cap) snprintf(dst + o, cap - o, "]");
 }
 
-scdb_err scdb_model_bind(scdb_model *m, const scdb_st_tensor *t, const char *name,
+scdb_err md_model_bind(scdb_model *m, const scdb_st_tensor *t, const char *name,
                          const char *where, int64_t d0, int64_t d1,
                          const float **out, char *errbuf, size_t errlen)
 {
@@ -52,7 +52,7 @@ scdb_err scdb_model_bind(scdb_model *m, const scdb_st_tensor *t, const char *nam
     return SCDB_OK;
 }
 
-scdb_err scdb_model_add_file(scdb_model *m, scdb_st_file **f)
+scdb_err md_model_add_file(scdb_model *m, scdb_st_file **f)
 {
     scdb_st_file **grown = realloc(m->files, (size_t)(m->n_files + 1) * sizeof *grown);
     if (!grown) { scdb_st_close(f); return SCDB_ENOMEM; }

@@ -13,7 +13,7 @@ static size_t slot_of(const scdb_key *k, size_t cap)
     return (size_t)(h & (cap - 1));
 }
 
-scdb_err scdb_index_init(scdb_index *ix, size_t expect)
+scdb_err st_index_init(st_index *ix, size_t expect)
 {
     size_t cap = 64;
     while (cap < 2 * expect) cap *= 2;
@@ -24,13 +24,13 @@ scdb_err scdb_index_init(scdb_index *ix, size_t expect)
     return SCDB_OK;
 }
 
-void scdb_index_free(scdb_index *ix)
+void st_index_free(st_index *ix)
 {
     free(ix->slots);
     memset(ix, 0, sizeof *ix);
 }
 
-uint32_t scdb_index_find(const scdb_index *ix, const scdb_node *nodes,
+uint32_t st_index_find(const st_index *ix, const st_node *nodes,
                          const scdb_key *key)
 {
     size_t mask = ix->cap - 1;
@@ -41,14 +41,14 @@ uint32_t scdb_index_find(const scdb_index *ix, const scdb_node *nodes,
     }
 }
 
-static void place(uint32_t *slots, size_t cap, const scdb_node *nodes, uint32_t id)
+static void place(uint32_t *slots, size_t cap, const st_node *nodes, uint32_t id)
 {
     size_t mask = cap - 1, i = slot_of(&nodes[id].key, cap);
     while (slots[i]) i = (i + 1) & mask;
     slots[i] = id + 1;
 }
 
-scdb_err scdb_index_insert(scdb_index *ix, const scdb_node *nodes, uint32_t id)
+scdb_err st_index_insert(st_index *ix, const st_node *nodes, uint32_t id)
 {
     if (2 * (ix->n + 1) > ix->cap) {
         size_t cap = ix->cap * 2;
@@ -65,7 +65,7 @@ scdb_err scdb_index_insert(scdb_index *ix, const scdb_node *nodes, uint32_t id)
     return SCDB_OK;
 }
 
-void scdb_index_remove(scdb_index *ix, const scdb_node *nodes, uint32_t id)
+void st_index_remove(st_index *ix, const st_node *nodes, uint32_t id)
 {
     size_t mask = ix->cap - 1, i = slot_of(&nodes[id].key, ix->cap);
     while (ix->slots[i] != id + 1) i = (i + 1) & mask;

@@ -75,7 +75,7 @@ static void value_checksum(const uint8_t *v, size_t len, uint8_t out[16])
     memcpy(out, c.digest, 16);
 }
 
-scdb_err scdb_block_value_header(const scdb_block_info *info, uint8_t *dst)
+scdb_err st_block_value_header(const scdb_block_info *info, uint8_t *dst)
 {
     size_t hl = scdb_block_header_len(info->n_sections);
     memcpy(dst + OFF_MAGIC, SCDB_BLOCK_MAGIC, 4);
@@ -98,14 +98,14 @@ scdb_err scdb_block_value_header(const scdb_block_info *info, uint8_t *dst)
     return SCDB_OK;
 }
 
-void scdb_block_value_seal(uint8_t *value, size_t len)
+void st_block_value_seal(uint8_t *value, size_t len)
 {
     uint8_t sum[16];
     value_checksum(value, len, sum);
     memcpy(value + OFF_CHECKSUM, sum, 16);
 }
 
-scdb_err scdb_block_info_check(const scdb_block_info *info)
+scdb_err st_block_info_check(const scdb_block_info *info)
 {
     if (info->payload_len > SCDB_BLOCK_MAX_PAYLOAD) return SCDB_ETOOBIG;
     if ((info->block_index == 0) != (scdb_key_is_zero(&info->parent) != 0))
@@ -122,18 +122,18 @@ scdb_err scdb_block_value_encode(const scdb_block_info *info,
 
     if (!info || !out_len || (!payload && info->payload_len) || (!dst && dst_cap))
         return SCDB_EINVAL;
-    if ((e = scdb_block_info_check(info))) return e;
+    if ((e = st_block_info_check(info))) return e;
     hl = scdb_block_header_len(info->n_sections);
     len = hl + (size_t)info->payload_len;
     *out_len = len;
     if (dst_cap < len) return SCDB_ETOOBIG;
-    scdb_block_value_header(info, dst);
+    st_block_value_header(info, dst);
     if (info->payload_len) memcpy((uint8_t *)dst + hl, payload, info->payload_len);
-    scdb_block_value_seal(dst, len);
+    st_block_value_seal(dst, len);
     return SCDB_OK;
 }
 
-scdb_err scdb_block_value_parse(const void *value, size_t len,
+scdb_err st_block_value_parse(const void *value, size_t len,
                                 scdb_block_info *info, size_t *hdr_len)
 {
     const uint8_t *v = value;
@@ -181,7 +181,7 @@ scdb_err scdb_block_value_decode(const void *value, size_t len,
     scdb_err e;
 
     if (!value || !info || !payload) return SCDB_EINVAL;
-    if ((e = scdb_block_value_parse(value, len, info, &hl))) return e;
+    if ((e = st_block_value_parse(value, len, info, &hl))) return e;
     value_checksum(value, len, sum);
     if (memcmp(sum, (const uint8_t *)value + OFF_CHECKSUM, 16)) return SCDB_ECHECKSUM;
     if (expect_key && memcmp(expect_key->b, info->key.b, 16)) return SCDB_EMISMATCH;

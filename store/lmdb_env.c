@@ -13,7 +13,7 @@
 
 #define DEFAULT_MAX_READERS 1024u
 
-scdb_err scdb_lmdb_fail(int rc, const char *what, const char *file, int line)
+scdb_err st_lmdb_fail(int rc, const char *what, const char *file, int line)
 {
     if (rc == 0) return SCDB_OK;
     /* a full map is handled (grown and retried) by the caller: not an error */
@@ -31,7 +31,7 @@ scdb_err scdb_lmdb_fail(int rc, const char *what, const char *file, int line)
     }
 }
 
-scdb_err scdb_lmdb_open(scdb_lmdb *l, const char *dir, uint64_t map_size,
+scdb_err st_lmdb_open(st_lmdb *l, const char *dir, uint64_t map_size,
                         uint64_t max_map_size, unsigned max_readers,
                         bool no_sync)
 {
@@ -97,11 +97,11 @@ scdb_err scdb_lmdb_open(scdb_lmdb *l, const char *dir, uint64_t map_size,
     }
     return SCDB_OK;
 fail:
-    scdb_lmdb_close(l);
+    st_lmdb_close(l);
     return e;
 }
 
-void scdb_lmdb_close(scdb_lmdb *l)
+void st_lmdb_close(st_lmdb *l)
 {
     if (l->env) mdb_env_close(l->env);
     if (l->map_lock_init) pthread_rwlock_destroy(&l->map_lock);
@@ -110,7 +110,7 @@ void scdb_lmdb_close(scdb_lmdb *l)
 }
 
 /* Another process grew the map: adopt its size (needs the lock exclusive). */
-static void adopt_map_size(scdb_lmdb *l)
+static void adopt_map_size(st_lmdb *l)
 {
     MDB_envinfo info;
     pthread_rwlock_wrlock(&l->map_lock);
@@ -120,7 +120,7 @@ static void adopt_map_size(scdb_lmdb *l)
     pthread_rwlock_unlock(&l->map_lock);
 }
 
-static scdb_err txn_begin(scdb_lmdb *l, unsigned flags, MDB_txn **txn)
+static scdb_err txn_begin(st_lmdb *l, unsigned flags, MDB_txn **txn)
 {
     for (int tries = 0;; tries++) {
         int rc;
@@ -134,36 +134,36 @@ static scdb_err txn_begin(scdb_lmdb *l, unsigned flags, MDB_txn **txn)
     }
 }
 
-scdb_err scdb_lmdb_read_begin(scdb_lmdb *l, MDB_txn **txn)
+scdb_err st_lmdb_read_begin(st_lmdb *l, MDB_txn **txn)
 {
     return txn_begin(l, MDB_RDONLY, txn);
 }
 
-void scdb_lmdb_read_end(scdb_lmdb *l, MDB_txn *txn)
+void st_lmdb_read_end(st_lmdb *l, MDB_txn *txn)
 {
     mdb_txn_abort(txn);
     pthread_rwlock_unlock(&l->map_lock);
 }
 
-scdb_err scdb_lmdb_write_begin(scdb_lmdb *l, MDB_txn **txn)
+scdb_err st_lmdb_write_begin(st_lmdb *l, MDB_txn **txn)
 {
     return txn_begin(l, 0, txn);
 }
 
-int scdb_lmdb_write_commit(scdb_lmdb *l, MDB_txn *txn)
+int st_lmdb_write_commit(st_lmdb *l, MDB_txn *txn)
 {
     int rc = mdb_txn_commit(txn);
     pthread_rwlock_unlock(&l->map_lock);
     return rc;
 }
 
-void scdb_lmdb_write_abort(scdb_lmdb *l, MDB_txn *txn)
+void st_lmdb_write_abort(st_lmdb *l, MDB_txn *txn)
 {
     mdb_txn_abort(txn);
     pthread_rwlock_unlock(&l->map_lock);
 }
 
-scdb_err scdb_lmdb_grow(scdb_lmdb *l)
+scdb_err st_lmdb_grow(st_lmdb *l)
 {
     uint64_t next;
     int rc;
@@ -189,7 +189,7 @@ scdb_err scdb_lmdb_grow(scdb_lmdb *l)
     return SCDB_OK;
 }
 
-uint64_t scdb_lmdb_footprint(const scdb_lmdb *l, size_t vlen)
+uint64_t st_lmdb_footprint(const st_lmdb *l, size_t vlen)
 {
     /* LMDB 0.9: a node (8-byte header + key + data) larger than nodemax =
      * ((psize - 16) / 2 & ~1) - 2 moves its data to overflow pages (16-byte
@@ -202,7 +202,7 @@ uint64_t scdb_lmdb_footprint(const scdb_lmdb *l, size_t vlen)
     return 8 + 16 + vlen + 2;
 }
 
-uint64_t scdb_lmdb_file_bytes(const scdb_lmdb *l)
+uint64_t st_lmdb_file_bytes(const st_lmdb *l)
 {
     char path[4096];
     struct stat st;
@@ -210,14 +210,14 @@ uint64_t scdb_lmdb_file_bytes(const scdb_lmdb *l)
     return stat(path, &st) == 0 ? (uint64_t)st.st_size : 0;
 }
 
-uint64_t scdb_lmdb_free_bytes(const scdb_lmdb *l)
+uint64_t scdb_lmdb_free_bytes(const st_lmdb *l)
 {
     struct statvfs v;
     if (!l->dir || statvfs(l->dir, &v)) return UINT64_MAX;
     return (uint64_t)v.f_bavail * (uint64_t)(v.f_frsize ? v.f_frsize : v.f_bsize);
 }
 
-bool scdb_lmdb_disk_full(const scdb_lmdb *l, int rc, uint64_t need, uint64_t *free_bytes)
+bool scdb_lmdb_disk_full(const st_lmdb *l, int rc, uint64_t need, uint64_t *free_bytes)
 {
     uint64_t avail = scdb_lmdb_free_bytes(l), ps = l->page_size ? l->page_size : 4096;
 

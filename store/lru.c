@@ -9,19 +9,19 @@
  * position so removal and re-ordering are O(log n). */
 #include "store_int.h"
 
-static int older(const scdb_node *nodes, uint32_t a, uint32_t b)
+static int older(const st_node *nodes, uint32_t a, uint32_t b)
 {
     if (nodes[a].tick != nodes[b].tick) return nodes[a].tick < nodes[b].tick;
     return a < b;
 }
 
-static void set(scdb_lru *h, scdb_node *nodes, size_t i, uint32_t id)
+static void set(st_lru *h, st_node *nodes, size_t i, uint32_t id)
 {
     h->heap[i] = id;
     nodes[id].heap_pos[h->which] = (int32_t)i;
 }
 
-static void sift_up(scdb_lru *h, scdb_node *nodes, size_t i)
+static void sift_up(st_lru *h, st_node *nodes, size_t i)
 {
     uint32_t id = h->heap[i];
     while (i > 0) {
@@ -33,7 +33,7 @@ static void sift_up(scdb_lru *h, scdb_node *nodes, size_t i)
     set(h, nodes, i, id);
 }
 
-static void sift_down(scdb_lru *h, scdb_node *nodes, size_t i)
+static void sift_down(st_lru *h, st_node *nodes, size_t i)
 {
     uint32_t id = h->heap[i];
     for (;;) {
@@ -47,7 +47,7 @@ static void sift_down(scdb_lru *h, scdb_node *nodes, size_t i)
     set(h, nodes, i, id);
 }
 
-void scdb_lru_push(scdb_lru *h, scdb_node *nodes, uint32_t id)
+void st_lru_push(st_lru *h, st_node *nodes, uint32_t id)
 {
     h->heap[h->n] = id;
     nodes[id].heap_pos[h->which] = (int32_t)h->n;
@@ -55,7 +55,7 @@ void scdb_lru_push(scdb_lru *h, scdb_node *nodes, uint32_t id)
     sift_up(h, nodes, h->n - 1);
 }
 
-void scdb_lru_remove(scdb_lru *h, scdb_node *nodes, uint32_t id)
+void st_lru_remove(st_lru *h, st_node *nodes, uint32_t id)
 {
     size_t i = (size_t)nodes[id].heap_pos[h->which];
     uint32_t last = h->heap[--h->n];
@@ -66,14 +66,14 @@ void scdb_lru_remove(scdb_lru *h, scdb_node *nodes, uint32_t id)
     sift_down(h, nodes, (size_t)nodes[last].heap_pos[h->which]);
 }
 
-void scdb_lru_update(scdb_lru *h, scdb_node *nodes, uint32_t id)
+void st_lru_update(st_lru *h, st_node *nodes, uint32_t id)
 {
     size_t i = (size_t)nodes[id].heap_pos[h->which];
     sift_up(h, nodes, i);
     sift_down(h, nodes, (size_t)nodes[id].heap_pos[h->which]);
 }
 
-uint32_t scdb_lru_peek(const scdb_lru *h)
+uint32_t st_lru_peek(const st_lru *h)
 {
     return h->n ? h->heap[0] : SCDB_NONE;
 }

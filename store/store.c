@@ -36,13 +36,13 @@ scdb_err store_grow_array(void **p, size_t *cap, size_t need, size_t elem)
 void store_lock(scdb_store *s) { pthread_mutex_lock(&s->mu); }
 void store_unlock(scdb_store *s) { pthread_mutex_unlock(&s->mu); }
 
-static bool store_disk_evictable(const scdb_node *n)
+static bool store_disk_evictable(const st_node *n)
 {
     return (n->state == NODE_STORED || n->state == NODE_BAD) &&
            n->children == 0 && n->pins == 0 && n->wpins == 0;
 }
 
-static bool store_hot_evictable(const scdb_node *n)
+static bool store_hot_evictable(const st_node *n)
 {
     return n->hot_slot && n->pins == 0 && n->state != NODE_EVICTING;
 }
@@ -55,21 +55,21 @@ void store_visible(scdb_store *s, uint32_t id, int visible)
 /* Put node id into exactly the heaps it belongs to now. */
 void store_refresh(scdb_store *s, uint32_t id)
 {
-    scdb_node *n = &s->nodes[id];
+    st_node *n = &s->nodes[id];
     bool want[2] = {store_disk_evictable(n), store_hot_evictable(n)};
     for (int w = 0; w < 2; w++) {
         bool in = n->heap_pos[w] >= 0;
-        if (want[w] && !in) scdb_lru_push(&s->lru[w], s->nodes, id);
-        else if (!want[w] && in) scdb_lru_remove(&s->lru[w], s->nodes, id);
+        if (want[w] && !in) st_lru_push(&s->lru[w], s->nodes, id);
+        else if (!want[w] && in) st_lru_remove(&s->lru[w], s->nodes, id);
     }
 }
 
 void store_touch(scdb_store *s, uint32_t id)
 {
-    scdb_node *n = &s->nodes[id];
+    st_node *n = &s->nodes[id];
     n->tick = ++s->clock;
     for (int w = 0; w < 2; w++)
-        if (n->heap_pos[w] >= 0) scdb_lru_update(&s->lru[w], s->nodes, id);
+        if (n->heap_pos[w] >= 0) st_lru_update(&s->lru[w], s->nodes, id);
 }
 
 void store_pin_node(scdb_store *s, uint32_t id)
@@ -126,7 +126,7 @@ void store_node_release(scdb_store *s, uint32_t id)
 /* Find a node in one of `states` (bit mask of 1 << NODE_x). */
 uint32_t store_find(const scdb_store *s, const scdb_key *k, unsigned states)
 {
-    uint32_t id = scdb_index_find(&s->index, s->nodes, k);
+    uint32_t id = st_index_find(&s->index, s->nodes, k);
     if (id == SCDB_NONE || !(states & (1u << s->nodes[id].state))) return SCDB_NONE;
     return id;
 }
@@ -135,7 +135,7 @@ uint32_t store_find(const scdb_store *s, const scdb_key *k, unsigned states)
 
 void store_hot_drop(scdb_store *s, uint32_t id)
 {
-    scdb_node *n = &s->nodes[id];
+    st_node *n = &s->nodes[id];
     if (!n->hot_slot) return;
     s->hot->ops->free(s->hot, n->hot_slot);
     free(n->hot_hdr);
@@ -155,13 +155,13 @@ void store_hot_drop(scdb_store *s, uint32_t id)
 scdb_err store_hot_attach(scdb_store *s, uint32_t id, void *slot, uint8_t *hdr,
                            uint32_t hdr_len, uint64_t plen)
 {
-    scdb_node *n = &s->nodes[id];
+    st_node *n = &s->nodes[id];
     uint64_t charge = plen + hdr_len, cap = s->hot->capacity_bytes;
 
     if (n->hot_slot || n->state != NODE_STORED || n->replacing) return SCDB_EBUSY;
     if (charge > cap) return SCDB_ETOOBIG;
     while (s->hot_used + charge > cap) {
-        uint32_t v = scdb_lru_peek(&s->lru[LRU_HOT]);
+        uint32_t v = st_lru_peek(&s->lru[LRU_HOT]);
         if (v == SCDB_NONE) return SCDB_EFULL;
         store_hot_drop(s, v);
         s->ctr.hot_evictions++;
@@ -207,7 +207,7 @@ static scdb_err check_meta(scdb_store *s)
     scdb_err e;
     int rc = 0;
 
-    if ((e = scdb_lmdb_write_begin(&s->db, &txn))) return e;
+    if ((e = st_lmdb_write_begin(&s->db, &txn))) return e;
     for (int i = 0; i < 2; i++) {
         MDB_val k = {strlen(names[i]), (void *)names[i]}, v;
         uint8_t le[4] = {(uint8_t)want[i], (uint8_t)(want[i] >> 8),
@@ -221,15 +221,15 @@ static scdb_err check_meta(scdb_store *s)
         } else if (v.mv_size != 4 || memcmp(v.mv_data, le, 4)) {
             scdb_error("store: %s: env has a different %s than asked for",
                        s->db.dir, names[i]);
-            scdb_lmdb_write_abort(&s->db, txn);
+            st_lmdb_write_abort(&s->db, txn);
             return SCDB_EMISMATCH;
         }
     }
     if (rc) {
-        scdb_lmdb_write_abort(&s->db, txn);
+        st_lmdb_write_abort(&s->db, txn);
         return SCDB_LMDB_FAIL(rc, "meta");
     }
-    if ((rc = scdb_lmdb_write_commit(&s->db, txn))) return SCDB_LMDB_FAIL(rc, "meta commit");
+    if ((rc = st_lmdb_write_commit(&s->db, txn))) return SCDB_LMDB_FAIL(rc, "meta commit");
     return SCDB_OK;
 }
 
@@ -246,7 +246,7 @@ static scdb_err load_index(scdb_store *s, bool verify)
     scdb_err e;
     int rc;
 
-    if ((e = scdb_lmdb_read_begin(&s->db, &txn))) return e;
+    if ((e = st_lmdb_read_begin(&s->db, &txn))) return e;
     if ((rc = mdb_cursor_open(txn, s->db.blocks, &cur))) {
         e = SCDB_LMDB_FAIL(rc, "cursor_open");
         goto out;
@@ -259,7 +259,7 @@ static scdb_err load_index(scdb_store *s, bool verify)
         if (k.mv_size == 16) {
             de = verify ? scdb_block_value_decode(v.mv_data, v.mv_size, k.mv_data,
                                                   info, &payload)
-                        : scdb_block_value_parse(v.mv_data, v.mv_size, info, NULL);
+                        : st_block_value_parse(v.mv_data, v.mv_size, info, NULL);
             if (!de && memcmp(info->key.b, k.mv_data, 16)) de = SCDB_EMISMATCH;
         }
         if (de) {
@@ -277,10 +277,10 @@ static scdb_err load_index(scdb_store *s, bool verify)
         if ((e = store_grow_array((void **)&parents, &cap_parents, id + 1, sizeof *parents))) goto out;
         s->nodes[id].key = info->key;
         s->nodes[id].block_index = info->block_index;
-        s->nodes[id].disk_bytes = scdb_lmdb_footprint(&s->db, v.mv_size);
+        s->nodes[id].disk_bytes = st_lmdb_footprint(&s->db, v.mv_size);
         s->nodes[id].state = NODE_STORED;
         parents[id] = info->parent;
-        if ((e = scdb_index_insert(&s->index, s->nodes, id))) goto out;
+        if ((e = st_index_insert(&s->index, s->nodes, id))) goto out;
         s->disk_used += s->nodes[id].disk_bytes;
         s->n_disk++;
     }
@@ -293,7 +293,7 @@ static scdb_err load_index(scdb_store *s, bool verify)
         for (uint32_t id = 0; id < s->n_nodes; id++) {
             uint32_t p = SCDB_NONE;
             if (!scdb_key_is_zero(&parents[id])) {
-                p = scdb_index_find(&s->index, s->nodes, &parents[id]);
+                p = st_index_find(&s->index, s->nodes, &parents[id]);
                 if (p == SCDB_NONE) orphans++;
             }
             s->nodes[id].parent = p;
@@ -306,7 +306,7 @@ static scdb_err load_index(scdb_store *s, bool verify)
     }
 out:
     if (cur) mdb_cursor_close(cur);
-    scdb_lmdb_read_end(&s->db, txn);
+    st_lmdb_read_end(&s->db, txn);
     free(parents);
     if (e) s->n_dels = 0;
     return e;
@@ -321,22 +321,22 @@ static scdb_err tidy_after_load(scdb_store *s)
 
     for (;;) {
         if (!s->n_dels && (!s->disk_cap || s->disk_used <= s->disk_cap)) return SCDB_OK;
-        if ((e = scdb_lmdb_write_begin(&s->db, &txn))) return e;
+        if ((e = st_lmdb_write_begin(&s->db, &txn))) return e;
         e = store_make_room(s, 0);
         if (e == SCDB_EFULL) e = SCDB_OK; /* over capacity but all pinned: impossible at open */
         if (!e) e = store_flush_dels(s, txn, &rc);
         if (e) {
-            scdb_lmdb_write_abort(&s->db, txn);
+            st_lmdb_write_abort(&s->db, txn);
             store_undo_ops(s, 0);
-            if (rc == MDB_MAP_FULL && !(e = scdb_lmdb_grow(&s->db))) {
+            if (rc == MDB_MAP_FULL && !(e = st_lmdb_grow(&s->db))) {
                 s->ctr.map_growths++;
                 continue;
             }
             return e;
         }
-        if ((rc = scdb_lmdb_write_commit(&s->db, txn))) {
+        if ((rc = st_lmdb_write_commit(&s->db, txn))) {
             store_undo_ops(s, 0);
-            if (rc == MDB_MAP_FULL && !(e = scdb_lmdb_grow(&s->db))) {
+            if (rc == MDB_MAP_FULL && !(e = st_lmdb_grow(&s->db))) {
                 s->ctr.map_growths++;
                 continue;
             }
@@ -384,7 +384,7 @@ scdb_err scdb_store_open(const scdb_store_opts *o, scdb_store **out)
     } else if (o->hot_capacity_bytes) {
         if ((e = scdb_tier_host_new(o->hot_capacity_bytes, &s->hot))) goto fail;
     }
-    if ((e = scdb_index_init(&s->index, 1024))) goto fail;
+    if ((e = st_index_init(&s->index, 1024))) goto fail;
     if (!(s->winfo = malloc(sizeof *s->winfo))) {
         e = SCDB_ENOMEM;
         goto fail;
@@ -395,7 +395,7 @@ scdb_err scdb_store_open(const scdb_store_opts *o, scdb_store **out)
     map = (map + (64u << 10) - 1) & ~(uint64_t)((64u << 10) - 1); /* whole pages */
     max_map = o->max_map_size ? o->max_map_size : DEFAULT_MAX_MAP;
     if (max_map < map) max_map = map;
-    if ((e = scdb_lmdb_open(&s->db, o->path, map, max_map, o->max_readers,
+    if ((e = st_lmdb_open(&s->db, o->path, map, max_map, o->max_readers,
                             o->no_sync != 0)))
         goto fail;
     if ((e = check_meta(s))) goto fail;
@@ -424,8 +424,8 @@ void scdb_store_close(scdb_store **sp)
             }
         s->hot->ops->destroy(s->hot);
     }
-    if (s->db.env) scdb_lmdb_close(&s->db);
-    scdb_index_free(&s->index);
+    if (s->db.env) st_lmdb_close(&s->db);
+    st_index_free(&s->index);
     free(s->nodes);
     free(s->free_ids);
     free(s->lru[0].heap);
@@ -475,6 +475,6 @@ scdb_err scdb_store_stats(scdb_store *s, scdb_store_stat *out)
     out->hot_capacity_bytes = s->hot ? s->hot->capacity_bytes : 0;
     out->pinned_blocks = s->n_pinned;
     store_unlock(s);
-    out->file_bytes = scdb_lmdb_file_bytes(&s->db);
+    out->file_bytes = st_lmdb_file_bytes(&s->db);
     return SCDB_OK;
 }

@@ -36,20 +36,20 @@
 
 /* Field checks shared by encode and put (sections, payload size, parent vs
  * index).  SCDB_ERANGE, SCDB_ETOOBIG, SCDB_EINVAL. */
-scdb_err scdb_block_info_check(const scdb_block_info *info);
+scdb_err st_block_info_check(const scdb_block_info *info);
 /* Write the header of `info` (checksum zeroed) into dst
  * (scdb_block_header_len(info->n_sections) bytes). */
-scdb_err scdb_block_value_header(const scdb_block_info *info, uint8_t *dst);
+scdb_err st_block_value_header(const scdb_block_info *info, uint8_t *dst);
 /* Compute and write the checksum of a complete value in place. */
-void scdb_block_value_seal(uint8_t *value, size_t len);
+void st_block_value_seal(uint8_t *value, size_t len);
 /* Structural checks only (no checksum); reads only the header bytes.
  * Errors as scdb_block_value_decode minus SCDB_ECHECKSUM/SCDB_EMISMATCH. */
-scdb_err scdb_block_value_parse(const void *value, size_t len,
+scdb_err st_block_value_parse(const void *value, size_t len,
                                 scdb_block_info *info, size_t *hdr_len);
 
 /* ------------------------------------------------------------- lmdb_env.c */
 
-typedef struct scdb_lmdb {
+typedef struct st_lmdb {
     MDB_env *env;
     MDB_dbi blocks;             /* key -> block value            */
     MDB_dbi meta;               /* "format", "block_tokens"      */
@@ -63,37 +63,37 @@ typedef struct scdb_lmdb {
      * the process during mdb_env_set_mapsize). */
     pthread_rwlock_t map_lock;
     bool map_lock_init;
-} scdb_lmdb;
+} st_lmdb;
 
-scdb_err scdb_lmdb_open(scdb_lmdb *l, const char *dir, uint64_t map_size,
+scdb_err st_lmdb_open(st_lmdb *l, const char *dir, uint64_t map_size,
                         uint64_t max_map_size, unsigned max_readers,
                         bool no_sync);
-void scdb_lmdb_close(scdb_lmdb *l);
+void st_lmdb_close(st_lmdb *l);
 /* Map an LMDB return code to scdb_err, logging `what` with the call site. */
-scdb_err scdb_lmdb_fail(int rc, const char *what, const char *file, int line);
-#define SCDB_LMDB_FAIL(rc, what) scdb_lmdb_fail((rc), (what), __FILE__, __LINE__)
+scdb_err st_lmdb_fail(int rc, const char *what, const char *file, int line);
+#define SCDB_LMDB_FAIL(rc, what) st_lmdb_fail((rc), (what), __FILE__, __LINE__)
 /* Begin a read txn with map_lock held shared (handles MDB_MAP_RESIZED);
- * end it with scdb_lmdb_read_end. */
-scdb_err scdb_lmdb_read_begin(scdb_lmdb *l, MDB_txn **txn);
-void scdb_lmdb_read_end(scdb_lmdb *l, MDB_txn *txn);
+ * end it with st_lmdb_read_end. */
+scdb_err st_lmdb_read_begin(st_lmdb *l, MDB_txn **txn);
+void st_lmdb_read_end(st_lmdb *l, MDB_txn *txn);
 /* Begin / end (commit or abort) a write txn, map_lock held shared. */
-scdb_err scdb_lmdb_write_begin(scdb_lmdb *l, MDB_txn **txn);
-int scdb_lmdb_write_commit(scdb_lmdb *l, MDB_txn *txn);   /* LMDB rc */
-void scdb_lmdb_write_abort(scdb_lmdb *l, MDB_txn *txn);
+scdb_err st_lmdb_write_begin(st_lmdb *l, MDB_txn **txn);
+int st_lmdb_write_commit(st_lmdb *l, MDB_txn *txn);   /* LMDB rc */
+void st_lmdb_write_abort(st_lmdb *l, MDB_txn *txn);
 /* Double the map (no txn of this process may be open, except in other
  * threads, which are waited for).  SCDB_EFULL at max_map_size, SCDB_EIO. */
-scdb_err scdb_lmdb_grow(scdb_lmdb *l);
+scdb_err st_lmdb_grow(st_lmdb *l);
 /* Pages a value of vlen bytes takes (as bytes): the store's disk accounting. */
-uint64_t scdb_lmdb_footprint(const scdb_lmdb *l, size_t vlen);
+uint64_t st_lmdb_footprint(const st_lmdb *l, size_t vlen);
 /* data.mdb size in bytes (0 if unknown). */
-uint64_t scdb_lmdb_file_bytes(const scdb_lmdb *l);
+uint64_t st_lmdb_file_bytes(const st_lmdb *l);
 /* Free bytes of the data directory's filesystem for unprivileged writers
  * (UINT64_MAX if unknown). */
-uint64_t scdb_lmdb_free_bytes(const scdb_lmdb *l);
+uint64_t scdb_lmdb_free_bytes(const st_lmdb *l);
 /* Whether a write that failed with LMDB code rc failed for a full
  * filesystem: ENOSPC or EDQUOT, or EIO (LMDB's code for a short write) while
  * less than need bytes (plus some pages) are free.  *free_bytes: free space. */
-bool scdb_lmdb_disk_full(const scdb_lmdb *l, int rc, uint64_t need, uint64_t *free_bytes);
+bool scdb_lmdb_disk_full(const st_lmdb *l, int rc, uint64_t need, uint64_t *free_bytes);
 
 /* -------------------------------------------------------------- nodes */
 
@@ -107,7 +107,7 @@ enum {
 
 enum { LRU_DISK = 0, LRU_HOT = 1 };
 
-typedef struct scdb_node {
+typedef struct st_node {
     scdb_key key;
     uint64_t tick;            /* last use; LRU order                          */
     uint64_t disk_bytes;      /* accounted footprint on disk                  */
@@ -125,43 +125,43 @@ typedef struct scdb_node {
     uint8_t replacing;        /* a replace of its value is staged: readers
                                  read LMDB (old value until the commit, new
                                  after), nothing caches it in the hot tier  */
-} scdb_node;
+} st_node;
 
 /* ---------------------------------------------------------- block_index.c */
 
-typedef struct scdb_index {
+typedef struct st_index {
     uint32_t *slots;          /* node id + 1; 0 = empty                       */
     size_t cap;               /* power of two                                 */
     size_t n;
-} scdb_index;
+} st_index;
 
-scdb_err scdb_index_init(scdb_index *ix, size_t expect);
-void scdb_index_free(scdb_index *ix);
+scdb_err st_index_init(st_index *ix, size_t expect);
+void st_index_free(st_index *ix);
 /* Node id holding key, or SCDB_NONE. */
-uint32_t scdb_index_find(const scdb_index *ix, const scdb_node *nodes,
+uint32_t st_index_find(const st_index *ix, const st_node *nodes,
                          const scdb_key *key);
 /* Insert node id (its key must be absent).  SCDB_ENOMEM (on growth). */
-scdb_err scdb_index_insert(scdb_index *ix, const scdb_node *nodes, uint32_t id);
+scdb_err st_index_insert(st_index *ix, const st_node *nodes, uint32_t id);
 /* Remove node id (must be present). */
-void scdb_index_remove(scdb_index *ix, const scdb_node *nodes, uint32_t id);
+void st_index_remove(st_index *ix, const st_node *nodes, uint32_t id);
 
 /* ------------------------------------------------------------------ lru.c */
 
 /* Min-heap of node ids ordered by (tick, id): the root is the least recently
  * used evictable node.  Its array is sized by the caller to the node
  * capacity, so push never allocates. */
-typedef struct scdb_lru {
+typedef struct st_lru {
     uint32_t *heap;
     size_t n;
     int which;                /* LRU_DISK or LRU_HOT: which heap_pos slot     */
-} scdb_lru;
+} st_lru;
 
-void scdb_lru_push(scdb_lru *h, scdb_node *nodes, uint32_t id);
-void scdb_lru_remove(scdb_lru *h, scdb_node *nodes, uint32_t id);
+void st_lru_push(st_lru *h, st_node *nodes, uint32_t id);
+void st_lru_remove(st_lru *h, st_node *nodes, uint32_t id);
 /* Restore order after nodes[id].tick changed. */
-void scdb_lru_update(scdb_lru *h, scdb_node *nodes, uint32_t id);
+void st_lru_update(st_lru *h, st_node *nodes, uint32_t id);
 /* Least recently used node, or SCDB_NONE. */
-uint32_t scdb_lru_peek(const scdb_lru *h);
+uint32_t st_lru_peek(const st_lru *h);
 
 /* ------------------------------------------------- the store (store*.c) */
 
@@ -183,7 +183,7 @@ typedef struct op_rec {
 } op_rec;
 
 struct scdb_store {
-    scdb_lmdb db;
+    st_lmdb db;
     uint32_t block_tokens;
     uint64_t disk_cap;
     scdb_tier *hot;
@@ -200,12 +200,12 @@ struct scdb_store {
     bool locks_init;
 
     /* under mu */
-    scdb_node *nodes;
+    st_node *nodes;
     size_t n_nodes, cap_nodes;
     uint32_t *free_ids;
     size_t n_free;
-    scdb_index index;
-    scdb_lru lru[2];
+    st_index index;
+    st_lru lru[2];
     uint64_t clock;
     uint64_t disk_used, hot_used;
     uint64_t n_disk, n_hot, n_pinned;

@@ -79,7 +79,7 @@ static scdb_err read_disk(scdb_store *s, const scdb_key *key, disk_read *r)
     scdb_err e;
     int rc;
 
-    if ((e = scdb_lmdb_read_begin(&s->db, &txn))) return e;
+    if ((e = st_lmdb_read_begin(&s->db, &txn))) return e;
     rc = mdb_get(txn, s->db.blocks, &k, &v);
     if (rc) {
         e = rc == MDB_NOTFOUND ? SCDB_ENOTFOUND : SCDB_LMDB_FAIL(rc, "get");
@@ -114,7 +114,7 @@ static scdb_err read_disk(scdb_store *s, const scdb_key *key, disk_read *r)
         memcpy(r->copy, payload, (size_t)r->info->payload_len);
     }
 out:
-    scdb_lmdb_read_end(&s->db, txn);
+    st_lmdb_read_end(&s->db, txn);
     if (e && r->slot) {
         s->hot->ops->free(s->hot, r->slot);
         free(r->hdr);
@@ -125,9 +125,9 @@ out:
 }
 
 /* Header of a hot copy into info (under mu). */
-static void hot_info(const scdb_node *n, scdb_block_info *info)
+static void hot_info(const st_node *n, scdb_block_info *info)
 {
-    scdb_block_value_parse(n->hot_hdr, n->hot_hdr_len + n->hot_payload, info, NULL);
+    st_block_value_parse(n->hot_hdr, n->hot_hdr_len + n->hot_payload, info, NULL);
 }
 
 /* After read_disk for a pinned node (under mu): account the outcome, attach
@@ -143,7 +143,7 @@ static scdb_err after_disk(scdb_store *s, uint32_t id, scdb_err e, disk_read *r,
             store_visible(s, id, 0);
             s->nodes[id].tick = 0;        /* first in line for eviction */
             if (s->nodes[id].heap_pos[LRU_DISK] >= 0)
-                scdb_lru_update(&s->lru[LRU_DISK], s->nodes, id);
+                st_lru_update(&s->lru[LRU_DISK], s->nodes, id);
         }
     }
     if (e) {

@@ -20,7 +20,7 @@ static scdb_err store_log_op(scdb_store *s, uint8_t kind, uint32_t id, uint8_t o
 /* Mark node v (disk-evictable) as deleted in the open txn (under mu). */
 scdb_err store_evict_one(scdb_store *s, uint32_t v)
 {
-    scdb_node *n = &s->nodes[v];
+    st_node *n = &s->nodes[v];
     scdb_err e;
     if ((e = store_log_op(s, OP_EVICT, v, n->state, n->disk_bytes, 0))) return e;
     if ((e = store_grow_array((void **)&s->dels, &s->cap_dels, s->n_dels + 1, sizeof *s->dels)))
@@ -44,7 +44,7 @@ scdb_err store_make_room(scdb_store *s, uint64_t need)
     scdb_err e;
     if (!s->disk_cap) return SCDB_OK;
     while (s->disk_used + need > s->disk_cap) {
-        uint32_t v = scdb_lru_peek(&s->lru[LRU_DISK]);
+        uint32_t v = st_lru_peek(&s->lru[LRU_DISK]);
         if (v == SCDB_NONE) return SCDB_EFULL;
         if ((e = store_evict_one(s, v))) return e;
     }
@@ -73,14 +73,14 @@ void store_undo_ops(scdb_store *s, size_t keep)
 {
     while (s->n_ops > keep) {
         op_rec *o = &s->ops[--s->n_ops];
-        scdb_node *n = &s->nodes[o->id];
+        st_node *n = &s->nodes[o->id];
         switch (o->kind) {
         case OP_NEW:
             if (n->parent != SCDB_NONE) {
                 s->nodes[n->parent].children--;
                 store_refresh(s, n->parent);
             }
-            scdb_index_remove(&s->index, s->nodes, o->id);
+            st_index_remove(&s->index, s->nodes, o->id);
             s->disk_used -= n->disk_bytes;
             s->n_disk--;
             n->state = NODE_FREE;
@@ -120,11 +120,11 @@ void store_commit_ops(scdb_store *s)
 {
     for (size_t i = 0; i < s->n_ops; i++) {
         op_rec *o = &s->ops[i];
-        scdb_node *n = &s->nodes[o->id];
+        st_node *n = &s->nodes[o->id];
         if (o->kind == OP_EVICT) {
             store_hot_drop(s, o->id);
             if (s->on_evict) s->on_evict(s->on_evict_ctx, &n->key);
-            scdb_index_remove(&s->index, s->nodes, o->id);
+            st_index_remove(&s->index, s->nodes, o->id);
             store_node_release(s, o->id);
             s->ctr.evictions++;
         } else if (o->kind == OP_REPLACE) {
@@ -186,7 +186,7 @@ static scdb_err check_put(const scdb_block_put *b)
 static scdb_err stage_block(scdb_store *s, const scdb_block_put *b, const scdb_key *prev,
                             size_t blk, uint64_t fp, bool *skip, uint32_t *id_io)
 {
-    uint32_t id = scdb_index_find(&s->index, s->nodes, &b->key), pid = SCDB_NONE;
+    uint32_t id = st_index_find(&s->index, s->nodes, &b->key), pid = SCDB_NONE;
     scdb_err e;
 
     *skip = false;
@@ -194,7 +194,7 @@ static scdb_err stage_block(scdb_store *s, const scdb_block_put *b, const scdb_k
         /* replace: overwrite the value in place; it stays visible (lookups
          * match it throughout).  A reader holding it now (pins) may read
          * its hot copy: refused, try again. */
-        scdb_node *n = &s->nodes[id];
+        st_node *n = &s->nodes[id];
         uint64_t old = n->disk_bytes;
         if (n->pins) return SCDB_EBUSY;
         if (s->disk_cap && fp > s->disk_cap) return SCDB_ETOOBIG;
@@ -230,7 +230,7 @@ static scdb_err stage_block(scdb_store *s, const scdb_block_put *b, const scdb_k
     }
     if (s->disk_cap && fp > s->disk_cap) return SCDB_ETOOBIG;
     if (id != SCDB_NONE) {                       /* NODE_BAD: rewrite in place */
-        scdb_node *n = &s->nodes[id];
+        st_node *n = &s->nodes[id];
         uint64_t old = n->disk_bytes;
         if ((e = store_make_room(s, fp > old ? fp - old : 0))) return e;
         if ((e = store_log_op(s, OP_REWRITE, id, NODE_BAD, old, blk))) return e;
@@ -251,12 +251,12 @@ static scdb_err stage_block(scdb_store *s, const scdb_block_put *b, const scdb_k
     s->nodes[id].state = NODE_PENDING;
     s->nodes[id].parent = pid;
     s->nodes[id].tick = ++s->clock;
-    if ((e = scdb_index_insert(&s->index, s->nodes, id))) {
+    if ((e = st_index_insert(&s->index, s->nodes, id))) {
         store_node_release(s, id);
         return e;
     }
     if ((e = store_log_op(s, OP_NEW, id, NODE_FREE, 0, blk))) {
-        scdb_index_remove(&s->index, s->nodes, id);
+        st_index_remove(&s->index, s->nodes, id);
         store_node_release(s, id);
         return e;
     }
@@ -296,9 +296,9 @@ static int write_value(scdb_store *s, MDB_txn *txn, const scdb_ns *ns,
     int rc = mdb_put(txn, s->db.blocks, &k, &v, MDB_RESERVE);
     if (rc) return rc;
     fill_info(s, ns, b, info);
-    scdb_block_value_header(info, v.mv_data);
+    st_block_value_header(info, v.mv_data);
     if (b->payload_len) memcpy((uint8_t *)v.mv_data + hl, b->payload, (size_t)b->payload_len);
-    scdb_block_value_seal(v.mv_data, v.mv_size);
+    st_block_value_seal(v.mv_data, v.mv_size);
     return 0;
 }
 
@@ -323,7 +323,7 @@ static void hot_after_put(scdb_store *s, const scdb_ns *ns, const scdb_block_put
         if (b->payload_len + hl > budget) break;
         budget -= b->payload_len + hl;
         fill_info(s, ns, b, info);
-        scdb_block_value_header(info, hdr);
+        st_block_value_header(info, hdr);
         if (store_hot_fill(s, hdr, hl, b->payload, b->payload_len, &slot, &hcopy)) continue;
         store_lock(s);
         {
@@ -367,7 +367,7 @@ static scdb_err write_failed(scdb_store *s, int rc, const char *what, uint64_t n
     uint64_t avail;
     bool was_full;
 
-    if (!scdb_lmdb_disk_full(&s->db, rc, need, &avail)) return scdb_lmdb_fail(rc, what, file, line);
+    if (!scdb_lmdb_disk_full(&s->db, rc, need, &avail)) return st_lmdb_fail(rc, what, file, line);
     store_lock(s);
     was_full = s->ctr.disk_full != 0;
     s->ctr.disk_full = 1;
@@ -422,7 +422,7 @@ retry:
             e = store_tpin(s, &blocks[i].parent);
     }
     store_unlock(s);
-    if (e || (e = scdb_lmdb_write_begin(&s->db, &txn))) {
+    if (e || (e = st_lmdb_write_begin(&s->db, &txn))) {
         store_lock(s);
         store_release_tpins(s);
         store_unlock(s);
@@ -431,7 +431,7 @@ retry:
     for (i = 0, prev_id = SCDB_NONE; i < n; i++) {
         const scdb_block_put *b = &blocks[i];
         size_t hl = scdb_block_header_len(b->n_sections);
-        uint64_t fp = scdb_lmdb_footprint(&s->db, hl + (size_t)b->payload_len);
+        uint64_t fp = st_lmdb_footprint(&s->db, hl + (size_t)b->payload_len);
         size_t ops_before;
         bool skip;
 
@@ -455,14 +455,14 @@ retry:
         }
     }
     if (s->n_ops == 0) {               /* nothing to write: skip the fsync */
-        scdb_lmdb_write_abort(&s->db, txn);
+        st_lmdb_write_abort(&s->db, txn);
         store_lock(s);
         store_release_tpins(s);
         store_unlock(s);
         *done = i;
         return block_err;
     }
-    if ((rc = scdb_lmdb_write_commit(&s->db, txn))) {
+    if ((rc = st_lmdb_write_commit(&s->db, txn))) {
         txn = NULL;
         e = WRITE_FAILED(s, rc, "commit", need);
         goto undo;
@@ -478,14 +478,14 @@ retry:
     *done = i;
     return block_err;
 abort:
-    scdb_lmdb_write_abort(&s->db, txn);
+    st_lmdb_write_abort(&s->db, txn);
 undo:
     store_lock(s);
     store_undo_ops(s, 0);
     store_release_tpins(s);
     store_unlock(s);
     if (rc == MDB_MAP_FULL) {
-        if ((e = scdb_lmdb_grow(&s->db))) return e;
+        if ((e = st_lmdb_grow(&s->db))) return e;
         store_lock(s);
         s->ctr.map_growths++;
         s->ctr.map_bytes = s->db.map_size;
@@ -548,15 +548,15 @@ scdb_err scdb_store_delete(scdb_store *s, const scdb_key *key)
     s->n_dels = 0;
     store_unlock(s);
     if (e) goto out;
-    if ((e = scdb_lmdb_write_begin(&s->db, &txn))) goto undo;
+    if ((e = st_lmdb_write_begin(&s->db, &txn))) goto undo;
     k = (MDB_val){16, (void *)key->b};
     rc = mdb_del(txn, s->db.blocks, &k, NULL);
     if (rc && rc != MDB_NOTFOUND) {
-        scdb_lmdb_write_abort(&s->db, txn);
+        st_lmdb_write_abort(&s->db, txn);
         e = WRITE_FAILED(s, rc, "del", 0);
         goto undo;
     }
-    if ((rc = scdb_lmdb_write_commit(&s->db, txn))) {
+    if ((rc = st_lmdb_write_commit(&s->db, txn))) {
         e = WRITE_FAILED(s, rc, "commit", 0);
         goto undo;
     }
@@ -564,7 +564,7 @@ scdb_err scdb_store_delete(scdb_store *s, const scdb_key *key)
     store_lock(s);
     /* an explicit delete is not an eviction: apply the log by hand */
     store_hot_drop(s, id);
-    scdb_index_remove(&s->index, s->nodes, id);
+    st_index_remove(&s->index, s->nodes, id);
     store_node_release(s, id);
     s->n_ops = 0;
     store_unlock(s);

@@ -3,7 +3,7 @@
  * host arithmetic only. */
 #include "acc_launch.h"
 
-const char *const scdb_k_acc_kernel_names[SCDB_KACC_N_KERNELS] = {
+const char *const kn_acc_kernel_names[SCDB_KACC_N_KERNELS] = {
     "scdb_kacc_new_slots", "scdb_kacc_query_ent", "scdb_kacc_query_slots",
     "scdb_kacc_query_hdr", "scdb_kacc_finish"};
 
@@ -22,9 +22,9 @@ size_t scdb_k_acc_update_scratch_bytes(const scdb_k_acc_buf *a)
     return a ? ((size_t)a->n_layers * a->n_heads * sizeof(float) + 63) / 64 * 64 + 64 : 0;
 }
 
-scdb_err scdb_k_acc_update_launch(const scdb_k_acc_buf *a, int n_old, const scdb_kv_cache *c,
+scdb_err kn_acc_update_launch(const scdb_k_acc_buf *a, int n_old, const scdb_kv_cache *c,
                                   const float *probs, int probs_slots, int n_new, void *scratch,
-                                  scdb_k_acc_launch_fn launch, void *ctx)
+                                  kn_acc_launch_fn launch, void *ctx)
 {
     scdb_k_acc_buf buf;
     const int32_t *cpos;

@@ -17,7 +17,7 @@
  *
  * Every kernel takes its arguments as the launcher's void *args[] (the
  * cudaLaunchKernel / cuLaunchKernel convention); the kernels' names, in
- * kernel-id order, are scdb_k_acc_kernel_names. */
+ * kernel-id order, are kn_acc_kernel_names. */
 #ifndef SCDB_ACC_LAUNCH_H
 #define SCDB_ACC_LAUNCH_H
 
@@ -39,19 +39,19 @@ enum {
 #define SCDB_KACC_REDUCE_THREADS 128   /* new_slots, query_ent: one block */
 #define SCDB_KACC_SLOT_THREADS 256     /* query_slots */
 
-extern const char *const scdb_k_acc_kernel_names[SCDB_KACC_N_KERNELS];
+extern const char *const kn_acc_kernel_names[SCDB_KACC_N_KERNELS];
 
 /* Launch kernel `kernel` on grid x block threads (1-D) with args; returns
  * SCDB_EDEVICE (logged) when the launch fails. */
-typedef scdb_err (*scdb_k_acc_launch_fn)(void *ctx, int kernel, unsigned grid, unsigned block,
+typedef scdb_err (*kn_acc_launch_fn)(void *ctx, int kernel, unsigned grid, unsigned block,
                                          void **args);
 
 /* kernels.h's acc_update on the CUDA kernels: the argument checks of the
  * CPU twin, then the sequence above.  scratch must be device memory of
  * scdb_k_acc_update_scratch_bytes(a) bytes. */
-scdb_err scdb_k_acc_update_launch(const scdb_k_acc_buf *a, int n_old, const scdb_kv_cache *c,
+scdb_err kn_acc_update_launch(const scdb_k_acc_buf *a, int n_old, const scdb_kv_cache *c,
                                   const float *probs, int probs_slots, int n_new, void *scratch,
-                                  scdb_k_acc_launch_fn launch, void *ctx);
+                                  kn_acc_launch_fn launch, void *ctx);
 
 #ifdef __cplusplus
 }

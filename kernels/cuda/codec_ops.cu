@@ -79,7 +79,7 @@ extern "C" scdb_err scdb_k_gemm_ex_cuda(int trans_a, int trans_b, int M, int N, 
     else if (in_dt == SCDB_BF16) t = CUDA_R_16BF;
     else return SCDB_EDTYPE;
     if (M == 0 || N == 0) return SCDB_OK;
-    if ((rc = scdb_cuda_blas(&h))) return rc;
+    if ((rc = kn_cuda_blas(&h))) return rc;
     /* row-major C = op(A) op(B)  <=>  column-major C^T = op(B)^T op(A)^T */
     CUBLAS_CHECK(cublasGemmEx(h, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
                               trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha,
@@ -325,7 +325,7 @@ extern "C" scdb_err scdb_k_lowrank_decode_cuda(const uint16_t *z, int ldz, int n
                                                              head_dim, theta, y, ldy, vec_out);
     } else {
         size_t total = (size_t)n * (out / 2);
-        decode_plain_kernel<<<scdb_cuda_blocks(total), 256>>>(hz, ldz, n, r, hd, mean, out, pos,
+        decode_plain_kernel<<<kn_cuda_blocks(total), 256>>>(hz, ldz, n, r, hd, mean, out, pos,
                                                               head_dim, theta, y, ldy);
     }
     CUDA_CHECK(cudaGetLastError());
@@ -364,11 +364,11 @@ extern "C" scdb_err scdb_k_lowrank_encode_cuda(const float *x, int ldx, int n, i
     if (n == 0 || r == 0) return SCDB_OK;
     if ((rc = scratch_get(scratch, (size_t)n * (in + r), &s, &owned))) return rc;
     float *xc = s, *zc = s + (size_t)n * in;
-    centre_kernel<<<scdb_cuda_blocks((size_t)n * in), 256>>>(x, ldx, n, in, mean, xc);
+    centre_kernel<<<kn_cuda_blocks((size_t)n * in), 256>>>(x, ldx, n, in, mean, xc);
     rc = cudaGetLastError() == cudaSuccess ? SCDB_OK : SCDB_EDEVICE;
     if (!rc) rc = scdb_k_gemm_cuda(0, 1, n, r, in, 1.0f, xc, in, enc, in, 0.0f, zc, r);
     if (!rc) {
-        to_f16_rows_kernel<<<scdb_cuda_blocks((size_t)n * r), 256>>>(zc, n, r, (__half *)z, ldz);
+        to_f16_rows_kernel<<<kn_cuda_blocks((size_t)n * r), 256>>>(zc, n, r, (__half *)z, ldz);
         if (cudaGetLastError() != cudaSuccess) rc = SCDB_EDEVICE;
     }
     if (rc == SCDB_EDEVICE) scdb_error("lowrank_encode: a kernel launch failed");
@@ -390,12 +390,12 @@ static scdb_err aligner_steps(const float *z, int ldz, int n, int r, int hidden,
 {
     scdb_err rc;
     /* scdb_aligner_apply's steps: s = b1 + z W1^T; silu; h = b2 + s W2^T + z S^T */
-    fill_rows_kernel<<<scdb_cuda_blocks((size_t)n * hidden), 256>>>(s, n, hidden, hidden, b1);
+    fill_rows_kernel<<<kn_cuda_blocks((size_t)n * hidden), 256>>>(s, n, hidden, hidden, b1);
     CUDA_CHECK(cudaGetLastError());
     if ((rc = scdb_k_gemm_cuda(0, 1, n, hidden, r, 1.0f, z, ldz, w1, r, 1.0f, s, hidden))) return rc;
-    silu_kernel<<<scdb_cuda_blocks((size_t)n * hidden), 256>>>(s, (size_t)n * hidden);
+    silu_kernel<<<kn_cuda_blocks((size_t)n * hidden), 256>>>(s, (size_t)n * hidden);
     CUDA_CHECK(cudaGetLastError());
-    fill_rows_kernel<<<scdb_cuda_blocks((size_t)n * d), 256>>>(h, n, d, d, b2);
+    fill_rows_kernel<<<kn_cuda_blocks((size_t)n * d), 256>>>(h, n, d, d, b2);
     CUDA_CHECK(cudaGetLastError());
     if ((rc = scdb_k_gemm_cuda(0, 1, n, d, hidden, 1.0f, s, hidden, w2, hidden, 1.0f, h, d))) return rc;
     return scdb_k_gemm_cuda(0, 1, n, d, r, 1.0f, z, ldz, skip, r, 1.0f, h, d);
@@ -479,7 +479,7 @@ extern "C" scdb_err scdb_k_q4_encode_cuda(const float *x, size_t n, int g, uint8
     if (g <= 0 || g % 2 || n % (size_t)g || (n > 0 && (!x || !q || !ms))) return SCDB_EINVAL;
     if (n == 0) return SCDB_OK;
     size_t groups = n / (size_t)g;
-    q4_encode_kernel<<<scdb_cuda_blocks(groups), 256>>>(x, groups, g, q, ms);
+    q4_encode_kernel<<<kn_cuda_blocks(groups), 256>>>(x, groups, g, q, ms);
     CUDA_CHECK(cudaGetLastError());
     return SCDB_OK;
 }
@@ -488,7 +488,7 @@ extern "C" scdb_err scdb_k_q4_decode_cuda(const uint8_t *q, const uint16_t *ms, 
 {
     if (g <= 0 || g % 2 || n % (size_t)g || (n > 0 && (!x || !q || !ms))) return SCDB_EINVAL;
     if (n == 0) return SCDB_OK;
-    q4_decode_kernel<<<scdb_cuda_blocks(n), 256>>>(q, ms, n, g, x);
+    q4_decode_kernel<<<kn_cuda_blocks(n), 256>>>(q, ms, n, g, x);
     CUDA_CHECK(cudaGetLastError());
     return SCDB_OK;
 }
@@ -516,7 +516,7 @@ __global__ void bf16_to_f32_kernel(const uint16_t *s, float *d, size_t n)
 extern "C" scdb_err scdb_k_f32_to_bf16_cuda(const float *src, uint16_t *dst, size_t n)
 {
     if (n == 0) return SCDB_OK;
-    f32_to_bf16_kernel<<<scdb_cuda_blocks(n), 256>>>(src, dst, n);
+    f32_to_bf16_kernel<<<kn_cuda_blocks(n), 256>>>(src, dst, n);
     CUDA_CHECK(cudaGetLastError());
     return SCDB_OK;
 }
@@ -524,7 +524,7 @@ extern "C" scdb_err scdb_k_f32_to_bf16_cuda(const float *src, uint16_t *dst, siz
 extern "C" scdb_err scdb_k_bf16_to_f32_cuda(const uint16_t *src, float *dst, size_t n)
 {
     if (n == 0) return SCDB_OK;
-    bf16_to_f32_kernel<<<scdb_cuda_blocks(n), 256>>>(src, dst, n);
+    bf16_to_f32_kernel<<<kn_cuda_blocks(n), 256>>>(src, dst, n);
     CUDA_CHECK(cudaGetLastError());
     return SCDB_OK;
 }

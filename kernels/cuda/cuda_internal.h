@@ -17,9 +17,9 @@ extern "C" {
     scdb_error("%s failed: cuBLAS status %d", #call, (int)s_); return SCDB_EDEVICE; } } while (0)
 
 /* The cuBLAS handle, created once (thread-safe).  SCDB_EDEVICE. */
-scdb_err scdb_cuda_blas(cublasHandle_t *h);
+scdb_err kn_cuda_blas(cublasHandle_t *h);
 
 /* Blocks of 256 threads covering n elements. */
-static inline unsigned scdb_cuda_blocks(size_t n) { return (unsigned)((n + 255) / 256); }
+static inline unsigned kn_cuda_blocks(size_t n) { return (unsigned)((n + 255) / 256); }
 
 #endif

@@ -40,7 +40,7 @@ extern "C" scdb_err scdb_k_evict_features_cuda(const scdb_k_acc_arrays *a, int n
                                   !a->ent_num || !a->ent_den || !a->vnorm || !a->mass)))
         return SCDB_EINVAL;
     if (n == 0) return SCDB_OK;
-    features_kernel<<<scdb_cuda_blocks((size_t)n), 256>>>(*a, n, f);
+    features_kernel<<<kn_cuda_blocks((size_t)n), 256>>>(*a, n, f);
     CUDA_CHECK(cudaGetLastError());
     return SCDB_OK;
 }
@@ -129,7 +129,7 @@ extern "C" scdb_err scdb_k_select_topb_cuda(const float *scores, int n, int budg
         return SCDB_EINVAL;
     if (n <= budget) {
         if (n > 0) {
-            iota_kernel<<<scdb_cuda_blocks((size_t)n), 256>>>(keep, n);
+            iota_kernel<<<kn_cuda_blocks((size_t)n), 256>>>(keep, n);
             CUDA_CHECK(cudaGetLastError());
         }
         *n_keep = n;
@@ -201,7 +201,7 @@ extern "C" scdb_err scdb_k_compact_rows_cuda(void *x, int n_mats, size_t mat_str
         int nb = n_mats - m0 < batch ? n_mats - m0 : batch;
         char *base = (char *)x + (size_t)m0 * mat_stride;
         size_t units = words4 ? bytes / 4 : bytes;
-        dim3 grid(scdb_cuda_blocks(units), (unsigned)nb);
+        dim3 grid(kn_cuda_blocks(units), (unsigned)nb);
         if (words4)
             gather_rows_kernel<uint32_t><<<grid, 256>>>((const uint32_t *)base, mat_stride / 4,
                                                         row_bytes / 4, keep, n_keep,
@@ -237,7 +237,7 @@ static scdb_err runtime_launch(void *ctx, int kernel, unsigned grid, unsigned bl
     cudaError_t e = cudaLaunchKernel(acc_kernels[kernel], dim3(grid), dim3(block), args, 0,
                                      (cudaStream_t)ctx);
     if (e != cudaSuccess) {
-        scdb_error("acc_update: %s: %s", scdb_k_acc_kernel_names[kernel], cudaGetErrorString(e));
+        scdb_error("acc_update: %s: %s", kn_acc_kernel_names[kernel], cudaGetErrorString(e));
         return SCDB_EDEVICE;
     }
     return SCDB_OK;
@@ -254,7 +254,7 @@ extern "C" scdb_err scdb_k_acc_update_cuda(const scdb_k_acc_buf *a, int n_old,
     if (!a || !c) return SCDB_EINVAL;
     if (!buf) CUDA_CHECK(cudaMallocAsync(&buf, scdb_k_acc_update_scratch_bytes(a),
                                          (cudaStream_t)stream));
-    rc = scdb_k_acc_update_launch(a, n_old, c, probs, probs_slots, n_new, buf, runtime_launch,
+    rc = kn_acc_update_launch(a, n_old, c, probs, probs_slots, n_new, buf, runtime_launch,
                                   stream);
     if (buf != scratch) cudaFreeAsync(buf, (cudaStream_t)stream);
     return rc;
@@ -294,7 +294,7 @@ extern "C" scdb_err scdb_k_snapkv_score_cuda(const float *win, int ring_fill, in
         (n > 0 && (!scores || (ring_fill > 0 && !win))))
         return SCDB_EINVAL;
     if (n == 0) return SCDB_OK;
-    snapkv_kernel<<<scdb_cuda_blocks((size_t)n), 256>>>(win, ring_fill, n_kv_heads, capacity, n,
+    snapkv_kernel<<<kn_cuda_blocks((size_t)n), 256>>>(win, ring_fill, n_kv_heads, capacity, n,
                                                         pool / 2, scores);
     CUDA_CHECK(cudaGetLastError());
     return SCDB_OK;

@@ -18,7 +18,7 @@ static cublasStatus_t g_blas_status = CUBLAS_STATUS_NOT_INITIALIZED;
 static pthread_once_t g_blas_once = PTHREAD_ONCE_INIT;
 static void blas_init(void) { g_blas_status = cublasCreate(&g_blas); }
 
-scdb_err scdb_cuda_blas(cublasHandle_t *h)
+scdb_err kn_cuda_blas(cublasHandle_t *h)
 {
     pthread_once(&g_blas_once, blas_init);
     if (g_blas_status != CUBLAS_STATUS_SUCCESS) {
@@ -70,7 +70,7 @@ extern "C" scdb_err scdb_k_gemm_cuda(int trans_a, int trans_b, int M, int N, int
                                      float beta, float *C, int ldc)
 {
     cublasHandle_t h;
-    scdb_err rc = scdb_cuda_blas(&h);
+    scdb_err rc = kn_cuda_blas(&h);
     if (rc) return rc;
     if (M <= 0 || N <= 0) return SCDB_OK;
     /* row-major C = op(A) op(B)  <=>  column-major C^T = op(B)^T op(A)^T */
@@ -326,7 +326,7 @@ extern "C" scdb_err scdb_k_adam_step_cuda(float *w, const float *g, float *m, fl
     if (n == 0) return SCDB_OK;
     if (!w || !g || !m || !v || t < 1) return SCDB_EINVAL;
     float c1 = 1.0f - powf(0.9f, (float)t), c2 = 1.0f - powf(0.999f, (float)t);
-    adam_kernel<<<scdb_cuda_blocks(n), 256>>>(w, g, m, v, n, lr, c1, c2);
+    adam_kernel<<<kn_cuda_blocks(n), 256>>>(w, g, m, v, n, lr, c1, c2);
     CUDA_CHECK(cudaGetLastError());
     return SCDB_OK;
 }

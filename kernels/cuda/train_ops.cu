@@ -57,7 +57,7 @@ extern "C" scdb_err scdb_k_gather_rows_cuda(const float *src, int cols, const in
     if (n < 0 || cols < 0 || (n > 0 && cols > 0 && (!src || !idx || !dst))) return SCDB_EINVAL;
     size_t total = (size_t)n * cols;
     if (!total) return SCDB_OK;
-    gather_rows_f_kernel<<<scdb_cuda_blocks(total), 256>>>(src, cols, idx, n, dst);
+    gather_rows_f_kernel<<<kn_cuda_blocks(total), 256>>>(src, cols, idx, n, dst);
     LAUNCH_CHECK();
     return SCDB_OK;
 }
@@ -67,7 +67,7 @@ extern "C" scdb_err scdb_k_bias_rows_cuda(float *dst, const float *b, int rows, 
     if (rows < 0 || cols < 0 || (rows > 0 && cols > 0 && (!dst || !b))) return SCDB_EINVAL;
     size_t total = (size_t)rows * cols;
     if (!total) return SCDB_OK;
-    bias_rows_kernel<<<scdb_cuda_blocks(total), 256>>>(dst, b, rows, cols);
+    bias_rows_kernel<<<kn_cuda_blocks(total), 256>>>(dst, b, rows, cols);
     LAUNCH_CHECK();
     return SCDB_OK;
 }
@@ -76,7 +76,7 @@ extern "C" scdb_err scdb_k_silu_cuda(const float *x, size_t n, float *y)
 {
     if (n && (!x || !y)) return SCDB_EINVAL;
     if (!n) return SCDB_OK;
-    silu_kernel<<<scdb_cuda_blocks(n), 256>>>(x, n, y);
+    silu_kernel<<<kn_cuda_blocks(n), 256>>>(x, n, y);
     LAUNCH_CHECK();
     return SCDB_OK;
 }
@@ -85,7 +85,7 @@ extern "C" scdb_err scdb_k_silu_backward_cuda(float *g, const float *x, size_t n
 {
     if (n && (!g || !x)) return SCDB_EINVAL;
     if (!n) return SCDB_OK;
-    silu_backward_kernel<<<scdb_cuda_blocks(n), 256>>>(g, x, n);
+    silu_backward_kernel<<<kn_cuda_blocks(n), 256>>>(g, x, n);
     LAUNCH_CHECK();
     return SCDB_OK;
 }
@@ -94,7 +94,7 @@ extern "C" scdb_err scdb_k_sub_cuda(float *x, const float *y, size_t n)
 {
     if (n && (!x || !y)) return SCDB_EINVAL;
     if (!n) return SCDB_OK;
-    sub_kernel<<<scdb_cuda_blocks(n), 256>>>(x, y, n);
+    sub_kernel<<<kn_cuda_blocks(n), 256>>>(x, y, n);
     LAUNCH_CHECK();
     return SCDB_OK;
 }
@@ -103,7 +103,7 @@ extern "C" scdb_err scdb_k_colsum_cuda(const float *x, int rows, int cols, float
 {
     if (rows < 0 || cols < 0 || (cols > 0 && (!out || (rows > 0 && !x)))) return SCDB_EINVAL;
     if (!cols) return SCDB_OK;
-    colsum_kernel<<<scdb_cuda_blocks((size_t)cols), 256>>>(x, rows, cols, out);
+    colsum_kernel<<<kn_cuda_blocks((size_t)cols), 256>>>(x, rows, cols, out);
     LAUNCH_CHECK();
     return SCDB_OK;
 }

@@ -59,11 +59,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     copy = malloc(size ? size : 1);
     FUZZ_CHECK(copy);
     memcpy(copy, data, size);
-    if (size >= SCDB_BLOCK_FIXED_HEADER) scdb_block_value_seal(copy, size);
+    if (size >= SCDB_BLOCK_FIXED_HEADER) st_block_value_seal(copy, size);
     e = scdb_block_value_decode(copy, size, NULL, &info, &payload);
     if (e == SCDB_OK) {
         check_accepted(copy, size, &info, payload);
-        FUZZ_CHECK(scdb_block_value_parse(copy, size, &info, &hl) == SCDB_OK);
+        FUZZ_CHECK(st_block_value_parse(copy, size, &info, &hl) == SCDB_OK);
         FUZZ_CHECK(hl == scdb_block_header_len(info.n_sections) && hl <= size);
     }
     free(copy);
