@@ -47,7 +47,7 @@ set(CPACK_INSTALL_PREFIX /usr)          # what CPACK_SET_DESTDIR installs with
 # staging folder)
 set(CPACK_SET_DESTDIR ON)
 set(CPACK_STRIP_FILES ON)
-set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)            # scdb_0.1.0_amd64.deb
+set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)            # scdb_0.2.0_amd64.deb
 set(CPACK_DEBIAN_PACKAGE_SECTION misc)
 set(CPACK_DEBIAN_PACKAGE_PRIORITY optional)
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
