@@ -102,8 +102,9 @@ check "\$SCDB_ENDPOINT still wins (nothing there: exit 3)" '[ $code -eq 3 ] && g
 port=$(sed -n 's|.*metrics: http://127\.0\.0\.1:\([0-9]*\)/metrics.*|\1|p' "$tmp/blog" | head -1)
 if [ -n "$port" ] && command -v curl >/dev/null; then
   curl -s --max-time 30 "http://127.0.0.1:$port/metrics" >"$tmp/metrics"
-  check "metrics: the installed config's 4 models are loaded" \
-    'grep -q "^scdb_registry_entries{kind=\"models\"} 4$" "$tmp/metrics"' \
+  nmod=$(( $(ls -d "$P"/share/scdb/models/*/ | wc -l) + $(ls -d "$P"/share/scdb/adapters/*/ 2>/dev/null | wc -l) ))
+  check "metrics: the installed config's $nmod models (the 4 models and every adapter) are loaded" \
+    'grep -q "^scdb_registry_entries{kind=\"models\"} $nmod$" "$tmp/metrics"' \
     || grep "^scdb_registry_entries" "$tmp/metrics"
 else
   bad "no metrics port in the log, or no curl"
