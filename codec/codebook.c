@@ -132,7 +132,7 @@ fail:
     return rc;
 }
 
-/* The id of a codebook's bundle (FORMATS.md, "Codebook file"): the hash of
+/* The id of a codebook's bundle (FORMATS.md, "Codebook"): the hash of
  * everything but 'id', except that a re-stamped file is hashed as it was
  * when the id was made: producer_fp with id_producer_fp's value, and no
  * id_producer_fp.  So re-stamping keeps the id and the namespace. */

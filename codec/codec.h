@@ -141,7 +141,7 @@ typedef struct scdb_codebook_info {
     char producer_fp[SCDB_CODEC_FP_LEN]; /* weights fingerprint */
     /* A re-stamped codebook (scdb_codebook_restamp): the 16-digit producer
      * fingerprint its id was computed over, which the id keeps hashing in
-     * producer_fp's place (FORMATS.md, "Codebook file"); "" otherwise. */
+     * producer_fp's place (FORMATS.md, "Codebook"); "" otherwise. */
     char id_producer_fp[SCDB_CODEC_FP_LEN];
     char arch_fp[17];
     scdb_model_config arch;       /* producer config (name, dims, RoPE) */

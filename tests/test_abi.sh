@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # test_abi.sh check|baseline LIBSCDB SOURCE_DIR — libscdb's ABI against the
-# baseline committed in client/abi/libscdb.abi (docs/incoming/abi.md):
+# baseline committed in client/abi/libscdb.abi (docs/DESIGN.md "libscdb's ABI"):
 #
 #   check     abidiff (Debian's abigail-tools) of the baseline against the
 #             built library, types limited to the installed headers (scdb.h,
@@ -59,7 +59,7 @@ else
   echo "FAIL libscdb's ABI changed incompatibly against $base (abidiff exit $rc):"
   cat "$tmp/breaks"
   echo "     restore what was removed or changed, or make it a break: a new soname" \
-       "(SCDB_SOVERSION in client/CMakeLists.txt) and a new baseline (docs/incoming/abi.md)"
+       "(SCDB_SOVERSION in client/CMakeLists.txt) and a new baseline (docs/DESIGN.md \"libscdb's ABI\")"
   fail=1
 fi
 
