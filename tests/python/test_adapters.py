@@ -63,7 +63,12 @@ def test_heldout_texts_are_the_recorded_chunks(data_dir):
 def test_every_adapter_beats_base_on_its_domain_and_is_small(data_dir):
     t = fleet(data_dir)
     base = os.path.getsize(os.path.join(data_dir, "models", "base", "model.safetensors"))
+    dirs = {os.path.basename(os.path.dirname(p))
+            for p in glob.glob(os.path.join(data_dir, "adapters", "*", "training.json"))}
+    assert dirs == set(t["adapters"]), "TRAINING.json lists other adapters than data/adapters/"
     for name, info in t["adapters"].items():
+        with open(os.path.join(data_dir, "adapters", name, "training.json")) as f:
+            assert json.load(f) == info, f"{name}: TRAINING.json is not its training.json"
         assert info["heldout_bpb"] < info["base_heldout_bpb"], name
         size = os.path.getsize(os.path.join(data_dir, "adapters", name,
                                             "adapter_model.safetensors"))
