@@ -38,7 +38,7 @@ mkdir "$tmp/cm"
 cat > "$tmp/cm/CMakeLists.txt" <<'CM'
 cmake_minimum_required(VERSION 3.22)
 project(t C)
-find_package(scdb 0.1 REQUIRED)
+find_package(scdb 0.2 REQUIRED)
 add_executable(t_cm ../t.c)
 target_link_libraries(t_cm PRIVATE scdb::scdb)
 add_executable(t_cm_static ../t.c)
