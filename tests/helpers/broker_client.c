@@ -89,6 +89,8 @@ int main(int argc, char **argv)
     e = scdb_connect(&o, &h);
     if (e) {              /* on stdout too: the test reads what a user would see */
         printf("connect: %s: %s\n", scdb_strerror(e), scdb_connect_error());
+        fflush(stdout);   /* before a sanitizer's exit, which flushes nothing */
+        free(tok);
         return fail("connect", e);
     }
 
