@@ -150,7 +150,7 @@ int scdb_bench_adapter(int argc, char **argv)
     const char *adapter = NULL, *json = NULL;
     int rank = 8, tokens = 256, reps = 5, ret = 1, only = -1;
     char tmp[256] = "", base[1200], err[512] = "";
-    for (int i = 1; i < argc; i++) {
+    for (int i = 1; i < argc; i += 2) {   /* every option takes a value */
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             printf("usage: scdb bench adapter [--adapter DIR] [--rank R] [--tokens N] [--reps K]\n"
@@ -173,7 +173,6 @@ int scdb_bench_adapter(int argc, char **argv)
         else if (!strcmp(a, "--mode")) only = !strcmp(v, "merged") ? 0 : !strcmp(v, "lowrank") ? 1 : 2;
         else { fprintf(stderr, "scdb bench adapter: unknown option '%s'\n", a); return 2; }
         if (pe) { fprintf(stderr, "scdb bench adapter: %s\n", err); return 2; }
-        i++;
     }
     if (rank < 1 || rank > 4096 || tokens < 1 || tokens > 4096 || reps < 1 || reps > 64 || only > 1) {
         fprintf(stderr, "scdb bench adapter: --rank 1..4096, --tokens 1..4096, --reps 1..64, "
