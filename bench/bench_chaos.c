@@ -179,18 +179,23 @@ int scdb_bench_chaos(int argc, char **argv)
     long rss_base = 0, rss_after = 0, part_base[3] = {0}, part_after[3] = {0};
     int left_arenas = -1, left_sessions = -1, left_clients = -1, never_ok = 0;
     double t0 = scdb_now(), restart_s = 0;
-    char first_error[200] = "";
+    char first_error[200] = "", why[200];
+    scdb_err pe = SCDB_OK;
 
     optind = 1;
     while ((opt = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
         switch (opt) {
-        case 'r': rounds = atoi(optarg); break;
-        case 'c': clients = atoi(optarg); break;
-        case 'k': kill_every = atoi(optarg); break;
+        case 'r': pe = scdb_parse_int("--rounds", optarg, 0, 1000000, &rounds, why, sizeof why); break;
+        case 'c': pe = scdb_parse_int("--clients", optarg, 1, 64, &clients, why, sizeof why); break;
+        case 'k': pe = scdb_parse_int("--kill-every", optarg, 0, 1000000, &kill_every, why, sizeof why); break;
         case 'd': data = optarg; break;
         case 'j': json = optarg; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
+        }
+        if (pe) {
+            fprintf(stderr, "bench chaos: %s\n", why);
+            return 2;
         }
     }
     if (rounds < 0 || clients < 1 || clients > 64) {

@@ -110,6 +110,8 @@ static void usage(FILE *f)
             "                     workers pinned to those cores)\n"
             "  --worker-nice N    run the broker with worker_nice = N\n"
             "  --workers N        run the broker with N workers (default 2)\n"
+            "  --evict-threads N  run the broker with evict_threads = N (default 1; 0:\n"
+            "                     evictions wait for the workers, as before)\n"
             "  --json FILE        {\"runs\":[{clients, seconds, errors, ops[{op, ok, errors,\n"
             "                     ops_s, p50_us, ...; get, session_evict, put, put_states:\n"
             "                     queue_p99_us, service_p99_us}], rss_kb, fds}]}\n"
@@ -463,11 +465,14 @@ int scdb_bench_load(int argc, char **argv)
         {"clients", 1, 0, 'c'}, {"seconds", 1, 0, 's'}, {"fraction", 1, 0, 'f'},
         {"calib-seconds", 1, 0, 'C'}, {"warmup", 1, 0, 'w'}, {"only", 0, 0, 'o'},
         {"data", 1, 0, 'd'}, {"worker-cpus", 1, 0, 'P'}, {"worker-nice", 1, 0, 'N'},
-        {"capacity-from", 1, 0, 'F'}, {"workers", 1, 0, 'W'},
+        {"capacity-from", 1, 0, 'F'}, {"workers", 1, 0, 'W'}, {"evict-threads", 1, 0, 'E'},
         {"json", 1, 0, 'j'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     static lw_env env;
     int clients = 64, only = 0, c, rc = 1, counts[3], n_runs = 0, failed = 0;
     const char *worker_cpus = NULL, *worker_nice = NULL, *capacity_from = NULL, *workers = NULL;
+    const char *evict_threads = NULL;
+    char why[200];
+    scdb_err pe = SCDB_OK;
     double seconds = 30, fraction = 0.5, calib = 3, warmup = 5, cap[LW_N_OPS], offered[LW_N_OPS];
     const char *json = NULL, *data = scdb_data_dir();
     run_stats runs[3];
@@ -475,11 +480,12 @@ int scdb_bench_load(int argc, char **argv)
     optind = 1;
     while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
         switch (c) {
-        case 'c': clients = atoi(optarg); break;
-        case 's': seconds = atof(optarg); break;
-        case 'f': fraction = atof(optarg); break;
-        case 'C': calib = atof(optarg); break;
-        case 'w': warmup = atof(optarg); break;
+        case 'c': pe = scdb_parse_int("--clients", optarg, 1, 4096, &clients, why, sizeof why); break;
+        case 's': pe = scdb_parse_f64("--seconds", optarg, 1e-3, 86400, &seconds, why, sizeof why); break;
+        case 'f': pe = scdb_parse_f64("--fraction", optarg, 1e-6, 100, &fraction, why, sizeof why); break;
+        case 'C': pe = scdb_parse_f64("--calib-seconds", optarg, 1e-3, 3600, &calib, why, sizeof why); break;
+        case 'w': pe = scdb_parse_f64("--warmup", optarg, 0, 3600, &warmup, why, sizeof why); break;
+        case 'E': evict_threads = optarg; break;
         case 'o': only = 1; break;
         case 'd': data = optarg; break;
         case 'j': json = optarg; break;
@@ -490,10 +496,10 @@ int scdb_bench_load(int argc, char **argv)
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
-    }
-    if (clients < 1 || seconds <= 0 || fraction <= 0 || calib <= 0) {
-        usage(stderr);
-        return 2;
+        if (pe) {
+            fprintf(stderr, "bench load: %s\n", why);
+            return 2;
+        }
     }
     if (!only && clients > 1) counts[n_runs++] = 1;
     if (!only && clients > 8) counts[n_runs++] = 8;
@@ -513,6 +519,10 @@ int scdb_bench_load(int argc, char **argv)
     if (workers)   /* after the config's own workers = 2: the last one counts */
         snprintf(env.broker_conf + strlen(env.broker_conf),
                  sizeof env.broker_conf - strlen(env.broker_conf), "workers = %s\n", workers);
+    if (evict_threads)
+        snprintf(env.broker_conf + strlen(env.broker_conf),
+                 sizeof env.broker_conf - strlen(env.broker_conf), "evict_threads = %s\n",
+                 evict_threads);
     if (lw_setup(&env, data, 16, 10000)) goto out;
     if (capacity_from) {
         if (read_capacity(capacity_from, cap)) goto out;

@@ -377,10 +377,10 @@ scdb_err scdb_broker_run(scdb_broker *b)
     if (sweep_every > 0.25) sweep_every = 0.25;
     b->next_sweep = scdb_now() + sweep_every;
     scdb_info("scdb-broker %s serving %s%s%s (socket mode %04o), data %s, %u-token blocks, "
-              "%d workers, heartbeat %d ms / timeout %d ms",
+              "%d workers + %d eviction thread%s, heartbeat %d ms / timeout %d ms",
               SCDB_BROKER_VERSION, b->cfg.endpoint, b->n_router > 1 ? " and CURVE " : "",
               b->n_router > 1 ? b->cfg.tcp_endpoint : "", b->cfg.socket_mode, b->cfg.data_dir,
-              b->block_tokens, b->n_workers, b->cfg.heartbeat_ms, b->cfg.heartbeat_timeout_ms);
+              b->block_tokens, b->n_workers, b->n_evictors, b->n_evictors == 1 ? "" : "s", b->cfg.heartbeat_ms, b->cfg.heartbeat_timeout_ms);
     if (b->n_router > 1)
         scdb_info("tcp: %s", b->zap ? "only the CURVE client keys of curve_allow_file are let in"
                                     : "any CURVE client that knows the server's public key is "

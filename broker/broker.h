@@ -34,7 +34,8 @@
  * worker; lookups, heartbeats and other clients' requests go on.  Both
  * queues are lanes of per-client FIFOs served round robin (gets and
  * evictions in separate lanes: broker_int.h, bk_queue), so one client's
- * burst never holds another's get; BLAS runs single-threaded inside the
+ * burst never holds another's get; evict_threads threads take evictions
+ * only, so an eviction never waits for the workers' decodes; BLAS runs single-threaded inside the
  * job threads, which worker_cpus / worker_nice can pin and renice (jobs.c,
  * THREADING MODEL); every job's time is split into stages on /metrics
  * (scdb_job_stage_seconds: dispatch, queue, service, handoff, total).
@@ -434,6 +435,9 @@ typedef struct scdb_broker_config {
     uint32_t lookup_index_entries; /* keys the index is sized for at start,
                                   at least (0: 16384); it doubles as needed */
     int workers;               /* decode / read threads (default 2)           */
+    int evict_threads;         /* threads that take session evictions only,
+                                  so that one never waits for a decode (1;
+                                  0: the workers alone run them)           */
     int heartbeat_ms;          /* advertised client heartbeat interval (1000) */
     int heartbeat_timeout_ms;  /* reclaim after this much silence (10000)     */
     uint64_t max_request_bytes;/* all frames of one request (64 MiB)          */

@@ -198,14 +198,25 @@ typedef struct bk_job {
  * turn, so a client's burst delays another's job by at most one job of
  * its own.  With both lanes non-empty, pops alternate between them: a get
  * waits behind at most one eviction per thread, and evictions never
- * starve.  A client's own jobs keep their order within a lane. */
+ * starve.  A client's own jobs keep their order within a lane.
+ *
+ * A thread may also pop from one lane only (bk_queue_pop_lane): the
+ * broker's eviction threads take session evictions and nothing else, so
+ * an eviction (a few hundred us, on a decoding client's critical path)
+ * never waits for the workers' decodes (tens of ms).  Such threads wait on
+ * their lane's own condition variable; a push wakes one of them when one
+ * is idle and not already woken, else a thread that takes any lane, so a
+ * job is never left queued while a thread that could run it sleeps. */
 #define BK_LANE_READ 0
 #define BK_LANE_BACK 1
 #define BK_LANES 2
 typedef struct bk_queue {
     pthread_mutex_t mu;
-    pthread_cond_t cv;
+    pthread_cond_t cv;          /* threads that take any lane wait here    */
+    pthread_cond_t lane_cv[BK_LANES]; /* ... those of one lane, here       */
     struct { bk_job *head, *tail; } lane[BK_LANES];
+    int idle_lane[BK_LANES];    /* one-lane threads waiting on lane_cv     */
+    int woken_lane[BK_LANES];   /* ... signalled, not yet awake            */
     int next_lane;              /* where the next pop looks first          */
     int len;                    /* queued, not yet taken (atomic reads)    */
     int stop;
@@ -270,6 +281,8 @@ struct scdb_broker {
 
     pthread_t *workers;
     int n_workers;
+    pthread_t *evictors;        /* evict_threads: session evictions only   */
+    int n_evictors;
     pthread_t writer;
     int writer_started;
     bk_queue jobs, writes;
@@ -508,6 +521,8 @@ void bk_queue_destroy(bk_queue *q);
 void bk_queue_push(bk_queue *q, bk_job *j);
 /* Next job (stamps t_start_ns), or NULL once stopped and empty. */
 bk_job *bk_queue_pop(bk_queue *q);
+/* The same from lane `lane` only (the eviction threads). */
+bk_job *bk_queue_pop_lane(bk_queue *q, int lane);
 void bk_queue_stop(bk_queue *q);
 /* The lane of a job of kind op. */
 int bk_job_lane(bk_op op);

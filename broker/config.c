@@ -19,6 +19,7 @@ void scdb_broker_config_defaults(scdb_broker_config *c)
     snprintf(c->data_dir, sizeof c->data_dir, "./scdb-data");
     c->hot_capacity = 256ull << 20;
     c->workers = 2;
+    c->evict_threads = 1;
     c->heartbeat_ms = 1000;
     c->heartbeat_timeout_ms = 10000;
     c->max_request_bytes = 64ull << 20;
@@ -158,6 +159,7 @@ static const struct key {
     {"lookup_index", K_BOOL, F(lookup_index), 0, 0, 0},
     {"lookup_index_entries", K_U32, F(lookup_index_entries), 0, 0, 1u << 30},
     {"workers", K_INT, F(workers), 0, 1, 256},
+    {"evict_threads", K_INT, F(evict_threads), 0, 0, 16},
     {"heartbeat_ms", K_INT, F(heartbeat_ms), 0, 10, 3600000},
     {"heartbeat_timeout_ms", K_INT, F(heartbeat_timeout_ms), 0, 50, 86400000},
     {"max_request_bytes", K_U64, F(max_request_bytes), 0, 0, 0},

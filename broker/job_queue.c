@@ -19,12 +19,14 @@ void bk_queue_init(bk_queue *q)
     memset(q, 0, sizeof *q);
     pthread_mutex_init(&q->mu, NULL);
     pthread_cond_init(&q->cv, NULL);
+    for (int k = 0; k < BK_LANES; k++) pthread_cond_init(&q->lane_cv[k], NULL);
 }
 
 void bk_queue_destroy(bk_queue *q)
 {
     pthread_mutex_destroy(&q->mu);
     pthread_cond_destroy(&q->cv);
+    for (int k = 0; k < BK_LANES; k++) pthread_cond_destroy(&q->lane_cv[k]);
 }
 
 static void ring_append(bk_queue *q, int lane, bk_job *j)
@@ -55,8 +57,32 @@ void bk_queue_push(bk_queue *q, bk_job *j)
         ring_append(q, j->lane, j);
     }
     __atomic_add_fetch(&q->len, 1, __ATOMIC_RELAXED);
-    pthread_cond_signal(&q->cv);
+    /* a thread of this lane alone if one sleeps and is not already woken
+     * for an earlier job; else one that takes anything */
+    if (q->idle_lane[j->lane] > q->woken_lane[j->lane]) {
+        q->woken_lane[j->lane]++;
+        pthread_cond_signal(&q->lane_cv[j->lane]);
+    } else {
+        pthread_cond_signal(&q->cv);
+    }
     pthread_mutex_unlock(&q->mu);
+}
+
+/* Take lane's first job (q->mu held): the first job of its first client,
+ * that client moved to the back of the ring if it has more. */
+static bk_job *take(bk_queue *q, int lane)
+{
+    bk_job *j = q->lane[lane].head;
+    if (!j) return NULL;
+    q->lane[lane].head = j->next;
+    if (!j->next) q->lane[lane].tail = NULL;
+    if (j->flow_next) {       /* the client's next job: back of the ring */
+        bk_job *n = j->flow_next;
+        n->flow_tail = j->flow_tail;
+        ring_append(q, lane, n);
+    }
+    j->next = j->flow_next = j->flow_tail = NULL;
+    return j;
 }
 
 bk_job *bk_queue_pop(bk_queue *q)
@@ -67,19 +93,27 @@ bk_job *bk_queue_pop(bk_queue *q)
     for (;;) {
         for (int k = 0; k < BK_LANES && !j; k++) {
             int lane = (q->next_lane + k) % BK_LANES;
-            if (!(j = q->lane[lane].head)) continue;
-            q->next_lane = (lane + 1) % BK_LANES;    /* the other lane first next time */
-            q->lane[lane].head = j->next;
-            if (!j->next) q->lane[lane].tail = NULL;
-            if (j->flow_next) {       /* the client's next job: back of the ring */
-                bk_job *n = j->flow_next;
-                n->flow_tail = j->flow_tail;
-                ring_append(q, lane, n);
-            }
-            j->next = j->flow_next = j->flow_tail = NULL;
+            if ((j = take(q, lane))) q->next_lane = (lane + 1) % BK_LANES; /* the other first next time */
         }
         if (j || q->stop) break;
         pthread_cond_wait(&q->cv, &q->mu);
+    }
+    if (j) __atomic_sub_fetch(&q->len, 1, __ATOMIC_RELAXED);
+    pthread_mutex_unlock(&q->mu);
+    if (j) j->t_start_ns = scdb_now_ns();
+    return j;
+}
+
+bk_job *bk_queue_pop_lane(bk_queue *q, int lane)
+{
+    bk_job *j = NULL;
+
+    pthread_mutex_lock(&q->mu);
+    while (!(j = take(q, lane)) && !q->stop) {
+        q->idle_lane[lane]++;
+        pthread_cond_wait(&q->lane_cv[lane], &q->mu);
+        q->idle_lane[lane]--;
+        if (q->woken_lane[lane]) q->woken_lane[lane]--;
     }
     if (j) __atomic_sub_fetch(&q->len, 1, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&q->mu);
@@ -92,5 +126,6 @@ void bk_queue_stop(bk_queue *q)
     pthread_mutex_lock(&q->mu);
     q->stop = 1;
     pthread_cond_broadcast(&q->cv);
+    for (int k = 0; k < BK_LANES; k++) pthread_cond_broadcast(&q->lane_cv[k]);
     pthread_mutex_unlock(&q->mu);
 }

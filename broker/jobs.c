@@ -533,7 +533,12 @@ static void run_lookup(scdb_broker *b, bk_job *j)
  * at most: BLAS runs single-threaded inside them (scdb_k_cpu_threads(1)
  * at start), since OpenBLAS's own threads, one set per calling thread,
  * spin in sched_yield against the workers and the clients for the same
- * cores.  Placement: worker_cpus pins every job thread to those cores,
+ * cores.  Besides them, cfg.evict_threads eviction threads (default 1)
+ * take session evictions and nothing else: an eviction is a few hundred
+ * us of work on a decoding client's critical path, and with only the
+ * workers it waited for whatever decode (tens of ms) held them all.  They
+ * sleep unless an eviction is queued (the workers take evictions too
+ * when they are free), so they add no steady CPU.  Placement: worker_cpus pins every job thread to those cores,
  * worker_nice sets their priority (per thread: Linux's setpriority on a
  * thread id); the main thread is left where the process runs (systemd's
  * CPUAffinity= and Nice= place the whole process instead). */
@@ -549,6 +554,7 @@ typedef struct placing {
 typedef struct thread_arg {
     scdb_broker *b;
     bk_queue *q;
+    int lane;                   /* the one lane it takes, or -1: any       */
     placing *pl;                /* NULL once reported                      */
 } thread_arg;
 
@@ -626,7 +632,7 @@ static void *thread_main(void *arg)
     ta.pl->done++;
     pthread_cond_signal(&ta.pl->cv);
     pthread_mutex_unlock(&ta.pl->mu);
-    while ((j = bk_queue_pop(ta.q))) {
+    while ((j = ta.lane < 0 ? bk_queue_pop(ta.q) : bk_queue_pop_lane(ta.q, ta.lane))) {
         if (j->op == BK_JOB_REMOTE_INSERT) {   /* internal: nobody waits for it */
             bk_remote_insert(b, j->rblocks, j->n_rblocks);
             bk_job_free(j);
@@ -652,12 +658,13 @@ static void *thread_main(void *arg)
     return NULL;
 }
 
-static int start(scdb_broker *b, bk_queue *q, pthread_t *t, placing *pl)
+static int start(scdb_broker *b, bk_queue *q, int lane, pthread_t *t, placing *pl)
 {
     thread_arg *a = malloc(sizeof *a);
     if (!a) return -1;
     a->b = b;
     a->q = q;
+    a->lane = lane;
     a->pl = pl;
     if (pthread_create(t, NULL, thread_main, a)) {
         free(a);
@@ -689,29 +696,35 @@ scdb_err bk_threads_start(scdb_broker *b, char *errbuf, size_t errlen)
     bk_queue_init(&b->jobs);
     bk_queue_init(&b->writes);
     b->workers = calloc((size_t)c->workers, sizeof *b->workers);
-    if (!b->workers) {
+    b->evictors = calloc((size_t)c->evict_threads + 1, sizeof *b->evictors);
+    if (!b->workers || !b->evictors) {
         snprintf(errbuf, errlen, "out of memory");
         return SCDB_ENOMEM;
     }
     /* threads never take the signals: the main thread does */
     sigfillset(&all);
     pthread_sigmask(SIG_BLOCK, &all, &old);
-    if (start(b, &b->writes, &b->writer, &pl) == 0) b->writer_started = 1;
+    if (start(b, &b->writes, -1, &b->writer, &pl) == 0) b->writer_started = 1;
     for (int i = 0; b->writer_started && i < c->workers; i++) {
-        if (start(b, &b->jobs, &b->workers[i], &pl)) break;
+        if (start(b, &b->jobs, -1, &b->workers[i], &pl)) break;
         b->n_workers++;
+    }
+    for (int i = 0; b->n_workers == c->workers && i < c->evict_threads; i++) {
+        if (start(b, &b->jobs, BK_LANE_BACK, &b->evictors[i], &pl)) break;
+        b->n_evictors++;
     }
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     /* every started thread reports before it takes a job (pl lives here) */
-    n_started = b->writer_started + b->n_workers;
+    n_started = b->writer_started + b->n_workers + b->n_evictors;
     pthread_mutex_lock(&pl.mu);
     while (pl.done < n_started) pthread_cond_wait(&pl.cv, &pl.mu);
     pthread_mutex_unlock(&pl.mu);
     pthread_mutex_destroy(&pl.mu);
     pthread_cond_destroy(&pl.cv);
-    if (!b->writer_started || b->n_workers != c->workers) {
-        snprintf(errbuf, errlen, "cannot start threads (%d of %d workers and %s writer)",
-                 b->n_workers, c->workers, b->writer_started ? "the" : "no");
+    if (!b->writer_started || b->n_workers != c->workers || b->n_evictors != c->evict_threads) {
+        snprintf(errbuf, errlen, "cannot start threads (%d of %d workers, %d of %d eviction "
+                 "threads and %s writer)", b->n_workers, c->workers, b->n_evictors,
+                 c->evict_threads, b->writer_started ? "the" : "no");
         return SCDB_ESYS;
     }
     if (pl.err) {
@@ -733,15 +746,19 @@ scdb_err bk_threads_start(scdb_broker *b, char *errbuf, size_t errlen)
 
 void bk_threads_stop(scdb_broker *b)
 {
-    if (!b->workers && !b->writer_started) return;
+    if (!b->workers && !b->evictors && !b->writer_started) return;
     /* workers first: a get may still hand the writer blocks to keep */
     bk_queue_stop(&b->jobs);
     for (int i = 0; i < b->n_workers; i++) pthread_join(b->workers[i], NULL);
+    for (int i = 0; i < b->n_evictors; i++) pthread_join(b->evictors[i], NULL);
     bk_queue_stop(&b->writes);
     if (b->writer_started) pthread_join(b->writer, NULL);
     free(b->workers);
+    free(b->evictors);
     b->workers = NULL;
+    b->evictors = NULL;
     b->n_workers = 0;
+    b->n_evictors = 0;
     b->writer_started = 0;
     bk_queue_destroy(&b->jobs);
     bk_queue_destroy(&b->writes);

@@ -34,6 +34,9 @@ static const struct key_help {
     {"lookup_index_entries", "N", "keys to size the index for at start (default\n"
                                   "16384 or twice the stored blocks; it doubles as needed)"},
     {"workers", "N", "decode/read threads (default 2); one writer thread"},
+    {"evict_threads", "N", "threads that run session evictions only, so that\n"
+                           "one never waits for a decode (default 1; 0: the\n"
+                           "workers alone)"},
     {"heartbeat_ms", "N", "client heartbeat interval (default 1000)"},
     {"heartbeat_timeout_ms", "N", "reclaim a silent client's arenas after this\n"
                                   "(default 10000)"},

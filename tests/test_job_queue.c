@@ -7,6 +7,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
+#include <time.h>
 
 #include <cmocka.h>
 
@@ -123,6 +125,116 @@ static void stop_drains_then_null(void **state)
     bk_queue_destroy(&q);
 }
 
+/* An eviction thread's pop takes its lane only, in the lane's order; the
+ * gets stay for the workers. */
+static void lane_pop_takes_its_lane_only(void **state)
+{
+    bk_queue q;
+    bk_job *j;
+    (void)state;
+    bk_queue_init(&q);
+    bk_queue_push(&q, job(OP_GET, 1, 1));
+    bk_queue_push(&q, job(OP_SESSION_EVICT, 2, 101));
+    bk_queue_push(&q, job(OP_GET, 3, 2));
+    bk_queue_push(&q, job(OP_SESSION_EVICT, 4, 102));
+    for (uint64_t want = 101; want <= 102; want++) {
+        assert_non_null(j = bk_queue_pop_lane(&q, BK_LANE_BACK));
+        assert_int_equal(j->op, OP_SESSION_EVICT);
+        assert_int_equal(j->req_id, want);
+        free(j);
+    }
+    assert_int_equal(q.len, 2);
+    bk_queue_stop(&q);
+    assert_null(bk_queue_pop_lane(&q, BK_LANE_BACK));   /* stopped, its lane empty */
+    assert_int_equal(pop_tag(&q), 1);                    /* the workers drain the rest */
+    assert_int_equal(pop_tag(&q), 2);
+    assert_null(bk_queue_pop(&q));
+    bk_queue_destroy(&q);
+}
+
+/* Threads: one eviction thread and one worker, the worker held inside a
+ * job.  An eviction pushed while the worker is busy is run by the
+ * eviction thread (it does not wait for the worker); then a mixed burst
+ * is drained completely (no job is left queued while a thread that could
+ * take it sleeps), the eviction thread taking evictions only. */
+typedef struct lane_thread {
+    bk_queue *q;
+    int lane;                   /* -1: any */
+    pthread_mutex_t *gate;      /* the worker holds its first job until this opens */
+    int n_taken, n_wrong;
+    uint64_t last_tag;
+} lane_thread;
+
+static void *lane_thread_main(void *arg)
+{
+    lane_thread *t = arg;
+    bk_job *j;
+    while ((j = t->lane < 0 ? bk_queue_pop(t->q) : bk_queue_pop_lane(t->q, t->lane))) {
+        if (t->lane >= 0 && j->op != OP_SESSION_EVICT) t->n_wrong++;
+        if (t->gate && j->req_id == 1) {       /* the worker's long job */
+            pthread_mutex_lock(t->gate);
+            pthread_mutex_unlock(t->gate);
+        }
+        __atomic_store_n(&t->last_tag, j->req_id, __ATOMIC_RELEASE);
+        __atomic_add_fetch(&t->n_taken, 1, __ATOMIC_ACQ_REL);
+        free(j->req);
+        free(j);
+    }
+    return NULL;
+}
+
+static int wait_taken(lane_thread *t, int n)
+{
+    for (int i = 0; i < 5000; i++) {            /* 5 s */
+        if (__atomic_load_n(&t->n_taken, __ATOMIC_ACQUIRE) >= n) return 1;
+        struct timespec ts = {0, 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    return 0;
+}
+
+static void eviction_thread_does_not_wait_for_a_decode(void **state)
+{
+    bk_queue q;
+    pthread_mutex_t gate = PTHREAD_MUTEX_INITIALIZER;
+    lane_thread ev = {&q, BK_LANE_BACK, NULL, 0, 0, 0}, wk = {&q, -1, &gate, 0, 0, 0};
+    pthread_t tev, twk;
+    (void)state;
+    bk_queue_init(&q);
+    pthread_mutex_lock(&gate);
+    assert_int_equal(pthread_create(&tev, NULL, lane_thread_main, &ev), 0);
+    assert_int_equal(pthread_create(&twk, NULL, lane_thread_main, &wk), 0);
+    bk_queue_push(&q, job(OP_GET, 1, 1));                /* the worker takes it and stays */
+    for (int i = 0; i < 5000 && __atomic_load_n(&q.len, __ATOMIC_RELAXED); i++) {
+        struct timespec ts = {0, 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    assert_int_equal(__atomic_load_n(&q.len, __ATOMIC_RELAXED), 0);
+    bk_queue_push(&q, job(OP_SESSION_EVICT, 2, 101));
+    assert_true(wait_taken(&ev, 1));                      /* while the worker is held */
+    assert_int_equal(__atomic_load_n(&ev.last_tag, __ATOMIC_ACQUIRE), 101);
+    assert_int_equal(__atomic_load_n(&wk.n_taken, __ATOMIC_ACQUIRE), 0);
+    pthread_mutex_unlock(&gate);
+    assert_true(wait_taken(&wk, 1));
+    /* a mixed burst: everything is taken, with nobody nudging the queue */
+    for (uint64_t i = 0; i < 200; i++)
+        bk_queue_push(&q, job(i % 3 ? OP_GET : OP_SESSION_EVICT, 10 + i % 7, 1000 + i));
+    for (int i = 0; i < 5000 && __atomic_load_n(&ev.n_taken, __ATOMIC_ACQUIRE) +
+                                        __atomic_load_n(&wk.n_taken, __ATOMIC_ACQUIRE) < 202;
+         i++) {
+        struct timespec ts = {0, 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    assert_int_equal(__atomic_load_n(&ev.n_taken, __ATOMIC_ACQUIRE) +
+                     __atomic_load_n(&wk.n_taken, __ATOMIC_ACQUIRE), 202);
+    assert_int_equal(__atomic_load_n(&q.len, __ATOMIC_RELAXED), 0);
+    bk_queue_stop(&q);
+    pthread_join(tev, NULL);
+    pthread_join(twk, NULL);
+    assert_int_equal(ev.n_wrong, 0);
+    bk_queue_destroy(&q);
+}
+
 static void cpu_lists(void **state)
 {
     unsigned char c[SCDB_BROKER_MAX_CPUS];
@@ -182,6 +294,15 @@ static void placement_keys(void **state)
                      SCDB_EINVAL);
     assert_int_equal(scdb_broker_config_set(&c, "worker_nice", "-", err, sizeof err),
                      SCDB_EINVAL);
+    /* evict_threads: 1 by default, 0 .. 16 */
+    assert_int_equal(c.evict_threads, 1);
+    assert_int_equal(scdb_broker_config_set(&c, "evict_threads", "0", err, sizeof err), SCDB_OK);
+    assert_int_equal(c.evict_threads, 0);
+    assert_int_equal(scdb_broker_config_set(&c, "evict-threads", "17", err, sizeof err),
+                     SCDB_EINVAL);
+    assert_int_equal(scdb_broker_config_set(&c, "evict_threads", "x", err, sizeof err),
+                     SCDB_EINVAL);
+    assert_int_equal(c.evict_threads, 0);
     /* keys without negatives still refuse them */
     assert_int_equal(scdb_broker_config_set(&c, "workers", "-1", err, sizeof err), SCDB_EINVAL);
     assert_int_equal(c.worker_nice, 5);
@@ -196,6 +317,8 @@ int main(void)
         cmocka_unit_test(lanes_alternate),
         cmocka_unit_test(emptied_client_requeues_at_back),
         cmocka_unit_test(stop_drains_then_null),
+        cmocka_unit_test(lane_pop_takes_its_lane_only),
+        cmocka_unit_test(eviction_thread_does_not_wait_for_a_decode),
         cmocka_unit_test(cpu_lists),
         cmocka_unit_test(placement_keys),
     };
