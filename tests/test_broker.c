@@ -25,6 +25,8 @@
 
 #include <cmocka.h>
 
+#include "log_lines.h"
+
 #include "broker_proc.h"
 #include "hf_export.h"
 #include "signal_pid.h"
@@ -2384,19 +2386,6 @@ static void test_isolation(void **state)
 
 /* One broker per data dir and per endpoint; plaintext tcp refused; CURVE
  * tcp works. */
-/* Lines of `path` that contain `needle` (-1: cannot read it). */
-static int count_matching_lines(const char *path, const char *needle)
-{
-    char line[2048];
-    int n = 0;
-    FILE *fp = fopen(path, "r");
-    if (!fp) return -1;
-    while (fgets(line, sizeof line, fp))
-        if (strstr(line, needle)) n++;
-    fclose(fp);
-    return n;
-}
-
 static void test_refusals_and_curve(void **state)
 {
     char cfg2[300], data2[300], ep2[300], key[300], extra[900], pub[41], sec[41];
@@ -2527,7 +2516,7 @@ static void test_refusals_and_curve(void **state)
             dup2(saved, 2);
             close(saved);
             assert_int_equal(e, SCDB_OK);
-            n_warn = count_matching_lines(logp, "WARN");
+            n_warn = scdb_test_count_lines(logp, "WARN");
             assert_int_equal(n_warn, 0);
         }
         /* a client with the wrong server key never gets through: AuthError at

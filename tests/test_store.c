@@ -12,6 +12,8 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "log_lines.h"
+
 #include "signal_pid.h"
 
 #include <errno.h>
@@ -1452,19 +1454,6 @@ static void test_allocation_failures(void **state)
 
 /* ------------------------------------------------------------- disk full */
 
-/* Lines of `path` that contain `needle`. */
-static int count_lines(const char *path, const char *needle)
-{
-    char line[2048];
-    int n = 0;
-    FILE *fp = fopen(path, "r");
-    if (!fp) return -1;
-    while (fgets(line, sizeof line, fp))
-        if (strstr(line, needle)) n++;
-    fclose(fp);
-    return n;
-}
-
 /* Fill `c` one 64 KiB block at a time from block `from` until a put fails;
  * the index of the block that failed (c->n if none did). */
 static size_t put_until_full(scdb_store *s, const fixture *f, const chain *c, size_t from,
@@ -1554,10 +1543,10 @@ static void test_disk_full(void **state)
         assert_int_equal(e5, SCDB_ENOSPC);
         assert_int_equal(st2.disk_full, 1);
     }
-    assert_int_equal(count_lines(logp, "disk full"), ok2 < c.n ? 2 : 1);
-    assert_int_equal(count_lines(logp, "space again"), 1);
-    assert_int_equal(count_lines(logp, "lmdb"), 0);
-    assert_int_equal(count_lines(logp, g.dir), ok2 < c.n ? 3 : 2); /* each names the directory */
+    assert_int_equal(scdb_test_count_lines(logp, "disk full"), ok2 < c.n ? 2 : 1);
+    assert_int_equal(scdb_test_count_lines(logp, "space again"), 1);
+    assert_int_equal(scdb_test_count_lines(logp, "lmdb"), 0);
+    assert_int_equal(scdb_test_count_lines(logp, g.dir), ok2 < c.n ? 3 : 2); /* each names the directory */
     scdb_store_close(&s);
 
     /* everything acknowledged is there after a reopen */
