@@ -16,7 +16,10 @@
  *      at the end: a reload drops no client).  rss_per_pair_kb is the
  *      least-squares slope of RSS over pairs added, register_ms that of
  *      the reload time (the cost of loading one more pair); a broker
- *      started afresh with every pair gives rss_per_pair_kb_fresh.
+ *      started afresh with every pair gives rss_per_pair_kb_fresh.  The
+ *      adapters without a pair are then registered in one more reload as
+ *      raw-reuse consumers ([pair raw/<producer> NAME]), so that the whole
+ *      fleet is registered in one broker (registered_consumers).
  *   2. quality and TTFT, on that fresh broker: the producer (the codebook's,
  *      data/models/<producer>) prefills each held-out window's prefix and
  *      has the broker encode and store its states (int8 codes by default),
@@ -103,13 +106,14 @@ static void usage(FILE *f)
 "of the fleet: the models in DATA/models and the adapters in DATA/adapters\n"
 "that have a pair PAIRS/<producer>__<consumer>.safetensors.  The bench starts\n"
 "the broker (`scdb serve`) with no consumer, adds them one at a time by SIGHUP\n"
-"(reload time and broker RSS per added pair; the clients stay connected),\n"
-"then per (consumer, text): SCD (int8 codes, got from the broker into the\n"
-"consumer's shared-memory arena) and raw reuse vs the consumer's own prefill:\n"
-"ppl ratio, KL, top-1; TTFT via the broker (lookup + get + first token) vs own\n"
-"prefill + first token; pair bytes; calibration seconds (from the pair's\n"
-"calibration log when there).  Totals: bytes stored once vs one raw KV copy\n"
-"per consumer (per-adapter keying).\n\n"
+"(reload time and broker RSS per added pair), then the adapters that have no\n"
+"pair as raw-reuse consumers in one more reload; every client registered on\n"
+"the way must stay connected.  Then per (consumer, text): SCD (int8 codes, got\n"
+"from the broker into the consumer's shared-memory arena) and raw reuse vs the\n"
+"consumer's own prefill: ppl ratio, KL, top-1; TTFT via the broker (lookup +\n"
+"get + first token) vs own prefill + first token; pair bytes; calibration\n"
+"seconds (from the pair's calibration log when there).  Totals: bytes stored\n"
+"once vs one raw KV copy per consumer (per-adapter keying).\n\n"
 "  --data DIR        data directory (default: scdb's, e.g. data)\n"
 "  --codebook FILE   default DATA/codebooks/base.safetensors\n"
 "  --pairs DIR       default DATA/pairs\n"
@@ -286,8 +290,9 @@ static int own_text(const scdb_model *m, ftext *t, int *nt)
 
 /* ------------------------------------------------------------ the broker */
 
-/* The broker's config serving the first n consumers of c. */
-static int broker_config(const fbroker *b, const fcons *c, int n)
+/* The broker's config serving the first n consumers of c, and the nr
+ * adapters of raw (no pair: served base's KV as is, raw reuse). */
+static int broker_config(const fbroker *b, const fcons *c, int n, const fcons *raw, int nr)
 {
     FILE *f = fopen(b->cfg, "w");
     if (!f) {
@@ -306,6 +311,9 @@ static int broker_config(const fbroker *b, const fcons *c, int n)
             fprintf(f, "[model %s]\nconfig = %s\n\n", c[i].name, c[i].dir);
         fprintf(f, "[pair " FLEET_CB " %s]\ndecoder = scd\nfile = %s\n\n", c[i].name, c[i].pair);
     }
+    for (int i = 0; i < nr; i++)
+        fprintf(f, "[model %s]\nconfig = %s\n\n[pair raw/%s %s]\ndecoder = raw\n\n", raw[i].name, raw[i].dir,
+                b->producer, raw[i].name);
     if (fclose(f)) {
         fprintf(stderr, "bench fleet: cannot write %s\n", b->cfg);
         return -1;
@@ -396,20 +404,23 @@ typedef struct fscale {
     long rss0_kb, rss_fresh_kb;
     long rss_kb[MAX_CONSUMERS];
     double reload_ms[MAX_CONSUMERS], client_ms[MAX_CONSUMERS];
-    double rss_per_pair_kb, rss_per_pair_kb_fresh, register_ms, client_register_ms;
-    int n, clients_kept;
+    double rss_per_pair_kb, rss_per_pair_kb_fresh, register_ms, client_register_ms, raw_reload_ms;
+    long rss_raw_kb;
+    int n, n_raw, clients_kept;
 } fscale;
 
-/* Phase 1: 0 pairs, then one more per SIGHUP; the clients stay. */
-static int measure_registration(fbroker *b, const fcons *c, int n, fscale *sc)
+/* Phase 1: 0 pairs, then one more per SIGHUP, then the nr adapters without
+ * a pair (raw reuse) in one more; the clients stay. */
+static int measure_registration(fbroker *b, const fcons *c, int n, const fcons *raw, int nr, fscale *sc)
 {
-    scdb *stats_h = NULL, *held[MAX_CONSUMERS] = {0};
+    scdb *stats_h = NULL, *held[2 * MAX_CONSUMERS] = {0};
     double rss_d[MAX_CONSUMERS];
     int ok = 0;
 
     memset(sc, 0, sizeof *sc);
     sc->n = n;
-    if (broker_config(b, c, 0) || broker_start(b)) return -1;
+    sc->n_raw = nr;
+    if (broker_config(b, c, 0, raw, 0) || broker_start(b)) return -1;
     usleep(200000);     /* settle: its threads started, the store opened */
     sc->rss0_kb = rss_kb(b->pid);
     {
@@ -418,7 +429,7 @@ static int measure_registration(fbroker *b, const fcons *c, int n, fscale *sc)
     }
     for (int i = 0; i < n; i++) {
         scdb_err e;
-        if (broker_config(b, c, i + 1)) goto done;
+        if (broker_config(b, c, i + 1, raw, 0)) goto done;
         double s = broker_reload(b, stats_h, (uint64_t)i + 1);
         if (s < 0) goto done;
         sc->reload_ms[i] = s * 1e3;
@@ -435,21 +446,45 @@ static int measure_registration(fbroker *b, const fcons *c, int n, fscale *sc)
         fprintf(stderr, "bench fleet: registration %d/%d %s: reload %.1f ms, broker RSS %ld KiB\n", i + 1,
                 n, c[i].name, sc->reload_ms[i], sc->rss_kb[i]);
     }
-    /* every client registered along the way still answers, registered */
-    for (int i = 0; i < n; i++) {
+    /* the adapters without a pair, in one more reload */
+    if (nr) {
+        char cbn[300];
+        snprintf(cbn, sizeof cbn, "raw/%s", b->producer);
+        if (broker_config(b, c, n, raw, nr)) goto done;
+        double s = broker_reload(b, stats_h, (uint64_t)n + 1);
+        if (s < 0) goto done;
+        sc->raw_reload_ms = s * 1e3;
+        sc->rss_raw_kb = rss_kb(b->pid);
+        for (int i = 0; i < nr; i++) {
+            scdb_err e;
+            if ((e = broker_connect(b, &held[n + i])) ||
+                (e = scdb_register(held[n + i], SCDB_CONSUMER, raw[i].name, cbn, NULL))) {
+                fprintf(stderr, "bench fleet: %s does not register after its reload: %s (%s)\n", raw[i].name,
+                        held[n + i] ? scdb_last_error(held[n + i]) : "", scdb_strerror(e));
+                goto done;
+            }
+        }
+        fprintf(stderr, "bench fleet: registration: %d adapters without a pair (raw reuse) in one reload: "
+                "%.1f ms, broker RSS %ld KiB\n", nr, sc->raw_reload_ms, sc->rss_raw_kb);
+    }
+    /* every client registered along the way still answers, and none was
+     * reclaimed: a reload drops no client */
+    for (int i = 0; i < n + nr; i++) {
         scdb_err e = scdb_ping(held[i], NULL);
         if (e) {
-            fprintf(stderr, "bench fleet: %s's client was dropped by a later reload: %s\n", c[i].name,
-                    scdb_strerror(e));
+            fprintf(stderr, "bench fleet: %s's client was dropped by a later reload: %s\n",
+                    i < n ? c[i].name : raw[i - n].name, scdb_strerror(e));
             goto done;
         }
         sc->clients_kept++;
     }
     {
         scdb_stat s;
-        if (scdb_stats(stats_h, &s) || s.clients < (uint64_t)n) {
-            fprintf(stderr, "bench fleet: the broker counts %llu clients, %d registered\n",
-                    (unsigned long long)s.clients, n);
+        if (scdb_stats(stats_h, &s) || s.clients < (uint64_t)(n + nr) || s.reclaimed_clients ||
+            s.stale_tokens) {
+            fprintf(stderr, "bench fleet: the broker counts %llu clients (%d registered), %llu reclaimed, "
+                    "%llu stale tokens\n", (unsigned long long)s.clients, n + nr,
+                    (unsigned long long)s.reclaimed_clients, (unsigned long long)s.stale_tokens);
             goto done;
         }
     }
@@ -462,12 +497,12 @@ static int measure_registration(fbroker *b, const fcons *c, int n, fscale *sc)
     }
     ok = 1;
 done:
-    for (int i = 0; i < n; i++) scdb_close(&held[i]);
+    for (int i = 0; i < n + nr; i++) scdb_close(&held[i]);
     scdb_close(&stats_h);
     if (broker_stop(b)) ok = 0;
     if (!ok) return -1;
     /* afresh, every pair from the start: the broker phase 2 uses */
-    if (broker_config(b, c, n) || broker_start(b)) return -1;
+    if (broker_config(b, c, n, raw, 0) || broker_start(b)) return -1;
     usleep(200000);
     sc->rss_fresh_kb = rss_kb(b->pid);
     sc->rss_per_pair_kb_fresh = (double)(sc->rss_fresh_kb - sc->rss0_kb) / n;
@@ -647,7 +682,8 @@ int scdb_bench_fleet(int argc, char **argv)
     char *dirs[2 * MAX_CONSUMERS];
     int nd = 0, ret = 1, nt = 0, nrows = 0, ncons = 0, failed = 0;
     static ftext texts[MAX_TEXTS];
-    static fcons cons_list[MAX_CONSUMERS];
+    static fcons cons_list[MAX_CONSUMERS], raw_list[MAX_CONSUMERS];
+    int nraw = 0;
     static fbroker fb;
     static fscale sc;
     fconn fc = {0};
@@ -731,7 +767,13 @@ int scdb_bench_fleet(int argc, char **argv)
         if (!listed(o.only, name)) continue;
         snprintf(fcn->pair, sizeof fcn->pair, "%s/%s__%s.safetensors", pairs, ci->producer, name);
         if (stat(fcn->pair, &st)) {
-            fprintf(stderr, "bench fleet: %s: no pair %s (skipped)\n", name, fcn->pair);
+            fprintf(stderr, "bench fleet: %s: no pair %s (skipped; registered as a raw-reuse consumer "
+                    "in the registration phase)\n", name, fcn->pair);
+            if (strstr(dirs[i], "/adapters/") && nraw < MAX_CONSUMERS) {
+                snprintf(raw_list[nraw].name, sizeof raw_list[nraw].name, "%s", name);
+                snprintf(raw_list[nraw].dir, sizeof raw_list[nraw].dir, "%s", dirs[i]);
+                nraw++;
+            }
             continue;
         }
         if ((rc = scdb_model_load(dirs[i], &cons, err, sizeof err)) ||
@@ -774,7 +816,7 @@ int scdb_bench_fleet(int argc, char **argv)
         fb.block_tokens = o.prefix % 64 == 0 ? 64 : 16;
     }
     fprintf(stderr, "bench fleet: phase 1: %d consumers registered one SIGHUP at a time\n", ncons);
-    if (measure_registration(&fb, cons_list, ncons, &sc)) { failed = 1; goto done; }
+    if (measure_registration(&fb, cons_list, ncons, raw_list, nraw, &sc)) { failed = 1; goto done; }
 
     /* phase 2: the producer stores, every consumer gets */
     scdb_err e;
@@ -856,10 +898,14 @@ int scdb_bench_fleet(int argc, char **argv)
     printf("registration: %d pairs added one SIGHUP at a time: broker RSS %ld KiB with none, %ld KiB with "
            "all (%+.0f KiB per pair, slope; %+.0f KiB per pair started afresh with all: %ld KiB); reload "
            "%.1f ms with one pair, %.1f ms with all (%.2f ms per pair, slope); a client's registration "
-           "%.2f ms (median); %d of %d clients stayed connected through every later reload\n\n",
+           "%.2f ms (median)",
            sc.n, sc.rss0_kb, sc.rss_kb[sc.n - 1], sc.rss_per_pair_kb, sc.rss_per_pair_kb_fresh, sc.rss_fresh_kb,
-           sc.reload_ms[0], sc.reload_ms[sc.n - 1], sc.register_ms, sc.client_register_ms, sc.clients_kept,
-           sc.n);
+           sc.reload_ms[0], sc.reload_ms[sc.n - 1], sc.register_ms, sc.client_register_ms);
+    if (sc.n_raw)
+        printf("; then %d adapters without a pair as raw-reuse consumers in one more reload (%.1f ms, RSS %ld "
+               "KiB)", sc.n_raw, sc.raw_reload_ms, sc.rss_raw_kb);
+    printf(": %d consumers registered in one broker, %d of %d clients stayed connected through every later "
+           "reload\n\n", sc.n + sc.n_raw, sc.clients_kept, sc.n + sc.n_raw);
     printf("prefix %d + continuation %d tokens, %d windows per text; vs each consumer's own prefill; the\n"
            "prefix got from the broker (blocks of %d tokens) into the consumer's shared-memory arena\n\n",
            o.prefix, o.cont, o.windows, fb.block_tokens);
@@ -928,6 +974,9 @@ int scdb_bench_fleet(int argc, char **argv)
     jnum(root, "broker_rss0_kb", (double)sc.rss0_kb);
     jnum(root, "broker_rss_fresh_kb", (double)sc.rss_fresh_kb);
     cJSON_AddNumberToObject(root, "clients_kept", sc.clients_kept);
+    cJSON_AddNumberToObject(root, "registered_consumers", sc.n + sc.n_raw);
+    cJSON_AddNumberToObject(root, "raw_consumers", sc.n_raw);
+    jnum(root, "raw_reload_ms", sc.n_raw ? sc.raw_reload_ms : NAN);
     {
         cJSON *jl = cJSON_AddArrayToObject(root, "reload_ms"), *jm = cJSON_AddArrayToObject(root, "rss_kb");
         for (int i = 0; i < sc.n; i++) {
