@@ -13,6 +13,13 @@
  *       raw KV as is), and the three decoded caches differ (each adapter
  *       got its own KV space, not base's nor another's).
  *
+ *   sighup_adds_an_adapter  the config names two of the adapters; one of
+ *       them gets the stored prefix into its arena; the third, not yet
+ *       configured, is refused; the file then names all three and a SIGHUP
+ *       reloads it: the connected adapter's client is not dropped (no
+ *       client reclaimed, its handle and arena work on and decode the same
+ *       bytes again), and the third registers and gets the prefix.
+ *
  * Skipped (77) without the model family or fewer than three adapters with
  * a pair in data/. */
 #include <dirent.h>
@@ -66,6 +73,42 @@ static int find_adapters(void)
     return k;
 }
 
+/* The [broker] keys after bp_start's, and the fleet: the adapter
+ * directories `dirs` (space-separated globs or paths), each with its pair. */
+static void fleet_ini(char *buf, size_t len, const char *dirs)
+{
+    snprintf(buf, len,
+             "block_tokens = 64\nno_sync = 1\nheartbeat_timeout_ms = 30000\nmodels_dir = "
+             SCDB_DATA_DIR "/models\n\n"
+             "[model base]\nconfig = " SCDB_DATA_DIR "/models/base/config.json\n\n"
+             "[codebook base-scd]\nkind = scd\nmodel = base\ncodes_dtype = int8\n"
+             "file = " SCDB_DATA_DIR "/codebooks/base.safetensors\n\n"
+             "[consumers fleet]\ndirs = %s\ncodebook = base-scd\n"
+             "decoder = scd\nfile = " SCDB_DATA_DIR "/pairs/base__{name}.safetensors\n", dirs);
+}
+
+static int have_fleet(void)
+{
+    if (access(SCDB_DATA_DIR "/models/base/model.safetensors", R_OK) ||
+        access(SCDB_DATA_DIR "/codebooks/base.safetensors", R_OK) || find_adapters() < N_ADAPTERS) {
+        print_message("skipped: no model family, codebook or %d adapters with a pair under "
+                      SCDB_DATA_DIR "\n", N_ADAPTERS);
+        return 0;
+    }
+    return 1;
+}
+
+/* the shared prefix: English prose, past the half calibration reads */
+static void prefix_tokens(int32_t *tok)
+{
+    char *text = NULL;
+    size_t len = 0;
+    assert_int_equal(scdb_read_file(SCDB_DATA_DIR "/heldout/english.txt", 1 << 24, &text, &len), SCDB_OK);
+    assert_true(len >= (48u << 10) + P + C + 1);
+    scdb_tokenize_bytes(text + (48u << 10), P + C + 1, tok);
+    free(text);
+}
+
 static scdb *connect_as(const bp_broker *bp, scdb_role role, const char *model)
 {
     scdb_opts o = {.endpoint = bp->endpoint, .timeout_ms = 20000, .name = "test_fleet"};
@@ -102,8 +145,7 @@ static void compare(const float *ref, const float *got, int V, double *top1, dou
 
 static void three_adapters_one_put(void **state)
 {
-    char err[512], ini[2048], *text = NULL;
-    size_t len = 0;
+    char err[512], ini[2048];
     bp_broker bp;
     scdb_model *base = NULL;
     scdb_kv_cache *pkv = NULL;
@@ -113,27 +155,10 @@ static void three_adapters_one_put(void **state)
     float *dec_k[N_ADAPTERS] = {0};
     (void)state;
 
-    if (access(SCDB_DATA_DIR "/models/base/model.safetensors", R_OK) ||
-        access(SCDB_DATA_DIR "/codebooks/base.safetensors", R_OK) || find_adapters() < N_ADAPTERS) {
-        print_message("skipped: no model family, codebook or %d adapters with a pair under "
-                      SCDB_DATA_DIR "\n", N_ADAPTERS);
-        skip();
-    }
-    snprintf(ini, sizeof ini,
-             "block_tokens = 64\nno_sync = 1\nheartbeat_timeout_ms = 30000\nmodels_dir = "
-             SCDB_DATA_DIR "/models\n\n"
-             "[model base]\nconfig = " SCDB_DATA_DIR "/models/base/config.json\n\n"
-             "[codebook base-scd]\nkind = scd\nmodel = base\ncodes_dtype = int8\n"
-             "file = " SCDB_DATA_DIR "/codebooks/base.safetensors\n\n"
-             "[consumers fleet]\ndirs = " SCDB_DATA_DIR "/adapters/*\ncodebook = base-scd\n"
-             "decoder = scd\nfile = " SCDB_DATA_DIR "/pairs/base__{name}.safetensors\n");
+    if (!have_fleet()) skip();
+    fleet_ini(ini, sizeof ini, SCDB_DATA_DIR "/adapters/*");
     assert_int_equal(bp_start(&bp, SCDB_BROKER_BIN, ini), 0);
-
-    /* the shared prefix: English prose, past the half calibration reads */
-    assert_int_equal(scdb_read_file(SCDB_DATA_DIR "/heldout/english.txt", 1 << 24, &text, &len), SCDB_OK);
-    assert_true(len >= (48u << 10) + P + C + 1);
-    scdb_tokenize_bytes(text + (48u << 10), P + C + 1, tok);
-    free(text);
+    prefix_tokens(tok);
 
     /* one put: base's states, encoded and stored by the broker */
     assert_int_equal(scdb_model_load(SCDB_DATA_DIR "/models/base", &base, err, sizeof err), SCDB_OK);
@@ -230,10 +255,110 @@ static void three_adapters_one_put(void **state)
     bp_cleanup(&bp);
 }
 
+/* SCD-decode the stored prefix into a's first P slots; K of layer 1 into k */
+static void get_into(scdb *h, scdb_arena *a, const int32_t *tok, float *k, size_t n)
+{
+    scdb_get_result gr;
+    scdb_err e = scdb_get(h, tok, P, a, 0, 0, &gr);
+    if (e) fail_msg("get: %s (%s)", scdb_strerror(e), scdb_last_error(h));
+    assert_int_equal(gr.tokens_written, P);
+    memcpy(k, scdb_kv_k(scdb_arena_cache(a), 1, 0), n * sizeof *k);
+}
+
+static void sighup_adds_an_adapter(void **state)
+{
+    char err[512], ini[2048], dirs[1024];
+    bp_broker bp;
+    scdb_model *base = NULL;
+    scdb_kv_cache *pkv = NULL;
+    scdb_arena *states = NULL, *a0 = NULL, *a2 = NULL;
+    scdb *prod, *h0, *h2;
+    scdb_put_result pr;
+    scdb_stat s;
+    int32_t tok[P + C + 1];
+    (void)state;
+
+    if (!have_fleet()) skip();
+    snprintf(dirs, sizeof dirs, SCDB_DATA_DIR "/adapters/%s " SCDB_DATA_DIR "/adapters/%s", adapters[0],
+             adapters[1]);
+    fleet_ini(ini, sizeof ini, dirs);
+    assert_int_equal(bp_start(&bp, SCDB_BROKER_BIN, ini), 0);
+    prefix_tokens(tok);
+    assert_int_equal(scdb_model_load(SCDB_DATA_DIR "/models/base", &base, err, sizeof err), SCDB_OK);
+    const size_t n = (size_t)P * scdb_model_kv_dim(scdb_model_cfg(base));
+    float *k0 = malloc(n * sizeof *k0), *k1 = malloc(n * sizeof *k1);
+    assert_non_null(k0);
+    assert_non_null(k1);
+    prod = connect_as(&bp, SCDB_PRODUCER, "base");
+    assert_int_equal(scdb_states_arena_new(prod, P, &states), SCDB_OK);
+    scdb_capture cap = {.h_in = scdb_arena_states(states, NULL, NULL, NULL)};
+    assert_int_equal(scdb_model_cache_new(base, P, &pkv), SCDB_OK);
+    assert_int_equal(scdb_model_forward(base, tok, NULL, P, pkv, NULL, &cap), SCDB_OK);
+    assert_int_equal(scdb_put_states(prod, tok, P, 0, states, &pr), SCDB_OK);
+
+    h0 = connect_as(&bp, SCDB_CONSUMER, adapters[0]);
+    assert_int_equal(scdb_arena_new(h0, P + C, &a0), SCDB_OK);
+    get_into(h0, a0, tok, k0, n);
+    {   /* the third is not configured yet */
+        scdb_opts o = {.endpoint = bp.endpoint, .timeout_ms = 20000};
+        scdb *h = NULL;
+        assert_int_equal(scdb_connect(&o, &h), SCDB_OK);
+        assert_int_equal(scdb_register(h, SCDB_CONSUMER, adapters[2], "base-scd", NULL), SCDB_ENOTFOUND);
+        scdb_close(&h);
+    }
+
+    /* the file names all three; SIGHUP */
+    snprintf(dirs, sizeof dirs, SCDB_DATA_DIR "/adapters/%s " SCDB_DATA_DIR "/adapters/%s " SCDB_DATA_DIR
+             "/adapters/%s", adapters[0], adapters[1], adapters[2]);
+    fleet_ini(ini, sizeof ini, dirs);
+    {
+        FILE *f = fopen(bp.config, "w");
+        assert_non_null(f);
+        fprintf(f, "[broker]\nendpoint = %s\ndata_dir = %s/data\nlog_level = warn\n%s\n", bp.endpoint, bp.dir,
+                ini);
+        assert_int_equal(fclose(f), 0);
+    }
+    assert_int_equal(kill(bp.pid, SIGHUP), 0);
+    for (double until = scdb_now() + 60;; usleep(10000)) {
+        assert_int_equal(scdb_stats(prod, &s), SCDB_OK);
+        if (s.reloads >= 1 || s.reload_failures) break;
+        if (scdb_now() > until) fail_msg("the reload never came");
+    }
+    assert_int_equal(s.reload_failures, 0);
+    assert_int_equal(s.reclaimed_clients, 0);
+    assert_true(s.clients >= 2);                 /* the producer and the first adapter */
+
+    /* the connected adapter works on: same handle, same arena, same bytes */
+    memset(scdb_kv_k(scdb_arena_cache(a0), 1, 0), 0, n * sizeof *k1);
+    get_into(h0, a0, tok, k1, n);
+    assert_memory_equal(k0, k1, n * sizeof *k0);
+    assert_int_equal(scdb_stats(prod, &s), SCDB_OK);
+    assert_int_equal(s.stale_tokens, 0);         /* it never had to register again */
+    /* the added one registers and gets the prefix in its own KV space */
+    h2 = connect_as(&bp, SCDB_CONSUMER, adapters[2]);
+    assert_int_equal(scdb_arena_new(h2, P + C, &a2), SCDB_OK);
+    get_into(h2, a2, tok, k1, n);
+    assert_memory_not_equal(k0, k1, n * sizeof *k0);
+
+    scdb_arena_free(&a2);
+    scdb_close(&h2);
+    scdb_arena_free(&a0);
+    scdb_close(&h0);
+    scdb_arena_free(&states);
+    scdb_close(&prod);
+    free(k0);
+    free(k1);
+    scdb_kv_cache_free(&pkv);
+    scdb_model_free(&base);
+    assert_int_equal(bp_stop(&bp, SIGTERM), 0);
+    bp_cleanup(&bp);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(three_adapters_one_put),
+        cmocka_unit_test(sighup_adds_an_adapter),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
