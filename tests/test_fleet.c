@@ -47,6 +47,7 @@
 #define N_ADAPTERS 3
 
 static char adapters[N_ADAPTERS][128];
+static bp_broker fleet_broker;    /* the test's broker: teardown stops it if a check failed */
 
 static int cmp_name(const void *a, const void *b) { return strcmp((const char *)a, (const char *)b); }
 
@@ -109,9 +110,9 @@ static void prefix_tokens(int32_t *tok)
     free(text);
 }
 
-static scdb *connect_as(const bp_broker *bp, scdb_role role, const char *model)
+static scdb *connect_as(const bp_broker *b, scdb_role role, const char *model)
 {
-    scdb_opts o = {.endpoint = bp->endpoint, .timeout_ms = 20000, .name = "test_fleet"};
+    scdb_opts o = {.endpoint = b->endpoint, .timeout_ms = 20000, .name = "test_fleet"};
     scdb *h = NULL;
     assert_int_equal(scdb_connect(&o, &h), SCDB_OK);
     scdb_err e = scdb_register(h, role, model, "base-scd", NULL);
@@ -146,7 +147,6 @@ static void compare(const float *ref, const float *got, int V, double *top1, dou
 static void three_adapters_one_put(void **state)
 {
     char err[512], ini[2048];
-    bp_broker bp;
     scdb_model *base = NULL;
     scdb_kv_cache *pkv = NULL;
     scdb *prod;
@@ -157,13 +157,13 @@ static void three_adapters_one_put(void **state)
 
     if (!have_fleet()) skip();
     fleet_ini(ini, sizeof ini, SCDB_DATA_DIR "/adapters/*");
-    assert_int_equal(bp_start(&bp, SCDB_BROKER_BIN, ini), 0);
+    assert_int_equal(bp_start(&fleet_broker, SCDB_BROKER_BIN, ini), 0);
     prefix_tokens(tok);
 
     /* one put: base's states, encoded and stored by the broker */
     assert_int_equal(scdb_model_load(SCDB_DATA_DIR "/models/base", &base, err, sizeof err), SCDB_OK);
     const int V = scdb_model_cfg(base)->vocab_size;
-    prod = connect_as(&bp, SCDB_PRODUCER, "base");
+    prod = connect_as(&fleet_broker, SCDB_PRODUCER, "base");
     assert_int_equal(scdb_states_arena_new(prod, P, &states), SCDB_OK);
     scdb_capture cap = {.h_in = scdb_arena_states(states, NULL, NULL, NULL)};
     assert_int_equal(scdb_model_cache_new(base, P, &pkv), SCDB_OK);
@@ -194,7 +194,7 @@ static void three_adapters_one_put(void **state)
         assert_int_equal(scdb_model_forward(m, tok + P, NULL, C, own, lg, NULL), SCDB_OK);
         log_probs(lg, V, ref);
         /* one get from the broker into its arena */
-        scdb *h = connect_as(&bp, SCDB_CONSUMER, adapters[i]);
+        scdb *h = connect_as(&fleet_broker, SCDB_CONSUMER, adapters[i]);
         assert_int_equal(scdb_arena_new(h, P + C, &a), SCDB_OK);
         scdb_err e = scdb_get(h, tok, P, a, 0, 0, &gr);
         if (e) fail_msg("%s: get: %s (%s)", adapters[i], scdb_strerror(e), scdb_last_error(h));
@@ -251,8 +251,7 @@ static void three_adapters_one_put(void **state)
     scdb_close(&prod);
     scdb_kv_cache_free(&pkv);
     scdb_model_free(&base);
-    assert_int_equal(bp_stop(&bp, SIGTERM), 0);
-    bp_cleanup(&bp);
+    assert_int_equal(bp_stop(&fleet_broker, SIGTERM), 0);
 }
 
 /* SCD-decode the stored prefix into a's first P slots; K of layer 1 into k */
@@ -268,7 +267,6 @@ static void get_into(scdb *h, scdb_arena *a, const int32_t *tok, float *k, size_
 static void sighup_adds_an_adapter(void **state)
 {
     char err[512], ini[2048], dirs[1024];
-    bp_broker bp;
     scdb_model *base = NULL;
     scdb_kv_cache *pkv = NULL;
     scdb_arena *states = NULL, *a0 = NULL, *a2 = NULL;
@@ -282,25 +280,25 @@ static void sighup_adds_an_adapter(void **state)
     snprintf(dirs, sizeof dirs, SCDB_DATA_DIR "/adapters/%s " SCDB_DATA_DIR "/adapters/%s", adapters[0],
              adapters[1]);
     fleet_ini(ini, sizeof ini, dirs);
-    assert_int_equal(bp_start(&bp, SCDB_BROKER_BIN, ini), 0);
+    assert_int_equal(bp_start(&fleet_broker, SCDB_BROKER_BIN, ini), 0);
     prefix_tokens(tok);
     assert_int_equal(scdb_model_load(SCDB_DATA_DIR "/models/base", &base, err, sizeof err), SCDB_OK);
     const size_t n = (size_t)P * scdb_model_kv_dim(scdb_model_cfg(base));
     float *k0 = malloc(n * sizeof *k0), *k1 = malloc(n * sizeof *k1);
     assert_non_null(k0);
     assert_non_null(k1);
-    prod = connect_as(&bp, SCDB_PRODUCER, "base");
+    prod = connect_as(&fleet_broker, SCDB_PRODUCER, "base");
     assert_int_equal(scdb_states_arena_new(prod, P, &states), SCDB_OK);
     scdb_capture cap = {.h_in = scdb_arena_states(states, NULL, NULL, NULL)};
     assert_int_equal(scdb_model_cache_new(base, P, &pkv), SCDB_OK);
     assert_int_equal(scdb_model_forward(base, tok, NULL, P, pkv, NULL, &cap), SCDB_OK);
     assert_int_equal(scdb_put_states(prod, tok, P, 0, states, &pr), SCDB_OK);
 
-    h0 = connect_as(&bp, SCDB_CONSUMER, adapters[0]);
+    h0 = connect_as(&fleet_broker, SCDB_CONSUMER, adapters[0]);
     assert_int_equal(scdb_arena_new(h0, P + C, &a0), SCDB_OK);
     get_into(h0, a0, tok, k0, n);
     {   /* the third is not configured yet */
-        scdb_opts o = {.endpoint = bp.endpoint, .timeout_ms = 20000};
+        scdb_opts o = {.endpoint = fleet_broker.endpoint, .timeout_ms = 20000};
         scdb *h = NULL;
         assert_int_equal(scdb_connect(&o, &h), SCDB_OK);
         assert_int_equal(scdb_register(h, SCDB_CONSUMER, adapters[2], "base-scd", NULL), SCDB_ENOTFOUND);
@@ -312,13 +310,13 @@ static void sighup_adds_an_adapter(void **state)
              "/adapters/%s", adapters[0], adapters[1], adapters[2]);
     fleet_ini(ini, sizeof ini, dirs);
     {
-        FILE *f = fopen(bp.config, "w");
+        FILE *f = fopen(fleet_broker.config, "w");
         assert_non_null(f);
-        fprintf(f, "[broker]\nendpoint = %s\ndata_dir = %s/data\nlog_level = warn\n%s\n", bp.endpoint, bp.dir,
+        fprintf(f, "[broker]\nendpoint = %s\ndata_dir = %s/data\nlog_level = warn\n%s\n", fleet_broker.endpoint, fleet_broker.dir,
                 ini);
         assert_int_equal(fclose(f), 0);
     }
-    assert_int_equal(kill(bp.pid, SIGHUP), 0);
+    assert_int_equal(kill(fleet_broker.pid, SIGHUP), 0);
     for (double until = scdb_now() + 60;; usleep(10000)) {
         assert_int_equal(scdb_stats(prod, &s), SCDB_OK);
         if (s.reloads >= 1 || s.reload_failures) break;
@@ -335,7 +333,7 @@ static void sighup_adds_an_adapter(void **state)
     assert_int_equal(scdb_stats(prod, &s), SCDB_OK);
     assert_int_equal(s.stale_tokens, 0);         /* it never had to register again */
     /* the added one registers and gets the prefix in its own KV space */
-    h2 = connect_as(&bp, SCDB_CONSUMER, adapters[2]);
+    h2 = connect_as(&fleet_broker, SCDB_CONSUMER, adapters[2]);
     assert_int_equal(scdb_arena_new(h2, P + C, &a2), SCDB_OK);
     get_into(h2, a2, tok, k1, n);
     assert_memory_not_equal(k0, k1, n * sizeof *k0);
@@ -350,15 +348,29 @@ static void sighup_adds_an_adapter(void **state)
     free(k1);
     scdb_kv_cache_free(&pkv);
     scdb_model_free(&base);
-    assert_int_equal(bp_stop(&bp, SIGTERM), 0);
-    bp_cleanup(&bp);
+    assert_int_equal(bp_stop(&fleet_broker, SIGTERM), 0);
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    memset(&fleet_broker, 0, sizeof fleet_broker);
+    fleet_broker.pid = -1;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    bp_cleanup(&fleet_broker);          /* stops a broker a failed check left running */
+    return 0;
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(three_adapters_one_put),
-        cmocka_unit_test(sighup_adds_an_adapter),
+        cmocka_unit_test_setup_teardown(three_adapters_one_put, setup, teardown),
+        cmocka_unit_test_setup_teardown(sighup_adds_an_adapter, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
