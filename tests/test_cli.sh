@@ -429,6 +429,12 @@ assert all(keys <= set(r) for r in rows), rows
 assert {r["consumer"] for r in rows} == {"base", "code"}
 assert all(r["kind"] == "full" and r["pair_bytes"] > 0 and r["tokens"] > 0 for r in rows)
 assert j["stored_bytes"] > 0 and j["stored_bytes_per_adapter_keying"] > j["stored_bytes"]
+# through a real broker: its registration phase (issue 23 item 5), and TTFT
+# that includes the get
+assert j["registered_consumers"] == 2 and j["clients_kept"] == 2, j
+assert len(j["reload_ms"]) == 2 and len(j["rss_kb"]) == 2 and j["broker_rss0_kb"] > 0, j
+assert all(k in j for k in ("rss_per_pair_kb", "rss_per_pair_kb_fresh", "register_ms", "client_register_ms"))
+assert "get from the broker" in j["ttft_includes"] and all(r["decode_ms"] > 0 for r in rows), j["ttft_includes"]
 PY
 then ok "bench fleet: JSON rows and totals"; else bad "bench fleet: JSON rows and totals"; fi
 expect 0 "bench fleet: --text for every consumer" -- "$scdb" bench fleet $bf --consumers base,code \
