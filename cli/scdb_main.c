@@ -16,7 +16,7 @@ static const struct {
     int (*fn)(int, char **);
     const char *what;
 } cmds[] = {
-    {"demo", cli_cmd_demo, "the fan-out demo: broker, producer (base), one consumer per specialist"},
+    {"demo", cli_cmd_demo, "the fan-out demo: one stored prefix served to the whole fleet"},
     {"models", cli_cmd_models, "held-out bits-per-byte of every bundled model on every domain"},
     {"calibrate", cli_cmd_calibrate, "fit a producer codebook and per-consumer pairs (SCD)"},
     {"train-policy", cli_cmd_train_policy, "train the DistillCache eviction policy (REINFORCE)"},

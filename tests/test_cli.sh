@@ -353,37 +353,50 @@ for m in d["models"]:
 PY
 then ok "models JSON has every model and domain"; else bad "models JSON has every model and domain"; fi
 
-# the fan-out demo end to end: broker, producer, every specialist consumer
+# the fan-out demo end to end (issue 23): a broker serving the whole fleet,
+# one prefix stored once by the producer, every specialist and every adapter
+# with a pair a consumer of it
 mkdir -p "$tmp/demo-tmp"
 TMPDIR="$tmp/demo-tmp" "$scdb" demo --device cpu >"$tmp/demo" 2>"$tmp/err"
 code=$?
 grep -q "scdb demo: device cpu (cpu requested" "$tmp/err" && ok "demo --device cpu says which device" \
   || bad "demo --device cpu says which device"
-if [ $code -eq 0 ] && grep -q "^demo: ok" "$tmp/demo" && grep -q "^| code |" "$tmp/demo" \
-   && grep -q "^| manpages |" "$tmp/demo"; then ok "demo runs end to end for every specialist"
+if [ $code -eq 0 ] && grep -q "^demo: ok" "$tmp/demo" && grep -q "^| code | full |" "$tmp/demo" \
+   && grep -q "^| manpages | full |" "$tmp/demo"; then ok "demo runs end to end for every specialist"
 else bad "demo (exit $code)"; cat "$tmp/demo" "$tmp/err"; fi
 [ -z "$(ls -A "$tmp/demo-tmp")" ] && ok "demo cleaned up" || bad "demo left its temp dir"
 expect 2 "demo: bad --prefix" -- "$scdb" demo --prefix 100
 expect 2 "demo: bad --budget" -- "$scdb" demo --budget 0
+expect 2 "demo: bad --codes" -- "$scdb" demo --codes f8
 grep -Eq "^\| code \|.*\([1-9][0-9]* evictions" "$tmp/demo" && ok "demo consumers decode through a live session that evicts" \
   || bad "demo shows no live-session evictions"
-# issue 20 item 10: each consumer continues its own domain's text, and what it
-# generates is text (agreement over a run of spaces says nothing)
-if python3 - "$tmp/demo" <<'PY'
-import sys
+# every adapter with a pair is a consumer (kind lora), every other one is
+# named as skipped; one prefix stored once; the fleet totals
+if python3 - "$tmp/demo" "$data" <<'PY'
+import os, re, sys
 lines = open(sys.argv[1]).read().splitlines()
-src = [l for l in lines if l.startswith("prefix for ")]
-assert any("heldout/code.txt" in l for l in src) and any("heldout/manpages.txt" in l for l in src), src
-# named relative to the data directory: no machine's path in the output
-assert all(" of heldout/" in l for l in src), src
-own = [l.split("`")[1] for l in lines if l.startswith("|   own prefill:")]
-assert len(own) >= 2, own
-for t in own:
-    ink = sum(33 <= ord(c) < 127 for c in t)
-    assert 4 * ink >= 3 * len(t) and "   " not in t, repr(t)
+data = sys.argv[2]
+src = [l for l in lines if l.startswith("shared prefix: ")]
+assert len(src) == 1 and " of heldout/english.txt from byte " in src[0], src   # no machine's path
+rows = {l.split("|")[1].strip(): l.split("|")[2].strip() for l in lines
+        if re.match(r"^\| [a-z0-9-]+ \| (lora|full) \|", l)}
+ads = sorted(d for d in os.listdir(os.path.join(data, "adapters")) if os.path.isdir(os.path.join(data, "adapters", d)))
+paired = [a for a in ads if os.path.exists(os.path.join(data, "pairs", "base__%s.safetensors" % a))]
+assert paired, "no adapter has a pair"
+assert all(rows.get(a) == "lora" for a in paired), (paired, rows)
+assert all(rows.get(m) == "full" for m in ("code", "manpages", "python")), rows
+skipped = [l for l in lines if l.startswith("skipped, no pair")]
+unpaired = [a for a in ads if a not in paired]
+if unpaired:
+    assert len(skipped) == 1 and skipped[0].split(":")[1].split() == unpaired, (skipped, unpaired)
+else:
+    assert not skipped, skipped
+assert sum(l.startswith("producer base: prefilled ") for l in lines) == 1, "one prefix, stored once"
+tot = [l for l in lines if l.startswith("fleet: %d consumers served (%d LoRA adapters" % (len(rows), len(paired)))]
+assert len(tot) == 1 and "stored once" in tot[0] and "per-adapter keying" in tot[0], tot
 PY
-then ok "demo: own-domain prefixes with continuations worth comparing"
-else bad "demo: own-domain prefixes with continuations worth comparing"; fi
+then ok "demo: the whole fleet with a pair served from one stored prefix, the rest named skipped"
+else bad "demo: the whole fleet with a pair served from one stored prefix, the rest named skipped"; cat "$tmp/demo"; fi
 
 # issue 23 items 4 and 6: a fleet calibrated in one run (the producer's
 # states once), pairs equal to one-at-a-time runs; scdb bench fleet, tiny
@@ -416,6 +429,12 @@ assert all(keys <= set(r) for r in rows), rows
 assert {r["consumer"] for r in rows} == {"base", "code"}
 assert all(r["kind"] == "full" and r["pair_bytes"] > 0 and r["tokens"] > 0 for r in rows)
 assert j["stored_bytes"] > 0 and j["stored_bytes_per_adapter_keying"] > j["stored_bytes"]
+# through a real broker: its registration phase (issue 23 item 5), and TTFT
+# that includes the get
+assert j["registered_consumers"] == 2 and j["clients_kept"] == 2, j
+assert len(j["reload_ms"]) == 2 and len(j["rss_kb"]) == 2 and j["broker_rss0_kb"] > 0, j
+assert all(k in j for k in ("rss_per_pair_kb", "rss_per_pair_kb_fresh", "register_ms", "client_register_ms"))
+assert "get from the broker" in j["ttft_includes"] and all(r["decode_ms"] > 0 for r in rows), j["ttft_includes"]
 PY
 then ok "bench fleet: JSON rows and totals"; else bad "bench fleet: JSON rows and totals"; fi
 expect 0 "bench fleet: --text for every consumer" -- "$scdb" bench fleet $bf --consumers base,code \
