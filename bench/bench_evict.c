@@ -29,6 +29,7 @@
 
 #include "bench.h"
 #include "evict.h"
+#include "evict_train.h"
 #include "model.h"
 
 int scdb_bench_evict(int argc, char **argv);

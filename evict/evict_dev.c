@@ -6,7 +6,7 @@
  * accumulators are ~40 floats a slot and the cache thousands; a network
  * reading the version-3 inputs takes the accumulators), its scores go up, and the slot -> position map comes down at the end.  On the CPU
  * table this is scdb_evict_run, bit for bit. */
-#include "evict.h"
+#include "evict_internal.h"
 
 #include <stdlib.h>
 #include <string.h>
