@@ -99,7 +99,10 @@
  * measurement protocol and the trainer are the offline half, evict_train.h.
  * The protected recent window is max(recent, floor(recent_frac * budget))
  * slots; optionally (the file's `pool`) the scores are max-pooled along the
- * slots as SnapKV pools its attention.
+ * slots as SnapKV pools its attention.  At an eviction (scdb_evict_run) the
+ * network scores only the candidates between the protected slots and the
+ * neighbours their pool reads; select is a partial selection (rank.c), so
+ * an eviction's cost follows the candidates, not a sort of the cache.
  *
  * This header is the runtime half: what a broker and libscdb need to keep
  * a live cache within budget (accumulators, policies, select, compact, the
