@@ -36,6 +36,13 @@ scdb_err scdb_evict_mlp_load(const char *path, scdb_evict_mlp **out, scdb_evict_
  * gives it.  SCDB_EINVAL, SCDB_ENOMEM. */
 scdb_err scdb_evict_mlp_score_rows(const scdb_evict_mlp *m, const scdb_evict_acc *a, int budget,
                                    int lo, int hi, float *scores, float *x_out);
+/* A learned policy's scores (max-pooled if its file says so) of the slots
+ * [lo, hi) of a, into scores[lo..hi): the network on those rows and the
+ * neighbours their pool reads (policy.c; what an eviction asks for the
+ * candidates between the protected slots).  Errors of
+ * scdb_evict_mlp_score_rows. */
+scdb_err scdb_evict_learned_score(const scdb_evict_mlp *m, const scdb_evict_acc *a, int budget,
+                                  int lo, int hi, float *scores);
 /* A new network equal to m.  SCDB_EINVAL, SCDB_ENOMEM. */
 scdb_err scdb_evict_mlp_clone(const scdb_evict_mlp *m, scdb_evict_mlp **out);
 

@@ -132,8 +132,8 @@ void scdb_evict_policy_protect(const scdb_evict_policy *p, const scdb_evict_acc 
  * those rows and the pool's reach beyond them (what the rows' pooled
  * maxima read), clipped to [0, n) as the full pool is, so each slot of
  * [lo, hi) gets the score the whole cache's pass gives it. */
-static scdb_err score_learned(const scdb_evict_mlp *m, const scdb_evict_acc *a, int budget,
-                              int lo, int hi, float *scores)
+scdb_err scdb_evict_learned_score(const scdb_evict_mlp *m, const scdb_evict_acc *a, int budget,
+                                  int lo, int hi, float *scores)
 {
     const int half = m->pool > 1 ? m->pool / 2 : 0;
     const int rlo = lo - half > 0 ? lo - half : 0, rhi = hi + half < a->n ? hi + half : a->n;
@@ -181,7 +181,7 @@ scdb_err scdb_evict_policy_score_budget(const scdb_evict_policy *p, const scdb_e
         return scdb_k_snapkv_score_cpu(scdb_evict_acc_win(a), a->ring_fill, a->n_kv_heads,
                                        a->capacity, a->n, SCDB_EVICT_SNAPKV_POOL, scores);
     case SCDB_EVICT_LEARNED:
-        return score_learned(p->mlp, a, budget, 0, a->n, scores);
+        return scdb_evict_learned_score(p->mlp, a, budget, 0, a->n, scores);
     default:
         return SCDB_EINVAL;
     }
@@ -239,7 +239,8 @@ scdb_err scdb_evict_run(const scdb_evict_policy *p, scdb_kv_cache *cache,
         /* only the candidates between the protected slots are ranked: the
          * network scores them (and what their pool reads), not the rest */
         memset(scores, 0, (size_t)cache->n * sizeof *scores);
-        if ((rc = score_learned(p->mlp, acc, budget, sinks, cache->n - recent, scores))) goto done;
+        if ((rc = scdb_evict_learned_score(p->mlp, acc, budget, sinks, cache->n - recent, scores)))
+            goto done;
     } else if (scdb_evict_policy_needs_acc(p)) {
         if ((rc = scdb_evict_policy_score_budget(p, acc, budget, scores))) goto done;
     } else {
