@@ -1,9 +1,9 @@
-/* cmd_train_policy_rl.c — `scdb train-policy` (the default): train the
+/* cmd_train_policy_rl.c — `scdb train-policy`: train the
  * DistillCache eviction MLP with REINFORCE over the domain suite's training
  * domains and several models (evict/train_rl.c), write it as a policy file,
  * print the validation curve against the best heuristic and plot it
- * (tools/plot_train_policy.py).  `scdb train-policy --legacy` is the older
- * single-model, single-text trainer (cmd_train_policy.c). */
+ * (tools/plot_train_policy.py).  The one trainer (the earlier single-model,
+ * single-text one and its --legacy mode are retired; git keeps them). */
 #include <dirent.h>
 #include <getopt.h>
 #include <stdio.h>
@@ -12,11 +12,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "evict.h"
+#include "evict_train.h"
 #include "model.h"
 #include "scdb_cli.h"
 
-int cli_cmd_train_policy_rl(int argc, char **argv);
 
 #define MAX_MODELS 8
 #define MAX_DOMAINS 32
@@ -75,7 +74,6 @@ static void usage(FILE *f)
             "  --png FILE         training curve (default: FILE with .train.png)\n"
             "  -o, --out FILE     policy file to write (required)\n"
             "  -q, --quiet        no progress on stderr\n"
-            "  --legacy           the single-model, single-text trainer (see --legacy --help)\n"
             "  -h, --help         this text\n\n"
             "DATA is %s (environment SCDB_DATA).\n",
             cli_data_dir());
@@ -135,7 +133,7 @@ static int list_models(const char *data, char **out, int max)
 }
 
 /* path with .safetensors replaced by ext (or ext appended) */
-int cli_cmd_train_policy_rl(int argc, char **argv)
+int cli_cmd_train_policy(int argc, char **argv)
 {
     enum { O_SUITE = 256, O_DOMAINS, O_MODELS, O_INPUTS, O_UPDATES, O_BATCH, O_STATES, O_SAMPLES,
            O_HORIZON, O_BRANGE, O_VBUDGETS, O_VALW, O_VALE, O_LR, O_ENTROPY, O_TAU, O_HIDDEN,

@@ -18,7 +18,7 @@ int cli_cmd_get(int argc, char **argv);
 int cli_cmd_stats(int argc, char **argv);
 int cli_cmd_calibrate(int argc, char **argv); /* cmd_calibrate.c */
 int cli_cmd_demo(int argc, char **argv);      /* cmd_demo.c */
-int cli_cmd_train_policy(int argc, char **argv); /* cmd_train_policy.c */
+int cli_cmd_train_policy(int argc, char **argv); /* cmd_train_policy_rl.c */
 int cli_cmd_audit(int argc, char **argv);     /* cmd_audit.c */
 int cli_cmd_fingerprint(int argc, char **argv);
 

@@ -6,7 +6,7 @@
  * accumulators are ~40 floats a slot and the cache thousands; a network
  * reading the version-3 inputs takes the accumulators), its scores go up, and the slot -> position map comes down at the end.  On the CPU
  * table this is scdb_evict_run, bit for bit. */
-#include "evict.h"
+#include "evict_internal.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -56,15 +56,17 @@ static int features_suffice(const scdb_evict_mlp *m)
 
 /* A network reading other inputs (ranks, ages, context: version 3) needs
  * the accumulators themselves: the whole buffer comes down (~40 floats a
- * slot, still far less than the cache) and is scored as policy.c scores a
- * host session, so the CPU table stays bit for bit scdb_evict_run. */
+ * slot, still far less than the cache) and the candidates [lo, hi) are
+ * scored as scdb_evict_run scores a host session's (the rest 0: select
+ * keeps them whatever they score), so the CPU table stays bit for bit
+ * scdb_evict_run. */
 static scdb_err score_learned_acc(const scdb_k_ops *ops, const scdb_evict_mlp *m,
                                   const scdb_evict_acc *hdr, const void *acc, int n, int budget,
-                                  float *scores_dev)
+                                  int lo, int hi, float *scores_dev)
 {
     size_t bytes = (size_t)hdr->bytes, cap = (bytes + 63) & ~(size_t)63;
     void *host = aligned_alloc(64, cap);
-    float *f = malloc(2 * (size_t)(n > 0 ? n : 1) * sizeof *f);
+    float *f = calloc((size_t)(n > 0 ? n : 1), sizeof *f);
     scdb_evict_acc *a = NULL;
     scdb_err e;
 
@@ -73,15 +75,11 @@ static scdb_err score_learned_acc(const scdb_k_ops *ops, const scdb_evict_mlp *m
         free(f);
         return SCDB_ENOMEM;
     }
-    float *raw = f, *pooled = f + n;
     if (!(e = ops->download(host, acc, bytes))) {
         memcpy(host, hdr, sizeof *hdr);   /* the header as the host knows it */
         if (!(e = scdb_evict_acc_attach(host, bytes, &a)) &&
-            !(e = scdb_evict_mlp_score_acc(m, a, budget, raw, NULL))) {
-            if (m->pool > 1) scdb_evict_maxpool(raw, n, m->pool, pooled, NULL);
-            else memcpy(pooled, raw, (size_t)n * sizeof *pooled);
-            e = ops->upload(scores_dev, pooled, (size_t)n * sizeof *pooled);
-        }
+            !(e = scdb_evict_learned_score(m, a, budget, lo, hi, f)))
+            e = ops->upload(scores_dev, f, (size_t)n * sizeof *f);
     }
     free(host);
     free(f);
@@ -89,8 +87,8 @@ static scdb_err score_learned_acc(const scdb_k_ops *ops, const scdb_evict_mlp *m
 }
 
 static scdb_err score(const scdb_k_ops *ops, const scdb_evict_policy *p, const scdb_k_acc_buf *b,
-                      const scdb_evict_acc *hdr, const void *acc, int n, int budget,
-                      float *feats_dev, float *scores_dev)
+                      const scdb_evict_acc *hdr, const void *acc, int n, int budget, int sinks,
+                      int recent, float *feats_dev, float *scores_dev)
 {
     switch (scdb_evict_policy_kind(p)) {
     case SCDB_EVICT_FULL:
@@ -105,8 +103,8 @@ static scdb_err score(const scdb_k_ops *ops, const scdb_evict_policy *p, const s
                                  SCDB_EVICT_SNAPKV_POOL, scores_dev);
     case SCDB_EVICT_LEARNED:
         if (!features_suffice(scdb_evict_policy_mlp(p)))
-            return score_learned_acc(ops, scdb_evict_policy_mlp(p), hdr, acc, n, budget,
-                                     scores_dev);
+            return score_learned_acc(ops, scdb_evict_policy_mlp(p), hdr, acc, n, budget, sinks,
+                                     n - recent, scores_dev);
         return score_learned(ops, scdb_evict_policy_mlp(p), b, hdr, n, budget, feats_dev,
                              scores_dev);
     default:
@@ -138,8 +136,8 @@ scdb_err scdb_evict_dev_run(const scdb_k_ops *ops, const scdb_evict_policy *p,
     int *keep = (int *)((char *)scratch + align64(cap * 4));
     float *feats = (float *)((char *)scratch + 2 * align64(cap * 4));
 
-    if ((e = score(ops, p, &b, hdr, acc, n, budget, feats, scores))) return e;
     scdb_evict_policy_protect(p, hdr, n, budget, &sinks, &recent);
+    if ((e = score(ops, p, &b, hdr, acc, n, budget, sinks, recent, feats, scores))) return e;
     if ((e = ops->select_topb(scores, n, budget, sinks, recent, keep, &nk))) return e;
 
     /* the cache: pos, then K and V as n_layers matrices of kv rows each */

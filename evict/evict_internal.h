@@ -1,5 +1,8 @@
 /* evict_internal.h — what the evict module's files share and nobody else
- * needs: the policy struct, ranking, cache copies, the MLP's backward pass. */
+ * needs: the policy struct, the loader, ranking, cache copies, the MLP's
+ * backward pass, the policy-gradient pieces.  The files call each other in
+ * one direction: policy.c -> mlp.c -> inputs.c -> rank.c / the kernels;
+ * episode.c and train_rl.c (offline) on top. */
 #ifndef SCDB_EVICT_INTERNAL_H
 #define SCDB_EVICT_INTERNAL_H
 
@@ -7,13 +10,41 @@
 #include <string.h>
 
 #include "evict.h"
+#include "evict_train.h"
+
+/* A policy file's metadata pairs (mlp.c reads them, policy.c answers
+ * scdb_evict_policy_meta). */
+typedef struct scdb_evict_meta {
+    char **keys, **vals;
+    int n;
+} scdb_evict_meta;
+void scdb_evict_meta_free(scdb_evict_meta *md);
 
 struct scdb_evict_policy {
     scdb_evict_kind kind;
     scdb_evict_mlp *mlp;         /* LEARNED only */
-    char **meta_keys, **meta_vals;
-    int n_meta;
+    scdb_evict_meta meta;        /* LEARNED from a file only */
 };
+
+/* The one loader of the policy file (mlp.c; errors as scdb_evict_policy_load):
+ * the network and (meta may be NULL) its metadata. */
+scdb_err scdb_evict_mlp_load(const char *path, scdb_evict_mlp **out, scdb_evict_meta *meta,
+                             char *errbuf, size_t errlen);
+/* scdb_evict_mlp_score_acc for the rows [lo, hi) only (scores[lo..hi),
+ * x_out rows lo..hi); the inputs are still every slot's (ranks and per-cache
+ * values are over all live slots), so each row scores what the full call
+ * gives it.  SCDB_EINVAL, SCDB_ENOMEM. */
+scdb_err scdb_evict_mlp_score_rows(const scdb_evict_mlp *m, const scdb_evict_acc *a, int budget,
+                                   int lo, int hi, float *scores, float *x_out);
+/* A learned policy's scores (max-pooled if its file says so) of the slots
+ * [lo, hi) of a, into scores[lo..hi): the network on those rows and the
+ * neighbours their pool reads (policy.c; what an eviction asks for the
+ * candidates between the protected slots).  Errors of
+ * scdb_evict_mlp_score_rows. */
+scdb_err scdb_evict_learned_score(const scdb_evict_mlp *m, const scdb_evict_acc *a, int budget,
+                                  int lo, int hi, float *scores);
+/* A new network equal to m.  SCDB_EINVAL, SCDB_ENOMEM. */
+scdb_err scdb_evict_mlp_clone(const scdb_evict_mlp *m, scdb_evict_mlp **out);
 
 /* tanh(x) as a rational function (Eigen's fast tanh: odd degree-13 over
  * even degree-6 polynomial, inputs clamped to +-7.9053; within a few float
@@ -57,8 +88,10 @@ static inline float scdb_evict_tanh(float x)
 void scdb_evict_mlp_protect(const scdb_evict_mlp *m, int budget, int *sinks, int *recent);
 
 /* Sort idx[0..n) by scores[idx], highest first, ties: higher index first.
- * SCDB_ENOMEM. */
+ * SCDB_ENOMEM.  (rank.c: a radix sort where idx is monotone and no score
+ * is NaN; otherwise, and as scdb_evict_rank_ref, a merge sort.) */
 scdb_err scdb_evict_rank(const float *scores, int *idx, int n);
+scdb_err scdb_evict_rank_ref(const float *scores, int *idx, int n);
 
 /* Accumulate into grad (n_params floats) d(sum_i dscore[i] * score_i)/dparams
  * for n rows of standardised inputs x[n][m->n_in]. */
@@ -111,7 +144,7 @@ scdb_err scdb_evict_window_run(scdb_evict_window *w, const scdb_evict_policy *p,
  * gradient: ds[j] += wlp * d log p / d s_j + went * d H / d s_j, where H is
  * the entropy of the first stage (softmax over the candidates); *ent = H.
  * scratch_inv: room for d->m doubles; drawn: room for d->n bytes.  Returns
- * log p.  (train.c) */
+ * log p.  (pg.c) */
 double scdb_evict_pl_grad(const scdb_evict_decision *d, float wlp, float went, float *ds,
                           double *ent, double *scratch_inv, char *drawn);
 
@@ -138,7 +171,7 @@ scdb_err scdb_evict_window_branch(scdb_evict_window *w, scdb_evict_sampler *smp,
  * (population), *mean_out (may be NULL) = mean(R).  K >= 2. */
 double scdb_evict_loo_advantages(const double *R, int K, double *A, double *mean_out);
 
-/* Adam (train.c): one step of size lr on p from gradient g; m, v: n zeros
+/* Adam (pg.c): one step of size lr on p from gradient g; m, v: n zeros
  * at the start, t: 0. */
 typedef struct scdb_evict_adam {
     float *m, *v;

@@ -12,8 +12,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define SNAPKV_POOL 7
-
 static const char *const NAMES[SCDB_EVICT_N_ALL_INPUTS] = {
     "alpha",  "vnorm",       "sigma",       "ent",       "pos",     "mass",
     "budget", "age",         "rank_mass",   "rank_alpha", "rank_window", "rank_snapkv",
@@ -31,6 +29,27 @@ int scdb_evict_input_parse(const char *name)
     return -1;
 }
 
+scdb_err scdb_evict_features(const scdb_evict_acc *a, float *f)
+{
+    if (!a || (!f && a->n > 0)) return SCDB_EINVAL;
+    scdb_k_acc_arrays arr = {scdb_evict_acc_pos(a), scdb_evict_acc_n_obs(a), scdb_evict_acc_rel(a),
+                             scdb_evict_acc_var(a), scdb_evict_acc_ent_num(a),
+                             scdb_evict_acc_ent_den(a), scdb_evict_acc_vnorm(a), a->last_pos,
+                             scdb_evict_acc_mass(a)};
+    return scdb_k_evict_features_cpu(&arr, a->n, f);
+}
+
+
+void scdb_evict_mlp_transform(const float *raw, float *x)
+{
+    x[SCDB_EF_ALPHA] = logf(fmaxf(raw[SCDB_EF_ALPHA], 0.0f) + 1e-3f);
+    x[SCDB_EF_VNORM] = logf(fmaxf(raw[SCDB_EF_VNORM], 0.0f) + 1e-6f);
+    x[SCDB_EF_SIGMA] = logf(fmaxf(raw[SCDB_EF_SIGMA], 0.0f) + 1e-6f);
+    x[SCDB_EF_ENT] = raw[SCDB_EF_ENT];
+    x[SCDB_EF_POS] = logf(fmaxf(1.0f - raw[SCDB_EF_POS], 0.0f) + 1e-3f);
+    x[SCDB_EF_MASS] = logf(fmaxf(raw[SCDB_EF_MASS], 0.0f) + 1e-6f);
+}
+
 /* x[idx[k] * stride + col] = lrank[k] = log(k + 1) - log B for the order of
  * v (highest first, ties: the newer slot first, as selection breaks them) */
 static scdb_err rank_into(const float *v, int n, int *idx, const float *lrank, float *x, int col)
@@ -45,7 +64,7 @@ static scdb_err rank_into(const float *v, int n, int *idx, const float *lrank, f
 scdb_err scdb_evict_inputs(const scdb_evict_acc *a, const float *feats, int budget, float *x)
 {
     const int n = a ? a->n : 0, NA = SCDB_EVICT_N_ALL_INPUTS;
-    float *v = NULL, *w = NULL, *gs = NULL, *lrank = NULL;
+    float *v = NULL, *w = NULL, *lrank = NULL;
     int *idx = NULL;
     scdb_err rc = SCDB_ENOMEM;
 
@@ -92,30 +111,14 @@ scdb_err scdb_evict_inputs(const scdb_evict_acc *a, const float *feats, int budg
     if ((rc = rank_into(v, n, idx, lrank, x, SCDB_EI_R_LIFE))) goto done;
     if ((rc = rank_into(last, n, idx, lrank, x, SCDB_EI_R_LAST))) goto done;
     {
-        /* the window's attention per KV group (the ring's sum), then as
-         * SnapKV scores it (policy.c): each group's sum max-pooled, the
-         * groups averaged; v = the unpooled average */
+        /* the window's attention as SnapKV scores it (the kernels' twin:
+         * each KV group's sum over the ring max-pooled, the groups
+         * averaged; pool 1: the unpooled average) */
         const float *win = scdb_evict_acc_win(a);
-        const int G = a->n_kv_heads, half = SNAPKV_POOL / 2;
-        if (!(gs = malloc((size_t)G * n * sizeof *gs))) { rc = SCDB_ENOMEM; goto done; }
-        memset(gs, 0, (size_t)G * n * sizeof *gs);
-        for (int g = 0; g < G; g++)
-            for (int r = 0; r < a->ring_fill; r++) {
-                const float *row = win + ((size_t)r * G + g) * a->capacity;
-                for (int j = 0; j < n; j++) gs[(size_t)g * n + j] += row[j];
-            }
-        memset(v, 0, (size_t)n * sizeof *v);
-        memset(w, 0, (size_t)n * sizeof *w);
-        for (int g = 0; g < G; g++) {
-            const float *s = gs + (size_t)g * n;
-            for (int j = 0; j < n; j++) {
-                float mx = s[j];
-                for (int k = j - half; k <= j + half; k++)
-                    if (k >= 0 && k < n && s[k] > mx) mx = s[k];
-                v[j] += s[j] / (float)G;
-                w[j] += mx / (float)G;
-            }
-        }
+        if ((rc = scdb_k_snapkv_score_cpu(win, a->ring_fill, a->n_kv_heads, a->capacity, n, 1, v)) ||
+            (rc = scdb_k_snapkv_score_cpu(win, a->ring_fill, a->n_kv_heads, a->capacity, n,
+                                          SCDB_EVICT_SNAPKV_POOL, w)))
+            goto done;
     }
     if ((rc = rank_into(v, n, idx, lrank, x, SCDB_EI_R_WIN))) goto done;
     if ((rc = rank_into(w, n, idx, lrank, x, SCDB_EI_R_SNAPKV))) goto done;
@@ -123,7 +126,6 @@ scdb_err scdb_evict_inputs(const scdb_evict_acc *a, const float *feats, int budg
 done:
     free(v);
     free(w);
-    free(gs);
     free(idx);
     free(lrank);
     return rc;

@@ -131,16 +131,6 @@ scdb_err scdb_evict_mlp_copy(scdb_evict_mlp *dst, const scdb_evict_mlp *src)
     return SCDB_OK;
 }
 
-void scdb_evict_mlp_transform(const float *raw, float *x)
-{
-    x[SCDB_EF_ALPHA] = logf(fmaxf(raw[SCDB_EF_ALPHA], 0.0f) + 1e-3f);
-    x[SCDB_EF_VNORM] = logf(fmaxf(raw[SCDB_EF_VNORM], 0.0f) + 1e-6f);
-    x[SCDB_EF_SIGMA] = logf(fmaxf(raw[SCDB_EF_SIGMA], 0.0f) + 1e-6f);
-    x[SCDB_EF_ENT] = raw[SCDB_EF_ENT];
-    x[SCDB_EF_POS] = logf(fmaxf(1.0f - raw[SCDB_EF_POS], 0.0f) + 1e-3f);
-    x[SCDB_EF_MASS] = logf(fmaxf(raw[SCDB_EF_MASS], 0.0f) + 1e-6f);
-}
-
 void scdb_evict_mlp_protect(const scdb_evict_mlp *m, int budget, int *sinks, int *recent)
 {
     int r = m->recent;
@@ -224,39 +214,49 @@ void scdb_evict_mlp_score_budget(const scdb_evict_mlp *m, const float *feats, in
     free(rows);
 }
 
-scdb_err scdb_evict_mlp_score_acc(const scdb_evict_mlp *m, const scdb_evict_acc *a, int budget,
-                                  float *scores, float *x_out)
+scdb_err scdb_evict_mlp_score_rows(const scdb_evict_mlp *m, const scdb_evict_acc *a, int budget,
+                                   int lo, int hi, float *scores, float *x_out)
 {
-    float h1[MAX_HIDDEN], h2[MAX_HIDDEN], x[SCDB_EVICT_MAX_INPUTS];
+    float x[SCDB_EVICT_MAX_INPUTS];
     float *f, *all;
     scdb_err rc;
-    if (!m || !a || budget < 1 || (a->n > 0 && !scores)) return SCDB_EINVAL;
-    if (a->n == 0) return SCDB_OK;
-    if (!(f = malloc((size_t)a->n * NF * sizeof *f))) return SCDB_ENOMEM;
+    const int n = a ? a->n : 0;
+    if (!m || !a || budget < 1 || lo < 0 || hi > n || lo > hi || (hi > lo && !scores))
+        return SCDB_EINVAL;
+    if (hi == lo) return SCDB_OK;
+    if (!(f = malloc((size_t)n * NF * sizeof *f))) return SCDB_ENOMEM;
     if ((rc = scdb_evict_features(a, f))) { free(f); return rc; }
-    if (is_v2(m)) {
-        scdb_evict_mlp_score_budget(m, f, a->n, budget, scores, x_out);
+    if (is_v2(m)) {   /* row by row from the features: only the rows asked for */
+        scdb_evict_mlp_score_budget(m, f + (size_t)lo * NF, hi - lo, budget, scores + lo,
+                                    x_out ? x_out + (size_t)lo * m->n_in : NULL);
         free(f);
         return SCDB_OK;
     }
-    if (!(all = malloc((size_t)a->n * SCDB_EVICT_N_ALL_INPUTS * sizeof *all))) {
+    if (!(all = malloc((size_t)n * SCDB_EVICT_N_ALL_INPUTS * sizeof *all))) {
         free(f);
         return SCDB_ENOMEM;
     }
-    /* standardised rows, in place at the front of `all`, then one batched pass */
+    /* every slot's inputs (the ranks and the per-cache values are over all
+     * of them), then the rows asked for standardised in place at the front
+     * of `all` and one batched pass over them */
     if (!(rc = scdb_evict_inputs(a, f, budget, all))) {
-        for (int i = 0; i < a->n; i++) {
+        for (int i = lo; i < hi; i++) {
             gather_row(m, all + (size_t)i * SCDB_EVICT_N_ALL_INPUTS, x);
-            memcpy(all + (size_t)i * m->n_in, x, (size_t)m->n_in * sizeof *x);
+            memcpy(all + (size_t)(i - lo) * m->n_in, x, (size_t)m->n_in * sizeof *x);
         }
-        if (x_out) memcpy(x_out, all, (size_t)a->n * m->n_in * sizeof *x_out);
-        rc = forward_rows(m, all, a->n, scores);
+        if (x_out) memcpy(x_out + (size_t)lo * m->n_in, all, (size_t)(hi - lo) * m->n_in * sizeof *x_out);
+        rc = forward_rows(m, all, hi - lo, scores + lo);
     }
-    (void)h1;
-    (void)h2;
     free(all);
     free(f);
     return rc;
+}
+
+scdb_err scdb_evict_mlp_score_acc(const scdb_evict_mlp *m, const scdb_evict_acc *a, int budget,
+                                  float *scores, float *x_out)
+{
+    if (!a) return SCDB_EINVAL;
+    return scdb_evict_mlp_score_rows(m, a, budget, 0, a->n, scores, x_out);
 }
 
 void scdb_evict_mlp_score(const scdb_evict_mlp *m, const float *feats, int n,
@@ -394,32 +394,41 @@ static int all_finite(const float *p, size_t n)
     return 1;
 }
 
-static scdb_err copy_meta(scdb_evict_policy *p, const scdb_st_file *f)
+void scdb_evict_meta_free(scdb_evict_meta *md)
+{
+    if (!md) return;
+    for (int i = 0; i < md->n; i++) { free(md->keys[i]); free(md->vals[i]); }
+    free(md->keys);
+    free(md->vals);
+    memset(md, 0, sizeof *md);
+}
+
+static scdb_err copy_meta(scdb_evict_meta *md, const scdb_st_file *f)
 {
     int n = scdb_st_meta_count(f);
-    p->meta_keys = calloc((size_t)(n > 0 ? n : 1), sizeof *p->meta_keys);
-    p->meta_vals = calloc((size_t)(n > 0 ? n : 1), sizeof *p->meta_vals);
-    if (!p->meta_keys || !p->meta_vals) return SCDB_ENOMEM;
+    md->keys = calloc((size_t)(n > 0 ? n : 1), sizeof *md->keys);
+    md->vals = calloc((size_t)(n > 0 ? n : 1), sizeof *md->vals);
+    if (!md->keys || !md->vals) return SCDB_ENOMEM;
     for (int i = 0; i < n; i++) {
         const char *k, *v;
         if (scdb_st_meta_at(f, i, &k, &v)) continue;
-        p->meta_keys[p->n_meta] = strdup(k);
-        p->meta_vals[p->n_meta] = strdup(v);
-        if (!p->meta_keys[p->n_meta] || !p->meta_vals[p->n_meta]) {
-            free(p->meta_keys[p->n_meta]);
-            free(p->meta_vals[p->n_meta]);
+        md->keys[md->n] = strdup(k);
+        md->vals[md->n] = strdup(v);
+        if (!md->keys[md->n] || !md->vals[md->n]) {
+            free(md->keys[md->n]);
+            free(md->vals[md->n]);
             return SCDB_ENOMEM;
         }
-        p->n_meta++;
+        md->n++;
     }
     return SCDB_OK;
 }
 
-scdb_err scdb_evict_policy_load(const char *path, scdb_evict_policy **out,
-                                char *errbuf, size_t errlen)
+scdb_err scdb_evict_mlp_load(const char *path, scdb_evict_mlp **out, scdb_evict_meta *meta,
+                             char *errbuf, size_t errlen)
 {
     scdb_st_file *f = NULL;
-    scdb_evict_policy *p = NULL;
+    scdb_evict_mlp *mlp = NULL;
     const scdb_st_tensor *t;
     const char *v;
     int sinks, recent, pool, nf;
@@ -430,6 +439,7 @@ scdb_err scdb_evict_policy_load(const char *path, scdb_evict_policy **out,
 
     if (!out) return SCDB_EINVAL;
     *out = NULL;
+    if (meta) memset(meta, 0, sizeof *meta);
     if (!path) return SCDB_EINVAL;
     if ((rc = scdb_st_open(path, &f, errbuf, errlen))) return rc;
 
@@ -521,22 +531,20 @@ scdb_err scdb_evict_policy_load(const char *path, scdb_evict_policy **out,
         goto fail;
     }
     H = t->shape[0];
-    if (!(p = calloc(1, sizeof *p))) { rc = SCDB_ENOMEM; goto fail; }
-    p->kind = SCDB_EVICT_LEARNED;
-    if ((rc = mlp_alloc((int)H, v3 ? ids : NULL, n_ids, &p->mlp))) goto fail;
-    p->mlp->sinks = sinks;
-    p->mlp->recent = recent;
-    p->mlp->recent_frac = recent_frac;
-    p->mlp->pool = pool;
+    if ((rc = mlp_alloc((int)H, v3 ? ids : NULL, n_ids, &mlp))) goto fail;
+    mlp->sinks = sinks;
+    mlp->recent = recent;
+    mlp->recent_frac = recent_frac;
+    mlp->pool = pool;
     {
         /* rows of nf inputs land in rows of NI (a version-1 file's missing
          * mass and budget inputs: weight 0, mean 0, std 1, so it scores as
          * before) */
         struct { const char *name; int ndim; int64_t d0, d1; float *dst; int dst_row; } spec[] = {
-            {"input.mean", 1, nf, 0, p->mlp->in_mean, 0}, {"input.std", 1, nf, 0, p->mlp->in_std, 0},
-            {"fc1.weight", 2, H, nf, p->mlp->w1, p->mlp->n_in}, {"fc1.bias", 1, H, 0, p->mlp->b1, 0},
-            {"fc2.weight", 2, H, H, p->mlp->w2, 0}, {"fc2.bias", 1, H, 0, p->mlp->b2, 0},
-            {"out.weight", 2, 1, H, p->mlp->w3, 0}, {"out.bias", 1, 1, 0, p->mlp->b3, 0}};
+            {"input.mean", 1, nf, 0, mlp->in_mean, 0}, {"input.std", 1, nf, 0, mlp->in_std, 0},
+            {"fc1.weight", 2, H, nf, mlp->w1, mlp->n_in}, {"fc1.bias", 1, H, 0, mlp->b1, 0},
+            {"fc2.weight", 2, H, H, mlp->w2, 0}, {"fc2.bias", 1, H, 0, mlp->b2, 0},
+            {"out.weight", 2, 1, H, mlp->w3, 0}, {"out.bias", 1, 1, 0, mlp->b3, 0}};
         for (size_t i = 0; i < SCDB_ARRAY_LEN(spec); i++) {
             int64_t shape[2] = {spec[i].d0, spec[i].d1};
             if ((rc = scdb_st_expect(f, spec[i].name, SCDB_F32, spec[i].ndim, shape, &t,
@@ -552,43 +560,37 @@ scdb_err scdb_evict_policy_load(const char *path, scdb_evict_policy **out,
             }
         }
     }
-    if (!all_finite(p->mlp->params, p->mlp->n_params) ||
-        !all_finite(p->mlp->in_mean, (size_t)p->mlp->n_in) ||
-        !all_finite(p->mlp->in_std, (size_t)p->mlp->n_in)) {
+    if (!all_finite(mlp->params, mlp->n_params) ||
+        !all_finite(mlp->in_mean, (size_t)mlp->n_in) ||
+        !all_finite(mlp->in_std, (size_t)mlp->n_in)) {
         scdb_errf(errbuf, errlen, "%s: non-finite weights", path);
         rc = SCDB_ERANGE;
         goto fail;
     }
-    for (int i = 0; i < p->mlp->n_in; i++)
-        if (!(p->mlp->in_std[i] > 0.0f)) {
+    for (int i = 0; i < mlp->n_in; i++)
+        if (!(mlp->in_std[i] > 0.0f)) {
             scdb_errf(errbuf, errlen, "%s: input.std[%d] must be > 0", path, i);
             rc = SCDB_ERANGE;
             goto fail;
         }
-    if ((rc = copy_meta(p, f))) goto fail;
+    if (meta && (rc = copy_meta(meta, f))) goto fail;
     scdb_st_close(&f);
-    *out = p;
+    *out = mlp;
     return SCDB_OK;
 fail:
-    scdb_evict_policy_free(&p);
+    scdb_evict_meta_free(meta);
+    scdb_evict_mlp_free(&mlp);
     scdb_st_close(&f);
     return rc;
 }
 
-scdb_err scdb_evict_policy_from_mlp(const scdb_evict_mlp *m, scdb_evict_policy **out)
+scdb_err scdb_evict_mlp_clone(const scdb_evict_mlp *m, scdb_evict_mlp **out)
 {
-    scdb_evict_policy *p;
     scdb_err rc;
     if (!out) return SCDB_EINVAL;
     *out = NULL;
     if (!m) return SCDB_EINVAL;
-    if (!(p = calloc(1, sizeof *p))) return SCDB_ENOMEM;
-    p->kind = SCDB_EVICT_LEARNED;
-    if ((rc = mlp_alloc(m->hidden, m->in_id, m->n_in, &p->mlp)) ||
-        (rc = scdb_evict_mlp_copy(p->mlp, m))) {
-        scdb_evict_policy_free(&p);
-        return rc;
-    }
-    *out = p;
-    return SCDB_OK;
+    if ((rc = mlp_alloc(m->hidden, m->in_id, m->n_in, out)) || (rc = scdb_evict_mlp_copy(*out, m)))
+        scdb_evict_mlp_free(out);
+    return rc;
 }

@@ -1,13 +1,13 @@
 /* policy.c — the eviction policies behind one interface (score -> select ->
  * compact): full cache, StreamingLLM, H2O, SnapKV, TOVA and the learned MLP
- * (whose network and file live in mlp.c).  Rules in evict.h. */
+ * (whose network and file live in mlp.c; its inputs in inputs.c).  Rules in
+ * evict.h.  Calls mlp.c and the kernels; nothing in the module calls back. */
 #include "evict_internal.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 #define STREAMING_SINKS 4
-#define SNAPKV_POOL SCDB_EVICT_SNAPKV_POOL
 
 static const char *const KIND_NAMES[SCDB_EVICT_KIND_COUNT] = {
     "full", "streaming", "h2o", "snapkv", "tova", "learned"};
@@ -37,15 +37,50 @@ scdb_err scdb_evict_policy_new(scdb_evict_kind kind, scdb_evict_policy **out)
     return SCDB_OK;
 }
 
+/* A learned policy: the network and its file's metadata (the one loader,
+ * mlp.c's). */
+scdb_err scdb_evict_policy_load(const char *path, scdb_evict_policy **out, char *errbuf,
+                                size_t errlen)
+{
+    scdb_evict_policy *p;
+    scdb_err rc;
+    if (!out) return SCDB_EINVAL;
+    *out = NULL;
+    if (!path) return SCDB_EINVAL;
+    if (!(p = calloc(1, sizeof *p))) return SCDB_ENOMEM;
+    p->kind = SCDB_EVICT_LEARNED;
+    if ((rc = scdb_evict_mlp_load(path, &p->mlp, &p->meta, errbuf, errlen))) {
+        free(p);
+        return rc;
+    }
+    *out = p;
+    return SCDB_OK;
+}
+
+scdb_err scdb_evict_policy_from_mlp(const scdb_evict_mlp *m, scdb_evict_policy **out)
+{
+    scdb_evict_policy *p;
+    scdb_err rc;
+    if (!out) return SCDB_EINVAL;
+    *out = NULL;
+    if (!m) return SCDB_EINVAL;
+    if (!(p = calloc(1, sizeof *p))) return SCDB_ENOMEM;
+    p->kind = SCDB_EVICT_LEARNED;
+    if ((rc = scdb_evict_mlp_clone(m, &p->mlp))) {
+        free(p);
+        return rc;
+    }
+    *out = p;
+    return SCDB_OK;
+}
+
 void scdb_evict_policy_free(scdb_evict_policy **pp)
 {
     scdb_evict_policy *p;
     if (!pp || !*pp) return;
     p = *pp;
     scdb_evict_mlp_free(&p->mlp);
-    for (int i = 0; i < p->n_meta; i++) { free(p->meta_keys[i]); free(p->meta_vals[i]); }
-    free(p->meta_keys);
-    free(p->meta_vals);
+    scdb_evict_meta_free(&p->meta);
     free(p);
     *pp = NULL;
 }
@@ -65,8 +100,8 @@ int scdb_evict_policy_needs_acc(const scdb_evict_policy *p)
 const char *scdb_evict_policy_meta(const scdb_evict_policy *p, const char *key)
 {
     if (!p || !key) return NULL;
-    for (int i = 0; i < p->n_meta; i++)
-        if (!strcmp(p->meta_keys[i], key)) return p->meta_vals[i];
+    for (int i = 0; i < p->meta.n; i++)
+        if (!strcmp(p->meta.keys[i], key)) return p->meta.vals[i];
     return NULL;
 }
 
@@ -93,30 +128,32 @@ void scdb_evict_policy_protect(const scdb_evict_policy *p, const scdb_evict_acc 
     *recent = r;
 }
 
-/* SnapKV: window attention summed per KV group over the ring, max-pooled
- * along the slots (kernel 7, same padding), then averaged over groups. */
-static scdb_err score_snapkv(const scdb_evict_acc *a, float *scores)
+/* The learned policy's (pooled) scores of slots [lo, hi): the network on
+ * those rows and the pool's reach beyond them (what the rows' pooled
+ * maxima read), clipped to [0, n) as the full pool is, so each slot of
+ * [lo, hi) gets the score the whole cache's pass gives it. */
+scdb_err scdb_evict_learned_score(const scdb_evict_mlp *m, const scdb_evict_acc *a, int budget,
+                                  int lo, int hi, float *scores)
 {
-    int n = a->n, G = a->n_kv_heads, half = SNAPKV_POOL / 2;
-    float *s = malloc((size_t)(n > 0 ? n : 1) * sizeof *s);
-    const float *win = scdb_evict_acc_win(a);
-    if (!s) return SCDB_ENOMEM;
-    memset(scores, 0, (size_t)n * sizeof *scores);
-    for (int g = 0; g < G; g++) {
-        memset(s, 0, (size_t)n * sizeof *s);
-        for (int r = 0; r < a->ring_fill; r++) {
-            const float *row = win + ((size_t)r * G + g) * a->capacity;
-            for (int j = 0; j < n; j++) s[j] += row[j];
-        }
-        for (int j = 0; j < n; j++) {
-            float mx = s[j];
-            for (int k = j - half; k <= j + half; k++)
-                if (k >= 0 && k < n && s[k] > mx) mx = s[k];
-            scores[j] += mx / (float)G;
+    const int half = m->pool > 1 ? m->pool / 2 : 0;
+    const int rlo = lo - half > 0 ? lo - half : 0, rhi = hi + half < a->n ? hi + half : a->n;
+    float *f;
+    scdb_err rc;
+    if (m->pool <= 1) return scdb_evict_mlp_score_rows(m, a, budget, lo, hi, scores, NULL);
+    if (!(f = malloc((size_t)(a->n > 0 ? a->n : 1) * sizeof *f))) return SCDB_ENOMEM;
+    if (!(rc = scdb_evict_mlp_score_rows(m, a, budget, rlo, rhi, f, NULL))) {
+        /* pooled over [rlo, rhi): for j in [lo, hi) the window j +- half
+         * lies inside it or is clipped at 0 / n as the full pool clips it */
+        float *pooled = malloc((size_t)(rhi - rlo > 0 ? rhi - rlo : 1) * sizeof *pooled);
+        if (!pooled) rc = SCDB_ENOMEM;
+        else {
+            scdb_evict_maxpool(f + rlo, rhi - rlo, m->pool, pooled, NULL);
+            memcpy(scores + lo, pooled + (lo - rlo), (size_t)(hi - lo) * sizeof *scores);
+            free(pooled);
         }
     }
-    free(s);
-    return SCDB_OK;
+    free(f);
+    return rc;
 }
 
 scdb_err scdb_evict_policy_score(const scdb_evict_policy *p, const scdb_evict_acc *a,
@@ -128,7 +165,6 @@ scdb_err scdb_evict_policy_score(const scdb_evict_policy *p, const scdb_evict_ac
 scdb_err scdb_evict_policy_score_budget(const scdb_evict_policy *p, const scdb_evict_acc *a,
                                         int budget, float *scores)
 {
-    float *f;
     if (!p || !a || (!scores && a->n > 0) || budget < 1) return SCDB_EINVAL;
     switch (p->kind) {
     case SCDB_EVICT_FULL:
@@ -141,70 +177,14 @@ scdb_err scdb_evict_policy_score_budget(const scdb_evict_policy *p, const scdb_e
     case SCDB_EVICT_TOVA:
         memcpy(scores, scdb_evict_acc_last(a), (size_t)a->n * sizeof *scores);
         return SCDB_OK;
-    case SCDB_EVICT_SNAPKV:
-        return score_snapkv(a, scores);
-    case SCDB_EVICT_LEARNED: {
-        scdb_err rc;
-        if (p->mlp->pool <= 1) return scdb_evict_mlp_score_acc(p->mlp, a, budget, scores, NULL);
-        if (!(f = malloc((size_t)(a->n > 0 ? a->n : 1) * sizeof *f))) return SCDB_ENOMEM;
-        if (!(rc = scdb_evict_mlp_score_acc(p->mlp, a, budget, f, NULL)))
-            scdb_evict_maxpool(f, a->n, p->mlp->pool, scores, NULL);
-        free(f);
-        return rc;
-    }
+    case SCDB_EVICT_SNAPKV:   /* the kernels' twin (kernels.h, snapkv_score) */
+        return scdb_k_snapkv_score_cpu(scdb_evict_acc_win(a), a->ring_fill, a->n_kv_heads,
+                                       a->capacity, a->n, SCDB_EVICT_SNAPKV_POOL, scores);
+    case SCDB_EVICT_LEARNED:
+        return scdb_evict_learned_score(p->mlp, a, budget, 0, a->n, scores);
     default:
         return SCDB_EINVAL;
     }
-}
-
-/* ------------------------------------------------------------ select */
-
-/* Merge sort of indices by score, highest first (ties: the higher index
- * first): a stable total order, no global state, so select is thread-safe. */
-static int before(const float *s, int i, int j)
-{
-    return s[i] > s[j] || (s[i] == s[j] && i > j);
-}
-
-static void msort(const float *s, int *v, int *tmp, int n)
-{
-    if (n < 2) return;
-    int h = n / 2, i = 0, j = h, k = 0;
-    msort(s, v, tmp, h);
-    msort(s, v + h, tmp, n - h);
-    while (i < h && j < n) tmp[k++] = before(s, v[j], v[i]) ? v[j++] : v[i++];
-    while (i < h) tmp[k++] = v[i++];
-    while (j < n) tmp[k++] = v[j++];
-    memcpy(v, tmp, (size_t)n * sizeof *v);
-}
-
-scdb_err scdb_evict_rank(const float *scores, int *idx, int n)
-{
-    int *tmp = malloc((size_t)(n > 0 ? n : 1) * sizeof *tmp);
-    if (!tmp) return SCDB_ENOMEM;
-    msort(scores, idx, tmp, n);
-    free(tmp);
-    return SCDB_OK;
-}
-
-scdb_err scdb_evict_select(const float *scores, int n, int budget, int sinks,
-                           int recent, int *keep, int *n_keep)
-{
-    /* the kernels' twin: the same order as scdb_evict_rank (ties to the
-     * higher slot), keep[] ascending */
-    return scdb_k_select_topb_cpu(scores, n, budget, sinks, recent, keep, n_keep);
-}
-
-/* ------------------------------------------------------------ features */
-
-scdb_err scdb_evict_features(const scdb_evict_acc *a, float *f)
-{
-    if (!a || (!f && a->n > 0)) return SCDB_EINVAL;
-    scdb_k_acc_arrays arr = {scdb_evict_acc_pos(a), scdb_evict_acc_n_obs(a), scdb_evict_acc_rel(a),
-                             scdb_evict_acc_var(a), scdb_evict_acc_ent_num(a),
-                             scdb_evict_acc_ent_den(a), scdb_evict_acc_vnorm(a), a->last_pos,
-                             scdb_evict_acc_mass(a)};
-    return scdb_k_evict_features_cpu(&arr, a->n, f);
 }
 
 /* ------------------------------------------------------------ compact, run */
@@ -254,12 +234,18 @@ scdb_err scdb_evict_run(const scdb_evict_policy *p, scdb_kv_cache *cache,
     scores = malloc((size_t)cache->n * sizeof *scores);
     keep = malloc((size_t)cache->n * sizeof *keep);
     if (!scores || !keep) goto done;
-    if (scdb_evict_policy_needs_acc(p)) {
+    scdb_evict_policy_protect(p, acc, cache->n, budget, &sinks, &recent);
+    if (p->kind == SCDB_EVICT_LEARNED) {
+        /* only the candidates between the protected slots are ranked: the
+         * network scores them (and what their pool reads), not the rest */
+        memset(scores, 0, (size_t)cache->n * sizeof *scores);
+        if ((rc = scdb_evict_learned_score(p->mlp, acc, budget, sinks, cache->n - recent, scores)))
+            goto done;
+    } else if (scdb_evict_policy_needs_acc(p)) {
         if ((rc = scdb_evict_policy_score_budget(p, acc, budget, scores))) goto done;
     } else {
         memset(scores, 0, (size_t)cache->n * sizeof *scores);
     }
-    scdb_evict_policy_protect(p, acc, cache->n, budget, &sinks, &recent);
     if ((rc = scdb_evict_select(scores, cache->n, budget, sinks, recent, keep, &nk))) goto done;
     if (acc && acc->n != cache->n) acc = NULL;
     rc = scdb_evict_compact(cache, acc, keep, nk, pos_map);

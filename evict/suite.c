@@ -4,7 +4,7 @@
  * and check it against the manifest, and the selection rule itself (crc32
  * of the path), so a test can check that every recorded file is where the
  * rule puts it. */
-#include "evict.h"
+#include "evict_train.h"
 
 #include <cjson/cJSON.h>
 #include <stdlib.h>

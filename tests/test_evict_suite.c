@@ -22,7 +22,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "evict.h"
+#include "evict_train.h"
 #include "evict_internal.h"
 #include "helpers/assert_close.h"
 #include "model.h"

@@ -21,6 +21,7 @@
 
 #include "codec.h"
 #include "evict.h"
+#include "evict_train.h"
 #include "lookup_index.h"
 #include "model.h"
 #include "safetensors.h"
