@@ -66,6 +66,11 @@ static void usage(FILE *f)
             "  --recent N         last slots always kept (default 8)\n"
             "  --recent-frac F    keep at least F x budget last slots too (default 0.5)\n"
             "  --pool K           max-pool the scores over K slots (odd; default 5; 1: none)\n"
+            "  --windows F,..     learn the recent window: a head choosing among these\n"
+            "                     fractions of the budget (ascending, in [0, 1)) as a\n"
+            "                     function of the budget (a version-4 file); it starts at\n"
+            "                     the choice nearest --recent-frac (default: no head)\n"
+            "  --window-lr X      the head's Adam step (default 0.05)\n"
             "  --prefill P, --steps T, --every C   the protocol (default 256, 256, 8)\n"
             "  --init FILE        start from this policy file instead of random weights\n"
             "  --minutes M        stop after M minutes\n"
@@ -105,6 +110,21 @@ static int parse_fracs(const char *s, double *out, int max)
     return bad ? -1 : n;
 }
 
+/* --windows: 1..max fractions in [0, 1), strictly ascending; -1 if not */
+static int parse_windows(const char *s, double *out, int max)
+{
+    char *v[SCDB_EVICT_MAX_WIN + 1];
+    int n = split_list(s, v, SCDB_EVICT_MAX_WIN + 1), bad = n < 1 || n > max;
+    for (int i = 0; i < n; i++) {
+        char *end;
+        double x = strtod(v[i], &end);
+        bad |= *end || !(x >= 0.0 && x < 1.0) || (i > 0 && i <= max && !(x > out[i - 1]));
+        if (i < max) out[i] = x;
+        free(v[i]);
+    }
+    return bad ? -1 : n;
+}
+
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
 /* every model directory under DATA/models, base first */
@@ -138,7 +158,7 @@ int cli_cmd_train_policy(int argc, char **argv)
     enum { O_SUITE = 256, O_DOMAINS, O_MODELS, O_INPUTS, O_UPDATES, O_BATCH, O_STATES, O_SAMPLES,
            O_HORIZON, O_BRANGE, O_VBUDGETS, O_VALW, O_VALE, O_LR, O_ENTROPY, O_TAU, O_HIDDEN,
            O_SINKS, O_RECENT, O_RFRAC, O_POOL, O_PREFILL, O_STEPS, O_EVERY, O_INIT, O_MINUTES,
-           O_SEED, O_LOG, O_PNG, O_HFIRST, O_ABSTAU, O_TAUEND };
+           O_SEED, O_LOG, O_PNG, O_HFIRST, O_ABSTAU, O_TAUEND, O_WINDOWS, O_WINLR };
     static const struct option opts[] = {
         {"suite", 1, 0, O_SUITE}, {"domains", 1, 0, O_DOMAINS}, {"models", 1, 0, O_MODELS},
         {"inputs", 1, 0, O_INPUTS}, {"updates", 1, 0, O_UPDATES}, {"batch", 1, 0, O_BATCH},
@@ -151,7 +171,7 @@ int cli_cmd_train_policy(int argc, char **argv)
         {"every", 1, 0, O_EVERY}, {"init", 1, 0, O_INIT}, {"minutes", 1, 0, O_MINUTES},
         {"seed", 1, 0, O_SEED}, {"log", 1, 0, O_LOG}, {"png", 1, 0, O_PNG},
         {"horizon-first", 1, 0, O_HFIRST}, {"abs-tau", 0, 0, O_ABSTAU},
-        {"tau-end", 1, 0, O_TAUEND},
+        {"tau-end", 1, 0, O_TAUEND}, {"windows", 1, 0, O_WINDOWS}, {"window-lr", 1, 0, O_WINLR},
         {"out", 1, 0, 'o'}, {"quiet", 0, 0, 'q'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     scdb_evict_rl_opts o;
     scdb_evict_rl_result res;
@@ -207,6 +227,14 @@ int cli_cmd_train_policy(int argc, char **argv)
             o.n_val_budgets = parse_fracs(optarg, o.val_budgets, 4);
             bad = o.n_val_budgets < 1;
             break;
+        case O_WINDOWS: {
+            double wf[SCDB_EVICT_MAX_WIN];
+            o.n_win = parse_windows(optarg, wf, SCDB_EVICT_MAX_WIN);
+            bad = o.n_win < 1;
+            for (int wi = 0; wi < o.n_win; wi++) o.win_frac[wi] = (float)wf[wi];
+            break;
+        }
+        case O_WINLR: bad = scdb_parse_float(oname, optarg, 0.0f, 10.0f, &o.win_lr, why, sizeof why); break;
         case O_VALW: bad = scdb_parse_int(oname, optarg, 1, 1024, &o.val_windows, why, sizeof why); break;
         case O_VALE: bad = scdb_parse_int(oname, optarg, 1, 1 << 20, &o.val_every, why, sizeof why); break;
         case O_LR: bad = scdb_parse_float(oname, optarg, 1e-9f, 10.0f, &o.lr, why, sizeof why); break;

@@ -201,7 +201,7 @@ static scdb_err sample_evict(scdb_evict_window *w, scdb_kv_cache *kv, scdb_evict
     scdb_evict_decision *d;
     scdb_err rc;
 
-    scdb_evict_mlp_protect(mlp, budget, &sinks, &recent);
+    scdb_evict_mlp_protect_choice(mlp, budget, smp->win_pick - 1, &sinks, &recent);
 
     if (sinks > cap) sinks = cap;
     if (recent > cap - sinks) recent = cap - sinks;
@@ -249,8 +249,8 @@ static scdb_err sample_evict(scdb_evict_window *w, scdb_kv_cache *kv, scdb_evict
     if (d->evicted)
         for (int j = 0; j < n; j++) d->s[j] = -d->s[j];
     for (int j = sinks; j < n - recent; j++) {
-        double u = scdb_evict_urand(&smp->rng);
-        w->pert[j] = d->s[j] - (float)log(-log(u));
+        double u = smp->no_noise ? 0.5 : scdb_evict_urand(&smp->rng);
+        w->pert[j] = smp->no_noise ? d->s[j] : d->s[j] - (float)log(-log(u));
         w->cand[nc++] = j;
     }
     if ((rc = scdb_evict_rank(w->pert, w->cand, nc))) return rc;

@@ -74,6 +74,7 @@ enum {
     SCDB_EVICT_N_ALL_INPUTS
 };
 #define SCDB_EVICT_MAX_INPUTS SCDB_EVICT_N_ALL_INPUTS
+#define SCDB_EVICT_MAX_WIN 16                /* choices of a version-4 window head */
 
 /* ------------------------------------------------------------ the MLP */
 
@@ -92,7 +93,21 @@ typedef struct scdb_evict_mlp {
     int sinks, recent;                         /* protected counts */
     float recent_frac;                         /* recent >= recent_frac * budget, in [0, 1) */
     int pool;                                  /* max-pool kernel over slots (odd; 1: none) */
+    /* The learned recent window (version 4; n_win 0: recent_frac decides, as
+     * in versions 1-3).  A small head over n_win choices of the window:
+     * logit_c(B) = win_w[2c] + win_w[2c + 1] * z, z = log2(B / 64); the
+     * policy protects recent = max(recent, floor(win_frac[c*] * B)) slots,
+     * c* = argmax_c logit_c(B) (ties: the lower c), so how much of the budget
+     * goes to recency is a function of the budget the trainer learns. */
+    int n_win;
+    float win_frac[SCDB_EVICT_MAX_WIN];        /* each choice's window, a fraction of B in [0, 1) */
+    float win_w[2 * SCDB_EVICT_MAX_WIN];
 } scdb_evict_mlp;
+
+/* The window head at budget B: returns c* (-1 if the network has no head);
+ * probs (NULL or [n_win]) gets softmax_c logit_c(B); *z_out (may be NULL)
+ * gets z = log2(B / 64). */
+int scdb_evict_mlp_window(const scdb_evict_mlp *m, int budget, float *probs, float *z_out);
 
 /* The fixed input transform of raw features (before standardisation):
  * x[0..SCDB_EVICT_N_FEATURES) from one row of scdb_evict_features. */
@@ -257,6 +272,14 @@ typedef struct scdb_evict_rl_opts {
     int sinks, recent;                 /* protected counts (hand-set structure) */
     float recent_frac;
     int pool;                          /* max-pool of the scores (odd; 1: none) */
+    int n_win;                         /* > 0: learn the recent window (a version-4 head
+                                        * over these choices; recent_frac is then only
+                                        * where the head starts: its choice nearest
+                                        * recent_frac has logit 1, the others 0) */
+    float win_frac[SCDB_EVICT_MAX_WIN];
+    float win_lr;                      /* the head's Adam step (cosine-decayed like lr) */
+    float lr_sign;                     /* 1; -1 ascends the loss (the trainer test's
+                                        * broken-gradient control) */
     int val_windows;                   /* per (model, domain) */
     int val_every;                     /* Adam steps between validations */
     double max_seconds;                /* stop after this long (0: no limit) */
