@@ -212,6 +212,12 @@ void scdb_evict_window_free(scdb_evict_window **w);
  * capture; the calling thread's CPU time) and mean NLL of the continuation. */
 double scdb_evict_window_step_s(const scdb_evict_window *w);
 double scdb_evict_window_nll_full(const scdb_evict_window *w);
+/* After each eviction of a deterministic run (scdb_evict_window_eval and
+ * the student's steps), add every kept slot to hist[bin] by its age a (the
+ * newest slot's position minus its own): bin 0 for a = 0, bin k for
+ * 2^(k-1) <= a < 2^k, the last bin for everything older.  hist NULL or
+ * bins < 1: stop recording. */
+void scdb_evict_window_age_hist(scdb_evict_window *w, double *hist, int bins);
 
 /* Run the student protocol with policy p at budget B, evicting every
  * `every` steps.  kl_steps (NULL or [steps]) gets the per-step KL.
@@ -317,6 +323,18 @@ typedef struct scdb_evict_rl_result {
  * SCDB_ENOMEM. */
 scdb_err scdb_evict_train_rl(const scdb_evict_rl_opts *o, scdb_evict_mlp **out,
                              scdb_evict_rl_result *res, char *errbuf, size_t errlen);
+
+/* The kept set's age profile (what each policy keeps, by age, per budget):
+ * val_windows windows of every (model, corpus)'s val text (o's models,
+ * corpora, protocol and val_budgets), each policy run deterministically at
+ * each budget, every eviction's kept slots counted by age
+ * (scdb_evict_window_age_hist's bins); JSON on `json`: the bins, budgets,
+ * and per policy its protected (sinks, recent) per budget, mean KL and the
+ * profile (fractions per bin).  SCDB_EINVAL, SCDB_ERANGE (a val text
+ * shorter than a window), SCDB_ENOMEM, SCDB_EIO, model errors. */
+scdb_err scdb_evict_age_profile(const scdb_evict_rl_opts *o, const scdb_evict_policy *const *pols,
+                                const char *const *labels, int n_pol, FILE *json, char *errbuf,
+                                size_t errlen);
 
 /* ------------------------------------------------------------ domain suite
  * The texts the eviction bench measures on and policy training trains on:

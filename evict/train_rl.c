@@ -661,3 +661,102 @@ done:
     for (int i = 0; i < MAX_MODELS; i++) scdb_model_free(&models[i]);
     return rc;
 }
+
+/* ------------------------------------------------------------ age profile */
+
+#define AGE_BINS 10   /* ages 0, 1, 2-3, ..., 128-255, 256 and older */
+
+scdb_err scdb_evict_age_profile(const scdb_evict_rl_opts *o, const scdb_evict_policy *const *pols,
+                                const char *const *labels, int n_pol, FILE *json, char *errbuf,
+                                size_t errlen)
+{
+    scdb_model *model = NULL;
+    int32_t *vt = NULL;
+    scdb_evict_window *w = NULL;
+    double *hist = NULL, *kl = NULL;
+    const int span = o ? o->prefill + o->steps + 1 : 0;
+    scdb_err rc = SCDB_EINVAL;
+
+    if (!o || !pols || !labels || n_pol < 1 || !json || o->n_models < 1 || o->n_corpora < 1 ||
+        o->n_val_budgets < 1 || o->n_val_budgets > MAX_VB || o->val_windows < 1 || o->every < 1)
+        return SCDB_EINVAL;
+    const int nb = o->n_val_budgets;
+    if (!(hist = calloc((size_t)n_pol * nb * AGE_BINS, sizeof *hist)) ||
+        !(kl = calloc((size_t)n_pol * nb, sizeof *kl))) {
+        rc = SCDB_ENOMEM;
+        goto done;
+    }
+    int n_win = 0;
+    for (int mi = 0; mi < o->n_models; mi++) {
+        if ((rc = scdb_model_load(o->model_dirs[mi], &model, errbuf, errlen))) goto done;
+        for (int c = 0; c < o->n_corpora; c++) {
+            const scdb_evict_corpus *cp = &o->corpora[c];
+            if (cp->val_len < (size_t)span) {
+                scdb_errf(errbuf, errlen, "domain %s: the val text needs at least %d bytes",
+                          cp->name ? cp->name : "?", span);
+                rc = SCDB_ERANGE;
+                goto done;
+            }
+            free(vt);
+            if (!(vt = malloc(cp->val_len * sizeof *vt))) { rc = SCDB_ENOMEM; goto done; }
+            scdb_tokenize_bytes(cp->val, cp->val_len, vt);
+            size_t room = cp->val_len - (size_t)span;
+            for (int i = 0; i < o->val_windows; i++) {
+                size_t off = room * (size_t)(2 * i + 1) / (size_t)(2 * o->val_windows);
+                if ((rc = scdb_evict_window_new(model, vt + off, o->prefill, o->steps, &w))) goto done;
+                n_win++;
+                for (int pi = 0; pi < n_pol; pi++)
+                    for (int b = 0; b < nb; b++) {
+                        scdb_evict_eval e;
+                        scdb_evict_window_age_hist(w, hist + ((size_t)pi * nb + b) * AGE_BINS, AGE_BINS);
+                        if ((rc = scdb_evict_window_eval(w, pols[pi], budget_slots(o->val_budgets[b], o),
+                                                         o->every, NULL, &e)))
+                            goto done;
+                        kl[pi * nb + b] += e.kl;
+                    }
+                scdb_evict_window_free(&w);
+            }
+        }
+        scdb_model_free(&model);
+    }
+    fprintf(json, "{\"what\":\"kept slots by age after each eviction, fraction per age bin\","
+                  "\"prefill\":%d,\"steps\":%d,\"every\":%d,\"windows\":%d,"
+                  "\"bins\":[",
+            o->prefill, o->steps, o->every, n_win);
+    for (int k = 0; k < AGE_BINS; k++)
+        fprintf(json, "%s[%d,%d]", k ? "," : "", k ? 1 << (k - 1) : 0,
+                k == AGE_BINS - 1 ? -1 : k ? (1 << k) - 1 : 0);
+    fprintf(json, "],\"budgets\":[");
+    for (int b = 0; b < nb; b++) fprintf(json, "%s%g", b ? "," : "", o->val_budgets[b]);
+    fprintf(json, "],\"policies\":[");
+    for (int pi = 0; pi < n_pol; pi++) {
+        fprintf(json, "%s{\"label\":\"%s\",\"window\":[", pi ? "," : "", labels[pi]);
+        for (int b = 0; b < nb; b++) {
+            int sk, r;
+            scdb_evict_policy_protect(pols[pi], NULL, o->prefill + o->steps,
+                                      budget_slots(o->val_budgets[b], o), &sk, &r);
+            fprintf(json, "%s[%d,%d]", b ? "," : "", sk, r);
+        }
+        fprintf(json, "],\"kl\":[");
+        for (int b = 0; b < nb; b++) fprintf(json, "%s%.6f", b ? "," : "", kl[pi * nb + b] / n_win);
+        fprintf(json, "],\"profile\":[");
+        for (int b = 0; b < nb; b++) {
+            const double *h = hist + ((size_t)pi * nb + b) * AGE_BINS;
+            double tot = 0.0;
+            for (int k = 0; k < AGE_BINS; k++) tot += h[k];
+            fprintf(json, "%s[", b ? "," : "");
+            for (int k = 0; k < AGE_BINS; k++) fprintf(json, "%s%.5f", k ? "," : "", tot > 0 ? h[k] / tot : 0.0);
+            fprintf(json, "]");
+        }
+        fprintf(json, "]}");
+    }
+    fprintf(json, "]}\n");
+    rc = ferror(json) ? SCDB_EIO : SCDB_OK;
+done:
+    scdb_evict_window_free(&w);
+    scdb_model_free(&model);
+    free(vt);
+    free(hist);
+    free(kl);
+    return rc;
+}
