@@ -14,8 +14,13 @@
  * domain's held-out text (data/heldout, the bench before the suite); --text
  * adds any file or folder (a folder: its files, sorted, joined).  Rows carry
  * `domain` and `seen` (false for a domain the policy never trained on).
- * Markdown tables on stdout, {"rows":[...]} JSON with --json, a PNG with
- * --png (tools/plot_evict.py, matplotlib). */
+ * Budgets 50%, 25%, 12.5% and 6.25% by default; the shipped policy and the
+ * one shipped before it (distillcache_base.v3) side by side.  A summary per
+ * (learned policy, budget, seen / unseen): geometric mean of KL / the best
+ * heuristic's KL, pairs where the policy's KL is lowest, overhead mean and
+ * worst row.  Markdown tables on stdout, {"rows":[...],"summary":[...]}
+ * JSON with --json, a PNG with --png (tools/plot_evict.py, matplotlib).  A
+ * run that measures nothing exits 1. */
 #include <cjson/cJSON.h>
 #include <dirent.h>
 #include <getopt.h>
@@ -42,6 +47,8 @@ int scdb_bench_evict(int argc, char **argv);
 #define N_HEUR SCDB_EVICT_LEARNED            /* full, streaming, h2o, snapkv, tova */
 #define MAX_POL (N_HEUR + MAX_LEARNED)
 #define MAX_TEXT_BYTES ((size_t)64 << 20)
+#define CURRENT_POLICY "distillcache_base.safetensors"
+#define PREVIOUS_POLICY "distillcache_base.v3.safetensors"   /* the file shipped before */
 
 typedef struct opts {
     const char *data, *json, *png, *part, *suite;
@@ -97,15 +104,24 @@ static void usage(FILE *f)
             "                    files, recursively, sorted, joined); repeatable; reported as\n"
             "                    unseen domains named after the file or folder\n"
             "  --part P          second | first | all of each --text (default all)\n"
-            "  --policy FILE     learned policy (default DATA/policies/distillcache_base.safetensors);\n"
-            "                    repeatable: the first is `distillcache`, the others are named\n"
-            "                    after their files and measured in the same run\n"
-            "  --budgets F,..    budget fractions of prefill + steps (default 0.5,0.25,0.125)\n"
+            "  --policy FILE     learned policy; repeatable: the first is `distillcache`, the\n"
+            "                    others are named after their files and measured in the same\n"
+            "                    run (default: DATA/policies/distillcache_base.safetensors as\n"
+            "                    `distillcache` and, if present, the previous shipped file\n"
+            "                    DATA/policies/distillcache_base.v3.safetensors as `previous`)\n"
+            "  --budgets F,..    budget fractions of prefill + steps (default\n"
+            "                    0.5,0.25,0.125,0.0625)\n"
             "  --windows N       windows per text, evenly spaced (default 8)\n"
             "  --prefill P       prefill tokens (default 256)\n"
             "  --steps T         teacher-forced continuation steps (default 256)\n"
             "  --every C         evict every C steps (default 8)\n"
-            "  --json FILE       write {\"rows\":[{model,domain,seen,policy,budget,kl,top1,ppl,..}]}\n"
+            "  --json FILE       write {\"rows\":[{model,domain,seen,split,policy,label,budget,kl,\n"
+            "                    top1,ppl,..}], \"summary\":[{label,budget,split,pairs,\n"
+            "                    kl_ratio_geomean,kl_lowest,top1_at_least_best,overhead_mean,\n"
+            "                    overhead_worst,..}]} (the summary: per learned policy, budget\n"
+            "                    and seen / unseen / other texts; KL ratio = KL / the best\n"
+            "                    heuristic's on the same (model, domain); overhead = policy\n"
+            "                    time / model step time)\n"
             "  --png FILE        plot (tools/plot_evict.py, matplotlib)\n"
             "  --data DIR        asset directory (default %s)\n"
             "  -h, --help        this text\n",
@@ -167,8 +183,8 @@ static int parse_opts(int argc, char **argv, opts *o, char *why, size_t why_len)
     int c;
     memset(o, 0, sizeof *o);
     o->data = data_dir();
-    o->budgets[0] = 0.5; o->budgets[1] = 0.25; o->budgets[2] = 0.125;
-    o->n_budgets = 3;
+    o->budgets[0] = 0.5; o->budgets[1] = 0.25; o->budgets[2] = 0.125; o->budgets[3] = 0.0625;
+    o->n_budgets = 4;
     o->windows = 8;
     o->prefill = 256;
     o->steps = 256;
@@ -412,7 +428,7 @@ static void print_full_table(const cJSON *rows, const char *split, const char *t
            "|---|---|---|---|---|---|---|---|---|---|\n", title);
     cJSON_ArrayForEach(r, rows) {
         if (strcmp(row_str(r, "split"), split)) continue;
-        printf("| %s | %s | %s | %s | %.3f | %.5f | %.4f | %.3f | %.1f | %.0f |\n", row_str(r, "model"),
+        printf("| %s | %s | %s | %s | %.4f | %.5f | %.4f | %.3f | %.1f | %.0f |\n", row_str(r, "model"),
                row_str(r, "domain"), row_str(r, "text"), row_str(r, "label"), row_num(r, "budget"),
                row_num(r, "kl"), row_num(r, "top1"), row_num(r, "ppl"), row_num(r, "us_per_token"),
                row_num(r, "model_us_per_token"));
@@ -429,7 +445,7 @@ static void print_domain_table(const cJSON *rows, const char *split, const char 
     cJSON_ArrayForEach(r, rows)
         any |= !strcmp(row_str(r, "split"), split) && fabs(row_num(r, "budget") - budget) < 1e-9;
     if (!any) return;
-    printf("\n### %s, budget %.3f: KL (lowest in bold); top-1 of the learned policy vs the best "
+    printf("\n### %s, budget %.4f: KL (lowest in bold); top-1 of the learned policy vs the best "
            "heuristic's\n\n| model | domain |", title, budget);
     for (int k = 0; k < n_lab; k++) printf(" %s |", labels[k]);
     printf(" top-1 learned / best heuristic |\n|---|---|");
@@ -497,17 +513,20 @@ static int load_policies(run *r)
     const opts *o = &r->o;
     for (int k = 0; k < N_HEUR; k++)
         if (scdb_evict_policy_new((scdb_evict_kind)k, &r->heur[k])) return -1;
-    int n_pf = o->n_policies ? o->n_policies : 1;
+    int n_pf = o->n_policies ? o->n_policies : 2;
     for (int i = 0; i < n_pf; i++) {
         learned *L = &r->lp[r->n_learned];
         scdb_err rc;
         if (o->n_policies) snprintf(L->path, sizeof L->path, "%s", o->policies[i]);
-        else snprintf(L->path, sizeof L->path, "%s/policies/distillcache_base.safetensors", o->data);
+        else snprintf(L->path, sizeof L->path, "%s/policies/%s", o->data,
+                      i == 0 ? CURRENT_POLICY : PREVIOUS_POLICY);
+        /* the previous shipped file is optional */
+        if (!o->n_policies && i == 1 && access(L->path, R_OK)) continue;
         rc = scdb_evict_policy_load(L->path, &L->p, r->err, sizeof r->err);
         if (rc) {
             fprintf(stderr, "scdb bench evict: no learned policy (%s: %s%s%s)%s\n", L->path,
                     scdb_strerror(rc), r->err[0] ? ": " : "", r->err,
-                    o->n_policies ? "" : "; heuristics only");
+                    o->n_policies ? "" : i ? "; without the previous one" : "; heuristics only");
             if (o->n_policies) return -1;
             continue;
         }
@@ -515,6 +534,8 @@ static int load_policies(run *r)
         L->domains = scdb_evict_policy_meta(L->p, "domains");
         if (r->n_learned == 0) {
             snprintf(L->label, sizeof L->label, "distillcache");
+        } else if (!o->n_policies) {
+            snprintf(L->label, sizeof L->label, "previous");
         } else {
             const char *b = strrchr(L->path, '/');
             b = b ? b + 1 : L->path;
@@ -866,8 +887,8 @@ static void print_tables(const run *r)
 }
 
 /* Goals of one split (seen, unseen, other) for the first learned policy:
- * KL lowest of all, top-1 at least the best heuristic's, at budgets 0.25
- * and 0.125; and against each other learned policy. */
+ * KL lowest of all, top-1 at least the best heuristic's, at every budget;
+ * and against each other learned policy. */
 static void print_split_goals(const run *r, int sp)
 {
     const opts *o = &r->o;
@@ -876,7 +897,6 @@ static void print_split_goals(const run *r, int sp)
     int pairs = 0, kl_ok = 0, t1_ok = 0;
     int vs_n[MAX_LEARNED] = {0}, vs_ok[MAX_LEARNED] = {0};
     for (int b = 0; b < o->n_budgets; b++) {
-        if (fabs(o->budgets[b] - 0.25) > 1e-9 && fabs(o->budgets[b] - 0.125) > 1e-9) continue;
         const cJSON *row;
         cJSON_ArrayForEach(row, rows) {
             if (strcmp(row_str(row, "split"), split_names[sp]) ||
@@ -908,20 +928,125 @@ static void print_split_goals(const run *r, int sp)
             kl_ok += kl < bh;
             t1_ok += t1 >= bt;
             if (kl >= bh || t1 < bt)
-                printf("  %-7s %-9s %-10s budget %.3f: KL %.5f vs %s %.5f%s, top-1 %.4f vs best heuristic %.4f%s\n",
+                printf("  %-7s %-9s %-10s budget %.4f: KL %.5f vs %s %.5f%s, top-1 %.4f vs best heuristic %.4f%s\n",
                        split_names[sp], row_str(row, "model"), row_str(row, "domain"), o->budgets[b],
                        kl, bname, bh, kl < bh ? "" : " (NOT lowest)", t1, bt,
                        t1 >= bt ? "" : " (below)");
         }
     }
     if (pairs)
-        printf("  %s: KL lowest of all policies on %d of %d (model, domain, budget 0.25 / 0.125) "
-               "pairs; top-1 >= the best heuristic's on %d of %d\n",
+        printf("  %s: KL lowest of all policies on %d of %d (model, domain, budget) pairs, "
+               "every budget; top-1 >= the best heuristic's on %d of %d\n",
                split_titles[sp], kl_ok, pairs, t1_ok, pairs);
     for (int j = 1; j < r->n_learned; j++)
         if (vs_n[j])
             printf("  %s: KL <= `%s`'s on %d of %d pairs\n", split_titles[sp], lp[j].label,
                    vs_ok[j], vs_n[j]);
+}
+
+/* One summary cell: a learned policy's rows of one split at one budget,
+ * each against the heuristics (and the other learned policies) on the same
+ * (model, domain). */
+typedef struct cell {
+    int pairs, kl_lowest, top1_ok, vs_n[MAX_LEARNED], vs_ok[MAX_LEARNED];
+    double log_ratio, ov_sum, ov_worst;
+    char worst_model[64], worst_domain[64];
+} cell;
+
+static int is_heur(const char *label)
+{
+    for (int k = SCDB_EVICT_STREAMING; k < N_HEUR; k++)
+        if (!strcmp(label, heur_label(k))) return 1;
+    return 0;
+}
+
+static void fill_cell(const run *r, int li, double budget, const char *split, cell *c)
+{
+    const cJSON *row, *q;
+    memset(c, 0, sizeof *c);
+    cJSON_ArrayForEach(row, r->rows) {
+        if (strcmp(row_str(row, "split"), split) || fabs(row_num(row, "budget") - budget) > 1e-9 ||
+            strcmp(row_str(row, "label"), r->lp[li].label))
+            continue;
+        double kl = row_num(row, "kl"), t1 = row_num(row, "top1"), bh = INFINITY, bt = -1;
+        cJSON_ArrayForEach(q, r->rows) {
+            if (strcmp(row_str(q, "model"), row_str(row, "model")) ||
+                strcmp(row_str(q, "domain"), row_str(row, "domain")) ||
+                fabs(row_num(q, "budget") - budget) > 1e-9)
+                continue;
+            const char *lab = row_str(q, "label");
+            if (is_heur(lab)) {
+                if (row_num(q, "kl") < bh) bh = row_num(q, "kl");
+                if (row_num(q, "top1") > bt) bt = row_num(q, "top1");
+            }
+            for (int j = 0; j < r->n_learned; j++)
+                if (j != li && !strcmp(lab, r->lp[j].label)) {
+                    c->vs_n[j]++;
+                    c->vs_ok[j] += kl <= row_num(q, "kl");
+                }
+        }
+        double ov = row_num(row, "us_per_token") / row_num(row, "model_us_per_token");
+        c->pairs++;
+        c->log_ratio += log(fmax(kl, 1e-12) / fmax(bh, 1e-12));
+        c->kl_lowest += kl < bh;
+        c->top1_ok += t1 >= bt;
+        c->ov_sum += ov;
+        if (ov > c->ov_worst || c->pairs == 1) {
+            c->ov_worst = ov;
+            scdb_str_cut(c->worst_model, sizeof c->worst_model, row_str(row, "model"));
+            scdb_str_cut(c->worst_domain, sizeof c->worst_domain, row_str(row, "domain"));
+        }
+    }
+}
+
+/* The summary per learned policy, budget and split: the geometric mean of
+ * KL / the best heuristic's KL over the (model, domain) pairs, on how many
+ * pairs the policy's KL is the lowest (below every heuristic's) and its
+ * top-1 at least the best heuristic's, how often its KL is at most each
+ * other learned policy's, and its overhead (policy time / model step)
+ * mean and worst row.  A table on stdout and "summary" in the JSON. */
+static void summarise(run *r)
+{
+    cJSON *sum = cJSON_AddArrayToObject(r->json, "summary");
+    printf("\n## Summary: learned policies against the best heuristic per (model, domain)\n\n"
+           "| policy | texts | budget | pairs | geo-mean KL / best heuristic | KL lowest | "
+           "top-1 >= best heuristic | KL <= other learned | overhead mean | overhead worst (row) |\n"
+           "|---|---|---|---|---|---|---|---|---|---|\n");
+    for (int li = 0; li < r->n_learned; li++)
+        for (int sp = 0; sp < 3; sp++)
+            for (int b = 0; b < r->o.n_budgets; b++) {
+                cell c;
+                fill_cell(r, li, r->o.budgets[b], split_names[sp], &c);
+                if (!c.pairs) continue;
+                double gm = exp(c.log_ratio / c.pairs), om = c.ov_sum / c.pairs;
+                char vs[256] = "";
+                cJSON *e = cJSON_CreateObject(), *vj = cJSON_CreateObject();
+                for (int j = 0; j < r->n_learned; j++) {
+                    if (!c.vs_n[j]) continue;
+                    size_t l = strlen(vs);
+                    snprintf(vs + l, sizeof vs - l, "%s%s %d/%d", l ? ", " : "", r->lp[j].label,
+                             c.vs_ok[j], c.vs_n[j]);
+                    cJSON_AddNumberToObject(vj, r->lp[j].label, c.vs_ok[j]);
+                }
+                printf("| %s | %s | %.4f | %d | %.3f | %d/%d | %d/%d | %s | %.1f%% | %.1f%% (%s/%s) |\n",
+                       r->lp[li].label, split_names[sp], r->o.budgets[b], c.pairs, gm, c.kl_lowest,
+                       c.pairs, c.top1_ok, c.pairs, vs[0] ? vs : "-", 100.0 * om,
+                       100.0 * c.ov_worst, c.worst_model, c.worst_domain);
+                cJSON_AddStringToObject(e, "label", r->lp[li].label);
+                cJSON_AddNumberToObject(e, "budget", r->o.budgets[b]);
+                cJSON_AddStringToObject(e, "split", split_names[sp]);
+                cJSON_AddBoolToObject(e, "seen", sp == 0);
+                cJSON_AddNumberToObject(e, "pairs", c.pairs);
+                cJSON_AddNumberToObject(e, "kl_ratio_geomean", gm);
+                cJSON_AddNumberToObject(e, "kl_lowest", c.kl_lowest);
+                cJSON_AddNumberToObject(e, "top1_at_least_best", c.top1_ok);
+                cJSON_AddItemToObject(e, "kl_at_most", vj);
+                cJSON_AddNumberToObject(e, "overhead_mean", om);
+                cJSON_AddNumberToObject(e, "overhead_worst", c.ov_worst);
+                cJSON_AddStringToObject(e, "overhead_worst_model", c.worst_model);
+                cJSON_AddStringToObject(e, "overhead_worst_domain", c.worst_domain);
+                cJSON_AddItemToArray(sum, e);
+            }
 }
 
 /* The goals of the first learned policy, each split, then its overhead. */
@@ -939,14 +1064,18 @@ static void print_goals(const run *r)
         }
     printf("  overhead: at most %.1f%% of the model's step time (all budgets)\n", 100.0 * worst);
     for (int b = 0; b < r->o.n_budgets; b++) {
-        double w = 0.0;
+        double w = 0.0, sum = 0.0;
+        int nr = 0;
         cJSON_ArrayForEach(row, r->rows)
             if (!strcmp(row_str(row, "label"), label) &&
                 fabs(row_num(row, "budget") - r->o.budgets[b]) < 1e-9) {
                 double q = row_num(row, "us_per_token") / row_num(row, "model_us_per_token");
                 if (q > w) w = q;
+                sum += q;
+                nr++;
             }
-        printf("    budget %.3f: at most %.1f%%\n", r->o.budgets[b], 100.0 * w);
+        printf("    budget %.4f: mean %.1f%%, at most %.1f%% (%d rows)\n", r->o.budgets[b],
+               nr ? 100.0 * sum / nr : 0.0, 100.0 * w, nr);
     }
 }
 
@@ -1027,7 +1156,13 @@ int scdb_bench_evict(int argc, char **argv)
     r.t_start = scdb_now();
     for (int mi = 0; mi < r.o.n_models; mi++)
         if (eval_model(&r, mi)) goto done;
+    if (cJSON_GetArraySize(r.rows) == 0) {
+        /* nothing measured (e.g. --portion val of unseen domains only) */
+        fprintf(stderr, "scdb bench evict: FAILED: no text was measured, no rows\n");
+        goto done;
+    }
     print_tables(&r);
+    if (r.n_learned) summarise(&r);
     if (r.n_learned) print_goals(&r);
     printf("\n%.0f s\n", scdb_now() - r.t_start);
     if (write_outputs(&r)) goto done;

@@ -318,7 +318,9 @@ scdb_err scdb_evict_policy_score_budget(const scdb_evict_policy *p, const scdb_e
 
 /* Deterministic top-B with protection: keep[] (ascending) gets
  * min(n, budget) slots: [0, sinks), [n - recent, n) and the highest-scoring
- * others (ties: the higher slot).  keep needs room for min(n, budget).
+ * others (ties: the higher slot; NaN ranks as -inf): the set the kernels'
+ * select_topb gives, found by partial selection (expected O(n), rank.c)
+ * instead of a sort.  keep needs room for min(n, budget).
  * SCDB_EINVAL (NULL, budget < 1, sinks/recent negative), SCDB_ENOMEM. */
 scdb_err scdb_evict_select(const float *scores, int n, int budget, int sinks,
                            int recent, int *keep, int *n_keep);

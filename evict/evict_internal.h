@@ -30,6 +30,12 @@ struct scdb_evict_policy {
  * the network and (meta may be NULL) its metadata. */
 scdb_err scdb_evict_mlp_load(const char *path, scdb_evict_mlp **out, scdb_evict_meta *meta,
                              char *errbuf, size_t errlen);
+/* scdb_evict_mlp_score_acc for the rows [lo, hi) only (scores[lo..hi),
+ * x_out rows lo..hi); the inputs are still every slot's (ranks and per-cache
+ * values are over all live slots), so each row scores what the full call
+ * gives it.  SCDB_EINVAL, SCDB_ENOMEM. */
+scdb_err scdb_evict_mlp_score_rows(const scdb_evict_mlp *m, const scdb_evict_acc *a, int budget,
+                                   int lo, int hi, float *scores, float *x_out);
 /* A new network equal to m.  SCDB_EINVAL, SCDB_ENOMEM. */
 scdb_err scdb_evict_mlp_clone(const scdb_evict_mlp *m, scdb_evict_mlp **out);
 
@@ -79,8 +85,10 @@ void scdb_evict_mlp_protect_choice(const scdb_evict_mlp *m, int budget, int choi
                                    int *recent);
 
 /* Sort idx[0..n) by scores[idx], highest first, ties: higher index first.
- * SCDB_ENOMEM. */
+ * SCDB_ENOMEM.  (rank.c: a radix sort where idx is monotone and no score
+ * is NaN; otherwise, and as scdb_evict_rank_ref, a merge sort.) */
 scdb_err scdb_evict_rank(const float *scores, int *idx, int n);
+scdb_err scdb_evict_rank_ref(const float *scores, int *idx, int n);
 
 /* Accumulate into grad (n_params floats) d(sum_i dscore[i] * score_i)/dparams
  * for n rows of standardised inputs x[n][m->n_in]. */

@@ -248,39 +248,49 @@ void scdb_evict_mlp_score_budget(const scdb_evict_mlp *m, const float *feats, in
     free(rows);
 }
 
-scdb_err scdb_evict_mlp_score_acc(const scdb_evict_mlp *m, const scdb_evict_acc *a, int budget,
-                                  float *scores, float *x_out)
+scdb_err scdb_evict_mlp_score_rows(const scdb_evict_mlp *m, const scdb_evict_acc *a, int budget,
+                                   int lo, int hi, float *scores, float *x_out)
 {
-    float h1[MAX_HIDDEN], h2[MAX_HIDDEN], x[SCDB_EVICT_MAX_INPUTS];
+    float x[SCDB_EVICT_MAX_INPUTS];
     float *f, *all;
     scdb_err rc;
-    if (!m || !a || budget < 1 || (a->n > 0 && !scores)) return SCDB_EINVAL;
-    if (a->n == 0) return SCDB_OK;
-    if (!(f = malloc((size_t)a->n * NF * sizeof *f))) return SCDB_ENOMEM;
+    const int n = a ? a->n : 0;
+    if (!m || !a || budget < 1 || lo < 0 || hi > n || lo > hi || (hi > lo && !scores))
+        return SCDB_EINVAL;
+    if (hi == lo) return SCDB_OK;
+    if (!(f = malloc((size_t)n * NF * sizeof *f))) return SCDB_ENOMEM;
     if ((rc = scdb_evict_features(a, f))) { free(f); return rc; }
-    if (is_v2(m)) {
-        scdb_evict_mlp_score_budget(m, f, a->n, budget, scores, x_out);
+    if (is_v2(m)) {   /* row by row from the features: only the rows asked for */
+        scdb_evict_mlp_score_budget(m, f + (size_t)lo * NF, hi - lo, budget, scores + lo,
+                                    x_out ? x_out + (size_t)lo * m->n_in : NULL);
         free(f);
         return SCDB_OK;
     }
-    if (!(all = malloc((size_t)a->n * SCDB_EVICT_N_ALL_INPUTS * sizeof *all))) {
+    if (!(all = malloc((size_t)n * SCDB_EVICT_N_ALL_INPUTS * sizeof *all))) {
         free(f);
         return SCDB_ENOMEM;
     }
-    /* standardised rows, in place at the front of `all`, then one batched pass */
+    /* every slot's inputs (the ranks and the per-cache values are over all
+     * of them), then the rows asked for standardised in place at the front
+     * of `all` and one batched pass over them */
     if (!(rc = scdb_evict_inputs(a, f, budget, all))) {
-        for (int i = 0; i < a->n; i++) {
+        for (int i = lo; i < hi; i++) {
             gather_row(m, all + (size_t)i * SCDB_EVICT_N_ALL_INPUTS, x);
-            memcpy(all + (size_t)i * m->n_in, x, (size_t)m->n_in * sizeof *x);
+            memcpy(all + (size_t)(i - lo) * m->n_in, x, (size_t)m->n_in * sizeof *x);
         }
-        if (x_out) memcpy(x_out, all, (size_t)a->n * m->n_in * sizeof *x_out);
-        rc = forward_rows(m, all, a->n, scores);
+        if (x_out) memcpy(x_out + (size_t)lo * m->n_in, all, (size_t)(hi - lo) * m->n_in * sizeof *x_out);
+        rc = forward_rows(m, all, hi - lo, scores + lo);
     }
-    (void)h1;
-    (void)h2;
     free(all);
     free(f);
     return rc;
+}
+
+scdb_err scdb_evict_mlp_score_acc(const scdb_evict_mlp *m, const scdb_evict_acc *a, int budget,
+                                  float *scores, float *x_out)
+{
+    if (!a) return SCDB_EINVAL;
+    return scdb_evict_mlp_score_rows(m, a, budget, 0, a->n, scores, x_out);
 }
 
 void scdb_evict_mlp_score(const scdb_evict_mlp *m, const float *feats, int n,

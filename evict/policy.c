@@ -128,6 +128,34 @@ void scdb_evict_policy_protect(const scdb_evict_policy *p, const scdb_evict_acc 
     *recent = r;
 }
 
+/* The learned policy's (pooled) scores of slots [lo, hi): the network on
+ * those rows and the pool's reach beyond them (what the rows' pooled
+ * maxima read), clipped to [0, n) as the full pool is, so each slot of
+ * [lo, hi) gets the score the whole cache's pass gives it. */
+static scdb_err score_learned(const scdb_evict_mlp *m, const scdb_evict_acc *a, int budget,
+                              int lo, int hi, float *scores)
+{
+    const int half = m->pool > 1 ? m->pool / 2 : 0;
+    const int rlo = lo - half > 0 ? lo - half : 0, rhi = hi + half < a->n ? hi + half : a->n;
+    float *f;
+    scdb_err rc;
+    if (m->pool <= 1) return scdb_evict_mlp_score_rows(m, a, budget, lo, hi, scores, NULL);
+    if (!(f = malloc((size_t)(a->n > 0 ? a->n : 1) * sizeof *f))) return SCDB_ENOMEM;
+    if (!(rc = scdb_evict_mlp_score_rows(m, a, budget, rlo, rhi, f, NULL))) {
+        /* pooled over [rlo, rhi): for j in [lo, hi) the window j +- half
+         * lies inside it or is clipped at 0 / n as the full pool clips it */
+        float *pooled = malloc((size_t)(rhi - rlo > 0 ? rhi - rlo : 1) * sizeof *pooled);
+        if (!pooled) rc = SCDB_ENOMEM;
+        else {
+            scdb_evict_maxpool(f + rlo, rhi - rlo, m->pool, pooled, NULL);
+            memcpy(scores + lo, pooled + (lo - rlo), (size_t)(hi - lo) * sizeof *scores);
+            free(pooled);
+        }
+    }
+    free(f);
+    return rc;
+}
+
 scdb_err scdb_evict_policy_score(const scdb_evict_policy *p, const scdb_evict_acc *a,
                                  float *scores)
 {
@@ -137,7 +165,6 @@ scdb_err scdb_evict_policy_score(const scdb_evict_policy *p, const scdb_evict_ac
 scdb_err scdb_evict_policy_score_budget(const scdb_evict_policy *p, const scdb_evict_acc *a,
                                         int budget, float *scores)
 {
-    float *f;
     if (!p || !a || (!scores && a->n > 0) || budget < 1) return SCDB_EINVAL;
     switch (p->kind) {
     case SCDB_EVICT_FULL:
@@ -153,28 +180,11 @@ scdb_err scdb_evict_policy_score_budget(const scdb_evict_policy *p, const scdb_e
     case SCDB_EVICT_SNAPKV:   /* the kernels' twin (kernels.h, snapkv_score) */
         return scdb_k_snapkv_score_cpu(scdb_evict_acc_win(a), a->ring_fill, a->n_kv_heads,
                                        a->capacity, a->n, SCDB_EVICT_SNAPKV_POOL, scores);
-    case SCDB_EVICT_LEARNED: {
-        scdb_err rc;
-        if (p->mlp->pool <= 1) return scdb_evict_mlp_score_acc(p->mlp, a, budget, scores, NULL);
-        if (!(f = malloc((size_t)(a->n > 0 ? a->n : 1) * sizeof *f))) return SCDB_ENOMEM;
-        if (!(rc = scdb_evict_mlp_score_acc(p->mlp, a, budget, f, NULL)))
-            scdb_evict_maxpool(f, a->n, p->mlp->pool, scores, NULL);
-        free(f);
-        return rc;
-    }
+    case SCDB_EVICT_LEARNED:
+        return score_learned(p->mlp, a, budget, 0, a->n, scores);
     default:
         return SCDB_EINVAL;
     }
-}
-
-/* ------------------------------------------------------------ select */
-
-scdb_err scdb_evict_select(const float *scores, int n, int budget, int sinks,
-                           int recent, int *keep, int *n_keep)
-{
-    /* the kernels' twin: the same order as scdb_evict_rank (ties to the
-     * higher slot), keep[] ascending */
-    return scdb_k_select_topb_cpu(scores, n, budget, sinks, recent, keep, n_keep);
 }
 
 /* ------------------------------------------------------------ compact, run */
@@ -224,12 +234,17 @@ scdb_err scdb_evict_run(const scdb_evict_policy *p, scdb_kv_cache *cache,
     scores = malloc((size_t)cache->n * sizeof *scores);
     keep = malloc((size_t)cache->n * sizeof *keep);
     if (!scores || !keep) goto done;
-    if (scdb_evict_policy_needs_acc(p)) {
+    scdb_evict_policy_protect(p, acc, cache->n, budget, &sinks, &recent);
+    if (p->kind == SCDB_EVICT_LEARNED) {
+        /* only the candidates between the protected slots are ranked: the
+         * network scores them (and what their pool reads), not the rest */
+        memset(scores, 0, (size_t)cache->n * sizeof *scores);
+        if ((rc = score_learned(p->mlp, acc, budget, sinks, cache->n - recent, scores))) goto done;
+    } else if (scdb_evict_policy_needs_acc(p)) {
         if ((rc = scdb_evict_policy_score_budget(p, acc, budget, scores))) goto done;
     } else {
         memset(scores, 0, (size_t)cache->n * sizeof *scores);
     }
-    scdb_evict_policy_protect(p, acc, cache->n, budget, &sinks, &recent);
     if ((rc = scdb_evict_select(scores, cache->n, budget, sinks, recent, keep, &nk))) goto done;
     if (acc && acc->n != cache->n) acc = NULL;
     rc = scdb_evict_compact(cache, acc, keep, nk, pos_map);

@@ -1,11 +1,23 @@
 /* rank.c — orders of slots by a score (highest first, ties: the newer slot
- * first, the order scdb_evict_select keeps by): what the rank inputs
- * (inputs.c) and the trainer's Gumbel draws (episode.c) sort with.  No
- * dependency inside the module. */
+ * first, the order scdb_evict_select keeps by): the full order the rank
+ * inputs (inputs.c) and the trainer's Gumbel draws (episode.c) need, and
+ * the partial one an eviction needs (which slots are in the top m, not in
+ * what order).  No dependency inside the module.
+ *
+ * Costs at n live slots: scdb_evict_rank is a radix sort (four byte passes
+ * over the scores' bits, O(n)), where a comparison sort costs O(n log n)
+ * compares with an unpredictable branch each; scdb_evict_select a
+ * quickselect of the m-th best (O(n) expected) instead of sorting every
+ * candidate.  Both give exactly the order / set the full sorts give
+ * (tests/test_evict.c compares them with the merge sort and the kernels'
+ * qsort on random scores with ties). */
 #include "evict_internal.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* ------------------------------------------------------------ full order */
 
 /* Merge sort of indices by score, highest first (ties: the higher index
  * first): a stable total order, no global state, so it is thread-safe. */
@@ -26,11 +38,157 @@ static void msort(const float *s, int *v, int *tmp, int n)
     memcpy(v, tmp, (size_t)n * sizeof *v);
 }
 
-scdb_err scdb_evict_rank(const float *scores, int *idx, int n)
+scdb_err scdb_evict_rank_ref(const float *scores, int *idx, int n)
 {
     int *tmp = malloc((size_t)(n > 0 ? n : 1) * sizeof *tmp);
     if (!tmp) return SCDB_ENOMEM;
     msort(scores, idx, tmp, n);
     free(tmp);
+    return SCDB_OK;
+}
+
+/* The bits of x as an unsigned key that orders as x does, highest score
+ * lowest key (so an ascending sort ranks highest first); -0 and +0 are one
+ * key, as they compare equal. */
+static uint32_t desc_key(float x)
+{
+    uint32_t u;
+    if (x == 0.0f) x = 0.0f;
+    memcpy(&u, &x, sizeof u);
+    u = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+    return ~u;
+}
+
+/* idx strictly ascending / descending (the callers' usual orders) */
+static int monotone(const int *idx, int n, int dir)
+{
+    for (int i = 1; i < n; i++)
+        if (dir > 0 ? idx[i] <= idx[i - 1] : idx[i] >= idx[i - 1]) return 0;
+    return 1;
+}
+
+scdb_err scdb_evict_rank(const float *scores, int *idx, int n)
+{
+    if (n < 2) return SCDB_OK;
+    int asc = monotone(idx, n, 1);
+    if (!asc && !monotone(idx, n, -1)) return scdb_evict_rank_ref(scores, idx, n);
+    for (int i = 0; i < n; i++)
+        if (isnan(scores[idx[i]])) return scdb_evict_rank_ref(scores, idx, n);   /* no total order */
+    uint32_t *key = malloc((size_t)n * 2 * sizeof *key);
+    int *tmp = malloc((size_t)n * sizeof *tmp);
+    if (!key || !tmp) {
+        free(key);
+        free(tmp);
+        return SCDB_ENOMEM;
+    }
+    uint32_t *key2 = key + n;
+    /* a stable sort keeps equal scores in input order: start from the
+     * indices descending, so ties come out higher index first */
+    if (asc)
+        for (int i = 0; i < n / 2; i++) {
+            int t = idx[i];
+            idx[i] = idx[n - 1 - i];
+            idx[n - 1 - i] = t;
+        }
+    for (int i = 0; i < n; i++) key[i] = desc_key(scores[idx[i]]);
+    int *src = idx, *dst = tmp;
+    uint32_t *ks = key, *kd = key2;
+    for (int shift = 0; shift < 32; shift += 8) {
+        int cnt[257] = {0};
+        for (int i = 0; i < n; i++) cnt[((ks[i] >> shift) & 0xffu) + 1]++;
+        if (cnt[((ks[0] >> shift) & 0xffu) + 1] == n) continue;   /* one byte value: in order */
+        for (int b = 0; b < 256; b++) cnt[b + 1] += cnt[b];
+        for (int i = 0; i < n; i++) {
+            int at = cnt[(ks[i] >> shift) & 0xffu]++;
+            kd[at] = ks[i];
+            dst[at] = src[i];
+        }
+        int *ti = src; src = dst; dst = ti;
+        uint32_t *tk = ks; ks = kd; kd = tk;
+    }
+    if (src != idx) memcpy(idx, src, (size_t)n * sizeof *idx);
+    free(key);
+    free(tmp);
+    return SCDB_OK;
+}
+
+/* ------------------------------------------------------------ top m */
+
+/* Slot i as one 64-bit key, larger = kept first: the score's order (NaN as
+ * -inf, as the kernels' select ranks it), then the slot. */
+static uint64_t keep_key(float s, int i)
+{
+    if (isnan(s)) s = -INFINITY;
+    return ((uint64_t)~desc_key(s) << 32) | (uint32_t)i;
+}
+
+/* Reorder k[0..n) so that k[0..m) are its m largest (in no order). */
+static void select_top(uint64_t *k, int n, int m)
+{
+    int lo = 0, hi = n - 1;
+    uint64_t rng = 0x9E3779B97F4A7C15ull ^ (uint64_t)n;
+    while (lo < hi) {
+        /* pivot: median of three, one of them at a pseudo-random place */
+        rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+        int r = lo + (int)(rng % (uint64_t)(hi - lo + 1)), mid = lo + (hi - lo) / 2;
+        uint64_t a = k[lo], b = k[mid], c = k[r];
+        uint64_t p = a > b ? (b > c ? b : (a > c ? c : a)) : (a > c ? a : (b > c ? c : b));
+        /* three-way-free Hoare partition, larger first (keys are distinct) */
+        int i = lo, j = hi;
+        while (i <= j) {
+            while (k[i] > p) i++;
+            while (k[j] < p) j--;
+            if (i <= j) {
+                uint64_t t = k[i];
+                k[i] = k[j];
+                k[j] = t;
+                i++;
+                j--;
+            }
+        }
+        /* now [lo, j] >= p >= [i, hi], and (j, i) equal to p */
+        if (m - 1 <= j) hi = j;
+        else if (m - 1 >= i) lo = i;
+        else return;
+    }
+}
+
+scdb_err scdb_evict_select(const float *scores, int n, int budget, int sinks, int recent,
+                           int *keep, int *n_keep)
+{
+    uint64_t *k;
+    unsigned char *flag;
+    int nc = 0, m, nk = 0;
+
+    if (!keep || !n_keep || n < 0 || budget < 1 || sinks < 0 || recent < 0 ||
+        (!scores && n > 0))
+        return SCDB_EINVAL;
+    if (n <= budget) {
+        for (int i = 0; i < n; i++) keep[i] = i;
+        *n_keep = n;
+        return SCDB_OK;
+    }
+    /* the protected counts shrink to fit the budget, sinks first (as the
+     * kernels' select_topb) */
+    if (sinks > budget) sinks = budget;
+    if (recent > budget - sinks) recent = budget - sinks;
+    m = budget - sinks - recent;
+    k = malloc((size_t)n * sizeof *k);
+    flag = calloc((size_t)n, 1);
+    if (!k || !flag) {
+        free(k);
+        free(flag);
+        return SCDB_ENOMEM;
+    }
+    for (int i = sinks; i < n - recent; i++) k[nc++] = keep_key(scores[i], i);
+    if (m > 0 && m < nc) select_top(k, nc, m);
+    for (int i = 0; i < sinks; i++) flag[i] = 1;
+    for (int i = 0; i < m && i < nc; i++) flag[(uint32_t)k[i]] = 1;
+    for (int i = n - recent; i < n; i++) flag[i] = 1;
+    for (int i = 0; i < n; i++)
+        if (flag[i]) keep[nk++] = i;
+    free(k);
+    free(flag);
+    *n_keep = nk;
     return SCDB_OK;
 }

@@ -387,6 +387,147 @@ static void test_learned_keep_set(void **state)
 
 /* ------------------------------------------------------------ select, compact */
 
+/* The keep set by a full sort (the reference the partial selection must
+ * equal): candidates [sinks, n - recent) in scdb_evict_rank_ref's order
+ * (NaN as -inf), the first m kept. */
+static int ref_select(const float *s, int n, int budget, int sinks, int recent, int *keep)
+{
+    if (n <= budget) {
+        for (int i = 0; i < n; i++) keep[i] = i;
+        return n;
+    }
+    if (sinks > budget) sinks = budget;
+    if (recent > budget - sinks) recent = budget - sinks;
+    int m = budget - sinks - recent, nc = 0, nk = 0;
+    int *cand = malloc((size_t)n * sizeof *cand);
+    float *v = malloc((size_t)n * sizeof *v);
+    char *flag = calloc((size_t)n, 1);
+    assert_non_null(cand);
+    assert_non_null(v);
+    assert_non_null(flag);
+    for (int i = 0; i < n; i++) v[i] = isnan(s[i]) ? -INFINITY : s[i];
+    for (int i = sinks; i < n - recent; i++) cand[nc++] = i;
+    assert_int_equal(scdb_evict_rank_ref(v, cand, nc), SCDB_OK);
+    for (int i = 0; i < sinks; i++) flag[i] = 1;
+    for (int i = 0; i < m; i++) flag[cand[i]] = 1;
+    for (int i = n - recent; i < n; i++) flag[i] = 1;
+    for (int i = 0; i < n; i++)
+        if (flag[i]) keep[nk++] = i;
+    free(cand);
+    free(v);
+    free(flag);
+    return nk;
+}
+
+/* scores with many ties (a few distinct values), both zeros, infinities
+ * and (nan_ok) NaN */
+static void tie_scores(float *s, int n, int levels, int nan_ok)
+{
+    for (int i = 0; i < n; i++) {
+        float u = frand();
+        if (levels > 0) s[i] = (float)(int)((u + 1.0f) * 0.5f * (float)levels);
+        else s[i] = u;
+        int r = (int)((frand() + 1.0f) * 50.0f);
+        if (r == 0) s[i] = -0.0f;
+        else if (r == 1) s[i] = 0.0f;
+        else if (r == 2) s[i] = INFINITY;
+        else if (r == 3) s[i] = -INFINITY;
+        else if (r == 4 && nan_ok) s[i] = NAN;
+    }
+}
+
+/* Partial selection (scdb_evict_select: quickselect) and the radix rank
+ * (scdb_evict_rank) against full sorts on random scores with ties, at the
+ * edges of the budget (1, n - 1, n, beyond n) and of the protection; and
+ * the learned policy's eviction, which scores only the candidates, against
+ * the same policy scoring every slot. */
+static void test_partial_selection(void **state)
+{
+    (void)state;
+    enum { MAXN = 300 };
+    float s[MAXN];
+    int keep[MAXN], ref[MAXN], kk[MAXN], nk, trials = 0;
+    for (int t = 0; t < 400; t++) {
+        int n = 1 + (int)((frand() + 1.0f) * 0.5f * (MAXN - 1));
+        if (n > MAXN) n = MAXN;
+        tie_scores(s, n, t % 4 == 0 ? 0 : 1 + t % 7, t % 3 == 0);
+        int budgets[6] = {1, n - 1, n, n + 3, 1 + (int)((frand() + 1.0f) * 0.5f * n), 2};
+        for (int b = 0; b < 6; b++) {
+            int B = budgets[b] < 1 ? 1 : budgets[b];
+            int sinks = t % 5 == 0 ? 0 : (int)((frand() + 1.0f) * 4.0f);
+            int recent = t % 6 == 0 ? 0 : (int)((frand() + 1.0f) * 0.3f * B);
+            if (t % 11 == 0) recent = B;   /* protection beyond the budget */
+            assert_int_equal(scdb_evict_select(s, n, B, sinks, recent, keep, &nk), SCDB_OK);
+            int nr = ref_select(s, n, B, sinks, recent, ref);
+            assert_int_equal(nk, nr);
+            assert_int_equal(nk, n < B ? n : B);
+            assert_memory_equal(keep, ref, (size_t)nk * sizeof *keep);
+            /* and the kernels' qsort twin */
+            int nq = -1;
+            assert_int_equal(scdb_k_select_topb_cpu(s, n, B, sinks, recent, kk, &nq), SCDB_OK);
+            assert_int_equal(nq, nk);
+            assert_memory_equal(kk, keep, (size_t)nk * sizeof *keep);
+            trials++;
+        }
+        /* the full order: ascending, descending and shuffled index lists */
+        int idx[MAXN], idr[MAXN];
+        for (int order = 0; order < 3; order++) {
+            for (int i = 0; i < n; i++) idx[i] = order == 1 ? n - 1 - i : i;
+            if (order == 2)
+                for (int i = n - 1; i > 0; i--) {
+                    int j = (int)((frand() + 1.0f) * 0.5f * (float)i);
+                    if (j > i) j = i;
+                    int tmp = idx[i]; idx[i] = idx[j]; idx[j] = tmp;
+                }
+            memcpy(idr, idx, (size_t)n * sizeof *idx);
+            assert_int_equal(scdb_evict_rank(s, idx, n), SCDB_OK);
+            assert_int_equal(scdb_evict_rank_ref(s, idr, n), SCDB_OK);
+            assert_memory_equal(idx, idr, (size_t)n * sizeof *idx);
+        }
+    }
+    assert_true(trials == 400 * 6);
+
+    /* a learned policy reading every input, pooled: scdb_evict_run (the
+     * network on the candidates and what their pool reads) keeps what
+     * scoring every slot and selecting keeps */
+    int ids[SCDB_EVICT_N_ALL_INPUTS];
+    for (int i = 0; i < SCDB_EVICT_N_ALL_INPUTS; i++) ids[i] = i;
+    const int pools[3] = {1, 3, 5}, sk[3] = {0, 1, 4};
+    for (int pi = 0; pi < 3; pi++)
+        for (int si = 0; si < 3; si++) {
+            scdb_evict_mlp *m = NULL;
+            assert_int_equal(scdb_evict_mlp_new_inputs(8, ids, SCDB_EVICT_N_ALL_INPUTS,
+                                                       (uint64_t)(7 + pi * 3 + si), &m), SCDB_OK);
+            m->pool = pools[pi];
+            m->sinks = sk[si];
+            m->recent = 1;
+            m->recent_frac = 0.25f;
+            scdb_evict_policy *p = NULL;
+            assert_int_equal(scdb_evict_policy_from_mlp(m, &p), SCDB_OK);
+            for (int B = 1; B < 12; B++) {
+                scdb_kv_cache *c;
+                scdb_evict_acc *a;
+                float sc[16];
+                int want[16], got[16], ng, sinks, recent;
+                int32_t map[16];
+                pattern(&c, &a);
+                assert_int_equal(scdb_evict_policy_score_budget(p, a, B, sc), SCDB_OK);
+                scdb_evict_policy_protect(p, a, a->n, B, &sinks, &recent);
+                int nw = ref_select(sc, a->n, B, sinks, recent, want);
+                assert_int_equal(scdb_evict_run(p, c, a, B, map, &ng), SCDB_OK);
+                for (int i = 0; i < ng; i++) got[i] = map[i];
+                assert_int_equal(ng, nw);
+                assert_memory_equal(got, want, (size_t)ng * sizeof *got);
+                scdb_evict_acc_free(&a);
+                scdb_kv_cache_free(&c);
+            }
+            scdb_evict_policy_free(&p);
+            scdb_evict_mlp_free(&m);
+        }
+}
+
+
+
 static void test_select_rules(void **state)
 {
     (void)state;
@@ -1170,6 +1311,7 @@ int main(void)
         cmocka_unit_test(test_heuristic_keep_sets),
         cmocka_unit_test(test_learned_keep_set),
         cmocka_unit_test(test_select_rules),
+        cmocka_unit_test(test_partial_selection),
         cmocka_unit_test(test_compact_order_and_map),
         cmocka_unit_test(test_kernel_twins),
         cmocka_unit_test(test_policy_file),

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# test_bench_evict.sh SCDB — `scdb bench evict` at smoke size (one model,
+# a seen and an unseen suite domain, one short window): it reports every
+# default budget (50%, 25%, 12.5%, 6.25%) with seen and unseen domains
+# apart, the previous shipped policy beside the current one, per-row
+# budget / seen / split fields and a summary per (policy, budget, split);
+# a run that measures nothing exits non-zero.  Behaviour only: no KL or
+# timing is asserted.
+set -u
+scdb="$1"
+tmp=$(mktemp -d /tmp/test_bench_evict.XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+pass=0 fail=0
+ok()  { pass=$((pass + 1)); echo "ok   $*"; }
+bad() { fail=$((fail + 1)); echo "FAIL $*"; }
+smoke=(--models base --domains prose,changelog --windows 1 --prefill 48 --steps 16 --every 4)
+
+"$scdb" bench evict "${smoke[@]}" --json "$tmp/e.json" >"$tmp/e.out" 2>"$tmp/e.err"
+rc=$?
+[ $rc -eq 0 ] && ok "a smoke run exits 0" || { bad "a smoke run exits $rc"; tail -20 "$tmp/e.err"; }
+grep -q "^## Seen domains" "$tmp/e.out" && grep -q "^## Unseen domains" "$tmp/e.out" \
+  && ok "seen and unseen domains in tables apart" || bad "no separate seen / unseen tables"
+grep -q "^## Summary" "$tmp/e.out" && ok "a summary table" || bad "no summary table"
+if /usr/bin/python3 - "$tmp/e.json" <<'PY'
+import json, math, sys
+d = json.load(open(sys.argv[1]))
+rows, summ = d["rows"], d["summary"]
+budgets = [0.5, 0.25, 0.125, 0.0625]
+labels = {l["label"] for l in d["learned_policies"]}
+assert labels == {"distillcache", "previous"}, labels
+for r in rows:
+    for k in ("model", "domain", "seen", "split", "policy", "label", "budget", "kl", "top1",
+              "ppl", "us_per_token", "model_us_per_token", "budget_tokens"):
+        assert k in r, (k, r)
+got = {(r["label"], r["budget"], r["split"]) for r in rows}
+for lab in labels | {"streaming", "h2o", "snapkv", "tova"}:
+    for b in budgets:
+        for sp in ("seen", "unseen"):
+            assert (lab, b, sp) in got, (lab, b, sp)
+cells = {(s["label"], s["budget"], s["split"]): s for s in summ}
+for lab in labels:
+    for b in budgets:
+        for sp in ("seen", "unseen"):
+            s = cells[(lab, b, sp)]
+            assert s["pairs"] == 1 and s["seen"] == (sp == "seen"), s
+            for k in ("kl_ratio_geomean", "overhead_mean", "overhead_worst"):
+                assert math.isfinite(s[k]) and s[k] >= 0, (k, s)
+            assert 0 <= s["kl_lowest"] <= 1 and 0 <= s["top1_at_least_best"] <= 1, s
+            other = ({"distillcache", "previous"} - {lab}).pop()
+            assert s["kl_at_most"][other] in (0, 1), s
+            # the summary agrees with the rows it summarises
+            kl = next(r["kl"] for r in rows if (r["label"], r["budget"], r["split"]) == (lab, b, sp))
+            best = min(r["kl"] for r in rows if r["budget"] == b and r["split"] == sp
+                       and r["label"] in ("streaming", "h2o", "snapkv", "tova"))
+            want = max(kl, 1e-12) / max(best, 1e-12)
+            assert abs(s["kl_ratio_geomean"] - want) <= 1e-6 * max(1.0, want), (s, want)
+            assert s["kl_lowest"] == (1 if kl < best else 0), (s, kl, best)
+PY
+then ok "JSON: 4 budgets x seen/unseen rows, current and previous policy, a consistent summary"
+else bad "JSON rows / summary incomplete or inconsistent"
+fi
+
+"$scdb" bench evict --models base --domains changelog --portion val --windows 1 --prefill 48 \
+  --steps 16 >"$tmp/z.out" 2>"$tmp/z.err"
+rc=$?
+[ $rc -ne 0 ] && ok "a run that measures no text exits $rc" || bad "a run with no rows exits 0"
+grep -q "no rows" "$tmp/z.err" && ok "it says so" || { bad "no message about no rows"; cat "$tmp/z.err"; }
+
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]
