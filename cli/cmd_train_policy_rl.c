@@ -72,6 +72,7 @@ static void usage(FILE *f)
             "                     function of the budget (a version-4 file); it starts at\n"
             "                     the choice nearest --recent-frac (default: no head)\n"
             "  --window-lr X      the head's Adam step (default 0.05)\n"
+            "  --last FILE        also write the last network (-o gets the best on validation)\n"
             "  --flip-gradient    ascend the loss instead (a control: a trainer that learns\n"
             "                     must then not improve the validation score)\n"
             "  --age-profile OUT  instead of training, write to OUT (JSON) the kept set's\n"
@@ -206,7 +207,7 @@ int cli_cmd_train_policy(int argc, char **argv)
            O_HORIZON, O_BRANGE, O_VBUDGETS, O_VALW, O_VALE, O_LR, O_ENTROPY, O_TAU, O_HIDDEN,
            O_SINKS, O_RECENT, O_RFRAC, O_POOL, O_PREFILL, O_STEPS, O_EVERY, O_INIT, O_MINUTES,
            O_SEED, O_LOG, O_PNG, O_HFIRST, O_ABSTAU, O_TAUEND, O_WINDOWS, O_WINLR,
-           O_AGEPROF, O_PROFILE, O_FLIP };
+           O_AGEPROF, O_PROFILE, O_FLIP, O_LAST };
     static const struct option opts[] = {
         {"suite", 1, 0, O_SUITE}, {"domains", 1, 0, O_DOMAINS}, {"models", 1, 0, O_MODELS},
         {"inputs", 1, 0, O_INPUTS}, {"updates", 1, 0, O_UPDATES}, {"batch", 1, 0, O_BATCH},
@@ -221,7 +222,7 @@ int cli_cmd_train_policy(int argc, char **argv)
         {"horizon-first", 1, 0, O_HFIRST}, {"abs-tau", 0, 0, O_ABSTAU},
         {"tau-end", 1, 0, O_TAUEND}, {"windows", 1, 0, O_WINDOWS}, {"window-lr", 1, 0, O_WINLR},
         {"age-profile", 1, 0, O_AGEPROF}, {"profile", 1, 0, O_PROFILE},
-        {"flip-gradient", 0, 0, O_FLIP},
+        {"flip-gradient", 0, 0, O_FLIP}, {"last", 1, 0, O_LAST},
         {"out", 1, 0, 'o'}, {"quiet", 0, 0, 'q'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     scdb_evict_rl_opts o;
     scdb_evict_rl_result res;
@@ -288,6 +289,7 @@ int cli_cmd_train_policy(int argc, char **argv)
         }
         case O_AGEPROF: age_path = optarg; break;
         case O_FLIP: o.lr_sign = -1.0f; break;
+        case O_LAST: o.last = optarg; break;
         case O_PROFILE:
             bad = n_prof == MAX_PROFILE;
             if (!bad) prof[n_prof++] = optarg;

@@ -293,6 +293,8 @@ typedef struct scdb_evict_rl_opts {
     const scdb_evict_mlp *init;        /* start from this network (NULL: random) */
     const char *checkpoint;            /* NULL, or a policy file rewritten with every new
                                         * best network (a stopped run keeps its best) */
+    const char *last;                  /* NULL, or a policy file the last network is written to
+                                        * at the end (what training reached, best or not) */
     FILE *log;                         /* JSONL: references, one line per step and per validation */
     int verbose;
 } scdb_evict_rl_opts;

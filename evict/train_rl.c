@@ -626,6 +626,11 @@ scdb_err scdb_evict_train_rl(const scdb_evict_rl_opts *o, scdb_evict_mlp **out,
                                 "heuristic%s\n", upd + 1, kl, ratio, is_best ? " (best)" : "");
         }
     }
+    if (o->last) {
+        scdb_err lrc = scdb_evict_mlp_save(mlp, o->last, NULL, NULL, 0);
+        if (lrc && o->verbose)
+            fprintf(stderr, "train-policy: cannot write %s: %s\n", o->last, scdb_strerror(lrc));
+    }
     r.updates = upd;
     r.episodes = episodes;
     r.seconds = scdb_now() - t_start;
