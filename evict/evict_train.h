@@ -20,7 +20,9 @@
  * The budget (in slots, the same for every slot of one eviction) lets one
  * network rank differently under a loose and a tight budget.  The protected
  * recent window is max(recent, floor(recent_frac * budget)) slots, so that
- * it can scale with the budget as H2O's and StreamingLLM's do.  Optionally
+ * it can scale with the budget as H2O's and StreamingLLM's do; in a version-4
+ * file a small head learned with the network picks that fraction per budget
+ * (scdb_evict_mlp_window).  Optionally
  * (the file's `pool`, odd, 1 = off) the scores are then max-pooled along
  * the slots as SnapKV pools its attention, so that the neighbours of an
  * important token are kept with it.  Weights, the standardisation, the
