@@ -19,6 +19,7 @@
 
 #define MAX_MODELS 8
 #define MAX_DOMAINS 32
+#define MAX_PROFILE 4
 
 static void usage(FILE *f)
 {
@@ -66,6 +67,19 @@ static void usage(FILE *f)
             "  --recent N         last slots always kept (default 8)\n"
             "  --recent-frac F    keep at least F x budget last slots too (default 0.5)\n"
             "  --pool K           max-pool the scores over K slots (odd; default 5; 1: none)\n"
+            "  --windows F,..     learn the recent window: a head choosing among these\n"
+            "                     fractions of the budget (ascending, in [0, 1)) as a\n"
+            "                     function of the budget (a version-4 file); it starts at\n"
+            "                     the choice nearest --recent-frac (default: no head)\n"
+            "  --window-lr X      the head's Adam step (default 0.05)\n"
+            "  --last FILE        also write the last network (-o gets the best on validation)\n"
+            "  --flip-gradient    ascend the loss instead (a control: a trainer that learns\n"
+            "                     must then not improve the validation score)\n"
+            "  --age-profile OUT  instead of training, write to OUT (JSON) the kept set's\n"
+            "                     age profile of each --profile policy on the val texts at\n"
+            "                     --val-budgets (default here 0.5,0.25,0.125,0.0625) over\n"
+            "                     --val-windows windows (tools/plot_age_profile.py plots it)\n"
+            "  --profile FILE     a policy file for --age-profile (up to 4)\n"
             "  --prefill P, --steps T, --every C   the protocol (default 256, 256, 8)\n"
             "  --init FILE        start from this policy file instead of random weights\n"
             "  --minutes M        stop after M minutes\n"
@@ -105,6 +119,60 @@ static int parse_fracs(const char *s, double *out, int max)
     return bad ? -1 : n;
 }
 
+/* --windows: 1..max fractions in [0, 1), strictly ascending; -1 if not */
+static int parse_windows(const char *s, double *out, int max)
+{
+    char *v[SCDB_EVICT_MAX_WIN + 1];
+    int n = split_list(s, v, SCDB_EVICT_MAX_WIN + 1), bad = n < 1 || n > max;
+    for (int i = 0; i < n; i++) {
+        char *end;
+        double x = strtod(v[i], &end);
+        bad |= *end || !(x >= 0.0 && x < 1.0) || (i > 0 && i <= max && !(x > out[i - 1]));
+        if (i < max) out[i] = x;
+        free(v[i]);
+    }
+    return bad ? -1 : n;
+}
+
+/* --age-profile: the policies' kept sets by age on the val texts; exit code */
+static int age_profile(scdb_evict_rl_opts *o, char **dirs, int n_models, const scdb_evict_corpus *corp,
+                       int n_domains, const char *const *paths, int n, const char *out)
+{
+    scdb_evict_policy *pols[MAX_PROFILE] = {0};
+    const char *labels[MAX_PROFILE];
+    char err[512] = "";
+    int ret = 1;
+    FILE *f = NULL;
+    scdb_err rc = SCDB_OK;
+    for (int i = 0; i < n; i++) {
+        const char *b = strrchr(paths[i], '/');
+        labels[i] = b ? b + 1 : paths[i];
+        if ((rc = scdb_evict_policy_load(paths[i], &pols[i], err, sizeof err))) {
+            fprintf(stderr, "train-policy: --profile %s: %s: %s\n", paths[i], scdb_strerror(rc), err);
+            goto done;
+        }
+    }
+    if (!(f = fopen(out, "w"))) {
+        fprintf(stderr, "train-policy: cannot write %s\n", out);
+        goto done;
+    }
+    o->model_dirs = (const char *const *)dirs;
+    o->n_models = n_models;
+    o->corpora = corp;
+    o->n_corpora = n_domains;
+    if ((rc = scdb_evict_age_profile(o, (const scdb_evict_policy *const *)pols, labels, n, f, err,
+                                     sizeof err))) {
+        fprintf(stderr, "train-policy: age profile: %s: %s\n", scdb_strerror(rc), err);
+        goto done;
+    }
+    ret = 0;
+    fprintf(stderr, "train-policy: wrote %s\n", out);
+done:
+    if (f && fclose(f) && !ret) ret = 1;
+    for (int i = 0; i < n; i++) scdb_evict_policy_free(&pols[i]);
+    return ret;
+}
+
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
 /* every model directory under DATA/models, base first */
@@ -138,7 +206,8 @@ int cli_cmd_train_policy(int argc, char **argv)
     enum { O_SUITE = 256, O_DOMAINS, O_MODELS, O_INPUTS, O_UPDATES, O_BATCH, O_STATES, O_SAMPLES,
            O_HORIZON, O_BRANGE, O_VBUDGETS, O_VALW, O_VALE, O_LR, O_ENTROPY, O_TAU, O_HIDDEN,
            O_SINKS, O_RECENT, O_RFRAC, O_POOL, O_PREFILL, O_STEPS, O_EVERY, O_INIT, O_MINUTES,
-           O_SEED, O_LOG, O_PNG, O_HFIRST, O_ABSTAU, O_TAUEND };
+           O_SEED, O_LOG, O_PNG, O_HFIRST, O_ABSTAU, O_TAUEND, O_WINDOWS, O_WINLR,
+           O_AGEPROF, O_PROFILE, O_FLIP, O_LAST };
     static const struct option opts[] = {
         {"suite", 1, 0, O_SUITE}, {"domains", 1, 0, O_DOMAINS}, {"models", 1, 0, O_MODELS},
         {"inputs", 1, 0, O_INPUTS}, {"updates", 1, 0, O_UPDATES}, {"batch", 1, 0, O_BATCH},
@@ -151,7 +220,9 @@ int cli_cmd_train_policy(int argc, char **argv)
         {"every", 1, 0, O_EVERY}, {"init", 1, 0, O_INIT}, {"minutes", 1, 0, O_MINUTES},
         {"seed", 1, 0, O_SEED}, {"log", 1, 0, O_LOG}, {"png", 1, 0, O_PNG},
         {"horizon-first", 1, 0, O_HFIRST}, {"abs-tau", 0, 0, O_ABSTAU},
-        {"tau-end", 1, 0, O_TAUEND},
+        {"tau-end", 1, 0, O_TAUEND}, {"windows", 1, 0, O_WINDOWS}, {"window-lr", 1, 0, O_WINLR},
+        {"age-profile", 1, 0, O_AGEPROF}, {"profile", 1, 0, O_PROFILE},
+        {"flip-gradient", 0, 0, O_FLIP}, {"last", 1, 0, O_LAST},
         {"out", 1, 0, 'o'}, {"quiet", 0, 0, 'q'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     scdb_evict_rl_opts o;
     scdb_evict_rl_result res;
@@ -163,7 +234,8 @@ int cli_cmd_train_policy(int argc, char **argv)
     char *dirs[MAX_MODELS] = {0}, *texts[MAX_DOMAINS][2];
     scdb_evict_corpus corp[MAX_DOMAINS];
     int n_models = 0, n_domains = 0, n_inputs = -1, c, ret = 1, quiet = 0;
-    const char *out_path = NULL, *init_path = NULL;
+    const char *out_path = NULL, *init_path = NULL, *age_path = NULL, *prof[MAX_PROFILE];
+    int n_prof = 0, vb_given = 0;
     FILE *logf = NULL;
     scdb_err rc;
 
@@ -204,9 +276,25 @@ int cli_cmd_train_policy(int argc, char **argv)
             if (!bad) { o.budget_lo = fr[0]; o.budget_hi = fr[1]; }
             break;
         case O_VBUDGETS:
+            vb_given = 1;
             o.n_val_budgets = parse_fracs(optarg, o.val_budgets, 4);
             bad = o.n_val_budgets < 1;
             break;
+        case O_WINDOWS: {
+            double wf[SCDB_EVICT_MAX_WIN];
+            o.n_win = parse_windows(optarg, wf, SCDB_EVICT_MAX_WIN);
+            bad = o.n_win < 1;
+            for (int wi = 0; wi < o.n_win; wi++) o.win_frac[wi] = (float)wf[wi];
+            break;
+        }
+        case O_AGEPROF: age_path = optarg; break;
+        case O_FLIP: o.lr_sign = -1.0f; break;
+        case O_LAST: o.last = optarg; break;
+        case O_PROFILE:
+            bad = n_prof == MAX_PROFILE;
+            if (!bad) prof[n_prof++] = optarg;
+            break;
+        case O_WINLR: bad = scdb_parse_float(oname, optarg, 0.0f, 10.0f, &o.win_lr, why, sizeof why); break;
         case O_VALW: bad = scdb_parse_int(oname, optarg, 1, 1024, &o.val_windows, why, sizeof why); break;
         case O_VALE: bad = scdb_parse_int(oname, optarg, 1, 1 << 20, &o.val_every, why, sizeof why); break;
         case O_LR: bad = scdb_parse_float(oname, optarg, 1e-9f, 10.0f, &o.lr, why, sizeof why); break;
@@ -241,7 +329,16 @@ int cli_cmd_train_policy(int argc, char **argv)
             return 2;
         }
     }
-    if (optind < argc || !out_path) {
+    if (age_path && (!n_prof || optind < argc)) {
+        fprintf(stderr, "train-policy: --age-profile needs --profile FILE (1 to %d)\n", MAX_PROFILE);
+        return 2;
+    }
+    if (age_path && !vb_given) {
+        static const double fr[] = {0.5, 0.25, 0.125, 0.0625};
+        memcpy(o.val_budgets, fr, sizeof fr);
+        o.n_val_budgets = 4;
+    }
+    if (optind < argc || (!out_path && !age_path)) {
         fprintf(stderr, "train-policy: %s\n\n", out_path ? "unexpected argument" : "-o FILE is required");
         usage(stderr);
         return 2;
@@ -250,8 +347,8 @@ int cli_cmd_train_policy(int argc, char **argv)
         fprintf(stderr, "train-policy: --horizon and --horizon-first must not exceed --steps\n");
         return 2;
     }
-    if (!log_path[0]) cli_sibling_path(out_path, ".jsonl", log_path, sizeof log_path);
-    if (!png_path[0]) cli_sibling_path(out_path, ".train.png", png_path, sizeof png_path);
+    if (!log_path[0] && out_path) cli_sibling_path(out_path, ".jsonl", log_path, sizeof log_path);
+    if (!png_path[0] && out_path) cli_sibling_path(out_path, ".train.png", png_path, sizeof png_path);
     if (!suite_path[0])
         snprintf(suite_path, sizeof suite_path, "%s/evict_suite/manifest.json", cli_data_dir());
     if (!n_models) n_models = list_models(cli_data_dir(), models, MAX_MODELS);
@@ -296,6 +393,10 @@ int cli_cmd_train_policy(int argc, char **argv)
         size_t l = strlen(cli_data_dir()) + strlen(models[i]) + 16;
         if (!(dirs[i] = malloc(l))) goto done;
         snprintf(dirs[i], l, "%s/models/%s", cli_data_dir(), models[i]);
+    }
+    if (age_path) {
+        ret = age_profile(&o, dirs, n_models, corp, n_domains, prof, n_prof, age_path);
+        goto done;
     }
     if (init_path) {
         if ((rc = scdb_evict_policy_load(init_path, &init, err, sizeof err))) {

@@ -27,6 +27,8 @@ struct scdb_evict_window {
     float *logits, *lp;             /* [V] */
     float *scores, *feats, *pert;   /* [cap], [cap][N_FEATURES], [cap] */
     int *keep, *cand;               /* [cap] */
+    double *age_hist;               /* NULL, or [age_bins]: kept slots by age after evictions */
+    int age_bins;
 };
 
 /* CPU seconds of the calling thread: the step and overhead times count
@@ -166,6 +168,13 @@ fail:
 }
 
 double scdb_evict_window_step_s(const scdb_evict_window *w) { return w->step_s; }
+
+void scdb_evict_window_age_hist(scdb_evict_window *w, double *hist, int bins)
+{
+    if (!w) return;
+    w->age_hist = bins > 0 ? hist : NULL;
+    w->age_bins = bins > 0 ? bins : 0;
+}
 double scdb_evict_window_nll_full(const scdb_evict_window *w) { return w->nll_full; }
 const scdb_evict_acc *scdb_evict_window_acc(const scdb_evict_window *w) { return w->acc0; }
 
@@ -201,7 +210,7 @@ static scdb_err sample_evict(scdb_evict_window *w, scdb_kv_cache *kv, scdb_evict
     scdb_evict_decision *d;
     scdb_err rc;
 
-    scdb_evict_mlp_protect(mlp, budget, &sinks, &recent);
+    scdb_evict_mlp_protect_choice(mlp, budget, smp->win_pick - 1, &sinks, &recent);
 
     if (sinks > cap) sinks = cap;
     if (recent > cap - sinks) recent = cap - sinks;
@@ -249,8 +258,8 @@ static scdb_err sample_evict(scdb_evict_window *w, scdb_kv_cache *kv, scdb_evict
     if (d->evicted)
         for (int j = 0; j < n; j++) d->s[j] = -d->s[j];
     for (int j = sinks; j < n - recent; j++) {
-        double u = scdb_evict_urand(&smp->rng);
-        w->pert[j] = d->s[j] - (float)log(-log(u));
+        double u = smp->no_noise ? 0.5 : scdb_evict_urand(&smp->rng);
+        w->pert[j] = smp->no_noise ? d->s[j] : d->s[j] - (float)log(-log(u));
         w->cand[nc++] = j;
     }
     if ((rc = scdb_evict_rank(w->pert, w->cand, nc))) return rc;
@@ -290,6 +299,12 @@ static scdb_err student_step(scdb_evict_window *w, scdb_kv_cache *kv, scdb_evict
         if (smp) rc = sample_evict(w, kv, acc, smp, budget, t, &nk);
         else rc = scdb_evict_run(p, kv, need_acc ? acc : NULL, budget, NULL, &nk);
         if (rc) return rc;
+        if (w->age_hist && !smp && nk < before)
+            for (int i = 0; i < kv->n; i++) {
+                int age = kv->pos[kv->n - 1] - kv->pos[i], bin = 0;
+                while (age > 0 && bin < w->age_bins - 1) { age >>= 1; bin++; }
+                w->age_hist[bin] += 1.0;
+            }
         r->evictions += nk < before;
         r->policy_s += cpu_s() - t0;
     }

@@ -86,6 +86,10 @@ static inline float scdb_evict_tanh(float x)
 /* A learned policy's protected counts at this budget before clamping:
  * *sinks = m->sinks, *recent = max(m->recent, floor(m->recent_frac * budget)). */
 void scdb_evict_mlp_protect(const scdb_evict_mlp *m, int budget, int *sinks, int *recent);
+/* The same with the window head's choice `choice` (version 4; out of range:
+ * the head's argmax at this budget). */
+void scdb_evict_mlp_protect_choice(const scdb_evict_mlp *m, int budget, int choice, int *sinks,
+                                   int *recent);
 
 /* Sort idx[0..n) by scores[idx], highest first, ties: higher index first.
  * SCDB_ENOMEM.  (rank.c: a radix sort where idx is monotone and no score
@@ -129,6 +133,10 @@ typedef struct scdb_evict_sampler {
     int rel_tau;         /* 1: tau is in units of the candidates' score spread
                           * (standard deviation), so the draws stay as close to
                           * the deterministic top-B whatever the network's scale */
+    int win_pick;        /* 0: the window head's own choice (or recent_frac);
+                          * c + 1: its choice c (the trainer's enumeration) */
+    int no_noise;        /* 1: no Gumbel noise: the deterministic top-B under
+                          * the window win_pick sets (still recorded) */
     int n_dec, cap_dec;
     scdb_evict_decision *dec;
 } scdb_evict_sampler;

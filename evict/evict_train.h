@@ -20,7 +20,9 @@
  * The budget (in slots, the same for every slot of one eviction) lets one
  * network rank differently under a loose and a tight budget.  The protected
  * recent window is max(recent, floor(recent_frac * budget)) slots, so that
- * it can scale with the budget as H2O's and StreamingLLM's do.  Optionally
+ * it can scale with the budget as H2O's and StreamingLLM's do; in a version-4
+ * file a small head learned with the network picks that fraction per budget
+ * (scdb_evict_mlp_window).  Optionally
  * (the file's `pool`, odd, 1 = off) the scores are then max-pooled along
  * the slots as SnapKV pools its attention, so that the neighbours of an
  * important token are kept with it.  Weights, the standardisation, the
@@ -74,6 +76,7 @@ enum {
     SCDB_EVICT_N_ALL_INPUTS
 };
 #define SCDB_EVICT_MAX_INPUTS SCDB_EVICT_N_ALL_INPUTS
+#define SCDB_EVICT_MAX_WIN 16                /* choices of a version-4 window head */
 
 /* ------------------------------------------------------------ the MLP */
 
@@ -92,7 +95,21 @@ typedef struct scdb_evict_mlp {
     int sinks, recent;                         /* protected counts */
     float recent_frac;                         /* recent >= recent_frac * budget, in [0, 1) */
     int pool;                                  /* max-pool kernel over slots (odd; 1: none) */
+    /* The learned recent window (version 4; n_win 0: recent_frac decides, as
+     * in versions 1-3).  A small head over n_win choices of the window:
+     * logit_c(B) = win_w[2c] + win_w[2c + 1] * z, z = log2(B / 64); the
+     * policy protects recent = max(recent, floor(win_frac[c*] * B)) slots,
+     * c* = argmax_c logit_c(B) (ties: the lower c), so how much of the budget
+     * goes to recency is a function of the budget the trainer learns. */
+    int n_win;
+    float win_frac[SCDB_EVICT_MAX_WIN];        /* each choice's window, a fraction of B in [0, 1) */
+    float win_w[2 * SCDB_EVICT_MAX_WIN];
 } scdb_evict_mlp;
+
+/* The window head at budget B: returns c* (-1 if the network has no head);
+ * probs (NULL or [n_win]) gets softmax_c logit_c(B); *z_out (may be NULL)
+ * gets z = log2(B / 64). */
+int scdb_evict_mlp_window(const scdb_evict_mlp *m, int budget, float *probs, float *z_out);
 
 /* The fixed input transform of raw features (before standardisation):
  * x[0..SCDB_EVICT_N_FEATURES) from one row of scdb_evict_features. */
@@ -197,6 +214,12 @@ void scdb_evict_window_free(scdb_evict_window **w);
  * capture; the calling thread's CPU time) and mean NLL of the continuation. */
 double scdb_evict_window_step_s(const scdb_evict_window *w);
 double scdb_evict_window_nll_full(const scdb_evict_window *w);
+/* After each eviction of a deterministic run (scdb_evict_window_eval and
+ * the student's steps), add every kept slot to hist[bin] by its age a (the
+ * newest slot's position minus its own): bin 0 for a = 0, bin k for
+ * 2^(k-1) <= a < 2^k, the last bin for everything older.  hist NULL or
+ * bins < 1: stop recording. */
+void scdb_evict_window_age_hist(scdb_evict_window *w, double *hist, int bins);
 
 /* Run the student protocol with policy p at budget B, evicting every
  * `every` steps.  kl_steps (NULL or [steps]) gets the per-step KL.
@@ -257,6 +280,14 @@ typedef struct scdb_evict_rl_opts {
     int sinks, recent;                 /* protected counts (hand-set structure) */
     float recent_frac;
     int pool;                          /* max-pool of the scores (odd; 1: none) */
+    int n_win;                         /* > 0: learn the recent window (a version-4 head
+                                        * over these choices; recent_frac is then only
+                                        * where the head starts: its choice nearest
+                                        * recent_frac has logit 1, the others 0) */
+    float win_frac[SCDB_EVICT_MAX_WIN];
+    float win_lr;                      /* the head's Adam step (cosine-decayed like lr) */
+    float lr_sign;                     /* 1; -1 ascends the loss (the trainer test's
+                                        * broken-gradient control) */
     int val_windows;                   /* per (model, domain) */
     int val_every;                     /* Adam steps between validations */
     double max_seconds;                /* stop after this long (0: no limit) */
@@ -264,6 +295,8 @@ typedef struct scdb_evict_rl_opts {
     const scdb_evict_mlp *init;        /* start from this network (NULL: random) */
     const char *checkpoint;            /* NULL, or a policy file rewritten with every new
                                         * best network (a stopped run keeps its best) */
+    const char *last;                  /* NULL, or a policy file the last network is written to
+                                        * at the end (what training reached, best or not) */
     FILE *log;                         /* JSONL: references, one line per step and per validation */
     int verbose;
 } scdb_evict_rl_opts;
@@ -294,6 +327,18 @@ typedef struct scdb_evict_rl_result {
  * SCDB_ENOMEM. */
 scdb_err scdb_evict_train_rl(const scdb_evict_rl_opts *o, scdb_evict_mlp **out,
                              scdb_evict_rl_result *res, char *errbuf, size_t errlen);
+
+/* The kept set's age profile (what each policy keeps, by age, per budget):
+ * val_windows windows of every (model, corpus)'s val text (o's models,
+ * corpora, protocol and val_budgets), each policy run deterministically at
+ * each budget, every eviction's kept slots counted by age
+ * (scdb_evict_window_age_hist's bins); JSON on `json`: the bins, budgets,
+ * and per policy its protected (sinks, recent) per budget, mean KL and the
+ * profile (fractions per bin).  SCDB_EINVAL, SCDB_ERANGE (a val text
+ * shorter than a window), SCDB_ENOMEM, SCDB_EIO, model errors. */
+scdb_err scdb_evict_age_profile(const scdb_evict_rl_opts *o, const scdb_evict_policy *const *pols,
+                                const char *const *labels, int n_pol, FILE *json, char *errbuf,
+                                size_t errlen);
 
 /* ------------------------------------------------------------ domain suite
  * The texts the eviction bench measures on and policy training trains on:

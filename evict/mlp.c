@@ -20,6 +20,7 @@
 #define POLICY_FORMAT "scdb-evict-policy"
 #define POLICY_VERSION "2"
 #define POLICY_VERSION_3 "3"
+#define POLICY_VERSION_4 "4"   /* version 3 + the window head */
 #define POLICY_FEATURES "alpha,vnorm,sigma,ent,pos,mass,budget"
 #define POLICY_FEATURES_V1 "alpha,vnorm,sigma,ent,pos"   /* version 1: no mass */
 #define NF_V1 5
@@ -128,18 +129,51 @@ scdb_err scdb_evict_mlp_copy(scdb_evict_mlp *dst, const scdb_evict_mlp *src)
     dst->recent = src->recent;
     dst->recent_frac = src->recent_frac;
     dst->pool = src->pool;
+    dst->n_win = src->n_win;
+    memcpy(dst->win_frac, src->win_frac, sizeof dst->win_frac);
+    memcpy(dst->win_w, src->win_w, sizeof dst->win_w);
     return SCDB_OK;
 }
 
-void scdb_evict_mlp_protect(const scdb_evict_mlp *m, int budget, int *sinks, int *recent)
+int scdb_evict_mlp_window(const scdb_evict_mlp *m, int budget, float *probs, float *z_out)
+{
+    float z = log2f((float)(budget > 1 ? budget : 1) / 64.0f), lg[SCDB_EVICT_MAX_WIN], mx;
+    int best = 0;
+    if (z_out) *z_out = z;
+    if (!m || m->n_win < 1) return -1;
+    for (int c = 0; c < m->n_win; c++) {
+        lg[c] = m->win_w[2 * c] + m->win_w[2 * c + 1] * z;
+        if (lg[c] > lg[best]) best = c;
+    }
+    if (probs) {
+        double sum = 0.0;
+        mx = lg[best];
+        for (int c = 0; c < m->n_win; c++) sum += (probs[c] = expf(lg[c] - mx));
+        for (int c = 0; c < m->n_win; c++) probs[c] = (float)(probs[c] / sum);
+    }
+    return best;
+}
+
+void scdb_evict_mlp_protect_choice(const scdb_evict_mlp *m, int budget, int choice, int *sinks,
+                                   int *recent)
 {
     int r = m->recent;
-    if (m->recent_frac > 0.0f && budget > 0) {
-        int f = (int)floor((double)m->recent_frac * budget);
+    float frac = m->recent_frac;
+    if (m->n_win > 0) {
+        if (choice < 0 || choice >= m->n_win) choice = scdb_evict_mlp_window(m, budget, NULL, NULL);
+        frac = m->win_frac[choice];
+    }
+    if (frac > 0.0f && budget > 0) {
+        int f = (int)floor((double)frac * budget);
         if (f > r) r = f;
     }
     *sinks = m->sinks;
     *recent = r;
+}
+
+void scdb_evict_mlp_protect(const scdb_evict_mlp *m, int budget, int *sinks, int *recent)
+{
+    scdb_evict_mlp_protect_choice(m, budget, -1, sinks, recent);
 }
 
 /* forward of one standardised row; h1, h2 receive the activations */
@@ -320,20 +354,28 @@ scdb_err scdb_evict_mlp_save(const scdb_evict_mlp *m, const char *path,
     int64_t H = m ? m->hidden : 0, NIN = m ? m->n_in : 0;
     int64_t s5[1] = {NIN}, s1[1] = {1}, sh[1] = {H}, sh5[2] = {H, NIN}, shh[2] = {H, H},
             s1h[2] = {1, H};
-    char num[32], names[SCDB_EVICT_MAX_INPUTS * 16] = "";
+    int64_t swin[2] = {m ? m->n_win : 0, 2};
+    char num[32], names[SCDB_EVICT_MAX_INPUTS * 16] = "", fracs[SCDB_EVICT_MAX_WIN * 16] = "";
     scdb_err rc;
 
-    if (!m || !path || (n_extra > 0 && (!keys || !vals)) || !(m->recent_frac >= 0.0f) ||
+    if (!m || !path || m->n_win < 0 || m->n_win > SCDB_EVICT_MAX_WIN || (n_extra > 0 && (!keys || !vals)) || !(m->recent_frac >= 0.0f) ||
         !(m->recent_frac < 1.0f))
         return SCDB_EINVAL;
     for (int i = 0; i < m->n_in; i++) {
         size_t l = strlen(names);
         snprintf(names + l, sizeof names - l, "%s%s", i ? "," : "", scdb_evict_input_name(m->in_id[i]));
     }
+    for (int c = 0; c < m->n_win; c++) {
+        size_t l = strlen(fracs);
+        if (!(m->win_frac[c] >= 0.0f && m->win_frac[c] < 1.0f)) return SCDB_EINVAL;
+        snprintf(fracs + l, sizeof fracs - l, "%s%.9g", c ? "," : "", (double)m->win_frac[c]);
+    }
     if ((rc = scdb_st_writer_new(&w))) return rc;
     if ((rc = scdb_st_writer_meta(w, "format", POLICY_FORMAT)) ||
-        (rc = scdb_st_writer_meta(w, "version", is_v2(m) ? POLICY_VERSION : POLICY_VERSION_3)) ||
-        (rc = scdb_st_writer_meta(w, "features", is_v2(m) ? POLICY_FEATURES : names)) ||
+        (rc = scdb_st_writer_meta(w, "version", m->n_win > 0 ? POLICY_VERSION_4
+                                               : is_v2(m) ? POLICY_VERSION : POLICY_VERSION_3)) ||
+        (rc = scdb_st_writer_meta(w, "features",
+                                    is_v2(m) && m->n_win == 0 ? POLICY_FEATURES : names)) ||
         (rc = scdb_st_writer_meta(w, "activation", POLICY_ACTIVATION)))
         goto done;
     snprintf(num, sizeof num, "%d", m->sinks);
@@ -344,6 +386,9 @@ scdb_err scdb_evict_mlp_save(const scdb_evict_mlp *m, const char *path,
     if ((rc = scdb_st_writer_meta(w, "recent_frac", num))) goto done;
     snprintf(num, sizeof num, "%d", m->pool);
     if ((rc = scdb_st_writer_meta(w, "pool", num))) goto done;
+    if (m->n_win > 0 && ((rc = scdb_st_writer_meta(w, "window_choices", fracs)) ||
+                         (rc = scdb_st_writer_add(w, "window.weight", SCDB_F32, 2, swin, m->win_w))))
+        goto done;
     for (int i = 0; i < n_extra; i++)
         if ((rc = scdb_st_writer_meta(w, keys[i], vals[i]))) goto done;
     if ((rc = scdb_st_writer_add(w, "input.mean", SCDB_F32, 1, s5, m->in_mean)) ||
@@ -457,13 +502,16 @@ scdb_err scdb_evict_mlp_load(const char *path, scdb_evict_mlp **out, scdb_evict_
     /* version 1: five features (no mass); version 2: six and the budget;
      * version 3: the inputs named in `features` */
     v = scdb_st_meta(f, "version");
-    int v3 = 0, n_ids = 0, ids[SCDB_EVICT_MAX_INPUTS];
+    int v3 = 0, v4 = 0, n_ids = 0, ids[SCDB_EVICT_MAX_INPUTS], n_win = 0;
+    float win_frac[SCDB_EVICT_MAX_WIN];
     if (v && !strcmp(v, "1")) nf = NF_V1, want_features = POLICY_FEATURES_V1;
     else if (v && !strcmp(v, POLICY_VERSION)) nf = NI, want_features = POLICY_FEATURES;
     else if (v && !strcmp(v, POLICY_VERSION_3)) nf = 0, want_features = NULL, v3 = 1;
+    else if (v && !strcmp(v, POLICY_VERSION_4)) nf = 0, want_features = NULL, v3 = 1, v4 = 1;
     else {
-        scdb_errf(errbuf, errlen, "%s: metadata 'version' is %s%s%s, want \"1\", \"%s\" or \"%s\"", path,
-             v ? "\"" : "missing", v ? v : "", v ? "\"" : "", POLICY_VERSION, POLICY_VERSION_3);
+        scdb_errf(errbuf, errlen, "%s: metadata 'version' is %s%s%s, want \"1\", \"%s\", \"%s\" or \"%s\"",
+             path, v ? "\"" : "missing", v ? v : "", v ? "\"" : "", POLICY_VERSION, POLICY_VERSION_3,
+             POLICY_VERSION_4);
         rc = SCDB_EMISMATCH;
         goto fail;
     }
@@ -484,7 +532,8 @@ scdb_err scdb_evict_mlp_load(const char *path, scdb_evict_mlp **out, scdb_evict_
         }
         if (bad) {
             scdb_errf(errbuf, errlen, "%s: metadata 'features' is %s%s%s, want distinct input names (alpha, ..., "
-                 "ctx_n) for version 3", path, v ? "\"" : "missing", v ? v : "", v ? "\"" : "");
+                 "ctx_n) for version %s", path, v ? "\"" : "missing", v ? v : "", v ? "\"" : "",
+                 v4 ? POLICY_VERSION_4 : POLICY_VERSION_3);
             rc = SCDB_EMISMATCH;
             goto fail;
         }
@@ -515,6 +564,28 @@ scdb_err scdb_evict_mlp_load(const char *path, scdb_evict_mlp **out, scdb_evict_
         goto fail;
     }
 
+    if (v4) {
+        /* comma-separated fractions in [0, 1), 1..SCDB_EVICT_MAX_WIN of them */
+        const char *wc = scdb_st_meta(f, "window_choices");
+        char buf[SCDB_EVICT_MAX_WIN * 24 + 1], *save = NULL, *tok;
+        int bad = !wc || strlen(wc) >= sizeof buf;
+        if (!bad) {
+            snprintf(buf, sizeof buf, "%s", wc);
+            for (tok = strtok_r(buf, ",", &save); tok && !bad; tok = strtok_r(NULL, ",", &save)) {
+                bad = n_win == SCDB_EVICT_MAX_WIN || parse_frac(tok, &win_frac[n_win]);
+                if (!bad) n_win++;
+            }
+            bad |= n_win == 0;
+        }
+        if (bad) {
+            scdb_errf(errbuf, errlen, "%s: metadata 'window_choices' is %s%s%s, want 1 to %d fractions "
+                      "in [0, 1), comma-separated, for version 4", path, wc ? "\"" : "missing",
+                      wc ? wc : "", wc ? "\"" : "", SCDB_EVICT_MAX_WIN);
+            rc = SCDB_ERANGE;
+            goto fail;
+        }
+    }
+
     if (!(t = scdb_st_find(f, "fc1.weight"))) {
         scdb_errf(errbuf, errlen, "%s: tensor 'fc1.weight' missing", path);
         rc = SCDB_ENOTFOUND;
@@ -536,6 +607,19 @@ scdb_err scdb_evict_mlp_load(const char *path, scdb_evict_mlp **out, scdb_evict_
     mlp->recent = recent;
     mlp->recent_frac = recent_frac;
     mlp->pool = pool;
+    mlp->n_win = n_win;
+    memcpy(mlp->win_frac, win_frac, (size_t)n_win * sizeof *win_frac);
+    if (v4) {
+        int64_t shape[2] = {n_win, 2};
+        if ((rc = scdb_st_expect(f, "window.weight", SCDB_F32, 2, shape, &t, errbuf, errlen)))
+            goto fail;
+        memcpy(mlp->win_w, t->data, t->nbytes);
+        if (!all_finite(mlp->win_w, (size_t)2 * n_win)) {
+            scdb_errf(errbuf, errlen, "%s: non-finite weights in 'window.weight'", path);
+            rc = SCDB_ERANGE;
+            goto fail;
+        }
+    }
     {
         /* rows of nf inputs land in rows of NI (a version-1 file's missing
          * mass and budget inputs: weight 0, mean 0, std 1, so it scores as

@@ -89,6 +89,9 @@ void scdb_evict_rl_defaults(scdb_evict_rl_opts *o)
     o->recent = 8;
     o->recent_frac = 0.5f;
     o->pool = 5;
+    o->n_win = 0;
+    o->win_lr = 0.05f;
+    o->lr_sign = 1.0f;
     o->val_windows = 4;
     o->val_every = 50;
     o->seed = 1;
@@ -206,12 +209,19 @@ done:
 static void log_validation(FILE *log, int upd, int episodes, double secs, double kl,
                            const double *bb, double ratio, int best, const scdb_evict_rl_opts *o,
                            const vgroup *gs, int ng, const double *gk,
-                           const scdb_evict_corpus *corpora, const char *const *model_names)
+                           const scdb_evict_corpus *corpora, const char *const *model_names,
+                           const scdb_evict_mlp *m)
 {
     if (!log) return;
     fprintf(log, "{\"validation\":%d,\"episodes\":%d,\"seconds\":%.1f,\"val_kl\":%.6f,\"ratio\":%.5f,"
                  "\"by_budget\":[", upd, episodes, secs, kl, ratio);
     for (int b = 0; b < o->n_val_budgets; b++) fprintf(log, "%s%.6f", b ? "," : "", bb[b]);
+    fprintf(log, "],\"window\":[");
+    for (int b = 0; b < o->n_val_budgets; b++) {
+        int sk, rc_;
+        scdb_evict_mlp_protect(m, budget_slots(o->val_budgets[b], o), &sk, &rc_);
+        fprintf(log, "%s%d", b ? "," : "", rc_);
+    }
     fprintf(log, "],\"best\":%s,\"groups\":[", best ? "true" : "false");
     for (int gi = 0; gi < ng; gi++)
         for (int b = 0; b < o->n_val_budgets; b++)
@@ -221,6 +231,55 @@ static void log_validation(FILE *log, int upd, int episodes, double secs, double
                     o->val_budgets[b], gk[gi * o->n_val_budgets + b], gs[gi].best_h[b]);
     fprintf(log, "]}\n");
     fflush(log);
+}
+
+/* The window head's gradient at the student's current state (budget B):
+ * every choice c is tried once, the network's deterministic top-B under
+ * that window followed by the policy for `hz` steps, R_c = -mean KL.  With
+ * A_c = (R_c - mean R) / sd(R) and p = softmax of the head's logits at B,
+ * the expected advantage E_p[A] has d/d logit_c = p_c (A_c - E_p[A]):
+ * the exact policy gradient of the head at this state (no sampling noise
+ * beyond the state's), accumulated into gwin as the loss's (descent)
+ * gradient, logit_c = w[2c] + w[2c + 1] z. */
+static scdb_err window_grad(scdb_evict_window *win, scdb_evict_sampler *ws, const scdb_evict_mlp *mlp,
+                            const scdb_evict_policy *pol, int B, int every, int hz, float *gwin,
+                            int *n_wstates)
+{
+    double R[SCDB_EVICT_MAX_WIN], mean = 0.0, sd = 0.0, ea = 0.0;
+    float p[SCDB_EVICT_MAX_WIN], z;
+    int C = mlp->n_win, last_r = -1;
+    scdb_evict_mlp_window(mlp, B, p, &z);
+    for (int c = 0; c < C; c++) {
+        int sk, rc_, same;
+        double klm;
+        scdb_err rc;
+        scdb_evict_mlp_protect_choice(mlp, B, c, &sk, &rc_);
+        same = c > 0 && rc_ == last_r;       /* the same window as the last choice (min recent) */
+        last_r = rc_;
+        if (same) { R[c] = R[c - 1]; continue; }
+        scdb_evict_sampler_clear(ws);
+        ws->mlp = mlp;
+        ws->tau = 1.0f;
+        ws->draw_evicted = 1;
+        ws->rel_tau = 0;
+        ws->no_noise = 1;
+        ws->win_pick = c + 1;
+        if ((rc = scdb_evict_window_branch(win, ws, pol, B, every, hz, &klm))) return rc;
+        R[c] = -klm;
+    }
+    scdb_evict_sampler_clear(ws);
+    for (int c = 0; c < C; c++) mean += R[c] / C;
+    for (int c = 0; c < C; c++) sd += (R[c] - mean) * (R[c] - mean) / C;
+    sd = sqrt(sd);
+    if (!(sd > 1e-9)) return SCDB_OK;
+    for (int c = 0; c < C; c++) ea += p[c] * (R[c] - mean) / sd;
+    for (int c = 0; c < C; c++) {
+        float g = -p[c] * (float)((R[c] - mean) / sd - ea);
+        gwin[2 * c] += g;
+        gwin[2 * c + 1] += g * z;
+    }
+    (*n_wstates)++;
+    return SCDB_OK;
 }
 
 scdb_err scdb_evict_train_rl(const scdb_evict_rl_opts *o, scdb_evict_mlp **out,
@@ -235,7 +294,9 @@ scdb_err scdb_evict_train_rl(const scdb_evict_rl_opts *o, scdb_evict_mlp **out,
     scdb_evict_policy *pol = NULL;
     scdb_evict_window *win = NULL;
     scdb_evict_sampler *smp = NULL;
-    scdb_evict_adam ad = {0};
+    scdb_evict_adam ad = {0}, wad = {0};
+    scdb_evict_sampler wsmp = {0};
+    float gwin[2 * SCDB_EVICT_MAX_WIN];
     float *grad = NULL, *ds = NULL, *dsr = NULL;
     double *inv = NULL, *gk = NULL;
     char *drawn = NULL;
@@ -258,10 +319,16 @@ scdb_err scdb_evict_train_rl(const scdb_evict_rl_opts *o, scdb_evict_mlp **out,
         !(o->tau > 0.0f) || !(o->tau_end >= 0.0f) || o->hidden < 1 || o->hidden > 1024 || o->n_inputs < 1 ||
         o->n_inputs > SCDB_EVICT_MAX_INPUTS || o->sinks < 0 || o->recent < 0 ||
         !(o->recent_frac >= 0.0f && o->recent_frac < 1.0f) || o->pool < 1 || o->pool % 2 == 0 ||
-        o->pool > 63 || o->val_windows < 1 || o->val_every < 1) {
+        o->pool > 63 || o->val_windows < 1 || o->val_every < 1 || o->n_win < 0 ||
+        o->n_win > SCDB_EVICT_MAX_WIN || !(o->win_lr >= 0.0f) || !(o->lr_sign == 1.0f || o->lr_sign == -1.0f)) {
         scdb_errf(errbuf, errlen, "invalid training options");
         return SCDB_EINVAL;
     }
+    for (int c = 0; c < o->n_win; c++)
+        if (!(o->win_frac[c] >= 0.0f && o->win_frac[c] < 1.0f)) {
+            scdb_errf(errbuf, errlen, "window choice %g is not a fraction in [0, 1)", (double)o->win_frac[c]);
+            return SCDB_EINVAL;
+        }
     for (int b = 0; b < o->n_val_budgets; b++)
         if (!(o->val_budgets[b] > 0.0 && o->val_budgets[b] < 1.0)) {
             scdb_errf(errbuf, errlen, "validation budget %g is not a fraction in (0, 1)", o->val_budgets[b]);
@@ -376,6 +443,18 @@ scdb_err scdb_evict_train_rl(const scdb_evict_rl_opts *o, scdb_evict_mlp **out,
         mlp->recent_frac = o->recent_frac;
         mlp->pool = o->pool;
     }
+    if (o->n_win > 0 && mlp->n_win == 0) {
+        /* the head starts at its choice nearest recent_frac (logit 1) */
+        int near = 0;
+        mlp->n_win = o->n_win;
+        memcpy(mlp->win_frac, o->win_frac, sizeof mlp->win_frac);
+        memset(mlp->win_w, 0, sizeof mlp->win_w);
+        for (int c = 1; c < o->n_win; c++)
+            if (fabsf(o->win_frac[c] - o->recent_frac) < fabsf(o->win_frac[near] - o->recent_frac))
+                near = c;
+        mlp->win_w[2 * near] = 1.0f;
+        if (o->init) mlp->recent = o->recent;
+    }
     if ((rc = scdb_evict_mlp_new_inputs(mlp->hidden, mlp->in_id, mlp->n_in, o->seed, &best)) ||
         (rc = scdb_evict_mlp_copy(best, mlp)))
         goto done;
@@ -385,7 +464,7 @@ scdb_err scdb_evict_train_rl(const scdb_evict_rl_opts *o, scdb_evict_mlp **out,
         r.val_kl_init = r.val_kl_best = kl;
         r.val_ratio_init = r.val_ratio_best = ratio;
         log_validation(o->log, 0, 0, scdb_now() - t_start, kl, bb, ratio, 1, o, gs, ng, gk,
-                       o->corpora, model_names);
+                       o->corpora, model_names, mlp);
         if (o->verbose)
             fprintf(stderr, "train-policy: validation of the initial network: KL %.5f, %.3f x the "
                             "best heuristic\n", kl, ratio);
@@ -402,7 +481,10 @@ scdb_err scdb_evict_train_rl(const scdb_evict_rl_opts *o, scdb_evict_mlp **out,
     inv = malloc((size_t)capn * sizeof *inv);
     drawn = malloc((size_t)capn);
     smp = calloc((size_t)K, sizeof *smp);
-    if (!ad.m || !ad.v || !grad || !ds || !dsr || !inv || !drawn || !smp) goto done;
+    wad.n = (size_t)2 * mlp->n_win;
+    wad.m = calloc(wad.n + 1, sizeof *wad.m);
+    wad.v = calloc(wad.n + 1, sizeof *wad.v);
+    if (!ad.m || !ad.v || !grad || !ds || !dsr || !inv || !drawn || !smp || !wad.m || !wad.v) goto done;
 
     uint64_t rng = o->seed * 0x9E3779B97F4A7C15ull + 777;
     int episodes = 0, upd;
@@ -411,6 +493,8 @@ scdb_err scdb_evict_train_rl(const scdb_evict_rl_opts *o, scdb_evict_mlp **out,
         double t_up = scdb_now(), reward = 0.0, ent_sum = 0.0, spread = 0.0;
         int n_states = 0;
         memset(grad, 0, mlp->n_params * sizeof *grad);
+        memset(gwin, 0, sizeof gwin);
+        int n_wstates = 0;
         if ((rc = scdb_evict_policy_from_mlp(mlp, &pol))) goto done;
         /* the draws' temperature: tau, annealed geometrically to tau_end, so
          * the draws explore widely at first and perturb the deterministic
@@ -466,6 +550,9 @@ scdb_err scdb_evict_train_rl(const scdb_evict_rl_opts *o, scdb_evict_mlp **out,
                 }
                 int kk = K < 64 ? K : 64;
                 double A_all[64];
+                if (mlp->n_win > 0 && (rc = window_grad(win, &wsmp, mlp, pol, B, o->every, hz, gwin,
+                                                        &n_wstates)))
+                    goto done;
                 sd = scdb_evict_loo_advantages(R, kk, A_all, &mean);
                 reward += mean;
                 spread += sd;
@@ -492,10 +579,15 @@ scdb_err scdb_evict_train_rl(const scdb_evict_rl_opts *o, scdb_evict_mlp **out,
         scdb_evict_policy_free(&pol);
         for (int k = 0; k < K; k++) scdb_evict_sampler_clear(&smp[k]);
         if (n_states > 0)
-            for (size_t i = 0; i < mlp->n_params; i++) grad[i] /= (float)n_states;
+            for (size_t i = 0; i < mlp->n_params; i++) grad[i] *= o->lr_sign / (float)n_states;
         double prog = o->updates > 1 ? (double)upd / (o->updates - 1) : 1.0;
-        float lr = o->lr * (float)(0.1 + 0.45 * (1.0 + cos(3.14159265358979 * prog)));
+        float decay = (float)(0.1 + 0.45 * (1.0 + cos(3.14159265358979 * prog)));
+        float lr = o->lr * decay;
         scdb_evict_adam_step(&ad, mlp->params, grad, lr);
+        if (n_wstates > 0 && o->win_lr > 0.0f) {
+            for (size_t i = 0; i < wad.n; i++) gwin[i] *= o->lr_sign / (float)n_wstates;
+            scdb_evict_adam_step(&wad, mlp->win_w, gwin, o->win_lr * decay);
+        }
         if (o->log)
             fprintf(o->log, "{\"update\":%d,\"episodes\":%d,\"reward\":%.6f,\"reward_sd\":%.6f,"
                             "\"entropy\":%.4f,\"states\":%d,\"lr\":%.3g,\"tau\":%.4g,"
@@ -528,11 +620,16 @@ scdb_err scdb_evict_train_rl(const scdb_evict_rl_opts *o, scdb_evict_mlp **out,
                 }
             }
             log_validation(o->log, upd + 1, episodes, scdb_now() - t_start, kl, bb, ratio, is_best,
-                           o, gs, ng, gk, o->corpora, model_names);
+                           o, gs, ng, gk, o->corpora, model_names, mlp);
             if (o->verbose)
                 fprintf(stderr, "train-policy: validation after %d updates: KL %.5f, %.3f x the best "
                                 "heuristic%s\n", upd + 1, kl, ratio, is_best ? " (best)" : "");
         }
+    }
+    if (o->last) {
+        scdb_err lrc = scdb_evict_mlp_save(mlp, o->last, NULL, NULL, 0);
+        if (lrc && o->verbose)
+            fprintf(stderr, "train-policy: cannot write %s: %s\n", o->last, scdb_strerror(lrc));
     }
     r.updates = upd;
     r.episodes = episodes;
@@ -557,6 +654,9 @@ done:
     scdb_evict_mlp_free(&best);
     free(ad.m);
     free(ad.v);
+    free(wad.m);
+    free(wad.v);
+    scdb_evict_sampler_clear(&wsmp);
     free(grad);
     free(ds);
     free(dsr);
@@ -564,5 +664,104 @@ done:
     free(drawn);
     for (int c = 0; c < MAX_CORPORA; c++) { free(tok[c]); free(vtok[c]); }
     for (int i = 0; i < MAX_MODELS; i++) scdb_model_free(&models[i]);
+    return rc;
+}
+
+/* ------------------------------------------------------------ age profile */
+
+#define AGE_BINS 10   /* ages 0, 1, 2-3, ..., 128-255, 256 and older */
+
+scdb_err scdb_evict_age_profile(const scdb_evict_rl_opts *o, const scdb_evict_policy *const *pols,
+                                const char *const *labels, int n_pol, FILE *json, char *errbuf,
+                                size_t errlen)
+{
+    scdb_model *model = NULL;
+    int32_t *vt = NULL;
+    scdb_evict_window *w = NULL;
+    double *hist = NULL, *kl = NULL;
+    const int span = o ? o->prefill + o->steps + 1 : 0;
+    scdb_err rc = SCDB_EINVAL;
+
+    if (!o || !pols || !labels || n_pol < 1 || !json || o->n_models < 1 || o->n_corpora < 1 ||
+        o->n_val_budgets < 1 || o->n_val_budgets > MAX_VB || o->val_windows < 1 || o->every < 1)
+        return SCDB_EINVAL;
+    const int nb = o->n_val_budgets;
+    if (!(hist = calloc((size_t)n_pol * nb * AGE_BINS, sizeof *hist)) ||
+        !(kl = calloc((size_t)n_pol * nb, sizeof *kl))) {
+        rc = SCDB_ENOMEM;
+        goto done;
+    }
+    int n_win = 0;
+    for (int mi = 0; mi < o->n_models; mi++) {
+        if ((rc = scdb_model_load(o->model_dirs[mi], &model, errbuf, errlen))) goto done;
+        for (int c = 0; c < o->n_corpora; c++) {
+            const scdb_evict_corpus *cp = &o->corpora[c];
+            if (cp->val_len < (size_t)span) {
+                scdb_errf(errbuf, errlen, "domain %s: the val text needs at least %d bytes",
+                          cp->name ? cp->name : "?", span);
+                rc = SCDB_ERANGE;
+                goto done;
+            }
+            free(vt);
+            if (!(vt = malloc(cp->val_len * sizeof *vt))) { rc = SCDB_ENOMEM; goto done; }
+            scdb_tokenize_bytes(cp->val, cp->val_len, vt);
+            size_t room = cp->val_len - (size_t)span;
+            for (int i = 0; i < o->val_windows; i++) {
+                size_t off = room * (size_t)(2 * i + 1) / (size_t)(2 * o->val_windows);
+                if ((rc = scdb_evict_window_new(model, vt + off, o->prefill, o->steps, &w))) goto done;
+                n_win++;
+                for (int pi = 0; pi < n_pol; pi++)
+                    for (int b = 0; b < nb; b++) {
+                        scdb_evict_eval e;
+                        scdb_evict_window_age_hist(w, hist + ((size_t)pi * nb + b) * AGE_BINS, AGE_BINS);
+                        if ((rc = scdb_evict_window_eval(w, pols[pi], budget_slots(o->val_budgets[b], o),
+                                                         o->every, NULL, &e)))
+                            goto done;
+                        kl[pi * nb + b] += e.kl;
+                    }
+                scdb_evict_window_free(&w);
+            }
+        }
+        scdb_model_free(&model);
+    }
+    fprintf(json, "{\"what\":\"kept slots by age after each eviction, fraction per age bin\","
+                  "\"prefill\":%d,\"steps\":%d,\"every\":%d,\"windows\":%d,"
+                  "\"bins\":[",
+            o->prefill, o->steps, o->every, n_win);
+    for (int k = 0; k < AGE_BINS; k++)
+        fprintf(json, "%s[%d,%d]", k ? "," : "", k ? 1 << (k - 1) : 0,
+                k == AGE_BINS - 1 ? -1 : k ? (1 << k) - 1 : 0);
+    fprintf(json, "],\"budgets\":[");
+    for (int b = 0; b < nb; b++) fprintf(json, "%s%g", b ? "," : "", o->val_budgets[b]);
+    fprintf(json, "],\"policies\":[");
+    for (int pi = 0; pi < n_pol; pi++) {
+        fprintf(json, "%s{\"label\":\"%s\",\"window\":[", pi ? "," : "", labels[pi]);
+        for (int b = 0; b < nb; b++) {
+            int sk, r;
+            scdb_evict_policy_protect(pols[pi], NULL, o->prefill + o->steps,
+                                      budget_slots(o->val_budgets[b], o), &sk, &r);
+            fprintf(json, "%s[%d,%d]", b ? "," : "", sk, r);
+        }
+        fprintf(json, "],\"kl\":[");
+        for (int b = 0; b < nb; b++) fprintf(json, "%s%.6f", b ? "," : "", kl[pi * nb + b] / n_win);
+        fprintf(json, "],\"profile\":[");
+        for (int b = 0; b < nb; b++) {
+            const double *h = hist + ((size_t)pi * nb + b) * AGE_BINS;
+            double tot = 0.0;
+            for (int k = 0; k < AGE_BINS; k++) tot += h[k];
+            fprintf(json, "%s[", b ? "," : "");
+            for (int k = 0; k < AGE_BINS; k++) fprintf(json, "%s%.5f", k ? "," : "", tot > 0 ? h[k] / tot : 0.0);
+            fprintf(json, "]");
+        }
+        fprintf(json, "]}");
+    }
+    fprintf(json, "]}\n");
+    rc = ferror(json) ? SCDB_EIO : SCDB_OK;
+done:
+    scdb_evict_window_free(&w);
+    scdb_model_free(&model);
+    free(vt);
+    free(hist);
+    free(kl);
     return rc;
 }
