@@ -194,8 +194,9 @@ static scdb_err eval_text(const scdb_model *m, const cal_domains *dd, size_t spa
 }
 
 /* Held-back KL windows of consumer m: the end of its held-out text's first
- * half (with --domains: see eval_text); added to session slot ci when cal, else only their span measured
- * (*span, what the statistics text must leave out).  0 or 1 (said why). */
+ * half (with --domains: see eval_text); added to session slot ci when cal,
+ * else only their span measured (*span, what the statistics text must leave
+ * out).  0 or 1 (said why). */
 static int eval_windows(scdb_calib *cal, int ci, const scdb_model *m, int n_eval, int need,
                         const cal_domains *dd, size_t *span_out)
 {
