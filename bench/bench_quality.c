@@ -88,6 +88,8 @@ static const char *MCODES[M_COUNT] = {NULL, NULL, NULL, NULL, "f16", "f16", "int
 
 typedef struct qopts {
     const char *data, *models, *artifacts, *producer, *text, *json, *png;
+    const char *baseline;        /* --baseline DIR: another codebook + pairs, compared */
+    int budgets;                 /* the patch budget sweep (0: --no-patch-sweep) */
     int prefix, cont, windows, reps, ds_layers, abl_windows, ablations, verbose;
     int sweep, sweep_windows, sweep_steps, n_ranks;
     int ranks[MAXRANKS][3];      /* --sweep-ranks: r_K, r_V, r_H per point */
@@ -769,7 +771,8 @@ static void usage(FILE *f)
 "                          [--no-ablations] [--ablation-windows N] [--sweep]\n"
 "                          [--sweep-ranks rK,rV,rH[;...]] [--sweep-windows N]\n"
 "                          [--sweep-steps S] [--data DIR] [--models DIR]\n"
-"                          [--artifacts DIR] [--producer NAME] [--device D] [-q]\n\n"
+"                          [--artifacts DIR] [--producer NAME] [--device D]\n"
+"                          [--baseline DIR] [--no-patch-sweep] [-q]\n\n"
 "SCD quality table: oracle, raw, quant4, droidspeak, scd_reuse and scd_full (f16 and\n"
 "int8 codes) for every calibrated pair (DIR/pairs/<producer>__<consumer>.safetensors),\n"
 "on windows of the SECOND half of each consumer's held-out text (or --text FILE for\n"
@@ -787,6 +790,11 @@ static void usage(FILE *f)
 "  --sweep-steps S    Adam steps per aligner in the sweep (1500, as scdb calibrate)\n"
 "  --data DIR  assets (default $SCDB_DATA, else ../share/scdb beside scdb); --models and\n"
 "              --artifacts (codebooks/, pairs/) override its parts\n"
+"  --baseline DIR  compare with another codebook: DIR/codebooks/<producer>.safetensors\n"
+"             and DIR/pairs/<producer>__<consumer>.safetensors (e.g. the previous\n"
+"             release's); scd full of both on the same windows, f16 and int8 codes,\n"
+"             new/old ratios in a table and under \"baseline\" in the JSON\n"
+"  --no-patch-sweep  leave out the per-consumer patch budget sweep\n"
 "  --png FILE  quality vs payload plot through tools/plot_quality.py (python3 +\n"
 "              matplotlib)\n"
 "  --device D  auto | cpu | cuda (default auto: CUDA when a device answers).  The\n"
@@ -820,7 +828,7 @@ static int parse_opts(int argc, char **argv, qopts *o, scdb_device_pref *pref)
 
     *o = (qopts){.prefix = 384, .cont = 64, .windows = 8, .reps = 3, .ds_layers = 2,
                  .abl_windows = 48, .ablations = 1, .verbose = 1, .producer = "base",
-                 .sweep_windows = 256, .sweep_steps = 1500};
+                 .sweep_windows = 256, .sweep_steps = 1500, .budgets = 1};
     o->data = scdb_data_dir();
     *pref = SCDB_DEVPREF_AUTO;
     for (int i = 1; i < argc; i++) {
@@ -853,6 +861,8 @@ static int parse_opts(int argc, char **argv, qopts *o, scdb_device_pref *pref)
         else if (!strcmp(a, "--data") && more) o->data = argv[++i];
         else if (!strcmp(a, "--models") && more) o->models = argv[++i];
         else if (!strcmp(a, "--artifacts") && more) o->artifacts = argv[++i];
+        else if (!strcmp(a, "--baseline") && more) o->baseline = argv[++i];
+        else if (!strcmp(a, "--no-patch-sweep")) o->budgets = 0;
         else if (!strcmp(a, "--producer") && more) o->producer = argv[++i];
         else if (!strcmp(a, "-q")) o->verbose = 0;
         else if (!strcmp(a, "--device") && more) {
@@ -887,12 +897,19 @@ typedef struct qfamily {
     char cnames[MAXC][128];
     int late[MAXC];           /* scdb_pair_info.late_added: scdb calibrate --codebook */
     int nc;
+    scdb_codebook *bcb;       /* --baseline: its codebook and each consumer's pair (NULL: none) */
+    scdb_pair *bpairs[MAXC];
 } qfamily;
 
 static void family_free(qfamily *f)
 {
-    for (int i = 0; i < MAXC; i++) { scdb_pair_free(&f->pairs[i]); scdb_model_free(&f->cons[i]); }
+    for (int i = 0; i < MAXC; i++) {
+        scdb_pair_free(&f->pairs[i]);
+        scdb_pair_free(&f->bpairs[i]);
+        scdb_model_free(&f->cons[i]);
+    }
     scdb_codebook_free(&f->cb);
+    scdb_codebook_free(&f->bcb);
     scdb_model_free(&f->prod);
 }
 
@@ -963,6 +980,31 @@ static int load_family(const qopts *o, const char *models, const char *arts, qfa
     return 0;
 }
 
+/* --baseline DIR: its codebook (for the same producer) and the pair of each
+ * consumer of f found under DIR/pairs (a consumer without one is compared
+ * with nothing, said so).  0, or -1 after a message. */
+static int load_baseline(const qopts *o, const char *dir, qfamily *f)
+{
+    char path[2200], err[512];
+    scdb_err rc;
+    snprintf(path, sizeof path, "%s/codebooks/%s.safetensors", dir, o->producer);
+    if ((rc = scdb_codebook_load(path, &f->bcb, err, sizeof err)) ||
+        (rc = scdb_codebook_check_producer(f->bcb, f->prod, err, sizeof err))) {
+        fprintf(stderr, "bench quality: --baseline codebook %s: %s (%s)\n", path, err, scdb_strerror(rc));
+        return -1;
+    }
+    for (int i = 0; i < f->nc; i++) {
+        snprintf(path, sizeof path, "%s/pairs/%s__%s.safetensors", dir, o->producer, f->cnames[i]);
+        if ((rc = scdb_pair_load(path, f->bcb, &f->bpairs[i], err, sizeof err)) ||
+            (rc = scdb_pair_check_models(f->bpairs[i], f->prod, f->cons[i], err, sizeof err))) {
+            fprintf(stderr, "bench quality: --baseline pair %s: %s (%s): %s not compared\n", path, err,
+                    scdb_strerror(rc), f->cnames[i]);
+            scdb_pair_free(&f->bpairs[i]);
+        }
+    }
+    return 0;
+}
+
 /* payload bytes per prefix token of each method */
 typedef struct qbytes { double raw, q4, ds, scd, scd8; } qbytes;
 
@@ -1020,7 +1062,7 @@ static void ctx_free(ctx *c)
 /* ------------------------------------------------------------ the JSON document */
 
 /* its sections, filled as the bench goes */
-typedef struct qout { cJSON *root, *res, *abl, *cfg, *ds, *pb, *sweep, *goals; } qout;
+typedef struct qout { cJSON *root, *res, *abl, *cfg, *ds, *pb, *sweep, *goals, *cmp; } qout;
 
 static void config_json(const ctx *c, const qfamily *f, const qbytes *by, const char *dev_why, cJSON *jcfg)
 {
@@ -1171,6 +1213,73 @@ static scdb_err patch_budgets(ctx *c, const qfamily *f, int k, const qbytes *by,
     return SCDB_OK;
 }
 
+/* --baseline: SCD full (every patch layer of the pair's default budget) with
+ * the baseline's codebook and pair on the same windows as the shipped one,
+ * both code dtypes; one row per dtype: both sides and new / old ratios. */
+static scdb_err compare_baseline(ctx *c, const qfamily *f, int k, const qbytes *by, const acc *a,
+                                 const char *text, const qout *out)
+{
+    const scdb_codebook_info *nci = scdb_codebook_get_info(f->cb), *oci = scdb_codebook_get_info(f->bcb);
+    double oppl = exp(a[M_ORACLE].nll / (double)a[M_ORACLE].n);
+    for (int dt = SCDB_CODES_F16; dt <= SCDB_CODES_INT8; dt++) {
+        acc b = {0};
+        const acc *n = &a[dt == SCDB_CODES_INT8 ? M_FULL8 : M_FULL];
+        scdb_err rc = eval_scd(c, f->bcb, (scdb_code_dtype)dt, f->bpairs[k], -1, &b, 0);
+        if (rc) { acc_free(&b); return rc; }
+        scdb_codebook_set_code_dtype(f->bcb, (scdb_code_dtype)dt);
+        double obytes = (double)scdb_codebook_token_bytes(f->bcb);
+        scdb_codebook_set_code_dtype(f->bcb, SCDB_CODES_F16);
+        double nbytes = dt == SCDB_CODES_INT8 ? by->scd8 : by->scd;
+        double np = exp(n->nll / (double)n->n), op = exp(b.nll / (double)b.n);
+        double nkl = n->kl / (double)n->n, okl = b.kl / (double)b.n;
+        double nt = n->agree / (double)n->n, ot = b.agree / (double)b.n;
+        cJSON *r = cJSON_CreateObject();
+        cJSON_AddStringToObject(r, "consumer", f->cnames[k]);
+        cJSON_AddStringToObject(r, "text", text);
+        cJSON_AddStringToObject(r, "codes_dtype", scdb_code_dtype_name((scdb_code_dtype)dt));
+        cJSON_AddStringToObject(r, "new_codebook", nci->id_hex);
+        cJSON_AddStringToObject(r, "old_codebook", oci->id_hex);
+        cJSON_AddNumberToObject(r, "raw_f16_bytes_per_token", by->raw);
+        cJSON_AddNumberToObject(r, "new_bytes_per_token", nbytes);
+        cJSON_AddNumberToObject(r, "old_bytes_per_token", obytes);
+        cJSON_AddNumberToObject(r, "new_raw_ratio", by->raw / nbytes);
+        cJSON_AddNumberToObject(r, "old_raw_ratio", by->raw / obytes);
+        cJSON_AddNumberToObject(r, "oracle_ppl", oppl);
+        cJSON_AddNumberToObject(r, "new_ppl_vs_oracle", np / oppl - 1.0);
+        cJSON_AddNumberToObject(r, "old_ppl_vs_oracle", op / oppl - 1.0);
+        cJSON_AddNumberToObject(r, "ppl_ratio", np / op);
+        cJSON_AddNumberToObject(r, "new_kl", nkl);
+        cJSON_AddNumberToObject(r, "old_kl", okl);
+        cJSON_AddNumberToObject(r, "kl_ratio", nkl / okl);
+        cJSON_AddNumberToObject(r, "new_top1", nt);
+        cJSON_AddNumberToObject(r, "old_top1", ot);
+        cJSON_AddNumberToObject(r, "predictions", (double)n->n);
+        cJSON_AddItemToArray(out->cmp, r);
+        acc_free(&b);
+    }
+    return SCDB_OK;
+}
+
+/* the --baseline table: new (shipped) vs old codebook, scd full */
+static void print_compare(const cJSON *cmp)
+{
+    const cJSON *r;
+    if (!cmp || cJSON_GetArraySize(cmp) == 0) return;
+    r = cJSON_GetArrayItem(cmp, 0);
+    printf("\n## Codebook %s (new) vs %s (old, --baseline): scd full, same windows\n\n",
+           cJSON_GetObjectItem(r, "new_codebook")->valuestring, cJSON_GetObjectItem(r, "old_codebook")->valuestring);
+    printf("| consumer | text | codes | bytes/token new (old) | vs raw new (old) | ppl vs oracle new (old) | "
+           "KL new (old) | KL new/old | top-1 new (old) |\n|---|---|---|---|---|---|---|---|---|\n");
+    cJSON_ArrayForEach(r, cmp)
+        printf("| %s | %s | %s | %.0f (%.0f) | 1/%.1f (1/%.1f) | %+.2f%% (%+.2f%%) | %.4f (%.4f) | %.2f | %.3f (%.3f) |\n",
+               cJSON_GetObjectItem(r, "consumer")->valuestring, cJSON_GetObjectItem(r, "text")->valuestring,
+               cJSON_GetObjectItem(r, "codes_dtype")->valuestring, jnum(r, "new_bytes_per_token"),
+               jnum(r, "old_bytes_per_token"), jnum(r, "new_raw_ratio"), jnum(r, "old_raw_ratio"),
+               100 * jnum(r, "new_ppl_vs_oracle"), 100 * jnum(r, "old_ppl_vs_oracle"), jnum(r, "new_kl"),
+               jnum(r, "old_kl"), jnum(r, "kl_ratio"), jnum(r, "new_top1"), jnum(r, "old_top1"));
+    fflush(stdout);
+}
+
 /* Consumer k: its windows, the droidspeak range, every method, its rows,
  * goals and patch budget sweep.  0, or -1 (after a message where the
  * original cause is known). */
@@ -1217,7 +1326,9 @@ static int eval_consumer(ctx *c, const qfamily *f, int k, const qbytes *by, cons
         (rc = eval_scd(c, f->cb, SCDB_CODES_INT8, f->pairs[k], 0, &a[M_REUSE8], 1)) ||
         (rc = eval_scd(c, f->cb, SCDB_CODES_INT8, f->pairs[k], -1, &a[M_FULL8], 1)))
         goto done;
-    if ((rc = patch_budgets(c, f, k, by, consumer_rows(c, f, k, by, a, ds_a, out), out))) goto done;
+    double oppl = consumer_rows(c, f, k, by, a, ds_a, out);
+    if (o->budgets && (rc = patch_budgets(c, f, k, by, oppl, out))) goto done;
+    if (f->bpairs[k] && (rc = compare_baseline(c, f, k, by, a, desc, out))) goto done;
     ret = 0;
 done:
     for (int m = 0; m < M_COUNT; m++) acc_free(&a[m]);
@@ -1500,6 +1611,7 @@ int scdb_bench_quality(int argc, char **argv)
     out.abl = cJSON_AddObjectToObject(out.root, "ablations");
     out.cfg = cJSON_AddObjectToObject(out.root, "config");
     if (load_family(&o, models, arts, &f) || ctx_init(&c, &o, f.prod, dev)) goto done;
+    if (o.baseline && load_baseline(&o, o.baseline, &f)) goto done;
     if (o.ds_layers > c.L) o.ds_layers = c.L;
     by = payload_bytes(&c, f.cb);
     config_json(&c, &f, &by, why, out.cfg);
@@ -1507,6 +1619,7 @@ int scdb_bench_quality(int argc, char **argv)
     out.pb = cJSON_AddArrayToObject(out.abl, "patch_budget");
     out.sweep = o.sweep ? cJSON_AddArrayToObject(out.root, "sweep") : NULL;
     out.goals = cJSON_AddArrayToObject(out.root, "goals");
+    out.cmp = o.baseline ? cJSON_AddArrayToObject(out.root, "baseline") : NULL;
 
     printf("# SCD quality: producer %s, codebook %s, prefix %d + continuation %d tokens, %d windows per consumer\n\n",
            o.producer, scdb_codebook_get_info(f.cb)->id_hex, c.P, c.C, o.windows);
@@ -1515,6 +1628,7 @@ int scdb_bench_quality(int argc, char **argv)
     for (int k = 0; k < f.nc; k++)
         if (eval_consumer(&c, &f, k, &by, &out)) goto done;
     print_patch_table(&c, &f, &by, out.pb);
+    print_compare(out.cmp);
     if (o.ablations && run_ablations(&c, &f, out.abl)) goto done;
     if (o.sweep && rate_sweep(&c, &f, &by, &out)) goto done;
     print_goals(out.goals);

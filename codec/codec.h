@@ -508,6 +508,30 @@ const char *scdb_codec_text_domain(const scdb_model *m);
 
 scdb_err scdb_codec_domain_text(const scdb_model *m, scdb_text_source src, size_t max_bytes,
                                 unsigned char **text, size_t *len, char *desc, size_t desclen);
+/* Training text of one domain of a TRAINING.json ("domains".<domain>.
+ * "train_files"): at most per_file bytes of each readable file (0: max/24,
+ * at least 2048), files visited in a fixed stride permutation, joined by
+ * newlines, at most max_bytes in all.  Files the same TRAINING.json lists as
+ * any domain's heldout_files, and the eviction suite's eval files
+ * (<dir>/../evict_suite/manifest.json), are never read.  With the same
+ * per_file a longer max_bytes returns a longer text with the same start.
+ * SCDB_ENOTFOUND (no such domain, no readable file), SCDB_EFORMAT. */
+scdb_err scdb_codec_training_text(const char *training_json, const char *domain, size_t max_bytes,
+                                  size_t per_file, unsigned char **text, size_t *len, char *desc,
+                                  size_t desclen);
+
+/* Broad calibration text for a fleet: every training domain of m's family
+ * (<family>/TRAINING.json) and of the family's adapters
+ * (<family>/../adapters/TRAINING.json, when there is one), each with the
+ * file that lists it.  SCDB_ERANGE past SCDB_TEXT_MAX_DOMAINS. */
+#define SCDB_TEXT_MAX_DOMAINS 64
+typedef struct scdb_text_domains {
+    int n;
+    char name[SCDB_TEXT_MAX_DOMAINS][64];
+    char json[SCDB_TEXT_MAX_DOMAINS][1300];
+} scdb_text_domains;
+scdb_err scdb_codec_fleet_domains(const scdb_model *m, scdb_text_domains *out);
+
 /* Read a text file (.gz through gzip -dc), at most max_bytes. */
 scdb_err scdb_codec_read_text(const char *path, size_t max_bytes, unsigned char **text,
                               size_t *len);

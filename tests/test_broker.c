@@ -1170,7 +1170,10 @@ static void test_int8_codes_broker(void **state)
     assert_int_equal(scdb_register(h, SCDB_PRODUCER, "base", "base-scd8", &info), SCDB_OK);
     assert_int_equal(info.payload_dtype, SCDB_PAYLOAD_CODES_INT8);
     assert_int_equal(info.block_bytes, BT * scdb_codebook_token_bytes(cb));
-    assert_int_equal(scdb_codebook_token_bytes(cb), 124 + 2 * 7);     /* the shipped codebook */
+    {   /* int8: a byte per code value and an f16 scale per coded layer */
+        const scdb_codebook_info *ci8 = scdb_codebook_get_info(cb);
+        assert_int_equal(scdb_codebook_token_bytes(cb), (size_t)ci8->code_dim + 2u * (size_t)ci8->n_scaled);
+    }
     assert_int_equal(scdb_states_arena_new(h, 256, &a), SCDB_OK);
     st = scdb_arena_states(a, &L, &D, &cap);
     assert_int_equal(scdb_model_cache_new(m, N, &own), SCDB_OK);
@@ -1257,7 +1260,8 @@ static void test_int8_codes_broker(void **state)
         memcpy(pl + bb + 10, &keep, 2);
         /* a truncated payload / f16-sized blocks */
         assert_int_equal(scdb_put(h, t2, N, 0, pl, all - 1, &pr), SCDB_ESHAPE);
-        assert_int_equal(scdb_put(h, t2, N, 0, pl, 2 * 124 * BT, &pr), SCDB_ESHAPE);
+        assert_int_equal(scdb_put(h, t2, N, 0, pl, 2 * (size_t)scdb_codebook_get_info(cb)->code_dim * BT, &pr),
+                         SCDB_ESHAPE);
         assert_int_equal(scdb_lookup(cons, t2, N, &lr), SCDB_OK);
         assert_int_equal(lr.n_matched, 0);                              /* nothing stored */
         assert_int_equal(scdb_put(h, t2, N, 0, pl, all, &pr), SCDB_OK);
@@ -1296,8 +1300,11 @@ static void test_int8_codes_broker(void **state)
         assert_int_equal(kind->open_codebook(&c8, SCDB_DATA_DIR "/codebooks/base.safetensors", SCDB_F16,
                                              err, sizeof err), SCDB_OK);
         assert_memory_not_equal(c16.ns.b, c8.ns.b, sizeof c16.ns.b);
-        assert_int_equal(c16.token_bytes, 248);
-        assert_int_equal(c8.token_bytes, 138);
+        {   /* f16: two bytes per code value; int8: one, plus an f16 scale per coded layer */
+            const scdb_codebook_info *sci = scdb_codebook_get_info(cb);
+            assert_int_equal(c16.token_bytes, 2 * (size_t)sci->code_dim);
+            assert_int_equal(c8.token_bytes, (size_t)sci->code_dim + 2u * (size_t)sci->n_scaled);
+        }
         assert_int_equal(c16.payload_dtype, SCDB_F16);
         assert_int_equal(c8.payload_dtype, SCDB_PAYLOAD_CODES_INT8);
         {   /* the namespace is the codec's: id, payload dtype, version */

@@ -199,6 +199,20 @@ grep -q "nothing/config.json: no such file" "$tmp/err" && ok "fingerprint: says 
   || { bad "fingerprint: missing-file message"; cat "$tmp/err"; }
 expect 2 "fingerprint: no directory" -- "$scdb" fingerprint
 expect 2 "fingerprint: unknown option" -- "$scdb" fingerprint --bogus
+# issue 23 item 0: broad calibration text, --domains
+expect 0 "calibrate --help" -- "$scdb" calibrate --help
+grep -q -- "--domains fleet|D1,D2" "$tmp/out" && ok "calibrate --help: --domains" || bad "calibrate --help: --domains"
+expect 1 "calibrate --domains: an unknown domain" -- "$scdb" calibrate --producer "$data/models/base" \
+  --consumer "$data/models/manpages" --ranks 8,12,12 --patch-layers 1 --domains english,nosuch -o "$tmp/cald"
+grep -q "'nosuch' is not a training domain of the family (english, " "$tmp/err" \
+  && ok "calibrate --domains: names the unknown domain and the known ones" \
+  || { bad "calibrate --domains: unknown-domain message"; cat "$tmp/err"; }
+expect 1 "calibrate --domains with --texts" -- "$scdb" calibrate --producer "$data/models/base" \
+  --consumer "$data/models/manpages" --ranks 8,12,12 --patch-layers 1 --domains fleet \
+  --texts "$data/heldout/english.txt" -o "$tmp/cald"
+grep -q "give one" "$tmp/err" && ok "calibrate --domains with --texts: says to give one" \
+  || { bad "calibrate --domains/--texts message"; cat "$tmp/err"; }
+[ ! -e "$tmp/cald/codebooks" ] && ok "calibrate --domains: nothing written on refusal" || bad "calibrate wrote $tmp/cald"
 cb="$data/codebooks/base.safetensors"
 expect 2 "calibrate --codebook: a codebook option is refused" -- "$scdb" calibrate --codebook "$cb" \
   --consumer "$data/models/python" --ranks 8,12,16 -o "$tmp/cal"

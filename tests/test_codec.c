@@ -1158,6 +1158,128 @@ static void test_domain_text(void **state)
     unlink(path);
 }
 
+/* Broad calibration text (scdb calibrate --domains): a TRAINING.json's
+ * domain, files listed as held-out or as eviction-suite eval never read, the
+ * same start for a longer read; the fleet's domains from the family's and the
+ * adapters' TRAINING.json; garbage, truncated and wrong-shaped files refused. */
+static void put_file(const char *path, const char *body)
+{
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(body, f);
+    fclose(f);
+}
+
+static void test_training_text(void **state)
+{
+    (void)state;
+    char root[600], path[800], body[4096], desc[512];
+    unsigned char *t = NULL, *t2 = NULL;
+    size_t len = 0, len2 = 0;
+    scdb_text_domains td;
+    snprintf(root, sizeof root, "%s/tt", tmpdir);
+    mkdir(root, 0755);
+    snprintf(path, sizeof path, "%s/fam", root);
+    mkdir(path, 0755);
+    snprintf(path, sizeof path, "%s/adapters", root);
+    mkdir(path, 0755);
+    snprintf(path, sizeof path, "%s/evict_suite", root);
+    mkdir(path, 0755);
+    const char *names[4] = {"a", "b", "held", "evalf"};
+    for (int i = 0; i < 4; i++) {
+        char content[200];
+        snprintf(path, sizeof path, "%s/%s.txt", root, names[i]);
+        snprintf(content, sizeof content, "<%s:%.*s>", names[i], 40,
+                 "0123456789012345678901234567890123456789");
+        put_file(path, content);
+    }
+    /* domain x lists a, held (another domain's held-out file), evalf (eval in
+     * the suite) and b */
+    snprintf(body, sizeof body,
+             "{\"domains\": {\"x\": {\"train_files\": [\"%s/a.txt\", {\"path\": \"%s/held.txt\"}, "
+             "\"%s/evalf.txt\", \"%s/b.txt\"]}, \"y\": {\"train_files\": [\"%s/b.txt\"], "
+             "\"heldout_files\": [\"%s/held.txt\"]}}}", root, root, root, root, root, root);
+    snprintf(path, sizeof path, "%s/fam/TRAINING.json", root);
+    put_file(path, body);
+    char suite[1024];
+    snprintf(suite, sizeof suite, "{\"domains\": {\"x\": {\"eval\": {\"files\": [{\"path\": \"%s/evalf.txt\"}]}}}}",
+             root);
+    snprintf(path, sizeof path, "%s/evict_suite/manifest.json", root);
+    put_file(path, suite);
+    char tj[800];
+    snprintf(tj, sizeof tj, "%s/fam/TRAINING.json", root);
+    assert_int_equal(scdb_codec_training_text(tj, "x", 4096, 1024, &t, &len, desc, sizeof desc), SCDB_OK);
+    assert_true(contains(t, len, "<a:"));
+    assert_true(contains(t, len, "<b:"));
+    assert_false(contains(t, len, "<held:"));
+    assert_false(contains(t, len, "<evalf:"));
+    assert_non_null(strstr(desc, "2 of the 4 training files"));
+    assert_non_null(strstr(desc, "held-out or eval files skipped"));
+    /* a shorter read is a prefix of the longer one (same per-file cap) */
+    assert_int_equal(scdb_codec_training_text(tj, "x", 20, 1024, &t2, &len2, NULL, 0), SCDB_OK);
+    assert_int_equal(len2, 20);
+    assert_memory_equal(t, t2, 20);
+    free(t2);
+    /* the per-file cap */
+    assert_int_equal(scdb_codec_training_text(tj, "x", 4096, 5, &t2, &len2, NULL, 0), SCDB_OK);
+    assert_int_equal(len2, 12);   /* "<a:01" "\n" "<b:01" "\n" */
+    free(t2);
+    free(t);
+    /* refusals: bad arguments, no such domain, no such file, wrong shape,
+     * garbage, truncated */
+    assert_int_equal(scdb_codec_training_text(tj, "x", 0, 0, &t, &len, NULL, 0), SCDB_EINVAL);
+    assert_int_equal(scdb_codec_training_text(NULL, "x", 10, 0, &t, &len, NULL, 0), SCDB_EINVAL);
+    assert_int_equal(scdb_codec_training_text(tj, "nosuch", 10, 0, &t, &len, NULL, 0), SCDB_ENOTFOUND);
+    snprintf(path, sizeof path, "%s/none.json", root);
+    assert_int_not_equal(scdb_codec_training_text(path, "x", 10, 0, &t, &len, NULL, 0), SCDB_OK);
+    snprintf(path, sizeof path, "%s/shape.json", root);
+    put_file(path, "{\"domains\": {\"x\": {\"train_files\": {\"a\": 1}}}}");
+    assert_int_equal(scdb_codec_training_text(path, "x", 10, 0, &t, &len, NULL, 0), SCDB_ENOTFOUND);
+    put_file(path, "{\"domains\": {\"x\": {\"train_files\": [\"/nonexistent/1\", 7]}}}");
+    assert_int_equal(scdb_codec_training_text(path, "x", 10, 0, &t, &len, NULL, 0), SCDB_ENOTFOUND);
+    put_file(path, "\x01garbage\xff");
+    assert_int_equal(scdb_codec_training_text(path, "x", 10, 0, &t, &len, NULL, 0), SCDB_EFORMAT);
+    body[40] = '\0';   /* truncated */
+    put_file(path, body);
+    assert_int_equal(scdb_codec_training_text(path, "x", 10, 0, &t, &len, NULL, 0), SCDB_EFORMAT);
+    assert_null(t);
+
+    /* the fleet's domains: the family's, then the adapters' not seen yet */
+    snprintf(body, sizeof body, "{\"domains\": {\"y\": {\"train_files\": []}, \"z\": {\"train_files\": []}}}");
+    snprintf(path, sizeof path, "%s/adapters/TRAINING.json", root);
+    put_file(path, body);
+    snprintf(path, sizeof path, "%s/fam/m", root);
+    write_model(path, "m", 2, 24, 5ull, 0.0f);
+    scdb_model *m = NULL;
+    assert_int_equal(scdb_model_load(path, &m, NULL, 0), SCDB_OK);
+    assert_int_equal(scdb_codec_fleet_domains(m, &td), SCDB_OK);
+    assert_int_equal(td.n, 3);
+    assert_string_equal(td.name[0], "x");
+    assert_string_equal(td.name[1], "y");
+    assert_string_equal(td.name[2], "z");
+    assert_non_null(strstr(td.json[1], "/fam/TRAINING.json"));
+    assert_non_null(strstr(td.json[2], "/adapters/TRAINING.json"));
+    /* no adapters: the family's alone; a garbage adapters file: refused */
+    snprintf(path, sizeof path, "%s/adapters/TRAINING.json", root);
+    put_file(path, "[1, 2");
+    assert_int_equal(scdb_codec_fleet_domains(m, &td), SCDB_EFORMAT);
+    unlink(path);
+    assert_int_equal(scdb_codec_fleet_domains(m, &td), SCDB_OK);
+    assert_int_equal(td.n, 2);
+    /* more domains than the list holds */
+    char *big = malloc(80 * 40 + 64);
+    assert_non_null(big);
+    size_t o = (size_t)sprintf(big, "{\"domains\": {");
+    for (int i = 0; i < SCDB_TEXT_MAX_DOMAINS + 5; i++)
+        o += (size_t)sprintf(big + o, "%s\"d%d\": {}", i ? ", " : "", i);
+    sprintf(big + o, "}}");
+    put_file(tj, big);
+    free(big);
+    assert_int_equal(scdb_codec_fleet_domains(m, &td), SCDB_ERANGE);
+    assert_int_equal(scdb_codec_fleet_domains(NULL, &td), SCDB_EINVAL);
+    scdb_model_free(&m);
+}
+
 /* ------------------------------------------------------------ kernel twins
  * kernels.h's codec ops (what the CUDA backend is tested against) compute
  * exactly what the codec does: encode, REUSE decode, TOKEN and PATCH
@@ -1621,6 +1743,7 @@ int main(void)
         cmocka_unit_test(test_late_added),
         cmocka_unit_test(test_fleet_swap),
         cmocka_unit_test(test_domain_text),
+        cmocka_unit_test(test_training_text),
         cmocka_unit_test(test_shipped_pairs),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
