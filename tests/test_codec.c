@@ -975,6 +975,8 @@ static void relabel_tensor(const char *src, const char *dst, const char *name, c
     scdb_st_close(&f);
 }
 
+static void check_pair_dev(const scdb_pair *p, const scdb_codebook *cb, int n_patch);
+
 static long fsize(const char *path)
 {
     struct stat st;
@@ -1091,6 +1093,9 @@ static void test_lora_pairs(void **state)
     scdb_kv_cache_free(&x);
     scdb_kv_cache_free(&y);
     scdb_kv_cache_free(&z);
+    /* the device decode (CPU table) of the loaded lora pair: the CPU decode bit for bit */
+    check_pair_dev(back, cb, -1);
+    check_pair_dev(back, cb, 0);
 
     /* the reference refusal: a base that is not the codebook's producer */
     char ofp[SCDB_CODEC_FP_LEN];
