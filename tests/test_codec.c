@@ -627,7 +627,9 @@ static void test_files_and_refusals(void **state)
 
 /* The shipped artifacts: every data/pairs/<p>__<c>.safetensors loads with
  * its codebook data/codebooks/<p>.safetensors and validates against
- * data/models/<p> and data/models/<c>; a short prefix decodes. */
+ * data/models/<p> and data/models/<c> (or data/adapters/<c>); a short
+ * prefix decodes.  <p>__fleet, an adapter fleet's shared part, loads as
+ * one, for the codebook's producer. */
 static void test_shipped_pairs(void **state)
 {
     (void)state;
@@ -651,6 +653,16 @@ static void test_shipped_pairs(void **state)
         if (rc) fprintf(stderr, "%s: %s\n", path, err);
         assert_int_equal(rc, SCDB_OK);
         snprintf(path, sizeof path, SCDB_DATA_DIR "/pairs/%s", e->d_name);
+        if (!strcmp(consn, SCDB_PAIR_SHARED_STEM)) {
+            /* a fleet's shared part: of the codebook's producer, loaded as such */
+            rc = scdb_pair_load_shared(path, cb, &p, err, sizeof err);
+            if (rc) fprintf(stderr, "%s: %s\n", path, err);
+            assert_int_equal(rc, SCDB_OK);
+            assert_string_equal(scdb_pair_get_info(p)->base_fp, scdb_codebook_get_info(cb)->producer_fp);
+            scdb_pair_free(&p);
+            scdb_codebook_free(&cb);
+            continue;
+        }
         rc = scdb_pair_load(path, cb, &p, err, sizeof err);
         if (rc) fprintf(stderr, "%s: %s\n", path, err);
         assert_int_equal(rc, SCDB_OK);
