@@ -330,7 +330,7 @@ static int lora_fleet(scdb_calib *cal, const scdb_codebook *cb, const scdb_model
     scdb_calib_fleet *fl = NULL;
     scdb_pair *shared = NULL;
     char path[1400], err[512] = "";
-    double state_s[MAX_CONS] = {0}, pair_s[MAX_CONS] = {0};
+    double state_s[MAX_CONS] = {0}, pair_s[MAX_CONS] = {0}, state_cpu[MAX_CONS] = {0};
     int ret = 1;
     scdb_err rc;
     const char *pname = scdb_model_cfg(prod)->name;
@@ -349,6 +349,7 @@ static int lora_fleet(scdb_calib *cal, const scdb_codebook *cb, const scdb_model
         }
         for (int i = 0; i < n_cons; i++) {
             double tc = scdb_now();
+            clock_t cc = clock();
             if (i > 0 && (rc = scdb_calib_swap_consumer(cal, 0, cons[i]))) {
                 fprintf(stderr, "calibrate: consumer '%s': %s\n", scdb_model_cfg(cons[i])->name, scdb_strerror(rc));
                 goto done;
@@ -358,8 +359,9 @@ static int lora_fleet(scdb_calib *cal, const scdb_codebook *cb, const scdb_model
                 goto done;
             }
             state_s[i] = i > 0 ? scdb_now() - tc : 0.0;
-            fprintf(stderr, "calibrate: adapter %d/%d '%s': states over the windows (%.1f s; %.1f s in all)\n",
-                    i + 1, n_cons, scdb_model_cfg(cons[i])->name, state_s[i], scdb_now() - t0);
+            state_cpu[i] = i > 0 ? (double)(clock() - cc) / CLOCKS_PER_SEC : 0.0;
+            fprintf(stderr, "calibrate: adapter %d/%d '%s': states over the windows (%.1f s, cpu %.1f s; %.1f s in all)\n",
+                    i + 1, n_cons, scdb_model_cfg(cons[i])->name, state_s[i], state_cpu[i], scdb_now() - t0);
         }
         double ts = scdb_now();
         scdb_pair_fit pf = {.hidden = hidden, .steps = steps, .all_layers = 1};
@@ -387,6 +389,12 @@ static int lora_fleet(scdb_calib *cal, const scdb_codebook *cb, const scdb_model
             fprintf(stderr, "calibrate: consumer '%s': %s\n", cname, scdb_strerror(rc));
             goto done;
         }
+        if (!fl && i > 0) {   /* --shared: its states were computed just now */
+            state_s[i] = scdb_now() - tc;
+            state_cpu[i] = (double)(clock() - cc) / CLOCKS_PER_SEC;
+            tc = scdb_now();
+            cc = clock();
+        }
         if (eval_windows_train(cal, cons[i], n_eval, need)) goto done;
         scdb_lora_fit lf = {.dec_rank = dec_rank, .align_rank = align_rank, .n_patch = n_patch};
         if ((rc = scdb_calib_fit_lora_pair(cal, cb, shared, &lf, &p, err, sizeof err))) {
@@ -410,8 +418,10 @@ static int lora_fleet(scdb_calib *cal, const scdb_codebook *cb, const scdb_model
         printf("\n  written %s\n", path);
         scdb_pair_free(&p);
         pair_s[i] = scdb_now() - tc;
-        printf("  consumer %s: %.1f s (its states over the windows %.1f s + its pair %.1f s; cpu %.1f s for the pair)\n",
-               cname, state_s[i] + pair_s[i], state_s[i], pair_s[i], (double)(clock() - cc) / CLOCKS_PER_SEC);
+        double pc = (double)(clock() - cc) / CLOCKS_PER_SEC;
+        printf("  consumer %s: %.1f s (cpu %.1f s: its states over the windows %.1f s, cpu %.1f s%s + its pair %.1f s, "
+               "cpu %.1f s)\n", cname, state_s[i] + pair_s[i], state_cpu[i] + pc, state_s[i], state_cpu[i],
+               i == 0 ? ", computed with the statistics" : "", pair_s[i], pc);
         fflush(stdout);
     }
     double sum = 0;
