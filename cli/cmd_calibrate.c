@@ -66,7 +66,7 @@ static void usage(FILE *f)
 "on the mean of all the adapters' states (decoders, aligners; the base's Wk/Wv\n"
 "and token layer), then each adapter's pair holds only its own parts: low-rank\n"
 "corrections of the shared decoders (--dec-rank, default 16) and aligners\n"
-"(--align-rank, default 16), its means and its Wk/Wv deltas, and refers to the\n"
+"(--align-rank, default 32), its means and its Wk/Wv deltas, and refers to the\n"
 "shared part by checksum and to the base by fingerprint.  --shared FILE uses a\n"
 "shared part fitted before (an adapter added to the fleet: its states, its own\n"
 "parts only).  The held-back KL windows (patch order) come from the end of each\n"

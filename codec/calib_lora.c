@@ -361,7 +361,7 @@ scdb_err scdb_calib_fit_lora_pair(scdb_calib *c, const scdb_codebook *cb, const 
     }
     if ((rc = check_adapter(c, cb, why, whylen))) return rc;
     const int n = c->ns, d = c->d, kv = c->kv, D = cb->info.code_dim;
-    int rdec = lf->dec_rank > 0 ? lf->dec_rank : 16, ral = lf->align_rank > 0 ? lf->align_rank : 16;
+    int rdec = lf->dec_rank > 0 ? lf->dec_rank : 16, ral = lf->align_rank > 0 ? lf->align_rank : 32;
     if (rdec > kv) rdec = kv;
     if (ral > d) ral = d;
     if (lf->dec_rank < 0) rdec = 0;

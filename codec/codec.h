@@ -553,7 +553,7 @@ scdb_err scdb_calib_fit_pair(scdb_calib *c, const scdb_codebook *cb, int ci,
 typedef struct scdb_calib_fleet scdb_calib_fleet;
 typedef struct scdb_lora_fit {
     int dec_rank;            /* decoder corrections' rank (0: 16; -1: none) */
-    int align_rank;          /* aligner corrections' rank (0: 16; -1: none) */
+    int align_rank;          /* aligner corrections' rank (0: 32; -1: none) */
     int n_patch;             /* default patch budget (as scdb_pair_fit's) */
     int keep_order;          /* 1: keep the shared part's order */
 } scdb_lora_fit;
