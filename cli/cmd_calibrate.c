@@ -37,6 +37,9 @@ static void usage(FILE *f)
 "                      [--producer DIR] [--patch-layers K] [--texts FILE... | --domains ...]\n"
 "                      [--windows N] [--window T] [--eval-windows N] [--hidden H]\n"
 "                      [--steps S] [--own-layer] [--device D]\n"
+"       scdb calibrate --codebook FILE --lora-pairs --consumer ADAPTER [...] -o OUTDIR\n"
+"                      [--shared FILE] [--dec-rank R] [--align-rank R] [--producer DIR]\n"
+"                      [--patch-layers K] [--windows N] [--eval-windows N] [--steps S]\n"
 "       scdb calibrate --restamp PAIR --codebook FILE --consumer DIR -o OUTDIR\n"
 "       scdb calibrate --restamp-codebook FILE --producer DIR -o OUTDIR\n\n"
 "Fits the producer's SCD codebook jointly for all consumers (ridge reduced-rank\n"
@@ -58,6 +61,17 @@ static void usage(FILE *f)
 "consumer alone fits on the same text (--texts: the default text is split over\n"
 "the domains of the producer and of every consumer given).  Progress and the\n"
 "seconds of each consumer are printed.\n\n"
+"With --lora-pairs (and --codebook), the consumers are LoRA adapters of the\n"
+"codebook's producer and get adapter pairs (schema/FORMATS.md, \"Pair\", kind\n"
+"lora): a shared part OUTDIR/pairs/<producer>__fleet.safetensors is fitted once\n"
+"on the mean of all the adapters' states (decoders, aligners; the base's Wk/Wv\n"
+"and token layer), then each adapter's pair holds only its own parts: low-rank\n"
+"corrections of the shared decoders (--dec-rank, default 16) and aligners\n"
+"(--align-rank, default 32), its means and its Wk/Wv deltas, and refers to the\n"
+"shared part by checksum and to the base by fingerprint.  --shared FILE uses a\n"
+"shared part fitted before (an adapter added to the fleet: its states, its own\n"
+"parts only).  The held-back KL windows (patch order) come from the end of each\n"
+"adapter's training text, not from its held-out text.\n\n"
 "With --restamp PAIR, a pair written before weights fingerprints were defined\n"
 "over tensors (its consumer_fp is 16 hex digits, a hash of model.safetensors)\n"
 "is checked against --consumer DIR and written to OUTDIR/pairs/ with the tensor\n"
@@ -401,6 +415,158 @@ static int pick_domains(const scdb_model *prod, const char *spec, scdb_text_doma
     return 0;
 }
 
+/* Held-back KL windows of an adapter for its lora pair: the end of its
+ * domain's training text (never its held-out text).  0 or 1 (said why). */
+static int eval_windows_train(scdb_calib *cal, const scdb_model *m, int n_eval, int need)
+{
+    unsigned char *t;
+    size_t len, span = (size_t)n_eval * (size_t)need;
+    char desc[512];
+    scdb_err rc = scdb_codec_domain_text(m, SCDB_TEXT_TRAIN, (size_t)256 << 10, &t, &len, desc, sizeof desc);
+    if (rc) {
+        fprintf(stderr, "calibrate: no training text for '%s' (%s)\n", scdb_model_cfg(m)->name, scdb_strerror(rc));
+        return 1;
+    }
+    if (len < 2 * span) {
+        fprintf(stderr, "calibrate: training text of '%s' too short for %d held-back windows\n",
+                scdb_model_cfg(m)->name, n_eval);
+        free(t);
+        return 1;
+    }
+    for (int k = 0; k < n_eval; k++)
+        if ((rc = scdb_calib_add_eval(cal, 0, t + len - span + (size_t)k * need, (size_t)need))) {
+            free(t);
+            fprintf(stderr, "calibrate: eval window: %s\n", scdb_strerror(rc));
+            return 1;
+        }
+    fprintf(stderr, "calibrate: %d held-back KL windows for '%s' from the last %zu bytes of %s\n", n_eval,
+            scdb_model_cfg(m)->name, span, desc);
+    free(t);
+    return 0;
+}
+
+static long file_bytes(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) ? -1 : (long)st.st_size;
+}
+
+/* --lora-pairs: the shared part (fitted over every adapter, or --shared),
+ * then each adapter's lora pair.  0 or 1. */
+static int lora_fleet(scdb_calib *cal, const scdb_codebook *cb, const scdb_model *prod,
+                      scdb_model *const *cons, int n_cons, const char *shared_path, const char *dir,
+                      int n_eval, int need, int n_patch, int hidden, int steps, int dec_rank, int align_rank,
+                      double t0, double t_stats)
+{
+    scdb_calib_fleet *fl = NULL;
+    scdb_pair *shared = NULL;
+    char path[1400], err[512] = "";
+    double state_s[MAX_CONS] = {0}, pair_s[MAX_CONS] = {0}, state_cpu[MAX_CONS] = {0};
+    int ret = 1;
+    scdb_err rc;
+    const char *pname = scdb_model_cfg(prod)->name;
+
+    if (shared_path) {
+        if ((rc = scdb_pair_load_shared(shared_path, cb, &shared, err, sizeof err))) {
+            fprintf(stderr, "calibrate: --shared %s: %s (%s)\n", shared_path, err, scdb_strerror(rc));
+            goto done;
+        }
+        fprintf(stderr, "calibrate: shared part %s (checksum %s) read\n", shared_path,
+                scdb_pair_get_info(shared)->checksum);
+    } else {
+        if ((rc = scdb_calib_fleet_new(cal, &fl))) {
+            fprintf(stderr, "calibrate: fleet: %s\n", scdb_strerror(rc));
+            goto done;
+        }
+        for (int i = 0; i < n_cons; i++) {
+            double tc = scdb_now();
+            clock_t cc = clock();
+            if (i > 0 && (rc = scdb_calib_swap_consumer(cal, 0, cons[i]))) {
+                fprintf(stderr, "calibrate: consumer '%s': %s\n", scdb_model_cfg(cons[i])->name, scdb_strerror(rc));
+                goto done;
+            }
+            if ((rc = scdb_calib_fleet_add(fl, cal))) {
+                fprintf(stderr, "calibrate: fleet: %s\n", scdb_strerror(rc));
+                goto done;
+            }
+            state_s[i] = i > 0 ? scdb_now() - tc : 0.0;
+            state_cpu[i] = i > 0 ? (double)(clock() - cc) / CLOCKS_PER_SEC : 0.0;
+            fprintf(stderr, "calibrate: adapter %d/%d '%s': states over the windows (%.1f s, cpu %.1f s; %.1f s in all)\n",
+                    i + 1, n_cons, scdb_model_cfg(cons[i])->name, state_s[i], state_cpu[i], scdb_now() - t0);
+        }
+        double ts = scdb_now();
+        scdb_pair_fit pf = {.hidden = hidden, .steps = steps, .all_layers = 1};
+        if ((rc = scdb_calib_fit_shared(cal, cb, fl, &pf, &shared))) {
+            fprintf(stderr, "calibrate: shared part: %s\n", scdb_strerror(rc));
+            goto done;
+        }
+        snprintf(path, sizeof path, "%s/%s__%s.safetensors", dir, pname, SCDB_PAIR_SHARED_STEM);
+        if ((rc = scdb_pair_save(shared, path))) {
+            fprintf(stderr, "calibrate: %s: %s\n", path, scdb_strerror(rc));
+            goto done;
+        }
+        printf("shared part of %d adapters: checksum %s, %ld bytes, %.1f s\n  written %s\n", n_cons,
+               scdb_pair_get_info(shared)->checksum, file_bytes(path), scdb_now() - ts, path);
+    }
+    for (int i = 0; i < n_cons; i++) {
+        const char *cname = scdb_model_cfg(cons[i])->name;
+        double tc = scdb_now();
+        clock_t cc = clock();
+        scdb_pair *p = NULL;
+        fprintf(stderr, "calibrate: lora pair %d/%d '%s' (%.1f s)\n", i + 1, n_cons, cname, tc - t0);
+        if (fl) rc = scdb_calib_fleet_use(fl, cal, i);
+        else rc = i > 0 ? scdb_calib_swap_consumer(cal, 0, cons[i]) : SCDB_OK;
+        if (rc) {
+            fprintf(stderr, "calibrate: consumer '%s': %s\n", cname, scdb_strerror(rc));
+            goto done;
+        }
+        if (!fl && i > 0) {   /* --shared: its states were computed just now */
+            state_s[i] = scdb_now() - tc;
+            state_cpu[i] = (double)(clock() - cc) / CLOCKS_PER_SEC;
+            tc = scdb_now();
+            cc = clock();
+        }
+        if (eval_windows_train(cal, cons[i], n_eval, need)) goto done;
+        scdb_lora_fit lf = {.dec_rank = dec_rank, .align_rank = align_rank, .n_patch = n_patch};
+        if ((rc = scdb_calib_fit_lora_pair(cal, cb, shared, &lf, &p, err, sizeof err))) {
+            fprintf(stderr, "calibrate: lora pair %s -> %s: %s (%s)\n", pname, cname, err, scdb_strerror(rc));
+            goto done;
+        }
+        snprintf(path, sizeof path, "%s/%s__%s.safetensors", dir, pname, cname);
+        if ((rc = scdb_pair_save(p, path))) {
+            fprintf(stderr, "calibrate: %s: %s\n", path, scdb_strerror(rc));
+            scdb_pair_free(&p);
+            goto done;
+        }
+        const scdb_pair_info *pi = scdb_pair_get_info(p);
+        printf("lora pair %s -> %s: %ld bytes, patch order", pname, cname, file_bytes(path));
+        for (int k = 0; k < pi->n_aligners; k++) printf(" %d", pi->patch_order[k]);
+        printf(" (default budget %d), ranks dec %d align %d delta %d (%s)", pi->n_patch, pi->dec_rank,
+               pi->align_rank, pi->lora_rank, pi->lora_targets[0] ? pi->lora_targets : "none");
+        double kl0, t10, kl, t1;
+        if (!scdb_calib_eval(cal, cb, p, 0, 0, &kl0, &t10) && !scdb_calib_eval(cal, cb, p, 0, -1, &kl, &t1))
+            printf("; held-back KL reuse %.4f (top-1 %.3f) -> full %.4f (top-1 %.3f)", kl0, t10, kl, t1);
+        printf("\n  written %s\n", path);
+        scdb_pair_free(&p);
+        pair_s[i] = scdb_now() - tc;
+        double pc = (double)(clock() - cc) / CLOCKS_PER_SEC;
+        printf("  consumer %s: %.1f s (cpu %.1f s: its states over the windows %.1f s, cpu %.1f s%s + its pair %.1f s, "
+               "cpu %.1f s)\n", cname, state_s[i] + pair_s[i], state_cpu[i] + pc, state_s[i], state_cpu[i],
+               i == 0 ? ", computed with the statistics" : "", pair_s[i], pc);
+        fflush(stdout);
+    }
+    double sum = 0;
+    for (int i = 0; i < n_cons; i++) sum += state_s[i] + pair_s[i];
+    printf("producer states over %d windows computed once (%d producer passes) for %d adapters: statistics %.1f s, "
+           "adapters %.1f s (mean %.1f s each after the statistics; the first adapter's states came with them)\n",
+           scdb_calib_windows(cal), scdb_calib_producer_passes(cal), n_cons, t_stats, sum, sum / n_cons);
+    ret = 0;
+done:
+    scdb_pair_free(&shared);
+    scdb_calib_fleet_free(&fl);
+    return ret;
+}
+
 int cli_cmd_calibrate(int argc, char **argv)
 {
     const char *producer_dir = NULL, *cons_dir[MAX_CONS], *texts[MAX_TEXTS], *outdir = NULL;
@@ -411,7 +577,8 @@ int cli_cmd_calibrate(int argc, char **argv)
     int n_cons = 0, n_texts = 0, ranks[3] = {-1, -1, -1}, n_patch = -1, n_cand = -1;
     int pca = 0, post = 0, token0 = 1, cand_kv = 0, windows = 256, window = 384, n_eval = 6;
     int hidden = 128, steps = 1500, identity = 1, fixed[SCDB_CODEC_MAX_LAYERS], n_fixed = -1;
-    int budget = 0, all_layers = 1;
+    int budget = 0, all_layers = 1, lora = 0, dec_rank = 0, align_rank = 0;
+    const char *shared_path = NULL;
     scdb_device_pref dev_pref = SCDB_DEVPREF_AUTO;
     scdb_device dev;
     char why[384];
@@ -455,6 +622,10 @@ int cli_cmd_calibrate(int argc, char **argv)
         else if (!strcmp(a, "--candidate-kv")) { cb_only = a; cand_kv = 1; }
         else if (!strcmp(a, "--windows") && more) bad = scdb_parse_int(a, argv[++i], 1, INT_MAX, &windows, why, sizeof why);
         else if (!strcmp(a, "--budget") && more) { cb_only = a; bad = scdb_parse_int(a, argv[++i], 0, INT_MAX, &budget, why, sizeof why); }
+        else if (!strcmp(a, "--lora-pairs")) lora = 1;
+        else if (!strcmp(a, "--shared") && more) shared_path = argv[++i];
+        else if (!strcmp(a, "--dec-rank") && more) bad = scdb_parse_int(a, argv[++i], -1, 4096, &dec_rank, why, sizeof why);
+        else if (!strcmp(a, "--align-rank") && more) bad = scdb_parse_int(a, argv[++i], -1, 4096, &align_rank, why, sizeof why);
         else if (!strcmp(a, "--all-layers")) all_layers = 1;
         else if (!strcmp(a, "--own-layer")) all_layers = 0;
         else if (!strcmp(a, "--window") && more) bad = scdb_parse_int(a, argv[++i], 16, INT_MAX, &window, why, sizeof why);
@@ -508,6 +679,19 @@ int cli_cmd_calibrate(int argc, char **argv)
             return 2;
         }
         identity = 0;
+        if ((shared_path || dec_rank || align_rank) && !lora) {
+            fprintf(stderr, "calibrate: --shared, --dec-rank and --align-rank go with --lora-pairs\n\n");
+            usage(stderr);
+            return 2;
+        }
+        if (lora && !all_layers) {
+            fprintf(stderr, "calibrate: --lora-pairs decoders read every layer's code (not --own-layer)\n");
+            return 2;
+        }
+    } else if (lora || shared_path) {
+        fprintf(stderr, "calibrate: --lora-pairs needs --codebook FILE (adapter pairs decode a frozen codebook)\n\n");
+        usage(stderr);
+        return 2;
     } else {
         if (n_cons > MAX_JOINT) {
             fprintf(stderr, "calibrate: at most %d consumers when fitting a codebook (add more later "
@@ -584,9 +768,10 @@ int cli_cmd_calibrate(int argc, char **argv)
     }
 
     /* held-back KL windows: end of each consumer's held-out first half
-     * (with a frozen codebook each consumer's are added in its turn) */
+     * (with a frozen codebook each consumer's are added in its turn; lora
+     * pairs take theirs from the training text) */
     size_t reserve[MAX_CONS] = {0};
-    for (int i = 0; i < n_cons; i++)
+    for (int i = 0; i < n_cons && !lora; i++)
         if (eval_windows(cb ? NULL : cal, i, cons[i], n_eval, need, dd, &reserve[i])) goto done;
 
     /* statistics windows */
@@ -702,6 +887,14 @@ int cli_cmd_calibrate(int argc, char **argv)
     for (int k = 0; k < ci->n_candidates; k++) printf(" %d", ci->candidates[k]);
     printf("\n  %s %s\n", cb_path ? "read" : "written", cb_path ? cb_path : path);
     if (mkdirs(outdir, "pairs", dir, sizeof dir)) { fprintf(stderr, "calibrate: cannot create %s\n", dir); goto done; }
+    if (lora) {
+        if (lora_fleet(cal, cb, prod, cons, n_cons, shared_path, dir, n_eval, need, n_patch, hidden, steps, dec_rank,
+                       align_rank, t0, t_stats))
+            goto done;
+        printf("calibrated in %.1f s\n", scdb_now() - t0);
+        ret = 0;
+        goto done;
+    }
     double cons_s[MAX_CONS] = {0};
     for (int i = (identity ? -1 : 0); i < n_cons; i++) {
         scdb_pair *p = NULL;

@@ -140,4 +140,11 @@ scdb_err cx_cal_build_decode(const scdb_calib *c, const ewin *w, void *vctx,
 scdb_err cx_cal_eval_kl(const scdb_calib *c, int j, cx_cal_build_fn fn, void *ctx, double *kl,
                         double *top1);
 
+/* calib_pair.c: the samples' whole code rows [ns][code_dim], f16-rounded
+ * (SCDB_EUNSUPPORTED for a post-RoPE codebook); a pair's greedy patch
+ * order by measured KL on model j's windows and its default budget. */
+scdb_err cx_cal_sample_codes(const scdb_calib *c, const scdb_codebook *cb, float **out);
+scdb_err cx_cal_patch_order(scdb_calib *c, const scdb_codebook *cb, int j, scdb_pair *p,
+                            const scdb_pair_fit *f);
+
 #endif

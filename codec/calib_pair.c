@@ -11,7 +11,7 @@
 /* Codes [ns][code_dim] of every sample (token-major rows), f16-rounded as
  * they travel.  SCDB_EUNSUPPORTED for a post-RoPE codebook (K samples are
  * not kept). */
-static scdb_err sample_codes(const scdb_calib *c, const scdb_codebook *cb, float **out)
+scdb_err cx_cal_sample_codes(const scdb_calib *c, const scdb_codebook *cb, float **out)
 {
     const scdb_codebook_info *in = &cb->info;
     int n = c->ns, d = c->d, D = in->code_dim;
@@ -135,13 +135,64 @@ done:
     return rc;
 }
 
+/* The greedy patch order of pair p (its aligners trained) by measured KL on
+ * model j's held-back windows, and its default budget (the k <= f->n_patch
+ * with the lowest KL); without windows (or f->keep_order) the order stays
+ * and the budget is f->n_patch clamped. */
+scdb_err cx_cal_patch_order(scdb_calib *c, const scdb_codebook *cb, int j, scdb_pair *p,
+                            const scdb_pair_fit *f)
+{
+    scdb_pair_info *in = &p->info;
+    double kl_at[SCDB_CODEC_MAX_LAYERS + 1] = {0};
+    scdb_err rc;
+    int have_eval = 0;
+    for (int i = 0; i < c->nev; i++) have_eval += c->ev[i].j == j;
+    if (in->n_aligners > 0 && have_eval && !f->keep_order) {
+        /* greedy order by measured KL */
+        int chosen[SCDB_CODEC_MAX_LAYERS], nch = 0, rem[SCDB_CODEC_MAX_LAYERS], nrem = in->n_aligners;
+        memcpy(rem, in->patch_order, (size_t)nrem * sizeof *rem);
+        double kl, t1;
+        cx_cal_dec_ctx x = {.cb = cb, .p = p, .n_patch = 0, .only_layer = -1};
+        if ((rc = cx_cal_eval_kl(c, j, cx_cal_build_decode, &x, &kl, &t1))) return rc;
+        kl_at[0] = kl;
+        VERB(c, "  greedy patch order by measured KL (held-back windows):\n");
+        VERB(c, "    k=0 (REUSE only): KL %.5f top-1 %.4f\n", kl, t1);
+        while (nrem > 0) {
+            int best = -1;
+            double bkl = 0, bt1 = 0;
+            for (int r = 0; r < nrem; r++) {
+                memcpy(in->patch_order, chosen, (size_t)nch * sizeof *chosen);
+                in->patch_order[nch] = rem[r];
+                x.n_patch = nch + 1;
+                if ((rc = cx_cal_eval_kl(c, j, cx_cal_build_decode, &x, &kl, &t1))) return rc;
+                VERB(c, "      try layer %d: KL %.5f top-1 %.4f\n", rem[r], kl, t1);
+                if (best < 0 || kl < bkl) { best = r; bkl = kl; bt1 = t1; }
+            }
+            chosen[nch++] = rem[best];
+            kl_at[nch] = bkl;
+            VERB(c, "    k=%d: + layer %d -> KL %.5f top-1 %.4f\n", nch, rem[best], bkl, bt1);
+            rem[best] = rem[--nrem];
+        }
+        memcpy(in->patch_order, chosen, (size_t)nch * sizeof *chosen);
+    }
+    in->n_patch = f->n_patch < 0 ? 0 : f->n_patch > in->n_aligners ? in->n_aligners : f->n_patch;
+    if (have_eval && in->n_aligners > 0 && !f->keep_order) {
+        /* default budget: the k <= n_patch with the lowest measured KL */
+        int bk = 0;
+        for (int k = 1; k <= in->n_patch; k++) if (kl_at[k] < kl_at[bk]) bk = k;
+        if (bk != in->n_patch)
+            VERB(c, "  default patch budget %d (lowest held-back KL among k <= %d)\n", bk, in->n_patch);
+        in->n_patch = bk;
+    }
+    return SCDB_OK;
+}
+
 scdb_err scdb_calib_fit_pair(scdb_calib *c, const scdb_codebook *cb, int ci,
                              const scdb_pair_fit *f, scdb_pair **out)
 {
     scdb_pair *p = NULL;
     scdb_pair_fit def = {0};
     float *zall = NULL;
-    double kl_at[SCDB_CODEC_MAX_LAYERS + 1] = {0};
     scdb_err rc;
     if (!c || !cb || !out || ci < -1 || ci >= c->nm - 1) return SCDB_EINVAL;
     *out = NULL;
@@ -167,7 +218,7 @@ scdb_err scdb_calib_fit_pair(scdb_calib *c, const scdb_codebook *cb, int ci,
     scdb_pair_info *in = &p->info;
     in->hidden = f->hidden > 0 ? f->hidden : 128;
     if (f->all_layers) {
-        if ((rc = sample_codes(c, cb, &zall))) goto fail;
+        if ((rc = cx_cal_sample_codes(c, cb, &zall))) goto fail;
         p->all_input = in->all_input = 1;
         VERB(c, "  decoders from every layer's code (%d inputs, %d samples): relative error on samples\n",
              cb->info.code_dim, c->ns);
@@ -191,43 +242,7 @@ scdb_err scdb_calib_fit_pair(scdb_calib *c, const scdb_codebook *cb, int ci,
     cx_pair_finish(p);
     int have_eval = 0;
     for (int i = 0; i < c->nev; i++) have_eval += c->ev[i].j == j;
-    if (in->n_aligners > 0 && have_eval && !f->keep_order) {
-        /* greedy order by measured KL */
-        int chosen[SCDB_CODEC_MAX_LAYERS], nch = 0, rem[SCDB_CODEC_MAX_LAYERS], nrem = in->n_aligners;
-        memcpy(rem, in->patch_order, (size_t)nrem * sizeof *rem);
-        double kl, t1;
-        cx_cal_dec_ctx x = {.cb = cb, .p = p, .n_patch = 0, .only_layer = -1};
-        if ((rc = cx_cal_eval_kl(c, j, cx_cal_build_decode, &x, &kl, &t1))) goto fail;
-        kl_at[0] = kl;
-        VERB(c, "  greedy patch order by measured KL (held-back windows):\n");
-        VERB(c, "    k=0 (REUSE only): KL %.5f top-1 %.4f\n", kl, t1);
-        while (nrem > 0) {
-            int best = -1;
-            double bkl = 0, bt1 = 0;
-            for (int r = 0; r < nrem; r++) {
-                memcpy(in->patch_order, chosen, (size_t)nch * sizeof *chosen);
-                in->patch_order[nch] = rem[r];
-                x.n_patch = nch + 1;
-                if ((rc = cx_cal_eval_kl(c, j, cx_cal_build_decode, &x, &kl, &t1))) goto fail;
-                VERB(c, "      try layer %d: KL %.5f top-1 %.4f\n", rem[r], kl, t1);
-                if (best < 0 || kl < bkl) { best = r; bkl = kl; bt1 = t1; }
-            }
-            chosen[nch++] = rem[best];
-            kl_at[nch] = bkl;
-            VERB(c, "    k=%d: + layer %d -> KL %.5f top-1 %.4f\n", nch, rem[best], bkl, bt1);
-            rem[best] = rem[--nrem];
-        }
-        memcpy(in->patch_order, chosen, (size_t)nch * sizeof *chosen);
-    }
-    in->n_patch = f->n_patch < 0 ? 0 : f->n_patch > in->n_aligners ? in->n_aligners : f->n_patch;
-    if (have_eval && in->n_aligners > 0 && !f->keep_order) {
-        /* default budget: the k <= n_patch with the lowest measured KL */
-        int bk = 0;
-        for (int k = 1; k <= in->n_patch; k++) if (kl_at[k] < kl_at[bk]) bk = k;
-        if (bk != in->n_patch)
-            VERB(c, "  default patch budget %d (lowest held-back KL among k <= %d)\n", bk, in->n_patch);
-        in->n_patch = bk;
-    }
+    if ((rc = cx_cal_patch_order(c, cb, j, p, f))) goto fail;
     in->late_added = !cx_cal_fitted_here(c, cb);
     snprintf(p->notes, sizeof p->notes,
              "%sdecoders (input: %s): least squares on %lld calibration tokens; aligners: SiLU MLP hidden %d + "

@@ -284,7 +284,45 @@ typedef struct scdb_pair_info {
     int late_added;                          /* 1: fitted against a frozen codebook
                                                 (one loaded, not fitted with it:
                                                 scdb calibrate --codebook) */
+    /* Pair kinds (codec.h, "Adapter pairs"); a version-1 file is full. */
+    int kind;                                /* scdb_pair_kind */
+    char base[SCDB_MODEL_NAME_MAX];          /* lora: the adapter's base model */
+    char base_fp[SCDB_CODEC_FP_LEN];         /* lora, shared: the base's weights */
+    char shared[SCDB_MODEL_NAME_MAX + 16];   /* lora: the shared part's file stem
+                                                (beside the pair) ... */
+    char shared_id[33];                      /* ... and its checksum */
+    char checksum[33];                       /* the file's (after load / save) */
+    int dec_rank, align_rank, lora_rank;     /* lora: correction / delta ranks */
+    char lora_targets[8];                    /* lora: "k,v", "k", "v" or "" */
 } scdb_pair_info;
+
+/* Adapter pairs.  A fleet of LoRA adapters of one base shares one SHARED
+ * part (<producer>__fleet.safetensors): REUSE decoders and patch aligners
+ * fitted once on the mean of the fleet's states, and the base's own
+ * tensors a decode regenerates with (Wk/Wv of the patch candidates, the
+ * token layer's embedding, norm, Wk, Wv).  An adapter's LORA pair holds only
+ * what is its own and refers to the rest:
+ *   the shared part, by file stem (beside the pair) and checksum;
+ *   the base, by weights fingerprint (it must be the codebook's producer,
+ *     the base registered with the broker);
+ *   per coded layer its own means and rank-dec_rank corrections of the
+ *     shared decoders: dec_k = dec_k(shared) + u v;
+ *   per patch layer a rank-align_rank linear correction of the shared
+ *     aligner (skip += u v, b2 += db2) and its Wk/Wv delta on top of the
+ *     base's (the adapter's s B A for k_proj / v_proj, refactored as U U^T
+ *     dW; none where it does not target them), the token layer's likewise.
+ * Loading materialises the effective pair (f16-rounded as a full pair's
+ * tensors are), so decode, the device decode and every caller see an
+ * ordinary pair.  schema/FORMATS.md, "Pair". */
+typedef enum scdb_pair_kind {
+    SCDB_PAIR_FULL = 0,      /* everything its own (format version 1)   */
+    SCDB_PAIR_SHARED = 1,    /* a fleet's shared part (version 2)       */
+    SCDB_PAIR_LORA = 2,      /* an adapter's own parts + references (2) */
+} scdb_pair_kind;
+/* "full" / "shared" / "lora"; NULL for another value. */
+const char *scdb_pair_kind_name(int kind);
+/* File stem of a producer's shared fleet part: "<producer>__fleet". */
+#define SCDB_PAIR_SHARED_STEM "fleet"
 
 typedef struct scdb_pair scdb_pair;
 
@@ -297,6 +335,17 @@ typedef struct scdb_pair scdb_pair;
  * SCDB_EFORMAT, ...).  The pair keeps no reference to cb. */
 scdb_err scdb_pair_load(const char *path, const scdb_codebook *cb, scdb_pair **out,
                         char *errbuf, size_t errlen);
+/* A version-2 pair's kind and references: a lora pair (kind "lora") is
+ * refused with SCDB_EMISMATCH when the base it references (base_fp) is not
+ * the codebook's producer -- the base registered with the broker -- or when
+ * its shared part has another checksum or base than recorded, and with
+ * SCDB_ENOTFOUND when the shared part is missing (each message names both
+ * fingerprints / checksums, or the missing file); the shared part itself is
+ * checked as any pair is.  A shared part (kind "shared") is refused
+ * (SCDB_EFORMAT): it is loaded through its adapters' pairs, or with
+ * scdb_pair_load_shared (which refuses every other kind). */
+scdb_err scdb_pair_load_shared(const char *path, const scdb_codebook *cb, scdb_pair **out,
+                               char *errbuf, size_t errlen);
 scdb_err scdb_pair_save(const scdb_pair *p, const char *path);
 void scdb_pair_free(scdb_pair **p);
 const scdb_pair_info *scdb_pair_get_info(const scdb_pair *p);
@@ -474,6 +523,49 @@ typedef struct scdb_pair_fit {
  * stderr when verbose. */
 scdb_err scdb_calib_fit_pair(scdb_calib *c, const scdb_codebook *cb, int ci,
                              const scdb_pair_fit *f, scdb_pair **out);
+
+/* Adapter fleets (codec.h, "Adapter pairs"), in a samples_only session with
+ * one consumer slot that each adapter takes in turn
+ * (scdb_calib_swap_consumer):
+ *   scdb_calib_fleet_add    keeps slot 0's samples (the adapter now in it)
+ *                           and adds its states to the fleet's mean;
+ *   scdb_calib_fit_shared   fits the shared part on that mean (decoders by
+ *                           least squares, aligners by Adam as
+ *                           scdb_calib_fit_pair's), with the producer's
+ *                           Wk/Wv and token layer: kind "shared", consumer
+ *                           "fleet", base_fp the producer's, its checksum
+ *                           in info.checksum;
+ *   scdb_calib_fleet_use    puts adapter k back in slot 0 (its kept samples,
+ *                           no forward; its held-back windows are dropped:
+ *                           add them again with scdb_calib_add_eval);
+ *   scdb_calib_fit_lora_pair  the lora pair of the adapter in slot 0 against
+ *                           a shared part (fitted, or loaded with
+ *                           scdb_pair_load_shared): its own parts by
+ *                           reduced-rank regression of its states' residual,
+ *                           its Wk/Wv deltas, patch order and budget by
+ *                           measured KL as scdb_calib_fit_pair's; the result
+ *                           is the effective pair (decodes as loaded).
+ * Errors: SCDB_EINVAL (not such a session, k out of range, a consumer that
+ * is not a LoRA adapter), SCDB_EMISMATCH (an adapter whose base is not the
+ * codebook's producer, or which changes its embedding / layer 0 norm; a
+ * shared part of another codebook), SCDB_ENOMEM, the fits' errors; why
+ * (may be NULL) says which. */
+typedef struct scdb_calib_fleet scdb_calib_fleet;
+typedef struct scdb_lora_fit {
+    int dec_rank;            /* decoder corrections' rank (0: 16; -1: none) */
+    int align_rank;          /* aligner corrections' rank (0: 32; -1: none) */
+    int n_patch;             /* default patch budget (as scdb_pair_fit's) */
+    int keep_order;          /* 1: keep the shared part's order */
+} scdb_lora_fit;
+scdb_err scdb_calib_fleet_new(const scdb_calib *c, scdb_calib_fleet **out);
+void scdb_calib_fleet_free(scdb_calib_fleet **f);
+int scdb_calib_fleet_size(const scdb_calib_fleet *f);
+scdb_err scdb_calib_fleet_add(scdb_calib_fleet *f, const scdb_calib *c);
+scdb_err scdb_calib_fleet_use(scdb_calib_fleet *f, scdb_calib *c, int k);
+scdb_err scdb_calib_fit_shared(scdb_calib *c, const scdb_codebook *cb, const scdb_calib_fleet *f,
+                               const scdb_pair_fit *pf, scdb_pair **out);
+scdb_err scdb_calib_fit_lora_pair(scdb_calib *c, const scdb_codebook *cb, const scdb_pair *shared,
+                                  const scdb_lora_fit *lf, scdb_pair **out, char *why, size_t whylen);
 
 /* Measured quality of decode on the session's held-back windows of consumer
  * ci: mean KL(oracle || decoded) and top-1 agreement over continuations. */

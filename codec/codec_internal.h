@@ -34,6 +34,12 @@ typedef struct cx_player {
     scdb_aligner al;
     float *wk, *wv;               /* [kv][d] consumer weights (aligner layers) */
     double align_loss_before, align_loss_after;
+    /* a lora pair's own parts (codec.h, "Adapter pairs"), kept for saving:
+     * decoder corrections u [kv][rc], v [rc][in]; aligner correction
+     * u [d][ra], v [ra][in], db2 [d]; Wk/Wv deltas B [kv][lr] A [lr][d] */
+    float *cku, *ckv, *cvu, *cvv;
+    float *au, *av, *adb2;
+    float *lka, *lkb, *lva, *lvb;
 } cx_player;
 
 struct scdb_pair {
@@ -131,6 +137,16 @@ scdb_err cx_codebook_set_producer(scdb_codebook *cb, const scdb_model *m);
 scdb_err cx_codebook_finish(scdb_codebook *cb);
 /* Lay out an in-memory pair and round its f16-stored tensors. */
 scdb_err cx_pair_finish(scdb_pair *p);
+/* The checksum a pair's file has (or will have when saved), as hex. */
+scdb_err cx_pair_checksum(const scdb_pair *p, char hex[33]);
+/* A deep copy of an in-memory pair.  SCDB_ENOMEM. */
+scdb_err cx_pair_clone(const scdb_pair *p, scdb_pair **out);
+/* Turn s (a copy of a lora pair's shared part) into the effective pair of
+ * the lora pair own: own's info, notes and own parts move into s (own is
+ * left empty), the corrections and Wk/Wv deltas are applied, aligners not
+ * in own's patch_order dropped, and the f16-stored tensors rounded.
+ * SCDB_EINVAL (own's patch layer without an aligner in s). */
+scdb_err cx_pair_materialise(scdb_pair *own, scdb_pair *s);
 
 /* ------------------------------------------------------------ linear algebra (double) */
 

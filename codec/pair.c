@@ -6,6 +6,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 scdb_pair *cx_pair_alloc(void) { return calloc(1, sizeof(scdb_pair)); }
 
@@ -17,6 +18,9 @@ void scdb_pair_free(scdb_pair **pp)
         cx_player *L = &p->L[l];
         free(L->dk); free(L->mk); free(L->dv); free(L->mv); free(L->wk); free(L->wv);
         scdb_aligner_clear(&L->al);
+        free(L->cku); free(L->ckv); free(L->cvu); free(L->cvv);
+        free(L->au); free(L->av); free(L->adb2);
+        free(L->lka); free(L->lkb); free(L->lva); free(L->lvb);
     }
     free(p->emb); free(p->norm0); free(p->wk0); free(p->wv0);
     free(p);
@@ -24,6 +28,65 @@ void scdb_pair_free(scdb_pair **pp)
 }
 
 const scdb_pair_info *scdb_pair_get_info(const scdb_pair *p) { return &p->info; }
+
+const char *scdb_pair_kind_name(int kind)
+{
+    static const char *names[] = {"full", "shared", "lora"};
+    return kind >= 0 && kind < (int)SCDB_ARRAY_LEN(names) ? names[kind] : NULL;
+}
+
+/* The layers whose Wk/Wv a lora pair's deltas correct: the token layer and
+ * the patch layers. */
+static int lora_layer(const scdb_pair *p, int l)
+{
+    if (l == 0 && p->info.has_tokens) return 1;
+    for (int i = 0; i < p->info.n_aligners; i++) if (p->info.patch_order[i] == l) return 1;
+    return 0;
+}
+
+static int lora_targets(const scdb_pair *p, char which)
+{
+    return p->info.lora_rank > 0 && strchr(p->info.lora_targets, which) != NULL;
+}
+
+/* A lora pair's own tensors (codec.h, "Adapter pairs"). */
+static scdb_err bundle_lora_parts(const scdb_pair *p, cx_bundle *b)
+{
+    const scdb_pair_info *in = &p->info;
+    int kv = in->kv_dim, d = in->d_model, rc_ = in->dec_rank, ra = in->align_rank, lr = in->lora_rank;
+    scdb_err rc;
+    for (int l = 0; l < in->n_layers; l++) {
+        const cx_player *L = &p->L[l];
+        int iw = cx_in_width(p, l);
+        if (p->layers[l].kind == SCDB_CB_CODED) {
+            if ((rc = cx_bundle_add(b, SCDB_F32, L->mk, kv, 0, "layers.%d.mean_k", l)) ||
+                (rc = cx_bundle_add(b, SCDB_F32, L->mv, kv, 0, "layers.%d.mean_v", l)))
+                return rc;
+            if (rc_ > 0 && iw > 0 &&
+                ((rc = cx_bundle_add(b, SCDB_F16, L->cku, kv, rc_, "layers.%d.dec_k.u", l)) ||
+                 (rc = cx_bundle_add(b, SCDB_F16, L->ckv, rc_, iw, "layers.%d.dec_k.v", l)) ||
+                 (rc = cx_bundle_add(b, SCDB_F16, L->cvu, kv, rc_, "layers.%d.dec_v.u", l)) ||
+                 (rc = cx_bundle_add(b, SCDB_F16, L->cvv, rc_, iw, "layers.%d.dec_v.v", l))))
+                return rc;
+        }
+        if (!lora_layer(p, l)) continue;
+        if (l > 0 || !in->has_tokens) {
+            if ((ra > 0 && ((rc = cx_bundle_add(b, SCDB_F16, L->au, d, ra, "layers.%d.align.u", l)) ||
+                            (rc = cx_bundle_add(b, SCDB_F16, L->av, ra, iw, "layers.%d.align.v", l)))) ||
+                (rc = cx_bundle_add(b, SCDB_F32, L->adb2, d, 0, "layers.%d.align.db2", l)))
+                return rc;
+        }
+        if (lora_targets(p, 'k') &&
+            ((rc = cx_bundle_add(b, SCDB_F16, L->lka, lr, d, "layers.%d.lora_k.a", l)) ||
+             (rc = cx_bundle_add(b, SCDB_F16, L->lkb, kv, lr, "layers.%d.lora_k.b", l))))
+            return rc;
+        if (lora_targets(p, 'v') &&
+            ((rc = cx_bundle_add(b, SCDB_F16, L->lva, lr, d, "layers.%d.lora_v.a", l)) ||
+             (rc = cx_bundle_add(b, SCDB_F16, L->lvb, kv, lr, "layers.%d.lora_v.b", l))))
+            return rc;
+    }
+    return SCDB_OK;
+}
 
 static scdb_err build_bundle(const scdb_pair *p, cx_bundle *b)
 {
@@ -36,7 +99,21 @@ static scdb_err build_bundle(const scdb_pair *p, cx_bundle *b)
     memset(b, 0, sizeof *b);
 #define M(k, ...) do { if ((rc = cx_bundle_meta(b, k, __VA_ARGS__))) goto fail; } while (0)
     M("format", "scdb-pair");
-    M("version", "%d", SCDB_CODEC_VERSION);
+    /* a full pair is written as version 1 (as before kinds), the others as 2 */
+    M("version", "%d", in->kind == SCDB_PAIR_FULL ? 1 : 2);
+    if (in->kind != SCDB_PAIR_FULL) {
+        M("kind", "%s", scdb_pair_kind_name(in->kind));
+        M("base_fp", "%s", in->base_fp);
+    }
+    if (in->kind == SCDB_PAIR_LORA) {
+        M("base", "%s", in->base);
+        M("shared", "%s", in->shared);
+        M("shared_id", "%s", in->shared_id);
+        M("dec_rank", "%d", in->dec_rank);
+        M("align_rank", "%d", in->align_rank);
+        M("lora_rank", "%d", in->lora_rank);
+        M("lora_targets", "%s", in->lora_targets);
+    }
     M("codebook_id", "%s", in->codebook_hex);
     M("producer", "%s", in->producer);
     M("consumer", "%s", in->consumer);
@@ -72,6 +149,10 @@ static scdb_err build_bundle(const scdb_pair *p, cx_bundle *b)
     M("late_added", "%d", in->late_added);
     M("notes", "%s", p->notes);
 #undef M
+    if (in->kind == SCDB_PAIR_LORA) {
+        if ((rc = bundle_lora_parts(p, b))) goto fail;
+        return SCDB_OK;
+    }
     for (int l = 0; l < in->n_layers; l++) {
         const scdb_cb_layer *CL = &p->layers[l];
         const cx_player *L = &p->L[l];
@@ -137,6 +218,135 @@ scdb_err cx_pair_finish(scdb_pair *p)
     return SCDB_OK;
 }
 
+scdb_err cx_pair_checksum(const scdb_pair *p, char hex[33])
+{
+    cx_bundle b;
+    scdb_codec_id sum;
+    scdb_err rc = build_bundle(p, &b);
+    if (rc) return rc;
+    cx_bundle_hash(&b, "checksum", &sum);
+    scdb_codec_id_hex(&sum, hex);
+    cx_bundle_free(&b);
+    return SCDB_OK;
+}
+
+static int dup_f(float **dst, const float *src, size_t n)
+{
+    *dst = NULL;
+    if (!src) return 0;
+    if (!(*dst = malloc((n ? n : 1) * sizeof **dst))) return -1;
+    memcpy(*dst, src, n * sizeof **dst);
+    return 0;
+}
+
+scdb_err cx_pair_clone(const scdb_pair *p, scdb_pair **out)
+{
+    scdb_pair *q = cx_pair_alloc();
+    const scdb_pair_info *in = &p->info;
+    size_t kv = (size_t)in->kv_dim, d = (size_t)in->d_model, V = (size_t)in->vocab_size;
+    int bad = 0;
+    *out = NULL;
+    if (!q) return SCDB_ENOMEM;
+    q->info = p->info;
+    q->k_post_rope = p->k_post_rope;
+    q->all_input = p->all_input;
+    memcpy(q->layers, p->layers, sizeof q->layers);
+    q->code_dim = p->code_dim;
+    memcpy(q->notes, p->notes, sizeof q->notes);
+    for (int l = 0; l < in->n_layers; l++) {
+        const cx_player *A = &p->L[l];
+        cx_player *B = &q->L[l];
+        size_t iw = (size_t)cx_in_width(p, l), rc_ = (size_t)in->dec_rank, ra = (size_t)in->align_rank;
+        size_t lr = (size_t)in->lora_rank;
+        const scdb_aligner *a = &A->al;
+        B->has_aligner = A->has_aligner;
+        B->align_loss_before = A->align_loss_before;
+        B->align_loss_after = A->align_loss_after;
+        B->al.r = a->r; B->al.hidden = a->hidden; B->al.d = a->d;
+        size_t ar = (size_t)a->r, ah = (size_t)a->hidden, ad = (size_t)a->d;
+        bad |= dup_f(&B->dk, A->dk, kv * iw) | dup_f(&B->dv, A->dv, kv * iw) |
+               dup_f(&B->mk, A->mk, kv) | dup_f(&B->mv, A->mv, kv) |
+               dup_f(&B->wk, A->wk, kv * d) | dup_f(&B->wv, A->wv, kv * d) |
+               dup_f(&B->al.w1, a->w1, ah * ar) | dup_f(&B->al.b1, a->b1, ah) |
+               dup_f(&B->al.w2, a->w2, ad * ah) | dup_f(&B->al.b2, a->b2, ad) |
+               dup_f(&B->al.skip, a->skip, ad * ar) |
+               dup_f(&B->cku, A->cku, kv * rc_) | dup_f(&B->ckv, A->ckv, rc_ * iw) |
+               dup_f(&B->cvu, A->cvu, kv * rc_) | dup_f(&B->cvv, A->cvv, rc_ * iw) |
+               dup_f(&B->au, A->au, d * ra) | dup_f(&B->av, A->av, ra * iw) | dup_f(&B->adb2, A->adb2, d) |
+               dup_f(&B->lka, A->lka, lr * d) | dup_f(&B->lkb, A->lkb, kv * lr) |
+               dup_f(&B->lva, A->lva, lr * d) | dup_f(&B->lvb, A->lvb, kv * lr);
+    }
+    bad |= dup_f(&q->emb, p->emb, V * d) | dup_f(&q->norm0, p->norm0, d) |
+           dup_f(&q->wk0, p->wk0, kv * d) | dup_f(&q->wv0, p->wv0, kv * d);
+    if (bad) { scdb_pair_free(&q); return SCDB_ENOMEM; }
+    *out = q;
+    return SCDB_OK;
+}
+
+/* W [rows][cols] += U [rows][r] V [r][cols] */
+static void add_lowrank(float *W, int rows, int cols, const float *U, const float *V, int r)
+{
+    if (r > 0 && U && V) cx_gemm_nn(rows, cols, r, U, r, V, cols, 1.0f, W, cols);
+}
+
+#define MOVE(dst, src) do { free(dst); (dst) = (src); (src) = NULL; } while (0)
+
+scdb_err cx_pair_materialise(scdb_pair *own, scdb_pair *s)
+{
+    const scdb_pair_info *in = &own->info;
+    int kv = in->kv_dim, d = in->d_model, rc_ = in->dec_rank, ra = in->align_rank, lr = in->lora_rank;
+    unsigned char keep[SCDB_CODEC_MAX_LAYERS] = {0};
+
+    for (int i = 0; i < in->n_aligners; i++) {
+        int l = in->patch_order[i];
+        if (!s->L[l].has_aligner) return SCDB_EINVAL;
+        keep[l] = 1;
+    }
+    /* the own parts as their file keeps them */
+    for (int l = 0; l < in->n_layers; l++) {
+        cx_player *O = &own->L[l];
+        int iw = cx_in_width(own, l);
+        float *f16s[] = {O->cku, O->ckv, O->cvu, O->cvv, O->au, O->av, O->lka, O->lkb, O->lva, O->lvb};
+        size_t n16[] = {(size_t)kv * rc_, (size_t)rc_ * iw, (size_t)kv * rc_, (size_t)rc_ * iw,
+                        (size_t)d * ra, (size_t)ra * iw, (size_t)lr * d, (size_t)kv * lr,
+                        (size_t)lr * d, (size_t)kv * lr};
+        for (size_t k = 0; k < SCDB_ARRAY_LEN(f16s); k++) if (f16s[k]) round_f16(f16s[k], n16[k]);
+    }
+    for (int l = 0; l < in->n_layers; l++) {
+        cx_player *O = &own->L[l], *S = &s->L[l];
+        int iw = cx_in_width(s, l);
+        if (s->layers[l].kind == SCDB_CB_CODED) {
+            if (O->mk) MOVE(S->mk, O->mk);
+            if (O->mv) MOVE(S->mv, O->mv);
+            if (S->dk) add_lowrank(S->dk, kv, iw, O->cku, O->ckv, rc_);
+            if (S->dv) add_lowrank(S->dv, kv, iw, O->cvu, O->cvv, rc_);
+        }
+        if (S->has_aligner && !keep[l]) {
+            scdb_aligner_clear(&S->al);
+            free(S->wk); free(S->wv);
+            S->wk = S->wv = NULL;
+            S->has_aligner = 0;
+        }
+        if (keep[l]) {
+            add_lowrank(S->al.skip, d, iw, O->au, O->av, ra);
+            if (O->adb2) for (int a = 0; a < d; a++) S->al.b2[a] += O->adb2[a];
+            add_lowrank(S->wk, kv, d, O->lkb, O->lka, lr);
+            add_lowrank(S->wv, kv, d, O->lvb, O->lva, lr);
+        }
+        if (l == 0 && in->has_tokens && s->wk0 && s->wv0) {
+            add_lowrank(s->wk0, kv, d, O->lkb, O->lka, lr);
+            add_lowrank(s->wv0, kv, d, O->lvb, O->lva, lr);
+        }
+        MOVE(S->cku, O->cku); MOVE(S->ckv, O->ckv); MOVE(S->cvu, O->cvu); MOVE(S->cvv, O->cvv);
+        MOVE(S->au, O->au); MOVE(S->av, O->av); MOVE(S->adb2, O->adb2);
+        MOVE(S->lka, O->lka); MOVE(S->lkb, O->lkb); MOVE(S->lva, O->lva); MOVE(S->lvb, O->lvb);
+    }
+    s->info = own->info;
+    memcpy(s->notes, own->notes, sizeof s->notes);
+    return cx_pair_finish(s);
+}
+#undef MOVE
+
 scdb_err scdb_pair_save(const scdb_pair *p, const char *path)
 {
     cx_bundle b;
@@ -152,11 +362,155 @@ scdb_err scdb_pair_save(const scdb_pair *p, const char *path)
     return rc;
 }
 
+static scdb_err load_pair(const char *path, const scdb_codebook *cb, int want_shared,
+                          scdb_pair **out, char *errbuf, size_t errlen);
+
 scdb_err scdb_pair_load(const char *path, const scdb_codebook *cb, scdb_pair **out,
                         char *errbuf, size_t errlen)
 {
+    return load_pair(path, cb, 0, out, errbuf, errlen);
+}
+
+scdb_err scdb_pair_load_shared(const char *path, const scdb_codebook *cb, scdb_pair **out,
+                               char *errbuf, size_t errlen)
+{
+    return load_pair(path, cb, 1, out, errbuf, errlen);
+}
+
+/* A lora pair's metadata beyond a full pair's, and its references: the base
+ * must be the codebook's producer (the base registered with the broker),
+ * the shared part must be beside it with the recorded checksum and base.
+ * On success *shared is the loaded shared part. */
+static scdb_err lora_refs(const scdb_st_file *f, const char *path, const scdb_codebook *cb,
+                          scdb_pair *p, scdb_pair **shared, char *errbuf, size_t errlen)
+{
+    scdb_pair_info *in = &p->info;
+    const scdb_codebook_info *ci = &cb->info;
+    char sp[1400], sub[512] = "";
+    scdb_err rc;
+    *shared = NULL;
+    if ((rc = cx_meta_str(f, "base", in->base, sizeof in->base, errbuf, errlen)) ||
+        (rc = cx_meta_str(f, "shared", in->shared, sizeof in->shared, errbuf, errlen)) ||
+        (rc = cx_meta_str(f, "shared_id", in->shared_id, sizeof in->shared_id, errbuf, errlen)) ||
+        (rc = cx_meta_int(f, "dec_rank", 0, in->kv_dim, &in->dec_rank, errbuf, errlen)) ||
+        (rc = cx_meta_int(f, "align_rank", 0, in->d_model, &in->align_rank, errbuf, errlen)) ||
+        (rc = cx_meta_int(f, "lora_rank", 0, in->kv_dim < in->d_model ? in->kv_dim : in->d_model,
+                          &in->lora_rank, errbuf, errlen)) ||
+        (rc = cx_meta_str(f, "lora_targets", in->lora_targets, sizeof in->lora_targets, errbuf, errlen)))
+        return rc;
+    scdb_codec_id sid;
+    if (scdb_codec_id_parse(in->shared_id, &sid)) {
+        scdb_errf(errbuf, errlen, "%s: metadata 'shared_id' is not 32 hex digits", path);
+        return SCDB_EFORMAT;
+    }
+    if (!in->shared[0] || strchr(in->shared, '/') || !strcmp(in->shared, ".") || !strcmp(in->shared, "..")) {
+        scdb_errf(errbuf, errlen, "%s: metadata 'shared' = '%s' is not a file stem", path, in->shared);
+        return SCDB_EFORMAT;
+    }
+    static const char *targets[] = {"", "k", "v", "k,v"};
+    int tok = 0;
+    for (size_t i = 0; i < SCDB_ARRAY_LEN(targets); i++) tok |= !strcmp(in->lora_targets, targets[i]);
+    if (!tok || (in->lora_rank == 0) != (in->lora_targets[0] == '\0')) {
+        scdb_errf(errbuf, errlen, "%s: metadata 'lora_targets' = '%s' with lora_rank %d (want '', 'k', 'v' or "
+                  "'k,v', empty iff the rank is 0)", path, in->lora_targets, in->lora_rank);
+        return SCDB_EFORMAT;
+    }
+    if (!p->all_input) {
+        scdb_errf(errbuf, errlen, "%s: a lora pair's decoders read every layer's code (decoder_input = all)", path);
+        return SCDB_EFORMAT;
+    }
+    /* the base it references must be the one registered: the codebook's producer */
+    int same = !strcmp(in->base_fp, ci->producer_fp) ||
+               (ci->id_producer_fp[0] && !strcmp(in->base_fp, ci->id_producer_fp));
+    if (!same) {
+        scdb_errf(errbuf, errlen, "%s: adapter pair references base '%s' with weights %s, but the registered "
+                  "base (producer '%s' of codebook %s) has weights %s", path, in->base, in->base_fp,
+                  ci->producer, ci->id_hex, ci->producer_fp);
+        return SCDB_EMISMATCH;
+    }
+    const char *slash = strrchr(path, '/');
+    if (slash) snprintf(sp, sizeof sp, "%.*s/%s.safetensors", (int)(slash - path), path, in->shared);
+    else snprintf(sp, sizeof sp, "%s.safetensors", in->shared);
+    if (access(sp, F_OK)) {
+        scdb_errf(errbuf, errlen, "%s: the shared part it references (%s, checksum %s) is missing", path, sp,
+                  in->shared_id);
+        return SCDB_ENOTFOUND;
+    }
+    scdb_pair *S = NULL;
+    if ((rc = load_pair(sp, cb, 1, &S, sub, sizeof sub))) {
+        scdb_errf(errbuf, errlen, "%s: its shared part: %s", path, sub);
+        return rc;
+    }
+    if (strcmp(S->info.checksum, in->shared_id)) {
+        scdb_errf(errbuf, errlen, "%s: references shared part %s with checksum %s, but %s has checksum %s "
+                  "(refitted: refit the adapter pairs with it)", path, in->shared, in->shared_id, sp,
+                  S->info.checksum);
+        scdb_pair_free(&S);
+        return SCDB_EMISMATCH;
+    }
+    if (strcmp(S->info.base_fp, in->base_fp)) {
+        scdb_errf(errbuf, errlen, "%s: references base weights %s, but its shared part %s holds base weights %s",
+                  path, in->base_fp, sp, S->info.base_fp);
+        scdb_pair_free(&S);
+        return SCDB_EMISMATCH;
+    }
+    if (S->info.hidden != in->hidden || S->all_input != p->all_input) {
+        scdb_errf(errbuf, errlen, "%s: aligner width %d / decoder input differ from shared part %s's (%d)", path,
+                  in->hidden, sp, S->info.hidden);
+        scdb_pair_free(&S);
+        return SCDB_EFORMAT;
+    }
+    *shared = S;
+    return SCDB_OK;
+}
+
+/* A lora pair's own tensors into p (shapes from its metadata); *expected
+ * counts them. */
+static scdb_err read_lora_parts(const scdb_st_file *f, const char *path, scdb_pair *p, const scdb_pair *S,
+                                int *expected, char *errbuf, size_t errlen)
+{
+    scdb_pair_info *in = &p->info;
+    int kv = in->kv_dim, d = in->d_model, rc_ = in->dec_rank, ra = in->align_rank, lr = in->lora_rank;
+    char nm[96];
+    scdb_err rc;
+    for (int i = 0; i < in->n_aligners; i++)
+        if (!S->L[in->patch_order[i]].has_aligner) {
+            scdb_errf(errbuf, errlen, "%s: patch layer %d has no aligner in its shared part", path,
+                      in->patch_order[i]);
+            return SCDB_EFORMAT;
+        }
+    for (int l = 0; l < in->n_layers; l++) {
+        cx_player *L = &p->L[l];
+        int iw = cx_in_width(p, l);
+        struct { const char *n; int64_t d0, d1; float **dst; int when; } spec[] = {
+            {"mean_k", kv, 0, &L->mk, 1}, {"mean_v", kv, 0, &L->mv, 1},
+            {"dec_k.u", kv, rc_, &L->cku, rc_ > 0}, {"dec_k.v", rc_, iw, &L->ckv, rc_ > 0},
+            {"dec_v.u", kv, rc_, &L->cvu, rc_ > 0}, {"dec_v.v", rc_, iw, &L->cvv, rc_ > 0},
+            {"align.u", d, ra, &L->au, 2 * (ra > 0)}, {"align.v", ra, iw, &L->av, 2 * (ra > 0)},
+            {"align.db2", d, 0, &L->adb2, 2},
+            {"lora_k.a", lr, d, &L->lka, 3 * lora_targets(p, 'k')},
+            {"lora_k.b", kv, lr, &L->lkb, 3 * lora_targets(p, 'k')},
+            {"lora_v.a", lr, d, &L->lva, 3 * lora_targets(p, 'v')},
+            {"lora_v.b", kv, lr, &L->lvb, 3 * lora_targets(p, 'v')}};
+        int coded = p->layers[l].kind == SCDB_CB_CODED, patch = coded && lora_layer(p, l);
+        int lo = lora_layer(p, l);
+        for (size_t k = 0; k < SCDB_ARRAY_LEN(spec); k++) {
+            int w = spec[k].when;
+            if (!w || (w == 1 && !coded) || (w == 2 && !patch) || (w == 3 && !lo)) continue;
+            if (w == 1 && k >= 2 && iw == 0) continue;
+            snprintf(nm, sizeof nm, "layers.%d.%s", l, spec[k].n);
+            if ((rc = cx_read_f32(f, nm, spec[k].d0, spec[k].d1, spec[k].dst, errbuf, errlen))) return rc;
+            (*expected)++;
+        }
+    }
+    return SCDB_OK;
+}
+
+static scdb_err load_pair(const char *path, const scdb_codebook *cb, int want_shared,
+                          scdb_pair **out, char *errbuf, size_t errlen)
+{
     scdb_st_file *f = NULL;
-    scdb_pair *p = NULL;
+    scdb_pair *p = NULL, *S = NULL;   /* S: a lora pair's shared part */
     cx_bundle b = {0};
     char s[64], nm[96];
     int kinds[SCDB_CODEC_MAX_LAYERS], r[3][SCDB_CODEC_MAX_LAYERS], cnt;
@@ -178,8 +532,34 @@ scdb_err scdb_pair_load(const char *path, const scdb_codebook *cb, scdb_pair **o
     }
     int ver;
     if ((rc = cx_meta_int(f, "version", 0, 1 << 30, &ver, errbuf, errlen))) goto fail;
-    if (ver != SCDB_CODEC_VERSION) {
-        scdb_errf(errbuf, errlen, "%s: pair version %d, this build reads %d", path, ver, SCDB_CODEC_VERSION);
+    if (ver != 1 && ver != 2) {
+        scdb_errf(errbuf, errlen, "%s: pair version %d, this build reads 1 and 2", path, ver);
+        rc = SCDB_EFORMAT;
+        goto fail;
+    }
+    in->kind = SCDB_PAIR_FULL;
+    if (ver == 2) {
+        if ((rc = cx_meta_str(f, "kind", s, sizeof s, errbuf, errlen))) goto fail;
+        in->kind = !strcmp(s, "shared") ? SCDB_PAIR_SHARED : !strcmp(s, "lora") ? SCDB_PAIR_LORA : -1;
+        if (in->kind < 0) {
+            scdb_errf(errbuf, errlen, "%s: pair kind '%s' (version 2 pairs are 'shared' or 'lora')", path, s);
+            rc = SCDB_EFORMAT;
+            goto fail;
+        }
+        if ((rc = cx_meta_str(f, "base_fp", in->base_fp, sizeof in->base_fp, errbuf, errlen))) goto fail;
+        if (!cx_fp_valid(in->base_fp)) {
+            scdb_errf(errbuf, errlen, "%s: metadata 'base_fp' (%.40s) is not a weights fingerprint", path,
+                      in->base_fp);
+            rc = SCDB_EFORMAT;
+            goto fail;
+        }
+    }
+    if ((in->kind == SCDB_PAIR_SHARED) != (want_shared != 0)) {
+        if (want_shared)
+            scdb_errf(errbuf, errlen, "%s: a %s pair, not a fleet's shared part", path, scdb_pair_kind_name(in->kind));
+        else
+            scdb_errf(errbuf, errlen, "%s: a fleet's shared part (kind shared), not a consumer's pair: it is "
+                      "loaded through the adapter pairs that reference it", path);
         rc = SCDB_EFORMAT;
         goto fail;
     }
@@ -212,6 +592,7 @@ scdb_err scdb_pair_load(const char *path, const scdb_codebook *cb, scdb_pair **o
         rc = SCDB_ECHECKSUM;
         goto fail;
     }
+    scdb_codec_id_hex(&stored, in->checksum);
     if ((rc = cx_meta_str(f, "producer", in->producer, sizeof in->producer, errbuf, errlen)) ||
         (rc = cx_meta_str(f, "consumer", in->consumer, sizeof in->consumer, errbuf, errlen)) ||
         (rc = cx_meta_str(f, "producer_fp", in->producer_fp, sizeof in->producer_fp, errbuf, errlen)) ||
@@ -292,6 +673,7 @@ scdb_err scdb_pair_load(const char *path, const scdb_codebook *cb, scdb_pair **o
         goto fail;
     }
     int kv = in->kv_dim, d = in->d_model, expected = 0;
+    if (in->kind == SCDB_PAIR_LORA && (rc = lora_refs(f, path, cb, p, &S, errbuf, errlen))) goto fail;
     for (int i = 0; i < in->n_aligners; i++) {
         int l = in->patch_order[i];
         for (int j = 0; j < i; j++)
@@ -306,6 +688,20 @@ scdb_err scdb_pair_load(const char *path, const scdb_codebook *cb, scdb_pair **o
             goto fail;
         }
         if (in->hidden < 1) { scdb_errf(errbuf, errlen, "%s: aligners with hidden = 0", path); rc = SCDB_EFORMAT; goto fail; }
+    }
+    if (S) {
+        /* a lora pair: its own parts, then the effective pair from its shared part */
+        if ((rc = read_lora_parts(f, path, p, S, &expected, errbuf, errlen))) goto fail;
+        if (scdb_st_count(f) != expected) {
+            scdb_errf(errbuf, errlen, "%s: %d tensors, the metadata implies %d", path, scdb_st_count(f), expected);
+            rc = SCDB_EFORMAT;
+            goto fail;
+        }
+        if ((rc = cx_pair_materialise(p, S))) goto fail;
+        scdb_pair_free(&p);
+        scdb_st_close(&f);
+        *out = S;
+        return SCDB_OK;
     }
     for (int l = 0; l < in->n_layers; l++) {
         cx_player *L = &p->L[l];
@@ -358,6 +754,7 @@ scdb_err scdb_pair_load(const char *path, const scdb_codebook *cb, scdb_pair **o
     return SCDB_OK;
 fail:
     cx_bundle_free(&b);
+    scdb_pair_free(&S);
     scdb_pair_free(&p);
     scdb_st_close(&f);
     return rc;

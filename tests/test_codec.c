@@ -30,6 +30,7 @@
 #include "weights_fp.h"
 #include "helpers/assert_close.h"
 #include "helpers/tiny_model.h"
+#include "helpers/tiny_adapter.h"
 
 #include <xxhash.h>
 
@@ -626,7 +627,9 @@ static void test_files_and_refusals(void **state)
 
 /* The shipped artifacts: every data/pairs/<p>__<c>.safetensors loads with
  * its codebook data/codebooks/<p>.safetensors and validates against
- * data/models/<p> and data/models/<c>; a short prefix decodes. */
+ * data/models/<p> and data/models/<c> (or data/adapters/<c>); a short
+ * prefix decodes.  <p>__fleet, an adapter fleet's shared part, loads as
+ * one, for the codebook's producer. */
 static void test_shipped_pairs(void **state)
 {
     (void)state;
@@ -650,6 +653,16 @@ static void test_shipped_pairs(void **state)
         if (rc) fprintf(stderr, "%s: %s\n", path, err);
         assert_int_equal(rc, SCDB_OK);
         snprintf(path, sizeof path, SCDB_DATA_DIR "/pairs/%s", e->d_name);
+        if (!strcmp(consn, SCDB_PAIR_SHARED_STEM)) {
+            /* a fleet's shared part: of the codebook's producer, loaded as such */
+            rc = scdb_pair_load_shared(path, cb, &p, err, sizeof err);
+            if (rc) fprintf(stderr, "%s: %s\n", path, err);
+            assert_int_equal(rc, SCDB_OK);
+            assert_string_equal(scdb_pair_get_info(p)->base_fp, scdb_codebook_get_info(cb)->producer_fp);
+            scdb_pair_free(&p);
+            scdb_codebook_free(&cb);
+            continue;
+        }
         rc = scdb_pair_load(path, cb, &p, err, sizeof err);
         if (rc) fprintf(stderr, "%s: %s\n", path, err);
         assert_int_equal(rc, SCDB_OK);
@@ -944,6 +957,237 @@ static void test_fleet_swap(void **state)
         scdb_calib_free(&one);
     }
     scdb_calib_free(&f);
+    scdb_codebook_free(&cb);
+}
+
+/* Rewrite a file with one tensor renamed (to_name) or relabelled as dtype
+ * (to_name NULL), re-signed under "checksum". */
+static void relabel_tensor(const char *src, const char *dst, const char *name, const char *to_name,
+                           scdb_dtype dt)
+{
+    scdb_st_file *f;
+    cx_bundle b;
+    assert_int_equal(scdb_st_open(src, &f, NULL, 0), SCDB_OK);
+    assert_int_equal(cx_bundle_from_file(f, &b), SCDB_OK);
+    int found = 0;
+    for (int i = 0; i < b.nt; i++)
+        if (!strcmp(b.t[i].name, name)) {
+            if (to_name) snprintf(b.t[i].name, sizeof b.t[i].name, "%s", to_name);
+            else b.t[i].dt = dt;
+            found = 1;
+        }
+    assert_true(found);
+    scdb_codec_id id;
+    char hex[33];
+    cx_bundle_hash(&b, "checksum", &id);
+    scdb_codec_id_hex(&id, hex);
+    assert_int_equal(cx_bundle_meta(&b, "checksum", "%s", hex), SCDB_OK);
+    assert_int_equal(cx_bundle_write(&b, dst), SCDB_OK);
+    cx_bundle_free(&b);
+    scdb_st_close(&f);
+}
+
+static void check_pair_dev(const scdb_pair *p, const scdb_codebook *cb, int n_patch);
+
+static long fsize(const char *path)
+{
+    struct stat st;
+    assert_int_equal(stat(path, &st), 0);
+    return (long)st.st_size;
+}
+
+/* Adapter pairs (codec.h, "Adapter pairs"): a shared part fitted on two
+ * adapters' mean states, then each adapter's lora pair.  A lora pair
+ * round-trips through its file exactly, is smaller than the adapter's full
+ * pair and decodes about as close to the adapter's own KV as the full pair
+ * does; loading is refused when the base it references is not the
+ * codebook's producer, when its shared part is missing, refitted or of
+ * another base, and for truncated, mislabelled or wrong-shaped own tensors. */
+static void test_lora_pairs(void **state)
+{
+    (void)state;
+    char d[700], pdir[700], sp[800], lp[800], fp_path[800], ed[800], ed2[800], err[768] = "";
+    scdb_model *ad[2] = {0};
+    scdb_codebook *cb = NULL;
+    scdb_calib *c = session(1), *f = NULL;
+    int cand[1] = {1}, added = 0;
+    scdb_cb_fit cf = {.r_k = 8, .r_v = 8, .r_h = 8, .n_candidates = 1, .candidates = cand, .token_layer0 = 1};
+    assert_int_equal(scdb_calib_fit_codebook(c, &cf, &cb), SCDB_OK);
+    scdb_calib_free(&c);
+    /* two adapters of prod on k/v (and q/o for the second), found at ../../models/prod */
+    snprintf(d, sizeof d, "%s/adapters", tmpdir);
+    mkdir(d, 0755);
+    for (int k = 0; k < 2; k++) {
+        uint64_t rng = 900 + (uint64_t)k;
+        tiny_adapter ta = {.base = "prod", .rng = &rng, .ff = 24, .scale = 0.3f,
+                           .modules = k ? 0xfu : 0x6u,
+                           .config = k ? "{\"target_modules\": [\"q_proj\", \"k_proj\", \"v_proj\", \"o_proj\"]}"
+                                       : "{\"target_modules\": [\"k_proj\", \"v_proj\"]}"};
+        snprintf(d, sizeof d, "%s/adapters/ad%d", tmpdir, k);
+        tiny_adapter_write(d, &ta);
+        assert_int_equal(scdb_model_load(d, &ad[k], err, sizeof err), SCDB_OK);
+    }
+    scdb_calib_opts o = small_opts();
+    o.samples_only = 1;
+    assert_int_equal(scdb_calib_new(prod, (const scdb_model *const *)ad, 1, &o, &f), SCDB_OK);
+    assert_int_equal(scdb_calib_add_text(f, text, text_len / 2, 200, &added), SCDB_OK);
+    scdb_calib_fleet *fl = NULL;
+    assert_int_equal(scdb_calib_fleet_new(f, &fl), SCDB_OK);
+    assert_int_equal(scdb_calib_fleet_add(fl, f), SCDB_OK);
+    assert_int_equal(scdb_calib_swap_consumer(f, 0, ad[1]), SCDB_OK);
+    assert_int_equal(scdb_calib_fleet_add(fl, f), SCDB_OK);
+    assert_int_equal(scdb_calib_fleet_size(fl), 2);
+    assert_int_equal(scdb_calib_fleet_use(fl, f, 2), SCDB_EINVAL);
+    scdb_pair *shared = NULL, *small = NULL, *full = NULL, *back = NULL, *q = NULL;
+    scdb_pair_fit pf = {.n_patch = 1, .hidden = 8, .steps = 60, .batch = 32, .all_layers = 1};
+    assert_int_equal(scdb_calib_fit_shared(f, cb, fl, &pf, &shared), SCDB_OK);
+    assert_int_equal(scdb_pair_get_info(shared)->kind, SCDB_PAIR_SHARED);
+    snprintf(pdir, sizeof pdir, "%s/lora", tmpdir);
+    mkdir(pdir, 0755);
+    snprintf(sp, sizeof sp, "%s/prod__fleet.safetensors", pdir);
+    assert_int_equal(scdb_pair_save(shared, sp), SCDB_OK);
+    /* adapter 0 back in the slot: its lora pair and its full pair */
+    assert_int_equal(scdb_calib_fleet_use(fl, f, 0), SCDB_OK);
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(scdb_calib_add_eval(f, 0, text + text_len / 2 + (size_t)i * 100, 60), SCDB_OK);
+    scdb_lora_fit lf = {.dec_rank = 2, .align_rank = 2, .n_patch = 1};
+    assert_int_equal(scdb_calib_fit_lora_pair(f, cb, shared, &lf, &small, err, sizeof err), SCDB_OK);
+    const scdb_pair_info *si = scdb_pair_get_info(small);
+    assert_int_equal(si->kind, SCDB_PAIR_LORA);
+    assert_string_equal(si->consumer, "ad0");
+    assert_string_equal(si->lora_targets, "k,v");
+    assert_int_equal(si->lora_rank, 4);
+    assert_string_equal(si->shared_id, scdb_pair_get_info(shared)->checksum);
+    assert_int_equal(scdb_calib_fit_pair(f, cb, 0, &pf, &full), SCDB_OK);
+    snprintf(lp, sizeof lp, "%s/prod__ad0.safetensors", pdir);
+    snprintf(fp_path, sizeof fp_path, "%s/full__ad0.safetensors", pdir);
+    assert_int_equal(scdb_pair_save(small, lp), SCDB_OK);
+    assert_int_equal(scdb_pair_save(full, fp_path), SCDB_OK);
+    print_message("lora pair %ld bytes, full pair %ld bytes (shared part %ld)\n", fsize(lp), fsize(fp_path),
+                  fsize(sp));
+    assert_true(fsize(lp) < fsize(fp_path));
+    assert_int_equal(scdb_pair_load(lp, cb, &back, err, sizeof err), SCDB_OK);
+    assert_int_equal(scdb_pair_check_models(back, prod, ad[0], err, sizeof err), SCDB_OK);
+    assert_int_equal(scdb_pair_check_models(back, prod, ad[1], err, sizeof err), SCDB_EMISMATCH);
+
+    /* decode: file == memory exactly; lora about as close as full to the adapter's own KV */
+    enum { N = 40 };
+    int32_t tok[N], pos[N];
+    uint16_t codes[N * 32];
+    assert_true(scdb_codebook_get_info(cb)->code_dim <= 32);
+    for (int i = 0; i < N; i++) { tok[i] = text[text_len / 2 + 400 + (size_t)i]; pos[i] = i; }
+    assert_int_equal(scdb_codec_encode_tokens(cb, prod, tok, pos, N, codes), SCDB_OK);
+    scdb_kv_cache *own = prefill(ad[0], tok, N), *x, *y, *z;
+    assert_int_equal(scdb_model_cache_new(ad[0], N, &x), SCDB_OK);
+    assert_int_equal(scdb_model_cache_new(ad[0], N, &y), SCDB_OK);
+    assert_int_equal(scdb_model_cache_new(ad[0], N, &z), SCDB_OK);
+    for (int np = 0; np <= 1; np++) {
+        assert_int_equal(scdb_pair_decode(small, cb, codes, N, pos, tok, np, x, 0), SCDB_OK);
+        assert_int_equal(scdb_pair_decode(back, cb, codes, N, pos, tok, np, y, 0), SCDB_OK);
+        assert_memory_equal(x->k, y->k, (size_t)2 * N * 8 * sizeof(float));
+        assert_memory_equal(x->v, y->v, (size_t)2 * N * 8 * sizeof(float));
+        assert_int_equal(scdb_pair_decode(full, cb, codes, N, pos, tok, np, z, 0), SCDB_OK);
+        double sk, sv, fk, fv, rk, rv;
+        kv_rel_err(x, own, N, &sk, &sv);
+        kv_rel_err(z, own, N, &fk, &fv);
+        /* the shared part alone (no corrections, the base's Wk/Wv) is further */
+        scdb_pair *sh = NULL;
+        assert_int_equal(cx_pair_clone(shared, &sh), SCDB_OK);
+        assert_int_equal(scdb_pair_decode(sh, cb, codes, N, pos, tok, np, y, 0), SCDB_OK);
+        kv_rel_err(y, own, N, &rk, &rv);
+        scdb_pair_free(&sh);
+        print_message("patch %d: K/V relative error vs own prefill: lora %.3g / %.3g, full %.3g / %.3g, "
+                      "shared alone %.3g / %.3g\n", np, sk, sv, fk, fv, rk, rv);
+        assert_true(sk + sv < 2.0 * (fk + fv) + 0.02);
+        assert_true(sk + sv < rk + rv);
+    }
+    scdb_kv_cache_free(&own);
+    scdb_kv_cache_free(&x);
+    scdb_kv_cache_free(&y);
+    scdb_kv_cache_free(&z);
+    /* the device decode (CPU table) of the loaded lora pair: the CPU decode bit for bit */
+    check_pair_dev(back, cb, -1);
+    check_pair_dev(back, cb, 0);
+
+    /* the reference refusal: a base that is not the codebook's producer */
+    char ofp[SCDB_CODEC_FP_LEN];
+    assert_int_equal(cx_model_fp(other, ofp, NULL, 0), SCDB_OK);
+    snprintf(ed, sizeof ed, "%s/prod__ed.safetensors", pdir);
+    edit_meta(lp, ed, "base_fp", ofp);
+    assert_int_equal(scdb_pair_load(ed, cb, &q, err, sizeof err), SCDB_EMISMATCH);
+    print_message("%s\n", err);
+    assert_non_null(strstr(err, ofp));
+    assert_non_null(strstr(err, scdb_codebook_get_info(cb)->producer_fp));
+    /* the shared part: loaded only through its adapters / as a shared part */
+    assert_int_equal(scdb_pair_load(sp, cb, &q, err, sizeof err), SCDB_EFORMAT);
+    assert_int_equal(scdb_pair_load_shared(lp, cb, &q, err, sizeof err), SCDB_EFORMAT);
+    assert_int_equal(scdb_pair_load_shared(sp, cb, &q, err, sizeof err), SCDB_OK);
+    scdb_pair_free(&q);
+    /* ... refitted (another checksum), of another base, missing */
+    char sp_keep[820];
+    snprintf(sp_keep, sizeof sp_keep, "%s.keep", sp);
+    assert_int_equal(rename(sp, sp_keep), 0);
+    edit_meta(sp_keep, sp, "notes", "refitted");
+    assert_int_equal(scdb_pair_load(lp, cb, &q, err, sizeof err), SCDB_EMISMATCH);
+    print_message("%s\n", err);
+    assert_non_null(strstr(err, si->shared_id));
+    edit_meta(sp_keep, sp, "base_fp", ofp);
+    edit_meta(lp, ed, "shared_id", scdb_pair_get_info(shared)->checksum);   /* re-signed: same refs */
+    {
+        scdb_pair *sx = NULL;
+        assert_int_equal(scdb_pair_load_shared(sp, cb, &sx, err, sizeof err), SCDB_OK);
+        edit_meta(lp, ed, "shared_id", scdb_pair_get_info(sx)->checksum);
+        scdb_pair_free(&sx);
+    }
+    assert_int_equal(scdb_pair_load(ed, cb, &q, err, sizeof err), SCDB_EMISMATCH);
+    print_message("%s\n", err);
+    assert_non_null(strstr(err, ofp));
+    assert_int_equal(unlink(sp), 0);
+    assert_int_equal(scdb_pair_load(lp, cb, &q, err, sizeof err), SCDB_ENOTFOUND);
+    assert_non_null(strstr(err, sp));
+    assert_int_equal(rename(sp_keep, sp), 0);
+    assert_int_equal(scdb_pair_load(lp, cb, &q, err, sizeof err), SCDB_OK);
+    scdb_pair_free(&q);
+    edit_meta(lp, ed, "shared", "../prod__fleet");
+    assert_int_equal(scdb_pair_load(ed, cb, &q, err, sizeof err), SCDB_EFORMAT);
+    edit_meta(lp, ed, "lora_targets", "q");
+    assert_int_equal(scdb_pair_load(ed, cb, &q, err, sizeof err), SCDB_EFORMAT);
+
+    /* its own tensors: truncated, wrong-shaped, mislabelled, missing, extra */
+    snprintf(ed2, sizeof ed2, "%s/prod__ed2.safetensors", pdir);
+    copy_prefix(lp, ed2, -100);
+    assert_int_equal(scdb_pair_load(ed2, cb, &q, err, sizeof err), SCDB_ETRUNC);
+    reshape_tensor(lp, ed2, "layers.1.dec_k.u", "checksum");
+    assert_int_equal(scdb_pair_load(ed2, cb, &q, err, sizeof err), SCDB_ESHAPE);
+    reshape_tensor(lp, ed2, "layers.1.align.v", "checksum");
+    assert_int_equal(scdb_pair_load(ed2, cb, &q, err, sizeof err), SCDB_ESHAPE);
+    reshape_tensor(lp, ed2, "layers.0.lora_k.b", "checksum");
+    assert_int_equal(scdb_pair_load(ed2, cb, &q, err, sizeof err), SCDB_ESHAPE);
+    relabel_tensor(lp, ed2, "layers.1.lora_v.a", NULL, SCDB_BF16);
+    assert_int_equal(scdb_pair_load(ed2, cb, &q, err, sizeof err), SCDB_EDTYPE);
+    relabel_tensor(lp, ed2, "layers.1.dec_v.v", "layers.1.dec_v.w", SCDB_F16);
+    assert_int_equal(scdb_pair_load(ed2, cb, &q, err, sizeof err), SCDB_ENOTFOUND);
+    edit_meta(lp, ed2, "dec_rank", "3");     /* the metadata says rank 3, the tensors hold 2 */
+    assert_int_equal(scdb_pair_load(ed2, cb, &q, err, sizeof err), SCDB_ESHAPE);
+    edit_meta(lp, ed2, "align_rank", "0");   /* no aligner corrections: two tensors too many */
+    assert_int_equal(scdb_pair_load(ed2, cb, &q, err, sizeof err), SCDB_EFORMAT);
+    flip_byte(lp, ed2, 10);
+    assert_int_equal(scdb_pair_load(ed2, cb, &q, err, sizeof err), SCDB_ECHECKSUM);
+    assert_null(q);
+
+    /* not an adapter: refused by name */
+    assert_int_equal(scdb_calib_swap_consumer(f, 0, cons), SCDB_OK);
+    assert_int_equal(scdb_calib_fit_lora_pair(f, cb, shared, &lf, &q, err, sizeof err), SCDB_EINVAL);
+    assert_non_null(strstr(err, "not a LoRA adapter"));
+    assert_null(q);
+
+    scdb_pair_free(&back);
+    scdb_pair_free(&small);
+    scdb_pair_free(&full);
+    scdb_pair_free(&shared);
+    scdb_calib_fleet_free(&fl);
+    scdb_calib_free(&f);
+    for (int k = 0; k < 2; k++) scdb_model_free(&ad[k]);
     scdb_codebook_free(&cb);
 }
 
@@ -1742,6 +1986,7 @@ int main(void)
         cmocka_unit_test(test_codebook_restamp),
         cmocka_unit_test(test_late_added),
         cmocka_unit_test(test_fleet_swap),
+        cmocka_unit_test(test_lora_pairs),
         cmocka_unit_test(test_domain_text),
         cmocka_unit_test(test_training_text),
         cmocka_unit_test(test_shipped_pairs),

@@ -51,6 +51,9 @@ in_group() {
 for p in "$share"/pairs/*__*.safetensors; do
   [ -e "$p" ] || continue
   cons=$(basename "$p" .safetensors); cons=${cons#*__}
+  # P__fleet: a fleet's shared part, loaded through the adapter pairs that
+  # reference it (schema/FORMATS.md, "Pair", kinds), not a [pair] of its own
+  [ "$cons" = fleet ] && continue
   in_group "$cons" "$p" && continue
   need "[pair ... $cons] file = $p" "^pair [^ ]+ $cons\\|file\\|$p\$"
 done
