@@ -93,14 +93,20 @@ static void usage(FILE *f)
             cli_data_dir());
 }
 
+/* Comma list into out[] (each strdup'd, the caller frees): the count, or -1
+ * (nothing to free) when it has more than max entries or memory runs out. */
 static int split_list(const char *s, char **out, int max)
 {
     char *buf = strdup(s), *save = NULL, *tok;
     int n = 0;
     if (!buf) return -1;
     for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        if (n == max) { n = -1; break; }
-        out[n++] = strdup(tok);
+        if (n == max || !(out[n] = strdup(tok))) {   /* too many, or no memory */
+            while (n > 0) free(out[--n]);
+            n = -1;
+            break;
+        }
+        n++;
     }
     free(buf);
     return n;
