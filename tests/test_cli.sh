@@ -3,16 +3,7 @@
 # and the model family report end to end (small sample, JSON checked).
 set -u
 scdb="$1"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-pass=0 fail=0
-ok()  { pass=$((pass + 1)); echo "ok   $*"; }
-bad() { fail=$((fail + 1)); echo "FAIL $*"; }
-expect() {  # expect CODE DESCRIPTION -- command...
-  local want=$1 what=$2; shift 3
-  "$@" >"$tmp/out" 2>"$tmp/err"; local got=$?
-  if [ "$got" -eq "$want" ]; then ok "$what"; else bad "$what (exit $got, want $want)"; cat "$tmp/err"; fi
-}
+. "$(dirname "$0")/helpers/cli_expect.sh"
 
 expect 0 "scdb --help" -- "$scdb" --help
 grep -q "models" "$tmp/out" && ok "help lists models" || bad "help lists models"
@@ -367,99 +358,4 @@ for m in d["models"]:
 PY
 then ok "models JSON has every model and domain"; else bad "models JSON has every model and domain"; fi
 
-# the fan-out demo end to end (issue 23): a broker serving the whole fleet,
-# one prefix stored once by the producer, every specialist and every adapter
-# with a pair a consumer of it
-mkdir -p "$tmp/demo-tmp"
-TMPDIR="$tmp/demo-tmp" "$scdb" demo --device cpu >"$tmp/demo" 2>"$tmp/err"
-code=$?
-grep -q "scdb demo: device cpu (cpu requested" "$tmp/err" && ok "demo --device cpu says which device" \
-  || bad "demo --device cpu says which device"
-if [ $code -eq 0 ] && grep -q "^demo: ok" "$tmp/demo" && grep -q "^| code | full |" "$tmp/demo" \
-   && grep -q "^| manpages | full |" "$tmp/demo"; then ok "demo runs end to end for every specialist"
-else bad "demo (exit $code)"; cat "$tmp/demo" "$tmp/err"; fi
-[ -z "$(ls -A "$tmp/demo-tmp")" ] && ok "demo cleaned up" || bad "demo left its temp dir"
-expect 2 "demo: bad --prefix" -- "$scdb" demo --prefix 100
-expect 2 "demo: bad --budget" -- "$scdb" demo --budget 0
-expect 2 "demo: bad --codes" -- "$scdb" demo --codes f8
-grep -Eq "^\| code \|.*\([1-9][0-9]* evictions" "$tmp/demo" && ok "demo consumers decode through a live session that evicts" \
-  || bad "demo shows no live-session evictions"
-# every adapter with a pair is a consumer (kind lora), every other one is
-# named as skipped; one prefix stored once; the fleet totals
-if python3 - "$tmp/demo" "$data" <<'PY'
-import os, re, sys
-lines = open(sys.argv[1]).read().splitlines()
-data = sys.argv[2]
-src = [l for l in lines if l.startswith("shared prefix: ")]
-assert len(src) == 1 and " of heldout/english.txt from byte " in src[0], src   # no machine's path
-rows = {l.split("|")[1].strip(): l.split("|")[2].strip() for l in lines
-        if re.match(r"^\| [a-z0-9-]+ \| (lora|full) \|", l)}
-ads = sorted(d for d in os.listdir(os.path.join(data, "adapters")) if os.path.isdir(os.path.join(data, "adapters", d)))
-paired = [a for a in ads if os.path.exists(os.path.join(data, "pairs", "base__%s.safetensors" % a))]
-assert paired, "no adapter has a pair"
-assert all(rows.get(a) == "lora" for a in paired), (paired, rows)
-assert all(rows.get(m) == "full" for m in ("code", "manpages", "python")), rows
-skipped = [l for l in lines if l.startswith("skipped, no pair")]
-unpaired = [a for a in ads if a not in paired]
-if unpaired:
-    assert len(skipped) == 1 and skipped[0].split(":")[1].split() == unpaired, (skipped, unpaired)
-else:
-    assert not skipped, skipped
-assert sum(l.startswith("producer base: prefilled ") for l in lines) == 1, "one prefix, stored once"
-tot = [l for l in lines if l.startswith("fleet: %d consumers served (%d LoRA adapters" % (len(rows), len(paired)))]
-assert len(tot) == 1 and "stored once" in tot[0] and "per-adapter keying" in tot[0], tot
-PY
-then ok "demo: the whole fleet with a pair served from one stored prefix, the rest named skipped"
-else bad "demo: the whole fleet with a pair served from one stored prefix, the rest named skipped"; cat "$tmp/demo"; fi
-
-# issue 23 items 4 and 6: a fleet calibrated in one run (the producer's
-# states once), pairs equal to one-at-a-time runs; scdb bench fleet, tiny
-fl="--codebook $cb --texts $data/heldout/english.txt --windows 3 --steps 4 --eval-windows 1"
-expect 0 "calibrate --codebook: two consumers in one run" -- "$scdb" calibrate $fl \
-  --consumer "$data/models/python" --consumer "$data/models/code" -o "$tmp/fleet2"
-grep -q "producer states over 3 windows computed once (3 producer passes) for 2 consumers" "$tmp/out" \
-  && ok "calibrate: the producer's states computed once for the fleet" || { bad "calibrate: producer once"; cat "$tmp/out"; }
-[ "$(grep -c '^  consumer [a-z]*: [0-9.]* s' "$tmp/out")" -eq 2 ] && ok "calibrate: seconds per consumer" \
-  || { bad "calibrate: seconds per consumer"; cat "$tmp/out"; }
-grep -q "consumer 2/2 'code'" "$tmp/err" && ok "calibrate: progress per consumer" || bad "calibrate: progress per consumer"
-expect 0 "calibrate --codebook: the second consumer alone" -- "$scdb" calibrate $fl \
-  --consumer "$data/models/code" -o "$tmp/fleet1"
-cmp -s "$tmp/fleet1/pairs/base__code.safetensors" "$tmp/fleet2/pairs/base__code.safetensors" \
-  && ok "calibrate: a fleet run's pair is the one-at-a-time pair, byte for byte" \
-  || bad "calibrate: fleet pair differs from the one-at-a-time pair"
-expect 2 "calibrate: a codebook fit takes at most 8 consumers" -- "$scdb" calibrate --producer "$data/models/base" \
-  $(for i in 1 2 3 4 5 6 7 8 9; do printf -- '--consumer %s ' "$data/models/code"; done) --ranks 8,8,8 \
-  --patch-layers 1 -o "$tmp/no"
-bf="--data $data --prefix 32 --cont 8 --windows 1 --reps 1"
-expect 0 "bench fleet: tiny" -- "$scdb" bench fleet $bf --consumers base,code --json "$tmp/fleet.json"
-if /usr/bin/python3 - "$tmp/fleet.json" <<'PY'
-import json, sys
-j = json.load(open(sys.argv[1]))
-keys = {"consumer", "kind", "text", "bytes_per_token", "raw_bytes_per_token", "ppl_ratio", "kl", "top1",
-        "raw_ppl_ratio", "raw_kl", "raw_top1", "ttft_ms", "own_prefill_ms", "pair_bytes", "calib_s"}
-rows = j["rows"]
-assert j["consumers"] == 2 and len(rows) == 2, j
-assert all(keys <= set(r) for r in rows), rows
-assert {r["consumer"] for r in rows} == {"base", "code"}
-assert all(r["kind"] == "full" and r["pair_bytes"] > 0 and r["tokens"] > 0 for r in rows)
-assert j["stored_bytes"] > 0 and j["stored_bytes_per_adapter_keying"] > j["stored_bytes"]
-# through a real broker: its registration phase (issue 23 item 5), and TTFT
-# that includes the get
-assert j["registered_consumers"] == 2 and j["clients_kept"] == 2, j
-assert len(j["reload_ms"]) == 2 and len(j["rss_kb"]) == 2 and j["broker_rss0_kb"] > 0, j
-assert all(k in j for k in ("rss_per_pair_kb", "rss_per_pair_kb_fresh", "register_ms", "client_register_ms"))
-assert "get from the broker" in j["ttft_includes"] and all(r["decode_ms"] > 0 for r in rows), j["ttft_includes"]
-PY
-then ok "bench fleet: JSON rows and totals"; else bad "bench fleet: JSON rows and totals"; fi
-expect 0 "bench fleet: --text for every consumer" -- "$scdb" bench fleet $bf --consumers base,code \
-  --text "$data/heldout/python.txt"
-[ "$(grep -c 'python.txt' "$tmp/out")" -eq 2 ] && ok "bench fleet: both consumers on the --text" \
-  || { bad "bench fleet: --text rows"; cat "$tmp/out"; }
-mkdir -p "$tmp/badpairs" && head -c 1000 "$data/pairs/base__code.safetensors" >"$tmp/badpairs/base__code.safetensors"
-expect 1 "bench fleet: a broken pair fails the run" -- "$scdb" bench fleet $bf --consumers code --pairs "$tmp/badpairs"
-mkdir -p "$tmp/nopairs"
-expect 1 "bench fleet: no consumer with a pair" -- "$scdb" bench fleet $bf --pairs "$tmp/nopairs"
-grep -q "no consumer with a pair" "$tmp/err" && ok "bench fleet: says no consumer" || bad "bench fleet: no-consumer message"
-
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+cli_expect_done
