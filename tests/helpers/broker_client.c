@@ -152,7 +152,7 @@ int main(int argc, char **argv)
     } else if (!strcmp(mode, "session")) {
         scdb_arena *a;
         scdb_session *s;
-        scdb_session_opts so = {.budget = 32, .policy = "h2o", .n_heads = 2 * info.n_kv_heads};
+        scdb_session_opts so = {.budget = 32, .policy = "h2o"};   /* n_heads once registered */
         e = scdb_register(h, SCDB_CONSUMER, model, NULL, &info);
         if (e) return fail("register", e);
         so.n_heads = 2 * info.n_kv_heads;
