@@ -4,6 +4,7 @@
 #include "bench.h"
 
 #include <errno.h>
+#include <sys/resource.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -62,8 +63,17 @@ pid_t scdb_bench_start_broker(const char *const *args, const char *log_path)
         }
         /* the scdb command itself: benches and the demo run inside it
          * (SCDB_BENCH_BROKER: another build's scdb, to compare brokers
-         * under the same bench) */
-        const char *exe = getenv("SCDB_BENCH_BROKER");
+         * under the same bench); SCDB_BENCH_BROKER_NICE: the broker's
+         * nice value, as systemd's Nice= would set it */
+        const char *exe = getenv("SCDB_BENCH_BROKER"), *nice = getenv("SCDB_BENCH_BROKER_NICE");
+        if (nice && *nice) {
+            char why[160];
+            int v;
+            if (scdb_parse_int("SCDB_BENCH_BROKER_NICE", nice, -20, 19, &v, why, sizeof why))
+                fprintf(stderr, "%s\n", why);
+            else if (setpriority(PRIO_PROCESS, 0, v))
+                fprintf(stderr, "SCDB_BENCH_BROKER_NICE=%d: %s\n", v, strerror(errno));
+        }
         execv(exe && *exe ? exe : "/proc/self/exe", (char *const *)argv);
         _exit(127);
     }

@@ -36,7 +36,7 @@
  * evictions in separate lanes: broker_int.h, bk_queue), so one client's
  * burst never holds another's get; evict_threads threads take evictions
  * only, so an eviction never waits for the workers' decodes; BLAS runs single-threaded inside the
- * job threads, which worker_cpus / worker_nice can pin and renice (jobs.c,
+ * job threads, which worker_cpus / worker_nice / evict_nice can pin and renice (jobs.c,
  * THREADING MODEL); every job's time is split into stages on /metrics
  * (scdb_job_stage_seconds: dispatch, queue, service, handoff, total).
  *
@@ -467,9 +467,13 @@ typedef struct scdb_broker_config {
     char worker_cpus[128];     /* cores the job threads (workers and the
                                   writer) are pinned to, "0,1" or "0-3,6"
                                   ("": not pinned)                          */
-    int worker_nice;           /* their nice value, -20 .. 19 (0: the
-                                  broker's own; below it needs
+    int worker_nice;           /* the workers' and the writer's nice value
+                                  relative to the broker's own, -20 .. 19
+                                  (0: the broker's own; below it needs
                                   CAP_SYS_NICE)                            */
+    int evict_nice;            /* the eviction threads', likewise (0: the
+                                  broker's own): below worker_nice, an
+                                  eviction cuts in on a decode             */
     char metrics_listen[128];  /* HOST:PORT (or PORT: 127.0.0.1) for GET
                                   /metrics over HTTP; empty: off (METRICS)   */
     /* [remote]: the fleet's Redis Cluster (see REMOTE TIER); keys

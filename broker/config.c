@@ -179,6 +179,7 @@ static const struct key {
     {"metrics_listen", K_STR, F(metrics_listen), S(metrics_listen), 0, 0},
     {"worker_cpus", K_CPUS, F(worker_cpus), S(worker_cpus), 0, 0},
     {"worker_nice", K_INT, F(worker_nice), 0, -20, 19},
+    {"evict_nice", K_INT, F(evict_nice), 0, -20, 19},
     /* [remote] NAME is remote_NAME here (and --remote-NAME as a flag) */
     {"remote_cluster", K_STR, F(remote_cluster), S(remote_cluster), 0, 0},
     {"remote_user", K_STR, F(remote_user), S(remote_user), 0, 0},

@@ -12,6 +12,8 @@
 #include "broker_int.h"
 
 #include <errno.h>
+#include <limits.h>
+#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -538,10 +540,17 @@ static void run_lookup(scdb_broker *b, bk_job *j)
  * us of work on a decoding client's critical path, and with only the
  * workers it waited for whatever decode (tens of ms) held them all.  They
  * sleep unless an eviction is queued (the workers take evictions too
- * when they are free), so they add no steady CPU.  Placement: worker_cpus pins every job thread to those cores,
- * worker_nice sets their priority (per thread: Linux's setpriority on a
- * thread id); the main thread is left where the process runs (systemd's
- * CPUAffinity= and Nice= place the whole process instead). */
+ * when they are free), so they add no steady CPU.  Placement: worker_cpus
+ * pins every job thread to those cores; worker_nice sets the priority of
+ * the workers and the writer, evict_nice that of the eviction threads,
+ * each relative to the broker's own nice value when the threads start
+ * (per thread: Linux's setpriority on a thread id).  An eviction is short
+ * and a decode long: with both at one priority, a woken eviction thread
+ * (and the main thread that hands its reply on) waits for the scheduler
+ * to take a core from a decode, so evict_nice below worker_nice lets
+ * evictions cut in.  The main thread is left where the process runs
+ * (systemd's CPUAffinity= and Nice= place the whole process).  Threads
+ * are named scdb-worker, scdb-evict and scdb-writer (top -H, perf). */
 
 /* At start: the job threads report that they placed themselves. */
 typedef struct placing {
@@ -556,6 +565,9 @@ typedef struct thread_arg {
     bk_queue *q;
     int lane;                   /* the one lane it takes, or -1: any       */
     placing *pl;                /* NULL once reported                      */
+    int nice;                   /* its nice value (absolute), or INT_MIN:
+                                   the broker's own                        */
+    const char *name;           /* its thread name                         */
 } thread_arg;
 
 /* Refresh what another broker replaced; what could not be done now (a
@@ -598,8 +610,9 @@ static int cpu_set_of(const char *list, cpu_set_t *set)
     return n;
 }
 
-/* Pin and renice the calling thread as the config says: 0 or an errno. */
-static int place_thread(const scdb_broker_config *c)
+/* Pin and renice the calling thread as the config says (nice: absolute,
+ * INT_MIN to leave it): 0 or an errno. */
+static int place_thread(const scdb_broker_config *c, int nice)
 {
     if (c->worker_cpus[0]) {
         cpu_set_t set;
@@ -607,7 +620,7 @@ static int place_thread(const scdb_broker_config *c)
         if (cpu_set_of(c->worker_cpus, &set) < 0) return EINVAL;
         if ((rc = pthread_setaffinity_np(pthread_self(), sizeof set, &set))) return rc;
     }
-    if (c->worker_nice && setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), c->worker_nice))
+    if (nice != INT_MIN && setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), nice))
         return errno;
     return 0;
 }
@@ -626,7 +639,8 @@ static void *thread_main(void *arg)
         scdb_error("worker: cannot connect %s: %s", DONE_ENDPOINT, zmq_strerror(zmq_errno()));
         abort();    /* inproc to our own context: a programming error */
     }
-    pe = place_thread(&b->cfg);
+    pthread_setname_np(pthread_self(), ta.name);
+    pe = place_thread(&b->cfg, ta.nice);
     pthread_mutex_lock(&ta.pl->mu);
     if (pe && !ta.pl->err) ta.pl->err = pe;
     ta.pl->done++;
@@ -658,7 +672,8 @@ static void *thread_main(void *arg)
     return NULL;
 }
 
-static int start(scdb_broker *b, bk_queue *q, int lane, pthread_t *t, placing *pl)
+static int start(scdb_broker *b, bk_queue *q, int lane, pthread_t *t, placing *pl, int nice,
+                 const char *name)
 {
     thread_arg *a = malloc(sizeof *a);
     if (!a) return -1;
@@ -666,6 +681,8 @@ static int start(scdb_broker *b, bk_queue *q, int lane, pthread_t *t, placing *p
     a->q = q;
     a->lane = lane;
     a->pl = pl;
+    a->nice = nice;
+    a->name = name;
     if (pthread_create(t, NULL, thread_main, a)) {
         free(a);
         return -1;
@@ -678,7 +695,7 @@ scdb_err bk_threads_start(scdb_broker *b, char *errbuf, size_t errlen)
     const scdb_broker_config *c = &b->cfg;
     sigset_t all, old;
     placing pl = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0};
-    int n_cpus = 0, n_started;
+    int n_cpus = 0, n_started, own, wnice, enice;
     cpu_set_t set;
 
     if (c->worker_cpus[0] && (n_cpus = cpu_set_of(c->worker_cpus, &set)) < 0) {
@@ -704,13 +721,19 @@ scdb_err bk_threads_start(scdb_broker *b, char *errbuf, size_t errlen)
     /* threads never take the signals: the main thread does */
     sigfillset(&all);
     pthread_sigmask(SIG_BLOCK, &all, &old);
-    if (start(b, &b->writes, -1, &b->writer, &pl) == 0) b->writer_started = 1;
+    errno = 0;
+    own = getpriority(PRIO_PROCESS, 0);
+    if (own == -1 && errno) own = 0;
+    /* relative to the broker's own; setpriority clamps to -20 .. 19 */
+    wnice = c->worker_nice ? own + c->worker_nice : INT_MIN;
+    enice = c->evict_nice ? own + c->evict_nice : INT_MIN;
+    if (start(b, &b->writes, -1, &b->writer, &pl, wnice, "scdb-writer") == 0) b->writer_started = 1;
     for (int i = 0; b->writer_started && i < c->workers; i++) {
-        if (start(b, &b->jobs, -1, &b->workers[i], &pl)) break;
+        if (start(b, &b->jobs, -1, &b->workers[i], &pl, wnice, "scdb-worker")) break;
         b->n_workers++;
     }
     for (int i = 0; b->n_workers == c->workers && i < c->evict_threads; i++) {
-        if (start(b, &b->jobs, BK_LANE_BACK, &b->evictors[i], &pl)) break;
+        if (start(b, &b->jobs, BK_LANE_BACK, &b->evictors[i], &pl, enice, "scdb-evict")) break;
         b->n_evictors++;
     }
     pthread_sigmask(SIG_SETMASK, &old, NULL);
@@ -730,17 +753,20 @@ scdb_err bk_threads_start(scdb_broker *b, char *errbuf, size_t errlen)
     if (pl.err) {
         int place_errno = pl.err;
         snprintf(errbuf, errlen, "cannot place the job threads (worker_cpus '%s', worker_nice "
-                 "%d): %s%s", c->worker_cpus, c->worker_nice, strerror(place_errno),
+                 "%d, evict_nice %d): %s%s", c->worker_cpus, c->worker_nice, c->evict_nice,
+                 strerror(place_errno),
                  place_errno == EPERM || place_errno == EACCES
-                     ? " (a negative worker_nice needs CAP_SYS_NICE: systemd's Nice= or "
-                       "AmbientCapabilities=CAP_SYS_NICE)"
+                     ? " (a negative worker_nice or evict_nice needs CAP_SYS_NICE: "
+                       "AmbientCapabilities=CAP_SYS_NICE, or systemd's Nice= for the whole "
+                       "process)"
                  : place_errno == EINVAL ? " (a core outside the ones this process may use?)"
                                          : "");
         return SCDB_ESYS;
     }
-    if (c->worker_cpus[0] || c->worker_nice)
-        scdb_info("job threads on cores %s, nice %d", c->worker_cpus[0] ? c->worker_cpus : "(any)",
-                  c->worker_nice);
+    if (c->worker_cpus[0] || c->worker_nice || c->evict_nice)
+        scdb_info("job threads on cores %s; nice: broker %d, workers and writer %d, eviction "
+                  "threads %d", c->worker_cpus[0] ? c->worker_cpus : "(any)", own,
+                  wnice == INT_MIN ? own : wnice, enice == INT_MIN ? own : enice);
     return SCDB_OK;
 }
 

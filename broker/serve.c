@@ -37,6 +37,11 @@ static const struct key_help {
     {"evict_threads", "N", "threads that run session evictions only, so that\n"
                            "one never waits for a decode (default 1; 0: the\n"
                            "workers alone)"},
+    {"worker_nice", "N", "the workers' and the writer's nice value relative to\n"
+                         "the broker's own, -20 .. 19 (default 0; below 0\n"
+                         "needs CAP_SYS_NICE)"},
+    {"evict_nice", "N", "the eviction threads', likewise (default 0); below\n"
+                        "worker_nice an eviction cuts in on a decode"},
     {"heartbeat_ms", "N", "client heartbeat interval (default 1000)"},
     {"heartbeat_timeout_ms", "N", "reclaim a silent client's arenas after this\n"
                                   "(default 10000)"},

@@ -259,7 +259,8 @@ static void cpu_lists(void **state)
     assert_int_equal(scdb_broker_cpu_list("0;1", c), -1);
 }
 
-/* The config keys: worker_cpus checked when set, worker_nice in range. */
+/* The config keys: worker_cpus checked when set, worker_nice and
+ * evict_nice in range. */
 static void placement_keys(void **state)
 {
     scdb_broker_config c;
@@ -294,6 +295,18 @@ static void placement_keys(void **state)
                      SCDB_EINVAL);
     assert_int_equal(scdb_broker_config_set(&c, "worker_nice", "-", err, sizeof err),
                      SCDB_EINVAL);
+    /* evict_nice: 0 (the broker's own) by default, -20 .. 19 like worker_nice */
+    assert_int_equal(c.evict_nice, 0);
+    assert_int_equal(scdb_broker_config_set(&c, "evict_nice", "-10", err, sizeof err), SCDB_OK);
+    assert_int_equal(c.evict_nice, -10);
+    assert_int_equal(scdb_broker_config_get(&c, "evict_nice", v, sizeof v), SCDB_OK);
+    assert_string_equal(v, "-10");
+    assert_int_equal(scdb_broker_config_set(&c, "evict_nice", "20", err, sizeof err), SCDB_EINVAL);
+    assert_non_null(strstr(err, "evict_nice"));
+    assert_int_equal(scdb_broker_config_set(&c, "evict_nice", "-21", err, sizeof err), SCDB_EINVAL);
+    assert_int_equal(scdb_broker_config_set(&c, "evict_nice", "x", err, sizeof err), SCDB_EINVAL);
+    assert_int_equal(c.evict_nice, -10);                        /* untouched */
+    assert_int_equal(c.worker_nice, 5);                         /* a key of its own */
     /* evict_threads: 1 by default, 0 .. 16 */
     assert_int_equal(c.evict_threads, 1);
     assert_int_equal(scdb_broker_config_set(&c, "evict_threads", "0", err, sizeof err), SCDB_OK);
