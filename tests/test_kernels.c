@@ -207,6 +207,21 @@ static void test_rope(void **state)
     /* undo restores the input */
     scdb_k_rope_cpu(x, n, heads, hd, pos, 10000.0f, 1);
     assert_close(x, orig, (size_t)n * heads * hd, 1e-5f);
+    /* in two steps (the angles once, then any number of tensors): the same
+     * bits, both ways, and a head_dim past rope_cpu's stack table */
+    for (int big = 0; big <= 1; big++) {
+        int d = big ? 300 : hd, m = big ? 2 : n;
+        size_t len = (size_t)m * heads * d;
+        float *a = rand_vec(len), *b = malloc(len * 4), *cs = malloc((size_t)m * d * 4);
+        memcpy(b, a, len * 4);
+        scdb_k_rope_angles_cpu(pos, m, d, 10000.0f, cs);
+        for (int inv = 0; inv <= 1; inv++) {
+            scdb_k_rope_cpu(a, m, heads, d, pos, 10000.0f, inv);
+            scdb_k_rope_apply_cpu(b, m, heads, d, cs, inv);
+            assert_memory_equal(a, b, len * 4);
+        }
+        free(a); free(b); free(cs);
+    }
     free(x); free(orig); free(r);
 }
 
