@@ -244,6 +244,26 @@ static void test_softmax(void **state)
     assert_close(x, r, (size_t)rows * n, 1e-6f);
     assert_true(x[5] == 0.0f);
     free(x); free(r);
+    /* bit for bit the plain sequential form (max in one chain, expf of every
+     * entry, one running sum), masked (causal) and unmasked rows of every
+     * length around the 8-lane max, zero maxima of either sign */
+    for (int len = 1; len <= 41; len++) {
+        float *a = rand_vec((size_t)len), *b = malloc((size_t)len * 4);
+        for (int i = 0; i < len; i++) {
+            a[i] *= 20.0f;
+            if (len > 3 && i > len / 2 && i % 3) a[i] = -INFINITY;
+        }
+        if (len == 7) { for (int i = 0; i < len; i++) a[i] = -1.0f; a[2] = 0.0f; a[5] = -0.0f; }
+        if (len == 9) { for (int i = 0; i < len; i++) a[i] = -1.0f; a[1] = -0.0f; a[8] = 0.0f; }
+        memcpy(b, a, (size_t)len * 4);
+        float mx = -INFINITY, sum = 0.0f;
+        for (int i = 0; i < len; i++) if (b[i] > mx) mx = b[i];
+        for (int i = 0; i < len; i++) { b[i] = expf(b[i] - mx); sum += b[i]; }
+        for (int i = 0; i < len; i++) b[i] *= 1.0f / sum;
+        scdb_k_softmax_cpu(a, 1, len);
+        assert_memory_equal(a, b, (size_t)len * 4);
+        free(a); free(b);
+    }
 }
 
 /* log-softmax: exp sums to 1, differences of logits kept, huge logits stable */

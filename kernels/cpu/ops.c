@@ -101,18 +101,41 @@ void scdb_k_rope_apply_cpu(float *x, int n_tok, int n_heads, int head_dim, const
         }
 }
 
+/* max of x[0..n) as `if (x[i] > mx) mx = x[i]` from -INFINITY finds it (NaN
+ * entries never win), in 8 independent lanes: the same value (a max rounds
+ * nothing; at most the sign of a zero maximum may differ, which x - mx and
+ * the -INFINITY test below do not see), without a compare chain as long as
+ * the row. */
+static float row_max(const float *x, int n)
+{
+    float m[8], mx = -INFINITY;
+    int i = 0;
+    for (int k = 0; k < 8; k++) m[k] = -INFINITY;
+    for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; k++) m[k] = x[i + k] > m[k] ? x[i + k] : m[k];
+    for (int k = 0; k < 8; k++) if (m[k] > mx) mx = m[k];
+    for (; i < n; i++) if (x[i] > mx) mx = x[i];
+    return mx;
+}
+
 void scdb_k_softmax_cpu(float *x, int n_rows, int n)
 {
     for (int r = 0; r < n_rows; r++) {
         float *xr = x + (size_t)r * n;
-        float mx = -INFINITY;
-        for (int i = 0; i < n; i++) if (xr[i] > mx) mx = xr[i];
+        float mx = row_max(xr, n);
         if (mx == -INFINITY) {
             for (int i = 0; i < n; i++) xr[i] = 0.0f;
             continue;
         }
         float sum = 0.0f;
-        for (int i = 0; i < n; i++) { xr[i] = expf(xr[i] - mx); sum += xr[i]; }
+        /* masked entries (-INFINITY: half of a causal prefill's scores) are
+         * exactly 0: no expf, and adding 0 to the (non-negative) sum leaves
+         * it as it is, so skipping them changes no bit */
+        for (int i = 0; i < n; i++) {
+            if (xr[i] == -INFINITY) { xr[i] = 0.0f; continue; }
+            xr[i] = expf(xr[i] - mx);
+            sum += xr[i];
+        }
         float inv = 1.0f / sum;
         for (int i = 0; i < n; i++) xr[i] *= inv;
     }
