@@ -371,6 +371,7 @@ scdb_err scdb_calib_fit_lora_pair(scdb_calib *c, const scdb_codebook *cb, const 
     if (!own) return SCDB_ENOMEM;
     scdb_pair_info *in = &own->info;
     *in = *si;
+    if ((rc = cx_pair_alloc_layers(own, si->n_layers))) goto fail;
     own->k_post_rope = shared->k_post_rope;
     own->all_input = 1;
     memcpy(own->layers, shared->layers, sizeof own->layers);
@@ -535,6 +536,8 @@ scdb_err scdb_calib_fit_lora_pair(scdb_calib *c, const scdb_codebook *cb, const 
             if (!*B || !*A) { rc = SCDB_ENOMEM; goto fail; }
             if ((rc = delta_factor(cx_cal_part_w(c, 1, l, pp), cx_cal_part_w(c, 0, l, pp), kv, d, lr, &r, *B, *A)))
                 goto fail;
+            round16(*B, (size_t)kv * lr);   /* as its file keeps them */
+            round16(*A, (size_t)lr * d);
         }
     }
     VERB(c, "    Wk/Wv deltas of the adapter on layers 0 and the patch layers: rank %d (targets '%s')\n", lr,
@@ -544,10 +547,11 @@ scdb_err scdb_calib_fit_lora_pair(scdb_calib *c, const scdb_codebook *cb, const 
              "reduced-rank regression on the adapter's states (%d samples, %lld calibration tokens), its means, "
              "and its Wk/Wv deltas (rank %d) on the base's",
              in->shared, in->shared_id, rdec, ral, n, c->ntok, lr);
-    /* the effective pair, then its patch order by measured KL */
-    if ((rc = cx_pair_clone(shared, &p))) goto fail;
-    if ((rc = cx_pair_materialise(own, p))) goto fail;
-    scdb_pair_free(&own);
+    /* the pair as loaded (low-rank, with the shared part), then its patch
+     * order by measured KL */
+    if ((rc = cx_pair_attach(own, (scdb_pair *)shared))) goto fail;   /* its count changes, not it */
+    p = own;
+    own = NULL;
     scdb_pair_fit pf = {.n_patch = lf->n_patch, .keep_order = lf->keep_order};
     if ((rc = cx_cal_patch_order(c, cb, 1, p, &pf))) goto fail;
     free(zall); free(T); free(R); free(H); free(G); free(zbar);
