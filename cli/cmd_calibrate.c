@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "codec.h"
 #include "model.h"
@@ -528,6 +529,52 @@ static int fleet_text(scdb_calib *cal, const scdb_model *prod, scdb_model *const
     return 0;
 }
 
+/* --shared: the shared part in dir, where the pairs fitted against it
+ * refer to it (<producer>__fleet.safetensors beside them): written there
+ * unless a file with its checksum is there already; another shared part
+ * in its place is refused (the new pairs would not load beside it).  0 or 1. */
+static int place_shared(const scdb_codebook *cb, const scdb_pair *shared, const char *dir)
+{
+    char path[1400], err[512] = "";
+    const char *want = scdb_pair_get_info(shared)->checksum;
+    scdb_pair *there = NULL;
+    scdb_err rc;
+
+    if (snprintf(path, sizeof path, "%s/%s__%s.safetensors", dir, scdb_codebook_get_info(cb)->producer,
+                 SCDB_PAIR_SHARED_STEM) >= (int)sizeof path) {
+        fprintf(stderr, "calibrate: output directory %s: path too long\n", dir);
+        return 1;
+    }
+    if (access(path, F_OK) == 0) {
+        if ((rc = scdb_pair_load_shared(path, cb, &there, err, sizeof err))) {
+            fprintf(stderr, "calibrate: %s is in the way of --shared's copy: %s (%s)\n", path, err,
+                    scdb_strerror(rc));
+            return 1;
+        }
+        int same = !strcmp(scdb_pair_get_info(there)->checksum, want);
+        if (!same)
+            fprintf(stderr, "calibrate: %s is another shared part (checksum %s, --shared's is %s): the pairs "
+                    "fitted now would not load beside it; choose another -o\n", path,
+                    scdb_pair_get_info(there)->checksum, want);
+        scdb_pair_free(&there);
+        return !same;
+    }
+    if ((rc = scdb_pair_save(shared, path))) {
+        fprintf(stderr, "calibrate: %s: %s\n", path, scdb_strerror(rc));
+        return 1;
+    }
+    if ((rc = scdb_pair_load_shared(path, cb, &there, err, sizeof err)) ||
+        strcmp(scdb_pair_get_info(there)->checksum, want)) {
+        fprintf(stderr, "calibrate: the copy %s of the shared part does not read back as checksum %s%s%s\n", path,
+                want, rc ? ": " : "", rc ? err : "");
+        scdb_pair_free(&there);
+        return 1;
+    }
+    scdb_pair_free(&there);
+    fprintf(stderr, "calibrate: shared part copied to %s (the pairs refer to it beside them)\n", path);
+    return 0;
+}
+
 /* --lora-pairs: the shared part (fitted over every adapter, or --shared),
  * then each adapter's lora pair.  0 or 1. */
 static int lora_fleet(scdb_calib *cal, const scdb_codebook *cb, const scdb_model *prod,
@@ -550,6 +597,9 @@ static int lora_fleet(scdb_calib *cal, const scdb_codebook *cb, const scdb_model
         }
         fprintf(stderr, "calibrate: shared part %s (checksum %s) read\n", shared_path,
                 scdb_pair_get_info(shared)->checksum);
+        /* the pairs refer to it by stem beside them: it goes to OUTDIR/pairs
+         * too, or is there already (the same checksum) */
+        if (place_shared(cb, shared, dir)) goto done;
     } else {
         if ((rc = scdb_calib_fleet_new(cal, &fl))) {
             fprintf(stderr, "calibrate: fleet: %s\n", scdb_strerror(rc));
@@ -577,7 +627,8 @@ static int lora_fleet(scdb_calib *cal, const scdb_codebook *cb, const scdb_model
             fprintf(stderr, "calibrate: shared part: %s\n", scdb_strerror(rc));
             goto done;
         }
-        snprintf(path, sizeof path, "%s/%s__%s.safetensors", dir, pname, SCDB_PAIR_SHARED_STEM);
+        snprintf(path, sizeof path, "%s/%s__%s.safetensors", dir, scdb_codebook_get_info(cb)->producer,
+                 SCDB_PAIR_SHARED_STEM);
         if ((rc = scdb_pair_save(shared, path))) {
             fprintf(stderr, "calibrate: %s: %s\n", path, scdb_strerror(rc));
             goto done;
@@ -614,6 +665,16 @@ static int lora_fleet(scdb_calib *cal, const scdb_codebook *cb, const scdb_model
             fprintf(stderr, "calibrate: %s: %s\n", path, scdb_strerror(rc));
             scdb_pair_free(&p);
             goto done;
+        }
+        {   /* it must load where it was written: beside its shared part */
+            scdb_pair *back = NULL;
+            rc = scdb_pair_load(path, cb, &back, err, sizeof err);
+            scdb_pair_free(&back);
+            if (rc) {
+                fprintf(stderr, "calibrate: %s does not load back: %s (%s)\n", path, err, scdb_strerror(rc));
+                scdb_pair_free(&p);
+                goto done;
+            }
         }
         const scdb_pair_info *pi = scdb_pair_get_info(p);
         printf("lora pair %s -> %s: %ld bytes, patch order", pname, cname, file_bytes(path));

@@ -390,9 +390,10 @@ static int in_patch_order(const scdb_pair *p, int l)
 
 scdb_err cx_pair_attach(scdb_pair *own, scdb_pair *s)
 {
+    if (!own || !s) return SCDB_EINVAL;
     const scdb_pair_info *in = &own->info;
     int d = in->d_model;
-    if (!own || !s || own->shared || s->info.kind != SCDB_PAIR_SHARED || s->info.n_layers != in->n_layers ||
+    if (own->shared || s->info.kind != SCDB_PAIR_SHARED || s->info.n_layers != in->n_layers ||
         s->info.d_model != d || s->info.kv_dim != in->kv_dim || s->code_dim != own->code_dim ||
         s->all_input != own->all_input || s->info.has_tokens != in->has_tokens)
         return SCDB_EINVAL;
@@ -553,8 +554,13 @@ static scdb_err lora_refs(const scdb_st_file *f, const char *path, const scdb_co
         return SCDB_EMISMATCH;
     }
     const char *slash = strrchr(path, '/');
-    if (slash) snprintf(sp, sizeof sp, "%.*s/%s.safetensors", (int)(slash - path), path, in->shared);
-    else snprintf(sp, sizeof sp, "%s.safetensors", in->shared);
+    int spn = slash ? snprintf(sp, sizeof sp, "%.*s/%s.safetensors", (int)(slash - path), path, in->shared)
+                    : snprintf(sp, sizeof sp, "%s.safetensors", in->shared);
+    if (spn < 0 || (size_t)spn >= sizeof sp) {
+        scdb_errf(errbuf, errlen, "%s: the path of the shared part '%s' beside it is too long", path,
+                  in->shared);
+        return SCDB_ERANGE;
+    }
     if (access(sp, F_OK)) {
         scdb_errf(errbuf, errlen, "%s: the shared part it references (%s, checksum %s) is missing", path, sp,
                   in->shared_id);

@@ -88,9 +88,20 @@ if [ -f "$data/pairs/base__fleet.safetensors" ] && [ -d "$data/adapters/perl" ];
     && grep -Eq '^  consumer perl: [0-9.]+ s \(cpu [0-9.]+ s: the statistics windows' "$tmp/out" \
     && ok "calibrate --shared: seconds per added adapter, wall and cpu" \
     || { bad "calibrate --shared: seconds per added adapter"; cat "$tmp/out"; }
-  [ ! -e "$tmp/added/pairs/base__fleet.safetensors" ] && ok "calibrate --shared: the shared part is not refitted" \
-    || bad "calibrate --shared wrote a shared part"
-  cp "$data/pairs/base__fleet.safetensors" "$tmp/added/pairs/"
+  # not refitted: the same file, copied beside the new pair that refers to it
+  cmp -s "$tmp/added/pairs/base__fleet.safetensors" "$data/pairs/base__fleet.safetensors" \
+    && ok "calibrate --shared: the shared part copied beside the pair, not refitted" \
+    || bad "calibrate --shared: no copy of the shared part beside the pair, or another one"
+  # an output dir holding ANOTHER shared part: refused, nothing written
+  mkdir -p "$tmp/other/pairs" && cp "$data/pairs/base__fleet.safetensors" "$tmp/other/pairs/"
+  printf 'x' | dd of="$tmp/other/pairs/base__fleet.safetensors" bs=1 seek=100 conv=notrunc 2>/dev/null
+  expect 1 "calibrate --shared: another shared part in the output dir is refused" -- "$scdb" calibrate $ad \
+    --own-windows 2 --fleet-windows 1 --eval-windows 1 -o "$tmp/other"
+  grep -q "in the way of --shared's copy\|is another shared part" "$tmp/err" \
+    && ok "calibrate --shared: says the shared part in the output dir is in the way" \
+    || { bad "calibrate --shared: other shared part message"; cat "$tmp/err"; }
+  [ ! -e "$tmp/other/pairs/base__perl.safetensors" ] && ok "calibrate --shared: no pair written beside another shared part" \
+    || bad "calibrate --shared wrote a pair beside another shared part"
   expect 0 "bench fleet: the added adapter's pair with the shipped shared part" -- "$scdb" bench fleet --data "$data" \
     --pairs "$tmp/added/pairs" --consumers perl --prefix 32 --cont 8 --windows 1 --reps 1
   grep -q "^| perl | lora |" "$tmp/out" && ok "bench fleet: the added adapter decodes" \
