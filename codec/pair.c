@@ -21,6 +21,7 @@ void scdb_pair_free(scdb_pair **pp)
         free(L->cku); free(L->ckv); free(L->cvu); free(L->cvv);
         free(L->au); free(L->av); free(L->adb2);
         free(L->lka); free(L->lkb); free(L->lva); free(L->lvb);
+        cx_tok_free(L);
     }
     free(p->emb); free(p->norm0); free(p->wk0); free(p->wv0);
     free(p);
@@ -149,6 +150,7 @@ static scdb_err build_bundle(const scdb_pair *p, cx_bundle *b)
     M("late_added", "%d", in->late_added);
     M("notes", "%s", p->notes);
 #undef M
+    if ((rc = cx_tok_bundle(p, b))) goto fail;
     if (in->kind == SCDB_PAIR_LORA) {
         if ((rc = bundle_lora_parts(p, b))) goto fail;
         return SCDB_OK;
@@ -214,6 +216,7 @@ scdb_err cx_pair_finish(scdb_pair *p)
         round_f16(p->L[p->info.patch_order[i]].wk, (size_t)p->info.kv_dim * a->d);
         round_f16(p->L[p->info.patch_order[i]].wv, (size_t)p->info.kv_dim * a->d);
     }
+    cx_tok_round(p);
     cx_layout(p->layers, p->info.n_layers, &p->code_dim);
     return SCDB_OK;
 }
@@ -278,6 +281,7 @@ scdb_err cx_pair_clone(const scdb_pair *p, scdb_pair **out)
     }
     bad |= dup_f(&q->emb, p->emb, V * d) | dup_f(&q->norm0, p->norm0, d) |
            dup_f(&q->wk0, p->wk0, kv * d) | dup_f(&q->wv0, p->wv0, kv * d);
+    bad |= cx_tok_clone(p, q);
     if (bad) { scdb_pair_free(&q); return SCDB_ENOMEM; }
     *out = q;
     return SCDB_OK;
@@ -312,6 +316,7 @@ scdb_err cx_pair_materialise(scdb_pair *own, scdb_pair *s)
                         (size_t)lr * d, (size_t)kv * lr};
         for (size_t k = 0; k < SCDB_ARRAY_LEN(f16s); k++) if (f16s[k]) round_f16(f16s[k], n16[k]);
     }
+    cx_tok_materialise(own, s);
     for (int l = 0; l < in->n_layers; l++) {
         cx_player *O = &own->L[l], *S = &s->L[l];
         int iw = cx_in_width(s, l);
@@ -674,6 +679,7 @@ static scdb_err load_pair(const char *path, const scdb_codebook *cb, int want_sh
     }
     int kv = in->kv_dim, d = in->d_model, expected = 0;
     if (in->kind == SCDB_PAIR_LORA && (rc = lora_refs(f, path, cb, p, &S, errbuf, errlen))) goto fail;
+    if ((rc = cx_tok_meta(f, path, p, S, errbuf, errlen))) goto fail;
     for (int i = 0; i < in->n_aligners; i++) {
         int l = in->patch_order[i];
         for (int j = 0; j < i; j++)
@@ -691,7 +697,9 @@ static scdb_err load_pair(const char *path, const scdb_codebook *cb, int want_sh
     }
     if (S) {
         /* a lora pair: its own parts, then the effective pair from its shared part */
-        if ((rc = read_lora_parts(f, path, p, S, &expected, errbuf, errlen))) goto fail;
+        if ((rc = read_lora_parts(f, path, p, S, &expected, errbuf, errlen)) ||
+            (rc = cx_tok_read(f, path, p, &expected, errbuf, errlen)))
+            goto fail;
         if (scdb_st_count(f) != expected) {
             scdb_errf(errbuf, errlen, "%s: %d tensors, the metadata implies %d", path, scdb_st_count(f), expected);
             rc = SCDB_EFORMAT;
@@ -744,6 +752,7 @@ static scdb_err load_pair(const char *path, const scdb_codebook *cb, int want_sh
             goto fail;
         expected += 4;
     }
+    if ((rc = cx_tok_read(f, path, p, &expected, errbuf, errlen))) goto fail;
     if (scdb_st_count(f) != expected) {
         scdb_errf(errbuf, errlen, "%s: %d tensors, the metadata implies %d", path, scdb_st_count(f), expected);
         rc = SCDB_EFORMAT;
@@ -827,7 +836,7 @@ scdb_err scdb_pair_decode_range(const scdb_pair *p, const scdb_codebook *cb, con
     const void *src = payload;
     const uint16_t *codes;
     uint16_t *deq = NULL;             /* int8 codes: the range as f16 codes */
-    float *z = NULL, *h = NULL;
+    float *z = NULL, *h = NULL, *h0 = NULL;   /* h0: token input's rows */
     unsigned char patch[SCDB_CODEC_MAX_LAYERS] = {0};
     scdb_err rc = SCDB_OK;
 
@@ -844,6 +853,10 @@ scdb_err scdb_pair_decode_range(const scdb_pair *p, const scdb_codebook *cb, con
     z = malloc(((size_t)n * D + 1) * sizeof *z);
     h = malloc((size_t)n * d * sizeof *h);
     if (!z || !h) { rc = SCDB_ENOMEM; goto done; }
+    if (in->token_input) {
+        if (!(h0 = malloc((size_t)n * d * sizeof *h0))) { rc = SCDB_ENOMEM; goto done; }
+        cx_tok_h0(p, tokens, n, h0);
+    }
     /* layer sections of the range: section l of the block starts at
      * block_n * off[l]; the range's rows follow from row t0 */
     for (int l = 0; l < in->n_layers; l++) {
@@ -896,6 +909,10 @@ scdb_err scdb_pair_decode_range(const scdb_pair *p, const scdb_codebook *cb, con
             scdb_k_gemm_cpu(0, 1, n, kv, iw, 1.0f, zl, iw, L->dk, iw, 1.0f, K, kv);
             scdb_k_gemm_cpu(0, 1, n, kv, iw, 1.0f, zl, iw, L->dv, iw, 1.0f, V, kv);
         }
+        if (h0) {
+            cx_tok_add(h0, n, d, L->gk, kv, K);
+            cx_tok_add(h0, n, d, L->gv, kv, V);
+        }
         if (!p->k_post_rope)
             scdb_k_rope_cpu(K, n, in->n_kv_heads, in->head_dim, pos, in->rope_theta, 0);
     }
@@ -905,5 +922,6 @@ done:
     free(deq);
     free(z);
     free(h);
+    free(h0);
     return rc;
 }

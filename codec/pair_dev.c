@@ -12,6 +12,7 @@ typedef struct dev_layer {
     uint16_t *dk, *dv;            /* f16 [kv][in] */
     float *mk, *mv;               /* [kv] */
     float *w1, *b1, *w2, *b2, *skip, *wk, *wv;   /* aligner layers */
+    float *gk, *gv;               /* token input: h0 decoders [kv][d] (f32) */
 } dev_layer;
 
 struct scdb_pair_dev {
@@ -67,7 +68,7 @@ void scdb_pair_dev_free(scdb_pair_dev **dp)
     for (int l = 0; l < SCDB_CODEC_MAX_LAYERS; l++) {
         dev_layer *x = &d->L[l];
         void *ptrs[] = {x->dk, x->dv, x->mk, x->mv, x->w1, x->b1, x->w2, x->b2, x->skip,
-                        x->wk, x->wv};
+                        x->wk, x->wv, x->gk, x->gv};
         for (size_t i = 0; i < SCDB_ARRAY_LEN(ptrs); i++) d->ops->release(ptrs[i]);
     }
     d->ops->release(d->wk0);
@@ -99,6 +100,8 @@ scdb_err scdb_pair_dev_new(const scdb_pair *p, scdb_device dev, scdb_pair_dev **
         if (!rc) rc = up_f16(ops, L->dv, kv * iw, &x->dv);
         if (!rc) rc = up_f32(ops, L->mk, kv, &x->mk);
         if (!rc) rc = up_f32(ops, L->mv, kv, &x->mv);
+        if (!rc && in->token_input) rc = up_f32(ops, L->gk, kv * dm, &x->gk);
+        if (!rc && in->token_input) rc = up_f32(ops, L->gv, kv * dm, &x->gv);
         if (!L->has_aligner) continue;
         const scdb_aligner *a = &L->al;
         size_t r = (size_t)a->r, hid = (size_t)a->hidden, ad = (size_t)a->d;
@@ -138,6 +141,7 @@ scdb_err scdb_pair_dev_decode_range(const scdb_pair_dev *d, const scdb_codebook 
     uint16_t *zh = NULL;              /* host: the range's codes, f16 */
     float *hh = NULL;                 /* host: token-layer rows */
     void *zd = NULL, *z32 = NULL, *hd = NULL;   /* device */
+    void *h0d = NULL;                 /* device: token input's h0 rows */
     int any_patch = 0, any_token = 0;
     scdb_err rc = SCDB_OK;
 
@@ -184,6 +188,8 @@ scdb_err scdb_pair_dev_decode_range(const scdb_pair_dev *d, const scdb_codebook 
     }
     if (any_patch || any_token)
         if ((rc = ops->alloc((size_t)n * dm * sizeof(float), &hd))) goto done;
+    if (in->token_input)   /* has_tokens: filled by the TOKEN layer 0, first */
+        if ((rc = ops->alloc((size_t)n * dm * sizeof(float), &h0d))) goto done;
 
     for (int l = 0; l < in->n_layers; l++) {
         const scdb_cb_layer *CL = &p->layers[l];
@@ -198,6 +204,7 @@ scdb_err scdb_pair_dev_decode_range(const scdb_pair_dev *d, const scdb_codebook 
                 memcpy(hh + (size_t)i * dm, p->emb + (size_t)tokens[i] * dm, (size_t)dm * sizeof *hh);
             scdb_k_rmsnorm_cpu(hh, p->norm0, n, dm, in->norm_eps, hh);
             if ((rc = ops->upload(hd, hh, (size_t)n * dm * sizeof *hh))) goto done;
+            if (h0d && (rc = ops->upload(h0d, hh, (size_t)n * dm * sizeof *hh))) goto done;
             if ((rc = ops->kv_regen(hd, n, dm, d->wk0, d->wv0, kv, posd, in->head_dim,
                                     in->rope_theta, K, V)))
                 goto done;
@@ -214,6 +221,18 @@ scdb_err scdb_pair_dev_decode_range(const scdb_pair_dev *d, const scdb_codebook 
             continue;
         }
         const uint16_t *zl = iw > 0 ? (const uint16_t *)zd + zoff : NULL;
+        if (h0d) {
+            /* token input: z dk^T + mk, + h0 gk^T, then RoPE (pair.c's order) */
+            if ((rc = ops->lowrank_decode(zl, iw, n, iw, X->dk, X->mk, kv, NULL, in->head_dim,
+                                          in->rope_theta, K, kv)) ||
+                (rc = ops->gemm(0, 1, n, kv, dm, 1.0f, h0d, dm, X->gk, dm, 1.0f, K, kv)) ||
+                (rc = ops->rope(K, n, in->n_kv_heads, in->head_dim, posd, in->rope_theta, 0)) ||
+                (rc = ops->lowrank_decode(zl, iw, n, iw, X->dv, X->mv, kv, NULL, in->head_dim,
+                                          in->rope_theta, V, kv)) ||
+                (rc = ops->gemm(0, 1, n, kv, dm, 1.0f, h0d, dm, X->gv, dm, 1.0f, V, kv)))
+                goto done;
+            continue;
+        }
         if ((rc = ops->lowrank_decode(zl, iw, n, iw, X->dk, X->mk, kv,
                                       p->k_post_rope ? NULL : posd, in->head_dim,
                                       in->rope_theta, K, kv)))
@@ -229,6 +248,7 @@ done:
     ops->release(zd);
     ops->release(z32);
     ops->release(hd);
+    ops->release(h0d);
     free(deq);
     free(zh);
     free(hh);
