@@ -209,7 +209,7 @@ struct cx_ls {
     double *A;        /* Cholesky factor of [X 1]^T [X 1] + ridge, (p + 1)^2 */
 };
 
-scdb_err cx_ls_new(const float *X, int n, int p, cx_ls **out)
+scdb_err cx_ls_new(const float *X, int n, int p, int pt, cx_ls **out)
 {
     int q = p + 1;
     cx_ls *s = calloc(1, sizeof *s);
@@ -232,6 +232,13 @@ scdb_err cx_ls_new(const float *X, int n, int p, cx_ls **out)
         tr += A[(size_t)a * q + a];
     }
     for (int a = 0; a < p; a++) A[(size_t)a * q + a] += 1e-6 * tr / q + 1e-12;
+    /* the last pt columns (h0): a ridge relative to their mean variance */
+    double vt = 0.0;
+    for (int a = p - pt; a < p; a++) {
+        double sa = A[(size_t)p * q + a];
+        vt += A[(size_t)a * q + a] - sa * sa / (n ? n : 1);
+    }
+    for (int a = p - pt; a < p && pt > 0; a++) A[(size_t)a * q + a] += CX_TOK_RIDGE * vt / pt;
     if (cx_cholesky(A, q)) { free(s); free(A); return SCDB_ERANGE; }
     s->n = n; s->p = p; s->X = X; s->A = A;
     *out = s;
@@ -321,8 +328,8 @@ scdb_err cx_cal_tok_decoders(const scdb_calib *c, const scdb_codebook *cb, int j
     cx_ls *ls = NULL, *ls0 = NULL;
     scdb_err rc = SCDB_ENOMEM;
     if (!T || !W || !b) goto done;
-    if ((rc = cx_cal_tok_rows(c, zall, D, j, &X)) || (rc = cx_ls_new(X, n, w, &ls))) goto done;
-    if (rel0k && rel0v && (rc = cx_ls_new(zall, n, D, &ls0))) goto done;
+    if ((rc = cx_cal_tok_rows(c, zall, D, j, &X)) || (rc = cx_ls_new(X, n, w, d, &ls))) goto done;
+    if (rel0k && rel0v && (rc = cx_ls_new(zall, n, D, 0, &ls0))) goto done;
     for (int l = 0; l < c->L; l++) {
         cx_player *P = &p->L[l];
         if (cb->info.layers[l].kind != SCDB_CB_CODED) continue;

@@ -140,7 +140,7 @@ scdb_err scdb_calib_fit_shared(scdb_calib *c, const scdb_codebook *cb, const scd
     if (!kb || !vb || !hb) goto fail;
     if (pf->token_input) {
         /* h0: the base's layer-0 H_in, every adapter's too (check_adapter) */
-        if ((rc = cx_cal_tok_rows(c, zall, D, 0, &X)) || (rc = cx_ls_new(X, n, D + d, &ls))) goto fail;
+        if ((rc = cx_cal_tok_rows(c, zall, D, 0, &X)) || (rc = cx_ls_new(X, n, D + d, d, &ls))) goto fail;
         rc = SCDB_ENOMEM;
         if (!(W = malloc((size_t)kv * (D + d) * sizeof *W))) goto fail;
         in->token_input = 1;
@@ -362,26 +362,45 @@ static scdb_err check_adapter(const scdb_calib *c, const scdb_codebook *cb, char
 }
 
 /* Token-input corrections' rows X = [z | h0] [n][D + d] (h0: the adapter's
- * layer-0 H_in, its base's), their mean and the Cholesky factor of their
- * centred Gram plus the ridge of the z-only corrections (below). */
-static scdb_err tok_gram(const scdb_calib *c, const float *zall, int D, float **X, double **Gf, double **xbar)
+ * layer-0 H_in, its base's), the same rows centred (Xc: what rrr reads,
+ * with a zero mean, so that no cross-product cancels), their mean and the
+ * Cholesky factor of their centred Gram (in double: h0 spans only the
+ * tokens the samples hold, so the Gram is singular but for the ridge) plus
+ * the ridge of the z-only corrections (below). */
+static scdb_err tok_gram(const scdb_calib *c, const float *zall, int D, float **X, float **Xc, double **Gf,
+                         double **xbar)
 {
     int n = c->ns, w = D + c->d;
     scdb_err rc = cx_cal_tok_rows(c, zall, D, 1, X);
     if (rc) return rc;
-    double *G = malloc((size_t)w * w * sizeof *G), *m = calloc((size_t)w, sizeof *m);
-    float *Gs = malloc((size_t)w * w * sizeof *Gs);
-    if (!G || !m || !Gs) { free(G); free(m); free(Gs); return SCDB_ENOMEM; }
-    scdb_k_gemm_cpu(1, 0, w, w, n, 1.0f, *X, w, *X, w, 0.0f, Gs, w);
+    double *G = calloc((size_t)w * w, sizeof *G), *m = calloc((size_t)w, sizeof *m);
+    float *xc = malloc((size_t)n * w * sizeof *xc);
+    double *row = malloc((size_t)w * sizeof *row);
+    if (!G || !m || !xc || !row) { free(G); free(m); free(xc); free(row); return SCDB_ENOMEM; }
     for (int i = 0; i < n; i++) for (int a = 0; a < w; a++) m[a] += (*X)[(size_t)i * w + a];
     for (int a = 0; a < w; a++) m[a] /= n;
+    for (int i = 0; i < n; i++) {
+        for (int a = 0; a < w; a++) {
+            row[a] = (double)(*X)[(size_t)i * w + a] - m[a];
+            xc[(size_t)i * w + a] = (float)row[a];
+        }
+        for (int a = 0; a < w; a++) {
+            double ra = row[a], *Ga = G + (size_t)a * w;
+            for (int b = 0; b <= a; b++) Ga[b] += ra * row[b];
+        }
+    }
+    free(row);
     double tr = 0;
-    for (int a = 0; a < w; a++)
-        for (int b = 0; b < w; b++) G[(size_t)a * w + b] = (double)Gs[(size_t)a * w + b] - n * m[a] * m[b];
-    free(Gs);
-    for (int a = 0; a < w; a++) tr += G[(size_t)a * w + a];
+    for (int a = 0; a < w; a++) {
+        for (int b = 0; b < a; b++) G[(size_t)b * w + a] = G[(size_t)a * w + b];
+        tr += G[(size_t)a * w + a];
+    }
     for (int a = 0; a < w; a++) G[(size_t)a * w + a] += 1e-6 * tr / w + 1e-12;
-    if (cx_cholesky(G, w)) { free(G); free(m); return SCDB_ERANGE; }
+    double vt = 0.0;   /* h0's columns: cx_ls_new's ridge */
+    for (int a = D; a < w; a++) vt += G[(size_t)a * w + a];
+    for (int a = D; a < w; a++) G[(size_t)a * w + a] += CX_TOK_RIDGE * vt / c->d;
+    if (cx_cholesky(G, w)) { free(G); free(m); free(xc); return SCDB_ERANGE; }
+    *Xc = xc;
     *Gf = G;
     *xbar = m;
     return SCDB_OK;
@@ -393,8 +412,8 @@ scdb_err scdb_calib_fit_lora_pair(scdb_calib *c, const scdb_codebook *cb, const 
     scdb_pair *own = NULL, *p = NULL;
     float *zall = NULL, *T = NULL, *R = NULL, *H = NULL;
     double *G = NULL, *zbar = NULL;
-    float *Xt = NULL, *BT = NULL;       /* token_corr: rows [z | h0], shared [ds | g] */
-    double *Gt = NULL, *ztbar = NULL;   /* ... their Gram factor and mean */
+    float *Xt = NULL, *Xtc = NULL, *BT = NULL;   /* token_corr: rows [z | h0] (centred), shared [ds | g] */
+    double *Gt = NULL, *ztbar = NULL, *zero = NULL;   /* ... their Gram factor and mean */
     scdb_lora_fit def = {0};
     char whyb[512];
     scdb_err rc;
@@ -463,8 +482,11 @@ scdb_err scdb_calib_fit_lora_pair(scdb_calib *c, const scdb_codebook *cb, const 
     int tok = si->token_input, tcorr = tok && rdec > 0 && lf->token_corr >= 0;
     in->token_input = tok;
     in->token_corr = tcorr;
-    if (tcorr && (rc = tok_gram(c, zall, D, &Xt, &Gt, &ztbar))) goto fail;
-    if (tcorr && !(BT = malloc((size_t)kv * (D + d) * sizeof *BT))) { rc = SCDB_ENOMEM; goto fail; }
+    if (tcorr && (rc = tok_gram(c, zall, D, &Xt, &Xtc, &Gt, &ztbar))) goto fail;
+    if (tcorr && (!(BT = malloc((size_t)kv * (D + d) * sizeof *BT)) || !(zero = calloc((size_t)(D + d), sizeof *zero)))) {
+        rc = SCDB_ENOMEM;
+        goto fail;
+    }
     /* decoders: the adapter's K / V against the shared decoders' prediction */
     VERB(c, "  pair %s -> %s (lora, shared part %s): decoder corrections rank %d%s, aligner corrections rank %d\n",
          cb->info.producer, mc->name, in->shared_id, rdec,
@@ -512,7 +534,7 @@ scdb_err scdb_calib_fit_lora_pair(scdb_calib *c, const scdb_codebook *cb, const 
                 *u = malloc((size_t)kv * rdec * sizeof **u);
                 *v = malloc((size_t)rdec * Dd * sizeof **v);
                 if (!*u || !*v) { rc = SCDB_ENOMEM; goto fail; }
-                if ((rc = rrr(Zd, zb, Gd, n, Dd, R, kv, rdec, *u, *v))) goto fail;
+                if ((rc = rrr(tcorr ? Xtc : Zd, tcorr ? zero : zb, Gd, n, Dd, R, kv, rdec, *u, *v))) goto fail;
                 round16(*u, (size_t)kv * rdec);
                 round16(*v, (size_t)rdec * Dd);
             }
@@ -632,12 +654,12 @@ scdb_err scdb_calib_fit_lora_pair(scdb_calib *c, const scdb_codebook *cb, const 
     scdb_pair_fit pf = {.n_patch = lf->n_patch, .keep_order = lf->keep_order};
     if ((rc = cx_cal_patch_order(c, cb, 1, p, &pf))) goto fail;
     free(zall); free(T); free(R); free(H); free(G); free(zbar);
-    free(Xt); free(BT); free(Gt); free(ztbar);
+    free(Xt); free(Xtc); free(BT); free(Gt); free(ztbar); free(zero);
     *out = p;
     return SCDB_OK;
 fail:
     free(zall); free(T); free(R); free(H); free(G); free(zbar);
-    free(Xt); free(BT); free(Gt); free(ztbar);
+    free(Xt); free(Xtc); free(BT); free(Gt); free(ztbar); free(zero);
     scdb_pair_free(&own);
     scdb_pair_free(&p);
     return rc;
