@@ -760,11 +760,18 @@ int scdb_bench_fleet(int argc, char **argv)
     /* the fleet: every consumer with a pair that loads and matches its models */
     for (int i = 0; i < nd; i++) {
         const char *name = base_name(dirs[i]);
-        fcons *fcn = &cons_list[ncons];
+        fcons *fcn;
         struct stat st;
         scdb_model *cons = NULL;
         scdb_pair *pair = NULL;
         if (!listed(o.only, name)) continue;
+        if (ncons == MAX_CONSUMERS) {
+            fprintf(stderr, "bench fleet: more than %d consumers with a pair: %s and the rest not measured "
+                    "(--consumers to choose)\n", MAX_CONSUMERS, name);
+            failed = 1;
+            break;
+        }
+        fcn = &cons_list[ncons];
         snprintf(fcn->pair, sizeof fcn->pair, "%s/%s__%s.safetensors", pairs, ci->producer, name);
         if (stat(fcn->pair, &st)) {
             fprintf(stderr, "bench fleet: %s: no pair %s (skipped; registered as a raw-reuse consumer "
@@ -781,7 +788,7 @@ int scdb_bench_fleet(int argc, char **argv)
             (rc = scdb_pair_check_models(pair, prod, cons, err, sizeof err))) {
             fprintf(stderr, "bench fleet: %s: %s (%s)\n", name, err, scdb_strerror(rc));
             failed = 1;
-        } else if (ncons < MAX_CONSUMERS) {
+        } else {
             snprintf(fcn->name, sizeof fcn->name, "%s", name);
             snprintf(fcn->dir, sizeof fcn->dir, "%s", dirs[i]);
             fcn->pair_bytes = (long long)st.st_size;

@@ -69,10 +69,18 @@ pid_t scdb_bench_start_broker(const char *const *args, const char *log_path)
         if (nice && *nice) {
             char why[160];
             int v;
-            if (scdb_parse_int("SCDB_BENCH_BROKER_NICE", nice, -20, 19, &v, why, sizeof why))
+            /* a broker that did not get the nice asked for must not be
+             * measured as if it had: no broker at all */
+            if (scdb_parse_int("SCDB_BENCH_BROKER_NICE", nice, -20, 19, &v, why, sizeof why)) {
                 fprintf(stderr, "%s\n", why);
-            else if (setpriority(PRIO_PROCESS, 0, v))
-                fprintf(stderr, "SCDB_BENCH_BROKER_NICE=%d: %s\n", v, strerror(errno));
+                _exit(126);
+            }
+            if (setpriority(PRIO_PROCESS, 0, v)) {
+                fprintf(stderr, "SCDB_BENCH_BROKER_NICE=%d: %s%s\n", v, strerror(errno),
+                        errno == EACCES || errno == EPERM ? " (below the current nice needs root or "
+                                                            "CAP_SYS_NICE)" : "");
+                _exit(126);
+            }
         }
         execv(exe && *exe ? exe : "/proc/self/exe", (char *const *)argv);
         _exit(127);

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "codec.h"
 #include "model.h"
@@ -38,8 +39,9 @@ static void usage(FILE *f)
 "                      [--windows N] [--window T] [--eval-windows N] [--hidden H]\n"
 "                      [--steps S] [--own-layer] [--device D]\n"
 "       scdb calibrate --codebook FILE --lora-pairs --consumer ADAPTER [...] -o OUTDIR\n"
-"                      [--shared FILE] [--dec-rank R] [--align-rank R] [--no-token-corr]\n"
-"                      [--producer DIR]\n"
+"                      [--shared FILE [--own-windows N] [--fleet-windows N]]\n"
+"                      [--dec-rank R] [--align-rank R] [--no-token-corr] [--producer DIR]\n"
+"                      [--sample-stride K]\n"
 "                      [--patch-layers K] [--windows N] [--eval-windows N] [--steps S]\n"
 "       scdb calibrate --restamp PAIR --codebook FILE --consumer DIR -o OUTDIR\n"
 "       scdb calibrate --restamp-codebook FILE --producer DIR -o OUTDIR\n\n"
@@ -70,9 +72,14 @@ static void usage(FILE *f)
 "corrections of the shared decoders (--dec-rank, default 16) and aligners\n"
 "(--align-rank, default 32), its means and its Wk/Wv deltas, and refers to the\n"
 "shared part by checksum and to the base by fingerprint.  --shared FILE uses a\n"
-"shared part fitted before (an adapter added to the fleet: its states, its own\n"
-"parts only).  The held-back KL windows (patch order) come from the end of each\n"
-"adapter's training text, not from its held-out text.\n\n"
+"shared part fitted before (adapters added to the fleet: their states, their own\n"
+"parts only); its statistics windows are then --own-windows (24) of each added\n"
+"adapter's own domain and --fleet-windows (4) of every other domain of the fleet\n"
+"(<family>/TRAINING.json and ../adapters/TRAINING.json), sampled every 4th token\n"
+"(unless --texts, --domains or --windows choose them as for a fleet), and the\n"
+"run prints the seconds (wall and cpu) per added adapter, all included.  The\n"
+"held-back KL windows (patch order) come from the end of each adapter's\n"
+"training text, not from its held-out text.\n\n"
 "With --restamp PAIR, a pair written before weights fingerprints were defined\n"
 "over tensors (its consumer_fp is 16 hex digits, a hash of model.safetensors)\n"
 "is checked against --consumer DIR and written to OUTDIR/pairs/ with the tensor\n"
@@ -112,6 +119,11 @@ static void usage(FILE *f)
 "  --windows N          statistics windows in all (default 256), split evenly\n"
 "                       over the producer's and consumers' domains\n"
 "  --window T           tokens per window (default 384)\n"
+"  --sample-stride K    keep every K-th token of a window as a sample for the\n"
+"                       pairs' fits (default 8; 4 with --shared)\n"
+"  --own-windows N, --fleet-windows N  with --shared: statistics windows of each\n"
+"                       added adapter's domain (24) and of every other fleet\n"
+"                       domain (4)\n"
 "  --eval-windows N     held-back KL windows per consumer (default 6; from the\n"
 "                       end of the first half of its held-out text, or see\n"
 "                       --domains)\n"
@@ -461,12 +473,124 @@ static long file_bytes(const char *path)
     return stat(path, &st) ? -1 : (long)st.st_size;
 }
 
+/* Statistics windows for adapters added to a fleet (--shared): own_w
+ * windows of each adapter's own domain's training text (its start: the
+ * held-back KL windows come from the end of a longer read, see
+ * eval_windows_train) and fleet_w windows of every other domain of the
+ * fleet (the family's and its adapters' TRAINING.json; one window per
+ * training file in turn), so that an adapter's corrections are fitted
+ * mostly where it is used and still on every kind of text a shared prefix
+ * may hold, from tens of windows instead of the fleet fit's hundreds.
+ * 0 or 1 (said why). */
+static int fleet_text(scdb_calib *cal, const scdb_model *prod, scdb_model *const *cons, int n_cons,
+                      int own_w, int fleet_w, int window, double t0)
+{
+    static scdb_text_domains td;   /* 80 KB: not on the stack */
+    char desc[512];
+    int added;
+    scdb_err rc;
+    for (int i = 0; i < n_cons; i++) {
+        unsigned char *t = NULL;
+        size_t len;
+        const char *dom = scdb_codec_text_domain(cons[i]);
+        int dup = 0;
+        for (int k = 0; k < i; k++) dup |= !strcmp(scdb_codec_text_domain(cons[k]), dom);
+        if (dup) continue;
+        double tk = scdb_now();
+        rc = scdb_codec_domain_text(cons[i], SCDB_TEXT_TRAIN, (size_t)own_w * window + window, &t, &len, desc,
+                                    sizeof desc);
+        if (rc) {
+            fprintf(stderr, "calibrate: no training text for '%s' (%s)\n", dom, scdb_strerror(rc));
+            return 1;
+        }
+        rc = scdb_calib_add_text(cal, t, len, own_w, &added);
+        free(t);
+        if (rc) { fprintf(stderr, "calibrate: %s\n", scdb_strerror(rc)); return 1; }
+        fprintf(stderr, "calibrate: own domain '%s': %d windows, %s (%.1f s; %.1f s in all)\n", dom, added, desc,
+                scdb_now() - tk, scdb_now() - t0);
+    }
+    if (fleet_w == 0) return 0;
+    if ((rc = scdb_codec_fleet_domains(prod, &td))) {
+        fprintf(stderr, "calibrate: the fleet's domains: %s\n", scdb_strerror(rc));
+        return 1;
+    }
+    int nd = 0, nw = 0;
+    double tf = scdb_now();
+    for (int k = 0; k < td.n; k++) {
+        unsigned char *t = NULL;
+        size_t len;
+        int own = 0;
+        for (int i = 0; i < n_cons; i++) own |= !strcmp(scdb_codec_text_domain(cons[i]), td.name[k]);
+        if (own) continue;
+        rc = scdb_codec_training_text(td.json[k], td.name[k], (size_t)fleet_w * window + window, (size_t)window,
+                                      &t, &len, NULL, 0);
+        if (rc) {
+            fprintf(stderr, "calibrate: fleet domain '%s' left out: %s\n", td.name[k], scdb_strerror(rc));
+            continue;
+        }
+        rc = scdb_calib_add_text(cal, t, len, fleet_w, &added);
+        free(t);
+        if (rc) { fprintf(stderr, "calibrate: %s\n", scdb_strerror(rc)); return 1; }
+        nd++;
+        nw += added;
+    }
+    fprintf(stderr, "calibrate: a sample of the fleet: %d windows from %d other domains (%.1f s; %.1f s in all)\n", nw,
+            nd, scdb_now() - tf, scdb_now() - t0);
+    return 0;
+}
+
+/* --shared: the shared part in dir, where the pairs fitted against it
+ * refer to it (<producer>__fleet.safetensors beside them): written there
+ * unless a file with its checksum is there already; another shared part
+ * in its place is refused (the new pairs would not load beside it).  0 or 1. */
+static int place_shared(const scdb_codebook *cb, const scdb_pair *shared, const char *dir)
+{
+    char path[1400], err[512] = "";
+    const char *want = scdb_pair_get_info(shared)->checksum;
+    scdb_pair *there = NULL;
+    scdb_err rc;
+
+    if (snprintf(path, sizeof path, "%s/%s__%s.safetensors", dir, scdb_codebook_get_info(cb)->producer,
+                 SCDB_PAIR_SHARED_STEM) >= (int)sizeof path) {
+        fprintf(stderr, "calibrate: output directory %s: path too long\n", dir);
+        return 1;
+    }
+    if (access(path, F_OK) == 0) {
+        if ((rc = scdb_pair_load_shared(path, cb, &there, err, sizeof err))) {
+            fprintf(stderr, "calibrate: %s is in the way of --shared's copy: %s (%s)\n", path, err,
+                    scdb_strerror(rc));
+            return 1;
+        }
+        int same = !strcmp(scdb_pair_get_info(there)->checksum, want);
+        if (!same)
+            fprintf(stderr, "calibrate: %s is another shared part (checksum %s, --shared's is %s): the pairs "
+                    "fitted now would not load beside it; choose another -o\n", path,
+                    scdb_pair_get_info(there)->checksum, want);
+        scdb_pair_free(&there);
+        return !same;
+    }
+    if ((rc = scdb_pair_save(shared, path))) {
+        fprintf(stderr, "calibrate: %s: %s\n", path, scdb_strerror(rc));
+        return 1;
+    }
+    if ((rc = scdb_pair_load_shared(path, cb, &there, err, sizeof err)) ||
+        strcmp(scdb_pair_get_info(there)->checksum, want)) {
+        fprintf(stderr, "calibrate: the copy %s of the shared part does not read back as checksum %s%s%s\n", path,
+                want, rc ? ": " : "", rc ? err : "");
+        scdb_pair_free(&there);
+        return 1;
+    }
+    scdb_pair_free(&there);
+    fprintf(stderr, "calibrate: shared part copied to %s (the pairs refer to it beside them)\n", path);
+    return 0;
+}
+
 /* --lora-pairs: the shared part (fitted over every adapter, or --shared),
  * then each adapter's lora pair.  0 or 1. */
 static int lora_fleet(scdb_calib *cal, const scdb_codebook *cb, const scdb_model *prod,
                       scdb_model *const *cons, int n_cons, const char *shared_path, const char *dir,
                       int n_eval, int need, int n_patch, int hidden, int steps, int dec_rank, int align_rank,
-                      int tok_in, int tok_corr, double t0, double t_stats)
+                      int tok_in, int tok_corr, double t0, double t_stats, double cpu_stats)
 {
     scdb_calib_fleet *fl = NULL;
     scdb_pair *shared = NULL;
@@ -483,6 +607,9 @@ static int lora_fleet(scdb_calib *cal, const scdb_codebook *cb, const scdb_model
         }
         fprintf(stderr, "calibrate: shared part %s (checksum %s) read\n", shared_path,
                 scdb_pair_get_info(shared)->checksum);
+        /* the pairs refer to it by stem beside them: it goes to OUTDIR/pairs
+         * too, or is there already (the same checksum) */
+        if (place_shared(cb, shared, dir)) goto done;
     } else {
         if ((rc = scdb_calib_fleet_new(cal, &fl))) {
             fprintf(stderr, "calibrate: fleet: %s\n", scdb_strerror(rc));
@@ -510,7 +637,8 @@ static int lora_fleet(scdb_calib *cal, const scdb_codebook *cb, const scdb_model
             fprintf(stderr, "calibrate: shared part: %s\n", scdb_strerror(rc));
             goto done;
         }
-        snprintf(path, sizeof path, "%s/%s__%s.safetensors", dir, pname, SCDB_PAIR_SHARED_STEM);
+        snprintf(path, sizeof path, "%s/%s__%s.safetensors", dir, scdb_codebook_get_info(cb)->producer,
+                 SCDB_PAIR_SHARED_STEM);
         if ((rc = scdb_pair_save(shared, path))) {
             fprintf(stderr, "calibrate: %s: %s\n", path, scdb_strerror(rc));
             goto done;
@@ -550,6 +678,16 @@ static int lora_fleet(scdb_calib *cal, const scdb_codebook *cb, const scdb_model
             scdb_pair_free(&p);
             goto done;
         }
+        {   /* it must load where it was written: beside its shared part */
+            scdb_pair *back = NULL;
+            rc = scdb_pair_load(path, cb, &back, err, sizeof err);
+            scdb_pair_free(&back);
+            if (rc) {
+                fprintf(stderr, "calibrate: %s does not load back: %s (%s)\n", path, err, scdb_strerror(rc));
+                scdb_pair_free(&p);
+                goto done;
+            }
+        }
         const scdb_pair_info *pi = scdb_pair_get_info(p);
         printf("lora pair %s -> %s: %ld bytes, patch order", pname, cname, file_bytes(path));
         for (int k = 0; k < pi->n_aligners; k++) printf(" %d", pi->patch_order[k]);
@@ -564,16 +702,33 @@ static int lora_fleet(scdb_calib *cal, const scdb_codebook *cb, const scdb_model
         scdb_pair_free(&p);
         pair_s[i] = scdb_now() - tc;
         double pc = (double)(clock() - cc) / CLOCKS_PER_SEC;
-        printf("  consumer %s: %.1f s (cpu %.1f s: its states over the windows %.1f s, cpu %.1f s%s + its pair %.1f s, "
-               "cpu %.1f s)\n", cname, state_s[i] + pair_s[i], state_cpu[i] + pc, state_s[i], state_cpu[i],
-               i == 0 ? ", computed with the statistics" : "", pair_s[i], pc);
+        if (!fl && i == 0) {
+            /* an added adapter: its states came with the producer's in the
+             * statistics pass, which ran for the added adapters alone */
+            printf("  consumer %s: %.1f s (cpu %.1f s: the statistics windows, the producer's states and its own, "
+                   "%.1f s, cpu %.1f s + its pair %.1f s, cpu %.1f s)\n", cname, t_stats + pair_s[i],
+                   cpu_stats + pc, t_stats, cpu_stats, pair_s[i], pc);
+        } else {
+            printf("  consumer %s: %.1f s (cpu %.1f s: its states over the windows %.1f s, cpu %.1f s%s + its pair "
+                   "%.1f s, cpu %.1f s)\n", cname, state_s[i] + pair_s[i], state_cpu[i] + pc, state_s[i],
+                   state_cpu[i], i == 0 ? ", computed with the statistics" : "", pair_s[i], pc);
+        }
         fflush(stdout);
     }
     double sum = 0;
     for (int i = 0; i < n_cons; i++) sum += state_s[i] + pair_s[i];
-    printf("producer states over %d windows computed once (%d producer passes) for %d adapters: statistics %.1f s, "
-           "adapters %.1f s (mean %.1f s each after the statistics; the first adapter's states came with them)\n",
-           scdb_calib_windows(cal), scdb_calib_producer_passes(cal), n_cons, t_stats, sum, sum / n_cons);
+    if (fl) {
+        printf("producer states over %d windows computed once (%d producer passes) for %d adapters: statistics %.1f s, "
+               "adapters %.1f s (mean %.1f s each after the statistics; the first adapter's states came with them)\n",
+               scdb_calib_windows(cal), scdb_calib_producer_passes(cal), n_cons, t_stats, sum, sum / n_cons);
+    } else {
+        /* adding to a fleet: everything this run did was for the added adapters */
+        double wall = scdb_now() - t0, cpu = (double)clock() / CLOCKS_PER_SEC;
+        printf("added %d adapter%s to the fleet of shared part %s: %.1f s, cpu %.1f s in all (loading, %d statistics "
+               "windows, held-back windows, pairs): %.1f s, cpu %.1f s per added adapter\n", n_cons,
+               n_cons == 1 ? "" : "s", scdb_pair_get_info(shared)->checksum, wall, cpu, scdb_calib_windows(cal),
+               wall / n_cons, cpu / n_cons);
+    }
     ret = 0;
 done:
     scdb_pair_free(&shared);
@@ -592,6 +747,7 @@ int cli_cmd_calibrate(int argc, char **argv)
     int pca = 0, post = 0, token0 = 1, cand_kv = 0, windows = 256, window = 384, n_eval = 6;
     int hidden = 128, steps = 1500, identity = 1, fixed[SCDB_CODEC_MAX_LAYERS], n_fixed = -1;
     int budget = 0, all_layers = 1, lora = 0, dec_rank = 0, align_rank = 0, tok_in = 1, tok_corr = 0;
+    int own_windows = -1, fleet_windows = -1, stride = 0, windows_set = 0;
     const char *shared_path = NULL;
     scdb_device_pref dev_pref = SCDB_DEVPREF_AUTO;
     scdb_device dev;
@@ -634,7 +790,12 @@ int cli_cmd_calibrate(int argc, char **argv)
         else if (!strcmp(a, "--post-rope")) { cb_only = a; post = 1; }
         else if (!strcmp(a, "--no-token-layer0")) { cb_only = a; token0 = 0; }
         else if (!strcmp(a, "--candidate-kv")) { cb_only = a; cand_kv = 1; }
-        else if (!strcmp(a, "--windows") && more) bad = scdb_parse_int(a, argv[++i], 1, INT_MAX, &windows, why, sizeof why);
+        else if (!strcmp(a, "--windows") && more) {
+            windows_set = 1;
+            bad = scdb_parse_int(a, argv[++i], 1, INT_MAX, &windows, why, sizeof why);
+        } else if (!strcmp(a, "--own-windows") && more) bad = scdb_parse_int(a, argv[++i], 1, 100000, &own_windows, why, sizeof why);
+        else if (!strcmp(a, "--fleet-windows") && more) bad = scdb_parse_int(a, argv[++i], 0, 100000, &fleet_windows, why, sizeof why);
+        else if (!strcmp(a, "--sample-stride") && more) bad = scdb_parse_int(a, argv[++i], 1, 1024, &stride, why, sizeof why);
         else if (!strcmp(a, "--budget") && more) { cb_only = a; bad = scdb_parse_int(a, argv[++i], 0, INT_MAX, &budget, why, sizeof why); }
         else if (!strcmp(a, "--lora-pairs")) lora = 1;
         else if (!strcmp(a, "--shared") && more) shared_path = argv[++i];
@@ -705,6 +866,12 @@ int cli_cmd_calibrate(int argc, char **argv)
             fprintf(stderr, "calibrate: --lora-pairs decoders read every layer's code (not --own-layer)\n");
             return 2;
         }
+        if ((own_windows >= 0 || fleet_windows >= 0) && !shared_path) {
+            fprintf(stderr, "calibrate: --own-windows and --fleet-windows go with --shared (adapters added to a "
+                    "fleet)\n\n");
+            usage(stderr);
+            return 2;
+        }
     } else if (lora || shared_path || tok_corr) {
         fprintf(stderr, "calibrate: --lora-pairs needs --codebook FILE (adapter pairs decode a frozen codebook)\n\n");
         usage(stderr);
@@ -730,6 +897,7 @@ int cli_cmd_calibrate(int argc, char **argv)
     }
     fprintf(stderr, "calibrate: device %s (%s)\n", scdb_device_name(dev), why);
     double t0 = scdb_now();
+    clock_t c0 = clock();
     if (cb_path) {
         if (load_frozen(cb_path, producer_dir, cons_dir[0], &cb, &prod)) goto done;
         const scdb_codebook_info *ci = scdb_codebook_get_info(cb);
@@ -752,8 +920,16 @@ int cli_cmd_calibrate(int argc, char **argv)
      * only its samples (its all-layers decoders and aligners are fitted on
      * them), so memory does not grow with the fleet. */
     int slots = cb ? 1 : n_cons;
+    /* adapters added to a fleet (--shared) without a text option: statistics
+     * from each one's own domain and a sample of the fleet's (fleet_text) */
+    int adding = lora && shared_path && !domains_opt && n_texts == 0 && !windows_set;
+    if (adding) {
+        if (own_windows < 0) own_windows = 24;
+        if (fleet_windows < 0) fleet_windows = 4;
+        if (!stride) stride = 4;
+    }
     scdb_calib_opts o = {.window = window, .n_eval = n_eval, .samples_only = cb && all_layers,
-                         .verbose = 1};
+                         .sample_stride = stride, .verbose = 1};
     if (cb && n_cons > 1 && dev != SCDB_DEV_CPU) {
         fprintf(stderr, "calibrate: several consumers against a frozen codebook run on the cpu only "
                 "(--device cpu, or one consumer per run)\n");
@@ -792,7 +968,9 @@ int cli_cmd_calibrate(int argc, char **argv)
         if (eval_windows(cb ? NULL : cal, i, cons[i], n_eval, need, dd, &reserve[i])) goto done;
 
     /* statistics windows */
-    if (dd) {
+    if (adding) {
+        if (fleet_text(cal, prod, cons, n_cons, own_windows, fleet_windows, window, t0)) goto done;
+    } else if (dd) {
         int per = (windows + dd->td.n - 1) / dd->td.n;
         for (int k = 0; k < dd->td.n; k++) {
             unsigned char *t = NULL;
@@ -872,8 +1050,9 @@ int cli_cmd_calibrate(int argc, char **argv)
                         scdb_codec_text_domain(dm[k]));
         }
     }
-    double t_stats = scdb_now() - t0;
-    fprintf(stderr, "calibrate: %d statistics windows (%.1f s)\n", scdb_calib_windows(cal), t_stats);
+    double t_stats = scdb_now() - t0, cpu_stats = (double)(clock() - c0) / CLOCKS_PER_SEC;
+    fprintf(stderr, "calibrate: %d statistics windows (%.1f s, cpu %.1f s)\n", scdb_calib_windows(cal), t_stats,
+            cpu_stats);
 
     char dir[1200], path[1400];
     if (!cb) {
@@ -912,7 +1091,7 @@ int cli_cmd_calibrate(int argc, char **argv)
     }
     if (lora) {
         if (lora_fleet(cal, cb, prod, cons, n_cons, shared_path, dir, n_eval, need, n_patch, hidden, steps, dec_rank,
-                       align_rank, tok_in, tok_corr, t0, t_stats))
+                       align_rank, tok_in, tok_corr, t0, t_stats, cpu_stats))
             goto done;
         printf("calibrated in %.1f s\n", scdb_now() - t0);
         ret = 0;

@@ -160,6 +160,7 @@ scdb_err cx_cal_pair_skeleton(const scdb_calib *c, const scdb_codebook *cb, int 
     memcpy(in->arch_fp, cb->info.arch_fp, sizeof in->arch_fp);
     if ((rc = cx_model_fp(m, in->consumer_fp, NULL, 0))) goto fail;
     in->n_layers = mc->n_layers;
+    if ((rc = cx_pair_alloc_layers(p, in->n_layers))) goto fail;
     in->d_model = mc->d_model;
     in->n_kv_heads = mc->n_kv_heads;
     in->head_dim = mc->head_dim;

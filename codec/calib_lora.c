@@ -57,9 +57,17 @@ void scdb_calib_fleet_free(scdb_calib_fleet **pf)
 
 int scdb_calib_fleet_size(const scdb_calib_fleet *f) { return f ? f->n : 0; }
 
+/* A session the fleet's samples fit: a pair session of the same shapes,
+ * keeping samples (the fleet was made from such a session). */
+static int fleet_fits(const scdb_calib_fleet *f, const scdb_calib *c)
+{
+    return f && c && c->nm == 2 && c->ns == f->ns && c->L == f->L && c->d == f->d && c->kv == f->kv &&
+           c->o.samples_only;
+}
+
 scdb_err scdb_calib_fleet_add(scdb_calib_fleet *f, const scdb_calib *c)
 {
-    if (!f || !c || c->nm != 2 || c->ns != f->ns || c->L != f->L) return SCDB_EINVAL;
+    if (!fleet_fits(f, c)) return SCDB_EINVAL;
     if (f->n == f->cap) {
         int nc = f->cap ? f->cap * 2 : 16;
         float **s = realloc(f->samp, (size_t)nc * sizeof *s);
@@ -91,7 +99,7 @@ scdb_err scdb_calib_fleet_add(scdb_calib_fleet *f, const scdb_calib *c)
 
 scdb_err scdb_calib_fleet_use(scdb_calib_fleet *f, scdb_calib *c, int k)
 {
-    if (!f || !c || k < 0 || k >= f->n || c->nm != 2 || c->ns != f->ns) return SCDB_EINVAL;
+    if (!fleet_fits(f, c) || k < 0 || k >= f->n) return SCDB_EINVAL;
     /* the old consumer's held-back windows go, as scdb_calib_swap_consumer drops them */
     int kept = 0;
     for (int i = 0; i < c->nev; i++) {
@@ -118,7 +126,7 @@ scdb_err scdb_calib_fit_shared(scdb_calib *c, const scdb_codebook *cb, const scd
     scdb_err rc;
     float *X = NULL, *W = NULL;   /* token input: rows [z | h0], weights */
     cx_ls *ls = NULL;
-    if (!c || !cb || !f || !out || f->n < 1 || f->ns != c->ns) return SCDB_EINVAL;
+    if (!cb || !out || !fleet_fits(f, c) || f->n < 1) return SCDB_EINVAL;
     *out = NULL;
     if (!pf) pf = &def;
     if (pf->token_input && (cb->info.layers[0].kind != SCDB_CB_TOKENS || cb->info.k_post_rope)) return SCDB_EINVAL;
@@ -347,12 +355,19 @@ static scdb_err check_adapter(const scdb_calib *c, const scdb_codebook *cb, char
         return SCDB_EMISMATCH;
     }
     const scdb_layer_weights *a = scdb_model_layer(m, 0), *b = scdb_model_layer(c->mod[0], 0);
-    float ea[1024], eb[1024];
+    float *ea = malloc((size_t)c->d * sizeof *ea), *eb = malloc((size_t)c->d * sizeof *eb);
+    if (!ea || !eb) {
+        free(ea);
+        free(eb);
+        return SCDB_ENOMEM;
+    }
     int bad = memcmp(a->attn_norm, b->attn_norm, (size_t)c->d * sizeof(float)) != 0;
-    for (int32_t t = 0; t < c->V && !bad && c->d <= 1024; t++) {
+    for (int32_t t = 0; t < c->V && !bad; t++) {
         if (scdb_model_embed(m, &t, 1, ea) || scdb_model_embed(c->mod[0], &t, 1, eb)) { bad = 1; break; }
         bad = memcmp(ea, eb, (size_t)c->d * sizeof(float)) != 0;
     }
+    free(ea);
+    free(eb);
     if (bad) {
         snprintf(why, whylen, "adapter '%s' changes the embedding or layer 0's norm of its base: fit a full pair",
                  scdb_model_cfg(m)->name);
@@ -440,6 +455,7 @@ scdb_err scdb_calib_fit_lora_pair(scdb_calib *c, const scdb_codebook *cb, const 
     if (!own) return SCDB_ENOMEM;
     scdb_pair_info *in = &own->info;
     *in = *si;
+    if ((rc = cx_pair_alloc_layers(own, si->n_layers))) goto fail;
     own->k_post_rope = shared->k_post_rope;
     own->all_input = 1;
     memcpy(own->layers, shared->layers, sizeof own->layers);
@@ -636,6 +652,8 @@ scdb_err scdb_calib_fit_lora_pair(scdb_calib *c, const scdb_codebook *cb, const 
             if (!*B || !*A) { rc = SCDB_ENOMEM; goto fail; }
             if ((rc = delta_factor(cx_cal_part_w(c, 1, l, pp), cx_cal_part_w(c, 0, l, pp), kv, d, lr, &r, *B, *A)))
                 goto fail;
+            round16(*B, (size_t)kv * lr);   /* as its file keeps them */
+            round16(*A, (size_t)lr * d);
         }
     }
     VERB(c, "    Wk/Wv deltas of the adapter on layers 0 and the patch layers: rank %d (targets '%s')\n", lr,
@@ -647,10 +665,11 @@ scdb_err scdb_calib_fit_lora_pair(scdb_calib *c, const scdb_codebook *cb, const 
              in->shared, in->shared_id, rdec, ral, n, c->ntok, lr,
              !tok ? "" : tcorr ? "; token input: the decoder corrections read [z | h0] too"
                                : "; token input: h0's decoders are the shared part's");
-    /* the effective pair, then its patch order by measured KL */
-    if ((rc = cx_pair_clone(shared, &p))) goto fail;
-    if ((rc = cx_pair_materialise(own, p))) goto fail;
-    scdb_pair_free(&own);
+    /* the pair as loaded (low-rank, with the shared part), then its patch
+     * order by measured KL */
+    if ((rc = cx_pair_attach(own, (scdb_pair *)shared))) goto fail;   /* its count changes, not it */
+    p = own;
+    own = NULL;
     scdb_pair_fit pf = {.n_patch = lf->n_patch, .keep_order = lf->keep_order};
     if ((rc = cx_cal_patch_order(c, cb, 1, p, &pf))) goto fail;
     free(zall); free(T); free(R); free(H); free(G); free(zbar);

@@ -85,7 +85,9 @@
  *
  * Thread safety: codebooks and pairs are immutable after load/creation (a
  * codebook's code dtype is chosen before it is shared) and may be shared by
- * any number of threads; encode/decode keep no state.  A
+ * any number of threads; encode/decode keep no state (and take no lock).
+ * Loading and freeing pairs may run in any threads: the reference counts
+ * of shared parts and their cache are under one mutex.  A
  * calibration session is single-threaded.
  */
 #ifndef SCDB_CODEC_H
@@ -318,9 +320,17 @@ typedef struct scdb_pair_info {
  *     aligner (skip += u v, b2 += db2) and its Wk/Wv delta on top of the
  *     base's (the adapter's s B A for k_proj / v_proj, refactored as U U^T
  *     dW; none where it does not target them), the token layer's likewise.
- * Loading materialises the effective pair (f16-rounded as a full pair's
- * tensors are), so decode, the device decode and every caller see an
- * ordinary pair.  schema/FORMATS.md, "Pair". */
+ * In memory a lora pair stays low-rank: it holds its own parts (in f32)
+ * and a counted reference to its shared part, which is loaded once per
+ * process for every lora pair referencing it (a cache keyed by codebook id
+ * and checksum; a file with other contents is another entry) and freed with
+ * the last of them.  Decode (host and device) applies the corrections as
+ * products with the shared tensors, K = RoPE(mean + z Dk^T + (z v^T) u^T)
+ * and likewise for V, the aligner (its b2 + db2, then + (z v^T) u^T) and
+ * Wk/Wv (h Wk^T + (h A^T) B^T), which equals the decode of the effective
+ * pair (every correction added into the shared tensors, in f32) to f32
+ * rounding.  A broker's RSS grows by the own parts per added adapter
+ * (about 2x its file), not by a whole pair.  schema/FORMATS.md, "Pair". */
 typedef enum scdb_pair_kind {
     SCDB_PAIR_FULL = 0,      /* everything its own (format version 1)   */
     SCDB_PAIR_SHARED = 1,    /* a fleet's shared part (version 2)       */
@@ -354,6 +364,8 @@ scdb_err scdb_pair_load(const char *path, const scdb_codebook *cb, scdb_pair **o
 scdb_err scdb_pair_load_shared(const char *path, const scdb_codebook *cb, scdb_pair **out,
                                char *errbuf, size_t errlen);
 scdb_err scdb_pair_save(const scdb_pair *p, const char *path);
+/* Drop the caller's pair (a shared part passed to scdb_calib_fit_lora_pair
+ * lives on while a lora pair fitted with it does). */
 void scdb_pair_free(scdb_pair **p);
 const scdb_pair_info *scdb_pair_get_info(const scdb_pair *p);
 /* Validate against loaded models (either may be NULL to skip): same
@@ -410,9 +422,15 @@ scdb_err scdb_pair_decode_range(const scdb_pair *p, const scdb_codebook *cb, con
  *   REUSE   dk, dv as f16 [kv][in] (exact: pairs store them as f16), mk, mv;
  *           token_input: the h0 decoders gk, gv [kv][d] as f32 (f16 values),
  *           K = RoPE(z dk^T + mk + h0 gk^T) by lowrank_decode (no RoPE),
- *           gemm (beta 1) and rope, h0 the TOKEN layer's rows
+ *           gemm (beta 1) and rope, h0 the TOKEN layer's rows (a lora
+ *           pair: its shared part's gk, gv and, with token_corr, its own
+ *           (h0 v_tok^T) u^T after its z correction, as on the CPU)
  *   PATCH   the aligner (w1, b1, w2, b2, skip) and the consumer's Wk, Wv
  *   TOKEN   Wk, Wv of layer 0 (E and the norm weight stay on the host)
+ * A lora pair uploads its shared part's tensors (each device copy is its
+ * own: device memory is not shared between adapters) and its own parts,
+ * and runs the host decode's low-rank products with the table's gemm and
+ * rope after lowrank_decode (without RoPE), the aligner and linear.
  * With the CPU table this is the CPU decode, bit for bit (test_codec checks
  * it); with the CUDA table it is the CUDA twins' (their tolerance).
  *

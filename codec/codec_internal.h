@@ -40,21 +40,38 @@ typedef struct cx_player {
     float *cku, *ckv, *cvu, *cvv;
     float *au, *av, *adb2;
     float *lka, *lkb, *lva, *lvb;
+    float *b2e;                   /* a lora pair decoding low-rank: the shared
+                                     aligner's b2 + adb2 [d] */
     /* token input (info.token_input, pair_tok.c): REUSE adds h0 gk^T / h0 gv^T,
      * h0 the consumer's layer-0 H_in of the token; gk, gv [kv][d] (f16
-     * values).  A lora pair's own corrections of them (token_corr): the
-     * decoder corrections' u times ctk / ctv [dec_rank][d] */
+     * values; a lora pair's are its shared part's).  A lora pair's own
+     * corrections of them (token_corr): the decoder corrections' u times
+     * ctk / ctv [dec_rank][d] */
     float *gk, *gv;
     float *ctk, *ctv;
 } cx_player;
 
+/* A lora pair in memory (codec.h, "Adapter pairs") is kept low-rank: its
+ * own parts in L[] (means, corrections, Wk/Wv deltas, b2e) and a counted
+ * reference to its shared part (`shared`), whose decoders, aligners,
+ * Wk/Wv and token layer it decodes with: dk, dv, al, wk, wv, emb, norm0,
+ * wk0, wv0 of the lora pair itself stay NULL.  Shared parts loaded for lora
+ * pairs are kept once per process in a cache keyed by (codebook id,
+ * checksum) and freed when the last pair referencing them is.  refs counts
+ * the owners of a pair (scdb_pair_free drops one); `cached` marks a shared
+ * part in that cache. */
 struct scdb_pair {
     scdb_pair_info info;
+    int refs;             /* owners: the creator and the lora pairs using it */
+    int cached;           /* a shared part in the process's cache */
+    scdb_pair *shared;    /* a low-rank lora pair's shared part (a reference) */
+    scdb_pair *next_cached;
     int k_post_rope;
     int all_input;        /* decoders and aligners read the whole code row */
     scdb_cb_layer layers[SCDB_CODEC_MAX_LAYERS];   /* copied from the codebook */
     int code_dim;
-    cx_player L[SCDB_CODEC_MAX_LAYERS];
+    cx_player *L;         /* [n_L]: n_layers entries (cx_pair_alloc_layers) */
+    int n_L;
     float *emb, *norm0, *wk0, *wv0;   /* token layer: [vocab][d] [d] [kv][d] [kv][d] */
     char notes[1024];
 };
@@ -137,6 +154,9 @@ void cx_layout(scdb_cb_layer *layers, int n_layers, int *code_dim);
 
 scdb_codebook *cx_codebook_alloc(void);
 scdb_pair *cx_pair_alloc(void);
+/* A pair's per-layer entries, once its n_layers is known (zeroed).
+ * SCDB_EINVAL (n out of range, already there), SCDB_ENOMEM. */
+scdb_err cx_pair_alloc_layers(scdb_pair *p, int n);
 /* Set/verify producer identity fields of a codebook from a model. */
 scdb_err cx_codebook_set_producer(scdb_codebook *cb, const scdb_model *m);
 /* Compute the id of an in-memory codebook (builds its bundle). */
@@ -145,14 +165,25 @@ scdb_err cx_codebook_finish(scdb_codebook *cb);
 scdb_err cx_pair_finish(scdb_pair *p);
 /* The checksum a pair's file has (or will have when saved), as hex. */
 scdb_err cx_pair_checksum(const scdb_pair *p, char hex[33]);
-/* A deep copy of an in-memory pair.  SCDB_ENOMEM. */
+/* A deep copy of an in-memory pair (a lora pair's copy shares its shared
+ * part, one more reference).  SCDB_ENOMEM. */
 scdb_err cx_pair_clone(const scdb_pair *p, scdb_pair **out);
-/* Turn s (a copy of a lora pair's shared part) into the effective pair of
- * the lora pair own: own's info, notes and own parts move into s (own is
- * left empty), the corrections and Wk/Wv deltas are applied, aligners not
- * in own's patch_order dropped, and the f16-stored tensors rounded.
- * SCDB_EINVAL (own's patch layer without an aligner in s). */
-scdb_err cx_pair_materialise(scdb_pair *own, scdb_pair *s);
+/* One more owner of p (scdb_pair_free drops one); p. */
+scdb_pair *cx_pair_ref(scdb_pair *p);
+/* Make own, a lora pair's own parts (info, notes, layers, mk/mv and the
+ * corrections / deltas in L[]), the low-rank lora pair decoding with shared
+ * part s: one more reference to s, b2e computed, has_aligner set for the
+ * patch layers.  SCDB_EINVAL (own's patch layer without an aligner in s,
+ * s not a shared part of the same layout), SCDB_ENOMEM. */
+scdb_err cx_pair_attach(scdb_pair *own, scdb_pair *s);
+/* The reference decode of a lora pair: the effective full-form pair, each
+ * correction and delta added into a copy of its shared part's tensors in
+ * f32 (not rounded to f16), aligners outside its patch order dropped.  The
+ * low-rank decode equals its decode up to f32 rounding (test_codec).
+ * SCDB_EINVAL (not a low-rank lora pair), SCDB_ENOMEM. */
+scdb_err cx_pair_materialise(const scdb_pair *lora, scdb_pair **out);
+/* Shared parts in the process's cache (tests). */
+int cx_shared_cache_count(void);
 
 /* ------------------------------------------------------------ linear algebra (double) */
 
@@ -196,8 +227,10 @@ scdb_err cx_pair_decode_check(const scdb_pair *p, const scdb_codebook *cb, int n
  *   cx_tok_read        reads the token tensors into p; *expected counts them
  *   cx_tok_round       f16-rounds gk / gv (cx_pair_finish)
  *   cx_tok_clone       deep-copies them
- *   cx_tok_materialise gk(s) += cku ctk (V likewise) and moves own's parts
- *   cx_tok_h0          rows h0 [n][d] = RMSNorm(emb[tok]) * norm0
+ *   cx_tok_materialise cx_pair_materialise's part: s's gk += lora's cku ctk
+ *                      (V likewise) with token_corr, in f32
+ *   cx_tok_h0          rows h0 [n][d] = RMSNorm(emb[tok]) * norm0 of p, the
+ *                      pair holding the token layer (a lora pair's shared part)
  *   cx_tok_add         y [n][kv] += h0 g^T (host decode of a REUSE layer,
  *                      before RoPE) */
 void cx_tok_free(cx_player *L);
@@ -208,7 +241,7 @@ scdb_err cx_tok_read(const scdb_st_file *f, const char *path, scdb_pair *p, int 
                      size_t errlen);
 void cx_tok_round(scdb_pair *p);
 int cx_tok_clone(const scdb_pair *p, scdb_pair *q);
-void cx_tok_materialise(scdb_pair *own, scdb_pair *s);
+void cx_tok_materialise(const scdb_pair *lora, scdb_pair *s);
 void cx_tok_h0(const scdb_pair *p, const int32_t *tokens, int n, float *h0);
 void cx_tok_add(const float *h0, int n, int d, const float *g, int kv, float *y);
 

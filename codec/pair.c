@@ -4,28 +4,123 @@
 #include "codec_internal.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-scdb_pair *cx_pair_alloc(void) { return calloc(1, sizeof(scdb_pair)); }
+/* Reference counts, and the process's cache of shared parts loaded for lora
+ * pairs (codec_internal.h, struct scdb_pair): one mutex for both (loads and
+ * frees are rare next to decodes, which take no lock). */
+static pthread_mutex_t shared_mu = PTHREAD_MUTEX_INITIALIZER;
+static scdb_pair *shared_cache;
 
-void scdb_pair_free(scdb_pair **pp)
+scdb_pair *cx_pair_alloc(void)
 {
-    if (!pp || !*pp) return;
-    scdb_pair *p = *pp;
-    for (int l = 0; l < SCDB_CODEC_MAX_LAYERS; l++) {
+    scdb_pair *p = calloc(1, sizeof(scdb_pair));
+    if (p) p->refs = 1;
+    return p;
+}
+
+scdb_err cx_pair_alloc_layers(scdb_pair *p, int n)
+{
+    if (!p || p->L || n < 1 || n > SCDB_CODEC_MAX_LAYERS) return SCDB_EINVAL;
+    if (!(p->L = calloc((size_t)n, sizeof *p->L))) return SCDB_ENOMEM;
+    p->n_L = n;
+    return SCDB_OK;
+}
+
+scdb_pair *cx_pair_ref(scdb_pair *p)
+{
+    pthread_mutex_lock(&shared_mu);
+    p->refs++;
+    pthread_mutex_unlock(&shared_mu);
+    return p;
+}
+
+int cx_shared_cache_count(void)
+{
+    int n = 0;
+    pthread_mutex_lock(&shared_mu);
+    for (const scdb_pair *q = shared_cache; q; q = q->next_cached) n++;
+    pthread_mutex_unlock(&shared_mu);
+    return n;
+}
+
+static void pair_unref(scdb_pair *p);
+
+static void pair_destroy(scdb_pair *p)
+{
+    for (int l = 0; l < p->n_L; l++) {
         cx_player *L = &p->L[l];
         free(L->dk); free(L->mk); free(L->dv); free(L->mv); free(L->wk); free(L->wv);
         scdb_aligner_clear(&L->al);
         free(L->cku); free(L->ckv); free(L->cvu); free(L->cvv);
         free(L->au); free(L->av); free(L->adb2);
         free(L->lka); free(L->lkb); free(L->lva); free(L->lvb);
+        free(L->b2e);
         cx_tok_free(L);
     }
+    free(p->L);
     free(p->emb); free(p->norm0); free(p->wk0); free(p->wv0);
+    if (p->shared) pair_unref(p->shared);
     free(p);
+}
+
+/* Drop one owner; the last frees p (and leaves the cache first). */
+static void pair_unref(scdb_pair *p)
+{
+    int last;
+    pthread_mutex_lock(&shared_mu);
+    last = --p->refs == 0;
+    if (last && p->cached)
+        for (scdb_pair **q = &shared_cache; *q; q = &(*q)->next_cached)
+            if (*q == p) { *q = p->next_cached; break; }
+    pthread_mutex_unlock(&shared_mu);
+    if (last) pair_destroy(p);
+}
+
+void scdb_pair_free(scdb_pair **pp)
+{
+    if (!pp || !*pp) return;
+    pair_unref(*pp);
     *pp = NULL;
+}
+
+/* The cached shared part of codebook id with checksum sum, one more
+ * reference; NULL when there is none. */
+static scdb_pair *cache_find(const scdb_codec_id *cb_id, const char *sum)
+{
+    scdb_pair *hit = NULL;
+    pthread_mutex_lock(&shared_mu);
+    for (scdb_pair *q = shared_cache; q && !hit; q = q->next_cached)
+        if (!memcmp(&q->info.codebook_id, cb_id, sizeof *cb_id) && !strcmp(q->info.checksum, sum)) hit = q;
+    if (hit) hit->refs++;
+    pthread_mutex_unlock(&shared_mu);
+    return hit;
+}
+
+/* Put a freshly loaded shared part into the cache; if another thread put
+ * the same one there meanwhile, p is dropped for that one. */
+static scdb_pair *cache_put(scdb_pair *p)
+{
+    scdb_pair *hit = NULL;
+    pthread_mutex_lock(&shared_mu);
+    for (scdb_pair *q = shared_cache; q && !hit; q = q->next_cached)
+        if (!memcmp(&q->info.codebook_id, &p->info.codebook_id, sizeof q->info.codebook_id) &&
+            !strcmp(q->info.checksum, p->info.checksum))
+            hit = q;
+    if (hit) {
+        hit->refs++;
+    } else {
+        p->cached = 1;
+        p->next_cached = shared_cache;
+        shared_cache = p;
+    }
+    pthread_mutex_unlock(&shared_mu);
+    if (!hit) return p;
+    pair_unref(p);
+    return hit;
 }
 
 const scdb_pair_info *scdb_pair_get_info(const scdb_pair *p) { return &p->info; }
@@ -208,7 +303,7 @@ scdb_err cx_pair_finish(scdb_pair *p)
             round_f16(p->L[l].dk, (size_t)p->info.kv_dim * cx_in_width(p, l));
             round_f16(p->L[l].dv, (size_t)p->info.kv_dim * cx_in_width(p, l));
         }
-    for (int i = 0; i < p->info.n_aligners; i++) {
+    for (int i = 0; i < p->info.n_aligners && !p->shared; i++) {
         scdb_aligner *a = &p->L[p->info.patch_order[i]].al;
         round_f16(a->w1, (size_t)a->hidden * a->r);
         round_f16(a->w2, (size_t)a->d * a->hidden);
@@ -250,6 +345,7 @@ scdb_err cx_pair_clone(const scdb_pair *p, scdb_pair **out)
     int bad = 0;
     *out = NULL;
     if (!q) return SCDB_ENOMEM;
+    if (cx_pair_alloc_layers(q, p->n_L)) { scdb_pair_free(&q); return SCDB_ENOMEM; }
     q->info = p->info;
     q->k_post_rope = p->k_post_rope;
     q->all_input = p->all_input;
@@ -277,13 +373,48 @@ scdb_err cx_pair_clone(const scdb_pair *p, scdb_pair **out)
                dup_f(&B->cvu, A->cvu, kv * rc_) | dup_f(&B->cvv, A->cvv, rc_ * iw) |
                dup_f(&B->au, A->au, d * ra) | dup_f(&B->av, A->av, ra * iw) | dup_f(&B->adb2, A->adb2, d) |
                dup_f(&B->lka, A->lka, lr * d) | dup_f(&B->lkb, A->lkb, kv * lr) |
-               dup_f(&B->lva, A->lva, lr * d) | dup_f(&B->lvb, A->lvb, kv * lr);
+               dup_f(&B->lva, A->lva, lr * d) | dup_f(&B->lvb, A->lvb, kv * lr) |
+               dup_f(&B->b2e, A->b2e, d);
     }
     bad |= dup_f(&q->emb, p->emb, V * d) | dup_f(&q->norm0, p->norm0, d) |
            dup_f(&q->wk0, p->wk0, kv * d) | dup_f(&q->wv0, p->wv0, kv * d);
     bad |= cx_tok_clone(p, q);
+    if (p->shared) q->shared = cx_pair_ref(p->shared);
     if (bad) { scdb_pair_free(&q); return SCDB_ENOMEM; }
     *out = q;
+    return SCDB_OK;
+}
+
+/* 1 if layer l is in p's patch order */
+static int in_patch_order(const scdb_pair *p, int l)
+{
+    for (int i = 0; i < p->info.n_aligners; i++) if (p->info.patch_order[i] == l) return 1;
+    return 0;
+}
+
+scdb_err cx_pair_attach(scdb_pair *own, scdb_pair *s)
+{
+    if (!own || !s) return SCDB_EINVAL;
+    const scdb_pair_info *in = &own->info;
+    int d = in->d_model;
+    if (own->shared || s->info.kind != SCDB_PAIR_SHARED || s->info.n_layers != in->n_layers ||
+        s->info.d_model != d || s->info.kv_dim != in->kv_dim || s->code_dim != own->code_dim ||
+        s->all_input != own->all_input || s->info.has_tokens != in->has_tokens)
+        return SCDB_EINVAL;
+    for (int i = 0; i < in->n_aligners; i++)
+        if (!s->L[in->patch_order[i]].has_aligner) return SCDB_EINVAL;
+    for (int i = 0; i < in->n_aligners; i++) {
+        int l = in->patch_order[i];
+        cx_player *O = &own->L[l];
+        const float *b2 = s->L[l].al.b2;
+        float *e = malloc((size_t)d * sizeof *e);
+        if (!e) return SCDB_ENOMEM;
+        for (int a = 0; a < d; a++) e[a] = b2[a] + (O->adb2 ? O->adb2[a] : 0.0f);
+        free(O->b2e);
+        O->b2e = e;
+        O->has_aligner = 1;
+    }
+    own->shared = cx_pair_ref(s);
     return SCDB_OK;
 }
 
@@ -293,46 +424,36 @@ static void add_lowrank(float *W, int rows, int cols, const float *U, const floa
     if (r > 0 && U && V) cx_gemm_nn(rows, cols, r, U, r, V, cols, 1.0f, W, cols);
 }
 
-#define MOVE(dst, src) do { free(dst); (dst) = (src); (src) = NULL; } while (0)
-
-scdb_err cx_pair_materialise(scdb_pair *own, scdb_pair *s)
+scdb_err cx_pair_materialise(const scdb_pair *lora, scdb_pair **out)
 {
-    const scdb_pair_info *in = &own->info;
+    const scdb_pair_info *in;
+    scdb_pair *s = NULL;
+    scdb_err rc;
+    if (!out) return SCDB_EINVAL;
+    *out = NULL;
+    if (!lora || !lora->shared) return SCDB_EINVAL;
+    in = &lora->info;
     int kv = in->kv_dim, d = in->d_model, rc_ = in->dec_rank, ra = in->align_rank, lr = in->lora_rank;
-    unsigned char keep[SCDB_CODEC_MAX_LAYERS] = {0};
-
-    for (int i = 0; i < in->n_aligners; i++) {
-        int l = in->patch_order[i];
-        if (!s->L[l].has_aligner) return SCDB_EINVAL;
-        keep[l] = 1;
-    }
-    /* the own parts as their file keeps them */
+    if ((rc = cx_pair_clone(lora->shared, &s))) return rc;
     for (int l = 0; l < in->n_layers; l++) {
-        cx_player *O = &own->L[l];
-        int iw = cx_in_width(own, l);
-        float *f16s[] = {O->cku, O->ckv, O->cvu, O->cvv, O->au, O->av, O->lka, O->lkb, O->lva, O->lvb};
-        size_t n16[] = {(size_t)kv * rc_, (size_t)rc_ * iw, (size_t)kv * rc_, (size_t)rc_ * iw,
-                        (size_t)d * ra, (size_t)ra * iw, (size_t)lr * d, (size_t)kv * lr,
-                        (size_t)lr * d, (size_t)kv * lr};
-        for (size_t k = 0; k < SCDB_ARRAY_LEN(f16s); k++) if (f16s[k]) round_f16(f16s[k], n16[k]);
-    }
-    cx_tok_materialise(own, s);
-    for (int l = 0; l < in->n_layers; l++) {
-        cx_player *O = &own->L[l], *S = &s->L[l];
+        const cx_player *O = &lora->L[l];
+        cx_player *S = &s->L[l];
         int iw = cx_in_width(s, l);
         if (s->layers[l].kind == SCDB_CB_CODED) {
-            if (O->mk) MOVE(S->mk, O->mk);
-            if (O->mv) MOVE(S->mv, O->mv);
+            free(S->mk);
+            free(S->mv);
+            if (dup_f(&S->mk, O->mk, (size_t)kv) | dup_f(&S->mv, O->mv, (size_t)kv)) { rc = SCDB_ENOMEM; goto fail; }
             if (S->dk) add_lowrank(S->dk, kv, iw, O->cku, O->ckv, rc_);
             if (S->dv) add_lowrank(S->dv, kv, iw, O->cvu, O->cvv, rc_);
         }
-        if (S->has_aligner && !keep[l]) {
+        int keep = in_patch_order(lora, l);
+        if (S->has_aligner && !keep) {
             scdb_aligner_clear(&S->al);
             free(S->wk); free(S->wv);
             S->wk = S->wv = NULL;
             S->has_aligner = 0;
         }
-        if (keep[l]) {
+        if (keep) {
             add_lowrank(S->al.skip, d, iw, O->au, O->av, ra);
             if (O->adb2) for (int a = 0; a < d; a++) S->al.b2[a] += O->adb2[a];
             add_lowrank(S->wk, kv, d, O->lkb, O->lka, lr);
@@ -342,15 +463,17 @@ scdb_err cx_pair_materialise(scdb_pair *own, scdb_pair *s)
             add_lowrank(s->wk0, kv, d, O->lkb, O->lka, lr);
             add_lowrank(s->wv0, kv, d, O->lvb, O->lva, lr);
         }
-        MOVE(S->cku, O->cku); MOVE(S->ckv, O->ckv); MOVE(S->cvu, O->cvu); MOVE(S->cvv, O->cvv);
-        MOVE(S->au, O->au); MOVE(S->av, O->av); MOVE(S->adb2, O->adb2);
-        MOVE(S->lka, O->lka); MOVE(S->lkb, O->lkb); MOVE(S->lva, O->lva); MOVE(S->lvb, O->lvb);
     }
-    s->info = own->info;
-    memcpy(s->notes, own->notes, sizeof s->notes);
-    return cx_pair_finish(s);
+    cx_tok_materialise(lora, s);
+    s->info = lora->info;
+    s->info.kind = SCDB_PAIR_FULL;
+    memcpy(s->notes, lora->notes, sizeof s->notes);
+    *out = s;
+    return SCDB_OK;
+fail:
+    scdb_pair_free(&s);
+    return rc;
 }
-#undef MOVE
 
 scdb_err scdb_pair_save(const scdb_pair *p, const char *path)
 {
@@ -367,6 +490,8 @@ scdb_err scdb_pair_save(const scdb_pair *p, const char *path)
     return rc;
 }
 
+/* want_shared: 0 a consumer's pair (full or lora), 1 a shared part, 2 a
+ * shared part through the process's cache. */
 static scdb_err load_pair(const char *path, const scdb_codebook *cb, int want_shared,
                           scdb_pair **out, char *errbuf, size_t errlen);
 
@@ -434,15 +559,21 @@ static scdb_err lora_refs(const scdb_st_file *f, const char *path, const scdb_co
         return SCDB_EMISMATCH;
     }
     const char *slash = strrchr(path, '/');
-    if (slash) snprintf(sp, sizeof sp, "%.*s/%s.safetensors", (int)(slash - path), path, in->shared);
-    else snprintf(sp, sizeof sp, "%s.safetensors", in->shared);
+    int spn = slash ? snprintf(sp, sizeof sp, "%.*s/%s.safetensors", (int)(slash - path), path, in->shared)
+                    : snprintf(sp, sizeof sp, "%s.safetensors", in->shared);
+    if (spn < 0 || (size_t)spn >= sizeof sp) {
+        scdb_errf(errbuf, errlen, "%s: the path of the shared part '%s' beside it is too long", path,
+                  in->shared);
+        return SCDB_ERANGE;
+    }
     if (access(sp, F_OK)) {
         scdb_errf(errbuf, errlen, "%s: the shared part it references (%s, checksum %s) is missing", path, sp,
                   in->shared_id);
         return SCDB_ENOTFOUND;
     }
     scdb_pair *S = NULL;
-    if ((rc = load_pair(sp, cb, 1, &S, sub, sizeof sub))) {
+    /* through the process's cache: every adapter of a fleet shares one copy */
+    if ((rc = load_pair(sp, cb, 2, &S, sub, sizeof sub))) {
         scdb_errf(errbuf, errlen, "%s: its shared part: %s", path, sub);
         return rc;
     }
@@ -598,6 +729,17 @@ static scdb_err load_pair(const char *path, const scdb_codebook *cb, int want_sh
         goto fail;
     }
     scdb_codec_id_hex(&stored, in->checksum);
+    if (want_shared == 2) {
+        /* the same contents (checksum) for the same codebook: validated when
+         * the cached copy was loaded */
+        scdb_pair *hit = cache_find(&ci->id, in->checksum);
+        if (hit) {
+            scdb_pair_free(&p);
+            scdb_st_close(&f);
+            *out = hit;
+            return SCDB_OK;
+        }
+    }
     if ((rc = cx_meta_str(f, "producer", in->producer, sizeof in->producer, errbuf, errlen)) ||
         (rc = cx_meta_str(f, "consumer", in->consumer, sizeof in->consumer, errbuf, errlen)) ||
         (rc = cx_meta_str(f, "producer_fp", in->producer_fp, sizeof in->producer_fp, errbuf, errlen)) ||
@@ -616,6 +758,7 @@ static scdb_err load_pair(const char *path, const scdb_codebook *cb, int want_sh
         (rc = cx_meta_str(f, "k_space", s, sizeof s, errbuf, errlen)))
         goto fail;
     in->kv_dim = in->n_kv_heads * in->head_dim;
+    if ((rc = cx_pair_alloc_layers(p, in->n_layers))) goto fail;
     p->k_post_rope = !strcmp(s, "post_rope");
     if ((rc = cx_meta_str(f, "decoder_input", s, sizeof s, errbuf, errlen))) goto fail;
     if (strcmp(s, "all") && strcmp(s, "layer")) {
@@ -696,7 +839,7 @@ static scdb_err load_pair(const char *path, const scdb_codebook *cb, int want_sh
         if (in->hidden < 1) { scdb_errf(errbuf, errlen, "%s: aligners with hidden = 0", path); rc = SCDB_EFORMAT; goto fail; }
     }
     if (S) {
-        /* a lora pair: its own parts, then the effective pair from its shared part */
+        /* a lora pair: its own parts, decoding low-rank with its shared part */
         if ((rc = read_lora_parts(f, path, p, S, &expected, errbuf, errlen)) ||
             (rc = cx_tok_read(f, path, p, &expected, errbuf, errlen)))
             goto fail;
@@ -705,10 +848,10 @@ static scdb_err load_pair(const char *path, const scdb_codebook *cb, int want_sh
             rc = SCDB_EFORMAT;
             goto fail;
         }
-        if ((rc = cx_pair_materialise(p, S))) goto fail;
-        scdb_pair_free(&p);
+        if ((rc = cx_pair_attach(p, S))) goto fail;
+        scdb_pair_free(&S);
         scdb_st_close(&f);
-        *out = S;
+        *out = p;
         return SCDB_OK;
     }
     for (int l = 0; l < in->n_layers; l++) {
@@ -759,7 +902,7 @@ static scdb_err load_pair(const char *path, const scdb_codebook *cb, int want_sh
         goto fail;
     }
     scdb_st_close(&f);
-    *out = p;
+    *out = want_shared == 2 ? cache_put(p) : p;
     return SCDB_OK;
 fail:
     cx_bundle_free(&b);
@@ -828,6 +971,19 @@ scdb_err cx_pair_decode_check(const scdb_pair *p, const scdb_codebook *cb, int n
     return SCDB_OK;
 }
 
+/* y [n][ldy] (out used columns) += (x V^T) U^T: a lora pair's rank-r
+ * correction of a product with W, whose effective weight is W + U V (x [n][ldx],
+ * in used columns; V [r][in], U [out][r]; t: n * r scratch).  The device
+ * decode (pair_dev.c) runs the same two products. */
+static void lowrank_add(const float *x, int ldx, int n, const float *Vm, const float *U, int r, int out,
+                        float *t, float *y, int ldy)
+{
+    if (r <= 0 || !Vm || !U) return;
+    int in = ldx;
+    scdb_k_gemm_cpu(0, 1, n, r, in, 1.0f, x, ldx, Vm, in, 0.0f, t, r);
+    scdb_k_gemm_cpu(0, 1, n, out, r, 1.0f, t, r, U, r, 1.0f, y, ldy);
+}
+
 scdb_err scdb_pair_decode_range(const scdb_pair *p, const scdb_codebook *cb, const void *payload,
                                 int block_n, int t0, int n, const int32_t *pos,
                                 const int32_t *tokens, int n_patch, scdb_kv_cache *cache, int slot0)
@@ -836,7 +992,9 @@ scdb_err scdb_pair_decode_range(const scdb_pair *p, const scdb_codebook *cb, con
     const void *src = payload;
     const uint16_t *codes;
     uint16_t *deq = NULL;             /* int8 codes: the range as f16 codes */
-    float *z = NULL, *h = NULL, *h0 = NULL;   /* h0: token input's rows */
+    float *z = NULL, *h = NULL, *t = NULL;   /* t: a lora pair's x V^T rows */
+    float *cs = NULL;                 /* RoPE's cos / sin at pos, for every layer */
+    float *h0 = NULL;                 /* token input's rows */
     unsigned char patch[SCDB_CODEC_MAX_LAYERS] = {0};
     scdb_err rc = SCDB_OK;
 
@@ -853,10 +1011,6 @@ scdb_err scdb_pair_decode_range(const scdb_pair *p, const scdb_codebook *cb, con
     z = malloc(((size_t)n * D + 1) * sizeof *z);
     h = malloc((size_t)n * d * sizeof *h);
     if (!z || !h) { rc = SCDB_ENOMEM; goto done; }
-    if (in->token_input) {
-        if (!(h0 = malloc((size_t)n * d * sizeof *h0))) { rc = SCDB_ENOMEM; goto done; }
-        cx_tok_h0(p, tokens, n, h0);
-    }
     /* layer sections of the range: section l of the block starts at
      * block_n * off[l]; the range's rows follow from row t0 */
     for (int l = 0; l < in->n_layers; l++) {
@@ -878,27 +1032,47 @@ scdb_err scdb_pair_decode_range(const scdb_pair *p, const scdb_codebook *cb, con
         free(z);
         z = zt;
     }
+    /* a lora pair decodes with its shared part's tensors and adds its own
+     * low-rank corrections (codec_internal.h): t = x V^T, y += t U^T */
+    const scdb_pair *S = p->shared;
+    const scdb_pair *T0 = S ? S : p;          /* whose token layer */
+    int rmax = in->dec_rank > in->align_rank ? in->dec_rank : in->align_rank;
+    if (in->lora_rank > rmax) rmax = in->lora_rank;
+    if (S && rmax > 0 && !(t = malloc((size_t)n * rmax * sizeof *t))) { rc = SCDB_ENOMEM; goto done; }
+    if (!(cs = malloc((size_t)n * in->head_dim * sizeof *cs))) { rc = SCDB_ENOMEM; goto done; }
+    scdb_k_rope_angles_cpu(pos, n, in->head_dim, in->rope_theta, cs);
+    if (in->token_input) {   /* h0: the token layer's rows (its embedding and norm) */
+        if (!(h0 = malloc((size_t)n * d * sizeof *h0))) { rc = SCDB_ENOMEM; goto done; }
+        cx_tok_h0(T0, tokens, n, h0);
+    }
     for (int l = 0; l < in->n_layers; l++) {
         const scdb_cb_layer *CL = &p->layers[l];
-        const cx_player *L = &p->L[l];
+        const cx_player *L = &p->L[l], *W = S ? &S->L[l] : L;   /* W: decoders, aligner, Wk/Wv */
         float *K = scdb_kv_k(cache, l, slot0), *V = scdb_kv_v(cache, l, slot0);
         /* input rows: section l [n][width], or the whole rows [n][D] */
         const float *zl = p->all_input ? z : z + (size_t)n * CL->offset;
         int iw = cx_in_width(p, l);
         if (CL->kind == SCDB_CB_TOKENS || patch[l]) {
-            const float *wk = L->wk, *wv = L->wv;
+            const float *wk = W->wk, *wv = W->wv;
             if (CL->kind == SCDB_CB_TOKENS) {
                 for (int i = 0; i < n; i++)
-                    memcpy(h + (size_t)i * d, p->emb + (size_t)tokens[i] * d, (size_t)d * sizeof *h);
-                scdb_k_rmsnorm_cpu(h, p->norm0, n, d, in->norm_eps, h);
-                wk = p->wk0;
-                wv = p->wv0;
+                    memcpy(h + (size_t)i * d, T0->emb + (size_t)tokens[i] * d, (size_t)d * sizeof *h);
+                scdb_k_rmsnorm_cpu(h, T0->norm0, n, d, in->norm_eps, h);
+                wk = T0->wk0;
+                wv = T0->wv0;
+            } else if (S) {
+                scdb_aligner a = W->al;
+                a.b2 = L->b2e;
+                if ((rc = scdb_aligner_apply(&a, zl, iw, n, h))) goto done;
+                lowrank_add(zl, iw, n, L->av, L->au, in->align_rank, d, t, h, d);
             } else if ((rc = scdb_aligner_apply(&L->al, zl, iw, n, h))) {
                 goto done;
             }
             scdb_k_linear_cpu(h, wk, n, d, kv, K);
+            if (S) lowrank_add(h, d, n, L->lka, L->lkb, in->lora_rank, kv, t, K, kv);
             scdb_k_linear_cpu(h, wv, n, d, kv, V);
-            scdb_k_rope_cpu(K, n, in->n_kv_heads, in->head_dim, pos, in->rope_theta, 0);
+            if (S) lowrank_add(h, d, n, L->lva, L->lvb, in->lora_rank, kv, t, V, kv);
+            scdb_k_rope_apply_cpu(K, n, in->n_kv_heads, in->head_dim, cs, 0);
             continue;
         }
         for (int i = 0; i < n; i++) {
@@ -906,15 +1080,20 @@ scdb_err scdb_pair_decode_range(const scdb_pair *p, const scdb_codebook *cb, con
             memcpy(V + (size_t)i * kv, L->mv, (size_t)kv * sizeof *V);
         }
         if (iw > 0) {
-            scdb_k_gemm_cpu(0, 1, n, kv, iw, 1.0f, zl, iw, L->dk, iw, 1.0f, K, kv);
-            scdb_k_gemm_cpu(0, 1, n, kv, iw, 1.0f, zl, iw, L->dv, iw, 1.0f, V, kv);
+            scdb_k_gemm_cpu(0, 1, n, kv, iw, 1.0f, zl, iw, W->dk, iw, 1.0f, K, kv);
+            if (S) lowrank_add(zl, iw, n, L->ckv, L->cku, in->dec_rank, kv, t, K, kv);
+            scdb_k_gemm_cpu(0, 1, n, kv, iw, 1.0f, zl, iw, W->dv, iw, 1.0f, V, kv);
+            if (S) lowrank_add(zl, iw, n, L->cvv, L->cvu, in->dec_rank, kv, t, V, kv);
         }
-        if (h0) {
-            cx_tok_add(h0, n, d, L->gk, kv, K);
-            cx_tok_add(h0, n, d, L->gv, kv, V);
+        if (in->token_input) {
+            /* h0's decoders (a lora pair's: its shared part's, and its own
+             * correction of them), before RoPE; the device decode's order */
+            cx_tok_add(h0, n, d, W->gk, kv, K);
+            if (S && in->token_corr) lowrank_add(h0, d, n, L->ctk, L->cku, in->dec_rank, kv, t, K, kv);
+            cx_tok_add(h0, n, d, W->gv, kv, V);
+            if (S && in->token_corr) lowrank_add(h0, d, n, L->ctv, L->cvu, in->dec_rank, kv, t, V, kv);
         }
-        if (!p->k_post_rope)
-            scdb_k_rope_cpu(K, n, in->n_kv_heads, in->head_dim, pos, in->rope_theta, 0);
+        if (!p->k_post_rope) scdb_k_rope_apply_cpu(K, n, in->n_kv_heads, in->head_dim, cs, 0);
     }
     memcpy(cache->pos + slot0, pos, (size_t)n * sizeof *pos);
     if (cache->n < slot0 + n) cache->n = slot0 + n;
@@ -922,6 +1101,8 @@ done:
     free(deq);
     free(z);
     free(h);
+    free(t);
+    free(cs);
     free(h0);
     return rc;
 }

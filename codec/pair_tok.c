@@ -152,28 +152,23 @@ int cx_tok_clone(const scdb_pair *p, scdb_pair *q)
     return bad;
 }
 
-void cx_tok_materialise(scdb_pair *own, scdb_pair *s)
+void cx_tok_materialise(const scdb_pair *lora, scdb_pair *s)
 {
-    const scdb_pair_info *in = &own->info;
+    const scdb_pair_info *in = &lora->info;
     int kv = in->kv_dim, d = in->d_model, r = in->dec_rank;
+    if (!in->token_input || !in->token_corr || r <= 0) return;
     for (int l = 0; l < in->n_layers; l++) {
-        cx_player *O = &own->L[l], *S = &s->L[l];
-        if (in->token_corr && r > 0) {
-            round_f16(O->ctk, (size_t)r * d);
-            round_f16(O->ctv, (size_t)r * d);
-            /* g += u v_tok (u: the decoder correction's, f16-rounded by now) */
-            if (S->gk && O->cku && O->ctk) cx_gemm_nn(kv, d, r, O->cku, r, O->ctk, d, 1.0f, S->gk, d);
-            if (S->gv && O->cvu && O->ctv) cx_gemm_nn(kv, d, r, O->cvu, r, O->ctv, d, 1.0f, S->gv, d);
-        }
-        free(S->ctk); free(S->ctv);
-        S->ctk = O->ctk; S->ctv = O->ctv;
-        O->ctk = O->ctv = NULL;
+        const cx_player *O = &lora->L[l];
+        cx_player *S = &s->L[l];
+        /* g += u v_tok, in f32 as the other corrections */
+        if (S->gk && O->cku && O->ctk) cx_gemm_nn(kv, d, r, O->cku, r, O->ctk, d, 1.0f, S->gk, d);
+        if (S->gv && O->cvu && O->ctv) cx_gemm_nn(kv, d, r, O->cvu, r, O->ctv, d, 1.0f, S->gv, d);
     }
 }
 
 void cx_tok_h0(const scdb_pair *p, const int32_t *tokens, int n, float *h0)
 {
-    int d = p->info.d_model;
+    int d = p->info.d_model;   /* p: the pair holding the token layer (a lora pair's shared part) */
     for (int i = 0; i < n; i++) memcpy(h0 + (size_t)i * d, p->emb + (size_t)tokens[i] * d, (size_t)d * sizeof *h0);
     scdb_k_rmsnorm_cpu(h0, p->norm0, n, d, p->info.norm_eps, h0);
 }

@@ -99,6 +99,13 @@ void scdb_k_rmsnorm_cpu(const float *x, const float *w, int n_rows, int dim,
  * inverse != 0 undoes it (rotation by -angle).  head_dim must be even. */
 void scdb_k_rope_cpu(float *x, int n_tok, int n_heads, int head_dim,
                      const int32_t *pos, float theta, int inverse);
+/* The same in two steps, for many tensors at the same positions (a pair's
+ * decode ropes every layer's K): the cos / sin of each (token, pair) into
+ * cs [n_tok][head_dim/2][2], then the rotation with them -- bit for bit
+ * scdb_k_rope_cpu's result. */
+void scdb_k_rope_angles_cpu(const int32_t *pos, int n_tok, int head_dim, float theta, float *cs);
+void scdb_k_rope_apply_cpu(float *x, int n_tok, int n_heads, int head_dim, const float *cs,
+                           int inverse);
 
 /* Numerically stable softmax of each row of x [n_rows, n], in place.
  * -INFINITY entries get probability 0; an all -INFINITY row becomes 0s. */

@@ -96,6 +96,45 @@ expect 2 "calibrate: --no-token-corr without --lora-pairs" -- "$scdb" calibrate 
 expect 2 "calibrate: a codebook fit takes at most 8 consumers" -- "$scdb" calibrate --producer "$data/models/base" \
   $(for i in 1 2 3 4 5 6 7 8 9; do printf -- '--consumer %s ' "$data/models/code"; done) --ranks 8,8,8 \
   --patch-layers 1 -o "$tmp/no"
+# an adapter added to the shipped fleet (issue 23 item 4): fitted against the
+# shipped shared part without refitting it, on its own domain and a sample of
+# the fleet's, the seconds per added adapter printed; the pair loads and
+# decodes with the shipped shared part
+if [ -f "$data/pairs/base__fleet.safetensors" ] && [ -d "$data/adapters/perl" ]; then
+  ad="--codebook $cb --lora-pairs --shared $data/pairs/base__fleet.safetensors --consumer $data/adapters/perl"
+  expect 0 "calibrate --shared: one added adapter" -- "$scdb" calibrate $ad --own-windows 2 --fleet-windows 1 \
+    --eval-windows 1 -o "$tmp/added"
+  grep -q "own domain 'perl': 2 windows" "$tmp/err" && grep -Eq "a sample of the fleet: [1-9][0-9]* windows from" "$tmp/err" \
+    && ok "calibrate --shared: its own domain's windows and a sample of the fleet's" \
+    || { bad "calibrate --shared: statistics windows"; cat "$tmp/err"; }
+  grep -Eq "^added 1 adapter to the fleet of shared part [0-9a-f]{32}: [0-9.]+ s, cpu [0-9.]+ s in all .*: [0-9.]+ s, cpu [0-9.]+ s per added adapter" "$tmp/out" \
+    && grep -Eq '^  consumer perl: [0-9.]+ s \(cpu [0-9.]+ s: the statistics windows' "$tmp/out" \
+    && ok "calibrate --shared: seconds per added adapter, wall and cpu" \
+    || { bad "calibrate --shared: seconds per added adapter"; cat "$tmp/out"; }
+  # not refitted: the same file, copied beside the new pair that refers to it
+  cmp -s "$tmp/added/pairs/base__fleet.safetensors" "$data/pairs/base__fleet.safetensors" \
+    && ok "calibrate --shared: the shared part copied beside the pair, not refitted" \
+    || bad "calibrate --shared: no copy of the shared part beside the pair, or another one"
+  # an output dir holding ANOTHER shared part: refused, nothing written
+  mkdir -p "$tmp/other/pairs" && cp "$data/pairs/base__fleet.safetensors" "$tmp/other/pairs/"
+  printf 'x' | dd of="$tmp/other/pairs/base__fleet.safetensors" bs=1 seek=100 conv=notrunc 2>/dev/null
+  expect 1 "calibrate --shared: another shared part in the output dir is refused" -- "$scdb" calibrate $ad \
+    --own-windows 2 --fleet-windows 1 --eval-windows 1 -o "$tmp/other"
+  grep -q "in the way of --shared's copy\|is another shared part" "$tmp/err" \
+    && ok "calibrate --shared: says the shared part in the output dir is in the way" \
+    || { bad "calibrate --shared: other shared part message"; cat "$tmp/err"; }
+  [ ! -e "$tmp/other/pairs/base__perl.safetensors" ] && ok "calibrate --shared: no pair written beside another shared part" \
+    || bad "calibrate --shared wrote a pair beside another shared part"
+  expect 0 "bench fleet: the added adapter's pair with the shipped shared part" -- "$scdb" bench fleet --data "$data" \
+    --pairs "$tmp/added/pairs" --consumers perl --prefix 32 --cont 8 --windows 1 --reps 1
+  grep -q "^| perl | lora |" "$tmp/out" && ok "bench fleet: the added adapter decodes" \
+    || { bad "bench fleet: the added adapter's row"; cat "$tmp/out"; }
+fi
+expect 2 "calibrate: --own-windows without --shared" -- "$scdb" calibrate --codebook "$cb" --lora-pairs \
+  --consumer "$data/adapters/perl" --own-windows 3 -o "$tmp/no"
+expect 2 "calibrate: bad --sample-stride" -- "$scdb" calibrate --codebook "$cb" --lora-pairs \
+  --consumer "$data/adapters/perl" --sample-stride 0 -o "$tmp/no"
+
 bf="--data $data --prefix 32 --cont 8 --windows 1 --reps 1"
 expect 0 "bench fleet: tiny" -- "$scdb" bench fleet $bf --consumers base,code --json "$tmp/fleet.json"
 if /usr/bin/python3 - "$tmp/fleet.json" <<'PY'

@@ -173,6 +173,26 @@ static void kv_rel_err(const scdb_kv_cache *a, const scdb_kv_cache *ref, int n, 
     *ev = dv / nv;
 }
 
+/* max over layers of max |a - ref| / max |ref|, K and V, over n slots */
+static double kv_max_rel(const scdb_kv_cache *a, const scdb_kv_cache *ref, int n)
+{
+    double worst = 0;
+    int kv = scdb_kv_dim(ref);
+    for (int l = 0; l < ref->n_layers; l++)
+        for (int w = 0; w < 2; w++) {
+            const float *x = w ? scdb_kv_v(a, l, 0) : scdb_kv_k(a, l, 0);
+            const float *y = w ? scdb_kv_v(ref, l, 0) : scdb_kv_k(ref, l, 0);
+            double dm = 0, ym = 0;
+            for (int i = 0; i < n * kv; i++) {
+                double dd = fabs((double)x[i] - y[i]);
+                if (dd > dm) dm = dd;
+                if (fabs(y[i]) > ym) ym = fabs(y[i]);
+            }
+            if (ym > 0 && dm / ym > worst) worst = dm / ym;
+        }
+    return worst;
+}
+
 static void test_encode_decode_shapes(void **state)
 {
     (void)state;
@@ -1108,6 +1128,84 @@ static void test_lora_pairs(void **state)
     /* the device decode (CPU table) of the loaded lora pair: the CPU decode bit for bit */
     check_pair_dev(back, cb, -1);
     check_pair_dev(back, cb, 0);
+    check_pair_dev(back, cb, 1);
+
+    /* a lora pair decodes low-rank (its shared part's tensors + its own
+     * corrections as products): equal, to f32 rounding, to the decode of its
+     * materialised pair (every correction added into a copy of the shared
+     * tensors in f32).  Per layer, max |low-rank - materialised| over K
+     * (after RoPE) and V <= 1e-5 of max |materialised|; the shared part
+     * alone is far outside that (the comparison sees the corrections). */
+    {
+        scdb_pair *m = NULL, *sh = NULL;
+        assert_int_equal(cx_pair_materialise(back, &m), SCDB_OK);
+        assert_null(m->shared);
+        assert_non_null(back->shared);
+        assert_null(back->L[1].dk);          /* no copy of the shared decoders */
+        assert_int_equal(cx_pair_materialise(shared, &sh), SCDB_EINVAL);   /* not a lora pair */
+        assert_int_equal(cx_pair_clone(shared, &sh), SCDB_OK);
+        assert_int_equal(scdb_model_cache_new(ad[0], N, &x), SCDB_OK);
+        assert_int_equal(scdb_model_cache_new(ad[0], N, &y), SCDB_OK);
+        for (int np = -1; np <= 1; np++) {
+            assert_int_equal(scdb_pair_decode(back, cb, codes, N, pos, tok, np, x, 0), SCDB_OK);
+            assert_int_equal(scdb_pair_decode(m, cb, codes, N, pos, tok, np, y, 0), SCDB_OK);
+            double e = kv_max_rel(x, y, N);
+            assert_int_equal(scdb_pair_decode(sh, cb, codes, N, pos, tok, np, x, 0), SCDB_OK);
+            double es = kv_max_rel(x, y, N);
+            print_message("patch %d: low-rank vs materialised decode: max rel. difference %.2g (shared alone %.2g)\n",
+                          np, e, es);
+            assert_true(e <= 1e-5);
+            assert_true(es > 1e-3);
+        }
+        scdb_kv_cache_free(&x);
+        scdb_kv_cache_free(&y);
+        scdb_pair_free(&m);
+        scdb_pair_free(&sh);
+    }
+
+    /* the shared part is loaded once for every lora pair referencing it
+     * (the process's cache) and freed with the last of them */
+    {
+        char lp1[800];
+        scdb_pair *p1 = NULL, *a = NULL, *b = NULL;
+        assert_int_equal(scdb_calib_fleet_use(fl, f, 1), SCDB_OK);
+        for (int i = 0; i < 2; i++)
+            assert_int_equal(scdb_calib_add_eval(f, 0, text + text_len / 2 + (size_t)i * 100, 60), SCDB_OK);
+        assert_int_equal(scdb_calib_fit_lora_pair(f, cb, shared, &lf, &p1, err, sizeof err), SCDB_OK);
+        assert_ptr_equal(p1->shared, shared);   /* fitted: a reference to the caller's */
+        snprintf(lp1, sizeof lp1, "%s/prod__ad1.safetensors", pdir);
+        assert_int_equal(scdb_pair_save(p1, lp1), SCDB_OK);
+        scdb_pair_free(&p1);
+        int n0 = cx_shared_cache_count();      /* back's shared part is one */
+        assert_true(n0 >= 1);
+        assert_int_equal(scdb_pair_load(lp1, cb, &a, err, sizeof err), SCDB_OK);
+        assert_int_equal(scdb_pair_load(lp, cb, &b, err, sizeof err), SCDB_OK);
+        assert_ptr_equal(a->shared, back->shared);
+        assert_ptr_equal(b->shared, back->shared);
+        assert_int_equal(cx_shared_cache_count(), n0);
+        assert_int_equal(back->shared->refs, 3);
+        assert_string_equal(scdb_pair_get_info(a)->consumer, "ad1");
+        /* the last pair alone keeps it, and still decodes as the others did */
+        assert_int_equal(scdb_model_cache_new(ad[0], N, &x), SCDB_OK);
+        assert_int_equal(scdb_model_cache_new(ad[0], N, &y), SCDB_OK);
+        assert_int_equal(scdb_pair_decode(b, cb, codes, N, pos, tok, -1, x, 0), SCDB_OK);
+        scdb_pair_free(&a);
+        scdb_pair_free(&back);
+        assert_int_equal(b->shared->refs, 1);
+        assert_int_equal(cx_shared_cache_count(), n0);
+        assert_int_equal(scdb_pair_decode(b, cb, codes, N, pos, tok, -1, y, 0), SCDB_OK);
+        assert_memory_equal(x->k, y->k, (size_t)2 * N * 8 * sizeof(float));
+        assert_memory_equal(x->v, y->v, (size_t)2 * N * 8 * sizeof(float));
+        scdb_pair_free(&b);
+        assert_int_equal(cx_shared_cache_count(), n0 - 1);
+        /* loaded again: a fresh copy in the cache */
+        assert_int_equal(scdb_pair_load(lp, cb, &back, err, sizeof err), SCDB_OK);
+        assert_int_equal(cx_shared_cache_count(), n0);
+        assert_int_equal(back->shared->refs, 1);
+        scdb_kv_cache_free(&x);
+        scdb_kv_cache_free(&y);
+        assert_int_equal(scdb_calib_fleet_use(fl, f, 0), SCDB_OK);
+    }
 
     /* the reference refusal: a base that is not the codebook's producer */
     char ofp[SCDB_CODEC_FP_LEN];
@@ -2296,6 +2394,26 @@ static void test_token_lora(void **state)
                                                                       : "without token input",
                       e[k][0], e[k][1], kl);
         if (k < 2) {
+            /* low-rank (as loaded) == the materialised reference, g += u v_tok
+             * applied, to f32 rounding; without it (the shared g alone) it is not */
+            scdb_pair *m = NULL;
+            assert_int_equal(cx_pair_materialise(lo[k], &m), SCDB_OK);
+            for (int np = 0; np <= 1; np++) {
+                assert_int_equal(scdb_pair_decode(lo[k], cb, codes, N, pos, tok, np, x, 0), SCDB_OK);
+                assert_int_equal(scdb_pair_decode(m, cb, codes, N, pos, tok, np, y, 0), SCDB_OK);
+                double dmax = kv_max_rel(x, y, N);
+                print_message("  patch %d: low-rank vs materialised decode: max rel. difference %.2g\n", np, dmax);
+                assert_true(dmax <= 1e-5);
+            }
+            if (k == 0) {
+                /* drop the token correction from the reference: it must then differ */
+                for (int l = 0; l < m->info.n_layers; l++)
+                    if (m->L[l].gk) memcpy(m->L[l].gk, sh1->L[l].gk, (size_t)8 * 16 * sizeof(float));
+                assert_int_equal(scdb_pair_decode(lo[k], cb, codes, N, pos, tok, 0, x, 0), SCDB_OK);
+                assert_int_equal(scdb_pair_decode(m, cb, codes, N, pos, tok, 0, y, 0), SCDB_OK);
+                assert_true(kv_max_rel(x, y, N) > 1e-4);
+            }
+            scdb_pair_free(&m);
             /* file == memory; the device decode == the CPU decode */
             assert_int_equal(scdb_pair_load(lpath[k], cb, &back, err, sizeof err), SCDB_OK);
             for (int np = 0; np <= 1; np++) {

@@ -207,6 +207,21 @@ static void test_rope(void **state)
     /* undo restores the input */
     scdb_k_rope_cpu(x, n, heads, hd, pos, 10000.0f, 1);
     assert_close(x, orig, (size_t)n * heads * hd, 1e-5f);
+    /* in two steps (the angles once, then any number of tensors): the same
+     * bits, both ways, and a head_dim past rope_cpu's stack table */
+    for (int big = 0; big <= 1; big++) {
+        int d = big ? 300 : hd, m = big ? 2 : n;
+        size_t len = (size_t)m * heads * d;
+        float *a = rand_vec(len), *b = malloc(len * 4), *cs = malloc((size_t)m * d * 4);
+        memcpy(b, a, len * 4);
+        scdb_k_rope_angles_cpu(pos, m, d, 10000.0f, cs);
+        for (int inv = 0; inv <= 1; inv++) {
+            scdb_k_rope_cpu(a, m, heads, d, pos, 10000.0f, inv);
+            scdb_k_rope_apply_cpu(b, m, heads, d, cs, inv);
+            assert_memory_equal(a, b, len * 4);
+        }
+        free(a); free(b); free(cs);
+    }
     free(x); free(orig); free(r);
 }
 
@@ -229,6 +244,26 @@ static void test_softmax(void **state)
     assert_close(x, r, (size_t)rows * n, 1e-6f);
     assert_true(x[5] == 0.0f);
     free(x); free(r);
+    /* bit for bit the plain sequential form (max in one chain, expf of every
+     * entry, one running sum), masked (causal) and unmasked rows of every
+     * length around the 8-lane max, zero maxima of either sign */
+    for (int len = 1; len <= 41; len++) {
+        float *a = rand_vec((size_t)len), *b = malloc((size_t)len * 4);
+        for (int i = 0; i < len; i++) {
+            a[i] *= 20.0f;
+            if (len > 3 && i > len / 2 && i % 3) a[i] = -INFINITY;
+        }
+        if (len == 7) { for (int i = 0; i < len; i++) a[i] = -1.0f; a[2] = 0.0f; a[5] = -0.0f; }
+        if (len == 9) { for (int i = 0; i < len; i++) a[i] = -1.0f; a[1] = -0.0f; a[8] = 0.0f; }
+        memcpy(b, a, (size_t)len * 4);
+        float mx = -INFINITY, sum = 0.0f;
+        for (int i = 0; i < len; i++) if (b[i] > mx) mx = b[i];
+        for (int i = 0; i < len; i++) { b[i] = expf(b[i] - mx); sum += b[i]; }
+        for (int i = 0; i < len; i++) b[i] *= 1.0f / sum;
+        scdb_k_softmax_cpu(a, 1, len);
+        assert_memory_equal(a, b, (size_t)len * 4);
+        free(a); free(b);
+    }
 }
 
 /* log-softmax: exp sums to 1, differences of logits kept, huge logits stable */

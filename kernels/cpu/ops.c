@@ -39,39 +39,103 @@ void scdb_k_rmsnorm_cpu(const float *x, const float *w, int n_rows, int dim,
     }
 }
 
+/* RoPE's inverse frequency of pair i: the PyTorch reference's
+ * theta^(2i/d) in f32 */
+static float rope_inv_freq(int i, int head_dim, float theta)
+{
+    return 1.0f / powf(theta, (float)(2 * i) / (float)head_dim);
+}
+
+/* rotate pair (i, i + half) of each head of one token by (c, s) */
+static void rope_rotate(float *xt, int n_heads, int head_dim, int i, float c, float s)
+{
+    int half = head_dim / 2;
+    for (int h = 0; h < n_heads; h++) {
+        float *xh = xt + (size_t)h * head_dim;
+        float a = xh[i], b = xh[i + half];
+        xh[i] = a * c - b * s;
+        xh[i + half] = a * s + b * c;
+    }
+}
+
 void scdb_k_rope_cpu(float *x, int n_tok, int n_heads, int head_dim,
                      const int32_t *pos, float theta, int inverse)
 {
     int half = head_dim / 2;
+    float inv_small[128];
+    for (int i = 0; i < half && i < 128; i++) inv_small[i] = rope_inv_freq(i, head_dim, theta);
     for (int t = 0; t < n_tok; t++) {
         for (int i = 0; i < half; i++) {
-            /* same formula as the PyTorch reference: theta^(2i/d) in f32 */
-            float inv_freq = 1.0f / powf(theta, (float)(2 * i) / (float)head_dim);
+            float inv_freq = i < 128 ? inv_small[i] : rope_inv_freq(i, head_dim, theta);
             float ang = (float)pos[t] * inv_freq;
             float c = cosf(ang), s = sinf(ang);
             if (inverse) s = -s;
-            for (int h = 0; h < n_heads; h++) {
-                float *xh = x + ((size_t)t * n_heads + h) * head_dim;
-                float a = xh[i], b = xh[i + half];
-                xh[i] = a * c - b * s;
-                xh[i + half] = a * s + b * c;
-            }
+            rope_rotate(x + (size_t)t * n_heads * head_dim, n_heads, head_dim, i, c, s);
         }
     }
+}
+
+void scdb_k_rope_angles_cpu(const int32_t *pos, int n_tok, int head_dim, float theta, float *cs)
+{
+    int half = head_dim / 2;
+    for (int i = 0; i < half; i++) {
+        float inv_freq = rope_inv_freq(i, head_dim, theta);
+        for (int t = 0; t < n_tok; t++) {
+            float ang = (float)pos[t] * inv_freq;
+            float c = cosf(ang), s = sinf(ang);
+            cs[((size_t)t * half + i) * 2] = c;
+            cs[((size_t)t * half + i) * 2 + 1] = s;
+        }
+    }
+}
+
+void scdb_k_rope_apply_cpu(float *x, int n_tok, int n_heads, int head_dim, const float *cs,
+                           int inverse)
+{
+    int half = head_dim / 2;
+    for (int t = 0; t < n_tok; t++)
+        for (int i = 0; i < half; i++) {
+            float c = cs[((size_t)t * half + i) * 2], s = cs[((size_t)t * half + i) * 2 + 1];
+            if (inverse) s = -s;
+            rope_rotate(x + (size_t)t * n_heads * head_dim, n_heads, head_dim, i, c, s);
+        }
+}
+
+/* max of x[0..n) as `if (x[i] > mx) mx = x[i]` from -INFINITY finds it (NaN
+ * entries never win), in 8 independent lanes: the same value (a max rounds
+ * nothing; at most the sign of a zero maximum may differ, which x - mx and
+ * the -INFINITY test below do not see), without a compare chain as long as
+ * the row. */
+static float row_max(const float *x, int n)
+{
+    float m[8], mx = -INFINITY;
+    int i = 0;
+    for (int k = 0; k < 8; k++) m[k] = -INFINITY;
+    for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; k++) m[k] = x[i + k] > m[k] ? x[i + k] : m[k];
+    for (int k = 0; k < 8; k++) if (m[k] > mx) mx = m[k];
+    for (; i < n; i++) if (x[i] > mx) mx = x[i];
+    return mx;
 }
 
 void scdb_k_softmax_cpu(float *x, int n_rows, int n)
 {
     for (int r = 0; r < n_rows; r++) {
         float *xr = x + (size_t)r * n;
-        float mx = -INFINITY;
-        for (int i = 0; i < n; i++) if (xr[i] > mx) mx = xr[i];
+        float mx = row_max(xr, n);
         if (mx == -INFINITY) {
             for (int i = 0; i < n; i++) xr[i] = 0.0f;
             continue;
         }
         float sum = 0.0f;
-        for (int i = 0; i < n; i++) { xr[i] = expf(xr[i] - mx); sum += xr[i]; }
+        /* masked entries (-INFINITY: half of a causal prefill's scores) are
+         * exactly 0: no expf, and adding 0 to the (non-negative) sum leaves
+         * it as it is, so skipping them changes no bit */
+        for (int i = 0; i < n; i++) {
+            if (xr[i] == -INFINITY) { xr[i] = 0.0f; continue; }
+            xr[i] = expf(xr[i] - mx);
+            sum += xr[i];
+        }
         float inv = 1.0f / sum;
         for (int i = 0; i < n; i++) xr[i] *= inv;
     }
