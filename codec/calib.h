@@ -124,6 +124,35 @@ void cx_cal_layer_enc_h(const scdb_codebook *cb, int l, int d, double *E);
 scdb_err cx_cal_pair_skeleton(const scdb_calib *c, const scdb_codebook *cb, int j,
                               scdb_pair **out, double *relk, double *relv);
 
+/* calib_decoders.c, token input (codec.h, scdb_pair_info.token_input):
+ * least squares with an intercept of many targets on one input X [n][p]
+ * (cx_ols's ridge: 1e-6 of the mean diagonal on the non-intercept
+ * columns; the last pt columns, h0's, CX_TOK_RIDGE more), its Gram factored once: W [o][p], b [o], relative error on the
+ * rows into *rel (may be NULL); the rows [z | h0] [n][D + d] of the
+ * samples' codes and model j's layer-0 H_in (h0: what the TOKEN layer
+ * computes from the token); and the token-input REUSE decoders of every
+ * coded layer of pair p for model j (dk, dv [kv][D], gk, gv [kv][d], means),
+ * relative errors into relk / relv (and, without token input, rel0k /
+ * rel0v when not NULL). */
+typedef struct cx_ls cx_ls;
+scdb_err cx_ls_new(const float *X, int n, int p, int pt, cx_ls **out);
+/* The ridge of h0's columns (the last pt of cx_ls_new's, a token-input
+ * correction's): this times their mean centred variance.  h0 spans only
+ * the tokens of the samples and says nothing of their context, so its
+ * decoders fit the calibration text's token statistics; measured on the
+ * fleet's held-back windows (13 adapters, scdb calibrate --lora-pairs;
+ * docs/incoming-tokdec.md): 1e-6 (cx_ols's alone) made html's REUSE KL
+ * 0.083 -> 0.111 (worse than no token input), 1e-2 0.074, best or within
+ * 5% of the best on 12 of 13; 1e-1 lost most of the gain elsewhere. */
+#define CX_TOK_RIDGE 1e-2
+scdb_err cx_ls_fit(const cx_ls *s, const float *Y, int o, float *W, float *b, double *rel);
+void cx_ls_free(cx_ls **s);
+scdb_err cx_cal_tok_rows(const scdb_calib *c, const float *zall, int D, int j, float **out);
+scdb_err cx_cal_tok_decoders(const scdb_calib *c, const scdb_codebook *cb, int j, const float *zall,
+                             scdb_pair *p, double *relk, double *relv, double *rel0k, double *rel0v);
+/* W [o][D + d] -> dst [o][D] (allocated when *dst is NULL) and g [o][d] */
+scdb_err cx_cal_tok_split(const float *W, int o, int D, int d, float **dst, float **g);
+
 /* calib_eval.c: a cache built for one held-back window; the decode builder
  * (codes of the window decoded with cb/p, optionally only one layer over
  * the oracle cache); mean KL and top-1 over model j's windows. */

@@ -201,3 +201,155 @@ fail:
     scdb_pair_free(&p);
     return rc;
 }
+
+/* ------------------------------------------------------------ token input */
+
+struct cx_ls {
+    int n, p;
+    const float *X;
+    double *A;        /* Cholesky factor of [X 1]^T [X 1] + ridge, (p + 1)^2 */
+};
+
+scdb_err cx_ls_new(const float *X, int n, int p, int pt, cx_ls **out)
+{
+    int q = p + 1;
+    cx_ls *s = calloc(1, sizeof *s);
+    double *A = calloc((size_t)q * q, sizeof *A);
+    *out = NULL;
+    if (!s || !A) { free(s); free(A); return SCDB_ENOMEM; }
+    /* lower triangle, row by row (cx_ols's sums, in double) */
+    for (int i = 0; i < n; i++) {
+        const float *x = X + (size_t)i * p;
+        for (int a = 0; a < q; a++) {
+            double xa = a < p ? x[a] : 1.0;
+            double *Ar = A + (size_t)a * q;
+            for (int c = 0; c < p && c <= a; c++) Ar[c] += xa * x[c];
+            if (a == p) Ar[p] += 1.0;
+        }
+    }
+    double tr = 0.0;
+    for (int a = 0; a < q; a++) {
+        for (int c = 0; c < a; c++) A[(size_t)c * q + a] = A[(size_t)a * q + c];
+        tr += A[(size_t)a * q + a];
+    }
+    for (int a = 0; a < p; a++) A[(size_t)a * q + a] += 1e-6 * tr / q + 1e-12;
+    /* the last pt columns (h0): a ridge relative to their mean variance */
+    double vt = 0.0;
+    for (int a = p - pt; a < p; a++) {
+        double sa = A[(size_t)p * q + a];
+        vt += A[(size_t)a * q + a] - sa * sa / (n ? n : 1);
+    }
+    for (int a = p - pt; a < p && pt > 0; a++) A[(size_t)a * q + a] += CX_TOK_RIDGE * vt / pt;
+    if (cx_cholesky(A, q)) { free(s); free(A); return SCDB_ERANGE; }
+    s->n = n; s->p = p; s->X = X; s->A = A;
+    *out = s;
+    return SCDB_OK;
+}
+
+void cx_ls_free(cx_ls **ps)
+{
+    if (!ps || !*ps) return;
+    free((*ps)->A);
+    free(*ps);
+    *ps = NULL;
+}
+
+scdb_err cx_ls_fit(const cx_ls *s, const float *Y, int o, float *W, float *b, double *rel)
+{
+    int n = s->n, p = s->p, q = p + 1;
+    double *B = calloc((size_t)q * o, sizeof *B), *mu = calloc((size_t)o, sizeof *mu);
+    if (!B || !mu) { free(B); free(mu); return SCDB_ENOMEM; }
+    for (int i = 0; i < n; i++) {
+        const float *x = s->X + (size_t)i * p, *y = Y + (size_t)i * o;
+        for (int a = 0; a < q; a++) {
+            double xa = a < p ? x[a] : 1.0, *Br = B + (size_t)a * o;
+            for (int c = 0; c < o; c++) Br[c] += xa * y[c];
+        }
+    }
+    for (int c = 0; c < o; c++) mu[c] = B[(size_t)p * o + c] / (n ? n : 1);
+    cx_chol_solve(s->A, q, B, o);
+    for (int c = 0; c < o; c++) {
+        for (int a = 0; a < p; a++) W[(size_t)c * p + a] = (float)B[(size_t)a * o + c];
+        b[c] = (float)B[(size_t)p * o + c];
+    }
+    if (rel) {
+        /* on the rows, with the f32 weights as decode uses them */
+        double se = 0.0, var = 0.0;
+        float *pr = malloc((size_t)n * o * sizeof *pr);
+        if (!pr) { free(B); free(mu); return SCDB_ENOMEM; }
+        for (int i = 0; i < n; i++) memcpy(pr + (size_t)i * o, b, (size_t)o * sizeof *pr);
+        scdb_k_gemm_cpu(0, 1, n, o, p, 1.0f, s->X, p, W, p, 1.0f, pr, o);
+        for (int i = 0; i < n; i++)
+            for (int c = 0; c < o; c++) {
+                double y = Y[(size_t)i * o + c], e = pr[(size_t)i * o + c] - y, dv = y - mu[c];
+                se += e * e;
+                var += dv * dv;
+            }
+        free(pr);
+        *rel = var > 0 ? se / var : 0.0;
+    }
+    free(B);
+    free(mu);
+    return SCDB_OK;
+}
+
+scdb_err cx_cal_tok_rows(const scdb_calib *c, const float *zall, int D, int j, float **out)
+{
+    int n = c->ns, d = c->d, w = D + d;
+    float *X = malloc((size_t)n * w * sizeof *X);
+    *out = NULL;
+    if (!X) return SCDB_ENOMEM;
+    for (int i = 0; i < n; i++) {
+        memcpy(X + (size_t)i * w, zall + (size_t)i * D, (size_t)D * sizeof *X);
+        memcpy(X + (size_t)i * w + D, c->samp[j][0] + (size_t)i * d, (size_t)d * sizeof *X);
+    }
+    *out = X;
+    return SCDB_OK;
+}
+
+scdb_err cx_cal_tok_split(const float *W, int o, int D, int d, float **dst, float **g)
+{
+    if (!*dst) *dst = malloc((size_t)o * (D ? D : 1) * sizeof **dst);
+    free(*g);
+    *g = malloc((size_t)o * d * sizeof **g);
+    if (!*dst || !*g) return SCDB_ENOMEM;
+    for (int r = 0; r < o; r++) {
+        memcpy(*dst + (size_t)r * D, W + (size_t)r * (D + d), (size_t)D * sizeof **dst);
+        memcpy(*g + (size_t)r * d, W + (size_t)r * (D + d) + D, (size_t)d * sizeof **g);
+    }
+    return SCDB_OK;
+}
+
+scdb_err cx_cal_tok_decoders(const scdb_calib *c, const scdb_codebook *cb, int j, const float *zall,
+                             scdb_pair *p, double *relk, double *relv, double *rel0k, double *rel0v)
+{
+    int n = c->ns, d = c->d, kv = c->kv, D = cb->info.code_dim, w = D + d;
+    float *X = NULL, *T = malloc((size_t)n * kv * sizeof *T), *W = malloc((size_t)kv * w * sizeof *W);
+    float *b = malloc((size_t)kv * sizeof *b);
+    cx_ls *ls = NULL, *ls0 = NULL;
+    scdb_err rc = SCDB_ENOMEM;
+    if (!T || !W || !b) goto done;
+    if ((rc = cx_cal_tok_rows(c, zall, D, j, &X)) || (rc = cx_ls_new(X, n, w, d, &ls))) goto done;
+    if (rel0k && rel0v && (rc = cx_ls_new(zall, n, D, 0, &ls0))) goto done;
+    for (int l = 0; l < c->L; l++) {
+        cx_player *P = &p->L[l];
+        if (cb->info.layers[l].kind != SCDB_CB_CODED) continue;
+        for (int pp = 0; pp < 2; pp++) {
+            float **dst = pp ? &P->dv : &P->dk, **g = pp ? &P->gv : &P->gk, **m = pp ? &P->mv : &P->mk;
+            scdb_k_linear_cpu(c->samp[j][l], cx_cal_part_w(c, j, l, pp), n, d, kv, T);
+            if (!*m && !(*m = malloc((size_t)kv * sizeof **m))) { rc = SCDB_ENOMEM; goto done; }
+            if ((rc = cx_ls_fit(ls, T, kv, W, *m, pp ? &relv[l] : &relk[l]))) goto done;
+            free(*dst);
+            *dst = NULL;
+            if ((rc = cx_cal_tok_split(W, kv, D, d, dst, g))) goto done;
+            if (ls0 && (rc = cx_ls_fit(ls0, T, kv, W, b, pp ? &rel0v[l] : &rel0k[l]))) goto done;
+        }
+    }
+    p->info.token_input = 1;
+    rc = SCDB_OK;
+done:
+    cx_ls_free(&ls);
+    cx_ls_free(&ls0);
+    free(X); free(T); free(W); free(b);
+    return rc;
+}

@@ -124,9 +124,12 @@ scdb_err scdb_calib_fit_shared(scdb_calib *c, const scdb_codebook *cb, const scd
     float *zall = NULL, *kb = NULL, *vb = NULL, *hb = NULL;
     scdb_pair_fit def = {0};
     scdb_err rc;
+    float *X = NULL, *W = NULL;   /* token input: rows [z | h0], weights */
+    cx_ls *ls = NULL;
     if (!cb || !out || !fleet_fits(f, c) || f->n < 1) return SCDB_EINVAL;
     *out = NULL;
     if (!pf) pf = &def;
+    if (pf->token_input && (cb->info.layers[0].kind != SCDB_CB_TOKENS || cb->info.k_post_rope)) return SCDB_EINVAL;
     const int n = c->ns, d = c->d, kv = c->kv, D = cb->info.code_dim;
     /* the producer's skeleton: its info, its token layer (the base's) */
     if ((rc = cx_cal_pair_skeleton(c, cb, 0, &p, NULL, NULL))) return rc;
@@ -143,8 +146,16 @@ scdb_err scdb_calib_fit_shared(scdb_calib *c, const scdb_codebook *cb, const scd
     vb = malloc((size_t)n * kv * sizeof *vb);
     hb = malloc((size_t)n * d * sizeof *hb);
     if (!kb || !vb || !hb) goto fail;
-    VERB(c, "  shared part of %d adapters: decoders from every layer's code on the fleet's mean states "
-         "(%d inputs, %d samples)\n", f->n, D, n);
+    if (pf->token_input) {
+        /* h0: the base's layer-0 H_in, every adapter's too (check_adapter) */
+        if ((rc = cx_cal_tok_rows(c, zall, D, 0, &X)) || (rc = cx_ls_new(X, n, D + d, d, &ls))) goto fail;
+        rc = SCDB_ENOMEM;
+        if (!(W = malloc((size_t)kv * (D + d) * sizeof *W))) goto fail;
+        in->token_input = 1;
+    }
+    VERB(c, "  shared part of %d adapters: decoders from every layer's code%s on the fleet's mean states "
+         "(%d inputs, %d samples)\n", f->n, pf->token_input ? " and h0 (token input)" : "",
+         D + (pf->token_input ? d : 0), n);
     for (int l = 0; l < c->L; l++) {
         if (cb->info.layers[l].kind != SCDB_CB_CODED) continue;
         cx_player *P = &p->L[l];
@@ -156,6 +167,14 @@ scdb_err scdb_calib_fit_shared(scdb_calib *c, const scdb_codebook *cb, const scd
         P->dk = malloc((size_t)kv * D * sizeof(float));
         P->dv = malloc((size_t)kv * D * sizeof(float));
         if (!P->dk || !P->dv) goto fail;
+        if (ls) {
+            double rk, rv;
+            if ((rc = cx_ls_fit(ls, kb, kv, W, P->mk, &rk)) || (rc = cx_cal_tok_split(W, kv, D, d, &P->dk, &P->gk)) ||
+                (rc = cx_ls_fit(ls, vb, kv, W, P->mv, &rv)) || (rc = cx_cal_tok_split(W, kv, D, d, &P->dv, &P->gv)))
+                goto fail;
+            VERB(c, "    layer %d: relative error of the mean K %.4f  V %.4f (token input)\n", l, rk, rv);
+            continue;
+        }
         if ((rc = cx_ols(zall, kb, n, D, kv, P->dk, P->mk)) || (rc = cx_ols(zall, vb, n, D, kv, P->dv, P->mv)))
             goto fail;
     }
@@ -191,15 +210,18 @@ scdb_err scdb_calib_fit_shared(scdb_calib *c, const scdb_codebook *cb, const scd
     snprintf(p->notes, sizeof p->notes,
              "shared part of a fleet of %d adapters: decoders (every layer's code) by least squares and "
              "aligners (SiLU MLP hidden %d + linear skip, Adam %d steps) on the mean of the adapters' states "
-             "over %lld calibration tokens (%d samples); Wk/Wv and the token layer are the base's",
-             f->n, in->hidden, pf->steps > 0 ? pf->steps : 1500, c->ntok, n);
+             "over %lld calibration tokens (%d samples); Wk/Wv and the token layer are the base's%s",
+             f->n, in->hidden, pf->steps > 0 ? pf->steps : 1500, c->ntok, n,
+             pf->token_input ? "; decoders read h0 too (token input: the base's layer-0 H_in of the token)" : "");
     cx_pair_finish(p);
     if ((rc = cx_pair_checksum(p, in->checksum))) goto fail;
-    free(zall); free(kb); free(vb); free(hb);
+    free(zall); free(kb); free(vb); free(hb); free(X); free(W);
+    cx_ls_free(&ls);
     *out = p;
     return SCDB_OK;
 fail:
-    free(zall); free(kb); free(vb); free(hb);
+    free(zall); free(kb); free(vb); free(hb); free(X); free(W);
+    cx_ls_free(&ls);
     scdb_pair_free(&p);
     return rc;
 }
@@ -354,12 +376,59 @@ static scdb_err check_adapter(const scdb_calib *c, const scdb_codebook *cb, char
     return SCDB_OK;
 }
 
+/* Token-input corrections' rows X = [z | h0] [n][D + d] (h0: the adapter's
+ * layer-0 H_in, its base's), the same rows centred (Xc: what rrr reads,
+ * with a zero mean, so that no cross-product cancels), their mean and the
+ * Cholesky factor of their centred Gram (in double: h0 spans only the
+ * tokens the samples hold, so the Gram is singular but for the ridge) plus
+ * the ridge of the z-only corrections (below). */
+static scdb_err tok_gram(const scdb_calib *c, const float *zall, int D, float **X, float **Xc, double **Gf,
+                         double **xbar)
+{
+    int n = c->ns, w = D + c->d;
+    scdb_err rc = cx_cal_tok_rows(c, zall, D, 1, X);
+    if (rc) return rc;
+    double *G = calloc((size_t)w * w, sizeof *G), *m = calloc((size_t)w, sizeof *m);
+    float *xc = malloc((size_t)n * w * sizeof *xc);
+    double *row = malloc((size_t)w * sizeof *row);
+    if (!G || !m || !xc || !row) { free(G); free(m); free(xc); free(row); return SCDB_ENOMEM; }
+    for (int i = 0; i < n; i++) for (int a = 0; a < w; a++) m[a] += (*X)[(size_t)i * w + a];
+    for (int a = 0; a < w; a++) m[a] /= n;
+    for (int i = 0; i < n; i++) {
+        for (int a = 0; a < w; a++) {
+            row[a] = (double)(*X)[(size_t)i * w + a] - m[a];
+            xc[(size_t)i * w + a] = (float)row[a];
+        }
+        for (int a = 0; a < w; a++) {
+            double ra = row[a], *Ga = G + (size_t)a * w;
+            for (int b = 0; b <= a; b++) Ga[b] += ra * row[b];
+        }
+    }
+    free(row);
+    double tr = 0;
+    for (int a = 0; a < w; a++) {
+        for (int b = 0; b < a; b++) G[(size_t)b * w + a] = G[(size_t)a * w + b];
+        tr += G[(size_t)a * w + a];
+    }
+    for (int a = 0; a < w; a++) G[(size_t)a * w + a] += 1e-6 * tr / w + 1e-12;
+    double vt = 0.0;   /* h0's columns: cx_ls_new's ridge */
+    for (int a = D; a < w; a++) vt += G[(size_t)a * w + a];
+    for (int a = D; a < w; a++) G[(size_t)a * w + a] += CX_TOK_RIDGE * vt / c->d;
+    if (cx_cholesky(G, w)) { free(G); free(m); free(xc); return SCDB_ERANGE; }
+    *Xc = xc;
+    *Gf = G;
+    *xbar = m;
+    return SCDB_OK;
+}
+
 scdb_err scdb_calib_fit_lora_pair(scdb_calib *c, const scdb_codebook *cb, const scdb_pair *shared,
                                   const scdb_lora_fit *lf, scdb_pair **out, char *why, size_t whylen)
 {
     scdb_pair *own = NULL, *p = NULL;
     float *zall = NULL, *T = NULL, *R = NULL, *H = NULL;
     double *G = NULL, *zbar = NULL;
+    float *Xt = NULL, *Xtc = NULL, *BT = NULL;   /* token_corr: rows [z | h0] (centred), shared [ds | g] */
+    double *Gt = NULL, *ztbar = NULL, *zero = NULL;   /* ... their Gram factor and mean */
     scdb_lora_fit def = {0};
     char whyb[512];
     scdb_err rc;
@@ -424,9 +493,20 @@ scdb_err scdb_calib_fit_lora_pair(scdb_calib *c, const scdb_codebook *cb, const 
     for (int a = 0; a < D; a++) G[(size_t)a * D + a] += 1e-6 * tr / D + 1e-12;
     if (cx_cholesky(G, D)) { rc = SCDB_ERANGE; goto fail; }
 
+    /* token input (a token-input shared part): the corrections read [z | h0]
+     * (token_corr, default) or z only, the shared h0 term kept as it is */
+    int tok = si->token_input, tcorr = tok && rdec > 0 && lf->token_corr >= 0;
+    in->token_input = tok;
+    in->token_corr = tcorr;
+    if (tcorr && (rc = tok_gram(c, zall, D, &Xt, &Xtc, &Gt, &ztbar))) goto fail;
+    if (tcorr && (!(BT = malloc((size_t)kv * (D + d) * sizeof *BT)) || !(zero = calloc((size_t)(D + d), sizeof *zero)))) {
+        rc = SCDB_ENOMEM;
+        goto fail;
+    }
     /* decoders: the adapter's K / V against the shared decoders' prediction */
-    VERB(c, "  pair %s -> %s (lora, shared part %s): decoder corrections rank %d, aligner corrections rank %d\n",
-         cb->info.producer, mc->name, in->shared_id, rdec, ral);
+    VERB(c, "  pair %s -> %s (lora, shared part %s): decoder corrections rank %d%s, aligner corrections rank %d\n",
+         cb->info.producer, mc->name, in->shared_id, rdec,
+         !tok ? "" : tcorr ? " (input [z | h0]: token input)" : " (input z; h0's decoders the shared part's)", ral);
     for (int l = 0; l < c->L; l++) {
         if (cb->info.layers[l].kind != SCDB_CB_CODED) continue;
         const cx_player *S = &shared->L[l];
@@ -435,9 +515,23 @@ scdb_err scdb_calib_fit_lora_pair(scdb_calib *c, const scdb_codebook *cb, const 
         for (int pp = 0; pp < 2; pp++) {
             const float *ds = pp ? S->dv : S->dk, *ms = pp ? S->mv : S->mk;
             float **u = pp ? &O->cvu : &O->cku, **v = pp ? &O->cvv : &O->ckv, **m = pp ? &O->mv : &O->mk;
+            /* the corrections' input: z, or (token_corr) [z | h0] with the shared
+             * decoders [ds | g] */
+            const float *Zd = zall, *bd = ds, *gs = pp ? S->gv : S->gk;
+            const double *zb = zbar, *Gd = G;
+            int Dd = D;
+            if (tcorr) {
+                Zd = Xt; zb = ztbar; Gd = Gt; Dd = D + d; bd = BT;
+                for (int o = 0; o < kv; o++) {
+                    memcpy(BT + (size_t)o * Dd, ds + (size_t)o * D, (size_t)D * sizeof *BT);
+                    memcpy(BT + (size_t)o * Dd + D, gs + (size_t)o * d, (size_t)d * sizeof *BT);
+                }
+            }
             scdb_k_linear_cpu(c->samp[1][l], cx_cal_part_w(c, 1, l, pp), n, d, kv, T);
+            /* token input, corrections of z only: the shared h0 term off the targets */
+            if (tok && !tcorr) scdb_k_gemm_cpu(0, 1, n, kv, d, -1.0f, c->samp[1][0], d, gs, d, 1.0f, T, kv);
             for (int i = 0; i < n; i++) memcpy(R + (size_t)i * kv, ms, (size_t)kv * sizeof *R);
-            scdb_k_gemm_cpu(0, 1, n, kv, D, 1.0f, zall, D, ds, D, 1.0f, R, kv);   /* shared prediction */
+            scdb_k_gemm_cpu(0, 1, n, kv, Dd, 1.0f, Zd, Dd, bd, Dd, 1.0f, R, kv);   /* shared prediction */
             double se0 = 0, var = 0;
             for (int o = 0; o < kv; o++) {
                 double mu = 0;
@@ -454,20 +548,20 @@ scdb_err scdb_calib_fit_lora_pair(scdb_calib *c, const scdb_codebook *cb, const 
             if (!*m) { rc = SCDB_ENOMEM; goto fail; }
             if (rdec > 0) {
                 *u = malloc((size_t)kv * rdec * sizeof **u);
-                *v = malloc((size_t)rdec * D * sizeof **v);
+                *v = malloc((size_t)rdec * Dd * sizeof **v);
                 if (!*u || !*v) { rc = SCDB_ENOMEM; goto fail; }
-                if ((rc = rrr(zall, zbar, G, n, D, R, kv, rdec, *u, *v))) goto fail;
+                if ((rc = rrr(tcorr ? Xtc : Zd, tcorr ? zero : zb, Gd, n, Dd, R, kv, rdec, *u, *v))) goto fail;
                 round16(*u, (size_t)kv * rdec);
-                round16(*v, (size_t)rdec * D);
+                round16(*v, (size_t)rdec * Dd);
             }
-            intercept(T, n, kv, zbar, D, ds, *u, *v, rdec, *m);
+            intercept(T, n, kv, zb, Dd, bd, *u, *v, rdec, *m);
             /* relative error after the correction */
             for (int i = 0; i < n; i++) memcpy(R + (size_t)i * kv, *m, (size_t)kv * sizeof *R);
-            scdb_k_gemm_cpu(0, 1, n, kv, D, 1.0f, zall, D, ds, D, 1.0f, R, kv);
+            scdb_k_gemm_cpu(0, 1, n, kv, Dd, 1.0f, Zd, Dd, bd, Dd, 1.0f, R, kv);
             if (rdec > 0) {
                 float *zu = malloc((size_t)n * rdec * sizeof *zu);
                 if (!zu) { rc = SCDB_ENOMEM; goto fail; }
-                scdb_k_gemm_cpu(0, 1, n, rdec, D, 1.0f, zall, D, *v, D, 0.0f, zu, rdec);
+                scdb_k_gemm_cpu(0, 1, n, rdec, Dd, 1.0f, Zd, Dd, *v, Dd, 0.0f, zu, rdec);
                 scdb_k_gemm_cpu(0, 1, n, kv, rdec, 1.0f, zu, rdec, *u, rdec, 1.0f, R, kv);
                 free(zu);
             }
@@ -475,6 +569,13 @@ scdb_err scdb_calib_fit_lora_pair(scdb_calib *c, const scdb_codebook *cb, const 
             for (size_t i = 0; i < (size_t)n * kv; i++) se1 += (double)(T[i] - R[i]) * (T[i] - R[i]);
             rel[pp][0] = var > 0 ? se0 / var : 0;
             rel[pp][1] = var > 0 ? se1 / var : 0;
+            if (tcorr) {
+                /* v [rdec][D + d] -> its code part and its h0 part */
+                float *vz = NULL, **vt = pp ? &O->ctv : &O->ctk;
+                if ((rc = cx_cal_tok_split(*v, rdec, D, d, &vz, vt))) { free(vz); goto fail; }
+                free(*v);
+                *v = vz;
+            }
         }
         VERB(c, "    layer %d: relative error K %.4f -> %.4f  V %.4f -> %.4f (shared -> corrected)\n", l,
              rel[0][0], rel[0][1], rel[1][0], rel[1][1]);
@@ -560,8 +661,10 @@ scdb_err scdb_calib_fit_lora_pair(scdb_calib *c, const scdb_codebook *cb, const 
     snprintf(own->notes, sizeof own->notes,
              "lora pair: shared part %s (%s) + rank-%d decoder and rank-%d aligner corrections fitted by "
              "reduced-rank regression on the adapter's states (%d samples, %lld calibration tokens), its means, "
-             "and its Wk/Wv deltas (rank %d) on the base's",
-             in->shared, in->shared_id, rdec, ral, n, c->ntok, lr);
+             "and its Wk/Wv deltas (rank %d) on the base's%s",
+             in->shared, in->shared_id, rdec, ral, n, c->ntok, lr,
+             !tok ? "" : tcorr ? "; token input: the decoder corrections read [z | h0] too"
+                               : "; token input: h0's decoders are the shared part's");
     /* the pair as loaded (low-rank, with the shared part), then its patch
      * order by measured KL */
     if ((rc = cx_pair_attach(own, (scdb_pair *)shared))) goto fail;   /* its count changes, not it */
@@ -570,10 +673,12 @@ scdb_err scdb_calib_fit_lora_pair(scdb_calib *c, const scdb_codebook *cb, const 
     scdb_pair_fit pf = {.n_patch = lf->n_patch, .keep_order = lf->keep_order};
     if ((rc = cx_cal_patch_order(c, cb, 1, p, &pf))) goto fail;
     free(zall); free(T); free(R); free(H); free(G); free(zbar);
+    free(Xt); free(Xtc); free(BT); free(Gt); free(ztbar); free(zero);
     *out = p;
     return SCDB_OK;
 fail:
     free(zall); free(T); free(R); free(H); free(G); free(zbar);
+    free(Xt); free(Xtc); free(BT); free(Gt); free(ztbar); free(zero);
     scdb_pair_free(&own);
     scdb_pair_free(&p);
     return rc;

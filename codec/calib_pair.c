@@ -200,6 +200,10 @@ scdb_err scdb_calib_fit_pair(scdb_calib *c, const scdb_codebook *cb, int ci,
     int j = ci + 1;
     const char *name = scdb_model_cfg(c->mod[j])->name;
     if (c->ns == 0 || (c->o.samples_only && !f->all_layers && j > 0)) return SCDB_EINVAL;
+    /* token input: decoders fitted on samples, h0 the TOKEN layer's, K pre-RoPE */
+    if (f->token_input && (!f->all_layers || cb->info.layers[0].kind != SCDB_CB_TOKENS ||
+                           cb->info.k_post_rope))
+        return SCDB_EINVAL;
     if (!scdb_model_config_same_arch(scdb_model_cfg(c->mod[0]), &cb->info.arch)) return SCDB_EMISMATCH;
     double rk[SCDB_CODEC_MAX_LAYERS] = {0}, rv[SCDB_CODEC_MAX_LAYERS] = {0};
     if ((rc = cx_cal_pair_skeleton(c, cb, j, &p, rk, rv))) return rc;
@@ -222,7 +226,16 @@ scdb_err scdb_calib_fit_pair(scdb_calib *c, const scdb_codebook *cb, int ci,
         p->all_input = in->all_input = 1;
         VERB(c, "  decoders from every layer's code (%d inputs, %d samples): relative error on samples\n",
              cb->info.code_dim, c->ns);
-        for (int l = 0; l < c->L; l++) {
+        if (f->token_input) {
+            double r0k[SCDB_CODEC_MAX_LAYERS] = {0}, r0v[SCDB_CODEC_MAX_LAYERS] = {0};
+            VERB(c, "  token input: decoders read [z | h0] (%d + %d inputs; h0 = %s's layer-0 H_in of the "
+                 "token), relative error on samples without -> with it\n", cb->info.code_dim, c->d, name);
+            if ((rc = cx_cal_tok_decoders(c, cb, j, zall, p, rk, rv, r0k, r0v))) goto fail;
+            for (int l = 0; l < c->L; l++)
+                if (cb->info.layers[l].kind == SCDB_CB_CODED)
+                    VERB(c, "    layer %d: K %.4f -> %.4f  V %.4f -> %.4f\n", l, r0k[l], rk[l], r0v[l], rv[l]);
+        }
+        for (int l = 0; l < c->L && !f->token_input; l++) {
             if (cb->info.layers[l].kind != SCDB_CB_CODED) continue;
             if ((rc = fit_decoders_rows(c, cb, j, l, zall, &p->L[l], &rk[l], &rv[l]))) goto fail;
             VERB(c, "    layer %d: K %.4f  V %.4f\n", l, rk[l], rv[l]);
@@ -245,11 +258,12 @@ scdb_err scdb_calib_fit_pair(scdb_calib *c, const scdb_codebook *cb, int ci,
     if ((rc = cx_cal_patch_order(c, cb, j, p, f))) goto fail;
     in->late_added = !cx_cal_fitted_here(c, cb);
     snprintf(p->notes, sizeof p->notes,
-             "%sdecoders (input: %s): least squares on %lld calibration tokens; aligners: SiLU MLP hidden %d + "
+             "%sdecoders (input: %s%s): least squares on %lld calibration tokens; aligners: SiLU MLP hidden %d + "
              "linear skip, Adam %d steps x batch %d on %d samples; patch order greedy by KL on %d "
              "held-back windows",
              in->late_added ? "late-added: fitted against the frozen codebook (its candidates, its codes); " : "",
-             f->all_layers ? "every layer's code, on samples" : "the layer's code", c->ntok, in->hidden,
+             f->all_layers ? "every layer's code, on samples" : "the layer's code",
+             f->token_input ? ", plus h0, the consumer's layer-0 H_in of the token" : "", c->ntok, in->hidden,
              f->steps > 0 ? f->steps : 1500, f->batch > 0 ? f->batch : 256,
              c->ns, have_eval);
     free(zall);

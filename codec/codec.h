@@ -283,6 +283,13 @@ typedef struct scdb_pair_info {
     int n_patch;                             /* default budget (<= n_aligners) */
     int has_tokens;                          /* token layer data present */
     int all_input;                           /* decoders read every layer's code */
+    int token_input;                         /* 1: REUSE decoders also read h0, the
+                                                consumer's layer-0 H_in of the token
+                                                (RMSNorm(E[tok]) * attn_norm, as the
+                                                token layer computes it): needs
+                                                has_tokens (schema/FORMATS.md, "Pair") */
+    int token_corr;                          /* lora, token_input: 1 when the decoder
+                                                corrections span h0 too */
     int late_added;                          /* 1: fitted against a frozen codebook
                                                 (one loaded, not fitted with it:
                                                 scdb calibrate --codebook) */
@@ -412,7 +419,12 @@ scdb_err scdb_pair_decode_range(const scdb_pair *p, const scdb_codebook *cb, con
  * computed on the host as the CPU decode does) go up, the REUSE layers run
  * lowrank_decode, the PATCH layers aligner + kv_regen, all on the device.
  * Per device:
- *   REUSE   dk, dv as f16 [kv][in] (exact: pairs store them as f16), mk, mv
+ *   REUSE   dk, dv as f16 [kv][in] (exact: pairs store them as f16), mk, mv;
+ *           token_input: the h0 decoders gk, gv [kv][d] as f32 (f16 values),
+ *           K = RoPE(z dk^T + mk + h0 gk^T) by lowrank_decode (no RoPE),
+ *           gemm (beta 1) and rope, h0 the TOKEN layer's rows (a lora
+ *           pair: its shared part's gk, gv and, with token_corr, its own
+ *           (h0 v_tok^T) u^T after its z correction, as on the CPU)
  *   PATCH   the aligner (w1, b1, w2, b2, skip) and the consumer's Wk, Wv
  *   TOKEN   Wk, Wv of layer 0 (E and the norm weight stay on the host)
  * A lora pair uploads its shared part's tensors (each device copy is its
@@ -532,6 +544,10 @@ typedef struct scdb_pair_fit {
     int all_layers;          /* 1: decoders and aligners of layer l read the
                                 token's whole code row (every layer's code),
                                 fitted on samples; 0: layer l's code only */
+    int token_input;         /* 1: REUSE decoders read [z | h0] (h0: the
+                                consumer's layer-0 H_in of the token), fitted
+                                jointly by the same least squares; needs
+                                all_layers and a TOKEN layer 0 (SCDB_EINVAL) */
 } scdb_pair_fit;
 
 /* Fit the pair for consumer ci (-1: the producer itself, the identity pair).
@@ -572,6 +588,10 @@ typedef struct scdb_lora_fit {
     int align_rank;          /* aligner corrections' rank (0: 32; -1: none) */
     int n_patch;             /* default patch budget (as scdb_pair_fit's) */
     int keep_order;          /* 1: keep the shared part's order */
+    int token_corr;          /* a token-input shared part: 1 (default, 0) the
+                                decoder corrections span [z | h0] (one u, a
+                                v of code_dim + d columns); -1 they read z
+                                only (h0's decoders are the shared part's) */
 } scdb_lora_fit;
 scdb_err scdb_calib_fleet_new(const scdb_calib *c, scdb_calib_fleet **out);
 void scdb_calib_fleet_free(scdb_calib_fleet **f);

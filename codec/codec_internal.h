@@ -42,6 +42,13 @@ typedef struct cx_player {
     float *lka, *lkb, *lva, *lvb;
     float *b2e;                   /* a lora pair decoding low-rank: the shared
                                      aligner's b2 + adb2 [d] */
+    /* token input (info.token_input, pair_tok.c): REUSE adds h0 gk^T / h0 gv^T,
+     * h0 the consumer's layer-0 H_in of the token; gk, gv [kv][d] (f16
+     * values; a lora pair's are its shared part's).  A lora pair's own
+     * corrections of them (token_corr): the decoder corrections' u times
+     * ctk / ctv [dec_rank][d] */
+    float *gk, *gv;
+    float *ctk, *ctv;
 } cx_player;
 
 /* A lora pair in memory (codec.h, "Adapter pairs") is kept low-rank: its
@@ -208,6 +215,35 @@ void cx_gemm_nn(int M, int N, int K, const float *A, int lda, const float *B, in
 scdb_err cx_pair_decode_check(const scdb_pair *p, const scdb_codebook *cb, int n,
                                 const int32_t *pos, const int32_t *tokens, int n_patch,
                                 const scdb_kv_cache *cache, int slot0, unsigned char *patch);
+
+/* pair_tok.c: token-input decoders (codec.h, scdb_pair_info.token_input;
+ * schema/FORMATS.md, "Pair"), kept apart from pair.c's full / lora logic.
+ *   cx_tok_free        frees a layer's token tensors
+ *   cx_tok_bundle      adds a full / shared pair's token tensors (and the
+ *                      metadata), or a lora pair's own (token_corr)
+ *   cx_tok_meta        reads token_input / token_corr (optional keys, absent:
+ *                      0) and checks them, against a lora pair's shared
+ *                      part S too (SCDB_EFORMAT)
+ *   cx_tok_read        reads the token tensors into p; *expected counts them
+ *   cx_tok_round       f16-rounds gk / gv (cx_pair_finish)
+ *   cx_tok_clone       deep-copies them
+ *   cx_tok_materialise cx_pair_materialise's part: s's gk += lora's cku ctk
+ *                      (V likewise) with token_corr, in f32
+ *   cx_tok_h0          rows h0 [n][d] = RMSNorm(emb[tok]) * norm0 of p, the
+ *                      pair holding the token layer (a lora pair's shared part)
+ *   cx_tok_add         y [n][kv] += h0 g^T (host decode of a REUSE layer,
+ *                      before RoPE) */
+void cx_tok_free(cx_player *L);
+scdb_err cx_tok_bundle(const scdb_pair *p, cx_bundle *b);
+scdb_err cx_tok_meta(const scdb_st_file *f, const char *path, scdb_pair *p, const scdb_pair *S,
+                     char *errbuf, size_t errlen);
+scdb_err cx_tok_read(const scdb_st_file *f, const char *path, scdb_pair *p, int *expected, char *errbuf,
+                     size_t errlen);
+void cx_tok_round(scdb_pair *p);
+int cx_tok_clone(const scdb_pair *p, scdb_pair *q);
+void cx_tok_materialise(const scdb_pair *lora, scdb_pair *s);
+void cx_tok_h0(const scdb_pair *p, const int32_t *tokens, int n, float *h0);
+void cx_tok_add(const float *h0, int n, int d, const float *g, int kv, float *y);
 
 /* codebook.c: the f16 codes a decode of tokens [t0, t0 + n) reads.  For
  * int8 codes, *codes becomes a malloc'd dequantised copy of the range

@@ -59,6 +59,7 @@ static void pair_destroy(scdb_pair *p)
         free(L->au); free(L->av); free(L->adb2);
         free(L->lka); free(L->lkb); free(L->lva); free(L->lvb);
         free(L->b2e);
+        cx_tok_free(L);
     }
     free(p->L);
     free(p->emb); free(p->norm0); free(p->wk0); free(p->wv0);
@@ -244,6 +245,7 @@ static scdb_err build_bundle(const scdb_pair *p, cx_bundle *b)
     M("late_added", "%d", in->late_added);
     M("notes", "%s", p->notes);
 #undef M
+    if ((rc = cx_tok_bundle(p, b))) goto fail;
     if (in->kind == SCDB_PAIR_LORA) {
         if ((rc = bundle_lora_parts(p, b))) goto fail;
         return SCDB_OK;
@@ -309,6 +311,7 @@ scdb_err cx_pair_finish(scdb_pair *p)
         round_f16(p->L[p->info.patch_order[i]].wk, (size_t)p->info.kv_dim * a->d);
         round_f16(p->L[p->info.patch_order[i]].wv, (size_t)p->info.kv_dim * a->d);
     }
+    cx_tok_round(p);
     cx_layout(p->layers, p->info.n_layers, &p->code_dim);
     return SCDB_OK;
 }
@@ -375,6 +378,7 @@ scdb_err cx_pair_clone(const scdb_pair *p, scdb_pair **out)
     }
     bad |= dup_f(&q->emb, p->emb, V * d) | dup_f(&q->norm0, p->norm0, d) |
            dup_f(&q->wk0, p->wk0, kv * d) | dup_f(&q->wv0, p->wv0, kv * d);
+    bad |= cx_tok_clone(p, q);
     if (p->shared) q->shared = cx_pair_ref(p->shared);
     if (bad) { scdb_pair_free(&q); return SCDB_ENOMEM; }
     *out = q;
@@ -460,6 +464,7 @@ scdb_err cx_pair_materialise(const scdb_pair *lora, scdb_pair **out)
             add_lowrank(s->wv0, kv, d, O->lvb, O->lva, lr);
         }
     }
+    cx_tok_materialise(lora, s);
     s->info = lora->info;
     s->info.kind = SCDB_PAIR_FULL;
     memcpy(s->notes, lora->notes, sizeof s->notes);
@@ -817,6 +822,7 @@ static scdb_err load_pair(const char *path, const scdb_codebook *cb, int want_sh
     }
     int kv = in->kv_dim, d = in->d_model, expected = 0;
     if (in->kind == SCDB_PAIR_LORA && (rc = lora_refs(f, path, cb, p, &S, errbuf, errlen))) goto fail;
+    if ((rc = cx_tok_meta(f, path, p, S, errbuf, errlen))) goto fail;
     for (int i = 0; i < in->n_aligners; i++) {
         int l = in->patch_order[i];
         for (int j = 0; j < i; j++)
@@ -834,7 +840,9 @@ static scdb_err load_pair(const char *path, const scdb_codebook *cb, int want_sh
     }
     if (S) {
         /* a lora pair: its own parts, decoding low-rank with its shared part */
-        if ((rc = read_lora_parts(f, path, p, S, &expected, errbuf, errlen))) goto fail;
+        if ((rc = read_lora_parts(f, path, p, S, &expected, errbuf, errlen)) ||
+            (rc = cx_tok_read(f, path, p, &expected, errbuf, errlen)))
+            goto fail;
         if (scdb_st_count(f) != expected) {
             scdb_errf(errbuf, errlen, "%s: %d tensors, the metadata implies %d", path, scdb_st_count(f), expected);
             rc = SCDB_EFORMAT;
@@ -887,6 +895,7 @@ static scdb_err load_pair(const char *path, const scdb_codebook *cb, int want_sh
             goto fail;
         expected += 4;
     }
+    if ((rc = cx_tok_read(f, path, p, &expected, errbuf, errlen))) goto fail;
     if (scdb_st_count(f) != expected) {
         scdb_errf(errbuf, errlen, "%s: %d tensors, the metadata implies %d", path, scdb_st_count(f), expected);
         rc = SCDB_EFORMAT;
@@ -985,6 +994,7 @@ scdb_err scdb_pair_decode_range(const scdb_pair *p, const scdb_codebook *cb, con
     uint16_t *deq = NULL;             /* int8 codes: the range as f16 codes */
     float *z = NULL, *h = NULL, *t = NULL;   /* t: a lora pair's x V^T rows */
     float *cs = NULL;                 /* RoPE's cos / sin at pos, for every layer */
+    float *h0 = NULL;                 /* token input's rows */
     unsigned char patch[SCDB_CODEC_MAX_LAYERS] = {0};
     scdb_err rc = SCDB_OK;
 
@@ -1031,6 +1041,10 @@ scdb_err scdb_pair_decode_range(const scdb_pair *p, const scdb_codebook *cb, con
     if (S && rmax > 0 && !(t = malloc((size_t)n * rmax * sizeof *t))) { rc = SCDB_ENOMEM; goto done; }
     if (!(cs = malloc((size_t)n * in->head_dim * sizeof *cs))) { rc = SCDB_ENOMEM; goto done; }
     scdb_k_rope_angles_cpu(pos, n, in->head_dim, in->rope_theta, cs);
+    if (in->token_input) {   /* h0: the token layer's rows (its embedding and norm) */
+        if (!(h0 = malloc((size_t)n * d * sizeof *h0))) { rc = SCDB_ENOMEM; goto done; }
+        cx_tok_h0(T0, tokens, n, h0);
+    }
     for (int l = 0; l < in->n_layers; l++) {
         const scdb_cb_layer *CL = &p->layers[l];
         const cx_player *L = &p->L[l], *W = S ? &S->L[l] : L;   /* W: decoders, aligner, Wk/Wv */
@@ -1071,6 +1085,14 @@ scdb_err scdb_pair_decode_range(const scdb_pair *p, const scdb_codebook *cb, con
             scdb_k_gemm_cpu(0, 1, n, kv, iw, 1.0f, zl, iw, W->dv, iw, 1.0f, V, kv);
             if (S) lowrank_add(zl, iw, n, L->cvv, L->cvu, in->dec_rank, kv, t, V, kv);
         }
+        if (in->token_input) {
+            /* h0's decoders (a lora pair's: its shared part's, and its own
+             * correction of them), before RoPE; the device decode's order */
+            cx_tok_add(h0, n, d, W->gk, kv, K);
+            if (S && in->token_corr) lowrank_add(h0, d, n, L->ctk, L->cku, in->dec_rank, kv, t, K, kv);
+            cx_tok_add(h0, n, d, W->gv, kv, V);
+            if (S && in->token_corr) lowrank_add(h0, d, n, L->ctv, L->cvu, in->dec_rank, kv, t, V, kv);
+        }
         if (!p->k_post_rope) scdb_k_rope_apply_cpu(K, n, in->n_kv_heads, in->head_dim, cs, 0);
     }
     memcpy(cache->pos + slot0, pos, (size_t)n * sizeof *pos);
@@ -1081,5 +1103,6 @@ done:
     free(h);
     free(t);
     free(cs);
+    free(h0);
     return rc;
 }

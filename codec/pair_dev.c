@@ -15,6 +15,9 @@ typedef struct dev_layer {
     /* a lora pair's own corrections and deltas (its shared part's tensors
      * above; b2 is its b2e) */
     float *cku, *ckv, *cvu, *cvv, *au, *av, *lka, *lkb, *lva, *lvb;
+    /* token input: h0's decoders [kv][d] (f32; a lora pair's: its shared
+     * part's) and a lora pair's own corrections of them [dec_rank][d] */
+    float *gk, *gv, *ctk, *ctv;
 } dev_layer;
 
 struct scdb_pair_dev {
@@ -71,7 +74,7 @@ void scdb_pair_dev_free(scdb_pair_dev **dp)
         dev_layer *x = &d->L[l];
         void *ptrs[] = {x->dk, x->dv, x->mk, x->mv, x->w1, x->b1, x->w2, x->b2, x->skip,
                         x->wk, x->wv, x->cku, x->ckv, x->cvu, x->cvv, x->au, x->av,
-                        x->lka, x->lkb, x->lva, x->lvb};
+                        x->lka, x->lkb, x->lva, x->lvb, x->gk, x->gv, x->ctk, x->ctv};
         for (size_t i = 0; i < SCDB_ARRAY_LEN(ptrs); i++) d->ops->release(ptrs[i]);
     }
     d->ops->release(d->wk0);
@@ -115,6 +118,10 @@ scdb_err scdb_pair_dev_new(const scdb_pair *p, scdb_device dev, scdb_pair_dev **
         if (!rc) rc = up_f16(ops, W->dv, kv * iw, &x->dv);
         if (!rc) rc = up_f32(ops, L->mk, kv, &x->mk);
         if (!rc) rc = up_f32(ops, L->mv, kv, &x->mv);
+        if (!rc && in->token_input) rc = up_f32(ops, W->gk, kv * dm, &x->gk);
+        if (!rc && in->token_input) rc = up_f32(ops, W->gv, kv * dm, &x->gv);
+        if (!rc && S && in->token_corr) rc = up_f32(ops, L->ctk, rc_ * dm, &x->ctk);
+        if (!rc && S && in->token_corr) rc = up_f32(ops, L->ctv, rc_ * dm, &x->ctv);
         if (!L->has_aligner) continue;
         const scdb_aligner *a = &W->al;
         size_t r = (size_t)a->r, hid = (size_t)a->hidden, ad = (size_t)a->d;
@@ -169,6 +176,7 @@ scdb_err scdb_pair_dev_decode_range(const scdb_pair_dev *d, const scdb_codebook 
     float *hh = NULL;                 /* host: token-layer rows */
     void *zd = NULL, *z32 = NULL, *hd = NULL;   /* device */
     float *td = NULL;                 /* device: a lora pair's x V^T rows */
+    void *h0d = NULL;                 /* device: token input's h0 rows */
     int any_patch = 0, any_token = 0;
     scdb_err rc = SCDB_OK;
 
@@ -223,6 +231,8 @@ scdb_err scdb_pair_dev_decode_range(const scdb_pair_dev *d, const scdb_codebook 
         if (rmax > 0 && (rc = ops->alloc((size_t)n * rmax * sizeof(float), &tv))) goto done;
         td = tv;
     }
+    if (in->token_input)   /* has_tokens: filled by the TOKEN layer 0, first */
+        if ((rc = ops->alloc((size_t)n * dm * sizeof(float), &h0d))) goto done;
 
     for (int l = 0; l < in->n_layers; l++) {
         const scdb_cb_layer *CL = &p->layers[l];
@@ -239,6 +249,7 @@ scdb_err scdb_pair_dev_decode_range(const scdb_pair_dev *d, const scdb_codebook 
                     memcpy(hh + (size_t)i * dm, T0->emb + (size_t)tokens[i] * dm, (size_t)dm * sizeof *hh);
                 scdb_k_rmsnorm_cpu(hh, T0->norm0, n, dm, in->norm_eps, hh);
                 if ((rc = ops->upload(hd, hh, (size_t)n * dm * sizeof *hh))) goto done;
+                if (h0d && (rc = ops->upload(h0d, hh, (size_t)n * dm * sizeof *hh))) goto done;
                 wk = d->wk0;
                 wv = d->wv0;
             } else {
@@ -266,7 +277,7 @@ scdb_err scdb_pair_dev_decode_range(const scdb_pair_dev *d, const scdb_codebook 
         const uint16_t *zl = iw > 0 ? (const uint16_t *)zd + zoff : NULL;
         const float *zf = iw > 0 && z32 ? (const float *)z32 + zoff : NULL;
         if ((rc = ops->lowrank_decode(zl, iw, n, iw, X->dk, X->mk, kv,
-                                      p->k_post_rope || S ? NULL : posd, in->head_dim,
+                                      p->k_post_rope || S || h0d ? NULL : posd, in->head_dim,
                                       in->rope_theta, K, kv)))
             goto done;
         if (S && zf && (rc = lowrank_add(ops, zf, iw, n, X->ckv, X->cku, in->dec_rank, kv, td, K, kv)))
@@ -276,7 +287,16 @@ scdb_err scdb_pair_dev_decode_range(const scdb_pair_dev *d, const scdb_codebook 
             goto done;
         if (S && zf && (rc = lowrank_add(ops, zf, iw, n, X->cvv, X->cvu, in->dec_rank, kv, td, V, kv)))
             goto done;
-        if (S && !p->k_post_rope &&
+        /* token input: h0's decoders (and a lora pair's correction of
+         * them), before RoPE, in the CPU decode's order */
+        int tc = S && in->token_corr;
+        if (h0d &&
+            ((rc = ops->gemm(0, 1, n, kv, dm, 1.0f, h0d, dm, X->gk, dm, 1.0f, K, kv)) ||
+             (tc && (rc = lowrank_add(ops, h0d, dm, n, X->ctk, X->cku, in->dec_rank, kv, td, K, kv))) ||
+             (rc = ops->gemm(0, 1, n, kv, dm, 1.0f, h0d, dm, X->gv, dm, 1.0f, V, kv)) ||
+             (tc && (rc = lowrank_add(ops, h0d, dm, n, X->ctv, X->cvu, in->dec_rank, kv, td, V, kv)))))
+            goto done;
+        if ((S || h0d) && !p->k_post_rope &&
             (rc = ops->rope(K, n, in->n_kv_heads, in->head_dim, posd, in->rope_theta, 0)))
             goto done;
     }
@@ -288,6 +308,7 @@ done:
     ops->release(z32);
     ops->release(hd);
     ops->release(td);
+    ops->release(h0d);
     free(deq);
     free(zh);
     free(hh);

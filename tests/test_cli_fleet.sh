@@ -70,6 +70,29 @@ expect 0 "calibrate --codebook: the second consumer alone" -- "$scdb" calibrate 
 cmp -s "$tmp/fleet1/pairs/base__code.safetensors" "$tmp/fleet2/pairs/base__code.safetensors" \
   && ok "calibrate: a fleet run's pair is the one-at-a-time pair, byte for byte" \
   || bad "calibrate: fleet pair differs from the one-at-a-time pair"
+# token-input decoders (issue 23): the default where decoders are fitted on
+# samples; --no-token-input turns them off, --no-token-corr is lora-only
+expect 0 "calibrate --codebook --no-token-input" -- "$scdb" calibrate $fl --no-token-input \
+  --consumer "$data/models/python" -o "$tmp/notok"
+grep -q "^pair base -> python: .*late-added;" "$tmp/out" && ! grep -q "token input" "$tmp/out" \
+  && ok "calibrate --no-token-input: the pair has no token input" || { bad "calibrate --no-token-input"; cat "$tmp/out"; }
+expect 0 "calibrate --codebook: token input by default" -- "$scdb" calibrate $fl \
+  --consumer "$data/models/python" -o "$tmp/tok"
+grep -q "^pair base -> python: .*late-added, token input;" "$tmp/out" \
+  && ok "calibrate: token input by default" || { bad "calibrate: token input by default"; cat "$tmp/out"; }
+if /usr/bin/python3 - "$tmp/tok/pairs/base__python.safetensors" "$tmp/notok/pairs/base__python.safetensors" <<'PY'
+import json, struct, sys
+def head(p):
+    b = open(p, "rb").read()
+    return json.loads(b[8:8 + struct.unpack("<Q", b[:8])[0]])
+t, n = head(sys.argv[1]), head(sys.argv[2])
+assert t["__metadata__"]["token_input"] == "1" and "token_input" not in n["__metadata__"]
+assert t["layers.1.dec_k_tok"]["shape"] == [64, 128] and "layers.1.dec_k_tok" not in n
+assert len(t) == len(n) + 14, (len(t), len(n))   # K and V of 7 coded layers
+PY
+then ok "calibrate: token-input tensors in the file, none without"; else bad "calibrate: token-input tensors"; fi
+expect 2 "calibrate: --no-token-corr without --lora-pairs" -- "$scdb" calibrate $fl --no-token-corr \
+  --consumer "$data/models/python" -o "$tmp/no"
 expect 2 "calibrate: a codebook fit takes at most 8 consumers" -- "$scdb" calibrate --producer "$data/models/base" \
   $(for i in 1 2 3 4 5 6 7 8 9; do printf -- '--consumer %s ' "$data/models/code"; done) --ranks 8,8,8 \
   --patch-layers 1 -o "$tmp/no"

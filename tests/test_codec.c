@@ -2066,6 +2066,418 @@ static void test_calib_device(void **state)
     }
 }
 
+/* ------------------------------------------------------------ token input */
+
+/* The reference decode of a token-input REUSE layer l, computed apart from
+ * pair.c: tensors read from the pair's file, h0 from the consumer's own
+ * embedding and layer-0 norm (double), K = RoPE(z dec_k^T + mean_k + h0
+ * dec_k_tok^T), V likewise; into rk / rv [n][kv]. */
+static void tok_reference(const char *path, const scdb_codebook *cb, const scdb_model *m, const uint16_t *codes,
+                          int block_n, int t0, int n, const int32_t *tok, const int32_t *pos, int l, float *rk,
+                          float *rv)
+{
+    const scdb_codebook_info *ci = scdb_codebook_get_info(cb);
+    const scdb_model_config *mc = scdb_model_cfg(m);
+    int d = mc->d_model, kv = scdb_model_kv_dim(mc), D = ci->code_dim;
+    scdb_st_file *f;
+    char nm[96];
+    float *dk, *dv, *gk, *gv, *mk, *mv;
+    assert_int_equal(scdb_st_open(path, &f, NULL, 0), SCDB_OK);
+    assert_string_equal(scdb_st_meta(f, "token_input"), "1");
+    assert_string_equal(scdb_st_meta(f, "decoder_input"), "all");
+    float **dst[6] = {&dk, &dv, &gk, &gv, &mk, &mv};
+    const char *nms[6] = {"dec_k", "dec_v", "dec_k_tok", "dec_v_tok", "mean_k", "mean_v"};
+    int cols[6] = {D, D, d, d, 0, 0};
+    for (int k = 0; k < 6; k++) {
+        snprintf(nm, sizeof nm, "layers.%d.%s", l, nms[k]);
+        const scdb_st_tensor *t = scdb_st_find(f, nm);
+        assert_non_null(t);
+        assert_int_equal(t->dtype, k < 4 ? SCDB_F16 : SCDB_F32);
+        assert_int_equal(cx_read_f32(f, nm, kv, cols[k], dst[k], NULL, 0), SCDB_OK);
+    }
+    scdb_st_close(&f);
+    const scdb_layer_weights *w0 = scdb_model_layer(m, 0);
+    float *e = malloc((size_t)d * sizeof *e);
+    for (int i = 0; i < n; i++) {
+        double h0[64], z[64], ss = 0;
+        assert_true(d <= 64 && D <= 64);
+        assert_int_equal(scdb_model_embed(m, &tok[i], 1, e), SCDB_OK);
+        for (int a = 0; a < d; a++) ss += (double)e[a] * e[a];
+        double r = 1.0 / sqrt(ss / d + mc->norm_eps);
+        for (int a = 0; a < d; a++) h0[a] = e[a] * r * w0->attn_norm[a];
+        /* the token's whole code row: every layer's section */
+        for (int q = 0; q < ci->n_layers; q++) {
+            const scdb_cb_layer *L = &ci->layers[q];
+            for (int k = 0; k < L->width; k++)
+                z[L->offset + k] = scdb_f16_to_f32(codes[(size_t)block_n * L->offset + (size_t)(t0 + i) * L->width + k]);
+        }
+        for (int o = 0; o < kv; o++) {
+            double sk = mk[o], sv = mv[o];
+            for (int a = 0; a < D; a++) { sk += z[a] * dk[(size_t)o * D + a]; sv += z[a] * dv[(size_t)o * D + a]; }
+            for (int a = 0; a < d; a++) { sk += h0[a] * gk[(size_t)o * d + a]; sv += h0[a] * gv[(size_t)o * d + a]; }
+            rk[(size_t)i * kv + o] = (float)sk;
+            rv[(size_t)i * kv + o] = (float)sv;
+        }
+    }
+    scdb_k_rope_cpu(rk, n, mc->n_kv_heads, mc->head_dim, pos, mc->rope_theta, 0);
+    free(e);
+    free(dk); free(dv); free(gk); free(gv); free(mk); free(mv);
+}
+
+/* Token-input decoders (codec.h, scdb_pair_info.token_input): fitted with
+ * the codes' decoders, they lower the held-back KL and the K/V error of
+ * REUSE against the consumer's own prefill; the file round-trips exactly,
+ * decode equals a reference computed apart, the device decode (CPU table)
+ * equals the CPU decode bit for bit; a pair without token input is written
+ * as before (no key, no tensor); the loader refuses a token-input pair with
+ * a missing, truncated, wrong-shaped or mislabelled token tensor, and the
+ * flag without a token layer or with a bad value; calibration refuses token
+ * input where it has no meaning. */
+static void test_token_input(void **state)
+{
+    (void)state;
+    scdb_calib *c = session(1);
+    scdb_codebook *cb = NULL, *cbn = NULL;
+    scdb_pair *p0 = NULL, *p1 = NULL, *lp = NULL, *q = NULL;
+    int cand[1] = {1};
+    char path0[700], path1[700], ed[700], err[512] = "";
+    scdb_cb_fit f = {.r_k = 2, .r_v = 2, .r_h = 3, .n_candidates = 1, .candidates = cand, .token_layer0 = 1};
+    assert_int_equal(scdb_calib_fit_codebook(c, &f, &cb), SCDB_OK);
+    scdb_pair_fit pf = {.n_patch = 1, .hidden = 8, .steps = 40, .batch = 32, .keep_order = 1, .all_layers = 1};
+    assert_int_equal(scdb_calib_fit_pair(c, cb, 0, &pf, &p0), SCDB_OK);
+    pf.token_input = 1;
+    assert_int_equal(scdb_calib_fit_pair(c, cb, 0, &pf, &p1), SCDB_OK);
+    assert_int_equal(scdb_pair_get_info(p0)->token_input, 0);
+    assert_int_equal(scdb_pair_get_info(p1)->token_input, 1);
+
+    /* the fit: lower held-back KL (REUSE only, and with the patch) than without */
+    for (int np = 0; np <= 1; np++) {
+        double kl0, kl1, t0_, t1_;
+        assert_int_equal(scdb_calib_eval(c, cb, p0, 0, np, &kl0, &t0_), SCDB_OK);
+        assert_int_equal(scdb_calib_eval(c, cb, p1, 0, np, &kl1, &t1_), SCDB_OK);
+        print_message("patch %d: held-back KL codes %.5f (top-1 %.3f) -> codes + h0 %.5f (top-1 %.3f)\n", np, kl0,
+                      t0_, kl1, t1_);
+        if (np == 0) assert_true(kl1 < 0.95 * kl0);
+    }
+    /* ... and a lower K/V error of REUSE against the consumer's own prefill on held-back text */
+    enum { N = 40 };
+    int32_t tok[N], pos[N];
+    uint16_t codes[N * 16];
+    assert_true(scdb_codebook_get_info(cb)->code_dim <= 16);
+    for (int i = 0; i < N; i++) { tok[i] = text[text_len / 2 + 700 + (size_t)i]; pos[i] = i; }
+    assert_int_equal(scdb_codec_encode_tokens(cb, prod, tok, pos, N, codes), SCDB_OK);
+    scdb_kv_cache *own = prefill(cons, tok, N), *x, *y;
+    assert_int_equal(scdb_model_cache_new(cons, N, &x), SCDB_OK);
+    assert_int_equal(scdb_model_cache_new(cons, N, &y), SCDB_OK);
+    double ek0, ev0, ek1, ev1;
+    assert_int_equal(scdb_pair_decode(p0, cb, codes, N, pos, tok, 0, x, 0), SCDB_OK);
+    assert_int_equal(scdb_pair_decode(p1, cb, codes, N, pos, tok, 0, y, 0), SCDB_OK);
+    kv_rel_err(x, own, N, &ek0, &ev0);
+    kv_rel_err(y, own, N, &ek1, &ev1);
+    print_message("REUSE K/V relative error vs own prefill: codes %.4g / %.4g, codes + h0 %.4g / %.4g\n", ek0, ev0,
+                  ek1, ev1);
+    assert_true(ek1 + ev1 < ek0 + ev0);
+
+    /* files: without token input exactly as before; with it, the flag and tensors */
+    snprintf(path0, sizeof path0, "%s/tok0.safetensors", tmpdir);
+    snprintf(path1, sizeof path1, "%s/tok1.safetensors", tmpdir);
+    assert_int_equal(scdb_pair_save(p0, path0), SCDB_OK);
+    assert_int_equal(scdb_pair_save(p1, path1), SCDB_OK);
+    scdb_st_file *sf;
+    assert_int_equal(scdb_st_open(path0, &sf, NULL, 0), SCDB_OK);
+    assert_null(scdb_st_meta(sf, "token_input"));
+    assert_null(scdb_st_find(sf, "layers.1.dec_k_tok"));
+    int n0 = scdb_st_count(sf);
+    scdb_st_close(&sf);
+    assert_int_equal(scdb_st_open(path1, &sf, NULL, 0), SCDB_OK);
+    assert_int_equal(scdb_st_count(sf), n0 + 2);
+    const scdb_st_tensor *t = scdb_st_find(sf, "layers.1.dec_v_tok");
+    assert_non_null(t);
+    assert_int_equal(t->shape[0], 8);
+    assert_int_equal(t->shape[1], 16);
+    scdb_st_close(&sf);
+    assert_int_equal(scdb_pair_load(path1, cb, &lp, err, sizeof err), SCDB_OK);
+    assert_int_equal(scdb_pair_get_info(lp)->token_input, 1);
+    for (int np = 0; np <= 1; np++) {
+        assert_int_equal(scdb_pair_decode(p1, cb, codes, N, pos, tok, np, x, 0), SCDB_OK);
+        assert_int_equal(scdb_pair_decode(lp, cb, codes, N, pos, tok, np, y, 0), SCDB_OK);
+        assert_memory_equal(x->k, y->k, (size_t)2 * N * 8 * sizeof(float));
+        assert_memory_equal(x->v, y->v, (size_t)2 * N * 8 * sizeof(float));
+    }
+    /* decode == the reference (a range of a block, positions not 0..n) */
+    {
+        int block_n = N, t0 = 6, n = 25, slot0 = 3;
+        int32_t rpos[25];
+        float rk[25 * 8], rv[25 * 8];
+        for (int i = 0; i < n; i++) rpos[i] = 5 + 3 * i;
+        assert_int_equal(scdb_pair_decode_range(lp, cb, codes, block_n, t0, n, rpos, tok + t0, 0, y, slot0), SCDB_OK);
+        tok_reference(path1, cb, cons, codes, block_n, t0, n, tok + t0, rpos, 1, rk, rv);
+        assert_f32_close(scdb_kv_k(y, 1, slot0), rk, (size_t)n * 8, 1e-4);
+        assert_f32_close(scdb_kv_v(y, 1, slot0), rv, (size_t)n * 8, 1e-4);
+    }
+    /* the device decode on the CPU table: the CPU decode bit for bit (REUSE, PATCH, int8) */
+    check_pair_dev(lp, cb, 0);
+    check_pair_dev(lp, cb, 1);
+    assert_int_equal(scdb_codebook_set_code_dtype(cb, SCDB_CODES_INT8), SCDB_OK);
+    check_pair_dev(lp, cb, 0);
+    assert_int_equal(scdb_codebook_set_code_dtype(cb, SCDB_CODES_F16), SCDB_OK);
+    scdb_pair_free(&lp);
+
+    /* refusals: the token tensors truncated, wrong-shaped, mislabelled, missing */
+    snprintf(ed, sizeof ed, "%s/tok_ed.safetensors", tmpdir);
+    copy_prefix(path1, ed, -9);
+    assert_int_equal(scdb_pair_load(ed, cb, &q, err, sizeof err), SCDB_ETRUNC);
+    reshape_tensor(path1, ed, "layers.1.dec_k_tok", "checksum");
+    assert_int_equal(scdb_pair_load(ed, cb, &q, err, sizeof err), SCDB_ESHAPE);
+    print_message("%s\n", err);
+    assert_non_null(strstr(err, "layers.1.dec_k_tok"));
+    assert_non_null(strstr(err, "token_input"));
+    relabel_tensor(path1, ed, "layers.1.dec_v_tok", NULL, SCDB_BF16);
+    assert_int_equal(scdb_pair_load(ed, cb, &q, err, sizeof err), SCDB_EDTYPE);
+    relabel_tensor(path1, ed, "layers.1.dec_v_tok", "layers.1.dec_v_tik", SCDB_F16);
+    assert_int_equal(scdb_pair_load(ed, cb, &q, err, sizeof err), SCDB_ENOTFOUND);
+    assert_non_null(strstr(err, "layers.1.dec_v_tok"));
+    /* the flag on a pair without the tensors; the tensors without the flag */
+    edit_meta(path0, ed, "token_input", "1");
+    assert_int_equal(scdb_pair_load(ed, cb, &q, err, sizeof err), SCDB_ENOTFOUND);
+    assert_non_null(strstr(err, "layers.1.dec_k_tok"));
+    edit_meta(path1, ed, "token_input", NULL);
+    assert_int_equal(scdb_pair_load(ed, cb, &q, err, sizeof err), SCDB_EFORMAT);
+    edit_meta(path1, ed, "token_input", "0");
+    assert_int_equal(scdb_pair_load(ed, cb, &q, err, sizeof err), SCDB_EFORMAT);
+    /* bad values: not 0/1; token_corr on a full pair */
+    edit_meta(path1, ed, "token_input", "2");
+    assert_int_equal(scdb_pair_load(ed, cb, &q, err, sizeof err), SCDB_EFORMAT);
+    edit_meta(path1, ed, "token_input", "yes");
+    assert_int_equal(scdb_pair_load(ed, cb, &q, err, sizeof err), SCDB_EFORMAT);
+    edit_meta(path1, ed, "token_corr", "1");
+    assert_int_equal(scdb_pair_load(ed, cb, &q, err, sizeof err), SCDB_EFORMAT);
+    assert_non_null(strstr(err, "token_corr"));
+    /* a corrupt token tensor: the checksum */
+    flip_byte(path1, ed, 3);
+    assert_int_equal(scdb_pair_load(ed, cb, &q, err, sizeof err), SCDB_ECHECKSUM);
+    assert_null(q);
+
+    /* no token layer: the flag is refused, and calibration refuses token input */
+    f.token_layer0 = 0;
+    assert_int_equal(scdb_calib_fit_codebook(c, &f, &cbn), SCDB_OK);
+    pf.token_input = 1;
+    assert_int_equal(scdb_calib_fit_pair(c, cbn, 0, &pf, &q), SCDB_EINVAL);
+    pf.token_input = 0;
+    assert_int_equal(scdb_calib_fit_pair(c, cbn, 0, &pf, &q), SCDB_OK);
+    assert_int_equal(scdb_pair_save(q, path0), SCDB_OK);
+    scdb_pair_free(&q);
+    edit_meta(path0, ed, "token_input", "1");
+    assert_int_equal(scdb_pair_load(ed, cbn, &q, err, sizeof err), SCDB_EFORMAT);
+    print_message("%s\n", err);
+    assert_non_null(strstr(err, "has_tokens"));
+    /* ... and without all-layers decoders (moments, not samples) */
+    pf.token_input = 1;
+    pf.all_layers = 0;
+    assert_int_equal(scdb_calib_fit_pair(c, cb, 0, &pf, &q), SCDB_EINVAL);
+    assert_null(q);
+
+    scdb_kv_cache_free(&own);
+    scdb_kv_cache_free(&x);
+    scdb_kv_cache_free(&y);
+    scdb_pair_free(&p0);
+    scdb_pair_free(&p1);
+    scdb_codebook_free(&cb);
+    scdb_codebook_free(&cbn);
+    scdb_calib_free(&c);
+}
+
+/* Token input in an adapter fleet: the shared part's decoders read [z | h0]
+ * (h0 the base's, every adapter's: an adapter pair's embedding and layer-0
+ * norm are its base's); an adapter's decoder corrections read [z | h0]
+ * (token_corr, default: one u, v's h0 columns as dec_k.v_tok) or z only
+ * (its h0 decoders are the shared part's).  Both round-trip, decode on the
+ * device (CPU table) bit for bit, and decode REUSE closer to the adapter's
+ * own KV than the fleet fitted without token input; the loader refuses a
+ * token_input differing from the shared part's and bad own token tensors. */
+static void test_token_lora(void **state)
+{
+    (void)state;
+    char d[700], pdir[700], sp[800], spn[800], lpath[2][800], ed[800], err[768] = "";
+    scdb_model *ad[2] = {0};
+    scdb_codebook *cb = NULL;
+    scdb_calib *c = session(1), *f = NULL;
+    int cand[1] = {1}, added = 0;
+    scdb_cb_fit cf = {.r_k = 3, .r_v = 3, .r_h = 4, .n_candidates = 1, .candidates = cand, .token_layer0 = 1};
+    assert_int_equal(scdb_calib_fit_codebook(c, &cf, &cb), SCDB_OK);
+    scdb_calib_free(&c);
+    snprintf(d, sizeof d, "%s/tadapters", tmpdir);
+    mkdir(d, 0755);
+    for (int k = 0; k < 2; k++) {
+        uint64_t rng = 950 + (uint64_t)k;
+        tiny_adapter ta = {.base = "prod", .rng = &rng, .ff = 24, .scale = 0.3f, .modules = 0x6u,
+                           .config = "{\"target_modules\": [\"k_proj\", \"v_proj\"]}"};
+        snprintf(d, sizeof d, "%s/tadapters/ta%d", tmpdir, k);
+        tiny_adapter_write(d, &ta);
+        assert_int_equal(scdb_model_load(d, &ad[k], err, sizeof err), SCDB_OK);
+    }
+    /* adapters found at ../../models/prod */
+    scdb_calib_opts o = small_opts();
+    o.samples_only = 1;
+    assert_int_equal(scdb_calib_new(prod, (const scdb_model *const *)ad, 1, &o, &f), SCDB_OK);
+    assert_int_equal(scdb_calib_add_text(f, text, text_len / 2, 200, &added), SCDB_OK);
+    scdb_calib_fleet *fl = NULL;
+    assert_int_equal(scdb_calib_fleet_new(f, &fl), SCDB_OK);
+    assert_int_equal(scdb_calib_fleet_add(fl, f), SCDB_OK);
+    assert_int_equal(scdb_calib_swap_consumer(f, 0, ad[1]), SCDB_OK);
+    assert_int_equal(scdb_calib_fleet_add(fl, f), SCDB_OK);
+    scdb_pair *sh1 = NULL, *sh0 = NULL, *lo[3] = {0}, *back = NULL, *q = NULL;
+    scdb_pair_fit pf = {.n_patch = 1, .hidden = 8, .steps = 40, .batch = 32, .all_layers = 1};
+    assert_int_equal(scdb_calib_fit_shared(f, cb, fl, &pf, &sh0), SCDB_OK);
+    pf.token_input = 1;
+    assert_int_equal(scdb_calib_fit_shared(f, cb, fl, &pf, &sh1), SCDB_OK);
+    assert_int_equal(scdb_pair_get_info(sh1)->token_input, 1);
+    assert_int_equal(scdb_pair_get_info(sh0)->token_input, 0);
+    snprintf(pdir, sizeof pdir, "%s/tlora", tmpdir);
+    mkdir(pdir, 0755);
+    snprintf(sp, sizeof sp, "%s/prod__fleet.safetensors", pdir);
+    snprintf(spn, sizeof spn, "%s/notok.safetensors", pdir);
+    assert_int_equal(scdb_pair_save(sh1, sp), SCDB_OK);
+    assert_int_equal(scdb_pair_save(sh0, spn), SCDB_OK);
+    assert_int_equal(scdb_calib_fleet_use(fl, f, 0), SCDB_OK);
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(scdb_calib_add_eval(f, 0, text + text_len / 2 + (size_t)i * 100, 60), SCDB_OK);
+    /* lo[0]: corrections of [z | h0]; lo[1]: of z; lo[2]: no token input at all */
+    scdb_lora_fit lf = {.dec_rank = 2, .align_rank = 2, .n_patch = 1, .keep_order = 1};
+    assert_int_equal(scdb_calib_fit_lora_pair(f, cb, sh1, &lf, &lo[0], err, sizeof err), SCDB_OK);
+    lf.token_corr = -1;
+    assert_int_equal(scdb_calib_fit_lora_pair(f, cb, sh1, &lf, &lo[1], err, sizeof err), SCDB_OK);
+    lf.token_corr = 0;
+    assert_int_equal(scdb_calib_fit_lora_pair(f, cb, sh0, &lf, &lo[2], err, sizeof err), SCDB_OK);
+    int want_corr[3] = {1, 0, 0}, want_in[3] = {1, 1, 0};
+    for (int k = 0; k < 3; k++) {
+        assert_int_equal(scdb_pair_get_info(lo[k])->token_input, want_in[k]);
+        assert_int_equal(scdb_pair_get_info(lo[k])->token_corr, want_corr[k]);
+    }
+    for (int k = 0; k < 2; k++) {
+        snprintf(lpath[k], sizeof lpath[k], "%s/prod__ta0_%d.safetensors", pdir, k);
+        assert_int_equal(scdb_pair_save(lo[k], lpath[k]), SCDB_OK);
+        scdb_st_file *sf;
+        assert_int_equal(scdb_st_open(lpath[k], &sf, NULL, 0), SCDB_OK);
+        assert_string_equal(scdb_st_meta(sf, "token_input"), "1");
+        assert_string_equal(scdb_st_meta(sf, "token_corr"), k ? "0" : "1");
+        assert_null(scdb_st_find(sf, "layers.1.dec_k_tok"));   /* the shared part's */
+        const scdb_st_tensor *t = scdb_st_find(sf, "layers.1.dec_k.v_tok");
+        if (k) assert_null(t);
+        else {
+            assert_non_null(t);
+            assert_int_equal(t->shape[0], 2);
+            assert_int_equal(t->shape[1], 16);
+        }
+        scdb_st_close(&sf);
+        print_message("lora pair (token_corr %d): %ld bytes; shared part %ld bytes (without token input %ld)\n",
+                      1 - k, fsize(lpath[k]), fsize(sp), fsize(spn));
+    }
+
+    enum { N = 40 };
+    int32_t tok[N], pos[N];
+    uint16_t codes[N * 16];
+    assert_true(scdb_codebook_get_info(cb)->code_dim <= 16);
+    for (int i = 0; i < N; i++) { tok[i] = text[text_len / 2 + 900 + (size_t)i]; pos[i] = i; }
+    assert_int_equal(scdb_codec_encode_tokens(cb, prod, tok, pos, N, codes), SCDB_OK);
+    scdb_kv_cache *own = prefill(ad[0], tok, N), *x, *y;
+    assert_int_equal(scdb_model_cache_new(ad[0], N, &x), SCDB_OK);
+    assert_int_equal(scdb_model_cache_new(ad[0], N, &y), SCDB_OK);
+    double e[3][2];
+    for (int k = 0; k < 3; k++) {
+        assert_int_equal(scdb_pair_decode(lo[k], cb, codes, N, pos, tok, 0, x, 0), SCDB_OK);
+        kv_rel_err(x, own, N, &e[k][0], &e[k][1]);
+        double kl, t1;
+        assert_int_equal(scdb_calib_eval(f, cb, lo[k], 0, 0, &kl, &t1), SCDB_OK);
+        print_message("lora %s: REUSE K/V relative error vs own prefill %.4g / %.4g, held-back KL %.5f\n",
+                      k == 0 ? "token input, corrections of [z | h0]" : k == 1 ? "token input, corrections of z"
+                                                                      : "without token input",
+                      e[k][0], e[k][1], kl);
+        if (k < 2) {
+            /* low-rank (as loaded) == the materialised reference, g += u v_tok
+             * applied, to f32 rounding; without it (the shared g alone) it is not */
+            scdb_pair *m = NULL;
+            assert_int_equal(cx_pair_materialise(lo[k], &m), SCDB_OK);
+            for (int np = 0; np <= 1; np++) {
+                assert_int_equal(scdb_pair_decode(lo[k], cb, codes, N, pos, tok, np, x, 0), SCDB_OK);
+                assert_int_equal(scdb_pair_decode(m, cb, codes, N, pos, tok, np, y, 0), SCDB_OK);
+                double dmax = kv_max_rel(x, y, N);
+                print_message("  patch %d: low-rank vs materialised decode: max rel. difference %.2g\n", np, dmax);
+                assert_true(dmax <= 1e-5);
+            }
+            if (k == 0) {
+                /* drop the token correction from the reference: it must then differ */
+                for (int l = 0; l < m->info.n_layers; l++)
+                    if (m->L[l].gk) memcpy(m->L[l].gk, sh1->L[l].gk, (size_t)8 * 16 * sizeof(float));
+                assert_int_equal(scdb_pair_decode(lo[k], cb, codes, N, pos, tok, 0, x, 0), SCDB_OK);
+                assert_int_equal(scdb_pair_decode(m, cb, codes, N, pos, tok, 0, y, 0), SCDB_OK);
+                assert_true(kv_max_rel(x, y, N) > 1e-4);
+            }
+            scdb_pair_free(&m);
+            /* file == memory; the device decode == the CPU decode */
+            assert_int_equal(scdb_pair_load(lpath[k], cb, &back, err, sizeof err), SCDB_OK);
+            for (int np = 0; np <= 1; np++) {
+                assert_int_equal(scdb_pair_decode(lo[k], cb, codes, N, pos, tok, np, x, 0), SCDB_OK);
+                assert_int_equal(scdb_pair_decode(back, cb, codes, N, pos, tok, np, y, 0), SCDB_OK);
+                assert_memory_equal(x->k, y->k, (size_t)2 * N * 8 * sizeof(float));
+                assert_memory_equal(x->v, y->v, (size_t)2 * N * 8 * sizeof(float));
+            }
+            check_pair_dev(back, cb, 0);
+            check_pair_dev(back, cb, 1);
+            scdb_pair_free(&back);
+        }
+    }
+    assert_true(e[0][0] + e[0][1] < e[2][0] + e[2][1]);
+    assert_true(e[1][0] + e[1][1] < e[2][0] + e[2][1]);
+
+    /* refusals */
+    snprintf(ed, sizeof ed, "%s/prod__ed.safetensors", pdir);
+    edit_meta(lpath[1], ed, "token_input", "0");      /* the shared part has it */
+    assert_int_equal(scdb_pair_load(ed, cb, &q, err, sizeof err), SCDB_EFORMAT);
+    print_message("%s\n", err);
+    assert_non_null(strstr(err, "shared part"));
+    edit_meta(lpath[0], ed, "token_input", NULL);     /* token_corr without token_input */
+    assert_int_equal(scdb_pair_load(ed, cb, &q, err, sizeof err), SCDB_EFORMAT);
+    edit_meta(lpath[0], ed, "token_corr", "0");       /* two tensors too many */
+    assert_int_equal(scdb_pair_load(ed, cb, &q, err, sizeof err), SCDB_EFORMAT);
+    edit_meta(lpath[1], ed, "token_corr", "1");       /* its tensors missing */
+    assert_int_equal(scdb_pair_load(ed, cb, &q, err, sizeof err), SCDB_ENOTFOUND);
+    assert_non_null(strstr(err, "dec_k.v_tok"));
+    edit_meta(lpath[0], ed, "token_corr", "3");
+    assert_int_equal(scdb_pair_load(ed, cb, &q, err, sizeof err), SCDB_EFORMAT);
+    reshape_tensor(lpath[0], ed, "layers.1.dec_v.v_tok", "checksum");
+    assert_int_equal(scdb_pair_load(ed, cb, &q, err, sizeof err), SCDB_ESHAPE);
+    relabel_tensor(lpath[0], ed, "layers.1.dec_k.v_tok", NULL, SCDB_BF16);
+    assert_int_equal(scdb_pair_load(ed, cb, &q, err, sizeof err), SCDB_EDTYPE);
+    relabel_tensor(lpath[0], ed, "layers.1.dec_k.v_tok", "layers.1.dec_k.w_tok", SCDB_F16);
+    assert_int_equal(scdb_pair_load(ed, cb, &q, err, sizeof err), SCDB_ENOTFOUND);
+    edit_meta(lpath[0], ed, "dec_rank", "3");         /* u and v_tok of rank 2 */
+    assert_int_equal(scdb_pair_load(ed, cb, &q, err, sizeof err), SCDB_ESHAPE);
+    copy_prefix(lpath[0], ed, -60);
+    assert_int_equal(scdb_pair_load(ed, cb, &q, err, sizeof err), SCDB_ETRUNC);
+    /* the shared part's own token tensors, as a full pair's */
+    char sp_keep[820];
+    snprintf(sp_keep, sizeof sp_keep, "%s.keep", sp);
+    assert_int_equal(rename(sp, sp_keep), 0);
+    reshape_tensor(sp_keep, sp, "layers.1.dec_k_tok", "checksum");
+    assert_int_equal(scdb_pair_load_shared(sp, cb, &q, err, sizeof err), SCDB_ESHAPE);
+    assert_int_equal(scdb_pair_load(lpath[0], cb, &q, err, sizeof err), SCDB_ESHAPE);
+    assert_non_null(strstr(err, "shared part"));
+    assert_int_equal(rename(sp_keep, sp), 0);
+    assert_null(q);
+
+    scdb_kv_cache_free(&own);
+    scdb_kv_cache_free(&x);
+    scdb_kv_cache_free(&y);
+    for (int k = 0; k < 3; k++) scdb_pair_free(&lo[k]);
+    scdb_pair_free(&sh0);
+    scdb_pair_free(&sh1);
+    scdb_calib_fleet_free(&fl);
+    scdb_calib_free(&f);
+    for (int k = 0; k < 2; k++) scdb_model_free(&ad[k]);
+    scdb_codebook_free(&cb);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -2088,6 +2500,9 @@ int main(void)
         cmocka_unit_test(test_domain_text),
         cmocka_unit_test(test_training_text),
         cmocka_unit_test(test_shipped_pairs),
+        cmocka_unit_test(test_token_input),
+        cmocka_unit_test(test_token_lora),
     };
+    if (getenv("SCDB_TEST_FILTER")) cmocka_set_test_filter(getenv("SCDB_TEST_FILTER"));
     return cmocka_run_group_tests(tests, setup, teardown);
 }
