@@ -104,7 +104,20 @@ typedef struct scdb_evict_mlp {
     int n_win;
     float win_frac[SCDB_EVICT_MAX_WIN];        /* each choice's window, a fraction of B in [0, 1) */
     float win_w[2 * SCDB_EVICT_MAX_WIN];
+    /* The budget-modulated skip (version 5; skip 0: none): the score gains
+     * sum_k (skip_w[2k] + skip_w[2k + 1] z) x_k, x the standardised inputs,
+     * z = log2(B / 64): a linear ranking by the inputs whose weights are a
+     * function of the budget, next to the network, so one file can rank by
+     * (say) SnapKV's signal at small budgets and as the network does at
+     * large ones without the network itself having to switch. */
+    int skip;
+    float skip_w[2 * SCDB_EVICT_MAX_INPUTS];
 } scdb_evict_mlp;
+
+/* The skip's term for n rows of standardised inputs x[n][m->n_in] at
+ * budget B, added to scores[n] (nothing if m has no skip). */
+void scdb_evict_mlp_add_skip(const scdb_evict_mlp *m, const float *x, int n, int budget,
+                             float *scores);
 
 /* The window head at budget B: returns c* (-1 if the network has no head);
  * probs (NULL or [n_win]) gets softmax_c logit_c(B); *z_out (may be NULL)
@@ -297,6 +310,34 @@ typedef struct scdb_evict_rl_opts {
                                         * best network (a stopped run keeps its best) */
     const char *last;                  /* NULL, or a policy file the last network is written to
                                         * at the end (what training reached, best or not) */
+    /* Imitation (a warm start before the REINFORCE updates; imit_rounds 0:
+     * none).  Each round collects imit_episodes episodes: at their branch
+     * states every candidate policy (the heuristics, the experts and their
+     * window variants, heuristic signals under other protections, and from
+     * round 2 the learner) evicts and runs the next `horizon` steps
+     * (horizon_first after the first eviction); the learner then fits, for
+     * imit_epochs passes over every state collected so far, the
+     * KL-weighted top-m Plackett-Luce likelihood of the candidates' kept
+     * sets (evict/train_rl.c, "imitation").  Round 1's episodes run a
+     * random candidate, later rounds the learner (DAgger). */
+    int imit_rounds;
+    int imit_episodes;
+    int imit_epochs;
+    int imit_batch;                    /* states per Adam step */
+    float imit_temp;                   /* candidate weights softmax(-log(KL / best KL) / temp) */
+    float imit_state_weight;           /* 1: each state's own KLs; 0: their mean over the
+                                        * states of its budget band; between: a mix */
+    int imit_train;                    /* what imitation trains: 1 the network, 2 the skip,
+                                        * 4 the window head (a sum; default 7) */
+    int skip;                          /* 1: give the network a budget-modulated skip
+                                        * (version 5), starting at 0 */
+    int imit_band_windows;             /* > 0: the band means from full runs (the
+                                        * validation's protocol) of every candidate on this
+                                        * many train windows at each band's budget instead */
+    float imit_lr;
+    int imit_val_every;                /* epochs between validations */
+    const scdb_evict_mlp *experts[4];  /* networks offered as candidates */
+    int n_experts;
     FILE *log;                         /* JSONL: references, one line per step and per validation */
     int verbose;
 } scdb_evict_rl_opts;
