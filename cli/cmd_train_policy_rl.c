@@ -92,6 +92,9 @@ static void usage(FILE *f)
             "  --imit-val-every N epochs between validations (default 5)\n"
             "  --expert FILE      a policy file offered as a candidate (up to 4)\n"
             "  --imit-train W,..  what imitation trains: net, skip, head (default all)\n"
+            "  --head-runs        after imitation, fit the --windows head to the window the\n"
+            "                     network does best under per budget band, in full runs on\n"
+            "                     the --imit-band-windows train windows\n"
             "  --skip             give the network a budget-modulated linear skip over its\n"
             "                     inputs (a version-5 file; starts at 0)\n"
             "  --flip-gradient    ascend the loss instead (a control: a trainer that learns\n"
@@ -235,7 +238,7 @@ int cli_cmd_train_policy(int argc, char **argv)
            O_SINKS, O_RECENT, O_RFRAC, O_POOL, O_PREFILL, O_STEPS, O_EVERY, O_INIT, O_MINUTES,
            O_SEED, O_LOG, O_PNG, O_HFIRST, O_ABSTAU, O_TAUEND, O_WINDOWS, O_WINLR,
            O_AGEPROF, O_PROFILE, O_FLIP, O_LAST, O_IMIT, O_IEPIS, O_IEPOCHS, O_IBATCH, O_ITEMP,
-           O_ILR, O_IVAL, O_EXPERT, O_ISTATEW, O_IBANDW, O_ITRAIN, O_SKIP };
+           O_ILR, O_IVAL, O_EXPERT, O_ISTATEW, O_IBANDW, O_ITRAIN, O_SKIP, O_HEADRUNS };
     static const struct option opts[] = {
         {"suite", 1, 0, O_SUITE}, {"domains", 1, 0, O_DOMAINS}, {"models", 1, 0, O_MODELS},
         {"inputs", 1, 0, O_INPUTS}, {"updates", 1, 0, O_UPDATES}, {"batch", 1, 0, O_BATCH},
@@ -255,7 +258,7 @@ int cli_cmd_train_policy(int argc, char **argv)
         {"imit-batch", 1, 0, O_IBATCH}, {"imit-temp", 1, 0, O_ITEMP}, {"imit-lr", 1, 0, O_ILR},
         {"imit-val-every", 1, 0, O_IVAL}, {"expert", 1, 0, O_EXPERT},
         {"imit-state-weight", 1, 0, O_ISTATEW}, {"imit-band-windows", 1, 0, O_IBANDW},
-        {"imit-train", 1, 0, O_ITRAIN}, {"skip", 0, 0, O_SKIP},
+        {"imit-train", 1, 0, O_ITRAIN}, {"skip", 0, 0, O_SKIP}, {"head-runs", 0, 0, O_HEADRUNS},
         {"out", 1, 0, 'o'}, {"quiet", 0, 0, 'q'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     scdb_evict_rl_opts o;
     scdb_evict_rl_result res;
@@ -331,6 +334,7 @@ int cli_cmd_train_policy(int argc, char **argv)
         case O_IBATCH: bad = scdb_parse_int(oname, optarg, 1, 1 << 20, &o.imit_batch, why, sizeof why); break;
         case O_ITEMP: bad = scdb_parse_float(oname, optarg, 1e-4f, 100.0f, &o.imit_temp, why, sizeof why); break;
         case O_SKIP: o.skip = 1; break;
+        case O_HEADRUNS: o.head_runs = 1; break;
         case O_ITRAIN: {
             char *w[3];
             int nw = split_list(optarg, w, 3);
@@ -502,7 +506,7 @@ int cli_cmd_train_policy(int argc, char **argv)
     }
 
     {
-        char mlist[256] = "", dlist[512] = "", num[16][48], date[32];
+        char mlist[256] = "", dlist[512] = "", num[16][48], date[32], imit[512] = "none";
         time_t now = time(NULL);
         struct tm tmv;
         for (int i = 0; i < n_models; i++) {
@@ -535,12 +539,33 @@ int cli_cmd_train_policy(int argc, char **argv)
             snprintf(num[15], sizeof num[15], "%g -> %g%s", o.tau, o.tau_end, o.rel_tau ? " (relative)" : "");
         else
             snprintf(num[15], sizeof num[15], "%g%s", o.tau, o.rel_tau ? " (relative)" : "");
-        const char *keys[] = {"trained_on", "domains", "trainer", "updates", "episodes", "states",
+        if (o.imit_rounds > 0) {
+            size_t l;
+            snprintf(imit, sizeof imit, "%d rounds x %d episodes, %d epochs each, batch %d, lr %g, "
+                     "temp %g, state weight %g, band windows %d, trains%s%s%s, experts",
+                     o.imit_rounds, o.imit_episodes, o.imit_epochs, o.imit_batch, o.imit_lr,
+                     o.imit_temp, o.imit_state_weight, o.imit_band_windows,
+                     (o.imit_train & 1) ? " net" : "", (o.imit_train & 2) ? " skip" : "",
+                     (o.imit_train & 4) ? " head" : "");
+            for (int i = 0; i < n_expert; i++) {
+                const char *b = strrchr(expert_path[i], '/');
+                l = strlen(imit);
+                snprintf(imit + l, sizeof imit - l, " %s", b ? b + 1 : expert_path[i]);
+            }
+            if (!n_expert) {
+                l = strlen(imit);
+                snprintf(imit + l, sizeof imit - l, " none");
+            }
+        }
+        const char *keys[] = {"trained_on", "domains", "trainer", "imitation", "updates", "episodes", "states",
                               "lr", "entropy_bonus", "prefill/steps/every", "val_kl_init",
                               "val_kl_best", "val_ratio_init", "val_ratio_best",
                               "val_kl_best_heuristic", "train_seconds", "best_update",
                               "budget_range", "seed", "tau", "init", "created"};
-        const char *vals[] = {mlist, dlist, "reinforce per state (evict/train_rl.c)", num[0], num[1],
+        const char *vals[] = {mlist, dlist,
+                              o.imit_rounds > 0 ? "imitation, then reinforce per state (evict/train_rl.c)"
+                                                : "reinforce per state (evict/train_rl.c)",
+                              imit, num[0], num[1],
                               num[2], num[3], num[4], num[5], num[6], num[7], num[8], num[9],
                               num[10], num[11], num[12], num[13], num[14], num[15],
                               init_path ? init_path : "random", date};

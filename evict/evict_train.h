@@ -329,6 +329,10 @@ typedef struct scdb_evict_rl_opts {
                                         * states of its budget band; between: a mix */
     int imit_train;                    /* what imitation trains: 1 the network, 2 the skip,
                                         * 4 the window head (a sum; default 7) */
+    int head_runs;                     /* 1: after imitation, fit the window head to the
+                                        * window the network does best under, per budget
+                                        * band, in full runs on the imit_band_windows train
+                                        * windows */
     int skip;                          /* 1: give the network a budget-modulated skip
                                         * (version 5), starting at 0 */
     int imit_band_windows;             /* > 0: the band means from full runs (the

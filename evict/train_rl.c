@@ -100,6 +100,7 @@ void scdb_evict_rl_defaults(scdb_evict_rl_opts *o)
     o->imit_state_weight = 0.0f;
     o->imit_band_windows = 0;
     o->imit_train = 7;
+    o->head_runs = 0;
     o->skip = 0;
     o->imit_lr = 3e-3f;
     o->imit_val_every = 5;
@@ -843,6 +844,81 @@ done:
     return rc;
 }
 
+/* The window head from full runs: the network under each of its window
+ * choices on the imitation's train windows at every band's budget; per band
+ * the choice with the lowest mean log(KL / the band's best); the head's
+ * logits a_c + b_c z (z = log2(B / 64)) fitted by cross-entropy to those
+ * choices, so the head picks, per budget, the window this network does best
+ * under in the validation's protocol, measured on train texts.  *agree gets
+ * the bands whose choice the fitted head's argmax reproduces. */
+static scdb_err head_from_full_runs(const scdb_evict_rl_opts *o, scdb_model *const *models,
+                                    int32_t *const *tok, scdb_evict_mlp *m, int *agree)
+{
+    imit_cands ic;
+    imit_set fs = {0};
+    double band_lr[IMIT_BANDS * MAX_CAND];
+    int target[IMIT_BANDS];
+    float z[IMIT_BANDS], mw[2 * SCDB_EVICT_MAX_WIN] = {0}, vw[2 * SCDB_EVICT_MAX_WIN] = {0};
+    scdb_err rc = SCDB_OK;
+    memset(&ic, 0, sizeof ic);
+    ic.learner = -1;
+    for (int c = 0; c < m->n_win && !rc; c++) {
+        scdb_evict_mlp *v = NULL;
+        scdb_evict_policy *p = NULL;
+        char nm[40];
+        if ((rc = scdb_evict_mlp_clone(m, &v))) break;
+        v->n_win = 0;
+        v->recent_frac = m->win_frac[c];
+        rc = scdb_evict_policy_from_mlp(v, &p);
+        scdb_evict_mlp_free(&v);
+        snprintf(nm, sizeof nm, "window %g", (double)m->win_frac[c]);
+        if (!rc) rc = imit_add(&ic, p, nm);
+    }
+    if (!rc) rc = imit_full_runs(o, models, tok, &ic, 0, ic.n, &fs);
+    if (!rc) {
+        imit_bands(o, &fs, band_lr, 0.0f);
+        for (int b = 0; b < IMIT_BANDS; b++) {
+            int bc = 0;
+            for (int c = 1; c < m->n_win; c++)
+                if (band_lr[b * MAX_CAND + c] < band_lr[b * MAX_CAND + bc]) bc = c;
+            target[b] = bc;
+            z[b] = log2f((float)band_budget(o, b) / 64.0f);
+        }
+        scdb_evict_adam ad = {mw, vw, (size_t)2 * m->n_win, 0};
+        memset(m->win_w, 0, sizeof m->win_w);
+        for (int it = 0; it < 2000; it++) {
+            float g[2 * SCDB_EVICT_MAX_WIN] = {0}, pr[SCDB_EVICT_MAX_WIN];
+            for (int b = 0; b < IMIT_BANDS; b++) {
+                scdb_evict_mlp_window(m, band_budget(o, b), pr, NULL);
+                for (int c = 0; c < m->n_win; c++) {
+                    float d = (pr[c] - (c == target[b] ? 1.0f : 0.0f)) / IMIT_BANDS;
+                    g[2 * c] += d;
+                    g[2 * c + 1] += d * z[b];
+                }
+            }
+            scdb_evict_adam_step(&ad, m->win_w, g, 0.05f);
+        }
+        *agree = 0;
+        for (int b = 0; b < IMIT_BANDS; b++)
+            *agree += scdb_evict_mlp_window(m, band_budget(o, b), NULL, NULL) == target[b];
+        if (o->log) {
+            fprintf(o->log, "{\"head_from_full_runs\":[");
+            for (int b = 0; b < IMIT_BANDS; b++) {
+                fprintf(o->log, "%s{\"budget\":%d,\"choice\":%g,\"head\":%g,\"log_ratio\":[", b ? "," : "",
+                        band_budget(o, b), (double)m->win_frac[target[b]],
+                        (double)m->win_frac[scdb_evict_mlp_window(m, band_budget(o, b), NULL, NULL)]);
+                for (int c = 0; c < m->n_win; c++)
+                    fprintf(o->log, "%s%.4f", c ? "," : "", band_lr[b * MAX_CAND + c]);
+                fprintf(o->log, "]}");
+            }
+            fprintf(o->log, "]}\n");
+        }
+    }
+    imit_cands_free(&ic);
+    imit_set_free(&fs);
+    return rc;
+}
+
 /* Validation of the learner, the best network kept (and checkpointed). */
 typedef struct val_ctx {
     const scdb_evict_rl_opts *o;
@@ -1189,6 +1265,17 @@ scdb_err scdb_evict_train_rl(const scdb_evict_rl_opts *o, scdb_evict_mlp **out,
         if (rc) goto done;
         scdb_evict_mlp_copy(mlp, best);
         vc.tag = o->imit_rounds * o->imit_epochs;
+        if (o->head_runs && mlp->n_win > 0 && o->imit_band_windows > 0) {
+            int agree = 0;
+            double t0 = scdb_now();
+            if ((rc = head_from_full_runs(o, models, tok, mlp, &agree))) goto done;
+            if (o->verbose)
+                fprintf(stderr, "train-policy: the window head from full runs: its argmax is the best "
+                                "window in %d of %d bands (%.0f s)\n", agree, IMIT_BANDS, scdb_now() - t0);
+            if ((rc = check_best(&vc, 1, "head fits"))) goto done;
+            vc.tag++;
+            scdb_evict_mlp_copy(mlp, best);
+        }
     }
     for (upd = 0; upd < o->updates; upd++) {
         if (o->max_seconds > 0 && scdb_now() - t_start > o->max_seconds) break;

@@ -1021,6 +1021,28 @@ static void test_trainer_runs(void **state)
     assert_int_equal(m->n_in, SCDB_EVICT_N_ALL_INPUTS);
     assert_true(isfinite(r.val_ratio_best));
     scdb_evict_mlp_free(&m);
+    /* band weights from full runs, the network alone trained, and the
+     * window head then fitted to full runs: a version-4 network comes out */
+    o.imit_band_windows = 1;
+    o.imit_train = 1;
+    o.head_runs = 1;
+    o.n_win = 2;
+    o.win_frac[0] = 0.0f;
+    o.win_frac[1] = 0.5f;
+    o.updates = 0;
+    assert_int_equal(scdb_evict_train_rl(&o, &m, &r, err, sizeof err), SCDB_OK);
+    assert_non_null(m);
+    assert_int_equal(m->n_win, 2);
+    assert_int_equal(r.episodes, 2 * 2);
+    scdb_evict_mlp_free(&m);
+    o.n_win = 0;
+    o.head_runs = 0;
+    o.imit_train = 8;
+    assert_int_equal(scdb_evict_train_rl(&o, &m, &r, err, sizeof err), SCDB_EINVAL);
+    o.imit_train = 7;
+    o.imit_band_windows = -1;
+    assert_int_equal(scdb_evict_train_rl(&o, &m, &r, err, sizeof err), SCDB_EINVAL);
+    o.imit_band_windows = 0;
     o.imit_temp = 0.0f;
     assert_int_equal(scdb_evict_train_rl(&o, &m, &r, err, sizeof err), SCDB_EINVAL);
     o.imit_temp = 0.05f;
