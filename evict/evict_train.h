@@ -28,11 +28,13 @@
  * important token are kept with it.  Weights, the standardisation, the
  * inputs, the pool kernel and the protected counts live in a safetensors
  * file (FORMATS.md).  Training: scdb_evict_train_rl (train_rl.c; what
- * `scdb train-policy` runs) is REINFORCE over several models and training
- * domains with K Plackett-Luce draws of the evicted set per state, reward
- * -KL(full || evicted) per teacher-forced step, a leave-one-out baseline
- * over the K draws and an entropy bonus, from random weights (the
- * Plackett-Luce gradient and Adam: pg.c).
+ * `scdb train-policy` runs) is an optional imitation warm start (the
+ * network fitted to the kept sets of the candidate policies that do best
+ * per budget band: the shipped file) followed by REINFORCE over several
+ * models and training domains with K Plackett-Luce draws of the evicted
+ * set per state, reward -KL(full || evicted) per teacher-forced step, a
+ * leave-one-out baseline over the K draws and an entropy bonus, from
+ * random weights (the Plackett-Luce gradient and Adam: pg.c).
  *
  * Who calls whom (no cycle): policy.c (policies, evict.h) -> mlp.c (the
  * network and the one loader of its file) -> inputs.c (features, inputs) ->
@@ -346,7 +348,8 @@ typedef struct scdb_evict_rl_opts {
     int verbose;
 } scdb_evict_rl_opts;
 
-/* Defaults (what data/policies/distillcache_base was trained with):
+/* Defaults (what data/policies/distillcache_base.v3 was trained with; the
+ * shipped file's command, an imitation run, is in data/policies/README.md):
  * budgets log-uniform in [0.09, 0.55], validation at 0.25 and 0.125, 800
  * steps of 2 episodes, 3 states x 8 draws, horizon 48 (the first
  * eviction's: the whole window), the bench's protocol (256 / 256 / 8), lr
