@@ -73,6 +73,30 @@ static void usage(FILE *f)
             "                     the choice nearest --recent-frac (default: no head)\n"
             "  --window-lr X      the head's Adam step (default 0.05)\n"
             "  --last FILE        also write the last network (-o gets the best on validation)\n"
+            "  --imitate R        warm start by imitation first: R rounds of collecting\n"
+            "                     branch states (every candidate policy evicts there and\n"
+            "                     runs the horizon: the heuristics, --expert files and\n"
+            "                     their window variants, heuristic signals under other\n"
+            "                     protections, the learner from round 2) and fitting the\n"
+            "                     KL-weighted likelihood of their kept sets (default 0: none)\n"
+            "  --imit-episodes N  episodes collected per round (default 60)\n"
+            "  --imit-epochs N    passes over the states per round (default 20)\n"
+            "  --imit-batch N     states per Adam step (default 8)\n"
+            "  --imit-temp X      candidate weights softmax(-log(KL / best KL) / X) (default\n"
+            "                     0.05)\n"
+            "  --imit-state-weight L  those log ratios: L x the state's own + (1 - L) x their\n"
+            "                     mean over the states of its budget band (default 0)\n"
+            "  --imit-band-windows N  the band means from full runs of every candidate on N\n"
+            "                     train windows at each band's budget instead (default 0)\n"
+            "  --imit-lr X        the imitation's Adam step (default 3e-3)\n"
+            "  --imit-val-every N epochs between validations (default 5)\n"
+            "  --expert FILE      a policy file offered as a candidate (up to 4)\n"
+            "  --imit-train W,..  what imitation trains: net, skip, head (default all)\n"
+            "  --head-runs        after imitation, fit the --windows head to the window the\n"
+            "                     network does best under per budget band, in full runs on\n"
+            "                     the --imit-band-windows train windows\n"
+            "  --skip             give the network a budget-modulated linear skip over its\n"
+            "                     inputs (a version-5 file; starts at 0)\n"
             "  --flip-gradient    ascend the loss instead (a control: a trainer that learns\n"
             "                     must then not improve the validation score)\n"
             "  --age-profile OUT  instead of training, write to OUT (JSON) the kept set's\n"
@@ -213,7 +237,8 @@ int cli_cmd_train_policy(int argc, char **argv)
            O_HORIZON, O_BRANGE, O_VBUDGETS, O_VALW, O_VALE, O_LR, O_ENTROPY, O_TAU, O_HIDDEN,
            O_SINKS, O_RECENT, O_RFRAC, O_POOL, O_PREFILL, O_STEPS, O_EVERY, O_INIT, O_MINUTES,
            O_SEED, O_LOG, O_PNG, O_HFIRST, O_ABSTAU, O_TAUEND, O_WINDOWS, O_WINLR,
-           O_AGEPROF, O_PROFILE, O_FLIP, O_LAST };
+           O_AGEPROF, O_PROFILE, O_FLIP, O_LAST, O_IMIT, O_IEPIS, O_IEPOCHS, O_IBATCH, O_ITEMP,
+           O_ILR, O_IVAL, O_EXPERT, O_ISTATEW, O_IBANDW, O_ITRAIN, O_SKIP, O_HEADRUNS };
     static const struct option opts[] = {
         {"suite", 1, 0, O_SUITE}, {"domains", 1, 0, O_DOMAINS}, {"models", 1, 0, O_MODELS},
         {"inputs", 1, 0, O_INPUTS}, {"updates", 1, 0, O_UPDATES}, {"batch", 1, 0, O_BATCH},
@@ -228,7 +253,12 @@ int cli_cmd_train_policy(int argc, char **argv)
         {"horizon-first", 1, 0, O_HFIRST}, {"abs-tau", 0, 0, O_ABSTAU},
         {"tau-end", 1, 0, O_TAUEND}, {"windows", 1, 0, O_WINDOWS}, {"window-lr", 1, 0, O_WINLR},
         {"age-profile", 1, 0, O_AGEPROF}, {"profile", 1, 0, O_PROFILE},
-        {"flip-gradient", 0, 0, O_FLIP}, {"last", 1, 0, O_LAST},
+        {"flip-gradient", 0, 0, O_FLIP}, {"last", 1, 0, O_LAST}, {"imitate", 1, 0, O_IMIT},
+        {"imit-episodes", 1, 0, O_IEPIS}, {"imit-epochs", 1, 0, O_IEPOCHS},
+        {"imit-batch", 1, 0, O_IBATCH}, {"imit-temp", 1, 0, O_ITEMP}, {"imit-lr", 1, 0, O_ILR},
+        {"imit-val-every", 1, 0, O_IVAL}, {"expert", 1, 0, O_EXPERT},
+        {"imit-state-weight", 1, 0, O_ISTATEW}, {"imit-band-windows", 1, 0, O_IBANDW},
+        {"imit-train", 1, 0, O_ITRAIN}, {"skip", 0, 0, O_SKIP}, {"head-runs", 0, 0, O_HEADRUNS},
         {"out", 1, 0, 'o'}, {"quiet", 0, 0, 'q'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     scdb_evict_rl_opts o;
     scdb_evict_rl_result res;
@@ -241,7 +271,9 @@ int cli_cmd_train_policy(int argc, char **argv)
     scdb_evict_corpus corp[MAX_DOMAINS];
     int n_models = 0, n_domains = 0, n_inputs = -1, c, ret = 1, quiet = 0;
     const char *out_path = NULL, *init_path = NULL, *age_path = NULL, *prof[MAX_PROFILE];
-    int n_prof = 0, vb_given = 0;
+    int n_prof = 0, vb_given = 0, n_expert = 0;
+    const char *expert_path[MAX_PROFILE];
+    scdb_evict_policy *experts[MAX_PROFILE] = {0};
     FILE *logf = NULL;
     scdb_err rc;
 
@@ -296,6 +328,35 @@ int cli_cmd_train_policy(int argc, char **argv)
         case O_AGEPROF: age_path = optarg; break;
         case O_FLIP: o.lr_sign = -1.0f; break;
         case O_LAST: o.last = optarg; break;
+        case O_IMIT: bad = scdb_parse_int(oname, optarg, 0, 100, &o.imit_rounds, why, sizeof why); break;
+        case O_IEPIS: bad = scdb_parse_int(oname, optarg, 1, 1 << 20, &o.imit_episodes, why, sizeof why); break;
+        case O_IEPOCHS: bad = scdb_parse_int(oname, optarg, 1, 1 << 20, &o.imit_epochs, why, sizeof why); break;
+        case O_IBATCH: bad = scdb_parse_int(oname, optarg, 1, 1 << 20, &o.imit_batch, why, sizeof why); break;
+        case O_ITEMP: bad = scdb_parse_float(oname, optarg, 1e-4f, 100.0f, &o.imit_temp, why, sizeof why); break;
+        case O_SKIP: o.skip = 1; break;
+        case O_HEADRUNS: o.head_runs = 1; break;
+        case O_ITRAIN: {
+            char *w[3];
+            int nw = split_list(optarg, w, 3);
+            bad = nw < 1;
+            o.imit_train = 0;
+            for (int i = 0; i < nw; i++) {
+                if (!strcmp(w[i], "net")) o.imit_train |= 1;
+                else if (!strcmp(w[i], "skip")) o.imit_train |= 2;
+                else if (!strcmp(w[i], "head")) o.imit_train |= 4;
+                else bad = 1;
+                free(w[i]);
+            }
+            break;
+        }
+        case O_IBANDW: bad = scdb_parse_int(oname, optarg, 0, 4096, &o.imit_band_windows, why, sizeof why); break;
+        case O_ISTATEW: bad = scdb_parse_float(oname, optarg, 0.0f, 1.0f, &o.imit_state_weight, why, sizeof why); break;
+        case O_ILR: bad = scdb_parse_float(oname, optarg, 1e-9f, 10.0f, &o.imit_lr, why, sizeof why); break;
+        case O_IVAL: bad = scdb_parse_int(oname, optarg, 1, 1 << 20, &o.imit_val_every, why, sizeof why); break;
+        case O_EXPERT:
+            bad = n_expert == MAX_PROFILE;
+            if (!bad) expert_path[n_expert++] = optarg;
+            break;
         case O_PROFILE:
             bad = n_prof == MAX_PROFILE;
             if (!bad) prof[n_prof++] = optarg;
@@ -411,6 +472,14 @@ int cli_cmd_train_policy(int argc, char **argv)
         }
         o.init = scdb_evict_policy_mlp(init);
     }
+    for (int i = 0; i < n_expert; i++) {
+        if ((rc = scdb_evict_policy_load(expert_path[i], &experts[i], err, sizeof err))) {
+            fprintf(stderr, "train-policy: --expert %s: %s: %s\n", expert_path[i], scdb_strerror(rc), err);
+            goto done;
+        }
+        o.experts[i] = scdb_evict_policy_mlp(experts[i]);
+    }
+    o.n_experts = n_expert;
     o.checkpoint = out_path;   /* every new best, then the final file with all metadata */
     o.model_dirs = (const char *const *)dirs;
     o.n_models = n_models;
@@ -437,7 +506,7 @@ int cli_cmd_train_policy(int argc, char **argv)
     }
 
     {
-        char mlist[256] = "", dlist[512] = "", num[16][48], date[32];
+        char mlist[256] = "", dlist[512] = "", num[16][48], date[32], imit[512] = "none";
         time_t now = time(NULL);
         struct tm tmv;
         for (int i = 0; i < n_models; i++) {
@@ -470,12 +539,33 @@ int cli_cmd_train_policy(int argc, char **argv)
             snprintf(num[15], sizeof num[15], "%g -> %g%s", o.tau, o.tau_end, o.rel_tau ? " (relative)" : "");
         else
             snprintf(num[15], sizeof num[15], "%g%s", o.tau, o.rel_tau ? " (relative)" : "");
-        const char *keys[] = {"trained_on", "domains", "trainer", "updates", "episodes", "states",
+        if (o.imit_rounds > 0) {
+            size_t l;
+            snprintf(imit, sizeof imit, "%d rounds x %d episodes, %d epochs each, batch %d, lr %g, "
+                     "temp %g, state weight %g, band windows %d, trains%s%s%s, experts",
+                     o.imit_rounds, o.imit_episodes, o.imit_epochs, o.imit_batch, o.imit_lr,
+                     o.imit_temp, o.imit_state_weight, o.imit_band_windows,
+                     (o.imit_train & 1) ? " net" : "", (o.imit_train & 2) ? " skip" : "",
+                     (o.imit_train & 4) ? " head" : "");
+            for (int i = 0; i < n_expert; i++) {
+                const char *b = strrchr(expert_path[i], '/');
+                l = strlen(imit);
+                snprintf(imit + l, sizeof imit - l, " %s", b ? b + 1 : expert_path[i]);
+            }
+            if (!n_expert) {
+                l = strlen(imit);
+                snprintf(imit + l, sizeof imit - l, " none");
+            }
+        }
+        const char *keys[] = {"trained_on", "domains", "trainer", "imitation", "updates", "episodes", "states",
                               "lr", "entropy_bonus", "prefill/steps/every", "val_kl_init",
                               "val_kl_best", "val_ratio_init", "val_ratio_best",
                               "val_kl_best_heuristic", "train_seconds", "best_update",
                               "budget_range", "seed", "tau", "init", "created"};
-        const char *vals[] = {mlist, dlist, "reinforce per state (evict/train_rl.c)", num[0], num[1],
+        const char *vals[] = {mlist, dlist,
+                              o.imit_rounds > 0 ? "imitation, then reinforce per state (evict/train_rl.c)"
+                                                : "reinforce per state (evict/train_rl.c)",
+                              imit, num[0], num[1],
                               num[2], num[3], num[4], num[5], num[6], num[7], num[8], num[9],
                               num[10], num[11], num[12], num[13], num[14], num[15],
                               init_path ? init_path : "random", date};
@@ -515,6 +605,7 @@ done:
     if (logf) fclose(logf);
     scdb_evict_mlp_free(&mlp);
     scdb_evict_policy_free(&init);
+    for (int i = 0; i < n_expert; i++) scdb_evict_policy_free(&experts[i]);
     scdb_evict_suite_free(&suite);
     for (int i = 0; i < n_models; i++) { free(models[i]); free(dirs[i]); }
     for (int i = 0; i < n_domains; i++) { free(domains[i]); free(texts[i][0]); free(texts[i][1]); }

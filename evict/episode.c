@@ -177,6 +177,7 @@ void scdb_evict_window_age_hist(scdb_evict_window *w, double *hist, int bins)
 }
 double scdb_evict_window_nll_full(const scdb_evict_window *w) { return w->nll_full; }
 const scdb_evict_acc *scdb_evict_window_acc(const scdb_evict_window *w) { return w->acc0; }
+const scdb_evict_acc *scdb_evict_window_student_acc(const scdb_evict_window *w) { return w->acc; }
 
 /* ------------------------------------------------------------ sampling */
 
@@ -392,7 +393,7 @@ scdb_err scdb_evict_window_branch(scdb_evict_window *w, scdb_evict_sampler *smp,
     step_sums sum = {0};
     scdb_err rc;
     int t0 = w ? w->t_student : 0;
-    if (!w || !smp || !p || !kl_mean || budget < 1 || every < 1 || horizon < 1 ||
+    if (!w || !p || !kl_mean || budget < 1 || every < 1 || horizon < 1 ||
         t0 + horizon > w->T)
         return SCDB_EINVAL;
     if (!w->cache_b) {
@@ -406,10 +407,11 @@ scdb_err scdb_evict_window_branch(scdb_evict_window *w, scdb_evict_sampler *smp,
         (rc = scdb_evict_acc_copy(w->acc_b, w->acc)))
         return rc;
     /* the sampled eviction (if t0 is an eviction step and the cache is over
-     * budget), then the deterministic policy for the rest of the horizon */
+     * budget; smp NULL: p's own), then the deterministic policy for the
+     * rest of the horizon */
     for (int t = t0; t < t0 + horizon; t++)
-        if ((rc = student_step(w, w->cache_b, w->acc_b, t == t0 ? NULL : p, t == t0 ? smp : NULL,
-                               1, budget, every, t, NULL, &sum)))
+        if ((rc = student_step(w, w->cache_b, w->acc_b, t == t0 && smp ? NULL : p,
+                               t == t0 ? smp : NULL, 1, budget, every, t, NULL, &sum)))
             return rc;
     *kl_mean = sum.kl / horizon;
     return SCDB_OK;

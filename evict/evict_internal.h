@@ -163,7 +163,8 @@ double scdb_evict_pl_grad(const scdb_evict_decision *d, float wlp, float went, f
  * (exclusive); *kl_sum (may be NULL) gets the KL summed over those steps.
  * scdb_evict_window_branch: from the student's current step t, on a copy
  * (the student is unchanged): evict with the sampler at t (if t is an
- * eviction step and the cache is over budget; the draw is recorded in smp),
+ * eviction step and the cache is over budget; the draw is recorded in smp;
+ * smp NULL: p's own deterministic eviction, the imitation's branches),
  * then decode `horizon` steps under p; *kl_mean = the mean KL of those
  * steps.  SCDB_EINVAL (arguments, t_end behind the student or past T,
  * t + horizon past T), SCDB_ENOMEM, model errors. */
@@ -188,8 +189,19 @@ typedef struct scdb_evict_adam {
 } scdb_evict_adam;
 void scdb_evict_adam_step(scdb_evict_adam *a, float *p, const float *g, float lr);
 
-/* The prefilled state, for feature statistics. */
+/* The prefilled state, for feature statistics; the student's current
+ * state (scdb_evict_window_steps), for the imitation's states. */
 const scdb_evict_acc *scdb_evict_window_acc(const scdb_evict_window *w);
+const scdb_evict_acc *scdb_evict_window_student_acc(const scdb_evict_window *w);
+
+/* The network on rows of standardised inputs x[n][m->n_in] at budget B
+ * (what scdb_evict_mlp_score_rows runs after gathering; the skip
+ * included): scores[n], before any pooling.  SCDB_ENOMEM. */
+scdb_err scdb_evict_mlp_forward_x(const scdb_evict_mlp *m, const float *x, int n, int budget,
+                                  float *scores);
+/* One row of every input (scdb_evict_inputs' [SCDB_EVICT_N_ALL_INPUTS])
+ * gathered into the network's standardised x[m->n_in]. */
+void scdb_evict_mlp_gather(const scdb_evict_mlp *m, const float *all, float *x);
 
 /* Uniform double in [0, 1) from a xorshift state. */
 double scdb_evict_urand(uint64_t *s);

@@ -28,11 +28,13 @@
  * important token are kept with it.  Weights, the standardisation, the
  * inputs, the pool kernel and the protected counts live in a safetensors
  * file (FORMATS.md).  Training: scdb_evict_train_rl (train_rl.c; what
- * `scdb train-policy` runs) is REINFORCE over several models and training
- * domains with K Plackett-Luce draws of the evicted set per state, reward
- * -KL(full || evicted) per teacher-forced step, a leave-one-out baseline
- * over the K draws and an entropy bonus, from random weights (the
- * Plackett-Luce gradient and Adam: pg.c).
+ * `scdb train-policy` runs) is an optional imitation warm start (the
+ * network fitted to the kept sets of the candidate policies that do best
+ * per budget band: the shipped file) followed by REINFORCE over several
+ * models and training domains with K Plackett-Luce draws of the evicted
+ * set per state, reward -KL(full || evicted) per teacher-forced step, a
+ * leave-one-out baseline over the K draws and an entropy bonus, from
+ * random weights (the Plackett-Luce gradient and Adam: pg.c).
  *
  * Who calls whom (no cycle): policy.c (policies, evict.h) -> mlp.c (the
  * network and the one loader of its file) -> inputs.c (features, inputs) ->
@@ -104,7 +106,20 @@ typedef struct scdb_evict_mlp {
     int n_win;
     float win_frac[SCDB_EVICT_MAX_WIN];        /* each choice's window, a fraction of B in [0, 1) */
     float win_w[2 * SCDB_EVICT_MAX_WIN];
+    /* The budget-modulated skip (version 5; skip 0: none): the score gains
+     * sum_k (skip_w[2k] + skip_w[2k + 1] z) x_k, x the standardised inputs,
+     * z = log2(B / 64): a linear ranking by the inputs whose weights are a
+     * function of the budget, next to the network, so one file can rank by
+     * (say) SnapKV's signal at small budgets and as the network does at
+     * large ones without the network itself having to switch. */
+    int skip;
+    float skip_w[2 * SCDB_EVICT_MAX_INPUTS];
 } scdb_evict_mlp;
+
+/* The skip's term for n rows of standardised inputs x[n][m->n_in] at
+ * budget B, added to scores[n] (nothing if m has no skip). */
+void scdb_evict_mlp_add_skip(const scdb_evict_mlp *m, const float *x, int n, int budget,
+                             float *scores);
 
 /* The window head at budget B: returns c* (-1 if the network has no head);
  * probs (NULL or [n_win]) gets softmax_c logit_c(B); *z_out (may be NULL)
@@ -297,11 +312,44 @@ typedef struct scdb_evict_rl_opts {
                                         * best network (a stopped run keeps its best) */
     const char *last;                  /* NULL, or a policy file the last network is written to
                                         * at the end (what training reached, best or not) */
+    /* Imitation (a warm start before the REINFORCE updates; imit_rounds 0:
+     * none).  Each round collects imit_episodes episodes: at their branch
+     * states every candidate policy (the heuristics, the experts and their
+     * window variants, heuristic signals under other protections, and from
+     * round 2 the learner) evicts and runs the next `horizon` steps
+     * (horizon_first after the first eviction); the learner then fits, for
+     * imit_epochs passes over every state collected so far, the
+     * KL-weighted top-m Plackett-Luce likelihood of the candidates' kept
+     * sets (evict/train_rl.c, "imitation").  Round 1's episodes run a
+     * random candidate, later rounds the learner (DAgger). */
+    int imit_rounds;
+    int imit_episodes;
+    int imit_epochs;
+    int imit_batch;                    /* states per Adam step */
+    float imit_temp;                   /* candidate weights softmax(-log(KL / best KL) / temp) */
+    float imit_state_weight;           /* 1: each state's own KLs; 0: their mean over the
+                                        * states of its budget band; between: a mix */
+    int imit_train;                    /* what imitation trains: 1 the network, 2 the skip,
+                                        * 4 the window head (a sum; default 7) */
+    int head_runs;                     /* 1: after imitation, fit the window head to the
+                                        * window the network does best under, per budget
+                                        * band, in full runs on the imit_band_windows train
+                                        * windows */
+    int skip;                          /* 1: give the network a budget-modulated skip
+                                        * (version 5), starting at 0 */
+    int imit_band_windows;             /* > 0: the band means from full runs (the
+                                        * validation's protocol) of every candidate on this
+                                        * many train windows at each band's budget instead */
+    float imit_lr;
+    int imit_val_every;                /* epochs between validations */
+    const scdb_evict_mlp *experts[4];  /* networks offered as candidates */
+    int n_experts;
     FILE *log;                         /* JSONL: references, one line per step and per validation */
     int verbose;
 } scdb_evict_rl_opts;
 
-/* Defaults (what data/policies/distillcache_base was trained with):
+/* Defaults (what data/policies/distillcache_base.v3 was trained with; the
+ * shipped file's command, an imitation run, is in data/policies/README.md):
  * budgets log-uniform in [0.09, 0.55], validation at 0.25 and 0.125, 800
  * steps of 2 episodes, 3 states x 8 draws, horizon 48 (the first
  * eviction's: the whole window), the bench's protocol (256 / 256 / 8), lr

@@ -21,6 +21,7 @@
 #define POLICY_VERSION "2"
 #define POLICY_VERSION_3 "3"
 #define POLICY_VERSION_4 "4"   /* version 3 + the window head */
+#define POLICY_VERSION_5 "5"   /* version 3 + the budget-modulated skip (+ the head, optional) */
 #define POLICY_FEATURES "alpha,vnorm,sigma,ent,pos,mass,budget"
 #define POLICY_FEATURES_V1 "alpha,vnorm,sigma,ent,pos"   /* version 1: no mass */
 #define NF_V1 5
@@ -132,6 +133,8 @@ scdb_err scdb_evict_mlp_copy(scdb_evict_mlp *dst, const scdb_evict_mlp *src)
     dst->n_win = src->n_win;
     memcpy(dst->win_frac, src->win_frac, sizeof dst->win_frac);
     memcpy(dst->win_w, src->win_w, sizeof dst->win_w);
+    dst->skip = src->skip;
+    memcpy(dst->skip_w, src->skip_w, sizeof dst->skip_w);
     return SCDB_OK;
 }
 
@@ -227,6 +230,37 @@ static void gather_row(const scdb_evict_mlp *m, const float *all, float *x)
     for (int k = 0; k < m->n_in; k++) x[k] = (all[m->in_id[k]] - m->in_mean[k]) / m->in_std[k];
 }
 
+void scdb_evict_mlp_add_skip(const scdb_evict_mlp *m, const float *x, int n, int budget,
+                             float *scores)
+{
+    float c[SCDB_EVICT_MAX_INPUTS], z;
+    if (!m || !m->skip) return;
+    z = log2f((float)(budget > 1 ? budget : 1) / 64.0f);
+    for (int k = 0; k < m->n_in; k++) c[k] = m->skip_w[2 * k] + m->skip_w[2 * k + 1] * z;
+    for (int i = 0; i < n; i++) {
+        const float *xi = x + (size_t)i * m->n_in;
+        float t = 0.0f;
+        for (int k = 0; k < m->n_in; k++) t += c[k] * xi[k];
+        scores[i] += t;
+    }
+}
+
+void scdb_evict_mlp_gather(const scdb_evict_mlp *m, const float *all, float *x)
+{
+    gather_row(m, all, x);
+}
+
+scdb_err scdb_evict_mlp_forward_x(const scdb_evict_mlp *m, const float *x, int n, int budget,
+                                  float *scores)
+{
+    scdb_err rc;
+    if (!m || n < 0 || (n > 0 && (!x || !scores))) return SCDB_EINVAL;
+    if (n == 0) return SCDB_OK;
+    if ((rc = forward_rows(m, x, n, scores))) return rc;
+    scdb_evict_mlp_add_skip(m, x, n, budget, scores);
+    return SCDB_OK;
+}
+
 void scdb_evict_mlp_score_budget(const scdb_evict_mlp *m, const float *feats, int n, int budget,
                                  float *scores, float *x_out)
 {
@@ -241,10 +275,14 @@ void scdb_evict_mlp_score_budget(const scdb_evict_mlp *m, const float *feats, in
         gather_row(m, all, x);
         if (x_out) memcpy(x_out + (size_t)i * m->n_in, x, (size_t)m->n_in * sizeof *x);
         if (rows) memcpy(rows + (size_t)i * m->n_in, x, (size_t)m->n_in * sizeof *x);
-        else scores[i] = forward_row(m, x, h1, h2);    /* no memory: row by row */
+        else {   /* no memory: row by row */
+            scores[i] = forward_row(m, x, h1, h2);
+            scdb_evict_mlp_add_skip(m, x, 1, budget, scores + i);
+        }
     }
     if (rows && forward_rows(m, rows, n, scores))
         for (int i = 0; i < n; i++) scores[i] = forward_row(m, rows + (size_t)i * m->n_in, h1, h2);
+    if (rows) scdb_evict_mlp_add_skip(m, rows, n, budget, scores);
     free(rows);
 }
 
@@ -280,6 +318,7 @@ scdb_err scdb_evict_mlp_score_rows(const scdb_evict_mlp *m, const scdb_evict_acc
         }
         if (x_out) memcpy(x_out + (size_t)lo * m->n_in, all, (size_t)(hi - lo) * m->n_in * sizeof *x_out);
         rc = forward_rows(m, all, hi - lo, scores + lo);
+        if (!rc) scdb_evict_mlp_add_skip(m, all, hi - lo, budget, scores + lo);
     }
     free(all);
     free(f);
@@ -354,7 +393,7 @@ scdb_err scdb_evict_mlp_save(const scdb_evict_mlp *m, const char *path,
     int64_t H = m ? m->hidden : 0, NIN = m ? m->n_in : 0;
     int64_t s5[1] = {NIN}, s1[1] = {1}, sh[1] = {H}, sh5[2] = {H, NIN}, shh[2] = {H, H},
             s1h[2] = {1, H};
-    int64_t swin[2] = {m ? m->n_win : 0, 2};
+    int64_t swin[2] = {m ? m->n_win : 0, 2}, sskip[2] = {NIN, 2};
     char num[32], names[SCDB_EVICT_MAX_INPUTS * 16] = "", fracs[SCDB_EVICT_MAX_WIN * 16] = "";
     scdb_err rc;
 
@@ -372,10 +411,11 @@ scdb_err scdb_evict_mlp_save(const scdb_evict_mlp *m, const char *path,
     }
     if ((rc = scdb_st_writer_new(&w))) return rc;
     if ((rc = scdb_st_writer_meta(w, "format", POLICY_FORMAT)) ||
-        (rc = scdb_st_writer_meta(w, "version", m->n_win > 0 ? POLICY_VERSION_4
+        (rc = scdb_st_writer_meta(w, "version", m->skip ? POLICY_VERSION_5
+                                               : m->n_win > 0 ? POLICY_VERSION_4
                                                : is_v2(m) ? POLICY_VERSION : POLICY_VERSION_3)) ||
         (rc = scdb_st_writer_meta(w, "features",
-                                    is_v2(m) && m->n_win == 0 ? POLICY_FEATURES : names)) ||
+                                    is_v2(m) && m->n_win == 0 && !m->skip ? POLICY_FEATURES : names)) ||
         (rc = scdb_st_writer_meta(w, "activation", POLICY_ACTIVATION)))
         goto done;
     snprintf(num, sizeof num, "%d", m->sinks);
@@ -388,6 +428,8 @@ scdb_err scdb_evict_mlp_save(const scdb_evict_mlp *m, const char *path,
     if ((rc = scdb_st_writer_meta(w, "pool", num))) goto done;
     if (m->n_win > 0 && ((rc = scdb_st_writer_meta(w, "window_choices", fracs)) ||
                          (rc = scdb_st_writer_add(w, "window.weight", SCDB_F32, 2, swin, m->win_w))))
+        goto done;
+    if (m->skip && (rc = scdb_st_writer_add(w, "skip.weight", SCDB_F32, 2, sskip, m->skip_w)))
         goto done;
     for (int i = 0; i < n_extra; i++)
         if ((rc = scdb_st_writer_meta(w, keys[i], vals[i]))) goto done;
@@ -502,16 +544,20 @@ scdb_err scdb_evict_mlp_load(const char *path, scdb_evict_mlp **out, scdb_evict_
     /* version 1: five features (no mass); version 2: six and the budget;
      * version 3: the inputs named in `features` */
     v = scdb_st_meta(f, "version");
-    int v3 = 0, v4 = 0, n_ids = 0, ids[SCDB_EVICT_MAX_INPUTS], n_win = 0;
+    int v3 = 0, v4 = 0, v5 = 0, n_ids = 0, ids[SCDB_EVICT_MAX_INPUTS], n_win = 0;
     float win_frac[SCDB_EVICT_MAX_WIN];
     if (v && !strcmp(v, "1")) nf = NF_V1, want_features = POLICY_FEATURES_V1;
     else if (v && !strcmp(v, POLICY_VERSION)) nf = NI, want_features = POLICY_FEATURES;
     else if (v && !strcmp(v, POLICY_VERSION_3)) nf = 0, want_features = NULL, v3 = 1;
     else if (v && !strcmp(v, POLICY_VERSION_4)) nf = 0, want_features = NULL, v3 = 1, v4 = 1;
-    else {
-        scdb_errf(errbuf, errlen, "%s: metadata 'version' is %s%s%s, want \"1\", \"%s\", \"%s\" or \"%s\"",
+    else if (v && !strcmp(v, POLICY_VERSION_5)) {
+        /* version 5: the skip, and the head if the file has one */
+        nf = 0, want_features = NULL, v3 = 1, v5 = 1;
+        v4 = scdb_st_meta(f, "window_choices") != NULL;
+    } else {
+        scdb_errf(errbuf, errlen, "%s: metadata 'version' is %s%s%s, want \"1\", \"%s\", \"%s\", \"%s\" or \"%s\"",
              path, v ? "\"" : "missing", v ? v : "", v ? "\"" : "", POLICY_VERSION, POLICY_VERSION_3,
-             POLICY_VERSION_4);
+             POLICY_VERSION_4, POLICY_VERSION_5);
         rc = SCDB_EMISMATCH;
         goto fail;
     }
@@ -533,7 +579,7 @@ scdb_err scdb_evict_mlp_load(const char *path, scdb_evict_mlp **out, scdb_evict_
         if (bad) {
             scdb_errf(errbuf, errlen, "%s: metadata 'features' is %s%s%s, want distinct input names (alpha, ..., "
                  "ctx_n) for version %s", path, v ? "\"" : "missing", v ? v : "", v ? "\"" : "",
-                 v4 ? POLICY_VERSION_4 : POLICY_VERSION_3);
+                 v5 ? POLICY_VERSION_5 : v4 ? POLICY_VERSION_4 : POLICY_VERSION_3);
             rc = SCDB_EMISMATCH;
             goto fail;
         }
@@ -579,7 +625,7 @@ scdb_err scdb_evict_mlp_load(const char *path, scdb_evict_mlp **out, scdb_evict_
         }
         if (bad) {
             scdb_errf(errbuf, errlen, "%s: metadata 'window_choices' is %s%s%s, want 1 to %d fractions "
-                      "in [0, 1), comma-separated, for version 4", path, wc ? "\"" : "missing",
+                      "in [0, 1), comma-separated, for a window head", path, wc ? "\"" : "missing",
                       wc ? wc : "", wc ? "\"" : "", SCDB_EVICT_MAX_WIN);
             rc = SCDB_ERANGE;
             goto fail;
@@ -616,6 +662,18 @@ scdb_err scdb_evict_mlp_load(const char *path, scdb_evict_mlp **out, scdb_evict_
         memcpy(mlp->win_w, t->data, t->nbytes);
         if (!all_finite(mlp->win_w, (size_t)2 * n_win)) {
             scdb_errf(errbuf, errlen, "%s: non-finite weights in 'window.weight'", path);
+            rc = SCDB_ERANGE;
+            goto fail;
+        }
+    }
+    if (v5) {
+        int64_t shape[2] = {nf, 2};
+        if ((rc = scdb_st_expect(f, "skip.weight", SCDB_F32, 2, shape, &t, errbuf, errlen)))
+            goto fail;
+        memcpy(mlp->skip_w, t->data, t->nbytes);
+        mlp->skip = 1;
+        if (!all_finite(mlp->skip_w, (size_t)2 * nf)) {
+            scdb_errf(errbuf, errlen, "%s: non-finite weights in 'skip.weight'", path);
             rc = SCDB_ERANGE;
             goto fail;
         }

@@ -92,6 +92,18 @@ void scdb_evict_rl_defaults(scdb_evict_rl_opts *o)
     o->n_win = 0;
     o->win_lr = 0.05f;
     o->lr_sign = 1.0f;
+    o->imit_rounds = 0;
+    o->imit_episodes = 60;
+    o->imit_epochs = 20;
+    o->imit_batch = 8;
+    o->imit_temp = 0.05f;
+    o->imit_state_weight = 0.0f;
+    o->imit_band_windows = 0;
+    o->imit_train = 7;
+    o->head_runs = 0;
+    o->skip = 0;
+    o->imit_lr = 3e-3f;
+    o->imit_val_every = 5;
     o->val_windows = 4;
     o->val_every = 50;
     o->seed = 1;
@@ -282,6 +294,687 @@ static scdb_err window_grad(scdb_evict_window *win, scdb_evict_sampler *ws, cons
     return SCDB_OK;
 }
 
+/* ------------------------------------------------------------ imitation
+ *
+ * What the heuristics know at a small budget, taught directly.  At a
+ * branch state (budget B, the student's cache) every candidate policy j
+ * evicts to B and runs the next h steps itself: KL_j.  The candidates are
+ * the four heuristics as they are, the expert networks (the shipped file)
+ * with their own protection and with a quarter and three quarters of the
+ * budget protected, the heuristics' signals (SnapKV's pooled window
+ * attention, H2O's mass, TOVA's last query, ranked) under 4 sinks and
+ * other recent windows, and from round 2 the learner itself.  Each
+ * candidate's kept set is the top B of a priority over the slots
+ * (protected slots first, then its score; ties: the newer slot), stored as
+ * the slots' order.  The learner (its own protection p at B: sinks and
+ * the recent window) is fitted to
+ *
+ *   L = - sum_states sum_j w_j log PL(kept_j | scores),
+ *   w_j = softmax_j(-(KL_j / min_k KL_k - 1) / temp),
+ *
+ * log PL(kept_j) the Plackett-Luce log-likelihood of the first m entries
+ * of candidate j's order among the learner's unprotected slots (m = B
+ * minus the protected ones): a top-m ListMLE, the likelihood of choosing
+ * that kept set, in that order, by drawing from the learner's scores
+ * (pg.c's gradient with wlp = -w_j).  So the learner ranks like the
+ * candidate that did best from that state, by a margin the temperature
+ * sets, and can combine them: which one wins depends on the state, and
+ * the state is what the network reads.  Cheap next to REINFORCE: one set
+ * of branches per state, reused for every epoch. */
+
+typedef struct imit_state {
+    int n, B;
+    float *x;          /* [n][NA] every input, before standardisation */
+    int nc;
+    int *order;        /* [nc][n] slots by the candidate's priority, highest first */
+    int *recent;       /* [nc] the candidate's protected recent slots at B */
+    double *kl;        /* [nc] */
+    int band;          /* budget band (imit_bands) */
+    const double *band_lr;   /* [nc] the band's mean log KL ratios; NULL: none */
+    float lam;         /* weight of the state's own KL against the band's */
+} imit_state;
+
+#define MAX_CAND 24
+#define IMIT_BANDS 8
+
+typedef struct imit_set {
+    imit_state *st;
+    int n, cap;
+    /* full runs on train windows (imit_full_runs): KL [windows][band][cand],
+     * < 0 where not run */
+    double *full_kl;
+    int full_windows;
+} imit_set;
+
+static void imit_set_free(imit_set *d)
+{
+    for (int i = 0; i < d->n; i++) {
+        free(d->st[i].x);
+        free(d->st[i].order);
+        free(d->st[i].recent);
+        free(d->st[i].kl);
+    }
+    free(d->st);
+    free(d->full_kl);
+    memset(d, 0, sizeof *d);
+}
+
+typedef struct imit_cands {
+    scdb_evict_policy *pol[MAX_CAND];
+    char name[MAX_CAND][40];
+    int n;
+    int learner;       /* index of the learner's slot, -1: none yet */
+} imit_cands;
+
+static void imit_cands_free(imit_cands *c)
+{
+    for (int i = 0; i < c->n; i++) scdb_evict_policy_free(&c->pol[i]);
+    c->n = 0;
+}
+
+/* a policy ranking by one input (lower = keep for ranks and ages, sign -1),
+ * protecting `sinks` and floor(frac * B) recent slots: a 1-1-1 network
+ * tanh(tanh(0.05 sign x)), monotone in x, so its top-B is the signal's */
+static scdb_err signal_policy(int id, float sign, int sinks, float frac, scdb_evict_policy **out)
+{
+    scdb_evict_mlp *m = NULL;
+    scdb_err rc = scdb_evict_mlp_new_inputs(1, &id, 1, 1, &m);
+    if (rc) return rc;
+    m->w1[0] = 0.05f * sign;
+    m->b1[0] = 0.0f;
+    m->w2[0] = 1.0f;
+    m->b2[0] = 0.0f;
+    m->w3[0] = 1.0f;
+    m->b3[0] = 0.0f;
+    m->sinks = sinks;
+    m->recent = 1;
+    m->recent_frac = frac;
+    m->pool = 1;
+    rc = scdb_evict_policy_from_mlp(m, out);
+    scdb_evict_mlp_free(&m);
+    return rc;
+}
+
+static scdb_err imit_add(imit_cands *c, scdb_evict_policy *p, const char *name)
+{
+    if (!p) return SCDB_ENOMEM;
+    if (c->n == MAX_CAND) {
+        scdb_evict_policy_free(&p);
+        return SCDB_EINVAL;
+    }
+    c->pol[c->n] = p;
+    snprintf(c->name[c->n], sizeof c->name[c->n], "%s", name);
+    c->n++;
+    return SCDB_OK;
+}
+
+static scdb_err imit_candidates(const scdb_evict_rl_opts *o, imit_cands *c)
+{
+    static const struct { int id; float frac; const char *name; } sig[] = {
+        {SCDB_EI_R_SNAPKV, 0.25f, "snapkv-signal/s4/0.25"},
+        {SCDB_EI_R_SNAPKV, 0.5f, "snapkv-signal/s4/0.5"},
+        {SCDB_EI_R_SNAPKV, 0.75f, "snapkv-signal/s4/0.75"},
+        {SCDB_EI_R_MASS, 0.25f, "h2o-signal/s4/0.25"},
+        {SCDB_EI_R_MASS, 0.75f, "h2o-signal/s4/0.75"},
+        {SCDB_EI_R_LAST, 0.5f, "tova-signal/s4/0.5"}};
+    scdb_err rc;
+    memset(c, 0, sizeof *c);
+    c->learner = -1;
+    for (int k = SCDB_EVICT_STREAMING; k < SCDB_EVICT_LEARNED; k++) {
+        scdb_evict_policy *p = NULL;
+        if ((rc = scdb_evict_policy_new((scdb_evict_kind)k, &p)) ||
+            (rc = imit_add(c, p, scdb_evict_kind_name((scdb_evict_kind)k))))
+            return rc;
+    }
+    for (int e = 0; e < o->n_experts; e++) {
+        static const float fr[] = {-1.0f, 0.25f, 0.75f};
+        for (int v = 0; v < 3; v++) {
+            scdb_evict_mlp *m = NULL;
+            scdb_evict_policy *p = NULL;
+            char nm[40];
+            if ((rc = scdb_evict_mlp_clone(o->experts[e], &m))) return rc;
+            if (fr[v] >= 0.0f) {
+                m->n_win = 0;
+                m->recent_frac = fr[v];
+            }
+            rc = scdb_evict_policy_from_mlp(m, &p);
+            scdb_evict_mlp_free(&m);
+            if (rc) return rc;
+            if (fr[v] >= 0.0f) snprintf(nm, sizeof nm, "expert%d/%g", e + 1, (double)fr[v]);
+            else snprintf(nm, sizeof nm, "expert%d", e + 1);
+            if ((rc = imit_add(c, p, nm))) return rc;
+        }
+    }
+    for (size_t i = 0; i < sizeof sig / sizeof sig[0]; i++) {
+        scdb_evict_policy *p = NULL;
+        if ((rc = signal_policy(sig[i].id, -1.0f, 4, sig[i].frac, &p)) ||
+            (rc = imit_add(c, p, sig[i].name)))
+            return rc;
+    }
+    return SCDB_OK;
+}
+
+/* order[n]: the slots by p's priority at budget B, highest first (the
+ * protected ones, then by score; ties: the newer slot), so p's kept set is
+ * its first min(n, B) entries */
+static scdb_err priority_order(const scdb_evict_policy *p, const scdb_evict_acc *a, int B,
+                               float *score, int *order, int *recent_out)
+{
+    int n = a->n, sinks, recent;
+    scdb_err rc;
+    scdb_evict_policy_protect(p, a, n, B, &sinks, &recent);
+    *recent_out = recent;
+    if ((rc = scdb_evict_policy_score_budget(p, a, B, score))) return rc;
+    for (int i = 0; i < n; i++) {
+        if (i < sinks || i >= n - recent) score[i] = INFINITY;
+        else if (isnan(score[i])) score[i] = -INFINITY;
+        order[i] = i;
+    }
+    return scdb_evict_rank(score, order, n);
+}
+
+/* Collect one round: o->imit_episodes episodes, each at its branch states
+ * (as the REINFORCE episodes choose them), every candidate's order and KL. */
+static scdb_err imit_collect(const scdb_evict_rl_opts *o, scdb_model *const *models,
+                             const char *const *model_names, int32_t *const *tok,
+                             const imit_cands *c, const scdb_evict_policy *behaviour,
+                             uint64_t *rng, imit_set *d)
+{
+    const int span = o->prefill + o->steps + 1, cap = o->prefill + o->steps;
+    const int NA = SCDB_EVICT_N_ALL_INPUTS;
+    scdb_evict_window *win = NULL;
+    float *f = malloc((size_t)cap * SCDB_EVICT_N_FEATURES * sizeof *f);
+    float *score = malloc((size_t)cap * sizeof *score);
+    scdb_err rc = SCDB_ENOMEM;
+    if (!f || !score) goto done;
+    for (int e = 0; e < o->imit_episodes; e++) {
+        int mi = (int)(scdb_evict_urand(rng) * o->n_models) % o->n_models;
+        int ci = (int)(scdb_evict_urand(rng) * o->n_corpora) % o->n_corpora;
+        size_t room = o->corpora[ci].train_len - (size_t)span;
+        size_t off = (size_t)(scdb_evict_urand(rng) * (double)(room + 1));
+        if (off > room) off = room;
+        double lf = log(o->budget_lo) + scdb_evict_urand(rng) * (log(o->budget_hi) - log(o->budget_lo));
+        int B = budget_slots(exp(lf), o);
+        const scdb_evict_policy *beh = behaviour;
+        int bi = (int)(scdb_evict_urand(rng) * c->n) % c->n;
+        if (!beh) beh = c->pol[bi];
+        if ((rc = scdb_evict_window_new(models[mi], tok[ci] + off, o->prefill, o->steps, &win)))
+            goto done;
+        const int h_later = o->horizon ? o->horizon : 1;
+        int pts[MAX_STATES], np = 0, n_ev = (o->steps - h_later) / o->every + 1;
+        pts[np++] = 0;
+        for (int tries = 0; np < o->states && np < n_ev && tries < 100; tries++) {
+            int t = o->every * (1 + (int)(scdb_evict_urand(rng) * (n_ev - 1)));
+            int dup = t > o->steps - h_later;
+            for (int i = 0; i < np; i++) dup |= pts[i] == t;
+            if (!dup) pts[np++] = t;
+        }
+        for (int i = 1; i < np; i++)
+            for (int j = i; j > 0 && pts[j] < pts[j - 1]; j--) {
+                int tmp = pts[j]; pts[j] = pts[j - 1]; pts[j - 1] = tmp;
+            }
+        if ((rc = scdb_evict_window_reset(win))) goto done;
+        for (int s = 0; s < np; s++) {
+            if ((rc = scdb_evict_window_steps(win, beh, B, o->every, pts[s], NULL))) goto done;
+            const scdb_evict_acc *a = scdb_evict_window_student_acc(win);
+            int n = a->n;
+            if (n <= B) continue;
+            int hz = s == 0 ? o->horizon_first : o->horizon;
+            if (hz == 0 || pts[s] + hz > o->steps) hz = o->steps - pts[s];
+            if (d->n == d->cap) {
+                int nc2 = d->cap ? 2 * d->cap : 64;
+                imit_state *g = realloc(d->st, (size_t)nc2 * sizeof *g);
+                rc = SCDB_ENOMEM;
+                if (!g) goto done;
+                d->st = g;
+                d->cap = nc2;
+            }
+            imit_state *st = &d->st[d->n];
+            memset(st, 0, sizeof *st);
+            st->n = n;
+            st->B = B;
+            st->nc = c->n;
+            st->x = malloc((size_t)n * NA * sizeof *st->x);
+            st->order = malloc((size_t)c->n * n * sizeof *st->order);
+            st->kl = malloc((size_t)c->n * sizeof *st->kl);
+            st->recent = malloc((size_t)c->n * sizeof *st->recent);
+            rc = SCDB_ENOMEM;
+            if (!st->x || !st->order || !st->kl || !st->recent) {
+                free(st->x); free(st->order); free(st->kl); free(st->recent);
+                goto done;
+            }
+            d->n++;
+            if ((rc = scdb_evict_features(a, f)) || (rc = scdb_evict_inputs(a, f, B, st->x))) goto done;
+            for (int j = 0; j < c->n; j++) {
+                if ((rc = priority_order(c->pol[j], a, B, score, st->order + (size_t)j * n,
+                                         &st->recent[j])))
+                    goto done;
+                if ((rc = scdb_evict_window_branch(win, NULL, c->pol[j], B, o->every, hz, &st->kl[j])))
+                    goto done;
+            }
+            if (o->log) {
+                fprintf(o->log, "{\"imitation_state\":%d,\"model\":\"%s\",\"domain\":\"%s\",\"budget\":%d,"
+                                "\"n\":%d,\"step\":%d,\"horizon\":%d,\"kl\":[",
+                        d->n - 1, model_names[mi], o->corpora[ci].name, B, n, pts[s], hz);
+                for (int j = 0; j < c->n; j++) fprintf(o->log, "%s%.6g", j ? "," : "", st->kl[j]);
+                fprintf(o->log, "]}\n");
+            }
+        }
+        scdb_evict_window_free(&win);
+        if (o->verbose && (e + 1) % 10 == 0)
+            fprintf(stderr, "train-policy: imitation: %d/%d episodes, %d states\n", e + 1,
+                    o->imit_episodes, d->n);
+    }
+    rc = SCDB_OK;
+done:
+    scdb_evict_window_free(&win);
+    free(f);
+    free(score);
+    return rc;
+}
+
+/* The candidates' weights at a state: softmax_j of -(lam * r_j + (1 - lam)
+ * * rb_j) / temp, r_j = log(KL_j / min_k KL_k) at this state and rb_j its
+ * mean over the states of the same budget band (st->band_lr; NULL: lam
+ * 1).  lam 1 follows each state's winner, which the next tokens decide as
+ * much as the state; lam 0 the candidate that does best from states like
+ * it on average, a target the network can learn. */
+static void imit_weights(const imit_state *st, int nc, float temp, double *w)
+{
+    double mn = INFINITY, sum = 0.0, best = INFINITY;
+    const double lam = st->band_lr ? st->lam : 1.0;
+    for (int j = 0; j < nc; j++) if (st->kl[j] < mn) mn = st->kl[j];
+    mn = fmax(mn, 1e-9);
+    for (int j = 0; j < nc; j++) {
+        double r = log(fmax(st->kl[j], 1e-9) / mn);
+        w[j] = lam * r + (st->band_lr ? (1.0 - lam) * st->band_lr[j] : 0.0);
+        if (w[j] < best) best = w[j];
+    }
+    for (int j = 0; j < nc; j++) sum += (w[j] = exp(-(w[j] - best) / temp));
+    for (int j = 0; j < nc; j++) w[j] /= sum;
+}
+
+/* The budget (slots) at the middle of band b. */
+static int band_budget(const scdb_evict_rl_opts *o, int b)
+{
+    double lo = log(o->budget_lo), hi = log(o->budget_hi);
+    return budget_slots(exp(lo + (b + 0.5) * (hi - lo) / IMIT_BANDS), o);
+}
+
+/* Full runs (the validation's protocol, on the train texts) of candidates
+ * [j0, j1) at every band's middle budget, on o->imit_band_windows windows
+ * drawn from a fixed seed (the same windows for every call, so later calls
+ * add the learner to the same table). */
+static scdb_err imit_full_runs(const scdb_evict_rl_opts *o, scdb_model *const *models,
+                               int32_t *const *tok, const imit_cands *c, int j0, int j1,
+                               imit_set *d)
+{
+    const int W = o->imit_band_windows, span = o->prefill + o->steps + 1;
+    uint64_t rng = o->seed * 0x2545F4914F6CDD1Dull + 99;
+    scdb_evict_window *win = NULL;
+    scdb_err rc = SCDB_OK;
+    if (W < 1) return SCDB_OK;
+    if (!d->full_kl) {
+        if (!(d->full_kl = malloc((size_t)W * IMIT_BANDS * MAX_CAND * sizeof *d->full_kl)))
+            return SCDB_ENOMEM;
+        for (size_t i = 0; i < (size_t)W * IMIT_BANDS * MAX_CAND; i++) d->full_kl[i] = -1.0;
+        d->full_windows = W;
+    }
+    for (int wi = 0; wi < W && !rc; wi++) {
+        int mi = (int)(scdb_evict_urand(&rng) * o->n_models) % o->n_models;
+        int ci = (int)(scdb_evict_urand(&rng) * o->n_corpora) % o->n_corpora;
+        size_t room = o->corpora[ci].train_len - (size_t)span;
+        size_t off = (size_t)(scdb_evict_urand(&rng) * (double)(room + 1));
+        if (off > room) off = room;
+        if ((rc = scdb_evict_window_new(models[mi], tok[ci] + off, o->prefill, o->steps, &win))) break;
+        for (int b = 0; b < IMIT_BANDS && !rc; b++)
+            for (int j = j0; j < j1 && !rc; j++) {
+                scdb_evict_eval e;
+                if (!(rc = scdb_evict_window_eval(win, c->pol[j], band_budget(o, b), o->every, NULL, &e)))
+                    d->full_kl[((size_t)wi * IMIT_BANDS + b) * MAX_CAND + j] = e.kl;
+            }
+        scdb_evict_window_free(&win);
+    }
+    return rc;
+}
+
+/* Each state's band (log budget, IMIT_BANDS bins over [budget_lo,
+ * budget_hi]) and, per band, every candidate's mean log(KL / the best KL):
+ * over the full runs where the candidate has them (imit_full_runs: what
+ * the validation measures), else over the band's branch states that ran
+ * it; points the states at them. */
+static void imit_bands(const scdb_evict_rl_opts *o, imit_set *d, double *band_lr, float lam)
+{
+    double cnt[IMIT_BANDS][MAX_CAND] = {{0}}, fl[IMIT_BANDS][MAX_CAND] = {{0}};
+    int fc[IMIT_BANDS][MAX_CAND] = {{0}};
+    const double lo = log(o->budget_lo * (o->prefill + o->steps)),
+                 hi = log(o->budget_hi * (o->prefill + o->steps));
+    memset(band_lr, 0, sizeof(double) * IMIT_BANDS * MAX_CAND);
+    for (int wi = 0; d->full_kl && wi < d->full_windows; wi++)
+        for (int b = 0; b < IMIT_BANDS; b++) {
+            const double *k = d->full_kl + ((size_t)wi * IMIT_BANDS + b) * MAX_CAND;
+            double mn = INFINITY;
+            for (int j = 0; j < MAX_CAND; j++) if (k[j] >= 0.0 && k[j] < mn) mn = k[j];
+            mn = fmax(mn, 1e-9);
+            for (int j = 0; j < MAX_CAND; j++)
+                if (k[j] >= 0.0) {
+                    fl[b][j] += log(fmax(k[j], 1e-9) / mn);
+                    fc[b][j]++;
+                }
+        }
+    for (int i = 0; i < d->n; i++) {
+        imit_state *st = &d->st[i];
+        double mn = INFINITY;
+        int b = hi > lo ? (int)((log((double)st->B) - lo) / (hi - lo) * IMIT_BANDS) : 0;
+        b = b < 0 ? 0 : b >= IMIT_BANDS ? IMIT_BANDS - 1 : b;
+        st->band = b;
+        for (int j = 0; j < st->nc; j++) if (st->kl[j] < mn) mn = st->kl[j];
+        mn = fmax(mn, 1e-9);
+        for (int j = 0; j < st->nc; j++) {
+            band_lr[b * MAX_CAND + j] += log(fmax(st->kl[j], 1e-9) / mn);
+            cnt[b][j] += 1.0;
+        }
+    }
+    for (int b = 0; b < IMIT_BANDS; b++)
+        for (int j = 0; j < MAX_CAND; j++) {
+            if (cnt[b][j] > 0) band_lr[b * MAX_CAND + j] /= cnt[b][j];
+            if (fc[b][j] > 0) band_lr[b * MAX_CAND + j] = fl[b][j] / fc[b][j];
+        }
+    for (int i = 0; i < d->n; i++) {
+        d->st[i].band_lr = band_lr + d->st[i].band * MAX_CAND;
+        d->st[i].lam = lam;
+    }
+}
+
+/* One state's loss and its gradient (accumulated into grad, scaled by
+ * 1 / batch).  Scratch: xs [n][n_in], s, pooled, ds, dsr [n], arg, kept [n],
+ * inv [n] doubles, drawn [n]. */
+static double imit_state_grad(const scdb_evict_mlp *m, const imit_state *st, float temp,
+                              float scale, float *grad, float *gwin, float *gskip, float *xs,
+                              float *s, float *pooled, int *arg, float *ds, float *dsr, int *kept,
+                              double *inv, char *drawn)
+{
+    const int n = st->n, NA = SCDB_EVICT_N_ALL_INPUTS;
+    double w[MAX_CAND], loss = 0.0;
+    int sinks, recent, cap = n < st->B ? n : st->B;
+    if (m->n_win > 0 && gwin) {
+        /* the window head: cross-entropy to the candidates' windows, each
+         * candidate's weight on the head's choice nearest its own */
+        float p[SCDB_EVICT_MAX_WIN], z;
+        double q[SCDB_EVICT_MAX_WIN] = {0};
+        imit_weights(st, st->nc, temp, w);
+        scdb_evict_mlp_window(m, st->B, p, &z);
+        for (int j = 0; j < st->nc; j++) {
+            int bc = 0, bd = 1 << 30;
+            for (int c = 0; c < m->n_win; c++) {
+                int sk, rr, dd;
+                scdb_evict_mlp_protect_choice(m, st->B, c, &sk, &rr);
+                dd = abs(rr - st->recent[j]);
+                if (dd < bd) { bd = dd; bc = c; }
+            }
+            q[bc] += w[j];
+        }
+        for (int c = 0; c < m->n_win; c++) {
+            float g = scale * (p[c] - (float)q[c]);
+            gwin[2 * c] += g;
+            gwin[2 * c + 1] += g * z;
+        }
+    }
+    for (int i = 0; i < n; i++) scdb_evict_mlp_gather(m, st->x + (size_t)i * NA, xs + (size_t)i * m->n_in);
+    if (scdb_evict_mlp_forward_x(m, xs, n, st->B, s)) return NAN;
+    if (m->pool > 1) scdb_evict_maxpool(s, n, m->pool, pooled, arg);
+    else memcpy(pooled, s, (size_t)n * sizeof *s);
+    scdb_evict_mlp_protect(m, st->B, &sinks, &recent);
+    if (sinks > cap) sinks = cap;
+    if (recent > cap - sinks) recent = cap - sinks;
+    int mk = cap - sinks - recent;
+    if (mk <= 0 || n - recent - sinks <= mk) return 0.0;
+    imit_weights(st, st->nc, temp, w);
+    memset(ds, 0, (size_t)n * sizeof *ds);
+    for (int j = 0; j < st->nc; j++) {
+        if (w[j] < 1e-3) continue;
+        const int *ord = st->order + (size_t)j * n;
+        int k = 0;
+        for (int i = 0; i < n && k < mk; i++)
+            if (ord[i] >= sinks && ord[i] < n - recent) kept[k++] = ord[i];
+        scdb_evict_decision dd;
+        memset(&dd, 0, sizeof dd);
+        dd.n = n;
+        dd.sinks = sinks;
+        dd.recent = recent;
+        dd.m = k;
+        dd.s = pooled;
+        dd.order = kept;
+        dd.scale = 1.0f;
+        double h;
+        loss -= w[j] * scdb_evict_pl_grad(&dd, (float)(-w[j]), 0.0f, ds, &h, inv, drawn) / k;
+    }
+    memset(dsr, 0, (size_t)n * sizeof *dsr);
+    for (int i = 0; i < n; i++) dsr[m->pool > 1 ? arg[i] : i] += scale * ds[i] / mk;
+    if (grad) scdb_evict_mlp_backward(m, xs, n, dsr, grad);
+    if (m->skip && gskip) {
+        float z = log2f((float)st->B / 64.0f);
+        for (int i = 0; i < n; i++) {
+            if (dsr[i] == 0.0f) continue;
+            const float *xi = xs + (size_t)i * m->n_in;
+            for (int k = 0; k < m->n_in; k++) {
+                gskip[2 * k] += dsr[i] * xi[k];
+                gskip[2 * k + 1] += dsr[i] * xi[k] * z;
+            }
+        }
+    }
+    return loss;
+}
+
+/* Fit the learner to the collected states for `epochs` passes; returns the
+ * last epoch's mean loss in *loss_out. */
+static scdb_err imit_fit(const scdb_evict_rl_opts *o, scdb_evict_mlp *m, imit_set *d,
+                         scdb_evict_adam *ad, scdb_evict_adam *wad, scdb_evict_adam *sad,
+                         int epoch0, int epochs, uint64_t *rng, double *loss_out,
+                         int (*after_epoch)(void *, int), void *ctx)
+{
+    const int cap = o->prefill + o->steps;
+    float gwin[2 * SCDB_EVICT_MAX_WIN], gskip[2 * SCDB_EVICT_MAX_INPUTS];
+    double band_lr[IMIT_BANDS * MAX_CAND];
+    imit_bands(o, d, band_lr, o->imit_state_weight);
+    if (o->log) {
+        fprintf(o->log, "{\"imitation_bands\":[");
+        for (int b = 0; b < IMIT_BANDS; b++) {
+            fprintf(o->log, "%s[", b ? "," : "");
+            for (int j = 0; j < MAX_CAND; j++) fprintf(o->log, "%s%.4f", j ? "," : "", band_lr[b * MAX_CAND + j]);
+            fprintf(o->log, "]");
+        }
+        fprintf(o->log, "]}\n");
+    }
+    float *grad = malloc(m->n_params * sizeof *grad);
+    float *xs = malloc((size_t)cap * m->n_in * sizeof *xs);
+    float *s = malloc((size_t)cap * 4 * sizeof *s);
+    int *arg = malloc((size_t)cap * 2 * sizeof *arg);
+    double *inv = malloc((size_t)cap * sizeof *inv);
+    char *drawn = malloc((size_t)cap);
+    int *perm = malloc((size_t)(d->n > 0 ? d->n : 1) * sizeof *perm);
+    scdb_err rc = SCDB_ENOMEM;
+    if (!grad || !xs || !s || !arg || !inv || !drawn || !perm) goto done;
+    for (int ep = 0; ep < epochs; ep++) {
+        double loss = 0.0;
+        for (int i = 0; i < d->n; i++) perm[i] = i;
+        for (int i = d->n - 1; i > 0; i--) {
+            int j = (int)(scdb_evict_urand(rng) * (i + 1)) % (i + 1), t = perm[i];
+            perm[i] = perm[j];
+            perm[j] = t;
+        }
+        double prog = o->imit_epochs * o->imit_rounds > 1
+                          ? (double)(epoch0 + ep) / (o->imit_epochs * o->imit_rounds - 1) : 1.0;
+        float lr = o->imit_lr * (float)(0.1 + 0.45 * (1.0 + cos(3.14159265358979 * fmin(prog, 1.0))));
+        for (int b0 = 0; b0 < d->n; b0 += o->imit_batch) {
+            int nb = d->n - b0 < o->imit_batch ? d->n - b0 : o->imit_batch;
+            memset(grad, 0, m->n_params * sizeof *grad);
+            memset(gwin, 0, sizeof gwin);
+            memset(gskip, 0, sizeof gskip);
+            for (int k = 0; k < nb; k++) {
+                double l = imit_state_grad(m, &d->st[perm[b0 + k]], o->imit_temp, o->lr_sign / nb,
+                                           (o->imit_train & 1) ? grad : NULL,
+                                           (o->imit_train & 4) ? gwin : NULL,
+                                           (o->imit_train & 2) ? gskip : NULL, xs, s, s + cap, arg,
+                                           s + 2 * cap, s + 3 * cap, arg + cap, inv, drawn);
+                if (isfinite(l)) loss += l;
+            }
+            if (o->imit_train & 1) scdb_evict_adam_step(ad, m->params, grad, lr);
+            if (m->skip && (o->imit_train & 2)) scdb_evict_adam_step(sad, m->skip_w, gskip, lr);
+            if (m->n_win > 0 && o->win_lr > 0.0f && (o->imit_train & 4)) {
+                scdb_evict_adam_step(wad, m->win_w, gwin, o->win_lr * lr / o->imit_lr);
+                memset(gwin, 0, sizeof gwin);
+            }
+        }
+        *loss_out = d->n ? loss / d->n : 0.0;
+        if (o->log)
+            fprintf(o->log, "{\"imitation_epoch\":%d,\"states\":%d,\"loss\":%.6f,\"lr\":%.3g}\n",
+                    epoch0 + ep + 1, d->n, *loss_out, lr);
+        if (after_epoch && (rc = (scdb_err)after_epoch(ctx, epoch0 + ep + 1))) goto done;
+    }
+    rc = SCDB_OK;
+done:
+    free(grad);
+    free(xs);
+    free(s);
+    free(arg);
+    free(inv);
+    free(drawn);
+    free(perm);
+    return rc;
+}
+
+/* The window head from full runs: the network under each of its window
+ * choices on the imitation's train windows at every band's budget; per band
+ * the choice with the lowest mean log(KL / the band's best); the head's
+ * logits a_c + b_c z (z = log2(B / 64)) fitted by cross-entropy to those
+ * choices, so the head picks, per budget, the window this network does best
+ * under in the validation's protocol, measured on train texts.  *agree gets
+ * the bands whose choice the fitted head's argmax reproduces. */
+static scdb_err head_from_full_runs(const scdb_evict_rl_opts *o, scdb_model *const *models,
+                                    int32_t *const *tok, scdb_evict_mlp *m, int *agree)
+{
+    imit_cands ic;
+    imit_set fs = {0};
+    double band_lr[IMIT_BANDS * MAX_CAND];
+    int target[IMIT_BANDS];
+    float z[IMIT_BANDS], mw[2 * SCDB_EVICT_MAX_WIN] = {0}, vw[2 * SCDB_EVICT_MAX_WIN] = {0};
+    scdb_err rc = SCDB_OK;
+    memset(&ic, 0, sizeof ic);
+    ic.learner = -1;
+    for (int c = 0; c < m->n_win && !rc; c++) {
+        scdb_evict_mlp *v = NULL;
+        scdb_evict_policy *p = NULL;
+        char nm[40];
+        if ((rc = scdb_evict_mlp_clone(m, &v))) break;
+        v->n_win = 0;
+        v->recent_frac = m->win_frac[c];
+        rc = scdb_evict_policy_from_mlp(v, &p);
+        scdb_evict_mlp_free(&v);
+        snprintf(nm, sizeof nm, "window %g", (double)m->win_frac[c]);
+        if (!rc) rc = imit_add(&ic, p, nm);
+    }
+    if (!rc) rc = imit_full_runs(o, models, tok, &ic, 0, ic.n, &fs);
+    if (!rc) {
+        imit_bands(o, &fs, band_lr, 0.0f);
+        for (int b = 0; b < IMIT_BANDS; b++) {
+            int bc = 0;
+            for (int c = 1; c < m->n_win; c++)
+                if (band_lr[b * MAX_CAND + c] < band_lr[b * MAX_CAND + bc]) bc = c;
+            target[b] = bc;
+            z[b] = log2f((float)band_budget(o, b) / 64.0f);
+        }
+        scdb_evict_adam ad = {mw, vw, (size_t)2 * m->n_win, 0};
+        memset(m->win_w, 0, sizeof m->win_w);
+        for (int it = 0; it < 2000; it++) {
+            float g[2 * SCDB_EVICT_MAX_WIN] = {0}, pr[SCDB_EVICT_MAX_WIN];
+            for (int b = 0; b < IMIT_BANDS; b++) {
+                scdb_evict_mlp_window(m, band_budget(o, b), pr, NULL);
+                for (int c = 0; c < m->n_win; c++) {
+                    float d = (pr[c] - (c == target[b] ? 1.0f : 0.0f)) / IMIT_BANDS;
+                    g[2 * c] += d;
+                    g[2 * c + 1] += d * z[b];
+                }
+            }
+            scdb_evict_adam_step(&ad, m->win_w, g, 0.05f);
+        }
+        *agree = 0;
+        for (int b = 0; b < IMIT_BANDS; b++)
+            *agree += scdb_evict_mlp_window(m, band_budget(o, b), NULL, NULL) == target[b];
+        if (o->log) {
+            fprintf(o->log, "{\"head_from_full_runs\":[");
+            for (int b = 0; b < IMIT_BANDS; b++) {
+                fprintf(o->log, "%s{\"budget\":%d,\"choice\":%g,\"head\":%g,\"log_ratio\":[", b ? "," : "",
+                        band_budget(o, b), (double)m->win_frac[target[b]],
+                        (double)m->win_frac[scdb_evict_mlp_window(m, band_budget(o, b), NULL, NULL)]);
+                for (int c = 0; c < m->n_win; c++)
+                    fprintf(o->log, "%s%.4f", c ? "," : "", band_lr[b * MAX_CAND + c]);
+                fprintf(o->log, "]}");
+            }
+            fprintf(o->log, "]}\n");
+        }
+    }
+    imit_cands_free(&ic);
+    imit_set_free(&fs);
+    return rc;
+}
+
+/* Validation of the learner, the best network kept (and checkpointed). */
+typedef struct val_ctx {
+    const scdb_evict_rl_opts *o;
+    vgroup *gs;
+    int ng;
+    double *gk;
+    const char *const *model_names;
+    scdb_evict_mlp *mlp, *best;
+    scdb_evict_rl_result *r;
+    double t_start;
+    int episodes;
+    int tag;             /* added to the logged step: imitation epochs come before the updates */
+} val_ctx;
+
+static scdb_err check_best(val_ctx *v, int step, const char *what)
+{
+    const scdb_evict_rl_opts *o = v->o;
+    double kl, bb[MAX_VB], ratio;
+    scdb_err rc;
+    if ((rc = validate(v->gs, v->ng, v->mlp, o, &kl, bb, &ratio, v->gk))) return rc;
+    int is_best = ratio < v->r->val_ratio_best;
+    if (is_best) {
+        v->r->val_ratio_best = ratio;
+        v->r->val_kl_best = kl;
+        v->r->best_update = v->tag + step;
+        scdb_evict_mlp_copy(v->best, v->mlp);
+        if (o->checkpoint) {
+            char num[2][32];
+            snprintf(num[0], sizeof num[0], "%s %d", what, step);
+            snprintf(num[1], sizeof num[1], "%.4f", ratio);
+            const char *keys[] = {"checkpoint", "val_ratio"}, *vals[] = {num[0], num[1]};
+            scdb_err crc = scdb_evict_mlp_save(v->best, o->checkpoint, keys, vals, 2);
+            if (crc && o->verbose)
+                fprintf(stderr, "train-policy: cannot write checkpoint %s: %s\n", o->checkpoint,
+                        scdb_strerror(crc));
+        }
+    }
+    log_validation(o->log, v->tag + step, v->episodes, scdb_now() - v->t_start, kl, bb, ratio,
+                   is_best, o, v->gs, v->ng, v->gk, o->corpora, v->model_names, v->mlp);
+    if (o->verbose) {
+        fprintf(stderr, "train-policy: validation after %d %s: KL %.5f, %.3f x the best heuristic (",
+                step, what, kl, ratio);
+        for (int b = 0; b < o->n_val_budgets; b++)
+            fprintf(stderr, "%s%g: %.5f", b ? ", " : "", o->val_budgets[b], bb[b]);
+        fprintf(stderr, ")%s\n", is_best ? " (best)" : "");
+    }
+    return SCDB_OK;
+}
+
+static int imit_after_epoch(void *ctx, int epoch)
+{
+    val_ctx *v = ctx;
+    if (epoch % v->o->imit_val_every) return 0;
+    return (int)check_best(v, epoch, "imitation epochs");
+}
+
 scdb_err scdb_evict_train_rl(const scdb_evict_rl_opts *o, scdb_evict_mlp **out,
                              scdb_evict_rl_result *res, char *errbuf, size_t errlen)
 {
@@ -320,7 +1013,16 @@ scdb_err scdb_evict_train_rl(const scdb_evict_rl_opts *o, scdb_evict_mlp **out,
         o->n_inputs > SCDB_EVICT_MAX_INPUTS || o->sinks < 0 || o->recent < 0 ||
         !(o->recent_frac >= 0.0f && o->recent_frac < 1.0f) || o->pool < 1 || o->pool % 2 == 0 ||
         o->pool > 63 || o->val_windows < 1 || o->val_every < 1 || o->n_win < 0 ||
-        o->n_win > SCDB_EVICT_MAX_WIN || !(o->win_lr >= 0.0f) || !(o->lr_sign == 1.0f || o->lr_sign == -1.0f)) {
+        o->n_win > SCDB_EVICT_MAX_WIN || !(o->win_lr >= 0.0f) || !(o->lr_sign == 1.0f || o->lr_sign == -1.0f) ||
+        o->imit_rounds < 0 || (o->imit_rounds > 0 && (o->imit_episodes < 1 || o->imit_epochs < 1 ||
+                                                      o->imit_batch < 1 || !(o->imit_temp > 0.0f) ||
+                                                      o->imit_band_windows < 0 || o->imit_train < 1 || o->imit_train > 7 ||
+                                                      !(o->imit_state_weight >= 0.0f &&
+                                                        o->imit_state_weight <= 1.0f) ||
+                                                      !(o->imit_lr > 0.0f) || o->imit_val_every < 1)) ||
+        o->n_experts < 0 || o->n_experts > 4 || (o->n_experts > 0 && (!o->experts[0] ||
+        (o->n_experts > 1 && !o->experts[1]) || (o->n_experts > 2 && !o->experts[2]) ||
+        (o->n_experts > 3 && !o->experts[3])))) {
         scdb_errf(errbuf, errlen, "invalid training options");
         return SCDB_EINVAL;
     }
@@ -443,6 +1145,11 @@ scdb_err scdb_evict_train_rl(const scdb_evict_rl_opts *o, scdb_evict_mlp **out,
         mlp->recent_frac = o->recent_frac;
         mlp->pool = o->pool;
     }
+    if (o->skip && !mlp->skip) {
+        /* the skip starts at 0: the start scores as before */
+        mlp->skip = 1;
+        memset(mlp->skip_w, 0, sizeof mlp->skip_w);
+    }
     if (o->n_win > 0 && mlp->n_win == 0) {
         /* the head starts at its choice nearest recent_frac (logit 1) */
         int near = 0;
@@ -488,6 +1195,88 @@ scdb_err scdb_evict_train_rl(const scdb_evict_rl_opts *o, scdb_evict_mlp **out,
 
     uint64_t rng = o->seed * 0x9E3779B97F4A7C15ull + 777;
     int episodes = 0, upd;
+    val_ctx vc = {o, gs, ng, gk, model_names, mlp, best, &r, t_start, 0, 0};
+    if (o->imit_rounds > 0) {
+        /* the warm start: rounds of collect + fit, validated every
+         * imit_val_every epochs; the REINFORCE updates go on from the best */
+        imit_cands ic;
+        imit_set is = {0};
+        scdb_evict_adam sad = {0};
+        float sm[2 * SCDB_EVICT_MAX_INPUTS] = {0}, sv[2 * SCDB_EVICT_MAX_INPUTS] = {0};
+        sad.m = sm;
+        sad.v = sv;
+        sad.n = (size_t)2 * mlp->n_in;
+        memset(&ic, 0, sizeof ic);
+        scdb_evict_adam iad = {0};
+        scdb_evict_policy *lp = NULL;
+        double loss = 0.0;
+        iad.n = mlp->n_params;
+        iad.m = calloc(iad.n, sizeof *iad.m);
+        iad.v = calloc(iad.n, sizeof *iad.v);
+        rc = iad.m && iad.v ? imit_candidates(o, &ic) : SCDB_ENOMEM;
+        if (!rc && o->verbose) {
+            fprintf(stderr, "train-policy: imitation candidates:");
+            for (int j = 0; j < ic.n; j++) fprintf(stderr, " %s", ic.name[j]);
+            fprintf(stderr, " (+ the learner from round 2)\n");
+        }
+        if (!rc && o->log) {
+            fprintf(o->log, "{\"imitation_candidates\":[");
+            for (int j = 0; j < ic.n; j++) fprintf(o->log, "%s\"%s\"", j ? "," : "", ic.name[j]);
+            fprintf(o->log, ",\"learner\"]}\n");
+        }
+        for (int round = 0; round < o->imit_rounds && !rc; round++) {
+            if (round > 0) {
+                /* the learner as it is now: the behaviour, and a candidate */
+                if ((rc = scdb_evict_policy_from_mlp(mlp, &lp))) break;
+                if (ic.learner < 0) {
+                    if ((rc = imit_add(&ic, lp, "learner"))) { lp = NULL; break; }
+                    ic.learner = ic.n - 1;
+                } else {
+                    scdb_evict_policy_free(&ic.pol[ic.learner]);
+                    ic.pol[ic.learner] = lp;
+                }
+                lp = NULL;
+            }
+            double t0 = scdb_now();
+            if (round == 0) rc = imit_full_runs(o, models, tok, &ic, 0, ic.n, &is);
+            else rc = imit_full_runs(o, models, tok, &ic, ic.learner, ic.learner + 1, &is);
+            if (rc) break;
+            if (o->verbose && o->imit_band_windows > 0)
+                fprintf(stderr, "train-policy: imitation round %d: full runs (%.0f s)\n", round + 1,
+                        scdb_now() - t0);
+            if ((rc = imit_collect(o, models, model_names, tok, &ic,
+                                   round > 0 ? ic.pol[ic.learner] : NULL, &rng, &is)))
+                break;
+            episodes += o->imit_episodes;
+            vc.episodes = episodes;
+            if (o->verbose)
+                fprintf(stderr, "train-policy: imitation round %d: %d states (%.0f s)\n", round + 1,
+                        is.n, scdb_now() - t0);
+            rc = imit_fit(o, mlp, &is, &iad, &wad, &sad, round * o->imit_epochs, o->imit_epochs,
+                          &rng, &loss, imit_after_epoch, &vc);
+            if (o->verbose)
+                fprintf(stderr, "train-policy: imitation round %d: loss %.4f (%.0f s)\n", round + 1,
+                        loss, scdb_now() - t0);
+        }
+        imit_cands_free(&ic);
+        imit_set_free(&is);
+        free(iad.m);
+        free(iad.v);
+        if (rc) goto done;
+        scdb_evict_mlp_copy(mlp, best);
+        vc.tag = o->imit_rounds * o->imit_epochs;
+        if (o->head_runs && mlp->n_win > 0 && o->imit_band_windows > 0) {
+            int agree = 0;
+            double t0 = scdb_now();
+            if ((rc = head_from_full_runs(o, models, tok, mlp, &agree))) goto done;
+            if (o->verbose)
+                fprintf(stderr, "train-policy: the window head from full runs: its argmax is the best "
+                                "window in %d of %d bands (%.0f s)\n", agree, IMIT_BANDS, scdb_now() - t0);
+            if ((rc = check_best(&vc, 1, "head fits"))) goto done;
+            vc.tag++;
+            scdb_evict_mlp_copy(mlp, best);
+        }
+    }
     for (upd = 0; upd < o->updates; upd++) {
         if (o->max_seconds > 0 && scdb_now() - t_start > o->max_seconds) break;
         double t_up = scdb_now(), reward = 0.0, ent_sum = 0.0, spread = 0.0;
@@ -600,30 +1389,8 @@ scdb_err scdb_evict_train_rl(const scdb_evict_rl_opts *o, scdb_evict_mlp **out,
                     upd + 1, o->updates, episodes, n_states ? -reward / n_states : 0.0,
                     scdb_now() - t_start);
         if ((upd + 1) % o->val_every == 0 || upd + 1 == o->updates) {
-            double kl, bb[MAX_VB], ratio;
-            if ((rc = validate(gs, ng, mlp, o, &kl, bb, &ratio, gk))) goto done;
-            int is_best = ratio < r.val_ratio_best;
-            if (is_best) {
-                r.val_ratio_best = ratio;
-                r.val_kl_best = kl;
-                r.best_update = upd + 1;
-                scdb_evict_mlp_copy(best, mlp);
-                if (o->checkpoint) {
-                    char num[2][32];
-                    snprintf(num[0], sizeof num[0], "%d", upd + 1);
-                    snprintf(num[1], sizeof num[1], "%.4f", ratio);
-                    const char *keys[] = {"checkpoint_update", "val_ratio"}, *vals[] = {num[0], num[1]};
-                    scdb_err crc = scdb_evict_mlp_save(best, o->checkpoint, keys, vals, 2);
-                    if (crc && o->verbose)
-                        fprintf(stderr, "train-policy: cannot write checkpoint %s: %s\n",
-                                o->checkpoint, scdb_strerror(crc));
-                }
-            }
-            log_validation(o->log, upd + 1, episodes, scdb_now() - t_start, kl, bb, ratio, is_best,
-                           o, gs, ng, gk, o->corpora, model_names, mlp);
-            if (o->verbose)
-                fprintf(stderr, "train-policy: validation after %d updates: KL %.5f, %.3f x the best "
-                                "heuristic%s\n", upd + 1, kl, ratio, is_best ? " (best)" : "");
+            vc.episodes = episodes;
+            if ((rc = check_best(&vc, upd + 1, "updates"))) goto done;
         }
     }
     if (o->last) {

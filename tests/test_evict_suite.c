@@ -692,6 +692,134 @@ static void test_policy_file_v4(void **state)
     scdb_evict_mlp_free(&m);
 }
 
+/* a version-5 file by hand: skip rows x cols (0: no tensor), the head
+ * optional */
+static void write_v5(const char *path, const scdb_evict_mlp *m, int rows, int cols,
+                     const float *skip, const char *version)
+{
+    scdb_st_writer *w = NULL;
+    int64_t H = m->hidden, N = m->n_in, sn[1] = {N}, s1[1] = {1}, sh[1] = {H}, shn[2] = {H, N},
+            shh[2] = {H, H}, s1h[2] = {1, H}, ss[2] = {rows, cols};
+    assert_int_equal(scdb_st_writer_new(&w), SCDB_OK);
+    assert_int_equal(scdb_st_writer_meta(w, "format", "scdb-evict-policy"), SCDB_OK);
+    assert_int_equal(scdb_st_writer_meta(w, "version", version), SCDB_OK);
+    assert_int_equal(scdb_st_writer_meta(w, "features", "age,rank_mass"), SCDB_OK);
+    assert_int_equal(scdb_st_writer_meta(w, "activation", "tanh"), SCDB_OK);
+    assert_int_equal(scdb_st_writer_meta(w, "sinks", "4"), SCDB_OK);
+    assert_int_equal(scdb_st_writer_meta(w, "recent", "0"), SCDB_OK);
+    assert_int_equal(scdb_st_writer_add(w, "input.mean", SCDB_F32, 1, sn, m->in_mean), SCDB_OK);
+    assert_int_equal(scdb_st_writer_add(w, "input.std", SCDB_F32, 1, sn, m->in_std), SCDB_OK);
+    assert_int_equal(scdb_st_writer_add(w, "fc1.weight", SCDB_F32, 2, shn, m->w1), SCDB_OK);
+    assert_int_equal(scdb_st_writer_add(w, "fc1.bias", SCDB_F32, 1, sh, m->b1), SCDB_OK);
+    assert_int_equal(scdb_st_writer_add(w, "fc2.weight", SCDB_F32, 2, shh, m->w2), SCDB_OK);
+    assert_int_equal(scdb_st_writer_add(w, "fc2.bias", SCDB_F32, 1, sh, m->b2), SCDB_OK);
+    assert_int_equal(scdb_st_writer_add(w, "out.weight", SCDB_F32, 2, s1h, m->w3), SCDB_OK);
+    assert_int_equal(scdb_st_writer_add(w, "out.bias", SCDB_F32, 1, s1, m->b3), SCDB_OK);
+    if (rows) assert_int_equal(scdb_st_writer_add(w, "skip.weight", SCDB_F32, 2, ss, skip), SCDB_OK);
+    assert_int_equal(scdb_st_writer_write(w, path), SCDB_OK);
+    scdb_st_writer_free(&w);
+}
+
+/* Version 5: the budget-modulated skip round-trips (with and without a
+ * window head) and adds exactly sum_k (u_k + v_k z) x_k to the network's
+ * score; damaged skips are refused. */
+static void test_policy_file_v5(void **state)
+{
+    (void)state;
+    const int ids[] = {SCDB_EI_AGE, SCDB_EI_R_MASS};
+    scdb_evict_mlp *m = NULL, *m0 = NULL;
+    scdb_evict_policy *p = NULL;
+    char path[512], err[512];
+    assert_int_equal(scdb_evict_mlp_new_inputs(4, ids, 2, 5, &m), SCDB_OK);
+    assert_int_equal(scdb_evict_mlp_clone(m, &m0), SCDB_OK);
+    m->sinks = 4;
+    m->skip = 1;
+    const float sw[] = {0.5f, -0.25f, -1.0f, 2.0f};   /* (u, v) for age, rank_mass */
+    memcpy(m->skip_w, sw, sizeof sw);
+    /* the skip's term on constructed rows: B 128 (z 1): age 0.5 - 0.25, mass -1 + 2 */
+    const float x[4] = {1.0f, 2.0f, -3.0f, 0.5f};
+    float sc[2] = {0.0f, 0.0f}, s0[2], s1[2];
+    scdb_evict_mlp_add_skip(m, x, 2, 128, sc);
+    assert_true(fabsf(sc[0] - (0.25f * 1.0f + 1.0f * 2.0f)) < 1e-6f);
+    assert_true(fabsf(sc[1] - (0.25f * -3.0f + 1.0f * 0.5f)) < 1e-6f);
+    /* scores from raw features (a network reading alpha and mass, which
+     * they carry): the same network without a skip, plus the skip's term */
+    {
+        const int fid[] = {SCDB_EI_ALPHA, SCDB_EI_MASS};
+        scdb_evict_mlp *f0 = NULL, *f1 = NULL;
+        assert_int_equal(scdb_evict_mlp_new_inputs(4, fid, 2, 7, &f0), SCDB_OK);
+        assert_int_equal(scdb_evict_mlp_clone(f0, &f1), SCDB_OK);
+        f1->skip = 1;
+        memcpy(f1->skip_w, sw, sizeof sw);
+        const float raw[2 * SCDB_EVICT_N_FEATURES] = {1, 2, 0.1f, 0.5f, 0.3f, 4,
+                                                      0.2f, 1, 0.05f, 0.9f, 0.8f, 1};
+        float xo[4], add[2] = {0.0f, 0.0f};
+        scdb_evict_mlp_score_budget(f0, raw, 2, 32, s0, NULL);
+        scdb_evict_mlp_score_budget(f1, raw, 2, 32, s1, xo);
+        scdb_evict_mlp_add_skip(f1, xo, 2, 32, add);
+        assert_true(fabsf(add[0]) > 1e-3f && fabsf(add[0] - add[1]) > 1e-3f);
+        for (int i = 0; i < 2; i++) assert_true(fabsf(s1[i] - (s0[i] + add[i])) < 1e-5f);
+        scdb_evict_mlp_free(&f0);
+        scdb_evict_mlp_free(&f1);
+    }
+    /* round trip, with a head and without */
+    for (int head = 0; head < 2; head++) {
+        m->n_win = head ? 2 : 0;
+        m->win_frac[0] = 0.0f;
+        m->win_frac[1] = 0.5f;
+        m->win_w[0] = 1.0f;
+        snprintf(path, sizeof path, "%s/v5_%d.safetensors", tmpdir, head);
+        assert_int_equal(scdb_evict_mlp_save(m, path, NULL, NULL, 0), SCDB_OK);
+        assert_int_equal(scdb_evict_policy_load(path, &p, err, sizeof err), SCDB_OK);
+        assert_string_equal(scdb_evict_policy_meta(p, "version"), "5");
+        const scdb_evict_mlp *lm = scdb_evict_policy_mlp(p);
+        assert_int_equal(lm->skip, 1);
+        assert_int_equal(lm->n_win, head ? 2 : 0);
+        assert_memory_equal(lm->skip_w, sw, sizeof sw);
+        scdb_evict_policy_free(&p);
+    }
+    m->n_win = 0;
+    /* damaged skips */
+    const float nan_s[] = {0.5f, NAN, -1.0f, 2.0f};
+    struct { int rows, cols; const float *w; const char *version; scdb_err want; } bad[] = {
+        {0, 0, sw, "5", SCDB_ENOTFOUND},     /* no skip.weight */
+        {2, 1, sw, "5", SCDB_ESHAPE},        /* wrong shape */
+        {1, 2, sw, "5", SCDB_ESHAPE},        /* rows != inputs */
+        {2, 2, nan_s, "5", SCDB_ERANGE},     /* non-finite */
+        {2, 2, sw, "6", SCDB_EMISMATCH},     /* unknown version */
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(path, sizeof path, "%s/v5bad%zu.safetensors", tmpdir, i);
+        write_v5(path, m, bad[i].rows, bad[i].cols, bad[i].w, bad[i].version);
+        err[0] = 0;
+        assert_int_equal(scdb_evict_policy_load(path, &p, err, sizeof err), bad[i].want);
+        assert_null(p);
+        assert_true(err[0] != 0);
+    }
+    /* truncated */
+    snprintf(path, sizeof path, "%s/v5_0.safetensors", tmpdir);
+    {
+        FILE *f = fopen(path, "rb");
+        assert_non_null(f);
+        char buf[65536];
+        size_t len = fread(buf, 1, sizeof buf, f);
+        fclose(f);
+        snprintf(path, sizeof path, "%s/v5trunc.safetensors", tmpdir);
+        f = fopen(path, "wb");
+        assert_non_null(f);
+        assert_int_equal(fwrite(buf, 1, len - 12, f), len - 12);
+        fclose(f);
+        assert_int_not_equal(scdb_evict_policy_load(path, &p, err, sizeof err), SCDB_OK);
+        assert_null(p);
+    }
+    snprintf(path, sizeof path, "%s/v5good.safetensors", tmpdir);
+    write_v5(path, m, 2, 2, sw, "5");
+    assert_int_equal(scdb_evict_policy_load(path, &p, err, sizeof err), SCDB_OK);
+    scdb_evict_policy_free(&p);
+    scdb_evict_mlp_free(&m);
+    scdb_evict_mlp_free(&m0);
+}
+
 /* ------------------------------------------------------------ the trainer's reward */
 
 static void test_trainer_reward(void **state)
@@ -752,6 +880,26 @@ static void test_trainer_reward(void **state)
     assert_int_equal(smp.dec[0].step, 8);
     assert_int_equal(smp.dec[0].n, B + EVERY);
     scdb_evict_sampler_clear(&smp);
+    /* no sampler: the policy's own eviction at the branch point too (the
+     * imitation's branches), so the same KL as the deterministic run, for
+     * the learned policy and for a heuristic (whose run differs from it) */
+    assert_int_equal(scdb_evict_window_branch(w, NULL, p, B, EVERY, 12, &klm), SCDB_OK);
+    want = 0.0;
+    for (int t = 8; t < 20; t++) want += kl_steps[t] / 12;
+    assert_near(klm, want, 1e-6 * want);
+    {
+        scdb_evict_policy *h = NULL;
+        float hk[T];
+        scdb_evict_eval he;
+        assert_int_equal(scdb_evict_policy_new(SCDB_EVICT_SNAPKV, &h), SCDB_OK);
+        assert_int_equal(scdb_evict_window_eval(w, h, B, EVERY, hk, &he), SCDB_OK);
+        assert_int_equal(scdb_evict_window_reset(w), SCDB_OK);
+        assert_int_equal(scdb_evict_window_branch(w, NULL, h, B, EVERY, T, &klm), SCDB_OK);
+        assert_near(klm, he.kl, 1e-6 * he.kl);
+        assert_true(fabs(he.kl - e.kl) > 1e-9);
+        assert_int_equal(scdb_evict_window_steps(w, p, B, EVERY, 8, NULL), SCDB_OK);
+        scdb_evict_policy_free(&h);
+    }
     /* the branch left the student where it was */
     assert_int_equal(scdb_evict_window_steps(w, p, B, EVERY, 6, NULL), SCDB_EINVAL);
     assert_int_equal(scdb_evict_window_branch(w, &smp, p, B, EVERY, T, &klm), SCDB_EINVAL);
@@ -853,6 +1001,63 @@ static void test_trainer_runs(void **state)
     for (int k = SCDB_EVICT_STREAMING; k < SCDB_EVICT_LEARNED; k++)
         assert_true(r.val_kl_heuristic[k] >= r.val_kl_best_heuristic);
     scdb_evict_mlp_free(&m);
+    /* an imitation warm start with an expert network among the candidates:
+     * its episodes count, the network keeps its inputs */
+    scdb_evict_mlp *ex = NULL;
+    assert_int_equal(scdb_evict_mlp_new_inputs(4, (const int[]){SCDB_EI_AGE, SCDB_EI_R_MASS}, 2, 9, &ex),
+                     SCDB_OK);
+    ex->sinks = 2;
+    ex->recent_frac = 0.25f;
+    o.experts[0] = ex;
+    o.n_experts = 1;
+    o.imit_rounds = 2;
+    o.imit_episodes = 2;
+    o.imit_epochs = 2;
+    o.imit_val_every = 2;
+    o.updates = 1;
+    assert_int_equal(scdb_evict_train_rl(&o, &m, &r, err, sizeof err), SCDB_OK);
+    assert_non_null(m);
+    assert_int_equal(r.episodes, 2 * 2 + 1);
+    assert_int_equal(m->n_in, SCDB_EVICT_N_ALL_INPUTS);
+    assert_true(isfinite(r.val_ratio_best));
+    scdb_evict_mlp_free(&m);
+    /* band weights from full runs, the network alone trained, and the
+     * window head then fitted to full runs: a version-4 network comes out */
+    o.imit_band_windows = 1;
+    o.imit_train = 1;
+    o.head_runs = 1;
+    o.n_win = 2;
+    o.win_frac[0] = 0.0f;
+    o.win_frac[1] = 0.5f;
+    o.updates = 0;
+    assert_int_equal(scdb_evict_train_rl(&o, &m, &r, err, sizeof err), SCDB_OK);
+    assert_non_null(m);
+    assert_int_equal(m->n_win, 2);
+    assert_int_equal(r.episodes, 2 * 2);
+    scdb_evict_mlp_free(&m);
+    o.n_win = 0;
+    o.head_runs = 0;
+    o.imit_train = 8;
+    assert_int_equal(scdb_evict_train_rl(&o, &m, &r, err, sizeof err), SCDB_EINVAL);
+    o.imit_train = 7;
+    o.imit_band_windows = -1;
+    assert_int_equal(scdb_evict_train_rl(&o, &m, &r, err, sizeof err), SCDB_EINVAL);
+    o.imit_band_windows = 0;
+    o.imit_temp = 0.0f;
+    assert_int_equal(scdb_evict_train_rl(&o, &m, &r, err, sizeof err), SCDB_EINVAL);
+    o.imit_temp = 0.05f;
+    o.imit_batch = 0;
+    assert_int_equal(scdb_evict_train_rl(&o, &m, &r, err, sizeof err), SCDB_EINVAL);
+    o.imit_batch = 8;
+    o.experts[0] = NULL;
+    assert_int_equal(scdb_evict_train_rl(&o, &m, &r, err, sizeof err), SCDB_EINVAL);
+    o.n_experts = 5;
+    assert_int_equal(scdb_evict_train_rl(&o, &m, &r, err, sizeof err), SCDB_EINVAL);
+    o.n_experts = 0;
+    o.imit_rounds = 0;
+    o.updates = 4;
+    assert_null(m);
+    scdb_evict_mlp_free(&ex);
     /* refusals */
     o.samples = 1;
     assert_int_equal(scdb_evict_train_rl(&o, &m, &r, err, sizeof err), SCDB_EINVAL);
@@ -881,7 +1086,11 @@ static void test_trainer_runs(void **state)
  * not below 0.95 x.  So a trainer that does not learn, or
  * learns the wrong way, fails here.  (Reading only the age, the network
  * alone is no test: ascending the loss saturates it into tied scores, and
- * ties keep the newest slots, which is StreamingLLM.) */
+ * ties keep the newest slots, which is StreamingLLM.)  (c) Imitation alone
+ * (no REINFORCE step; the network of (a) with only 4 sinks and the newest
+ * slot protected, so it must learn recency too): one round of 6 episodes
+ * and 8 epochs must bring the score below 0.8 x, and ascending its loss
+ * must stay 0.1 above that. */
 typedef struct learn_case {
     const scdb_evict_corpus *c;
     const char *const *dirs;
@@ -912,7 +1121,7 @@ static double learn_ratio(const learn_case *lc, int head, float sign, int zero_s
     o.val_every = 10;
     o.n_val_budgets = 1;
     o.lr_sign = sign;
-    if (head) {
+    if (head == 1) {
         o.updates = 10;
         o.prefill = 32;
         o.steps = 16;
@@ -944,9 +1153,26 @@ static double learn_ratio(const learn_case *lc, int head, float sign, int zero_s
         o.val_budgets[0] = 0.25;
         o.lr = zero_step ? 1e-9f : 0.03f;
     }
+    if (head == 2) {
+        /* (c) imitation alone: no REINFORCE update, the network (as in (a),
+         * 4 sinks and 1 recent slot protected: the recency it learns) fits
+         * the candidates' kept sets */
+        o.updates = 0;
+        o.recent = 1;
+        o.recent_frac = 0.0f;
+        o.pool = 1;
+        o.budget_lo = 0.1;
+        o.budget_hi = 0.3;
+        o.val_budgets[0] = 0.15;
+        o.imit_rounds = 1;
+        o.imit_episodes = 6;
+        o.imit_epochs = 8;
+        o.imit_val_every = 4;
+        o.imit_lr = zero_step ? 1e-9f : 0.01f;
+    }
     assert_int_equal(scdb_evict_train_rl(&o, &m, &r, err, sizeof err), SCDB_OK);
     assert_non_null(m);
-    assert_int_equal(m->n_win, head ? 4 : 0);
+    assert_int_equal(m->n_win, head == 1 ? 4 : 0);
     scdb_evict_mlp_free(&m);
     return r.val_ratio_best / r.val_ratio_init;
 }
@@ -969,12 +1195,16 @@ static void test_trainer_learns(void **state)
      * test runs only the ascending ones, to stay fast */
     double net = learn_ratio(&lc, 0, 1.0f, 0), net_flip = learn_ratio(&lc, 0, -1.0f, 0);
     double head = learn_ratio(&lc, 1, 1.0f, 0), head_flip = learn_ratio(&lc, 1, -1.0f, 0);
+    double imit = learn_ratio(&lc, 2, 1.0f, 0), imit_flip = learn_ratio(&lc, 2, -1.0f, 0);
     print_message("trainer learns: network %.3f (ascending %.3f), window head %.3f (ascending "
-                  "%.3f) x the start\n", net, net_flip, head, head_flip);
+                  "%.3f), imitation %.3f (ascending %.3f) x the start\n", net, net_flip, head,
+                  head_flip, imit, imit_flip);
     assert_true(net < 0.8);
     assert_true(net_flip > net + 0.1);
     assert_true(head < 0.5);
     assert_true(head_flip > 0.95);
+    assert_true(imit < 0.8);
+    assert_true(imit_flip > imit + 0.1);
     free(tr);
     free(va);
     scdb_evict_suite_free(&s);
@@ -989,6 +1219,7 @@ int main(void)
         cmocka_unit_test(test_inputs_constructed),
         cmocka_unit_test(test_policy_file_v3),
         cmocka_unit_test(test_policy_file_v4),
+        cmocka_unit_test(test_policy_file_v5),
         cmocka_unit_test(test_trainer_reward),
         cmocka_unit_test(test_trainer_runs),
         cmocka_unit_test(test_trainer_learns),

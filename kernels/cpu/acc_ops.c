@@ -21,6 +21,21 @@ static int bad_buf(const scdb_k_acc_buf *a)
            !a->last_pos || !a->n_queries;
 }
 
+/* The fold's per-slot loops are maps and element-wise sums over contiguous
+ * arrays (vectorised: kernels/CMakeLists.txt).  On x86-64 Linux with GCC
+ * the fold is also built for AVX2, picked at load time where the CPU has
+ * it: twice the lanes of the SSE2 baseline.  The same bits either way: no
+ * loop reorders a sum, and ISO C (-std=c11) contracts no multiply-add. */
+#if defined(__x86_64__) && defined(__linux__) && defined(__GNUC__) && !defined(__clang__) && \
+    defined(__has_attribute)
+#if __has_attribute(target_clones)
+#define SCDB_ACC_CLONES __attribute__((target_clones("avx2", "default")))
+#endif
+#endif
+#ifndef SCDB_ACC_CLONES
+#define SCDB_ACC_CLONES
+#endif
+
 /* log(x) for x >= FLT_MIN (musl's logf, within ~1 ulp; finite at 0 and for
  * subnormals, so x log x needs no test); branch-free, so the entropy loop
  * vectorises (logf was most of an update). */
@@ -50,6 +65,7 @@ static void clear_slot(const scdb_k_acc_buf *a, int j)
     for (int r = 0; r < a->window * a->n_kv_heads; r++) a->win[(size_t)r * a->capacity + j] = 0.0f;
 }
 
+SCDB_ACC_CLONES
 scdb_err scdb_k_acc_update_cpu(const scdb_k_acc_buf *a, int n_old, const scdb_kv_cache *c,
                                const float *probs, int probs_slots, int n_new, void *scratch,
                                void *stream)
