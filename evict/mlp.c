@@ -616,6 +616,12 @@ scdb_err scdb_evict_mlp_load(const char *path, scdb_evict_mlp **out, scdb_evict_
         char buf[SCDB_EVICT_MAX_WIN * 24 + 1], *save = NULL, *tok;
         int bad = !wc || strlen(wc) >= sizeof buf;
         if (!bad) {
+            /* strtok_r would fold empty fields away: ",0.5", "0,,0.5" and
+             * "0.5," are refused, so the count is the file's */
+            size_t len = strlen(wc);
+            bad = len == 0 || wc[0] == ',' || wc[len - 1] == ',' || strstr(wc, ",,") != NULL;
+        }
+        if (!bad) {
             snprintf(buf, sizeof buf, "%s", wc);
             for (tok = strtok_r(buf, ",", &save); tok && !bad; tok = strtok_r(NULL, ",", &save)) {
                 bad = n_win == SCDB_EVICT_MAX_WIN || parse_frac(tok, &win_frac[n_win]);

@@ -135,6 +135,7 @@ void scdb_evict_policy_protect(const scdb_evict_policy *p, const scdb_evict_acc 
 scdb_err scdb_evict_learned_score(const scdb_evict_mlp *m, const scdb_evict_acc *a, int budget,
                                   int lo, int hi, float *scores)
 {
+    if (!m || !a || lo < 0 || hi > a->n || lo > hi || (hi > lo && !scores)) return SCDB_EINVAL;
     const int half = m->pool > 1 ? m->pool / 2 : 0;
     const int rlo = lo - half > 0 ? lo - half : 0, rhi = hi + half < a->n ? hi + half : a->n;
     float *f;

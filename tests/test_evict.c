@@ -511,6 +511,13 @@ static void test_partial_selection(void **state)
                 int want[16], got[16], ng, sinks, recent;
                 int32_t map[16];
                 pattern(&c, &a);
+                if (B == 1) {   /* a range outside the cache or backwards is refused */
+                    assert_int_equal(scdb_evict_learned_score(m, a, B, 5, 4, sc), SCDB_EINVAL);
+                    assert_int_equal(scdb_evict_learned_score(m, a, B, -1, 2, sc), SCDB_EINVAL);
+                    assert_int_equal(scdb_evict_learned_score(m, a, B, 0, a->n + 1, sc), SCDB_EINVAL);
+                    assert_int_equal(scdb_evict_learned_score(m, NULL, B, 0, 1, sc), SCDB_EINVAL);
+                    assert_int_equal(scdb_evict_learned_score(m, a, B, 0, 1, NULL), SCDB_EINVAL);
+                }
                 assert_int_equal(scdb_evict_policy_score_budget(p, a, B, sc), SCDB_OK);
                 scdb_evict_policy_protect(p, a, a->n, B, &sinks, &recent);
                 int nw = ref_select(sc, a->n, B, sinks, recent, want);
@@ -803,7 +810,7 @@ static void test_policy_file(void **state)
     assert_non_null(strstr(err, "format"));
     assert_int_equal(load_variant(m, (variant){.meta_key = "format", .drop_meta = 1}, err, sizeof err),
                      SCDB_EMISMATCH);
-    assert_int_equal(load_variant(m, (variant){.meta_key = "version", .meta_val = "5"}, err, sizeof err),
+    assert_int_equal(load_variant(m, (variant){.meta_key = "version", .meta_val = "6"}, err, sizeof err),
                      SCDB_EMISMATCH);
     assert_non_null(strstr(err, "version"));
     assert_int_equal(load_variant(m, (variant){.meta_key = "version", .drop_meta = 1}, err, sizeof err),

@@ -671,6 +671,9 @@ static void test_policy_file_v4(void **state)
         {"", 3, 2, ww, SCDB_ERANGE},                /* empty */
         {"0,0.25,1.5", 3, 2, ww, SCDB_ERANGE},      /* not a fraction */
         {"0,x,0.75", 3, 2, ww, SCDB_ERANGE},        /* garbage */
+        {"0,,0.25,0.75", 3, 2, ww, SCDB_ERANGE},    /* an empty field (3 values, 4 fields) */
+        {",0.25,0.75", 3, 2, ww, SCDB_ERANGE},      /* a leading comma */
+        {"0,0.25,0.75,", 3, 2, ww, SCDB_ERANGE},    /* a trailing comma */
         {seventeen, 3, 2, ww, SCDB_ERANGE},         /* too many */
         {"0,0.25,0.75", 0, 0, ww, SCDB_ENOTFOUND},  /* no window.weight */
         {"0,0.25,0.75", 3, 1, ww, SCDB_ESHAPE},     /* wrong shape */
