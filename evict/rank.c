@@ -6,11 +6,11 @@
  *
  * Costs at n live slots: scdb_evict_rank is a radix sort (four byte passes
  * over the scores' bits, O(n)), where a comparison sort costs O(n log n)
- * compares with an unpredictable branch each; scdb_evict_select a
- * quickselect of the m-th best (O(n) expected) instead of sorting every
- * candidate.  Both give exactly the order / set the full sorts give
- * (tests/test_evict.c compares them with the merge sort and the kernels'
- * qsort on random scores with ties). */
+ * compares with an unpredictable branch each; scdb_evict_select (the
+ * kernels' CPU select_topb) a quickselect of the m-th best (O(n) expected)
+ * instead of sorting every candidate.  Both give exactly the order / set
+ * the full sorts give (tests/test_evict.c compares them with a merge sort
+ * on random scores with ties). */
 #include "evict_internal.h"
 
 #include <math.h>
@@ -114,81 +114,11 @@ scdb_err scdb_evict_rank(const float *scores, int *idx, int n)
 
 /* ------------------------------------------------------------ top m */
 
-/* Slot i as one 64-bit key, larger = kept first: the score's order (NaN as
- * -inf, as the kernels' select ranks it), then the slot. */
-static uint64_t keep_key(float s, int i)
-{
-    if (isnan(s)) s = -INFINITY;
-    return ((uint64_t)~desc_key(s) << 32) | (uint32_t)i;
-}
-
-/* Reorder k[0..n) so that k[0..m) are its m largest (in no order). */
-static void select_top(uint64_t *k, int n, int m)
-{
-    int lo = 0, hi = n - 1;
-    uint64_t rng = 0x9E3779B97F4A7C15ull ^ (uint64_t)n;
-    while (lo < hi) {
-        /* pivot: median of three, one of them at a pseudo-random place */
-        rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
-        int r = lo + (int)(rng % (uint64_t)(hi - lo + 1)), mid = lo + (hi - lo) / 2;
-        uint64_t a = k[lo], b = k[mid], c = k[r];
-        uint64_t p = a > b ? (b > c ? b : (a > c ? c : a)) : (a > c ? a : (b > c ? c : b));
-        /* three-way-free Hoare partition, larger first (keys are distinct) */
-        int i = lo, j = hi;
-        while (i <= j) {
-            while (k[i] > p) i++;
-            while (k[j] < p) j--;
-            if (i <= j) {
-                uint64_t t = k[i];
-                k[i] = k[j];
-                k[j] = t;
-                i++;
-                j--;
-            }
-        }
-        /* now [lo, j] >= p >= [i, hi], and (j, i) equal to p */
-        if (m - 1 <= j) hi = j;
-        else if (m - 1 >= i) lo = i;
-        else return;
-    }
-}
-
+/* The kernels' CPU select_topb is the partial selection (one 64-bit key per
+ * slot, quickselect: kernels/cpu/evict_ops.c); this is it under evict's
+ * name, so host and device paths keep the same sets by the same code. */
 scdb_err scdb_evict_select(const float *scores, int n, int budget, int sinks, int recent,
                            int *keep, int *n_keep)
 {
-    uint64_t *k;
-    unsigned char *flag;
-    int nc = 0, m, nk = 0;
-
-    if (!keep || !n_keep || n < 0 || budget < 1 || sinks < 0 || recent < 0 ||
-        (!scores && n > 0))
-        return SCDB_EINVAL;
-    if (n <= budget) {
-        for (int i = 0; i < n; i++) keep[i] = i;
-        *n_keep = n;
-        return SCDB_OK;
-    }
-    /* the protected counts shrink to fit the budget, sinks first (as the
-     * kernels' select_topb) */
-    if (sinks > budget) sinks = budget;
-    if (recent > budget - sinks) recent = budget - sinks;
-    m = budget - sinks - recent;
-    k = malloc((size_t)n * sizeof *k);
-    flag = calloc((size_t)n, 1);
-    if (!k || !flag) {
-        free(k);
-        free(flag);
-        return SCDB_ENOMEM;
-    }
-    for (int i = sinks; i < n - recent; i++) k[nc++] = keep_key(scores[i], i);
-    if (m > 0 && m < nc) select_top(k, nc, m);
-    for (int i = 0; i < sinks; i++) flag[i] = 1;
-    for (int i = 0; i < m && i < nc; i++) flag[(uint32_t)k[i]] = 1;
-    for (int i = n - recent; i < n; i++) flag[i] = 1;
-    for (int i = 0; i < n; i++)
-        if (flag[i]) keep[nk++] = i;
-    free(k);
-    free(flag);
-    *n_keep = nk;
-    return SCDB_OK;
+    return scdb_k_select_topb_cpu(scores, n, budget, sinks, recent, keep, n_keep);
 }

@@ -446,7 +446,7 @@ static void test_partial_selection(void **state)
     (void)state;
     enum { MAXN = 300 };
     float s[MAXN];
-    int keep[MAXN], ref[MAXN], kk[MAXN], nk, trials = 0;
+    int keep[MAXN], ref[MAXN], nk;
     for (int t = 0; t < 400; t++) {
         int n = 1 + (int)((frand() + 1.0f) * 0.5f * (MAXN - 1));
         if (n > MAXN) n = MAXN;
@@ -462,12 +462,6 @@ static void test_partial_selection(void **state)
             assert_int_equal(nk, nr);
             assert_int_equal(nk, n < B ? n : B);
             assert_memory_equal(keep, ref, (size_t)nk * sizeof *keep);
-            /* and the kernels' qsort twin */
-            int nq = -1;
-            assert_int_equal(scdb_k_select_topb_cpu(s, n, B, sinks, recent, kk, &nq), SCDB_OK);
-            assert_int_equal(nq, nk);
-            assert_memory_equal(kk, keep, (size_t)nk * sizeof *keep);
-            trials++;
         }
         /* the full order: ascending, descending and shuffled index lists */
         int idx[MAXN], idr[MAXN];
@@ -485,7 +479,6 @@ static void test_partial_selection(void **state)
             assert_memory_equal(idx, idr, (size_t)n * sizeof *idx);
         }
     }
-    assert_true(trials == 400 * 6);
 
     /* a learned policy reading every input, pooled: scdb_evict_run (the
      * network on the candidates and what their pool reads) keeps what

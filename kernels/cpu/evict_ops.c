@@ -6,6 +6,7 @@
 #include "kernels.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -29,20 +30,54 @@ scdb_err scdb_k_evict_features_cpu(const scdb_k_acc_arrays *a, int n, float *f)
     return SCDB_OK;
 }
 
-/* Slot i ranks before slot j: higher score, ties to the higher slot. */
-typedef struct ranked { float s; int i; } ranked;
-
-static int cmp_ranked(const void *x, const void *y)
+/* Slot i as one 64-bit key, larger = kept first: the score's order (NaN as
+ * -inf, -0 as +0), then the slot (ties to the higher slot). */
+static uint64_t keep_key(float s, int i)
 {
-    const ranked *a = x, *b = y;
-    if (a->s != b->s) return a->s > b->s ? -1 : 1;
-    return (a->i < b->i) - (a->i > b->i);
+    uint32_t u;
+    if (isnan(s)) s = -INFINITY;
+    if (s == 0.0f) s = 0.0f;
+    memcpy(&u, &s, sizeof u);
+    u = (u & 0x80000000u) ? ~u : (u | 0x80000000u);     /* ascending as unsigned */
+    return ((uint64_t)u << 32) | (uint32_t)i;
+}
+
+/* Reorder k[0..n) so that k[0..m) are its m largest (in no order):
+ * quickselect, expected O(n). */
+static void select_top(uint64_t *k, int n, int m)
+{
+    int lo = 0, hi = n - 1;
+    uint64_t rng = 0x9E3779B97F4A7C15ull ^ (uint64_t)n;
+    while (lo < hi) {
+        /* pivot: median of three, one of them at a pseudo-random place */
+        rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+        int r = lo + (int)(rng % (uint64_t)(hi - lo + 1)), mid = lo + (hi - lo) / 2;
+        uint64_t a = k[lo], b = k[mid], c = k[r];
+        uint64_t p = a > b ? (b > c ? b : (a > c ? c : a)) : (a > c ? a : (b > c ? c : b));
+        /* Hoare partition, larger first (keys are distinct) */
+        int i = lo, j = hi;
+        while (i <= j) {
+            while (k[i] > p) i++;
+            while (k[j] < p) j--;
+            if (i <= j) {
+                uint64_t t = k[i];
+                k[i] = k[j];
+                k[j] = t;
+                i++;
+                j--;
+            }
+        }
+        /* now [lo, j] >= p >= [i, hi], and (j, i) equal to p */
+        if (m - 1 <= j) hi = j;
+        else if (m - 1 >= i) lo = i;
+        else return;
+    }
 }
 
 scdb_err scdb_k_select_topb_cpu(const float *scores, int n, int budget, int sinks,
                                 int recent, int *keep, int *n_keep)
 {
-    ranked *cand;
+    uint64_t *k;
     unsigned char *flag;
     int nc = 0, m, nk = 0;
 
@@ -58,19 +93,24 @@ scdb_err scdb_k_select_topb_cpu(const float *scores, int n, int budget, int sink
     if (sinks > budget) sinks = budget;
     if (recent > budget - sinks) recent = budget - sinks;
     m = budget - sinks - recent;
-    cand = malloc((size_t)n * sizeof *cand);
+    k = malloc((size_t)n * sizeof *k);
     flag = calloc((size_t)n, 1);
-    if (!cand || !flag) { free(cand); free(flag); return SCDB_ENOMEM; }
+    if (!k || !flag) {
+        free(k);
+        free(flag);
+        return SCDB_ENOMEM;
+    }
     /* NaN ranks as -inf (kernels.h): a total order, so the keep set is
-     * always budget slots, whatever the scores hold */
-    for (int i = sinks; i < n - recent; i++)
-        cand[nc++] = (ranked){isnan(scores[i]) ? -INFINITY : scores[i], i};
-    qsort(cand, (size_t)nc, sizeof *cand, cmp_ranked);
+     * always budget slots, whatever the scores hold; a partial selection,
+     * not a sort: the set, not its order, is what is kept */
+    for (int i = sinks; i < n - recent; i++) k[nc++] = keep_key(scores[i], i);
+    if (m > 0 && m < nc) select_top(k, nc, m);
     for (int i = 0; i < sinks; i++) flag[i] = 1;
-    for (int i = 0; i < m; i++) flag[cand[i].i] = 1;
+    for (int i = 0; i < m && i < nc; i++) flag[(uint32_t)k[i]] = 1;
     for (int i = n - recent; i < n; i++) flag[i] = 1;
-    for (int i = 0; i < n; i++) if (flag[i]) keep[nk++] = i;
-    free(cand);
+    for (int i = 0; i < n; i++)
+        if (flag[i]) keep[nk++] = i;
+    free(k);
     free(flag);
     *n_keep = nk;
     return SCDB_OK;
