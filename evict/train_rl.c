@@ -130,6 +130,19 @@ typedef struct vgroup {
     double heur[SCDB_EVICT_KIND_COUNT][MAX_VB];
 } vgroup;
 
+/* s as a JSON string, quotes included: model and policy names come from
+ * paths the user gives, which may hold quotes, backslashes or controls */
+static void json_str(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
+        if (*c == '"' || *c == '\\') fprintf(f, "\\%c", *c);
+        else if (*c < 0x20) fprintf(f, "\\u%04x", *c);
+        else fputc(*c, f);
+    }
+    fputc('"', f);
+}
+
 static int budget_slots(double frac, const scdb_evict_rl_opts *o)
 {
     int b = (int)(frac * (o->prefill + o->steps) + 0.5);
@@ -236,11 +249,14 @@ static void log_validation(FILE *log, int upd, int episodes, double secs, double
     }
     fprintf(log, "],\"best\":%s,\"groups\":[", best ? "true" : "false");
     for (int gi = 0; gi < ng; gi++)
-        for (int b = 0; b < o->n_val_budgets; b++)
-            fprintf(log, "%s{\"model\":\"%s\",\"domain\":\"%s\",\"budget\":%g,\"kl\":%.6f,"
-                         "\"best_heuristic\":%.6f}",
-                    gi || b ? "," : "", model_names[gs[gi].model], corpora[gs[gi].corpus].name,
-                    o->val_budgets[b], gk[gi * o->n_val_budgets + b], gs[gi].best_h[b]);
+        for (int b = 0; b < o->n_val_budgets; b++) {
+            fprintf(log, "%s{\"model\":", gi || b ? "," : "");
+            json_str(log, model_names[gs[gi].model]);
+            fprintf(log, ",\"domain\":");
+            json_str(log, corpora[gs[gi].corpus].name);
+            fprintf(log, ",\"budget\":%g,\"kl\":%.6f,\"best_heuristic\":%.6f}", o->val_budgets[b],
+                    gk[gi * o->n_val_budgets + b], gs[gi].best_h[b]);
+        }
     fprintf(log, "]}\n");
     fflush(log);
 }
@@ -553,9 +569,12 @@ static scdb_err imit_collect(const scdb_evict_rl_opts *o, scdb_model *const *mod
                     goto done;
             }
             if (o->log) {
-                fprintf(o->log, "{\"imitation_state\":%d,\"model\":\"%s\",\"domain\":\"%s\",\"budget\":%d,"
-                                "\"n\":%d,\"step\":%d,\"horizon\":%d,\"kl\":[",
-                        d->n - 1, model_names[mi], o->corpora[ci].name, B, n, pts[s], hz);
+                fprintf(o->log, "{\"imitation_state\":%d,\"model\":", d->n - 1);
+                json_str(o->log, model_names[mi]);
+                fprintf(o->log, ",\"domain\":");
+                json_str(o->log, o->corpora[ci].name);
+                fprintf(o->log, ",\"budget\":%d,\"n\":%d,\"step\":%d,\"horizon\":%d,\"kl\":[", B, n,
+                        pts[s], hz);
                 for (int j = 0; j < c->n; j++) fprintf(o->log, "%s%.6g", j ? "," : "", st->kl[j]);
                 fprintf(o->log, "]}\n");
             }
@@ -1221,7 +1240,10 @@ scdb_err scdb_evict_train_rl(const scdb_evict_rl_opts *o, scdb_evict_mlp **out,
         }
         if (!rc && o->log) {
             fprintf(o->log, "{\"imitation_candidates\":[");
-            for (int j = 0; j < ic.n; j++) fprintf(o->log, "%s\"%s\"", j ? "," : "", ic.name[j]);
+            for (int j = 0; j < ic.n; j++) {
+                if (j) fputc(',', o->log);
+                json_str(o->log, ic.name[j]);
+            }
             fprintf(o->log, ",\"learner\"]}\n");
         }
         for (int round = 0; round < o->imit_rounds && !rc; round++) {
@@ -1502,7 +1524,9 @@ scdb_err scdb_evict_age_profile(const scdb_evict_rl_opts *o, const scdb_evict_po
     for (int b = 0; b < nb; b++) fprintf(json, "%s%g", b ? "," : "", o->val_budgets[b]);
     fprintf(json, "],\"policies\":[");
     for (int pi = 0; pi < n_pol; pi++) {
-        fprintf(json, "%s{\"label\":\"%s\",\"window\":[", pi ? "," : "", labels[pi]);
+        fprintf(json, "%s{\"label\":", pi ? "," : "");
+        json_str(json, labels[pi]);
+        fprintf(json, ",\"window\":[");
         for (int b = 0; b < nb; b++) {
             int sk, r;
             scdb_evict_policy_protect(pols[pi], NULL, o->prefill + o->steps,

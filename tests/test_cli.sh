@@ -204,6 +204,17 @@ expect 1 "calibrate --domains with --texts" -- "$scdb" calibrate --producer "$da
 grep -q "give one" "$tmp/err" && ok "calibrate --domains with --texts: says to give one" \
   || { bad "calibrate --domains/--texts message"; cat "$tmp/err"; }
 [ ! -e "$tmp/cald/codebooks" ] && ok "calibrate --domains: nothing written on refusal" || bad "calibrate wrote $tmp/cald"
+# train-policy --age-profile (issue 27): the policy's file name goes into
+# the JSON as a string, escaped, whatever characters it holds
+odd="$tmp/a\"b\\c.safetensors"
+cp "$data/policies/distillcache_base.safetensors" "$odd"
+expect 0 "train-policy --age-profile: a small profile" -- "$scdb" train-policy --age-profile "$tmp/age.json" \
+  --profile "$odd" --models base --domains prose --val-budgets 0.5 --val-windows 1 -o "$tmp/unused.safetensors"
+/usr/bin/python3 -c 'import json, sys; d = json.load(open(sys.argv[1]))
+assert [p["label"] for p in d["policies"]] == [sys.argv[2]], d["policies"]
+assert d["budgets"] == [0.5] and len(d["policies"][0]["profile"]) == 1, d' "$tmp/age.json" 'a"b\c.safetensors' \
+  && ok "train-policy --age-profile: valid JSON, the odd file name as its label" \
+  || bad "train-policy --age-profile: valid JSON, the odd file name as its label"
 cb="$data/codebooks/base.safetensors"
 expect 2 "calibrate --codebook: a codebook option is refused" -- "$scdb" calibrate --codebook "$cb" \
   --consumer "$data/models/python" --ranks 8,12,16 -o "$tmp/cal"
