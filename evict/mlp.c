@@ -567,6 +567,12 @@ scdb_err scdb_evict_mlp_load(const char *path, scdb_evict_mlp **out, scdb_evict_
         char buf[SCDB_EVICT_MAX_INPUTS * 16 + 1], *save = NULL, *tok;
         int bad = !v || strlen(v) >= sizeof buf;
         if (!bad) {
+            /* strtok_r would fold empty fields away (",age", "age,,alpha",
+             * "age,"): refused, as in window_choices */
+            size_t len = strlen(v);
+            bad = len == 0 || v[0] == ',' || v[len - 1] == ',' || strstr(v, ",,") != NULL;
+        }
+        if (!bad) {
             snprintf(buf, sizeof buf, "%s", v);
             for (tok = strtok_r(buf, ",", &save); tok && !bad; tok = strtok_r(NULL, ",", &save)) {
                 int id = scdb_evict_input_parse(tok);

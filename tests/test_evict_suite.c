@@ -562,11 +562,16 @@ static void test_policy_file_v3(void **state)
     scdb_evict_mlp_free(&m2);
 
     /* bad feature lists: unknown, repeated, empty, more names than the
-     * tensors have inputs */
+     * tensors have inputs, an empty field (the right five names otherwise:
+     * strtok_r would fold it away and load the file) */
     static const char *const bad[] = {"age,rank_mass,alpha,rank_snapkv,nope",
                                       "age,rank_mass,alpha,age,ctx_n", "",
-                                      "age,rank_mass,alpha,rank_snapkv,ctx_n,life"};
-    static const scdb_err want[] = {SCDB_EMISMATCH, SCDB_EMISMATCH, SCDB_EMISMATCH, SCDB_ESHAPE};
+                                      "age,rank_mass,alpha,rank_snapkv,ctx_n,life",
+                                      "age,rank_mass,,alpha,rank_snapkv,ctx_n",
+                                      ",age,rank_mass,alpha,rank_snapkv,ctx_n",
+                                      "age,rank_mass,alpha,rank_snapkv,ctx_n,", ","};
+    static const scdb_err want[] = {SCDB_EMISMATCH, SCDB_EMISMATCH, SCDB_EMISMATCH, SCDB_ESHAPE,
+                                    SCDB_EMISMATCH, SCDB_EMISMATCH, SCDB_EMISMATCH, SCDB_EMISMATCH};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         snprintf(path, sizeof path, "%s/v3bad%zu.safetensors", tmpdir, i);
         write_v3(path, m, bad[i]);
