@@ -330,11 +330,13 @@ typedef struct scdb_evict_rl_opts {
     float imit_state_weight;           /* 1: each state's own KLs; 0: their mean over the
                                         * states of its budget band; between: a mix */
     int imit_train;                    /* what imitation trains: 1 the network, 2 the skip,
-                                        * 4 the window head (a sum; default 7) */
+                                        * 4 the window head (a sum; default 7; SCDB_EINVAL
+                                        * if none of those the network has) */
     int head_runs;                     /* 1: after imitation, fit the window head to the
                                         * window the network does best under, per budget
                                         * band, in full runs on the imit_band_windows train
-                                        * windows */
+                                        * windows (SCDB_EINVAL without imitation rounds, band
+                                        * windows or a head) */
     int skip;                          /* 1: give the network a budget-modulated skip
                                         * (version 5), starting at 0 */
     int imit_band_windows;             /* > 0: the band means from full runs (the

@@ -1045,6 +1045,24 @@ scdb_err scdb_evict_train_rl(const scdb_evict_rl_opts *o, scdb_evict_mlp **out,
         scdb_errf(errbuf, errlen, "invalid training options");
         return SCDB_EINVAL;
     }
+    if (o->imit_rounds > 0) {
+        /* what imitation trains must be there: a skip from o->skip or the
+         * start, a head from n_win or the start (and a step for it) */
+        const int has_skip = o->skip || (o->init && o->init->skip);
+        const int has_head = (o->n_win > 0 || (o->init && o->init->n_win > 0)) && o->win_lr > 0.0f;
+        if (!(o->imit_train & 1) && !((o->imit_train & 2) && has_skip) &&
+            !((o->imit_train & 4) && has_head)) {
+            scdb_errf(errbuf, errlen, "imitation would train nothing: the network has no %s",
+                      (o->imit_train & 2) ? "skip" : "window head");
+            return SCDB_EINVAL;
+        }
+    }
+    if (o->head_runs && (o->imit_rounds < 1 || o->imit_band_windows < 1 ||
+                         (o->n_win < 1 && !(o->init && o->init->n_win > 0)))) {
+        scdb_errf(errbuf, errlen, "the head fit from full runs needs imitation rounds, band "
+                                  "windows and a window head");
+        return SCDB_EINVAL;
+    }
     for (int c = 0; c < o->n_win; c++)
         if (!(o->win_frac[c] >= 0.0f && o->win_frac[c] < 1.0f)) {
             scdb_errf(errbuf, errlen, "window choice %g is not a fraction in [0, 1)", (double)o->win_frac[c]);

@@ -1047,7 +1047,22 @@ static void test_trainer_runs(void **state)
     o.head_runs = 0;
     o.imit_train = 8;
     assert_int_equal(scdb_evict_train_rl(&o, &m, &r, err, sizeof err), SCDB_EINVAL);
+    /* imitation of parts the network has not (no skip, no head): nothing
+     * would train; and the head fit from full runs without its inputs */
+    o.imit_train = 2;
+    assert_int_equal(scdb_evict_train_rl(&o, &m, &r, err, sizeof err), SCDB_EINVAL);
+    o.imit_train = 4;
+    assert_int_equal(scdb_evict_train_rl(&o, &m, &r, err, sizeof err), SCDB_EINVAL);
+    o.imit_train = 6;
+    assert_int_equal(scdb_evict_train_rl(&o, &m, &r, err, sizeof err), SCDB_EINVAL);
     o.imit_train = 7;
+    o.head_runs = 1;   /* band windows, no head */
+    assert_int_equal(scdb_evict_train_rl(&o, &m, &r, err, sizeof err), SCDB_EINVAL);
+    o.n_win = 2;       /* a head, no band windows */
+    o.imit_band_windows = 0;
+    assert_int_equal(scdb_evict_train_rl(&o, &m, &r, err, sizeof err), SCDB_EINVAL);
+    o.n_win = 0;
+    o.head_runs = 0;
     o.imit_band_windows = -1;
     assert_int_equal(scdb_evict_train_rl(&o, &m, &r, err, sizeof err), SCDB_EINVAL);
     o.imit_band_windows = 0;
