@@ -118,12 +118,17 @@ static void usage(FILE *f)
 }
 
 /* Comma list into out[] (each strdup'd, the caller frees): the count, or -1
- * (nothing to free) when it has more than max entries or memory runs out. */
+ * (nothing to free) when it has more than max entries, an empty field or
+ * memory runs out. */
 static int split_list(const char *s, char **out, int max)
 {
-    char *buf = strdup(s), *save = NULL, *tok;
+    char *buf, *save = NULL, *tok;
     int n = 0;
-    if (!buf) return -1;
+    size_t len = strlen(s);
+    /* strtok_r would fold empty fields away ('0,,0.5', ',a', 'a,'): the
+     * list is refused, so the count is the one given */
+    if (len > 0 && (s[0] == ',' || s[len - 1] == ',' || strstr(s, ",,"))) return -1;
+    if (!(buf = strdup(s))) return -1;
     for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
         if (n == max || !(out[n] = strdup(tok))) {   /* too many, or no memory */
             while (n > 0) free(out[--n]);

@@ -67,6 +67,13 @@ badval "--windows '-3': out of range" -- "$scdb" calibrate --windows -3
 badval "--gen 'x': not an integer" -- "$scdb" demo --gen x
 badval "--window '5.5': junk after the number ('.5')" -- "$scdb" models --window 5.5
 badval "--updates '1e3': junk after the number ('e3')" -- "$scdb" train-policy --updates 1e3 -o "$tmp/p.safetensors"
+# train-policy's comma lists: an empty field is a usage error (strtok_r
+# folded '0,,0.5' into 2 window choices, '0.1,,0.5' into a budget range)
+for arg in "--windows 0,,0.5" "--windows 0.5," "--val-budgets ,0.25" "--budget-range 0.1,,0.5" \
+           "--imit-train net,,skip" "--models base," "--domains ,prose" "--inputs age,,rank_mass"; do
+  expect 2 "train-policy $arg: an empty field is a usage error" -- "$scdb" train-policy $arg \
+    --suite "$tmp/nothing.json" -o "$tmp/p.safetensors"
+done
 
 # --device auto|cpu|cuda (issue 7): listed in the help texts, bad values are
 # usage errors, commands without a CUDA path refuse cuda and say why
