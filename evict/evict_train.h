@@ -344,7 +344,8 @@ typedef struct scdb_evict_rl_opts {
                                         * many train windows at each band's budget instead */
     float imit_lr;
     int imit_val_every;                /* epochs between validations */
-    const scdb_evict_mlp *experts[4];  /* networks offered as candidates */
+    const scdb_evict_mlp *experts[4];  /* networks offered as candidates (SCDB_EINVAL
+                                        * without imitation rounds) */
     int n_experts;
     FILE *log;                         /* JSONL: references, one line per step and per validation */
     int verbose;

@@ -1057,6 +1057,10 @@ scdb_err scdb_evict_train_rl(const scdb_evict_rl_opts *o, scdb_evict_mlp **out,
             return SCDB_EINVAL;
         }
     }
+    if (o->n_experts > 0 && o->imit_rounds < 1) {
+        scdb_errf(errbuf, errlen, "experts are imitation candidates: they need imitation rounds");
+        return SCDB_EINVAL;
+    }
     if (o->head_runs && (o->imit_rounds < 1 || o->imit_band_windows < 1 ||
                          (o->n_win < 1 && !(o->init && o->init->n_win > 0)))) {
         scdb_errf(errbuf, errlen, "the head fit from full runs needs imitation rounds, band "

@@ -1076,8 +1076,12 @@ static void test_trainer_runs(void **state)
     assert_int_equal(scdb_evict_train_rl(&o, &m, &r, err, sizeof err), SCDB_EINVAL);
     o.n_experts = 5;
     assert_int_equal(scdb_evict_train_rl(&o, &m, &r, err, sizeof err), SCDB_EINVAL);
-    o.n_experts = 0;
+    /* an expert without imitation: it would be loaded and never offered */
+    o.experts[0] = ex;
+    o.n_experts = 1;
     o.imit_rounds = 0;
+    assert_int_equal(scdb_evict_train_rl(&o, &m, &r, err, sizeof err), SCDB_EINVAL);
+    o.n_experts = 0;
     o.updates = 4;
     assert_null(m);
     scdb_evict_mlp_free(&ex);
