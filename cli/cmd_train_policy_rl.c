@@ -197,13 +197,18 @@ static int age_profile(scdb_evict_rl_opts *o, char **dirs, int n_models, const s
     o->n_corpora = n_domains;
     if ((rc = scdb_evict_age_profile(o, (const scdb_evict_policy *const *)pols, labels, n, f, err,
                                      sizeof err))) {
-        fprintf(stderr, "train-policy: age profile: %s: %s\n", scdb_strerror(rc), err);
+        fprintf(stderr, "train-policy: age profile: %s%s%s\n", scdb_strerror(rc), err[0] ? ": " : "",
+                err);
         goto done;
     }
     ret = 0;
     fprintf(stderr, "train-policy: wrote %s\n", out);
 done:
-    if (f && fclose(f) && !ret) ret = 1;
+    if (f && fclose(f) && !ret) {
+        fprintf(stderr, "train-policy: cannot write %s\n", out);
+        ret = 1;
+    }
+    if (f && ret) unlink(out);           /* no half-written or empty profile left behind */
     for (int i = 0; i < n; i++) scdb_evict_policy_free(&pols[i]);
     return ret;
 }
@@ -400,6 +405,10 @@ int cli_cmd_train_policy(int argc, char **argv)
             else fprintf(stderr, "train-policy: bad value for %s: '%s'\n", oname, optarg);
             return 2;
         }
+    }
+    if (n_prof && !age_path) {
+        fprintf(stderr, "train-policy: --profile is for --age-profile OUT\n");
+        return 2;
     }
     if (age_path && (!n_prof || optind < argc)) {
         fprintf(stderr, "train-policy: --age-profile needs --profile FILE (1 to %d)\n", MAX_PROFILE);

@@ -1505,6 +1505,13 @@ scdb_err scdb_evict_age_profile(const scdb_evict_rl_opts *o, const scdb_evict_po
     int n_win = 0;
     for (int mi = 0; mi < o->n_models; mi++) {
         if ((rc = scdb_model_load(o->model_dirs[mi], &model, errbuf, errlen))) goto done;
+        if (o->prefill + o->steps > scdb_model_cfg(model)->max_seq_len) {
+            scdb_errf(errbuf, errlen, "prefill %d + steps %d exceed %s's context of %d tokens",
+                      o->prefill, o->steps, o->model_dirs[mi],
+                      (int)scdb_model_cfg(model)->max_seq_len);
+            rc = SCDB_ERANGE;
+            goto done;
+        }
         for (int c = 0; c < o->n_corpora; c++) {
             const scdb_evict_corpus *cp = &o->corpora[c];
             if (cp->val_len < (size_t)span) {

@@ -222,6 +222,20 @@ assert [p["label"] for p in d["policies"]] == [sys.argv[2]], d["policies"]
 assert d["budgets"] == [0.5] and len(d["policies"][0]["profile"]) == 1, d' "$tmp/age.json" 'a"b\c.safetensors' \
   && ok "train-policy --age-profile: valid JSON, the odd file name as its label" \
   || bad "train-policy --age-profile: valid JSON, the odd file name as its label"
+expect 2 "train-policy: --profile without --age-profile" -- "$scdb" train-policy --profile "$odd" \
+  -o "$tmp/unused.safetensors"
+grep -q -- "--profile is for --age-profile" "$tmp/err" && ok "train-policy: --profile alone says what it is for" \
+  || bad "train-policy: --profile alone says what it is for"
+expect 1 "train-policy --age-profile: an unknown model" -- "$scdb" train-policy --age-profile "$tmp/age2.json" \
+  --profile "$odd" --models nosuch --domains prose --val-budgets 0.5 --val-windows 1 -o "$tmp/unused.safetensors"
+[ ! -e "$tmp/age2.json" ] && ok "train-policy --age-profile: nothing left behind on failure" \
+  || bad "train-policy --age-profile: $tmp/age2.json left behind on failure"
+expect 1 "train-policy --age-profile: a window longer than the model's context" -- "$scdb" train-policy \
+  --age-profile "$tmp/age3.json" --profile "$odd" --models base --domains prose --val-budgets 0.5 \
+  --val-windows 1 --prefill 4000 -o "$tmp/unused.safetensors"
+grep -q "prefill 4000 + steps 256 exceed .*context of" "$tmp/err" \
+  && ok "train-policy --age-profile: the too-long window's message names the context" \
+  || { bad "train-policy --age-profile: the too-long window's message"; cat "$tmp/err"; }
 cb="$data/codebooks/base.safetensors"
 expect 2 "calibrate --codebook: a codebook option is refused" -- "$scdb" calibrate --codebook "$cb" \
   --consumer "$data/models/python" --ranks 8,12,16 -o "$tmp/cal"
