@@ -644,6 +644,23 @@ scdb_err scdb_evict_mlp_load(const char *path, scdb_evict_mlp **out, scdb_evict_
         }
     }
 
+    /* every tensor is one this version defines: a head's weights without
+     * its choices, or a skip in a file of another version, would be
+     * silently dropped otherwise */
+    for (int i = 0; i < scdb_st_count(f); i++) {
+        static const char *const known[] = {"input.mean", "input.std", "fc1.weight", "fc1.bias",
+                                            "fc2.weight", "fc2.bias",  "out.weight", "out.bias"};
+        const char *name = scdb_st_at(f, i)->name;
+        int ok = (v4 && !strcmp(name, "window.weight")) || (v5 && !strcmp(name, "skip.weight"));
+        for (size_t k = 0; !ok && k < SCDB_ARRAY_LEN(known); k++) ok = !strcmp(name, known[k]);
+        if (!ok) {
+            scdb_errf(errbuf, errlen, "%s: tensor '%s' is not one of this file's (version %s%s)", path,
+                      name, scdb_st_meta(f, "version"),
+                      !strcmp(name, "window.weight") ? ": a head needs metadata 'window_choices'" : "");
+            rc = SCDB_EMISMATCH;
+            goto fail;
+        }
+    }
     if (!(t = scdb_st_find(f, "fc1.weight"))) {
         scdb_errf(errbuf, errlen, "%s: tensor 'fc1.weight' missing", path);
         rc = SCDB_ENOTFOUND;
