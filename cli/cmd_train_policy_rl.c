@@ -78,7 +78,8 @@ static void usage(FILE *f)
             "                     runs the horizon: the heuristics, --expert files and\n"
             "                     their window variants, heuristic signals under other\n"
             "                     protections, the learner from round 2) and fitting the\n"
-            "                     KL-weighted likelihood of their kept sets (default 0: none)\n"
+            "                     KL-weighted likelihood of their kept sets (default 0: none;\n"
+            "                     the --imit-* options and --expert need it)\n"
             "  --imit-episodes N  episodes collected per round (default 60)\n"
             "  --imit-epochs N    passes over the states per round (default 20)\n"
             "  --imit-batch N     states per Adam step (default 8)\n"
@@ -291,6 +292,7 @@ int cli_cmd_train_policy(int argc, char **argv)
     memset(corp, 0, sizeof corp);
     scdb_evict_rl_defaults(&o);
     optind = 1;
+    char imit_only[40] = "";                /* the last --imit-* option given */
     while ((c = getopt_long(argc, argv, "o:qh", opts, NULL)) != -1) {
         int bad = 0;
         double fr[4];
@@ -405,6 +407,13 @@ int cli_cmd_train_policy(int argc, char **argv)
             else fprintf(stderr, "train-policy: bad value for %s: '%s'\n", oname, optarg);
             return 2;
         }
+        if ((c >= O_IEPIS && c <= O_IVAL) || c == O_ISTATEW || c == O_IBANDW || c == O_ITRAIN)
+            snprintf(imit_only, sizeof imit_only, "%s", oname);
+    }
+    if (imit_only[0] && o.imit_rounds == 0) {
+        /* the imitation's options do nothing without its rounds */
+        fprintf(stderr, "train-policy: %s is for --imitate R (R > 0)\n", imit_only);
+        return 2;
     }
     if (n_prof && !age_path) {
         fprintf(stderr, "train-policy: --profile is for --age-profile OUT\n");

@@ -236,6 +236,10 @@ expect 1 "train-policy --age-profile: a window longer than the model's context" 
 grep -q "prefill 4000 + steps 256 exceed .*context of" "$tmp/err" \
   && ok "train-policy --age-profile: the too-long window's message names the context" \
   || { bad "train-policy --age-profile: the too-long window's message"; cat "$tmp/err"; }
+expect 2 "train-policy: an --imit-* option without --imitate" -- "$scdb" train-policy --imit-epochs 3 \
+  -o "$tmp/unused.safetensors"
+grep -q -- "--imit-epochs is for --imitate R" "$tmp/err" && ok "train-policy: --imit-epochs alone says what it is for" \
+  || bad "train-policy: --imit-epochs alone says what it is for"
 cb="$data/codebooks/base.safetensors"
 expect 2 "calibrate --codebook: a codebook option is refused" -- "$scdb" calibrate --codebook "$cb" \
   --consumer "$data/models/python" --ranks 8,12,16 -o "$tmp/cal"
