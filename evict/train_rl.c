@@ -705,16 +705,20 @@ static void imit_bands(const scdb_evict_rl_opts *o, imit_set *d, double *band_lr
     }
 }
 
-/* One state's loss and its gradient (accumulated into grad, scaled by
- * 1 / batch).  Scratch: xs [n][n_in], s, pooled, ds, dsr [n], arg, kept [n],
- * inv [n] doubles, drawn [n]. */
-static double imit_state_grad(const scdb_evict_mlp *m, const imit_state *st, float temp,
-                              float scale, float *grad, float *gwin, float *gskip, float *xs,
-                              float *s, float *pooled, int *arg, float *ds, float *dsr, int *kept,
-                              double *inv, char *drawn)
+/* One state's loss (*loss_out) and its gradient (accumulated into grad,
+ * scaled by 1 / batch).  Scratch: xs [n][n_in], s, pooled, ds, dsr [n],
+ * arg, kept [n], inv [n] doubles, drawn [n].  The network's forward pass
+ * can fail (out of memory): its error is returned, not folded into the
+ * loss. */
+static scdb_err imit_state_grad(const scdb_evict_mlp *m, const imit_state *st, float temp,
+                                float scale, float *grad, float *gwin, float *gskip, float *xs,
+                                float *s, float *pooled, int *arg, float *ds, float *dsr,
+                                int *kept, double *inv, char *drawn, double *loss_out)
 {
     const int n = st->n, NA = SCDB_EVICT_N_ALL_INPUTS;
     double w[MAX_CAND], loss = 0.0;
+    scdb_err rc;
+    *loss_out = 0.0;
     int sinks, recent, cap = n < st->B ? n : st->B;
     if (m->n_win > 0 && gwin) {
         /* the window head: cross-entropy to the candidates' windows, each
@@ -740,14 +744,14 @@ static double imit_state_grad(const scdb_evict_mlp *m, const imit_state *st, flo
         }
     }
     for (int i = 0; i < n; i++) scdb_evict_mlp_gather(m, st->x + (size_t)i * NA, xs + (size_t)i * m->n_in);
-    if (scdb_evict_mlp_forward_x(m, xs, n, st->B, s)) return NAN;
+    if ((rc = scdb_evict_mlp_forward_x(m, xs, n, st->B, s))) return rc;
     if (m->pool > 1) scdb_evict_maxpool(s, n, m->pool, pooled, arg);
     else memcpy(pooled, s, (size_t)n * sizeof *s);
     scdb_evict_mlp_protect(m, st->B, &sinks, &recent);
     if (sinks > cap) sinks = cap;
     if (recent > cap - sinks) recent = cap - sinks;
     int mk = cap - sinks - recent;
-    if (mk <= 0 || n - recent - sinks <= mk) return 0.0;
+    if (mk <= 0 || n - recent - sinks <= mk) return SCDB_OK;
     imit_weights(st, st->nc, temp, w);
     memset(ds, 0, (size_t)n * sizeof *ds);
     for (int j = 0; j < st->nc; j++) {
@@ -782,7 +786,8 @@ static double imit_state_grad(const scdb_evict_mlp *m, const imit_state *st, flo
             }
         }
     }
-    return loss;
+    *loss_out = loss;
+    return SCDB_OK;
 }
 
 /* Fit the learner to the collected states for `epochs` passes; returns the
@@ -831,11 +836,13 @@ static scdb_err imit_fit(const scdb_evict_rl_opts *o, scdb_evict_mlp *m, imit_se
             memset(gwin, 0, sizeof gwin);
             memset(gskip, 0, sizeof gskip);
             for (int k = 0; k < nb; k++) {
-                double l = imit_state_grad(m, &d->st[perm[b0 + k]], o->imit_temp, o->lr_sign / nb,
-                                           (o->imit_train & 1) ? grad : NULL,
-                                           (o->imit_train & 4) ? gwin : NULL,
-                                           (o->imit_train & 2) ? gskip : NULL, xs, s, s + cap, arg,
-                                           s + 2 * cap, s + 3 * cap, arg + cap, inv, drawn);
+                double l;
+                if ((rc = imit_state_grad(m, &d->st[perm[b0 + k]], o->imit_temp, o->lr_sign / nb,
+                                          (o->imit_train & 1) ? grad : NULL,
+                                          (o->imit_train & 4) ? gwin : NULL,
+                                          (o->imit_train & 2) ? gskip : NULL, xs, s, s + cap, arg,
+                                          s + 2 * cap, s + 3 * cap, arg + cap, inv, drawn, &l)))
+                    goto done;
                 if (isfinite(l)) loss += l;
             }
             if (o->imit_train & 1) scdb_evict_adam_step(ad, m->params, grad, lr);
