@@ -529,7 +529,7 @@ int cli_cmd_train_policy(int argc, char **argv)
     }
 
     {
-        char mlist[256] = "", dlist[512] = "", num[16][48], date[32], imit[512] = "none";
+        char mlist[256] = "", dlist[512] = "", num[16][48], date[32], imit[2048] = "none"; /* 4 experts x NAME_MAX fit */
         time_t now = time(NULL);
         struct tm tmv;
         for (int i = 0; i < n_models; i++) {
