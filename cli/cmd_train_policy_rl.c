@@ -300,8 +300,14 @@ int cli_cmd_train_policy(int argc, char **argv)
         snprintf(oname, sizeof oname, "--%s", c >= O_SUITE ? opts[c - O_SUITE].name : "?");
         switch (c) {
         case O_SUITE: snprintf(suite_path, sizeof suite_path, "%s", optarg); break;
-        case O_DOMAINS: bad = (n_domains = split_list(optarg, domains, MAX_DOMAINS)) < 1; break;
-        case O_MODELS: bad = (n_models = split_list(optarg, models, MAX_MODELS)) < 1; break;
+        case O_DOMAINS:   /* given again: the last list counts */
+            for (int i = 0; i < n_domains; i++) free(domains[i]);
+            bad = (n_domains = split_list(optarg, domains, MAX_DOMAINS)) < 1;
+            break;
+        case O_MODELS:
+            for (int i = 0; i < n_models; i++) free(models[i]);
+            bad = (n_models = split_list(optarg, models, MAX_MODELS)) < 1;
+            break;
         case O_INPUTS:
             n_inputs = split_list(optarg, inputs, SCDB_EVICT_MAX_INPUTS);
             bad = n_inputs < 1;
