@@ -128,17 +128,6 @@ static void usage(FILE *f)
             data_dir());
 }
 
-static int split_list(const char *s, char **out, int max)
-{
-    char *buf = strdup(s), *save = NULL, *tok;
-    int n = 0;
-    if (!buf) return -1;
-    for (tok = strtok_r(buf, ",", &save); tok && n < max; tok = strtok_r(NULL, ",", &save))
-        out[n++] = strdup(tok);
-    free(buf);
-    return n;
-}
-
 /* The most tokens --prefill, --steps and --every take: far above any
  * model's context, low enough that prefill + steps cannot overflow. */
 #define MAX_OPT_TOKENS (1 << 24)
@@ -147,8 +136,13 @@ static int split_list(const char *s, char **out, int max)
 static int parse_budgets(const char *arg, opts *o, char *why, size_t why_len)
 {
     char *b[MAX_BUDGETS + 1];
-    int n = split_list(arg, b, MAX_BUDGETS), bad = 0;
+    int n = scdb_split_list(arg, b, MAX_BUDGETS), bad = 0;
     o->n_budgets = 0;
+    if (n < 0) {
+        scdb_errf(why, why_len, "--budgets '%s': 1 to %d fractions, comma-separated, no empty field",
+                  arg, MAX_BUDGETS);
+        return -1;
+    }
     for (int i = 0; i < n; i++) {
         double v = 0.0;
         if (!bad && scdb_parse_f64("--budgets", b[i], 0.0, 1.0, &v, why, why_len)) bad = 1;
@@ -194,7 +188,15 @@ static int parse_opts(int argc, char **argv, opts *o, char *why, size_t why_len)
     while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
         scdb_err bad = SCDB_OK;
         switch (c) {
-        case O_MODELS: o->n_models = split_list(optarg, o->models, MAX_MODELS); break;
+        case O_MODELS:   /* given again: the last list counts */
+            for (int i = 0; i < o->n_models; i++) free(o->models[i]);
+            if ((o->n_models = scdb_split_list(optarg, o->models, MAX_MODELS)) < 1) {
+                o->n_models = 0;
+                scdb_errf(why, why_len, "--models '%s': 1 to %d names, comma-separated, no empty "
+                          "field", optarg, MAX_MODELS);
+                return 2;
+            }
+            break;
         case O_TEXT:
             if (o->n_texts == MAX_TEXTS) {
                 scdb_errf(why, why_len, "--text: at most %d texts", MAX_TEXTS);
@@ -235,7 +237,16 @@ static int parse_opts(int argc, char **argv, opts *o, char *why, size_t why_len)
         case O_PNG: o->png = optarg; break;
         case O_DATA: o->data = optarg; break;
         case O_SUITE: o->suite = optarg; o->use_suite = 1; break;
-        case O_DOMAINS: o->n_domains = split_list(optarg, o->domains, MAX_SOURCES); o->use_suite = 1; break;
+        case O_DOMAINS:
+            for (int i = 0; i < o->n_domains; i++) free(o->domains[i]);
+            if ((o->n_domains = scdb_split_list(optarg, o->domains, MAX_SOURCES)) < 1) {
+                o->n_domains = 0;
+                scdb_errf(why, why_len, "--domains '%s': 1 to %d names, comma-separated, no empty "
+                          "field", optarg, MAX_SOURCES);
+                return 2;
+            }
+            o->use_suite = 1;
+            break;
         case O_HELDOUT: o->heldout = 1; break;
         case O_PORTION:
             if (!strcmp(optarg, "eval")) o->portion = SCDB_EVICT_PART_EVAL;

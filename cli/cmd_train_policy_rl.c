@@ -118,34 +118,10 @@ static void usage(FILE *f)
             cli_data_dir());
 }
 
-/* Comma list into out[] (each strdup'd, the caller frees): the count, or -1
- * (nothing to free) when it has more than max entries, an empty field or
- * memory runs out. */
-static int split_list(const char *s, char **out, int max)
-{
-    char *buf, *save = NULL, *tok;
-    int n = 0;
-    size_t len = strlen(s);
-    /* strtok_r would fold empty fields away ('0,,0.5', ',a', 'a,'): the
-     * list is refused, so the count is the one given */
-    if (len > 0 && (s[0] == ',' || s[len - 1] == ',' || strstr(s, ",,"))) return -1;
-    if (!(buf = strdup(s))) return -1;
-    for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        if (n == max || !(out[n] = strdup(tok))) {   /* too many, or no memory */
-            while (n > 0) free(out[--n]);
-            n = -1;
-            break;
-        }
-        n++;
-    }
-    free(buf);
-    return n;
-}
-
 static int parse_fracs(const char *s, double *out, int max)
 {
     char *v[8];
-    int n = split_list(s, v, max < 8 ? max : 8), bad = n < 1;
+    int n = scdb_split_list(s, v, max < 8 ? max : 8), bad = n < 1;
     for (int i = 0; i < n; i++) {
         char *end;
         out[i] = strtod(v[i], &end);
@@ -159,7 +135,7 @@ static int parse_fracs(const char *s, double *out, int max)
 static int parse_windows(const char *s, double *out, int max)
 {
     char *v[SCDB_EVICT_MAX_WIN + 1];
-    int n = split_list(s, v, SCDB_EVICT_MAX_WIN + 1), bad = n < 1 || n > max;
+    int n = scdb_split_list(s, v, SCDB_EVICT_MAX_WIN + 1), bad = n < 1 || n > max;
     for (int i = 0; i < n; i++) {
         char *end;
         double x = strtod(v[i], &end);
@@ -302,14 +278,14 @@ int cli_cmd_train_policy(int argc, char **argv)
         case O_SUITE: snprintf(suite_path, sizeof suite_path, "%s", optarg); break;
         case O_DOMAINS:   /* given again: the last list counts */
             for (int i = 0; i < n_domains; i++) free(domains[i]);
-            bad = (n_domains = split_list(optarg, domains, MAX_DOMAINS)) < 1;
+            bad = (n_domains = scdb_split_list(optarg, domains, MAX_DOMAINS)) < 1;
             break;
         case O_MODELS:
             for (int i = 0; i < n_models; i++) free(models[i]);
-            bad = (n_models = split_list(optarg, models, MAX_MODELS)) < 1;
+            bad = (n_models = scdb_split_list(optarg, models, MAX_MODELS)) < 1;
             break;
         case O_INPUTS:
-            n_inputs = split_list(optarg, inputs, SCDB_EVICT_MAX_INPUTS);
+            n_inputs = scdb_split_list(optarg, inputs, SCDB_EVICT_MAX_INPUTS);
             bad = n_inputs < 1;
             for (int i = 0; i < n_inputs && !bad; i++) {
                 o.inputs[i] = scdb_evict_input_parse(inputs[i]);
@@ -355,7 +331,7 @@ int cli_cmd_train_policy(int argc, char **argv)
         case O_HEADRUNS: o.head_runs = 1; break;
         case O_ITRAIN: {
             char *w[3];
-            int nw = split_list(optarg, w, 3);
+            int nw = scdb_split_list(optarg, w, 3);
             bad = nw < 1;
             o.imit_train = 0;
             for (int i = 0; i < nw; i++) {

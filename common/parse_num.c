@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "scdb_common.h"
 
@@ -155,4 +156,28 @@ scdb_err scdb_parse_float(const char *opt, const char *s, float lo, float hi, fl
     scdb_err e = out ? scdb_parse_f64(opt, s, lo, hi, &v, why, why_len) : SCDB_EINVAL;
     if (e == SCDB_OK) *out = (float)v;
     return e;
+}
+
+int scdb_list_has_empty_field(const char *s)
+{
+    size_t len = strlen(s);
+    return len == 0 || s[0] == ',' || s[len - 1] == ',' || strstr(s, ",,") != NULL;
+}
+
+int scdb_split_list(const char *s, char **out, int max)
+{
+    char *buf, *save = NULL, *tok;
+    int n = 0;
+    if (!*s) return 0;
+    if (scdb_list_has_empty_field(s) || !(buf = strdup(s))) return -1;
+    for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        if (n == max || !(out[n] = strdup(tok))) {   /* too many, or no memory */
+            while (n > 0) free(out[--n]);
+            n = -1;
+            break;
+        }
+        n++;
+    }
+    free(buf);
+    return n;
 }

@@ -121,6 +121,17 @@ scdb_err scdb_parse_u32(const char *opt, const char *s, uint32_t lo, uint32_t hi
 scdb_err scdb_parse_float(const char *opt, const char *s, float lo, float hi, float *out,
                           char *why, size_t why_len);
 
+/* Comma lists (option values, policy metadata).  strtok_r folds empty
+ * fields away (",a", "a,,b", "a,"), so a list with one would be taken for
+ * a shorter one: both refuse it.
+ *   scdb_list_has_empty_field  1 if s is "" or has an empty field
+ *   scdb_split_list            the fields into out[] (each strdup'd, the
+ *                              caller frees them): their count, 0 for "",
+ *                              or -1 (nothing to free) for an empty
+ *                              field, more than max fields, or no memory */
+int scdb_list_has_empty_field(const char *s);
+int scdb_split_list(const char *s, char **out, int max);
+
 /* --------------------------------------------------------- random numbers
  *
  * Small reproducible generators over a caller's state, for tests, benches

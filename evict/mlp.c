@@ -566,12 +566,7 @@ scdb_err scdb_evict_mlp_load(const char *path, scdb_evict_mlp **out, scdb_evict_
         /* comma-separated input names, each known, none twice */
         char buf[SCDB_EVICT_MAX_INPUTS * 16 + 1], *save = NULL, *tok;
         int bad = !v || strlen(v) >= sizeof buf;
-        if (!bad) {
-            /* strtok_r would fold empty fields away (",age", "age,,alpha",
-             * "age,"): refused, as in window_choices */
-            size_t len = strlen(v);
-            bad = len == 0 || v[0] == ',' || v[len - 1] == ',' || strstr(v, ",,") != NULL;
-        }
+        bad = bad || scdb_list_has_empty_field(v);      /* ",age", "age,,alpha", "age," */
         if (!bad) {
             snprintf(buf, sizeof buf, "%s", v);
             for (tok = strtok_r(buf, ",", &save); tok && !bad; tok = strtok_r(NULL, ",", &save)) {
@@ -621,12 +616,7 @@ scdb_err scdb_evict_mlp_load(const char *path, scdb_evict_mlp **out, scdb_evict_
         const char *wc = scdb_st_meta(f, "window_choices");
         char buf[SCDB_EVICT_MAX_WIN * 24 + 1], *save = NULL, *tok;
         int bad = !wc || strlen(wc) >= sizeof buf;
-        if (!bad) {
-            /* strtok_r would fold empty fields away: ",0.5", "0,,0.5" and
-             * "0.5," are refused, so the count is the file's */
-            size_t len = strlen(wc);
-            bad = len == 0 || wc[0] == ',' || wc[len - 1] == ',' || strstr(wc, ",,") != NULL;
-        }
+        bad = bad || scdb_list_has_empty_field(wc);     /* ",0.5", "0,,0.5", "0.5," */
         if (!bad) {
             snprintf(buf, sizeof buf, "%s", wc);
             for (tok = strtok_r(buf, ",", &save); tok && !bad; tok = strtok_r(NULL, ",", &save)) {

@@ -66,5 +66,17 @@ rc=$?
 [ $rc -ne 0 ] && ok "a run that measures no text exits $rc" || bad "a run with no rows exits 0"
 grep -q "no rows" "$tmp/z.err" && ok "it says so" || { bad "no message about no rows"; cat "$tmp/z.err"; }
 
+# comma lists with an empty field or too many entries are usage errors
+# naming the option (strtok_r folded "base," into "base" and a bad
+# --domains list into every domain)
+for a in "--models base," "--domains ,prose" "--domains prose,,changelog" "--budgets 0.5,,0.25" \
+         "--budgets 0.5,0.4,0.3,0.2,0.1,0.05,0.01"; do
+  "$scdb" bench evict $a --windows 1 >"$tmp/bad.out" 2>"$tmp/bad.err"
+  rc=$?
+  opt=${a%% *}
+  [ $rc -eq 2 ] && grep -q -- "$opt '.*': 1 to [0-9]* .*no empty field" "$tmp/bad.err" \
+    && ok "bench evict $a: a usage error naming $opt" \
+    || { bad "bench evict $a: exit $rc, want 2 with a message naming $opt"; head -3 "$tmp/bad.err"; }
+done
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]

@@ -7,6 +7,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -208,6 +209,29 @@ static void test_null_args(void **state)
     assert_int_equal(small[7], 0);
 }
 
+/* comma lists: fields in order; "" is none; an empty field, too many
+ * fields are refused with nothing to free */
+static void test_split_list(void **state)
+{
+    char *f[3];
+    (void)state;
+    assert_int_equal(scdb_split_list("a,bb,c", f, 3), 3);
+    assert_string_equal(f[0], "a");
+    assert_string_equal(f[1], "bb");
+    assert_string_equal(f[2], "c");
+    for (int i = 0; i < 3; i++) free(f[i]);
+    assert_int_equal(scdb_split_list("", f, 3), 0);
+    static const char *const refused[] = {",a", "a,", "a,,b", ",", "a,b,c,d"};
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++)
+        assert_int_equal(scdb_split_list(refused[i], f, 3), -1);
+    assert_true(scdb_list_has_empty_field(""));
+    assert_true(scdb_list_has_empty_field("0,,0.5"));
+    assert_true(scdb_list_has_empty_field(",0.5"));
+    assert_true(scdb_list_has_empty_field("0.5,"));
+    assert_false(scdb_list_has_empty_field("0,0.5"));
+    assert_false(scdb_list_has_empty_field("age"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -216,6 +240,7 @@ int main(void)
         cmocka_unit_test(test_int_overflow), cmocka_unit_test(test_int_range),
         cmocka_unit_test(test_u64),          cmocka_unit_test(test_u32),
         cmocka_unit_test(test_real),         cmocka_unit_test(test_null_args),
+        cmocka_unit_test(test_split_list),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
