@@ -143,6 +143,18 @@ static void json_str(FILE *f, const char *s)
     fputc('"', f);
 }
 
+/* The protocol's window (prefill + steps) fits the model's context:
+ * SCDB_OK, or SCDB_ERANGE with a message naming both */
+static scdb_err check_window(const scdb_evict_rl_opts *o, const scdb_model *m, const char *dir,
+                             char *errbuf, size_t errlen)
+{
+    const int ctx = scdb_model_cfg(m)->max_seq_len;
+    if (o->prefill + o->steps <= ctx) return SCDB_OK;
+    scdb_errf(errbuf, errlen, "prefill %d + steps %d exceed %s's context of %d tokens", o->prefill,
+              o->steps, dir, ctx);
+    return SCDB_ERANGE;
+}
+
 static int budget_slots(double frac, const scdb_evict_rl_opts *o)
 {
     int b = (int)(frac * (o->prefill + o->steps) + 0.5);
@@ -1094,11 +1106,7 @@ scdb_err scdb_evict_train_rl(const scdb_evict_rl_opts *o, scdb_evict_mlp **out,
     for (int i = 0; i < o->n_models; i++) {
         if ((rc = scdb_model_load(o->model_dirs[i], &models[i], errbuf, errlen))) goto done;
         model_names[i] = scdb_model_cfg(models[i])->name;
-        if (o->prefill + o->steps > scdb_model_cfg(models[i])->max_seq_len) {
-            scdb_errf(errbuf, errlen, "prefill + steps exceeds %s's context", model_names[i]);
-            rc = SCDB_ERANGE;
-            goto done;
-        }
+        if ((rc = check_window(o, models[i], o->model_dirs[i], errbuf, errlen))) goto done;
     }
     rc = SCDB_ENOMEM;
     for (int c = 0; c < o->n_corpora; c++) {
@@ -1512,13 +1520,7 @@ scdb_err scdb_evict_age_profile(const scdb_evict_rl_opts *o, const scdb_evict_po
     int n_win = 0;
     for (int mi = 0; mi < o->n_models; mi++) {
         if ((rc = scdb_model_load(o->model_dirs[mi], &model, errbuf, errlen))) goto done;
-        if (o->prefill + o->steps > scdb_model_cfg(model)->max_seq_len) {
-            scdb_errf(errbuf, errlen, "prefill %d + steps %d exceed %s's context of %d tokens",
-                      o->prefill, o->steps, o->model_dirs[mi],
-                      (int)scdb_model_cfg(model)->max_seq_len);
-            rc = SCDB_ERANGE;
-            goto done;
-        }
+        if ((rc = check_window(o, model, o->model_dirs[mi], errbuf, errlen))) goto done;
         for (int c = 0; c < o->n_corpora; c++) {
             const scdb_evict_corpus *cp = &o->corpora[c];
             if (cp->val_len < (size_t)span) {
