@@ -190,7 +190,20 @@ static int parse_opts(int argc, char **argv, bopts *o)
         case O_BT:
             bad = scdb_parse_u32("--block-tokens", optarg, 1, SCDB_BLOCK_TOKENS_MAX, &o->block_tokens, why, sizeof why);
             break;
-        case O_PAY: snprintf(o->payloads, sizeof o->payloads, "%s", optarg); break;
+        case O_PAY: {
+            /* one or two of codes, raw, each once */
+            char *w[2];
+            int n = strlen(optarg) < sizeof o->payloads ? scdb_split_list(optarg, w, 2) : -1;
+            int no = n < 1 || (n == 2 && !strcmp(w[0], w[1]));
+            for (int i = 0; i < n; i++) {
+                no = no || (strcmp(w[i], "codes") && strcmp(w[i], "raw"));
+                free(w[i]);
+            }
+            if (no) bad = SCDB_EINVAL;
+            if (bad) snprintf(why, sizeof why, "--payload '%s': want codes, raw or both, comma-separated", optarg);
+            else snprintf(o->payloads, sizeof o->payloads, "%s", optarg);
+            break;
+        }
         case O_LAY:
             bad = scdb_parse_u32("--layers", optarg, 1, UINT32_MAX, &o->layers, why, sizeof why);
             break;
@@ -630,6 +643,7 @@ int scdb_bench_store(int argc, char **argv)
     {
         char list[64], *save = NULL;
         snprintf(list, sizeof list, "%s", o.payloads);
+        /* checked at parse time: one or two of codes, raw */
         for (char *w = strtok_r(list, ",", &save); w && n_prof < 2; w = strtok_r(NULL, ",", &save)) {
             profile *p = &prof[n_prof];
             memset(p, 0, sizeof *p);

@@ -58,6 +58,9 @@ badval "--prefix '12x': junk after the number ('x')" -- "$scdb" bench quality --
 badval "--reps '0': out of range" -- "$scdb" bench quality --reps 0
 badval "--layers '99999999999': out of range" -- "$scdb" bench store --layers 99999999999
 badval "--seed '-1': not an unsigned integer" -- "$scdb" bench store --seed -1
+for pl in "codes,raw,raw" "codes,,raw" "raw,raw" "foo" ""; do
+  badval "--payload '$pl': want codes, raw or both" -- "$scdb" bench store --payload "$pl"
+done
 badval "--reps '0': out of range (want [1, 1000])" -- "$scdb" bench kernels --reps 0
 badval "--seconds: empty value" -- "$scdb" bench broker --seconds ""
 badval "--steps '99999999999999999999': overflows" -- "$scdb" bench session --steps 99999999999999999999
