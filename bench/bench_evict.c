@@ -44,7 +44,15 @@ int scdb_bench_evict(int argc, char **argv);
 #define MAX_LEARNED 8
 #define MAX_TEXTS 16
 #define MAX_SOURCES 64
-#define N_HEUR SCDB_EVICT_LEARNED            /* full, streaming, h2o, snapkv, tova */
+/* The heuristics measured: the full cache, the four the goals count (one
+ * keep set, as the runtime shares it) and the originals' own granularity
+ * (a keep set per (layer, KV group) for H2O and SnapKV, per layer for
+ * TOVA: evict.h, "Keep sets per head"), reported beside them. */
+static const scdb_evict_kind HEUR_KINDS[] = {
+    SCDB_EVICT_FULL,     SCDB_EVICT_STREAMING,   SCDB_EVICT_H2O,       SCDB_EVICT_SNAPKV,
+    SCDB_EVICT_TOVA,     SCDB_EVICT_H2O_HEAD,    SCDB_EVICT_SNAPKV_HEAD, SCDB_EVICT_TOVA_LAYER};
+#define N_HEUR 8
+#define N_SHARED_HEUR 5                      /* indices below: full and the four counted */
 #define MAX_POL (N_HEUR + MAX_LEARNED)
 #define MAX_TEXT_BYTES ((size_t)64 << 20)
 #define CURRENT_POLICY "distillcache_base.safetensors"
@@ -413,7 +421,7 @@ static int list_has(const char *list, const char *name)
     return 0;
 }
 
-static const char *heur_label(int k) { return scdb_evict_kind_name((scdb_evict_kind)k); }
+static const char *heur_label(int k) { return scdb_evict_kind_name(HEUR_KINDS[k]); }
 
 /* ------------------------------------------------------------ tables */
 
@@ -484,7 +492,7 @@ static void print_domain_table(const cJSON *rows, const char *split, const char 
                     t1[k] = row_num(q, "top1");
                 }
             if (kl[k] < best) best = kl[k];
-            if (k < N_HEUR - 1 && t1[k] > best_h_t1) best_h_t1 = t1[k];
+            if (k < N_SHARED_HEUR - 1 && t1[k] > best_h_t1) best_h_t1 = t1[k];
         }
         printf("| %s | %s |", row_str(r, "model"), row_str(r, "domain"));
         for (int k = 0; k < n_lab; k++)
@@ -523,7 +531,7 @@ static int load_policies(run *r)
 {
     const opts *o = &r->o;
     for (int k = 0; k < N_HEUR; k++)
-        if (scdb_evict_policy_new((scdb_evict_kind)k, &r->heur[k])) return -1;
+        if (scdb_evict_policy_new(HEUR_KINDS[k], &r->heur[k])) return -1;
     int n_pf = o->n_policies ? o->n_policies : 2;
     for (int i = 0; i < n_pf; i++) {
         learned *L = &r->lp[r->n_learned];
@@ -924,7 +932,7 @@ static void print_split_goals(const run *r, int sp)
                     continue;
                 const char *lab = row_str(q, "label");
                 int is_h = 0;
-                for (int k = SCDB_EVICT_STREAMING; k < N_HEUR; k++) is_h |= !strcmp(lab, heur_label(k));
+                for (int k = SCDB_EVICT_STREAMING; k < N_SHARED_HEUR; k++) is_h |= !strcmp(lab, heur_label(k));
                 if (is_h) {
                     if (row_num(q, "kl") < bh) { bh = row_num(q, "kl"); bname = lab; }
                     if (row_num(q, "top1") > bt) bt = row_num(q, "top1");
@@ -964,9 +972,11 @@ typedef struct cell {
     char worst_model[64], worst_domain[64];
 } cell;
 
-static int is_heur(const char *label)
+/* One of the four heuristics the goals count (one keep set); all: or one
+ * of the per-head ones. */
+static int is_heur_of(const char *label, int all)
 {
-    for (int k = SCDB_EVICT_STREAMING; k < N_HEUR; k++)
+    for (int k = SCDB_EVICT_STREAMING; k < (all ? N_HEUR : N_SHARED_HEUR); k++)
         if (!strcmp(label, heur_label(k))) return 1;
     return 0;
 }
@@ -986,7 +996,7 @@ static void fill_cell(const run *r, int li, double budget, const char *split, ce
                 fabs(row_num(q, "budget") - budget) > 1e-9)
                 continue;
             const char *lab = row_str(q, "label");
-            if (is_heur(lab)) {
+            if (is_heur_of(lab, 0)) {
                 if (row_num(q, "kl") < bh) bh = row_num(q, "kl");
                 if (row_num(q, "top1") > bt) bt = row_num(q, "top1");
             }

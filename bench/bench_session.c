@@ -58,7 +58,7 @@ static scdb_err run_policy(const sopts *o, scdb_model_dev *md, const scdb_evict_
     const scdb_k_ops *ops = scdb_model_dev_ops(md);
     const scdb_model_config *c = scdb_model_cfg(scdb_model_dev_model(md));
     int cap = o->prefix + o->steps, L = c->n_layers, H = c->n_heads;
-    scdb_evict_acc_shape sh = {L, H, c->n_kv_heads, cap, 0};
+    scdb_evict_acc_shape sh = {L, H, c->n_kv_heads, cap, 0, 0};
     size_t bytes = scdb_evict_acc_bytes(&sh), pb = (size_t)L * H * o->prefix * cap * 4;
     scdb_evict_acc *hdr = NULL;
     scdb_kv_cache *cache = NULL;
@@ -118,7 +118,7 @@ static scdb_err run_big(const sopts *o, const scdb_k_ops *ops, const scdb_evict_
                         timing *t)
 {
     const int L = 32, H = 32, G = 8, HD = 128, N = 4096, CAP = N + 64, B = 1024;
-    scdb_evict_acc_shape sh = {L, H, G, CAP, 0};
+    scdb_evict_acc_shape sh = {L, H, G, CAP, 0, 0};
     size_t bytes = scdb_evict_acc_bytes(&sh), cb = scdb_kv_cache_bytes(L, G, HD, CAP);
     size_t pb = (size_t)L * H * CAP * 4;
     scdb_evict_acc *hdr = NULL;

@@ -128,8 +128,23 @@ void bk_on_session_open(scdb_broker *b, bk_client *c, const Scdb__SessionOpen *s
                  "takes one for its statistics)", c->n_arenas);
         return;
     }
+    /* the statistics' layout: a keep set per (layer, KV group) where the
+     * policy wants one at this budget (evict.h, "Keep sets per head"); in
+     * host memory only: a device session keeps one set (a learned policy
+     * decides there with its network; the per-head kinds cannot) */
+    int per_head = scdb_evict_policy_per_head(pol->policy, (int)so->budget, kv->cache->capacity);
+    if (per_head && kv->dev) {
+        if (!scdb_evict_policy_runs_on(pol->policy, 0)) {
+            *status = SCDB_EUNSUPPORTED;
+            snprintf(msg, msglen, "policy %s keeps a set of slots per head, which a CUDA arena's "
+                     "session cannot (it keeps one set): use snapkv, h2o, tova, streaming or a "
+                     "learned policy", pol->name);
+            return;
+        }
+        per_head = 0;
+    }
     shape = (scdb_evict_acc_shape){m->n_layers, (int)so->n_heads, m->n_kv_heads,
-                                   kv->cache->capacity, (int)so->window};
+                                   kv->cache->capacity, (int)so->window, per_head};
     bytes = scdb_evict_acc_bytes(&shape);
     if (!bytes) {
         *status = SCDB_ESHAPE;

@@ -98,6 +98,26 @@ static void usage(FILE *f)
             "                     the --imit-band-windows train windows\n"
             "  --skip             give the network a budget-modulated linear skip over its\n"
             "                     inputs (a version-5 file; starts at 0)\n"
+            "  --heads G          then fit the per-head scorer (a version-6 file: keep sets per\n"
+            "                     (layer, KV group) at small budgets, evict.h) for G generations\n"
+            "                     of evolution strategies on full runs (evict/train_heads.c);\n"
+            "                     the network stays as trained (or as --init gave it); the\n"
+            "                     scorer decides up to the largest validation budget where it\n"
+            "                     beats the network (default 0: no scorer; the --heads-*\n"
+            "                     options need it)\n"
+            "  --heads-pairs P    antithetic pairs per generation (default 8)\n"
+            "  --heads-episodes E episodes per generation, drawn from the pool (default 12)\n"
+            "  --heads-pool N     training episodes made up front (default 96)\n"
+            "  --heads-sigma X    noise scale (default 0.3)\n"
+            "  --heads-lr X       Adam step (default 0.05)\n"
+            "  --heads-range L,H  episode budgets, log-uniform (default 0.04,0.3)\n"
+            "  --heads-val-every N  generations between validations (default 5)\n"
+            "  --heads-sinks N    first slots every set protects (default 0)\n"
+            "  --heads-windows F,..  each set's window choices (default 0,0.125,0.25,0.5,0.75)\n"
+            "  --heads-zero       start from zeros (ties keep the newest) instead of SnapKV's\n"
+            "                     per-set ranking with a quarter of the budget protected\n"
+            "  --heads-threads N  workers (default 2)\n"
+            "  --heads-flip       ascend the objective (a control for the trainer's test)\n"
             "  --flip-gradient    ascend the loss instead (a control: a trainer that learns\n"
             "                     must then not improve the validation score)\n"
             "  --age-profile OUT  instead of training, write to OUT (JSON) the kept set's\n"
@@ -225,7 +245,9 @@ int cli_cmd_train_policy(int argc, char **argv)
            O_SINKS, O_RECENT, O_RFRAC, O_POOL, O_PREFILL, O_STEPS, O_EVERY, O_INIT, O_MINUTES,
            O_SEED, O_LOG, O_PNG, O_HFIRST, O_ABSTAU, O_TAUEND, O_WINDOWS, O_WINLR,
            O_AGEPROF, O_PROFILE, O_FLIP, O_LAST, O_IMIT, O_IEPIS, O_IEPOCHS, O_IBATCH, O_ITEMP,
-           O_ILR, O_IVAL, O_EXPERT, O_ISTATEW, O_IBANDW, O_ITRAIN, O_SKIP, O_HEADRUNS };
+           O_ILR, O_IVAL, O_EXPERT, O_ISTATEW, O_IBANDW, O_ITRAIN, O_SKIP, O_HEADRUNS,
+           O_HEADS, O_HPAIRS, O_HEPIS, O_HPOOL, O_HSIGMA, O_HLR, O_HRANGE, O_HVAL, O_HSINKS,
+           O_HWIN, O_HZERO, O_HTHREADS, O_HFLIP };
     static const struct option opts[] = {
         {"suite", 1, 0, O_SUITE}, {"domains", 1, 0, O_DOMAINS}, {"models", 1, 0, O_MODELS},
         {"inputs", 1, 0, O_INPUTS}, {"updates", 1, 0, O_UPDATES}, {"batch", 1, 0, O_BATCH},
@@ -246,6 +268,12 @@ int cli_cmd_train_policy(int argc, char **argv)
         {"imit-val-every", 1, 0, O_IVAL}, {"expert", 1, 0, O_EXPERT},
         {"imit-state-weight", 1, 0, O_ISTATEW}, {"imit-band-windows", 1, 0, O_IBANDW},
         {"imit-train", 1, 0, O_ITRAIN}, {"skip", 0, 0, O_SKIP}, {"head-runs", 0, 0, O_HEADRUNS},
+        {"heads", 1, 0, O_HEADS}, {"heads-pairs", 1, 0, O_HPAIRS},
+        {"heads-episodes", 1, 0, O_HEPIS}, {"heads-pool", 1, 0, O_HPOOL},
+        {"heads-sigma", 1, 0, O_HSIGMA}, {"heads-lr", 1, 0, O_HLR}, {"heads-range", 1, 0, O_HRANGE},
+        {"heads-val-every", 1, 0, O_HVAL}, {"heads-sinks", 1, 0, O_HSINKS},
+        {"heads-windows", 1, 0, O_HWIN}, {"heads-zero", 0, 0, O_HZERO},
+        {"heads-threads", 1, 0, O_HTHREADS}, {"heads-flip", 0, 0, O_HFLIP},
         {"out", 1, 0, 'o'}, {"quiet", 0, 0, 'q'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     scdb_evict_rl_opts o;
     scdb_evict_rl_result res;
@@ -269,6 +297,7 @@ int cli_cmd_train_policy(int argc, char **argv)
     scdb_evict_rl_defaults(&o);
     optind = 1;
     char imit_only[40] = "";                /* the last --imit-* option given */
+    char heads_only[40] = "";               /* the last --heads-* option given */
     while ((c = getopt_long(argc, argv, "o:qh", opts, NULL)) != -1) {
         int bad = 0;
         double fr[4];
@@ -355,6 +384,28 @@ int cli_cmd_train_policy(int argc, char **argv)
             bad = n_prof == MAX_PROFILE;
             if (!bad) prof[n_prof++] = optarg;
             break;
+        case O_HEADS: bad = scdb_parse_int(oname, optarg, 0, 100000, &o.heads_gens, why, sizeof why); break;
+        case O_HPAIRS: bad = scdb_parse_int(oname, optarg, 1, 64, &o.heads_pairs, why, sizeof why); break;
+        case O_HEPIS: bad = scdb_parse_int(oname, optarg, 1, 4096, &o.heads_episodes, why, sizeof why); break;
+        case O_HPOOL: bad = scdb_parse_int(oname, optarg, 1, 100000, &o.heads_pool, why, sizeof why); break;
+        case O_HSIGMA: bad = scdb_parse_float(oname, optarg, 1e-4f, 100.0f, &o.heads_sigma, why, sizeof why); break;
+        case O_HLR: bad = scdb_parse_float(oname, optarg, 1e-6f, 10.0f, &o.heads_lr, why, sizeof why); break;
+        case O_HRANGE:
+            bad = parse_fracs(optarg, fr, 2) != 2 || fr[1] < fr[0];
+            if (!bad) { o.heads_lo = fr[0]; o.heads_hi = fr[1]; }
+            break;
+        case O_HVAL: bad = scdb_parse_int(oname, optarg, 1, 1 << 20, &o.heads_val_every, why, sizeof why); break;
+        case O_HSINKS: bad = scdb_parse_int(oname, optarg, 0, 1 << 20, &o.heads_sinks, why, sizeof why); break;
+        case O_HWIN: {
+            double wf[SCDB_EVICT_MAX_WIN];
+            o.heads_n_win = parse_windows(optarg, wf, SCDB_EVICT_HEAD_MAX_WIN);
+            bad = o.heads_n_win < 1;
+            for (int wi = 0; wi < o.heads_n_win; wi++) o.heads_win_frac[wi] = (float)wf[wi];
+            break;
+        }
+        case O_HZERO: o.heads_init_zero = 1; break;
+        case O_HTHREADS: bad = scdb_parse_int(oname, optarg, 1, 16, &o.heads_threads, why, sizeof why); break;
+        case O_HFLIP: o.heads_sign = -1.0f; break;
         case O_WINLR: bad = scdb_parse_float(oname, optarg, 0.0f, 10.0f, &o.win_lr, why, sizeof why); break;
         case O_VALW: bad = scdb_parse_int(oname, optarg, 1, 1024, &o.val_windows, why, sizeof why); break;
         case O_VALE: bad = scdb_parse_int(oname, optarg, 1, 1 << 20, &o.val_every, why, sizeof why); break;
@@ -391,6 +442,16 @@ int cli_cmd_train_policy(int argc, char **argv)
         }
         if ((c >= O_IEPIS && c <= O_IVAL) || c == O_ISTATEW || c == O_IBANDW || c == O_ITRAIN)
             snprintf(imit_only, sizeof imit_only, "%s", oname);
+        if (c > O_HEADS && c <= O_HFLIP) snprintf(heads_only, sizeof heads_only, "%s", oname);
+    }
+    if (heads_only[0] && o.heads_gens == 0) {
+        fprintf(stderr, "train-policy: %s is for --heads G (G > 0)\n", heads_only);
+        return 2;
+    }
+    if (o.heads_gens > 0 && o.heads_episodes > o.heads_pool) {
+        fprintf(stderr, "train-policy: --heads-episodes %d exceeds --heads-pool %d\n",
+                o.heads_episodes, o.heads_pool);
+        return 2;
     }
     if (imit_only[0] && o.imit_rounds == 0) {
         /* the imitation's options do nothing without its rounds */
@@ -512,6 +573,7 @@ int cli_cmd_train_policy(int argc, char **argv)
 
     {
         char mlist[256] = "", dlist[512] = "", num[16][48], date[32], imit[2048] = "none"; /* 4 experts x NAME_MAX fit */
+        char heads[512] = "none";
         time_t now = time(NULL);
         struct tm tmv;
         for (int i = 0; i < n_models; i++) {
@@ -562,12 +624,20 @@ int cli_cmd_train_policy(int argc, char **argv)
                 snprintf(imit + l, sizeof imit - l, " none");
             }
         }
-        const char *keys[] = {"trained_on", "domains", "trainer", "imitation", "updates", "episodes", "states",
+        if (o.heads_gens > 0)
+            snprintf(heads, sizeof heads, "evolution strategies (evict/train_heads.c): %d of %d "
+                     "generations (best %d), %d pairs x %d episodes of a pool of %d, budgets %g-%g, "
+                     "sigma %g, lr %g, start %s; validation %.4f -> %.4f; split %g",
+                     res.heads_gens_run, o.heads_gens, res.heads_best_gen, o.heads_pairs,
+                     o.heads_episodes, o.heads_pool, o.heads_lo, o.heads_hi, o.heads_sigma,
+                     o.heads_lr, o.heads_init_zero ? "zeros" : "snapkv per set",
+                     res.heads_ratio_init, res.heads_ratio_best, (double)res.heads_split);
+        const char *keys[] = {"heads_trainer", "trained_on", "domains", "trainer", "imitation", "updates", "episodes", "states",
                               "lr", "entropy_bonus", "prefill/steps/every", "val_kl_init",
                               "val_kl_best", "val_ratio_init", "val_ratio_best",
                               "val_kl_best_heuristic", "train_seconds", "best_update",
                               "budget_range", "seed", "tau", "init", "created"};
-        const char *vals[] = {mlist, dlist,
+        const char *vals[] = {heads, mlist, dlist,
                               o.imit_rounds > 0 ? "imitation, then reinforce per state (evict/train_rl.c)"
                                                 : "reinforce per state (evict/train_rl.c)",
                               imit, num[0], num[1],
@@ -581,6 +651,16 @@ int cli_cmd_train_policy(int argc, char **argv)
     }
     fclose(logf);
     logf = NULL;
+    if (o.heads_gens > 0) {
+        printf("# per-head scorer\n\n%d generations, best at %d: validation score %.3f (start %.3f)\n"
+               "by validation budget (the scorer / the network):", res.heads_gens_run,
+               res.heads_best_gen, res.heads_ratio_best, res.heads_ratio_init);
+        for (int b = 0; b < o.n_val_budgets; b++)
+            printf(" %g: %.3f / %.3f", o.val_budgets[b], res.heads_by_budget[b], res.net_by_budget[b]);
+        printf("\nsplit %g (%s)\n\n", (double)res.heads_split,
+               res.heads_split > 0.0f ? "keep sets per head at budgets up to split x capacity"
+                                      : "no scorer: the network is better at every validation budget");
+    }
     printf("# train-policy summary\n\n"
            "%d Adam steps, %d episodes in %.0f s\n"
            "validation KL (mean over (model, domain, budget)): initial %.5f, best %.5f "

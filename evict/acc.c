@@ -39,12 +39,55 @@ static size_t bytes_for(int n_kv_heads, int capacity, int window)
            align64((size_t)window * n_kv_heads * capacity * 4);
 }
 
+/* The per-head layout (version 2): pos, mass, last [K][capacity], then the
+ * ring [window][K][capacity], K = n_layers * n_kv_heads keep sets. */
+static size_t head_array_bytes(int n_sets, int capacity)
+{
+    return align64((size_t)n_sets * capacity * 4);
+}
+
+static size_t bytes_for_heads(int n_layers, int n_kv_heads, int capacity, int window)
+{
+    int k = n_layers * n_kv_heads;
+    return HDR_BYTES + SCDB_EVICT_ACC_HEAD_ARRAYS * head_array_bytes(k, capacity) +
+           align64((size_t)window * k * capacity * 4);
+}
+
+static size_t shape_bytes(const scdb_evict_acc_shape *s, int w)
+{
+    return s->per_head ? bytes_for_heads(s->n_layers, s->n_kv_heads, s->capacity, w)
+                       : bytes_for(s->n_kv_heads, s->capacity, w);
+}
+
 size_t scdb_evict_acc_bytes(const scdb_evict_acc_shape *s)
 {
     int w = shape_window(s);
-    if (bad_shape(s, w)) return 0;
-    return bytes_for(s->n_kv_heads, s->capacity, w);
+    if (bad_shape(s, w) || (s->per_head != 0 && s->per_head != 1) ||
+        (s->per_head && (size_t)s->n_layers * s->n_kv_heads > SCDB_EVICT_MAX_SETS))
+        return 0;
+    return shape_bytes(s, w);
 }
+
+int scdb_evict_acc_per_head(const scdb_evict_acc *a)
+{
+    return a && a->version == SCDB_EVICT_ACC_VERSION_HEADS;
+}
+
+int scdb_evict_acc_n_sets(const scdb_evict_acc *a)
+{
+    return scdb_evict_acc_per_head(a) ? a->n_layers * a->n_kv_heads : 1;
+}
+
+static void *harr(const scdb_evict_acc *a, int k)
+{
+    return (char *)a + HDR_BYTES +
+           (size_t)k * head_array_bytes(a->n_layers * a->n_kv_heads, a->capacity);
+}
+
+int32_t *scdb_evict_acc_head_pos(const scdb_evict_acc *a) { return harr(a, 0); }
+float *scdb_evict_acc_head_mass(const scdb_evict_acc *a) { return harr(a, 1); }
+float *scdb_evict_acc_head_last(const scdb_evict_acc *a) { return harr(a, 2); }
+float *scdb_evict_acc_head_win(const scdb_evict_acc *a) { return harr(a, 3); }
 
 /* array k (0 = pos ... 8 = last, 9 = win) */
 static void *arr(const scdb_evict_acc *a, int k)
@@ -83,12 +126,11 @@ scdb_err scdb_evict_acc_init(void *mem, size_t len, const scdb_evict_acc_shape *
 
     if (!out) return SCDB_EINVAL;
     *out = NULL;
-    if (!mem || ((uintptr_t)mem & 63) || bad_shape(s, w)) return SCDB_EINVAL;
-    need = bytes_for(s->n_kv_heads, s->capacity, w);
+    if (!mem || ((uintptr_t)mem & 63) || !(need = scdb_evict_acc_bytes(s))) return SCDB_EINVAL;
     if (len < need) return SCDB_EINVAL;
     memset(a, 0, HDR_BYTES);
     a->magic = SCDB_EVICT_ACC_MAGIC;
-    a->version = SCDB_EVICT_ACC_VERSION;
+    a->version = s->per_head ? SCDB_EVICT_ACC_VERSION_HEADS : SCDB_EVICT_ACC_VERSION;
     a->n_layers = s->n_layers;
     a->n_heads = s->n_heads;
     a->n_kv_heads = s->n_kv_heads;
@@ -111,10 +153,11 @@ scdb_err scdb_evict_acc_attach(void *mem, size_t len, scdb_evict_acc **out)
     if (!mem || ((uintptr_t)mem & 63)) return SCDB_EINVAL;
     if (len < HDR_BYTES) return SCDB_ETRUNC;
     if (a->magic != SCDB_EVICT_ACC_MAGIC) return SCDB_EFORMAT;
-    if (a->version != SCDB_EVICT_ACC_VERSION) return SCDB_EUNSUPPORTED;
-    s = (scdb_evict_acc_shape){a->n_layers, a->n_heads, a->n_kv_heads, a->capacity, a->window};
-    if (bad_shape(&s, a->window) || a->bytes != bytes_for(a->n_kv_heads, a->capacity, a->window))
-        return SCDB_ERANGE;
+    if (a->version != SCDB_EVICT_ACC_VERSION && a->version != SCDB_EVICT_ACC_VERSION_HEADS)
+        return SCDB_EUNSUPPORTED;
+    s = (scdb_evict_acc_shape){a->n_layers, a->n_heads, a->n_kv_heads, a->capacity, a->window,
+                               a->version == SCDB_EVICT_ACC_VERSION_HEADS};
+    if (bad_shape(&s, a->window) || scdb_evict_acc_bytes(&s) != a->bytes) return SCDB_ERANGE;
     if (len < a->bytes) return SCDB_ETRUNC;
     if (a->n < 0 || a->n > a->capacity || a->ring_next < 0 || a->ring_next >= a->window ||
         a->ring_fill < 0 || a->ring_fill > a->window || !(a->decay >= 0.0f && a->decay <= 1.0f))
@@ -147,7 +190,7 @@ void scdb_evict_acc_free(scdb_evict_acc **a)
 scdb_err scdb_evict_acc_copy(scdb_evict_acc *dst, const scdb_evict_acc *src)
 {
     if (!dst || !src) return SCDB_EINVAL;
-    if (dst->bytes != src->bytes || dst->n_layers != src->n_layers ||
+    if (dst->bytes != src->bytes || dst->version != src->version || dst->n_layers != src->n_layers ||
         dst->n_heads != src->n_heads || dst->n_kv_heads != src->n_kv_heads ||
         dst->capacity != src->capacity || dst->window != src->window)
         return SCDB_ESHAPE;
@@ -157,7 +200,72 @@ scdb_err scdb_evict_acc_copy(scdb_evict_acc *dst, const scdb_evict_acc *src)
 
 /* ------------------------------------------------------------ update */
 
-/* Zero every per-slot value of slot j (all arrays, every ring row). */
+/* The per-head layout's fold (host memory only: no device twin).  Query by
+ * query: each keep set k = (layer l, KV group g) gets a = the mean over
+ * g's query heads of that query's attention on its slots, added to mass,
+ * stored as last and as the ring's row; the new slots' positions go to
+ * every set.  Visibility is by the cache's positions, as the model's
+ * attention masked it (after per-head compaction cache->pos holds, per
+ * slot, the newest of the sets' positions there: every kept slot is older
+ * than every new one, so the mask is the same). */
+static scdb_err acc_update_heads(scdb_evict_acc *a, const scdb_kv_cache *c, const float *probs,
+                                 int probs_slots, int n_new)
+{
+    const int L = a->n_layers, H = a->n_heads, G = a->n_kv_heads, K = L * G;
+    const int cap = a->capacity, hpg = H / G;
+    int n, n_old = a->n;
+
+    if (c->n_layers != L || c->n_kv_heads != G || c->capacity > cap) return SCDB_ESHAPE;
+    n = c->n;
+    if (n_old + n_new != n || (probs && probs_slots < n)) return SCDB_EINVAL;
+    int32_t *pos = scdb_evict_acc_head_pos(a);
+    float *mass = scdb_evict_acc_head_mass(a), *last = scdb_evict_acc_head_last(a);
+    float *win = scdb_evict_acc_head_win(a);
+    for (int k = 0; k < K; k++)
+        for (int j = n_old; j < n; j++) {
+            pos[(size_t)k * cap + j] = c->pos[j];
+            mass[(size_t)k * cap + j] = 0.0f;
+            last[(size_t)k * cap + j] = 0.0f;
+            for (int r = 0; r < a->window; r++) win[((size_t)r * K + k) * cap + j] = 0.0f;
+        }
+    const float inv = 1.0f / (float)hpg;
+    for (int q = 0; probs && q < n_new; q++) {
+        int32_t qp = c->pos[n_old + q];
+        int ring = a->ring_next >= 0 && a->ring_next < a->window ? a->ring_next : 0;
+        int nvis = 0;
+        for (int j = 0; j < n; j++) nvis += c->pos[j] <= qp;
+        for (int l = 0; l < L; l++)
+            for (int g = 0; g < G; g++) {
+                const size_t k = (size_t)l * G + g;
+                float *ms = mass + k * cap, *ls = last + k * cap;
+                float *wr = win + ((size_t)ring * K + k) * cap;
+                const float *row0 =
+                    probs + (((size_t)l * H + (size_t)g * hpg) * n_new + q) * (size_t)probs_slots;
+                /* the group's mean, summed in head order */
+                for (int j = 0; j < n; j++) wr[j] = row0[j];
+                for (int h = 1; h < hpg; h++) {
+                    const float *row = row0 + (size_t)h * n_new * probs_slots;
+                    for (int j = 0; j < n; j++) wr[j] += row[j];
+                }
+                if (nvis == n)
+                    for (int j = 0; j < n; j++) wr[j] *= inv;
+                else
+                    for (int j = 0; j < n; j++) wr[j] = c->pos[j] <= qp ? wr[j] * inv : 0.0f;
+                for (int j = 0; j < n; j++) {
+                    ms[j] += wr[j];
+                    ls[j] = wr[j];
+                }
+                memset(wr + n, 0, (size_t)(cap - n) * sizeof *wr);
+            }
+        a->ring_next = (ring + 1) % a->window;
+        if (a->ring_fill < a->window) a->ring_fill++;
+        a->last_pos = qp;
+        a->n_queries++;
+    }
+    a->n = n;
+    return SCDB_OK;
+}
+
 scdb_err scdb_evict_acc_update(scdb_evict_acc *a, const scdb_kv_cache *c,
                                const float *probs, int probs_slots, int n_new)
 {
@@ -165,6 +273,7 @@ scdb_err scdb_evict_acc_update(scdb_evict_acc *a, const scdb_kv_cache *c,
      * same for a host session and a device one on the CPU table */
     scdb_k_acc_buf b;
     if (!a || !c || n_new <= 0) return SCDB_EINVAL;
+    if (scdb_evict_acc_per_head(a)) return acc_update_heads(a, c, probs, probs_slots, n_new);
     scdb_evict_acc_buf(a, a, &b);
     return scdb_k_acc_update_cpu(&b, a->n, c, probs, probs_slots, n_new, NULL, NULL);
 }

@@ -17,6 +17,7 @@ struct scdb_evict_window {
     int32_t *tok;                   /* [P + T + 1] */
     scdb_kv_cache *cache0, *cache;  /* after prefill; the student's working copy */
     scdb_evict_acc *acc0, *acc;
+    scdb_evict_acc *acc0h, *acch;   /* the same in the per-head layout (evict.h) */
     scdb_kv_cache *cache_b;         /* a branch of the student (training; lazily made) */
     scdb_evict_acc *acc_b;
     int t_student;                  /* next step the student decodes (scdb_evict_window_steps) */
@@ -80,6 +81,8 @@ void scdb_evict_window_free(scdb_evict_window **pw)
     scdb_kv_cache_free(&w->cache);
     scdb_evict_acc_free(&w->acc0);
     scdb_evict_acc_free(&w->acc);
+    scdb_evict_acc_free(&w->acc0h);
+    scdb_evict_acc_free(&w->acch);
     scdb_kv_cache_free(&w->cache_b);
     scdb_evict_acc_free(&w->acc_b);
     free(w->teacher_lp);
@@ -116,7 +119,8 @@ scdb_err scdb_evict_window_new(const scdb_model *m, const int32_t *tokens, int p
     w->V = c->vocab_size;
     w->L = c->n_layers;
     w->H = c->n_heads;
-    scdb_evict_acc_shape shape = {c->n_layers, c->n_heads, c->n_kv_heads, w->cap, 0};
+    scdb_evict_acc_shape shape = {c->n_layers, c->n_heads, c->n_kv_heads, w->cap, 0, 0};
+    scdb_evict_acc_shape hshape = {c->n_layers, c->n_heads, c->n_kv_heads, w->cap, 0, 1};
     w->tok = malloc((size_t)(w->cap + 1) * sizeof *w->tok);
     w->teacher_lp = malloc((size_t)steps * w->V * sizeof *w->teacher_lp);
     w->teacher_top = malloc((size_t)steps * sizeof *w->teacher_top);
@@ -135,14 +139,16 @@ scdb_err scdb_evict_window_new(const scdb_model *m, const int32_t *tokens, int p
     memcpy(w->tok, tokens, (size_t)(w->cap + 1) * sizeof *w->tok);
     if ((rc = scdb_model_cache_new(m, w->cap, &w->cache0)) ||
         (rc = scdb_model_cache_new(m, w->cap, &w->cache)) ||
-        (rc = scdb_evict_acc_new(&shape, &w->acc0)) || (rc = scdb_evict_acc_new(&shape, &w->acc)))
+        (rc = scdb_evict_acc_new(&shape, &w->acc0)) || (rc = scdb_evict_acc_new(&shape, &w->acc)) ||
+        (rc = scdb_evict_acc_new(&hshape, &w->acc0h)) || (rc = scdb_evict_acc_new(&hshape, &w->acch)))
         goto fail;
 
     scdb_capture cap = {0};
     cap.probs = pprobs;
     cap.probs_slots = prefill;
     if ((rc = scdb_model_forward(m, w->tok, NULL, prefill, w->cache0, NULL, &cap)) ||
-        (rc = scdb_evict_acc_update(w->acc0, w->cache0, pprobs, prefill, prefill)))
+        (rc = scdb_evict_acc_update(w->acc0, w->cache0, pprobs, prefill, prefill)) ||
+        (rc = scdb_evict_acc_update(w->acc0h, w->cache0, pprobs, prefill, prefill)))
         goto fail;
 
     /* teacher: the full cache, no capture */
@@ -300,12 +306,19 @@ static scdb_err student_step(scdb_evict_window *w, scdb_kv_cache *kv, scdb_evict
         if (smp) rc = sample_evict(w, kv, acc, smp, budget, t, &nk);
         else rc = scdb_evict_run(p, kv, need_acc ? acc : NULL, budget, NULL, &nk);
         if (rc) return rc;
-        if (w->age_hist && !smp && nk < before)
-            for (int i = 0; i < kv->n; i++) {
-                int age = kv->pos[kv->n - 1] - kv->pos[i], bin = 0;
-                while (age > 0 && bin < w->age_bins - 1) { age >>= 1; bin++; }
-                w->age_hist[bin] += 1.0;
+        if (w->age_hist && !smp && nk < before) {
+            /* per-head sets: every set's kept slots, each set weighing 1 / K */
+            const int K = need_acc ? scdb_evict_acc_n_sets(acc) : 1;
+            const int32_t *hp = K > 1 ? scdb_evict_acc_head_pos(acc) : NULL;
+            for (int k = 0; k < K; k++) {
+                const int32_t *pk = hp ? hp + (size_t)k * acc->capacity : kv->pos;
+                for (int i = 0; i < kv->n; i++) {
+                    int age = pk[kv->n - 1] - pk[i], bin = 0;
+                    while (age > 0 && bin < w->age_bins - 1) { age >>= 1; bin++; }
+                    w->age_hist[bin] += 1.0 / K;
+                }
             }
+        }
         r->evictions += nk < before;
         r->policy_s += cpu_s() - t0;
     }
@@ -342,11 +355,15 @@ scdb_err scdb_evict_window_run(scdb_evict_window *w, const scdb_evict_policy *p,
 
     if (!w || !out || (!p == !smp) || budget < 1 || every < 1) return SCDB_EINVAL;
     need_acc = smp || scdb_evict_policy_needs_acc(p);
+    /* the accumulators' layout the policy asks for at this budget (a
+     * sampler draws one keep set) */
+    const int heads = p && scdb_evict_policy_per_head(p, budget, w->cap);
+    scdb_evict_acc *acc = heads ? w->acch : w->acc;
     if ((rc = scdb_evict_cache_copy(w->cache, w->cache0))) return rc;
-    if (need_acc && (rc = scdb_evict_acc_copy(w->acc, w->acc0))) return rc;
+    if (need_acc && (rc = scdb_evict_acc_copy(acc, heads ? w->acc0h : w->acc0))) return rc;
     w->t_student = 0;
     for (int t = 0; t < w->T; t++)
-        if ((rc = student_step(w, w->cache, w->acc, p, smp, need_acc, budget, every, t,
+        if ((rc = student_step(w, w->cache, acc, p, smp, need_acc, budget, every, t,
                                kl_steps ? kl_steps + t : NULL, &sum)))
             return rc;
     r.steps = w->T;
@@ -378,6 +395,7 @@ scdb_err scdb_evict_window_steps(scdb_evict_window *w, const scdb_evict_policy *
     scdb_err rc;
     if (!w || !p || budget < 1 || every < 1 || t_end < w->t_student || t_end > w->T)
         return SCDB_EINVAL;
+    if (scdb_evict_policy_per_head(p, budget, w->cap)) return SCDB_EMISMATCH;   /* one keep set */
     for (; w->t_student < t_end; w->t_student++)
         if ((rc = student_step(w, w->cache, w->acc, p, NULL, 1, budget, every, w->t_student, NULL,
                                &sum)))
@@ -396,9 +414,10 @@ scdb_err scdb_evict_window_branch(scdb_evict_window *w, scdb_evict_sampler *smp,
     if (!w || !p || !kl_mean || budget < 1 || every < 1 || horizon < 1 ||
         t0 + horizon > w->T)
         return SCDB_EINVAL;
+    if (scdb_evict_policy_per_head(p, budget, w->cap)) return SCDB_EMISMATCH;   /* one keep set */
     if (!w->cache_b) {
         scdb_evict_acc_shape shape = {w->acc->n_layers, w->acc->n_heads, w->acc->n_kv_heads,
-                                      w->cap, w->acc->window};
+                                      w->cap, w->acc->window, 0};
         if ((rc = scdb_model_cache_new(w->m, w->cap, &w->cache_b)) ||
             (rc = scdb_evict_acc_new(&shape, &w->acc_b)))
             return rc;

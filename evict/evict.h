@@ -123,7 +123,10 @@
 
 #define SCDB_EVICT_N_FEATURES 6
 #define SCDB_EVICT_ACC_MAGIC 0x41454353u     /* "SCEA" little-endian */
-#define SCDB_EVICT_ACC_VERSION 1u
+#define SCDB_EVICT_ACC_VERSION 1u             /* one keep set: the slot arrays below */
+#define SCDB_EVICT_ACC_VERSION_HEADS 2u       /* a keep set per (layer, KV group) */
+#define SCDB_EVICT_ACC_HEAD_ARRAYS 3          /* version 2: pos mass last, then the ring */
+#define SCDB_EVICT_MAX_SETS 65536             /* version 2: n_layers * n_kv_heads at most */
 #define SCDB_EVICT_DEFAULT_WINDOW 32         /* SnapKV observation window */
 #define SCDB_EVICT_ACC_SLOT_ARRAYS 9         /* pos n_obs mass rel var ent_num ent_den vnorm last */
 #define SCDB_EVICT_DECAY (1.0f - 1.0f / 32.0f)
@@ -149,6 +152,8 @@ typedef struct scdb_evict_acc {
 typedef struct scdb_evict_acc_shape {
     int n_layers, n_heads, n_kv_heads, capacity;
     int window;                /* SnapKV ring rows; 0: SCDB_EVICT_DEFAULT_WINDOW */
+    int per_head;              /* 1: the per-head layout (version 2, "Keep sets per
+                                * head" below); 0: one keep set (version 1) */
 } scdb_evict_acc_shape;
 
 /* Bytes of an accumulator buffer of this shape (0 if the shape is invalid). */
@@ -183,6 +188,16 @@ float *scdb_evict_acc_ent_den(const scdb_evict_acc *a);
 float *scdb_evict_acc_vnorm(const scdb_evict_acc *a);
 float *scdb_evict_acc_last(const scdb_evict_acc *a);
 float *scdb_evict_acc_win(const scdb_evict_acc *a);   /* [window][G][capacity] */
+
+/* The per-head layout (version 2).  1 if a holds it. */
+int scdb_evict_acc_per_head(const scdb_evict_acc *a);
+/* Keep sets a's cache has: n_layers * n_kv_heads in the per-head layout, else 1. */
+int scdb_evict_acc_n_sets(const scdb_evict_acc *a);
+/* Its arrays, set k = layer * n_kv_heads + group: */
+int32_t *scdb_evict_acc_head_pos(const scdb_evict_acc *a);   /* [K][capacity] */
+float *scdb_evict_acc_head_mass(const scdb_evict_acc *a);    /* [K][capacity] */
+float *scdb_evict_acc_head_last(const scdb_evict_acc *a);    /* [K][capacity] */
+float *scdb_evict_acc_head_win(const scdb_evict_acc *a);     /* [window][K][capacity] */
 
 /* Fold in the n_new tokens just appended to the cache (slots
  * [a->n, a->n + n_new) == [cache->n - n_new, cache->n)): record their
@@ -272,10 +287,14 @@ typedef enum scdb_evict_kind {
     SCDB_EVICT_SNAPKV,
     SCDB_EVICT_TOVA,
     SCDB_EVICT_LEARNED,
+    SCDB_EVICT_H2O_HEAD,         /* the originals' granularity (per-head layout only): */
+    SCDB_EVICT_SNAPKV_HEAD,      /* H2O and SnapKV per (layer, KV group), TOVA per */
+    SCDB_EVICT_TOVA_LAYER,       /* layer ("Keep sets per head") */
     SCDB_EVICT_KIND_COUNT
 } scdb_evict_kind;
 
-/* "full", "streaming", "h2o", "snapkv", "tova", "learned"; NULL if invalid. */
+/* "full", "streaming", "h2o", "snapkv", "tova", "learned", "h2o_head",
+ * "snapkv_head", "tova_layer"; NULL if invalid. */
 const char *scdb_evict_kind_name(scdb_evict_kind k);
 /* SCDB_ENOTFOUND for an unknown name. */
 scdb_err scdb_evict_kind_parse(const char *name, scdb_evict_kind *out);
@@ -338,9 +357,65 @@ scdb_err scdb_evict_compact(scdb_kv_cache *cache, scdb_evict_acc *acc,
 /* score -> select -> compact in one call when cache->n > budget (otherwise
  * nothing changes and *n_keep = cache->n).  acc may be NULL for policies
  * that do not need it.  pos_map: NULL or room for min(cache->n, budget).
- * Errors of the three steps. */
+ * With per-head accumulators every keep set is selected and compacted
+ * apart (scdb_evict_run_heads).  Errors of the three steps, and
+ * SCDB_EMISMATCH: the policy cannot run on accumulators of this layout
+ * (scdb_evict_policy_runs_on). */
 scdb_err scdb_evict_run(const scdb_evict_policy *p, scdb_kv_cache *cache,
                         scdb_evict_acc *acc, int budget, int32_t *pos_map,
                         int *n_keep);
+
+/* ------------------------------------------------------------ keep sets per head
+ * A policy may keep a set of slots per (layer, KV group) instead of one
+ * set for the whole cache: H2O and SnapKV choose per head in their papers,
+ * TOVA per layer, and at a tight budget the heads want different tokens
+ * (some read only the last few, some the sinks, some a token far back).
+ * Every set keeps the same number of slots, so the cache keeps one length
+ * and attention reads it as before: slot i of layer l, KV group g is the
+ * i-th token that set kept, its K and V in their usual place.  The cache's
+ * pos[i] becomes the newest of the sets' positions at slot i (increasing
+ * in i and older than every token still to come, so the causal mask of any
+ * later forward is unchanged); each set's own positions are in the
+ * accumulators.  The newest slot is in every set.
+ *
+ * The statistics must then be per set too: the accumulators' per-head
+ * layout (version 2, scdb_evict_acc_shape.per_head) holds, for each of the
+ * K = n_layers * n_kv_heads sets, its positions, H2O's mass, TOVA's last
+ * query and SnapKV's ring, each the mean over the set's query heads
+ * (FORMATS.md).  It is chosen when the accumulators are made, from the
+ * policy and the budget (scdb_evict_policy_per_head), and lives in host
+ * memory only: a device session keeps one set (scdb_evict_dev_run refuses
+ * the layout). */
+
+/* 1 if the kind keeps per-head sets (h2o_head, snapkv_head, tova_layer). */
+int scdb_evict_kind_per_head(scdb_evict_kind k);
+/* 1 if p wants per-head accumulators for a session of this budget in a
+ * cache of this capacity: the per-head kinds always, a learned policy whose
+ * file has a per-head scorer at budget <= its split * capacity. */
+int scdb_evict_policy_per_head(const scdb_evict_policy *p, int budget, int capacity);
+/* 1 if p can evict with accumulators of this layout (per_head 1: version
+ * 2): full and streaming either, the shared kinds version 1, the per-head
+ * kinds version 2, a learned policy version 1 and, with a per-head scorer,
+ * version 2. */
+int scdb_evict_policy_runs_on(const scdb_evict_policy *p, int per_head);
+/* Every set's scores (scores [K][a->n], higher = keep), the sinks (the same
+ * for every set) and each set's protected recent window (recent [K]).
+ * SCDB_EINVAL (NULL, budget < 1, a not per-head), SCDB_EMISMATCH (p cannot
+ * run on it), SCDB_ENOMEM. */
+scdb_err scdb_evict_heads_scores(const scdb_evict_policy *p, const scdb_evict_acc *a,
+                                 int budget, float *scores, int *sinks, int *recent);
+/* Gather, per set k, slots keep[k * n_keep + i] (strictly increasing in i,
+ * < a->n) to the front of the set's arrays.  SCDB_EINVAL. */
+scdb_err scdb_evict_acc_compact_heads(scdb_evict_acc *a, const int *keep, int n_keep);
+/* The cache's K and V per set with the same keep lists, the accumulators,
+ * and the cache's positions (above); pos_map as scdb_evict_compact's.
+ * SCDB_EINVAL (keep, shapes, acc->n != cache->n). */
+scdb_err scdb_evict_compact_heads(scdb_kv_cache *cache, scdb_evict_acc *acc, const int *keep,
+                                  int n_keep, int32_t *pos_map);
+/* scdb_evict_run's per-head path: every set's top-B under its protection
+ * (scdb_evict_heads_scores, the kernels' select_topb per set), then
+ * scdb_evict_compact_heads.  acc->n == cache->n, cache->n > budget. */
+scdb_err scdb_evict_run_heads(const scdb_evict_policy *p, scdb_kv_cache *cache,
+                              scdb_evict_acc *acc, int budget, int32_t *pos_map, int *n_keep);
 
 #endif /* SCDB_EVICT_H */

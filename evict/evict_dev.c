@@ -122,6 +122,9 @@ scdb_err scdb_evict_dev_run(const scdb_k_ops *ops, const scdb_evict_policy *p,
     scdb_err e;
 
     if (!ops || !p || !cache || !n_keep || budget < 1 || !scratch) return SCDB_EINVAL;
+    /* one keep set on a device (evict.h, "Keep sets per head"): the
+     * per-head layout and kinds are host memory's */
+    if (scdb_evict_acc_per_head(hdr) || !scdb_evict_policy_runs_on(p, 0)) return SCDB_EUNSUPPORTED;
     n = cache->n;
     if (scdb_evict_policy_kind(p) == SCDB_EVICT_FULL || n <= budget) {
         if (pos_map && (e = ops->download(pos_map, cache->pos, (size_t)n * sizeof *pos_map)))

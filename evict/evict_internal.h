@@ -203,6 +203,16 @@ scdb_err scdb_evict_mlp_forward_x(const scdb_evict_mlp *m, const float *x, int n
  * gathered into the network's standardised x[m->n_in]. */
 void scdb_evict_mlp_gather(const scdb_evict_mlp *m, const float *all, float *x);
 
+/* The per-head scorer's fit (train_heads.c): evolution strategies on full
+ * runs; net->heads gets the best scorer and its split (evict_train.h),
+ * res its figures.  models [o->n_models], tok / vtok the corpora's train /
+ * val tokens.  SCDB_EINVAL (options), SCDB_ENOMEM, model errors. */
+struct scdb_model;
+scdb_err scdb_evict_train_heads(const scdb_evict_rl_opts *o, struct scdb_model *const *models,
+                                const int32_t *const *tok, const int32_t *const *vtok,
+                                scdb_evict_mlp *net, scdb_evict_rl_result *res, char *errbuf,
+                                size_t errlen);
+
 /* Uniform double in [0, 1) from a xorshift state. */
 double scdb_evict_urand(uint64_t *s);
 

@@ -80,6 +80,52 @@ enum {
 #define SCDB_EVICT_MAX_INPUTS SCDB_EVICT_N_ALL_INPUTS
 #define SCDB_EVICT_MAX_WIN 16                /* choices of a version-4 window head */
 
+/* ------------------------------------------------------------ the per-head scorer
+ * A version-6 policy file adds, beside the network (which decides in
+ * sessions with one keep set), a scorer for keep sets per (layer, KV
+ * group) (evict.h, "Keep sets per head"), used where the budget is at most
+ * `split` of the cache's capacity.  For set k and its live slot j it reads
+ * five per-slot values, each scale-free (shares in units of the uniform
+ * 1/n, the age in budget slots):
+ *
+ *   snap  log(1e-3 + S_k[j] * n / ring_fill)   S = the set's SnapKV score
+ *                                              (ring sum, max-pooled)
+ *   last  log(1e-3 + last_k[j] * n)             TOVA's signal, the set's own
+ *   life  log(1e-3 + mass_k[j] * n / age_j)     mean share over the slot's life
+ *   age   log(age_j / B)                         age_j = newest position - pos + 1
+ *   sink  1 for the set's first 4 slots, else 0
+ *
+ * and five values of the set itself, from its ring (the last window's
+ * queries): the share of their attention on the newest 32 positions
+ * (local), on the first 4 slots (sinks), its normalised entropy, z =
+ * log2(B / 64), and 1.  The slot's score is sum_f (A[f] . ctx) x_f: the
+ * weights of the five signals are linear in the set's context, so a local
+ * head can rank by age, a retrieval head by its window attention, at a
+ * small budget otherwise than at a larger one.  Its recent window is
+ * floor(win_frac[c*] * B) slots (at least the newest), c* = argmax_c
+ * D[c] . ctx (ties: the lower c); `sinks` first slots are protected in every
+ * set.  Everything but the forms above and the choices offered is learned
+ * (`scdb train-policy --heads`, train_heads.c). */
+#define SCDB_EVICT_HEAD_FEATS 5
+#define SCDB_EVICT_HEAD_CTX 5
+#define SCDB_EVICT_HEAD_MAX_WIN 8
+
+typedef struct scdb_evict_heads {
+    int on;                                    /* 1: the file has one (version 6) */
+    float split;                               /* per-head sets at budget <= split * capacity */
+    int sinks;                                 /* protected first slots of every set */
+    float a[SCDB_EVICT_HEAD_FEATS * SCDB_EVICT_HEAD_CTX];      /* A [feat][ctx] */
+    int n_win;                                 /* window choices (>= 1) */
+    float win_frac[SCDB_EVICT_HEAD_MAX_WIN];   /* each a fraction of B in [0, 1) */
+    float d[SCDB_EVICT_HEAD_MAX_WIN * SCDB_EVICT_HEAD_CTX];    /* D [choice][ctx] */
+} scdb_evict_heads;
+
+/* Parameters the trainer searches: A then D (n_win rows). */
+static inline int scdb_evict_heads_n_params(const scdb_evict_heads *h)
+{
+    return SCDB_EVICT_HEAD_FEATS * SCDB_EVICT_HEAD_CTX + h->n_win * SCDB_EVICT_HEAD_CTX;
+}
+
 /* ------------------------------------------------------------ the MLP */
 
 /* A learned policy's network, for training and tools.  Weights are
@@ -114,7 +160,21 @@ typedef struct scdb_evict_mlp {
      * large ones without the network itself having to switch. */
     int skip;
     float skip_w[2 * SCDB_EVICT_MAX_INPUTS];
+    scdb_evict_heads heads;                    /* version 6: the per-head scorer */
 } scdb_evict_mlp;
+
+/* 1 if m decides with keep sets per head at this budget in a cache of this
+ * capacity (it has a per-head scorer and budget <= split * capacity). */
+int scdb_evict_mlp_heads_at(const scdb_evict_mlp *m, int budget, int capacity);
+/* The per-head scorer of m on per-head accumulators a: scores [K][a->n],
+ * *sinks, recent [K] (as scdb_evict_heads_scores).  ctx (NULL or
+ * [K][SCDB_EVICT_HEAD_CTX]) gets each set's context.  SCDB_EINVAL (m has
+ * none, a not per-head), SCDB_ENOMEM. */
+scdb_err scdb_evict_mlp_heads_score(const scdb_evict_mlp *m, const scdb_evict_acc *a, int budget,
+                                    float *scores, int *sinks, int *recent);
+scdb_err scdb_evict_heads_score_ctx(const scdb_evict_heads *h, const scdb_evict_acc *a,
+                                    int budget, float *scores, int *sinks, int *recent,
+                                    float *ctx);
 
 /* The skip's term for n rows of standardised inputs x[n][m->n_in] at
  * budget B, added to scores[n] (nothing if m has no skip). */
@@ -347,6 +407,34 @@ typedef struct scdb_evict_rl_opts {
     const scdb_evict_mlp *experts[4];  /* networks offered as candidates (SCDB_EINVAL
                                         * without imitation rounds) */
     int n_experts;
+    /* The per-head scorer (version 6; heads_gens 0: none), fitted after the
+     * network (train_heads.c): evolution strategies on full runs of the
+     * protocol.  A pool of heads_pool training episodes (a model, a
+     * domain's train window, a budget log-uniform in [heads_lo, heads_hi])
+     * is made up front with each episode's best heuristic KL; every
+     * generation draws heads_episodes of them, evaluates heads_pairs
+     * antithetic pairs theta +- sigma eps (and theta) on all of them, and
+     * takes an Adam step along the rank-weighted noise towards lower mean
+     * log(KL / best heuristic's KL).  Validation (the network's val
+     * windows at every validation budget, the scorer deciding) every
+     * heads_val_every generations; the best scorer is kept, and `split`
+     * is set to the largest validation budget up to which the scorer
+     * beats the network at every validation budget (none: no scorer). */
+    int heads_gens;
+    int heads_pairs;
+    int heads_episodes;
+    int heads_pool;
+    float heads_sigma, heads_lr;
+    double heads_lo, heads_hi;
+    int heads_val_every;
+    int heads_sinks;                   /* protected first slots of every set */
+    int heads_n_win;                   /* window choices */
+    float heads_win_frac[SCDB_EVICT_HEAD_MAX_WIN];
+    int heads_init_zero;               /* 1: start from zeros (ties keep the newest); 0:
+                                        * from SnapKV's per-set ranking with a quarter of
+                                        * the budget protected */
+    int heads_threads;                 /* workers evaluating a generation (>= 1) */
+    float heads_sign;                  /* 1; -1 ascends (the trainer test's control) */
     FILE *log;                         /* JSONL: references, one line per step and per validation */
     int verbose;
 } scdb_evict_rl_opts;
@@ -370,6 +458,13 @@ typedef struct scdb_evict_rl_result {
     double val_kl_heuristic[SCDB_EVICT_KIND_COUNT];   /* -1 where not run */
     double val_kl_best_heuristic;      /* mean over groups of the best heuristic's KL */
     double seconds;
+    /* the per-head scorer (heads_gens > 0) */
+    int heads_gens_run, heads_best_gen;
+    double heads_ratio_init, heads_ratio_best;         /* its validation score, at every
+                                                        * validation budget, the scorer deciding */
+    double heads_by_budget[4], net_by_budget[4];       /* per validation budget: score of the
+                                                        * scorer and of the network */
+    float heads_split;                                 /* what the file got (0: no scorer) */
 } scdb_evict_rl_result;
 
 /* Train; *out gets the network with the best validation score.

@@ -22,6 +22,7 @@
 #define POLICY_VERSION_3 "3"
 #define POLICY_VERSION_4 "4"   /* version 3 + the window head */
 #define POLICY_VERSION_5 "5"   /* version 3 + the budget-modulated skip (+ the head, optional) */
+#define POLICY_VERSION_6 "6"   /* version 3 + the per-head scorer (+ the head, optional) */
 #define POLICY_FEATURES "alpha,vnorm,sigma,ent,pos,mass,budget"
 #define POLICY_FEATURES_V1 "alpha,vnorm,sigma,ent,pos"   /* version 1: no mass */
 #define NF_V1 5
@@ -135,6 +136,7 @@ scdb_err scdb_evict_mlp_copy(scdb_evict_mlp *dst, const scdb_evict_mlp *src)
     memcpy(dst->win_w, src->win_w, sizeof dst->win_w);
     dst->skip = src->skip;
     memcpy(dst->skip_w, src->skip_w, sizeof dst->skip_w);
+    dst->heads = src->heads;
     return SCDB_OK;
 }
 
@@ -398,7 +400,10 @@ scdb_err scdb_evict_mlp_save(const scdb_evict_mlp *m, const char *path,
     scdb_err rc;
 
     if (!m || !path || m->n_win < 0 || m->n_win > SCDB_EVICT_MAX_WIN || (n_extra > 0 && (!keys || !vals)) || !(m->recent_frac >= 0.0f) ||
-        !(m->recent_frac < 1.0f))
+        !(m->recent_frac < 1.0f) || (m->heads.on && (m->skip || m->heads.n_win < 1 ||
+                                     m->heads.n_win > SCDB_EVICT_HEAD_MAX_WIN ||
+                                     !(m->heads.split > 0.0f && m->heads.split <= 1.0f) ||
+                                     m->heads.sinks < 0 || m->heads.sinks > MAX_PROTECT)))
         return SCDB_EINVAL;
     for (int i = 0; i < m->n_in; i++) {
         size_t l = strlen(names);
@@ -411,11 +416,13 @@ scdb_err scdb_evict_mlp_save(const scdb_evict_mlp *m, const char *path,
     }
     if ((rc = scdb_st_writer_new(&w))) return rc;
     if ((rc = scdb_st_writer_meta(w, "format", POLICY_FORMAT)) ||
-        (rc = scdb_st_writer_meta(w, "version", m->skip ? POLICY_VERSION_5
+        (rc = scdb_st_writer_meta(w, "version", m->heads.on ? POLICY_VERSION_6
+                                               : m->skip ? POLICY_VERSION_5
                                                : m->n_win > 0 ? POLICY_VERSION_4
                                                : is_v2(m) ? POLICY_VERSION : POLICY_VERSION_3)) ||
         (rc = scdb_st_writer_meta(w, "features",
-                                    is_v2(m) && m->n_win == 0 && !m->skip ? POLICY_FEATURES : names)) ||
+                                    is_v2(m) && m->n_win == 0 && !m->skip && !m->heads.on
+                                        ? POLICY_FEATURES : names)) ||
         (rc = scdb_st_writer_meta(w, "activation", POLICY_ACTIVATION)))
         goto done;
     snprintf(num, sizeof num, "%d", m->sinks);
@@ -431,6 +438,27 @@ scdb_err scdb_evict_mlp_save(const scdb_evict_mlp *m, const char *path,
         goto done;
     if (m->skip && (rc = scdb_st_writer_add(w, "skip.weight", SCDB_F32, 2, sskip, m->skip_w)))
         goto done;
+    if (m->heads.on) {
+        char hf[SCDB_EVICT_HEAD_MAX_WIN * 16] = "";
+        int64_t sa[2] = {SCDB_EVICT_HEAD_FEATS, SCDB_EVICT_HEAD_CTX},
+                sd[2] = {m->heads.n_win, SCDB_EVICT_HEAD_CTX};
+        for (int c = 0; c < m->heads.n_win; c++) {
+            size_t l = strlen(hf);
+            if (!(m->heads.win_frac[c] >= 0.0f && m->heads.win_frac[c] < 1.0f)) {
+                rc = SCDB_EINVAL;
+                goto done;
+            }
+            snprintf(hf + l, sizeof hf - l, "%s%.9g", c ? "," : "", (double)m->heads.win_frac[c]);
+        }
+        snprintf(num, sizeof num, "%.9g", (double)m->heads.split);
+        if ((rc = scdb_st_writer_meta(w, "heads_split", num))) goto done;
+        snprintf(num, sizeof num, "%d", m->heads.sinks);
+        if ((rc = scdb_st_writer_meta(w, "heads_sinks", num)) ||
+            (rc = scdb_st_writer_meta(w, "heads_window_choices", hf)) ||
+            (rc = scdb_st_writer_add(w, "heads.a", SCDB_F32, 2, sa, m->heads.a)) ||
+            (rc = scdb_st_writer_add(w, "heads.d", SCDB_F32, 2, sd, m->heads.d)))
+            goto done;
+    }
     for (int i = 0; i < n_extra; i++)
         if ((rc = scdb_st_writer_meta(w, keys[i], vals[i]))) goto done;
     if ((rc = scdb_st_writer_add(w, "input.mean", SCDB_F32, 1, s5, m->in_mean)) ||
@@ -511,6 +539,60 @@ static scdb_err copy_meta(scdb_evict_meta *md, const scdb_st_file *f)
     return SCDB_OK;
 }
 
+/* A version-6 file's per-head scorer: its metadata (split, sinks, window
+ * choices) and its two tensors (FORMATS.md). */
+static scdb_err load_heads(const scdb_st_file *f, const char *path, scdb_evict_heads *h,
+                           char *errbuf, size_t errlen)
+{
+    const scdb_st_tensor *t;
+    const char *wc = scdb_st_meta(f, "heads_window_choices");
+    char buf[SCDB_EVICT_HEAD_MAX_WIN * 24 + 1], *save = NULL, *tok;
+    scdb_err rc;
+    memset(h, 0, sizeof *h);
+    {
+        const char *sp = scdb_st_meta(f, "heads_split");
+        char *end = NULL;
+        double x = sp && *sp ? strtod(sp, &end) : NAN;
+        if (!sp || !*sp || *end || !(x > 0.0 && x <= 1.0)) {
+            scdb_errf(errbuf, errlen, "%s: metadata 'heads_split' must be a fraction in (0, 1]", path);
+            return SCDB_ERANGE;
+        }
+        h->split = (float)x;
+    }
+    if (parse_count(scdb_st_meta(f, "heads_sinks"), &h->sinks)) {
+        scdb_errf(errbuf, errlen, "%s: metadata 'heads_sinks' must be an integer in [0, %d]", path,
+                  MAX_PROTECT);
+        return SCDB_ERANGE;
+    }
+    int bad = !wc || strlen(wc) >= sizeof buf || scdb_list_has_empty_field(wc);
+    if (!bad) {
+        snprintf(buf, sizeof buf, "%s", wc);
+        for (tok = strtok_r(buf, ",", &save); tok && !bad; tok = strtok_r(NULL, ",", &save)) {
+            bad = h->n_win == SCDB_EVICT_HEAD_MAX_WIN || parse_frac(tok, &h->win_frac[h->n_win]);
+            if (!bad) h->n_win++;
+        }
+        bad |= h->n_win == 0;
+    }
+    if (bad) {
+        scdb_errf(errbuf, errlen, "%s: metadata 'heads_window_choices' is %s%s%s, want 1 to %d "
+                  "fractions in [0, 1), comma-separated", path, wc ? "\"" : "missing", wc ? wc : "",
+                  wc ? "\"" : "", SCDB_EVICT_HEAD_MAX_WIN);
+        return SCDB_ERANGE;
+    }
+    int64_t sa[2] = {SCDB_EVICT_HEAD_FEATS, SCDB_EVICT_HEAD_CTX}, sd[2] = {h->n_win, SCDB_EVICT_HEAD_CTX};
+    if ((rc = scdb_st_expect(f, "heads.a", SCDB_F32, 2, sa, &t, errbuf, errlen))) return rc;
+    memcpy(h->a, t->data, t->nbytes);
+    if ((rc = scdb_st_expect(f, "heads.d", SCDB_F32, 2, sd, &t, errbuf, errlen))) return rc;
+    memcpy(h->d, t->data, t->nbytes);
+    if (!all_finite(h->a, SCDB_EVICT_HEAD_FEATS * SCDB_EVICT_HEAD_CTX) ||
+        !all_finite(h->d, (size_t)h->n_win * SCDB_EVICT_HEAD_CTX)) {
+        scdb_errf(errbuf, errlen, "%s: non-finite weights in the per-head scorer", path);
+        return SCDB_ERANGE;
+    }
+    h->on = 1;
+    return SCDB_OK;
+}
+
 scdb_err scdb_evict_mlp_load(const char *path, scdb_evict_mlp **out, scdb_evict_meta *meta,
                              char *errbuf, size_t errlen)
 {
@@ -544,7 +626,7 @@ scdb_err scdb_evict_mlp_load(const char *path, scdb_evict_mlp **out, scdb_evict_
     /* version 1: five features (no mass); version 2: six and the budget;
      * version 3: the inputs named in `features` */
     v = scdb_st_meta(f, "version");
-    int v3 = 0, v4 = 0, v5 = 0, n_ids = 0, ids[SCDB_EVICT_MAX_INPUTS], n_win = 0;
+    int v3 = 0, v4 = 0, v5 = 0, v6 = 0, n_ids = 0, ids[SCDB_EVICT_MAX_INPUTS], n_win = 0;
     float win_frac[SCDB_EVICT_MAX_WIN];
     if (v && !strcmp(v, "1")) nf = NF_V1, want_features = POLICY_FEATURES_V1;
     else if (v && !strcmp(v, POLICY_VERSION)) nf = NI, want_features = POLICY_FEATURES;
@@ -554,10 +636,14 @@ scdb_err scdb_evict_mlp_load(const char *path, scdb_evict_mlp **out, scdb_evict_
         /* version 5: the skip, and the head if the file has one */
         nf = 0, want_features = NULL, v3 = 1, v5 = 1;
         v4 = scdb_st_meta(f, "window_choices") != NULL;
+    } else if (v && !strcmp(v, POLICY_VERSION_6)) {
+        /* version 6: the per-head scorer, and the head if the file has one */
+        nf = 0, want_features = NULL, v3 = 1, v6 = 1;
+        v4 = scdb_st_meta(f, "window_choices") != NULL;
     } else {
-        scdb_errf(errbuf, errlen, "%s: metadata 'version' is %s%s%s, want \"1\", \"%s\", \"%s\", \"%s\" or \"%s\"",
+        scdb_errf(errbuf, errlen, "%s: metadata 'version' is %s%s%s, want \"1\", \"%s\", \"%s\", \"%s\", \"%s\" or \"%s\"",
              path, v ? "\"" : "missing", v ? v : "", v ? "\"" : "", POLICY_VERSION, POLICY_VERSION_3,
-             POLICY_VERSION_4, POLICY_VERSION_5);
+             POLICY_VERSION_4, POLICY_VERSION_5, POLICY_VERSION_6);
         rc = SCDB_EMISMATCH;
         goto fail;
     }
@@ -580,7 +666,7 @@ scdb_err scdb_evict_mlp_load(const char *path, scdb_evict_mlp **out, scdb_evict_
         if (bad) {
             scdb_errf(errbuf, errlen, "%s: metadata 'features' is %s%s%s, want distinct input names (alpha, ..., "
                  "ctx_n) for version %s", path, v ? "\"" : "missing", v ? v : "", v ? "\"" : "",
-                 v5 ? POLICY_VERSION_5 : v4 ? POLICY_VERSION_4 : POLICY_VERSION_3);
+                 v6 ? POLICY_VERSION_6 : v5 ? POLICY_VERSION_5 : v4 ? POLICY_VERSION_4 : POLICY_VERSION_3);
             rc = SCDB_EMISMATCH;
             goto fail;
         }
@@ -641,7 +727,8 @@ scdb_err scdb_evict_mlp_load(const char *path, scdb_evict_mlp **out, scdb_evict_
         static const char *const known[] = {"input.mean", "input.std", "fc1.weight", "fc1.bias",
                                             "fc2.weight", "fc2.bias",  "out.weight", "out.bias"};
         const char *name = scdb_st_at(f, i)->name;
-        int ok = (v4 && !strcmp(name, "window.weight")) || (v5 && !strcmp(name, "skip.weight"));
+        int ok = (v4 && !strcmp(name, "window.weight")) || (v5 && !strcmp(name, "skip.weight")) ||
+                 (v6 && (!strcmp(name, "heads.a") || !strcmp(name, "heads.d")));
         for (size_t k = 0; !ok && k < SCDB_ARRAY_LEN(known); k++) ok = !strcmp(name, known[k]);
         if (!ok) {
             scdb_errf(errbuf, errlen, "%s: tensor '%s' is not one of this file's (version %s%s)", path,
@@ -697,6 +784,7 @@ scdb_err scdb_evict_mlp_load(const char *path, scdb_evict_mlp **out, scdb_evict_
             goto fail;
         }
     }
+    if (v6 && (rc = load_heads(f, path, &mlp->heads, errbuf, errlen))) goto fail;
     {
         /* rows of nf inputs land in rows of NI (a version-1 file's missing
          * mass and budget inputs: weight 0, mean 0, std 1, so it scores as

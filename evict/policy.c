@@ -10,7 +10,8 @@
 #define STREAMING_SINKS 4
 
 static const char *const KIND_NAMES[SCDB_EVICT_KIND_COUNT] = {
-    "full", "streaming", "h2o", "snapkv", "tova", "learned"};
+    "full", "streaming", "h2o", "snapkv", "tova", "learned", "h2o_head", "snapkv_head",
+    "tova_layer"};
 
 const char *scdb_evict_kind_name(scdb_evict_kind k)
 {
@@ -117,6 +118,9 @@ void scdb_evict_policy_protect(const scdb_evict_policy *p, const scdb_evict_acc 
     case SCDB_EVICT_H2O: s = 0; r = budget / 2; break;
     case SCDB_EVICT_SNAPKV: s = 0; r = imin(a ? a->window : SCDB_EVICT_DEFAULT_WINDOW, budget / 2); break;
     case SCDB_EVICT_TOVA: s = 0; r = 1; break;
+    case SCDB_EVICT_H2O_HEAD: s = 0; r = budget / 2; break;
+    case SCDB_EVICT_SNAPKV_HEAD: s = 0; r = imin(a ? a->window : SCDB_EVICT_DEFAULT_WINDOW, budget / 2); break;
+    case SCDB_EVICT_TOVA_LAYER: s = 0; r = 1; break;
     case SCDB_EVICT_LEARNED: scdb_evict_mlp_protect(p->mlp, budget, &s, &r); break;
     default: break;
     }
@@ -167,6 +171,9 @@ scdb_err scdb_evict_policy_score_budget(const scdb_evict_policy *p, const scdb_e
                                         int budget, float *scores)
 {
     if (!p || !a || (!scores && a->n > 0) || budget < 1) return SCDB_EINVAL;
+    /* one score per slot is one keep set's (the per-head layout's sets:
+     * scdb_evict_heads_scores) */
+    if (scdb_evict_acc_per_head(a) || scdb_evict_kind_per_head(p->kind)) return SCDB_EMISMATCH;
     switch (p->kind) {
     case SCDB_EVICT_FULL:
     case SCDB_EVICT_STREAMING:
@@ -211,7 +218,7 @@ scdb_err scdb_evict_compact(scdb_kv_cache *cache, scdb_evict_acc *acc,
 {
     scdb_err rc;
     if (!cache) return SCDB_EINVAL;
-    if (acc && acc->n != cache->n) return SCDB_EINVAL;
+    if (acc && (acc->n != cache->n || scdb_evict_acc_per_head(acc))) return SCDB_EINVAL;
     if ((rc = scdb_kv_cache_compact(cache, keep, n_keep))) return rc;
     if (acc && (rc = scdb_evict_acc_compact(acc, keep, n_keep))) return rc;
     if (pos_map) memcpy(pos_map, cache->pos, (size_t)n_keep * sizeof *pos_map);
@@ -232,6 +239,12 @@ scdb_err scdb_evict_run(const scdb_evict_policy *p, scdb_kv_cache *cache,
         return SCDB_OK;
     }
     if (scdb_evict_policy_needs_acc(p) && (!acc || acc->n != cache->n)) return SCDB_EINVAL;
+    if (acc && acc->n == cache->n && scdb_evict_acc_per_head(acc)) {
+        /* a keep set per (layer, KV group): heads.c */
+        if (!scdb_evict_policy_runs_on(p, 1)) return SCDB_EMISMATCH;
+        return scdb_evict_run_heads(p, cache, acc, budget, pos_map, n_keep);
+    }
+    if (!scdb_evict_policy_runs_on(p, 0)) return SCDB_EMISMATCH;
     scores = malloc((size_t)cache->n * sizeof *scores);
     keep = malloc((size_t)cache->n * sizeof *keep);
     if (!scores || !keep) goto done;

@@ -107,6 +107,24 @@ void scdb_evict_rl_defaults(scdb_evict_rl_opts *o)
     o->val_windows = 4;
     o->val_every = 50;
     o->seed = 1;
+    o->heads_gens = 0;
+    o->heads_pairs = 8;
+    o->heads_episodes = 12;
+    o->heads_pool = 96;
+    o->heads_sigma = 0.3f;
+    o->heads_lr = 0.05f;
+    o->heads_lo = 0.04;
+    o->heads_hi = 0.3;
+    o->heads_val_every = 5;
+    o->heads_sinks = 0;
+    o->heads_n_win = 5;
+    {
+        static const float wf[] = {0.0f, 0.125f, 0.25f, 0.5f, 0.75f};
+        memcpy(o->heads_win_frac, wf, sizeof wf);
+    }
+    o->heads_init_zero = 0;
+    o->heads_threads = 2;
+    o->heads_sign = 1.0f;
 }
 
 double scdb_evict_loo_advantages(const double *R, int K, double *A, double *mean_out)
@@ -1459,6 +1477,11 @@ scdb_err scdb_evict_train_rl(const scdb_evict_rl_opts *o, scdb_evict_mlp **out,
     }
     r.updates = upd;
     r.episodes = episodes;
+    /* last, the per-head scorer beside the best network (train_heads.c) */
+    if (o->heads_gens > 0 &&
+        (rc = scdb_evict_train_heads(o, models, (const int32_t *const *)tok,
+                                     (const int32_t *const *)vtok, best, &r, errbuf, errlen)))
+        goto done;
     r.seconds = scdb_now() - t_start;
     *out = best;
     best = NULL;

@@ -373,6 +373,11 @@ scdb_err scdb_k_snapkv_score_cpu(const float *win, int ring_fill, int n_kv_heads
                                  int n, int pool, float *scores);
 scdb_err scdb_k_snapkv_score_cuda(const float *win, int ring_fill, int n_kv_heads, int capacity,
                                   int n, int pool, float *scores);
+/* SnapKV's score of each of n_sets keep sets apart (evict.h, "Keep sets per
+ * head"): win [window][n_sets][capacity], scores [n_sets][n]; set k's row
+ * is snapkv_score's per-group max-pooled sum, not averaged (host only). */
+scdb_err scdb_k_snapkv_score_sets_cpu(const float *win, int ring_fill, int n_sets, int capacity,
+                                      int n, int pool, float *scores);
 /* One Adam step on device memory (scdb_k_adam_step_cpu's arithmetic). */
 scdb_err scdb_k_adam_step_cuda(float *w, const float *g, float *m, float *v, size_t n, float lr,
                                int t);

@@ -2954,6 +2954,85 @@ static void test_live_sessions(void **state)
     assert_alive();
 }
 
+/* Keep sets per (layer, KV group) (evict.h, "Keep sets per head"): the
+ * broker lays the per-head statistics out for a policy that wants them,
+ * the client folds into them, and an eviction keeps each head's own
+ * budget of slots, each with the K / V of its position. */
+static void test_live_sessions_per_head(void **state)
+{
+    const int L = 2, H = 4, G = 2, P = 256, B = 48;
+    int32_t t[256];
+    scdb_info info;
+    scdb_get_result gr;
+    scdb_session_opts so = {.budget = B, .policy = "h2o_head", .cadence = 0, .n_heads = H};
+    scdb_session_evict_result ev;
+    scdb_session *s = NULL;
+    scdb_arena *a;
+    (void)state;
+
+    assert_int_equal(run_client("put", "m32", 11, P, NULL), 0);
+    bkv_tokens(11, t, P);
+    scdb *h = consumer("m32", &info);
+    assert_int_equal(scdb_arena_new(h, 320, &a), SCDB_OK);
+    scdb_kv_cache *c = scdb_arena_cache(a);
+    const int hd = c->head_dim;
+    assert_int_equal(scdb_get(h, t, P, a, 0, 0, &gr), SCDB_OK);
+    assert_int_equal(scdb_session_open(a, &so, &s), SCDB_OK);
+    size_t bytes;
+    scdb_evict_acc *acc = scdb_session_accumulators(s, &bytes);
+    assert_non_null(acc);
+    assert_true(scdb_evict_acc_per_head(acc));
+    assert_int_equal(scdb_evict_acc_n_sets(acc), L * G);
+
+    /* each (layer, group) looks at its own positions: p % 16 == 5 + 3 k */
+    float *probs = calloc((size_t)L * H * 320, sizeof *probs);
+    append_token(11, c, P);
+    for (int l = 0; l < L; l++)
+        for (int hh = 0; hh < H; hh++) {
+            int k = l * G + hh / (H / G), heavy = 0;
+            float *row = probs + (size_t)(l * H + hh) * 320;
+            for (int j = 0; j < c->n; j++) heavy += c->pos[j] % 16 == 5 + 3 * k;
+            for (int j = 0; j < c->n; j++)
+                row[j] = c->pos[j] % 16 == 5 + 3 * k ? 0.5f / (float)heavy
+                                                     : 0.5f / (float)(c->n - heavy);
+        }
+    assert_int_equal(scdb_session_step(s, probs, 320, 1, &ev), SCDB_OK);
+    assert_int_equal(scdb_session_evict(s, 0, &ev), SCDB_OK);
+    assert_int_equal(ev.n_before, P + 1);
+    assert_int_equal(ev.n_kept, B);
+    assert_int_equal(c->n, B);
+    for (int k = 0; k < L * G; k++) {
+        const int32_t *pk = scdb_evict_acc_head_pos(acc) + (size_t)k * acc->capacity;
+        int l = k / G, g = k % G, heavy_kept = 0;
+        for (int i = 0; i < B; i++) {
+            if (i) assert_true(pk[i] > pk[i - 1]);
+            assert_true(pk[i] <= c->pos[i]);          /* the cache's: the sets' newest */
+            heavy_kept += pk[i] % 16 == 5 + 3 * k;
+            for (int d = 0; d < hd; d++) {
+                assert_true(scdb_kv_k(c, l, i)[g * hd + d] == bkv_value(11, 0, l, pk[i], g * hd + d));
+                assert_true(scdb_kv_v(c, l, i)[g * hd + d] == bkv_value(11, 1, l, pk[i], g * hd + d));
+            }
+        }
+        /* H2O per head: this head's heavy hitters outside its recent half */
+        assert_true(heavy_kept >= (P + 1 - B / 2) / 16 - 1);
+        assert_int_equal(pk[B - 1], P);                 /* newest kept everywhere */
+    }
+    assert_int_equal(memcmp(scdb_evict_acc_head_pos(acc), scdb_evict_acc_head_pos(acc) + acc->capacity,
+                            (size_t)B * sizeof(int32_t)) != 0, 1);
+    for (int i = 0; i < B; i++) assert_int_equal(ev.slot_pos[i], c->pos[i]);
+    scdb_session_close(&s);
+    /* a shared-set policy on the same arena gets the one-set layout */
+    so.policy = "h2o";
+    assert_int_equal(scdb_session_open(a, &so, &s), SCDB_OK);
+    acc = scdb_session_accumulators(s, &bytes);
+    assert_false(scdb_evict_acc_per_head(acc));
+    scdb_session_close(&s);
+    free(probs);
+    scdb_arena_free(&a);
+    scdb_close(&h);
+    assert_alive();
+}
+
 /* Session requests that name what does not exist or is not theirs. */
 static void test_session_refusals(void **state)
 {
@@ -3271,7 +3350,7 @@ static void session_vs_device(const char *policy, uint32_t seed)
     assert_int_equal(scdb_kv_cache_new(c->n_layers, c->n_kv_heads, c->head_dim, CAP, &m), SCDB_OK);
     memcpy(m->mem, c->mem, scdb_kv_cache_bytes(c->n_layers, c->n_kv_heads, c->head_dim, CAP));
     m->n = c->n;
-    scdb_evict_acc_shape sh = {c->n_layers, H, c->n_kv_heads, CAP, 0};
+    scdb_evict_acc_shape sh = {c->n_layers, H, c->n_kv_heads, CAP, 0, 0};
     size_t bytes = scdb_evict_acc_bytes(&sh), sbytes;
     assert_int_equal(ops->alloc(bytes, &dmem), SCDB_OK);
     assert_int_equal(scdb_evict_acc_init(dmem, bytes, &sh, &dacc), SCDB_OK);
@@ -3554,6 +3633,7 @@ int main(void)
         cmocka_unit_test(test_malformed_frames),
         cmocka_unit_test(test_sigkill_reclaim),
         cmocka_unit_test(test_live_sessions),
+        cmocka_unit_test(test_live_sessions_per_head),
         cmocka_unit_test(test_session_refusals),
         cmocka_unit_test(test_session_reclaim),
         cmocka_unit_test(test_isolation),

@@ -337,7 +337,7 @@ static void pattern(scdb_kv_cache **cp, scdb_evict_acc **ap)
     enum { N = 12 };
     scdb_kv_cache *c = NULL;
     scdb_evict_acc *a = NULL;
-    scdb_evict_acc_shape sh = {1, 2, 1, 16, 32};
+    scdb_evict_acc_shape sh = {1, 2, 1, 16, 32, 0};
     assert_int_equal(scdb_kv_cache_new(1, 1, 2, 16, &c), SCDB_OK);
     assert_int_equal(scdb_evict_acc_new(&sh, &a), SCDB_OK);
     static float probs[2][N][N];
@@ -799,7 +799,8 @@ static void test_policy_file_v5(void **state)
         {2, 1, sw, "5", NULL, SCDB_ESHAPE},        /* wrong shape */
         {1, 2, sw, "5", NULL, SCDB_ESHAPE},        /* rows != inputs */
         {2, 2, nan_s, "5", NULL, SCDB_ERANGE},     /* non-finite */
-        {2, 2, sw, "6", NULL, SCDB_EMISMATCH},     /* unknown version */
+        {2, 2, sw, "7", NULL, SCDB_EMISMATCH},     /* unknown version */
+        {2, 2, sw, "6", NULL, SCDB_EMISMATCH},     /* a skip in a version-6 file */
         {2, 2, sw, "3", NULL, SCDB_EMISMATCH},     /* a skip in a version-3 file */
         {2, 2, sw, "5", "window.weight", SCDB_EMISMATCH}, /* a head without window_choices */
         {2, 2, sw, "5", "fc3.weight", SCDB_EMISMATCH},    /* a tensor no version defines */

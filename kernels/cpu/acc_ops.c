@@ -202,47 +202,74 @@ done:
     return rc;
 }
 
+/* One set's SnapKV sum over the ring (rows `stride` floats apart) and its
+ * max-pool: out[j] = scale * max over |k - j| <= pool / 2 of s[k] (with
+ * accumulate, out[j] += that instead).  s and mx: room for n each. */
+static void snapkv_set(const float *win, size_t stride, int ring_fill, int n, int pool,
+                       float *s, float *mx, float *out, float scale, int accumulate)
+{
+    int half = pool / 2;
+    /* the interior [half, n - half) needs no bounds test */
+    int ilo = half < n ? half : n, ihi = n - half > ilo ? n - half : ilo;
+    memset(s, 0, (size_t)n * sizeof *s);
+    for (int r = 0; r < ring_fill; r++) {
+        const float *row = win + (size_t)r * stride;
+        for (int j = 0; j < n; j++) s[j] += row[j];
+    }
+    /* mx[j] = s[j], then s[j + d] where greater, d = -half .. half in
+     * that order (d = 0 changes nothing): the neighbours in the order
+     * the edge loop below takes them, so both give the same value;
+     * the inner loops are selects over contiguous arrays (vectorised) */
+    memcpy(mx + ilo, s + ilo, (size_t)(ihi - ilo) * sizeof *mx);
+    for (int d = -half; d <= half; d++) {
+        if (d == 0) continue;
+        const float *sd = s + d;
+        for (int j = ilo; j < ihi; j++) mx[j] = sd[j] > mx[j] ? sd[j] : mx[j];
+    }
+    for (int j = 0; j < n; j++) {
+        float m = mx[j];
+        if (j < ilo || j >= ihi) {
+            m = s[j];
+            for (int k = j - half; k <= j + half; k++)
+                if (k >= 0 && k < n && s[k] > m) m = s[k];
+        }
+        if (accumulate) out[j] += m / scale;
+        else out[j] = m;
+    }
+}
+
 scdb_err scdb_k_snapkv_score_cpu(const float *win, int ring_fill, int n_kv_heads, int capacity,
                                  int n, int pool, float *scores)
 {
-    int G = n_kv_heads, half = pool / 2;
-    float *s, *mx;
+    int G = n_kv_heads;
+    float *s;
 
     if (n < 0 || G <= 0 || ring_fill < 0 || capacity < n || pool < 1 || pool % 2 == 0 ||
         (n > 0 && (!scores || (ring_fill > 0 && !win))))
         return SCDB_EINVAL;
     if (n == 0) return SCDB_OK;
     if (!(s = malloc((size_t)n * 2 * sizeof *s))) return SCDB_ENOMEM;
-    mx = s + n;
     memset(scores, 0, (size_t)n * sizeof *scores);
-    /* the interior [half, n - half) needs no bounds test */
-    int ilo = half < n ? half : n, ihi = n - half > ilo ? n - half : ilo;
-    for (int g = 0; g < G; g++) {
-        memset(s, 0, (size_t)n * sizeof *s);
-        for (int r = 0; r < ring_fill; r++) {
-            const float *row = win + ((size_t)r * G + g) * capacity;
-            for (int j = 0; j < n; j++) s[j] += row[j];
-        }
-        /* mx[j] = s[j], then s[j + d] where greater, d = -half .. half in
-         * that order (d = 0 changes nothing): the neighbours in the order
-         * the edge loop below takes them, so both give the same value;
-         * the inner loops are selects over contiguous arrays (vectorised) */
-        memcpy(mx + ilo, s + ilo, (size_t)(ihi - ilo) * sizeof *mx);
-        for (int d = -half; d <= half; d++) {
-            if (d == 0) continue;
-            const float *sd = s + d;
-            for (int j = ilo; j < ihi; j++) mx[j] = sd[j] > mx[j] ? sd[j] : mx[j];
-        }
-        for (int j = 0; j < n; j++) {
-            float m = mx[j];
-            if (j < ilo || j >= ihi) {
-                m = s[j];
-                for (int k = j - half; k <= j + half; k++)
-                    if (k >= 0 && k < n && s[k] > m) m = s[k];
-            }
-            scores[j] += m / (float)G;
-        }
-    }
+    for (int g = 0; g < G; g++)
+        snapkv_set(win + (size_t)g * capacity, (size_t)G * capacity, ring_fill, n, pool, s, s + n,
+                   scores, (float)G, 1);
+    free(s);
+    return SCDB_OK;
+}
+
+scdb_err scdb_k_snapkv_score_sets_cpu(const float *win, int ring_fill, int n_sets, int capacity,
+                                      int n, int pool, float *scores)
+{
+    float *s;
+
+    if (n < 0 || n_sets <= 0 || ring_fill < 0 || capacity < n || pool < 1 || pool % 2 == 0 ||
+        (n > 0 && (!scores || (ring_fill > 0 && !win))))
+        return SCDB_EINVAL;
+    if (n == 0) return SCDB_OK;
+    if (!(s = malloc((size_t)n * 2 * sizeof *s))) return SCDB_ENOMEM;
+    for (int k = 0; k < n_sets; k++)
+        snapkv_set(win + (size_t)k * capacity, (size_t)n_sets * capacity, ring_fill, n, pool, s,
+                   s + n, scores + (size_t)k * n, 1.0f, 0);
     free(s);
     return SCDB_OK;
 }

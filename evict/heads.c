@@ -1,0 +1,308 @@
+/* heads.c — keep sets per (layer, KV group) (evict.h, "Keep sets per
+ * head"): every set's scores and protected window, the per-set selection
+ * and the per-set compaction of the cache and the per-head accumulators.
+ * scdb_evict_run calls scdb_evict_run_heads when the accumulators have the
+ * per-head layout.  Calls the kernels (SnapKV's sets, select_topb) and
+ * mlp.c (the learned policy's per-head scorer); nothing here calls back. */
+#include "evict_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+int scdb_evict_kind_per_head(scdb_evict_kind k)
+{
+    return k == SCDB_EVICT_H2O_HEAD || k == SCDB_EVICT_SNAPKV_HEAD || k == SCDB_EVICT_TOVA_LAYER;
+}
+
+int scdb_evict_policy_per_head(const scdb_evict_policy *p, int budget, int capacity)
+{
+    if (!p) return 0;
+    if (scdb_evict_kind_per_head(p->kind)) return 1;
+    if (p->kind == SCDB_EVICT_LEARNED) return scdb_evict_mlp_heads_at(p->mlp, budget, capacity);
+    return 0;
+}
+
+int scdb_evict_policy_runs_on(const scdb_evict_policy *p, int per_head)
+{
+    if (!p) return 0;
+    switch (p->kind) {
+    case SCDB_EVICT_FULL:
+    case SCDB_EVICT_STREAMING: return 1;       /* no scores: the same window everywhere */
+    case SCDB_EVICT_LEARNED: return per_head ? p->mlp->heads.on : 1;
+    default: return per_head == scdb_evict_kind_per_head(p->kind);
+    }
+}
+
+static int imin(int a, int b) { return a < b ? a : b; }
+
+/* The heuristics' scores of every set (scores [K][n]) and windows. */
+static scdb_err heur_scores(const scdb_evict_policy *p, const scdb_evict_acc *a, int budget,
+                            float *scores, int *recent)
+{
+    const int K = scdb_evict_acc_n_sets(a), G = a->n_kv_heads, n = a->n, cap = a->capacity;
+    int r = 0;
+    switch (p->kind) {
+    case SCDB_EVICT_STREAMING:
+        memset(scores, 0, (size_t)K * n * sizeof *scores);
+        r = budget - 4;
+        break;
+    case SCDB_EVICT_H2O_HEAD: {
+        const float *mass = scdb_evict_acc_head_mass(a);
+        for (int k = 0; k < K; k++)
+            memcpy(scores + (size_t)k * n, mass + (size_t)k * cap, (size_t)n * sizeof *scores);
+        r = budget / 2;
+        break;
+    }
+    case SCDB_EVICT_SNAPKV_HEAD: {
+        scdb_err rc = scdb_k_snapkv_score_sets_cpu(scdb_evict_acc_head_win(a), a->ring_fill, K,
+                                                   cap, n, SCDB_EVICT_SNAPKV_POOL, scores);
+        if (rc) return rc;
+        r = imin(a->window, budget / 2);
+        break;
+    }
+    case SCDB_EVICT_TOVA_LAYER: {
+        /* TOVA's score per layer: the last query's attention averaged over
+         * the layer's heads; every KV group of a layer keeps the same set
+         * (the policy's sets of one layer never differ, so slot j is the
+         * same token in each) */
+        const float *last = scdb_evict_acc_head_last(a);
+        for (int l = 0; l < a->n_layers; l++) {
+            float *s0 = scores + (size_t)l * G * n;
+            for (int j = 0; j < n; j++) {
+                float v = 0.0f;
+                for (int g = 0; g < G; g++) v += last[((size_t)l * G + g) * cap + j];
+                s0[j] = v / (float)G;
+            }
+            for (int g = 1; g < G; g++) memcpy(s0 + (size_t)g * n, s0, (size_t)n * sizeof *s0);
+        }
+        r = 1;
+        break;
+    }
+    default: return SCDB_EINVAL;
+    }
+    for (int k = 0; k < K; k++) recent[k] = r;
+    return SCDB_OK;
+}
+
+scdb_err scdb_evict_heads_scores(const scdb_evict_policy *p, const scdb_evict_acc *a,
+                                 int budget, float *scores, int *sinks, int *recent)
+{
+    if (!p || !a || !scdb_evict_acc_per_head(a) || budget < 1 || !sinks || !recent ||
+        (a->n > 0 && !scores))
+        return SCDB_EINVAL;
+    if (!scdb_evict_policy_runs_on(p, 1) || p->kind == SCDB_EVICT_FULL) return SCDB_EMISMATCH;
+    *sinks = p->kind == SCDB_EVICT_STREAMING ? 4 : 0;
+    if (p->kind == SCDB_EVICT_LEARNED)
+        return scdb_evict_mlp_heads_score(p->mlp, a, budget, scores, sinks, recent);
+    return heur_scores(p, a, budget, scores, recent);
+}
+
+/* ------------------------------------------------------------ compact */
+
+scdb_err scdb_evict_acc_compact_heads(scdb_evict_acc *a, const int *keep, int n_keep)
+{
+    if (!a || !scdb_evict_acc_per_head(a) || n_keep < 0 || n_keep > a->n || (n_keep > 0 && !keep))
+        return SCDB_EINVAL;
+    const int K = scdb_evict_acc_n_sets(a), cap = a->capacity;
+    for (int k = 0; k < K; k++) {
+        const int *kk = keep + (size_t)k * n_keep;
+        for (int i = 0; i < n_keep; i++)
+            if (kk[i] < 0 || kk[i] >= a->n || (i > 0 && kk[i] <= kk[i - 1])) return SCDB_EINVAL;
+    }
+    int32_t *pos = scdb_evict_acc_head_pos(a);
+    float *mass = scdb_evict_acc_head_mass(a), *last = scdb_evict_acc_head_last(a);
+    float *win = scdb_evict_acc_head_win(a);
+    for (int k = 0; k < K; k++) {
+        const int *kk = keep + (size_t)k * n_keep;
+        int32_t *pk = pos + (size_t)k * cap;
+        float *mk = mass + (size_t)k * cap, *lk = last + (size_t)k * cap;
+        /* keep[i] >= i: a forward in-place gather never overwrites a slot
+         * it has yet to read */
+        for (int i = 0; i < n_keep; i++) {
+            pk[i] = pk[kk[i]];
+            mk[i] = mk[kk[i]];
+            lk[i] = lk[kk[i]];
+        }
+        for (int r = 0; r < a->window; r++) {
+            float *wr = win + ((size_t)r * K + k) * cap;
+            for (int i = 0; i < n_keep; i++) wr[i] = wr[kk[i]];
+        }
+    }
+    a->n = n_keep;
+    return SCDB_OK;
+}
+
+scdb_err scdb_evict_compact_heads(scdb_kv_cache *c, scdb_evict_acc *a, const int *keep,
+                                  int n_keep, int32_t *pos_map)
+{
+    scdb_err rc;
+    if (!c || !a || !scdb_evict_acc_per_head(a) || a->n != c->n || c->n_layers != a->n_layers ||
+        c->n_kv_heads != a->n_kv_heads)
+        return SCDB_EINVAL;
+    if ((rc = scdb_evict_acc_compact_heads(a, keep, n_keep))) return rc;   /* checks keep */
+    const int G = c->n_kv_heads, hd = c->head_dim, K = scdb_evict_acc_n_sets(a);
+    const size_t row = (size_t)hd * sizeof(float);
+    for (int l = 0; l < c->n_layers; l++)
+        for (int g = 0; g < G; g++) {
+            const int *kk = keep + ((size_t)l * G + g) * n_keep;
+            for (int i = 0; i < n_keep; i++) {
+                if (kk[i] == i) continue;
+                memcpy(scdb_kv_k(c, l, i) + (size_t)g * hd, scdb_kv_k(c, l, kk[i]) + (size_t)g * hd,
+                       row);
+                memcpy(scdb_kv_v(c, l, i) + (size_t)g * hd, scdb_kv_v(c, l, kk[i]) + (size_t)g * hd,
+                       row);
+            }
+        }
+    /* the cache's one position per slot: the newest of the sets' positions
+     * there (increasing in the slot, and older than any token still to
+     * come, so attention's causal mask is unchanged) */
+    const int32_t *pos = scdb_evict_acc_head_pos(a);
+    for (int i = 0; i < n_keep; i++) {
+        int32_t m = pos[i];
+        for (int k = 1; k < K; k++)
+            if (pos[(size_t)k * a->capacity + i] > m) m = pos[(size_t)k * a->capacity + i];
+        c->pos[i] = m;
+    }
+    c->n = n_keep;
+    if (pos_map) memcpy(pos_map, c->pos, (size_t)n_keep * sizeof *pos_map);
+    return SCDB_OK;
+}
+
+/* ------------------------------------------------------------ run */
+
+scdb_err scdb_evict_run_heads(const scdb_evict_policy *p, scdb_kv_cache *cache,
+                              scdb_evict_acc *acc, int budget, int32_t *pos_map, int *n_keep)
+{
+    const int n = cache->n, K = scdb_evict_acc_n_sets(acc);
+    const int nk_all = n < budget ? n : budget;
+    float *scores = malloc((size_t)K * n * sizeof *scores);
+    int *keep = malloc((size_t)K * (nk_all > 0 ? nk_all : 1) * sizeof *keep);
+    int *recent = malloc((size_t)K * sizeof *recent);
+    int sinks = 0, nk = 0;
+    scdb_err rc = SCDB_ENOMEM;
+
+    if (!scores || !keep || !recent) goto done;
+    if ((rc = scdb_evict_heads_scores(p, acc, budget, scores, &sinks, recent))) goto done;
+    for (int k = 0; k < K; k++) {
+        /* the newest slot is every set's (its position is the cache's next
+         * one less one: model.c continues from it) */
+        int r = recent[k] < 1 ? 1 : recent[k], got = 0;
+        if ((rc = scdb_k_select_topb_cpu(scores + (size_t)k * n, n, budget, sinks, r,
+                                         keep + (size_t)k * nk_all, &got)))
+            goto done;
+        if (got != nk_all) { rc = SCDB_EINVAL; goto done; }
+    }
+    nk = nk_all;
+    if ((rc = scdb_evict_compact_heads(cache, acc, keep, nk, pos_map))) goto done;
+    *n_keep = nk;
+done:
+    free(scores);
+    free(keep);
+    free(recent);
+    return rc;
+}
+
+/* ------------------------------------------------------------ the learned scorer */
+
+int scdb_evict_mlp_heads_at(const scdb_evict_mlp *m, int budget, int capacity)
+{
+    return m && m->heads.on && capacity > 0 && budget >= 1 &&
+           (double)budget <= (double)m->heads.split * (double)capacity;
+}
+
+scdb_err scdb_evict_mlp_heads_score(const scdb_evict_mlp *m, const scdb_evict_acc *a, int budget,
+                                    float *scores, int *sinks, int *recent)
+{
+    if (!m) return SCDB_EINVAL;
+    return scdb_evict_heads_score_ctx(&m->heads, a, budget, scores, sinks, recent, NULL);
+}
+
+static inline float flog(float x) { return logf(x); }
+
+scdb_err scdb_evict_heads_score_ctx(const scdb_evict_heads *h, const scdb_evict_acc *a,
+                                    int budget, float *scores, int *sinks, int *recent,
+                                    float *ctx_out)
+{
+    enum { F = SCDB_EVICT_HEAD_FEATS, C = SCDB_EVICT_HEAD_CTX };
+    if (!h || !h->on || !a || !scdb_evict_acc_per_head(a) || budget < 1 || !sinks || !recent ||
+        h->n_win < 1 || h->n_win > SCDB_EVICT_HEAD_MAX_WIN)
+        return SCDB_EINVAL;
+    const int K = scdb_evict_acc_n_sets(a), n = a->n, cap = a->capacity;
+    *sinks = h->sinks;
+    if (n == 0) {
+        for (int k = 0; k < K; k++) recent[k] = 1;
+        return SCDB_OK;
+    }
+    if (!scores) return SCDB_EINVAL;
+    float *snap = malloc((size_t)K * n * sizeof *snap), *raw = malloc((size_t)n * sizeof *raw);
+    if (!snap || !raw) {
+        free(snap);
+        free(raw);
+        return SCDB_ENOMEM;
+    }
+    scdb_err rc = scdb_k_snapkv_score_sets_cpu(scdb_evict_acc_head_win(a), a->ring_fill, K, cap, n,
+                                               SCDB_EVICT_SNAPKV_POOL, snap);
+    if (rc) goto done;
+    const int32_t *pos = scdb_evict_acc_head_pos(a);
+    const float *mass = scdb_evict_acc_head_mass(a), *last = scdb_evict_acc_head_last(a);
+    const float *win = scdb_evict_acc_head_win(a);
+    const float fn = (float)n, lb = flog((float)budget);
+    const float snap_scale = fn / (float)(a->ring_fill > 0 ? a->ring_fill : 1);
+    const float z = log2f((float)budget / 64.0f);
+    const int32_t newest = a->last_pos;
+    for (int k = 0; k < K; k++) {
+        const int32_t *pk = pos + (size_t)k * cap;
+        const float *mk = mass + (size_t)k * cap, *lk = last + (size_t)k * cap;
+        /* the set's context from its ring: the window queries' attention */
+        double tot = 0.0, loc = 0.0, snk = 0.0, ent = 0.0;
+        for (int j = 0; j < n; j++) raw[j] = 0.0f;
+        for (int r = 0; r < a->ring_fill; r++) {
+            const float *row = win + ((size_t)r * K + k) * cap;
+            for (int j = 0; j < n; j++) raw[j] += row[j];
+        }
+        for (int j = 0; j < n; j++) tot += raw[j];
+        if (tot > 0.0) {
+            for (int j = 0; j < n; j++) {
+                double q = raw[j] / tot;
+                if (newest - pk[j] < 32) loc += q;
+                if (j < 4) snk += q;
+                if (q > 0.0) ent -= q * log(q);
+            }
+            ent = n > 1 ? ent / log((double)n) : 0.0;
+        }
+        float c[C] = {(float)loc, (float)snk, (float)ent, z, 1.0f};
+        if (ctx_out) memcpy(ctx_out + (size_t)k * C, c, sizeof c);
+        float wf[F];
+        for (int f = 0; f < F; f++) {
+            float v = 0.0f;
+            for (int i = 0; i < C; i++) v += h->a[f * C + i] * c[i];
+            wf[f] = v;
+        }
+        int best = 0;
+        float bl = 0.0f;
+        for (int ch = 0; ch < h->n_win; ch++) {
+            float v = 0.0f;
+            for (int i = 0; i < C; i++) v += h->d[ch * C + i] * c[i];
+            if (ch == 0 || v > bl) { bl = v; best = ch; }
+        }
+        int rw = (int)floorf(h->win_frac[best] * (float)budget);
+        recent[k] = rw < 1 ? 1 : rw;
+        float *sc = scores + (size_t)k * n;
+        const float *sp = snap + (size_t)k * n;
+        for (int j = 0; j < n; j++) {
+            float age = (float)(newest - pk[j] + 1);
+            if (age < 1.0f) age = 1.0f;
+            float x0 = flog(1e-3f + sp[j] * snap_scale);
+            float x1 = flog(1e-3f + lk[j] * fn);
+            float x2 = flog(1e-3f + mk[j] * fn / age);
+            float x3 = flog(age) - lb;
+            float x4 = j < 4 ? 1.0f : 0.0f;
+            sc[j] = wf[0] * x0 + wf[1] * x1 + wf[2] * x2 + wf[3] * x3 + wf[4] * x4;
+        }
+    }
+    rc = SCDB_OK;
+done:
+    free(snap);
+    free(raw);
+    return rc;
+}

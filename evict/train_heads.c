@@ -1,0 +1,501 @@
+/* train_heads.c — fitting the per-head scorer (evict_train.h, "the
+ * per-head scorer"; FORMATS.md, policy file version 6): evolution
+ * strategies on full runs of the measurement protocol, the last stage of
+ * `scdb train-policy` (scdb_evict_train_rl calls it with the network it
+ * trained or was given).
+ *
+ * Why not the network's gradients: the scorer's decisions are K top-B sets
+ * and a discrete window per set; what they are worth shows only in the KL
+ * of the steps that follow, a long way from any one decision.  Its
+ * parameters are few (A and D: 25 + 5 per window choice), so the objective
+ * itself is optimised instead, with no surrogate:
+ *
+ *   J(theta) = mean over episodes e of log(KL_e(theta) / KL_e(best heuristic))
+ *
+ * KL_e the mean KL of a full run (prefill, the first eviction, every later
+ * one, 256 steps) at the episode's budget, the best heuristic the lowest of
+ * StreamingLLM, H2O, SnapKV and TOVA on that episode (made once, with the
+ * pool).  Each generation draws `heads_episodes` episodes from the pool and
+ * `heads_pairs` noise vectors eps_i ~ N(0, I), evaluates theta +- sigma
+ * eps_i (common episodes, antithetic pairs: the difference of a pair is
+ * what its direction is worth on the same runs) and theta, replaces each
+ * J by its centred rank among the 2P (so one bad window cannot dominate a
+ * step), and takes an Adam step along
+ *
+ *   g = (1 / (2 P sigma)) sum_i (u(theta + sigma eps_i) - u(theta - sigma eps_i)) eps_i
+ *
+ * downhill.  Validation every heads_val_every generations on the network's
+ * validation groups (every (model, training domain)'s val windows) at
+ * every validation budget with the scorer deciding; the best scorer is
+ * kept.  Then the split: the network's own validation at the same budgets
+ * decides where the scorer is used (evict_train.h).  Runs are evaluated by
+ * heads_threads workers, one window each at a time (a window's buffers are
+ * its own; the model and the policies are read-only). */
+#include "evict_internal.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model.h"
+
+#define MAX_VB 4
+#define MAX_TASK_B 4
+
+/* One window and the budgets it is run at. */
+typedef struct task {
+    scdb_evict_window *w;
+    int nb;
+    int budget[MAX_TASK_B];
+} task;
+
+/* A parallel evaluation: every policy on every task at each of its
+ * budgets; kl[(c * n_tasks + t) * MAX_TASK_B + b]. */
+typedef struct evaluation {
+    const scdb_evict_policy *const *pols;
+    int n_pols;
+    const task *tasks;
+    int n_tasks;
+    int every;
+    double *kl;
+    atomic_int next;
+    atomic_int err;
+} evaluation;
+
+static void *eval_worker(void *arg)
+{
+    evaluation *ev = arg;
+    for (;;) {
+        int t = atomic_fetch_add(&ev->next, 1);
+        if (t >= ev->n_tasks || atomic_load(&ev->err)) break;
+        const task *tk = &ev->tasks[t];
+        for (int c = 0; c < ev->n_pols; c++)
+            for (int b = 0; b < tk->nb; b++) {
+                scdb_evict_eval e;
+                scdb_err rc = scdb_evict_window_eval(tk->w, ev->pols[c], tk->budget[b], ev->every,
+                                                     NULL, &e);
+                if (rc) {
+                    int z = 0;
+                    atomic_compare_exchange_strong(&ev->err, &z, (int)rc);
+                    return NULL;
+                }
+                ev->kl[((size_t)c * ev->n_tasks + t) * MAX_TASK_B + b] = e.kl;
+            }
+    }
+    return NULL;
+}
+
+static scdb_err evaluate(const scdb_evict_policy *const *pols, int n_pols, const task *tasks,
+                         int n_tasks, int every, int threads, double *kl)
+{
+    evaluation ev = {pols, n_pols, tasks, n_tasks, every, kl, 0, 0};
+    pthread_t th[16];
+    int nt = threads < 1 ? 1 : threads > 16 ? 16 : threads, started = 0;
+    for (int i = 1; i < nt; i++)
+        if (!pthread_create(&th[started], NULL, eval_worker, &ev)) started++;
+    eval_worker(&ev);
+    for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
+    return (scdb_err)atomic_load(&ev.err);
+}
+
+static double gauss(uint64_t *s)
+{
+    double u = scdb_evict_urand(s), v = scdb_evict_urand(s);
+    return sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v);
+}
+
+/* theta <-> the scorer's A and D */
+static void to_heads(const float *th, const scdb_evict_heads *shape, scdb_evict_heads *h)
+{
+    *h = *shape;
+    memcpy(h->a, th, sizeof h->a);
+    memcpy(h->d, th + SCDB_EVICT_HEAD_FEATS * SCDB_EVICT_HEAD_CTX,
+           (size_t)shape->n_win * SCDB_EVICT_HEAD_CTX * sizeof *h->d);
+}
+
+/* A policy: the network with this scorer deciding at every budget. */
+static scdb_err heads_policy(const scdb_evict_mlp *net, const scdb_evict_heads *h,
+                             scdb_evict_policy **out)
+{
+    scdb_evict_mlp *m = NULL;
+    scdb_err rc;
+    if ((rc = scdb_evict_mlp_new_inputs(net->hidden, net->in_id, net->n_in, 1, &m)) ||
+        (rc = scdb_evict_mlp_copy(m, net)))
+        goto done;
+    m->heads = *h;
+    m->heads.on = 1;
+    m->heads.split = 1.0f;
+    rc = scdb_evict_policy_from_mlp(m, out);
+done:
+    scdb_evict_mlp_free(&m);
+    return rc;
+}
+
+typedef struct vset {
+    task *tasks;          /* one per validation window, at every validation budget */
+    int n_tasks;
+    int *group;           /* [n_tasks]: its (model, corpus) group */
+    int n_groups;
+    double *best_h;       /* [group][MAX_VB] */
+    int nb;
+} vset;
+
+/* Geometric mean over (group, budget) of the group's mean KL / its best
+ * heuristic's; by_budget[b] the same per budget.  kl from evaluate() of
+ * policy c. */
+static double vscore(const vset *v, const double *kl, int c, double *by_budget)
+{
+    double *gk = calloc((size_t)v->n_groups * MAX_VB, sizeof *gk);
+    int *gn = calloc((size_t)v->n_groups, sizeof *gn);
+    double lr = 0.0, lb[MAX_VB] = {0};
+    if (!gk || !gn) {
+        free(gk);
+        free(gn);
+        return NAN;
+    }
+    for (int t = 0; t < v->n_tasks; t++) {
+        gn[v->group[t]]++;
+        for (int b = 0; b < v->nb; b++)
+            gk[v->group[t] * MAX_VB + b] += kl[((size_t)c * v->n_tasks + t) * MAX_TASK_B + b];
+    }
+    for (int g = 0; g < v->n_groups; g++)
+        for (int b = 0; b < v->nb; b++) {
+            double r = log(fmax(gk[g * MAX_VB + b] / gn[g], 1e-9) / fmax(v->best_h[g * MAX_VB + b], 1e-9));
+            lr += r;
+            lb[b] += r;
+        }
+    for (int b = 0; by_budget && b < v->nb; b++) by_budget[b] = exp(lb[b] / v->n_groups);
+    free(gk);
+    free(gn);
+    return exp(lr / (v->n_groups * v->nb));
+}
+
+static int budget_of(double frac, const scdb_evict_rl_opts *o)
+{
+    int b = (int)(frac * (o->prefill + o->steps) + 0.5);
+    return b < 1 ? 1 : b;
+}
+
+/* The four heuristics the goals count, for the references. */
+static scdb_err make_heuristics(scdb_evict_policy **h)
+{
+    static const scdb_evict_kind k[4] = {SCDB_EVICT_STREAMING, SCDB_EVICT_H2O, SCDB_EVICT_SNAPKV,
+                                         SCDB_EVICT_TOVA};
+    for (int i = 0; i < 4; i++) {
+        scdb_err rc = scdb_evict_policy_new(k[i], &h[i]);
+        if (rc) return rc;
+    }
+    return SCDB_OK;
+}
+
+scdb_err scdb_evict_train_heads(const scdb_evict_rl_opts *o, scdb_model *const *models,
+                                const int32_t *const *tok, const int32_t *const *vtok,
+                                scdb_evict_mlp *net, scdb_evict_rl_result *res, char *errbuf,
+                                size_t errlen)
+{
+    const int span = o->prefill + o->steps + 1;
+    const int D = SCDB_EVICT_HEAD_FEATS * SCDB_EVICT_HEAD_CTX + o->heads_n_win * SCDB_EVICT_HEAD_CTX;
+    const int P = o->heads_pairs, NC = 2 * P + 1, E = o->heads_episodes;
+    const double t0 = scdb_now();
+    uint64_t rng = o->seed * 0x9E3779B97F4A7C15ull + 0x1234567ull;
+    scdb_evict_policy *heur[4] = {0}, **pols = NULL, *netpol = NULL;
+    task *pool = NULL, *batch = NULL;
+    double *pool_ref = NULL, *kl = NULL, *vkl = NULL, *fit = NULL;
+    float *th = NULL, *best = NULL, *eps = NULL, *gr = NULL, *am = NULL, *av = NULL;
+    int *order = NULL;
+    vset v = {0};
+    scdb_evict_heads shape = {0}, hh;
+    scdb_err rc = SCDB_EINVAL;
+
+    if (P < 1 || P > 64 || E < 1 || o->heads_pool < E || !(o->heads_sigma > 0.0f) ||
+        !(o->heads_lr > 0.0f) || !(o->heads_lo > 0.0) || !(o->heads_hi >= o->heads_lo) ||
+        !(o->heads_hi < 1.0) || o->heads_val_every < 1 || o->heads_sinks < 0 ||
+        o->heads_n_win < 1 || o->heads_n_win > SCDB_EVICT_HEAD_MAX_WIN || o->heads_threads < 1 ||
+        !(o->heads_sign == 1.0f || o->heads_sign == -1.0f)) {
+        scdb_errf(errbuf, errlen, "invalid per-head scorer options");
+        return SCDB_EINVAL;
+    }
+    for (int c = 0; c < o->heads_n_win; c++)
+        if (!(o->heads_win_frac[c] >= 0.0f && o->heads_win_frac[c] < 1.0f)) {
+            scdb_errf(errbuf, errlen, "per-head window choice %g is not a fraction in [0, 1)",
+                      (double)o->heads_win_frac[c]);
+            return SCDB_EINVAL;
+        }
+    shape.on = 1;
+    shape.split = 1.0f;
+    shape.sinks = o->heads_sinks;
+    shape.n_win = o->heads_n_win;
+    memcpy(shape.win_frac, o->heads_win_frac, sizeof shape.win_frac);
+
+    rc = SCDB_ENOMEM;
+    pool = calloc((size_t)o->heads_pool, sizeof *pool);
+    pool_ref = calloc((size_t)o->heads_pool, sizeof *pool_ref);
+    batch = calloc((size_t)E, sizeof *batch);
+    order = malloc((size_t)o->heads_pool * sizeof *order);
+    pols = calloc((size_t)NC, sizeof *pols);
+    kl = malloc((size_t)(NC > 4 ? NC : 4) * o->heads_pool * MAX_TASK_B * sizeof *kl);
+    fit = malloc((size_t)NC * sizeof *fit);
+    th = calloc((size_t)D, sizeof *th);
+    best = calloc((size_t)D, sizeof *best);
+    eps = malloc((size_t)P * D * sizeof *eps);
+    gr = malloc((size_t)D * sizeof *gr);
+    am = calloc((size_t)D, sizeof *am);
+    av = calloc((size_t)D, sizeof *av);
+    if (!pool || !pool_ref || !batch || !order || !pols || !kl || !fit || !th || !best || !eps ||
+        !gr || !am || !av)
+        goto done;
+    if ((rc = make_heuristics(heur))) goto done;
+    scdb_k_cpu_threads(1);   /* the workers are the parallelism */
+
+    /* the pool: model round robin, a random domain and window, a
+     * log-uniform budget; its reference is the best heuristic there */
+    for (int i = 0; i < o->heads_pool; i++) {
+        int mi = i % o->n_models, c = (int)(scdb_evict_urand(&rng) * o->n_corpora);
+        if (c >= o->n_corpora) c = o->n_corpora - 1;
+        size_t room = o->corpora[c].train_len - (size_t)span;
+        size_t off = (size_t)(scdb_evict_urand(&rng) * (double)(room + 1));
+        if (off > room) off = room;
+        double fr = exp(log(o->heads_lo) + scdb_evict_urand(&rng) * (log(o->heads_hi) - log(o->heads_lo)));
+        if ((rc = scdb_evict_window_new(models[mi], tok[c] + off, o->prefill, o->steps, &pool[i].w)))
+            goto done;
+        pool[i].nb = 1;
+        pool[i].budget[0] = budget_of(fr, o);
+    }
+    if ((rc = evaluate((const scdb_evict_policy *const *)heur, 4, pool, o->heads_pool, o->every,
+                       o->heads_threads, kl)))
+        goto done;
+    for (int i = 0; i < o->heads_pool; i++) {
+        pool_ref[i] = INFINITY;
+        for (int k = 0; k < 4; k++)
+            pool_ref[i] = fmin(pool_ref[i], kl[((size_t)k * o->heads_pool + i) * MAX_TASK_B]);
+    }
+    if (o->verbose)
+        fprintf(stderr, "train-policy: per-head scorer: %d training episodes (budgets %.3g-%.3g) "
+                        "and their heuristics, %.0f s\n", o->heads_pool, o->heads_lo, o->heads_hi,
+                scdb_now() - t0);
+
+    /* validation: val_windows of every (model, corpus) at every validation budget */
+    rc = SCDB_ENOMEM;
+    v.nb = o->n_val_budgets;
+    v.n_groups = o->n_models * o->n_corpora;
+    v.n_tasks = v.n_groups * o->val_windows;
+    v.tasks = calloc((size_t)v.n_tasks, sizeof *v.tasks);
+    v.group = calloc((size_t)v.n_tasks, sizeof *v.group);
+    v.best_h = calloc((size_t)v.n_groups * MAX_VB, sizeof *v.best_h);
+    vkl = malloc((size_t)(NC > 5 ? NC : 5) * v.n_tasks * MAX_TASK_B * sizeof *vkl);
+    if (!v.tasks || !v.group || !v.best_h || !vkl) goto done;
+    for (int mi = 0, t = 0; mi < o->n_models; mi++)
+        for (int c = 0; c < o->n_corpora; c++) {
+            size_t room = o->corpora[c].val_len - (size_t)span;
+            for (int i = 0; i < o->val_windows; i++, t++) {
+                /* the network's validation windows (train_rl.c) */
+                size_t off = room * (size_t)(2 * i + 1) / (size_t)(2 * o->val_windows);
+                if ((rc = scdb_evict_window_new(models[mi], vtok[c] + off, o->prefill, o->steps,
+                                                &v.tasks[t].w)))
+                    goto done;
+                v.tasks[t].nb = v.nb;
+                for (int b = 0; b < v.nb; b++) v.tasks[t].budget[b] = budget_of(o->val_budgets[b], o);
+                v.group[t] = mi * o->n_corpora + c;
+            }
+        }
+    if ((rc = scdb_evict_policy_from_mlp(net, &netpol))) goto done;
+    {
+        /* the heuristics (references) and the network itself */
+        const scdb_evict_policy *vp[5] = {heur[0], heur[1], heur[2], heur[3], netpol};
+        if ((rc = evaluate(vp, 5, v.tasks, v.n_tasks, o->every, o->heads_threads, vkl))) goto done;
+        for (int g = 0; g < v.n_groups; g++)
+            for (int b = 0; b < v.nb; b++) {
+                double bh = INFINITY;
+                for (int k = 0; k < 4; k++) {
+                    double s = 0.0;
+                    int n = 0;
+                    for (int t = 0; t < v.n_tasks; t++)
+                        if (v.group[t] == g) {
+                            s += vkl[((size_t)k * v.n_tasks + t) * MAX_TASK_B + b];
+                            n++;
+                        }
+                    bh = fmin(bh, s / n);
+                }
+                v.best_h[g * MAX_VB + b] = bh;
+            }
+        vscore(&v, vkl, 4, res->net_by_budget);
+    }
+
+    /* the start */
+    if (!o->heads_init_zero) {
+        th[0 * SCDB_EVICT_HEAD_CTX + SCDB_EVICT_HEAD_CTX - 1] = 1.0f;   /* snap: SnapKV per set */
+        int q = 0;   /* the choice nearest a quarter of the budget */
+        for (int c = 1; c < o->heads_n_win; c++)
+            if (fabsf(o->heads_win_frac[c] - 0.25f) < fabsf(o->heads_win_frac[q] - 0.25f)) q = c;
+        th[SCDB_EVICT_HEAD_FEATS * SCDB_EVICT_HEAD_CTX + q * SCDB_EVICT_HEAD_CTX +
+           SCDB_EVICT_HEAD_CTX - 1] = 1.0f;
+    }
+    memcpy(best, th, (size_t)D * sizeof *th);
+
+    double best_score = INFINITY;
+    int best_gen = 0, gen;
+    for (gen = 0; gen <= o->heads_gens; gen++) {
+        /* validate theta every heads_val_every generations (and at 0 and the end) */
+        if (gen % o->heads_val_every == 0 || gen == o->heads_gens) {
+            double bb[MAX_VB];
+            to_heads(th, &shape, &hh);
+            if ((rc = heads_policy(net, &hh, &pols[0]))) goto done;
+            rc = evaluate((const scdb_evict_policy *const *)pols, 1, v.tasks, v.n_tasks, o->every,
+                          o->heads_threads, vkl);
+            scdb_evict_policy_free(&pols[0]);
+            if (rc) goto done;
+            double sc = vscore(&v, vkl, 0, bb);
+            if (gen == 0) res->heads_ratio_init = sc;
+            int improved = sc < best_score;
+            if (improved) {
+                best_score = sc;
+                best_gen = gen;
+                memcpy(best, th, (size_t)D * sizeof *th);
+                memcpy(res->heads_by_budget, bb, sizeof bb);
+            }
+            if (o->log) {
+                fprintf(o->log, "{\"heads_validation\":%d,\"score\":%.6f,\"by_budget\":[", gen, sc);
+                for (int b = 0; b < v.nb; b++) fprintf(o->log, "%s%.6f", b ? "," : "", bb[b]);
+                fprintf(o->log, "],\"network_by_budget\":[");
+                for (int b = 0; b < v.nb; b++)
+                    fprintf(o->log, "%s%.6f", b ? "," : "", res->net_by_budget[b]);
+                fprintf(o->log, "],\"best\":%s,\"seconds\":%.1f}\n", improved ? "true" : "false",
+                        scdb_now() - t0);
+                fflush(o->log);
+            }
+            if (o->verbose) {
+                fprintf(stderr, "train-policy: per-head scorer, generation %d/%d: validation %.4f "
+                                "(by budget", gen, o->heads_gens, sc);
+                for (int b = 0; b < v.nb; b++)
+                    fprintf(stderr, " %.3g: %.3f vs the network's %.3f", o->val_budgets[b], bb[b],
+                            res->net_by_budget[b]);
+                fprintf(stderr, ")%s, %.0f s\n", improved ? " best" : "", scdb_now() - t0);
+            }
+        }
+        if (gen == o->heads_gens) break;
+
+        /* a generation: E episodes, P antithetic pairs and theta */
+        for (int i = 0; i < o->heads_pool; i++) order[i] = i;
+        for (int i = 0; i < E; i++) {
+            int j = i + (int)(scdb_evict_urand(&rng) * (o->heads_pool - i));
+            if (j >= o->heads_pool) j = o->heads_pool - 1;
+            int x = order[i]; order[i] = order[j]; order[j] = x;
+            batch[i] = pool[order[i]];
+        }
+        for (int i = 0; i < P * D; i++) eps[i] = (float)gauss(&rng);
+        for (int c = 0; c < NC; c++) {
+            float *tc = gr;   /* scratch for the candidate's theta */
+            for (int k = 0; k < D; k++) {
+                float e = c < 2 * P ? eps[(size_t)(c / 2) * D + k] : 0.0f;
+                tc[k] = th[k] + (c % 2 ? -1.0f : 1.0f) * o->heads_sigma * e;
+            }
+            to_heads(tc, &shape, &hh);
+            if ((rc = heads_policy(net, &hh, &pols[c]))) goto done;
+        }
+        rc = evaluate((const scdb_evict_policy *const *)pols, NC, batch, E, o->every,
+                      o->heads_threads, kl);
+        for (int c = 0; c < NC; c++) scdb_evict_policy_free(&pols[c]);
+        if (rc) goto done;
+        for (int c = 0; c < NC; c++) {
+            double s = 0.0;
+            for (int e = 0; e < E; e++)
+                s += log(fmax(kl[((size_t)c * E + e) * MAX_TASK_B], 1e-9) /
+                         fmax(pool_ref[order[e]], 1e-9));
+            fit[c] = o->heads_sign * s / E;
+        }
+        /* centred ranks of the 2P (lower J: lower rank) */
+        double u[128];
+        for (int c = 0; c < 2 * P; c++) {
+            int rk = 0;
+            for (int q = 0; q < 2 * P; q++) rk += fit[q] < fit[c] || (fit[q] == fit[c] && q < c);
+            u[c] = (double)rk / (2 * P - 1) - 0.5;
+        }
+        for (int k = 0; k < D; k++) {
+            double g = 0.0;
+            for (int i = 0; i < P; i++) g += (u[2 * i] - u[2 * i + 1]) * eps[(size_t)i * D + k];
+            gr[k] = (float)(g / (2.0 * P * o->heads_sigma));
+        }
+        /* Adam downhill */
+        const float b1 = 0.9f, b2 = 0.999f;
+        const float c1 = 1.0f - powf(b1, (float)(gen + 1)), c2 = 1.0f - powf(b2, (float)(gen + 1));
+        for (int k = 0; k < D; k++) {
+            am[k] = b1 * am[k] + (1.0f - b1) * gr[k];
+            av[k] = b2 * av[k] + (1.0f - b2) * gr[k] * gr[k];
+            th[k] -= o->heads_lr * (am[k] / c1) / (sqrtf(av[k] / c2) + 1e-8f);
+        }
+        if (o->log) {
+            fprintf(o->log, "{\"heads_generation\":%d,\"theta_fitness\":%.6f,\"best_pair\":%.6f,"
+                            "\"seconds\":%.1f}\n",
+                    gen + 1, o->heads_sign * fit[NC - 1], fit[0] < fit[1] ? fit[0] : fit[1],
+                    scdb_now() - t0);
+            fflush(o->log);
+        }
+        if (o->verbose)
+            fprintf(stderr, "train-policy: per-head scorer, generation %d/%d: theta %.4f x the best "
+                            "heuristic on %d episodes, %.0f s\n",
+                    gen + 1, o->heads_gens, exp(o->heads_sign * fit[NC - 1]), E, scdb_now() - t0);
+    }
+    res->heads_gens_run = gen;
+    res->heads_best_gen = best_gen;
+    res->heads_ratio_best = best_score;
+
+    /* the split: the largest validation budget up to which (every smaller
+     * validation budget included) the scorer beats the network */
+    {
+        float split = 0.0f;
+        double fr[MAX_VB];
+        int idx[MAX_VB];
+        for (int b = 0; b < v.nb; b++) { fr[b] = o->val_budgets[b]; idx[b] = b; }
+        for (int i = 0; i < v.nb; i++)
+            for (int j = i + 1; j < v.nb; j++)
+                if (fr[idx[j]] < fr[idx[i]]) { int x = idx[i]; idx[i] = idx[j]; idx[j] = x; }
+        for (int i = 0; i < v.nb; i++) {
+            int b = idx[i];
+            if (!(res->heads_by_budget[b] < res->net_by_budget[b])) break;
+            /* up to this budget and not the next one's (the midpoint in log) */
+            double next = i + 1 < v.nb ? fr[idx[i + 1]] : 1.0;
+            split = (float)sqrt(fr[b] * next);
+        }
+        to_heads(best, &shape, &net->heads);
+        net->heads.on = split > 0.0f;
+        net->heads.split = split;
+        res->heads_split = split;
+        if (o->verbose)
+            fprintf(stderr, "train-policy: per-head scorer: best at generation %d (validation %.4f, "
+                            "start %.4f); %s\n", best_gen, best_score, res->heads_ratio_init,
+                    split > 0.0f ? "it decides at budgets up to the split" :
+                                   "the network is better at every validation budget: no scorer");
+        if (o->log) {
+            fprintf(o->log, "{\"heads_split\":%.6f,\"best_generation\":%d,\"theta\":[", split, best_gen);
+            for (int k = 0; k < D; k++) fprintf(o->log, "%s%.6f", k ? "," : "", best[k]);
+            fprintf(o->log, "]}\n");
+        }
+    }
+    rc = SCDB_OK;
+done:
+    for (int i = 0; pool && i < o->heads_pool; i++) scdb_evict_window_free(&pool[i].w);
+    for (int t = 0; v.tasks && t < v.n_tasks; t++) scdb_evict_window_free(&v.tasks[t].w);
+    for (int k = 0; k < 4; k++) scdb_evict_policy_free(&heur[k]);
+    for (int c = 0; pols && c < NC; c++) scdb_evict_policy_free(&pols[c]);
+    scdb_evict_policy_free(&netpol);
+    free(pool);
+    free(pool_ref);
+    free(batch);
+    free(order);
+    free(pols);
+    free(kl);
+    free(vkl);
+    free(fit);
+    free(th);
+    free(best);
+    free(eps);
+    free(gr);
+    free(am);
+    free(av);
+    free(v.tasks);
+    free(v.group);
+    free(v.best_h);
+    return rc;
+}
