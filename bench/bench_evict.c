@@ -69,6 +69,7 @@ typedef struct opts {
     char *domains[MAX_SOURCES];
     int n_domains;
     int heldout, use_suite;
+    int no_per_head;           /* --no-per-head: only the four heuristics the goals count */
     scdb_evict_part portion;   /* of suite domains: eval (default), val or train */
     double budgets[MAX_BUDGETS];
     int n_budgets;
@@ -120,6 +121,9 @@ static void usage(FILE *f)
             "  --budgets F,..    budget fractions of prefill + steps (default\n"
             "                    0.5,0.25,0.125,0.0625)\n"
             "  --windows N       windows per text, evenly spaced (default 8)\n"
+            "  --no-per-head     leave out the per-head heuristics (h2o_head, snapkv_head,\n"
+            "                    tova_layer: the originals' keep sets per head / layer); the\n"
+            "                    goals count the four with one keep set either way\n"
             "  --prefill P       prefill tokens (default 256)\n"
             "  --steps T         teacher-forced continuation steps (default 256)\n"
             "  --every C         evict every C steps (default 8)\n"
@@ -173,14 +177,15 @@ static int parse_budgets(const char *arg, opts *o, char *why, size_t why_len)
 static int parse_opts(int argc, char **argv, opts *o, char *why, size_t why_len)
 {
     enum { O_MODELS = 256, O_TEXT, O_PART, O_POLICY, O_BUDGETS, O_WINDOWS, O_PREFILL,
-           O_STEPS, O_EVERY, O_JSON, O_PNG, O_DATA, O_SUITE, O_DOMAINS, O_HELDOUT, O_PORTION };
+           O_STEPS, O_EVERY, O_JSON, O_PNG, O_DATA, O_SUITE, O_DOMAINS, O_HELDOUT, O_PORTION,
+           O_NOPH };
     static const struct option lo[] = {
         {"models", 1, 0, O_MODELS}, {"text", 1, 0, O_TEXT}, {"part", 1, 0, O_PART},
         {"policy", 1, 0, O_POLICY}, {"budgets", 1, 0, O_BUDGETS}, {"windows", 1, 0, O_WINDOWS},
         {"prefill", 1, 0, O_PREFILL}, {"steps", 1, 0, O_STEPS}, {"every", 1, 0, O_EVERY},
         {"json", 1, 0, O_JSON}, {"png", 1, 0, O_PNG}, {"data", 1, 0, O_DATA},
         {"suite", 1, 0, O_SUITE}, {"domains", 1, 0, O_DOMAINS}, {"heldout", 0, 0, O_HELDOUT},
-        {"portion", 1, 0, O_PORTION},
+        {"portion", 1, 0, O_PORTION}, {"no-per-head", 0, 0, O_NOPH},
         {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     int c;
     memset(o, 0, sizeof *o);
@@ -232,6 +237,7 @@ static int parse_opts(int argc, char **argv, opts *o, char *why, size_t why_len)
         case O_WINDOWS:
             bad = scdb_parse_int("--windows", optarg, 1, INT_MAX, &o->windows, why, why_len);
             break;
+        case O_NOPH: o->no_per_head = 1; break;
         case O_PREFILL:
             bad = scdb_parse_int("--prefill", optarg, 2, MAX_OPT_TOKENS, &o->prefill, why, why_len);
             break;
@@ -422,6 +428,8 @@ static int list_has(const char *list, const char *name)
 }
 
 static const char *heur_label(int k) { return scdb_evict_kind_name(HEUR_KINDS[k]); }
+/* policy index k is a per-head heuristic this run leaves out (--no-per-head) */
+static int skip_heur(const opts *o, int k) { return o->no_per_head && k >= N_SHARED_HEUR && k < N_HEUR; }
 
 /* ------------------------------------------------------------ tables */
 
@@ -457,7 +465,7 @@ static void print_full_table(const cJSON *rows, const char *split, const char *t
 /* One line per (model, domain) at one budget: KL of every policy, the
  * lowest in bold; the learned policy's top-1 against the best heuristic's. */
 static void print_domain_table(const cJSON *rows, const char *split, const char *title,
-                               double budget, const char *const *labels, int n_lab)
+                               double budget, const char *const *labels, int n_lab, int first_learned)
 {
     const cJSON *r;
     int any = 0;
@@ -497,7 +505,7 @@ static void print_domain_table(const cJSON *rows, const char *split, const char 
         printf("| %s | %s |", row_str(r, "model"), row_str(r, "domain"));
         for (int k = 0; k < n_lab; k++)
             printf(kl[k] == best ? " **%.5f** |" : " %.5f |", kl[k]);
-        if (n_lab >= N_HEUR) printf(" %.4f / %.4f |\n", t1[N_HEUR - 1], best_h_t1);
+        if (n_lab > first_learned) printf(" %.4f / %.4f |\n", t1[first_learned], best_h_t1);
         else printf(" - |\n");
     }
 }
@@ -762,6 +770,7 @@ static int eval_windows(run *r, scdb_model *m, const char *text, size_t off0, si
         *step_s += scdb_evict_window_step_s(w) / o->windows;
         *nll_full += scdb_evict_window_nll_full(w) / o->windows;
         for (int k = SCDB_EVICT_STREAMING; k < r->NP; k++) {
+            if (skip_heur(o, k)) continue;
             const scdb_evict_policy *p = k < N_HEUR ? r->heur[k] : r->lp[k - N_HEUR].p;
             for (int b = 0; b < o->n_budgets; b++) {
                 scdb_evict_eval e;
@@ -790,6 +799,7 @@ static void add_rows(run *r, const scdb_model_config *cfg, const source *s, doub
     const opts *o = &r->o;
     for (int b = 0; b < o->n_budgets; b++)
         for (int k = 0; k < r->NP; k++) {
+            if (skip_heur(o, k)) continue;
             stat_sum *t = &r->st[k * MAX_BUDGETS + b];
             double kl = 0, top1 = 1, ppl = exp(nll_full), us = 0.0;
             if (k != SCDB_EVICT_FULL) {
@@ -894,7 +904,8 @@ static void print_tables(const run *r)
 {
     const char *labels[MAX_POL];
     int n_lab = 0;
-    for (int k = SCDB_EVICT_STREAMING; k < N_HEUR; k++) labels[n_lab++] = heur_label(k);
+    for (int k = SCDB_EVICT_STREAMING; k < N_HEUR; k++)
+        if (!skip_heur(&r->o, k)) labels[n_lab++] = heur_label(k);
     for (int i = 0; i < r->n_learned; i++) labels[n_lab++] = r->lp[i].label;
     print_full_table(r->rows, "seen", "Seen domains (the learned policy trained on their train texts; measured on their eval texts)");
     print_full_table(r->rows, "unseen", "Unseen domains (the learned policy never trained on them)");
@@ -902,7 +913,16 @@ static void print_tables(const run *r)
     for (int b = 0; b < r->o.n_budgets; b++)
         for (int sp = 0; sp < 3; sp++)
             print_domain_table(r->rows, split_names[sp], split_titles[sp], r->o.budgets[b], labels,
-                               n_lab);
+                               n_lab, n_lab - r->n_learned);
+}
+
+/* One of the four heuristics the goals count (one keep set); all: or one
+ * of the per-head ones. */
+static int is_heur_of(const char *label, int all)
+{
+    for (int k = SCDB_EVICT_STREAMING; k < (all ? N_HEUR : N_SHARED_HEUR); k++)
+        if (!strcmp(label, heur_label(k))) return 1;
+    return 0;
 }
 
 /* Goals of one split (seen, unseen, other) for the first learned policy:
@@ -913,7 +933,7 @@ static void print_split_goals(const run *r, int sp)
     const opts *o = &r->o;
     const learned *lp = r->lp;
     const cJSON *rows = r->rows;
-    int pairs = 0, kl_ok = 0, t1_ok = 0;
+    int pairs = 0, kl_ok = 0, t1_ok = 0, kl_ok_all = 0;
     int vs_n[MAX_LEARNED] = {0}, vs_ok[MAX_LEARNED] = {0};
     for (int b = 0; b < o->n_budgets; b++) {
         const cJSON *row;
@@ -923,6 +943,7 @@ static void print_split_goals(const run *r, int sp)
                 strcmp(row_str(row, "label"), lp[0].label))
                 continue;
             double kl = row_num(row, "kl"), t1 = row_num(row, "top1"), bh = INFINITY, bt = -1;
+            double bha = INFINITY;
             const char *bname = "";
             const cJSON *q;
             cJSON_ArrayForEach(q, rows) {
@@ -933,6 +954,7 @@ static void print_split_goals(const run *r, int sp)
                 const char *lab = row_str(q, "label");
                 int is_h = 0;
                 for (int k = SCDB_EVICT_STREAMING; k < N_SHARED_HEUR; k++) is_h |= !strcmp(lab, heur_label(k));
+                if (is_heur_of(lab, 1) && row_num(q, "kl") < bha) bha = row_num(q, "kl");
                 if (is_h) {
                     if (row_num(q, "kl") < bh) { bh = row_num(q, "kl"); bname = lab; }
                     if (row_num(q, "top1") > bt) bt = row_num(q, "top1");
@@ -945,6 +967,7 @@ static void print_split_goals(const run *r, int sp)
             }
             pairs++;
             kl_ok += kl < bh;
+            kl_ok_all += kl < bha;
             t1_ok += t1 >= bt;
             if (kl >= bh || t1 < bt)
                 printf("  %-7s %-9s %-10s budget %.4f: KL %.5f vs %s %.5f%s, top-1 %.4f vs best heuristic %.4f%s\n",
@@ -955,8 +978,9 @@ static void print_split_goals(const run *r, int sp)
     }
     if (pairs)
         printf("  %s: KL lowest of all policies on %d of %d (model, domain, budget) pairs, "
-               "every budget; top-1 >= the best heuristic's on %d of %d\n",
-               split_titles[sp], kl_ok, pairs, t1_ok, pairs);
+               "every budget; top-1 >= the best heuristic's on %d of %d; KL below the per-head "
+               "heuristics' too on %d of %d\n",
+               split_titles[sp], kl_ok, pairs, t1_ok, pairs, kl_ok_all, pairs);
     for (int j = 1; j < r->n_learned; j++)
         if (vs_n[j])
             printf("  %s: KL <= `%s`'s on %d of %d pairs\n", split_titles[sp], lp[j].label,
@@ -968,18 +992,10 @@ static void print_split_goals(const run *r, int sp)
  * (model, domain). */
 typedef struct cell {
     int pairs, kl_lowest, top1_ok, vs_n[MAX_LEARNED], vs_ok[MAX_LEARNED];
-    double log_ratio, ov_sum, ov_worst;
+    int kl_lowest_all, top1_ok_all;     /* against the per-head heuristics too */
+    double log_ratio, log_ratio_all, ov_sum, ov_worst;
     char worst_model[64], worst_domain[64];
 } cell;
-
-/* One of the four heuristics the goals count (one keep set); all: or one
- * of the per-head ones. */
-static int is_heur_of(const char *label, int all)
-{
-    for (int k = SCDB_EVICT_STREAMING; k < (all ? N_HEUR : N_SHARED_HEUR); k++)
-        if (!strcmp(label, heur_label(k))) return 1;
-    return 0;
-}
 
 static void fill_cell(const run *r, int li, double budget, const char *split, cell *c)
 {
@@ -990,6 +1006,7 @@ static void fill_cell(const run *r, int li, double budget, const char *split, ce
             strcmp(row_str(row, "label"), r->lp[li].label))
             continue;
         double kl = row_num(row, "kl"), t1 = row_num(row, "top1"), bh = INFINITY, bt = -1;
+        double bha = INFINITY, bta = -1;
         cJSON_ArrayForEach(q, r->rows) {
             if (strcmp(row_str(q, "model"), row_str(row, "model")) ||
                 strcmp(row_str(q, "domain"), row_str(row, "domain")) ||
@@ -999,6 +1016,10 @@ static void fill_cell(const run *r, int li, double budget, const char *split, ce
             if (is_heur_of(lab, 0)) {
                 if (row_num(q, "kl") < bh) bh = row_num(q, "kl");
                 if (row_num(q, "top1") > bt) bt = row_num(q, "top1");
+            }
+            if (is_heur_of(lab, 1)) {
+                if (row_num(q, "kl") < bha) bha = row_num(q, "kl");
+                if (row_num(q, "top1") > bta) bta = row_num(q, "top1");
             }
             for (int j = 0; j < r->n_learned; j++)
                 if (j != li && !strcmp(lab, r->lp[j].label)) {
@@ -1011,6 +1032,9 @@ static void fill_cell(const run *r, int li, double budget, const char *split, ce
         c->log_ratio += log(fmax(kl, 1e-12) / fmax(bh, 1e-12));
         c->kl_lowest += kl < bh;
         c->top1_ok += t1 >= bt;
+        c->log_ratio_all += log(fmax(kl, 1e-12) / fmax(bha, 1e-12));
+        c->kl_lowest_all += kl < bha;
+        c->top1_ok_all += t1 >= bta;
         c->ov_sum += ov;
         if (ov > c->ov_worst || c->pairs == 1) {
             c->ov_worst = ov;
@@ -1030,9 +1054,11 @@ static void summarise(run *r)
 {
     cJSON *sum = cJSON_AddArrayToObject(r->json, "summary");
     printf("\n## Summary: learned policies against the best heuristic per (model, domain)\n\n"
+           "The best heuristic: of streaming, h2o, snapkv and tova (one keep set, the goals'); "
+           "\"with per-head\": of those and h2o_head, snapkv_head, tova_layer.\n\n"
            "| policy | texts | budget | pairs | geo-mean KL / best heuristic | KL lowest | "
-           "top-1 >= best heuristic | KL <= other learned | overhead mean | overhead worst (row) |\n"
-           "|---|---|---|---|---|---|---|---|---|---|\n");
+           "top-1 >= best heuristic | with per-head: geo-mean / KL lowest / top-1 | KL <= other learned | overhead mean | overhead worst (row) |\n"
+           "|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (int li = 0; li < r->n_learned; li++)
         for (int sp = 0; sp < 3; sp++)
             for (int b = 0; b < r->o.n_budgets; b++) {
@@ -1049,10 +1075,12 @@ static void summarise(run *r)
                              c.vs_ok[j], c.vs_n[j]);
                     cJSON_AddNumberToObject(vj, r->lp[j].label, c.vs_ok[j]);
                 }
-                printf("| %s | %s | %.4f | %d | %.3f | %d/%d | %d/%d | %s | %.1f%% | %.1f%% (%s/%s) |\n",
+                double gma = exp(c.log_ratio_all / c.pairs);
+                printf("| %s | %s | %.4f | %d | %.3f | %d/%d | %d/%d | %.3f / %d / %d | %s | %.1f%% | %.1f%% (%s/%s) |\n",
                        r->lp[li].label, split_names[sp], r->o.budgets[b], c.pairs, gm, c.kl_lowest,
-                       c.pairs, c.top1_ok, c.pairs, vs[0] ? vs : "-", 100.0 * om,
-                       100.0 * c.ov_worst, c.worst_model, c.worst_domain);
+                       c.pairs, c.top1_ok, c.pairs, gma, c.kl_lowest_all, c.top1_ok_all,
+                       vs[0] ? vs : "-", 100.0 * om, 100.0 * c.ov_worst, c.worst_model,
+                       c.worst_domain);
                 cJSON_AddStringToObject(e, "label", r->lp[li].label);
                 cJSON_AddNumberToObject(e, "budget", r->o.budgets[b]);
                 cJSON_AddStringToObject(e, "split", split_names[sp]);
@@ -1061,6 +1089,9 @@ static void summarise(run *r)
                 cJSON_AddNumberToObject(e, "kl_ratio_geomean", gm);
                 cJSON_AddNumberToObject(e, "kl_lowest", c.kl_lowest);
                 cJSON_AddNumberToObject(e, "top1_at_least_best", c.top1_ok);
+                cJSON_AddNumberToObject(e, "kl_ratio_geomean_with_per_head", gma);
+                cJSON_AddNumberToObject(e, "kl_lowest_with_per_head", c.kl_lowest_all);
+                cJSON_AddNumberToObject(e, "top1_at_least_best_with_per_head", c.top1_ok_all);
                 cJSON_AddItemToObject(e, "kl_at_most", vj);
                 cJSON_AddNumberToObject(e, "overhead_mean", om);
                 cJSON_AddNumberToObject(e, "overhead_worst", c.ov_worst);

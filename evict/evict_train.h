@@ -433,6 +433,8 @@ typedef struct scdb_evict_rl_opts {
     int heads_init_zero;               /* 1: start from zeros (ties keep the newest); 0:
                                         * from SnapKV's per-set ranking with a quarter of
                                         * the budget protected */
+    const scdb_evict_heads *heads_init; /* start from this scorer's A and D (its n_win must be
+                                        * heads_n_win; NULL: heads_init_zero decides) */
     int heads_threads;                 /* workers evaluating a generation (>= 1) */
     float heads_sign;                  /* 1; -1 ascends (the trainer test's control) */
     FILE *log;                         /* JSONL: references, one line per step and per validation */

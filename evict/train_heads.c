@@ -213,7 +213,8 @@ scdb_err scdb_evict_train_heads(const scdb_evict_rl_opts *o, scdb_model *const *
         !(o->heads_lr > 0.0f) || !(o->heads_lo > 0.0) || !(o->heads_hi >= o->heads_lo) ||
         !(o->heads_hi < 1.0) || o->heads_val_every < 1 || o->heads_sinks < 0 ||
         o->heads_n_win < 1 || o->heads_n_win > SCDB_EVICT_HEAD_MAX_WIN || o->heads_threads < 1 ||
-        !(o->heads_sign == 1.0f || o->heads_sign == -1.0f)) {
+        !(o->heads_sign == 1.0f || o->heads_sign == -1.0f) ||
+        (o->heads_init && o->heads_init->n_win != o->heads_n_win)) {
         scdb_errf(errbuf, errlen, "invalid per-head scorer options");
         return SCDB_EINVAL;
     }
@@ -324,7 +325,11 @@ scdb_err scdb_evict_train_heads(const scdb_evict_rl_opts *o, scdb_model *const *
     }
 
     /* the start */
-    if (!o->heads_init_zero) {
+    if (o->heads_init) {
+        memcpy(th, o->heads_init->a, sizeof o->heads_init->a);
+        memcpy(th + SCDB_EVICT_HEAD_FEATS * SCDB_EVICT_HEAD_CTX, o->heads_init->d,
+               (size_t)o->heads_n_win * SCDB_EVICT_HEAD_CTX * sizeof *th);
+    } else if (!o->heads_init_zero) {
         th[0 * SCDB_EVICT_HEAD_CTX + SCDB_EVICT_HEAD_CTX - 1] = 1.0f;   /* snap: SnapKV per set */
         int q = 0;   /* the choice nearest a quarter of the budget */
         for (int c = 1; c < o->heads_n_win; c++)

@@ -15,6 +15,16 @@ void scdb_k_gemm_cpu(int trans_a, int trans_b, int M, int N, int K, float alpha,
                      float beta, float *C, int ldc)
 {
     if (M <= 0 || N <= 0) return;
+    if (M == 1 && K > 0) {
+        /* one row (a decode step): a matrix-vector product.  sgemm packs
+         * all of B for every call, which for one row costs several times
+         * the product itself (OpenBLAS's Zen kernels: most of a decode
+         * step went to sgemm_incopy).  C = alpha op(B)^T a + beta C, a the
+         * row of A (strided by lda when A is transposed) */
+        cblas_sgemv(CblasRowMajor, trans_b ? CblasNoTrans : CblasTrans, trans_b ? N : K,
+                    trans_b ? K : N, alpha, B, ldb, A, trans_a ? lda : 1, beta, C, 1);
+        return;
+    }
     cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
                 trans_b ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda,
                 B, ldb, beta, C, ldc);
