@@ -115,7 +115,8 @@ static void usage(FILE *f)
             "  --heads-sinks N    first slots every set protects (default 0)\n"
             "  --heads-windows F,..  each set's window choices (default 0,0.125,0.25,0.5,0.75)\n"
             "  --heads-zero       start from zeros (ties keep the newest) instead of SnapKV's\n"
-            "                     per-set ranking with a quarter of the budget protected\n"
+            "                     per-set ranking with a quarter of the budget protected (an\n"
+            "                     --init file with a scorer: from its scorer, choices and sinks)\n"
             "  --heads-threads N  workers (default 2)\n"
             "  --heads-flip       ascend the objective (a control for the trainer's test)\n"
             "  --flip-gradient    ascend the loss instead (a control: a trainer that learns\n"
@@ -298,6 +299,7 @@ int cli_cmd_train_policy(int argc, char **argv)
     optind = 1;
     char imit_only[40] = "";                /* the last --imit-* option given */
     char heads_only[40] = "";               /* the last --heads-* option given */
+    int heads_win_given = 0;
     while ((c = getopt_long(argc, argv, "o:qh", opts, NULL)) != -1) {
         int bad = 0;
         double fr[4];
@@ -398,6 +400,7 @@ int cli_cmd_train_policy(int argc, char **argv)
         case O_HSINKS: bad = scdb_parse_int(oname, optarg, 0, 1 << 20, &o.heads_sinks, why, sizeof why); break;
         case O_HWIN: {
             double wf[SCDB_EVICT_MAX_WIN];
+            heads_win_given = 1;
             o.heads_n_win = parse_windows(optarg, wf, SCDB_EVICT_HEAD_MAX_WIN);
             bad = o.heads_n_win < 1;
             for (int wi = 0; wi < o.heads_n_win; wi++) o.heads_win_frac[wi] = (float)wf[wi];
@@ -537,6 +540,20 @@ int cli_cmd_train_policy(int argc, char **argv)
             goto done;
         }
         o.init = scdb_evict_policy_mlp(init);
+        if (o.heads_gens > 0 && o.init->heads.on) {
+            /* a version-6 start: the fit goes on from its scorer, whose
+             * window choices and sinks it keeps */
+            if (heads_win_given) {
+                fprintf(stderr, "train-policy: --heads-windows: --init %s has its scorer's own "
+                                "window choices\n", init_path);
+                ret = 2;
+                goto done;
+            }
+            o.heads_n_win = o.init->heads.n_win;
+            memcpy(o.heads_win_frac, o.init->heads.win_frac, sizeof o.heads_win_frac);
+            o.heads_sinks = o.init->heads.sinks;
+            o.heads_init = &o.init->heads;
+        }
     }
     for (int i = 0; i < n_expert; i++) {
         if ((rc = scdb_evict_policy_load(expert_path[i], &experts[i], err, sizeof err))) {
@@ -630,7 +647,7 @@ int cli_cmd_train_policy(int argc, char **argv)
                      "sigma %g, lr %g, start %s; validation %.4f -> %.4f; split %g",
                      res.heads_gens_run, o.heads_gens, res.heads_best_gen, o.heads_pairs,
                      o.heads_episodes, o.heads_pool, o.heads_lo, o.heads_hi, o.heads_sigma,
-                     o.heads_lr, o.heads_init_zero ? "zeros" : "snapkv per set",
+                     o.heads_lr, o.heads_init ? "the --init file's scorer" : o.heads_init_zero ? "zeros" : "snapkv per set",
                      res.heads_ratio_init, res.heads_ratio_best, (double)res.heads_split);
         const char *keys[] = {"heads_trainer", "trained_on", "domains", "trainer", "imitation", "updates", "episodes", "states",
                               "lr", "entropy_bonus", "prefill/steps/every", "val_kl_init",

@@ -545,8 +545,16 @@ scdb_err scdb_delete(scdb *h, const int32_t *tokens, size_t n_tokens, uint32_t f
  *
  * A live session keeps an arena's cache within a slot budget while this
  * process decodes into it, with one of the broker's eviction policies
- * (evict/evict.h: full, streaming, h2o, snapkv, tova, or a learned
- * DistillCache policy the broker loaded, e.g. "distillcache").
+ * (evict/evict.h: full, streaming, h2o, snapkv, tova, the per-head
+ * h2o_head, snapkv_head, tova_layer, or a learned DistillCache policy the
+ * broker loaded, e.g. "distillcache").  A policy that keeps a set of slots
+ * per (layer, KV group) at the session's budget (the per-head kinds; a
+ * learned policy below its split) gets the per-head statistics layout: the
+ * cache still holds n slots, slot i of KV group g in layer l being the i-th
+ * token that set kept, and ev.slot_pos[i] (and cache->pos[i]) the newest of
+ * the sets' positions at slot i; each set's own positions are in the
+ * accumulators (scdb_session_accumulators, FORMATS.md "Version 2").  The
+ * cache is attended exactly as before.
  *
  *   scdb_arena_new + scdb_get          the prefix, decoded into the arena
  *   scdb_session_open(arena, budget, policy, cadence)

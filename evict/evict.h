@@ -85,12 +85,19 @@
  *              file says so                            recent_frac * budget)
  *                                                      from the file (shipped:
  *                                                      see data/policies/README.md)
+ *   h2o_head   mass per (layer, KV group)              budget/2 recent, per set
+ *   snapkv_head  window attention per (layer, KV       min(window, budget/2)
+ *              group), max-pooled (kernel 7)           recent, per set
+ *   tova_layer last query's attention per layer        the newest token
  *
- * One keep set is shared by all layers and heads (as DistillCache's features,
- * aggregated over heads and layers, suggest; PAPERS.md): compaction is then a
- * single order-preserving gather per layer and the cache keeps one length.
- * The per-head (H2O, SnapKV) and per-layer (TOVA) variants of the originals
- * are reduced to one score by averaging over the heads and layers.
+ * The first five keep one set of slots for all layers and heads (as
+ * DistillCache's features, aggregated over heads and layers, suggest;
+ * PAPERS.md): compaction is a single order-preserving gather per layer, and
+ * the per-head (H2O, SnapKV) and per-layer (TOVA) choices of the originals
+ * are reduced to one score by averaging.  The last three are the originals'
+ * granularity, and a learned policy with a per-head scorer (policy file
+ * version 6) keeps a set per (layer, KV group) below its split budget:
+ * "Keep sets per head", below.
  *
  * Learned policy (DistillCache)
  * -----------------------------

@@ -95,10 +95,10 @@ enum {
  *   age   log(age_j / B)                         age_j = newest position - pos + 1
  *   sink  1 for the set's first 4 slots, else 0
  *
- * and five values of the set itself, from its ring (the last window's
- * queries): the share of their attention on the newest 32 positions
- * (local), on the first 4 slots (sinks), its normalised entropy, z =
- * log2(B / 64), and 1.  The slot's score is sum_f (A[f] . ctx) x_f: the
+ * and six values of the set itself: from its ring (the last window's
+ * queries) the share of their attention on the newest 32 positions
+ * (local), on the first 4 slots (sinks) and its normalised entropy; z =
+ * log2(B / 64); its layer's depth (0 first .. 1 last); and 1.  The slot's score is sum_f (A[f] . ctx) x_f: the
  * weights of the five signals are linear in the set's context, so a local
  * head can rank by age, a retrieval head by its window attention, at a
  * small budget otherwise than at a larger one.  Its recent window is
@@ -107,7 +107,7 @@ enum {
  * set.  Everything but the forms above and the choices offered is learned
  * (`scdb train-policy --heads`, train_heads.c). */
 #define SCDB_EVICT_HEAD_FEATS 5
-#define SCDB_EVICT_HEAD_CTX 5
+#define SCDB_EVICT_HEAD_CTX 6
 #define SCDB_EVICT_HEAD_MAX_WIN 8
 
 typedef struct scdb_evict_heads {
@@ -120,7 +120,7 @@ typedef struct scdb_evict_heads {
     float d[SCDB_EVICT_HEAD_MAX_WIN * SCDB_EVICT_HEAD_CTX];    /* D [choice][ctx] */
 } scdb_evict_heads;
 
-/* Parameters the trainer searches: A then D (n_win rows). */
+/* Parameters the trainer searches: A then D (n_win rows); 30 + 6 per choice. */
 static inline int scdb_evict_heads_n_params(const scdb_evict_heads *h)
 {
     return SCDB_EVICT_HEAD_FEATS * SCDB_EVICT_HEAD_CTX + h->n_win * SCDB_EVICT_HEAD_CTX;

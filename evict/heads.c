@@ -270,7 +270,9 @@ scdb_err scdb_evict_heads_score_ctx(const scdb_evict_heads *h, const scdb_evict_
             }
             ent = n > 1 ? ent / log((double)n) : 0.0;
         }
-        float c[C] = {(float)loc, (float)snk, (float)ent, z, 1.0f};
+        /* the set's depth in the network: 0 first layer .. 1 last */
+        float depth = a->n_layers > 1 ? (float)(k / a->n_kv_heads) / (float)(a->n_layers - 1) : 0.0f;
+        float c[C] = {(float)loc, (float)snk, (float)ent, z, depth, 1.0f};
         if (ctx_out) memcpy(ctx_out + (size_t)k * C, c, sizeof c);
         float wf[F];
         for (int f = 0; f < F; f++) {

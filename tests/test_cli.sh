@@ -243,6 +243,21 @@ expect 2 "train-policy: an --imit-* option without --imitate" -- "$scdb" train-p
   -o "$tmp/unused.safetensors"
 grep -q -- "--imit-epochs is for --imitate R" "$tmp/err" && ok "train-policy: --imit-epochs alone says what it is for" \
   || bad "train-policy: --imit-epochs alone says what it is for"
+# the per-head scorer's options (issue 27): each refused without --heads, bad values named
+expect 2 "train-policy: a --heads-* option without --heads" -- "$scdb" train-policy --heads-pool 10 \
+  -o "$tmp/unused.safetensors"
+grep -q -- "--heads-pool is for --heads G" "$tmp/err" && ok "train-policy: --heads-pool alone says what it is for" \
+  || bad "train-policy: --heads-pool alone says what it is for"
+for arg in "--heads-windows 0,,0.5" "--heads-windows 0.5,0.25" "--heads-windows 0,1" \
+           "--heads-range 0.2,0.1" "--heads-range 0.1,,0.2" "--heads-pairs 0" "--heads-pairs 65" \
+           "--heads-sigma 0" "--heads-threads 17" "--heads -1"; do
+  expect 2 "train-policy --heads 3 $arg: a usage error" -- "$scdb" train-policy --heads 3 $arg \
+    --suite "$tmp/nothing.json" -o "$tmp/p.safetensors"
+done
+expect 2 "train-policy: more episodes per generation than the pool" -- "$scdb" train-policy --heads 3 \
+  --heads-pool 4 --heads-episodes 8 -o "$tmp/p.safetensors"
+grep -q -- "--heads-episodes 8 exceeds --heads-pool 4" "$tmp/err" \
+  && ok "train-policy: episodes over the pool says so" || bad "train-policy: episodes over the pool message"
 cb="$data/codebooks/base.safetensors"
 expect 2 "calibrate --codebook: a codebook option is refused" -- "$scdb" calibrate --codebook "$cb" \
   --consumer "$data/models/python" --ranks 8,12,16 -o "$tmp/cal"

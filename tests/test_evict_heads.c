@@ -525,7 +525,8 @@ static void test_heads_scorer(void **state)
         const float *c = ctx + k * SCDB_EVICT_HEAD_CTX;
         for (int i = 0; i < 3; i++) assert_true(c[i] >= 0.0f && c[i] <= 1.0f + 1e-6f);
         assert_true(fabsf(c[3] - (-1.0f)) < 1e-6f);
-        assert_true(c[4] == 1.0f);
+        assert_true(c[4] == (float)(k / f3.G));   /* depth: 2 layers, 0 and 1 */
+        assert_true(c[5] == 1.0f);
         assert_int_equal(rec[k], 16);
     }
     assert_int_equal(scdb_evict_heads_score_ctx(&m->heads, f3.a, 0, sc, &sinks, rec, ctx), SCDB_EINVAL);
