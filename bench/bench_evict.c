@@ -1193,6 +1193,10 @@ int scdb_bench_evict(int argc, char **argv)
         ret = 2;
         goto done;
     }
+    /* one token per forward: BLAS threads only wait on each other (and,
+     * beside other work, yield: their spinning was most of a step's CPU
+     * time), so the step and the overhead are one thread's work */
+    scdb_k_cpu_threads(1);
     if (r.o.n_models == 0) r.o.n_models = list_models(r.o.data, r.o.models, MAX_MODELS);
     if (r.o.n_models <= 0) {
         fprintf(stderr, "scdb bench evict: no models under %s/models\n", r.o.data);

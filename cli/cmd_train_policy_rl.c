@@ -119,6 +119,9 @@ static void usage(FILE *f)
             "                     --init file with a scorer: from its scorer, choices and sinks)\n"
             "  --heads-threads N  workers (default 2)\n"
             "  --heads-flip       ascend the objective (a control for the trainer's test)\n"
+            "  --heads-no-gate    no gate: the scorer takes every session below the split\n"
+            "                     (default: a gate fitted on the pool chooses, at a session's\n"
+            "                     first eviction, the scorer's sets or the network's one set)\n"
             "  --flip-gradient    ascend the loss instead (a control: a trainer that learns\n"
             "                     must then not improve the validation score)\n"
             "  --age-profile OUT  instead of training, write to OUT (JSON) the kept set's\n"
@@ -248,7 +251,7 @@ int cli_cmd_train_policy(int argc, char **argv)
            O_AGEPROF, O_PROFILE, O_FLIP, O_LAST, O_IMIT, O_IEPIS, O_IEPOCHS, O_IBATCH, O_ITEMP,
            O_ILR, O_IVAL, O_EXPERT, O_ISTATEW, O_IBANDW, O_ITRAIN, O_SKIP, O_HEADRUNS,
            O_HEADS, O_HPAIRS, O_HEPIS, O_HPOOL, O_HSIGMA, O_HLR, O_HRANGE, O_HVAL, O_HSINKS,
-           O_HWIN, O_HZERO, O_HTHREADS, O_HFLIP };
+           O_HWIN, O_HZERO, O_HTHREADS, O_HFLIP, O_HNOGATE };
     static const struct option opts[] = {
         {"suite", 1, 0, O_SUITE}, {"domains", 1, 0, O_DOMAINS}, {"models", 1, 0, O_MODELS},
         {"inputs", 1, 0, O_INPUTS}, {"updates", 1, 0, O_UPDATES}, {"batch", 1, 0, O_BATCH},
@@ -275,6 +278,7 @@ int cli_cmd_train_policy(int argc, char **argv)
         {"heads-val-every", 1, 0, O_HVAL}, {"heads-sinks", 1, 0, O_HSINKS},
         {"heads-windows", 1, 0, O_HWIN}, {"heads-zero", 0, 0, O_HZERO},
         {"heads-threads", 1, 0, O_HTHREADS}, {"heads-flip", 0, 0, O_HFLIP},
+        {"heads-no-gate", 0, 0, O_HNOGATE},
         {"out", 1, 0, 'o'}, {"quiet", 0, 0, 'q'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     scdb_evict_rl_opts o;
     scdb_evict_rl_result res;
@@ -409,6 +413,7 @@ int cli_cmd_train_policy(int argc, char **argv)
         case O_HZERO: o.heads_init_zero = 1; break;
         case O_HTHREADS: bad = scdb_parse_int(oname, optarg, 1, 16, &o.heads_threads, why, sizeof why); break;
         case O_HFLIP: o.heads_sign = -1.0f; break;
+        case O_HNOGATE: o.heads_gate = 0; break;
         case O_WINLR: bad = scdb_parse_float(oname, optarg, 0.0f, 10.0f, &o.win_lr, why, sizeof why); break;
         case O_VALW: bad = scdb_parse_int(oname, optarg, 1, 1024, &o.val_windows, why, sizeof why); break;
         case O_VALE: bad = scdb_parse_int(oname, optarg, 1, 1 << 20, &o.val_every, why, sizeof why); break;
@@ -445,7 +450,7 @@ int cli_cmd_train_policy(int argc, char **argv)
         }
         if ((c >= O_IEPIS && c <= O_IVAL) || c == O_ISTATEW || c == O_IBANDW || c == O_ITRAIN)
             snprintf(imit_only, sizeof imit_only, "%s", oname);
-        if (c > O_HEADS && c <= O_HFLIP) snprintf(heads_only, sizeof heads_only, "%s", oname);
+        if (c > O_HEADS && c <= O_HNOGATE) snprintf(heads_only, sizeof heads_only, "%s", oname);
     }
     if (heads_only[0] && o.heads_gens == 0) {
         fprintf(stderr, "train-policy: %s is for --heads G (G > 0)\n", heads_only);
@@ -590,7 +595,7 @@ int cli_cmd_train_policy(int argc, char **argv)
 
     {
         char mlist[256] = "", dlist[512] = "", num[16][48], date[32], imit[2048] = "none"; /* 4 experts x NAME_MAX fit */
-        char heads[512] = "none";
+        char heads[768] = "none";
         time_t now = time(NULL);
         struct tm tmv;
         for (int i = 0; i < n_models; i++) {
@@ -644,11 +649,13 @@ int cli_cmd_train_policy(int argc, char **argv)
         if (o.heads_gens > 0)
             snprintf(heads, sizeof heads, "evolution strategies (evict/train_heads.c): %d of %d "
                      "generations (best %d), %d pairs x %d episodes of a pool of %d, budgets %g-%g, "
-                     "sigma %g, lr %g, start %s; validation %.4f -> %.4f; split %g",
+                     "sigma %g, lr %g, start %s; validation %.4f -> %.4f; gate %s (weighted accuracy "
+                     "%.3f on the pool, validation %.4f); split %g",
                      res.heads_gens_run, o.heads_gens, res.heads_best_gen, o.heads_pairs,
                      o.heads_episodes, o.heads_pool, o.heads_lo, o.heads_hi, o.heads_sigma,
                      o.heads_lr, o.heads_init ? "the --init file's scorer" : o.heads_init_zero ? "zeros" : "snapkv per set",
-                     res.heads_ratio_init, res.heads_ratio_best, (double)res.heads_split);
+                     res.heads_ratio_init, res.heads_ratio_best, o.heads_gate ? "fitted" : "none",
+                     res.heads_gate_acc, res.heads_ratio_gated, (double)res.heads_split);
         const char *keys[] = {"heads_trainer", "trained_on", "domains", "trainer", "imitation", "updates", "episodes", "states",
                               "lr", "entropy_bonus", "prefill/steps/every", "val_kl_init",
                               "val_kl_best", "val_ratio_init", "val_ratio_best",
@@ -674,6 +681,9 @@ int cli_cmd_train_policy(int argc, char **argv)
                res.heads_best_gen, res.heads_ratio_best, res.heads_ratio_init);
         for (int b = 0; b < o.n_val_budgets; b++)
             printf(" %g: %.3f / %.3f", o.val_budgets[b], res.heads_by_budget[b], res.net_by_budget[b]);
+        if (o.heads_gate)
+            printf("\ngate: the better of scorer and network on %.1f%% of the pool (weighted); "
+                   "validation with the gate %.3f", 100.0 * res.heads_gate_acc, res.heads_ratio_gated);
         printf("\nsplit %g (%s)\n\n", (double)res.heads_split,
                res.heads_split > 0.0f ? "keep sets per head at budgets up to split x capacity"
                                       : "no scorer: the network is better at every validation budget");

@@ -39,8 +39,11 @@ static size_t bytes_for(int n_kv_heads, int capacity, int window)
            align64((size_t)window * n_kv_heads * capacity * 4);
 }
 
-/* The per-head layout (version 2): pos, mass, last [K][capacity], then the
- * ring [window][K][capacity], K = n_layers * n_kv_heads keep sets. */
+/* The per-head layout (version 2): version 1's buffer (header, slot
+ * arrays, ring; valid while every set keeps the same slots), then a
+ * 64-byte block whose first word is the mode, then pos, mass, last
+ * [K][capacity] and the ring [window][K][capacity], K = n_layers *
+ * n_kv_heads keep sets. */
 static size_t head_array_bytes(int n_sets, int capacity)
 {
     return align64((size_t)n_sets * capacity * 4);
@@ -49,7 +52,8 @@ static size_t head_array_bytes(int n_sets, int capacity)
 static size_t bytes_for_heads(int n_layers, int n_kv_heads, int capacity, int window)
 {
     int k = n_layers * n_kv_heads;
-    return HDR_BYTES + SCDB_EVICT_ACC_HEAD_ARRAYS * head_array_bytes(k, capacity) +
+    return bytes_for(n_kv_heads, capacity, window) + HDR_BYTES +
+           SCDB_EVICT_ACC_HEAD_ARRAYS * head_array_bytes(k, capacity) +
            align64((size_t)window * k * capacity * 4);
 }
 
@@ -80,8 +84,25 @@ int scdb_evict_acc_n_sets(const scdb_evict_acc *a)
 
 static void *harr(const scdb_evict_acc *a, int k)
 {
-    return (char *)a + HDR_BYTES +
+    return (char *)a + bytes_for(a->n_kv_heads, a->capacity, a->window) + HDR_BYTES +
            (size_t)k * head_array_bytes(a->n_layers * a->n_kv_heads, a->capacity);
+}
+
+static uint32_t *mode_word(const scdb_evict_acc *a)
+{
+    return (uint32_t *)((char *)a + bytes_for(a->n_kv_heads, a->capacity, a->window));
+}
+
+int scdb_evict_acc_mode(const scdb_evict_acc *a)
+{
+    if (!scdb_evict_acc_per_head(a)) return SCDB_EVICT_MODE_SHARED;
+    uint32_t m = *mode_word(a);
+    return m <= SCDB_EVICT_MODE_SPLIT ? (int)m : -1;
+}
+
+void scdb_evict_acc_set_mode(scdb_evict_acc *a, int mode)
+{
+    if (scdb_evict_acc_per_head(a)) *mode_word(a) = (uint32_t)mode;
 }
 
 int32_t *scdb_evict_acc_head_pos(const scdb_evict_acc *a) { return harr(a, 0); }
@@ -160,7 +181,8 @@ scdb_err scdb_evict_acc_attach(void *mem, size_t len, scdb_evict_acc **out)
     if (bad_shape(&s, a->window) || scdb_evict_acc_bytes(&s) != a->bytes) return SCDB_ERANGE;
     if (len < a->bytes) return SCDB_ETRUNC;
     if (a->n < 0 || a->n > a->capacity || a->ring_next < 0 || a->ring_next >= a->window ||
-        a->ring_fill < 0 || a->ring_fill > a->window || !(a->decay >= 0.0f && a->decay <= 1.0f))
+        a->ring_fill < 0 || a->ring_fill > a->window || !(a->decay >= 0.0f && a->decay <= 1.0f) ||
+        scdb_evict_acc_mode(a) < 0)
         return SCDB_ERANGE;
     *out = a;
     return SCDB_OK;
@@ -218,6 +240,18 @@ static scdb_err acc_update_heads(scdb_evict_acc *a, const scdb_kv_cache *c, cons
     if (c->n_layers != L || c->n_kv_heads != G || c->capacity > cap) return SCDB_ESHAPE;
     n = c->n;
     if (n_old + n_new != n || (probs && probs_slots < n)) return SCDB_EINVAL;
+    /* while the sets keep the same slots, version 1's statistics too (the
+     * network's inputs); that fold advances the header, so the sets' fold
+     * below starts from the ring row it had */
+    const int mode = scdb_evict_acc_mode(a);
+    int ring_start = a->ring_next >= 0 && a->ring_next < a->window ? a->ring_next : 0;
+    if (mode != SCDB_EVICT_MODE_SPLIT) {
+        scdb_k_acc_buf b;
+        scdb_err rc;
+        scdb_evict_acc_buf(a, a, &b);
+        if ((rc = scdb_k_acc_update_cpu(&b, n_old, c, probs, probs_slots, n_new, NULL, NULL)))
+            return rc;
+    }
     int32_t *pos = scdb_evict_acc_head_pos(a);
     float *mass = scdb_evict_acc_head_mass(a), *last = scdb_evict_acc_head_last(a);
     float *win = scdb_evict_acc_head_win(a);
@@ -231,7 +265,7 @@ static scdb_err acc_update_heads(scdb_evict_acc *a, const scdb_kv_cache *c, cons
     const float inv = 1.0f / (float)hpg;
     for (int q = 0; probs && q < n_new; q++) {
         int32_t qp = c->pos[n_old + q];
-        int ring = a->ring_next >= 0 && a->ring_next < a->window ? a->ring_next : 0;
+        int ring = (ring_start + q) % a->window;
         int nvis = 0;
         for (int j = 0; j < n; j++) nvis += c->pos[j] <= qp;
         for (int l = 0; l < L; l++)
@@ -257,10 +291,12 @@ static scdb_err acc_update_heads(scdb_evict_acc *a, const scdb_kv_cache *c, cons
                 }
                 memset(wr + n, 0, (size_t)(cap - n) * sizeof *wr);
             }
-        a->ring_next = (ring + 1) % a->window;
-        if (a->ring_fill < a->window) a->ring_fill++;
-        a->last_pos = qp;
-        a->n_queries++;
+        if (mode == SCDB_EVICT_MODE_SPLIT) {
+            a->ring_next = (ring + 1) % a->window;
+            if (a->ring_fill < a->window) a->ring_fill++;
+            a->last_pos = qp;
+            a->n_queries++;
+        }
     }
     a->n = n;
     return SCDB_OK;

@@ -184,6 +184,7 @@ void scdb_evict_window_age_hist(scdb_evict_window *w, double *hist, int bins)
 double scdb_evict_window_nll_full(const scdb_evict_window *w) { return w->nll_full; }
 const scdb_evict_acc *scdb_evict_window_acc(const scdb_evict_window *w) { return w->acc0; }
 const scdb_evict_acc *scdb_evict_window_student_acc(const scdb_evict_window *w) { return w->acc; }
+const scdb_evict_acc *scdb_evict_window_acc_heads(const scdb_evict_window *w) { return w->acc0h; }
 
 /* ------------------------------------------------------------ sampling */
 

@@ -198,6 +198,13 @@ float *scdb_evict_acc_win(const scdb_evict_acc *a);   /* [window][G][capacity] *
 
 /* The per-head layout (version 2).  1 if a holds it. */
 int scdb_evict_acc_per_head(const scdb_evict_acc *a);
+/* Its mode (version 1: always SHARED): NONE before the first eviction,
+ * SHARED once an eviction kept one set for all (version 1's arrays stay
+ * valid, both are folded), SPLIT once the sets differ (only the per-set
+ * arrays are folded and valid).  -1: a damaged mode word. */
+enum { SCDB_EVICT_MODE_NONE = 0, SCDB_EVICT_MODE_SHARED = 1, SCDB_EVICT_MODE_SPLIT = 2 };
+int scdb_evict_acc_mode(const scdb_evict_acc *a);
+void scdb_evict_acc_set_mode(scdb_evict_acc *a, int mode);
 /* Keep sets a's cache has: n_layers * n_kv_heads in the per-head layout, else 1. */
 int scdb_evict_acc_n_sets(const scdb_evict_acc *a);
 /* Its arrays, set k = layer * n_kv_heads + group: */
@@ -405,6 +412,16 @@ int scdb_evict_policy_per_head(const scdb_evict_policy *p, int budget, int capac
  * kinds version 2, a learned policy version 1 and, with a per-head scorer,
  * version 2. */
 int scdb_evict_policy_runs_on(const scdb_evict_policy *p, int per_head);
+/* 1 if p evicts with a keep set per head on accumulators a at this
+ * budget: a has the per-head layout and its sets already differ, p is a
+ * per-head kind, or p is a learned policy whose scorer takes the first
+ * eviction (its gate, evict_train.h).  0: one set for all (a's version 1
+ * arrays are every set's; compaction keeps the sets the same). */
+int scdb_evict_policy_wants_sets(const scdb_evict_policy *p, const scdb_evict_acc *a, int budget);
+/* One keep list for every set of per-head accumulators whose sets are
+ * still the same (not SPLIT): version 1's arrays and the sets'; the mode
+ * becomes SHARED.  SCDB_EINVAL. */
+scdb_err scdb_evict_acc_compact_shared(scdb_evict_acc *a, const int *keep, int n_keep);
 /* Every set's scores (scores [K][a->n], higher = keep), the sinks (the same
  * for every set) and each set's protected recent window (recent [K]).
  * SCDB_EINVAL (NULL, budget < 1, a not per-head), SCDB_EMISMATCH (p cannot

@@ -193,6 +193,8 @@ void scdb_evict_adam_step(scdb_evict_adam *a, float *p, const float *g, float lr
  * state (scdb_evict_window_steps), for the imitation's states. */
 const scdb_evict_acc *scdb_evict_window_acc(const scdb_evict_window *w);
 const scdb_evict_acc *scdb_evict_window_student_acc(const scdb_evict_window *w);
+/* The prefilled state's per-head accumulators (the gate's input). */
+const scdb_evict_acc *scdb_evict_window_acc_heads(const scdb_evict_window *w);
 
 /* The network on rows of standardised inputs x[n][m->n_in] at budget B
  * (what scdb_evict_mlp_score_rows runs after gathering; the skip

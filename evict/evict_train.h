@@ -109,6 +109,7 @@ enum {
 #define SCDB_EVICT_HEAD_FEATS 5
 #define SCDB_EVICT_HEAD_CTX 6
 #define SCDB_EVICT_HEAD_MAX_WIN 8
+#define SCDB_EVICT_GATE_N 8
 
 typedef struct scdb_evict_heads {
     int on;                                    /* 1: the file has one (version 6) */
@@ -118,6 +119,12 @@ typedef struct scdb_evict_heads {
     int n_win;                                 /* window choices (>= 1) */
     float win_frac[SCDB_EVICT_HEAD_MAX_WIN];   /* each a fraction of B in [0, 1) */
     float d[SCDB_EVICT_HEAD_MAX_WIN * SCDB_EVICT_HEAD_CTX];    /* D [choice][ctx] */
+    /* The gate (optional): at a session's first eviction, per-head sets if
+     * gate . g > 0 (g: scdb_evict_heads_gate_input), else one set for the
+     * whole session, the network's; without a gate, per-head sets. */
+    int has_gate;
+    float gate[SCDB_EVICT_GATE_N];
+    int force;                                 /* training: 1 one set, 2 per-head sets; 0: the gate */
 } scdb_evict_heads;
 
 /* Parameters the trainer searches: A then D (n_win rows); 30 + 6 per choice. */
@@ -172,6 +179,16 @@ int scdb_evict_mlp_heads_at(const scdb_evict_mlp *m, int budget, int capacity);
  * none, a not per-head), SCDB_ENOMEM. */
 scdb_err scdb_evict_mlp_heads_score(const scdb_evict_mlp *m, const scdb_evict_acc *a, int budget,
                                     float *scores, int *sinks, int *recent);
+/* What the gate reads, from per-head accumulators at budget B: over the
+ * sets' contexts, the mean share of the window's attention on the newest
+ * 32 positions, the mean share on the first 4 slots, the mean normalised
+ * entropy, the spread (standard deviation) of the first and of the
+ * entropy, the later half of the layers' mean local share minus the
+ * earlier half's, z = log2(B / 64), 1.  SCDB_EINVAL, SCDB_ENOMEM. */
+scdb_err scdb_evict_heads_gate_input(const scdb_evict_acc *a, int budget, float *g);
+/* 1 if m's scorer takes a session's first eviction on a (its gate, or
+ * force; no gate: always). */
+int scdb_evict_mlp_heads_choose(const scdb_evict_mlp *m, const scdb_evict_acc *a, int budget);
 scdb_err scdb_evict_heads_score_ctx(const scdb_evict_heads *h, const scdb_evict_acc *a,
                                     int budget, float *scores, int *sinks, int *recent,
                                     float *ctx);
@@ -436,6 +453,9 @@ typedef struct scdb_evict_rl_opts {
     const scdb_evict_heads *heads_init; /* start from this scorer's A and D (its n_win must be
                                         * heads_n_win; NULL: heads_init_zero decides) */
     int heads_threads;                 /* workers evaluating a generation (>= 1) */
+    int heads_gate;                    /* 1: after the search, fit the gate (the scorer or
+                                        * the network at a session's first eviction) on the
+                                        * pool; 0: no gate (the scorer below the split) */
     float heads_sign;                  /* 1; -1 ascends (the trainer test's control) */
     FILE *log;                         /* JSONL: references, one line per step and per validation */
     int verbose;
@@ -467,6 +487,8 @@ typedef struct scdb_evict_rl_result {
     double heads_by_budget[4], net_by_budget[4];       /* per validation budget: score of the
                                                         * scorer and of the network */
     float heads_split;                                 /* what the file got (0: no scorer) */
+    double heads_gate_acc;                             /* the gate's weighted accuracy on the pool */
+    double heads_ratio_gated;                          /* validation with the gate (0: none) */
 } scdb_evict_rl_result;
 
 /* Train; *out gets the network with the best validation score.

@@ -22,6 +22,16 @@ int scdb_evict_policy_per_head(const scdb_evict_policy *p, int budget, int capac
     return 0;
 }
 
+int scdb_evict_policy_wants_sets(const scdb_evict_policy *p, const scdb_evict_acc *a, int budget)
+{
+    if (!p || !scdb_evict_acc_per_head(a)) return 0;
+    int mode = scdb_evict_acc_mode(a);
+    if (mode == SCDB_EVICT_MODE_SPLIT || scdb_evict_kind_per_head(p->kind)) return 1;
+    if (p->kind == SCDB_EVICT_LEARNED && mode == SCDB_EVICT_MODE_NONE)
+        return scdb_evict_mlp_heads_choose(p->mlp, a, budget);
+    return 0;
+}
+
 int scdb_evict_policy_runs_on(const scdb_evict_policy *p, int per_head)
 {
     if (!p) return 0;
@@ -129,6 +139,38 @@ scdb_err scdb_evict_acc_compact_heads(scdb_evict_acc *a, const int *keep, int n_
         }
     }
     a->n = n_keep;
+    scdb_evict_acc_set_mode(a, SCDB_EVICT_MODE_SPLIT);   /* version 1's arrays are stale now */
+    return SCDB_OK;
+}
+
+scdb_err scdb_evict_acc_compact_shared(scdb_evict_acc *a, const int *keep, int n_keep)
+{
+    if (!a || !scdb_evict_acc_per_head(a) || scdb_evict_acc_mode(a) == SCDB_EVICT_MODE_SPLIT ||
+        n_keep < 0 || n_keep > a->n || (n_keep > 0 && !keep))
+        return SCDB_EINVAL;
+    for (int i = 0; i < n_keep; i++)
+        if (keep[i] < 0 || keep[i] >= a->n || (i > 0 && keep[i] <= keep[i - 1])) return SCDB_EINVAL;
+    const int K = scdb_evict_acc_n_sets(a), cap = a->capacity;
+    scdb_err rc;
+    /* version 1's nine slot arrays and ring, as scdb_evict_acc_compact */
+    size_t stride = (size_t)((char *)scdb_evict_acc_n_obs(a) - (char *)scdb_evict_acc_pos(a));
+    if ((rc = scdb_k_compact_rows_cpu(scdb_evict_acc_pos(a), SCDB_EVICT_ACC_SLOT_ARRAYS, stride, 4,
+                                      a->n, keep, n_keep, NULL)) ||
+        (rc = scdb_k_compact_rows_cpu(scdb_evict_acc_win(a), a->window * a->n_kv_heads,
+                                      (size_t)cap * 4, 4, a->n, keep, n_keep, NULL)))
+        return rc;
+    /* every set's arrays with the same list (rows of capacity floats) */
+    if ((rc = scdb_k_compact_rows_cpu(scdb_evict_acc_head_pos(a), K, (size_t)cap * 4, 4, a->n, keep,
+                                      n_keep, NULL)) ||
+        (rc = scdb_k_compact_rows_cpu(scdb_evict_acc_head_mass(a), K, (size_t)cap * 4, 4, a->n, keep,
+                                      n_keep, NULL)) ||
+        (rc = scdb_k_compact_rows_cpu(scdb_evict_acc_head_last(a), K, (size_t)cap * 4, 4, a->n, keep,
+                                      n_keep, NULL)) ||
+        (rc = scdb_k_compact_rows_cpu(scdb_evict_acc_head_win(a), a->window * K, (size_t)cap * 4, 4,
+                                      a->n, keep, n_keep, NULL)))
+        return rc;
+    a->n = n_keep;
+    scdb_evict_acc_set_mode(a, SCDB_EVICT_MODE_SHARED);
     return SCDB_OK;
 }
 
@@ -219,6 +261,81 @@ scdb_err scdb_evict_mlp_heads_score(const scdb_evict_mlp *m, const scdb_evict_ac
 
 static inline float flog(float x) { return logf(x); }
 
+/* Set k's context c[SCDB_EVICT_HEAD_CTX] at budget B (evict_train.h);
+ * raw: room for a->n floats. */
+static void set_context(const scdb_evict_acc *a, int k, int budget, float *raw, float *c)
+{
+    const int K = scdb_evict_acc_n_sets(a), n = a->n, cap = a->capacity;
+    const int32_t *pk = scdb_evict_acc_head_pos(a) + (size_t)k * cap;
+    const float *win = scdb_evict_acc_head_win(a);
+    double tot = 0.0, loc = 0.0, snk = 0.0, ent = 0.0;
+    for (int j = 0; j < n; j++) raw[j] = 0.0f;
+    for (int r = 0; r < a->ring_fill; r++) {
+        const float *row = win + ((size_t)r * K + k) * cap;
+        for (int j = 0; j < n; j++) raw[j] += row[j];
+    }
+    for (int j = 0; j < n; j++) tot += raw[j];
+    if (tot > 0.0) {
+        for (int j = 0; j < n; j++) {
+            double q = raw[j] / tot;
+            if (a->last_pos - pk[j] < 32) loc += q;
+            if (j < 4) snk += q;
+            if (q > 0.0) ent -= q * log(q);
+        }
+        ent = n > 1 ? ent / log((double)n) : 0.0;
+    }
+    c[0] = (float)loc;
+    c[1] = (float)snk;
+    c[2] = (float)ent;
+    c[3] = log2f((float)budget / 64.0f);
+    /* the set's depth in the network: 0 first layer .. 1 last */
+    c[4] = a->n_layers > 1 ? (float)(k / a->n_kv_heads) / (float)(a->n_layers - 1) : 0.0f;
+    c[5] = 1.0f;
+}
+
+scdb_err scdb_evict_heads_gate_input(const scdb_evict_acc *a, int budget, float *g)
+{
+    enum { C = SCDB_EVICT_HEAD_CTX };
+    if (!a || !scdb_evict_acc_per_head(a) || budget < 1 || !g) return SCDB_EINVAL;
+    const int K = scdb_evict_acc_n_sets(a), L = a->n_layers, G = a->n_kv_heads;
+    float *raw = malloc((size_t)(a->n > 0 ? a->n : 1) * sizeof *raw), c[C];
+    if (!raw) return SCDB_ENOMEM;
+    double sl = 0, sq = 0, ss = 0, se = 0, sqe = 0, early = 0, late = 0;
+    int ne = 0, nl = 0;
+    for (int k = 0; k < K; k++) {
+        set_context(a, k, budget, raw, c);
+        sl += c[0];
+        sq += (double)c[0] * c[0];
+        ss += c[1];
+        se += c[2];
+        sqe += (double)c[2] * c[2];
+        if (k / G < (L + 1) / 2) { early += c[0]; ne++; } else { late += c[0]; nl++; }
+    }
+    free(raw);
+    double ml = sl / K, me = se / K;
+    g[0] = (float)ml;
+    g[1] = (float)(ss / K);
+    g[2] = (float)me;
+    g[3] = (float)sqrt(fmax(sq / K - ml * ml, 0.0));
+    g[4] = (float)sqrt(fmax(sqe / K - me * me, 0.0));
+    g[5] = (float)((nl ? late / nl : 0.0) - (ne ? early / ne : 0.0));
+    g[6] = log2f((float)budget / 64.0f);
+    g[7] = 1.0f;
+    return SCDB_OK;
+}
+
+int scdb_evict_mlp_heads_choose(const scdb_evict_mlp *m, const scdb_evict_acc *a, int budget)
+{
+    if (!m || !m->heads.on) return 0;
+    if (m->heads.force) return m->heads.force == 2;
+    if (!m->heads.has_gate) return 1;
+    float g[SCDB_EVICT_GATE_N];
+    if (scdb_evict_heads_gate_input(a, budget, g)) return 0;   /* (out of memory: one set) */
+    float v = 0.0f;
+    for (int i = 0; i < SCDB_EVICT_GATE_N; i++) v += m->heads.gate[i] * g[i];
+    return v > 0.0f;
+}
+
 scdb_err scdb_evict_heads_score_ctx(const scdb_evict_heads *h, const scdb_evict_acc *a,
                                     int budget, float *scores, int *sinks, int *recent,
                                     float *ctx_out)
@@ -245,34 +362,14 @@ scdb_err scdb_evict_heads_score_ctx(const scdb_evict_heads *h, const scdb_evict_
     if (rc) goto done;
     const int32_t *pos = scdb_evict_acc_head_pos(a);
     const float *mass = scdb_evict_acc_head_mass(a), *last = scdb_evict_acc_head_last(a);
-    const float *win = scdb_evict_acc_head_win(a);
     const float fn = (float)n, lb = flog((float)budget);
     const float snap_scale = fn / (float)(a->ring_fill > 0 ? a->ring_fill : 1);
-    const float z = log2f((float)budget / 64.0f);
     const int32_t newest = a->last_pos;
     for (int k = 0; k < K; k++) {
         const int32_t *pk = pos + (size_t)k * cap;
         const float *mk = mass + (size_t)k * cap, *lk = last + (size_t)k * cap;
-        /* the set's context from its ring: the window queries' attention */
-        double tot = 0.0, loc = 0.0, snk = 0.0, ent = 0.0;
-        for (int j = 0; j < n; j++) raw[j] = 0.0f;
-        for (int r = 0; r < a->ring_fill; r++) {
-            const float *row = win + ((size_t)r * K + k) * cap;
-            for (int j = 0; j < n; j++) raw[j] += row[j];
-        }
-        for (int j = 0; j < n; j++) tot += raw[j];
-        if (tot > 0.0) {
-            for (int j = 0; j < n; j++) {
-                double q = raw[j] / tot;
-                if (newest - pk[j] < 32) loc += q;
-                if (j < 4) snk += q;
-                if (q > 0.0) ent -= q * log(q);
-            }
-            ent = n > 1 ? ent / log((double)n) : 0.0;
-        }
-        /* the set's depth in the network: 0 first layer .. 1 last */
-        float depth = a->n_layers > 1 ? (float)(k / a->n_kv_heads) / (float)(a->n_layers - 1) : 0.0f;
-        float c[C] = {(float)loc, (float)snk, (float)ent, z, depth, 1.0f};
+        float c[C];
+        set_context(a, k, budget, raw, c);
         if (ctx_out) memcpy(ctx_out + (size_t)k * C, c, sizeof c);
         float wf[F];
         for (int f = 0; f < F; f++) {

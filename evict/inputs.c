@@ -32,7 +32,7 @@ int scdb_evict_input_parse(const char *name)
 scdb_err scdb_evict_features(const scdb_evict_acc *a, float *f)
 {
     if (!a || (!f && a->n > 0)) return SCDB_EINVAL;
-    if (scdb_evict_acc_per_head(a)) return SCDB_EMISMATCH;   /* one set's features */
+    if (scdb_evict_acc_mode(a) == SCDB_EVICT_MODE_SPLIT) return SCDB_EMISMATCH;   /* one set's features */
     scdb_k_acc_arrays arr = {scdb_evict_acc_pos(a), scdb_evict_acc_n_obs(a), scdb_evict_acc_rel(a),
                              scdb_evict_acc_var(a), scdb_evict_acc_ent_num(a),
                              scdb_evict_acc_ent_den(a), scdb_evict_acc_vnorm(a), a->last_pos,

@@ -458,6 +458,10 @@ scdb_err scdb_evict_mlp_save(const scdb_evict_mlp *m, const char *path,
             (rc = scdb_st_writer_add(w, "heads.a", SCDB_F32, 2, sa, m->heads.a)) ||
             (rc = scdb_st_writer_add(w, "heads.d", SCDB_F32, 2, sd, m->heads.d)))
             goto done;
+        int64_t sg[1] = {SCDB_EVICT_GATE_N};
+        if (m->heads.has_gate &&
+            (rc = scdb_st_writer_add(w, "heads.gate", SCDB_F32, 1, sg, m->heads.gate)))
+            goto done;
     }
     for (int i = 0; i < n_extra; i++)
         if ((rc = scdb_st_writer_meta(w, keys[i], vals[i]))) goto done;
@@ -584,8 +588,15 @@ static scdb_err load_heads(const scdb_st_file *f, const char *path, scdb_evict_h
     memcpy(h->a, t->data, t->nbytes);
     if ((rc = scdb_st_expect(f, "heads.d", SCDB_F32, 2, sd, &t, errbuf, errlen))) return rc;
     memcpy(h->d, t->data, t->nbytes);
+    if (scdb_st_find(f, "heads.gate")) {
+        int64_t sg[1] = {SCDB_EVICT_GATE_N};
+        if ((rc = scdb_st_expect(f, "heads.gate", SCDB_F32, 1, sg, &t, errbuf, errlen))) return rc;
+        memcpy(h->gate, t->data, t->nbytes);
+        h->has_gate = 1;
+    }
     if (!all_finite(h->a, SCDB_EVICT_HEAD_FEATS * SCDB_EVICT_HEAD_CTX) ||
-        !all_finite(h->d, (size_t)h->n_win * SCDB_EVICT_HEAD_CTX)) {
+        !all_finite(h->d, (size_t)h->n_win * SCDB_EVICT_HEAD_CTX) ||
+        !all_finite(h->gate, SCDB_EVICT_GATE_N)) {
         scdb_errf(errbuf, errlen, "%s: non-finite weights in the per-head scorer", path);
         return SCDB_ERANGE;
     }
@@ -728,7 +739,8 @@ scdb_err scdb_evict_mlp_load(const char *path, scdb_evict_mlp **out, scdb_evict_
                                             "fc2.weight", "fc2.bias",  "out.weight", "out.bias"};
         const char *name = scdb_st_at(f, i)->name;
         int ok = (v4 && !strcmp(name, "window.weight")) || (v5 && !strcmp(name, "skip.weight")) ||
-                 (v6 && (!strcmp(name, "heads.a") || !strcmp(name, "heads.d")));
+                 (v6 && (!strcmp(name, "heads.a") || !strcmp(name, "heads.d") ||
+                         !strcmp(name, "heads.gate")));
         for (size_t k = 0; !ok && k < SCDB_ARRAY_LEN(known); k++) ok = !strcmp(name, known[k]);
         if (!ok) {
             scdb_errf(errbuf, errlen, "%s: tensor '%s' is not one of this file's (version %s%s)", path,

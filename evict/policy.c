@@ -173,7 +173,8 @@ scdb_err scdb_evict_policy_score_budget(const scdb_evict_policy *p, const scdb_e
     if (!p || !a || (!scores && a->n > 0) || budget < 1) return SCDB_EINVAL;
     /* one score per slot is one keep set's (the per-head layout's sets:
      * scdb_evict_heads_scores) */
-    if (scdb_evict_acc_per_head(a) || scdb_evict_kind_per_head(p->kind)) return SCDB_EMISMATCH;
+    if (scdb_evict_acc_mode(a) == SCDB_EVICT_MODE_SPLIT || scdb_evict_kind_per_head(p->kind))
+        return SCDB_EMISMATCH;
     switch (p->kind) {
     case SCDB_EVICT_FULL:
     case SCDB_EVICT_STREAMING:
@@ -201,6 +202,11 @@ scdb_err scdb_evict_acc_compact(scdb_evict_acc *a, const int *keep, int n_keep)
 {
     scdb_err rc;
     if (!a || n_keep < 0 || n_keep > a->n || (n_keep > 0 && !keep)) return SCDB_EINVAL;
+    if (scdb_evict_acc_per_head(a)) {
+        /* one keep list for every set: version 1's arrays and the sets' */
+        if (scdb_evict_acc_mode(a) == SCDB_EVICT_MODE_SPLIT) return SCDB_EINVAL;
+        return scdb_evict_acc_compact_shared(a, keep, n_keep);
+    }
     /* the nine slot arrays (pos .. last) are one matrix each, a fixed
      * stride apart; the query window has window x kv-head rows of capacity */
     size_t stride = (size_t)((char *)scdb_evict_acc_n_obs(a) - (char *)scdb_evict_acc_pos(a));
@@ -218,7 +224,8 @@ scdb_err scdb_evict_compact(scdb_kv_cache *cache, scdb_evict_acc *acc,
 {
     scdb_err rc;
     if (!cache) return SCDB_EINVAL;
-    if (acc && (acc->n != cache->n || scdb_evict_acc_per_head(acc))) return SCDB_EINVAL;
+    if (acc && (acc->n != cache->n || scdb_evict_acc_mode(acc) == SCDB_EVICT_MODE_SPLIT))
+        return SCDB_EINVAL;
     if ((rc = scdb_kv_cache_compact(cache, keep, n_keep))) return rc;
     if (acc && (rc = scdb_evict_acc_compact(acc, keep, n_keep))) return rc;
     if (pos_map) memcpy(pos_map, cache->pos, (size_t)n_keep * sizeof *pos_map);
@@ -240,9 +247,16 @@ scdb_err scdb_evict_run(const scdb_evict_policy *p, scdb_kv_cache *cache,
     }
     if (scdb_evict_policy_needs_acc(p) && (!acc || acc->n != cache->n)) return SCDB_EINVAL;
     if (acc && acc->n == cache->n && scdb_evict_acc_per_head(acc)) {
-        /* a keep set per (layer, KV group): heads.c */
-        if (!scdb_evict_policy_runs_on(p, 1)) return SCDB_EMISMATCH;
-        return scdb_evict_run_heads(p, cache, acc, budget, pos_map, n_keep);
+        /* the per-head layout: a keep set per (layer, KV group) (heads.c)
+         * once the sets differ, for the per-head kinds, or where a learned
+         * policy's gate chooses them at the first eviction; one set for
+         * all otherwise (version 1's arrays are still every set's) */
+        int mode = scdb_evict_acc_mode(acc);
+        if (mode < 0) return SCDB_ERANGE;
+        if (scdb_evict_policy_wants_sets(p, acc, budget)) {
+            if (!scdb_evict_policy_runs_on(p, 1)) return SCDB_EMISMATCH;
+            return scdb_evict_run_heads(p, cache, acc, budget, pos_map, n_keep);
+        }
     }
     if (!scdb_evict_policy_runs_on(p, 0)) return SCDB_EMISMATCH;
     scores = malloc((size_t)cache->n * sizeof *scores);

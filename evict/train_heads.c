@@ -127,6 +127,7 @@ static scdb_err heads_policy(const scdb_evict_mlp *net, const scdb_evict_heads *
     m->heads = *h;
     m->heads.on = 1;
     m->heads.split = 1.0f;
+    if (!m->heads.has_gate) m->heads.force = 2;   /* the scorer at every first eviction */
     rc = scdb_evict_policy_from_mlp(m, out);
 done:
     scdb_evict_mlp_free(&m);
@@ -186,6 +187,80 @@ static scdb_err make_heuristics(scdb_evict_policy **h)
     for (int i = 0; i < 4; i++) {
         scdb_err rc = scdb_evict_policy_new(k[i], &h[i]);
         if (rc) return rc;
+    }
+    return SCDB_OK;
+}
+
+/* Weighted logistic regression by Newton's method: minimise
+ * sum_e |y_e| log(1 + exp(-s_e w . x_e)) + lambda |w|^2, s_e = sign(y_e);
+ * *acc = the weighted share of episodes whose sign it gets right. */
+static scdb_err fit_gate(const double *x, const double *y, int n, float *wout, double *acc)
+{
+    enum { D = SCDB_EVICT_GATE_N };
+    double w[D] = {0}, wsum = 0.0;
+    for (int e = 0; e < n; e++) wsum += fabs(y[e]);
+    if (!(wsum > 0.0)) {
+        for (int q = 0; q < D; q++) wout[q] = 0.0f;
+        wout[D - 1] = 1.0f;   /* nothing at stake: the scorer */
+        *acc = 1.0;
+        return SCDB_OK;
+    }
+    const double lambda = 1e-3 * wsum;
+    for (int it = 0; it < 50; it++) {
+        double g[D] = {0}, H[D][D] = {{0}};
+        for (int e = 0; e < n; e++) {
+            const double *xe = x + (size_t)e * D, t = y[e] > 0.0 ? 1.0 : 0.0, we = fabs(y[e]);
+            double z = 0.0;
+            for (int q = 0; q < D; q++) z += w[q] * xe[q];
+            double p = 1.0 / (1.0 + exp(-z));
+            for (int q = 0; q < D; q++) {
+                g[q] += we * (p - t) * xe[q];
+                for (int r = 0; r < D; r++) H[q][r] += we * p * (1.0 - p) * xe[q] * xe[r];
+            }
+        }
+        for (int q = 0; q < D; q++) {
+            g[q] += 2.0 * lambda * w[q];
+            H[q][q] += 2.0 * lambda;
+        }
+        /* solve H d = g (Gaussian elimination, partial pivoting) */
+        double A[D][D + 1];
+        for (int q = 0; q < D; q++) {
+            for (int r = 0; r < D; r++) A[q][r] = H[q][r];
+            A[q][D] = g[q];
+        }
+        for (int c = 0; c < D; c++) {
+            int pv = c;
+            for (int r = c + 1; r < D; r++)
+                if (fabs(A[r][c]) > fabs(A[pv][c])) pv = r;
+            for (int k = 0; k <= D; k++) { double t = A[c][k]; A[c][k] = A[pv][k]; A[pv][k] = t; }
+            if (fabs(A[c][c]) < 1e-300) return SCDB_ERANGE;
+            for (int r = c + 1; r < D; r++) {
+                double f = A[r][c] / A[c][c];
+                for (int k = c; k <= D; k++) A[r][k] -= f * A[c][k];
+            }
+        }
+        double d[D], step = 0.0;
+        for (int c = D - 1; c >= 0; c--) {
+            double v = A[c][D];
+            for (int k = c + 1; k < D; k++) v -= A[c][k] * d[k];
+            d[c] = v / A[c][c];
+        }
+        for (int q = 0; q < D; q++) {
+            w[q] -= d[q];
+            step += fabs(d[q]);
+        }
+        if (step < 1e-9) break;
+    }
+    double right = 0.0;
+    for (int e = 0; e < n; e++) {
+        double z = 0.0;
+        for (int q = 0; q < D; q++) z += w[q] * x[(size_t)e * D + q];
+        if ((z > 0.0) == (y[e] > 0.0)) right += fabs(y[e]);
+    }
+    *acc = right / wsum;
+    for (int q = 0; q < D; q++) {
+        if (!isfinite(w[q])) return SCDB_ERANGE;
+        wout[q] = (float)w[q];
     }
     return SCDB_OK;
 }
@@ -301,7 +376,15 @@ scdb_err scdb_evict_train_heads(const scdb_evict_rl_opts *o, scdb_model *const *
                 v.group[t] = mi * o->n_corpora + c;
             }
         }
-    if ((rc = scdb_evict_policy_from_mlp(net, &netpol))) goto done;
+    {
+        /* the network alone (a start that has a scorer: without it), what
+         * the split weighs the scorer against */
+        scdb_evict_heads keep = net->heads;
+        net->heads.on = 0;
+        rc = scdb_evict_policy_from_mlp(net, &netpol);
+        net->heads = keep;
+        if (rc) goto done;
+    }
     {
         /* the heuristics (references) and the network itself */
         const scdb_evict_policy *vp[5] = {heur[0], heur[1], heur[2], heur[3], netpol};
@@ -446,6 +529,76 @@ scdb_err scdb_evict_train_heads(const scdb_evict_rl_opts *o, scdb_model *const *
     res->heads_best_gen = best_gen;
     res->heads_ratio_best = best_score;
 
+    /* the gate: on every pool episode, the scorer's sets and the network's
+     * one set; a logistic regression of which is better on what the gate
+     * reads at the first eviction, each episode weighted by how much it
+     * matters (|log of the KL ratio|) */
+    to_heads(best, &shape, &hh);
+    if (o->heads_gate) {
+        const scdb_evict_policy *gp[2];
+        scdb_evict_policy *hp = NULL;
+        double *gx = calloc((size_t)o->heads_pool * SCDB_EVICT_GATE_N, sizeof *gx);
+        double *gy = calloc((size_t)o->heads_pool, sizeof *gy);
+        rc = !gx || !gy ? SCDB_ENOMEM : heads_policy(net, &hh, &hp);
+        if (!rc) {
+            gp[0] = hp;
+            gp[1] = netpol;
+            rc = evaluate(gp, 2, pool, o->heads_pool, o->every, o->heads_threads, kl);
+        }
+        for (int i = 0; !rc && i < o->heads_pool; i++) {
+            float g[SCDB_EVICT_GATE_N];
+            if ((rc = scdb_evict_heads_gate_input(scdb_evict_window_acc_heads(pool[i].w),
+                                                  pool[i].budget[0], g)))
+                break;
+            for (int q = 0; q < SCDB_EVICT_GATE_N; q++) gx[i * SCDB_EVICT_GATE_N + q] = g[q];
+            double kh = kl[((size_t)0 * o->heads_pool + i) * MAX_TASK_B];
+            double kn = kl[((size_t)1 * o->heads_pool + i) * MAX_TASK_B];
+            gy[i] = log(fmax(kn, 1e-9) / fmax(kh, 1e-9));   /* > 0: the sets are better */
+        }
+        double acc = 0.0;
+        if (!rc) rc = fit_gate(gx, gy, o->heads_pool, hh.gate, &acc);
+        if (!rc) {
+            hh.has_gate = 1;
+            res->heads_gate_acc = acc;
+            if (o->verbose)
+                fprintf(stderr, "train-policy: per-head scorer: the gate chooses the better of the "
+                                "two on %.1f%% of the training episodes (weighted by what is at "
+                                "stake), %.0f s\n", 100.0 * acc, scdb_now() - t0);
+            if (o->log) {
+                fprintf(o->log, "{\"heads_gate\":[");
+                for (int q = 0; q < SCDB_EVICT_GATE_N; q++)
+                    fprintf(o->log, "%s%.6f", q ? "," : "", hh.gate[q]);
+                fprintf(o->log, "],\"weighted_accuracy\":%.4f,\"episodes\":[", acc);
+                for (int i = 0; i < o->heads_pool; i++)
+                    fprintf(o->log, "%s%.5f", i ? "," : "", gy[i]);
+                fprintf(o->log, "]}\n");
+            }
+            /* the gated policy on the validation windows: what the split weighs */
+            double bb[MAX_VB];
+            if ((rc = heads_policy(net, &hh, &pols[0])) ||
+                (rc = evaluate((const scdb_evict_policy *const *)pols, 1, v.tasks, v.n_tasks,
+                               o->every, o->heads_threads, vkl)))
+                ;
+            else {
+                res->heads_ratio_gated = vscore(&v, vkl, 0, bb);
+                memcpy(res->heads_by_budget, bb, sizeof bb);
+                if (o->verbose) {
+                    fprintf(stderr, "train-policy: per-head scorer with its gate: validation %.4f (by "
+                                    "budget", res->heads_ratio_gated);
+                    for (int b = 0; b < v.nb; b++)
+                        fprintf(stderr, " %.3g: %.3f vs the network's %.3f", o->val_budgets[b], bb[b],
+                                res->net_by_budget[b]);
+                    fprintf(stderr, ")\n");
+                }
+            }
+            scdb_evict_policy_free(&pols[0]);
+        }
+        scdb_evict_policy_free(&hp);
+        free(gx);
+        free(gy);
+        if (rc) goto done;
+    }
+
     /* the split: the largest validation budget up to which (every smaller
      * validation budget included) the scorer beats the network */
     {
@@ -463,7 +616,8 @@ scdb_err scdb_evict_train_heads(const scdb_evict_rl_opts *o, scdb_model *const *
             double next = i + 1 < v.nb ? fr[idx[i + 1]] : 1.0;
             split = (float)sqrt(fr[b] * next);
         }
-        to_heads(best, &shape, &net->heads);
+        net->heads = hh;
+        net->heads.force = 0;
         net->heads.on = split > 0.0f;
         net->heads.split = split;
         res->heads_split = split;

@@ -124,6 +124,7 @@ void scdb_evict_rl_defaults(scdb_evict_rl_opts *o)
     }
     o->heads_init_zero = 0;
     o->heads_threads = 2;
+    o->heads_gate = 1;
     o->heads_sign = 1.0f;
 }
 
@@ -1121,6 +1122,7 @@ scdb_err scdb_evict_train_rl(const scdb_evict_rl_opts *o, scdb_evict_mlp **out,
                  o->corpora[c].name ? o->corpora[c].name : "?", span);
             return SCDB_ERANGE;
         }
+    scdb_k_cpu_threads(1);   /* one token per forward: BLAS threads would only wait */
     for (int i = 0; i < o->n_models; i++) {
         if ((rc = scdb_model_load(o->model_dirs[i], &models[i], errbuf, errlen))) goto done;
         model_names[i] = scdb_model_cfg(models[i])->name;

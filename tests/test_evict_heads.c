@@ -70,9 +70,10 @@ static void test_heads_layout(void **state)
     (void)state;
     scdb_evict_acc_shape s1 = {8, 4, 2, 512, 0, 0}, s2 = {8, 4, 2, 512, 0, 1};
     size_t b1 = scdb_evict_acc_bytes(&s1), b2 = scdb_evict_acc_bytes(&s2);
-    /* 16 sets: 3 arrays of 16 x 512 and a ring of 32 x 16 x 512, after the header */
-    assert_int_equal(b2, 64 + 3 * 16 * 512 * 4 + 32 * 16 * 512 * 4);
-    assert_true(b1 != b2);
+    /* version 1's buffer, the mode block, then 16 sets: 3 arrays of 16 x
+     * 512 and a ring of 32 x 16 x 512 */
+    assert_int_equal(b1, 64 + 9 * 512 * 4 + 32 * 2 * 512 * 4);
+    assert_int_equal(b2, b1 + 64 + 3 * 16 * 512 * 4 + 32 * 16 * 512 * 4);
     scdb_evict_acc_shape bad = s2;
     bad.per_head = 2;
     assert_int_equal(scdb_evict_acc_bytes(&bad), 0);
@@ -86,10 +87,19 @@ static void test_heads_layout(void **state)
     assert_int_equal(scdb_evict_acc_n_sets(v1), 1);
     assert_int_equal(a->version, SCDB_EVICT_ACC_VERSION_HEADS);
     assert_int_equal(a->bytes, b2);
-    /* the arrays tile the buffer, 64-byte aligned */
-    assert_int_equal((char *)scdb_evict_acc_head_pos(a) - (char *)a, 64);
-    assert_int_equal((char *)scdb_evict_acc_head_mass(a) - (char *)a, 64 + 16 * 512 * 4);
-    assert_int_equal((char *)scdb_evict_acc_head_win(a) - (char *)a, 64 + 3 * 16 * 512 * 4);
+    /* the arrays tile the buffer, 64-byte aligned: version 1's where they
+     * are in version 1, the sets' after the mode block */
+    assert_ptr_equal((char *)scdb_evict_acc_win(a) - (char *)a, (char *)scdb_evict_acc_win(v1) - (char *)v1);
+    assert_int_equal((char *)scdb_evict_acc_head_pos(a) - (char *)a, b1 + 64);
+    assert_int_equal((char *)scdb_evict_acc_head_mass(a) - (char *)a, b1 + 64 + 16 * 512 * 4);
+    assert_int_equal((char *)scdb_evict_acc_head_win(a) - (char *)a, b1 + 64 + 3 * 16 * 512 * 4);
+    assert_int_equal(scdb_evict_acc_mode(a), SCDB_EVICT_MODE_NONE);
+    assert_int_equal(scdb_evict_acc_mode(v1), SCDB_EVICT_MODE_SHARED);
+    /* a damaged mode word */
+    *(uint32_t *)((char *)a + b1) = 7;
+    assert_int_equal(scdb_evict_acc_attach(a, (size_t)a->bytes, &got), SCDB_ERANGE);
+    *(uint32_t *)((char *)a + b1) = SCDB_EVICT_MODE_SPLIT;
+    assert_int_equal(scdb_evict_acc_mode(a), SCDB_EVICT_MODE_SPLIT);
 
     assert_int_equal(scdb_evict_acc_attach(a, (size_t)a->bytes, &got), SCDB_OK);
     assert_ptr_equal(got, a);
@@ -109,10 +119,12 @@ static void test_heads_layout(void **state)
     assert_int_equal(scdb_evict_acc_attach(a, (size_t)b2, &got), SCDB_OK);
     /* copies stay within a layout */
     assert_int_equal(scdb_evict_acc_copy(v1, a), SCDB_ESHAPE);
-    /* features and one-set compaction are the one-set layout's */
+    /* one set's features only while the sets are the same */
     float f[6];
     a->n = 1;
-    assert_int_equal(scdb_evict_features(a, f), SCDB_EMISMATCH);
+    assert_int_equal(scdb_evict_features(a, f), SCDB_EMISMATCH);   /* split */
+    scdb_evict_acc_set_mode(a, SCDB_EVICT_MODE_SHARED);
+    assert_int_equal(scdb_evict_features(a, f), SCDB_OK);
     scdb_evict_acc_free(&a);
     scdb_evict_acc_free(&v1);
 }
@@ -386,6 +398,20 @@ static void test_heads_heuristics(void **state)
 
 /* ------------------------------------------------------------ rules */
 
+/* One more decoded token folded into (kv, a), so the cache is over a smaller budget. */
+static void append_slot(const scdb_model *m, scdb_kv_cache *kv, scdb_evict_acc *a)
+{
+    const scdb_model_config *c = scdb_model_cfg(m);
+    float *probs = calloc((size_t)c->n_layers * c->n_heads * kv->capacity, sizeof *probs);
+    scdb_capture capt = {0};
+    capt.probs = probs;
+    capt.probs_slots = kv->capacity;
+    int32_t t = 'z';
+    assert_int_equal(scdb_model_forward(m, &t, NULL, 1, kv, NULL, &capt), SCDB_OK);
+    assert_int_equal(scdb_evict_acc_update(a, kv, probs, kv->capacity, 1), SCDB_OK);
+    free(probs);
+}
+
 static void test_heads_rules(void **state)
 {
     (void)state;
@@ -408,6 +434,11 @@ static void test_heads_rules(void **state)
     assert_int_equal(scdb_evict_acc_update(one, f.kv, NULL, 0, f.kv->n), SCDB_OK);
     int nk;
     float sc[64];
+    scdb_evict_acc_shape s2 = {f.L, 4, f.G, f.cap, 4, 1};
+    scdb_evict_acc *b = NULL;
+    assert_int_equal(scdb_evict_acc_new(&s2, &b), SCDB_OK);
+    scdb_kv_cache *kv2 = NULL;
+    assert_int_equal(scdb_model_cache_new(f.m, f.cap, &kv2), SCDB_OK);
     for (int k = SCDB_EVICT_STREAMING; k < SCDB_EVICT_KIND_COUNT; k++) {
         if (k == SCDB_EVICT_LEARNED) continue;
         scdb_evict_policy *p = NULL;
@@ -415,15 +446,52 @@ static void test_heads_rules(void **state)
         int ph = scdb_evict_kind_per_head((scdb_evict_kind)k);
         assert_int_equal(scdb_evict_policy_runs_on(p, 1), ph || k == SCDB_EVICT_STREAMING);
         assert_int_equal(scdb_evict_policy_runs_on(p, 0), !ph);
-        /* a policy on the other layout is refused, nothing compacted */
+        /* a per-head kind on one set's layout: refused, nothing compacted */
         if (ph) assert_int_equal(scdb_evict_run(p, f.kv, one, 10, NULL, &nk), SCDB_EMISMATCH);
-        else if (k != SCDB_EVICT_STREAMING)
-            assert_int_equal(scdb_evict_run(p, f.kv, f.a, 10, NULL, &nk), SCDB_EMISMATCH);
         assert_int_equal(f.kv->n, 40);
-        /* one score per slot is one set's: not on the per-head layout */
-        assert_int_equal(scdb_evict_policy_score_budget(p, f.a, 10, sc), SCDB_EMISMATCH);
+        /* a one-set kind on the per-head layout, the sets still the same:
+         * it keeps one set for all, what it keeps on version 1 */
+        assert_int_equal(scdb_evict_acc_copy(b, f.a), SCDB_OK);
+        assert_int_equal(scdb_evict_cache_copy(kv2, f.kv), SCDB_OK);
+        if (!ph) {
+            scdb_evict_acc *o1 = NULL;
+            scdb_kv_cache *kv1 = NULL;
+            int32_t m1[16], m2[16];
+            assert_int_equal(scdb_evict_acc_new(&s1, &o1), SCDB_OK);
+            assert_int_equal(scdb_model_cache_new(f.m, f.cap, &kv1), SCDB_OK);
+            assert_int_equal(scdb_evict_cache_copy(kv1, f.kv), SCDB_OK);
+            memcpy(o1, b, (size_t)o1->bytes);   /* version 1's part of the buffer */
+            o1->version = SCDB_EVICT_ACC_VERSION;
+            o1->bytes = scdb_evict_acc_bytes(&s1);
+            assert_int_equal(scdb_evict_policy_score_budget(p, b, 10, sc), SCDB_OK);
+            assert_int_equal(scdb_evict_run(p, kv2, b, 10, m2, &nk), SCDB_OK);
+            assert_int_equal(scdb_evict_run(p, kv1, o1, 10, m1, &nk), SCDB_OK);
+            assert_memory_equal(m1, m2, 10 * sizeof *m1);
+            assert_int_equal(scdb_evict_acc_mode(b), SCDB_EVICT_MODE_SHARED);
+            for (int q = 0; q < f.K; q++)
+                assert_memory_equal(scdb_evict_acc_head_pos(b) + (size_t)q * f.cap, m1,
+                                    10 * sizeof *m1);
+            scdb_evict_acc_free(&o1);
+            scdb_kv_cache_free(&kv1);
+        } else {
+            /* a per-head kind splits the sets; then one set's kinds are refused */
+            assert_int_equal(scdb_evict_run(p, kv2, b, 10, NULL, &nk), SCDB_OK);
+            assert_int_equal(scdb_evict_acc_mode(b), SCDB_EVICT_MODE_SPLIT);
+            scdb_evict_policy *h2o = NULL;
+            assert_int_equal(scdb_evict_policy_new(SCDB_EVICT_H2O, &h2o), SCDB_OK);
+            append_slot(f.m, kv2, b);
+            assert_int_equal(scdb_evict_run(h2o, kv2, b, 8, NULL, &nk), SCDB_EMISMATCH);
+            assert_int_equal(scdb_evict_policy_score_budget(h2o, b, 8, sc), SCDB_EMISMATCH);
+            assert_int_equal(scdb_evict_features(b, sc), SCDB_EMISMATCH);
+            /* a one-set compaction of split sets */
+            int kp[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+            assert_int_equal(scdb_evict_compact(kv2, b, kp, 8, NULL), SCDB_EINVAL);
+            scdb_evict_policy_free(&h2o);
+        }
         scdb_evict_policy_free(&p);
     }
+    scdb_evict_acc_free(&b);
+    scdb_kv_cache_free(&kv2);
     /* streaming on the per-head layout: the same window in every set */
     scdb_evict_policy *st = NULL;
     assert_int_equal(scdb_evict_policy_new(SCDB_EVICT_STREAMING, &st), SCDB_OK);
@@ -443,7 +511,8 @@ static void test_heads_rules(void **state)
     keep[8 + 3] = 99;            /* out of range */
     assert_int_equal(scdb_evict_compact_heads(f.kv, f.a, keep, 8, NULL), SCDB_EINVAL);
     assert_int_equal(scdb_evict_compact_heads(f.kv, one, keep, 8, NULL), SCDB_EINVAL);
-    assert_int_equal(scdb_evict_compact(f.kv, f.a, keep, 8, NULL), SCDB_EINVAL);
+    int bad[8] = {0, 1, 2, 3, 3, 5, 6, 7};
+    assert_int_equal(scdb_evict_compact(f.kv, f.a, bad, 8, NULL), SCDB_EINVAL);
     assert_int_equal(f.kv->n, 10);
     /* a device keeps one set: the per-head layout and kinds are refused */
     const scdb_k_ops *ops = scdb_k_ops_get(SCDB_DEV_CPU);
@@ -531,6 +600,37 @@ static void test_heads_scorer(void **state)
     }
     assert_int_equal(scdb_evict_heads_score_ctx(&m->heads, f3.a, 0, sc, &sinks, rec, ctx), SCDB_EINVAL);
     fixture_free(&f3);
+    /* the gate: at the first eviction, the scorer's sets (gate . g > 0) or
+     * the network's one set for the rest of the session */
+    for (int sign = -1; sign <= 1; sign += 2) {
+        fixture fg;
+        fixture_make(&fg, 50, 8);
+        scdb_evict_mlp *gm = snap_scorer(0.5f);
+        gm->heads.has_gate = 1;
+        gm->heads.gate[SCDB_EVICT_GATE_N - 1] = (float)sign;   /* its bias alone */
+        float g[SCDB_EVICT_GATE_N];
+        assert_int_equal(scdb_evict_heads_gate_input(fg.a, B, g), SCDB_OK);
+        assert_true(g[SCDB_EVICT_GATE_N - 1] == 1.0f);
+        assert_true(g[6] == -2.0f);   /* log2(16 / 64) */
+        for (int i = 0; i < 3; i++) assert_true(g[i] >= 0.0f && g[i] <= 1.0f);
+        assert_int_equal(scdb_evict_mlp_heads_choose(gm, fg.a, B), sign > 0);
+        scdb_evict_policy *gp = NULL;
+        assert_int_equal(scdb_evict_policy_from_mlp(gm, &gp), SCDB_OK);
+        assert_int_equal(scdb_evict_run(gp, fg.kv, fg.a, B, NULL, &n1), SCDB_OK);
+        assert_int_equal(scdb_evict_acc_mode(fg.a), sign > 0 ? SCDB_EVICT_MODE_SPLIT : SCDB_EVICT_MODE_SHARED);
+        /* the gate is not asked again: the mode holds */
+        gm->heads.gate[SCDB_EVICT_GATE_N - 1] = (float)-sign;
+        scdb_evict_policy *gq = NULL;
+        assert_int_equal(scdb_evict_policy_from_mlp(gm, &gq), SCDB_OK);
+        append_slot(fg.m, fg.kv, fg.a);
+        assert_int_equal(scdb_evict_run(gq, fg.kv, fg.a, B - 2, NULL, &n1), SCDB_OK);
+        assert_int_equal(scdb_evict_acc_mode(fg.a), sign > 0 ? SCDB_EVICT_MODE_SPLIT : SCDB_EVICT_MODE_SHARED);
+        assert_int_equal(fg.kv->n, B - 2);
+        scdb_evict_policy_free(&gp);
+        scdb_evict_policy_free(&gq);
+        scdb_evict_mlp_free(&gm);
+        fixture_free(&fg);
+    }
     scdb_evict_policy_free(&lp);
     scdb_evict_policy_free(&sp);
     scdb_evict_mlp_free(&m);
@@ -653,6 +753,22 @@ static void test_heads_file(void **state)
     assert_int_equal(load_v6(m, (v6){.nan_a = 1}, err, sizeof err), SCDB_ERANGE);
     assert_int_equal(load_v6(m, (v6){.extra = "heads.bias"}, err, sizeof err), SCDB_EMISMATCH);
     assert_non_null(strstr(err, "heads.bias"));
+    /* the gate: optional, [8], finite */
+    m->heads.has_gate = 1;
+    for (int i = 0; i < SCDB_EVICT_GATE_N; i++) m->heads.gate[i] = 0.1f * (float)i - 0.3f;
+    snprintf(path, sizeof path, "%s/gate6.safetensors", tmpdir);
+    assert_int_equal(scdb_evict_mlp_save(m, path, NULL, NULL, 0), SCDB_OK);
+    assert_int_equal(scdb_evict_policy_load(path, &p, err, sizeof err), SCDB_OK);
+    assert_true(scdb_evict_policy_mlp(p)->heads.has_gate);
+    assert_memory_equal(scdb_evict_policy_mlp(p)->heads.gate, m->heads.gate, sizeof m->heads.gate);
+    scdb_evict_policy_free(&p);
+    assert_int_equal(load_v6(m, (v6){0}, err, sizeof err), SCDB_OK);
+    m->heads.gate[2] = NAN;
+    assert_int_equal(load_v6(m, (v6){0}, err, sizeof err), SCDB_ERANGE);
+    m->heads.gate[2] = 0.0f;
+    m->heads.has_gate = 0;
+    assert_int_equal(load_v6(m, (v6){.extra = "heads.gate"}, err, sizeof err), SCDB_ESHAPE);  /* [2] */
+    assert_non_null(strstr(err, "heads.gate"));
     /* the scorer's tensors in a file of another version */
     assert_int_equal(load_v6(m, (v6){.meta_key = "version", .meta_val = "4"}, err, sizeof err),
                      SCDB_EMISMATCH);
