@@ -281,15 +281,22 @@ static scdb_err acc_update_heads(scdb_evict_acc *a, const scdb_kv_cache *c, cons
                     const float *row = row0 + (size_t)h * n_new * probs_slots;
                     for (int j = 0; j < n; j++) wr[j] += row[j];
                 }
+                /* (the ring beyond n is never read: a slot appended later
+                 * starts with its rows zeroed) */
                 if (nvis == n)
-                    for (int j = 0; j < n; j++) wr[j] *= inv;
+                    for (int j = 0; j < n; j++) {
+                        float v = wr[j] * inv;
+                        wr[j] = v;
+                        ms[j] += v;
+                        ls[j] = v;
+                    }
                 else
-                    for (int j = 0; j < n; j++) wr[j] = c->pos[j] <= qp ? wr[j] * inv : 0.0f;
-                for (int j = 0; j < n; j++) {
-                    ms[j] += wr[j];
-                    ls[j] = wr[j];
-                }
-                memset(wr + n, 0, (size_t)(cap - n) * sizeof *wr);
+                    for (int j = 0; j < n; j++) {
+                        float v = c->pos[j] <= qp ? wr[j] * inv : 0.0f;
+                        wr[j] = v;
+                        ms[j] += v;
+                        ls[j] = v;
+                    }
             }
         if (mode == SCDB_EVICT_MODE_SPLIT) {
             a->ring_next = (ring + 1) % a->window;

@@ -65,7 +65,7 @@ static scdb_err heur_scores(const scdb_evict_policy *p, const scdb_evict_acc *a,
     }
     case SCDB_EVICT_SNAPKV_HEAD: {
         scdb_err rc = scdb_k_snapkv_score_sets_cpu(scdb_evict_acc_head_win(a), a->ring_fill, K,
-                                                   cap, n, SCDB_EVICT_SNAPKV_POOL, scores);
+                                                   cap, n, SCDB_EVICT_SNAPKV_POOL, scores, NULL);
         if (rc) return rc;
         r = imin(a->window, budget / 2);
         break;
@@ -122,21 +122,17 @@ scdb_err scdb_evict_acc_compact_heads(scdb_evict_acc *a, const int *keep, int n_
     int32_t *pos = scdb_evict_acc_head_pos(a);
     float *mass = scdb_evict_acc_head_mass(a), *last = scdb_evict_acc_head_last(a);
     float *win = scdb_evict_acc_head_win(a);
+    /* each set's three slot arrays and its ring rows with its own list
+     * (the kernels' run-by-run gather: the ring is most of the work) */
     for (int k = 0; k < K; k++) {
         const int *kk = keep + (size_t)k * n_keep;
-        int32_t *pk = pos + (size_t)k * cap;
-        float *mk = mass + (size_t)k * cap, *lk = last + (size_t)k * cap;
-        /* keep[i] >= i: a forward in-place gather never overwrites a slot
-         * it has yet to read */
-        for (int i = 0; i < n_keep; i++) {
-            pk[i] = pk[kk[i]];
-            mk[i] = mk[kk[i]];
-            lk[i] = lk[kk[i]];
-        }
-        for (int r = 0; r < a->window; r++) {
-            float *wr = win + ((size_t)r * K + k) * cap;
-            for (int i = 0; i < n_keep; i++) wr[i] = wr[kk[i]];
-        }
+        scdb_err rc;
+        if ((rc = scdb_k_compact_rows_cpu(pos + (size_t)k * cap, 1, 0, 4, a->n, kk, n_keep, NULL)) ||
+            (rc = scdb_k_compact_rows_cpu(mass + (size_t)k * cap, 1, 0, 4, a->n, kk, n_keep, NULL)) ||
+            (rc = scdb_k_compact_rows_cpu(last + (size_t)k * cap, 1, 0, 4, a->n, kk, n_keep, NULL)) ||
+            (rc = scdb_k_compact_rows_cpu(win + (size_t)k * cap, a->window, (size_t)K * cap * 4, 4,
+                                          a->n, kk, n_keep, NULL)))
+            return rc;
     }
     a->n = n_keep;
     scdb_evict_acc_set_mode(a, SCDB_EVICT_MODE_SPLIT);   /* version 1's arrays are stale now */
@@ -183,16 +179,19 @@ scdb_err scdb_evict_compact_heads(scdb_kv_cache *c, scdb_evict_acc *a, const int
         return SCDB_EINVAL;
     if ((rc = scdb_evict_acc_compact_heads(a, keep, n_keep))) return rc;   /* checks keep */
     const int G = c->n_kv_heads, hd = c->head_dim, K = scdb_evict_acc_n_sets(a);
-    const size_t row = (size_t)hd * sizeof(float);
+    const size_t d = (size_t)scdb_kv_dim(c);
     for (int l = 0; l < c->n_layers; l++)
         for (int g = 0; g < G; g++) {
             const int *kk = keep + ((size_t)l * G + g) * n_keep;
+            float *k0 = scdb_kv_k(c, l, 0) + (size_t)g * hd, *v0 = scdb_kv_v(c, l, 0) + (size_t)g * hd;
             for (int i = 0; i < n_keep; i++) {
                 if (kk[i] == i) continue;
-                memcpy(scdb_kv_k(c, l, i) + (size_t)g * hd, scdb_kv_k(c, l, kk[i]) + (size_t)g * hd,
-                       row);
-                memcpy(scdb_kv_v(c, l, i) + (size_t)g * hd, scdb_kv_v(c, l, kk[i]) + (size_t)g * hd,
-                       row);
+                /* one head's row: a short copy, inline (a memcpy call per
+                 * 128 bytes cost more than the bytes) */
+                float *kd = k0 + (size_t)i * d, *vd = v0 + (size_t)i * d;
+                const float *ks = k0 + (size_t)kk[i] * d, *vs = v0 + (size_t)kk[i] * d;
+                for (int e = 0; e < hd; e++) kd[e] = ks[e];
+                for (int e = 0; e < hd; e++) vd[e] = vs[e];
             }
         }
     /* the cache's one position per slot: the newest of the sets' positions
@@ -261,49 +260,63 @@ scdb_err scdb_evict_mlp_heads_score(const scdb_evict_mlp *m, const scdb_evict_ac
 
 static inline float flog(float x) { return logf(x); }
 
-/* Set k's context c[SCDB_EVICT_HEAD_CTX] at budget B (evict_train.h);
- * raw: room for a->n floats. */
-static void set_context(const scdb_evict_acc *a, int k, int budget, float *raw, float *c)
+/* Set k's context c[SCDB_EVICT_HEAD_CTX] at budget B (evict_train.h) from
+ * raw[a->n], the sum of its ring rows (SnapKV's window attention before
+ * pooling). */
+static void set_context(const scdb_evict_acc *a, int k, int budget, const float *raw, float *c)
 {
-    const int K = scdb_evict_acc_n_sets(a), n = a->n, cap = a->capacity;
+    const int n = a->n, cap = a->capacity;
     const int32_t *pk = scdb_evict_acc_head_pos(a) + (size_t)k * cap;
-    const float *win = scdb_evict_acc_head_win(a);
-    double tot = 0.0, loc = 0.0, snk = 0.0, ent = 0.0;
-    for (int j = 0; j < n; j++) raw[j] = 0.0f;
-    for (int r = 0; r < a->ring_fill; r++) {
-        const float *row = win + ((size_t)r * K + k) * cap;
-        for (int j = 0; j < n; j++) raw[j] += row[j];
-    }
+    float tot = 0.0f, loc = 0.0f, snk = 0.0f, ent = 0.0f;
     for (int j = 0; j < n; j++) tot += raw[j];
-    if (tot > 0.0) {
+    if (tot > 0.0f) {
+        const float inv = 1.0f / tot;
         for (int j = 0; j < n; j++) {
-            double q = raw[j] / tot;
-            if (a->last_pos - pk[j] < 32) loc += q;
-            if (j < 4) snk += q;
-            if (q > 0.0) ent -= q * log(q);
+            float q = raw[j] * inv;
+            loc += a->last_pos - pk[j] < 32 ? q : 0.0f;
+            ent -= q * scdb_k_logf_fast(q);   /* finite at 0: adds 0 */
         }
-        ent = n > 1 ? ent / log((double)n) : 0.0;
+        for (int j = 0; j < n && j < 4; j++) snk += raw[j] * inv;
+        ent = n > 1 ? ent / logf((float)n) : 0.0f;
     }
-    c[0] = (float)loc;
-    c[1] = (float)snk;
-    c[2] = (float)ent;
+    c[0] = loc;
+    c[1] = snk;
+    c[2] = ent;
     c[3] = log2f((float)budget / 64.0f);
     /* the set's depth in the network: 0 first layer .. 1 last */
     c[4] = a->n_layers > 1 ? (float)(k / a->n_kv_heads) / (float)(a->n_layers - 1) : 0.0f;
     c[5] = 1.0f;
 }
 
+/* Every set's ring sums (raw [K][n]); SnapKV's pooled scores too if snap. */
+static scdb_err ring_sums(const scdb_evict_acc *a, float *raw, float *snap)
+{
+    const int K = scdb_evict_acc_n_sets(a), n = a->n;
+    float *tmp = snap ? NULL : malloc((size_t)K * n * sizeof *tmp);
+    if (!snap && !tmp) return SCDB_ENOMEM;
+    scdb_err rc = scdb_k_snapkv_score_sets_cpu(scdb_evict_acc_head_win(a), a->ring_fill, K,
+                                               a->capacity, n, SCDB_EVICT_SNAPKV_POOL,
+                                               snap ? snap : tmp, raw);
+    free(tmp);
+    return rc;
+}
+
 scdb_err scdb_evict_heads_gate_input(const scdb_evict_acc *a, int budget, float *g)
 {
     enum { C = SCDB_EVICT_HEAD_CTX };
     if (!a || !scdb_evict_acc_per_head(a) || budget < 1 || !g) return SCDB_EINVAL;
-    const int K = scdb_evict_acc_n_sets(a), L = a->n_layers, G = a->n_kv_heads;
-    float *raw = malloc((size_t)(a->n > 0 ? a->n : 1) * sizeof *raw), c[C];
+    const int K = scdb_evict_acc_n_sets(a), L = a->n_layers, G = a->n_kv_heads, n = a->n;
+    float *raw = malloc((size_t)K * (n > 0 ? n : 1) * sizeof *raw), c[C];
     if (!raw) return SCDB_ENOMEM;
+    scdb_err rc = n > 0 ? ring_sums(a, raw, NULL) : SCDB_OK;
+    if (rc) {
+        free(raw);
+        return rc;
+    }
     double sl = 0, sq = 0, ss = 0, se = 0, sqe = 0, early = 0, late = 0;
     int ne = 0, nl = 0;
     for (int k = 0; k < K; k++) {
-        set_context(a, k, budget, raw, c);
+        set_context(a, k, budget, raw + (size_t)k * n, c);
         sl += c[0];
         sq += (double)c[0] * c[0];
         ss += c[1];
@@ -336,6 +349,31 @@ int scdb_evict_mlp_heads_choose(const scdb_evict_mlp *m, const scdb_evict_acc *a
     return v > 0.0f;
 }
 
+/* One set's scores: w . x_j over its five per-slot inputs.  A loop of
+ * maps (an integer clamp, the kernels' branch-free log), so it vectorises;
+ * a float compare there stays a branch at -O2. */
+static void score_set(float *restrict sc, const float *restrict sp, const int32_t *restrict pk,
+                      const float *restrict mk, const float *restrict lk, int n, int32_t newest,
+                      float snap_scale, float fn, float lb, const float *restrict wf)
+{
+    const float w0 = wf[0], w1 = wf[1], w2 = wf[2], w3 = wf[3], w4 = wf[4];
+    for (int j = 0; j < n; j++) {
+        int ai = newest - pk[j] + 1;
+        ai = ai > 1 ? ai : 1;
+        float age = (float)ai;
+        /* (the shares are >= 0: the fast log is within an ulp of logf) */
+        float x0 = scdb_k_logf_fast(1e-3f + sp[j] * snap_scale);
+        float x1 = scdb_k_logf_fast(1e-3f + lk[j] * fn);
+        float x2 = scdb_k_logf_fast(1e-3f + mk[j] * fn / age);
+        float x3 = scdb_k_logf_fast(age) - lb;
+        sc[j] = w0 * x0 + w1 * x1 + w2 * x2 + w3 * x3;
+    }
+    /* the fifth input, "one of the first four slots", last in the sum as
+     * in the loop it would be (elsewhere it adds w4 * 0: nothing); in the
+     * loop it kept GCC from vectorising it */
+    for (int j = 0; j < n && j < 4; j++) sc[j] += w4;
+}
+
 scdb_err scdb_evict_heads_score_ctx(const scdb_evict_heads *h, const scdb_evict_acc *a,
                                     int budget, float *scores, int *sinks, int *recent,
                                     float *ctx_out)
@@ -351,14 +389,13 @@ scdb_err scdb_evict_heads_score_ctx(const scdb_evict_heads *h, const scdb_evict_
         return SCDB_OK;
     }
     if (!scores) return SCDB_EINVAL;
-    float *snap = malloc((size_t)K * n * sizeof *snap), *raw = malloc((size_t)n * sizeof *raw);
+    float *snap = malloc((size_t)K * n * sizeof *snap), *raw = malloc((size_t)K * n * sizeof *raw);
     if (!snap || !raw) {
         free(snap);
         free(raw);
         return SCDB_ENOMEM;
     }
-    scdb_err rc = scdb_k_snapkv_score_sets_cpu(scdb_evict_acc_head_win(a), a->ring_fill, K, cap, n,
-                                               SCDB_EVICT_SNAPKV_POOL, snap);
+    scdb_err rc = ring_sums(a, raw, snap);
     if (rc) goto done;
     const int32_t *pos = scdb_evict_acc_head_pos(a);
     const float *mass = scdb_evict_acc_head_mass(a), *last = scdb_evict_acc_head_last(a);
@@ -369,7 +406,7 @@ scdb_err scdb_evict_heads_score_ctx(const scdb_evict_heads *h, const scdb_evict_
         const int32_t *pk = pos + (size_t)k * cap;
         const float *mk = mass + (size_t)k * cap, *lk = last + (size_t)k * cap;
         float c[C];
-        set_context(a, k, budget, raw, c);
+        set_context(a, k, budget, raw + (size_t)k * n, c);
         if (ctx_out) memcpy(ctx_out + (size_t)k * C, c, sizeof c);
         float wf[F];
         for (int f = 0; f < F; f++) {
@@ -388,16 +425,7 @@ scdb_err scdb_evict_heads_score_ctx(const scdb_evict_heads *h, const scdb_evict_
         recent[k] = rw < 1 ? 1 : rw;
         float *sc = scores + (size_t)k * n;
         const float *sp = snap + (size_t)k * n;
-        for (int j = 0; j < n; j++) {
-            float age = (float)(newest - pk[j] + 1);
-            if (age < 1.0f) age = 1.0f;
-            float x0 = flog(1e-3f + sp[j] * snap_scale);
-            float x1 = flog(1e-3f + lk[j] * fn);
-            float x2 = flog(1e-3f + mk[j] * fn / age);
-            float x3 = flog(age) - lb;
-            float x4 = j < 4 ? 1.0f : 0.0f;
-            sc[j] = wf[0] * x0 + wf[1] * x1 + wf[2] * x2 + wf[3] * x3 + wf[4] * x4;
-        }
+        score_set(sc, sp, pk, mk, lk, n, newest, snap_scale, fn, lb, wf);
     }
     rc = SCDB_OK;
 done:

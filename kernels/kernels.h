@@ -21,6 +21,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "kv_cache.h"
 #include "scdb_common.h"
@@ -352,6 +353,28 @@ scdb_err scdb_k_compact_rows_cuda(void *x, int n_mats, size_t mat_stride, size_t
  * Errors: SCDB_EINVAL (NULL, sizes, n_old + n_new != c->n, probs_slots
  * < c->n), SCDB_ESHAPE (cache and accumulator shapes differ), SCDB_ENOMEM;
  * the CUDA twins SCDB_EDEVICE, SCDB_EUNSUPPORTED. */
+/* log(x) for x >= FLT_MIN (musl's logf, within ~1 ulp; finite at 0 and for
+ * subnormals, so x log x needs no test); branch-free, so loops over it
+ * vectorise (logf was most of an accumulator update, and of the per-head
+ * scorer's pass).  x must not be negative, NaN or infinite. */
+static inline float scdb_k_logf_fast(float x)
+{
+    /* musl's logf: x = 2^k (1 + f), 1 + f in [sqrt(2)/2, sqrt(2)), by integer
+     * arithmetic on the bits (no select, so loops vectorise) */
+    uint32_t ix;
+    memcpy(&ix, &x, sizeof ix);
+    ix += 0x3f800000u - 0x3f3504f3u;
+    float k = (float)((int)(ix >> 23) - 0x7f);
+    ix = (ix & 0x007fffffu) + 0x3f3504f3u;
+    float m;
+    memcpy(&m, &ix, sizeof m);
+    float f = m - 1.0f, s = f / (2.0f + f), z = s * s, w = z * z;
+    float t1 = w * (0.40000972152f + w * 0.24279078841f);
+    float t2 = z * (0.66666662693f + w * 0.28498786688f);
+    float hfsq = 0.5f * f * f;
+    return s * (hfsq + t1 + t2) + k * 9.0580006145e-06f - hfsq + f + k * 6.9313812256e-01f;
+}
+
 typedef struct scdb_k_acc_buf {
     int n_layers, n_heads, n_kv_heads, capacity, window;
     float decay;
@@ -375,9 +398,10 @@ scdb_err scdb_k_snapkv_score_cuda(const float *win, int ring_fill, int n_kv_head
                                   int n, int pool, float *scores);
 /* SnapKV's score of each of n_sets keep sets apart (evict.h, "Keep sets per
  * head"): win [window][n_sets][capacity], scores [n_sets][n]; set k's row
- * is snapkv_score's per-group max-pooled sum, not averaged (host only). */
+ * is snapkv_score's per-group max-pooled sum, not averaged (host only).
+ * sums (NULL or [n_sets][n]) gets the sums before pooling. */
 scdb_err scdb_k_snapkv_score_sets_cpu(const float *win, int ring_fill, int n_sets, int capacity,
-                                      int n, int pool, float *scores);
+                                      int n, int pool, float *scores, float *sums);
 /* One Adam step on device memory (scdb_k_adam_step_cpu's arithmetic). */
 scdb_err scdb_k_adam_step_cuda(float *w, const float *g, float *m, float *v, size_t n, float lr,
                                int t);

@@ -36,26 +36,7 @@ static int bad_buf(const scdb_k_acc_buf *a)
 #define SCDB_ACC_CLONES
 #endif
 
-/* log(x) for x >= FLT_MIN (musl's logf, within ~1 ulp; finite at 0 and for
- * subnormals, so x log x needs no test); branch-free, so the entropy loop
- * vectorises (logf was most of an update). */
-static inline float fast_log(float x)
-{
-    /* musl's logf: x = 2^k (1 + f), 1 + f in [sqrt(2)/2, sqrt(2)), by integer
-     * arithmetic on the bits (no select, so loops vectorise) */
-    uint32_t ix;
-    memcpy(&ix, &x, sizeof ix);
-    ix += 0x3f800000u - 0x3f3504f3u;
-    float k = (float)((int)(ix >> 23) - 0x7f);
-    ix = (ix & 0x007fffffu) + 0x3f3504f3u;
-    float m;
-    memcpy(&m, &ix, sizeof m);
-    float f = m - 1.0f, s = f / (2.0f + f), z = s * s, w = z * z;
-    float t1 = w * (0.40000972152f + w * 0.24279078841f);
-    float t2 = z * (0.66666662693f + w * 0.28498786688f);
-    float hfsq = 0.5f * f * f;
-    return s * (hfsq + t1 + t2) + k * 9.0580006145e-06f - hfsq + f + k * 6.9313812256e-01f;
-}
+#define fast_log scdb_k_logf_fast   /* kernels.h */
 
 /* Zero every per-slot value of slot j (all arrays but pos, every ring row). */
 static void clear_slot(const scdb_k_acc_buf *a, int j)
@@ -63,6 +44,57 @@ static void clear_slot(const scdb_k_acc_buf *a, int j)
     float *arrs[] = {a->n_obs, a->mass, a->rel, a->var, a->ent_num, a->ent_den, a->vnorm, a->last};
     for (size_t k = 0; k < sizeof arrs / sizeof *arrs; k++) arrs[k][j] = 0.0f;
     for (int r = 0; r < a->window * a->n_kv_heads; r++) a->win[(size_t)r * a->capacity + j] = 0.0f;
+}
+
+/* One query's sums over every (layer, head) row of its attention, JB slots
+ * at a time: grp[g][j] = sum of group g's rows, sum[j] = the groups' sum,
+ * sq[j] = sum of p^2, sq[n + j] = sum of p * ent[row].  The rows of a
+ * block go into sums the compiler keeps in registers and each block is
+ * stored once (the row-at-a-time loop read and wrote five arrays per row).
+ * pos non-NULL: a prefill chunk's query, slots after qp read as 0. */
+#define JB 16
+static inline void fold_rows(const float *probs, int probs_slots, int n_new, int q, int L, int H,
+                             int G, int n, const float *ent, const int32_t *pos, int32_t qp,
+                             float *sum, float *sq, float *grp)
+{
+    const int hpg = H / G;
+    float *en = sq + n;
+    for (int j0 = 0; j0 < n; j0 += JB) {
+        const int jn = n - j0 < JB ? n - j0 : JB;
+        float tot[JB] = {0}, s2[JB] = {0}, se[JB] = {0};
+        for (int g = 0; g < G; g++) {
+            float acc[JB] = {0};
+            for (int l = 0; l < L; l++)
+                for (int hh = 0; hh < hpg; hh++) {
+                    const int lh = l * H + g * hpg + hh;
+                    const float *row = probs + ((size_t)lh * n_new + q) * (size_t)probs_slots + j0;
+                    const float el = ent[lh];
+                    if (jn == JB && !pos)
+                        for (int t = 0; t < JB; t++) {
+                            float p = row[t];
+                            acc[t] += p;
+                            s2[t] += p * p;
+                            se[t] += p * el;
+                        }
+                    else
+                        for (int t = 0; t < jn; t++) {
+                            float p = !pos || pos[j0 + t] <= qp ? row[t] : 0.0f;
+                            acc[t] += p;
+                            s2[t] += p * p;
+                            se[t] += p * el;
+                        }
+                }
+            for (int t = 0; t < jn; t++) {
+                grp[(size_t)g * n + j0 + t] = acc[t];
+                tot[t] += acc[t];
+            }
+        }
+        for (int t = 0; t < jn; t++) {
+            sum[j0 + t] = tot[t];
+            sq[j0 + t] = s2[t];
+            en[j0 + t] = se[t];
+        }
+    }
 }
 
 SCDB_ACC_CLONES
@@ -88,7 +120,7 @@ scdb_err scdb_k_acc_update_cpu(const scdb_k_acc_buf *a, int n_old, const scdb_kv
 
     ent = malloc((size_t)lh_count * sizeof *ent);
     sum = malloc((size_t)n * sizeof *sum);
-    sq = malloc((size_t)n * sizeof *sq);
+    sq = malloc((size_t)n * 2 * sizeof *sq);   /* p^2 sums, then the entropy numerator's */
     grp = malloc((size_t)G * n * sizeof *grp);
     if (!ent || !sum || !sq || !grp) goto done;
 
@@ -121,73 +153,56 @@ scdb_err scdb_k_acc_update_cpu(const scdb_k_acc_buf *a, int n_old, const scdb_kv
             const float *row = probs + ((size_t)lh * n_new + q) * (size_t)probs_slots;
             float e = 0.0f;
             if (nvis == n) {
-                /* the p log p terms first (a map, which vectorises), then
-                 * their sum in order */
-                for (int j = 0; j < n; j++)   /* fast_log(0) is finite: 0 adds 0 */
-                    sq[j] = row[j] * fast_log(row[j]);
-                for (int j = 0; j < n; j++) e -= sq[j];
+                /* the p log p terms summed in eight lanes, j mod 8, then
+                 * the lanes pairwise: an order the C fixes (so every build
+                 * and clone gets the same bits), not one chain of n
+                 * dependent adds; fast_log(0) is finite: 0 adds 0 */
+                float l8[8] = {0};
+                int j8 = n - n % 8;
+                for (int j = 0; j < j8; j += 8)
+                    for (int t = 0; t < 8; t++) l8[t] += row[j + t] * fast_log(row[j + t]);
+                for (int j = j8; j < n; j++) l8[j - j8] += row[j] * fast_log(row[j]);
+                e = -(((l8[0] + l8[1]) + (l8[2] + l8[3])) + ((l8[4] + l8[5]) + (l8[6] + l8[7])));
             } else
                 for (int j = 0; j < n; j++)
                     if (row[j] > 1e-30f && c->pos[j] <= qp) e -= row[j] * fast_log(row[j]);
             ent[lh] = nvis > 1 ? e / lognv : 0.0f;
         }
-        memset(sum, 0, (size_t)n * sizeof *sum);
-        memset(sq, 0, (size_t)n * sizeof *sq);
-        memset(grp, 0, (size_t)G * n * sizeof *grp);
-        for (int j = 0; j < n; j++) {
-            a->n_obs[j] *= a->decay;
-            a->rel[j] *= a->decay;
-            a->var[j] *= a->decay;
-            a->ent_num[j] *= a->decay;
-            a->ent_den[j] *= a->decay;
-        }
-        for (int l = 0; l < L; l++)
-            for (int h = 0; h < H; h++) {
-                int lh = l * H + h;
-                const float *row = probs + ((size_t)lh * n_new + q) * (size_t)probs_slots;
-                float *gr = grp + (size_t)(h / hpg) * n;
-                const float el = ent[lh];
-                if (nvis == n)
-                    for (int j = 0; j < n; j++) {
-                        float p = row[j];
-                        sum[j] += p;
-                        sq[j] += p * p;
-                        a->ent_num[j] += p * el;
-                        a->ent_den[j] += p;
-                        gr[j] += p;
-                    }
-                else
-                    for (int j = 0; j < n; j++) {
-                        float p = c->pos[j] <= qp ? row[j] : 0.0f;
-                        sum[j] += p;
-                        sq[j] += p * p;
-                        a->ent_num[j] += p * el;
-                        a->ent_den[j] += p;
-                        gr[j] += p;
-                    }
-            }
+        /* the attention sums, JB slots at a time: a group's rows into one
+         * block of sums (registers), then the block stored once; sum and
+         * ent_den are the same sum over every row (ent_den decays) */
+        if (nvis == n) fold_rows(probs, probs_slots, n_new, q, L, H, G, n, ent, NULL, 0, sum, sq, grp);
+        else fold_rows(probs, probs_slots, n_new, q, L, H, G, n, ent, c->pos, qp, sum, sq, grp);
         int ring = *a->ring_next;
         if (ring < 0 || ring >= a->window) ring = 0;
         float *wrow = a->win + (size_t)ring * G * a->capacity;
+        /* (the ring beyond n is never read: a slot appended later starts
+         * with its rows zeroed, clear_slot) */
         for (int g = 0; g < G; g++) {
             float *dst = wrow + (size_t)g * a->capacity;
             const float *src = grp + (size_t)g * n;
             for (int j = 0; j < n; j++) dst[j] = src[j] / (float)(L * hpg);
-            memset(dst + n, 0, (size_t)(a->capacity - n) * sizeof *dst);
         }
         *a->ring_next = (ring + 1) % a->window;
         if (*a->ring_fill < a->window) (*a->ring_fill)++;
 
+        /* the decay and this query's terms in one pass (a decode step's
+         * query sees every slot: the position test then vectorises as a
+         * select); the entropy numerator's block sums are in ent_row */
+        const float f_lh = (float)lh_count, fnv = (float)nvis, dk = a->decay;
+        const float *en = sq + n;
         for (int j = 0; j < n; j++) {
-            if (c->pos[j] > qp) { a->last[j] = 0.0f; continue; }
-            float m = sum[j] / (float)lh_count;                  /* mean a */
-            float mr = m * (float)nvis;                          /* mean a * nvis */
-            float v = sq[j] / (float)lh_count * (float)nvis * (float)nvis - mr * mr;
-            a->n_obs[j] += 1.0f;
-            a->mass[j] += m;
-            a->rel[j] += mr;
-            a->var[j] += v > 0.0f ? v : 0.0f;
-            a->last[j] = m;
+            int vis = nvis == n || c->pos[j] <= qp;
+            float m = sum[j] / f_lh;                            /* mean a */
+            float mr = m * fnv;                                   /* mean a * nvis */
+            float v = sq[j] / f_lh * fnv * fnv - mr * mr;
+            a->n_obs[j] = a->n_obs[j] * dk + (vis ? 1.0f : 0.0f);
+            a->rel[j] = a->rel[j] * dk + (vis ? mr : 0.0f);
+            a->var[j] = a->var[j] * dk + (vis && v > 0.0f ? v : 0.0f);
+            a->ent_num[j] = a->ent_num[j] * dk + en[j];
+            a->ent_den[j] = a->ent_den[j] * dk + sum[j];
+            a->mass[j] += vis ? m : 0.0f;
+            a->last[j] = vis ? m : 0.0f;
         }
         *a->last_pos = qp;
         (*a->n_queries)++;
@@ -258,7 +273,7 @@ scdb_err scdb_k_snapkv_score_cpu(const float *win, int ring_fill, int n_kv_heads
 }
 
 scdb_err scdb_k_snapkv_score_sets_cpu(const float *win, int ring_fill, int n_sets, int capacity,
-                                      int n, int pool, float *scores)
+                                      int n, int pool, float *scores, float *sums)
 {
     float *s;
 
@@ -267,9 +282,11 @@ scdb_err scdb_k_snapkv_score_sets_cpu(const float *win, int ring_fill, int n_set
         return SCDB_EINVAL;
     if (n == 0) return SCDB_OK;
     if (!(s = malloc((size_t)n * 2 * sizeof *s))) return SCDB_ENOMEM;
-    for (int k = 0; k < n_sets; k++)
+    for (int k = 0; k < n_sets; k++) {
         snapkv_set(win + (size_t)k * capacity, (size_t)n_sets * capacity, ring_fill, n, pool, s,
                    s + n, scores + (size_t)k * n, 1.0f, 0);
+        if (sums) memcpy(sums + (size_t)k * n, s, (size_t)n * sizeof *s);
+    }
     free(s);
     return SCDB_OK;
 }

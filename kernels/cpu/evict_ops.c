@@ -126,11 +126,45 @@ scdb_err scdb_k_compact_rows_cpu(void *x, int n_mats, size_t mat_stride, size_t 
     for (int i = 0; i < n_keep; i++)
         if (keep[i] < 0 || keep[i] >= n || (i > 0 && keep[i] <= keep[i - 1])) return SCDB_EINVAL;
     /* keep[i] >= i, so a forward gather never overwrites a row it has yet
-     * to read (scdb_kv_cache_compact and scdb_evict_acc_compact do the same) */
+     * to read (scdb_kv_cache_compact and scdb_evict_acc_compact do the same).
+     * Run by run: the keep list is a few runs of consecutive rows (an
+     * eviction after the first drops a few slots), found once and moved in
+     * every matrix with one memmove each (a copy call per row of a 4-byte
+     * array cost more than its bytes); short runs of 4-byte rows inline */
+    int *run = malloc((size_t)(n_keep > 0 ? n_keep : 1) * 3 * sizeof *run);
+    if (!run) {   /* no memory: row by row */
+        for (int m = 0; m < n_mats; m++) {
+            char *base = (char *)x + (size_t)m * mat_stride;
+            for (int i = 0; i < n_keep; i++)
+                if (keep[i] != i)
+                    memcpy(base + (size_t)i * row_bytes, base + (size_t)keep[i] * row_bytes, row_bytes);
+        }
+        return SCDB_OK;
+    }
+    int nr = 0;
+    for (int i = 0; i < n_keep;) {
+        int j = i + 1;
+        while (j < n_keep && keep[j] == keep[j - 1] + 1) j++;
+        if (keep[i] != i) {
+            run[3 * nr] = i;
+            run[3 * nr + 1] = keep[i];
+            run[3 * nr + 2] = j - i;
+            nr++;
+        }
+        i = j;
+    }
     for (int m = 0; m < n_mats; m++) {
         char *base = (char *)x + (size_t)m * mat_stride;
-        for (int i = 0; i < n_keep; i++)
-            if (keep[i] != i) memcpy(base + (size_t)i * row_bytes, base + (size_t)keep[i] * row_bytes, row_bytes);
+        for (int r = 0; r < nr; r++) {
+            const int d = run[3 * r], src = run[3 * r + 1], len = run[3 * r + 2];
+            if (row_bytes == 4 && len <= 16) {
+                uint32_t *xd = (uint32_t *)(void *)base;
+                for (int t = 0; t < len; t++) xd[d + t] = xd[src + t];   /* forward: d < src */
+            } else
+                memmove(base + (size_t)d * row_bytes, base + (size_t)src * row_bytes,
+                        (size_t)len * row_bytes);
+        }
     }
+    free(run);
     return SCDB_OK;
 }
