@@ -661,13 +661,29 @@ int cli_cmd_train_policy(int argc, char **argv)
                               "val_kl_best", "val_ratio_init", "val_ratio_best",
                               "val_kl_best_heuristic", "train_seconds", "best_update",
                               "budget_range", "seed", "tau", "init", "created"};
-        const char *vals[] = {heads, mlist, dlist,
+        const char *vals[SCDB_ARRAY_LEN(keys)] = {heads, mlist, dlist,
                               o.imit_rounds > 0 ? "imitation, then reinforce per state (evict/train_rl.c)"
                                                 : "reinforce per state (evict/train_rl.c)",
                               imit, num[0], num[1],
                               num[2], num[3], num[4], num[5], num[6], num[7], num[8], num[9],
                               num[10], num[11], num[12], num[13], num[14], num[15],
                               init_path ? init_path : "random", date};
+        /* the network as --init gave it (no update, no imitation: only the
+         * per-head scorer was fitted): its own provenance stays, and the
+         * scorer's record grows by this run */
+        char chain[2048];
+        if (init && o.updates == 0 && o.imit_rounds == 0) {
+            for (size_t i = 0; i < SCDB_ARRAY_LEN(keys); i++) {
+                if (!strcmp(keys[i], "heads_trainer") || !strcmp(keys[i], "created")) continue;
+                const char *iv = scdb_evict_policy_meta(init, keys[i]);
+                if (iv) vals[i] = iv;
+            }
+            const char *prev = scdb_evict_policy_meta(init, "heads_trainer");
+            if (prev && o.heads_gens > 0) {
+                snprintf(chain, sizeof chain, "%s; then %s", prev, heads);
+                vals[0] = chain;
+            }
+        }
         if ((rc = scdb_evict_mlp_save(mlp, out_path, keys, vals, (int)SCDB_ARRAY_LEN(keys)))) {
             fprintf(stderr, "train-policy: cannot write %s: %s\n", out_path, scdb_strerror(rc));
             goto done;

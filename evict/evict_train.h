@@ -461,7 +461,7 @@ typedef struct scdb_evict_rl_opts {
     int verbose;
 } scdb_evict_rl_opts;
 
-/* Defaults (what data/policies/distillcache_base.v3 was trained with; the
+/* Defaults (what the version-3 policy, in git history, was trained with; the
  * shipped file's command, an imitation run, is in data/policies/README.md):
  * budgets log-uniform in [0.09, 0.55], validation at 0.25 and 0.125, 800
  * steps of 2 episodes, 3 states x 8 draws, horizon 48 (the first
@@ -482,8 +482,11 @@ typedef struct scdb_evict_rl_result {
     double seconds;
     /* the per-head scorer (heads_gens > 0) */
     int heads_gens_run, heads_best_gen;
-    double heads_ratio_init, heads_ratio_best;         /* its validation score, at every
-                                                        * validation budget, the scorer deciding */
+    double heads_ratio_init;                           /* the start's validation score, the scorer
+                                                        * deciding at every validation budget */
+    double heads_ratio_best;                           /* the kept scorer's, with the network above
+                                                        * its split (what the file scores) */
+    double heads_ratio_scorer;                         /* the kept scorer's, deciding everywhere */
     double heads_by_budget[4], net_by_budget[4];       /* per validation budget: score of the
                                                         * scorer and of the network */
     float heads_split;                                 /* what the file got (0: no scorer) */

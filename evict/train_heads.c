@@ -191,6 +191,40 @@ static scdb_err make_heuristics(scdb_evict_policy **h)
     return SCDB_OK;
 }
 
+/* The split for a scorer scoring by_budget[b] at validation budget b
+ * against the network's net[b]: the largest validation budget up to which
+ * (every smaller validation budget included) the scorer is better, moved
+ * half-way (in log) to the next one (the largest: not beyond it); 0 if it
+ * is worse at the smallest.
+ * *combined (may be NULL): the geometric mean over the validation budgets
+ * of what the file would score (the scorer up to the split, the network
+ * above). */
+static float split_of(const double *fr, int nb, const double *by_budget, const double *net,
+                      double *combined)
+{
+    int idx[MAX_VB];
+    float split = 0.0f;
+    for (int b = 0; b < nb; b++) idx[b] = b;
+    for (int i = 0; i < nb; i++)
+        for (int j = i + 1; j < nb; j++)
+            if (fr[idx[j]] < fr[idx[i]]) { int x = idx[i]; idx[i] = idx[j]; idx[j] = x; }
+    for (int i = 0; i < nb; i++) {
+        int b = idx[i];
+        if (!(by_budget[b] < net[b])) break;
+        /* half-way to the next validation budget; at the largest, that
+         * budget itself: nothing above it was measured */
+        double next = i + 1 < nb ? fr[idx[i + 1]] : fr[b];
+        split = (float)sqrt(fr[b] * next);
+    }
+    if (combined) {
+        double l = 0.0;
+        for (int b = 0; b < nb; b++)
+            l += log(fmax(fr[b] <= split ? by_budget[b] : net[b], 1e-9));
+        *combined = exp(l / nb);
+    }
+    return split;
+}
+
 /* Weighted logistic regression by Newton's method: minimise
  * sum_e |y_e| log(1 + exp(-s_e w . x_e)) + lambda |w|^2, s_e = sign(y_e);
  * *acc = the weighted share of episodes whose sign it gets right. */
@@ -279,7 +313,7 @@ scdb_err scdb_evict_train_heads(const scdb_evict_rl_opts *o, scdb_model *const *
     task *pool = NULL, *batch = NULL;
     double *pool_ref = NULL, *kl = NULL, *vkl = NULL, *fit = NULL;
     float *th = NULL, *best = NULL, *eps = NULL, *gr = NULL, *am = NULL, *av = NULL;
-    int *order = NULL;
+    int *order = NULL, *pool_model = NULL, *pool_corpus = NULL;
     vset v = {0};
     scdb_evict_heads shape = {0}, hh;
     scdb_err rc = SCDB_EINVAL;
@@ -310,6 +344,8 @@ scdb_err scdb_evict_train_heads(const scdb_evict_rl_opts *o, scdb_model *const *
     pool_ref = calloc((size_t)o->heads_pool, sizeof *pool_ref);
     batch = calloc((size_t)E, sizeof *batch);
     order = malloc((size_t)o->heads_pool * sizeof *order);
+    pool_model = calloc((size_t)o->heads_pool, sizeof *pool_model);
+    pool_corpus = calloc((size_t)o->heads_pool, sizeof *pool_corpus);
     pols = calloc((size_t)NC, sizeof *pols);
     kl = malloc((size_t)(NC > 4 ? NC : 4) * o->heads_pool * MAX_TASK_B * sizeof *kl);
     fit = malloc((size_t)NC * sizeof *fit);
@@ -319,7 +355,7 @@ scdb_err scdb_evict_train_heads(const scdb_evict_rl_opts *o, scdb_model *const *
     gr = malloc((size_t)D * sizeof *gr);
     am = calloc((size_t)D, sizeof *am);
     av = calloc((size_t)D, sizeof *av);
-    if (!pool || !pool_ref || !batch || !order || !pols || !kl || !fit || !th || !best || !eps ||
+    if (!pool || !pool_ref || !batch || !order || !pool_model || !pool_corpus || !pols || !kl || !fit || !th || !best || !eps ||
         !gr || !am || !av)
         goto done;
     if ((rc = make_heuristics(heur))) goto done;
@@ -338,6 +374,8 @@ scdb_err scdb_evict_train_heads(const scdb_evict_rl_opts *o, scdb_model *const *
             goto done;
         pool[i].nb = 1;
         pool[i].budget[0] = budget_of(fr, o);
+        pool_model[i] = mi;
+        pool_corpus[i] = c;
     }
     if ((rc = evaluate((const scdb_evict_policy *const *)heur, 4, pool, o->heads_pool, o->every,
                        o->heads_threads, kl)))
@@ -434,17 +472,23 @@ scdb_err scdb_evict_train_heads(const scdb_evict_rl_opts *o, scdb_model *const *
                           o->heads_threads, vkl);
             scdb_evict_policy_free(&pols[0]);
             if (rc) goto done;
-            double sc = vscore(&v, vkl, 0, bb);
+            double sc = vscore(&v, vkl, 0, bb), comb;
+            split_of(o->val_budgets, v.nb, bb, res->net_by_budget, &comb);
             if (gen == 0) res->heads_ratio_init = sc;
-            int improved = sc < best_score;
+            /* kept: the scorer whose file would score best (the scorer up
+             * to its split, the network above), not the scorer best at
+             * budgets the network then takes */
+            int improved = comb < best_score;
             if (improved) {
-                best_score = sc;
+                best_score = comb;
                 best_gen = gen;
+                res->heads_ratio_scorer = sc;
                 memcpy(best, th, (size_t)D * sizeof *th);
                 memcpy(res->heads_by_budget, bb, sizeof bb);
             }
             if (o->log) {
-                fprintf(o->log, "{\"heads_validation\":%d,\"score\":%.6f,\"by_budget\":[", gen, sc);
+                fprintf(o->log, "{\"heads_validation\":%d,\"score\":%.6f,\"with_network\":%.6f,\"by_budget\":[",
+                        gen, sc, comb);
                 for (int b = 0; b < v.nb; b++) fprintf(o->log, "%s%.6f", b ? "," : "", bb[b]);
                 fprintf(o->log, "],\"network_by_budget\":[");
                 for (int b = 0; b < v.nb; b++)
@@ -454,8 +498,9 @@ scdb_err scdb_evict_train_heads(const scdb_evict_rl_opts *o, scdb_model *const *
                 fflush(o->log);
             }
             if (o->verbose) {
-                fprintf(stderr, "train-policy: per-head scorer, generation %d/%d: validation %.4f "
-                                "(by budget", gen, o->heads_gens, sc);
+                fprintf(stderr, "train-policy: per-head scorer, generation %d/%d: validation %.4f, "
+                                "%.4f with the network above its split (by budget", gen,
+                        o->heads_gens, sc, comb);
                 for (int b = 0; b < v.nb; b++)
                     fprintf(stderr, " %.3g: %.3f vs the network's %.3f", o->val_budgets[b], bb[b],
                             res->net_by_budget[b]);
@@ -569,8 +614,15 @@ scdb_err scdb_evict_train_heads(const scdb_evict_rl_opts *o, scdb_model *const *
                 for (int q = 0; q < SCDB_EVICT_GATE_N; q++)
                     fprintf(o->log, "%s%.6f", q ? "," : "", hh.gate[q]);
                 fprintf(o->log, "],\"weighted_accuracy\":%.4f,\"episodes\":[", acc);
-                for (int i = 0; i < o->heads_pool; i++)
-                    fprintf(o->log, "%s%.5f", i ? "," : "", gy[i]);
+                for (int i = 0; i < o->heads_pool; i++) {
+                    /* log(KL network / KL scorer), the budget, model and
+                     * domain indices, what the gate read */
+                    fprintf(o->log, "%s{\"y\":%.5f,\"budget\":%d,\"model\":%d,\"domain\":%d,\"g\":[",
+                            i ? "," : "", gy[i], pool[i].budget[0], pool_model[i], pool_corpus[i]);
+                    for (int q = 0; q < SCDB_EVICT_GATE_N; q++)
+                        fprintf(o->log, "%s%.4f", q ? "," : "", gx[i * SCDB_EVICT_GATE_N + q]);
+                    fprintf(o->log, "]}");
+                }
                 fprintf(o->log, "]}\n");
             }
             /* the gated policy on the validation windows: what the split weighs */
@@ -602,20 +654,7 @@ scdb_err scdb_evict_train_heads(const scdb_evict_rl_opts *o, scdb_model *const *
     /* the split: the largest validation budget up to which (every smaller
      * validation budget included) the scorer beats the network */
     {
-        float split = 0.0f;
-        double fr[MAX_VB];
-        int idx[MAX_VB];
-        for (int b = 0; b < v.nb; b++) { fr[b] = o->val_budgets[b]; idx[b] = b; }
-        for (int i = 0; i < v.nb; i++)
-            for (int j = i + 1; j < v.nb; j++)
-                if (fr[idx[j]] < fr[idx[i]]) { int x = idx[i]; idx[i] = idx[j]; idx[j] = x; }
-        for (int i = 0; i < v.nb; i++) {
-            int b = idx[i];
-            if (!(res->heads_by_budget[b] < res->net_by_budget[b])) break;
-            /* up to this budget and not the next one's (the midpoint in log) */
-            double next = i + 1 < v.nb ? fr[idx[i + 1]] : 1.0;
-            split = (float)sqrt(fr[b] * next);
-        }
+        float split = split_of(o->val_budgets, v.nb, res->heads_by_budget, res->net_by_budget, NULL);
         net->heads = hh;
         net->heads.force = 0;
         net->heads.on = split > 0.0f;
@@ -643,6 +682,8 @@ done:
     free(pool_ref);
     free(batch);
     free(order);
+    free(pool_model);
+    free(pool_corpus);
     free(pols);
     free(kl);
     free(vkl);

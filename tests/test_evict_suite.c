@@ -1258,7 +1258,7 @@ static double heads_ratio(const learn_case *lc, float sign, double *start)
     if (rc) fail_msg("train: %s: %s", scdb_strerror(rc), err);
     assert_int_equal(r.heads_gens_run, 8);
     *start = r.heads_ratio_init;
-    double ratio = r.heads_ratio_best / r.heads_ratio_init;
+    double ratio = r.heads_ratio_scorer / r.heads_ratio_init;   /* the scorer's own */
     /* where it beats the network (a random 4-wide one) the file gets it */
     assert_true(m->heads.on == (r.heads_split > 0.0f));
     scdb_evict_mlp_free(&m);
