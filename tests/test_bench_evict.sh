@@ -55,8 +55,18 @@ for lab in labels:
             want = max(kl, 1e-12) / max(best, 1e-12)
             assert abs(s["kl_ratio_geomean"] - want) <= 1e-6 * max(1.0, want), (s, want)
             assert s["kl_lowest"] == (1 if kl < best else 0), (s, kl, best)
+            # against the per-head heuristics too (the originals' keep sets)
+            best_all = min(r["kl"] for r in rows if r["budget"] == b and r["split"] == sp
+                           and r["label"] in ("streaming", "h2o", "snapkv", "tova", "h2o_head",
+                                              "snapkv_head", "tova_layer"))
+            want = max(kl, 1e-12) / max(best_all, 1e-12)
+            assert abs(s["kl_ratio_geomean_with_per_head"] - want) <= 1e-6 * max(1.0, want), (s, want)
+            assert s["kl_lowest_with_per_head"] == (1 if kl < best_all else 0), s
+for lab in ("h2o_head", "snapkv_head", "tova_layer"):
+    for b in budgets:
+        assert (lab, b, "seen") in got and (lab, b, "unseen") in got, (lab, b)
 PY
-then ok "JSON: 4 budgets x seen/unseen rows, current and previous policy, a consistent summary"
+then ok "JSON: 4 budgets x seen/unseen rows, current and previous policy, the per-head heuristics, a consistent summary"
 else bad "JSON rows / summary incomplete or inconsistent"
 fi
 
@@ -65,6 +75,16 @@ fi
 rc=$?
 [ $rc -ne 0 ] && ok "a run that measures no text exits $rc" || bad "a run with no rows exits 0"
 grep -q "no rows" "$tmp/z.err" && ok "it says so" || { bad "no message about no rows"; cat "$tmp/z.err"; }
+
+# --no-per-head leaves the per-head heuristics out (the summary still counts the four)
+"$scdb" bench evict "${smoke[@]}" --no-per-head --budgets 0.125 --json "$tmp/n.json" >"$tmp/n.out" 2>"$tmp/n.err" \
+  && /usr/bin/python3 -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+labs = {r["label"] for r in d["rows"]}
+assert not labs & {"h2o_head", "snapkv_head", "tova_layer"}, labs
+assert {"streaming", "h2o", "snapkv", "tova", "distillcache"} <= labs, labs' "$tmp/n.json" \
+  && ok "--no-per-head: no per-head rows, the four and the learned ones" || bad "--no-per-head"
 
 # comma lists with an empty field or too many entries are usage errors
 # naming the option (strtok_r folded "base," into "base" and a bad

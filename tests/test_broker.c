@@ -2778,6 +2778,26 @@ static void check_compacted(uint32_t seed, const scdb_kv_cache *c, const int32_t
     }
 }
 
+/* The same after a per-head eviction (evict.h, "Keep sets per head"): each
+ * (layer, KV group) set's slot i holds the K / V of that set's position i,
+ * the set's positions increase and are at most the cache's (its newest). */
+static void check_compacted_sets(uint32_t seed, const scdb_kv_cache *c, const scdb_evict_acc *acc)
+{
+    const int G = c->n_kv_heads, hd = c->head_dim;
+    for (int k = 0; k < scdb_evict_acc_n_sets(acc); k++) {
+        const int32_t *pk = scdb_evict_acc_head_pos(acc) + (size_t)k * acc->capacity;
+        const int l = k / G, g = k % G;
+        for (int i = 0; i < c->n; i++) {
+            if (i) assert_true(pk[i] > pk[i - 1]);
+            assert_true(pk[i] <= c->pos[i]);
+            for (int d = 0; d < hd; d++) {
+                assert_true(scdb_kv_k(c, l, i)[g * hd + d] == bkv_value(seed, 0, l, pk[i], g * hd + d));
+                assert_true(scdb_kv_v(c, l, i)[g * hd + d] == bkv_value(seed, 1, l, pk[i], g * hd + d));
+            }
+        }
+    }
+}
+
 /* Open (with each refusal), fold statistics, evict on cadence and on demand
  * with h2o, streaming and the learned policy; damaged shared accumulators
  * are refused and the broker keeps serving; close. */
@@ -2935,14 +2955,28 @@ static void test_live_sessions(void **state)
     so.budget = 64;
     so.cadence = 8;
     assert_int_equal(scdb_session_open(a2, &so, &s), SCDB_OK);
+    /* the shipped file (version 6) keeps a set per (layer, KV group) at
+     * budgets up to its split (0.354 of the capacity: 64 of 320 is) */
+    size_t abytes;
+    const scdb_evict_acc *acc2 = scdb_session_accumulators(s, &abytes);
+    assert_non_null(acc2);
+    assert_true(scdb_evict_acc_per_head(acc2));
+    int split_evictions = 0;
     for (int i = 0; i < 24; i++) {
         scdb_kv_cache *c2 = scdb_arena_cache(a2);
         append_token(11, c2, P + i);
         fake_probs(c2, L, H, probs, 320);
         assert_int_equal(scdb_session_step(s, probs, 320, 1, &ev), SCDB_OK);
         assert_true(c2->n <= 64 + 8);
-        if (ev.evicted) check_compacted(11, c2, ev.slot_pos, (int)ev.n_kept);
+        if (!ev.evicted) continue;
+        for (int j = 0; j < (int)ev.n_kept; j++) assert_int_equal(ev.slot_pos[j], c2->pos[j]);
+        if (scdb_evict_acc_mode(acc2) == SCDB_EVICT_MODE_SPLIT) {
+            check_compacted_sets(11, c2, acc2);
+            split_evictions++;
+        } else
+            check_compacted(11, c2, ev.slot_pos, (int)ev.n_kept);
     }
+    assert_true(split_evictions > 0);
     get_stats(&st);
     assert_int_equal(st.sessions, 1);
     scdb_arena_free(&a2);                       /* s is gone with it */
@@ -3308,14 +3342,14 @@ static void same_acc(const void *host, const void *dev)
     }
 }
 
-static void session_vs_device(const char *policy, uint32_t seed)
+static void session_vs_device(const char *policy, int budget, uint32_t seed)
 {
     const int L = 2, H = 4, P = 256, CAP = 320, STEPS = 40;
     const scdb_k_ops *ops = scdb_k_ops_get(SCDB_DEV_CPU);
     int32_t t[256], map[320];
     scdb_info info;
     scdb_get_result gr;
-    scdb_session_opts so = {.budget = 64, .policy = policy, .cadence = 8, .n_heads = H};
+    scdb_session_opts so = {.budget = budget, .policy = policy, .cadence = 8, .n_heads = H};
     scdb_session_evict_result ev;
     scdb_session *s = NULL;
     scdb_evict_policy *pol = NULL;
@@ -3370,7 +3404,7 @@ static void session_vs_device(const char *policy, uint32_t seed)
         /* the broker's side on the device: its checked copy of the header */
         scdb_evict_acc hdr = *dacc;
         assert_int_equal(hdr.n, m->n);
-        assert_int_equal(scdb_evict_dev_run(ops, pol, m, &hdr, dmem, 64, scratch, map, &nk),
+        assert_int_equal(scdb_evict_dev_run(ops, pol, m, &hdr, dmem, budget, scratch, map, &nk),
                          SCDB_OK);
         assert_int_equal(nk, (int)ev.n_kept);
         assert_memory_equal(map, ev.slot_pos, sizeof *map * (size_t)nk);
@@ -3396,10 +3430,15 @@ static void session_vs_device(const char *policy, uint32_t seed)
 
 static void test_session_device_sequence(void **state)
 {
+    /* the learned policy at 128 of 320 slots, above the shipped file's
+     * split (0.354): its network decides, one set, as a device session's
+     * always does; below the split a host session keeps a set per head
+     * and a device one cannot (evict.h, "Keep sets per head") */
     const char *policies[] = {"h2o", "snapkv", "tova", "streaming", "distillcache"};
+    const int budgets[] = {64, 64, 64, 64, 128};
     (void)state;
     for (size_t i = 0; i < sizeof policies / sizeof *policies; i++)
-        session_vs_device(policies[i], 41 + (uint32_t)i);
+        session_vs_device(policies[i], budgets[i], 41 + (uint32_t)i);
 }
 
 /* ------------------------------------------------------- CUDA IPC arenas
