@@ -47,52 +47,60 @@ static void clear_slot(const scdb_k_acc_buf *a, int j)
 }
 
 /* One query's sums over every (layer, head) row of its attention, JB slots
- * at a time: grp[g][j] = sum of group g's rows, sum[j] = the groups' sum,
- * sq[j] = sum of p^2, sq[n + j] = sum of p * ent[row].  The rows of a
- * block go into sums the compiler keeps in registers and each block is
- * stored once (the row-at-a-time loop read and wrote five arrays per row).
- * pos non-NULL: a prefill chunk's query, slots after qp read as 0. */
+ * at a time: grp[g][j] = sum of group g's rows, sum[j] = of all rows,
+ * sq[j] = of p^2, and the decayed entropy numerator and denominator plus
+ * this query's p * ent[row] and p, stored into ent_num / ent_den.  Rows in
+ * (layer, head) order and each sum started as the CUDA twin starts it
+ * (kernels/cuda/acc_kernels.cuh, query_slots), so both give the same bits
+ * (tests/test_kernels_cuda.c compares them); the block's sums stay in
+ * registers and are stored once (a row-at-a-time loop read and wrote five
+ * arrays per row).  pos non-NULL: a prefill chunk's query, slots after qp
+ * read as 0. */
 #define JB 16
 static inline void fold_rows(const float *probs, int probs_slots, int n_new, int q, int L, int H,
                              int G, int n, const float *ent, const int32_t *pos, int32_t qp,
-                             float *sum, float *sq, float *grp)
+                             float dk, float *ent_num, float *ent_den, float *sum, float *sq,
+                             float *grp)
 {
     const int hpg = H / G;
-    float *en = sq + n;
     for (int j0 = 0; j0 < n; j0 += JB) {
         const int jn = n - j0 < JB ? n - j0 : JB;
-        float tot[JB] = {0}, s2[JB] = {0}, se[JB] = {0};
-        for (int g = 0; g < G; g++) {
-            float acc[JB] = {0};
-            for (int l = 0; l < L; l++)
-                for (int hh = 0; hh < hpg; hh++) {
-                    const int lh = l * H + g * hpg + hh;
-                    const float *row = probs + ((size_t)lh * n_new + q) * (size_t)probs_slots + j0;
-                    const float el = ent[lh];
-                    if (jn == JB && !pos)
-                        for (int t = 0; t < JB; t++) {
-                            float p = row[t];
-                            acc[t] += p;
-                            s2[t] += p * p;
-                            se[t] += p * el;
-                        }
-                    else
-                        for (int t = 0; t < jn; t++) {
-                            float p = !pos || pos[j0 + t] <= qp ? row[t] : 0.0f;
-                            acc[t] += p;
-                            s2[t] += p * p;
-                            se[t] += p * el;
-                        }
-                }
-            for (int t = 0; t < jn; t++) {
-                grp[(size_t)g * n + j0 + t] = acc[t];
-                tot[t] += acc[t];
-            }
+        float tot[JB] = {0}, s2[JB] = {0}, en[JB], ed[JB];
+        for (int t = 0; t < jn; t++) {
+            en[t] = ent_num[j0 + t] * dk;
+            ed[t] = ent_den[j0 + t] * dk;
         }
+        for (int g = 0; g < G; g++) memset(grp + (size_t)g * n + j0, 0, (size_t)jn * sizeof *grp);
+        for (int l = 0; l < L; l++)
+            for (int h = 0; h < H; h++) {
+                const int lh = l * H + h;
+                const float *row = probs + ((size_t)lh * n_new + q) * (size_t)probs_slots + j0;
+                float *gr = grp + (size_t)(h / hpg) * n + j0;
+                const float el = ent[lh];
+                if (jn == JB && !pos)
+                    for (int t = 0; t < JB; t++) {
+                        float p = row[t];
+                        tot[t] += p;
+                        s2[t] += p * p;
+                        en[t] += p * el;
+                        ed[t] += p;
+                        gr[t] += p;
+                    }
+                else
+                    for (int t = 0; t < jn; t++) {
+                        float p = !pos || pos[j0 + t] <= qp ? row[t] : 0.0f;
+                        tot[t] += p;
+                        s2[t] += p * p;
+                        en[t] += p * el;
+                        ed[t] += p;
+                        gr[t] += p;
+                    }
+            }
         for (int t = 0; t < jn; t++) {
             sum[j0 + t] = tot[t];
             sq[j0 + t] = s2[t];
-            en[j0 + t] = se[t];
+            ent_num[j0 + t] = en[t];
+            ent_den[j0 + t] = ed[t];
         }
     }
 }
@@ -120,7 +128,7 @@ scdb_err scdb_k_acc_update_cpu(const scdb_k_acc_buf *a, int n_old, const scdb_kv
 
     ent = malloc((size_t)lh_count * sizeof *ent);
     sum = malloc((size_t)n * sizeof *sum);
-    sq = malloc((size_t)n * 2 * sizeof *sq);   /* p^2 sums, then the entropy numerator's */
+    sq = malloc((size_t)n * sizeof *sq);
     grp = malloc((size_t)G * n * sizeof *grp);
     if (!ent || !sum || !sq || !grp) goto done;
 
@@ -168,29 +176,31 @@ scdb_err scdb_k_acc_update_cpu(const scdb_k_acc_buf *a, int n_old, const scdb_kv
                     if (row[j] > 1e-30f && c->pos[j] <= qp) e -= row[j] * fast_log(row[j]);
             ent[lh] = nvis > 1 ? e / lognv : 0.0f;
         }
-        /* the attention sums, JB slots at a time: a group's rows into one
-         * block of sums (registers), then the block stored once; sum and
-         * ent_den are the same sum over every row (ent_den decays) */
-        if (nvis == n) fold_rows(probs, probs_slots, n_new, q, L, H, G, n, ent, NULL, 0, sum, sq, grp);
-        else fold_rows(probs, probs_slots, n_new, q, L, H, G, n, ent, c->pos, qp, sum, sq, grp);
+        /* the attention sums, JB slots at a time (fold_rows) */
+        if (nvis == n)
+            fold_rows(probs, probs_slots, n_new, q, L, H, G, n, ent, NULL, 0, a->decay, a->ent_num,
+                      a->ent_den, sum, sq, grp);
+        else
+            fold_rows(probs, probs_slots, n_new, q, L, H, G, n, ent, c->pos, qp, a->decay,
+                      a->ent_num, a->ent_den, sum, sq, grp);
         int ring = *a->ring_next;
         if (ring < 0 || ring >= a->window) ring = 0;
         float *wrow = a->win + (size_t)ring * G * a->capacity;
-        /* (the ring beyond n is never read: a slot appended later starts
-         * with its rows zeroed, clear_slot) */
+        /* the row beyond n zeroed, as the CUDA twin writes it (the same
+         * bytes on both: tests/test_kernels_cuda.c) */
         for (int g = 0; g < G; g++) {
             float *dst = wrow + (size_t)g * a->capacity;
             const float *src = grp + (size_t)g * n;
             for (int j = 0; j < n; j++) dst[j] = src[j] / (float)(L * hpg);
+            memset(dst + n, 0, (size_t)(a->capacity - n) * sizeof *dst);
         }
         *a->ring_next = (ring + 1) % a->window;
         if (*a->ring_fill < a->window) (*a->ring_fill)++;
 
         /* the decay and this query's terms in one pass (a decode step's
          * query sees every slot: the position test then vectorises as a
-         * select); the entropy numerator's block sums are in ent_row */
+         * select); ent_num and ent_den are fold_rows' */
         const float f_lh = (float)lh_count, fnv = (float)nvis, dk = a->decay;
-        const float *en = sq + n;
         for (int j = 0; j < n; j++) {
             int vis = nvis == n || c->pos[j] <= qp;
             float m = sum[j] / f_lh;                            /* mean a */
@@ -199,8 +209,6 @@ scdb_err scdb_k_acc_update_cpu(const scdb_k_acc_buf *a, int n_old, const scdb_kv
             a->n_obs[j] = a->n_obs[j] * dk + (vis ? 1.0f : 0.0f);
             a->rel[j] = a->rel[j] * dk + (vis ? mr : 0.0f);
             a->var[j] = a->var[j] * dk + (vis && v > 0.0f ? v : 0.0f);
-            a->ent_num[j] = a->ent_num[j] * dk + en[j];
-            a->ent_den[j] = a->ent_den[j] * dk + sum[j];
             a->mass[j] += vis ? m : 0.0f;
             a->last[j] = vis ? m : 0.0f;
         }
