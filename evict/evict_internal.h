@@ -12,6 +12,22 @@
 #include "evict.h"
 #include "evict_train.h"
 
+/* The per-slot loops of an eviction (the network's activations, the
+ * per-head scorer's logs) are maps over contiguous arrays; on x86-64 Linux
+ * with GCC their functions are also built for AVX2, picked at load time
+ * where the CPU has it, as the kernels' fold is (kernels/cpu/acc_ops.c):
+ * twice the lanes, the same bits (maps only, and ISO C contracts no
+ * multiply-add). */
+#if defined(__x86_64__) && defined(__linux__) && defined(__GNUC__) && !defined(__clang__) && \
+    defined(__has_attribute)
+#if __has_attribute(target_clones)
+#define SCDB_EVICT_CLONES __attribute__((target_clones("avx2", "default")))
+#endif
+#endif
+#ifndef SCDB_EVICT_CLONES
+#define SCDB_EVICT_CLONES
+#endif
+
 /* A policy file's metadata pairs (mlp.c reads them, policy.c answers
  * scdb_evict_policy_meta). */
 typedef struct scdb_evict_meta {

@@ -126,13 +126,12 @@ scdb_err scdb_evict_acc_compact_heads(scdb_evict_acc *a, const int *keep, int n_
      * (the kernels' run-by-run gather: the ring is most of the work) */
     for (int k = 0; k < K; k++) {
         const int *kk = keep + (size_t)k * n_keep;
-        scdb_err rc;
-        if ((rc = scdb_k_compact_rows_cpu(pos + (size_t)k * cap, 1, 0, 4, a->n, kk, n_keep, NULL)) ||
-            (rc = scdb_k_compact_rows_cpu(mass + (size_t)k * cap, 1, 0, 4, a->n, kk, n_keep, NULL)) ||
-            (rc = scdb_k_compact_rows_cpu(last + (size_t)k * cap, 1, 0, 4, a->n, kk, n_keep, NULL)) ||
-            (rc = scdb_k_compact_rows_cpu(win + (size_t)k * cap, a->window, (size_t)K * cap * 4, 4,
-                                          a->n, kk, n_keep, NULL)))
-            return rc;
+        const scdb_k_compact_group g[] = {{pos + (size_t)k * cap, 1, 0},
+                                          {mass + (size_t)k * cap, 1, 0},
+                                          {last + (size_t)k * cap, 1, 0},
+                                          {win + (size_t)k * cap, a->window, (size_t)K * cap * 4}};
+        scdb_err rc = scdb_k_compact_groups_cpu(g, 4, 4, a->n, kk, n_keep);
+        if (rc) return rc;
     }
     a->n = n_keep;
     scdb_evict_acc_set_mode(a, SCDB_EVICT_MODE_SPLIT);   /* version 1's arrays are stale now */
@@ -147,24 +146,19 @@ scdb_err scdb_evict_acc_compact_shared(scdb_evict_acc *a, const int *keep, int n
     for (int i = 0; i < n_keep; i++)
         if (keep[i] < 0 || keep[i] >= a->n || (i > 0 && keep[i] <= keep[i - 1])) return SCDB_EINVAL;
     const int K = scdb_evict_acc_n_sets(a), cap = a->capacity;
-    scdb_err rc;
-    /* version 1's nine slot arrays and ring, as scdb_evict_acc_compact */
-    size_t stride = (size_t)((char *)scdb_evict_acc_n_obs(a) - (char *)scdb_evict_acc_pos(a));
-    if ((rc = scdb_k_compact_rows_cpu(scdb_evict_acc_pos(a), SCDB_EVICT_ACC_SLOT_ARRAYS, stride, 4,
-                                      a->n, keep, n_keep, NULL)) ||
-        (rc = scdb_k_compact_rows_cpu(scdb_evict_acc_win(a), a->window * a->n_kv_heads,
-                                      (size_t)cap * 4, 4, a->n, keep, n_keep, NULL)))
-        return rc;
-    /* every set's arrays with the same list (rows of capacity floats) */
-    if ((rc = scdb_k_compact_rows_cpu(scdb_evict_acc_head_pos(a), K, (size_t)cap * 4, 4, a->n, keep,
-                                      n_keep, NULL)) ||
-        (rc = scdb_k_compact_rows_cpu(scdb_evict_acc_head_mass(a), K, (size_t)cap * 4, 4, a->n, keep,
-                                      n_keep, NULL)) ||
-        (rc = scdb_k_compact_rows_cpu(scdb_evict_acc_head_last(a), K, (size_t)cap * 4, 4, a->n, keep,
-                                      n_keep, NULL)) ||
-        (rc = scdb_k_compact_rows_cpu(scdb_evict_acc_head_win(a), a->window * K, (size_t)cap * 4, 4,
-                                      a->n, keep, n_keep, NULL)))
-        return rc;
+    /* version 1's nine slot arrays and ring, as scdb_evict_acc_compact,
+     * then every set's arrays with the same list (rows of capacity floats) */
+    const size_t stride = (size_t)((char *)scdb_evict_acc_n_obs(a) - (char *)scdb_evict_acc_pos(a));
+    const size_t row = (size_t)cap * 4;
+    const scdb_k_compact_group g[] = {
+        {scdb_evict_acc_pos(a), SCDB_EVICT_ACC_SLOT_ARRAYS, stride},
+        {scdb_evict_acc_win(a), a->window * a->n_kv_heads, row},
+        {scdb_evict_acc_head_pos(a), K, row},
+        {scdb_evict_acc_head_mass(a), K, row},
+        {scdb_evict_acc_head_last(a), K, row},
+        {scdb_evict_acc_head_win(a), a->window * K, row}};
+    scdb_err rc = scdb_k_compact_groups_cpu(g, (int)(sizeof g / sizeof *g), 4, a->n, keep, n_keep);
+    if (rc) return rc;
     a->n = n_keep;
     scdb_evict_acc_set_mode(a, SCDB_EVICT_MODE_SHARED);
     return SCDB_OK;
@@ -352,6 +346,7 @@ int scdb_evict_mlp_heads_choose(const scdb_evict_mlp *m, const scdb_evict_acc *a
 /* One set's scores: w . x_j over its five per-slot inputs.  A loop of
  * maps (an integer clamp, the kernels' branch-free log), so it vectorises;
  * a float compare there stays a branch at -O2. */
+SCDB_EVICT_CLONES
 static void score_set(float *restrict sc, const float *restrict sp, const int32_t *restrict pk,
                       const float *restrict mk, const float *restrict lk, int n, int32_t newest,
                       float snap_scale, float fn, float lb, const float *restrict wf)

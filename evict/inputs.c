@@ -122,11 +122,29 @@ scdb_err scdb_evict_inputs(const scdb_evict_acc *a, const float *feats, int budg
         /* the window's attention as SnapKV scores it (the kernels' twin:
          * each KV group's sum over the ring max-pooled, the groups
          * averaged; pool 1: the unpooled average) */
+        /* one pass over the ring for both: the ring is [window][G][capacity],
+         * G sets to the sets' kernel, which returns each group's sum and its
+         * pool; averaged here as snapkv_score averages them (0 + each
+         * group's / G in group order: the same bits, half the ring reads) */
         const float *win = scdb_evict_acc_win(a);
-        if ((rc = scdb_k_snapkv_score_cpu(win, a->ring_fill, a->n_kv_heads, a->capacity, n, 1, v)) ||
-            (rc = scdb_k_snapkv_score_cpu(win, a->ring_fill, a->n_kv_heads, a->capacity, n,
-                                          SCDB_EVICT_SNAPKV_POOL, w)))
+        const int G = a->n_kv_heads;
+        float *gs = malloc((size_t)G * n * 2 * sizeof *gs);
+        if (!gs) { rc = SCDB_ENOMEM; goto done; }
+        if ((rc = scdb_k_snapkv_score_sets_cpu(win, a->ring_fill, G, a->capacity, n,
+                                               SCDB_EVICT_SNAPKV_POOL, gs, gs + (size_t)G * n))) {
+            free(gs);
             goto done;
+        }
+        memset(v, 0, (size_t)n * sizeof *v);
+        memset(w, 0, (size_t)n * sizeof *w);
+        for (int g = 0; g < G; g++) {
+            const float *pk = gs + (size_t)g * n, *sk = gs + (size_t)(G + g) * n;
+            for (int i = 0; i < n; i++) {
+                v[i] += sk[i] / (float)G;
+                w[i] += pk[i] / (float)G;
+            }
+        }
+        free(gs);
     }
     if ((rc = rank_into(v, n, idx, lrank, x, SCDB_EI_R_WIN))) goto done;
     if ((rc = rank_into(w, n, idx, lrank, x, SCDB_EI_R_SNAPKV))) goto done;

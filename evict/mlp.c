@@ -204,6 +204,7 @@ static float forward_row(const scdb_evict_mlp *m, const float *x, float *h1, flo
 /* scores[i] = the network on rows x[n][n_in] at once: two GEMMs and the
  * activations over whole blocks (what deployment runs; forward_row is the
  * per-row twin the backward pass uses, equal up to float rounding) */
+SCDB_EVICT_CLONES
 static scdb_err forward_rows(const scdb_evict_mlp *m, const float *x, int n, float *scores)
 {
     const int H = m->hidden;

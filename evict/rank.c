@@ -93,9 +93,18 @@ scdb_err scdb_evict_rank(const float *scores, int *idx, int n)
     for (int i = 0; i < n; i++) key[i] = desc_key(scores[idx[i]]);
     int *src = idx, *dst = tmp;
     uint32_t *ks = key, *kd = key2;
+    /* the four bytes' counts in one pass over the keys (a pass permutes
+     * the keys, not which byte values occur) */
+    int cnts[4][257] = {{0}};
+    for (int i = 0; i < n; i++) {
+        const uint32_t k = key[i];
+        cnts[0][(k & 0xffu) + 1]++;
+        cnts[1][((k >> 8) & 0xffu) + 1]++;
+        cnts[2][((k >> 16) & 0xffu) + 1]++;
+        cnts[3][(k >> 24) + 1]++;
+    }
     for (int shift = 0; shift < 32; shift += 8) {
-        int cnt[257] = {0};
-        for (int i = 0; i < n; i++) cnt[((ks[i] >> shift) & 0xffu) + 1]++;
+        int *cnt = cnts[shift / 8];
         if (cnt[((ks[0] >> shift) & 0xffu) + 1] == n) continue;   /* one byte value: in order */
         for (int b = 0; b < 256; b++) cnt[b + 1] += cnt[b];
         for (int i = 0; i < n; i++) {

@@ -307,6 +307,16 @@ scdb_err scdb_k_select_topb_cpu(const float *scores, int n, int budget, int sink
                                 int recent, int *keep, int *n_keep);
 scdb_err scdb_k_compact_rows_cpu(void *x, int n_mats, size_t mat_stride, size_t row_bytes,
                                  int n, const int *keep, int n_keep, void *scratch);
+/* compact_rows with one keep list over several groups of matrices (host
+ * memory only; the per-head accumulators' arrays of one keep set): keep[]
+ * checked and its runs found once.  SCDB_EINVAL as compact_rows. */
+typedef struct scdb_k_compact_group {
+    void *x;
+    int n_mats;
+    size_t mat_stride;
+} scdb_k_compact_group;
+scdb_err scdb_k_compact_groups_cpu(const scdb_k_compact_group *g, int n_groups, size_t row_bytes,
+                                   int n, const int *keep, int n_keep);
 scdb_err scdb_k_evict_features_cuda(const scdb_k_acc_arrays *a, int n, float *feats);
 scdb_err scdb_k_select_topb_cuda(const float *scores, int n, int budget, int sinks,
                                  int recent, int *keep, int *n_keep);

@@ -746,6 +746,73 @@ static void test_evict_ops(void **state)
     scdb_kv_cache_free(&c2);
 }
 
+/* Several groups compacted with one keep list equal each compacted alone
+ * (runs long and short, 4-byte and wider rows), and a bad list, a NULL
+ * group or a group whose matrices overlap is refused before anything
+ * moves.  SnapKV's ring sum, taken in registers a block of slots at a
+ * time, equals the plain row-order sum and its max-pool, bit for bit. */
+static void test_compact_groups_snapkv(void **state)
+{
+    (void)state;
+    uint64_t seed = 7;
+    enum { N = 53, CAP = 64, M = 3 };
+    static float a[M * CAP], b[M * CAP], w1[CAP], w2[CAP];
+    int keep[N], nk = 0;
+    for (int i = 0; i < N; i++)
+        if (i < 3 || (i > 5 && i < 30) || i % 7 == 0 || i > 47) keep[nk++] = i;
+    for (int i = 0; i < M * CAP; i++) a[i] = b[i] = scdb_xorshift_f32(&seed);
+    for (int i = 0; i < CAP; i++) w1[i] = w2[i] = scdb_xorshift_f32(&seed);
+    scdb_k_compact_group g[2] = {{a, M, CAP * 4}, {w1, 1, 0}};
+    assert_int_equal(scdb_k_compact_groups_cpu(g, 2, 4, N, keep, nk), SCDB_OK);
+    assert_int_equal(scdb_k_compact_rows_cpu(b, M, CAP * 4, 4, N, keep, nk, NULL), SCDB_OK);
+    assert_int_equal(scdb_k_compact_rows_cpu(w2, 1, 0, 4, N, keep, nk, NULL), SCDB_OK);
+    assert_memory_equal(a, b, sizeof a);
+    assert_memory_equal(w1, w2, sizeof w1);
+    /* rows of 12 bytes: 16 rows */
+    assert_int_equal(scdb_k_compact_rows_cpu(b, 1, 0, 12, 16, keep, 10, NULL), SCDB_OK);
+    g[0] = (scdb_k_compact_group){a, 1, 0};
+    assert_int_equal(scdb_k_compact_groups_cpu(g, 1, 12, 16, keep, 10), SCDB_OK);
+    assert_memory_equal(a, b, sizeof a);
+    int dup[3] = {0, 4, 4}, high[2] = {0, N};
+    g[1] = (scdb_k_compact_group){w1, 1, 0};
+    assert_int_equal(scdb_k_compact_groups_cpu(g, 2, 4, N, dup, 3), SCDB_EINVAL);
+    assert_int_equal(scdb_k_compact_groups_cpu(g, 2, 4, N, high, 2), SCDB_EINVAL);
+    assert_int_equal(scdb_k_compact_groups_cpu(NULL, 1, 4, N, keep, nk), SCDB_EINVAL);
+    g[1] = (scdb_k_compact_group){NULL, 1, 0};
+    assert_int_equal(scdb_k_compact_groups_cpu(g, 2, 4, N, keep, nk), SCDB_EINVAL);
+    g[1] = (scdb_k_compact_group){w1, 2, 8};   /* matrices 8 bytes apart overlap */
+    assert_int_equal(scdb_k_compact_groups_cpu(g, 2, 4, N, keep, nk), SCDB_EINVAL);
+    assert_memory_equal(a, b, sizeof a);   /* refused before anything moved */
+
+    enum { W = 5, S = 3, SC = 40 };
+    static float win[W * S * SC], sc[S * SC], sums[S * SC], mean[SC];
+    for (int i = 0; i < W * S * SC; i++) win[i] = scdb_xorshift_f32(&seed) * 1e-2f;
+    for (int n = 1; n <= SC; n += 13)
+        for (int pool = 1; pool <= 7; pool += 6)
+            for (int fill = 0; fill <= W; fill += W) {
+                assert_int_equal(scdb_k_snapkv_score_sets_cpu(win, fill, S, SC, n, pool, sc, sums),
+                                 SCDB_OK);
+                assert_int_equal(scdb_k_snapkv_score_cpu(win, fill, S, SC, n, pool, mean), SCDB_OK);
+                float ref_mean[SC] = {0};
+                for (int k = 0; k < S; k++) {
+                    float s[SC];
+                    for (int j = 0; j < n; j++) {
+                        s[j] = 0.0f;
+                        for (int r = 0; r < fill; r++) s[j] += win[((size_t)r * S + k) * SC + j];
+                    }
+                    assert_memory_equal(sums + (size_t)k * n, s, (size_t)n * sizeof *s);
+                    for (int j = 0; j < n; j++) {
+                        float m = s[j];
+                        for (int d = -(pool / 2); d <= pool / 2; d++)
+                            if (j + d >= 0 && j + d < n && s[j + d] > m) m = s[j + d];
+                        assert_true(sc[(size_t)k * n + j] == m);
+                        ref_mean[j] += m / (float)S;
+                    }
+                }
+                assert_memory_equal(mean, ref_mean, (size_t)n * sizeof *mean);
+            }
+}
+
 /* ------------------------------------------------------------ devices */
 
 static void test_device(void **state)
@@ -884,6 +951,7 @@ int main(void)
         cmocka_unit_test(test_aligner_kv_regen),
         cmocka_unit_test(test_q4),
         cmocka_unit_test(test_evict_ops),
+        cmocka_unit_test(test_compact_groups_snapkv),
         cmocka_unit_test(test_device),
         cmocka_unit_test(test_ops_tables),
     };

@@ -57,7 +57,14 @@ static void clear_slot(const scdb_k_acc_buf *a, int j)
  * arrays per row).  pos non-NULL: a prefill chunk's query, slots after qp
  * read as 0. */
 #define JB 16
-static inline void fold_rows(const float *probs, int probs_slots, int n_new, int q, int L, int H,
+/* (always inlined: a separate function would be built for the baseline
+ * only, outside the AVX2 clone of its one caller; it was half the fold) */
+#if defined(__GNUC__)
+#define SCDB_ACC_INLINE static inline __attribute__((always_inline))
+#else
+#define SCDB_ACC_INLINE static inline
+#endif
+SCDB_ACC_INLINE void fold_rows(const float *probs, int probs_slots, int n_new, int q, int L, int H,
                              int G, int n, const float *ent, const int32_t *pos, int32_t qp,
                              float dk, float *ent_num, float *ent_den, float *sum, float *sq,
                              float *grp)
@@ -71,31 +78,35 @@ static inline void fold_rows(const float *probs, int probs_slots, int n_new, int
             ed[t] = ent_den[j0 + t] * dk;
         }
         for (int g = 0; g < G; g++) memset(grp + (size_t)g * n + j0, 0, (size_t)jn * sizeof *grp);
-        for (int l = 0; l < L; l++)
-            for (int h = 0; h < H; h++) {
-                const int lh = l * H + h;
-                const float *row = probs + ((size_t)lh * n_new + q) * (size_t)probs_slots + j0;
-                float *gr = grp + (size_t)(h / hpg) * n + j0;
-                const float el = ent[lh];
-                if (jn == JB && !pos)
-                    for (int t = 0; t < JB; t++) {
-                        float p = row[t];
-                        tot[t] += p;
-                        s2[t] += p * p;
-                        en[t] += p * el;
-                        ed[t] += p;
-                        gr[t] += p;
-                    }
-                else
-                    for (int t = 0; t < jn; t++) {
-                        float p = !pos || pos[j0 + t] <= qp ? row[t] : 0.0f;
-                        tot[t] += p;
-                        s2[t] += p * p;
-                        en[t] += p * el;
-                        ed[t] += p;
-                        gr[t] += p;
-                    }
+        /* rows in (layer, head) order; g = the row's KV group, counted
+         * (a division per row was a fifth of this loop) */
+        for (int lh = 0, g = 0, hh = 0; lh < L * H; lh++) {
+            const float *row = probs + ((size_t)lh * n_new + q) * (size_t)probs_slots + j0;
+            float *gr = grp + (size_t)g * n + j0;
+            const float el = ent[lh];
+            if (jn == JB && !pos)
+                for (int t = 0; t < JB; t++) {
+                    float p = row[t];
+                    tot[t] += p;
+                    s2[t] += p * p;
+                    en[t] += p * el;
+                    ed[t] += p;
+                    gr[t] += p;
+                }
+            else
+                for (int t = 0; t < jn; t++) {
+                    float p = !pos || pos[j0 + t] <= qp ? row[t] : 0.0f;
+                    tot[t] += p;
+                    s2[t] += p * p;
+                    en[t] += p * el;
+                    ed[t] += p;
+                    gr[t] += p;
+                }
+            if (++hh == hpg) {
+                hh = 0;
+                if (++g == G) g = 0;
             }
+        }
         for (int t = 0; t < jn; t++) {
             sum[j0 + t] = tot[t];
             sq[j0 + t] = s2[t];
@@ -228,16 +239,29 @@ done:
 /* One set's SnapKV sum over the ring (rows `stride` floats apart) and its
  * max-pool: out[j] = scale * max over |k - j| <= pool / 2 of s[k] (with
  * accumulate, out[j] += that instead).  s and mx: room for n each. */
-static void snapkv_set(const float *win, size_t stride, int ring_fill, int n, int pool,
-                       float *s, float *mx, float *out, float scale, int accumulate)
+SCDB_ACC_INLINE void snapkv_set(const float *win, size_t stride, int ring_fill, int n, int pool,
+                                float *s, float *mx, float *out, float scale, int accumulate)
 {
     int half = pool / 2;
     /* the interior [half, n - half) needs no bounds test */
     int ilo = half < n ? half : n, ihi = n - half > ilo ? n - half : ilo;
-    memset(s, 0, (size_t)n * sizeof *s);
-    for (int r = 0; r < ring_fill; r++) {
-        const float *row = win + (size_t)r * stride;
-        for (int j = 0; j < n; j++) s[j] += row[j];
+    /* the ring's rows summed in row order from 0, JB slots at a time in
+     * registers (a row at a time read and wrote s once per row: most of a
+     * per-head eviction's scoring); the same adds in the same order */
+    for (int j0 = 0; j0 < n; j0 += JB) {
+        const int jn = n - j0 < JB ? n - j0 : JB;
+        float acc[JB] = {0};
+        if (jn == JB)
+            for (int r = 0; r < ring_fill; r++) {
+                const float *row = win + (size_t)r * stride + j0;
+                for (int t = 0; t < JB; t++) acc[t] += row[t];
+            }
+        else
+            for (int r = 0; r < ring_fill; r++) {
+                const float *row = win + (size_t)r * stride + j0;
+                for (int t = 0; t < jn; t++) acc[t] += row[t];
+            }
+        memcpy(s + j0, acc, (size_t)jn * sizeof *s);
     }
     /* mx[j] = s[j], then s[j + d] where greater, d = -half .. half in
      * that order (d = 0 changes nothing): the neighbours in the order
@@ -261,6 +285,7 @@ static void snapkv_set(const float *win, size_t stride, int ring_fill, int n, in
     }
 }
 
+SCDB_ACC_CLONES
 scdb_err scdb_k_snapkv_score_cpu(const float *win, int ring_fill, int n_kv_heads, int capacity,
                                  int n, int pool, float *scores)
 {
@@ -280,6 +305,7 @@ scdb_err scdb_k_snapkv_score_cpu(const float *win, int ring_fill, int n_kv_heads
     return SCDB_OK;
 }
 
+SCDB_ACC_CLONES
 scdb_err scdb_k_snapkv_score_sets_cpu(const float *win, int ring_fill, int n_sets, int capacity,
                                       int n, int pool, float *scores, float *sums)
 {

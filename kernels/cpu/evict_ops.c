@@ -116,31 +116,18 @@ scdb_err scdb_k_select_topb_cpu(const float *scores, int n, int budget, int sink
     return SCDB_OK;
 }
 
-scdb_err scdb_k_compact_rows_cpu(void *x, int n_mats, size_t mat_stride, size_t row_bytes,
-                                 int n, const int *keep, int n_keep, void *scratch)
+/* keep[] is n_keep strictly increasing slots below n */
+static int bad_keep(int n, const int *keep, int n_keep)
 {
-    (void)scratch;
-    if (!x || n_mats < 0 || n < 0 || n_keep < 0 || n_keep > n || (n_keep > 0 && !keep) ||
-        (n_mats > 1 && mat_stride < (size_t)n * row_bytes))
-        return SCDB_EINVAL;
+    if (n < 0 || n_keep < 0 || n_keep > n || (n_keep > 0 && !keep)) return 1;
     for (int i = 0; i < n_keep; i++)
-        if (keep[i] < 0 || keep[i] >= n || (i > 0 && keep[i] <= keep[i - 1])) return SCDB_EINVAL;
-    /* keep[i] >= i, so a forward gather never overwrites a row it has yet
-     * to read (scdb_kv_cache_compact and scdb_evict_acc_compact do the same).
-     * Run by run: the keep list is a few runs of consecutive rows (an
-     * eviction after the first drops a few slots), found once and moved in
-     * every matrix with one memmove each (a copy call per row of a 4-byte
-     * array cost more than its bytes); short runs of 4-byte rows inline */
-    int *run = malloc((size_t)(n_keep > 0 ? n_keep : 1) * 3 * sizeof *run);
-    if (!run) {   /* no memory: row by row */
-        for (int m = 0; m < n_mats; m++) {
-            char *base = (char *)x + (size_t)m * mat_stride;
-            for (int i = 0; i < n_keep; i++)
-                if (keep[i] != i)
-                    memcpy(base + (size_t)i * row_bytes, base + (size_t)keep[i] * row_bytes, row_bytes);
-        }
-        return SCDB_OK;
-    }
+        if (keep[i] < 0 || keep[i] >= n || (i > 0 && keep[i] <= keep[i - 1])) return 1;
+    return 0;
+}
+
+/* The runs of consecutive kept rows that move: (dst, src, len) triples. */
+static int keep_runs(const int *keep, int n_keep, int *run)
+{
     int nr = 0;
     for (int i = 0; i < n_keep;) {
         int j = i + 1;
@@ -153,6 +140,13 @@ scdb_err scdb_k_compact_rows_cpu(void *x, int n_mats, size_t mat_stride, size_t 
         }
         i = j;
     }
+    return nr;
+}
+
+/* The runs moved in n_mats matrices from x, mat_stride bytes apart. */
+static void move_runs(void *x, int n_mats, size_t mat_stride, size_t row_bytes, const int *run,
+                      int nr)
+{
     for (int m = 0; m < n_mats; m++) {
         char *base = (char *)x + (size_t)m * mat_stride;
         for (int r = 0; r < nr; r++) {
@@ -165,6 +159,53 @@ scdb_err scdb_k_compact_rows_cpu(void *x, int n_mats, size_t mat_stride, size_t 
                         (size_t)len * row_bytes);
         }
     }
+}
+
+/* Row by row, without the runs' memory. */
+static void move_rows(void *x, int n_mats, size_t mat_stride, size_t row_bytes, const int *keep,
+                      int n_keep)
+{
+    for (int m = 0; m < n_mats; m++) {
+        char *base = (char *)x + (size_t)m * mat_stride;
+        for (int i = 0; i < n_keep; i++)
+            if (keep[i] != i)
+                memcpy(base + (size_t)i * row_bytes, base + (size_t)keep[i] * row_bytes, row_bytes);
+    }
+}
+
+scdb_err scdb_k_compact_rows_cpu(void *x, int n_mats, size_t mat_stride, size_t row_bytes,
+                                 int n, const int *keep, int n_keep, void *scratch)
+{
+    scdb_k_compact_group g = {x, n_mats, mat_stride};
+    (void)scratch;
+    if (!x) return SCDB_EINVAL;
+    return scdb_k_compact_groups_cpu(&g, 1, row_bytes, n, keep, n_keep);
+}
+
+scdb_err scdb_k_compact_groups_cpu(const scdb_k_compact_group *g, int n_groups, size_t row_bytes,
+                                   int n, const int *keep, int n_keep)
+{
+    if (!g || n_groups < 0 || bad_keep(n, keep, n_keep)) return SCDB_EINVAL;
+    for (int k = 0; k < n_groups; k++)
+        if (!g[k].x || g[k].n_mats < 0 ||
+            (g[k].n_mats > 1 && g[k].mat_stride < (size_t)n * row_bytes))
+            return SCDB_EINVAL;
+    /* keep[i] >= i, so a forward gather never overwrites a row it has yet
+     * to read (scdb_kv_cache_compact and scdb_evict_acc_compact do the same).
+     * Run by run: the keep list is a few runs of consecutive rows (an
+     * eviction after the first drops a few slots), found once for every
+     * group and moved in every matrix with one memmove each (a copy call
+     * per row of a 4-byte array cost more than its bytes); short runs of
+     * 4-byte rows inline */
+    int *run = malloc((size_t)(n_keep > 0 ? n_keep : 1) * 3 * sizeof *run);
+    if (!run) {   /* no memory: row by row */
+        for (int k = 0; k < n_groups; k++)
+            move_rows(g[k].x, g[k].n_mats, g[k].mat_stride, row_bytes, keep, n_keep);
+        return SCDB_OK;
+    }
+    int nr = keep_runs(keep, n_keep, run);
+    for (int k = 0; k < n_groups; k++)
+        move_runs(g[k].x, g[k].n_mats, g[k].mat_stride, row_bytes, run, nr);
     free(run);
     return SCDB_OK;
 }
