@@ -412,21 +412,10 @@ typedef struct learned {
     scdb_evict_policy *p;
     char label[96], path[1200];
     const char *trained_on, *domains;    /* metadata: models, training domains */
+    const char *heads_trained_on;        /* the per-head scorer's models (NULL: as trained_on) */
 } learned;
 
 /* "a,b,c" contains name */
-static int list_has(const char *list, const char *name)
-{
-    size_t n = strlen(name);
-    for (const char *s = list; s && *s;) {
-        const char *e = strchr(s, ',');
-        size_t l = e ? (size_t)(e - s) : strlen(s);
-        if (l == n && !strncmp(s, name, n)) return 1;
-        s = e ? e + 1 : NULL;
-    }
-    return 0;
-}
-
 static const char *heur_label(int k) { return scdb_evict_kind_name(HEUR_KINDS[k]); }
 /* policy index k is a per-head heuristic this run leaves out (--no-per-head) */
 static int skip_heur(const opts *o, int k) { return o->no_per_head && k >= N_SHARED_HEUR && k < N_HEUR; }
@@ -558,6 +547,7 @@ static int load_policies(run *r)
             continue;
         }
         L->trained_on = scdb_evict_policy_meta(L->p, "trained_on");
+        L->heads_trained_on = scdb_evict_policy_meta(L->p, "heads_trained_on");
         L->domains = scdb_evict_policy_meta(L->p, "domains");
         if (r->n_learned == 0) {
             snprintf(L->label, sizeof L->label, "distillcache");
@@ -675,7 +665,7 @@ static int collect_sources(run *r)
      * otherwise the suite's split does (--text and --heldout texts: other) */
     for (int i = 0; i < r->n_src; i++) {
         if (!r->n_learned || !r->lp[0].domains) continue;
-        if (list_has(r->lp[0].domains, r->src[i].domain)) r->src[i].split = "seen";
+        if (scdb_list_has(r->lp[0].domains, r->src[i].domain)) r->src[i].split = "seen";
         else if (r->src[i].suite_index >= 0) r->src[i].split = "unseen";
     }
     return 0;
@@ -706,8 +696,10 @@ static void print_protocol(const run *r)
                scdb_data_relative(r->suite_path),
                scdb_evict_part_name(o->portion));
     for (int i = 0; i < r->n_learned; i++)
-        printf("Learned policy `%s`: %s (trained on models %s; domains %s).\n", r->lp[i].label,
+        printf("Learned policy `%s`: %s (trained on models %s%s%s; domains %s).\n", r->lp[i].label,
                r->lp[i].path, r->lp[i].trained_on ? r->lp[i].trained_on : "?",
+               r->lp[i].heads_trained_on ? ", its per-head scorer on " : "",
+               r->lp[i].heads_trained_on ? r->lp[i].heads_trained_on : "",
                r->lp[i].domains ? r->lp[i].domains : "not recorded");
     fflush(stdout);
 }
@@ -733,6 +725,8 @@ static int start_run(run *r)
         cJSON_AddStringToObject(e, "file", r->lp[i].path);
         if (r->lp[i].domains) cJSON_AddStringToObject(e, "domains", r->lp[i].domains);
         if (r->lp[i].trained_on) cJSON_AddStringToObject(e, "trained_on", r->lp[i].trained_on);
+        if (r->lp[i].heads_trained_on)
+            cJSON_AddStringToObject(e, "heads_trained_on", r->lp[i].heads_trained_on);
         cJSON_AddItemToArray(lpj, e);
     }
     r->rows = cJSON_AddArrayToObject(r->json, "rows");
@@ -829,8 +823,10 @@ static void add_rows(run *r, const scdb_model_config *cfg, const source *s, doub
             cJSON_AddStringToObject(row, "part", s->part);
             if (L) {
                 cJSON_AddStringToObject(row, "policy_file", L->path);
+                /* neither its network nor its per-head scorer trained on the model */
                 cJSON_AddBoolToObject(row, "zero_shot",
-                                      !L->trained_on || !list_has(L->trained_on, cfg->name));
+                                      !scdb_list_has(L->trained_on, cfg->name) &&
+                                          !scdb_list_has(L->heads_trained_on, cfg->name));
             }
             if (k != SCDB_EVICT_FULL)
                 cJSON_AddItemToObject(row, "kl_windows", cJSON_CreateDoubleArray(t->kl_w, t->runs));

@@ -122,6 +122,13 @@ static void usage(FILE *f)
             "  --heads-no-gate    no gate: the scorer takes every session below the split\n"
             "                     (default: a gate fitted on the pool chooses, at a session's\n"
             "                     first eviction, the scorer's sets or the network's one set)\n"
+            "  --heads-top1 W     the objective adds W x log(1 - top-1) over the best\n"
+            "                     heuristic's (the highest top-1 of the four) per episode, and\n"
+            "                     validation keeps the best scorer by the same sum (default 0:\n"
+            "                     the KL alone)\n"
+            "  --heads-split-max F  the split is at most F of the capacity (default 1: as\n"
+            "                     validation says): a cost bound, for budgets where keep\n"
+            "                     sets per head would cost more per token than the network\n"
             "  --flip-gradient    ascend the loss instead (a control: a trainer that learns\n"
             "                     must then not improve the validation score)\n"
             "  --age-profile OUT  instead of training, write to OUT (JSON) the kept set's\n"
@@ -251,7 +258,7 @@ int cli_cmd_train_policy(int argc, char **argv)
            O_AGEPROF, O_PROFILE, O_FLIP, O_LAST, O_IMIT, O_IEPIS, O_IEPOCHS, O_IBATCH, O_ITEMP,
            O_ILR, O_IVAL, O_EXPERT, O_ISTATEW, O_IBANDW, O_ITRAIN, O_SKIP, O_HEADRUNS,
            O_HEADS, O_HPAIRS, O_HEPIS, O_HPOOL, O_HSIGMA, O_HLR, O_HRANGE, O_HVAL, O_HSINKS,
-           O_HWIN, O_HZERO, O_HTHREADS, O_HFLIP, O_HNOGATE };
+           O_HWIN, O_HZERO, O_HTHREADS, O_HFLIP, O_HSPLITMAX, O_HTOP1, O_HNOGATE };
     static const struct option opts[] = {
         {"suite", 1, 0, O_SUITE}, {"domains", 1, 0, O_DOMAINS}, {"models", 1, 0, O_MODELS},
         {"inputs", 1, 0, O_INPUTS}, {"updates", 1, 0, O_UPDATES}, {"batch", 1, 0, O_BATCH},
@@ -278,7 +285,8 @@ int cli_cmd_train_policy(int argc, char **argv)
         {"heads-val-every", 1, 0, O_HVAL}, {"heads-sinks", 1, 0, O_HSINKS},
         {"heads-windows", 1, 0, O_HWIN}, {"heads-zero", 0, 0, O_HZERO},
         {"heads-threads", 1, 0, O_HTHREADS}, {"heads-flip", 0, 0, O_HFLIP},
-        {"heads-no-gate", 0, 0, O_HNOGATE},
+        {"heads-no-gate", 0, 0, O_HNOGATE}, {"heads-split-max", 1, 0, O_HSPLITMAX},
+        {"heads-top1", 1, 0, O_HTOP1},
         {"out", 1, 0, 'o'}, {"quiet", 0, 0, 'q'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     scdb_evict_rl_opts o;
     scdb_evict_rl_result res;
@@ -414,6 +422,18 @@ int cli_cmd_train_policy(int argc, char **argv)
         case O_HTHREADS: bad = scdb_parse_int(oname, optarg, 1, 16, &o.heads_threads, why, sizeof why); break;
         case O_HFLIP: o.heads_sign = -1.0f; break;
         case O_HNOGATE: o.heads_gate = 0; break;
+        case O_HTOP1: {
+            float f = 0.0f;
+            bad = scdb_parse_float(oname, optarg, 0.0f, 100.0f, &f, why, sizeof why);
+            if (!bad) o.heads_top1 = f;
+            break;
+        }
+        case O_HSPLITMAX: {
+            float f = 0.0f;
+            bad = scdb_parse_float(oname, optarg, 1e-6f, 1.0f, &f, why, sizeof why);
+            if (!bad) o.heads_split_max = f;
+            break;
+        }
         case O_WINLR: bad = scdb_parse_float(oname, optarg, 0.0f, 10.0f, &o.win_lr, why, sizeof why); break;
         case O_VALW: bad = scdb_parse_int(oname, optarg, 1, 1024, &o.val_windows, why, sizeof why); break;
         case O_VALE: bad = scdb_parse_int(oname, optarg, 1, 1 << 20, &o.val_every, why, sizeof why); break;
@@ -595,7 +615,7 @@ int cli_cmd_train_policy(int argc, char **argv)
 
     {
         char mlist[256] = "", dlist[512] = "", num[16][48], date[32], imit[2048] = "none"; /* 4 experts x NAME_MAX fit */
-        char heads[768] = "none";
+        char heads[1536] = "none";
         time_t now = time(NULL);
         struct tm tmv;
         for (int i = 0; i < n_models; i++) {
@@ -648,43 +668,75 @@ int cli_cmd_train_policy(int argc, char **argv)
         }
         if (o.heads_gens > 0)
             snprintf(heads, sizeof heads, "evolution strategies (evict/train_heads.c): %d of %d "
-                     "generations (best %d), %d pairs x %d episodes of a pool of %d, budgets %g-%g, "
-                     "sigma %g, lr %g, start %s; validation %.4f -> %.4f; gate %s (weighted accuracy "
-                     "%.3f on the pool, validation %.4f); split %g",
-                     res.heads_gens_run, o.heads_gens, res.heads_best_gen, o.heads_pairs,
+                     "generations (best %d) on models %s, %d pairs x %d episodes of a pool of %d, "
+                     "budgets %g-%g, sigma %g, lr %g, start %s, top-1 weight %g; validation %.4f -> "
+                     "%.4f; gate %s (weighted accuracy %.3f on the pool, validation %.4f); split %g "
+                     "(at most %g)",
+                     res.heads_gens_run, o.heads_gens, res.heads_best_gen, mlist, o.heads_pairs,
                      o.heads_episodes, o.heads_pool, o.heads_lo, o.heads_hi, o.heads_sigma,
                      o.heads_lr, o.heads_init ? "the --init file's scorer" : o.heads_init_zero ? "zeros" : "snapkv per set",
+                     o.heads_top1,
                      res.heads_ratio_init, res.heads_ratio_best, o.heads_gate ? "fitted" : "none",
-                     res.heads_gate_acc, res.heads_ratio_gated, (double)res.heads_split);
+                     res.heads_gate_acc, res.heads_ratio_gated, (double)res.heads_split,
+                     o.heads_split_max);
+        /* the models the scorer was fitted on: this run's, and those of the
+         * runs before it (an --init with a scorer: its heads_trained_on, or
+         * the trained_on of a file whose scorer and network share them) */
+        char hlist[512] = "";
+        if (o.heads_gens > 0) {
+            const char *prev = o.heads_init
+                                   ? (scdb_evict_policy_meta(init, "heads_trained_on")
+                                          ? scdb_evict_policy_meta(init, "heads_trained_on")
+                                          : scdb_evict_policy_meta(init, "trained_on"))
+                                   : NULL;
+            snprintf(hlist, sizeof hlist, "%s", prev ? prev : "");
+            for (int i = 0; i < n_models; i++) {
+                size_t l = strlen(hlist);
+                if (!scdb_list_has(hlist, models[i]))
+                    snprintf(hlist + l, sizeof hlist - l, "%s%s", l ? "," : "", models[i]);
+            }
+        }
         const char *keys[] = {"heads_trainer", "trained_on", "domains", "trainer", "imitation", "updates", "episodes", "states",
                               "lr", "entropy_bonus", "prefill/steps/every", "val_kl_init",
                               "val_kl_best", "val_ratio_init", "val_ratio_best",
                               "val_kl_best_heuristic", "train_seconds", "best_update",
-                              "budget_range", "seed", "tau", "init", "created"};
+                              "budget_range", "seed", "tau", "init", "created",
+                              "heads_trained_on"};   /* last: left out without a scorer */
         const char *vals[SCDB_ARRAY_LEN(keys)] = {heads, mlist, dlist,
                               o.imit_rounds > 0 ? "imitation, then reinforce per state (evict/train_rl.c)"
                                                 : "reinforce per state (evict/train_rl.c)",
                               imit, num[0], num[1],
                               num[2], num[3], num[4], num[5], num[6], num[7], num[8], num[9],
                               num[10], num[11], num[12], num[13], num[14], num[15],
-                              init_path ? init_path : "random", date};
+                              init_path ? init_path : "random", date, hlist};
         /* the network as --init gave it (no update, no imitation: only the
          * per-head scorer was fitted): its own provenance stays, and the
          * scorer's record grows by this run */
-        char chain[2048];
+        char *chain = NULL;
         if (init && o.updates == 0 && o.imit_rounds == 0) {
             for (size_t i = 0; i < SCDB_ARRAY_LEN(keys); i++) {
-                if (!strcmp(keys[i], "heads_trainer") || !strcmp(keys[i], "created")) continue;
+                if (!strcmp(keys[i], "heads_trainer") || !strcmp(keys[i], "heads_trained_on") ||
+                    !strcmp(keys[i], "created"))
+                    continue;
                 const char *iv = scdb_evict_policy_meta(init, keys[i]);
                 if (iv) vals[i] = iv;
             }
             const char *prev = scdb_evict_policy_meta(init, "heads_trainer");
             if (prev && o.heads_gens > 0) {
-                snprintf(chain, sizeof chain, "%s; then %s", prev, heads);
+                size_t cl = strlen(prev) + strlen(heads) + 8;   /* the whole chain, however long */
+                if (!(chain = malloc(cl))) {
+                    fprintf(stderr, "train-policy: out of memory\n");
+                    rc = SCDB_ENOMEM;
+                    goto done;
+                }
+                snprintf(chain, cl, "%s; then %s", prev, heads);
                 vals[0] = chain;
             }
         }
-        if ((rc = scdb_evict_mlp_save(mlp, out_path, keys, vals, (int)SCDB_ARRAY_LEN(keys)))) {
+        rc = scdb_evict_mlp_save(mlp, out_path, keys, vals,
+                                 (int)SCDB_ARRAY_LEN(keys) - (hlist[0] ? 0 : 1));
+        free(chain);
+        if (rc) {
             fprintf(stderr, "train-policy: cannot write %s: %s\n", out_path, scdb_strerror(rc));
             goto done;
         }

@@ -164,6 +164,18 @@ int scdb_list_has_empty_field(const char *s)
     return len == 0 || s[0] == ',' || s[len - 1] == ',' || strstr(s, ",,") != NULL;
 }
 
+int scdb_list_has(const char *list, const char *name)
+{
+    size_t n = strlen(name);
+    for (const char *s = list; s && *s;) {
+        const char *e = strchr(s, ',');
+        size_t l = e ? (size_t)(e - s) : strlen(s);
+        if (l == n && !strncmp(s, name, n)) return 1;
+        s = e ? e + 1 : NULL;
+    }
+    return 0;
+}
+
 int scdb_split_list(const char *s, char **out, int max)
 {
     char *buf, *save = NULL, *tok;

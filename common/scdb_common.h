@@ -128,8 +128,11 @@ scdb_err scdb_parse_float(const char *opt, const char *s, float lo, float hi, fl
  *   scdb_split_list            the fields into out[] (each strdup'd, the
  *                              caller frees them): their count, 0 for "",
  *                              or -1 (nothing to free) for an empty
- *                              field, more than max fields, or no memory */
+ *                              field, more than max fields, or no memory
+ *   scdb_list_has              1 if name is one of list's fields (list may
+ *                              be NULL: 0) */
 int scdb_list_has_empty_field(const char *s);
+int scdb_list_has(const char *list, const char *name);
 int scdb_split_list(const char *s, char **out, int max);
 
 /* --------------------------------------------------------- random numbers

@@ -231,6 +231,17 @@ scdb_err scdb_evict_train_heads(const scdb_evict_rl_opts *o, struct scdb_model *
                                 scdb_evict_mlp *net, scdb_evict_rl_result *res, char *errbuf,
                                 size_t errlen);
 
+/* The split for a scorer scoring by_budget[b] (x the best heuristic) at
+ * validation budget fr[b] (nb <= 4, fractions of the capacity) against the
+ * network's net[b]: the largest validation budget up to which (every
+ * smaller one included) the scorer is better, moved half-way (in log) to
+ * the next (at the largest, that budget: nothing above it was measured);
+ * 0 if the scorer is worse at the smallest; at most cap.  *combined (may
+ * be NULL): the geometric mean over the budgets of what the file would
+ * score (the scorer up to the split, the network above). */
+float scdb_evict_heads_split(const double *fr, int nb, const double *by_budget, const double *net,
+                             double cap, double *combined);
+
 /* Uniform double in [0, 1) from a xorshift state. */
 double scdb_evict_urand(uint64_t *s);
 

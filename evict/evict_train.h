@@ -457,6 +457,12 @@ typedef struct scdb_evict_rl_opts {
                                         * the network at a session's first eviction) on the
                                         * pool; 0: no gate (the scorer below the split) */
     float heads_sign;                  /* 1; -1 ascends (the trainer test's control) */
+    double heads_top1;                 /* w >= 0: the objective adds w log(disagreement /
+                                        * the best heuristic's), 1 - top-1 each (0: KL only) */
+    double heads_split_max;            /* the split is at most this, in (0, 1] (1: no
+                                        * bound): where the scorer's per-set eviction
+                                        * would cost more than the goal allows, the
+                                        * network decides even if the scorer wins */
     FILE *log;                         /* JSONL: references, one line per step and per validation */
     int verbose;
 } scdb_evict_rl_opts;

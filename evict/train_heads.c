@@ -11,11 +11,16 @@
  * itself is optimised instead, with no surrogate:
  *
  *   J(theta) = mean over episodes e of log(KL_e(theta) / KL_e(best heuristic))
+ *              + w log(D_e(theta) / D_e(best top-1))
  *
  * KL_e the mean KL of a full run (prefill, the first eviction, every later
  * one, 256 steps) at the episode's budget, the best heuristic the lowest of
  * StreamingLLM, H2O, SnapKV and TOVA on that episode (made once, with the
- * pool).  Each generation draws `heads_episodes` episodes from the pool and
+ * pool); D_e = 1 - top-1 agreement of the run (at least one step in the
+ * run), the reference the highest top-1 of the four: with w = heads_top1 >
+ * 0 the fit also answers for the top-1 goal, not only for the KL (w = 0:
+ * the KL alone).  Validation keeps the scorer whose file scores best on
+ * the same objective (the split itself is by KL).  Each generation draws `heads_episodes` episodes from the pool and
  * `heads_pairs` noise vectors eps_i ~ N(0, I), evaluates theta +- sigma
  * eps_i (common episodes, antithetic pairs: the difference of a pair is
  * what its direction is worth on the same runs) and theta, replaces each
@@ -52,14 +57,15 @@ typedef struct task {
 } task;
 
 /* A parallel evaluation: every policy on every task at each of its
- * budgets; kl[(c * n_tasks + t) * MAX_TASK_B + b]. */
+ * budgets; kl[(c * n_tasks + t) * MAX_TASK_B + b], t1 (NULL: not kept) the
+ * same runs' top-1 agreement. */
 typedef struct evaluation {
     const scdb_evict_policy *const *pols;
     int n_pols;
     const task *tasks;
     int n_tasks;
     int every;
-    double *kl;
+    double *kl, *t1;
     atomic_int next;
     atomic_int err;
 } evaluation;
@@ -82,15 +88,16 @@ static void *eval_worker(void *arg)
                     return NULL;
                 }
                 ev->kl[((size_t)c * ev->n_tasks + t) * MAX_TASK_B + b] = e.kl;
+                if (ev->t1) ev->t1[((size_t)c * ev->n_tasks + t) * MAX_TASK_B + b] = e.top1;
             }
     }
     return NULL;
 }
 
 static scdb_err evaluate(const scdb_evict_policy *const *pols, int n_pols, const task *tasks,
-                         int n_tasks, int every, int threads, double *kl)
+                         int n_tasks, int every, int threads, double *kl, double *t1)
 {
-    evaluation ev = {pols, n_pols, tasks, n_tasks, every, kl, 0, 0};
+    evaluation ev = {pols, n_pols, tasks, n_tasks, every, kl, t1, 0, 0};
     pthread_t th[16];
     int nt = threads < 1 ? 1 : threads > 16 ? 16 : threads, started = 0;
     for (int i = 1; i < nt; i++)
@@ -140,35 +147,58 @@ typedef struct vset {
     int *group;           /* [n_tasks]: its (model, corpus) group */
     int n_groups;
     double *best_h;       /* [group][MAX_VB] */
+    double *best_t1;      /* [group][MAX_VB]: the heuristics' highest top-1 */
     int nb;
 } vset;
 
-/* Geometric mean over (group, budget) of the group's mean KL / its best
- * heuristic's; by_budget[b] the same per budget.  kl from evaluate() of
- * policy c. */
-static double vscore(const vset *v, const double *kl, int c, double *by_budget)
+/* log of the disagreement rate (1 - top-1) over a reference's: the top-1
+ * term of the objective, floored at one step in `steps` each. */
+static double dis_log(double t1, double ref_t1, int steps)
+{
+    const double lo = 1.0 / (steps > 0 ? steps : 1);
+    return log(fmax(1.0 - t1, lo) / fmax(1.0 - ref_t1, lo));
+}
+
+/* Validation of policy c (kl, t1 from evaluate()): the geometric mean over
+ * (group, budget) of the group's mean KL / its best heuristic's, returned,
+ * and by_budget[b] the same per budget; obj[b] (may be NULL) per budget the
+ * objective with the top-1 term, exp(mean over groups of log KL ratio + w
+ * log disagreement ratio); t1_ok[b] (may be NULL) the groups whose mean
+ * top-1 is at least the best heuristic's. */
+static double vscore(const vset *v, const double *kl, const double *t1, int c, double w, int steps,
+                     double *by_budget, double *obj, int *t1_ok)
 {
     double *gk = calloc((size_t)v->n_groups * MAX_VB, sizeof *gk);
+    double *gt = calloc((size_t)v->n_groups * MAX_VB, sizeof *gt);
     int *gn = calloc((size_t)v->n_groups, sizeof *gn);
-    double lr = 0.0, lb[MAX_VB] = {0};
-    if (!gk || !gn) {
+    double lr = 0.0, lb[MAX_VB] = {0}, lo[MAX_VB] = {0};
+    if (!gk || !gt || !gn) {
         free(gk);
+        free(gt);
         free(gn);
         return NAN;
     }
     for (int t = 0; t < v->n_tasks; t++) {
         gn[v->group[t]]++;
-        for (int b = 0; b < v->nb; b++)
+        for (int b = 0; b < v->nb; b++) {
             gk[v->group[t] * MAX_VB + b] += kl[((size_t)c * v->n_tasks + t) * MAX_TASK_B + b];
+            gt[v->group[t] * MAX_VB + b] += t1[((size_t)c * v->n_tasks + t) * MAX_TASK_B + b];
+        }
     }
+    for (int b = 0; t1_ok && b < v->nb; b++) t1_ok[b] = 0;
     for (int g = 0; g < v->n_groups; g++)
         for (int b = 0; b < v->nb; b++) {
             double r = log(fmax(gk[g * MAX_VB + b] / gn[g], 1e-9) / fmax(v->best_h[g * MAX_VB + b], 1e-9));
+            double mt = gt[g * MAX_VB + b] / gn[g];
             lr += r;
             lb[b] += r;
+            lo[b] += r + w * dis_log(mt, v->best_t1[g * MAX_VB + b], steps);
+            if (t1_ok) t1_ok[b] += mt >= v->best_t1[g * MAX_VB + b];
         }
     for (int b = 0; by_budget && b < v->nb; b++) by_budget[b] = exp(lb[b] / v->n_groups);
+    for (int b = 0; obj && b < v->nb; b++) obj[b] = exp(lo[b] / v->n_groups);
     free(gk);
+    free(gt);
     free(gn);
     return exp(lr / (v->n_groups * v->nb));
 }
@@ -191,16 +221,9 @@ static scdb_err make_heuristics(scdb_evict_policy **h)
     return SCDB_OK;
 }
 
-/* The split for a scorer scoring by_budget[b] at validation budget b
- * against the network's net[b]: the largest validation budget up to which
- * (every smaller validation budget included) the scorer is better, moved
- * half-way (in log) to the next one (the largest: not beyond it); 0 if it
- * is worse at the smallest.
- * *combined (may be NULL): the geometric mean over the validation budgets
- * of what the file would score (the scorer up to the split, the network
- * above). */
-static float split_of(const double *fr, int nb, const double *by_budget, const double *net,
-                      double *combined)
+/* (evict_internal.h; the cap is heads_split_max, a cost bound) */
+float scdb_evict_heads_split(const double *fr, int nb, const double *by_budget, const double *net,
+                             double cap, double *combined)
 {
     int idx[MAX_VB];
     float split = 0.0f;
@@ -216,6 +239,7 @@ static float split_of(const double *fr, int nb, const double *by_budget, const d
         double next = i + 1 < nb ? fr[idx[i + 1]] : fr[b];
         split = (float)sqrt(fr[b] * next);
     }
+    if (split > cap) split = (float)cap;
     if (combined) {
         double l = 0.0;
         for (int b = 0; b < nb; b++)
@@ -311,7 +335,9 @@ scdb_err scdb_evict_train_heads(const scdb_evict_rl_opts *o, scdb_model *const *
     uint64_t rng = o->seed * 0x9E3779B97F4A7C15ull + 0x1234567ull;
     scdb_evict_policy *heur[4] = {0}, **pols = NULL, *netpol = NULL;
     task *pool = NULL, *batch = NULL;
-    double *pool_ref = NULL, *kl = NULL, *vkl = NULL, *fit = NULL;
+    double *pool_ref = NULL, *pool_t1 = NULL, *kl = NULL, *kt1 = NULL, *vkl = NULL, *vt1 = NULL;
+    double *fit = NULL, net_obj[MAX_VB] = {0};
+    const double w1 = o->heads_top1;
     float *th = NULL, *best = NULL, *eps = NULL, *gr = NULL, *am = NULL, *av = NULL;
     int *order = NULL, *pool_model = NULL, *pool_corpus = NULL;
     vset v = {0};
@@ -323,6 +349,8 @@ scdb_err scdb_evict_train_heads(const scdb_evict_rl_opts *o, scdb_model *const *
         !(o->heads_hi < 1.0) || o->heads_val_every < 1 || o->heads_sinks < 0 ||
         o->heads_n_win < 1 || o->heads_n_win > SCDB_EVICT_HEAD_MAX_WIN || o->heads_threads < 1 ||
         !(o->heads_sign == 1.0f || o->heads_sign == -1.0f) ||
+        !(o->heads_split_max > 0.0 && o->heads_split_max <= 1.0) ||
+        !(o->heads_top1 >= 0.0 && o->heads_top1 <= 100.0) ||
         (o->heads_init && o->heads_init->n_win != o->heads_n_win)) {
         scdb_errf(errbuf, errlen, "invalid per-head scorer options");
         return SCDB_EINVAL;
@@ -342,12 +370,14 @@ scdb_err scdb_evict_train_heads(const scdb_evict_rl_opts *o, scdb_model *const *
     rc = SCDB_ENOMEM;
     pool = calloc((size_t)o->heads_pool, sizeof *pool);
     pool_ref = calloc((size_t)o->heads_pool, sizeof *pool_ref);
+    pool_t1 = calloc((size_t)o->heads_pool, sizeof *pool_t1);
     batch = calloc((size_t)E, sizeof *batch);
     order = malloc((size_t)o->heads_pool * sizeof *order);
     pool_model = calloc((size_t)o->heads_pool, sizeof *pool_model);
     pool_corpus = calloc((size_t)o->heads_pool, sizeof *pool_corpus);
     pols = calloc((size_t)NC, sizeof *pols);
     kl = malloc((size_t)(NC > 4 ? NC : 4) * o->heads_pool * MAX_TASK_B * sizeof *kl);
+    kt1 = malloc((size_t)(NC > 4 ? NC : 4) * o->heads_pool * MAX_TASK_B * sizeof *kt1);
     fit = malloc((size_t)NC * sizeof *fit);
     th = calloc((size_t)D, sizeof *th);
     best = calloc((size_t)D, sizeof *best);
@@ -355,7 +385,8 @@ scdb_err scdb_evict_train_heads(const scdb_evict_rl_opts *o, scdb_model *const *
     gr = malloc((size_t)D * sizeof *gr);
     am = calloc((size_t)D, sizeof *am);
     av = calloc((size_t)D, sizeof *av);
-    if (!pool || !pool_ref || !batch || !order || !pool_model || !pool_corpus || !pols || !kl || !fit || !th || !best || !eps ||
+    if (!pool || !pool_ref || !pool_t1 || !batch || !order || !pool_model || !pool_corpus || !pols ||
+        !kl || !kt1 || !fit || !th || !best || !eps ||
         !gr || !am || !av)
         goto done;
     if ((rc = make_heuristics(heur))) goto done;
@@ -378,12 +409,15 @@ scdb_err scdb_evict_train_heads(const scdb_evict_rl_opts *o, scdb_model *const *
         pool_corpus[i] = c;
     }
     if ((rc = evaluate((const scdb_evict_policy *const *)heur, 4, pool, o->heads_pool, o->every,
-                       o->heads_threads, kl)))
+                       o->heads_threads, kl, kt1)))
         goto done;
     for (int i = 0; i < o->heads_pool; i++) {
         pool_ref[i] = INFINITY;
-        for (int k = 0; k < 4; k++)
+        pool_t1[i] = 0.0;
+        for (int k = 0; k < 4; k++) {
             pool_ref[i] = fmin(pool_ref[i], kl[((size_t)k * o->heads_pool + i) * MAX_TASK_B]);
+            pool_t1[i] = fmax(pool_t1[i], kt1[((size_t)k * o->heads_pool + i) * MAX_TASK_B]);
+        }
     }
     if (o->verbose)
         fprintf(stderr, "train-policy: per-head scorer: %d training episodes (budgets %.3g-%.3g) "
@@ -398,8 +432,10 @@ scdb_err scdb_evict_train_heads(const scdb_evict_rl_opts *o, scdb_model *const *
     v.tasks = calloc((size_t)v.n_tasks, sizeof *v.tasks);
     v.group = calloc((size_t)v.n_tasks, sizeof *v.group);
     v.best_h = calloc((size_t)v.n_groups * MAX_VB, sizeof *v.best_h);
+    v.best_t1 = calloc((size_t)v.n_groups * MAX_VB, sizeof *v.best_t1);
     vkl = malloc((size_t)(NC > 5 ? NC : 5) * v.n_tasks * MAX_TASK_B * sizeof *vkl);
-    if (!v.tasks || !v.group || !v.best_h || !vkl) goto done;
+    vt1 = malloc((size_t)(NC > 5 ? NC : 5) * v.n_tasks * MAX_TASK_B * sizeof *vt1);
+    if (!v.tasks || !v.group || !v.best_h || !v.best_t1 || !vkl || !vt1) goto done;
     for (int mi = 0, t = 0; mi < o->n_models; mi++)
         for (int c = 0; c < o->n_corpora; c++) {
             size_t room = o->corpora[c].val_len - (size_t)span;
@@ -426,23 +462,26 @@ scdb_err scdb_evict_train_heads(const scdb_evict_rl_opts *o, scdb_model *const *
     {
         /* the heuristics (references) and the network itself */
         const scdb_evict_policy *vp[5] = {heur[0], heur[1], heur[2], heur[3], netpol};
-        if ((rc = evaluate(vp, 5, v.tasks, v.n_tasks, o->every, o->heads_threads, vkl))) goto done;
+        if ((rc = evaluate(vp, 5, v.tasks, v.n_tasks, o->every, o->heads_threads, vkl, vt1))) goto done;
         for (int g = 0; g < v.n_groups; g++)
             for (int b = 0; b < v.nb; b++) {
-                double bh = INFINITY;
+                double bh = INFINITY, bt = 0.0;
                 for (int k = 0; k < 4; k++) {
-                    double s = 0.0;
+                    double s = 0.0, st = 0.0;
                     int n = 0;
                     for (int t = 0; t < v.n_tasks; t++)
                         if (v.group[t] == g) {
                             s += vkl[((size_t)k * v.n_tasks + t) * MAX_TASK_B + b];
+                            st += vt1[((size_t)k * v.n_tasks + t) * MAX_TASK_B + b];
                             n++;
                         }
                     bh = fmin(bh, s / n);
+                    bt = fmax(bt, st / n);
                 }
                 v.best_h[g * MAX_VB + b] = bh;
+                v.best_t1[g * MAX_VB + b] = bt;
             }
-        vscore(&v, vkl, 4, res->net_by_budget);
+        vscore(&v, vkl, vt1, 4, w1, o->steps, res->net_by_budget, net_obj, NULL);
     }
 
     /* the start */
@@ -469,11 +508,22 @@ scdb_err scdb_evict_train_heads(const scdb_evict_rl_opts *o, scdb_model *const *
             to_heads(th, &shape, &hh);
             if ((rc = heads_policy(net, &hh, &pols[0]))) goto done;
             rc = evaluate((const scdb_evict_policy *const *)pols, 1, v.tasks, v.n_tasks, o->every,
-                          o->heads_threads, vkl);
+                          o->heads_threads, vkl, vt1);
             scdb_evict_policy_free(&pols[0]);
             if (rc) goto done;
-            double sc = vscore(&v, vkl, 0, bb), comb;
-            split_of(o->val_budgets, v.nb, bb, res->net_by_budget, &comb);
+            double ob[MAX_VB], comb;
+            int t1ok[MAX_VB];
+            double sc = vscore(&v, vkl, vt1, 0, w1, o->steps, bb, ob, t1ok);
+            float sp = scdb_evict_heads_split(o->val_budgets, v.nb, bb, res->net_by_budget,
+                                              o->heads_split_max, &comb);
+            if (w1 != 0.0) {
+                /* with the top-1 term: the same file (the split by KL),
+                 * scored by the objective */
+                double l = 0.0;
+                for (int b = 0; b < v.nb; b++)
+                    l += log(fmax(o->val_budgets[b] <= sp ? ob[b] : net_obj[b], 1e-9));
+                comb = exp(l / v.nb);
+            }
             if (gen == 0) res->heads_ratio_init = sc;
             /* kept: the scorer whose file would score best (the scorer up
              * to its split, the network above), not the scorer best at
@@ -493,8 +543,11 @@ scdb_err scdb_evict_train_heads(const scdb_evict_rl_opts *o, scdb_model *const *
                 fprintf(o->log, "],\"network_by_budget\":[");
                 for (int b = 0; b < v.nb; b++)
                     fprintf(o->log, "%s%.6f", b ? "," : "", res->net_by_budget[b]);
-                fprintf(o->log, "],\"best\":%s,\"seconds\":%.1f}\n", improved ? "true" : "false",
-                        scdb_now() - t0);
+                /* groups whose top-1 is at least the best heuristic's, of n */
+                fprintf(o->log, "],\"top1_ok\":[");
+                for (int b = 0; b < v.nb; b++) fprintf(o->log, "%s%d", b ? "," : "", t1ok[b]);
+                fprintf(o->log, "],\"groups\":%d,\"best\":%s,\"seconds\":%.1f}\n", v.n_groups,
+                        improved ? "true" : "false", scdb_now() - t0);
                 fflush(o->log);
             }
             if (o->verbose) {
@@ -502,8 +555,9 @@ scdb_err scdb_evict_train_heads(const scdb_evict_rl_opts *o, scdb_model *const *
                                 "%.4f with the network above its split (by budget", gen,
                         o->heads_gens, sc, comb);
                 for (int b = 0; b < v.nb; b++)
-                    fprintf(stderr, " %.3g: %.3f vs the network's %.3f", o->val_budgets[b], bb[b],
-                            res->net_by_budget[b]);
+                    fprintf(stderr, " %.3g: %.3f vs the network's %.3f, top-1 >= the best "
+                                    "heuristic's on %d/%d", o->val_budgets[b], bb[b],
+                            res->net_by_budget[b], t1ok[b], v.n_groups);
                 fprintf(stderr, ")%s, %.0f s\n", improved ? " best" : "", scdb_now() - t0);
             }
         }
@@ -528,14 +582,18 @@ scdb_err scdb_evict_train_heads(const scdb_evict_rl_opts *o, scdb_model *const *
             if ((rc = heads_policy(net, &hh, &pols[c]))) goto done;
         }
         rc = evaluate((const scdb_evict_policy *const *)pols, NC, batch, E, o->every,
-                      o->heads_threads, kl);
+                      o->heads_threads, kl, kt1);
         for (int c = 0; c < NC; c++) scdb_evict_policy_free(&pols[c]);
         if (rc) goto done;
         for (int c = 0; c < NC; c++) {
             double s = 0.0;
-            for (int e = 0; e < E; e++)
+            for (int e = 0; e < E; e++) {
                 s += log(fmax(kl[((size_t)c * E + e) * MAX_TASK_B], 1e-9) /
                          fmax(pool_ref[order[e]], 1e-9));
+                if (w1 != 0.0)
+                    s += w1 * dis_log(kt1[((size_t)c * E + e) * MAX_TASK_B], pool_t1[order[e]],
+                                      o->steps);
+            }
             fit[c] = o->heads_sign * s / E;
         }
         /* centred ranks of the 2P (lower J: lower rank) */
@@ -588,7 +646,7 @@ scdb_err scdb_evict_train_heads(const scdb_evict_rl_opts *o, scdb_model *const *
         if (!rc) {
             gp[0] = hp;
             gp[1] = netpol;
-            rc = evaluate(gp, 2, pool, o->heads_pool, o->every, o->heads_threads, kl);
+            rc = evaluate(gp, 2, pool, o->heads_pool, o->every, o->heads_threads, kl, kt1);
         }
         for (int i = 0; !rc && i < o->heads_pool; i++) {
             float g[SCDB_EVICT_GATE_N];
@@ -629,10 +687,10 @@ scdb_err scdb_evict_train_heads(const scdb_evict_rl_opts *o, scdb_model *const *
             double bb[MAX_VB];
             if ((rc = heads_policy(net, &hh, &pols[0])) ||
                 (rc = evaluate((const scdb_evict_policy *const *)pols, 1, v.tasks, v.n_tasks,
-                               o->every, o->heads_threads, vkl)))
+                               o->every, o->heads_threads, vkl, vt1)))
                 ;
             else {
-                res->heads_ratio_gated = vscore(&v, vkl, 0, bb);
+                res->heads_ratio_gated = vscore(&v, vkl, vt1, 0, w1, o->steps, bb, NULL, NULL);
                 memcpy(res->heads_by_budget, bb, sizeof bb);
                 if (o->verbose) {
                     fprintf(stderr, "train-policy: per-head scorer with its gate: validation %.4f (by "
@@ -654,7 +712,8 @@ scdb_err scdb_evict_train_heads(const scdb_evict_rl_opts *o, scdb_model *const *
     /* the split: the largest validation budget up to which (every smaller
      * validation budget included) the scorer beats the network */
     {
-        float split = split_of(o->val_budgets, v.nb, res->heads_by_budget, res->net_by_budget, NULL);
+        float split = scdb_evict_heads_split(o->val_budgets, v.nb, res->heads_by_budget,
+                                             res->net_by_budget, o->heads_split_max, NULL);
         net->heads = hh;
         net->heads.force = 0;
         net->heads.on = split > 0.0f;
@@ -680,6 +739,10 @@ done:
     scdb_evict_policy_free(&netpol);
     free(pool);
     free(pool_ref);
+    free(pool_t1);
+    free(kt1);
+    free(vt1);
+    free(v.best_t1);
     free(batch);
     free(order);
     free(pool_model);

@@ -250,7 +250,9 @@ grep -q -- "--heads-pool is for --heads G" "$tmp/err" && ok "train-policy: --hea
   || bad "train-policy: --heads-pool alone says what it is for"
 for arg in "--heads-windows 0,,0.5" "--heads-windows 0.5,0.25" "--heads-windows 0,1" \
            "--heads-range 0.2,0.1" "--heads-range 0.1,,0.2" "--heads-pairs 0" "--heads-pairs 65" \
-           "--heads-sigma 0" "--heads-threads 17" "--heads -1"; do
+           "--heads-sigma 0" "--heads-threads 17" "--heads -1" "--heads-split-max 0" \
+           "--heads-split-max 1.5" "--heads-split-max 0.3x" "--heads-split-max nan" \
+           "--heads-top1 -1" "--heads-top1 101" "--heads-top1 x"; do
   expect 2 "train-policy --heads 3 $arg: a usage error" -- "$scdb" train-policy --heads 3 $arg \
     --suite "$tmp/nothing.json" -o "$tmp/p.safetensors"
 done

@@ -1265,6 +1265,32 @@ static double heads_ratio(const learn_case *lc, float sign, double *start)
     return ratio;
 }
 
+/* The split: the largest validation budget up to which the scorer wins,
+ * half-way (in log) to the next, never beyond the largest measured, at
+ * most the cost bound; the combined score takes the scorer up to it. */
+static void test_heads_split(void **state)
+{
+    (void)state;
+    const double fr[4] = {0.5, 0.25, 0.125, 0.0625};   /* in any order */
+    const double net[4] = {0.5, 0.7, 1.0, 1.0};
+    const double wins[4] = {0.45, 0.6, 0.8, 0.8}, loses_top[4] = {0.6, 0.6, 0.8, 0.8};
+    const double loses_low[4] = {0.45, 0.6, 0.8, 1.1};
+    double comb;
+    assert_true(scdb_evict_heads_split(fr, 4, wins, net, 1.0, &comb) == 0.5f);
+    assert_near(comb, exp((log(0.45) + log(0.6) + 2 * log(0.8)) / 4), 1e-12);
+    assert_true(scdb_evict_heads_split(fr, 4, loses_top, net, 1.0, &comb) == (float)sqrt(0.125));
+    assert_near(comb, exp((log(0.5) + log(0.6) + 2 * log(0.8)) / 4), 1e-12);
+    /* the cost bound: where the scorer would win, the network still decides */
+    assert_true(scdb_evict_heads_split(fr, 4, wins, net, 0.3, &comb) == 0.3f);
+    assert_near(comb, exp((log(0.5) + log(0.6) + 2 * log(0.8)) / 4), 1e-12);
+    assert_true(scdb_evict_heads_split(fr, 4, wins, net, 0.1, &comb) == 0.1f);
+    assert_near(comb, exp((log(0.5) + log(0.7) + log(1.0) + log(0.8)) / 4), 1e-12);
+    /* worse at the smallest budget: no scorer, whatever wins above it */
+    assert_true(scdb_evict_heads_split(fr, 4, loses_low, net, 1.0, &comb) == 0.0f);
+    assert_near(comb, exp((log(0.5) + log(0.7) + 2 * log(1.0)) / 4), 1e-12);
+    assert_true(scdb_evict_heads_split(fr, 4, wins, net, 1.0, NULL) == 0.5f);
+}
+
 static void test_trainer_learns(void **state)
 {
     (void)state;
@@ -1316,6 +1342,7 @@ int main(void)
         cmocka_unit_test(test_policy_file_v5),
         cmocka_unit_test(test_trainer_reward),
         cmocka_unit_test(test_trainer_runs),
+        cmocka_unit_test(test_heads_split),
         cmocka_unit_test(test_trainer_learns),
     };
     if (getenv("SCDB_TEST_FILTER")) cmocka_set_test_filter(getenv("SCDB_TEST_FILTER"));
