@@ -15,7 +15,7 @@
  * adds any file or folder (a folder: its files, sorted, joined).  Rows carry
  * `domain` and `seen` (false for a domain the policy never trained on).
  * Budgets 50%, 25%, 12.5% and 6.25% by default; the shipped policy and the
- * one shipped before it (distillcache_base.v4) side by side.  A summary per
+ * one shipped before it (distillcache_base.v6) side by side.  A summary per
  * (learned policy, budget, seen / unseen): geometric mean of KL / the best
  * heuristic's KL, pairs where the policy's KL is lowest, overhead mean and
  * worst row.  Markdown tables on stdout, {"rows":[...],"summary":[...]}
@@ -56,7 +56,7 @@ static const scdb_evict_kind HEUR_KINDS[] = {
 #define MAX_POL (N_HEUR + MAX_LEARNED)
 #define MAX_TEXT_BYTES ((size_t)64 << 20)
 #define CURRENT_POLICY "distillcache_base.safetensors"
-#define PREVIOUS_POLICY "distillcache_base.v4.safetensors"   /* the file shipped before */
+#define PREVIOUS_POLICY "distillcache_base.v6.safetensors"   /* the file shipped before */
 
 typedef struct opts {
     const char *data, *json, *png, *part, *suite;
@@ -117,7 +117,7 @@ static void usage(FILE *f)
             "                    others are named after their files and measured in the same\n"
             "                    run (default: DATA/policies/distillcache_base.safetensors as\n"
             "                    `distillcache` and, if present, the previous shipped file\n"
-            "                    DATA/policies/distillcache_base.v4.safetensors as `previous`)\n"
+            "                    DATA/policies/distillcache_base.v6.safetensors as `previous`)\n"
             "  --budgets F,..    budget fractions of prefill + steps (default\n"
             "                    0.5,0.25,0.125,0.0625)\n"
             "  --windows N       windows per text, evenly spaced (default 8)\n"

@@ -46,7 +46,7 @@ def main(argv):
             return 1
         x = [off + g["heads_generation"] for g in gens]
         a1.plot(x, [math.exp(g["theta_fitness"]) for g in gens], lw=0.8, color="tab:gray",
-                label="fitness (16 episodes)" if li == 0 else None)
+                label="fitness (one generation's episodes)" if li == 0 else None)
         for v in vals:
             for b, s in enumerate(v["by_budget"]):
                 a2.plot(off + v["heads_validation"], s, "o", ms=3, color=colors[b % 4])
