@@ -126,6 +126,11 @@ static void usage(FILE *f)
             "                     heuristic's (the highest top-1 of the four) per episode, and\n"
             "                     validation keeps the best scorer by the same sum (default 0:\n"
             "                     the KL alone)\n"
+            "  --heads-short F    a share F of the training episodes on half-length windows\n"
+            "                     (prefill / 2 and steps / 2: a shorter prompt, budgets the\n"
+            "                     same fractions of it), and validation on as many half-length\n"
+            "                     windows per group as full ones, each its own group (default\n"
+            "                     0: the protocol's windows only)\n"
             "  --heads-split-max F  the split is at most F of the capacity (default 1: as\n"
             "                     validation says): a cost bound, for budgets where keep\n"
             "                     sets per head would cost more per token than the network\n"
@@ -258,7 +263,7 @@ int cli_cmd_train_policy(int argc, char **argv)
            O_AGEPROF, O_PROFILE, O_FLIP, O_LAST, O_IMIT, O_IEPIS, O_IEPOCHS, O_IBATCH, O_ITEMP,
            O_ILR, O_IVAL, O_EXPERT, O_ISTATEW, O_IBANDW, O_ITRAIN, O_SKIP, O_HEADRUNS,
            O_HEADS, O_HPAIRS, O_HEPIS, O_HPOOL, O_HSIGMA, O_HLR, O_HRANGE, O_HVAL, O_HSINKS,
-           O_HWIN, O_HZERO, O_HTHREADS, O_HFLIP, O_HSPLITMAX, O_HTOP1, O_HNOGATE };
+           O_HWIN, O_HZERO, O_HTHREADS, O_HFLIP, O_HSPLITMAX, O_HTOP1, O_HNOGATE, O_HSHORT };
     static const struct option opts[] = {
         {"suite", 1, 0, O_SUITE}, {"domains", 1, 0, O_DOMAINS}, {"models", 1, 0, O_MODELS},
         {"inputs", 1, 0, O_INPUTS}, {"updates", 1, 0, O_UPDATES}, {"batch", 1, 0, O_BATCH},
@@ -286,7 +291,7 @@ int cli_cmd_train_policy(int argc, char **argv)
         {"heads-windows", 1, 0, O_HWIN}, {"heads-zero", 0, 0, O_HZERO},
         {"heads-threads", 1, 0, O_HTHREADS}, {"heads-flip", 0, 0, O_HFLIP},
         {"heads-no-gate", 0, 0, O_HNOGATE}, {"heads-split-max", 1, 0, O_HSPLITMAX},
-        {"heads-top1", 1, 0, O_HTOP1},
+        {"heads-top1", 1, 0, O_HTOP1}, {"heads-short", 1, 0, O_HSHORT},
         {"out", 1, 0, 'o'}, {"quiet", 0, 0, 'q'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     scdb_evict_rl_opts o;
     scdb_evict_rl_result res;
@@ -428,6 +433,12 @@ int cli_cmd_train_policy(int argc, char **argv)
             if (!bad) o.heads_top1 = f;
             break;
         }
+        case O_HSHORT: {
+            float f = 0.0f;
+            bad = scdb_parse_float(oname, optarg, 0.0f, 1.0f, &f, why, sizeof why);
+            if (!bad) o.heads_short = f;
+            break;
+        }
         case O_HSPLITMAX: {
             float f = 0.0f;
             bad = scdb_parse_float(oname, optarg, 1e-6f, 1.0f, &f, why, sizeof why);
@@ -470,7 +481,7 @@ int cli_cmd_train_policy(int argc, char **argv)
         }
         if ((c >= O_IEPIS && c <= O_IVAL) || c == O_ISTATEW || c == O_IBANDW || c == O_ITRAIN)
             snprintf(imit_only, sizeof imit_only, "%s", oname);
-        if (c > O_HEADS && c <= O_HNOGATE) snprintf(heads_only, sizeof heads_only, "%s", oname);
+        if (c > O_HEADS && c <= O_HSHORT) snprintf(heads_only, sizeof heads_only, "%s", oname);
     }
     if (heads_only[0] && o.heads_gens == 0) {
         fprintf(stderr, "train-policy: %s is for --heads G (G > 0)\n", heads_only);
@@ -669,11 +680,11 @@ int cli_cmd_train_policy(int argc, char **argv)
         if (o.heads_gens > 0)
             snprintf(heads, sizeof heads, "evolution strategies (evict/train_heads.c): %d of %d "
                      "generations (best %d) on models %s, %d pairs x %d episodes of a pool of %d, "
-                     "budgets %g-%g, sigma %g, lr %g, start %s, top-1 weight %g; validation %.4f -> "
+                     "budgets %g-%g, half-length share %g, sigma %g, lr %g, start %s, top-1 weight %g; validation %.4f -> "
                      "%.4f; gate %s (weighted accuracy %.3f on the pool, validation %.4f); split %g "
                      "(at most %g)",
                      res.heads_gens_run, o.heads_gens, res.heads_best_gen, mlist, o.heads_pairs,
-                     o.heads_episodes, o.heads_pool, o.heads_lo, o.heads_hi, o.heads_sigma,
+                     o.heads_episodes, o.heads_pool, o.heads_lo, o.heads_hi, o.heads_short, o.heads_sigma,
                      o.heads_lr, o.heads_init ? "the --init file's scorer" : o.heads_init_zero ? "zeros" : "snapkv per set",
                      o.heads_top1,
                      res.heads_ratio_init, res.heads_ratio_best, o.heads_gate ? "fitted" : "none",

@@ -463,6 +463,11 @@ typedef struct scdb_evict_rl_opts {
                                         * bound): where the scorer's per-set eviction
                                         * would cost more than the goal allows, the
                                         * network decides even if the scorer wins */
+    double heads_short;                /* in [0, 1]: the share of training episodes on
+                                        * half-length windows (prefill / 2, steps / 2),
+                                        * budgets the same fractions of their length; > 0
+                                        * also validates on val_windows half-length windows
+                                        * per group beside the full ones (0: full only) */
     FILE *log;                         /* JSONL: references, one line per step and per validation */
     int verbose;
 } scdb_evict_rl_opts;

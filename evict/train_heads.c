@@ -203,9 +203,10 @@ static double vscore(const vset *v, const double *kl, const double *t1, int c, d
     return exp(lr / (v->n_groups * v->nb));
 }
 
-static int budget_of(double frac, const scdb_evict_rl_opts *o)
+/* frac of a window's length (its prefill + steps: the cache it fills) */
+static int budget_of(double frac, int len)
 {
-    int b = (int)(frac * (o->prefill + o->steps) + 0.5);
+    int b = (int)(frac * len + 0.5);
     return b < 1 ? 1 : b;
 }
 
@@ -351,6 +352,8 @@ scdb_err scdb_evict_train_heads(const scdb_evict_rl_opts *o, scdb_model *const *
         !(o->heads_sign == 1.0f || o->heads_sign == -1.0f) ||
         !(o->heads_split_max > 0.0 && o->heads_split_max <= 1.0) ||
         !(o->heads_top1 >= 0.0 && o->heads_top1 <= 100.0) ||
+        !(o->heads_short >= 0.0 && o->heads_short <= 1.0) ||
+        (o->heads_short > 0.0 && (o->prefill < 4 || o->steps < 2)) ||
         (o->heads_init && o->heads_init->n_win != o->heads_n_win)) {
         scdb_errf(errbuf, errlen, "invalid per-head scorer options");
         return SCDB_EINVAL;
@@ -401,10 +404,13 @@ scdb_err scdb_evict_train_heads(const scdb_evict_rl_opts *o, scdb_model *const *
         size_t off = (size_t)(scdb_evict_urand(&rng) * (double)(room + 1));
         if (off > room) off = room;
         double fr = exp(log(o->heads_lo) + scdb_evict_urand(&rng) * (log(o->heads_hi) - log(o->heads_lo)));
-        if ((rc = scdb_evict_window_new(models[mi], tok[c] + off, o->prefill, o->steps, &pool[i].w)))
+        /* a half-length window (--heads-short), from the same offset */
+        const int half = o->heads_short > 0.0 && scdb_evict_urand(&rng) < o->heads_short;
+        const int wp = half ? o->prefill / 2 : o->prefill, ws = half ? o->steps / 2 : o->steps;
+        if ((rc = scdb_evict_window_new(models[mi], tok[c] + off, wp, ws, &pool[i].w)))
             goto done;
         pool[i].nb = 1;
-        pool[i].budget[0] = budget_of(fr, o);
+        pool[i].budget[0] = budget_of(fr, wp + ws);
         pool_model[i] = mi;
         pool_corpus[i] = c;
     }
@@ -427,7 +433,10 @@ scdb_err scdb_evict_train_heads(const scdb_evict_rl_opts *o, scdb_model *const *
     /* validation: val_windows of every (model, corpus) at every validation budget */
     rc = SCDB_ENOMEM;
     v.nb = o->n_val_budgets;
-    v.n_groups = o->n_models * o->n_corpora;
+    /* with --heads-short, each (model, corpus) twice: full-length windows
+     * and half-length ones, two groups (each protocol weighs the same) */
+    const int n_proto = o->heads_short > 0.0 ? 2 : 1;
+    v.n_groups = o->n_models * o->n_corpora * n_proto;
     v.n_tasks = v.n_groups * o->val_windows;
     v.tasks = calloc((size_t)v.n_tasks, sizeof *v.tasks);
     v.group = calloc((size_t)v.n_tasks, sizeof *v.group);
@@ -437,19 +446,23 @@ scdb_err scdb_evict_train_heads(const scdb_evict_rl_opts *o, scdb_model *const *
     vt1 = malloc((size_t)(NC > 5 ? NC : 5) * v.n_tasks * MAX_TASK_B * sizeof *vt1);
     if (!v.tasks || !v.group || !v.best_h || !v.best_t1 || !vkl || !vt1) goto done;
     for (int mi = 0, t = 0; mi < o->n_models; mi++)
-        for (int c = 0; c < o->n_corpora; c++) {
-            size_t room = o->corpora[c].val_len - (size_t)span;
-            for (int i = 0; i < o->val_windows; i++, t++) {
-                /* the network's validation windows (train_rl.c) */
-                size_t off = room * (size_t)(2 * i + 1) / (size_t)(2 * o->val_windows);
-                if ((rc = scdb_evict_window_new(models[mi], vtok[c] + off, o->prefill, o->steps,
-                                                &v.tasks[t].w)))
-                    goto done;
-                v.tasks[t].nb = v.nb;
-                for (int b = 0; b < v.nb; b++) v.tasks[t].budget[b] = budget_of(o->val_budgets[b], o);
-                v.group[t] = mi * o->n_corpora + c;
+        for (int c = 0; c < o->n_corpora; c++)
+            for (int pr = 0; pr < n_proto; pr++) {
+                size_t room = o->corpora[c].val_len - (size_t)span;
+                const int wp = pr ? o->prefill / 2 : o->prefill, ws = pr ? o->steps / 2 : o->steps;
+                for (int i = 0; i < o->val_windows; i++, t++) {
+                    /* the network's validation windows (train_rl.c); a
+                     * half-length one starts where the full one does */
+                    size_t off = room * (size_t)(2 * i + 1) / (size_t)(2 * o->val_windows);
+                    if ((rc = scdb_evict_window_new(models[mi], vtok[c] + off, wp, ws,
+                                                    &v.tasks[t].w)))
+                        goto done;
+                    v.tasks[t].nb = v.nb;
+                    for (int b = 0; b < v.nb; b++)
+                        v.tasks[t].budget[b] = budget_of(o->val_budgets[b], wp + ws);
+                    v.group[t] = (mi * o->n_corpora + c) * n_proto + pr;
+                }
             }
-        }
     {
         /* the network alone (a start that has a scorer: without it), what
          * the split weighs the scorer against */

@@ -248,11 +248,16 @@ expect 2 "train-policy: a --heads-* option without --heads" -- "$scdb" train-pol
   -o "$tmp/unused.safetensors"
 grep -q -- "--heads-pool is for --heads G" "$tmp/err" && ok "train-policy: --heads-pool alone says what it is for" \
   || bad "train-policy: --heads-pool alone says what it is for"
+expect 2 "train-policy: --heads-short without --heads" -- "$scdb" train-policy --heads-short 0.5 \
+  -o "$tmp/unused.safetensors"
+grep -q -- "--heads-short is for --heads G" "$tmp/err" && ok "train-policy: --heads-short alone says what it is for" \
+  || bad "train-policy: --heads-short alone says what it is for"
 for arg in "--heads-windows 0,,0.5" "--heads-windows 0.5,0.25" "--heads-windows 0,1" \
            "--heads-range 0.2,0.1" "--heads-range 0.1,,0.2" "--heads-pairs 0" "--heads-pairs 65" \
            "--heads-sigma 0" "--heads-threads 17" "--heads -1" "--heads-split-max 0" \
            "--heads-split-max 1.5" "--heads-split-max 0.3x" "--heads-split-max nan" \
-           "--heads-top1 -1" "--heads-top1 101" "--heads-top1 x"; do
+           "--heads-top1 -1" "--heads-top1 101" "--heads-top1 x" "--heads-short -0.1" \
+           "--heads-short 1.01" "--heads-short half"; do
   expect 2 "train-policy --heads 3 $arg: a usage error" -- "$scdb" train-policy --heads 3 $arg \
     --suite "$tmp/nothing.json" -o "$tmp/p.safetensors"
 done

@@ -1218,8 +1218,10 @@ static double learn_ratio(const learn_case *lc, int head, float sign, int zero_s
  * scorer that keeps the oldest slots (a[age] = +1, no window), the
  * validation score (x the best heuristic, the scorer deciding) after a few
  * generations; sign -1 ascends the objective instead; top1 the weight of
- * the objective's top-1 term. */
-static double heads_ratio(const learn_case *lc, float sign, double top1, double *start)
+ * the objective's top-1 term; short_share the share of half-length
+ * windows (and validation on them too). */
+static double heads_ratio(const learn_case *lc, float sign, double top1, double short_share,
+                          double *start)
 {
     scdb_evict_rl_opts o;
     scdb_evict_mlp *m = NULL;
@@ -1251,6 +1253,7 @@ static double heads_ratio(const learn_case *lc, float sign, double top1, double 
     o.heads_lr = 0.3f;
     o.heads_sign = sign;
     o.heads_top1 = top1;
+    o.heads_short = short_share;
     memset(&h0, 0, sizeof h0);
     h0.n_win = o.heads_n_win;
     h0.a[3 * SCDB_EVICT_HEAD_CTX + SCDB_EVICT_HEAD_CTX - 1] = 1.0f;   /* age: oldest first */
@@ -1312,18 +1315,22 @@ static void test_trainer_learns(void **state)
     double net = learn_ratio(&lc, 0, 1.0f, 0), net_flip = learn_ratio(&lc, 0, -1.0f, 0);
     double head = learn_ratio(&lc, 1, 1.0f, 0), head_flip = learn_ratio(&lc, 1, -1.0f, 0);
     double imit = learn_ratio(&lc, 2, 1.0f, 0), imit_flip = learn_ratio(&lc, 2, -1.0f, 0);
-    double h_start, hf_start, ht_start, heads = heads_ratio(&lc, 1.0f, 0.0, &h_start);
-    double heads_flip = heads_ratio(&lc, -1.0f, 0.0, &hf_start);
-    double heads_t1 = heads_ratio(&lc, 1.0f, 1.0, &ht_start);   /* with the top-1 term */
+    double h_start, hf_start, ht_start, hs_start, heads = heads_ratio(&lc, 1.0f, 0.0, 0.0, &h_start);
+    double heads_flip = heads_ratio(&lc, -1.0f, 0.0, 0.0, &hf_start);
+    double heads_t1 = heads_ratio(&lc, 1.0f, 1.0, 0.0, &ht_start);   /* with the top-1 term */
+    double heads_short = heads_ratio(&lc, 1.0f, 0.0, 0.5, &hs_start);   /* half-length windows too */
     print_message("trainer learns: network %.3f (ascending %.3f), window head %.3f (ascending "
                   "%.3f), imitation %.3f (ascending %.3f), per-head scorer %.3f (ascending %.3f, "
-                  "with the top-1 term %.3f; start %.3f x the best heuristic) x the start\n", net,
-                  net_flip, head, head_flip, imit, imit_flip, heads, heads_flip, heads_t1, h_start);
+                  "with the top-1 term %.3f, with half-length windows %.3f; start %.3f x the best "
+                  "heuristic) x the start\n", net, net_flip, head, head_flip, imit, imit_flip, heads,
+                  heads_flip, heads_t1, heads_short, h_start);
     assert_true(h_start == hf_start);   /* the same start, the same windows */
     assert_true(heads < 0.6);
     assert_true(heads_flip > 0.95);     /* ascending never improves on it */
     assert_true(ht_start == h_start);
     assert_true(heads_t1 < 0.6);        /* the top-1 term leaves it learning */
+    assert_true(hs_start != h_start);   /* validation has the half-length groups too */
+    assert_true(heads_short < 0.6);     /* and learns on both lengths */
     assert_true(net < 0.8);
     assert_true(net_flip > net + 0.1);
     assert_true(head < 0.5);
