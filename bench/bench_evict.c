@@ -56,7 +56,7 @@ static const scdb_evict_kind HEUR_KINDS[] = {
 #define MAX_POL (N_HEUR + MAX_LEARNED)
 #define MAX_TEXT_BYTES ((size_t)64 << 20)
 #define CURRENT_POLICY "distillcache_base.safetensors"
-#define PREVIOUS_POLICY "distillcache_base.v6.safetensors"   /* the file shipped before */
+#define PREVIOUS_POLICY "distillcache_base.refit.safetensors"   /* the file shipped before */
 
 typedef struct opts {
     const char *data, *json, *png, *part, *suite;
@@ -117,7 +117,7 @@ static void usage(FILE *f)
             "                    others are named after their files and measured in the same\n"
             "                    run (default: DATA/policies/distillcache_base.safetensors as\n"
             "                    `distillcache` and, if present, the previous shipped file\n"
-            "                    DATA/policies/distillcache_base.v6.safetensors as `previous`)\n"
+            "                    DATA/policies/distillcache_base.refit.safetensors as `previous`)\n"
             "  --budgets F,..    budget fractions of prefill + steps (default\n"
             "                    0.5,0.25,0.125,0.0625)\n"
             "  --windows N       windows per text, evenly spaced (default 8)\n"
