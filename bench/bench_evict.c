@@ -15,7 +15,7 @@
  * adds any file or folder (a folder: its files, sorted, joined).  Rows carry
  * `domain` and `seen` (false for a domain the policy never trained on).
  * Budgets 50%, 25%, 12.5% and 6.25% by default; the shipped policy and the
- * one shipped before it (distillcache_base.v6) side by side.  A summary per
+ * one shipped before it (distillcache_base.refit) side by side.  A summary per
  * (learned policy, budget, seen / unseen): geometric mean of KL / the best
  * heuristic's KL, pairs where the policy's KL is lowest, overhead mean and
  * worst row.  Markdown tables on stdout, {"rows":[...],"summary":[...]}
