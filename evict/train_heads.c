@@ -52,6 +52,7 @@
 /* One window and the budgets it is run at. */
 typedef struct task {
     scdb_evict_window *w;
+    int steps;            /* the window's decoded steps (the top-1 term's floor) */
     int nb;
     int budget[MAX_TASK_B];
 } task;
@@ -144,7 +145,7 @@ done:
 typedef struct vset {
     task *tasks;          /* one per validation window, at every validation budget */
     int n_tasks;
-    int *group;           /* [n_tasks]: its (model, corpus) group */
+    int *group;           /* [n_tasks]: its (model, corpus, window length) group */
     int n_groups;
     double *best_h;       /* [group][MAX_VB] */
     double *best_t1;      /* [group][MAX_VB]: the heuristics' highest top-1 */
@@ -165,21 +166,23 @@ static double dis_log(double t1, double ref_t1, int steps)
  * objective with the top-1 term, exp(mean over groups of log KL ratio + w
  * log disagreement ratio); t1_ok[b] (may be NULL) the groups whose mean
  * top-1 is at least the best heuristic's. */
-static double vscore(const vset *v, const double *kl, const double *t1, int c, double w, int steps,
+static double vscore(const vset *v, const double *kl, const double *t1, int c, double w,
                      double *by_budget, double *obj, int *t1_ok)
 {
     double *gk = calloc((size_t)v->n_groups * MAX_VB, sizeof *gk);
     double *gt = calloc((size_t)v->n_groups * MAX_VB, sizeof *gt);
-    int *gn = calloc((size_t)v->n_groups, sizeof *gn);
+    int *gn = calloc((size_t)v->n_groups, sizeof *gn), *gs = calloc((size_t)v->n_groups, sizeof *gs);
     double lr = 0.0, lb[MAX_VB] = {0}, lo[MAX_VB] = {0};
-    if (!gk || !gt || !gn) {
+    if (!gk || !gt || !gn || !gs) {
         free(gk);
         free(gt);
         free(gn);
+        free(gs);
         return NAN;
     }
     for (int t = 0; t < v->n_tasks; t++) {
         gn[v->group[t]]++;
+        gs[v->group[t]] = v->tasks[t].steps;   /* one window length per group */
         for (int b = 0; b < v->nb; b++) {
             gk[v->group[t] * MAX_VB + b] += kl[((size_t)c * v->n_tasks + t) * MAX_TASK_B + b];
             gt[v->group[t] * MAX_VB + b] += t1[((size_t)c * v->n_tasks + t) * MAX_TASK_B + b];
@@ -192,7 +195,7 @@ static double vscore(const vset *v, const double *kl, const double *t1, int c, d
             double mt = gt[g * MAX_VB + b] / gn[g];
             lr += r;
             lb[b] += r;
-            lo[b] += r + w * dis_log(mt, v->best_t1[g * MAX_VB + b], steps);
+            lo[b] += r + w * dis_log(mt, v->best_t1[g * MAX_VB + b], gs[g]);
             if (t1_ok) t1_ok[b] += mt >= v->best_t1[g * MAX_VB + b];
         }
     for (int b = 0; by_budget && b < v->nb; b++) by_budget[b] = exp(lb[b] / v->n_groups);
@@ -200,6 +203,7 @@ static double vscore(const vset *v, const double *kl, const double *t1, int c, d
     free(gk);
     free(gt);
     free(gn);
+    free(gs);
     return exp(lr / (v->n_groups * v->nb));
 }
 
@@ -409,6 +413,7 @@ scdb_err scdb_evict_train_heads(const scdb_evict_rl_opts *o, scdb_model *const *
         const int wp = half ? o->prefill / 2 : o->prefill, ws = half ? o->steps / 2 : o->steps;
         if ((rc = scdb_evict_window_new(models[mi], tok[c] + off, wp, ws, &pool[i].w)))
             goto done;
+        pool[i].steps = ws;
         pool[i].nb = 1;
         pool[i].budget[0] = budget_of(fr, wp + ws);
         pool_model[i] = mi;
@@ -457,6 +462,7 @@ scdb_err scdb_evict_train_heads(const scdb_evict_rl_opts *o, scdb_model *const *
                     if ((rc = scdb_evict_window_new(models[mi], vtok[c] + off, wp, ws,
                                                     &v.tasks[t].w)))
                         goto done;
+                    v.tasks[t].steps = ws;
                     v.tasks[t].nb = v.nb;
                     for (int b = 0; b < v.nb; b++)
                         v.tasks[t].budget[b] = budget_of(o->val_budgets[b], wp + ws);
@@ -494,7 +500,7 @@ scdb_err scdb_evict_train_heads(const scdb_evict_rl_opts *o, scdb_model *const *
                 v.best_h[g * MAX_VB + b] = bh;
                 v.best_t1[g * MAX_VB + b] = bt;
             }
-        vscore(&v, vkl, vt1, 4, w1, o->steps, res->net_by_budget, net_obj, NULL);
+        vscore(&v, vkl, vt1, 4, w1, res->net_by_budget, net_obj, NULL);
     }
 
     /* the start */
@@ -526,7 +532,7 @@ scdb_err scdb_evict_train_heads(const scdb_evict_rl_opts *o, scdb_model *const *
             if (rc) goto done;
             double ob[MAX_VB], comb;
             int t1ok[MAX_VB];
-            double sc = vscore(&v, vkl, vt1, 0, w1, o->steps, bb, ob, t1ok);
+            double sc = vscore(&v, vkl, vt1, 0, w1, bb, ob, t1ok);
             float sp = scdb_evict_heads_split(o->val_budgets, v.nb, bb, res->net_by_budget,
                                               o->heads_split_max, &comb);
             if (w1 != 0.0) {
@@ -605,7 +611,7 @@ scdb_err scdb_evict_train_heads(const scdb_evict_rl_opts *o, scdb_model *const *
                          fmax(pool_ref[order[e]], 1e-9));
                 if (w1 != 0.0)
                     s += w1 * dis_log(kt1[((size_t)c * E + e) * MAX_TASK_B], pool_t1[order[e]],
-                                      o->steps);
+                                      pool[order[e]].steps);
             }
             fit[c] = o->heads_sign * s / E;
         }
@@ -703,7 +709,7 @@ scdb_err scdb_evict_train_heads(const scdb_evict_rl_opts *o, scdb_model *const *
                                o->every, o->heads_threads, vkl, vt1)))
                 ;
             else {
-                res->heads_ratio_gated = vscore(&v, vkl, vt1, 0, w1, o->steps, bb, NULL, NULL);
+                res->heads_ratio_gated = vscore(&v, vkl, vt1, 0, w1, bb, NULL, NULL);
                 memcpy(res->heads_by_budget, bb, sizeof bb);
                 if (o->verbose) {
                     fprintf(stderr, "train-policy: per-head scorer with its gate: validation %.4f (by "
