@@ -232,6 +232,26 @@ static void test_split_list(void **state)
     assert_false(scdb_list_has_empty_field("age"));
 }
 
+/* scdb_list_has: whole fields only, anywhere in the list; a NULL or empty
+ * list holds nothing; an empty field matches only the empty name */
+static void test_list_has(void **state)
+{
+    (void)state;
+    assert_true(scdb_list_has("base,code,manpages", "base"));
+    assert_true(scdb_list_has("base,code,manpages", "code"));
+    assert_true(scdb_list_has("base,code,manpages", "manpages"));
+    assert_false(scdb_list_has("base,code,manpages", "python"));
+    assert_false(scdb_list_has("base,code", "bas"));        /* a prefix */
+    assert_false(scdb_list_has("base,code", "base,"));      /* across a comma */
+    assert_false(scdb_list_has("basement", "base"));
+    assert_false(scdb_list_has("codes", "code"));
+    assert_false(scdb_list_has(NULL, "base"));
+    assert_false(scdb_list_has("", "base"));
+    assert_false(scdb_list_has("", ""));
+    assert_true(scdb_list_has("a,,b", ""));                 /* the empty field */
+    assert_true(scdb_list_has("a,b,", "b"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -240,7 +260,7 @@ int main(void)
         cmocka_unit_test(test_int_overflow), cmocka_unit_test(test_int_range),
         cmocka_unit_test(test_u64),          cmocka_unit_test(test_u32),
         cmocka_unit_test(test_real),         cmocka_unit_test(test_null_args),
-        cmocka_unit_test(test_split_list),
+        cmocka_unit_test(test_split_list),   cmocka_unit_test(test_list_has),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
