@@ -231,6 +231,12 @@ scdb_err scdb_evict_train_heads(const scdb_evict_rl_opts *o, struct scdb_model *
                                 scdb_evict_mlp *net, scdb_evict_rl_result *res, char *errbuf,
                                 size_t errlen);
 
+/* The per-head scorer's options (heads_*, and prefill / steps for
+ * half-length windows) in range: SCDB_OK, or SCDB_EINVAL with errbuf
+ * saying so.  scdb_evict_train_rl checks them before it trains anything, so
+ * a bad one costs no network training first. */
+scdb_err scdb_evict_heads_opts_check(const scdb_evict_rl_opts *o, char *errbuf, size_t errlen);
+
 /* The split for a scorer scoring by_budget[b] (x the best heuristic) at
  * validation budget fr[b] (nb <= 4, fractions of the capacity) against the
  * network's net[b]: the largest validation budget up to which (every

@@ -328,6 +328,32 @@ static scdb_err fit_gate(const double *x, const double *y, int n, float *wout, d
     return SCDB_OK;
 }
 
+/* (evict_internal.h) */
+scdb_err scdb_evict_heads_opts_check(const scdb_evict_rl_opts *o, char *errbuf, size_t errlen)
+{
+    if (o->heads_pairs < 1 || o->heads_pairs > 64 || o->heads_episodes < 1 ||
+        o->heads_pool < o->heads_episodes || !(o->heads_sigma > 0.0f) ||
+        !(o->heads_lr > 0.0f) || !(o->heads_lo > 0.0) || !(o->heads_hi >= o->heads_lo) ||
+        !(o->heads_hi < 1.0) || o->heads_val_every < 1 || o->heads_sinks < 0 ||
+        o->heads_n_win < 1 || o->heads_n_win > SCDB_EVICT_HEAD_MAX_WIN || o->heads_threads < 1 ||
+        !(o->heads_sign == 1.0f || o->heads_sign == -1.0f) ||
+        !(o->heads_split_max > 0.0 && o->heads_split_max <= 1.0) ||
+        !(o->heads_top1 >= 0.0 && o->heads_top1 <= 100.0) ||
+        !(o->heads_short >= 0.0 && o->heads_short <= 1.0) ||
+        (o->heads_short > 0.0 && (o->prefill < 4 || o->steps < 2)) ||
+        (o->heads_init && o->heads_init->n_win != o->heads_n_win)) {
+        scdb_errf(errbuf, errlen, "invalid per-head scorer options");
+        return SCDB_EINVAL;
+    }
+    for (int c = 0; c < o->heads_n_win; c++)
+        if (!(o->heads_win_frac[c] >= 0.0f && o->heads_win_frac[c] < 1.0f)) {
+            scdb_errf(errbuf, errlen, "per-head window choice %g is not a fraction in [0, 1)",
+                      (double)o->heads_win_frac[c]);
+            return SCDB_EINVAL;
+        }
+    return SCDB_OK;
+}
+
 scdb_err scdb_evict_train_heads(const scdb_evict_rl_opts *o, scdb_model *const *models,
                                 const int32_t *const *tok, const int32_t *const *vtok,
                                 scdb_evict_mlp *net, scdb_evict_rl_result *res, char *errbuf,
@@ -349,25 +375,7 @@ scdb_err scdb_evict_train_heads(const scdb_evict_rl_opts *o, scdb_model *const *
     scdb_evict_heads shape = {0}, hh;
     scdb_err rc = SCDB_EINVAL;
 
-    if (P < 1 || P > 64 || E < 1 || o->heads_pool < E || !(o->heads_sigma > 0.0f) ||
-        !(o->heads_lr > 0.0f) || !(o->heads_lo > 0.0) || !(o->heads_hi >= o->heads_lo) ||
-        !(o->heads_hi < 1.0) || o->heads_val_every < 1 || o->heads_sinks < 0 ||
-        o->heads_n_win < 1 || o->heads_n_win > SCDB_EVICT_HEAD_MAX_WIN || o->heads_threads < 1 ||
-        !(o->heads_sign == 1.0f || o->heads_sign == -1.0f) ||
-        !(o->heads_split_max > 0.0 && o->heads_split_max <= 1.0) ||
-        !(o->heads_top1 >= 0.0 && o->heads_top1 <= 100.0) ||
-        !(o->heads_short >= 0.0 && o->heads_short <= 1.0) ||
-        (o->heads_short > 0.0 && (o->prefill < 4 || o->steps < 2)) ||
-        (o->heads_init && o->heads_init->n_win != o->heads_n_win)) {
-        scdb_errf(errbuf, errlen, "invalid per-head scorer options");
-        return SCDB_EINVAL;
-    }
-    for (int c = 0; c < o->heads_n_win; c++)
-        if (!(o->heads_win_frac[c] >= 0.0f && o->heads_win_frac[c] < 1.0f)) {
-            scdb_errf(errbuf, errlen, "per-head window choice %g is not a fraction in [0, 1)",
-                      (double)o->heads_win_frac[c]);
-            return SCDB_EINVAL;
-        }
+    if ((rc = scdb_evict_heads_opts_check(o, errbuf, errlen))) return rc;
     shape.on = 1;
     shape.split = 1.0f;
     shape.sinks = o->heads_sinks;

@@ -1086,6 +1086,11 @@ scdb_err scdb_evict_train_rl(const scdb_evict_rl_opts *o, scdb_evict_mlp **out,
         scdb_errf(errbuf, errlen, "invalid training options");
         return SCDB_EINVAL;
     }
+    if (o->heads_gens < 0) {
+        scdb_errf(errbuf, errlen, "invalid training options: heads_gens %d", o->heads_gens);
+        return SCDB_EINVAL;
+    }
+    if (o->heads_gens > 0 && (rc = scdb_evict_heads_opts_check(o, errbuf, errlen))) return rc;
     if (o->imit_rounds > 0) {
         /* what imitation trains must be there: a skip from o->skip or the
          * start, a head from n_win or the start (and a step for it) */

@@ -1296,6 +1296,54 @@ static void test_heads_split(void **state)
     assert_true(scdb_evict_heads_split(fr, 4, wins, net, 1.0, NULL) == 0.5f);
 }
 
+/* Bad per-head options are refused before anything loads or trains (the
+ * model directory here does not exist: with good options that is the
+ * error), each with the same specific message. */
+static void test_heads_bad_options(void **state)
+{
+    (void)state;
+    static const unsigned char txt[] = "some text";
+    scdb_evict_corpus c = {"prose", txt, sizeof txt - 1, txt, sizeof txt - 1};
+    const char *dirs[] = {"/nonexistent/scdb-model"};
+    scdb_evict_rl_opts o;
+    scdb_evict_mlp *m = NULL;
+    scdb_evict_rl_result r;
+    char err[256];
+    enum { SHORT_LO, SHORT_HI, SHORT_NAN, SHORT_TINY, TOP1, SPLIT_0, SPLIT_HI, PAIRS, POOL, WIN, N };
+    for (int i = 0; i <= N; i++) {
+        scdb_evict_rl_defaults(&o);
+        o.model_dirs = dirs;
+        o.n_models = 1;
+        o.corpora = &c;
+        o.n_corpora = 1;
+        o.updates = 0;
+        o.heads_gens = 2;
+        switch (i) {
+        case SHORT_LO: o.heads_short = -0.1; break;
+        case SHORT_HI: o.heads_short = 1.5; break;
+        case SHORT_NAN: o.heads_short = NAN; break;
+        case SHORT_TINY: o.heads_short = 0.5; o.prefill = 3; break;   /* no half window */
+        case TOP1: o.heads_top1 = -1.0; break;
+        case SPLIT_0: o.heads_split_max = 0.0; break;
+        case SPLIT_HI: o.heads_split_max = 1.5; break;
+        case PAIRS: o.heads_pairs = 0; break;
+        case POOL: o.heads_pool = o.heads_episodes - 1; break;
+        case WIN: o.heads_win_frac[1] = 1.0f; break;
+        default: break;   /* N: every option good */
+        }
+        err[0] = 0;
+        scdb_err rc = scdb_evict_train_rl(&o, &m, &r, err, sizeof err);
+        assert_null(m);
+        if (i == N) {
+            assert_int_not_equal(rc, SCDB_OK);
+            assert_null(strstr(err, "per-head"));   /* it got as far as the model */
+        } else {
+            assert_int_equal(rc, SCDB_EINVAL);
+            assert_non_null(strstr(err, "per-head"));
+        }
+    }
+}
+
 static void test_trainer_learns(void **state)
 {
     (void)state;
@@ -1355,6 +1403,7 @@ int main(void)
         cmocka_unit_test(test_trainer_reward),
         cmocka_unit_test(test_trainer_runs),
         cmocka_unit_test(test_heads_split),
+        cmocka_unit_test(test_heads_bad_options),
         cmocka_unit_test(test_trainer_learns),
     };
     if (getenv("SCDB_TEST_FILTER")) cmocka_set_test_filter(getenv("SCDB_TEST_FILTER"));
