@@ -321,7 +321,12 @@ int cli_cmd_train_policy(int argc, char **argv)
         int bad = 0;
         double fr[4];
         char oname[40], why[160] = "";
-        snprintf(oname, sizeof oname, "--%s", c >= O_SUITE ? opts[c - O_SUITE].name : "?");
+        /* the option's own name, looked up by its value (not by its place:
+         * the table's order need not follow the enum's) */
+        const char *on = "?";
+        for (const struct option *op = opts; op->name; op++)
+            if (op->val == c) { on = op->name; break; }
+        snprintf(oname, sizeof oname, "--%s", on);
         switch (c) {
         case O_SUITE: snprintf(suite_path, sizeof suite_path, "%s", optarg); break;
         case O_DOMAINS:   /* given again: the last list counts */
@@ -427,24 +432,11 @@ int cli_cmd_train_policy(int argc, char **argv)
         case O_HTHREADS: bad = scdb_parse_int(oname, optarg, 1, 16, &o.heads_threads, why, sizeof why); break;
         case O_HFLIP: o.heads_sign = -1.0f; break;
         case O_HNOGATE: o.heads_gate = 0; break;
-        case O_HTOP1: {
-            float f = 0.0f;
-            bad = scdb_parse_float(oname, optarg, 0.0f, 100.0f, &f, why, sizeof why);
-            if (!bad) o.heads_top1 = f;
+        case O_HTOP1: bad = scdb_parse_f64(oname, optarg, 0.0, 100.0, &o.heads_top1, why, sizeof why); break;
+        case O_HSHORT: bad = scdb_parse_f64(oname, optarg, 0.0, 1.0, &o.heads_short, why, sizeof why); break;
+        case O_HSPLITMAX:
+            bad = scdb_parse_f64(oname, optarg, 1e-6, 1.0, &o.heads_split_max, why, sizeof why);
             break;
-        }
-        case O_HSHORT: {
-            float f = 0.0f;
-            bad = scdb_parse_float(oname, optarg, 0.0f, 1.0f, &f, why, sizeof why);
-            if (!bad) o.heads_short = f;
-            break;
-        }
-        case O_HSPLITMAX: {
-            float f = 0.0f;
-            bad = scdb_parse_float(oname, optarg, 1e-6f, 1.0f, &f, why, sizeof why);
-            if (!bad) o.heads_split_max = f;
-            break;
-        }
         case O_WINLR: bad = scdb_parse_float(oname, optarg, 0.0f, 10.0f, &o.win_lr, why, sizeof why); break;
         case O_VALW: bad = scdb_parse_int(oname, optarg, 1, 1024, &o.val_windows, why, sizeof why); break;
         case O_VALE: bad = scdb_parse_int(oname, optarg, 1, 1 << 20, &o.val_every, why, sizeof why); break;

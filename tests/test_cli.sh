@@ -260,6 +260,9 @@ for arg in "--heads-windows 0,,0.5" "--heads-windows 0.5,0.25" "--heads-windows 
            "--heads-short 1.01" "--heads-short half"; do
   expect 2 "train-policy --heads 3 $arg: a usage error" -- "$scdb" train-policy --heads 3 $arg \
     --suite "$tmp/nothing.json" -o "$tmp/p.safetensors"
+  # the message names the option given, not its neighbour in the table
+  grep -q -- "${arg%% *}[ :']" "$tmp/err" && ok "train-policy $arg: the message names ${arg%% *}" \
+    || { bad "train-policy $arg: the message names ${arg%% *}"; cat "$tmp/err"; }
 done
 expect 2 "train-policy: more episodes per generation than the pool" -- "$scdb" train-policy --heads 3 \
   --heads-pool 4 --heads-episodes 8 -o "$tmp/p.safetensors"
