@@ -1309,7 +1309,18 @@ static void test_replace_reaches_fleet(void **state)
     int same = 0;
     assert_int_equal(scdb_arena_new(cb, 4 * BT, &a), SCDB_OK);
     while (scdb_now() - t0 < 20) {
-        assert_int_equal(scdb_get(cb, t, 4 * BT, a, 0, 0, &g), SCDB_OK);
+        double tg = scdb_now();
+        scdb_err ge = scdb_get(cb, t, 4 * BT, a, 0, 0, &g);
+        if (ge) {   /* say what and when: a failure here is not reproducible at will */
+            scdb_stat sf = bstats(&g_b);
+            print_message("get on B failed %.0f ms into convergence, after %.0f ms: %s (%s); "
+                          "B: refreshed %llu, remote errors %llu, pending %llu\n",
+                          (tg - t0) * 1e3, (scdb_now() - tg) * 1e3, scdb_strerror(ge),
+                          scdb_last_error(cb), (unsigned long long)sf.remote_refreshed,
+                          (unsigned long long)sf.remote_errors,
+                          (unsigned long long)sf.remote_pending);
+        }
+        assert_int_equal(ge, SCDB_OK);
         assert_int_equal(g.tokens_written, 4 * BT);
         scdb_kv_cache *kv = scdb_arena_cache(a);
         same = bkv_check(55, kv, BT, BT, 2 * BT, BT, 1) == 0;
