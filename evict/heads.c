@@ -257,8 +257,8 @@ static inline float flog(float x) { return logf(x); }
 float scdb_evict_heads_share(int budget, int32_t last_pos)
 {
     const double seen = last_pos >= 0 ? (double)last_pos + 1.0 : 1.0;
-    const double z = log2((double)budget / seen);
-    return (float)(z > 0.0 ? 0.0 : z < -6.0 ? -6.0 : z);
+    const double z = log2(8.0 * (double)budget / seen);
+    return (float)(z > 3.0 ? 3.0 : z < -3.0 ? -3.0 : z);
 }
 
 /* Set k's context c[SCDB_EVICT_HEAD_CTX] at budget B (evict_train.h) from
