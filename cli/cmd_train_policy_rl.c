@@ -98,7 +98,7 @@ static void usage(FILE *f)
             "                     the --imit-band-windows train windows\n"
             "  --skip             give the network a budget-modulated linear skip over its\n"
             "                     inputs (a version-5 file; starts at 0)\n"
-            "  --heads G          then fit the per-head scorer (a version-7 file: keep sets per\n"
+            "  --heads G          then fit the per-head scorer (a version-6 file: keep sets per\n"
             "                     (layer, KV group) at small budgets, evict.h) for G generations\n"
             "                     of evolution strategies on full runs (evict/train_heads.c);\n"
             "                     the network stays as trained (or as --init gave it); the\n"
@@ -131,9 +131,6 @@ static void usage(FILE *f)
             "                     same fractions of it), and validation on as many half-length\n"
             "                     windows per group as full ones, each its own group (default\n"
             "                     0: the protocol's windows only)\n"
-            "  --heads-ctx N      the scorer's context values: 7 (default: the seventh is the\n"
-            "                     share of the session's tokens B keeps, log2(B / seen)) or\n"
-            "                     6 (a version-6 file, without it; the ablation)\n"
             "  --heads-split-max F  the split is at most F of the capacity (default 1: as\n"
             "                     validation says): a cost bound, for budgets where keep\n"
             "                     sets per head would cost more per token than the network\n"
@@ -266,7 +263,7 @@ int cli_cmd_train_policy(int argc, char **argv)
            O_AGEPROF, O_PROFILE, O_FLIP, O_LAST, O_IMIT, O_IEPIS, O_IEPOCHS, O_IBATCH, O_ITEMP,
            O_ILR, O_IVAL, O_EXPERT, O_ISTATEW, O_IBANDW, O_ITRAIN, O_SKIP, O_HEADRUNS,
            O_HEADS, O_HPAIRS, O_HEPIS, O_HPOOL, O_HSIGMA, O_HLR, O_HRANGE, O_HVAL, O_HSINKS,
-           O_HWIN, O_HZERO, O_HTHREADS, O_HFLIP, O_HSPLITMAX, O_HTOP1, O_HNOGATE, O_HCTX, O_HSHORT };
+           O_HWIN, O_HZERO, O_HTHREADS, O_HFLIP, O_HSPLITMAX, O_HTOP1, O_HNOGATE, O_HSHORT };
     static const struct option opts[] = {
         {"suite", 1, 0, O_SUITE}, {"domains", 1, 0, O_DOMAINS}, {"models", 1, 0, O_MODELS},
         {"inputs", 1, 0, O_INPUTS}, {"updates", 1, 0, O_UPDATES}, {"batch", 1, 0, O_BATCH},
@@ -295,7 +292,6 @@ int cli_cmd_train_policy(int argc, char **argv)
         {"heads-threads", 1, 0, O_HTHREADS}, {"heads-flip", 0, 0, O_HFLIP},
         {"heads-no-gate", 0, 0, O_HNOGATE}, {"heads-split-max", 1, 0, O_HSPLITMAX},
         {"heads-top1", 1, 0, O_HTOP1}, {"heads-short", 1, 0, O_HSHORT},
-        {"heads-ctx", 1, 0, O_HCTX},
         {"out", 1, 0, 'o'}, {"quiet", 0, 0, 'q'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     scdb_evict_rl_opts o;
     scdb_evict_rl_result res;
@@ -437,10 +433,6 @@ int cli_cmd_train_policy(int argc, char **argv)
         case O_HFLIP: o.heads_sign = -1.0f; break;
         case O_HNOGATE: o.heads_gate = 0; break;
         case O_HTOP1: bad = scdb_parse_f64(oname, optarg, 0.0, 100.0, &o.heads_top1, why, sizeof why); break;
-        case O_HCTX:
-            bad = scdb_parse_int(oname, optarg, SCDB_EVICT_HEAD_CTX_V6, SCDB_EVICT_HEAD_CTX,
-                                 &o.heads_ctx, why, sizeof why);
-            break;
         case O_HSHORT: bad = scdb_parse_f64(oname, optarg, 0.0, 1.0, &o.heads_short, why, sizeof why); break;
         case O_HSPLITMAX:
             bad = scdb_parse_f64(oname, optarg, 1e-6, 1.0, &o.heads_split_max, why, sizeof why);
@@ -680,11 +672,11 @@ int cli_cmd_train_policy(int argc, char **argv)
         if (o.heads_gens > 0)
             snprintf(heads, sizeof heads, "evolution strategies (evict/train_heads.c): %d of %d "
                      "generations (best %d) on models %s, %d pairs x %d episodes of a pool of %d, "
-                     "budgets %g-%g, half-length share %g, %d context values, sigma %g, lr %g, start %s, top-1 weight %g; validation %.4f -> "
+                     "budgets %g-%g, half-length share %g, sigma %g, lr %g, start %s, top-1 weight %g; validation %.4f -> "
                      "%.4f; gate %s (weighted accuracy %.3f on the pool, validation %.4f); split %g "
                      "(at most %g)",
                      res.heads_gens_run, o.heads_gens, res.heads_best_gen, mlist, o.heads_pairs,
-                     o.heads_episodes, o.heads_pool, o.heads_lo, o.heads_hi, o.heads_short, o.heads_ctx, o.heads_sigma,
+                     o.heads_episodes, o.heads_pool, o.heads_lo, o.heads_hi, o.heads_short, o.heads_sigma,
                      o.heads_lr, o.heads_init ? "the --init file's scorer" : o.heads_init_zero ? "zeros" : "snapkv per set",
                      o.heads_top1,
                      res.heads_ratio_init, res.heads_ratio_best, o.heads_gate ? "fitted" : "none",

@@ -95,16 +95,10 @@ enum {
  *   age   log(age_j / B)                         age_j = newest position - pos + 1
  *   sink  1 for the set's first 4 slots, else 0
  *
- * and seven values of the set itself: from its ring (the last window's
+ * and six values of the set itself: from its ring (the last window's
  * queries) the share of their attention on the newest 32 positions
  * (local), on the first 4 slots (sinks) and its normalised entropy; z =
- * log2(B / 64); its layer's depth (0 first .. 1 last); 1; and the share
- * of the session's tokens the budget keeps, log2(B / tokens seen) clamped
- * to [-6, 0] (version 7; a version-6 file has the first six, and reads as
- * a version-7 one whose weights on the seventh are 0).  z says how many
- * slots B is; the share says how tight it is for this session: 64 slots
- * are a quarter of a 256-token history and an eighth of a 512-token one.
- * The slot's score is sum_f (A[f] . ctx) x_f: the
+ * log2(B / 64); its layer's depth (0 first .. 1 last); and 1.  The slot's score is sum_f (A[f] . ctx) x_f: the
  * weights of the five signals are linear in the set's context, so a local
  * head can rank by age, a retrieval head by its window attention, at a
  * small budget otherwise than at a larger one.  Its recent window is
@@ -113,16 +107,12 @@ enum {
  * set.  Everything but the forms above and the choices offered is learned
  * (`scdb train-policy --heads`, train_heads.c). */
 #define SCDB_EVICT_HEAD_FEATS 5
-#define SCDB_EVICT_HEAD_CTX 7
-#define SCDB_EVICT_HEAD_CTX_V6 6       /* a version-6 file's context values: the first six */
-#define SCDB_EVICT_HEAD_CTX_BIAS 5     /* the context value that is always 1 */
+#define SCDB_EVICT_HEAD_CTX 6
 #define SCDB_EVICT_HEAD_MAX_WIN 8
 #define SCDB_EVICT_GATE_N 8
 
 typedef struct scdb_evict_heads {
-    int on;                                    /* 1: the file has one (version 6 or 7) */
-    int n_ctx;                                 /* context values the file has: 6 (version 6,
-                                                  the seventh's weights 0) or 7 */
+    int on;                                    /* 1: the file has one (version 6) */
     float split;                               /* per-head sets at budget <= split * capacity */
     int sinks;                                 /* protected first slots of every set */
     float a[SCDB_EVICT_HEAD_FEATS * SCDB_EVICT_HEAD_CTX];      /* A [feat][ctx] */
@@ -137,7 +127,7 @@ typedef struct scdb_evict_heads {
     int force;                                 /* training: 1 one set, 2 per-head sets; 0: the gate */
 } scdb_evict_heads;
 
-/* Parameters the trainer searches: A then D (n_win rows); 35 + 7 per choice. */
+/* Parameters the trainer searches: A then D (n_win rows); 30 + 6 per choice. */
 static inline int scdb_evict_heads_n_params(const scdb_evict_heads *h)
 {
     return SCDB_EVICT_HEAD_FEATS * SCDB_EVICT_HEAD_CTX + h->n_win * SCDB_EVICT_HEAD_CTX;
@@ -189,9 +179,6 @@ int scdb_evict_mlp_heads_at(const scdb_evict_mlp *m, int budget, int capacity);
  * none, a not per-head), SCDB_ENOMEM. */
 scdb_err scdb_evict_mlp_heads_score(const scdb_evict_mlp *m, const scdb_evict_acc *a, int budget,
                                     float *scores, int *sinks, int *recent);
-/* The seventh context value at budget B after position last_pos (the
- * session has seen last_pos + 1 tokens): log2(B / seen) in [-6, 0]. */
-float scdb_evict_heads_share(int budget, int32_t last_pos);
 /* What the gate reads, from per-head accumulators at budget B: over the
  * sets' contexts, the mean share of the window's attention on the newest
  * 32 positions, the mean share on the first 4 slots, the mean normalised
@@ -476,9 +463,6 @@ typedef struct scdb_evict_rl_opts {
                                         * bound): where the scorer's per-set eviction
                                         * would cost more than the goal allows, the
                                         * network decides even if the scorer wins */
-    int heads_ctx;                     /* the scorer's context values: 7 (default; a
-                                        * version-7 file) or 6 (version 6: the seventh,
-                                        * the share of the session B keeps, held at 0) */
     double heads_short;                /* in [0, 1]: the share of training episodes on
                                         * half-length windows (prefill / 2, steps / 2),
                                         * budgets the same fractions of their length; > 0

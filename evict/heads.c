@@ -254,13 +254,6 @@ scdb_err scdb_evict_mlp_heads_score(const scdb_evict_mlp *m, const scdb_evict_ac
 
 static inline float flog(float x) { return logf(x); }
 
-float scdb_evict_heads_share(int budget, int32_t last_pos)
-{
-    const double seen = last_pos >= 0 ? (double)last_pos + 1.0 : 1.0;
-    const double z = log2(8.0 * (double)budget / seen);
-    return (float)(z > 3.0 ? 3.0 : z < -3.0 ? -3.0 : z);
-}
-
 /* Set k's context c[SCDB_EVICT_HEAD_CTX] at budget B (evict_train.h) from
  * raw[a->n], the sum of its ring rows (SnapKV's window attention before
  * pooling). */
@@ -286,8 +279,7 @@ static void set_context(const scdb_evict_acc *a, int k, int budget, const float 
     c[3] = log2f((float)budget / 64.0f);
     /* the set's depth in the network: 0 first layer .. 1 last */
     c[4] = a->n_layers > 1 ? (float)(k / a->n_kv_heads) / (float)(a->n_layers - 1) : 0.0f;
-    c[SCDB_EVICT_HEAD_CTX_BIAS] = 1.0f;
-    c[6] = scdb_evict_heads_share(budget, a->last_pos);
+    c[5] = 1.0f;
 }
 
 /* Every set's ring sums (raw [K][n]); SnapKV's pooled scores too if snap. */

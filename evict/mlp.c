@@ -23,7 +23,6 @@
 #define POLICY_VERSION_4 "4"   /* version 3 + the window head */
 #define POLICY_VERSION_5 "5"   /* version 3 + the budget-modulated skip (+ the head, optional) */
 #define POLICY_VERSION_6 "6"   /* version 3 + the per-head scorer (+ the head, optional) */
-#define POLICY_VERSION_7 "7"   /* version 6, the scorer with a seventh context value */
 #define POLICY_FEATURES "alpha,vnorm,sigma,ent,pos,mass,budget"
 #define POLICY_FEATURES_V1 "alpha,vnorm,sigma,ent,pos"   /* version 1: no mass */
 #define NF_V1 5
@@ -404,8 +403,6 @@ scdb_err scdb_evict_mlp_save(const scdb_evict_mlp *m, const char *path,
     if (!m || !path || m->n_win < 0 || m->n_win > SCDB_EVICT_MAX_WIN || (n_extra > 0 && (!keys || !vals)) || !(m->recent_frac >= 0.0f) ||
         !(m->recent_frac < 1.0f) || (m->heads.on && (m->skip || m->heads.n_win < 1 ||
                                      m->heads.n_win > SCDB_EVICT_HEAD_MAX_WIN ||
-                                     (m->heads.n_ctx != SCDB_EVICT_HEAD_CTX_V6 &&
-                                      m->heads.n_ctx != SCDB_EVICT_HEAD_CTX) ||
                                      !(m->heads.split > 0.0f && m->heads.split <= 1.0f) ||
                                      m->heads.sinks < 0 || m->heads.sinks > MAX_PROTECT)))
         return SCDB_EINVAL;
@@ -420,8 +417,7 @@ scdb_err scdb_evict_mlp_save(const scdb_evict_mlp *m, const char *path,
     }
     if ((rc = scdb_st_writer_new(&w))) return rc;
     if ((rc = scdb_st_writer_meta(w, "format", POLICY_FORMAT)) ||
-        (rc = scdb_st_writer_meta(w, "version", m->heads.on ? (m->heads.n_ctx == SCDB_EVICT_HEAD_CTX_V6
-                                                                   ? POLICY_VERSION_6 : POLICY_VERSION_7)
+        (rc = scdb_st_writer_meta(w, "version", m->heads.on ? POLICY_VERSION_6
                                                : m->skip ? POLICY_VERSION_5
                                                : m->n_win > 0 ? POLICY_VERSION_4
                                                : is_v2(m) ? POLICY_VERSION : POLICY_VERSION_3)) ||
@@ -445,24 +441,8 @@ scdb_err scdb_evict_mlp_save(const scdb_evict_mlp *m, const char *path,
         goto done;
     if (m->heads.on) {
         char hf[SCDB_EVICT_HEAD_MAX_WIN * 16] = "";
-        const int nc = m->heads.n_ctx;
-        int64_t sa[2] = {SCDB_EVICT_HEAD_FEATS, nc}, sd[2] = {m->heads.n_win, nc};
-        float ha[SCDB_EVICT_HEAD_FEATS * SCDB_EVICT_HEAD_CTX], hd[SCDB_EVICT_HEAD_MAX_WIN * SCDB_EVICT_HEAD_CTX];
-        /* a version-6 scorer is written with its six columns: its seventh
-         * must be all 0, or the file would not score as the scorer does */
-        for (int r = 0; r < SCDB_EVICT_HEAD_FEATS + m->heads.n_win; r++) {
-            const float *src = r < SCDB_EVICT_HEAD_FEATS
-                                   ? m->heads.a + (size_t)r * SCDB_EVICT_HEAD_CTX
-                                   : m->heads.d + (size_t)(r - SCDB_EVICT_HEAD_FEATS) * SCDB_EVICT_HEAD_CTX;
-            float *dst = r < SCDB_EVICT_HEAD_FEATS ? ha + (size_t)r * nc
-                                                   : hd + (size_t)(r - SCDB_EVICT_HEAD_FEATS) * nc;
-            for (int i = nc; i < SCDB_EVICT_HEAD_CTX; i++)
-                if (src[i] != 0.0f) {
-                    rc = SCDB_EINVAL;
-                    goto done;
-                }
-            memcpy(dst, src, (size_t)nc * sizeof *dst);
-        }
+        int64_t sa[2] = {SCDB_EVICT_HEAD_FEATS, SCDB_EVICT_HEAD_CTX},
+                sd[2] = {m->heads.n_win, SCDB_EVICT_HEAD_CTX};
         for (int c = 0; c < m->heads.n_win; c++) {
             size_t l = strlen(hf);
             if (!(m->heads.win_frac[c] >= 0.0f && m->heads.win_frac[c] < 1.0f)) {
@@ -476,8 +456,8 @@ scdb_err scdb_evict_mlp_save(const scdb_evict_mlp *m, const char *path,
         snprintf(num, sizeof num, "%d", m->heads.sinks);
         if ((rc = scdb_st_writer_meta(w, "heads_sinks", num)) ||
             (rc = scdb_st_writer_meta(w, "heads_window_choices", hf)) ||
-            (rc = scdb_st_writer_add(w, "heads.a", SCDB_F32, 2, sa, ha)) ||
-            (rc = scdb_st_writer_add(w, "heads.d", SCDB_F32, 2, sd, hd)))
+            (rc = scdb_st_writer_add(w, "heads.a", SCDB_F32, 2, sa, m->heads.a)) ||
+            (rc = scdb_st_writer_add(w, "heads.d", SCDB_F32, 2, sd, m->heads.d)))
             goto done;
         int64_t sg[1] = {SCDB_EVICT_GATE_N};
         if (m->heads.has_gate &&
@@ -564,10 +544,9 @@ static scdb_err copy_meta(scdb_evict_meta *md, const scdb_st_file *f)
     return SCDB_OK;
 }
 
-/* A version-6 or -7 file's per-head scorer (n_ctx context values: 6 or
- * 7): its metadata (split, sinks, window choices) and its two tensors
- * (FORMATS.md), their rows widened to SCDB_EVICT_HEAD_CTX with 0. */
-static scdb_err load_heads(const scdb_st_file *f, const char *path, int n_ctx, scdb_evict_heads *h,
+/* A version-6 file's per-head scorer: its metadata (split, sinks, window
+ * choices) and its two tensors (FORMATS.md). */
+static scdb_err load_heads(const scdb_st_file *f, const char *path, scdb_evict_heads *h,
                            char *errbuf, size_t errlen)
 {
     const scdb_st_tensor *t;
@@ -605,16 +584,11 @@ static scdb_err load_heads(const scdb_st_file *f, const char *path, int n_ctx, s
                   wc ? "\"" : "", SCDB_EVICT_HEAD_MAX_WIN);
         return SCDB_ERANGE;
     }
-    int64_t sa[2] = {SCDB_EVICT_HEAD_FEATS, n_ctx}, sd[2] = {h->n_win, n_ctx};
+    int64_t sa[2] = {SCDB_EVICT_HEAD_FEATS, SCDB_EVICT_HEAD_CTX}, sd[2] = {h->n_win, SCDB_EVICT_HEAD_CTX};
     if ((rc = scdb_st_expect(f, "heads.a", SCDB_F32, 2, sa, &t, errbuf, errlen))) return rc;
-    for (int r = 0; r < SCDB_EVICT_HEAD_FEATS; r++)
-        memcpy(h->a + (size_t)r * SCDB_EVICT_HEAD_CTX, (const float *)t->data + (size_t)r * n_ctx,
-               (size_t)n_ctx * sizeof *h->a);
+    memcpy(h->a, t->data, t->nbytes);
     if ((rc = scdb_st_expect(f, "heads.d", SCDB_F32, 2, sd, &t, errbuf, errlen))) return rc;
-    for (int r = 0; r < h->n_win; r++)
-        memcpy(h->d + (size_t)r * SCDB_EVICT_HEAD_CTX, (const float *)t->data + (size_t)r * n_ctx,
-               (size_t)n_ctx * sizeof *h->d);
-    h->n_ctx = n_ctx;
+    memcpy(h->d, t->data, t->nbytes);
     if (scdb_st_find(f, "heads.gate")) {
         int64_t sg[1] = {SCDB_EVICT_GATE_N};
         if ((rc = scdb_st_expect(f, "heads.gate", SCDB_F32, 1, sg, &t, errbuf, errlen))) return rc;
@@ -664,7 +638,7 @@ scdb_err scdb_evict_mlp_load(const char *path, scdb_evict_mlp **out, scdb_evict_
     /* version 1: five features (no mass); version 2: six and the budget;
      * version 3: the inputs named in `features` */
     v = scdb_st_meta(f, "version");
-    int v3 = 0, v4 = 0, v5 = 0, v6 = 0, v7 = 0, n_ids = 0, ids[SCDB_EVICT_MAX_INPUTS], n_win = 0;
+    int v3 = 0, v4 = 0, v5 = 0, v6 = 0, n_ids = 0, ids[SCDB_EVICT_MAX_INPUTS], n_win = 0;
     float win_frac[SCDB_EVICT_MAX_WIN];
     if (v && !strcmp(v, "1")) nf = NF_V1, want_features = POLICY_FEATURES_V1;
     else if (v && !strcmp(v, POLICY_VERSION)) nf = NI, want_features = POLICY_FEATURES;
@@ -674,15 +648,14 @@ scdb_err scdb_evict_mlp_load(const char *path, scdb_evict_mlp **out, scdb_evict_
         /* version 5: the skip, and the head if the file has one */
         nf = 0, want_features = NULL, v3 = 1, v5 = 1;
         v4 = scdb_st_meta(f, "window_choices") != NULL;
-    } else if (v && (!strcmp(v, POLICY_VERSION_6) || !strcmp(v, POLICY_VERSION_7))) {
-        /* version 6: the per-head scorer, and the head if the file has one;
-         * version 7: the same, its scorer with seven context values */
-        nf = 0, want_features = NULL, v3 = 1, v6 = 1, v7 = !strcmp(v, POLICY_VERSION_7);
+    } else if (v && !strcmp(v, POLICY_VERSION_6)) {
+        /* version 6: the per-head scorer, and the head if the file has one */
+        nf = 0, want_features = NULL, v3 = 1, v6 = 1;
         v4 = scdb_st_meta(f, "window_choices") != NULL;
     } else {
-        scdb_errf(errbuf, errlen, "%s: metadata 'version' is %s%s%s, want \"1\", \"%s\", \"%s\", \"%s\", \"%s\", \"%s\" or \"%s\"",
+        scdb_errf(errbuf, errlen, "%s: metadata 'version' is %s%s%s, want \"1\", \"%s\", \"%s\", \"%s\", \"%s\" or \"%s\"",
              path, v ? "\"" : "missing", v ? v : "", v ? "\"" : "", POLICY_VERSION, POLICY_VERSION_3,
-             POLICY_VERSION_4, POLICY_VERSION_5, POLICY_VERSION_6, POLICY_VERSION_7);
+             POLICY_VERSION_4, POLICY_VERSION_5, POLICY_VERSION_6);
         rc = SCDB_EMISMATCH;
         goto fail;
     }
@@ -705,7 +678,7 @@ scdb_err scdb_evict_mlp_load(const char *path, scdb_evict_mlp **out, scdb_evict_
         if (bad) {
             scdb_errf(errbuf, errlen, "%s: metadata 'features' is %s%s%s, want distinct input names (alpha, ..., "
                  "ctx_n) for version %s", path, v ? "\"" : "missing", v ? v : "", v ? "\"" : "",
-                 v7 ? POLICY_VERSION_7 : v6 ? POLICY_VERSION_6 : v5 ? POLICY_VERSION_5 : v4 ? POLICY_VERSION_4 : POLICY_VERSION_3);
+                 v6 ? POLICY_VERSION_6 : v5 ? POLICY_VERSION_5 : v4 ? POLICY_VERSION_4 : POLICY_VERSION_3);
             rc = SCDB_EMISMATCH;
             goto fail;
         }
@@ -824,9 +797,7 @@ scdb_err scdb_evict_mlp_load(const char *path, scdb_evict_mlp **out, scdb_evict_
             goto fail;
         }
     }
-    if (v6 && (rc = load_heads(f, path, v7 ? SCDB_EVICT_HEAD_CTX : SCDB_EVICT_HEAD_CTX_V6,
-                               &mlp->heads, errbuf, errlen)))
-        goto fail;
+    if (v6 && (rc = load_heads(f, path, &mlp->heads, errbuf, errlen))) goto fail;
     {
         /* rows of nf inputs land in rows of NI (a version-1 file's missing
          * mass and budget inputs: weight 0, mean 0, std 1, so it scores as

@@ -341,22 +341,10 @@ scdb_err scdb_evict_heads_opts_check(const scdb_evict_rl_opts *o, char *errbuf, 
         !(o->heads_top1 >= 0.0 && o->heads_top1 <= 100.0) ||
         !(o->heads_short >= 0.0 && o->heads_short <= 1.0) ||
         (o->heads_short > 0.0 && (o->prefill < 4 || o->steps < 2)) ||
-        (o->heads_ctx != SCDB_EVICT_HEAD_CTX && o->heads_ctx != SCDB_EVICT_HEAD_CTX_V6) ||
         (o->heads_init && o->heads_init->n_win != o->heads_n_win)) {
         scdb_errf(errbuf, errlen, "invalid per-head scorer options");
         return SCDB_EINVAL;
     }
-    if (o->heads_init && o->heads_ctx == SCDB_EVICT_HEAD_CTX_V6)
-        for (int r = 0; r < SCDB_EVICT_HEAD_FEATS + o->heads_n_win; r++) {
-            const float *row = r < SCDB_EVICT_HEAD_FEATS
-                                   ? o->heads_init->a + (size_t)r * SCDB_EVICT_HEAD_CTX
-                                   : o->heads_init->d + (size_t)(r - SCDB_EVICT_HEAD_FEATS) * SCDB_EVICT_HEAD_CTX;
-            if (row[SCDB_EVICT_HEAD_CTX - 1] != 0.0f) {
-                scdb_errf(errbuf, errlen, "a per-head scorer of six context values cannot start "
-                                          "from one that reads the seventh (a version-7 file)");
-                return SCDB_EINVAL;
-            }
-        }
     for (int c = 0; c < o->heads_n_win; c++)
         if (!(o->heads_win_frac[c] >= 0.0f && o->heads_win_frac[c] < 1.0f)) {
             scdb_errf(errbuf, errlen, "per-head window choice %g is not a fraction in [0, 1)",
@@ -389,7 +377,6 @@ scdb_err scdb_evict_train_heads(const scdb_evict_rl_opts *o, scdb_model *const *
 
     if ((rc = scdb_evict_heads_opts_check(o, errbuf, errlen))) return rc;
     shape.on = 1;
-    shape.n_ctx = o->heads_ctx;
     shape.split = 1.0f;
     shape.sinks = o->heads_sinks;
     shape.n_win = o->heads_n_win;
@@ -530,12 +517,12 @@ scdb_err scdb_evict_train_heads(const scdb_evict_rl_opts *o, scdb_model *const *
         memcpy(th + SCDB_EVICT_HEAD_FEATS * SCDB_EVICT_HEAD_CTX, o->heads_init->d,
                (size_t)o->heads_n_win * SCDB_EVICT_HEAD_CTX * sizeof *th);
     } else if (!o->heads_init_zero) {
-        th[0 * SCDB_EVICT_HEAD_CTX + SCDB_EVICT_HEAD_CTX_BIAS] = 1.0f;   /* snap: SnapKV per set */
+        th[0 * SCDB_EVICT_HEAD_CTX + SCDB_EVICT_HEAD_CTX - 1] = 1.0f;   /* snap: SnapKV per set */
         int q = 0;   /* the choice nearest a quarter of the budget */
         for (int c = 1; c < o->heads_n_win; c++)
             if (fabsf(o->heads_win_frac[c] - 0.25f) < fabsf(o->heads_win_frac[q] - 0.25f)) q = c;
         th[SCDB_EVICT_HEAD_FEATS * SCDB_EVICT_HEAD_CTX + q * SCDB_EVICT_HEAD_CTX +
-           SCDB_EVICT_HEAD_CTX_BIAS] = 1.0f;
+           SCDB_EVICT_HEAD_CTX - 1] = 1.0f;
     }
     memcpy(best, th, (size_t)D * sizeof *th);
 
@@ -612,8 +599,6 @@ scdb_err scdb_evict_train_heads(const scdb_evict_rl_opts *o, scdb_model *const *
             batch[i] = pool[order[i]];
         }
         for (int i = 0; i < P * D; i++) eps[i] = (float)gauss(&rng);
-        if (o->heads_ctx == SCDB_EVICT_HEAD_CTX_V6)   /* the seventh context value stays unread */
-            for (int i = SCDB_EVICT_HEAD_CTX - 1; i < P * D; i += SCDB_EVICT_HEAD_CTX) eps[i] = 0.0f;
         for (int c = 0; c < NC; c++) {
             float *tc = gr;   /* scratch for the candidate's theta */
             for (int k = 0; k < D; k++) {

@@ -128,7 +128,6 @@ void scdb_evict_rl_defaults(scdb_evict_rl_opts *o)
     o->heads_sign = 1.0f;
     o->heads_split_max = 1.0;
     o->heads_top1 = 0.0;
-    o->heads_ctx = SCDB_EVICT_HEAD_CTX;
     o->heads_short = 0.0;
 }
 

@@ -257,8 +257,7 @@ for arg in "--heads-windows 0,,0.5" "--heads-windows 0.5,0.25" "--heads-windows 
            "--heads-sigma 0" "--heads-threads 17" "--heads -1" "--heads-split-max 0" \
            "--heads-split-max 1.5" "--heads-split-max 0.3x" "--heads-split-max nan" \
            "--heads-top1 -1" "--heads-top1 101" "--heads-top1 x" "--heads-short -0.1" \
-           "--heads-short 1.01" "--heads-short half" "--heads-ctx 5" "--heads-ctx 8" \
-           "--heads-ctx six"; do
+           "--heads-short 1.01" "--heads-short half"; do
   expect 2 "train-policy --heads 3 $arg: a usage error" -- "$scdb" train-policy --heads 3 $arg \
     --suite "$tmp/nothing.json" -o "$tmp/p.safetensors"
   # the message names the option given, not its neighbour in the table

@@ -803,7 +803,7 @@ static void test_policy_file(void **state)
     assert_non_null(strstr(err, "format"));
     assert_int_equal(load_variant(m, (variant){.meta_key = "format", .drop_meta = 1}, err, sizeof err),
                      SCDB_EMISMATCH);
-    assert_int_equal(load_variant(m, (variant){.meta_key = "version", .meta_val = "8"}, err, sizeof err),
+    assert_int_equal(load_variant(m, (variant){.meta_key = "version", .meta_val = "7"}, err, sizeof err),
                      SCDB_EMISMATCH);
     assert_non_null(strstr(err, "version"));
     assert_int_equal(load_variant(m, (variant){.meta_key = "version", .drop_meta = 1}, err, sizeof err),

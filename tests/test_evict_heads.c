@@ -540,15 +540,14 @@ static scdb_evict_mlp *snap_scorer(float split)
     assert_int_equal(scdb_evict_mlp_new(4, 5, &m), SCDB_OK);
     memset(&m->heads, 0, sizeof m->heads);
     m->heads.on = 1;
-    m->heads.n_ctx = SCDB_EVICT_HEAD_CTX;
     m->heads.split = split;
     m->heads.sinks = 0;
     m->heads.n_win = 3;
     m->heads.win_frac[0] = 0.0f;
     m->heads.win_frac[1] = 0.25f;
     m->heads.win_frac[2] = 0.5f;
-    m->heads.a[0 * SCDB_EVICT_HEAD_CTX + SCDB_EVICT_HEAD_CTX_BIAS] = 1.0f;   /* snap */
-    m->heads.d[2 * SCDB_EVICT_HEAD_CTX + SCDB_EVICT_HEAD_CTX_BIAS] = 1.0f;   /* half */
+    m->heads.a[0 * SCDB_EVICT_HEAD_CTX + SCDB_EVICT_HEAD_CTX - 1] = 1.0f;   /* snap */
+    m->heads.d[2 * SCDB_EVICT_HEAD_CTX + SCDB_EVICT_HEAD_CTX - 1] = 1.0f;   /* half */
     return m;
 }
 
@@ -597,17 +596,8 @@ static void test_heads_scorer(void **state)
         assert_true(fabsf(c[3] - (-1.0f)) < 1e-6f);
         assert_true(c[4] == (float)(k / f3.G));   /* depth: 2 layers, 0 and 1 */
         assert_true(c[5] == 1.0f);
-        /* the share B keeps of the tokens seen: 32 of 50 */
-        assert_true(fabsf(c[6] - log2f(32.0f / (float)(f3.a->last_pos + 1))) < 1e-6f);
-        assert_true(c[6] <= 0.0f && c[6] >= -6.0f);
         assert_int_equal(rec[k], 16);
     }
-    /* the share: 0 when B holds everything, clamped at -6 (1/64) */
-    assert_true(scdb_evict_heads_share(64, 63) == 0.0f);
-    assert_true(scdb_evict_heads_share(100, 63) == 0.0f);
-    assert_true(scdb_evict_heads_share(64, 255) == -2.0f);
-    assert_true(scdb_evict_heads_share(1, 1 << 20) == -6.0f);
-    assert_true(scdb_evict_heads_share(8, -1) == 0.0f);
     assert_int_equal(scdb_evict_heads_score_ctx(&m->heads, f3.a, 0, sc, &sinks, rec, ctx), SCDB_EINVAL);
     fixture_free(&f3);
     /* the gate: at the first eviction, the scorer's sets (gate . g > 0) or
@@ -722,10 +712,9 @@ static void test_heads_file(void **state)
     assert_int_equal(scdb_evict_mlp_save(m, path, NULL, NULL, 0), SCDB_OK);
     scdb_evict_policy *p = NULL;
     assert_int_equal(scdb_evict_policy_load(path, &p, err, sizeof err), SCDB_OK);
-    assert_string_equal(scdb_evict_policy_meta(p, "version"), "7");
+    assert_string_equal(scdb_evict_policy_meta(p, "version"), "6");
     const scdb_evict_heads *h = &scdb_evict_policy_mlp(p)->heads;
     assert_true(h->on);
-    assert_int_equal(h->n_ctx, SCDB_EVICT_HEAD_CTX);
     assert_true(h->split == 0.1875f);
     assert_int_equal(h->sinks, 2);
     assert_int_equal(h->n_win, 3);
@@ -734,41 +723,6 @@ static void test_heads_file(void **state)
     assert_memory_equal(h->d, m->heads.d, 3 * SCDB_EVICT_HEAD_CTX * sizeof(float));
     assert_int_equal(scdb_evict_policy_mlp(p)->n_win, 2);   /* the network's head travels too */
     scdb_evict_policy_free(&p);
-    {
-        /* a six-value scorer (version 6): written with six columns, read
-         * back widened with 0, so it scores as it did; one whose seventh
-         * column is not 0 cannot be written as version 6 */
-        scdb_evict_mlp *m6 = snap_scorer(0.25f);
-        char p6[512];
-        m6->heads.n_ctx = SCDB_EVICT_HEAD_CTX_V6;
-        for (int r = 0; r < SCDB_EVICT_HEAD_FEATS; r++)
-            for (int i = 0; i < SCDB_EVICT_HEAD_CTX_V6; i++)
-                m6->heads.a[r * SCDB_EVICT_HEAD_CTX + i] = 0.5f + 0.01f * (float)(r * 7 + i);
-        snprintf(p6, sizeof p6, "%s/six.safetensors", tmpdir);
-        assert_int_equal(scdb_evict_mlp_save(m6, p6, NULL, NULL, 0), SCDB_OK);
-        assert_int_equal(scdb_evict_policy_load(p6, &p, err, sizeof err), SCDB_OK);
-        assert_string_equal(scdb_evict_policy_meta(p, "version"), "6");
-        const scdb_evict_heads *h6 = &scdb_evict_policy_mlp(p)->heads;
-        assert_int_equal(h6->n_ctx, SCDB_EVICT_HEAD_CTX_V6);
-        assert_memory_equal(h6->a, m6->heads.a, sizeof h6->a);
-        assert_memory_equal(h6->d, m6->heads.d, 3 * SCDB_EVICT_HEAD_CTX * sizeof(float));
-        scdb_evict_policy_free(&p);
-        m6->heads.d[1 * SCDB_EVICT_HEAD_CTX + 6] = 0.5f;
-        assert_int_equal(scdb_evict_mlp_save(m6, p6, NULL, NULL, 0), SCDB_EINVAL);
-        m6->heads.d[1 * SCDB_EVICT_HEAD_CTX + 6] = 0.0f;
-        m6->heads.n_ctx = 5;
-        assert_int_equal(scdb_evict_mlp_save(m6, p6, NULL, NULL, 0), SCDB_EINVAL);
-        /* the version names the shape: seven columns called version 6, six
-         * called version 7, are each a shape error naming the tensor */
-        m6->heads.n_ctx = SCDB_EVICT_HEAD_CTX_V6;
-        assert_int_equal(load_v6(m6, (v6){.meta_key = "version", .meta_val = "7"}, err, sizeof err),
-                         SCDB_ESHAPE);
-        assert_non_null(strstr(err, "heads.a"));
-        scdb_evict_mlp_free(&m6);
-        assert_int_equal(load_v6(m, (v6){.meta_key = "version", .meta_val = "6"}, err, sizeof err),
-                         SCDB_ESHAPE);
-        assert_non_null(strstr(err, "heads.a"));
-    }
 
     /* every bad part has its own error, naming it */
     assert_int_equal(load_v6(m, (v6){0}, err, sizeof err), SCDB_OK);

@@ -1256,8 +1256,8 @@ static double heads_ratio(const learn_case *lc, float sign, double top1, double 
     o.heads_short = short_share;
     memset(&h0, 0, sizeof h0);
     h0.n_win = o.heads_n_win;
-    h0.a[3 * SCDB_EVICT_HEAD_CTX + SCDB_EVICT_HEAD_CTX_BIAS] = 1.0f;   /* age: oldest first */
-    h0.d[0 * SCDB_EVICT_HEAD_CTX + SCDB_EVICT_HEAD_CTX_BIAS] = 1.0f;   /* window 0 */
+    h0.a[3 * SCDB_EVICT_HEAD_CTX + SCDB_EVICT_HEAD_CTX - 1] = 1.0f;   /* age: oldest first */
+    h0.d[0 * SCDB_EVICT_HEAD_CTX + SCDB_EVICT_HEAD_CTX - 1] = 1.0f;   /* window 0 */
     o.heads_init = &h0;
     scdb_err rc = scdb_evict_train_rl(&o, &m, &r, err, sizeof err);
     if (rc) fail_msg("train: %s: %s", scdb_strerror(rc), err);
@@ -1309,9 +1309,7 @@ static void test_heads_bad_options(void **state)
     scdb_evict_mlp *m = NULL;
     scdb_evict_rl_result r;
     char err[256];
-    enum { SHORT_LO, SHORT_HI, SHORT_NAN, SHORT_TINY, TOP1, SPLIT_0, SPLIT_HI, PAIRS, POOL, WIN,
-           CTX5, CTX6_FROM7, N };
-    scdb_evict_heads h7;
+    enum { SHORT_LO, SHORT_HI, SHORT_NAN, SHORT_TINY, TOP1, SPLIT_0, SPLIT_HI, PAIRS, POOL, WIN, N };
     for (int i = 0; i <= N; i++) {
         scdb_evict_rl_defaults(&o);
         o.model_dirs = dirs;
@@ -1331,15 +1329,6 @@ static void test_heads_bad_options(void **state)
         case PAIRS: o.heads_pairs = 0; break;
         case POOL: o.heads_pool = o.heads_episodes - 1; break;
         case WIN: o.heads_win_frac[1] = 1.0f; break;
-        case CTX5: o.heads_ctx = 5; break;
-        case CTX6_FROM7:   /* a six-value fit from a scorer that reads the seventh */
-            memset(&h7, 0, sizeof h7);
-            h7.n_win = o.heads_n_win;
-            h7.n_ctx = SCDB_EVICT_HEAD_CTX;
-            h7.a[2 * SCDB_EVICT_HEAD_CTX + 6] = 0.5f;
-            o.heads_init = &h7;
-            o.heads_ctx = SCDB_EVICT_HEAD_CTX_V6;
-            break;
         default: break;   /* N: every option good */
         }
         err[0] = 0;
