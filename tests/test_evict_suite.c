@@ -977,6 +977,17 @@ static void test_trainer_reward(void **state)
     scdb_model_free(&model);
 }
 
+/* The trainer's defaults on one model directory and one corpus. */
+static void rl_opts_one(scdb_evict_rl_opts *o, const char *const *dirs,
+                        const scdb_evict_corpus *c)
+{
+    scdb_evict_rl_defaults(o);
+    o->model_dirs = dirs;
+    o->n_models = 1;
+    o->corpora = c;
+    o->n_corpora = 1;
+}
+
 /* A few steps of the trainer on the bundled base model and one domain:
  * the API end to end (validation against the heuristics, a network out). */
 static void test_trainer_runs(void **state)
@@ -992,11 +1003,7 @@ static void test_trainer_runs(void **state)
     scdb_evict_corpus c = {"prose", (const unsigned char *)tr, tl, (const unsigned char *)va, vl};
     const char *dirs[] = {SCDB_DATA_DIR "/models/base"};
     scdb_evict_rl_opts o;
-    scdb_evict_rl_defaults(&o);
-    o.model_dirs = dirs;
-    o.n_models = 1;
-    o.corpora = &c;
-    o.n_corpora = 1;
+    rl_opts_one(&o, dirs, &c);
     o.updates = 4;
     o.batch = 1;
     o.states = 2;
@@ -1143,11 +1150,7 @@ static double learn_ratio(const learn_case *lc, int head, float sign, int zero_s
     static const int ins[] = {SCDB_EI_BUDGET, SCDB_EI_AGE, SCDB_EI_R_MASS, SCDB_EI_R_ALPHA,
                               SCDB_EI_R_WIN, SCDB_EI_R_SNAPKV, SCDB_EI_R_LAST, SCDB_EI_VNORM_Z,
                               SCDB_EI_LIFE, SCDB_EI_R_LIFE, SCDB_EI_CTX_ENT, SCDB_EI_CTX_N};
-    scdb_evict_rl_defaults(&o);
-    o.model_dirs = lc->dirs;
-    o.n_models = 1;
-    o.corpora = lc->c;
-    o.n_corpora = 1;
+    rl_opts_one(&o, lc->dirs, lc->c);
     o.batch = 2;
     o.states = 2;
     o.samples = 4;
@@ -1228,11 +1231,7 @@ static double heads_ratio(const learn_case *lc, float sign, double top1, double 
     scdb_evict_rl_result r;
     scdb_evict_heads h0;
     char err[512];
-    scdb_evict_rl_defaults(&o);
-    o.model_dirs = lc->dirs;
-    o.n_models = 1;
-    o.corpora = lc->c;
-    o.n_corpora = 1;
+    rl_opts_one(&o, lc->dirs, lc->c);
     o.updates = 0;
     o.hidden = 4;
     o.prefill = 64;
@@ -1311,11 +1310,7 @@ static void test_heads_bad_options(void **state)
     char err[256];
     enum { SHORT_LO, SHORT_HI, SHORT_NAN, SHORT_TINY, TOP1, SPLIT_0, SPLIT_HI, PAIRS, POOL, WIN, N };
     for (int i = 0; i <= N; i++) {
-        scdb_evict_rl_defaults(&o);
-        o.model_dirs = dirs;
-        o.n_models = 1;
-        o.corpora = &c;
-        o.n_corpora = 1;
+        rl_opts_one(&o, dirs, &c);
         o.updates = 0;
         o.heads_gens = 2;
         switch (i) {
