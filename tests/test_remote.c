@@ -913,9 +913,10 @@ static void log_tail(const bproc *bp, int n)
 {
     char line[64][512];
     int k = 0;
-    FILE *f = fopen(bp->log, "r");
-    if (!f) return;
+    FILE *f;
+    if (n < 1) return;
     if (n > 64) n = 64;
+    if (!(f = fopen(bp->log, "r"))) return;
     while (fgets(line[k % n], sizeof line[0], f)) k++;
     fclose(f);
     for (int i = k > n ? k - n : 0; i < k; i++) print_message("%s: %s", bp->name, line[i % n]);
