@@ -113,7 +113,9 @@ static void usage(FILE *f)
             "  --heads-range L,H  episode budgets, log-uniform (default 0.04,0.3)\n"
             "  --heads-val-every N  generations between validations (default 5)\n"
             "  --heads-sinks N    first slots every set protects (default 0)\n"
-            "  --heads-windows F,..  each set's window choices (default 0,0.125,0.25,0.5,0.75)\n"
+            "  --heads-windows F,..  each set's window choices (default 0,0.125,0.25,0.5,0.75;\n"
+            "                     with an --init scorer, a superset of its choices: each new\n"
+            "                     one starts one --heads-sigma below its nearest, unchosen)\n"
             "  --heads-zero       start from zeros (ties keep the newest) instead of SnapKV's\n"
             "                     per-set ranking with a quarter of the budget protected (an\n"
             "                     --init file with a scorer: from its scorer, choices and sinks)\n"
@@ -317,6 +319,7 @@ int cli_cmd_train_policy(int argc, char **argv)
     char imit_only[40] = "";                /* the last --imit-* option given */
     char heads_only[40] = "";               /* the last --heads-* option given */
     int heads_win_given = 0;
+    scdb_evict_heads init_heads;           /* --init's scorer with --heads-windows' choices */
     while ((c = getopt_long(argc, argv, "o:qh", opts, NULL)) != -1) {
         int bad = 0;
         double fr[4];
@@ -571,16 +574,23 @@ int cli_cmd_train_policy(int argc, char **argv)
         if (o.heads_gens > 0 && o.init->heads.on) {
             /* a version-6 start: the fit goes on from its scorer, whose
              * window choices and sinks it keeps */
-            if (heads_win_given) {
-                fprintf(stderr, "train-policy: --heads-windows: --init %s has its scorer's own "
-                                "window choices\n", init_path);
-                ret = 2;
-                goto done;
-            }
-            o.heads_n_win = o.init->heads.n_win;
-            memcpy(o.heads_win_frac, o.init->heads.win_frac, sizeof o.heads_win_frac);
             o.heads_sinks = o.init->heads.sinks;
             o.heads_init = &o.init->heads;
+            if (heads_win_given) {
+                /* more choices than the start's: the new ones start one
+                 * noise scale below their nearest, so generation 0 decides
+                 * as the start does */
+                if ((rc = scdb_evict_heads_extend(&o.init->heads, o.heads_n_win, o.heads_win_frac,
+                                                  o.heads_sigma, &init_heads, err, sizeof err))) {
+                    fprintf(stderr, "train-policy: --heads-windows with --init %s: %s\n", init_path, err);
+                    ret = 2;
+                    goto done;
+                }
+                o.heads_init = &init_heads;
+            } else {
+                o.heads_n_win = o.init->heads.n_win;
+                memcpy(o.heads_win_frac, o.init->heads.win_frac, sizeof o.heads_win_frac);
+            }
         }
     }
     for (int i = 0; i < n_expert; i++) {

@@ -133,6 +133,16 @@ static inline int scdb_evict_heads_n_params(const scdb_evict_heads *h)
     return SCDB_EVICT_HEAD_FEATS * SCDB_EVICT_HEAD_CTX + h->n_win * SCDB_EVICT_HEAD_CTX;
 }
 
+/* dst = src's scorer offering the window choices fracs[n] instead (every
+ * one of src's among them, each a fraction in [0, 1), n <= MAX_WIN): A
+ * and the rows of the choices src has are copied; a new choice's row is
+ * that of src's nearest choice with its constant lowered by margin > 0, so
+ * dst decides exactly as src until a fit raises it.  SCDB_EINVAL, with
+ * errbuf saying which choice is missing or out of range. */
+scdb_err scdb_evict_heads_extend(const scdb_evict_heads *src, int n, const float *fracs,
+                                 float margin, scdb_evict_heads *dst, char *errbuf,
+                                 size_t errlen);
+
 /* ------------------------------------------------------------ the MLP */
 
 /* A learned policy's network, for training and tools.  Weights are

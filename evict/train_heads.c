@@ -328,6 +328,47 @@ static scdb_err fit_gate(const double *x, const double *y, int n, float *wout, d
     return SCDB_OK;
 }
 
+/* (evict_train.h) */
+scdb_err scdb_evict_heads_extend(const scdb_evict_heads *src, int n, const float *fracs,
+                                 float margin, scdb_evict_heads *dst, char *errbuf,
+                                 size_t errlen)
+{
+    if (!src || !dst || !fracs || !src->on || src->n_win < 1 || n < 1 ||
+        n > SCDB_EVICT_HEAD_MAX_WIN || !(margin > 0.0f) || !isfinite(margin)) {
+        scdb_errf(errbuf, errlen, "invalid arguments to extend the scorer's window choices");
+        return SCDB_EINVAL;
+    }
+    for (int c = 0; c < n; c++)
+        if (!(fracs[c] >= 0.0f && fracs[c] < 1.0f)) {
+            scdb_errf(errbuf, errlen, "window choice %g is not a fraction in [0, 1)", (double)fracs[c]);
+            return SCDB_EINVAL;
+        }
+    for (int s = 0; s < src->n_win; s++) {
+        int found = 0;
+        for (int c = 0; c < n && !found; c++) found = fabsf(fracs[c] - src->win_frac[s]) < 1e-6f;
+        if (!found) {
+            scdb_errf(errbuf, errlen, "the scorer's window choice %g is not among the new ones",
+                      (double)src->win_frac[s]);
+            return SCDB_EINVAL;
+        }
+    }
+    scdb_evict_heads h = *src;
+    h.n_win = n;
+    memset(h.d, 0, sizeof h.d);
+    for (int c = 0; c < n; c++) {
+        int near = 0;
+        for (int s = 1; s < src->n_win; s++)
+            if (fabsf(src->win_frac[s] - fracs[c]) < fabsf(src->win_frac[near] - fracs[c])) near = s;
+        h.win_frac[c] = fracs[c];
+        memcpy(h.d + (size_t)c * SCDB_EVICT_HEAD_CTX, src->d + (size_t)near * SCDB_EVICT_HEAD_CTX,
+               SCDB_EVICT_HEAD_CTX * sizeof *h.d);
+        if (!(fabsf(src->win_frac[near] - fracs[c]) < 1e-6f))
+            h.d[(size_t)c * SCDB_EVICT_HEAD_CTX + SCDB_EVICT_HEAD_CTX - 1] -= margin;
+    }
+    *dst = h;
+    return SCDB_OK;
+}
+
 /* (evict_internal.h) */
 scdb_err scdb_evict_heads_opts_check(const scdb_evict_rl_opts *o, char *errbuf, size_t errlen)
 {

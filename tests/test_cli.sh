@@ -264,6 +264,13 @@ for arg in "--heads-windows 0,,0.5" "--heads-windows 0.5,0.25" "--heads-windows 
   grep -q -- "${arg%% *}[ :']" "$tmp/err" && ok "train-policy $arg: the message names ${arg%% *}" \
     || { bad "train-policy $arg: the message names ${arg%% *}"; cat "$tmp/err"; }
 done
+# more window choices for a fitted scorer: a superset of its own, or refused by name
+expect 2 "train-policy --init v6 --heads-windows without its choices" -- "$scdb" train-policy \
+  --init "$data/policies/distillcache_base.safetensors" --heads 3 --heads-windows 0,0.5 \
+  --suite "$data/evict_suite/manifest.json" -o "$tmp/p.safetensors"
+grep -q "window choice 0.125 is not among the new ones" "$tmp/err" \
+  && ok "train-policy --heads-windows: names the start's choice it lacks" \
+  || { bad "train-policy --heads-windows: the missing choice's message"; cat "$tmp/err"; }
 expect 2 "train-policy: more episodes per generation than the pool" -- "$scdb" train-policy --heads 3 \
   --heads-pool 4 --heads-episodes 8 -o "$tmp/p.safetensors"
 grep -q -- "--heads-episodes 8 exceeds --heads-pool 4" "$tmp/err" \

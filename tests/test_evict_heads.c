@@ -638,6 +638,54 @@ static void test_heads_scorer(void **state)
     fixture_free(&f2);
 }
 
+/* More window choices for a fitted scorer (train-policy --init F
+ * --heads-windows): the extended scorer decides as the start at every
+ * budget; a choice the start has and the new list lacks, a fraction out of
+ * range, too many choices or no margin are refused. */
+static void test_heads_extend(void **state)
+{
+    (void)state;
+    scdb_evict_mlp *m = snap_scorer(0.5f);
+    uint64_t r = 7;
+    for (int i = 0; i < SCDB_EVICT_HEAD_FEATS * SCDB_EVICT_HEAD_CTX; i++)
+        m->heads.a[i] = (float)(scdb_evict_urand(&r) - 0.5);
+    for (int i = 0; i < m->heads.n_win * SCDB_EVICT_HEAD_CTX; i++)
+        m->heads.d[i] = (float)(2.0 * scdb_evict_urand(&r) - 1.0);
+    const float fr[5] = {0.9375f, 0.5f, 0.0f, 0.125f, 0.25f};   /* new, reordered */
+    scdb_evict_heads h;
+    char err[256];
+    assert_int_equal(scdb_evict_heads_extend(&m->heads, 5, fr, 0.3f, &h, err, sizeof err), SCDB_OK);
+    assert_int_equal(h.n_win, 5);
+    assert_memory_equal(h.a, m->heads.a, sizeof h.a);
+    /* 0.5's row is the start's row 2; 0.9375's is 0.5's lowered by 0.3 */
+    assert_memory_equal(h.d + 1 * SCDB_EVICT_HEAD_CTX, m->heads.d + 2 * SCDB_EVICT_HEAD_CTX,
+                        SCDB_EVICT_HEAD_CTX * sizeof *h.d);
+    assert_true(h.d[SCDB_EVICT_HEAD_CTX - 1] == m->heads.d[3 * SCDB_EVICT_HEAD_CTX - 1] - 0.3f);
+    fixture f;
+    fixture_make(&f, 50, 8);
+    float s1[4 * 64], s2[4 * 64], c1[4 * SCDB_EVICT_HEAD_CTX], c2[4 * SCDB_EVICT_HEAD_CTX];
+    int k1, k2, r1[4], r2[4];
+    for (int b = 4; b <= 48; b += 4) {
+        assert_int_equal(scdb_evict_heads_score_ctx(&m->heads, f.a, b, s1, &k1, r1, c1), SCDB_OK);
+        assert_int_equal(scdb_evict_heads_score_ctx(&h, f.a, b, s2, &k2, r2, c2), SCDB_OK);
+        assert_int_equal(k1, k2);
+        assert_memory_equal(r1, r2, (size_t)f.K * sizeof *r1);
+        assert_memory_equal(s1, s2, (size_t)f.K * f.a->n * sizeof *s1);
+    }
+    fixture_free(&f);
+    /* refused: the start's 0.25 missing; 1.0; nine choices; margin 0 / NaN */
+    const float miss[3] = {0.0f, 0.5f, 0.75f}, one[4] = {0.0f, 0.25f, 0.5f, 1.0f};
+    const float nine[9] = {0.0f, 0.25f, 0.5f, 0.1f, 0.2f, 0.3f, 0.4f, 0.6f, 0.7f};
+    assert_int_equal(scdb_evict_heads_extend(&m->heads, 3, miss, 0.3f, &h, err, sizeof err), SCDB_EINVAL);
+    assert_non_null(strstr(err, "0.25"));
+    assert_int_equal(scdb_evict_heads_extend(&m->heads, 4, one, 0.3f, &h, err, sizeof err), SCDB_EINVAL);
+    assert_non_null(strstr(err, "not a fraction"));
+    assert_int_equal(scdb_evict_heads_extend(&m->heads, 9, nine, 0.3f, &h, err, sizeof err), SCDB_EINVAL);
+    assert_int_equal(scdb_evict_heads_extend(&m->heads, 3, fr + 1, 0.0f, &h, err, sizeof err), SCDB_EINVAL);
+    assert_int_equal(scdb_evict_heads_extend(&m->heads, 3, fr + 1, NAN, &h, err, sizeof err), SCDB_EINVAL);
+    scdb_evict_mlp_free(&m);
+}
+
 /* A version-6 file with one thing changed. */
 typedef struct v6 {
     const char *meta_key, *meta_val;   /* set (or, drop, remove) one metadata value */
@@ -835,7 +883,7 @@ int main(void)
         cmocka_unit_test(test_heads_layout),     cmocka_unit_test(test_heads_fold),
         cmocka_unit_test(test_heads_heuristics), cmocka_unit_test(test_heads_rules),
         cmocka_unit_test(test_heads_scorer),     cmocka_unit_test(test_heads_file),
-        cmocka_unit_test(test_heads_protocol),
+        cmocka_unit_test(test_heads_protocol),   cmocka_unit_test(test_heads_extend),
     };
     return cmocka_run_group_tests(tests, setup_tmp, teardown_tmp);
 }
