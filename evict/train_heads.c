@@ -355,11 +355,13 @@ scdb_err scdb_evict_heads_extend(const scdb_evict_heads *src, int n, const float
     scdb_evict_heads h = *src;
     h.n_win = n;
     memset(h.d, 0, sizeof h.d);
+    memset(h.win_frac, 0, sizeof h.win_frac);
     for (int c = 0; c < n; c++) {
         int near = 0;
         for (int s = 1; s < src->n_win; s++)
             if (fabsf(src->win_frac[s] - fracs[c]) < fabsf(src->win_frac[near] - fracs[c])) near = s;
-        h.win_frac[c] = fracs[c];
+        /* a choice the start has keeps its exact fraction (the match allows 1e-6) */
+        h.win_frac[c] = fabsf(src->win_frac[near] - fracs[c]) < 1e-6f ? src->win_frac[near] : fracs[c];
         memcpy(h.d + (size_t)c * SCDB_EVICT_HEAD_CTX, src->d + (size_t)near * SCDB_EVICT_HEAD_CTX,
                SCDB_EVICT_HEAD_CTX * sizeof *h.d);
         if (!(fabsf(src->win_frac[near] - fracs[c]) < 1e-6f))

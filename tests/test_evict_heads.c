@@ -651,6 +651,7 @@ static void test_heads_extend(void **state)
         m->heads.a[i] = (float)(scdb_evict_urand(&r) - 0.5);
     for (int i = 0; i < m->heads.n_win * SCDB_EVICT_HEAD_CTX; i++)
         m->heads.d[i] = (float)(2.0 * scdb_evict_urand(&r) - 1.0);
+    m->heads.d[3 * SCDB_EVICT_HEAD_CTX - 1] += 3.0f;   /* 0.5 wins wherever its row is high */
     const float fr[5] = {0.9375f, 0.5f, 0.0f, 0.125f, 0.25f};   /* new, reordered */
     scdb_evict_heads h;
     char err[256];
@@ -664,14 +665,18 @@ static void test_heads_extend(void **state)
     fixture f;
     fixture_make(&f, 50, 8);
     float s1[4 * 64], s2[4 * 64], c1[4 * SCDB_EVICT_HEAD_CTX], c2[4 * SCDB_EVICT_HEAD_CTX];
-    int k1, k2, r1[4], r2[4];
+    int k1, k2, r1[4], r2[4], half = 0;
     for (int b = 4; b <= 48; b += 4) {
         assert_int_equal(scdb_evict_heads_score_ctx(&m->heads, f.a, b, s1, &k1, r1, c1), SCDB_OK);
         assert_int_equal(scdb_evict_heads_score_ctx(&h, f.a, b, s2, &k2, r2, c2), SCDB_OK);
         assert_int_equal(k1, k2);
         assert_memory_equal(r1, r2, (size_t)f.K * sizeof *r1);
         assert_memory_equal(s1, s2, (size_t)f.K * f.a->n * sizeof *s1);
+        for (int k = 0; k < f.K; k++) half += r1[k] == b / 2;
     }
+    /* the start takes 0.5, the new choice's nearest, somewhere: without the
+     * margin the new 0.9375 would win there */
+    assert_true(half > 0);
     fixture_free(&f);
     /* refused: the start's 0.25 missing; 1.0; nine choices; margin 0 / NaN */
     const float miss[3] = {0.0f, 0.5f, 0.75f}, one[4] = {0.0f, 0.25f, 0.5f, 1.0f};
