@@ -573,7 +573,8 @@ int cli_cmd_train_policy(int argc, char **argv)
         o.init = scdb_evict_policy_mlp(init);
         if (o.heads_gens > 0 && o.init->heads.on) {
             /* a version-6 start: the fit goes on from its scorer, whose
-             * window choices and sinks it keeps */
+             * sinks it keeps, and its window choices (or --heads-windows'
+             * superset of them) */
             o.heads_sinks = o.init->heads.sinks;
             o.heads_init = &o.init->heads;
             if (heads_win_given) {

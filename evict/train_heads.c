@@ -361,11 +361,11 @@ scdb_err scdb_evict_heads_extend(const scdb_evict_heads *src, int n, const float
         for (int s = 1; s < src->n_win; s++)
             if (fabsf(src->win_frac[s] - fracs[c]) < fabsf(src->win_frac[near] - fracs[c])) near = s;
         /* a choice the start has keeps its exact fraction (the match allows 1e-6) */
-        h.win_frac[c] = fabsf(src->win_frac[near] - fracs[c]) < 1e-6f ? src->win_frac[near] : fracs[c];
+        const int same = fabsf(src->win_frac[near] - fracs[c]) < 1e-6f;
+        h.win_frac[c] = same ? src->win_frac[near] : fracs[c];
         memcpy(h.d + (size_t)c * SCDB_EVICT_HEAD_CTX, src->d + (size_t)near * SCDB_EVICT_HEAD_CTX,
                SCDB_EVICT_HEAD_CTX * sizeof *h.d);
-        if (!(fabsf(src->win_frac[near] - fracs[c]) < 1e-6f))
-            h.d[(size_t)c * SCDB_EVICT_HEAD_CTX + SCDB_EVICT_HEAD_CTX - 1] -= margin;
+        if (!same) h.d[(size_t)c * SCDB_EVICT_HEAD_CTX + SCDB_EVICT_HEAD_CTX - 1] -= margin;
     }
     *dst = h;
     return SCDB_OK;
