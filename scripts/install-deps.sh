@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Install the Debian packages scdb needs (idempotent; fast when all present).
-#   scripts/install-deps.sh            build + demo dependencies
+#   scripts/install-deps.sh            build + demo dependencies (Debian packages,
+#                                      and the pinned llama.cpp from the npm
+#                                      registry: scripts/install-llama.sh)
 #   scripts/install-deps.sh --test     also what the test suite runs (pytest, PyTorch,
 #                                      promtool and curl for the metrics test,
 #                                      systemd-analyze for the unit, dpkg tools
@@ -35,10 +37,20 @@ for a in "$@"; do
                     valgrind gdb bats linux-perf libxslt1-dev libffi-dev libjs-bootstrap4
                     nettle-dev libxmlsec1-dev zlib1g-dev libhiredis-dev liblzma-dev
                     libidn2-dev libtasn1-6-dev libexpat1-dev libpng-dev) ;;
-    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
     *) echo "install-deps.sh: unknown option $a" >&2; exit 2 ;;
   esac
 done
+
+# llama.cpp: the pinned npm tarballs, checked by sha256 (scripts/install-llama.sh).
+# SCDB_NO_LLAMA=1 skips it: scdb then builds without SCDB_LLAMA and the
+# llama.cpp tests, bench and demo say they are off.
+if [ "${SCDB_NO_LLAMA:-0}" != 1 ]; then
+  "$(dirname "$0")/install-llama.sh" || {
+    echo "install-deps: llama.cpp could not be installed (above); set SCDB_NO_LLAMA=1 to build without it" >&2
+    exit 1
+  }
+fi
 
 missing=()
 for p in "${pkgs[@]}"; do

@@ -1,0 +1,333 @@
+/* blob.c — llama.cpp's sequence state blob <-> scdb's slot-indexed KV cache
+ * (the layout and the RoPE permutation: scdb_llama.h, "THE STATE BLOB").
+ * No llama.cpp call here: the layout is plain bytes. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "kernels.h"
+#include "llama_int.h"
+
+#define GGML_F32 0
+#define GGML_F16 1
+
+static size_t type_size(int t) { return t == GGML_F32 ? 4 : t == GGML_F16 ? 2 : 0; }
+
+void ll_msg(char *errbuf, size_t errlen, const char *fmt, ...)
+{
+    if (!errbuf || !errlen)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(errbuf, errlen, fmt, ap);
+    va_end(ap);
+}
+
+/* scdb dimension of llama.cpp's dimension d within one head of hd dims */
+static inline int scdb_dim(int d, int hd) { return (d & 1) * (hd / 2) + (d >> 1); }
+
+size_t scdb_llama_blob_bytes(const scdb_llama_layout *L, int n)
+{
+    size_t kv = (size_t)L->n_kv_heads * L->head_dim;
+    size_t b = 12 + 4 * (size_t)L->n_stream;             /* magic, seq, n_stream, counts */
+    if (n <= 0)
+        return b;
+    b += (size_t)n * 12 + 8;                             /* cells, v_trans, n_layer */
+    b += (size_t)L->n_layer * (12 + (size_t)n * kv * type_size(L->k_type));
+    b += (size_t)L->n_layer * (12 + (size_t)n * kv * type_size(L->v_type));
+    return b;
+}
+
+static int layout_ok(const scdb_llama_layout *L)
+{
+    return L && L->n_layer > 0 && L->n_kv_heads > 0 && L->head_dim > 0 && L->head_dim % 2 == 0 &&
+           L->n_stream > 0 && type_size(L->k_type) && type_size(L->v_type);
+}
+
+static void put_u32(uint8_t **p, uint32_t v) { memcpy(*p, &v, 4); *p += 4; }
+static void put_u64(uint8_t **p, uint64_t v) { memcpy(*p, &v, 8); *p += 8; }
+
+static void put_elem(uint8_t **p, int type, float x)
+{
+    if (type == GGML_F32) {
+        memcpy(*p, &x, 4);
+        *p += 4;
+    } else {
+        uint16_t h = scdb_f32_to_f16(x);
+        memcpy(*p, &h, 2);
+        *p += 2;
+    }
+}
+
+scdb_err scdb_llama_blob_write(const scdb_llama_layout *L, llama_seq_id seq,
+                               const scdb_kv_cache *c, int n, void *dst, size_t cap, size_t *len)
+{
+    if (!c || !dst || !layout_ok(L) || n < 0 || n > c->n || seq < 0 ||
+        (L->n_stream > 1 && seq >= L->n_stream))
+        return SCDB_EINVAL;
+    if (c->n_layers != L->n_layer || c->n_kv_heads != L->n_kv_heads || c->head_dim != L->head_dim)
+        return SCDB_ESHAPE;
+    size_t need = scdb_llama_blob_bytes(L, n);
+    if (cap < need)
+        return SCDB_ETOOBIG;
+    const int kv = L->n_kv_heads * L->head_dim, hd = L->head_dim;
+    const int strm = L->n_stream > 1 ? seq : 0;
+    uint8_t *p = dst;
+    put_u32(&p, SCDB_LLAMA_STATE_MAGIC);
+    put_u32(&p, (uint32_t)seq);
+    put_u32(&p, (uint32_t)L->n_stream);
+    for (int s = 0; s < L->n_stream; s++) {
+        if (s != strm || n == 0) {
+            put_u32(&p, 0);
+            continue;
+        }
+        put_u32(&p, (uint32_t)n);
+        for (int i = 0; i < n; i++) {
+            put_u32(&p, (uint32_t)c->pos[i]);
+            put_u32(&p, 1);
+            put_u32(&p, (uint32_t)seq);
+        }
+        put_u32(&p, (uint32_t)L->v_trans);
+        put_u32(&p, (uint32_t)L->n_layer);
+        for (int l = 0; l < L->n_layer; l++) {
+            put_u32(&p, (uint32_t)L->k_type);
+            put_u64(&p, (uint64_t)kv * type_size(L->k_type));
+            for (int i = 0; i < n; i++) {
+                const float *k = scdb_kv_k(c, l, i);
+                for (int d = 0; d < kv; d++) {
+                    int h = d / hd;
+                    put_elem(&p, L->k_type, k[h * hd + scdb_dim(d - h * hd, hd)]);
+                }
+            }
+        }
+        for (int l = 0; l < L->n_layer; l++) {
+            put_u32(&p, (uint32_t)L->v_type);
+            if (!L->v_trans) {
+                put_u64(&p, (uint64_t)kv * type_size(L->v_type));
+                for (int i = 0; i < n; i++) {
+                    const float *v = scdb_kv_v(c, l, i);
+                    for (int d = 0; d < kv; d++)
+                        put_elem(&p, L->v_type, v[d]);
+                }
+            } else {
+                put_u32(&p, (uint32_t)type_size(L->v_type));
+                put_u32(&p, (uint32_t)kv);
+                for (int d = 0; d < kv; d++)
+                    for (int i = 0; i < n; i++)
+                        put_elem(&p, L->v_type, scdb_kv_v(c, l, i)[d]);
+            }
+        }
+    }
+    if (len)
+        *len = (size_t)(p - (uint8_t *)dst);
+    return SCDB_OK;
+}
+
+/* A bounded reader: every read checks what is left. */
+typedef struct rd {
+    const uint8_t *p, *end;
+} rd;
+
+static int get_u32(rd *r, uint32_t *v)
+{
+    if (r->end - r->p < 4)
+        return 0;
+    memcpy(v, r->p, 4);
+    r->p += 4;
+    return 1;
+}
+
+static int get_u64(rd *r, uint64_t *v)
+{
+    if (r->end - r->p < 8)
+        return 0;
+    memcpy(v, r->p, 8);
+    r->p += 8;
+    return 1;
+}
+
+static float get_elem(const uint8_t *p, int type)
+{
+    if (type == GGML_F32) {
+        float x;
+        memcpy(&x, p, 4);
+        return x;
+    }
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return scdb_f16_to_f32(h);
+}
+
+#define NEED(cond, what)                                                                      \
+    do {                                                                                      \
+        if (!(cond)) {                                                                        \
+            ll_msg(errbuf, errlen, "llama.cpp state blob truncated at byte %zu (%s)",         \
+                   (size_t)(r.p - (const uint8_t *)blob), what);                              \
+            return SCDB_ETRUNC;                                                               \
+        }                                                                                     \
+    } while (0)
+#define EXPECT(cond, ...)                                                                     \
+    do {                                                                                      \
+        if (!(cond)) {                                                                        \
+            ll_msg(errbuf, errlen, __VA_ARGS__);                                              \
+            return SCDB_EFORMAT;                                                              \
+        }                                                                                     \
+    } while (0)
+
+scdb_err scdb_llama_blob_read(const scdb_llama_layout *L, const void *blob, size_t len,
+                              scdb_kv_cache *dst, char *errbuf, size_t errlen)
+{
+    if (!blob || !dst || !layout_ok(L))
+        return SCDB_EINVAL;
+    if (dst->n_layers != L->n_layer || dst->n_kv_heads != L->n_kv_heads ||
+        dst->head_dim != L->head_dim)
+        return SCDB_ESHAPE;
+    rd r = {blob, (const uint8_t *)blob + len};
+    uint32_t magic, seq, n_stream, v_trans, n_layer;
+    NEED(get_u32(&r, &magic) && get_u32(&r, &seq) && get_u32(&r, &n_stream), "header");
+    EXPECT(magic == SCDB_LLAMA_STATE_MAGIC, "not a llama.cpp sequence state: magic %08x, want %08x",
+           magic, SCDB_LLAMA_STATE_MAGIC);
+    EXPECT(n_stream == (uint32_t)L->n_stream, "the blob has %u streams, the context %d", n_stream,
+           L->n_stream);
+    const int kv = L->n_kv_heads * L->head_dim, hd = L->head_dim;
+    int seen = 0;
+    dst->n = 0;
+    for (uint32_t s = 0; s < n_stream; s++) {
+        uint32_t cells;
+        NEED(get_u32(&r, &cells), "cell count");
+        if (!cells)
+            continue;
+        EXPECT(!seen, "cells of one sequence in two streams");
+        seen = 1;
+        if (cells > (uint32_t)dst->capacity) {
+            ll_msg(errbuf, errlen, "the blob has %u cells, the cache room for %d", cells,
+                   dst->capacity);
+            return SCDB_ETOOBIG;
+        }
+        for (uint32_t i = 0; i < cells; i++) {
+            uint32_t pos, nseq, sid;
+            NEED(get_u32(&r, &pos) && get_u32(&r, &nseq), "cell");
+            EXPECT(nseq == 1, "cell %u belongs to %u sequences, want 1", i, nseq);
+            NEED(get_u32(&r, &sid), "cell's sequence");
+            EXPECT((int32_t)pos >= 0, "cell %u has position %d", i, (int32_t)pos);
+            dst->pos[i] = (int32_t)pos;
+        }
+        NEED(get_u32(&r, &v_trans) && get_u32(&r, &n_layer), "layer header");
+        EXPECT(v_trans == (uint32_t)L->v_trans, "v_trans %u in the blob, %d in the layout", v_trans,
+               L->v_trans);
+        EXPECT(n_layer == (uint32_t)L->n_layer, "%u layers in the blob, %d in the layout", n_layer,
+               L->n_layer);
+        for (int l = 0; l < L->n_layer; l++) {
+            uint32_t t;
+            uint64_t row;
+            NEED(get_u32(&r, &t) && get_u64(&r, &row), "K header");
+            EXPECT(t == (uint32_t)L->k_type, "layer %d: K type %u, layout %d", l, t, L->k_type);
+            EXPECT(row == (uint64_t)kv * type_size(L->k_type),
+                   "layer %d: K rows of %llu bytes, want %zu", l, (unsigned long long)row,
+                   (size_t)kv * type_size(L->k_type));
+            NEED((size_t)(r.end - r.p) >= row * cells, "K rows");
+            for (uint32_t i = 0; i < cells; i++) {
+                float *k = scdb_kv_k(dst, l, (int)i);
+                for (int d = 0; d < kv; d++) {
+                    int h = d / hd;
+                    k[h * hd + scdb_dim(d - h * hd, hd)] = get_elem(r.p, L->k_type);
+                    r.p += type_size(L->k_type);
+                }
+            }
+        }
+        for (int l = 0; l < L->n_layer; l++) {
+            uint32_t t;
+            NEED(get_u32(&r, &t), "V type");
+            EXPECT(t == (uint32_t)L->v_type, "layer %d: V type %u, layout %d", l, t, L->v_type);
+            size_t es = type_size(L->v_type);
+            if (!L->v_trans) {
+                uint64_t row;
+                NEED(get_u64(&r, &row), "V row size");
+                EXPECT(row == (uint64_t)kv * es, "layer %d: V rows of %llu bytes, want %zu", l,
+                       (unsigned long long)row, (size_t)kv * es);
+                NEED((size_t)(r.end - r.p) >= row * cells, "V rows");
+                for (uint32_t i = 0; i < cells; i++) {
+                    float *v = scdb_kv_v(dst, l, (int)i);
+                    for (int d = 0; d < kv; d++, r.p += es)
+                        v[d] = get_elem(r.p, L->v_type);
+                }
+            } else {
+                uint32_t el, ne;
+                NEED(get_u32(&r, &el) && get_u32(&r, &ne), "V (transposed) header");
+                EXPECT(el == es && ne == (uint32_t)kv,
+                       "layer %d: transposed V of %u-byte elements x %u, want %zu x %d", l, el, ne,
+                       es, kv);
+                NEED((size_t)(r.end - r.p) >= (size_t)kv * cells * es, "V elements");
+                for (int d = 0; d < kv; d++)
+                    for (uint32_t i = 0; i < cells; i++, r.p += es)
+                        scdb_kv_v(dst, l, (int)i)[d] = get_elem(r.p, L->v_type);
+            }
+        }
+        dst->n = (int)cells;
+    }
+    EXPECT(r.p == r.end, "%zu bytes after the blob's last row",
+           (size_t)(r.end - r.p));
+    return SCDB_OK;
+}
+
+scdb_err ll_layout_from_blob(const void *blob, size_t len, scdb_llama_layout *L, int *stream,
+                             char *errbuf, size_t errlen)
+{
+    const uint8_t *b = blob;
+    uint32_t w[3];
+    if (len < 16) {
+        ll_msg(errbuf, errlen, "llama.cpp wrote a %zu-byte sequence state", len);
+        return SCDB_EMISMATCH;
+    }
+    memcpy(w, b, 12);
+    if (w[0] != SCDB_LLAMA_STATE_MAGIC || w[2] == 0 || w[2] > 65536) {
+        ll_msg(errbuf, errlen, "llama.cpp's sequence state starts %08x %08x %08x, not magic %08x, "
+               "sequence, stream count (release %s)", w[0], w[1], w[2], SCDB_LLAMA_STATE_MAGIC,
+               SCDB_LLAMA_RELEASE);
+        return SCDB_EMISMATCH;
+    }
+    L->n_stream = (int)w[2];
+    size_t off = 12;
+    for (int s = 0; s < L->n_stream; s++) {
+        uint32_t cells;
+        if (off + 4 > len)
+            break;
+        memcpy(&cells, b + off, 4);
+        off += 4;
+        if (!cells)
+            continue;
+        size_t hdr = off + (size_t)cells * 12;
+        uint32_t vt, nl;
+        int32_t kt, vtp = -1;
+        uint64_t krow;
+        if (hdr + 20 > len)
+            break;
+        memcpy(&vt, b + hdr, 4);
+        memcpy(&nl, b + hdr + 4, 4);
+        memcpy(&kt, b + hdr + 8, 4);
+        memcpy(&krow, b + hdr + 12, 8);
+        size_t voff = hdr + 8 + (size_t)nl * (12 + (size_t)cells * krow);
+        if (krow < (uint64_t)len && voff + 4 <= len)
+            memcpy(&vtp, b + voff, 4);
+        if (nl != (uint32_t)L->n_layer || vt > 1) {
+            ll_msg(errbuf, errlen, "llama.cpp's sequence state has %u layers and v_trans %u; the "
+                   "model %d layers (release %s's layout?)", nl, vt, L->n_layer,
+                   SCDB_LLAMA_RELEASE);
+            return SCDB_EMISMATCH;
+        }
+        L->v_trans = (int)vt;
+        L->k_type = kt;
+        L->v_type = vtp;
+        if (stream)
+            *stream = s;
+        if ((kt != GGML_F32 && kt != GGML_F16) || (vtp != GGML_F32 && vtp != GGML_F16)) {
+            ll_msg(errbuf, errlen, "KV cache of ggml types %d / %d: only F32 and F16 caches can "
+                   "be restored (llama.cpp rotates quantized caches internally)", kt, vtp);
+            return SCDB_EUNSUPPORTED;
+        }
+        return SCDB_OK;
+    }
+    ll_msg(errbuf, errlen, "llama.cpp's sequence state holds no cell (release %s's layout?)",
+           SCDB_LLAMA_RELEASE);
+    return SCDB_EMISMATCH;
+}

@@ -1,0 +1,202 @@
+/* consumer.c — restoring a stored prefix into a llama.cpp sequence
+ * (scdb_llama.h, "consumer"): the broker decodes into an arena of this
+ * consumer's KV space (libscdb's scdb_get), the arena's slots are written
+ * into the sequence as llama.cpp's own state blob (blob.c). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "llama_int.h"
+
+#define LL_MAX_CTX 16
+
+struct scdb_llama_consumer {
+    scdb *h;
+    scdb_info info;
+    struct llama_model *model;
+    struct llama_adapter_lora *adapter;
+    float scale;
+    char fp[33];
+    scdb_arena *arena;           /* the get's target, max_seq_len slots */
+    ll_ctx_layout ctx[LL_MAX_CTX];
+    int n_ctx;
+    char err[LL_ERR_MAX];
+};
+
+scdb_llama_consumer_params scdb_llama_consumer_default_params(void)
+{
+    scdb_llama_consumer_params p = {0};
+    p.adapter_scale = 1.0f;
+    return p;
+}
+
+scdb_llama_restore_params scdb_llama_restore_default_params(void)
+{
+    scdb_llama_restore_params p = {0};
+    p.patch_layers = -1;
+    p.min_tokens = 1;
+    return p;
+}
+
+const char *scdb_llama_consumer_error(const scdb_llama_consumer *c) { return c ? c->err : ""; }
+scdb *scdb_llama_consumer_handle(scdb_llama_consumer *c) { return c ? c->h : NULL; }
+const char *scdb_llama_consumer_fingerprint(const scdb_llama_consumer *c)
+{
+    return c ? c->fp : "";
+}
+
+scdb_err scdb_llama_consumer_open(const scdb_llama_consumer_params *p, scdb_llama_consumer **out,
+                                  char *errbuf, size_t errlen)
+{
+    if (!out)
+        return SCDB_EINVAL;
+    *out = NULL;
+    scdb_err err = scdb_llama_init(errbuf, errlen);
+    if (err)
+        return err;
+    if (!p || !p->model || !p->consumer || !*p->consumer || (p->adapter_path && !p->adapter)) {
+        ll_msg(errbuf, errlen, "a consumer needs its model, its name, and the adapter object "
+               "when it names an adapter file");
+        return SCDB_EINVAL;
+    }
+    scdb_llama_consumer *c = calloc(1, sizeof *c);
+    if (!c)
+        return SCDB_ENOMEM;
+    c->model = p->model;
+    c->adapter = p->adapter;
+    c->scale = p->adapter_scale;
+    if (p->model_path) {
+        /* a GGUF adapter's fingerprint is that of base + adapter merged */
+        char path[8192];
+        if (p->adapter_path)
+            snprintf(path, sizeof path, "%s+%s", p->model_path, p->adapter_path);
+        else
+            snprintf(path, sizeof path, "%s", p->model_path);
+        if ((err = scdb_weights_fingerprint(path, c->fp, errbuf, errlen)))
+            goto fail;
+    }
+    scdb_opts o = {0};
+    o.endpoint = p->endpoint;
+    o.timeout_ms = p->timeout_ms;
+    o.name = p->consumer;
+    if ((err = scdb_connect(&o, &c->h))) {
+        ll_msg(errbuf, errlen, "%s", scdb_connect_error());
+        goto fail;
+    }
+    if (c->fp[0] && (err = scdb_set_weights_fp(c->h, c->fp)))
+        goto fail_h;
+    if ((err = scdb_register(c->h, SCDB_CONSUMER, p->consumer, p->codebook, &c->info)))
+        goto fail_h;
+    *out = c;
+    return SCDB_OK;
+fail_h:
+    ll_msg(errbuf, errlen, "%s", scdb_last_error(c->h));
+fail:
+    scdb_close(&c->h);
+    free(c);
+    return err;
+}
+
+void scdb_llama_consumer_close(scdb_llama_consumer **pc)
+{
+    if (!pc || !*pc)
+        return;
+    scdb_llama_consumer *c = *pc;
+    scdb_arena_free(&c->arena);
+    scdb_close(&c->h);
+    free(c);
+    *pc = NULL;
+}
+
+scdb_err scdb_llama_consumer_use(scdb_llama_consumer *c, struct llama_context *ctx)
+{
+    if (!c || !ctx)
+        return SCDB_EINVAL;
+    if ((const struct llama_model *)c->model != llama_get_model(ctx)) {
+        snprintf(c->err, sizeof c->err, "the context runs another model than this consumer's");
+        return SCDB_EMISMATCH;
+    }
+    struct llama_adapter_lora *a = c->adapter;
+    float s = c->scale;
+    if (llama_set_adapters_lora(ctx, a ? &a : NULL, a ? 1 : 0, a ? &s : NULL) != 0) {
+        snprintf(c->err, sizeof c->err, "llama_set_adapters_lora failed");
+        return SCDB_EIO;
+    }
+    return SCDB_OK;
+}
+
+static const scdb_llama_layout *layout_of(scdb_llama_consumer *c, struct llama_context *ctx,
+                                          llama_seq_id seq, scdb_err *err)
+{
+    for (int i = 0; i < c->n_ctx; i++)
+        if (c->ctx[i].ctx == ctx)
+            return &c->ctx[i].L;
+    ll_ctx_layout *slot = c->n_ctx < LL_MAX_CTX ? &c->ctx[c->n_ctx] : &c->ctx[LL_MAX_CTX - 1];
+    if ((*err = scdb_llama_probe(ctx, seq, &slot->L, c->err, sizeof c->err)))
+        return NULL;
+    const scdb_llama_layout *L = &slot->L;
+    if (L->n_layer != c->info.n_layers || L->n_kv_heads != c->info.n_kv_heads ||
+        L->head_dim != c->info.head_dim) {
+        snprintf(c->err, sizeof c->err, "the context's KV is %d layers x %d heads x %d, the "
+                 "broker decodes %d x %d x %d for this consumer", L->n_layer, L->n_kv_heads,
+                 L->head_dim, c->info.n_layers, c->info.n_kv_heads, c->info.head_dim);
+        *err = SCDB_ESHAPE;
+        return NULL;
+    }
+    slot->ctx = ctx;
+    if (c->n_ctx < LL_MAX_CTX)
+        c->n_ctx++;
+    return L;
+}
+
+scdb_err scdb_llama_restore(scdb_llama_consumer *c, struct llama_context *ctx,
+                            const llama_token *tokens, size_t n, const scdb_llama_restore_params *pp,
+                            scdb_llama_restore_result *out)
+{
+    scdb_llama_restore_params p = pp ? *pp : scdb_llama_restore_default_params();
+    scdb_llama_restore_result r = {0};
+    if (out)
+        *out = r;
+    if (!c || !ctx || (!tokens && n))
+        return SCDB_EINVAL;
+    if (p.recompute_tail < 0 || p.seq < 0) {
+        snprintf(c->err, sizeof c->err, "recompute_tail %d / sequence %d: must not be negative",
+                 p.recompute_tail, p.seq);
+        return SCDB_EINVAL;
+    }
+    scdb_err err = scdb_llama_consumer_use(c, ctx);
+    if (err)
+        return err;
+    const scdb_llama_layout *L = layout_of(c, ctx, p.seq, &err);
+    if (!L)
+        return err;
+    double t0 = ll_now_ms();
+    if (!c->arena && (err = scdb_arena_new(c->h, 0, &c->arena))) {
+        snprintf(c->err, sizeof c->err, "%s", scdb_last_error(c->h));
+        return err;
+    }
+    scdb_kv_cache *kv = scdb_arena_cache(c->arena);
+    kv->n = 0;
+    scdb_get_opts go = {.patch_layers = p.patch_layers};
+    scdb_get_result gr;
+    if ((err = scdb_get_ex(c->h, (const int32_t *)tokens, n, c->arena, 0, 0, &go, &gr))) {
+        snprintf(c->err, sizeof c->err, "%s", scdb_last_error(c->h));
+        return err;
+    }
+    r.get_ms = ll_now_ms() - t0;
+    r.decode_ns = gr.decode_ns;
+    r.n_matched = (int)gr.tokens_written;
+    int keep = (int)gr.tokens_written - p.recompute_tail;
+    if (keep < 0)
+        keep = 0;
+    if (keep > 0 && keep >= p.min_tokens) {
+        double t1 = ll_now_ms();
+        if ((err = scdb_llama_seq_write(ctx, L, p.seq, kv, keep, c->err, sizeof c->err)))
+            return err;
+        r.write_ms = ll_now_ms() - t1;
+        r.n_restored = keep;
+    }
+    if (out)
+        *out = r;
+    return SCDB_OK;
+}

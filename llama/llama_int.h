@@ -1,0 +1,25 @@
+/* llama_int.h — libscdb-llama's internals (scdb_llama.h is the API). */
+#ifndef SCDB_LLAMA_INT_H
+#define SCDB_LLAMA_INT_H
+
+#include "scdb_llama.h"
+
+#define LL_ERR_MAX 512
+
+void ll_msg(char *errbuf, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+double ll_now_ms(void);
+/* The layout a blob of llama_state_seq_get_data shows (L's n_layer,
+ * n_kv_heads and head_dim given: the model's), and the stream holding the
+ * sequence's cells.  SCDB_EMISMATCH (not the pinned layout, no cell),
+ * SCDB_EUNSUPPORTED (a KV type other than F32 / F16). */
+scdb_err ll_layout_from_blob(const void *blob, size_t len, scdb_llama_layout *L, int *stream,
+                             char *errbuf, size_t errlen);
+
+/* One context's probed layout, kept by a consumer (a few contexts each). */
+typedef struct ll_ctx_layout {
+    struct llama_context *ctx;
+    scdb_llama_layout L;
+} ll_ctx_layout;
+
+#endif /* SCDB_LLAMA_INT_H */

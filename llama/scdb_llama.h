@@ -1,0 +1,287 @@
+/*
+ * scdb_llama.h — libscdb-llama: scdb for llama.cpp.
+ *
+ * A companion of libscdb (client/scdb.h) for serving processes that run
+ * their models in llama.cpp, written against the public C API (llama.h) of
+ * the pinned release: llama.cpp v0.4.0, as node-llama-cpp 3.21.1 ships it
+ * (scripts/install-llama.sh).  It adds what an engine integration needs
+ * and libscdb cannot know:
+ *
+ *   producer (base model)                     consumer (a specialist / an adapter)
+ *   ---------------------                     -----------------------------------
+ *   cparams: scdb_llama_producer_cparams()    scdb_llama_consumer_open(): its
+ *     (a cb_eval that reads attn_norm-N)        fingerprint (model + adapter
+ *   scdb_llama_producer_prefill():              files) checked by the broker
+ *     llama_decode of the prompt, H_in of     scdb_llama_restore(ctx, seq, tokens)
+ *     every layer captured on the way,          -> the broker decodes the stored
+ *     then stored by the broker once:            prefix into THIS model's KV
+ *     scdb_put_states (SCD codes), or           space; RoPE'd, permuted and
+ *     the sequence's own KV (raw/<model>)        written into the context's
+ *                                                sequence as llama.cpp's own
+ *                                                state blob; returns the count;
+ *                                              llama_decode the rest at
+ *                                                positions n_restored, ...
+ *
+ * THE STATE BLOB.  llama.cpp has one public way to write a sequence's KV:
+ * llama_state_seq_set_data, which reads the blob llama_state_seq_get_data
+ * writes.  Its layout is internal to llama.cpp (src/llama-context.cpp,
+ * src/llama-kv-cache.cpp state_write / state_read of the pinned release),
+ * mirrored here once and checked against the library actually loaded
+ * (scdb_llama_probe):
+ *
+ *   u32 magic 0xaf143cd8 | i32 seq_id | u32 n_stream
+ *   per stream: u32 cell_count; if cell_count > 0:
+ *     per cell:  i32 pos | u32 n_seq_id (1) | i32 seq_id
+ *     u32 v_trans | u32 n_layer
+ *     per layer: i32 k_type | u64 k_row_bytes | cell_count K rows
+ *     v_trans 0, per layer: i32 v_type | u64 v_row_bytes | cell_count V rows
+ *     v_trans 1, per layer: i32 v_type | u32 v_elem_bytes | u32 n_embd_v
+ *                           | per V dimension, cell_count elements
+ *
+ * Types are ggml's: 0 F32, 1 F16 (quantized KV caches are refused:
+ * llama.cpp rotates them with a Hadamard transform this writer does not
+ * apply).  A sequence of a context with one stream per sequence
+ * (kv_unified off, n_seq_max > 1) lives in stream seq_id; the other streams
+ * are written with cell_count 0.
+ *
+ * RoPE.  llama.cpp keeps K after RoPE, as scdb does, with the same angles
+ * (pos * theta^(-2j/hd)); for the llama architecture it rotates adjacent
+ * pairs, and GGUF conversion permutes the rows of W_q and W_k so that this
+ * equals scdb's (and Hugging Face's) rotate-half.  So within each KV head
+ *
+ *     llama.cpp dimension 2j + p  holds  scdb dimension p * hd/2 + j,
+ *                                         p in {0, 1}, j < hd/2
+ *
+ * for K only; V is not permuted.  scdb_llama_blob_write applies it,
+ * scdb_llama_blob_read undoes it.
+ *
+ * Threads: the functions here are as thread-safe as the objects they are
+ * given (a llama_context is not; a consumer or producer holds one libscdb
+ * handle, which is not).  Ownership is stated per call.  Every function
+ * returns an scdb_err; messages go to errbuf where one is taken, else to
+ * scdb_llama_last_error() of the object.
+ */
+#ifndef SCDB_LLAMA_H
+#define SCDB_LLAMA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "llama.h"
+#include "scdb.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SCDB_LLAMA_RELEASE "v0.4.0"          /* llama.cpp, as pinned */
+#define SCDB_LLAMA_STATE_MAGIC 0xaf143cd8u   /* io_magic, llama-context.cpp */
+
+/* Load llama.cpp's CPU (and other) backends from the folder its library was
+ * loaded from ($SCDB_LLAMA_LIBDIR overrides), once per process, and quiet
+ * its log below warnings ($SCDB_LLAMA_LOG=1 keeps all of it).  Every other
+ * call here calls it.  SCDB_EUNSUPPORTED (no backend could be loaded: the
+ * message names the folder). */
+scdb_err scdb_llama_init(char *errbuf, size_t errlen);
+
+/* A context's KV layout, as its own state blob shows it. */
+typedef struct scdb_llama_layout {
+    int n_layer, n_kv_heads, head_dim;   /* the model's */
+    int n_stream;                        /* 1, or n_seq_max (kv_unified off) */
+    int k_type, v_type;                  /* ggml types: 0 F32, 1 F16 */
+    int v_trans;                         /* 1: V stored transposed (flash
+                                          * attention off) */
+} scdb_llama_layout;
+
+/* The layout of ctx's KV cache, and the self-test of this library against
+ * the llama.cpp actually loaded: one token (id 0) is decoded into sequence
+ * seq at position 0, the sequence's blob is read, parsed with the layout
+ * above, written again by scdb_llama_blob_write from what was parsed, and
+ * the two must be byte-identical; the rewritten blob is then set back
+ * (llama_state_seq_set_data must accept it) and the sequence cleared.  seq
+ * must be empty (it is empty again after the call, whatever happens).
+ * Errors: SCDB_EBUSY (seq is not empty), SCDB_EMISMATCH (the blob is not
+ * the pinned release's layout, or llama.cpp refused our blob: the message
+ * says what differed and names the pinned release), SCDB_EUNSUPPORTED (a
+ * quantized KV type, a model that is not the llama architecture's KV
+ * shape), SCDB_EIO (llama_decode failed), SCDB_ENOMEM. */
+scdb_err scdb_llama_probe(struct llama_context *ctx, llama_seq_id seq, scdb_llama_layout *out,
+                          char *errbuf, size_t errlen);
+
+/* Bytes of the blob of n_tokens cells under layout L. */
+size_t scdb_llama_blob_bytes(const scdb_llama_layout *L, int n_tokens);
+
+/* Write the blob of cache slots [0, n_tokens) (positions from c->pos) as
+ * sequence seq's state into dst (cap bytes, at least scdb_llama_blob_bytes);
+ * K permuted into llama.cpp's RoPE convention and both converted to the
+ * layout's types (F32 -> F16 rounds to nearest even).  *len gets the bytes
+ * written.  Errors: SCDB_ESHAPE (the cache's geometry is not L's),
+ * SCDB_EINVAL (n_tokens out of range, seq outside the streams),
+ * SCDB_ETOOBIG (cap), SCDB_EUNSUPPORTED (a type other than F32/F16). */
+scdb_err scdb_llama_blob_write(const scdb_llama_layout *L, llama_seq_id seq,
+                               const scdb_kv_cache *c, int n_tokens, void *dst, size_t cap,
+                               size_t *len);
+
+/* Parse a blob llama_state_seq_get_data wrote under layout L into cache
+ * dst (slots [0, cells); dst->n set; K back in scdb's RoPE convention).
+ * Strict: every count and size must be the layout's and the blob must end
+ * exactly where its last row does.  Errors: SCDB_EFORMAT (wrong magic, a
+ * cell with n_seq_id != 1, v_trans / n_layer / type / row size not L's: the
+ * message says which), SCDB_ETRUNC (shorter than it claims), SCDB_ETOOBIG
+ * (more cells than dst holds), SCDB_ESHAPE (dst geometry), SCDB_EINVAL. */
+scdb_err scdb_llama_blob_read(const scdb_llama_layout *L, const void *blob, size_t len,
+                              scdb_kv_cache *dst, char *errbuf, size_t errlen);
+
+/* Read sequence seq of ctx into dst through its blob (as above).  Errors:
+ * those of scdb_llama_blob_read, SCDB_EIO (llama.cpp wrote nothing). */
+scdb_err scdb_llama_seq_read(struct llama_context *ctx, const scdb_llama_layout *L,
+                             llama_seq_id seq, scdb_kv_cache *dst, char *errbuf, size_t errlen);
+
+/* Replace sequence seq of ctx with cache slots [0, n_tokens) (through the
+ * blob).  Errors: those of scdb_llama_blob_write, SCDB_EMISMATCH
+ * (llama_state_seq_set_data refused it: no room in the context, ...),
+ * SCDB_ENOMEM. */
+scdb_err scdb_llama_seq_write(struct llama_context *ctx, const scdb_llama_layout *L,
+                              llama_seq_id seq, const scdb_kv_cache *c, int n_tokens,
+                              char *errbuf, size_t errlen);
+
+/* ---- consumer -------------------------------------------------------- */
+
+typedef struct scdb_llama_consumer scdb_llama_consumer;
+
+typedef struct scdb_llama_consumer_params {
+    const char *endpoint;        /* the broker (NULL: scdb_opts' default)    */
+    const char *consumer;        /* the pair's consumer name ("c-header")    */
+    const char *codebook;        /* NULL / "": raw/<consumer>                */
+    struct llama_model *model;   /* the loaded model (not owned)             */
+    struct llama_adapter_lora *adapter; /* NULL, or the consumer's adapter
+                                  * loaded over model (not owned)            */
+    float adapter_scale;         /* 1.0                                      */
+    const char *model_path;      /* the GGUF file model was loaded from, and */
+    const char *adapter_path;    /* adapter's: the fingerprint the broker
+                                  * checks the pair against is computed from
+                                  * them (NULL model_path: none is sent, no
+                                  * check)                                   */
+    int timeout_ms;              /* 0: libscdb's default                     */
+} scdb_llama_consumer_params;
+scdb_llama_consumer_params scdb_llama_consumer_default_params(void);
+
+/* Connect, compute the weights fingerprint of model_path (+ adapter_path),
+ * register as consumer of `consumer` under codebook: the broker refuses a
+ * pair calibrated for other weights.  *out is owned by the caller
+ * (scdb_llama_consumer_close).  Errors: scdb_connect's, scdb_register's
+ * (SCDB_ENOTFOUND: no such pair; SCDB_EMISMATCH: the pair is for other
+ * weights — the message names both fingerprints), scdb_weights_fingerprint's,
+ * SCDB_EINVAL (no model, or an adapter path without an adapter). */
+scdb_err scdb_llama_consumer_open(const scdb_llama_consumer_params *p,
+                                  scdb_llama_consumer **out, char *errbuf, size_t errlen);
+void scdb_llama_consumer_close(scdb_llama_consumer **c);
+const char *scdb_llama_consumer_error(const scdb_llama_consumer *c);
+/* The libscdb handle (owned by the consumer). */
+scdb *scdb_llama_consumer_handle(scdb_llama_consumer *c);
+const char *scdb_llama_consumer_fingerprint(const scdb_llama_consumer *c); /* "" if none */
+
+/* Make ctx this consumer's: ctx's model must be the consumer's model
+ * object, and its active adapters become the consumer's (llama.cpp applies
+ * adapters per context; a switch costs a scheduler re-reserve).  Call it
+ * before decoding a sequence of this consumer on a context other
+ * consumers also use.  Errors: SCDB_EMISMATCH (another model), SCDB_EIO
+ * (llama_set_adapters_lora failed). */
+scdb_err scdb_llama_consumer_use(scdb_llama_consumer *c, struct llama_context *ctx);
+
+typedef struct scdb_llama_restore_params {
+    llama_seq_id seq;            /* the sequence to replace (0)             */
+    int patch_layers;            /* as scdb_get_opts (-1: the pair's)       */
+    int recompute_tail;          /* fidelity: restore all but the last N
+                                  * tokens of the stored prefix, so that the
+                                  * consumer prefills them itself over the
+                                  * restored KV (0).  The only recompute form
+                                  * llama.cpp allows: a sequence's new tokens
+                                  * go at pos_max + 1, so a token in the
+                                  * middle cannot be recomputed in place.    */
+    int min_tokens;              /* restore nothing below this many (1)     */
+} scdb_llama_restore_params;
+scdb_llama_restore_params scdb_llama_restore_default_params(void);
+
+typedef struct scdb_llama_restore_result {
+    int n_restored;              /* positions [0, n) of seq hold the prefix  */
+    int n_matched;               /* tokens the store matched                 */
+    double get_ms;               /* the broker's lookup + decode (libscdb)   */
+    double write_ms;             /* permute + convert + set_data             */
+    uint64_t decode_ns;          /* of get_ms: the broker's decode           */
+} scdb_llama_restore_result;
+
+/* Restore the longest stored prefix of tokens into sequence seq of ctx,
+ * decoded by the broker into this consumer's KV space; the caller then
+ * decodes tokens [n_restored, n) at positions n_restored, ...  Whole blocks
+ * only; nothing matched (or fewer than min_tokens) leaves seq as it was and
+ * returns n_restored 0.  ctx is made the consumer's first
+ * (scdb_llama_consumer_use).  The context's layout is probed once per
+ * context and kept (scdb_llama_probe; the first restore into a context
+ * runs the self-test, on sequence seq, which must then be empty).
+ * Errors: those of scdb_llama_consumer_use, scdb_llama_probe, scdb_get
+ * (libscdb's; message in scdb_llama_consumer_error), scdb_llama_seq_write;
+ * SCDB_ESHAPE (the broker's KV geometry is not the context's),
+ * SCDB_EINVAL (recompute_tail < 0). */
+scdb_err scdb_llama_restore(scdb_llama_consumer *c, struct llama_context *ctx,
+                            const llama_token *tokens, size_t n_tokens,
+                            const scdb_llama_restore_params *p,
+                            scdb_llama_restore_result *out);
+
+/* ---- producer -------------------------------------------------------- */
+
+typedef struct scdb_llama_producer scdb_llama_producer;
+
+typedef struct scdb_llama_producer_params {
+    const char *endpoint;        /* NULL: scdb_opts' default                 */
+    const char *producer;        /* the model's name at the broker ("base")  */
+    const char *codebook;        /* NULL / "": raw/<producer>: the
+                                  * sequence's own KV is stored (read back
+                                  * through its blob); else an "scd"
+                                  * codebook the broker encodes             */
+    const char *model_path;      /* fingerprint, as for consumers (NULL: none) */
+    int max_tokens;              /* the longest prompt (0: 512)             */
+    int timeout_ms;
+} scdb_llama_producer_params;
+scdb_llama_producer_params scdb_llama_producer_default_params(void);
+
+scdb_err scdb_llama_producer_open(const scdb_llama_producer_params *p,
+                                  scdb_llama_producer **out, char *errbuf, size_t errlen);
+void scdb_llama_producer_close(scdb_llama_producer **p);
+const char *scdb_llama_producer_error(const scdb_llama_producer *p);
+scdb *scdb_llama_producer_handle(scdb_llama_producer *p);
+
+/* Set cparams' cb_eval so that contexts made from them can capture: the
+ * callback asks llama.cpp for nothing (no cost) except during
+ * scdb_llama_producer_prefill, and then only for attn_norm-N, the
+ * normalised attention input H_in of each layer.  A cb_eval the caller had
+ * set is kept and still called.  The producer must outlive the contexts. */
+void scdb_llama_producer_cparams(scdb_llama_producer *p, struct llama_context_params *cparams);
+
+typedef struct scdb_llama_put_result {
+    scdb_put_result put;         /* libscdb's                                */
+    double prefill_ms;           /* llama_decode of the prompt (capturing)   */
+    double put_ms;               /* the put (encode + store at the broker)   */
+} scdb_llama_put_result;
+
+/* Prefill tokens [0, n) into sequence seq of ctx (which must be empty and
+ * made from scdb_llama_producer_cparams' params), capturing, then store
+ * every full block.  The caller may go on decoding the sequence.  Errors:
+ * SCDB_EBUSY (seq not empty), SCDB_ETOOBIG (n over max_tokens), SCDB_EIO
+ * (llama_decode failed), SCDB_EINVAL (ctx not made for capture: no
+ * attn_norm seen), those of scdb_put_states / scdb_put_cache. */
+scdb_err scdb_llama_producer_prefill(scdb_llama_producer *p, struct llama_context *ctx,
+                                     llama_seq_id seq, const llama_token *tokens,
+                                     size_t n_tokens, scdb_llama_put_result *out);
+
+/* Prefill helper for everyone: decode tokens [0, n) at positions pos0 ..
+ * into sequence seq in batches of llama_n_batch(ctx), logits for the last
+ * token only (or for all when all_logits: row i = token i).  SCDB_EIO. */
+scdb_err scdb_llama_decode(struct llama_context *ctx, llama_seq_id seq, const llama_token *tokens,
+                           size_t n_tokens, llama_pos pos0, int all_logits);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SCDB_LLAMA_H */
