@@ -10,6 +10,7 @@
  */
 #include <math.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -20,6 +21,7 @@
 #include <cmocka.h>
 
 #include "llama_int.h"
+#include "broker_proc.h"
 #include "model.h"
 
 #ifndef SCDB_TEST_GGUF_DIR
@@ -321,6 +323,189 @@ static void blob_refusals(void **state)
     llama_free(ctx);
 }
 
+/* ---- through a broker: llama.cpp producer, llama.cpp consumers ---- */
+
+static bp_broker llama_broker;
+
+static struct llama_context *ctx_for(struct llama_model *m, scdb_llama_producer *prod, int f16)
+{
+    struct llama_context_params cp = llama_context_default_params();
+    cp.n_ctx = 512;
+    cp.n_batch = cp.n_ubatch = 512;
+    cp.n_seq_max = 1;
+    cp.n_threads = cp.n_threads_batch = 2;
+    cp.type_k = cp.type_v = f16 ? GGML_TYPE_F16 : GGML_TYPE_F32;
+    cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
+    if (prod) scdb_llama_producer_cparams(prod, &cp);
+    struct llama_context *ctx = llama_init_from_model(m, cp);
+    assert_non_null(ctx);
+    return ctx;
+}
+
+static void logits_of(struct llama_context *ctx, int n, float *out)
+{
+    for (int t = 0; t < n; t++) memcpy(out + (size_t)t * 256, llama_get_logits_ith(ctx, t), 256 * sizeof(float));
+}
+
+/* base in llama.cpp stores the prefix once (its H_in captured during
+ * llama_decode, encoded by the broker); the specialist `code` in llama.cpp
+ * restores it: the KV in its sequence is the broker's decode into the
+ * reference engine's arena (to f32 rounding, F32 KV), and its continuation
+ * the reference engine's over that KV.  Then the tail policy, raw storage of
+ * llama.cpp's own prefill (a restore continues bit for bit as the prefill),
+ * and a context of another model refused. */
+static void fleet_through_broker(void **state)
+{
+    (void)state;
+    NEED_MODEL();
+    const char *code_path = SCDB_TEST_GGUF_DIR "/code.gguf";
+    if (access(code_path, R_OK)) skip();
+    char ini[2048], err[512] = "";
+    snprintf(ini, sizeof ini,
+             "block_tokens = 64\nno_sync = 1\nheartbeat_timeout_ms = 30000\n\n"
+             "[model base]\nconfig = " SCDB_DATA_DIR "/models/base/config.json\n\n"
+             "[model code]\nconfig = " SCDB_DATA_DIR "/models/code/config.json\n\n"
+             "[codebook base-scd]\nkind = scd\nmodel = base\ncodes_dtype = int8\n"
+             "file = " SCDB_DATA_DIR "/codebooks/base.safetensors\n\n"
+             "[pair base-scd code]\ndecoder = scd\nfile = " SCDB_DATA_DIR "/pairs/base__code.safetensors\n\n"
+             "[pair raw/base code]\ndecoder = raw\n");
+    assert_int_equal(bp_start(&llama_broker, SCDB_BROKER_BIN, ini), 0);
+    enum { N = 192, T = 16 };
+
+    /* the producer */
+    scdb_llama_producer_params pp = scdb_llama_producer_default_params();
+    pp.endpoint = llama_broker.endpoint;
+    pp.producer = "base";
+    pp.codebook = "base-scd";
+    pp.timeout_ms = 20000;
+    scdb_llama_producer *prod = NULL;
+    scdb_err e = scdb_llama_producer_open(&pp, &prod, err, sizeof err);
+    if (e) fail_msg("producer: %s: %s", scdb_strerror(e), err);
+    struct llama_context *pctx = ctx_for(lm, prod, 1);
+    scdb_llama_put_result pr;
+    e = scdb_llama_producer_prefill(prod, pctx, 0, tok, N, &pr);
+    if (e) fail_msg("prefill: %s: %s", scdb_strerror(e), scdb_llama_producer_error(prod));
+    assert_int_equal(pr.put.n_stored, N / 64);
+    assert_int_equal(pr.put.n_new, N / 64);
+    /* capture does not change what llama.cpp computes, and asks nothing outside a prefill */
+    assert_int_equal(scdb_llama_decode(pctx, 0, tok + N, 1, N, 0), SCDB_OK);
+
+    /* the consumer, in llama.cpp */
+    struct llama_model *code = llama_model_load_from_file(code_path, llama_model_default_params());
+    assert_non_null(code);
+    scdb_llama_consumer_params cp = scdb_llama_consumer_default_params();
+    cp.endpoint = llama_broker.endpoint;
+    cp.consumer = "code";
+    cp.codebook = "base-scd";
+    cp.model = code;
+    cp.timeout_ms = 20000;
+    scdb_llama_consumer *cons = NULL;
+    e = scdb_llama_consumer_open(&cp, &cons, err, sizeof err);
+    if (e) fail_msg("consumer: %s: %s", scdb_strerror(e), err);
+    struct llama_context *cctx = ctx_for(code, NULL, 0);
+    scdb_llama_restore_result rr;
+    e = scdb_llama_restore(cons, cctx, tok, N + T, NULL, &rr);
+    if (e) fail_msg("restore: %s: %s", scdb_strerror(e), scdb_llama_consumer_error(cons));
+    assert_int_equal(rr.n_restored, N);
+    assert_int_equal(rr.n_matched, N);
+    assert_int_equal(llama_memory_seq_pos_max(llama_get_memory(cctx), 0), N - 1);
+
+    /* the same get into the reference engine's arena */
+    scdb_model *rcode = NULL;
+    assert_int_equal(scdb_model_load(SCDB_DATA_DIR "/models/code", &rcode, err, sizeof err), SCDB_OK);
+    scdb_opts o = {.endpoint = llama_broker.endpoint, .timeout_ms = 20000};
+    scdb *h = NULL;
+    assert_int_equal(scdb_connect(&o, &h), SCDB_OK);
+    assert_int_equal(scdb_register(h, SCDB_CONSUMER, "code", "base-scd", NULL), SCDB_OK);
+    scdb_arena *a = NULL;
+    assert_int_equal(scdb_arena_new(h, N + T, &a), SCDB_OK);
+    scdb_get_result gr;
+    assert_int_equal(scdb_get(h, tok, N, a, 0, 0, &gr), SCDB_OK);
+    scdb_kv_cache *kv = scdb_arena_cache(a), *back = NULL;
+    assert_int_equal(scdb_kv_cache_new(8, 2, 32, N, &back), SCDB_OK);
+    scdb_llama_layout L;
+    struct llama_context *pc = ctx_for(code, NULL, 0);
+    assert_int_equal(scdb_llama_probe(pc, 0, &L, err, sizeof err), SCDB_OK);
+    llama_free(pc);
+    assert_int_equal(scdb_llama_seq_read(cctx, &L, 0, back, err, sizeof err), SCDB_OK);
+    assert_int_equal(back->n, N);
+    double dk = 0, dv = 0, dl = 0;
+    for (int l = 0; l < 8; l++)
+        for (int i = 0; i < N; i++) {
+            assert_int_equal(back->pos[i], kv->pos[i]);
+            for (int d = 0; d < 64; d++) {
+                dk = fmax(dk, fabs(scdb_kv_k(back, l, i)[d] - scdb_kv_k(kv, l, i)[d]));
+                dv = fmax(dv, fabs(scdb_kv_v(back, l, i)[d] - scdb_kv_v(kv, l, i)[d]));
+            }
+        }
+    /* F32 KV: the blob carries the arena's floats unchanged */
+    assert_true(dk == 0 && dv == 0);
+    float *want = malloc((size_t)T * 256 * sizeof *want), *got = malloc((size_t)T * 256 * sizeof *got);
+    assert_int_equal(scdb_model_forward(rcode, tok + N, NULL, T, kv, want, NULL), SCDB_OK);
+    assert_int_equal(scdb_llama_decode(cctx, 0, tok + N, T, N, 1), SCDB_OK);
+    logits_of(cctx, T, got);
+    for (size_t i = 0; i < (size_t)T * 256; i++) dl = fmax(dl, fabs(got[i] - want[i]));
+    print_message("code: restored %d tokens (get %.1f ms, write %.1f ms); continuation vs the "
+                  "reference engine over the same KV: max |dlogit| %.1e\n", rr.n_restored,
+                  rr.get_ms, rr.write_ms, dl);
+    assert_true(dl < 1e-4);
+
+    /* the tail policy: all but the last 64 stored tokens */
+    scdb_llama_restore_params rp = scdb_llama_restore_default_params();
+    rp.recompute_tail = 64;
+    assert_int_equal(scdb_llama_restore(cons, cctx, tok, N + T, &rp, &rr), SCDB_OK);
+    assert_int_equal(rr.n_restored, N - 64);
+    assert_int_equal(llama_memory_seq_pos_max(llama_get_memory(cctx), 0), N - 64 - 1);
+    rp.recompute_tail = -1;
+    assert_int_equal(scdb_llama_restore(cons, cctx, tok, N + T, &rp, &rr), SCDB_EINVAL);
+    assert_non_null(strstr(scdb_llama_consumer_error(cons), "recompute_tail"));
+    /* nothing stored for these tokens: the sequence is left alone */
+    int32_t other[N];
+    for (int i = 0; i < N; i++) other[i] = (tok[i] + 1) & 255;
+    assert_int_equal(scdb_llama_restore(cons, cctx, other, N, NULL, &rr), SCDB_OK);
+    assert_int_equal(rr.n_restored, 0);
+    assert_int_equal(llama_memory_seq_pos_max(llama_get_memory(cctx), 0), N - 64 - 1);
+    /* a context of another model */
+    assert_int_equal(scdb_llama_restore(cons, pctx, tok, N, NULL, &rr), SCDB_EMISMATCH);
+
+    /* raw: code's own prefill in llama.cpp stored as is, restored bit for bit */
+    pp.producer = "code";
+    pp.codebook = NULL;
+    scdb_llama_producer *rawp = NULL;
+    assert_int_equal(scdb_llama_producer_open(&pp, &rawp, err, sizeof err), SCDB_OK);
+    struct llama_context *own = ctx_for(code, rawp, 1);
+    e = scdb_llama_producer_prefill(rawp, own, 0, tok, N, &pr);
+    if (e) fail_msg("raw prefill: %s: %s", scdb_strerror(e), scdb_llama_producer_error(rawp));
+    assert_int_equal(pr.put.n_stored, N / 64);
+    assert_int_equal(scdb_llama_decode(own, 0, tok + N, T, N, 1), SCDB_OK);
+    logits_of(own, T, want);
+    cp.codebook = "raw/code";
+    scdb_llama_consumer *rawc = NULL;
+    assert_int_equal(scdb_llama_consumer_open(&cp, &rawc, err, sizeof err), SCDB_OK);
+    struct llama_context *rctx = ctx_for(code, NULL, 1);
+    assert_int_equal(scdb_llama_restore(rawc, rctx, tok, N, NULL, &rr), SCDB_OK);
+    assert_int_equal(rr.n_restored, N);
+    assert_int_equal(scdb_llama_decode(rctx, 0, tok + N, T, N, 1), SCDB_OK);
+    logits_of(rctx, T, got);
+    assert_memory_equal(got, want, (size_t)T * 256 * sizeof *got);
+    llama_free(rctx);
+    llama_free(own);
+    scdb_llama_consumer_close(&rawc);
+    scdb_llama_producer_close(&rawp);
+    free(want);
+    free(got);
+    scdb_kv_cache_free(&back);
+    scdb_arena_free(&a);
+    scdb_close(&h);
+    scdb_model_free(&rcode);
+    llama_free(cctx);
+    llama_free(pctx);
+    scdb_llama_consumer_close(&cons);
+    scdb_llama_producer_close(&prod);
+    llama_model_free(code);
+    assert_int_equal(bp_stop(&llama_broker, SIGTERM), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -329,6 +514,7 @@ int main(void)
         cmocka_unit_test(raw_restore_exact),
         cmocka_unit_test(rope_matches_reference),
         cmocka_unit_test(blob_refusals),
+        cmocka_unit_test(fleet_through_broker),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
