@@ -38,6 +38,7 @@ int scdb_bench_session(int argc, char **argv);  /* bench/bench_session.c */
 int scdb_bench_cluster(int argc, char **argv);  /* bench/bench_cluster.c */
 int scdb_bench_adapter(int argc, char **argv);  /* bench/bench_adapter.c */
 int scdb_bench_fleet(int argc, char **argv);    /* bench/bench_fleet.c   */
+int scdb_bench_llama(int argc, char **argv);    /* bench/bench_llama.c   */
 
 /* ------------------------------------------------- bench_util.c: helpers */
 

@@ -33,6 +33,8 @@ static const struct {
      "a LoRA adapter merged at load vs applied low-rank: load, bytes, prefill, decode, logits"},
     {"fleet", scdb_bench_fleet,
      "one producer's stored prefixes served to every model and adapter: quality, TTFT, bytes"},
+    {"llama", scdb_bench_llama,
+     "the fleet in llama.cpp: capture, restore into its sequences, TTFT and quality vs its prefill"},
 };
 
 const char *scdb_bench_name(int i)

@@ -1,0 +1,682 @@
+/* bench_llama.c — `scdb bench llama`: the fleet served from one stored
+ * prefix with llama.cpp on both sides (libscdb-llama, llama/scdb_llama.h).
+ *
+ * The family is exported to GGUF at the start (`scdb export-gguf`, F32:
+ * base, the full fine-tunes and the LoRA adapters, each adapter a GGUF LoRA
+ * loaded once beside the one base model), unless --gguf DIR names a folder
+ * that holds them.  A broker (`scdb serve`) runs the codebook, every
+ * consumer's SCD pair, raw reuse of base's KV ([pair raw/base NAME]) and
+ * each consumer's own raw codebook.  Per consumer and window (a prefix of
+ * --prefix tokens and the --cont tokens after it, from the second half of
+ * the consumer's own held-out text), all in one process and on the same
+ * llama.cpp threads:
+ *
+ *   oracle  llama.cpp's own prefill of the prefix in the consumer's
+ *           context (its adapter set), then the continuation
+ *   scd     base in llama.cpp prefills the prefix with capture on (H_in of
+ *           every layer, read by cb_eval), the broker encodes and stores it;
+ *           the consumer restores it (scdb_llama_restore: broker decode into
+ *           its KV space, written as its sequence's state blob)
+ *   raw     base's KV as is, restored the same way (the cross-adapter bug)
+ *   exact   the consumer's own prefill stored raw and restored (the layout
+ *           check: must be the oracle itself)
+ *
+ * Quality over the continuation against the oracle: ppl ratio, KL(oracle ||
+ * method), top-1 agreement.  TTFT: restore + the forward of the first
+ * continuation token vs own prefill + that forward (best of --reps, median
+ * over windows).  capture_overhead: base's prefill with capture over the
+ * same prefill without (best of --reps each, interleaved).  The reference
+ * engine (model.h) runs the oracle too: ref_max_dlogit is the largest
+ * |logit difference| between the two engines' own prefills.  Fails (exit
+ * 1) if anything the bench names does not happen: an export, a put, a
+ * restore short of the stored tokens, a consumer with no evaluated token. */
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <math.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "bench.h"
+#include "codec.h"
+#include "model.h"
+
+#ifndef SCDB_HAVE_LLAMA
+int scdb_bench_llama(int argc, char **argv)
+{
+    (void)argc;
+    (void)argv;
+    fprintf(stderr, "bench llama: this build has no llama.cpp (scripts/install-llama.sh, then "
+                    "rebuild; CMake option SCDB_LLAMA)\n");
+    return 2;
+}
+#else
+
+#include "scdb_llama.h"
+
+#define MAX_CONS 32
+#define CB "base-scd"
+extern char **environ;
+
+typedef struct lopts {
+    const char *data, *gguf, *json, *png, *only;
+    int prefix, cont, windows, reps, threads;
+} lopts;
+
+typedef struct lcons {
+    char name[64], kind[8], src[1024], gguf[1100], text[1100];
+    struct llama_model *m;          /* full: its own; lora: the base */
+    struct llama_adapter_lora *ad;
+    scdb_model *ref;                /* the reference engine's */
+} lcons;
+
+typedef struct acc { double nll, kl, top1; long n; } acc;
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+"usage: scdb bench llama [--data DIR] [--gguf DIR] [--consumers a,b,...] [--prefix P]\n"
+"                        [--cont C] [--windows N] [--reps R] [--threads T]\n"
+"                        [--json FILE] [--png FILE]\n\n"
+"The fleet served from one stored prefix with llama.cpp on both sides: base\n"
+"in llama.cpp prefills the prefix (its H_in captured during llama_decode), the\n"
+"broker encodes and stores it once, and each consumer (full fine-tunes, and\n"
+"LoRA adapters loaded once beside one base model) restores it into its own\n"
+"llama.cpp sequence.  Per consumer: TTFT via scdb (restore + first token) vs\n"
+"llama.cpp's own prefill, and quality over the continuation against that\n"
+"prefill for SCD, raw reuse of base's KV and the consumer's own KV stored raw\n"
+"(exact: the layout check); capture overhead; the two engines' logits.\n\n"
+"  --data DIR       data directory (default: scdb's)\n"
+"  --gguf DIR       GGUF files NAME.gguf already exported (default: export the\n"
+"                   family with `scdb export-gguf` into a temp folder)\n"
+"  --consumers LIST only these consumers (default: every model and adapter\n"
+"                   with a pair DATA/pairs/base__NAME.safetensors)\n"
+"  --prefix P       prefix tokens (default 448; the family's context is 512)\n"
+"  --cont C         continuation tokens scored (default 32)\n"
+"  --windows N      windows per consumer (default 2)\n"
+"  --reps R         timing repetitions, best taken (default 3)\n"
+"  --threads T      llama.cpp threads (default 2)\n"
+"  --json FILE      rows {consumer, kind, engine, prefix_tokens, restore_ms,\n"
+"                   own_prefill_ms, ttft_ms, speedup, ppl_ratio, kl, top1,\n"
+"                   raw_ppl_ratio, raw_kl, raw_top1, exact_kl, exact_top1,\n"
+"                   capture_overhead, ref_max_dlogit (flash attention off,\n"
+"                   F32 KV), ref_max_dlogit_default_ctx (llama.cpp's defaults)}\n"
+"  --png FILE       speed-up and KL per consumer (tools/plot_llama.py)\n");
+}
+
+static int run_cmd(char *const argv[])
+{
+    pid_t pid;
+    if (posix_spawn(&pid, argv[0], NULL, NULL, argv, environ))
+        return -1;
+    int st;
+    if (waitpid(pid, &st, 0) < 0)
+        return -1;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* the consumers: every model but base and every adapter with a pair */
+static int find_consumers(const lopts *o, lcons *c)
+{
+    int n = 0;
+    const char *kinds[2] = {"models", "adapters"};
+    for (int k = 0; k < 2; k++) {
+        char dir[960];
+        snprintf(dir, sizeof dir, "%.900s/%s", o->data, kinds[k]);
+        DIR *d = opendir(dir);
+        if (!d)
+            continue;
+        struct dirent *e;
+        char names[64][64];
+        int m = 0;
+        while ((e = readdir(d)) && m < 64) {
+            if (e->d_name[0] == '.' || strlen(e->d_name) >= 64 || !strcmp(e->d_name, "base"))
+                continue;
+            char pair[1200];
+            snprintf(pair, sizeof pair, "%s/pairs/base__%s.safetensors", o->data, e->d_name);
+            if (access(pair, R_OK))
+                continue;
+            if (o->only && !scdb_list_has(o->only, e->d_name))
+                continue;
+            snprintf(names[m++], 64, "%s", e->d_name);
+        }
+        closedir(d);
+        qsort(names, (size_t)m, sizeof names[0], (int (*)(const void *, const void *))strcmp);
+        for (int i = 0; i < m && n < MAX_CONS; i++, n++) {
+            lcons *x = &c[n];
+            memset(x, 0, sizeof *x);
+            snprintf(x->name, sizeof x->name, "%.63s", names[i]);
+            snprintf(x->kind, sizeof x->kind, "%s", k ? "lora" : "full");
+            snprintf(x->src, sizeof x->src, "%.900s/%.63s", dir, names[i]);
+        }
+    }
+    return n;
+}
+
+static int export_gguf(const char *self, const char *src, const char *out)
+{
+    char *argv[] = {(char *)self, "export-gguf", (char *)src, "-o", (char *)out, NULL};
+    int rc = run_cmd(argv);
+    if (rc)
+        fprintf(stderr, "bench llama: scdb export-gguf %s failed (status %d)\n", src, rc);
+    return rc;
+}
+
+static int write_config(const char *path, const char *sock, const char *store, const lopts *o,
+                        const lcons *c, int n)
+{
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return -1;
+    fprintf(f, "[broker]\nendpoint = %s\ndata_dir = %s\nblock_tokens = 64\nlog_level = warn\n"
+               "heartbeat_timeout_ms = 60000\nno_sync = 1\nmodels_dir = %s/models\n\n",
+            sock, store, o->data);
+    fprintf(f, "[model base]\nconfig = %s/models/base/config.json\n\n", o->data);
+    fprintf(f, "[codebook " CB "]\nkind = scd\nmodel = base\ncodes_dtype = int8\n"
+               "file = %s/codebooks/base.safetensors\n\n", o->data);
+    for (int i = 0; i < n; i++)
+        fprintf(f, "[model %s]\nconfig = %s\n\n[pair " CB " %s]\ndecoder = scd\n"
+                   "file = %s/pairs/base__%s.safetensors\n\n[pair raw/base %s]\ndecoder = raw\n\n",
+                c[i].name, c[i].src, c[i].name, o->data, c[i].name, c[i].name);
+    return fclose(f);
+}
+
+static struct llama_context *new_ctx(struct llama_model *m, const lopts *o,
+                                     scdb_llama_producer *capture)
+{
+    struct llama_context_params cp = llama_context_default_params();
+    cp.n_ctx = 512;
+    cp.n_batch = cp.n_ubatch = 512;
+    cp.n_seq_max = 1;
+    cp.n_threads = cp.n_threads_batch = o->threads;
+    if (capture)
+        scdb_llama_producer_cparams(capture, &cp);
+    return llama_init_from_model(m, cp);
+}
+
+/* a context with flash attention off: ggml's CPU flash attention rounds
+ * through F16 (about 4e-3 in logits), so the two engines are compared
+ * where both compute in f32 */
+static struct llama_context *f32_ctx(struct llama_model *m, const lopts *o)
+{
+    struct llama_context_params cp = llama_context_default_params();
+    cp.n_ctx = 512;
+    cp.n_batch = cp.n_ubatch = 512;
+    cp.n_seq_max = 1;
+    cp.n_threads = cp.n_threads_batch = o->threads;
+    cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
+    cp.type_k = cp.type_v = GGML_TYPE_F32;
+    return llama_init_from_model(m, cp);
+}
+
+static void clear(struct llama_context *ctx) { llama_memory_clear(llama_get_memory(ctx), true); }
+
+/* log-softmax of n rows of V logits */
+static void log_softmax(const float *in, int V, double *out)
+{
+    double mx = in[0], s = 0;
+    for (int v = 1; v < V; v++) mx = fmax(mx, in[v]);
+    for (int v = 0; v < V; v++) s += exp(in[v] - mx);
+    double lz = mx + log(s);
+    for (int v = 0; v < V; v++) out[v] = in[v] - lz;
+}
+
+/* score rows got against ref over C continuation tokens (targets tok[1..]) */
+static void score(const float *ref, const float *got, int C, int V, const int32_t *next, acc *a,
+                  acc *oracle)
+{
+    double *lr = malloc((size_t)V * sizeof *lr), *lg = malloc((size_t)V * sizeof *lg);
+    for (int t = 0; t < C; t++) {
+        log_softmax(ref + (size_t)t * V, V, lr);
+        log_softmax(got + (size_t)t * V, V, lg);
+        int ar = 0, ag = 0;
+        double kl = 0;
+        for (int v = 0; v < V; v++) {
+            kl += exp(lr[v]) * (lr[v] - lg[v]);
+            if (lr[v] > lr[ar]) ar = v;
+            if (lg[v] > lg[ag]) ag = v;
+        }
+        a->kl += kl;
+        a->top1 += ar == ag;
+        a->nll -= lg[next[t]];
+        a->n++;
+        if (oracle) {
+            oracle->nll -= lr[next[t]];
+            oracle->n++;
+        }
+    }
+    free(lr);
+    free(lg);
+}
+
+static void rows_logits(struct llama_context *ctx, int C, int V, float *out)
+{
+    for (int t = 0; t < C; t++)
+        memcpy(out + (size_t)t * V, llama_get_logits_ith(ctx, t), (size_t)V * sizeof(float));
+}
+
+static int cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+int scdb_bench_llama(int argc, char **argv)
+{
+    lopts o = {.prefix = 448, .cont = 32, .windows = 2, .reps = 3, .threads = 2};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int bad = 0;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return 0;
+        }
+        if (!v) {
+            fprintf(stderr, "bench llama: %s: unknown option or no value\n", a);
+            usage(stderr);
+            return 2;
+        }
+        i++;
+        char why[256] = "";
+        if (!strcmp(a, "--data")) o.data = v;
+        else if (!strcmp(a, "--gguf")) o.gguf = v;
+        else if (!strcmp(a, "--json")) o.json = v;
+        else if (!strcmp(a, "--png")) o.png = v;
+        else if (!strcmp(a, "--consumers")) o.only = v;
+        else if (!strcmp(a, "--prefix")) bad = scdb_parse_int(a, v, 64, 480, &o.prefix, why, sizeof why) != SCDB_OK;
+        else if (!strcmp(a, "--cont")) bad = scdb_parse_int(a, v, 1, 64, &o.cont, why, sizeof why) != SCDB_OK;
+        else if (!strcmp(a, "--windows")) bad = scdb_parse_int(a, v, 1, 64, &o.windows, why, sizeof why) != SCDB_OK;
+        else if (!strcmp(a, "--reps")) bad = scdb_parse_int(a, v, 1, 100, &o.reps, why, sizeof why) != SCDB_OK;
+        else if (!strcmp(a, "--threads")) bad = scdb_parse_int(a, v, 1, 256, &o.threads, why, sizeof why) != SCDB_OK;
+        else {
+            fprintf(stderr, "bench llama: unknown option %s\n", a);
+            usage(stderr);
+            return 2;
+        }
+        if (bad) {
+            fprintf(stderr, "bench llama: %s\n", why);
+            return 2;
+        }
+    }
+    if (o.prefix + o.cont > 512) {
+        fprintf(stderr, "bench llama: --prefix + --cont is %d, over the family's context of 512\n",
+                o.prefix + o.cont);
+        return 2;
+    }
+    if (!o.data)
+        o.data = scdb_data_dir();
+    char err[1024] = "";
+    if (scdb_llama_init(err, sizeof err)) {
+        fprintf(stderr, "bench llama: %s\n", err);
+        return 1;
+    }
+    static lcons cons[MAX_CONS];
+    int nc = find_consumers(&o, cons);
+    if (nc == 0) {
+        fprintf(stderr, "bench llama: no consumer with a pair under %s (--consumers %s)\n", o.data,
+                o.only ? o.only : "all");
+        return 1;
+    }
+    char tmp[] = "/tmp/scdb-bench-llama.XXXXXX";
+    if (!mkdtemp(tmp)) {
+        perror("bench llama: mkdtemp");
+        return 1;
+    }
+    int rc = 1;
+    pid_t broker = -1;
+    struct llama_model *lbase = NULL;
+    const char *gdir = o.gguf ? o.gguf : tmp;
+    char self[4096], base_gguf[1200];
+    ssize_t sl = readlink("/proc/self/exe", self, sizeof self - 1);
+    self[sl > 0 ? sl : 0] = 0;
+    snprintf(base_gguf, sizeof base_gguf, "%s/base.gguf", gdir);
+    {
+        char src[1100];
+        snprintf(src, sizeof src, "%s/models/base", o.data);
+        if (!o.gguf && export_gguf(self, src, base_gguf))
+            goto out;
+    }
+    for (int i = 0; i < nc; i++) {
+        snprintf(cons[i].gguf, sizeof cons[i].gguf, "%s/%s.gguf", gdir, cons[i].name);
+        if (!o.gguf && export_gguf(self, cons[i].src, cons[i].gguf))
+            goto out;
+        const char *dom = cons[i].name;
+        scdb_model_config mc;
+        if (!strcmp(cons[i].kind, "full") &&
+            !scdb_model_config_load_any(cons[i].src, NULL, &mc, err, sizeof err) && mc.domain[0])
+            dom = mc.domain;
+        scdb_model_heldout_path(o.data, dom, cons[i].text, sizeof cons[i].text);
+    }
+    fprintf(stderr, "bench llama: %d consumers, GGUF files in %s\n", nc, gdir);
+
+    /* llama.cpp: base once, full models each, adapters over base */
+    lbase = llama_model_load_from_file(base_gguf, llama_model_default_params());
+    if (!lbase) {
+        fprintf(stderr, "bench llama: llama.cpp cannot load %s\n", base_gguf);
+        goto out;
+    }
+    for (int i = 0; i < nc; i++) {
+        lcons *c = &cons[i];
+        if (!strcmp(c->kind, "full")) {
+            c->m = llama_model_load_from_file(c->gguf, llama_model_default_params());
+        } else {
+            c->m = lbase;
+            c->ad = llama_adapter_lora_init(lbase, c->gguf);
+        }
+        if (!c->m || (!strcmp(c->kind, "lora") && !c->ad)) {
+            fprintf(stderr, "bench llama: llama.cpp cannot load %s\n", c->gguf);
+            goto out;
+        }
+        if (scdb_model_load_ex(c->src, &(scdb_model_load_opts){.models_dir = NULL}, &c->ref, err,
+                               sizeof err)) {
+            fprintf(stderr, "bench llama: %s: %s\n", c->src, err);
+            goto out;
+        }
+    }
+
+    /* the broker */
+    char cfg[300], sock[300], store[300], logp[300];
+    snprintf(cfg, sizeof cfg, "%s/broker.ini", tmp);
+    snprintf(sock, sizeof sock, "ipc://%s/s", tmp);
+    snprintf(store, sizeof store, "%s/store", tmp);
+    snprintf(logp, sizeof logp, "%s/broker.log", tmp);
+    if (write_config(cfg, sock, store, &o, cons, nc)) {
+        fprintf(stderr, "bench llama: cannot write %s\n", cfg);
+        goto out;
+    }
+    {
+        const char *args[] = {"--config", cfg, NULL};
+        broker = scdb_bench_start_broker(args, logp);
+        scdb_opts so = {.endpoint = sock, .timeout_ms = 30000};
+        scdb *h = NULL;
+        if (broker < 0 || scdb_bench_connect(&so, 120, broker, &h)) {
+            fprintf(stderr, "bench llama: the broker did not start (its log: %s)\n", logp);
+            goto out;
+        }
+        scdb_close(&h);
+    }
+    scdb_llama_producer_params pp = scdb_llama_producer_default_params();
+    pp.endpoint = sock;
+    pp.producer = "base";
+    pp.codebook = CB;
+    pp.timeout_ms = 60000;
+    scdb_llama_producer *prod = NULL;
+    if (scdb_llama_producer_open(&pp, &prod, err, sizeof err)) {
+        fprintf(stderr, "bench llama: producer: %s\n", err);
+        goto out;
+    }
+    /* base's KV as is, for raw reuse: a second producer of raw/base */
+    scdb_llama_producer_params rpp = pp;
+    rpp.codebook = NULL;
+    scdb_llama_producer *rawprod = NULL;
+    if (scdb_llama_producer_open(&rpp, &rawprod, err, sizeof err)) {
+        fprintf(stderr, "bench llama: raw producer: %s\n", err);
+        scdb_llama_producer_close(&prod);
+        goto out;
+    }
+    struct llama_context *pctx = new_ctx(lbase, &o, prod);
+    const int P = o.prefix, C = o.cont, V = 256;
+    float *ref = malloc((size_t)C * V * sizeof *ref), *got = malloc((size_t)C * V * sizeof *got);
+    float *rlg = malloc((size_t)(P + C) * V * sizeof *rlg);
+    int32_t *tok = malloc((size_t)(P + C + 1) * sizeof *tok);
+    cJSON *root = cJSON_CreateObject(), *rows = cJSON_AddArrayToObject(root, "rows");
+    double cap_plain = INFINITY, cap_with = INFINITY, worst_dl = 0;
+    printf("| consumer | kind | prefix | own prefill | TTFT via scdb | speed-up | SCD top-1, ppl, KL "
+           "| raw top-1, ppl, KL | exact top-1, KL | engines max dlogit |\n"
+           "|---|---|---|---|---|---|---|---|---|---|\n");
+    int failed = 0;
+    for (int i = 0; i < nc && !failed; i++) {
+        lcons *c = &cons[i];
+        char *text = NULL;
+        size_t len = 0;
+        if (scdb_read_file(c->text, 1 << 26, &text, &len) || len / 2 < (size_t)(P + C + 1)) {
+            fprintf(stderr, "bench llama: %s: cannot read enough of %s\n", c->name, c->text);
+            failed = 1;
+            free(text);
+            break;
+        }
+        scdb_llama_consumer *sc = NULL, *rawc = NULL, *xc = NULL;
+        scdb_llama_producer *xp = NULL;
+        scdb_llama_consumer_params cp = scdb_llama_consumer_default_params();
+        cp.endpoint = sock;
+        cp.consumer = c->name;
+        cp.model = c->m;
+        cp.adapter = c->ad;
+        cp.timeout_ms = 60000;
+        cp.codebook = CB;
+        scdb_err e = scdb_llama_consumer_open(&cp, &sc, err, sizeof err);
+        cp.codebook = "raw/base";
+        if (!e) e = scdb_llama_consumer_open(&cp, &rawc, err, sizeof err);
+        cp.codebook = NULL;   /* raw/<consumer>: its own KV */
+        if (!e) e = scdb_llama_consumer_open(&cp, &xc, err, sizeof err);
+        scdb_llama_producer_params xpp = pp;
+        xpp.producer = c->name;
+        xpp.codebook = NULL;
+        if (!e) e = scdb_llama_producer_open(&xpp, &xp, err, sizeof err);
+        struct llama_context *cctx = new_ctx(c->m, &o, xp);
+        if (e || !cctx) {
+            fprintf(stderr, "bench llama: %s: %s\n", c->name, e ? err : "no context");
+            failed = 1;
+        }
+        acc as = {0}, ar = {0}, ax = {0}, ao = {0};
+        double own_t[64], ttft_t[64], rest_t[64], dl = 0, dl_fa = 0;
+        int nw = 0;
+        for (int w = 0; w < o.windows && !failed; w++) {
+            size_t span = len / 2 - (size_t)(P + C + 1);
+            size_t at = len / 2 + (o.windows > 1 ? span * (size_t)w / (size_t)(o.windows - 1) : 0);
+            scdb_tokenize_bytes(text + at, (size_t)(P + C + 1), tok);
+            /* base stores the prefix (capture timed against a plain prefill) */
+            for (int r = 0; r < o.reps; r++) {
+                clear(pctx);
+                double t0 = scdb_now();
+                scdb_llama_decode(pctx, 0, tok, (size_t)P, 0, 0);
+                cap_plain = fmin(cap_plain, scdb_now() - t0);
+                clear(pctx);
+                scdb_llama_put_result pr;
+                if ((e = scdb_llama_producer_prefill(prod, pctx, 0, tok, (size_t)P, &pr))) {
+                    fprintf(stderr, "bench llama: put: %s\n", scdb_llama_producer_error(prod));
+                    failed = 1;
+                    break;
+                }
+                cap_with = fmin(cap_with, pr.prefill_ms / 1e3);
+            }
+            clear(pctx);
+            scdb_llama_put_result rpr;
+            if (!failed && scdb_llama_producer_prefill(rawprod, pctx, 0, tok, (size_t)P, &rpr)) {
+                fprintf(stderr, "bench llama: raw put: %s\n", scdb_llama_producer_error(rawprod));
+                failed = 1;
+            }
+            if (failed) break;
+            /* oracle: the consumer's own prefill, timed to the first token */
+            scdb_llama_consumer_use(sc, cctx);
+            double best_own = INFINITY, best_ttft = INFINITY, best_rest = INFINITY;
+            for (int r = 0; r < o.reps; r++) {
+                clear(cctx);
+                double t0 = scdb_now();
+                scdb_llama_decode(cctx, 0, tok, (size_t)P, 0, 0);
+                scdb_llama_decode(cctx, 0, tok + P, 1, P, 0);
+                best_own = fmin(best_own, scdb_now() - t0);
+            }
+            clear(cctx);
+            scdb_llama_decode(cctx, 0, tok, (size_t)P, 0, 0);
+            scdb_llama_decode(cctx, 0, tok + P, (size_t)C, P, 1);
+            rows_logits(cctx, C, V, ref);
+            /* the reference engine's own prefill of the same tokens, against
+             * llama.cpp's in f32 (flash attention off) and as configured */
+            {
+                scdb_kv_cache *kv = NULL;
+                scdb_model_cache_new(c->ref, P + C, &kv);
+                scdb_model_forward(c->ref, tok, NULL, P + C, kv, rlg, NULL);
+                struct llama_context *fc = f32_ctx(c->m, &o);
+                scdb_llama_consumer_use(sc, fc);
+                scdb_llama_decode(fc, 0, tok, (size_t)(P + C), 0, 1);
+                for (int t = 0; t < P + C; t++) {
+                    const float *g = llama_get_logits_ith(fc, t);
+                    for (int v = 0; v < V; v++)
+                        dl = fmax(dl, fabs(g[v] - rlg[(size_t)t * V + v]));
+                }
+                llama_free(fc);
+                for (int t = 0; t < C; t++)
+                    for (int v = 0; v < V; v++)
+                        dl_fa = fmax(dl_fa, fabs(ref[(size_t)t * V + v] - rlg[(size_t)(P + t) * V + v]));
+                scdb_kv_cache_free(&kv);
+            }
+            /* scd */
+            scdb_llama_restore_result rr = {0};
+            for (int r = 0; r < o.reps && !failed; r++) {
+                clear(cctx);
+                double t0 = scdb_now();
+                e = scdb_llama_restore(sc, cctx, tok, (size_t)P, NULL, &rr);
+                double t1 = scdb_now();
+                scdb_llama_decode(cctx, 0, tok + P, 1, P, 0);
+                best_ttft = fmin(best_ttft, scdb_now() - t0);
+                best_rest = fmin(best_rest, t1 - t0);
+                if (e || rr.n_restored != P / 64 * 64) {
+                    fprintf(stderr, "bench llama: %s: restore gave %d of %d tokens: %s\n", c->name,
+                            rr.n_restored, P / 64 * 64, scdb_llama_consumer_error(sc));
+                    failed = 1;
+                }
+            }
+            if (failed) break;
+            int R = rr.n_restored;
+            /* the tokens between the stored blocks and the prefix's end are
+             * the consumer's own, then the continuation */
+            clear(cctx);
+            scdb_llama_restore(sc, cctx, tok, (size_t)P, NULL, &rr);
+            scdb_llama_decode(cctx, 0, tok + R, (size_t)(P - R), R, 0);
+            scdb_llama_decode(cctx, 0, tok + P, (size_t)C, P, 1);
+            rows_logits(cctx, C, V, got);
+            score(ref, got, C, V, tok + P + 1, &as, &ao);
+            /* raw reuse of base's KV */
+            clear(cctx);
+            if (scdb_llama_restore(rawc, cctx, tok, (size_t)P, NULL, &rr) || rr.n_restored != R) {
+                fprintf(stderr, "bench llama: %s: raw restore: %s\n", c->name,
+                        scdb_llama_consumer_error(rawc));
+                failed = 1;
+                break;
+            }
+            scdb_llama_consumer_use(sc, cctx);
+            scdb_llama_decode(cctx, 0, tok + R, (size_t)(P - R), R, 0);
+            scdb_llama_decode(cctx, 0, tok + P, (size_t)C, P, 1);
+            rows_logits(cctx, C, V, got);
+            score(ref, got, C, V, tok + P + 1, &ar, NULL);
+            /* exact: its own prefill stored raw, restored */
+            clear(cctx);
+            scdb_llama_put_result xr;
+            if (scdb_llama_producer_prefill(xp, cctx, 0, tok, (size_t)P, &xr)) {
+                fprintf(stderr, "bench llama: %s: raw put: %s\n", c->name,
+                        scdb_llama_producer_error(xp));
+                failed = 1;
+                break;
+            }
+            clear(cctx);
+            if (scdb_llama_restore(xc, cctx, tok, (size_t)P, NULL, &rr) || rr.n_restored != R) {
+                fprintf(stderr, "bench llama: %s: exact restore: %s\n", c->name,
+                        scdb_llama_consumer_error(xc));
+                failed = 1;
+                break;
+            }
+            scdb_llama_decode(cctx, 0, tok + R, (size_t)(P - R), R, 0);
+            scdb_llama_decode(cctx, 0, tok + P, (size_t)C, P, 1);
+            rows_logits(cctx, C, V, got);
+            score(ref, got, C, V, tok + P + 1, &ax, NULL);
+            own_t[nw] = best_own * 1e3;
+            ttft_t[nw] = best_ttft * 1e3;
+            rest_t[nw] = best_rest * 1e3;
+            nw++;
+        }
+        free(text);
+        if (!failed && as.n == 0) {
+            fprintf(stderr, "bench llama: %s: no evaluated token\n", c->name);
+            failed = 1;
+        }
+        if (!failed) {
+            qsort(own_t, (size_t)nw, sizeof(double), cmp_d);
+            qsort(ttft_t, (size_t)nw, sizeof(double), cmp_d);
+            qsort(rest_t, (size_t)nw, sizeof(double), cmp_d);
+            double own = own_t[nw / 2], ttft = ttft_t[nw / 2], rest = rest_t[nw / 2];
+            double on = ao.nll / ao.n;
+            double ppl = exp(as.nll / as.n - on), rppl = exp(ar.nll / ar.n - on);
+            worst_dl = fmax(worst_dl, dl);
+            printf("| %s | %s | %d | %.1f ms | %.1f ms | %.1fx | %.3f, %+.1f%%, %.4f | %.3f, %+.1f%%, "
+                   "%.4f | %.3f, %.1e | %.1e |\n", c->name, c->kind, P, own, ttft, own / ttft,
+                   as.top1 / as.n, (ppl - 1) * 100, as.kl / as.n, ar.top1 / ar.n, (rppl - 1) * 100,
+                   ar.kl / ar.n, ax.top1 / ax.n, ax.kl / ax.n, dl);
+            fflush(stdout);
+            cJSON *row = cJSON_CreateObject();
+            cJSON_AddStringToObject(row, "consumer", c->name);
+            cJSON_AddStringToObject(row, "kind", c->kind);
+            cJSON_AddStringToObject(row, "engine", "llama.cpp " SCDB_LLAMA_RELEASE);
+            cJSON_AddNumberToObject(row, "prefix_tokens", P);
+            cJSON_AddNumberToObject(row, "restored_tokens", P / 64 * 64);
+            cJSON_AddNumberToObject(row, "restore_ms", rest);
+            cJSON_AddNumberToObject(row, "own_prefill_ms", own);
+            cJSON_AddNumberToObject(row, "ttft_ms", ttft);
+            cJSON_AddNumberToObject(row, "speedup", own / ttft);
+            cJSON_AddNumberToObject(row, "ppl_ratio", ppl);
+            cJSON_AddNumberToObject(row, "kl", as.kl / as.n);
+            cJSON_AddNumberToObject(row, "top1", as.top1 / as.n);
+            cJSON_AddNumberToObject(row, "raw_ppl_ratio", rppl);
+            cJSON_AddNumberToObject(row, "raw_kl", ar.kl / ar.n);
+            cJSON_AddNumberToObject(row, "raw_top1", ar.top1 / ar.n);
+            cJSON_AddNumberToObject(row, "exact_kl", ax.kl / ax.n);
+            cJSON_AddNumberToObject(row, "exact_top1", ax.top1 / ax.n);
+            cJSON_AddNumberToObject(row, "capture_overhead", cap_with / cap_plain - 1);
+            cJSON_AddNumberToObject(row, "ref_max_dlogit", dl);
+            cJSON_AddNumberToObject(row, "ref_max_dlogit_default_ctx", dl_fa);
+            cJSON_AddNumberToObject(row, "windows", nw);
+            cJSON_AddNumberToObject(row, "tokens_scored", (double)as.n);
+            cJSON_AddItemToArray(rows, row);
+        }
+        if (cctx)
+            llama_free(cctx);
+        scdb_llama_consumer_close(&sc);
+        scdb_llama_consumer_close(&rawc);
+        scdb_llama_consumer_close(&xc);
+        scdb_llama_producer_close(&xp);
+    }
+    printf("\ncapture overhead: base's prefill of %d tokens %.2f ms with capture, %.2f ms without "
+           "(best of %d x %d windows x %d consumers): %+.1f%%; engines' logits within %.1e\n", P,
+           cap_with * 1e3, cap_plain * 1e3, o.reps, o.windows, nc,
+           (cap_with / cap_plain - 1) * 100, worst_dl);
+    cJSON_AddStringToObject(root, "bench", "llama");
+    cJSON_AddNumberToObject(root, "threads", o.threads);
+    cJSON_AddNumberToObject(root, "capture_overhead", cap_with / cap_plain - 1);
+    cJSON_AddNumberToObject(root, "ref_max_dlogit", worst_dl);
+    if (!failed && o.json && scdb_bench_write_json(o.json, root, "bench llama"))
+        failed = 1;
+    if (!failed && o.png && o.json) {
+        char plot[4200];
+        snprintf(plot, sizeof plot, "%s/tools/plot_llama.py", scdb_share_dir());
+        char *pargv[] = {"/usr/bin/python3", plot, (char *)o.json, (char *)o.png, NULL};
+        if (access(plot, R_OK) || run_cmd(pargv))
+            fprintf(stderr, "bench llama: no PNG (python3 with matplotlib, %s)\n", plot);
+    }
+    cJSON_Delete(root);
+    free(ref);
+    free(got);
+    free(rlg);
+    free(tok);
+    llama_free(pctx);
+    scdb_llama_producer_close(&prod);
+    scdb_llama_producer_close(&rawprod);
+    rc = failed;
+out:
+    if (broker > 0 && scdb_bench_stop_broker(broker, SIGTERM)) {
+        fprintf(stderr, "bench llama: the broker did not stop cleanly\n");
+        rc = 1;
+    }
+    for (int i = 0; i < nc; i++) {
+        scdb_model_free(&cons[i].ref);
+        if (cons[i].m && cons[i].m != lbase)
+            llama_model_free(cons[i].m);
+    }
+    scdb_rm_tree(tmp);
+    return rc;
+}
+#endif
