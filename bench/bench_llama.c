@@ -64,8 +64,9 @@ int scdb_bench_llama(int argc, char **argv)
 extern char **environ;
 
 typedef struct lopts {
-    const char *data, *gguf, *json, *png, *only;
+    const char *data, *gguf, *json, *png, *only, *text;
     int prefix, cont, windows, reps, threads;
+    long at;                        /* --text: first window's byte (-1: half) */
 } lopts;
 
 typedef struct lcons {
@@ -82,7 +83,7 @@ static void usage(FILE *f)
     fprintf(f,
 "usage: scdb bench llama [--data DIR] [--gguf DIR] [--consumers a,b,...] [--prefix P]\n"
 "                        [--cont C] [--windows N] [--reps R] [--threads T]\n"
-"                        [--json FILE] [--png FILE]\n\n"
+"                        [--text FILE [--at BYTE]] [--json FILE] [--png FILE]\n\n"
 "The fleet served from one stored prefix with llama.cpp on both sides: base\n"
 "in llama.cpp prefills the prefix (its H_in captured during llama_decode), the\n"
 "broker encodes and stores it once, and each consumer (full fine-tunes, and\n"
@@ -101,6 +102,9 @@ static void usage(FILE *f)
 "  --windows N      windows per consumer (default 2)\n"
 "  --reps R         timing repetitions, best taken (default 3)\n"
 "  --threads T      llama.cpp threads (default 2)\n"
+"  --text FILE      every consumer on FILE (one stored prefix per window for\n"
+"                   the whole fleet: the fan-out), windows from byte --at\n"
+"                   (default: the second half of FILE)\n"
 "  --json FILE      rows {consumer, kind, engine, prefix_tokens, restore_ms,\n"
 "                   own_prefill_ms, ttft_ms, speedup, ppl_ratio, kl, top1,\n"
 "                   raw_ppl_ratio, raw_kl, raw_top1, exact_kl, exact_top1,\n"
@@ -268,7 +272,7 @@ static int cmp_d(const void *a, const void *b)
 
 int scdb_bench_llama(int argc, char **argv)
 {
-    lopts o = {.prefix = 448, .cont = 32, .windows = 2, .reps = 3, .threads = 2};
+    lopts o = {.prefix = 448, .cont = 32, .windows = 2, .reps = 3, .threads = 2, .at = -1};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int bad = 0;
@@ -288,6 +292,12 @@ int scdb_bench_llama(int argc, char **argv)
         else if (!strcmp(a, "--json")) o.json = v;
         else if (!strcmp(a, "--png")) o.png = v;
         else if (!strcmp(a, "--consumers")) o.only = v;
+        else if (!strcmp(a, "--text")) o.text = v;
+        else if (!strcmp(a, "--at")) {
+            int64_t at = 0;
+            bad = scdb_parse_i64(a, v, 0, INT64_MAX / 2, &at, why, sizeof why) != SCDB_OK;
+            o.at = (long)at;
+        }
         else if (!strcmp(a, "--prefix")) bad = scdb_parse_int(a, v, 64, 480, &o.prefix, why, sizeof why) != SCDB_OK;
         else if (!strcmp(a, "--cont")) bad = scdb_parse_int(a, v, 1, 64, &o.cont, why, sizeof why) != SCDB_OK;
         else if (!strcmp(a, "--windows")) bad = scdb_parse_int(a, v, 1, 64, &o.windows, why, sizeof why) != SCDB_OK;
@@ -350,7 +360,10 @@ int scdb_bench_llama(int argc, char **argv)
         if (!strcmp(cons[i].kind, "full") &&
             !scdb_model_config_load_any(cons[i].src, NULL, &mc, err, sizeof err) && mc.domain[0])
             dom = mc.domain;
-        scdb_model_heldout_path(o.data, dom, cons[i].text, sizeof cons[i].text);
+        if (o.text)
+            snprintf(cons[i].text, sizeof cons[i].text, "%s", o.text);
+        else
+            scdb_model_heldout_path(o.data, dom, cons[i].text, sizeof cons[i].text);
     }
     fprintf(stderr, "bench llama: %d consumers, GGUF files in %s\n", nc, gdir);
 
@@ -434,7 +447,12 @@ int scdb_bench_llama(int argc, char **argv)
         lcons *c = &cons[i];
         char *text = NULL;
         size_t len = 0;
-        if (scdb_read_file(c->text, 1 << 26, &text, &len) || len / 2 < (size_t)(P + C + 1)) {
+        size_t from = 0, upto = 0;
+        if (!scdb_read_file(c->text, 1 << 26, &text, &len)) {
+            from = o.at >= 0 ? (size_t)o.at : len / 2;
+            upto = from < len ? len - from : 0;
+        }
+        if (!text || upto < (size_t)(P + C + 1)) {
             fprintf(stderr, "bench llama: %s: cannot read enough of %s\n", c->name, c->text);
             failed = 1;
             free(text);
@@ -467,8 +485,8 @@ int scdb_bench_llama(int argc, char **argv)
         double own_t[64], ttft_t[64], rest_t[64], dl = 0, dl_fa = 0;
         int nw = 0;
         for (int w = 0; w < o.windows && !failed; w++) {
-            size_t span = len / 2 - (size_t)(P + C + 1);
-            size_t at = len / 2 + (o.windows > 1 ? span * (size_t)w / (size_t)(o.windows - 1) : 0);
+            size_t span = upto - (size_t)(P + C + 1);
+            size_t at = from + (o.windows > 1 ? span * (size_t)w / (size_t)(o.windows - 1) : 0);
             scdb_tokenize_bytes(text + at, (size_t)(P + C + 1), tok);
             /* base stores the prefix (capture timed against a plain prefill) */
             for (int r = 0; r < o.reps; r++) {

@@ -96,7 +96,8 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: scdb demo [--data DIR] [--prefix N] [--gen N] [--text FILE] [--codes C]\n"
-            "                 [--budget N] [--policy NAME] [--cadence N] [--device D]\n\n"
+            "                 [--budget N] [--policy NAME] [--cadence N] [--device D]\n"
+            "                 [--engine llama.cpp|reference]\n\n"
             "The fan-out demo: starts a broker on a private temp dir whose config serves\n"
             "the whole fleet (the specialists and every LoRA adapter of DIR/adapters that\n"
             "has a pair), a producer process (base) that prefills ONE shared prefix and\n"
@@ -123,6 +124,13 @@ static void usage(FILE *f)
             "                 On cuda the broker decodes into CUDA IPC arenas and the\n"
             "                 consumers run their model and live session on the GPU (the\n"
             "                 producer stays on the CPU: it captures into shared memory)\n"
+            "  --engine E     llama.cpp (what scripts/main.sh runs; builds with llama.cpp): the fleet\n"
+            "                 runs in llama.cpp (GGUF exports of the family, adapters\n"
+            "                 loaded once beside base); base captures and stores the\n"
+            "                 prefix once, each consumer restores it into its own\n"
+            "                 llama.cpp sequence (`scdb bench llama` on this prefix).\n"
+            "                 reference (the default): scdb's own engine, with the live\n"
+            "                 sessions\n"
             "exit status: 0 all steps ran, 1 a step failed, 2 usage error.\n",
             cli_data_dir());
 }
@@ -699,7 +707,8 @@ int cli_cmd_demo(int argc, char **argv)
         {"gen", required_argument, 0, 'g'}, {"text", required_argument, 0, 't'},
         {"budget", required_argument, 0, 'b'}, {"policy", required_argument, 0, 'P'},
         {"cadence", required_argument, 0, 'c'}, {"device", required_argument, 0, 'D'},
-        {"codes", required_argument, 0, 'C'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+        {"codes", required_argument, 0, 'C'}, {"engine", required_argument, 0, 'E'},
+        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     static demo d;
     const char *text_path = NULL;
     char path[1100], *text = NULL;
@@ -715,6 +724,7 @@ int cli_cmd_demo(int argc, char **argv)
     d.cadence = 8;
     d.int8 = 1;
     d.policy = "distillcache";
+    int engine_llama = 0;
     optind = 1;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         char why[160];
@@ -738,6 +748,17 @@ int cli_cmd_demo(int argc, char **argv)
         case 'D':
             if (scdb_device_parse(optarg, &d.device)) {
                 fprintf(stderr, "scdb demo: --device wants auto, cpu or cuda, not '%s'\n", optarg);
+                usage(stderr);
+                return 2;
+            }
+            break;
+        case 'E':
+            if (!strcmp(optarg, "llama.cpp")) {
+                engine_llama = 1;
+            } else if (!strcmp(optarg, "reference")) {
+                engine_llama = 0;
+            } else {
+                fprintf(stderr, "scdb demo: --engine wants llama.cpp or reference, not '%s'\n", optarg);
                 usage(stderr);
                 return 2;
             }
@@ -798,6 +819,32 @@ int cli_cmd_demo(int argc, char **argv)
             goto done;
         }
         off = pick_offset(&d, "base", (const unsigned char *)text, len - 1);
+#ifndef SCDB_HAVE_LLAMA
+        if (engine_llama) {
+            fprintf(stderr, "scdb demo: this build has no llama.cpp (scripts/install-llama.sh, "
+                            "then rebuild); --engine reference runs scdb's own engine\n");
+            goto done;
+        }
+#else
+        if (engine_llama) {
+            /* the fan-out in llama.cpp: base in llama.cpp prefills and stores
+             * the prefix once, every consumer restores it into its own
+             * llama.cpp sequence (bench/bench_llama.c on this one prefix) */
+            char at[32], pre[16], gen[16];
+            snprintf(at, sizeof at, "%zu", off);
+            snprintf(pre, sizeof pre, "%d", d.prefix);
+            snprintf(gen, sizeof gen, "%d", d.gen < 64 ? d.gen : 64);
+            char *bargv[] = {"llama", "--data", (char *)d.data, "--text", (char *)tp, "--at", at,
+                             "--prefix", pre, "--cont", gen, "--windows", "1", "--reps", "3", NULL};
+            printf("scdb demo (llama.cpp %s): one shared prefix, %d bytes of %s from byte %zu, "
+                   "prefilled once by base in llama.cpp, restored by every consumer into its own "
+                   "llama.cpp sequence; scored on the next %s tokens against its own prefill\n\n",
+                   "v0.4.0", d.prefix, scdb_data_relative(tp), off, gen);
+            fflush(stdout);
+            rc = scdb_bench_llama((int)(sizeof bargv / sizeof bargv[0]) - 1, bargv);
+            goto done;
+        }
+#endif
         d.tokens = malloc(need * sizeof *d.tokens);
         if (!d.tokens) goto done;
         scdb_tokenize_bytes(text + off, need, d.tokens);

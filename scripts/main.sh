@@ -4,4 +4,5 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 "$root/scripts/install-deps.sh"
 "$root/scripts/build.sh"
-exec "$root/build/cli/scdb" demo "$@"
+# the fan-out in llama.cpp (scdb demo --engine reference: scdb's own engine)
+exec "$root/build/cli/scdb" demo --engine llama.cpp "$@"
