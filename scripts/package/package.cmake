@@ -24,6 +24,20 @@ install(FILES ${CMAKE_SOURCE_DIR}/python/examples/torch_family.py
   ${CMAKE_SOURCE_DIR}/python/examples/scdb_paths.py
   DESTINATION ${CMAKE_INSTALL_DATADIR}/scdb/python/examples)
 
+# llama.cpp (the pinned release scripts/install-llama.sh fetched, when the
+# build has it): its libraries and CPU backends beside nothing else of the
+# system, in <libdir>/scdb/llama (the scdb command's INSTALL_RPATH; the
+# backends are found beside libllama at run time), with their licences.
+if(SCDB_HAVE_LLAMA)
+  file(GLOB _scdb_llama_libs "${SCDB_LLAMA_DIR}/lib/lib*.so")
+  install(FILES ${_scdb_llama_libs} DESTINATION ${CMAKE_INSTALL_LIBDIR}/scdb/llama)
+  install(DIRECTORY "${SCDB_LLAMA_DIR}/licenses/" DESTINATION ${CMAKE_INSTALL_DOCDIR}/llama.cpp)
+  install(FILES "${SCDB_LLAMA_DIR}/VERSION" DESTINATION ${CMAKE_INSTALL_DOCDIR}/llama.cpp)
+  # dpkg-shlibdeps resolves them inside the package, not from a Debian one
+  set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS_PRIVATE_DIRS
+    "${CMAKE_INSTALL_PREFIX}/${CMAKE_INSTALL_LIBDIR}/scdb/llama")
+endif()
+
 set(CPACK_PACKAGE_NAME scdb)
 set(CPACK_PACKAGE_VERSION ${PROJECT_VERSION})
 set(CPACK_PACKAGE_VENDOR "scdb")
