@@ -274,6 +274,93 @@ scdb_err scdb_llama_producer_prefill(scdb_llama_producer *p, struct llama_contex
                                      llama_seq_id seq, const llama_token *tokens,
                                      size_t n_tokens, scdb_llama_put_result *out);
 
+/* ---- live eviction ---------------------------------------------------
+ *
+ * An evictor keeps one llama.cpp sequence within a budget of cells with one
+ * of scdb's eviction policies (evict/evict.h: streaming, h2o, snapkv, tova,
+ * learned) keeping ONE set of positions for all layers and heads:
+ * llama_memory_seq_rm removes a position from every layer at once, so keep
+ * sets per head cannot be applied.  A learned policy file runs its one-set
+ * network at every budget (its per-head scorer, below its split, is not
+ * used: "Keep sets per head", evict/evict.h).  Its inputs come from what llama.cpp exposes, read by cb_eval
+ * while the evictor's own decode runs:
+ *
+ *   kq_soft_max-N  [n_kv cells][n_tokens][n_head]  attention of each new
+ *                  query over the context's cells (exists only with flash
+ *                  attention off: the evictor refuses a context with it on)
+ *   Vcur-N         [kv_dim][n_tokens]              the new tokens' V (norms)
+ *
+ * and folded into scdb's feature accumulators over a shadow of the
+ * sequence (positions and V only, slot order = arrival order).  Cells are
+ * mapped to slots by what the attention shows: a new token's cell is the
+ * one its query sees that no earlier token held.  When the sequence holds
+ * more than the budget, the policy scores, selects and compacts the shadow,
+ * and every evicted position is removed from llama.cpp with
+ * llama_memory_seq_rm(seq, p, p + 1): positions are kept, so the sequence
+ * attends exactly as scdb's compacted cache does (attention masks by
+ * position) and new tokens go on at pos_max + 1.
+ *
+ * The sequence must be the only one in its context's KV stream (a context
+ * of n_seq_max 1, or kv_unified off), its cells [0, n) in position order
+ * when the evictor starts (after a prefill or a restore into an empty
+ * context): the first decode checks it. */
+typedef struct scdb_llama_evictor scdb_llama_evictor;
+
+typedef struct scdb_llama_evict_params {
+    llama_seq_id seq;            /* 0                                        */
+    const char *policy;          /* "streaming", "h2o", "snapkv", "tova",
+                                  * "learned" (default "learned")            */
+    const char *policy_file;     /* learned: a policy file keeping one set   */
+    int budget;                  /* cells kept after an eviction (required)  */
+    int cadence;                 /* evict once the sequence is this many
+                                  * cells over the budget (1)                */
+} scdb_llama_evict_params;
+scdb_llama_evict_params scdb_llama_evict_default_params(void);
+
+/* Errors: SCDB_EINVAL (no budget, cadence < 1, unknown policy name or a
+ * per-head kind: the message names it), the policy file's
+ * (scdb_evict_policy_load's). */
+scdb_err scdb_llama_evictor_new(const scdb_llama_evict_params *p, scdb_llama_evictor **out,
+                                char *errbuf, size_t errlen);
+void scdb_llama_evictor_free(scdb_llama_evictor **e);
+const char *scdb_llama_evictor_error(const scdb_llama_evictor *e);
+/* cparams' cb_eval reads kq_soft_max-N and Vcur-N during
+ * scdb_llama_evictor_decode only (a cb_eval already set is kept and
+ * called); flash attention is turned off (the probabilities need it). */
+void scdb_llama_evictor_cparams(scdb_llama_evictor *e, struct llama_context_params *cparams);
+
+/* Take over sequence seq of ctx as it is (its cells [0, n) at positions
+ * from its blob: a prefill or a restore); they have no statistics yet.
+ * Errors: SCDB_EINVAL (a budget over the context's cells, or below the
+ * cells the policy always keeps: the message says how many),
+ * SCDB_EUNSUPPORTED (flash attention on, another stream layout), those of
+ * scdb_llama_probe's layout reading. */
+scdb_err scdb_llama_evictor_start(scdb_llama_evictor *e, struct llama_context *ctx);
+
+typedef struct scdb_llama_evict_result {
+    int cells;                   /* the sequence's cells after the call      */
+    int evictions;               /* evictions during the call                */
+    int evicted;                 /* positions removed during the call        */
+    double stats_us;             /* folding the step's attention (this call) */
+    double evict_us;             /* score + select + compact + seq_rm        */
+    double decode_us;            /* llama_decode itself                      */
+} scdb_llama_evict_result;
+
+/* Decode tokens [0, n) at pos_max + 1, ... into the sequence (in chunks of
+ * at most 64 tokens), folding each query's attention, and evict whenever
+ * the sequence is `cadence` cells over the budget.  all_logits: as
+ * scdb_llama_decode, for the last chunk.  Errors: SCDB_ECLOSED (the
+ * sequence was cleared or changed outside the evictor: its pos_max is not
+ * the last position decoded here), SCDB_EIO (llama_decode failed),
+ * SCDB_EUNSUPPORTED (the cells do not map: another sequence shares the
+ * stream), SCDB_EFULL (the context has no room), the policy's errors. */
+scdb_err scdb_llama_evictor_decode(scdb_llama_evictor *e, struct llama_context *ctx,
+                                   const llama_token *tokens, size_t n, int all_logits,
+                                   scdb_llama_evict_result *out);
+/* The positions the sequence holds, in slot order (*n of them; the
+ * evictor's memory, valid until its next call). */
+const int32_t *scdb_llama_evictor_positions(const scdb_llama_evictor *e, int *n);
+
 /* Prefill helper for everyone: decode tokens [0, n) at positions pos0 ..
  * into sequence seq in batches of llama_n_batch(ctx), logits for the last
  * token only (or for all when all_logits: row i = token i).  SCDB_EIO. */

@@ -506,6 +506,159 @@ static void fleet_through_broker(void **state)
     assert_int_equal(bp_stop(&llama_broker, SIGTERM), 0);
 }
 
+/* ---- live eviction in llama.cpp ---- */
+
+static int cmp_i32(const void *a, const void *b)
+{
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+static struct llama_context *evict_ctx(scdb_llama_evictor *ev)
+{
+    struct llama_context_params cp = llama_context_default_params();
+    cp.n_ctx = 512;
+    cp.n_batch = cp.n_ubatch = 512;
+    cp.n_seq_max = 1;
+    cp.n_threads = cp.n_threads_batch = 2;
+    cp.type_k = cp.type_v = GGML_TYPE_F32;
+    scdb_llama_evictor_cparams(ev, &cp);
+    assert_int_equal(cp.flash_attn_type, LLAMA_FLASH_ATTN_TYPE_DISABLED);
+    struct llama_context *ctx = llama_init_from_model(lm, cp);
+    assert_non_null(ctx);
+    return ctx;
+}
+
+/* Each policy evicts a llama.cpp sequence under its budget; the reference
+ * engine, given the same kept set (its cache compacted to the positions
+ * llama.cpp kept), computes the same logits step after step, and the
+ * sequence llama.cpp holds is exactly the evictor's positions. */
+static void evictor_matches_reference(void **state)
+{
+    (void)state;
+    NEED_MODEL();
+    const char *policies[] = {"streaming", "h2o", "snapkv", "tova", "learned"};
+    enum { PRE = 96, STEPS = 40, BUDGET = 64 };
+    for (size_t k = 0; k < sizeof policies / sizeof policies[0]; k++) {
+        char err[512] = "";
+        scdb_llama_evict_params ep = scdb_llama_evict_default_params();
+        ep.policy = policies[k];
+        ep.policy_file = SCDB_DATA_DIR "/policies/distillcache_base.safetensors";
+        ep.budget = BUDGET;
+        ep.cadence = 8;
+        scdb_llama_evictor *ev = NULL;
+        scdb_err e = scdb_llama_evictor_new(&ep, &ev, err, sizeof err);
+        if (e) fail_msg("%s: %s", policies[k], err);
+        struct llama_context *ctx = evict_ctx(ev);
+        assert_int_equal(scdb_llama_decode(ctx, 0, tok, PRE, 0, 0), SCDB_OK);
+        e = scdb_llama_evictor_start(ev, ctx);
+        if (e) fail_msg("start: %s", scdb_llama_evictor_error(ev));
+        scdb_kv_cache *rc = NULL;
+        assert_int_equal(scdb_model_cache_new(ref, 512, &rc), SCDB_OK);
+        assert_int_equal(scdb_model_forward(ref, tok, NULL, PRE, rc, NULL, NULL), SCDB_OK);
+        float lg[256];
+        double dl = 0;
+        int evictions = 0;
+        for (int s = 0; s < STEPS; s++) {
+            scdb_llama_evict_result r;
+            e = scdb_llama_evictor_decode(ev, ctx, tok + PRE + s, 1, 0, &r);
+            if (e) fail_msg("%s step %d: %s", policies[k], s, scdb_llama_evictor_error(ev));
+            evictions += r.evictions;
+            assert_true(r.cells <= BUDGET + ep.cadence - 1);
+            /* the reference: the same token over the cache before this step's
+             * eviction, then the same kept set */
+            assert_int_equal(scdb_model_forward(ref, tok + PRE + s, NULL, 1, rc, lg, NULL), SCDB_OK);
+            const float *g = llama_get_logits_ith(ctx, -1);
+            for (int v = 0; v < 256; v++) dl = fmax(dl, fabs(g[v] - lg[v]));
+            int n;
+            const int32_t *pos = scdb_llama_evictor_positions(ev, &n);
+            if (r.evictions) {
+                int keep[512], nk = 0;
+                for (int i = 0, j = 0; i < rc->n && j < n; i++)
+                    if (rc->pos[i] == pos[j]) { keep[nk++] = i; j++; }
+                assert_int_equal(nk, n);
+                assert_int_equal(scdb_kv_cache_compact(rc, keep, nk), SCDB_OK);
+            }
+            /* llama.cpp holds exactly those positions */
+            scdb_llama_layout L = {.n_layer = 8, .n_kv_heads = 2, .head_dim = 32, .n_stream = 1,
+                                   .k_type = 0, .v_type = 0, .v_trans = 1};
+            scdb_kv_cache *back = NULL;
+            assert_int_equal(scdb_kv_cache_new(8, 2, 32, 512, &back), SCDB_OK);
+            assert_int_equal(scdb_llama_seq_read(ctx, &L, 0, back, err, sizeof err), SCDB_OK);
+            /* the blob lists cells in cell order: new tokens reuse freed cells */
+            assert_int_equal(back->n, n);
+            int32_t a1[512], a2[512];
+            memcpy(a1, back->pos, (size_t)n * sizeof *a1);
+            memcpy(a2, pos, (size_t)n * sizeof *a2);
+            qsort(a1, (size_t)n, sizeof *a1, cmp_i32);
+            qsort(a2, (size_t)n, sizeof *a2, cmp_i32);
+            assert_memory_equal(a1, a2, (size_t)n * sizeof *a1);
+            scdb_kv_cache_free(&back);
+        }
+        print_message("%s: %d evictions over %d steps, budget %d; llama.cpp vs the reference "
+                      "under the same kept set: max |dlogit| %.1e\n", policies[k], evictions,
+                      STEPS, BUDGET, dl);
+        assert_true(evictions >= 4);
+        assert_true(dl < 1e-4);
+        scdb_kv_cache_free(&rc);
+        llama_free(ctx);
+        scdb_llama_evictor_free(&ev);
+    }
+}
+
+/* refusals: a budget over the context or at the sinks, an unknown or
+ * per-head policy, a sequence cleared under the evictor, flash attention on */
+static void evictor_refusals(void **state)
+{
+    (void)state;
+    NEED_MODEL();
+    char err[512] = "";
+    scdb_llama_evict_params ep = scdb_llama_evict_default_params();
+    scdb_llama_evictor *ev = NULL;
+    assert_int_equal(scdb_llama_evictor_new(&ep, &ev, err, sizeof err), SCDB_EINVAL); /* no budget */
+    ep.budget = 32;
+    ep.policy = "h2o_head";
+    assert_int_equal(scdb_llama_evictor_new(&ep, &ev, err, sizeof err), SCDB_EINVAL);
+    assert_non_null(strstr(err, "h2o_head"));
+    ep.policy = "nonesuch";
+    assert_int_equal(scdb_llama_evictor_new(&ep, &ev, err, sizeof err), SCDB_EINVAL);
+    ep.policy = "learned";
+    ep.policy_file = NULL;
+    assert_int_equal(scdb_llama_evictor_new(&ep, &ev, err, sizeof err), SCDB_EINVAL);
+    ep.policy = "streaming";
+    ep.budget = 1000;
+    assert_int_equal(scdb_llama_evictor_new(&ep, &ev, err, sizeof err), SCDB_OK);
+    struct llama_context *ctx = evict_ctx(ev);
+    assert_int_equal(scdb_llama_evictor_start(ev, ctx), SCDB_EINVAL);
+    assert_non_null(strstr(scdb_llama_evictor_error(ev), "512"));
+    scdb_llama_evictor_free(&ev);
+    ep.budget = 4;
+    assert_int_equal(scdb_llama_evictor_new(&ep, &ev, err, sizeof err), SCDB_OK);
+    assert_int_equal(scdb_llama_evictor_start(ev, ctx), SCDB_EINVAL);
+    assert_non_null(strstr(scdb_llama_evictor_error(ev), "sink"));
+    scdb_llama_evictor_free(&ev);
+    ep.budget = 16;
+    assert_int_equal(scdb_llama_evictor_new(&ep, &ev, err, sizeof err), SCDB_OK);
+    scdb_llama_evict_result r;
+    assert_int_equal(scdb_llama_evictor_decode(ev, ctx, tok, 1, 0, &r), SCDB_EINVAL); /* not started */
+    assert_int_equal(scdb_llama_evictor_start(ev, ctx), SCDB_OK);
+    scdb_err e = scdb_llama_evictor_decode(ev, ctx, tok, 40, 0, &r);
+    if (e) fail_msg("%s", scdb_llama_evictor_error(ev));
+    assert_true(r.cells < 16 + 1);
+    /* cleared behind its back */
+    llama_memory_seq_rm(llama_get_memory(ctx), 0, -1, -1);
+    assert_int_equal(scdb_llama_evictor_decode(ev, ctx, tok, 1, 0, &r), SCDB_ECLOSED);
+    assert_non_null(strstr(scdb_llama_evictor_error(ev), "cleared"));
+    llama_free(ctx);
+    /* flash attention on: no probabilities */
+    ctx = new_ctx(GGML_TYPE_F16, 1);
+    assert_int_equal(scdb_llama_decode(ctx, 0, tok, 8, 0, 0), SCDB_OK);
+    assert_int_equal(scdb_llama_evictor_start(ev, ctx), SCDB_EUNSUPPORTED);
+    assert_non_null(strstr(scdb_llama_evictor_error(ev), "flash attention"));
+    llama_free(ctx);
+    scdb_llama_evictor_free(&ev);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -515,6 +668,8 @@ int main(void)
         cmocka_unit_test(rope_matches_reference),
         cmocka_unit_test(blob_refusals),
         cmocka_unit_test(fleet_through_broker),
+        cmocka_unit_test(evictor_matches_reference),
+        cmocka_unit_test(evictor_refusals),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -1,0 +1,480 @@
+/* evictor.c — scdb's eviction policies on a llama.cpp sequence
+ * (scdb_llama.h, "live eviction"): attention read by cb_eval, folded into
+ * scdb's accumulators over a shadow of the sequence, the kept set applied
+ * with llama_memory_seq_rm. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "evict.h"
+#include "llama_int.h"
+
+#define LL_CHUNK 64       /* tokens per llama_decode while folding */
+
+struct scdb_llama_evictor {
+    scdb_llama_evict_params p;
+    scdb_evict_policy *policy;
+    scdb_evict_acc *acc;
+    scdb_kv_cache *shadow;       /* pos and V of the live slots (K unused) */
+    int n_layer, n_head, n_kv_heads, head_dim, n_cells;
+    int *cell_slot;              /* [n_cells] slot of a live cell, -1 free */
+    int *slot_cell;              /* [n_cells] cell of a slot */
+    int started, since;          /* cells added since the last eviction */
+    int32_t last_pos;            /* -1: empty */
+    /* capture, valid during a decode */
+    int capturing, n_new;
+    float *probs;                /* [L][n_head][LL_CHUNK][n_cells] as llama gives */
+    int n_kv;                    /* cells the step's attention covers */
+    int *got_probs, *got_v;      /* per layer */
+    int bad;
+    float *folded;               /* [L][H][LL_CHUNK][n_cells] over slots */
+    int32_t *old_pos;
+    ggml_backend_sched_eval_callback user_cb;
+    void *user_ud;
+    char err[LL_ERR_MAX];
+};
+
+scdb_llama_evict_params scdb_llama_evict_default_params(void)
+{
+    scdb_llama_evict_params p = {0};
+    p.policy = "learned";
+    p.cadence = 1;
+    return p;
+}
+
+const char *scdb_llama_evictor_error(const scdb_llama_evictor *e) { return e ? e->err : ""; }
+
+const int32_t *scdb_llama_evictor_positions(const scdb_llama_evictor *e, int *n)
+{
+    if (n)
+        *n = e && e->shadow ? e->shadow->n : 0;
+    return e && e->shadow ? e->shadow->pos : NULL;
+}
+
+scdb_err scdb_llama_evictor_new(const scdb_llama_evict_params *pp, scdb_llama_evictor **out,
+                                char *errbuf, size_t errlen)
+{
+    if (!out)
+        return SCDB_EINVAL;
+    *out = NULL;
+    scdb_llama_evict_params p = pp ? *pp : scdb_llama_evict_default_params();
+    if (!p.policy)
+        p.policy = "learned";
+    if (p.budget < 1 || p.cadence < 1 || p.seq < 0) {
+        ll_msg(errbuf, errlen, "an evictor needs a budget >= 1 (got %d) and a cadence >= 1 (got %d)",
+               p.budget, p.cadence);
+        return SCDB_EINVAL;
+    }
+    scdb_evict_kind kind;
+    if (scdb_evict_kind_parse(p.policy, &kind) || kind == SCDB_EVICT_FULL ||
+        kind == SCDB_EVICT_H2O_HEAD || kind == SCDB_EVICT_SNAPKV_HEAD ||
+        kind == SCDB_EVICT_TOVA_LAYER) {
+        ll_msg(errbuf, errlen, "policy '%s': want streaming, h2o, snapkv, tova or learned (one "
+               "keep set: llama_memory_seq_rm removes a position from every layer)", p.policy);
+        return SCDB_EINVAL;
+    }
+    scdb_llama_evictor *e = calloc(1, sizeof *e);
+    if (!e)
+        return SCDB_ENOMEM;
+    e->p = p;
+    e->last_pos = -1;
+    scdb_err err;
+    if (kind == SCDB_EVICT_LEARNED) {
+        if (!p.policy_file) {
+            ll_msg(errbuf, errlen, "policy 'learned' needs its file (policy_file)");
+            err = SCDB_EINVAL;
+            goto fail;
+        }
+        err = scdb_evict_policy_load(p.policy_file, &e->policy, errbuf, errlen);
+    } else {
+        err = scdb_evict_policy_new(kind, &e->policy);
+    }
+    if (err)
+        goto fail;
+    *out = e;
+    return SCDB_OK;
+fail:
+    free(e);
+    return err;
+}
+
+static void free_state(scdb_llama_evictor *e)
+{
+    scdb_evict_acc_free(&e->acc);
+    scdb_kv_cache_free(&e->shadow);
+    free(e->cell_slot);
+    free(e->slot_cell);
+    free(e->probs);
+    free(e->folded);
+    free(e->got_probs);
+    free(e->got_v);
+    free(e->old_pos);
+    e->cell_slot = e->slot_cell = e->got_probs = e->got_v = NULL;
+    e->probs = e->folded = NULL;
+    e->old_pos = NULL;
+    e->started = 0;
+}
+
+void scdb_llama_evictor_free(scdb_llama_evictor **pe)
+{
+    if (!pe || !*pe)
+        return;
+    free_state(*pe);
+    scdb_evict_policy_free(&(*pe)->policy);
+    free(*pe);
+    *pe = NULL;
+}
+
+/* "name-12" with the given name -> 12, else -1 */
+static int layer_of(const char *t, const char *name)
+{
+    size_t k = strlen(name);
+    if (strncmp(t, name, k) != 0 || t[k] != '-' || !t[k + 1])
+        return -1;
+    int l = 0;
+    for (const char *s = t + k + 1; *s; s++) {
+        if (*s < '0' || *s > '9' || l > 100000)
+            return -1;
+        l = l * 10 + (*s - '0');
+    }
+    return l;
+}
+
+static int is_view(const struct ggml_tensor *t)
+{
+    return t->op == GGML_OP_RESHAPE || t->op == GGML_OP_VIEW || t->op == GGML_OP_PERMUTE ||
+           t->op == GGML_OP_TRANSPOSE;
+}
+
+static bool evict_cb(struct ggml_tensor *t, bool ask, void *ud)
+{
+    scdb_llama_evictor *e = ud;
+    int lp = -1, lv = -1;
+    if (e->capturing) {
+        lp = layer_of(t->name, "kq_soft_max");
+        if (lp < 0)
+            lv = layer_of(t->name, "Vcur");
+    }
+    if ((lp < 0 || lp >= e->n_layer) && (lv < 0 || lv >= e->n_layer || is_view(t))) {
+        if (e->user_cb)
+            return e->user_cb(t, ask, e->user_ud);
+        return ask ? false : true;
+    }
+    if (ask)
+        return true;
+    if (lp >= 0) {
+        /* [n_kv][n_tokens][n_head] */
+        int64_t nkv = t->ne[0], nt = t->ne[1], nh = t->ne[2] * t->ne[3];
+        if (t->type != GGML_TYPE_F32 || nt != e->n_new || nh != e->n_head || nkv > e->n_cells ||
+            e->got_probs[lp]) {
+            e->bad = 1;
+            return true;
+        }
+        e->n_kv = (int)nkv;
+        ggml_backend_tensor_get(t, e->probs + (size_t)lp * e->n_head * LL_CHUNK * e->n_cells, 0,
+                                (size_t)(nkv * nt * nh) * sizeof(float));
+        e->got_probs[lp] = 1;
+    } else {
+        int kv = e->n_kv_heads * e->head_dim;
+        if (e->got_v[lv])
+            return true;      /* the same values under the same name once more */
+        if (t->type != GGML_TYPE_F32 || ggml_nelements(t) != (int64_t)kv * e->n_new ||
+            !ggml_is_contiguous(t)) {
+            e->bad = 1;
+            return true;
+        }
+        float *dst = scdb_kv_v(e->shadow, lv, e->shadow->n);
+        /* the new slots are consecutive rows of the shadow's layer lv */
+        ggml_backend_tensor_get(t, dst, 0, (size_t)kv * (size_t)e->n_new * sizeof(float));
+        e->got_v[lv] = 1;
+    }
+    return true;
+}
+
+void scdb_llama_evictor_cparams(scdb_llama_evictor *e, struct llama_context_params *cp)
+{
+    if (!e || !cp)
+        return;
+    cp->flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
+    if (cp->cb_eval == evict_cb)
+        return;
+    e->user_cb = cp->cb_eval;
+    e->user_ud = cp->cb_eval_user_data;
+    cp->cb_eval = evict_cb;
+    cp->cb_eval_user_data = e;
+}
+
+scdb_err scdb_llama_evictor_start(scdb_llama_evictor *e, struct llama_context *ctx)
+{
+    if (!e || !ctx)
+        return SCDB_EINVAL;
+    free_state(e);
+    const struct llama_model *m = llama_get_model(ctx);
+    e->n_layer = llama_model_n_layer(m);
+    e->n_head = llama_model_n_head(m);
+    e->n_kv_heads = llama_model_n_head_kv(m);
+    e->head_dim = llama_model_n_embd(m) / e->n_head;
+    e->n_cells = (int)llama_n_ctx_seq(ctx);
+    int sinks = 0, recent = 0;
+    scdb_evict_policy_protect(e->policy, NULL, e->p.budget + 1, e->p.budget, &sinks, &recent);
+    if (e->p.budget > e->n_cells) {
+        snprintf(e->err, sizeof e->err, "budget %d is over the context's %d cells", e->p.budget,
+                 e->n_cells);
+        return SCDB_EINVAL;
+    }
+    if (e->p.budget <= sinks) {
+        snprintf(e->err, sizeof e->err, "budget %d keeps nothing but the policy's %d sink cells: "
+                 "want more than %d", e->p.budget, sinks, sinks);
+        return SCDB_EINVAL;
+    }
+    scdb_evict_acc_shape sh = {.n_layers = e->n_layer, .n_heads = e->n_head,
+                               .n_kv_heads = e->n_kv_heads, .capacity = e->n_cells};
+    size_t cells = (size_t)e->n_cells;
+    scdb_err err;
+    if ((err = scdb_evict_acc_new(&sh, &e->acc)) ||
+        (err = scdb_kv_cache_new(e->n_layer, e->n_kv_heads, e->head_dim, e->n_cells, &e->shadow)))
+        goto fail;
+    e->cell_slot = malloc(cells * sizeof *e->cell_slot);
+    e->slot_cell = malloc(cells * sizeof *e->slot_cell);
+    e->old_pos = malloc(cells * sizeof *e->old_pos);
+    e->got_probs = calloc((size_t)e->n_layer, sizeof *e->got_probs);
+    e->got_v = calloc((size_t)e->n_layer, sizeof *e->got_v);
+    size_t pf = (size_t)e->n_layer * e->n_head * LL_CHUNK * cells;
+    e->probs = malloc(pf * sizeof *e->probs);
+    e->folded = malloc(pf * sizeof *e->folded);
+    if (!e->cell_slot || !e->slot_cell || !e->old_pos || !e->got_probs || !e->got_v ||
+        !e->probs || !e->folded) {
+        err = SCDB_ENOMEM;
+        goto fail;
+    }
+    for (size_t i = 0; i < cells; i++)
+        e->cell_slot[i] = -1;
+    /* the sequence as it is: its blob gives positions and V */
+    llama_memory_t mem = llama_get_memory(ctx);
+    if (llama_memory_seq_pos_max(mem, e->p.seq) >= 0) {
+        size_t bn = llama_state_seq_get_size(ctx, e->p.seq);
+        uint8_t *blob = malloc(bn ? bn : 1);
+        if (!blob) {
+            err = SCDB_ENOMEM;
+            goto fail;
+        }
+        size_t got = llama_state_seq_get_data(ctx, blob, bn, e->p.seq);
+        scdb_llama_layout L = {.n_layer = e->n_layer, .n_kv_heads = e->n_kv_heads,
+                               .head_dim = e->head_dim};
+        err = ll_layout_from_blob(blob, got, &L, NULL, e->err, sizeof e->err);
+        if (!err && !L.v_trans) {
+            snprintf(e->err, sizeof e->err, "the context has flash attention on: its attention "
+                     "probabilities (kq_soft_max) exist only with it off "
+                     "(scdb_llama_evictor_cparams turns it off)");
+            err = SCDB_EUNSUPPORTED;
+        }
+        if (!err)
+            err = scdb_llama_blob_read(&L, blob, got, e->shadow, e->err, sizeof e->err);
+        free(blob);
+        if (err)
+            goto fail;
+        for (int i = 0; i < e->shadow->n; i++) {
+            if (i > 0 && e->shadow->pos[i] <= e->shadow->pos[i - 1]) {
+                snprintf(e->err, sizeof e->err, "the sequence's cells are not in position order: "
+                         "start the evictor on a fresh prefill or restore");
+                err = SCDB_EUNSUPPORTED;
+                goto fail;
+            }
+            e->cell_slot[i] = i;
+            e->slot_cell[i] = i;
+        }
+        if ((err = scdb_evict_acc_update(e->acc, e->shadow, NULL, 0, e->shadow->n)))
+            goto fail;
+        e->last_pos = e->shadow->pos[e->shadow->n - 1];
+    }
+    e->started = 1;
+    e->since = 0;
+    return SCDB_OK;
+fail:
+    free_state(e);
+    return err;
+}
+
+/* kq_soft_max-l as llama.cpp wrote it: [n_head][m tokens][nkv cells] */
+static inline const float *att(const scdb_llama_evictor *e, int l, int h, int t, int m)
+{
+    return e->probs + (size_t)l * e->n_head * LL_CHUNK * (size_t)e->n_cells +
+           ((size_t)h * m + t) * (size_t)e->n_kv;
+}
+
+/* Map the chunk's cells to slots and fold its attention; then the new slots
+ * are live.  n old live slots; the new ones are slots [n, n + m). */
+static scdb_err fold(scdb_llama_evictor *e, const llama_pos *pos, int m)
+{
+    const int n = e->shadow->n, L = e->n_layer, H = e->n_head, nkv = e->n_kv;
+    /* the cell of token t: seen by its query, held by no earlier token */
+    for (int t = 0; t < m; t++) {
+        int found = -1, count = 0;
+        for (int c = 0; c < nkv; c++) {
+            if (e->cell_slot[c] >= 0)
+                continue;
+            int seen = 0;
+            for (int l = 0; l < L && !seen; l++)
+                for (int h = 0; h < H && !seen; h++)
+                    seen = att(e, l, h, t, m)[c] > 0.0f;
+            if (seen) {
+                found = c;
+                count++;
+            }
+        }
+        if (count != 1) {
+            snprintf(e->err, sizeof e->err, "token at position %d sees %d cells no earlier token "
+                     "held (want 1): another sequence shares the context's KV stream?", pos[t],
+                     count);
+            return SCDB_EUNSUPPORTED;
+        }
+        e->cell_slot[found] = n + t;
+        e->slot_cell[n + t] = found;
+    }
+    /* probs over slots: [L][H][m][n + m] */
+    const int S = n + m;
+    for (int l = 0; l < L; l++)
+        for (int h = 0; h < H; h++)
+            for (int t = 0; t < m; t++) {
+                const float *src = att(e, l, h, t, m);
+                float *dst = e->folded + (((size_t)l * H + h) * m + t) * (size_t)S;
+                for (int s = 0; s < S; s++) {
+                    int c = e->slot_cell[s];
+                    dst[s] = c < nkv ? src[c] : 0.0f;
+                }
+            }
+    for (int t = 0; t < m; t++)
+        e->shadow->pos[n + t] = pos[t];
+    e->shadow->n = S;
+    return scdb_evict_acc_update(e->acc, e->shadow, e->folded, S, m);
+}
+
+static scdb_err evict(scdb_llama_evictor *e, struct llama_context *ctx, scdb_llama_evict_result *r)
+{
+    const int n = e->shadow->n;
+    memcpy(e->old_pos, e->shadow->pos, (size_t)n * sizeof *e->old_pos);
+    int *cells = malloc((size_t)n * sizeof *cells);
+    int32_t *kept = malloc((size_t)e->p.budget * sizeof *kept);
+    if (!cells || !kept) {
+        free(cells);
+        free(kept);
+        return SCDB_ENOMEM;
+    }
+    memcpy(cells, e->slot_cell, (size_t)n * sizeof *cells);
+    int nk = 0;
+    scdb_err err = scdb_evict_run(e->policy, e->shadow, e->acc, e->p.budget, kept, &nk);
+    if (err) {
+        snprintf(e->err, sizeof e->err, "eviction: %s", scdb_strerror(err));
+        goto done;
+    }
+    llama_memory_t mem = llama_get_memory(ctx);
+    int j = 0, removed = 0;
+    for (int i = 0; i < n; i++) {
+        if (j < nk && kept[j] == e->old_pos[i]) {
+            e->slot_cell[j] = cells[i];
+            e->cell_slot[cells[i]] = j;
+            j++;
+            continue;
+        }
+        if (!llama_memory_seq_rm(mem, e->p.seq, e->old_pos[i], e->old_pos[i] + 1)) {
+            snprintf(e->err, sizeof e->err, "llama_memory_seq_rm refused position %d",
+                     e->old_pos[i]);
+            err = SCDB_EIO;
+            goto done;
+        }
+        e->cell_slot[cells[i]] = -1;
+        removed++;
+    }
+    if (j != nk) {
+        snprintf(e->err, sizeof e->err, "the kept positions are not a subsequence of the cache's");
+        err = SCDB_EINVAL;
+        goto done;
+    }
+    r->evictions++;
+    r->evicted += removed;
+done:
+    free(cells);
+    free(kept);
+    return err;
+}
+
+scdb_err scdb_llama_evictor_decode(scdb_llama_evictor *e, struct llama_context *ctx,
+                                   const llama_token *tokens, size_t n, int all_logits,
+                                   scdb_llama_evict_result *out)
+{
+    scdb_llama_evict_result r = {0};
+    if (out)
+        *out = r;
+    if (!e || !ctx || !tokens || !n)
+        return SCDB_EINVAL;
+    if (!e->started) {
+        snprintf(e->err, sizeof e->err, "the evictor was not started on a sequence");
+        return SCDB_EINVAL;
+    }
+    llama_memory_t mem = llama_get_memory(ctx);
+    if (llama_memory_seq_pos_max(mem, e->p.seq) != e->last_pos) {
+        snprintf(e->err, sizeof e->err, "sequence %d ends at position %d, the evictor's at %d: it "
+                 "was cleared or changed outside the evictor (start it again)", e->p.seq,
+                 llama_memory_seq_pos_max(mem, e->p.seq), e->last_pos);
+        return SCDB_ECLOSED;
+    }
+    llama_batch b = llama_batch_init(LL_CHUNK, 0, 1);
+    scdb_err err = SCDB_OK;
+    for (size_t i = 0; i < n && !err; i += LL_CHUNK) {
+        int m = (int)(n - i < LL_CHUNK ? n - i : LL_CHUNK);
+        if (e->shadow->n + m > e->n_cells) {
+            snprintf(e->err, sizeof e->err, "the sequence would hold %d cells, the context has %d",
+                     e->shadow->n + m, e->n_cells);
+            err = SCDB_EFULL;
+            break;
+        }
+        b.n_tokens = m;
+        for (int j = 0; j < m; j++) {
+            b.token[j] = tokens[i + (size_t)j];
+            b.pos[j] = e->last_pos + 1 + j;
+            b.n_seq_id[j] = 1;
+            b.seq_id[j][0] = e->p.seq;
+            b.logits[j] = all_logits || i + (size_t)j == n - 1;
+        }
+        memset(e->got_probs, 0, (size_t)e->n_layer * sizeof *e->got_probs);
+        memset(e->got_v, 0, (size_t)e->n_layer * sizeof *e->got_v);
+        e->bad = 0;
+        e->n_new = m;
+        e->capturing = 1;
+        double t0 = ll_now_ms();
+        int rc = llama_decode(ctx, b);
+        e->capturing = 0;
+        double t1 = ll_now_ms();
+        r.decode_us += (t1 - t0) * 1e3;
+        if (rc != 0) {
+            snprintf(e->err, sizeof e->err, "llama_decode failed (%d)", rc);
+            err = SCDB_EIO;
+            break;
+        }
+        for (int l = 0; l < e->n_layer; l++)
+            if (!e->got_probs[l] || !e->got_v[l] || e->bad) {
+                snprintf(e->err, sizeof e->err, "layer %d's attention or V was not seen: was the "
+                         "context made with scdb_llama_evictor_cparams (flash attention off)?", l);
+                err = SCDB_EUNSUPPORTED;
+                break;
+            }
+        if (err)
+            break;
+        if ((err = fold(e, b.pos, m)))
+            break;
+        e->last_pos += m;
+        e->since += m;
+        double t2 = ll_now_ms();
+        r.stats_us += (t2 - t1) * 1e3;
+        if (e->shadow->n >= e->p.budget + e->p.cadence) {
+            err = evict(e, ctx, &r);
+            e->since = 0;
+            r.evict_us += (ll_now_ms() - t2) * 1e3;
+        }
+    }
+    llama_batch_free(b);
+    r.cells = e->shadow->n;
+    if (out)
+        *out = r;
+    return err;
+}
