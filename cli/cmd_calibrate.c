@@ -675,6 +675,41 @@ static int plan_texts(const scdb_model *prod, scdb_model *const *cons, int n_con
     return 0;
 }
 
+/* A full pair's own held-back windows are the end of the first half of its
+ * held-out text; a --texts file that is that text must not be read that
+ * far by the statistics (what file k gives them: per_bytes, or op's cap).
+ * Refused rather than cut, so that the statistics stay the same whichever
+ * consumers share the run.  0, or 2 (said why). */
+static int texts_overlap_own(scdb_model *const *cons, int n_cons, int lora, const cal_domains *dd,
+                             const int *own, const char *const *texts, int n_texts, size_t per_bytes,
+                             const op_text *op, int n_eval, int need)
+{
+    size_t span = (size_t)n_eval * (size_t)need;
+    struct stat hs, ts;
+    if (lora || dd) return 0;   /* held-back text from training files or after --domains' share */
+    for (int i = 0; i < n_cons; i++) {
+        char fam[1200], data[1300], held[1400];
+        if (!own[i]) continue;
+        family_of(cons[i], fam, sizeof fam);
+        snprintf(data, sizeof data, "%s/..", fam);
+        scdb_model_heldout_path(data, scdb_codec_text_domain(cons[i]), held, sizeof held);
+        if (stat(held, &hs)) continue;
+        size_t half = (size_t)hs.st_size / 2, from = half >= span ? half - span : 0;
+        for (int k = 0; k < n_texts; k++) {
+            if (stat(texts[k], &ts) || ts.st_dev != hs.st_dev || ts.st_ino != hs.st_ino) continue;
+            size_t read = per_bytes < (size_t)ts.st_size ? per_bytes : (size_t)ts.st_size;
+            if (k == op->texts_i && read > op->stats_cap) read = op->stats_cap;
+            if (read <= from) continue;
+            fprintf(stderr, "calibrate: --texts %s is the held-out text of consumer '%s', whose held-back KL windows "
+                    "are its bytes %zu-%zu (the end of its first half): the statistics would read them (its first "
+                    "%zu bytes); pass other text, fewer --windows, or --heldback-text FILE\n", texts[k],
+                    scdb_model_cfg(cons[i])->name, from, half, read);
+            return 2;
+        }
+    }
+    return 0;
+}
+
 /* Held-back KL windows of consumer m from the operator's text (slot ci).
  * 0 or 1 (said why). */
 static int op_windows(scdb_calib *cal, int ci, const scdb_model *m, const op_text *op, int n_eval, int need)
@@ -1192,7 +1227,9 @@ int cli_cmd_calibrate(int argc, char **argv)
     /* every consumer's text, before any work (issue 42) */
     int per_text = n_texts > 0 ? (windows + n_texts - 1) / n_texts : 0;
     if (plan_texts(prod, cons, n_cons, lora, adding, dd, texts, n_texts, hb_path, (size_t)per_text * (size_t)window,
-                   window, n_eval, need, own, &op)) {
+                   window, n_eval, need, own, &op) ||
+        texts_overlap_own(cons, n_cons, lora, dd, own, texts, n_texts, (size_t)per_text * (size_t)window, &op, n_eval,
+                          need)) {
         ret = 2;
         goto done;
     }

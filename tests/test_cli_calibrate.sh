@@ -4,8 +4,9 @@
 # another name beside no TRAINING.json and no held-out text) is refused
 # before any work with the option to pass, and `--texts FILE` alone is
 # enough: its held-back KL windows come from that text, never from the
-# statistics' bytes.  And the progress a log reads (stderr to a file): whole
-# lines, a bounded count.  Tiny settings: seconds, not quality.
+# statistics' bytes (nor a project model's own).  And the progress a log
+# reads (stderr to a file): whole lines, a bounded count.  Tiny settings:
+# seconds, not quality.
 set -u
 scdb="$1"
 . "$(dirname "$0")/helpers/cli_expect.sh"
@@ -95,5 +96,14 @@ expect 2 "calibrate: a codebook fit, a consumer without text: refused" -- "$scdb
   --producer "$data/models/base" --consumer "$mine/mypy" --ranks 8,8,8 --patch-layers 1 -o "$tmp/o7"
 grep -q "consumer 'python' ($mine/mypy) has no calibration text here" "$tmp/err" && ! grep -q "^  statistics:" "$tmp/err" \
   && ok "calibrate: a codebook fit says so before any work" || { bad "calibrate: codebook fit message"; cat "$tmp/err"; }
+
+# 5. a project model's own held-back windows (the end of its held-out
+# text's first half) are never statistics either: that file as --texts, read
+# past them, is refused before any work
+expect 2 "calibrate: --texts reading a consumer's own held-back windows: refused" -- "$scdb" calibrate $fleet \
+  --consumer "$data/models/python" --texts "$data/heldout/python.txt" -o "$tmp/o8"
+grep -q "is the held-out text of consumer 'python', whose held-back KL windows are its bytes 46842-49152" "$tmp/err" \
+  && ! grep -q "^  statistics:" "$tmp/err" && ok "calibrate: says the statistics would read the held-back windows" \
+  || { bad "calibrate: overlap message"; cat "$tmp/err"; }
 
 cli_expect_done
