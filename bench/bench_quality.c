@@ -332,6 +332,8 @@ static scdb_err make_windows(ctx *c, const unsigned char *text, size_t len, int 
     if (want > maxw) want = maxw;
     c->w = calloc((size_t)want, sizeof *c->w);
     if (!c->w) return SCDB_ENOMEM;
+    scdb_progress prog;
+    scdb_progress_begin(&prog, c->o->verbose ? stderr : NULL, want);
     for (int i = 0; i < want; i++) {
         qwin *w = &c->w[c->nw++];
         size_t off = want > 1 ? span * (size_t)i / (size_t)(want - 1) : 0;
@@ -366,9 +368,9 @@ static scdb_err make_windows(ctx *c, const unsigned char *text, size_t len, int 
             w->oracle_ms = best;
             if (acc_ms(oracle, best)) return SCDB_ENOMEM;
         }
-        if (c->o->verbose) fprintf(stderr, "\r  windows: %d/%d", c->nw, want);
+        scdb_progress_step(&prog, c->nw, "  windows: %d/%d", c->nw, want);
     }
-    if (c->o->verbose) fprintf(stderr, "\n");
+    scdb_progress_end(&prog);
     return SCDB_OK;
 }
 

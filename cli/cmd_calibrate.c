@@ -7,6 +7,7 @@
  * with --restamp, rewrite an old pair's file-hash consumer fingerprint.
  * Per-layer figures and progress go to stderr, a summary to stdout. */
 #include <errno.h>
+#include <libgen.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,19 +30,21 @@ static void usage(FILE *f)
     fprintf(f,
 "usage: scdb calibrate --producer DIR --consumer DIR [--consumer DIR ...]\n"
 "                      --ranks rK,rV,rH --patch-layers K [--candidates N] -o OUTDIR\n"
-"                      [--texts FILE... | --domains fleet|D1,D2,...] [--pca] [--post-rope]\n"
+"                      [--texts FILE... | --domains fleet|D1,D2,...] [--heldback-text FILE]\n"
+"                      [--pca] [--post-rope]\n"
 "                      [--no-token-layer0]\n"
 "                      [--candidate-kv] [--candidate-layers l1,l2,...] [--windows N]\n"
 "                      [--window T] [--eval-windows N] [--hidden H] [--steps S]\n"
 "                      [--budget B] [--own-layer] [--no-identity] [--device D]\n"
 "       scdb calibrate --codebook FILE --consumer DIR [--consumer DIR ...] -o OUTDIR\n"
 "                      [--producer DIR] [--patch-layers K] [--texts FILE... | --domains ...]\n"
+"                      [--heldback-text FILE]\n"
 "                      [--windows N] [--window T] [--eval-windows N] [--hidden H]\n"
 "                      [--steps S] [--own-layer] [--device D]\n"
 "       scdb calibrate --codebook FILE --lora-pairs --consumer ADAPTER [...] -o OUTDIR\n"
 "                      [--shared FILE [--own-windows N] [--fleet-windows N]]\n"
 "                      [--dec-rank R] [--align-rank R] [--no-token-corr] [--producer DIR]\n"
-"                      [--sample-stride K]\n"
+"                      [--sample-stride K] [--texts FILE... | --domains ...] [--heldback-text FILE]\n"
 "                      [--patch-layers K] [--windows N] [--eval-windows N] [--steps S]\n"
 "       scdb calibrate --restamp PAIR --codebook FILE --consumer DIR -o OUTDIR\n"
 "       scdb calibrate --restamp-codebook FILE --producer DIR -o OUTDIR\n\n"
@@ -80,6 +83,14 @@ static void usage(FILE *f)
 "run prints the seconds (wall and cpu) per added adapter, all included.  The\n"
 "held-back KL windows (patch order) come from the end of each adapter's\n"
 "training text, not from its held-out text.\n\n"
+"Your own adapters and models: a consumer the project did not train has no text\n"
+"of its own here (its domain is not in <family>/TRAINING.json, there is no\n"
+"<family>/../heldout/<domain>.txt).  Pass its training text with --texts FILE:\n"
+"the statistics windows come from the start of each file and such a consumer's\n"
+"held-back KL windows from the last file right after them, never overlapping;\n"
+"or --heldback-text FILE for the held-back windows alone.  Every consumer's text\n"
+"is checked before any work starts, and a missing one is named with what to\n"
+"pass.\n\n"
 "With --restamp PAIR, a pair written before weights fingerprints were defined\n"
 "over tensors (its consumer_fp is 16 hex digits, a hash of model.safetensors)\n"
 "is checked against --consumer DIR and written to OUTDIR/pairs/ with the tensor\n"
@@ -106,7 +117,13 @@ static void usage(FILE *f)
 "  --texts FILE...      calibration text (plain or .gz); default: each model's\n"
 "                       domain training files listed in <family>/TRAINING.json,\n"
 "                       else the FIRST half of <family>/../heldout/<domain>.txt\n"
-"                       (the quality bench evaluates on the SECOND half)\n"
+"                       (the quality bench evaluates on the SECOND half).  A\n"
+"                       consumer with no text of its own takes its held-back KL\n"
+"                       windows from the last FILE right after the statistics'\n"
+"                       share (or its last bytes, the statistics stopping short)\n"
+"  --heldback-text FILE every consumer's held-back KL windows from the last bytes\n"
+"                       of FILE (plain or .gz); if FILE is also a --texts file,\n"
+"                       its statistics stop before them\n"
 "  --domains fleet|D1,D2,...  broad calibration text: the statistics windows are\n"
 "                       split evenly over these training domains, 'fleet' = every\n"
 "                       domain of <family>/TRAINING.json and of\n"
@@ -124,9 +141,9 @@ static void usage(FILE *f)
 "  --own-windows N, --fleet-windows N  with --shared: statistics windows of each\n"
 "                       added adapter's domain (24) and of every other fleet\n"
 "                       domain (4)\n"
-"  --eval-windows N     held-back KL windows per consumer (default 6; from the\n"
-"                       end of the first half of its held-out text, or see\n"
-"                       --domains)\n"
+"  --eval-windows N     held-back KL windows per consumer (default 6, 385 bytes\n"
+"                       each; from the end of the first half of its held-out\n"
+"                       text, or see --domains, --lora-pairs, --texts)\n"
 "  --no-token-input     decoders read the codes only (default with --all-layers and\n"
 "                       a token layer 0, pre-RoPE K: each REUSE layer's decoders\n"
 "                       also read h0, the consumer's layer-0 H_in of the token,\n"
@@ -437,6 +454,10 @@ static int pick_domains(const scdb_model *prod, const char *spec, scdb_text_doma
     return 0;
 }
 
+/* How much of an adapter's training text is read for its held-back windows
+ * (they are its last bytes; the statistics read its start). */
+#define TRAIN_HELDBACK_BYTES ((size_t)256 << 10)
+
 /* Held-back KL windows of an adapter for its lora pair: the end of its
  * domain's training text (never its held-out text).  0 or 1 (said why). */
 static int eval_windows_train(scdb_calib *cal, const scdb_model *m, int n_eval, int need)
@@ -444,7 +465,7 @@ static int eval_windows_train(scdb_calib *cal, const scdb_model *m, int n_eval, 
     unsigned char *t;
     size_t len, span = (size_t)n_eval * (size_t)need;
     char desc[512];
-    scdb_err rc = scdb_codec_domain_text(m, SCDB_TEXT_TRAIN, (size_t)256 << 10, &t, &len, desc, sizeof desc);
+    scdb_err rc = scdb_codec_domain_text(m, SCDB_TEXT_TRAIN, TRAIN_HELDBACK_BYTES, &t, &len, desc, sizeof desc);
     if (rc) {
         fprintf(stderr, "calibrate: no training text for '%s' (%s)\n", scdb_model_cfg(m)->name, scdb_strerror(rc));
         return 1;
@@ -465,6 +486,257 @@ static int eval_windows_train(scdb_calib *cal, const scdb_model *m, int n_eval, 
             scdb_model_cfg(m)->name, span, desc);
     free(t);
     return 0;
+}
+
+/* ---------------------------------------------- whose text (issue 42)
+ *
+ * An adapter or model the project did not train has no text of its own
+ * here: no domain in its family's TRAINING.json, no held-out file.  Every
+ * consumer's text is settled before any work starts (plan_texts): those
+ * without their own take their held-back KL windows from the operator's
+ * text (op_text), and a consumer that has neither is refused with the
+ * option to pass. */
+
+/* The operator's held-back text: the last bytes of --heldback-text FILE
+ * (then every consumer's), else the bytes of the last --texts file right
+ * after its statistics' share (then the held-back windows of the consumers
+ * with no text of their own).  Never overlaps the statistics windows: the
+ * --texts file it shares bytes with (texts_i) is read for statistics up to
+ * stats_cap bytes only. */
+typedef struct op_text {
+    unsigned char *t;   /* its last n_eval * need bytes are the windows */
+    size_t len;
+    int texts_i;        /* the --texts file cut short for it; -1: none */
+    size_t stats_cap;
+    char desc[1200];
+} op_text;
+
+/* dirname of m's directory: where its TRAINING.json would be */
+static void family_of(const scdb_model *m, char *out, size_t cap)
+{
+    char tmp[1200];
+    snprintf(tmp, sizeof tmp, "%s", scdb_model_dir(m));
+    snprintf(out, cap, "%s", dirname(tmp));
+}
+
+/* 1 if m has held-back text of its own here: a lora pair's is its domain's
+ * training text (eval_windows_train), a full pair's the first half of its
+ * held-out text or, with --domains, see eval_text. */
+static int own_heldback(const scdb_model *m, int lora, const cal_domains *dd, int n_eval, int need)
+{
+    unsigned char *t = NULL;
+    size_t len = 0, span = (size_t)n_eval * (size_t)need;
+    scdb_err rc;
+    int ok;
+    if (lora) {
+        rc = scdb_codec_domain_text(m, SCDB_TEXT_TRAIN, TRAIN_HELDBACK_BYTES, &t, &len, NULL, 0);
+        ok = !rc && len >= 2 * span;
+    } else {
+        rc = eval_text(m, dd, span, (size_t)need, &t, &len, NULL, 0);
+        ok = !rc && len >= (dd ? span : 2 * span);
+    }
+    free(t);
+    return ok;
+}
+
+/* 1 if m's domain has statistics text of its own here: its training text
+ * (src TRAIN), or that else the first half of its held-out text (AUTO). */
+static int own_stats(const scdb_model *m, scdb_text_source src)
+{
+    unsigned char *t = NULL;
+    size_t len = 0;
+    scdb_err rc = scdb_codec_domain_text(m, src, 4096, &t, &len, NULL, 0);
+    free(t);
+    return !rc && len > 0;
+}
+
+/* Which text of its own m lacks, for the error: "domain 'D' of
+ * FAMILY/TRAINING.json" (what=1), "FAMILY/../heldout/D.txt" (2), both (3). */
+static void own_where(const scdb_model *m, int what, char *out, size_t cap)
+{
+    char fam[1200], data[1300], held[1400];
+    family_of(m, fam, sizeof fam);
+    snprintf(data, sizeof data, "%s/..", fam);
+    scdb_model_heldout_path(data, scdb_codec_text_domain(m), held, sizeof held);
+    if (what == 1)
+        snprintf(out, cap, "no training text: domain '%s' of %s/TRAINING.json", scdb_codec_text_domain(m), fam);
+    else if (what == 2)
+        snprintf(out, cap, "no held-out text %s", held);
+    else
+        snprintf(out, cap, "no training text (domain '%s' of %s/TRAINING.json) and no held-out text %s",
+                 scdb_codec_text_domain(m), fam, held);
+}
+
+/* Settle every consumer's text before any work: own[i] is 1 where consumer
+ * i's held-back windows come from its own text, 0 where from *op (read
+ * here).  The statistics text must be there too: --texts, --domains, or
+ * (else) each domain's own (adding: each added adapter's training text).
+ * per_bytes is what the statistics read of each --texts file.  0, or 2
+ * with one line per consumer lacking text and one saying what to pass. */
+static int plan_texts(const scdb_model *prod, scdb_model *const *cons, int n_cons, int lora, int adding,
+                      const cal_domains *dd, const char *const *texts, int n_texts, const char *hb_path,
+                      size_t per_bytes, int window, int n_eval, int need, int *own, op_text *op)
+{
+    size_t span = (size_t)n_eval * (size_t)need;
+    int need_op = 0, lack_stats = 0, lack_held = 0;
+    char where[2800];
+    scdb_err rc;
+
+    op->texts_i = -1;
+    for (int i = 0; i < n_cons; i++) {
+        const char *name = scdb_model_cfg(cons[i])->name;
+        own[i] = !hb_path && own_heldback(cons[i], lora, dd, n_eval, need);
+        need_op |= !own[i];
+        /* the statistics: without --texts and --domains each domain's own */
+        int stats_ok = n_texts > 0 || dd ||
+                       (adding ? own_stats(cons[i], SCDB_TEXT_TRAIN) : own_stats(cons[i], SCDB_TEXT_AUTO));
+        if (!stats_ok) {
+            own_where(cons[i], adding ? 1 : 3, where, sizeof where);
+            fprintf(stderr, "calibrate: consumer '%s' (%s) has no calibration text here: %s\n", name,
+                    scdb_model_dir(cons[i]), where);
+            lack_stats = 1;
+        } else if (!own[i] && !hb_path && n_texts == 0) {
+            own_where(cons[i], lora ? 1 : 2, where, sizeof where);
+            fprintf(stderr, "calibrate: consumer '%s' (%s) has no text here for its held-back KL windows: %s\n",
+                    name, scdb_model_dir(cons[i]), where);
+            lack_held = 1;
+        }
+    }
+    if (n_texts == 0 && !dd && !adding && !own_stats(prod, SCDB_TEXT_AUTO)) {
+        own_where(prod, 3, where, sizeof where);
+        fprintf(stderr, "calibrate: the producer '%s' (%s) has no calibration text here: %s\n",
+                scdb_model_cfg(prod)->name, scdb_model_dir(prod), where);
+        lack_stats = 1;
+    }
+    if (lack_stats || lack_held) {
+        if (lack_stats || !dd)
+            fprintf(stderr, "calibrate: pass the training text: --texts FILE... (the statistics windows come from "
+                    "the start of each file; the held-back KL windows of a consumer with no text of its own, "
+                    "%zu bytes, right after them in the last file, which needs at least %zu bytes)%s\n",
+                    span, span + (size_t)window, lack_stats ? "" : ", or --heldback-text FILE for the "
+                    "held-back windows alone");
+        else
+            fprintf(stderr, "calibrate: pass --heldback-text FILE (the held-back KL windows, its last %zu bytes; "
+                    "--domains chooses the statistics)\n", span);
+        return 2;
+    }
+    struct stat hs, ts;
+    if (hb_path) {
+        if (!need_op) return 0;
+        if ((rc = scdb_codec_read_text(hb_path, (size_t)1 << 30, &op->t, &op->len))) {
+            fprintf(stderr, "calibrate: --heldback-text %s: %s\n", hb_path, scdb_strerror(rc));
+            return 2;
+        }
+        if (op->len < span) {
+            fprintf(stderr, "calibrate: --heldback-text %s: %zu bytes, %d held-back windows need %zu\n", hb_path,
+                    op->len, n_eval, span);
+            return 2;
+        }
+        snprintf(op->desc, sizeof op->desc, "the last %zu bytes of %s", span, scdb_data_relative(hb_path));
+        /* the same file among --texts: its statistics stop before them */
+        for (int k = 0; k < n_texts && !stat(hb_path, &hs); k++)
+            if (!stat(texts[k], &ts) && ts.st_dev == hs.st_dev && ts.st_ino == hs.st_ino) {
+                op->texts_i = k;
+                op->stats_cap = op->len - span;
+            }
+        return 0;
+    }
+    if (n_texts == 0) return 0;
+    /* the last --texts file: the span right after its statistics' share,
+     * or its last bytes when it is shorter (the statistics then stop before
+     * them).  Kept from the statistics whether a consumer needs it or not,
+     * so that the statistics, and so a pair, do not depend on which other
+     * consumers share the run. */
+    const char *last = texts[n_texts - 1];
+    unsigned char *t;
+    size_t len;
+    if ((rc = scdb_codec_read_text(last, per_bytes + span, &t, &len))) {
+        fprintf(stderr, "calibrate: %s: %s\n", last, scdb_strerror(rc));
+        return 2;
+    }
+    if (len < span + (size_t)window) {
+        free(t);
+        if (!need_op) return 0;
+        fprintf(stderr, "calibrate: %s: %zu bytes; the held-back KL windows of a consumer with no text of its own "
+                "(%zu bytes) come from the last --texts file after at least one statistics window: it needs at "
+                "least %zu bytes\n", last, len, span, span + (size_t)window);
+        return 2;
+    }
+    size_t at = len - span < per_bytes ? len - span : per_bytes;
+    op->texts_i = n_texts - 1;
+    op->stats_cap = at;
+    op->len = span;
+    op->t = malloc(span);
+    if (!op->t) { free(t); fprintf(stderr, "calibrate: %s\n", scdb_strerror(SCDB_ENOMEM)); return 2; }
+    memcpy(op->t, t + at, span);
+    free(t);
+    snprintf(op->desc, sizeof op->desc, "bytes %zu-%zu of %s (--texts: right after its statistics' share)", at,
+             at + span, scdb_data_relative(last));
+    return 0;
+}
+
+/* A full pair's own held-back windows are the end of the first half of its
+ * held-out text; a --texts file that is that text must not be read that
+ * far by the statistics (what file k gives them: per_bytes, or op's cap).
+ * Refused rather than cut, so that the statistics stay the same whichever
+ * consumers share the run.  0, or 2 (said why). */
+static int texts_overlap_own(scdb_model *const *cons, int n_cons, int lora, const cal_domains *dd,
+                             const int *own, const char *const *texts, int n_texts, size_t per_bytes,
+                             const op_text *op, int n_eval, int need)
+{
+    size_t span = (size_t)n_eval * (size_t)need;
+    struct stat hs, ts;
+    if (lora || dd) return 0;   /* held-back text from training files or after --domains' share */
+    for (int i = 0; i < n_cons; i++) {
+        char fam[1200], data[1300], held[1400];
+        if (!own[i]) continue;
+        family_of(cons[i], fam, sizeof fam);
+        snprintf(data, sizeof data, "%s/..", fam);
+        scdb_model_heldout_path(data, scdb_codec_text_domain(cons[i]), held, sizeof held);
+        if (stat(held, &hs)) continue;
+        size_t half = (size_t)hs.st_size / 2, from = half >= span ? half - span : 0;
+        for (int k = 0; k < n_texts; k++) {
+            if (stat(texts[k], &ts) || ts.st_dev != hs.st_dev || ts.st_ino != hs.st_ino) continue;
+            size_t read = per_bytes < (size_t)ts.st_size ? per_bytes : (size_t)ts.st_size;
+            if (k == op->texts_i && read > op->stats_cap) read = op->stats_cap;
+            if (read <= from) continue;
+            fprintf(stderr, "calibrate: --texts %s is the held-out text of consumer '%s', whose held-back KL windows "
+                    "are its bytes %zu-%zu (the end of its first half): the statistics would read them (its first "
+                    "%zu bytes); pass other text, fewer --windows, or --heldback-text FILE\n", texts[k],
+                    scdb_model_cfg(cons[i])->name, from, half, read);
+            return 2;
+        }
+    }
+    return 0;
+}
+
+/* Held-back KL windows of consumer m from the operator's text (slot ci).
+ * 0 or 1 (said why). */
+static int op_windows(scdb_calib *cal, int ci, const scdb_model *m, const op_text *op, int n_eval, int need)
+{
+    size_t span = (size_t)n_eval * (size_t)need;
+    for (int k = 0; k < n_eval; k++) {
+        scdb_err rc = scdb_calib_add_eval(cal, ci, op->t + op->len - span + (size_t)k * need, (size_t)need);
+        if (rc) {
+            fprintf(stderr, "calibrate: eval window: %s\n", scdb_strerror(rc));
+            return 1;
+        }
+    }
+    fprintf(stderr, "calibrate: %d held-back KL windows for '%s' from %s\n", n_eval, scdb_model_cfg(m)->name,
+            op->desc);
+    return 0;
+}
+
+/* Held-back KL windows of consumer m in slot ci: from its own text (a lora
+ * pair's: its training text; a full pair's: eval_windows) or the
+ * operator's (own 0).  With cal NULL only the span its own text must keep
+ * from the statistics.  0 or 1 (said why). */
+static int heldback_windows(scdb_calib *cal, int ci, const scdb_model *m, int lora, int own, const op_text *op,
+                            int n_eval, int need, const cal_domains *dd, size_t *span_out)
+{
+    if (!own) return cal ? op_windows(cal, ci, m, op, n_eval, need) : 0;
+    if (lora) return cal ? eval_windows_train(cal, m, n_eval, need) : 0;
+    return eval_windows(cal, ci, m, n_eval, need, dd, span_out);
 }
 
 static long file_bytes(const char *path)
@@ -590,7 +862,8 @@ static int place_shared(const scdb_codebook *cb, const scdb_pair *shared, const 
 static int lora_fleet(scdb_calib *cal, const scdb_codebook *cb, const scdb_model *prod,
                       scdb_model *const *cons, int n_cons, const char *shared_path, const char *dir,
                       int n_eval, int need, int n_patch, int hidden, int steps, int dec_rank, int align_rank,
-                      int tok_in, int tok_corr, double t0, double t_stats, double cpu_stats)
+                      int tok_in, int tok_corr, const int *own, const op_text *op, double t0, double t_stats,
+                      double cpu_stats)
 {
     scdb_calib_fleet *fl = NULL;
     scdb_pair *shared = NULL;
@@ -665,7 +938,7 @@ static int lora_fleet(scdb_calib *cal, const scdb_codebook *cb, const scdb_model
             tc = scdb_now();
             cc = clock();
         }
-        if (eval_windows_train(cal, cons[i], n_eval, need)) goto done;
+        if (heldback_windows(cal, 0, cons[i], 1, own[i], op, n_eval, need, NULL, NULL)) goto done;
         scdb_lora_fit lf = {.dec_rank = dec_rank, .align_rank = align_rank, .n_patch = n_patch,
                             .token_corr = tok_corr};
         if ((rc = scdb_calib_fit_lora_pair(cal, cb, shared, &lf, &p, err, sizeof err))) {
@@ -740,7 +1013,9 @@ int cli_cmd_calibrate(int argc, char **argv)
 {
     const char *producer_dir = NULL, *cons_dir[MAX_CONS], *texts[MAX_TEXTS], *outdir = NULL;
     const char *cb_path = NULL, *restamp_path = NULL, *restamp_cb = NULL, *cb_only = NULL;
-    const char *domains_opt = NULL;
+    const char *domains_opt = NULL, *hb_path = NULL;
+    op_text op = {.texts_i = -1};
+    int own[MAX_CONS] = {0};
     static cal_domains dstore;   /* 80 KB: not on the stack */
     const cal_domains *dd = NULL;
     int n_cons = 0, n_texts = 0, ranks[3] = {-1, -1, -1}, n_patch = -1, n_cand = -1;
@@ -785,7 +1060,8 @@ int cli_cmd_calibrate(int argc, char **argv)
                 if (n_texts == MAX_TEXTS) { fprintf(stderr, "calibrate: at most %d texts\n", MAX_TEXTS); return 2; }
                 texts[n_texts++] = argv[++i];
             }
-        } else if (!strcmp(a, "--domains") && more) domains_opt = argv[++i];
+        } else if (!strcmp(a, "--heldback-text") && more) hb_path = argv[++i];
+        else if (!strcmp(a, "--domains") && more) domains_opt = argv[++i];
         else if (!strcmp(a, "--pca")) { cb_only = a; pca = 1; }
         else if (!strcmp(a, "--post-rope")) { cb_only = a; post = 1; }
         else if (!strcmp(a, "--no-token-layer0")) { cb_only = a; token0 = 0; }
@@ -935,17 +1211,6 @@ int cli_cmd_calibrate(int argc, char **argv)
                 "(--device cpu, or one consumer per run)\n");
         goto done;
     }
-    if ((rc = scdb_calib_new(prod, (const scdb_model *const *)cons, slots, &o, &cal))) {
-        fprintf(stderr, "calibrate: %s (consumers must share the producer's architecture)\n",
-                scdb_strerror(rc));
-        goto done;
-    }
-    /* the CPU is the host path itself; a device gets the heavy parts */
-    if (dev != SCDB_DEV_CPU && (rc = scdb_calib_set_device(cal, dev))) {
-        fprintf(stderr, "calibrate: cannot use the %s: %s\n", scdb_device_name(dev),
-                scdb_strerror(rc));
-        goto done;
-    }
     int need = 320 + 64 + 1;
     size_t want = (size_t)window * (size_t)windows;
     if (domains_opt) {
@@ -959,13 +1224,34 @@ int cli_cmd_calibrate(int argc, char **argv)
         fprintf(stderr, "calibrate: statistics over %d training domains (%s), %zu bytes each\n",
                 dd->td.n, domains_opt, dd->share);
     }
-
+    /* every consumer's text, before any work (issue 42) */
+    int per_text = n_texts > 0 ? (windows + n_texts - 1) / n_texts : 0;
+    if (plan_texts(prod, cons, n_cons, lora, adding, dd, texts, n_texts, hb_path, (size_t)per_text * (size_t)window,
+                   window, n_eval, need, own, &op) ||
+        texts_overlap_own(cons, n_cons, lora, dd, own, texts, n_texts, (size_t)per_text * (size_t)window, &op, n_eval,
+                          need)) {
+        ret = 2;
+        goto done;
+    }
+    if ((rc = scdb_calib_new(prod, (const scdb_model *const *)cons, slots, &o, &cal))) {
+        fprintf(stderr, "calibrate: %s (consumers must share the producer's architecture)\n",
+                scdb_strerror(rc));
+        goto done;
+    }
+    /* the CPU is the host path itself; a device gets the heavy parts */
+    if (dev != SCDB_DEV_CPU && (rc = scdb_calib_set_device(cal, dev))) {
+        fprintf(stderr, "calibrate: cannot use the %s: %s\n", scdb_device_name(dev),
+                scdb_strerror(rc));
+        goto done;
+    }
     /* held-back KL windows: end of each consumer's held-out first half
      * (with a frozen codebook each consumer's are added in its turn; lora
-     * pairs take theirs from the training text) */
+     * pairs take theirs from the training text; a consumer with no text of
+     * its own here, the operator's: plan_texts) */
     size_t reserve[MAX_CONS] = {0};
     for (int i = 0; i < n_cons && !lora; i++)
-        if (eval_windows(cb ? NULL : cal, i, cons[i], n_eval, need, dd, &reserve[i])) goto done;
+        if (heldback_windows(cb ? NULL : cal, i, cons[i], 0, own[i], &op, n_eval, need, dd, &reserve[i]))
+            goto done;
 
     /* statistics windows */
     if (adding) {
@@ -992,17 +1278,20 @@ int cli_cmd_calibrate(int argc, char **argv)
                     dd->td.n, dd->td.name[k], added, desc, scdb_now() - tk, scdb_now() - t0);
         }
     } else if (n_texts > 0) {
-        int per = (windows + n_texts - 1) / n_texts;
         for (int i = 0; i < n_texts; i++) {
             unsigned char *t;
             size_t len;
             int added;
-            if ((rc = scdb_codec_read_text(texts[i], (size_t)per * window, &t, &len))) {
+            if ((rc = scdb_codec_read_text(texts[i], (size_t)per_text * window, &t, &len))) {
                 fprintf(stderr, "calibrate: %s: %s\n", texts[i], scdb_strerror(rc));
                 goto done;
             }
-            fprintf(stderr, "calibrate: statistics from %s (%zu bytes)\n", texts[i], len);
-            rc = scdb_calib_add_text(cal, t, len, per, &added);
+            /* the held-back windows' bytes stay out of the statistics */
+            int cut = i == op.texts_i && len > op.stats_cap;
+            if (cut) len = op.stats_cap;
+            fprintf(stderr, "calibrate: statistics from %s (%zu bytes%s)\n", texts[i], len,
+                    cut || i == op.texts_i ? "; held-back text after them, kept out" : "");
+            rc = scdb_calib_add_text(cal, t, len, per_text, &added);
             free(t);
             if (rc) { fprintf(stderr, "calibrate: %s\n", scdb_strerror(rc)); goto done; }
         }
@@ -1091,7 +1380,7 @@ int cli_cmd_calibrate(int argc, char **argv)
     }
     if (lora) {
         if (lora_fleet(cal, cb, prod, cons, n_cons, shared_path, dir, n_eval, need, n_patch, hidden, steps, dec_rank,
-                       align_rank, tok_in, tok_corr, t0, t_stats, cpu_stats))
+                       align_rank, tok_in, tok_corr, own, &op, t0, t_stats, cpu_stats))
             goto done;
         printf("calibrated in %.1f s\n", scdb_now() - t0);
         ret = 0;
@@ -1112,7 +1401,7 @@ int cli_cmd_calibrate(int argc, char **argv)
                 fprintf(stderr, "calibrate: consumer '%s': %s\n", cname, scdb_strerror(rc));
                 goto done;
             }
-            if (eval_windows(cal, 0, cons[i], n_eval, need, dd, &reserve[i])) goto done;
+            if (heldback_windows(cal, 0, cons[i], 0, own[i], &op, n_eval, need, dd, &reserve[i])) goto done;
         }
         fprintf(stderr, "calibrate: pair %s -> %s (%.1f s)\n", pc->name, cname, scdb_now() - t0);
         if ((rc = scdb_calib_fit_pair(cal, cb, slot, &pf, &p))) {
@@ -1155,6 +1444,7 @@ int cli_cmd_calibrate(int argc, char **argv)
     printf("calibrated in %.1f s\n", scdb_now() - t0);
     ret = 0;
 done:
+    free(op.t);
     scdb_codebook_free(&cb);
     scdb_calib_free(&cal);
     for (int i = 0; i < n_cons; i++) scdb_model_free(&cons[i]);

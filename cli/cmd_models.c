@@ -121,11 +121,14 @@ int cli_cmd_models(int argc, char **argv)
     nd = list_dir(dir, NULL, ".txt", domains, MAX_ITEMS);
     if (nd <= 0) { fprintf(stderr, "scdb models: no held-out texts under %s\n", dir); return 1; }
 
+    scdb_progress prog;
+    scdb_progress_begin(&prog, stderr, (long)nm * nd);
     for (int i = 0; i < nm; i++) {
         scdb_model *m;
         snprintf(dir, sizeof dir, "%s/models/%s", data, models[i]);
         scdb_err e = scdb_model_load(dir, &m, err, sizeof err);
         if (e) {
+            scdb_progress_end(&prog);
             fprintf(stderr, "scdb models: %s: %s (%s)\n", dir, err, scdb_strerror(e));
             goto done;
         }
@@ -135,24 +138,28 @@ int cli_cmd_models(int argc, char **argv)
             size_t len;
             scdb_model_heldout_path(data, domains[j], path, sizeof path);
             if ((e = scdb_read_file(path, 1 << 30, &text, &len))) {
+                scdb_progress_end(&prog);
                 fprintf(stderr, "scdb models: %s: %s\n", path, scdb_strerror(e));
                 scdb_model_free(&m);
                 goto done;
             }
-            fprintf(stderr, "\r  scoring %-10s on %-10s", models[i], domains[j]);
+            /* the step being started: a long one is on screen while it runs */
+            scdb_progress_step(&prog, (long)i * nd + j, "  scoring %s on %s (%ld/%ld)", models[i], domains[j],
+                               (long)i * nd + j + 1, (long)nm * nd);
             e = scdb_model_bpb(m, (unsigned char *)text, len,
                                window ? (int)window : cfgs[i].max_seq_len,
                                (size_t)max_bytes, &bpb[i][j]);
             free(text);
             if (e) {
-                fprintf(stderr, "\nscdb models: %s on %s: %s\n", models[i], domains[j], scdb_strerror(e));
+                scdb_progress_end(&prog);
+                fprintf(stderr, "scdb models: %s on %s: %s\n", models[i], domains[j], scdb_strerror(e));
                 scdb_model_free(&m);
                 goto done;
             }
         }
         scdb_model_free(&m);
     }
-    fprintf(stderr, "\r%60s\r", "");
+    scdb_progress_end(&prog);
 
     printf("Held-out bits per byte (lower is better; %ld bytes per domain):\n\n", max_bytes);
     printf("| model | fine-tune |");

@@ -128,9 +128,11 @@ scdb_err scdb_aligner_fit(const float *z, const float *h, int n, int r, int d,
     enum { D_ZT, D_HT, D_M, D_ZB, D_TB, D_AB, D_SB, D_HB, D_GH, D_GS, D_IDX,
            D_P0, D_G0 = D_P0 + 5, D_M0 = D_G0 + 5, D_V0 = D_M0 + 5, D_N = D_V0 + 5 };
     void *dv[D_N] = {0};
+    scdb_progress prog;
     scdb_err rc = SCDB_ENOMEM;
 
     if (!z || !h || n < 2 || r < 1 || d < 1 || !out || ((wk || wv) && kv_dim < 1)) return SCDB_EINVAL;
+    scdb_progress_begin(&prog, t && t->verbose ? stderr : NULL, steps);
     if (B > n) B = n;
     memset(out, 0, sizeof *out);
     a.r = r; a.hidden = H; a.d = d;
@@ -317,11 +319,9 @@ scdb_err scdb_aligner_fit(const float *z, const float *h, int n, int r, int d,
                 for (int i = 0; i < 5; i++) memcpy(best[i], cur[i], psz[i] * sizeof(float));
             }
         }
-        if (t && t->verbose && (step % 500 == 0 || step == steps)) {
-            fprintf(stderr, "\r    adam step %d/%d", step, steps);
-            if (step == steps) fprintf(stderr, "\n");
-        }
+        scdb_progress_step(&prog, step, "    adam step %d/%d", step, steps);
     }
+    scdb_progress_end(&prog);
     for (int i = 0; i < 5; i++) memcpy(cur[i], best[i], psz[i] * sizeof(float));
     if (loss_after) *loss_after = best_val;
     if (t && t->verbose)
@@ -333,6 +333,7 @@ scdb_err scdb_aligner_fit(const float *z, const float *h, int n, int r, int d,
     memset(&a, 0, sizeof a);
     rc = SCDB_OK;
 done:
+    scdb_progress_end(&prog);
     scdb_aligner_clear(&a);
     for (int i = 0; i < D_N; i++) o->release(dv[i]);
     free(idx);

@@ -150,8 +150,10 @@ static scdb_err make_codebook(scdb_calib *c, const scdb_cb_fit *f, const int *ca
                               const int *rk, const int *rv, int verbose, scdb_codebook **out)
 {
     scdb_codebook *cb = cx_codebook_alloc();
+    scdb_progress prog;
     scdb_err rc;
     if (!cb) return SCDB_ENOMEM;
+    scdb_progress_begin(&prog, verbose && c->o.verbose ? stderr : NULL, c->L);
     if ((rc = cx_codebook_set_producer(cb, c->mod[0]))) goto fail;
     scdb_codebook_info *in = &cb->info;
     in->k_post_rope = f->k_post_rope;
@@ -168,9 +170,9 @@ static scdb_err make_codebook(scdb_calib *c, const scdb_cb_fit *f, const int *ca
             int r = p == CX_K ? L->r_k : p == CX_V ? L->r_v : L->r_h;
             if (r && (rc = fit_part(c, l, p, r, f, &cb->part[l][p]))) goto fail;
         }
-        if (verbose) VERB(c, "\r  codebook: layer %d/%d fitted", l + 1, c->L);
+        scdb_progress_step(&prog, l + 1, "  codebook: layer %d/%d fitted", l + 1, c->L);
     }
-    if (verbose) VERB(c, "\n");
+    scdb_progress_end(&prog);
     snprintf(cb->notes, sizeof cb->notes,
              "method=%s; %d windows x %d tokens (%lld tokens); ridge=%g; producer=%s; models=%d",
              in->method, c->nwin, c->o.window, c->ntok, f->ridge > 0 ? f->ridge : 1e-3,
@@ -179,6 +181,7 @@ static scdb_err make_codebook(scdb_calib *c, const scdb_cb_fit *f, const int *ca
     *out = cb;
     return SCDB_OK;
 fail:
+    scdb_progress_end(&prog);
     scdb_codebook_free(&cb);
     return rc;
 }

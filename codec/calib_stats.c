@@ -301,8 +301,10 @@ scdb_err scdb_calib_swap_consumer(scdb_calib *c, int ci, const scdb_model *m)
     const int L = c ? c->L : 0, d = c ? c->d : 0, kv = c ? c->kv : 0;
     float *h[2] = {0}, *k[2] = {0}, *tmp = NULL;
     scdb_kv_cache *cache = NULL;
+    scdb_progress prog;
     scdb_err rc;
 
+    scdb_progress_begin(&prog, NULL, 0);   /* quiet until the windows start */
     if (!c || !m || ci < 0 || ci >= c->nm - 1) return SCDB_EINVAL;
     if (!scdb_model_config_same_arch(scdb_model_cfg(c->mod[0]), scdb_model_cfg(m)))
         return SCDB_EMISMATCH;
@@ -324,6 +326,7 @@ scdb_err scdb_calib_swap_consumer(scdb_calib *c, int ci, const scdb_model *m)
         if (!h[x] || !k[x]) goto done;
     }
     if (!tmp || (rc = scdb_model_cache_new(m, n, &cache))) goto done;
+    scdb_progress_begin(&prog, c->o.verbose ? stderr : NULL, c->nwin);
     for (int w = 0; w < c->nwin; w++) {
         const int32_t *tok = c->wtok + (size_t)w * n;
         scdb_capture cap = {.h_in = h[1], .k_post = k[1]};
@@ -342,11 +345,11 @@ scdb_err scdb_calib_swap_consumer(scdb_calib *c, int ci, const scdb_model *m)
             kk[j] = k[1];
             if ((rc = add_moments(c, j, hh, kk, NULL, NULL, NULL, n, tmp))) goto done;
         }
-        if (c->o.verbose) fprintf(stderr, "\r  consumer '%s': %d/%d windows", scdb_model_cfg(m)->name, w + 1, c->nwin);
+        scdb_progress_step(&prog, w + 1, "  consumer '%s': %d/%d windows", scdb_model_cfg(m)->name, w + 1, c->nwin);
     }
-    if (c->o.verbose && c->nwin) fprintf(stderr, "\n");
     rc = SCDB_OK;
 done:
+    scdb_progress_end(&prog);
     for (int x = 0; x < 2; x++) { free(h[x]); free(k[x]); }
     free(tmp);
     scdb_kv_cache_free(&cache);
@@ -365,14 +368,18 @@ scdb_err scdb_calib_add_text(scdb_calib *c, const unsigned char *text, size_t le
     if (!c || (!text && len)) return SCDB_EINVAL;
     tok = malloc((size_t)W * sizeof *tok);
     if (!tok) return SCDB_ENOMEM;
+    scdb_progress prog;
+    long avail = (long)(len / (size_t)W);
+    scdb_progress_begin(&prog, c->o.verbose ? stderr : NULL,
+                        max_windows > 0 && max_windows < avail ? max_windows : avail);
     for (size_t off = 0; off + (size_t)W <= len; off += (size_t)W) {
         if (max_windows > 0 && n >= max_windows) break;
         scdb_tokenize_bytes(text + off, (size_t)W, tok);
         if ((rc = add_window(c, tok, W))) break;
         n++;
-        if (c->o.verbose) fprintf(stderr, "\r  statistics: %d windows (%lld tokens)", c->nwin, c->ntok);
+        scdb_progress_step(&prog, n, "  statistics: %d windows (%lld tokens)", c->nwin, c->ntok);
     }
-    if (c->o.verbose) fprintf(stderr, "\n");
+    scdb_progress_end(&prog);
     free(tok);
     if (added) *added = n;
     return rc;

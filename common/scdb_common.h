@@ -88,6 +88,55 @@ const char *scdb_data_dir(void);
  * user named it).  Points into path; NULL for NULL. */
 const char *scdb_data_relative(const char *path);
 
+/* --------------------------------------------------------------- progress
+ *
+ * One progress report for a long loop (calibration's statistics windows, a
+ * consumer's windows, a codebook's layers, an aligner's Adam steps), which
+ * a terminal and a log can both read:
+ *
+ *   a terminal (isatty of the stream): one line redrawn in place with '\r'
+ *     (at most every 0.1 s and at the last step, padded over a longer
+ *     previous text), ended with '\n' by scdb_progress_end;
+ *   anything else (a file, a pipe): whole lines, one when the work passes
+ *     another tenth of its total (at most one a second) or when every_s
+ *     (SCDB_PROGRESS_EVERY_S) seconds passed since the last line, and the
+ *     last state at the end unless it was the last line out.  A report of
+ *     T seconds prints at most 1 + min(10, T) + T / every_s lines; a short
+ *     one, only its last state.
+ *
+ *     scdb_progress p;
+ *     scdb_progress_begin(&p, verbose ? stderr : NULL, n);
+ *     for (int i = 0; i < n; i++) {
+ *         work(i);
+ *         scdb_progress_step(&p, i + 1, "  statistics: %d windows", i + 1);
+ *     }
+ *     scdb_progress_end(&p);
+ *
+ * total <= 0: unknown (no tenths; time only).  The struct is the caller's,
+ * nothing is allocated; a NULL stream makes every call do nothing (quiet).
+ * A test may set tty, every_s and clock after begin.  The text is cut to
+ * SCDB_PROGRESS_TEXT - 1 bytes and must not hold a newline.  One thread. */
+#define SCDB_PROGRESS_EVERY_S 5.0
+#define SCDB_PROGRESS_TEXT 256
+typedef struct scdb_progress {
+    FILE *f;                /* NULL: quiet */
+    int tty;                /* redraw one line in place (isatty at begin) */
+    long total;             /* steps in all; 0: unknown */
+    double every_s;         /* a log's line at least this often */
+    double (*clock)(void);  /* seconds; scdb_now */
+    double t_last;          /* when the last line (or redraw) went out */
+    long tenth;             /* tenths of total reported so far */
+    int shown;              /* text is what went out last */
+    size_t drawn;           /* terminal: length of the line on screen */
+    char text[SCDB_PROGRESS_TEXT];
+} scdb_progress;
+
+void scdb_progress_begin(scdb_progress *p, FILE *f, long total);
+/* done: steps done so far (of total); the text is printf's of fmt. */
+void scdb_progress_step(scdb_progress *p, long done, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+void scdb_progress_end(scdb_progress *p);
+
 /* ---------------------------------------------------------- option values
  *
  * One range-checked parser for every number a program takes on its command

@@ -1,6 +1,7 @@
 /* test_common.c — common/: the option value parser (scdb_common.h "option
  * values"): every way a value can be wrong gets its own code and a message
- * that names the option. */
+ * that names the option; the progress report (scdb_common.h "progress"): a
+ * log gets whole lines, a bounded count, a terminal one redrawn line. */
 #include <float.h>
 #include <limits.h>
 #include <setjmp.h>
@@ -252,6 +253,129 @@ static void test_list_has(void **state)
     assert_true(scdb_list_has("a,b,", "b"));
 }
 
+/* ------------------------------------------------------------ progress */
+
+static double fake_now;
+static double fake_clock(void) { return fake_now; }
+
+/* A report of n steps, dt seconds each, into a temp file (not a terminal
+ * unless tty); what was written, malloc'd. */
+static char *progress_run(long total, long n, double dt, int tty)
+{
+    FILE *f = tmpfile();
+    assert_non_null(f);
+    scdb_progress p;
+    scdb_progress_begin(&p, f, total);
+    assert_false(p.tty);   /* a file */
+    p.tty = tty;
+    p.clock = fake_clock;
+    fake_now = 100.0;
+    p.t_last = fake_now;
+    for (long i = 1; i <= n; i++) {
+        fake_now += dt;
+        scdb_progress_step(&p, i, "  statistics: %ld windows (%ld tokens)", i, i * 384);
+    }
+    scdb_progress_end(&p);
+    long len = ftell(f);
+    assert_true(len >= 0);
+    char *out = calloc(1, (size_t)len + 1);
+    assert_non_null(out);
+    rewind(f);
+    assert_int_equal(fread(out, 1, (size_t)len, f), (size_t)len);
+    fclose(f);
+    return out;
+}
+
+/* whole lines only (no '\r', ends with '\n'): their count */
+static int whole_lines(const char *s)
+{
+    int n = 0;
+    assert_null(strchr(s, '\r'));
+    for (const char *c = s; *c; c++) n += *c == '\n';
+    assert_true(*s == '\0' || s[strlen(s) - 1] == '\n');
+    return n;
+}
+
+static const char *last_line(const char *s)
+{
+    size_t n = strlen(s);
+    assert_true(n > 0);
+    const char *c = s + n - 1;   /* its '\n' */
+    while (c > s && c[-1] != '\n') c--;
+    return c;
+}
+
+static void test_progress_log(void **state)
+{
+    (void)state;
+    /* 1000 windows over 15.6 s (steps of 1/64 s, exact in binary): a line
+     * per tenth, each 1.56 s after the last */
+    char *s = progress_run(1000, 1000, 1.0 / 64, 0);
+    int n = whole_lines(s);
+    assert_int_equal(n, 10);
+    assert_string_equal(last_line(s), "  statistics: 1000 windows (384000 tokens)\n");
+    assert_non_null(strstr(s, "  statistics: 100 windows (38400 tokens)\n"));   /* the first tenth */
+    free(s);
+    /* fast work: only its last state */
+    s = progress_run(1000, 1000, 0.0, 0);
+    assert_int_equal(whole_lines(s), 1);
+    assert_string_equal(s, "  statistics: 1000 windows (384000 tokens)\n");
+    free(s);
+    /* tenths closer than a second apart are not all printed */
+    s = progress_run(100, 100, 1.0 / 64, 0);
+    assert_int_equal(whole_lines(s), 1 + 1);   /* 1 s passed at the 64th; the end */
+    assert_string_equal(s, "  statistics: 64 windows (24576 tokens)\n  statistics: 100 windows (38400 tokens)\n");
+    free(s);
+    /* unknown total over 100 s: a line each SCDB_PROGRESS_EVERY_S */
+    s = progress_run(0, 800, 0.125, 0);
+    assert_int_equal(whole_lines(s), (int)(100 / SCDB_PROGRESS_EVERY_S));
+    assert_string_equal(last_line(s), "  statistics: 800 windows (307200 tokens)\n");
+    free(s);
+    /* stopped early (an error): the state it reached */
+    s = progress_run(1000, 37, 0.0, 0);
+    assert_string_equal(s, "  statistics: 37 windows (14208 tokens)\n");
+    free(s);
+    /* nothing done: nothing printed */
+    s = progress_run(10, 0, 0.0, 0);
+    assert_string_equal(s, "");
+    free(s);
+}
+
+static void test_progress_tty(void **state)
+{
+    (void)state;
+    /* one line redrawn: '\r' before each state, one '\n' at the end */
+    char *s = progress_run(1000, 1000, 1.0 / 64, 1);
+    int redraws = 0, nl = 0;
+    for (const char *c = s; *c; c++) { redraws += *c == '\r'; nl += *c == '\n'; }
+    assert_int_equal(nl, 1);
+    assert_true(redraws >= 100 && redraws <= 1000 / 7 + 1);   /* at most every 0.1 s, and the last */
+    assert_non_null(strstr(s, "\r  statistics: 1000 windows (384000 tokens)\n"));
+    free(s);
+    /* a shorter text is padded over the longer one on screen */
+    FILE *f = tmpfile();
+    assert_non_null(f);
+    scdb_progress p;
+    scdb_progress_begin(&p, f, 2);
+    p.tty = 1;
+    p.clock = fake_clock;
+    p.t_last = fake_now = 0.0;
+    fake_now = 1.0;
+    scdb_progress_step(&p, 1, "long text");
+    fake_now = 2.0;
+    scdb_progress_step(&p, 2, "short");
+    scdb_progress_end(&p);
+    char buf[64] = {0};
+    rewind(f);
+    assert_true(fread(buf, 1, sizeof buf - 1, f) > 0);
+    fclose(f);
+    assert_string_equal(buf, "\rlong text\rshort    \n");
+    /* a NULL stream: quiet */
+    scdb_progress_begin(&p, NULL, 5);
+    scdb_progress_step(&p, 1, "x");
+    scdb_progress_end(&p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -261,6 +385,7 @@ int main(void)
         cmocka_unit_test(test_u64),          cmocka_unit_test(test_u32),
         cmocka_unit_test(test_real),         cmocka_unit_test(test_null_args),
         cmocka_unit_test(test_split_list),   cmocka_unit_test(test_list_has),
+        cmocka_unit_test(test_progress_log), cmocka_unit_test(test_progress_tty),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
