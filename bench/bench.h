@@ -14,6 +14,7 @@
 
 #include <cjson/cJSON.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 #include "scdb.h"
@@ -62,5 +63,52 @@ int scdb_bench_stop_broker(pid_t pid, int sig);
  * (readiness, never a fixed sleep); SCDB_ECLOSED at once if the broker
  * process `broker` (> 0) has exited. */
 scdb_err scdb_bench_connect(const scdb_opts *o, double seconds, pid_t broker, scdb **out);
+
+/* ------------------------------------------ payload_shape.c: payload shape
+ *
+ * The blocks `scdb bench store` and `scdb bench cluster` replay a trace
+ * with stand for a 7B-class model's.  Per token, SCD codes are layers x
+ * (rank_k + rank_v) x elem_bytes (32 x 256 x 2 = 16 KiB) and raw KV is
+ * layers x 2 x kv_dim x elem_bytes (512 KiB); both are scaled down (a
+ * 512-token block of codes is 8 MiB, and the trace has 43,924 distinct
+ * blocks).  One struct, its defaults, its getopt_long entries and one
+ * parser, so the two benches take the same options with the same checks. */
+typedef struct scdb_bench_shape {
+    uint32_t block_tokens;            /* --block-tokens (512, the Mooncake trace's) */
+    uint32_t layers, rank_k, rank_v;  /* --layers, --rank-k, --rank-v (32, 128, 128) */
+    uint32_t kv_dim;                  /* --kv-dim (4096; raw KV) */
+    uint32_t elem_bytes;              /* --elem-bytes (2: f16) */
+    double codes_scale, raw_scale;    /* --codes-scale, --raw-scale (1/512 each) */
+} scdb_bench_shape;
+
+/* getopt_long values of the shape options, above any bench's own. */
+enum {
+    SCDB_BENCH_SHAPE_OPT = 0x1000,
+    SCDB_BENCH_SHAPE_BLOCK_TOKENS = SCDB_BENCH_SHAPE_OPT,
+    SCDB_BENCH_SHAPE_LAYERS, SCDB_BENCH_SHAPE_RANK_K, SCDB_BENCH_SHAPE_RANK_V,
+    SCDB_BENCH_SHAPE_ELEM_BYTES, SCDB_BENCH_SHAPE_CODES_SCALE,
+    SCDB_BENCH_SHAPE_KV_DIM, SCDB_BENCH_SHAPE_RAW_SCALE
+};
+/* struct option entries: the codes' shape, and raw KV's (bench store alone
+ * replays raw KV). */
+#define SCDB_BENCH_SHAPE_CODES_OPTIONS                                                       \
+    {"block-tokens", 1, 0, SCDB_BENCH_SHAPE_BLOCK_TOKENS}, {"layers", 1, 0, SCDB_BENCH_SHAPE_LAYERS}, \
+    {"rank-k", 1, 0, SCDB_BENCH_SHAPE_RANK_K}, {"rank-v", 1, 0, SCDB_BENCH_SHAPE_RANK_V},          \
+    {"elem-bytes", 1, 0, SCDB_BENCH_SHAPE_ELEM_BYTES},                                           \
+    {"codes-scale", 1, 0, SCDB_BENCH_SHAPE_CODES_SCALE}
+#define SCDB_BENCH_SHAPE_RAW_OPTIONS \
+    {"kv-dim", 1, 0, SCDB_BENCH_SHAPE_KV_DIM}, {"raw-scale", 1, 0, SCDB_BENCH_SHAPE_RAW_SCALE}
+
+/* The defaults above. */
+void scdb_bench_shape_defaults(scdb_bench_shape *s);
+/* Set the field of shape option c (getopt_long's value, >=
+ * SCDB_BENCH_SHAPE_OPT) from arg: a whole number in range (--block-tokens
+ * 1..SCDB_BLOCK_TOKENS_MAX, --layers and --elem-bytes >= 1), a positive
+ * scale.  SCDB_OK; else the scdb_parse_* error with why naming the option,
+ * or SCDB_EINVAL for a c that is no shape option. */
+scdb_err scdb_bench_shape_parse(scdb_bench_shape *s, int c, const char *arg, char *why, size_t why_len);
+/* Unscaled payload bytes per token: SCD codes; raw KV. */
+uint64_t scdb_bench_shape_codes_per_token(const scdb_bench_shape *s);
+uint64_t scdb_bench_shape_raw_per_token(const scdb_bench_shape *s);
 
 #endif

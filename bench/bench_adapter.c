@@ -149,7 +149,7 @@ int scdb_bench_adapter(int argc, char **argv)
 {
     const char *adapter = NULL, *json = NULL;
     int rank = 8, tokens = 256, reps = 5, ret = 1, only = -1;
-    char tmp[256] = "", base[1200], err[512] = "";
+    char tmp[256] = "", base[1200], err[512] = "", shown[64];
     for (int i = 1; i < argc; i += 2) {   /* every option takes a value */
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -232,7 +232,10 @@ int scdb_bench_adapter(int argc, char **argv)
     }
     double maxd = 0;
     for (size_t i = 0; i < (size_t)tokens * V; i++) maxd = fmax(maxd, fabs((double)l0[i] - l1[i]));
-    printf("# scdb bench adapter: %s (d_model %d, %d layers, d_ff %d), %d tokens, median of %d\n", adapter,
+    /* the output names no scratch folder and no path of this machine */
+    if (tmp[0]) snprintf(shown, sizeof shown, "a random rank-%d adapter over models/base", rank);
+    printf("# scdb bench adapter: %s (d_model %d, %d layers, d_ff %d), %d tokens, median of %d\n",
+           tmp[0] ? shown : scdb_data_relative(adapter),
            c->d_model, c->n_layers, c->d_ff, tokens, reps);
     printf("%-8s %10s %12s %12s %14s\n", "mode", "load_ms", "added_KiB", "prefill_ms", "decode_us/tok");
     for (int k = 0; k < 2; k++)
@@ -243,7 +246,7 @@ int scdb_bench_adapter(int argc, char **argv)
            med[1][2] / med[0][2], maxd);
     if (json) {
         cJSON *root = cJSON_CreateObject(), *rows = cJSON_AddArrayToObject(root, "rows");
-        cJSON_AddStringToObject(root, "adapter", adapter);
+        cJSON_AddStringToObject(root, "adapter", tmp[0] ? shown : scdb_data_relative(adapter));
         cJSON_AddNumberToObject(root, "tokens", tokens);
         cJSON_AddNumberToObject(root, "reps", reps);
         cJSON_AddNumberToObject(root, "max_abs_dlogit", maxd);

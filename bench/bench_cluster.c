@@ -48,7 +48,6 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
-#include <float.h>
 #include <limits.h>
 #include <getopt.h>
 #include <math.h>
@@ -88,8 +87,7 @@ typedef struct copts {
     bool route_session, no_kill, quiet, keep;
     int brokers;
     size_t requests, kill_requests;
-    uint32_t block_tokens, layers, rank_k, rank_v, elem_bytes;
-    double codes_scale;
+    scdb_bench_shape shape;     /* the codes' shape (raw KV's options are bench store's) */
     int samples, ttft_prefix, ttft_reps;
     const char *data, *dir;
     uint64_t seed;
@@ -146,16 +144,13 @@ static void usage(FILE *f)
 
 static int parse_opts(int argc, char **argv, copts *o)
 {
-    enum { O_TRACE = 256, O_SYN, O_JSON, O_ROUTE, O_NOKILL, O_BROKERS, O_REQ, O_KREQ, O_BT,
-           O_LAY, O_RK, O_RV, O_ELEM, O_CS, O_SAMPLES, O_TTFT, O_MAXMEM, O_DATA, O_DIR,
-           O_SEED, O_QUIET, O_KEEP, O_HELP };
+    enum { O_TRACE = 256, O_SYN, O_JSON, O_ROUTE, O_NOKILL, O_BROKERS, O_REQ, O_KREQ,
+           O_SAMPLES, O_TTFT, O_MAXMEM, O_DATA, O_DIR, O_SEED, O_QUIET, O_KEEP, O_HELP };
     static const struct option lo[] = {
         {"trace", 1, 0, O_TRACE}, {"synthetic", 0, 0, O_SYN}, {"json", 1, 0, O_JSON},
         {"route", 1, 0, O_ROUTE}, {"no-kill", 0, 0, O_NOKILL}, {"brokers", 1, 0, O_BROKERS},
         {"requests", 1, 0, O_REQ}, {"kill-requests", 1, 0, O_KREQ},
-        {"block-tokens", 1, 0, O_BT}, {"layers", 1, 0, O_LAY}, {"rank-k", 1, 0, O_RK},
-        {"rank-v", 1, 0, O_RV}, {"elem-bytes", 1, 0, O_ELEM}, {"codes-scale", 1, 0, O_CS},
-        {"samples", 1, 0, O_SAMPLES}, {"ttft-prefix", 1, 0, O_TTFT},
+        SCDB_BENCH_SHAPE_CODES_OPTIONS, {"samples", 1, 0, O_SAMPLES}, {"ttft-prefix", 1, 0, O_TTFT},
         {"maxmemory", 1, 0, O_MAXMEM}, {"data", 1, 0, O_DATA}, {"dir", 1, 0, O_DIR},
         {"seed", 1, 0, O_SEED}, {"quiet", 0, 0, O_QUIET}, {"keep", 0, 0, O_KEEP},
         {"help", 0, 0, O_HELP}, {0, 0, 0, 0}};
@@ -164,9 +159,7 @@ static int parse_opts(int argc, char **argv, copts *o)
     memset(o, 0, sizeof *o);
     o->brokers = 3;
     o->kill_requests = 1200;
-    o->block_tokens = 512;
-    o->layers = 32, o->rank_k = 128, o->rank_v = 128, o->elem_bytes = 2;
-    o->codes_scale = 1.0 / 512;
+    scdb_bench_shape_defaults(&o->shape);
     o->samples = 200;
     o->ttft_prefix = 384;
     o->ttft_reps = 5;
@@ -201,25 +194,6 @@ static int parse_opts(int argc, char **argv, copts *o)
             if (!(bad = scdb_parse_u64("--kill-requests", optarg, 0, SIZE_MAX, &u, why, sizeof why)))
                 o->kill_requests = (size_t)u;
             break;
-        case O_BT:
-            bad = scdb_parse_u32("--block-tokens", optarg, 1, SCDB_BLOCK_TOKENS_MAX, &o->block_tokens,
-                                 why, sizeof why);
-            break;
-        case O_LAY:
-            bad = scdb_parse_u32("--layers", optarg, 1, UINT32_MAX, &o->layers, why, sizeof why);
-            break;
-        case O_RK:
-            bad = scdb_parse_u32("--rank-k", optarg, 0, UINT32_MAX, &o->rank_k, why, sizeof why);
-            break;
-        case O_RV:
-            bad = scdb_parse_u32("--rank-v", optarg, 0, UINT32_MAX, &o->rank_v, why, sizeof why);
-            break;
-        case O_ELEM:
-            bad = scdb_parse_u32("--elem-bytes", optarg, 1, UINT32_MAX, &o->elem_bytes, why, sizeof why);
-            break;
-        case O_CS:
-            bad = scdb_parse_f64("--codes-scale", optarg, DBL_MIN, DBL_MAX, &o->codes_scale, why, sizeof why);
-            break;
         case O_SAMPLES:
             bad = scdb_parse_int("--samples", optarg, 1, INT_MAX, &o->samples, why, sizeof why);
             break;
@@ -248,7 +222,12 @@ static int parse_opts(int argc, char **argv, copts *o)
         case O_QUIET: o->quiet = true; break;
         case O_KEEP: o->keep = true; break;
         case O_HELP: case 'h': usage(stdout); return 1;
-        default: usage(stderr); return 2;
+        default:
+            if (c < SCDB_BENCH_SHAPE_OPT) {
+                usage(stderr);
+                return 2;
+            }
+            bad = scdb_bench_shape_parse(&o->shape, c, optarg, why, sizeof why);
         }
         if (bad) {
             fprintf(stderr, WHO ": %s\n", why);
@@ -259,9 +238,7 @@ static int parse_opts(int argc, char **argv, copts *o)
         fprintf(stderr, WHO ": unexpected argument '%s'\n", argv[optind]);
         return 2;
     }
-    if (o->brokers < 2 || o->brokers > MAX_BROKERS || o->block_tokens == 0 ||
-        o->block_tokens > SCDB_BLOCK_TOKENS_MAX || o->layers == 0 || o->elem_bytes == 0 ||
-        o->codes_scale <= 0 || o->samples < 1 || o->ttft_prefix < 128 ||
+    if (o->brokers < 2 || o->brokers > MAX_BROKERS || o->samples < 1 || o->ttft_prefix < 128 ||
         o->ttft_prefix % 64 || o->ttft_prefix > 448 || o->maxmemory < (64ull << 20)) {
         fprintf(stderr, WHO ": an option is out of range (--brokers 2..%d, --ttft-prefix a "
                 "multiple of 64 in 128..448, ...)\n", MAX_BROKERS);
@@ -946,9 +923,9 @@ int scdb_bench_cluster(int argc, char **argv)
     }
     /* the replays' model */
     memset(&m, 0, sizeof m);
-    m.bt = o.block_tokens;
-    m.per_token_unscaled = (uint64_t)o.layers * (o.rank_k + o.rank_v) * o.elem_bytes;
-    m.head_dim = (int)((double)m.per_token_unscaled * o.codes_scale / 4.0 + 0.5);
+    m.bt = o.shape.block_tokens;
+    m.per_token_unscaled = scdb_bench_shape_codes_per_token(&o.shape);
+    m.head_dim = (int)((double)m.per_token_unscaled * o.shape.codes_scale / 4.0 + 0.5);
     if (m.head_dim < 1) m.head_dim = 1;
     m.block_bytes = (uint64_t)4 * m.head_dim * m.bt;
     m.max_seq = (int)(t.max_blocks * m.bt);
@@ -988,7 +965,7 @@ int scdb_bench_cluster(int argc, char **argv)
     progress(&o, "%s: trace %s, %zu requests, %u-token blocks of %llu bytes (7B-class codes "
              "%llu B/token scaled by %g), %d brokers, route %s\n", WHO, t.source, n_req, m.bt,
              (unsigned long long)m.block_bytes, (unsigned long long)m.per_token_unscaled,
-             o.codes_scale, o.brokers, o.route_session ? "session" : "round-robin");
+             o.shape.codes_scale, o.brokers, o.route_session ? "session" : "round-robin");
 
     {
         replay_ctx c = {.o = &o, .t = &t, .n_req = n_req, .m = &m, .seed = o.seed, .f = &f,
@@ -1038,10 +1015,11 @@ int scdb_bench_cluster(int argc, char **argv)
                "loopback, persistence off, maxmemory %llu per node, allkeys-lru\n",
                t.source, n_req, (unsigned long long)remote.refs, o.brokers,
                o.route_session ? "session" : "round-robin", (unsigned long long)o.maxmemory);
-        printf("replay payloads: 7B-class codes, %llu B/token (32 layers x (r_K + r_V = 256) x "
-               "f16) SCALED by %g to %llu bytes per %u-token block; every byte served checked\n\n",
-               (unsigned long long)m.per_token_unscaled, o.codes_scale,
-               (unsigned long long)m.block_bytes, m.bt);
+        printf("replay payloads: 7B-class codes, %llu B/token (%u layers x (r_K + r_V = %llu) x %u "
+               "bytes) SCALED by %g to %llu bytes per %u-token block; every byte served checked\n\n",
+               (unsigned long long)m.per_token_unscaled, o.shape.layers,
+               (unsigned long long)o.shape.rank_k + o.shape.rank_v, o.shape.elem_bytes,
+               o.shape.codes_scale, (unsigned long long)m.block_bytes, m.bt);
         printf("| measure | value |\n|---|---|\n");
         printf("| fleet hit rate, local tiers only | %.4f (%.1f%% of ideal) |\n", hl,
                ideal > 0 ? 100 * hl / ideal : 0);
@@ -1157,7 +1135,7 @@ int scdb_bench_cluster(int argc, char **argv)
         cJSON_AddNumberToObject(json, "remote_bytes_moved", (double)moved);
         cJSON_AddNumberToObject(json, "block_tokens", m.bt);
         cJSON_AddNumberToObject(json, "payload_bytes_per_block", (double)m.block_bytes);
-        cJSON_AddNumberToObject(json, "payload_scale", o.codes_scale);
+        cJSON_AddNumberToObject(json, "payload_scale", o.shape.codes_scale);
         cJSON_AddNumberToObject(json, "unscaled_bytes_per_token", (double)m.per_token_unscaled);
         cJSON_AddItemToObject(json, "replay_local", replay_json(&local));
         cJSON_AddItemToObject(json, "replay_remote", replay_json(&remote));

@@ -411,6 +411,7 @@ static scdb_err read_text_path(const char *path, char **out, size_t *len)
 typedef struct learned {
     scdb_evict_policy *p;
     char label[96], path[1200];
+    const char *shown;                   /* path as the output names it: relative to --data */
     const char *trained_on, *domains;    /* metadata: models, training domains */
     const char *heads_trained_on;        /* the per-head scorer's models (NULL: as trained_on) */
 } learned;
@@ -546,6 +547,7 @@ static int load_policies(run *r)
             if (o->n_policies) return -1;
             continue;
         }
+        L->shown = scdb_path_relative(L->path, o->data);
         L->trained_on = scdb_evict_policy_meta(L->p, "trained_on");
         L->heads_trained_on = scdb_evict_policy_meta(L->p, "heads_trained_on");
         L->domains = scdb_evict_policy_meta(L->p, "domains");
@@ -693,11 +695,11 @@ static void print_protocol(const run *r)
     if (r->suite)
         printf("Texts: the domain suite %s (%s texts); seen = the learned policy trained on\n"
                "the domain's train text, unseen = it never saw the domain.\n",
-               scdb_data_relative(r->suite_path),
+               scdb_path_relative(r->suite_path, o->data),
                scdb_evict_part_name(o->portion));
     for (int i = 0; i < r->n_learned; i++)
         printf("Learned policy `%s`: %s (trained on models %s%s%s; domains %s).\n", r->lp[i].label,
-               r->lp[i].path, r->lp[i].trained_on ? r->lp[i].trained_on : "?",
+               r->lp[i].shown, r->lp[i].trained_on ? r->lp[i].trained_on : "?",
                r->lp[i].heads_trained_on ? ", its per-head scorer on " : "",
                r->lp[i].heads_trained_on ? r->lp[i].heads_trained_on : "",
                r->lp[i].domains ? r->lp[i].domains : "not recorded");
@@ -716,13 +718,13 @@ static int start_run(run *r)
     cJSON_AddNumberToObject(proto, "steps", o->steps);
     cJSON_AddNumberToObject(proto, "every", o->every);
     cJSON_AddNumberToObject(proto, "windows", o->windows);
-    if (r->suite) cJSON_AddStringToObject(r->json, "suite", scdb_data_relative(r->suite_path));
-    if (r->n_learned) cJSON_AddStringToObject(r->json, "policy_file", r->lp[0].path);
+    if (r->suite) cJSON_AddStringToObject(r->json, "suite", scdb_path_relative(r->suite_path, o->data));
+    if (r->n_learned) cJSON_AddStringToObject(r->json, "policy_file", r->lp[0].shown);
     cJSON *lpj = cJSON_AddArrayToObject(r->json, "learned_policies");
     for (int i = 0; i < r->n_learned; i++) {
         cJSON *e = cJSON_CreateObject();
         cJSON_AddStringToObject(e, "label", r->lp[i].label);
-        cJSON_AddStringToObject(e, "file", r->lp[i].path);
+        cJSON_AddStringToObject(e, "file", r->lp[i].shown);
         if (r->lp[i].domains) cJSON_AddStringToObject(e, "domains", r->lp[i].domains);
         if (r->lp[i].trained_on) cJSON_AddStringToObject(e, "trained_on", r->lp[i].trained_on);
         if (r->lp[i].heads_trained_on)
@@ -822,7 +824,7 @@ static void add_rows(run *r, const scdb_model_config *cfg, const source *s, doub
             cJSON_AddStringToObject(row, "text", s->label);
             cJSON_AddStringToObject(row, "part", s->part);
             if (L) {
-                cJSON_AddStringToObject(row, "policy_file", L->path);
+                cJSON_AddStringToObject(row, "policy_file", L->shown);
                 /* neither its network nor its per-head scorer trained on the model */
                 cJSON_AddBoolToObject(row, "zero_shot",
                                       !scdb_list_has(L->trained_on, cfg->name) &&

@@ -1092,7 +1092,8 @@ static void config_json(const ctx *c, const qfamily *f, const qbytes *by, const 
                             "producer prefill, encode or transfer");
     cJSON_AddStringToObject(jcfg, "quant4", "asymmetric uniform 4-bit, groups of head_dim channels "
                             "(one head of one token), f16 min and scale per group");
-    cJSON_AddStringToObject(jcfg, "text", o->text ? o->text : "second half of each consumer's held-out text");
+    cJSON_AddStringToObject(jcfg, "text", o->text ? scdb_path_relative(o->text, o->data)
+                                                  : "second half of each consumer's held-out text");
 }
 
 /* ------------------------------------------------------------ per consumer */
@@ -1302,7 +1303,7 @@ static int eval_consumer(ctx *c, const qfamily *f, int k, const qbytes *by, cons
     }
     if (o->text) {
         rc = scdb_codec_read_text(o->text, (size_t)1 << 30, &text, &tl);
-        snprintf(desc, sizeof desc, "%s", o->text);
+        snprintf(desc, sizeof desc, "%s", scdb_path_relative(o->text, o->data));
     } else {
         rc = scdb_codec_domain_text(f->cons[k], SCDB_TEXT_HELDOUT_SECOND, (size_t)1 << 30, &text, &tl, desc, sizeof desc);
     }

@@ -64,10 +64,8 @@ typedef struct bopts {
     bool synthetic;
     size_t synth_requests;
     const char *json;
-    uint32_t block_tokens;
+    scdb_bench_shape shape;
     char payloads[64];
-    uint32_t layers, rank_k, rank_v, kv_dim, elem_bytes;
-    double codes_scale, raw_scale;
     size_t requests, raw_requests;
     double caps[MAX_CAPS];
     int n_caps;
@@ -148,15 +146,12 @@ static int parse_list(const char *s, double *out, int max)
 
 static int parse_opts(int argc, char **argv, bopts *o)
 {
-    enum { O_TRACE = 256, O_SYN, O_SYNREQ, O_JSON, O_BT, O_PAY, O_LAY, O_RK, O_RV, O_KVD,
-           O_ELEM, O_CS, O_RS, O_REQ, O_RREQ, O_CAPS, O_HOT, O_NOSYNC, O_NOLMDB, O_DIR,
-           O_SEED, O_QUIET, O_HELP };
+    enum { O_TRACE = 256, O_SYN, O_SYNREQ, O_JSON, O_PAY, O_REQ, O_RREQ, O_CAPS, O_HOT,
+           O_NOSYNC, O_NOLMDB, O_DIR, O_SEED, O_QUIET, O_HELP };
     static const struct option lo[] = {
         {"trace", 1, 0, O_TRACE}, {"synthetic", 0, 0, O_SYN},
         {"synthetic-requests", 1, 0, O_SYNREQ}, {"json", 1, 0, O_JSON},
-        {"block-tokens", 1, 0, O_BT}, {"payload", 1, 0, O_PAY}, {"layers", 1, 0, O_LAY},
-        {"rank-k", 1, 0, O_RK}, {"rank-v", 1, 0, O_RV}, {"kv-dim", 1, 0, O_KVD},
-        {"elem-bytes", 1, 0, O_ELEM}, {"codes-scale", 1, 0, O_CS}, {"raw-scale", 1, 0, O_RS},
+        {"payload", 1, 0, O_PAY}, SCDB_BENCH_SHAPE_CODES_OPTIONS, SCDB_BENCH_SHAPE_RAW_OPTIONS,
         {"requests", 1, 0, O_REQ}, {"raw-requests", 1, 0, O_RREQ},
         {"capacities", 1, 0, O_CAPS}, {"hot-fraction", 1, 0, O_HOT},
         {"nosync", 0, 0, O_NOSYNC}, {"no-lmdb", 0, 0, O_NOLMDB}, {"dir", 1, 0, O_DIR},
@@ -166,10 +161,8 @@ static int parse_opts(int argc, char **argv, bopts *o)
 
     memset(o, 0, sizeof *o);
     o->synth_requests = 4000;
-    o->block_tokens = 512;
+    scdb_bench_shape_defaults(&o->shape);
     snprintf(o->payloads, sizeof o->payloads, "codes,raw");
-    o->layers = 32, o->rank_k = 128, o->rank_v = 128, o->kv_dim = 4096, o->elem_bytes = 2;
-    o->codes_scale = 1.0 / 512, o->raw_scale = 1.0 / 512;
     o->raw_requests = 100;
     o->caps[0] = 1, o->caps[1] = 0.5, o->caps[2] = 0.25, o->caps[3] = 0.1;
     o->n_caps = 4;
@@ -187,9 +180,6 @@ static int parse_opts(int argc, char **argv, bopts *o)
                 o->synth_requests = (size_t)u;
             break;
         case O_JSON: o->json = optarg; break;
-        case O_BT:
-            bad = scdb_parse_u32("--block-tokens", optarg, 1, SCDB_BLOCK_TOKENS_MAX, &o->block_tokens, why, sizeof why);
-            break;
         case O_PAY: {
             /* one or two of codes, raw, each once */
             char *w[2];
@@ -204,27 +194,6 @@ static int parse_opts(int argc, char **argv, bopts *o)
             else snprintf(o->payloads, sizeof o->payloads, "%s", optarg);
             break;
         }
-        case O_LAY:
-            bad = scdb_parse_u32("--layers", optarg, 1, UINT32_MAX, &o->layers, why, sizeof why);
-            break;
-        case O_RK:
-            bad = scdb_parse_u32("--rank-k", optarg, 0, UINT32_MAX, &o->rank_k, why, sizeof why);
-            break;
-        case O_RV:
-            bad = scdb_parse_u32("--rank-v", optarg, 0, UINT32_MAX, &o->rank_v, why, sizeof why);
-            break;
-        case O_KVD:
-            bad = scdb_parse_u32("--kv-dim", optarg, 0, UINT32_MAX, &o->kv_dim, why, sizeof why);
-            break;
-        case O_ELEM:
-            bad = scdb_parse_u32("--elem-bytes", optarg, 1, UINT32_MAX, &o->elem_bytes, why, sizeof why);
-            break;
-        case O_CS:
-            bad = scdb_parse_f64("--codes-scale", optarg, DBL_MIN, DBL_MAX, &o->codes_scale, why, sizeof why);
-            break;
-        case O_RS:
-            bad = scdb_parse_f64("--raw-scale", optarg, DBL_MIN, DBL_MAX, &o->raw_scale, why, sizeof why);
-            break;
         case O_REQ:
             if (!(bad = scdb_parse_u64("--requests", optarg, 0, SIZE_MAX, &u, why, sizeof why)))
                 o->requests = (size_t)u;
@@ -250,7 +219,12 @@ static int parse_opts(int argc, char **argv, bopts *o)
             break;
         case O_QUIET: o->quiet = true; break;
         case O_HELP: case 'h': usage(stdout); return 1;
-        default: usage(stderr); return 2;
+        default:
+            if (c < SCDB_BENCH_SHAPE_OPT) {
+                usage(stderr);
+                return 2;
+            }
+            bad = scdb_bench_shape_parse(&o->shape, c, optarg, why, sizeof why);
         }
         if (bad) {
             fprintf(stderr, "scdb bench store: %s\n", why);
@@ -259,11 +233,6 @@ static int parse_opts(int argc, char **argv, bopts *o)
     }
     if (optind < argc) {
         fprintf(stderr, "scdb bench store: unexpected argument '%s'\n", argv[optind]);
-        return 2;
-    }
-    if (o->block_tokens == 0 || o->block_tokens > SCDB_BLOCK_TOKENS_MAX || o->layers == 0 ||
-        o->elem_bytes == 0 || o->codes_scale <= 0 || o->raw_scale <= 0 || o->hot_frac < 0) {
-        fprintf(stderr, "scdb bench store: a size option is out of range\n");
         return 2;
     }
     return 0;
@@ -347,7 +316,7 @@ static int replay(const bopts *o, const scdb_trace *t, const profile *p, double 
     MDB_dbi dbi = 0;
     scdb_ns ns;
     ev_list ev = {0};
-    const uint32_t bt = o->block_tokens;
+    const uint32_t bt = o->shape.block_tokens;
     int32_t *tokens = malloc(t->max_blocks * bt * sizeof *tokens);
     scdb_key *keys = malloc(t->max_blocks * sizeof *keys);
     scdb_key *bkeys = malloc(t->max_blocks * sizeof *bkeys);
@@ -649,19 +618,19 @@ int scdb_bench_store(int argc, char **argv)
             memset(p, 0, sizeof *p);
             if (!strcmp(w, "codes")) {
                 p->name = "codes";
-                p->per_token = (uint64_t)o.layers * (o.rank_k + o.rank_v) * o.elem_bytes;
-                p->scale = o.codes_scale;
+                p->per_token = scdb_bench_shape_codes_per_token(&o.shape);
+                p->scale = o.shape.codes_scale;
                 p->n_req = t.n_req;
             } else if (!strcmp(w, "raw")) {
                 p->name = "raw";
-                p->per_token = (uint64_t)o.layers * 2 * o.kv_dim * o.elem_bytes;
-                p->scale = o.raw_scale;
+                p->per_token = scdb_bench_shape_raw_per_token(&o.shape);
+                p->scale = o.shape.raw_scale;
                 p->n_req = o.raw_requests && o.raw_requests < t.n_req ? o.raw_requests : t.n_req;
             } else {
                 fprintf(stderr, "scdb bench store: unknown payload '%s' (codes, raw)\n", w);
                 goto done;
             }
-            p->block_bytes = (uint64_t)((double)(p->per_token * o.block_tokens) * p->scale + 0.5);
+            p->block_bytes = (uint64_t)((double)(p->per_token * o.shape.block_tokens) * p->scale + 0.5);
             if (p->block_bytes < 16) p->block_bytes = 16;
             if (p->block_bytes > SCDB_BLOCK_MAX_PAYLOAD) {
                 fprintf(stderr, "scdb bench store: %s blocks of %llu bytes exceed the store's "
@@ -670,7 +639,7 @@ int scdb_bench_store(int argc, char **argv)
                         (unsigned long long)SCDB_BLOCK_MAX_PAYLOAD);
                 goto done;
             }
-            p->n_sections = 2 * o.layers <= SCDB_BLOCK_MAX_SECTIONS ? 2 * o.layers : 0;
+            p->n_sections = 2 * o.shape.layers <= SCDB_BLOCK_MAX_SECTIONS ? 2 * o.shape.layers : 0;
             n_prof++;
         }
     }
@@ -680,7 +649,7 @@ int scdb_bench_store(int argc, char **argv)
     jrows = cJSON_AddArrayToObject(json, "rows");
     cJSON_AddStringToObject(json, "bench", "store");
     cJSON_AddStringToObject(json, "trace", t.source);
-    cJSON_AddNumberToObject(json, "block_tokens", o.block_tokens);
+    cJSON_AddNumberToObject(json, "block_tokens", o.shape.block_tokens);
     cJSON_AddBoolToObject(json, "sync", !o.no_sync);
     cJSON_AddNumberToObject(json, "hot_fraction", o.hot_frac);
     {
@@ -688,7 +657,7 @@ int scdb_bench_store(int argc, char **argv)
 
         printf("# scdb bench store\n\n");
         printf("trace: %s, %zu requests; %u tokens per block; commits %s; hot tier %s\n\n",
-               t.source, t.n_req, o.block_tokens,
+               t.source, t.n_req, o.shape.block_tokens,
                o.no_sync ? "not synced (MDB_NOSYNC, both sides)" : "fsync'd (both sides)",
                o.hot_frac > 0 ? "on" : "off");
         for (int pi = 0; pi < n_prof; pi++) {
@@ -705,7 +674,7 @@ int scdb_bench_store(int argc, char **argv)
                      "first %zu of %zu requests: %llu block references, %llu distinct blocks",
                      p->name, (unsigned long long)p->per_token,
                      !strcmp(p->name, "codes") ? "layers x (r_K + r_V) x f16" : "layers x 2 x kv_dim x f16",
-                     (double)(p->per_token * o.block_tokens) / 1048576, o.block_tokens, p->scale,
+                     (double)(p->per_token * o.shape.block_tokens) / 1048576, o.shape.block_tokens, p->scale,
                      (unsigned long long)p->block_bytes, p->n_sections,
                      p->n_req < t.n_req ? "; a SUBSET of the trace" : "", p->n_req, t.n_req,
                      (unsigned long long)refs, (unsigned long long)distinct);

@@ -78,7 +78,7 @@ int scdb_trace_load(const char *path, size_t max_req, const char *who, scdb_trac
         fclose(f);
         return -1;
     }
-    snprintf(t->source, sizeof t->source, "%s", path);
+    snprintf(t->source, sizeof t->source, "%s", scdb_data_relative(path));
     while ((len = getline(&line, &cap, f)) >= 0) {
         cJSON *j, *ids;
         lineno++;

@@ -28,7 +28,8 @@ typedef struct scdb_trace {
     size_t *off;         /* request r: ids[off[r] .. off[r+1])      */
     size_t n_req, n_ids, cap_ids, cap_req;
     size_t max_blocks;   /* longest request                         */
-    char source[512];
+    char source[512];    /* the file, relative to the data directory
+                          * when inside it, or the synthetic trace's seed */
 } scdb_trace;
 
 /* Load a JSONL trace (at most max_req requests; 0: all).  The first bad line

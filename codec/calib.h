@@ -141,9 +141,11 @@ scdb_err cx_ls_new(const float *X, int n, int p, int pt, cx_ls **out);
  * the tokens of the samples and says nothing of their context, so its
  * decoders fit the calibration text's token statistics; measured on the
  * fleet's held-back windows (13 adapters, scdb calibrate --lora-pairs;
- * docs/incoming-tokdec.md): 1e-6 (cx_ols's alone) made html's REUSE KL
- * 0.083 -> 0.111 (worse than no token input), 1e-2 0.074, best or within
- * 5% of the best on 12 of 13; 1e-1 lost most of the gain elsewhere. */
+ * the notes since folded into docs/DESIGN.md "Calibrate", in full in
+ * git show 2c04360:docs/incoming-tokdec.md): 1e-6 (cx_ols's alone) made
+ * html's REUSE KL 0.083 -> 0.111 (worse than no token input), 1e-2 0.074,
+ * best or within 5% of the best on 12 of 13; 1e-1 lost most of the gain
+ * elsewhere. */
 #define CX_TOK_RIDGE 1e-2
 scdb_err cx_ls_fit(const cx_ls *s, const float *Y, int o, float *W, float *b, double *rel);
 void cx_ls_free(cx_ls **s);

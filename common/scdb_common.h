@@ -83,9 +83,14 @@ int scdb_rm_tree(const char *path);
  * Static strings, computed on first use (call once before threads). */
 const char *scdb_share_dir(void);
 const char *scdb_data_dir(void);
-/* path as committed text and logs should show it: relative to the asset
- * folder when it lies inside it ("heldout/code.txt"), else as given (the
- * user named it).  Points into path; NULL for NULL. */
+/* path as committed text and logs should show it: relative to dir when it
+ * lies inside it ("heldout/code.txt"), else as given (the user named it).
+ * Inside is below dir by name, or the same file as dir/TAIL for a tail of
+ * path (the build tree's share folder links to the source's data/
+ * entries, so data/policies/x and build/share/scdb/policies/x are one
+ * file).  Points into path; NULL for NULL.  scdb_data_relative: relative
+ * to scdb_data_dir(), what every program and bench records. */
+const char *scdb_path_relative(const char *path, const char *dir);
 const char *scdb_data_relative(const char *path);
 
 /* --------------------------------------------------------------- progress

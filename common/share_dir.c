@@ -10,6 +10,7 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static char share[PATH_MAX + 32];
@@ -39,12 +40,34 @@ const char *scdb_data_dir(void)
     return e && *e ? e : scdb_share_dir();
 }
 
+const char *scdb_path_relative(const char *path, const char *dir)
+{
+    struct stat want, st;
+    char joined[PATH_MAX];
+    size_t n = dir ? strlen(dir) : 0, len;
+
+    while (n > 1 && dir[n - 1] == '/') n--;               /* "DIR/" as "DIR" */
+    if (!path || !n) return path;
+    if (!strncmp(path, dir, n) && path[n] == '/' && path[n + 1])
+        return path + n + 1;
+    /* Not below dir by name: the shortest tail of path that names the same
+     * file below dir (the build tree's share folder links each of data/'s
+     * entries, so /src/data/policies/x is build/share/scdb/policies/x). */
+    if (stat(path, &want)) return path;
+    len = strlen(path);
+    for (size_t i = len; i-- > 0;) {
+        const char *tail = i ? path + i + 1 : path;
+        if (i && path[i] != '/') continue;
+        if (!i && path[0] == '/') break;                  /* no whole absolute path */
+        if (!*tail) continue;                             /* "x/": no tail yet */
+        if ((size_t)snprintf(joined, sizeof joined, "%.*s/%s", (int)n, dir, tail) >= sizeof joined)
+            continue;
+        if (!stat(joined, &st) && st.st_dev == want.st_dev && st.st_ino == want.st_ino) return tail;
+    }
+    return path;
+}
+
 const char *scdb_data_relative(const char *path)
 {
-    const char *d = scdb_data_dir();
-    size_t n = strlen(d);
-    while (n > 1 && d[n - 1] == '/') n--;                 /* "DIR/" as "DIR" */
-    if (path && n && !strncmp(path, d, n) && path[n] == '/' && path[n + 1])
-        return path + n + 1;
-    return path;
+    return scdb_path_relative(path, scdb_data_dir());
 }

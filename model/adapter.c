@@ -1,7 +1,7 @@
 /* adapter.c — a PEFT LoRA adapter applied to its loaded base
  * (schema/peft_adapter.h is the format and the merge rule; model.h,
  * scdb_model_load_ex, the two apply modes).  model.c opens the adapter and
- * loads the base, then calls here; the forward calls scdb_lora_add after
+ * loads the base, then calls here; the forward calls md_lora_add after
  * each projection, which does nothing unless the model is low-rank. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,8 +45,8 @@ static float *owned(scdb_model *m, size_t n)
     return f;
 }
 
-scdb_err scdb_adapter_apply(scdb_model *m, const scdb_adapter *a, scdb_lora_apply mode,
-                            char *errbuf, size_t errlen)
+scdb_err md_adapter_apply(scdb_model *m, const scdb_adapter *a, scdb_lora_apply mode,
+                          char *errbuf, size_t errlen)
 {
     int64_t shape[SCDB_LORA_N_MODULES][2];
     scdb_err rc;
@@ -74,7 +74,7 @@ scdb_err scdb_adapter_apply(scdb_model *m, const scdb_adapter *a, scdb_lora_appl
         if ((rc = scdb_st_to_f32(t->a, 0, (size_t)(a->r * in), fa)) ||
             (rc = scdb_st_to_f32(t->b, 0, (size_t)(out * a->r), fb)))
             return rc;
-        m->lowrank[t->layer * SCDB_LORA_N_MODULES + t->module] = (scdb_lora_lowrank){fa, fb};
+        m->lowrank[t->layer * SCDB_LORA_N_MODULES + t->module] = (md_lora_lowrank){fa, fb};
     }
     m->lora = mode;
     m->lora_r = a->r;
@@ -82,11 +82,11 @@ scdb_err scdb_adapter_apply(scdb_model *m, const scdb_adapter *a, scdb_lora_appl
     return SCDB_OK;
 }
 
-void scdb_lora_add(const scdb_model *m, int layer, int module, const float *x, int n, int in,
-                   int out, float *y)
+void md_lora_add(const scdb_model *m, int layer, int module, const float *x, int n, int in,
+                 int out, float *y)
 {
     if (!m->lowrank) return;
-    const scdb_lora_lowrank *f = &m->lowrank[layer * SCDB_LORA_N_MODULES + module];
+    const md_lora_lowrank *f = &m->lowrank[layer * SCDB_LORA_N_MODULES + module];
     if (!f->a) return;
     float t[4096];                     /* rows of x A^T, a chunk at a time (r <= 4096) */
     int r = m->lora_r, rows = 4096 / r;
@@ -98,7 +98,7 @@ void scdb_lora_add(const scdb_model *m, int layer, int module, const float *x, i
     }
 }
 
-void scdb_adapter_rename(scdb_model_config *c, const char *dir)
+void md_adapter_rename(scdb_model_config *c, const char *dir)
 {
     size_t n = strlen(dir);
     while (n > 1 && dir[n - 1] == '/') n--;
@@ -139,7 +139,7 @@ scdb_err scdb_model_config_load_any(const char *path, const char *models_dir,
     scdb_model_proj_shapes(out, shape);
     if ((rc = scdb_adapter_check_base(a, out->n_layers, (const int64_t(*)[2])shape, errbuf, errlen)))
         goto done;
-    scdb_adapter_rename(out, dir);
+    md_adapter_rename(out, dir);
 done:
     scdb_adapter_close(&a);
     return rc;

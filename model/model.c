@@ -93,7 +93,7 @@ static scdb_err load_adapter(const char *dir, const scdb_model_load_opts *o, scd
         scdb_errf(errbuf, errlen, "%s: base %s: %s", dir, a->base_dir, msg);
         goto done;
     }
-    if ((rc = scdb_adapter_apply(m, a, o->lora, errbuf, errlen))) {
+    if ((rc = md_adapter_apply(m, a, o->lora, errbuf, errlen))) {
         char tmp[512];
         snprintf(tmp, sizeof tmp, "%s", errbuf ? errbuf : "");
         scdb_errf(errbuf, errlen, "%s: %s", dir, tmp);
@@ -102,7 +102,7 @@ static scdb_err load_adapter(const char *dir, const scdb_model_load_opts *o, scd
     snprintf(m->base_dir, sizeof m->base_dir, "%s", a->base_dir);
     snprintf(m->models_dir, sizeof m->models_dir, "%s", o->models_dir ? o->models_dir : "");
     snprintf(m->dir, sizeof m->dir, "%s", dir);
-    scdb_adapter_rename(&m->cfg, dir);
+    md_adapter_rename(&m->cfg, dir);
     *out = m;
     m = NULL;
 done:
@@ -194,10 +194,10 @@ void scdb_model_kv_from_hin(const scdb_model *m, int layer, const float *h_in,
     const scdb_layer_weights *w = &m->layers[layer];
     int kvd = scdb_model_kv_dim(c);
     scdb_k_linear_cpu(h_in, w->wk, n, c->d_model, kvd, k_out);
-    scdb_lora_add(m, layer, SCDB_LORA_K, h_in, n, c->d_model, kvd, k_out);
+    md_lora_add(m, layer, SCDB_LORA_K, h_in, n, c->d_model, kvd, k_out);
     scdb_k_rope_cpu(k_out, n, c->n_kv_heads, c->head_dim, pos, c->rope_theta, 0);
     scdb_k_linear_cpu(h_in, w->wv, n, c->d_model, kvd, v_out);
-    scdb_lora_add(m, layer, SCDB_LORA_V, h_in, n, c->d_model, kvd, v_out);
+    md_lora_add(m, layer, SCDB_LORA_V, h_in, n, c->d_model, kvd, v_out);
 }
 
 scdb_err scdb_model_layer_forward(const scdb_model *m, int layer, float *x,
@@ -238,9 +238,9 @@ scdb_err scdb_model_layer_forward(const scdb_model *m, int layer, float *x,
     scdb_k_linear_cpu(h, w->wq, n, d, qd, q);
     scdb_k_linear_cpu(h, w->wk, n, d, kvd, kk);
     scdb_k_linear_cpu(h, w->wv, n, d, kvd, vv);
-    scdb_lora_add(m, layer, SCDB_LORA_Q, h, n, d, qd, q);
-    scdb_lora_add(m, layer, SCDB_LORA_K, h, n, d, kvd, kk);
-    scdb_lora_add(m, layer, SCDB_LORA_V, h, n, d, kvd, vv);
+    md_lora_add(m, layer, SCDB_LORA_Q, h, n, d, qd, q);
+    md_lora_add(m, layer, SCDB_LORA_K, h, n, d, kvd, kk);
+    md_lora_add(m, layer, SCDB_LORA_V, h, n, d, kvd, vv);
     if (cap && cap->k_pre) memcpy(cap->k_pre + li * n * kvd, kk, (size_t)n * kvd * sizeof(float));
     scdb_k_rope_cpu(q, n, c->n_heads, c->head_dim, pos, c->rope_theta, 0);
     scdb_k_rope_cpu(kk, n, c->n_kv_heads, c->head_dim, pos, c->rope_theta, 0);
@@ -265,17 +265,17 @@ scdb_err scdb_model_layer_forward(const scdb_model *m, int layer, float *x,
     }
     /* x += att Wo^T */
     scdb_k_gemm_cpu(0, 1, n, d, qd, 1.0f, att, qd, w->wo, qd, 1.0f, x, d);
-    scdb_lora_add(m, layer, SCDB_LORA_O, att, n, qd, d, x);
+    md_lora_add(m, layer, SCDB_LORA_O, att, n, qd, d, x);
 
     /* SwiGLU feed-forward */
     scdb_k_rmsnorm_cpu(x, w->ffn_norm, n, d, c->norm_eps, h);
     scdb_k_linear_cpu(h, w->w1, n, d, c->d_ff, g);
     scdb_k_linear_cpu(h, w->w3, n, d, c->d_ff, u);
-    scdb_lora_add(m, layer, SCDB_LORA_GATE, h, n, d, c->d_ff, g);
-    scdb_lora_add(m, layer, SCDB_LORA_UP, h, n, d, c->d_ff, u);
+    md_lora_add(m, layer, SCDB_LORA_GATE, h, n, d, c->d_ff, g);
+    md_lora_add(m, layer, SCDB_LORA_UP, h, n, d, c->d_ff, u);
     scdb_k_swiglu_cpu(g, u, (size_t)n * c->d_ff, g);
     scdb_k_gemm_cpu(0, 1, n, d, c->d_ff, 1.0f, g, c->d_ff, w->w2, c->d_ff, 1.0f, x, d);
-    scdb_lora_add(m, layer, SCDB_LORA_DOWN, g, n, c->d_ff, d, x);
+    md_lora_add(m, layer, SCDB_LORA_DOWN, g, n, c->d_ff, d, x);
     rc = SCDB_OK;
 done:
     free(h); free(q); free(kk); free(vv); free(att); free(g); free(u); free(probs);

@@ -29,10 +29,10 @@
 #include "safetensors.h"
 
 /* One projection's LoRA factors, f32 (both NULL: not targeted). */
-typedef struct scdb_lora_lowrank {
+typedef struct md_lora_lowrank {
     const float *a;                /* [r, in]  */
     const float *b;                /* [out, r] */
-} scdb_lora_lowrank;
+} md_lora_lowrank;
 
 struct scdb_adapter;
 
@@ -52,7 +52,7 @@ struct scdb_model {
     char base_dir[1024];           /* "" for a plain model */
     char models_dir[1024];         /* the base was looked up here ("": none) */
     scdb_lora_apply lora;
-    scdb_lora_lowrank *lowrank;    /* SCDB_LORA_LOWRANK: [n_layers * 7] */
+    md_lora_lowrank *lowrank;      /* SCDB_LORA_LOWRANK: [n_layers * 7] */
     int lora_r;
     float lora_scale;
 };
@@ -79,16 +79,16 @@ scdb_err md_hf_load_weights(scdb_model *m, char *errbuf, size_t errlen);
  * then merge every target into a copy (SCDB_LORA_MERGED) or keep f32
  * factors in m->lowrank (SCDB_LORA_LOWRANK).  Errors: see
  * scdb_model_load_ex.  adapter.c. */
-scdb_err scdb_adapter_apply(scdb_model *m, const struct scdb_adapter *a, scdb_lora_apply mode,
-                            char *errbuf, size_t errlen);
+scdb_err md_adapter_apply(scdb_model *m, const struct scdb_adapter *a, scdb_lora_apply mode,
+                          char *errbuf, size_t errlen);
 
 /* The config of a model made from an adapter in dir: named after dir,
  * parent the base's name (c->name before), finetune "lora". */
-void scdb_adapter_rename(scdb_model_config *c, const char *dir);
+void md_adapter_rename(scdb_model_config *c, const char *dir);
 
 /* y[n][out] += s (x[n][in] A^T) B^T for projection `module` of `layer` when
  * m is a low-rank adapter that targets it; nothing otherwise. */
-void scdb_lora_add(const scdb_model *m, int layer, int module, const float *x, int n, int in,
-                   int out, float *y);
+void md_lora_add(const scdb_model *m, int layer, int module, const float *x, int n, int in,
+                 int out, float *y);
 
 #endif /* SCDB_MODEL_INTERNAL_H */

@@ -18,7 +18,7 @@
 #   licenses/  llama.cpp's and node-llama-cpp's licences (MIT)
 #   VERSION    the pins below
 # The pins: node-llama-cpp 3.21.1 bundles llama.cpp release v0.4.0
-# (llama/binariesGithubRelease.json).  docs/DESIGN.md "llama.cpp".
+# (node-llama-cpp's llama/binariesGithubRelease.json).  docs/DESIGN.md "llama.cpp".
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 deps="${SCDB_DEPS_DIR:-$root/.deps}"

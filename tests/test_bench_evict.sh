@@ -4,8 +4,9 @@
 # default budget (50%, 25%, 12.5%, 6.25%) with seen and unseen domains
 # apart, the previous shipped policy beside the current one, per-row
 # budget / seen / split fields and a summary per (policy, budget, split);
-# a run that measures nothing exits non-zero.  Behaviour only: no KL or
-# timing is asserted.
+# a run that measures nothing exits non-zero; the files it read are named
+# relative to the data directory, however they were given (issue 42).
+# Behaviour only: no KL or timing is asserted.
 set -u
 scdb="$1"
 tmp=$(mktemp -d /tmp/test_bench_evict.XXXXXX)
@@ -21,6 +22,10 @@ rc=$?
 grep -q "^## Seen domains" "$tmp/e.out" && grep -q "^## Unseen domains" "$tmp/e.out" \
   && ok "seen and unseen domains in tables apart" || bad "no separate seen / unseen tables"
 grep -q "^## Summary" "$tmp/e.out" && ok "a summary table" || bad "no summary table"
+grep -q '^Learned policy `distillcache`: policies/distillcache_base.safetensors (' "$tmp/e.out" \
+  && grep -q '^Texts: the domain suite evict_suite/manifest.json ' "$tmp/e.out" \
+  && ok "the report names the policy and the suite relative to the data directory" \
+  || { bad "the report names the policy or the suite otherwise"; grep -E '^(Learned|Texts)' "$tmp/e.out"; }
 if /usr/bin/python3 - "$tmp/e.json" <<'PY'
 import json, math, sys
 d = json.load(open(sys.argv[1]))
@@ -28,6 +33,12 @@ rows, summ = d["rows"], d["summary"]
 budgets = [0.5, 0.25, 0.125, 0.0625]
 labels = {l["label"] for l in d["learned_policies"]}
 assert labels == {"distillcache", "previous"}, labels
+# files named relative to the data directory, never a path of this machine
+assert d["suite"] == "evict_suite/manifest.json", d["suite"]
+assert d["policy_file"] == "policies/distillcache_base.safetensors", d["policy_file"]
+for l in d["learned_policies"]:
+    assert l["file"].startswith("policies/"), l
+assert all(r["policy_file"].startswith("policies/") for r in rows if "policy_file" in r)
 for r in rows:
     for k in ("model", "domain", "seen", "split", "policy", "label", "budget", "kl", "top1",
               "ppl", "us_per_token", "model_us_per_token", "budget_tokens"):
@@ -85,6 +96,20 @@ labs = {r["label"] for r in d["rows"]}
 assert not labs & {"h2o_head", "snapkv_head", "tova_layer"}, labs
 assert {"streaming", "h2o", "snapkv", "tova", "distillcache"} <= labs, labs' "$tmp/n.json" \
   && ok "--no-per-head: no per-head rows, the four and the learned ones" || bad "--no-per-head"
+
+# a policy named by its path in the source tree (where the build tree's
+# data directory links to) is still named relative to the data directory
+src=$(readlink -f "$(dirname "$scdb")/../share/scdb/policies/distillcache_base.safetensors")
+"$scdb" bench evict "${smoke[@]}" --no-per-head --budgets 0.125 --policy "$src" --json "$tmp/p.json" \
+  >"$tmp/p.out" 2>"$tmp/p.err" \
+  && /usr/bin/python3 -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["policy_file"] == "policies/distillcache_base.safetensors", d["policy_file"]
+assert not open(sys.argv[2]).read().count(sys.argv[3]), "the report names " + sys.argv[3]' \
+  "$tmp/p.json" "$tmp/p.out" "$src" \
+  && ok "--policy $src: named policies/distillcache_base.safetensors" \
+  || { bad "--policy $src: named by an absolute path"; grep -E '^Learned' "$tmp/p.out"; tail -3 "$tmp/p.err"; }
 
 # comma lists with an empty field or too many entries are usage errors
 # naming the option (strtok_r folded "base," into "base" and a bad

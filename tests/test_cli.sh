@@ -65,6 +65,16 @@ badval "--reps '0': out of range (want [1, 1000])" -- "$scdb" bench kernels --re
 badval "--seconds: empty value" -- "$scdb" bench broker --seconds ""
 badval "--steps '99999999999999999999': overflows" -- "$scdb" bench session --steps 99999999999999999999
 badval "--brokers '1': out of range (want [2, 16])" -- "$scdb" bench cluster --brokers 1
+# bench store and bench cluster take the payload shape through one parser
+# (bench.h "payload shape"): the same values refused with the same words;
+# raw KV's options are bench store's alone
+for b in store cluster; do
+  badval "--block-tokens '0': out of range (want [1, 1048576])" -- "$scdb" bench $b --block-tokens 0
+  badval "--codes-scale '0': out of range" -- "$scdb" bench $b --codes-scale 0
+  badval "--rank-k 'x': not an unsigned integer" -- "$scdb" bench $b --rank-k x
+done
+badval "--raw-scale '-1': out of range" -- "$scdb" bench store --raw-scale -1
+expect 2 "bench cluster: --kv-dim is bench store's alone" -- "$scdb" bench cluster --kv-dim 8
 badval "--iters '-3': out of range" -- "$scdb" bench python --iters -3
 badval "--windows '-3': out of range" -- "$scdb" calibrate --windows -3
 badval "--gen 'x': not an integer" -- "$scdb" demo --gen x

@@ -1,7 +1,8 @@
 /* test_common.c — common/: the option value parser (scdb_common.h "option
  * values"): every way a value can be wrong gets its own code and a message
  * that names the option; the progress report (scdb_common.h "progress"): a
- * log gets whole lines, a bounded count, a terminal one redrawn line. */
+ * log gets whole lines, a bounded count, a terminal one redrawn line; paths
+ * named relative to the data directory. */
 #include <float.h>
 #include <limits.h>
 #include <setjmp.h>
@@ -10,6 +11,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -376,6 +379,52 @@ static void test_progress_tty(void **state)
     scdb_progress_end(&p);
 }
 
+/* scdb_path_relative: a path below the directory by name, or the same file
+ * through a link (the build tree's share folder links data/'s entries),
+ * is named relative to it; anything else stays as given */
+static void test_path_relative(void **state)
+{
+    char root[] = "/tmp/scdb_test_common_XXXXXX", p[256], dir[256], other[256];
+    FILE *f;
+    (void)state;
+    assert_non_null(mkdtemp(root));
+    snprintf(p, sizeof p, "%s/src", root);
+    assert_int_equal(mkdir(p, 0700), 0);
+    snprintf(p, sizeof p, "%s/src/policies", root);
+    assert_int_equal(mkdir(p, 0700), 0);
+    snprintf(p, sizeof p, "%s/share", root);
+    assert_int_equal(mkdir(p, 0700), 0);
+    snprintf(p, sizeof p, "%s/share/policies", root);
+    assert_int_equal(symlink("../src/policies", p), 0);
+    snprintf(p, sizeof p, "%s/src/policies/x.safetensors", root);
+    assert_non_null(f = fopen(p, "w"));
+    fclose(f);
+    snprintf(other, sizeof other, "%s/src/y.txt", root);
+    assert_non_null(f = fopen(other, "w"));
+    fclose(f);
+    snprintf(dir, sizeof dir, "%s/share", root);
+
+    /* the same file through the link: its tail below dir */
+    assert_string_equal(scdb_path_relative(p, dir), "policies/x.safetensors");
+    /* below dir by name, with or without a trailing slash on dir */
+    snprintf(p, sizeof p, "%s/share/policies/x.safetensors", root);
+    assert_string_equal(scdb_path_relative(p, dir), "policies/x.safetensors");
+    strcat(dir, "/");
+    assert_string_equal(scdb_path_relative(p, dir), "policies/x.safetensors");
+    snprintf(p, sizeof p, "%s/share/missing.txt", root);
+    assert_string_equal(scdb_path_relative(p, dir), "missing.txt");
+    /* outside dir, missing, dir itself, relative, NULL: as given */
+    assert_ptr_equal(scdb_path_relative(other, dir), other);
+    snprintf(p, sizeof p, "%s/src/none.txt", root);
+    assert_ptr_equal(scdb_path_relative(p, dir), p);
+    snprintf(p, sizeof p, "%s/share", root);
+    assert_ptr_equal(scdb_path_relative(p, dir), p);
+    assert_string_equal(scdb_path_relative("y.txt", dir), "y.txt");
+    assert_null(scdb_path_relative(NULL, dir));
+    assert_string_equal(scdb_path_relative("a/b", NULL), "a/b");
+    assert_int_equal(scdb_rm_tree(root), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -386,6 +435,7 @@ int main(void)
         cmocka_unit_test(test_real),         cmocka_unit_test(test_null_args),
         cmocka_unit_test(test_split_list),   cmocka_unit_test(test_list_has),
         cmocka_unit_test(test_progress_log), cmocka_unit_test(test_progress_tty),
+        cmocka_unit_test(test_path_relative),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -57,6 +57,7 @@
 
 #include "helpers/broker_kv.h"
 #include "helpers/broker_proc.h"
+#include "helpers/log_lines.h"
 #include "local_cluster.h"
 #include "helpers/signal_pid.h"
 #include "redis_cluster.h"
@@ -882,16 +883,10 @@ static int bproc_stop(bproc *bp)
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
-/* Lines of the broker's log that contain `what`. */
+/* Lines of the broker's log that contain `what` (-1: no log to read). */
 static int log_count(const bproc *bp, const char *what)
 {
-    char line[2048];
-    int n = 0;
-    FILE *f = fopen(bp->log, "r");
-    if (!f) return 0;
-    while (fgets(line, sizeof line, f)) n += strstr(line, what) != NULL;
-    fclose(f);
-    return n;
+    return scdb_test_count_lines(bp->log, what);
 }
 
 /* Print the first log line of bp that contains `what` (what a user sees). */
