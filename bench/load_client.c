@@ -100,10 +100,10 @@ static int put_raw_prompt(scdb *h, const int32_t *t, int n)
     return e ? -1 : 0;
 }
 
-/* Store prompts p with want[p] set (all when want is NULL), both copies:
- * the blocks the broker still has are skipped.  0, or -1 (a message on
- * stderr). */
-static int store_prompts(const lw_env *env, const int *want)
+/* Store prompts p with want[p] set (all when want is NULL): their SCD
+ * codes (scd) and raw KV (raw); the blocks the broker still has are
+ * skipped.  0, or -1 (a message on stderr). */
+static int store_prompts(const lw_env *env, const int *want, int scd, int raw)
 {
     char path[1024], err[512];
     scdb_model *m = NULL;
@@ -127,9 +127,10 @@ static int store_prompts(const lw_env *env, const int *want)
         scdb_capture cap = {.h_in = scdb_arena_states(states, NULL, NULL, NULL)};
         if (want && !want[p]) continue;
         kv->n = 0;
-        if (scdb_model_forward(m, env->prompts[p], NULL, LW_PROMPT_TOKENS, kv, NULL, &cap) ||
-            scdb_put_states(sp, env->prompts[p], LW_PROMPT_TOKENS, 0, states, NULL) ||
-            put_raw_prompt(rp, env->prompts[p], LW_PROMPT_TOKENS)) {
+        if ((scd && (scdb_model_forward(m, env->prompts[p], NULL, LW_PROMPT_TOKENS, kv, NULL,
+                                        &cap) ||
+                     scdb_put_states(sp, env->prompts[p], LW_PROMPT_TOKENS, 0, states, NULL))) ||
+            (raw && put_raw_prompt(rp, env->prompts[p], LW_PROMPT_TOKENS))) {
             fprintf(stderr, "bench: populate prompt %d: %s / %s\n", p, scdb_last_error(sp),
                     scdb_last_error(rp));
             goto out;
@@ -201,16 +202,19 @@ int lw_prompts_keep(const lw_env *env, char *why, size_t len)
         snprintf(why, len, "cannot check the stored prompts: %s", scdb_connect_error());
         return -1;
     }
+    /* only the copy the clients read: storing the other would only evict */
     n = lw_prompts_short(env, h, missing, NULL, NULL);
-    if (n > 0 && !store_prompts(env, missing))
-        again = lw_prompts_short(env, h, NULL, &first, &blocks);
+    if (n > 0) {
+        if (store_prompts(env, missing, !env->verify, env->verify))
+            snprintf(why, len, "cannot store the prompts again (above)");
+        else if ((again = lw_prompts_short(env, h, NULL, &first, &blocks)) > 0)
+            lw_prompts_why(env, h, again, first, blocks, why, len);
+        else if (!again)
+            fprintf(stderr, "bench: stored %d of the %d prompts again: the store had evicted "
+                    "them\n", n, env->n_prompts);
+    }
     if (n < 0 || again < 0)
         snprintf(why, len, "cannot check the stored prompts: %s", scdb_last_error(h));
-    else if (n > 0 && again)
-        lw_prompts_why(env, h, again, first, blocks, why, len);
-    else if (n > 0 && !again)
-        fprintf(stderr, "bench: stored %d of the %d prompts again: the store had evicted "
-                "them\n", n, env->n_prompts);
     scdb_close(&h);
     return why[0] ? -1 : n;
 }
@@ -249,7 +253,7 @@ int lw_setup(lw_env *env, const char *data, int n_prompts, int hb_timeout_ms)
     /* stored twice: SCD codes of base's real states, and raw KV; then
      * every one of them must be there (a store too small for them fails
      * here, not as wrong answers later) */
-    if (store_prompts(env, NULL)) goto out;
+    if (store_prompts(env, NULL, 1, 1)) goto out;
     if (lw_prompts_keep(env, why, sizeof why) < 0) {
         fprintf(stderr, "bench: FAILED: %s\n", why);
         goto out;
