@@ -136,11 +136,14 @@ static void usage(FILE *f)
             "                     hold the 16 prompts (13.9 MiB with their raw copies)\n"
             "                     besides what the runs put\n"
             "  --repeat R         the run at N clients R times against the same broker\n"
-            "                     (default 1): does its heap settle or grow run after run\n"
+            "                     (default 1): does its heap settle or grow run after run;\n"
+            "                     a SIGHUP before and after them (a reload trims the\n"
+            "                     heap): what is live\n"
             "  --json FILE        {\"runs\":[{clients, seconds, errors, ops[{op, ok, errors,\n"
             "                     ops_s, p50_us, ...; get, session_evict, put, put_states:\n"
             "                     queue_p99_us, service_p99_us}], rss_kb, anon_kb, file_kb,\n"
-            "                     shmem_kb, fds}]}\n"
+            "                     shmem_kb, fds}], anon_after_trim_kb {before, after}\n"
+            "                     (--repeat)}\n"
             "SCDB_BENCH_BROKER=PATH runs PATH's `serve` as the broker (another build's scdb)\n"
             "instead of this scdb's.\n"
             "TMPDIR=DIR puts the broker's store and the bench's files there (default /tmp).\n"
@@ -519,6 +522,34 @@ static void print_run(const run_stats *s)
            s->part_end[1], s->part_start[2], s->part_peak[2], s->part_end[2]);
 }
 
+/* The broker's anonymous RSS (kB) after a SIGHUP: the reload frees the
+ * previous configuration and trims the heap (malloc_trim), so what is left
+ * is live, not memory the allocator kept.  -1 when no reload came. */
+static long anon_after_trim(const lw_env *env)
+{
+    scdb_opts o = {.endpoint = env->endpoint, .timeout_ms = env->timeout_ms, .name = "trim",
+                   .no_heartbeat = 1};
+    scdb *h = NULL;
+    scdb_stat st;
+    uint64_t done0;
+    long parts[3] = {-1, -1, -1};
+    int reloaded = 0;
+
+    if (scdb_connect(&o, &h) || scdb_stats(h, &st)) {
+        scdb_close(&h);
+        return -1;
+    }
+    done0 = st.reloads + st.reload_failures;
+    kill(env->broker, SIGHUP);
+    for (double until = scdb_now() + 30; !reloaded && scdb_now() < until; usleep(50000))
+        reloaded = !scdb_stats(h, &st) && st.reloads + st.reload_failures > done0;
+    scdb_close(&h);
+    if (!reloaded || st.reload_failures) return -1;
+    usleep(1000000);            /* the trim runs after the swap, off the loop */
+    lw_rss_parts(env->broker, parts);
+    return parts[0];
+}
+
 static double pct_change(long from, long to)
 {
     return from > 0 ? 100.0 * (double)(to - from) / (double)from : 0;
@@ -584,6 +615,8 @@ int scdb_bench_load(int argc, char **argv)
     const char *worker_cpus = NULL, *worker_nice = NULL, *capacity_from = NULL, *workers = NULL;
     const char *evict_threads = NULL, *evict_nice = NULL, *disk_capacity = NULL;
     int broker_nice, st;
+    long trimmed0_kb = -1, trimmed_kb = -1; /* --repeat: anonymous RSS after a
+                                               trim, before and after the runs */
     char why[200];
     scdb_err pe = SCDB_OK;
     double seconds = 30, fraction = 0.5, calib = 3, warmup = 5, cap[LW_N_OPS], offered[LW_N_OPS];
@@ -670,6 +703,12 @@ int scdb_bench_load(int argc, char **argv)
         }
     }
     for (int r = 0; r < n_runs; r++) {
+        if (repeat > 1 && r == n_runs - repeat) {
+            /* what is live before the repeated runs: the same measure as after */
+            trimmed0_kb = anon_after_trim(&env);
+            fprintf(stderr, "bench load: before the %d runs at %d clients, after a SIGHUP: "
+                    "anonymous %ld kB\n", repeat, clients, trimmed0_kb);
+        }
         for (int op = 0; op < LW_N_OPS; op++) env.rate[op] = offered[op] / counts[r];
         env.seconds = seconds;
         fprintf(stderr, "bench load: %d client%s for %.0f s\n", counts[r], counts[r] > 1 ? "s" : "",
@@ -698,6 +737,15 @@ int scdb_bench_load(int argc, char **argv)
                    runs[r].part_end[1]);
         printf("\nanonymous from the first run's start to the last run's end: %+.1f%%\n",
                pct_change(runs[n_runs - repeat].part_start[0], runs[n_runs - 1].part_end[0]));
+        trimmed_kb = anon_after_trim(&env);
+        if (trimmed_kb > 0 && trimmed0_kb > 0)
+            printf("live heap (anonymous right after a SIGHUP, whose reload trims the heap: "
+                   "what the allocator kept is given back): %ld kB before the first run, %ld kB "
+                   "after the last (%+.1f%%); the rest of a run's end is freed memory the "
+                   "allocator kept\n", trimmed0_kb, trimmed_kb,
+                   pct_change(trimmed0_kb, trimmed_kb));
+        else
+            printf("live heap: the broker did not reload on SIGHUP (no figure)\n");
     }
     {   /* goals (issues 15 and 24), at the largest run */
         const run_stats *big = &runs[n_runs - 1];
@@ -754,6 +802,12 @@ int scdb_bench_load(int argc, char **argv)
             cJSON *capo = cJSON_CreateObject();
             for (int op = 0; op < LW_N_OPS; op++) cJSON_AddNumberToObject(capo, lw_op_names[op], cap[op]);
             cJSON_AddItemToObject(root, "capacity_ops_s", capo);
+        }
+        if (trimmed_kb > 0) {   /* --repeat: the live heap before and after */
+            cJSON *t = cJSON_CreateObject();
+            cJSON_AddNumberToObject(t, "before", (double)trimmed0_kb);
+            cJSON_AddNumberToObject(t, "after", (double)trimmed_kb);
+            cJSON_AddItemToObject(root, "anon_after_trim_kb", t);
         }
         if (scdb_bench_write_json(json, root, "scdb bench load")) {
             cJSON_Delete(root);
