@@ -41,11 +41,12 @@
  * leaves, and the closed-loop puts of step 2 write capacity x seconds x
  * 270 KB (two raw blocks): over 2 GiB in 3 s on a machine that puts
  * 2,650 a second, and the prompts, the oldest blocks there, went first;
- * every read of every run then missed.  Each run therefore first stores again any prompt that is
- * not whole (lw_prompts_keep) and, while its clients run, checks them by
- * index lookups: a run whose reads would miss stops at once with FAILED
- * and why (the store's capacity and evictions), exit status 1.  Within a
- * run the clients' gets and request lookups keep the prompts recent. */
+ * every read of every run then missed.  Each run therefore first stores
+ * again any prompt that is not whole (lw_prompts_keep) and, while its
+ * clients read, checks them by index lookups: a run whose reads would miss
+ * stops at once with FAILED and why (the store's capacity and evictions),
+ * exit status 1.  Within a run the clients' gets and request lookups keep
+ * the prompts recent. */
 #include <arpa/inet.h>
 #include <getopt.h>
 #include <math.h>
@@ -645,7 +646,9 @@ int scdb_bench_load(int argc, char **argv)
         case 'F': capacity_from = optarg; break;
         case 'W': workers = optarg; break;
         case 'D': disk_capacity = optarg; break;
-        case 'R': pe = scdb_parse_int("--repeat", optarg, 1, MAX_RUNS - 2, &repeat, why, sizeof why); break;
+        case 'R':
+            pe = scdb_parse_int("--repeat", optarg, 1, MAX_RUNS - 2, &repeat, why, sizeof why);
+            break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -676,7 +679,8 @@ int scdb_bench_load(int argc, char **argv)
         fprintf(stderr, "bench load: capacities from %s (the same offered load as that run)\n",
                 capacity_from);
     } else if ((st = measure_capacity(&env, calib, cap))) {
-        if (st > 0) fprintf(stderr, "bench load: FAILED: an op of the mix cannot be measured (above)\n");
+        if (st > 0)
+            fprintf(stderr, "bench load: FAILED: an op of the mix cannot be measured (above)\n");
         goto out;
     }
     memset(env.rate, 0, sizeof env.rate);
