@@ -100,15 +100,129 @@ static int put_raw_prompt(scdb *h, const int32_t *t, int n)
     return e ? -1 : 0;
 }
 
-int lw_setup(lw_env *env, const char *data, int n_prompts, int hb_timeout_ms)
+/* Store prompts p with want[p] set (all when want is NULL): their SCD
+ * codes (scd) and raw KV (raw); the blocks the broker still has are
+ * skipped.  0, or -1 (a message on stderr). */
+static int store_prompts(const lw_env *env, const int *want, int scd, int raw)
 {
-    char path[1024], err[512], *text = NULL;
-    size_t len = 0;
+    char path[1024], err[512];
     scdb_model *m = NULL;
     scdb_kv_cache *kv = NULL;
     scdb *sp = NULL, *rp = NULL;
     scdb_arena *states = NULL;
-    scdb_opts o = {.timeout_ms = 60000, .name = "populate"};
+    scdb_opts o = {.endpoint = env->endpoint, .timeout_ms = 60000, .name = "populate"};
+    int rc = -1;
+
+    err[0] = 0;
+    snprintf(path, sizeof path, "%s/models/base", env->data);
+    if (scdb_model_load(path, &m, err, sizeof err) || scdb_connect(&o, &sp) ||
+        scdb_register(sp, SCDB_PRODUCER, "base", "base-scd", NULL) ||
+        scdb_states_arena_new(sp, LW_PROMPT_TOKENS, &states) || scdb_connect(&o, &rp) ||
+        scdb_register(rp, SCDB_PRODUCER, "base", NULL, NULL) ||
+        scdb_model_cache_new(m, LW_PROMPT_TOKENS, &kv)) {
+        fprintf(stderr, "bench: populate: %s\n", sp ? scdb_last_error(sp) : err);
+        goto out;
+    }
+    for (int p = 0; p < env->n_prompts; p++) {
+        scdb_capture cap = {.h_in = scdb_arena_states(states, NULL, NULL, NULL)};
+        if (want && !want[p]) continue;
+        kv->n = 0;
+        if ((scd && (scdb_model_forward(m, env->prompts[p], NULL, LW_PROMPT_TOKENS, kv, NULL,
+                                        &cap) ||
+                     scdb_put_states(sp, env->prompts[p], LW_PROMPT_TOKENS, 0, states, NULL))) ||
+            (raw && put_raw_prompt(rp, env->prompts[p], LW_PROMPT_TOKENS))) {
+            fprintf(stderr, "bench: populate prompt %d: %s / %s\n", p, scdb_last_error(sp),
+                    scdb_last_error(rp));
+            goto out;
+        }
+    }
+    rc = 0;
+out:
+    scdb_arena_free(&states);
+    scdb_close(&sp);
+    scdb_close(&rp);
+    scdb_kv_cache_free(&kv);
+    scdb_model_free(&m);
+    return rc;
+}
+
+scdb_err lw_reader_open(const lw_env *env, scdb **out)
+{
+    scdb_opts o = {.endpoint = env->endpoint, .timeout_ms = env->timeout_ms, .name = "prompts",
+                   .no_heartbeat = 1};
+    scdb_err e = scdb_connect(&o, out);
+
+    if (!e)
+        e = env->verify ? scdb_register(*out, SCDB_CONSUMER, "base", NULL, NULL)
+                        : scdb_register(*out, SCDB_CONSUMER, "code", "base-scd", NULL);
+    if (e) scdb_close(out);
+    return e;
+}
+
+int lw_prompts_short(const lw_env *env, scdb *h, int *missing, int *first, uint32_t *blocks)
+{
+    int n = 0;
+
+    for (int p = 0; p < env->n_prompts; p++) {
+        scdb_lookup_result r;
+        if (scdb_lookup(h, env->prompts[p], LW_PROMPT_TOKENS, &r)) return -1;
+        if (missing) missing[p] = r.n_matched < r.n_full;
+        if (r.n_matched < r.n_full && !n++) {
+            if (first) *first = p;
+            if (blocks) *blocks = r.n_matched;
+        }
+    }
+    return n;
+}
+
+void lw_prompts_why(const lw_env *env, scdb *h, int n_short, int prompt, uint32_t blocks,
+                    char *why, size_t len)
+{
+    scdb_stat st;
+
+    if (scdb_stats(h, &st)) memset(&st, 0, sizeof st);
+    snprintf(why, len,
+             "%d of the %d stored prompts %s no longer whole (prompt %d: %u of its %d blocks): "
+             "the broker's store evicted them (disk_capacity %.1f MiB, %.1f MiB in use, %llu "
+             "evictions so far), so their lookups and gets miss; the store must hold the "
+             "prompts besides what the run puts (--disk-capacity)",
+             n_short, env->n_prompts, n_short > 1 ? "are" : "is", prompt, blocks,
+             LW_PROMPT_TOKENS / BT, (double)st.disk_capacity_bytes / (1 << 20),
+             (double)st.disk_bytes / (1 << 20), (unsigned long long)st.evictions);
+}
+
+int lw_prompts_keep(const lw_env *env, char *why, size_t len)
+{
+    int missing[LW_MAX_PROMPTS], n, again = 0, first = 0;
+    uint32_t blocks = 0;
+    scdb *h = NULL;
+
+    why[0] = 0;
+    if (lw_reader_open(env, &h)) {
+        snprintf(why, len, "cannot check the stored prompts: %s", scdb_connect_error());
+        return -1;
+    }
+    /* only the copy the clients read: storing the other would only evict */
+    n = lw_prompts_short(env, h, missing, NULL, NULL);
+    if (n > 0) {
+        if (store_prompts(env, missing, !env->verify, env->verify))
+            snprintf(why, len, "cannot store the prompts again (above)");
+        else if ((again = lw_prompts_short(env, h, NULL, &first, &blocks)) > 0)
+            lw_prompts_why(env, h, again, first, blocks, why, len);
+        else if (!again)
+            fprintf(stderr, "bench: stored %d of the %d prompts again: the store had evicted "
+                    "them\n", n, env->n_prompts);
+    }
+    if (n < 0 || again < 0)
+        snprintf(why, len, "cannot check the stored prompts: %s", scdb_last_error(h));
+    scdb_close(&h);
+    return why[0] ? -1 : n;
+}
+
+int lw_setup(lw_env *env, const char *data, int n_prompts, int hb_timeout_ms)
+{
+    char path[1024], why[512], *text = NULL;
+    size_t len = 0;
     int rc = -1;
 
     memset(env->rate, 0, sizeof env->rate);
@@ -136,35 +250,16 @@ int lw_setup(lw_env *env, const char *data, int n_prompts, int hb_timeout_ms)
     for (int p = 0; p < n_prompts; p++)
         for (int i = 0; i < LW_PROMPT_TOKENS; i++)
             env->prompts[p][i] = (unsigned char)text[(size_t)p * LW_PROMPT_TOKENS + i];
-    /* stored twice: SCD codes of base's real states, and raw KV */
-    snprintf(path, sizeof path, "%s/models/base", data);
-    o.endpoint = env->endpoint;
-    if (scdb_model_load(path, &m, err, sizeof err) || scdb_connect(&o, &sp) ||
-        scdb_register(sp, SCDB_PRODUCER, "base", "base-scd", NULL) ||
-        scdb_states_arena_new(sp, LW_PROMPT_TOKENS, &states) || scdb_connect(&o, &rp) ||
-        scdb_register(rp, SCDB_PRODUCER, "base", NULL, NULL) ||
-        scdb_model_cache_new(m, LW_PROMPT_TOKENS, &kv)) {
-        fprintf(stderr, "bench: populate: %s\n", sp ? scdb_last_error(sp) : err);
+    /* stored twice: SCD codes of base's real states, and raw KV; then
+     * every one of them must be there (a store too small for them fails
+     * here, not as wrong answers later) */
+    if (store_prompts(env, NULL, 1, 1)) goto out;
+    if (lw_prompts_keep(env, why, sizeof why) < 0) {
+        fprintf(stderr, "bench: FAILED: %s\n", why);
         goto out;
-    }
-    for (int p = 0; p < n_prompts; p++) {
-        scdb_capture cap = {.h_in = scdb_arena_states(states, NULL, NULL, NULL)};
-        kv->n = 0;
-        if (scdb_model_forward(m, env->prompts[p], NULL, LW_PROMPT_TOKENS, kv, NULL, &cap) ||
-            scdb_put_states(sp, env->prompts[p], LW_PROMPT_TOKENS, 0, states, NULL) ||
-            put_raw_prompt(rp, env->prompts[p], LW_PROMPT_TOKENS)) {
-            fprintf(stderr, "bench: populate prompt %d: %s / %s\n", p, scdb_last_error(sp),
-                    scdb_last_error(rp));
-            goto out;
-        }
     }
     rc = 0;
 out:
-    scdb_arena_free(&states);
-    scdb_close(&sp);
-    scdb_close(&rp);
-    scdb_kv_cache_free(&kv);
-    scdb_model_free(&m);
     free(text);
     return rc;
 }

@@ -101,6 +101,28 @@ typedef struct lw_result {
 /* Temp dir, config, broker start, populate (P prompts).  heartbeat_ms:
  * the broker's timeout for silent clients.  0 or -1 (a message on stderr). */
 int lw_setup(lw_env *env, const char *data, int n_prompts, int heartbeat_timeout_ms);
+/* The prompts must stay stored: the bench's own puts can make a bounded
+ * store evict them (leaf-first LRU: a prompt no client has read lately is
+ * the oldest there is; a capacity measurement of closed-loop puts writes
+ * capacity x seconds x 270 KB, more than a 2 GiB store on a fast machine).
+ *
+ * lw_prompts_keep: store again the prompts that are not whole in the copy
+ * the clients read, then check them.  How many it stored again (0: all
+ * were there), or -1 with why (the store cannot keep them: its capacity
+ * and evictions) -- a run on such a store would only count misses. */
+int lw_prompts_keep(const lw_env *env, char *why, size_t whylen);
+/* A handle that reads as the clients do (code with base-scd; raw base
+ * with env.verify): for lw_prompts_short.  Its index lookups do not make
+ * blocks recently used.  0, or the error (the handle NULL). */
+scdb_err lw_reader_open(const lw_env *env, scdb **out);
+/* How many prompts h cannot match whole (missing[p] 1 for those, may be
+ * NULL; *first and *blocks: the first of them and its matched blocks),
+ * -1 on a lookup error. */
+int lw_prompts_short(const lw_env *env, scdb *h, int *missing, int *first, uint32_t *blocks);
+/* Why n_short prompts are short (the store's capacity and evictions, from
+ * h's stats), for a FAILED line. */
+void lw_prompts_why(const lw_env *env, scdb *h, int n_short, int prompt, uint32_t blocks,
+                    char *why, size_t len);
 /* (Re)start the broker on env's dir and wait until it answers: 0, -1. */
 int lw_broker_start(lw_env *env);
 /* Stop the broker (sig) and remove the temp dir (keep: leave it). */

@@ -105,8 +105,14 @@ scdb_err scdb_broker_new(const scdb_broker_config *c, scdb_broker **out, char *e
         }
     }
 
+    e = bk_trimmer_new(&b->trim);
+    if (e) {
+        snprintf(errbuf, errlen, "cannot start the heap trimmer thread");
+        goto fail;
+    }
     e = bk_registry_new(c, &b->reg, errbuf, errlen);
     if (e) goto fail;
+    b->reg->trim = b->trim;
     /* before the data dir is created: a broker that cannot serve leaves
      * nothing behind */
     e = bk_check_endpoint_free(c, errbuf, errlen);
@@ -225,6 +231,7 @@ void scdb_broker_free(scdb_broker **bp)
     if (b->store) scdb_store_close(&b->store);
     bk_remote_stop(b);          /* after the threads: sends what it can, ~1 s */
     bk_registry_unref(b->reg);
+    bk_trimmer_free(&b->trim);  /* after the last registry: its trim runs */
     if (b->lock_fd >= 0) close(b->lock_fd);
     if (b->sigpipe[0] >= 0) close(b->sigpipe[0]);
     if (b->sigpipe[1] >= 0) close(b->sigpipe[1]);

@@ -213,7 +213,10 @@
  * all there, else keeps the old entries until it registers again; a live
  * session moves to the new policy of its name, if any.  Jobs in flight keep
  * the set they started with: registries are reference-counted and an old
- * one is freed with its last user.  Run-time settings (log_level,
+ * one is freed with its last user (on the main thread), then the heap is
+ * trimmed (malloc_trim: the reload thread's malloc arena would keep the
+ * freed weights) by the trimmer thread, scdb-trim (heap_trim.c), never on
+ * the event loop.  Run-time settings (log_level,
  * heartbeats, request and arena limits, max_inflight, drain timeout) are
  * applied; the others (endpoint, data_dir, block_tokens, workers, store
  * sizes, device, metrics_listen, ...) are reported and left as they were.

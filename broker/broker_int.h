@@ -34,6 +34,7 @@ typedef struct bk_pair {
 } bk_pair;
 
 struct bk_policy;
+typedef struct bk_trimmer bk_trimmer;   /* heap_trim.c */
 
 /* What a configuration loads (registry.c): models, codebooks, pairs and
  * policies, pointing only into themselves.  A SIGHUP reload (reload.c)
@@ -53,6 +54,8 @@ typedef struct bk_registry {
     int n_policies;
     uint64_t generation;        /* 1 at start, +1 per successful reload     */
     int refs;
+    bk_trimmer *trim;           /* the broker's: trims the heap after the
+                                   last unref frees this (NULL: inline)    */
 } bk_registry;
 
 /* A named eviction policy (registry.c): the heuristics plus [policy NAME]. */
@@ -263,6 +266,7 @@ struct scdb_broker {
     int cuda_ordinal;           /* the CUDA device arenas live on (0)       */
     int hot_on_device;          /* the store's hot tier is CUDA memory      */
     bk_registry *reg;           /* the current one (referenced)            */
+    bk_trimmer *trim;           /* heap_trim.c: malloc_trim off this thread */
 
     scdb_store *store;
     uint32_t block_tokens;
@@ -362,7 +366,20 @@ struct scdb_broker {
  *   broker.c    lifecycle and the event loop
  *
  * remote.c stands apart too (the remote tier: called by jobs.c, handlers.c
- * and broker.c, it calls only the store and store/remote_tier.h). */
+ * and broker.c, it calls only the store and store/remote_tier.h), and
+ * heap_trim.c below them all (the trimmer thread: called by registry.c and
+ * broker.c, it calls nothing of the broker). */
+
+/* heap_trim.c: malloc_trim(0) on a thread of its own ("scdb-trim"), so
+ * that giving a freed registry's pages back never stalls the event loop.
+ * new: SCDB_ENOMEM, SCDB_ESYS.  request: wakes it (a request during a
+ * pass makes one more pass; t NULL: trims inline); any thread.  count: the
+ * passes made so far, *last_ns the last one's duration.  free: finishes a
+ * pass asked for, joins, NULLs *t; accepts NULL. */
+scdb_err bk_trimmer_new(bk_trimmer **out);
+void bk_trimmer_request(bk_trimmer *t);
+uint64_t bk_trimmer_count(bk_trimmer *t, uint64_t *last_ns);
+void bk_trimmer_free(bk_trimmer **t);
 
 /* registry.c */
 /* Load every model, codebook, pair and policy of c into a new registry

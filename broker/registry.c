@@ -5,7 +5,6 @@
 #include "broker_int.h"
 #include "model.h"
 
-#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -340,12 +339,18 @@ bk_registry *bk_registry_ref(bk_registry *r)
  * arena keeps what is freed here unless trimmed: without the trim the
  * broker's RSS grew by a whole registry's weights per SIGHUP, 3.4 MB per
  * pair added one reload at a time in `bench fleet`, against 1.6 MB per pair
- * loaded at start). */
+ * loaded at start).  The trim walks every arena of the process: the
+ * broker's trimmer thread does it (heap_trim.c), not the caller, which is
+ * the event loop. */
 void bk_registry_unref(bk_registry *r)
 {
     if (r && --r->refs == 0) {
+        bk_trimmer *t = r->trim;
+        uint64_t gen = r->generation, t0 = scdb_now_ns();
         registry_free(r);
-        malloc_trim(0);
+        scdb_info("configuration %llu freed in %.2f ms", (unsigned long long)gen,
+                  (double)(scdb_now_ns() - t0) / 1e6);
+        bk_trimmer_request(t);
     }
 }
 

@@ -261,6 +261,7 @@ void bk_reload_poll(scdb_broker *b)
     if (!r || !__atomic_load_n(&r->done, __ATOMIC_ACQUIRE)) return;
     b->reload = NULL;
     pthread_join(r->t, NULL);
+    if (r->reg) r->reg->trim = b->trim;   /* freed (now or later) as the first */
     apply(b, r);
     bk_registry_unref(r->reg);
     scdb_broker_config_clear(&r->cfg);

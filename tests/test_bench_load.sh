@@ -6,6 +6,15 @@
 # 1: a live session needs two arenas, so session_evict never succeeds)
 # prints FAILED naming the op and exits 1.  Behaviour only: no timing is
 # asserted.
+#
+# The prompts stay stored whatever the machine's speed (issue 42): the
+# passing run's store (--disk-capacity 40MiB, the prompts take 13.9 MiB) is
+# overflowed by the capacity measurement's closed-loop puts (about 100 puts
+# fill it; a second of them is hundreds even on a slow machine), as a 2 GiB
+# store was on a fast machine, which made every read of every run miss;
+# the bench stores them again and the runs read them.  A store that cannot
+# hold the prompts at all (8MiB) fails at once, saying why, before any
+# measurement.
 set -u
 scdb="$1"
 tmp=$(mktemp -d /tmp/test_bench_load.XXXXXX)
@@ -15,10 +24,15 @@ ok()  { pass=$((pass + 1)); echo "ok   $*"; }
 bad() { fail=$((fail + 1)); echo "FAIL $*"; }
 short=(--only --clients 2 --seconds 1 --calib-seconds 0.5 --warmup 0.2)
 
-"$scdb" bench load "${short[@]}" --json "$tmp/ok.json" >"$tmp/ok.out" 2>"$tmp/ok.err"
+"$scdb" bench load "${short[@]}" --calib-seconds 1 --disk-capacity 40MiB \
+  --json "$tmp/ok.json" >"$tmp/ok.out" 2>"$tmp/ok.err"
 rc=$?
 [ $rc -eq 0 ] && ok "a run where every op works exits 0" \
   || { bad "a run where every op works exits $rc"; tail -20 "$tmp/ok.err"; }
+grep -q "stored [0-9]* of the 16 prompts again: the store had evicted them" "$tmp/ok.err" \
+  && ok "the capacity measurement's puts evicted the prompts and the bench stored them again" \
+  || { bad "no prompt was stored again (did the capacity puts not fill the 40 MiB store?)"
+       cat "$tmp/ok.err"; }
 if python3 - "$tmp/ok.json" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1]))
@@ -36,6 +50,20 @@ then ok "JSON: every op ok > 0 with 0 errors, queue/service p99 for get and sess
 else bad "JSON fields"; fi
 grep -q "^| op | ok | errors |" "$tmp/ok.out" && ok "the table prints ok and errors per op" \
   || bad "no ok / errors columns in the table"
+
+# a store that cannot hold the prompts: FAILED at once, saying why
+start=$(date +%s)
+"$scdb" bench load "${short[@]}" --disk-capacity 8MiB >"$tmp/small.out" 2>"$tmp/small.err"
+rc=$?
+took=$(( $(date +%s) - start ))
+[ $rc -eq 1 ] && ok "a store too small for the prompts exits 1" \
+  || { bad "a store too small for the prompts exits $rc"; tail -20 "$tmp/small.err"; }
+grep -q "FAILED: .* prompts .* no longer whole .* evicted them (disk_capacity 8.0 MiB" \
+  "$tmp/small.err" && ok "it says the store evicted the prompts and its capacity" \
+  || { bad "no FAILED line saying why"; cat "$tmp/small.err"; }
+grep -q "capacity of" "$tmp/small.err" \
+  && bad "it measured capacities first (took ${took} s)" \
+  || ok "it stops before measuring anything (${took} s)"
 
 # a broker that refuses one op: the same scdb, one more flag
 cat >"$tmp/refusing-broker" <<SH
