@@ -593,8 +593,9 @@ void bk_remote_on_written(void *ctx, const scdb_block_info *info, const void *pa
  * brokers replaced are refreshed here by writer jobs.  After the threads
  * start; before they stop. */
 void bk_remote_watch(scdb_broker *b, int on);
-/* The writer's job for keys other brokers replaced: each block held here
- * gets the cluster's value (or, absent there, is dropped if a leaf); keys
+/* The writer's job for keys other brokers replaced or deleted: each block
+ * held here gets the cluster's value (or, absent there, is dropped if a
+ * leaf: a delete); keys
  * to try again (being read, the cluster failing) into again[*n_again]. */
 void bk_remote_refresh(scdb_broker *b, const scdb_key *keys, size_t n, scdb_key *again,
                        size_t *n_again);
@@ -616,7 +617,8 @@ size_t bk_remote_insert(scdb_broker *b, const scdb_remote_block *blocks, size_t 
  * all stored now. */
 int bk_remote_fill_parents(scdb_broker *b, const scdb_broker_codebook *cb, const scdb_key *keys,
                            size_t n_local, size_t first);
-/* Queue a DEL of block key k (an explicit delete). */
+/* Queue a DEL of block key k (an explicit delete; announced on the
+ * replace log, so other brokers drop their copies too). */
 void bk_remote_del(scdb_broker *b, const scdb_key *k);
 /* The remote_* fields of a StatsReply. */
 void bk_remote_fill_stats(scdb_broker *b, Scdb__StatsReply *s);
