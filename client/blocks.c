@@ -189,7 +189,8 @@ scdb_err scdb_lookup(scdb *h, const int32_t *tokens, size_t n_tokens, scdb_looku
         rep->lookup->lookup_index[0] && strlen(rep->lookup->lookup_index) < sizeof h->lix_name &&
         strcmp(rep->lookup->lookup_index, h->lix_name)) {
         snprintf(h->lix_name, sizeof h->lix_name, "%s", rep->lookup->lookup_index);
-        cl_lix_map(h, h->lix_name);
+        /* SCDB_EINTR: the answer is not handed out; the next reply tries again */
+        if ((e = cl_lix_map(h, h->lix_name))) h->lix_name[0] = 0;
     }
     if (rep) scdb__reply__free_unpacked(rep, NULL);
     return e;

@@ -153,27 +153,17 @@ static scdb_err handshake_events(scdb *h)
 
 /* ------------------------------------------------------------ interrupts */
 
-static scdb_interrupt_fn intr_fn;
-static void *intr_arg;
-
-void scdb_set_interrupt(scdb_interrupt_fn fn, void *arg)
-{
-    __atomic_store_n(&intr_arg, arg, __ATOMIC_RELAXED);
-    __atomic_store_n(&intr_fn, fn, __ATOMIC_RELEASE);
-}
-
-/* Whether the application's interrupt check asks a call with request req
- * to stop.  Requests of the void cleanup calls (scdb_close, scdb_arena_free,
- * scdb_session_close) are never stopped: they cannot say SCDB_EINTR, and
- * finish within the timeout. */
+/* Whether the application's interrupt check (util.c) asks a call with
+ * request req to stop.  Requests of the void cleanup calls (scdb_close,
+ * scdb_arena_free, scdb_session_close) are never stopped: they cannot say
+ * SCDB_EINTR, and finish within the timeout. */
 static int interrupted(const Scdb__Request *req)
 {
-    scdb_interrupt_fn fn = __atomic_load_n(&intr_fn, __ATOMIC_ACQUIRE);
     switch (req->body_case) {
     case SCDB__REQUEST__BODY_GOODBYE:
     case SCDB__REQUEST__BODY_ARENA_FREE:
     case SCDB__REQUEST__BODY_SESSION_CLOSE: return 0;
-    default: return fn && fn(__atomic_load_n(&intr_arg, __ATOMIC_RELAXED));
+    default: return cl_interrupt_asked();
     }
 }
 
@@ -214,7 +204,7 @@ scdb_err cl_call_once(scdb *h, Scdb__Request *req, const void *const *frames,
 
         if (left <= 0) goto timeout;
         /* an interrupt check or a handshake monitor: wake up to ask them */
-        if ((h->mon || __atomic_load_n(&intr_fn, __ATOMIC_RELAXED)) && wait_ms > WAIT_SLICE_MS)
+        if ((h->mon || cl_interrupt_set()) && wait_ms > WAIT_SLICE_MS)
             wait_ms = WAIT_SLICE_MS;
         if (h->mon) {
             zmq_pollitem_t it[2] = {{.socket = h->sock, .events = ZMQ_POLLIN},
@@ -331,9 +321,11 @@ static scdb_err hello(scdb *h)
     if (e == SCDB_OK) {
         atomic_store(&h->token, rep->hello->client);
         info_from(&h->info, rep->hello);
-        cl_lix_attach(h, rep->hello);
         atomic_store(&h->hb_interval_ms, (int)(h->info.heartbeat_ms ? h->info.heartbeat_ms : 1000));
         h->gen++;
+        /* interrupted (SCDB_EINTR): as after a timeout, the broker has
+         * registered us; the next hello maps the index */
+        e = cl_lix_attach(h, rep->hello);
     }
     if (rep) scdb__reply__free_unpacked(rep, NULL);
     return e;

@@ -75,7 +75,10 @@
  * Signals.  A signal that interrupts a call's wait does not end the call by
  * itself (the wait resumes, bounded by the timeout), unless the
  * application set an interrupt check (scdb_set_interrupt) that says stop:
- * then the call returns SCDB_EINTR within about 50 ms.  The Python module
+ * then the call returns SCDB_EINTR within about 50 ms.  Every wait of a
+ * call asks it: for the broker's reply, and for the memory of an arena,
+ * a session's statistics or the lookup index over the fd socket (an
+ * arena interrupted there is freed again).  The Python module
  * sets one that runs Python's signal handlers, so Ctrl-C raises
  * KeyboardInterrupt during a call.  The heartbeat thread blocks every
  * signal: they go to the application's threads.

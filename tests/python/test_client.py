@@ -449,6 +449,41 @@ def test_ctrl_c_during_a_call(own_broker, prompt):
     c.close()
 
 
+def test_ctrl_c_during_arena_setup(own_broker):
+    """Ctrl-C while an arena is set up -- the fetch of its memfd over the
+    broker's fd socket, the one wait that did not ask Python's signal
+    handlers -- raises KeyboardInterrupt at once, not after the call's
+    timeout (8 s here), and the Client makes arenas afterwards (issue 42
+    item 5).  The broker's fd socket is swapped for one that never answers."""
+    import os
+    import socket
+    path = own_broker.endpoint[len("ipc://"):] + ".fd"
+    c = scdb.Client(own_broker.endpoint, timeout_ms=8000)
+    c.register("base", "consumer")
+    os.rename(path, path + ".real")
+    silent = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        silent.bind(path)
+        silent.listen(8)                    # connects, never answers
+        for to_main in (True, False):
+            t, sent = _interrupt_after(0.3, to_main)
+            t0 = time.monotonic()
+            with pytest.raises(KeyboardInterrupt):
+                c.arena(64)
+            done = time.monotonic()
+            t.join()
+            assert done - sent[0] < 0.5, f"KeyboardInterrupt {done - sent[0]:.2f} s after SIGINT"
+            assert done - t0 < 2.0
+    finally:
+        silent.close()
+        os.unlink(path)
+        os.rename(path + ".real", path)
+    with c.arena(64) as a:                   # the same Client, the real socket
+        assert a.capacity == 64
+    assert c.stats()["arenas"] == 0          # the interrupted ones were freed
+    c.close()
+
+
 # ------------------------------------------------------------ threads
 
 def test_two_threads_one_client(broker):
