@@ -335,6 +335,9 @@ struct scdb_broker {
     pthread_mutex_t lix_mu;
     int lix_mu_init;
     scdb_lix *lix;              /* NULL: not published                     */
+    scdb_lix *lix_prev;         /* retired, its liveness lock still held by
+                                   the loop's thread: unmapped at its tick */
+    int lix_no_hold;            /* the liveness lock failed: not tried again */
     uint64_t lix_tick_ns;       /* last liveness refresh (main thread)      */
 
     /* remote.c: the remote tier (NULL: none); thread-safe */
@@ -548,8 +551,9 @@ void bk_zap_answer(scdb_broker *b);
 scdb_err bk_lix_start(scdb_broker *b, char *errbuf, size_t errlen);
 /* The store's on_visible callback (ctx = the broker). */
 void bk_lix_on_visible(void *ctx, const scdb_key *k, int visible);
-/* Refresh the index's liveness word if half its period has passed (main
- * thread, every loop turn). */
+/* Refresh the index's liveness word if half its period has passed, hold
+ * its liveness lock, unmap one retired elsewhere (main thread, every loop
+ * turn: only this thread may hold the lock, lookup_index.h LIVENESS). */
 void bk_lix_tick(scdb_broker *b, uint64_t now_ns);
 /* The current index name for HelloReply ("" when none). */
 void bk_lix_name(scdb_broker *b, char *buf, size_t len);

@@ -105,8 +105,8 @@ scdb_err cl_lix_attach(scdb *h, const Scdb__HelloReply *r)
 }
 
 /* Answer a lookup from the index.  SCDB_OK with *out filled, an argument
- * error (as the broker would reply), or SCDB_EAGAIN-like SCDB_EBUSY: use
- * the request path. */
+ * error (as the broker would reply), SCDB_EINTR, SCDB_ECLOSED (the broker
+ * that published it is gone) or SCDB_EBUSY: use the request path. */
 scdb_err cl_lix_lookup(scdb *h, const int32_t *tokens, size_t n_tokens,
                            scdb_lookup_result *out)
 {
@@ -119,9 +119,10 @@ scdb_err cl_lix_lookup(scdb *h, const int32_t *tokens, size_t n_tokens,
 
     if (e) return e;
     /* the broker's connection dropped (a kill, a crash, a stop): its table
-     * may be a dead broker's; the index's own liveness word catches what
-     * the socket cannot (no heartbeat thread, a hung broker) */
-    if (atomic_load(&h->peer_lost)) return SCDB_EBUSY;
+     * may be a dead broker's; the index's own liveness lock and word catch
+     * what the socket cannot yet, or cannot at all (no heartbeat thread,
+     * a hung broker) */
+    if (atomic_load(&h->peer_lost)) return SCDB_ECLOSED;
     full = n_tokens / bt;
     while (i < full) {
         size_t m = full - i < CHUNK ? full - i : CHUNK, k = 0;
@@ -129,11 +130,16 @@ scdb_err cl_lix_lookup(scdb *h, const int32_t *tokens, size_t n_tokens,
             return SCDB_EBUSY;              /* keys we cannot derive: ask the broker */
         e = scdb_lix_match(h->lix, keys, m, &k);
         if (e == SCDB_ECLOSED) {
-            /* retired: a grown successor (same answers), or a stopped broker */
+            /* its broker died (kept: every lookup sees it, until a hello
+             * maps the next broker's); retired: a grown successor (same
+             * answers), or a stopped broker */
             char next[SCDB_LIX_NAME_MAX] = "";
-            scdb_lix_retired(h->lix, next);
-            if (next[0] && (e = cl_lix_map(h, next))) return e;     /* interrupted */
-            if (!next[0]) lix_drop(h, SCDB_ECLOSED);
+            if (!scdb_lix_retired(h->lix, next)) return SCDB_ECLOSED;
+            if (!next[0]) {
+                lix_drop(h, SCDB_ECLOSED);
+                return SCDB_ECLOSED;
+            }
+            if ((e = cl_lix_map(h, next))) return e;                /* interrupted */
             if (!h->lix || ++restarts > LIX_FOLLOW_MAX) return SCDB_EBUSY;
             i = 0;                          /* start over on the new table */
             matched = 0;

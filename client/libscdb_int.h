@@ -64,6 +64,9 @@ struct scdb {
     _Atomic int peer_lost;       /* the heartbeat socket saw the broker's
                                     connection drop (and none since): do
                                     not answer from its lookup index       */
+    int broker_gone;             /* the index said its broker is gone (and
+                                    no hello since): a lookup asks first
+                                    whether anything listens (conn.c)      */
 
     scdb_arena *arenas;
     scdb_arena *scratch;         /* scdb_get_copy's own arena               */
@@ -132,7 +135,10 @@ scdb_err cl_lix_map(scdb *h, const char *name);
 scdb_err cl_lix_attach(scdb *h, const Scdb__HelloReply *r);
 /* Answer a lookup from the index: SCDB_OK with *out filled, an argument
  * error (as the broker would reply), SCDB_EINTR (following a resized index
- * was interrupted), or SCDB_EBUSY: use the request path. */
+ * was interrupted), SCDB_ECLOSED (the broker that published it is gone:
+ * the connection dropped, the kernel marked its liveness lock's owner
+ * dead, or it retired the index with no successor; a request may find a
+ * new broker) or SCDB_EBUSY: use the request path. */
 scdb_err cl_lix_lookup(scdb *h, const int32_t *tokens, size_t n_tokens,
                             scdb_lookup_result *out);
 
@@ -148,6 +154,11 @@ scdb_err cl_call_once(scdb *h, Scdb__Request *req, const void *const *frames,
 scdb_err cl_request(scdb *h, Scdb__Request *req, const void *const *frames,
                          const size_t *lens, int n, Scdb__Reply **rep);
 void cl_hb_stop(scdb *h);
+/* Whether a broker may answer at h's ipc:// path now: SCDB_OK (something
+ * listens, or not an ipc:// endpoint: no telling), SCDB_ECLOSED with a
+ * message (no socket file, or nothing listens on it: the broker is gone).
+ * One connect(2), no request. */
+scdb_err cl_broker_listens(scdb *h);
 /* The handle's lookup counters for a Hello, Heartbeat or Goodbye. */
 void cl_lookup_counts(scdb *h, Scdb__LookupCounts *lc);
 /* Close the sockets and free the handle (arenas already gone). */
