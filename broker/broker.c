@@ -380,6 +380,9 @@ scdb_err scdb_broker_run(scdb_broker *b)
         items[n_items++] = (zmq_pollitem_t){.socket = b->zap, .events = ZMQ_POLLIN};
     }
 
+    /* this thread holds the lookup index's liveness lock from now on, before
+     * any hello hands the index out (lookup_index.h, LIVENESS) */
+    bk_lix_tick(b, scdb_now_ns());
     sweep_every = b->cfg.heartbeat_timeout_ms / 10000.0;
     if (sweep_every > 0.25) sweep_every = 0.25;
     b->next_sweep = scdb_now() + sweep_every;

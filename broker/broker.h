@@ -146,15 +146,19 @@
  *                  tier, the lookup index) -- not written back
  *   put whose parents only the cluster has (a lookup found them, no get
  *                  brought them in): the writer fetches and keeps them first
- *   delete         the remote copies are deleted too (queued DELs)
+ *   delete         the remote copies are deleted too (queued DELs), and
+ *                  announced on the replace log like a replace
+ *   replace log    (the tier's writer thread polls it) blocks other brokers
+ *                  replaced or deleted -> a writer job refreshes each one
+ *                  held here with the cluster's value, or drops it
  *
  * A slow or unreachable cluster costs a request at most timeout_ms until
  * the cluster client marks the node down, then nothing: answers are the
  * local ones, errors are counted (stats remote_*), and the tier logs once
  * per up/down change.  The lookup index stays local-only: libscdb learns
  * from HelloReply.remote_tier that a short local answer is worth a request.
- * Replaced blocks are rewritten in the cluster; other brokers' local copies
- * are not invalidated (they read the new value once theirs is evicted).
+ * Replaced and deleted blocks reach the other brokers' local copies
+ * within the bound of store/remote_tier.h, "REPLACES AND DELETES".
  *
  * LIVE SESSIONS (sessions.c)
  * -------------

@@ -339,6 +339,9 @@ struct scdb_broker {
     pthread_mutex_t lix_mu;
     int lix_mu_init;
     scdb_lix *lix;              /* NULL: not published                     */
+    scdb_lix *lix_prev;         /* retired, its liveness lock still held by
+                                   the loop's thread: unmapped at its tick */
+    int lix_no_hold;            /* the liveness lock failed: not tried again */
     uint64_t lix_tick_ns;       /* last liveness refresh (main thread)      */
 
     /* remote.c: the remote tier (NULL: none); thread-safe */
@@ -565,8 +568,9 @@ void bk_zap_answer(scdb_broker *b);
 scdb_err bk_lix_start(scdb_broker *b, char *errbuf, size_t errlen);
 /* The store's on_visible callback (ctx = the broker). */
 void bk_lix_on_visible(void *ctx, const scdb_key *k, int visible);
-/* Refresh the index's liveness word if half its period has passed (main
- * thread, every loop turn). */
+/* Refresh the index's liveness word if half its period has passed, hold
+ * its liveness lock, unmap one retired elsewhere (main thread, every loop
+ * turn: only this thread may hold the lock, lookup_index.h LIVENESS). */
 void bk_lix_tick(scdb_broker *b, uint64_t now_ns);
 /* The current index name for HelloReply ("" when none). */
 void bk_lix_name(scdb_broker *b, char *buf, size_t len);
@@ -610,8 +614,9 @@ void bk_remote_on_written(void *ctx, const scdb_block_info *info, const void *pa
  * brokers replaced are refreshed here by writer jobs.  After the threads
  * start; before they stop. */
 void bk_remote_watch(scdb_broker *b, int on);
-/* The writer's job for keys other brokers replaced: each block held here
- * gets the cluster's value (or, absent there, is dropped if a leaf); keys
+/* The writer's job for keys other brokers replaced or deleted: each block
+ * held here gets the cluster's value (or, absent there, is dropped if a
+ * leaf: a delete); keys
  * to try again (being read, the cluster failing) into again[*n_again]. */
 void bk_remote_refresh(scdb_broker *b, const scdb_key *keys, size_t n, scdb_key *again,
                        size_t *n_again);
@@ -633,7 +638,8 @@ size_t bk_remote_insert(scdb_broker *b, const scdb_remote_block *blocks, size_t 
  * all stored now. */
 int bk_remote_fill_parents(scdb_broker *b, const scdb_broker_codebook *cb, const scdb_key *keys,
                            size_t n_local, size_t first);
-/* Queue a DEL of block key k (an explicit delete). */
+/* Queue a DEL of block key k (an explicit delete; announced on the
+ * replace log, so other brokers drop their copies too). */
 void bk_remote_del(scdb_broker *b, const scdb_key *k);
 /* The remote_* fields of a StatsReply. */
 void bk_remote_fill_stats(scdb_broker *b, Scdb__StatsReply *s);

@@ -570,9 +570,10 @@ typedef struct thread_arg {
     const char *name;           /* its thread name                         */
 } thread_arg;
 
-/* Refresh what another broker replaced; what could not be done now (a
- * block being read, the cluster failing) goes to the back of the queue,
- * tried again after a short nap, up to REFRESH_ATTEMPTS times. */
+/* Refresh what another broker replaced, drop what it deleted; what could
+ * not be done now (a block being read, the cluster failing) goes to the
+ * back of the queue, tried again after a short nap, up to REFRESH_ATTEMPTS
+ * times. */
 #define REFRESH_ATTEMPTS 100
 static void run_refresh(scdb_broker *b, bk_job *j)
 {
@@ -592,8 +593,9 @@ static void run_refresh(scdb_broker *b, bk_job *j)
         return;
     }
     if (n_again)
-        scdb_warn("remote tier: %zu block(s) replaced by another broker could not be refreshed "
-                  "here (being read, or the cluster failing): their old local copies stay",
+        scdb_warn("remote tier: %zu block(s) replaced or deleted by another broker could not be "
+                  "refreshed or dropped here (being read, stored children here, or the cluster "
+                  "failing): their old local copies stay",
                   n_again);
     bk_job_free(j);
 }

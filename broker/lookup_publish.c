@@ -2,9 +2,17 @@
  * (lookup_index.h): create and fill the index at start, hand it to clients
  * by ticket over the fd socket (fdpass.c), mirror the store's visibility
  * changes (on_visible, called under the store's lock from whichever thread
- * changed the store), grow it, refresh its liveness word, retire it at
- * shutdown.  A killed broker leaves nothing to clean: its index is an
- * anonymous memfd, and its stale liveness word stops clients trusting it. */
+ * changed the store), grow it, refresh its liveness word and hold its
+ * liveness lock (the event loop's thread: lookup_index.h, LIVENESS), retire
+ * it at shutdown.  A killed broker leaves nothing to clean: its index is
+ * an anonymous memfd, and the kernel marks its liveness lock's owner dead,
+ * so clients stop trusting it at once (a hung one: its stale liveness
+ * word).
+ *
+ * The loop's thread alone holds, releases and unmaps a held index: one
+ * retired elsewhere (a grow on the writer) waits in lix_prev, marked
+ * retired, until the loop's next tick; at most one index is held, so one
+ * slot is enough. */
 #include "broker_int.h"
 
 #include <errno.h>
@@ -33,12 +41,27 @@ static void unpublish(scdb_broker *b, const scdb_lix *ix)
     if (ix && !scdb_fd_ticket_parse(scdb_lix_name(ix), t)) bk_fd_remove(b, t);
 }
 
+/* Retire *ix (mu held, any thread): at once, unless the loop's thread
+ * holds its liveness lock; then marked retired and left in lix_prev for
+ * that thread's next tick. */
+static void retire(scdb_broker *b, scdb_lix **ix, const char *next)
+{
+    if (scdb_lix_retire(ix, next) == SCDB_EBUSY) {
+        if (b->lix_prev) {          /* never: only one index is ever held */
+            scdb_error("lookup index: two held indexes to retire; one stays mapped");
+            return;
+        }
+        b->lix_prev = *ix;
+        *ix = NULL;
+    }
+}
+
 /* Stop publishing (mu held): clients fall back to the request path. */
 static void disable(scdb_broker *b, const char *why)
 {
     scdb_warn("lookup index disabled (%s): clients look up through the broker", why);
     unpublish(b, b->lix);
-    scdb_lix_retire(&b->lix, NULL);
+    retire(b, &b->lix, NULL);
 }
 
 static void fill_one(void *ctx, const scdb_key *k)
@@ -97,8 +120,8 @@ static scdb_err grow(scdb_broker *b)
     }
     scdb_info("lookup index grows to %llu slots", (unsigned long long)scdb_lix_capacity(nx));
     unpublish(b, b->lix);
-    scdb_lix_retire(&b->lix, scdb_lix_name(nx));
-    b->lix = nx;
+    retire(b, &b->lix, scdb_lix_name(nx));
+    b->lix = nx;                /* held from the loop's next tick */
     return SCDB_OK;
 }
 
@@ -127,9 +150,18 @@ out:
 
 void bk_lix_tick(scdb_broker *b, uint64_t now_ns)
 {
-    if (!b->lix || now_ns - b->lix_tick_ns < SCDB_LIX_TICK_NS / 2) return;
+    if (!b->lix_mu_init || now_ns - b->lix_tick_ns < SCDB_LIX_TICK_NS / 2) return;
     b->lix_tick_ns = now_ns;
     pthread_mutex_lock(&b->lix_mu);
+    scdb_lix_retire(&b->lix_prev, NULL);    /* retired elsewhere, held here */
+    if (b->lix && !scdb_lix_held(b->lix) && !b->lix_no_hold) {
+        scdb_err e = scdb_lix_hold(b->lix);
+        if (e) {
+            b->lix_no_hold = 1;
+            scdb_warn("lookup index: no liveness lock (%s): clients tell a dead broker by its "
+                      "liveness word, within %.1f s", scdb_strerror(e), SCDB_LIX_STALE_NS / 1e9);
+        }
+    }
     scdb_lix_tick(b->lix);
     pthread_mutex_unlock(&b->lix_mu);
 }
@@ -149,8 +181,12 @@ void bk_lix_stop(scdb_broker *b)
     pthread_mutex_lock(&b->lix_mu);
     if (b->lix) {
         unpublish(b, b->lix);
-        scdb_lix_retire(&b->lix, NULL);
+        retire(b, &b->lix, NULL);
     }
+    /* the loop's thread ends the broker (serve.c): what it holds goes now;
+     * an index held by a thread that is gone stays mapped (its memory) */
+    if (b->lix_prev && scdb_lix_retire(&b->lix_prev, NULL) == SCDB_EBUSY)
+        scdb_warn("lookup index: held by another thread at stop; left mapped");
     pthread_mutex_unlock(&b->lix_mu);
     pthread_mutex_destroy(&b->lix_mu);
     b->lix_mu_init = 0;

@@ -78,7 +78,7 @@ typedef struct snap {
     uint32_t block_tokens;
     scdb_remote_stat rt;        /* the remote tier's counters ...          */
     int have_remote;            /* ... when there is one                   */
-    uint64_t remote_kept;
+    uint64_t remote_kept, remote_refreshed;
 } snap;
 
 struct bk_metrics {
@@ -199,6 +199,7 @@ static void take(scdb_broker *b, snap *s)
         scdb_remote_stats(b->remote, &s->rt);
         s->have_remote = 1;
         s->remote_kept = __atomic_load_n(&b->remote_inserted, __ATOMIC_RELAXED);
+        s->remote_refreshed = __atomic_load_n(&b->remote_refreshed, __ATOMIC_RELAXED);
     }
 }
 
@@ -520,6 +521,32 @@ static void format(const snap *s, double age, buf *o)
               "Writes queued for the cluster or in flight.", rt->pending);
         one_u(o, "scdb_remote_kept_blocks_total", "counter",
               "Blocks fetched from the cluster and kept in the local store.", s->remote_kept);
+        /* the rest of what `scdb stats` shows of the tier (issue 42 item 8) */
+        one_u(o, "scdb_remote_probes_total", "counter",
+              "Lookup remainders asked of the cluster (one EXISTS round per node each).",
+              rt->probes);
+        family(o, "scdb_remote_probe_blocks_total", "counter",
+               "Blocks of lookup remainders asked of the cluster, by result.");
+        sample_u(o, "scdb_remote_probe_blocks_total", "result=\"hit\"", rt->probe_hit_blocks);
+        sample_u(o, "scdb_remote_probe_blocks_total", "result=\"miss\"", rt->probe_miss_blocks);
+        one_u(o, "scdb_remote_fetches_total", "counter",
+              "Get remainders (and refreshes) fetched from the cluster.", rt->fetches);
+        one_u(o, "scdb_remote_state_changes_total", "counter",
+              "Changes of the cluster's state between answering and failing.",
+              rt->state_changes);
+        family(o, "scdb_remote_replace_log_records_total", "counter",
+               "Records of the fleet's replace log (replaced or deleted blocks): appended by "
+               "this broker, or read from other brokers.");
+        sample_u(o, "scdb_remote_replace_log_records_total", "direction=\"appended\"",
+                 rt->replace_records);
+        sample_u(o, "scdb_remote_replace_log_records_total", "direction=\"read\"",
+                 rt->replace_seen);
+        one_u(o, "scdb_remote_replace_log_resets_total", "counter",
+              "Times the replace log was found rewritten (deleted or evicted) and read again "
+              "from its start.", rt->replace_log_resets);
+        one_u(o, "scdb_remote_refreshed_blocks_total", "counter",
+              "Local copies refreshed or dropped after another broker replaced or deleted "
+              "the block.", s->remote_refreshed);
     }
 
     one_u(o, "scdb_clients", "gauge", "Registered clients.", s->clients);

@@ -1,10 +1,11 @@
 /* remote.c — the store's remote tier inside the broker (broker.h, REMOTE
  * TIER): opening it from [remote], the store's on_written hook that queues
  * every committed block for the cluster (a replaced one with a record on
- * the fleet's replace log), refreshing the blocks other brokers replaced
- * (remote_tier.h, "REPLACES"), the remainder of a local prefix
- * (probe for lookups, fetch for gets and for puts whose parents are only
- * remote), keeping fetched blocks locally, deletes, counters.  Called by
+ * the fleet's replace log), refreshing or dropping the blocks other
+ * brokers replaced or deleted (remote_tier.h, "REPLACES AND DELETES"), the
+ * remainder of a local prefix (probe for lookups, fetch for gets and for
+ * puts whose parents are only remote), keeping fetched blocks locally,
+ * deletes (announced to the fleet), counters.  Called by
  * jobs.c, handlers.c and broker.c; calls only the store and the tier. */
 #include "broker_int.h"
 
@@ -111,7 +112,7 @@ void bk_remote_refresh(scdb_broker *b, const scdb_key *keys, size_t n, scdb_key 
             u.from_remote = 1;          /* not written back, not logged again */
             e = scdb_store_put_batch(b->store, &rb.info.ns, &u, 1, NULL);
             scdb_remote_blocks_free(&rb, 1);
-        } else {                        /* gone from the cluster: drop ours */
+        } else {                        /* gone from the cluster (deleted): drop ours */
             e = scdb_store_delete(b->store, &keys[i]);
             if (e == SCDB_ENOTFOUND) e = SCDB_OK;
         }
@@ -120,8 +121,9 @@ void bk_remote_refresh(scdb_broker *b, const scdb_key *keys, size_t n, scdb_key 
             continue;
         }
         if (e) {
-            scdb_warn("remote tier: block %s was replaced by another broker; its local copy could "
-                      "not be refreshed: %s", scdb_key_hex(&keys[i], hex), scdb_strerror(e));
+            scdb_warn("remote tier: block %s was replaced or deleted by another broker; its local "
+                      "copy could not be refreshed or dropped: %s", scdb_key_hex(&keys[i], hex),
+                      scdb_strerror(e));
             continue;
         }
         __atomic_add_fetch(&b->remote_refreshed, 1, __ATOMIC_RELAXED);

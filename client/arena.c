@@ -143,7 +143,12 @@ fail:
     if (a) scdb_kv_cache_free(&a->cache);
     if (a && a->map) munmap(a->map, ar->size);
     free(a);
-    arena_notify(h, ar->arena, 1);        /* best effort: let it go */
+    {   /* best effort: let it go, keeping this failure's message */
+        char why[sizeof h->err];
+        memcpy(why, h->err, sizeof why);
+        arena_notify(h, ar->arena, 1);
+        memcpy(h->err, why, sizeof why);
+    }
     return e;
 }
 

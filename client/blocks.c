@@ -152,7 +152,10 @@ scdb_err scdb_lookup(scdb *h, const int32_t *tokens, size_t n_tokens, scdb_looku
     if (h->lix) {
         scdb_lookup_result ir;
         e = cl_lix_lookup(h, tokens, n_tokens, &ir);
-        if (e != SCDB_EBUSY) {
+        if (e == SCDB_ECLOSED) {        /* its broker is gone: is another there? */
+            h->broker_gone = 1;
+            __atomic_add_fetch(&h->n_index_fallbacks, 1, __ATOMIC_RELAXED);
+        } else if (e != SCDB_EBUSY) {
             if (e) return e;
             /* atomic: the heartbeat thread reports them */
             __atomic_add_fetch(&h->n_index_lookups, 1, __ATOMIC_RELAXED);
@@ -168,6 +171,9 @@ scdb_err scdb_lookup(scdb *h, const int32_t *tokens, size_t n_tokens, scdb_looku
             __atomic_add_fetch(&h->n_index_fallbacks, 1, __ATOMIC_RELAXED);
         }
     }
+    /* the broker is gone (its index or heartbeat socket said so) and
+     * nothing listens in its place: fail now, not after the timeout */
+    if ((h->broker_gone || atomic_load(&h->peer_lost)) && (e = cl_broker_listens(h))) return e;
     h->n_request_lookups++;
     l.tokens = (int32_t *)tokens;
     l.n_tokens = n_tokens;
@@ -189,7 +195,8 @@ scdb_err scdb_lookup(scdb *h, const int32_t *tokens, size_t n_tokens, scdb_looku
         rep->lookup->lookup_index[0] && strlen(rep->lookup->lookup_index) < sizeof h->lix_name &&
         strcmp(rep->lookup->lookup_index, h->lix_name)) {
         snprintf(h->lix_name, sizeof h->lix_name, "%s", rep->lookup->lookup_index);
-        cl_lix_map(h, h->lix_name);
+        /* SCDB_EINTR: the answer is not handed out; the next reply tries again */
+        if ((e = cl_lix_map(h, h->lix_name))) h->lix_name[0] = 0;
     }
     if (rep) scdb__reply__free_unpacked(rep, NULL);
     return e;

@@ -153,27 +153,17 @@ static scdb_err handshake_events(scdb *h)
 
 /* ------------------------------------------------------------ interrupts */
 
-static scdb_interrupt_fn intr_fn;
-static void *intr_arg;
-
-void scdb_set_interrupt(scdb_interrupt_fn fn, void *arg)
-{
-    __atomic_store_n(&intr_arg, arg, __ATOMIC_RELAXED);
-    __atomic_store_n(&intr_fn, fn, __ATOMIC_RELEASE);
-}
-
-/* Whether the application's interrupt check asks a call with request req
- * to stop.  Requests of the void cleanup calls (scdb_close, scdb_arena_free,
- * scdb_session_close) are never stopped: they cannot say SCDB_EINTR, and
- * finish within the timeout. */
+/* Whether the application's interrupt check (util.c) asks a call with
+ * request req to stop.  Requests of the void cleanup calls (scdb_close,
+ * scdb_arena_free, scdb_session_close) are never stopped: they cannot say
+ * SCDB_EINTR, and finish within the timeout. */
 static int interrupted(const Scdb__Request *req)
 {
-    scdb_interrupt_fn fn = __atomic_load_n(&intr_fn, __ATOMIC_ACQUIRE);
     switch (req->body_case) {
     case SCDB__REQUEST__BODY_GOODBYE:
     case SCDB__REQUEST__BODY_ARENA_FREE:
     case SCDB__REQUEST__BODY_SESSION_CLOSE: return 0;
-    default: return fn && fn(__atomic_load_n(&intr_arg, __ATOMIC_RELAXED));
+    default: return cl_interrupt_asked();
     }
 }
 
@@ -214,7 +204,7 @@ scdb_err cl_call_once(scdb *h, Scdb__Request *req, const void *const *frames,
 
         if (left <= 0) goto timeout;
         /* an interrupt check or a handshake monitor: wake up to ask them */
-        if ((h->mon || __atomic_load_n(&intr_fn, __ATOMIC_RELAXED)) && wait_ms > WAIT_SLICE_MS)
+        if ((h->mon || cl_interrupt_set()) && wait_ms > WAIT_SLICE_MS)
             wait_ms = WAIT_SLICE_MS;
         if (h->mon) {
             zmq_pollitem_t it[2] = {{.socket = h->sock, .events = ZMQ_POLLIN},
@@ -331,9 +321,12 @@ static scdb_err hello(scdb *h)
     if (e == SCDB_OK) {
         atomic_store(&h->token, rep->hello->client);
         info_from(&h->info, rep->hello);
-        cl_lix_attach(h, rep->hello);
         atomic_store(&h->hb_interval_ms, (int)(h->info.heartbeat_ms ? h->info.heartbeat_ms : 1000));
         h->gen++;
+        h->broker_gone = 0;
+        /* interrupted (SCDB_EINTR): as after a timeout, the broker has
+         * registered us; the next hello maps the index */
+        e = cl_lix_attach(h, rep->hello);
     }
     if (rep) scdb__reply__free_unpacked(rep, NULL);
     return e;
@@ -531,14 +524,46 @@ static scdb_err access_fail(const char *path)
                         (unsigned)(st.st_mode & 07777), (unsigned)geteuid(), gname);
 }
 
+/* connect(2) to the unix socket at path and close: 0 (something listens)
+ * or the errno (ECONNREFUSED: nothing does; ENOENT: no file). */
+static int ipc_probe(const char *path)
+{
+    struct sockaddr_un sa;
+    int fd, rc, err;
+
+    if (strlen(path) >= sizeof sa.sun_path) return ENAMETOOLONG;
+    if ((fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)) < 0) return 0;
+    memset(&sa, 0, sizeof sa);
+    sa.sun_family = AF_UNIX;
+    memcpy(sa.sun_path, path, strlen(path));
+    rc = connect(fd, (struct sockaddr *)&sa, sizeof sa);
+    err = errno;
+    close(fd);
+    return rc ? err : 0;
+}
+
+scdb_err cl_broker_listens(scdb *h)
+{
+    const char *path = h->endpoint + 6;
+    int err;
+
+    if (strncmp(h->endpoint, "ipc://", 6)) return SCDB_OK;
+    err = ipc_probe(path);
+    if (err == ENOENT || err == ENOTDIR)
+        return cl_fail(h, SCDB_ECLOSED, "the broker is gone: no socket at %s", path);
+    if (err == ECONNREFUSED)
+        return cl_fail(h, SCDB_ECLOSED, "the broker is gone: nothing listens on %s (killed, "
+                       "or stopped without cleaning up)", path);
+    return SCDB_OK;                     /* it listens, or no telling: ask it */
+}
+
 /* An ipc:// endpoint fails fast when nothing can answer: no socket file, not
  * a socket, or nothing listening on it (a broker that stopped uncleanly);
  * and when this user may not connect (SCDB_EACCESS). */
 static scdb_err ipc_reachable(const char *path)
 {
-    struct sockaddr_un sa;
     struct stat st;
-    int fd, rc, err;
+    int err;
 
     if (stat(path, &st)) {
         if (errno == ENOENT || errno == ENOTDIR)
@@ -549,16 +574,9 @@ static scdb_err ipc_reachable(const char *path)
     }
     if (!S_ISSOCK(st.st_mode))
         return connect_fail(SCDB_EINVAL, "%s is not a unix socket", path);
-    if (strlen(path) >= sizeof sa.sun_path)
+    if ((err = ipc_probe(path)) == ENAMETOOLONG)
         return connect_fail(SCDB_EINVAL, "socket path %s is too long", path);
-    if ((fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)) < 0) return SCDB_OK;
-    memset(&sa, 0, sizeof sa);
-    sa.sun_family = AF_UNIX;
-    memcpy(sa.sun_path, path, strlen(path));
-    rc = connect(fd, (struct sockaddr *)&sa, sizeof sa);
-    err = errno;
-    close(fd);
-    if (rc == 0) return SCDB_OK;
+    if (err == 0) return SCDB_OK;
     if (err == ECONNREFUSED)
         return connect_fail(SCDB_ECLOSED, "nothing listens on %s (a broker that stopped "
                             "without cleaning up left it)", path);

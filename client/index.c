@@ -28,13 +28,15 @@ static scdb_err open_ticket(scdb *h, const char *hex, scdb_lix **ix)
 {
     uint8_t t[SCDB_FD_TICKET_BYTES];
     char why[400] = "";
+    scdb_fd_wait w;
     int fd;
     scdb_err e;
 
     *ix = NULL;
     if (!h->fd_path[0]) return SCDB_EUNSUPPORTED;      /* tcp://: no shared memory */
     if (scdb_fd_ticket_parse(hex, t)) return SCDB_EPROTO;
-    e = scdb_fd_fetch(h->fd_path, t, h->timeout_ms, &fd, why, sizeof why);
+    cl_fd_wait(h, &w);
+    e = scdb_fd_fetch(h->fd_path, t, &w, &fd, why, sizeof why);
     if (e) {
         scdb_debug("libscdb: lookup index: %s", why);
         return e;
@@ -46,7 +48,7 @@ static scdb_err open_ticket(scdb *h, const char *hex, scdb_lix **ix)
 
 /* Map the index with ticket `name` (following retired objects to their
  * successors). */
-void cl_lix_map(scdb *h, const char *name)
+scdb_err cl_lix_map(scdb *h, const char *name)
 {
     char cur[SCDB_LIX_NAME_MAX], next[SCDB_LIX_NAME_MAX];
     scdb_err e = SCDB_EUNSUPPORTED;
@@ -59,7 +61,7 @@ void cl_lix_map(scdb *h, const char *name)
             scdb_info("libscdb: %s is not a local broker: no lookup index, every lookup is a "
                       "request", h->endpoint);
         h->lix_err = SCDB_EUNSUPPORTED;
-        return;
+        return SCDB_OK;
     }
     snprintf(cur, sizeof cur, "%s", name);
     for (int hop = 0; cur[0] && hop < LIX_FOLLOW_MAX; hop++) {
@@ -68,6 +70,10 @@ void cl_lix_map(scdb *h, const char *name)
         if (e == SCDB_OK) {
             h->lix = ix;
             break;
+        }
+        if (e == SCDB_EINTR) {          /* the application's interrupt check */
+            h->lix_err = e;
+            return cl_fail(h, e, "interrupted while fetching the broker's lookup index");
         }
         next[0] = 0;
         if (e == SCDB_ECLOSED) scdb_lix_retired(ix, next);
@@ -80,10 +86,11 @@ void cl_lix_map(scdb *h, const char *name)
         snprintf(cur, sizeof cur, "%s", next);
     }
     h->lix_err = h->lix ? SCDB_OK : e;
+    return SCDB_OK;
 }
 
 /* After a hello: map the index it named, unless turned off. */
-void cl_lix_attach(scdb *h, const Scdb__HelloReply *r)
+scdb_err cl_lix_attach(scdb *h, const Scdb__HelloReply *r)
 {
     h->have_ns = r->ns.len == sizeof h->ns.b;
     if (h->have_ns) memcpy(h->ns.b, r->ns.data, sizeof h->ns.b);
@@ -92,14 +99,14 @@ void cl_lix_attach(scdb *h, const Scdb__HelloReply *r)
                                                                             : "");
     if (h->no_index || !h->have_ns || !h->lix_name[0] || !h->info.block_tokens) {
         lix_drop(h, SCDB_EUNSUPPORTED);
-        return;
+        return SCDB_OK;
     }
-    cl_lix_map(h, h->lix_name);
+    return cl_lix_map(h, h->lix_name);
 }
 
 /* Answer a lookup from the index.  SCDB_OK with *out filled, an argument
- * error (as the broker would reply), or SCDB_EAGAIN-like SCDB_EBUSY: use
- * the request path. */
+ * error (as the broker would reply), SCDB_EINTR, SCDB_ECLOSED (the broker
+ * that published it is gone) or SCDB_EBUSY: use the request path. */
 scdb_err cl_lix_lookup(scdb *h, const int32_t *tokens, size_t n_tokens,
                            scdb_lookup_result *out)
 {
@@ -112,9 +119,10 @@ scdb_err cl_lix_lookup(scdb *h, const int32_t *tokens, size_t n_tokens,
 
     if (e) return e;
     /* the broker's connection dropped (a kill, a crash, a stop): its table
-     * may be a dead broker's; the index's own liveness word catches what
-     * the socket cannot (no heartbeat thread, a hung broker) */
-    if (atomic_load(&h->peer_lost)) return SCDB_EBUSY;
+     * may be a dead broker's; the index's own liveness lock and word catch
+     * what the socket cannot yet, or cannot at all (no heartbeat thread,
+     * a hung broker) */
+    if (atomic_load(&h->peer_lost)) return SCDB_ECLOSED;
     full = n_tokens / bt;
     while (i < full) {
         size_t m = full - i < CHUNK ? full - i : CHUNK, k = 0;
@@ -122,11 +130,16 @@ scdb_err cl_lix_lookup(scdb *h, const int32_t *tokens, size_t n_tokens,
             return SCDB_EBUSY;              /* keys we cannot derive: ask the broker */
         e = scdb_lix_match(h->lix, keys, m, &k);
         if (e == SCDB_ECLOSED) {
-            /* retired: a grown successor (same answers), or a stopped broker */
+            /* its broker died (kept: every lookup sees it, until a hello
+             * maps the next broker's); retired: a grown successor (same
+             * answers), or a stopped broker */
             char next[SCDB_LIX_NAME_MAX] = "";
-            scdb_lix_retired(h->lix, next);
-            if (next[0]) cl_lix_map(h, next);
-            else lix_drop(h, SCDB_ECLOSED);
+            if (!scdb_lix_retired(h->lix, next)) return SCDB_ECLOSED;
+            if (!next[0]) {
+                lix_drop(h, SCDB_ECLOSED);
+                return SCDB_ECLOSED;
+            }
+            if ((e = cl_lix_map(h, next))) return e;                /* interrupted */
             if (!h->lix || ++restarts > LIX_FOLLOW_MAX) return SCDB_EBUSY;
             i = 0;                          /* start over on the new table */
             matched = 0;

@@ -64,6 +64,9 @@ struct scdb {
     _Atomic int peer_lost;       /* the heartbeat socket saw the broker's
                                     connection drop (and none since): do
                                     not answer from its lookup index       */
+    int broker_gone;             /* the index said its broker is gone (and
+                                    no hello since): a lookup asks first
+                                    whether anything listens (conn.c)      */
 
     scdb_arena *arenas;
     scdb_arena *scratch;         /* scdb_get_copy's own arena               */
@@ -85,7 +88,8 @@ struct scdb {
  * it.  Internal functions are scdb_cl_* and not exported from libscdb.so
  * (libscdb.map lists what is).
  *
- *   util.c     the handle's error message, shm open, shared argument checks
+ *   util.c     the handle's error message, the interrupt check, fetching
+ *              shared objects, shared argument checks
  *   index.c    the broker's lookup index
  *   conn.c     sockets, requests, hello and re-registration, heartbeats,
  *              connect, register, ping
@@ -100,10 +104,18 @@ struct scdb {
 /* Set h->err (printf) and return e. */
 scdb_err cl_fail(scdb *h, scdb_err e, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* The application's interrupt check (scdb_set_interrupt): whether one is
+ * set; whether it asks the calling thread's call to stop now. */
+int cl_interrupt_set(void);
+int cl_interrupt_asked(void);
+/* How a fetch over the fd socket waits: the handle's timeout, stopped by
+ * the interrupt check like a request's wait (Caveats, "Signals"). */
+void cl_fd_wait(const scdb *h, scdb_fd_wait *w);
 /* The memfd of a shared object the broker created (an arena, a session's
  * statistics), fetched by its ticket over the fd socket (schema/fd_pass.h);
  * `what` names it in errors.  SCDB_EUNSUPPORTED (not an ipc:// handle),
- * SCDB_EPROTO (no ticket), scdb_fd_fetch's errors. */
+ * SCDB_EPROTO (no ticket), scdb_fd_fetch's errors (SCDB_EINTR: the
+ * interrupt check stopped the wait). */
 scdb_err cl_fetch_fd(scdb *h, const ProtobufCBinaryData *ticket, const char *what,
                           int *fd);
 /* SCDB_EINVAL (with a message) unless h is registered. */
@@ -114,12 +126,19 @@ scdb_err cl_check_tokens(scdb *h, const int32_t *t, size_t n);
 int cl_same_geometry(const scdb *h, const scdb_kv_cache *c);
 
 /* index.c */
-/* Map the index `name` (following retired objects to their successors). */
-void cl_lix_map(scdb *h, const char *name);
-/* After a hello: map the index it named, unless turned off. */
-void cl_lix_attach(scdb *h, const Scdb__HelloReply *r);
+/* Map the index `name` (following retired objects to their successors).
+ * SCDB_OK whether or not one is mapped now (h->lix_err says why not);
+ * SCDB_EINTR (message set) when the interrupt check stopped the fetch. */
+scdb_err cl_lix_map(scdb *h, const char *name);
+/* After a hello: map the index it named, unless turned off.  As
+ * cl_lix_map. */
+scdb_err cl_lix_attach(scdb *h, const Scdb__HelloReply *r);
 /* Answer a lookup from the index: SCDB_OK with *out filled, an argument
- * error (as the broker would reply), or SCDB_EBUSY: use the request path. */
+ * error (as the broker would reply), SCDB_EINTR (following a resized index
+ * was interrupted), SCDB_ECLOSED (the broker that published it is gone:
+ * the connection dropped, the kernel marked its liveness lock's owner
+ * dead, or it retired the index with no successor; a request may find a
+ * new broker) or SCDB_EBUSY: use the request path. */
 scdb_err cl_lix_lookup(scdb *h, const int32_t *tokens, size_t n_tokens,
                             scdb_lookup_result *out);
 
@@ -135,6 +154,11 @@ scdb_err cl_call_once(scdb *h, Scdb__Request *req, const void *const *frames,
 scdb_err cl_request(scdb *h, Scdb__Request *req, const void *const *frames,
                          const size_t *lens, int n, Scdb__Reply **rep);
 void cl_hb_stop(scdb *h);
+/* Whether a broker may answer at h's ipc:// path now: SCDB_OK (something
+ * listens, or not an ipc:// endpoint: no telling), SCDB_ECLOSED with a
+ * message (no socket file, or nothing listens on it: the broker is gone).
+ * One connect(2), no request. */
+scdb_err cl_broker_listens(scdb *h);
 /* The handle's lookup counters for a Hello, Heartbeat or Goodbye. */
 void cl_lookup_counts(scdb *h, Scdb__LookupCounts *lc);
 /* Close the sockets and free the handle (arenas already gone). */

@@ -75,7 +75,10 @@
  * Signals.  A signal that interrupts a call's wait does not end the call by
  * itself (the wait resumes, bounded by the timeout), unless the
  * application set an interrupt check (scdb_set_interrupt) that says stop:
- * then the call returns SCDB_EINTR within about 50 ms.  The Python module
+ * then the call returns SCDB_EINTR within about 50 ms.  Every wait of a
+ * call asks it: for the broker's reply, and for the memory of an arena,
+ * a session's statistics or the lookup index over the fd socket (an
+ * arena interrupted there is freed again).  The Python module
  * sets one that runs Python's signal handlers, so Ctrl-C raises
  * KeyboardInterrupt during a call.  The heartbeat thread blocks every
  * signal: they go to the application's threads.
@@ -112,9 +115,14 @@
  * (scdb_stat.reported_index_lookups; scdb_stat also has this handle's
  * own).  scdb_opts.no_lookup_index or $SCDB_LOOKUP_INDEX=0 force
  * the request path.  A clean stop retires the index; a killed broker's
- * goes stale within a second (and at once for a handle whose heartbeat
- * socket saw the connection drop), so a handle never answers from a dead
- * broker's table; it re-maps at its next request.
+ * says so at once (the kernel marks the lock its event loop held in the
+ * index dead when the process dies: no pid is compared, so a broker in
+ * another PID namespace counts too) and a hung one's goes stale within a
+ * second, so a handle never answers from a dead broker's table.  A lookup
+ * that finds its broker gone, and nothing listening on the ipc:// socket
+ * in its place, fails at once with SCDB_ECLOSED ("the broker is gone")
+ * instead of waiting for the timeout; a broker that is back answers the
+ * request, and the handle re-maps its index.
  *
  * Remote tier.  A broker of a fleet may share blocks with the others
  * through a Redis Cluster (scdb_info.remote_tier; the broker's [remote]
@@ -450,8 +458,9 @@ typedef struct scdb_lookup_result {
  * cluster that is slow or down makes that the local answer, never an
  * error.  Errors: SCDB_ETOOBIG (over
  * max_tokens), SCDB_ERANGE (a token outside our model's vocabulary),
- * SCDB_EINVAL (negative token, not registered), common (only when a request
- * is made). */
+ * SCDB_EINVAL (negative token, not registered), SCDB_ECLOSED (the broker
+ * is gone and nothing listens in its place: at once), common (only when a
+ * request is made). */
 scdb_err scdb_lookup(scdb *h, const int32_t *tokens, size_t n_tokens, scdb_lookup_result *out);
 
 /* A shared-memory arena holding one KV cache of `capacity` slots (0: the

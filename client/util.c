@@ -1,5 +1,6 @@
-/* util.c — the bottom of libscdb: the handle's error message, opening a
- * shared object the broker named, and argument checks every call shares. */
+/* util.c — the bottom of libscdb: the handle's error message, the
+ * application's interrupt check, fetching a shared object the broker
+ * named, and argument checks every call shares. */
 #include "libscdb_int.h"
 
 #include <fcntl.h>
@@ -21,10 +22,45 @@ scdb_err cl_fail(scdb *h, scdb_err e, const char *fmt, ...)
 
 const char *scdb_last_error(const scdb *h) { return h ? h->err : "no handle"; }
 
+/* ------------------------------------------------------------ interrupts */
+
+static scdb_interrupt_fn intr_fn;
+static void *intr_arg;
+
+void scdb_set_interrupt(scdb_interrupt_fn fn, void *arg)
+{
+    __atomic_store_n(&intr_arg, arg, __ATOMIC_RELAXED);
+    __atomic_store_n(&intr_fn, fn, __ATOMIC_RELEASE);
+}
+
+int cl_interrupt_set(void) { return __atomic_load_n(&intr_fn, __ATOMIC_RELAXED) != NULL; }
+
+int cl_interrupt_asked(void)
+{
+    scdb_interrupt_fn fn = __atomic_load_n(&intr_fn, __ATOMIC_ACQUIRE);
+    return fn && fn(__atomic_load_n(&intr_arg, __ATOMIC_RELAXED));
+}
+
+static int fd_stop(void *arg)
+{
+    (void)arg;
+    return cl_interrupt_asked();
+}
+
+void cl_fd_wait(const scdb *h, scdb_fd_wait *w)
+{
+    w->timeout_ms = h->timeout_ms;
+    w->stop = cl_interrupt_set() ? fd_stop : NULL;   /* none: one piece */
+    w->arg = NULL;
+}
+
+/* ----------------------------------------------------------- shared memory */
+
 scdb_err cl_fetch_fd(scdb *h, const ProtobufCBinaryData *ticket, const char *what,
                           int *fd)
 {
     char why[400] = "";
+    scdb_fd_wait w;
     scdb_err e;
 
     *fd = -1;
@@ -33,7 +69,8 @@ scdb_err cl_fetch_fd(scdb *h, const ProtobufCBinaryData *ticket, const char *wha
                             "on the broker's host (this handle uses %s)", what, h->endpoint);
     if (!ticket || ticket->len != SCDB_FD_TICKET_BYTES)
         return cl_fail(h, SCDB_EPROTO, "%s: the broker's reply has no fd ticket", what);
-    e = scdb_fd_fetch(h->fd_path, ticket->data, h->timeout_ms, fd, why, sizeof why);
+    cl_fd_wait(h, &w);
+    e = scdb_fd_fetch(h->fd_path, ticket->data, &w, fd, why, sizeof why);
     if (e) return cl_fail(h, e, "%s: %s", what, why);
     return SCDB_OK;
 }

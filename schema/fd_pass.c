@@ -74,26 +74,31 @@ int scdb_fd_reply(int conn, int status, int fd)
     }
 }
 
-/* Wait until fd is ready for `events` or the deadline (ms of monotonic
- * time) passes: 1 ready, 0 timed out, -1 error. */
-static int wait_fd(int fd, short events, double deadline)
+enum { WAIT_ERROR = -1, WAIT_TIMEOUT = 0, WAIT_READY = 1, WAIT_STOPPED = 2 };
+
+/* Wait until fd is ready for `events` or the deadline (seconds of
+ * monotonic time) passes; with a stop check, in slices of
+ * SCDB_FD_CHECK_MS, asking it after each slice and each signal. */
+static int wait_fd(int fd, short events, double deadline, const scdb_fd_wait *w)
 {
     for (;;) {
         int left = (int)((deadline - scdb_now()) * 1000) + 1, rc;
         struct pollfd p = {.fd = fd, .events = events};
-        if (left <= 0) return 0;
-        rc = poll(&p, 1, left);
-        if (rc > 0) return 1;
-        if (rc == 0) return 0;
-        if (errno != EINTR) return -1;
+        if (left <= 0) return WAIT_TIMEOUT;
+        rc = poll(&p, 1, w->stop && left > SCDB_FD_CHECK_MS ? SCDB_FD_CHECK_MS : left);
+        if (rc > 0) return WAIT_READY;
+        if (rc < 0 && errno != EINTR) return WAIT_ERROR;
+        if (w->stop && w->stop(w->arg)) return WAIT_STOPPED;
     }
 }
 
 scdb_err scdb_fd_fetch(const char *sock_path, const uint8_t ticket[SCDB_FD_TICKET_BYTES],
-                       int timeout_ms, int *fd_out, char *errbuf, size_t errlen)
+                       const scdb_fd_wait *w, int *fd_out, char *errbuf, size_t errlen)
 {
+    static const scdb_fd_wait plain = {5000, NULL, NULL};
     struct sockaddr_un sa;
-    double deadline = scdb_now() + (timeout_ms > 0 ? timeout_ms : 5000) / 1000.0;
+    int timeout_ms = (w = w ? w : &plain)->timeout_ms > 0 ? w->timeout_ms : 5000;
+    double deadline = scdb_now() + timeout_ms / 1000.0;
     unsigned char st = 0xff;
     struct iovec iov = {.iov_base = &st, .iov_len = 1};
     union {
@@ -121,7 +126,11 @@ scdb_err scdb_fd_fetch(const char *sock_path, const uint8_t ticket[SCDB_FD_TICKE
     sa.sun_family = AF_UNIX;
     memcpy(sa.sun_path, sock_path, strlen(sock_path));
     rc = connect(s, (struct sockaddr *)&sa, sizeof sa);
-    if (rc && errno == EINPROGRESS) rc = wait_fd(s, POLLOUT, deadline) == 1 ? 0 : -1;
+    if (rc && errno == EINPROGRESS) {
+        int wr = wait_fd(s, POLLOUT, deadline, w);
+        if (wr == WAIT_STOPPED) goto stopped;
+        rc = wr == WAIT_READY ? 0 : -1;
+    }
     if (rc) {
         int err = errno;
         e = err == ENOENT || err == ECONNREFUSED ? SCDB_ENOTFOUND : SCDB_ESYS;
@@ -135,10 +144,11 @@ scdb_err scdb_fd_fetch(const char *sock_path, const uint8_t ticket[SCDB_FD_TICKE
         goto out;
     }
     for (;;) {
-        if ((rc = wait_fd(s, POLLIN, deadline)) != 1) {
+        if ((rc = wait_fd(s, POLLIN, deadline, w)) == WAIT_STOPPED) goto stopped;
+        if (rc != WAIT_READY) {
             scdb_errf(errbuf, errlen, "fd socket %s: no answer within %d ms", sock_path,
                       timeout_ms);
-            e = rc == 0 ? SCDB_ETIMEDOUT : SCDB_ESYS;
+            e = rc == WAIT_TIMEOUT ? SCDB_ETIMEDOUT : SCDB_ESYS;
             goto out;
         }
         n = recvmsg(s, &mh, MSG_CMSG_CLOEXEC);
@@ -171,6 +181,13 @@ scdb_err scdb_fd_fetch(const char *sock_path, const uint8_t ticket[SCDB_FD_TICKE
         got = -1;
         e = SCDB_OK;
     }
+    goto out;
+stopped:
+    /* the caller's interrupt check: as after a timeout, the broker may
+     * still answer this connection; nobody reads it */
+    scdb_errf(errbuf, errlen, "interrupted while waiting for the broker's fd socket %s",
+              sock_path);
+    e = SCDB_EINTR;
 out:
     if (got >= 0) close(got);
     if (s >= 0) close(s);

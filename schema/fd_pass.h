@@ -37,13 +37,24 @@ enum { SCDB_FD_OK = 0, SCDB_FD_UNKNOWN = 1, SCDB_FD_MALFORMED = 2 };
 /* The fd socket's path for an ipc:// socket path (buf >= len + 4). */
 void scdb_fd_socket_path(const char *ipc_path, char *buf, size_t len);
 
+/* How long a fetch may wait, and what may end the wait sooner: a client's
+ * interrupt check (client/scdb.h, Caveats, "Signals"), asked every
+ * SCDB_FD_CHECK_MS and after each signal that interrupts the wait. */
+typedef struct scdb_fd_wait {
+    int timeout_ms;             /* the whole fetch; <= 0: 5000               */
+    int (*stop)(void *arg);     /* nonzero: stop now; NULL: wait in one piece */
+    void *arg;
+} scdb_fd_wait;
+#define SCDB_FD_CHECK_MS 50
+
 /* Client: connect to sock_path, present the ticket, receive the fd (close
- * it when done), all within timeout_ms.  Errors: SCDB_ENOTFOUND (no fd
- * socket, or the broker knows no such ticket), SCDB_ETIMEDOUT,
+ * it when done), all within w->timeout_ms (w NULL: 5000 ms, no check).
+ * Errors: SCDB_ENOTFOUND (no fd socket, or the broker knows no such
+ * ticket), SCDB_ETIMEDOUT, SCDB_EINTR (w->stop said stop; no fd),
  * SCDB_EPROTO (a reply that is not status + one fd), SCDB_ESYS (connect,
  * permission); errbuf says which. */
 scdb_err scdb_fd_fetch(const char *sock_path, const uint8_t ticket[SCDB_FD_TICKET_BYTES],
-                       int timeout_ms, int *fd_out, char *errbuf, size_t errlen);
+                       const scdb_fd_wait *w, int *fd_out, char *errbuf, size_t errlen);
 
 /* Broker: answer one connection: status, and fd when status is SCDB_FD_OK.
  * 0 or -1 (errno). */

@@ -16,9 +16,22 @@
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 _Static_assert(sizeof(scdb_lix_header) <= SCDB_LIX_HEADER_BYTES, "lix header");
+_Static_assert(offsetof(scdb_lix_header, alive_lock) == 128 &&
+                   offsetof(scdb_lix_header, alive_mutex) == 136 &&
+                   sizeof(pthread_mutex_t) <= 64,
+               "lix header layout (schema/FORMATS.md)");
+/* LIVENESS reads the robust mutex's futex word as its first 4 bytes: so it
+ * is in glibc (struct __pthread_mutex_s starts with int __lock) */
+#if defined(__GLIBC__)
+#define LIX_MUTEX_FUTEX_FIRST 1
+_Static_assert(offsetof(pthread_mutex_t, __data.__lock) == 0, "glibc mutex: futex word first");
+#else
+#define LIX_MUTEX_FUTEX_FIRST 0
+#endif
 _Static_assert(sizeof(scdb_lix_slot) == SCDB_LIX_SLOT_BYTES, "lix slot");
 _Static_assert(offsetof(scdb_lix_header, seq) == 40 && offsetof(scdb_lix_header, state) == 48 &&
                    offsetof(scdb_lix_header, next) == 72 &&
@@ -36,6 +49,8 @@ struct scdb_lix {
     scdb_lix_header *hdr;
     scdb_lix_slot *slots;
     uint64_t mask;
+    int held;                        /* the writer holds alive_mutex ...     */
+    pthread_t holder;                /* ... on this thread                   */
 };
 
 static uint64_t key_word(const scdb_key *k, int i)
@@ -160,6 +175,12 @@ scdb_err scdb_lix_match(const scdb_lix *ix, const scdb_key *keys, size_t n, size
             return SCDB_ECLOSED;
         if (tries == 0) {                   /* is its broker still there? */
             uint64_t alive = atomic_load_explicit(&h->alive_ns, memory_order_relaxed);
+            if (atomic_load_explicit(&h->alive_lock, memory_order_acquire) == 1) {
+                /* dead: the kernel marked the lock's owner gone (LIVENESS) */
+                uint32_t w = atomic_load_explicit(&h->alive_mutex.futex, memory_order_relaxed);
+                if (!(w & SCDB_LIX_FUTEX_TID_MASK) || (w & SCDB_LIX_FUTEX_OWNER_DIED))
+                    return SCDB_ECLOSED;
+            }
             if (scdb_now_ns() - alive > SCDB_LIX_STALE_NS) return SCDB_ETIMEDOUT;
         }
         limit = atomic_load_explicit(&h->max_probe, memory_order_relaxed);
@@ -205,6 +226,36 @@ void scdb_lix_tick(scdb_lix *ix)
     if (ix && ix->writable)
         atomic_store_explicit(&ix->hdr->alive_ns, scdb_now_ns(), memory_order_relaxed);
 }
+
+scdb_err scdb_lix_hold(scdb_lix *ix)
+{
+    pthread_mutexattr_t a;
+    uint32_t w;
+    int rc;
+
+    if (!ix || !ix->writable) return SCDB_EINVAL;
+    if (ix->held) return SCDB_OK;
+    if (!LIX_MUTEX_FUTEX_FIRST) return SCDB_EUNSUPPORTED;
+    if (pthread_mutexattr_init(&a)) return SCDB_EUNSUPPORTED;
+    rc = pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED) ||
+         pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST) ||
+         pthread_mutex_init(&ix->hdr->alive_mutex.m, &a);
+    pthread_mutexattr_destroy(&a);
+    if (rc || pthread_mutex_lock(&ix->hdr->alive_mutex.m)) return SCDB_EUNSUPPORTED;
+    /* the word readers load must name this thread, or they would judge
+     * another thing than the kernel marks */
+    w = atomic_load_explicit(&ix->hdr->alive_mutex.futex, memory_order_relaxed);
+    if ((w & SCDB_LIX_FUTEX_TID_MASK) != ((uint32_t)syscall(SYS_gettid) & SCDB_LIX_FUTEX_TID_MASK)) {
+        pthread_mutex_unlock(&ix->hdr->alive_mutex.m);
+        return SCDB_EUNSUPPORTED;
+    }
+    ix->held = 1;
+    ix->holder = pthread_self();
+    atomic_store_explicit(&ix->hdr->alive_lock, 1, memory_order_release);
+    return SCDB_OK;
+}
+
+int scdb_lix_held(const scdb_lix *ix) { return ix && ix->held; }
 uint64_t scdb_lix_count(const scdb_lix *ix)
 {
     return ix ? atomic_load_explicit(&ix->hdr->live, memory_order_relaxed) : 0;
@@ -426,17 +477,27 @@ scdb_err scdb_lix_grow(const scdb_lix *ix, scdb_lix **out)
     return SCDB_OK;
 }
 
-void scdb_lix_retire(scdb_lix **ixp, const char *next)
+scdb_err scdb_lix_retire(scdb_lix **ixp, const char *next)
 {
     scdb_lix *ix;
 
-    if (!ixp || !(ix = *ixp)) return;
-    if (ix->writable) {
+    if (!ixp || !(ix = *ixp)) return SCDB_OK;
+    if (ix->writable &&
+        atomic_load_explicit(&ix->hdr->state, memory_order_relaxed) != SCDB_LIX_RETIRED) {
         memset(ix->hdr->next, 0, sizeof ix->hdr->next);
         if (next) snprintf(ix->hdr->next, sizeof ix->hdr->next, "%s", next);
         write_begin(ix);            /* readers in a section retry, then see it */
         atomic_store_explicit(&ix->hdr->state, SCDB_LIX_RETIRED, memory_order_release);
         write_end(ix);
     }
+    if (ix->held) {
+        /* only its owner may unlock a robust mutex, and it must be unlocked
+         * (off the thread's robust list) before its memory is unmapped */
+        if (!pthread_equal(ix->holder, pthread_self())) return SCDB_EBUSY;
+        atomic_store_explicit(&ix->hdr->alive_lock, 0, memory_order_release);
+        pthread_mutex_unlock(&ix->hdr->alive_mutex.m);
+        ix->held = 0;
+    }
     scdb_lix_close(ixp);
+    return SCDB_OK;
 }

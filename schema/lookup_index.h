@@ -46,11 +46,28 @@
  * live + deleted entries pass 3/4.  A broker that stops cleanly retires its
  * index with no successor.  A broker that dies cannot retire anything, and
  * needs not: its index is an anonymous memfd that lives only while clients
- * map it, and the liveness word (alive_ns, refreshed from the broker's
- * event loop) goes stale: readers refuse a table not refreshed for
- * SCDB_LIX_STALE_NS (SCDB_ETIMEDOUT) and ask the broker instead, which
- * names its new index when it is back.  So a client never keeps answering
- * from a dead, stopped or hung broker's table.
+ * map it, and readers see that its broker is gone:
+ *
+ *   - dead (kill -9, a crash): at once.  The broker's event-loop thread
+ *     holds a robust, process-shared mutex that lives in the header
+ *     (alive_mutex; alive_lock = 1 while it is held).  Its first word is
+ *     the Linux robust-futex word: the owner thread's id, and when that
+ *     thread dies the kernel sets FUTEX_OWNER_DIED in it (and clears the
+ *     id) before the process is reaped -- in the shared memory every
+ *     client maps.  A reader loads that word on each match: a load, no
+ *     system call, and valid across PID namespaces (no pid is compared)
+ *     and for a broker of another user.  SCDB_ECLOSED, not retired.
+ *   - hung or stopped (SIGSTOP, a stuck loop): the liveness word
+ *     (alive_ns, refreshed from the broker's event loop) goes stale:
+ *     readers refuse a table not refreshed for SCDB_LIX_STALE_NS
+ *     (SCDB_ETIMEDOUT).
+ *
+ * Either way they ask the broker instead, which names its new index when
+ * it is back.  So a client never keeps answering from a dead, stopped or
+ * hung broker's table.  A grown index is held from the loop's next tick
+ * (until then only alive_ns speaks for it); an index without the lock
+ * (alive_lock 0: an older broker, a libc whose mutex does not start with
+ * the futex word) has alive_ns alone.
  *
  * SHARING MODEL.  Read-only for every client: the object is a memfd sealed
  * with F_SEAL_FUTURE_WRITE, F_SEAL_SHRINK and F_SEAL_GROW right after the
@@ -67,6 +84,7 @@
 #ifndef SCDB_LOOKUP_INDEX_H
 #define SCDB_LOOKUP_INDEX_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -89,6 +107,9 @@
  * monotonic clock: a client in another time namespace never trusts it. */
 #define SCDB_LIX_TICK_NS 100000000ull    /* 100 ms */
 #define SCDB_LIX_STALE_NS 1000000000ull  /* 1 s    */
+/* The robust-futex word's bits (Linux, Documentation/robust-futex-ABI). */
+#define SCDB_LIX_FUTEX_TID_MASK 0x3fffffffu
+#define SCDB_LIX_FUTEX_OWNER_DIED 0x40000000u
 
 enum { SCDB_LIX_LIVE = 1, SCDB_LIX_RETIRED = 2 };
 enum { SCDB_LIX_EMPTY = 0, SCDB_LIX_USED = 1, SCDB_LIX_DELETED = 2 };
@@ -110,6 +131,13 @@ typedef struct scdb_lix_header {
     char next[SCDB_LIX_NAME_MAX];   /* successor's ticket once RETIRED, or "" */
     _Atomic uint64_t alive_ns;      /* the broker's CLOCK_MONOTONIC, ns, at
                                        its last refresh (scdb_lix_tick)      */
+    _Atomic uint32_t alive_lock;    /* 1 while the broker holds alive_mutex  */
+    uint32_t reserved0;             /* 0                                     */
+    union {                         /* LIVENESS: the broker's robust mutex   */
+        pthread_mutex_t m;          /* the broker's (process-shared, robust) */
+        _Atomic uint32_t futex;     /* its first word, what readers load     */
+        unsigned char bytes[64];
+    } alive_mutex;
 } scdb_lix_header;
 
 typedef struct scdb_lix_slot {
@@ -142,9 +170,10 @@ scdb_err scdb_lix_open_fd(int fd, uint64_t instance, uint32_t block_tokens, scdb
 
 /* Leading keys of keys[0..n) that are present, into *n_present, from one
  * consistent view.  SCDB_OK; SCDB_EBUSY (the writer kept changing the table
- * for SCDB_LIX_READ_TRIES tries); SCDB_ECLOSED (retired: *n_present 0);
- * SCDB_ETIMEDOUT (the broker has not refreshed it for SCDB_LIX_STALE_NS:
- * gone, stopped or hung; *n_present 0); SCDB_EINVAL (NULL argument). */
+ * for SCDB_LIX_READ_TRIES tries); SCDB_ECLOSED (retired, or its broker died:
+ * scdb_lix_retired tells which; *n_present 0); SCDB_ETIMEDOUT (the broker
+ * has not refreshed it for SCDB_LIX_STALE_NS: stopped or hung; *n_present
+ * 0); SCDB_EINVAL (NULL argument). */
 scdb_err scdb_lix_match(const scdb_lix *ix, const scdb_key *keys, size_t n, size_t *n_present);
 
 /* A retired index's successor ticket ("" if none) into buf (>=
@@ -178,6 +207,15 @@ uint64_t scdb_lix_capacity(const scdb_lix *ix);
  * least every SCDB_LIX_TICK_NS. */
 void scdb_lix_tick(scdb_lix *ix);
 
+/* Take the liveness lock (LIVENESS) on the calling thread, which must live
+ * as long as the broker serves the index (the event loop's): its death is
+ * the broker's, for readers.  No-op when held.  SCDB_EUNSUPPORTED: this
+ * libc's mutex does not start with the futex word, or locking failed (the
+ * index then has alive_ns alone); SCDB_EINVAL: a reader's handle. */
+scdb_err scdb_lix_hold(scdb_lix *ix);
+/* 1 while the liveness lock is held (by any thread of ours). */
+int scdb_lix_held(const scdb_lix *ix);
+
 /* Add a key (no-op if present).  SCDB_EFULL: live entries would pass half
  * the capacity — grow first (scdb_lix_grow); SCDB_ENOMEM (purging
  * tombstones needs a scratch array); SCDB_EINVAL (read-only handle). */
@@ -190,8 +228,11 @@ void scdb_lix_remove(scdb_lix *ix, const scdb_key *k);
  * Errors: those of scdb_lix_create. */
 scdb_err scdb_lix_grow(const scdb_lix *ix, scdb_lix **out);
 
-/* Mark retired (with successor ticket `next`, may be NULL), unmap, close,
- * free.  NULLs *ix; accepts NULL. */
-void scdb_lix_retire(scdb_lix **ix, const char *next);
+/* Mark retired (with successor ticket `next`, may be NULL; a second call
+ * keeps the first one's), release the liveness lock, unmap, close, free,
+ * NULL *ix; accepts NULL.  SCDB_OK; SCDB_EBUSY: the liveness lock is held
+ * by another thread, which alone may release it: only marked retired, *ix
+ * is kept (call again on that thread). */
+scdb_err scdb_lix_retire(scdb_lix **ix, const char *next);
 
 #endif /* SCDB_LOOKUP_INDEX_H */

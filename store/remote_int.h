@@ -25,8 +25,9 @@ typedef struct rt_entry {
     size_t key_len;
     uint8_t *value;             /* the encoded block value; NULL: DEL       */
     size_t value_len;
-    bool replace;               /* a record goes on the replace log once the
-                                   SET is acknowledged                       */
+    bool announce;              /* a replace or an explicit delete: a record
+                                   goes on the replace log once the SET or
+                                   DEL is acknowledged                       */
     scdb_key block;             /* its block key (the record's)             */
     uint64_t t_queued_ns;       /* retries stop RETRY_NS after this         */
 } rt_entry;

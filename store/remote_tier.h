@@ -33,39 +33,46 @@
  * (`invalid`) and a log line, never data; the chain stops there.  The
  * broker then prefills and puts the block again, which rewrites it.
  *
- * REPLACES: ONE ANSWER FLEET-WIDE
- * -------------------------------
+ * REPLACES AND DELETES: ONE ANSWER FLEET-WIDE
+ * --------------------------------------------
  * A put with replace overwrites a block's value on the broker that took
- * it and, through its SET, in the cluster; but every other broker that
- * had fetched the block keeps its local copy (LMDB, hot tier) and would
- * serve the old bytes for as long as it holds them.  So replaces are
- * announced on a replace log, one Redis string per fleet:
+ * it and, through its SET, in the cluster; an explicit delete removes the
+ * block there and, through its DEL, from the cluster.  But every other
+ * broker that had fetched the block keeps its local copy (LMDB, hot tier)
+ * and would serve the old bytes, or the deleted block, for as long as it
+ * holds them.  So replaces and deletes are announced on a replace log, one
+ * Redis string per fleet:
  *
  *     key_prefix + "replaced" = record record record ...   (APPEND only)
  *     record (24 bytes)       = block key (16) | writer's instance (8, LE)
  *
+ * A record says "this block's value in the cluster changed: re-read it";
+ * it does not say how, so a delete needs no record kind of its own and
+ * brokers of the release before deletes were announced follow them too.
  * The writer thread appends the records of a batch's replaced blocks
- * (scdb_remote_replace) once their SETs were acknowledged -- never before,
- * so a reader that acts on a record finds the new value -- in one APPEND
- * (atomic: records never interleave).  Every tier with an on_replaced
- * hook reads the log from where it stopped, every replace_poll_ms (its
- * writer thread, GETRANGE from its offset, re-reading the last record it
- * saw to detect a log that was deleted or evicted and written anew: then
- * it starts over at 0, counted in replace_log_resets and logged), and
- * hands the keys of other instances' records to on_replaced.  The broker
- * then refreshes every such block it holds with the cluster's value
- * (broker/remote.c), so
+ * (scdb_remote_replace) and deleted ones (scdb_remote_del) once their
+ * SETs or DELs were acknowledged -- never before, so a reader that acts
+ * on a record finds the new value, or none -- in one APPEND (atomic:
+ * records never interleave).  Every tier with an on_replaced hook reads
+ * the log from where it stopped, every replace_poll_ms (its writer
+ * thread, GETRANGE from its offset, re-reading the last record it saw to
+ * detect a log that was deleted or evicted and written anew: then it
+ * starts over at 0, counted in replace_log_resets and logged), and hands
+ * the keys of other instances' records to on_replaced.  The broker then
+ * refreshes every such block it holds with the cluster's value, or drops
+ * its copy when the cluster has none (broker/remote.c), so
  *
- *     time to one answer <= the writer's send of the SET and APPEND (one
- *       cluster call, timeout_ms; up to 5 s while it retries a failing
- *       node) + replace_poll_ms + one fetch and one local write on the
- *       reader
+ *     time to one answer <= the writer's send of the SET or DEL and the
+ *       APPEND (one cluster call, timeout_ms; up to 5 s while it retries
+ *       a failing node) + replace_poll_ms + one fetch and one local write
+ *       on the reader
  *
  * while the cluster answers.  A tier starts at offset 0: a broker that
- * was down while a block was replaced refreshes it at its first poll.
- * The log has no TTL and grows by 24 bytes per replaced block; deleting
- * it (an operator, or the cluster's eviction under memory pressure) loses
- * only the records not read yet by some broker.
+ * was down while a block was replaced or deleted catches up at its first
+ * poll.  The log has no TTL and grows by 24 bytes per replaced or deleted
+ * block; deleting it (an operator, or the cluster's eviction under memory
+ * pressure) loses only the records not read yet by some broker.
+ * Evictions are not announced (WRITE PATH).
  *
  * TTL ON READ
  * -----------
@@ -97,7 +104,8 @@
  * so a replace queued after the original lands after it.  A SET that fails
  * (node down, timeout) is retried once, in order, after a backoff; then it
  * is counted in `write_errors` and dropped.  scdb_remote_del queues a DEL
- * the same way (an explicit delete of a local block).  Evictions are not
+ * the same way (an explicit delete of a local block), announced on the
+ * replace log once acknowledged (REPLACES AND DELETES).  Evictions are not
  * propagated: the remote tier is a cache shared by the fleet and ages out
  * on its own (TTL, then the cluster's eviction policy).
  *
@@ -216,7 +224,8 @@ typedef struct scdb_remote_stat {
     uint64_t queued_bytes;      /* gauge                                     */
     uint64_t pending;           /* gauge: waiting + being sent               */
     uint64_t state_changes;     /* up <-> down transitions                   */
-    uint64_t replace_records;   /* records appended to the replace log       */
+    uint64_t replace_records;   /* records appended to the replace log:
+                                   replaces and deletes                     */
     uint64_t replace_seen;      /* other instances' records read             */
     uint64_t replace_log_resets; /* the log was found rewritten: from 0     */
     int up;                     /* gauge: 1 the cluster answers, 0 down      */
@@ -283,18 +292,21 @@ void scdb_remote_blocks_free(scdb_remote_block *blocks, size_t n);
  * not write; SCDB_ENOMEM (dropped, counted). */
 scdb_err scdb_remote_put(scdb_remote *r, const scdb_block_info *info, const void *payload);
 /* scdb_remote_put of a block that replaced a stored value: once its SET
- * is acknowledged, a record goes on the replace log (REPLACES above).
+ * is acknowledged, a record goes on the replace log (REPLACES AND DELETES).
  * Errors as scdb_remote_put. */
 scdb_err scdb_remote_replace(scdb_remote *r, const scdb_block_info *info, const void *payload);
-/* Read the replace log (REPLACES above) from now on and call fn with the
- * keys of blocks other tiers replaced: on the writer thread, up to
+/* Read the replace log (REPLACES AND DELETES) from now on and call fn with
+ * the keys of blocks other tiers replaced or deleted: on the writer thread, up to
  * SCDB_REMOTE_REPLACED_MAX keys at a time; fn must not block for long (the
  * broker queues a job).  The first read starts at the log's beginning.
  * fn NULL stops it: once this returns, fn is not running and will not be
  * called again.  Until the first call the log is only written. */
 void scdb_remote_watch_replaces(scdb_remote *r, void (*fn)(void *ctx, const scdb_key *keys, size_t n),
                                 void *ctx);
-/* Queue a DEL of block key k.  SCDB_EFULL, SCDB_ENOMEM as put. */
+/* Queue a DEL of block key k (an explicit delete, never an eviction): once
+ * the cluster acknowledged it (or had no such key), a record goes on the
+ * replace log, so other brokers drop their copies (REPLACES AND DELETES).
+ * SCDB_EFULL, SCDB_ENOMEM as put. */
 scdb_err scdb_remote_del(scdb_remote *r, const scdb_key *k);
 
 /* A snapshot of the counters and gauges.  Both non-NULL (else nothing). */

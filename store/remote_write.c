@@ -2,8 +2,8 @@
  * filled by scdb_remote_put / scdb_remote_replace / scdb_remote_del (the
  * store's writer, after its commits) and drained by one writer thread in
  * pipelined batches (remote_tier.h, "WRITE PATH"); and the replace log
- * ("REPLACES"), which the same thread appends to (after the SETs it
- * covers) and reads every poll interval.
+ * ("REPLACES AND DELETES"), which the same thread appends to (after the
+ * SETs and DELs it covers) and reads every poll interval.
  *
  *   put/del -> [ e1 e2 e3 ... ] -> writer: batch of up to BATCH entries and
  *               q_bytes <= cap      BATCH_BYTES, no key twice; one
@@ -59,7 +59,7 @@ static void drop(scdb_remote *r, rt_entry *e)
 }
 
 static scdb_err put_value(scdb_remote *r, const scdb_block_info *info, const void *payload,
-                          bool replace)
+                          bool announce)
 {
     rt_entry *e;
     size_t len;
@@ -83,7 +83,7 @@ static scdb_err put_value(scdb_remote *r, const scdb_block_info *info, const voi
     }
     e->key_len = scdb_remote_key(r, &info->key, e->key);
     e->t_queued_ns = scdb_now_ns();
-    e->replace = replace;
+    e->announce = announce;
     e->block = info->key;
     if ((rc = enqueue(r, e))) drop(r, e);
     return rc;
@@ -111,6 +111,8 @@ scdb_err scdb_remote_del(scdb_remote *r, const scdb_key *k)
     }
     e->key_len = scdb_remote_key(r, k, e->key);
     e->t_queued_ns = scdb_now_ns();
+    e->announce = true;         /* the fleet's copies go too (REPLACES AND DELETES) */
+    e->block = *k;
     if ((rc = enqueue(r, e))) drop(r, e);
     return rc;
 }
@@ -126,8 +128,8 @@ static bool log_refused(scdb_remote *r, const char *cmd)
 {
     if (!rt_cmd_refused(scdb_rc_last_error(r->wrc), cmd)) return false;
     if (!r->log_refused)
-        scdb_warn("remote tier: the cluster refuses %s on the replace log %s (%s): replaces are no "
-                  "longer announced to or seen from other brokers (give the ACL user +append "
+        scdb_warn("remote tier: the cluster refuses %s on the replace log %s (%s): replaces and deletes "
+                  "are no longer announced to or seen from other brokers (give the ACL user +append "
                   "+getrange)", cmd, r->log_key, scdb_rc_last_error(r->wrc));
     r->log_refused = true;
     return true;
@@ -356,7 +358,10 @@ static size_t send_batch(scdb_remote *r, rt_entry **batch, size_t n, rt_entry **
         if (st == SCDB_OK || (st == SCDB_ENOTFOUND && !e->value)) {
             if (e->value) writes++, bytes += e->value_len;
             else dels++;
-            if (e->replace && st == SCDB_OK) record_replace(r, &e->block);
+            /* a replace whose SET, or a delete whose DEL, the cluster
+             * acknowledged (a DEL of a key it no longer had too: other
+             * brokers may still hold their copies) */
+            if (e->announce) record_replace(r, &e->block);
             entry_free(e);
             done++;
             continue;

@@ -458,6 +458,101 @@ static void test_liveness(void **state)
     scdb_lix_retire(&w, NULL);
 }
 
+static void *hold_and_exit(void *w)
+{
+    return (void *)(intptr_t)scdb_lix_hold(w);
+}
+
+static void *retire_elsewhere(void *wp)
+{
+    return (void *)(intptr_t)scdb_lix_retire(wp, "successor");
+}
+
+/* The liveness lock (lookup_index.h, LIVENESS; issue 42 item 4): while
+ * its holder lives the table answers; when the holder dies -- a kill -9
+ * of the process that holds it, or just its thread's exit -- the very next
+ * match says SCDB_ECLOSED without the index being retired, long before
+ * the liveness word would go stale.  Retiring from another thread than
+ * the holder only marks it retired (SCDB_EBUSY); the holder then releases
+ * and unmaps it. */
+static void test_liveness_lock(void **state)
+{
+    scdb_lix *w = NULL, *r = NULL;
+    scdb_key k = key_of(9);
+    size_t n = 99;
+    pthread_t t;
+    void *ret;
+    int st;
+    pid_t pid;
+    (void)state;
+
+    /* held by a child process, which is then killed */
+    assert_int_equal(scdb_lix_create(INST, BT, 0, &w), SCDB_OK);
+    assert_int_equal(scdb_lix_insert(w, &k), SCDB_OK);
+    assert_int_equal(open_r(w, &r), SCDB_OK);
+    assert_int_equal(atomic_load(&scdb_lix_writer_header(w)->alive_lock), 0);
+    pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {         /* the broker: holds it on its (only) thread */
+        if (scdb_lix_hold(w)) _exit(1);
+        for (;;) pause();
+    }
+    while (atomic_load(&scdb_lix_writer_header(w)->alive_lock) != 1) usleep(1000);
+    assert_int_equal(scdb_lix_match(r, &k, 1, &n), SCDB_OK);
+    assert_int_equal(n, 1);
+    assert_int_equal(kill(pid, SIGKILL), 0);
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_true(WIFSIGNALED(st));
+    scdb_lix_tick(w);                                  /* its word is fresh */
+    assert_int_equal(scdb_lix_match(r, &k, 1, &n), SCDB_ECLOSED);
+    assert_int_equal(n, 0);
+    assert_int_equal(scdb_lix_retired(r, NULL), 0);    /* dead, not retired */
+    scdb_lix_close(&r);
+    scdb_lix_close(&w);     /* the lock is the dead child's: nothing to release */
+
+    /* held by a thread that exits */
+    assert_int_equal(scdb_lix_create(INST, BT, 0, &w), SCDB_OK);
+    assert_int_equal(scdb_lix_insert(w, &k), SCDB_OK);
+    assert_int_equal(open_r(w, &r), SCDB_OK);
+    assert_int_equal(pthread_create(&t, NULL, hold_and_exit, w), 0);
+    assert_int_equal(pthread_join(t, &ret), 0);
+    assert_int_equal((intptr_t)ret, SCDB_OK);
+    assert_int_equal(scdb_lix_match(r, &k, 1, &n), SCDB_ECLOSED);
+    assert_int_equal(scdb_lix_retire(&w, NULL), SCDB_EBUSY);   /* not the holder */
+    assert_non_null(w);
+    scdb_lix_close(&r);
+    scdb_lix_close(&w);
+
+    /* held here: answers; another thread's retire only marks it */
+    assert_int_equal(scdb_lix_create(INST, BT, 0, &w), SCDB_OK);
+    assert_int_equal(scdb_lix_insert(w, &k), SCDB_OK);
+    assert_int_equal(open_r(w, &r), SCDB_OK);
+    assert_int_equal(scdb_lix_hold(w), SCDB_OK);
+    assert_int_equal(scdb_lix_hold(w), SCDB_OK);       /* no-op */
+    assert_true(scdb_lix_held(w));
+    assert_int_equal(scdb_lix_hold(r), SCDB_EINVAL);   /* a reader cannot */
+    assert_int_equal(scdb_lix_match(r, &k, 1, &n), SCDB_OK);
+    assert_int_equal(n, 1);
+    assert_int_equal(pthread_create(&t, NULL, retire_elsewhere, &w), 0);
+    assert_int_equal(pthread_join(t, &ret), 0);
+    assert_int_equal((intptr_t)ret, SCDB_EBUSY);
+    assert_non_null(w);
+    assert_int_equal(scdb_lix_match(r, &k, 1, &n), SCDB_ECLOSED);
+    {
+        char next[SCDB_LIX_NAME_MAX];
+        assert_int_equal(scdb_lix_retired(r, next), 1);
+        assert_string_equal(next, "successor");
+    }
+    assert_int_equal(scdb_lix_retire(&w, NULL), SCDB_OK);  /* the holder: released */
+    assert_null(w);
+    {
+        char next[SCDB_LIX_NAME_MAX];
+        assert_int_equal(scdb_lix_retired(r, next), 1);
+        assert_string_equal(next, "successor");        /* kept by the second call */
+    }
+    scdb_lix_close(&r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -468,6 +563,7 @@ int main(void)
         cmocka_unit_test(test_garbage_slots),
         cmocka_unit_test(test_reader_process_never_wrong),
         cmocka_unit_test(test_liveness),
+        cmocka_unit_test(test_liveness_lock),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -712,7 +712,7 @@ static size_t seen_wait(seen *w, size_t want)
     return n;
 }
 
-/* The replace log (remote_tier.h, "REPLACES"): a replace queued on one tier
+/* The replace log (remote_tier.h, "REPLACES AND DELETES"): a replace queued on one tier
  * is announced, after its SET, to every other tier watching, not to its
  * own; a watcher opened later reads the log from its start; a log that is
  * deleted and written anew is read again from 0 (counted). */
@@ -778,6 +778,17 @@ static void test_replace_log(void **state)
     assert_int_equal(seen_wait(&s3, 4), 4);          /* r3 still watches */
     nap_ms(2 * SCDB_REMOTE_REPLACE_POLL_MS);
     assert_int_equal(seen_wait(&s2, 0), 3);
+    /* an explicit delete is announced too (issue 42 item 3), once its DEL
+     * is acknowledged: the block is gone when a watcher hears of it */
+    assert_int_equal(scdb_remote_del(r1, &c.keys[3]), SCDB_OK);
+    wait_written(r1);
+    assert_int_equal(seen_wait(&s3, 5), 5);
+    assert_memory_equal(s3.keys[4].b, c.keys[3].b, 16);
+    {
+        size_t n;
+        assert_int_equal(scdb_remote_probe(r3, c.keys, 4, &n), SCDB_OK);
+        assert_int_equal(n, 3);
+    }
     scdb_remote_close(&r3);
     scdb_remote_close(&r2);
     scdb_remote_close(&r1);
@@ -1289,7 +1300,7 @@ static void test_replace_reaches_new_broker(void **state)
 
 /* After a replace the fleet agrees (issue 25 item 2): B fetched and kept
  * the old block 1 from the cluster; A replaces it; within the bound of
- * remote_tier.h ("REPLACES": A's write, B's poll of the replace log, one
+ * remote_tier.h ("REPLACES AND DELETES": A's write, B's poll of the replace log, one
  * fetch) B serves the new bytes from its own store.  The replace says
  * what it did: n_replaced 1, n_new 0 (it answered n_new for blocks that
  * existed). */
@@ -1344,6 +1355,50 @@ static void test_replace_reaches_fleet(void **state)
     scdb_stat sb = bstats(&g_b);
     assert_true(sb.remote_refreshed >= 2);
     scdb_arena_free(&a);
+    scdb_close(&cb);
+    scdb_close(&pa);
+}
+
+/* After a delete the fleet agrees (issue 42 item 3): B fetched and kept
+ * blocks 0-3 from the cluster; A deletes blocks 2 and 3; within the bound
+ * of a replace (remote_tier.h, "REPLACES AND DELETES": A's DEL and its
+ * record, B's poll of the replace log, one fetch that finds nothing) B
+ * drops its copies: its lookups and gets stop at block 2, and nothing of
+ * the deleted blocks is left in the cluster to fetch again. */
+static void test_delete_reaches_fleet(void **state)
+{
+    scdb_get_result g;
+    scdb_lookup_result lr;
+    int32_t t[4 * BT];
+    uint32_t nd = 0;
+    (void)state;
+    scdb *pa = bclient(&g_a, SCDB_PRODUCER), *cb = bclient(&g_b, SCDB_CONSUMER);
+    put_prefix(pa, 6, 4);
+    bwait_written(&g_a);
+    assert_int_equal(get_prefix(cb, 6, 4, &g, NULL), SCDB_OK);
+    assert_int_equal(g.remote_blocks, 4);
+    for (int i = 0; i < 1000 && lookup_prefix(cb, 6, 4).n_remote; i++) nap_ms(10);
+    lr = lookup_prefix(cb, 6, 4);
+    assert_int_equal(lr.n_matched, 4);
+    assert_int_equal(lr.n_remote, 0);                  /* B holds all four */
+    uint64_t refreshed0 = bstats(&g_b).remote_refreshed;
+    bkv_tokens(6, t, 4 * BT);
+    assert_int_equal(scdb_delete(pa, t, 4 * BT, 2, &nd), SCDB_OK);
+    assert_int_equal(nd, 2);
+    double t0 = scdb_now();
+    bwait_written(&g_a);
+    /* B converges: its own copies of blocks 2 and 3 are gone */
+    while (scdb_now() - t0 < 20 && (lr = lookup_prefix(cb, 6, 4)).n_matched != 2) nap_ms(20);
+    print_message("B stopped serving the deleted blocks %.0f ms after the delete was "
+                  "acknowledged\n", (scdb_now() - t0) * 1e3);
+    assert_int_equal(lr.n_matched, 2);
+    assert_int_equal(lr.n_remote, 0);
+    assert_int_equal(get_prefix(cb, 6, 4, &g, NULL), SCDB_OK);
+    assert_int_equal(g.tokens_written, 2 * BT);
+    assert_int_equal(g.remote_blocks, 0);
+    assert_int_equal(bstats(&g_b).remote_refreshed, refreshed0 + 2);
+    /* the blocks before the delete stay, on both */
+    assert_int_equal(lookup_prefix(pa, 6, 4).n_matched, 2);
     scdb_close(&cb);
     scdb_close(&pa);
 }
@@ -1556,6 +1611,7 @@ static const struct CMUnitTest broker_tests[] = {
     cmocka_unit_test(test_put_a_get_b),
     cmocka_unit_test(test_replace_reaches_new_broker),
     cmocka_unit_test(test_replace_reaches_fleet),
+    cmocka_unit_test(test_delete_reaches_fleet),
     cmocka_unit_test(test_bad_value_is_a_miss),
     cmocka_unit_test(test_wrong_password),
     cmocka_unit_test(test_older_acl),

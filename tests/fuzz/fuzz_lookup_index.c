@@ -97,8 +97,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         e = scdb_lix_match(ix, keys, nk, &present);
         FUZZ_CHECK(e != SCDB_OK || present <= nk);
         if (scdb_lix_retired(ix, next)) FUZZ_CHECK(memchr(next, 0, sizeof next) != NULL);
-        FUZZ_CHECK((e == SCDB_ECLOSED) == (scdb_lix_retired(ix, NULL) == 1) || e == SCDB_EBUSY ||
-                   e == SCDB_ETIMEDOUT);
+        {   /* closed: retired, or its liveness lock's owner is dead */
+            const scdb_lix_header *hh = (const scdb_lix_header *)img;
+            uint32_t w = atomic_load(&hh->alive_mutex.futex);
+            int dead = atomic_load(&hh->alive_lock) == 1 &&
+                       (!(w & SCDB_LIX_FUTEX_TID_MASK) || (w & SCDB_LIX_FUTEX_OWNER_DIED));
+            FUZZ_CHECK((e == SCDB_ECLOSED) == (scdb_lix_retired(ix, NULL) == 1 || dead) ||
+                       e == SCDB_EBUSY || e == SCDB_ETIMEDOUT);
+        }
         scdb_lix_close(&ix);
     }
     free(img);

@@ -351,11 +351,16 @@ def test_stopped_broker(own_broker, prompt, raw_payload):
     a = c.arena(64)
     k = a.k
     assert own_broker.stop() == 0                        # SIGTERM: drained, exit 0
-    for call in (lambda: c.get(toks, a), lambda: c.lookup(toks), c.ping, c.stats,
+    for call in (lambda: c.get(toks, a), c.ping, c.stats,
                  lambda: c.arena(64), lambda: a.session(8, n_heads=4)):
         with pytest.raises(scdb.TimeoutError) as e:
             call()
         assert "no reply" in e.value.message
+    # a lookup knows from the retired index that its broker is gone: with no
+    # socket in its place it fails at once (issue 42 item 4)
+    with pytest.raises(scdb.ClosedError) as e:
+        c.lookup(toks)
+    assert "the broker is gone: no socket" in e.value.message
     with pytest.raises(scdb.NotFoundError) as e:            # fails fast: no socket
         scdb.Client(own_broker.endpoint, timeout_ms=200)
     assert "no broker socket" in e.value.message
@@ -376,28 +381,29 @@ def test_stopped_broker(own_broker, prompt, raw_payload):
 
 def test_lookup_after_kill9(own_broker, prompt, raw_payload):
     """After kill -9 of the broker a handle no longer answers lookups from
-    the dead broker's shared-memory index (issue 20 item 1)."""
+    the dead broker's shared-memory index (issue 20 item 1), from the very
+    first lookup on, and says so at once rather than after its timeout (8 s
+    here): the kernel marked the index's liveness lock's owner dead before
+    the broker was reaped, and nothing listens on its socket (issue 42 item
+    4).  A Client without heartbeats (no socket monitor) as well."""
     import signal
     p = scdb.Client(own_broker.endpoint)
     p.register("base", "producer")
     toks = prompt(64)
     p.put(toks, raw_payload(p.info, 1))
-    c = scdb.Client(own_broker.endpoint, timeout_ms=300)
-    c.register("base", "consumer")
-    assert c.lookup(toks) == 64
-    own_broker.stop(signal.SIGKILL)
-    # The handle learns of the death asynchronously: its heartbeat socket's
-    # monitor (milliseconds) or, at worst, the index's liveness word going
-    # stale (SCDB_LIX_STALE_NS, 1 s).  A lookup made before either may still
-    # be answered; none after 2 s may be.
-    deadline = time.monotonic() + 2.0
-    while True:
-        try:
+    clients = [scdb.Client(own_broker.endpoint, timeout_ms=8000),
+               scdb.Client(own_broker.endpoint, timeout_ms=8000, heartbeat=False)]
+    for c in clients:
+        c.register("base", "consumer")
+        assert c.lookup(toks) == 64
+    own_broker.stop(signal.SIGKILL)            # returns once it was reaped
+    for c in clients:
+        t0 = time.monotonic()
+        with pytest.raises(scdb.ClosedError, match="gone"):
             c.lookup(toks)
-        except scdb.Error:
-            break
-        assert time.monotonic() < deadline, "a dead broker's index still answers after 2 s"
-        time.sleep(0.01)
+        assert time.monotonic() - t0 < 2.0, "not at once: the timeout"
+        with pytest.raises(scdb.ClosedError):
+            c.lookup(toks)
 
 
 def _interrupt_after(delay, to_main_thread):
@@ -446,6 +452,41 @@ def test_ctrl_c_during_a_call(own_broker, prompt):
         os.kill(own_broker.proc.pid, signal.SIGCONT)
     c.ping()                                   # still usable, same handle
     assert c.lookup(toks) == 0
+    c.close()
+
+
+def test_ctrl_c_during_arena_setup(own_broker):
+    """Ctrl-C while an arena is set up -- the fetch of its memfd over the
+    broker's fd socket, the one wait that did not ask Python's signal
+    handlers -- raises KeyboardInterrupt at once, not after the call's
+    timeout (8 s here), and the Client makes arenas afterwards (issue 42
+    item 5).  The broker's fd socket is swapped for one that never answers."""
+    import os
+    import socket
+    path = own_broker.endpoint[len("ipc://"):] + ".fd"
+    c = scdb.Client(own_broker.endpoint, timeout_ms=8000)
+    c.register("base", "consumer")
+    os.rename(path, path + ".real")
+    silent = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        silent.bind(path)
+        silent.listen(8)                    # connects, never answers
+        for to_main in (True, False):
+            t, sent = _interrupt_after(0.3, to_main)
+            t0 = time.monotonic()
+            with pytest.raises(KeyboardInterrupt):
+                c.arena(64)
+            done = time.monotonic()
+            t.join()
+            assert done - sent[0] < 0.5, f"KeyboardInterrupt {done - sent[0]:.2f} s after SIGINT"
+            assert done - t0 < 2.0
+    finally:
+        silent.close()
+        os.unlink(path)
+        os.rename(path + ".real", path)
+    with c.arena(64) as a:                   # the same Client, the real socket
+        assert a.capacity == 64
+    assert c.stats()["arenas"] == 0          # the interrupted ones were freed
     c.close()
 
 
