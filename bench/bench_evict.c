@@ -38,6 +38,7 @@
 #include "model.h"
 
 int scdb_bench_evict(int argc, char **argv);
+int scdb_bench_evict_llama(int argc, char **argv);   /* bench_evict_llama.c */
 
 #define MAX_MODELS 8
 #define MAX_BUDGETS 6
@@ -100,7 +101,9 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: scdb bench evict [options]\n\n"
             "KV-cache eviction: KL to the full cache, top-1 agreement, perplexity and\n"
-            "policy overhead of every policy at every budget (see the protocol it prints).\n\n"
+            "policy overhead of every policy at every budget (see the protocol it prints).\n"
+            "--engine llama.cpp runs the protocol with llama.cpp generating, each policy\n"
+            "applied to llama.cpp's own cache (`scdb bench evict --engine llama.cpp --help`).\n\n"
             "  --models A,B,..   models under DATA/models (default: every model there)\n"
             "  --suite FILE      domain suite manifest (default DATA/evict_suite/manifest.json):\n"
             "                    every domain's eval text; seen and unseen domains apart\n"
@@ -1179,6 +1182,21 @@ int scdb_bench_evict(int argc, char **argv)
     run r;
     char why[256] = "";
     int prc, ret = 1;
+
+    /* --engine llama.cpp: the same protocol with llama.cpp generating
+     * (bench/bench_evict_llama.c); --engine reference is this engine */
+    for (int i = 1; i + 1 < argc; i++)
+        if (!strcmp(argv[i], "--engine")) {
+            if (!strcmp(argv[i + 1], "llama.cpp")) return scdb_bench_evict_llama(argc, argv);
+            if (strcmp(argv[i + 1], "reference")) {
+                fprintf(stderr, "bench evict: --engine wants llama.cpp or reference, not '%s'\n",
+                        argv[i + 1]);
+                return 2;
+            }
+            memmove(argv + i, argv + i + 2, (size_t)(argc - i - 2) * sizeof *argv);
+            argc -= 2;
+            break;
+        }
 
     memset(&r, 0, sizeof r);
     prc = parse_opts(argc, argv, &r.o, why, sizeof why);

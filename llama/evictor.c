@@ -60,8 +60,8 @@ scdb_err scdb_llama_evictor_new(const scdb_llama_evict_params *pp, scdb_llama_ev
     scdb_llama_evict_params p = pp ? *pp : scdb_llama_evict_default_params();
     if (!p.policy)
         p.policy = "learned";
-    if (p.budget < 1 || p.cadence < 1 || p.seq < 0) {
-        ll_msg(errbuf, errlen, "an evictor needs a budget >= 1 (got %d) and a cadence >= 1 (got %d)",
+    if (p.budget < 1 || p.cadence < 0 || p.seq < 0) {
+        ll_msg(errbuf, errlen, "an evictor needs a budget >= 1 (got %d) and a cadence >= 0 (got %d)",
                p.budget, p.cadence);
         return SCDB_EINVAL;
     }
@@ -398,6 +398,36 @@ done:
     return err;
 }
 
+scdb_err scdb_llama_evictor_evict(scdb_llama_evictor *e, struct llama_context *ctx,
+                                  scdb_llama_evict_result *out)
+{
+    scdb_llama_evict_result r = {0};
+    if (out)
+        *out = r;
+    if (!e || !ctx)
+        return SCDB_EINVAL;
+    if (!e->started) {
+        snprintf(e->err, sizeof e->err, "the evictor was not started on a sequence");
+        return SCDB_EINVAL;
+    }
+    if (llama_memory_seq_pos_max(llama_get_memory(ctx), e->p.seq) != e->last_pos) {
+        snprintf(e->err, sizeof e->err, "sequence %d was cleared or changed outside the evictor",
+                 e->p.seq);
+        return SCDB_ECLOSED;
+    }
+    scdb_err err = SCDB_OK;
+    if (e->shadow->n > e->p.budget) {
+        double t0 = ll_now_ms();
+        err = evict(e, ctx, &r);
+        e->since = 0;
+        r.evict_us = (ll_now_ms() - t0) * 1e3;
+    }
+    r.cells = e->shadow->n;
+    if (out)
+        *out = r;
+    return err;
+}
+
 scdb_err scdb_llama_evictor_decode(scdb_llama_evictor *e, struct llama_context *ctx,
                                    const llama_token *tokens, size_t n, int all_logits,
                                    scdb_llama_evict_result *out)
@@ -466,7 +496,7 @@ scdb_err scdb_llama_evictor_decode(scdb_llama_evictor *e, struct llama_context *
         e->since += m;
         double t2 = ll_now_ms();
         r.stats_us += (t2 - t1) * 1e3;
-        if (e->shadow->n >= e->p.budget + e->p.cadence) {
+        if (e->p.cadence > 0 && e->shadow->n >= e->p.budget + e->p.cadence) {
             err = evict(e, ctx, &r);
             e->since = 0;
             r.evict_us += (ll_now_ms() - t2) * 1e3;

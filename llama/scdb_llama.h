@@ -313,11 +313,12 @@ typedef struct scdb_llama_evict_params {
     const char *policy_file;     /* learned: a policy file keeping one set   */
     int budget;                  /* cells kept after an eviction (required)  */
     int cadence;                 /* evict once the sequence is this many
-                                  * cells over the budget (1)                */
+                                  * cells over the budget (1); 0: only when
+                                  * scdb_llama_evictor_evict is called      */
 } scdb_llama_evict_params;
 scdb_llama_evict_params scdb_llama_evict_default_params(void);
 
-/* Errors: SCDB_EINVAL (no budget, cadence < 1, unknown policy name or a
+/* Errors: SCDB_EINVAL (no budget, cadence < 0, unknown policy name or a
  * per-head kind: the message names it), the policy file's
  * (scdb_evict_policy_load's). */
 scdb_err scdb_llama_evictor_new(const scdb_llama_evict_params *p, scdb_llama_evictor **out,
@@ -357,6 +358,10 @@ typedef struct scdb_llama_evict_result {
 scdb_err scdb_llama_evictor_decode(scdb_llama_evictor *e, struct llama_context *ctx,
                                    const llama_token *tokens, size_t n, int all_logits,
                                    scdb_llama_evict_result *out);
+/* Evict now if the sequence holds more than the budget (*out as for
+ * decode; may be NULL).  Errors: those of scdb_llama_evictor_decode. */
+scdb_err scdb_llama_evictor_evict(scdb_llama_evictor *e, struct llama_context *ctx,
+                                  scdb_llama_evict_result *out);
 /* The positions the sequence holds, in slot order (*n of them; the
  * evictor's memory, valid until its next call). */
 const int32_t *scdb_llama_evictor_positions(const scdb_llama_evictor *e, int *n);

@@ -1,0 +1,482 @@
+/* bench_evict_llama.c — `scdb bench evict --engine llama.cpp`: the eviction
+ * protocol of evict_train.h run with llama.cpp generating, each policy
+ * applied to llama.cpp's own cache (libscdb-llama's evictor:
+ * kq_soft_max-N and Vcur-N read by cb_eval, the kept set applied with
+ * llama_memory_seq_rm).
+ *
+ * Per model (the family exported to GGUF, F32, or --gguf DIR), domain (the
+ * suite's eval texts, data/evict_suite) and window: llama.cpp prefills the
+ * window's first --prefill tokens, then the full cache decodes the next
+ * --steps tokens teacher-forced (the teacher, P_t).  Each policy at each
+ * budget runs the student: the same prefill folded into the accumulators,
+ * then before every --every-th step it evicts down to the budget and
+ * decodes the step (Q_t).  KL(P_t || Q_t), top-1 agreement and the
+ * continuation's perplexity, as in the reference engine's bench.  The
+ * policies: StreamingLLM, H2O, SnapKV, TOVA and the learned file (its
+ * one-set network: seq_rm removes a position from every layer, so the
+ * per-head scorer cannot be applied), all with positions kept; and
+ * llama.cpp's own context shift (ctx_shift: the same 4 sinks and recent
+ * window, the dropped span's positions closed up with llama_memory_seq_add,
+ * as llama-server does when its context fills).  Cost per step: the fold of
+ * the step's attention, and per eviction score + select + compact + seq_rm,
+ * as shares of llama.cpp's decode step; and the decode step with capture
+ * against one without (the price of reading the probabilities). */
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "bench.h"
+#include "evict_train.h"
+#include "model.h"
+
+int scdb_bench_evict_llama(int argc, char **argv);
+
+#ifndef SCDB_HAVE_LLAMA
+int scdb_bench_evict_llama(int argc, char **argv)
+{
+    (void)argc;
+    (void)argv;
+    fprintf(stderr, "bench evict: --engine llama.cpp: this build has no llama.cpp "
+                    "(scripts/install-llama.sh, then rebuild)\n");
+    return 2;
+}
+#else
+
+#include "scdb_llama.h"
+
+extern char **environ;
+
+#define N_POL 6
+static const char *const POLICIES[N_POL] = {"streaming", "h2o", "snapkv", "tova", "learned",
+                                            "ctx_shift"};
+#define MAX_B 6
+
+typedef struct eopts {
+    const char *data, *gguf, *json, *models, *domains, *policy;
+    double budgets[MAX_B];
+    int n_budgets, windows, prefill, steps, every, threads;
+} eopts;
+
+typedef struct eacc {
+    double kl, top1, nll, nll_full, stats_us, evict_us, decode_us, plain_us;
+    long steps, evictions, step_calls;
+} eacc;
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+"usage: scdb bench evict --engine llama.cpp [--data DIR] [--gguf DIR] [--models a,b]\n"
+"                        [--domains a,b] [--budgets 0.5,0.25,...] [--windows N]\n"
+"                        [--prefill P] [--steps T] [--every C] [--policy FILE]\n"
+"                        [--threads T] [--json FILE]\n\n"
+"The eviction protocol with llama.cpp generating: each policy keeps the\n"
+"llama.cpp sequence within its budget (kq_soft_max and Vcur read by cb_eval,\n"
+"flash attention off; the kept set applied with llama_memory_seq_rm), scored\n"
+"against llama.cpp's full cache: KL, top-1, ppl; cost per step and per\n"
+"eviction as shares of llama.cpp's decode step.  Policies: streaming, h2o,\n"
+"snapkv, tova, learned (one keep set), and ctx_shift, llama.cpp's own context\n"
+"shift (the same 4 sinks, positions closed up).\n\n"
+"  --models LIST     default base,code,manpages,python (DATA/models)\n"
+"  --domains LIST    suite domains (default: all of data/evict_suite)\n"
+"  --budgets LIST    fractions of prefill + steps (default 0.5,0.25,0.125,0.0625)\n"
+"  --windows N       windows per (model, domain) (default 1)\n"
+"  --prefill P / --steps T / --every C   the protocol (default 256 / 256 / 8)\n"
+"  --policy FILE     the learned policy (default DATA/policies/distillcache_base.safetensors)\n"
+"  --gguf DIR        GGUF exports NAME.gguf (default: exported into a temp folder)\n"
+"  --json FILE       rows {model, domain, seen, policy, budget, budget_frac, kl,\n"
+"                    top1, ppl_ratio, stats_share, evict_share, cost_share,\n"
+"                    capture_share, evict_us, decode_ms, steps, evictions}\n");
+}
+
+static int run_cmd(char *const argv[])
+{
+    pid_t pid;
+    if (posix_spawn(&pid, argv[0], NULL, NULL, argv, environ))
+        return -1;
+    int st;
+    if (waitpid(pid, &st, 0) < 0)
+        return -1;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+static struct llama_context *mk_ctx(struct llama_model *m, const eopts *o,
+                                    scdb_llama_evictor *ev)
+{
+    struct llama_context_params cp = llama_context_default_params();
+    cp.n_ctx = 512;
+    cp.n_batch = cp.n_ubatch = 512;
+    cp.n_seq_max = 1;
+    cp.n_threads = cp.n_threads_batch = o->threads;
+    cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
+    if (ev)
+        scdb_llama_evictor_cparams(ev, &cp);
+    return llama_init_from_model(m, cp);
+}
+
+static void log_softmax(const float *in, int V, double *out)
+{
+    double mx = in[0], s = 0;
+    for (int v = 1; v < V; v++) mx = fmax(mx, in[v]);
+    for (int v = 0; v < V; v++) s += exp(in[v] - mx);
+    double lz = mx + log(s);
+    for (int v = 0; v < V; v++) out[v] = in[v] - lz;
+}
+
+/* one step's comparison against the teacher's row */
+static void score_row(const double *lp, const float *logits, int V, int next, eacc *a)
+{
+    double lq[512];
+    log_softmax(logits, V, lq);
+    int ap = 0, aq = 0;
+    double kl = 0;
+    for (int v = 0; v < V; v++) {
+        kl += exp(lp[v]) * (lp[v] - lq[v]);
+        if (lp[v] > lp[ap]) ap = v;
+        if (lq[v] > lq[aq]) aq = v;
+    }
+    a->kl += kl;
+    a->top1 += ap == aq;
+    a->nll -= lq[next];
+    a->nll_full -= lp[next];
+    a->steps++;
+}
+
+/* llama.cpp's context shift at budget B: keep 4 sinks and the newest B - 4,
+ * drop the span between and close the positions up (seq_add) */
+static int run_shift(struct llama_model *m, const eopts *o, const int32_t *tok, int B,
+                     const double *teacher, int V, eacc *a)
+{
+    struct llama_context *ctx = mk_ctx(m, o, NULL);
+    if (!ctx)
+        return -1;
+    llama_memory_t mem = llama_get_memory(ctx);
+    int rc = scdb_llama_decode(ctx, 0, tok, (size_t)o->prefill, 0, 0) ? -1 : 0;
+    int n = o->prefill;       /* cells */
+    llama_pos next_pos = o->prefill;
+    for (int t = 0; t < o->steps && !rc; t++) {
+        if (t % o->every == 0 && n > B) {
+            double t0 = scdb_now();
+            llama_pos pmax = llama_memory_seq_pos_max(mem, 0);
+            int drop = n - B;
+            llama_memory_seq_rm(mem, 0, 4, 4 + drop);
+            llama_memory_seq_add(mem, 0, 4 + drop, pmax + 1, -drop);
+            next_pos -= drop;
+            n -= drop;
+            a->evict_us += (scdb_now() - t0) * 1e6;
+            a->evictions++;
+        }
+        llama_token x = tok[o->prefill + t];
+        double t0 = scdb_now();
+        if (scdb_llama_decode(ctx, 0, &x, 1, next_pos, 0)) {
+            rc = -1;
+            break;
+        }
+        a->decode_us += (scdb_now() - t0) * 1e6;
+        a->step_calls++;
+        next_pos++;
+        n++;
+        score_row(teacher + (size_t)t * V, llama_get_logits_ith(ctx, -1), V,
+                  tok[o->prefill + t + 1], a);
+    }
+    llama_free(ctx);
+    return rc;
+}
+
+static int run_policy(struct llama_model *m, const eopts *o, const char *policy, const int32_t *tok,
+                      int B, const double *teacher, int V, eacc *a, char *err, size_t errlen)
+{
+    scdb_llama_evict_params ep = scdb_llama_evict_default_params();
+    ep.policy = policy;
+    ep.policy_file = o->policy;
+    ep.budget = B;
+    ep.cadence = 0;
+    scdb_llama_evictor *ev = NULL;
+    if (scdb_llama_evictor_new(&ep, &ev, err, errlen))
+        return -1;
+    struct llama_context *ctx = mk_ctx(m, o, ev);
+    int rc = ctx ? 0 : -1;
+    scdb_llama_evict_result r;
+    if (!rc && (scdb_llama_evictor_start(ev, ctx) ||
+                scdb_llama_evictor_decode(ev, ctx, tok, (size_t)o->prefill, 0, &r))) {
+        snprintf(err, errlen, "%s", scdb_llama_evictor_error(ev));
+        rc = -1;
+    }
+    for (int t = 0; t < o->steps && !rc; t++) {
+        if (t % o->every == 0) {
+            if (scdb_llama_evictor_evict(ev, ctx, &r)) {
+                snprintf(err, errlen, "%s", scdb_llama_evictor_error(ev));
+                rc = -1;
+                break;
+            }
+            a->evict_us += r.evict_us;
+            a->evictions += r.evictions;
+        }
+        if (scdb_llama_evictor_decode(ev, ctx, tok + o->prefill + t, 1, 0, &r)) {
+            snprintf(err, errlen, "%s", scdb_llama_evictor_error(ev));
+            rc = -1;
+            break;
+        }
+        a->stats_us += r.stats_us;
+        a->decode_us += r.decode_us;
+        a->step_calls++;
+        if (r.cells > B + o->every) {
+            snprintf(err, errlen, "%s: %d cells over a budget of %d", policy, r.cells, B);
+            rc = -1;
+            break;
+        }
+        score_row(teacher + (size_t)t * V, llama_get_logits_ith(ctx, -1), V,
+                  tok[o->prefill + t + 1], a);
+    }
+    if (ctx)
+        llama_free(ctx);
+    scdb_llama_evictor_free(&ev);
+    return rc;
+}
+
+int scdb_bench_evict_llama(int argc, char **argv)
+{
+    eopts o = {.windows = 1, .prefill = 256, .steps = 256, .every = 8, .threads = 2,
+               .models = "base,code,manpages,python",
+               .budgets = {0.5, 0.25, 0.125, 0.0625}, .n_budgets = 4};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        char why[256] = "";
+        int bad = 0;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return 0;
+        }
+        if (!v) {
+            fprintf(stderr, "bench evict: %s: unknown option or no value\n", a);
+            return 2;
+        }
+        i++;
+        if (!strcmp(a, "--engine")) {
+            if (strcmp(v, "llama.cpp")) {
+                fprintf(stderr, "bench evict: --engine %s: this entry runs llama.cpp\n", v);
+                return 2;
+            }
+        } else if (!strcmp(a, "--data")) o.data = v;
+        else if (!strcmp(a, "--gguf")) o.gguf = v;
+        else if (!strcmp(a, "--json")) o.json = v;
+        else if (!strcmp(a, "--models")) o.models = v;
+        else if (!strcmp(a, "--domains")) o.domains = v;
+        else if (!strcmp(a, "--policy")) o.policy = v;
+        else if (!strcmp(a, "--windows")) bad = scdb_parse_int(a, v, 1, 64, &o.windows, why, sizeof why) != SCDB_OK;
+        else if (!strcmp(a, "--prefill")) bad = scdb_parse_int(a, v, 16, 448, &o.prefill, why, sizeof why) != SCDB_OK;
+        else if (!strcmp(a, "--steps")) bad = scdb_parse_int(a, v, 1, 448, &o.steps, why, sizeof why) != SCDB_OK;
+        else if (!strcmp(a, "--every")) bad = scdb_parse_int(a, v, 1, 256, &o.every, why, sizeof why) != SCDB_OK;
+        else if (!strcmp(a, "--threads")) bad = scdb_parse_int(a, v, 1, 256, &o.threads, why, sizeof why) != SCDB_OK;
+        else if (!strcmp(a, "--budgets")) {
+            char buf[256];
+            snprintf(buf, sizeof buf, "%s", v);
+            o.n_budgets = 0;
+            for (char *sv = NULL, *t = strtok_r(buf, ",", &sv); t; t = strtok_r(NULL, ",", &sv)) {
+                if (o.n_budgets == MAX_B ||
+                    scdb_parse_f64("--budgets", t, 1e-3, 1.0, &o.budgets[o.n_budgets++], why,
+                                   sizeof why)) {
+                    bad = 1;
+                    if (!why[0]) snprintf(why, sizeof why, "--budgets: at most %d", MAX_B);
+                    break;
+                }
+            }
+        } else {
+            fprintf(stderr, "bench evict: unknown option %s (with --engine llama.cpp)\n", a);
+            usage(stderr);
+            return 2;
+        }
+        if (bad) {
+            fprintf(stderr, "bench evict: %s\n", why);
+            return 2;
+        }
+    }
+    if (o.prefill + o.steps + 1 > 512) {
+        fprintf(stderr, "bench evict: --prefill + --steps + 1 is over the family's context (512)\n");
+        return 2;
+    }
+    if (!o.data)
+        o.data = scdb_data_dir();
+    char polpath[1200], err[1024] = "";
+    if (!o.policy) {
+        snprintf(polpath, sizeof polpath, "%s/policies/distillcache_base.safetensors", o.data);
+        o.policy = polpath;
+    }
+    if (scdb_llama_init(err, sizeof err)) {
+        fprintf(stderr, "bench evict: %s\n", err);
+        return 1;
+    }
+    char man[1200];
+    snprintf(man, sizeof man, "%s/evict_suite/manifest.json", o.data);
+    scdb_evict_suite *suite = NULL;
+    if (scdb_evict_suite_load(man, &suite, err, sizeof err)) {
+        fprintf(stderr, "bench evict: %s: %s\n", man, err);
+        return 1;
+    }
+    char tmp[] = "/tmp/scdb-bench-evict-llama.XXXXXX";
+    if (!o.gguf && !mkdtemp(tmp)) {
+        perror("bench evict: mkdtemp");
+        scdb_evict_suite_free(&suite);
+        return 1;
+    }
+    char self[4096];
+    ssize_t sl = readlink("/proc/self/exe", self, sizeof self - 1);
+    self[sl > 0 ? sl : 0] = 0;
+    cJSON *root = cJSON_CreateObject(), *rows = cJSON_AddArrayToObject(root, "rows");
+    int failed = 0, measured = 0;
+    const int V = 256;
+    int32_t *tok = malloc(512 * sizeof *tok);
+    double *teacher = malloc((size_t)o.steps * V * sizeof *teacher);
+    printf("| model | domain | seen | policy | budget | KL | top-1 | ppl ratio | fold + evict "
+           "/ step | capture / step |\n|---|---|---|---|---|---|---|---|---|---|\n");
+    char mlist[256];
+    snprintf(mlist, sizeof mlist, "%s", o.models);
+    for (char *sv = NULL, *mn = strtok_r(mlist, ",", &sv); mn && !failed;
+         mn = strtok_r(NULL, ",", &sv)) {
+        char src[1200], path[1300];
+        snprintf(src, sizeof src, "%s/models/%s", o.data, mn);
+        snprintf(path, sizeof path, "%s/%s.gguf", o.gguf ? o.gguf : tmp, mn);
+        if (!o.gguf) {
+            char *xargv[] = {self, "export-gguf", src, "-o", path, NULL};
+            if (run_cmd(xargv)) {
+                fprintf(stderr, "bench evict: scdb export-gguf %s failed\n", src);
+                failed = 1;
+                break;
+            }
+        }
+        struct llama_model *m = llama_model_load_from_file(path, llama_model_default_params());
+        if (!m) {
+            fprintf(stderr, "bench evict: llama.cpp cannot load %s\n", path);
+            failed = 1;
+            break;
+        }
+        for (int d = 0; d < suite->n_domains && !failed; d++) {
+            const scdb_evict_suite_domain *dom = &suite->domains[d];
+            if (o.domains && !scdb_list_has(o.domains, dom->name))
+                continue;
+            char *text = NULL;
+            size_t len = 0;
+            if (scdb_evict_suite_read(suite, d, SCDB_EVICT_PART_EVAL, &text, &len, err,
+                                      sizeof err) ||
+                len < (size_t)(o.prefill + o.steps + 1)) {
+                fprintf(stderr, "bench evict: %s: %s\n", dom->name, err[0] ? err : "too short");
+                free(text);
+                failed = 1;
+                break;
+            }
+            eacc acc[N_POL][MAX_B];
+            memset(acc, 0, sizeof acc);
+            double plain_us = 0;
+            long plain_n = 0;
+            for (int w = 0; w < o.windows && !failed; w++) {
+                size_t span = len - (size_t)(o.prefill + o.steps + 1);
+                size_t at = o.windows > 1 ? span * (size_t)w / (size_t)(o.windows - 1) : span / 2;
+                scdb_tokenize_bytes(text + at, (size_t)(o.prefill + o.steps + 1), tok);
+                /* the teacher: the full cache, no capture (its step time is
+                 * the plain decode step) */
+                struct llama_context *tc = mk_ctx(m, &o, NULL);
+                scdb_llama_decode(tc, 0, tok, (size_t)o.prefill, 0, 0);
+                for (int t = 0; t < o.steps; t++) {
+                    llama_token x = tok[o.prefill + t];
+                    double t0 = scdb_now();
+                    scdb_llama_decode(tc, 0, &x, 1, o.prefill + t, 0);
+                    plain_us += (scdb_now() - t0) * 1e6;
+                    plain_n++;
+                    log_softmax(llama_get_logits_ith(tc, -1), V, teacher + (size_t)t * V);
+                }
+                llama_free(tc);
+                for (int b = 0; b < o.n_budgets && !failed; b++) {
+                    int B = (int)(o.budgets[b] * (o.prefill + o.steps) + 0.5);
+                    for (int p = 0; p < N_POL && !failed; p++) {
+                        int rc = p == N_POL - 1
+                                     ? run_shift(m, &o, tok, B, teacher, V, &acc[p][b])
+                                     : run_policy(m, &o, POLICIES[p], tok, B, teacher, V,
+                                                  &acc[p][b], err, sizeof err);
+                        if (rc) {
+                            fprintf(stderr, "bench evict: %s %s %s budget %d: %s\n", mn,
+                                    dom->name, POLICIES[p], B, err);
+                            failed = 1;
+                        }
+                    }
+                }
+                fprintf(stderr, "bench evict (llama.cpp): %s %s window %d/%d\n", mn, dom->name,
+                        w + 1, o.windows);
+            }
+            free(text);
+            if (failed)
+                break;
+            double plain = plain_us / (double)(plain_n ? plain_n : 1);
+            for (int b = 0; b < o.n_budgets; b++)
+                for (int p = 0; p < N_POL; p++) {
+                    eacc *a = &acc[p][b];
+                    if (!a->steps || (p != N_POL - 1 && a->evictions == 0)) {
+                        fprintf(stderr, "bench evict: %s %s %s at %.4g: no eviction happened\n",
+                                mn, dom->name, POLICIES[p], o.budgets[b]);
+                        failed = 1;
+                        continue;
+                    }
+                    double step = a->decode_us / (double)a->step_calls;
+                    double stats = a->stats_us / (double)a->step_calls;
+                    double ev = a->evictions ? a->evict_us / (double)a->evictions : 0;
+                    /* per step: the fold, and each eviction spread over the
+                     * steps between evictions */
+                    double cost = (stats + a->evict_us / (double)a->step_calls) / step;
+                    double capture = p == N_POL - 1 ? 0 : (step - plain) / plain;
+                    double ppl = exp((a->nll - a->nll_full) / (double)a->steps);
+                    int B = (int)(o.budgets[b] * (o.prefill + o.steps) + 0.5);
+                    printf("| %s | %s | %s | %s | %.4g (%d) | %.4f | %.3f | %.4f | %.1f%% | "
+                           "%+.1f%% |\n", mn, dom->name, dom->seen ? "yes" : "no", POLICIES[p],
+                           o.budgets[b], B, a->kl / a->steps, a->top1 / a->steps, ppl,
+                           cost * 100, capture * 100);
+                    cJSON *row = cJSON_CreateObject();
+                    cJSON_AddStringToObject(row, "engine", "llama.cpp " SCDB_LLAMA_RELEASE);
+                    cJSON_AddStringToObject(row, "model", mn);
+                    cJSON_AddStringToObject(row, "domain", dom->name);
+                    cJSON_AddBoolToObject(row, "seen", dom->seen);
+                    cJSON_AddStringToObject(row, "policy", POLICIES[p]);
+                    cJSON_AddNumberToObject(row, "budget", B);
+                    cJSON_AddNumberToObject(row, "budget_frac", o.budgets[b]);
+                    cJSON_AddNumberToObject(row, "kl", a->kl / a->steps);
+                    cJSON_AddNumberToObject(row, "top1", a->top1 / a->steps);
+                    cJSON_AddNumberToObject(row, "ppl_ratio", ppl);
+                    cJSON_AddNumberToObject(row, "stats_share", stats / step);
+                    cJSON_AddNumberToObject(row, "evict_share",
+                                            a->evict_us / (double)a->step_calls / step);
+                    cJSON_AddNumberToObject(row, "cost_share", cost);
+                    cJSON_AddNumberToObject(row, "capture_share", capture);
+                    cJSON_AddNumberToObject(row, "evict_us", ev);
+                    cJSON_AddNumberToObject(row, "decode_ms", step / 1e3);
+                    cJSON_AddNumberToObject(row, "plain_decode_ms", plain / 1e3);
+                    cJSON_AddNumberToObject(row, "steps", (double)a->steps);
+                    cJSON_AddNumberToObject(row, "evictions", (double)a->evictions);
+                    cJSON_AddItemToArray(rows, row);
+                    measured++;
+                }
+            fflush(stdout);
+        }
+        llama_model_free(m);
+    }
+    if (!failed && measured == 0) {
+        fprintf(stderr, "bench evict: nothing measured (--models %s, --domains %s)\n", o.models,
+                o.domains ? o.domains : "all");
+        failed = 1;
+    }
+    cJSON_AddNumberToObject(root, "prefill", o.prefill);
+    cJSON_AddNumberToObject(root, "steps", o.steps);
+    cJSON_AddNumberToObject(root, "every", o.every);
+    cJSON_AddStringToObject(root, "policy", scdb_data_relative(o.policy));
+    if (!failed && o.json && scdb_bench_write_json(o.json, root, "bench evict"))
+        failed = 1;
+    cJSON_Delete(root);
+    free(tok);
+    free(teacher);
+    scdb_evict_suite_free(&suite);
+    if (!o.gguf)
+        scdb_rm_tree(tmp);
+    return failed;
+}
+#endif
