@@ -6,7 +6,8 @@
  * Hugging Face Llama checkpoint (config.json with Hugging Face keys, one
  * model.safetensors or shards listed by model.safetensors.index.json,
  * transformers' tensor names; tools/export_hf.py writes one from a family
- * model).  The architecture: token embedding (a byte vocabulary for the
+ * model), or a llama-architecture GGUF file (llama.cpp's; `scdb export-gguf`
+ * writes one, scdb_model_export_gguf below).  The architecture: token embedding (a byte vocabulary for the
  * family, any size for Hugging Face checkpoints), n_layers blocks of
  *
  *   h_in = RMSNorm(x) * attention_norm             <- captured as H_in

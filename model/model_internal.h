@@ -2,8 +2,9 @@
  * model_internal.h — what the files of model/ share and nobody else sees.
  *
  * A loaded model is a config plus f32 weight pointers.  The pointers point
- * into one or more mmap'd safetensors files (zero-copy for F32 tensors) or
- * into f32 copies made at load (F16 / BF16 tensors).  Two checkpoint
+ * into one or more mmap'd safetensors files or a mmap'd GGUF file
+ * (zero-copy for F32 tensors) or into f32 copies made at load (F16 / BF16
+ * tensors, GGUF attn_q / attn_k rows unpermuted).  Three checkpoint
  * layouts fill the same struct:
  *
  *   scdb's own      config.json (d_model, n_layers, ...) + model.safetensors
@@ -12,12 +13,16 @@
  *                   model-0000N-of-0000M.safetensors shards listed by
  *                   model.safetensors.index.json, with transformers' Llama
  *                   names                               (hf_checkpoint.c)
+ *   GGUF            one llama.cpp file: llama.* keys and blk.N.* tensors
+ *                   (schema/gguf_llama.h)              (gguf_checkpoint.c)
  *
- * config.c parses config.json in both layouts.  Calls run one way:
- * model.c calls hf_checkpoint.c for a Hugging Face directory; both call
- * weights.c, which binds one checked tensor to a weight pointer.
- * schema/FORMATS.md ("Model directory", "Hugging Face Llama checkpoints")
- * is the contract.
+ * config.c parses config.json in both JSON layouts (and hands a GGUF path
+ * to gguf_checkpoint.c).  Calls run one way: model.c calls
+ * hf_checkpoint.c and gguf_checkpoint.c; they call weights.c, which binds
+ * one checked tensor to a weight pointer or owns a converted copy.
+ * gguf_export.c writes a loaded model (or an adapter) back as GGUF.
+ * schema/FORMATS.md ("Model directory", "Hugging Face Llama checkpoints",
+ * "GGUF: llama models and LoRA adapters") is the contract.
  */
 #ifndef SCDB_MODEL_INTERNAL_H
 #define SCDB_MODEL_INTERNAL_H
