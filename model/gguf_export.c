@@ -234,11 +234,14 @@ scdb_err scdb_adapter_export_gguf(const char *adapter, const char *models_dir, c
         if ((rc = add(&x, name, fa, a->r, in, 0, 0))) goto done;
         snprintf(name, sizeof name, "blk.%d.%s.weight.lora_b", t->layer, scdb_gguf_llama_proj_name(t->module));
         if ((rc = add(&x, name, fb, out, a->r, perm, 0))) goto done;
-        /* the writer keeps pointers: the exporter owns the f32 buffers now */
+        /* the writer keeps pointers: the exporter owns the f32 buffers now
+         * (own frees what it cannot take) */
         rc = own(&x, fa);
         fa = NULL;
-        if (rc || (rc = own(&x, fb))) { fb = NULL; goto done; }
+        if (rc) goto done;
+        rc = own(&x, fb);
         fb = NULL;
+        if (rc) goto done;
     }
     rc = write_out(&x, path, errbuf, errlen);
 done:

@@ -565,6 +565,53 @@ fail:
     return e;
 }
 
+scdb_err scdb_gguf_peek_str(const char *path, const char *key, char *out, size_t cap)
+{
+    struct stat st;
+    uint64_t v = 0, n_t = 0, n_kv = 0;
+    scdb_err e = SCDB_ENOTFOUND;
+    if (!path || !key || !out || !cap) return SCDB_EINVAL;
+    out[0] = '\0';
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return errno == ENOENT || errno == ENOTDIR ? SCDB_ENOTFOUND : SCDB_ESYS;
+    if (fstat(fd, &st) || !S_ISREG(st.st_mode) || st.st_size < 24) {
+        close(fd);
+        return SCDB_EFORMAT;
+    }
+    void *map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    if (map == MAP_FAILED) return SCDB_ESYS;
+    rd r = {.p = map, .len = (size_t)st.st_size, .pos = 4};
+    if (memcmp(r.p, "GGUF", 4) || take(&r, 4, "", &v) || v != SCDB_GGUF_VERSION || take(&r, 8, "", &n_t) ||
+        take(&r, 8, "", &n_kv) || n_kv > left(&r) / MIN_KV) {
+        e = SCDB_EFORMAT;
+        goto done;
+    }
+    for (uint64_t i = 0; i < n_kv; i++) {     /* the reader's walk, nothing kept */
+        rkv k;
+        size_t n_strings = 0, str_bytes = 0;
+        memset(&k, 0, sizeof k);
+        if (take_str(&r, "", &k.key_off, &k.key_len) || take_value(&r, &k, "", &n_strings, &str_bytes)) {
+            e = SCDB_EFORMAT;
+            goto done;
+        }
+        if (k.key_len != strlen(key) || memcmp(r.p + k.key_off, key, k.key_len)) continue;
+        if (k.kv.type != SCDB_GGUF_STRING) {
+            e = SCDB_EFORMAT;
+            goto done;
+        }
+        size_t n = (size_t)le(r.p + k.val_off, 8);
+        if (n >= cap) n = cap - 1;
+        memcpy(out, r.p + k.val_off + 8, n);
+        out[n] = '\0';
+        e = SCDB_OK;
+        goto done;
+    }
+done:
+    munmap(map, (size_t)st.st_size);
+    return e;
+}
+
 void scdb_gguf_close(scdb_gguf_file **pf)
 {
     if (!pf || !*pf) return;
@@ -814,7 +861,8 @@ typedef struct wkv {
     scdb_gguf_type type, elem;
     uint64_t n;
     uint8_t *raw;                  /* numeric values, little-endian */
-    char **str;                    /* strings */
+    char **str;                    /* strings (may hold NUL bytes: str_len) */
+    uint64_t *str_len;
 } wkv;
 
 typedef struct wten {
@@ -848,8 +896,10 @@ static void wkv_clear(wkv *k)
     if (k->str)
         for (uint64_t i = 0; i < k->n; i++) free(k->str[i]);
     free(k->str);
+    free(k->str_len);
     k->raw = NULL;
     k->str = NULL;
+    k->str_len = NULL;
 }
 
 void scdb_gguf_writer_free(scdb_gguf_writer **pw)
@@ -946,42 +996,61 @@ scdb_err scdb_gguf_set_arr(scdb_gguf_writer *w, const char *key, scdb_gguf_type 
     return set_num(w, key, SCDB_GGUF_ARRAY, elem, data, n);
 }
 
-static scdb_err set_strs(scdb_gguf_writer *w, const char *key, scdb_gguf_type type, const char *const *v, size_t n)
+/* n strings (lens NULL: C strings), copied. */
+static scdb_err set_strs(scdb_gguf_writer *w, const char *key, scdb_gguf_type type, const char *const *v,
+                         const uint64_t *lens, size_t n)
 {
     if (!w || !key || (!v && n) || !strcmp(key, KEY_ALIGNMENT)) return SCDB_EINVAL;
     for (size_t i = 0; i < n; i++)
-        if (!v[i]) return SCDB_EINVAL;
+        if (!v[i] || (lens && lens[i] > SCDB_GGUF_MAX_STRING)) return SCDB_EINVAL;
     char **s = calloc(n ? n : 1, sizeof *s);
-    if (!s) return SCDB_ENOMEM;
-    for (size_t i = 0; i < n; i++)
-        if (!(s[i] = strdup(v[i]))) {
-            for (size_t j = 0; j < i; j++) free(s[j]);
-            free(s);
-            return SCDB_ENOMEM;
+    uint64_t *l = malloc((n ? n : 1) * sizeof *l);
+    scdb_err e = s && l ? SCDB_OK : SCDB_ENOMEM;
+    for (size_t i = 0; !e && i < n; i++) {
+        l[i] = lens ? lens[i] : strlen(v[i]);
+        if (!(s[i] = malloc((size_t)l[i] + 1))) e = SCDB_ENOMEM;
+        else {
+            memcpy(s[i], v[i], (size_t)l[i]);
+            s[i][l[i]] = '\0';
         }
-    wkv *k;
-    scdb_err e = kv_slot(w, key, &k);
+    }
+    wkv *k = NULL;
+    if (!e) e = kv_slot(w, key, &k);
     if (e) {
-        for (size_t j = 0; j < n; j++) free(s[j]);
+        for (size_t j = 0; s && j < n; j++) free(s[j]);
         free(s);
+        free(l);
         return e;
     }
     k->type = type;
     k->elem = SCDB_GGUF_STRING;
     k->n = n;
     k->str = s;
+    k->str_len = l;
     return SCDB_OK;
 }
 
 scdb_err scdb_gguf_set_str(scdb_gguf_writer *w, const char *key, const char *v)
 {
     if (!v) return SCDB_EINVAL;
-    return set_strs(w, key, SCDB_GGUF_STRING, &v, 1);
+    return set_strs(w, key, SCDB_GGUF_STRING, &v, NULL, 1);
 }
 
 scdb_err scdb_gguf_set_arr_str(scdb_gguf_writer *w, const char *key, const char *const *v, size_t n)
 {
-    return set_strs(w, key, SCDB_GGUF_ARRAY, v, n);
+    return set_strs(w, key, SCDB_GGUF_ARRAY, v, NULL, n);
+}
+
+scdb_err scdb_gguf_set_kv(scdb_gguf_writer *w, const scdb_gguf_kv *kv)
+{
+    if (!w || !kv || !kv->key || kv->elem < 0 || kv->elem >= SCDB_GGUF_TYPE_COUNT || kv->elem == SCDB_GGUF_ARRAY)
+        return SCDB_EINVAL;
+    if (kv->elem == SCDB_GGUF_STRING) {
+        if (kv->type != SCDB_GGUF_ARRAY && kv->n != 1) return SCDB_EINVAL;
+        return set_strs(w, kv->key, kv->type, kv->str, kv->str_len, (size_t)kv->n);
+    }
+    if (kv->type != SCDB_GGUF_ARRAY && (kv->type != kv->elem || kv->n != 1)) return SCDB_EINVAL;
+    return set_num(w, kv->key, kv->type, kv->elem, kv->raw, (size_t)kv->n);
 }
 
 scdb_err scdb_gguf_add_tensor(scdb_gguf_writer *w, const char *name, int type, int n_dims, const int64_t *ne,
@@ -1043,9 +1112,8 @@ static void put_le(buf *b, uint64_t v, int n)
     put(b, x, (size_t)n);
 }
 
-static void put_str(buf *b, const char *s)
+static void put_str(buf *b, const char *s, size_t n)
 {
-    size_t n = strlen(s);
     put_le(b, n, 8);
     put(b, s, n);
 }
@@ -1062,21 +1130,21 @@ static scdb_err meta(const scdb_gguf_writer *w, buf *b, size_t *data_bytes)
     put_le(b, (uint64_t)w->n_kv, 8);
     for (int i = 0; i < w->n_kv; i++) {
         const wkv *k = &w->kv[i];
-        put_str(b, k->key);
+        put_str(b, k->key, strlen(k->key));
         put_le(b, (uint64_t)k->type, 4);
         if (k->type == SCDB_GGUF_ARRAY) {
             put_le(b, (uint64_t)k->elem, 4);
             put_le(b, k->n, 8);
         }
         if (k->elem == SCDB_GGUF_STRING)
-            for (uint64_t j = 0; j < k->n; j++) put_str(b, k->str[j]);
+            for (uint64_t j = 0; j < k->n; j++) put_str(b, k->str[j], (size_t)k->str_len[j]);
         else
             put(b, k->raw, (size_t)k->n * TYPE_SIZE[k->elem]);
     }
     size_t off = 0;
     for (int i = 0; i < w->n_t; i++) {
         const wten *t = &w->t[i];
-        put_str(b, t->name);
+        put_str(b, t->name, strlen(t->name));
         put_le(b, (uint64_t)t->n_dims, 4);
         for (int d = 0; d < t->n_dims; d++) put_le(b, (uint64_t)t->ne[d], 8);
         put_le(b, (uint64_t)t->type, 4);

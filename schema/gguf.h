@@ -173,6 +173,14 @@ scdb_err scdb_gguf_open_buffer(const void *buf, size_t len, scdb_gguf_file **out
 /* Unmap / release; sets *f to NULL.  Accepts NULL and *f == NULL. */
 void scdb_gguf_close(scdb_gguf_file **f);
 
+/* The string KV `key` of the file at path, cut to cap - 1 bytes, without
+ * opening the file whole (the KVs are walked in the mapping; nothing is
+ * allocated): what a loader asks first (general.type: a model or an
+ * adapter?).  SCDB_ENOTFOUND (no such key, no such file), SCDB_EFORMAT (not
+ * a GGUF v3 file whose KVs can be read, or the key is not a string),
+ * SCDB_EINVAL, SCDB_ESYS. */
+scdb_err scdb_gguf_peek_str(const char *path, const char *key, char *out, size_t cap);
+
 uint32_t scdb_gguf_version(const scdb_gguf_file *f);
 size_t scdb_gguf_alignment(const scdb_gguf_file *f);
 /* File offset of the data section. */
@@ -271,6 +279,11 @@ scdb_err scdb_gguf_set_arr(scdb_gguf_writer *w, const char *key, scdb_gguf_type 
 /* An array of n C strings. */
 scdb_err scdb_gguf_set_arr_str(scdb_gguf_writer *w, const char *key, const char *const *v,
                                size_t n);
+/* A copy of a KV as read (any type, strings with their lengths, so NUL
+ * bytes survive): how a file's metadata is carried into a new one (ggml's
+ * gguf_set_kv), e.g. a vocabulary-only GGUF's tokenizer around new weights.
+ * SCDB_EINVAL also for a KV that is not one the reader returns. */
+scdb_err scdb_gguf_set_kv(scdb_gguf_writer *w, const scdb_gguf_kv *kv);
 
 /* Add a tensor: ggml type `type`, n_dims (0..4) extents ne in ggml order
  * (ne[0] innermost), data of scdb_ggml_type_size(type) * product(ne) /

@@ -31,11 +31,9 @@ int scdb_gguf_is_adapter(const scdb_gguf_file *f)
 
 int scdb_gguf_is_adapter_file(const char *path)
 {
-    scdb_gguf_file *f = NULL;
-    if (!scdb_gguf_is_file(path) || scdb_gguf_open(path, &f, NULL, 0)) return 0;
-    int r = scdb_gguf_is_adapter(f);
-    scdb_gguf_close(&f);
-    return r;
+    char t[16];
+    return scdb_gguf_is_file(path) && !scdb_gguf_peek_str(path, "general.type", t, sizeof t) &&
+           !strcmp(t, "adapter");
 }
 
 /* ------------------------------------------------------------ hparams */
@@ -513,9 +511,9 @@ scdb_err scdb_gguf_adapter_fill(scdb_adapter *a, const char *models_dir, const c
             goto done;
         }
         int64_t r = is_b ? t->ne[0] : t->ne[1];
-        if (t->n_dims != 2 || r < 1 || r > 4096) {
-            scdb_errf(errbuf, errlen, "%s: tensor '%s' must be 2-D with a rank in [1, 4096] as ne[%d]", a->dir,
-                      t->name, is_b ? 0 : 1);
+        if (t->n_dims != 2 || r < 1 || r > 4096 || t->ne[0] < 1 || t->ne[1] < 1) {
+            scdb_errf(errbuf, errlen, "%s: tensor '%s' must be 2-D, not empty, with a rank in [1, 4096] as ne[%d]",
+                      a->dir, t->name, is_b ? 0 : 1);
             e = SCDB_ESHAPE;
             goto done;
         }

@@ -233,6 +233,15 @@ static void test_roundtrip(void **state)
     assert_int_equal(scdb_gguf_open(path, &f, err, sizeof err), SCDB_OK);
     check_sample(f, 32);
     assert_string_equal(scdb_gguf_path(f), path);
+    /* one string KV without opening the file whole */
+    char peek[8];
+    assert_int_equal(scdb_gguf_peek_str(path, "general.architecture", peek, sizeof peek), SCDB_OK);
+    assert_string_equal(peek, "llama");
+    assert_int_equal(scdb_gguf_peek_str(path, "general.architecture", peek, 3), SCDB_OK);
+    assert_string_equal(peek, "ll");
+    assert_int_equal(scdb_gguf_peek_str(path, "k.u32", peek, sizeof peek), SCDB_EFORMAT);
+    assert_int_equal(scdb_gguf_peek_str(path, "nope", peek, sizeof peek), SCDB_ENOTFOUND);
+    assert_int_equal(scdb_gguf_peek_str(tmpdir, "nope", peek, sizeof peek), SCDB_EFORMAT);
     scdb_gguf_close(&f);
     free(img);
 
@@ -265,6 +274,53 @@ static void test_roundtrip(void **state)
     scdb_gguf_writer_free(&e);
     scdb_gguf_writer_free(&w);
     assert_null(w);
+}
+
+/* Every KV and tensor of a file copied into a new writer (scdb_gguf_set_kv):
+ * the same bytes; a string holding a NUL byte survives. */
+static void test_copy(void **state)
+{
+    (void)state;
+    scdb_gguf_writer *w = sample(), *c = NULL;
+    uint8_t *img = NULL, *img2 = NULL;
+    size_t len = 0, len2 = 0;
+    scdb_gguf_file *f = NULL;
+    char err[256];
+    assert_int_equal(scdb_gguf_set_u32(w, "general.alignment", 64), SCDB_OK);
+    assert_int_equal(scdb_gguf_writer_image(w, &img, &len), SCDB_OK);
+    assert_int_equal(scdb_gguf_open_buffer(img, len, &f, err, sizeof err), SCDB_OK);
+    assert_int_equal(scdb_gguf_writer_new(&c), SCDB_OK);
+    for (int i = 0; i < scdb_gguf_kv_count(f); i++) assert_int_equal(scdb_gguf_set_kv(c, scdb_gguf_kv_at(f, i)), SCDB_OK);
+    for (int i = 0; i < scdb_gguf_tensor_count(f); i++) {
+        const scdb_gguf_tensor *t = scdb_gguf_tensor_at(f, i);
+        assert_int_equal(scdb_gguf_add_tensor(c, t->name, t->type, t->n_dims, t->ne, t->data), SCDB_OK);
+    }
+    assert_int_equal(scdb_gguf_writer_image(c, &img2, &len2), SCDB_OK);
+    assert_int_equal(len, len2);
+    assert_memory_equal(img, img2, len);
+    free(img2);
+    /* a string with a NUL byte inside */
+    const char *sv = "a\0b";
+    uint64_t sl = 3;
+    scdb_gguf_kv nul = {.key = "k.nul", .type = SCDB_GGUF_STRING, .elem = SCDB_GGUF_STRING, .n = 1,
+                        .str = &sv, .str_len = &sl};
+    assert_int_equal(scdb_gguf_set_kv(c, &nul), SCDB_OK);
+    scdb_gguf_kv bad = nul;
+    bad.n = 2;
+    assert_int_equal(scdb_gguf_set_kv(c, &bad), SCDB_EINVAL);
+    assert_int_equal(scdb_gguf_writer_image(c, &img2, &len2), SCDB_OK);
+    scdb_gguf_file *g = NULL;
+    assert_int_equal(scdb_gguf_open_buffer(img2, len2, &g, err, sizeof err), SCDB_OK);
+    const scdb_gguf_kv *kv = scdb_gguf_find_kv(g, "k.nul");
+    assert_non_null(kv);
+    assert_int_equal(kv->str_len[0], 3);
+    assert_memory_equal(kv->str[0], "a\0b", 4);
+    scdb_gguf_close(&g);
+    scdb_gguf_close(&f);
+    free(img);
+    free(img2);
+    scdb_gguf_writer_free(&c);
+    scdb_gguf_writer_free(&w);
 }
 
 static void test_truncated(void **state)
@@ -601,6 +657,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_roundtrip),
+        cmocka_unit_test(test_copy),
         cmocka_unit_test(test_truncated),
         cmocka_unit_test(test_bad),
         cmocka_unit_test(test_writer_refusals),

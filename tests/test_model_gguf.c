@@ -15,7 +15,10 @@
  *   - every refusal: architecture, missing / ill-typed keys, missing or
  *     misshapen tensors, quantized tensors (named with their type),
  *     tensors that change the computation, and the adapter's (type, twin,
- *     rank, embedding factors, base missing / unnamed / an adapter). */
+ *     rank, embedding factors, base missing / unnamed / an adapter);
+ *   - running out of memory at any allocation of a load, a fingerprint or
+ *     an export of a GGUF model or adapter returns SCDB_ENOMEM and leaks
+ *     nothing (the ASan build checks the leaks). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -29,6 +32,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "alloc_fault.h"
 #include "gguf.h"
 #include "gguf_llama.h"
 #include "model.h"
@@ -519,6 +523,88 @@ static void test_adapter_refusals(void **state)
     scdb_adapter_close(&a);
 }
 
+/* Fail each allocation of call(ctx) in turn until it runs without a
+ * failure: every failure must be SCDB_ENOMEM (with what the call leaves
+ * freed by undo). */
+static void each_alloc(const char *what, scdb_err (*call)(void *), void *ctx)
+{
+    int done = 0;
+    for (long n = 0; !done && n < 20000; n++) {
+        alloc_fault_arm(n);
+        scdb_err rc = call(ctx);
+        int hit = alloc_fault_fired();
+        alloc_fault_disarm();
+        if (!hit) {
+            if (rc) fail_msg("%s: %s without a failed allocation", what, scdb_strerror(rc));
+            done = 1;
+        } else if (rc != SCDB_ENOMEM) {
+            fail_msg("%s: allocation %ld failed, the call returned %s", what, n, scdb_strerror(rc));
+        }
+    }
+    assert_true(done);
+}
+
+typedef struct af_ctx {
+    char model[512], adapter[512], peft[512], out[512];
+} af_ctx;
+
+static scdb_err af_load(void *p)
+{
+    af_ctx *c = p;
+    scdb_model *m = NULL;
+    scdb_err rc = scdb_model_load(c->model, &m, NULL, 0);
+    scdb_model_free(&m);
+    return rc;
+}
+
+static scdb_err af_load_adapter(void *p)
+{
+    af_ctx *c = p;
+    scdb_model *m = NULL;
+    scdb_err rc = scdb_model_load(c->adapter, &m, NULL, 0);
+    scdb_model_free(&m);
+    return rc;
+}
+
+static scdb_err af_fp(void *p)
+{
+    af_ctx *c = p;
+    char hex[40];
+    scdb_err rc = scdb_weights_fp_ex(c->adapter, NULL, hex, NULL, 0);
+    return rc ? rc : scdb_weights_fp_ex(c->model, NULL, hex, NULL, 0);
+}
+
+static scdb_err af_export(void *p)
+{
+    af_ctx *c = p;
+    scdb_model *m = NULL;
+    scdb_err rc = scdb_model_load(c->model, &m, NULL, 0);
+    if (!rc) rc = scdb_model_export_gguf(m, c->out, SCDB_F16, NULL, 0);
+    scdb_model_free(&m);
+    return rc ? rc : scdb_adapter_export_gguf(c->peft, NULL, c->out, SCDB_F32, NULL, 0);
+}
+
+static void test_alloc_failures(void **state)
+{
+    (void)state;
+    af_ctx c;
+    char dir[512], err[512];
+    uint64_t rng = 5, arng = 6;
+    tiny_model t = {.name = "abase", .rng = &rng, .layers = 1};
+    tiny_model_write(tmp_path("abase", dir, sizeof dir), &t);
+    tmp_path("abase.gguf", c.model, sizeof c.model);
+    export_model(dir, c.model, SCDB_F32);
+    tiny_adapter ta = {.base = "abase", .rng = &arng, .layers = 1};
+    tiny_adapter_write(tmp_path("aad", c.peft, sizeof c.peft), &ta);
+    tmp_path("aad.gguf", c.adapter, sizeof c.adapter);
+    assert_int_equal(scdb_adapter_export_gguf(c.peft, NULL, c.adapter, SCDB_F32, err, sizeof err), SCDB_OK);
+    tmp_path("aout.gguf", c.out, sizeof c.out);
+    each_alloc("load", af_load, &c);
+    each_alloc("load adapter", af_load_adapter, &c);
+    each_alloc("fingerprint", af_fp, &c);
+    each_alloc("export", af_export, &c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -528,6 +614,7 @@ int main(void)
         cmocka_unit_test(test_adapter),
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_adapter_refusals),
+        cmocka_unit_test(test_alloc_failures),
     };
     return cmocka_run_group_tests(tests, setup_tmp, teardown_tmp);
 }
