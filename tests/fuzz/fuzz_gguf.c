@@ -5,7 +5,8 @@
  * over a tiny base model written at start (explicit base).  A file the
  * reader accepts must keep its promises: keys and names found by lookup,
  * every tensor's bytes inside the file (touched, for ASan) at an offset
- * that is a multiple of the alignment, strings as long as they say. */
+ * that is a multiple of the alignment, strings as long as they say, and
+ * a copy through the writer that opens with the same contents. */
 #include "fuzz.h"
 
 #include <stdlib.h>
@@ -96,6 +97,32 @@ static void walk(const scdb_gguf_file *f, const uint8_t *base, size_t size)
     (void)sink;
 }
 
+/* Copied KV by KV and tensor by tensor into a writer (scdb_gguf_set_kv),
+ * the image must open with the same KVs and tensors. */
+static void copy(const scdb_gguf_file *f)
+{
+    scdb_gguf_writer *w = NULL;
+    scdb_gguf_file *g = NULL;
+    uint8_t *img = NULL;
+    size_t len = 0;
+    FUZZ_CHECK(scdb_gguf_writer_new(&w) == SCDB_OK);
+    for (int i = 0; i < scdb_gguf_kv_count(f); i++) FUZZ_CHECK(scdb_gguf_set_kv(w, scdb_gguf_kv_at(f, i)) == SCDB_OK);
+    for (int i = 0; i < scdb_gguf_tensor_count(f); i++) {
+        const scdb_gguf_tensor *t = scdb_gguf_tensor_at(f, i);
+        FUZZ_CHECK(scdb_gguf_add_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data) == SCDB_OK);
+    }
+    FUZZ_CHECK(scdb_gguf_writer_image(w, &img, &len) == SCDB_OK);
+    FUZZ_CHECK(scdb_gguf_open_buffer(img, len, &g, NULL, 0) == SCDB_OK);
+    FUZZ_CHECK(scdb_gguf_kv_count(g) == scdb_gguf_kv_count(f) && scdb_gguf_tensor_count(g) == scdb_gguf_tensor_count(f));
+    for (int i = 0; i < scdb_gguf_tensor_count(f); i++) {
+        const scdb_gguf_tensor *a = scdb_gguf_tensor_at(f, i), *b = scdb_gguf_tensor_at(g, i);
+        FUZZ_CHECK(!strcmp(a->name, b->name) && a->nbytes == b->nbytes && !memcmp(a->data, b->data, a->nbytes));
+    }
+    scdb_gguf_close(&g);
+    free(img);
+    scdb_gguf_writer_free(&w);
+}
+
 /* What the model loader and the fingerprint do with it. */
 static void llama(const scdb_gguf_file *f, const char *path)
 {
@@ -141,7 +168,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     e1 = scdb_gguf_open_buffer(data, size, &f, err, sizeof err);
     FUZZ_CHECK((e1 == SCDB_OK) == (f != NULL));
-    if (f) walk(f, data, size);
+    if (f) {
+        walk(f, data, size);
+        copy(f);
+    }
     scdb_gguf_close(&f);
 
     /* the same bytes as a file: same verdict */
