@@ -34,8 +34,14 @@
  * base_model_name_or_path: an absolute path, or a name resolved against a
  * models directory the caller gives (the broker's), else tried as
  * ADAPTER/NAME, ADAPTER/../NAME and ADAPTER/../../models/NAME (a data folder
- * holding adapters/ beside models/); the first directory with a config.json
- * wins.
+ * holding adapters/ beside models/), then each of those as NAME.gguf; the
+ * first directory with a config.json, or GGUF model, wins.  A base given
+ * explicitly (scdb_adapter_open_ex) replaces the lookup.
+ *
+ * A GGUF LoRA adapter file (llama.cpp's; gguf_llama.h) opens into the same
+ * struct: its factors are views of the GGUF's tensors in PEFT's shapes
+ * (lora_b of q / k unpermuted), its scale llama.cpp's alpha / r, so the
+ * merge rule, the loader and the fingerprint are the ones above.
  *
  * Everything else PEFT can write is refused by name (SCDB_EUNSUPPORTED):
  * another peft_type, use_dora, bias other than "none", fan_in_fan_out,
