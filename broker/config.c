@@ -1,6 +1,7 @@
 /* config.c — broker configuration: defaults, the ini file (libinih) and
  * command-line overrides of the same keys. */
 #include "broker.h"
+#include "gguf.h"
 #include "wire.h"
 
 #include <errno.h>
@@ -697,7 +698,9 @@ scdb_err scdb_broker_config_add_model(scdb_broker_config *c, const char *spec, c
     m = model_cfg(c, name, 1);
     if (!m) return SCDB_ENOMEM;
     if (sep == eq) {
-        if (snprintf(m->config, sizeof m->config, "%s/config.json", rest) >=
+        /* a model directory (its config.json), or a file the model loader
+         * reads directly (a GGUF model or adapter) */
+        if (snprintf(m->config, sizeof m->config, scdb_gguf_is_file(rest) ? "%s" : "%s/config.json", rest) >=
             (int)sizeof m->config)
             goto undo;
         return SCDB_OK;

@@ -146,8 +146,10 @@ static void usage(FILE *f, const char *prog)
 "options (every [broker] key of the config file is also a flag, '-' or '_';\n"
 "[remote] keys are flags --remote-KEY):\n"
 "  --config FILE              ini file: [broker] keys as below, [model NAME]\n"
-"                             (config = DIR/config.json, or n_layers, n_kv_heads,\n"
-"                             head_dim, max_seq_len; raw_dtype = f16|f32),\n"
+"                             (config = DIR/config.json, a model or adapter\n"
+"                             directory or a GGUF model or adapter file, or\n"
+"                             n_layers, n_kv_heads, head_dim, max_seq_len;\n"
+"                             raw_dtype = f16|f32),\n"
 "                             [codebook NAME] (kind = raw | scd: raw KV of\n"
 "                             `model`, or an SCD codebook `file` fitted on it;\n"
 "                             dtype = f16|f32 for raw; codes_dtype = f16|int8\n"
@@ -158,7 +160,8 @@ static void usage(FILE *f, const char *prog)
 "                             [policy NAME] (file = a learned eviction policy\n"
 "                             for live sessions; full, streaming, h2o, snapkv\n"
 "                             and tova are built in)\n"
-"  --model SPEC               add a model: NAME=DIR (reads DIR/config.json) or\n"
+"  --model SPEC               add a model: NAME=DIR (reads DIR/config.json),\n"
+"                             NAME=FILE.gguf (a GGUF model or adapter) or\n"
 "                             NAME:LAYERS:KV_HEADS:HEAD_DIM[:MAX_SEQ[:f16|f32]];\n"
 "                             each model gets the codebook raw/NAME (raw KV)\n",
             prog);

@@ -47,27 +47,33 @@
 int cli_cmd_fingerprint(int argc, char **argv)
 {
     int ret = 0, n = 0;
-    const char *models_dir = NULL;
+    const char *models_dir = NULL, *base = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            printf("usage: scdb fingerprint [--models-dir DIR] DIR [DIR...]\n\n"
+            printf("usage: scdb fingerprint [--models-dir DIR] DIR [DIR...]\n"
+                   "       scdb fingerprint --base BASE ADAPTER\n\n"
                    "Print the weights fingerprint of each model directory (scdb's own layout or a\n"
-                   "Hugging Face checkpoint, one file or sharded) or PEFT LoRA adapter directory\n"
-                   "(adapter_config.json: the fingerprint of its merged weights over its base):\n"
+                   "Hugging Face checkpoint, one file or sharded), llama GGUF model file, or LoRA\n"
+                   "adapter (a PEFT directory with adapter_config.json, or a GGUF adapter file:\n"
+                   "the fingerprint of its merged weights over its base; --base names the base\n"
+                   "instead of the adapter's own lookup).  A GGUF export of a model in f32 has\n"
+                   "the model's fingerprint (scdb export-gguf).  The fingerprint is\n"
                    "32 hex digits over the tensors the model computes with (schema/FORMATS.md,\n"
                    "\"Weights fingerprint\"), the value a pair records as consumer_fp and a\n"
-                   "consumer sends when it registers.  An adapter's base (base_model_name_or_path)\n"
-                   "is looked up in --models-dir, else beside the adapter.  One line per\n"
+                   "consumer sends when it registers.  An adapter's base (PEFT's\n"
+                   "base_model_name_or_path; a GGUF adapter's general.base_model.0.name, as\n"
+                   "NAME.gguf) is looked up in --models-dir, else beside the adapter.  One line per\n"
                    "directory: FINGERPRINT  DIR.  Exit 1 if a directory could not be\n"
                    "fingerprinted (the reason on stderr).\n");
             return 0;
         }
-        if (!strcmp(argv[i], "--models-dir")) {
+        if (!strcmp(argv[i], "--models-dir") || !strcmp(argv[i], "--base")) {
             if (i + 1 == argc) {
-                fprintf(stderr, "scdb fingerprint: --models-dir needs a directory\n");
+                fprintf(stderr, "scdb fingerprint: %s needs a path\n", argv[i]);
                 return SCDB_CLI_USAGE;
             }
-            models_dir = argv[++i];
+            if (!strcmp(argv[i], "--base")) base = argv[++i];
+            else models_dir = argv[++i];
             continue;
         }
         if (argv[i][0] == '-') {
@@ -77,8 +83,9 @@ int cli_cmd_fingerprint(int argc, char **argv)
     }
     for (int i = 1; i < argc; i++) {
         char fp[SCDB_WEIGHTS_FP_HEX + 1], err[512] = "";
-        if (!strcmp(argv[i], "--models-dir")) { i++; continue; }
-        scdb_err e = scdb_weights_fp_ex(argv[i], models_dir, fp, err, sizeof err);
+        if (!strcmp(argv[i], "--models-dir") || !strcmp(argv[i], "--base")) { i++; continue; }
+        scdb_err e = base ? scdb_weights_fp_adapter(base, argv[i], fp, err, sizeof err)
+                          : scdb_weights_fp_ex(argv[i], models_dir, fp, err, sizeof err);
         n++;
         if (e) {
             fprintf(stderr, "scdb fingerprint: %s (%s)\n", err[0] ? err : argv[i], scdb_strerror(e));
@@ -144,7 +151,8 @@ static void audit_usage(FILE *f)
 "the consumer's held-out text (DIR/../../heldout/<domain>.txt, the family\n"
 "layout), stored only if someone stored them: --store puts the missing ones\n"
 "first, as producer of the codebook with the model in --producer DIR.\n\n"
-"  --consumer DIR      the consumer's model directory (either layout; required)\n"
+"  --consumer DIR      the consumer: a model directory (either layout), a GGUF\n"
+"                      model or a LoRA adapter (required)\n"
 "  --codebook NAME     the broker's codebook (namespace) to audit, e.g. base-scd\n"
 "                      (required)\n"
 "  --model NAME        the consumer's model name at the broker (default: its\n"

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "codec.h"
+#include "gguf.h"
 #include "model.h"
 
 int cli_cmd_calibrate(int argc, char **argv);
@@ -58,7 +59,8 @@ static void usage(FILE *f)
 "block stay as they are.  The pair records late_added = 1.  The producer is\n"
 "--producer DIR, else the codebook's producer beside the first consumer\n"
 "(DIR/../<producer>, or DIR/../../models/<producer> for an adapter in\n"
-"data/adapters); it must be the weights the codebook was fitted for.\n"
+"data/adapters, else <producer>.gguf beside a GGUF consumer); it must be the\n"
+"weights the codebook was fitted for.\n"
 "--patch-layers defaults to all the codebook's candidates; the codebook's\n"
 "options (--ranks, --candidates, --pca, ...) are refused.  Any number of\n"
 "consumers (up to 64) go in one run: the producer's states over the statistics\n"
@@ -318,9 +320,11 @@ static int load_frozen(const char *cb_path, const char *producer_dir, const char
             if (slash) snprintf(dir, sizeof dir, "%.*s/../models/%s", (int)(slash - tmp), tmp, ci->producer);
             else snprintf(dir, sizeof dir, "../../models/%s", ci->producer);
             snprintf(cfg, sizeof cfg, "%s/config.json", dir);
-            if (stat(cfg, &st)) {   /* neither: name the first place in the error */
+            if (stat(cfg, &st)) {   /* a GGUF beside it, else name the first place in the error */
                 if (slash) snprintf(dir, sizeof dir, "%.*s/%s", (int)(slash - tmp), tmp, ci->producer);
                 else snprintf(dir, sizeof dir, "../%s", ci->producer);
+                snprintf(cfg, sizeof cfg, "%s.gguf", dir);
+                if (scdb_gguf_is_file(cfg)) scdb_str_cut(dir, sizeof dir, cfg);
             }
         }
     }

@@ -21,6 +21,7 @@ int cli_cmd_demo(int argc, char **argv);      /* cmd_demo.c */
 int cli_cmd_train_policy(int argc, char **argv); /* cmd_train_policy_rl.c */
 int cli_cmd_audit(int argc, char **argv);     /* cmd_audit.c */
 int cli_cmd_fingerprint(int argc, char **argv);
+int cli_cmd_export_gguf(int argc, char **argv); /* cmd_export_gguf.c */
 
 /* The asset directory: $SCDB_DATA, else ../share/scdb beside the program
  * (scdb_data_dir). */

@@ -25,7 +25,8 @@ static const struct {
     {"lookup", cli_cmd_lookup, "longest stored prefix of a prompt"},
     {"get", cli_cmd_get, "decode a stored prefix into a model's KV"},
     {"stats", cli_cmd_stats, "broker and store counters"},
-    {"fingerprint", cli_cmd_fingerprint, "weights fingerprint of model directories (either layout)"},
+    {"fingerprint", cli_cmd_fingerprint, "weights fingerprint of models and adapters (any layout, GGUF)"},
+    {"export-gguf", cli_cmd_export_gguf, "write a model or LoRA adapter as a GGUF file for llama.cpp"},
     {"audit", cli_cmd_audit, "measure a consumer's decoded prefixes against its own prefill"},
     {"bench", scdb_bench_main, NULL},    /* the benchmarks, listed from bench_main.c's table */
 };

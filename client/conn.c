@@ -693,6 +693,13 @@ scdb_err scdb_weights_fingerprint(const char *model_dir, char fp[33], char *errb
     return scdb_weights_fp(model_dir, fp, errbuf, errlen);
 }
 
+scdb_err scdb_weights_fingerprint_adapter(const char *base, const char *adapter, char fp[33], char *errbuf,
+                                          size_t errlen)
+{
+    if (!base || !adapter || !fp) return SCDB_EINVAL;
+    return scdb_weights_fp_adapter(base, adapter, fp, errbuf, errlen);
+}
+
 scdb_err scdb_set_weights_fp(scdb *h, const char *fp)
 {
     if (!h) return SCDB_EINVAL;

@@ -324,16 +324,22 @@ scdb_err scdb_register(scdb *h, scdb_role role, const char *model, const char *c
  * codebook's producer_fp), instead of storing codes that every consumer
  * would decode as the codebook producer's.
  *
- * scdb_weights_fingerprint: the fingerprint of a model directory into
- * fp[33]; of a PEFT LoRA adapter directory (adapter_config.json), that of
- * its merged weights over its base, found beside it (ADAPTER/..,
- * ADAPTER/../../models) or at an absolute base_model_name_or_path.  Reads
- * every weight once (mmap).  Errors: SCDB_ENOTFOUND (no config.json or
- * weight file, a shard the index names, an adapter's base), SCDB_EFORMAT,
- * SCDB_ERANGE, SCDB_EDTYPE, SCDB_ETRUNC (bad files: errbuf, may be NULL,
- * says which), SCDB_EUNSUPPORTED, SCDB_ESHAPE (an adapter scdb does not
- * apply, or that does not fit its base), SCDB_EIO, SCDB_ENOMEM,
- * SCDB_EINVAL.
+ * scdb_weights_fingerprint: the fingerprint of a model directory or a
+ * llama GGUF model file (llama.cpp's; the same weights, the same
+ * fingerprint) into fp[33]; of a LoRA adapter, a PEFT directory
+ * (adapter_config.json) or a GGUF adapter file, that of its merged weights
+ * over its base, found beside it (PEFT: ADAPTER/.., ADAPTER/../../models,
+ * an absolute base_model_name_or_path; GGUF: NAME.gguf in its folder, NAME
+ * its general.base_model.0.name).  Reads every weight once (mmap).
+ * Errors: SCDB_ENOTFOUND (no config.json or weight file, a shard the index
+ * names, an adapter's base), SCDB_EFORMAT, SCDB_ERANGE, SCDB_EDTYPE (also a
+ * quantized GGUF tensor), SCDB_ETRUNC (bad files: errbuf, may be NULL, says
+ * which), SCDB_EUNSUPPORTED, SCDB_ESHAPE (an adapter scdb does not apply,
+ * or that does not fit its base), SCDB_EIO, SCDB_ENOMEM, SCDB_EINVAL.
+ * scdb_weights_fingerprint_adapter: the same for an adapter over the base
+ * given (a model directory or GGUF file), as llama.cpp names the two
+ * (llama_model_load_from_file + llama_adapter_lora_init); SCDB_EINVAL also
+ * when `adapter` is not an adapter.  Since 0.3 (SCDB_0.3).
  * scdb_set_weights_fp: the fingerprint this handle's registrations, as
  * producer or consumer, send from now on (scdb_register and every
  * re-registration after a broker restart); NULL or "": none.  SCDB_EINVAL
@@ -341,6 +347,8 @@ scdb_err scdb_register(scdb *h, scdb_role role, const char *model, const char *c
  * scdb_set_weights_dir: the same, computed from a model directory: the
  * errors of scdb_weights_fingerprint (message in scdb_last_error). */
 scdb_err scdb_weights_fingerprint(const char *model_dir, char fp[33], char *errbuf, size_t errlen);
+scdb_err scdb_weights_fingerprint_adapter(const char *base, const char *adapter, char fp[33], char *errbuf,
+                                          size_t errlen);
 scdb_err scdb_set_weights_fp(scdb *h, const char *fp);
 scdb_err scdb_set_weights_dir(scdb *h, const char *model_dir);
 

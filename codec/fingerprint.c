@@ -47,12 +47,15 @@ scdb_err cx_model_fp_like(const scdb_model *m, const char *recorded, char out[SC
 {
     const char *dir = scdb_model_dir(m);
     if (recorded && strlen(recorded) == LEGACY_HEX) return legacy_fp(dir, out, errbuf, errlen);
-    return scdb_weights_fp_ex(dir, scdb_model_models_dir(m), out, errbuf, errlen);
+    return cx_model_fp(m, out, errbuf, errlen);
 }
 
 scdb_err cx_model_fp(const scdb_model *m, char out[SCDB_CODEC_FP_LEN], char *errbuf, size_t errlen)
 {
-    /* an adapter: its merged weights', the base looked up where the load found it */
+    /* an adapter: its merged weights' over the base the load used (found by
+     * lookup or given explicitly: scdb_model_load_opts.base) */
+    if (scdb_model_base_dir(m))
+        return scdb_weights_fp_adapter(scdb_model_base_dir(m), scdb_model_dir(m), out, errbuf, errlen);
     return scdb_weights_fp_ex(scdb_model_dir(m), scdb_model_models_dir(m), out, errbuf, errlen);
 }
 

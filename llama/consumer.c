@@ -67,12 +67,10 @@ scdb_err scdb_llama_consumer_open(const scdb_llama_consumer_params *p, scdb_llam
     c->scale = p->adapter_scale;
     if (p->model_path) {
         /* a GGUF adapter's fingerprint is that of base + adapter merged */
-        char path[8192];
-        if (p->adapter_path)
-            snprintf(path, sizeof path, "%s+%s", p->model_path, p->adapter_path);
-        else
-            snprintf(path, sizeof path, "%s", p->model_path);
-        if ((err = scdb_weights_fingerprint(path, c->fp, errbuf, errlen)))
+        err = p->adapter_path
+                  ? scdb_weights_fingerprint_adapter(p->model_path, p->adapter_path, c->fp, errbuf, errlen)
+                  : scdb_weights_fingerprint(p->model_path, c->fp, errbuf, errlen);
+        if (err)
             goto fail;
     }
     scdb_opts o = {0};

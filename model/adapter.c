@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "gguf.h"
 #include "kernels.h"
 #include "model_internal.h"
 #include "peft_adapter.h"
@@ -34,17 +35,6 @@ void scdb_model_proj_shapes(const scdb_model_config *c, int64_t shape[SCDB_LORA_
     memcpy(shape, s, sizeof s);
 }
 
-/* An f32 buffer the model owns (freed with it). */
-static float *owned(scdb_model *m, size_t n)
-{
-    float *f = malloc(n * sizeof *f);
-    float **g = realloc(m->converted, (size_t)(m->n_converted + 1) * sizeof *g);
-    if (g) m->converted = g;
-    if (!f || !g) { free(f); return NULL; }
-    m->converted[m->n_converted++] = f;
-    return f;
-}
-
 scdb_err md_adapter_apply(scdb_model *m, const scdb_adapter *a, scdb_lora_apply mode,
                           char *errbuf, size_t errlen)
 {
@@ -63,13 +53,13 @@ scdb_err md_adapter_apply(scdb_model *m, const scdb_adapter *a, scdb_lora_apply 
         int64_t out = shape[t->module][0], in = shape[t->module][1];
         const float **w = slot(&m->layers[t->layer], t->module);
         if (mode == SCDB_LORA_MERGED) {
-            float *dst = owned(m, (size_t)(out * in));
+            float *dst = md_model_owned(m, (size_t)(out * in));
             if (!dst) return SCDB_ENOMEM;
             if ((rc = scdb_adapter_merge(a, t, *w, out, in, dst))) return rc;
             *w = dst;
             continue;
         }
-        float *fa = owned(m, (size_t)(a->r * in)), *fb = fa ? owned(m, (size_t)(out * a->r)) : NULL;
+        float *fa = md_model_owned(m, (size_t)(a->r * in)), *fb = fa ? md_model_owned(m, (size_t)(out * a->r)) : NULL;
         if (!fb) return SCDB_ENOMEM;
         if ((rc = scdb_st_to_f32(t->a, 0, (size_t)(a->r * in), fa)) ||
             (rc = scdb_st_to_f32(t->b, 0, (size_t)(out * a->r), fb)))
@@ -104,6 +94,7 @@ void md_adapter_rename(scdb_model_config *c, const char *dir)
     while (n > 1 && dir[n - 1] == '/') n--;
     size_t b = n;
     while (b > 0 && dir[b - 1] != '/') b--;
+    if (n - b > 5 && !strncmp(dir + n - 5, ".gguf", 5)) n -= 5;    /* a GGUF adapter file */
     snprintf(c->parent, sizeof c->parent, "%s", c->name);
     snprintf(c->name, sizeof c->name, "%.*s", (int)(n - b), dir + b);
     snprintf(c->finetune, sizeof c->finetune, "lora");
@@ -122,18 +113,21 @@ scdb_err scdb_model_config_load_any(const char *path, const char *models_dir,
     n = strlen(path);
     if (n >= sizeof dir) return SCDB_EINVAL;
     memcpy(dir, path, n + 1);
-    if (stat(path, &st) == 0 && !S_ISDIR(st.st_mode)) {      /* a file: its directory */
+    if (stat(path, &st) == 0 && !S_ISDIR(st.st_mode) && scdb_adapter_is(path)) {
+        /* a GGUF adapter file: it is the adapter (dir = path) */
+    } else if (stat(path, &st) == 0 && !S_ISDIR(st.st_mode)) {      /* a file: its directory */
         const char *base = strrchr(path, '/');
         if (strcmp(base ? base + 1 : path, SCDB_ADAPTER_CONFIG)) return scdb_model_config_load(path, out, errbuf, errlen);
         if (base) dir[base - path] = '\0';
         else snprintf(dir, sizeof dir, ".");
     }
-    if (!scdb_adapter_is_dir(dir)) {
+    if (!scdb_adapter_is(dir)) {
         snprintf(cfg, sizeof cfg, "%s/config.json", dir);
         return scdb_model_config_load(cfg, out, errbuf, errlen);
     }
     if ((rc = scdb_adapter_open(dir, models_dir, &a, errbuf, errlen))) return rc;
-    snprintf(cfg, sizeof cfg, "%s/config.json", a->base_dir);
+    if (scdb_gguf_is_file(a->base_dir)) snprintf(cfg, sizeof cfg, "%s", a->base_dir);
+    else snprintf(cfg, sizeof cfg, "%s/config.json", a->base_dir);
     if ((rc = scdb_model_config_load(cfg, out, errbuf, errlen))) goto done;
     int64_t shape[SCDB_LORA_N_MODULES][2];
     scdb_model_proj_shapes(out, shape);

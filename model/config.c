@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gguf.h"
+#include "model_internal.h"
 
 static scdb_err get_int(const cJSON *o, const char *key, int lo, int hi, int *out,
                         char *errbuf, size_t errlen)
@@ -122,6 +124,7 @@ scdb_err scdb_model_config_load(const char *path, scdb_model_config *out,
 {
     char *buf = NULL;
     size_t len = 0;
+    if (scdb_gguf_is_file(path)) return md_gguf_config_load(path, out, errbuf, errlen);
     scdb_err rc = scdb_read_file(path, 1 << 20, &buf, &len);
     if (rc) {
         scdb_errf(errbuf, errlen, "%s: %s", path, scdb_strerror(rc));

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gguf.h"
 #include "model_internal.h"
 #include "peft_adapter.h"
 
@@ -64,6 +65,11 @@ static scdb_err load_dir(const char *dir, scdb_model **out, char *errbuf, size_t
     m = calloc(1, sizeof *m);
     if (!m) return SCDB_ENOMEM;
     snprintf(m->dir, sizeof m->dir, "%s", dir);
+    if (scdb_gguf_is_file(dir)) {              /* llama.cpp's GGUF (gguf_checkpoint.c) */
+        if ((rc = md_gguf_load(m, errbuf, errlen))) goto fail;
+        *out = m;
+        return SCDB_OK;
+    }
     snprintf(path, sizeof path, "%s/config.json", dir);
     rc = scdb_model_config_load(path, &m->cfg, errbuf, errlen);
     if (rc) goto fail;
@@ -88,7 +94,7 @@ static scdb_err load_adapter(const char *dir, const scdb_model_load_opts *o, scd
     char msg[512] = "";
     scdb_err rc;
 
-    if ((rc = scdb_adapter_open(dir, o->models_dir, &a, errbuf, errlen))) return rc;
+    if ((rc = scdb_adapter_open_ex(dir, o->models_dir, o->base, &a, errbuf, errlen))) return rc;
     if ((rc = load_dir(a->base_dir, &m, msg, sizeof msg))) {
         scdb_errf(errbuf, errlen, "%s: base %s: %s", dir, a->base_dir, msg);
         goto done;
@@ -114,7 +120,7 @@ done:
 scdb_err scdb_model_load_ex(const char *dir, const scdb_model_load_opts *o, scdb_model **out,
                             char *errbuf, size_t errlen)
 {
-    static const scdb_model_load_opts dflt = {NULL, SCDB_LORA_MERGED};
+    static const scdb_model_load_opts dflt = {NULL, SCDB_LORA_MERGED, NULL};
     if (!out) return SCDB_EINVAL;
     *out = NULL;
     if (!dir) return SCDB_EINVAL;
@@ -124,13 +130,28 @@ scdb_err scdb_model_load_ex(const char *dir, const scdb_model_load_opts *o, scdb
         scdb_errf(errbuf, errlen, "%s: path too long", dir);
         return SCDB_EINVAL;
     }
-    if (scdb_adapter_is_dir(dir)) return load_adapter(dir, o, out, errbuf, errlen);
+    if (scdb_adapter_is(dir)) return load_adapter(dir, o, out, errbuf, errlen);
+    if (o->base) {
+        scdb_errf(errbuf, errlen, "%s: not an adapter, but a base was given (%s)", dir, o->base);
+        return SCDB_EINVAL;
+    }
     return load_dir(dir, out, errbuf, errlen);
 }
 
 scdb_err scdb_model_load(const char *dir, scdb_model **out, char *errbuf, size_t errlen)
 {
     return scdb_model_load_ex(dir, NULL, out, errbuf, errlen);
+}
+
+scdb_err scdb_model_load_adapter(const char *base, const char *adapter, scdb_model **out, char *errbuf,
+                                 size_t errlen)
+{
+    scdb_model_load_opts o = {.lora = SCDB_LORA_MERGED, .base = base};
+    if (!base) {
+        if (out) *out = NULL;
+        return SCDB_EINVAL;
+    }
+    return scdb_model_load_ex(adapter, &o, out, errbuf, errlen);
 }
 
 const char *scdb_model_base_dir(const scdb_model *m) { return m->base_dir[0] ? m->base_dir : NULL; }
@@ -147,6 +168,7 @@ void scdb_model_free(scdb_model **pm)
     free(m->layers);
     for (int i = 0; i < m->n_files; i++) scdb_st_close(&m->files[i]);
     free(m->files);
+    scdb_gguf_close(&m->gguf);
     free(m);
     *pm = NULL;
 }

@@ -6,7 +6,8 @@
  * Hugging Face Llama checkpoint (config.json with Hugging Face keys, one
  * model.safetensors or shards listed by model.safetensors.index.json,
  * transformers' tensor names; tools/export_hf.py writes one from a family
- * model).  The architecture: token embedding (a byte vocabulary for the
+ * model), or a llama-architecture GGUF file (llama.cpp's; `scdb export-gguf`
+ * writes one, scdb_model_export_gguf below).  The architecture: token embedding (a byte vocabulary for the
  * family, any size for Hugging Face checkpoints), n_layers blocks of
  *
  *   h_in = RMSNorm(x) * attention_norm             <- captured as H_in
@@ -45,6 +46,8 @@ typedef enum scdb_model_layout {
     SCDB_LAYOUT_SCDB = 0,   /* config.json with d_model, ...; model.safetensors */
     SCDB_LAYOUT_HF = 1,     /* Hugging Face Llama: config.json with hidden_size,
                              * ...; model.safetensors or index + shards */
+    SCDB_LAYOUT_GGUF = 2,   /* one llama-architecture GGUF file (llama.cpp's;
+                             * schema/gguf_llama.h) */
 } scdb_model_layout;
 
 typedef struct scdb_model_config {
@@ -56,8 +59,9 @@ typedef struct scdb_model_config {
     int max_seq_len;
     float rope_theta, norm_eps;
     scdb_model_layout layout;            /* which layout config.json was in */
-    int tied_embeddings;                 /* HF tie_word_embeddings: logits use
-                                          * the embedding matrix */
+    int tied_embeddings;                 /* HF tie_word_embeddings (GGUF: no
+                                          * output.weight): logits use the
+                                          * embedding matrix */
 } scdb_model_config;
 
 /* Parse config.json text, in either layout: a JSON object with
@@ -77,7 +81,8 @@ scdb_err scdb_model_config_parse(const char *json, size_t len, scdb_model_config
 scdb_err scdb_model_config_load(const char *path, scdb_model_config *out,
                                 char *errbuf, size_t errlen);
 /* The config of whatever `path` names: a config.json file, a model
- * directory, or a PEFT LoRA adapter directory (or its adapter_config.json):
+ * directory, a GGUF model file, or a LoRA adapter (a PEFT directory, its
+ * adapter_config.json, or a GGUF adapter file):
  * for an adapter, its base's config (the base looked up as
  * scdb_model_load_ex does, models_dir may be NULL) named after the adapter
  * directory, parent the base's name, finetune "lora", after checking the
@@ -105,7 +110,9 @@ typedef struct scdb_model scdb_model;
 /* Load a model directory in either layout (detected from config.json):
  * scdb's own (DIR/config.json + DIR/model.safetensors) or Hugging Face
  * (DIR/config.json + DIR/model.safetensors, or the shards that
- * DIR/model.safetensors.index.json lists).  Every tensor's dtype and shape
+ * DIR/model.safetensors.index.json lists); or a llama-architecture GGUF
+ * file (llama.cpp's; schema/gguf_llama.h: its errors, SCDB_EDTYPE naming a
+ * quantized tensor and its type).  Every tensor's dtype and shape
  * is checked against the config.  Errors of the config loader and the
  * safetensors reader (the message names the file), plus SCDB_ENOTFOUND
  * (missing tensor, weight file or shard), SCDB_ESHAPE (wrong shape),
@@ -137,6 +144,10 @@ typedef enum scdb_lora_apply { SCDB_LORA_MERGED = 0, SCDB_LORA_LOWRANK = 1 } scd
 typedef struct scdb_model_load_opts {
     const char *models_dir;
     scdb_lora_apply lora;
+    const char *base;       /* an adapter's base model (directory or GGUF
+                             * file) instead of its own lookup; NULL: the
+                             * lookup (schema/peft_adapter.h, gguf_llama.h).
+                             * Refused (SCDB_EINVAL) for a plain model. */
 } scdb_model_load_opts;
 
 /* scdb_model_load with options (o may be NULL: the defaults).  Errors: those
@@ -148,6 +159,14 @@ typedef struct scdb_model_load_opts {
 scdb_err scdb_model_load_ex(const char *dir, const scdb_model_load_opts *o, scdb_model **out,
                             char *errbuf, size_t errlen);
 void scdb_model_free(scdb_model **m);
+
+/* An adapter (a PEFT directory or a GGUF LoRA adapter file) merged over the
+ * base model `base` (a directory or a GGUF file) given explicitly: what
+ * scdb_model_load_ex does with opts.base = base.  The model is named after
+ * the adapter.  Errors: scdb_model_load_ex's; SCDB_EINVAL (NULL base, or
+ * `adapter` not an adapter). */
+scdb_err scdb_model_load_adapter(const char *base, const char *adapter, scdb_model **out, char *errbuf,
+                                 size_t errlen);
 
 /* The weight shape [out, in] of each projection an adapter may target, in
  * scdb_lora_module order (schema/peft_adapter.h): q, k, v, o, gate, up,
@@ -220,6 +239,35 @@ scdb_err scdb_model_head(const scdb_model *m, const float *x, int n, float *logi
  * h_in [n][d_model] at positions pos: what the model itself would cache. */
 void scdb_model_kv_from_hin(const scdb_model *m, int layer, const float *h_in,
                             const int32_t *pos, int n, float *k_out, float *v_out);
+
+/* ------------------------------------------------------------ GGUF export
+ * The model, or a LoRA adapter, as the GGUF file llama.cpp loads
+ * (gguf_export.c; schema/gguf_llama.h the names and the RoPE row
+ * permutation; schema/FORMATS.md "GGUF: llama models and LoRA adapters").
+ * dt: SCDB_F32 (exact: loading the file back gives the model's weights bit
+ * for bit, and so its logits and fingerprint), SCDB_F16 or SCDB_BF16 for the
+ * matrices (norms stay F32).  Written atomically (path.tmp, rename).
+ *
+ * scdb_model_export_gguf: a loaded model (an adapter loaded merged exports
+ * as a full model) with the byte vocabulary: tokenizer.ggml.model "rwkv",
+ * token i = "\xNN" (i in lowercase hex), so llama_tokenize maps each byte
+ * to its own id, no BOS / EOS added.  Errors: SCDB_EINVAL (NULL argument,
+ * another dtype), SCDB_EUNSUPPORTED (vocab_size not 256: scdb has no other
+ * tokenizer; a model loaded SCDB_LORA_LOWRANK), the writer's (SCDB_EIO,
+ * SCDB_ENOTFOUND for a missing directory), SCDB_ENOMEM.
+ *
+ * scdb_adapter_export_gguf: the adapter at `adapter` (a PEFT directory, its
+ * base looked up as scdb_adapter_open does with models_dir, or a GGUF
+ * adapter) as a GGUF LoRA adapter: general.type "adapter", adapter.type
+ * "lora", adapter.lora.alpha (for rsLoRA the alpha giving its scale),
+ * general.base_model.0.name = the base's name (so that BASE.gguf beside it
+ * is found), blk.N.PROJ.weight.lora_a ne {in, r} and .lora_b ne {r, out},
+ * lora_b of attn_q / attn_k permuted like the base's rows.  Errors:
+ * scdb_adapter_open's, scdb_adapter_check_base's, the above. */
+scdb_err scdb_model_export_gguf(const scdb_model *m, const char *path, scdb_dtype dt, char *errbuf,
+                                size_t errlen);
+scdb_err scdb_adapter_export_gguf(const char *adapter, const char *models_dir, const char *path,
+                                  scdb_dtype dt, char *errbuf, size_t errlen);
 
 /* ------------------------------------------------------------ byte tokens */
 

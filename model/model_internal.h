@@ -2,8 +2,9 @@
  * model_internal.h — what the files of model/ share and nobody else sees.
  *
  * A loaded model is a config plus f32 weight pointers.  The pointers point
- * into one or more mmap'd safetensors files (zero-copy for F32 tensors) or
- * into f32 copies made at load (F16 / BF16 tensors).  Two checkpoint
+ * into one or more mmap'd safetensors files or a mmap'd GGUF file
+ * (zero-copy for F32 tensors) or into f32 copies made at load (F16 / BF16
+ * tensors, GGUF attn_q / attn_k rows unpermuted).  Three checkpoint
  * layouts fill the same struct:
  *
  *   scdb's own      config.json (d_model, n_layers, ...) + model.safetensors
@@ -12,12 +13,16 @@
  *                   model-0000N-of-0000M.safetensors shards listed by
  *                   model.safetensors.index.json, with transformers' Llama
  *                   names                               (hf_checkpoint.c)
+ *   GGUF            one llama.cpp file: llama.* keys and blk.N.* tensors
+ *                   (schema/gguf_llama.h)              (gguf_checkpoint.c)
  *
- * config.c parses config.json in both layouts.  Calls run one way:
- * model.c calls hf_checkpoint.c for a Hugging Face directory; both call
- * weights.c, which binds one checked tensor to a weight pointer.
- * schema/FORMATS.md ("Model directory", "Hugging Face Llama checkpoints")
- * is the contract.
+ * config.c parses config.json in both JSON layouts (and hands a GGUF path
+ * to gguf_checkpoint.c).  Calls run one way: model.c calls
+ * hf_checkpoint.c and gguf_checkpoint.c; they call weights.c, which binds
+ * one checked tensor to a weight pointer or owns a converted copy.
+ * gguf_export.c writes a loaded model (or an adapter) back as GGUF.
+ * schema/FORMATS.md ("Model directory", "Hugging Face Llama checkpoints",
+ * "GGUF: llama models and LoRA adapters") is the contract.
  */
 #ifndef SCDB_MODEL_INTERNAL_H
 #define SCDB_MODEL_INTERNAL_H
@@ -35,12 +40,14 @@ typedef struct md_lora_lowrank {
 } md_lora_lowrank;
 
 struct scdb_adapter;
+struct scdb_gguf_file;
 
 struct scdb_model {
     scdb_model_config cfg;
     char dir[1024];
     scdb_st_file **files;          /* the open weight files (1 unless sharded) */
     int n_files;
+    struct scdb_gguf_file *gguf;   /* or the open GGUF file (gguf_checkpoint.c) */
     const float *tok_embeddings;   /* [vocab, d] */
     const float *norm;             /* [d] */
     const float *output;           /* [vocab, d]; == tok_embeddings when tied */
@@ -67,6 +74,10 @@ scdb_err md_model_bind(scdb_model *m, const scdb_st_tensor *t, const char *name,
                          const char *where, int64_t d0, int64_t d1,
                          const float **out, char *errbuf, size_t errlen);
 
+/* An f32 buffer of n floats the model owns (freed with it); NULL when out
+ * of memory. */
+float *md_model_owned(scdb_model *m, size_t n);
+
 /* Add an open file to m->files (the model closes it).  On SCDB_ENOMEM the
  * file is closed. */
 scdb_err md_model_add_file(scdb_model *m, scdb_st_file **f);
@@ -74,6 +85,18 @@ scdb_err md_model_add_file(scdb_model *m, scdb_st_file **f);
 /* Open the Hugging Face weight files of m->dir (m->cfg already parsed) and
  * bind every tensor.  Errors: see scdb_model_load in model.h. */
 scdb_err md_hf_load_weights(scdb_model *m, char *errbuf, size_t errlen);
+
+/* A llama GGUF model file (m->dir): open it into m->gguf, fill m->cfg,
+ * allocate m->layers and bind every tensor (F32 tensors in place unless
+ * attn_q / attn_k, whose rows are unpermuted into a copy; F16 / BF16
+ * converted).  Errors: scdb_gguf_open's, scdb_gguf_llama_hparams_read's
+ * and scdb_gguf_llama_tensors' (schema/gguf_llama.h), SCDB_ENOMEM.
+ * gguf_checkpoint.c. */
+scdb_err md_gguf_load(scdb_model *m, char *errbuf, size_t errlen);
+
+/* The config of a GGUF model file (scdb_model_config_load's GGUF case):
+ * named by general.name, else after the file (without .gguf). */
+scdb_err md_gguf_config_load(const char *path, scdb_model_config *out, char *errbuf, size_t errlen);
 
 /* Apply an open adapter to m (its base, loaded): check it against m->cfg,
  * then merge every target into a copy (SCDB_LORA_MERGED) or keep f32

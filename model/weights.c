@@ -52,6 +52,16 @@ scdb_err md_model_bind(scdb_model *m, const scdb_st_tensor *t, const char *name,
     return SCDB_OK;
 }
 
+float *md_model_owned(scdb_model *m, size_t n)
+{
+    float *f = malloc((n ? n : 1) * sizeof *f);
+    float **g = realloc(m->converted, (size_t)(m->n_converted + 1) * sizeof *g);
+    if (g) m->converted = g;
+    if (!f || !g) { free(f); return NULL; }
+    m->converted[m->n_converted++] = f;
+    return f;
+}
+
 scdb_err md_model_add_file(scdb_model *m, scdb_st_file **f)
 {
     scdb_st_file **grown = realloc(m->files, (size_t)(m->n_files + 1) * sizeof *grown);

@@ -9,6 +9,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "gguf.h"
+#include "gguf_llama.h"
 #include "scdb_common.h"
 
 #define MAX_CONFIG (1u << 20)
@@ -46,6 +48,11 @@ static int has_file(const char *dir, const char *name)
 int scdb_adapter_is_dir(const char *dir)
 {
     return dir && has_file(dir, SCDB_ADAPTER_CONFIG);
+}
+
+int scdb_adapter_is(const char *path)
+{
+    return scdb_adapter_is_dir(path) || scdb_gguf_is_adapter_file(path);
 }
 
 /* ------------------------------------------------------------ config */
@@ -216,29 +223,48 @@ done:
 
 /* ------------------------------------------------------------ base */
 
-static scdb_err resolve_base(scdb_adapter *a, const char *models_dir, char *errbuf, size_t errlen)
+/* A model at path: a directory with config.json, or a GGUF model file. */
+static int is_model(const char *path)
 {
-    char cand[3][1600], tried[5000] = "";
+    return has_file(path, "config.json") || (scdb_gguf_is_file(path) && !scdb_gguf_is_adapter_file(path));
+}
+
+static int is_adapter(const char *path)
+{
+    return has_file(path, SCDB_ADAPTER_CONFIG) || scdb_gguf_is_adapter_file(path);
+}
+
+static scdb_err resolve_base(scdb_adapter *a, const char *models_dir, const char *base, char *errbuf,
+                             size_t errlen)
+{
+    char cand[6][1600], tried[8000] = "";
     int n = 0;
     const char *name = a->base_name;
 
-    if (name[0] == '/') {
+    if (base) {
+        snprintf(cand[n++], sizeof cand[0], "%s", base);
+    } else if (name[0] == '/') {
         snprintf(cand[n++], sizeof cand[0], "%s", name);
+        snprintf(cand[n++], sizeof cand[0], "%s.gguf", name);
     } else if (models_dir && models_dir[0]) {
         snprintf(cand[n++], sizeof cand[0], "%s/%s", models_dir, name);
+        snprintf(cand[n++], sizeof cand[0], "%s/%s.gguf", models_dir, name);
     } else {
         snprintf(cand[n++], sizeof cand[0], "%s/%s", a->dir, name);
         snprintf(cand[n++], sizeof cand[0], "%s/../%s", a->dir, name);
         snprintf(cand[n++], sizeof cand[0], "%s/../../models/%s", a->dir, name);
+        snprintf(cand[n++], sizeof cand[0], "%s/%s.gguf", a->dir, name);
+        snprintf(cand[n++], sizeof cand[0], "%s/../%s.gguf", a->dir, name);
+        snprintf(cand[n++], sizeof cand[0], "%s/../../models/%s.gguf", a->dir, name);
     }
     for (int i = 0; i < n; i++) {
-        if (!has_file(cand[i], "config.json") && !has_file(cand[i], SCDB_ADAPTER_CONFIG)) {
-            size_t o = strlen(tried);
-            snprintf(tried + o, sizeof tried - o, "%s%s", o ? ", " : "", cand[i]);
+        if (!is_model(cand[i]) && !is_adapter(cand[i])) {
+            if (tried[0]) scdb_str_cut(tried + strlen(tried), sizeof tried - strlen(tried), ", ");
+            scdb_str_cut(tried + strlen(tried), sizeof tried - strlen(tried), cand[i]);
             continue;
         }
         if (strlen(cand[i]) >= sizeof a->base_dir) break;
-        if (has_file(cand[i], SCDB_ADAPTER_CONFIG)) {
+        if (is_adapter(cand[i])) {
             scdb_errf(errbuf, errlen, "%s: base %s is itself an adapter: stacked adapters are not supported",
                       a->dir, cand[i]);
             return SCDB_EUNSUPPORTED;
@@ -246,7 +272,8 @@ static scdb_err resolve_base(scdb_adapter *a, const char *models_dir, char *errb
         memcpy(a->base_dir, cand[i], strlen(cand[i]) + 1);
         return SCDB_OK;
     }
-    scdb_errf(errbuf, errlen, "%s: base model '%s' not found (no config.json in %s)", a->dir, name, tried);
+    scdb_errf(errbuf, errlen, "%s: base model '%s' not found (no config.json or GGUF model at %s)", a->dir,
+              base ? base : name, tried);
     return SCDB_ENOTFOUND;
 }
 
@@ -336,17 +363,28 @@ unknown:
 scdb_err scdb_adapter_open(const char *dir, const char *models_dir, scdb_adapter **out,
                            char *errbuf, size_t errlen)
 {
+    return scdb_adapter_open_ex(dir, models_dir, NULL, out, errbuf, errlen);
+}
+
+scdb_err scdb_adapter_open_ex(const char *dir, const char *models_dir, const char *base,
+                              scdb_adapter **out, char *errbuf, size_t errlen)
+{
     scdb_adapter *a = NULL;
     char path[1400], msg[512] = "";
     scdb_err rc;
 
     if (!dir || !out) return SCDB_EINVAL;
     *out = NULL;
-    if (strlen(dir) >= sizeof a->dir) return SCDB_EINVAL;
+    if (strlen(dir) >= sizeof a->dir || (base && strlen(base) >= sizeof a->base_dir)) return SCDB_EINVAL;
     a = calloc(1, sizeof *a);
     if (!a) return SCDB_ENOMEM;
     snprintf(a->dir, sizeof a->dir, "%s", dir);
-    if ((rc = parse_config(a, errbuf, errlen)) || (rc = resolve_base(a, models_dir, errbuf, errlen)))
+    if (scdb_gguf_is_file(dir)) {          /* a GGUF LoRA adapter (gguf_llama.h) */
+        if ((rc = scdb_gguf_adapter_fill(a, models_dir, base, errbuf, errlen))) goto fail;
+        *out = a;
+        return SCDB_OK;
+    }
+    if ((rc = parse_config(a, errbuf, errlen)) || (rc = resolve_base(a, models_dir, base, errbuf, errlen)))
         goto fail;
     snprintf(path, sizeof path, "%s/" SCDB_ADAPTER_WEIGHTS, dir);
     rc = scdb_st_open(path, &a->file, msg, sizeof msg);
@@ -383,6 +421,9 @@ void scdb_adapter_close(scdb_adapter **pa)
 {
     if (!pa || !*pa) return;
     scdb_st_close(&(*pa)->file);
+    scdb_gguf_close(&(*pa)->gguf);
+    free((*pa)->views);
+    free((*pa)->owned);
     free((*pa)->t);
     free(*pa);
     *pa = NULL;
@@ -408,20 +449,20 @@ scdb_err scdb_adapter_check_base(const scdb_adapter *a, int n_layers,
         const scdb_lora_target *t = &a->t[i];
         int64_t out = shape[t->module][0], in = shape[t->module][1];
         if (t->layer >= n_layers) {
-            scdb_errf(errbuf, errlen, SCDB_ADAPTER_WEIGHTS ": layer %d %s: the base has %d layers", t->layer,
-                      SHORT[t->module], n_layers);
+            scdb_errf(errbuf, errlen, "%s: layer %d %s: the base has %d layers",
+                      a->gguf ? a->dir : SCDB_ADAPTER_WEIGHTS, t->layer, SHORT[t->module], n_layers);
             return SCDB_ESHAPE;
         }
         if (t->a->shape[1] != in || t->b->shape[0] != out) {
-            scdb_errf(errbuf, errlen, SCDB_ADAPTER_WEIGHTS ": layer %d %s: lora_A [%lld, %lld] and lora_B "
+            scdb_errf(errbuf, errlen, "%s: layer %d %s: lora_A [%lld, %lld] and lora_B "
                       "[%lld, %lld] do not fit the base's weight [%lld, %lld] (want A [%d, %lld], B [%lld, %d])",
-                      t->layer, SHORT[t->module], (long long)t->a->shape[0], (long long)t->a->shape[1],
+                      a->gguf ? a->dir : SCDB_ADAPTER_WEIGHTS, t->layer, SHORT[t->module], (long long)t->a->shape[0], (long long)t->a->shape[1],
                       (long long)t->b->shape[0], (long long)t->b->shape[1], (long long)out, (long long)in,
                       a->r, (long long)in, (long long)out, a->r);
             return SCDB_ESHAPE;
         }
     }
-    for (int l = 0; l < n_layers; l++)
+    for (int l = 0; l < n_layers && !a->partial; l++)
         for (int m = 0; m < SCDB_LORA_N_MODULES; m++)
             if ((a->modules & (1u << m)) && !scdb_adapter_find(a, l, m)) {
                 scdb_errf(errbuf, errlen, SCDB_ADAPTER_WEIGHTS ": no lora_A / lora_B for layer %d %s, which "

@@ -34,8 +34,14 @@
  * base_model_name_or_path: an absolute path, or a name resolved against a
  * models directory the caller gives (the broker's), else tried as
  * ADAPTER/NAME, ADAPTER/../NAME and ADAPTER/../../models/NAME (a data folder
- * holding adapters/ beside models/); the first directory with a config.json
- * wins.
+ * holding adapters/ beside models/), then each of those as NAME.gguf; the
+ * first directory with a config.json, or GGUF model, wins.  A base given
+ * explicitly (scdb_adapter_open_ex) replaces the lookup.
+ *
+ * A GGUF LoRA adapter file (llama.cpp's; gguf_llama.h) opens into the same
+ * struct: its factors are views of the GGUF's tensors in PEFT's shapes
+ * (lora_b of q / k unpermuted), its scale llama.cpp's alpha / r, so the
+ * merge rule, the loader and the fingerprint are the ones above.
  *
  * Everything else PEFT can write is refused by name (SCDB_EUNSUPPORTED):
  * another peft_type, use_dora, bias other than "none", fan_in_fan_out,
@@ -75,9 +81,11 @@ typedef struct scdb_lora_target {
     const scdb_st_tensor *b;   /* [out, r] */
 } scdb_lora_target;
 
+struct scdb_gguf_file;
+
 typedef struct scdb_adapter {
-    char dir[1024];
-    char base_dir[1024];       /* the resolved base model directory */
+    char dir[1024];            /* the adapter directory (or GGUF file) */
+    char base_dir[1024];       /* the resolved base model directory (or GGUF file) */
     char base_name[512];       /* base_model_name_or_path as written */
     int r;
     double alpha;
@@ -87,10 +95,21 @@ typedef struct scdb_adapter {
     scdb_st_file *file;
     scdb_lora_target *t;       /* sorted by (layer, module) */
     int n_t;
+    /* a GGUF adapter (gguf_llama.h): file is NULL, the factors are views of
+     * the GGUF's tensors (lora_b of q / k unpermuted into `owned`), and
+     * layers it has no factors for are left alone (partial: it names no
+     * target_modules to complete) */
+    int partial;
+    struct scdb_gguf_file *gguf;
+    scdb_st_tensor *views;
+    void *owned;
 } scdb_adapter;
 
 /* 1 if dir holds an adapter_config.json. */
 int scdb_adapter_is_dir(const char *dir);
+/* 1 if path is an adapter: a PEFT directory or a GGUF LoRA adapter file
+ * (gguf_llama.h). */
+int scdb_adapter_is(const char *path);
 
 /* Parse and check DIR/adapter_config.json, resolve the base (models_dir may
  * be NULL) and open DIR/adapter_model.safetensors, checking every tensor's
@@ -107,6 +126,13 @@ int scdb_adapter_is_dir(const char *dir);
  * SCDB_ENOMEM.  errbuf names the file, key or tensor. */
 scdb_err scdb_adapter_open(const char *dir, const char *models_dir, scdb_adapter **out,
                            char *errbuf, size_t errlen);
+/* scdb_adapter_open for a PEFT directory or a GGUF LoRA adapter file
+ * (scdb_gguf_adapter_fill's rules and errors), with `base` (may be NULL)
+ * naming the base model directory or GGUF file instead of the adapter's own
+ * lookup.  A base that is itself an adapter is refused (SCDB_EUNSUPPORTED),
+ * a base path holding no model SCDB_ENOTFOUND. */
+scdb_err scdb_adapter_open_ex(const char *path, const char *models_dir, const char *base,
+                              scdb_adapter **out, char *errbuf, size_t errlen);
 void scdb_adapter_close(scdb_adapter **a);
 
 /* Check the adapter against its base: n_layers layers, and module m's

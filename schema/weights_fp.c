@@ -12,6 +12,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "gguf.h"
+#include "gguf_llama.h"
 #include "peft_adapter.h"
 #include "safetensors.h"
 #include "scdb_common.h"
@@ -222,6 +224,32 @@ static void put_u64le(uint8_t *p, uint64_t v)
     for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
 }
 
+/* A record's head: the name with its NUL, ndim and the dims as u64 LE. */
+static void hash_head(XXH3_state_t *st, const char *name, int ndim, const int64_t *shape)
+{
+    uint8_t hdr[8 * (1 + SCDB_ST_MAX_DIMS)];
+    XXH3_128bits_update(st, name, strlen(name) + 1);
+    put_u64le(hdr, (uint64_t)ndim);
+    for (int i = 0; i < ndim; i++) put_u64le(hdr + 8 * (1 + i), (uint64_t)shape[i]);
+    XXH3_128bits_update(st, hdr, 8 * (1 + (size_t)ndim));
+}
+
+/* n f32 values as little-endian bytes. */
+static void hash_f32(XXH3_state_t *st, const float *v, size_t numel)
+{
+    uint8_t out[4096 * 4];
+    for (size_t i = 0; i < numel;) {
+        size_t n = numel - i < 4096 ? numel - i : 4096;
+        for (size_t k = 0; k < n; k++) {
+            uint32_t u;
+            memcpy(&u, &v[i + k], sizeof u);
+            for (int b = 0; b < 4; b++) out[4 * k + (size_t)b] = (uint8_t)(u >> (8 * b));
+        }
+        XXH3_128bits_update(st, out, 4 * n);
+        i += n;
+    }
+}
+
 /* One tensor's record: name, dims, then its values as f32 little-endian:
  * `merged` (numel floats: an adapter's effective weight) when not NULL,
  * else the tensor's own, F16 / BF16 widened exactly (scdb_st_to_f32: the
@@ -231,36 +259,27 @@ static scdb_err hash_tensor(XXH3_state_t *st, const fp_entry *e, const float *me
                             size_t errlen)
 {
     const scdb_st_tensor *t = e->t;
-    uint8_t hdr[8 * (1 + SCDB_ST_MAX_DIMS)];
     size_t numel = 1;
     if (t->dtype != SCDB_F32 && t->dtype != SCDB_F16 && t->dtype != SCDB_BF16) {
         scdb_errf(errbuf, errlen, "tensor '%s' in %s is %s: the model reads only F32, F16 or BF16", t->name,
                   e->file, scdb_dtype_name(t->dtype));
         return SCDB_EDTYPE;
     }
-    XXH3_128bits_update(st, e->name, strlen(e->name) + 1);
-    put_u64le(hdr, (uint64_t)t->ndim);
-    for (int i = 0; i < t->ndim; i++) {
-        put_u64le(hdr + 8 * (1 + i), (uint64_t)t->shape[i]);
-        numel *= (size_t)t->shape[i];
-    }
-    XXH3_128bits_update(st, hdr, 8 * (1 + (size_t)t->ndim));
+    hash_head(st, e->name, t->ndim, t->shape);
+    for (int i = 0; i < t->ndim; i++) numel *= (size_t)t->shape[i];
     if (t->dtype == SCDB_F32 && !merged) {      /* already f32 little-endian */
         XXH3_128bits_update(st, t->data, numel * 4);
         return SCDB_OK;
     }
+    if (merged) {
+        hash_f32(st, merged, numel);
+        return SCDB_OK;
+    }
     float f[4096];
-    uint8_t out[4096 * 4];
     for (size_t i = 0; i < numel;) {
         size_t n = numel - i < 4096 ? numel - i : 4096;
-        if (merged) memcpy(f, merged + i, n * sizeof *f);
-        else scdb_st_to_f32(t, i, n, f);
-        for (size_t k = 0; k < n; k++) {
-            uint32_t u;
-            memcpy(&u, &f[k], sizeof u);
-            for (int b = 0; b < 4; b++) out[4 * k + (size_t)b] = (uint8_t)(u >> (8 * b));
-        }
-        XXH3_128bits_update(st, out, 4 * n);
+        scdb_st_to_f32(t, i, n, f);
+        hash_f32(st, f, n);
         i += n;
     }
     return SCDB_OK;
@@ -304,8 +323,92 @@ static scdb_err check_adapter(const fp_src *s, const scdb_adapter *ad, char *err
     return scdb_adapter_check_base(ad, n_layers, (const int64_t(*)[2])shape, errbuf, errlen);
 }
 
+static int cmp_gguf(const void *a, const void *b)
+{
+    return strcmp(((const scdb_gguf_llama_tensor *)a)->hf_name, ((const scdb_gguf_llama_tensor *)b)->hf_name);
+}
+
+/* A llama GGUF model (gguf_llama.h): the tensors the model reads under
+ * their Hugging Face names, attn_q / attn_k rows unpermuted, F16 / BF16
+ * widened (scdb_gguf_tensor_to_f32, the same widening), a missing
+ * output.weight counted as lm_head.weight with token_embd's values; ad
+ * (may be NULL) merged over it. */
+static scdb_err fp_gguf(const char *path, const scdb_adapter *ad, XXH3_state_t *st, char *errbuf, size_t errlen)
+{
+    scdb_gguf_file *f = NULL;
+    scdb_gguf_llama_hparams hp;
+    scdb_gguf_llama_tensor *v = NULL;
+    float *vals = NULL;
+    int n = 0;
+    scdb_err rc;
+
+    if ((rc = scdb_gguf_open(path, &f, errbuf, errlen)) || (rc = scdb_gguf_llama_hparams_read(f, &hp, errbuf, errlen)) ||
+        (rc = scdb_gguf_llama_tensors(f, &hp, &v, &n, errbuf, errlen)))
+        goto done;
+    if (hp.tied) {                        /* room for lm_head: the embedding again (entry 0) */
+        scdb_gguf_llama_tensor *g = realloc(v, (size_t)(n + 1) * sizeof *g);
+        if (!g) { rc = SCDB_ENOMEM; goto done; }
+        v = g;
+        v[n] = v[0];
+        snprintf(v[n].hf_name, sizeof v[n].hf_name, "%s", HEAD);
+        n++;
+    }
+    if (ad) {
+        int64_t d = hp.d_model, qd = (int64_t)hp.n_heads * hp.head_dim, kvd = (int64_t)hp.n_kv_heads * hp.head_dim;
+        const int64_t shape[SCDB_LORA_N_MODULES][2] = {{qd, d}, {kvd, d}, {kvd, d}, {d, qd},
+                                                      {hp.d_ff, d}, {hp.d_ff, d}, {d, hp.d_ff}};
+        if ((rc = scdb_adapter_check_base(ad, hp.n_layers, shape, errbuf, errlen))) goto done;
+    }
+    qsort(v, (size_t)n, sizeof *v, cmp_gguf);
+    for (int i = 0; i < n; i++) {
+        size_t numel = (size_t)v[i].rows * (size_t)(v[i].cols ? v[i].cols : 1);
+        int64_t shape[2] = {v[i].rows, v[i].cols};
+        float *g = realloc(vals, numel * sizeof *g);
+        if (!g) { rc = SCDB_ENOMEM; goto done; }
+        vals = g;
+        if ((rc = scdb_gguf_llama_read(&v[i], vals))) {
+            scdb_errf(errbuf, errlen, "%s: tensor '%s': %s", path, v[i].t->name, scdb_strerror(rc));
+            goto done;
+        }
+        const scdb_lora_target *t = ad && v[i].module >= 0 ? scdb_adapter_find(ad, v[i].layer, v[i].module) : NULL;
+        if (t && (rc = scdb_adapter_merge(ad, t, vals, v[i].rows, v[i].cols, vals))) {
+            scdb_errf(errbuf, errlen, "tensor '%s' in %s: %s", v[i].hf_name, path, scdb_strerror(rc));
+            goto done;
+        }
+        hash_head(st, v[i].hf_name, v[i].cols ? 2 : 1, shape);
+        hash_f32(st, vals, numel);
+    }
+    rc = SCDB_OK;
+done:
+    free(vals);
+    free(v);
+    scdb_gguf_close(&f);
+    return rc;
+}
+
+static scdb_err fp_impl(const char *model_dir, const char *models_dir, const char *base,
+                        char hex[SCDB_WEIGHTS_FP_HEX + 1], char *errbuf, size_t errlen);
+
 scdb_err scdb_weights_fp_ex(const char *model_dir, const char *models_dir,
                             char hex[SCDB_WEIGHTS_FP_HEX + 1], char *errbuf, size_t errlen)
+{
+    return fp_impl(model_dir, models_dir, NULL, hex, errbuf, errlen);
+}
+
+scdb_err scdb_weights_fp_adapter(const char *base, const char *adapter, char hex[SCDB_WEIGHTS_FP_HEX + 1],
+                                 char *errbuf, size_t errlen)
+{
+    if (!base || !adapter || !hex) return SCDB_EINVAL;
+    hex[0] = '\0';
+    if (!scdb_adapter_is(adapter)) {
+        scdb_errf(errbuf, errlen, "%s: not an adapter (a PEFT directory or a GGUF LoRA adapter)", adapter);
+        return SCDB_EINVAL;
+    }
+    return fp_impl(adapter, NULL, base, hex, errbuf, errlen);
+}
+
+static scdb_err fp_impl(const char *model_dir, const char *models_dir, const char *base,
+                        char hex[SCDB_WEIGHTS_FP_HEX + 1], char *errbuf, size_t errlen)
 {
     scdb_adapter *ad = NULL;
     float *merged = NULL;
@@ -322,9 +425,15 @@ scdb_err scdb_weights_fp_ex(const char *model_dir, const char *models_dir,
     s = calloc(1, sizeof *s);
     st = XXH3_createState();
     if (!s || !st) { rc = SCDB_ENOMEM; goto done; }
-    if (scdb_adapter_is_dir(model_dir)) {     /* hash the effective weights over its base */
-        if ((rc = scdb_adapter_open(model_dir, models_dir, &ad, errbuf, errlen))) goto done;
+    if (scdb_adapter_is(model_dir)) {         /* hash the effective weights over its base */
+        if ((rc = scdb_adapter_open_ex(model_dir, models_dir, base, &ad, errbuf, errlen))) goto done;
         model_dir = ad->base_dir;
+    }
+    if (scdb_gguf_is_file(model_dir)) {       /* llama.cpp's GGUF */
+        XXH3_128bits_reset(st);
+        XXH3_128bits_update(st, FP_TAG, sizeof FP_TAG);
+        if ((rc = fp_gguf(model_dir, ad, st, errbuf, errlen))) goto done;
+        goto digest;
     }
     s->dir = model_dir;
     if ((rc = read_config(s, errbuf, errlen))) goto done;
@@ -388,6 +497,7 @@ scdb_err scdb_weights_fp_ex(const char *model_dir, const char *models_dir,
         }
         if ((rc = hash_tensor(st, &s->e[i], t ? merged : NULL, errbuf, errlen))) goto done;
     }
+digest:;
     XXH128_hash_t h = XXH3_128bits_digest(st);
     snprintf(hex, SCDB_WEIGHTS_FP_HEX + 1, "%016llx%016llx", (unsigned long long)h.high64,
              (unsigned long long)h.low64);

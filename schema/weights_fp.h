@@ -34,7 +34,9 @@
 
 #define SCDB_WEIGHTS_FP_HEX 32   /* digits; a buffer holds one more (NUL) */
 
-/* The fingerprint of the model in model_dir into hex[33].  Errors:
+/* The fingerprint of the model in model_dir (a model directory, or a llama
+ * GGUF file: the fingerprint of the same weights in a directory, its
+ * attn_q / attn_k rows unpermuted, schema/gguf_llama.h) into hex[33].  Errors:
  * SCDB_ENOTFOUND (no directory, config.json, weight file or shard; a tensor
  * the index maps to a shard that lacks it; no tensor the model reads; a
  * tied checkpoint without its embedding), SCDB_EFORMAT (config.json or the
@@ -55,6 +57,14 @@ scdb_err scdb_weights_fp(const char *model_dir, char hex[SCDB_WEIGHTS_FP_HEX + 1
  * scdb_adapter_open's and scdb_adapter_check_base's. */
 scdb_err scdb_weights_fp_ex(const char *model_dir, const char *models_dir,
                             char hex[SCDB_WEIGHTS_FP_HEX + 1], char *errbuf, size_t errlen);
+
+/* The same for an adapter (a PEFT directory or a GGUF LoRA adapter file)
+ * over the base model `base` (a directory or a GGUF file) given explicitly
+ * instead of the adapter's own lookup: llama.cpp's way of naming the two.
+ * Errors: those of scdb_weights_fp_ex; SCDB_EINVAL (NULL argument, or
+ * `adapter` not an adapter). */
+scdb_err scdb_weights_fp_adapter(const char *base, const char *adapter, char hex[SCDB_WEIGHTS_FP_HEX + 1],
+                                 char *errbuf, size_t errlen);
 
 /* 1 if s is a fingerprint as written: exactly 32 lowercase hex digits. */
 int scdb_weights_fp_valid(const char *s);

@@ -4,8 +4,8 @@
 #   scripts/fuzz.sh [SECONDS] [TARGET...]     each target for SECONDS (default 60)
 #   scripts/fuzz.sh --runs N [TARGET...]      each target for N executions
 #
-# Targets: wire safetensors block_value config lookup_index policy codebook
-# pair (default: all).  Builds them with clang into build-fuzz/ (or
+# Targets: wire safetensors gguf block_value config lookup_index policy
+# codebook pair (default: all).  Builds them with clang into build-fuzz/ (or
 # $SCDB_FUZZ_BUILD_DIR; -DSCDB_FUZZ=ON, CUDA off), starts each from its
 # committed corpus tests/fuzz/corpus/TARGET and keeps what it finds in
 # build-fuzz/corpus/TARGET (the committed corpus is never written).  A crash
@@ -16,7 +16,7 @@
 set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="${SCDB_FUZZ_BUILD_DIR:-$root/build-fuzz}"
-all=(wire safetensors block_value config lookup_index policy codebook pair)
+all=(wire safetensors gguf block_value config lookup_index policy codebook pair)
 seconds=60
 runs=""
 targets=()

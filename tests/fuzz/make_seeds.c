@@ -21,6 +21,7 @@
 
 #include "codec.h"
 #include "evict.h"
+#include "gguf.h"
 #include "evict_train.h"
 #include "lookup_index.h"
 #include "model.h"
@@ -113,6 +114,62 @@ static void write_model(const char *dir, const char *name, float perturb)
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     if (scdb_st_writer_write(w, path)) die(path);
     scdb_st_writer_free(&w);
+}
+
+/* ------------------------------------------------------------ gguf */
+
+/* The tiny model as llama.cpp's GGUF (scdb export-gguf's writer), a file
+ * with every KV type and a quantized tensor, and a LoRA adapter over the
+ * fuzz target's own tiny base (fuzz_gguf.c: d 8, 2 heads of 4, 1 KV head). */
+static void write_gguf_seeds(const char *tmp)
+{
+    char dir[512], path[1024], err[256];
+    scdb_model *m = NULL;
+    uint8_t *img = NULL;
+    size_t len = 0;
+    scdb_gguf_writer *w = NULL;
+
+    snprintf(dir, sizeof dir, "%s/tiny", tmp);
+    snprintf(path, sizeof path, "%s/tiny.gguf", tmp);
+    if (scdb_model_load(dir, &m, err, sizeof err) || scdb_model_export_gguf(m, path, SCDB_F16, err, sizeof err))
+        die(err);
+    scdb_model_free(&m);
+    seed_file("gguf", "tiny-model-f16", path);
+
+    static float f32v[8] = {1, -2, 3, -4, 5, -6, 7, -8};
+    static uint8_t q8[34];
+    const char *strs[3] = {"a", "", "\\x00"};
+    int32_t i32s[2] = {-1, 7};
+    if (scdb_gguf_writer_new(&w)) die("writer");
+    int64_t ne[2] = {4, 2}, nq[1] = {32};
+    if (scdb_gguf_set_str(w, "general.name", "sample") || scdb_gguf_set_u32(w, "general.alignment", 16) ||
+        scdb_gguf_set_u64(w, "k.u64", 1ull << 63) || scdb_gguf_set_f64(w, "k.f64", -0.5) ||
+        scdb_gguf_set_bool(w, "k.bool", 1) || scdb_gguf_set_arr_str(w, "k.strs", strs, 3) ||
+        scdb_gguf_set_arr(w, "k.i32s", SCDB_GGUF_I32, i32s, 2) ||
+        scdb_gguf_add_tensor(w, "a", SCDB_GGML_F32, 2, ne, f32v) ||
+        scdb_gguf_add_tensor(w, "q", SCDB_GGML_Q8_0, 1, nq, q8) || scdb_gguf_writer_image(w, &img, &len))
+        die("gguf sample");
+    seed("gguf", "sample-types", img, len);
+    free(img);
+    scdb_gguf_writer_free(&w);
+
+    static float fa[8 * 2], fb[8 * 2];
+    for (int i = 0; i < 16; i++) fa[i] = fb[i] = 0.01f * (float)(i - 8);
+    if (scdb_gguf_writer_new(&w)) die("writer");
+    int64_t na[2] = {8, 2}, nbq[2] = {2, 8}, nbk[2] = {2, 4};
+    if (scdb_gguf_set_str(w, "general.architecture", "llama") || scdb_gguf_set_str(w, "general.type", "adapter") ||
+        scdb_gguf_set_str(w, "adapter.type", "lora") || scdb_gguf_set_f32(w, "adapter.lora.alpha", 4.0f) ||
+        scdb_gguf_set_u32(w, "general.base_model.count", 1) ||
+        scdb_gguf_set_str(w, "general.base_model.0.name", "base") ||
+        scdb_gguf_add_tensor(w, "blk.0.attn_q.weight.lora_a", SCDB_GGML_F32, 2, na, fa) ||
+        scdb_gguf_add_tensor(w, "blk.0.attn_q.weight.lora_b", SCDB_GGML_F32, 2, nbq, fb) ||
+        scdb_gguf_add_tensor(w, "blk.0.attn_k.weight.lora_a", SCDB_GGML_F32, 2, na, fa) ||
+        scdb_gguf_add_tensor(w, "blk.0.attn_k.weight.lora_b", SCDB_GGML_F32, 2, nbk, fb) ||
+        scdb_gguf_writer_image(w, &img, &len))
+        die("gguf adapter");
+    seed("gguf", "tiny-adapter", img, len);
+    free(img);
+    scdb_gguf_writer_free(&w);
 }
 
 static void write_codec_seeds(const char *tmp)
@@ -633,6 +690,7 @@ int main(int argc, char **argv)
     if (!mkdtemp(tmp)) die("mkdtemp");
     scdb_log_set_level(SCDB_LOG_ERROR);
     write_codec_seeds(tmp);
+    write_gguf_seeds(tmp);
     write_policy_seeds();
     write_safetensors_seeds(tmp);
     write_block_value_seeds();
