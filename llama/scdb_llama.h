@@ -327,7 +327,9 @@ void scdb_llama_evictor_free(scdb_llama_evictor **e);
 const char *scdb_llama_evictor_error(const scdb_llama_evictor *e);
 /* cparams' cb_eval reads kq_soft_max-N and Vcur-N during
  * scdb_llama_evictor_decode only (a cb_eval already set is kept and
- * called); flash attention is turned off (the probabilities need it). */
+ * called); flash attention is turned off (the probabilities need it).  The
+ * contexts made from cparams call back into this evictor: free them before
+ * it, and use one evictor per context. */
 void scdb_llama_evictor_cparams(scdb_llama_evictor *e, struct llama_context_params *cparams);
 
 /* Take over sequence seq of ctx as it is (its cells [0, n) at positions

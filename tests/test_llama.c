@@ -625,20 +625,25 @@ static void evictor_refusals(void **state)
     ep.policy = "learned";
     ep.policy_file = NULL;
     assert_int_equal(scdb_llama_evictor_new(&ep, &ev, err, sizeof err), SCDB_EINVAL);
+    /* each evictor gets its own context: the context's cb_eval holds it */
     ep.policy = "streaming";
     ep.budget = 1000;
     assert_int_equal(scdb_llama_evictor_new(&ep, &ev, err, sizeof err), SCDB_OK);
     struct llama_context *ctx = evict_ctx(ev);
     assert_int_equal(scdb_llama_evictor_start(ev, ctx), SCDB_EINVAL);
     assert_non_null(strstr(scdb_llama_evictor_error(ev), "512"));
+    llama_free(ctx);
     scdb_llama_evictor_free(&ev);
     ep.budget = 4;
     assert_int_equal(scdb_llama_evictor_new(&ep, &ev, err, sizeof err), SCDB_OK);
+    ctx = evict_ctx(ev);
     assert_int_equal(scdb_llama_evictor_start(ev, ctx), SCDB_EINVAL);
     assert_non_null(strstr(scdb_llama_evictor_error(ev), "sink"));
+    llama_free(ctx);
     scdb_llama_evictor_free(&ev);
     ep.budget = 16;
     assert_int_equal(scdb_llama_evictor_new(&ep, &ev, err, sizeof err), SCDB_OK);
+    ctx = evict_ctx(ev);
     scdb_llama_evict_result r;
     assert_int_equal(scdb_llama_evictor_decode(ev, ctx, tok, 1, 0, &r), SCDB_EINVAL); /* not started */
     assert_int_equal(scdb_llama_evictor_start(ev, ctx), SCDB_OK);
@@ -649,6 +654,7 @@ static void evictor_refusals(void **state)
     llama_memory_seq_rm(llama_get_memory(ctx), 0, -1, -1);
     assert_int_equal(scdb_llama_evictor_decode(ev, ctx, tok, 1, 0, &r), SCDB_ECLOSED);
     assert_non_null(strstr(scdb_llama_evictor_error(ev), "cleared"));
+    assert_int_equal(scdb_llama_evictor_evict(ev, ctx, &r), SCDB_ECLOSED);
     llama_free(ctx);
     /* flash attention on: no probabilities */
     ctx = new_ctx(GGML_TYPE_F16, 1);
