@@ -22,8 +22,12 @@
 
 #include "llama_int.h"
 #include "broker_proc.h"
+#include "gguf.h"
 #include "model.h"
 
+#ifndef SCDB_LLAMA_MODELS
+#define SCDB_LLAMA_MODELS "."
+#endif
 #ifndef SCDB_TEST_GGUF_DIR
 #define SCDB_TEST_GGUF_DIR "."
 #endif
@@ -506,6 +510,175 @@ static void fleet_through_broker(void **state)
     assert_int_equal(bp_stop(&llama_broker, SIGTERM), 0);
 }
 
+/* ---- a real BPE vocabulary ---- */
+
+/* A llama-architecture GGUF of small random weights around the GPT-2 BPE
+ * vocabulary of the bundle's vocab-only file (every tokenizer.* key copied
+ * as read): no real weights can be had here, but the tokenizer, the
+ * vocabulary's size and the path through scdb are real. */
+static int write_bpe_model(const char *vocab, const char *out, int *n_vocab)
+{
+    char err[256];
+    scdb_gguf_file *v = NULL;
+    if (scdb_gguf_open(vocab, &v, err, sizeof err)) return -1;
+    const scdb_gguf_kv *toks = scdb_gguf_find_kv(v, "tokenizer.ggml.tokens");
+    if (!toks) { scdb_gguf_close(&v); return -1; }
+    const int V = (int)toks->n, D = 64, L = 2, H = 4, KVH = 2, HD = 16, F = 128;
+    *n_vocab = V;
+    scdb_gguf_writer *w = NULL;
+    assert_int_equal(scdb_gguf_writer_new(&w), SCDB_OK);
+    scdb_gguf_set_str(w, "general.architecture", "llama");
+    scdb_gguf_set_str(w, "general.name", "bpe-random");
+    scdb_gguf_set_u32(w, "llama.context_length", 512);
+    scdb_gguf_set_u32(w, "llama.embedding_length", D);
+    scdb_gguf_set_u32(w, "llama.block_count", L);
+    scdb_gguf_set_u32(w, "llama.feed_forward_length", F);
+    scdb_gguf_set_u32(w, "llama.attention.head_count", H);
+    scdb_gguf_set_u32(w, "llama.attention.head_count_kv", KVH);
+    scdb_gguf_set_u32(w, "llama.rope.dimension_count", HD);
+    scdb_gguf_set_f32(w, "llama.rope.freq_base", 10000.0f);
+    scdb_gguf_set_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
+    scdb_gguf_set_u32(w, "llama.vocab_size", (uint32_t)V);
+    for (int i = 0; i < scdb_gguf_kv_count(v); i++) {
+        const scdb_gguf_kv *kv = scdb_gguf_kv_at(v, i);
+        if (!strncmp(kv->key, "tokenizer.", 10)) assert_int_equal(scdb_gguf_set_kv(w, kv), SCDB_OK);
+    }
+    /* weights: one random buffer, every tensor a slice of it */
+    size_t need = (size_t)2 * V * D + D + (size_t)L * (2 * D + (size_t)D * D * 2 + (size_t)2 * D * KVH * HD + (size_t)3 * D * F);
+    float *buf = malloc(need * sizeof *buf);
+    assert_non_null(buf);
+    uint64_t rng = 0x9e3779b97f4a7c15ull;
+    for (size_t i = 0; i < need; i++) buf[i] = 0.08f * scdb_xorshift_f32(&rng);
+    float *p = buf;
+#define ADD(name, n0, n1)                                                                       \
+    do {                                                                                        \
+        int64_t ne[2] = {(n0), (n1)};                                                           \
+        assert_int_equal(scdb_gguf_add_tensor(w, name, 0, (n1) > 1 ? 2 : 1, ne, p), SCDB_OK);   \
+        p += (size_t)(n0) * (size_t)(n1);                                                       \
+    } while (0)
+    ADD("token_embd.weight", D, V);
+    ADD("output.weight", D, V);
+    for (int i = 0; i < D; i++) p[i] = 1.0f;
+    ADD("output_norm.weight", D, 1);
+    for (int l = 0; l < L; l++) {
+        char n[64];
+        for (int i = 0; i < D; i++) p[i] = 1.0f;
+        snprintf(n, sizeof n, "blk.%d.attn_norm.weight", l); ADD(n, D, 1);
+        for (int i = 0; i < D; i++) p[i] = 1.0f;
+        snprintf(n, sizeof n, "blk.%d.ffn_norm.weight", l); ADD(n, D, 1);
+        snprintf(n, sizeof n, "blk.%d.attn_q.weight", l); ADD(n, D, H * HD);
+        snprintf(n, sizeof n, "blk.%d.attn_k.weight", l); ADD(n, D, KVH * HD);
+        snprintf(n, sizeof n, "blk.%d.attn_v.weight", l); ADD(n, D, KVH * HD);
+        snprintf(n, sizeof n, "blk.%d.attn_output.weight", l); ADD(n, H * HD, D);
+        snprintf(n, sizeof n, "blk.%d.ffn_gate.weight", l); ADD(n, D, F);
+        snprintf(n, sizeof n, "blk.%d.ffn_up.weight", l); ADD(n, D, F);
+        snprintf(n, sizeof n, "blk.%d.ffn_down.weight", l); ADD(n, F, D);
+    }
+#undef ADD
+    assert_true((size_t)(p - buf) <= need);
+    scdb_err e = scdb_gguf_writer_write(w, out);
+    scdb_gguf_writer_free(&w);
+    free(buf);
+    scdb_gguf_close(&v);
+    return e ? -1 : 0;
+}
+
+/* text -> the model's own token ids (llama_tokenize, no BOS) */
+static int tokenize(const struct llama_model *m, const char *text, int32_t *out, int cap)
+{
+    return llama_tokenize(llama_model_get_vocab(m), text, (int32_t)strlen(text), out, cap, false,
+                          false);
+}
+
+/* A model with a real BPE vocabulary through scdb: the broker loads its
+ * GGUF (config, vocabulary size, fingerprint), llama.cpp tokenizes English
+ * with GPT-2's merges, prefills, stores the sequence raw; a lookup of the
+ * same token ids finds it, a consumer restores it, and the continuation is
+ * llama.cpp's own, bit for bit. */
+static void bpe_vocab_through_broker(void **state)
+{
+    (void)state;
+    NEED_MODEL();
+    const char *vocab = SCDB_LLAMA_MODELS "/ggml-vocab-gpt-2.gguf";
+    if (access(vocab, R_OK)) {
+        print_message("skipped: no %s\n", vocab);
+        skip();
+    }
+    char dir[] = "/tmp/scdb_test_bpe_XXXXXX", path[128], ini[1024], err[512] = "";
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/bpe.gguf", dir);
+    int V = 0;
+    assert_int_equal(write_bpe_model(vocab, path, &V), 0);
+    assert_true(V > 50000);
+    struct llama_model *m = llama_model_load_from_file(path, llama_model_default_params());
+    assert_non_null(m);
+    char *text = NULL;
+    size_t len = 0;
+    assert_int_equal(scdb_read_file(SCDB_DATA_DIR "/heldout/english.txt", 1 << 24, &text, &len), SCDB_OK);
+    text[6000] = 0;
+    int32_t ids[2048];
+    int n = tokenize(m, text + 2000, ids, 2048);
+    free(text);
+    assert_true(n > 200 && n < 2048);
+    int above = 0;
+    for (int i = 0; i < n; i++) above += ids[i] >= 256;
+    assert_true(above > n / 2);            /* merged tokens, not bytes */
+    enum { N = 192, T = 8 };
+
+    snprintf(ini, sizeof ini, "block_tokens = 64\nno_sync = 1\nheartbeat_timeout_ms = 30000\n\n"
+             "[model bpe]\nconfig = %s\n", path);
+    assert_int_equal(bp_start(&llama_broker, SCDB_BROKER_BIN, ini), 0);
+    scdb_llama_producer_params pp = scdb_llama_producer_default_params();
+    pp.endpoint = llama_broker.endpoint;
+    pp.producer = "bpe";
+    pp.model_path = path;
+    pp.timeout_ms = 20000;
+    scdb_llama_producer *prod = NULL;
+    scdb_err e = scdb_llama_producer_open(&pp, &prod, err, sizeof err);
+    if (e) fail_msg("producer: %s: %s", scdb_strerror(e), err);
+    struct llama_context *own = ctx_for(m, prod, 1);
+    scdb_llama_put_result pr;
+    e = scdb_llama_producer_prefill(prod, own, 0, ids, N, &pr);
+    if (e) fail_msg("put: %s: %s", scdb_strerror(e), scdb_llama_producer_error(prod));
+    assert_int_equal(pr.put.n_stored, N / 64);
+    assert_int_equal(scdb_llama_decode(own, 0, ids + N, T, N, 1), SCDB_OK);
+    float *want = malloc((size_t)T * V * sizeof *want), *got = malloc((size_t)T * V * sizeof *got);
+    for (int t = 0; t < T; t++) memcpy(want + (size_t)t * V, llama_get_logits_ith(own, t), (size_t)V * sizeof(float));
+
+    scdb_llama_consumer_params cp = scdb_llama_consumer_default_params();
+    cp.endpoint = llama_broker.endpoint;
+    cp.consumer = "bpe";
+    cp.model = m;
+    cp.model_path = path;
+    cp.timeout_ms = 20000;
+    scdb_llama_consumer *cons = NULL;
+    e = scdb_llama_consumer_open(&cp, &cons, err, sizeof err);
+    if (e) fail_msg("consumer: %s: %s", scdb_strerror(e), err);
+    assert_string_not_equal(scdb_llama_consumer_fingerprint(cons), "");
+    scdb_lookup_result lr;
+    assert_int_equal(scdb_lookup(scdb_llama_consumer_handle(cons), ids, N + T, &lr), SCDB_OK);
+    assert_int_equal(lr.matched_tokens, N);
+    struct llama_context *ctx = ctx_for(m, NULL, 1);
+    scdb_llama_restore_result rr;
+    assert_int_equal(scdb_llama_restore(cons, ctx, ids, N + T, NULL, &rr), SCDB_OK);
+    assert_int_equal(rr.n_restored, N);
+    assert_int_equal(scdb_llama_decode(ctx, 0, ids + N, T, N, 1), SCDB_OK);
+    for (int t = 0; t < T; t++) memcpy(got + (size_t)t * V, llama_get_logits_ith(ctx, t), (size_t)V * sizeof(float));
+    assert_memory_equal(got, want, (size_t)T * V * sizeof *got);
+    print_message("GPT-2 BPE vocabulary (%d tokens): %d English token ids stored raw by llama.cpp, "
+                  "matched by a lookup, restored; the continuation is its own prefill's, bit for bit\n",
+                  V, N);
+    free(want);
+    free(got);
+    llama_free(ctx);
+    llama_free(own);
+    scdb_llama_consumer_close(&cons);
+    scdb_llama_producer_close(&prod);
+    llama_model_free(m);
+    assert_int_equal(bp_stop(&llama_broker, SIGTERM), 0);
+    scdb_rm_tree(dir);
+}
+
 /* ---- live eviction in llama.cpp ---- */
 
 static int cmp_i32(const void *a, const void *b)
@@ -674,6 +847,7 @@ int main(void)
         cmocka_unit_test(rope_matches_reference),
         cmocka_unit_test(blob_refusals),
         cmocka_unit_test(fleet_through_broker),
+        cmocka_unit_test(bpe_vocab_through_broker),
         cmocka_unit_test(evictor_matches_reference),
         cmocka_unit_test(evictor_refusals),
     };
