@@ -465,6 +465,9 @@ int scdb_bench_llama(int argc, char **argv)
         cp.consumer = c->name;
         cp.model = c->m;
         cp.adapter = c->ad;
+        /* the broker checks the pair against these files' weights */
+        cp.model_path = c->ad ? base_gguf : c->gguf;
+        cp.adapter_path = c->ad ? c->gguf : NULL;
         cp.timeout_ms = 60000;
         cp.codebook = CB;
         scdb_err e = scdb_llama_consumer_open(&cp, &sc, err, sizeof err);
@@ -658,6 +661,48 @@ int scdb_bench_llama(int argc, char **argv)
         scdb_llama_consumer_close(&xc);
         scdb_llama_producer_close(&xp);
     }
+    /* many adapters, one process: one context switched between two
+     * adapters per step (llama.cpp applies adapters per context) against
+     * the same decode steps without a switch */
+    double sw_ms = NAN, plain_ms = NAN;
+    {
+        int a0 = -1, a1 = -1;
+        for (int i = 0; i < nc; i++)
+            if (cons[i].ad) {
+                if (a0 < 0) a0 = i;
+                else if (a1 < 0) a1 = i;
+            }
+        if (!failed && a1 >= 0) {
+            struct llama_context *sc = new_ctx(lbase, &o, NULL);
+            struct llama_adapter_lora *ads[2] = {cons[a0].ad, cons[a1].ad};
+            float one = 1.0f;
+            double best_sw = INFINITY, best_pl = INFINITY;
+            for (int r = 0; r < 5; r++) {
+                for (int mode = 0; mode < 2; mode++) {
+                    clear(sc);
+                    llama_set_adapters_lora(sc, &ads[0], 1, &one);
+                    scdb_llama_decode(sc, 0, tok, 64, 0, 0);
+                    double t0 = scdb_now();
+                    for (int k = 0; k < 16; k++) {
+                        if (mode) llama_set_adapters_lora(sc, &ads[(k + 1) & 1], 1, &one);
+                        scdb_llama_decode(sc, 0, tok + 64 + k, 1, 64 + k, 0);
+                    }
+                    double dt = (scdb_now() - t0) * 1e3 / 16;
+                    if (mode) best_sw = fmin(best_sw, dt);
+                    else best_pl = fmin(best_pl, dt);
+                }
+            }
+            llama_free(sc);
+            sw_ms = best_sw;
+            plain_ms = best_pl;
+            printf("\nadapters on one context: a decode step %.3f ms with an adapter switch before "
+                   "it (%s <-> %s), %.3f ms without (+%.3f ms per switch: a scheduler re-reserve); "
+                   "the alternative, a context per adapter, costs its KV cache (%.1f MiB at %d "
+                   "cells) and a graph reserve at creation\n", best_sw, cons[a0].name,
+                   cons[a1].name, best_pl, best_sw - best_pl,
+                   2.0 * 8 * 512 * 64 * 2 / 1048576.0, 512);
+        }
+    }
     printf("\ncapture overhead: base's prefill of %d tokens %.2f ms with capture, %.2f ms without "
            "(best of %d x %d windows x %d consumers): %+.1f%%; engines' logits within %.1e\n", P,
            cap_with * 1e3, cap_plain * 1e3, o.reps, o.windows, nc,
@@ -666,6 +711,10 @@ int scdb_bench_llama(int argc, char **argv)
     cJSON_AddNumberToObject(root, "threads", o.threads);
     cJSON_AddNumberToObject(root, "capture_overhead", cap_with / cap_plain - 1);
     cJSON_AddNumberToObject(root, "ref_max_dlogit", worst_dl);
+    if (!isnan(sw_ms)) {
+        cJSON_AddNumberToObject(root, "adapter_switch_step_ms", sw_ms);
+        cJSON_AddNumberToObject(root, "plain_step_ms", plain_ms);
+    }
     if (!failed && o.json && scdb_bench_write_json(o.json, root, "bench llama"))
         failed = 1;
     if (!failed && o.png && o.json) {
