@@ -113,10 +113,17 @@ static void usage(FILE *f)
 "  --png FILE       speed-up and KL per consumer (tools/plot_llama.py)\n");
 }
 
+/* argv[0] with its stdout on our stderr (what it says is progress, not
+ * the bench's table) */
 static int run_cmd(char *const argv[])
 {
     pid_t pid;
-    if (posix_spawn(&pid, argv[0], NULL, NULL, argv, environ))
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, 2, 1);
+    int rc = posix_spawn(&pid, argv[0], &fa, NULL, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    if (rc)
         return -1;
     int st;
     if (waitpid(pid, &st, 0) < 0)
