@@ -492,7 +492,7 @@ int scdb_bench_llama(int argc, char **argv)
             failed = 1;
         }
         acc as = {0}, ar = {0}, ax = {0}, ao = {0};
-        double own_t[64], ttft_t[64], rest_t[64], dl = 0, dl_fa = 0;
+        double own_t[64], ttft_t[64], rest_t[64], get_t[64], blob_t[64], dl = 0, dl_fa = 0;
         int nw = 0;
         for (int w = 0; w < o.windows && !failed; w++) {
             size_t span = upto - (size_t)(P + C + 1);
@@ -523,6 +523,7 @@ int scdb_bench_llama(int argc, char **argv)
             /* oracle: the consumer's own prefill, timed to the first token */
             scdb_llama_consumer_use(sc, cctx);
             double best_own = INFINITY, best_ttft = INFINITY, best_rest = INFINITY;
+            double best_get = INFINITY, best_blob = INFINITY;
             for (int r = 0; r < o.reps; r++) {
                 clear(cctx);
                 double t0 = scdb_now();
@@ -564,6 +565,8 @@ int scdb_bench_llama(int argc, char **argv)
                 scdb_llama_decode(cctx, 0, tok + P, 1, P, 0);
                 best_ttft = fmin(best_ttft, scdb_now() - t0);
                 best_rest = fmin(best_rest, t1 - t0);
+                best_get = fmin(best_get, rr.get_ms);
+                best_blob = fmin(best_blob, rr.write_ms);
                 if (e || rr.n_restored != P / 64 * 64) {
                     fprintf(stderr, "bench llama: %s: restore gave %d of %d tokens: %s\n", c->name,
                             rr.n_restored, P / 64 * 64, scdb_llama_consumer_error(sc));
@@ -613,6 +616,8 @@ int scdb_bench_llama(int argc, char **argv)
             scdb_llama_decode(cctx, 0, tok + P, (size_t)C, P, 1);
             rows_logits(cctx, C, V, got);
             score(ref, got, C, V, tok + P + 1, &ax, NULL);
+            get_t[nw] = best_get;
+            blob_t[nw] = best_blob;
             own_t[nw] = best_own * 1e3;
             ttft_t[nw] = best_ttft * 1e3;
             rest_t[nw] = best_rest * 1e3;
@@ -627,6 +632,8 @@ int scdb_bench_llama(int argc, char **argv)
             qsort(own_t, (size_t)nw, sizeof(double), cmp_d);
             qsort(ttft_t, (size_t)nw, sizeof(double), cmp_d);
             qsort(rest_t, (size_t)nw, sizeof(double), cmp_d);
+            qsort(get_t, (size_t)nw, sizeof(double), cmp_d);
+            qsort(blob_t, (size_t)nw, sizeof(double), cmp_d);
             double own = own_t[nw / 2], ttft = ttft_t[nw / 2], rest = rest_t[nw / 2];
             double on = ao.nll / ao.n;
             double ppl = exp(as.nll / as.n - on), rppl = exp(ar.nll / ar.n - on);
@@ -643,6 +650,8 @@ int scdb_bench_llama(int argc, char **argv)
             cJSON_AddNumberToObject(row, "prefix_tokens", P);
             cJSON_AddNumberToObject(row, "restored_tokens", P / 64 * 64);
             cJSON_AddNumberToObject(row, "restore_ms", rest);
+            cJSON_AddNumberToObject(row, "get_ms", get_t[nw / 2]);       /* lookup + broker decode */
+            cJSON_AddNumberToObject(row, "blob_ms", blob_t[nw / 2]);     /* permute, convert, set_data */
             cJSON_AddNumberToObject(row, "own_prefill_ms", own);
             cJSON_AddNumberToObject(row, "ttft_ms", ttft);
             cJSON_AddNumberToObject(row, "speedup", own / ttft);
