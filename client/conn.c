@@ -297,6 +297,28 @@ static void info_from(scdb_info *i, const Scdb__HelloReply *r)
     i->remote_tier = r->remote_tier;
 }
 
+/* The hello's fidelity default (scdb.proto HelloReply.recompute): what
+ * scdb_recompute_check refuses is logged and taken as none. */
+static void recompute_from(scdb *h, const Scdb__HelloReply *r)
+{
+    scdb_recompute d = {SCDB_RECOMPUTE_NONE, 0, 0.0f};
+    char why[160] = "";
+    h->recompute_default = d;
+    h->recompute_source[0] = 0;
+    if (!r->recompute) return;
+    d.policy = (scdb_recompute_policy)r->recompute->policy;
+    d.tokens = r->recompute->tokens > INT32_MAX ? -1 : (int)r->recompute->tokens;
+    d.fraction = r->recompute->fraction;
+    if (d.policy == SCDB_RECOMPUTE_DEFAULT || scdb_recompute_check(&d, -1, why, sizeof why)) {
+        scdb_warn("broker's fidelity default ignored (none used): %s",
+                  why[0] ? why : "policy 'default' is not a setting");
+        return;
+    }
+    h->recompute_default = d;
+    snprintf(h->recompute_source, sizeof h->recompute_source, "%s",
+             r->recompute->source ? r->recompute->source : "");
+}
+
 static scdb_err hello(scdb *h)
 {
     Scdb__Request req = SCDB__REQUEST__INIT;
@@ -321,6 +343,7 @@ static scdb_err hello(scdb *h)
     if (e == SCDB_OK) {
         atomic_store(&h->token, rep->hello->client);
         info_from(&h->info, rep->hello);
+        recompute_from(h, rep->hello);
         atomic_store(&h->hb_interval_ms, (int)(h->info.heartbeat_ms ? h->info.heartbeat_ms : 1000));
         h->gen++;
         h->broker_gone = 0;
