@@ -146,6 +146,63 @@ scdb_err scdb_engine_sort_by_pos(scdb_kv_cache *c)
     return SCDB_OK;
 }
 
+scdb_err scdb_engine_recompute_cache(const scdb_model *m, scdb_kv_cache *cache, int slot0, int n,
+                                     const int32_t *tokens, const scdb_recompute *rc,
+                                     int *n_recomputed, uint64_t *score_ns)
+{
+    int *idx = NULL, *keep = NULL, nsel = 0, nk = 0;
+    float *sc = NULL;
+    int32_t *ft = NULL, *fp = NULL;
+    scdb_err e = SCDB_EINVAL;
+
+    if (n_recomputed) *n_recomputed = 0;
+    if (score_ns) *score_ns = 0;
+    if (!m || !cache || !tokens || !rc || n <= 0 || slot0 < 0 || slot0 + n > cache->n ||
+        rc->policy == SCDB_RECOMPUTE_DEFAULT || scdb_recompute_check(rc, n, NULL, 0))
+        return SCDB_EINVAL;
+    if (scdb_recompute_count(rc, n) == 0) return SCDB_OK;
+    idx = malloc((size_t)n * sizeof *idx);
+    keep = malloc((size_t)cache->n * sizeof *keep);
+    sc = malloc((size_t)n * sizeof *sc);
+    if (!idx || !keep || !sc) {
+        e = SCDB_ENOMEM;
+        goto done;
+    }
+    if (rc->policy == SCDB_RECOMPUTE_SELECTIVE) {
+        uint64_t t0 = scdb_now_ns();
+        int bad = scdb_engine_score_cacheblend((void *)m, cache, slot0, n, tokens, sc);
+        if (score_ns) *score_ns = scdb_now_ns() - t0;
+        if (bad) goto done;
+    }
+    if ((e = scdb_recompute_select(rc, n, sc, idx, &nsel))) goto done;
+    ft = malloc((size_t)(nsel ? nsel : 1) * sizeof *ft);
+    fp = malloc((size_t)(nsel ? nsel : 1) * sizeof *fp);
+    if (!ft || !fp) {
+        e = SCDB_ENOMEM;
+        goto done;
+    }
+    for (int i = 0; i < nsel; i++) ft[i] = tokens[idx[i]], fp[i] = cache->pos[slot0 + idx[i]];
+    for (int s = 0, j = 0; s < cache->n; s++) {
+        if (j < nsel && s == slot0 + idx[j]) {
+            j++;
+            continue;
+        }
+        keep[nk++] = s;
+    }
+    if ((e = scdb_kv_cache_compact(cache, keep, nk)) ||
+        (e = scdb_model_forward(m, ft, fp, nsel, cache, NULL, NULL)) ||
+        (e = scdb_engine_sort_by_pos(cache)))
+        goto done;
+    if (n_recomputed) *n_recomputed = nsel;
+done:
+    free(idx);
+    free(keep);
+    free(sc);
+    free(ft);
+    free(fp);
+    return e;
+}
+
 typedef struct timed_score { const scdb_model *m; uint64_t ns; } timed_score;
 
 static int score_timed(void *arg, const scdb_kv_cache *cache, int slot0, int n,

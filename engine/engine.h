@@ -68,6 +68,19 @@ scdb_err scdb_engine_restore(scdb *h, const scdb_model *m, const int32_t *tokens
                              scdb_arena *a, int32_t pos0, const scdb_engine_restore_opts *o,
                              scdb_engine_restore_result *out);
 
+/* The same on a cache restored some other way (a raw-reuse baseline, a
+ * pair decoded in this process: `scdb bench fidelity`, `scdb calibrate`):
+ * the n slots [slot0, slot0 + n) of cache, tokens their ids, hold a
+ * restored prefix; the setting's tokens (never DEFAULT) are taken out and
+ * forwarded at their positions, and the slots put back in position order.
+ * *n_recomputed (may be NULL) gets their count, *score_ns (may be NULL) the
+ * scorer's time.  Errors: SCDB_EINVAL (a setting recompute.h refuses,
+ * DEFAULT, slots outside the cache, the scorer failed), scdb_model_forward's,
+ * SCDB_ENOMEM. */
+scdb_err scdb_engine_recompute_cache(const scdb_model *m, scdb_kv_cache *cache, int slot0, int n,
+                                     const int32_t *tokens, const scdb_recompute *rc,
+                                     int *n_recomputed, uint64_t *score_ns);
+
 /* The selective scorer above, as scdb_get_recompute_opts.score wants it
  * (arg: the const scdb_model *). */
 int scdb_engine_score_cacheblend(void *arg, const scdb_kv_cache *cache, int slot0, int n,
