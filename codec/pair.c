@@ -90,8 +90,7 @@ scdb_err scdb_pair_set_recompute(scdb_pair *p, const scdb_recompute *r, const ch
             if ((unsigned char)*c < 0x20) return SCDB_EINVAL;
     }
     p->info.recompute = *r;
-    snprintf(p->info.recompute_figures, sizeof p->info.recompute_figures, "%s",
-             r->policy == SCDB_RECOMPUTE_NONE || !figures ? "" : figures);
+    snprintf(p->info.recompute_figures, sizeof p->info.recompute_figures, "%s", figures ? figures : "");
     return SCDB_OK;
 }
 
@@ -259,7 +258,9 @@ static scdb_err build_bundle(const scdb_pair *p, cx_bundle *b)
     M("decoder_input", "%s", p->all_input ? "all" : "layer");
     M("late_added", "%d", in->late_added);
     M("notes", "%s", p->notes);
-    if (in->recompute.policy != SCDB_RECOMPUTE_NONE) {   /* optional: written only when set */
+    if (in->recompute.policy != SCDB_RECOMPUTE_NONE || in->recompute_figures[0]) {
+        /* optional: written only when set (none is set when calibration
+         * chose it: it carries its figures) */
         char rs[48];
         scdb_recompute_format(&in->recompute, rs, sizeof rs);
         M("recompute", "%s", rs);

@@ -2511,8 +2511,16 @@ static void test_pair_recompute(void **state)
         assert_string_equal(qi->recompute_figures, fig);
         scdb_pair_free(&q);
     }
-    /* none: the keys are not written */
+    /* none chosen by calibration keeps its figures */
     assert_int_equal(scdb_pair_set_recompute(p, &(scdb_recompute){SCDB_RECOMPUTE_NONE, 0, 0}, "x"),
+                     SCDB_OK);
+    assert_int_equal(scdb_pair_save(p, path), SCDB_OK);
+    assert_int_equal(scdb_pair_load(path, cb, &q, err, sizeof err), SCDB_OK);
+    assert_int_equal(scdb_pair_get_info(q)->recompute.policy, SCDB_RECOMPUTE_NONE);
+    assert_string_equal(scdb_pair_get_info(q)->recompute_figures, "x");
+    scdb_pair_free(&q);
+    /* none without figures: the keys are not written */
+    assert_int_equal(scdb_pair_set_recompute(p, &(scdb_recompute){SCDB_RECOMPUTE_NONE, 0, 0}, NULL),
                      SCDB_OK);
     assert_int_equal(scdb_pair_save(p, path), SCDB_OK);
     assert_int_equal(scdb_st_open(path, &f, NULL, 0), SCDB_OK);
