@@ -25,7 +25,7 @@ int scdb_engine_score_cacheblend(void *arg, const scdb_kv_cache *cache, int slot
     int d = c->d_model, kv = scdb_model_kv_dim(c);
     float *x = NULL, *k = NULL, *v = NULL;
     int32_t *pos = NULL;
-    scdb_kv_cache view;
+    scdb_kv_cache *l0 = NULL;
     int rc = -1;
 
     if (!w1 || n <= 0) return -1;
@@ -35,12 +35,18 @@ int scdb_engine_score_cacheblend(void *arg, const scdb_kv_cache *cache, int slot
     pos = malloc((size_t)n * sizeof *pos);
     if (!x || !k || !v || !pos) goto done;
     memcpy(pos, cache->pos + slot0, (size_t)n * sizeof *pos);
-    /* layer 0 over the restored KV: it writes layer 0's K/V of these slots,
-     * which are the consumer's own already (the token layer); a view so
-     * that the caller's const cache is not written through the pointer */
-    view = *cache;
+    /* the consumer's own layer 0 over these tokens, in a scratch copy of
+     * layer 0 (the slots before them as restored): the restored cache is
+     * not touched, whatever its layer 0 holds (the pair's token layer: the
+     * consumer's own; raw reuse: the producer's) */
+    if (scdb_kv_cache_new(cache->n_layers, cache->n_kv_heads, cache->head_dim, slot0 + n, &l0))
+        goto done;
+    memcpy(l0->pos, cache->pos, (size_t)(slot0 + n) * sizeof *l0->pos);
+    memcpy(scdb_kv_k(l0, 0, 0), scdb_kv_k(cache, 0, 0), (size_t)(slot0 + n) * kv * sizeof(float));
+    memcpy(scdb_kv_v(l0, 0, 0), scdb_kv_v(cache, 0, 0), (size_t)(slot0 + n) * kv * sizeof(float));
+    l0->n = slot0 + n;
     if (scdb_model_embed(m, tokens, n, x) ||
-        scdb_model_layer_forward(m, 0, x, pos, n, &view, slot0, NULL, 0))
+        scdb_model_layer_forward(m, 0, x, pos, n, l0, slot0, NULL, 0))
         goto done;
     for (int i = 0; i < n; i++) {          /* layer 1's input: RMSNorm * attn_norm */
         float *r = x + (size_t)i * d;
@@ -71,6 +77,7 @@ int scdb_engine_score_cacheblend(void *arg, const scdb_kv_cache *cache, int slot
     }
     rc = 0;
 done:
+    scdb_kv_cache_free(&l0);
     free(x);
     free(k);
     free(v);

@@ -19,8 +19,8 @@
  *        continues with model.h's forward as after its own prefill
  *
  * The selective scorer is CacheBlend's: the consumer's own layer 0 over
- * every restored token (its KV is the consumer's own already: the pair's
- * token layer) gives layer 1's input, and a token's score is how far the
+ * every restored token (in a scratch copy of layer 0: the restored cache is
+ * not changed) gives layer 1's input, and a token's score is how far the
  * consumer's own layer-1 K and V of it are from the restored ones
  * (||dK||^2 / mean ||K||^2 + ||dV||^2 / mean ||V||^2).  It costs about one
  * layer of a prefill of the prefix: on the 8-layer family an eighth of the
