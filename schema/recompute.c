@@ -44,7 +44,7 @@ scdb_err scdb_recompute_parse(const char *text, scdb_recompute *out, char *errbu
             if (arg) goto noarg;
             *out = (scdb_recompute){SCDB_RECOMPUTE_TAIL, 0, 1.0f};
             return SCDB_OK;
-        } else if (!strcmp(word, "pair")) p = SCDB_RECOMPUTE_DEFAULT;
+        } else if (!strcmp(word, "pair") || !strcmp(word, "exact-top1")) p = SCDB_RECOMPUTE_DEFAULT;
         else
             for (int i = 0; i < SCDB_RECOMPUTE_POLICY_COUNT; i++)
                 if (!strcmp(word, names[i])) p = i;

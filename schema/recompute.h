@@ -32,7 +32,8 @@
  * a fraction scales with the prefix, a count does not.  Text form (pair
  * metadata, config, `scdb` options): "none" | "default" | POLICY ":" N |
  * POLICY ":" PCT "%" (PCT in (0, 100]); "fast" = none, "exact" =
- * tail:100%, a bare count "N" = tail:N.
+ * tail:100%, "pair" and "exact-top1" = default (the setting calibration
+ * chose to reach the top-1 target), a bare count "N" = tail:N.
  */
 #ifndef SCDB_RECOMPUTE_H
 #define SCDB_RECOMPUTE_H

@@ -362,6 +362,8 @@ static void test_bad_settings(void **state)
     assert_int_equal(r.policy, SCDB_RECOMPUTE_NONE);
     assert_int_equal(scdb_recompute_parse("pair", &r, err, sizeof err), SCDB_OK);
     assert_int_equal(r.policy, SCDB_RECOMPUTE_DEFAULT);
+    assert_int_equal(scdb_recompute_parse("exact-top1", &r, err, sizeof err), SCDB_OK);
+    assert_int_equal(r.policy, SCDB_RECOMPUTE_DEFAULT);
     static const char *bad[][2] = {{"bogus:3", "unknown policy"}, {"tail:-3", "count"},
                                    {"tail:", "needs a count"},    {"tail", "needs a count"},
                                    {"tail:0%", "percentage"},     {"tail:101%", "percentage"},
@@ -472,7 +474,7 @@ static void test_default(void **state)
 static void test_config_fidelity(void **state)
 {
     char path[] = "/tmp/test_recompute_cfg.XXXXXX", err[512];
-    static const char *good[] = {"tail:16", "selective:15%", "pair", "fast", "exact", "32"};
+    static const char *good[] = {"tail:16", "selective:15%", "pair", "exact-top1", "exact", "32"};
     static const char *badv[] = {"bogus", "tail:-1", "default:3", "tail:200%", ""};
     (void)state;
     int fd = mkstemp(path);
