@@ -109,6 +109,12 @@ struct scdb {
  *              taken out of the arena)
  *   libscdb.c  scdb_close */
 
+/* conn.c: a HelloReply's fidelity default (NULL: none) into out; what
+ * scdb_recompute_check refuses, or policy DEFAULT, is SCDB_EINVAL with why
+ * set and out none. */
+scdb_err cl_recompute_from_wire(const Scdb__Recompute *w, scdb_recompute *out, char *why,
+                                size_t whylen);
+
 /* util.c */
 /* Set h->err (printf) and return e. */
 scdb_err cl_fail(scdb *h, scdb_err e, const char *fmt, ...)

@@ -30,6 +30,11 @@
 #include "engine.h"
 #include "model.h"
 #include "scdb.h"
+#include "scdb.pb-c.h"
+
+/* client/conn.c (libscdb_int.h): the hello's default off the wire */
+scdb_err cl_recompute_from_wire(const Scdb__Recompute *w, scdb_recompute *out, char *why,
+                                size_t whylen);
 
 #define P 192          /* prefix: 3 blocks of 64 */
 #define C 32           /* continuation scored against own prefill */
@@ -504,6 +509,46 @@ static void test_config_fidelity(void **state)
     unlink(path);
 }
 
+/* A broker's hello default is checked before it is used: a bad value from
+ * the wire (an unknown policy, DEFAULT, a count and a fraction both, a
+ * fraction out of range, a count past int) is refused and none used. */
+static void test_wire_default(void **state)
+{
+    Scdb__Recompute w = SCDB__RECOMPUTE__INIT;
+    scdb_recompute r;
+    char why[160];
+    (void)state;
+    assert_int_equal(cl_recompute_from_wire(NULL, &r, why, sizeof why), SCDB_OK);
+    assert_int_equal(r.policy, SCDB_RECOMPUTE_NONE);
+    w.policy = SCDB__RECOMPUTE_POLICY__RECOMPUTE_TAIL;
+    w.tokens = 32;
+    assert_int_equal(cl_recompute_from_wire(&w, &r, why, sizeof why), SCDB_OK);
+    assert_true(r.policy == SCDB_RECOMPUTE_TAIL && r.tokens == 32);
+    static const struct { int policy; uint32_t tokens; float fraction; const char *words; } bad[] = {
+        {99, 4, 0, "recompute.policy 99"},
+        {SCDB_RECOMPUTE_DEFAULT, 0, 0, "default"},
+        {SCDB_RECOMPUTE_TAIL, 4, 0.5f, "both set"},
+        {SCDB_RECOMPUTE_TAIL, 0, 1.5f, "recompute.fraction"},
+        {SCDB_RECOMPUTE_TAIL, 0, -0.5f, "recompute.fraction"},
+        {SCDB_RECOMPUTE_TAIL, 0x80000000u, 0, "recompute.tokens -1"},
+        {SCDB_RECOMPUTE_NONE, 3, 0, "takes no count"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        w.policy = (Scdb__RecomputePolicy)bad[i].policy;
+        w.tokens = bad[i].tokens;
+        w.fraction = bad[i].fraction;
+        why[0] = 0;
+        assert_int_equal(cl_recompute_from_wire(&w, &r, why, sizeof why), SCDB_EINVAL);
+        assert_int_equal(r.policy, SCDB_RECOMPUTE_NONE);
+        if (!strstr(why, bad[i].words)) print_message("%zu: %s\n", i, why);
+        assert_non_null(strstr(why, bad[i].words));
+    }
+    w.fraction = NAN;
+    w.policy = SCDB__RECOMPUTE_POLICY__RECOMPUTE_TAIL;
+    w.tokens = 0;
+    assert_int_equal(cl_recompute_from_wire(&w, &r, why, sizeof why), SCDB_EINVAL);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -512,6 +557,7 @@ int main(void)
         cmocka_unit_test(test_bad_settings),
         cmocka_unit_test(test_default),
         cmocka_unit_test(test_config_fidelity),
+        cmocka_unit_test(test_wire_default),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
