@@ -40,6 +40,7 @@ int scdb_bench_cluster(int argc, char **argv);  /* bench/bench_cluster.c */
 int scdb_bench_adapter(int argc, char **argv);  /* bench/bench_adapter.c */
 int scdb_bench_fleet(int argc, char **argv);    /* bench/bench_fleet.c   */
 int scdb_bench_llama(int argc, char **argv);    /* bench/bench_llama.c   */
+int scdb_bench_fidelity(int argc, char **argv); /* bench/bench_fidelity.c */
 
 /* ------------------------------------------------- bench_util.c: helpers */
 

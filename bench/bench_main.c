@@ -35,6 +35,8 @@ static const struct {
      "one producer's stored prefixes served to every model and adapter: quality, TTFT, bytes"},
     {"llama", scdb_bench_llama,
      "the fleet in llama.cpp: capture, restore into its sequences, TTFT and quality vs its prefill"},
+    {"fidelity", scdb_bench_fidelity,
+     "recompute on a restored prefix (tail, initial, selective, DroidSpeak): TTFT vs top-1 / KL / ppl"},
 };
 
 const char *scdb_bench_name(int i)

@@ -241,6 +241,7 @@
 #include <stdint.h>
 
 #include "kernels.h"
+#include "recompute.h"
 #include "scdb_common.h"
 #include "store.h"
 
@@ -338,6 +339,10 @@ typedef struct scdb_decoder {
      * consumer's weights (raw).  A consumer registering with another one is
      * refused (SCDB_EMISMATCH). */
     char consumer_fp[33];
+    /* The pair's calibrated recompute default (schema/recompute.h; policy
+     * NONE when it has none): a consumer's fidelity default unless the
+     * config's `fidelity` overrides it. */
+    scdb_recompute recompute;
 } scdb_decoder;
 
 /* A codebook kind: how to open a codebook and build a pair's decoder.
@@ -395,6 +400,9 @@ typedef struct scdb_broker_pair_cfg {
     char consumer[SCDB_BROKER_NAME_MAX];
     char decoder[16];          /* kind; default: the codebook's kind         */
     char file[512];
+    char fidelity[32];         /* the consumers' recompute default
+                                  (schema/recompute.h text form; "" or
+                                  "pair": the pair file's)                 */
 } scdb_broker_pair_cfg;
 
 /* [consumers GROUP]: every directory a glob of `dirs` matches that holds a
@@ -412,6 +420,7 @@ typedef struct scdb_broker_consumers_cfg {
     char codebook[SCDB_BROKER_NAME_MAX];
     char decoder[16];
     char file[512];
+    char fidelity[32];         /* as [pair]'s, for every pair of the group  */
 } scdb_broker_consumers_cfg;
 
 /* A learned eviction policy file for live sessions (evict/evict.h); the

@@ -31,6 +31,9 @@ typedef struct bk_pair {
     const scdb_broker_codebook *cb;
     const scdb_broker_model *consumer;
     scdb_decoder dec;
+    scdb_recompute fidelity;    /* consumers' recompute default: the config's
+                                   `fidelity`, else the pair's, else none */
+    const char *fidelity_source; /* "config", "pair" or ""                */
 } bk_pair;
 
 struct bk_policy;

@@ -474,8 +474,17 @@ static int codebook_key(scdb_broker_codebook_cfg *b, const char *k, const char *
     return -1;
 }
 
+/* `fidelity`: a recompute setting (schema/recompute.h) or "pair" */
+static int fidelity_value(char *dst, size_t len, const char *v)
+{
+    scdb_recompute r;
+    if (scdb_recompute_parse(v, &r, NULL, 0) || scdb_recompute_check(&r, -1, NULL, 0)) return -1;
+    return copy_str(dst, len, v);
+}
+
 static int consumers_key(scdb_broker_consumers_cfg *g, const char *k, const char *v)
 {
+    if (!strcmp(k, "fidelity")) return fidelity_value(g->fidelity, sizeof g->fidelity, v);
     if (!strcmp(k, "dirs")) return copy_str(g->dirs, sizeof g->dirs, v);
     if (!strcmp(k, "raw_dtype")) return parse_raw_dtype(v, &g->raw_dtype);
     if (!strcmp(k, "codebook")) return copy_str(g->codebook, sizeof g->codebook, v);
@@ -488,6 +497,7 @@ static int pair_key(scdb_broker_pair_cfg *p, const char *k, const char *v)
 {
     if (!strcmp(k, "decoder")) return copy_str(p->decoder, sizeof p->decoder, v);
     if (!strcmp(k, "file")) return copy_str(p->file, sizeof p->file, v);
+    if (!strcmp(k, "fidelity")) return fidelity_value(p->fidelity, sizeof p->fidelity, v);
     return -1;
 }
 
@@ -622,6 +632,7 @@ static scdb_err add_consumer(scdb_broker_config *c, const scdb_broker_consumers_
     if (!p) return SCDB_ENOMEM;
     snprintf(p->decoder, sizeof p->decoder, "%s", g->decoder);
     snprintf(p->file, sizeof p->file, "%s", file);
+    snprintf(p->fidelity, sizeof p->fidelity, "%s", g->fidelity);
     return SCDB_OK;
 }
 

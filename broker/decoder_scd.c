@@ -242,6 +242,7 @@ scdb_err bk_scd_new_decoder(const scdb_broker_codebook *cb, const scdb_broker_mo
         return SCDB_EMISMATCH;
     }
     snprintf(out->consumer_fp, sizeof out->consumer_fp, "%s", pi->consumer_fp);
+    out->recompute = pi->recompute;
     out->name = "scd";
     out->decode = scd_decode;
     out->decode_dev = scd_decode_dev;

@@ -175,6 +175,7 @@ static void on_hello(scdb_broker *b, const rq *q, const Scdb__Request *req)
     Scdb__Reply r = SCDB__REPLY__INIT;
     Scdb__HelloReply hr = SCDB__HELLO_REPLY__INIT;
     Scdb__ModelShape shape = SCDB__MODEL_SHAPE__INIT;
+    Scdb__Recompute rc = SCDB__RECOMPUTE__INIT;
     scdb_err e;
 
     if (h->role != SCDB__ROLE__PRODUCER && h->role != SCDB__ROLE__CONSUMER) {
@@ -293,6 +294,13 @@ static void on_hello(scdb_broker *b, const rq *q, const Scdb__Request *req)
     hr.ns.data = (uint8_t *)cb->ns.b;
     hr.ns.len = sizeof cb->ns.b;
     hr.remote_tier = b->remote != NULL;
+    if (c->role == SCDB__ROLE__CONSUMER && pair && pair->fidelity.policy != SCDB_RECOMPUTE_NONE) {
+        rc.policy = (Scdb__RecomputePolicy)pair->fidelity.policy;
+        rc.tokens = (uint32_t)pair->fidelity.tokens;
+        rc.fraction = pair->fidelity.fraction;
+        rc.source = (char *)pair->fidelity_source;
+        hr.recompute = &rc;
+    }
     r.body_case = SCDB__REPLY__BODY_HELLO;
     r.hello = &hr;
     if (reply(b, q, SCDB_OK, &r, NULL)) bk_client_drop(b, c, "not told its token (no memory)");

@@ -131,9 +131,26 @@ static scdb_err add_codebook(bk_registry *r, const char *name, const char *kind_
     return SCDB_OK;
 }
 
+/* A pair's consumers' recompute default (issue 40): the config's
+ * `fidelity` (checked when it was parsed), else the pair file's, else none. */
+static void pair_fidelity(bk_pair *p, const char *fidelity)
+{
+    scdb_recompute r = {SCDB_RECOMPUTE_NONE, 0, 0.0f};
+    p->fidelity = r;
+    p->fidelity_source = "";
+    if (fidelity && fidelity[0] && !scdb_recompute_parse(fidelity, &r, NULL, 0) &&
+        r.policy != SCDB_RECOMPUTE_DEFAULT) {
+        p->fidelity = r;
+        p->fidelity_source = "config";
+    } else if (p->dec.recompute.policy != SCDB_RECOMPUTE_NONE) {
+        p->fidelity = p->dec.recompute;
+        p->fidelity_source = "pair";
+    }
+}
+
 static scdb_err add_pair(bk_registry *r, const scdb_broker_codebook *cb,
-                         const scdb_broker_model *consumer, const char *file, char *errbuf,
-                         size_t errlen)
+                         const scdb_broker_model *consumer, const char *file,
+                         const char *fidelity, char *errbuf, size_t errlen)
 {
     const scdb_codec_kind *kind = scdb_codec_kind_find(cb->kind);
     bk_pair *p = (bk_pair *)bk_reg_pair(r, cb, consumer);
@@ -155,6 +172,7 @@ static scdb_err add_pair(bk_registry *r, const scdb_broker_codebook *cb,
         p->consumer = consumer;
     }
     p->dec = dec;
+    pair_fidelity(p, fidelity);
     return SCDB_OK;
 }
 
@@ -263,7 +281,7 @@ static scdb_err registry_build(bk_registry *r, const scdb_broker_config *c, char
     /* identity pairs: a raw codebook decodes into its own producer */
     for (int i = 0; i < r->n_codebooks; i++) {
         if (strcmp(r->codebooks[i].kind, "raw")) continue;
-        e = add_pair(r, &r->codebooks[i], r->codebooks[i].producer, "", errbuf, errlen);
+        e = add_pair(r, &r->codebooks[i], r->codebooks[i].producer, "", "", errbuf, errlen);
         if (e) return e;
     }
     for (int i = 0; i < c->n_pairs; i++) {
@@ -280,7 +298,7 @@ static scdb_err registry_build(bk_registry *r, const scdb_broker_config *c, char
                      pc->codebook, pc->consumer, pc->decoder, cb->kind);
             return SCDB_EINVAL;
         }
-        e = add_pair(r, cb, m, pc->file, errbuf, errlen);
+        e = add_pair(r, cb, m, pc->file, pc->fidelity, errbuf, errlen);
         if (e) return e;
     }
     return load_policies(r, c, errbuf, errlen);
@@ -402,5 +420,6 @@ scdb_err scdb_broker_add_pair(scdb_broker *b, const char *codebook, const char *
         p->consumer = m;
     }
     p->dec = *dec;
+    pair_fidelity(p, NULL);
     return SCDB_OK;
 }

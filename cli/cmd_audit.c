@@ -26,6 +26,12 @@
  * teacher-forced over the next --cont tokens of the prompt, and so it does
  * from its own prefill of the same prefix: KL(own || decoded) and top-1
  * agreement of the next-token distributions, and the perplexity of both.
+ * When the registration carries a fidelity default (issue 40: the config's
+ * `fidelity` for the pair, else the pair's calibrated `recompute`), each
+ * prompt is measured again restored with it (the reference engine's
+ * recompute, engine/engine.h), and the summary says whether that default
+ * still meets the fidelity target (top-1 >= 0.95, ppl <= +1%) on these
+ * prompts.
  *
  * Exit codes: 0 ok, 1 refused / nothing measured / a file could not be
  * used, 2 usage error, 3 no broker answered. */
@@ -37,6 +43,7 @@
 #include <string.h>
 
 #include "codec.h"
+#include "engine.h"
 #include "kernels.h"
 #include "model.h"
 #include "scdb.h"
@@ -120,6 +127,9 @@ typedef struct prompt {
     int stored, measured, predictions;
     uint32_t put_blocks;
     double kl, agree, nll_own, nll_dec, get_ms, own_ms;
+    /* at the registration's fidelity default (issue 40), when it has one */
+    int measured_def;
+    double kl_def, agree_def, nll_def, rec_def, ttft_def_ms;
     char why[160];
 } prompt;
 
@@ -381,6 +391,36 @@ static scdb_err measure(scdb *h, const scdb_model *m, const audit_opts *o, promp
     }
     p->predictions = c;
     p->measured = 1;
+    {   /* the same at the registration's fidelity default */
+        scdb_recompute d;
+        if (!scdb_recompute_default(h, &d, NULL) && d.policy != SCDB_RECOMPUTE_NONE) {
+            scdb_engine_restore_opts ro;
+            scdb_engine_restore_result rr;
+            scdb_engine_restore_init(&ro);
+            scdb_arena_cache(a)->n = 0;
+            double t1 = scdb_now();
+            if ((e = scdb_engine_restore(h, m, p->tok, m0, a, 0, &ro, &rr)) ||
+                (e = scdb_model_forward(m, p->tok + m0, NULL, c, scdb_arena_cache(a), ld, NULL)))
+                goto done;
+            p->ttft_def_ms = (scdb_now() - t1) * 1e3;
+            p->rec_def = rr.recomputed;
+            log_softmax_rows(ld, c, V);
+            for (int t = 0; t < c; t++) {
+                const float *x = lo + (size_t)t * V, *y = ld + (size_t)t * V;
+                int ao = 0, ad = 0, target = p->tok[m0 + 1 + t];
+                double kl = 0;
+                for (int v = 0; v < V; v++) {
+                    kl += exp((double)x[v]) * ((double)x[v] - (double)y[v]);
+                    if (x[v] > x[ao]) ao = v;
+                    if (y[v] > y[ad]) ad = v;
+                }
+                p->kl_def += kl;
+                p->agree_def += ao == ad;
+                if (target >= 0 && target < V) p->nll_def -= y[target];
+            }
+            p->measured_def = 1;
+        }
+    }
 done:
     scdb_kv_cache_free(&own);
     scdb_arena_free(&a);
@@ -398,12 +438,24 @@ typedef struct producer_check {
 
 static void print_results(const audit_opts *o, const char *name, const char *fp, const char *check,
                           const char *refusal, const producer_check *pc, const scdb_info *info,
-                          const prompt *p, int np)
+                          const prompt *p, int np, const scdb *h)
 {
-    double kl = 0, agree = 0, no = 0, nd = 0;
-    long pred = 0;
+    double kl = 0, agree = 0, no = 0, nd = 0, kld = 0, agd = 0, nlld = 0, nod = 0, recd = 0;
+    long pred = 0, predd = 0;
     int measured = 0;
+    scdb_recompute dflt = {SCDB_RECOMPUTE_NONE, 0, 0};
+    char dsrc[16] = "", dname[48];
+    if (h) scdb_recompute_default(h, &dflt, dsrc);
+    scdb_recompute_format(&dflt, dname, sizeof dname);
     for (int i = 0; i < np; i++) {
+        if (p[i].measured_def) {
+            predd += p[i].predictions;
+            kld += p[i].kl_def;
+            agd += p[i].agree_def;
+            nlld += p[i].nll_def;
+            nod += p[i].nll_own;
+            recd += p[i].rec_def;
+        }
         if (!p[i].measured) continue;
         measured++;
         pred += p[i].predictions;
@@ -459,6 +511,17 @@ static void print_results(const audit_opts *o, const char *name, const char *fp,
             cJSON_AddNumberToObject(s, "ppl_decoded", exp(nd / (double)pred));
             cJSON_AddNumberToObject(s, "ppl_vs_own", exp((nd - no) / (double)pred) - 1.0);
         }
+        if (predd) {   /* at the fidelity default (issue 40) */
+            cJSON *f = cJSON_AddObjectToObject(s, "fidelity_default");
+            double t1 = agd / (double)predd, pr = exp((nlld - nod) / (double)predd);
+            cJSON_AddStringToObject(f, "setting", dname);
+            cJSON_AddStringToObject(f, "source", dsrc);
+            cJSON_AddNumberToObject(f, "kl", kld / (double)predd);
+            cJSON_AddNumberToObject(f, "top1", t1);
+            cJSON_AddNumberToObject(f, "ppl_vs_own", pr - 1.0);
+            cJSON_AddNumberToObject(f, "recomputed_tokens_per_prompt", recd / measured);
+            cJSON_AddBoolToObject(f, "target_met", t1 >= 0.95 && pr <= 1.01);
+        }
         char *txt = cJSON_Print(r);
         if (txt) puts(txt);
         free(txt);
@@ -490,6 +553,13 @@ static void print_results(const audit_opts *o, const char *name, const char *fp,
                exp(nd / (double)pred), exp(no / (double)pred), 100.0 * (exp((nd - no) / (double)pred) - 1.0));
     else
         printf("\nnone of the %d prompts has a stored prefix to measure\n", np);
+    if (predd) {
+        double t1 = agd / (double)predd, pr = exp((nlld - nod) / (double)predd);
+        printf("at the fidelity default %s (%s; %.0f tokens recomputed per prompt): KL %.4f, top-1 %.3f, "
+               "perplexity %+.1f%% vs own: the target (top-1 >= 0.95, ppl <= +1%%) is %s\n", dname, dsrc,
+               recd / measured, kld / (double)predd, t1, 100.0 * (pr - 1.0),
+               t1 >= 0.95 && pr <= 1.01 ? "met" : "NOT met");
+    }
 }
 
 int cli_cmd_audit(int argc, char **argv)
@@ -591,7 +661,7 @@ int cli_cmd_audit(int argc, char **argv)
         }
         measured += p[i].measured;
     }
-    print_results(&o, name, fp, check, refusal, &pc, info, p, np);
+    print_results(&o, name, fp, check, refusal, &pc, info, p, np, h);
     if (!measured)
         fprintf(stderr, "scdb audit: nothing measured: none of the %d prompts has a stored prefix under %s "
                 "(give the prompts your producers store with --text, or --store --producer DIR)\n", np,

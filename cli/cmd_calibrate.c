@@ -19,6 +19,7 @@
 #include "codec.h"
 #include "gguf.h"
 #include "model.h"
+#include "scdb_cli.h"
 
 int cli_cmd_calibrate(int argc, char **argv);
 
@@ -48,6 +49,11 @@ static void usage(FILE *f)
 "                      [--sample-stride K] [--texts FILE... | --domains ...] [--heldback-text FILE]\n"
 "                      [--patch-layers K] [--windows N] [--eval-windows N] [--steps S]\n"
 "       scdb calibrate --restamp PAIR --codebook FILE --consumer DIR -o OUTDIR\n"
+"       scdb calibrate --fidelity --codebook FILE --consumer DIR [...] -o OUTDIR\n"
+"                      [--pairs DIR] [--producer DIR] [--target-top1 X] [--target-ppl R]\n"
+"                      [--fidelity-windows N] [--fidelity-prefix P] [--fidelity-fractions LIST]\n"
+"                      [--fidelity-max-cost F]\n"
+"                      [--f16] [--verbose]\n"
 "       scdb calibrate --restamp-codebook FILE --producer DIR -o OUTDIR\n\n"
 "Fits the producer's SCD codebook jointly for all consumers (ridge reduced-rank\n"
 "regression; --pca: plain PCA of the producer's states, the ablation) and one\n"
@@ -98,6 +104,20 @@ static void usage(FILE *f)
 "is checked against --consumer DIR and written to OUTDIR/pairs/ with the tensor\n"
 "fingerprint (schema/FORMATS.md, \"Weights fingerprint\"); nothing else changes.\n"
 "A pair that predates its codebook's re-stamp gets the codebook's producer_fp.\n\n"
+"With --fidelity (issue 40), each consumer's existing pair (--pairs DIR, default\n"
+"DATA/pairs: <producer>__<name>.safetensors) gets its fidelity default, written\n"
+"to OUTDIR/<same name> (OUTDIR may be the pairs folder): on --fidelity-windows (8)\n"
+"held-back windows of --fidelity-prefix (448) + 64 tokens from the end of the\n"
+"consumer's TRAINING text (never its held-out text), the pair's decode (int8\n"
+"codes unless --f16) is repaired by each recompute setting -- none; tail,\n"
+"initial and selective at each --fidelity-fractions (0.02,...,0.5) -- and\n"
+"scored against the consumer's own prefill; of the settings costing at most\n"
+"--fidelity-max-cost (0.15) of the prefix, the cheapest that meets --target-top1\n"
+"(0.95) and --target-ppl (1.01) is stored with its figures (pair metadata\n"
+"recompute, recompute_figures); none meeting it: the most faithful of them,\n"
+"marked \"target not met\", the figures naming a costlier setting that met it.\n"
+"The broker hands it to the pair's consumers at registration; scdb audit\n"
+"re-measures it.\n\n"
 "With --restamp-codebook FILE, a codebook whose producer_fp is such a 16-digit\n"
 "hash is checked against --producer DIR and written to OUTDIR/codebooks/ with\n"
 "the tensor fingerprint, keeping its id (so its namespace and every stored\n"
@@ -338,6 +358,78 @@ static int load_frozen(const char *cb_path, const char *producer_dir, const char
         return 1;
     }
     return 0;
+}
+
+/* --fidelity: each consumer's pair (PAIRS/<producer>__<name>.safetensors)
+ * gets the cheapest recompute setting that meets the target on held-back
+ * windows of its training text (cli/fidelity.c), written to OUTDIR with the
+ * figures measured (pair metadata recompute, recompute_figures). */
+static int fidelity_mode(const char *cb_path, const char *producer_dir, const char *const *cons_dir,
+                         int n_cons, const char *pairs_dir, const char *outdir, int f16,
+                         const cli_fidelity_opts *fo)
+{
+    scdb_codebook *cb = NULL;
+    scdb_model *prod = NULL;
+    char err[512] = "", pdir[1200];
+    int ret = 1, skipped = 0;
+    scdb_err rc;
+
+    if (load_frozen(cb_path, producer_dir, cons_dir[0], &cb, &prod)) goto done;
+    if (!f16 && (rc = scdb_codebook_set_code_dtype(cb, SCDB_CODES_INT8))) {
+        fprintf(stderr, "calibrate --fidelity: int8 codes: %s\n", scdb_strerror(rc));
+        goto done;
+    }
+    if (pairs_dir) snprintf(pdir, sizeof pdir, "%s", pairs_dir);
+    else snprintf(pdir, sizeof pdir, "%s/pairs", cli_data_dir());
+    if (mkdir(outdir, 0755) && errno != EEXIST) {
+        fprintf(stderr, "calibrate --fidelity: cannot create %s\n", outdir);
+        goto done;
+    }
+    const char *producer = scdb_codebook_get_info(cb)->producer;
+    for (int i = 0; i < n_cons; i++) {
+        scdb_model *cons = NULL;
+        scdb_pair *pair = NULL;
+        scdb_recompute r;
+        char in[1500], out[1500], fig[256];
+        const char *name;
+        double t0 = scdb_now();
+        if ((rc = scdb_model_load(cons_dir[i], &cons, err, sizeof err))) {
+            fprintf(stderr, "calibrate --fidelity: %s: %s (%s)\n", cons_dir[i], err, scdb_strerror(rc));
+            goto done;
+        }
+        name = scdb_model_cfg(cons)->name;
+        snprintf(in, sizeof in, "%s/%s__%s.safetensors", pdir, producer, name);
+        snprintf(out, sizeof out, "%s/%s__%s.safetensors", outdir, producer, name);
+        if ((rc = scdb_pair_load(in, cb, &pair, err, sizeof err)) ||
+            (rc = scdb_pair_check_models(pair, prod, cons, err, sizeof err))) {
+            fprintf(stderr, "calibrate --fidelity: %s: %s (%s)\n", in, err, scdb_strerror(rc));
+            scdb_model_free(&cons);
+            goto done;
+        }
+        if (fo->verbose) fprintf(stderr, "calibrate --fidelity: %s\n", name);
+        int bad = cli_fidelity_pick(cb, prod, cons, pair, fo, &r, fig, sizeof fig);
+        if (bad == 2) {          /* no training text: skipped, said so */
+            skipped++;
+            scdb_pair_free(&pair);
+            scdb_model_free(&cons);
+            continue;
+        }
+        if (!bad && (rc = scdb_pair_set_recompute(pair, &r, fig))) bad = 1;
+        if (!bad && (rc = scdb_pair_save(pair, out))) {
+            fprintf(stderr, "calibrate --fidelity: cannot write %s (%s)\n", out, scdb_strerror(rc));
+            bad = 1;
+        }
+        if (!bad) printf("%s: %s (%.1f s)\n", out, fig, scdb_now() - t0);
+        fflush(stdout);
+        scdb_pair_free(&pair);
+        scdb_model_free(&cons);
+        if (bad) goto done;
+    }
+    ret = skipped ? 1 : 0;
+done:
+    scdb_model_free(&prod);
+    scdb_codebook_free(&cb);
+    return ret;
 }
 
 static int restamp(const char *pair_path, const char *cb_path, const char *cons_dir, const char *outdir)
@@ -1027,7 +1119,11 @@ int cli_cmd_calibrate(int argc, char **argv)
     int hidden = 128, steps = 1500, identity = 1, fixed[SCDB_CODEC_MAX_LAYERS], n_fixed = -1;
     int budget = 0, all_layers = 1, lora = 0, dec_rank = 0, align_rank = 0, tok_in = 1, tok_corr = 0;
     int own_windows = -1, fleet_windows = -1, stride = 0, windows_set = 0;
-    const char *shared_path = NULL;
+    const char *shared_path = NULL, *pairs_dir = NULL;
+    int fidelity = 0, f16 = 0;
+    cli_fidelity_opts fo = {.target_top1 = 0.95, .target_ppl = 1.01, .windows = 8, .prefix = 448,
+                            .cont = 64, .fractions = {0.02, 0.05, 0.1, 0.15, 0.2, 0.3, 0.5},
+                            .n_fractions = 7, .max_cost = 0.15};
     scdb_device_pref dev_pref = SCDB_DEVPREF_AUTO;
     scdb_device dev;
     char why[384];
@@ -1092,7 +1188,34 @@ int cli_cmd_calibrate(int argc, char **argv)
         else if (!strcmp(a, "--steps") && more) bad = scdb_parse_int(a, argv[++i], 1, INT_MAX, &steps, why, sizeof why);
         else if (!strcmp(a, "--no-identity")) { cb_only = a; identity = 0; }
         else if (!strcmp(a, "-o") && more) outdir = argv[++i];
-        else if (!strcmp(a, "--device") && more) {
+        else if (!strcmp(a, "--fidelity")) fidelity = 1;
+        else if (!strcmp(a, "--pairs") && more) pairs_dir = argv[++i];
+        else if (!strcmp(a, "--f16")) f16 = 1;
+        else if (!strcmp(a, "--verbose") || !strcmp(a, "-v")) fo.verbose = 1;
+        else if (!strcmp(a, "--target-top1") && more)
+            bad = scdb_parse_f64(a, argv[++i], 0.0, 1.0, &fo.target_top1, why, sizeof why);
+        else if (!strcmp(a, "--target-ppl") && more)
+            bad = scdb_parse_f64(a, argv[++i], 1.0, 100.0, &fo.target_ppl, why, sizeof why);
+        else if (!strcmp(a, "--fidelity-max-cost") && more)
+            bad = scdb_parse_f64(a, argv[++i], 0.0, 1.0, &fo.max_cost, why, sizeof why);
+        else if (!strcmp(a, "--fidelity-windows") && more)
+            bad = scdb_parse_int(a, argv[++i], 1, 4096, &fo.windows, why, sizeof why);
+        else if (!strcmp(a, "--fidelity-prefix") && more)
+            bad = scdb_parse_int(a, argv[++i], 16, 1 << 20, &fo.prefix, why, sizeof why);
+        else if (!strcmp(a, "--fidelity-fractions") && more) {
+            char *p = argv[++i], *end;
+            fo.n_fractions = 0;
+            while (*p && fo.n_fractions < 16) {
+                double v = strtod(p, &end);
+                if (end == p || !(v > 0 && v <= 1) || (*end && *end != ',')) {
+                    fprintf(stderr, "calibrate: --fidelity-fractions '%s': fractions in (0, 1], "
+                            "comma-separated\n", argv[i]);
+                    return 2;
+                }
+                fo.fractions[fo.n_fractions++] = v;
+                p = *end ? end + 1 : end;
+            }
+        } else if (!strcmp(a, "--device") && more) {
             if (scdb_device_parse(argv[++i], &dev_pref)) {
                 fprintf(stderr, "calibrate: --device wants auto, cpu or cuda, not '%s'\n\n", argv[i]);
                 usage(stderr);
@@ -1107,6 +1230,14 @@ int cli_cmd_calibrate(int argc, char **argv)
             fprintf(stderr, "calibrate: %s\n", why);
             return 2;
         }
+    }
+    if (fidelity) {
+        if (!cb_path || n_cons == 0 || !outdir) {
+            fprintf(stderr, "calibrate: --fidelity needs --codebook FILE, --consumer DIR and -o OUTDIR\n\n");
+            usage(stderr);
+            return 2;
+        }
+        return fidelity_mode(cb_path, producer_dir, cons_dir, n_cons, pairs_dir, outdir, f16, &fo);
     }
     if (restamp_cb) {
         if (!producer_dir || n_cons || cb_path || restamp_path || !outdir) {

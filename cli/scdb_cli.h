@@ -70,4 +70,29 @@ int cli_read_tokens(const char *cmd, const char *path, int is_text, int32_t **ou
  * is none): a policy's log and plot beside it.  cli_util.c */
 void cli_sibling_path(const char *path, const char *ext, char *out, size_t len);
 
+/* A pair's fidelity default, chosen on held-back windows of the consumer's
+ * training text (issue 40; fidelity.c).  fractions: the recompute budgets
+ * tried for tail, initial and selective. */
+struct scdb_codebook;
+struct scdb_model;
+struct scdb_pair;
+struct scdb_recompute;
+typedef struct cli_fidelity_opts {
+    double target_top1, target_ppl;     /* 0.95, 1.01 */
+    int windows, prefix, cont;          /* 8, 448, 64 */
+    double fractions[16];
+    int n_fractions;
+    double max_cost;                    /* target not met: the most faithful
+                                           setting costing at most this share
+                                           of the prefix (0.15)              */
+    int verbose;
+} cli_fidelity_opts;
+/* 0 with *out and figures (a line for the pair's recompute_figures), 2 when
+ * the consumer has no readable training text (nothing chosen), or 1 (a
+ * message said why). */
+int cli_fidelity_pick(const struct scdb_codebook *cb, const struct scdb_model *prod,
+                      const struct scdb_model *cons, const struct scdb_pair *pair,
+                      const cli_fidelity_opts *o, struct scdb_recompute *out, char *figures,
+                      size_t figlen);
+
 #endif

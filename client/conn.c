@@ -297,6 +297,39 @@ static void info_from(scdb_info *i, const Scdb__HelloReply *r)
     i->remote_tier = r->remote_tier;
 }
 
+scdb_err cl_recompute_from_wire(const Scdb__Recompute *w, scdb_recompute *out, char *why,
+                                size_t whylen)
+{
+    scdb_recompute d = {SCDB_RECOMPUTE_NONE, 0, 0.0f};
+    *out = d;
+    if (!w) return SCDB_OK;
+    d.policy = (scdb_recompute_policy)w->policy;
+    d.tokens = w->tokens > INT32_MAX ? -1 : (int)w->tokens;
+    d.fraction = w->fraction;
+    if (d.policy == SCDB_RECOMPUTE_DEFAULT) {
+        snprintf(why, whylen, "policy 'default' is not a setting");
+        return SCDB_EINVAL;
+    }
+    scdb_err e = scdb_recompute_check(&d, -1, why, whylen);
+    if (!e) *out = d;
+    return e;
+}
+
+/* The hello's fidelity default (scdb.proto HelloReply.recompute): what
+ * cl_recompute_from_wire refuses is logged and taken as none. */
+static void recompute_from(scdb *h, const Scdb__HelloReply *r)
+{
+    scdb_recompute d;
+    char why[160] = "";
+    h->recompute_source[0] = 0;
+    if (cl_recompute_from_wire(r->recompute, &d, why, sizeof why))
+        scdb_warn("broker's fidelity default ignored (none used): %s", why);
+    h->recompute_default = d;
+    if (!r->recompute || d.policy == SCDB_RECOMPUTE_NONE) return;
+    snprintf(h->recompute_source, sizeof h->recompute_source, "%s",
+             r->recompute->source ? r->recompute->source : "");
+}
+
 static scdb_err hello(scdb *h)
 {
     Scdb__Request req = SCDB__REQUEST__INIT;
@@ -321,6 +354,7 @@ static scdb_err hello(scdb *h)
     if (e == SCDB_OK) {
         atomic_store(&h->token, rep->hello->client);
         info_from(&h->info, rep->hello);
+        recompute_from(h, rep->hello);
         atomic_store(&h->hb_interval_ms, (int)(h->info.heartbeat_ms ? h->info.heartbeat_ms : 1000));
         h->gen++;
         h->broker_gone = 0;

@@ -38,6 +38,11 @@ void scdb_close(scdb **hp)
         scdb_arena *a = h->arenas;
         scdb_arena_free(&a);
     }
+    free(h->rc_pos);
+    free(h->rc_tok);
+    free(h->rc_idx);
+    free(h->rc_keep);
+    free(h->rc_scores);
     cl_conn_free(h);
     *hp = NULL;
 }

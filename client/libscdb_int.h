@@ -55,6 +55,13 @@ struct scdb {
     char model[128], codebook[128];
     char weights_fp[33];         /* sent with consumer hellos ("" none)     */
     scdb_info info;
+    scdb_recompute recompute_default; /* the hello's (issue 40); none if absent */
+    char recompute_source[16];        /* "config", "pair" or ""              */
+    int32_t *rc_pos, *rc_tok;         /* scdb_get_recompute's positions and
+                                         tokens (valid until the next one)  */
+    int *rc_idx, *rc_keep;
+    float *rc_scores;
+    size_t rc_cap, rc_keep_cap;
 
     int no_heartbeat;
     int hb_running;
@@ -98,7 +105,15 @@ struct scdb {
  *   blocks.c   put, put_states, lookup, delete, stats
  *   raw.c      raw-KV payloads, put of a cache
  *   arena.c    arenas, get, get_copy
+ *   recompute.c  scdb_get_recompute (a get, then the tokens to recompute
+ *              taken out of the arena)
  *   libscdb.c  scdb_close */
+
+/* conn.c: a HelloReply's fidelity default (NULL: none) into out; what
+ * scdb_recompute_check refuses, or policy DEFAULT, is SCDB_EINVAL with why
+ * set and out none. */
+scdb_err cl_recompute_from_wire(const Scdb__Recompute *w, scdb_recompute *out, char *why,
+                                size_t whylen);
 
 /* util.c */
 /* Set h->err (printf) and return e. */

@@ -211,6 +211,7 @@
 #include <stdint.h>
 
 #include "kv_cache.h"
+#include "recompute.h"
 #include "scdb_err.h"
 
 #ifdef __cplusplus
@@ -544,6 +545,103 @@ typedef struct scdb_get_opts {
  * Errors: those of scdb_get, SCDB_EINVAL (patch_layers below -1). */
 scdb_err scdb_get_ex(scdb *h, const int32_t *tokens, size_t n_tokens, scdb_arena *a, int slot0,
                      int32_t pos0, const scdb_get_opts *opts, scdb_get_result *out);
+
+/* ------------------------------------------------------------ fidelity on demand
+ *
+ * A restored prefix is close to the consumer's own KV, not equal to it (the
+ * pair decodes the producer's codes; docs/BENCHMARKS.md "What per-token
+ * decoding can reach").  scdb_get_recompute buys fidelity with time: it
+ * gets the prefix as scdb_get_ex does, then takes the tokens a setting
+ * chooses (recompute.h: tail, initial, selective, or the registration's
+ * default) out of the arena's cache -- their slots removed, order kept,
+ * every other slot keeping its position -- and returns their absolute
+ * positions and token ids.  The caller's engine forwards those tokens at
+ * those positions over the cache (attention is causal by position, so each
+ * attends exactly as at its place: to the restored KV before it and to the
+ * recomputed tokens), then its suffix from out->next_pos on:
+ *
+ *   scdb_get_recompute(h, tokens, n, arena, slot0, pos0, &o, &r)
+ *   forward r.tokens[0..r.n_recompute) at r.pos[..]     (any order of the
+ *   forward the suffix at r.next_pos, r.next_pos + 1 ..  two in one batch)
+ *
+ * Recomputing every token gives the consumer's own prefill (tests/
+ * test_broker.c checks the logits).  libscdb does not compute: the engine
+ * is the caller's.  Which engines can: tail needs nothing but appending at
+ * the end (llama.cpp can: the tail's positions are pos_max + 1 ..); initial
+ * and selective need a forward at explicit positions over a cache causal by
+ * position (scdb's reference model, model.h; not llama.cpp, whose KV cells
+ * must be appended in order: there use tail, and a selective setting is
+ * refused by its consumer).  selective needs the caller's scorer (o.score):
+ * e.g. CacheBlend's, the engine's own first layer over the restored KV,
+ * scoring each token by how far its next layer's KV is from the restored
+ * one (the reference engine's: bench/ and cli/ use it).  The broker is not
+ * asked for anything new: the default comes with the registration
+ * (scdb_recompute_default), and the removal is a local edit of the arena
+ * (host arenas only: a CUDA IPC arena is SCDB_EUNSUPPORTED for any setting
+ * but none).
+ *
+ * A live session on the arena is fine: a get may only append there, and
+ * the slots taken out are among the ones it appended, before any
+ * statistics are folded for them. */
+
+/* Options of scdb_get_recompute; scdb_get_recompute_init fills the
+ * defaults (patch_layers -1, recompute default, no scorer).  `size` is
+ * sizeof(scdb_get_recompute_opts) as the caller was compiled: fields added
+ * later are read only when it covers them. */
+typedef int (*scdb_recompute_score_fn)(void *arg, const scdb_kv_cache *cache, int slot0, int n,
+                                       const int32_t *tokens, float *scores);
+typedef struct scdb_get_recompute_opts {
+    size_t size;
+    int patch_layers;              /* as scdb_get_opts                      */
+    scdb_recompute recompute;      /* SCDB_RECOMPUTE_DEFAULT: the
+                                      registration's (scdb_recompute_default);
+                                      NONE: a plain get                     */
+    /* selective: score the n restored slots [slot0, slot0 + n) of cache
+     * (their token ids: tokens), scores[i] for slot slot0 + i, higher
+     * recomputed first (ties: the later token; NaN lowest); return 0, or
+     * nonzero to fail the call (SCDB_EINVAL; the arena keeps the whole
+     * restored prefix).  NULL with a selective setting: SCDB_EINVAL. */
+    scdb_recompute_score_fn score;
+    void *score_arg;
+} scdb_get_recompute_opts;
+
+typedef struct scdb_get_recompute_result {
+    size_t size;                   /* sizeof as the caller was compiled     */
+    scdb_get_result get;           /* the get's, cache_n after the removal  */
+    scdb_recompute applied;        /* the setting used (default resolved)   */
+    int from_default;              /* 1: it was the registration's default  */
+    uint32_t n_recompute;          /* tokens taken out                      */
+    const int32_t *pos;            /* [n_recompute] their absolute positions,
+                                      ascending                             */
+    const int32_t *tokens;         /* [n_recompute] their token ids         */
+    int32_t next_pos;              /* pos0 + get.tokens_written: the first
+                                      suffix token's position               */
+} scdb_get_recompute_result;
+
+/* The defaults: size set, patch_layers -1, recompute DEFAULT. */
+void scdb_get_recompute_init(scdb_get_recompute_opts *o);
+
+/* Get the longest stored prefix of tokens into the arena (scdb_get_ex),
+ * then take out the tokens the setting chooses among the tokens_written
+ * restored ones (a setting's count is checked against n_tokens, what the
+ * caller asks for, and clamped to what was restored: the rest of a shorter
+ * hit is the caller's to prefill anyway).  out->pos and out->tokens belong
+ * to the handle, valid until its next scdb_get_recompute or scdb_close.
+ * o NULL: the defaults.  Errors: those of scdb_get_ex; SCDB_EINVAL (a bad
+ * setting, named: an unknown policy, a negative count, a fraction outside
+ * [0, 1], both set, selective without a scorer, the scorer failed),
+ * SCDB_ERANGE (a count beyond n_tokens: "recompute.tokens 500 is beyond
+ * the prefix's 448 tokens"), SCDB_EUNSUPPORTED (a CUDA IPC arena and a
+ * setting other than none). */
+scdb_err scdb_get_recompute(scdb *h, const int32_t *tokens, size_t n_tokens, scdb_arena *a,
+                            int slot0, int32_t pos0, const scdb_get_recompute_opts *o,
+                            scdb_get_recompute_result *out);
+
+/* The registration's fidelity default: the broker config's `fidelity` for
+ * this pair, else the pair's calibrated `recompute`, else none (also from
+ * a broker older than the setting).  source (may be NULL, 16 bytes) gets
+ * "config", "pair" or "".  SCDB_EINVAL (NULL h or out, not registered). */
+scdb_err scdb_recompute_default(const scdb *h, scdb_recompute *out, char *source);
 
 /* As scdb_get, through an arena the handle keeps, then copied into dst
  * (any scdb_kv_cache of our model's geometry) at slots slot0.. .  Errors:

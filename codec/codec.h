@@ -98,6 +98,7 @@
 
 #include "kernels.h"
 #include "model.h"
+#include "recompute.h"
 #include "scdb_common.h"
 
 #define SCDB_CODEC_VERSION 1
@@ -303,6 +304,13 @@ typedef struct scdb_pair_info {
     char checksum[33];                       /* the file's (after load / save) */
     int dec_rank, align_rank, lora_rank;     /* lora: correction / delta ranks */
     char lora_targets[8];                    /* lora: "k,v", "k", "v" or "" */
+    /* Fidelity on demand (issue 40): the recompute setting calibration
+     * chose (never DEFAULT; NONE both when none was stored and when
+     * calibration chose none) and the figures it measured on held-back
+     * windows ("" none): metadata `recompute`, `recompute_figures`
+     * (schema/FORMATS.md "Pair"; written when either is set). */
+    scdb_recompute recompute;
+    char recompute_figures[256];
 } scdb_pair_info;
 
 /* Adapter pairs.  A fleet of LoRA adapters of one base shares one SHARED
@@ -364,6 +372,11 @@ scdb_err scdb_pair_load(const char *path, const scdb_codebook *cb, scdb_pair **o
 scdb_err scdb_pair_load_shared(const char *path, const scdb_codebook *cb, scdb_pair **out,
                                char *errbuf, size_t errlen);
 scdb_err scdb_pair_save(const scdb_pair *p, const char *path);
+/* Set the pair's stored recompute default and the figures that chose it
+ * (figures may be NULL: ""), for scdb_pair_save; the checksum changes with
+ * them.  none with no figures removes both keys.  SCDB_EINVAL: a setting scdb_recompute_check refuses, policy
+ * DEFAULT, figures of 256 bytes or more or with a control character. */
+scdb_err scdb_pair_set_recompute(scdb_pair *p, const scdb_recompute *r, const char *figures);
 /* Drop the caller's pair (a shared part passed to scdb_calib_fit_lora_pair
  * lives on while a lora pair fitted with it does). */
 void scdb_pair_free(scdb_pair **p);

@@ -80,6 +80,20 @@ static void pair_unref(scdb_pair *p)
     if (last) pair_destroy(p);
 }
 
+scdb_err scdb_pair_set_recompute(scdb_pair *p, const scdb_recompute *r, const char *figures)
+{
+    if (!p || !r || scdb_recompute_check(r, -1, NULL, 0) || r->policy == SCDB_RECOMPUTE_DEFAULT)
+        return SCDB_EINVAL;
+    if (figures) {
+        if (strlen(figures) >= sizeof p->info.recompute_figures) return SCDB_EINVAL;
+        for (const char *c = figures; *c; c++)
+            if ((unsigned char)*c < 0x20) return SCDB_EINVAL;
+    }
+    p->info.recompute = *r;
+    snprintf(p->info.recompute_figures, sizeof p->info.recompute_figures, "%s", figures ? figures : "");
+    return SCDB_OK;
+}
+
 void scdb_pair_free(scdb_pair **pp)
 {
     if (!pp || !*pp) return;
@@ -244,6 +258,14 @@ static scdb_err build_bundle(const scdb_pair *p, cx_bundle *b)
     M("decoder_input", "%s", p->all_input ? "all" : "layer");
     M("late_added", "%d", in->late_added);
     M("notes", "%s", p->notes);
+    if (in->recompute.policy != SCDB_RECOMPUTE_NONE || in->recompute_figures[0]) {
+        /* optional: written only when set (none is set when calibration
+         * chose it: it carries its figures) */
+        char rs[48];
+        scdb_recompute_format(&in->recompute, rs, sizeof rs);
+        M("recompute", "%s", rs);
+        if (in->recompute_figures[0]) M("recompute_figures", "%s", in->recompute_figures);
+    }
 #undef M
     if ((rc = cx_tok_bundle(p, b))) goto fail;
     if (in->kind == SCDB_PAIR_LORA) {
@@ -767,6 +789,27 @@ static scdb_err load_pair(const char *path, const scdb_codebook *cb, int want_sh
         goto fail;
     }
     p->all_input = in->all_input = !strcmp(s, "all");
+    /* optional (issue 40): the calibrated recompute default */
+    if (scdb_st_meta(f, "recompute")) {
+        char rs[64], why[160] = "";
+        if ((rc = cx_meta_str(f, "recompute", rs, sizeof rs, errbuf, errlen))) goto fail;
+        if (scdb_recompute_parse(rs, &in->recompute, why, sizeof why) ||
+            scdb_recompute_check(&in->recompute, -1, why, sizeof why) ||
+            in->recompute.policy == SCDB_RECOMPUTE_DEFAULT) {
+            scdb_errf(errbuf, errlen, "%s: metadata 'recompute': %s", path,
+                      why[0] ? why : "'default' is not a stored setting");
+            rc = SCDB_EFORMAT;
+            goto fail;
+        }
+        if (scdb_st_meta(f, "recompute_figures") &&
+            (rc = cx_meta_str(f, "recompute_figures", in->recompute_figures,
+                              sizeof in->recompute_figures, errbuf, errlen)))
+            goto fail;
+    } else if (scdb_st_meta(f, "recompute_figures")) {
+        scdb_errf(errbuf, errlen, "%s: metadata 'recompute_figures' without 'recompute'", path);
+        rc = SCDB_EFORMAT;
+        goto fail;
+    }
     /* optional (pairs written before it are joint fits) */
     if (scdb_st_meta(f, "late_added") &&
         (rc = cx_meta_int(f, "late_added", 0, 1, &in->late_added, errbuf, errlen)))

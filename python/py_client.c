@@ -161,6 +161,7 @@ static void client_dealloc(py_client *self)
         scdb_close(&h);
     }
     PyMem_Free(self->pending);
+    Py_CLEAR(self->last_recompute);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -445,18 +446,62 @@ static PyObject *client_states_arena(py_client *self, PyObject *args, PyObject *
     return new_arena(self, args, kw, 1);
 }
 
+/* recompute= of get: the recompute.h text form ("tail:32", "default",
+ * ...): scdb_get_recompute, its positions and tokens in last_recompute.
+ * selective needs a scorer over the restored KV, which a Python engine
+ * runs itself: refused here (get without recompute, score, then forward). */
+static PyObject *get_recompute(py_client *self, const py_tokens *t, py_arena *a, int slot0, int pos0,
+                               const char *setting)
+{
+    scdb_get_recompute_opts o;
+    scdb_get_recompute_result r = {.size = sizeof r};
+    char why[200] = "", name[48];
+    PyObject *out = NULL, *pos = NULL, *tok = NULL;
+    scdb_err e;
+
+    scdb_get_recompute_init(&o);
+    if (scdb_recompute_parse(setting, &o.recompute, why, sizeof why))
+        return py_err(SCDB_EINVAL, "%s", why);
+    if (o.recompute.policy == SCDB_RECOMPUTE_SELECTIVE)
+        return py_err(SCDB_EINVAL, "recompute '%s': selective needs a scorer over the restored KV; "
+                      "get without recompute, score the arena, then forward the tokens you choose",
+                      setting);
+    Py_BEGIN_ALLOW_THREADS
+    e = scdb_get_recompute(self->h, t->data, t->n, a->a, slot0, pos0, &o, &r);
+    Py_END_ALLOW_THREADS
+    self->last_get = r.get;
+    self->have_last_get = 1;
+    if (e) return py_err_handle(self->h, e);
+    if (!(pos = PyList_New(r.n_recompute)) || !(tok = PyList_New(r.n_recompute))) goto done;
+    for (uint32_t i = 0; i < r.n_recompute; i++) {
+        PyList_SET_ITEM(pos, i, PyLong_FromLong(r.pos[i]));
+        PyList_SET_ITEM(tok, i, PyLong_FromLong(r.tokens[i]));
+    }
+    scdb_recompute_format(&r.applied, name, sizeof name);
+    Py_CLEAR(self->last_recompute);
+    self->last_recompute = Py_BuildValue("{s:s,s:O,s:O,s:O,s:i}", "setting", name, "from_default",
+                                         r.from_default ? Py_True : Py_False, "positions", pos,
+                                         "tokens", tok, "next_pos", (int)r.next_pos);
+    if (self->last_recompute) out = PyLong_FromUnsignedLong(r.get.tokens_written);
+done:
+    Py_XDECREF(pos);
+    Py_XDECREF(tok);
+    return out;
+}
+
 static PyObject *client_get(py_client *self, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"tokens", "arena", "slot0", "pos0", NULL};
+    static char *kwlist[] = {"tokens", "arena", "slot0", "pos0", "recompute", NULL};
     PyObject *tok, *out = NULL;
     py_arena *a;
     int slot0 = 0, pos0 = 0;
+    const char *recompute = NULL;
     py_tokens t = {0};
     scdb_get_result r = {0};
     scdb_err e;
 
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO!|ii:get", kwlist, &tok, &py_arena_type, &a,
-                                     &slot0, &pos0))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO!|iiz:get", kwlist, &tok, &py_arena_type, &a,
+                                     &slot0, &pos0, &recompute))
         return NULL;
     if (a->client != self) return py_err(SCDB_EINVAL, "that Arena belongs to another Client");
     if (py_arena_check(a)) return NULL;
@@ -464,6 +509,10 @@ static PyObject *client_get(py_client *self, PyObject *args, PyObject *kw)
         return py_err(SCDB_ERANGE, "slot0 and pos0 must be >= 0 (got %d, %d)", slot0, pos0);
     if (py_client_enter(self)) return NULL;
     if (py_tokens_get(tok, &t)) goto done;
+    if (recompute) {
+        out = get_recompute(self, &t, a, slot0, pos0, recompute);
+        goto done;
+    }
     Py_BEGIN_ALLOW_THREADS
     e = scdb_get(self->h, t.data, t.n, a->a, slot0, pos0, &r);
     Py_END_ALLOW_THREADS
@@ -599,6 +648,14 @@ static PyObject *client_get_last_get(py_client *self, void *c)
                          "decode_ns", (unsigned long long)r->decode_ns);
 }
 
+static PyObject *client_get_last_recompute(py_client *self, void *c)
+{
+    (void)c;
+    if (!self->last_recompute) Py_RETURN_NONE;
+    Py_INCREF(self->last_recompute);
+    return self->last_recompute;
+}
+
 static int client_set_timeout(py_client *self, PyObject *v, void *c)
 {
     long long ms;
@@ -688,13 +745,20 @@ static PyMethodDef client_methods[] = {
      "(capacity tokens; 0: max_seq_len).  Raises UnsupportedError when the broker does not\n"
      "encode this codebook (not a producer of an 'scd' codebook)."},
     {"get", FN(client_get), METH_VARARGS | METH_KEYWORDS,
-     "get(tokens, arena, slot0=0, pos0=0) -> int\n\n"
+     "get(tokens, arena, slot0=0, pos0=0, recompute=None) -> int\n\n"
      "Decode the longest stored prefix of tokens into arena (whole blocks, as many as fit):\n"
      "block i goes to slots slot0 + i*block_tokens.. with positions pos0 + i*block_tokens..\n"
      "Returns the tokens written; arena.n becomes max(n, slot0 + written).  Client.last_get\n"
      "has the details (decode_ns, ...).  The GIL is released while the broker decodes.\n"
      "Raises ClosedError (arena closed, or from before a broker restart), BusyError,\n"
-     "RangeError, DataError (a damaged block), TimeoutError."},
+     "RangeError, DataError (a damaged block), TimeoutError.\n\n"
+     "recompute='tail:32' | 'initial:16' | 'tail:10%' | 'default' | ... (scdb.h, 'fidelity on\n"
+     "demand'): the chosen prefix tokens are then taken out of the arena (positions kept) and\n"
+     "Client.last_recompute gives their 'positions' and 'tokens': forward them at those\n"
+     "positions over the arena, then the suffix from 'next_pos'.  'default' is the pair's\n"
+     "calibrated setting (or the broker config's).  'selective' is refused here: it needs a\n"
+     "scorer over the restored KV, which your engine runs (CacheBlend: its own first layer).\n"
+     "Raises InvalidError (a bad setting, named), RangeError (a count beyond the tokens)."},
     {"delete", FN(client_delete), METH_VARARGS | METH_KEYWORDS,
      "delete(tokens, from_block=0) -> int\n\nDelete stored blocks from_block.. of tokens, last\n"
      "first (producers).  Returns how many were deleted.  Raises BusyError (a block is\n"
@@ -716,6 +780,9 @@ static PyGetSetDef client_getset[] = {
     {"last_get", (getter)client_get_last_get, NULL,
      "The last get's result: {'n_full', 'n_matched', 'tokens_written', 'cache_n',\n"
      "'decode_ns'}, or None.", NULL},
+    {"last_recompute", (getter)client_get_last_recompute, NULL,
+     "The last get(recompute=...)'s {'setting', 'from_default', 'positions', 'tokens',\n"
+     "'next_pos'}, or None.", NULL},
     {"timeout_ms", (getter)client_get_timeout, (setter)client_set_timeout,
      "Per-call timeout in milliseconds (settable).", NULL},
     {NULL, NULL, NULL, NULL, NULL},

@@ -67,6 +67,8 @@ typedef struct py_client {
     char endpoint[512];
     scdb_get_result last_get;
     int have_last_get;
+    PyObject *last_recompute;      /* dict of the last get with recompute=,
+                                      or NULL                               */
     py_pending *pending;           /* frees deferred while busy             */
     size_t n_pending, cap_pending;
 } py_client;

@@ -4,7 +4,7 @@
 #
 #   check     abidiff (Debian's abigail-tools) of the baseline against the
 #             built library, types limited to the installed headers (scdb.h,
-#             kv_cache.h, scdb_err.h).  Fails on any removed or changed
+#             kv_cache.h, recompute.h, scdb_err.h).  Fails on any removed or changed
 #             function, variable, type or soname; functions added are
 #             compatible, but only in a version node the baseline does not
 #             have (a released node never grows).  Exit 77 (a skip for
@@ -35,7 +35,7 @@ trap 'rm -rf "$tmp"' EXIT
 # declared in them as the public ones (by file name) and drops the others,
 # so the opaque handles' insides (libscdb_int.h) are not ABI
 mkdir "$tmp/public"
-cp "$src/client/scdb.h" "$src/kernels/kv_cache.h" "$src/common/scdb_err.h" "$tmp/public/" || exit 1
+cp "$src/client/scdb.h" "$src/kernels/kv_cache.h" "$src/schema/recompute.h" "$src/common/scdb_err.h" "$tmp/public/" || exit 1
 
 if [ "$mode" = baseline ]; then
   mkdir -p "$(dirname "$base")"

@@ -2478,6 +2478,92 @@ static void test_token_lora(void **state)
     scdb_codebook_free(&cb);
 }
 
+/* The fidelity default a pair stores (issue 40; schema/FORMATS.md "Pair",
+ * `recompute`, `recompute_figures`): it survives a save and a load, a pair
+ * without one is written without the keys (as before them), the setter
+ * refuses bad settings, and the loader bad values by name. */
+static void test_pair_recompute(void **state)
+{
+    scdb_codebook *cb = NULL;
+    scdb_pair *p = NULL, *q = NULL;
+    scdb_st_file *f = NULL;
+    char err[256] = "", path[600], ed[600];
+    (void)state;
+    if (access(SCDB_DATA_DIR "/pairs/base__code.safetensors", R_OK)) skip();
+    assert_int_equal(scdb_codebook_load(SCDB_DATA_DIR "/codebooks/base.safetensors", &cb, err,
+                                        sizeof err), SCDB_OK);
+    assert_int_equal(scdb_pair_load(SCDB_DATA_DIR "/pairs/base__code.safetensors", cb, &p, err,
+                                    sizeof err), SCDB_OK);
+    snprintf(path, sizeof path, "%s/recompute.safetensors", tmpdir);
+    snprintf(ed, sizeof ed, "%s/recompute_edited.safetensors", tmpdir);
+    static const scdb_recompute rt[] = {{SCDB_RECOMPUTE_TAIL, 24, 0},
+                                        {SCDB_RECOMPUTE_SELECTIVE, 0, 0.15f},
+                                        {SCDB_RECOMPUTE_INITIAL, 0, 1.0f}};
+    for (int i = 0; i < 3; i++) {
+        const char *fig = "top1 0.962 ppl +0.4% kl 0.011 on 8 held-back windows";
+        assert_int_equal(scdb_pair_set_recompute(p, &rt[i], fig), SCDB_OK);
+        assert_int_equal(scdb_pair_save(p, path), SCDB_OK);
+        assert_int_equal(scdb_pair_load(path, cb, &q, err, sizeof err), SCDB_OK);
+        const scdb_pair_info *qi = scdb_pair_get_info(q);
+        assert_int_equal(qi->recompute.policy, rt[i].policy);
+        assert_int_equal(qi->recompute.tokens, rt[i].tokens);
+        assert_true(fabsf(qi->recompute.fraction - rt[i].fraction) < 1e-6f);
+        assert_string_equal(qi->recompute_figures, fig);
+        scdb_pair_free(&q);
+    }
+    /* none chosen by calibration keeps its figures */
+    assert_int_equal(scdb_pair_set_recompute(p, &(scdb_recompute){SCDB_RECOMPUTE_NONE, 0, 0}, "x"),
+                     SCDB_OK);
+    assert_int_equal(scdb_pair_save(p, path), SCDB_OK);
+    assert_int_equal(scdb_pair_load(path, cb, &q, err, sizeof err), SCDB_OK);
+    assert_int_equal(scdb_pair_get_info(q)->recompute.policy, SCDB_RECOMPUTE_NONE);
+    assert_string_equal(scdb_pair_get_info(q)->recompute_figures, "x");
+    scdb_pair_free(&q);
+    /* none without figures: the keys are not written */
+    assert_int_equal(scdb_pair_set_recompute(p, &(scdb_recompute){SCDB_RECOMPUTE_NONE, 0, 0}, NULL),
+                     SCDB_OK);
+    assert_int_equal(scdb_pair_save(p, path), SCDB_OK);
+    assert_int_equal(scdb_st_open(path, &f, NULL, 0), SCDB_OK);
+    assert_null(scdb_st_meta(f, "recompute"));
+    assert_null(scdb_st_meta(f, "recompute_figures"));
+    scdb_st_close(&f);
+    /* the setter */
+    assert_int_equal(scdb_pair_set_recompute(p, &(scdb_recompute){SCDB_RECOMPUTE_DEFAULT, 0, 0}, NULL),
+                     SCDB_EINVAL);
+    assert_int_equal(scdb_pair_set_recompute(p, &(scdb_recompute){SCDB_RECOMPUTE_TAIL, -1, 0}, NULL),
+                     SCDB_EINVAL);
+    assert_int_equal(scdb_pair_set_recompute(p, &(scdb_recompute){SCDB_RECOMPUTE_TAIL, 0, 2.0f}, NULL),
+                     SCDB_EINVAL);
+    assert_int_equal(scdb_pair_set_recompute(p, &(scdb_recompute){(scdb_recompute_policy)9, 1, 0},
+                                             NULL), SCDB_EINVAL);
+    assert_int_equal(scdb_pair_set_recompute(p, &(scdb_recompute){SCDB_RECOMPUTE_TAIL, 4, 0},
+                                             "two\nlines"), SCDB_EINVAL);
+    assert_int_equal(scdb_pair_set_recompute(p, &(scdb_recompute){SCDB_RECOMPUTE_TAIL, 4, 0}, "a\tb"),
+                     SCDB_EINVAL);
+    assert_int_equal(scdb_pair_set_recompute(p, &(scdb_recompute){SCDB_RECOMPUTE_TAIL, 4, 0}, "ok"),
+                     SCDB_OK);
+    assert_int_equal(scdb_pair_save(p, path), SCDB_OK);
+    /* the loader: bad values refused by name */
+    static const char *badv[] = {"bogus", "tail:-1", "default", "tail:0%", "selective"};
+    for (int i = 0; i < 5; i++) {
+        edit_meta(path, ed, "recompute", badv[i]);
+        err[0] = 0;
+        assert_int_equal(scdb_pair_load(ed, cb, &q, err, sizeof err), SCDB_EFORMAT);
+        assert_null(q);
+        assert_non_null(strstr(err, "recompute"));
+    }
+    edit_meta(path, ed, "recompute", NULL);            /* figures without a setting */
+    assert_int_equal(scdb_pair_load(ed, cb, &q, err, sizeof err), SCDB_EFORMAT);
+    assert_non_null(strstr(err, "recompute_figures"));
+    edit_meta(path, ed, "recompute_figures", NULL);    /* neither: as before the keys */
+    edit_meta(ed, path, "recompute", NULL);
+    assert_int_equal(scdb_pair_load(path, cb, &q, err, sizeof err), SCDB_OK);
+    assert_int_equal(scdb_pair_get_info(q)->recompute.policy, SCDB_RECOMPUTE_NONE);
+    scdb_pair_free(&q);
+    scdb_pair_free(&p);
+    scdb_codebook_free(&cb);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -2502,6 +2588,7 @@ int main(void)
         cmocka_unit_test(test_shipped_pairs),
         cmocka_unit_test(test_token_input),
         cmocka_unit_test(test_token_lora),
+        cmocka_unit_test(test_pair_recompute),
     };
     if (getenv("SCDB_TEST_FILTER")) cmocka_set_test_filter(getenv("SCDB_TEST_FILTER"));
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -33,7 +33,8 @@ check "cpack -G DEB builds scdb_${ver}_amd64.deb" '[ $code -eq 0 ] && [ -f "$deb
 dpkg-deb -c "$deb" | awk '{print $6}' | sed 's|^\./|/|' >"$tmp/list"
 missing=
 for f in /usr/bin/scdb /usr/bin/scdb-broker /usr/lib/libscdb.so /usr/lib/libscdb.a \
-         /usr/include/scdb/scdb.h /usr/include/scdb/kv_cache.h /usr/include/scdb/scdb_err.h \
+         /usr/include/scdb/scdb.h /usr/include/scdb/kv_cache.h /usr/include/scdb/recompute.h \
+         /usr/include/scdb/scdb_err.h \
          /usr/lib/pkgconfig/scdb.pc /usr/lib/cmake/scdb/scdbConfig.cmake \
          /usr/lib/systemd/system/scdb-broker.service /etc/scdb/scdb-broker.ini \
          /usr/share/scdb/models/base/model.safetensors /usr/share/scdb/models/code/config.json \

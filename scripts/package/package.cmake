@@ -14,7 +14,7 @@ install(DIRECTORY ${CMAKE_SOURCE_DIR}/data/ DESTINATION ${CMAKE_INSTALL_DATADIR}
 install(FILES ${CMAKE_SOURCE_DIR}/tools/plot_evict.py ${CMAKE_SOURCE_DIR}/tools/plot_quality.py
   ${CMAKE_SOURCE_DIR}/tools/plot_train_policy.py ${CMAKE_SOURCE_DIR}/tools/policy_ablate.py
   ${CMAKE_SOURCE_DIR}/tools/plot_llama.py
-  ${CMAKE_SOURCE_DIR}/tools/train_family.py
+  ${CMAKE_SOURCE_DIR}/tools/train_family.py ${CMAKE_SOURCE_DIR}/tools/plot_fidelity.py
   DESTINATION ${CMAKE_INSTALL_DATADIR}/scdb/tools)
 # `scdb bench python`: its Python side and the PyTorch examples it imports
 # (torch_family.py imports tools/train_family.py's Model)

@@ -5,7 +5,7 @@
 # find_package(scdb) (scdb::scdb, scdb::scdb_static).  Each program connects
 # to a broker that is not there and expects SCDB_ENOTFOUND at once, with the
 # connect-time message.  Then: the
-# installed headers are exactly scdb.h, kv_cache.h and scdb_err.h, every
+# installed headers are exactly scdb.h, kv_cache.h, recompute.h and scdb_err.h, every
 # function they declare is exported by libscdb.so, and nothing else is.
 set -eu
 build="$1"
@@ -50,7 +50,7 @@ cmake --build "$tmp/cm/b" >/dev/null
 "$tmp/cm/b/t_cm_static"
 # the installed API surface
 inc=$(pkg-config --variable=includedir scdb)/scdb
-[ "$(ls "$inc" | sort | tr '\n' ' ')" = "kv_cache.h scdb.h scdb_err.h " ] \
+[ "$(ls "$inc" | sort | tr '\n' ' ')" = "kv_cache.h recompute.h scdb.h scdb_err.h " ] \
   || { echo "installed headers: $(ls "$inc")"; exit 1; }
 so=$(ls "$lib"/libscdb.so.* | head -1)
 nm -D --defined-only "$so" | awk '$2 ~ /^[TDBR]$/ {sub(/@.*/, "", $3); print $3}' | sort -u > "$tmp/exported"

@@ -76,6 +76,37 @@ def test_get_at_slot0_pos0(producer, consumer, prompt, raw_payload):
         assert np.array_equal(a.pos[64:192], np.arange(100, 228))
 
 
+def test_get_with_recompute(producer, consumer, prompt, raw_payload):
+    """get(recompute=...): the chosen tokens are taken out of the arena, their
+    positions and ids in last_recompute (issue 40); bad settings are refused
+    by name, selective is left to the caller's engine."""
+    toks = prompt(192)
+    pay = raw_payload(producer.info, 3)
+    producer.put(toks, pay)
+    with consumer.arena(256) as a:
+        assert consumer.get(toks, a, recompute="tail:16") == 192
+        r = consumer.last_recompute
+        assert r["setting"] == "tail:16" and not r["from_default"] and r["next_pos"] == 192
+        assert r["positions"] == list(range(176, 192))
+        assert r["tokens"] == [int(t) for t in toks[176:192]]
+        assert a.n == 176 and np.array_equal(a.pos[:176], np.arange(176))
+        a.n = 0
+        consumer.get(toks, a, recompute="initial:4")
+        assert consumer.last_recompute["positions"] == [0, 1, 2, 3]
+        assert a.n == 188 and np.array_equal(a.pos[:188], np.arange(4, 192))
+        # the slots kept are the plain get's
+        assert np.array_equal(a.k[:, :188], pay.transpose(1, 2, 0, 3, 4).reshape(2, 8, 192, 64)[0][:, 4:])
+        a.n = 0
+        consumer.get(toks, a, recompute="default")     # no default for this pair: none
+        assert consumer.last_recompute["positions"] == [] and consumer.last_recompute["from_default"]
+        assert a.n == 192
+        for bad, words in (("tail:500", "beyond the prefix"), ("bogus:3", "unknown policy"),
+                           ("tail:-1", "count"), ("selective:8", "scorer")):
+            a.n = 0
+            with pytest.raises(scdb.Error, match=words):
+                consumer.get(toks, a, recompute=bad)
+
+
 def test_torch_from_numpy_shares_arena(consumer):
     torch = pytest.importorskip("torch", reason="PyTorch is not installed")
     with consumer.arena(64) as a:

@@ -1,0 +1,206 @@
+/* recompute.c — the recompute setting's text form, checks and token choice
+ * (recompute.h). */
+#include "recompute.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "scdb_common.h"
+
+static const char *const names[SCDB_RECOMPUTE_POLICY_COUNT] = {"none", "tail", "initial",
+                                                               "selective", "default"};
+
+const char *scdb_recompute_policy_name(scdb_recompute_policy p)
+{
+    return (unsigned)p < SCDB_RECOMPUTE_POLICY_COUNT ? names[p] : NULL;
+}
+
+scdb_err scdb_recompute_parse(const char *text, scdb_recompute *out, char *errbuf, size_t errlen)
+{
+    char word[32];
+    const char *colon, *arg;
+    size_t wl;
+    scdb_recompute r = {SCDB_RECOMPUTE_NONE, 0, 0.0f};
+    int p = -1;
+
+    if (!text || !out) return SCDB_EINVAL;
+    colon = strchr(text, ':');
+    wl = colon ? (size_t)(colon - text) : strlen(text);
+    if (wl == 0 || wl >= sizeof word) goto unknown;
+    memcpy(word, text, wl);
+    word[wl] = 0;
+    if (!colon && isdigit((unsigned char)word[0])) {   /* a bare count: tail */
+        p = SCDB_RECOMPUTE_TAIL;
+        arg = text;
+    } else {
+        arg = colon ? colon + 1 : NULL;
+        if (!strcmp(word, "fast")) word[0] = 0, p = SCDB_RECOMPUTE_NONE;
+        else if (!strcmp(word, "exact")) {
+            if (arg) goto noarg;
+            *out = (scdb_recompute){SCDB_RECOMPUTE_TAIL, 0, 1.0f};
+            return SCDB_OK;
+        } else if (!strcmp(word, "pair") || !strcmp(word, "exact-top1")) p = SCDB_RECOMPUTE_DEFAULT;
+        else
+            for (int i = 0; i < SCDB_RECOMPUTE_POLICY_COUNT; i++)
+                if (!strcmp(word, names[i])) p = i;
+        if (p < 0) goto unknown;
+    }
+    r.policy = (scdb_recompute_policy)p;
+    if (p == SCDB_RECOMPUTE_NONE || p == SCDB_RECOMPUTE_DEFAULT) {
+        if (arg) goto noarg;
+        *out = r;
+        return SCDB_OK;
+    }
+    if (!arg || !*arg) {
+        scdb_errf(errbuf, errlen, "recompute '%.40s': %s needs a count or a percentage (%s:32, %s:15%%)",
+                  text, names[p], names[p], names[p]);
+        return SCDB_EINVAL;
+    }
+    {
+        char *end;
+        size_t n = strlen(arg);
+        errno = 0;
+        if (arg[n - 1] == '%') {
+            double pct = strtod(arg, &end);
+            if (end != arg + n - 1 || errno || !(pct > 0.0 && pct <= 100.0) || isspace((unsigned char)*arg)) {
+                scdb_errf(errbuf, errlen, "recompute '%.40s': the percentage must be in (0, 100]", text);
+                return SCDB_EINVAL;
+            }
+            r.fraction = (float)(pct / 100.0);
+        } else {
+            long v = strtol(arg, &end, 10);
+            if (*end || errno || !isdigit((unsigned char)*arg) || v > INT32_MAX) {
+                scdb_errf(errbuf, errlen, "recompute '%.40s': the count must be a whole number >= 0",
+                          text);
+                return SCDB_EINVAL;
+            }
+            r.tokens = (int)v;
+        }
+    }
+    *out = r;
+    return SCDB_OK;
+noarg:
+    scdb_errf(errbuf, errlen, "recompute '%.40s': %s takes no count", text, word[0] ? word : "fast");
+    return SCDB_EINVAL;
+unknown:
+    scdb_errf(errbuf, errlen, "recompute '%.40s': unknown policy (none, tail:N, initial:N, "
+              "selective:N, default; N a count or a percentage; fast, exact)", text);
+    return SCDB_EINVAL;
+}
+
+int scdb_recompute_format(const scdb_recompute *r, char *buf, size_t len)
+{
+    const char *n = r ? scdb_recompute_policy_name(r->policy) : NULL;
+    if (!n) return snprintf(buf, len, "?");
+    if (r->policy == SCDB_RECOMPUTE_NONE || r->policy == SCDB_RECOMPUTE_DEFAULT)
+        return snprintf(buf, len, "%s", n);
+    if (r->fraction > 0.0f) return snprintf(buf, len, "%s:%.6g%%", n, (double)r->fraction * 100.0);
+    return snprintf(buf, len, "%s:%d", n, r->tokens);
+}
+
+scdb_err scdb_recompute_check(const scdb_recompute *r, int prefix_tokens, char *errbuf,
+                              size_t errlen)
+{
+    if (!r) return SCDB_EINVAL;
+    if ((unsigned)r->policy >= SCDB_RECOMPUTE_POLICY_COUNT) {
+        scdb_errf(errbuf, errlen, "recompute.policy %d: unknown (none, tail, initial, selective, "
+                  "default)", (int)r->policy);
+        return SCDB_EINVAL;
+    }
+    if (r->tokens < 0) {
+        scdb_errf(errbuf, errlen, "recompute.tokens %d: negative", r->tokens);
+        return SCDB_EINVAL;
+    }
+    if (!(r->fraction >= 0.0f && r->fraction <= 1.0f)) {
+        scdb_errf(errbuf, errlen, "recompute.fraction %g: not in [0, 1]", (double)r->fraction);
+        return SCDB_EINVAL;
+    }
+    if (r->fraction > 0.0f && r->tokens) {
+        scdb_errf(errbuf, errlen, "recompute: tokens %d and fraction %g both set (one of them)",
+                  r->tokens, (double)r->fraction);
+        return SCDB_EINVAL;
+    }
+    if ((r->policy == SCDB_RECOMPUTE_NONE || r->policy == SCDB_RECOMPUTE_DEFAULT) &&
+        (r->tokens || r->fraction > 0.0f)) {
+        scdb_errf(errbuf, errlen, "recompute: policy %s takes no count", names[r->policy]);
+        return SCDB_EINVAL;
+    }
+    if (prefix_tokens >= 0 && r->tokens > prefix_tokens) {
+        scdb_errf(errbuf, errlen, "recompute.tokens %d is beyond the prefix's %d tokens", r->tokens,
+                  prefix_tokens);
+        return SCDB_ERANGE;
+    }
+    return SCDB_OK;
+}
+
+int scdb_recompute_count(const scdb_recompute *r, int P)
+{
+    long n;
+    if (!r || P <= 0 || r->policy == SCDB_RECOMPUTE_NONE || r->policy == SCDB_RECOMPUTE_DEFAULT ||
+        (unsigned)r->policy >= SCDB_RECOMPUTE_POLICY_COUNT)
+        return 0;
+    if (r->fraction > 0.0f) {
+        n = (long)ceil((double)r->fraction * (double)P - 1e-9);
+        if (n < 1) n = 1;
+    } else {
+        n = r->tokens < 0 ? 0 : r->tokens;
+    }
+    return n > P ? P : (int)n;
+}
+
+typedef struct ranked { float s; int i; } ranked;
+
+static int by_score(const void *a, const void *b)
+{
+    const ranked *x = a, *y = b;
+    float sx = isnan(x->s) ? -INFINITY : x->s, sy = isnan(y->s) ? -INFINITY : y->s;
+    if (sx != sy) return sx > sy ? -1 : 1;
+    return x->i > y->i ? -1 : x->i < y->i;       /* ties: the later token first */
+}
+
+static int by_int(const void *a, const void *b)
+{
+    int x = *(const int *)a, y = *(const int *)b;
+    return (x > y) - (x < y);
+}
+
+scdb_err scdb_recompute_select(const scdb_recompute *r, int P, const float *scores, int *idx,
+                               int *n_out)
+{
+    int n;
+    if (!r || !n_out || P < 0 || (P && !idx)) return SCDB_EINVAL;
+    *n_out = 0;
+    if (scdb_recompute_check(r, -1, NULL, 0) || r->policy == SCDB_RECOMPUTE_DEFAULT)
+        return SCDB_EINVAL;
+    n = scdb_recompute_count(r, P);
+    if (r->policy == SCDB_RECOMPUTE_SELECTIVE && n > 0 && !scores) return SCDB_EINVAL;
+    switch (r->policy) {
+    case SCDB_RECOMPUTE_TAIL:
+        for (int i = 0; i < n; i++) idx[i] = P - n + i;
+        break;
+    case SCDB_RECOMPUTE_INITIAL:
+        for (int i = 0; i < n; i++) idx[i] = i;
+        break;
+    case SCDB_RECOMPUTE_SELECTIVE: {
+        ranked *rk;
+        if (!n) break;
+        if (!(rk = malloc((size_t)P * sizeof *rk))) return SCDB_ENOMEM;
+        for (int i = 0; i < P; i++) rk[i] = (ranked){scores[i], i};
+        qsort(rk, (size_t)P, sizeof *rk, by_score);
+        for (int i = 0; i < n; i++) idx[i] = rk[i].i;
+        free(rk);
+        qsort(idx, (size_t)n, sizeof *idx, by_int);
+        break;
+    }
+    default:
+        n = 0;
+        break;
+    }
+    *n_out = n;
+    return SCDB_OK;
+}
