@@ -184,7 +184,25 @@ scdb_err scdb_llama_restore(scdb_llama_consumer *c, struct llama_context *ctx,
     r.get_ms = ll_now_ms() - t0;
     r.decode_ns = gr.decode_ns;
     r.n_matched = (int)gr.tokens_written;
-    int keep = (int)gr.tokens_written - p.recompute_tail;
+    int tail = p.recompute_tail;
+    if (!tail && p.pair_default) {
+        scdb_recompute d;
+        char src[16] = "";
+        if ((err = scdb_recompute_default(c->h, &d, src)))
+            return err;
+        if (d.policy == SCDB_RECOMPUTE_TAIL) {
+            tail = scdb_recompute_count(&d, r.n_matched);
+        } else if (d.policy == SCDB_RECOMPUTE_INITIAL || d.policy == SCDB_RECOMPUTE_SELECTIVE) {
+            char txt[64];
+            scdb_recompute_format(&d, txt, sizeof txt);
+            snprintf(c->err, sizeof c->err, "the %s's fidelity default is '%s': llama.cpp can only "
+                     "recompute a tail (it appends at pos_max + 1); set recompute_tail instead",
+                     src[0] ? src : "pair", txt);
+            return SCDB_EUNSUPPORTED;
+        }
+    }
+    r.recompute_tail = tail < r.n_matched ? tail : r.n_matched;
+    int keep = (int)gr.tokens_written - tail;
     if (keep < 0)
         keep = 0;
     if (keep > 0 && keep >= p.min_tokens) {

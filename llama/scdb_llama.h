@@ -200,11 +200,21 @@ typedef struct scdb_llama_restore_params {
                                   * go at pos_max + 1, so a token in the
                                   * middle cannot be recomputed in place.    */
     int min_tokens;              /* restore nothing below this many (1)     */
+    int pair_default;            /* 1: when recompute_tail is 0, take the
+                                  * registration's fidelity default
+                                  * (scdb_recompute_default: the broker
+                                  * config's, else the pair's calibrated
+                                  * one) if it is a tail or none; an initial
+                                  * or selective default is refused
+                                  * (SCDB_EUNSUPPORTED: llama.cpp cannot
+                                  * recompute inside the prefix) (0)         */
 } scdb_llama_restore_params;
 scdb_llama_restore_params scdb_llama_restore_default_params(void);
 
 typedef struct scdb_llama_restore_result {
     int n_restored;              /* positions [0, n) of seq hold the prefix  */
+    int recompute_tail;          /* stored tokens left for the caller to
+                                  * prefill (recompute_tail or the default) */
     int n_matched;               /* tokens the store matched                 */
     double get_ms;               /* the broker's lookup + decode (libscdb)   */
     double write_ms;             /* permute + convert + set_data             */

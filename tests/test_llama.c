@@ -371,8 +371,9 @@ static void fleet_through_broker(void **state)
              "[model code]\nconfig = " SCDB_DATA_DIR "/models/code/config.json\n\n"
              "[codebook base-scd]\nkind = scd\nmodel = base\ncodes_dtype = int8\n"
              "file = " SCDB_DATA_DIR "/codebooks/base.safetensors\n\n"
-             "[pair base-scd code]\ndecoder = scd\nfile = " SCDB_DATA_DIR "/pairs/base__code.safetensors\n\n"
-             "[pair raw/base code]\ndecoder = raw\n");
+             "[pair base-scd code]\ndecoder = scd\nfile = " SCDB_DATA_DIR "/pairs/base__code.safetensors\n"
+             "fidelity = tail:16\n\n"
+             "[pair raw/base code]\ndecoder = raw\nfidelity = initial:10%%\n");
     assert_int_equal(bp_start(&llama_broker, SCDB_BROKER_BIN, ini), 0);
     enum { N = 192, T = 16 };
 
@@ -460,6 +461,13 @@ static void fleet_through_broker(void **state)
     assert_int_equal(scdb_llama_restore(cons, cctx, tok, N + T, &rp, &rr), SCDB_OK);
     assert_int_equal(rr.n_restored, N - 64);
     assert_int_equal(llama_memory_seq_pos_max(llama_get_memory(cctx), 0), N - 64 - 1);
+    /* the pair's fidelity default (the broker config's tail:16) */
+    rp.recompute_tail = 0;
+    rp.pair_default = 1;
+    assert_int_equal(scdb_llama_restore(cons, cctx, tok, N + T, &rp, &rr), SCDB_OK);
+    assert_int_equal(rr.recompute_tail, 16);
+    assert_int_equal(rr.n_restored, N - 16);
+    rp.pair_default = 0;
     rp.recompute_tail = -1;
     assert_int_equal(scdb_llama_restore(cons, cctx, tok, N + T, &rp, &rr), SCDB_EINVAL);
     assert_non_null(strstr(scdb_llama_consumer_error(cons), "recompute_tail"));
@@ -468,9 +476,22 @@ static void fleet_through_broker(void **state)
     for (int i = 0; i < N; i++) other[i] = (tok[i] + 1) & 255;
     assert_int_equal(scdb_llama_restore(cons, cctx, other, N, NULL, &rr), SCDB_OK);
     assert_int_equal(rr.n_restored, 0);
-    assert_int_equal(llama_memory_seq_pos_max(llama_get_memory(cctx), 0), N - 64 - 1);
+    assert_int_equal(llama_memory_seq_pos_max(llama_get_memory(cctx), 0), N - 16 - 1);
     /* a context of another model */
     assert_int_equal(scdb_llama_restore(cons, pctx, tok, N, NULL, &rr), SCDB_EMISMATCH);
+
+    /* a default llama.cpp cannot do: initial tokens, refused by name */
+    {
+        scdb_llama_consumer_params rcp = cp;
+        rcp.codebook = "raw/base";
+        scdb_llama_consumer *rb = NULL;
+        assert_int_equal(scdb_llama_consumer_open(&rcp, &rb, err, sizeof err), SCDB_OK);
+        scdb_llama_restore_params dp = scdb_llama_restore_default_params();
+        dp.pair_default = 1;
+        assert_int_equal(scdb_llama_restore(rb, cctx, tok, N, &dp, &rr), SCDB_EUNSUPPORTED);
+        assert_non_null(strstr(scdb_llama_consumer_error(rb), "initial:10%"));
+        scdb_llama_consumer_close(&rb);
+    }
 
     /* raw: code's own prefill in llama.cpp stored as is, restored bit for bit */
     pp.producer = "code";
