@@ -488,8 +488,10 @@ static void fleet_through_broker(void **state)
         assert_int_equal(scdb_llama_consumer_open(&rcp, &rb, err, sizeof err), SCDB_OK);
         scdb_llama_restore_params dp = scdb_llama_restore_default_params();
         dp.pair_default = 1;
-        assert_int_equal(scdb_llama_restore(rb, cctx, tok, N, &dp, &rr), SCDB_EUNSUPPORTED);
+        struct llama_context *fresh = ctx_for(code, NULL, 0);   /* the first restore probes */
+        assert_int_equal(scdb_llama_restore(rb, fresh, tok, N, &dp, &rr), SCDB_EUNSUPPORTED);
         assert_non_null(strstr(scdb_llama_consumer_error(rb), "initial:10%"));
+        llama_free(fresh);
         scdb_llama_consumer_close(&rb);
     }
 
