@@ -23,8 +23,102 @@ void ll_msg(char *errbuf, size_t errlen, const char *fmt, ...)
     va_end(ap);
 }
 
-/* scdb dimension of llama.cpp's dimension d within one head of hd dims */
-static inline int scdb_dim(int d, int hd) { return (d & 1) * (hd / 2) + (d >> 1); }
+/* Rows of n values between f32 and the layout's type.  F16 goes through
+ * the CPU's F16C instructions where it has them (round to nearest even,
+ * as scdb_f32_to_f16: the same bits, checked by test_llama's byte
+ * comparison with llama.cpp's own blob), else the scalar conversion. */
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define LL_HAVE_F16C_PATH 1
+__attribute__((target("avx,f16c"))) static void f16c_from_f32(const float *s, uint8_t *d, size_t n)
+{
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(void *)(d + 2 * i),
+                         _mm256_cvtps_ph(_mm256_loadu_ps(s + i), _MM_FROUND_TO_NEAREST_INT));
+    for (; i < n; i++) {
+        uint16_t h = scdb_f32_to_f16(s[i]);
+        memcpy(d + 2 * i, &h, 2);
+    }
+}
+__attribute__((target("avx,f16c"))) static void f16c_to_f32(const uint8_t *s, float *d, size_t n)
+{
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(d + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(s + 2 * i))));
+    for (; i < n; i++) {
+        uint16_t h;
+        memcpy(&h, s + 2 * i, 2);
+        d[i] = scdb_f16_to_f32(h);
+    }
+}
+static int have_f16c(void)
+{
+    static int have = -1;
+    if (have < 0)
+        have = __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
+    return have;
+}
+#endif
+
+static void row_out(int type, const float *src, uint8_t *dst, size_t n)
+{
+    if (type == GGML_F32) {
+        memcpy(dst, src, n * 4);
+        return;
+    }
+#ifdef LL_HAVE_F16C_PATH
+    if (have_f16c()) {
+        f16c_from_f32(src, dst, n);
+        return;
+    }
+#endif
+    for (size_t i = 0; i < n; i++) {
+        uint16_t h = scdb_f32_to_f16(src[i]);
+        memcpy(dst + 2 * i, &h, 2);
+    }
+}
+
+static void row_in(int type, const uint8_t *src, float *dst, size_t n)
+{
+    if (type == GGML_F32) {
+        memcpy(dst, src, n * 4);
+        return;
+    }
+#ifdef LL_HAVE_F16C_PATH
+    if (have_f16c()) {
+        f16c_to_f32(src, dst, n);
+        return;
+    }
+#endif
+    for (size_t i = 0; i < n; i++) {
+        uint16_t h;
+        memcpy(&h, src + 2 * i, 2);
+        dst[i] = scdb_f16_to_f32(h);
+    }
+}
+
+/* The RoPE permutation of one K row of kv = heads x hd values: within each
+ * head, llama.cpp's dimension 2j + p holds scdb's p * hd/2 + j. */
+static void to_llama_rope(const float *ours, float *llama, int kv, int hd)
+{
+    const int half = hd / 2;
+    for (int h = 0; h < kv; h += hd)
+        for (int j = 0; j < half; j++) {
+            llama[h + 2 * j] = ours[h + j];
+            llama[h + 2 * j + 1] = ours[h + half + j];
+        }
+}
+
+static void from_llama_rope(const float *llama, float *ours, int kv, int hd)
+{
+    const int half = hd / 2;
+    for (int h = 0; h < kv; h += hd)
+        for (int j = 0; j < half; j++) {
+            ours[h + j] = llama[h + 2 * j];
+            ours[h + half + j] = llama[h + 2 * j + 1];
+        }
+}
 
 size_t scdb_llama_blob_bytes(const scdb_llama_layout *L, int n)
 {
@@ -72,6 +166,9 @@ scdb_err scdb_llama_blob_write(const scdb_llama_layout *L, llama_seq_id seq,
         return SCDB_ETOOBIG;
     const int kv = L->n_kv_heads * L->head_dim, hd = L->head_dim;
     const int strm = L->n_stream > 1 ? seq : 0;
+    float *row = malloc((size_t)kv * sizeof *row);
+    if (!row)
+        return SCDB_ENOMEM;
     uint8_t *p = dst;
     put_u32(&p, SCDB_LLAMA_STATE_MAGIC);
     put_u32(&p, (uint32_t)seq);
@@ -94,10 +191,9 @@ scdb_err scdb_llama_blob_write(const scdb_llama_layout *L, llama_seq_id seq,
             put_u64(&p, (uint64_t)kv * type_size(L->k_type));
             for (int i = 0; i < n; i++) {
                 const float *k = scdb_kv_k(c, l, i);
-                for (int d = 0; d < kv; d++) {
-                    int h = d / hd;
-                    put_elem(&p, L->k_type, k[h * hd + scdb_dim(d - h * hd, hd)]);
-                }
+                to_llama_rope(k, row, kv, hd);
+                row_out(L->k_type, row, p, (size_t)kv);
+                p += (size_t)kv * type_size(L->k_type);
             }
         }
         for (int l = 0; l < L->n_layer; l++) {
@@ -105,9 +201,8 @@ scdb_err scdb_llama_blob_write(const scdb_llama_layout *L, llama_seq_id seq,
             if (!L->v_trans) {
                 put_u64(&p, (uint64_t)kv * type_size(L->v_type));
                 for (int i = 0; i < n; i++) {
-                    const float *v = scdb_kv_v(c, l, i);
-                    for (int d = 0; d < kv; d++)
-                        put_elem(&p, L->v_type, v[d]);
+                    row_out(L->v_type, scdb_kv_v(c, l, i), p, (size_t)kv);
+                    p += (size_t)kv * type_size(L->v_type);
                 }
             } else {
                 put_u32(&p, (uint32_t)type_size(L->v_type));
@@ -118,6 +213,7 @@ scdb_err scdb_llama_blob_write(const scdb_llama_layout *L, llama_seq_id seq,
             }
         }
     }
+    free(row);
     if (len)
         *len = (size_t)(p - (uint8_t *)dst);
     return SCDB_OK;
@@ -174,11 +270,9 @@ static float get_elem(const uint8_t *p, int type)
         }                                                                                     \
     } while (0)
 
-scdb_err scdb_llama_blob_read(const scdb_llama_layout *L, const void *blob, size_t len,
-                              scdb_kv_cache *dst, char *errbuf, size_t errlen)
+static scdb_err blob_read(const scdb_llama_layout *L, const void *blob, size_t len,
+                          scdb_kv_cache *dst, float *row, char *errbuf, size_t errlen)
 {
-    if (!blob || !dst || !layout_ok(L))
-        return SCDB_EINVAL;
     if (dst->n_layers != L->n_layer || dst->n_kv_heads != L->n_kv_heads ||
         dst->head_dim != L->head_dim)
         return SCDB_ESHAPE;
@@ -219,20 +313,18 @@ scdb_err scdb_llama_blob_read(const scdb_llama_layout *L, const void *blob, size
                L->n_layer);
         for (int l = 0; l < L->n_layer; l++) {
             uint32_t t;
-            uint64_t row;
-            NEED(get_u32(&r, &t) && get_u64(&r, &row), "K header");
+            uint64_t rb;
+            NEED(get_u32(&r, &t) && get_u64(&r, &rb), "K header");
             EXPECT(t == (uint32_t)L->k_type, "layer %d: K type %u, layout %d", l, t, L->k_type);
-            EXPECT(row == (uint64_t)kv * type_size(L->k_type),
-                   "layer %d: K rows of %llu bytes, want %zu", l, (unsigned long long)row,
+            EXPECT(rb == (uint64_t)kv * type_size(L->k_type),
+                   "layer %d: K rows of %llu bytes, want %zu", l, (unsigned long long)rb,
                    (size_t)kv * type_size(L->k_type));
-            NEED((size_t)(r.end - r.p) >= row * cells, "K rows");
+            NEED((size_t)(r.end - r.p) >= rb * cells, "K rows");
             for (uint32_t i = 0; i < cells; i++) {
                 float *k = scdb_kv_k(dst, l, (int)i);
-                for (int d = 0; d < kv; d++) {
-                    int h = d / hd;
-                    k[h * hd + scdb_dim(d - h * hd, hd)] = get_elem(r.p, L->k_type);
-                    r.p += type_size(L->k_type);
-                }
+                row_in(L->k_type, r.p, row, (size_t)kv);
+                r.p += (size_t)kv * type_size(L->k_type);
+                from_llama_rope(row, k, kv, hd);
             }
         }
         for (int l = 0; l < L->n_layer; l++) {
@@ -241,16 +333,13 @@ scdb_err scdb_llama_blob_read(const scdb_llama_layout *L, const void *blob, size
             EXPECT(t == (uint32_t)L->v_type, "layer %d: V type %u, layout %d", l, t, L->v_type);
             size_t es = type_size(L->v_type);
             if (!L->v_trans) {
-                uint64_t row;
-                NEED(get_u64(&r, &row), "V row size");
-                EXPECT(row == (uint64_t)kv * es, "layer %d: V rows of %llu bytes, want %zu", l,
-                       (unsigned long long)row, (size_t)kv * es);
-                NEED((size_t)(r.end - r.p) >= row * cells, "V rows");
-                for (uint32_t i = 0; i < cells; i++) {
-                    float *v = scdb_kv_v(dst, l, (int)i);
-                    for (int d = 0; d < kv; d++, r.p += es)
-                        v[d] = get_elem(r.p, L->v_type);
-                }
+                uint64_t rb;
+                NEED(get_u64(&r, &rb), "V row size");
+                EXPECT(rb == (uint64_t)kv * es, "layer %d: V rows of %llu bytes, want %zu", l,
+                       (unsigned long long)rb, (size_t)kv * es);
+                NEED((size_t)(r.end - r.p) >= rb * cells, "V rows");
+                for (uint32_t i = 0; i < cells; i++, r.p += (size_t)kv * es)
+                    row_in(L->v_type, r.p, scdb_kv_v(dst, l, (int)i), (size_t)kv);
             } else {
                 uint32_t el, ne;
                 NEED(get_u32(&r, &el) && get_u32(&r, &ne), "V (transposed) header");
@@ -268,6 +357,19 @@ scdb_err scdb_llama_blob_read(const scdb_llama_layout *L, const void *blob, size
     EXPECT(r.p == r.end, "%zu bytes after the blob's last row",
            (size_t)(r.end - r.p));
     return SCDB_OK;
+}
+
+scdb_err scdb_llama_blob_read(const scdb_llama_layout *L, const void *blob, size_t len,
+                              scdb_kv_cache *dst, char *errbuf, size_t errlen)
+{
+    if (!blob || !dst || !layout_ok(L))
+        return SCDB_EINVAL;
+    float *row = malloc((size_t)L->n_kv_heads * (size_t)L->head_dim * sizeof *row);
+    if (!row)
+        return SCDB_ENOMEM;
+    scdb_err err = blob_read(L, blob, len, dst, row, errbuf, errlen);
+    free(row);
+    return err;
 }
 
 scdb_err ll_layout_from_blob(const void *blob, size_t len, scdb_llama_layout *L, int *stream,

@@ -18,6 +18,8 @@ struct scdb_llama_consumer {
     float scale;
     char fp[33];
     scdb_arena *arena;           /* the get's target, max_seq_len slots */
+    uint8_t *blob;               /* the restore's blob, kept between calls */
+    size_t blob_cap;
     ll_ctx_layout ctx[LL_MAX_CTX];
     int n_ctx;
     char err[LL_ERR_MAX];
@@ -102,6 +104,7 @@ void scdb_llama_consumer_close(scdb_llama_consumer **pc)
     scdb_llama_consumer *c = *pc;
     scdb_arena_free(&c->arena);
     scdb_close(&c->h);
+    free(c->blob);
     free(c);
     *pc = NULL;
 }
@@ -207,7 +210,8 @@ scdb_err scdb_llama_restore(scdb_llama_consumer *c, struct llama_context *ctx,
         keep = 0;
     if (keep > 0 && keep >= p.min_tokens) {
         double t1 = ll_now_ms();
-        if ((err = scdb_llama_seq_write(ctx, L, p.seq, kv, keep, c->err, sizeof c->err)))
+        if ((err = ll_seq_write(ctx, L, p.seq, kv, keep, &c->blob, &c->blob_cap, c->err,
+                                sizeof c->err)))
             return err;
         r.write_ms = ll_now_ms() - t1;
         r.n_restored = keep;

@@ -215,24 +215,38 @@ scdb_err scdb_llama_seq_read(struct llama_context *ctx, const scdb_llama_layout 
     return err;
 }
 
-scdb_err scdb_llama_seq_write(struct llama_context *ctx, const scdb_llama_layout *L,
-                              llama_seq_id seq, const scdb_kv_cache *c, int n, char *errbuf,
-                              size_t errlen)
+scdb_err ll_seq_write(struct llama_context *ctx, const scdb_llama_layout *L, llama_seq_id seq,
+                      const scdb_kv_cache *c, int n, uint8_t **buf, size_t *cap, char *errbuf,
+                      size_t errlen)
 {
-    if (!ctx || !L || !c)
+    if (!ctx || !L || !c || !buf || !cap)
         return SCDB_EINVAL;
     size_t need = scdb_llama_blob_bytes(L, n), len = 0;
-    uint8_t *blob = malloc(need);
-    if (!blob)
-        return SCDB_ENOMEM;
-    scdb_err err = scdb_llama_blob_write(L, seq, c, n, blob, need, &len);
+    if (*cap < need) {
+        uint8_t *nb = realloc(*buf, need);
+        if (!nb)
+            return SCDB_ENOMEM;
+        *buf = nb;
+        *cap = need;
+    }
+    scdb_err err = scdb_llama_blob_write(L, seq, c, n, *buf, *cap, &len);
     if (err) {
         ll_msg(errbuf, errlen, "cannot write the blob: %s", scdb_strerror(err));
-    } else if (llama_state_seq_set_data(ctx, blob, len, seq) != len) {
+    } else if (llama_state_seq_set_data(ctx, *buf, len, seq) != len) {
         err = SCDB_EMISMATCH;
         ll_msg(errbuf, errlen, "llama_state_seq_set_data refused %d tokens for sequence %d (a "
                "context of %u cells?)", n, seq, llama_n_ctx(ctx));
     }
-    free(blob);
+    return err;
+}
+
+scdb_err scdb_llama_seq_write(struct llama_context *ctx, const scdb_llama_layout *L,
+                              llama_seq_id seq, const scdb_kv_cache *c, int n, char *errbuf,
+                              size_t errlen)
+{
+    uint8_t *buf = NULL;
+    size_t cap = 0;
+    scdb_err err = ll_seq_write(ctx, L, seq, c, n, &buf, &cap, errbuf, errlen);
+    free(buf);
     return err;
 }

@@ -16,6 +16,12 @@ double ll_now_ms(void);
 scdb_err ll_layout_from_blob(const void *blob, size_t len, scdb_llama_layout *L, int *stream,
                              char *errbuf, size_t errlen);
 
+/* scdb_llama_seq_write through a buffer the caller keeps (*buf, *cap:
+ * grown as needed, freed by the caller): a restore allocates nothing. */
+scdb_err ll_seq_write(struct llama_context *ctx, const scdb_llama_layout *L, llama_seq_id seq,
+                      const scdb_kv_cache *c, int n, uint8_t **buf, size_t *cap, char *errbuf,
+                      size_t errlen);
+
 /* One context's probed layout, kept by a consumer (a few contexts each). */
 typedef struct ll_ctx_layout {
     struct llama_context *ctx;
