@@ -112,4 +112,10 @@ scdb_err scdb_bench_shape_parse(scdb_bench_shape *s, int c, const char *arg, cha
 uint64_t scdb_bench_shape_codes_per_token(const scdb_bench_shape *s);
 uint64_t scdb_bench_shape_raw_per_token(const scdb_bench_shape *s);
 
+/* Run argv (argv[0] a path) with its stdout sent to our stderr; its exit
+ * status (128 + signal if killed), -1 if it could not start. */
+int scdb_bench_spawn_quiet(char *const argv[]);
+/* out[v] = log softmax(in)[v] over V logits, in double. */
+void scdb_bench_log_softmax(const float *in, int V, double *out);
+
 #endif

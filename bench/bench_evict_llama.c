@@ -37,6 +37,47 @@
 int scdb_bench_evict_llama(int argc, char **argv);
 
 #ifndef SCDB_HAVE_LLAMA
+/* The price of reading the probabilities, on the same cache: a context
+ * prefilled with `prefill` tokens decodes 64 steps plainly and, in a second
+ * context made for an evictor that never evicts (budget = the context),
+ * the same 64 steps with capture; best step of each, interleaved 3 times.
+ * Returns capture / plain - 1 (NAN on failure). */
+static double capture_cost(struct llama_model *m, const eopts *o, const int32_t *tok,
+                           double *plain_ms, double *capture_ms)
+{
+    double best[2] = {INFINITY, INFINITY};
+    for (int r = 0; r < 3; r++)
+        for (int mode = 0; mode < 2; mode++) {
+            scdb_llama_evict_params ep = scdb_llama_evict_default_params();
+            ep.policy = "h2o";
+            ep.budget = 512;
+            ep.cadence = 0;
+            scdb_llama_evictor *ev = NULL;
+            char err[256];
+            if (scdb_llama_evictor_new(&ep, &ev, err, sizeof err))
+                return NAN;
+            struct llama_context *ctx = mk_ctx(m, o, mode ? ev : NULL);
+            int ok = ctx && !scdb_llama_decode(ctx, 0, tok, (size_t)o->prefill, 0, 0) &&
+                     (!mode || !scdb_llama_evictor_start(ev, ctx));
+            for (int t = 0; ok && t < 64; t++) {
+                llama_token x = tok[o->prefill + t];
+                scdb_llama_evict_result er;
+                double t0 = scdb_now();
+                ok = mode ? !scdb_llama_evictor_decode(ev, ctx, &x, 1, 0, &er)
+                          : !scdb_llama_decode(ctx, 0, &x, 1, o->prefill + t, 0);
+                best[mode] = fmin(best[mode], scdb_now() - t0);
+            }
+            if (ctx)
+                llama_free(ctx);
+            scdb_llama_evictor_free(&ev);
+            if (!ok)
+                return NAN;
+        }
+    *plain_ms = best[0] * 1e3;
+    *capture_ms = best[1] * 1e3;
+    return best[1] / best[0] - 1;
+}
+
 int scdb_bench_evict_llama(int argc, char **argv)
 {
     (void)argc;
@@ -49,7 +90,6 @@ int scdb_bench_evict_llama(int argc, char **argv)
 
 #include "scdb_llama.h"
 
-extern char **environ;
 
 #define N_POL 6
 static const char *const POLICIES[N_POL] = {"streaming", "h2o", "snapkv", "tova", "learned",
@@ -90,26 +130,11 @@ static void usage(FILE *f)
 "  --gguf DIR        GGUF exports NAME.gguf (default: exported into a temp folder)\n"
 "  --json FILE       rows {model, domain, seen, policy, budget, budget_frac, kl,\n"
 "                    top1, ppl_ratio, stats_share, evict_share, cost_share,\n"
-"                    capture_share, evict_us, decode_ms, steps, evictions}\n");
+"                    capture_share, evict_us, decode_ms, steps, evictions};\n"
+"                    capture_share: a decode step reading the attention over the\n"
+"                    same step without, on the same full cache (per model)\n");
 }
 
-/* argv[0] with its stdout on our stderr (what it says is progress, not
- * the bench's table) */
-static int run_cmd(char *const argv[])
-{
-    pid_t pid;
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_adddup2(&fa, 2, 1);
-    int rc = posix_spawn(&pid, argv[0], &fa, NULL, argv, environ);
-    posix_spawn_file_actions_destroy(&fa);
-    if (rc)
-        return -1;
-    int st;
-    if (waitpid(pid, &st, 0) < 0)
-        return -1;
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-}
 
 static struct llama_context *mk_ctx(struct llama_model *m, const eopts *o,
                                     scdb_llama_evictor *ev)
@@ -125,20 +150,12 @@ static struct llama_context *mk_ctx(struct llama_model *m, const eopts *o,
     return llama_init_from_model(m, cp);
 }
 
-static void log_softmax(const float *in, int V, double *out)
-{
-    double mx = in[0], s = 0;
-    for (int v = 1; v < V; v++) mx = fmax(mx, in[v]);
-    for (int v = 0; v < V; v++) s += exp(in[v] - mx);
-    double lz = mx + log(s);
-    for (int v = 0; v < V; v++) out[v] = in[v] - lz;
-}
 
 /* one step's comparison against the teacher's row */
 static void score_row(const double *lp, const float *logits, int V, int next, eacc *a)
 {
     double lq[512];
-    log_softmax(logits, V, lq);
+    scdb_bench_log_softmax(logits, V, lq);
     int ap = 0, aq = 0;
     double kl = 0;
     for (int v = 0; v < V; v++) {
@@ -245,6 +262,47 @@ static int run_policy(struct llama_model *m, const eopts *o, const char *policy,
     return rc;
 }
 
+/* The price of reading the probabilities, on the same cache: a context
+ * prefilled with `prefill` tokens decodes 64 steps plainly and, in a second
+ * context made for an evictor that never evicts (budget = the context),
+ * the same 64 steps with capture; best step of each, interleaved 3 times.
+ * Returns capture / plain - 1 (NAN on failure). */
+static double capture_cost(struct llama_model *m, const eopts *o, const int32_t *tok,
+                           double *plain_ms, double *capture_ms)
+{
+    double best[2] = {INFINITY, INFINITY};
+    for (int r = 0; r < 3; r++)
+        for (int mode = 0; mode < 2; mode++) {
+            scdb_llama_evict_params ep = scdb_llama_evict_default_params();
+            ep.policy = "h2o";
+            ep.budget = 512;
+            ep.cadence = 0;
+            scdb_llama_evictor *ev = NULL;
+            char err[256];
+            if (scdb_llama_evictor_new(&ep, &ev, err, sizeof err))
+                return NAN;
+            struct llama_context *ctx = mk_ctx(m, o, mode ? ev : NULL);
+            int ok = ctx && !scdb_llama_decode(ctx, 0, tok, (size_t)o->prefill, 0, 0) &&
+                     (!mode || !scdb_llama_evictor_start(ev, ctx));
+            for (int t = 0; ok && t < 64; t++) {
+                llama_token x = tok[o->prefill + t];
+                scdb_llama_evict_result er;
+                double t0 = scdb_now();
+                ok = mode ? !scdb_llama_evictor_decode(ev, ctx, &x, 1, 0, &er)
+                          : !scdb_llama_decode(ctx, 0, &x, 1, o->prefill + t, 0);
+                best[mode] = fmin(best[mode], scdb_now() - t0);
+            }
+            if (ctx)
+                llama_free(ctx);
+            scdb_llama_evictor_free(&ev);
+            if (!ok)
+                return NAN;
+        }
+    *plain_ms = best[0] * 1e3;
+    *capture_ms = best[1] * 1e3;
+    return best[1] / best[0] - 1;
+}
+
 int scdb_bench_evict_llama(int argc, char **argv)
 {
     eopts o = {.windows = 1, .prefill = 256, .steps = 256, .every = 8, .threads = 2,
@@ -302,8 +360,8 @@ int scdb_bench_evict_llama(int argc, char **argv)
             return 2;
         }
     }
-    if (o.prefill + o.steps + 1 > 512) {
-        fprintf(stderr, "bench evict: --prefill + --steps + 1 is over the family's context (512)\n");
+    if (o.prefill + o.steps > 512) {
+        fprintf(stderr, "bench evict: --prefill + --steps is over the family's context (512)\n");
         return 2;
     }
     if (!o.data)
@@ -349,7 +407,7 @@ int scdb_bench_evict_llama(int argc, char **argv)
         snprintf(path, sizeof path, "%s/%s.gguf", o.gguf ? o.gguf : tmp, mn);
         if (!o.gguf) {
             char *xargv[] = {self, "export-gguf", src, "-o", path, NULL};
-            if (run_cmd(xargv)) {
+            if (scdb_bench_spawn_quiet(xargv)) {
                 fprintf(stderr, "bench evict: scdb export-gguf %s failed\n", src);
                 failed = 1;
                 break;
@@ -361,6 +419,7 @@ int scdb_bench_evict_llama(int argc, char **argv)
             failed = 1;
             break;
         }
+        double cap_share = NAN, cap_plain = NAN, cap_with = NAN;
         for (int d = 0; d < suite->n_domains && !failed; d++) {
             const scdb_evict_suite_domain *dom = &suite->domains[d];
             if (o.domains && !scdb_list_has(o.domains, dom->name))
@@ -383,6 +442,17 @@ int scdb_bench_evict_llama(int argc, char **argv)
                 size_t span = len - (size_t)(o.prefill + o.steps + 1);
                 size_t at = o.windows > 1 ? span * (size_t)w / (size_t)(o.windows - 1) : span / 2;
                 scdb_tokenize_bytes(text + at, (size_t)(o.prefill + o.steps + 1), tok);
+                if (isnan(cap_share)) {
+                    cap_share = capture_cost(m, &o, tok, &cap_plain, &cap_with);
+                    if (isnan(cap_share)) {
+                        fprintf(stderr, "bench evict: %s: the capture measurement failed\n", mn);
+                        failed = 1;
+                        break;
+                    }
+                    fprintf(stderr, "bench evict (llama.cpp): %s: a decode step %.3f ms plain, "
+                            "%.3f ms reading the attention (%+.1f%%), %d threads\n", mn, cap_plain,
+                            cap_with, cap_share * 100, o.threads);
+                }
                 /* the teacher: the full cache, no capture (its step time is
                  * the plain decode step) */
                 struct llama_context *tc = mk_ctx(m, &o, NULL);
@@ -393,7 +463,7 @@ int scdb_bench_evict_llama(int argc, char **argv)
                     scdb_llama_decode(tc, 0, &x, 1, o.prefill + t, 0);
                     plain_us += (scdb_now() - t0) * 1e6;
                     plain_n++;
-                    log_softmax(llama_get_logits_ith(tc, -1), V, teacher + (size_t)t * V);
+                    scdb_bench_log_softmax(llama_get_logits_ith(tc, -1), V, teacher + (size_t)t * V);
                 }
                 llama_free(tc);
                 for (int b = 0; b < o.n_budgets && !failed; b++) {
@@ -432,7 +502,7 @@ int scdb_bench_evict_llama(int argc, char **argv)
                     /* per step: the fold, and each eviction spread over the
                      * steps between evictions */
                     double cost = (stats + a->evict_us / (double)a->step_calls) / step;
-                    double capture = p == N_POL - 1 ? 0 : (step - plain) / plain;
+                    double capture = p == N_POL - 1 ? 0 : cap_share;
                     double ppl = exp((a->nll - a->nll_full) / (double)a->steps);
                     int B = (int)(o.budgets[b] * (o.prefill + o.steps) + 0.5);
                     printf("| %s | %s | %s | %s | %.4g (%d) | %.4f | %.3f | %.4f | %.1f%% | "
@@ -455,6 +525,8 @@ int scdb_bench_evict_llama(int argc, char **argv)
                                             a->evict_us / (double)a->step_calls / step);
                     cJSON_AddNumberToObject(row, "cost_share", cost);
                     cJSON_AddNumberToObject(row, "capture_share", capture);
+                    cJSON_AddNumberToObject(row, "capture_plain_ms", cap_plain);
+                    cJSON_AddNumberToObject(row, "capture_step_ms", cap_with);
                     cJSON_AddNumberToObject(row, "evict_us", ev);
                     cJSON_AddNumberToObject(row, "decode_ms", step / 1e3);
                     cJSON_AddNumberToObject(row, "plain_decode_ms", plain / 1e3);
@@ -475,6 +547,7 @@ int scdb_bench_evict_llama(int argc, char **argv)
     cJSON_AddNumberToObject(root, "prefill", o.prefill);
     cJSON_AddNumberToObject(root, "steps", o.steps);
     cJSON_AddNumberToObject(root, "every", o.every);
+    cJSON_AddNumberToObject(root, "threads", o.threads);
     cJSON_AddStringToObject(root, "policy", scdb_data_relative(o.policy));
     if (!failed && o.json && scdb_bench_write_json(o.json, root, "bench evict"))
         failed = 1;

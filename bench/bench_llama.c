@@ -61,7 +61,6 @@ int scdb_bench_llama(int argc, char **argv)
 
 #define MAX_CONS 32
 #define CB "base-scd"
-extern char **environ;
 
 typedef struct lopts {
     const char *data, *gguf, *json, *png, *only, *text;
@@ -113,23 +112,6 @@ static void usage(FILE *f)
 "  --png FILE       speed-up and KL per consumer (tools/plot_llama.py)\n");
 }
 
-/* argv[0] with its stdout on our stderr (what it says is progress, not
- * the bench's table) */
-static int run_cmd(char *const argv[])
-{
-    pid_t pid;
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_adddup2(&fa, 2, 1);
-    int rc = posix_spawn(&pid, argv[0], &fa, NULL, argv, environ);
-    posix_spawn_file_actions_destroy(&fa);
-    if (rc)
-        return -1;
-    int st;
-    if (waitpid(pid, &st, 0) < 0)
-        return -1;
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-}
 
 /* the consumers: every model but base and every adapter with a pair */
 static int find_consumers(const lopts *o, lcons *c)
@@ -172,7 +154,7 @@ static int find_consumers(const lopts *o, lcons *c)
 static int export_gguf(const char *self, const char *src, const char *out)
 {
     char *argv[] = {(char *)self, "export-gguf", (char *)src, "-o", (char *)out, NULL};
-    int rc = run_cmd(argv);
+    int rc = scdb_bench_spawn_quiet(argv);
     if (rc)
         fprintf(stderr, "bench llama: scdb export-gguf %s failed (status %d)\n", src, rc);
     return rc;
@@ -228,14 +210,6 @@ static struct llama_context *f32_ctx(struct llama_model *m, const lopts *o)
 static void clear(struct llama_context *ctx) { llama_memory_clear(llama_get_memory(ctx), true); }
 
 /* log-softmax of n rows of V logits */
-static void log_softmax(const float *in, int V, double *out)
-{
-    double mx = in[0], s = 0;
-    for (int v = 1; v < V; v++) mx = fmax(mx, in[v]);
-    for (int v = 0; v < V; v++) s += exp(in[v] - mx);
-    double lz = mx + log(s);
-    for (int v = 0; v < V; v++) out[v] = in[v] - lz;
-}
 
 /* score rows got against ref over C continuation tokens (targets tok[1..]) */
 static void score(const float *ref, const float *got, int C, int V, const int32_t *next, acc *a,
@@ -243,8 +217,8 @@ static void score(const float *ref, const float *got, int C, int V, const int32_
 {
     double *lr = malloc((size_t)V * sizeof *lr), *lg = malloc((size_t)V * sizeof *lg);
     for (int t = 0; t < C; t++) {
-        log_softmax(ref + (size_t)t * V, V, lr);
-        log_softmax(got + (size_t)t * V, V, lg);
+        scdb_bench_log_softmax(ref + (size_t)t * V, V, lr);
+        scdb_bench_log_softmax(got + (size_t)t * V, V, lg);
         int ar = 0, ag = 0;
         double kl = 0;
         for (int v = 0; v < V; v++) {
@@ -737,7 +711,7 @@ int scdb_bench_llama(int argc, char **argv)
         char plot[4200];
         snprintf(plot, sizeof plot, "%s/tools/plot_llama.py", scdb_share_dir());
         char *pargv[] = {"/usr/bin/python3", plot, (char *)o.json, (char *)o.png, NULL};
-        if (access(plot, R_OK) || run_cmd(pargv))
+        if (access(plot, R_OK) || scdb_bench_spawn_quiet(pargv))
             fprintf(stderr, "bench llama: no PNG (python3 with matplotlib, %s)\n", plot);
     }
     cJSON_Delete(root);

@@ -7,6 +7,7 @@
 #include <sys/resource.h>
 #include <math.h>
 #include <signal.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -112,4 +113,32 @@ scdb_err scdb_bench_connect(const scdb_opts *o, double seconds, pid_t broker, sc
         if (scdb_now() > until) return e;
         usleep(20000);
     }
+}
+
+/* argv[0] with its stdout on our stderr: what a child prints is progress,
+ * not the bench's table */
+int scdb_bench_spawn_quiet(char *const argv[])
+{
+    extern char **environ;
+    pid_t pid;
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, 2, 1);
+    int rc = posix_spawn(&pid, argv[0], &fa, NULL, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    if (rc)
+        return -1;
+    int st;
+    if (waitpid(pid, &st, 0) < 0)
+        return -1;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+void scdb_bench_log_softmax(const float *in, int V, double *out)
+{
+    double mx = in[0], sum = 0;
+    for (int v = 1; v < V; v++) mx = fmax(mx, in[v]);
+    for (int v = 0; v < V; v++) sum += exp(in[v] - mx);
+    double lz = mx + log(sum);
+    for (int v = 0; v < V; v++) out[v] = in[v] - lz;
 }

@@ -67,34 +67,14 @@ scdb_err scdb_llama_consumer_open(const scdb_llama_consumer_params *p, scdb_llam
     c->model = p->model;
     c->adapter = p->adapter;
     c->scale = p->adapter_scale;
-    if (p->model_path) {
-        /* a GGUF adapter's fingerprint is that of base + adapter merged */
-        err = p->adapter_path
-                  ? scdb_weights_fingerprint_adapter(p->model_path, p->adapter_path, c->fp, errbuf, errlen)
-                  : scdb_weights_fingerprint(p->model_path, c->fp, errbuf, errlen);
-        if (err)
-            goto fail;
+    if ((err = ll_register(p->endpoint, p->timeout_ms, SCDB_CONSUMER, p->consumer, p->codebook,
+                           p->model_path, p->adapter_path, &c->h, &c->info, c->fp, errbuf,
+                           errlen))) {
+        free(c);
+        return err;
     }
-    scdb_opts o = {0};
-    o.endpoint = p->endpoint;
-    o.timeout_ms = p->timeout_ms;
-    o.name = p->consumer;
-    if ((err = scdb_connect(&o, &c->h))) {
-        ll_msg(errbuf, errlen, "%s", scdb_connect_error());
-        goto fail;
-    }
-    if (c->fp[0] && (err = scdb_set_weights_fp(c->h, c->fp)))
-        goto fail_h;
-    if ((err = scdb_register(c->h, SCDB_CONSUMER, p->consumer, p->codebook, &c->info)))
-        goto fail_h;
     *out = c;
     return SCDB_OK;
-fail_h:
-    ll_msg(errbuf, errlen, "%s", scdb_last_error(c->h));
-fail:
-    scdb_close(&c->h);
-    free(c);
-    return err;
 }
 
 void scdb_llama_consumer_close(scdb_llama_consumer **pc)

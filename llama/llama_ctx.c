@@ -250,3 +250,32 @@ scdb_err scdb_llama_seq_write(struct llama_context *ctx, const scdb_llama_layout
     free(buf);
     return err;
 }
+
+scdb_err ll_register(const char *endpoint, int timeout_ms, scdb_role role, const char *model,
+                     const char *codebook, const char *model_path, const char *adapter_path,
+                     scdb **h, scdb_info *info, char fp[33], char *errbuf, size_t errlen)
+{
+    scdb_err err;
+    fp[0] = 0;
+    *h = NULL;
+    /* the weights the broker checks the pair (or codebook) against; a GGUF
+     * adapter's are base + adapter merged */
+    if (model_path && (err = adapter_path ? scdb_weights_fingerprint_adapter(model_path, adapter_path,
+                                                                             fp, errbuf, errlen)
+                                          : scdb_weights_fingerprint(model_path, fp, errbuf, errlen)))
+        return err;
+    scdb_opts o = {0};
+    o.endpoint = endpoint;
+    o.timeout_ms = timeout_ms;
+    o.name = model;
+    if ((err = scdb_connect(&o, h))) {
+        ll_msg(errbuf, errlen, "%s", scdb_connect_error());
+        return err;
+    }
+    if ((fp[0] && (err = scdb_set_weights_fp(*h, fp))) ||
+        (err = scdb_register(*h, role, model, codebook, info))) {
+        ll_msg(errbuf, errlen, "%s", scdb_last_error(*h));
+        scdb_close(h);
+    }
+    return err;
+}

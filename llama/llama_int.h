@@ -22,6 +22,13 @@ scdb_err ll_seq_write(struct llama_context *ctx, const scdb_llama_layout *L, lla
                       const scdb_kv_cache *c, int n, uint8_t **buf, size_t *cap, char *errbuf,
                       size_t errlen);
 
+/* Connect, send the weights fingerprint of model_path (+ adapter_path;
+ * none when model_path is NULL), register: what a consumer and a producer
+ * both do.  On error *h is NULL and errbuf says why. */
+scdb_err ll_register(const char *endpoint, int timeout_ms, scdb_role role, const char *model,
+                     const char *codebook, const char *model_path, const char *adapter_path,
+                     scdb **h, scdb_info *info, char fp[33], char *errbuf, size_t errlen);
+
 /* One context's probed layout, kept by a consumer (a few contexts each). */
 typedef struct ll_ctx_layout {
     struct llama_context *ctx;

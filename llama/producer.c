@@ -104,21 +104,10 @@ scdb_err scdb_llama_producer_open(const scdb_llama_producer_params *pp, scdb_lla
     if (!p)
         return SCDB_ENOMEM;
     p->max_tokens = pp->max_tokens ? pp->max_tokens : 512;
-    scdb_opts o = {0};
-    o.endpoint = pp->endpoint;
-    o.timeout_ms = pp->timeout_ms;
-    o.name = pp->producer;
-    char fp[33] = "";
-    if (pp->model_path && (err = scdb_weights_fingerprint(pp->model_path, fp, errbuf, errlen)))
+    char fp[33];
+    if ((err = ll_register(pp->endpoint, pp->timeout_ms, SCDB_PRODUCER, pp->producer, pp->codebook,
+                           pp->model_path, NULL, &p->h, &p->info, fp, errbuf, errlen)))
         goto fail;
-    if ((err = scdb_connect(&o, &p->h))) {
-        ll_msg(errbuf, errlen, "%s", scdb_connect_error());
-        goto fail;
-    }
-    if (fp[0] && (err = scdb_set_weights_fp(p->h, fp)))
-        goto fail_h;
-    if ((err = scdb_register(p->h, SCDB_PRODUCER, pp->producer, pp->codebook, &p->info)))
-        goto fail_h;
     p->raw = strcmp(p->info.codebook_kind, "raw") == 0;
     if (!p->raw) {
         if (p->info.states_dim <= 0) {
@@ -127,8 +116,10 @@ scdb_err scdb_llama_producer_open(const scdb_llama_producer_params *pp, scdb_lla
             err = SCDB_EUNSUPPORTED;
             goto fail;
         }
-        if ((err = scdb_states_arena_new(p->h, p->max_tokens, &p->states)))
-            goto fail_h;
+        if ((err = scdb_states_arena_new(p->h, p->max_tokens, &p->states))) {
+            ll_msg(errbuf, errlen, "%s", scdb_last_error(p->h));
+            goto fail;
+        }
         int cap = 0;
         p->rows = scdb_arena_states(p->states, &p->s_layers, &p->s_dim, &cap);
         p->filled = calloc((size_t)p->s_layers, sizeof *p->filled);
@@ -139,8 +130,6 @@ scdb_err scdb_llama_producer_open(const scdb_llama_producer_params *pp, scdb_lla
     }
     *out = p;
     return SCDB_OK;
-fail_h:
-    ll_msg(errbuf, errlen, "%s", scdb_last_error(p->h));
 fail:
     scdb_arena_free(&p->states);
     scdb_close(&p->h);
