@@ -539,7 +539,7 @@ int scdb_bench_fidelity(int argc, char **argv)
     scdb_codebook *cb = NULL;
     scdb_model *prod = NULL;
     broker b = {.pid = -1};
-    cJSON *jrows = cJSON_CreateArray();
+    cJSON *jrows = NULL;   /* made once the options are read: no early return leaks it */
     scdb_err rc;
     scdb *hp = NULL;
     scdb_arena *states = NULL;
@@ -598,6 +598,10 @@ int scdb_bench_fidelity(int argc, char **argv)
         return 1;
     }
     const scdb_codebook_info *ci = scdb_codebook_get_info(cb);
+    if (!(jrows = cJSON_CreateArray())) {
+        fprintf(stderr, "bench fidelity: out of memory\n");
+        goto done;
+    }
     snprintf(root, sizeof root, "%s/models/%s", o.data, ci->producer);
     if ((rc = scdb_model_load(root, &prod, err, sizeof err))) {
         fprintf(stderr, "bench fidelity: producer %s: %s\n", root, err);
