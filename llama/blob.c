@@ -28,6 +28,7 @@ void ll_msg(char *errbuf, size_t errlen, const char *fmt, ...)
  * as scdb_f32_to_f16: the same bits, checked by test_llama's byte
  * comparison with llama.cpp's own blob), else the scalar conversion. */
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <cpuid.h>
 #include <immintrin.h>
 #define LL_HAVE_F16C_PATH 1
 __attribute__((target("avx,f16c"))) static void f16c_from_f32(const float *s, uint8_t *d, size_t n)
@@ -52,11 +53,22 @@ __attribute__((target("avx,f16c"))) static void f16c_to_f32(const uint8_t *s, fl
         d[i] = scdb_f16_to_f32(h);
     }
 }
+/* AVX and F16C from CPUID leaf 1 (ECX bits 28, 29), and the OS saving the
+ * YMM registers (OSXSAVE, bit 27, then XCR0 bits 1-2): what gcc and clang
+ * both compile (clang's __builtin_cpu_supports knows no "f16c"). */
 static int have_f16c(void)
 {
     static int have = -1;
-    if (have < 0)
-        have = __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
+    if (have < 0) {
+        unsigned a, b, c, d;
+        have = 0;
+        if (__get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 27)) && (c & (1u << 28)) &&
+            (c & (1u << 29))) {
+            unsigned lo, hi;
+            __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+            have = (lo & 6u) == 6u;
+        }
+    }
     return have;
 }
 #endif
