@@ -37,47 +37,6 @@
 int scdb_bench_evict_llama(int argc, char **argv);
 
 #ifndef SCDB_HAVE_LLAMA
-/* The price of reading the probabilities, on the same cache: a context
- * prefilled with `prefill` tokens decodes 64 steps plainly and, in a second
- * context made for an evictor that never evicts (budget = the context),
- * the same 64 steps with capture; best step of each, interleaved 3 times.
- * Returns capture / plain - 1 (NAN on failure). */
-static double capture_cost(struct llama_model *m, const eopts *o, const int32_t *tok,
-                           double *plain_ms, double *capture_ms)
-{
-    double best[2] = {INFINITY, INFINITY};
-    for (int r = 0; r < 3; r++)
-        for (int mode = 0; mode < 2; mode++) {
-            scdb_llama_evict_params ep = scdb_llama_evict_default_params();
-            ep.policy = "h2o";
-            ep.budget = 512;
-            ep.cadence = 0;
-            scdb_llama_evictor *ev = NULL;
-            char err[256];
-            if (scdb_llama_evictor_new(&ep, &ev, err, sizeof err))
-                return NAN;
-            struct llama_context *ctx = mk_ctx(m, o, mode ? ev : NULL);
-            int ok = ctx && !scdb_llama_decode(ctx, 0, tok, (size_t)o->prefill, 0, 0) &&
-                     (!mode || !scdb_llama_evictor_start(ev, ctx));
-            for (int t = 0; ok && t < 64; t++) {
-                llama_token x = tok[o->prefill + t];
-                scdb_llama_evict_result er;
-                double t0 = scdb_now();
-                ok = mode ? !scdb_llama_evictor_decode(ev, ctx, &x, 1, 0, &er)
-                          : !scdb_llama_decode(ctx, 0, &x, 1, o->prefill + t, 0);
-                best[mode] = fmin(best[mode], scdb_now() - t0);
-            }
-            if (ctx)
-                llama_free(ctx);
-            scdb_llama_evictor_free(&ev);
-            if (!ok)
-                return NAN;
-        }
-    *plain_ms = best[0] * 1e3;
-    *capture_ms = best[1] * 1e3;
-    return best[1] / best[0] - 1;
-}
-
 int scdb_bench_evict_llama(int argc, char **argv)
 {
     (void)argc;
@@ -263,7 +222,7 @@ static int run_policy(struct llama_model *m, const eopts *o, const char *policy,
 }
 
 /* The price of reading the probabilities, on the same cache: a context
- * prefilled with `prefill` tokens decodes 64 steps plainly and, in a second
+ * prefilled with `prefill` tokens decodes min(64, steps) steps plainly and, in a second
  * context made for an evictor that never evicts (budget = the context),
  * the same 64 steps with capture; best step of each, interleaved 3 times.
  * Returns capture / plain - 1 (NAN on failure). */
@@ -284,7 +243,7 @@ static double capture_cost(struct llama_model *m, const eopts *o, const int32_t 
             struct llama_context *ctx = mk_ctx(m, o, mode ? ev : NULL);
             int ok = ctx && !scdb_llama_decode(ctx, 0, tok, (size_t)o->prefill, 0, 0) &&
                      (!mode || !scdb_llama_evictor_start(ev, ctx));
-            for (int t = 0; ok && t < 64; t++) {
+            for (int t = 0; ok && t < (o->steps < 64 ? o->steps : 64); t++) {
                 llama_token x = tok[o->prefill + t];
                 scdb_llama_evict_result er;
                 double t0 = scdb_now();
