@@ -423,6 +423,45 @@ scdb_err scdb_pair_decode_range(const scdb_pair *p, const scdb_codebook *cb, con
                                 int block_n, int t0, int n, const int32_t *pos,
                                 const int32_t *tokens, int n_patch, scdb_kv_cache *cache, int slot0);
 
+/* ------------------------------------------------------------ synthetic artifacts
+ * A codebook and a full pair of the shapes `scdb calibrate` writes, with
+ * random contents: for measuring cost at model sizes no calibration can
+ * reach here (`scdb bench llama --shape 1b`).  They load, encode and decode
+ * like calibrated files (same writer, id, checksum) and mean nothing:
+ * quality measured with them is meaningless, and their notes say so.
+ *
+ *   codebook  layer 0 a TOKEN layer; n_candidates layers carry an H part
+ *             of width r_h only (spread evenly over 1..L-1, the last layer
+ *             among them), every other layer K and V parts of r_k, r_v;
+ *             encoders of standard deviation 1/sqrt(d) (codes of size
+ *             about 1 from RMS-normalised inputs);
+ *   pair      producer -> consumer, decoders of every coded layer (input:
+ *             every layer's code when all_layers, else the layer's own),
+ *             token-input decoders when token_input (needs all_layers),
+ *             an aligner of width `hidden` on every candidate, patch
+ *             budget n_patch; the token layer's embedding, layer-0 norm and
+ *             the Wk / Wv of layer 0 and the candidates are the consumer's
+ *             own when given (scdb's row order, f32), else random.
+ *
+ * Deterministic in seed.  Errors: SCDB_EINVAL (NULL, a fingerprint that is
+ * not one, token input without all_layers), SCDB_ERANGE (a shape out of
+ * range: ranks 1..d, candidates 0..L-1, budget 0..candidates), SCDB_ENOMEM;
+ * errbuf says which. */
+typedef struct scdb_codec_synth {
+    scdb_model_config arch;          /* the producer's = the consumer's       */
+    const char *producer, *consumer; /* names                                 */
+    const char *producer_fp, *consumer_fp; /* weights fingerprints            */
+    int r_k, r_v, r_h;               /* code widths                           */
+    int n_candidates, n_patch, hidden;
+    int all_layers, token_input;
+    uint64_t seed;                   /* 0: a fixed default                    */
+    const float *emb;                /* [vocab][d] or NULL                    */
+    const float *norm0;              /* [d] or NULL (ones)                    */
+    const float *const *wk, *const *wv; /* [n_layers] of [kv][d], or NULL    */
+} scdb_codec_synth;
+scdb_err scdb_codec_synthesize(const scdb_codec_synth *s, scdb_codebook **cb, scdb_pair **pair,
+                               char *errbuf, size_t errlen);
+
 /* ------------------------------------------------------------ device decode
  * A pair's decode weights resident in one device's memory (kernels.h's ops
  * tables), uploaded once, and a decode that writes a cache whose pos, K and

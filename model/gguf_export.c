@@ -252,3 +252,135 @@ done:
     scdb_adapter_close(&a);
     return rc;
 }
+
+/* ------------------------------------------------------------ random weights */
+
+/* n values uniform with standard deviation sd, seeded by (seed, tensor) so
+ * that a tensor's values do not depend on the order tensors are made in */
+static void fill_random(float *x, size_t n, float sd, uint64_t seed, uint64_t tensor)
+{
+    uint64_t s = seed ^ (0x9e3779b97f4a7c15ull * (tensor + 1));
+    if (!s) s = 1;
+    const float a = sd * 1.7320508f;   /* uniform [-a, a): sd = a / sqrt(3) */
+    for (size_t i = 0; i < n; i++) x[i] = a * scdb_xorshift_f32(&s);
+}
+
+scdb_err scdb_model_write_random_gguf(scdb_model_config *c, const char *vocab, uint64_t seed, float sd,
+                                      scdb_dtype dt, const char *path, char *errbuf, size_t errlen)
+{
+    exporter x = {.dt = dt};
+    scdb_gguf_file *v = NULL;
+    float *scratch = NULL;
+    char name[96];
+    scdb_err rc;
+
+    if (!c || !path || !(sd > 0)) return SCDB_EINVAL;
+    /* add() copies a matrix only when it converts or permutes it: F32
+     * matrices would all point at the one scratch buffer */
+    if (dt != SCDB_F16 && dt != SCDB_BF16) {
+        scdb_errf(errbuf, errlen, "random model: dtype %s (F16 or BF16)", scdb_dtype_name(dt) ? scdb_dtype_name(dt) : "?");
+        return SCDB_EINVAL;
+    }
+    if (vocab) {
+        if ((rc = scdb_gguf_open(vocab, &v, errbuf, errlen))) return rc;
+        const scdb_gguf_kv *toks = scdb_gguf_find_kv(v, "tokenizer.ggml.tokens");
+        if (!toks || !toks->str || toks->n < 1 || toks->n > (1u << 24)) {
+            scdb_errf(errbuf, errlen, "%s: no tokenizer.ggml.tokens (a vocabulary GGUF has them)", vocab);
+            scdb_gguf_close(&v);
+            return SCDB_ENOTFOUND;
+        }
+        c->vocab_size = (int)toks->n;
+    } else {
+        c->vocab_size = 256;
+    }
+    c->tied_embeddings = 0;
+    if (c->n_layers < 1 || c->d_model < 1 || c->n_heads < 1 || c->n_kv_heads < 1 || c->head_dim < 2 ||
+        c->head_dim % 2 || c->n_heads % c->n_kv_heads || c->d_ff < 1 || c->max_seq_len < 1) {
+        scdb_errf(errbuf, errlen, "random model: %d layers, d %d, %d heads of %d, %d KV heads, ffn %d, "
+                  "context %d: not a llama architecture", c->n_layers, c->d_model, c->n_heads, c->head_dim,
+                  c->n_kv_heads, c->d_ff, c->max_seq_len);
+        scdb_gguf_close(&v);
+        return SCDB_ERANGE;
+    }
+    if ((rc = scdb_gguf_writer_new(&x.w))) goto done;
+    scdb_gguf_writer *w = x.w;
+    uint32_t ftype = dt == SCDB_F16 ? FTYPE_MOSTLY_F16 : dt == SCDB_BF16 ? FTYPE_MOSTLY_BF16 : FTYPE_ALL_F32;
+    if ((rc = scdb_gguf_set_str(w, "general.architecture", "llama")) ||
+        (rc = scdb_gguf_set_str(w, "general.type", "model")) ||
+        (rc = scdb_gguf_set_str(w, "general.name", c->name)) ||
+        (rc = scdb_gguf_set_u32(w, "general.file_type", ftype)) ||
+        (rc = scdb_gguf_set_u32(w, "llama.vocab_size", (uint32_t)c->vocab_size)) ||
+        (rc = scdb_gguf_set_u32(w, "llama.context_length", (uint32_t)c->max_seq_len)) ||
+        (rc = scdb_gguf_set_u32(w, "llama.embedding_length", (uint32_t)c->d_model)) ||
+        (rc = scdb_gguf_set_u32(w, "llama.block_count", (uint32_t)c->n_layers)) ||
+        (rc = scdb_gguf_set_u32(w, "llama.feed_forward_length", (uint32_t)c->d_ff)) ||
+        (rc = scdb_gguf_set_u32(w, "llama.attention.head_count", (uint32_t)c->n_heads)) ||
+        (rc = scdb_gguf_set_u32(w, "llama.attention.head_count_kv", (uint32_t)c->n_kv_heads)) ||
+        (rc = scdb_gguf_set_u32(w, "llama.attention.key_length", (uint32_t)c->head_dim)) ||
+        (rc = scdb_gguf_set_u32(w, "llama.attention.value_length", (uint32_t)c->head_dim)) ||
+        (rc = scdb_gguf_set_u32(w, "llama.rope.dimension_count", (uint32_t)c->head_dim)) ||
+        (rc = scdb_gguf_set_f32(w, "llama.rope.freq_base", c->rope_theta)) ||
+        (rc = scdb_gguf_set_f32(w, "llama.attention.layer_norm_rms_epsilon", c->norm_eps)))
+        goto done;
+    if (v) {
+        for (int i = 0; i < scdb_gguf_kv_count(v) && !rc; i++) {
+            const scdb_gguf_kv *kv = scdb_gguf_kv_at(v, i);
+            if (!strncmp(kv->key, "tokenizer.", 10)) rc = scdb_gguf_set_kv(w, kv);
+        }
+    } else {
+        char tok[256][8];
+        const char *toks[256];
+        int32_t types[256];
+        for (int i = 0; i < 256; i++) {
+            snprintf(tok[i], sizeof tok[i], "\\x%02x", i);
+            toks[i] = tok[i];
+            types[i] = 1;
+        }
+        if (!(rc = scdb_gguf_set_str(w, "tokenizer.ggml.model", "rwkv")) &&
+            !(rc = scdb_gguf_set_arr_str(w, "tokenizer.ggml.tokens", toks, 256)) &&
+            !(rc = scdb_gguf_set_arr(w, "tokenizer.ggml.token_type", SCDB_GGUF_I32, types, 256)) &&
+            !(rc = scdb_gguf_set_bool(w, "tokenizer.ggml.add_bos_token", 0)))
+            rc = scdb_gguf_set_bool(w, "tokenizer.ggml.add_eos_token", 0);
+    }
+    if (rc) goto done;
+
+    int64_t d = c->d_model, qd = scdb_model_q_dim(c), kvd = scdb_model_kv_dim(c), ff = c->d_ff;
+    size_t big = (size_t)c->vocab_size * (size_t)d;
+    if ((size_t)ff * d > big) big = (size_t)ff * d;
+    if ((size_t)qd * d > big) big = (size_t)qd * d;
+    if (!(scratch = malloc(big * sizeof *scratch))) { rc = SCDB_ENOMEM; goto done; }
+    uint64_t tid = 0;
+    /* matrices: sd; norms: ones (so activations stay of size about 1) */
+    fill_random(scratch, (size_t)c->vocab_size * d, sd, seed, tid++);
+    if ((rc = add(&x, "token_embd.weight", scratch, c->vocab_size, d, 0, 0))) goto done;
+    fill_random(scratch, (size_t)c->vocab_size * d, sd, seed, tid++);
+    if ((rc = add(&x, "output.weight", scratch, c->vocab_size, d, 0, 0))) goto done;
+    float *ones = keep(&x, (size_t)d * sizeof *ones);
+    if (!ones) { rc = SCDB_ENOMEM; goto done; }
+    for (int64_t i = 0; i < d; i++) ones[i] = 1.0f;
+    if ((rc = scdb_gguf_add_tensor(w, "output_norm.weight", SCDB_GGML_F32, 1, &d, ones))) goto done;
+    for (int l = 0; l < c->n_layers; l++) {
+        struct { const char *n; int64_t r, k; int perm; } t[] = {
+            {"attn_norm", d, 0, 0},      {"attn_q", qd, d, c->head_dim}, {"attn_k", kvd, d, c->head_dim},
+            {"attn_v", kvd, d, 0},       {"attn_output", d, qd, 0},      {"ffn_norm", d, 0, 0},
+            {"ffn_gate", ff, d, 0},      {"ffn_up", ff, d, 0},           {"ffn_down", d, ff, 0},
+        };
+        for (size_t i = 0; i < SCDB_ARRAY_LEN(t); i++) {
+            snprintf(name, sizeof name, "blk.%d.%s.weight", l, t[i].n);
+            if (!t[i].k) {
+                rc = scdb_gguf_add_tensor(w, name, SCDB_GGML_F32, 1, &d, ones);
+            } else {
+                fill_random(scratch, (size_t)t[i].r * (size_t)t[i].k, sd, seed, tid++);
+                rc = add(&x, name, scratch, t[i].r, t[i].k, t[i].perm, 0);
+            }
+            if (rc) goto done;
+        }
+    }
+    rc = write_out(&x, path, errbuf, errlen);
+done:
+    if (rc == SCDB_ENOMEM) scdb_errf(errbuf, errlen, "%s: out of memory", path);
+    free(scratch);
+    exporter_free(&x);
+    scdb_gguf_close(&v);
+    return rc;
+}

@@ -269,6 +269,22 @@ scdb_err scdb_model_export_gguf(const scdb_model *m, const char *path, scdb_dtyp
 scdb_err scdb_adapter_export_gguf(const char *adapter, const char *models_dir, const char *path,
                                   scdb_dtype dt, char *errbuf, size_t errlen);
 
+/* A llama model of architecture *c with random weights, as a GGUF file (for
+ * measuring cost at sizes that cannot be trained here: `scdb bench llama
+ * --shape 1b`).  Every matrix uniform with standard deviation sd, seeded per
+ * tensor from seed; norms 1; output.weight untied; dt SCDB_F16 or
+ * SCDB_BF16 for the matrices.  vocab: a GGUF whose tokenizer.* keys are
+ * copied as read (llama.cpp's vocab-only files, models/ggml-vocab-*.gguf:
+ * c->vocab_size becomes its token count), or NULL for the byte vocabulary
+ * (as scdb_model_export_gguf writes it; c->vocab_size becomes 256).
+ * c->name is general.name.  Written atomically; the whole file is held in
+ * memory until then (2 bytes per weight).  Errors: SCDB_EINVAL (NULL, sd not
+ * > 0, another dtype), SCDB_ERANGE (not a llama shape), SCDB_ENOTFOUND (a
+ * vocabulary file without tokenizer.ggml.tokens), the GGUF reader's and
+ * writer's, SCDB_ENOMEM. */
+scdb_err scdb_model_write_random_gguf(scdb_model_config *c, const char *vocab, uint64_t seed, float sd,
+                                      scdb_dtype dt, const char *path, char *errbuf, size_t errlen);
+
 /* ------------------------------------------------------------ byte tokens */
 
 /* tokens[i] = (unsigned char)text[i]; returns n. */
