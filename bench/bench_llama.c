@@ -57,16 +57,11 @@ int scdb_bench_llama(int argc, char **argv)
 }
 #else
 
+#include "bench_llama.h"
 #include "scdb_llama.h"
 
 #define MAX_CONS 32
 #define CB "base-scd"
-
-typedef struct lopts {
-    const char *data, *gguf, *json, *png, *only, *text;
-    int prefix, cont, windows, reps, threads;
-    long at;                        /* --text: first window's byte (-1: half) */
-} lopts;
 
 typedef struct lcons {
     char name[64], kind[8], src[1024], gguf[1100], text[1100];
@@ -77,12 +72,46 @@ typedef struct lcons {
 
 typedef struct acc { double nll, kl, top1; long n; } acc;
 
+/* "a,b,c": between 1 and max values (exactly `exact` when > 0), each in
+ * [lo, hi] and, for --tokens, a multiple of 64 (whole blocks).  0, or 1
+ * with why set. */
+static int int_list(const char *opt, const char *v, int lo, int hi, int max, int exact, int *out, int *n,
+                    char *why, size_t wlen)
+{
+    char buf[256], *save = NULL;
+    int k = 0;
+    snprintf(buf, sizeof buf, "%s", v);
+    for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        if (k == max) {
+            snprintf(why, wlen, "%s '%s': more than %d values", opt, v, max);
+            return 1;
+        }
+        if (scdb_parse_int(opt, t, lo, hi, &out[k], why, wlen) != SCDB_OK)
+            return 1;
+        if (!strcmp(opt, "--tokens") && out[k] % 64) {
+            snprintf(why, wlen, "%s '%s': %d is not whole blocks of 64 tokens", opt, v, out[k]);
+            return 1;
+        }
+        k++;
+    }
+    if (k == 0 || (exact && k != exact)) {
+        snprintf(why, wlen, "%s '%s': want %s%d comma-separated values", opt, v, exact ? "" : "1 to ",
+                 exact ? exact : max);
+        return 1;
+    }
+    *n = k;
+    return 0;
+}
+
 static void usage(FILE *f)
 {
     fprintf(f,
-"usage: scdb bench llama [--data DIR] [--gguf DIR] [--consumers a,b,...] [--prefix P]\n"
-"                        [--cont C] [--windows N] [--reps R] [--threads T]\n"
-"                        [--text FILE [--at BYTE]] [--json FILE] [--png FILE]\n\n"
+"usage: scdb bench llama [--shape family|1b|all] [--data DIR] [--gguf DIR]\n"
+"                        [--consumers a,b,...] [--prefix P] [--cont C] [--windows N]\n"
+"                        [--reps R] [--threads T] [--text FILE [--at BYTE]]\n"
+"                        [--tokens N,N,...] [--prefill-reps R] [--vocab FILE|bytes]\n"
+"                        [--ranks rK,rV,rH] [--candidates N] [--patch-layers K]\n"
+"                        [--json FILE] [--png FILE]\n\n"
 "The fleet served from one stored prefix with llama.cpp on both sides: base\n"
 "in llama.cpp prefills the prefix (its H_in captured during llama_decode), the\n"
 "broker encodes and stores it once, and each consumer (full fine-tunes, and\n"
@@ -90,7 +119,22 @@ static void usage(FILE *f)
 "llama.cpp sequence.  Per consumer: TTFT via scdb (restore + first token) vs\n"
 "llama.cpp's own prefill, and quality over the continuation against that\n"
 "prefill for SCD, raw reuse of base's KV and the consumer's own KV stored raw\n"
-"(exact: the layout check); capture overhead; the two engines' logits.\n\n"
+"(exact: the layout check); capture overhead; the two engines' logits.  About\n"
+"2 minutes on 2 cores.\n\n"
+"--shape 1b: cost as models grow.  The same path at a 1B-class shape (22\n"
+"layers, d 2048, 32 heads, 4 KV heads, ffn 5632: TinyLlama-1.1B's), COST ONLY:\n"
+"a llama GGUF of random F16 weights (2.2 GB, written to a temp folder) around\n"
+"the bundle's llama SPM vocabulary (32000 tokens), and a codebook and pair of\n"
+"the shapes `scdb calibrate` writes with random contents (no calibration: the\n"
+"model means nothing and no quality is measured).  Per --tokens count: own\n"
+"prefill + first token, the producer's prefill with capture and its put, and\n"
+"TTFT via scdb (restore: the broker's get into the arena + the blob written;\n"
+"then the first token) as the family rows time them.  RUN TIME on 2 cores:\n"
+"each prefill runs twice (own, and with capture) per --prefill-reps; a 1B\n"
+"prefill of 512 tokens takes about 5 s, 2048 about 30 s, 8192 about 3 min,\n"
+"so the default 512,2048,8192 takes about 10 minutes, most of it at 8192\n"
+"(progress on stderr); --tokens 512,2048 about 2 minutes.\n\n"
+"  --shape S        family (default: the family rows), 1b (the 1b rows), all\n"
 "  --data DIR       data directory (default: scdb's)\n"
 "  --gguf DIR       GGUF files NAME.gguf already exported (default: export the\n"
 "                   family with `scdb export-gguf` into a temp folder)\n"
@@ -99,17 +143,33 @@ static void usage(FILE *f)
 "  --prefix P       prefix tokens (default 448; the family's context is 512)\n"
 "  --cont C         continuation tokens scored (default 32)\n"
 "  --windows N      windows per consumer (default 2)\n"
-"  --reps R         timing repetitions, best taken (default 3)\n"
+"  --reps R         timing repetitions, best taken (default 3; the 1b rows:\n"
+"                   their restores)\n"
 "  --threads T      llama.cpp threads (default 2)\n"
 "  --text FILE      every consumer on FILE (one stored prefix per window for\n"
 "                   the whole fleet: the fan-out), windows from byte --at\n"
 "                   (default: the second half of FILE)\n"
-"  --json FILE      rows {consumer, kind, engine, prefix_tokens, restore_ms,\n"
-"                   own_prefill_ms, ttft_ms, speedup, ppl_ratio, kl, top1,\n"
-"                   raw_ppl_ratio, raw_kl, raw_top1, exact_kl, exact_top1,\n"
-"                   capture_overhead, ref_max_dlogit (flash attention off,\n"
-"                   F32 KV), ref_max_dlogit_default_ctx (llama.cpp's defaults)}\n"
-"  --png FILE       speed-up and KL per consumer (tools/plot_llama.py)\n");
+"  --tokens LIST    1b: prefix lengths, whole blocks of 64, at most 16384\n"
+"                   (default 512,2048,8192)\n"
+"  --prefill-reps R 1b: the own and capture prefills, interleaved, best of R\n"
+"                   (default 1: a prefill of 8192 tokens takes minutes)\n"
+"  --vocab FILE     1b: a vocab-only GGUF whose tokenizer the model takes\n"
+"                   (default: models/ggml-vocab-llama-spm.gguf of the pinned\n"
+"                   llama.cpp); `bytes`: the 256-token byte vocabulary\n"
+"  --ranks rK,rV,rH 1b: code widths of K, V and H_in (default 32,48,48: the\n"
+"                   family's 8,12,12 per 64 of KV width, at a KV width of 256)\n"
+"  --candidates N   1b: patch candidates (default: half the layers, as the\n"
+"                   family's 4 of 8)\n"
+"  --patch-layers K 1b: the pair's patch budget (default: every candidate)\n"
+"  --json FILE      rows {shape (family or 1b), consumer, kind, engine,\n"
+"                   prefix_tokens, restore_ms, get_ms, blob_ms, own_prefill_ms,\n"
+"                   ttft_ms, speedup, capture_overhead; family: ppl_ratio, kl,\n"
+"                   top1, raw_ppl_ratio, raw_kl, raw_top1, exact_kl,\n"
+"                   exact_top1, ref_max_dlogit (flash attention off, F32 KV),\n"
+"                   ref_max_dlogit_default_ctx (llama.cpp's defaults); 1b:\n"
+"                   cost_only (true), capture_ms, plain_prefill_ms, put_ms,\n"
+"                   the shape and code bytes per token}\n"
+"  --png FILE       the family: speed-up and KL per consumer (tools/plot_llama.py)\n");
 }
 
 
@@ -179,17 +239,79 @@ static int write_config(const char *path, const char *sock, const char *store, c
     return fclose(f);
 }
 
-static struct llama_context *new_ctx(struct llama_model *m, const lopts *o,
-                                     scdb_llama_producer *capture)
+struct llama_context *llb_ctx(struct llama_model *m, int n_ctx, const lopts *o,
+                              scdb_llama_producer *capture)
 {
     struct llama_context_params cp = llama_context_default_params();
-    cp.n_ctx = 512;
-    cp.n_batch = cp.n_ubatch = 512;
+    cp.n_ctx = (uint32_t)n_ctx;
+    cp.n_batch = cp.n_ubatch = (uint32_t)(n_ctx < 512 ? n_ctx : 512);
     cp.n_seq_max = 1;
     cp.n_threads = cp.n_threads_batch = o->threads;
     if (capture)
         scdb_llama_producer_cparams(capture, &cp);
     return llama_init_from_model(m, cp);
+}
+
+void llb_clear(struct llama_context *ctx) { llama_memory_clear(llama_get_memory(ctx), true); }
+
+pid_t llb_broker(const char *cfg, const char *sock, const char *logp)
+{
+    const char *args[] = {"--config", cfg, NULL};
+    pid_t broker = scdb_bench_start_broker(args, logp);
+    scdb_opts so = {.endpoint = sock, .timeout_ms = 30000};
+    scdb *h = NULL;
+    if (broker < 0 || scdb_bench_connect(&so, 120, broker, &h)) {
+        fprintf(stderr, "bench llama: the broker did not start (its log: %s)\n", logp);
+        if (broker > 0)
+            scdb_bench_stop_broker(broker, SIGKILL);
+        return -1;
+    }
+    scdb_close(&h);
+    return broker;
+}
+
+void llb_time_own(struct llama_context *ctx, const int32_t *tok, int P, int reps, double *total,
+                  double *prefill)
+{
+    double best = INFINITY, best_pre = INFINITY;
+    for (int r = 0; r < reps; r++) {
+        llb_clear(ctx);
+        double t0 = scdb_now();
+        scdb_llama_decode(ctx, 0, tok, (size_t)P, 0, 0);
+        double t1 = scdb_now();
+        scdb_llama_decode(ctx, 0, tok + P, 1, P, 0);
+        best = fmin(best, scdb_now() - t0);
+        best_pre = fmin(best_pre, t1 - t0);
+    }
+    *total = best;
+    if (prefill)
+        *prefill = best_pre;
+}
+
+int llb_time_restore(scdb_llama_consumer *c, struct llama_context *ctx, const int32_t *tok, int P,
+                     int reps, const char *who, llb_restore_t *out)
+{
+    llb_restore_t b = {INFINITY, INFINITY, INFINITY, INFINITY, 0};
+    for (int r = 0; r < reps; r++) {
+        scdb_llama_restore_result rr = {0};
+        llb_clear(ctx);
+        double t0 = scdb_now();
+        scdb_err e = scdb_llama_restore(c, ctx, tok, (size_t)P, NULL, &rr);
+        double t1 = scdb_now();
+        scdb_llama_decode(ctx, 0, tok + P, 1, P, 0);
+        b.ttft = fmin(b.ttft, scdb_now() - t0);
+        b.restore = fmin(b.restore, t1 - t0);
+        b.get_ms = fmin(b.get_ms, rr.get_ms);
+        b.blob_ms = fmin(b.blob_ms, rr.write_ms);
+        b.n_restored = rr.n_restored;
+        if (e || rr.n_restored != P / 64 * 64) {
+            fprintf(stderr, "bench llama: %s: restore gave %d of %d tokens: %s\n", who,
+                    rr.n_restored, P / 64 * 64, scdb_llama_consumer_error(c));
+            return -1;
+        }
+    }
+    *out = b;
+    return 0;
 }
 
 /* a context with flash attention off: ggml's CPU flash attention rounds
@@ -207,7 +329,6 @@ static struct llama_context *f32_ctx(struct llama_model *m, const lopts *o)
     return llama_init_from_model(m, cp);
 }
 
-static void clear(struct llama_context *ctx) { llama_memory_clear(llama_get_memory(ctx), true); }
 
 /* log-softmax of n rows of V logits */
 
@@ -251,9 +372,14 @@ static int cmp_d(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+static int run_family(const lopts *op, cJSON *root, cJSON *rows);
+
 int scdb_bench_llama(int argc, char **argv)
 {
-    lopts o = {.prefix = 448, .cont = 32, .windows = 2, .reps = 3, .threads = 2, .at = -1};
+    lopts o = {.prefix = 448, .cont = 32, .windows = 2, .reps = 3, .threads = 2, .at = -1,
+               .family = 1, .tokens = {512, 2048, 8192}, .n_tokens = 3,
+               .dims = {22, 2048, 32, 4, 5632}, .ranks = {32, 48, 48}, .candidates = -1,
+               .patch = -1, .hidden = 128, .prefill_reps = 1};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int bad = 0;
@@ -274,6 +400,28 @@ int scdb_bench_llama(int argc, char **argv)
         else if (!strcmp(a, "--png")) o.png = v;
         else if (!strcmp(a, "--consumers")) o.only = v;
         else if (!strcmp(a, "--text")) o.text = v;
+        else if (!strcmp(a, "--vocab")) o.vocab = v;
+        else if (!strcmp(a, "--shape")) {
+            bad = strcmp(v, "family") && strcmp(v, "1b") && strcmp(v, "all");
+            if (bad)
+                snprintf(why, sizeof why, "--shape '%s': want family, 1b or all", v);
+            o.family = strcmp(v, "1b") != 0;
+            o.big = strcmp(v, "family") != 0;
+        }
+        else if (!strcmp(a, "--tokens"))
+            bad = int_list(a, v, 64, LLB_MAX_TOKENS_1B, LLB_MAX_TOKEN_COUNTS, 0, o.tokens, &o.n_tokens, why,
+                           sizeof why);
+        else if (!strcmp(a, "--ranks")) {
+            int n = 0;
+            bad = int_list(a, v, 1, 4096, 3, 3, o.ranks, &n, why, sizeof why);
+        }
+        else if (!strcmp(a, "--1b-dims")) {     /* tests: a small model through the same path */
+            int n = 0;
+            bad = int_list(a, v, 1, 65536, 5, 5, o.dims, &n, why, sizeof why);
+        }
+        else if (!strcmp(a, "--prefill-reps")) bad = scdb_parse_int(a, v, 1, 100, &o.prefill_reps, why, sizeof why) != SCDB_OK;
+        else if (!strcmp(a, "--candidates")) bad = scdb_parse_int(a, v, 0, 255, &o.candidates, why, sizeof why) != SCDB_OK;
+        else if (!strcmp(a, "--patch-layers")) bad = scdb_parse_int(a, v, 0, 255, &o.patch, why, sizeof why) != SCDB_OK;
         else if (!strcmp(a, "--at")) {
             int64_t at = 0;
             bad = scdb_parse_i64(a, v, 0, INT64_MAX / 2, &at, why, sizeof why) != SCDB_OK;
@@ -306,6 +454,32 @@ int scdb_bench_llama(int argc, char **argv)
         fprintf(stderr, "bench llama: %s\n", err);
         return 1;
     }
+    cJSON *root = cJSON_CreateObject(), *rows = cJSON_AddArrayToObject(root, "rows");
+    cJSON_AddStringToObject(root, "bench", "llama");
+    cJSON_AddNumberToObject(root, "threads", o.threads);
+    int failed = 0;
+    if (o.family)
+        failed = run_family(&o, root, rows);
+    if (!failed && o.big)
+        failed = llb_run_1b(&o, root, rows);
+    if (!failed && o.json && scdb_bench_write_json(o.json, root, "bench llama"))
+        failed = 1;
+    if (!failed && o.png && o.json && o.family) {
+        char plot[4200];
+        snprintf(plot, sizeof plot, "%s/tools/plot_llama.py", scdb_share_dir());
+        char *pargv[] = {"/usr/bin/python3", plot, (char *)o.json, (char *)o.png, NULL};
+        if (access(plot, R_OK) || scdb_bench_spawn_quiet(pargv))
+            fprintf(stderr, "bench llama: no PNG (python3 with matplotlib, %s)\n", plot);
+    }
+    cJSON_Delete(root);
+    return failed;
+}
+
+/* the family rows: every consumer of the family against base, in llama.cpp */
+static int run_family(const lopts *op, cJSON *root, cJSON *rows)
+{
+    lopts o = *op;
+    char err[1024] = "";
     static lcons cons[MAX_CONS];
     int nc = find_consumers(&o, cons);
     if (nc == 0) {
@@ -383,17 +557,8 @@ int scdb_bench_llama(int argc, char **argv)
         fprintf(stderr, "bench llama: cannot write %s\n", cfg);
         goto out;
     }
-    {
-        const char *args[] = {"--config", cfg, NULL};
-        broker = scdb_bench_start_broker(args, logp);
-        scdb_opts so = {.endpoint = sock, .timeout_ms = 30000};
-        scdb *h = NULL;
-        if (broker < 0 || scdb_bench_connect(&so, 120, broker, &h)) {
-            fprintf(stderr, "bench llama: the broker did not start (its log: %s)\n", logp);
-            goto out;
-        }
-        scdb_close(&h);
-    }
+    if ((broker = llb_broker(cfg, sock, logp)) < 0)
+        goto out;
     scdb_llama_producer_params pp = scdb_llama_producer_default_params();
     pp.endpoint = sock;
     pp.producer = "base";
@@ -413,12 +578,11 @@ int scdb_bench_llama(int argc, char **argv)
         scdb_llama_producer_close(&prod);
         goto out;
     }
-    struct llama_context *pctx = new_ctx(lbase, &o, prod);
+    struct llama_context *pctx = llb_ctx(lbase, 512, &o, prod);
     const int P = o.prefix, C = o.cont, V = 256;
     float *ref = malloc((size_t)C * V * sizeof *ref), *got = malloc((size_t)C * V * sizeof *got);
     float *rlg = malloc((size_t)(P + C) * V * sizeof *rlg);
     int32_t *tok = malloc((size_t)(P + C + 1) * sizeof *tok);
-    cJSON *root = cJSON_CreateObject(), *rows = cJSON_AddArrayToObject(root, "rows");
     double cap_plain = INFINITY, cap_with = INFINITY, worst_dl = 0;
     printf("| consumer | kind | prefix | own prefill | TTFT via scdb | speed-up | SCD top-1, ppl, KL "
            "| raw top-1, ppl, KL | exact top-1, KL | engines max dlogit |\n"
@@ -460,7 +624,7 @@ int scdb_bench_llama(int argc, char **argv)
         xpp.producer = c->name;
         xpp.codebook = NULL;
         if (!e) e = scdb_llama_producer_open(&xpp, &xp, err, sizeof err);
-        struct llama_context *cctx = new_ctx(c->m, &o, xp);
+        struct llama_context *cctx = llb_ctx(c->m, 512, &o, xp);
         if (e || !cctx) {
             fprintf(stderr, "bench llama: %s: %s\n", c->name, e ? err : "no context");
             failed = 1;
@@ -474,11 +638,11 @@ int scdb_bench_llama(int argc, char **argv)
             scdb_tokenize_bytes(text + at, (size_t)(P + C + 1), tok);
             /* base stores the prefix (capture timed against a plain prefill) */
             for (int r = 0; r < o.reps; r++) {
-                clear(pctx);
+                llb_clear(pctx);
                 double t0 = scdb_now();
                 scdb_llama_decode(pctx, 0, tok, (size_t)P, 0, 0);
                 cap_plain = fmin(cap_plain, scdb_now() - t0);
-                clear(pctx);
+                llb_clear(pctx);
                 scdb_llama_put_result pr;
                 if ((e = scdb_llama_producer_prefill(prod, pctx, 0, tok, (size_t)P, &pr))) {
                     fprintf(stderr, "bench llama: put: %s\n", scdb_llama_producer_error(prod));
@@ -487,7 +651,7 @@ int scdb_bench_llama(int argc, char **argv)
                 }
                 cap_with = fmin(cap_with, pr.prefill_ms / 1e3);
             }
-            clear(pctx);
+            llb_clear(pctx);
             scdb_llama_put_result rpr;
             if (!failed && scdb_llama_producer_prefill(rawprod, pctx, 0, tok, (size_t)P, &rpr)) {
                 fprintf(stderr, "bench llama: raw put: %s\n", scdb_llama_producer_error(rawprod));
@@ -496,16 +660,9 @@ int scdb_bench_llama(int argc, char **argv)
             if (failed) break;
             /* oracle: the consumer's own prefill, timed to the first token */
             scdb_llama_consumer_use(sc, cctx);
-            double best_own = INFINITY, best_ttft = INFINITY, best_rest = INFINITY;
-            double best_get = INFINITY, best_blob = INFINITY;
-            for (int r = 0; r < o.reps; r++) {
-                clear(cctx);
-                double t0 = scdb_now();
-                scdb_llama_decode(cctx, 0, tok, (size_t)P, 0, 0);
-                scdb_llama_decode(cctx, 0, tok + P, 1, P, 0);
-                best_own = fmin(best_own, scdb_now() - t0);
-            }
-            clear(cctx);
+            double best_own;
+            llb_time_own(cctx, tok, P, o.reps, &best_own, NULL);
+            llb_clear(cctx);
             scdb_llama_decode(cctx, 0, tok, (size_t)P, 0, 0);
             scdb_llama_decode(cctx, 0, tok + P, (size_t)C, P, 1);
             rows_logits(cctx, C, V, ref);
@@ -531,34 +688,23 @@ int scdb_bench_llama(int argc, char **argv)
             }
             /* scd */
             scdb_llama_restore_result rr = {0};
-            for (int r = 0; r < o.reps && !failed; r++) {
-                clear(cctx);
-                double t0 = scdb_now();
-                e = scdb_llama_restore(sc, cctx, tok, (size_t)P, NULL, &rr);
-                double t1 = scdb_now();
-                scdb_llama_decode(cctx, 0, tok + P, 1, P, 0);
-                best_ttft = fmin(best_ttft, scdb_now() - t0);
-                best_rest = fmin(best_rest, t1 - t0);
-                best_get = fmin(best_get, rr.get_ms);
-                best_blob = fmin(best_blob, rr.write_ms);
-                if (e || rr.n_restored != P / 64 * 64) {
-                    fprintf(stderr, "bench llama: %s: restore gave %d of %d tokens: %s\n", c->name,
-                            rr.n_restored, P / 64 * 64, scdb_llama_consumer_error(sc));
-                    failed = 1;
-                }
+            llb_restore_t tr;
+            if (llb_time_restore(sc, cctx, tok, P, o.reps, c->name, &tr)) {
+                failed = 1;
+                break;
             }
-            if (failed) break;
-            int R = rr.n_restored;
+            double best_ttft = tr.ttft, best_rest = tr.restore, best_get = tr.get_ms, best_blob = tr.blob_ms;
+            int R = tr.n_restored;
             /* the tokens between the stored blocks and the prefix's end are
              * the consumer's own, then the continuation */
-            clear(cctx);
+            llb_clear(cctx);
             scdb_llama_restore(sc, cctx, tok, (size_t)P, NULL, &rr);
             scdb_llama_decode(cctx, 0, tok + R, (size_t)(P - R), R, 0);
             scdb_llama_decode(cctx, 0, tok + P, (size_t)C, P, 1);
             rows_logits(cctx, C, V, got);
             score(ref, got, C, V, tok + P + 1, &as, &ao);
             /* raw reuse of base's KV */
-            clear(cctx);
+            llb_clear(cctx);
             if (scdb_llama_restore(rawc, cctx, tok, (size_t)P, NULL, &rr) || rr.n_restored != R) {
                 fprintf(stderr, "bench llama: %s: raw restore: %s\n", c->name,
                         scdb_llama_consumer_error(rawc));
@@ -571,7 +717,7 @@ int scdb_bench_llama(int argc, char **argv)
             rows_logits(cctx, C, V, got);
             score(ref, got, C, V, tok + P + 1, &ar, NULL);
             /* exact: its own prefill stored raw, restored */
-            clear(cctx);
+            llb_clear(cctx);
             scdb_llama_put_result xr;
             if (scdb_llama_producer_prefill(xp, cctx, 0, tok, (size_t)P, &xr)) {
                 fprintf(stderr, "bench llama: %s: raw put: %s\n", c->name,
@@ -579,7 +725,7 @@ int scdb_bench_llama(int argc, char **argv)
                 failed = 1;
                 break;
             }
-            clear(cctx);
+            llb_clear(cctx);
             if (scdb_llama_restore(xc, cctx, tok, (size_t)P, NULL, &rr) || rr.n_restored != R) {
                 fprintf(stderr, "bench llama: %s: exact restore: %s\n", c->name,
                         scdb_llama_consumer_error(xc));
@@ -618,6 +764,7 @@ int scdb_bench_llama(int argc, char **argv)
                    ar.kl / ar.n, ax.top1 / ax.n, ax.kl / ax.n, dl);
             fflush(stdout);
             cJSON *row = cJSON_CreateObject();
+            cJSON_AddStringToObject(row, "shape", "family");
             cJSON_AddStringToObject(row, "consumer", c->name);
             cJSON_AddStringToObject(row, "kind", c->kind);
             cJSON_AddStringToObject(row, "engine", "llama.cpp " SCDB_LLAMA_RELEASE);
@@ -663,13 +810,13 @@ int scdb_bench_llama(int argc, char **argv)
                 else if (a1 < 0) a1 = i;
             }
         if (!failed && a1 >= 0) {
-            struct llama_context *sc = new_ctx(lbase, &o, NULL);
+            struct llama_context *sc = llb_ctx(lbase, 512, &o, NULL);
             struct llama_adapter_lora *ads[2] = {cons[a0].ad, cons[a1].ad};
             float one = 1.0f;
             double best_sw = INFINITY, best_pl = INFINITY;
             for (int r = 0; r < 5; r++) {
                 for (int mode = 0; mode < 2; mode++) {
-                    clear(sc);
+                    llb_clear(sc);
                     llama_set_adapters_lora(sc, &ads[0], 1, &one);
                     scdb_llama_decode(sc, 0, tok, 64, 0, 0);
                     double t0 = scdb_now();
@@ -697,24 +844,12 @@ int scdb_bench_llama(int argc, char **argv)
            "(best of %d x %d windows x %d consumers): %+.1f%%; engines' logits within %.1e\n", P,
            cap_with * 1e3, cap_plain * 1e3, o.reps, o.windows, nc,
            (cap_with / cap_plain - 1) * 100, worst_dl);
-    cJSON_AddStringToObject(root, "bench", "llama");
-    cJSON_AddNumberToObject(root, "threads", o.threads);
     cJSON_AddNumberToObject(root, "capture_overhead", cap_with / cap_plain - 1);
     cJSON_AddNumberToObject(root, "ref_max_dlogit", worst_dl);
     if (!isnan(sw_ms)) {
         cJSON_AddNumberToObject(root, "adapter_switch_step_ms", sw_ms);
         cJSON_AddNumberToObject(root, "plain_step_ms", plain_ms);
     }
-    if (!failed && o.json && scdb_bench_write_json(o.json, root, "bench llama"))
-        failed = 1;
-    if (!failed && o.png && o.json) {
-        char plot[4200];
-        snprintf(plot, sizeof plot, "%s/tools/plot_llama.py", scdb_share_dir());
-        char *pargv[] = {"/usr/bin/python3", plot, (char *)o.json, (char *)o.png, NULL};
-        if (access(plot, R_OK) || scdb_bench_spawn_quiet(pargv))
-            fprintf(stderr, "bench llama: no PNG (python3 with matplotlib, %s)\n", plot);
-    }
-    cJSON_Delete(root);
     free(ref);
     free(got);
     free(rlg);
