@@ -19,7 +19,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 def main(src, dst):
     d = json.load(open(src))
-    rows = d["rows"]
+    # the family's rows (the 1b rows are cost only: no quality to plot)
+    rows = [r for r in d["rows"] if r.get("shape", "family") == "family"]
     if not rows:
         sys.exit("plot_llama: no rows in %s" % src)
     names = [r["consumer"] + ("*" if r["kind"] == "lora" else "") for r in rows]
