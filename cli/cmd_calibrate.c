@@ -31,6 +31,11 @@ int cli_cmd_calibrate(int argc, char **argv);
 #define MAX_JOINT 8     /* a codebook fit holds every consumer's statistics */
 #define MAX_TEXTS 64
 
+/* "bytes", or "tokens" when the models' vocabulary is not bytes (--engine
+ * llama.cpp): what a span of held-back text is counted in, for messages */
+static const char *span_unit = "bytes";
+static int refuse_non_byte_vocab(const scdb_model *m, const char *role);   /* "which engine" */
+
 static void usage(FILE *f)
 {
     fprintf(f,
@@ -42,11 +47,12 @@ static void usage(FILE *f)
 "                      [--candidate-kv] [--candidate-layers l1,l2,...] [--windows N]\n"
 "                      [--window T] [--eval-windows N] [--hidden H] [--steps S]\n"
 "                      [--budget B] [--own-layer] [--no-identity] [--device D]\n"
+"                      [--engine auto|llama.cpp|reference]\n"
 "       scdb calibrate --codebook FILE --consumer DIR [--consumer DIR ...] -o OUTDIR\n"
 "                      [--producer DIR] [--patch-layers K] [--texts FILE... | --domains ...]\n"
 "                      [--heldback-text FILE]\n"
 "                      [--windows N] [--window T] [--eval-windows N] [--hidden H]\n"
-"                      [--steps S] [--own-layer] [--device D]\n"
+"                      [--steps S] [--own-layer] [--device D] [--engine E]\n"
 "       scdb calibrate --codebook FILE --lora-pairs --consumer ADAPTER [...] -o OUTDIR\n"
 "                      [--shared FILE [--own-windows N] [--fleet-windows N]]\n"
 "                      [--dec-rank R] [--align-rank R] [--no-token-corr] [--producer DIR]\n"
@@ -95,6 +101,20 @@ static void usage(FILE *f)
 "run prints the seconds (wall and cpu) per added adapter, all included.  The\n"
 "held-back KL windows (patch order) come from the end of each adapter's\n"
 "training text, not from its held-out text.\n\n"
+"GGUF models (llama.cpp's files; scdb export-gguf writes them): with --engine\n"
+"llama.cpp (the default for GGUF files in a build with llama.cpp) every model's\n"
+"states come from llama.cpp -- the producer and each consumer (a GGUF model, or a\n"
+"GGUF LoRA adapter over its GGUF base) loaded there, each layer's normalised\n"
+"attention input read from its graph (attn_norm-N), K after RoPE from its cache --\n"
+"and the text is tokenized once per file with the models' own vocabulary\n"
+"(llama_tokenize, no BOS), windows being --window tokens of it; so any\n"
+"llama-architecture GGUF model can be calibrated.  Every consumer must have the\n"
+"producer's vocabulary, token for token.  The held-back KL windows (--eval-windows\n"
+"of 385 tokens, the last tokens of their text) are scored in scdb's reference\n"
+"engine on the same GGUF weights.  With a vocabulary of its own (not bytes) pass\n"
+"--heldback-text FILE apart from --texts, whose files are then read whole.\n"
+"--engine reference runs scdb's own engine, whose windows are bytes: a GGUF\n"
+"model with another vocabulary is refused there.\n\n"
 "Your own adapters and models: a consumer the project did not train has no text\n"
 "of its own here (its domain is not in <family>/TRAINING.json, there is no\n"
 "<family>/../heldout/<domain>.txt).  Pass its training text with --texts FILE:\n"
@@ -189,6 +209,9 @@ static void usage(FILE *f)
 "                       moments, the measured-KL decodes and forwards and the\n"
 "                       aligners' Adam loops run on the GPU (codec.h:\n"
 "                       scdb_calib_set_device); the fits stay on the CPU\n"
+"  --engine E           auto | llama.cpp | reference (default auto: llama.cpp when\n"
+"                       the producer and every consumer are GGUF files and the\n"
+"                       build has llama.cpp, else the reference engine)\n"
 "  -o OUTDIR            output root (e.g. data)\n");
 }
 
@@ -326,8 +349,8 @@ static int eval_windows(scdb_calib *cal, int ci, const scdb_model *m, int n_eval
         return 1;
     }
     if (cal)
-        fprintf(stderr, "calibrate: %d held-back KL windows for '%s' from the last %zu bytes of %s\n",
-                n_eval, scdb_model_cfg(m)->name, span, desc);
+        fprintf(stderr, "calibrate: %d held-back KL windows for '%s' from the last %zu %s of %s\n",
+                n_eval, scdb_model_cfg(m)->name, span, span_unit, desc);
     *span_out = span;
     free(t);
     return 0;
@@ -398,6 +421,7 @@ static int fidelity_mode(const char *cb_path, const char *producer_dir, const ch
     scdb_err rc;
 
     if (load_frozen(cb_path, producer_dir, cons_dir[0], &cb, &prod)) goto done;
+    if (refuse_non_byte_vocab(prod, "producer")) goto done;
     if (!f16 && (rc = scdb_codebook_set_code_dtype(cb, SCDB_CODES_INT8))) {
         fprintf(stderr, "calibrate --fidelity: int8 codes: %s\n", scdb_strerror(rc));
         goto done;
@@ -421,6 +445,10 @@ static int fidelity_mode(const char *cb_path, const char *producer_dir, const ch
             goto done;
         }
         name = scdb_model_cfg(cons)->name;
+        if (refuse_non_byte_vocab(cons, "consumer")) {
+            scdb_model_free(&cons);
+            goto done;
+        }
         snprintf(in, sizeof in, "%s/%s__%s.safetensors", pdir, producer, name);
         snprintf(out, sizeof out, "%s/%s__%s.safetensors", outdir, producer, name);
         if ((rc = scdb_pair_load(in, cb, &pair, err, sizeof err)) ||
@@ -599,8 +627,8 @@ static int eval_windows_train(scdb_calib *cal, const scdb_model *m, int n_eval, 
         free(t);
         return 1;
     }
-    fprintf(stderr, "calibrate: %d held-back KL windows for '%s' from the last %zu bytes of %s\n", n_eval,
-            scdb_model_cfg(m)->name, span, desc);
+    fprintf(stderr, "calibrate: %d held-back KL windows for '%s' from the last %zu %s of %s\n", n_eval,
+            scdb_model_cfg(m)->name, span, span_unit, desc);
     free(t);
     return 0;
 }
@@ -1386,6 +1414,11 @@ int cli_cmd_calibrate(int argc, char **argv)
             usage(stderr);
             return 2;
         }
+        if (engine == ENG_LLAMA) {
+            fprintf(stderr, "calibrate: --fidelity measures in scdb's reference engine (byte windows of each "
+                    "consumer's training text): not with --engine llama.cpp\n");
+            return 2;
+        }
         return fidelity_mode(cb_path, producer_dir, cons_dir, n_cons, pairs_dir, outdir, f16, &fo);
     }
     if (restamp_cb) {
@@ -1492,6 +1525,7 @@ int cli_cmd_calibrate(int argc, char **argv)
             goto done;
         }
         byte_tokens = scdb_llama_states_byte_vocab(lls);
+        if (!byte_tokens) span_unit = "tokens";
 #endif
     } else {
         fprintf(stderr, "calibrate: states in scdb's reference engine, text cut into byte windows\n");
