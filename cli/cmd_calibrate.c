@@ -1816,6 +1816,9 @@ done:
     scdb_codebook_free(&cb);
     scdb_calib_free(&cal);
 #ifdef SCDB_HAVE_LLAMA
+    /* what llama.cpp's side said, if a call of the session's failed there */
+    if (ret && lls && *scdb_llama_states_error(lls))
+        fprintf(stderr, "calibrate: llama.cpp: %s\n", scdb_llama_states_error(lls));
     scdb_llama_states_free(&lls);
 #endif
     for (int i = 0; i < n_cons; i++) scdb_model_free(&cons[i]);

@@ -275,16 +275,26 @@ static scdb_err tokenize_cb(void *ud, const unsigned char *text, size_t len, int
         return SCDB_ETOOBIG;
     }
     const struct llama_vocab *v = llama_model_get_vocab(s->bases[s->mods[0].base].lm);
-    /* no text has more tokens than bytes (+ the specials none is added) */
+    /* a token covers at least a byte (no specials are added; a prefix
+     * space may be): len + 8 slots, else as many as llama_tokenize asks */
     size_t cap = len + 8;
-    llama_token *t = malloc(cap * sizeof *t);
-    if (!t)
-        return SCDB_ENOMEM;
-    int32_t got = len ? llama_tokenize(v, (const char *)text, (int32_t)len, t, (int32_t)cap, false, false)
-                      : 0;
+    llama_token *t = NULL;
+    int32_t got = 0;
+    for (int tries = 0; tries < 2; tries++) {
+        llama_token *g = realloc(t, cap * sizeof *t);
+        if (!g) {
+            free(t);
+            return SCDB_ENOMEM;
+        }
+        t = g;
+        got = len ? llama_tokenize(v, (const char *)text, (int32_t)len, t, (int32_t)cap, false, false) : 0;
+        if (got >= 0)
+            break;
+        cap = (size_t)-(int64_t)got;
+    }
     if (got < 0) {
         free(t);
-        snprintf(s->err, sizeof s->err, "llama_tokenize wants %d token slots for %zu bytes", -got, len);
+        snprintf(s->err, sizeof s->err, "llama_tokenize failed on %zu bytes of text", len);
         return SCDB_EIO;
     }
     *tok = t;
