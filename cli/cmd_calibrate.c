@@ -18,14 +18,23 @@
 
 #include "codec.h"
 #include "gguf.h"
+#include "gguf_llama.h"
 #include "model.h"
 #include "scdb_cli.h"
+#ifdef SCDB_HAVE_LLAMA
+#include "scdb_llama_calib.h"
+#endif
 
 int cli_cmd_calibrate(int argc, char **argv);
 
 #define MAX_CONS 64     /* --codebook: consumers one at a time in one session */
 #define MAX_JOINT 8     /* a codebook fit holds every consumer's statistics */
 #define MAX_TEXTS 64
+
+/* "bytes", or "tokens" when the models' vocabulary is not bytes (--engine
+ * llama.cpp): what a span of held-back text is counted in, for messages */
+static const char *span_unit = "bytes";
+static int refuse_non_byte_vocab(const scdb_model *m, const char *role);   /* "which engine" */
 
 static void usage(FILE *f)
 {
@@ -38,11 +47,12 @@ static void usage(FILE *f)
 "                      [--candidate-kv] [--candidate-layers l1,l2,...] [--windows N]\n"
 "                      [--window T] [--eval-windows N] [--hidden H] [--steps S]\n"
 "                      [--budget B] [--own-layer] [--no-identity] [--device D]\n"
+"                      [--engine auto|llama.cpp|reference]\n"
 "       scdb calibrate --codebook FILE --consumer DIR [--consumer DIR ...] -o OUTDIR\n"
 "                      [--producer DIR] [--patch-layers K] [--texts FILE... | --domains ...]\n"
 "                      [--heldback-text FILE]\n"
 "                      [--windows N] [--window T] [--eval-windows N] [--hidden H]\n"
-"                      [--steps S] [--own-layer] [--device D]\n"
+"                      [--steps S] [--own-layer] [--device D] [--engine E]\n"
 "       scdb calibrate --codebook FILE --lora-pairs --consumer ADAPTER [...] -o OUTDIR\n"
 "                      [--shared FILE [--own-windows N] [--fleet-windows N]]\n"
 "                      [--dec-rank R] [--align-rank R] [--no-token-corr] [--producer DIR]\n"
@@ -91,6 +101,20 @@ static void usage(FILE *f)
 "run prints the seconds (wall and cpu) per added adapter, all included.  The\n"
 "held-back KL windows (patch order) come from the end of each adapter's\n"
 "training text, not from its held-out text.\n\n"
+"GGUF models (llama.cpp's files; scdb export-gguf writes them): with --engine\n"
+"llama.cpp (the default for GGUF files in a build with llama.cpp) every model's\n"
+"states come from llama.cpp -- the producer and each consumer (a GGUF model, or a\n"
+"GGUF LoRA adapter over its GGUF base) loaded there, each layer's normalised\n"
+"attention input read from its graph (attn_norm-N), K after RoPE from its cache --\n"
+"and the text is tokenized once per file with the models' own vocabulary\n"
+"(llama_tokenize, no BOS), windows being --window tokens of it; so any\n"
+"llama-architecture GGUF model can be calibrated.  Every consumer must have the\n"
+"producer's vocabulary, token for token.  The held-back KL windows (--eval-windows\n"
+"of 385 tokens, the last tokens of their text) are scored in scdb's reference\n"
+"engine on the same GGUF weights.  With a vocabulary of its own (not bytes) pass\n"
+"--heldback-text FILE apart from --texts, whose files are then read whole.\n"
+"--engine reference runs scdb's own engine, whose windows are bytes: a GGUF\n"
+"model with another vocabulary is refused there.\n\n"
 "Your own adapters and models: a consumer the project did not train has no text\n"
 "of its own here (its domain is not in <family>/TRAINING.json, there is no\n"
 "<family>/../heldout/<domain>.txt).  Pass its training text with --texts FILE:\n"
@@ -185,6 +209,9 @@ static void usage(FILE *f)
 "                       moments, the measured-KL decodes and forwards and the\n"
 "                       aligners' Adam loops run on the GPU (codec.h:\n"
 "                       scdb_calib_set_device); the fits stay on the CPU\n"
+"  --engine E           auto | llama.cpp | reference (default auto: llama.cpp when\n"
+"                       the producer and every consumer are GGUF files and the\n"
+"                       build has llama.cpp, else the reference engine)\n"
 "  -o OUTDIR            output root (e.g. data)\n");
 }
 
@@ -268,6 +295,27 @@ static scdb_err eval_text(const scdb_model *m, const cal_domains *dd, size_t spa
     return SCDB_OK;
 }
 
+/* n_eval held-back KL windows for slot ci from the end of text (tokenized
+ * once: the session's engine, else bytes, where they are its last
+ * n_eval * need bytes).  0 or 1 (said why: what, the text, for the message). */
+static int add_heldback(scdb_calib *cal, int ci, const scdb_model *m, const unsigned char *t, size_t len,
+                        int n_eval, int need, const char *what)
+{
+    size_t ntok = 0;
+    scdb_err rc = scdb_calib_add_eval_text(cal, ci, t, len, n_eval, &ntok);
+    if (rc == SCDB_ERANGE) {
+        fprintf(stderr, "calibrate: the held-back text of '%s' (%s) is too short: %zu tokens, %d held-back "
+                "windows of %d tokens need %zu\n", scdb_model_cfg(m)->name, what, ntok, n_eval, need,
+                (size_t)n_eval * (size_t)need);
+        return 1;
+    }
+    if (rc) {
+        fprintf(stderr, "calibrate: eval window: %s\n", scdb_strerror(rc));
+        return 1;
+    }
+    return 0;
+}
+
 /* Held-back KL windows of consumer m: the end of its held-out text's first
  * half (with --domains: see eval_text); added to session slot ci when cal,
  * else only their span measured (*span, what the statistics text must leave
@@ -296,15 +344,13 @@ static int eval_windows(scdb_calib *cal, int ci, const scdb_model *m, int n_eval
         free(t);
         return 1;
     }
-    for (int k = 0; cal && k < n_eval; k++)
-        if ((rc = scdb_calib_add_eval(cal, ci, t + len - span + (size_t)k * need, (size_t)need))) {
-            free(t);
-            fprintf(stderr, "calibrate: eval window: %s\n", scdb_strerror(rc));
-            return 1;
-        }
+    if (cal && add_heldback(cal, ci, m, t, len, n_eval, need, desc)) {
+        free(t);
+        return 1;
+    }
     if (cal)
-        fprintf(stderr, "calibrate: %d held-back KL windows for '%s' from the last %zu bytes of %s\n",
-                n_eval, scdb_model_cfg(m)->name, span, desc);
+        fprintf(stderr, "calibrate: %d held-back KL windows for '%s' from the last %zu %s of %s\n",
+                n_eval, scdb_model_cfg(m)->name, span, span_unit, desc);
     *span_out = span;
     free(t);
     return 0;
@@ -375,6 +421,7 @@ static int fidelity_mode(const char *cb_path, const char *producer_dir, const ch
     scdb_err rc;
 
     if (load_frozen(cb_path, producer_dir, cons_dir[0], &cb, &prod)) goto done;
+    if (refuse_non_byte_vocab(prod, "producer")) goto done;
     if (!f16 && (rc = scdb_codebook_set_code_dtype(cb, SCDB_CODES_INT8))) {
         fprintf(stderr, "calibrate --fidelity: int8 codes: %s\n", scdb_strerror(rc));
         goto done;
@@ -398,6 +445,10 @@ static int fidelity_mode(const char *cb_path, const char *producer_dir, const ch
             goto done;
         }
         name = scdb_model_cfg(cons)->name;
+        if (refuse_non_byte_vocab(cons, "consumer")) {
+            scdb_model_free(&cons);
+            goto done;
+        }
         snprintf(in, sizeof in, "%s/%s__%s.safetensors", pdir, producer, name);
         snprintf(out, sizeof out, "%s/%s__%s.safetensors", outdir, producer, name);
         if ((rc = scdb_pair_load(in, cb, &pair, err, sizeof err)) ||
@@ -572,14 +623,12 @@ static int eval_windows_train(scdb_calib *cal, const scdb_model *m, int n_eval, 
         free(t);
         return 1;
     }
-    for (int k = 0; k < n_eval; k++)
-        if ((rc = scdb_calib_add_eval(cal, 0, t + len - span + (size_t)k * need, (size_t)need))) {
-            free(t);
-            fprintf(stderr, "calibrate: eval window: %s\n", scdb_strerror(rc));
-            return 1;
-        }
-    fprintf(stderr, "calibrate: %d held-back KL windows for '%s' from the last %zu bytes of %s\n", n_eval,
-            scdb_model_cfg(m)->name, span, desc);
+    if (add_heldback(cal, 0, m, t, len, n_eval, need, desc)) {
+        free(t);
+        return 1;
+    }
+    fprintf(stderr, "calibrate: %d held-back KL windows for '%s' from the last %zu %s of %s\n", n_eval,
+            scdb_model_cfg(m)->name, span, span_unit, desc);
     free(t);
     return 0;
 }
@@ -810,14 +859,7 @@ static int texts_overlap_own(scdb_model *const *cons, int n_cons, int lora, cons
  * 0 or 1 (said why). */
 static int op_windows(scdb_calib *cal, int ci, const scdb_model *m, const op_text *op, int n_eval, int need)
 {
-    size_t span = (size_t)n_eval * (size_t)need;
-    for (int k = 0; k < n_eval; k++) {
-        scdb_err rc = scdb_calib_add_eval(cal, ci, op->t + op->len - span + (size_t)k * need, (size_t)need);
-        if (rc) {
-            fprintf(stderr, "calibrate: eval window: %s\n", scdb_strerror(rc));
-            return 1;
-        }
-    }
+    if (add_heldback(cal, ci, m, op->t, op->len, n_eval, need, op->desc)) return 1;
     fprintf(stderr, "calibrate: %d held-back KL windows for '%s' from %s\n", n_eval, scdb_model_cfg(m)->name,
             op->desc);
     return 0;
@@ -1105,6 +1147,128 @@ done:
     return ret;
 }
 
+/* ---------------------------------------------- which engine (issue 39)
+ *
+ * The states of GGUF models come from llama.cpp when the build has it
+ * (--engine auto, the default, or llama.cpp): the text tokenized with the
+ * models' own vocabulary, every model's states over each window computed
+ * by llama.cpp (llama/scdb_llama_calib.h).  Model directories, and GGUF
+ * files in a build without llama.cpp, run in scdb's reference engine,
+ * whose windows are bytes: a GGUF model whose vocabulary is not the byte
+ * vocabulary is refused there, by name. */
+
+enum { ENG_AUTO, ENG_LLAMA, ENG_REF };
+
+/* The GGUF files m was loaded from: *model (a GGUF model) and *adapter
+ * (a GGUF LoRA adapter over it, else NULL).  0 if m is not GGUF. */
+static int gguf_files(const scdb_model *m, const char **model, const char **adapter)
+{
+    const char *dir = scdb_model_dir(m), *base = scdb_model_base_dir(m);
+    *model = *adapter = NULL;
+    if (!scdb_gguf_is_file(dir)) return 0;
+    if (base && *base) {
+        if (!scdb_gguf_is_file(base)) return 0;
+        *model = base;
+        *adapter = dir;
+        return 1;
+    }
+    *model = dir;
+    return 1;
+}
+
+/* 0 if the reference engine's byte windows are m's tokens (a model
+ * directory, or a GGUF with the byte vocabulary); else 1, said why. */
+static int refuse_non_byte_vocab(const scdb_model *m, const char *role)
+{
+    const char *model, *adapter;
+    if (!gguf_files(m, &model, &adapter)) return 0;
+    scdb_gguf_file *f = NULL;
+    char err[512] = "", desc[160] = "";
+    if (scdb_gguf_open(model, &f, err, sizeof err)) {
+        fprintf(stderr, "calibrate: %s: %s\n", model, err);
+        return 1;
+    }
+    int byte = scdb_gguf_llama_byte_vocab(f, desc, sizeof desc);
+    scdb_gguf_close(&f);
+    if (byte) return 0;
+    fprintf(stderr, "calibrate: %s '%s' (%s) has a vocabulary of its own (%s), not the byte vocabulary: the "
+            "reference engine cuts calibration text into byte windows, which are not its token ids; %s\n", role,
+            scdb_model_cfg(m)->name, model, desc,
+#ifdef SCDB_HAVE_LLAMA
+            "calibrate it with --engine llama.cpp (text tokenized with its own vocabulary)"
+#else
+            "this build has no llama.cpp, which tokenizes with it (scripts/install-llama.sh, SCDB_LLAMA)"
+#endif
+            );
+    return 1;
+}
+
+/* The engine for these models: *llama 1 for llama.cpp.  0, or 2 (said
+ * why). */
+static int pick_engine(int eng, const scdb_model *prod, scdb_model *const *cons, int n_cons, int *llama)
+{
+    const char *model, *adapter;
+    const scdb_model *not_gguf = gguf_files(prod, &model, &adapter) ? NULL : prod;
+    for (int i = 0; i < n_cons && !not_gguf; i++)
+        if (!gguf_files(cons[i], &model, &adapter)) not_gguf = cons[i];
+    *llama = 0;
+    if (eng == ENG_LLAMA) {
+#ifndef SCDB_HAVE_LLAMA
+        fprintf(stderr, "calibrate: --engine llama.cpp: this build has no llama.cpp (scripts/install-llama.sh, "
+                "then configure with SCDB_LLAMA); --engine reference computes the states of byte-vocabulary models "
+                "in scdb's own engine\n");
+        return 2;
+#else
+        if (not_gguf) {
+            fprintf(stderr, "calibrate: --engine llama.cpp: '%s' (%s) is not a GGUF file (llama.cpp loads GGUF models "
+                    "and GGUF LoRA adapters over a GGUF base; scdb export-gguf writes them)\n",
+                    scdb_model_cfg(not_gguf)->name, scdb_model_dir(not_gguf));
+            return 2;
+        }
+        *llama = 1;
+        return 0;
+#endif
+    }
+#ifdef SCDB_HAVE_LLAMA
+    if (eng == ENG_AUTO && !not_gguf) {
+        *llama = 1;
+        return 0;
+    }
+#endif
+    if (refuse_non_byte_vocab(prod, "producer")) return 2;
+    for (int i = 0; i < n_cons; i++)
+        if (refuse_non_byte_vocab(cons[i], "consumer")) return 2;
+    return 0;
+}
+
+#ifdef SCDB_HAVE_LLAMA
+/* llama.cpp's states of the producer and every consumer (their GGUF
+ * files), windows up to n_ctx tokens.  0 or 2 (said why). */
+static int open_llama_states(const scdb_model *prod, scdb_model *const *cons, int n_cons, int n_ctx,
+                             scdb_llama_states **out)
+{
+    char err[768] = "";
+    const char *model, *adapter;
+    scdb_err rc = scdb_llama_states_new(n_ctx, 2, out, err, sizeof err);
+    if (rc) {
+        fprintf(stderr, "calibrate: llama.cpp: %s (%s)\n", err, scdb_strerror(rc));
+        return 2;
+    }
+    for (int i = -1; i < n_cons; i++) {
+        const scdb_model *m = i < 0 ? prod : cons[i];
+        gguf_files(m, &model, &adapter);
+        if ((rc = scdb_llama_states_add(*out, m, model, adapter, err, sizeof err))) {
+            fprintf(stderr, "calibrate: llama.cpp: %s %s (%s)\n", i < 0 ? "producer" : "consumer", err,
+                    scdb_strerror(rc));
+            return 2;
+        }
+    }
+    fprintf(stderr, "calibrate: states in llama.cpp %s, text tokenized with the models' vocabulary (%s)\n",
+            SCDB_LLAMA_RELEASE, scdb_llama_states_vocab_desc(*out));
+    return 0;
+}
+#endif
+
 int cli_cmd_calibrate(int argc, char **argv)
 {
     const char *producer_dir = NULL, *cons_dir[MAX_CONS], *texts[MAX_TEXTS], *outdir = NULL;
@@ -1120,7 +1284,10 @@ int cli_cmd_calibrate(int argc, char **argv)
     int budget = 0, all_layers = 1, lora = 0, dec_rank = 0, align_rank = 0, tok_in = 1, tok_corr = 0;
     int own_windows = -1, fleet_windows = -1, stride = 0, windows_set = 0;
     const char *shared_path = NULL, *pairs_dir = NULL;
-    int fidelity = 0, f16 = 0;
+    int fidelity = 0, f16 = 0, engine = ENG_AUTO, use_llama = 0, byte_tokens = 1;
+#ifdef SCDB_HAVE_LLAMA
+    scdb_llama_states *lls = NULL;
+#endif
     cli_fidelity_opts fo = {.target_top1 = 0.95, .target_ppl = 1.01, .windows = 8, .prefix = 448,
                             .cont = 64, .fractions = {0.02, 0.05, 0.1, 0.15, 0.2, 0.3, 0.5},
                             .n_fractions = 7, .max_cost = 0.15};
@@ -1189,6 +1356,16 @@ int cli_cmd_calibrate(int argc, char **argv)
         else if (!strcmp(a, "--no-identity")) { cb_only = a; identity = 0; }
         else if (!strcmp(a, "-o") && more) outdir = argv[++i];
         else if (!strcmp(a, "--fidelity")) fidelity = 1;
+        else if (!strcmp(a, "--engine") && more) {
+            const char *e = argv[++i];
+            if (!strcmp(e, "llama.cpp")) engine = ENG_LLAMA;
+            else if (!strcmp(e, "reference")) engine = ENG_REF;
+            else if (!strcmp(e, "auto")) engine = ENG_AUTO;
+            else {
+                fprintf(stderr, "calibrate: --engine wants auto, llama.cpp or reference, not '%s'\n", e);
+                return 2;
+            }
+        }
         else if (!strcmp(a, "--pairs") && more) pairs_dir = argv[++i];
         else if (!strcmp(a, "--f16")) f16 = 1;
         else if (!strcmp(a, "--verbose") || !strcmp(a, "-v")) fo.verbose = 1;
@@ -1235,6 +1412,11 @@ int cli_cmd_calibrate(int argc, char **argv)
         if (!cb_path || n_cons == 0 || !outdir) {
             fprintf(stderr, "calibrate: --fidelity needs --codebook FILE, --consumer DIR and -o OUTDIR\n\n");
             usage(stderr);
+            return 2;
+        }
+        if (engine == ENG_LLAMA) {
+            fprintf(stderr, "calibrate: --fidelity measures in scdb's reference engine (byte windows of each "
+                    "consumer's training text): not with --engine llama.cpp\n");
             return 2;
         }
         return fidelity_mode(cb_path, producer_dir, cons_dir, n_cons, pairs_dir, outdir, f16, &fo);
@@ -1325,6 +1507,29 @@ int cli_cmd_calibrate(int argc, char **argv)
             goto done;
         }
     const scdb_model_config *pc = scdb_model_cfg(prod);
+    if (pick_engine(engine, prod, cons, n_cons, &use_llama)) {
+        ret = 2;
+        goto done;
+    }
+    if (use_llama) {
+#ifdef SCDB_HAVE_LLAMA
+        int n_ctx = window > 320 + 64 + 1 ? window : 320 + 64 + 1;
+        if (dev_pref == SCDB_DEVPREF_CUDA) {
+            fprintf(stderr, "calibrate: --engine llama.cpp runs the session on the cpu (--device cpu or auto)\n");
+            ret = 2;
+            goto done;
+        }
+        dev = SCDB_DEV_CPU;
+        if (open_llama_states(prod, cons, n_cons, n_ctx, &lls)) {
+            ret = 2;
+            goto done;
+        }
+        byte_tokens = scdb_llama_states_byte_vocab(lls);
+        if (!byte_tokens) span_unit = "tokens";
+#endif
+    } else {
+        fprintf(stderr, "calibrate: states in scdb's reference engine, text cut into byte windows\n");
+    }
     /* With a frozen codebook the consumers take one session slot in turn
      * (scdb_calib_swap_consumer): the producer's states over the statistics
      * windows are computed once for all of them, and each consumer keeps
@@ -1368,11 +1573,30 @@ int cli_cmd_calibrate(int argc, char **argv)
         ret = 2;
         goto done;
     }
+    if (!byte_tokens && op.texts_i >= 0) {
+        /* the statistics' share and the held-back span are counted in bytes
+         * of the one file; in tokens of a vocabulary of its own they would
+         * overlap */
+        fprintf(stderr, "calibrate: with a vocabulary of its own the held-back KL windows are counted in tokens: "
+                "pass --heldback-text FILE, a file that is not among --texts\n");
+        ret = 2;
+        goto done;
+    }
     if ((rc = scdb_calib_new(prod, (const scdb_model *const *)cons, slots, &o, &cal))) {
         fprintf(stderr, "calibrate: %s (consumers must share the producer's architecture)\n",
                 scdb_strerror(rc));
         goto done;
     }
+#ifdef SCDB_HAVE_LLAMA
+    if (lls) {
+        scdb_calib_engine ce;
+        scdb_llama_states_engine(lls, &ce);
+        if ((rc = scdb_calib_set_engine(cal, &ce))) {
+            fprintf(stderr, "calibrate: llama.cpp states: %s\n", scdb_strerror(rc));
+            goto done;
+        }
+    }
+#endif
     /* the CPU is the host path itself; a device gets the heavy parts */
     if (dev != SCDB_DEV_CPU && (rc = scdb_calib_set_device(cal, dev))) {
         fprintf(stderr, "calibrate: cannot use the %s: %s\n", scdb_device_name(dev),
@@ -1417,7 +1641,10 @@ int cli_cmd_calibrate(int argc, char **argv)
             unsigned char *t;
             size_t len;
             int added;
-            if ((rc = scdb_codec_read_text(texts[i], (size_t)per_text * window, &t, &len))) {
+            /* bytes are tokens: the share's bytes; else the file, of
+             * which add_text takes per_text windows of tokens */
+            size_t cap = byte_tokens ? (size_t)per_text * window : (size_t)1 << 30;
+            if ((rc = scdb_codec_read_text(texts[i], cap, &t, &len))) {
                 fprintf(stderr, "calibrate: %s: %s\n", texts[i], scdb_strerror(rc));
                 goto done;
             }
@@ -1473,6 +1700,12 @@ int cli_cmd_calibrate(int argc, char **argv)
                 fprintf(stderr, "calibrate: only %d windows from domain '%s'\n", added,
                         scdb_codec_text_domain(dm[k]));
         }
+    }
+    if (scdb_calib_windows(cal) == 0) {
+        fprintf(stderr, "calibrate: the statistics text gives no window of %d tokens%s\n", window,
+                n_texts ? " (--texts: longer text, or a shorter --window)" : "");
+        ret = 2;
+        goto done;
     }
     double t_stats = scdb_now() - t0, cpu_stats = (double)(clock() - c0) / CLOCKS_PER_SEC;
     fprintf(stderr, "calibrate: %d statistics windows (%.1f s, cpu %.1f s)\n", scdb_calib_windows(cal), t_stats,
@@ -1582,6 +1815,12 @@ done:
     free(op.t);
     scdb_codebook_free(&cb);
     scdb_calib_free(&cal);
+#ifdef SCDB_HAVE_LLAMA
+    /* what llama.cpp's side said, if a call of the session's failed there */
+    if (ret && lls && *scdb_llama_states_error(lls))
+        fprintf(stderr, "calibrate: llama.cpp: %s\n", scdb_llama_states_error(lls));
+    scdb_llama_states_free(&lls);
+#endif
     for (int i = 0; i < n_cons; i++) scdb_model_free(&cons[i]);
     scdb_model_free(&prod);
     return ret;

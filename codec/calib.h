@@ -94,6 +94,9 @@ struct scdb_calib {
     size_t dscr_bytes;
     scdb_codec_id *fitted;  /* ids of the codebooks fitted in this session */
     int n_fitted;
+    /* scdb_calib_set_engine: states and tokens from another engine */
+    scdb_calib_engine eng;
+    int has_eng;
 };
 
 /* calib_stats.c: device scratch of at least `bytes` (c->ops's memory). */

@@ -93,6 +93,7 @@ scdb_err scdb_calib_set_device(scdb_calib *c, scdb_device dev)
     scdb_err rc;
 
     if (!c || !ops || c->nwin || c->nev || c->ops) return SCDB_EINVAL;
+    if (c->has_eng) return SCDB_EUNSUPPORTED;
     for (int j = 0; j < c->nm; j++)
         if ((rc = scdb_model_dev_new(c->mod[j], dev, &c->mdev[j]))) {
             for (int k = 0; k < j; k++) scdb_model_dev_free(&c->mdev[k]);
@@ -117,6 +118,41 @@ scdb_err cx_cal_dscratch(scdb_calib *c, size_t bytes, void **out)
 }
 
 int scdb_calib_windows(const scdb_calib *c) { return c ? c->nwin : 0; }
+
+scdb_err scdb_calib_set_engine(scdb_calib *c, const scdb_calib_engine *e)
+{
+    if (!c || !e || !e->tokenize || !e->states || c->nwin || c->nev) return SCDB_EINVAL;
+    if (c->ops) return SCDB_EUNSUPPORTED;
+    c->eng = *e;
+    c->has_eng = 1;
+    return SCDB_OK;
+}
+
+/* Model m's states over tok[0, n) from position 0 -- h_in [L][n][d],
+ * k_post [L][n][kv] -- from the session's engine, else a reference forward
+ * into cache (emptied first). */
+static scdb_err states_of(const scdb_calib *c, const scdb_model *m, const int32_t *tok, int n,
+                          scdb_kv_cache *cache, float *h, float *k)
+{
+    if (c->has_eng) return c->eng.states(c->eng.ud, m, tok, n, h, k);
+    scdb_capture cap = {.h_in = h, .k_post = k};
+    cache->n = 0;
+    return scdb_model_forward(m, tok, NULL, n, cache, NULL, &cap);
+}
+
+/* text -> token ids (*tok malloc'd): the engine's tokenizer, else bytes */
+static scdb_err tokens_of(const scdb_calib *c, const unsigned char *text, size_t len, int32_t **tok,
+                          size_t *n)
+{
+    *tok = NULL;
+    *n = 0;
+    if (c->has_eng) return c->eng.tokenize(c->eng.ud, text, len, tok, n);
+    *tok = malloc((len ? len : 1) * sizeof **tok);
+    if (!*tok) return SCDB_ENOMEM;
+    scdb_tokenize_bytes(text, len, *tok);
+    *n = len;
+    return SCDB_OK;
+}
 
 /* acc[a][b] += sum_t X[t][a] Y[t][b] (float GEMM per window, double sum) */
 static void acc_xty(double *acc, const float *X, const float *Y, int n, int a, int b, float *tmp)
@@ -261,9 +297,7 @@ static scdb_err add_window(scdb_calib *c, const int32_t *tok, int n)
         k[j] = malloc((size_t)L * n * kv * sizeof(float));
         if (!h[j] || !k[j]) goto done;
         if (c->ops) continue;
-        scdb_capture cap = {.h_in = h[j], .k_post = k[j]};
-        cache->n = 0;
-        if ((rc = scdb_model_forward(c->mod[j], tok, NULL, n, cache, NULL, &cap))) goto done;
+        if ((rc = states_of(c, c->mod[j], tok, n, cache, h[j], k[j]))) goto done;
     }
     if (c->ops && (rc = window_forwards_dev(c, tok, n, h, k, dh, dk, &dtmp))) goto done;
     c->producer_passes++;
@@ -329,16 +363,12 @@ scdb_err scdb_calib_swap_consumer(scdb_calib *c, int ci, const scdb_model *m)
     scdb_progress_begin(&prog, c->o.verbose ? stderr : NULL, c->nwin);
     for (int w = 0; w < c->nwin; w++) {
         const int32_t *tok = c->wtok + (size_t)w * n;
-        scdb_capture cap = {.h_in = h[1], .k_post = k[1]};
-        cache->n = 0;
-        if ((rc = scdb_model_forward(m, tok, NULL, n, cache, NULL, &cap))) goto done;
+        if ((rc = states_of(c, m, tok, n, cache, h[1], k[1]))) goto done;
         keep_samples(c, j, h[1], n, w * take);
         if (!c->o.samples_only) {
             /* the moments pair the consumer's states with the producer's:
              * those are recomputed (counted in scdb_calib_producer_passes) */
-            scdb_capture pcap = {.h_in = h[0], .k_post = k[0]};
-            cache->n = 0;
-            if ((rc = scdb_model_forward(c->mod[0], tok, NULL, n, cache, NULL, &pcap))) goto done;
+            if ((rc = states_of(c, c->mod[0], tok, n, cache, h[0], k[0]))) goto done;
             c->producer_passes++;
             float *hh[CX_MAXM] = {h[0]}, *kk[CX_MAXM] = {k[0]};
             hh[j] = h[1];
@@ -361,21 +391,21 @@ int scdb_calib_producer_passes(const scdb_calib *c) { return c ? c->producer_pas
 scdb_err scdb_calib_add_text(scdb_calib *c, const unsigned char *text, size_t len,
                              int max_windows, int *added)
 {
-    int W = c->o.window, n = 0;
-    int32_t *tok;
-    scdb_err rc = SCDB_OK;
     if (added) *added = 0;
     if (!c || (!text && len)) return SCDB_EINVAL;
-    tok = malloc((size_t)W * sizeof *tok);
-    if (!tok) return SCDB_ENOMEM;
+    int W = c->o.window, n = 0;
+    int32_t *tok;
+    size_t ntok;
+    /* the text is tokenized once; windows are consecutive runs of W tokens */
+    scdb_err rc = tokens_of(c, text, len, &tok, &ntok);
+    if (rc) return rc;
     scdb_progress prog;
-    long avail = (long)(len / (size_t)W);
+    long avail = (long)(ntok / (size_t)W);
     scdb_progress_begin(&prog, c->o.verbose ? stderr : NULL,
                         max_windows > 0 && max_windows < avail ? max_windows : avail);
-    for (size_t off = 0; off + (size_t)W <= len; off += (size_t)W) {
+    for (size_t off = 0; off + (size_t)W <= ntok; off += (size_t)W) {
         if (max_windows > 0 && n >= max_windows) break;
-        scdb_tokenize_bytes(text + off, (size_t)W, tok);
-        if ((rc = add_window(c, tok, W))) break;
+        if ((rc = add_window(c, tok + off, W))) break;
         n++;
         scdb_progress_step(&prog, n, "  statistics: %d windows (%lld tokens)", c->nwin, c->ntok);
     }
@@ -405,8 +435,7 @@ static scdb_err add_eval_one(scdb_calib *c, int j, const int32_t *tok)
     if (!w.tok || !w.ph || !w.pk || !w.ologp || !logits) goto fail;
     memcpy(w.tok, tok, (size_t)(P + C + 1) * sizeof *tok);
     if ((rc = scdb_model_cache_new(c->mod[0], P, &pc))) goto fail;
-    scdb_capture cap = {.h_in = w.ph, .k_post = w.pk};
-    if ((rc = scdb_model_forward(c->mod[0], w.tok, NULL, P, pc, NULL, &cap))) goto fail;
+    if ((rc = states_of(c, c->mod[0], w.tok, P, pc, w.ph, w.pk))) goto fail;
     if ((rc = scdb_model_cache_new(c->mod[j], P + C, &full))) goto fail;
     if ((rc = scdb_model_forward(c->mod[j], w.tok, NULL, P, full, NULL, NULL))) goto fail;
     if ((rc = scdb_model_forward(c->mod[j], w.tok + P, NULL, C, full, logits, NULL))) goto fail;
@@ -425,20 +454,49 @@ fail:
     return rc;
 }
 
+/* one held-back window of tokens for slot ci (-1: every consumer) */
+static scdb_err add_eval_tokens(scdb_calib *c, int ci, const int32_t *tok)
+{
+    scdb_err rc = SCDB_OK;
+    if (ci >= 0 || c->nm == 1) return add_eval_one(c, ci + 1, tok);
+    for (int j = 1; j < c->nm && !rc; j++) rc = add_eval_one(c, j, tok);
+    return rc;
+}
+
 scdb_err scdb_calib_add_eval(scdb_calib *c, int ci, const unsigned char *text, size_t len)
 {
+    if (!c || !text || ci < -1 || ci >= c->nm - 1) return SCDB_EINVAL;
     int need = c->o.eval_prefix + c->o.eval_cont + 1;
+    if (!c->has_eng && len < (size_t)need) return SCDB_EINVAL;
     int32_t *tok;
-    scdb_err rc = SCDB_OK;
-    if (!c || !text || len < (size_t)need || ci < -1 || ci >= c->nm - 1) return SCDB_EINVAL;
-    tok = malloc((size_t)need * sizeof *tok);
-    if (!tok) return SCDB_ENOMEM;
-    scdb_tokenize_bytes(text, (size_t)need, tok);
-    if (ci >= 0 || c->nm == 1) {
-        rc = add_eval_one(c, ci + 1, tok);
-    } else {
-        for (int j = 1; j < c->nm && !rc; j++) rc = add_eval_one(c, j, tok);
+    size_t n;
+    /* the byte tokenizer reads the window's bytes only; an engine the whole
+     * span, its first `need` tokens being the window */
+    scdb_err rc = tokens_of(c, text, c->has_eng ? len : (size_t)need, &tok, &n);
+    if (rc) return rc;
+    rc = n < (size_t)need ? SCDB_ERANGE : add_eval_tokens(c, ci, tok);
+    free(tok);
+    return rc;
+}
+
+scdb_err scdb_calib_add_eval_text(scdb_calib *c, int ci, const unsigned char *text, size_t len,
+                                  int n_windows, size_t *n_tokens)
+{
+    if (n_tokens) *n_tokens = 0;
+    if (!c || !text || n_windows < 1 || ci < -1 || ci >= c->nm - 1) return SCDB_EINVAL;
+    size_t need = (size_t)(c->o.eval_prefix + c->o.eval_cont + 1), span = need * (size_t)n_windows;
+    int32_t *tok;
+    size_t n;
+    /* the byte tokenizer needs only the last span bytes (the same tokens) */
+    if (!c->has_eng && len > span) {
+        text += len - span;
+        len = span;
     }
+    scdb_err rc = tokens_of(c, text, len, &tok, &n);
+    if (rc) return rc;
+    if (n_tokens) *n_tokens = n;
+    if (n < span) rc = SCDB_ERANGE;
+    for (int k = 0; k < n_windows && !rc; k++) rc = add_eval_tokens(c, ci, tok + n - span + (size_t)k * need);
     free(tok);
     return rc;
 }

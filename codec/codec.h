@@ -538,6 +538,47 @@ scdb_err scdb_calib_add_text(scdb_calib *c, const unsigned char *text, size_t le
  * for consumer ci (-1: for every consumer). */
 scdb_err scdb_calib_add_eval(scdb_calib *c, int ci, const unsigned char *text, size_t len);
 int scdb_calib_windows(const scdb_calib *c);
+/* Held-back KL windows from a span of text: the text is tokenized once
+ * (the session's engine, else bytes) and its LAST n_windows * (eval_prefix
+ * + eval_cont + 1) tokens are cut into n_windows windows in order, for
+ * consumer ci (-1: every consumer).  With the byte tokenizer this is
+ * scdb_calib_add_eval over the last bytes of the text, window by window.
+ * *n_tokens (may be NULL) gets the text's token count.  SCDB_ERANGE (fewer
+ * tokens than the windows need), SCDB_EINVAL, the engine's and
+ * scdb_calib_add_eval's errors. */
+scdb_err scdb_calib_add_eval_text(scdb_calib *c, int ci, const unsigned char *text, size_t len,
+                                  int n_windows, size_t *n_tokens);
+
+/* Who computes the states (issue 39).  Without an engine the session runs
+ * scdb's reference engine (scdb_model_forward with capture) and cuts text
+ * into windows byte by byte.  An engine replaces both for everything added
+ * after it is set: the text is tokenized once per call with the engine's
+ * tokenizer (statistics windows of `window` tokens; held-back windows of
+ * eval_prefix + eval_cont + 1 tokens), and every statistics window's
+ * states (producer and consumers, scdb_calib_swap_consumer included) and
+ * the producer's states of each held-back window come from it.  The
+ * held-back windows' measuring forwards -- the consumer's own prefill (the
+ * oracle) and its continuation over a decoded cache -- stay in the
+ * reference engine on the same weights (llama.cpp and it agree to ~1e-4 in
+ * logits on the family: test_llama), so a measured KL compares one
+ * engine's arithmetic with itself.  Host sessions only. */
+typedef struct scdb_calib_engine {
+    const char *name;        /* for messages ("llama.cpp v0.4.0")          */
+    void *ud;                /* handed back to both calls                   */
+    /* text -> the models' token ids: *tok malloc'd (the session frees it),
+     * *n of them */
+    scdb_err (*tokenize)(void *ud, const unsigned char *text, size_t len, int32_t **tok,
+                         size_t *n);
+    /* model m's states over tok[0, n) at positions 0..n-1 (m is one of the
+     * session's models): h_in [L][n][d], the normalised attention input of
+     * each layer; k_post [L][n][kv], K after RoPE in scdb's convention */
+    scdb_err (*states)(void *ud, const scdb_model *m, const int32_t *tok, int n, float *h_in,
+                       float *k_post);
+} scdb_calib_engine;
+/* Set the engine (copied; e->ud must outlive the session) before any
+ * window is added.  SCDB_EINVAL (windows already added, a NULL call),
+ * SCDB_EUNSUPPORTED (scdb_calib_set_device was called). */
+scdb_err scdb_calib_set_engine(scdb_calib *c, const scdb_calib_engine *e);
 /* Replace consumer ci by model m, keeping the producer's side: m runs over
  * the statistics windows already added (their tokens are kept) and its
  * samples (and, unless samples_only, its moments -- which pair its states

@@ -125,21 +125,6 @@ void scdb_llama_evictor_free(scdb_llama_evictor **pe)
     *pe = NULL;
 }
 
-/* "name-12" with the given name -> 12, else -1 */
-static int layer_of(const char *t, const char *name)
-{
-    size_t k = strlen(name);
-    if (strncmp(t, name, k) != 0 || t[k] != '-' || !t[k + 1])
-        return -1;
-    int l = 0;
-    for (const char *s = t + k + 1; *s; s++) {
-        if (*s < '0' || *s > '9' || l > 100000)
-            return -1;
-        l = l * 10 + (*s - '0');
-    }
-    return l;
-}
-
 static int is_view(const struct ggml_tensor *t)
 {
     return t->op == GGML_OP_RESHAPE || t->op == GGML_OP_VIEW || t->op == GGML_OP_PERMUTE ||
@@ -151,9 +136,9 @@ static bool evict_cb(struct ggml_tensor *t, bool ask, void *ud)
     scdb_llama_evictor *e = ud;
     int lp = -1, lv = -1;
     if (e->capturing) {
-        lp = layer_of(t->name, "kq_soft_max");
+        lp = ll_layer_of(t->name, "kq_soft_max");
         if (lp < 0)
-            lv = layer_of(t->name, "Vcur");
+            lv = ll_layer_of(t->name, "Vcur");
     }
     if ((lp < 0 || lp >= e->n_layer) && (lv < 0 || lv >= e->n_layer || is_view(t))) {
         if (e->user_cb)

@@ -68,6 +68,30 @@ scdb_err scdb_llama_init(char *errbuf, size_t errlen)
     return init_err;
 }
 
+int ll_layer_of(const char *t, const char *prefix)
+{
+    size_t k = strlen(prefix);
+    if (strncmp(t, prefix, k) != 0 || t[k] != '-' || !t[k + 1])
+        return -1;
+    int l = 0;
+    for (const char *s = t + k + 1; *s; s++) {
+        if (*s < '0' || *s > '9' || l > 100000)
+            return -1;
+        l = l * 10 + (*s - '0');
+    }
+    return l;
+}
+
+int ll_take_rows(const struct ggml_tensor *t, float *layer_rows, int dim, size_t n, size_t *filled)
+{
+    int64_t d = t->ne[0], rows = ggml_nelements(t) / (d ? d : 1);
+    if (t->type != GGML_TYPE_F32 || d != dim || !ggml_is_contiguous(t) || *filled + (size_t)rows > n)
+        return -1;
+    ggml_backend_tensor_get(t, layer_rows + *filled * (size_t)dim, 0, (size_t)rows * (size_t)d * sizeof(float));
+    *filled += (size_t)rows;
+    return 0;
+}
+
 scdb_err scdb_llama_decode(struct llama_context *ctx, llama_seq_id seq, const llama_token *tokens,
                            size_t n, llama_pos pos0, int all_logits)
 {

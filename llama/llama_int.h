@@ -29,6 +29,15 @@ scdb_err ll_register(const char *endpoint, int timeout_ms, scdb_role role, const
                      const char *codebook, const char *model_path, const char *adapter_path,
                      scdb **h, scdb_info *info, char fp[33], char *errbuf, size_t errlen);
 
+/* Capture through cb_eval (producer.c, evictor.c, calib_states.c): the
+ * layer N of a graph tensor named "<prefix>-N" (-1 for any other name), and
+ * the rows of such a tensor (F32, ne[0] == dim, contiguous) appended to
+ * rows [*filled, ...) of a layer's [n][dim] block (*filled advanced; -1,
+ * nothing copied, when the type or shape is not that or the rows would
+ * pass n). */
+int ll_layer_of(const char *tensor_name, const char *prefix);
+int ll_take_rows(const struct ggml_tensor *t, float *layer_rows, int dim, size_t n, size_t *filled);
+
 /* One context's probed layout, kept by a consumer (a few contexts each). */
 typedef struct ll_ctx_layout {
     struct llama_context *ctx;

@@ -37,28 +37,10 @@ scdb_llama_producer_params scdb_llama_producer_default_params(void)
 const char *scdb_llama_producer_error(const scdb_llama_producer *p) { return p ? p->err : ""; }
 scdb *scdb_llama_producer_handle(scdb_llama_producer *p) { return p ? p->h : NULL; }
 
-/* "attn_norm-12" -> 12, else -1 */
-static int attn_norm_layer(const char *name)
-{
-    static const char pre[] = "attn_norm-";
-    if (strncmp(name, pre, sizeof pre - 1) != 0)
-        return -1;
-    const char *s = name + sizeof pre - 1;
-    int l = 0;
-    if (!*s)
-        return -1;
-    for (; *s; s++) {
-        if (*s < '0' || *s > '9' || l > 100000)
-            return -1;
-        l = l * 10 + (*s - '0');
-    }
-    return l;
-}
-
 static bool capture_cb(struct ggml_tensor *t, bool ask, void *ud)
 {
     scdb_llama_producer *p = ud;
-    int l = p->capturing ? attn_norm_layer(t->name) : -1;
+    int l = p->capturing ? ll_layer_of(t->name, "attn_norm") : -1;
     if (l < 0 || l >= p->s_layers) {
         if (p->user_cb)
             return p->user_cb(t, ask, p->user_ud);
@@ -66,14 +48,9 @@ static bool capture_cb(struct ggml_tensor *t, bool ask, void *ud)
     }
     if (ask)
         return true;
-    int64_t dim = t->ne[0], rows = ggml_nelements(t) / (dim ? dim : 1);
-    if (t->type != GGML_TYPE_F32 || dim != p->s_dim || p->filled[l] + (size_t)rows > p->n) {
+    /* layer l's rows of the states arena: [n][dim] at scdb_states_row(l, 0) */
+    if (ll_take_rows(t, scdb_states_row(p->rows, p->s_dim, p->n, l, 0), p->s_dim, p->n, &p->filled[l]))
         p->bad = 1;
-        return true;
-    }
-    float *dst = scdb_states_row(p->rows, p->s_dim, p->n, l, p->filled[l]);
-    ggml_backend_tensor_get(t, dst, 0, (size_t)rows * (size_t)dim * sizeof(float));
-    p->filled[l] += (size_t)rows;
     return true;
 }
 

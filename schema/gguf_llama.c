@@ -192,6 +192,30 @@ scdb_err scdb_gguf_llama_hparams_read(const scdb_gguf_file *f, scdb_gguf_llama_h
     return SCDB_OK;
 }
 
+int scdb_gguf_llama_byte_vocab(const scdb_gguf_file *f, char *desc, size_t desclen)
+{
+    const scdb_gguf_kv *model = scdb_gguf_find_kv(f, "tokenizer.ggml.model");
+    const scdb_gguf_kv *toks = scdb_gguf_find_kv(f, "tokenizer.ggml.tokens");
+    const char *name = model && model->type == SCDB_GGUF_STRING && model->str ? model->str[0] : NULL;
+    uint64_t n = toks && toks->type == SCDB_GGUF_ARRAY ? toks->n : 0;
+    if (!model && !toks) {
+        uint32_t v = 0;
+        char e[8];
+        int byte = scdb_gguf_get_u32(f, "llama.vocab_size", &v, e, sizeof e) == SCDB_OK && v == 256;
+        if (!byte && desc && desclen) snprintf(desc, desclen, "no tokenizer, vocab_size %u", v);
+        return byte;
+    }
+    int byte = name && !strcmp(name, "rwkv") && n == 256 && toks->elem == SCDB_GGUF_STRING && toks->str;
+    for (int i = 0; byte && i < 256; i++) {
+        char want[8];
+        snprintf(want, sizeof want, "\\x%02x", i);
+        byte = toks->str_len[i] == 4 && !strncmp(toks->str[i], want, 4);
+    }
+    if (!byte && desc && desclen)
+        snprintf(desc, desclen, "tokenizer '%s', %" PRIu64 " tokens", name ? name : "?", n);
+    return byte;
+}
+
 /* ------------------------------------------------------------ tensors */
 
 static const struct {

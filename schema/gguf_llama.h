@@ -85,6 +85,14 @@ int scdb_gguf_is_adapter_file(const char *path);
 scdb_err scdb_gguf_llama_hparams_read(const scdb_gguf_file *f, scdb_gguf_llama_hparams *out, char *errbuf,
                                       size_t errlen);
 
+/* 1 if the model file's vocabulary is the byte vocabulary scdb's reference
+ * engine tokenizes with: tokenizer.ggml.model "rwkv" with the 256 tokens
+ * "\x00" .. "\xff" in order (what scdb export-gguf writes; llama.cpp maps
+ * each byte to its id), or no tokenizer at all and llama.vocab_size 256.
+ * 0 otherwise, desc (may be NULL) saying what it is ("tokenizer 'gpt2',
+ * 50257 tokens"). */
+int scdb_gguf_llama_byte_vocab(const scdb_gguf_file *f, char *desc, size_t desclen);
+
 /* One tensor the model reads. */
 typedef struct scdb_gguf_llama_tensor {
     const scdb_gguf_tensor *t;

@@ -5,7 +5,8 @@
 # before any work with the option to pass, and `--texts FILE` alone is
 # enough: its held-back KL windows come from that text, never from the
 # statistics' bytes (nor a project model's own).  And the progress a log
-# reads (stderr to a file): whole lines, a bounded count.  Tiny settings:
+# reads (stderr to a file): whole lines, a bounded count; --engine
+# llama.cpp refused for model directories.  Tiny settings:
 # seconds, not quality.
 set -u
 scdb="$1"
@@ -105,5 +106,19 @@ expect 2 "calibrate: --texts reading a consumer's own held-back windows: refused
 grep -q "is the held-out text of consumer 'python', whose held-back KL windows are its bytes 46842-49152" "$tmp/err" \
   && ! grep -q "^  statistics:" "$tmp/err" && ok "calibrate: says the statistics would read the held-back windows" \
   || { bad "calibrate: overlap message"; cat "$tmp/err"; }
+
+# 6. --engine llama.cpp (issue 39): GGUF files only, and only in a build
+# with llama.cpp -- refused either way for model directories, saying which
+expect 2 "calibrate --engine llama.cpp on model directories: refused" -- "$scdb" calibrate --engine llama.cpp \
+  --producer "$data/models/base" --consumer "$data/models/code" --ranks 8,8,8 --patch-layers 1 --device cpu \
+  --texts "$txt" -o "$tmp/o9"
+{ grep -q "'base' ($data/models/base) is not a GGUF file" "$tmp/err" \
+    || grep -q "this build has no llama.cpp (scripts/install-llama.sh" "$tmp/err"; } \
+  && ! grep -q "^  statistics:" "$tmp/err" && ok "calibrate --engine llama.cpp: says why (not GGUF, or no llama.cpp)" \
+  || { bad "calibrate --engine llama.cpp message"; cat "$tmp/err"; }
+expect 2 "calibrate --engine: an unknown engine" -- "$scdb" calibrate --engine vllm --producer "$data/models/base" \
+  --consumer "$data/models/code" --ranks 8,8,8 --patch-layers 1 -o "$tmp/o10"
+grep -q "engine wants auto, llama.cpp or reference, not 'vllm'" "$tmp/err" && ok "calibrate --engine: names the choices" \
+  || { bad "calibrate --engine vllm message"; cat "$tmp/err"; }
 
 cli_expect_done

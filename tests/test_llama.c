@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -539,7 +540,8 @@ static void fleet_through_broker(void **state)
  * vocabulary of the bundle's vocab-only file (every tokenizer.* key copied
  * as read): no real weights can be had here, but the tokenizer, the
  * vocabulary's size and the path through scdb are real. */
-static int write_bpe_model(const char *vocab, const char *out, int *n_vocab)
+static int write_bpe_model_as(const char *vocab, const char *out, const char *name, const char *arch,
+                              uint64_t seed, int *n_vocab)
 {
     char err[256];
     scdb_gguf_file *v = NULL;
@@ -550,8 +552,8 @@ static int write_bpe_model(const char *vocab, const char *out, int *n_vocab)
     *n_vocab = V;
     scdb_gguf_writer *w = NULL;
     assert_int_equal(scdb_gguf_writer_new(&w), SCDB_OK);
-    scdb_gguf_set_str(w, "general.architecture", "llama");
-    scdb_gguf_set_str(w, "general.name", "bpe-random");
+    scdb_gguf_set_str(w, "general.architecture", arch);
+    scdb_gguf_set_str(w, "general.name", name);
     scdb_gguf_set_u32(w, "llama.context_length", 512);
     scdb_gguf_set_u32(w, "llama.embedding_length", D);
     scdb_gguf_set_u32(w, "llama.block_count", L);
@@ -570,7 +572,7 @@ static int write_bpe_model(const char *vocab, const char *out, int *n_vocab)
     size_t need = (size_t)2 * V * D + D + (size_t)L * (2 * D + (size_t)D * D * 2 + (size_t)2 * D * KVH * HD + (size_t)3 * D * F);
     float *buf = malloc(need * sizeof *buf);
     assert_non_null(buf);
-    uint64_t rng = 0x9e3779b97f4a7c15ull;
+    uint64_t rng = seed;
     for (size_t i = 0; i < need; i++) buf[i] = 0.08f * scdb_xorshift_f32(&rng);
     float *p = buf;
 #define ADD(name, n0, n1)                                                                       \
@@ -604,6 +606,11 @@ static int write_bpe_model(const char *vocab, const char *out, int *n_vocab)
     free(buf);
     scdb_gguf_close(&v);
     return e ? -1 : 0;
+}
+
+static int write_bpe_model(const char *vocab, const char *out, int *n_vocab)
+{
+    return write_bpe_model_as(vocab, out, "bpe-random", "llama", 0x9e3779b97f4a7c15ull, n_vocab);
 }
 
 /* text -> the model's own token ids (llama_tokenize, no BOS) */
@@ -699,6 +706,281 @@ static void bpe_vocab_through_broker(void **state)
     scdb_llama_producer_close(&prod);
     llama_model_free(m);
     assert_int_equal(bp_stop(&llama_broker, SIGTERM), 0);
+    scdb_rm_tree(dir);
+}
+
+/* ---- calibration through llama.cpp, a real BPE vocabulary ---- */
+
+/* `scdb ARGS` with its output in LOG; the exit status (-1: not run). */
+static int run_scdb(const char *args, const char *log)
+{
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "%s %s >%s 2>&1", SCDB_BIN, args, log);
+    int st = system(cmd);
+    return st != -1 && WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* 1 if file `log` holds `what` (printed when it does not) */
+static int log_has(const char *log, const char *what)
+{
+    char *t = NULL;
+    size_t n = 0;
+    if (scdb_read_file(log, 1 << 24, &t, &n)) return 0;
+    int has = strstr(t, what) != NULL;
+    if (!has) print_message("'%s' not in:\n%s\n", what, n > 3000 ? t + n - 3000 : t);
+    free(t);
+    return has;
+}
+
+static int finite_all(const float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(x[i])) return 0;
+    return 1;
+}
+
+/* Two random models around GPT-2's BPE vocabulary (a producer and a
+ * specialist of it) are calibrated by `scdb calibrate` through llama.cpp on
+ * a small English text -- tokenized by llama.cpp, states from its graph --
+ * then served: the producer in llama.cpp stores a prefix as SCD codes, the
+ * specialist in llama.cpp restores it through its pair (the broker checks
+ * the pair's fingerprints against the GGUF files) and decodes on; and the
+ * specialist's own prefill stored raw restores bit for bit. */
+static void bpe_vocab_calibrated(void **state)
+{
+    (void)state;
+    NEED_MODEL();
+    const char *vocab = SCDB_LLAMA_MODELS "/ggml-vocab-gpt-2.gguf";
+    if (access(vocab, R_OK)) {
+        print_message("skipped: no %s\n", vocab);
+        skip();
+    }
+    char dir[] = "/tmp/scdb_test_bpecal_XXXXXX", pp_path[128], cp_path[128], log[128], args[2048], ini[2048];
+    char err[512] = "";
+    assert_non_null(mkdtemp(dir));
+    snprintf(pp_path, sizeof pp_path, "%s/bpe-base.gguf", dir);
+    snprintf(cp_path, sizeof cp_path, "%s/bpe-spec.gguf", dir);
+    snprintf(log, sizeof log, "%s/calibrate.log", dir);
+    int V = 0, V2 = 0;
+    assert_int_equal(write_bpe_model_as(vocab, pp_path, "bpe-base", "llama", 0x9e3779b97f4a7c15ull, &V), 0);
+    assert_int_equal(write_bpe_model_as(vocab, cp_path, "bpe-spec", "llama", 0x2545f4914f6cdd1dull, &V2), 0);
+    assert_int_equal(V, V2);
+
+    /* calibrate: 8 statistics windows of 128 tokens, 2 held-back windows
+     * of 385 tokens; every option the default run would take from the
+     * family's texts given */
+    snprintf(args, sizeof args,
+             "calibrate --engine llama.cpp --producer %s --consumer %s --ranks 8,8,16 --patch-layers 1 "
+             "--window 128 --windows 8 --eval-windows 2 --steps 50 --hidden 32 --device cpu "
+             "--texts " SCDB_DATA_DIR "/heldout/english.txt --heldback-text " SCDB_DATA_DIR "/heldout/prose.txt "
+             "-o %s/out", pp_path, cp_path, dir);
+    int rc = run_scdb(args, log);
+    assert_true(log_has(log, "states in llama.cpp"));
+    assert_true(log_has(log, "BPE, 50257 tokens"));
+    assert_true(log_has(log, "8 statistics windows"));
+    assert_true(log_has(log, "held-back KL reuse"));
+    assert_int_equal(rc, 0);
+
+    snprintf(ini, sizeof ini,
+             "block_tokens = 64\nno_sync = 1\nheartbeat_timeout_ms = 30000\n\n"
+             "[model bpe-base]\nconfig = %s\n\n[model bpe-spec]\nconfig = %s\n\n"
+             "[codebook bpe-scd]\nkind = scd\nmodel = bpe-base\ncodes_dtype = int8\n"
+             "file = %s/out/codebooks/bpe-base.safetensors\n\n"
+             "[pair bpe-scd bpe-spec]\ndecoder = scd\nfile = %s/out/pairs/bpe-base__bpe-spec.safetensors\n",
+             pp_path, cp_path, dir, dir);
+    assert_int_equal(bp_start(&llama_broker, SCDB_BROKER_BIN, ini), 0);
+    struct llama_model *mp = llama_model_load_from_file(pp_path, llama_model_default_params());
+    struct llama_model *mc = llama_model_load_from_file(cp_path, llama_model_default_params());
+    assert_non_null(mp);
+    assert_non_null(mc);
+    char *text = NULL;
+    size_t len = 0;
+    assert_int_equal(scdb_read_file(SCDB_DATA_DIR "/heldout/code.txt", 1 << 24, &text, &len), SCDB_OK);
+    assert_true(len > 4000);
+    text[4000] = 0;
+    int32_t ids[2048];
+    int n = tokenize(mc, text, ids, 2048);
+    free(text);
+    enum { N = 192, T = 8 };
+    assert_true(n >= N + T);
+
+    /* the producer in llama.cpp stores the prefix as SCD codes */
+    scdb_llama_producer_params pp = scdb_llama_producer_default_params();
+    pp.endpoint = llama_broker.endpoint;
+    pp.producer = "bpe-base";
+    pp.codebook = "bpe-scd";
+    pp.model_path = pp_path;
+    pp.timeout_ms = 20000;
+    scdb_llama_producer *prod = NULL;
+    scdb_err e = scdb_llama_producer_open(&pp, &prod, err, sizeof err);
+    if (e) fail_msg("producer: %s: %s", scdb_strerror(e), err);
+    struct llama_context *pctx = ctx_for(mp, prod, 1);
+    scdb_llama_put_result pr;
+    e = scdb_llama_producer_prefill(prod, pctx, 0, ids, N, &pr);
+    if (e) fail_msg("put: %s: %s", scdb_strerror(e), scdb_llama_producer_error(prod));
+    assert_int_equal(pr.put.n_stored, N / 64);
+
+    /* the specialist restores it through its pair and decodes on */
+    scdb_llama_consumer_params cp = scdb_llama_consumer_default_params();
+    cp.endpoint = llama_broker.endpoint;
+    cp.consumer = "bpe-spec";
+    cp.codebook = "bpe-scd";
+    cp.model = mc;
+    cp.model_path = cp_path;
+    cp.timeout_ms = 20000;
+    scdb_llama_consumer *cons = NULL;
+    e = scdb_llama_consumer_open(&cp, &cons, err, sizeof err);
+    if (e) fail_msg("consumer: %s: %s", scdb_strerror(e), err);
+    scdb_lookup_result lr;
+    assert_int_equal(scdb_lookup(scdb_llama_consumer_handle(cons), ids, N + T, &lr), SCDB_OK);
+    assert_int_equal(lr.matched_tokens, N);
+    struct llama_context *cctx = ctx_for(mc, NULL, 0);
+    scdb_llama_restore_result rr;
+    e = scdb_llama_restore(cons, cctx, ids, N + T, NULL, &rr);
+    if (e) fail_msg("restore: %s: %s", scdb_strerror(e), scdb_llama_consumer_error(cons));
+    assert_int_equal(rr.n_restored, N);
+    assert_int_equal(llama_memory_seq_pos_max(llama_get_memory(cctx), 0), N - 1);
+    assert_int_equal(scdb_llama_decode(cctx, 0, ids + N, T, N, 1), SCDB_OK);
+    float *scd = malloc((size_t)T * V * sizeof *scd), *want = malloc((size_t)T * V * sizeof *want);
+    float *got = malloc((size_t)T * V * sizeof *got);
+    assert_true(scd && want && got);
+    for (int t = 0; t < T; t++) memcpy(scd + (size_t)t * V, llama_get_logits_ith(cctx, t), (size_t)V * sizeof(float));
+    assert_true(finite_all(scd, (size_t)T * V));
+
+    /* the specialist's own prefill, stored raw, restores bit for bit */
+    scdb_llama_producer_params rp = scdb_llama_producer_default_params();
+    rp.endpoint = llama_broker.endpoint;
+    rp.producer = "bpe-spec";
+    rp.model_path = cp_path;
+    rp.timeout_ms = 20000;
+    scdb_llama_producer *rprod = NULL;
+    e = scdb_llama_producer_open(&rp, &rprod, err, sizeof err);
+    if (e) fail_msg("raw producer: %s: %s", scdb_strerror(e), err);
+    /* F16 KV as the raw store keeps it: the same bytes back */
+    struct llama_context *own = ctx_for(mc, rprod, 1);
+    e = scdb_llama_producer_prefill(rprod, own, 0, ids, N, &pr);
+    if (e) fail_msg("raw put: %s: %s", scdb_strerror(e), scdb_llama_producer_error(rprod));
+    assert_int_equal(scdb_llama_decode(own, 0, ids + N, T, N, 1), SCDB_OK);
+    for (int t = 0; t < T; t++) memcpy(want + (size_t)t * V, llama_get_logits_ith(own, t), (size_t)V * sizeof(float));
+    scdb_llama_consumer_params rc_p = cp;
+    rc_p.codebook = NULL;
+    scdb_llama_consumer *rcons = NULL;
+    e = scdb_llama_consumer_open(&rc_p, &rcons, err, sizeof err);
+    if (e) fail_msg("raw consumer: %s: %s", scdb_strerror(e), err);
+    struct llama_context *rctx = ctx_for(mc, NULL, 1);
+    assert_int_equal(scdb_llama_restore(rcons, rctx, ids, N + T, NULL, &rr), SCDB_OK);
+    assert_int_equal(rr.n_restored, N);
+    assert_int_equal(scdb_llama_decode(rctx, 0, ids + N, T, N, 1), SCDB_OK);
+    for (int t = 0; t < T; t++) memcpy(got + (size_t)t * V, llama_get_logits_ith(rctx, t), (size_t)V * sizeof(float));
+    assert_memory_equal(got, want, (size_t)T * V * sizeof *got);
+    double dmax = 0;
+    for (size_t i = 0; i < (size_t)T * V; i++) dmax = fmax(dmax, fabs((double)scd[i] - want[i]));
+    print_message("GPT-2 BPE vocabulary (%d tokens): calibrated through llama.cpp, %d token ids stored as "
+                  "SCD codes by the producer and restored by the specialist (max |dlogit| vs its own "
+                  "prefill %.3g over %d tokens), its own prefill raw restored bit for bit\n", V, N, dmax, T);
+    free(scd);
+    free(want);
+    free(got);
+    llama_free(rctx);
+    llama_free(own);
+    llama_free(cctx);
+    llama_free(pctx);
+    scdb_llama_consumer_close(&rcons);
+    scdb_llama_consumer_close(&cons);
+    scdb_llama_producer_close(&rprod);
+    scdb_llama_producer_close(&prod);
+    llama_model_free(mp);
+    llama_model_free(mc);
+    assert_int_equal(bp_stop(&llama_broker, SIGTERM), 0);
+    scdb_rm_tree(dir);
+}
+
+/* What `scdb calibrate` refuses, each by name: a vocabulary of its own in
+ * the reference engine (byte windows), a consumer whose vocabulary is not
+ * the producer's, another architecture, llama.cpp asked for model
+ * directories, text too short for one statistics window or for the
+ * held-back windows, held-back windows counted in bytes of a --texts file. */
+static void calibrate_refusals(void **state)
+{
+    (void)state;
+    NEED_MODEL();
+    const char *gpt2 = SCDB_LLAMA_MODELS "/ggml-vocab-gpt-2.gguf", *neox = SCDB_LLAMA_MODELS "/ggml-vocab-gpt-neox.gguf";
+    if (access(gpt2, R_OK) || access(neox, R_OK)) {
+        print_message("skipped: no %s or %s\n", gpt2, neox);
+        skip();
+    }
+    char dir[] = "/tmp/scdb_test_calref_XXXXXX", a[128], b[128], c[128], x[128], tiny[128], log[128];
+    char args[2048];
+    assert_non_null(mkdtemp(dir));
+    snprintf(a, sizeof a, "%s/a.gguf", dir);
+    snprintf(b, sizeof b, "%s/b.gguf", dir);
+    snprintf(c, sizeof c, "%s/neox.gguf", dir);
+    snprintf(x, sizeof x, "%s/gpt2arch.gguf", dir);
+    snprintf(tiny, sizeof tiny, "%s/tiny.txt", dir);
+    snprintf(log, sizeof log, "%s/log", dir);
+    int V;
+    assert_int_equal(write_bpe_model_as(gpt2, a, "a", "llama", 1, &V), 0);
+    assert_int_equal(write_bpe_model_as(gpt2, b, "b", "llama", 2, &V), 0);
+    assert_int_equal(write_bpe_model_as(neox, c, "neox", "llama", 3, &V), 0);
+    assert_int_equal(write_bpe_model_as(gpt2, x, "x", "gpt2", 4, &V), 0);
+    FILE *f = fopen(tiny, "w");
+    assert_non_null(f);
+    fputs("Too short for one window of calibration text, in any vocabulary.\n", f);
+    fclose(f);
+    const char *opts = "--ranks 8,8,16 --patch-layers 1 --window 128 --windows 8 --eval-windows 2 --steps 20 "
+                       "--device cpu";
+    const char *eng = SCDB_DATA_DIR "/heldout/english.txt", *prose = SCDB_DATA_DIR "/heldout/prose.txt";
+
+    /* the reference engine's byte windows are not a BPE model's tokens */
+    snprintf(args, sizeof args, "calibrate --engine reference --producer %s --consumer %s %s --texts %s "
+             "--heldback-text %s -o %s/o", a, b, opts, eng, prose, dir);
+    assert_int_equal(run_scdb(args, log), 2);
+    assert_true(log_has(log, "has a vocabulary of its own (tokenizer 'gpt2', 50257 tokens)"));
+    /* token ids of two vocabularies would not line up */
+    snprintf(args, sizeof args, "calibrate --producer %s --consumer %s %s --texts %s --heldback-text %s -o %s/o",
+             a, c, opts, eng, prose, dir);
+    assert_int_equal(run_scdb(args, log), 2);
+    assert_true(log_has(log, "token ids would not line up"));
+    assert_true(log_has(log, "'neox'"));
+    /* another architecture */
+    snprintf(args, sizeof args, "calibrate --engine llama.cpp --producer %s --consumer %s %s --texts %s "
+             "--heldback-text %s -o %s/o", a, x, opts, eng, prose, dir);
+    assert_int_not_equal(run_scdb(args, log), 0);
+    assert_true(log_has(log, "gpt2"));
+    assert_true(log_has(log, "architecture"));
+    /* llama.cpp loads GGUF files only */
+    snprintf(args, sizeof args, "calibrate --engine llama.cpp --producer " SCDB_DATA_DIR "/models/base "
+             "--consumer " SCDB_DATA_DIR "/models/code %s --texts %s --heldback-text %s -o %s/o", opts, eng,
+             prose, dir);
+    assert_int_equal(run_scdb(args, log), 2);
+    assert_true(log_has(log, "is not a GGUF file"));
+    /* text too short for one statistics window of 128 tokens */
+    snprintf(args, sizeof args, "calibrate --producer %s --consumer %s %s --texts %s --heldback-text %s -o %s/o",
+             a, b, opts, tiny, prose, dir);
+    assert_int_equal(run_scdb(args, log), 2);
+    assert_true(log_has(log, "gives no window of 128 tokens"));
+    /* held-back text long enough in bytes (2 x 385), not in tokens: its
+     * first 1000 bytes */
+    char hb[128];
+    snprintf(hb, sizeof hb, "%s/hb.txt", dir);
+    char *t = NULL;
+    size_t len = 0;
+    assert_int_equal(scdb_read_file(prose, 1 << 24, &t, &len), SCDB_OK);
+    f = fopen(hb, "w");
+    assert_non_null(f);
+    fwrite(t, 1, len < 1000 ? len : 1000, f);
+    fclose(f);
+    free(t);
+    snprintf(args, sizeof args, "calibrate --producer %s --consumer %s %s --texts %s --heldback-text %s -o %s/o",
+             a, b, opts, eng, hb, dir);
+    assert_int_equal(run_scdb(args, log), 1);
+    assert_true(log_has(log, "is too short:"));
+    assert_true(log_has(log, "2 held-back windows of 385 tokens need 770"));
+    /* held-back windows after the statistics in one --texts file are
+     * counted in bytes: refused for a vocabulary of its own */
+    snprintf(args, sizeof args, "calibrate --producer %s --consumer %s %s --texts %s -o %s/o", a, b, opts, eng, dir);
+    assert_int_equal(run_scdb(args, log), 2);
+    assert_true(log_has(log, "--heldback-text FILE, a file that is not among --texts"));
     scdb_rm_tree(dir);
 }
 
@@ -871,6 +1153,8 @@ int main(void)
         cmocka_unit_test(blob_refusals),
         cmocka_unit_test(fleet_through_broker),
         cmocka_unit_test(bpe_vocab_through_broker),
+        cmocka_unit_test(bpe_vocab_calibrated),
+        cmocka_unit_test(calibrate_refusals),
         cmocka_unit_test(evictor_matches_reference),
         cmocka_unit_test(evictor_refusals),
     };
