@@ -111,6 +111,7 @@ static void usage(FILE *f)
 "                        [--reps R] [--threads T] [--text FILE [--at BYTE]]\n"
 "                        [--tokens N,N,...] [--prefill-reps R] [--vocab FILE|bytes]\n"
 "                        [--ranks rK,rV,rH] [--candidates N] [--patch-layers K]\n"
+"                        [--own-layer]\n"
 "                        [--json FILE] [--png FILE]\n\n"
 "The fleet served from one stored prefix with llama.cpp on both sides: base\n"
 "in llama.cpp prefills the prefix (its H_in captured during llama_decode), the\n"
@@ -161,7 +162,13 @@ static void usage(FILE *f)
 "                   family's 8,12,12 per 64 of KV width, at a KV width of 256)\n"
 "  --candidates N   1b: patch candidates (default: half the layers, as the\n"
 "                   family's 4 of 8)\n"
-"  --patch-layers K 1b: the pair's patch budget (default: every candidate)\n"
+"  --patch-layers K 1b: the pair's patch budget (default: a quarter of the\n"
+"                   layers, 6 of 22: the family's shipped pairs patch 2 of 8\n"
+"                   in the median, calibrate's budget choosing by KL)\n"
+"  --own-layer      1b: a pair of layer-local decoders without the token input\n"
+"                   (calibrate's --own-layer; default: decoders read every\n"
+"                   layer's code and the token, calibrate's default), the\n"
+"                   cheaper decode\n"
 "  --json FILE      rows {shape (family or 1b), consumer, kind, engine,\n"
 "                   prefix_tokens, restore_ms, get_ms, blob_ms, own_prefill_ms,\n"
 "                   ttft_ms, speedup, capture_overhead; family: ppl_ratio, kl,\n"
@@ -387,6 +394,10 @@ int scdb_bench_llama(int argc, char **argv)
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             return 0;
+        }
+        if (!strcmp(a, "--own-layer")) {
+            o.own_layer = 1;
+            continue;
         }
         if (!v) {
             fprintf(stderr, "bench llama: %s: unknown option or no value\n", a);

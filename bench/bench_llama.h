@@ -25,6 +25,7 @@ typedef struct lopts {
     const char *vocab;              /* a vocab-only GGUF, "bytes", NULL: the bundle's SPM */
     int dims[5];                    /* layers, d, heads, KV heads, ffn */
     int ranks[3], candidates, patch, hidden;
+    int own_layer;                  /* --own-layer: layer-local decoders, no token input */
     int prefill_reps;               /* the 1b rows' prefills, best of */
 } lopts;
 

@@ -67,5 +67,18 @@ then ok "JSON: family and 1b rows in one file, 1b rows cost only with the cost f
 else bad "JSON rows"; fi
 grep -q "^1B shape (cost only" "$tmp/l.out" && ok "the 1b table says cost only" || bad "the 1b table does not say cost only"
 
+# --own-layer: a pair of layer-local decoders, said so in the row
+"$scdb" bench llama --shape 1b --own-layer --patch-layers 0 --reps 1 \
+  --1b-dims 2,128,4,2,256 --tokens 64 --vocab bytes --json "$tmp/o.json" >"$tmp/o.out" 2>"$tmp/o.err"
+rc=$?
+if [ $rc -eq 0 ] && /usr/bin/python3 - "$tmp/o.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))["rows"]
+assert len(r) == 1 and r[0]["decoders"] == "own-layer" and r[0]["n_patch"] == 0, r
+assert r[0]["restored_tokens"] == 64, r
+PY
+then ok "--own-layer --patch-layers 0: one row of a layer-local pair, every token restored"
+else bad "--own-layer run (exit $rc)"; tail -5 "$tmp/o.err"; fi
+
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]
