@@ -2482,6 +2482,70 @@ static void test_token_lora(void **state)
  * `recompute`, `recompute_figures`): it survives a save and a load, a pair
  * without one is written without the keys (as before them), the setter
  * refuses bad settings, and the loader bad values by name. */
+/* scdb_codec_synthesize (bench llama --shape 1b): a codebook and pair of
+ * the asked shapes that survive the ordinary save and load (ids, checksums,
+ * shapes), and every refusal of a shape that cannot be. */
+static void test_synthesize(void **state)
+{
+    (void)state;
+    const scdb_model_config *mc = scdb_model_cfg(prod);
+    const char *fp = "0123456789abcdef0123456789abcdef";
+    scdb_codec_synth o = {.arch = *mc, .producer = "prod", .consumer = "prod", .producer_fp = fp,
+                          .consumer_fp = fp, .r_k = 4, .r_v = 4, .r_h = 6, .n_candidates = 1,
+                          .n_patch = 1, .hidden = 8, .all_layers = 1, .token_input = 1, .seed = 7};
+    scdb_codebook *cb = NULL, *lcb = NULL;
+    scdb_pair *p = NULL, *lp = NULL;
+    char err[512] = "", cbp[600], pp[600];
+    assert_int_equal(scdb_codec_synthesize(&o, &cb, &p, err, sizeof err), SCDB_OK);
+    snprintf(cbp, sizeof cbp, "%s/synth_cb.safetensors", tmpdir);
+    snprintf(pp, sizeof pp, "%s/synth_pair.safetensors", tmpdir);
+    assert_int_equal(scdb_codebook_save(cb, cbp), SCDB_OK);
+    assert_int_equal(scdb_pair_save(p, pp), SCDB_OK);
+    assert_int_equal(scdb_codebook_load(cbp, &lcb, err, sizeof err), SCDB_OK);
+    assert_int_equal(scdb_pair_load(pp, lcb, &lp, err, sizeof err), SCDB_OK);
+    const scdb_pair_info *in = scdb_pair_get_info(lp);
+    assert_int_equal(in->n_layers, mc->n_layers);
+    assert_int_equal(in->d_model, mc->d_model);
+    assert_int_equal(in->n_patch, 1);
+    assert_int_equal(in->all_input, 1);
+    assert_int_equal(in->token_input, 1);
+    assert_string_equal(in->consumer_fp, fp);
+    assert_int_equal(scdb_codebook_get_info(lcb)->n_candidates, 1);
+    scdb_pair_free(&lp);
+    scdb_codebook_free(&lcb);
+    scdb_pair_free(&p);
+    scdb_codebook_free(&cb);
+
+    /* layer-local decoders without the token input load too */
+    o.all_layers = o.token_input = 0;
+    o.n_patch = 0;
+    assert_int_equal(scdb_codec_synthesize(&o, &cb, &p, err, sizeof err), SCDB_OK);
+    assert_int_equal(scdb_pair_get_info(p)->all_input, 0);
+    assert_int_equal(scdb_pair_get_info(p)->n_patch, 0);
+    scdb_pair_free(&p);
+    scdb_codebook_free(&cb);
+
+    /* refusals: each leaves both outputs NULL and says what is wrong */
+    scdb_codec_synth b;
+#define REFUSE(EDIT, RC, SAYS) do { \
+        b = o; b.all_layers = b.token_input = 1; b.n_patch = 1; EDIT; \
+        cb = (scdb_codebook *)1; p = (scdb_pair *)1; err[0] = 0; \
+        assert_int_equal(scdb_codec_synthesize(&b, &cb, &p, err, sizeof err), RC); \
+        assert_null(cb); assert_null(p); \
+        assert_non_null(strstr(err, SAYS)); \
+    } while (0)
+    REFUSE(b.arch.n_layers = 1, SCDB_ERANGE, "architecture of 1 layers");
+    REFUSE(b.r_k = mc->d_model + 1, SCDB_ERANGE, "ranks");
+    REFUSE(b.r_v = 0, SCDB_ERANGE, "ranks");
+    REFUSE(b.n_candidates = mc->n_layers, SCDB_ERANGE, "candidates");
+    REFUSE(b.n_patch = 2, SCDB_ERANGE, "patch budget 2");
+    REFUSE(b.hidden = 0, SCDB_ERANGE, "hidden 0");
+    REFUSE(b.all_layers = 0, SCDB_EINVAL, "token input needs all-layers");
+    REFUSE(b.consumer_fp = "xyz", SCDB_EINVAL, "fingerprint");
+#undef REFUSE
+    assert_int_equal(scdb_codec_synthesize(NULL, &cb, &p, err, sizeof err), SCDB_EINVAL);
+}
+
 static void test_pair_recompute(void **state)
 {
     scdb_codebook *cb = NULL;
@@ -2589,6 +2653,7 @@ int main(void)
         cmocka_unit_test(test_token_input),
         cmocka_unit_test(test_token_lora),
         cmocka_unit_test(test_pair_recompute),
+        cmocka_unit_test(test_synthesize),
     };
     if (getenv("SCDB_TEST_FILTER")) cmocka_set_test_filter(getenv("SCDB_TEST_FILTER"));
     return cmocka_run_group_tests(tests, setup, teardown);
