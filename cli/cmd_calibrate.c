@@ -62,7 +62,7 @@ static void usage(FILE *f)
 "       scdb calibrate --fidelity --codebook FILE --consumer DIR [...] -o OUTDIR\n"
 "                      [--pairs DIR] [--producer DIR] [--target-top1 X] [--target-ppl R]\n"
 "                      [--fidelity-windows N] [--fidelity-prefix P] [--fidelity-fractions LIST]\n"
-"                      [--fidelity-max-cost F]\n"
+"                      [--fidelity-max-cost F] [--texts FILE...] [--engine E]\n"
 "                      [--f16] [--verbose]\n"
 "       scdb calibrate --restamp-codebook FILE --producer DIR -o OUTDIR\n\n"
 "Fits the producer's SCD codebook jointly for all consumers (ridge reduced-rank\n"
@@ -141,7 +141,12 @@ static void usage(FILE *f)
 "recompute, recompute_figures); none meeting it: the most faithful of them,\n"
 "marked \"target not met\", the figures naming a costlier setting that met it.\n"
 "The broker hands it to the pair's consumers at registration; scdb audit\n"
-"re-measures it.\n\n"
+"re-measures it.  --texts FILE... replaces the consumers' training text (read\n"
+"whole, joined; a model the project did not train has none: without --texts its\n"
+"pair is skipped, said so, exit 1).  GGUF models (--engine auto or llama.cpp)\n"
+"have the windows tokenized by llama.cpp with their own vocabulary, so a BPE\n"
+"model's pair gets a default too; the scoring stays in scdb's reference engine\n"
+"on the same weights.\n\n"
 "With --restamp-codebook FILE, a codebook whose producer_fp is such a 16-digit\n"
 "hash is checked against --producer DIR and written to OUTDIR/codebooks/ with\n"
 "the tensor fingerprint, keeping its id (so its namespace and every stored\n"
@@ -410,18 +415,44 @@ static int load_frozen(const char *cb_path, const char *producer_dir, const char
  * gets the cheapest recompute setting that meets the target on held-back
  * windows of its training text (cli/fidelity.c), written to OUTDIR with the
  * figures measured (pair metadata recompute, recompute_figures). */
+static int pick_engine(int eng, const scdb_model *prod, scdb_model *const *cons, int n_cons, int *llama);
+static int gguf_files(const scdb_model *m, const char **model, const char **adapter);
+
 static int fidelity_mode(const char *cb_path, const char *producer_dir, const char *const *cons_dir,
-                         int n_cons, const char *pairs_dir, const char *outdir, int f16,
-                         const cli_fidelity_opts *fo)
+                         int n_cons, const char *pairs_dir, const char *outdir, int f16, int engine,
+                         const cli_fidelity_opts *fo_in)
 {
     scdb_codebook *cb = NULL;
     scdb_model *prod = NULL;
-    char err[512] = "", pdir[1200];
-    int ret = 1, skipped = 0;
+    char err[768] = "", pdir[1200];
+    int ret = 1, skipped = 0, use_llama = 0;
     scdb_err rc;
+    cli_fidelity_opts fo_v = *fo_in, *fo = &fo_v;
+#ifdef SCDB_HAVE_LLAMA
+    scdb_llama_states *lls = NULL;
+    scdb_calib_engine eng;
+#endif
 
     if (load_frozen(cb_path, producer_dir, cons_dir[0], &cb, &prod)) goto done;
-    if (refuse_non_byte_vocab(prod, "producer")) goto done;
+    /* the windows' tokens: llama.cpp's tokenizer for GGUF models (the only
+     * one a vocabulary that is not bytes has); the measuring stays in the
+     * reference engine on the same weights */
+    if (pick_engine(engine, prod, NULL, 0, &use_llama)) goto done;
+#ifdef SCDB_HAVE_LLAMA
+    if (use_llama) {
+        const char *model, *adapter;
+        gguf_files(prod, &model, &adapter);
+        if ((rc = scdb_llama_states_new(64, 2, &lls, err, sizeof err)) ||
+            (rc = scdb_llama_states_add(lls, prod, model, adapter, err, sizeof err))) {
+            fprintf(stderr, "calibrate --fidelity: llama.cpp: producer %s (%s)\n", err, scdb_strerror(rc));
+            goto done;
+        }
+        scdb_llama_states_engine(lls, &eng);
+        fo->eng = &eng;
+        fprintf(stderr, "calibrate --fidelity: windows tokenized by llama.cpp %s (%s); measured in scdb's "
+                "reference engine on the same weights\n", SCDB_LLAMA_RELEASE, scdb_llama_states_vocab_desc(lls));
+    }
+#endif
     if (!f16 && (rc = scdb_codebook_set_code_dtype(cb, SCDB_CODES_INT8))) {
         fprintf(stderr, "calibrate --fidelity: int8 codes: %s\n", scdb_strerror(rc));
         goto done;
@@ -445,10 +476,31 @@ static int fidelity_mode(const char *cb_path, const char *producer_dir, const ch
             goto done;
         }
         name = scdb_model_cfg(cons)->name;
-        if (refuse_non_byte_vocab(cons, "consumer")) {
+        int cons_llama = 0;
+        if (pick_engine(engine, prod, &cons, 1, &cons_llama) || cons_llama != use_llama) {
+            if (cons_llama != use_llama)
+                fprintf(stderr, "calibrate --fidelity: %s: the producer and this consumer need different "
+                        "engines (GGUF files both, or neither)\n", cons_dir[i]);
             scdb_model_free(&cons);
             goto done;
         }
+#ifdef SCDB_HAVE_LLAMA
+        if (use_llama) {   /* its vocabulary must be the producer's, token for token */
+            const char *model, *adapter, *pm, *pa;
+            scdb_llama_states *chk = NULL;   /* borrows cons: freed before it */
+            gguf_files(cons, &model, &adapter);
+            gguf_files(prod, &pm, &pa);
+            if ((rc = scdb_llama_states_new(64, 2, &chk, err, sizeof err)) ||
+                (rc = scdb_llama_states_add(chk, prod, pm, pa, err, sizeof err)) ||
+                (rc = scdb_llama_states_add(chk, cons, model, adapter, err, sizeof err))) {
+                fprintf(stderr, "calibrate --fidelity: llama.cpp: consumer %s (%s)\n", err, scdb_strerror(rc));
+                scdb_llama_states_free(&chk);
+                scdb_model_free(&cons);
+                goto done;
+            }
+            scdb_llama_states_free(&chk);
+        }
+#endif
         snprintf(in, sizeof in, "%s/%s__%s.safetensors", pdir, producer, name);
         snprintf(out, sizeof out, "%s/%s__%s.safetensors", outdir, producer, name);
         if ((rc = scdb_pair_load(in, cb, &pair, err, sizeof err)) ||
@@ -478,6 +530,9 @@ static int fidelity_mode(const char *cb_path, const char *producer_dir, const ch
     }
     ret = skipped ? 1 : 0;
 done:
+#ifdef SCDB_HAVE_LLAMA
+    scdb_llama_states_free(&lls);
+#endif
     scdb_model_free(&prod);
     scdb_codebook_free(&cb);
     return ret;
@@ -1414,12 +1469,9 @@ int cli_cmd_calibrate(int argc, char **argv)
             usage(stderr);
             return 2;
         }
-        if (engine == ENG_LLAMA) {
-            fprintf(stderr, "calibrate: --fidelity measures in scdb's reference engine (byte windows of each "
-                    "consumer's training text): not with --engine llama.cpp\n");
-            return 2;
-        }
-        return fidelity_mode(cb_path, producer_dir, cons_dir, n_cons, pairs_dir, outdir, f16, &fo);
+        fo.texts = texts;
+        fo.n_texts = n_texts;
+        return fidelity_mode(cb_path, producer_dir, cons_dir, n_cons, pairs_dir, outdir, f16, engine, &fo);
     }
     if (restamp_cb) {
         if (!producer_dir || n_cons || cb_path || restamp_path || !outdir) {

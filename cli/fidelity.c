@@ -2,8 +2,9 @@
  * the consumer's training text (issue 40): `scdb calibrate --fidelity`.
  *
  * Per window (prefix + continuation cut from the end of the consumer's
- * domain's training text, as a lora pair's held-back KL windows are: never
- * held-out text), the producer's codes of the prefix (the codebook's code
+ * domain's training text, or of --texts, as a lora pair's held-back KL
+ * windows are: never held-out text; tokens of the models' own tokenizer
+ * for GGUF models, llama.cpp's, else bytes), the producer's codes of the prefix (the codebook's code
  * dtype: int8 unless --f16, as the fleet serves them) are decoded with the
  * pair, then each candidate setting -- none; tail, initial and selective at
  * each fraction -- is applied by the reference engine
@@ -67,6 +68,39 @@ static void copy_cache(scdb_kv_cache *dst, const scdb_kv_cache *src)
     dst->n = src->n;
 }
 
+/* --texts: the files read whole and joined (.gz through gzip -dc), at most
+ * 64 MiB in all */
+static int read_texts(const cli_fidelity_opts *o, unsigned char **text, size_t *len)
+{
+    const size_t cap = (size_t)64 << 20;
+    unsigned char *all = NULL;
+    size_t n = 0;
+    for (int i = 0; i < o->n_texts; i++) {
+        unsigned char *t = NULL;
+        size_t tl = 0;
+        scdb_err e = scdb_codec_read_text(o->texts[i], cap - n, &t, &tl);
+        if (e) {
+            fprintf(stderr, "calibrate --fidelity: %s: %s\n", o->texts[i], scdb_strerror(e));
+            free(all);
+            return 1;
+        }
+        unsigned char *g = realloc(all, n + tl + 1);
+        if (!g) {
+            free(t);
+            free(all);
+            fprintf(stderr, "calibrate --fidelity: out of memory\n");
+            return 1;
+        }
+        all = g;
+        memcpy(all + n, t, tl);
+        n += tl;
+        free(t);
+    }
+    *text = all;
+    *len = n;
+    return 0;
+}
+
 int cli_fidelity_pick(const scdb_codebook *cb, const scdb_model *prod, const scdb_model *cons,
                       const scdb_pair *pair, const cli_fidelity_opts *o, scdb_recompute *out,
                       char *figures, size_t figlen)
@@ -79,7 +113,7 @@ int cli_fidelity_pick(const scdb_codebook *cb, const scdb_model *prod, const scd
     int nc = 0, ret = 1, nw = 0;
     unsigned char *text = NULL;
     size_t len = 0;
-    int32_t *tok = NULL, *pos = NULL;
+    int32_t *tok = NULL, *pos = NULL, *all = NULL;
     void *codes = NULL;
     float *ologp = NULL, *logits = NULL, *lp = NULL;
     scdb_kv_cache *own = NULL, *dec = NULL, *work = NULL;
@@ -91,18 +125,42 @@ int cli_fidelity_pick(const scdb_codebook *cb, const scdb_model *prod, const scd
     for (int p = 0; p < 3; p++)
         for (int b = 0; b < o->n_fractions && nc < FID_MAX_CAND - 1; b++)
             cd[nc++].rc = (scdb_recompute){pol[p], 0, (float)o->fractions[b]};
-    if ((e = scdb_codec_domain_text(cons, SCDB_TEXT_TRAIN, (size_t)1 << 20, &text, &len, desc,
-                                    sizeof desc))) {
+    if (o->n_texts > 0) {
+        if (read_texts(o, &text, &len)) goto done;
+    } else if ((e = scdb_codec_domain_text(cons, SCDB_TEXT_TRAIN, (size_t)1 << 20, &text, &len, desc,
+                                           sizeof desc))) {
         fprintf(stderr, "calibrate --fidelity: no training text for '%s' (%s): its pair keeps no "
-                "default (held-out text is never used to choose one)\n", cc->name, scdb_strerror(e));
+                "default (held-out text is never used to choose one; --texts FILE gives one)\n",
+                cc->name, scdb_strerror(e));
         ret = 2;
         goto done;
     }
-    if (len < (size_t)o->windows * need) {
-        fprintf(stderr, "calibrate --fidelity: training text of '%s' too short for %d windows of %d\n",
-                cc->name, o->windows, need);
+    /* the text's tokens: the models' own tokenizer, or its bytes */
+    size_t ntok = len;
+    if (o->eng) {
+        if ((e = o->eng->tokenize(o->eng->ud, text, len, &all, &ntok))) {
+            fprintf(stderr, "calibrate --fidelity: %s: tokenizing the text: %s\n", o->eng->name,
+                    scdb_strerror(e));
+            goto done;
+        }
+    } else if ((all = malloc((len ? len : 1) * sizeof *all))) {
+        scdb_tokenize_bytes(text, len, all);
+    }
+    if (!all) {
+        fprintf(stderr, "calibrate --fidelity: out of memory\n");
         goto done;
     }
+    if (ntok < (size_t)o->windows * need) {
+        fprintf(stderr, "calibrate --fidelity: training text of '%s' too short for %d windows of %d "
+                "%s (it has %zu)\n", cc->name, o->windows, need, o->eng ? "tokens" : "bytes", ntok);
+        goto done;
+    }
+    for (size_t i = 0; i < ntok; i++)
+        if (all[i] < 0 || all[i] >= V) {
+            fprintf(stderr, "calibrate --fidelity: token %d of the text is outside '%s''s vocabulary of %d\n",
+                    (int)all[i], cc->name, V);
+            goto done;
+        }
     tok = malloc((size_t)need * sizeof *tok);
     pos = malloc((size_t)P * sizeof *pos);
     codes = malloc(scdb_codec_payload_bytes(cb, P));
@@ -116,10 +174,10 @@ int cli_fidelity_pick(const scdb_codebook *cb, const scdb_model *prod, const scd
         goto done;
     }
     for (int i = 0; i < P; i++) pos[i] = i;
-    /* the windows: the last windows x need bytes of the training text */
+    /* the windows: the last windows x need tokens of the training text */
     for (int w = 0; w < o->windows; w++) {
-        size_t off = len - (size_t)(o->windows - w) * need;
-        scdb_tokenize_bytes(text + off, (size_t)need, tok);
+        size_t off = ntok - (size_t)(o->windows - w) * need;
+        memcpy(tok, all + off, (size_t)need * sizeof *tok);
         own->n = 0;
         dec->n = 0;
         if ((e = scdb_model_forward(cons, tok, NULL, P, own, NULL, NULL)) ||
@@ -198,6 +256,7 @@ int cli_fidelity_pick(const scdb_codebook *cb, const scdb_model *prod, const scd
     ret = 0;
 done:
     free(text);
+    free(all);
     free(tok);
     free(pos);
     free(codes);

@@ -86,6 +86,13 @@ typedef struct cli_fidelity_opts {
                                            setting costing at most this share
                                            of the prefix (0.15)              */
     int verbose;
+    /* --texts with --fidelity: windows from the end of these files, joined
+     * (each consumer's own training text otherwise) */
+    const char *const *texts;
+    int n_texts;
+    /* the models' tokenizer (llama.cpp's, codec.h's scdb_calib_engine)
+     * when their vocabulary is not bytes; NULL: the byte tokenizer */
+    const struct scdb_calib_engine *eng;
 } cli_fidelity_opts;
 /* 0 with *out and figures (a line for the pair's recompute_figures), 2 when
  * the consumer has no readable training text (nothing chosen), or 1 (a

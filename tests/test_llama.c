@@ -781,6 +781,27 @@ static void bpe_vocab_calibrated(void **state)
     assert_true(log_has(log, "held-back KL reuse"));
     assert_int_equal(rc, 0);
 
+    /* --fidelity on the BPE pair: windows tokenized by llama.cpp from
+     * --texts (such a model has no training text of the family's) */
+    char flog[128], fpair[256];
+    snprintf(flog, sizeof flog, "%s/fidelity.log", dir);
+    snprintf(args, sizeof args,
+             "calibrate --fidelity --codebook %s/out/codebooks/bpe-base.safetensors --producer %s --consumer %s "
+             "--pairs %s/out/pairs --texts " SCDB_DATA_DIR "/heldout/english.txt --fidelity-windows 2 "
+             "--fidelity-prefix 96 --fidelity-fractions 0.25,1 -o %s/fid", dir, pp_path, cp_path, dir, dir);
+    rc = run_scdb(args, flog);
+    assert_true(log_has(flog, "windows tokenized by llama.cpp"));
+    assert_int_equal(rc, 0);
+    snprintf(fpair, sizeof fpair, "%s/fid/bpe-base__bpe-spec.safetensors", dir);
+    assert_int_equal(access(fpair, R_OK), 0);
+    /* without --texts it has nothing to choose on, and says so */
+    snprintf(args, sizeof args,
+             "calibrate --fidelity --codebook %s/out/codebooks/bpe-base.safetensors --producer %s --consumer %s "
+             "--pairs %s/out/pairs -o %s/fid2", dir, pp_path, cp_path, dir, dir);
+    rc = run_scdb(args, flog);
+    assert_true(log_has(flog, "--texts FILE gives one"));
+    assert_int_equal(rc, 1);
+
     snprintf(ini, sizeof ini,
              "block_tokens = 64\nno_sync = 1\nheartbeat_timeout_ms = 30000\n\n"
              "[model bpe-base]\nconfig = %s\n\n[model bpe-spec]\nconfig = %s\n\n"
