@@ -96,6 +96,31 @@ static scdb_err write_out(exporter *x, const char *path, char *errbuf, size_t er
     return rc;
 }
 
+/* The llama architecture's keys of a model of config c (general.* and
+ * llama.*: the hyperparameters llama.cpp reads). */
+static scdb_err set_llama_keys(scdb_gguf_writer *w, const scdb_model_config *c, uint32_t ftype)
+{
+    scdb_err rc;
+    if ((rc = scdb_gguf_set_str(w, "general.architecture", "llama")) ||
+        (rc = scdb_gguf_set_str(w, "general.type", "model")) ||
+        (rc = scdb_gguf_set_str(w, "general.name", c->name)) ||
+        (rc = scdb_gguf_set_u32(w, "general.file_type", ftype)) ||
+        (rc = scdb_gguf_set_u32(w, "llama.vocab_size", (uint32_t)c->vocab_size)) ||
+        (rc = scdb_gguf_set_u32(w, "llama.context_length", (uint32_t)c->max_seq_len)) ||
+        (rc = scdb_gguf_set_u32(w, "llama.embedding_length", (uint32_t)c->d_model)) ||
+        (rc = scdb_gguf_set_u32(w, "llama.block_count", (uint32_t)c->n_layers)) ||
+        (rc = scdb_gguf_set_u32(w, "llama.feed_forward_length", (uint32_t)c->d_ff)) ||
+        (rc = scdb_gguf_set_u32(w, "llama.attention.head_count", (uint32_t)c->n_heads)) ||
+        (rc = scdb_gguf_set_u32(w, "llama.attention.head_count_kv", (uint32_t)c->n_kv_heads)) ||
+        (rc = scdb_gguf_set_u32(w, "llama.attention.key_length", (uint32_t)c->head_dim)) ||
+        (rc = scdb_gguf_set_u32(w, "llama.attention.value_length", (uint32_t)c->head_dim)) ||
+        (rc = scdb_gguf_set_u32(w, "llama.rope.dimension_count", (uint32_t)c->head_dim)) ||
+        (rc = scdb_gguf_set_f32(w, "llama.rope.freq_base", c->rope_theta)) ||
+        (rc = scdb_gguf_set_f32(w, "llama.attention.layer_norm_rms_epsilon", c->norm_eps)))
+        return rc;
+    return SCDB_OK;
+}
+
 scdb_err scdb_model_export_gguf(const scdb_model *m, const char *path, scdb_dtype dt, char *errbuf, size_t errlen)
 {
     exporter x = {.dt = dt};
@@ -126,22 +151,7 @@ scdb_err scdb_model_export_gguf(const scdb_model *m, const char *path, scdb_dtyp
         toks[i] = tok[i];
         types[i] = 1;                   /* LLAMA_TOKEN_TYPE_NORMAL */
     }
-    if ((rc = scdb_gguf_set_str(w, "general.architecture", "llama")) ||
-        (rc = scdb_gguf_set_str(w, "general.type", "model")) ||
-        (rc = scdb_gguf_set_str(w, "general.name", c->name)) ||
-        (rc = scdb_gguf_set_u32(w, "general.file_type", ftype)) ||
-        (rc = scdb_gguf_set_u32(w, "llama.vocab_size", (uint32_t)c->vocab_size)) ||
-        (rc = scdb_gguf_set_u32(w, "llama.context_length", (uint32_t)c->max_seq_len)) ||
-        (rc = scdb_gguf_set_u32(w, "llama.embedding_length", (uint32_t)c->d_model)) ||
-        (rc = scdb_gguf_set_u32(w, "llama.block_count", (uint32_t)c->n_layers)) ||
-        (rc = scdb_gguf_set_u32(w, "llama.feed_forward_length", (uint32_t)c->d_ff)) ||
-        (rc = scdb_gguf_set_u32(w, "llama.attention.head_count", (uint32_t)c->n_heads)) ||
-        (rc = scdb_gguf_set_u32(w, "llama.attention.head_count_kv", (uint32_t)c->n_kv_heads)) ||
-        (rc = scdb_gguf_set_u32(w, "llama.attention.key_length", (uint32_t)c->head_dim)) ||
-        (rc = scdb_gguf_set_u32(w, "llama.attention.value_length", (uint32_t)c->head_dim)) ||
-        (rc = scdb_gguf_set_u32(w, "llama.rope.dimension_count", (uint32_t)c->head_dim)) ||
-        (rc = scdb_gguf_set_f32(w, "llama.rope.freq_base", c->rope_theta)) ||
-        (rc = scdb_gguf_set_f32(w, "llama.attention.layer_norm_rms_epsilon", c->norm_eps)) ||
+    if ((rc = set_llama_keys(w, c, ftype)) ||
         (rc = scdb_gguf_set_str(w, "tokenizer.ggml.model", "rwkv")) ||
         (rc = scdb_gguf_set_arr_str(w, "tokenizer.ggml.tokens", toks, 256)) ||
         (rc = scdb_gguf_set_arr(w, "tokenizer.ggml.token_type", SCDB_GGUF_I32, types, 256)) ||
@@ -305,22 +315,7 @@ scdb_err scdb_model_write_random_gguf(scdb_model_config *c, const char *vocab, u
     if ((rc = scdb_gguf_writer_new(&x.w))) goto done;
     scdb_gguf_writer *w = x.w;
     uint32_t ftype = dt == SCDB_F16 ? FTYPE_MOSTLY_F16 : dt == SCDB_BF16 ? FTYPE_MOSTLY_BF16 : FTYPE_ALL_F32;
-    if ((rc = scdb_gguf_set_str(w, "general.architecture", "llama")) ||
-        (rc = scdb_gguf_set_str(w, "general.type", "model")) ||
-        (rc = scdb_gguf_set_str(w, "general.name", c->name)) ||
-        (rc = scdb_gguf_set_u32(w, "general.file_type", ftype)) ||
-        (rc = scdb_gguf_set_u32(w, "llama.vocab_size", (uint32_t)c->vocab_size)) ||
-        (rc = scdb_gguf_set_u32(w, "llama.context_length", (uint32_t)c->max_seq_len)) ||
-        (rc = scdb_gguf_set_u32(w, "llama.embedding_length", (uint32_t)c->d_model)) ||
-        (rc = scdb_gguf_set_u32(w, "llama.block_count", (uint32_t)c->n_layers)) ||
-        (rc = scdb_gguf_set_u32(w, "llama.feed_forward_length", (uint32_t)c->d_ff)) ||
-        (rc = scdb_gguf_set_u32(w, "llama.attention.head_count", (uint32_t)c->n_heads)) ||
-        (rc = scdb_gguf_set_u32(w, "llama.attention.head_count_kv", (uint32_t)c->n_kv_heads)) ||
-        (rc = scdb_gguf_set_u32(w, "llama.attention.key_length", (uint32_t)c->head_dim)) ||
-        (rc = scdb_gguf_set_u32(w, "llama.attention.value_length", (uint32_t)c->head_dim)) ||
-        (rc = scdb_gguf_set_u32(w, "llama.rope.dimension_count", (uint32_t)c->head_dim)) ||
-        (rc = scdb_gguf_set_f32(w, "llama.rope.freq_base", c->rope_theta)) ||
-        (rc = scdb_gguf_set_f32(w, "llama.attention.layer_norm_rms_epsilon", c->norm_eps)))
+    if ((rc = set_llama_keys(w, c, ftype)))
         goto done;
     if (v) {
         for (int i = 0; i < scdb_gguf_kv_count(v) && !rc; i++) {
