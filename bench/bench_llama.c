@@ -880,6 +880,8 @@ out:
         if (cons[i].m && cons[i].m != lbase)
             llama_model_free(cons[i].m);
     }
+    if (lbase)   /* after the consumers: their adapters go with it */
+        llama_model_free(lbase);
     scdb_rm_tree(tmp);
     return rc;
 }
