@@ -35,6 +35,7 @@ int cli_cmd_calibrate(int argc, char **argv);
  * llama.cpp): what a span of held-back text is counted in, for messages */
 static const char *span_unit = "bytes";
 static int refuse_non_byte_vocab(const scdb_model *m, const char *role);   /* "which engine" */
+static int llama_threads = 2;   /* --threads: llama.cpp's, for the states */
 
 static void usage(FILE *f)
 {
@@ -47,12 +48,12 @@ static void usage(FILE *f)
 "                      [--candidate-kv] [--candidate-layers l1,l2,...] [--windows N]\n"
 "                      [--window T] [--eval-windows N] [--hidden H] [--steps S]\n"
 "                      [--budget B] [--own-layer] [--no-identity] [--device D]\n"
-"                      [--engine auto|llama.cpp|reference]\n"
+"                      [--engine auto|llama.cpp|reference] [--threads T]\n"
 "       scdb calibrate --codebook FILE --consumer DIR [--consumer DIR ...] -o OUTDIR\n"
 "                      [--producer DIR] [--patch-layers K] [--texts FILE... | --domains ...]\n"
 "                      [--heldback-text FILE]\n"
 "                      [--windows N] [--window T] [--eval-windows N] [--hidden H]\n"
-"                      [--steps S] [--own-layer] [--device D] [--engine E]\n"
+"                      [--steps S] [--own-layer] [--device D] [--engine E] [--threads T]\n"
 "       scdb calibrate --codebook FILE --lora-pairs --consumer ADAPTER [...] -o OUTDIR\n"
 "                      [--shared FILE [--own-windows N] [--fleet-windows N]]\n"
 "                      [--dec-rank R] [--align-rank R] [--no-token-corr] [--producer DIR]\n"
@@ -62,7 +63,7 @@ static void usage(FILE *f)
 "       scdb calibrate --fidelity --codebook FILE --consumer DIR [...] -o OUTDIR\n"
 "                      [--pairs DIR] [--producer DIR] [--target-top1 X] [--target-ppl R]\n"
 "                      [--fidelity-windows N] [--fidelity-prefix P] [--fidelity-fractions LIST]\n"
-"                      [--fidelity-max-cost F] [--texts FILE...] [--engine E]\n"
+"                      [--fidelity-max-cost F] [--texts FILE...] [--engine E] [--threads T]\n"
 "                      [--f16] [--verbose]\n"
 "       scdb calibrate --restamp-codebook FILE --producer DIR -o OUTDIR\n\n"
 "Fits the producer's SCD codebook jointly for all consumers (ridge reduced-rank\n"
@@ -217,6 +218,9 @@ static void usage(FILE *f)
 "  --engine E           auto | llama.cpp | reference (default auto: llama.cpp when\n"
 "                       the producer and every consumer are GGUF files and the\n"
 "                       build has llama.cpp, else the reference engine)\n"
+"  --threads T          llama.cpp's threads for the states (default 2).  On a\n"
+"                       small model or a busy machine use 1: ggml's threads meet\n"
+"                       at a spinning barrier after every operation\n"
 "  -o OUTDIR            output root (e.g. data)\n");
 }
 
@@ -442,7 +446,7 @@ static int fidelity_mode(const char *cb_path, const char *producer_dir, const ch
     if (use_llama) {
         const char *model, *adapter;
         gguf_files(prod, &model, &adapter);
-        if ((rc = scdb_llama_states_new(64, 2, &lls, err, sizeof err)) ||
+        if ((rc = scdb_llama_states_new(64, llama_threads, &lls, err, sizeof err)) ||
             (rc = scdb_llama_states_add(lls, prod, model, adapter, err, sizeof err))) {
             fprintf(stderr, "calibrate --fidelity: llama.cpp: producer %s (%s)\n", err, scdb_strerror(rc));
             goto done;
@@ -490,7 +494,7 @@ static int fidelity_mode(const char *cb_path, const char *producer_dir, const ch
             scdb_llama_states *chk = NULL;   /* borrows cons: freed before it */
             gguf_files(cons, &model, &adapter);
             gguf_files(prod, &pm, &pa);
-            if ((rc = scdb_llama_states_new(64, 2, &chk, err, sizeof err)) ||
+            if ((rc = scdb_llama_states_new(64, llama_threads, &chk, err, sizeof err)) ||
                 (rc = scdb_llama_states_add(chk, prod, pm, pa, err, sizeof err)) ||
                 (rc = scdb_llama_states_add(chk, cons, model, adapter, err, sizeof err))) {
                 fprintf(stderr, "calibrate --fidelity: llama.cpp: consumer %s (%s)\n", err, scdb_strerror(rc));
@@ -1304,7 +1308,7 @@ static int open_llama_states(const scdb_model *prod, scdb_model *const *cons, in
 {
     char err[768] = "";
     const char *model, *adapter;
-    scdb_err rc = scdb_llama_states_new(n_ctx, 2, out, err, sizeof err);
+    scdb_err rc = scdb_llama_states_new(n_ctx, llama_threads, out, err, sizeof err);
     if (rc) {
         fprintf(stderr, "calibrate: llama.cpp: %s (%s)\n", err, scdb_strerror(rc));
         return 2;
@@ -1411,6 +1415,8 @@ int cli_cmd_calibrate(int argc, char **argv)
         else if (!strcmp(a, "--no-identity")) { cb_only = a; identity = 0; }
         else if (!strcmp(a, "-o") && more) outdir = argv[++i];
         else if (!strcmp(a, "--fidelity")) fidelity = 1;
+        else if (!strcmp(a, "--threads") && more)
+            bad = scdb_parse_int(a, argv[++i], 1, 256, &llama_threads, why, sizeof why);
         else if (!strcmp(a, "--engine") && more) {
             const char *e = argv[++i];
             if (!strcmp(e, "llama.cpp")) engine = ENG_LLAMA;

@@ -120,5 +120,13 @@ expect 2 "calibrate --engine: an unknown engine" -- "$scdb" calibrate --engine v
   --consumer "$data/models/code" --ranks 8,8,8 --patch-layers 1 -o "$tmp/o10"
 grep -q "engine wants auto, llama.cpp or reference, not 'vllm'" "$tmp/err" && ok "calibrate --engine: names the choices" \
   || { bad "calibrate --engine vllm message"; cat "$tmp/err"; }
+expect 2 "calibrate --threads 0: refused" -- "$scdb" calibrate --threads 0 --producer "$data/models/base" \
+  --consumer "$data/models/code" --ranks 8,8,8 --patch-layers 1 -o "$tmp/o11"
+grep -q -- "--threads '0': out of range (want \[1, 256\])" "$tmp/err" && ok "calibrate --threads 0: says the range" \
+  || { bad "calibrate --threads 0 message"; cat "$tmp/err"; }
+expect 2 "calibrate --threads 2x: refused" -- "$scdb" calibrate --threads 2x --producer "$data/models/base" \
+  --consumer "$data/models/code" --ranks 8,8,8 --patch-layers 1 -o "$tmp/o12"
+grep -q -- "--threads '2x': junk after the number" "$tmp/err" && ok "calibrate --threads 2x: says what is wrong" \
+  || { bad "calibrate --threads 2x message"; cat "$tmp/err"; }
 
 cli_expect_done

@@ -770,7 +770,7 @@ static void bpe_vocab_calibrated(void **state)
      * of 385 tokens; every option the default run would take from the
      * family's texts given */
     snprintf(args, sizeof args,
-             "calibrate --engine llama.cpp --producer %s --consumer %s --ranks 8,8,16 --patch-layers 1 "
+             "calibrate --engine llama.cpp --threads 1 --producer %s --consumer %s --ranks 8,8,16 --patch-layers 1 "
              "--window 128 --windows 8 --eval-windows 2 --steps 50 --hidden 32 --device cpu "
              "--texts " SCDB_DATA_DIR "/heldout/english.txt --heldback-text " SCDB_DATA_DIR "/heldout/prose.txt "
              "-o %s/out", pp_path, cp_path, dir);
