@@ -62,6 +62,10 @@ while [ $# -gt 0 ]; do
     *) echo "install-llama.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
+if [ -n "$arch" ] && [ $cuda -eq 0 ]; then
+  echo "install-llama.sh: --arch '$arch' is the CUDA architectures of a --cuda build; add --cuda" >&2
+  exit 2
+fi
 if [ $source_build -eq 1 ]; then
   stamp="$stamp built from source"
   [ $cuda -eq 1 ] && stamp="$stamp with CUDA${arch:+ ($arch)}"
@@ -70,9 +74,10 @@ installed() { [ -f "$dst/VERSION" ] && [ "$(cat "$dst/VERSION")" = "$stamp" ]; }
 if [ $check -eq 1 ]; then installed; exit $?; fi
 installed && exit 0
 
-if [ "$(uname -m)" != x86_64 ] || [ "$(uname -s)" != Linux ]; then
+if [ $source_build -eq 0 ] && { [ "$(uname -m)" != x86_64 ] || [ "$(uname -s)" != Linux ]; }; then
   echo "install-llama.sh: the pinned prebuilt llama.cpp is for Linux x86_64; this is $(uname -sm)." >&2
-  echo "  scdb builds without it (SCDB_LLAMA off); the llama.cpp tests then skip." >&2
+  echo "  --source builds the same release here; or scdb builds without it (SCDB_LLAMA off) and the" >&2
+  echo "  llama.cpp tests skip." >&2
   exit 1
 fi
 need=()
