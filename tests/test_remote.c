@@ -1174,6 +1174,10 @@ static void test_put_a_get_b(void **state)
     scdb_arena_free(&ab);
     /* kept locally (through B's writer): lookups become local, gets too */
     for (int i = 0; i < 1000 && lookup_prefix(cb, 1, 8).n_remote; i++) nap_ms(10);
+    /* the writer attaches the hot copies just after the commit that made
+     * the lookups local (store_write.c, hot_after_put): a get in between
+     * reads LMDB, so wait for them (under load that window was hit) */
+    for (int i = 0; i < 1000 && bstats(&g_b).hot_blocks < 8; i++) nap_ms(10);
     lr = lookup_prefix(cb, 1, 8);
     assert_int_equal(lr.n_matched, 8);
     assert_int_equal(lr.n_remote, 0);
