@@ -12,11 +12,7 @@
 set -u
 scdb="$1"
 data="$2"
-tmp=$(mktemp -d /tmp/test_demo_llama.XXXXXX)
-trap 'rm -rf "$tmp"' EXIT
-pass=0 fail=0
-ok()  { pass=$((pass + 1)); echo "ok   $*"; }
-bad() { fail=$((fail + 1)); echo "FAIL $*"; }
+. "$(dirname "$0")/helpers/cli_expect.sh"
 
 d="$tmp/data"
 mkdir -p "$d/models" "$d/adapters"
@@ -26,10 +22,8 @@ cp "$data/adapters/TRAINING.json" "$d/adapters/"
 for a in c-header cmake perl; do ln -s "$data/adapters/$a" "$d/adapters/$a"; done
 for x in codebooks pairs heldout policies; do ln -s "$data/$x" "$d/$x"; done
 
-"$scdb" demo --engine llama.cpp --data "$d" --prefix 128 --gen 8 >"$tmp/out" 2>"$tmp/err"
-rc=$?
-[ $rc -eq 0 ] && ok "the demo in llama.cpp with 3 adapters exits 0" \
-  || { bad "the demo exits $rc"; tail -30 "$tmp/err"; }
+expect 0 "the demo in llama.cpp with 3 adapters exits 0" -- \
+  "$scdb" demo --engine llama.cpp --data "$d" --prefix 128 --gen 8
 grep -q "^demo: ok" "$tmp/out" && ok "it says ok" || bad "no 'demo: ok'"
 rows=$(grep -c "^| [a-z0-9-]* | lora | 128 |" "$tmp/out")
 [ "$rows" -eq 3 ] && ok "one row per adapter, each a LoRA adapter of a 128-token prefix" \
@@ -49,5 +43,4 @@ grep -q "adapters on one context" "$tmp/out" && ok "it measures the adapter swit
 grep -q "skipped" "$tmp/out" && bad "an adapter was skipped: $(grep skipped "$tmp/out")" \
   || ok "no adapter skipped"
 
-echo "$pass passed, $fail failed"
-[ $fail -eq 0 ]
+cli_expect_done
