@@ -110,6 +110,21 @@ verdict() {   # verdict NAME ok|fail|skip REASON
   esac
 }
 
+# ctest_verdict NAME REGEX RC SKIPWHY [OKNOTE]: the verdict on a `run ...
+# ctest -R REGEX` whose status was RC: a test matched, none skipped (SKIPWHY
+# says why none may: "a GPU is present"), all passed
+ctest_verdict() {
+  if grep -q "No tests were found" "$work/out.txt"; then
+    verdict "$1" fail "no test matched '$2'"
+  elif grep -qE '\*\*\*Skipped|Not Run' "$work/out.txt"; then
+    verdict "$1" fail "a test skipped although $4 (its output says why)"
+  elif [ "$3" -ne 0 ]; then
+    verdict "$1" fail "ctest exit $3"
+  else
+    verdict "$1" ok "${5:-}"
+  fi
+}
+
 say "# scdb GPU check"
 say ""
 say "$(date -u '+%Y-%m-%d %H:%M:%S UTC') on $(hostname), commit $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$root" diff --quiet 2>/dev/null || echo ' (with local changes)')"
@@ -145,16 +160,7 @@ scdb="$build/cli/scdb"
 
 # ---------------------------------------------------------------- 3. tests
 run "CUDA-vs-CPU tests (ctest -R cuda)" 240 ctest --test-dir "$build" -R cuda --output-on-failure --timeout 200
-rc=$?
-if grep -q "No tests were found" "$work/out.txt"; then
-  verdict "CUDA tests" fail "no test matched 'cuda'"
-elif grep -qE '\*\*\*Skipped|Not Run' "$work/out.txt"; then
-  verdict "CUDA tests" fail "a CUDA test skipped although a GPU is present (its output says why)"
-elif [ $rc -ne 0 ]; then
-  verdict "CUDA tests" fail "ctest exit $rc"
-else
-  verdict "CUDA tests" ok "(every test matching 'cuda' passed)"
-fi
+ctest_verdict "CUDA tests" cuda $? "a GPU is present" "(every test matching 'cuda' passed)"
 if run "CPU kernel tests (baseline)" 120 ctest --test-dir "$build" -R '^test_kernels$' --output-on-failure; then
   verdict "CPU kernel tests" ok ""
 else
@@ -371,17 +377,9 @@ else
     verdict "llama.cpp (CUDA)" fail "scdb does not build against the CUDA llama.cpp (above)"
   else
     lscdb="$lbuild/cli/scdb"
-    export SCDB_LLAMA_LIBDIR="$llama_dir/lib"
     run "llama.cpp tests, every layer on the GPU (ctest -R llama)" 400 \
         ctest --test-dir "$lbuild" -R llama --output-on-failure --timeout 380
-    rc=$?
-    if grep -qE '\*\*\*Skipped|Not Run' "$work/out.txt"; then
-      verdict "llama.cpp tests (CUDA)" fail "a llama.cpp test skipped although llama.cpp is built"
-    elif [ $rc -ne 0 ]; then
-      verdict "llama.cpp tests (CUDA)" fail "ctest exit $rc"
-    else
-      verdict "llama.cpp tests (CUDA)" ok ""
-    fi
+    ctest_verdict "llama.cpp tests (CUDA)" llama $? "llama.cpp is built"
     # offload check and figures: llama.cpp's own log says where the layers went
     SCDB_LLAMA_LOG=1 run "bench llama, the family, llama.cpp on the GPU" 300 \
         "$lscdb" bench llama --shape family --json "$work/llama_family_cuda.json"
@@ -412,7 +410,6 @@ import json, sys
 print('; '.join(f\"{r['prefix_tokens']} tokens: own {r['own_prefill_ms']:.0f} ms, via scdb {r['ttft_ms']:.0f} ms ({r['speedup']:.2f}x; get {r['get_ms']:.0f} ms on the broker's CPU)\" for r in json.load(open(sys.argv[1]))['rows']))
 " "$work/llama_1b_cuda.json" 2>/dev/null)"
     fi
-    unset SCDB_LLAMA_LIBDIR
   fi
 fi
 
