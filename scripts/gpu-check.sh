@@ -71,7 +71,7 @@ while [ $# -gt 0 ]; do
     --calib-cpu) calib_cpu=1; shift ;;
     --no-llama) llama_step=0; shift ;;
     --llama-only) llama_step=2; shift ;;
-    -h|--help) sed -n '2,60p' "$0"; exit 0 ;;
+    -h|--help) awk 'NR > 1 && !/^#/ {exit} NR > 1' "$0"; exit 0 ;;   # the header comment
     *) echo "gpu-check.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done

@@ -58,7 +58,7 @@ while [ $# -gt 0 ]; do
         --dest) dst="$2" ;;
       esac
       shift 2 ;;
-    -h|--help) sed -n '2,34p' "$0"; exit 0 ;;
+    -h|--help) awk 'NR > 1 && !/^#/ {exit} NR > 1' "$0"; exit 0 ;;   # the header comment
     *) echo "install-llama.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
