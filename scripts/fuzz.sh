@@ -23,7 +23,7 @@ targets=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --runs) runs="$2"; shift 2 ;;
-    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    -h|--help) awk 'NR > 1 && !/^#/ {exit} NR > 1' "$0"; exit 0 ;;   # the header comment
     [0-9]*) seconds="$1"; shift ;;
     *) targets+=("$1"); shift ;;
   esac

@@ -37,7 +37,7 @@ for a in "$@"; do
                     valgrind gdb bats linux-perf libxslt1-dev libffi-dev libjs-bootstrap4
                     nettle-dev libxmlsec1-dev zlib1g-dev libhiredis-dev liblzma-dev
                     libidn2-dev libtasn1-6-dev libexpat1-dev libpng-dev) ;;
-    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+    -h|--help) awk 'NR > 1 && !/^#/ {exit} NR > 1' "$0"; exit 0 ;;   # the header comment
     *) echo "install-deps.sh: unknown option $a" >&2; exit 2 ;;
   esac
 done

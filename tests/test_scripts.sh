@@ -44,8 +44,9 @@ expect_says 2 "gpu-check: an unknown option" "unknown option --frobnicate" -- "$
 expect_says 0 "gpu-check --help names the llama.cpp step" "--llama-only" -- "$gc" --help
 expect_says 0 "gpu-check --help names install-llama --cuda" "install-llama.sh --cuda" -- "$gc" --help
 
-# --help prints the header comment, and nothing of the code after it
-for sc in "$il" "$gc"; do
+# --help prints the header comment, and nothing of the code after it (all
+# four scripts with options; --help exits before any work)
+for sc in "$il" "$gc" "$root/scripts/install-deps.sh" "$root/scripts/fuzz.sh"; do
   "$sc" --help > "$tmp/h" 2>&1
   [ -s "$tmp/h" ] && ! grep -qv '^#' "$tmp/h" && ok "$(basename "$sc") --help: the header comment only" \
     || { bad "$(basename "$sc") --help prints more than its header comment"; grep -v '^#' "$tmp/h"; }
