@@ -191,6 +191,26 @@ void lw_prompts_why(const lw_env *env, scdb *h, int n_short, int prompt, uint32_
              (double)st.disk_bytes / (1 << 20), (unsigned long long)st.evictions);
 }
 
+/* Make the prompts that are still whole the most recently used blocks:
+ * lookups through the broker touch what they match (the index's do not).
+ * Else storing the missing ones evicts them, the store's oldest leaves
+ * since the last reads, one for one, and as many come up short again. */
+static void touch_whole(const lw_env *env, const int *missing)
+{
+    scdb_opts o = {.endpoint = env->endpoint, .timeout_ms = env->timeout_ms, .name = "prompts",
+                   .no_heartbeat = 1, .no_lookup_index = 1};
+    scdb *t = NULL;
+
+    if (scdb_connect(&o, &t)) return;   /* best effort: the re-check says what is missing */
+    if (!(env->verify ? scdb_register(t, SCDB_CONSUMER, "base", NULL, NULL)
+                      : scdb_register(t, SCDB_CONSUMER, "code", "base-scd", NULL)))
+        for (int p = 0; p < env->n_prompts; p++) {
+            scdb_lookup_result r;
+            if (!missing[p] && scdb_lookup(t, env->prompts[p], LW_PROMPT_TOKENS, &r)) break;
+        }
+    scdb_close(&t);
+}
+
 int lw_prompts_keep(const lw_env *env, char *why, size_t len)
 {
     int missing[LW_MAX_PROMPTS], n, again = 0, first = 0;
@@ -205,6 +225,7 @@ int lw_prompts_keep(const lw_env *env, char *why, size_t len)
     /* only the copy the clients read: storing the other would only evict */
     n = lw_prompts_short(env, h, missing, NULL, NULL);
     if (n > 0) {
+        touch_whole(env, missing);
         if (store_prompts(env, missing, !env->verify, env->verify))
             snprintf(why, len, "cannot store the prompts again (above)");
         else if ((again = lw_prompts_short(env, h, NULL, &first, &blocks)) > 0)

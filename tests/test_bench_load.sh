@@ -13,8 +13,8 @@
 # fill it; a second of them is hundreds even on a slow machine), as a 2 GiB
 # store was on a fast machine, which made every read of every run miss;
 # the bench stores them again and the runs read them.  A store that cannot
-# hold the prompts at all (8MiB) fails at once, saying why, before any
-# measurement.
+# hold the prompts at all (1MiB: the 16 prompts' codes alone take more)
+# fails at once, saying why, before any measurement.
 set -u
 scdb="$1"
 tmp=$(mktemp -d /tmp/test_bench_load.XXXXXX)
@@ -53,12 +53,12 @@ grep -q "^| op | ok | errors |" "$tmp/ok.out" && ok "the table prints ok and err
 
 # a store that cannot hold the prompts: FAILED at once, saying why
 start=$(date +%s)
-"$scdb" bench load "${short[@]}" --disk-capacity 8MiB >"$tmp/small.out" 2>"$tmp/small.err"
+"$scdb" bench load "${short[@]}" --disk-capacity 1MiB >"$tmp/small.out" 2>"$tmp/small.err"
 rc=$?
 took=$(( $(date +%s) - start ))
 [ $rc -eq 1 ] && ok "a store too small for the prompts exits 1" \
   || { bad "a store too small for the prompts exits $rc"; tail -20 "$tmp/small.err"; }
-grep -q "FAILED: .* prompts .* no longer whole .* evicted them (disk_capacity 8.0 MiB" \
+grep -q "FAILED: .* prompts .* no longer whole .* evicted them (disk_capacity 1.0 MiB" \
   "$tmp/small.err" && ok "it says the store evicted the prompts and its capacity" \
   || { bad "no FAILED line saying why"; cat "$tmp/small.err"; }
 grep -q "capacity of" "$tmp/small.err" \
