@@ -336,11 +336,17 @@ static scdb_err parse(scdb_gguf_file *f, rd *r)
     r->pos = 4;
     if ((e = take(r, 4, "the version", &v))) return e;
     f->version = (uint32_t)v;
-    if (f->version != SCDB_GGUF_VERSION) {
+    /* versions 2 and 3 share one layout (3 only marked big-endian files
+     * possible); version 1 had 32-bit counts and lengths */
+    if (f->version < SCDB_GGUF_MIN_VERSION || f->version > SCDB_GGUF_VERSION) {
         if (f->version && !(f->version & 0xffffu))
             return fail(r, SCDB_EUNSUPPORTED, "version field 0x%08" PRIx32 ": a big-endian GGUF file, which is not "
                         "supported", f->version);
-        return fail(r, SCDB_EUNSUPPORTED, "GGUF version %" PRIu32 " is not supported (only version 3)", f->version);
+        if (f->version == 1)
+            return fail(r, SCDB_EUNSUPPORTED, "GGUF version 1 (32-bit counts, before August 2023) is not supported "
+                        "(versions 2 and 3 are): convert the model again with a current llama.cpp");
+        return fail(r, SCDB_EUNSUPPORTED, "GGUF version %" PRIu32 " is not supported (versions 2 and 3 are)",
+                    f->version);
     }
     if ((e = take(r, 8, "the tensor count", &n_t)) || (e = take(r, 8, "the KV count", &n_kv))) return e;
     if ((int64_t)n_t < 0 || (int64_t)n_kv < 0)
@@ -582,7 +588,7 @@ scdb_err scdb_gguf_peek_str(const char *path, const char *key, char *out, size_t
     close(fd);
     if (map == MAP_FAILED) return SCDB_ESYS;
     rd r = {.p = map, .len = (size_t)st.st_size, .pos = 4};
-    if (memcmp(r.p, "GGUF", 4) || take(&r, 4, "", &v) || v != SCDB_GGUF_VERSION || take(&r, 8, "", &n_t) ||
+    if (memcmp(r.p, "GGUF", 4) || take(&r, 4, "", &v) || v < SCDB_GGUF_MIN_VERSION || v > SCDB_GGUF_VERSION || take(&r, 8, "", &n_t) ||
         take(&r, 8, "", &n_kv) || n_kv > left(&r) / MIN_KV) {
         e = SCDB_EFORMAT;
         goto done;

@@ -65,7 +65,8 @@
 
 #include "scdb_err.h"
 
-#define SCDB_GGUF_VERSION 3
+#define SCDB_GGUF_VERSION 3                   /* what the writer writes */
+#define SCDB_GGUF_MIN_VERSION 2               /* read: 2 and 3 (the same layout, 64-bit counts) */
 #define SCDB_GGUF_DEFAULT_ALIGNMENT 32
 #define SCDB_GGUF_MAX_DIMS 4
 #define SCDB_GGUF_MAX_NAME 64                 /* a tensor name is < 64 bytes (GGML_MAX_NAME) */
@@ -177,7 +178,7 @@ void scdb_gguf_close(scdb_gguf_file **f);
  * opening the file whole (the KVs are walked in the mapping; nothing is
  * allocated): what a loader asks first (general.type: a model or an
  * adapter?).  SCDB_ENOTFOUND (no such key, no such file), SCDB_EFORMAT (not
- * a GGUF v3 file whose KVs can be read, or the key is not a string),
+ * a GGUF v2 or v3 file whose KVs can be read, or the key is not a string),
  * SCDB_EINVAL, SCDB_ESYS. */
 scdb_err scdb_gguf_peek_str(const char *path, const char *key, char *out, size_t cap);
 

@@ -8,6 +8,7 @@
  * with a specific error.  The family's models come as GGUF files written
  * by `scdb export-gguf` into the build tree (tests/CMakeLists.txt).
  */
+#include <glob.h>
 #include <math.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -620,6 +621,83 @@ static int tokenize(const struct llama_model *m, const char *text, int32_t *out,
                           false);
 }
 
+/* Every vocabulary-only GGUF llama.cpp ships (models/ggml-vocab-*.gguf,
+ * written by gguf-py; one of them, aquila, version 2) read by scdb and
+ * written again with every KV and tensor copied: the same bytes, but for
+ * version 2's version field (the writer writes 3, the same layout); and the
+ * version-2 file's copy tokenizes a text as the original does in
+ * llama.cpp, vocab only. */
+static void vocab_gguf_copies(void **state)
+{
+    (void)state;
+    glob_t g;
+    if (glob(SCDB_LLAMA_MODELS "/ggml-vocab-*.gguf", 0, NULL, &g)) {
+        print_message("skipped: no %s/ggml-vocab-*.gguf\n", SCDB_LLAMA_MODELS);
+        skip();
+    }
+    int v2 = 0;
+    char v2path[1024] = "", dir[] = "/tmp/scdb_test_vocab_XXXXXX", copy[1100];
+    assert_non_null(mkdtemp(dir));
+    snprintf(copy, sizeof copy, "%s/v2copy.gguf", dir);
+    for (size_t i = 0; i < g.gl_pathc; i++) {
+        const char *path = g.gl_pathv[i];
+        char err[512] = "";
+        scdb_gguf_file *f = NULL;
+        if (scdb_gguf_open(path, &f, err, sizeof err))
+            fail_msg("%s: %s", path, err);
+        scdb_gguf_writer *w = NULL;
+        assert_int_equal(scdb_gguf_writer_new(&w), SCDB_OK);
+        for (int k = 0; k < scdb_gguf_kv_count(f); k++)
+            assert_int_equal(scdb_gguf_set_kv(w, scdb_gguf_kv_at(f, k)), SCDB_OK);
+        for (int t = 0; t < scdb_gguf_tensor_count(f); t++) {
+            const scdb_gguf_tensor *x = scdb_gguf_tensor_at(f, t);
+            assert_int_equal(scdb_gguf_add_tensor(w, x->name, x->type, x->n_dims, x->ne, x->data),
+                             SCDB_OK);
+        }
+        uint8_t *img = NULL;
+        size_t n = 0;
+        assert_int_equal(scdb_gguf_writer_image(w, &img, &n), SCDB_OK);
+        char *orig = NULL;
+        size_t on = 0;
+        assert_int_equal(scdb_read_file(path, 1u << 30, &orig, &on), SCDB_OK);
+        uint32_t ver = scdb_gguf_version(f);
+        assert_true(ver == 2 || ver == 3);
+        if (ver == 2) {
+            v2++;
+            snprintf(v2path, sizeof v2path, "%s", path);
+            assert_int_equal(scdb_gguf_writer_write(w, copy), SCDB_OK);
+            assert_int_equal(img[4], 3);
+            img[4] = 2;               /* the version field, little-endian */
+        }
+        if (on != n || memcmp(orig, img, n))
+            fail_msg("%s (version %u): scdb's copy differs (%zu vs %zu bytes)", path, ver, n, on);
+        free(orig);
+        free(img);
+        scdb_gguf_writer_free(&w);
+        scdb_gguf_close(&f);
+    }
+    print_message("%zu vocabulary GGUFs copied byte for byte (%d of version 2)\n", g.gl_pathc, v2);
+    globfree(&g);
+    assert_true(v2 >= 1);
+    /* llama.cpp reads the copy as it reads the version-2 original */
+    struct llama_model_params mp = llama_model_default_params();
+    mp.vocab_only = true;
+    struct llama_model *a = llama_model_load_from_file(v2path, mp),
+                       *b = llama_model_load_from_file(copy, mp);
+    assert_non_null(a);
+    assert_non_null(b);
+    const char *text = "The cache broker restores a stored prefix: 42 tokens, \xe4\xb8\xad\xe6\x96\x87 too.";
+    int32_t ia[256], ib[256];
+    int na = tokenize(a, text, ia, 256), nb = tokenize(b, text, ib, 256);
+    assert_true(na > 4);
+    assert_int_equal(na, nb);
+    assert_memory_equal(ia, ib, (size_t)na * sizeof *ia);
+    llama_model_free(a);
+    llama_model_free(b);
+    unlink(copy);
+    rmdir(dir);
+}
+
 /* A model with a real BPE vocabulary through scdb: the broker loads its
  * GGUF (config, vocabulary size, fingerprint), llama.cpp tokenizes English
  * with GPT-2's merges, prefills, stores the sequence raw; a lookup of the
@@ -1173,6 +1251,7 @@ int main(void)
         cmocka_unit_test(rope_matches_reference),
         cmocka_unit_test(blob_refusals),
         cmocka_unit_test(fleet_through_broker),
+        cmocka_unit_test(vocab_gguf_copies),
         cmocka_unit_test(bpe_vocab_through_broker),
         cmocka_unit_test(bpe_vocab_calibrated),
         cmocka_unit_test(calibrate_refusals),
