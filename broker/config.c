@@ -590,24 +590,34 @@ static int is_file(const char *path)
     return f != NULL;
 }
 
-/* One directory a group's glob matched: a model entry, and a pair. */
+/* One path a group's glob matched: a model or adapter directory (NAME its
+ * folder's name), or a GGUF model or adapter file (NAME.gguf, or the file's
+ * name without an extension); anything else is not a consumer.  A model
+ * entry, and a pair. */
 static scdb_err add_consumer(scdb_broker_config *c, const scdb_broker_consumers_cfg *g,
                              const char *dir, char *errbuf, size_t errlen)
 {
     char path[1200], name[SCDB_BROKER_NAME_MAX + 1];
     size_t n = strlen(dir);
+    int is_dir = n > 0 && dir[n - 1] == '/';           /* GLOB_MARK */
     while (n > 1 && dir[n - 1] == '/') n--;
     size_t b = n;
     while (b > 0 && dir[b - 1] != '/') b--;
-    snprintf(path, sizeof path, "%.*s/config.json", (int)n, dir);
-    int model = is_file(path);
-    snprintf(path, sizeof path, "%.*s/adapter_config.json", (int)n, dir);
-    if (!model && !is_file(path)) return SCDB_OK;      /* not a model directory */
-    if (n - b >= SCDB_BROKER_NAME_MAX || n >= sizeof c->models[0].config) {
+    size_t name_end = n;
+    if (is_dir) {
+        snprintf(path, sizeof path, "%.*s/config.json", (int)n, dir);
+        int model = is_file(path);
+        snprintf(path, sizeof path, "%.*s/adapter_config.json", (int)n, dir);
+        if (!model && !is_file(path)) return SCDB_OK;  /* not a model directory */
+    } else {
+        if (!scdb_gguf_is_file(dir)) return SCDB_OK;   /* not a GGUF file */
+        if (n - b > 5 && !strcmp(dir + n - 5, ".gguf")) name_end = n - 5;
+    }
+    if (name_end - b >= SCDB_BROKER_NAME_MAX || n >= sizeof c->models[0].config) {
         snprintf(errbuf, errlen, "[consumers %s]: %.*s: name or path too long", g->name, (int)n, dir);
         return SCDB_ERANGE;
     }
-    snprintf(name, sizeof name, "%.*s", (int)(n - b), dir + b);
+    snprintf(name, sizeof name, "%.*s", (int)(name_end - b), dir + b);
     if (!model_cfg(c, name, 0)) {
         scdb_broker_model_cfg *m = model_cfg(c, name, 1);
         if (!m) return SCDB_ENOMEM;
@@ -649,7 +659,7 @@ static scdb_err expand_groups(scdb_broker_config *c, char *errbuf, size_t errlen
         snprintf(pats, sizeof pats, "%s", g->dirs);
         for (char *pat = strtok_r(pats, " \t,", &save); pat; pat = strtok_r(NULL, " \t,", &save)) {
             glob_t gl;
-            int rc = glob(pat, GLOB_ONLYDIR | GLOB_MARK, NULL, &gl);
+            int rc = glob(pat, GLOB_MARK, NULL, &gl);   /* directories end in '/' */
             if (rc == GLOB_NOMATCH) continue;
             if (rc) {
                 snprintf(errbuf, errlen, "[consumers %s]: cannot expand %s", g->name, pat);

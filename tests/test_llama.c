@@ -621,6 +621,63 @@ static int tokenize(const struct llama_model *m, const char *text, int32_t *out,
                           false);
 }
 
+/* A fleet of GGUF files by glob: `[consumers fleet] dirs = GGUF/(star).gguf`
+ * makes each file a model named after it (code.gguf -> code) with its pair
+ * (base__{name}); llama.cpp's `code` registers against it by fingerprint
+ * and restores what base stored. */
+static void consumers_glob_gguf(void **state)
+{
+    (void)state;
+    NEED_MODEL();
+    const char *code_path = SCDB_TEST_GGUF_DIR "/code.gguf";
+    if (access(code_path, R_OK)) skip();
+    char ini[2048], err[512] = "";
+    snprintf(ini, sizeof ini,
+             "block_tokens = 64\nno_sync = 1\nheartbeat_timeout_ms = 30000\n\n"
+             "[model base]\nconfig = " SCDB_DATA_DIR "/models/base/config.json\n\n"
+             "[codebook base-scd]\nkind = scd\nmodel = base\ncodes_dtype = int8\n"
+             "file = " SCDB_DATA_DIR "/codebooks/base.safetensors\n\n"
+             "[consumers fleet]\ndirs = " SCDB_TEST_GGUF_DIR "/*.gguf\ncodebook = base-scd\n"
+             "decoder = scd\nfile = " SCDB_DATA_DIR "/pairs/base__{name}.safetensors\n");
+    assert_int_equal(bp_start(&llama_broker, SCDB_BROKER_BIN, ini), 0);
+    enum { N = 128 };
+    scdb_llama_producer_params pp = scdb_llama_producer_default_params();
+    pp.endpoint = llama_broker.endpoint;
+    pp.producer = "base";
+    pp.codebook = "base-scd";
+    pp.timeout_ms = 20000;
+    scdb_llama_producer *prod = NULL;
+    scdb_err e = scdb_llama_producer_open(&pp, &prod, err, sizeof err);
+    if (e) fail_msg("producer: %s: %s", scdb_strerror(e), err);
+    struct llama_context *pctx = ctx_for(lm, prod, 1);
+    scdb_llama_put_result pr;
+    e = scdb_llama_producer_prefill(prod, pctx, 0, tok, N, &pr);
+    if (e) fail_msg("prefill: %s: %s", scdb_strerror(e), scdb_llama_producer_error(prod));
+    struct llama_model *code = llama_model_load_from_file(code_path, llama_model_default_params());
+    assert_non_null(code);
+    scdb_llama_consumer_params cp = scdb_llama_consumer_default_params();
+    cp.endpoint = llama_broker.endpoint;
+    cp.consumer = "code";                 /* the glob's name for code.gguf */
+    cp.codebook = "base-scd";
+    cp.model = code;
+    cp.timeout_ms = 20000;
+    scdb_llama_consumer *cons = NULL;
+    e = scdb_llama_consumer_open(&cp, &cons, err, sizeof err);
+    if (e) fail_msg("consumer: %s: %s", scdb_strerror(e), err);
+    struct llama_context *cctx = ctx_for(code, NULL, 0);
+    scdb_llama_restore_result rr;
+    e = scdb_llama_restore(cons, cctx, tok, N, NULL, &rr);
+    if (e) fail_msg("restore: %s: %s", scdb_strerror(e), scdb_llama_consumer_error(cons));
+    assert_true(rr.n_restored > 0 && rr.n_restored <= N);
+    print_message("code (from the glob's code.gguf) restored %d of %d tokens\n", rr.n_restored, N);
+    llama_free(cctx);
+    llama_free(pctx);
+    scdb_llama_consumer_close(&cons);
+    scdb_llama_producer_close(&prod);
+    llama_model_free(code);
+    assert_int_equal(bp_stop(&llama_broker, SIGTERM), 0);
+}
+
 /* Every vocabulary-only GGUF llama.cpp ships (models/ggml-vocab-*.gguf,
  * written by gguf-py; one of them, aquila, version 2) read by scdb and
  * written again with every KV and tensor copied: the same bytes, but for
@@ -1251,6 +1308,7 @@ int main(void)
         cmocka_unit_test(rope_matches_reference),
         cmocka_unit_test(blob_refusals),
         cmocka_unit_test(fleet_through_broker),
+        cmocka_unit_test(consumers_glob_gguf),
         cmocka_unit_test(vocab_gguf_copies),
         cmocka_unit_test(bpe_vocab_through_broker),
         cmocka_unit_test(bpe_vocab_calibrated),
