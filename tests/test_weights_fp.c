@@ -32,6 +32,7 @@
 #include "alloc_fault.h"
 #include "hf_export.h"
 #include "kernels.h"
+#include "model.h"
 #include "weights_fp.h"
 
 #define XXH_INLINE_ALL
@@ -343,6 +344,31 @@ static void test_python_reference(void **state)
         checked++;
     }
     assert_true(checked >= 5);
+    /* GGUF model files: the family's base exported as F32 (the directory's
+     * fingerprint), F16 and BF16 (rounded: other values, other digits) */
+    scdb_model *m = NULL;
+    char err[512] = "", dfp[33];
+    if (access(SCDB_DATA_DIR "/models/base/model.safetensors", R_OK)) return;
+    if (scdb_model_load(SCDB_DATA_DIR "/models/base", &m, err, sizeof err)) fail_msg("base: %s", err);
+    fp_of(SCDB_DATA_DIR "/models/base", dfp);
+    const scdb_dtype dts[] = {SCDB_F32, SCDB_F16, SCDB_BF16};
+    const char *dtn[] = {"f32", "f16", "bf16"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(dir, sizeof dir, "%s/base_%s.gguf", tmpdir, dtn[i]);
+        if (scdb_model_export_gguf(m, dir, dts[i], err, sizeof err)) fail_msg("%s: %s", dir, err);
+        fp_of(dir, fp);
+        snprintf(cmd, sizeof cmd, "/usr/bin/python3 '%s/../tools/weights_fp.py' '%s'", SCDB_DATA_DIR, dir);
+        FILE *p = popen(cmd, "r");
+        assert_non_null(p);
+        assert_non_null(fgets(line, sizeof line, p));
+        assert_int_equal(pclose(p), 0);
+        print_message("  base.gguf %-4s C %s  Python %.32s\n", dtn[i], fp, line);
+        assert_memory_equal(line, fp, 32);
+        if (i == 0) assert_string_equal(fp, dfp);
+        else assert_string_not_equal(fp, dfp);
+        unlink(dir);
+    }
+    scdb_model_free(&m);
 }
 
 /* The bundled family: each model and its sharded f32 export agree. */

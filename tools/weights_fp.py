@@ -1,15 +1,21 @@
 #!/usr/bin/python3
-"""The weights fingerprint of a model directory, written from its definition
-in schema/FORMATS.md ("Weights fingerprint") alone: an implementation in
-another language than scdb's C (schema/weights_fp.c), which test_weights_fp
-compares with it.
+"""The weights fingerprint of a model directory or a GGUF model file,
+written from its definition in schema/FORMATS.md ("Weights fingerprint",
+"A GGUF model or adapter") alone: an implementation in another language
+than scdb's C (schema/weights_fp.c), which test_weights_fp compares with it.
 
-  tools/weights_fp.py DIR [DIR...]      one line per directory: FP  DIR
-  tools/weights_fp.py --stream DIR OUT  also write the hashed byte stream
+  tools/weights_fp.py PATH [PATH...]     one line per model: FP  PATH
+  tools/weights_fp.py --stream PATH OUT  also write the hashed byte stream
+
+PATH: a model directory (scdb's layout or a Hugging Face checkpoint, one
+file or sharded) or a llama GGUF model file (version 2 or 3; F32, F16, BF16
+tensors).  Adapters (PEFT directories, GGUF LoRA adapters) are not computed
+here: their fingerprint is that of the merged weights (FORMATS.md), which
+`scdb fingerprint` gives.
 
 Needs numpy (python3-numpy) and libxxhash (libxxhash0, through ctypes: the
-hash is XXH3-128 with seed 0).  Reads safetensors files with the standard
-library (an 8-byte little-endian header length, a JSON header, the data).
+hash is XXH3-128 with seed 0).  Reads safetensors and GGUF files with the
+standard library and numpy.
 """
 import ctypes
 import ctypes.util
@@ -93,7 +99,129 @@ class Safetensors:
         return h["shape"], vals
 
 
+# GGUF value types: struct format of the scalars (8 = string, 9 = array)
+GGUF_SCALAR = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?",
+               10: "<Q", 11: "<q", 12: "<d"}
+GGUF_TOP = {"token_embd.weight": "model.embed_tokens.weight",
+            "output_norm.weight": "model.norm.weight",
+            "output.weight": "lm_head.weight"}
+GGUF_LAYER = {"attn_norm.weight": "input_layernorm.weight",
+              "attn_q.weight": "self_attn.q_proj.weight",
+              "attn_k.weight": "self_attn.k_proj.weight",
+              "attn_v.weight": "self_attn.v_proj.weight",
+              "attn_output.weight": "self_attn.o_proj.weight",
+              "ffn_norm.weight": "post_attention_layernorm.weight",
+              "ffn_gate.weight": "mlp.gate_proj.weight",
+              "ffn_up.weight": "mlp.up_proj.weight",
+              "ffn_down.weight": "mlp.down_proj.weight"}
+
+
+class Gguf:
+    """A GGUF file: its KVs (scalars and strings; arrays skipped) and its
+    tensor infos, little-endian, version 2 or 3."""
+
+    def __init__(self, path):
+        with open(path, "rb") as f:
+            self.buf = f.read()
+        if self.buf[:4] != b"GGUF":
+            raise ValueError("%s: not a GGUF file" % path)
+        self.pos = 4
+        version = self.take("<I")
+        if version not in (2, 3):
+            raise ValueError("%s: GGUF version %d (2 and 3 are read)" % (path, version))
+        n_t, n_kv = self.take("<Q"), self.take("<Q")
+        self.kv = {}
+        for _ in range(n_kv):
+            key = self.string()
+            self.kv[key] = self.value(self.take("<I"))
+        self.tensors = {}
+        for _ in range(n_t):
+            name = self.string()
+            ne = [self.take("<Q") for _ in range(self.take("<I"))]
+            self.tensors[name] = (ne, self.take("<I"), self.take("<Q"))
+        align = self.kv.get("general.alignment", 32)
+        self.data = (self.pos + align - 1) // align * align
+
+    def take(self, fmt):
+        (v,) = struct.unpack_from(fmt, self.buf, self.pos)
+        self.pos += struct.calcsize(fmt)
+        return v
+
+    def string(self):
+        n = self.take("<Q")
+        self.pos += n
+        return self.buf[self.pos - n:self.pos].decode("utf-8", "replace")
+
+    def value(self, t):
+        if t in GGUF_SCALAR:
+            return self.take(GGUF_SCALAR[t])
+        if t == 8:
+            return self.string()
+        if t == 9:
+            et, n = self.take("<I"), self.take("<Q")
+            for _ in range(n):
+                self.value(et)
+            return None
+        raise ValueError("GGUF value type %d" % t)
+
+    def tensor(self, name, head_dim=0):
+        """(shape as Hugging Face writes it, f32 little-endian bytes); the
+        rows of attn_q / attn_k unpermuted when head_dim is given: GGUF
+        row h*hd + 2j + p holds Hugging Face row h*hd + p*hd/2 + j."""
+        ne, typ, off = self.tensors[name]
+        count = int(np.prod(ne)) if ne else 1
+        at = self.data + off
+        if typ == 0:
+            v = np.frombuffer(self.buf, "<u4", count, at)
+        elif typ == 1:
+            v = widen_f16(np.frombuffer(self.buf, "<u2", count, at))
+        elif typ == 30:
+            v = np.frombuffer(self.buf, "<u2", count, at).astype("<u4") << 16
+        else:
+            raise ValueError("tensor %s is ggml type %d: only F32, F16, BF16" % (name, typ))
+        shape = list(reversed(ne))
+        if head_dim:
+            rows, d = shape
+            v = v.reshape(rows // head_dim, head_dim // 2, 2, d).transpose(0, 2, 1, 3)
+        return shape, np.ascontiguousarray(v).astype("<u4").tobytes()
+
+
+def stream_gguf(path):
+    g = Gguf(path)
+    if g.kv.get("general.type", "model") != "model":
+        raise ValueError("%s: a GGUF %s: only models here (scdb fingerprint gives adapters)"
+                         % (path, g.kv.get("general.type")))
+    if g.kv.get("general.architecture") != "llama":
+        raise ValueError("%s: architecture %r, not llama" % (path, g.kv.get("general.architecture")))
+    d, heads = g.kv["llama.embedding_length"], g.kv["llama.attention.head_count"]
+    hd = g.kv.get("llama.attention.key_length", d // heads)
+    entries = {}   # Hugging Face name -> GGUF name
+    for name in g.tensors:
+        if name in GGUF_TOP:
+            entries[GGUF_TOP[name]] = name
+            continue
+        blk, dot, rest = name.partition(".")
+        num, dot2, rest = rest.partition(".")
+        if blk == "blk" and dot and dot2 and num.isdigit() and rest in GGUF_LAYER:
+            entries["model.layers.%d.%s" % (int(num), GGUF_LAYER[rest])] = name
+    if "lm_head.weight" not in entries:          # no output.weight: tied
+        entries["lm_head.weight"] = "token_embd.weight"
+    out = [TAG]
+    for c in sorted(entries, key=lambda s: s.encode()):
+        name = entries[c]
+        perm = name.endswith(("attn_q.weight", "attn_k.weight"))
+        shape, vals = g.tensor(name, hd if perm else 0)
+        out.append(c.encode() + b"\0")
+        out.append(struct.pack("<Q", len(shape)) + b"".join(struct.pack("<Q", x) for x in shape))
+        out.append(vals)
+    return b"".join(out)
+
+
 def stream(model_dir):
+    if os.path.isfile(model_dir):
+        with open(model_dir, "rb") as f:
+            if f.read(4) == b"GGUF":
+                return stream_gguf(model_dir)
     with open(os.path.join(model_dir, "config.json")) as f:
         config = json.load(f)
     hf = "hidden_size" in config
