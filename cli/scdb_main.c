@@ -8,6 +8,9 @@
 #include "scdb_cli.h"
 
 #include "scdb_common.h"
+#ifdef SCDB_HAVE_LLAMA
+#include "gguf_ggml.h"
+#endif
 
 const char *cli_data_dir(void) { return scdb_data_dir(); }
 
@@ -64,6 +67,9 @@ static void usage(FILE *f)
 
 int main(int argc, char **argv)
 {
+#ifdef SCDB_HAVE_LLAMA
+    scdb_gguf_ggml_install();     /* quantized GGUF models through ggml */
+#endif
     if (argc < 2) { usage(stderr); return 2; }
     if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
         usage(stdout);

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "gguf_ggml.h"
 #include "llama_int.h"
 
 double ll_now_ms(void)
@@ -34,6 +35,7 @@ static void do_init(void)
     const char *e = getenv("SCDB_LLAMA_LOG");
     log_all = e && *e && strcmp(e, "0") != 0;
     llama_log_set(quiet_log, NULL);
+    scdb_gguf_ggml_install();     /* quantized GGUF models through ggml */
     char dir[4096] = "";
     const char *env = getenv("SCDB_LLAMA_LIBDIR");
     if (env && *env) {

@@ -12,6 +12,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -841,16 +842,42 @@ scdb_err scdb_gguf_get_arr(const scdb_gguf_file *f, const char *key, scdb_gguf_t
     return SCDB_OK;
 }
 
-int scdb_gguf_type_to_f32_ok(int type)
+static _Atomic(scdb_gguf_dequant_fn) g_dequant;
+
+void scdb_gguf_set_dequantizer(scdb_gguf_dequant_fn fn) { atomic_store(&g_dequant, fn); }
+int scdb_gguf_have_dequantizer(void) { return atomic_load(&g_dequant) != NULL; }
+
+static int widened(int type) { return type == SCDB_GGML_F32 || type == SCDB_GGML_F16 || type == SCDB_GGML_BF16; }
+
+/* a quantized type of the table (blocks) the installed dequantizer takes */
+static int dequantizable(int type)
 {
-    /* A dequantizer adds its types here and in scdb_gguf_tensor_to_f32. */
-    return type == SCDB_GGML_F32 || type == SCDB_GGML_F16 || type == SCDB_GGML_BF16;
+    scdb_gguf_dequant_fn fn = atomic_load(&g_dequant);
+    return fn && scdb_ggml_type_block(type) > 1 && scdb_ggml_type_size(type) > 0 && fn(type, NULL, NULL, 0) == 0;
+}
+
+int scdb_gguf_type_to_f32_ok(int type) { return widened(type) || dequantizable(type); }
+
+const char *scdb_gguf_type_why_not(int type)
+{
+    if (scdb_gguf_type_to_f32_ok(type)) return "";
+    if (!atomic_load(&g_dequant))
+        return "quantized types are read through llama.cpp's ggml, which this program does not have (scdb "
+               "built without llama.cpp, or a library user that did not call scdb_gguf_ggml_install)";
+    return "ggml has no dequantization for it";
 }
 
 scdb_err scdb_gguf_tensor_to_f32(const scdb_gguf_tensor *t, size_t first, size_t n, float *dst)
 {
     if (!t || (!dst && n)) return SCDB_EINVAL;
-    if (!scdb_gguf_type_to_f32_ok(t->type)) return SCDB_EDTYPE;
+    if (!widened(t->type)) {
+        if (!dequantizable(t->type)) return SCDB_EDTYPE;
+        size_t blk = (size_t)scdb_ggml_type_block(t->type), bs = scdb_ggml_type_size(t->type);
+        if (first % blk || n % blk || first + n < first || (first + n) / blk > t->nbytes / bs) return SCDB_EINVAL;
+        if (!n) return SCDB_OK;
+        scdb_gguf_dequant_fn fn = atomic_load(&g_dequant);
+        return fn(t->type, (const uint8_t *)t->data + first / blk * bs, dst, (int64_t)n) ? SCDB_EIO : SCDB_OK;
+    }
     /* F32 / F16 / BF16: the one widening scdb has (st_widen.c) */
     scdb_st_tensor st = {.name = t->name,
                          .dtype = t->type == SCDB_GGML_F32 ? SCDB_F32 : t->type == SCDB_GGML_F16 ? SCDB_F16 : SCDB_BF16,

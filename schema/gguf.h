@@ -233,22 +233,42 @@ const scdb_gguf_tensor *scdb_gguf_tensor_at(const scdb_gguf_file *f, int i);
 /* By exact name; NULL if absent. */
 const scdb_gguf_tensor *scdb_gguf_find_tensor(const scdb_gguf_file *f, const char *name);
 
-/* 1 if scdb_gguf_tensor_to_f32 converts this ggml type. */
+/* A dequantizer of quantized ggml types (Q8_0, Q4_K, ...): to_f32(type,
+ * src, dst, n) writes the n values (whole blocks) of src, a tensor's bytes
+ * of ggml type `type`, as f32 into dst and returns 0, or returns -1 for a
+ * type it does not convert; asked first with src = dst = NULL, n = 0.
+ * scdb has none of its own: with llama.cpp, ggml's (the reference
+ * dequantization in libggml-base, the same on every machine) is installed
+ * by scdb_gguf_ggml_install (schema/gguf_ggml.h: the scdb and scdb-broker
+ * programs at start, libscdb-llama's scdb_llama_init).  NULL removes it.
+ * Set before the threads that read GGUF files start; the pointer is
+ * atomic. */
+typedef int (*scdb_gguf_dequant_fn)(int type, const void *src, float *dst, int64_t n);
+void scdb_gguf_set_dequantizer(scdb_gguf_dequant_fn fn);
+/* 1 if a dequantizer is installed. */
+int scdb_gguf_have_dequantizer(void);
+
+/* 1 if scdb_gguf_tensor_to_f32 converts this ggml type: F32, F16, BF16,
+ * and the quantized types the installed dequantizer takes. */
 int scdb_gguf_type_to_f32_ok(int type);
+/* Why it does not (for a message), "" if it does: "no dequantizer in this
+ * process (scdb without llama.cpp)" or "ggml cannot dequantize it". */
+const char *scdb_gguf_type_why_not(int type);
 
 /* Elements [first, first + n) of a tensor (flat, ggml order: ne[0] fastest)
  * as f32 into dst.  F32 as stored; F16 and BF16 widened exactly (the
  * safetensors reader's widening, scdb_st_to_f32, bit for bit).
  *
- * THE ONE PLACE A DEQUANTIZER PLUGS IN: every loader (model/, the weights
- * fingerprint, GGUF adapters) turns GGUF tensors into floats through this
- * function and asks scdb_gguf_type_to_f32_ok first, so teaching these two
- * functions a quantized type (Q8_0, Q4_K, ...: whole blocks, `first` and
- * `n` multiples of the block size) makes it loadable everywhere.  Until
- * then those types are refused by name.
+ * Quantized types through the installed dequantizer (above), whole
+ * blocks: `first` and `n` multiples of the type's block size.  Every
+ * loader (model/, the weights fingerprint) turns GGUF tensors into floats
+ * here and asks scdb_gguf_type_to_f32_ok first, so a quantized model loads
+ * (its weights the dequantized values) wherever a dequantizer is installed
+ * and is refused by name elsewhere.
  *
- * SCDB_EINVAL (NULL argument, a range past the tensor), SCDB_EDTYPE (a
- * type it does not convert). */
+ * SCDB_EINVAL (NULL argument, a range past the tensor or not whole
+ * blocks), SCDB_EDTYPE (a type it does not convert), SCDB_EIO (the
+ * dequantizer failed). */
 scdb_err scdb_gguf_tensor_to_f32(const scdb_gguf_tensor *t, size_t first, size_t n, float *dst);
 
 /* ------------------------------------------------------------------ writer */

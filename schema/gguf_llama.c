@@ -260,8 +260,8 @@ static scdb_err expect(const scdb_gguf_file *f, const char *name, int64_t rows, 
         return SCDB_ESHAPE;
     }
     if (!scdb_gguf_type_to_f32_ok(t->type)) {
-        scdb_errf(errbuf, errlen, "%s: tensor '%s' is %s: only F32, F16 and BF16 tensors are supported (no "
-                  "dequantizer yet)", fname(f), name, scdb_ggml_type_name(t->type));
+        scdb_errf(errbuf, errlen, "%s: tensor '%s' is %s, which cannot be read here: %s", fname(f), name,
+                  scdb_ggml_type_name(t->type), scdb_gguf_type_why_not(t->type));
         return SCDB_EDTYPE;
     }
     e->t = t;
@@ -528,9 +528,9 @@ scdb_err scdb_gguf_adapter_fill(scdb_adapter *a, const char *models_dir, const c
             }
             goto done;
         }
-        if (!scdb_gguf_type_to_f32_ok(t->type)) {
-            scdb_errf(errbuf, errlen, "%s: tensor '%s' is %s, want F32, F16 or BF16", a->dir, t->name,
-                      scdb_ggml_type_name(t->type));
+        if (t->type != SCDB_GGML_F32 && t->type != SCDB_GGML_F16 && t->type != SCDB_GGML_BF16) {
+            scdb_errf(errbuf, errlen, "%s: tensor '%s' is %s, want F32, F16 or BF16 (LoRA factors are not "
+                      "dequantized)", a->dir, t->name, scdb_ggml_type_name(t->type));
             e = SCDB_EDTYPE;
             goto done;
         }

@@ -25,6 +25,7 @@
 #include "llama_int.h"
 #include "broker_proc.h"
 #include "gguf.h"
+#include "gguf_ggml.h"
 #include "model.h"
 
 #ifndef SCDB_LLAMA_MODELS
@@ -678,6 +679,139 @@ static void consumers_glob_gguf(void **state)
     assert_int_equal(bp_stop(&llama_broker, SIGTERM), 0);
 }
 
+static int run_scdb(const char *args, const char *log);
+
+/* f16 bits to f32, for the hand dequantization below */
+static float half_to_float(uint16_t h)
+{
+    int e = (h >> 10) & 31, m = h & 1023;
+    float v = e == 0 ? ldexpf((float)m, -24) : e == 31 ? (m ? NAN : INFINITY) : ldexpf((float)(m | 1024), e - 25);
+    return h & 0x8000 ? -v : v;
+}
+
+/* A quantized model (llama.cpp's own llama_model_quantize of base.gguf to
+ * Q8_0 and Q4_0): scdb reads it through ggml's dequantization (the
+ * dequantized values of a Q8_0 tensor are d * q, block by block, checked by
+ * hand), refuses by name without a dequantizer, fingerprints it (the
+ * process's and the scdb program's digits agree), and the broker serves
+ * it: llama.cpp running the Q8_0 model stores its prefill raw, restores it
+ * and continues as its own prefill, bit for bit. */
+static void quantized_gguf(void **state)
+{
+    (void)state;
+    NEED_MODEL();
+    char dir[] = "/tmp/scdb_test_quant_XXXXXX", q8[128], q4[128], err[512] = "", ini[1024];
+    assert_non_null(mkdtemp(dir));
+    snprintf(q8, sizeof q8, "%s/base-q8_0.gguf", dir);
+    snprintf(q4, sizeof q4, "%s/base-q4_0.gguf", dir);
+    llama_model_quantize_params qp = llama_model_quantize_default_params();
+    qp.nthread = 2;
+    qp.ftype = LLAMA_FTYPE_MOSTLY_Q8_0;
+    assert_int_equal(llama_model_quantize(SCDB_TEST_GGUF_DIR "/base.gguf", q8, &qp), 0);
+    qp.ftype = LLAMA_FTYPE_MOSTLY_Q4_0;
+    assert_int_equal(llama_model_quantize(SCDB_TEST_GGUF_DIR "/base.gguf", q4, &qp), 0);
+
+    /* a Q8_0 tensor: blocks of an f16 scale and 32 int8, value d * q */
+    scdb_gguf_file *f = NULL;
+    assert_int_equal(scdb_gguf_open(q8, &f, err, sizeof err), SCDB_OK);
+    const scdb_gguf_tensor *t = scdb_gguf_find_tensor(f, "blk.1.attn_v.weight");
+    assert_non_null(t);
+    assert_int_equal(t->type, 8);                                  /* Q8_0 */
+    size_t n = (size_t)(t->ne[0] * t->ne[1]);
+    float *got = malloc(n * sizeof *got);
+    assert_int_equal(scdb_gguf_tensor_to_f32(t, 0, n, got), SCDB_OK);
+    const uint8_t *b = t->data;
+    for (size_t blk = 0; blk < n / 32; blk++, b += 34) {
+        float d = half_to_float((uint16_t)(b[0] | b[1] << 8));
+        for (int j = 0; j < 32; j++)
+            if (got[blk * 32 + j] != d * (float)(int8_t)b[2 + j])
+                fail_msg("Q8_0 value %zu: %g, by hand %g", blk * 32 + j, got[blk * 32 + j], d * (int8_t)b[2 + j]);
+    }
+    assert_int_equal(scdb_gguf_tensor_to_f32(t, 16, 32, got), SCDB_EINVAL);   /* not whole blocks */
+    free(got);
+    scdb_gguf_close(&f);
+
+    /* both load; without a dequantizer, refused by name */
+    scdb_model *mq = NULL;
+    for (int i = 0; i < 2; i++) {
+        if (scdb_model_load(i ? q4 : q8, &mq, err, sizeof err)) fail_msg("%s: %s", i ? q4 : q8, err);
+        scdb_model_free(&mq);
+    }
+    char fp8[33], fp4[33], fpf[33];
+    assert_int_equal(scdb_weights_fingerprint(q8, fp8, err, sizeof err), SCDB_OK);
+    assert_int_equal(scdb_weights_fingerprint(q4, fp4, err, sizeof err), SCDB_OK);
+    assert_int_equal(scdb_weights_fingerprint(SCDB_TEST_GGUF_DIR "/base.gguf", fpf, err, sizeof err), SCDB_OK);
+    assert_string_not_equal(fp8, fpf);
+    assert_string_not_equal(fp4, fp8);
+    scdb_gguf_set_dequantizer(NULL);
+    assert_int_equal(scdb_model_load(q8, &mq, err, sizeof err), SCDB_EDTYPE);
+    print_message("without a dequantizer: %s\n", err);
+    assert_non_null(strstr(err, "Q8_0"));
+    assert_non_null(strstr(err, "llama.cpp's ggml"));
+    scdb_gguf_ggml_install();
+    /* the scdb program dequantizes the same way */
+    char args[512], log[160], line[256] = "";
+    snprintf(log, sizeof log, "%s/fp.log", dir);
+    snprintf(args, sizeof args, "fingerprint %s", q8);
+    assert_int_equal(run_scdb(args, log), 0);
+    FILE *lf = fopen(log, "r");
+    assert_non_null(lf);
+    assert_non_null(fgets(line, sizeof line, lf));
+    fclose(lf);
+    assert_memory_equal(line, fp8, 32);
+
+    /* the broker serves it: raw, llama.cpp's own continuation */
+    snprintf(ini, sizeof ini, "block_tokens = 64\nno_sync = 1\nheartbeat_timeout_ms = 30000\n\n"
+             "[model bq8]\nconfig = %s\n", q8);
+    assert_int_equal(bp_start(&llama_broker, SCDB_BROKER_BIN, ini), 0);
+    struct llama_model *m = llama_model_load_from_file(q8, llama_model_default_params());
+    assert_non_null(m);
+    enum { N = 128, T = 8, V = 256 };
+    scdb_llama_producer_params pp = scdb_llama_producer_default_params();
+    pp.endpoint = llama_broker.endpoint;
+    pp.producer = "bq8";
+    pp.model_path = q8;
+    pp.timeout_ms = 20000;
+    scdb_llama_producer *prod = NULL;
+    scdb_err e = scdb_llama_producer_open(&pp, &prod, err, sizeof err);
+    if (e) fail_msg("producer: %s: %s", scdb_strerror(e), err);
+    struct llama_context *own = ctx_for(m, prod, 1);
+    scdb_llama_put_result pr;
+    e = scdb_llama_producer_prefill(prod, own, 0, tok, N, &pr);
+    if (e) fail_msg("put: %s: %s", scdb_strerror(e), scdb_llama_producer_error(prod));
+    assert_int_equal(scdb_llama_decode(own, 0, tok + N, T, N, 1), SCDB_OK);
+    float *want = malloc((size_t)T * V * sizeof *want), *out = malloc((size_t)T * V * sizeof *out);
+    for (int i = 0; i < T; i++) memcpy(want + (size_t)i * V, llama_get_logits_ith(own, i), V * sizeof(float));
+    scdb_llama_consumer_params cp = scdb_llama_consumer_default_params();
+    cp.endpoint = llama_broker.endpoint;
+    cp.consumer = "bq8";
+    cp.model = m;
+    cp.model_path = q8;
+    cp.timeout_ms = 20000;
+    scdb_llama_consumer *cons = NULL;
+    e = scdb_llama_consumer_open(&cp, &cons, err, sizeof err);
+    if (e) fail_msg("consumer: %s: %s", scdb_strerror(e), err);
+    assert_string_equal(scdb_llama_consumer_fingerprint(cons), fp8);
+    struct llama_context *ctx = ctx_for(m, NULL, 1);
+    scdb_llama_restore_result rr;
+    assert_int_equal(scdb_llama_restore(cons, ctx, tok, N + T, NULL, &rr), SCDB_OK);
+    assert_int_equal(rr.n_restored, N);
+    assert_int_equal(scdb_llama_decode(ctx, 0, tok + N, T, N, 1), SCDB_OK);
+    for (int i = 0; i < T; i++) memcpy(out + (size_t)i * V, llama_get_logits_ith(ctx, i), V * sizeof(float));
+    assert_memory_equal(out, want, (size_t)T * V * sizeof *out);
+    print_message("Q8_0 and Q4_0 exports of base load through ggml's dequantization (Q8_0 fingerprint %s); "
+                  "the Q8_0 model's prefill stored raw and restored continues bit for bit\n", fp8);
+    free(want);
+    free(out);
+    llama_free(ctx);
+    llama_free(own);
+    scdb_llama_consumer_close(&cons);
+    scdb_llama_producer_close(&prod);
+    llama_model_free(m);
+    assert_int_equal(bp_stop(&llama_broker, SIGTERM), 0);
+    scdb_rm_tree(dir);
+}
+
 /* Every vocabulary-only GGUF llama.cpp ships (models/ggml-vocab-*.gguf,
  * written by gguf-py; one of them, aquila, version 2) read by scdb and
  * written again with every KV and tensor copied: the same bytes, but for
@@ -1309,6 +1443,7 @@ int main(void)
         cmocka_unit_test(blob_refusals),
         cmocka_unit_test(fleet_through_broker),
         cmocka_unit_test(consumers_glob_gguf),
+        cmocka_unit_test(quantized_gguf),
         cmocka_unit_test(vocab_gguf_copies),
         cmocka_unit_test(bpe_vocab_through_broker),
         cmocka_unit_test(bpe_vocab_calibrated),
