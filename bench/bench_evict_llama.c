@@ -91,7 +91,14 @@ static void usage(FILE *f)
 "                    top1, ppl_ratio, stats_share, evict_share, cost_share,\n"
 "                    capture_share, evict_us, decode_ms, steps, evictions};\n"
 "                    capture_share: a decode step reading the attention over the\n"
-"                    same step without, on the same full cache (per model)\n");
+"                    same step without, on the same full cache (per model);\n"
+"                    and summary {split, budget_frac, pairs, kl_lowest,\n"
+"                    top1_at_least_best, kl_ratio_geomean, learned_cost_worst,\n"
+"                    cost_worst}: per seen / unseen domains and budget, the\n"
+"                    (model, domain) pairs where learned has the lowest KL of\n"
+"                    every policy run, a top-1 at least the best other's, its\n"
+"                    KL over the best other's (geometric mean), and the worst\n"
+"                    capture + fold + evict share of a decode step\n");
 }
 
 
@@ -168,6 +175,85 @@ static int run_shift(struct llama_model *m, const eopts *o, const int32_t *tok, 
     }
     llama_free(ctx);
     return rc;
+}
+
+static const cJSON *row_at(const cJSON *rows, const char *model, const char *domain,
+                           const char *policy, double frac)
+{
+    const cJSON *r;
+    cJSON_ArrayForEach(r, rows) {
+        if (!strcmp(cJSON_GetObjectItem(r, "model")->valuestring, model) &&
+            !strcmp(cJSON_GetObjectItem(r, "domain")->valuestring, domain) &&
+            !strcmp(cJSON_GetObjectItem(r, "policy")->valuestring, policy) &&
+            fabs(cJSON_GetObjectItem(r, "budget_frac")->valuedouble - frac) < 1e-9)
+            return r;
+    }
+    return NULL;
+}
+
+static double num(const cJSON *r, const char *k) { return cJSON_GetObjectItem(r, k)->valuedouble; }
+
+/* The issue's goals read off the rows, per seen / unseen and budget: on how
+ * many (model, domain) pairs the learned policy's KL is the lowest of every
+ * policy the bench runs (the heuristics and ctx_shift), its top-1 at least
+ * the best of theirs, the geometric mean of its KL over the best of theirs,
+ * and the worst cost of an eviction step (capture + fold + evict, shares of
+ * llama.cpp's decode step) of the learned policy and of any policy.  A
+ * table on stdout and "summary" in the JSON. */
+static void summarize(const cJSON *rows, cJSON *root, const eopts *o)
+{
+    cJSON *sum = cJSON_AddArrayToObject(root, "summary");
+    printf("\n| domains | budget | pairs | learned: lowest KL | learned: top-1 >= best other | "
+           "KL / best other's (geo. mean) | learned cost, worst | any policy's cost, worst |\n"
+           "|---|---|---|---|---|---|---|---|\n");
+    for (int seen = 0; seen < 2; seen++)
+        for (int b = 0; b < o->n_budgets; b++) {
+            int pairs = 0, lowest = 0, top1 = 0;
+            double logr = 0, cost_l = 0, cost_any = 0;
+            const cJSON *r;
+            cJSON_ArrayForEach(r, rows) {
+                if (strcmp(cJSON_GetObjectItem(r, "policy")->valuestring, "learned") ||
+                    cJSON_IsTrue(cJSON_GetObjectItem(r, "seen")) != seen ||
+                    fabs(num(r, "budget_frac") - o->budgets[b]) > 1e-9)
+                    continue;
+                const char *mn = cJSON_GetObjectItem(r, "model")->valuestring;
+                const char *dn = cJSON_GetObjectItem(r, "domain")->valuestring;
+                double best_kl = INFINITY, best_top1 = -1;
+                for (int p = 0; p < N_POL; p++) {
+                    const cJSON *h = row_at(rows, mn, dn, POLICIES[p], o->budgets[b]);
+                    if (!h)
+                        continue;
+                    double c = num(h, "cost_share") + num(h, "capture_share");
+                    cost_any = fmax(cost_any, c);
+                    if (!strcmp(POLICIES[p], "learned")) {
+                        cost_l = fmax(cost_l, c);
+                        continue;
+                    }
+                    best_kl = fmin(best_kl, num(h, "kl"));
+                    best_top1 = fmax(best_top1, num(h, "top1"));
+                }
+                pairs++;
+                lowest += num(r, "kl") < best_kl;
+                top1 += num(r, "top1") >= best_top1;
+                logr += log(num(r, "kl") / best_kl);
+            }
+            if (!pairs)
+                continue;
+            double geo = exp(logr / pairs);
+            printf("| %s | %.4g | %d | %d / %d | %d / %d | %.3f | %.1f%% | %.1f%% |\n",
+                   seen ? "seen" : "unseen", o->budgets[b], pairs, lowest, pairs, top1, pairs, geo,
+                   cost_l * 100, cost_any * 100);
+            cJSON *x = cJSON_CreateObject();
+            cJSON_AddStringToObject(x, "split", seen ? "seen" : "unseen");
+            cJSON_AddNumberToObject(x, "budget_frac", o->budgets[b]);
+            cJSON_AddNumberToObject(x, "pairs", pairs);
+            cJSON_AddNumberToObject(x, "kl_lowest", lowest);
+            cJSON_AddNumberToObject(x, "top1_at_least_best", top1);
+            cJSON_AddNumberToObject(x, "kl_ratio_geomean", geo);
+            cJSON_AddNumberToObject(x, "learned_cost_worst", cost_l);
+            cJSON_AddNumberToObject(x, "cost_worst", cost_any);
+            cJSON_AddItemToArray(sum, x);
+        }
 }
 
 static int run_policy(struct llama_model *m, const eopts *o, const char *policy, const int32_t *tok,
@@ -503,6 +589,8 @@ int scdb_bench_evict_llama(int argc, char **argv)
                 o.domains ? o.domains : "all");
         failed = 1;
     }
+    if (!failed)
+        summarize(rows, root, &o);
     cJSON_AddNumberToObject(root, "prefill", o.prefill);
     cJSON_AddNumberToObject(root, "steps", o.steps);
     cJSON_AddNumberToObject(root, "every", o.every);
