@@ -292,10 +292,25 @@ static inline const float *att(const scdb_llama_evictor *e, int l, int h, int t,
 static scdb_err fold(scdb_llama_evictor *e, const llama_pos *pos, int m)
 {
     const int n = e->shadow->n, L = e->n_layer, H = e->n_head, nkv = e->n_kv;
-    /* the cell of token t: seen by its query, held by no earlier token */
+    /* the cell of token t: seen by its query, held by no earlier token.
+     * Layer 0's first head sees it (a query always sees itself: its own
+     * score is finite, and a probability that underflowed to 0 there is
+     * what the full scan below is for); the scan of every head runs only
+     * when that one does not single out one cell, so a free cell (most of
+     * them, never seen) costs one read, not L x H */
     for (int t = 0; t < m; t++) {
         int found = -1, count = 0;
-        for (int c = 0; c < nkv; c++) {
+        const float *a0 = att(e, 0, 0, t, m);
+        for (int c = 0; c < nkv; c++)
+            if (e->cell_slot[c] < 0 && a0[c] > 0.0f) {
+                found = c;
+                count++;
+            }
+        for (int c = 0; c < nkv && count != 1; c++) {
+            if (c == 0) {
+                found = -1;
+                count = 0;
+            }
             if (e->cell_slot[c] >= 0)
                 continue;
             int seen = 0;
