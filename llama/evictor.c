@@ -15,7 +15,11 @@ struct scdb_llama_evictor {
     scdb_llama_evict_params p;
     scdb_evict_policy *policy;
     scdb_evict_acc *acc;
-    scdb_kv_cache *shadow;       /* pos and V of the live slots (K unused) */
+    scdb_kv_cache *shadow;       /* pos of the live slots; V of the new ones
+                                  * (read once, by the accumulators' update:
+                                  * older rows are stale after an eviction) */
+    scdb_kv_cache *slim;         /* pos only (1 x 1 x 1): what an eviction
+                                  * compacts, instead of the shadow's K and V */
     int n_layer, n_head, n_kv_heads, head_dim, n_cells;
     int *cell_slot;              /* [n_cells] slot of a live cell, -1 free */
     int *slot_cell;              /* [n_cells] cell of a slot */
@@ -102,6 +106,7 @@ static void free_state(scdb_llama_evictor *e)
 {
     scdb_evict_acc_free(&e->acc);
     scdb_kv_cache_free(&e->shadow);
+    scdb_kv_cache_free(&e->slim);
     free(e->cell_slot);
     free(e->slot_cell);
     free(e->probs);
@@ -217,7 +222,8 @@ scdb_err scdb_llama_evictor_start(scdb_llama_evictor *e, struct llama_context *c
     size_t cells = (size_t)e->n_cells;
     scdb_err err;
     if ((err = scdb_evict_acc_new(&sh, &e->acc)) ||
-        (err = scdb_kv_cache_new(e->n_layer, e->n_kv_heads, e->head_dim, e->n_cells, &e->shadow)))
+        (err = scdb_kv_cache_new(e->n_layer, e->n_kv_heads, e->head_dim, e->n_cells, &e->shadow)) ||
+        (err = scdb_kv_cache_new(1, 1, 1, e->n_cells, &e->slim)))
         goto fail;
     e->cell_slot = malloc(cells * sizeof *e->cell_slot);
     e->slot_cell = malloc(cells * sizeof *e->slot_cell);
@@ -362,7 +368,16 @@ static scdb_err evict(scdb_llama_evictor *e, struct llama_context *ctx, scdb_lla
     }
     memcpy(cells, e->slot_cell, (size_t)n * sizeof *cells);
     int nk = 0;
-    scdb_err err = scdb_evict_run(e->policy, e->shadow, e->acc, e->p.budget, kept, &nk);
+    /* the policies read the accumulators, not the cache: compact the
+     * positions-only twin (the shadow's K and V rows of old slots are never
+     * read again), then take its positions back */
+    memcpy(e->slim->pos, e->shadow->pos, (size_t)n * sizeof *e->slim->pos);
+    e->slim->n = n;
+    scdb_err err = scdb_evict_run(e->policy, e->slim, e->acc, e->p.budget, kept, &nk);
+    if (!err) {
+        memcpy(e->shadow->pos, e->slim->pos, (size_t)nk * sizeof *e->shadow->pos);
+        e->shadow->n = nk;
+    }
     if (err) {
         snprintf(e->err, sizeof e->err, "eviction: %s", scdb_strerror(err));
         goto done;
