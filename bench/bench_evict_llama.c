@@ -50,9 +50,11 @@ int scdb_bench_evict_llama(int argc, char **argv)
 #include "scdb_llama.h"
 
 
-#define N_POL 6
+/* learned_sets: the learned file with keep sets per (layer, KV group)
+ * below its split, applied through the state writer (scdb_llama.h, sets) */
+#define N_POL 7
 static const char *const POLICIES[N_POL] = {"streaming", "h2o", "snapkv", "tova", "learned",
-                                            "ctx_shift"};
+                                            "learned_sets", "ctx_shift"};
 #define MAX_B 6
 
 typedef struct eopts {
@@ -78,8 +80,9 @@ static void usage(FILE *f)
 "flash attention off; the kept set applied with llama_memory_seq_rm), scored\n"
 "against llama.cpp's full cache: KL, top-1, ppl; cost per step and per\n"
 "eviction as shares of llama.cpp's decode step.  Policies: streaming, h2o,\n"
-"snapkv, tova, learned (one keep set), and ctx_shift, llama.cpp's own context\n"
-"shift (the same 4 sinks, positions closed up).\n\n"
+"snapkv, tova, learned (one keep set), learned_sets (keep sets per layer and\n"
+"KV group below the file's split, through the state writer), and ctx_shift,\n"
+"llama.cpp's own context shift (the same 4 sinks, positions closed up).\n\n"
 "  --models LIST     default base,code,manpages,python (DATA/models)\n"
 "  --domains LIST    suite domains (default: all of data/evict_suite)\n"
 "  --budgets LIST    fractions of prefill + steps (default 0.5,0.25,0.125,0.0625)\n"
@@ -92,13 +95,14 @@ static void usage(FILE *f)
 "                    capture_share, evict_us, decode_ms, steps, evictions};\n"
 "                    capture_share: a decode step reading the attention over the\n"
 "                    same step without, on the same full cache (per model);\n"
-"                    and summary {split, budget_frac, pairs, kl_lowest,\n"
+"                    and summary {policy, split, budget_frac, pairs, kl_lowest,\n"
 "                    top1_at_least_best, kl_ratio_geomean, learned_cost_worst,\n"
-"                    cost_worst}: per seen / unseen domains and budget, the\n"
-"                    (model, domain) pairs where learned has the lowest KL of\n"
-"                    every policy run, a top-1 at least the best other's, its\n"
-"                    KL over the best other's (geometric mean), and the worst\n"
-"                    capture + fold + evict share of a decode step\n");
+"                    cost_worst}: per learned variant, seen / unseen domains and\n"
+"                    budget, the (model, domain) pairs where it has the lowest\n"
+"                    KL of the heuristics and ctx_shift, a top-1 at least the\n"
+"                    best of theirs, its KL over the best of theirs (geometric\n"
+"                    mean), and the worst capture + fold + evict share of a\n"
+"                    decode step\n");
 }
 
 
@@ -203,16 +207,18 @@ static double num(const cJSON *r, const char *k) { return cJSON_GetObjectItem(r,
 static void summarize(const cJSON *rows, cJSON *root, const eopts *o)
 {
     cJSON *sum = cJSON_AddArrayToObject(root, "summary");
-    printf("\n| domains | budget | pairs | learned: lowest KL | learned: top-1 >= best other | "
-           "KL / best other's (geo. mean) | learned cost, worst | any policy's cost, worst |\n"
-           "|---|---|---|---|---|---|---|---|\n");
+    printf("\n| policy | domains | budget | pairs | lowest KL | top-1 >= best other | "
+           "KL / best other's (geo. mean) | its cost, worst | any policy's cost, worst |\n"
+           "|---|---|---|---|---|---|---|---|---|\n");
+    static const char *const LEARNED[] = {"learned", "learned_sets"};
+    for (int li = 0; li < 2; li++)
     for (int seen = 0; seen < 2; seen++)
         for (int b = 0; b < o->n_budgets; b++) {
             int pairs = 0, lowest = 0, top1 = 0;
             double logr = 0, cost_l = 0, cost_any = 0;
             const cJSON *r;
             cJSON_ArrayForEach(r, rows) {
-                if (strcmp(cJSON_GetObjectItem(r, "policy")->valuestring, "learned") ||
+                if (strcmp(cJSON_GetObjectItem(r, "policy")->valuestring, LEARNED[li]) ||
                     cJSON_IsTrue(cJSON_GetObjectItem(r, "seen")) != seen ||
                     fabs(num(r, "budget_frac") - o->budgets[b]) > 1e-9)
                     continue;
@@ -225,10 +231,10 @@ static void summarize(const cJSON *rows, cJSON *root, const eopts *o)
                         continue;
                     double c = num(h, "cost_share") + num(h, "capture_share");
                     cost_any = fmax(cost_any, c);
-                    if (!strcmp(POLICIES[p], "learned")) {
+                    if (!strcmp(POLICIES[p], LEARNED[li]))
                         cost_l = fmax(cost_l, c);
-                        continue;
-                    }
+                    if (!strncmp(POLICIES[p], "learned", 7))
+                        continue;            /* the others: heuristics and ctx_shift */
                     best_kl = fmin(best_kl, num(h, "kl"));
                     best_top1 = fmax(best_top1, num(h, "top1"));
                 }
@@ -240,10 +246,11 @@ static void summarize(const cJSON *rows, cJSON *root, const eopts *o)
             if (!pairs)
                 continue;
             double geo = exp(logr / pairs);
-            printf("| %s | %.4g | %d | %d / %d | %d / %d | %.3f | %.1f%% | %.1f%% |\n",
-                   seen ? "seen" : "unseen", o->budgets[b], pairs, lowest, pairs, top1, pairs, geo,
-                   cost_l * 100, cost_any * 100);
+            printf("| %s | %s | %.4g | %d | %d / %d | %d / %d | %.3f | %.1f%% | %.1f%% |\n",
+                   LEARNED[li], seen ? "seen" : "unseen", o->budgets[b], pairs, lowest, pairs, top1,
+                   pairs, geo, cost_l * 100, cost_any * 100);
             cJSON *x = cJSON_CreateObject();
+            cJSON_AddStringToObject(x, "policy", LEARNED[li]);
             cJSON_AddStringToObject(x, "split", seen ? "seen" : "unseen");
             cJSON_AddNumberToObject(x, "budget_frac", o->budgets[b]);
             cJSON_AddNumberToObject(x, "pairs", pairs);
@@ -260,7 +267,8 @@ static int run_policy(struct llama_model *m, const eopts *o, const char *policy,
                       int B, const double *teacher, int V, eacc *a, char *err, size_t errlen)
 {
     scdb_llama_evict_params ep = scdb_llama_evict_default_params();
-    ep.policy = policy;
+    ep.sets = !strcmp(policy, "learned_sets");
+    ep.policy = ep.sets ? "learned" : policy;
     ep.policy_file = o->policy;
     ep.budget = B;
     ep.cadence = 0;

@@ -20,6 +20,14 @@ struct scdb_llama_evictor {
                                   * older rows are stale after an eviction) */
     scdb_kv_cache *slim;         /* pos only (1 x 1 x 1): what an eviction
                                   * compacts, instead of the shadow's K and V */
+    int heads;                   /* per-head accumulators (a learned file's
+                                  * scorer may keep a set per head) */
+    scdb_kv_cache *cells, *full; /* keep sets per head: the sequence as
+                                  * llama.cpp holds it (cell order), then in
+                                  * slot order, compacted per set */
+    scdb_llama_layout layout;    /* of the context (from its blob) */
+    uint8_t *blob;
+    size_t blob_cap;
     int n_layer, n_head, n_kv_heads, head_dim, n_cells;
     int *cell_slot;              /* [n_cells] slot of a live cell, -1 free */
     int *slot_cell;              /* [n_cells] cell of a slot */
@@ -53,6 +61,18 @@ const int32_t *scdb_llama_evictor_positions(const scdb_llama_evictor *e, int *n)
     if (n)
         *n = e && e->shadow ? e->shadow->n : 0;
     return e && e->shadow ? e->shadow->pos : NULL;
+}
+
+const int32_t *scdb_llama_evictor_set_positions(const scdb_llama_evictor *e, int k, int *n)
+{
+    if (n)
+        *n = 0;
+    if (!e || !e->acc || !e->heads || scdb_evict_acc_mode(e->acc) != SCDB_EVICT_MODE_SPLIT || k < 0 ||
+        k >= scdb_evict_acc_n_sets(e->acc))
+        return NULL;
+    if (n)
+        *n = e->acc->n;
+    return scdb_evict_acc_head_pos(e->acc) + (size_t)k * e->acc->capacity;
 }
 
 scdb_err scdb_llama_evictor_new(const scdb_llama_evict_params *pp, scdb_llama_evictor **out,
@@ -107,6 +127,11 @@ static void free_state(scdb_llama_evictor *e)
     scdb_evict_acc_free(&e->acc);
     scdb_kv_cache_free(&e->shadow);
     scdb_kv_cache_free(&e->slim);
+    scdb_kv_cache_free(&e->cells);
+    scdb_kv_cache_free(&e->full);
+    free(e->blob);
+    e->blob = NULL;
+    e->blob_cap = 0;
     free(e->cell_slot);
     free(e->slot_cell);
     free(e->probs);
@@ -217,13 +242,22 @@ scdb_err scdb_llama_evictor_start(scdb_llama_evictor *e, struct llama_context *c
                  "want more than %d", e->p.budget, sinks, sinks);
         return SCDB_EINVAL;
     }
+    /* a learned file whose per-head scorer takes budgets this small: the
+     * per-head layout, as in scdb's engine (its gate chooses at the first
+     * eviction); the sets are applied through the state writer */
+    e->heads = e->p.sets && scdb_evict_policy_kind(e->policy) == SCDB_EVICT_LEARNED &&
+               scdb_evict_policy_per_head(e->policy, e->p.budget, e->n_cells);
     scdb_evict_acc_shape sh = {.n_layers = e->n_layer, .n_heads = e->n_head,
-                               .n_kv_heads = e->n_kv_heads, .capacity = e->n_cells};
+                               .n_kv_heads = e->n_kv_heads, .capacity = e->n_cells,
+                               .per_head = e->heads};
     size_t cells = (size_t)e->n_cells;
     scdb_err err;
     if ((err = scdb_evict_acc_new(&sh, &e->acc)) ||
         (err = scdb_kv_cache_new(e->n_layer, e->n_kv_heads, e->head_dim, e->n_cells, &e->shadow)) ||
-        (err = scdb_kv_cache_new(1, 1, 1, e->n_cells, &e->slim)))
+        (err = scdb_kv_cache_new(1, 1, 1, e->n_cells, &e->slim)) ||
+        (e->heads &&
+         ((err = scdb_kv_cache_new(e->n_layer, e->n_kv_heads, e->head_dim, e->n_cells, &e->cells)) ||
+          (err = scdb_kv_cache_new(e->n_layer, e->n_kv_heads, e->head_dim, e->n_cells, &e->full)))))
         goto fail;
     e->cell_slot = malloc(cells * sizeof *e->cell_slot);
     e->slot_cell = malloc(cells * sizeof *e->slot_cell);
@@ -355,6 +389,89 @@ static scdb_err fold(scdb_llama_evictor *e, const llama_pos *pos, int m)
     return scdb_evict_acc_update(e->acc, e->shadow, e->folded, S, m);
 }
 
+/* Keep sets per (layer, KV group), which llama_memory_seq_rm cannot apply
+ * (it removes a position from every layer): the sequence is read from
+ * llama.cpp (its state blob), put in slot order, evicted and compacted per
+ * set exactly as scdb's engine does (scdb_evict_run on the accumulators'
+ * per-head layout: slot i of set k holds the i-th token the set kept, the
+ * slot's position the newest of the sets'), and written back with
+ * llama_state_seq_set_data, which puts slot i in cell i.  K is stored
+ * after RoPE, so a row moved to another cell attends as before; every kept
+ * position is older than every new token, so the causal mask is unchanged.
+ * kept[] gets the slots' positions, *nk their count. */
+static scdb_err evict_sets(scdb_llama_evictor *e, struct llama_context *ctx, int32_t *kept, int *nk)
+{
+    const int n = e->shadow->n, L = e->n_layer;
+    scdb_err err;
+    size_t bn = llama_state_seq_get_size(ctx, e->p.seq);
+    if (bn > e->blob_cap) {
+        uint8_t *nb = realloc(e->blob, bn);
+        if (!nb)
+            return SCDB_ENOMEM;
+        e->blob = nb;
+        e->blob_cap = bn;
+    }
+    size_t got = llama_state_seq_get_data(ctx, e->blob, bn, e->p.seq);
+    if (!got) {
+        snprintf(e->err, sizeof e->err, "llama_state_seq_get_data wrote nothing for sequence %d",
+                 e->p.seq);
+        return SCDB_EIO;
+    }
+    if (!e->layout.n_layer) {
+        scdb_llama_layout Lo = {.n_layer = L, .n_kv_heads = e->n_kv_heads, .head_dim = e->head_dim};
+        if ((err = ll_layout_from_blob(e->blob, got, &Lo, NULL, e->err, sizeof e->err)))
+            return err;
+        e->layout = Lo;
+    }
+    if ((err = scdb_llama_blob_read(&e->layout, e->blob, got, e->cells, e->err, sizeof e->err)))
+        return err;
+    if (e->cells->n != n) {
+        snprintf(e->err, sizeof e->err, "llama.cpp holds %d cells of sequence %d, the evictor %d",
+                 e->cells->n, e->p.seq, n);
+        return SCDB_EMISMATCH;
+    }
+    /* the blob lists the sequence's cells in cell order: the k-th used
+     * cell is slot cell_slot[that cell] */
+    const size_t kvd = (size_t)e->n_kv_heads * e->head_dim;
+    for (int c = 0, b = 0; c < e->n_cells && b < n; c++) {
+        int sl = e->cell_slot[c];
+        if (sl < 0)
+            continue;
+        if (e->cells->pos[b] != e->shadow->pos[sl]) {
+            snprintf(e->err, sizeof e->err, "cell %d holds position %d, the evictor's slot %d "
+                     "position %d", c, e->cells->pos[b], sl, e->shadow->pos[sl]);
+            return SCDB_EMISMATCH;
+        }
+        e->full->pos[sl] = e->cells->pos[b];
+        for (int l = 0; l < L; l++) {
+            memcpy(scdb_kv_k(e->full, l, sl), scdb_kv_k(e->cells, l, b), kvd * sizeof(float));
+            memcpy(scdb_kv_v(e->full, l, sl), scdb_kv_v(e->cells, l, b), kvd * sizeof(float));
+        }
+        b++;
+    }
+    e->full->n = n;
+    if ((err = scdb_evict_run(e->policy, e->full, e->acc, e->p.budget, kept, nk))) {
+        snprintf(e->err, sizeof e->err, "eviction: %s", scdb_strerror(err));
+        return err;
+    }
+    if ((err = ll_seq_write(ctx, &e->layout, e->p.seq, e->full, *nk, &e->blob, &e->blob_cap, e->err,
+                            sizeof e->err)))
+        return err;
+    memcpy(e->shadow->pos, e->full->pos, (size_t)*nk * sizeof *e->shadow->pos);
+    e->shadow->n = *nk;
+    for (int c = 0; c < e->n_cells; c++)
+        e->cell_slot[c] = c < *nk ? c : -1;
+    for (int i = 0; i < *nk; i++)
+        e->slot_cell[i] = i;
+    if (llama_memory_seq_pos_max(llama_get_memory(ctx), e->p.seq) != e->last_pos) {
+        snprintf(e->err, sizeof e->err, "after the state write, sequence %d ends at position %d, "
+                 "want %d", e->p.seq, llama_memory_seq_pos_max(llama_get_memory(ctx), e->p.seq),
+                 e->last_pos);
+        return SCDB_EMISMATCH;
+    }
+    return SCDB_OK;
+}
+
 static scdb_err evict(scdb_llama_evictor *e, struct llama_context *ctx, scdb_llama_evict_result *r)
 {
     const int n = e->shadow->n;
@@ -368,6 +485,16 @@ static scdb_err evict(scdb_llama_evictor *e, struct llama_context *ctx, scdb_lla
     }
     memcpy(cells, e->slot_cell, (size_t)n * sizeof *cells);
     int nk = 0;
+    if (e->heads && scdb_evict_policy_wants_sets(e->policy, e->acc, e->p.budget)) {
+        scdb_err err = evict_sets(e, ctx, kept, &nk);
+        if (!err) {
+            r->evictions++;
+            r->evicted += n - nk;
+        }
+        free(cells);
+        free(kept);
+        return err;
+    }
     /* the policies read the accumulators, not the cache: compact the
      * positions-only twin (the shadow's K and V rows of old slots are never
      * read again), then take its positions back */

@@ -288,12 +288,19 @@ scdb_err scdb_llama_producer_prefill(scdb_llama_producer *p, struct llama_contex
  *
  * An evictor keeps one llama.cpp sequence within a budget of cells with one
  * of scdb's eviction policies (evict/evict.h: streaming, h2o, snapkv, tova,
- * learned) keeping ONE set of positions for all layers and heads:
- * llama_memory_seq_rm removes a position from every layer at once, so keep
- * sets per head cannot be applied.  A learned policy file runs its one-set
- * network at every budget (its per-head scorer, below its split, is not
- * used: "Keep sets per head", evict/evict.h).  Its inputs come from what llama.cpp exposes, read by cb_eval
- * while the evictor's own decode runs:
+ * learned) keeping ONE set of positions for all layers and heads, applied
+ * with llama_memory_seq_rm, which removes a position from every layer at
+ * once.  With `sets`, a learned policy file below its split keeps a set
+ * per (layer, KV group) instead, as in scdb's engine ("Keep sets per head",
+ * evict/evict.h; its gate chooses at the first eviction): seq_rm cannot
+ * apply those, so that eviction reads the sequence's state
+ * (llama_state_seq_get_data), compacts it per set exactly as scdb's engine
+ * compacts its cache (slot i of set k the i-th token the set kept; the
+ * slot's position the newest of the sets'), and writes it back
+ * (llama_state_seq_set_data: slot i in cell i).  K is stored after RoPE,
+ * so a moved row attends as before, and every kept position is older than
+ * every new token.  Its inputs come from what llama.cpp exposes, read by
+ * cb_eval while the evictor's own decode runs:
  *
  *   kq_soft_max-N  [n_kv cells][n_tokens][n_head]  attention of each new
  *                  query over the context's cells (exists only with flash
@@ -325,6 +332,11 @@ typedef struct scdb_llama_evict_params {
     int cadence;                 /* evict once the sequence is this many
                                   * cells over the budget (1); 0: only when
                                   * scdb_llama_evictor_evict is called      */
+    int sets;                    /* learned: 1 keeps a set per (layer, KV
+                                  * group) below the file's split, through
+                                  * the state writer (below; several times
+                                  * the cost of an eviction); 0 (default):
+                                  * one set for all at every budget         */
 } scdb_llama_evict_params;
 scdb_llama_evict_params scdb_llama_evict_default_params(void);
 
@@ -377,6 +389,11 @@ scdb_err scdb_llama_evictor_evict(scdb_llama_evictor *e, struct llama_context *c
 /* The positions the sequence holds, in slot order (*n of them; the
  * evictor's memory, valid until its next call). */
 const int32_t *scdb_llama_evictor_positions(const scdb_llama_evictor *e, int *n);
+/* Once the evictor keeps a set per (layer, KV group): the positions set k
+ * (= layer * n_kv_heads + group) holds, slot by slot (*n of them); NULL
+ * while it keeps one set for all (scdb_llama_evictor_positions is every
+ * set's then) or k is out of range. */
+const int32_t *scdb_llama_evictor_set_positions(const scdb_llama_evictor *e, int k, int *n);
 
 /* Prefill helper for everyone: decode tokens [0, n) at positions pos0 ..
  * into sequence seq in batches of llama_n_batch(ctx), logits for the last

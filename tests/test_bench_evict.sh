@@ -123,5 +123,40 @@ for a in "--models base," "--domains ,prose" "--domains prose,,changelog" "--bud
     && ok "bench evict $a: a usage error naming $opt" \
     || { bad "bench evict $a: exit $rc, want 2 with a message naming $opt"; head -3 "$tmp/bad.err"; }
 done
+# --engine llama.cpp at smoke size (a build with llama.cpp; without it the
+# bench says so and exits 2): every policy evicts in llama.cpp, learned_sets
+# keeps sets per head (25% is below the shipped file's split), and the
+# summary agrees with the rows it counts
+"$scdb" bench evict --engine llama.cpp --models base --domains prose,c-header --budgets 0.25 \
+  --prefill 64 --steps 32 --every 8 --threads 1 --json "$tmp/l.json" >"$tmp/l.out" 2>"$tmp/l.err"
+rc=$?
+if [ $rc -eq 2 ] && grep -q "this build has no llama.cpp" "$tmp/l.err"; then
+  echo "skip: bench evict --engine llama.cpp (this build has no llama.cpp)"
+elif [ $rc -ne 0 ]; then
+  bad "bench evict --engine llama.cpp: exit $rc"; tail -5 "$tmp/l.err"
+elif /usr/bin/python3 - "$tmp/l.json" <<'PY'
+import json, math, sys
+d = json.load(open(sys.argv[1]))
+rows, summ = d["rows"], d["summary"]
+pols = {"streaming", "h2o", "snapkv", "tova", "learned", "learned_sets", "ctx_shift"}
+got = {(r["domain"], r["policy"]) for r in rows}
+assert got == {(dm, p) for dm in ("prose", "c-header") for p in pols}, got
+for r in rows:
+    assert r["steps"] == 32 and (r["policy"] == "ctx_shift" or r["evictions"] >= 1), r
+    assert math.isfinite(r["kl"]) and r["kl"] >= 0 and 0 <= r["top1"] <= 1, r
+assert {(s["policy"], s["split"]) for s in summ} == {(p, sp) for p in ("learned", "learned_sets")
+                                                     for sp in ("seen", "unseen")}, summ
+for s in summ:
+    mine = [r for r in rows if r["policy"] == s["policy"] and r["seen"] == (s["split"] == "seen")]
+    assert s["pairs"] == len(mine) == 1, s
+    r = mine[0]
+    others = [x for x in rows if x["domain"] == r["domain"] and not x["policy"].startswith("learned")]
+    best = min(x["kl"] for x in others)
+    assert s["kl_lowest"] == (1 if r["kl"] < best else 0), (s, r["kl"], best)
+    assert abs(s["kl_ratio_geomean"] - r["kl"] / best) <= 1e-9 * max(1, r["kl"] / best), s
+PY
+then ok "bench evict --engine llama.cpp: every policy evicts in llama.cpp, learned_sets too, a consistent summary"
+else bad "bench evict --engine llama.cpp: JSON rows / summary"; fi
+
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]

@@ -1305,12 +1305,13 @@ static void evictor_matches_reference(void **state)
 {
     (void)state;
     NEED_MODEL();
-    const char *policies[] = {"streaming", "h2o", "snapkv", "tova", "learned"};
+    const char *policies[] = {"streaming", "h2o", "snapkv", "tova", "learned", "learned_sets"};
     enum { PRE = 96, STEPS = 40, BUDGET = 64 };
     for (size_t k = 0; k < sizeof policies / sizeof policies[0]; k++) {
         char err[512] = "";
         scdb_llama_evict_params ep = scdb_llama_evict_default_params();
-        ep.policy = policies[k];
+        ep.sets = !strcmp(policies[k], "learned_sets");
+        ep.policy = ep.sets ? "learned" : policies[k];
         ep.policy_file = SCDB_DATA_DIR "/policies/distillcache_base.safetensors";
         ep.budget = BUDGET;
         ep.cadence = 8;
@@ -1321,12 +1322,17 @@ static void evictor_matches_reference(void **state)
         assert_int_equal(scdb_llama_decode(ctx, 0, tok, PRE, 0, 0), SCDB_OK);
         e = scdb_llama_evictor_start(ev, ctx);
         if (e) fail_msg("start: %s", scdb_llama_evictor_error(ev));
-        scdb_kv_cache *rc = NULL;
+        scdb_kv_cache *rc = NULL, *was = NULL;
         assert_int_equal(scdb_model_cache_new(ref, 512, &rc), SCDB_OK);
+        assert_int_equal(scdb_model_cache_new(ref, 512, &was), SCDB_OK);
         assert_int_equal(scdb_model_forward(ref, tok, NULL, PRE, rc, NULL, NULL), SCDB_OK);
+        /* the position each reference slot holds in set k (= layer * 2 +
+         * KV group): the cache's own until sets differ */
+        static int32_t spos[16][512];
+        for (int k2 = 0; k2 < 16; k2++) memcpy(spos[k2], rc->pos, (size_t)rc->n * sizeof *rc->pos);
         float lg[256];
         double dl = 0;
-        int evictions = 0;
+        int evictions = 0, per_set = 0;
         for (int s = 0; s < STEPS; s++) {
             scdb_llama_evict_result r;
             e = scdb_llama_evictor_decode(ev, ctx, tok + PRE + s, 1, 0, &r);
@@ -1336,16 +1342,50 @@ static void evictor_matches_reference(void **state)
             /* the reference: the same token over the cache before this step's
              * eviction, then the same kept set */
             assert_int_equal(scdb_model_forward(ref, tok + PRE + s, NULL, 1, rc, lg, NULL), SCDB_OK);
+            for (int k2 = 0; k2 < 16; k2++) spos[k2][rc->n - 1] = rc->pos[rc->n - 1];
             const float *g = llama_get_logits_ith(ctx, -1);
             for (int v = 0; v < 256; v++) dl = fmax(dl, fabs(g[v] - lg[v]));
             int n;
             const int32_t *pos = scdb_llama_evictor_positions(ev, &n);
-            if (r.evictions) {
+            int ns = 0;
+            if (r.evictions && scdb_llama_evictor_set_positions(ev, 0, &ns)) {
+                /* keep sets per (layer, KV group): the reference's cache
+                 * gathered set by set, slot i of set k the K / V the set
+                 * held for its position i, the slot's position the
+                 * evictor's; llama.cpp must attend like it */
+                per_set++;
+                assert_int_equal(ns, n);
+                const int old_n = rc->n;
+                was->n = old_n;
+                for (int l = 0; l < 8; l++) {
+                    memcpy(scdb_kv_k(was, l, 0), scdb_kv_k(rc, l, 0), (size_t)old_n * 64 * sizeof(float));
+                    memcpy(scdb_kv_v(was, l, 0), scdb_kv_v(rc, l, 0), (size_t)old_n * 64 * sizeof(float));
+                }
+                rc->n = n;
+                memcpy(rc->pos, pos, (size_t)n * sizeof *pos);
+                for (int l = 0; l < 8; l++)
+                    for (int gq = 0; gq < 2; gq++) {
+                        int k2 = l * 2 + gq;
+                        const int32_t *sp = scdb_llama_evictor_set_positions(ev, k2, &ns);
+                        assert_non_null(sp);
+                        for (int i = 0, j = 0; i < n; i++) {
+                            assert_true(sp[i] <= pos[i] && (i == 0 || sp[i] > sp[i - 1]));
+                            while (j < old_n && spos[k2][j] != sp[i]) j++;
+                            assert_true(j < old_n);
+                            memcpy(scdb_kv_k(rc, l, i) + gq * 32, scdb_kv_k(was, l, j) + gq * 32,
+                                   32 * sizeof(float));
+                            memcpy(scdb_kv_v(rc, l, i) + gq * 32, scdb_kv_v(was, l, j) + gq * 32,
+                                   32 * sizeof(float));
+                        }
+                        memcpy(spos[k2], sp, (size_t)n * sizeof *sp);
+                    }
+            } else if (r.evictions) {
                 int keep[512], nk = 0;
                 for (int i = 0, j = 0; i < rc->n && j < n; i++)
                     if (rc->pos[i] == pos[j]) { keep[nk++] = i; j++; }
                 assert_int_equal(nk, n);
                 assert_int_equal(scdb_kv_cache_compact(rc, keep, nk), SCDB_OK);
+                for (int k2 = 0; k2 < 16; k2++) memcpy(spos[k2], rc->pos, (size_t)nk * sizeof *rc->pos);
             }
             /* llama.cpp holds exactly those positions */
             scdb_llama_layout L = {.n_layer = 8, .n_kv_heads = 2, .head_dim = 32, .n_stream = 1,
@@ -1363,12 +1403,16 @@ static void evictor_matches_reference(void **state)
             assert_memory_equal(a1, a2, (size_t)n * sizeof *a1);
             scdb_kv_cache_free(&back);
         }
-        print_message("%s: %d evictions over %d steps, budget %d; llama.cpp vs the reference "
-                      "under the same kept set: max |dlogit| %.1e\n", policies[k], evictions,
-                      STEPS, BUDGET, dl);
+        print_message("%s: %d evictions over %d steps (%d with a set per head), budget %d; "
+                      "llama.cpp vs the reference under the same kept sets: max |dlogit| %.1e\n",
+                      policies[k], evictions, STEPS, per_set, BUDGET, dl);
         assert_true(evictions >= 4);
         assert_true(dl < 1e-4);
+        /* the shipped file's scorer takes this budget (below its split) */
+        if (ep.sets) assert_true(per_set >= 4);
+        else assert_int_equal(per_set, 0);
         scdb_kv_cache_free(&rc);
+        scdb_kv_cache_free(&was);
         llama_free(ctx);
         scdb_llama_evictor_free(&ev);
     }
