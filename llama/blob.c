@@ -445,3 +445,133 @@ scdb_err ll_layout_from_blob(const void *blob, size_t len, scdb_llama_layout *L,
            SCDB_LLAMA_RELEASE);
     return SCDB_EMISMATCH;
 }
+
+/* ------------------------------------------------ keep sets per head */
+
+scdb_err ll_blob_gather_heads(const scdb_llama_layout *L, const void *blob, size_t len,
+                              llama_seq_id seq, const int *src, const int32_t *pos, int nk,
+                              int32_t *in_pos, int *in_n, uint8_t *out, size_t cap,
+                              size_t *out_len, char *errbuf, size_t errlen)
+{
+    if (!layout_ok(L) || !blob || nk < 0 || (nk && (!src || !pos || !out)) || !in_n)
+        return SCDB_EINVAL;
+    rd r = {blob, (const uint8_t *)blob + len};
+    uint32_t magic, sq, n_stream, v_trans, n_layer, cells = 0;
+    NEED(get_u32(&r, &magic) && get_u32(&r, &sq) && get_u32(&r, &n_stream), "header");
+    EXPECT(magic == SCDB_LLAMA_STATE_MAGIC && n_stream == (uint32_t)L->n_stream,
+           "not a sequence state of this context's layout");
+    const uint8_t *cell0 = NULL;
+    for (uint32_t s = 0; s < n_stream; s++) {
+        uint32_t c;
+        NEED(get_u32(&r, &c), "cell count");
+        if (!c)
+            continue;
+        EXPECT(!cells, "cells of one sequence in two streams");
+        cells = c;
+        NEED((size_t)(r.end - r.p) >= (size_t)c * 12, "cells");
+        cell0 = r.p;
+        r.p += (size_t)c * 12;
+        break;             /* the sequence's stream: its layers follow */
+    }
+    EXPECT(cells > 0, "the sequence holds no cells");
+    /* the caller's mapping: positions of the cells, in cell order */
+    if (in_pos)
+        for (uint32_t i = 0; i < cells; i++)
+            memcpy(&in_pos[i], cell0 + (size_t)i * 12, 4);
+    *in_n = (int)cells;
+    if (!out)
+        return SCDB_OK;
+    NEED(get_u32(&r, &v_trans) && get_u32(&r, &n_layer), "layer header");
+    EXPECT(v_trans == (uint32_t)L->v_trans && n_layer == (uint32_t)L->n_layer,
+           "v_trans %u / %u layers in the blob, %d / %d in the layout", v_trans, n_layer,
+           L->v_trans, L->n_layer);
+    const int G = L->n_kv_heads, hd = L->head_dim, kv = G * hd;
+    const size_t ks = type_size(L->k_type), vs = type_size(L->v_type);
+    for (int k = 0; k < L->n_layer * G; k++)
+        for (int i = 0; i < nk; i++)
+            EXPECT(src[(size_t)k * nk + i] >= 0 && (uint32_t)src[(size_t)k * nk + i] < cells,
+                   "set %d, slot %d: cell %d of %u", k, i, src[(size_t)k * nk + i], cells);
+    size_t need = scdb_llama_blob_bytes(L, nk);
+    if (cap < need)
+        return SCDB_ETOOBIG;
+    uint8_t *p = out;
+    put_u32(&p, SCDB_LLAMA_STATE_MAGIC);
+    put_u32(&p, (uint32_t)seq);
+    put_u32(&p, (uint32_t)L->n_stream);
+    const int strm = L->n_stream > 1 ? seq : 0;
+    for (int s = 0; s < L->n_stream; s++) {
+        if (s != strm || nk == 0) {
+            put_u32(&p, 0);
+            continue;
+        }
+        put_u32(&p, (uint32_t)nk);
+        for (int i = 0; i < nk; i++) {
+            put_u32(&p, (uint32_t)pos[i]);
+            put_u32(&p, 1);
+            put_u32(&p, (uint32_t)seq);
+        }
+        put_u32(&p, (uint32_t)L->v_trans);
+        put_u32(&p, (uint32_t)L->n_layer);
+        /* K: per layer a header and rows of kv elements; head g of cell i
+         * is elements [g * hd, (g + 1) * hd) of its row (llama.cpp's RoPE
+         * order stays within the head) */
+        for (int l = 0; l < L->n_layer; l++) {
+            uint32_t t;
+            uint64_t rb;
+            NEED(get_u32(&r, &t) && get_u64(&r, &rb), "K header");
+            EXPECT(t == (uint32_t)L->k_type && rb == (uint64_t)kv * ks, "layer %d: K rows", l);
+            NEED((size_t)(r.end - r.p) >= rb * cells, "K rows");
+            put_u32(&p, t);
+            put_u64(&p, rb);
+            for (int i = 0; i < nk; i++)
+                for (int g = 0; g < G; g++) {
+                    int c = src[((size_t)l * G + g) * nk + i];
+                    memcpy(p, r.p + (size_t)c * rb + (size_t)g * hd * ks, (size_t)hd * ks);
+                    p += (size_t)hd * ks;
+                }
+            r.p += rb * cells;
+        }
+        for (int l = 0; l < L->n_layer; l++) {
+            uint32_t t;
+            NEED(get_u32(&r, &t), "V type");
+            EXPECT(t == (uint32_t)L->v_type, "layer %d: V type %u", l, t);
+            put_u32(&p, t);
+            if (!L->v_trans) {
+                uint64_t rb;
+                NEED(get_u64(&r, &rb), "V row size");
+                EXPECT(rb == (uint64_t)kv * vs, "layer %d: V rows", l);
+                NEED((size_t)(r.end - r.p) >= rb * cells, "V rows");
+                put_u64(&p, rb);
+                for (int i = 0; i < nk; i++)
+                    for (int g = 0; g < G; g++) {
+                        int c = src[((size_t)l * G + g) * nk + i];
+                        memcpy(p, r.p + (size_t)c * rb + (size_t)g * hd * vs, (size_t)hd * vs);
+                        p += (size_t)hd * vs;
+                    }
+                r.p += rb * cells;
+            } else {
+                /* transposed: element (d, cell) at (d * cells + cell) */
+                uint32_t el, ne;
+                NEED(get_u32(&r, &el) && get_u32(&r, &ne), "V (transposed) header");
+                EXPECT(el == vs && ne == (uint32_t)kv, "layer %d: transposed V", l);
+                NEED((size_t)(r.end - r.p) >= (size_t)kv * cells * vs, "V elements");
+                put_u32(&p, el);
+                put_u32(&p, ne);
+                for (int d = 0; d < kv; d++) {
+                    const int *sk = src + ((size_t)l * G + (size_t)(d / hd)) * nk;
+                    const uint8_t *row = r.p + (size_t)d * cells * vs;
+                    if (vs == 2)
+                        for (int i = 0; i < nk; i++, p += 2)
+                            memcpy(p, row + (size_t)sk[i] * 2, 2);
+                    else
+                        for (int i = 0; i < nk; i++, p += 4)
+                            memcpy(p, row + (size_t)sk[i] * 4, 4);
+                }
+                r.p += (size_t)kv * cells * vs;
+            }
+        }
+    }
+    if (out_len)
+        *out_len = (size_t)(p - out);
+    return SCDB_OK;
+}

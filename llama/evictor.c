@@ -22,12 +22,14 @@ struct scdb_llama_evictor {
                                   * compacts, instead of the shadow's K and V */
     int heads;                   /* per-head accumulators (a learned file's
                                   * scorer may keep a set per head) */
-    scdb_kv_cache *cells, *full; /* keep sets per head: the sequence as
-                                  * llama.cpp holds it (cell order), then in
-                                  * slot order, compacted per set */
+    scdb_kv_cache *tiny;         /* keep sets per head: L x G x 1, K[l][i][g]
+                                  * the blob cell slot i of set (l, g) holds;
+                                  * scdb_evict_run compacts it per set */
+    int *src;                    /* [K][n_cells] the gather of the new blob */
+    int32_t *in_pos;             /* [n_cells] the blob's cells' positions */
     scdb_llama_layout layout;    /* of the context (from its blob) */
-    uint8_t *blob;
-    size_t blob_cap;
+    uint8_t *blob, *out;
+    size_t blob_cap, out_cap;
     int n_layer, n_head, n_kv_heads, head_dim, n_cells;
     int *cell_slot;              /* [n_cells] slot of a live cell, -1 free */
     int *slot_cell;              /* [n_cells] cell of a slot */
@@ -127,11 +129,15 @@ static void free_state(scdb_llama_evictor *e)
     scdb_evict_acc_free(&e->acc);
     scdb_kv_cache_free(&e->shadow);
     scdb_kv_cache_free(&e->slim);
-    scdb_kv_cache_free(&e->cells);
-    scdb_kv_cache_free(&e->full);
+    scdb_kv_cache_free(&e->tiny);
+    free(e->src);
+    free(e->in_pos);
     free(e->blob);
-    e->blob = NULL;
-    e->blob_cap = 0;
+    free(e->out);
+    e->src = NULL;
+    e->in_pos = NULL;
+    e->blob = e->out = NULL;
+    e->blob_cap = e->out_cap = 0;
     free(e->cell_slot);
     free(e->slot_cell);
     free(e->probs);
@@ -255,9 +261,7 @@ scdb_err scdb_llama_evictor_start(scdb_llama_evictor *e, struct llama_context *c
     if ((err = scdb_evict_acc_new(&sh, &e->acc)) ||
         (err = scdb_kv_cache_new(e->n_layer, e->n_kv_heads, e->head_dim, e->n_cells, &e->shadow)) ||
         (err = scdb_kv_cache_new(1, 1, 1, e->n_cells, &e->slim)) ||
-        (e->heads &&
-         ((err = scdb_kv_cache_new(e->n_layer, e->n_kv_heads, e->head_dim, e->n_cells, &e->cells)) ||
-          (err = scdb_kv_cache_new(e->n_layer, e->n_kv_heads, e->head_dim, e->n_cells, &e->full)))))
+        (e->heads && (err = scdb_kv_cache_new(e->n_layer, e->n_kv_heads, 1, e->n_cells, &e->tiny))))
         goto fail;
     e->cell_slot = malloc(cells * sizeof *e->cell_slot);
     e->slot_cell = malloc(cells * sizeof *e->slot_cell);
@@ -266,6 +270,14 @@ scdb_err scdb_llama_evictor_start(scdb_llama_evictor *e, struct llama_context *c
     e->got_v = calloc((size_t)e->n_layer, sizeof *e->got_v);
     size_t pf = (size_t)e->n_layer * e->n_head * LL_CHUNK * cells;
     e->probs = malloc(pf * sizeof *e->probs);
+    if (e->heads) {
+        e->src = malloc((size_t)e->n_layer * e->n_kv_heads * cells * sizeof *e->src);
+        e->in_pos = malloc(cells * sizeof *e->in_pos);
+        if (!e->src || !e->in_pos) {
+            err = SCDB_ENOMEM;
+            goto fail;
+        }
+    }
     e->folded = malloc(pf * sizeof *e->folded);
     if (!e->cell_slot || !e->slot_cell || !e->old_pos || !e->got_probs || !e->got_v ||
         !e->probs || !e->folded) {
@@ -390,18 +402,20 @@ static scdb_err fold(scdb_llama_evictor *e, const llama_pos *pos, int m)
 }
 
 /* Keep sets per (layer, KV group), which llama_memory_seq_rm cannot apply
- * (it removes a position from every layer): the sequence is read from
- * llama.cpp (its state blob), put in slot order, evicted and compacted per
- * set exactly as scdb's engine does (scdb_evict_run on the accumulators'
- * per-head layout: slot i of set k holds the i-th token the set kept, the
- * slot's position the newest of the sets'), and written back with
- * llama_state_seq_set_data, which puts slot i in cell i.  K is stored
- * after RoPE, so a row moved to another cell attends as before; every kept
- * position is older than every new token, so the causal mask is unchanged.
- * kept[] gets the slots' positions, *nk their count. */
+ * (it removes a position from every layer): the sequence's state is read
+ * from llama.cpp, evicted and compacted per set exactly as scdb's engine
+ * does (scdb_evict_run on the accumulators' per-head layout: slot i of set
+ * k holds the i-th token the set kept, the slot's position the newest of
+ * the sets'), and written back with llama_state_seq_set_data, which puts
+ * slot i in cell i.  The compaction runs on a 1-wide cache whose K holds,
+ * per (layer, group), the blob cell of the slot; the new blob is gathered
+ * from the old one's bytes (ll_blob_gather_heads: no conversion).  K is
+ * stored after RoPE, so a row moved to another cell attends as before;
+ * every kept position is older than every new token.  kept[] gets the
+ * slots' positions, *nk their count. */
 static scdb_err evict_sets(scdb_llama_evictor *e, struct llama_context *ctx, int32_t *kept, int *nk)
 {
-    const int n = e->shadow->n, L = e->n_layer;
+    const int n = e->shadow->n, L = e->n_layer, G = e->n_kv_heads;
     scdb_err err;
     size_t bn = llama_state_seq_get_size(ctx, e->p.seq);
     if (bn > e->blob_cap) {
@@ -418,50 +432,68 @@ static scdb_err evict_sets(scdb_llama_evictor *e, struct llama_context *ctx, int
         return SCDB_EIO;
     }
     if (!e->layout.n_layer) {
-        scdb_llama_layout Lo = {.n_layer = L, .n_kv_heads = e->n_kv_heads, .head_dim = e->head_dim};
+        scdb_llama_layout Lo = {.n_layer = L, .n_kv_heads = G, .head_dim = e->head_dim};
         if ((err = ll_layout_from_blob(e->blob, got, &Lo, NULL, e->err, sizeof e->err)))
             return err;
         e->layout = Lo;
     }
-    if ((err = scdb_llama_blob_read(&e->layout, e->blob, got, e->cells, e->err, sizeof e->err)))
+    int in_n = 0;
+    if ((err = ll_blob_gather_heads(&e->layout, e->blob, got, e->p.seq, NULL, NULL, 0, e->in_pos,
+                                    &in_n, NULL, 0, NULL, e->err, sizeof e->err)))
         return err;
-    if (e->cells->n != n) {
+    if (in_n != n) {
         snprintf(e->err, sizeof e->err, "llama.cpp holds %d cells of sequence %d, the evictor %d",
-                 e->cells->n, e->p.seq, n);
+                 in_n, e->p.seq, n);
         return SCDB_EMISMATCH;
     }
-    /* the blob lists the sequence's cells in cell order: the k-th used
-     * cell is slot cell_slot[that cell] */
-    const size_t kvd = (size_t)e->n_kv_heads * e->head_dim;
+    /* slot order: the k-th cell the blob lists is the k-th used cell,
+     * slot cell_slot[that cell] */
     for (int c = 0, b = 0; c < e->n_cells && b < n; c++) {
         int sl = e->cell_slot[c];
         if (sl < 0)
             continue;
-        if (e->cells->pos[b] != e->shadow->pos[sl]) {
+        if (e->in_pos[b] != e->shadow->pos[sl]) {
             snprintf(e->err, sizeof e->err, "cell %d holds position %d, the evictor's slot %d "
-                     "position %d", c, e->cells->pos[b], sl, e->shadow->pos[sl]);
+                     "position %d", c, e->in_pos[b], sl, e->shadow->pos[sl]);
             return SCDB_EMISMATCH;
         }
-        e->full->pos[sl] = e->cells->pos[b];
-        for (int l = 0; l < L; l++) {
-            memcpy(scdb_kv_k(e->full, l, sl), scdb_kv_k(e->cells, l, b), kvd * sizeof(float));
-            memcpy(scdb_kv_v(e->full, l, sl), scdb_kv_v(e->cells, l, b), kvd * sizeof(float));
-        }
+        e->tiny->pos[sl] = e->in_pos[b];
+        for (int l = 0; l < L; l++)
+            for (int g = 0; g < G; g++)
+                scdb_kv_k(e->tiny, l, sl)[g] = scdb_kv_v(e->tiny, l, sl)[g] = (float)b;
         b++;
     }
-    e->full->n = n;
-    if ((err = scdb_evict_run(e->policy, e->full, e->acc, e->p.budget, kept, nk))) {
+    e->tiny->n = n;
+    if ((err = scdb_evict_run(e->policy, e->tiny, e->acc, e->p.budget, kept, nk))) {
         snprintf(e->err, sizeof e->err, "eviction: %s", scdb_strerror(err));
         return err;
     }
-    if ((err = ll_seq_write(ctx, &e->layout, e->p.seq, e->full, *nk, &e->blob, &e->blob_cap, e->err,
-                            sizeof e->err)))
+    const int m = *nk;
+    for (int l = 0; l < L; l++)
+        for (int g = 0; g < G; g++)
+            for (int i = 0; i < m; i++)
+                e->src[((size_t)l * G + g) * m + i] = (int)scdb_kv_k(e->tiny, l, i)[g];
+    size_t need = scdb_llama_blob_bytes(&e->layout, m), len = 0;
+    if (need > e->out_cap) {
+        uint8_t *nb = realloc(e->out, need);
+        if (!nb)
+            return SCDB_ENOMEM;
+        e->out = nb;
+        e->out_cap = need;
+    }
+    if ((err = ll_blob_gather_heads(&e->layout, e->blob, got, e->p.seq, e->src, e->tiny->pos, m,
+                                    NULL, &in_n, e->out, e->out_cap, &len, e->err, sizeof e->err)))
         return err;
-    memcpy(e->shadow->pos, e->full->pos, (size_t)*nk * sizeof *e->shadow->pos);
-    e->shadow->n = *nk;
+    if (llama_state_seq_set_data(ctx, e->out, len, e->p.seq) != len) {
+        snprintf(e->err, sizeof e->err, "llama_state_seq_set_data refused the %d cells kept per "
+                 "head for sequence %d", m, e->p.seq);
+        return SCDB_EMISMATCH;
+    }
+    memcpy(e->shadow->pos, e->tiny->pos, (size_t)m * sizeof *e->shadow->pos);
+    e->shadow->n = m;
     for (int c = 0; c < e->n_cells; c++)
-        e->cell_slot[c] = c < *nk ? c : -1;
-    for (int i = 0; i < *nk; i++)
+        e->cell_slot[c] = c < m ? c : -1;
+    for (int i = 0; i < m; i++)
         e->slot_cell[i] = i;
     if (llama_memory_seq_pos_max(llama_get_memory(ctx), e->p.seq) != e->last_pos) {
         snprintf(e->err, sizeof e->err, "after the state write, sequence %d ends at position %d, "

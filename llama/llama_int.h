@@ -22,6 +22,19 @@ scdb_err ll_seq_write(struct llama_context *ctx, const scdb_llama_layout *L, lla
                       const scdb_kv_cache *c, int n, uint8_t **buf, size_t *cap, char *errbuf,
                       size_t errlen);
 
+/* Keep sets per head on a state blob's bytes (no conversion): the blob of
+ * a sequence in layout L (its cells in cell order) is written to out as
+ * nk cells, cell i at position pos[i] holding, at layer l and KV head g,
+ * the K and V of the input's cell src[(l * n_kv_heads + g) * nk + i].
+ * in_pos (may be NULL) gets the input cells' positions and *in_n their
+ * count; with out NULL only those are read.  SCDB_ETRUNC / SCDB_EFORMAT
+ * (a blob not of L), SCDB_ETOOBIG (cap < scdb_llama_blob_bytes(L, nk)),
+ * SCDB_EINVAL. */
+scdb_err ll_blob_gather_heads(const scdb_llama_layout *L, const void *blob, size_t len,
+                              llama_seq_id seq, const int *src, const int32_t *pos, int nk,
+                              int32_t *in_pos, int *in_n, uint8_t *out, size_t cap,
+                              size_t *out_len, char *errbuf, size_t errlen);
+
 /* Connect, send the weights fingerprint of model_path (+ adapter_path;
  * none when model_path is NULL), register: what a consumer and a producer
  * both do.  On error *h is NULL and errbuf says why. */
