@@ -354,6 +354,40 @@ static void logits_of(struct llama_context *ctx, int n, float *out)
     for (int t = 0; t < n; t++) memcpy(out + (size_t)t * 256, llama_get_logits_ith(ctx, t), 256 * sizeof(float));
 }
 
+/* A producer / consumer of the test's broker (llama_broker); the test
+ * fails with the library's message if it cannot open. */
+static scdb_llama_producer *producer_on(const char *name, const char *codebook, const char *model_path)
+{
+    char err[512] = "";
+    scdb_llama_producer_params pp = scdb_llama_producer_default_params();
+    pp.endpoint = llama_broker.endpoint;
+    pp.producer = name;
+    pp.codebook = codebook;
+    pp.model_path = model_path;
+    pp.timeout_ms = 20000;
+    scdb_llama_producer *prod = NULL;
+    scdb_err e = scdb_llama_producer_open(&pp, &prod, err, sizeof err);
+    if (e) fail_msg("producer %s: %s: %s", name, scdb_strerror(e), err);
+    return prod;
+}
+
+static scdb_llama_consumer *consumer_on(const char *name, const char *codebook, struct llama_model *m,
+                                        const char *model_path)
+{
+    char err[512] = "";
+    scdb_llama_consumer_params cp = scdb_llama_consumer_default_params();
+    cp.endpoint = llama_broker.endpoint;
+    cp.consumer = name;
+    cp.codebook = codebook;
+    cp.model = m;
+    cp.model_path = model_path;
+    cp.timeout_ms = 20000;
+    scdb_llama_consumer *cons = NULL;
+    scdb_err e = scdb_llama_consumer_open(&cp, &cons, err, sizeof err);
+    if (e) fail_msg("consumer %s: %s: %s", name, scdb_strerror(e), err);
+    return cons;
+}
+
 /* base in llama.cpp stores the prefix once (its H_in captured during
  * llama_decode, encoded by the broker); the specialist `code` in llama.cpp
  * restores it: the KV in its sequence is the broker's decode into the
@@ -381,14 +415,8 @@ static void fleet_through_broker(void **state)
     enum { N = 192, T = 16 };
 
     /* the producer */
-    scdb_llama_producer_params pp = scdb_llama_producer_default_params();
-    pp.endpoint = llama_broker.endpoint;
-    pp.producer = "base";
-    pp.codebook = "base-scd";
-    pp.timeout_ms = 20000;
-    scdb_llama_producer *prod = NULL;
-    scdb_err e = scdb_llama_producer_open(&pp, &prod, err, sizeof err);
-    if (e) fail_msg("producer: %s: %s", scdb_strerror(e), err);
+    scdb_llama_producer *prod = producer_on("base", "base-scd", NULL);
+    scdb_err e;
     struct llama_context *pctx = ctx_for(lm, prod, 1);
     scdb_llama_put_result pr;
     e = scdb_llama_producer_prefill(prod, pctx, 0, tok, N, &pr);
@@ -401,15 +429,7 @@ static void fleet_through_broker(void **state)
     /* the consumer, in llama.cpp */
     struct llama_model *code = llama_model_load_from_file(code_path, llama_model_default_params());
     assert_non_null(code);
-    scdb_llama_consumer_params cp = scdb_llama_consumer_default_params();
-    cp.endpoint = llama_broker.endpoint;
-    cp.consumer = "code";
-    cp.codebook = "base-scd";
-    cp.model = code;
-    cp.timeout_ms = 20000;
-    scdb_llama_consumer *cons = NULL;
-    e = scdb_llama_consumer_open(&cp, &cons, err, sizeof err);
-    if (e) fail_msg("consumer: %s: %s", scdb_strerror(e), err);
+    scdb_llama_consumer *cons = consumer_on("code", "base-scd", code, NULL);
     struct llama_context *cctx = ctx_for(code, NULL, 0);
     scdb_llama_restore_result rr;
     e = scdb_llama_restore(cons, cctx, tok, N + T, NULL, &rr);
@@ -485,10 +505,7 @@ static void fleet_through_broker(void **state)
 
     /* a default llama.cpp cannot do: initial tokens, refused by name */
     {
-        scdb_llama_consumer_params rcp = cp;
-        rcp.codebook = "raw/base";
-        scdb_llama_consumer *rb = NULL;
-        assert_int_equal(scdb_llama_consumer_open(&rcp, &rb, err, sizeof err), SCDB_OK);
+        scdb_llama_consumer *rb = consumer_on("code", "raw/base", code, NULL);
         scdb_llama_restore_params dp = scdb_llama_restore_default_params();
         dp.pair_default = 1;
         struct llama_context *fresh = ctx_for(code, NULL, 0);   /* the first restore probes */
@@ -499,19 +516,14 @@ static void fleet_through_broker(void **state)
     }
 
     /* raw: code's own prefill in llama.cpp stored as is, restored bit for bit */
-    pp.producer = "code";
-    pp.codebook = NULL;
-    scdb_llama_producer *rawp = NULL;
-    assert_int_equal(scdb_llama_producer_open(&pp, &rawp, err, sizeof err), SCDB_OK);
+    scdb_llama_producer *rawp = producer_on("code", NULL, NULL);
     struct llama_context *own = ctx_for(code, rawp, 1);
     e = scdb_llama_producer_prefill(rawp, own, 0, tok, N, &pr);
     if (e) fail_msg("raw prefill: %s: %s", scdb_strerror(e), scdb_llama_producer_error(rawp));
     assert_int_equal(pr.put.n_stored, N / 64);
     assert_int_equal(scdb_llama_decode(own, 0, tok + N, T, N, 1), SCDB_OK);
     logits_of(own, T, want);
-    cp.codebook = "raw/code";
-    scdb_llama_consumer *rawc = NULL;
-    assert_int_equal(scdb_llama_consumer_open(&cp, &rawc, err, sizeof err), SCDB_OK);
+    scdb_llama_consumer *rawc = consumer_on("code", "raw/code", code, NULL);
     struct llama_context *rctx = ctx_for(code, NULL, 1);
     assert_int_equal(scdb_llama_restore(rawc, rctx, tok, N, NULL, &rr), SCDB_OK);
     assert_int_equal(rr.n_restored, N);
@@ -632,7 +644,7 @@ static void consumers_glob_gguf(void **state)
     NEED_MODEL();
     const char *code_path = SCDB_TEST_GGUF_DIR "/code.gguf";
     if (access(code_path, R_OK)) skip();
-    char ini[2048], err[512] = "";
+    char ini[2048];
     snprintf(ini, sizeof ini,
              "block_tokens = 64\nno_sync = 1\nheartbeat_timeout_ms = 30000\n\n"
              "[model base]\nconfig = " SCDB_DATA_DIR "/models/base/config.json\n\n"
@@ -642,29 +654,16 @@ static void consumers_glob_gguf(void **state)
              "decoder = scd\nfile = " SCDB_DATA_DIR "/pairs/base__{name}.safetensors\n");
     assert_int_equal(bp_start(&llama_broker, SCDB_BROKER_BIN, ini), 0);
     enum { N = 128 };
-    scdb_llama_producer_params pp = scdb_llama_producer_default_params();
-    pp.endpoint = llama_broker.endpoint;
-    pp.producer = "base";
-    pp.codebook = "base-scd";
-    pp.timeout_ms = 20000;
-    scdb_llama_producer *prod = NULL;
-    scdb_err e = scdb_llama_producer_open(&pp, &prod, err, sizeof err);
-    if (e) fail_msg("producer: %s: %s", scdb_strerror(e), err);
+    scdb_llama_producer *prod = producer_on("base", "base-scd", NULL);
+    scdb_err e;
     struct llama_context *pctx = ctx_for(lm, prod, 1);
     scdb_llama_put_result pr;
     e = scdb_llama_producer_prefill(prod, pctx, 0, tok, N, &pr);
     if (e) fail_msg("prefill: %s: %s", scdb_strerror(e), scdb_llama_producer_error(prod));
     struct llama_model *code = llama_model_load_from_file(code_path, llama_model_default_params());
     assert_non_null(code);
-    scdb_llama_consumer_params cp = scdb_llama_consumer_default_params();
-    cp.endpoint = llama_broker.endpoint;
-    cp.consumer = "code";                 /* the glob's name for code.gguf */
-    cp.codebook = "base-scd";
-    cp.model = code;
-    cp.timeout_ms = 20000;
-    scdb_llama_consumer *cons = NULL;
-    e = scdb_llama_consumer_open(&cp, &cons, err, sizeof err);
-    if (e) fail_msg("consumer: %s: %s", scdb_strerror(e), err);
+    /* "code": the glob's name for code.gguf */
+    scdb_llama_consumer *cons = consumer_on("code", "base-scd", code, NULL);
     struct llama_context *cctx = ctx_for(code, NULL, 0);
     scdb_llama_restore_result rr;
     e = scdb_llama_restore(cons, cctx, tok, N, NULL, &rr);
@@ -767,14 +766,8 @@ static void quantized_gguf(void **state)
     struct llama_model *m = llama_model_load_from_file(q8, llama_model_default_params());
     assert_non_null(m);
     enum { N = 128, T = 8, V = 256 };
-    scdb_llama_producer_params pp = scdb_llama_producer_default_params();
-    pp.endpoint = llama_broker.endpoint;
-    pp.producer = "bq8";
-    pp.model_path = q8;
-    pp.timeout_ms = 20000;
-    scdb_llama_producer *prod = NULL;
-    scdb_err e = scdb_llama_producer_open(&pp, &prod, err, sizeof err);
-    if (e) fail_msg("producer: %s: %s", scdb_strerror(e), err);
+    scdb_llama_producer *prod = producer_on("bq8", NULL, q8);
+    scdb_err e;
     struct llama_context *own = ctx_for(m, prod, 1);
     scdb_llama_put_result pr;
     e = scdb_llama_producer_prefill(prod, own, 0, tok, N, &pr);
@@ -782,15 +775,7 @@ static void quantized_gguf(void **state)
     assert_int_equal(scdb_llama_decode(own, 0, tok + N, T, N, 1), SCDB_OK);
     float *want = malloc((size_t)T * V * sizeof *want), *out = malloc((size_t)T * V * sizeof *out);
     for (int i = 0; i < T; i++) memcpy(want + (size_t)i * V, llama_get_logits_ith(own, i), V * sizeof(float));
-    scdb_llama_consumer_params cp = scdb_llama_consumer_default_params();
-    cp.endpoint = llama_broker.endpoint;
-    cp.consumer = "bq8";
-    cp.model = m;
-    cp.model_path = q8;
-    cp.timeout_ms = 20000;
-    scdb_llama_consumer *cons = NULL;
-    e = scdb_llama_consumer_open(&cp, &cons, err, sizeof err);
-    if (e) fail_msg("consumer: %s: %s", scdb_strerror(e), err);
+    scdb_llama_consumer *cons = consumer_on("bq8", NULL, m, q8);
     assert_string_equal(scdb_llama_consumer_fingerprint(cons), fp8);
     struct llama_context *ctx = ctx_for(m, NULL, 1);
     scdb_llama_restore_result rr;
@@ -903,7 +888,7 @@ static void bpe_vocab_through_broker(void **state)
         print_message("skipped: no %s\n", vocab);
         skip();
     }
-    char dir[] = "/tmp/scdb_test_bpe_XXXXXX", path[128], ini[1024], err[512] = "";
+    char dir[] = "/tmp/scdb_test_bpe_XXXXXX", path[128], ini[1024];
     assert_non_null(mkdtemp(dir));
     snprintf(path, sizeof path, "%s/bpe.gguf", dir);
     int V = 0;
@@ -927,14 +912,8 @@ static void bpe_vocab_through_broker(void **state)
     snprintf(ini, sizeof ini, "block_tokens = 64\nno_sync = 1\nheartbeat_timeout_ms = 30000\n\n"
              "[model bpe]\nconfig = %s\n", path);
     assert_int_equal(bp_start(&llama_broker, SCDB_BROKER_BIN, ini), 0);
-    scdb_llama_producer_params pp = scdb_llama_producer_default_params();
-    pp.endpoint = llama_broker.endpoint;
-    pp.producer = "bpe";
-    pp.model_path = path;
-    pp.timeout_ms = 20000;
-    scdb_llama_producer *prod = NULL;
-    scdb_err e = scdb_llama_producer_open(&pp, &prod, err, sizeof err);
-    if (e) fail_msg("producer: %s: %s", scdb_strerror(e), err);
+    scdb_llama_producer *prod = producer_on("bpe", NULL, path);
+    scdb_err e;
     struct llama_context *own = ctx_for(m, prod, 1);
     scdb_llama_put_result pr;
     e = scdb_llama_producer_prefill(prod, own, 0, ids, N, &pr);
@@ -944,15 +923,7 @@ static void bpe_vocab_through_broker(void **state)
     float *want = malloc((size_t)T * V * sizeof *want), *got = malloc((size_t)T * V * sizeof *got);
     for (int t = 0; t < T; t++) memcpy(want + (size_t)t * V, llama_get_logits_ith(own, t), (size_t)V * sizeof(float));
 
-    scdb_llama_consumer_params cp = scdb_llama_consumer_default_params();
-    cp.endpoint = llama_broker.endpoint;
-    cp.consumer = "bpe";
-    cp.model = m;
-    cp.model_path = path;
-    cp.timeout_ms = 20000;
-    scdb_llama_consumer *cons = NULL;
-    e = scdb_llama_consumer_open(&cp, &cons, err, sizeof err);
-    if (e) fail_msg("consumer: %s: %s", scdb_strerror(e), err);
+    scdb_llama_consumer *cons = consumer_on("bpe", NULL, m, path);
     assert_string_not_equal(scdb_llama_consumer_fingerprint(cons), "");
     scdb_lookup_result lr;
     assert_int_equal(scdb_lookup(scdb_llama_consumer_handle(cons), ids, N + T, &lr), SCDB_OK);
@@ -1025,7 +996,6 @@ static void bpe_vocab_calibrated(void **state)
         skip();
     }
     char dir[] = "/tmp/scdb_test_bpecal_XXXXXX", pp_path[128], cp_path[128], log[128], args[2048], ini[2048];
-    char err[512] = "";
     assert_non_null(mkdtemp(dir));
     snprintf(pp_path, sizeof pp_path, "%s/bpe-base.gguf", dir);
     snprintf(cp_path, sizeof cp_path, "%s/bpe-spec.gguf", dir);
@@ -1095,15 +1065,8 @@ static void bpe_vocab_calibrated(void **state)
     assert_true(n >= N + T);
 
     /* the producer in llama.cpp stores the prefix as SCD codes */
-    scdb_llama_producer_params pp = scdb_llama_producer_default_params();
-    pp.endpoint = llama_broker.endpoint;
-    pp.producer = "bpe-base";
-    pp.codebook = "bpe-scd";
-    pp.model_path = pp_path;
-    pp.timeout_ms = 20000;
-    scdb_llama_producer *prod = NULL;
-    scdb_err e = scdb_llama_producer_open(&pp, &prod, err, sizeof err);
-    if (e) fail_msg("producer: %s: %s", scdb_strerror(e), err);
+    scdb_llama_producer *prod = producer_on("bpe-base", "bpe-scd", pp_path);
+    scdb_err e;
     struct llama_context *pctx = ctx_for(mp, prod, 1);
     scdb_llama_put_result pr;
     e = scdb_llama_producer_prefill(prod, pctx, 0, ids, N, &pr);
@@ -1111,16 +1074,7 @@ static void bpe_vocab_calibrated(void **state)
     assert_int_equal(pr.put.n_stored, N / 64);
 
     /* the specialist restores it through its pair and decodes on */
-    scdb_llama_consumer_params cp = scdb_llama_consumer_default_params();
-    cp.endpoint = llama_broker.endpoint;
-    cp.consumer = "bpe-spec";
-    cp.codebook = "bpe-scd";
-    cp.model = mc;
-    cp.model_path = cp_path;
-    cp.timeout_ms = 20000;
-    scdb_llama_consumer *cons = NULL;
-    e = scdb_llama_consumer_open(&cp, &cons, err, sizeof err);
-    if (e) fail_msg("consumer: %s: %s", scdb_strerror(e), err);
+    scdb_llama_consumer *cons = consumer_on("bpe-spec", "bpe-scd", mc, cp_path);
     scdb_lookup_result lr;
     assert_int_equal(scdb_lookup(scdb_llama_consumer_handle(cons), ids, N + T, &lr), SCDB_OK);
     assert_int_equal(lr.matched_tokens, N);
@@ -1138,25 +1092,14 @@ static void bpe_vocab_calibrated(void **state)
     assert_true(finite_all(scd, (size_t)T * V));
 
     /* the specialist's own prefill, stored raw, restores bit for bit */
-    scdb_llama_producer_params rp = scdb_llama_producer_default_params();
-    rp.endpoint = llama_broker.endpoint;
-    rp.producer = "bpe-spec";
-    rp.model_path = cp_path;
-    rp.timeout_ms = 20000;
-    scdb_llama_producer *rprod = NULL;
-    e = scdb_llama_producer_open(&rp, &rprod, err, sizeof err);
-    if (e) fail_msg("raw producer: %s: %s", scdb_strerror(e), err);
+    scdb_llama_producer *rprod = producer_on("bpe-spec", NULL, cp_path);
     /* F16 KV as the raw store keeps it: the same bytes back */
     struct llama_context *own = ctx_for(mc, rprod, 1);
     e = scdb_llama_producer_prefill(rprod, own, 0, ids, N, &pr);
     if (e) fail_msg("raw put: %s: %s", scdb_strerror(e), scdb_llama_producer_error(rprod));
     assert_int_equal(scdb_llama_decode(own, 0, ids + N, T, N, 1), SCDB_OK);
     for (int t = 0; t < T; t++) memcpy(want + (size_t)t * V, llama_get_logits_ith(own, t), (size_t)V * sizeof(float));
-    scdb_llama_consumer_params rc_p = cp;
-    rc_p.codebook = NULL;
-    scdb_llama_consumer *rcons = NULL;
-    e = scdb_llama_consumer_open(&rc_p, &rcons, err, sizeof err);
-    if (e) fail_msg("raw consumer: %s: %s", scdb_strerror(e), err);
+    scdb_llama_consumer *rcons = consumer_on("bpe-spec", NULL, mc, cp_path);
     struct llama_context *rctx = ctx_for(mc, NULL, 1);
     assert_int_equal(scdb_llama_restore(rcons, rctx, ids, N + T, NULL, &rr), SCDB_OK);
     assert_int_equal(rr.n_restored, N);

@@ -317,11 +317,22 @@ static void test_changed_weights(void **state)
     }
 }
 
+/* tools/weights_fp.py's line for path ("FP  PATH") */
+static void python_fp(const char *path, char *line, size_t cap)
+{
+    char cmd[2000];
+    snprintf(cmd, sizeof cmd, "/usr/bin/python3 '%s/../tools/weights_fp.py' '%s'", SCDB_DATA_DIR, path);
+    FILE *p = popen(cmd, "r");
+    assert_non_null(p);
+    assert_non_null(fgets(line, (int)cap, p));
+    assert_int_equal(pclose(p), 0);
+}
+
 /* tools/weights_fp.py (FORMATS.md in Python) gives the same digits. */
 static void test_python_reference(void **state)
 {
     (void)state;
-    char cmd[2000], dir[300], fp[33], line[256];
+    char dir[300], fp[33], line[256];
     if (system("/usr/bin/python3 -c 'import numpy, ctypes.util, ctypes; "
                "ctypes.CDLL(ctypes.util.find_library(\"xxhash\") or \"libxxhash.so.0\")' 2>/dev/null")) {
         print_message("skipped: /usr/bin/python3 with numpy and libxxhash not available\n");
@@ -334,11 +345,7 @@ static void test_python_reference(void **state)
         snprintf(dir, sizeof dir, "%s/%s", tmpdir, dirs[i]);
         if (access(dir, F_OK)) continue;         /* made by an earlier test */
         fp_of(dir, fp);
-        snprintf(cmd, sizeof cmd, "/usr/bin/python3 '%s/../tools/weights_fp.py' '%s'", SCDB_DATA_DIR, dir);
-        FILE *p = popen(cmd, "r");
-        assert_non_null(p);
-        assert_non_null(fgets(line, sizeof line, p));
-        assert_int_equal(pclose(p), 0);
+        python_fp(dir, line, sizeof line);
         print_message("  %-10s C %s  Python %.32s\n", dirs[i], fp, line);
         assert_memory_equal(line, fp, 32);
         checked++;
@@ -357,11 +364,7 @@ static void test_python_reference(void **state)
         snprintf(dir, sizeof dir, "%s/base_%s.gguf", tmpdir, dtn[i]);
         if (scdb_model_export_gguf(m, dir, dts[i], err, sizeof err)) fail_msg("%s: %s", dir, err);
         fp_of(dir, fp);
-        snprintf(cmd, sizeof cmd, "/usr/bin/python3 '%s/../tools/weights_fp.py' '%s'", SCDB_DATA_DIR, dir);
-        FILE *p = popen(cmd, "r");
-        assert_non_null(p);
-        assert_non_null(fgets(line, sizeof line, p));
-        assert_int_equal(pclose(p), 0);
+        python_fp(dir, line, sizeof line);
         print_message("  base.gguf %-4s C %s  Python %.32s\n", dtn[i], fp, line);
         assert_memory_equal(line, fp, 32);
         if (i == 0) assert_string_equal(fp, dfp);
