@@ -401,6 +401,20 @@ static scdb_err fold(scdb_llama_evictor *e, const llama_pos *pos, int m)
     return scdb_evict_acc_update(e->acc, e->shadow, e->folded, S, m);
 }
 
+/* A buffer kept across evictions, grown to at least need bytes; -1 if it
+ * cannot be. */
+static int grow(uint8_t **buf, size_t *cap, size_t need)
+{
+    if (need <= *cap)
+        return 0;
+    uint8_t *nb = realloc(*buf, need);
+    if (!nb)
+        return -1;
+    *buf = nb;
+    *cap = need;
+    return 0;
+}
+
 /* Keep sets per (layer, KV group), which llama_memory_seq_rm cannot apply
  * (it removes a position from every layer): the sequence's state is read
  * from llama.cpp, evicted and compacted per set exactly as scdb's engine
@@ -418,13 +432,8 @@ static scdb_err evict_sets(scdb_llama_evictor *e, struct llama_context *ctx, int
     const int n = e->shadow->n, L = e->n_layer, G = e->n_kv_heads;
     scdb_err err;
     size_t bn = llama_state_seq_get_size(ctx, e->p.seq);
-    if (bn > e->blob_cap) {
-        uint8_t *nb = realloc(e->blob, bn);
-        if (!nb)
-            return SCDB_ENOMEM;
-        e->blob = nb;
-        e->blob_cap = bn;
-    }
+    if (grow(&e->blob, &e->blob_cap, bn))
+        return SCDB_ENOMEM;
     size_t got = llama_state_seq_get_data(ctx, e->blob, bn, e->p.seq);
     if (!got) {
         snprintf(e->err, sizeof e->err, "llama_state_seq_get_data wrote nothing for sequence %d",
@@ -473,14 +482,9 @@ static scdb_err evict_sets(scdb_llama_evictor *e, struct llama_context *ctx, int
         for (int g = 0; g < G; g++)
             for (int i = 0; i < m; i++)
                 e->src[((size_t)l * G + g) * m + i] = (int)scdb_kv_k(e->tiny, l, i)[g];
-    size_t need = scdb_llama_blob_bytes(&e->layout, m), len = 0;
-    if (need > e->out_cap) {
-        uint8_t *nb = realloc(e->out, need);
-        if (!nb)
-            return SCDB_ENOMEM;
-        e->out = nb;
-        e->out_cap = need;
-    }
+    size_t len = 0;
+    if (grow(&e->out, &e->out_cap, scdb_llama_blob_bytes(&e->layout, m)))
+        return SCDB_ENOMEM;
     if ((err = ll_blob_gather_heads(&e->layout, e->blob, got, e->p.seq, e->src, e->tiny->pos, m,
                                     NULL, &in_n, e->out, e->out_cap, &len, e->err, sizeof e->err)))
         return err;
