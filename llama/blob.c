@@ -571,6 +571,7 @@ scdb_err ll_blob_gather_heads(const scdb_llama_layout *L, const void *blob, size
             }
         }
     }
+    EXPECT(r.p == r.end, "%zu bytes after the blob's last row", (size_t)(r.end - r.p));
     if (out_len)
         *out_len = (size_t)(p - out);
     return SCDB_OK;

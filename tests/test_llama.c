@@ -306,6 +306,51 @@ static void blob_refusals(void **state)
     assert_int_equal(scdb_kv_cache_new(7, 2, 32, 3, &c7), SCDB_OK);
     assert_int_equal(scdb_llama_blob_read(&W, b, len, c7, err, sizeof err), SCDB_EFORMAT);
     assert_int_equal(scdb_llama_blob_read(&L, b, len, c7, err, sizeof err), SCDB_ESHAPE);
+    /* the keep-sets-per-head gather (ll_blob_gather_heads) over the same
+     * blob: whole, it gives back the input for the identity gather; every
+     * truncation, bytes after the blob, a garbage magic, a wrong layout, a
+     * source cell out of range and a short output buffer are refused */
+    {
+        int src[16 * 3], n_in = 0;
+        int32_t pos[3] = {0, 1, 2}, in_pos[3];
+        for (int k = 0; k < 16; k++)
+            for (int i = 0; i < 3; i++) src[k * 3 + i] = i;
+        uint8_t *out = malloc(len);
+        size_t olen = 0;
+        assert_int_equal(ll_blob_gather_heads(&L, b, len, 0, src, pos, 3, in_pos, &n_in, out, len, &olen,
+                                              err, sizeof err), SCDB_OK);
+        assert_int_equal(n_in, 3);
+        assert_memory_equal(in_pos, pos, sizeof pos);
+        assert_int_equal(olen, len);
+        assert_memory_equal(out, b, len);
+        for (size_t cut = 0; cut < len; cut++) {
+            scdb_err e = ll_blob_gather_heads(&L, b, cut, 0, src, pos, 3, NULL, &n_in, out, len, &olen,
+                                              err, sizeof err);
+            assert_true(e == SCDB_ETRUNC || e == SCDB_EFORMAT);
+        }
+        memcpy(x, b, len);
+        x[len] = 0;
+        assert_int_equal(ll_blob_gather_heads(&L, x, len + 1, 0, src, pos, 3, NULL, &n_in, out, len, &olen,
+                                              err, sizeof err), SCDB_EFORMAT);
+        assert_non_null(strstr(err, "after the blob"));
+        x[0] ^= 1;
+        assert_int_equal(ll_blob_gather_heads(&L, x, len, 0, src, pos, 3, NULL, &n_in, out, len, &olen,
+                                              err, sizeof err), SCDB_EFORMAT);
+        x[0] ^= 1;
+        W = L;
+        W.v_trans = !L.v_trans;
+        assert_int_equal(ll_blob_gather_heads(&W, b, len, 0, src, pos, 3, NULL, &n_in, out, len, &olen,
+                                              err, sizeof err), SCDB_EFORMAT);
+        assert_non_null(strstr(err, "v_trans"));
+        src[5] = 3;                                 /* set 1, slot 2: cell 3 of 3 */
+        assert_int_equal(ll_blob_gather_heads(&L, b, len, 0, src, pos, 3, NULL, &n_in, out, len, &olen,
+                                              err, sizeof err), SCDB_EFORMAT);
+        assert_non_null(strstr(err, "cell 3 of 3"));
+        src[5] = 2;
+        assert_int_equal(ll_blob_gather_heads(&L, b, len, 0, src, pos, 3, NULL, &n_in, out, len - 1, &olen,
+                                              err, sizeof err), SCDB_ETOOBIG);
+        free(out);
+    }
     /* a cell of two sequences; more cells than the cache holds */
     memcpy(x, b, len);
     uint32_t two = 2;
