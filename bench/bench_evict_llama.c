@@ -61,6 +61,7 @@ typedef struct eopts {
     const char *data, *gguf, *json, *models, *domains, *policy;
     double budgets[MAX_B];
     int n_budgets, windows, prefill, steps, every, threads;
+    struct ggml_threadpool *pool;  /* every context's, when threads > 1 */
 } eopts;
 
 typedef struct eacc {
@@ -89,12 +90,19 @@ static void usage(FILE *f)
 "  --windows N       windows per (model, domain) (default 1)\n"
 "  --prefill P / --steps T / --every C   the protocol (default 256 / 256 / 8)\n"
 "  --policy FILE     the learned policy (default DATA/policies/distillcache_base.safetensors)\n"
+"  --threads T       llama.cpp threads (default 2); above 1, every context of\n"
+"                    the bench runs on one ggml thread pool (without one ggml\n"
+"                    starts its threads at each graph computation, and the\n"
+"                    capture splits a step into one per tensor it reads)\n"
 "  --gguf DIR        GGUF exports NAME.gguf (default: exported into a temp folder)\n"
 "  --json FILE       rows {model, domain, seen, policy, budget, budget_frac, kl,\n"
 "                    top1, ppl_ratio, stats_share, evict_share, cost_share,\n"
 "                    capture_share, evict_us, decode_ms, steps, evictions};\n"
-"                    capture_share: a decode step reading the attention over the\n"
-"                    same step without, on the same full cache (per model);\n"
+"                    capture_share: llama_decode of a step reading the attention\n"
+"                    over the cheaper of the same step without (flash attention\n"
+"                    off) and with llama.cpp's default (auto), on the same full\n"
+"                    cache, median of 3 x 64 steps side by side (per model;\n"
+"                    capture_plain_ms, capture_step_ms, capture_fa_plain_ms);\n"
 "                    and summary {policy, split, budget_frac, pairs, kl_lowest,\n"
 "                    top1_at_least_best, kl_ratio_geomean, learned_cost_worst,\n"
 "                    cost_worst}: per learned variant, seen / unseen domains and\n"
@@ -106,18 +114,34 @@ static void usage(FILE *f)
 }
 
 
-static struct llama_context *mk_ctx(struct llama_model *m, const eopts *o,
-                                    scdb_llama_evictor *ev)
+/* Every context of the bench, students, teacher and baselines, runs on
+ * one ggml thread pool when threads > 1 (scdb_llama_threadpool_new: the
+ * way a llama.cpp process keeps its threads; without one ggml starts and
+ * joins them at each graph computation, which the capture's splits
+ * multiply).  fa: llama.cpp's default flash attention ("auto") instead of
+ * off. */
+static struct llama_context *mk_ctx_fa(struct llama_model *m, const eopts *o,
+                                       scdb_llama_evictor *ev, int fa)
 {
     struct llama_context_params cp = llama_context_default_params();
     cp.n_ctx = 512;
     cp.n_batch = cp.n_ubatch = 512;
     cp.n_seq_max = 1;
     cp.n_threads = cp.n_threads_batch = o->threads;
-    cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
+    if (!fa)
+        cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
     if (ev)
         scdb_llama_evictor_cparams(ev, &cp);
-    return llama_init_from_model(m, cp);
+    struct llama_context *ctx = llama_init_from_model(m, cp);
+    if (ctx && o->pool)
+        llama_attach_threadpool(ctx, o->pool, o->pool);
+    return ctx;
+}
+
+static struct llama_context *mk_ctx(struct llama_model *m, const eopts *o,
+                                    scdb_llama_evictor *ev)
+{
+    return mk_ctx_fa(m, o, ev, 0);
 }
 
 
@@ -272,6 +296,7 @@ static int run_policy(struct llama_model *m, const eopts *o, const char *policy,
     ep.policy_file = o->policy;
     ep.budget = B;
     ep.cadence = 0;
+    ep.threadpool = o->pool;
     scdb_llama_evictor *ev = NULL;
     if (scdb_llama_evictor_new(&ep, &ev, err, errlen))
         return -1;
@@ -315,45 +340,89 @@ static int run_policy(struct llama_model *m, const eopts *o, const char *policy,
     return rc;
 }
 
-/* The price of reading the probabilities, on the same cache: a context
- * prefilled with `prefill` tokens decodes min(64, steps) steps plainly and, in a second
- * context made for an evictor that never evicts (budget = the context),
- * the same 64 steps with capture; best step of each, interleaved 3 times.
- * Returns capture / plain - 1 (NAN on failure). */
-static double capture_cost(struct llama_model *m, const eopts *o, const int32_t *tok,
-                           double *plain_ms, double *capture_ms)
+/* The price of reading the probabilities, on the same cache, step by step:
+ * three contexts prefilled with the same `prefill` tokens decode the same
+ * min(64, steps) steps side by side, in an order that rotates each step: a
+ * plain one (flash attention off, as the students run), one made for an
+ * evictor that never evicts (budget = the context) whose llama_decode
+ * alone is timed (the callback's copies and the graph splits it forces;
+ * the fold is stats_share, counted apart), and one with llama.cpp's default
+ * flash attention ("auto"), the step a user of llama.cpp runs without scdb.
+ * The same step of the three is compared, and the median over 3 x 64 steps
+ * taken: load on a shared machine hits neighbouring calls alike.  Returns
+ * the capture step over the cheaper of the two plain ones, minus 1 (so
+ * turning flash attention off, which the capture needs, is part of the
+ * price); NAN on failure.  *plain_ms, *capture_ms, *fa_ms: medians. */
+static int cmp_dbl(const void *a, const void *b)
 {
-    double best[2] = {INFINITY, INFINITY};
-    for (int r = 0; r < 3; r++)
-        for (int mode = 0; mode < 2; mode++) {
-            scdb_llama_evict_params ep = scdb_llama_evict_default_params();
-            ep.policy = "h2o";
-            ep.budget = 512;
-            ep.cadence = 0;
-            scdb_llama_evictor *ev = NULL;
-            char err[256];
-            if (scdb_llama_evictor_new(&ep, &ev, err, sizeof err))
-                return NAN;
-            struct llama_context *ctx = mk_ctx(m, o, mode ? ev : NULL);
-            int ok = ctx && !scdb_llama_decode(ctx, 0, tok, (size_t)o->prefill, 0, 0) &&
-                     (!mode || !scdb_llama_evictor_start(ev, ctx));
-            for (int t = 0; ok && t < (o->steps < 64 ? o->steps : 64); t++) {
-                llama_token x = tok[o->prefill + t];
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_dbl);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+#define CAP_REPS 3
+#define CAP_STEPS 64
+static double capture_cost(struct llama_model *m, const eopts *o, const int32_t *tok,
+                           double *plain_ms, double *capture_ms, double *fa_ms)
+{
+    int steps = o->steps < CAP_STEPS ? o->steps : CAP_STEPS, n = 0;
+    double ratio[CAP_REPS * CAP_STEPS], ms[3][CAP_REPS * CAP_STEPS];
+    for (int r = 0; r < CAP_REPS; r++) {
+        scdb_llama_evict_params ep = scdb_llama_evict_default_params();
+        ep.policy = "h2o";
+        ep.budget = 512;
+        ep.cadence = 0;
+        ep.threadpool = o->pool;
+        scdb_llama_evictor *ev = NULL;
+        char err[256];
+        if (scdb_llama_evictor_new(&ep, &ev, err, sizeof err))
+            return NAN;
+        struct llama_context *ctx[3] = {mk_ctx(m, o, NULL), mk_ctx(m, o, ev),
+                                        mk_ctx_fa(m, o, NULL, 1)};
+        int ok = ctx[0] && ctx[1] && ctx[2];
+        for (int k = 0; ok && k < 3; k++)
+            ok = !scdb_llama_decode(ctx[k], 0, tok, (size_t)o->prefill, 0, 0);
+        ok = ok && !scdb_llama_evictor_start(ev, ctx[1]);
+        for (int t = 0; ok && t < steps; t++) {
+            llama_token x = tok[o->prefill + t];
+            double took[3];
+            for (int j = 0; ok && j < 3; j++) {
+                int k = (t + j) % 3;
                 scdb_llama_evict_result er;
                 double t0 = scdb_now();
-                ok = mode ? !scdb_llama_evictor_decode(ev, ctx, &x, 1, 0, &er)
-                          : !scdb_llama_decode(ctx, 0, &x, 1, o->prefill + t, 0);
-                best[mode] = fmin(best[mode], scdb_now() - t0);
+                if (k == 1) {
+                    ok = !scdb_llama_evictor_decode(ev, ctx[1], &x, 1, 0, &er);
+                    took[k] = er.decode_us * 1e-6;
+                } else {
+                    ok = !scdb_llama_decode(ctx[k], 0, &x, 1, o->prefill + t, 0);
+                    took[k] = scdb_now() - t0;
+                }
             }
-            if (ctx)
-                llama_free(ctx);
-            scdb_llama_evictor_free(&ev);
             if (!ok)
-                return NAN;
+                break;
+            ratio[n] = took[1] / fmin(took[0], took[2]);
+            for (int k = 0; k < 3; k++)
+                ms[k][n] = took[k] * 1e3;
+            n++;
         }
-    *plain_ms = best[0] * 1e3;
-    *capture_ms = best[1] * 1e3;
-    return best[1] / best[0] - 1;
+        for (int k = 0; k < 3; k++)
+            if (ctx[k])
+                llama_free(ctx[k]);
+        scdb_llama_evictor_free(&ev);
+        if (!ok)
+            return NAN;
+    }
+    if (!n)
+        return NAN;
+    *plain_ms = median(ms[0], n);
+    *capture_ms = median(ms[1], n);
+    *fa_ms = median(ms[2], n);
+    return median(ratio, n) - 1;
 }
 
 int scdb_bench_evict_llama(int argc, char **argv)
@@ -428,6 +497,11 @@ int scdb_bench_evict_llama(int argc, char **argv)
         fprintf(stderr, "bench evict: %s\n", err);
         return 1;
     }
+    if (o.threads > 1 && !(o.pool = scdb_llama_threadpool_new(o.threads))) {
+        fprintf(stderr, "bench evict: llama.cpp's CPU backend gave no thread pool of %d threads\n",
+                o.threads);
+        return 1;
+    }
     char man[1200];
     snprintf(man, sizeof man, "%s/evict_suite/manifest.json", o.data);
     scdb_evict_suite *suite = NULL;
@@ -439,6 +513,7 @@ int scdb_bench_evict_llama(int argc, char **argv)
     if (!o.gguf && !mkdtemp(tmp)) {
         perror("bench evict: mkdtemp");
         scdb_evict_suite_free(&suite);
+        scdb_llama_threadpool_free(o.pool);
         return 1;
     }
     char self[4096];
@@ -472,7 +547,7 @@ int scdb_bench_evict_llama(int argc, char **argv)
             failed = 1;
             break;
         }
-        double cap_share = NAN, cap_plain = NAN, cap_with = NAN;
+        double cap_share = NAN, cap_plain = NAN, cap_with = NAN, cap_fa = NAN;
         for (int d = 0; d < suite->n_domains && !failed; d++) {
             const scdb_evict_suite_domain *dom = &suite->domains[d];
             if (o.domains && !scdb_list_has(o.domains, dom->name))
@@ -496,15 +571,16 @@ int scdb_bench_evict_llama(int argc, char **argv)
                 size_t at = o.windows > 1 ? span * (size_t)w / (size_t)(o.windows - 1) : span / 2;
                 scdb_tokenize_bytes(text + at, (size_t)(o.prefill + o.steps + 1), tok);
                 if (isnan(cap_share)) {
-                    cap_share = capture_cost(m, &o, tok, &cap_plain, &cap_with);
+                    cap_share = capture_cost(m, &o, tok, &cap_plain, &cap_with, &cap_fa);
                     if (isnan(cap_share)) {
                         fprintf(stderr, "bench evict: %s: the capture measurement failed\n", mn);
                         failed = 1;
                         break;
                     }
                     fprintf(stderr, "bench evict (llama.cpp): %s: a decode step %.3f ms plain, "
-                            "%.3f ms reading the attention (%+.1f%%), %d threads\n", mn, cap_plain,
-                            cap_with, cap_share * 100, o.threads);
+                            "%.3f ms reading the attention, %.3f ms with llama.cpp's default flash "
+                            "attention (%+.1f%% over the cheaper plain one), %d threads\n", mn,
+                            cap_plain, cap_with, cap_fa, cap_share * 100, o.threads);
                 }
                 /* the teacher: the full cache, no capture (its step time is
                  * the plain decode step) */
@@ -580,6 +656,7 @@ int scdb_bench_evict_llama(int argc, char **argv)
                     cJSON_AddNumberToObject(row, "capture_share", capture);
                     cJSON_AddNumberToObject(row, "capture_plain_ms", cap_plain);
                     cJSON_AddNumberToObject(row, "capture_step_ms", cap_with);
+                    cJSON_AddNumberToObject(row, "capture_fa_plain_ms", cap_fa);
                     cJSON_AddNumberToObject(row, "evict_us", ev);
                     cJSON_AddNumberToObject(row, "decode_ms", step / 1e3);
                     cJSON_AddNumberToObject(row, "plain_decode_ms", plain / 1e3);
@@ -610,6 +687,7 @@ int scdb_bench_evict_llama(int argc, char **argv)
     free(tok);
     free(teacher);
     scdb_evict_suite_free(&suite);
+    scdb_llama_threadpool_free(o.pool);   /* after every context */
     if (!o.gguf)
         scdb_rm_tree(tmp);
     return failed;

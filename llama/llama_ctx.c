@@ -305,3 +305,41 @@ scdb_err ll_register(const char *endpoint, int timeout_ms, scdb_role role, const
     }
     return err;
 }
+
+/* The CPU backend is a plugin (ggml_backend_load_all_from_path): its
+ * thread-pool functions are reached through its registry, as llama.cpp's
+ * own tools do. */
+typedef struct ggml_threadpool *(*ll_pool_new_fn)(struct ggml_threadpool_params *);
+typedef void (*ll_pool_free_fn)(struct ggml_threadpool *);
+
+static void *cpu_proc(const char *name)
+{
+    ggml_backend_dev_t dev = ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU);
+    ggml_backend_reg_t reg = dev ? ggml_backend_dev_backend_reg(dev) : NULL;
+    return reg ? ggml_backend_reg_get_proc_address(reg, name) : NULL;
+}
+
+struct ggml_threadpool *ll_pool_new(int n_threads)
+{
+    ll_pool_new_fn fn = (ll_pool_new_fn)cpu_proc("ggml_threadpool_new");
+    if (!fn || n_threads < 1)
+        return NULL;
+    struct ggml_threadpool_params tp = ggml_threadpool_params_default(n_threads);
+    return fn(&tp);
+}
+
+void ll_pool_free(struct ggml_threadpool *tp)
+{
+    ll_pool_free_fn fn = tp ? (ll_pool_free_fn)cpu_proc("ggml_threadpool_free") : NULL;
+    if (fn)
+        fn(tp);
+}
+
+struct ggml_threadpool *scdb_llama_threadpool_new(int n_threads)
+{
+    if (scdb_llama_init(NULL, 0))
+        return NULL;
+    return ll_pool_new(n_threads);
+}
+
+void scdb_llama_threadpool_free(struct ggml_threadpool *tp) { ll_pool_free(tp); }

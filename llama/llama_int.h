@@ -51,6 +51,15 @@ scdb_err ll_register(const char *endpoint, int timeout_ms, scdb_role role, const
 int ll_layer_of(const char *tensor_name, const char *prefix);
 int ll_take_rows(const struct ggml_tensor *t, float *layer_rows, int dim, size_t n, size_t *filled);
 
+/* A ggml thread pool of n_threads from the CPU backend llama.cpp loaded,
+ * for llama_attach_threadpool; NULL when that backend has none.  Without
+ * one, ggml starts and joins its threads at every graph computation, and a
+ * cb_eval that asks for tensors splits a decode into one computation per
+ * tensor asked for (evictor.c).  Free it after the contexts that use it
+ * (or after llama_detach_threadpool). */
+struct ggml_threadpool *ll_pool_new(int n_threads);
+void ll_pool_free(struct ggml_threadpool *tp);
+
 /* One context's probed layout, kept by a consumer (a few contexts each). */
 typedef struct ll_ctx_layout {
     struct llama_context *ctx;

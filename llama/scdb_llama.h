@@ -337,6 +337,11 @@ typedef struct scdb_llama_evict_params {
                                   * the state writer (below; several times
                                   * the cost of an eviction); 0 (default):
                                   * one set for all at every budget         */
+    struct ggml_threadpool *threadpool; /* attached to the context at start
+                                  * (the caller's: free it after the
+                                  * context); NULL (default): the evictor
+                                  * attaches one of its own when the context
+                                  * runs more than one thread (below)       */
 } scdb_llama_evict_params;
 scdb_llama_evict_params scdb_llama_evict_default_params(void);
 
@@ -354,8 +359,28 @@ const char *scdb_llama_evictor_error(const scdb_llama_evictor *e);
  * it, and use one evictor per context. */
 void scdb_llama_evictor_cparams(scdb_llama_evictor *e, struct llama_context_params *cparams);
 
+/* A ggml thread pool of n_threads (>= 1) from the CPU backend llama.cpp
+ * loaded, for llama_attach_threadpool; NULL when it has none.  Free it with
+ * scdb_llama_threadpool_free after every context it is attached to.
+ *
+ * Why the evictor wants one: every tensor its cb_eval asks for (two per
+ * layer) splits a decode into one graph computation per tensor, and
+ * without an attached pool ggml starts and joins the context's threads at
+ * each computation: at 2 threads a decode step of the family cost 2.5x a
+ * plain one that way (bench evict --engine llama.cpp), on a pool about the
+ * same as a plain one.  A pool polls for work for a while after each
+ * computation (ggml's default): contexts decoding in turn on one thread
+ * should share one pool rather than each spin its own. */
+struct ggml_threadpool *scdb_llama_threadpool_new(int n_threads);
+void scdb_llama_threadpool_free(struct ggml_threadpool *tp);
+
 /* Take over sequence seq of ctx as it is (its cells [0, n) at positions
  * from its blob: a prefill or a restore); they have no statistics yet.
+ * The context gets the params' thread pool or, when it runs more than one
+ * thread (llama_n_threads, _batch), one of the evictor's own, made at the
+ * first start and freed with the evictor (llama_attach_threadpool: it
+ * replaces a pool the caller attached before; pass that one in the params
+ * to keep it).
  * Errors: SCDB_EINVAL (a budget over the context's cells, or below the
  * cells the policy always keeps: the message says how many),
  * SCDB_EUNSUPPORTED (flash attention on, another stream layout), those of

@@ -1295,9 +1295,15 @@ static void evictor_matches_reference(void **state)
     NEED_MODEL();
     const char *policies[] = {"streaming", "h2o", "snapkv", "tova", "learned", "learned_sets"};
     enum { PRE = 96, STEPS = 40, BUDGET = 64 };
+    /* every other policy on the caller's thread pool, the rest on the
+     * evictor's own (the contexts run 2 threads) */
+    assert_null(scdb_llama_threadpool_new(0));
+    struct ggml_threadpool *tp = scdb_llama_threadpool_new(2);
+    assert_non_null(tp);
     for (size_t k = 0; k < sizeof policies / sizeof policies[0]; k++) {
         char err[512] = "";
         scdb_llama_evict_params ep = scdb_llama_evict_default_params();
+        ep.threadpool = k % 2 ? tp : NULL;
         ep.sets = !strcmp(policies[k], "learned_sets");
         ep.policy = ep.sets ? "learned" : policies[k];
         ep.policy_file = SCDB_DATA_DIR "/policies/distillcache_base.safetensors";
@@ -1391,9 +1397,10 @@ static void evictor_matches_reference(void **state)
             assert_memory_equal(a1, a2, (size_t)n * sizeof *a1);
             scdb_kv_cache_free(&back);
         }
-        print_message("%s: %d evictions over %d steps (%d with a set per head), budget %d; "
-                      "llama.cpp vs the reference under the same kept sets: max |dlogit| %.1e\n",
-                      policies[k], evictions, STEPS, per_set, BUDGET, dl);
+        print_message("%s (%s thread pool): %d evictions over %d steps (%d with a set per head), "
+                      "budget %d; llama.cpp vs the reference under the same kept sets: max "
+                      "|dlogit| %.1e\n", policies[k], ep.threadpool ? "the caller's" : "its own",
+                      evictions, STEPS, per_set, BUDGET, dl);
         assert_true(evictions >= 4);
         assert_true(dl < 1e-4);
         /* the shipped file's scorer takes this budget (below its split) */
@@ -1404,6 +1411,7 @@ static void evictor_matches_reference(void **state)
         llama_free(ctx);
         scdb_llama_evictor_free(&ev);
     }
+    scdb_llama_threadpool_free(tp);   /* after the contexts it ran */
 }
 
 /* refusals: a budget over the context or at the sinks, an unknown or
