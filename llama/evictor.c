@@ -568,23 +568,31 @@ static scdb_err evict(scdb_llama_evictor *e, struct llama_context *ctx, scdb_lla
         snprintf(e->err, sizeof e->err, "eviction: %s", scdb_strerror(err));
         goto done;
     }
+    /* slots are in position order and the sequence holds exactly their
+     * positions: a run of removed slots is one seq_rm over the span from
+     * its first position to its last (positions between are absent), and
+     * each call scans every cell of the stream */
     llama_memory_t mem = llama_get_memory(ctx);
     int j = 0, removed = 0;
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < n;) {
         if (j < nk && kept[j] == e->old_pos[i]) {
             e->slot_cell[j] = cells[i];
             e->cell_slot[cells[i]] = j;
             j++;
+            i++;
             continue;
         }
-        if (!llama_memory_seq_rm(mem, e->p.seq, e->old_pos[i], e->old_pos[i] + 1)) {
-            snprintf(e->err, sizeof e->err, "llama_memory_seq_rm refused position %d",
-                     e->old_pos[i]);
+        int i1 = i;
+        while (i1 < n && !(j < nk && kept[j] == e->old_pos[i1]))
+            e->cell_slot[cells[i1++]] = -1;
+        if (!llama_memory_seq_rm(mem, e->p.seq, e->old_pos[i], e->old_pos[i1 - 1] + 1)) {
+            snprintf(e->err, sizeof e->err, "llama_memory_seq_rm refused positions [%d, %d]",
+                     e->old_pos[i], e->old_pos[i1 - 1]);
             err = SCDB_EIO;
             goto done;
         }
-        e->cell_slot[cells[i]] = -1;
-        removed++;
+        removed += i1 - i;
+        i = i1;
     }
     if (j != nk) {
         snprintf(e->err, sizeof e->err, "the kept positions are not a subsequence of the cache's");
