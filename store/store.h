@@ -353,8 +353,10 @@ typedef struct scdb_block {
 } scdb_block;
 
 /* Pin a block and make its payload addressable: served from the hot tier
- * (loaded and verified from LMDB if needed) or, without a hot tier, from a
- * private verified copy.  The block is not evicted until release.
+ * (loaded and verified from LMDB if needed) or, without a hot tier or while
+ * a replace of it is being committed, from a private verified copy (then the
+ * old value or the new, whichever LMDB holds).  The block is not evicted,
+ * nor replaced, until release.
  * Errors: as scdb_store_get, plus SCDB_EFULL (hot tier full of pinned
  * blocks). */
 scdb_err scdb_store_acquire(scdb_store *s, const scdb_key *key,

@@ -256,15 +256,20 @@ scdb_err scdb_store_acquire(scdb_store *s, const scdb_key *key, scdb_block **out
         *out = b;
         return SCDB_OK;
     }
+    /* a staged replace (the writer's commit under way): LMDB is read, the
+     * old value until the commit and the new after, and the hot tier takes
+     * no copy; so a private copy (the pin keeps a replace from starting
+     * once it is held) */
+    bool cache = s->hot != NULL && !s->nodes[id].replacing;
     store_unlock(s);
     r.info = &b->info;
-    r.want_slot = s->hot != NULL;
-    r.want_copy = s->hot == NULL;
+    r.want_slot = cache;
+    r.want_copy = !cache;
     e = read_disk(s, key, &r);
     store_lock(s);
-    ae = after_disk(s, id, e, &r, s->hot != NULL);
+    ae = after_disk(s, id, e, &r, cache);
     if (!e && ae) e = ae;
-    if (!e && s->hot) {
+    if (!e && cache) {
         b->payload = s->hot->ops->addr(s->hot, s->nodes[id].hot_slot);
         b->tier = s->hot->ops->name;
     } else if (!e) {

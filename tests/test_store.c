@@ -789,6 +789,85 @@ static void expect_fill(scdb_store *s, const scdb_key *k, uint8_t fill)
     free(got);
 }
 
+/* Acquire while the writer replaces the block (issue found by
+ * test_remote's fleet replace, SCDB_EBUSY "cannot read it" on a get): a
+ * replace staged and committing is read from LMDB, old bytes or new, never
+ * refused and never mixed.  A writer thread replaces block 1 over and over
+ * (a pinned block is refused: it tries again) while this thread acquires
+ * it, until some acquire landed inside a staged replace (served from a
+ * private copy although the store has a hot tier) or 20 s passed. */
+typedef struct replacer_arg {
+    scdb_store *s;
+    const fixture *f;
+    const chain *c;
+    atomic_int *stop;
+    int replaced, bad;
+} replacer_arg;
+
+static void *replacer(void *ud)
+{
+    replacer_arg *a = ud;
+    uint8_t *buf = malloc(PLEN);
+    for (int k = 0; buf && !atomic_load(a->stop); k++) {
+        scdb_block_put p;
+        memset(&p, 0, sizeof p);
+        memset(buf, 0xa0 + k % 16, PLEN);
+        p.key = a->c->keys[1];
+        p.parent = a->c->keys[0];
+        p.block_index = 1;
+        p.payload_dtype = SCDB_F16;
+        p.payload = buf;
+        p.payload_len = PLEN;
+        p.replace = 1;
+        scdb_err e = scdb_store_put_batch(a->s, &a->f->ns, &p, 1, NULL);
+        if (e == SCDB_OK) a->replaced++;
+        else if (e != SCDB_EBUSY) a->bad++;
+    }
+    free(buf);
+    return NULL;
+}
+
+static void test_acquire_during_replace(void **state)
+{
+    fixture *f = *state;
+    scdb_store *s = open_store(f, 0, 4 * (PLEN + 112));
+    chain c;
+    atomic_int stop = 0;
+    make_chain(f, &c, 2, 91);
+    put_one(s, f, &c, 0, 0x01, 0, SCDB_OK);
+    put_one(s, f, &c, 1, 0xa0, 0, SCDB_OK);
+    replacer_arg ra = {s, f, &c, &stop, 0, 0};
+    pthread_t th;
+    pthread_create(&th, NULL, replacer, &ra);
+    int acquired = 0, copies = 0, hot = 0, mixed = 0;
+    scdb_err bad = SCDB_OK;
+    double t0 = scdb_now();
+    while (copies < 3 && scdb_now() - t0 < 20) {
+        scdb_block *h = NULL;
+        scdb_err e = scdb_store_acquire(s, &c.keys[1], &h);
+        if (e) {
+            bad = e;
+            break;
+        }
+        acquired++;
+        const uint8_t *pl = h->payload;
+        for (size_t i = 1; i < PLEN; i++) mixed += pl[i] != pl[0];
+        mixed += (pl[0] & 0xf0) != 0xa0;
+        if (!strcmp(h->tier, "copy")) copies++;
+        else hot++;
+        scdb_store_release(s, &h);
+    }
+    atomic_store(&stop, 1);
+    pthread_join(th, NULL);
+    print_message("%d acquires during %d replaces: %d inside a staged replace (a private "
+                  "copy), %d from the hot tier\n", acquired, ra.replaced, copies, hot);
+    if (bad) fail_msg("acquire during a replace: %s", scdb_strerror(bad));
+    assert_int_equal(mixed, 0);
+    assert_int_equal(ra.bad, 0);
+    assert_true(copies >= 1);     /* the window was exercised */
+    scdb_store_close(&s);
+}
+
 static void test_replace(void **state)
 {
     fixture *f = *state;
@@ -1573,6 +1652,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_pinning, setup, teardown),
         cmocka_unit_test_setup_teardown(test_hot_tier, setup, teardown),
         cmocka_unit_test_setup_teardown(test_replace, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_acquire_during_replace, setup, teardown),
         cmocka_unit_test_setup_teardown(test_restart_persistence, setup, teardown),
         cmocka_unit_test_setup_teardown(test_map_growth, setup, teardown),
         cmocka_unit_test_setup_teardown(test_corruption_on_disk, setup, teardown),
