@@ -224,8 +224,15 @@ int lw_prompts_keep(const lw_env *env, char *why, size_t len)
     }
     /* only the copy the clients read: storing the other would only evict */
     n = lw_prompts_short(env, h, missing, NULL, NULL);
-    if (n > 0) {
+    /* always, not only before storing missing ones: the run about to start
+     * puts new blocks, and in a full store each one evicts the oldest
+     * leaf; the prompts must not be older than an earlier run's puts (the
+     * capacity measurement's: on a slow machine they filled the store
+     * without evicting a prompt, and the warm-up's puts then evicted the
+     * prompt its few reads had not touched) */
+    if (n >= 0)
         touch_whole(env, missing);
+    if (n > 0) {
         if (store_prompts(env, missing, !env->verify, env->verify))
             snprintf(why, len, "cannot store the prompts again (above)");
         else if ((again = lw_prompts_short(env, h, NULL, &first, &blocks)) > 0)

@@ -10,9 +10,8 @@
 # The prompts stay stored whatever the machine's speed (issue 42): the
 # passing run's store (--disk-capacity 40MiB, the prompts take 13.9 MiB) is
 # overflowed by the capacity measurement's closed-loop puts (about 100 puts
-# fill it; a second of them is hundreds even on a slow machine), as a 2 GiB
-# store was on a fast machine, which made every read of every run miss;
-# the bench stores them again and the runs read them.  A store that cannot
+# fill it), as a 2 GiB store was on a fast machine, which made every read
+# of every run miss; the bench stores them again and the runs read them.  A store that cannot
 # hold the prompts at all (1MiB: the 16 prompts' codes alone take more)
 # fails at once, saying why, before any measurement.
 set -u
@@ -29,10 +28,20 @@ short=(--only --clients 2 --seconds 1 --calib-seconds 0.5 --warmup 0.2)
 rc=$?
 [ $rc -eq 0 ] && ok "a run where every op works exits 0" \
   || { bad "a run where every op works exits $rc"; tail -20 "$tmp/ok.err"; }
-grep -q "stored [0-9]* of the 16 prompts again: the store had evicted them" "$tmp/ok.err" \
-  && ok "the capacity measurement's puts evicted the prompts and the bench stored them again" \
-  || { bad "no prompt was stored again (did the capacity puts not fill the 40 MiB store?)"
-       cat "$tmp/ok.err"; }
+# the capacity measurement's puts evict the prompts where the machine puts
+# more than the store holds besides them in --calib-seconds (about 100
+# puts; hundreds a second here, 134 under ASan, which evicted only the
+# unread raw copies, and the prompts then went in the warm-up: the bench
+# now makes the prompts recent before every run).  When they did, the
+# bench must have stored them again; when they did not, the run above
+# still had to keep every prompt whole to exit 0.
+if grep -q "stored [0-9]* of the 16 prompts again: the store had evicted them" "$tmp/ok.err"; then
+  ok "the capacity measurement's puts evicted the prompts and the bench stored them again"
+elif [ $rc -eq 0 ] && ! grep -q "no longer whole" "$tmp/ok.err"; then
+  ok "the capacity measurement's puts evicted no prompt on this machine (restore not reached; the prompts stayed whole)"
+else
+  bad "prompts went missing and were not stored again"; cat "$tmp/ok.err"
+fi
 if python3 - "$tmp/ok.json" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1]))
