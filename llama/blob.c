@@ -450,7 +450,7 @@ scdb_err ll_layout_from_blob(const void *blob, size_t len, scdb_llama_layout *L,
 
 scdb_err ll_blob_gather_heads(const scdb_llama_layout *L, const void *blob, size_t len,
                               llama_seq_id seq, const int *src, const int32_t *pos, int nk,
-                              int32_t *in_pos, int *in_n, uint8_t *out, size_t cap,
+                              int32_t *in_pos, int in_cap, int *in_n, uint8_t *out, size_t cap,
                               size_t *out_len, char *errbuf, size_t errlen)
 {
     if (!layout_ok(L) || !blob || nk < 0 || (nk && (!src || !pos || !out)) || !in_n)
@@ -461,19 +461,24 @@ scdb_err ll_blob_gather_heads(const scdb_llama_layout *L, const void *blob, size
     EXPECT(magic == SCDB_LLAMA_STATE_MAGIC && n_stream == (uint32_t)L->n_stream,
            "not a sequence state of this context's layout");
     const uint8_t *cell0 = NULL;
+    uint32_t s_seq = 0;      /* the sequence's stream; the later ones follow its layers */
     for (uint32_t s = 0; s < n_stream; s++) {
         uint32_t c;
         NEED(get_u32(&r, &c), "cell count");
         if (!c)
             continue;
-        EXPECT(!cells, "cells of one sequence in two streams");
         cells = c;
+        s_seq = s;
         NEED((size_t)(r.end - r.p) >= (size_t)c * 12, "cells");
         cell0 = r.p;
         r.p += (size_t)c * 12;
         break;             /* the sequence's stream: its layers follow */
     }
     EXPECT(cells > 0, "the sequence holds no cells");
+    if (in_pos && cells > (uint32_t)in_cap) {
+        ll_msg(errbuf, errlen, "the blob has %u cells, room for %d", cells, in_cap);
+        return SCDB_ETOOBIG;
+    }
     /* the caller's mapping: positions of the cells, in cell order */
     if (in_pos)
         for (uint32_t i = 0; i < cells; i++)
@@ -570,6 +575,13 @@ scdb_err ll_blob_gather_heads(const scdb_llama_layout *L, const void *blob, size
                 r.p += (size_t)kv * cells * vs;
             }
         }
+    }
+    /* llama.cpp writes every stream's count: the later ones are empty (a
+     * sequence lives in one stream) */
+    for (uint32_t s = s_seq + 1; s < n_stream; s++) {
+        uint32_t c;
+        NEED(get_u32(&r, &c), "cell count");
+        EXPECT(c == 0, "cells of one sequence in two streams (%u and %u)", s_seq, s);
     }
     EXPECT(r.p == r.end, "%zu bytes after the blob's last row", (size_t)(r.end - r.p));
     if (out_len)

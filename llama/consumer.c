@@ -106,28 +106,45 @@ scdb_err scdb_llama_consumer_use(scdb_llama_consumer *c, struct llama_context *c
     return SCDB_OK;
 }
 
+void scdb_llama_consumer_forget(scdb_llama_consumer *c, const struct llama_context *ctx)
+{
+    if (!c)
+        return;
+    for (int i = 0; i < c->n_ctx; i++)
+        if (c->ctx[i].ctx == ctx) {
+            memmove(&c->ctx[i], &c->ctx[i + 1], (size_t)(c->n_ctx - i - 1) * sizeof c->ctx[0]);
+            c->n_ctx--;
+            return;
+        }
+}
+
+/* The context's layout: probed at its first restore and kept, the most
+ * recently probed LL_MAX_CTX contexts (the oldest forgotten first) */
 static const scdb_llama_layout *layout_of(scdb_llama_consumer *c, struct llama_context *ctx,
                                           llama_seq_id seq, scdb_err *err)
 {
     for (int i = 0; i < c->n_ctx; i++)
         if (c->ctx[i].ctx == ctx)
             return &c->ctx[i].L;
-    ll_ctx_layout *slot = c->n_ctx < LL_MAX_CTX ? &c->ctx[c->n_ctx] : &c->ctx[LL_MAX_CTX - 1];
-    if ((*err = scdb_llama_probe(ctx, seq, &slot->L, c->err, sizeof c->err)))
+    scdb_llama_layout L;
+    if ((*err = scdb_llama_probe(ctx, seq, &L, c->err, sizeof c->err)))
         return NULL;
-    const scdb_llama_layout *L = &slot->L;
-    if (L->n_layer != c->info.n_layers || L->n_kv_heads != c->info.n_kv_heads ||
-        L->head_dim != c->info.head_dim) {
+    if (L.n_layer != c->info.n_layers || L.n_kv_heads != c->info.n_kv_heads ||
+        L.head_dim != c->info.head_dim) {
         snprintf(c->err, sizeof c->err, "the context's KV is %d layers x %d heads x %d, the "
-                 "broker decodes %d x %d x %d for this consumer", L->n_layer, L->n_kv_heads,
-                 L->head_dim, c->info.n_layers, c->info.n_kv_heads, c->info.head_dim);
+                 "broker decodes %d x %d x %d for this consumer", L.n_layer, L.n_kv_heads,
+                 L.head_dim, c->info.n_layers, c->info.n_kv_heads, c->info.head_dim);
         *err = SCDB_ESHAPE;
         return NULL;
     }
+    if (c->n_ctx == LL_MAX_CTX) {
+        memmove(&c->ctx[0], &c->ctx[1], (LL_MAX_CTX - 1) * sizeof c->ctx[0]);
+        c->n_ctx--;
+    }
+    ll_ctx_layout *slot = &c->ctx[c->n_ctx++];
     slot->ctx = ctx;
-    if (c->n_ctx < LL_MAX_CTX)
-        c->n_ctx++;
-    return L;
+    slot->L = L;
+    return &slot->L;
 }
 
 scdb_err scdb_llama_restore(scdb_llama_consumer *c, struct llama_context *ctx,
@@ -145,6 +162,8 @@ scdb_err scdb_llama_restore(scdb_llama_consumer *c, struct llama_context *ctx,
                  p.recompute_tail, p.seq);
         return SCDB_EINVAL;
     }
+    if (!ll_seq_ok(ctx, p.seq, c->err, sizeof c->err))
+        return SCDB_EINVAL;
     scdb_err err = scdb_llama_consumer_use(c, ctx);
     if (err)
         return err;
@@ -191,8 +210,13 @@ scdb_err scdb_llama_restore(scdb_llama_consumer *c, struct llama_context *ctx,
     if (keep > 0 && keep >= p.min_tokens) {
         double t1 = ll_now_ms();
         if ((err = ll_seq_write(ctx, L, p.seq, kv, keep, &c->blob, &c->blob_cap, c->err,
-                                sizeof c->err)))
+                                sizeof c->err))) {
+            /* a layout kept for a context freed since, whose address a new
+             * one has: probe again at the next restore */
+            if (err == SCDB_EMISMATCH)
+                scdb_llama_consumer_forget(c, ctx);
             return err;
+        }
         r.write_ms = ll_now_ms() - t1;
         r.n_restored = keep;
     }

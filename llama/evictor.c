@@ -34,6 +34,8 @@ struct scdb_llama_evictor {
     int *cell_slot;              /* [n_cells] slot of a live cell, -1 free */
     int *slot_cell;              /* [n_cells] cell of a slot */
     int started, since;          /* cells added since the last eviction */
+    int stopped;                 /* started, then stopped by an error that
+                                  * left it unlike the sequence (err says) */
     int32_t last_pos;            /* -1: empty */
     /* capture, valid during a decode */
     int capturing, n_new;
@@ -47,6 +49,12 @@ struct scdb_llama_evictor {
     void *user_ud;
     struct ggml_threadpool *pool; /* attached to the context (start) */
     int pool_threads;
+    struct ggml_threadpool **retired; /* pools of earlier starts: a context
+                                  * started before may still run on one */
+    int n_retired;
+    int chunk;                   /* tokens per llama_decode: <= LL_CHUNK, the
+                                  * context's n_ubatch and n_batch (one
+                                  * ubatch per decode: kq_soft_max is one) */
     char err[LL_ERR_MAX];
 };
 
@@ -150,6 +158,7 @@ static void free_state(scdb_llama_evictor *e)
     e->cell_slot = e->slot_cell = e->got_probs = e->got_v = NULL;
     e->probs = e->folded = NULL;
     e->old_pos = NULL;
+    e->layout = (scdb_llama_layout){0};
     e->started = 0;
 }
 
@@ -158,7 +167,10 @@ void scdb_llama_evictor_free(scdb_llama_evictor **pe)
     if (!pe || !*pe)
         return;
     free_state(*pe);
-    ll_pool_free((*pe)->pool);    /* its context was freed before (cparams) */
+    ll_pool_free((*pe)->pool);    /* its contexts were freed before (cparams) */
+    for (int i = 0; i < (*pe)->n_retired; i++)
+        ll_pool_free((*pe)->retired[i]);
+    free((*pe)->retired);
     scdb_evict_policy_free(&(*pe)->policy);
     free(*pe);
     *pe = NULL;
@@ -239,6 +251,22 @@ scdb_err scdb_llama_evictor_start(scdb_llama_evictor *e, struct llama_context *c
     e->n_kv_heads = llama_model_n_head_kv(m);
     e->head_dim = llama_model_n_embd(m) / e->n_head;
     e->n_cells = (int)llama_n_ctx_seq(ctx);
+    if (e->p.seq >= (int)llama_n_seq_max(ctx)) {
+        /* (llama.cpp asserts on a sequence beyond its streams) */
+        snprintf(e->err, sizeof e->err, "sequence %d: the context has sequences 0 to %u",
+                 e->p.seq, llama_n_seq_max(ctx) - 1);
+        return SCDB_EINVAL;
+    }
+    e->chunk = LL_CHUNK;
+    if ((int)llama_n_ubatch(ctx) < e->chunk)
+        e->chunk = (int)llama_n_ubatch(ctx);
+    if ((int)llama_n_batch(ctx) < e->chunk)
+        e->chunk = (int)llama_n_batch(ctx);
+    if (e->chunk < 1) {
+        snprintf(e->err, sizeof e->err, "the context's n_batch / n_ubatch are %u / %u",
+                 llama_n_batch(ctx), llama_n_ubatch(ctx));
+        return SCDB_EINVAL;
+    }
     int sinks = 0, recent = 0;
     scdb_evict_policy_protect(e->policy, NULL, e->p.budget + 1, e->p.budget, &sinks, &recent);
     if (e->p.budget > e->n_cells) {
@@ -262,11 +290,21 @@ scdb_err scdb_llama_evictor_start(scdb_llama_evictor *e, struct llama_context *c
         llama_attach_threadpool(ctx, e->p.threadpool, e->p.threadpool);
     } else if (want > 1 && want > e->pool_threads) {
         struct ggml_threadpool *tp = ll_pool_new(want);
-        if (tp) {
+        struct ggml_threadpool **rt =
+            e->pool ? realloc(e->retired, (size_t)(e->n_retired + 1) * sizeof *rt) : NULL;
+        if (tp && (rt || !e->pool)) {
             llama_attach_threadpool(ctx, tp, tp);
-            ll_pool_free(e->pool);   /* the context uses the new one */
+            if (e->pool) {           /* a context started before may run on it */
+                e->retired = rt;
+                e->retired[e->n_retired++] = e->pool;
+            }
             e->pool = tp;
             e->pool_threads = want;
+        } else {                     /* no memory: no pool (slower, still right;
+                                      * a smaller one makes ggml warn per graph) */
+            if (rt)
+                e->retired = rt;
+            ll_pool_free(tp);
         }
     } else if (e->pool) {
         llama_attach_threadpool(ctx, e->pool, e->pool);
@@ -348,6 +386,7 @@ scdb_err scdb_llama_evictor_start(scdb_llama_evictor *e, struct llama_context *c
         e->last_pos = e->shadow->pos[e->shadow->n - 1];
     }
     e->started = 1;
+    e->stopped = 0;
     e->since = 0;
     return SCDB_OK;
 fail:
@@ -401,6 +440,8 @@ static scdb_err fold(scdb_llama_evictor *e, const llama_pos *pos, int m)
             snprintf(e->err, sizeof e->err, "token at position %d sees %d cells no earlier token "
                      "held (want 1): another sequence shares the context's KV stream?", pos[t],
                      count);
+            for (int u = 0; u < t; u++)     /* the shadow as before the chunk */
+                e->cell_slot[e->slot_cell[n + u]] = -1;
             return SCDB_EUNSUPPORTED;
         }
         e->cell_slot[found] = n + t;
@@ -421,7 +462,14 @@ static scdb_err fold(scdb_llama_evictor *e, const llama_pos *pos, int m)
     for (int t = 0; t < m; t++)
         e->shadow->pos[n + t] = pos[t];
     e->shadow->n = S;
-    return scdb_evict_acc_update(e->acc, e->shadow, e->folded, S, m);
+    scdb_err err = scdb_evict_acc_update(e->acc, e->shadow, e->folded, S, m);
+    if (err) {
+        snprintf(e->err, sizeof e->err, "the accumulators' update: %s", scdb_strerror(err));
+        e->shadow->n = n;
+        for (int t = 0; t < m; t++)
+            e->cell_slot[e->slot_cell[n + t]] = -1;
+    }
+    return err;
 }
 
 /* A buffer kept across evictions, grown to at least need bytes; -1 if it
@@ -471,7 +519,7 @@ static scdb_err evict_sets(scdb_llama_evictor *e, struct llama_context *ctx, int
     }
     int in_n = 0;
     if ((err = ll_blob_gather_heads(&e->layout, e->blob, got, e->p.seq, NULL, NULL, 0, e->in_pos,
-                                    &in_n, NULL, 0, NULL, e->err, sizeof e->err)))
+                                    e->n_cells, &in_n, NULL, 0, NULL, e->err, sizeof e->err)))
         return err;
     if (in_n != n) {
         snprintf(e->err, sizeof e->err, "llama.cpp holds %d cells of sequence %d, the evictor %d",
@@ -496,6 +544,12 @@ static scdb_err evict_sets(scdb_llama_evictor *e, struct llama_context *ctx, int
         b++;
     }
     e->tiny->n = n;
+    /* what can fail is checked before the run compacts the accumulators:
+     * the output's room here, the blob's whole shape by the gather (a
+     * blob of another shape failed above or fails there, and the run is
+     * not repeated: see below) */
+    if (grow(&e->out, &e->out_cap, scdb_llama_blob_bytes(&e->layout, n < e->p.budget ? n : e->p.budget)))
+        return SCDB_ENOMEM;
     if ((err = scdb_evict_run(e->policy, e->tiny, e->acc, e->p.budget, kept, nk))) {
         snprintf(e->err, sizeof e->err, "eviction: %s", scdb_strerror(err));
         return err;
@@ -506,14 +560,23 @@ static scdb_err evict_sets(scdb_llama_evictor *e, struct llama_context *ctx, int
             for (int i = 0; i < m; i++)
                 e->src[((size_t)l * G + g) * m + i] = (int)scdb_kv_k(e->tiny, l, i)[g];
     size_t len = 0;
-    if (grow(&e->out, &e->out_cap, scdb_llama_blob_bytes(&e->layout, m)))
-        return SCDB_ENOMEM;
+    /* from here on the accumulators hold m slots and llama.cpp n: a
+     * failure leaves the evictor stopped (start it again), never a shadow
+     * that is not the sequence */
     if ((err = ll_blob_gather_heads(&e->layout, e->blob, got, e->p.seq, e->src, e->tiny->pos, m,
-                                    NULL, &in_n, e->out, e->out_cap, &len, e->err, sizeof e->err)))
+                                    NULL, 0, &in_n, e->out, e->out_cap, &len, e->err,
+                                    sizeof e->err))) {
+        e->started = 0;
+        e->stopped = 1;
         return err;
+    }
     if (llama_state_seq_set_data(ctx, e->out, len, e->p.seq) != len) {
+        /* (llama.cpp clears the sequence before it reads a blob back) */
         snprintf(e->err, sizeof e->err, "llama_state_seq_set_data refused the %d cells kept per "
-                 "head for sequence %d", m, e->p.seq);
+                 "head for sequence %d (llama.cpp cleared the sequence; the evictor is stopped)",
+                 m, e->p.seq);
+        e->started = 0;
+        e->stopped = 1;
         return SCDB_EMISMATCH;
     }
     memcpy(e->shadow->pos, e->tiny->pos, (size_t)m * sizeof *e->shadow->pos);
@@ -526,6 +589,8 @@ static scdb_err evict_sets(scdb_llama_evictor *e, struct llama_context *ctx, int
         snprintf(e->err, sizeof e->err, "after the state write, sequence %d ends at position %d, "
                  "want %d", e->p.seq, llama_memory_seq_pos_max(llama_get_memory(ctx), e->p.seq),
                  e->last_pos);
+        e->started = 0;
+        e->stopped = 1;
         return SCDB_EMISMATCH;
     }
     return SCDB_OK;
@@ -616,6 +681,8 @@ scdb_err scdb_llama_evictor_evict(scdb_llama_evictor *e, struct llama_context *c
     if (!e || !ctx)
         return SCDB_EINVAL;
     if (!e->started) {
+        if (e->stopped)          /* e->err says why */
+            return SCDB_ECLOSED;
         snprintf(e->err, sizeof e->err, "the evictor was not started on a sequence");
         return SCDB_EINVAL;
     }
@@ -647,6 +714,8 @@ scdb_err scdb_llama_evictor_decode(scdb_llama_evictor *e, struct llama_context *
     if (!e || !ctx || !tokens || !n)
         return SCDB_EINVAL;
     if (!e->started) {
+        if (e->stopped)          /* e->err says why */
+            return SCDB_ECLOSED;
         snprintf(e->err, sizeof e->err, "the evictor was not started on a sequence");
         return SCDB_EINVAL;
     }
@@ -659,11 +728,16 @@ scdb_err scdb_llama_evictor_decode(scdb_llama_evictor *e, struct llama_context *
     }
     llama_batch b = llama_batch_init(LL_CHUNK, 0, 1);
     scdb_err err = SCDB_OK;
-    for (size_t i = 0; i < n && !err; i += LL_CHUNK) {
-        int m = (int)(n - i < LL_CHUNK ? n - i : LL_CHUNK);
-        if (e->shadow->n + m > e->n_cells) {
-            snprintf(e->err, sizeof e->err, "the sequence would hold %d cells, the context has %d",
-                     e->shadow->n + m, e->n_cells);
+    for (size_t i = 0; i < n && !err;) {
+        /* a chunk fits the context's ubatch and the cells left (a budget
+         * near the context's size decodes in smaller chunks, not EFULL) */
+        int m = (int)(n - i < (size_t)e->chunk ? n - i : (size_t)e->chunk);
+        if (m > e->n_cells - e->shadow->n)
+            m = e->n_cells - e->shadow->n;
+        if (m < 1) {
+            snprintf(e->err, sizeof e->err, "the sequence holds all %d cells of the context "
+                     "(budget %d, cadence %d: evict before decoding more)", e->n_cells,
+                     e->p.budget, e->p.cadence);
             err = SCDB_EFULL;
             break;
         }
@@ -688,6 +762,9 @@ scdb_err scdb_llama_evictor_decode(scdb_llama_evictor *e, struct llama_context *
         if (rc != 0) {
             snprintf(e->err, sizeof e->err, "llama_decode failed (%d)", rc);
             err = SCDB_EIO;
+            /* (a decode that fails takes its ubatch's cells back itself) */
+            if (llama_memory_seq_pos_max(mem, e->p.seq) != e->last_pos)
+                llama_memory_seq_rm(mem, e->p.seq, e->last_pos + 1, -1);
             break;
         }
         for (int l = 0; l < e->n_layer; l++)
@@ -697,10 +774,15 @@ scdb_err scdb_llama_evictor_decode(scdb_llama_evictor *e, struct llama_context *
                 err = SCDB_EUNSUPPORTED;
                 break;
             }
-        if (err)
+        if (!err)
+            err = fold(e, b.pos, m);
+        if (err) {
+            /* the chunk is in llama.cpp, not in the shadow: take it out, so
+             * the sequence is what it was before this call's chunk and the
+             * evictor stays usable */
+            llama_memory_seq_rm(mem, e->p.seq, e->last_pos + 1, -1);
             break;
-        if ((err = fold(e, b.pos, m)))
-            break;
+        }
         e->last_pos += m;
         e->since += m;
         double t2 = ll_now_ms();
@@ -710,6 +792,7 @@ scdb_err scdb_llama_evictor_decode(scdb_llama_evictor *e, struct llama_context *
             e->since = 0;
             r.evict_us += (ll_now_ms() - t2) * 1e3;
         }
+        i += (size_t)m;
     }
     llama_batch_free(b);
     r.cells = e->shadow->n;

@@ -94,14 +94,26 @@ int ll_take_rows(const struct ggml_tensor *t, float *layer_rows, int dim, size_t
     return 0;
 }
 
+int ll_seq_ok(struct llama_context *ctx, llama_seq_id seq, char *errbuf, size_t errlen)
+{
+    uint32_t ns = llama_n_seq_max(ctx);
+    if (seq >= 0 && (uint32_t)seq < ns)
+        return 1;
+    ll_msg(errbuf, errlen, "sequence %d: the context has sequences 0 to %u (llama_n_seq_max)", seq,
+           ns - 1);
+    return 0;
+}
+
 scdb_err scdb_llama_decode(struct llama_context *ctx, llama_seq_id seq, const llama_token *tokens,
                            size_t n, llama_pos pos0, int all_logits)
 {
-    if (!ctx || (!tokens && n))
+    if (!ctx || (!tokens && n) || !ll_seq_ok(ctx, seq, NULL, 0))
         return SCDB_EINVAL;
     uint32_t nb = llama_n_batch(ctx);
     if (nb == 0)
         nb = 512;
+    if (all_logits && n > nb)     /* llama.cpp keeps the last decode's logits only */
+        return SCDB_EINVAL;
     llama_batch b = llama_batch_init((int32_t)nb, 0, 1);
     scdb_err err = SCDB_OK;
     for (size_t i = 0; i < n && !err; i += nb) {
@@ -143,7 +155,9 @@ scdb_err scdb_llama_probe(struct llama_context *ctx, llama_seq_id seq, scdb_llam
     scdb_err err = scdb_llama_init(errbuf, errlen);
     if (err)
         return err;
-    if (!ctx || !out || seq < 0)
+    if (!ctx || !out)
+        return SCDB_EINVAL;
+    if (!ll_seq_ok(ctx, seq, errbuf, errlen))
         return SCDB_EINVAL;
     llama_memory_t mem = llama_get_memory(ctx);
     if (llama_memory_seq_pos_max(mem, seq) >= 0) {
@@ -225,6 +239,8 @@ scdb_err scdb_llama_seq_read(struct llama_context *ctx, const scdb_llama_layout 
 {
     if (!ctx || !L || !dst)
         return SCDB_EINVAL;
+    if (!ll_seq_ok(ctx, seq, errbuf, errlen))
+        return SCDB_EINVAL;
     size_t n = llama_state_seq_get_size(ctx, seq);
     uint8_t *blob = malloc(n ? n : 1);
     if (!blob)
@@ -247,6 +263,12 @@ scdb_err ll_seq_write(struct llama_context *ctx, const scdb_llama_layout *L, lla
 {
     if (!ctx || !L || !c || !buf || !cap)
         return SCDB_EINVAL;
+    if (!ll_seq_ok(ctx, seq, errbuf, errlen))
+        return SCDB_EINVAL;
+    if (n == 0) {                 /* a blob of no cells: llama.cpp leaves the sequence as is */
+        llama_memory_seq_rm(llama_get_memory(ctx), seq, -1, -1);
+        return SCDB_OK;
+    }
     size_t need = scdb_llama_blob_bytes(L, n), len = 0;
     if (*cap < need) {
         uint8_t *nb = realloc(*buf, need);

@@ -18,6 +18,10 @@ scdb_err ll_layout_from_blob(const void *blob, size_t len, scdb_llama_layout *L,
 
 /* scdb_llama_seq_write through a buffer the caller keeps (*buf, *cap:
  * grown as needed, freed by the caller): a restore allocates nothing. */
+/* 1 when seq is one of the context's sequences (0 .. llama_n_seq_max - 1:
+ * llama.cpp asserts on one beyond its streams), else 0 and errbuf says so */
+int ll_seq_ok(struct llama_context *ctx, llama_seq_id seq, char *errbuf, size_t errlen);
+
 scdb_err ll_seq_write(struct llama_context *ctx, const scdb_llama_layout *L, llama_seq_id seq,
                       const scdb_kv_cache *c, int n, uint8_t **buf, size_t *cap, char *errbuf,
                       size_t errlen);
@@ -26,13 +30,14 @@ scdb_err ll_seq_write(struct llama_context *ctx, const scdb_llama_layout *L, lla
  * a sequence in layout L (its cells in cell order) is written to out as
  * nk cells, cell i at position pos[i] holding, at layer l and KV head g,
  * the K and V of the input's cell src[(l * n_kv_heads + g) * nk + i].
- * in_pos (may be NULL) gets the input cells' positions and *in_n their
- * count; with out NULL only those are read.  SCDB_ETRUNC / SCDB_EFORMAT
- * (a blob not of L), SCDB_ETOOBIG (cap < scdb_llama_blob_bytes(L, nk)),
+ * in_pos (may be NULL; room for in_cap) gets the input cells' positions
+ * and *in_n their count; with out NULL only those are read.  SCDB_ETRUNC / SCDB_EFORMAT
+ * (a blob not of L), SCDB_ETOOBIG (cap < scdb_llama_blob_bytes(L, nk), or
+ * more cells than in_cap),
  * SCDB_EINVAL. */
 scdb_err ll_blob_gather_heads(const scdb_llama_layout *L, const void *blob, size_t len,
                               llama_seq_id seq, const int *src, const int32_t *pos, int nk,
-                              int32_t *in_pos, int *in_n, uint8_t *out, size_t cap,
+                              int32_t *in_pos, int in_cap, int *in_n, uint8_t *out, size_t cap,
                               size_t *out_len, char *errbuf, size_t errlen);
 
 /* Connect, send the weights fingerprint of model_path (+ adapter_path;

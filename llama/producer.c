@@ -141,6 +141,8 @@ scdb_err scdb_llama_producer_prefill(scdb_llama_producer *p, struct llama_contex
                  p->max_tokens);
         return SCDB_ETOOBIG;
     }
+    if (!ll_seq_ok(ctx, seq, p->err, sizeof p->err))
+        return SCDB_EINVAL;
     llama_memory_t mem = llama_get_memory(ctx);
     if (llama_memory_seq_pos_max(mem, seq) >= 0) {
         snprintf(p->err, sizeof p->err, "sequence %d is not empty", seq);
@@ -184,6 +186,18 @@ scdb_err scdb_llama_producer_prefill(scdb_llama_producer *p, struct llama_contex
         if (!err)
             err = scdb_llama_blob_read(&L, blob, got, c, p->err, sizeof p->err);
         free(blob);
+        /* token i's KV is cell i's: the put stores slot i under token i */
+        for (int i = 0; !err && i < c->n; i++)
+            if (c->pos[i] != i) {
+                snprintf(p->err, sizeof p->err, "cell %d holds position %d, want %d: another "
+                         "sequence shares the context's KV stream?", i, c->pos[i], i);
+                err = SCDB_EMISMATCH;
+            }
+        if (!err && c->n != (int)n) {
+            snprintf(p->err, sizeof p->err, "the sequence holds %d cells after a prefill of %zu",
+                     c->n, n);
+            err = SCDB_EMISMATCH;
+        }
         if (!err && (err = scdb_put_cache(p->h, (const int32_t *)tokens, n, c, &r.put)))
             snprintf(p->err, sizeof p->err, "%s", scdb_last_error(p->h));
         scdb_kv_cache_free(&c);

@@ -100,7 +100,8 @@ typedef struct scdb_llama_layout {
  * the two must be byte-identical; the rewritten blob is then set back
  * (llama_state_seq_set_data must accept it) and the sequence cleared.  seq
  * must be empty (it is empty again after the call, whatever happens).
- * Errors: SCDB_EBUSY (seq is not empty), SCDB_EMISMATCH (the blob is not
+ * Errors: SCDB_EINVAL (seq not one of the context's: 0 ..
+ * llama_n_seq_max - 1), SCDB_EBUSY (seq is not empty), SCDB_EMISMATCH (the blob is not
  * the pinned release's layout, or llama.cpp refused our blob: the message
  * says what differed and names the pinned release), SCDB_EUNSUPPORTED (a
  * quantized KV type, a model that is not the llama architecture's KV
@@ -133,14 +134,17 @@ scdb_err scdb_llama_blob_read(const scdb_llama_layout *L, const void *blob, size
                               scdb_kv_cache *dst, char *errbuf, size_t errlen);
 
 /* Read sequence seq of ctx into dst through its blob (as above).  Errors:
- * those of scdb_llama_blob_read, SCDB_EIO (llama.cpp wrote nothing). */
+ * those of scdb_llama_blob_read, SCDB_EIO (llama.cpp wrote nothing),
+ * SCDB_EINVAL (seq not one of the context's). */
 scdb_err scdb_llama_seq_read(struct llama_context *ctx, const scdb_llama_layout *L,
                              llama_seq_id seq, scdb_kv_cache *dst, char *errbuf, size_t errlen);
 
 /* Replace sequence seq of ctx with cache slots [0, n_tokens) (through the
- * blob).  Errors: those of scdb_llama_blob_write, SCDB_EMISMATCH
+ * blob; n_tokens 0 clears it).  llama.cpp clears the sequence before it
+ * reads the blob: a refused write leaves it empty, not as it was.
+ * Errors: those of scdb_llama_blob_write, SCDB_EMISMATCH
  * (llama_state_seq_set_data refused it: no room in the context, ...),
- * SCDB_ENOMEM. */
+ * SCDB_EINVAL (seq not one of the context's), SCDB_ENOMEM. */
 scdb_err scdb_llama_seq_write(struct llama_context *ctx, const scdb_llama_layout *L,
                               llama_seq_id seq, const scdb_kv_cache *c, int n_tokens,
                               char *errbuf, size_t errlen);
@@ -229,14 +233,20 @@ typedef struct scdb_llama_restore_result {
  * (scdb_llama_consumer_use).  The context's layout is probed once per
  * context and kept (scdb_llama_probe; the first restore into a context
  * runs the self-test, on sequence seq, which must then be empty).
+ * The last 16 contexts' layouts are kept, by address: before freeing a
+ * context the consumer restored into, call scdb_llama_consumer_forget (a
+ * new context at a freed one's address would otherwise get its layout; a
+ * write llama.cpp refuses forgets it too).
  * Errors: those of scdb_llama_consumer_use, scdb_llama_probe, scdb_get
  * (libscdb's; message in scdb_llama_consumer_error), scdb_llama_seq_write;
  * SCDB_ESHAPE (the broker's KV geometry is not the context's),
- * SCDB_EINVAL (recompute_tail < 0). */
+ * SCDB_EINVAL (recompute_tail < 0, seq not one of the context's). */
 scdb_err scdb_llama_restore(scdb_llama_consumer *c, struct llama_context *ctx,
                             const llama_token *tokens, size_t n_tokens,
                             const scdb_llama_restore_params *p,
                             scdb_llama_restore_result *out);
+/* Drop what the consumer keeps of ctx (its layout), before ctx is freed. */
+void scdb_llama_consumer_forget(scdb_llama_consumer *c, const struct llama_context *ctx);
 
 /* ---- producer -------------------------------------------------------- */
 
@@ -279,7 +289,9 @@ typedef struct scdb_llama_put_result {
  * every full block.  The caller may go on decoding the sequence.  Errors:
  * SCDB_EBUSY (seq not empty), SCDB_ETOOBIG (n over max_tokens), SCDB_EIO
  * (llama_decode failed), SCDB_EINVAL (ctx not made for capture: no
- * attn_norm seen), those of scdb_put_states / scdb_put_cache. */
+ * attn_norm seen; seq not one of the context's), SCDB_EMISMATCH (a raw
+ * codebook: the sequence's cells are not positions 0 .. n - 1 in order),
+ * those of scdb_put_states / scdb_put_cache. */
 scdb_err scdb_llama_producer_prefill(scdb_llama_producer *p, struct llama_context *ctx,
                                      llama_seq_id seq, const llama_token *tokens,
                                      size_t n_tokens, scdb_llama_put_result *out);
@@ -377,12 +389,15 @@ void scdb_llama_threadpool_free(struct ggml_threadpool *tp);
 /* Take over sequence seq of ctx as it is (its cells [0, n) at positions
  * from its blob: a prefill or a restore); they have no statistics yet.
  * The context gets the params' thread pool or, when it runs more than one
- * thread (llama_n_threads, _batch), one of the evictor's own, made at the
- * first start and freed with the evictor (llama_attach_threadpool: it
- * replaces a pool the caller attached before; pass that one in the params
- * to keep it).
+ * thread (llama_n_threads, _batch), one of the evictor's own, made at a
+ * start whose context runs more threads than the last one made, and freed
+ * with the evictor, every one it made (an earlier context may still run on
+ * an earlier one) (llama_attach_threadpool: it replaces a pool the caller
+ * attached before; pass that one in the params to keep it).  A pool runs
+ * one graph at a time: contexts sharing one decode in turn, never at once.
  * Errors: SCDB_EINVAL (a budget over the context's cells, or below the
- * cells the policy always keeps: the message says how many),
+ * cells the policy always keeps: the message says how many; a sequence
+ * beyond the context's llama_n_seq_max),
  * SCDB_EUNSUPPORTED (flash attention on, another stream layout), those of
  * scdb_llama_probe's layout reading. */
 scdb_err scdb_llama_evictor_start(scdb_llama_evictor *e, struct llama_context *ctx);
@@ -397,13 +412,20 @@ typedef struct scdb_llama_evict_result {
 } scdb_llama_evict_result;
 
 /* Decode tokens [0, n) at pos_max + 1, ... into the sequence (in chunks of
- * at most 64 tokens), folding each query's attention, and evict whenever
- * the sequence is `cadence` cells over the budget.  all_logits: as
- * scdb_llama_decode, for the last chunk.  Errors: SCDB_ECLOSED (the
- * sequence was cleared or changed outside the evictor: its pos_max is not
- * the last position decoded here), SCDB_EIO (llama_decode failed),
- * SCDB_EUNSUPPORTED (the cells do not map: another sequence shares the
- * stream), SCDB_EFULL (the context has no room), the policy's errors. */
+ * at most 64 tokens, the context's n_ubatch and n_batch, and the cells
+ * left), folding each query's attention, and evict whenever the sequence
+ * is `cadence` cells over the budget.  all_logits: as scdb_llama_decode,
+ * for the last chunk.  A chunk that fails after llama.cpp decoded it
+ * (its attention not seen, its cells not mapped) is removed from the
+ * sequence again: the sequence and the evictor stay as they were after
+ * the last chunk that succeeded.  Errors: SCDB_ECLOSED (the sequence was
+ * cleared or changed outside the evictor: its pos_max is not the last
+ * position decoded here; or an eviction through the state writer failed
+ * after its policy ran: that call returned the failure, the evictor is
+ * stopped and its error says why: start it again), SCDB_EIO (llama_decode failed), SCDB_EUNSUPPORTED (the
+ * attention was not seen: flash attention on; the cells do not map:
+ * another sequence shares the stream), SCDB_EFULL (every cell of the
+ * context is held and the cadence did not evict), the policy's errors. */
 scdb_err scdb_llama_evictor_decode(scdb_llama_evictor *e, struct llama_context *ctx,
                                    const llama_token *tokens, size_t n, int all_logits,
                                    scdb_llama_evict_result *out);
@@ -422,7 +444,10 @@ const int32_t *scdb_llama_evictor_set_positions(const scdb_llama_evictor *e, int
 
 /* Prefill helper for everyone: decode tokens [0, n) at positions pos0 ..
  * into sequence seq in batches of llama_n_batch(ctx), logits for the last
- * token only (or for all when all_logits: row i = token i).  SCDB_EIO. */
+ * token only (or for all when all_logits: row i = token i; llama.cpp keeps
+ * one decode's logits, so all_logits wants n_tokens <= llama_n_batch).
+ * Errors: SCDB_EIO, SCDB_EINVAL (all_logits over n_batch tokens, seq not
+ * one of the context's). */
 scdb_err scdb_llama_decode(struct llama_context *ctx, llama_seq_id seq, const llama_token *tokens,
                            size_t n_tokens, llama_pos pos0, int all_logits);
 

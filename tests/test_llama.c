@@ -317,39 +317,72 @@ static void blob_refusals(void **state)
             for (int i = 0; i < 3; i++) src[k * 3 + i] = i;
         uint8_t *out = malloc(len);
         size_t olen = 0;
-        assert_int_equal(ll_blob_gather_heads(&L, b, len, 0, src, pos, 3, in_pos, &n_in, out, len, &olen,
+        assert_int_equal(ll_blob_gather_heads(&L, b, len, 0, src, pos, 3, in_pos, 3, &n_in, out, len, &olen,
                                               err, sizeof err), SCDB_OK);
         assert_int_equal(n_in, 3);
         assert_memory_equal(in_pos, pos, sizeof pos);
         assert_int_equal(olen, len);
         assert_memory_equal(out, b, len);
         for (size_t cut = 0; cut < len; cut++) {
-            scdb_err e = ll_blob_gather_heads(&L, b, cut, 0, src, pos, 3, NULL, &n_in, out, len, &olen,
+            scdb_err e = ll_blob_gather_heads(&L, b, cut, 0, src, pos, 3, NULL, 0, &n_in, out, len, &olen,
                                               err, sizeof err);
             assert_true(e == SCDB_ETRUNC || e == SCDB_EFORMAT);
         }
         memcpy(x, b, len);
         x[len] = 0;
-        assert_int_equal(ll_blob_gather_heads(&L, x, len + 1, 0, src, pos, 3, NULL, &n_in, out, len, &olen,
+        assert_int_equal(ll_blob_gather_heads(&L, x, len + 1, 0, src, pos, 3, NULL, 0, &n_in, out, len, &olen,
                                               err, sizeof err), SCDB_EFORMAT);
         assert_non_null(strstr(err, "after the blob"));
         x[0] ^= 1;
-        assert_int_equal(ll_blob_gather_heads(&L, x, len, 0, src, pos, 3, NULL, &n_in, out, len, &olen,
+        assert_int_equal(ll_blob_gather_heads(&L, x, len, 0, src, pos, 3, NULL, 0, &n_in, out, len, &olen,
                                               err, sizeof err), SCDB_EFORMAT);
         x[0] ^= 1;
         W = L;
         W.v_trans = !L.v_trans;
-        assert_int_equal(ll_blob_gather_heads(&W, b, len, 0, src, pos, 3, NULL, &n_in, out, len, &olen,
+        assert_int_equal(ll_blob_gather_heads(&W, b, len, 0, src, pos, 3, NULL, 0, &n_in, out, len, &olen,
                                               err, sizeof err), SCDB_EFORMAT);
         assert_non_null(strstr(err, "v_trans"));
         src[5] = 3;                                 /* set 1, slot 2: cell 3 of 3 */
-        assert_int_equal(ll_blob_gather_heads(&L, b, len, 0, src, pos, 3, NULL, &n_in, out, len, &olen,
+        assert_int_equal(ll_blob_gather_heads(&L, b, len, 0, src, pos, 3, NULL, 0, &n_in, out, len, &olen,
                                               err, sizeof err), SCDB_EFORMAT);
         assert_non_null(strstr(err, "cell 3 of 3"));
         src[5] = 2;
-        assert_int_equal(ll_blob_gather_heads(&L, b, len, 0, src, pos, 3, NULL, &n_in, out, len - 1, &olen,
+        assert_int_equal(ll_blob_gather_heads(&L, b, len, 0, src, pos, 3, NULL, 0, &n_in, out, len - 1, &olen,
+                                              err, sizeof err), SCDB_ETOOBIG);
+        /* room for 2 positions, 3 cells */
+        assert_int_equal(ll_blob_gather_heads(&L, b, len, 0, NULL, NULL, 0, in_pos, 2, &n_in, NULL, 0, NULL,
                                               err, sizeof err), SCDB_ETOOBIG);
         free(out);
+        /* one stream per sequence: llama.cpp writes every stream's count,
+         * the sequence's cells in its own stream, 0 for the others before
+         * and after it; the gather reads the sequence in any of them */
+        scdb_kv_cache *c3 = NULL;
+        assert_int_equal(scdb_kv_cache_new(8, 2, 32, 3, &c3), SCDB_OK);
+        assert_int_equal(scdb_llama_blob_read(&L, b, len, c3, err, sizeof err), SCDB_OK);
+        scdb_llama_layout S = L;
+        S.n_stream = 3;
+        size_t slen = scdb_llama_blob_bytes(&S, 3), glen = 0;
+        uint8_t *sb = malloc(slen), *so = malloc(slen);
+        for (int q = 0; q < 3; q++) {
+            size_t wl = 0;
+            assert_int_equal(scdb_llama_blob_write(&S, q, c3, 3, sb, slen, &wl), SCDB_OK);
+            assert_int_equal(wl, slen);
+            assert_int_equal(ll_blob_gather_heads(&S, sb, slen, q, src, pos, 3, in_pos, 3, &n_in, so,
+                                                  slen, &glen, err, sizeof err), SCDB_OK);
+            assert_int_equal(n_in, 3);
+            assert_int_equal(glen, slen);
+            assert_memory_equal(so, sb, slen);
+        }
+        /* cells in a second stream as well */
+        uint32_t three = 3;
+        assert_int_equal(scdb_llama_blob_write(&S, 0, c3, 3, sb, slen, &glen), SCDB_OK);
+        memcpy(sb + slen - 4, &three, 4);       /* stream 2's count, the blob's last word */
+        assert_int_equal(ll_blob_gather_heads(&S, sb, slen, 0, src, pos, 3, NULL, 0, &n_in, so, slen,
+                                              &glen, err, sizeof err), SCDB_EFORMAT);
+        assert_non_null(strstr(err, "two streams"));
+        free(sb);
+        free(so);
+        scdb_kv_cache_free(&c3);
     }
     /* a cell of two sequences; more cells than the cache holds */
     memcpy(x, b, len);
@@ -547,6 +580,18 @@ static void fleet_through_broker(void **state)
     assert_int_equal(llama_memory_seq_pos_max(llama_get_memory(cctx), 0), N - 16 - 1);
     /* a context of another model */
     assert_int_equal(scdb_llama_restore(cons, pctx, tok, N, NULL, &rr), SCDB_EMISMATCH);
+    /* a sequence the context does not have; a forgotten context is
+     * probed again (its sequence must then be empty) */
+    rp = scdb_llama_restore_default_params();
+    rp.seq = 3;
+    assert_int_equal(scdb_llama_restore(cons, cctx, tok, N, &rp, &rr), SCDB_EINVAL);
+    assert_non_null(strstr(scdb_llama_consumer_error(cons), "sequences 0 to 0"));
+    scdb_llama_consumer_forget(cons, cctx);
+    assert_int_equal(scdb_llama_restore(cons, cctx, tok, N, NULL, &rr), SCDB_EBUSY);
+    llama_memory_seq_rm(llama_get_memory(cctx), 0, -1, -1);
+    assert_int_equal(scdb_llama_restore(cons, cctx, tok, N, NULL, &rr), SCDB_OK);
+    assert_int_equal(rr.n_restored, N);
+    scdb_llama_consumer_forget(cons, NULL);       /* not known: nothing */
 
     /* a default llama.cpp cannot do: initial tokens, refused by name */
     {
@@ -1270,19 +1315,29 @@ static int cmp_i32(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-static struct llama_context *evict_ctx(scdb_llama_evictor *ev)
+/* n_seq_max sequences, one stream each when over 1 (kv_unified off) */
+static struct llama_context *evict_ctx_ex(scdb_llama_evictor *ev, int n_seq, int n_ubatch,
+                                          int threads, int flash)
 {
     struct llama_context_params cp = llama_context_default_params();
-    cp.n_ctx = 512;
-    cp.n_batch = cp.n_ubatch = 512;
-    cp.n_seq_max = 1;
-    cp.n_threads = cp.n_threads_batch = 2;
+    cp.n_ctx = 512 * (uint32_t)n_seq;
+    cp.n_batch = cp.n_ubatch = (uint32_t)n_ubatch;
+    cp.n_seq_max = (uint32_t)n_seq;
+    cp.kv_unified = false;
+    cp.n_threads = cp.n_threads_batch = threads;
     cp.type_k = cp.type_v = GGML_TYPE_F32;
     scdb_llama_evictor_cparams(ev, &cp);
     assert_int_equal(cp.flash_attn_type, LLAMA_FLASH_ATTN_TYPE_DISABLED);
+    if (flash)
+        cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_ENABLED;
     struct llama_context *ctx = llama_init_from_model(lm, cp);
     assert_non_null(ctx);
     return ctx;
+}
+
+static struct llama_context *evict_ctx(scdb_llama_evictor *ev)
+{
+    return evict_ctx_ex(ev, 1, 512, 2, 0);
 }
 
 /* Each policy evicts a llama.cpp sequence under its budget; the reference
@@ -1473,6 +1528,141 @@ static void evictor_refusals(void **state)
     scdb_llama_evictor_free(&ev);
 }
 
+/* the edges a serving process reaches: keep sets per head on a context of
+ * one stream per sequence (the sequence in the first stream and in the
+ * last), sequences beyond the context's refused (llama.cpp asserts on
+ * them), a context whose ubatch is smaller than the evictor's chunk, a
+ * budget near the context's size, a chunk that fails after llama.cpp
+ * decoded it (flash attention on, the sequence empty at start: no
+ * probabilities) taken back out, a second start on a context with more
+ * threads while the first context still runs on the evictor's first pool,
+ * and an empty write clearing the sequence */
+static void evictor_edges(void **state)
+{
+    (void)state;
+    NEED_MODEL();
+    char err[512] = "";
+    scdb_llama_evict_params ep = scdb_llama_evict_default_params();
+    ep.policy = "learned";
+    ep.policy_file = SCDB_DATA_DIR "/policies/distillcache_base.safetensors";
+    ep.sets = 1;
+    ep.budget = 64;
+    ep.cadence = 8;
+    for (int seq = 0; seq < 2; seq++) {
+        ep.seq = seq;
+        scdb_llama_evictor *ev = NULL;
+        assert_int_equal(scdb_llama_evictor_new(&ep, &ev, err, sizeof err), SCDB_OK);
+        struct llama_context *ctx = evict_ctx_ex(ev, 2, 512, 2, 0);
+        assert_int_equal(scdb_llama_decode(ctx, 1 - seq, tok, 40, 0, 0), SCDB_OK);
+        assert_int_equal(scdb_llama_decode(ctx, seq, tok, 96, 0, 0), SCDB_OK);
+        assert_int_equal(scdb_llama_evictor_start(ev, ctx), SCDB_OK);
+        int per_set = 0;
+        for (int s = 0; s < 40; s++) {
+            scdb_llama_evict_result r;
+            scdb_err e = scdb_llama_evictor_decode(ev, ctx, tok + 96 + s, 1, 0, &r);
+            if (e) fail_msg("sequence %d step %d: %s", seq, s, scdb_llama_evictor_error(ev));
+            int ns = 0;
+            per_set += r.evictions && scdb_llama_evictor_set_positions(ev, 0, &ns) != NULL;
+        }
+        print_message("keep sets per head on sequence %d of 2 streams: %d evictions\n", seq,
+                      per_set);
+        assert_true(per_set >= 4);
+        int n = 0;
+        const int32_t *pos = scdb_llama_evictor_positions(ev, &n);
+        assert_int_equal(llama_memory_seq_pos_max(llama_get_memory(ctx), seq), pos[n - 1]);
+        assert_int_equal(llama_memory_seq_pos_max(llama_get_memory(ctx), 1 - seq), 39);
+        /* a sequence beyond the context's two */
+        scdb_llama_evictor *e2 = NULL;
+        scdb_llama_evict_params p2 = ep;
+        p2.seq = 2;
+        assert_int_equal(scdb_llama_evictor_new(&p2, &e2, err, sizeof err), SCDB_OK);
+        assert_int_equal(scdb_llama_evictor_start(e2, ctx), SCDB_EINVAL);
+        assert_non_null(strstr(scdb_llama_evictor_error(e2), "sequences 0 to 1"));
+        scdb_llama_evictor_free(&e2);
+        scdb_llama_layout L;
+        assert_int_equal(scdb_llama_probe(ctx, 5, &L, err, sizeof err), SCDB_EINVAL);
+        assert_non_null(strstr(err, "sequences 0 to 1"));
+        assert_int_equal(scdb_llama_decode(ctx, 7, tok, 1, 0, 0), SCDB_EINVAL);
+        llama_free(ctx);
+        scdb_llama_evictor_free(&ev);
+    }
+    /* ubatch 16 under the evictor's chunk of 64; then a budget of 500 of
+     * 512 cells, decoded 450 tokens in one call */
+    ep.seq = 0;
+    ep.sets = 0;
+    ep.policy = "streaming";
+    ep.budget = 32;
+    ep.cadence = 1;
+    scdb_llama_evictor *ev = NULL;
+    assert_int_equal(scdb_llama_evictor_new(&ep, &ev, err, sizeof err), SCDB_OK);
+    struct llama_context *ctx = evict_ctx_ex(ev, 1, 16, 2, 0);
+    assert_int_equal(scdb_llama_evictor_start(ev, ctx), SCDB_OK);
+    scdb_llama_evict_result r;
+    scdb_err e = scdb_llama_evictor_decode(ev, ctx, tok, 100, 0, &r);
+    if (e) fail_msg("ubatch 16: %s", scdb_llama_evictor_error(ev));
+    assert_true(r.cells <= 32 + 15 && r.evictions > 0);
+    assert_int_equal(llama_memory_seq_pos_max(llama_get_memory(ctx), 0), 99);
+    llama_free(ctx);
+    scdb_llama_evictor_free(&ev);
+    ep.budget = 500;
+    static int32_t many[600];        /* the text's tokens over and over */
+    for (int i = 0; i < 600; i++) many[i] = tok[i % (P + C)];
+    assert_int_equal(scdb_llama_evictor_new(&ep, &ev, err, sizeof err), SCDB_OK);
+    ctx = evict_ctx(ev);
+    assert_int_equal(scdb_llama_decode(ctx, 0, many, 100, 0, 0), SCDB_OK);
+    assert_int_equal(scdb_llama_evictor_start(ev, ctx), SCDB_OK);
+    e = scdb_llama_evictor_decode(ev, ctx, many + 100, 450, 0, &r);
+    if (e) fail_msg("budget 500 of 512: %s", scdb_llama_evictor_error(ev));
+    assert_true(r.cells <= 500 && r.evictions > 0);
+    assert_int_equal(llama_memory_seq_pos_max(llama_get_memory(ctx), 0), 549);
+    /* cadence 0: nothing evicts, the context fills, then EFULL */
+    llama_free(ctx);
+    scdb_llama_evictor_free(&ev);
+    ep.cadence = 0;
+    assert_int_equal(scdb_llama_evictor_new(&ep, &ev, err, sizeof err), SCDB_OK);
+    ctx = evict_ctx(ev);
+    assert_int_equal(scdb_llama_evictor_start(ev, ctx), SCDB_OK);
+    assert_int_equal(scdb_llama_evictor_decode(ev, ctx, many, 600, 0, &r), SCDB_EFULL);
+    assert_non_null(strstr(scdb_llama_evictor_error(ev), "all 512 cells"));
+    assert_int_equal(llama_memory_seq_pos_max(llama_get_memory(ctx), 0), 511);
+    assert_int_equal(scdb_llama_evictor_evict(ev, ctx, &r), SCDB_OK);
+    assert_int_equal(r.cells, 500);
+    llama_free(ctx);
+    scdb_llama_evictor_free(&ev);
+    /* flash attention on and the sequence empty at start: the first chunk
+     * shows no probabilities, and is taken out of the sequence again */
+    ep.cadence = 1;
+    ep.budget = 32;
+    assert_int_equal(scdb_llama_evictor_new(&ep, &ev, err, sizeof err), SCDB_OK);
+    ctx = evict_ctx_ex(ev, 1, 512, 2, 1);
+    assert_int_equal(scdb_llama_evictor_start(ev, ctx), SCDB_OK);
+    for (int k = 0; k < 2; k++) {
+        assert_int_equal(scdb_llama_evictor_decode(ev, ctx, tok, 10, 0, &r), SCDB_EUNSUPPORTED);
+        assert_non_null(strstr(scdb_llama_evictor_error(ev), "flash attention"));
+        assert_int_equal(llama_memory_seq_pos_max(llama_get_memory(ctx), 0), -1);
+    }
+    llama_free(ctx);
+    /* the evictor's own pools: a second start on a context of more threads
+     * makes a new one; the first context still runs on the first */
+    struct llama_context *a = evict_ctx_ex(ev, 1, 512, 2, 0);
+    assert_int_equal(scdb_llama_evictor_start(ev, a), SCDB_OK);
+    struct llama_context *b = evict_ctx_ex(ev, 1, 512, 3, 0);
+    assert_int_equal(scdb_llama_evictor_start(ev, b), SCDB_OK);
+    assert_int_equal(scdb_llama_decode(a, 0, tok, 20, 0, 0), SCDB_OK);
+    assert_int_equal(scdb_llama_decode(b, 0, tok, 20, 0, 0), SCDB_OK);
+    /* an empty write clears the sequence (llama.cpp alone would not) */
+    scdb_llama_layout L = {.n_layer = 8, .n_kv_heads = 2, .head_dim = 32, .n_stream = 1,
+                           .k_type = 0, .v_type = 0, .v_trans = 1};
+    scdb_kv_cache *c = NULL;
+    assert_int_equal(scdb_kv_cache_new(8, 2, 32, 4, &c), SCDB_OK);
+    assert_int_equal(scdb_llama_seq_write(a, &L, 0, c, 0, err, sizeof err), SCDB_OK);
+    assert_int_equal(llama_memory_seq_pos_max(llama_get_memory(a), 0), -1);
+    scdb_kv_cache_free(&c);
+    llama_free(a);
+    llama_free(b);
+    scdb_llama_evictor_free(&ev);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1490,6 +1680,7 @@ int main(void)
         cmocka_unit_test(calibrate_refusals),
         cmocka_unit_test(evictor_matches_reference),
         cmocka_unit_test(evictor_refusals),
+        cmocka_unit_test(evictor_edges),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
