@@ -28,6 +28,10 @@ struct scdb_llama_evictor {
     int *src;                    /* [K][n_cells] the gather of the new blob */
     int32_t *in_pos;             /* [n_cells] the blob's cells' positions */
     scdb_llama_layout layout;    /* of the context (from its blob) */
+    int size_known;              /* llama_state_seq_get_size was found equal
+                                  * to scdb_llama_blob_bytes(layout, n): the
+                                  * size is computed, not asked (asking
+                                  * runs a whole write pass) */
     uint8_t *blob, *out;
     size_t blob_cap, out_cap;
     int n_layer, n_head, n_kv_heads, head_dim, n_cells;
@@ -159,6 +163,7 @@ static void free_state(scdb_llama_evictor *e)
     e->probs = e->folded = NULL;
     e->old_pos = NULL;
     e->layout = (scdb_llama_layout){0};
+    e->size_known = 0;
     e->started = 0;
 }
 
@@ -502,7 +507,8 @@ static scdb_err evict_sets(scdb_llama_evictor *e, struct llama_context *ctx, int
 {
     const int n = e->shadow->n, L = e->n_layer, G = e->n_kv_heads;
     scdb_err err;
-    size_t bn = llama_state_seq_get_size(ctx, e->p.seq);
+    size_t bn = e->size_known ? scdb_llama_blob_bytes(&e->layout, n)
+                              : llama_state_seq_get_size(ctx, e->p.seq);
     if (grow(&e->blob, &e->blob_cap, bn))
         return SCDB_ENOMEM;
     size_t got = llama_state_seq_get_data(ctx, e->blob, bn, e->p.seq);
@@ -517,6 +523,8 @@ static scdb_err evict_sets(scdb_llama_evictor *e, struct llama_context *ctx, int
             return err;
         e->layout = Lo;
     }
+    if (!e->size_known)
+        e->size_known = got == bn && bn == scdb_llama_blob_bytes(&e->layout, n);
     int in_n = 0;
     if ((err = ll_blob_gather_heads(&e->layout, e->blob, got, e->p.seq, NULL, NULL, 0, e->in_pos,
                                     e->n_cells, &in_n, NULL, 0, NULL, e->err, sizeof e->err)))
