@@ -73,7 +73,14 @@ scdb_err scdb_get_recompute(scdb *h, const int32_t *tokens, size_t n_tokens, scd
         rc = h->recompute_default;
         from_default = 1;
     }
-    e = scdb_recompute_check(&rc, n_tokens > INT32_MAX ? INT32_MAX : (int)n_tokens, why, sizeof why);
+    /* A count the request gives is checked against n_tokens: the caller
+     * asked for more than the prompt has.  The registration's default is
+     * no request of the caller's (a config's tail:100 serves prompts of
+     * any length): only the setting itself is checked, and its count is
+     * clamped to what was restored below (scdb_recompute_select), as the
+     * llama.cpp consumer does with it. */
+    e = scdb_recompute_check(&rc, from_default ? -1 : n_tokens > INT32_MAX ? INT32_MAX : (int)n_tokens,
+                             why, sizeof why);
     if (e) return cl_fail(h, e, "%s", why);
     if (rc.policy == SCDB_RECOMPUTE_DEFAULT)   /* check refuses a count with it */
         return cl_fail(h, SCDB_EINVAL, "recompute: policy default takes no count");

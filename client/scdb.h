@@ -623,16 +623,17 @@ void scdb_get_recompute_init(scdb_get_recompute_opts *o);
 
 /* Get the longest stored prefix of tokens into the arena (scdb_get_ex),
  * then take out the tokens the setting chooses among the tokens_written
- * restored ones (a setting's count is checked against n_tokens, what the
- * caller asks for, and clamped to what was restored: the rest of a shorter
- * hit is the caller's to prefill anyway).  out->pos and out->tokens belong
- * to the handle, valid until its next scdb_get_recompute or scdb_close.
- * o NULL: the defaults.  Errors: those of scdb_get_ex; SCDB_EINVAL (a bad
- * setting, named: an unknown policy, a negative count, a fraction outside
- * [0, 1], both set, selective without a scorer, the scorer failed),
- * SCDB_ERANGE (a count beyond n_tokens: "recompute.tokens 500 is beyond
- * the prefix's 448 tokens"), SCDB_EUNSUPPORTED (a CUDA IPC arena and a
- * setting other than none). */
+ * restored ones (a count the request gives is checked against n_tokens,
+ * what the caller asks for; the registration's default, which the caller
+ * did not give, is not; either is clamped to what was restored: the rest
+ * of a shorter hit is the caller's to prefill anyway).  out->pos and
+ * out->tokens belong to the handle, valid until its next
+ * scdb_get_recompute or scdb_close.  o NULL: the defaults.  Errors: those
+ * of scdb_get_ex; SCDB_EINVAL (a bad setting, named: an unknown policy, a
+ * negative count, a fraction outside [0, 1], both set, selective without a
+ * scorer, the scorer failed), SCDB_ERANGE (a request's count beyond
+ * n_tokens: "recompute.tokens 500 is beyond the prefix's 448 tokens"),
+ * SCDB_EUNSUPPORTED (a CUDA IPC arena and a setting other than none). */
 scdb_err scdb_get_recompute(scdb *h, const int32_t *tokens, size_t n_tokens, scdb_arena *a,
                             int slot0, int32_t pos0, const scdb_get_recompute_opts *o,
                             scdb_get_recompute_result *out);

@@ -20,42 +20,64 @@ int scdb_engine_score_cacheblend(void *arg, const scdb_kv_cache *cache, int slot
                                  const int32_t *tokens, float *scores)
 {
     const scdb_model *m = arg;
-    const scdb_model_config *c = scdb_model_cfg(m);
-    const scdb_layer_weights *w1 = c->n_layers > 1 ? scdb_model_layer(m, 1) : NULL;
-    int d = c->d_model, kv = scdb_model_kv_dim(c);
+    const scdb_model_config *c = m ? scdb_model_cfg(m) : NULL;
+    /* layer 1's attn_norm, for its input; NULL for an adapter loaded
+     * SCDB_LORA_LOWRANK (model.h: no single matrix holds its weights),
+     * whose layer 1 K and V come from layer 1's own forward instead (the
+     * LoRA factors applied as in any forward of it; one layer more) */
+    const scdb_layer_weights *w1 = c && c->n_layers > 1 ? scdb_model_layer(m, 1) : NULL;
+    int d, kv, layers;
     float *x = NULL, *k = NULL, *v = NULL;
     int32_t *pos = NULL;
-    scdb_kv_cache *l0 = NULL;
+    scdb_kv_cache l0;
     int rc = -1;
 
-    if (!w1 || n <= 0) return -1;
+    if (!c || !cache || !tokens || !scores || c->n_layers < 2 || n <= 0 || slot0 < 0 ||
+        slot0 + n > cache->n)
+        return -1;
+    d = c->d_model;
+    kv = scdb_model_kv_dim(c);
+    /* the scratch: the cache's shape (scdb_model_layer_forward checks it),
+     * but memory for only the layers forwarded here, 0 (and 1 without w1):
+     * a layer's forward touches that layer's K and V only (model.h), and
+     * every layer's (32 on a 7B model) would be allocated for nothing */
+    layers = w1 ? 1 : 2;
+    l0 = (scdb_kv_cache){.n_layers = cache->n_layers, .n_kv_heads = cache->n_kv_heads,
+                         .head_dim = cache->head_dim, .capacity = slot0 + n, .n = slot0 + n};
+    l0.pos = malloc((size_t)(slot0 + n) * sizeof *l0.pos);
+    l0.k = calloc((size_t)layers * (slot0 + n) * kv, sizeof *l0.k);
+    l0.v = calloc((size_t)layers * (slot0 + n) * kv, sizeof *l0.v);
     x = malloc((size_t)n * d * sizeof *x);
     k = malloc((size_t)n * kv * sizeof *k);
     v = malloc((size_t)n * kv * sizeof *v);
     pos = malloc((size_t)n * sizeof *pos);
-    if (!x || !k || !v || !pos) goto done;
+    if (!l0.pos || !l0.k || !l0.v || !x || !k || !v || !pos) goto done;
     memcpy(pos, cache->pos + slot0, (size_t)n * sizeof *pos);
     /* the consumer's own layer 0 over these tokens, in a scratch copy of
      * layer 0 (the slots before them as restored): the restored cache is
      * not touched, whatever its layer 0 holds (the pair's token layer: the
      * consumer's own; raw reuse: the producer's) */
-    if (scdb_kv_cache_new(cache->n_layers, cache->n_kv_heads, cache->head_dim, slot0 + n, &l0))
-        goto done;
-    memcpy(l0->pos, cache->pos, (size_t)(slot0 + n) * sizeof *l0->pos);
-    memcpy(scdb_kv_k(l0, 0, 0), scdb_kv_k(cache, 0, 0), (size_t)(slot0 + n) * kv * sizeof(float));
-    memcpy(scdb_kv_v(l0, 0, 0), scdb_kv_v(cache, 0, 0), (size_t)(slot0 + n) * kv * sizeof(float));
-    l0->n = slot0 + n;
+    memcpy(l0.pos, cache->pos, (size_t)(slot0 + n) * sizeof *l0.pos);
+    memcpy(scdb_kv_k(&l0, 0, 0), scdb_kv_k(cache, 0, 0), (size_t)(slot0 + n) * kv * sizeof(float));
+    memcpy(scdb_kv_v(&l0, 0, 0), scdb_kv_v(cache, 0, 0), (size_t)(slot0 + n) * kv * sizeof(float));
     if (scdb_model_embed(m, tokens, n, x) ||
-        scdb_model_layer_forward(m, 0, x, pos, n, l0, slot0, NULL, 0))
+        scdb_model_layer_forward(m, 0, x, pos, n, &l0, slot0, NULL, 0))
         goto done;
-    for (int i = 0; i < n; i++) {          /* layer 1's input: RMSNorm * attn_norm */
-        float *r = x + (size_t)i * d;
-        double ss = 0;
-        for (int j = 0; j < d; j++) ss += (double)r[j] * r[j];
-        float s = (float)(1.0 / sqrt(ss / d + (double)c->norm_eps));
-        for (int j = 0; j < d; j++) r[j] = r[j] * s * w1->attn_norm[j];
+    if (w1) {
+        for (int i = 0; i < n; i++) {      /* layer 1's input: RMSNorm * attn_norm */
+            float *r = x + (size_t)i * d;
+            double ss = 0;
+            for (int j = 0; j < d; j++) ss += (double)r[j] * r[j];
+            float s = (float)(1.0 / sqrt(ss / d + (double)c->norm_eps));
+            for (int j = 0; j < d; j++) r[j] = r[j] * s * w1->attn_norm[j];
+        }
+        scdb_model_kv_from_hin(m, 1, x, pos, n, k, v);
+    } else {
+        /* K and V are computed before attention: the scratch's layer 1
+         * (zeros) changes only the layer's output, which is not used */
+        scdb_capture cap = {.k_post = k, .v = v};
+        if (scdb_model_layer_forward(m, 1, x, pos, n, &l0, slot0, &cap, 0)) goto done;
     }
-    scdb_model_kv_from_hin(m, 1, x, pos, n, k, v);
     {
         double mk = 0, mv = 0;
         for (int i = 0; i < n; i++) {
@@ -73,11 +95,16 @@ int scdb_engine_score_cacheblend(void *arg, const scdb_kv_cache *cache, int slot
                 dv += (double)(ov[j] - rv[j]) * (ov[j] - rv[j]);
             }
             scores[i] = (float)(dk / mk + dv / mv);
+            /* a NaN or infinite restored K / V is the most broken token
+             * there is: first to recompute (a NaN would rank lowest) */
+            if (!isfinite(scores[i])) scores[i] = INFINITY;
         }
     }
     rc = 0;
 done:
-    scdb_kv_cache_free(&l0);
+    free(l0.pos);
+    free(l0.k);
+    free(l0.v);
     free(x);
     free(k);
     free(v);
@@ -168,6 +195,8 @@ scdb_err scdb_engine_recompute_cache(const scdb_model *m, scdb_kv_cache *cache, 
         rc->policy == SCDB_RECOMPUTE_DEFAULT || scdb_recompute_check(rc, n, NULL, 0))
         return SCDB_EINVAL;
     if (scdb_recompute_count(rc, n) == 0) return SCDB_OK;
+    for (int i = 0; i < n; i++)     /* the forward's refusal, before the slots go */
+        if (tokens[i] < 0 || tokens[i] >= scdb_model_cfg(m)->vocab_size) return SCDB_EINVAL;
     idx = malloc((size_t)n * sizeof *idx);
     keep = malloc((size_t)cache->n * sizeof *keep);
     sc = malloc((size_t)n * sizeof *sc);
@@ -242,6 +271,15 @@ scdb_err scdb_engine_restore(scdb *h, const scdb_model *m, const int32_t *tokens
     scdb_engine_restore_init(&d);
     if (o) d = *o;
     slot0 = c->n;
+    /* What the forward would refuse is refused here, before the get: by
+     * then the chosen tokens are out of the arena, and a refused forward
+     * would leave their slots missing (rolled back below, but the fetch
+     * and the decode spent for nothing).  The cache ends with n more
+     * slots, whatever is restored and whatever recomputed. */
+    if (n > c->capacity - slot0) return SCDB_EFULL;
+    if (pos0 > INT32_MAX - (n - 1)) return SCDB_EINVAL;
+    for (int i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= scdb_model_cfg(m)->vocab_size) return SCDB_EINVAL;
     scdb_get_recompute_init(&go);
     go.patch_layers = d.patch_layers;
     go.recompute = d.recompute;
@@ -273,6 +311,11 @@ scdb_err scdb_engine_restore(scdb *h, const scdb_model *m, const int32_t *tokens
         r.forward_ns = scdb_now_ns() - t0;
     }
 done:
+    /* all or nothing: what a failure after the get leaves (the prefix
+     * restored with nothing taken out when the scorer failed; the chosen
+     * tokens missing when out of memory after it) is dropped, the slots
+     * past slot0 free again as before the call */
+    if (e) c->n = slot0;
     free(ft);
     free(fp);
     if (out) *out = r;

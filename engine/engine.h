@@ -22,9 +22,12 @@
  * every restored token (in a scratch copy of layer 0: the restored cache is
  * not changed) gives layer 1's input, and a token's score is how far the
  * consumer's own layer-1 K and V of it are from the restored ones
- * (||dK||^2 / mean ||K||^2 + ||dV||^2 / mean ||V||^2).  It costs about one
- * layer of a prefill of the prefix: on the 8-layer family an eighth of the
- * prefill, on a 32-layer model a 32nd.
+ * (||dK||^2 / mean ||K||^2 + ||dV||^2 / mean ||V||^2); a score that is not
+ * finite (a NaN or inf in the restored KV) is +inf, recomputed first.  It
+ * costs about one layer of a prefill of the prefix: on the 8-layer family
+ * an eighth of the prefill, on a 32-layer model a 32nd (two layers for a
+ * LoRA adapter loaded SCDB_LORA_LOWRANK, whose layer-1 K and V come from a
+ * forward of layer 1: model.h gives no single matrix of its weights).
  *
  * DroidSpeak's layer recompute (the consumer's own first `layers` layers
  * over every restored token, the rest restored) is scdb_engine_recompute_
@@ -59,11 +62,16 @@ void scdb_engine_restore_init(scdb_engine_restore_opts *o);
 /* Restore tokens [0, n) into the arena from slot a's cache n on, at
  * positions pos0 .. pos0 + n - 1 (above), recomputing what o says (NULL:
  * the defaults).  On success the arena's cache holds n more slots, in
- * position order.  Errors: scdb_get_recompute's (a bad setting is refused
- * before anything is fetched), scdb_model_forward's, SCDB_ESHAPE (the
- * model's geometry is not the arena's), SCDB_EUNSUPPORTED (selective with a
- * model whose layer 1 has no single weight matrix: a LoRA adapter loaded
- * SCDB_LORA_LOWRANK), SCDB_ENOMEM. */
+ * position order.  Refused before anything is fetched: SCDB_EINVAL (NULL
+ * arguments, n <= 0, pos0 < 0, positions past INT32_MAX, a token outside
+ * the model's vocabulary), SCDB_ESHAPE (the model's geometry is not the
+ * arena's), SCDB_EFULL (fewer than n free slots after the cache's n), and
+ * scdb_get_recompute's refusals of a bad setting (scdb_last_error names
+ * those; it does not describe the ones before).  After the get only
+ * scdb_get_recompute's later errors (the get's own; SCDB_EINVAL: the
+ * scorer failed) and SCDB_ENOMEM remain; on any failure the arena's cache
+ * is as before the call: its n back at slot a's, what was restored past it
+ * dropped (never a prefix with the chosen tokens' slots missing). */
 scdb_err scdb_engine_restore(scdb *h, const scdb_model *m, const int32_t *tokens, int n,
                              scdb_arena *a, int32_t pos0, const scdb_engine_restore_opts *o,
                              scdb_engine_restore_result *out);
@@ -75,8 +83,8 @@ scdb_err scdb_engine_restore(scdb *h, const scdb_model *m, const int32_t *tokens
  * forwarded at their positions, and the slots put back in position order.
  * *n_recomputed (may be NULL) gets their count, *score_ns (may be NULL) the
  * scorer's time.  Errors: SCDB_EINVAL (a setting recompute.h refuses,
- * DEFAULT, slots outside the cache, the scorer failed), scdb_model_forward's,
- * SCDB_ENOMEM. */
+ * DEFAULT, slots outside the cache, a token outside the vocabulary, the
+ * scorer failed), scdb_model_forward's, SCDB_ENOMEM. */
 scdb_err scdb_engine_recompute_cache(const scdb_model *m, scdb_kv_cache *cache, int slot0, int n,
                                      const int32_t *tokens, const scdb_recompute *rc,
                                      int *n_recomputed, uint64_t *score_ns);

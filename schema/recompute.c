@@ -66,12 +66,27 @@ scdb_err scdb_recompute_parse(const char *text, scdb_recompute *out, char *errbu
         size_t n = strlen(arg);
         errno = 0;
         if (arg[n - 1] == '%') {
-            double pct = strtod(arg, &end);
-            if (end != arg + n - 1 || errno || !(pct > 0.0 && pct <= 100.0) || isspace((unsigned char)*arg)) {
-                scdb_errf(errbuf, errlen, "recompute '%.40s': the percentage must be in (0, 100]", text);
+            /* digits with one '.' at most, as a count is digits only:
+             * strtod alone would take a sign, an exponent, hex, inf and
+             * nan, and an exponent reaches fractions no float holds */
+            size_t digits = 0, dots = 0, other = 0;
+            for (size_t i = 0; i + 1 < n; i++) {
+                if (isdigit((unsigned char)arg[i])) digits++;
+                else if (arg[i] == '.') dots++;
+                else other++;
+            }
+            double pct = digits && dots <= 1 && !other ? strtod(arg, &end) : -1.0;
+            if (!(pct > 0.0 && pct <= 100.0)) {
+                scdb_errf(errbuf, errlen, "recompute '%.40s': the percentage must be a decimal "
+                          "number in (0, 100]", text);
                 return SCDB_EINVAL;
             }
             r.fraction = (float)(pct / 100.0);
+            if (r.fraction == 0.0f) {  /* fraction 0 means "use tokens": none */
+                scdb_errf(errbuf, errlen, "recompute '%.40s': the percentage is too small (its "
+                          "fraction is 0 as a float)", text);
+                return SCDB_EINVAL;
+            }
         } else {
             long v = strtol(arg, &end, 10);
             if (*end || errno || !isdigit((unsigned char)*arg) || v > INT32_MAX) {
@@ -93,13 +108,35 @@ unknown:
     return SCDB_EINVAL;
 }
 
+/* pct (> 0) with prec significant digits as %g writes it, but never with
+ * an exponent: the parser takes digits and one '.' only (a fraction of
+ * 1e-30 is a valid setting, "1e-28%" is not a valid text) */
+static void pct_text(double pct, int prec, char *buf, size_t len)
+{
+    int dec = prec - 1 - (int)floor(log10(pct));
+    size_t l = (size_t)snprintf(buf, len, "%.*f", dec > 0 ? dec : 0, pct);
+    if (l >= len || !strchr(buf, '.')) return;
+    while (l > 0 && buf[l - 1] == '0') buf[--l] = 0;
+    if (l > 0 && buf[l - 1] == '.') buf[--l] = 0;
+}
+
 int scdb_recompute_format(const scdb_recompute *r, char *buf, size_t len)
 {
     const char *n = r ? scdb_recompute_policy_name(r->policy) : NULL;
     if (!n) return snprintf(buf, len, "?");
     if (r->policy == SCDB_RECOMPUTE_NONE || r->policy == SCDB_RECOMPUTE_DEFAULT)
         return snprintf(buf, len, "%s", n);
-    if (r->fraction > 0.0f) return snprintf(buf, len, "%s:%.6g%%", n, (double)r->fraction * 100.0);
+    if (r->fraction > 0.0f) {
+        /* the fewest significant digits (6 to 9: 9 always do for a float)
+         * whose text parses back to this very fraction */
+        char t[80];
+        double pct = (double)r->fraction * 100.0;
+        for (int prec = 6; prec <= 9; prec++) {
+            pct_text(pct, prec, t, sizeof t);
+            if ((float)(strtod(t, NULL) / 100.0) == r->fraction) break;
+        }
+        return snprintf(buf, len, "%s:%s%%", n, t);
+    }
     return snprintf(buf, len, "%s:%d", n, r->tokens);
 }
 
@@ -145,8 +182,20 @@ int scdb_recompute_count(const scdb_recompute *r, int P)
         (unsigned)r->policy >= SCDB_RECOMPUTE_POLICY_COUNT)
         return 0;
     if (r->fraction > 0.0f) {
-        n = (long)ceil((double)r->fraction * (double)P - 1e-9);
-        if (n < 1) n = 1;
+        /* The float a text like "10%" becomes is not its decimal (0.1f is
+         * 0.100000001490116), so ceil(fraction x P) is one too many where
+         * the decimal's product is whole (tail:10% of 320: 33, not 32).
+         * Snapped to the nearest 1e-7 (a move under one float step above
+         * 0.5; the exact decimal for a percentage of up to 5 decimals),
+         * the fraction is k / 1e7 and the ceiling is exact in integers
+         * (k P < 1e7 x INT_MAX fits int64). */
+        if (r->fraction >= 1.0f) {
+            n = P;
+        } else {
+            int64_t k = (int64_t)llround((double)r->fraction * 1e7);
+            n = (long)((k * P + 9999999) / 10000000);
+            if (n < 1) n = 1;          /* at least one, however small */
+        }
     } else {
         n = r->tokens < 0 ? 0 : r->tokens;
     }

@@ -28,10 +28,12 @@
  *               for the pair, else the pair's calibrated `recompute`, else
  *               none (a request setting only)
  *
- * n is `tokens`, or, when `fraction` > 0, ceil(fraction x P) (at least 1):
- * a fraction scales with the prefix, a count does not.  Text form (pair
- * metadata, config, `scdb` options): "none" | "default" | POLICY ":" N |
- * POLICY ":" PCT "%" (PCT in (0, 100]); "fast" = none, "exact" =
+ * n is `tokens`, or, when `fraction` > 0, ceil(fraction x P) (at least 1;
+ * the fraction taken to 7 decimals, so that the float of "10%" recomputes
+ * 32 of 320, not 33): a fraction scales with the prefix, a count does not.
+ * Text form (pair metadata, config, `scdb` options): "none" | "default" |
+ * POLICY ":" N | POLICY ":" PCT "%" (N digits; PCT digits with one '.' at
+ * most, in (0, 100]); "fast" = none, "exact" =
  * tail:100%, "pair" and "exact-top1" = default (the setting calibration
  * chose to reach the top-1 target), a bare count "N" = tail:N.
  */
@@ -68,11 +70,15 @@ const char *scdb_recompute_policy_name(scdb_recompute_policy p);
 
 /* Parse the text form (above).  SCDB_EINVAL with errbuf naming what is
  * wrong: an unknown policy, a count that is negative or not a number, a
- * percentage outside (0, 100], "none:N" / "default:N". */
+ * percentage that is not plain decimal (no sign, exponent, hex, inf or
+ * nan), outside (0, 100], or so small its float fraction is 0,
+ * "none:N" / "default:N". */
 scdb_err scdb_recompute_parse(const char *text, scdb_recompute *out, char *errbuf, size_t errlen);
 
-/* Write the canonical text form ("tail:32", "selective:15%"); returns what
- * snprintf returns. */
+/* Write the canonical text form ("tail:32", "selective:15%"); a
+ * percentage with the fewest significant digits (6 to 9) that parse back
+ * to the same float, and no exponent, so parsing the text gives r back.
+ * Returns what snprintf returns. */
 int scdb_recompute_format(const scdb_recompute *r, char *buf, size_t len);
 
 /* Check a setting against a prefix of prefix_tokens tokens (< 0: against

@@ -11,8 +11,15 @@
  *     own prefill: the continuation's logits within f32 tolerance;
  *   - bad settings are refused by name before anything is fetched (a count
  *     beyond the prefix, a negative count, an unknown policy, a fraction
- *     out of range, selective without a scorer), as are bad texts.
+ *     out of range, selective without a scorer), as are bad texts;
+ *   - a percentage recomputes exactly its share, and its text round-trips;
+ *   - a registration's default is clamped to the prefix, never refused;
+ *   - the engine's restore refuses what its forward would before the get,
+ *     and leaves the arena as it was on a failure;
+ *   - the CacheBlend scorer ranks a NaN first and scores a LoRA adapter
+ *     loaded low-rank as the same adapter merged.
  * Skipped (77) without the model family (data/models/base, code). */
+#include <float.h>
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -84,7 +91,7 @@ static int setup(void **state)
     static const char text[] =
         "Recompute a small part of a restored prefix to buy fidelity with time: the tail, "
         "the first tokens, or the ones whose KV deviates most. ";
-    char ini[2048], err[256];
+    char ini[4096], err[256];
     (void)state;
     have_family = access(SCDB_DATA_DIR "/models/base/model.safetensors", R_OK) == 0 &&
                   access(SCDB_DATA_DIR "/models/code/config.json", R_OK) == 0 &&
@@ -102,11 +109,17 @@ static int setup(void **state)
              "[codebook base-scd8]\nkind = scd\nmodel = base\ncodes_dtype = int8\n"
              "file = " SCDB_DATA_DIR "/codebooks/base.safetensors\n"
              "[pair base-scd8 code]\ndecoder = scd\n"
-             "file = " SCDB_DATA_DIR "/pairs/base__code.safetensors\n");
+             "file = " SCDB_DATA_DIR "/pairs/base__code.safetensors\n"
+             "[codebook base-scdt]\nkind = scd\nmodel = base\n"
+             "file = " SCDB_DATA_DIR "/codebooks/base.safetensors\n"
+             "[pair base-scdt code]\ndecoder = scd\n"
+             "file = " SCDB_DATA_DIR "/pairs/base__code.safetensors\n"
+             "fidelity = tail:100\n");
     if (bp_start(&bp, SCDB_BROKER_BIN, ini)) return -1;
     if (scdb_model_load(SCDB_DATA_DIR "/models/code", &cons_model, err, sizeof err)) return -1;
     put_prefix("base-scd8");
     put_prefix("base-scd");
+    put_prefix("base-scdt");
     return 0;
 }
 
@@ -549,6 +562,273 @@ static void test_wire_default(void **state)
     assert_int_equal(cl_recompute_from_wire(&w, &r, why, sizeof why), SCDB_EINVAL);
 }
 
+/* A percentage recomputes exactly its share of the prefix: the float of
+ * "10%" (0.100000001) times 320 is not 32 but a hair above, and the ceiling
+ * of that was 33.  The text is plain decimal: a sign, an exponent, hex or a
+ * percentage whose fraction is 0 as a float (recompute nothing, against
+ * the at-least-one) is refused.  A setting's text parses back to it. */
+static void test_text_exact(void **state)
+{
+    static const int Ps[] = {1, 8, 20, 40, 100, 192, 320, 448, 640, 1000, 4096, 100003};
+    scdb_recompute r, back;
+    char err[200], in[96], t[96];
+    (void)state;
+    for (int pct = 1; pct <= 100; pct++) {
+        snprintf(in, sizeof in, "tail:%d%%", pct);
+        assert_int_equal(scdb_recompute_parse(in, &r, err, sizeof err), SCDB_OK);
+        for (size_t i = 0; i < sizeof Ps / sizeof Ps[0]; i++) {
+            int want = (int)(((int64_t)pct * Ps[i] + 99) / 100);
+            if (scdb_recompute_count(&r, Ps[i]) != want)
+                print_message("%s of %d: %d, not %d\n", in, Ps[i], scdb_recompute_count(&r, Ps[i]),
+                              want);
+            assert_int_equal(scdb_recompute_count(&r, Ps[i]), want);
+        }
+    }
+    static const struct { const char *text; int np, want; } dec[] = {
+        {"tail:12.5%", 8, 1},         {"tail:12.5%", 16, 2},     {"selective:33.33%", 300, 100},
+        {"initial:0.05%", 20, 1},     {"tail:0.001%", 100000, 1}, {"tail:0.00101%", 100000, 2},
+        {"tail:99.99999%", 1000, 1000}, {"tail:50%", INT32_MAX, 1073741824},
+        {"tail:.5%", 400, 2},         {"tail:5.%", 40, 2},       {"tail:0.0000001%", 50, 1},
+        {"exact", 77, 77},
+    };
+    for (size_t i = 0; i < sizeof dec / sizeof dec[0]; i++) {
+        assert_int_equal(scdb_recompute_parse(dec[i].text, &r, err, sizeof err), SCDB_OK);
+        if (scdb_recompute_count(&r, dec[i].np) != dec[i].want)
+            print_message("%s of %d: %d\n", dec[i].text, dec[i].np, scdb_recompute_count(&r, dec[i].np));
+        assert_int_equal(scdb_recompute_count(&r, dec[i].np), dec[i].want);
+    }
+    static const char *bad[] = {"tail:+5%", "+5%", "tail:1e1%", "1e2%", "tail:0x10%",
+                                "tail:1e-50%", "tail:1e-300%", "tail:0x1p-200%", "tail:inf%",
+                                "tail:.%", "tail:1.2.3%", "tail:-5%", "tail: 5%", "tail:5 %",
+                                "tail:\t5%", "tail:%", "tail:0.0%"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        err[0] = 0;
+        if (scdb_recompute_parse(bad[i], &r, err, sizeof err) != SCDB_EINVAL)
+            print_message("'%s' taken\n", bad[i]);
+        assert_int_equal(scdb_recompute_parse(bad[i], &r, err, sizeof err), SCDB_EINVAL);
+        assert_non_null(strstr(err, "percentage"));
+    }
+    /* digits, but a fraction below the smallest float */
+    snprintf(in, sizeof in, "tail:0.%060d1%%", 0);
+    err[0] = 0;
+    assert_int_equal(scdb_recompute_parse(in, &r, err, sizeof err), SCDB_EINVAL);
+    assert_non_null(strstr(err, "too small"));
+
+    /* the text gives the very float back, in the fewest digits that do */
+    assert_int_equal(scdb_recompute_parse("tail:12.3456789%", &r, err, sizeof err), SCDB_OK);
+    scdb_recompute_format(&r, t, sizeof t);
+    assert_int_equal(scdb_recompute_parse(t, &back, err, sizeof err), SCDB_OK);
+    assert_true(back.fraction == r.fraction);
+    scdb_recompute_format(&(scdb_recompute){SCDB_RECOMPUTE_SELECTIVE, 0, 0.15f}, t, sizeof t);
+    assert_string_equal(t, "selective:15%");
+    scdb_recompute_format(&(scdb_recompute){SCDB_RECOMPUTE_TAIL, 0, 0.1f}, t, sizeof t);
+    assert_string_equal(t, "tail:10%");
+    /* floats of (0, 1] across every binade (every 7th just below 1), and
+     * the edges: the smallest, ones whose %g has an exponent */
+    static const float edge[] = {FLT_TRUE_MIN, 1e-30f, 1e-10f, 0.123456789f, 0.999999940f, 1.0f};
+    const int n_edge = (int)(sizeof edge / sizeof edge[0]);
+    for (int i = 0; i < n_edge + 4096; i++) {
+        uint32_t u = i % 7 ? (uint32_t)(i - n_edge) * 0x3f801u + 1 : 0x3f800000u - (uint32_t)i;
+        float f;
+        memcpy(&f, &u, sizeof f);
+        if (i < n_edge) f = edge[i];
+        assert_true(f > 0.0f && f <= 1.0f);
+        r = (scdb_recompute){SCDB_RECOMPUTE_INITIAL, 0, f};
+        scdb_recompute_format(&r, t, sizeof t);
+        if (scdb_recompute_parse(t, &back, err, sizeof err) || back.fraction != f)
+            print_message("%.9g: '%s' parses to %.9g\n", (double)f, t, (double)back.fraction);
+        assert_int_equal(scdb_recompute_parse(t, &back, err, sizeof err), SCDB_OK);
+        assert_true(back.policy == r.policy && back.fraction == f);
+    }
+}
+
+/* The registration's default is no request of the caller's: base-scdt ->
+ * code has the config's tail:100, and a prompt shorter than 100 tokens is
+ * served (the default clamped to what was restored), where a request's own
+ * tail:100 is still refused for it. */
+static void test_default_clamped(void **state)
+{
+    scdb_recompute d;
+    char src[16];
+    (void)state;
+    NEED_FAMILY();
+    scdb *h = connect_as(SCDB_CONSUMER, "code", "base-scdt");
+    assert_int_equal(scdb_recompute_default(h, &d, src), SCDB_OK);
+    assert_true(d.policy == SCDB_RECOMPUTE_TAIL && d.tokens == 100 && !strcmp(src, "config"));
+    static const int ns[] = {P, 128, 64, 40};
+    for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++) {
+        scdb_arena *a = NULL;
+        scdb_get_recompute_opts o;
+        scdb_get_recompute_result r = {.size = sizeof r};
+        int w, nr;
+        assert_int_equal(scdb_arena_new(h, P + C, &a), SCDB_OK);
+        scdb_get_recompute_init(&o);
+        scdb_err e = scdb_get_recompute(h, toks, (size_t)ns[k], a, 0, 0, &o, &r);
+        if (e) print_message("n %d: %s\n", ns[k], scdb_last_error(h));
+        assert_int_equal(e, SCDB_OK);
+        w = (int)r.get.tokens_written;
+        nr = w < 100 ? w : 100;
+        print_message("default tail:100, %d tokens asked: %d restored, %u recomputed\n", ns[k], w,
+                      r.n_recompute);
+        assert_int_equal(w, ns[k] / 64 * 64);
+        assert_int_equal(r.from_default, 1);
+        assert_int_equal(r.n_recompute, nr);
+        for (int i = 0; i < nr; i++) assert_int_equal(r.pos[i], w - nr + i);
+        assert_int_equal(scdb_arena_cache(a)->n, w - nr);
+        scdb_arena_free(&a);
+    }
+    /* a request's count is still checked against what it asks for */
+    expect_refused(h, (scdb_recompute){SCDB_RECOMPUTE_TAIL, 100, 0}, NULL, 64, SCDB_ERANGE,
+                   "recompute.tokens 100 is beyond the prefix's 64 tokens");
+    {   /* and the engine's restore with the default: every token recomputed */
+        scdb_arena *a = NULL;
+        scdb_engine_restore_result rr;
+        assert_int_equal(scdb_arena_new(h, P + C, &a), SCDB_OK);
+        assert_int_equal(scdb_engine_restore(h, cons_model, toks, 64, a, 0, NULL, &rr), SCDB_OK);
+        assert_int_equal(rr.recomputed, 64);
+        assert_int_equal(rr.restored, 0);
+        assert_int_equal(scdb_arena_cache(a)->n, 64);
+        for (int i = 0; i < 64; i++) assert_int_equal(scdb_arena_cache(a)->pos[i], i);
+        scdb_arena_free(&a);
+    }
+    scdb_close(&h);
+}
+
+/* What the engine's forward would refuse is refused before the get (the
+ * get takes the chosen tokens out of the arena: a forward failing after it
+ * left their slots missing), and the arena is as it was. */
+static void test_restore_refused(void **state)
+{
+    scdb_engine_restore_result rr;
+    scdb_engine_restore_opts o;
+    scdb_arena *a = NULL;
+    scdb_kv_cache *c;
+    int32_t bad[P];
+    (void)state;
+    NEED_FAMILY();
+    scdb *h = connect_as(SCDB_CONSUMER, "code", "base-scd");     /* default initial:8 */
+    scdb_engine_restore_init(&o);
+    /* an arena of 128 slots for 192 tokens */
+    assert_int_equal(scdb_arena_new(h, 128, &a), SCDB_OK);
+    c = scdb_arena_cache(a);
+    assert_int_equal(scdb_engine_restore(h, cons_model, toks, P, a, 0, &o, &rr), SCDB_EFULL);
+    assert_int_equal(c->n, 0);
+    assert_int_equal(rr.rc.get.tokens_written, 0);                /* nothing fetched */
+    /* 100 slots the caller holds already: 28 free */
+    c->n = 100;
+    for (int i = 0; i < 100; i++) c->pos[i] = i;
+    assert_int_equal(scdb_engine_restore(h, cons_model, toks, 64, a, 100, &o, &rr), SCDB_EFULL);
+    assert_int_equal(c->n, 100);
+    scdb_arena_free(&a);
+    /* a token the model has no embedding for, after two restorable blocks */
+    memcpy(bad, toks, sizeof bad);
+    bad[P - 1] = scdb_model_cfg(cons_model)->vocab_size;
+    assert_int_equal(scdb_arena_new(h, P + C, &a), SCDB_OK);
+    c = scdb_arena_cache(a);
+    for (int k = 0; k < 2; k++) {
+        o.recompute = k ? (scdb_recompute){SCDB_RECOMPUTE_SELECTIVE, 8, 0}
+                        : (scdb_recompute){SCDB_RECOMPUTE_DEFAULT, 0, 0};
+        assert_int_equal(scdb_engine_restore(h, cons_model, bad, P, a, 0, &o, &rr), SCDB_EINVAL);
+        assert_int_equal(c->n, 0);
+        assert_int_equal(rr.rc.get.tokens_written, 0);
+    }
+    /* positions past INT32_MAX */
+    scdb_engine_restore_init(&o);
+    assert_int_equal(scdb_engine_restore(h, cons_model, toks, P, a, INT32_MAX - 100, &o, &rr),
+                     SCDB_EINVAL);
+    assert_int_equal(c->n, 0);
+    /* and the same arena restores fine afterwards */
+    assert_int_equal(scdb_engine_restore(h, cons_model, toks, P, a, 0, &o, &rr), SCDB_OK);
+    assert_int_equal(rr.recomputed, 8);
+    assert_int_equal(c->n, P);
+    for (int i = 0; i < P; i++) assert_int_equal(c->pos[i], i);
+    scdb_arena_free(&a);
+    {   /* scdb_engine_recompute_cache: refused with the cache whole */
+        scdb_kv_cache *kv = NULL;
+        scdb_recompute rc = {SCDB_RECOMPUTE_INITIAL, 8, 0};
+        int nr = -1;
+        assert_int_equal(scdb_model_cache_new(cons_model, P, &kv), SCDB_OK);
+        assert_int_equal(scdb_model_forward(cons_model, toks, NULL, P, kv, NULL, NULL), SCDB_OK);
+        assert_int_equal(scdb_engine_recompute_cache(cons_model, kv, 0, P, bad, &rc, &nr, NULL),
+                         SCDB_EINVAL);
+        assert_int_equal(kv->n, P);
+        for (int i = 0; i < P; i++) assert_int_equal(kv->pos[i], i);
+        scdb_kv_cache_free(&kv);
+    }
+    scdb_close(&h);
+}
+
+/* The CacheBlend scorer: a token whose restored KV is NaN or inf is the
+ * most broken, first to recompute (a NaN score ranked last); a LoRA adapter
+ * loaded low-rank (no single weight matrix: model.h) scores as the same
+ * adapter merged. */
+static void test_cacheblend_scorer(void **state)
+{
+    static float sc[P], sm[P];
+    scdb_kv_cache *kv = NULL, *kv2 = NULL;
+    scdb_recompute two = {SCDB_RECOMPUTE_SELECTIVE, 2, 0};
+    int idx[P], n = -1;
+    (void)state;
+    NEED_FAMILY();
+    /* the "restored" prefix: the code model's own KV, a raw reuse for an
+     * adapter of base */
+    assert_int_equal(scdb_model_cache_new(cons_model, P, &kv), SCDB_OK);
+    assert_int_equal(scdb_model_forward(cons_model, toks, NULL, P, kv, NULL, NULL), SCDB_OK);
+    assert_int_equal(scdb_model_cache_new(cons_model, P, &kv2), SCDB_OK);
+    assert_int_equal(scdb_model_forward(cons_model, toks, NULL, P, kv2, NULL, NULL), SCDB_OK);
+    scdb_kv_k(kv2, 1, 5)[0] = NAN;
+    scdb_kv_v(kv2, 1, 9)[3] = INFINITY;
+    assert_int_equal(scdb_engine_score_cacheblend((void *)cons_model, kv2, 0, P, toks, sc), 0);
+    print_message("NaN K: score %g, inf V: score %g\n", (double)sc[5], (double)sc[9]);
+    assert_true(isinf(sc[5]) && sc[5] > 0);
+    assert_true(isinf(sc[9]) && sc[9] > 0);
+    for (int i = 0; i < P; i++)
+        if (i != 5 && i != 9) assert_true(isfinite(sc[i]));
+    assert_int_equal(scdb_recompute_select(&two, P, sc, idx, &n), SCDB_OK);
+    assert_int_equal(n, 2);
+    assert_int_equal(idx[0], 5);
+    assert_int_equal(idx[1], 9);
+    scdb_kv_cache_free(&kv2);
+
+    if (access(SCDB_DATA_DIR "/adapters/html/adapter_model.safetensors", R_OK)) {
+        print_message("no adapter under " SCDB_DATA_DIR "/adapters/html: low-rank part skipped\n");
+    } else {
+        scdb_model *merged = NULL, *lowrank = NULL;
+        scdb_model_load_opts lo = {.models_dir = SCDB_DATA_DIR "/models", .lora = SCDB_LORA_MERGED};
+        char err[256];
+        double worst = 0, scale = 0;
+        int nr = -1;
+        assert_int_equal(scdb_model_load_ex(SCDB_DATA_DIR "/adapters/html", &lo, &merged, err,
+                                            sizeof err), SCDB_OK);
+        lo.lora = SCDB_LORA_LOWRANK;
+        assert_int_equal(scdb_model_load_ex(SCDB_DATA_DIR "/adapters/html", &lo, &lowrank, err,
+                                            sizeof err), SCDB_OK);
+        assert_null(scdb_model_layer(lowrank, 1));   /* what the scorer cannot use */
+        assert_int_equal(scdb_engine_score_cacheblend((void *)merged, kv, 0, P, toks, sm), 0);
+        assert_int_equal(scdb_engine_score_cacheblend((void *)lowrank, kv, 0, P, toks, sc), 0);
+        for (int i = 0; i < P; i++) {
+            assert_true(isfinite(sc[i]));
+            worst = fmax(worst, fabs((double)sc[i] - sm[i]));
+            scale = fmax(scale, fabs((double)sm[i]));
+        }
+        print_message("low-rank vs merged adapter: max |score diff| %.3g (max score %.3g)\n",
+                      worst, scale);
+        assert_true(scale > 0 && worst <= 1e-3 * scale);
+        /* and a selective recompute with it */
+        assert_int_equal(scdb_engine_recompute_cache(lowrank, kv, 0, P, toks,
+                                                     &(scdb_recompute){SCDB_RECOMPUTE_SELECTIVE,
+                                                                       16, 0},
+                                                     &nr, NULL),
+                         SCDB_OK);
+        assert_int_equal(nr, 16);
+        assert_int_equal(kv->n, P);
+        for (int i = 0; i < P; i++) assert_int_equal(kv->pos[i], i);
+        scdb_model_free(&merged);
+        scdb_model_free(&lowrank);
+    }
+    scdb_kv_cache_free(&kv);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -558,6 +838,10 @@ int main(void)
         cmocka_unit_test(test_default),
         cmocka_unit_test(test_config_fidelity),
         cmocka_unit_test(test_wire_default),
+        cmocka_unit_test(test_text_exact),
+        cmocka_unit_test(test_default_clamped),
+        cmocka_unit_test(test_restore_refused),
+        cmocka_unit_test(test_cacheblend_scorer),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
