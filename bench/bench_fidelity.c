@@ -16,7 +16,7 @@
  *                recompute done by the reference engine (engine.h:
  *                scdb_engine_restore): none, tail / initial / selective at
  *                each --budgets fraction, and the pair's calibrated default
- *                (is_default) when it has one
+ *                (is_default) when it has one (has_default)
  *   raw  POLICY  the producer's KV as is (raw reuse), the same policies
  *                (CacheBlend- and EPIC-like baselines: selective is
  *                CacheBlend's own-layer-0 scorer on the raw KV)
@@ -31,9 +31,12 @@
  * every *.txt of --text DIR / the FILE (rows' `text`).  Rows go to --json
  * {consumer, text, method, policy, recompute_tokens, recompute_fraction,
  * prefix_tokens, ttft_ms, own_prefill_ms, speedup, ppl_ratio, kl, top1,
- * raw_kl, is_default}; --png draws a Pareto plot per consumer
- * (tools/plot_fidelity.py).  Exit 1 if the broker, a put, a get or a forward
- * fails. */
+ * raw_kl, is_default, has_default, default_source}; is_default only when
+ * the consumer has a default (scdb_recompute_default's source not empty:
+ * without one it says none, and no row is the default); --png draws a
+ * Pareto plot per consumer (tools/plot_fidelity.py).  Exit 1 if the broker,
+ * a put, a get or a forward fails, or a requested (consumer, text, prefix)
+ * gives no rows (a text too short: warned), or no row is written. */
 #include <cjson/cJSON.h>
 #include <dirent.h>
 #include <math.h>
@@ -110,7 +113,13 @@ static void usage(FILE *f)
 "  --droid K         DroidSpeak rows for 1..K layers (2; 0: none)\n"
 "  --default-only    only none, the pair's default and raw reuse (for many texts)\n"
 "  --json FILE       rows as JSON          --png FILE  Pareto plots (tools/plot_fidelity.py)\n"
-"exit status: 0 measured, 1 a step failed, 2 usage error.\n");
+"                    is_default: the row is the pair's default setting (SCD);\n"
+"                    has_default: the consumer has a default at all (calibrated\n"
+"                    in its pair or set in the broker config; default_source\n"
+"                    \"pair\", \"config\" or \"\"): false, no row is_default\n"
+"exit status: 0 measured, 1 a step failed or a requested (text, prefix) gave\n"
+"no rows (a text shorter than prefix + --cont + 1 tokens: warned) or no row\n"
+"was written, 2 usage error.\n");
 }
 
 static int parse_list_int(const char *s, int *out, int max)
@@ -316,20 +325,22 @@ static int add_cfg(cfg *list, int n, int raw, scdb_recompute rc, int layers, int
     return n + 1;
 }
 
-/* the settings measured for one consumer */
-static int make_cfgs(const opts *o, const scdb_recompute *dflt, cfg *list)
+/* the settings measured for one consumer; exists: the registration has a
+ * default (scdb_recompute_default's source not empty).  Without one,
+ * scdb_recompute_default says none, and no row is the default. */
+static int make_cfgs(const opts *o, const scdb_recompute *dflt, int exists, cfg *list)
 {
     static const scdb_recompute_policy pol[] = {SCDB_RECOMPUTE_TAIL, SCDB_RECOMPUTE_INITIAL,
                                                 SCDB_RECOMPUTE_SELECTIVE};
     scdb_recompute none = {SCDB_RECOMPUTE_NONE, 0, 0};
-    int n = 0, have_default = dflt->policy == SCDB_RECOMPUTE_NONE;
-    n = add_cfg(list, n, 0, none, 0, dflt->policy == SCDB_RECOMPUTE_NONE);
+    int n = 0, have_default = !exists || dflt->policy == SCDB_RECOMPUTE_NONE;
+    n = add_cfg(list, n, 0, none, 0, exists && dflt->policy == SCDB_RECOMPUTE_NONE);
     n = add_cfg(list, n, 1, none, 0, 0);
     if (!o->default_only)
         for (int p = 0; p < 3; p++)
             for (int b = 0; b < o->n_budgets; b++) {
                 scdb_recompute rc = {pol[p], 0, (float)o->budgets[b]};
-                int d = same_setting(&rc, dflt);
+                int d = exists && same_setting(&rc, dflt);
                 have_default |= d;
                 n = add_cfg(list, n, 0, rc, 0, d);
                 n = add_cfg(list, n, 1, rc, 0, 0);
@@ -471,7 +482,8 @@ static void jnum(cJSON *o, const char *k, double v)
 
 /* one (consumer, text, prefix): JSON rows and a table line */
 static void report(const opts *o, const char *consumer, const char *tname, int P, int n_layers,
-                   row *rows, int ncf, const acc *own, double *own_ms, int nw, cJSON *jrows)
+                   const char *dsource, row *rows, int ncf, const acc *own, double *own_ms, int nw,
+                   cJSON *jrows)
 {
     double om = scdb_bench_median(own_ms, (size_t)nw);
     double raw_kl = rows[1].a.kl / rows[1].a.n;          /* raw, none */
@@ -500,6 +512,10 @@ static void report(const opts *o, const char *consumer, const char *tname, int P
         jnum(j, "raw_kl", raw_kl);
         jnum(j, "windows", nw);
         cJSON_AddBoolToObject(j, "is_default", r->c->is_default && !r->c->raw);
+        /* the consumer's registration has a fidelity default at all, and
+         * where it comes from ("pair": calibrated, "config": the broker's) */
+        cJSON_AddBoolToObject(j, "has_default", dsource[0] != 0);
+        cJSON_AddStringToObject(j, "default_source", dsource);
         cJSON_AddItemToArray(jrows, j);
         if (r->c->is_default && !r->c->raw) idef = k;
         met[k] = t1 >= TARGET_TOP1 && pr <= TARGET_PPL;
@@ -508,7 +524,7 @@ static void report(const opts *o, const char *consumer, const char *tname, int P
             if (*b < 0 || rt < rows[*b].rec_tokens / nw) *b = k;
         }
     }
-    char ds[160] = "-", ss[96] = "not met", rs[96] = "not met";
+    char ds[160] = "no default | - | - | - | - | -", ss[96] = "not met", rs[96] = "not met";
     if (idef >= 0) {
         row *r = &rows[idef];
         double tt = scdb_bench_median(r->ttft, (size_t)r->nw);
@@ -653,11 +669,12 @@ int scdb_bench_fidelity(int argc, char **argv)
            "cheapest scd to target (tokens, TTFT) | cheapest raw to target |\n");
     printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
 
-    int failed = 0;
+    int failed = 0, unmeasured = 0;
     for (int ic = 0; ic < nc && !failed; ic++) {
         scdb_model *cm = NULL;
         ctx x = {.o = &o, .prod = prod, .hp = hp, .states = states, .block_tokens = bt};
         scdb_recompute dflt;
+        char dsource[16] = "";   /* "pair", "config", or "": no default */
         text own = {{0}, NULL, 0};
         if ((rc = scdb_model_load(cl[ic].dir, &cm, err, sizeof err))) {
             fprintf(stderr, "bench fidelity: %s: %s\n", cl[ic].name, err);
@@ -668,7 +685,7 @@ int scdb_bench_fidelity(int argc, char **argv)
         const int V = scdb_model_cfg(cm)->vocab_size;
         if ((rc = connect_as(&b, SCDB_CONSUMER, cl[ic].name, &x.hc)) ||
             (rc = scdb_arena_new(x.hc, maxP + o.cont, &x.arena)) ||
-            (rc = scdb_recompute_default(x.hc, &dflt, NULL)) ||
+            (rc = scdb_recompute_default(x.hc, &dflt, dsource)) ||
             (rc = scdb_model_cache_new(prod, maxP, &x.pcache)) ||
             (rc = scdb_model_cache_new(cm, maxP + o.cont, &x.cache))) {
             fprintf(stderr, "bench fidelity: %s: %s (%s)\n", cl[ic].name,
@@ -676,6 +693,10 @@ int scdb_bench_fidelity(int argc, char **argv)
             failed = 1;
             goto next;
         }
+        dsource[sizeof dsource - 1] = 0;
+        if (!dsource[0])
+            fprintf(stderr, "bench fidelity: %s: no fidelity default (neither calibrated in its pair nor "
+                    "set in the broker config): no row is_default, rows say has_default false\n", cl[ic].name);
         x.tok = malloc((size_t)(maxP + o.cont + 1) * sizeof *x.tok);
         x.ologp = malloc((size_t)o.cont * V * sizeof *x.ologp);
         x.logits = malloc((size_t)o.cont * V * sizeof *x.logits);
@@ -696,10 +717,16 @@ int scdb_bench_fidelity(int argc, char **argv)
                 const int P = o.prefix[ip], need = P + o.cont + 1;
                 cfg cf[MAX_CFG];
                 row rows[MAX_CFG];
-                int ncf = make_cfgs(&o, &dflt, cf), w_n = o.windows, nw = 0;
+                int ncf = make_cfgs(&o, &dflt, dsource[0] != 0, cf), w_n = o.windows, nw = 0;
                 double own_ms[64];
                 acc own_acc = {0};
-                if (t->len < (size_t)need) continue;
+                if (t->len < (size_t)need) {
+                    fprintf(stderr, "bench fidelity: %s: text %s has %zu tokens (bytes), fewer than prefix "
+                            "%d + --cont %d + 1: no rows for it at prefix %d\n", cl[ic].name, t->name, t->len,
+                            P, o.cont, P);
+                    unmeasured++;
+                    continue;
+                }
                 if ((size_t)w_n > t->len / (size_t)need) w_n = (int)(t->len / (size_t)need);
                 if (w_n > 64) w_n = 64;
                 memset(rows, 0, sizeof rows);
@@ -714,8 +741,11 @@ int scdb_bench_fidelity(int argc, char **argv)
                     if (eval_window(&x, P, cf, ncf, rows, &own_acc, &own_ms[nw])) failed = 1;
                     else nw++;
                 }
-                if (!failed && nw) report(&o, cl[ic].name, t->name, P, scdb_model_cfg(cm)->n_layers, rows,
-                                          ncf, &own_acc, own_ms, nw, jrows);
+                if (!failed && nw)
+                    report(&o, cl[ic].name, t->name, P, scdb_model_cfg(cm)->n_layers, dsource, rows, ncf,
+                           &own_acc, own_ms, nw, jrows);
+                else if (!failed)
+                    unmeasured++;
                 for (int k = 0; k < ncf; k++) free(rows[k].ttft);
             }
         }
@@ -729,6 +759,11 @@ int scdb_bench_fidelity(int argc, char **argv)
         scdb_model_free(&cm);
     }
     ret = failed;
+    if (!failed && (unmeasured || cJSON_GetArraySize(jrows) == 0)) {
+        fprintf(stderr, "bench fidelity: %d requested (consumer, text, prefix) produced no rows, %d rows "
+                "written in all: failing\n", unmeasured, cJSON_GetArraySize(jrows));
+        ret = 1;
+    }
     {
         double la[3] = {0};
         FILE *lf = fopen("/proc/loadavg", "r");

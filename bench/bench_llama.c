@@ -22,14 +22,17 @@
  *           check: must be the oracle itself)
  *
  * Quality over the continuation against the oracle: ppl ratio, KL(oracle ||
- * method), top-1 agreement.  TTFT: restore + the forward of the first
- * continuation token vs own prefill + that forward (best of --reps, median
- * over windows).  capture_overhead: base's prefill with capture over the
- * same prefill without (best of --reps each, interleaved).  The reference
+ * method), top-1 agreement.  TTFT: restore + the consumer's own prefill of
+ * the P mod 64 prefix tokens after the stored blocks + the forward of the
+ * first continuation token vs own prefill + that forward (best of --reps,
+ * median over windows).  capture_overhead: base's prefill with capture over
+ * the same prefill without (best of --reps each, interleaved, over every
+ * consumer's windows: the run's final value in every row).  The reference
  * engine (model.h) runs the oracle too: ref_max_dlogit is the largest
  * |logit difference| between the two engines' own prefills.  Fails (exit
- * 1) if anything the bench names does not happen: an export, a put, a
- * restore short of the stored tokens, a consumer with no evaluated token. */
+ * 1) if anything the bench names does not happen: an export, a decode, a
+ * put, a restore short of the stored tokens, a non-finite logit, a
+ * consumer with no evaluated token. */
 #include <cjson/cJSON.h>
 #include <dirent.h>
 #include <math.h>
@@ -117,11 +120,15 @@ static void usage(FILE *f)
 "in llama.cpp prefills the prefix (its H_in captured during llama_decode), the\n"
 "broker encodes and stores it once, and each consumer (full fine-tunes, and\n"
 "LoRA adapters loaded once beside one base model) restores it into its own\n"
-"llama.cpp sequence.  Per consumer: TTFT via scdb (restore + first token) vs\n"
-"llama.cpp's own prefill, and quality over the continuation against that\n"
-"prefill for SCD, raw reuse of base's KV and the consumer's own KV stored raw\n"
-"(exact: the layout check); capture overhead; the two engines' logits.  About\n"
-"2 minutes on 2 cores.\n\n"
+"llama.cpp sequence.  Per consumer: TTFT via scdb (restore of the prefix's\n"
+"whole blocks of 64 tokens + the consumer's own prefill of the P mod 64 tokens\n"
+"after them + the first token) vs llama.cpp's own prefill (+ the first token),\n"
+"and quality over the continuation against that prefill for SCD, raw reuse of\n"
+"base's KV and the consumer's own KV stored raw (exact: the layout check);\n"
+"capture overhead; the two engines' logits.  About 2 minutes on 2 cores.\n"
+"Exit 1 when any step fails: an export, a decode, a put, a restore short of\n"
+"the stored blocks, a non-finite logit (llama.cpp's or the reference\n"
+"engine's); nothing is written then.\n\n"
 "--shape 1b: cost as models grow.  The same path at a 1B-class shape (22\n"
 "layers, d 2048, 32 heads, 4 KV heads, ffn 5632: TinyLlama-1.1B's), COST ONLY:\n"
 "a llama GGUF of random F16 weights (2.2 GB, written to a temp folder) around\n"
@@ -130,12 +137,16 @@ static void usage(FILE *f)
 "model means nothing and no quality is measured).  Per --tokens count: own\n"
 "prefill + first token, the producer's prefill with capture and its put, and\n"
 "TTFT via scdb (restore: the broker's get into the arena + the blob written;\n"
-"then the first token) as the family rows time them.  RUN TIME on 2 cores:\n"
-"each prefill runs twice (own, and with capture) per --prefill-reps; a 1B\n"
-"prefill of 512 tokens takes about 5 s, 2048 about 25 s, 8192 about 2.5 min,\n"
-"so the default 512,2048,8192 takes about 8 minutes, most of it at 8192\n"
-"(progress on stderr), plus half a minute writing the model; --tokens\n"
-"512,2048 about 2 minutes.  The model file takes 2.2 GB of the temp folder.\n\n"
+"then the first token) as the family rows time them.  The own prefill and\n"
+"TTFT via scdb are both best of --prefill-reps (interleaved with the capture\n"
+"prefill in each repetition), so speedup compares like with like.  RUN TIME on\n"
+"2 cores: each prefill runs twice (own, and with capture) per --prefill-reps;\n"
+"a 1B prefill of 512 tokens takes about 5 s, 2048 about 25 s, 8192 about 2.5\n"
+"min, so the default 512,2048,8192 at the default --prefill-reps 1 takes about\n"
+"8 minutes, most of it at 8192 (progress on stderr), plus half a minute\n"
+"writing the model; each further --prefill-reps adds about 8 minutes (2: 16,\n"
+"3: 24); --tokens 512,2048 about 2 minutes per repetition.  The model file\n"
+"takes 2.2 GB of the temp folder.\n\n"
 "  --shape S        family (default: the family rows), 1b (the 1b rows), all\n"
 "  --data DIR       data directory (default: scdb's)\n"
 "  --gguf DIR       GGUF files NAME.gguf already exported (default: export the\n"
@@ -145,16 +156,19 @@ static void usage(FILE *f)
 "  --prefix P       prefix tokens (default 448; the family's context is 512)\n"
 "  --cont C         continuation tokens scored (default 32)\n"
 "  --windows N      windows per consumer (default 2)\n"
-"  --reps R         timing repetitions, best taken (default 3; the 1b rows:\n"
-"                   their restores)\n"
+"  --reps R         family rows: timing repetitions, best taken, of the own\n"
+"                   prefill, TTFT via scdb and the capture (default 3); the\n"
+"                   1b rows use --prefill-reps for all of theirs\n"
 "  --threads T      llama.cpp threads (default 2)\n"
 "  --text FILE      every consumer on FILE (one stored prefix per window for\n"
 "                   the whole fleet: the fan-out), windows from byte --at\n"
 "                   (default: the second half of FILE)\n"
 "  --tokens LIST    1b: prefix lengths, whole blocks of 64, at most 16384\n"
 "                   (default 512,2048,8192)\n"
-"  --prefill-reps R 1b: the own and capture prefills, interleaved, best of R\n"
-"                   (default 1: a prefill of 8192 tokens takes minutes)\n"
+"  --prefill-reps R 1b: the own prefill, the capture prefill and TTFT via\n"
+"                   scdb (restore + first token), interleaved, each best of R\n"
+"                   (default 1: a prefill of 8192 tokens takes minutes; each\n"
+"                   repetition costs about 8 minutes at the default --tokens)\n"
 "  --vocab FILE     1b: a vocab-only GGUF whose tokenizer the model takes\n"
 "                   (default: models/ggml-vocab-llama-spm.gguf of the pinned\n"
 "                   llama.cpp); `bytes`: the 256-token byte vocabulary\n"
@@ -170,13 +184,19 @@ static void usage(FILE *f)
 "                   layer's code and the token, calibrate's default), the\n"
 "                   cheaper decode\n"
 "  --json FILE      rows {shape (family or 1b), consumer, kind, engine,\n"
-"                   prefix_tokens, restore_ms, get_ms, blob_ms, own_prefill_ms,\n"
-"                   ttft_ms, speedup, capture_overhead; family: ppl_ratio, kl,\n"
-"                   top1, raw_ppl_ratio, raw_kl, raw_top1, exact_kl,\n"
+"                   prefix_tokens, restored_tokens, restore_ms, get_ms,\n"
+"                   blob_ms, own_prefill_ms, ttft_ms, speedup,\n"
+"                   capture_overhead (family: the whole run's, base's\n"
+"                   prefill with capture over without, each best over every\n"
+"                   consumer's windows and --reps: the same in every family\n"
+"                   row; 1b: that token count's); family:\n"
+"                   prefilled_after_restore (P mod 64, in ttft_ms), ppl_ratio,\n"
+"                   kl, top1, raw_ppl_ratio, raw_kl, raw_top1, exact_kl,\n"
 "                   exact_top1, ref_max_dlogit (flash attention off, F32 KV),\n"
 "                   ref_max_dlogit_default_ctx (llama.cpp's defaults); 1b:\n"
 "                   cost_only (true), capture_ms, plain_prefill_ms, put_ms,\n"
-"                   the shape and code bytes per token}\n"
+"                   prefill_reps and restore_reps (both --prefill-reps), the\n"
+"                   shape and code bytes per token}\n"
 "  --png FILE       the family: speed-up and KL per consumer (tools/plot_llama.py)\n");
 }
 
@@ -278,45 +298,63 @@ pid_t llb_broker(const char *cfg, const char *sock, const char *logp)
     return broker;
 }
 
-void llb_time_own(struct llama_context *ctx, const int32_t *tok, int P, int reps, double *total,
-                  double *prefill)
+int llb_time_own(struct llama_context *ctx, const int32_t *tok, int P, int reps, const char *who,
+                 double *total, double *prefill)
 {
     double best = INFINITY, best_pre = INFINITY;
     for (int r = 0; r < reps; r++) {
         llb_clear(ctx);
         double t0 = scdb_now();
-        scdb_llama_decode(ctx, 0, tok, (size_t)P, 0, 0);
+        scdb_err e = scdb_llama_decode(ctx, 0, tok, (size_t)P, 0, 0);
         double t1 = scdb_now();
-        scdb_llama_decode(ctx, 0, tok + P, 1, P, 0);
+        if (!e)
+            e = scdb_llama_decode(ctx, 0, tok + P, 1, P, 0);
+        if (e) {
+            fprintf(stderr, "bench llama: %s: own prefill of %d tokens: llama_decode failed (%s)\n", who,
+                    P, scdb_strerror(e));
+            return -1;
+        }
         best = fmin(best, scdb_now() - t0);
         best_pre = fmin(best_pre, t1 - t0);
     }
     *total = best;
     if (prefill)
         *prefill = best_pre;
+    return 0;
 }
 
 int llb_time_restore(scdb_llama_consumer *c, struct llama_context *ctx, const int32_t *tok, int P,
                      int reps, const char *who, llb_restore_t *out)
 {
     llb_restore_t b = {INFINITY, INFINITY, INFINITY, INFINITY, 0};
+    const int R = P / 64 * 64;
     for (int r = 0; r < reps; r++) {
         scdb_llama_restore_result rr = {0};
         llb_clear(ctx);
         double t0 = scdb_now();
         scdb_err e = scdb_llama_restore(c, ctx, tok, (size_t)P, NULL, &rr);
         double t1 = scdb_now();
-        scdb_llama_decode(ctx, 0, tok + P, 1, P, 0);
+        if (e || rr.n_restored != R) {
+            fprintf(stderr, "bench llama: %s: restore gave %d of %d tokens: %s\n", who,
+                    rr.n_restored, R, e ? scdb_llama_consumer_error(c) : "short");
+            return -1;
+        }
+        /* what a consumer pays after the stored blocks: its own prefill of
+         * the prefix's last P - R tokens, then the first token */
+        if (P > R)
+            e = scdb_llama_decode(ctx, 0, tok + R, (size_t)(P - R), R, 0);
+        if (!e)
+            e = scdb_llama_decode(ctx, 0, tok + P, 1, P, 0);
+        if (e) {
+            fprintf(stderr, "bench llama: %s: llama_decode after a restore of %d tokens failed (%s)\n",
+                    who, R, scdb_strerror(e));
+            return -1;
+        }
         b.ttft = fmin(b.ttft, scdb_now() - t0);
         b.restore = fmin(b.restore, t1 - t0);
         b.get_ms = fmin(b.get_ms, rr.get_ms);
         b.blob_ms = fmin(b.blob_ms, rr.write_ms);
         b.n_restored = rr.n_restored;
-        if (e || rr.n_restored != P / 64 * 64) {
-            fprintf(stderr, "bench llama: %s: restore gave %d of %d tokens: %s\n", who,
-                    rr.n_restored, P / 64 * 64, scdb_llama_consumer_error(c));
-            return -1;
-        }
     }
     *out = b;
     return 0;
@@ -368,10 +406,40 @@ static void score(const float *ref, const float *got, int C, int V, const int32_
     free(lg);
 }
 
-static void rows_logits(struct llama_context *ctx, int C, int V, float *out)
+/* the C rows of logits of the last decode into out; -1 (a message naming
+ * who and what) when llama.cpp has none or one is not finite */
+static int rows_logits(struct llama_context *ctx, int C, int V, float *out, const char *who,
+                       const char *what)
 {
-    for (int t = 0; t < C; t++)
-        memcpy(out + (size_t)t * V, llama_get_logits_ith(ctx, t), (size_t)V * sizeof(float));
+    for (int t = 0; t < C; t++) {
+        const float *g = llama_get_logits_ith(ctx, t);
+        if (!g) {
+            fprintf(stderr, "bench llama: %s: %s: no logits for continuation token %d\n", who, what, t);
+            return -1;
+        }
+        for (int v = 0; v < V; v++)
+            if (!isfinite(g[v])) {
+                fprintf(stderr, "bench llama: %s: %s: logit %d of continuation token %d is not finite "
+                        "(%g)\n", who, what, v, t, g[v]);
+                return -1;
+            }
+        memcpy(out + (size_t)t * V, g, (size_t)V * sizeof(float));
+    }
+    return 0;
+}
+
+/* decode tok[a, b) at positions a.. (logits for every token when all); -1
+ * and a message naming who and what when llama.cpp fails */
+static int dec(struct llama_context *ctx, const int32_t *tok, int a, int b, int all, const char *who,
+               const char *what)
+{
+    if (b <= a)
+        return 0;
+    scdb_err e = scdb_llama_decode(ctx, 0, tok + a, (size_t)(b - a), a, all);
+    if (e)
+        fprintf(stderr, "bench llama: %s: %s: llama_decode of tokens [%d, %d) failed (%s)\n", who, what, a,
+                b, scdb_strerror(e));
+    return e ? -1 : 0;
 }
 
 static int cmp_d(const void *a, const void *b)
@@ -596,10 +664,16 @@ static int run_family(const lopts *op, cJSON *root, cJSON *rows)
     float *rlg = malloc((size_t)(P + C) * V * sizeof *rlg);
     int32_t *tok = malloc((size_t)(P + C + 1) * sizeof *tok);
     double cap_plain = INFINITY, cap_with = INFINITY, worst_dl = 0;
+    cJSON *frows[MAX_CONS] = {0};   /* this run's rows: capture_overhead set after the loop */
+    int nfr = 0;
+    int failed = 0;
+    if (!pctx || !ref || !got || !rlg || !tok) {
+        fprintf(stderr, "bench llama: %s\n", pctx ? "out of memory" : "no llama.cpp context for base");
+        failed = 1;
+    }
     printf("| consumer | kind | prefix | own prefill | TTFT via scdb | speed-up | SCD top-1, ppl, KL "
            "| raw top-1, ppl, KL | exact top-1, KL | engines max dlogit |\n"
            "|---|---|---|---|---|---|---|---|---|---|\n");
-    int failed = 0;
     for (int i = 0; i < nc && !failed; i++) {
         lcons *c = &cons[i];
         char *text = NULL;
@@ -652,7 +726,10 @@ static int run_family(const lopts *op, cJSON *root, cJSON *rows)
             for (int r = 0; r < o.reps; r++) {
                 llb_clear(pctx);
                 double t0 = scdb_now();
-                scdb_llama_decode(pctx, 0, tok, (size_t)P, 0, 0);
+                if (dec(pctx, tok, 0, P, 0, "base", "plain prefill")) {
+                    failed = 1;
+                    break;
+                }
                 cap_plain = fmin(cap_plain, scdb_now() - t0);
                 llb_clear(pctx);
                 scdb_llama_put_result pr;
@@ -671,32 +748,79 @@ static int run_family(const lopts *op, cJSON *root, cJSON *rows)
             }
             if (failed) break;
             /* oracle: the consumer's own prefill, timed to the first token */
-            scdb_llama_consumer_use(sc, cctx);
+            if ((e = scdb_llama_consumer_use(sc, cctx))) {
+                fprintf(stderr, "bench llama: %s: cannot make the context its own: %s\n", c->name,
+                        scdb_strerror(e));
+                failed = 1;
+                break;
+            }
             double best_own;
-            llb_time_own(cctx, tok, P, o.reps, &best_own, NULL);
+            if (llb_time_own(cctx, tok, P, o.reps, c->name, &best_own, NULL)) {
+                failed = 1;
+                break;
+            }
             llb_clear(cctx);
-            scdb_llama_decode(cctx, 0, tok, (size_t)P, 0, 0);
-            scdb_llama_decode(cctx, 0, tok + P, (size_t)C, P, 1);
-            rows_logits(cctx, C, V, ref);
+            if (dec(cctx, tok, 0, P, 0, c->name, "oracle prefill") ||
+                dec(cctx, tok, P, P + C, 1, c->name, "oracle continuation") ||
+                rows_logits(cctx, C, V, ref, c->name, "oracle")) {
+                failed = 1;
+                break;
+            }
             /* the reference engine's own prefill of the same tokens, against
-             * llama.cpp's in f32 (flash attention off) and as configured */
+             * llama.cpp's in f32 (flash attention off) and as configured;
+             * any failure or non-finite logit fails the bench (it must not
+             * read as the engines agreeing) */
             {
                 scdb_kv_cache *kv = NULL;
-                scdb_model_cache_new(c->ref, P + C, &kv);
-                scdb_model_forward(c->ref, tok, NULL, P + C, kv, rlg, NULL);
-                struct llama_context *fc = f32_ctx(c->m, &o);
-                scdb_llama_consumer_use(sc, fc);
-                scdb_llama_decode(fc, 0, tok, (size_t)(P + C), 0, 1);
-                for (int t = 0; t < P + C; t++) {
-                    const float *g = llama_get_logits_ith(fc, t);
-                    for (int v = 0; v < V; v++)
-                        dl = fmax(dl, fabs(g[v] - rlg[(size_t)t * V + v]));
+                struct llama_context *fc = NULL;
+                const char *what = "the reference engine's cache";
+                scdb_err re = scdb_model_cache_new(c->ref, P + C, &kv);
+                if (!re) {
+                    what = "the reference engine's forward";
+                    re = scdb_model_forward(c->ref, tok, NULL, P + C, kv, rlg, NULL);
                 }
-                llama_free(fc);
-                for (int t = 0; t < C; t++)
+                if (!re) {
+                    what = "the f32 llama.cpp context";
+                    re = (fc = f32_ctx(c->m, &o)) ? SCDB_OK : SCDB_ENOMEM;
+                }
+                if (!re) {
+                    what = "making the f32 context the consumer's";
+                    re = scdb_llama_consumer_use(sc, fc);
+                }
+                if (re) {
+                    fprintf(stderr, "bench llama: %s: %s failed (%s)\n", c->name, what, scdb_strerror(re));
+                    failed = 1;
+                }
+                if (!failed && dec(fc, tok, 0, P + C, 1, c->name, "f32 prefill"))
+                    failed = 1;
+                for (int t = 0; t < P + C && !failed; t++) {
+                    const float *g = llama_get_logits_ith(fc, t);
+                    if (!g) {
+                        fprintf(stderr, "bench llama: %s: f32 context: no logits for token %d\n", c->name, t);
+                        failed = 1;
+                        break;
+                    }
+                    for (int v = 0; v < V; v++) {
+                        double r = rlg[(size_t)t * V + v];
+                        if (!isfinite(g[v]) || !isfinite(r)) {
+                            fprintf(stderr, "bench llama: %s: token %d logit %d not finite (llama.cpp f32 %g, "
+                                    "reference engine %g)\n", c->name, t, v, g[v], r);
+                            failed = 1;
+                            break;
+                        }
+                        dl = fmax(dl, fabs(g[v] - r));
+                    }
+                }
+                if (fc) {
+                    scdb_llama_consumer_forget(sc, fc);
+                    llama_free(fc);
+                }
+                for (int t = 0; t < C && !failed; t++)   /* ref: finite (rows_logits) */
                     for (int v = 0; v < V; v++)
                         dl_fa = fmax(dl_fa, fabs(ref[(size_t)t * V + v] - rlg[(size_t)(P + t) * V + v]));
                 scdb_kv_cache_free(&kv);
+                if (failed)
+                    break;
             }
             /* scd */
             scdb_llama_restore_result rr = {0};
@@ -710,10 +834,18 @@ static int run_family(const lopts *op, cJSON *root, cJSON *rows)
             /* the tokens between the stored blocks and the prefix's end are
              * the consumer's own, then the continuation */
             llb_clear(cctx);
-            scdb_llama_restore(sc, cctx, tok, (size_t)P, NULL, &rr);
-            scdb_llama_decode(cctx, 0, tok + R, (size_t)(P - R), R, 0);
-            scdb_llama_decode(cctx, 0, tok + P, (size_t)C, P, 1);
-            rows_logits(cctx, C, V, got);
+            if ((e = scdb_llama_restore(sc, cctx, tok, (size_t)P, NULL, &rr)) || rr.n_restored != R) {
+                fprintf(stderr, "bench llama: %s: scd restore gave %d of %d tokens: %s\n", c->name,
+                        rr.n_restored, R, e ? scdb_llama_consumer_error(sc) : "short");
+                failed = 1;
+                break;
+            }
+            if (dec(cctx, tok, R, P, 0, c->name, "scd: the prefix after the stored blocks") ||
+                dec(cctx, tok, P, P + C, 1, c->name, "scd: continuation") ||
+                rows_logits(cctx, C, V, got, c->name, "scd")) {
+                failed = 1;
+                break;
+            }
             score(ref, got, C, V, tok + P + 1, &as, &ao);
             /* raw reuse of base's KV */
             llb_clear(cctx);
@@ -723,10 +855,18 @@ static int run_family(const lopts *op, cJSON *root, cJSON *rows)
                 failed = 1;
                 break;
             }
-            scdb_llama_consumer_use(sc, cctx);
-            scdb_llama_decode(cctx, 0, tok + R, (size_t)(P - R), R, 0);
-            scdb_llama_decode(cctx, 0, tok + P, (size_t)C, P, 1);
-            rows_logits(cctx, C, V, got);
+            if ((e = scdb_llama_consumer_use(sc, cctx))) {
+                fprintf(stderr, "bench llama: %s: cannot make the context its own: %s\n", c->name,
+                        scdb_strerror(e));
+                failed = 1;
+                break;
+            }
+            if (dec(cctx, tok, R, P, 0, c->name, "raw: the prefix after the stored blocks") ||
+                dec(cctx, tok, P, P + C, 1, c->name, "raw: continuation") ||
+                rows_logits(cctx, C, V, got, c->name, "raw")) {
+                failed = 1;
+                break;
+            }
             score(ref, got, C, V, tok + P + 1, &ar, NULL);
             /* exact: its own prefill stored raw, restored */
             llb_clear(cctx);
@@ -744,9 +884,12 @@ static int run_family(const lopts *op, cJSON *root, cJSON *rows)
                 failed = 1;
                 break;
             }
-            scdb_llama_decode(cctx, 0, tok + R, (size_t)(P - R), R, 0);
-            scdb_llama_decode(cctx, 0, tok + P, (size_t)C, P, 1);
-            rows_logits(cctx, C, V, got);
+            if (dec(cctx, tok, R, P, 0, c->name, "exact: the prefix after the stored blocks") ||
+                dec(cctx, tok, P, P + C, 1, c->name, "exact: continuation") ||
+                rows_logits(cctx, C, V, got, c->name, "exact")) {
+                failed = 1;
+                break;
+            }
             score(ref, got, C, V, tok + P + 1, &ax, NULL);
             get_t[nw] = best_get;
             blob_t[nw] = best_blob;
@@ -782,6 +925,7 @@ static int run_family(const lopts *op, cJSON *root, cJSON *rows)
             cJSON_AddStringToObject(row, "engine", "llama.cpp " SCDB_LLAMA_RELEASE);
             cJSON_AddNumberToObject(row, "prefix_tokens", P);
             cJSON_AddNumberToObject(row, "restored_tokens", P / 64 * 64);
+            cJSON_AddNumberToObject(row, "prefilled_after_restore", P % 64);   /* in ttft_ms */
             cJSON_AddNumberToObject(row, "restore_ms", rest);
             cJSON_AddNumberToObject(row, "get_ms", get_t[nw / 2]);       /* lookup + broker decode */
             cJSON_AddNumberToObject(row, "blob_ms", blob_t[nw / 2]);     /* permute, convert, set_data */
@@ -796,12 +940,13 @@ static int run_family(const lopts *op, cJSON *root, cJSON *rows)
             cJSON_AddNumberToObject(row, "raw_top1", ar.top1 / ar.n);
             cJSON_AddNumberToObject(row, "exact_kl", ax.kl / ax.n);
             cJSON_AddNumberToObject(row, "exact_top1", ax.top1 / ax.n);
-            cJSON_AddNumberToObject(row, "capture_overhead", cap_with / cap_plain - 1);
+            /* capture_overhead: written after the loop, the whole run's */
             cJSON_AddNumberToObject(row, "ref_max_dlogit", dl);
             cJSON_AddNumberToObject(row, "ref_max_dlogit_default_ctx", dl_fa);
             cJSON_AddNumberToObject(row, "windows", nw);
             cJSON_AddNumberToObject(row, "tokens_scored", (double)as.n);
             cJSON_AddItemToArray(rows, row);
+            frows[nfr++] = row;
         }
         if (cctx)
             llama_free(cctx);
@@ -826,25 +971,38 @@ static int run_family(const lopts *op, cJSON *root, cJSON *rows)
             struct llama_adapter_lora *ads[2] = {cons[a0].ad, cons[a1].ad};
             float one = 1.0f;
             double best_sw = INFINITY, best_pl = INFINITY;
-            for (int r = 0; r < 5; r++) {
-                for (int mode = 0; mode < 2; mode++) {
+            if (!sc) {
+                fprintf(stderr, "bench llama: adapter switch: no llama.cpp context\n");
+                failed = 1;
+            }
+            for (int r = 0; r < 5 && !failed; r++) {
+                for (int mode = 0; mode < 2 && !failed; mode++) {
                     llb_clear(sc);
-                    llama_set_adapters_lora(sc, &ads[0], 1, &one);
-                    scdb_llama_decode(sc, 0, tok, 64, 0, 0);
+                    if (llama_set_adapters_lora(sc, &ads[0], 1, &one) ||
+                        dec(sc, tok, 0, 64, 0, cons[a0].name, "adapter switch: prefill")) {
+                        fprintf(stderr, "bench llama: adapter switch: %s failed\n", cons[a0].name);
+                        failed = 1;
+                        break;
+                    }
                     double t0 = scdb_now();
-                    for (int k = 0; k < 16; k++) {
-                        if (mode) llama_set_adapters_lora(sc, &ads[(k + 1) & 1], 1, &one);
-                        scdb_llama_decode(sc, 0, tok + 64 + k, 1, 64 + k, 0);
+                    for (int k = 0; k < 16 && !failed; k++) {
+                        if (mode && llama_set_adapters_lora(sc, &ads[(k + 1) & 1], 1, &one)) {
+                            fprintf(stderr, "bench llama: adapter switch: llama_set_adapters_lora failed\n");
+                            failed = 1;
+                        }
+                        if (!failed && dec(sc, tok, 64 + k, 65 + k, 0, "adapter switch", "decode step"))
+                            failed = 1;
                     }
                     double dt = (scdb_now() - t0) * 1e3 / 16;
                     if (mode) best_sw = fmin(best_sw, dt);
                     else best_pl = fmin(best_pl, dt);
                 }
             }
-            llama_free(sc);
+            if (sc)
+                llama_free(sc);
             sw_ms = best_sw;
             plain_ms = best_pl;
-            printf("\nadapters on one context: a decode step %.3f ms with an adapter switch before "
+            if (!failed) printf("\nadapters on one context: a decode step %.3f ms with an adapter switch before "
                    "it (%s <-> %s), %.3f ms without (+%.3f ms per switch: a scheduler re-reserve); "
                    "the alternative, a context per adapter, costs its KV cache (%.1f MiB at %d "
                    "cells) and a graph reserve at creation\n", best_sw, cons[a0].name,
@@ -852,6 +1010,10 @@ static int run_family(const lopts *op, cJSON *root, cJSON *rows)
                    2.0 * 8 * 512 * 64 * 2 / 1048576.0, 512);
         }
     }
+    /* the capture overhead is a best over every consumer's windows: the
+     * final one, not the running one, in every row */
+    for (int k = 0; k < nfr; k++)
+        cJSON_AddNumberToObject(frows[k], "capture_overhead", cap_with / cap_plain - 1);
     printf("\ncapture overhead: base's prefill of %d tokens %.2f ms with capture, %.2f ms without "
            "(best of %d x %d windows x %d consumers): %+.1f%%; engines' logits within %.1e\n", P,
            cap_with * 1e3, cap_plain * 1e3, o.reps, o.windows, nc,
@@ -866,7 +1028,8 @@ static int run_family(const lopts *op, cJSON *root, cJSON *rows)
     free(got);
     free(rlg);
     free(tok);
-    llama_free(pctx);
+    if (pctx)
+        llama_free(pctx);
     scdb_llama_producer_close(&prod);
     scdb_llama_producer_close(&rawprod);
     rc = failed;

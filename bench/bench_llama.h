@@ -26,7 +26,9 @@ typedef struct lopts {
     int dims[5];                    /* layers, d, heads, KV heads, ffn */
     int ranks[3], candidates, patch, hidden;
     int own_layer;                  /* --own-layer: layer-local decoders, no token input */
-    int prefill_reps;               /* the 1b rows' prefills, best of */
+    int prefill_reps;               /* the 1b rows: own prefill, capture
+                                       prefill and TTFT via scdb, interleaved,
+                                       each best of this many */
 } lopts;
 
 /* A llama.cpp context of n_ctx cells (batch = ubatch = min(n_ctx, 512)),
@@ -41,16 +43,20 @@ pid_t llb_broker(const char *cfg, const char *sock, const char *logp);
 
 /* llama.cpp's own prefill of tok[0, P) and the forward of tok[P] (the
  * first token after the prefix), best of reps, in seconds: *total the two,
- * *prefill the first alone (may be NULL). */
-void llb_time_own(struct llama_context *ctx, const int32_t *tok, int P, int reps, double *total,
-                  double *prefill);
+ * *prefill the first alone (may be NULL).  Fails (-1, a message naming
+ * `who`) when a decode fails: a failed prefill is not a fast one. */
+int llb_time_own(struct llama_context *ctx, const int32_t *tok, int P, int reps, const char *who,
+                 double *total, double *prefill);
 
 /* TTFT via scdb: scdb_llama_restore of tok[0, P) (the broker's get into
- * the arena, then the blob written into the sequence), then the forward of
- * tok[P] at position P; best of reps, each part's best apart (seconds for
- * ttft and restore, ms for get and blob, as libscdb-llama reports them).
- * Fails (-1, a message naming `who`) when a restore errs or restores other
- * than the P / 64 * 64 stored tokens. */
+ * the arena, then the blob written into the sequence: R = P / 64 * 64
+ * tokens), the consumer's own prefill of the P - R tokens after the last
+ * stored block (tok[R, P) at positions R..; none when P is whole blocks),
+ * then the forward of tok[P] at position P; best of reps, each part's best
+ * apart (seconds for ttft and restore, ms for get and blob, as
+ * libscdb-llama reports them).  Fails (-1, a message naming `who`) when a
+ * restore errs or restores other than the R stored tokens, or a decode
+ * fails. */
 typedef struct llb_restore_t {
     double ttft, restore, get_ms, blob_ms;
     int n_restored;

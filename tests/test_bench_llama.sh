@@ -4,8 +4,12 @@
 # model (--1b-dims: 2 layers, d 128; the byte vocabulary), in one run and
 # one JSON file: family rows say shape "family" with their quality fields,
 # 1b rows shape "1b", cost_only true, the cost fields and no quality field;
-# a restore of every stored token (restored_tokens); bad options refused by
-# name before any work.  Behaviour only: no timing or speed-up is asserted.
+# a restore of every stored token (restored_tokens); a family prefix that is
+# not whole blocks (96: 64 restored, 32 prefilled by the consumer, exact
+# still the oracle); one capture_overhead, the run's final, in every family
+# row; the 1b rows' own prefill and TTFT over the same repetitions; bad
+# options refused by name before any work.  Behaviour only: no timing or
+# speed-up is asserted.
 set -u
 scdb="$1"
 tmp=$(mktemp -d /tmp/test_bench_llama.XXXXXX)
@@ -34,9 +38,12 @@ refuse "--prefill-reps '0'" -- --shape 1b --prefill-reps 0
 "$scdb" bench llama --help >"$tmp/h.out" 2>&1
 grep -q "RUN TIME" "$tmp/h.out" && grep -q -- "--shape 1b" "$tmp/h.out" \
   && ok "--help says what the 1b rows are and how long they run" || bad "--help lacks the 1b rows' run time"
+grep -q "each further --prefill-reps adds about 8 minutes" "$tmp/h.out" && grep -q "prefilled_after_restore" "$tmp/h.out" \
+  && ok "--help says what --prefill-reps costs and names prefilled_after_restore" || bad "--help: --prefill-reps cost"
 
-"$scdb" bench llama --shape all --consumers code --windows 1 --reps 2 --prefix 64 --cont 4 \
-  --1b-dims 2,128,4,2,256 --tokens 64,128 --vocab bytes --json "$tmp/l.json" >"$tmp/l.out" 2>"$tmp/l.err"
+"$scdb" bench llama --shape all --consumers code --windows 1 --reps 2 --prefix 96 --cont 4 \
+  --1b-dims 2,128,4,2,256 --tokens 64,128 --prefill-reps 2 --vocab bytes --json "$tmp/l.json" \
+  >"$tmp/l.out" 2>"$tmp/l.err"
 rc=$?
 [ $rc -eq 0 ] && ok "a smoke run of both shapes exits 0" || { bad "a smoke run exits $rc"; tail -20 "$tmp/l.err"; }
 if /usr/bin/python3 - "$tmp/l.json" <<'PY'
@@ -50,6 +57,12 @@ assert len(d["rows"]) == 3, "a row without a shape"
 for k in ("kl", "top1", "exact_kl", "raw_kl", "ttft_ms", "speedup"):
     assert k in fam[0], k
 assert "cost_only" not in fam[0]
+# 96 tokens: one stored block restored, the other 32 the consumer's own
+assert fam[0]["prefix_tokens"] == 96 and fam[0]["restored_tokens"] == 64, fam[0]
+assert fam[0]["prefilled_after_restore"] == 32, fam[0]
+assert fam[0]["exact_top1"] == 1.0 and fam[0]["exact_kl"] < 1e-3, fam[0]
+# the run's capture overhead, not a running one
+assert fam[0]["capture_overhead"] == d["capture_overhead"], (fam[0]["capture_overhead"], d["capture_overhead"])
 for r in big:
     assert r["cost_only"] is True, r
     for k in ("consumer", "kind", "engine", "prefix_tokens", "restore_ms", "own_prefill_ms", "ttft_ms",
@@ -62,6 +75,7 @@ for r in big:
     for k in ("restore_ms", "own_prefill_ms", "ttft_ms", "capture_ms", "get_ms", "blob_ms"):
         assert math.isfinite(r[k]) and r[k] > 0, (k, r)
     assert r["code_bytes_per_token"] < r["raw_kv_bytes_per_token"], r
+    assert r["prefill_reps"] == 2 and r["restore_reps"] == 2, r   # own and TTFT: the same repetitions
 PY
 then ok "JSON: family and 1b rows in one file, 1b rows cost only with the cost fields"
 else bad "JSON rows"; fi

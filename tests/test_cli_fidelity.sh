@@ -62,6 +62,7 @@ keys = {"consumer", "text", "method", "policy", "recompute_tokens", "recompute_f
         "ttft_ms", "own_prefill_ms", "speedup", "ppl_ratio", "kl", "top1", "raw_kl", "is_default"}
 assert rows and all(keys <= set(r) for r in rows), rows[0]
 assert sum(r["is_default"] for r in rows) == 1
+assert all(r["has_default"] is True and r["default_source"] == "pair" for r in rows), rows[0]
 got = {(r["method"], r["policy"]) for r in rows}
 for m in ("scd", "raw"):
     for p in ("none", "tail:10%", "initial:10%", "selective:10%", "layers:1"):
@@ -72,4 +73,49 @@ PY
 then ok "bench fidelity: the issue's fields, every method and policy, one default"
 else bad "bench fidelity: rows"; cat "$tmp/out"; fi
 expect 2 "bench fidelity: bad budgets" -- "$scdb" bench fidelity --budgets 0
+# a consumer without a default (a pair of the family with no recompute
+# metadata, e.g. code's): no row is_default, has_default false in every row,
+# said in the table, and tools/fidelity_goals.py leaves it out of goals 1
+# and 2 (skipped when every pair has a default)
+nd=$(/usr/bin/python3 - "$data/pairs" <<'PY'
+import glob, json, os, struct, sys
+for p in sorted(glob.glob(os.path.join(sys.argv[1], "base__*.safetensors"))):
+    c = os.path.basename(p)[len("base__"):-len(".safetensors")]
+    if c in ("base", "fleet") or not os.path.isdir(os.path.join(sys.argv[1], "..", "models", c)) \
+            and not os.path.isdir(os.path.join(sys.argv[1], "..", "adapters", c)):
+        continue
+    b = open(p, "rb").read(1 << 20)
+    m = json.loads(b[8:8 + struct.unpack("<Q", b[:8])[0]]).get("__metadata__", {})
+    if not m.get("recompute"):
+        print(c)
+        break
+PY
+)
+if [ -n "$nd" ]; then
+  expect 0 "bench fidelity: a consumer without a default ($nd)" -- "$scdb" bench fidelity --consumers "$nd" \
+    --prefix 128 --windows 1 --reps 1 --budgets 0.1 --droid 0 --cont 16 --json "$tmp/nd.json"
+  if grep -q "^| $nd | .* | no default |" "$tmp/out" && /usr/bin/python3 - "$tmp/nd.json" <<'PY'
+import json, sys
+rows = json.load(open(sys.argv[1]))["rows"]
+assert rows and not any(r["is_default"] for r in rows), rows
+assert all(r["has_default"] is False and r["default_source"] == "" for r in rows), rows[0]
+PY
+  then ok "bench fidelity: no default, no is_default row, has_default false"
+  else bad "bench fidelity: a consumer without a default"; cat "$tmp/out"; fi
+  goals="$(dirname "$0")/../tools/fidelity_goals.py"
+  /usr/bin/python3 "$goals" "$tmp/nd.json" >"$tmp/g.out" 2>&1 && grep -q "^| $nd | no default |" "$tmp/g.out" \
+    && grep -q "Left out of goals 1 and 2: 1 consumer with no default ($nd)" "$tmp/g.out" \
+    && grep -q "undetermined on" "$tmp/g.out" \
+    && ok "fidelity_goals.py: no default listed and left out; goal 3 counts undetermined" \
+    || { bad "fidelity_goals.py output"; cat "$tmp/g.out"; }
+else
+  echo "skip: every consumer's pair under $data/pairs has a default (no has_default false case)"
+fi
+# a text too short for the prefix: warned, and the bench fails (no rows)
+printf 'too short\n' >"$tmp/short.txt"
+expect 1 "bench fidelity: a text shorter than prefix + cont + 1 fails" -- "$scdb" bench fidelity \
+  --consumers "$ad" --text "$tmp/short.txt" --prefix 128 --windows 1 --reps 1 --budgets 0.1 --droid 0 --cont 16
+grep -q "short.txt has 10 tokens (bytes), fewer than prefix 128 + --cont 16 + 1" "$tmp/err" \
+  && grep -q "1 requested (consumer, text, prefix) produced no rows" "$tmp/err" \
+  && ok "bench fidelity: the skip warned, the empty result named" || { bad "short text messages"; cat "$tmp/err"; }
 cli_expect_done
