@@ -19,8 +19,9 @@
  * window, the dropped span's positions closed up with llama_memory_seq_add,
  * as llama-server does when its context fills).  Cost per step: the fold of
  * the step's attention, and per eviction score + select + compact + seq_rm,
- * as shares of llama.cpp's decode step; and the decode step with capture
- * against one without (the price of reading the probabilities). */
+ * and the decode step with capture against one without (the price of
+ * reading the probabilities), all as shares of the step of a plain twin
+ * context holding as many cells, decoding beside the student. */
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <spawn.h>
@@ -66,8 +67,23 @@ typedef struct eopts {
 
 typedef struct eacc {
     double kl, top1, nll, nll_full, stats_us, evict_us, decode_us, plain_us;
-    long steps, evictions, step_calls;
+    long steps, evictions, step_calls, set_evictions;
+    /* per step, side by side: the twin's plain step, the student's
+     * llama_decode alone, and the difference (seconds) */
+    double *plain_t, *step_t, *diff_t;
+    int n_t, cap_t;
 } eacc;
+
+static int eacc_add_step(eacc *a, double plain, double step)
+{
+    if (a->n_t == a->cap_t)
+        return -1;
+    a->plain_t[a->n_t] = plain;
+    a->step_t[a->n_t] = step;
+    a->diff_t[a->n_t] = step - plain;
+    a->n_t++;
+    return 0;
+}
 
 static void usage(FILE *f)
 {
@@ -97,20 +113,35 @@ static void usage(FILE *f)
 "  --gguf DIR        GGUF exports NAME.gguf (default: exported into a temp folder)\n"
 "  --json FILE       rows {model, domain, seen, policy, budget, budget_frac, kl,\n"
 "                    top1, ppl_ratio, stats_share, evict_share, cost_share,\n"
-"                    capture_share, evict_us, decode_ms, steps, evictions};\n"
-"                    capture_share: llama_decode of a step reading the attention\n"
-"                    over the cheaper of the same step without (flash attention\n"
-"                    off) and with llama.cpp's default (auto), on the same full\n"
-"                    cache, median of 3 x 64 steps side by side (per model;\n"
-"                    capture_plain_ms, capture_step_ms, capture_fa_plain_ms);\n"
+"                    capture_share, total_share, evict_us, decode_ms,\n"
+"                    plain_decode_ms, steps, evictions, sets_evictions}.\n"
+"                    Every share is over one base, plain_decode_ms: the median\n"
+"                    step of a twin context (flash attention off, no capture)\n"
+"                    holding as many cells as the student and decoding the same\n"
+"                    token beside it, in alternating order.  stats_share: the\n"
+"                    fold per step; evict_share: score + select + compact +\n"
+"                    seq_rm (or the state read and write) per step, each\n"
+"                    eviction spread over the steps between (ctx_shift: its\n"
+"                    seq_rm + seq_add and the K-shift its next llama_decode\n"
+"                    runs, the mean step over the twin's); cost_share: the two;\n"
+"                    capture_share: the median over steps of the student's\n"
+"                    llama_decode less the twin's in the same step (the price\n"
+"                    of reading the attention); total_share: cost + capture;\n"
+"                    decode_ms: the student's median llama_decode;\n"
+"                    sets_evictions: evictions that kept a set per head.  Per\n"
+"                    model, on the full cache: capture_full_share, the step\n"
+"                    reading the attention over the cheaper of the same step\n"
+"                    without (flash attention off) and with llama.cpp's\n"
+"                    default (auto), median of 3 x 64 steps side by side\n"
+"                    (capture_plain_ms, capture_step_ms, capture_fa_plain_ms);\n"
+"                    full_plain_ms: the teacher's mean step (full cache).\n"
 "                    and summary {policy, split, budget_frac, pairs, kl_lowest,\n"
 "                    top1_at_least_best, kl_ratio_geomean, learned_cost_worst,\n"
 "                    cost_worst}: per learned variant, seen / unseen domains and\n"
 "                    budget, the (model, domain) pairs where it has the lowest\n"
 "                    KL of the heuristics and ctx_shift, a top-1 at least the\n"
 "                    best of theirs, its KL over the best of theirs (geometric\n"
-"                    mean), and the worst capture + fold + evict share of a\n"
-"                    decode step\n");
+"                    mean), and the worst total_share (capture + fold + evict)\n");
 }
 
 
@@ -144,6 +175,102 @@ static struct llama_context *mk_ctx(struct llama_model *m, const eopts *o,
     return mk_ctx_fa(m, o, ev, 0);
 }
 
+/* One token at pos through llama_decode alone, timed (seconds; < 0 when
+ * it failed): the batch is the caller's, made once, so every side of a
+ * comparison times the same call (the evictor's decode_us is the same
+ * span) */
+static double bare_step(struct llama_context *ctx, llama_batch *b, llama_token x, llama_pos pos)
+{
+    b->n_tokens = 1;
+    b->token[0] = x;
+    b->pos[0] = pos;
+    b->n_seq_id[0] = 1;
+    b->seq_id[0][0] = 0;
+    b->logits[0] = 1;
+    double t0 = scdb_now();
+    int rc = llama_decode(ctx, *b);
+    double t = scdb_now() - t0;
+    return rc ? -1.0 : t;
+}
+
+/* The base of every cost share: a plain context (flash attention off, no
+ * capture) that holds as many cells as the student, step by step, the
+ * same positions for a policy (it removes what the evictor removed), the
+ * same count for ctx_shift and for keep sets per head (positions not
+ * closed up; a slot's position is the newest of its sets'): attention
+ * costs the same by cells; decoding the same token in the same step, in an order
+ * that alternates: the step a user of llama.cpp pays at that cache size
+ * without scdb. */
+typedef struct twin {
+    struct llama_context *ctx;
+    llama_batch b;
+    int32_t pos[512];
+    int n;
+} twin;
+
+static int twin_open(twin *w, struct llama_model *m, const eopts *o, const int32_t *tok)
+{
+    memset(w, 0, sizeof *w);
+    if (!(w->ctx = mk_ctx(m, o, NULL)))
+        return -1;
+    w->b = llama_batch_init(1, 0, 1);
+    if (scdb_llama_decode(w->ctx, 0, tok, (size_t)o->prefill, 0, 0))
+        return -1;
+    for (int i = 0; i < o->prefill; i++)
+        w->pos[i] = i;
+    w->n = o->prefill;
+    return 0;
+}
+
+static void twin_close(twin *w)
+{
+    if (!w->ctx)
+        return;
+    llama_batch_free(w->b);
+    llama_free(w->ctx);
+    w->ctx = NULL;
+}
+
+static double twin_step(twin *w, llama_token x, llama_pos pos)
+{
+    if (w->n == 512)
+        return -1.0;
+    double t = bare_step(w->ctx, &w->b, x, pos);
+    if (t >= 0)
+        w->pos[w->n++] = pos;
+    return t;
+}
+
+/* remove entries [i0, i1) of the twin's positions (ascending: the span
+ * between the first and the last holds no other) */
+static void twin_cut(twin *w, int i0, int i1)
+{
+    if (i1 <= i0)
+        return;
+    llama_memory_seq_rm(llama_get_memory(w->ctx), 0, w->pos[i0], w->pos[i1 - 1] + 1);
+    memmove(w->pos + i0, w->pos + i1, (size_t)(w->n - i1) * sizeof *w->pos);
+    w->n -= i1 - i0;
+}
+
+/* hold exactly keep[0, nk) (ascending, a subset of the twin's positions):
+ * -1 when it is not a subset */
+static int twin_keep(twin *w, const int32_t *keep, int nk)
+{
+    int i = 0, j = 0;
+    while (i < w->n) {
+        if (j < nk && keep[j] == w->pos[i]) {
+            i++;
+            j++;
+            continue;
+        }
+        int i1 = i;
+        while (i1 < w->n && !(j < nk && keep[j] == w->pos[i1]))
+            i1++;
+        twin_cut(w, i, i1);
+    }
+    return j == nk && w->n == nk ? 0 : -1;
+}
+
 
 /* one step's comparison against the teacher's row */
 static void score_row(const double *lp, const float *logits, int V, int next, eacc *a)
@@ -167,13 +294,17 @@ static void score_row(const double *lp, const float *logits, int V, int next, ea
 /* llama.cpp's context shift at budget B: keep 4 sinks and the newest B - 4,
  * drop the span between and close the positions up (seq_add) */
 static int run_shift(struct llama_model *m, const eopts *o, const int32_t *tok, int B,
-                     const double *teacher, int V, eacc *a)
+                     const double *teacher, int V, eacc *a, char *err, size_t errlen)
 {
     struct llama_context *ctx = mk_ctx(m, o, NULL);
-    if (!ctx)
-        return -1;
-    llama_memory_t mem = llama_get_memory(ctx);
-    int rc = scdb_llama_decode(ctx, 0, tok, (size_t)o->prefill, 0, 0) ? -1 : 0;
+    twin tw = {0};
+    int rc = ctx && !twin_open(&tw, m, o, tok) ? 0 : -1;
+    llama_batch b = llama_batch_init(1, 0, 1);
+    llama_memory_t mem = ctx ? llama_get_memory(ctx) : NULL;
+    if (!rc && scdb_llama_decode(ctx, 0, tok, (size_t)o->prefill, 0, 0))
+        rc = -1;
+    if (rc)
+        snprintf(err, errlen, "ctx_shift: a context or its prefill failed");
     int n = o->prefill;       /* cells */
     llama_pos next_pos = o->prefill;
     for (int t = 0; t < o->steps && !rc; t++) {
@@ -181,27 +312,46 @@ static int run_shift(struct llama_model *m, const eopts *o, const int32_t *tok, 
             double t0 = scdb_now();
             llama_pos pmax = llama_memory_seq_pos_max(mem, 0);
             int drop = n - B;
-            llama_memory_seq_rm(mem, 0, 4, 4 + drop);
+            if (!llama_memory_seq_rm(mem, 0, 4, 4 + drop)) {
+                snprintf(err, errlen, "ctx_shift: llama_memory_seq_rm refused [4, %d)", 4 + drop);
+                rc = -1;
+                break;
+            }
             llama_memory_seq_add(mem, 0, 4 + drop, pmax + 1, -drop);
             next_pos -= drop;
             n -= drop;
             a->evict_us += (scdb_now() - t0) * 1e6;
             a->evictions++;
+            twin_cut(&tw, 4, 4 + drop);
         }
+        /* (the K-shift seq_add asks for runs inside the next llama_decode:
+         * it is in the step's time, and so in the difference to the twin's) */
         llama_token x = tok[o->prefill + t];
-        double t0 = scdb_now();
-        if (scdb_llama_decode(ctx, 0, &x, 1, next_pos, 0)) {
+        double st, pt;
+        if (t & 1) {
+            pt = twin_step(&tw, x, o->prefill + t);
+            st = bare_step(ctx, &b, x, next_pos);
+        } else {
+            st = bare_step(ctx, &b, x, next_pos);
+            pt = twin_step(&tw, x, o->prefill + t);
+        }
+        if (st < 0 || pt < 0 || eacc_add_step(a, pt, st)) {
+            snprintf(err, errlen, "ctx_shift: llama_decode failed at step %d", t);
             rc = -1;
             break;
         }
-        a->decode_us += (scdb_now() - t0) * 1e6;
+        a->decode_us += st * 1e6;
+        a->plain_us += pt * 1e6;
         a->step_calls++;
         next_pos++;
         n++;
         score_row(teacher + (size_t)t * V, llama_get_logits_ith(ctx, -1), V,
                   tok[o->prefill + t + 1], a);
     }
-    llama_free(ctx);
+    llama_batch_free(b);
+    twin_close(&tw);
+    if (ctx)
+        llama_free(ctx);
     return rc;
 }
 
@@ -301,7 +451,12 @@ static int run_policy(struct llama_model *m, const eopts *o, const char *policy,
     if (scdb_llama_evictor_new(&ep, &ev, err, errlen))
         return -1;
     struct llama_context *ctx = mk_ctx(m, o, ev);
+    twin tw = {0};
     int rc = ctx ? 0 : -1;
+    if (rc || twin_open(&tw, m, o, tok)) {
+        snprintf(err, errlen, "a context or the twin's prefill failed");
+        rc = -1;
+    }
     scdb_llama_evict_result r;
     if (!rc && (scdb_llama_evictor_start(ev, ctx) ||
                 scdb_llama_evictor_decode(ev, ctx, tok, (size_t)o->prefill, 0, &r))) {
@@ -317,14 +472,43 @@ static int run_policy(struct llama_model *m, const eopts *o, const char *policy,
             }
             a->evict_us += r.evict_us;
             a->evictions += r.evictions;
+            if (r.evictions) {
+                int n = 0, ns = 0;
+                const int32_t *kp = scdb_llama_evictor_positions(ev, &n);
+                a->set_evictions += scdb_llama_evictor_set_positions(ev, 0, &ns) != NULL;
+                /* keep sets per head: a slot's position is the newest of
+                 * the sets' there, not always one the twin holds; the
+                 * twin keeps as many cells (attention's cost is by cells) */
+                if (ep.sets ? (twin_cut(&tw, 4, 4 + tw.n - n), tw.n != n) : twin_keep(&tw, kp, n)) {
+                    snprintf(err, errlen, "the kept positions are not the twin's");
+                    rc = -1;
+                    break;
+                }
+            }
         }
-        if (scdb_llama_evictor_decode(ev, ctx, tok + o->prefill + t, 1, 0, &r)) {
+        llama_token x = tok[o->prefill + t];
+        double pt = 0;
+        int e;
+        if (t & 1) {
+            pt = twin_step(&tw, x, o->prefill + t);
+            e = scdb_llama_evictor_decode(ev, ctx, &x, 1, 0, &r);
+        } else {
+            e = scdb_llama_evictor_decode(ev, ctx, &x, 1, 0, &r);
+            pt = twin_step(&tw, x, o->prefill + t);
+        }
+        if (e) {
             snprintf(err, errlen, "%s", scdb_llama_evictor_error(ev));
+            rc = -1;
+            break;
+        }
+        if (pt < 0 || eacc_add_step(a, pt, r.decode_us * 1e-6)) {
+            snprintf(err, errlen, "the twin's llama_decode failed at step %d", t);
             rc = -1;
             break;
         }
         a->stats_us += r.stats_us;
         a->decode_us += r.decode_us;
+        a->plain_us += pt * 1e6;
         a->step_calls++;
         if (r.cells > B + o->every) {
             snprintf(err, errlen, "%s: %d cells over a budget of %d", policy, r.cells, B);
@@ -334,6 +518,7 @@ static int run_policy(struct llama_model *m, const eopts *o, const char *policy,
         score_row(teacher + (size_t)t * V, llama_get_logits_ith(ctx, -1), V,
                   tok[o->prefill + t + 1], a);
     }
+    twin_close(&tw);
     if (ctx)
         llama_free(ctx);
     scdb_llama_evictor_free(&ev);
@@ -384,6 +569,7 @@ static double capture_cost(struct llama_model *m, const eopts *o, const int32_t 
             return NAN;
         struct llama_context *ctx[3] = {mk_ctx(m, o, NULL), mk_ctx(m, o, ev),
                                         mk_ctx_fa(m, o, NULL, 1)};
+        llama_batch bt = llama_batch_init(1, 0, 1);
         int ok = ctx[0] && ctx[1] && ctx[2];
         for (int k = 0; ok && k < 3; k++)
             ok = !scdb_llama_decode(ctx[k], 0, tok, (size_t)o->prefill, 0, 0);
@@ -394,13 +580,12 @@ static double capture_cost(struct llama_model *m, const eopts *o, const int32_t 
             for (int j = 0; ok && j < 3; j++) {
                 int k = (t + j) % 3;
                 scdb_llama_evict_result er;
-                double t0 = scdb_now();
                 if (k == 1) {
                     ok = !scdb_llama_evictor_decode(ev, ctx[1], &x, 1, 0, &er);
                     took[k] = er.decode_us * 1e-6;
-                } else {
-                    ok = !scdb_llama_decode(ctx[k], 0, &x, 1, o->prefill + t, 0);
-                    took[k] = scdb_now() - t0;
+                } else {           /* llama_decode alone, as the evictor's decode_us */
+                    took[k] = bare_step(ctx[k], &bt, x, o->prefill + t);
+                    ok = took[k] >= 0;
                 }
             }
             if (!ok)
@@ -410,6 +595,7 @@ static double capture_cost(struct llama_model *m, const eopts *o, const int32_t 
                 ms[k][n] = took[k] * 1e3;
             n++;
         }
+        llama_batch_free(bt);
         for (int k = 0; k < 3; k++)
             if (ctx[k])
                 llama_free(ctx[k]);
@@ -564,6 +750,15 @@ int scdb_bench_evict_llama(int argc, char **argv)
             }
             eacc acc[N_POL][MAX_B];
             memset(acc, 0, sizeof acc);
+            size_t per = (size_t)o.windows * (size_t)o.steps;
+            for (int p = 0; p < N_POL; p++)
+                for (int b = 0; b < o.n_budgets; b++) {
+                    eacc *a = &acc[p][b];
+                    a->plain_t = malloc(per * sizeof *a->plain_t);
+                    a->step_t = malloc(per * sizeof *a->step_t);
+                    a->diff_t = malloc(per * sizeof *a->diff_t);
+                    a->cap_t = a->plain_t && a->step_t && a->diff_t ? (int)per : 0;
+                }
             double plain_us = 0;
             long plain_n = 0;
             for (int w = 0; w < o.windows && !failed; w++) {
@@ -585,21 +780,32 @@ int scdb_bench_evict_llama(int argc, char **argv)
                 /* the teacher: the full cache, no capture (its step time is
                  * the plain decode step) */
                 struct llama_context *tc = mk_ctx(m, &o, NULL);
-                scdb_llama_decode(tc, 0, tok, (size_t)o.prefill, 0, 0);
-                for (int t = 0; t < o.steps; t++) {
-                    llama_token x = tok[o.prefill + t];
-                    double t0 = scdb_now();
-                    scdb_llama_decode(tc, 0, &x, 1, o.prefill + t, 0);
-                    plain_us += (scdb_now() - t0) * 1e6;
+                llama_batch tb = llama_batch_init(1, 0, 1);
+                int tok_ok = tc && !scdb_llama_decode(tc, 0, tok, (size_t)o.prefill, 0, 0);
+                for (int t = 0; t < o.steps && tok_ok; t++) {
+                    double st = bare_step(tc, &tb, tok[o.prefill + t], o.prefill + t);
+                    tok_ok = st >= 0;
+                    plain_us += st * 1e6;
                     plain_n++;
-                    scdb_bench_log_softmax(llama_get_logits_ith(tc, -1), V, teacher + (size_t)t * V);
+                    if (tok_ok)
+                        scdb_bench_log_softmax(llama_get_logits_ith(tc, -1), V,
+                                               teacher + (size_t)t * V);
                 }
-                llama_free(tc);
+                llama_batch_free(tb);
+                if (tc)
+                    llama_free(tc);
+                if (!tok_ok) {
+                    fprintf(stderr, "bench evict: %s %s: the teacher's context or decode failed\n",
+                            mn, dom->name);
+                    failed = 1;
+                    break;
+                }
                 for (int b = 0; b < o.n_budgets && !failed; b++) {
                     int B = (int)(o.budgets[b] * (o.prefill + o.steps) + 0.5);
                     for (int p = 0; p < N_POL && !failed; p++) {
                         int rc = p == N_POL - 1
-                                     ? run_shift(m, &o, tok, B, teacher, V, &acc[p][b])
+                                     ? run_shift(m, &o, tok, B, teacher, V, &acc[p][b], err,
+                                                 sizeof err)
                                      : run_policy(m, &o, POLICIES[p], tok, B, teacher, V,
                                                   &acc[p][b], err, sizeof err);
                         if (rc) {
@@ -613,25 +819,45 @@ int scdb_bench_evict_llama(int argc, char **argv)
                         w + 1, o.windows);
             }
             free(text);
-            if (failed)
-                break;
-            double plain = plain_us / (double)(plain_n ? plain_n : 1);
-            for (int b = 0; b < o.n_budgets; b++)
+            double full_plain = plain_us / (double)(plain_n ? plain_n : 1);
+            for (int b = 0; b < o.n_budgets && !failed; b++)
                 for (int p = 0; p < N_POL; p++) {
                     eacc *a = &acc[p][b];
-                    if (!a->steps || (p != N_POL - 1 && a->evictions == 0)) {
+                    if (!a->steps || !a->n_t || (p != N_POL - 1 && a->evictions == 0)) {
                         fprintf(stderr, "bench evict: %s %s %s at %.4g: no eviction happened\n",
                                 mn, dom->name, POLICIES[p], o.budgets[b]);
                         failed = 1;
                         continue;
                     }
-                    double step = a->decode_us / (double)a->step_calls;
+                    /* every share over one base: the median step of the
+                     * twin (a plain context holding the student's cells,
+                     * decoding beside it).  The capture: the median over
+                     * steps of the student's llama_decode less the twin's
+                     * in the same step (a per-step price; a median, as a
+                     * stall of the shared machine hits one step of one
+                     * side).  ctx_shift's K-shift lands in the llama_decode
+                     * after each shift, one step in `every`, which a
+                     * median would drop: its difference is the mean, and
+                     * counts as its eviction's.  Fold and evictions: per
+                     * step, each eviction spread over the steps between. */
+                    double plain = median(a->plain_t, a->n_t) * 1e6;    /* us */
+                    double step = median(a->step_t, a->n_t) * 1e6;
+                    double extra;
+                    if (p == N_POL - 1) {
+                        extra = 0;
+                        for (int i = 0; i < a->n_t; i++) extra += a->diff_t[i];
+                        extra = extra / a->n_t * 1e6;
+                    } else {
+                        extra = median(a->diff_t, a->n_t) * 1e6;
+                    }
                     double stats = a->stats_us / (double)a->step_calls;
                     double ev = a->evictions ? a->evict_us / (double)a->evictions : 0;
-                    /* per step: the fold, and each eviction spread over the
-                     * steps between evictions */
-                    double cost = (stats + a->evict_us / (double)a->step_calls) / step;
-                    double capture = p == N_POL - 1 ? 0 : cap_share;
+                    double ev_step = a->evict_us / (double)a->step_calls;
+                    if (p == N_POL - 1)
+                        ev_step += extra;
+                    double stats_share = stats / plain, evict_share = ev_step / plain;
+                    double cost = stats_share + evict_share;
+                    double capture = p == N_POL - 1 ? 0 : extra / plain;
                     double ppl = exp((a->nll - a->nll_full) / (double)a->steps);
                     int B = (int)(o.budgets[b] * (o.prefill + o.steps) + 0.5);
                     printf("| %s | %s | %s | %s | %.4g (%d) | %.4f | %.3f | %.4f | %.1f%% | "
@@ -649,22 +875,33 @@ int scdb_bench_evict_llama(int argc, char **argv)
                     cJSON_AddNumberToObject(row, "kl", a->kl / a->steps);
                     cJSON_AddNumberToObject(row, "top1", a->top1 / a->steps);
                     cJSON_AddNumberToObject(row, "ppl_ratio", ppl);
-                    cJSON_AddNumberToObject(row, "stats_share", stats / step);
-                    cJSON_AddNumberToObject(row, "evict_share",
-                                            a->evict_us / (double)a->step_calls / step);
+                    cJSON_AddNumberToObject(row, "stats_share", stats_share);
+                    cJSON_AddNumberToObject(row, "evict_share", evict_share);
                     cJSON_AddNumberToObject(row, "cost_share", cost);
                     cJSON_AddNumberToObject(row, "capture_share", capture);
+                    cJSON_AddNumberToObject(row, "total_share", cost + capture);
+                    cJSON_AddNumberToObject(row, "capture_full_share", p == N_POL - 1 ? 0 : cap_share);
                     cJSON_AddNumberToObject(row, "capture_plain_ms", cap_plain);
                     cJSON_AddNumberToObject(row, "capture_step_ms", cap_with);
                     cJSON_AddNumberToObject(row, "capture_fa_plain_ms", cap_fa);
                     cJSON_AddNumberToObject(row, "evict_us", ev);
                     cJSON_AddNumberToObject(row, "decode_ms", step / 1e3);
                     cJSON_AddNumberToObject(row, "plain_decode_ms", plain / 1e3);
+                    cJSON_AddNumberToObject(row, "full_plain_ms", full_plain / 1e3);
                     cJSON_AddNumberToObject(row, "steps", (double)a->steps);
                     cJSON_AddNumberToObject(row, "evictions", (double)a->evictions);
+                    cJSON_AddNumberToObject(row, "sets_evictions", (double)a->set_evictions);
                     cJSON_AddItemToArray(rows, row);
                     measured++;
                 }
+            for (int p = 0; p < N_POL; p++)
+                for (int b = 0; b < o.n_budgets; b++) {
+                    free(acc[p][b].plain_t);
+                    free(acc[p][b].step_t);
+                    free(acc[p][b].diff_t);
+                }
+            if (failed)
+                break;
             fflush(stdout);
         }
         llama_model_free(m);

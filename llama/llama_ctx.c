@@ -114,7 +114,10 @@ scdb_err scdb_llama_decode(struct llama_context *ctx, llama_seq_id seq, const ll
         nb = 512;
     if (all_logits && n > nb)     /* llama.cpp keeps the last decode's logits only */
         return SCDB_EINVAL;
-    llama_batch b = llama_batch_init((int32_t)nb, 0, 1);
+    /* a batch of what this call decodes, not n_batch: llama_batch_init
+     * allocates a seq_id array per token (a step of one token paid ~18 us
+     * for 512 of them) */
+    llama_batch b = llama_batch_init((int32_t)(n < nb ? (n ? n : 1) : nb), 0, 1);
     scdb_err err = SCDB_OK;
     for (size_t i = 0; i < n && !err; i += nb) {
         size_t m = n - i < nb ? n - i : nb;

@@ -144,6 +144,11 @@ assert got == {(dm, p) for dm in ("prose", "c-header") for p in pols}, got
 for r in rows:
     assert r["steps"] == 32 and (r["policy"] == "ctx_shift" or r["evictions"] >= 1), r
     assert math.isfinite(r["kl"]) and r["kl"] >= 0 and 0 <= r["top1"] <= 1, r
+    # every share over the twin's step; the sets path really ran below the split
+    assert r["plain_decode_ms"] > 0 and r["decode_ms"] > 0, r
+    assert abs(r["total_share"] - r["cost_share"] - r["capture_share"]) < 1e-12, r
+    assert abs(r["cost_share"] - r["stats_share"] - r["evict_share"]) < 1e-12, r
+    assert (r["sets_evictions"] >= 1) == (r["policy"] == "learned_sets"), r
 assert {(s["policy"], s["split"]) for s in summ} == {(p, sp) for p in ("learned", "learned_sets")
                                                      for sp in ("seen", "unseen")}, summ
 for s in summ:
@@ -154,6 +159,7 @@ for s in summ:
     best = min(x["kl"] for x in others)
     assert s["kl_lowest"] == (1 if r["kl"] < best else 0), (s, r["kl"], best)
     assert abs(s["kl_ratio_geomean"] - r["kl"] / best) <= 1e-9 * max(1, r["kl"] / best), s
+    assert abs(s["learned_cost_worst"] - r["total_share"]) < 1e-12, s
 PY
 then ok "bench evict --engine llama.cpp: every policy evicts in llama.cpp, learned_sets too, a consistent summary"
 else bad "bench evict --engine llama.cpp: JSON rows / summary"; fi
