@@ -343,6 +343,9 @@ typedef struct scdb_decoder {
      * NONE when it has none): a consumer's fidelity default unless the
      * config's `fidelity` overrides it. */
     scdb_recompute recompute;
+    /* 1: the pair file carries a default, none included (calibration found
+     * that no recompute meets the target: its figures say so); 0: none */
+    int recompute_set;
 } scdb_decoder;
 
 /* A codebook kind: how to open a codebook and build a pair's decoder.

@@ -243,6 +243,7 @@ scdb_err bk_scd_new_decoder(const scdb_broker_codebook *cb, const scdb_broker_mo
     }
     snprintf(out->consumer_fp, sizeof out->consumer_fp, "%s", pi->consumer_fp);
     out->recompute = pi->recompute;
+    out->recompute_set = pi->recompute.policy != SCDB_RECOMPUTE_NONE || pi->recompute_figures[0];
     out->name = "scd";
     out->decode = scd_decode;
     out->decode_dev = scd_decode_dev;

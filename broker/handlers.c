@@ -294,7 +294,7 @@ static void on_hello(scdb_broker *b, const rq *q, const Scdb__Request *req)
     hr.ns.data = (uint8_t *)cb->ns.b;
     hr.ns.len = sizeof cb->ns.b;
     hr.remote_tier = b->remote != NULL;
-    if (c->role == SCDB__ROLE__CONSUMER && pair && pair->fidelity.policy != SCDB_RECOMPUTE_NONE) {
+    if (c->role == SCDB__ROLE__CONSUMER && pair && pair->fidelity_source[0]) {
         rc.policy = (Scdb__RecomputePolicy)pair->fidelity.policy;
         rc.tokens = (uint32_t)pair->fidelity.tokens;
         rc.fraction = pair->fidelity.fraction;

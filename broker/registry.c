@@ -132,7 +132,8 @@ static scdb_err add_codebook(bk_registry *r, const char *name, const char *kind_
 }
 
 /* A pair's consumers' recompute default (issue 40): the config's
- * `fidelity` (checked when it was parsed), else the pair file's, else none. */
+ * `fidelity` (checked when it was parsed), else the pair file's (a
+ * calibrated "none" too: source "pair"), else none (source ""). */
 static void pair_fidelity(bk_pair *p, const char *fidelity)
 {
     scdb_recompute r = {SCDB_RECOMPUTE_NONE, 0, 0.0f};
@@ -142,7 +143,7 @@ static void pair_fidelity(bk_pair *p, const char *fidelity)
         r.policy != SCDB_RECOMPUTE_DEFAULT) {
         p->fidelity = r;
         p->fidelity_source = "config";
-    } else if (p->dec.recompute.policy != SCDB_RECOMPUTE_NONE) {
+    } else if (p->dec.recompute.policy != SCDB_RECOMPUTE_NONE || p->dec.recompute_set) {
         p->fidelity = p->dec.recompute;
         p->fidelity_source = "pair";
     }

@@ -325,7 +325,7 @@ static void recompute_from(scdb *h, const Scdb__HelloReply *r)
     if (cl_recompute_from_wire(r->recompute, &d, why, sizeof why))
         scdb_warn("broker's fidelity default ignored (none used): %s", why);
     h->recompute_default = d;
-    if (!r->recompute || d.policy == SCDB_RECOMPUTE_NONE) return;
+    if (!r->recompute) return;             /* a calibrated none has its source */
     snprintf(h->recompute_source, sizeof h->recompute_source, "%s",
              r->recompute->source ? r->recompute->source : "");
 }

@@ -641,7 +641,8 @@ scdb_err scdb_get_recompute(scdb *h, const int32_t *tokens, size_t n_tokens, scd
 /* The registration's fidelity default: the broker config's `fidelity` for
  * this pair, else the pair's calibrated `recompute`, else none (also from
  * a broker older than the setting).  source (may be NULL, 16 bytes) gets
- * "config", "pair" or "".  SCDB_EINVAL (NULL h or out, not registered). */
+ * "config", "pair" (a calibrated none too: calibration found no recompute
+ * needed) or "" (no default anywhere).  SCDB_EINVAL (NULL h or out, not registered). */
 scdb_err scdb_recompute_default(const scdb *h, scdb_recompute *out, char *source);
 
 /* As scdb_get, through an arena the handle keeps, then copied into dst

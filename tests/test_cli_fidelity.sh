@@ -111,6 +111,34 @@ PY
 else
   echo "skip: every consumer's pair under $data/pairs has a default (no has_default false case)"
 fi
+# a pair calibrated to "none" (calibration found no recompute needed: its
+# figures say so) has a default, from the pair: the broker says so in the
+# hello (source "pair"), not "no default" (skipped when no pair is)
+cn=$(/usr/bin/python3 - "$data/pairs" <<'PY'
+import glob, json, os, struct, sys
+for p in sorted(glob.glob(os.path.join(sys.argv[1], "base__*.safetensors"))):
+    c = os.path.basename(p)[len("base__"):-len(".safetensors")]
+    b = open(p, "rb").read(1 << 20)
+    m = json.loads(b[8:8 + struct.unpack("<Q", b[:8])[0]]).get("__metadata__", {})
+    if m.get("recompute") == "none" and m.get("recompute_figures") and (
+            os.path.isdir(os.path.join(sys.argv[1], "..", "models", c)) or
+            os.path.isdir(os.path.join(sys.argv[1], "..", "adapters", c))):
+        print(c)
+        break
+PY
+)
+if [ -n "$cn" ]; then
+  expect 0 "bench fidelity: a consumer calibrated to none ($cn)" -- "$scdb" bench fidelity --consumers "$cn" \
+    --prefix 128 --windows 1 --reps 1 --budgets 0.1 --droid 0 --cont 16 --json "$tmp/cn.json"
+  /usr/bin/python3 - "$tmp/cn.json" <<'PY' && ok "bench fidelity: a calibrated none is a default (source pair)" || bad "bench fidelity: calibrated none"
+import json, sys
+rows = json.load(open(sys.argv[1]))["rows"]
+assert rows and all(r["has_default"] is True and r["default_source"] == "pair" for r in rows), rows[0]
+assert [(r["method"], r["policy"]) for r in rows if r["is_default"]] == [("scd", "none")], rows
+PY
+else
+  echo "skip: no pair under $data/pairs is calibrated to none"
+fi
 # a text too short for the prefix: warned, and the bench fails (no rows)
 printf 'too short\n' >"$tmp/short.txt"
 expect 1 "bench fidelity: a text shorter than prefix + cont + 1 fails" -- "$scdb" bench fidelity \
