@@ -82,9 +82,12 @@ scdb_err scdb_recompute_parse(const char *text, scdb_recompute *out, char *errbu
                 return SCDB_EINVAL;
             }
             r.fraction = (float)(pct / 100.0);
-            if (r.fraction == 0.0f) {  /* fraction 0 means "use tokens": none */
-                scdb_errf(errbuf, errlen, "recompute '%.40s': the percentage is too small (its "
-                          "fraction is 0 as a float)", text);
+            /* below 1e-6 (0.0001%) a fraction is one token of any prefix
+             * a broker serves, and its text (no exponent) would outgrow
+             * the buffers settings are written into */
+            if (r.fraction < SCDB_RECOMPUTE_MIN_FRACTION) {
+                scdb_errf(errbuf, errlen, "recompute '%.40s': the percentage is too small (under "
+                          "0.0001%%; a count of tokens says 1)", text);
                 return SCDB_EINVAL;
             }
         } else {
@@ -153,8 +156,10 @@ scdb_err scdb_recompute_check(const scdb_recompute *r, int prefix_tokens, char *
         scdb_errf(errbuf, errlen, "recompute.tokens %d: negative", r->tokens);
         return SCDB_EINVAL;
     }
-    if (!(r->fraction >= 0.0f && r->fraction <= 1.0f)) {
-        scdb_errf(errbuf, errlen, "recompute.fraction %g: not in [0, 1]", (double)r->fraction);
+    if (!(r->fraction == 0.0f ||
+          (r->fraction >= SCDB_RECOMPUTE_MIN_FRACTION && r->fraction <= 1.0f))) {
+        scdb_errf(errbuf, errlen, "recompute.fraction %g: not 0 or in [1e-6, 1]",
+                  (double)r->fraction);
         return SCDB_EINVAL;
     }
     if (r->fraction > 0.0f && r->tokens) {

@@ -68,10 +68,16 @@ typedef struct scdb_recompute {
  * value. */
 const char *scdb_recompute_policy_name(scdb_recompute_policy p);
 
+/* The smallest fraction a setting takes (0.0001%): one token of any prefix
+ * a broker serves; below it a percentage's exponent-free text would not
+ * fit the 48-byte buffers settings are formatted into. */
+#define SCDB_RECOMPUTE_MIN_FRACTION 1e-6f
+
 /* Parse the text form (above).  SCDB_EINVAL with errbuf naming what is
  * wrong: an unknown policy, a count that is negative or not a number, a
  * percentage that is not plain decimal (no sign, exponent, hex, inf or
- * nan), outside (0, 100], or so small its float fraction is 0,
+ * nan), outside (0, 100], or under 0.0001% (SCDB_RECOMPUTE_MIN_FRACTION:
+ * its text stays short),
  * "none:N" / "default:N". */
 scdb_err scdb_recompute_parse(const char *text, scdb_recompute *out, char *errbuf, size_t errlen);
 

@@ -588,7 +588,7 @@ static void test_text_exact(void **state)
         {"tail:12.5%", 8, 1},         {"tail:12.5%", 16, 2},     {"selective:33.33%", 300, 100},
         {"initial:0.05%", 20, 1},     {"tail:0.001%", 100000, 1}, {"tail:0.00101%", 100000, 2},
         {"tail:99.99999%", 1000, 1000}, {"tail:50%", INT32_MAX, 1073741824},
-        {"tail:.5%", 400, 2},         {"tail:5.%", 40, 2},       {"tail:0.0000001%", 50, 1},
+        {"tail:.5%", 400, 2},         {"tail:5.%", 40, 2},       {"tail:0.0001%", 50, 1},
         {"exact", 77, 77},
     };
     for (size_t i = 0; i < sizeof dec / sizeof dec[0]; i++) {
@@ -608,11 +608,16 @@ static void test_text_exact(void **state)
         assert_int_equal(scdb_recompute_parse(bad[i], &r, err, sizeof err), SCDB_EINVAL);
         assert_non_null(strstr(err, "percentage"));
     }
-    /* digits, but a fraction below the smallest float */
+    /* digits, but a fraction below the smallest float; below 0.0001% */
     snprintf(in, sizeof in, "tail:0.%060d1%%", 0);
     err[0] = 0;
     assert_int_equal(scdb_recompute_parse(in, &r, err, sizeof err), SCDB_EINVAL);
     assert_non_null(strstr(err, "too small"));
+    assert_int_equal(scdb_recompute_parse("tail:0.00009%", &r, err, sizeof err), SCDB_EINVAL);
+    assert_non_null(strstr(err, "too small"));
+    assert_int_equal(scdb_recompute_parse("tail:0.0001%", &r, err, sizeof err), SCDB_OK);
+    assert_int_equal(scdb_recompute_check(&(scdb_recompute){SCDB_RECOMPUTE_TAIL, 0, 1e-7f}, -1, err,
+                                          sizeof err), SCDB_EINVAL);
 
     /* the text gives the very float back, in the fewest digits that do */
     assert_int_equal(scdb_recompute_parse("tail:12.3456789%", &r, err, sizeof err), SCDB_OK);
@@ -623,9 +628,11 @@ static void test_text_exact(void **state)
     assert_string_equal(t, "selective:15%");
     scdb_recompute_format(&(scdb_recompute){SCDB_RECOMPUTE_TAIL, 0, 0.1f}, t, sizeof t);
     assert_string_equal(t, "tail:10%");
-    /* floats of (0, 1] across every binade (every 7th just below 1), and
-     * the edges: the smallest, ones whose %g has an exponent */
-    static const float edge[] = {FLT_TRUE_MIN, 1e-30f, 1e-10f, 0.123456789f, 0.999999940f, 1.0f};
+    /* floats of [1e-6, 1] across every binade (every 7th just below 1),
+     * and the edges: the smallest, ones whose %g has an exponent; every
+     * text fits the 48 bytes settings are formatted into */
+    static const float edge[] = {SCDB_RECOMPUTE_MIN_FRACTION, 1.5e-6f, 1e-5f, 0.123456789f,
+                                 0.999999940f, 1.0f};
     const int n_edge = (int)(sizeof edge / sizeof edge[0]);
     for (int i = 0; i < n_edge + 4096; i++) {
         uint32_t u = i % 7 ? (uint32_t)(i - n_edge) * 0x3f801u + 1 : 0x3f800000u - (uint32_t)i;
@@ -633,8 +640,9 @@ static void test_text_exact(void **state)
         memcpy(&f, &u, sizeof f);
         if (i < n_edge) f = edge[i];
         assert_true(f > 0.0f && f <= 1.0f);
-        r = (scdb_recompute){SCDB_RECOMPUTE_INITIAL, 0, f};
-        scdb_recompute_format(&r, t, sizeof t);
+        if (f < SCDB_RECOMPUTE_MIN_FRACTION) continue;
+        r = (scdb_recompute){SCDB_RECOMPUTE_SELECTIVE, 0, f};
+        assert_true(scdb_recompute_format(&r, t, sizeof t) < 48);
         if (scdb_recompute_parse(t, &back, err, sizeof err) || back.fraction != f)
             print_message("%.9g: '%s' parses to %.9g\n", (double)f, t, (double)back.fraction);
         assert_int_equal(scdb_recompute_parse(t, &back, err, sizeof err), SCDB_OK);
