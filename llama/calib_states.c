@@ -124,7 +124,9 @@ static int bytes_are_tokens(const struct llama_vocab *v)
     return 1;
 }
 
-/* the model at path, loaded once; -1 (said why) */
+/* the model at path, loaded once: its index, or minus the error (said
+ * why): SCDB_ERANGE, SCDB_EUNSUPPORTED (not loadable, not llama),
+ * SCDB_ENOMEM */
 static int base_of(scdb_llama_states *s, const char *path, char *errbuf, size_t errlen)
 {
     for (int i = 0; i < s->nb; i++)
@@ -132,13 +134,13 @@ static int base_of(scdb_llama_states *s, const char *path, char *errbuf, size_t 
             return i;
     if (s->nb == LS_MAXM) {
         ll_msg(errbuf, errlen, "more than %d models", LS_MAXM);
-        return -1;
+        return -(int)SCDB_ERANGE;
     }
     struct llama_model_params mp = llama_model_default_params();
     struct llama_model *lm = llama_model_load_from_file(path, mp);
     if (!lm) {
         ll_msg(errbuf, errlen, "%s: llama.cpp %s cannot load it as a model", path, SCDB_LLAMA_RELEASE);
-        return -1;
+        return -(int)SCDB_EUNSUPPORTED;
     }
     char arch[64] = "";
     llama_model_meta_val_str(lm, "general.architecture", arch, sizeof arch);
@@ -146,13 +148,13 @@ static int base_of(scdb_llama_states *s, const char *path, char *errbuf, size_t 
         ll_msg(errbuf, errlen, "%s: architecture '%s': calibration reads the llama architecture's "
                "graph (attn_norm-N) only", path, arch);
         llama_model_free(lm);
-        return -1;
+        return -(int)SCDB_EUNSUPPORTED;
     }
     s->bases[s->nb].path = strdup(path);
     if (!s->bases[s->nb].path) {
         llama_model_free(lm);
         ll_msg(errbuf, errlen, "out of memory");
-        return -1;
+        return -(int)SCDB_ENOMEM;
     }
     s->bases[s->nb].lm = lm;
     return s->nb++;
@@ -194,7 +196,7 @@ scdb_err scdb_llama_states_add(scdb_llama_states *s, const scdb_model *m, const 
     snprintf(what, sizeof what, "'%s' (%s)", mc->name, adapter_path ? adapter_path : model_path);
     int b = base_of(s, model_path, errbuf, errlen);
     if (b < 0)
-        return SCDB_EUNSUPPORTED;
+        return (scdb_err)-b;
     ls_model x = {.m = m, .base = b};
     struct llama_model *lm = s->bases[b].lm;
     const struct llama_vocab *v = llama_model_get_vocab(lm);

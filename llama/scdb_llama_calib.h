@@ -54,7 +54,8 @@ void scdb_llama_states_free(scdb_llama_states **s);
  * SCDB_EMISMATCH (a vocabulary that is not the first model's: its type, size
  * or the first token that differs named; a shape that is not m's),
  * SCDB_EIO (the layout self-test's decode), scdb_llama_probe's,
- * SCDB_ENOMEM.  errbuf says which. */
+ * SCDB_ERANGE (more models than a session holds), SCDB_ENOMEM.  errbuf
+ * says which. */
 scdb_err scdb_llama_states_add(scdb_llama_states *s, const scdb_model *m, const char *model_path,
                                const char *adapter_path, char *errbuf, size_t errlen);
 
