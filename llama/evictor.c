@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "evict.h"
+#include "kernels.h"
 #include "llama_int.h"
 
 #define LL_CHUNK 64       /* tokens per llama_decode while folding */
@@ -46,6 +47,14 @@ struct scdb_llama_evictor {
     float *probs;                /* [L][n_head][LL_CHUNK][n_cells] as llama gives */
     int n_kv;                    /* cells the step's attention covers */
     int *got_probs, *got_v;      /* per layer */
+    /* V of the new tokens: read by the callback as Vcur-N (a graph split
+     * per layer) until the cache's own V tensors (found as kqv-N's V
+     * operand, host memory, the layout the state blob writes) are seen to
+     * hold exactly the same values for one chunk; then from the cache
+     * after the decode, and Vcur-N is no longer asked for (half the
+     * splits).  v_mode 0: Vcur, checking; 1: the cache; -1: Vcur for good */
+    struct ggml_tensor **vcache; /* per layer, NULL until seen */
+    int v_mode;
     int bad;
     float *folded;               /* [L][H][LL_CHUNK][n_cells] over slots */
     int32_t *old_pos;
@@ -71,6 +80,9 @@ scdb_llama_evict_params scdb_llama_evict_default_params(void)
 }
 
 const char *scdb_llama_evictor_error(const scdb_llama_evictor *e) { return e ? e->err : ""; }
+
+int ll_evictor_v_mode(const scdb_llama_evictor *e) { return e ? e->v_mode : 0; }
+const scdb_kv_cache *ll_evictor_shadow(const scdb_llama_evictor *e) { return e ? e->shadow : NULL; }
 
 const int32_t *scdb_llama_evictor_positions(const scdb_llama_evictor *e, int *n)
 {
@@ -158,6 +170,9 @@ static void free_state(scdb_llama_evictor *e)
     free(e->folded);
     free(e->got_probs);
     free(e->got_v);
+    free(e->vcache);
+    e->vcache = NULL;
+    e->v_mode = 0;
     free(e->old_pos);
     e->cell_slot = e->slot_cell = e->got_probs = e->got_v = NULL;
     e->probs = e->folded = NULL;
@@ -193,8 +208,19 @@ static bool evict_cb(struct ggml_tensor *t, bool ask, void *ud)
     int lp = -1, lv = -1;
     if (e->capturing) {
         lp = ll_layer_of(t->name, "kq_soft_max");
-        if (lp < 0)
+        if (lp < 0 && e->v_mode != 1)
             lv = ll_layer_of(t->name, "Vcur");
+        int lk;
+        if (ask && lp < 0 && lv < 0 && e->v_mode == 0 &&
+            (lk = ll_layer_of(t->name, "kqv")) >= 0 && lk < e->n_layer && !e->vcache[lk] &&
+            t->src[0]) {
+            /* kqv-N = V x kq_soft_max-N, V a view of the layer's cache */
+            struct ggml_tensor *v = t->src[0];
+            while (v->view_src)
+                v = v->view_src;
+            if (!strncmp(v->name, "cache_v_l", 9))
+                e->vcache[lk] = v;
+        }
     }
     if ((lp < 0 || lp >= e->n_layer) && (lv < 0 || lv >= e->n_layer || is_view(t))) {
         if (e->user_cb)
@@ -334,6 +360,7 @@ scdb_err scdb_llama_evictor_start(scdb_llama_evictor *e, struct llama_context *c
     e->old_pos = malloc(cells * sizeof *e->old_pos);
     e->got_probs = calloc((size_t)e->n_layer, sizeof *e->got_probs);
     e->got_v = calloc((size_t)e->n_layer, sizeof *e->got_v);
+    e->vcache = calloc((size_t)e->n_layer, sizeof *e->vcache);
     size_t pf = (size_t)e->n_layer * e->n_head * LL_CHUNK * cells;
     e->probs = malloc(pf * sizeof *e->probs);
     if (e->heads) {
@@ -345,7 +372,7 @@ scdb_err scdb_llama_evictor_start(scdb_llama_evictor *e, struct llama_context *c
         }
     }
     e->folded = malloc(pf * sizeof *e->folded);
-    if (!e->cell_slot || !e->slot_cell || !e->old_pos || !e->got_probs || !e->got_v ||
+    if (!e->cell_slot || !e->slot_cell || !e->old_pos || !e->got_probs || !e->got_v || !e->vcache ||
         !e->probs || !e->folded) {
         err = SCDB_ENOMEM;
         goto fail;
@@ -406,6 +433,94 @@ static inline const float *att(const scdb_llama_evictor *e, int l, int h, int t,
            ((size_t)h * m + t) * (size_t)e->n_kv;
 }
 
+#define SCDB_LLAMA_MAX_KV 4096   /* KV width gathered on the stack */
+
+/* Layer l's V in the cache, usable for reading the new tokens' V: host
+ * memory, F32 or F16, kv wide (no padding), the context's cells per
+ * stream, and the sequence's stream there */
+static int vcache_usable(const scdb_llama_evictor *e, int strm)
+{
+    const int kv = e->n_kv_heads * e->head_dim;
+    for (int l = 0; l < e->n_layer; l++) {
+        const struct ggml_tensor *v = e->vcache[l];
+        if (!v || !v->buffer || !ggml_backend_buffer_is_host(v->buffer) || !v->data ||
+            (v->type != GGML_TYPE_F32 && v->type != GGML_TYPE_F16) || v->ne[0] != kv ||
+            v->ne[1] != e->n_cells || v->ne[2] <= strm)
+            return 0;
+    }
+    return 1;
+}
+
+/* element (d, cell) of stream strm: V is stored transposed, a row of cells
+ * per element (the layout the state blob is written from) */
+static float vcache_at(const struct ggml_tensor *v, int strm, int d, int cell)
+{
+    size_t i = ((size_t)strm * (size_t)v->ne[0] + (size_t)d) * (size_t)v->ne[1] + (size_t)cell;
+    if (v->type == GGML_TYPE_F32)
+        return ((const float *)v->data)[i];
+    return ggml_fp16_to_fp32(((const ggml_fp16_t *)v->data)[i]);
+}
+
+/* The new slots' V rows [n, n + m) from the cache (v_mode 1), or, on the
+ * first chunk (v_mode 0), the check: the cache must hold exactly what
+ * Vcur-N gave, rounded to the cache's type; then the rows are the cache's
+ * (v_mode 1) or stay Vcur's for good (v_mode -1). */
+static void v_from_cache(scdb_llama_evictor *e, int n, int m)
+{
+    const int kv = e->n_kv_heads * e->head_dim;
+    if (e->v_mode < 0)
+        return;
+    /* one stream per sequence when the cache has several (kv_unified off) */
+    const int strm = e->vcache[0] && e->vcache[0]->ne[2] > 1 ? e->p.seq : 0;
+    if (!vcache_usable(e, strm)) {
+        e->v_mode = -1;
+        return;
+    }
+    if (e->v_mode == 0) {
+        for (int l = 0; l < e->n_layer; l++) {
+            const struct ggml_tensor *v = e->vcache[l];
+            for (int t = 0; t < m; t++) {
+                const float *row = scdb_kv_v(e->shadow, l, n + t);
+                int c = e->slot_cell[n + t];
+                for (int d = 0; d < kv; d++) {
+                    float x = row[d];
+                    if (v->type == GGML_TYPE_F16)
+                        x = ggml_fp16_to_fp32(ggml_fp32_to_fp16(x));
+                    if (vcache_at(v, strm, d, c) != x) {
+                        e->v_mode = -1;
+                        return;
+                    }
+                }
+            }
+        }
+        e->v_mode = 1;
+    }
+    /* a row is kv elements a row of cells apart: gathered, then converted
+     * at once (an F16 conversion per element was most of the read) */
+    uint16_t h[SCDB_LLAMA_MAX_KV];
+    for (int l = 0; l < e->n_layer; l++) {
+        const struct ggml_tensor *v = e->vcache[l];
+        const size_t stride = (size_t)v->ne[1];
+        for (int t = 0; t < m; t++) {
+            float *row = scdb_kv_v(e->shadow, l, n + t);
+            size_t i0 = (size_t)strm * (size_t)v->ne[0] * stride + (size_t)e->slot_cell[n + t];
+            if (v->type == GGML_TYPE_F32) {
+                const float *src = (const float *)v->data + i0;
+                for (int d = 0; d < kv; d++)
+                    row[d] = src[(size_t)d * stride];
+            } else if (kv <= SCDB_LLAMA_MAX_KV) {
+                const uint16_t *src = (const uint16_t *)v->data + i0;
+                for (int d = 0; d < kv; d++)
+                    h[d] = src[(size_t)d * stride];
+                scdb_f16_to_f32_n(h, row, (size_t)kv);
+            } else {
+                for (int d = 0; d < kv; d++)
+                    row[d] = vcache_at(v, strm, d, e->slot_cell[n + t]);
+            }
+        }
+    }
+}
+
 /* Map the chunk's cells to slots and fold its attention; then the new slots
  * are live.  n old live slots; the new ones are slots [n, n + m). */
 static scdb_err fold(scdb_llama_evictor *e, const llama_pos *pos, int m)
@@ -452,6 +567,7 @@ static scdb_err fold(scdb_llama_evictor *e, const llama_pos *pos, int m)
         e->cell_slot[found] = n + t;
         e->slot_cell[n + t] = found;
     }
+    v_from_cache(e, n, m);
     /* probs over slots: [L][H][m][n + m] */
     const int S = n + m;
     for (int l = 0; l < L; l++)
@@ -776,7 +892,7 @@ scdb_err scdb_llama_evictor_decode(scdb_llama_evictor *e, struct llama_context *
             break;
         }
         for (int l = 0; l < e->n_layer; l++)
-            if (!e->got_probs[l] || !e->got_v[l] || e->bad) {
+            if (!e->got_probs[l] || (e->v_mode != 1 && !e->got_v[l]) || e->bad) {
                 snprintf(e->err, sizeof e->err, "layer %d's attention or V was not seen: was the "
                          "context made with scdb_llama_evictor_cparams (flash attention off)?", l);
                 err = SCDB_EUNSUPPORTED;

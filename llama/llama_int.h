@@ -18,6 +18,12 @@ scdb_err ll_layout_from_blob(const void *blob, size_t len, scdb_llama_layout *L,
 
 /* scdb_llama_seq_write through a buffer the caller keeps (*buf, *cap:
  * grown as needed, freed by the caller): a restore allocates nothing. */
+/* For tests: where an evictor reads the new tokens' V (0 Vcur-N, checking
+ * the cache; 1 the cache; -1 Vcur-N for good), and its shadow (slot i's
+ * position and, for the last chunk's slots, V) */
+int ll_evictor_v_mode(const scdb_llama_evictor *e);
+const scdb_kv_cache *ll_evictor_shadow(const scdb_llama_evictor *e);
+
 /* 1 when seq is one of the context's sequences (0 .. llama_n_seq_max - 1:
  * llama.cpp asserts on one beyond its streams), else 0 and errbuf says so */
 int ll_seq_ok(struct llama_context *ctx, llama_seq_id seq, char *errbuf, size_t errlen);

@@ -1528,6 +1528,66 @@ static void evictor_refusals(void **state)
     scdb_llama_evictor_free(&ev);
 }
 
+/* V of the new tokens, read from llama.cpp's cache after the decode once a
+ * chunk showed the cache holds exactly Vcur-N (rounded to its type): the
+ * shadow's row of each new slot is llama.cpp's own V at that position (its
+ * blob, read back), for F32 and F16 caches, and Vcur-N is no longer asked
+ * for */
+static void evictor_v_from_cache(void **state)
+{
+    (void)state;
+    NEED_MODEL();
+    for (int f16 = 0; f16 < 2; f16++) {
+        char err[512] = "";
+        scdb_llama_evict_params ep = scdb_llama_evict_default_params();
+        ep.policy = "h2o";
+        ep.budget = 64;
+        ep.cadence = 8;
+        scdb_llama_evictor *ev = NULL;
+        assert_int_equal(scdb_llama_evictor_new(&ep, &ev, err, sizeof err), SCDB_OK);
+        struct llama_context_params cp = llama_context_default_params();
+        cp.n_ctx = 512;
+        cp.n_batch = cp.n_ubatch = 512;
+        cp.n_seq_max = 1;
+        cp.n_threads = cp.n_threads_batch = 2;
+        cp.type_k = cp.type_v = f16 ? GGML_TYPE_F16 : GGML_TYPE_F32;
+        scdb_llama_evictor_cparams(ev, &cp);
+        struct llama_context *ctx = llama_init_from_model(lm, cp);
+        assert_non_null(ctx);
+        assert_int_equal(scdb_llama_decode(ctx, 0, tok, 96, 0, 0), SCDB_OK);
+        assert_int_equal(scdb_llama_evictor_start(ev, ctx), SCDB_OK);
+        assert_int_equal(ll_evictor_v_mode(ev), 0);
+        scdb_llama_layout L = {.n_layer = 8, .n_kv_heads = 2, .head_dim = 32, .n_stream = 1,
+                               .k_type = f16, .v_type = f16, .v_trans = 1};
+        scdb_kv_cache *back = NULL;
+        assert_int_equal(scdb_kv_cache_new(8, 2, 32, 512, &back), SCDB_OK);
+        int checked = 0;
+        for (int s = 0; s < 40; s++) {
+            scdb_llama_evict_result r;
+            scdb_err e = scdb_llama_evictor_decode(ev, ctx, tok + 96 + s, 1, 0, &r);
+            if (e) fail_msg("step %d: %s", s, scdb_llama_evictor_error(ev));
+            assert_int_equal(ll_evictor_v_mode(ev), 1);
+            if (r.evictions)
+                continue;          /* (rows of older slots are stale after one) */
+            const scdb_kv_cache *sh = ll_evictor_shadow(ev);
+            assert_int_equal(scdb_llama_seq_read(ctx, &L, 0, back, err, sizeof err), SCDB_OK);
+            int j = 0;
+            while (j < back->n && back->pos[j] != sh->pos[sh->n - 1]) j++;
+            assert_true(j < back->n);
+            for (int l = 0; l < 8; l++)
+                assert_memory_equal(scdb_kv_v(sh, l, sh->n - 1), scdb_kv_v(back, l, j),
+                                    64 * sizeof(float));
+            checked++;
+        }
+        print_message("V from llama.cpp's %s cache: %d steps checked against its blob\n",
+                      f16 ? "F16" : "F32", checked);
+        assert_true(checked >= 20);
+        scdb_kv_cache_free(&back);
+        llama_free(ctx);
+        scdb_llama_evictor_free(&ev);
+    }
+}
+
 /* the edges a serving process reaches: keep sets per head on a context of
  * one stream per sequence (the sequence in the first stream and in the
  * last), sequences beyond the context's refused (llama.cpp asserts on
@@ -1567,6 +1627,7 @@ static void evictor_edges(void **state)
         print_message("keep sets per head on sequence %d of 2 streams: %d evictions\n", seq,
                       per_set);
         assert_true(per_set >= 4);
+        assert_int_equal(ll_evictor_v_mode(ev), 1);   /* V from the sequence's stream */
         int n = 0;
         const int32_t *pos = scdb_llama_evictor_positions(ev, &n);
         assert_int_equal(llama_memory_seq_pos_max(llama_get_memory(ctx), seq), pos[n - 1]);
@@ -1681,6 +1742,7 @@ int main(void)
         cmocka_unit_test(evictor_matches_reference),
         cmocka_unit_test(evictor_refusals),
         cmocka_unit_test(evictor_edges),
+        cmocka_unit_test(evictor_v_from_cache),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
