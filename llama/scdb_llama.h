@@ -317,7 +317,11 @@ scdb_err scdb_llama_producer_prefill(scdb_llama_producer *p, struct llama_contex
  *   kq_soft_max-N  [n_kv cells][n_tokens][n_head]  attention of each new
  *                  query over the context's cells (exists only with flash
  *                  attention off: the evictor refuses a context with it on)
- *   Vcur-N         [kv_dim][n_tokens]              the new tokens' V (norms)
+ *   Vcur-N         [kv_dim][n_tokens]              the new tokens' V (norms),
+ *                  on the first chunk only when the layer's cache_v_lN
+ *                  (kqv-N's V operand) is host memory and then holds the
+ *                  same values: after that V is read from the cache after
+ *                  the decode (half the graph splits)
  *
  * and folded into scdb's feature accumulators over a shadow of the
  * sequence (positions and V only, slot order = arrival order).  Cells are
@@ -364,7 +368,7 @@ scdb_err scdb_llama_evictor_new(const scdb_llama_evict_params *p, scdb_llama_evi
                                 char *errbuf, size_t errlen);
 void scdb_llama_evictor_free(scdb_llama_evictor **e);
 const char *scdb_llama_evictor_error(const scdb_llama_evictor *e);
-/* cparams' cb_eval reads kq_soft_max-N and Vcur-N during
+/* cparams' cb_eval reads kq_soft_max-N (and Vcur-N, above) during
  * scdb_llama_evictor_decode only (a cb_eval already set is kept and
  * called); flash attention is turned off (the probabilities need it).  The
  * contexts made from cparams call back into this evictor: free them before
