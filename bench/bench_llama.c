@@ -442,6 +442,37 @@ static int dec(struct llama_context *ctx, const int32_t *tok, int a, int b, int 
     return e ? -1 : 0;
 }
 
+/* Restore P tokens through consumer rc (R of them stored), make the
+ * context then_use's when given (raw reuse restores base's KV into the
+ * consumer's context), prefill the rest of the prefix and decode the C
+ * continuation tokens, their logits into got.  0, or -1 having said what
+ * failed ("raw", "exact"). */
+static int restore_rows(struct llama_context *cctx, scdb_llama_consumer *rc,
+                        scdb_llama_consumer *then_use, const int32_t *tok, int P, int R, int C, int V,
+                        float *got, const char *who, const char *what)
+{
+    scdb_llama_restore_result rr = {0};
+    char step[64];
+    llb_clear(cctx);
+    if (scdb_llama_restore(rc, cctx, tok, (size_t)P, NULL, &rr) || rr.n_restored != R) {
+        fprintf(stderr, "bench llama: %s: %s restore: %s\n", who, what, scdb_llama_consumer_error(rc));
+        return -1;
+    }
+    scdb_err e;
+    if (then_use && (e = scdb_llama_consumer_use(then_use, cctx))) {
+        fprintf(stderr, "bench llama: %s: cannot make the context its own: %s\n", who,
+                scdb_strerror(e));
+        return -1;
+    }
+    snprintf(step, sizeof step, "%s: the prefix after the stored blocks", what);
+    if (dec(cctx, tok, R, P, 0, who, step))
+        return -1;
+    snprintf(step, sizeof step, "%s: continuation", what);
+    if (dec(cctx, tok, P, P + C, 1, who, step))
+        return -1;
+    return rows_logits(cctx, C, V, got, who, what);
+}
+
 static int cmp_d(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -848,22 +879,7 @@ static int run_family(const lopts *op, cJSON *root, cJSON *rows)
             }
             score(ref, got, C, V, tok + P + 1, &as, &ao);
             /* raw reuse of base's KV */
-            llb_clear(cctx);
-            if (scdb_llama_restore(rawc, cctx, tok, (size_t)P, NULL, &rr) || rr.n_restored != R) {
-                fprintf(stderr, "bench llama: %s: raw restore: %s\n", c->name,
-                        scdb_llama_consumer_error(rawc));
-                failed = 1;
-                break;
-            }
-            if ((e = scdb_llama_consumer_use(sc, cctx))) {
-                fprintf(stderr, "bench llama: %s: cannot make the context its own: %s\n", c->name,
-                        scdb_strerror(e));
-                failed = 1;
-                break;
-            }
-            if (dec(cctx, tok, R, P, 0, c->name, "raw: the prefix after the stored blocks") ||
-                dec(cctx, tok, P, P + C, 1, c->name, "raw: continuation") ||
-                rows_logits(cctx, C, V, got, c->name, "raw")) {
+            if (restore_rows(cctx, rawc, sc, tok, P, R, C, V, got, c->name, "raw")) {
                 failed = 1;
                 break;
             }
@@ -877,16 +893,7 @@ static int run_family(const lopts *op, cJSON *root, cJSON *rows)
                 failed = 1;
                 break;
             }
-            llb_clear(cctx);
-            if (scdb_llama_restore(xc, cctx, tok, (size_t)P, NULL, &rr) || rr.n_restored != R) {
-                fprintf(stderr, "bench llama: %s: exact restore: %s\n", c->name,
-                        scdb_llama_consumer_error(xc));
-                failed = 1;
-                break;
-            }
-            if (dec(cctx, tok, R, P, 0, c->name, "exact: the prefix after the stored blocks") ||
-                dec(cctx, tok, P, P + C, 1, c->name, "exact: continuation") ||
-                rows_logits(cctx, C, V, got, c->name, "exact")) {
+            if (restore_rows(cctx, xc, NULL, tok, P, R, C, V, got, c->name, "exact")) {
                 failed = 1;
                 break;
             }

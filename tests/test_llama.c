@@ -1316,8 +1316,8 @@ static int cmp_i32(const void *a, const void *b)
 }
 
 /* n_seq_max sequences, one stream each when over 1 (kv_unified off) */
-static struct llama_context *evict_ctx_ex(scdb_llama_evictor *ev, int n_seq, int n_ubatch,
-                                          int threads, int flash)
+static struct llama_context *evict_ctx_type(scdb_llama_evictor *ev, int n_seq, int n_ubatch,
+                                            int threads, int flash, enum ggml_type kv)
 {
     struct llama_context_params cp = llama_context_default_params();
     cp.n_ctx = 512 * (uint32_t)n_seq;
@@ -1325,7 +1325,7 @@ static struct llama_context *evict_ctx_ex(scdb_llama_evictor *ev, int n_seq, int
     cp.n_seq_max = (uint32_t)n_seq;
     cp.kv_unified = false;
     cp.n_threads = cp.n_threads_batch = threads;
-    cp.type_k = cp.type_v = GGML_TYPE_F32;
+    cp.type_k = cp.type_v = kv;
     scdb_llama_evictor_cparams(ev, &cp);
     assert_int_equal(cp.flash_attn_type, LLAMA_FLASH_ATTN_TYPE_DISABLED);
     if (flash)
@@ -1333,6 +1333,12 @@ static struct llama_context *evict_ctx_ex(scdb_llama_evictor *ev, int n_seq, int
     struct llama_context *ctx = llama_init_from_model(lm, cp);
     assert_non_null(ctx);
     return ctx;
+}
+
+static struct llama_context *evict_ctx_ex(scdb_llama_evictor *ev, int n_seq, int n_ubatch,
+                                          int threads, int flash)
+{
+    return evict_ctx_type(ev, n_seq, n_ubatch, threads, flash, GGML_TYPE_F32);
 }
 
 static struct llama_context *evict_ctx(scdb_llama_evictor *ev)
@@ -1545,15 +1551,8 @@ static void evictor_v_from_cache(void **state)
         ep.cadence = 8;
         scdb_llama_evictor *ev = NULL;
         assert_int_equal(scdb_llama_evictor_new(&ep, &ev, err, sizeof err), SCDB_OK);
-        struct llama_context_params cp = llama_context_default_params();
-        cp.n_ctx = 512;
-        cp.n_batch = cp.n_ubatch = 512;
-        cp.n_seq_max = 1;
-        cp.n_threads = cp.n_threads_batch = 2;
-        cp.type_k = cp.type_v = f16 ? GGML_TYPE_F16 : GGML_TYPE_F32;
-        scdb_llama_evictor_cparams(ev, &cp);
-        struct llama_context *ctx = llama_init_from_model(lm, cp);
-        assert_non_null(ctx);
+        struct llama_context *ctx =
+            evict_ctx_type(ev, 1, 512, 2, 0, f16 ? GGML_TYPE_F16 : GGML_TYPE_F32);
         assert_int_equal(scdb_llama_decode(ctx, 0, tok, 96, 0, 0), SCDB_OK);
         assert_int_equal(scdb_llama_evictor_start(ev, ctx), SCDB_OK);
         assert_int_equal(ll_evictor_v_mode(ev), 0);
