@@ -21,7 +21,9 @@
  * the step's attention, and per eviction score + select + compact + seq_rm,
  * and the decode step with capture against one without (the price of
  * reading the probabilities), all as shares of the step of a plain twin
- * context holding as many cells, decoding beside the student. */
+ * context holding as many cells, decoding beside the student.  --shape 1b:
+ * the same costs at a 1B-class shape with random weights (run_1b, cost
+ * only). */
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <spawn.h>
@@ -62,6 +64,8 @@ typedef struct eopts {
     const char *data, *gguf, *json, *models, *domains, *policy;
     double budgets[MAX_B];
     int n_budgets, windows, prefill, steps, every, threads;
+    int shape_1b, dims[5];         /* --shape 1b: layers, d, heads, KV heads, ffn */
+    int steps_set, prefill_set, suite_set;
     struct ggml_threadpool *pool;  /* every context's, when threads > 1 */
 } eopts;
 
@@ -73,6 +77,8 @@ typedef struct eacc {
     double *plain_t, *step_t, *diff_t;
     int n_t, cap_t;
 } eacc;
+
+static double median(double *v, int n);
 
 static int eacc_add_step(eacc *a, double plain, double step)
 {
@@ -91,7 +97,10 @@ static void usage(FILE *f)
 "usage: scdb bench evict --engine llama.cpp [--data DIR] [--gguf DIR] [--models a,b]\n"
 "                        [--domains a,b] [--budgets 0.5,0.25,...] [--windows N]\n"
 "                        [--prefill P] [--steps T] [--every C] [--policy FILE]\n"
-"                        [--threads T] [--json FILE]\n\n"
+"                        [--threads T] [--json FILE]\n"
+"       scdb bench evict --engine llama.cpp --shape 1b [--1b-dims L,D,H,G,FF]\n"
+"                        [--budgets ..] [--prefill P] [--steps T] [--every C]\n"
+"                        [--policy FILE] [--threads T] [--json FILE]\n\n"
 "The eviction protocol with llama.cpp generating: each policy keeps the\n"
 "llama.cpp sequence within its budget (kq_soft_max and Vcur read by cb_eval,\n"
 "flash attention off; the kept set applied with llama_memory_seq_rm), scored\n"
@@ -111,6 +120,17 @@ static void usage(FILE *f)
 "                    starts its threads at each graph computation, and the\n"
 "                    capture splits a step into one per tensor it reads)\n"
 "  --gguf DIR        GGUF exports NAME.gguf (default: exported into a temp folder)\n"
+"  --shape 1b        cost as models grow, cost only: a random-weight GGUF of\n"
+"                    --1b-dims (default 22,2048,32,4,5632: TinyLlama-1.1B's\n"
+"                    layers, d, heads, KV heads, ffn; F16, byte vocabulary)\n"
+"                    written to a temp folder, seeded random tokens, h2o,\n"
+"                    learned and learned_sets at each budget (default\n"
+"                    --prefill 448 --steps 64: the family's 512 cells);\n"
+"                    rows {shape, cost_only, policy, budget, budget_frac,\n"
+"                    stats_share, evict_share, cost_share, capture_share,\n"
+"                    total_share, evict_us, decode_ms, plain_decode_ms, steps,\n"
+"                    evictions, sets_evictions} and dims; no KL (random\n"
+"                    weights), no --models / --domains\n"
 "  --json FILE       rows {model, domain, seen, policy, budget, budget_frac, kl,\n"
 "                    top1, ppl_ratio, stats_share, evict_share, cost_share,\n"
 "                    capture_share, total_share, evict_us, decode_ms,\n"
@@ -136,12 +156,14 @@ static void usage(FILE *f)
 "                    (capture_plain_ms, capture_step_ms, capture_fa_plain_ms);\n"
 "                    full_plain_ms: the teacher's mean step (full cache).\n"
 "                    and summary {policy, split, budget_frac, pairs, kl_lowest,\n"
-"                    top1_at_least_best, kl_ratio_geomean, learned_cost_worst,\n"
+"                    top1_at_least_best, kl_ratio_geomean, learned_cost_median,\n"
+"                    learned_cost_worst,\n"
 "                    cost_worst}: per learned variant, seen / unseen domains and\n"
 "                    budget, the (model, domain) pairs where it has the lowest\n"
 "                    KL of the heuristics and ctx_shift, a top-1 at least the\n"
 "                    best of theirs, its KL over the best of theirs (geometric\n"
-"                    mean), and the worst total_share (capture + fold + evict)\n");
+"                    mean), its median and worst total_share (capture + fold\n"
+"                    + evict) and any policy's worst\n");
 }
 
 
@@ -250,6 +272,21 @@ static void twin_cut(twin *w, int i0, int i1)
     llama_memory_seq_rm(llama_get_memory(w->ctx), 0, w->pos[i0], w->pos[i1 - 1] + 1);
     memmove(w->pos + i0, w->pos + i1, (size_t)(w->n - i1) * sizeof *w->pos);
     w->n -= i1 - i0;
+}
+
+/* the twin's cells as a state write leaves a sequence (slot i in cell i):
+ * what keep sets per head do to the student's (evict_sets writes its
+ * sequence back with llama_state_seq_set_data), so both attend over as
+ * many cells of the context (a twin with its cells scattered up to the
+ * prefill's last one read twice the cells at 25%, and looked slower) */
+static int twin_compact(twin *w)
+{
+    size_t n = llama_state_seq_get_size(w->ctx, 0);
+    uint8_t *buf = n ? malloc(n) : NULL;
+    int ok = buf && llama_state_seq_get_data(w->ctx, buf, n, 0) == n &&
+             llama_state_seq_set_data(w->ctx, buf, n, 0) == n;
+    free(buf);
+    return ok ? 0 : -1;
 }
 
 /* hold exactly keep[0, nk) (ascending, a subset of the twin's positions):
@@ -382,14 +419,14 @@ static void summarize(const cJSON *rows, cJSON *root, const eopts *o)
 {
     cJSON *sum = cJSON_AddArrayToObject(root, "summary");
     printf("\n| policy | domains | budget | pairs | lowest KL | top-1 >= best other | "
-           "KL / best other's (geo. mean) | its cost, worst | any policy's cost, worst |\n"
-           "|---|---|---|---|---|---|---|---|---|\n");
+           "KL / best other's (geo. mean) | its cost, median | its cost, worst | any policy's cost, "
+           "worst |\n|---|---|---|---|---|---|---|---|---|---|\n");
     static const char *const LEARNED[] = {"learned", "learned_sets"};
     for (int li = 0; li < 2; li++)
     for (int seen = 0; seen < 2; seen++)
         for (int b = 0; b < o->n_budgets; b++) {
             int pairs = 0, lowest = 0, top1 = 0;
-            double logr = 0, cost_l = 0, cost_any = 0;
+            double logr = 0, cost_l = 0, cost_any = 0, costs[256];
             const cJSON *r;
             cJSON_ArrayForEach(r, rows) {
                 if (strcmp(cJSON_GetObjectItem(r, "policy")->valuestring, LEARNED[li]) ||
@@ -412,6 +449,8 @@ static void summarize(const cJSON *rows, cJSON *root, const eopts *o)
                     best_kl = fmin(best_kl, num(h, "kl"));
                     best_top1 = fmax(best_top1, num(h, "top1"));
                 }
+                if (pairs < 256)
+                    costs[pairs] = num(r, "total_share");
                 pairs++;
                 lowest += num(r, "kl") < best_kl;
                 top1 += num(r, "top1") >= best_top1;
@@ -420,9 +459,10 @@ static void summarize(const cJSON *rows, cJSON *root, const eopts *o)
             if (!pairs)
                 continue;
             double geo = exp(logr / pairs);
-            printf("| %s | %s | %.4g | %d | %d / %d | %d / %d | %.3f | %.1f%% | %.1f%% |\n",
+            double cost_med = median(costs, pairs < 256 ? pairs : 256);
+            printf("| %s | %s | %.4g | %d | %d / %d | %d / %d | %.3f | %.1f%% | %.1f%% | %.1f%% |\n",
                    LEARNED[li], seen ? "seen" : "unseen", o->budgets[b], pairs, lowest, pairs, top1,
-                   pairs, geo, cost_l * 100, cost_any * 100);
+                   pairs, geo, cost_med * 100, cost_l * 100, cost_any * 100);
             cJSON *x = cJSON_CreateObject();
             cJSON_AddStringToObject(x, "policy", LEARNED[li]);
             cJSON_AddStringToObject(x, "split", seen ? "seen" : "unseen");
@@ -431,6 +471,7 @@ static void summarize(const cJSON *rows, cJSON *root, const eopts *o)
             cJSON_AddNumberToObject(x, "kl_lowest", lowest);
             cJSON_AddNumberToObject(x, "top1_at_least_best", top1);
             cJSON_AddNumberToObject(x, "kl_ratio_geomean", geo);
+            cJSON_AddNumberToObject(x, "learned_cost_median", cost_med);
             cJSON_AddNumberToObject(x, "learned_cost_worst", cost_l);
             cJSON_AddNumberToObject(x, "cost_worst", cost_any);
             cJSON_AddItemToArray(sum, x);
@@ -475,11 +516,14 @@ static int run_policy(struct llama_model *m, const eopts *o, const char *policy,
             if (r.evictions) {
                 int n = 0, ns = 0;
                 const int32_t *kp = scdb_llama_evictor_positions(ev, &n);
-                a->set_evictions += scdb_llama_evictor_set_positions(ev, 0, &ns) != NULL;
+                int sets_now = scdb_llama_evictor_set_positions(ev, 0, &ns) != NULL;
+                a->set_evictions += sets_now;
                 /* keep sets per head: a slot's position is the newest of
                  * the sets' there, not always one the twin holds; the
-                 * twin keeps as many cells (attention's cost is by cells) */
-                if (ep.sets ? (twin_cut(&tw, 4, 4 + tw.n - n), tw.n != n) : twin_keep(&tw, kp, n)) {
+                 * twin keeps as many cells (attention's cost is by cells),
+                 * and in the cells a state write leaves */
+                if (sets_now ? (twin_cut(&tw, 4, 4 + tw.n - n), tw.n != n || twin_compact(&tw))
+                             : twin_keep(&tw, kp, n)) {
                     snprintf(err, errlen, "the kept positions are not the twin's");
                     rc = -1;
                     break;
@@ -515,14 +559,53 @@ static int run_policy(struct llama_model *m, const eopts *o, const char *policy,
             rc = -1;
             break;
         }
-        score_row(teacher + (size_t)t * V, llama_get_logits_ith(ctx, -1), V,
-                  tok[o->prefill + t + 1], a);
+        if (teacher)           /* (NULL: --shape 1b, cost only) */
+            score_row(teacher + (size_t)t * V, llama_get_logits_ith(ctx, -1), V,
+                      tok[o->prefill + t + 1], a);
+        else
+            a->steps++;
     }
     twin_close(&tw);
     if (ctx)
         llama_free(ctx);
     scdb_llama_evictor_free(&ev);
     return rc;
+}
+
+/* One (policy, budget)'s cost shares, every one over one base: the median
+ * step of the twin (a plain context holding the student's cells, decoding
+ * beside it).  The capture: the median over steps of the student's
+ * llama_decode less the twin's in the same step (a per-step price; a
+ * median, as a stall of the shared machine hits one step of one side).
+ * ctx_shift's K-shift lands in the llama_decode after each shift, one step
+ * in `every`, which a median would drop: its difference is the mean, and
+ * counts as its eviction's.  Fold and evictions: per step, each eviction
+ * spread over the steps between. */
+typedef struct eshare {
+    double plain_us, step_us, stats, evict, capture, evict_us;
+} eshare;
+
+static eshare shares_of(eacc *a, int shift)
+{
+    eshare s;
+    s.plain_us = median(a->plain_t, a->n_t) * 1e6;
+    s.step_us = median(a->step_t, a->n_t) * 1e6;
+    double extra;
+    if (shift) {
+        extra = 0;
+        for (int i = 0; i < a->n_t; i++) extra += a->diff_t[i];
+        extra = extra / a->n_t * 1e6;
+    } else {
+        extra = median(a->diff_t, a->n_t) * 1e6;
+    }
+    double ev_step = a->evict_us / (double)a->step_calls;
+    if (shift)
+        ev_step += extra;
+    s.stats = a->stats_us / (double)a->step_calls / s.plain_us;
+    s.evict = ev_step / s.plain_us;
+    s.capture = shift ? 0 : extra / s.plain_us;
+    s.evict_us = a->evictions ? a->evict_us / (double)a->evictions : 0;
+    return s;
 }
 
 /* The price of reading the probabilities, on the same cache, step by step:
@@ -611,9 +694,154 @@ static double capture_cost(struct llama_model *m, const eopts *o, const int32_t 
     return median(ratio, n) - 1;
 }
 
+/* --shape 1b: the cost at a 1B-class shape, cost only.  The family is tiny
+ * (8 layers, d 128: a decode step of 0.4-0.6 ms, which the fold and the
+ * capture, O(layers x heads x cells) a step, weigh against); no 1B-class
+ * weights can be had here, so a llama-architecture GGUF of --1b-dims
+ * (default TinyLlama-1.1B's: 22 layers, d 2048, 32 heads, 4 KV heads, ffn
+ * 5632) is written with seeded random F16 weights and the byte vocabulary
+ * (scdb_model_write_random_gguf; a 256-token output layer, so its step is
+ * a little cheaper than a 32000-token model's and the shares a little
+ * higher).  The same run_policy as the family rows, without a teacher:
+ * seeded random token ids, each policy's student and its twin prefilled
+ * with --prefill tokens, then --steps steps side by side with an eviction
+ * every --every.  The attention of random weights is whatever it is: no
+ * quality figure is taken (rows say "cost_only": true). */
+#define N_POL_1B 3
+static const char *const POLICIES_1B[N_POL_1B] = {"h2o", "learned", "learned_sets"};
+
+static int run_1b(const eopts *o)
+{
+    char err[1024] = "", tmp[] = "/tmp/scdb-bench-evict-1b.XXXXXX", gguf[200];
+    int failed = 1;
+    struct llama_model *m = NULL;
+    int32_t *tok = NULL;
+    cJSON *root = cJSON_CreateObject(), *rows = cJSON_AddArrayToObject(root, "rows");
+    if (!mkdtemp(tmp)) {
+        perror("bench evict: mkdtemp");
+        cJSON_Delete(root);
+        return 1;
+    }
+    snprintf(gguf, sizeof gguf, "%s/random-1b.gguf", tmp);
+    scdb_model_config mc = {0};
+    snprintf(mc.name, sizeof mc.name, "random-1b");
+    mc.n_layers = o->dims[0];
+    mc.d_model = o->dims[1];
+    mc.n_heads = o->dims[2];
+    mc.n_kv_heads = o->dims[3];
+    mc.d_ff = o->dims[4];
+    mc.head_dim = mc.n_heads ? mc.d_model / mc.n_heads : 0;
+    mc.max_seq_len = 512;
+    mc.rope_theta = 10000.0f;
+    mc.norm_eps = 1e-5f;
+    if (mc.d_model % mc.n_heads || mc.n_heads % mc.n_kv_heads || mc.head_dim % 2) {
+        fprintf(stderr, "bench evict: --1b-dims: d %d, %d heads, %d KV heads: not a llama shape\n",
+                mc.d_model, mc.n_heads, mc.n_kv_heads);
+        goto out;
+    }
+    double t0 = scdb_now();
+    fprintf(stderr, "bench evict (llama.cpp): 1b: writing a random %d-layer model (d %d, %d heads, "
+            "%d KV heads, ffn %d, F16, byte vocabulary) to %s ...\n", mc.n_layers, mc.d_model,
+            mc.n_heads, mc.n_kv_heads, mc.d_ff, gguf);
+    if (scdb_model_write_random_gguf(&mc, NULL, 0x1b5eedull, 0.02f, SCDB_F16, gguf, err,
+                                     sizeof err)) {
+        fprintf(stderr, "bench evict: 1b: %s\n", err);
+        goto out;
+    }
+    if (!(m = llama_model_load_from_file(gguf, llama_model_default_params()))) {
+        fprintf(stderr, "bench evict: 1b: llama.cpp cannot load %s\n", gguf);
+        goto out;
+    }
+    fprintf(stderr, "bench evict (llama.cpp): 1b: written and loaded in %.1f s\n", scdb_now() - t0);
+    const int V = llama_vocab_n_tokens(llama_model_get_vocab(m));
+    if (!(tok = malloc(512 * sizeof *tok)))
+        goto out;
+    uint64_t st = 0x5eedull;
+    for (int i = 0; i < 512; i++) {
+        st = st * 6364136223846793005ull + 1442695040888963407ull;
+        tok[i] = (int32_t)((st >> 33) % (uint64_t)V);
+    }
+    printf("| shape | policy | budget | plain step | fold / step | evict / step | capture / step "
+           "| total / step | per eviction |\n|---|---|---|---|---|---|---|---|---|\n");
+    size_t per = (size_t)o->steps;
+    for (int b = 0; b < o->n_budgets; b++) {
+        int B = (int)(o->budgets[b] * (o->prefill + o->steps) + 0.5);
+        for (int p = 0; p < N_POL_1B; p++) {
+            eacc a = {0};
+            a.plain_t = malloc(per * sizeof *a.plain_t);
+            a.step_t = malloc(per * sizeof *a.step_t);
+            a.diff_t = malloc(per * sizeof *a.diff_t);
+            a.cap_t = a.plain_t && a.step_t && a.diff_t ? (int)per : 0;
+            double tp = scdb_now();
+            int rc = run_policy(m, o, POLICIES_1B[p], tok, B, NULL, V, &a, err, sizeof err);
+            if (rc || !a.n_t || !a.evictions) {
+                fprintf(stderr, "bench evict: 1b %s budget %d: %s\n", POLICIES_1B[p], B,
+                        rc ? err : "no eviction happened");
+                free(a.plain_t);
+                free(a.step_t);
+                free(a.diff_t);
+                goto out;
+            }
+            eshare sh = shares_of(&a, 0);
+            double total = sh.stats + sh.evict + sh.capture;
+            printf("| 1b | %s | %.4g (%d) | %.2f ms | %.2f%% | %.2f%% | %+.2f%% | %.2f%% | %.0f us |\n",
+                   POLICIES_1B[p], o->budgets[b], B, sh.plain_us / 1e3, sh.stats * 100,
+                   sh.evict * 100, sh.capture * 100, total * 100, sh.evict_us);
+            fflush(stdout);
+            fprintf(stderr, "bench evict (llama.cpp): 1b %s at %.4g: %.1f s\n", POLICIES_1B[p],
+                    o->budgets[b], scdb_now() - tp);
+            cJSON *row = cJSON_CreateObject();
+            cJSON_AddStringToObject(row, "engine", "llama.cpp " SCDB_LLAMA_RELEASE);
+            cJSON_AddStringToObject(row, "shape", "1b");
+            cJSON_AddStringToObject(row, "model", "random-1b");
+            cJSON_AddBoolToObject(row, "cost_only", 1);
+            cJSON_AddStringToObject(row, "policy", POLICIES_1B[p]);
+            cJSON_AddNumberToObject(row, "budget", B);
+            cJSON_AddNumberToObject(row, "budget_frac", o->budgets[b]);
+            cJSON_AddNumberToObject(row, "stats_share", sh.stats);
+            cJSON_AddNumberToObject(row, "evict_share", sh.evict);
+            cJSON_AddNumberToObject(row, "cost_share", sh.stats + sh.evict);
+            cJSON_AddNumberToObject(row, "capture_share", sh.capture);
+            cJSON_AddNumberToObject(row, "total_share", total);
+            cJSON_AddNumberToObject(row, "evict_us", sh.evict_us);
+            cJSON_AddNumberToObject(row, "decode_ms", sh.step_us / 1e3);
+            cJSON_AddNumberToObject(row, "plain_decode_ms", sh.plain_us / 1e3);
+            cJSON_AddNumberToObject(row, "steps", (double)a.steps);
+            cJSON_AddNumberToObject(row, "evictions", (double)a.evictions);
+            cJSON_AddNumberToObject(row, "sets_evictions", (double)a.set_evictions);
+            cJSON_AddItemToArray(rows, row);
+            free(a.plain_t);
+            free(a.step_t);
+            free(a.diff_t);
+        }
+    }
+    cJSON_AddStringToObject(root, "shape", "1b");
+    cJSON *dims = cJSON_AddObjectToObject(root, "dims");
+    cJSON_AddNumberToObject(dims, "n_layers", mc.n_layers);
+    cJSON_AddNumberToObject(dims, "d_model", mc.d_model);
+    cJSON_AddNumberToObject(dims, "n_heads", mc.n_heads);
+    cJSON_AddNumberToObject(dims, "n_kv_heads", mc.n_kv_heads);
+    cJSON_AddNumberToObject(dims, "d_ff", mc.d_ff);
+    cJSON_AddNumberToObject(dims, "vocab", V);
+    cJSON_AddNumberToObject(root, "prefill", o->prefill);
+    cJSON_AddNumberToObject(root, "steps", o->steps);
+    cJSON_AddNumberToObject(root, "every", o->every);
+    cJSON_AddNumberToObject(root, "threads", o->threads);
+    cJSON_AddStringToObject(root, "policy", scdb_data_relative(o->policy));
+    failed = o->json && scdb_bench_write_json(o->json, root, "bench evict");
+out:
+    cJSON_Delete(root);
+    free(tok);
+    if (m)
+        llama_model_free(m);
+    scdb_rm_tree(tmp);
+    return failed;
+}
+
 int scdb_bench_evict_llama(int argc, char **argv)
 {
     eopts o = {.windows = 1, .prefill = 256, .steps = 256, .every = 8, .threads = 2,
+               .dims = {22, 2048, 32, 4, 5632},
                .models = "base,code,manpages,python",
                .budgets = {0.5, 0.25, 0.125, 0.0625}, .n_budgets = 4};
     for (int i = 1; i < argc; i++) {
@@ -637,26 +865,56 @@ int scdb_bench_evict_llama(int argc, char **argv)
         } else if (!strcmp(a, "--data")) o.data = v;
         else if (!strcmp(a, "--gguf")) o.gguf = v;
         else if (!strcmp(a, "--json")) o.json = v;
-        else if (!strcmp(a, "--models")) o.models = v;
-        else if (!strcmp(a, "--domains")) o.domains = v;
+        else if (!strcmp(a, "--models") || !strcmp(a, "--domains")) {
+            *(!strcmp(a, "--models") ? &o.models : &o.domains) = v;
+            o.suite_set = 1;
+            bad = scdb_list_has_empty_field(v);
+            if (bad)
+                snprintf(why, sizeof why, "%s '%s': names, comma-separated, no empty field", a, v);
+        }
         else if (!strcmp(a, "--policy")) o.policy = v;
         else if (!strcmp(a, "--windows")) bad = scdb_parse_int(a, v, 1, 64, &o.windows, why, sizeof why) != SCDB_OK;
-        else if (!strcmp(a, "--prefill")) bad = scdb_parse_int(a, v, 16, 448, &o.prefill, why, sizeof why) != SCDB_OK;
-        else if (!strcmp(a, "--steps")) bad = scdb_parse_int(a, v, 1, 448, &o.steps, why, sizeof why) != SCDB_OK;
+        else if (!strcmp(a, "--prefill")) {
+            bad = scdb_parse_int(a, v, 16, 448, &o.prefill, why, sizeof why) != SCDB_OK;
+            o.prefill_set = 1;
+        }
+        else if (!strcmp(a, "--steps")) {
+            bad = scdb_parse_int(a, v, 1, 448, &o.steps, why, sizeof why) != SCDB_OK;
+            o.steps_set = 1;
+        } else if (!strcmp(a, "--shape")) {
+            bad = strcmp(v, "family") && strcmp(v, "1b");
+            if (bad) snprintf(why, sizeof why, "--shape '%s': want family or 1b", v);
+            o.shape_1b = !strcmp(v, "1b");
+        } else if (!strcmp(a, "--1b-dims")) {
+            char *f[6];
+            int k = scdb_split_list(v, f, 5);
+            bad = k != 5;
+            for (int j = 0; j < (k > 0 ? k : 0); j++) {
+                if (!bad && scdb_parse_int("--1b-dims", f[j], 1, 65536, &o.dims[j], why,
+                                           sizeof why) != SCDB_OK)
+                    bad = 1;
+                free(f[j]);
+            }
+            if (bad && !why[0])
+                snprintf(why, sizeof why, "--1b-dims '%s': want LAYERS,D,HEADS,KV_HEADS,FFN "
+                         "(five numbers, no empty field)", v);
+        }
         else if (!strcmp(a, "--every")) bad = scdb_parse_int(a, v, 1, 256, &o.every, why, sizeof why) != SCDB_OK;
         else if (!strcmp(a, "--threads")) bad = scdb_parse_int(a, v, 1, 256, &o.threads, why, sizeof why) != SCDB_OK;
         else if (!strcmp(a, "--budgets")) {
-            char buf[256];
-            snprintf(buf, sizeof buf, "%s", v);
-            o.n_budgets = 0;
-            for (char *sv = NULL, *t = strtok_r(buf, ",", &sv); t; t = strtok_r(NULL, ",", &sv)) {
-                if (o.n_budgets == MAX_B ||
-                    scdb_parse_f64("--budgets", t, 1e-3, 1.0, &o.budgets[o.n_budgets++], why,
-                                   sizeof why)) {
+            char *f[MAX_B + 1];
+            int k = scdb_split_list(v, f, MAX_B);
+            if (k <= 0) {
+                snprintf(why, sizeof why, "--budgets '%s': 1 to %d fractions, comma-separated, no "
+                         "empty field", v, MAX_B);
+                bad = 1;
+            }
+            o.n_budgets = k > 0 ? k : 0;
+            for (int j = 0; j < k; j++) {
+                if (!bad && scdb_parse_f64("--budgets", f[j], 1e-3, 1.0, &o.budgets[j], why,
+                                           sizeof why))
                     bad = 1;
-                    if (!why[0]) snprintf(why, sizeof why, "--budgets: at most %d", MAX_B);
-                    break;
-                }
+                free(f[j]);
             }
         } else {
             fprintf(stderr, "bench evict: unknown option %s (with --engine llama.cpp)\n", a);
@@ -667,6 +925,17 @@ int scdb_bench_evict_llama(int argc, char **argv)
             fprintf(stderr, "bench evict: %s\n", why);
             return 2;
         }
+    }
+    if (o.shape_1b && !o.steps_set && !o.prefill_set) {
+        /* the family's cells (budgets of the same 512), fewer steps: a 1B
+         * step is 40-60 ms here, and cost, not quality, is measured */
+        o.prefill = 448;
+        o.steps = 64;
+    }
+    if (o.shape_1b && (o.suite_set || o.gguf || o.windows != 1)) {
+        fprintf(stderr, "bench evict: --shape 1b writes its own model and tokens: no --models, "
+                        "--domains, --gguf or --windows\n");
+        return 2;
     }
     if (o.prefill + o.steps > 512) {
         fprintf(stderr, "bench evict: --prefill + --steps is over the family's context (512)\n");
@@ -688,6 +957,14 @@ int scdb_bench_evict_llama(int argc, char **argv)
                 o.threads);
         return 1;
     }
+    if (o.shape_1b) {
+        int rc = run_1b(&o);
+        scdb_llama_threadpool_free(o.pool);
+        return rc;
+    }
+    char self[4096];
+    ssize_t sl = readlink("/proc/self/exe", self, sizeof self - 1);
+    self[sl > 0 ? sl : 0] = 0;
     char man[1200];
     snprintf(man, sizeof man, "%s/evict_suite/manifest.json", o.data);
     scdb_evict_suite *suite = NULL;
@@ -702,9 +979,6 @@ int scdb_bench_evict_llama(int argc, char **argv)
         scdb_llama_threadpool_free(o.pool);
         return 1;
     }
-    char self[4096];
-    ssize_t sl = readlink("/proc/self/exe", self, sizeof self - 1);
-    self[sl > 0 ? sl : 0] = 0;
     cJSON *root = cJSON_CreateObject(), *rows = cJSON_AddArrayToObject(root, "rows");
     int failed = 0, measured = 0;
     const int V = 256;
@@ -829,35 +1103,10 @@ int scdb_bench_evict_llama(int argc, char **argv)
                         failed = 1;
                         continue;
                     }
-                    /* every share over one base: the median step of the
-                     * twin (a plain context holding the student's cells,
-                     * decoding beside it).  The capture: the median over
-                     * steps of the student's llama_decode less the twin's
-                     * in the same step (a per-step price; a median, as a
-                     * stall of the shared machine hits one step of one
-                     * side).  ctx_shift's K-shift lands in the llama_decode
-                     * after each shift, one step in `every`, which a
-                     * median would drop: its difference is the mean, and
-                     * counts as its eviction's.  Fold and evictions: per
-                     * step, each eviction spread over the steps between. */
-                    double plain = median(a->plain_t, a->n_t) * 1e6;    /* us */
-                    double step = median(a->step_t, a->n_t) * 1e6;
-                    double extra;
-                    if (p == N_POL - 1) {
-                        extra = 0;
-                        for (int i = 0; i < a->n_t; i++) extra += a->diff_t[i];
-                        extra = extra / a->n_t * 1e6;
-                    } else {
-                        extra = median(a->diff_t, a->n_t) * 1e6;
-                    }
-                    double stats = a->stats_us / (double)a->step_calls;
-                    double ev = a->evictions ? a->evict_us / (double)a->evictions : 0;
-                    double ev_step = a->evict_us / (double)a->step_calls;
-                    if (p == N_POL - 1)
-                        ev_step += extra;
-                    double stats_share = stats / plain, evict_share = ev_step / plain;
-                    double cost = stats_share + evict_share;
-                    double capture = p == N_POL - 1 ? 0 : extra / plain;
+                    eshare sh = shares_of(a, p == N_POL - 1);
+                    double stats_share = sh.stats, evict_share = sh.evict;
+                    double cost = stats_share + evict_share, capture = sh.capture;
+                    double plain = sh.plain_us, step = sh.step_us, ev = sh.evict_us;
                     double ppl = exp((a->nll - a->nll_full) / (double)a->steps);
                     int B = (int)(o.budgets[b] * (o.prefill + o.steps) + 0.5);
                     printf("| %s | %s | %s | %s | %.4g (%d) | %.4f | %.3f | %.4f | %.1f%% | "

@@ -130,8 +130,10 @@ done
 "$scdb" bench evict --engine llama.cpp --models base --domains prose,c-header --budgets 0.25 \
   --prefill 64 --steps 32 --every 8 --threads 1 --json "$tmp/l.json" >"$tmp/l.out" 2>"$tmp/l.err"
 rc=$?
+skip_llama=
 if [ $rc -eq 2 ] && grep -q "this build has no llama.cpp" "$tmp/l.err"; then
   echo "skip: bench evict --engine llama.cpp (this build has no llama.cpp)"
+  skip_llama=1
 elif [ $rc -ne 0 ]; then
   bad "bench evict --engine llama.cpp: exit $rc"; tail -5 "$tmp/l.err"
 elif /usr/bin/python3 - "$tmp/l.json" <<'PY'
@@ -160,9 +162,53 @@ for s in summ:
     assert s["kl_lowest"] == (1 if r["kl"] < best else 0), (s, r["kl"], best)
     assert abs(s["kl_ratio_geomean"] - r["kl"] / best) <= 1e-9 * max(1, r["kl"] / best), s
     assert abs(s["learned_cost_worst"] - r["total_share"]) < 1e-12, s
+    assert abs(s["learned_cost_median"] - r["total_share"]) < 1e-12, s
 PY
 then ok "bench evict --engine llama.cpp: every policy evicts in llama.cpp, learned_sets too, a consistent summary"
 else bad "bench evict --engine llama.cpp: JSON rows / summary"; fi
+
+# --shape 1b (cost only) at a tiny --1b-dims: a random-weight GGUF written,
+# h2o / learned / learned_sets evict in it, rows say cost_only and carry
+# every share over the twin's step, no quality field; bad shapes, lists
+# with an empty field and suite options are usage errors naming the option
+if [ -z "$skip_llama" ]; then
+  "$scdb" bench evict --engine llama.cpp --shape 1b --1b-dims 2,128,4,2,256 --prefill 64 \
+    --steps 16 --every 8 --budgets 0.25,0.125 --threads 1 --json "$tmp/b.json" >"$tmp/b.out" 2>"$tmp/b.err"
+  rc=$?
+  if [ $rc -ne 0 ]; then
+    bad "bench evict --shape 1b: exit $rc"; tail -5 "$tmp/b.err"
+  elif /usr/bin/python3 - "$tmp/b.json" <<'PY'
+import json, math, sys
+d = json.load(open(sys.argv[1]))
+rows = d["rows"]
+assert d["shape"] == "1b" and d["dims"]["n_layers"] == 2 and d["dims"]["d_model"] == 128, d
+assert {(r["policy"], r["budget_frac"]) for r in rows} == \
+    {(p, b) for p in ("h2o", "learned", "learned_sets") for b in (0.25, 0.125)}, rows
+for r in rows:
+    assert r["cost_only"] is True and r["shape"] == "1b" and "kl" not in r, r
+    assert r["steps"] == 16 and r["evictions"] >= 1, r
+    assert r["plain_decode_ms"] > 0 and r["decode_ms"] > 0, r
+    assert abs(r["total_share"] - r["cost_share"] - r["capture_share"]) < 1e-12, r
+    assert abs(r["cost_share"] - r["stats_share"] - r["evict_share"]) < 1e-12, r
+    assert r["budget"] == int(r["budget_frac"] * 80 + 0.5), r
+PY
+  then ok "bench evict --shape 1b: every policy evicts in the written model, cost-only rows"
+  else bad "bench evict --shape 1b: JSON rows"; fi
+  for a in "--1b-dims 2,128,4,,256" "--1b-dims 2,128,4,2" "--1b-dims 2,128,x,2,256" \
+           "--budgets 0.25,,0.125" "--models base," "--shape 2b"; do
+    "$scdb" bench evict --engine llama.cpp --shape 1b $a >"$tmp/bad.out" 2>"$tmp/bad.err"
+    rc=$?
+    opt=${a%% *}
+    [ $rc -eq 2 ] && grep -q -- "$opt '" "$tmp/bad.err" \
+      && ok "bench evict --engine llama.cpp $a: a usage error naming $opt" \
+      || { bad "bench evict --engine llama.cpp $a: exit $rc, want 2 naming $opt"; head -3 "$tmp/bad.err"; }
+  done
+  "$scdb" bench evict --engine llama.cpp --shape 1b --models base >"$tmp/bad.out" 2>"$tmp/bad.err"
+  rc=$?
+  [ $rc -eq 2 ] && grep -q -- "--shape 1b writes its own model" "$tmp/bad.err" \
+    && ok "bench evict --shape 1b --models: refused" \
+    || { bad "bench evict --shape 1b --models: exit $rc"; head -3 "$tmp/bad.err"; }
+fi
 
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]
