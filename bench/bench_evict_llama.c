@@ -35,6 +35,7 @@
 
 #include "bench.h"
 #include "evict_train.h"
+#include "kernels.h"
 #include "model.h"
 
 int scdb_bench_evict_llama(int argc, char **argv);
@@ -65,13 +66,19 @@ typedef struct eopts {
     double budgets[MAX_B];
     int n_budgets, windows, prefill, steps, every, threads;
     int shape_1b, dims[5];         /* --shape 1b: layers, d, heads, KV heads, ffn */
-    int steps_set, prefill_set, suite_set;
+    int steps_set, prefill_set, suite_set, dims_set;
+    const char *dims_arg;
     struct ggml_threadpool *pool;  /* every context's, when threads > 1 */
 } eopts;
 
 typedef struct eacc {
     double kl, top1, nll, nll_full, stats_us, evict_us, decode_us, plain_us;
     long steps, evictions, step_calls, set_evictions;
+    /* the reference engine under the same kept sets (learned variants):
+     * steps compared, steps whose next token (argmax) is the same, the
+     * largest |logit difference| */
+    long ref_steps, ref_same, ref_near_tie;
+    double ref_dlogit;
     /* per step, side by side: the twin's plain step, the student's
      * llama_decode alone, and the difference (seconds) */
     double *plain_t, *step_t, *diff_t;
@@ -120,6 +127,7 @@ static void usage(FILE *f)
 "                    starts its threads at each graph computation, and the\n"
 "                    capture splits a step into one per tensor it reads)\n"
 "  --gguf DIR        GGUF exports NAME.gguf (default: exported into a temp folder)\n"
+"  --shape S         family (default: the rows above) or 1b\n"
 "  --shape 1b        cost as models grow, cost only: a random-weight GGUF of\n"
 "                    --1b-dims (default 22,2048,32,4,5632: TinyLlama-1.1B's\n"
 "                    layers, d, heads, KV heads, ffn; F16, byte vocabulary)\n"
@@ -129,12 +137,26 @@ static void usage(FILE *f)
 "                    rows {shape, cost_only, policy, budget, budget_frac,\n"
 "                    stats_share, evict_share, cost_share, capture_share,\n"
 "                    total_share, evict_us, decode_ms, plain_decode_ms, steps,\n"
-"                    evictions, sets_evictions} and dims; no KL (random\n"
-"                    weights), no --models / --domains\n"
+"                    evictions, sets_evictions} and dims; no KL and no\n"
+"                    reference replay (random weights); no --models,\n"
+"                    --domains, --gguf or --windows\n"
 "  --json FILE       rows {model, domain, seen, policy, budget, budget_frac, kl,\n"
 "                    top1, ppl_ratio, stats_share, evict_share, cost_share,\n"
 "                    capture_share, total_share, evict_us, decode_ms,\n"
-"                    plain_decode_ms, steps, evictions, sets_evictions}.\n"
+"                    plain_decode_ms, steps, evictions, sets_evictions; the\n"
+"                    learned variants also ref_same_top1, ref_max_dlogit,\n"
+"                    ref_steps: scdb's reference engine (DATA/models/NAME,\n"
+"                    so a --gguf DIR must hold those models' exports)\n"
+"                    replays the kept sets, after the timed steps, over the\n"
+"                    same tokens (its F32 cache compacted, per head for\n"
+"                    learned_sets, to what llama.cpp held): the share of\n"
+"                    steps whose next token (argmax) both engines pick\n"
+"                    alike, the largest |logit difference|, the steps they\n"
+"                    pick differently (ref_differ) and of those the ones\n"
+"                    where the reference's margin is within twice the\n"
+"                    step's |difference| (ref_differ_near_tie) (llama.cpp's\n"
+"                    KV here is its default F16: ~1e-3 of it is that\n"
+"                    rounding; test_llama holds an F32 cache to 1e-4)}.\n"
 "                    Every share is over one base, plain_decode_ms: the median\n"
 "                    step of a twin context (flash attention off, no capture)\n"
 "                    holding as many cells as the student and decoding the same\n"
@@ -163,7 +185,9 @@ static void usage(FILE *f)
 "                    KL of the heuristics and ctx_shift, a top-1 at least the\n"
 "                    best of theirs, its KL over the best of theirs (geometric\n"
 "                    mean), its median and worst total_share (capture + fold\n"
-"                    + evict) and any policy's worst\n");
+"                    + evict), any policy's worst, ref_same_top1_worst,\n"
+"                    ref_max_dlogit, ref_differ and ref_differ_beyond_tie\n"
+"                    (the engines' agreement: worst pair, and steps summed)\n");
 }
 
 
@@ -420,13 +444,16 @@ static void summarize(const cJSON *rows, cJSON *root, const eopts *o)
     cJSON *sum = cJSON_AddArrayToObject(root, "summary");
     printf("\n| policy | domains | budget | pairs | lowest KL | top-1 >= best other | "
            "KL / best other's (geo. mean) | its cost, median | its cost, worst | any policy's cost, "
-           "worst |\n|---|---|---|---|---|---|---|---|---|---|\n");
+           "worst | same next token as the reference, worst | max logit difference | steps "
+           "picking differently (beyond a near-tie) |\n"
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     static const char *const LEARNED[] = {"learned", "learned_sets"};
     for (int li = 0; li < 2; li++)
     for (int seen = 0; seen < 2; seen++)
         for (int b = 0; b < o->n_budgets; b++) {
             int pairs = 0, lowest = 0, top1 = 0;
-            double logr = 0, cost_l = 0, cost_any = 0, costs[256];
+            double logr = 0, cost_l = 0, cost_any = 0, costs[256], same = 1, dlog = 0;
+            long differ = 0, beyond = 0;
             const cJSON *r;
             cJSON_ArrayForEach(r, rows) {
                 if (strcmp(cJSON_GetObjectItem(r, "policy")->valuestring, LEARNED[li]) ||
@@ -451,6 +478,12 @@ static void summarize(const cJSON *rows, cJSON *root, const eopts *o)
                 }
                 if (pairs < 256)
                     costs[pairs] = num(r, "total_share");
+                if (cJSON_GetObjectItem(r, "ref_same_top1")) {
+                    same = fmin(same, num(r, "ref_same_top1"));
+                    dlog = fmax(dlog, num(r, "ref_max_dlogit"));
+                    differ += (long)num(r, "ref_differ");
+                    beyond += (long)(num(r, "ref_differ") - num(r, "ref_differ_near_tie"));
+                }
                 pairs++;
                 lowest += num(r, "kl") < best_kl;
                 top1 += num(r, "top1") >= best_top1;
@@ -460,9 +493,11 @@ static void summarize(const cJSON *rows, cJSON *root, const eopts *o)
                 continue;
             double geo = exp(logr / pairs);
             double cost_med = median(costs, pairs < 256 ? pairs : 256);
-            printf("| %s | %s | %.4g | %d | %d / %d | %d / %d | %.3f | %.1f%% | %.1f%% | %.1f%% |\n",
+            printf("| %s | %s | %.4g | %d | %d / %d | %d / %d | %.3f | %.1f%% | %.1f%% | %.1f%% | "
+                   "%.4f | %.1e | %ld (%ld) |\n",
                    LEARNED[li], seen ? "seen" : "unseen", o->budgets[b], pairs, lowest, pairs, top1,
-                   pairs, geo, cost_med * 100, cost_l * 100, cost_any * 100);
+                   pairs, geo, cost_med * 100, cost_l * 100, cost_any * 100, same, dlog, differ,
+                   beyond);
             cJSON *x = cJSON_CreateObject();
             cJSON_AddStringToObject(x, "policy", LEARNED[li]);
             cJSON_AddStringToObject(x, "split", seen ? "seen" : "unseen");
@@ -474,12 +509,236 @@ static void summarize(const cJSON *rows, cJSON *root, const eopts *o)
             cJSON_AddNumberToObject(x, "learned_cost_median", cost_med);
             cJSON_AddNumberToObject(x, "learned_cost_worst", cost_l);
             cJSON_AddNumberToObject(x, "cost_worst", cost_any);
+            cJSON_AddNumberToObject(x, "ref_same_top1_worst", same);
+            cJSON_AddNumberToObject(x, "ref_max_dlogit", dlog);
+            cJSON_AddNumberToObject(x, "ref_differ", (double)differ);
+            cJSON_AddNumberToObject(x, "ref_differ_beyond_tie", (double)beyond);
             cJSON_AddItemToArray(sum, x);
         }
 }
 
+/* The reference engine (scdb's own, the model's directory) replaying what
+ * the evictor keeps in llama.cpp, step by step: the same tokens over a
+ * cache compacted to the positions llama.cpp holds; for keep sets per
+ * (layer, KV group), gathered set by set as evict_sets writes llama.cpp's
+ * (slot i of set k: the K / V set k holds for its i-th position, the
+ * slot's position the evictor's).  Issue 41's third goal, "the two engines
+ * agree on what eviction means": the next token each engine picks
+ * (argmax) at every step, teacher-forced, and the largest logit
+ * difference. */
+typedef struct refm {
+    const scdb_model *m;
+    scdb_kv_cache *rc, *was;
+    int32_t *spos;          /* [L * G][512]: set k's position per slot */
+    int L, G, hd, V;
+    float *lg;
+} refm;
+
+static void refm_close(refm *r)
+{
+    scdb_kv_cache_free(&r->rc);
+    scdb_kv_cache_free(&r->was);
+    free(r->spos);
+    free(r->lg);
+    memset(r, 0, sizeof *r);
+}
+
+static int refm_open(refm *r, const scdb_model *m, const int32_t *tok, int prefill)
+{
+    const scdb_model_config *c = scdb_model_cfg(m);
+    memset(r, 0, sizeof *r);
+    r->m = m;
+    r->L = c->n_layers;
+    r->G = c->n_kv_heads;
+    r->hd = c->head_dim;
+    r->V = c->vocab_size;
+    r->spos = malloc((size_t)r->L * r->G * 512 * sizeof *r->spos);
+    r->lg = malloc((size_t)r->V * sizeof *r->lg);
+    if (!r->spos || !r->lg || scdb_model_cache_new(m, 512, &r->rc) ||
+        scdb_model_cache_new(m, 512, &r->was) ||
+        scdb_model_forward(m, tok, NULL, prefill, r->rc, NULL, NULL)) {
+        refm_close(r);
+        return -1;
+    }
+    for (int k = 0; k < r->L * r->G; k++)
+        memcpy(r->spos + (size_t)k * 512, r->rc->pos, (size_t)r->rc->n * sizeof *r->spos);
+    return 0;
+}
+
+/* after an eviction: the cache as llama.cpp then held it, pos[0, n) the
+ * evictor's positions and, for keep sets per head, sets the positions of
+ * set k at sets + k * 512 (NULL: one set); -1 when they are not the
+ * reference's to keep */
+static int refm_apply(refm *r, const int32_t *pos, int n, const int32_t *sets)
+{
+    scdb_kv_cache *rc = r->rc;
+    const int K = r->L * r->G, kvd = r->G * r->hd;
+    if (!sets) {
+        int *keep = malloc((size_t)(rc->n > 0 ? rc->n : 1) * sizeof *keep), nk = 0;
+        if (!keep)
+            return -1;
+        for (int i = 0, j = 0; i < rc->n && j < n; i++)
+            if (rc->pos[i] == pos[j]) {
+                keep[nk++] = i;
+                j++;
+            }
+        int bad = nk != n || scdb_kv_cache_compact(rc, keep, nk);
+        free(keep);
+        if (bad)
+            return -1;
+        for (int k = 0; k < K; k++)
+            memcpy(r->spos + (size_t)k * 512, rc->pos, (size_t)nk * sizeof *r->spos);
+        return 0;
+    }
+    const int old_n = rc->n;
+    r->was->n = old_n;
+    for (int l = 0; l < r->L; l++) {
+        memcpy(scdb_kv_k(r->was, l, 0), scdb_kv_k(rc, l, 0), (size_t)old_n * kvd * sizeof(float));
+        memcpy(scdb_kv_v(r->was, l, 0), scdb_kv_v(rc, l, 0), (size_t)old_n * kvd * sizeof(float));
+    }
+    rc->n = n;
+    memcpy(rc->pos, pos, (size_t)n * sizeof *pos);
+    for (int l = 0; l < r->L; l++)
+        for (int g = 0; g < r->G; g++) {
+            int k = l * r->G + g;
+            int32_t *sp0 = r->spos + (size_t)k * 512;
+            const int32_t *sp = sets + (size_t)k * 512;
+            for (int i = 0, j = 0; i < n; i++) {
+                while (j < old_n && sp0[j] != sp[i])
+                    j++;
+                if (j == old_n)
+                    return -1;
+                memcpy(scdb_kv_k(rc, l, i) + g * r->hd, scdb_kv_k(r->was, l, j) + g * r->hd,
+                       (size_t)r->hd * sizeof(float));
+                memcpy(scdb_kv_v(rc, l, i) + g * r->hd, scdb_kv_v(r->was, l, j) + g * r->hd,
+                       (size_t)r->hd * sizeof(float));
+            }
+            memcpy(sp0, sp, (size_t)n * sizeof *sp);
+        }
+    return 0;
+}
+
+/* What the replay needs, recorded during the timed steps (copies only: the
+ * reference's forwards run after them, so the student's and the twin's
+ * steps are timed as for every other policy): llama.cpp's logits per step
+ * and, per eviction slot (step t with t % every == 0), the kept positions
+ * and per-head sets. */
+typedef struct rlog {
+    int steps, every, K, V;
+    float *logits;      /* [steps][V] */
+    int *ev_n;          /* [slots]: kept count, -1: no eviction there */
+    char *ev_sets;      /* [slots]: keep sets per head */
+    int32_t *ev_pos;    /* [slots][512] */
+    int32_t *ev_set;    /* [slots][K][512] */
+} rlog;
+
+static void rlog_free(rlog *g)
+{
+    free(g->logits);
+    free(g->ev_n);
+    free(g->ev_sets);
+    free(g->ev_pos);
+    free(g->ev_set);
+    memset(g, 0, sizeof *g);
+}
+
+static int rlog_init(rlog *g, const scdb_model *ref, int steps, int every)
+{
+    const scdb_model_config *c = scdb_model_cfg(ref);
+    int slots = (steps + every - 1) / every;
+    memset(g, 0, sizeof *g);
+    g->steps = steps;
+    g->every = every;
+    g->K = c->n_layers * c->n_kv_heads;
+    g->V = c->vocab_size;
+    g->logits = malloc((size_t)steps * g->V * sizeof *g->logits);
+    g->ev_n = malloc((size_t)slots * sizeof *g->ev_n);
+    g->ev_sets = calloc((size_t)slots, 1);
+    g->ev_pos = malloc((size_t)slots * 512 * sizeof *g->ev_pos);
+    g->ev_set = malloc((size_t)slots * g->K * 512 * sizeof *g->ev_set);
+    if (!g->logits || !g->ev_n || !g->ev_sets || !g->ev_pos || !g->ev_set) {
+        rlog_free(g);
+        return -1;
+    }
+    for (int i = 0; i < slots; i++)
+        g->ev_n[i] = -1;
+    return 0;
+}
+
+/* the eviction before step t, as the evictor reports it */
+static int rlog_evicted(rlog *g, int t, const scdb_llama_evictor *ev)
+{
+    int e = t / g->every, n = 0, ns = 0;
+    const int32_t *pos = scdb_llama_evictor_positions(ev, &n);
+    if (!pos || n > 512)
+        return -1;
+    g->ev_n[e] = n;
+    memcpy(g->ev_pos + (size_t)e * 512, pos, (size_t)n * sizeof *pos);
+    g->ev_sets[e] = scdb_llama_evictor_set_positions(ev, 0, &ns) != NULL;
+    for (int k = 0; g->ev_sets[e] && k < g->K; k++) {
+        const int32_t *sp = scdb_llama_evictor_set_positions(ev, k, &ns);
+        if (!sp || ns != n)
+            return -1;
+        memcpy(g->ev_set + ((size_t)e * g->K + k) * 512, sp, (size_t)n * sizeof *sp);
+    }
+    return 0;
+}
+
+/* the step's token through the reference, compared with llama.cpp's logits */
+static int refm_step(refm *r, llama_token x, const float *g, eacc *a)
+{
+    if (scdb_model_forward(r->m, &x, NULL, 1, r->rc, r->lg, NULL))
+        return -1;
+    for (int k = 0; k < r->L * r->G; k++)
+        r->spos[(size_t)k * 512 + r->rc->n - 1] = r->rc->pos[r->rc->n - 1];
+    int ag = 0, ar = 0;
+    double dl = 0;
+    for (int v = 0; v < r->V; v++) {
+        dl = fmax(dl, fabs((double)g[v] - r->lg[v]));
+        if (g[v] > g[ag]) ag = v;
+        if (r->lg[v] > r->lg[ar]) ar = v;
+    }
+    a->ref_dlogit = fmax(a->ref_dlogit, dl);
+    a->ref_same += ag == ar;
+    /* a different pick the logits' own difference explains: the
+     * reference's margin of its pick over llama.cpp's is within twice
+     * this step's largest |difference| (a near-tie that rounding flips) */
+    a->ref_near_tie += ag != ar && (double)r->lg[ar] - r->lg[ag] <= 2 * dl;
+    a->ref_steps++;
+    return 0;
+}
+
+/* the recorded run through the reference engine: -1 (err says why) when
+ * it cannot follow it */
+static int rlog_replay(const rlog *g, const scdb_model *ref, const int32_t *tok, int prefill,
+                       eacc *a, char *err, size_t errlen)
+{
+    refm rm;
+    if (refm_open(&rm, ref, tok, prefill)) {
+        snprintf(err, errlen, "the reference engine's prefill failed");
+        return -1;
+    }
+    int rc = 0;
+    for (int t = 0; t < g->steps && !rc; t++) {
+        int e = t / g->every;
+        if (t % g->every == 0 && g->ev_n[e] >= 0 &&
+            refm_apply(&rm, g->ev_pos + (size_t)e * 512, g->ev_n[e],
+                       g->ev_sets[e] ? g->ev_set + (size_t)e * g->K * 512 : NULL)) {
+            snprintf(err, errlen, "the kept positions before step %d are not the reference "
+                     "engine's", t);
+            rc = -1;
+        } else if (refm_step(&rm, tok[prefill + t], g->logits + (size_t)t * g->V, a)) {
+            snprintf(err, errlen, "the reference engine's step %d failed", t);
+            rc = -1;
+        }
+    }
+    refm_close(&rm);
+    return rc;
+}
+
 static int run_policy(struct llama_model *m, const eopts *o, const char *policy, const int32_t *tok,
-                      int B, const double *teacher, int V, eacc *a, char *err, size_t errlen)
+                      int B, const double *teacher, int V, eacc *a, const scdb_model *ref,
+                      char *err, size_t errlen)
 {
     scdb_llama_evict_params ep = scdb_llama_evict_default_params();
     ep.sets = !strcmp(policy, "learned_sets");
@@ -496,6 +755,11 @@ static int run_policy(struct llama_model *m, const eopts *o, const char *policy,
     int rc = ctx ? 0 : -1;
     if (rc || twin_open(&tw, m, o, tok)) {
         snprintf(err, errlen, "a context or the twin's prefill failed");
+        rc = -1;
+    }
+    rlog lg = {0};
+    if (!rc && ref && (rlog_init(&lg, ref, o->steps, o->every) || lg.V != V)) {
+        snprintf(err, errlen, "the reference engine's log: no memory, or not the model's vocabulary");
         rc = -1;
     }
     scdb_llama_evict_result r;
@@ -522,9 +786,19 @@ static int run_policy(struct llama_model *m, const eopts *o, const char *policy,
                  * the sets' there, not always one the twin holds; the
                  * twin keeps as many cells (attention's cost is by cells),
                  * and in the cells a state write leaves */
-                if (sets_now ? (twin_cut(&tw, 4, 4 + tw.n - n), tw.n != n || twin_compact(&tw))
+                if (sets_now ? (twin_cut(&tw, 4, 4 + tw.n - n), tw.n != n)
                              : twin_keep(&tw, kp, n)) {
                     snprintf(err, errlen, "the kept positions are not the twin's");
+                    rc = -1;
+                    break;
+                }
+                if (sets_now && twin_compact(&tw)) {
+                    snprintf(err, errlen, "the twin's state read and write failed");
+                    rc = -1;
+                    break;
+                }
+                if (ref && rlog_evicted(&lg, t, ev)) {
+                    snprintf(err, errlen, "the evictor's kept sets could not be recorded");
                     rc = -1;
                     break;
                 }
@@ -559,6 +833,8 @@ static int run_policy(struct llama_model *m, const eopts *o, const char *policy,
             rc = -1;
             break;
         }
+        if (ref)
+            memcpy(lg.logits + (size_t)t * V, llama_get_logits_ith(ctx, -1), (size_t)V * sizeof(float));
         if (teacher)           /* (NULL: --shape 1b, cost only) */
             score_row(teacher + (size_t)t * V, llama_get_logits_ith(ctx, -1), V,
                       tok[o->prefill + t + 1], a);
@@ -569,6 +845,9 @@ static int run_policy(struct llama_model *m, const eopts *o, const char *policy,
     if (ctx)
         llama_free(ctx);
     scdb_llama_evictor_free(&ev);
+    if (!rc && ref)      /* after every timed step */
+        rc = rlog_replay(&lg, ref, tok, o->prefill, a, err, errlen);
+    rlog_free(&lg);
     return rc;
 }
 
@@ -754,8 +1033,10 @@ static int run_1b(const eopts *o)
     }
     fprintf(stderr, "bench evict (llama.cpp): 1b: written and loaded in %.1f s\n", scdb_now() - t0);
     const int V = llama_vocab_n_tokens(llama_model_get_vocab(m));
-    if (!(tok = malloc(512 * sizeof *tok)))
+    if (!(tok = malloc(512 * sizeof *tok))) {
+        fprintf(stderr, "bench evict: 1b: out of memory\n");
         goto out;
+    }
     uint64_t st = 0x5eedull;
     for (int i = 0; i < 512; i++) {
         st = st * 6364136223846793005ull + 1442695040888963407ull;
@@ -773,7 +1054,7 @@ static int run_1b(const eopts *o)
             a.diff_t = malloc(per * sizeof *a.diff_t);
             a.cap_t = a.plain_t && a.step_t && a.diff_t ? (int)per : 0;
             double tp = scdb_now();
-            int rc = run_policy(m, o, POLICIES_1B[p], tok, B, NULL, V, &a, err, sizeof err);
+            int rc = run_policy(m, o, POLICIES_1B[p], tok, B, NULL, V, &a, NULL, err, sizeof err);
             if (rc || !a.n_t || !a.evictions) {
                 fprintf(stderr, "bench evict: 1b %s budget %d: %s\n", POLICIES_1B[p], B,
                         rc ? err : "no eviction happened");
@@ -887,6 +1168,8 @@ int scdb_bench_evict_llama(int argc, char **argv)
             o.shape_1b = !strcmp(v, "1b");
         } else if (!strcmp(a, "--1b-dims")) {
             char *f[6];
+            o.dims_set = 1;
+            o.dims_arg = v;
             int k = scdb_split_list(v, f, 5);
             bad = k != 5;
             for (int j = 0; j < (k > 0 ? k : 0); j++) {
@@ -926,11 +1209,24 @@ int scdb_bench_evict_llama(int argc, char **argv)
             return 2;
         }
     }
-    if (o.shape_1b && !o.steps_set && !o.prefill_set) {
+    if (o.shape_1b) {
         /* the family's cells (budgets of the same 512), fewer steps: a 1B
          * step is 40-60 ms here, and cost, not quality, is measured */
-        o.prefill = 448;
-        o.steps = 64;
+        if (!o.prefill_set)
+            o.prefill = 448;
+        if (!o.steps_set)
+            o.steps = 64;
+    }
+    if (o.dims_set && !o.shape_1b) {
+        fprintf(stderr, "bench evict: --1b-dims '%s': only with --shape 1b\n", o.dims_arg);
+        return 2;
+    }
+    if (o.shape_1b && (o.dims[1] % o.dims[2] || o.dims[2] % o.dims[3] ||
+                       (o.dims[1] / o.dims[2]) % 2)) {
+        fprintf(stderr, "bench evict: --1b-dims '%s': d %d, %d heads, %d KV heads is not a llama "
+                "shape (heads divide d into an even head size, KV heads divide heads)\n",
+                o.dims_arg ? o.dims_arg : "default", o.dims[1], o.dims[2], o.dims[3]);
+        return 2;
     }
     if (o.shape_1b && (o.suite_set || o.gguf || o.windows != 1)) {
         fprintf(stderr, "bench evict: --shape 1b writes its own model and tokens: no --models, "
@@ -948,6 +1244,13 @@ int scdb_bench_evict_llama(int argc, char **argv)
         snprintf(polpath, sizeof polpath, "%s/policies/distillcache_base.safetensors", o.data);
         o.policy = polpath;
     }
+    /* llama.cpp's threads are the bench's parallelism: OpenBLAS (the
+     * learned network's GEMMs, the reference engine's replay) runs on the
+     * caller's thread, as in scdb's engine bench; its idle threads spin
+     * and yield after a call, and on 2 cores that slowed whichever
+     * llama_decode came next (a run with them: 85 s of system time, the
+     * learned rows' worst total up from 13-15% to 19-22%) */
+    scdb_k_cpu_threads(1);
     if (scdb_llama_init(err, sizeof err)) {
         fprintf(stderr, "bench evict: %s\n", err);
         return 1;
@@ -1004,6 +1307,14 @@ int scdb_bench_evict_llama(int argc, char **argv)
         struct llama_model *m = llama_model_load_from_file(path, llama_model_default_params());
         if (!m) {
             fprintf(stderr, "bench evict: llama.cpp cannot load %s\n", path);
+            failed = 1;
+            break;
+        }
+        /* the reference engine, replaying the learned variants' kept sets */
+        scdb_model *ref = NULL;
+        if (scdb_model_load(src, &ref, err, sizeof err)) {
+            fprintf(stderr, "bench evict: %s: %s\n", src, err);
+            llama_model_free(m);
             failed = 1;
             break;
         }
@@ -1081,7 +1392,9 @@ int scdb_bench_evict_llama(int argc, char **argv)
                                      ? run_shift(m, &o, tok, B, teacher, V, &acc[p][b], err,
                                                  sizeof err)
                                      : run_policy(m, &o, POLICIES[p], tok, B, teacher, V,
-                                                  &acc[p][b], err, sizeof err);
+                                                  &acc[p][b],
+                                                  !strncmp(POLICIES[p], "learned", 7) ? ref : NULL,
+                                                  err, sizeof err);
                         if (rc) {
                             fprintf(stderr, "bench evict: %s %s %s budget %d: %s\n", mn,
                                     dom->name, POLICIES[p], B, err);
@@ -1140,6 +1453,24 @@ int scdb_bench_evict_llama(int argc, char **argv)
                     cJSON_AddNumberToObject(row, "steps", (double)a->steps);
                     cJSON_AddNumberToObject(row, "evictions", (double)a->evictions);
                     cJSON_AddNumberToObject(row, "sets_evictions", (double)a->set_evictions);
+                    if (a->ref_steps) {
+                        if (a->ref_steps != a->steps) {
+                            fprintf(stderr, "bench evict: %s %s %s: the reference engine compared "
+                                    "%ld of %ld steps\n", mn, dom->name, POLICIES[p], a->ref_steps,
+                                    a->steps);
+                            failed = 1;
+                        }
+                        cJSON_AddNumberToObject(row, "ref_same_top1",
+                                                (double)a->ref_same / (double)a->ref_steps);
+                        cJSON_AddNumberToObject(row, "ref_max_dlogit", a->ref_dlogit);
+                        cJSON_AddNumberToObject(row, "ref_steps", (double)a->ref_steps);
+                        cJSON_AddNumberToObject(row, "ref_differ", (double)(a->ref_steps - a->ref_same));
+                        cJSON_AddNumberToObject(row, "ref_differ_near_tie", (double)a->ref_near_tie);
+                    } else if (!strncmp(POLICIES[p], "learned", 7)) {
+                        fprintf(stderr, "bench evict: %s %s %s: no step compared with the "
+                                "reference engine\n", mn, dom->name, POLICIES[p]);
+                        failed = 1;
+                    }
                     cJSON_AddItemToArray(rows, row);
                     measured++;
                 }
@@ -1153,6 +1484,7 @@ int scdb_bench_evict_llama(int argc, char **argv)
                 break;
             fflush(stdout);
         }
+        scdb_model_free(&ref);
         llama_model_free(m);
     }
     if (!failed && measured == 0) {

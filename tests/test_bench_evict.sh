@@ -151,6 +151,16 @@ for r in rows:
     assert abs(r["total_share"] - r["cost_share"] - r["capture_share"]) < 1e-12, r
     assert abs(r["cost_share"] - r["stats_share"] - r["evict_share"]) < 1e-12, r
     assert (r["sets_evictions"] >= 1) == (r["policy"] == "learned_sets"), r
+    # the learned variants replayed by the reference engine, every step
+    if r["policy"].startswith("learned"):
+        # (llama.cpp's F16 KV against the reference's F32: ~1e-2 at most;
+        # a wrong gather of the kept sets moves logits by far more)
+        assert r["ref_steps"] == 32 and r["ref_same_top1"] >= 0.9, r
+        assert 0 <= r["ref_max_dlogit"] < 0.05, r
+        assert r["ref_differ"] == round(32 * (1 - r["ref_same_top1"])), r
+        assert 0 <= r["ref_differ_near_tie"] <= r["ref_differ"], r
+    else:
+        assert "ref_steps" not in r, r
 assert {(s["policy"], s["split"]) for s in summ} == {(p, sp) for p in ("learned", "learned_sets")
                                                      for sp in ("seen", "unseen")}, summ
 for s in summ:
@@ -163,6 +173,10 @@ for s in summ:
     assert abs(s["kl_ratio_geomean"] - r["kl"] / best) <= 1e-9 * max(1, r["kl"] / best), s
     assert abs(s["learned_cost_worst"] - r["total_share"]) < 1e-12, s
     assert abs(s["learned_cost_median"] - r["total_share"]) < 1e-12, s
+    assert s["ref_same_top1_worst"] == r["ref_same_top1"], s
+    assert s["ref_max_dlogit"] == r["ref_max_dlogit"], s
+    assert s["ref_differ"] == r["ref_differ"], s
+    assert s["ref_differ_beyond_tie"] == r["ref_differ"] - r["ref_differ_near_tie"], s
 PY
 then ok "bench evict --engine llama.cpp: every policy evicts in llama.cpp, learned_sets too, a consistent summary"
 else bad "bench evict --engine llama.cpp: JSON rows / summary"; fi
@@ -195,7 +209,7 @@ PY
   then ok "bench evict --shape 1b: every policy evicts in the written model, cost-only rows"
   else bad "bench evict --shape 1b: JSON rows"; fi
   for a in "--1b-dims 2,128,4,,256" "--1b-dims 2,128,4,2" "--1b-dims 2,128,x,2,256" \
-           "--budgets 0.25,,0.125" "--models base," "--shape 2b"; do
+           "--budgets 0.25,,0.125" "--models base," "--shape 2b" "--1b-dims 2,130,4,2,256"; do
     "$scdb" bench evict --engine llama.cpp --shape 1b $a >"$tmp/bad.out" 2>"$tmp/bad.err"
     rc=$?
     opt=${a%% *}
@@ -208,6 +222,11 @@ PY
   [ $rc -eq 2 ] && grep -q -- "--shape 1b writes its own model" "$tmp/bad.err" \
     && ok "bench evict --shape 1b --models: refused" \
     || { bad "bench evict --shape 1b --models: exit $rc"; head -3 "$tmp/bad.err"; }
+  "$scdb" bench evict --engine llama.cpp --1b-dims 2,128,4,2,256 >"$tmp/bad.out" 2>"$tmp/bad.err"
+  rc=$?
+  [ $rc -eq 2 ] && grep -q -- "only with --shape 1b" "$tmp/bad.err" \
+    && ok "bench evict --1b-dims without --shape 1b: refused" \
+    || { bad "bench evict --1b-dims without --shape 1b: exit $rc"; head -3 "$tmp/bad.err"; }
 fi
 
 echo "$pass passed, $fail failed"
