@@ -71,6 +71,11 @@ typedef struct eopts {
     struct ggml_threadpool *pool;  /* every context's, when threads > 1 */
 } eopts;
 
+/* the largest |logit difference| between llama.cpp (F16 KV) and the
+ * reference engine (F32) under one kept set that the bench takes for
+ * rounding: 7x what its runs see */
+#define REF_MAX_DLOGIT 0.1
+
 typedef struct eacc {
     double kl, top1, nll, nll_full, stats_us, evict_us, decode_us, plain_us;
     long steps, evictions, step_calls, set_evictions;
@@ -106,16 +111,19 @@ static void usage(FILE *f)
 "                        [--prefill P] [--steps T] [--every C] [--policy FILE]\n"
 "                        [--threads T] [--json FILE]\n"
 "       scdb bench evict --engine llama.cpp --shape 1b [--1b-dims L,D,H,G,FF]\n"
-"                        [--budgets ..] [--prefill P] [--steps T] [--every C]\n"
-"                        [--policy FILE] [--threads T] [--json FILE]\n\n"
+"                        [--data DIR] [--budgets ..] [--prefill P] [--steps T]\n"
+"                        [--every C] [--policy FILE] [--threads T] [--json FILE]\n\n"
 "The eviction protocol with llama.cpp generating: each policy keeps the\n"
-"llama.cpp sequence within its budget (kq_soft_max and Vcur read by cb_eval,\n"
-"flash attention off; the kept set applied with llama_memory_seq_rm), scored\n"
-"against llama.cpp's full cache: KL, top-1, ppl; cost per step and per\n"
-"eviction as shares of llama.cpp's decode step.  Policies: streaming, h2o,\n"
-"snapkv, tova, learned (one keep set), learned_sets (keep sets per layer and\n"
-"KV group below the file's split, through the state writer), and ctx_shift,\n"
-"llama.cpp's own context shift (the same 4 sinks, positions closed up).\n\n"
+"llama.cpp sequence within its budget (kq_soft_max read by cb_eval, flash\n"
+"attention off, new V from llama.cpp's cache; the kept set applied with\n"
+"llama_memory_seq_rm), scored against llama.cpp's full cache: KL, top-1,\n"
+"ppl; cost per step and per eviction as shares of llama.cpp's decode step.\n"
+"Policies: streaming, h2o, snapkv, tova, learned (one keep set), learned_sets\n"
+"(keep sets per layer and KV group below the file's split, through the state\n"
+"writer), and ctx_shift, llama.cpp's own context shift (the same 4 sinks,\n"
+"positions closed up).  The learned variants are replayed by scdb's reference\n"
+"engine under the same kept sets (--json: ref_*); logits more than 0.1 apart\n"
+"fail the run.\n\n"
 "  --models LIST     default base,code,manpages,python (DATA/models)\n"
 "  --domains LIST    suite domains (default: all of data/evict_suite)\n"
 "  --budgets LIST    fractions of prefill + steps (default 0.5,0.25,0.125,0.0625)\n"
@@ -126,7 +134,10 @@ static void usage(FILE *f)
 "                    the bench runs on one ggml thread pool (without one ggml\n"
 "                    starts its threads at each graph computation, and the\n"
 "                    capture splits a step into one per tensor it reads)\n"
-"  --gguf DIR        GGUF exports NAME.gguf (default: exported into a temp folder)\n"
+"  --gguf DIR        GGUF exports NAME.gguf (default: exported into a temp\n"
+"                    folder); each must be DATA/models/NAME's f32 export (its\n"
+"                    weights fingerprint is checked: the reference replay\n"
+"                    runs DATA/models/NAME)\n"
 "  --shape S         family (default: the rows above) or 1b\n"
 "  --shape 1b        cost as models grow, cost only: a random-weight GGUF of\n"
 "                    --1b-dims (default 22,2048,32,4,5632: TinyLlama-1.1B's\n"
@@ -134,7 +145,8 @@ static void usage(FILE *f)
 "                    written to a temp folder, seeded random tokens, h2o,\n"
 "                    learned and learned_sets at each budget (default\n"
 "                    --prefill 448 --steps 64: the family's 512 cells);\n"
-"                    rows {shape, cost_only, policy, budget, budget_frac,\n"
+"                    rows {engine, shape, model, cost_only, policy, budget,\n"
+"                    budget_frac,\n"
 "                    stats_share, evict_share, cost_share, capture_share,\n"
 "                    total_share, evict_us, decode_ms, plain_decode_ms, steps,\n"
 "                    evictions, sets_evictions} and dims; no KL and no\n"
@@ -694,6 +706,8 @@ static int refm_step(refm *r, llama_token x, const float *g, eacc *a)
     int ag = 0, ar = 0;
     double dl = 0;
     for (int v = 0; v < r->V; v++) {
+        if (!isfinite(g[v]) || !isfinite(r->lg[v]))
+            return -1;       /* (fmax would drop a NaN, and no NaN moves an argmax) */
         dl = fmax(dl, fabs((double)g[v] - r->lg[v]));
         if (g[v] > g[ag]) ag = v;
         if (r->lg[v] > r->lg[ar]) ar = v;
@@ -728,7 +742,8 @@ static int rlog_replay(const rlog *g, const scdb_model *ref, const int32_t *tok,
                      "engine's", t);
             rc = -1;
         } else if (refm_step(&rm, tok[prefill + t], g->logits + (size_t)t * g->V, a)) {
-            snprintf(err, errlen, "the reference engine's step %d failed", t);
+            snprintf(err, errlen, "the reference engine's step %d failed, or either engine's "
+                     "logits there are not finite", t);
             rc = -1;
         }
     }
@@ -1033,7 +1048,7 @@ static int run_1b(const eopts *o)
     }
     fprintf(stderr, "bench evict (llama.cpp): 1b: written and loaded in %.1f s\n", scdb_now() - t0);
     const int V = llama_vocab_n_tokens(llama_model_get_vocab(m));
-    if (!(tok = malloc(512 * sizeof *tok))) {
+    if (!(tok = malloc(513 * sizeof *tok))) {
         fprintf(stderr, "bench evict: 1b: out of memory\n");
         goto out;
     }
@@ -1285,7 +1300,8 @@ int scdb_bench_evict_llama(int argc, char **argv)
     cJSON *root = cJSON_CreateObject(), *rows = cJSON_AddArrayToObject(root, "rows");
     int failed = 0, measured = 0;
     const int V = 256;
-    int32_t *tok = malloc(512 * sizeof *tok);
+    /* prefill + steps <= 512 tokens and the last step's target */
+    int32_t *tok = malloc(513 * sizeof *tok);
     double *teacher = malloc((size_t)o.steps * V * sizeof *teacher);
     printf("| model | domain | seen | policy | budget | KL | top-1 | ppl ratio | fold + evict "
            "/ step | capture / step |\n|---|---|---|---|---|---|---|---|---|---|\n");
@@ -1300,6 +1316,24 @@ int scdb_bench_evict_llama(int argc, char **argv)
             char *xargv[] = {self, "export-gguf", src, "-o", path, NULL};
             if (scdb_bench_spawn_quiet(xargv)) {
                 fprintf(stderr, "bench evict: scdb export-gguf %s failed\n", src);
+                failed = 1;
+                break;
+            }
+        }
+        if (o.gguf) {
+            /* the reference engine replays DATA/models/NAME: the GGUF must
+             * be its export, or every replay differs by whole logits */
+            char fp_src[33], fp_gguf[33];
+            if (scdb_weights_fingerprint(src, fp_src, err, sizeof err) ||
+                scdb_weights_fingerprint(path, fp_gguf, err, sizeof err)) {
+                fprintf(stderr, "bench evict: %s\n", err);
+                failed = 1;
+                break;
+            }
+            if (strcmp(fp_src, fp_gguf)) {
+                fprintf(stderr, "bench evict: %s is not %s's export (weights fingerprint %s, "
+                        "want %s): --gguf DIR must hold NAME.gguf from scdb export-gguf "
+                        "DATA/models/NAME (f32)\n", path, src, fp_gguf, fp_src);
                 failed = 1;
                 break;
             }
@@ -1466,6 +1500,18 @@ int scdb_bench_evict_llama(int argc, char **argv)
                         cJSON_AddNumberToObject(row, "ref_steps", (double)a->ref_steps);
                         cJSON_AddNumberToObject(row, "ref_differ", (double)(a->ref_steps - a->ref_same));
                         cJSON_AddNumberToObject(row, "ref_differ_near_tie", (double)a->ref_near_tie);
+                        /* F16 KV rounding moves the family's logits by
+                         * ~1e-2 (this bench's runs: at most 1.5e-2); a
+                         * kept set gathered wrong, by ~1 (a set per head
+                         * given another head's: 1.1-2.4) */
+                        if (a->ref_dlogit > REF_MAX_DLOGIT) {
+                            fprintf(stderr, "bench evict: %s %s %s at %g: the engines' logits "
+                                    "differ by %.3g under the same kept set (over %g: not "
+                                    "rounding; the kept sets or their replay are wrong)\n", mn,
+                                    dom->name, POLICIES[p], o.budgets[b], a->ref_dlogit,
+                                    REF_MAX_DLOGIT);
+                            failed = 1;
+                        }
                     } else if (!strncmp(POLICIES[p], "learned", 7)) {
                         fprintf(stderr, "bench evict: %s %s %s: no step compared with the "
                                 "reference engine\n", mn, dom->name, POLICIES[p]);
