@@ -179,14 +179,15 @@ PY
 then ok "bench evict --engine llama.cpp: every policy evicts in llama.cpp, learned_sets too, a consistent summary"
 else bad "bench evict --engine llama.cpp: JSON rows / summary"; fi
 
-# --shape 1b (cost only) at a tiny --1b-dims: a random-weight GGUF written,
 # --gguf DIR: the reference engine replays DATA/models/NAME, so a NAME.gguf
 # that is another model's export is refused by fingerprint before anything
 # runs (it would differ by whole logits); base's own f32 export runs
 if [ -z "$skip_llama" ]; then
   models=$(dirname "$scdb")/../share/scdb/models
   mkdir -p "$tmp/gw" "$tmp/gr"
-  "$scdb" export-gguf "$models/code" -o "$tmp/gw/base.gguf" >/dev/null 2>&1     && "$scdb" export-gguf "$models/base" -o "$tmp/gr/base.gguf" >/dev/null 2>&1     || bad "export-gguf of base and code for --gguf"
+  "$scdb" export-gguf "$models/code" -o "$tmp/gw/base.gguf" >/dev/null 2>&1 \
+    && "$scdb" export-gguf "$models/base" -o "$tmp/gr/base.gguf" >/dev/null 2>&1 \
+    || bad "export-gguf of base and code for --gguf"
   g=(--engine llama.cpp --models base --domains prose --budgets 0.25 --prefill 64 --steps 32
      --every 8 --threads 1)
   "$scdb" bench evict "${g[@]}" --gguf "$tmp/gw" --json "$tmp/gw/x.json" >"$tmp/gw.out" 2>"$tmp/gw.err"
@@ -199,6 +200,8 @@ if [ -z "$skip_llama" ]; then
     && ok "bench evict --gguf with base's own export: runs" \
     || { bad "bench evict --gguf with base's own export: exit $?"; tail -3 "$tmp/gr.err"; }
 fi
+
+# --shape 1b (cost only) at a tiny --1b-dims: a random-weight GGUF written,
 # h2o / learned / learned_sets evict in it, rows say cost_only and carry
 # every share over the twin's step, no quality field; bad shapes, lists
 # with an empty field and suite options are usage errors naming the option
