@@ -66,8 +66,8 @@ typedef struct eopts {
     double budgets[MAX_B];
     int n_budgets, windows, prefill, steps, every, threads;
     int shape_1b, dims[5];         /* --shape 1b: layers, d, heads, KV heads, ffn */
-    int steps_set, prefill_set, suite_set, dims_set;
-    const char *dims_arg;
+    int steps_set, prefill_set, suite_set;
+    const char *dims_arg;          /* --1b-dims as given (NULL: not given) */
     struct ggml_threadpool *pool;  /* every context's, when threads > 1 */
 } eopts;
 
@@ -464,7 +464,10 @@ static void summarize(const cJSON *rows, cJSON *root, const eopts *o)
     for (int seen = 0; seen < 2; seen++)
         for (int b = 0; b < o->n_budgets; b++) {
             int pairs = 0, lowest = 0, top1 = 0;
-            double logr = 0, cost_l = 0, cost_any = 0, costs[256], same = 1, dlog = 0;
+            /* (the worst costs start below any row: a row's total can be
+             * negative, a capture share being a difference of two steps) */
+            double logr = 0, cost_l = -INFINITY, cost_any = -INFINITY, costs[256], same = 1,
+                   dlog = 0;
             long differ = 0, beyond = 0;
             const cJSON *r;
             cJSON_ArrayForEach(r, rows) {
@@ -1183,7 +1186,6 @@ int scdb_bench_evict_llama(int argc, char **argv)
             o.shape_1b = !strcmp(v, "1b");
         } else if (!strcmp(a, "--1b-dims")) {
             char *f[6];
-            o.dims_set = 1;
             o.dims_arg = v;
             int k = scdb_split_list(v, f, 5);
             bad = k != 5;
@@ -1232,7 +1234,7 @@ int scdb_bench_evict_llama(int argc, char **argv)
         if (!o.steps_set)
             o.steps = 64;
     }
-    if (o.dims_set && !o.shape_1b) {
+    if (o.dims_arg && !o.shape_1b) {
         fprintf(stderr, "bench evict: --1b-dims '%s': only with --shape 1b\n", o.dims_arg);
         return 2;
     }
