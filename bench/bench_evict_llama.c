@@ -65,6 +65,7 @@ typedef struct eopts {
     const char *data, *gguf, *json, *models, *domains, *policy;
     double budgets[MAX_B];
     int n_budgets, windows, prefill, steps, every, threads;
+    int capture_every;             /* the evictor's (0: its default) */
     int shape_1b, dims[5];         /* --shape 1b: layers, d, heads, KV heads, ffn */
     int steps_set, prefill_set, suite_set;
     const char *dims_arg;          /* --1b-dims as given (NULL: not given) */
@@ -109,10 +110,11 @@ static void usage(FILE *f)
 "usage: scdb bench evict --engine llama.cpp [--data DIR] [--gguf DIR] [--models a,b]\n"
 "                        [--domains a,b] [--budgets 0.5,0.25,...] [--windows N]\n"
 "                        [--prefill P] [--steps T] [--every C] [--policy FILE]\n"
-"                        [--threads T] [--json FILE]\n"
+"                        [--capture-every N] [--threads T] [--json FILE]\n"
 "       scdb bench evict --engine llama.cpp --shape 1b [--1b-dims L,D,H,G,FF]\n"
 "                        [--data DIR] [--budgets ..] [--prefill P] [--steps T]\n"
-"                        [--every C] [--policy FILE] [--threads T] [--json FILE]\n\n"
+"                        [--every C] [--capture-every N] [--policy FILE]\n"
+"                        [--threads T] [--json FILE]\n\n"
 "The eviction protocol with llama.cpp generating: each policy keeps the\n"
 "llama.cpp sequence within its budget (kq_soft_max read by cb_eval, flash\n"
 "attention off, new V from llama.cpp's cache; the kept set applied with\n"
@@ -129,6 +131,11 @@ static void usage(FILE *f)
 "  --budgets LIST    fractions of prefill + steps (default 0.5,0.25,0.125,0.0625)\n"
 "  --windows N       windows per (model, domain) (default 1)\n"
 "  --prefill P / --steps T / --every C   the protocol (default 256 / 256 / 8)\n"
+"  --capture-every N every evictor's capture_every (default the library's, %d):\n"
+"                    the attention is read on one step in N, the steps between\n"
+"                    read only the new token's cell off the mask; the capture\n"
+"                    share is then the median over groups of N steps of the\n"
+"                    group's mean difference\n"
 "  --policy FILE     the learned policy (default DATA/policies/distillcache_base.safetensors)\n"
 "  --threads T       llama.cpp threads (default 2); above 1, every context of\n"
 "                    the bench runs on one ggml thread pool (without one ggml\n"
@@ -178,15 +185,16 @@ static void usage(FILE *f)
 "                    eviction spread over the steps between (ctx_shift: its\n"
 "                    seq_rm + seq_add and the K-shift its next llama_decode\n"
 "                    runs, the mean step over the twin's); cost_share: the two;\n"
-"                    capture_share: the median over steps of the student's\n"
-"                    llama_decode less the twin's in the same step (the price\n"
-"                    of reading the attention); total_share: cost + capture;\n"
+"                    capture_share: the median over steps (groups of\n"
+"                    --capture-every steps) of the student's llama_decode\n"
+"                    less the twin's in the same step (the price of reading\n"
+"                    the attention); total_share: cost + capture;\n"
 "                    decode_ms: the student's median llama_decode;\n"
 "                    sets_evictions: evictions that kept a set per head.  Per\n"
 "                    model, on the full cache: capture_full_share, the step\n"
 "                    reading the attention over the cheaper of the same step\n"
 "                    without (flash attention off) and with llama.cpp's\n"
-"                    default (auto), median of 3 x 64 steps side by side\n"
+"                    default (auto), median of 3 x 64 steps (groups) side by side\n"
 "                    (capture_plain_ms, capture_step_ms, capture_fa_plain_ms);\n"
 "                    full_plain_ms: the teacher's mean step (full cache).\n"
 "                    and summary {policy, split, budget_frac, pairs, kl_lowest,\n"
@@ -199,7 +207,8 @@ static void usage(FILE *f)
 "                    mean), its median and worst total_share (capture + fold\n"
 "                    + evict), any policy's worst, ref_same_top1_worst,\n"
 "                    ref_max_dlogit, ref_differ and ref_differ_beyond_tie\n"
-"                    (the engines' agreement: worst pair, and steps summed)\n");
+"                    (the engines' agreement: worst pair, and steps summed)\n",
+            scdb_llama_evict_default_params().capture_every);
 }
 
 
@@ -764,6 +773,7 @@ static int run_policy(struct llama_model *m, const eopts *o, const char *policy,
     ep.policy_file = o->policy;
     ep.budget = B;
     ep.cadence = 0;
+    ep.capture_every = o->capture_every;
     ep.threadpool = o->pool;
     scdb_llama_evictor *ev = NULL;
     if (scdb_llama_evictor_new(&ep, &ev, err, errlen))
@@ -882,18 +892,42 @@ typedef struct eshare {
     double plain_us, step_us, stats, evict, capture, evict_us;
 } eshare;
 
-static eshare shares_of(eacc *a, int shift)
+/* The median over groups of g consecutive values of each group's mean
+ * (g = 1: the median): a capture every g steps prices a group, one step
+ * that reads every layer and g - 1 that read one, which the median of
+ * single steps would not (it would pick the cheap ones).  The groups start
+ * at v[0], the first step after the prefill, whose chunk read every layer:
+ * each group holds one full capture, its last step. */
+static double group_median(const double *v, int n, int g)
+{
+    int k = g > 1 ? n / g : n;
+    if (k < 1)
+        return median((double *)v, n);
+    double *m = malloc((size_t)k * sizeof *m);
+    if (!m)
+        return NAN;
+    for (int i = 0; i < k; i++) {
+        double t = 0;
+        for (int j = 0; j < (g > 1 ? g : 1); j++) t += v[(size_t)i * (g > 1 ? g : 1) + j];
+        m[i] = t / (g > 1 ? g : 1);
+    }
+    double r = median(m, k);
+    free(m);
+    return r;
+}
+
+static eshare shares_of(eacc *a, int shift, int g)
 {
     eshare s;
     s.plain_us = median(a->plain_t, a->n_t) * 1e6;
-    s.step_us = median(a->step_t, a->n_t) * 1e6;
+    s.step_us = group_median(a->step_t, a->n_t, g) * 1e6;
     double extra;
     if (shift) {
         extra = 0;
         for (int i = 0; i < a->n_t; i++) extra += a->diff_t[i];
         extra = extra / a->n_t * 1e6;
     } else {
-        extra = median(a->diff_t, a->n_t) * 1e6;
+        extra = group_median(a->diff_t, a->n_t, g) * 1e6;
     }
     double ev_step = a->evict_us / (double)a->step_calls;
     if (shift)
@@ -942,6 +976,7 @@ static double capture_cost(struct llama_model *m, const eopts *o, const int32_t 
         ep.policy = "h2o";
         ep.budget = 512;
         ep.cadence = 0;
+        ep.capture_every = o->capture_every;
         ep.threadpool = o->pool;
         scdb_llama_evictor *ev = NULL;
         char err[256];
@@ -954,6 +989,10 @@ static double capture_cost(struct llama_model *m, const eopts *o, const int32_t 
         for (int k = 0; ok && k < 3; k++)
             ok = !scdb_llama_decode(ctx[k], 0, tok, (size_t)o->prefill, 0, 0);
         ok = ok && !scdb_llama_evictor_start(ev, ctx[1]);
+        /* (capture_every g: a group of g steps, one reading every layer,
+         * compared as one, as shares_of does) */
+        const int g = o->capture_every > 1 ? o->capture_every : 1;
+        double gs[3] = {0, 0, 0};
         for (int t = 0; ok && t < steps; t++) {
             llama_token x = tok[o->prefill + t];
             double took[3];
@@ -970,9 +1009,15 @@ static double capture_cost(struct llama_model *m, const eopts *o, const int32_t 
             }
             if (!ok)
                 break;
-            ratio[n] = took[1] / fmin(took[0], took[2]);
             for (int k = 0; k < 3; k++)
-                ms[k][n] = took[k] * 1e3;
+                gs[k] += took[k];
+            if (t % g != g - 1)
+                continue;
+            ratio[n] = gs[1] / fmin(gs[0], gs[2]);
+            for (int k = 0; k < 3; k++) {
+                ms[k][n] = gs[k] / g * 1e3;
+                gs[k] = 0;
+            }
             n++;
         }
         llama_batch_free(bt);
@@ -1081,7 +1126,7 @@ static int run_1b(const eopts *o)
                 free(a.diff_t);
                 goto out;
             }
-            eshare sh = shares_of(&a, 0);
+            eshare sh = shares_of(&a, 0, o->capture_every);
             double total = sh.stats + sh.evict + sh.capture;
             printf("| 1b | %s | %.4g (%d) | %.2f ms | %.2f%% | %.2f%% | %+.2f%% | %.2f%% | %.0f us |\n",
                    POLICIES_1B[p], o->budgets[b], B, sh.plain_us / 1e3, sh.stats * 100,
@@ -1125,6 +1170,7 @@ static int run_1b(const eopts *o)
     cJSON_AddNumberToObject(root, "prefill", o->prefill);
     cJSON_AddNumberToObject(root, "steps", o->steps);
     cJSON_AddNumberToObject(root, "every", o->every);
+    cJSON_AddNumberToObject(root, "capture_every", o->capture_every);
     cJSON_AddNumberToObject(root, "threads", o->threads);
     cJSON_AddStringToObject(root, "policy", scdb_data_relative(o->policy));
     failed = o->json && scdb_bench_write_json(o->json, root, "bench evict");
@@ -1140,6 +1186,7 @@ out:
 int scdb_bench_evict_llama(int argc, char **argv)
 {
     eopts o = {.windows = 1, .prefill = 256, .steps = 256, .every = 8, .threads = 2,
+               .capture_every = scdb_llama_evict_default_params().capture_every,
                .dims = {22, 2048, 32, 4, 5632},
                .models = "base,code,manpages,python",
                .budgets = {0.5, 0.25, 0.125, 0.0625}, .n_budgets = 4};
@@ -1200,6 +1247,7 @@ int scdb_bench_evict_llama(int argc, char **argv)
                          "(five numbers, no empty field)", v);
         }
         else if (!strcmp(a, "--every")) bad = scdb_parse_int(a, v, 1, 256, &o.every, why, sizeof why) != SCDB_OK;
+        else if (!strcmp(a, "--capture-every")) bad = scdb_parse_int(a, v, 1, 64, &o.capture_every, why, sizeof why) != SCDB_OK;
         else if (!strcmp(a, "--threads")) bad = scdb_parse_int(a, v, 1, 256, &o.threads, why, sizeof why) != SCDB_OK;
         else if (!strcmp(a, "--budgets")) {
             char *f[MAX_B + 1];
@@ -1452,7 +1500,7 @@ int scdb_bench_evict_llama(int argc, char **argv)
                         failed = 1;
                         continue;
                     }
-                    eshare sh = shares_of(a, p == N_POL - 1);
+                    eshare sh = shares_of(a, p == N_POL - 1, o.capture_every);
                     double stats_share = sh.stats, evict_share = sh.evict;
                     double cost = stats_share + evict_share, capture = sh.capture;
                     double plain = sh.plain_us, step = sh.step_us, ev = sh.evict_us;
@@ -1545,6 +1593,7 @@ int scdb_bench_evict_llama(int argc, char **argv)
     cJSON_AddNumberToObject(root, "prefill", o.prefill);
     cJSON_AddNumberToObject(root, "steps", o.steps);
     cJSON_AddNumberToObject(root, "every", o.every);
+    cJSON_AddNumberToObject(root, "capture_every", o.capture_every);
     cJSON_AddNumberToObject(root, "threads", o.threads);
     cJSON_AddStringToObject(root, "policy", scdb_data_relative(o.policy));
     if (!failed && o.json && scdb_bench_write_json(o.json, root, "bench evict"))

@@ -2,6 +2,7 @@
  * (scdb_llama.h, "live eviction"): attention read by cb_eval, folded into
  * scdb's accumulators over a shadow of the sequence, the kept set applied
  * with llama_memory_seq_rm. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,8 +49,15 @@ struct scdb_llama_evictor {
     int stopped;                 /* started, then stopped by an error that
                                   * left it unlike the sequence (err says) */
     int32_t last_pos;            /* -1: empty */
-    /* capture, valid during a decode */
+    int uncaptured;              /* decodes since the last full capture */
+    /* capture, valid during a decode: capturing 1 every layer's
+     * attention (and Vcur while v_mode != 1), 2 layer 0's only (the new
+     * token's cell: capture_every) */
     int capturing, n_new;
+    int by_mask;                 /* this decode's cells read off the mask */
+    long mask_reads;             /* decodes whose cells were (tests) */
+    int no_mask;                 /* the mask was found unusable: layer 0's
+                                  * attention instead (a split) */
     float *probs;                /* [L][n_head][LL_CHUNK][n_cells] as llama gives */
     int n_kv;                    /* cells the step's attention covers */
     int *got_probs, *got_v;      /* per layer */
@@ -82,12 +90,15 @@ scdb_llama_evict_params scdb_llama_evict_default_params(void)
     scdb_llama_evict_params p = {0};
     p.policy = "learned";
     p.cadence = 1;
+    p.capture_every = 2;
     return p;
 }
 
 const char *scdb_llama_evictor_error(const scdb_llama_evictor *e) { return e ? e->err : ""; }
 
 int ll_evictor_v_mode(const scdb_llama_evictor *e) { return e ? e->v_mode : 0; }
+long ll_evictor_mask_reads(const scdb_llama_evictor *e) { return e ? e->mask_reads : 0; }
+void ll_evictor_no_mask(scdb_llama_evictor *e) { if (e) e->no_mask = 1; }
 const scdb_kv_cache *ll_evictor_shadow(const scdb_llama_evictor *e) { return e ? e->shadow : NULL; }
 
 const int32_t *scdb_llama_evictor_positions(const scdb_llama_evictor *e, int *n)
@@ -123,6 +134,13 @@ scdb_err scdb_llama_evictor_new(const scdb_llama_evict_params *pp, scdb_llama_ev
                p.budget, p.cadence);
         return SCDB_EINVAL;
     }
+    if (p.capture_every < 0 || p.capture_every > 64) {
+        ll_msg(errbuf, errlen, "capture_every %d: want 1 to 64 (0: the default, %d)",
+               p.capture_every, scdb_llama_evict_default_params().capture_every);
+        return SCDB_EINVAL;
+    }
+    if (p.capture_every == 0)
+        p.capture_every = scdb_llama_evict_default_params().capture_every;
     scdb_evict_kind kind;
     if (scdb_evict_kind_parse(p.policy, &kind) || kind == SCDB_EVICT_FULL ||
         kind == SCDB_EVICT_H2O_HEAD || kind == SCDB_EVICT_SNAPKV_HEAD ||
@@ -210,11 +228,45 @@ static int is_view(const struct ggml_tensor *t)
            t->op == GGML_OP_TRANSPOSE;
 }
 
+/* The cells each new token sees, off kq_soft_max's mask operand (llama.cpp's
+ * attn_inp_kq_mask: [n_kv][n_tokens], 0 where the token attends, -inf where
+ * not; an input, set on the host before the graph runs, so readable when
+ * the first node is asked about): written as layer 0 head 0's rows of
+ * probs, 1 where seen.  No graph split.  0 if the mask is not that shape. */
+static int mask_cells(scdb_llama_evictor *e, const struct ggml_tensor *t)
+{
+    const struct ggml_tensor *mk = t->src[1];
+    if (!mk || mk->type != GGML_TYPE_F32 || !mk->buffer || !ggml_backend_buffer_is_host(mk->buffer) ||
+        !mk->data || mk->ne[0] != t->ne[0] || mk->ne[0] > e->n_cells || mk->ne[1] < e->n_new ||
+        mk->ne[2] != 1 || mk->ne[3] != 1 || mk->nb[0] != sizeof(float))
+        return 0;
+    e->n_kv = (int)mk->ne[0];
+    for (int q = 0; q < e->n_new; q++) {
+        const float *row = (const float *)((const char *)mk->data + (size_t)q * mk->nb[1]);
+        float *dst = e->probs + (size_t)q * (size_t)e->n_kv;     /* att(e, 0, 0, q, m) */
+        for (int c = 0; c < e->n_kv; c++)
+            dst[c] = row[c] > -INFINITY ? 1.0f : 0.0f;
+    }
+    e->got_probs[0] = 1;
+    e->by_mask = 1;
+    e->mask_reads++;
+    return 1;
+}
+
 static bool evict_cb(struct ggml_tensor *t, bool ask, void *ud)
 {
     scdb_llama_evictor *e = ud;
     int lp = -1, lv = -1;
-    if (e->capturing) {
+    if (e->capturing == 2) {
+        /* the new token's cell only: off the mask, or where it cannot be
+         * read, layer 0's attention */
+        if (!e->got_probs[0] && ll_layer_of(t->name, "kq_soft_max") == 0) {
+            if (!ask || e->no_mask || !mask_cells(e, t)) {
+                e->no_mask = 1;
+                lp = 0;
+            }
+        }
+    } else if (e->capturing) {
         lp = ll_layer_of(t->name, "kq_soft_max");
         if (lp < 0 && e->v_mode != 1)
             lv = ll_layer_of(t->name, "Vcur");
@@ -428,6 +480,7 @@ scdb_err scdb_llama_evictor_start(scdb_llama_evictor *e, struct llama_context *c
     e->started = 1;
     e->stopped = 0;
     e->since = 0;
+    e->uncaptured = 0;
     return SCDB_OK;
 fail:
     free_state(e);
@@ -531,9 +584,11 @@ static void v_from_cache(scdb_llama_evictor *e, int n, int m)
 
 /* Map the chunk's cells to slots and fold its attention; then the new slots
  * are live.  n old live slots; the new ones are slots [n, n + m). */
-static scdb_err fold(scdb_llama_evictor *e, const llama_pos *pos, int m)
+static scdb_err fold(scdb_llama_evictor *e, const llama_pos *pos, int m, int full)
 {
     const int n = e->shadow->n, L = e->n_layer, H = e->n_head, nkv = e->n_kv;
+    /* the layers whose attention was read (0: the mask's cells only) */
+    const int Ls = full ? L : (e->by_mask ? 0 : 1);
     /* the cell of token t: seen by its query, held by no earlier token.
      * Layer 0's first head sees it (a query always sees itself: its own
      * score is finite, and a probability that underflowed to 0 there is
@@ -548,7 +603,7 @@ static scdb_err fold(scdb_llama_evictor *e, const llama_pos *pos, int m)
                 found = c;
                 count++;
             }
-        for (int c = 0; c < nkv && count != 1; c++) {
+        for (int c = 0; c < nkv && count != 1 && Ls > 0; c++) {
             if (c == 0) {
                 found = -1;
                 count = 0;
@@ -556,7 +611,7 @@ static scdb_err fold(scdb_llama_evictor *e, const llama_pos *pos, int m)
             if (e->cell_slot[c] >= 0)
                 continue;
             int seen = 0;
-            for (int l = 0; l < L && !seen; l++)
+            for (int l = 0; l < Ls && !seen; l++)
                 for (int h = 0; h < H && !seen; h++)
                     seen = att(e, l, h, t, m)[c] > 0.0f;
             if (seen) {
@@ -578,7 +633,7 @@ static scdb_err fold(scdb_llama_evictor *e, const llama_pos *pos, int m)
     v_from_cache(e, n, m);
     /* probs over slots: [L][H][m][n + m] */
     const int S = n + m;
-    for (int l = 0; l < L; l++)
+    for (int l = 0; l < L && full; l++)
         for (int h = 0; h < H; h++)
             for (int t = 0; t < m; t++) {
                 const float *src = att(e, l, h, t, m);
@@ -591,7 +646,9 @@ static scdb_err fold(scdb_llama_evictor *e, const llama_pos *pos, int m)
     for (int t = 0; t < m; t++)
         e->shadow->pos[n + t] = pos[t];
     e->shadow->n = S;
-    scdb_err err = scdb_evict_acc_update(e->acc, e->shadow, e->folded, S, m);
+    /* (a decode whose attention was not read: the new slots' positions
+     * and V norms, no query's attention) */
+    scdb_err err = scdb_evict_acc_update(e->acc, e->shadow, full ? e->folded : NULL, S, m);
     if (err) {
         snprintf(e->err, sizeof e->err, "the accumulators' update: %s", scdb_strerror(err));
         e->shadow->n = n;
@@ -893,8 +950,13 @@ scdb_err scdb_llama_evictor_decode(scdb_llama_evictor *e, struct llama_context *
         memset(e->got_probs, 0, (size_t)e->n_layer * sizeof *e->got_probs);
         memset(e->got_v, 0, (size_t)e->n_layer * sizeof *e->got_v);
         e->bad = 0;
+        e->by_mask = 0;
         e->n_new = m;
-        e->capturing = 1;
+        /* every layer's attention, or (capture_every) layer 0's only on a
+         * single token once V is read from the cache */
+        int full = e->p.capture_every <= 1 || m > 1 || e->v_mode != 1 ||
+                   e->uncaptured >= e->p.capture_every - 1;
+        e->capturing = full ? 1 : 2;
         double t0 = ll_now_ms();
         int rc = llama_decode(ctx, b);
         e->capturing = 0;
@@ -908,7 +970,7 @@ scdb_err scdb_llama_evictor_decode(scdb_llama_evictor *e, struct llama_context *
                 llama_memory_seq_rm(mem, e->p.seq, e->last_pos + 1, -1);
             break;
         }
-        for (int l = 0; l < e->n_layer; l++)
+        for (int l = 0; l < (full ? e->n_layer : 1); l++)
             if (!e->got_probs[l] || (e->v_mode != 1 && !e->got_v[l]) || e->bad) {
                 snprintf(e->err, sizeof e->err, "layer %d's attention or V was not seen: was the "
                          "context made with scdb_llama_evictor_cparams (flash attention off)?", l);
@@ -916,7 +978,7 @@ scdb_err scdb_llama_evictor_decode(scdb_llama_evictor *e, struct llama_context *
                 break;
             }
         if (!err)
-            err = fold(e, b.pos, m);
+            err = fold(e, b.pos, m, full);
         if (err) {
             /* the chunk is in llama.cpp, not in the shadow: take it out, so
              * the sequence is what it was before this call's chunk and the
@@ -926,6 +988,7 @@ scdb_err scdb_llama_evictor_decode(scdb_llama_evictor *e, struct llama_context *
         }
         e->last_pos += m;
         e->since += m;
+        e->uncaptured = full ? 0 : e->uncaptured + 1;
         double t2 = ll_now_ms();
         r.stats_us += (t2 - t1) * 1e3;
         if (e->p.cadence > 0 && e->shadow->n >= e->p.budget + e->p.cadence) {

@@ -22,6 +22,8 @@ scdb_err ll_layout_from_blob(const void *blob, size_t len, scdb_llama_layout *L,
  * the cache; 1 the cache; -1 Vcur-N for good), and its shadow (slot i's
  * position and, for the last chunk's slots, V) */
 int ll_evictor_v_mode(const scdb_llama_evictor *e);
+long ll_evictor_mask_reads(const scdb_llama_evictor *e); /* decodes mapped off the mask */
+void ll_evictor_no_mask(scdb_llama_evictor *e);  /* (tests) as if the mask could not be read */
 const scdb_kv_cache *ll_evictor_shadow(const scdb_llama_evictor *e);
 
 /* 1 when seq is one of the context's sequences (0 .. llama_n_seq_max - 1:

@@ -353,6 +353,21 @@ typedef struct scdb_llama_evict_params {
                                   * the state writer (below; several times
                                   * the cost of an eviction); 0 (default):
                                   * one set for all at every budget         */
+    int capture_every;           /* read every layer's attention on one
+                                  * decode in this many: 2 (default), 1
+                                  * every decode, up to 64.  A single-token
+                                  * decode in between reads only which cell
+                                  * the token took, off the attention mask
+                                  * (llama.cpp's attn_inp_kq_mask, a graph
+                                  * input: no split; where it cannot be
+                                  * read, layer 0's attention, one split),
+                                  * and folds no attention: the features
+                                  * come from a sample of the queries.  A
+                                  * prefill chunk and the first decode
+                                  * (V's check) read every layer.  2 keeps
+                                  * the learned policy's KL on the bench's
+                                  * unseen domains, 4 does not (DESIGN.md,
+                                  * "Attention on one step in two")     */
     struct ggml_threadpool *threadpool; /* attached to the context at start
                                   * (the caller's: free it after the
                                   * context); NULL (default): the evictor

@@ -140,6 +140,7 @@ elif /usr/bin/python3 - "$tmp/l.json" <<'PY'
 import json, math, sys
 d = json.load(open(sys.argv[1]))
 rows, summ = d["rows"], d["summary"]
+assert d["capture_every"] == 2, d["capture_every"]     # the evictor's default
 pols = {"streaming", "h2o", "snapkv", "tova", "learned", "learned_sets", "ctx_shift"}
 got = {(r["domain"], r["policy"]) for r in rows}
 assert got == {(dm, p) for dm in ("prose", "c-header") for p in pols}, got
@@ -196,9 +197,19 @@ if [ -z "$skip_llama" ]; then
     && [ ! -e "$tmp/gw/x.json" ] \
     && ok "bench evict --gguf with another model's export as base.gguf: refused by fingerprint" \
     || { bad "bench evict --gguf, code's export as base.gguf: exit $rc"; tail -3 "$tmp/gw.err"; }
-  "$scdb" bench evict "${g[@]}" --gguf "$tmp/gr" --json "$tmp/gr/x.json" >"$tmp/gr.out" 2>"$tmp/gr.err" \
-    && ok "bench evict --gguf with base's own export: runs" \
+  # (and the attention read at every step: the JSON says so)
+  "$scdb" bench evict "${g[@]}" --capture-every 1 --gguf "$tmp/gr" --json "$tmp/gr/x.json" \
+      >"$tmp/gr.out" 2>"$tmp/gr.err" \
+    && /usr/bin/python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); assert d["capture_every"] == 1 and d["rows"]' "$tmp/gr/x.json" \
+    && ok "bench evict --gguf with base's own export, --capture-every 1: runs" \
     || { bad "bench evict --gguf with base's own export: exit $?"; tail -3 "$tmp/gr.err"; }
+  for a in "--capture-every 0" "--capture-every 65" "--capture-every x"; do
+    "$scdb" bench evict --engine llama.cpp $a >"$tmp/bad.out" 2>"$tmp/bad.err"
+    rc=$?
+    [ $rc -eq 2 ] && grep -q -- "--capture-every '" "$tmp/bad.err" \
+      && ok "bench evict --engine llama.cpp $a: a usage error naming --capture-every" \
+      || { bad "bench evict --engine llama.cpp $a: exit $rc, want 2 naming --capture-every"; head -3 "$tmp/bad.err"; }
+  done
 fi
 
 # --shape 1b (cost only) at a tiny --1b-dims: a random-weight GGUF written,

@@ -1349,13 +1349,16 @@ static struct llama_context *evict_ctx(scdb_llama_evictor *ev)
 /* Each policy evicts a llama.cpp sequence under its budget; the reference
  * engine, given the same kept set (its cache compacted to the positions
  * llama.cpp kept), computes the same logits step after step, and the
- * sequence llama.cpp holds is exactly the evictor's positions. */
+ * sequence llama.cpp holds is exactly the evictor's positions.  Each
+ * policy twice: reading the attention at every step, and (capture_every
+ * 3) at one step in three, the others' cells read off the mask. */
 static void evictor_matches_reference(void **state)
 {
     (void)state;
     NEED_MODEL();
-    const char *policies[] = {"streaming", "h2o", "snapkv", "tova", "learned", "learned_sets"};
-    enum { PRE = 96, STEPS = 40, BUDGET = 64 };
+    const char *policies[] = {"streaming", "h2o", "snapkv", "tova", "learned", "learned_sets",
+                              "streaming", "h2o", "snapkv", "tova", "learned", "learned_sets"};
+    enum { PRE = 96, STEPS = 40, BUDGET = 64, N_POL = 6 };
     /* every other policy on the caller's thread pool, the rest on the
      * evictor's own (the contexts run 2 threads) */
     assert_null(scdb_llama_threadpool_new(0));
@@ -1370,6 +1373,7 @@ static void evictor_matches_reference(void **state)
         ep.policy_file = SCDB_DATA_DIR "/policies/distillcache_base.safetensors";
         ep.budget = BUDGET;
         ep.cadence = 8;
+        ep.capture_every = k < N_POL ? 1 : 3;
         scdb_llama_evictor *ev = NULL;
         scdb_err e = scdb_llama_evictor_new(&ep, &ev, err, sizeof err);
         if (e) fail_msg("%s: %s", policies[k], err);
@@ -1377,6 +1381,11 @@ static void evictor_matches_reference(void **state)
         assert_int_equal(scdb_llama_decode(ctx, 0, tok, PRE, 0, 0), SCDB_OK);
         e = scdb_llama_evictor_start(ev, ctx);
         if (e) fail_msg("start: %s", scdb_llama_evictor_error(ev));
+        /* every other policy of the second pass as where the mask cannot
+         * be read: the cells off layer 0's attention (a split) */
+        const int no_mask = k >= N_POL && k % 2;
+        if (no_mask)
+            ll_evictor_no_mask(ev);
         scdb_kv_cache *rc = NULL, *was = NULL;
         assert_int_equal(scdb_model_cache_new(ref, 512, &rc), SCDB_OK);
         assert_int_equal(scdb_model_cache_new(ref, 512, &was), SCDB_OK);
@@ -1458,10 +1467,16 @@ static void evictor_matches_reference(void **state)
             assert_memory_equal(a1, a2, (size_t)n * sizeof *a1);
             scdb_kv_cache_free(&back);
         }
-        print_message("%s (%s thread pool): %d evictions over %d steps (%d with a set per head), "
-                      "budget %d; llama.cpp vs the reference under the same kept sets: max "
-                      "|dlogit| %.1e\n", policies[k], ep.threadpool ? "the caller's" : "its own",
-                      evictions, STEPS, per_set, BUDGET, dl);
+        print_message("%s (%s thread pool, capture every %d%s): %d evictions over %d steps (%d "
+                      "with a set per head), budget %d; llama.cpp vs the reference under the "
+                      "same kept sets: max |dlogit| %.1e\n", policies[k],
+                      ep.threadpool ? "the caller's" : "its own", ep.capture_every,
+                      no_mask ? ", cells off layer 0" : "", evictions,
+                      STEPS, per_set, BUDGET, dl);
+        /* one step in three reads every layer: the first (V's check: it
+         * reads Vcur), then every third; the rest read the mask alone */
+        assert_int_equal(ll_evictor_mask_reads(ev),
+                         ep.capture_every == 1 || no_mask ? 0 : STEPS - (STEPS + 2) / 3);
         assert_true(evictions >= 4);
         assert_true(dl < 1e-4);
         /* the shipped file's scorer takes this budget (below its split) */
@@ -1494,6 +1509,16 @@ static void evictor_refusals(void **state)
     ep.policy = "learned";
     ep.policy_file = NULL;
     assert_int_equal(scdb_llama_evictor_new(&ep, &ev, err, sizeof err), SCDB_EINVAL);
+    ep.policy = "h2o";
+    ep.capture_every = 65;
+    assert_int_equal(scdb_llama_evictor_new(&ep, &ev, err, sizeof err), SCDB_EINVAL);
+    assert_non_null(strstr(err, "capture_every 65"));
+    ep.capture_every = -1;
+    assert_int_equal(scdb_llama_evictor_new(&ep, &ev, err, sizeof err), SCDB_EINVAL);
+    assert_non_null(strstr(err, "capture_every -1"));
+    ep.capture_every = 0;          /* the default */
+    assert_int_equal(scdb_llama_evictor_new(&ep, &ev, err, sizeof err), SCDB_OK);
+    scdb_llama_evictor_free(&ev);
     /* each evictor gets its own context: the context's cb_eval holds it */
     ep.policy = "streaming";
     ep.budget = 1000;
