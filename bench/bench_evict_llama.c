@@ -893,41 +893,50 @@ typedef struct eshare {
 } eshare;
 
 /* The median over groups of g consecutive values of each group's mean
- * (g = 1: the median): a capture every g steps prices a group, one step
- * that reads every layer and g - 1 that read one, which the median of
- * single steps would not (it would pick the cheap ones).  The groups start
- * at v[0], the first step after the prefill, whose chunk read every layer:
- * each group holds one full capture, its last step. */
-static double group_median(const double *v, int n, int g)
+ * (g = 1: the median of the values): a capture every g steps prices a
+ * group, one step that reads every layer and g - 1 that read only the
+ * mask, which the median of single steps would not (it would pick the
+ * cheap ones).  v holds runs of `run` values, one per window, each from a
+ * fresh evictor whose first decode after its prefill starts a cycle of g
+ * decodes: the groups are taken within each run, from its start, so each
+ * holds exactly one step that read every layer, and a run's last n % g
+ * values (a partial cycle) are left out.  NAN when no group fits or no
+ * memory. */
+static double group_median(const double *v, int n, int g, int run)
 {
-    int k = g > 1 ? n / g : n;
+    if (g < 1)
+        g = 1;
+    if (run < g || run > n)
+        run = n;
+    int per = run / g, k = (n / run) * per;
     if (k < 1)
-        return median((double *)v, n);
+        return NAN;
     double *m = malloc((size_t)k * sizeof *m);
     if (!m)
         return NAN;
     for (int i = 0; i < k; i++) {
+        const double *x = v + (size_t)(i / per) * run + (size_t)(i % per) * g;
         double t = 0;
-        for (int j = 0; j < (g > 1 ? g : 1); j++) t += v[(size_t)i * (g > 1 ? g : 1) + j];
-        m[i] = t / (g > 1 ? g : 1);
+        for (int j = 0; j < g; j++) t += x[j];
+        m[i] = t / g;
     }
     double r = median(m, k);
     free(m);
     return r;
 }
 
-static eshare shares_of(eacc *a, int shift, int g)
+static eshare shares_of(eacc *a, int shift, int g, int run)
 {
     eshare s;
     s.plain_us = median(a->plain_t, a->n_t) * 1e6;
-    s.step_us = group_median(a->step_t, a->n_t, g) * 1e6;
+    s.step_us = group_median(a->step_t, a->n_t, g, run) * 1e6;
     double extra;
     if (shift) {
         extra = 0;
         for (int i = 0; i < a->n_t; i++) extra += a->diff_t[i];
         extra = extra / a->n_t * 1e6;
     } else {
-        extra = group_median(a->diff_t, a->n_t, g) * 1e6;
+        extra = group_median(a->diff_t, a->n_t, g, run) * 1e6;
     }
     double ev_step = a->evict_us / (double)a->step_calls;
     if (shift)
@@ -989,8 +998,10 @@ static double capture_cost(struct llama_model *m, const eopts *o, const int32_t 
         for (int k = 0; ok && k < 3; k++)
             ok = !scdb_llama_decode(ctx[k], 0, tok, (size_t)o->prefill, 0, 0);
         ok = ok && !scdb_llama_evictor_start(ev, ctx[1]);
-        /* (capture_every g: a group of g steps, one reading every layer,
-         * compared as one, as shares_of does) */
+        /* (capture_every g: a group of g steps compared as one, as
+         * shares_of does; each holds one step that reads every layer, here
+         * its first: the evictor starts after a plain prefill, so its
+         * first decode is V's check; a rep's partial group is dropped) */
         const int g = o->capture_every > 1 ? o->capture_every : 1;
         double gs[3] = {0, 0, 0};
         for (int t = 0; ok && t < steps; t++) {
@@ -1126,7 +1137,7 @@ static int run_1b(const eopts *o)
                 free(a.diff_t);
                 goto out;
             }
-            eshare sh = shares_of(&a, 0, o->capture_every);
+            eshare sh = shares_of(&a, 0, o->capture_every, o->steps);
             double total = sh.stats + sh.evict + sh.capture;
             printf("| 1b | %s | %.4g (%d) | %.2f ms | %.2f%% | %.2f%% | %+.2f%% | %.2f%% | %.0f us |\n",
                    POLICIES_1B[p], o->budgets[b], B, sh.plain_us / 1e3, sh.stats * 100,
@@ -1500,7 +1511,7 @@ int scdb_bench_evict_llama(int argc, char **argv)
                         failed = 1;
                         continue;
                     }
-                    eshare sh = shares_of(a, p == N_POL - 1, o.capture_every);
+                    eshare sh = shares_of(a, p == N_POL - 1, o.capture_every, o.steps);
                     double stats_share = sh.stats, evict_share = sh.evict;
                     double cost = stats_share + evict_share, capture = sh.capture;
                     double plain = sh.plain_us, step = sh.step_us, ev = sh.evict_us;

@@ -99,6 +99,8 @@ const char *scdb_llama_evictor_error(const scdb_llama_evictor *e) { return e ? e
 int ll_evictor_v_mode(const scdb_llama_evictor *e) { return e ? e->v_mode : 0; }
 long ll_evictor_mask_reads(const scdb_llama_evictor *e) { return e ? e->mask_reads : 0; }
 void ll_evictor_no_mask(scdb_llama_evictor *e) { if (e) e->no_mask = 1; }
+long ll_evictor_queries(const scdb_llama_evictor *e) { return e && e->acc ? (long)e->acc->n_queries : 0; }
+void ll_evictor_v_from_vcur(scdb_llama_evictor *e) { if (e) e->v_mode = -1; }
 const scdb_kv_cache *ll_evictor_shadow(const scdb_llama_evictor *e) { return e ? e->shadow : NULL; }
 
 const int32_t *scdb_llama_evictor_positions(const scdb_llama_evictor *e, int *n)
@@ -236,7 +238,11 @@ static int is_view(const struct ggml_tensor *t)
 static int mask_cells(scdb_llama_evictor *e, const struct ggml_tensor *t)
 {
     const struct ggml_tensor *mk = t->src[1];
-    if (!mk || mk->type != GGML_TYPE_F32 || !mk->buffer || !ggml_backend_buffer_is_host(mk->buffer) ||
+    /* the input itself, as llama.cpp names and writes it: not a tensor
+     * computed from it (its data would not be there yet at ask time) */
+    if (!mk || mk->op != GGML_OP_NONE || !(mk->flags & GGML_TENSOR_FLAG_INPUT) ||
+        strcmp(mk->name, "attn_inp_kq_mask") != 0 ||
+        mk->type != GGML_TYPE_F32 || !mk->buffer || !ggml_backend_buffer_is_host(mk->buffer) ||
         !mk->data || mk->ne[0] != t->ne[0] || mk->ne[0] > e->n_cells || mk->ne[1] < e->n_new ||
         mk->ne[2] != 1 || mk->ne[3] != 1 || mk->nb[0] != sizeof(float))
         return 0;
@@ -265,6 +271,8 @@ static bool evict_cb(struct ggml_tensor *t, bool ask, void *ud)
                 e->no_mask = 1;
                 lp = 0;
             }
+        } else if (e->v_mode != 1) {
+            lv = ll_layer_of(t->name, "Vcur");  /* the V norms: not from the cache */
         }
     } else if (e->capturing) {
         lp = ll_layer_of(t->name, "kq_soft_max");
@@ -481,6 +489,7 @@ scdb_err scdb_llama_evictor_start(scdb_llama_evictor *e, struct llama_context *c
     e->stopped = 0;
     e->since = 0;
     e->uncaptured = 0;
+    e->no_mask = 0;
     return SCDB_OK;
 fail:
     free_state(e);
@@ -952,9 +961,10 @@ scdb_err scdb_llama_evictor_decode(scdb_llama_evictor *e, struct llama_context *
         e->bad = 0;
         e->by_mask = 0;
         e->n_new = m;
-        /* every layer's attention, or (capture_every) layer 0's only on a
-         * single token once V is read from the cache */
-        int full = e->p.capture_every <= 1 || m > 1 || e->v_mode != 1 ||
+        /* every layer's attention, or (capture_every) on a single token
+         * between: its cell (off the mask) and, where V is not read from
+         * the cache, its V (Vcur-N) */
+        int full = e->p.capture_every <= 1 || m > 1 || e->v_mode == 0 ||
                    e->uncaptured >= e->p.capture_every - 1;
         e->capturing = full ? 1 : 2;
         double t0 = ll_now_ms();
@@ -970,8 +980,9 @@ scdb_err scdb_llama_evictor_decode(scdb_llama_evictor *e, struct llama_context *
                 llama_memory_seq_rm(mem, e->p.seq, e->last_pos + 1, -1);
             break;
         }
-        for (int l = 0; l < (full ? e->n_layer : 1); l++)
-            if (!e->got_probs[l] || (e->v_mode != 1 && !e->got_v[l]) || e->bad) {
+        for (int l = 0; l < e->n_layer; l++)
+            if (((full || l == 0) && !e->got_probs[l]) || (e->v_mode != 1 && !e->got_v[l]) ||
+                e->bad) {
                 snprintf(e->err, sizeof e->err, "layer %d's attention or V was not seen: was the "
                          "context made with scdb_llama_evictor_cparams (flash attention off)?", l);
                 err = SCDB_EUNSUPPORTED;

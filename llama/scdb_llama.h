@@ -363,8 +363,12 @@ typedef struct scdb_llama_evict_params {
                                   * read, layer 0's attention, one split),
                                   * and folds no attention: the features
                                   * come from a sample of the queries.  A
-                                  * prefill chunk and the first decode
-                                  * (V's check) read every layer.  2 keeps
+                                  * decode of several tokens and the first
+                                  * decode (V's check) read every layer;
+                                  * where V cannot be read from the cache
+                                  * (not host memory: a GPU build) the
+                                  * decodes between read Vcur-N too (a
+                                  * split per layer).  2 keeps
                                   * the learned policy's KL on the bench's
                                   * unseen domains, 4 does not (DESIGN.md,
                                   * "Attention on one step in two")     */

@@ -1386,6 +1386,11 @@ static void evictor_matches_reference(void **state)
         const int no_mask = k >= N_POL && k % 2;
         if (no_mask)
             ll_evictor_no_mask(ev);
+        /* and two as where the cache's V cannot be read: Vcur-N on the
+         * steps between too, from the first */
+        const int vcur = k >= N_POL && k % 4 == 2;
+        if (vcur)
+            ll_evictor_v_from_vcur(ev);
         scdb_kv_cache *rc = NULL, *was = NULL;
         assert_int_equal(scdb_model_cache_new(ref, 512, &rc), SCDB_OK);
         assert_int_equal(scdb_model_cache_new(ref, 512, &was), SCDB_OK);
@@ -1471,12 +1476,19 @@ static void evictor_matches_reference(void **state)
                       "with a set per head), budget %d; llama.cpp vs the reference under the "
                       "same kept sets: max |dlogit| %.1e\n", policies[k],
                       ep.threadpool ? "the caller's" : "its own", ep.capture_every,
-                      no_mask ? ", cells off layer 0" : "", evictions,
+                      no_mask ? ", cells off layer 0" : vcur ? ", V from Vcur" : "", evictions,
                       STEPS, per_set, BUDGET, dl);
         /* one step in three reads every layer: the first (V's check: it
-         * reads Vcur), then every third; the rest read the mask alone */
+         * reads Vcur), then every third; the rest read the mask alone
+         * (with V from Vcur, no check: the third, then every third) */
         assert_int_equal(ll_evictor_mask_reads(ev),
-                         ep.capture_every == 1 || no_mask ? 0 : STEPS - (STEPS + 2) / 3);
+                         ep.capture_every == 1 || no_mask ? 0
+                         : vcur ? STEPS - STEPS / 3 : STEPS - (STEPS + 2) / 3);
+        assert_int_equal(ll_evictor_v_mode(ev), vcur ? -1 : 1);
+        /* and only those steps fold a query's attention (the start folds
+         * none: the prefill was llama.cpp's own) */
+        assert_int_equal(ll_evictor_queries(ev), ep.capture_every == 1 ? STEPS
+                                                 : vcur ? STEPS / 3 : (STEPS + 2) / 3);
         assert_true(evictions >= 4);
         assert_true(dl < 1e-4);
         /* the shipped file's scorer takes this budget (below its split) */
@@ -1563,17 +1575,22 @@ static void evictor_refusals(void **state)
  * chunk showed the cache holds exactly Vcur-N (rounded to its type): the
  * shadow's row of each new slot is llama.cpp's own V at that position (its
  * blob, read back), for F32 and F16 caches, and Vcur-N is no longer asked
- * for */
+ * for; where the cache's V is taken as unreadable, Vcur-N's rows, on the
+ * steps that read only the mask too */
 static void evictor_v_from_cache(void **state)
 {
     (void)state;
     NEED_MODEL();
-    for (int f16 = 0; f16 < 2; f16++) {
+    /* (variant 2: an F32 cache whose V is taken as unreadable, so the new
+     * rows are Vcur-N's, on the steps between captures too) */
+    for (int variant = 0; variant < 3; variant++) {
+        const int f16 = variant == 1, vcur = variant == 2;
         char err[512] = "";
         scdb_llama_evict_params ep = scdb_llama_evict_default_params();
         ep.policy = "h2o";
         ep.budget = 64;
         ep.cadence = 8;
+        ep.capture_every = 2;
         scdb_llama_evictor *ev = NULL;
         assert_int_equal(scdb_llama_evictor_new(&ep, &ev, err, sizeof err), SCDB_OK);
         struct llama_context *ctx =
@@ -1581,6 +1598,8 @@ static void evictor_v_from_cache(void **state)
         assert_int_equal(scdb_llama_decode(ctx, 0, tok, 96, 0, 0), SCDB_OK);
         assert_int_equal(scdb_llama_evictor_start(ev, ctx), SCDB_OK);
         assert_int_equal(ll_evictor_v_mode(ev), 0);
+        if (vcur)
+            ll_evictor_v_from_vcur(ev);
         scdb_llama_layout L = {.n_layer = 8, .n_kv_heads = 2, .head_dim = 32, .n_stream = 1,
                                .k_type = f16, .v_type = f16, .v_trans = 1};
         scdb_kv_cache *back = NULL;
@@ -1590,7 +1609,7 @@ static void evictor_v_from_cache(void **state)
             scdb_llama_evict_result r;
             scdb_err e = scdb_llama_evictor_decode(ev, ctx, tok + 96 + s, 1, 0, &r);
             if (e) fail_msg("step %d: %s", s, scdb_llama_evictor_error(ev));
-            assert_int_equal(ll_evictor_v_mode(ev), 1);
+            assert_int_equal(ll_evictor_v_mode(ev), vcur ? -1 : 1);
             if (r.evictions)
                 continue;          /* (rows of older slots are stale after one) */
             const scdb_kv_cache *sh = ll_evictor_shadow(ev);
@@ -1603,8 +1622,10 @@ static void evictor_v_from_cache(void **state)
                                     64 * sizeof(float));
             checked++;
         }
-        print_message("V from llama.cpp's %s cache: %d steps checked against its blob\n",
-                      f16 ? "F16" : "F32", checked);
+        print_message("V from %s: %d steps checked against llama.cpp's blob (%ld off the mask)\n",
+                      vcur ? "Vcur-N, F32 cache" : f16 ? "llama.cpp's F16 cache" : "llama.cpp's F32 cache",
+                      checked, ll_evictor_mask_reads(ev));
+        assert_int_equal(ll_evictor_mask_reads(ev), 20);
         assert_true(checked >= 20);
         scdb_kv_cache_free(&back);
         llama_free(ctx);
