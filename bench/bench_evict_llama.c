@@ -80,6 +80,7 @@ typedef struct eopts {
 typedef struct eacc {
     double kl, top1, nll, nll_full, stats_us, evict_us, decode_us, plain_us;
     long steps, evictions, step_calls, set_evictions;
+    long full_reads, mask_reads;   /* steps that read every layer / the mask */
     /* the reference engine under the same kept sets (learned variants):
      * steps compared, steps whose next token (argmax) is the same, the
      * largest |logit difference| */
@@ -162,7 +163,10 @@ static void usage(FILE *f)
 "  --json FILE       rows {model, domain, seen, policy, budget, budget_frac, kl,\n"
 "                    top1, ppl_ratio, stats_share, evict_share, cost_share,\n"
 "                    capture_share, total_share, evict_us, decode_ms,\n"
-"                    plain_decode_ms, steps, evictions, sets_evictions; the\n"
+"                    plain_decode_ms, steps, evictions, sets_evictions,\n"
+"                    full_reads and mask_reads (steps that read every layer's\n"
+"                    attention / only the new cell off the mask: together\n"
+"                    every step, or the run fails); the\n"
 "                    learned variants also ref_same_top1, ref_max_dlogit,\n"
 "                    ref_steps: scdb's reference engine (DATA/models/NAME,\n"
 "                    so a --gguf DIR must hold those models' exports)\n"
@@ -791,6 +795,7 @@ static int run_policy(struct llama_model *m, const eopts *o, const char *policy,
         rc = -1;
     }
     scdb_llama_evict_result r;
+    long win_full = 0, win_mask = 0;   /* this window's steps (below) */
     if (!rc && (scdb_llama_evictor_start(ev, ctx) ||
                 scdb_llama_evictor_decode(ev, ctx, tok, (size_t)o->prefill, 0, &r))) {
         snprintf(err, errlen, "%s", scdb_llama_evictor_error(ev));
@@ -856,6 +861,10 @@ static int run_policy(struct llama_model *m, const eopts *o, const char *policy,
         a->decode_us += r.decode_us;
         a->plain_us += pt * 1e6;
         a->step_calls++;
+        a->full_reads += r.full_reads;
+        a->mask_reads += r.mask_reads;
+        win_full += r.full_reads;
+        win_mask += r.mask_reads;
         if (r.cells > B + o->every) {
             snprintf(err, errlen, "%s: %d cells over a budget of %d", policy, r.cells, B);
             rc = -1;
@@ -868,6 +877,15 @@ static int run_policy(struct llama_model *m, const eopts *o, const char *policy,
                       tok[o->prefill + t + 1], a);
         else
             a->steps++;
+    }
+    /* every step read every layer or the mask: none fell back to layer 0's
+     * attention (a split the capture share would price instead), and with
+     * capture_every > 1 the mask really was read */
+    if (!rc && (win_full + win_mask != o->steps || (o->capture_every > 1) != (win_mask > 0))) {
+        snprintf(err, errlen, "%s: %ld of %d steps read every layer and %ld the mask (capture_every "
+                 "%d): the capture is not what the bench prices", policy, win_full, o->steps,
+                 win_mask, o->capture_every);
+        rc = -1;
     }
     twin_close(&tw);
     if (ctx)
@@ -1164,6 +1182,8 @@ static int run_1b(const eopts *o)
             cJSON_AddNumberToObject(row, "steps", (double)a.steps);
             cJSON_AddNumberToObject(row, "evictions", (double)a.evictions);
             cJSON_AddNumberToObject(row, "sets_evictions", (double)a.set_evictions);
+            cJSON_AddNumberToObject(row, "full_reads", (double)a.full_reads);
+            cJSON_AddNumberToObject(row, "mask_reads", (double)a.mask_reads);
             cJSON_AddItemToArray(rows, row);
             free(a.plain_t);
             free(a.step_t);
@@ -1548,6 +1568,10 @@ int scdb_bench_evict_llama(int argc, char **argv)
                     cJSON_AddNumberToObject(row, "steps", (double)a->steps);
                     cJSON_AddNumberToObject(row, "evictions", (double)a->evictions);
                     cJSON_AddNumberToObject(row, "sets_evictions", (double)a->set_evictions);
+                    if (p != N_POL - 1) {   /* (ctx_shift reads nothing) */
+                        cJSON_AddNumberToObject(row, "full_reads", (double)a->full_reads);
+                        cJSON_AddNumberToObject(row, "mask_reads", (double)a->mask_reads);
+                    }
                     if (a->ref_steps) {
                         if (a->ref_steps != a->steps) {
                             fprintf(stderr, "bench evict: %s %s %s: the reference engine compared "

@@ -54,10 +54,10 @@ struct scdb_llama_evictor {
      * attention (and Vcur while v_mode != 1), 2 layer 0's only (the new
      * token's cell: capture_every) */
     int capturing, n_new;
-    int by_mask;                 /* this decode's cells read off the mask */
-    long mask_reads;             /* decodes whose cells were (tests) */
     int no_mask;                 /* the mask was found unusable: layer 0's
-                                  * attention instead (a split) */
+                                  * attention instead (a split); on a
+                                  * decode that is not full, the cells
+                                  * came off the mask while it stays 0 */
     float *probs;                /* [L][n_head][LL_CHUNK][n_cells] as llama gives */
     int n_kv;                    /* cells the step's attention covers */
     int *got_probs, *got_v;      /* per layer */
@@ -97,7 +97,6 @@ scdb_llama_evict_params scdb_llama_evict_default_params(void)
 const char *scdb_llama_evictor_error(const scdb_llama_evictor *e) { return e ? e->err : ""; }
 
 int ll_evictor_v_mode(const scdb_llama_evictor *e) { return e ? e->v_mode : 0; }
-long ll_evictor_mask_reads(const scdb_llama_evictor *e) { return e ? e->mask_reads : 0; }
 void ll_evictor_no_mask(scdb_llama_evictor *e) { if (e) e->no_mask = 1; }
 long ll_evictor_queries(const scdb_llama_evictor *e) { return e && e->acc ? (long)e->acc->n_queries : 0; }
 void ll_evictor_v_from_vcur(scdb_llama_evictor *e) { if (e) e->v_mode = -1; }
@@ -254,8 +253,6 @@ static int mask_cells(scdb_llama_evictor *e, const struct ggml_tensor *t)
             dst[c] = row[c] > -INFINITY ? 1.0f : 0.0f;
     }
     e->got_probs[0] = 1;
-    e->by_mask = 1;
-    e->mask_reads++;
     return 1;
 }
 
@@ -597,7 +594,7 @@ static scdb_err fold(scdb_llama_evictor *e, const llama_pos *pos, int m, int ful
 {
     const int n = e->shadow->n, L = e->n_layer, H = e->n_head, nkv = e->n_kv;
     /* the layers whose attention was read (0: the mask's cells only) */
-    const int Ls = full ? L : (e->by_mask ? 0 : 1);
+    const int Ls = full ? L : (e->no_mask ? 1 : 0);
     /* the cell of token t: seen by its query, held by no earlier token.
      * Layer 0's first head sees it (a query always sees itself: its own
      * score is finite, and a probability that underflowed to 0 there is
@@ -959,7 +956,6 @@ scdb_err scdb_llama_evictor_decode(scdb_llama_evictor *e, struct llama_context *
         memset(e->got_probs, 0, (size_t)e->n_layer * sizeof *e->got_probs);
         memset(e->got_v, 0, (size_t)e->n_layer * sizeof *e->got_v);
         e->bad = 0;
-        e->by_mask = 0;
         e->n_new = m;
         /* every layer's attention, or (capture_every) on a single token
          * between: its cell (off the mask) and, where V is not read from
@@ -1000,6 +996,8 @@ scdb_err scdb_llama_evictor_decode(scdb_llama_evictor *e, struct llama_context *
         e->last_pos += m;
         e->since += m;
         e->uncaptured = full ? 0 : e->uncaptured + 1;
+        r.full_reads += full;
+        r.mask_reads += !full && !e->no_mask;
         double t2 = ll_now_ms();
         r.stats_us += (t2 - t1) * 1e3;
         if (e->p.cadence > 0 && e->shadow->n >= e->p.budget + e->p.cadence) {

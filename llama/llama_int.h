@@ -22,7 +22,6 @@ scdb_err ll_layout_from_blob(const void *blob, size_t len, scdb_llama_layout *L,
  * the cache; 1 the cache; -1 Vcur-N for good), and its shadow (slot i's
  * position and, for the last chunk's slots, V) */
 int ll_evictor_v_mode(const scdb_llama_evictor *e);
-long ll_evictor_mask_reads(const scdb_llama_evictor *e); /* decodes mapped off the mask */
 long ll_evictor_queries(const scdb_llama_evictor *e); /* queries folded into the accumulators */
 void ll_evictor_no_mask(scdb_llama_evictor *e);  /* (tests) as if the mask could not be read */
 void ll_evictor_v_from_vcur(scdb_llama_evictor *e); /* (tests, after start) as if the cache's

@@ -432,6 +432,10 @@ typedef struct scdb_llama_evict_result {
     double stats_us;             /* folding the step's attention (this call) */
     double evict_us;             /* score + select + compact + seq_rm        */
     double decode_us;            /* llama_decode itself                      */
+    int full_reads;              /* decodes that read every layer's attention */
+    int mask_reads;              /* decodes that read only the new token's
+                                  * cell, off the attention mask (no graph
+                                  * split: capture_every)                   */
 } scdb_llama_evict_result;
 
 /* Decode tokens [0, n) at pos_max + 1, ... into the sequence (in chunks of

@@ -152,6 +152,9 @@ for r in rows:
     assert abs(r["total_share"] - r["cost_share"] - r["capture_share"]) < 1e-12, r
     assert abs(r["cost_share"] - r["stats_share"] - r["evict_share"]) < 1e-12, r
     assert (r["sets_evictions"] >= 1) == (r["policy"] == "learned_sets"), r
+    # one step in two read every layer, the other only the mask
+    if r["policy"] != "ctx_shift":
+        assert r["full_reads"] == 16 and r["mask_reads"] == 16, r
     # the learned variants replayed by the reference engine, every step
     if r["policy"].startswith("learned"):
         # (llama.cpp's F16 KV against the reference's F32: ~1e-2 at most;
@@ -200,7 +203,7 @@ if [ -z "$skip_llama" ]; then
   # (and the attention read at every step: the JSON says so)
   "$scdb" bench evict "${g[@]}" --capture-every 1 --gguf "$tmp/gr" --json "$tmp/gr/x.json" \
       >"$tmp/gr.out" 2>"$tmp/gr.err" \
-    && /usr/bin/python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); assert d["capture_every"] == 1 and d["rows"]' "$tmp/gr/x.json" \
+    && /usr/bin/python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); assert d["capture_every"] == 1 and d["rows"]; assert all(r["mask_reads"] == 0 and r["full_reads"] == 32 for r in d["rows"] if r["policy"] != "ctx_shift")' "$tmp/gr/x.json" \
     && ok "bench evict --gguf with base's own export, --capture-every 1: runs" \
     || { bad "bench evict --gguf with base's own export: exit $?"; tail -3 "$tmp/gr.err"; }
   for a in "--capture-every 0" "--capture-every 65" "--capture-every x"; do
@@ -238,6 +241,7 @@ for r in rows:
     assert r["budget"] == int(r["budget_frac"] * 80 + 0.5), r
     # the per-head path (and the twin's compaction after it) really ran
     assert (r["sets_evictions"] >= 1) == (r["policy"] == "learned_sets"), r
+    assert r["full_reads"] == 8 and r["mask_reads"] == 8, r   # one step in two
 PY
   then ok "bench evict --shape 1b: every policy evicts in the written model, cost-only rows"
   else bad "bench evict --shape 1b: JSON rows"; fi
