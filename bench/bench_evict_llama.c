@@ -1333,6 +1333,11 @@ int scdb_bench_evict_llama(int argc, char **argv)
         fprintf(stderr, "bench evict: --prefill + --steps is over the family's context (512)\n");
         return 2;
     }
+    if (o.capture_every > o.steps) {   /* (no group of steps to price) */
+        fprintf(stderr, "bench evict: --capture-every %d is over --steps %d\n", o.capture_every,
+                o.steps);
+        return 2;
+    }
     if (!o.data)
         o.data = scdb_data_dir();
     char polpath[1200], err[1024] = "";

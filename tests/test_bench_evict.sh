@@ -206,6 +206,11 @@ if [ -z "$skip_llama" ]; then
     && /usr/bin/python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); assert d["capture_every"] == 1 and d["rows"]; assert all(r["mask_reads"] == 0 and r["full_reads"] == 32 for r in d["rows"] if r["policy"] != "ctx_shift")' "$tmp/gr/x.json" \
     && ok "bench evict --gguf with base's own export, --capture-every 1: runs" \
     || { bad "bench evict --gguf with base's own export: exit $?"; tail -3 "$tmp/gr.err"; }
+  "$scdb" bench evict --engine llama.cpp --steps 8 --capture-every 16 >"$tmp/bad.out" 2>"$tmp/bad.err"
+  rc=$?
+  [ $rc -eq 2 ] && grep -q -- "--capture-every 16 is over --steps 8" "$tmp/bad.err" \
+    && ok "bench evict --capture-every over --steps: refused" \
+    || { bad "bench evict --capture-every 16 --steps 8: exit $rc"; head -3 "$tmp/bad.err"; }
   for a in "--capture-every 0" "--capture-every 65" "--capture-every x"; do
     "$scdb" bench evict --engine llama.cpp $a >"$tmp/bad.out" 2>"$tmp/bad.err"
     rc=$?
