@@ -55,7 +55,8 @@ int scdb_bench_evict_llama(int argc, char **argv)
 
 
 /* learned_sets: the learned file with keep sets per (layer, KV group)
- * below its split, applied through the state writer (scdb_llama.h, sets) */
+ * below its split, written into llama.cpp's cache tensors in place, or
+ * through the state writer where they cannot be (scdb_llama.h, sets) */
 #define N_POL 7
 static const char *const POLICIES[N_POL] = {"streaming", "h2o", "snapkv", "tova", "learned",
                                             "learned_sets", "ctx_shift"};
@@ -79,7 +80,7 @@ typedef struct eopts {
 
 typedef struct eacc {
     double kl, top1, nll, nll_full, stats_us, evict_us, decode_us, plain_us;
-    long steps, evictions, step_calls, set_evictions;
+    long steps, evictions, step_calls, set_evictions, sets_in_place;
     long full_reads, mask_reads;   /* steps that read every layer / the mask */
     /* the reference engine under the same kept sets (learned variants):
      * steps compared, steps whose next token (argmax) is the same, the
@@ -122,11 +123,11 @@ static void usage(FILE *f)
 "llama_memory_seq_rm), scored against llama.cpp's full cache: KL, top-1,\n"
 "ppl; cost per step and per eviction as shares of llama.cpp's decode step.\n"
 "Policies: streaming, h2o, snapkv, tova, learned (one keep set), learned_sets\n"
-"(keep sets per layer and KV group below the file's split, through the state\n"
-"writer), and ctx_shift, llama.cpp's own context shift (the same 4 sinks,\n"
-"positions closed up).  The learned variants are replayed by scdb's reference\n"
-"engine under the same kept sets (--json: ref_*); logits more than 0.1 apart\n"
-"fail the run.\n\n"
+"(keep sets per layer and KV group below the file's split, written into\n"
+"llama.cpp's KV tensors in place), and ctx_shift, llama.cpp's own context\n"
+"shift (the same 4 sinks, positions closed up).  The learned variants are\n"
+"replayed by scdb's reference engine under the same kept sets (--json:\n"
+"ref_*); logits more than 0.1 apart fail the run.\n\n"
 "  --models LIST     default base,code,manpages,python (DATA/models)\n"
 "  --domains LIST    suite domains (default: all of data/evict_suite)\n"
 "  --budgets LIST    fractions of prefill + steps (default 0.5,0.25,0.125,0.0625)\n"
@@ -194,7 +195,10 @@ static void usage(FILE *f)
 "                    less the twin's in the same step (the price of reading\n"
 "                    the attention); total_share: cost + capture;\n"
 "                    decode_ms: the student's median llama_decode;\n"
-"                    sets_evictions: evictions that kept a set per head.  Per\n"
+"                    sets_evictions: evictions that kept a set per head,\n"
+"                    sets_in_place: those written into llama.cpp's KV\n"
+"                    tensors in place (the others through the state\n"
+"                    writer: a state read and write each).  Per\n"
 "                    model, on the full cache: capture_full_share, the step\n"
 "                    reading the attention over the cheaper of the same step\n"
 "                    without (flash attention off) and with llama.cpp's\n"
@@ -276,6 +280,10 @@ typedef struct twin {
     struct llama_context *ctx;
     llama_batch b;
     int32_t pos[512];
+    int32_t sp[512];             /* the student's llama.cpp position of the
+                                  * same slot (pos's but after keep sets per
+                                  * head through the state writer, which
+                                  * gives the two other positions) */
     int n;
 } twin;
 
@@ -288,7 +296,7 @@ static int twin_open(twin *w, struct llama_model *m, const eopts *o, const int32
     if (scdb_llama_decode(w->ctx, 0, tok, (size_t)o->prefill, 0, 0))
         return -1;
     for (int i = 0; i < o->prefill; i++)
-        w->pos[i] = i;
+        w->pos[i] = w->sp[i] = i;
     w->n = o->prefill;
     return 0;
 }
@@ -307,8 +315,10 @@ static double twin_step(twin *w, llama_token x, llama_pos pos)
     if (w->n == 512)
         return -1.0;
     double t = bare_step(w->ctx, &w->b, x, pos);
-    if (t >= 0)
+    if (t >= 0) {
+        w->sp[w->n] = pos;
         w->pos[w->n++] = pos;
+    }
     return t;
 }
 
@@ -320,6 +330,7 @@ static void twin_cut(twin *w, int i0, int i1)
         return;
     llama_memory_seq_rm(llama_get_memory(w->ctx), 0, w->pos[i0], w->pos[i1 - 1] + 1);
     memmove(w->pos + i0, w->pos + i1, (size_t)(w->n - i1) * sizeof *w->pos);
+    memmove(w->sp + i0, w->sp + i1, (size_t)(w->n - i1) * sizeof *w->sp);
     w->n -= i1 - i0;
 }
 
@@ -338,19 +349,21 @@ static int twin_compact(twin *w)
     return ok ? 0 : -1;
 }
 
-/* hold exactly keep[0, nk) (ascending, a subset of the twin's positions):
- * -1 when it is not a subset */
+/* hold the slots whose student's positions are keep[0, nk) (ascending, a
+ * subset of the student's positions before): the same cells as the student
+ * (both sequences' cells were taken and freed alike); -1 when it is not a
+ * subset */
 static int twin_keep(twin *w, const int32_t *keep, int nk)
 {
     int i = 0, j = 0;
     while (i < w->n) {
-        if (j < nk && keep[j] == w->pos[i]) {
+        if (j < nk && keep[j] == w->sp[i]) {
             i++;
             j++;
             continue;
         }
         int i1 = i;
-        while (i1 < w->n && !(j < nk && keep[j] == w->pos[i1]))
+        while (i1 < w->n && !(j < nk && keep[j] == w->sp[i1]))
             i1++;
         twin_cut(w, i, i1);
     }
@@ -815,6 +828,10 @@ static int run_policy(struct llama_model *m, const eopts *o, const char *policy,
                 const int32_t *kp = scdb_llama_evictor_positions(ev, &n);
                 int sets_now = scdb_llama_evictor_set_positions(ev, 0, &ns) != NULL;
                 a->set_evictions += sets_now;
+                a->sets_in_place += r.sets_in_place;
+                /* in place, the student removed cells with seq_rm as a
+                 * one-set eviction does, and the twin removes the same */
+                sets_now = sets_now && !r.sets_in_place;
                 /* keep sets per head: a slot's position is the newest of
                  * the sets' there, not always one the twin holds; the
                  * twin keeps as many cells (attention's cost is by cells),
@@ -825,6 +842,8 @@ static int run_policy(struct llama_model *m, const eopts *o, const char *policy,
                     rc = -1;
                     break;
                 }
+                if (sets_now)
+                    memcpy(tw.sp, kp, (size_t)n * sizeof *kp);
                 if (sets_now && twin_compact(&tw)) {
                     snprintf(err, errlen, "the twin's state read and write failed");
                     rc = -1;
@@ -1182,6 +1201,7 @@ static int run_1b(const eopts *o)
             cJSON_AddNumberToObject(row, "steps", (double)a.steps);
             cJSON_AddNumberToObject(row, "evictions", (double)a.evictions);
             cJSON_AddNumberToObject(row, "sets_evictions", (double)a.set_evictions);
+            cJSON_AddNumberToObject(row, "sets_in_place", (double)a.sets_in_place);
             cJSON_AddNumberToObject(row, "full_reads", (double)a.full_reads);
             cJSON_AddNumberToObject(row, "mask_reads", (double)a.mask_reads);
             cJSON_AddItemToArray(rows, row);
@@ -1573,6 +1593,7 @@ int scdb_bench_evict_llama(int argc, char **argv)
                     cJSON_AddNumberToObject(row, "steps", (double)a->steps);
                     cJSON_AddNumberToObject(row, "evictions", (double)a->evictions);
                     cJSON_AddNumberToObject(row, "sets_evictions", (double)a->set_evictions);
+                    cJSON_AddNumberToObject(row, "sets_in_place", (double)a->sets_in_place);
                     if (p != N_POL - 1) {   /* (ctx_shift reads nothing) */
                         cJSON_AddNumberToObject(row, "full_reads", (double)a->full_reads);
                         cJSON_AddNumberToObject(row, "mask_reads", (double)a->mask_reads);

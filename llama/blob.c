@@ -588,3 +588,49 @@ scdb_err ll_blob_gather_heads(const scdb_llama_layout *L, const void *blob, size
         *out_len = (size_t)(p - out);
     return SCDB_OK;
 }
+
+scdb_err ll_blob_layer_rows(const scdb_llama_layout *L, const void *blob, size_t len,
+                            const uint8_t **k, const uint8_t **v, int *n_cells, char *errbuf,
+                            size_t errlen)
+{
+    if (!layout_ok(L) || !blob || !k || !v || !n_cells)
+        return SCDB_EINVAL;
+    rd r = {blob, (const uint8_t *)blob + len};
+    uint32_t magic, sq, n_stream, v_trans, n_layer, cells = 0;
+    NEED(get_u32(&r, &magic) && get_u32(&r, &sq) && get_u32(&r, &n_stream), "header");
+    EXPECT(magic == SCDB_LLAMA_STATE_MAGIC && n_stream == (uint32_t)L->n_stream,
+           "not a sequence state of this context's layout");
+    for (uint32_t s = 0; s < n_stream && !cells; s++) {
+        NEED(get_u32(&r, &cells), "cell count");
+        if (cells) {
+            NEED((size_t)(r.end - r.p) >= (size_t)cells * 12, "cells");
+            r.p += (size_t)cells * 12;
+        }
+    }
+    EXPECT(cells > 0, "the sequence holds no cells");
+    NEED(get_u32(&r, &v_trans) && get_u32(&r, &n_layer), "layer header");
+    EXPECT(v_trans == 1 && L->v_trans == 1 && n_layer == (uint32_t)L->n_layer,
+           "v_trans %u / %u layers in the blob, want 1 / %d", v_trans, n_layer, L->n_layer);
+    const size_t kv = (size_t)L->n_kv_heads * (size_t)L->head_dim;
+    const size_t ks = type_size(L->k_type), vs = type_size(L->v_type);
+    for (int l = 0; l < L->n_layer; l++) {
+        uint32_t t;
+        uint64_t rb;
+        NEED(get_u32(&r, &t) && get_u64(&r, &rb), "K header");
+        EXPECT(t == (uint32_t)L->k_type && rb == kv * ks, "layer %d: K rows", l);
+        NEED((size_t)(r.end - r.p) >= rb * cells, "K rows");
+        k[l] = r.p;
+        r.p += rb * cells;
+    }
+    for (int l = 0; l < L->n_layer; l++) {
+        uint32_t t, el, ne;
+        NEED(get_u32(&r, &t) && get_u32(&r, &el) && get_u32(&r, &ne), "V (transposed) header");
+        EXPECT(t == (uint32_t)L->v_type && el == vs && ne == (uint32_t)kv,
+               "layer %d: transposed V", l);
+        NEED((size_t)(r.end - r.p) >= kv * cells * vs, "V elements");
+        v[l] = r.p;
+        r.p += kv * cells * vs;
+    }
+    *n_cells = (int)cells;
+    return SCDB_OK;
+}

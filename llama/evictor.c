@@ -69,9 +69,22 @@ struct scdb_llama_evictor {
      * splits).  v_mode 0: Vcur, checking; 1: the cache; -1: Vcur for good */
     struct ggml_tensor **vcache; /* per layer, NULL until seen */
     int v_mode;
+    /* keep sets per head written into the cache's own tensors (the layer's
+     * cache_k_lN, found as kq-N's K operand, and cache_v_lN) instead of a
+     * state read and write: checked on the first such eviction, which
+     * goes through the state writer, to hold byte for byte what the
+     * sequence's blob holds.  0 not checked yet, 1 in place, -1 never */
+    struct ggml_tensor **kcache; /* per layer, NULL until seen */
+    int in_place;
+    int *tgt;                    /* [n_cells] a cell per slot (see evict_sets) */
     int bad;
     float *folded;               /* [L][H][LL_CHUNK][n_cells] over slots */
     int32_t *old_pos;
+    int32_t *lpos, *old_lpos;    /* [n_cells] the position llama.cpp's cell of
+                                  * a slot has: the slot's own, except after
+                                  * keep sets per head written in place,
+                                  * where a cell keeps its position and the
+                                  * slot's is the newest of the sets' */
     ggml_backend_sched_eval_callback user_cb;
     void *user_ud;
     struct ggml_threadpool *pool; /* attached to the context (start) */
@@ -98,6 +111,7 @@ const char *scdb_llama_evictor_error(const scdb_llama_evictor *e) { return e ? e
 
 int ll_evictor_v_mode(const scdb_llama_evictor *e) { return e ? e->v_mode : 0; }
 void ll_evictor_no_mask(scdb_llama_evictor *e) { if (e) e->no_mask = 1; }
+void ll_evictor_state_writer(scdb_llama_evictor *e) { if (e) e->in_place = -1; }
 long ll_evictor_queries(const scdb_llama_evictor *e) { return e && e->acc ? (long)e->acc->n_queries : 0; }
 void ll_evictor_v_from_vcur(scdb_llama_evictor *e) { if (e) e->v_mode = -1; }
 const scdb_kv_cache *ll_evictor_shadow(const scdb_llama_evictor *e) { return e ? e->shadow : NULL; }
@@ -106,7 +120,7 @@ const int32_t *scdb_llama_evictor_positions(const scdb_llama_evictor *e, int *n)
 {
     if (n)
         *n = e && e->shadow ? e->shadow->n : 0;
-    return e && e->shadow ? e->shadow->pos : NULL;
+    return e && e->shadow ? e->lpos : NULL;
 }
 
 const int32_t *scdb_llama_evictor_set_positions(const scdb_llama_evictor *e, int k, int *n)
@@ -198,7 +212,15 @@ static void free_state(scdb_llama_evictor *e)
     free(e->vcache);
     e->vcache = NULL;
     e->v_mode = 0;
+    free(e->kcache);
+    free(e->tgt);
+    e->kcache = NULL;
+    e->tgt = NULL;
+    e->in_place = 0;
     free(e->old_pos);
+    free(e->lpos);
+    free(e->old_lpos);
+    e->lpos = e->old_lpos = NULL;
     e->cell_slot = e->slot_cell = e->got_probs = e->got_v = NULL;
     e->probs = e->folded = NULL;
     e->old_pos = NULL;
@@ -285,6 +307,16 @@ static bool evict_cb(struct ggml_tensor *t, bool ask, void *ud)
                 v = v->view_src;
             if (!strncmp(v->name, "cache_v_l", 9))
                 e->vcache[lk] = v;
+        }
+        if (ask && lp < 0 && lv < 0 && e->heads && !e->in_place &&
+            (lk = ll_layer_of(t->name, "kq")) >= 0 && lk < e->n_layer && !e->kcache[lk] &&
+            t->src[0]) {
+            /* kq-N = K x Q, K a view of the layer's cache */
+            struct ggml_tensor *k = t->src[0];
+            while (k->view_src)
+                k = k->view_src;
+            if (!strncmp(k->name, "cache_k_l", 9))
+                e->kcache[lk] = k;
         }
     }
     if ((lp < 0 || lp >= e->n_layer) && (lv < 0 || lv >= e->n_layer || is_view(t))) {
@@ -423,21 +455,27 @@ scdb_err scdb_llama_evictor_start(scdb_llama_evictor *e, struct llama_context *c
     e->cell_slot = malloc(cells * sizeof *e->cell_slot);
     e->slot_cell = malloc(cells * sizeof *e->slot_cell);
     e->old_pos = malloc(cells * sizeof *e->old_pos);
+    e->lpos = malloc(cells * sizeof *e->lpos);
+    e->old_lpos = malloc(cells * sizeof *e->old_lpos);
     e->got_probs = calloc((size_t)e->n_layer, sizeof *e->got_probs);
     e->got_v = calloc((size_t)e->n_layer, sizeof *e->got_v);
     e->vcache = calloc((size_t)e->n_layer, sizeof *e->vcache);
     size_t pf = (size_t)e->n_layer * e->n_head * LL_CHUNK * cells;
     e->probs = malloc(pf * sizeof *e->probs);
     if (e->heads) {
-        e->src = malloc((size_t)e->n_layer * e->n_kv_heads * cells * sizeof *e->src);
+        /* (and three rows of cells for the sets written in place) */
+        size_t ns = (size_t)e->n_layer * (size_t)e->n_kv_heads;
+        e->src = malloc((ns > 3 ? ns : 3) * cells * sizeof *e->src);
         e->in_pos = malloc(cells * sizeof *e->in_pos);
-        if (!e->src || !e->in_pos) {
+        e->tgt = malloc(cells * sizeof *e->tgt);
+        e->kcache = calloc((size_t)e->n_layer, sizeof *e->kcache);
+        if (!e->src || !e->in_pos || !e->tgt || !e->kcache) {
             err = SCDB_ENOMEM;
             goto fail;
         }
     }
     e->folded = malloc(pf * sizeof *e->folded);
-    if (!e->cell_slot || !e->slot_cell || !e->old_pos || !e->got_probs || !e->got_v || !e->vcache ||
+    if (!e->cell_slot || !e->slot_cell || !e->old_pos || !e->lpos || !e->old_lpos || !e->got_probs || !e->got_v || !e->vcache ||
         !e->probs || !e->folded) {
         err = SCDB_ENOMEM;
         goto fail;
@@ -477,6 +515,7 @@ scdb_err scdb_llama_evictor_start(scdb_llama_evictor *e, struct llama_context *c
             }
             e->cell_slot[i] = i;
             e->slot_cell[i] = i;
+            e->lpos[i] = e->shadow->pos[i];
         }
         if ((err = scdb_evict_acc_update(e->acc, e->shadow, NULL, 0, e->shadow->n)))
             goto fail;
@@ -650,7 +689,7 @@ static scdb_err fold(scdb_llama_evictor *e, const llama_pos *pos, int m, int ful
                 }
             }
     for (int t = 0; t < m; t++)
-        e->shadow->pos[n + t] = pos[t];
+        e->shadow->pos[n + t] = e->lpos[n + t] = pos[t];
     e->shadow->n = S;
     /* (a decode whose attention was not read: the new slots' positions
      * and V norms, no query's attention) */
@@ -678,6 +717,204 @@ static int grow(uint8_t **buf, size_t *cap, size_t need)
     return 0;
 }
 
+/* The cache's own tensor of layer l (K or V) as the state blob writes it:
+ * host memory, F32 or F16 as the blob says, kv x cells per stream,
+ * contiguous, the sequence's stream there */
+static int cache_tensor_ok(const scdb_llama_evictor *e, const struct ggml_tensor *t, int type,
+                           int strm)
+{
+    const size_t kv = (size_t)e->n_kv_heads * (size_t)e->head_dim;
+    const size_t ts = type == GGML_TYPE_F32 ? 4 : type == GGML_TYPE_F16 ? 2 : 0;
+    return t && ts && t->buffer && ggml_backend_buffer_is_host(t->buffer) && t->data &&
+           (int)t->type == type && t->ne[0] == (int64_t)kv && t->ne[1] == e->n_cells &&
+           t->ne[2] > strm && t->ne[3] == 1 && t->nb[0] == ts && t->nb[1] == kv * ts &&
+           t->nb[2] == kv * (size_t)e->n_cells * ts;
+}
+
+static int seq_stream(const scdb_llama_evictor *e)
+{
+    return e->layout.n_stream > 1 ? e->p.seq : 0;
+}
+
+/* Whether keep sets per head can be written into the cache's tensors: no
+ * other sequence can share the sequence's cells (a stream per sequence, or
+ * a context of one sequence: in one stream llama_memory_seq_cp shares
+ * cells, and a write in place would change the other sequence too), the
+ * tensors were found, are what cache_tensor_ok wants, and hold, for each
+ * of the blob's n cells (the b-th in cell order is cell tgt[b]), exactly
+ * the blob's bytes of every layer's K row and V elements. */
+static int cache_matches_blob(scdb_llama_evictor *e, struct llama_context *ctx, size_t got, int n)
+{
+    if (e->layout.n_stream < 2 && llama_n_seq_max(ctx) > 1)
+        return 0;
+    const int L = e->n_layer, strm = seq_stream(e), nc = e->n_cells;
+    const size_t kv = (size_t)e->n_kv_heads * (size_t)e->head_dim;
+    const size_t ks = e->layout.k_type == GGML_TYPE_F32 ? 4 : 2;
+    const size_t vs = e->layout.v_type == GGML_TYPE_F32 ? 4 : 2;
+    const uint8_t **kb = malloc((size_t)L * sizeof *kb), **vb = malloc((size_t)L * sizeof *vb);
+    int cells = 0, ok = kb && vb && e->kcache && e->vcache &&
+                        !ll_blob_layer_rows(&e->layout, e->blob, got, kb, vb, &cells, NULL, 0) &&
+                        cells == n;
+    for (int l = 0; l < L && ok; l++) {
+        const struct ggml_tensor *K = e->kcache[l], *V = e->vcache[l];
+        ok = cache_tensor_ok(e, K, e->layout.k_type, strm) &&
+             cache_tensor_ok(e, V, e->layout.v_type, strm);
+        for (int b = 0; b < n && ok; b++)
+            ok = !memcmp(kb[l] + (size_t)b * kv * ks,
+                         (const uint8_t *)K->data + (((size_t)strm * nc + (size_t)e->tgt[b]) * kv) * ks,
+                         kv * ks);
+        /* V: element d of the blob's b-th cell against cell tgt[b]'s */
+        for (size_t d = 0; d < kv && ok; d++) {
+            const uint8_t *bl = vb[l] + d * (size_t)n * vs;
+            const uint8_t *cr = (const uint8_t *)V->data + ((size_t)strm * kv + d) * nc * vs;
+            int diff = 0;
+            if (vs == 2)
+                for (int b = 0; b < n; b++)
+                    diff |= ((const uint16_t *)(const void *)bl)[b] !=
+                            ((const uint16_t *)(const void *)cr)[e->tgt[b]];
+            else
+                for (int b = 0; b < n; b++)
+                    diff |= ((const uint32_t *)(const void *)bl)[b] !=
+                            ((const uint32_t *)(const void *)cr)[e->tgt[b]];
+            ok = !diff;
+        }
+    }
+    free(kb);
+    free(vb);
+    return ok;
+}
+
+/* Keep sets per head written in place: the policy runs as for the state
+ * writer, on a 1-wide cache whose K holds, per (layer, group), the cell of
+ * the slot.  Slot i's position (the newest of the sets' there; strictly
+ * increasing in i) is a position the sequence holds, and its cell is the
+ * slot's: every other cell of the sequence is removed (seq_rm, a call per
+ * run), and each set's row of slot i is copied into that cell from the
+ * cell the set kept there (K's row of the group's head, V's elements:
+ * the blob's bytes, no conversion).  Slots go from the last down: a set's
+ * source at slot i is at most slot i's position, and the cells written
+ * later are older still, so no row is overwritten before it is read.
+ * Cells keep their positions, so the sequence holds exactly the slots'
+ * positions, as after the state writer. */
+static scdb_err evict_sets_in_place(scdb_llama_evictor *e, struct llama_context *ctx,
+                                    int32_t *kept, int *nk)
+{
+    const int n = e->shadow->n, L = e->n_layer, G = e->n_kv_heads, hd = e->head_dim;
+    const int strm = seq_stream(e), nc = e->n_cells;
+    const size_t kv = (size_t)G * (size_t)hd;
+    const size_t ks = e->layout.k_type == GGML_TYPE_F32 ? 4 : 2;
+    const size_t vs = e->layout.v_type == GGML_TYPE_F32 ? 4 : 2;
+    for (int sl = 0; sl < n; sl++) {
+        e->tiny->pos[sl] = e->shadow->pos[sl];
+        for (int l = 0; l < L; l++)
+            for (int g = 0; g < G; g++)
+                scdb_kv_k(e->tiny, l, sl)[g] = scdb_kv_v(e->tiny, l, sl)[g] =
+                    (float)e->slot_cell[sl];
+    }
+    e->tiny->n = n;
+    scdb_err err = scdb_evict_run(e->policy, e->tiny, e->acc, e->p.budget, kept, nk);
+    if (err) {
+        snprintf(e->err, sizeof e->err, "eviction: %s", scdb_strerror(err));
+        return err;
+    }
+    /* from here on the accumulators hold m slots: a failure stops the
+     * evictor (start it again), never a shadow that is not the sequence */
+    const int m = *nk;
+    int *mark = e->in_pos;       /* old slot j is a target */
+    int *from = e->src;          /* new slot i's cell was old slot from[i]'s */
+    for (int j = 0; j < n; j++)
+        mark[j] = 0;
+    for (int i = 0; i < m; i++) {
+        int ji = -1;
+        for (int l = 0; l < L; l++)
+            for (int g = 0; g < G; g++) {
+                float c = scdb_kv_k(e->tiny, l, i)[g];
+                int sj = c >= 0.0f && c < (float)nc ? e->cell_slot[(int)c] : -1;
+                if (sj < 0) {
+                    ji = -2;
+                    break;
+                }
+                if (sj > ji)
+                    ji = sj;
+            }
+        if (ji < 0 || (i > 0 && ji <= from[i - 1])) {
+            snprintf(e->err, sizeof e->err, "keep sets per head: slot %d's cells are not the "
+                     "sequence's, in slot order (the evictor is stopped)", i);
+            e->started = 0;
+            e->stopped = 1;
+            return SCDB_EMISMATCH;
+        }
+        from[i] = ji;
+        e->tgt[i] = e->slot_cell[ji];
+        mark[ji] = 1;
+    }
+    int *ms = e->src + (size_t)nc, *md = ms + nc;    /* a set's moves (from is [0, nc)) */
+    for (int l = 0; l < L; l++) {
+        uint8_t *K = (uint8_t *)e->kcache[l]->data + (size_t)strm * nc * kv * ks;
+        uint8_t *V = (uint8_t *)e->vcache[l]->data + (size_t)strm * kv * nc * vs;
+        for (int g = 0; g < G; g++) {
+            int nm = 0;
+            for (int i = m - 1; i >= 0; i--) {
+                int src = (int)scdb_kv_k(e->tiny, l, i)[g], dst = e->tgt[i];
+                if (src != dst) {
+                    ms[nm] = src;
+                    md[nm++] = dst;
+                }
+            }
+            for (int j = 0; j < nm; j++)
+                memcpy(K + ((size_t)md[j] * kv + (size_t)g * hd) * ks,
+                       K + ((size_t)ms[j] * kv + (size_t)g * hd) * ks, (size_t)hd * ks);
+            /* V transposed: a row of cells per element, each row in order */
+            for (size_t d = (size_t)g * hd; d < (size_t)(g + 1) * hd; d++) {
+                if (vs == 2) {
+                    uint16_t *row = (uint16_t *)(void *)(V + d * nc * 2);
+                    for (int j = 0; j < nm; j++)
+                        row[md[j]] = row[ms[j]];
+                } else {
+                    uint32_t *row = (uint32_t *)(void *)(V + d * nc * 4);
+                    for (int j = 0; j < nm; j++)
+                        row[md[j]] = row[ms[j]];
+                }
+            }
+        }
+    }
+    llama_memory_t mem = llama_get_memory(ctx);
+    for (int i = 0; i < n;) {
+        if (mark[i]) {
+            i++;
+            continue;
+        }
+        int i1 = i;
+        while (i1 < n && !mark[i1])
+            i1++;
+        if (!llama_memory_seq_rm(mem, e->p.seq, e->old_lpos[i], e->old_lpos[i1 - 1] + 1)) {
+            snprintf(e->err, sizeof e->err, "llama_memory_seq_rm refused positions [%d, %d] "
+                     "(the evictor is stopped)", e->old_lpos[i], e->old_lpos[i1 - 1]);
+            e->started = 0;
+            e->stopped = 1;
+            return SCDB_EIO;
+        }
+        i = i1;
+    }
+    for (int j = 0; j < n; j++)
+        e->cell_slot[e->slot_cell[j]] = -1;
+    for (int i = 0; i < m; i++) {
+        e->slot_cell[i] = e->tgt[i];
+        e->cell_slot[e->tgt[i]] = i;
+        e->lpos[i] = e->old_lpos[from[i]];
+    }
+    memcpy(e->shadow->pos, e->tiny->pos, (size_t)m * sizeof *e->shadow->pos);
+    e->shadow->n = m;
+    if (llama_memory_seq_pos_max(mem, e->p.seq) != e->last_pos) {
+        snprintf(e->err, sizeof e->err, "after the eviction, sequence %d ends at position %d, "
+                 "want %d", e->p.seq, llama_memory_seq_pos_max(mem, e->p.seq), e->last_pos);
+        e->started = 0;
+        e->stopped = 1;
+        return SCDB_EMISMATCH;
+    }
+    return SCDB_OK;
+}
+
 /* Keep sets per (layer, KV group), which llama_memory_seq_rm cannot apply
  * (it removes a position from every layer): the sequence's state is read
  * from llama.cpp, evicted and compacted per set exactly as scdb's engine
@@ -694,6 +931,8 @@ static scdb_err evict_sets(scdb_llama_evictor *e, struct llama_context *ctx, int
 {
     const int n = e->shadow->n, L = e->n_layer, G = e->n_kv_heads;
     scdb_err err;
+    if (e->in_place > 0)
+        return evict_sets_in_place(e, ctx, kept, nk);
     size_t bn = e->size_known ? scdb_llama_blob_bytes(&e->layout, n)
                               : llama_state_seq_get_size(ctx, e->p.seq);
     if (grow(&e->blob, &e->blob_cap, bn))
@@ -727,18 +966,24 @@ static scdb_err evict_sets(scdb_llama_evictor *e, struct llama_context *ctx, int
         int sl = e->cell_slot[c];
         if (sl < 0)
             continue;
-        if (e->in_pos[b] != e->shadow->pos[sl]) {
+        if (e->in_pos[b] != e->lpos[sl]) {
             snprintf(e->err, sizeof e->err, "cell %d holds position %d, the evictor's slot %d "
-                     "position %d", c, e->in_pos[b], sl, e->shadow->pos[sl]);
+                     "position %d", c, e->in_pos[b], sl, e->lpos[sl]);
             return SCDB_EMISMATCH;
         }
-        e->tiny->pos[sl] = e->in_pos[b];
+        e->tiny->pos[sl] = e->shadow->pos[sl];
+        e->tgt[b] = c;
         for (int l = 0; l < L; l++)
             for (int g = 0; g < G; g++)
                 scdb_kv_k(e->tiny, l, sl)[g] = scdb_kv_v(e->tiny, l, sl)[g] = (float)b;
         b++;
     }
     e->tiny->n = n;
+    if (!e->in_place) {
+        e->in_place = cache_matches_blob(e, ctx, got, n) ? 1 : -1;
+        if (e->in_place > 0)
+            return evict_sets_in_place(e, ctx, kept, nk);
+    }
     /* what can fail is checked before the run compacts the accumulators:
      * the output's room here, the blob's whole shape by the gather (a
      * blob of another shape failed above or fails there, and the run is
@@ -775,6 +1020,7 @@ static scdb_err evict_sets(scdb_llama_evictor *e, struct llama_context *ctx, int
         return SCDB_EMISMATCH;
     }
     memcpy(e->shadow->pos, e->tiny->pos, (size_t)m * sizeof *e->shadow->pos);
+    memcpy(e->lpos, e->tiny->pos, (size_t)m * sizeof *e->lpos);
     e->shadow->n = m;
     for (int c = 0; c < e->n_cells; c++)
         e->cell_slot[c] = c < m ? c : -1;
@@ -795,6 +1041,7 @@ static scdb_err evict(scdb_llama_evictor *e, struct llama_context *ctx, scdb_lla
 {
     const int n = e->shadow->n;
     memcpy(e->old_pos, e->shadow->pos, (size_t)n * sizeof *e->old_pos);
+    memcpy(e->old_lpos, e->lpos, (size_t)n * sizeof *e->old_lpos);
     int *cells = malloc((size_t)n * sizeof *cells);
     int32_t *kept = malloc((size_t)e->p.budget * sizeof *kept);
     if (!cells || !kept) {
@@ -809,6 +1056,7 @@ static scdb_err evict(scdb_llama_evictor *e, struct llama_context *ctx, scdb_lla
         if (!err) {
             r->evictions++;
             r->evicted += n - nk;
+            r->sets_in_place += e->in_place > 0;  /* (from the first, once checked) */
         }
         free(cells);
         free(kept);
@@ -836,6 +1084,7 @@ static scdb_err evict(scdb_llama_evictor *e, struct llama_context *ctx, scdb_lla
     int j = 0, removed = 0;
     for (int i = 0; i < n;) {
         if (j < nk && kept[j] == e->old_pos[i]) {
+            e->lpos[j] = e->old_lpos[i];
             e->slot_cell[j] = cells[i];
             e->cell_slot[cells[i]] = j;
             j++;
@@ -845,9 +1094,9 @@ static scdb_err evict(scdb_llama_evictor *e, struct llama_context *ctx, scdb_lla
         int i1 = i;
         while (i1 < n && !(j < nk && kept[j] == e->old_pos[i1]))
             e->cell_slot[cells[i1++]] = -1;
-        if (!llama_memory_seq_rm(mem, e->p.seq, e->old_pos[i], e->old_pos[i1 - 1] + 1)) {
+        if (!llama_memory_seq_rm(mem, e->p.seq, e->old_lpos[i], e->old_lpos[i1 - 1] + 1)) {
             snprintf(e->err, sizeof e->err, "llama_memory_seq_rm refused positions [%d, %d]",
-                     e->old_pos[i], e->old_pos[i1 - 1]);
+                     e->old_lpos[i], e->old_lpos[i1 - 1]);
             err = SCDB_EIO;
             goto done;
         }

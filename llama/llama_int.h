@@ -24,6 +24,9 @@ scdb_err ll_layout_from_blob(const void *blob, size_t len, scdb_llama_layout *L,
 int ll_evictor_v_mode(const scdb_llama_evictor *e);
 long ll_evictor_queries(const scdb_llama_evictor *e); /* queries folded into the accumulators */
 void ll_evictor_no_mask(scdb_llama_evictor *e);  /* (tests) as if the mask could not be read */
+void ll_evictor_state_writer(scdb_llama_evictor *e); /* (tests, after start) as if the cache's
+                                                 * tensors could not be written: keep sets
+                                                 * per head through the state writer */
 void ll_evictor_v_from_vcur(scdb_llama_evictor *e); /* (tests, after start) as if the cache's
                                                       * V could not be read: Vcur-N for good */
 const scdb_kv_cache *ll_evictor_shadow(const scdb_llama_evictor *e);
@@ -49,6 +52,15 @@ scdb_err ll_blob_gather_heads(const scdb_llama_layout *L, const void *blob, size
                               llama_seq_id seq, const int *src, const int32_t *pos, int nk,
                               int32_t *in_pos, int in_cap, int *in_n, uint8_t *out, size_t cap,
                               size_t *out_len, char *errbuf, size_t errlen);
+
+/* Where layer l's rows lie in a sequence blob of layout L (V transposed,
+ * flash attention off): k[l] its K rows ([cells][kv] of L->k_type, in
+ * cell order), v[l] its V elements ([kv][cells] of L->v_type); *n_cells
+ * the cells.  Pointers into blob.  SCDB_ETRUNC / SCDB_EFORMAT (a blob not
+ * of L, V not transposed), SCDB_EINVAL. */
+scdb_err ll_blob_layer_rows(const scdb_llama_layout *L, const void *blob, size_t len,
+                            const uint8_t **k, const uint8_t **v, int *n_cells, char *errbuf,
+                            size_t errlen);
 
 /* Connect, send the weights fingerprint of model_path (+ adapter_path;
  * none when model_path is NULL), register: what a consumer and a producer

@@ -349,10 +349,20 @@ typedef struct scdb_llama_evict_params {
                                   * cells over the budget (1); 0: only when
                                   * scdb_llama_evictor_evict is called      */
     int sets;                    /* learned: 1 keeps a set per (layer, KV
-                                  * group) below the file's split, through
-                                  * the state writer (below; several times
-                                  * the cost of an eviction); 0 (default):
-                                  * one set for all at every budget         */
+                                  * group) below the file's split, each
+                                  * set's rows moved within llama.cpp's K
+                                  * and V tensors in place and the cells
+                                  * no set holds removed with seq_rm (host
+                                  * memory, F32 / F16, checked byte for
+                                  * byte against the sequence's state at
+                                  * the first such eviction); where they
+                                  * cannot be (a GPU build), through the
+                                  * state writer (a state read and write
+                                  * per eviction).  About 1.5x the cost of
+                                  * a one-set eviction in place, 3-4x
+                                  * through the writer (DESIGN.md,
+                                  * "Eviction").  0 (default): one set for
+                                  * all at every budget                     */
     int capture_every;           /* read every layer's attention on one
                                   * decode in this many: 2 (default), 1
                                   * every decode, up to 64.  A single-token
@@ -436,6 +446,12 @@ typedef struct scdb_llama_evict_result {
     int mask_reads;              /* decodes that read only the new token's
                                   * cell, off the attention mask (no graph
                                   * split: capture_every)                   */
+    int sets_in_place;           /* evictions of keep sets per head written
+                                  * into llama.cpp's cache tensors in place
+                                  * (host memory, checked against the
+                                  * state blob at the first such eviction,
+                                  * which the state writer applies); the
+                                  * others of them read and write the state */
 } scdb_llama_evict_result;
 
 /* Decode tokens [0, n) at pos_max + 1, ... into the sequence (in chunks of

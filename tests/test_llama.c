@@ -1391,6 +1391,11 @@ static void evictor_matches_reference(void **state)
         const int vcur = k >= N_POL && k % 4 == 2;
         if (vcur)
             ll_evictor_v_from_vcur(ev);
+        /* keep sets per head written in place on the first pass, through
+         * the state writer on the second */
+        const int writer = k >= N_POL;
+        if (writer)
+            ll_evictor_state_writer(ev);
         scdb_kv_cache *rc = NULL, *was = NULL;
         assert_int_equal(scdb_model_cache_new(ref, 512, &rc), SCDB_OK);
         assert_int_equal(scdb_model_cache_new(ref, 512, &was), SCDB_OK);
@@ -1401,12 +1406,13 @@ static void evictor_matches_reference(void **state)
         for (int k2 = 0; k2 < 16; k2++) memcpy(spos[k2], rc->pos, (size_t)rc->n * sizeof *rc->pos);
         float lg[256];
         double dl = 0;
-        int evictions = 0, per_set = 0, mask_reads = 0, full_reads = 0;
+        int evictions = 0, per_set = 0, mask_reads = 0, full_reads = 0, in_place = 0;
         for (int s = 0; s < STEPS; s++) {
             scdb_llama_evict_result r;
             e = scdb_llama_evictor_decode(ev, ctx, tok + PRE + s, 1, 0, &r);
             if (e) fail_msg("%s step %d: %s", policies[k], s, scdb_llama_evictor_error(ev));
             evictions += r.evictions;
+            in_place += r.sets_in_place;
             mask_reads += r.mask_reads;
             full_reads += r.full_reads;
             assert_true(r.cells <= BUDGET + ep.cadence - 1);
@@ -1475,11 +1481,11 @@ static void evictor_matches_reference(void **state)
             scdb_kv_cache_free(&back);
         }
         print_message("%s (%s thread pool, capture every %d%s): %d evictions over %d steps (%d "
-                      "with a set per head), budget %d; llama.cpp vs the reference under the "
-                      "same kept sets: max |dlogit| %.1e\n", policies[k],
+                      "with a set per head, %d of them in place), budget %d; llama.cpp vs the "
+                      "reference under the same kept sets: max |dlogit| %.1e\n", policies[k],
                       ep.threadpool ? "the caller's" : "its own", ep.capture_every,
                       no_mask ? ", cells off layer 0" : vcur ? ", V from Vcur" : "", evictions,
-                      STEPS, per_set, BUDGET, dl);
+                      STEPS, per_set, in_place, BUDGET, dl);
         /* one step in three reads every layer: the first (V's check: it
          * reads Vcur), then every third; the rest read the mask alone
          * (with V from Vcur, no check: the third, then every third) */
@@ -1496,6 +1502,9 @@ static void evictor_matches_reference(void **state)
         /* the shipped file's scorer takes this budget (below its split) */
         if (ep.sets) assert_true(per_set >= 4);
         else assert_int_equal(per_set, 0);
+        /* every set per head written in place, the cache's tensors checked
+         * against the blob at the first; or all through the state writer */
+        assert_int_equal(in_place, writer ? 0 : per_set);
         scdb_kv_cache_free(&rc);
         scdb_kv_cache_free(&was);
         llama_free(ctx);
@@ -1660,21 +1669,36 @@ static void evictor_edges(void **state)
         ep.seq = seq;
         scdb_llama_evictor *ev = NULL;
         assert_int_equal(scdb_llama_evictor_new(&ep, &ev, err, sizeof err), SCDB_OK);
-        struct llama_context *ctx = evict_ctx_ex(ev, 2, 512, 2, 0);
+        /* (an F16 cache, llama.cpp's default: the sets written in place
+         * copy its bytes) */
+        struct llama_context *ctx = evict_ctx_type(ev, 2, 512, 2, 0, GGML_TYPE_F16);
         assert_int_equal(scdb_llama_decode(ctx, 1 - seq, tok, 40, 0, 0), SCDB_OK);
         assert_int_equal(scdb_llama_decode(ctx, seq, tok, 96, 0, 0), SCDB_OK);
+        /* the other sequence's state, to be the same after */
+        size_t on = llama_state_seq_get_size(ctx, 1 - seq);
+        uint8_t *other = malloc(on), *other2 = malloc(on);
+        assert_non_null(other);
+        assert_non_null(other2);
+        assert_int_equal(llama_state_seq_get_data(ctx, other, on, 1 - seq), on);
         assert_int_equal(scdb_llama_evictor_start(ev, ctx), SCDB_OK);
-        int per_set = 0;
+        int per_set = 0, in_place = 0;
         for (int s = 0; s < 40; s++) {
             scdb_llama_evict_result r;
             scdb_err e = scdb_llama_evictor_decode(ev, ctx, tok + 96 + s, 1, 0, &r);
             if (e) fail_msg("sequence %d step %d: %s", seq, s, scdb_llama_evictor_error(ev));
             int ns = 0;
             per_set += r.evictions && scdb_llama_evictor_set_positions(ev, 0, &ns) != NULL;
+            in_place += r.sets_in_place;
         }
-        print_message("keep sets per head on sequence %d of 2 streams: %d evictions\n", seq,
-                      per_set);
+        print_message("keep sets per head on sequence %d of 2 streams: %d evictions (%d in "
+                      "place)\n", seq, per_set, in_place);
         assert_true(per_set >= 4);
+        assert_int_equal(in_place, per_set);
+        assert_int_equal(llama_state_seq_get_size(ctx, 1 - seq), on);
+        assert_int_equal(llama_state_seq_get_data(ctx, other2, on, 1 - seq), on);
+        assert_memory_equal(other, other2, on);
+        free(other);
+        free(other2);
         assert_int_equal(ll_evictor_v_mode(ev), 1);   /* V from the sequence's stream */
         int n = 0;
         const int32_t *pos = scdb_llama_evictor_positions(ev, &n);
