@@ -825,19 +825,16 @@ static scdb_err evict_sets_in_place(scdb_llama_evictor *e, struct llama_context 
     for (int j = 0; j < n; j++)
         mark[j] = 0;
     for (int i = 0; i < m; i++) {
-        int ji = -1;
-        for (int l = 0; l < L; l++)
-            for (int g = 0; g < G; g++) {
+        int ji = -1, bad = 0;
+        for (int l = 0; l < L && !bad; l++)
+            for (int g = 0; g < G && !bad; g++) {
                 float c = scdb_kv_k(e->tiny, l, i)[g];
                 int sj = c >= 0.0f && c < (float)nc ? e->cell_slot[(int)c] : -1;
-                if (sj < 0) {
-                    ji = -2;
-                    break;
-                }
+                bad = sj < 0;
                 if (sj > ji)
                     ji = sj;
             }
-        if (ji < 0 || (i > 0 && ji <= from[i - 1])) {
+        if (bad || ji < 0 || (i > 0 && ji <= from[i - 1])) {
             snprintf(e->err, sizeof e->err, "keep sets per head: slot %d's cells are not the "
                      "sequence's, in slot order (the evictor is stopped)", i);
             e->started = 0;
