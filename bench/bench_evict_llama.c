@@ -272,7 +272,8 @@ static double bare_step(struct llama_context *ctx, llama_batch *b, llama_token x
  * capture) that holds as many cells as the student, step by step, the
  * same positions for a policy (it removes what the evictor removed), the
  * same count for ctx_shift and for keep sets per head (positions not
- * closed up; a slot's position is the newest of its sets'): attention
+ * closed up; after keep sets per head through the state writer a slot's
+ * position is the newest of its sets'): attention
  * costs the same by cells; decoding the same token in the same step, in an order
  * that alternates: the step a user of llama.cpp pays at that cache size
  * without scdb. */

@@ -71,9 +71,11 @@ struct scdb_llama_evictor {
     int v_mode;
     /* keep sets per head written into the cache's own tensors (the layer's
      * cache_k_lN, found as kq-N's K operand, and cache_v_lN) instead of a
-     * state read and write: checked on the first such eviction, which
-     * goes through the state writer, to hold byte for byte what the
-     * sequence's blob holds.  0 not checked yet, 1 in place, -1 never */
+     * state read and write: at the first such eviction the tensors are
+     * checked to hold byte for byte what the sequence's blob holds, and
+     * that eviction is then applied in place too.  0 not checked yet (or
+     * the tensors not seen yet: checked again at the next), 1 in place,
+     * -1 never (the state writer) */
     struct ggml_tensor **kcache; /* per layer, NULL until seen */
     int in_place;
     int *tgt;                    /* [n_cells] a cell per slot (see evict_sets) */
@@ -439,7 +441,8 @@ scdb_err scdb_llama_evictor_start(scdb_llama_evictor *e, struct llama_context *c
     }
     /* a learned file whose per-head scorer takes budgets this small: the
      * per-head layout, as in scdb's engine (its gate chooses at the first
-     * eviction); the sets are applied through the state writer */
+     * eviction); the sets are written into llama.cpp's tensors in place,
+     * or through the state writer (evict_sets) */
     e->heads = e->p.sets && scdb_evict_policy_kind(e->policy) == SCDB_EVICT_LEARNED &&
                scdb_evict_policy_per_head(e->policy, e->p.budget, e->n_cells);
     scdb_evict_acc_shape sh = {.n_layers = e->n_layer, .n_heads = e->n_head,
@@ -736,24 +739,34 @@ static int seq_stream(const scdb_llama_evictor *e)
     return e->layout.n_stream > 1 ? e->p.seq : 0;
 }
 
-/* Whether keep sets per head can be written into the cache's tensors: no
- * other sequence can share the sequence's cells (a stream per sequence, or
- * a context of one sequence: in one stream llama_memory_seq_cp shares
- * cells, and a write in place would change the other sequence too), the
- * tensors were found, are what cache_tensor_ok wants, and hold, for each
- * of the blob's n cells (the b-th in cell order is cell tgt[b]), exactly
- * the blob's bytes of every layer's K row and V elements. */
+/* Whether keep sets per head can be written into the cache's tensors: 1
+ * when no other sequence can share the sequence's cells (a stream per
+ * sequence, or a context of one sequence: in one stream
+ * llama_memory_seq_cp shares cells, and a write in place would change the
+ * other sequence too), and the tensors are what cache_tensor_ok wants and
+ * hold, for each of the blob's n cells (the b-th in cell order is cell
+ * tgt[b]), exactly the blob's bytes of every layer's K row and V
+ * elements; 0 when that cannot be told yet (a tensor not seen by the
+ * callback yet, no memory for the check): the next such eviction checks
+ * again; -1 when not. */
 static int cache_matches_blob(scdb_llama_evictor *e, struct llama_context *ctx, size_t got, int n)
 {
     if (e->layout.n_stream < 2 && llama_n_seq_max(ctx) > 1)
-        return 0;
+        return -1;
+    for (int l = 0; l < e->n_layer; l++)
+        if (!e->kcache || !e->vcache || !e->kcache[l] || !e->vcache[l])
+            return 0;
     const int L = e->n_layer, strm = seq_stream(e), nc = e->n_cells;
     const size_t kv = (size_t)e->n_kv_heads * (size_t)e->head_dim;
     const size_t ks = e->layout.k_type == GGML_TYPE_F32 ? 4 : 2;
     const size_t vs = e->layout.v_type == GGML_TYPE_F32 ? 4 : 2;
     const uint8_t **kb = malloc((size_t)L * sizeof *kb), **vb = malloc((size_t)L * sizeof *vb);
-    int cells = 0, ok = kb && vb && e->kcache && e->vcache &&
-                        !ll_blob_layer_rows(&e->layout, e->blob, got, kb, vb, &cells, NULL, 0) &&
+    if (!kb || !vb) {
+        free(kb);
+        free(vb);
+        return 0;
+    }
+    int cells = 0, ok = !ll_blob_layer_rows(&e->layout, e->blob, got, kb, vb, &cells, NULL, 0) &&
                         cells == n;
     for (int l = 0; l < L && ok; l++) {
         const struct ggml_tensor *K = e->kcache[l], *V = e->vcache[l];
@@ -781,21 +794,23 @@ static int cache_matches_blob(scdb_llama_evictor *e, struct llama_context *ctx, 
     }
     free(kb);
     free(vb);
-    return ok;
+    return ok ? 1 : -1;
 }
 
 /* Keep sets per head written in place: the policy runs as for the state
  * writer, on a 1-wide cache whose K holds, per (layer, group), the cell of
- * the slot.  Slot i's position (the newest of the sets' there; strictly
- * increasing in i) is a position the sequence holds, and its cell is the
- * slot's: every other cell of the sequence is removed (seq_rm, a call per
+ * the slot.  New slot i takes the cell of from[i], the latest old slot
+ * any set keeps at i (strictly increasing in i, as each set's old slots
+ * are): every other cell of the sequence is removed (seq_rm, a call per
  * run), and each set's row of slot i is copied into that cell from the
  * cell the set kept there (K's row of the group's head, V's elements:
  * the blob's bytes, no conversion).  Slots go from the last down: a set's
- * source at slot i is at most slot i's position, and the cells written
- * later are older still, so no row is overwritten before it is read.
- * Cells keep their positions, so the sequence holds exactly the slots'
- * positions, as after the state writer. */
+ * source at slot i is an old slot no later than from[i], and the cells
+ * written later are those of earlier old slots still, so no row is
+ * overwritten before it is read.  Cells keep their llama.cpp positions
+ * (lpos, which later seq_rm calls use); the slot's policy position is
+ * the newest of the sets' there (as the state writer would write it),
+ * which can be older than its cell's. */
 static scdb_err evict_sets_in_place(scdb_llama_evictor *e, struct llama_context *ctx,
                                     int32_t *kept, int *nk)
 {
@@ -977,7 +992,7 @@ static scdb_err evict_sets(scdb_llama_evictor *e, struct llama_context *ctx, int
     }
     e->tiny->n = n;
     if (!e->in_place) {
-        e->in_place = cache_matches_blob(e, ctx, got, n) ? 1 : -1;
+        e->in_place = cache_matches_blob(e, ctx, got, n);
         if (e->in_place > 0)
             return evict_sets_in_place(e, ctx, kept, nk);
     }

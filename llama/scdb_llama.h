@@ -450,8 +450,8 @@ typedef struct scdb_llama_evict_result {
                                   * into llama.cpp's cache tensors in place
                                   * (host memory, checked against the
                                   * state blob at the first such eviction,
-                                  * which the state writer applies); the
-                                  * others of them read and write the state */
+                                  * then in place from it on); the others
+                                  * of them read and write the state       */
 } scdb_llama_evict_result;
 
 /* Decode tokens [0, n) at pos_max + 1, ... into the sequence (in chunks of
@@ -463,9 +463,11 @@ typedef struct scdb_llama_evict_result {
  * sequence again: the sequence and the evictor stay as they were after
  * the last chunk that succeeded.  Errors: SCDB_ECLOSED (the sequence was
  * cleared or changed outside the evictor: its pos_max is not the last
- * position decoded here; or an eviction through the state writer failed
- * after its policy ran: that call returned the failure, the evictor is
- * stopped and its error says why: start it again), SCDB_EIO (llama_decode failed), SCDB_EUNSUPPORTED (the
+ * position decoded here; or an eviction of keep sets per head failed
+ * after its policy ran: the state writer's gather or set_data, or in
+ * place a kept cell not the sequence's, a seq_rm refused, the sequence
+ * not ending where it did: that call returned the failure, the evictor
+ * is stopped and its error says why: start it again), SCDB_EIO (llama_decode failed), SCDB_EUNSUPPORTED (the
  * attention was not seen: flash attention on; the cells do not map:
  * another sequence shares the stream), SCDB_EFULL (every cell of the
  * context is held and the cadence did not evict), the policy's errors. */
@@ -477,12 +479,16 @@ scdb_err scdb_llama_evictor_decode(scdb_llama_evictor *e, struct llama_context *
 scdb_err scdb_llama_evictor_evict(scdb_llama_evictor *e, struct llama_context *ctx,
                                   scdb_llama_evict_result *out);
 /* The positions the sequence holds, in slot order (*n of them; the
- * evictor's memory, valid until its next call). */
+ * evictor's memory, valid until its next call): llama.cpp's cells'.  With
+ * keep sets per head written in place a cell keeps its position while
+ * its rows are other tokens' (set_positions says whose), so these are at
+ * least each set's positions there, not always one of them. */
 const int32_t *scdb_llama_evictor_positions(const scdb_llama_evictor *e, int *n);
-/* Once the evictor keeps a set per (layer, KV group): the positions set k
- * (= layer * n_kv_heads + group) holds, slot by slot (*n of them); NULL
- * while it keeps one set for all (scdb_llama_evictor_positions is every
- * set's then) or k is out of range. */
+/* Once the evictor keeps a set per (layer, KV group): the positions of
+ * the tokens set k (= layer * n_kv_heads + group) holds, slot by slot (*n
+ * of them); NULL while it keeps one set for all (each set then holds the
+ * tokens of scdb_llama_evictor_positions, unless keep sets per head were
+ * written in place before) or k is out of range. */
 const int32_t *scdb_llama_evictor_set_positions(const scdb_llama_evictor *e, int k, int *n);
 
 /* Prefill helper for everyone: decode tokens [0, n) at positions pos0 ..

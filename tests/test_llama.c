@@ -1391,9 +1391,9 @@ static void evictor_matches_reference(void **state)
         const int vcur = k >= N_POL && k % 4 == 2;
         if (vcur)
             ll_evictor_v_from_vcur(ev);
-        /* keep sets per head written in place on the first pass, through
-         * the state writer on the second */
-        const int writer = k >= N_POL;
+        /* keep sets per head through the state writer on the first pass,
+         * written in place on the second */
+        const int writer = k < N_POL;
         if (writer)
             ll_evictor_state_writer(ev);
         scdb_kv_cache *rc = NULL, *was = NULL;
@@ -1407,12 +1407,25 @@ static void evictor_matches_reference(void **state)
         float lg[256];
         double dl = 0;
         int evictions = 0, per_set = 0, mask_reads = 0, full_reads = 0, in_place = 0;
+        long apart = 0;
         for (int s = 0; s < STEPS; s++) {
             scdb_llama_evict_result r;
             e = scdb_llama_evictor_decode(ev, ctx, tok + PRE + s, 1, 0, &r);
             if (e) fail_msg("%s step %d: %s", policies[k], s, scdb_llama_evictor_error(ev));
             evictions += r.evictions;
             in_place += r.sets_in_place;
+            {
+                /* the policy's positions and llama.cpp's cells' apart: a
+                 * cell written in place keeps its own */
+                int nn = 0;
+                const int32_t *lp = scdb_llama_evictor_positions(ev, &nn);
+                const scdb_kv_cache *sh = ll_evictor_shadow(ev);
+                assert_int_equal(nn, sh->n);
+                for (int i = 0; i < nn; i++) {
+                    assert_true(sh->pos[i] <= lp[i]);
+                    apart += sh->pos[i] != lp[i];
+                }
+            }
             mask_reads += r.mask_reads;
             full_reads += r.full_reads;
             assert_true(r.cells <= BUDGET + ep.cadence - 1);
@@ -1505,6 +1518,9 @@ static void evictor_matches_reference(void **state)
         /* every set per head written in place, the cache's tensors checked
          * against the blob at the first; or all through the state writer */
         assert_int_equal(in_place, writer ? 0 : per_set);
+        /* (the two positions part only where sets were written in place) */
+        if (per_set && !writer) assert_true(apart > 0);
+        else assert_int_equal(apart, 0);
         scdb_kv_cache_free(&rc);
         scdb_kv_cache_free(&was);
         llama_free(ctx);
@@ -1681,6 +1697,21 @@ static void evictor_edges(void **state)
         assert_non_null(other2);
         assert_int_equal(llama_state_seq_get_data(ctx, other, on, 1 - seq), on);
         assert_int_equal(scdb_llama_evictor_start(ev, ctx), SCDB_OK);
+        /* every position's K and V as llama.cpp first wrote them (F16,
+         * read back as F32: exact), to find them again in the cells each
+         * set kept, row for row, after the sets were moved in place */
+        static float rk[136][8][64], rv[136][8][64];
+        scdb_llama_layout L2 = {.n_layer = 8, .n_kv_heads = 2, .head_dim = 32, .n_stream = 2,
+                                .k_type = 1, .v_type = 1, .v_trans = 1};
+        scdb_kv_cache *bk = NULL;
+        assert_int_equal(scdb_kv_cache_new(8, 2, 32, 512, &bk), SCDB_OK);
+        assert_int_equal(scdb_llama_seq_read(ctx, &L2, seq, bk, err, sizeof err), SCDB_OK);
+        assert_int_equal(bk->n, 96);
+        for (int i = 0; i < 96; i++)
+            for (int l = 0; l < 8; l++) {
+                memcpy(rk[bk->pos[i]][l], scdb_kv_k(bk, l, i), 64 * sizeof(float));
+                memcpy(rv[bk->pos[i]][l], scdb_kv_v(bk, l, i), 64 * sizeof(float));
+            }
         int per_set = 0, in_place = 0;
         for (int s = 0; s < 40; s++) {
             scdb_llama_evict_result r;
@@ -1689,7 +1720,44 @@ static void evictor_edges(void **state)
             int ns = 0;
             per_set += r.evictions && scdb_llama_evictor_set_positions(ev, 0, &ns) != NULL;
             in_place += r.sets_in_place;
+            /* the new token's cell holds its own rows (every set keeps
+             * the newest token where it is) */
+            assert_int_equal(scdb_llama_seq_read(ctx, &L2, seq, bk, err, sizeof err), SCDB_OK);
+            int found = 0;
+            for (int i = 0; i < bk->n; i++)
+                if (bk->pos[i] == 96 + s) {
+                    for (int l = 0; l < 8; l++) {
+                        memcpy(rk[96 + s][l], scdb_kv_k(bk, l, i), 64 * sizeof(float));
+                        memcpy(rv[96 + s][l], scdb_kv_v(bk, l, i), 64 * sizeof(float));
+                    }
+                    found++;
+                }
+            assert_int_equal(found, 1);
         }
+        /* each set's slot i: the cell at the slot's llama.cpp position
+         * holds, in the set's KV head, the rows of the token the set kept */
+        assert_int_equal(scdb_llama_seq_read(ctx, &L2, seq, bk, err, sizeof err), SCDB_OK);
+        int nsl = 0;
+        const int32_t *lp = scdb_llama_evictor_positions(ev, &nsl);
+        assert_int_equal(bk->n, nsl);
+        for (int k = 0; k < 16; k++) {
+            int ns = 0;
+            const int32_t *sp = scdb_llama_evictor_set_positions(ev, k, &ns);
+            assert_non_null(sp);
+            assert_int_equal(ns, nsl);
+            const int l = k / 2, g = k % 2;
+            for (int i = 0; i < nsl; i++) {
+                int c = 0;
+                while (c < bk->n && bk->pos[c] != lp[i]) c++;
+                assert_true(c < bk->n);
+                assert_true(sp[i] >= 0 && sp[i] < 136);
+                assert_memory_equal(scdb_kv_k(bk, l, c) + g * 32, rk[sp[i]][l] + g * 32,
+                                    32 * sizeof(float));
+                assert_memory_equal(scdb_kv_v(bk, l, c) + g * 32, rv[sp[i]][l] + g * 32,
+                                    32 * sizeof(float));
+            }
+        }
+        scdb_kv_cache_free(&bk);
         print_message("keep sets per head on sequence %d of 2 streams: %d evictions (%d in "
                       "place)\n", seq, per_set, in_place);
         assert_true(per_set >= 4);
