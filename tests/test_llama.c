@@ -1787,6 +1787,34 @@ static void evictor_edges(void **state)
         llama_free(ctx);
         scdb_llama_evictor_free(&ev);
     }
+    /* an eviction of keep sets per head before any decode: the callback
+     * has not seen llama.cpp's tensors yet, so it goes through the state
+     * writer, and the next, after decodes, in place */
+    {
+        ep.seq = 0;
+        scdb_llama_evictor *ev = NULL;
+        assert_int_equal(scdb_llama_evictor_new(&ep, &ev, err, sizeof err), SCDB_OK);
+        struct llama_context *ctx = evict_ctx(ev);
+        assert_int_equal(scdb_llama_decode(ctx, 0, tok, 96, 0, 0), SCDB_OK);
+        assert_int_equal(scdb_llama_evictor_start(ev, ctx), SCDB_OK);
+        scdb_llama_evict_result r;
+        assert_int_equal(scdb_llama_evictor_evict(ev, ctx, &r), SCDB_OK);
+        int ns = 0;
+        assert_int_equal(r.evictions, 1);
+        assert_non_null(scdb_llama_evictor_set_positions(ev, 0, &ns));
+        assert_int_equal(r.sets_in_place, 0);
+        int later = 0, in_place = 0;
+        for (int s = 0; s < 16; s++) {
+            scdb_err e = scdb_llama_evictor_decode(ev, ctx, tok + 96 + s, 1, 0, &r);
+            if (e) fail_msg("after an early eviction, step %d: %s", s, scdb_llama_evictor_error(ev));
+            later += r.evictions;
+            in_place += r.sets_in_place;
+        }
+        assert_true(later >= 1);
+        assert_int_equal(in_place, later);
+        llama_free(ctx);
+        scdb_llama_evictor_free(&ev);
+    }
     /* ubatch 16 under the evictor's chunk of 64; then a budget of 500 of
      * 512 cells, decoded 450 tokens in one call */
     ep.seq = 0;
