@@ -358,9 +358,11 @@ typedef struct scdb_llama_evict_params {
                                   * the first such eviction); where they
                                   * cannot be (a GPU build), through the
                                   * state writer (a state read and write
-                                  * per eviction).  About 1.5x the cost of
-                                  * a one-set eviction in place, 3-4x
-                                  * through the writer (DESIGN.md,
+                                  * per eviction).  On the family an
+                                  * eviction costs 2.4-2.8x a one-set one
+                                  * in place, 4.4-6.2x through the writer
+                                  * (bench evict --engine llama.cpp;
+                                  * DESIGN.md,
                                   * "Eviction").  0 (default): one set for
                                   * all at every budget                     */
     int capture_every;           /* read every layer's attention on one
