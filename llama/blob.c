@@ -448,6 +448,35 @@ scdb_err ll_layout_from_blob(const void *blob, size_t len, scdb_llama_layout *L,
 
 /* ------------------------------------------------ keep sets per head */
 
+/* A sequence blob's header up to its sequence's cells: *cells of them at
+ * *cell0 (12 bytes each), in stream *s_seq; *rp is left after them, where
+ * that stream's layers begin. */
+static scdb_err seq_cells(const scdb_llama_layout *L, const void *blob, rd *rp, uint32_t *cells,
+                          const uint8_t **cell0, uint32_t *s_seq, char *errbuf, size_t errlen)
+{
+    rd r = *rp;
+    uint32_t magic, sq, n_stream;
+    NEED(get_u32(&r, &magic) && get_u32(&r, &sq) && get_u32(&r, &n_stream), "header");
+    EXPECT(magic == SCDB_LLAMA_STATE_MAGIC && n_stream == (uint32_t)L->n_stream,
+           "not a sequence state of this context's layout");
+    *cells = 0;
+    for (uint32_t s = 0; s < n_stream; s++) {
+        uint32_t c;
+        NEED(get_u32(&r, &c), "cell count");
+        if (!c)
+            continue;
+        *cells = c;
+        *s_seq = s;
+        NEED((size_t)(r.end - r.p) >= (size_t)c * 12, "cells");
+        *cell0 = r.p;
+        r.p += (size_t)c * 12;
+        break;             /* the sequence's stream: its layers follow */
+    }
+    EXPECT(*cells > 0, "the sequence holds no cells");
+    *rp = r;
+    return SCDB_OK;
+}
+
 scdb_err ll_blob_gather_heads(const scdb_llama_layout *L, const void *blob, size_t len,
                               llama_seq_id seq, const int *src, const int32_t *pos, int nk,
                               int32_t *in_pos, int in_cap, int *in_n, uint8_t *out, size_t cap,
@@ -456,25 +485,13 @@ scdb_err ll_blob_gather_heads(const scdb_llama_layout *L, const void *blob, size
     if (!layout_ok(L) || !blob || nk < 0 || (nk && (!src || !pos || !out)) || !in_n)
         return SCDB_EINVAL;
     rd r = {blob, (const uint8_t *)blob + len};
-    uint32_t magic, sq, n_stream, v_trans, n_layer, cells = 0;
-    NEED(get_u32(&r, &magic) && get_u32(&r, &sq) && get_u32(&r, &n_stream), "header");
-    EXPECT(magic == SCDB_LLAMA_STATE_MAGIC && n_stream == (uint32_t)L->n_stream,
-           "not a sequence state of this context's layout");
+    uint32_t v_trans, n_layer, cells = 0;
     const uint8_t *cell0 = NULL;
     uint32_t s_seq = 0;      /* the sequence's stream; the later ones follow its layers */
-    for (uint32_t s = 0; s < n_stream; s++) {
-        uint32_t c;
-        NEED(get_u32(&r, &c), "cell count");
-        if (!c)
-            continue;
-        cells = c;
-        s_seq = s;
-        NEED((size_t)(r.end - r.p) >= (size_t)c * 12, "cells");
-        cell0 = r.p;
-        r.p += (size_t)c * 12;
-        break;             /* the sequence's stream: its layers follow */
-    }
-    EXPECT(cells > 0, "the sequence holds no cells");
+    const uint32_t n_stream = (uint32_t)L->n_stream;
+    scdb_err err = seq_cells(L, blob, &r, &cells, &cell0, &s_seq, errbuf, errlen);
+    if (err)
+        return err;
     if (in_pos && cells > (uint32_t)in_cap) {
         ll_msg(errbuf, errlen, "the blob has %u cells, room for %d", cells, in_cap);
         return SCDB_ETOOBIG;
@@ -596,18 +613,11 @@ scdb_err ll_blob_layer_rows(const scdb_llama_layout *L, const void *blob, size_t
     if (!layout_ok(L) || !blob || !k || !v || !n_cells)
         return SCDB_EINVAL;
     rd r = {blob, (const uint8_t *)blob + len};
-    uint32_t magic, sq, n_stream, v_trans, n_layer, cells = 0;
-    NEED(get_u32(&r, &magic) && get_u32(&r, &sq) && get_u32(&r, &n_stream), "header");
-    EXPECT(magic == SCDB_LLAMA_STATE_MAGIC && n_stream == (uint32_t)L->n_stream,
-           "not a sequence state of this context's layout");
-    for (uint32_t s = 0; s < n_stream && !cells; s++) {
-        NEED(get_u32(&r, &cells), "cell count");
-        if (cells) {
-            NEED((size_t)(r.end - r.p) >= (size_t)cells * 12, "cells");
-            r.p += (size_t)cells * 12;
-        }
-    }
-    EXPECT(cells > 0, "the sequence holds no cells");
+    uint32_t v_trans, n_layer, cells = 0, s_seq = 0;
+    const uint8_t *cell0 = NULL;
+    scdb_err err = seq_cells(L, blob, &r, &cells, &cell0, &s_seq, errbuf, errlen);
+    if (err)
+        return err;
     NEED(get_u32(&r, &v_trans) && get_u32(&r, &n_layer), "layer header");
     EXPECT(v_trans == 1 && L->v_trans == 1 && n_layer == (uint32_t)L->n_layer,
            "v_trans %u / %u layers in the blob, want 1 / %d", v_trans, n_layer, L->n_layer);

@@ -280,6 +280,22 @@ static int mask_cells(scdb_llama_evictor *e, const struct ggml_tensor *t)
     return 1;
 }
 
+/* Note in slot[l] the layer's cache tensor t's operand 0 views (its view
+ * root, when it is named root_prefix + N): kqv-N's V is cache_v_lN,
+ * kq-N's K cache_k_lN */
+static void note_cache(const struct ggml_tensor *t, const char *op, const char *root_prefix,
+                       int n_layer, struct ggml_tensor **slot)
+{
+    int l = ll_layer_of(t->name, op);
+    if (l < 0 || l >= n_layer || slot[l] || !t->src[0])
+        return;
+    struct ggml_tensor *c = t->src[0];
+    while (c->view_src)
+        c = c->view_src;
+    if (!strncmp(c->name, root_prefix, strlen(root_prefix)))
+        slot[l] = c;
+}
+
 static bool evict_cb(struct ggml_tensor *t, bool ask, void *ud)
 {
     scdb_llama_evictor *e = ud;
@@ -299,27 +315,12 @@ static bool evict_cb(struct ggml_tensor *t, bool ask, void *ud)
         lp = ll_layer_of(t->name, "kq_soft_max");
         if (lp < 0 && e->v_mode != 1)
             lv = ll_layer_of(t->name, "Vcur");
-        int lk;
-        if (ask && lp < 0 && lv < 0 && e->v_mode == 0 &&
-            (lk = ll_layer_of(t->name, "kqv")) >= 0 && lk < e->n_layer && !e->vcache[lk] &&
-            t->src[0]) {
-            /* kqv-N = V x kq_soft_max-N, V a view of the layer's cache */
-            struct ggml_tensor *v = t->src[0];
-            while (v->view_src)
-                v = v->view_src;
-            if (!strncmp(v->name, "cache_v_l", 9))
-                e->vcache[lk] = v;
-        }
-        if (ask && lp < 0 && lv < 0 && e->heads && !e->in_place &&
-            (lk = ll_layer_of(t->name, "kq")) >= 0 && lk < e->n_layer && !e->kcache[lk] &&
-            t->src[0]) {
-            /* kq-N = K x Q, K a view of the layer's cache */
-            struct ggml_tensor *k = t->src[0];
-            while (k->view_src)
-                k = k->view_src;
-            if (!strncmp(k->name, "cache_k_l", 9))
-                e->kcache[lk] = k;
-        }
+        /* kqv-N = V x kq_soft_max-N and kq-N = K x Q, V and K views of the
+         * layer's cache */
+        if (ask && lp < 0 && lv < 0 && e->v_mode == 0)
+            note_cache(t, "kqv", "cache_v_l", e->n_layer, e->vcache);
+        if (ask && lp < 0 && lv < 0 && e->heads && !e->in_place)
+            note_cache(t, "kq", "cache_k_l", e->n_layer, e->kcache);
     }
     if ((lp < 0 || lp >= e->n_layer) && (lv < 0 || lv >= e->n_layer || is_view(t))) {
         if (e->user_cb)
