@@ -353,6 +353,29 @@ static void blob_refusals(void **state)
         assert_int_equal(ll_blob_gather_heads(&L, b, len, 0, NULL, NULL, 0, in_pos, 2, &n_in, NULL, 0, NULL,
                                               err, sizeof err), SCDB_ETOOBIG);
         free(out);
+        /* where each layer's rows lie (ll_blob_layer_rows, the in-place
+         * evictor's check): the whole blob, inside it, the layers in order;
+         * every truncation, a garbage magic, a wrong layout refused */
+        const uint8_t *kr[8], *vr[8];
+        int nc = 0;
+        assert_int_equal(L.v_trans, 1);
+        assert_int_equal(ll_blob_layer_rows(&L, b, len, kr, vr, &nc, err, sizeof err), SCDB_OK);
+        assert_int_equal(nc, 3);
+        for (int l = 0; l < 8; l++) {
+            assert_true(kr[l] > (const uint8_t *)b && vr[l] < (const uint8_t *)b + len);
+            if (l) assert_true(kr[l] > kr[l - 1] && vr[l] > vr[l - 1]);
+        }
+        assert_true(vr[0] > kr[7]);
+        for (size_t cut = 0; cut < len; cut++) {
+            scdb_err e = ll_blob_layer_rows(&L, b, cut, kr, vr, &nc, err, sizeof err);
+            /* (only bytes after the last V element may go: the rows end there) */
+            assert_true(e == SCDB_ETRUNC || e == SCDB_EFORMAT || cut >= (size_t)(vr[7] - (const uint8_t *)b));
+        }
+        x[0] ^= 1;
+        assert_int_equal(ll_blob_layer_rows(&L, x, len, kr, vr, &nc, err, sizeof err), SCDB_EFORMAT);
+        x[0] ^= 1;
+        assert_int_equal(ll_blob_layer_rows(&W, b, len, kr, vr, &nc, err, sizeof err), SCDB_EFORMAT);
+        assert_int_equal(ll_blob_layer_rows(&L, b, len, NULL, vr, &nc, err, sizeof err), SCDB_EINVAL);
         /* one stream per sequence: llama.cpp writes every stream's count,
          * the sequence's cells in its own stream, 0 for the others before
          * and after it; the gather reads the sequence in any of them */
